@@ -1,0 +1,194 @@
+# gpukit: one non-recursive Makefile.
+#
+#   make                 lib/libgpukit.a and every tool in bin/
+#   make check           unit tests, CLI tests and man page lint through prove
+#   make check SAN=1     the same under AddressSanitizer + UBSan
+#   make bench           benchmark drivers in tools/bench/ (slow, not in check)
+#   make demo            the README's main job on built-in data
+#   make install PREFIX=/usr/local DESTDIR=   (and uninstall, clean)
+#
+# Options: CUDA=0|1 MPI=0|1 (default: detect), CUDA_HOME, NCCL_HOME,
+# CUDA_ARCH="80 90", SAN=1, CC, CFLAGS, LDFLAGS, JOBS (parallel tests).
+# Sources are found by name, so a new module or tool needs no edit here:
+#   lib/MOD/*.c               always built
+#   lib/MOD/*_cuda.c, *.cu    only with CUDA    (*_nocuda.c only without)
+#   lib/MOD/*_nccl.c          only with NCCL    (*_nonccl.c only without)
+#   lib/MOD/*_mpi.c           only with MPI     (*_nompi.c only without)
+#   bin/TOOL.c                the tool bin/TOOL
+#   tests/unit/NAME.c         a TAP test program, run by prove
+#   tests/cli/tNNNN-*.sh      a sharness test, run by prove
+#   tools/bench/NAME.c        a benchmark helper; tools/bench/NAME.sh a driver
+
+VERSION := 0.1.0
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/gpukit
+DESTDIR ?=
+
+CUDA ?= auto
+MPI ?= auto
+SAN ?= 0
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+CUDA_ARCH ?= 80 90
+JOBS ?= 2
+export CUDA_HOME NCCL_HOME
+
+B := build
+CONFIG := $(B)/config-cuda$(CUDA)-mpi$(MPI).mk
+
+# Targets that must not probe (or install) anything.
+NOCONF_GOALS := clean uninstall help
+ifneq ($(filter-out $(NOCONF_GOALS),$(or $(MAKECMDGOALS),all)),)
+include $(CONFIG)
+endif
+
+.DEFAULT_GOAL := all
+.DELETE_ON_ERROR:
+.SUFFIXES:
+
+$(CONFIG): scripts/configure scripts/install-deps
+	@mkdir -p $(B)
+	@scripts/configure $(CUDA) $(MPI) > $@.tmp && mv $@.tmp $@
+
+ok = $(if $(filter 1,$(1)),✓,✗)
+ifdef HAVE_CUDA
+ifeq ($(MAKELEVEL),0)
+$(info gpukit $(VERSION): $(call ok,$(HAVE_CUDA)) CUDA ($(CUDA_HOME))  $(call ok,$(HAVE_NCCL)) NCCL  $(call ok,$(HAVE_MPI)) MPI  $(if $(filter 1,$(SAN)),✓,✗) sanitizers)
+endif
+endif
+
+# ---- flags ------------------------------------------------------------------
+
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wformat=2 -Wvla
+GK_CFLAGS := -std=gnu11 $(WARN) -Ilib -D_GNU_SOURCE -DGK_VERSION='"$(VERSION)"' \
+	-fopenmp -pthread $(GK_CFLAGS_DEPS) \
+	-DGK_HAVE_CUDA=$(or $(HAVE_CUDA),0) -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) \
+	-DGK_HAVE_MPI=$(or $(HAVE_MPI),0)
+GK_LIBS := $(GK_LIBS_DEPS) -lm -fopenmp -pthread
+
+ifeq ($(HAVE_MPI),1)
+GK_CFLAGS += $(MPI_CFLAGS)
+GK_LIBS += $(MPI_LIBS)
+endif
+
+NVCC := $(CUDA_HOME)/bin/nvcc
+NVCCFLAGS ?= -O2 -g
+GK_NVCCFLAGS := -std=c++17 -Ilib -DGK_HAVE_CUDA=1 -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) \
+	$(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+	-gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
+ifeq ($(HAVE_CUDA),1)
+GK_CFLAGS += -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+# Static cudart: it finds the driver (libcuda.so.1) with dlopen when first
+# used, so every binary starts on a machine with no GPU and no driver.
+# NCCL is dlopen'ed by lib/comm for the same reason.
+GK_LIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ -ldl -lrt
+endif
+
+ifeq ($(SAN),1)
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+GK_CFLAGS += $(SANFLAGS)
+GK_LIBS += $(SANFLAGS)
+endif
+
+ALL_CFLAGS = $(GK_CFLAGS) $(CFLAGS) $(CPPFLAGS)
+ALL_LDFLAGS = $(LDFLAGS)
+
+# Rebuild everything when the flags change (SAN=1 <-> SAN=0, CUDA=0 ...).
+FLAGS_STAMP := $(B)/flags.stamp
+FLAGS_NOW := $(ALL_CFLAGS) | $(GK_LIBS) | $(ALL_LDFLAGS) | $(NVCCFLAGS) $(GK_NVCCFLAGS)
+ifneq ($(FLAGS_NOW),$(file <$(FLAGS_STAMP)))
+$(shell mkdir -p $(B))
+$(file >$(FLAGS_STAMP),$(FLAGS_NOW))
+endif
+
+# ---- sources ------------------------------------------------------------------
+
+select = $(filter-out $(if $(filter 1,$(1)),%_no$(2).c,%_$(2).c),$(3))
+LIB_SRC := $(wildcard lib/*/*.c)
+LIB_SRC := $(call select,$(HAVE_CUDA),cuda,$(LIB_SRC))
+LIB_SRC := $(call select,$(HAVE_NCCL),nccl,$(LIB_SRC))
+LIB_SRC := $(call select,$(HAVE_MPI),mpi,$(LIB_SRC))
+LIB_CU := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard lib/*/*.cu))
+LIB_OBJ := $(patsubst %.c,$(B)/%.o,$(LIB_SRC)) $(patsubst %.cu,$(B)/%.cu.o,$(LIB_CU))
+LIB := lib/libgpukit.a
+
+TOOLS := $(patsubst %.c,%,$(wildcard bin/*.c))
+UNIT := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/*.c))
+CLI := $(sort $(wildcard tests/cli/t[0-9]*.sh))
+BENCH_BIN := $(patsubst tools/bench/%.c,$(B)/tools/bench/%,$(wildcard tools/bench/*.c))
+BENCH := $(sort $(wildcard tools/bench/*.sh))
+MAN := $(wildcard man/man1/*.1 man/man5/*.5 man/man7/*.7)
+USER_SCRIPTS := $(wildcard scripts/ckpt-prune)
+
+# ---- build --------------------------------------------------------------------
+
+.PHONY: all
+all: $(LIB) $(TOOLS)
+
+$(B)/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(B)/%.cu.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(GK_NVCCFLAGS) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+bin/%: $(B)/bin/%.o $(LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
+
+$(B)/tests/unit/%: $(B)/tests/unit/%.o $(LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
+
+$(B)/tools/bench/%: $(B)/tools/bench/%.o $(LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+# ---- check --------------------------------------------------------------------
+
+# Unit tests are executables and CLI tests are shell scripts; prove runs
+# both (--exec '' runs each file directly).
+.PHONY: check venv
+check: all $(UNIT)
+	@scripts/test-venv >/dev/null || echo "check: no Python venv; interop tests will skip" >&2
+	prove -j$(JOBS) --exec '' $(UNIT) $(CLI)
+
+venv:
+	scripts/test-venv
+
+.PHONY: bench
+bench: all $(BENCH_BIN)
+	@for b in $(BENCH); do echo "== $$b"; GK_BUILD=$(B) $$b || exit 1; done
+
+.PHONY: demo
+demo: all
+	@scripts/demo
+
+# ---- install --------------------------------------------------------------------
+
+.PHONY: install uninstall clean help
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
+	$(if $(TOOLS),install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR))
+	$(if $(USER_SCRIPTS),install -m 755 $(USER_SCRIPTS) $(DESTDIR)$(BINDIR))
+	$(if $(filter %.1,$(MAN)),install -m 644 $(filter %.1,$(MAN)) $(DESTDIR)$(MANDIR)/man1)
+	$(if $(filter %.5,$(MAN)),install -m 644 $(filter %.5,$(MAN)) $(DESTDIR)$(MANDIR)/man5)
+	$(if $(filter %.7,$(MAN)),install -m 644 $(filter %.7,$(MAN)) $(DESTDIR)$(MANDIR)/man7)
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS) $(USER_SCRIPTS)))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/,$(patsubst man/%,%,$(MAN)))
+
+clean:
+	rm -rf $(B) $(LIB) $(TOOLS)
+
+help:
+	@sed -n '2,20s/^# \{0,1\}//p' Makefile

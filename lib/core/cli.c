@@ -1,0 +1,127 @@
+/*
+ * cli.c - the conventions every tool's main() follows. The only part of
+ * libgpukit that prints to the user or exits.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+void gk_cli_init(gk_cli *cli, const char *name, const char *usage)
+{
+	memset(cli, 0, sizeof(*cli));
+	cli->name = name;
+	cli->usage = usage;
+	/*
+	 * `tool | head` must end quietly: if our parent left SIGPIPE ignored,
+	 * restore the default so a closed pipe kills us like any filter
+	 * (gk_cli_finish also stays silent on EPIPE).
+	 */
+	signal(SIGPIPE, SIG_DFL);
+	setvbuf(stderr, NULL, _IOLBF, 0);
+}
+
+static _Noreturn void version(const gk_cli *cli)
+{
+	printf("%s (gpukit) %s\n", cli->name, GK_VERSION);
+	exit(gk_cli_finish(cli, 0));
+}
+
+int gk_cli_common(gk_cli *cli, int opt)
+{
+	switch (opt) {
+	case 'h':
+		fputs(cli->usage, stdout);
+		exit(gk_cli_finish(cli, 0));
+	case GK_OPT_VERSION:
+		version(cli);
+	case 'q':
+		cli->quiet = 1;
+		return 1;
+	case 'v':
+		cli->verbose++;
+		return 1;
+	case GK_OPT_JSON:
+		cli->json = 1;
+		return 1;
+	case '?':
+	case ':':
+		/* getopt already said what was wrong. */
+		fputs(cli->usage, stderr);
+		exit(2);
+	}
+	return 0;
+}
+
+void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", cli->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fputs(cli->usage, stderr);
+	exit(2);
+}
+
+int gk_cli_fail(const gk_cli *cli, const gk_err *err)
+{
+	fprintf(stderr, "%s: %s\n", cli->name, err->msg);
+	return 1;
+}
+
+int gk_cli_failf(const gk_cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", cli->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+void gk_cli_warn(const gk_cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: warning: ", cli->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int64_t gk_cli_i64(const gk_cli *cli, const char *opt, const char *s,
+		   int64_t min, int64_t max)
+{
+	gk_err err;
+	int64_t v;
+	if (gk_parse_i64(s, min, max, &v, opt, &err) < 0)
+		gk_cli_usage_error(cli, "%s", err.msg);
+	return v;
+}
+
+uint64_t gk_cli_size(const gk_cli *cli, const char *opt, const char *s)
+{
+	gk_err err;
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, &err) < 0)
+		gk_cli_usage_error(cli, "%s", err.msg);
+	return v;
+}
+
+int gk_cli_finish(const gk_cli *cli, int status)
+{
+	errno = 0;
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
+		if (errno == EPIPE)
+			exit(141); /* like death by SIGPIPE, and just as quiet */
+		fprintf(stderr, "%s: write standard output: %s\n", cli->name,
+			strerror(errno ? errno : EIO));
+		return 1;
+	}
+	return status;
+}

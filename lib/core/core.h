@@ -1,0 +1,302 @@
+/*
+ * core.h - the helpers every gpukit module and tool needs (prefix gk_).
+ *
+ * Errors: a function that can fail returns 0 on success and -1 on failure
+ * and, when given a gk_err, leaves a message in it of the form
+ * "what 'subject': why" (no tool name, no final period). The library never
+ * prints to the user and never exits; the gk_cli_* functions at the end of
+ * this header are the one exception, and only a tool's main() calls them.
+ */
+#ifndef GK_CORE_H
+#define GK_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "core/dtype.h"
+
+#ifndef GK_VERSION
+#define GK_VERSION "0.0.0"
+#endif
+
+#if defined(__GNUC__)
+#define GK_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define GK_PRINTF(f, a)
+#endif
+
+#ifdef __cplusplus
+#define GK_NORETURN [[noreturn]]
+#else
+#define GK_NORETURN _Noreturn
+#endif
+
+#define GK_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- errors ---------------------------------------------------------------- */
+
+typedef struct gk_err {
+	int sys;        /* errno of the failure, 0 when it was not a system error */
+	char msg[1024]; /* "what 'subject': why" */
+} gk_err;
+
+/* Set the message (err may be NULL). Always returns -1, so `return gk_errf(...)`. */
+int gk_errf(gk_err *err, const char *fmt, ...) GK_PRINTF(2, 3);
+/* Like gk_errf, appending ": strerror(errnum)" and keeping errnum in err->sys. */
+int gk_err_sys(gk_err *err, int errnum, const char *fmt, ...) GK_PRINTF(3, 4);
+/* Put "prefix: " in front of the message already in err (for context). */
+int gk_err_prefix(gk_err *err, const char *fmt, ...) GK_PRINTF(2, 3);
+void gk_err_clear(gk_err *err);
+
+/* ---- memory and strings ------------------------------------------------------ */
+
+/* A growable list of owned strings, NULL-terminated at v[n]. */
+typedef struct gk_strlist {
+	char **v;
+	size_t n, cap;
+} gk_strlist;
+
+int gk_strlist_push(gk_strlist *l, const char *s, gk_err *err);
+/* Takes ownership of s (a malloc'ed string). */
+int gk_strlist_push_owned(gk_strlist *l, char *s, gk_err *err);
+void gk_strlist_free(gk_strlist *l);
+
+/* a*b and a+b into *out, returning -1 (no error message) on overflow. */
+static inline int gk_mul_overflow(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int gk_add_overflow(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+/* ---- numbers and sizes ------------------------------------------------------ */
+
+/*
+ * Checked parsing: the whole string must be the number, in [min, max];
+ * what names the value in the message ("--jobs", "header length").
+ */
+int gk_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out,
+		 const char *what, gk_err *err);
+int gk_parse_u64(const char *s, uint64_t max, uint64_t *out, const char *what,
+		 gk_err *err);
+int gk_parse_int(const char *s, int min, int max, int *out, const char *what,
+		 gk_err *err);
+int gk_parse_double(const char *s, double min, double max, double *out,
+		    const char *what, gk_err *err);
+
+/*
+ * Sizes: "4096", "4K", "256M", "1G", "2T", "4KiB", "1GiB" are powers of
+ * 1024; "5KB", "5MB", "5GB", "5TB" are powers of 1000 (Hugging Face's
+ * "5GB" is 5e9); a trailing "B" alone means bytes. Units are
+ * case-insensitive except that "b" alone is refused (bits or bytes?).
+ * A decimal fraction is allowed with a unit ("1.5G"); the result is
+ * rounded down to a whole byte. Overflow past UINT64_MAX is an error.
+ */
+int gk_parse_size(const char *s, uint64_t *out, const char *what, gk_err *err);
+
+/*
+ * Format n for people: "512 B", "1.50 KiB", "256 MiB", "5.00 GB". si selects
+ * powers of 1000 (kB, MB, GB ...) instead of 1024 (KiB, MiB, GiB ...).
+ * Three significant digits. Returns buf.
+ */
+char *gk_format_size(uint64_t n, int si, char *buf, size_t len);
+
+/* ---- files ----------------------------------------------------------------- */
+
+/*
+ * Read up to n bytes, retrying on EINTR and short reads. Returns the count
+ * read (less than n only at end of file), or -1 with errno set.
+ */
+ssize_t gk_read_full(int fd, void *buf, size_t n);
+ssize_t gk_pread_full(int fd, void *buf, size_t n, off_t off);
+/* Write all n bytes, retrying on EINTR and short writes: 0 or -1 with errno. */
+int gk_write_full(int fd, const void *buf, size_t n);
+int gk_pwrite_full(int fd, const void *buf, size_t n, off_t off);
+
+/* Read exactly n bytes of `name` or fail with "truncated" or the I/O error. */
+int gk_read_exact(int fd, void *buf, size_t n, const char *name, gk_err *err);
+/* Read a whole file (at most max bytes) into a NUL-terminated malloc'ed buffer. */
+int gk_read_file(const char *path, size_t max, char **out, size_t *len,
+		 gk_err *err);
+/* fsync the directory holding path (for renames and creations to last). */
+int gk_fsync_parent(const char *path, gk_err *err);
+/* mkdir -p, mode 0777 & ~umask. */
+int gk_mkdir_p(const char *path, gk_err *err);
+
+/*
+ * Atomic output. gk_atomic_open creates a temporary file next to path
+ * (".NAME.tmp-XXXXXX" in the same directory, so the rename cannot cross
+ * file systems). gk_atomic_commit flushes, fsyncs, renames it over path and
+ * fsyncs the directory; gk_atomic_abort removes it. Until one of those is
+ * called the temp file is removed if the process dies of SIGINT, SIGTERM,
+ * SIGHUP or SIGPIPE, so a killed run never leaves anything under the final
+ * name and no litter beside it. Both functions free the handle.
+ * The path "-" means standard output: no temp file, commit only flushes.
+ */
+typedef struct gk_atomic gk_atomic;
+
+int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err);
+int gk_atomic_fd(const gk_atomic *a);
+/* A stdio stream on the fd, created on first call; commit flushes it. */
+FILE *gk_atomic_fp(gk_atomic *a, gk_err *err);
+const char *gk_atomic_tmppath(const gk_atomic *a);
+int gk_atomic_commit(gk_atomic *a, gk_err *err);
+void gk_atomic_abort(gk_atomic *a);
+/* Write a whole buffer to path atomically. */
+int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
+			 gk_err *err);
+
+/*
+ * Remove path when the process dies of a signal (as the atomic files are);
+ * for temp directories and other outputs built in place. Returns a handle
+ * for gk_cleanup_forget, or -1 when the table is full.
+ */
+int gk_cleanup_on_signal(const char *path);
+void gk_cleanup_forget(int handle);
+
+/* ---- progress ----------------------------------------------------------------- */
+
+/*
+ * A one-line progress meter on stderr, redrawn at most 10 times a second:
+ *   "data-pack: 1.20 GiB / 4.00 GiB  30%  512 MiB/s  ETA 0:06"
+ * Enabled only when `enabled` (the tool passes !quiet) and stderr is a tty.
+ * total 0 means unknown (no percentage or ETA). bytes selects size units,
+ * else items ("1200 / 4000 samples").
+ */
+typedef struct gk_progress {
+	const char *label, *unit; /* unit for items, e.g. "samples" */
+	uint64_t total, done;
+	int bytes, on;
+	double start, last;
+} gk_progress;
+
+void gk_progress_start(gk_progress *p, const char *label, uint64_t total,
+		       int bytes, const char *unit, int enabled);
+void gk_progress_update(gk_progress *p, uint64_t done);
+void gk_progress_finish(gk_progress *p);
+/* The text of the line for the given state (what update draws); for tests. */
+char *gk_progress_format(const gk_progress *p, uint64_t done, double elapsed,
+			 char *buf, size_t len);
+double gk_now(void); /* monotonic seconds */
+
+/* ---- brace expansion ---------------------------------------------------------- */
+
+/*
+ * Expand shell/webdataset brace patterns into out (appended):
+ * "train-{000000..000031}.tar" (zero padding kept, as bash and Python's
+ * braceexpand do), "{0..10..2}", "{9..0}", "{a..e}", "{train,val}-{0..3}"
+ * (the cartesian product, left to right), nested "{a,b{1,2}}", "\{" for a
+ * literal brace. A brace with no comma or range stays literal ("{}" and
+ * "{x}"), as in bash. Unbalanced braces and more than `max` results (0: the
+ * default of 10,000,000) are errors.
+ */
+int gk_brace_expand(const char *pattern, size_t max, gk_strlist *out,
+		    gk_err *err);
+
+/* ---- ranks ------------------------------------------------------------------- */
+
+/*
+ * Where this process stands, from the launcher's environment: Open MPI
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE with
+ * SLURM_NODEID), then torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE). With none of them: rank 0 of a world of 1.
+ * Inconsistent values (rank >= world, non-numbers) are errors.
+ */
+typedef struct gk_rank_info {
+	int rank, world;
+	int local_rank, local_world; /* on this node */
+	int node;                    /* node index, -1 when unknown */
+	const char *launcher;        /* "openmpi", "slurm", "torchrun", "none" */
+} gk_rank_info;
+
+int gk_rank_discover(gk_rank_info *ri, gk_err *err);
+
+/* ---- hashing ----------------------------------------------------------------- */
+
+/* XXH3-64 (seed 0), as `xxhsum -H3` prints it: 16 lowercase hex digits. */
+uint64_t gk_xxh3(const void *buf, size_t n);
+typedef struct gk_hash gk_hash;
+gk_hash *gk_hash_new(void); /* NULL when out of memory */
+void gk_hash_update(gk_hash *h, const void *buf, size_t n);
+uint64_t gk_hash_digest(const gk_hash *h);
+void gk_hash_free(gk_hash *h);
+/* Hash bytes [off, off+len) of fd (len UINT64_MAX: to end of file). */
+int gk_xxh3_fd(int fd, uint64_t off, uint64_t len, uint64_t *out,
+	       const char *name, gk_err *err);
+char *gk_xxh3_hex(uint64_t h, char buf[17]);
+int gk_xxh3_parse(const char *hex, uint64_t *out, gk_err *err);
+
+/* ---- JSON (jansson) ------------------------------------------------------------ */
+
+struct json_t;
+/* Load a JSON document; errors read "'path' line L column C: why". */
+struct json_t *gk_json_load_file(const char *path, size_t max, gk_err *err);
+struct json_t *gk_json_load_buf(const char *buf, size_t len, const char *name,
+				gk_err *err);
+/* Dump in insertion order (indent 2 when pretty, compact otherwise) + "\n". */
+int gk_json_dump(FILE *fp, const struct json_t *j, int pretty, gk_err *err);
+int gk_json_write_file(const char *path, const struct json_t *j, gk_err *err);
+/* Typed member access: missing or mistyped members are errors naming key. */
+int gk_json_get_int(const struct json_t *obj, const char *key, int64_t *out,
+		    gk_err *err);
+int gk_json_get_str(const struct json_t *obj, const char *key,
+		    const char **out, gk_err *err);
+int gk_json_get_num(const struct json_t *obj, const char *key, double *out,
+		    gk_err *err);
+
+/* ---- the tools' command line (prints and exits: main() only) ------------------- */
+
+/*
+ * Every tool: -h/--help (usage on stdout, exit 0), --version
+ * ("TOOL (gpukit) X.Y.Z"), -q, -v, and --json where it prints data. Usage
+ * errors: one line and the usage on stderr, exit 2. Runtime errors:
+ * "tool: what 'subject': why" on stderr, exit 1. EPIPE on stdout is silent.
+ */
+enum {
+	GK_OPT_VERSION = 0x1000, /* long-only option values start here */
+	GK_OPT_JSON,
+	GK_OPT_FIRST_TOOL = 0x1100 /* a tool's own long-only options */
+};
+
+#define GK_CLI_LONGOPTS                                        \
+	{"help", no_argument, NULL, 'h'},                      \
+	{"version", no_argument, NULL, GK_OPT_VERSION},        \
+	{"quiet", no_argument, NULL, 'q'},                     \
+	{"verbose", no_argument, NULL, 'v'}
+#define GK_CLI_LONGOPT_JSON {"json", no_argument, NULL, GK_OPT_JSON}
+
+typedef struct gk_cli {
+	const char *name;  /* the tool's name */
+	const char *usage; /* the SYNOPSIS lines plus option summary */
+	int quiet, verbose, json;
+} gk_cli;
+
+/* Set the program name, line-buffer stderr, leave SIGPIPE to kill quietly. */
+void gk_cli_init(gk_cli *cli, const char *name, const char *usage);
+/* Handle -h -q -v --version --json and '?' from getopt; 1 when handled. */
+int gk_cli_common(gk_cli *cli, int opt);
+GK_NORETURN void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
+	GK_PRINTF(2, 3);
+/* "tool: <err->msg>" on stderr; returns 1 (the runtime-failure exit code). */
+int gk_cli_fail(const gk_cli *cli, const gk_err *err);
+/* Like gk_cli_fail with a formatted message. */
+int gk_cli_failf(const gk_cli *cli, const char *fmt, ...) GK_PRINTF(2, 3);
+void gk_cli_warn(const gk_cli *cli, const char *fmt, ...) GK_PRINTF(2, 3);
+/* Parse an option's number or size or exit 2 naming the option. */
+int64_t gk_cli_i64(const gk_cli *cli, const char *opt, const char *s,
+		   int64_t min, int64_t max);
+uint64_t gk_cli_size(const gk_cli *cli, const char *opt, const char *s);
+/*
+ * Flush and close stdout; return status unchanged if that worked, 1 (with a
+ * message) when it failed, and exit quietly (141) on EPIPE. The last call in
+ * main: return gk_cli_finish(&cli, status);
+ */
+int gk_cli_finish(const gk_cli *cli, int status);
+
+#endif

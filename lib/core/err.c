@@ -1,0 +1,95 @@
+/*
+ * err.c - error messages and string lists.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+static void vset(gk_err *err, const char *fmt, va_list ap)
+{
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+}
+
+int gk_errf(gk_err *err, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vset(err, fmt, ap);
+		va_end(ap);
+		err->sys = 0;
+	}
+	return -1;
+}
+
+int gk_err_sys(gk_err *err, int errnum, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vset(err, fmt, ap);
+		va_end(ap);
+		size_t len = strlen(err->msg);
+		snprintf(err->msg + len, sizeof(err->msg) - len, ": %s",
+			 strerror(errnum));
+		err->sys = errnum;
+	}
+	return -1;
+}
+
+int gk_err_prefix(gk_err *err, const char *fmt, ...)
+{
+	if (err) {
+		char pre[512], old[sizeof(err->msg)];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(pre, sizeof(pre), fmt, ap);
+		va_end(ap);
+		memcpy(old, err->msg, sizeof(old));
+		snprintf(err->msg, sizeof(err->msg), "%.500s: %.520s", pre, old);
+	}
+	return -1;
+}
+
+void gk_err_clear(gk_err *err)
+{
+	if (err) {
+		err->sys = 0;
+		err->msg[0] = '\0';
+	}
+}
+
+int gk_strlist_push_owned(gk_strlist *l, char *s, gk_err *err)
+{
+	if (!s)
+		return gk_err_sys(err, ENOMEM, "string list");
+	if (l->n + 2 > l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		char **v = realloc(l->v, cap * sizeof(*v));
+		if (!v) {
+			free(s);
+			return gk_err_sys(err, ENOMEM, "string list");
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = s;
+	l->v[l->n] = NULL;
+	return 0;
+}
+
+int gk_strlist_push(gk_strlist *l, const char *s, gk_err *err)
+{
+	return gk_strlist_push_owned(l, strdup(s), err);
+}
+
+void gk_strlist_free(gk_strlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = l->cap = 0;
+}

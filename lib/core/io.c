@@ -1,0 +1,435 @@
+/*
+ * io.c - full reads and writes, whole files, directories, atomic outputs
+ * and their removal when the process is killed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+ssize_t gk_read_full(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+ssize_t gk_pread_full(int fd, void *buf, size_t n, off_t off)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+int gk_write_full(int fd, const void *buf, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, buf, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		buf = (const char *)buf + w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int gk_pwrite_full(int fd, const void *buf, size_t n, off_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwrite(fd, buf, n, off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		buf = (const char *)buf + w;
+		n -= (size_t)w;
+		off += w;
+	}
+	return 0;
+}
+
+int gk_read_exact(int fd, void *buf, size_t n, const char *name, gk_err *err)
+{
+	ssize_t r = gk_read_full(fd, buf, n);
+	if (r < 0)
+		return gk_err_sys(err, errno, "read '%s'", name);
+	if ((size_t)r < n)
+		return gk_errf(err, "read '%s': truncated (wanted %zu bytes, got %zd)",
+			       name, n, r);
+	return 0;
+}
+
+int gk_read_file(const char *path, size_t max, char **out, size_t *len,
+		 gk_err *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	/* One byte past max tells a file of exactly max bytes from a larger one. */
+	size_t cap = max < 4096 ? max + 1 : 4096, n = 0;
+	char *buf = malloc(cap + 1);
+	if (!buf) {
+		close(fd);
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	}
+	for (;;) {
+		if (n == cap) {
+			if (cap > max) {
+				free(buf);
+				close(fd);
+				return gk_errf(err, "read '%s': larger than %zu bytes",
+					       path, max);
+			}
+			cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+			char *nb = realloc(buf, cap + 1);
+			if (!nb) {
+				free(buf);
+				close(fd);
+				return gk_err_sys(err, ENOMEM, "read '%s'", path);
+			}
+			buf = nb;
+		}
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			free(buf);
+			close(fd);
+			return gk_err_sys(err, e, "read '%s'", path);
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = '\0';
+	*out = buf;
+	if (len)
+		*len = n;
+	return 0;
+}
+
+static int fsync_dir(const char *dir, gk_err *err)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open directory '%s'", dir);
+	/* Some file systems refuse fsync on directories; that is not a loss. */
+	if (fsync(fd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+		int e = errno;
+		close(fd);
+		return gk_err_sys(err, e, "fsync directory '%s'", dir);
+	}
+	close(fd);
+	return 0;
+}
+
+int gk_fsync_parent(const char *path, gk_err *err)
+{
+	char tmp[PATH_MAX];
+	if (strlen(path) >= sizeof(tmp))
+		return gk_errf(err, "path '%s': too long", path);
+	strcpy(tmp, path);
+	return fsync_dir(dirname(tmp), err);
+}
+
+int gk_mkdir_p(const char *path, gk_err *err)
+{
+	char tmp[PATH_MAX];
+	if (strlen(path) >= sizeof(tmp))
+		return gk_errf(err, "path '%s': too long", path);
+	strcpy(tmp, path);
+	for (char *p = tmp + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(tmp, 0777) < 0 && errno != EEXIST)
+			return gk_err_sys(err, errno, "create directory '%s'", tmp);
+		*p = c;
+		if (!c)
+			break;
+	}
+	struct stat st;
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return gk_errf(err, "create directory '%s': not a directory", path);
+	return 0;
+}
+
+/*
+ * Paths to remove when a signal kills us. The handler may run at any
+ * moment, so slots are plain pointers set and cleared with the signals
+ * blocked, and the handler only calls unlink() and rmdir(), which are
+ * async-signal-safe (see signal-safety(7)).
+ */
+#define CLEANUP_SLOTS 256
+static char *volatile cleanup_paths[CLEANUP_SLOTS];
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+static void cleanup_handler(int sig)
+{
+	int saved = errno;
+	for (int i = 0; i < CLEANUP_SLOTS; i++) {
+		char *p = cleanup_paths[i];
+		if (p && unlink(p) < 0 && errno == EISDIR)
+			rmdir(p);
+	}
+	/* Die of the same signal, so the parent sees what happened. */
+	signal(sig, SIG_DFL);
+	raise(sig);
+	errno = saved;
+}
+
+static void block_signals(sigset_t *old)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	for (size_t i = 0; i < GK_ARRAY_SIZE(cleanup_signals); i++)
+		sigaddset(&set, cleanup_signals[i]);
+	pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+int gk_cleanup_on_signal(const char *path)
+{
+	static int installed;
+	sigset_t old;
+	char *copy = strdup(path);
+	int slot = -1;
+
+	if (!copy)
+		return -1;
+	block_signals(&old);
+	if (!installed) {
+		for (size_t i = 0; i < GK_ARRAY_SIZE(cleanup_signals); i++) {
+			struct sigaction sa, prev;
+			sigaction(cleanup_signals[i], NULL, &prev);
+			/* An ignored signal stays ignored (nohup, a shell's trap). */
+			if (prev.sa_handler == SIG_IGN)
+				continue;
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_handler = cleanup_handler;
+			sigemptyset(&sa.sa_mask);
+			sigaction(cleanup_signals[i], &sa, NULL);
+		}
+		installed = 1;
+	}
+	for (int i = 0; i < CLEANUP_SLOTS; i++) {
+		if (!cleanup_paths[i]) {
+			cleanup_paths[i] = copy;
+			slot = i;
+			break;
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (slot < 0)
+		free(copy);
+	return slot;
+}
+
+void gk_cleanup_forget(int handle)
+{
+	sigset_t old;
+	if (handle < 0 || handle >= CLEANUP_SLOTS)
+		return;
+	block_signals(&old);
+	char *p = cleanup_paths[handle];
+	cleanup_paths[handle] = NULL;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	free(p);
+}
+
+struct gk_atomic {
+	char *path, *tmp;
+	int fd, slot, is_stdout;
+	FILE *fp;
+};
+
+int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
+{
+	gk_atomic *a = calloc(1, sizeof(*a));
+	if (!a)
+		return gk_err_sys(err, ENOMEM, "create '%s'", path);
+	a->slot = -1;
+	if (strcmp(path, "-") == 0) {
+		a->is_stdout = 1;
+		a->fd = STDOUT_FILENO;
+		a->path = strdup("-");
+		if (!a->path)
+			goto nomem;
+		*out = a;
+		return 0;
+	}
+	a->path = strdup(path);
+	size_t len = strlen(path);
+	a->tmp = malloc(len + 32);
+	if (!a->path || !a->tmp)
+		goto nomem;
+	const char *slash = strrchr(path, '/');
+	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+	snprintf(a->tmp, len + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path,
+		 path + dirlen);
+	a->fd = mkostemp(a->tmp, O_CLOEXEC);
+	if (a->fd < 0) {
+		int e = errno;
+		gk_err_sys(err, e, "create '%s'", path);
+		free(a->path);
+		free(a->tmp);
+		free(a);
+		return -1;
+	}
+	a->slot = gk_cleanup_on_signal(a->tmp);
+	/* mkostemp makes 0600; give the final file the mode open(2) would. */
+	mode_t mask = umask(0);
+	umask(mask);
+	if (fchmod(a->fd, (mode_t)mode & ~mask) < 0) {
+		gk_err_sys(err, errno, "chmod '%s'", a->tmp);
+		gk_atomic_abort(a);
+		return -1;
+	}
+	*out = a;
+	return 0;
+nomem:
+	free(a->path);
+	free(a->tmp);
+	free(a);
+	return gk_err_sys(err, ENOMEM, "create '%s'", path);
+}
+
+int gk_atomic_fd(const gk_atomic *a)
+{
+	return a->fd;
+}
+
+const char *gk_atomic_tmppath(const gk_atomic *a)
+{
+	return a->is_stdout ? "-" : a->tmp;
+}
+
+FILE *gk_atomic_fp(gk_atomic *a, gk_err *err)
+{
+	if (a->fp)
+		return a->fp;
+	if (a->is_stdout) {
+		a->fp = stdout;
+		return a->fp;
+	}
+	int fd = dup(a->fd);
+	if (fd < 0 || !(a->fp = fdopen(fd, "w"))) {
+		gk_err_sys(err, errno, "open '%s'", a->tmp);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	return a->fp;
+}
+
+int gk_atomic_commit(gk_atomic *a, gk_err *err)
+{
+	int rc = 0;
+	if (a->is_stdout) {
+		if (a->fp && fflush(a->fp) != 0)
+			rc = gk_err_sys(err, errno, "write '-'");
+		free(a->path);
+		free(a);
+		return rc;
+	}
+	if (a->fp) {
+		/* fclose closes the dup, never the fd we fsync below. */
+		FILE *fp = a->fp;
+		a->fp = NULL;
+		if (fclose(fp) != 0) {
+			gk_err_sys(err, errno, "write '%s'", a->path);
+			gk_atomic_abort(a);
+			return -1;
+		}
+	}
+	if (fsync(a->fd) < 0) {
+		gk_err_sys(err, errno, "fsync '%s'", a->path);
+		gk_atomic_abort(a);
+		return -1;
+	}
+	if (close(a->fd) < 0) {
+		a->fd = -1;
+		gk_err_sys(err, errno, "close '%s'", a->path);
+		gk_atomic_abort(a);
+		return -1;
+	}
+	a->fd = -1;
+	if (rename(a->tmp, a->path) < 0) {
+		gk_err_sys(err, errno, "rename '%s' to '%s'", a->tmp, a->path);
+		gk_atomic_abort(a);
+		return -1;
+	}
+	gk_cleanup_forget(a->slot);
+	rc = gk_fsync_parent(a->path, err);
+	free(a->path);
+	free(a->tmp);
+	free(a);
+	return rc;
+}
+
+void gk_atomic_abort(gk_atomic *a)
+{
+	if (!a)
+		return;
+	if (a->is_stdout) {
+		free(a->path);
+		free(a);
+		return;
+	}
+	if (a->fp)
+		fclose(a->fp);
+	if (a->fd >= 0)
+		close(a->fd);
+	unlink(a->tmp);
+	gk_cleanup_forget(a->slot);
+	free(a->path);
+	free(a->tmp);
+	free(a);
+}
+
+int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
+			 gk_err *err)
+{
+	gk_atomic *a;
+	if (gk_atomic_open(&a, path, mode, err))
+		return -1;
+	if (gk_write_full(a->fd, buf, n) < 0) {
+		gk_err_sys(err, errno, "write '%s'", path);
+		gk_atomic_abort(a);
+		return -1;
+	}
+	return gk_atomic_commit(a, err);
+}

@@ -1,0 +1,96 @@
+/*
+ * progress.c - the progress line on stderr.
+ */
+#include <inttypes.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+double gk_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void format_duration(double s, char *buf, size_t len)
+{
+	uint64_t t = s < 0 ? 0 : (uint64_t)(s + 0.5);
+	if (t >= 3600)
+		snprintf(buf, len, "%" PRIu64 ":%02" PRIu64 ":%02" PRIu64, t / 3600,
+			 t / 60 % 60, t % 60);
+	else
+		snprintf(buf, len, "%" PRIu64 ":%02" PRIu64, t / 60, t % 60);
+}
+
+char *gk_progress_format(const gk_progress *p, uint64_t done, double elapsed,
+			 char *buf, size_t len)
+{
+	char d[32], t[32], r[32], eta[32];
+	double rate = elapsed > 0 ? (double)done / elapsed : 0;
+	size_t n;
+
+	if (p->bytes) {
+		gk_format_size(done, 0, d, sizeof(d));
+		gk_format_size(p->total, 0, t, sizeof(t));
+		gk_format_size((uint64_t)rate, 0, r, sizeof(r));
+	} else {
+		snprintf(d, sizeof(d), "%" PRIu64, done);
+		snprintf(t, sizeof(t), "%" PRIu64, p->total);
+		snprintf(r, sizeof(r), "%.0f", rate);
+	}
+	n = (size_t)snprintf(buf, len, "%s: %s", p->label, d);
+	if (n < len && p->total)
+		n += (size_t)snprintf(buf + n, len - n, " / %s", t);
+	if (n < len && !p->bytes && p->unit)
+		n += (size_t)snprintf(buf + n, len - n, " %s", p->unit);
+	if (n < len && p->total)
+		n += (size_t)snprintf(buf + n, len - n, "  %3d%%",
+				      (int)(done >= p->total ? 100 : done * 100 / p->total));
+	if (n < len)
+		n += (size_t)snprintf(buf + n, len - n, "  %s/s", r);
+	if (n < len && p->total && rate > 0 && done < p->total) {
+		format_duration((double)(p->total - done) / rate, eta, sizeof(eta));
+		snprintf(buf + n, len - n, "  ETA %s", eta);
+	}
+	return buf;
+}
+
+void gk_progress_start(gk_progress *p, const char *label, uint64_t total,
+		       int bytes, const char *unit, int enabled)
+{
+	p->label = label;
+	p->unit = unit;
+	p->total = total;
+	p->done = 0;
+	p->bytes = bytes;
+	p->on = enabled && isatty(STDERR_FILENO);
+	p->start = gk_now();
+	p->last = 0;
+}
+
+void gk_progress_update(gk_progress *p, uint64_t done)
+{
+	char line[256];
+	p->done = done;
+	if (!p->on)
+		return;
+	double now = gk_now();
+	if (now - p->last < 0.1 && done < p->total)
+		return;
+	p->last = now;
+	gk_progress_format(p, done, now - p->start, line, sizeof(line));
+	/* \r and erase-to-end-of-line redraw in place on any terminal. */
+	fprintf(stderr, "\r%s\033[K", line);
+}
+
+void gk_progress_finish(gk_progress *p)
+{
+	if (!p->on)
+		return;
+	p->last = 0;
+	gk_progress_update(p, p->done);
+	fputc('\n', stderr);
+	p->on = 0;
+}

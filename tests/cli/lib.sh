@@ -1,0 +1,53 @@
+# lib.sh - sourced by every tests/cli/tNNNN-*.sh before sharness.
+#
+# Puts the freshly built tools first on PATH, keeps sharness's trash
+# directories under build/, and offers helpers:
+#   test_need_python MODULE...   skip_all unless the test venv has them
+#   GK_TOP, GK_PY                 the source tree, the venv's python
+#   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
+
+GK_TOP=$(cd "$(dirname "$0")/../.." && pwd)
+export GK_TOP
+SHARNESS_TEST_EXTENSION=sh
+SHARNESS_TEST_DIRECTORY="$GK_TOP/build/cli-tests"
+SHARNESS_BUILD_DIRECTORY="$GK_TOP/bin"
+SHARNESS_TEST_SRCDIR="$GK_TOP/tests/cli"
+export SHARNESS_TEST_DIRECTORY SHARNESS_BUILD_DIRECTORY SHARNESS_TEST_SRCDIR
+mkdir -p "$SHARNESS_TEST_DIRECTORY"
+# Tests see no launcher, whatever shell they were started from.
+unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE SLURM_PROCID SLURM_NTASKS \
+	RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
+# Open MPI as root (CI runs as root) and on 2 cores.
+OMPI_ALLOW_RUN_AS_ROOT=1
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe
+# Open MPI and the sanitizer's leak checker do not get along.
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+export ASAN_OPTIONS
+
+. /usr/share/sharness/sharness.sh
+
+GK_PY="$GK_TOP/build/venv/bin/python"
+
+test_need_python() {
+	if ! "$GK_TOP/scripts/test-venv" >/dev/null 2>&1; then
+		skip_all="no Python venv for interop tests (scripts/test-venv failed)"
+		test_done
+	fi
+	for m in "$@"; do
+		if ! "$GK_PY" -c "import $m" 2>/dev/null; then
+			skip_all="Python module '$m' is not in the test venv"
+			test_done
+		fi
+	done
+}
+
+test_shared_dir() {
+	d="$GK_TOP/../shared/$1"
+	if ! test -d "$d"; then
+		skip_all="../shared/$1 is not here"
+		test_done
+	fi
+	echo "$d"
+}

@@ -1,0 +1,42 @@
+#!/bin/sh
+test_description='every tool follows the shared command-line conventions
+
+-h/--help on stdout with exit 0, --version as "TOOL (gpukit) X.Y.Z",
+unknown options exit 2 with a message and the usage on stderr, and a
+closed stdout is an error (exit 1) unless it is EPIPE.'
+. "$(dirname "$0")/lib.sh"
+
+version=$(sed -n 's/^VERSION := //p' "$GK_TOP/Makefile")
+tools=
+for src in "$GK_TOP"/bin/*.c; do
+	test -f "$src" && tools="$tools $(basename "$src" .c)"
+done
+if test -z "$tools"; then
+	skip_all="no tools built yet"
+	test_done
+fi
+
+for t in $tools; do
+	test_expect_success "$t --help prints usage on stdout, exit 0" "
+		$t --help >out 2>err &&
+		test_must_be_empty err &&
+		grep -i 'usage' out &&
+		$t -h >out2 && test_cmp out out2
+	"
+	test_expect_success "$t --version" "
+		echo '$t (gpukit) $version' >expect &&
+		$t --version >actual &&
+		test_cmp expect actual
+	"
+	test_expect_success "$t: unknown option exits 2 with usage on stderr" "
+		test_expect_code 2 $t --no-such-option >out 2>err &&
+		test_must_be_empty out &&
+		grep -i 'usage' err
+	"
+	test_expect_success "$t: a full stdout is an error" "
+		test_expect_code 1 $t --help >/dev/full 2>err &&
+		grep '^$t: write standard output: No space left on device' err
+	"
+done
+
+test_done

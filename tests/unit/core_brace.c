@@ -1,0 +1,78 @@
+/*
+ * core_brace.c - brace expansion against what bash prints for the same
+ * pattern (the expected lists below are `echo PATTERN` in bash 5).
+ */
+#include "core/core.h"
+#include "tap.h"
+
+static void expands(const char *pat, const char *want)
+{
+	gk_strlist l = {0};
+	gk_err err = {0};
+	char got[4096] = "";
+	if (gk_brace_expand(pat, 0, &l, &err) < 0) {
+		snprintf(got, sizeof(got), "error: %s", err.msg);
+	} else {
+		for (size_t i = 0; i < l.n; i++) {
+			if (i)
+				strcat(got, " ");
+			strncat(got, l.v[i], sizeof(got) - strlen(got) - 2);
+		}
+	}
+	is_str(got, want, pat);
+	gk_strlist_free(&l);
+}
+
+static void refuses(const char *pat, size_t max, const char *want)
+{
+	gk_strlist l = {0};
+	gk_err err = {0};
+	int rc = gk_brace_expand(pat, max, &l, &err);
+	ok(rc == -1 && l.n == 0, "refused: %s", pat);
+	is_str(err.msg, want, "  message");
+	gk_strlist_free(&l);
+}
+
+int main(void)
+{
+	expands("train.tar", "train.tar");
+	expands("train-{000000..000003}.tar",
+		"train-000000.tar train-000001.tar train-000002.tar train-000003.tar");
+	expands("s-{0..3}", "s-0 s-1 s-2 s-3");
+	expands("s-{8..11}", "s-8 s-9 s-10 s-11");
+	expands("s-{08..11}", "s-08 s-09 s-10 s-11");
+	expands("s-{3..0}", "s-3 s-2 s-1 s-0");
+	expands("{0..10..5}", "0 5 10");
+	expands("{10..0..-5}", "10 5 0");
+	expands("{-2..2}", "-2 -1 0 1 2");
+	expands("{a..e}", "a b c d e");
+	expands("{e..c}", "e d c");
+	expands("{train,val}.tar", "train.tar val.tar");
+	expands("{train,val}-{0..1}.tar", "train-0.tar train-1.tar val-0.tar val-1.tar");
+	expands("x{a,b{1,2}}y", "xay xb1y xb2y");
+	expands("{a,}", "a ");
+	expands("{}", "{}");
+	expands("{x}", "{x}");
+	expands("{x}-{1,2}", "{x}-1 {x}-2");
+	expands("\\{a,b\\}", "{a,b}");
+	expands("a\\,b", "a,b");
+	expands("{1..1}", "1");
+	expands("{a..b..x}", "{a..b..x}");
+	expands("/data/{000000..000001}.tar.lz4", "/data/000000.tar.lz4 /data/000001.tar.lz4");
+	refuses("train-{0..3.tar", 0, "brace pattern 'train-{0..3.tar': unmatched '{'");
+	refuses("train-0..3}.tar", 0, "brace pattern 'train-0..3}.tar': unmatched '}'");
+	refuses("{0..99}", 10, "brace range '{0..99}': more than 10 names");
+	refuses("{0..3}{0..3}", 10, "brace pattern: more than 10 names");
+	refuses("{0..999999999999999999999}", 0,
+		"brace range '{0..999999999999999999999}': number too large");
+
+	/* A failed expansion leaves what the list held before untouched. */
+	gk_strlist l = {0};
+	gk_err err;
+	gk_brace_expand("keep", 0, &l, &err);
+	gk_brace_expand("{0..5}", 3, &l, &err);
+	ok(l.n == 1 && strcmp(l.v[0], "keep") == 0 && l.v[1] == NULL,
+	   "failed expansion leaves the list as it was");
+	gk_strlist_free(&l);
+	return done_testing();
+}

@@ -1,0 +1,242 @@
+/*
+ * core_io.c - full reads/writes under EINTR, atomic outputs (including a
+ * writer killed midway), whole-file reads, mkdir -p.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "tap.h"
+
+static char dir[] = "/tmp/gk-core-io-XXXXXX";
+
+static int count_entries(const char *d)
+{
+	DIR *dp = opendir(d);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(dp)))
+		if (e->d_name[0] != '.' || (e->d_name[1] && e->d_name[1] != '.'))
+			n++;
+	closedir(dp);
+	return n;
+}
+
+static void on_alarm(int sig) { (void)sig; }
+
+/* A child writes 1 MiB in 64 pieces with pauses; the parent reads it all
+ * at once while a timer interrupts read() with EINTR many times. */
+static void test_read_full_eintr(void)
+{
+	int p[2];
+	enum { PIECE = 16384, PIECES = 64 };
+	if (pipe(p) < 0)
+		abort();
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		char buf[PIECE];
+		for (int i = 0; i < PIECES; i++) {
+			memset(buf, 'a' + i % 26, sizeof(buf));
+			gk_write_full(p[1], buf, sizeof(buf));
+			usleep(2000);
+		}
+		_exit(0);
+	}
+	close(p[1]);
+	struct sigaction sa = {0};
+	sa.sa_handler = on_alarm; /* no SA_RESTART: read() returns EINTR */
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = {{0, 1000}, {0, 1000}};
+	setitimer(ITIMER_REAL, &it, NULL);
+	static char got[PIECE * PIECES + 10];
+	ssize_t n = gk_read_full(p[0], got, sizeof(got));
+	struct itimerval off = {{0, 0}, {0, 0}};
+	setitimer(ITIMER_REAL, &off, NULL);
+	int good = n == PIECE * PIECES;
+	for (int i = 0; good && i < PIECES; i++)
+		good = got[i * PIECE] == 'a' + i % 26 && got[i * PIECE + PIECE - 1] == 'a' + i % 26;
+	ok(good, "read_full collects 1 MiB across EINTRs and short reads (got %zd)", n);
+	close(p[0]);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_atomic(void)
+{
+	char path[256], buf[64];
+	gk_err err = {0};
+	gk_atomic *a;
+
+	snprintf(path, sizeof(path), "%s/out.bin", dir);
+	ok(gk_atomic_open(&a, path, 0644, &err) == 0, "atomic open");
+	ok(access(path, F_OK) < 0, "no final file before commit");
+	const char *tmp = gk_atomic_tmppath(a);
+	ok(strncmp(tmp, dir, strlen(dir)) == 0 && strstr(tmp, "/.out.bin.tmp-"),
+	   "temp file is beside the target: %s", tmp);
+	gk_write_full(gk_atomic_fd(a), "hello", 5);
+	ok(gk_atomic_commit(a, &err) == 0, "commit");
+	int fd = open(path, O_RDONLY);
+	ok(fd >= 0 && read(fd, buf, sizeof(buf)) == 5 && memcmp(buf, "hello", 5) == 0,
+	   "committed content");
+	close(fd);
+	struct stat st;
+	mode_t mask = umask(0);
+	umask(mask);
+	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == (0644 & ~mask),
+	   "mode 0644 minus umask");
+	is_int(count_entries(dir), 1, "only the final file in the directory");
+
+	/* Abort leaves the old file as it was and no temp. */
+	ok(gk_atomic_open(&a, path, 0644, &err) == 0, "open over an existing file");
+	gk_write_full(gk_atomic_fd(a), "XXXXXXXX", 8);
+	gk_atomic_abort(a);
+	fd = open(path, O_RDONLY);
+	ok(read(fd, buf, sizeof(buf)) == 5, "abort keeps the old content");
+	close(fd);
+	is_int(count_entries(dir), 1, "abort removes the temp");
+	unlink(path);
+
+	/* stdio stream */
+	snprintf(path, sizeof(path), "%s/text.txt", dir);
+	gk_atomic_open(&a, path, 0644, &err);
+	FILE *fp = gk_atomic_fp(a, &err);
+	fprintf(fp, "line %d\n", 42);
+	ok(gk_atomic_commit(a, &err) == 0, "commit through FILE*");
+	char *text;
+	ok(gk_read_file(path, 1024, &text, NULL, &err) == 0 && strcmp(text, "line 42\n") == 0,
+	   "FILE* content");
+	free(text);
+	unlink(path);
+
+	/* A directory that does not exist. */
+	snprintf(path, sizeof(path), "%s/nope/out", dir);
+	ok(gk_atomic_open(&a, path, 0644, &err) == -1, "open in a missing directory fails");
+	ok(strstr(err.msg, "create '") && strstr(err.msg, "No such file or directory"),
+	   "  message: %s", err.msg);
+
+	/* A path under something that is not a directory. */
+	ok(gk_atomic_write_file("/dev/null/x", "a", 1, 0644, &err) == -1,
+	   "write under a non-directory fails: %s", err.msg);
+}
+
+/* Kill a writer between writes: neither the final file nor the temp remain. */
+static void test_atomic_killed(int sig, const char *name)
+{
+	char path[256];
+	int p[2];
+	snprintf(path, sizeof(path), "%s/killed-%s.tar", dir, name);
+	if (pipe(p) < 0)
+		abort();
+	pid_t pid = fork();
+	if (pid == 0) {
+		gk_atomic *a;
+		gk_err err;
+		close(p[0]);
+		if (gk_atomic_open(&a, path, 0644, &err) < 0)
+			_exit(3);
+		char block[4096] = {0};
+		gk_write_full(gk_atomic_fd(a), block, sizeof(block));
+		gk_write_full(p[1], "w", 1); /* tell the parent we are midway */
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	char c;
+	ok(read(p[0], &c, 1) == 1, "child is midway through its write (%s)", name);
+	ok(count_entries(dir) == 1, "  temp file exists while writing");
+	kill(pid, sig);
+	int status;
+	waitpid(pid, &status, 0);
+	ok(WIFSIGNALED(status) && WTERMSIG(status) == sig, "  child died of %s", name);
+	ok(access(path, F_OK) < 0, "  no final file after %s", name);
+	is_int(count_entries(dir), 0, "  no temp file left after kill");
+	close(p[0]);
+}
+
+/*
+ * A full disk, played by RLIMIT_FSIZE (write fails with EFBIG once the
+ * file would pass the limit): the write fails, the caller aborts, and
+ * nothing is left behind.
+ */
+static void test_atomic_disk_full(void)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/full.bin", dir);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit rl = {8192, 8192};
+		gk_atomic *a;
+		gk_err err;
+		signal(SIGXFSZ, SIG_IGN);
+		setrlimit(RLIMIT_FSIZE, &rl);
+		if (gk_atomic_open(&a, path, 0644, &err) < 0)
+			_exit(3);
+		char block[4096] = {0};
+		for (int i = 0; i < 4; i++) {
+			if (gk_write_full(gk_atomic_fd(a), block, sizeof(block)) < 0) {
+				gk_atomic_abort(a);
+				_exit(errno == EFBIG ? 0 : 4);
+			}
+		}
+		_exit(5);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "a write past the file size limit fails with EFBIG");
+	ok(access(path, F_OK) < 0, "  no final file");
+	is_int(count_entries(dir), 0, "  no temp file");
+}
+
+static void test_misc(void)
+{
+	char path[256], *buf;
+	gk_err err;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/a/b/c", dir);
+	ok(gk_mkdir_p(path, &err) == 0, "mkdir -p a/b/c");
+	ok(gk_mkdir_p(path, &err) == 0, "mkdir -p again is fine");
+	struct stat st;
+	ok(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "  is a directory");
+	snprintf(path, sizeof(path), "%s/a/file", dir);
+	gk_atomic_write_file(path, "0123456789", 10, 0644, &err);
+	ok(gk_read_file(path, 100, &buf, &len, &err) == 0 && len == 10 &&
+	   buf[10] == '\0', "read_file reads and terminates");
+	free(buf);
+	ok(gk_read_file(path, 5, &buf, &len, &err) == -1, "read_file enforces max");
+	ok(strstr(err.msg, "larger than 5 bytes") != NULL, "  message: %s", err.msg);
+	char small[20];
+	int fd = open(path, O_RDONLY);
+	ok(gk_read_exact(fd, small, 20, "a/file", &err) == -1, "read_exact of a short file fails");
+	is_str(err.msg, "read 'a/file': truncated (wanted 20 bytes, got 10)", "  message");
+	close(fd);
+	char sub[256];
+	snprintf(sub, sizeof(sub), "%s/a/file/x", dir);
+	ok(gk_mkdir_p(sub, &err) == -1, "mkdir -p through a file fails");
+	snprintf(sub, sizeof(sub), "rm -rf %s/a", dir);
+	if (system(sub) != 0)
+		abort();
+}
+
+int main(void)
+{
+	if (!mkdtemp(dir))
+		abort();
+	test_read_full_eintr();
+	test_atomic();
+	test_atomic_killed(SIGTERM, "SIGTERM");
+	test_atomic_killed(SIGINT, "SIGINT");
+	test_atomic_killed(SIGHUP, "SIGHUP");
+	test_atomic_disk_full();
+	test_misc();
+	rmdir(dir);
+	return done_testing();
+}

@@ -1,0 +1,147 @@
+/*
+ * core_misc.c - errors, string lists, dtypes, XXH3 (against `xxhsum -H3`
+ * output), JSON helpers, the progress line.
+ */
+#include <fcntl.h>
+#include <jansson.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "tap.h"
+
+static void test_err(void)
+{
+	gk_err err;
+	ok(gk_errf(&err, "open '%s'", "x.tar") == -1, "gk_errf returns -1");
+	is_str(err.msg, "open 'x.tar'", "gk_errf message");
+	gk_err_sys(&err, 2, "open '%s'", "x.tar");
+	is_str(err.msg, "open 'x.tar': No such file or directory", "gk_err_sys message");
+	is_int(err.sys, 2, "gk_err_sys keeps errno");
+	gk_err_prefix(&err, "shard %d", 3);
+	is_str(err.msg, "shard 3: open 'x.tar': No such file or directory", "gk_err_prefix");
+	ok(gk_errf(NULL, "nothing") == -1, "NULL err is allowed");
+}
+
+static void test_dtype(void)
+{
+	is_str(gk_dtype_name(GK_DT_BF16), "BF16", "name BF16");
+	is_int(gk_dtype_from_name("F8_E4M3"), GK_DT_F8_E4M3, "from name F8_E4M3");
+	is_int(gk_dtype_from_name("f32"), GK_DT_INVALID, "safetensors names are exact");
+	is_int(gk_dtype_parse("bf16"), GK_DT_BF16, "parse bf16");
+	is_int(gk_dtype_parse("float16"), GK_DT_F16, "parse float16");
+	is_int(gk_dtype_parse("FP32"), GK_DT_F32, "parse FP32");
+	is_int(gk_dtype_parse("f33"), GK_DT_INVALID, "parse f33 fails");
+	is_int(gk_dtype_bits(GK_DT_F4), 4, "F4 is 4 bits");
+	is_int(gk_dtype_bits(GK_DT_I64), 64, "I64 is 64 bits");
+	is_int(gk_dtype_bits(GK_DT_BOOL), 8, "BOOL is a byte");
+}
+
+static void test_xxh3(void)
+{
+	char hex[17];
+	/* printf '' | xxhsum -H3; printf gpukit | xxhsum -H3; printf abc | ... */
+	is_str(gk_xxh3_hex(gk_xxh3("", 0), hex), "2d06800538d394c2", "xxh3('')");
+	is_str(gk_xxh3_hex(gk_xxh3("gpukit", 6), hex), "8ca3dec17c383657", "xxh3('gpukit')");
+	is_str(gk_xxh3_hex(gk_xxh3("abc", 3), hex), "78af5f94892f3950", "xxh3('abc')");
+
+	static char big[3 << 20];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)(i * 131 + (i >> 9));
+	gk_hash *h = gk_hash_new();
+	for (size_t off = 0; off < sizeof(big); off += 12345)
+		gk_hash_update(h, big + off, sizeof(big) - off < 12345 ? sizeof(big) - off : 12345);
+	is_u64(gk_hash_digest(h), gk_xxh3(big, sizeof(big)), "streaming = one-shot over 3 MiB");
+	gk_hash_free(h);
+
+	char path[] = "/tmp/gk-core-misc-XXXXXX";
+	int fd = mkstemp(path);
+	gk_write_full(fd, big, sizeof(big));
+	uint64_t v;
+	gk_err err;
+	ok(gk_xxh3_fd(fd, 0, UINT64_MAX, &v, path, &err) == 0 && v == gk_xxh3(big, sizeof(big)),
+	   "file hash to end of file");
+	ok(gk_xxh3_fd(fd, 1000, 2 << 20, &v, path, &err) == 0 && v == gk_xxh3(big + 1000, 2 << 20),
+	   "file hash of a range");
+	ok(gk_xxh3_fd(fd, sizeof(big) - 10, 20, &v, "f", &err) == -1, "range past the end fails");
+	ok(strstr(err.msg, "truncated") != NULL, "  message: %s", err.msg);
+	close(fd);
+	unlink(path);
+
+	ok(gk_xxh3_parse("8ca3dec17c383657", &v, &err) == 0 && v == 0x8ca3dec17c383657ULL,
+	   "parse hex");
+	ok(gk_xxh3_parse("8ca3dec17c38365", &v, &err) == -1, "15 digits refused");
+	ok(gk_xxh3_parse("8ca3dec17c38365g", &v, &err) == -1, "non-hex refused");
+}
+
+static void test_json(void)
+{
+	gk_err err;
+	const char *doc = "{\"n_layer\": 12, \"name\": \"gpt2\", \"lr\": 3e-4}";
+	json_t *j = gk_json_load_buf(doc, strlen(doc), "config.json", &err);
+	ok(j != NULL, "load JSON");
+	int64_t n;
+	const char *s;
+	double d;
+	ok(gk_json_get_int(j, "n_layer", &n, &err) == 0 && n == 12, "get int");
+	ok(gk_json_get_str(j, "name", &s, &err) == 0 && strcmp(s, "gpt2") == 0, "get string");
+	ok(gk_json_get_num(j, "lr", &d, &err) == 0 && d == 3e-4, "get number");
+	ok(gk_json_get_int(j, "name", &n, &err) == -1, "string is not an int");
+	is_str(err.msg, "JSON key 'name': not an integer", "  message");
+	ok(gk_json_get_int(j, "n_head", &n, &err) == -1, "missing key");
+	is_str(err.msg, "JSON key 'n_head': missing", "  message");
+	json_decref(j);
+
+	const char *dup = "{\"a\": 1, \"a\": 2}";
+	ok(gk_json_load_buf(dup, strlen(dup), "x.json", &err) == NULL, "duplicate keys refused");
+	is_str(err.msg, "parse 'x.json': line 1 column 12: duplicate object key near '\"a\"'", "  message");
+	const char *bad = "{\"a\": 1,\n \"b\": }";
+	ok(gk_json_load_buf(bad, strlen(bad), "x.json", &err) == NULL, "syntax error refused");
+	ok(strncmp(err.msg, "parse 'x.json': line 2 column", 29) == 0, "  message: %s", err.msg);
+}
+
+static void test_progress(void)
+{
+	gk_progress p;
+	char buf[256];
+	gk_progress_start(&p, "data-pack", 4ULL << 30, 1, NULL, 0);
+	ok(!p.on, "progress off when not enabled");
+	gk_progress_format(&p, 1ULL << 30, 2.0, buf, sizeof(buf));
+	is_str(buf, "data-pack: 1.00 GiB / 4.00 GiB   25%  512 MiB/s  ETA 0:06", "bytes line");
+	gk_progress_start(&p, "verify", 4000, 0, "samples", 0);
+	gk_progress_format(&p, 1000, 0.5, buf, sizeof(buf));
+	is_str(buf, "verify: 1000 / 4000 samples   25%  2000/s  ETA 0:02", "items line");
+	gk_progress_format(&p, 4000, 2.0, buf, sizeof(buf));
+	is_str(buf, "verify: 4000 / 4000 samples  100%  2000/s", "finished line has no ETA");
+	gk_progress_start(&p, "read", 0, 1, NULL, 0);
+	gk_progress_format(&p, 3ULL << 20, 1.0, buf, sizeof(buf));
+	is_str(buf, "read: 3.00 MiB  3.00 MiB/s", "unknown total");
+	gk_progress_start(&p, "x", 7200, 0, NULL, 0);
+	gk_progress_format(&p, 1, 1.0, buf, sizeof(buf));
+	is_str(buf, "x: 1 / 7200    0%  1/s  ETA 1:59:59", "hours in ETA");
+}
+
+static void test_strlist(void)
+{
+	gk_strlist l = {0};
+	gk_err err;
+	char name[16];
+	for (int i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "s%d", i);
+		gk_strlist_push(&l, name, &err);
+	}
+	ok(l.n == 100 && strcmp(l.v[99], "s99") == 0 && l.v[100] == NULL,
+	   "strlist grows and stays NULL-terminated");
+	gk_strlist_free(&l);
+	ok(l.n == 0 && l.v == NULL, "strlist free resets");
+}
+
+int main(void)
+{
+	test_err();
+	test_dtype();
+	test_xxh3();
+	test_json();
+	test_progress();
+	test_strlist();
+	return done_testing();
+}
