@@ -18,6 +18,9 @@
 #   tests/unit/NAME.c         a TAP test program, run by prove
 #   tests/cli/tNNNN-*.sh      a sharness test, run by prove
 #   tools/bench/NAME.c        a benchmark helper; tools/bench/NAME.sh a driver
+#   tools/fuzz/NAME.c         a fuzz target (LLVMFuzzerTestOneInput); check
+#                             replays tools/fuzz/corpus/NAME/, `make fuzz`
+#                             runs libFuzzer (clang) for FUZZ_SECONDS each
 
 VERSION := 0.1.0
 
@@ -121,6 +124,8 @@ UNIT := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/*.c))
 CLI := $(sort $(wildcard tests/cli/t[0-9]*.sh))
 BENCH_BIN := $(patsubst tools/bench/%.c,$(B)/tools/bench/%,$(wildcard tools/bench/*.c))
 BENCH := $(sort $(wildcard tools/bench/*.sh))
+FUZZ_SRC := $(filter-out tools/fuzz/replay.c,$(wildcard tools/fuzz/*.c))
+FUZZ_REPLAY := $(patsubst tools/fuzz/%.c,$(B)/tools/fuzz/%,$(FUZZ_SRC))
 MAN := $(wildcard man/man1/*.1 man/man5/*.5 man/man7/*.7)
 USER_SCRIPTS := $(wildcard scripts/ckpt-prune)
 
@@ -150,6 +155,9 @@ $(B)/tests/unit/%: $(B)/tests/unit/%.o $(LIB)
 $(B)/tools/bench/%: $(B)/tools/bench/%.o $(LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
 
+$(B)/tools/fuzz/%: $(B)/tools/fuzz/%.o $(B)/tools/fuzz/replay.o $(LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(GK_LIBS)
+
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
 # ---- check --------------------------------------------------------------------
@@ -157,7 +165,7 @@ $(B)/tools/bench/%: $(B)/tools/bench/%.o $(LIB)
 # Unit tests are executables and CLI tests are shell scripts; prove runs
 # both (--exec '' runs each file directly).
 .PHONY: check venv
-check: all $(UNIT)
+check: all $(UNIT) $(FUZZ_REPLAY)
 	@scripts/test-venv >/dev/null || echo "check: no Python venv; interop tests will skip" >&2
 	prove -j$(JOBS) --exec '' $(UNIT) $(CLI)
 
@@ -167,6 +175,23 @@ venv:
 .PHONY: bench
 bench: all $(BENCH_BIN)
 	@for b in $(BENCH); do echo "== $$b"; GK_BUILD=$(B) $$b || exit 1; done
+
+# libFuzzer needs clang; build each target with the library's sources
+# directly (CPU-only: no CUDA, NCCL or MPI objects).
+FUZZ_SECONDS ?= 60
+FUZZ_LIB_SRC := $(filter-out %_cuda.c %_nccl.c %_mpi.c,$(wildcard lib/*/*.c))
+FUZZ_CFLAGS := $(filter-out -fopenmp -DGK_HAVE_%,$(GK_CFLAGS)) -DGK_HAVE_CUDA=0 \
+	-DGK_HAVE_NCCL=0 -DGK_HAVE_MPI=0 -g -O1 -fsanitize=fuzzer,address,undefined
+.PHONY: fuzz
+fuzz:
+	@for f in $(FUZZ_SRC); do \
+		n=$$(basename $$f .c); mkdir -p $(B)/fuzz/corpus-$$n; \
+		echo "== $$n ($(FUZZ_SECONDS)s)"; \
+		clang $(FUZZ_CFLAGS) -o $(B)/fuzz/$$n $$f $(FUZZ_LIB_SRC) \
+			$(filter-out -fopenmp,$(GK_LIBS_DEPS)) -lm -pthread || exit 1; \
+		$(B)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) $(B)/fuzz/corpus-$$n \
+			$$(test -d tools/fuzz/corpus/$$n && echo tools/fuzz/corpus/$$n) || exit 1; \
+	done
 
 .PHONY: demo
 demo: all
