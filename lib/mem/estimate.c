@@ -1,0 +1,491 @@
+/*
+ * estimate.c - bytes per GPU for training (ZeRO model states, Korthikanti
+ * activations) and inference (weights, KV cache).
+ *
+ * Symbols in formulas: Psi parameters (of this rank's pipeline stage and
+ * tensor slice), N data-parallel degree, t tensor, p pipeline; s sequence,
+ * b micro-batch, h hidden, a heads, L layers of the stage, f MLP size,
+ * kv key/value width (kv_heads * head_dim), V vocabulary, e bytes of an
+ * activation element, m in-flight micro-batches.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "mem/mem.h"
+
+#define ZERO_SRC "ZeRO (Rajbhandari et al. 2020) sec. 3.1 and 5.1"
+#define KORTH_SRC "Korthikanti et al. 2022 sec. 4.1-4.2, Table 2"
+#define KORTH_PP_SRC "Korthikanti et al. 2022 sec. 4.2.3 (pipeline)"
+
+static const char *opt_names[] = {"adamw", "sgd", "adafactor", "adam8bit"};
+static const char *rc_names[] = {"none", "selective", "full"};
+
+const char *gk_mem_opt_name(gk_mem_opt o)
+{
+	return (unsigned)o < GK_ARRAY_SIZE(opt_names) ? opt_names[o] : "?";
+}
+
+int gk_mem_opt_parse(const char *s)
+{
+	for (size_t i = 0; i < GK_ARRAY_SIZE(opt_names); i++)
+		if (strcmp(s, opt_names[i]) == 0)
+			return (int)i;
+	if (strcmp(s, "adam") == 0)
+		return GK_MEM_OPT_ADAMW;
+	return -1;
+}
+
+const char *gk_mem_recompute_name(gk_mem_recompute rc)
+{
+	return (unsigned)rc < GK_ARRAY_SIZE(rc_names) ? rc_names[rc] : "?";
+}
+
+int gk_mem_recompute_parse(const char *s)
+{
+	for (size_t i = 0; i < GK_ARRAY_SIZE(rc_names); i++)
+		if (strcmp(s, rc_names[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+void gk_mem_run_default(gk_mem_run *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->precision = GK_DT_BF16;
+	r->opt = GK_MEM_OPT_ADAMW;
+	r->dp = r->tp = r->pp = 1;
+	r->micro_batch = 1;
+	r->grad_accum = 1;
+	r->dropout = 1;
+	r->gpus_per_node = 8;
+	r->bucket = 25 << 20; /* torch DDP bucket_cap_mb */
+	r->reserve = 1 << 30;
+}
+
+/* ---- building the parts ------------------------------------------------------ */
+
+typedef struct ctx {
+	gk_mem_est *e;
+	int explain, bad;
+} ctx;
+
+/* Bytes too large for anyone's cluster mean the input was absurd. */
+#define MAX_BYTES 4.0e18
+
+static gk_mem_part *add(ctx *c, const char *key, double bytes, int host,
+			const char *source, const char *formula)
+{
+	if (!(bytes >= 0) || bytes > MAX_BYTES)
+		c->bad = 1;
+	gk_mem_part *p = &c->e->part[c->e->nparts++];
+	p->key = key;
+	p->bytes = c->bad ? 0 : (uint64_t)llround(bytes);
+	p->host = host;
+	p->source = source;
+	p->formula[0] = p->values[0] = 0;
+	if (c->explain)
+		snprintf(p->formula, sizeof(p->formula), "%s", formula);
+	return p;
+}
+
+static void GK_PRINTF(2, 3) values(ctx *c, const char *fmt, ...)
+{
+	if (!c->explain)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->e->part[c->e->nparts - 1].values,
+		  sizeof(c->e->part[0].values), fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* Optimizer state bytes per parameter beyond the master copy. */
+static double opt_state_bytes(const gk_mem_model *m, const gk_mem_run *r,
+			      double psi)
+{
+	switch (r->opt) {
+	case GK_MEM_OPT_ADAMW:
+		return 8 * psi; /* m and v in f32 */
+	case GK_MEM_OPT_SGD:
+		return 4 * psi; /* momentum */
+	case GK_MEM_OPT_ADAFACTOR:
+		/* factored second moment: rows + cols per matrix, f32 */
+		return 4.0 * m->factored * (psi / m->params);
+	case GK_MEM_OPT_ADAM8BIT:
+		/* bitsandbytes: m, v in 8 bits + one f32 absmax per 256-block each */
+		return (2 + 8.0 / 256) * psi;
+	}
+	return 0;
+}
+
+/* ---- checking the run --------------------------------------------------------- */
+
+static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
+{
+	if (r->precision != GK_DT_F32 && r->precision != GK_DT_BF16 &&
+	    r->precision != GK_DT_F16)
+		return gk_errf(err, "precision '%s': must be f32, bf16 or f16",
+			       gk_dtype_name(r->precision));
+	if (r->kv_dtype != GK_DT_INVALID && !gk_dtype_bits(r->kv_dtype))
+		return gk_errf(err, "KV cache dtype: not a storage type");
+	if (r->zero < 0 || r->zero > 3)
+		return gk_errf(err, "ZeRO stage '%d': must be 0..3", r->zero);
+	const struct {
+		const char *what;
+		int64_t v, max;
+	} nums[] = {
+		{"data-parallel degree", r->dp, 1 << 24},
+		{"tensor-parallel degree", r->tp, 1 << 16},
+		{"pipeline-parallel degree", r->pp, 1 << 16},
+		{"micro-batch", r->micro_batch, 1 << 24},
+		{"sequence length", r->seq, 100000000},
+		{"gradient accumulation", r->grad_accum, 1 << 24},
+		{"GPUs per node", r->gpus_per_node, 1 << 16},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(nums); i++)
+		if (nums[i].v < 1 || nums[i].v > nums[i].max)
+			return gk_errf(err, "%s '%lld': must be in 1..%lld",
+				       nums[i].what, (long long)nums[i].v,
+				       (long long)nums[i].max);
+	if (m->arch == GK_MEM_ARCH_PARAMS)
+		return 0;
+	if (m->heads % r->tp || m->kv_heads % r->tp)
+		return gk_errf(err, "tensor-parallel degree '%lld': must divide "
+			       "the %lld attention heads and %lld key/value heads",
+			       (long long)r->tp, (long long)m->heads,
+			       (long long)m->kv_heads);
+	if (m->layers % r->pp)
+		return gk_errf(err, "pipeline-parallel degree '%lld': must "
+			       "divide the %lld layers", (long long)r->pp,
+			       (long long)m->layers);
+	return 0;
+}
+
+/* ---- one pipeline stage --------------------------------------------------------- */
+
+/* Parameters this rank holds (before ZeRO-3 partitioning). */
+static uint64_t stage_params(const gk_mem_model *m, const gk_mem_run *r,
+			     int stage)
+{
+	uint64_t t = r->tp, p = r->pp;
+	if (m->arch == GK_MEM_ARCH_PARAMS)
+		return cdiv(m->params, t * p);
+	uint64_t V = m->vocab, h = m->hidden;
+	uint64_t layer = (m->layer_params - m->layer_repl) / t + m->layer_repl;
+	uint64_t n = (m->layers / p) * layer;
+	if (stage == 0)
+		n += cdiv(V * h, t) + m->embed_repl;
+	if (stage == (int)p - 1) {
+		n += m->norm_params;
+		/* an untied head, or (p > 1) the last stage's copy of a tied one */
+		if (!m->tied || p > 1)
+			n += cdiv(V * h, t);
+	}
+	return n;
+}
+
+static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
+			 uint64_t psi)
+{
+	double N = r->dp, P = psi;
+	int mixed = r->precision != GK_DT_F32;
+	int pb = mixed ? 2 : 4; /* bytes of a working parameter or gradient */
+	int z = r->zero;
+	char nz1[16], nz2[16], nz3[16];
+	snprintf(nz1, sizeof(nz1), "%s", z >= 1 ? "/N" : "");
+	snprintf(nz2, sizeof(nz2), "%s", z >= 2 ? "/N" : "");
+	snprintf(nz3, sizeof(nz3), "%s", z >= 3 ? "/N" : "");
+	int offp = r->offload && z >= 3, offg = r->offload && z >= 2;
+	double d3 = z >= 3 ? N : 1, d2 = z >= 2 ? N : 1, d1 = z >= 1 ? N : 1;
+	char f[160];
+
+	snprintf(f, sizeof(f), "%d*Psi%s%s", pb, nz3, offp ? " (in host RAM)" : "");
+	add(c, "parameters", offp ? 0 : pb * P / d3, 0, ZERO_SRC, f);
+	values(c, "%d*%llu/%g", pb, (unsigned long long)psi, d3);
+	snprintf(f, sizeof(f), "%d*Psi%s%s", pb, nz2,
+		 offg ? " (streamed to host RAM)" : "");
+	add(c, "gradients", offg ? 0 : pb * P / d2, 0, ZERO_SRC, f);
+	values(c, "%d*%llu/%g", pb, (unsigned long long)psi, d2);
+
+	double master = mixed ? 4 * P : 0, states = opt_state_bytes(m, r, P);
+	double kbytes = (master + states) / P;
+	snprintf(f, sizeof(f), "K*Psi%s, K=%g (%s%s)%s", nz1, kbytes,
+		 mixed ? "f32 master + " : "", gk_mem_opt_name(r->opt),
+		 r->offload ? " (in host RAM)" : "");
+	add(c, "optimizer", r->offload ? 0 : (master + states) / d1, 0,
+	    ZERO_SRC, f);
+	values(c, "%g*%llu/%g", kbytes, (unsigned long long)psi, d1);
+
+	/* CPU Adam works on f32 gradients, so offloading implies them. */
+	int g32 = mixed && (r->grad_f32 || r->offload);
+	if (g32) {
+		snprintf(f, sizeof(f), "4*Psi%s%s", nz1,
+			 r->offload ? " (in host RAM)" : "");
+		add(c, "grad_f32", r->offload ? 0 : 4 * P / d1, 0,
+		    "DeepSpeed stage_1_and_2.py: f32 gradient partition", f);
+		values(c, "4*%llu/%g", (unsigned long long)psi, d1);
+	}
+	c->e->model_states = 0;
+	for (int i = 0; i < c->e->nparts; i++)
+		c->e->model_states += c->e->part[i].bytes;
+
+	if (r->offload) {
+		double host = (master + states + (g32 ? 4 * P : 0)) / d1 +
+			      (offp ? pb * P / d3 : 0);
+		add(c, "host_ram", host * r->gpus_per_node, 1,
+		    "ZeRO-Offload (Ren et al. 2021); per node", "");
+		values(c, "(%g*Psi%s%s) * %lld GPUs per node",
+		       kbytes + (g32 ? 4 : 0), nz1,
+		       offp ? " + 2*Psi/N params" : "",
+		       (long long)r->gpus_per_node);
+		if (c->explain)
+			snprintf(c->e->part[c->e->nparts - 1].formula,
+				 sizeof(c->e->part[0].formula),
+				 "gpus_per_node * (optimizer + f32 grads%s)",
+				 offp ? " + params" : "");
+	}
+}
+
+/*
+ * Activation bytes of one transformer layer and one micro-batch, split
+ * into what tensor parallelism leaves whole (repl, unless SP), what it
+ * splits (split) and the s^2 attention core (core, split).
+ * Korthikanti's GPT accounting, generalised: with e = 2, dropout, kv = q = h
+ * and f = 4h it is exactly sbh(34 + 5as/h).
+ */
+typedef struct act {
+	double repl, split, core;
+} act;
+
+static act layer_act(const gk_mem_model *m, const gk_mem_run *r, double e)
+{
+	double s = r->seq, b = r->micro_batch, h = m->hidden, a = m->heads;
+	double q = (double)m->heads * m->head_dim;
+	double kv = (double)m->kv_heads * m->head_dim, f = m->ffn;
+	double d = r->dropout;
+	act x;
+	/* two norm inputs, QKV input, MLP input; two dropout masks */
+	x.repl = s * b * h * (4 * e + 2 * d);
+	/* Q, K, V, attention output; the MLP's intermediate tensors */
+	double mlp = m->arch == GK_MEM_ARCH_LLAMA ? 3 * e * f : 2 * e * f;
+	x.split = s * b * (e * (2 * q + 2 * kv) + mlp);
+	if (r->flash) /* softmax statistics (f32 logsumexp) only */
+		x.core = 4 * a * s * b;
+	else /* softmax output, its dropout mask and dropout output */
+		x.core = a * s * s * b * (e + d + d * e);
+	return x;
+}
+
+static double layer_bytes(const act *x, const gk_mem_run *r,
+			  gk_mem_recompute rc)
+{
+	double t = r->tp;
+	double repl = r->sp ? x->repl / t : x->repl;
+	switch (rc) {
+	case GK_MEM_RC_NONE:
+		return repl + x->split / t + x->core / t;
+	case GK_MEM_RC_SELECTIVE:
+		return repl + x->split / t;
+	case GK_MEM_RC_FULL:
+		break;
+	}
+	return 0;
+}
+
+static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
+			int stage)
+{
+	double e = r->precision == GK_DT_F32 ? 4 : 2;
+	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
+	double V = m->vocab, a = m->heads;
+	int64_t L = m->layers / r->pp;
+	/* 1F1B: stage k keeps min(p - k, micro-batches) in flight */
+	int64_t inflight = r->pp - stage;
+	if (inflight > r->grad_accum)
+		inflight = r->grad_accum;
+	c->e->inflight = inflight;
+	act x = layer_act(m, r, e);
+	double sp = r->sp ? t : 1;
+	const char *spf = r->sp ? "/t" : "";
+	double per;
+	char f[160];
+
+	if (r->recompute == GK_MEM_RC_FULL) {
+		per = e * s * b * h / sp;
+		snprintf(f, sizeof(f), "L*m*e*sbh%s (layer inputs only)", spf);
+		add(c, "activations", per * L * inflight, 0, KORTH_SRC, f);
+		values(c, "%lld*%lld*%g*%g*%g*%g/%g", (long long)L,
+		       (long long)inflight, e, s, b, h, sp);
+		add(c, "recompute_working_set",
+		    layer_bytes(&x, r, GK_MEM_RC_NONE), 0,
+		    "assumption: one layer is recomputed at a time",
+		    "one layer without recomputation");
+		values(c, "%.0f", layer_bytes(&x, r, GK_MEM_RC_NONE));
+	} else {
+		per = layer_bytes(&x, r, r->recompute);
+		int gpt = r->dropout && !r->flash &&
+			  m->arch != GK_MEM_ARCH_LLAMA && e == 2 &&
+			  m->ffn == 4 * m->hidden && m->kv_heads == m->heads;
+		const char *core = r->recompute == GK_MEM_RC_SELECTIVE ? "" :
+			r->flash ? " + 4as/t (flash softmax stats)" :
+				   " + 5as/(ht)";
+		if (gpt && r->sp)
+			snprintf(f, sizeof(f), "L*m*sbh/t*(34%s)",
+				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
+								     " + 5as/h");
+		else if (gpt)
+			snprintf(f, sizeof(f), "L*m*sbh*(10 + 24/t%s)", core);
+		else
+			snprintf(f, sizeof(f),
+				 "L*m*sb*((4e+2d)h%s + (e(2q+2kv) + %sef)/t)%s",
+				 spf, m->arch == GK_MEM_ARCH_LLAMA ? "3" : "2",
+				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
+				 r->flash ? " + 4asb/t" : " + (e+d+de)as^2b/t");
+		add(c, "activations", per * L * inflight, 0, KORTH_SRC, f);
+		values(c, "%lld*%lld*%.0f (s=%g b=%g h=%g a=%g t=%g e=%g d=%d)",
+		       (long long)L, (long long)inflight, per, s, b, h, a, t, e,
+		       r->dropout);
+	}
+	if (stage == 0 && r->dropout) {
+		add(c, "embedding_dropout", s * b * h / sp * inflight, 0,
+		    KORTH_PP_SRC, "m*sbh (1-byte mask)");
+		values(c, "%lld*%g*%g*%g/%g", (long long)inflight, s, b, h, sp);
+	}
+	if (stage == r->pp - 1) {
+		double lg = e * s * b * V / t;
+		add(c, "logits", lg + (e == 4 ? 0 : 4 * s * b * V / t), 0,
+		    "Korthikanti et al. 2022 sec. 4.3 (output layer, cross "
+		    "entropy in f32)",
+		    e == 4 ? "4*sbV/t" : "e*sbV/t + 4*sbV/t (f32 copy for the loss)");
+		values(c, "(%g+%d)*%g*%g*%g/%g", e, e == 4 ? 0 : 4, s, b, V, t);
+		add(c, "final_norm", 2 * e * s * b * h / sp, 0,
+		    "Korthikanti et al. 2022 sec. 4.3",
+		    "2*e*sbh (final norm and LM-head inputs)");
+		values(c, "2*%g*%g*%g*%g/%g", e, s, b, h, sp);
+	}
+}
+
+static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
+{
+	double e = r->precision == GK_DT_F32 ? 4 : 2;
+	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
+	if (r->dp > 1 && !r->infer) {
+		add(c, "dp_buckets", 2.0 * r->bucket, 0,
+		    "assumption: 2 gradient buckets in flight "
+		    "(torch DDP bucket_cap_mb, DeepSpeed reduce_bucket_size)",
+		    "2*bucket");
+		values(c, "2*%llu", (unsigned long long)r->bucket);
+	}
+	if (r->zero == 3 && r->dp > 1 && !r->infer) {
+		double pb = r->precision == GK_DT_F32 ? 4 : 2;
+		add(c, "zero3_gather", 2 * pb * cdiv(m->largest, r->tp), 0,
+		    "DeepSpeed stage3.py: largest_layer_memory "
+		    "(gathered layer + prefetch)",
+		    "2*pb*largest/t");
+		values(c, "2*%g*%llu/%g", pb, (unsigned long long)m->largest, t);
+	}
+	if (m->arch == GK_MEM_ARCH_PARAMS)
+		return;
+	if (r->tp > 1) {
+		add(c, "tp_buffers", e * s * b * h, 0,
+		    "assumption: one all-reduce/all-gather output of sbh",
+		    "e*sbh");
+		values(c, "%g*%g*%g*%g", e, s, b, h);
+	}
+	if (r->pp > 1 && !r->infer) {
+		double sp = r->sp ? t : 1;
+		add(c, "pp_buffers", 2 * e * s * b * h / sp, 0,
+		    "assumption: one send and one receive buffer",
+		    r->sp ? "2*e*sbh/t" : "2*e*sbh");
+		values(c, "2*%g*%g*%g*%g/%g", e, s, b, h, sp);
+	}
+}
+
+static void inference(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
+		      uint64_t psi)
+{
+	double pb = gk_dtype_bits(r->precision) / 8.0;
+	gk_dtype kvt = r->kv_dtype ? r->kv_dtype : r->precision;
+	double kb = gk_dtype_bits(kvt) / 8.0;
+	add(c, "parameters", pb * psi, 0, "weights in the serving dtype",
+	    "pb*Psi");
+	values(c, "%g*%llu", pb, (unsigned long long)psi);
+	if (m->arch == GK_MEM_ARCH_PARAMS)
+		return;
+	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
+	double L = m->layers / r->pp, kvh = m->kv_heads / r->tp;
+	double hd = m->head_dim, e = pb < 2 ? 2 : pb, V = m->vocab;
+	add(c, "kv_cache", 2 * L * b * s * kvh * hd * kb, 0,
+	    "K and V per layer; GQA: kv_heads/t heads per rank",
+	    "2*L*b*s*(kv_heads/t)*head_dim*kvb");
+	values(c, "2*%g*%g*%g*%g*%g*%g", L, b, s, kvh, hd, kb);
+	double q = (double)m->heads * hd, kv = (double)m->kv_heads * hd;
+	double mlp = (m->arch == GK_MEM_ARCH_LLAMA ? 3 : 2) * (double)m->ffn;
+	double core = r->flash ? 4 * m->heads * s * b : e * m->heads * s * s * b;
+	add(c, "activations",
+	    e * s * b * (2 * h) + e * s * b * (q + 2 * kv + mlp) / t + core / t,
+	    0, "assumption: prefill of one layer at a time, nothing kept",
+	    r->flash ? "e*sb*(2h + (q+2kv+mlp)/t) + 4asb/t"
+		     : "e*sb*(2h + (q+2kv+mlp)/t) + e*as^2b/t");
+	values(c, "e=%g s=%g b=%g h=%g q=%g kv=%g mlp=%g t=%g", e, s, b, h, q,
+	       kv, mlp, t);
+	add(c, "logits", (e + 4) * b * V / t, 0,
+	    "assumption: logits of the last position only, plus an f32 copy",
+	    "(e+4)*b*V/t");
+	values(c, "(%g+4)*%g*%g/%g", e, b, V, t);
+}
+
+static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
+			  int stage, int explain, gk_mem_est *e, gk_err *err)
+{
+	memset(e, 0, sizeof(*e));
+	ctx c = {.e = e, .explain = explain};
+	uint64_t psi = stage_params(m, r, stage);
+	e->stage = stage;
+	e->stage_params = psi;
+	e->inflight = 1;
+	if (r->infer) {
+		inference(&c, m, r, psi);
+		buffers(&c, m, r);
+	} else {
+		model_states(&c, m, r, psi);
+		if (m->arch != GK_MEM_ARCH_PARAMS)
+			activations(&c, m, r, stage);
+		buffers(&c, m, r);
+	}
+	add(&c, "cuda_reserve", r->reserve, 0,
+	    "assumption: CUDA context (~0.5 GiB), cuBLAS and NCCL workspaces",
+	    "--reserve");
+	values(&c, "%llu", (unsigned long long)r->reserve);
+	if (c.bad)
+		return gk_errf(err, "estimate: a term exceeds 4 EB; check the "
+			       "sizes (sequence %lld, micro-batch %lld)",
+			       (long long)r->seq, (long long)r->micro_batch);
+	for (int i = 0; i < e->nparts; i++) {
+		if (e->part[i].host)
+			e->host += e->part[i].bytes;
+		else
+			e->total += e->part[i].bytes;
+	}
+	return 0;
+}
+
+int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *r, int explain,
+		    gk_mem_est *e, gk_err *err)
+{
+	if (check_run(m, r, err))
+		return -1;
+	if (estimate_stage(m, r, 0, explain, e, err))
+		return -1;
+	if (r->pp > 1) {
+		gk_mem_est last;
+		if (estimate_stage(m, r, r->pp - 1, explain, &last, err))
+			return -1;
+		if (last.total > e->total)
+			*e = last;
+	}
+	return 0;
+}

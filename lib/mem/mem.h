@@ -1,0 +1,229 @@
+/*
+ * mem.h - the memory model of transformer training and inference (gk_mem_).
+ *
+ * A model is described by its architecture (gk_mem_model, filled from flags,
+ * a Hugging Face config.json or a safetensors header); a run by gk_mem_run
+ * (precision, optimizer, ZeRO stage, parallel degrees, micro-batch,
+ * recomputation, offload). gk_mem_estimate turns both into the bytes each
+ * GPU of the most-loaded pipeline stage holds, one gk_mem_part per term,
+ * each with the formula it came from and its source. gk_mem_fit searches
+ * the run settings for configurations that fit a capacity.
+ *
+ * Sources (cited in every part):
+ *   ZeRO      Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+ *             Training Trillion Parameter Models", SC 2020, sec. 3.1, 5.
+ *   Korthikanti  Korthikanti et al., "Reducing Activation Recomputation in
+ *             Large Transformer Models", MLSys 2023 (arXiv:2205.05198),
+ *             sec. 4, Table 2.
+ *
+ * Errors: functions returning int give 0, or -1 with a message in err.
+ */
+#ifndef GK_MEM_H
+#define GK_MEM_H
+
+#include <stdint.h>
+
+#include "core/core.h"
+
+/* ---- the model ------------------------------------------------------------- */
+
+typedef enum gk_mem_arch {
+	GK_MEM_ARCH_PARAMS, /* only a parameter count is known */
+	GK_MEM_ARCH_GPT2,   /* 4h GeLU MLP, learned positions, biases, LayerNorm */
+	GK_MEM_ARCH_LLAMA,  /* SwiGLU (3 matrices), RoPE, RMSNorm, no biases */
+	GK_MEM_ARCH_NEOX    /* GPT-NeoX: GPT-2's blocks, RoPE, untied head */
+} gk_mem_arch;
+
+typedef struct gk_mem_model {
+	gk_mem_arch arch;
+	int64_t layers, hidden, heads, kv_heads, ffn, vocab;
+	int64_t head_dim; /* 0: hidden / heads */
+	int64_t positions; /* learned position embeddings (GPT-2) or max context */
+	int tied;          /* the LM head shares the token embedding */
+	int bias;          /* linear layers have biases (Llama: attention_bias) */
+	/*
+	 * Derived by gk_mem_model_finish (or read from a safetensors header):
+	 * params = embed + layers * layer + head (+ final norm in head).
+	 */
+	uint64_t params, layer_params, embed_params, head_params;
+	/*
+	 * What tensor parallelism does not split: per layer (norms, the biases
+	 * of row-parallel linears), in the embedding (learned positions) and
+	 * the final norm. largest: the biggest single module (DeepSpeed's
+	 * "largest layer", what ZeRO-3 gathers at once).
+	 */
+	uint64_t layer_repl, embed_repl, norm_params, largest;
+	/* Adafactor's factored state: sum of rows+cols of matrices, n of vectors. */
+	uint64_t factored;
+	gk_dtype dtype; /* of a safetensors checkpoint; INVALID when unknown */
+	uint64_t dtype_params[GK_DT_COUNT]; /* parameters per stored dtype */
+} gk_mem_model;
+
+const char *gk_mem_arch_name(gk_mem_arch a);
+/* "gpt2", "llama", "neox"; -1 when unknown. */
+int gk_mem_arch_parse(const char *s);
+
+/*
+ * Check the architecture fields (positive, heads divide hidden, kv_heads
+ * divide heads, sizes below sane bounds so no product overflows) and
+ * compute the exact parameter counts. Defaults first: kv_heads = heads,
+ * ffn = 4*hidden (GPT-2, NeoX). For GK_MEM_ARCH_PARAMS only params is used.
+ */
+int gk_mem_model_finish(gk_mem_model *m, gk_err *err);
+
+/*
+ * Read a Hugging Face config.json (model_type gpt2, llama, mistral,
+ * gpt_neox; gpu-train writes GPT-2's). Missing required keys and keys this
+ * reader does not know are errors, so a config whose meaning we would guess
+ * is refused; allow_unknown lists the unknown keys in *unknown (owned by
+ * the caller, may be NULL) instead. Calls gk_mem_model_finish.
+ */
+int gk_mem_model_from_config(gk_mem_model *m, const char *path,
+			     int allow_unknown, gk_strlist *unknown,
+			     gk_err *err);
+int gk_mem_model_from_config_buf(gk_mem_model *m, const char *buf, size_t len,
+				 const char *name, int allow_unknown,
+				 gk_strlist *unknown, gk_err *err);
+
+/*
+ * Parameter count and dtypes from a safetensors file's header or from a
+ * model.safetensors.index.json (every shard's header is read). Sets arch to
+ * GK_MEM_ARCH_PARAMS, params, dtype_params, dtype (the most common one),
+ * factored; layer_params is the largest "*.layers.N." / "*.h.N." block.
+ */
+int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
+				  gk_err *err);
+
+/*
+ * A count of things as people write it: "124439808", "124M", "7B",
+ * "1.5T", "350K" (powers of 1000: K, M, B or G, T). Rounded to a whole
+ * number; 0 and values above 1e15 are errors naming what.
+ */
+int gk_mem_parse_count(const char *s, uint64_t *out, const char *what,
+		       gk_err *err);
+
+/* ---- the run ---------------------------------------------------------------- */
+
+typedef enum gk_mem_opt {
+	GK_MEM_OPT_ADAMW,
+	GK_MEM_OPT_SGD, /* with momentum */
+	GK_MEM_OPT_ADAFACTOR,
+	GK_MEM_OPT_ADAM8BIT
+} gk_mem_opt;
+
+typedef enum gk_mem_recompute {
+	GK_MEM_RC_NONE,
+	GK_MEM_RC_SELECTIVE,
+	GK_MEM_RC_FULL
+} gk_mem_recompute;
+
+typedef struct gk_mem_run {
+	int infer;           /* inference: weights + KV cache, no training state */
+	gk_dtype precision;  /* F32, BF16 or F16 (16-bit: mixed, f32 master) */
+	gk_dtype kv_dtype;   /* inference KV cache; INVALID: the precision */
+	gk_mem_opt opt;
+	int zero;            /* 0..3; FSDP full sharding is 3 */
+	int64_t dp, tp, pp;  /* degrees; world = dp*tp*pp */
+	int sp;              /* Megatron sequence parallelism (needs tp > 1) */
+	int64_t micro_batch, seq, grad_accum; /* grad_accum: micro-batches/step */
+	gk_mem_recompute recompute;
+	int offload;         /* optimizer state (+ ZeRO-3 params) in host RAM */
+	int grad_f32;        /* mixed precision: an f32 gradient buffer */
+	int flash;           /* fused attention: no s^2 tensors kept */
+	int dropout;         /* dropout masks kept (1 byte per element) */
+	int64_t gpus_per_node; /* host RAM is per node */
+	uint64_t bucket;     /* gradient bucket bytes (each of 2 in flight) */
+	uint64_t reserve;    /* CUDA context, cuBLAS/NCCL workspaces */
+} gk_mem_run;
+
+/* The defaults: bf16 AdamW, ZeRO 0, all degrees 1, micro-batch 1, seq from
+ * the model (or 2048), eager attention with dropout, 2 x 25 MiB buckets,
+ * 1 GiB reserve, 8 GPUs per node. */
+void gk_mem_run_default(gk_mem_run *r);
+
+const char *gk_mem_opt_name(gk_mem_opt o);
+int gk_mem_opt_parse(const char *s);
+const char *gk_mem_recompute_name(gk_mem_recompute rc);
+int gk_mem_recompute_parse(const char *s);
+
+/* ---- the estimate ------------------------------------------------------------ */
+
+enum { GK_MEM_MAX_PARTS = 16 };
+
+typedef struct gk_mem_part {
+	const char *key;    /* JSON name: "parameters", "gradients" ... */
+	uint64_t bytes;     /* per GPU (host RAM parts: per node) */
+	int host;           /* 1: host RAM, not counted in the GPU total */
+	char formula[160];  /* symbolic, e.g. "2*Psi/(tp*pp)" */
+	char values[200];   /* the same with numbers substituted */
+	const char *source; /* paper and equation, or "assumption: ..." */
+} gk_mem_part;
+
+typedef struct gk_mem_est {
+	gk_mem_part part[GK_MEM_MAX_PARTS];
+	int nparts;
+	uint64_t total;      /* GPU bytes of the most-loaded rank */
+	uint64_t host;       /* host bytes per node */
+	uint64_t model_states; /* parameters + gradients + optimizer states */
+	uint64_t stage_params; /* parameters held by that rank's stage and TP slice */
+	int stage;           /* the most-loaded pipeline stage (0 or pp-1) */
+	int64_t inflight;    /* micro-batches whose activations stage 0 keeps */
+} gk_mem_est;
+
+/*
+ * Estimate per-GPU memory. Validates the run against the model (degrees
+ * dividing heads, kv_heads and layers; ZeRO with dp; sizes) and fails with
+ * a message naming the option. explain: fill formula/values (skip for
+ * speed in searches).
+ */
+int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *r, int explain,
+		    gk_mem_est *e, gk_err *err);
+
+/* ---- fitting ------------------------------------------------------------------- */
+
+typedef struct gk_mem_gpu {
+	const char *name;   /* "A100-80" */
+	uint64_t bytes;     /* memory.total as nvidia-smi reports it */
+	double tflops;      /* dense bf16 tensor TFLOP/s (for the cost model) */
+	double nvlink_gbs;  /* intra-node bus bandwidth per GPU, GB/s */
+} gk_mem_gpu;
+
+/* The table; NULL-name terminated. */
+extern const gk_mem_gpu gk_mem_gpus[];
+const gk_mem_gpu *gk_mem_gpu_find(const char *name);
+
+typedef struct gk_mem_cand {
+	gk_mem_run run;
+	uint64_t total;
+	double step_s;          /* cost model: estimated seconds per step */
+	double compute_s, bubble_s, recompute_s, comm_s;
+	double comm_bytes;      /* per GPU per step */
+} gk_mem_cand;
+
+/*
+ * Search ZeRO stage, TP (powers of two dividing heads and kv_heads, at most
+ * gpus_per_node), PP (dividing layers), SP, recomputation and micro-batch
+ * over a fixed world size and global batch (base->dp * tp * pp GPUs,
+ * global_batch sequences per step) for configurations whose total fits
+ * capacity. Ranks them by the cost model (see gk_mem_cost) and keeps the
+ * best max_out in out (sorted, cheapest first). *nout: how many were kept,
+ * *tried / *fits: the size of the search. inter_gbs: per-GPU network
+ * bandwidth between nodes, GB/s.
+ */
+int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base, int64_t world,
+	       int64_t global_batch, uint64_t capacity, const gk_mem_gpu *gpu,
+	       double inter_gbs, gk_mem_cand *out, int max_out, int *nout,
+	       int *tried, int *fits, gk_err *err);
+
+/*
+ * The cost model, for one candidate: compute = 6*Psi*tokens (8*Psi with
+ * full recomputation, plus the attention score flops for selective) at
+ * gpu->tflops * 0.5 utilisation per GPU; pipeline bubble (pp-1)/m of it;
+ * communication volume per GPU (DP all-reduce 2Psi, reduce-scatter +
+ * all-gather, ZeRO-3 3Psi; TP 4 all-reduces of b*s*h per layer and
+ * micro-batch; PP sends) over NVLink inside a node, inter_gbs across.
+ */
+void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *r,
+		 const gk_mem_gpu *gpu, double inter_gbs, gk_mem_cand *c);
+
+#endif
