@@ -56,6 +56,7 @@ void gk_mem_run_default(gk_mem_run *r)
 	r->opt = GK_MEM_OPT_ADAMW;
 	r->dp = r->tp = r->pp = 1;
 	r->micro_batch = 1;
+	r->seq = 2048;
 	r->grad_accum = 1;
 	r->dropout = 1;
 	r->gpus_per_node = 8;
@@ -379,7 +380,7 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
 		    "2*bucket");
 		values(c, "2*%llu", (unsigned long long)r->bucket);
 	}
-	if (r->zero == 3 && r->dp > 1 && !r->infer) {
+	if (r->zero == 3 && r->dp > 1 && !r->infer && m->largest) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2;
 		add(c, "zero3_gather", 2 * pb * cdiv(m->largest, r->tp), 0,
 		    "DeepSpeed stage3.py: largest_layer_memory "
