@@ -16,7 +16,7 @@ static const char usage[] =
 	"                    [--precision f32|bf16|f16] [--optimizer adamw|sgd|adafactor|adam8bit]\n"
 	"                    [--zero 0-3 | --fsdp] [--dp N] [--tp N] [--pp N] [--sp]\n"
 	"                    [-b micro-batch] [-s seq] [--grad-accum N]\n"
-	"                    [--recompute none|selective|full] [--offload none|cpu]\n"
+	"                    [--recompute none|selective|full] [--offload none|optimizer|cpu]\n"
 	"                    [--fit SIZE | --gpu NAME] [--si] [--json] [--explain]\n"
 	"       mem-estimate --infer [--batch N] [--seq N] [--kv-dtype T] ...\n"
 	"       mem-estimate --list-gpus\n"
@@ -132,7 +132,8 @@ static void describe_run(const gk_mem_run *r, char *buf, size_t len)
 			 (long long)r->micro_batch, (long long)r->seq,
 			 (long long)r->grad_accum,
 			 gk_mem_recompute_name(r->recompute),
-			 r->offload ? ", offload cpu" : "",
+			 r->offload == GK_MEM_OFFLOAD_ALL ? ", offload cpu" :
+			 r->offload ? ", offload optimizer" : "",
 			 r->flash ? ", flash attention" : "",
 			 r->dropout ? "" : ", no dropout");
 }
@@ -184,7 +185,8 @@ static json_t *run_json(const gk_mem_run *r)
 		(json_int_t)r->micro_batch, "seq", (json_int_t)r->seq,
 		"grad_accum", (json_int_t)r->grad_accum, "recompute",
 		gk_mem_recompute_name(r->recompute), "offload",
-		r->offload ? "cpu" : "none", "grad_f32", r->grad_f32, "flash",
+		r->offload == GK_MEM_OFFLOAD_ALL ? "cpu" :
+		r->offload ? "optimizer" : "none", "grad_f32", r->grad_f32, "flash",
 		r->flash, "dropout", r->dropout);
 }
 
@@ -277,9 +279,10 @@ static int do_fit(gk_cli *cli, const opts *o, const gk_mem_model *m,
 	char a[32];
 	printf("model: %s, %s parameters (%s)\n", gk_mem_arch_name(m->arch),
 	       commas(m->params, a), o->source);
-	printf("fit:   %.2f %s per GPU%s%s, %lld GPUs, global batch %lld x seq "
+	printf("fit:   %.2f %s per GPU%s%s%s, %lld GPUs, global batch %lld x seq "
 	       "%lld: %d of %d configurations fit\n", cap / unit(o), uname(o),
-	       o->gpu ? " (" : "", o->gpu ? o->gpu->name : "", (long long)world,
+	       o->gpu ? " (" : "", o->gpu ? o->gpu->name : "",
+	       o->gpu ? ")" : "", (long long)world,
 	       (long long)gb, (long long)r->seq, fits, tried);
 	printf("cost:  seconds/step on %s: 6*Psi*tokens at 50%% of %g TFLOP/s, "
 	       "+recompute, +bubble (p-1)/m,\n       +communication at %g GB/s "
@@ -383,11 +386,13 @@ int main(int argc, char **argv)
 			break;
 		case O_OFFLOAD:
 			if (strcmp(optarg, "cpu") == 0)
-				r.offload = 1;
+				r.offload = GK_MEM_OFFLOAD_ALL;
+			else if (strcmp(optarg, "optimizer") == 0)
+				r.offload = GK_MEM_OFFLOAD_OPTIMIZER;
 			else if (strcmp(optarg, "none") == 0)
-				r.offload = 0;
+				r.offload = GK_MEM_OFFLOAD_NONE;
 			else
-				gk_cli_usage_error(&cli, "--offload '%s': not none or cpu", optarg);
+				gk_cli_usage_error(&cli, "--offload '%s': not none, optimizer or cpu", optarg);
 			break;
 		case O_GRADF32: r.grad_f32 = 1; break;
 		case O_FLASH: r.flash = 1; break;

@@ -199,7 +199,8 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	snprintf(nz1, sizeof(nz1), "%s", z >= 1 ? "/N" : "");
 	snprintf(nz2, sizeof(nz2), "%s", z >= 2 ? "/N" : "");
 	snprintf(nz3, sizeof(nz3), "%s", z >= 3 ? "/N" : "");
-	int offp = r->offload && z >= 3, offg = r->offload && z >= 2;
+	int offp = r->offload == GK_MEM_OFFLOAD_ALL && z >= 3;
+	int offg = r->offload && z >= 2;
 	double d3 = z >= 3 ? N : 1, d2 = z >= 2 ? N : 1, d1 = z >= 1 ? N : 1;
 	char f[160];
 
@@ -346,9 +347,28 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
 				 r->flash ? " + 4asb/t" : " + (e+d+de)as^2b/t");
 		add(c, "activations", per * L * inflight, 0, KORTH_SRC, f);
-		values(c, "%lld*%lld*%.0f (s=%g b=%g h=%g a=%g t=%g e=%g d=%d)",
-		       (long long)L, (long long)inflight, per, s, b, h, a, t, e,
-		       r->dropout);
+		int sel = r->recompute == GK_MEM_RC_SELECTIVE;
+		if (gpt && r->sp && sel)
+			values(c, "%lld*%lld*%g*%g*%g/%g*34", (long long)L,
+			       (long long)inflight, s, b, h, t);
+		else if (gpt && r->sp)
+			values(c, "%lld*%lld*%g*%g*%g/%g*(34 + 5*%g*%g/%g)",
+			       (long long)L, (long long)inflight, s, b, h, t, a,
+			       s, h);
+		else if (gpt && sel)
+			values(c, "%lld*%lld*%g*%g*%g*(10 + 24/%g)", (long long)L,
+			       (long long)inflight, s, b, h, t);
+		else if (gpt)
+			values(c, "%lld*%lld*%g*%g*%g*(10 + 24/%g + 5*%g*%g/(%g*%g))",
+			       (long long)L, (long long)inflight, s, b, h, t, a,
+			       s, h, t);
+		else
+			values(c, "%lld*%lld*%.0f bytes/layer (s=%g b=%g h=%g "
+			       "a=%g q=%g kv=%g f=%lld t=%g e=%g d=%d)",
+			       (long long)L, (long long)inflight, per, s, b, h, a,
+			       (double)m->heads * m->head_dim,
+			       (double)m->kv_heads * m->head_dim,
+			       (long long)m->ffn, t, e, r->dropout);
 	}
 	if (stage == 0 && r->dropout) {
 		add(c, "embedding_dropout", s * b * h / sp * inflight, 0,

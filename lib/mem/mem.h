@@ -117,6 +117,12 @@ typedef enum gk_mem_recompute {
 	GK_MEM_RC_FULL
 } gk_mem_recompute;
 
+enum {
+	GK_MEM_OFFLOAD_NONE,
+	GK_MEM_OFFLOAD_OPTIMIZER, /* optimizer states, master weights, f32 grads */
+	GK_MEM_OFFLOAD_ALL        /* and, with ZeRO-3, the parameters */
+};
+
 typedef struct gk_mem_run {
 	int infer;           /* inference: weights + KV cache, no training state */
 	gk_dtype precision;  /* F32, BF16 or F16 (16-bit: mixed, f32 master) */
@@ -127,7 +133,7 @@ typedef struct gk_mem_run {
 	int sp;              /* Megatron sequence parallelism (needs tp > 1) */
 	int64_t micro_batch, seq, grad_accum; /* grad_accum: micro-batches/step */
 	gk_mem_recompute recompute;
-	int offload;         /* optimizer state (+ ZeRO-3 params) in host RAM */
+	int offload;         /* GK_MEM_OFFLOAD_*: what lives in host RAM */
 	int grad_f32;        /* mixed precision: an f32 gradient buffer */
 	int flash;           /* fused attention: no s^2 tensors kept */
 	int dropout;         /* dropout masks kept (1 byte per element) */

@@ -70,13 +70,19 @@ static json_t *read_st_header(const char *path, gk_err *err)
 		json_t *off = json_object_get(t, "data_offsets");
 		gk_dtype d = json_is_string(dt) ?
 			gk_dtype_from_name(json_string_value(dt)) : GK_DT_INVALID;
-		uint64_t numel = 1;
+		uint64_t numel = 1, bits;
 		size_t i;
 		json_t *x;
-		if (d == GK_DT_INVALID || !json_is_array(sh) ||
-		    !json_is_array(off) || json_array_size(off) != 2) {
-			gk_errf(err, "safetensors '%s': tensor '%s': needs dtype, "
-				"shape and data_offsets", path, name);
+		if (d == GK_DT_INVALID) {
+			gk_errf(err, "safetensors '%s': tensor '%s': unknown dtype "
+				"'%s'", path, name, json_is_string(dt) ?
+				json_string_value(dt) : "(none)");
+			goto bad;
+		}
+		if (!json_is_array(sh) || !json_is_array(off) ||
+		    json_array_size(off) != 2) {
+			gk_errf(err, "safetensors '%s': tensor '%s': needs shape "
+				"and data_offsets", path, name);
 			goto bad;
 		}
 		json_array_foreach(sh, i, x) {
@@ -87,18 +93,25 @@ static json_t *read_st_header(const char *path, gk_err *err)
 				goto bad;
 			}
 		}
-		json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
-		uint64_t bits;
-		if (!json_is_integer(b) || !json_is_integer(e) ||
-		    json_integer_value(b) < 0 ||
-		    json_integer_value(e) < json_integer_value(b) ||
-		    (uint64_t)json_integer_value(e) > data ||
-		    gk_mul_overflow(numel, gk_dtype_bits(d), &bits) ||
-		    (uint64_t)(json_integer_value(e) - json_integer_value(b)) !=
-			    (bits + 7) / 8) {
+		json_t *jb = json_array_get(off, 0), *je = json_array_get(off, 1);
+		json_int_t b = json_integer_value(jb), e = json_integer_value(je);
+		if (!json_is_integer(jb) || !json_is_integer(je) || b < 0 || e < b) {
+			gk_errf(err, "safetensors '%s': tensor '%s': bad "
+				"data_offsets", path, name);
+			goto bad;
+		}
+		if ((uint64_t)e > data) {
 			gk_errf(err, "safetensors '%s': tensor '%s': data_offsets "
-				"do not match its shape and dtype or the file "
-				"size", path, name);
+				"end %lld is past the %llu data bytes", path, name,
+				(long long)e, (unsigned long long)data);
+			goto bad;
+		}
+		if (gk_mul_overflow(numel, gk_dtype_bits(d), &bits) ||
+		    (uint64_t)(e - b) != (bits + 7) / 8) {
+			gk_errf(err, "safetensors '%s': tensor '%s': data_offsets "
+				"hold %lld bytes, shape and dtype need %llu", path,
+				name, (long long)(e - b),
+				(unsigned long long)((bits + 7) / 8));
 			goto bad;
 		}
 		/* Keep what counting needs in the object itself. */

@@ -1,0 +1,156 @@
+#!/bin/sh
+test_description='mem-estimate: outputs, units, explain, fit, and bad input
+
+Corrupt and invalid inputs are named fixtures in tests/data/mem/bad/ with
+the exact message expected (NAME.err); unreadable input exits 1, bad
+usage exits 2.'
+. "$(dirname "$0")/lib.sh"
+
+data="$GK_TOP/tests/data/mem"
+
+for f in "$data"/bad/*.json "$data"/bad/*.safetensors; do
+	name=$(basename "$f")
+	case $name in
+	*.json) opt=--config ;;
+	*) opt=--from ;;
+	esac
+	test_expect_success "refuses bad/$name with its message, exit 1" "
+		(cd '$data' && test_expect_code 1 mem-estimate $opt 'bad/$name' >\"\$OLDPWD/out\" 2>\"\$OLDPWD/err\") &&
+		test_must_be_empty out &&
+		test_cmp '$data/bad/${name%.*}.err' err
+	"
+done
+
+test_expect_success 'unreadable config exits 1' '
+	test_expect_code 1 mem-estimate --config no-such.json 2>err &&
+	grep "^mem-estimate: open .no-such.json.: No such file" err
+'
+
+usage_case() {
+	test_expect_success "usage error: $1" "
+		test_expect_code 2 mem-estimate $2 >out 2>err &&
+		test_must_be_empty out &&
+		grep -F -e \"$3\" err &&
+		grep -i usage err
+	"
+}
+usage_case 'no model' '--zero 1' 'no model'
+usage_case 'tp not dividing heads' "--config $data/llama-2-7b.json --tp 3" \
+	"tensor-parallel degree '3': must divide the 32 attention heads"
+usage_case 'pp not dividing layers' "--config $data/gpt2.json --pp 5" \
+	"pipeline-parallel degree '5': must divide the 12 layers"
+usage_case 'zero stage 4' '--params 7B --zero 4' '--zero'
+usage_case 'zero parameters' '--params 0' "--params '0'"
+usage_case 'negative parameters' '--params -7B' "--params '-7B'"
+usage_case 'bad precision' '--params 7B --precision f8' "--precision 'f8'"
+usage_case 'zero sequence' '--params 7B --seq 0' '--seq'
+usage_case 'unknown GPU' '--params 7B --gpu Z80' "--gpu 'Z80'"
+usage_case 'config and flags' "--config $data/gpt2.json --layers 2" 'both describe'
+usage_case 'absurd activations' "--config $data/gpt2.json --seq 100000000 -b 16000000" 'exceeds 4 EB'
+usage_case 'heads not dividing hidden' '--layers 2 --hidden 100 --heads 3' 'must divide the hidden size 100'
+
+test_expect_success 'JSON: every part in bytes, parts add up to the total' '
+	mem-estimate --config "$data/gpt2.json" -b 4 --zero 1 --dp 8 --json >out.json &&
+	"$GK_PY" -c "
+import json
+j = json.load(open(\"out.json\"))
+assert j[\"units\"] == \"bytes\" and j[\"model\"][\"params\"] == 124439808
+b = j[\"bytes\"]
+assert sum(b.values()) == j[\"total\"], (sum(b.values()), j[\"total\"])
+P = 124439808
+assert b[\"parameters\"] == 2 * P and b[\"gradients\"] == 2 * P
+assert abs(b[\"optimizer\"] - 12 * P / 8) <= 1
+s, bb, h, a, L, V = 1024, 4, 768, 12, 12, 50257
+assert abs(b[\"activations\"] - L * s * bb * h * (34 + 5 * a * s / h)) <= 1
+assert b[\"logits\"] == 6 * s * bb * V
+"
+'
+
+test_expect_success 'text output states units and matches JSON (GiB and --si GB)' '
+	mem-estimate --config "$data/gpt2.json" >gib.txt &&
+	mem-estimate --config "$data/gpt2.json" --si >gb.txt &&
+	mem-estimate --config "$data/gpt2.json" --json >out.json &&
+	grep "^  total .* GiB$" gib.txt && grep "^  total .* GB$" gb.txt &&
+	"$GK_PY" -c "
+import json
+t = json.load(open(\"out.json\"))[\"total\"]
+gib = float(open(\"gib.txt\").read().split(\"total\")[1].split()[0])
+gb = float(open(\"gb.txt\").read().split(\"total\")[1].split()[0])
+assert abs(gib - t / 2**30) < 0.001 and abs(gb - t / 1e9) < 0.001, (gib, gb, t)
+"
+'
+
+test_expect_success '--explain shows formulas, numbers and sources' '
+	mem-estimate --config "$data/gpt2.json" --explain >out &&
+	grep -F "L*m*sbh*(10 + 24/t + 5as/(ht))" out &&
+	grep -F "12*1*1024*1*768*(10 + 24/1 + 5*12*1024/(768*1))" out &&
+	grep -F "[Korthikanti et al. 2022" out &&
+	grep -F "K*Psi, K=12 (f32 master + adamw)" out &&
+	grep -F "[ZeRO (Rajbhandari et al. 2020)" out
+'
+
+test_expect_success 'inference: Llama-2-7B fp16 KV cache is 0.5 MiB per token' '
+	mem-estimate --config "$data/llama-2-7b.json" --infer --precision f16 \
+		--batch 2 --seq 4096 --json >out.json &&
+	"$GK_PY" -c "
+import json
+b = json.load(open(\"out.json\"))[\"bytes\"]
+assert b[\"kv_cache\"] == 2 * 4096 * 2**19, b[\"kv_cache\"]
+assert b[\"parameters\"] == 2 * 6738415616
+"
+'
+
+test_expect_success 'ZeRO Figure 1 from the command line (--si, model states)' '
+	for z in 0 1 2 3; do
+		mem-estimate --params 7.5B --dp 64 --zero $z --json >z$z.json || return 1
+	done &&
+	"$GK_PY" -c "
+import json
+fig = [120, 31.4, 16.6, 1.9]
+for z in range(4):
+    got = json.load(open(\"z%d.json\" % z))[\"model_states\"] / 1e9
+    assert round(got, 1) == fig[z], (z, got)
+"
+'
+
+test_expect_success '--gpu: a ranked table of configurations that fit' '
+	mem-estimate --config "$data/llama-2-7b.json" --gpu A100-80 --world 16 \
+		--global-batch 64 >out &&
+	grep "^fit: .*A100-80" out && grep "^cost:" out &&
+	grep "^   1 " out && grep "^   5 " out
+'
+
+test_expect_success '--fit --json: candidates fit and are sorted by cost' '
+	mem-estimate --config "$data/llama-2-7b.json" --fit 40GiB --world 16 \
+		--global-batch 64 --top 20 --json >out.json &&
+	"$GK_PY" -c "
+import json
+j = json.load(open(\"out.json\"))
+c = j[\"candidates\"]
+assert len(c) == 20 and j[\"fits\"] >= 20 and j[\"tried\"] > 500
+assert all(x[\"total\"] <= 40 * 2**30 for x in c)
+assert all(x[\"dp\"] * x[\"tp\"] * x[\"pp\"] == 16 for x in c)
+assert [x[\"step_s\"] for x in c] == sorted(x[\"step_s\"] for x in c)
+"
+'
+
+test_expect_success '--fit: nothing fits is a failure with a message' '
+	test_expect_code 1 mem-estimate --config "$data/llama-2-7b.json" --fit 8GiB >out 2>err &&
+	grep "no configuration fits 8.00 GiB" err
+'
+
+test_expect_success '--list-gpus' '
+	mem-estimate --list-gpus >out &&
+	grep "^H100-80 " out && grep "^RTX4090-24 " out
+'
+
+test_expect_success 'flags describe the same model as config.json' '
+	mem-estimate --layers 32 --hidden 4096 --heads 32 --kv-heads 8 \
+		--ffn 14336 --vocab 32000 --arch llama --json >a.json &&
+	"$GK_PY" -c "
+import json
+assert json.load(open(\"a.json\"))[\"model\"][\"params\"] == 7241732096
+"
+'
+
+test_done
