@@ -13,18 +13,20 @@
 static const char usage[] =
 	"usage: mem-estimate [--config config.json | --from model.safetensors |\n"
 	"                    --params N | --layers L --hidden H --heads A ...]\n"
-	"                    [--precision f32|bf16|f16] [--optimizer adamw|sgd|adafactor|adam8bit]\n"
+	"                    [--precision f32|bf16|f16] [--optimizer NAME]\n"
 	"                    [--zero 0-3 | --fsdp] [--dp N] [--tp N] [--pp N] [--sp]\n"
 	"                    [-b micro-batch] [-s seq] [--grad-accum N]\n"
-	"                    [--recompute none|selective|full] [--offload none|optimizer|cpu]\n"
+	"                    [--recompute none|selective|full]\n"
+	"                    [--offload none|optimizer|cpu]\n"
 	"                    [--fit SIZE | --gpu NAME] [--si] [--json] [--explain]\n"
 	"       mem-estimate --infer [--batch N] [--seq N] [--kv-dtype T] ...\n"
 	"       mem-estimate --list-gpus\n"
 	"Model: --arch gpt2|llama|neox --layers --hidden --heads --kv-heads --ffn\n"
 	"       --vocab --positions --head-dim --tied --largest-layer N\n"
-	"       --allow-unknown-keys (config keys the reader does not know)\n"
-	"Run:   --grad-f32 --flash --no-dropout --gpus-per-node N --bucket SIZE\n"
-	"       --reserve SIZE (default 1GiB)\n"
+	"       --allow-unknown-keys (warn about config keys instead of failing)\n"
+	"Train: --optimizer adamw|sgd|adafactor|adam8bit --grad-f32\n"
+	"       --attn eager|flash --no-dropout --gpus-per-node N --bucket SIZE\n"
+	"       --reserve SIZE (CUDA context and workspaces, default 1GiB)\n"
 	"Fit:   --world N --global-batch N --top N --inter-bw GB/s (default 25)\n";
 
 enum {
@@ -67,7 +69,7 @@ static const struct option longopts[] = {
 	{"recompute", required_argument, NULL, O_RECOMP},
 	{"offload", required_argument, NULL, O_OFFLOAD},
 	{"grad-f32", no_argument, NULL, O_GRADF32},
-	{"flash", no_argument, NULL, O_FLASH},
+	{"attn", required_argument, NULL, O_FLASH},
 	{"no-dropout", no_argument, NULL, O_NODROP},
 	{"gpus-per-node", required_argument, NULL, O_GPN},
 	{"bucket", required_argument, NULL, O_BUCKET},
@@ -329,6 +331,7 @@ int main(int argc, char **argv)
 	opts o = {.top = 5, .inter_bw = 25, .source = "flags"};
 	int have_arch = 0, arch = GK_MEM_ARCH_GPT2, zero_set = 0;
 	int64_t largest = 0;
+	int attn = -1; /* default: eager for training (the paper), flash to serve */
 	int64_t seq = 0;
 	gk_err err;
 	int c;
@@ -395,7 +398,14 @@ int main(int argc, char **argv)
 				gk_cli_usage_error(&cli, "--offload '%s': not none, optimizer or cpu", optarg);
 			break;
 		case O_GRADF32: r.grad_f32 = 1; break;
-		case O_FLASH: r.flash = 1; break;
+		case O_FLASH:
+			if (strcmp(optarg, "flash") == 0)
+				attn = 1;
+			else if (strcmp(optarg, "eager") == 0)
+				attn = 0;
+			else
+				gk_cli_usage_error(&cli, "--attn '%s': not eager or flash", optarg);
+			break;
 		case O_NODROP: r.dropout = 0; break;
 		case O_GPN: r.gpus_per_node = gk_cli_i64(&cli, "--gpus-per-node", optarg, 1, 1 << 16); break;
 		case O_BUCKET: r.bucket = gk_cli_size(&cli, "--bucket", optarg); break;
@@ -490,6 +500,7 @@ int main(int argc, char **argv)
 	}
 	if (largest)
 		m.largest = largest;
+	r.flash = attn >= 0 ? attn : r.infer;
 	r.seq = seq ? seq : m.positions ? m.positions : 2048;
 
 	if (o.fit || o.gpu) {
