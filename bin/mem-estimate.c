@@ -171,6 +171,13 @@ static void print_text(const opts *o, const gk_mem_model *m,
 			printf("      = %s\n      = %s\n      [%s]\n", p->formula,
 			       p->values, p->source);
 	}
+	if (o->explain && !r->infer && m->arch != GK_MEM_ARCH_PARAMS)
+		printf("layout: %s attention, %s dropout masks. Korthikanti's "
+		       "figures assume eager attention with dropout;\n"
+		       "        gpu-train keeps no dropout masks and fuses "
+		       "attention: --no-dropout --attn flash\n",
+		       r->flash ? "fused (flash)" : "eager",
+		       r->dropout ? "with" : "without");
 	if (m->arch == GK_MEM_ARCH_PARAMS && !r->infer)
 		printf("note: activations need the architecture (--config or "
 		       "--layers --hidden --heads); model states only\n");

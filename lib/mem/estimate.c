@@ -101,6 +101,19 @@ static void GK_PRINTF(2, 3) values(ctx *c, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* snprintf only when explaining: searches run thousands of estimates. */
+static void GK_PRINTF(4, 5) fmt(const ctx *c, char *buf, size_t len,
+				const char *f, ...)
+{
+	buf[0] = 0;
+	if (!c->explain)
+		return;
+	va_list ap;
+	va_start(ap, f);
+	vsnprintf(buf, len, f, ap);
+	va_end(ap);
+}
+
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 /* Optimizer state bytes per parameter beyond the master copy. */
@@ -195,26 +208,24 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	int mixed = r->precision != GK_DT_F32;
 	int pb = mixed ? 2 : 4; /* bytes of a working parameter or gradient */
 	int z = r->zero;
-	char nz1[16], nz2[16], nz3[16];
-	snprintf(nz1, sizeof(nz1), "%s", z >= 1 ? "/N" : "");
-	snprintf(nz2, sizeof(nz2), "%s", z >= 2 ? "/N" : "");
-	snprintf(nz3, sizeof(nz3), "%s", z >= 3 ? "/N" : "");
+	const char *nz1 = z >= 1 ? "/N" : "", *nz2 = z >= 2 ? "/N" : "";
+	const char *nz3 = z >= 3 ? "/N" : "";
 	int offp = r->offload == GK_MEM_OFFLOAD_ALL && z >= 3;
 	int offg = r->offload && z >= 2;
 	double d3 = z >= 3 ? N : 1, d2 = z >= 2 ? N : 1, d1 = z >= 1 ? N : 1;
 	char f[160];
 
-	snprintf(f, sizeof(f), "%d*Psi%s%s", pb, nz3, offp ? " (in host RAM)" : "");
+	fmt(c, f, sizeof(f), "%d*Psi%s%s", pb, nz3, offp ? " (in host RAM)" : "");
 	add(c, "parameters", offp ? 0 : pb * P / d3, 0, ZERO_SRC, f);
 	values(c, "%d*%llu/%g", pb, (unsigned long long)psi, d3);
-	snprintf(f, sizeof(f), "%d*Psi%s%s", pb, nz2,
+	fmt(c, f, sizeof(f), "%d*Psi%s%s", pb, nz2,
 		 offg ? " (streamed to host RAM)" : "");
 	add(c, "gradients", offg ? 0 : pb * P / d2, 0, ZERO_SRC, f);
 	values(c, "%d*%llu/%g", pb, (unsigned long long)psi, d2);
 
 	double master = mixed ? 4 * P : 0, states = opt_state_bytes(m, r, P);
 	double kbytes = (master + states) / P;
-	snprintf(f, sizeof(f), "K*Psi%s, K=%g (%s%s)%s", nz1, kbytes,
+	fmt(c, f, sizeof(f), "K*Psi%s, K=%g (%s%s)%s", nz1, kbytes,
 		 mixed ? "f32 master + " : "", gk_mem_opt_name(r->opt),
 		 r->offload ? " (in host RAM)" : "");
 	add(c, "optimizer", r->offload ? 0 : (master + states) / d1, 0,
@@ -224,7 +235,7 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	/* CPU Adam works on f32 gradients, so offloading implies them. */
 	int g32 = mixed && (r->grad_f32 || r->offload);
 	if (g32) {
-		snprintf(f, sizeof(f), "4*Psi%s%s", nz1,
+		fmt(c, f, sizeof(f), "4*Psi%s%s", nz1,
 			 r->offload ? " (in host RAM)" : "");
 		add(c, "grad_f32", r->offload ? 0 : 4 * P / d1, 0,
 		    "DeepSpeed stage_1_and_2.py: f32 gradient partition", f);
@@ -317,7 +328,7 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 
 	if (r->recompute == GK_MEM_RC_FULL) {
 		per = e * s * b * h / sp;
-		snprintf(f, sizeof(f), "L*m*e*sbh%s (layer inputs only)", spf);
+		fmt(c, f, sizeof(f), "L*m*e*sbh%s (layer inputs only)", spf);
 		add(c, "activations", per * L * inflight, 0, KORTH_SRC, f);
 		values(c, "%lld*%lld*%g*%g*%g*%g/%g", (long long)L,
 		       (long long)inflight, e, s, b, h, sp);
@@ -335,13 +346,13 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 			r->flash ? " + 4as/t (flash softmax stats)" :
 				   " + 5as/(ht)";
 		if (gpt && r->sp)
-			snprintf(f, sizeof(f), "L*m*sbh/t*(34%s)",
+			fmt(c, f, sizeof(f), "L*m*sbh/t*(34%s)",
 				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
 								     " + 5as/h");
 		else if (gpt)
-			snprintf(f, sizeof(f), "L*m*sbh*(10 + 24/t%s)", core);
+			fmt(c, f, sizeof(f), "L*m*sbh*(10 + 24/t%s)", core);
 		else
-			snprintf(f, sizeof(f),
+			fmt(c, f, sizeof(f),
 				 "L*m*sb*((4e+2d)h%s + (e(2q+2kv) + %sef)/t)%s",
 				 spf, m->arch == GK_MEM_ARCH_LLAMA ? "3" : "2",
 				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
