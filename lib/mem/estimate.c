@@ -217,11 +217,13 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 
 	fmt(c, f, sizeof(f), "%d*Psi%s%s", pb, nz3, offp ? " (in host RAM)" : "");
 	add(c, "parameters", offp ? 0 : pb * P / d3, 0, ZERO_SRC, f);
-	values(c, "%d*%llu/%g", pb, (unsigned long long)psi, d3);
+	values(c, "%s%d*%llu/%g", offp ? "0 on the GPU; host: " : "", pb,
+	       (unsigned long long)psi, d3);
 	fmt(c, f, sizeof(f), "%d*Psi%s%s", pb, nz2,
 		 offg ? " (streamed to host RAM)" : "");
 	add(c, "gradients", offg ? 0 : pb * P / d2, 0, ZERO_SRC, f);
-	values(c, "%d*%llu/%g", pb, (unsigned long long)psi, d2);
+	values(c, "%s%d*%llu/%g", offg ? "0 on the GPU; host: " : "", pb,
+	       (unsigned long long)psi, d2);
 
 	double master = mixed ? 4 * P : 0, states = opt_state_bytes(m, r, P);
 	double kbytes = (master + states) / P;
@@ -230,7 +232,8 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 		 r->offload ? " (in host RAM)" : "");
 	add(c, "optimizer", r->offload ? 0 : (master + states) / d1, 0,
 	    ZERO_SRC, f);
-	values(c, "%g*%llu/%g", kbytes, (unsigned long long)psi, d1);
+	values(c, "%s%g*%llu/%g", r->offload ? "0 on the GPU; host: " : "",
+	       kbytes, (unsigned long long)psi, d1);
 
 	/* CPU Adam works on f32 gradients, so offloading implies them. */
 	int g32 = mixed && (r->grad_f32 || r->offload);
@@ -239,26 +242,28 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 			 r->offload ? " (in host RAM)" : "");
 		add(c, "grad_f32", r->offload ? 0 : 4 * P / d1, 0,
 		    "DeepSpeed stage_1_and_2.py: f32 gradient partition", f);
-		values(c, "4*%llu/%g", (unsigned long long)psi, d1);
+		values(c, "%s4*%llu/%g", r->offload ? "0 on the GPU; host: " : "",
+		       (unsigned long long)psi, d1);
 	}
 	c->e->model_states = 0;
 	for (int i = 0; i < c->e->nparts; i++)
 		c->e->model_states += c->e->part[i].bytes;
 
 	if (r->offload) {
-		double host = (master + states + (g32 ? 4 * P : 0)) / d1 +
-			      (offp ? pb * P / d3 : 0);
-		add(c, "host_ram", host * r->gpus_per_node, 1,
+		/* ranks on one node: a node is full unless the job is smaller */
+		int64_t world = r->dp * r->tp * r->pp;
+		int64_t local = world < r->gpus_per_node ? world : r->gpus_per_node;
+		double kh = kbytes + (g32 ? 4 : 0);
+		double host = kh * P / d1 + (offp ? pb * P / d3 : 0);
+		add(c, "host_ram", host * local, 1,
 		    "ZeRO-Offload (Ren et al. 2021); per node", "");
-		values(c, "(%g*Psi%s%s) * %lld GPUs per node",
-		       kbytes + (g32 ? 4 : 0), nz1,
-		       offp ? " + 2*Psi/N params" : "",
-		       (long long)r->gpus_per_node);
-		if (c->explain)
-			snprintf(c->e->part[c->e->nparts - 1].formula,
-				 sizeof(c->e->part[0].formula),
-				 "gpus_per_node * (optimizer + f32 grads%s)",
-				 offp ? " + params" : "");
+		fmt(c, c->e->part[c->e->nparts - 1].formula,
+		    sizeof(c->e->part[0].formula),
+		    "ranks_per_node * (K + 4)*Psi%s%s", nz1,
+		    offp ? " + 2*Psi/N (parameters)" : "");
+		values(c, "%lld * (%g*%llu/%g%s)", (long long)local, kh,
+		       (unsigned long long)psi, d1,
+		       offp ? " + 2*Psi/N" : "");
 	}
 }
 
