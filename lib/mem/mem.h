@@ -209,8 +209,9 @@ typedef struct gk_mem_cand {
 /*
  * Search ZeRO stage, TP (powers of two dividing heads and kv_heads, at most
  * gpus_per_node), PP (dividing layers), SP, recomputation and micro-batch
- * over a fixed world size and global batch (base->dp * tp * pp GPUs,
- * global_batch sequences per step) for configurations whose total fits
+ * over world GPUs and global_batch sequences per step (the rest of the run,
+ * such as precision, optimizer and offload, comes from base) for
+ * configurations whose total fits
  * capacity. Ranks them by the cost model (see gk_mem_cost) and keeps the
  * best max_out in out (sorted, cheapest first). *nout: how many were kept,
  * *tried / *fits: the size of the search. inter_gbs: per-GPU network

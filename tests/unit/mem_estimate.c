@@ -128,6 +128,19 @@ static void korthikanti(void)
 	r.grad_accum = 3;
 	gk_mem_estimate(&m, &r, 0, &e, &err);
 	is_int(e.inflight, 3, "fewer micro-batches than stages: all in flight");
+
+	/* one micro-batch in flight: the last stage's logits dominate */
+	gk_mem_model g;
+	gk_mem_model_from_config(&g, "tests/data/mem/gpt2.json", 0, NULL, &err);
+	gk_mem_run_default(&r);
+	r.seq = 1024, r.pp = 2, r.micro_batch = 8;
+	ok(gk_mem_estimate(&g, &r, 0, &e, &err) == 0, "gpt2 pp 2");
+	is_int(e.stage, 1, "last stage is the most loaded");
+	is_u64(part(&e, "logits"), 6ULL * 1024 * 8 * 50257, "logits 2+4 bytes x sbV");
+	ok(part(&e, "embedding_dropout") == UINT64_MAX, "no embedding on the last stage");
+	/* GPT-2 ties the head: the last stage keeps its own copy */
+	is_u64(e.stage_params, 6 * g.layer_params + 50257ULL * 768 + 2 * 768,
+	       "last stage: 6 blocks, final norm, tied head copy");
 }
 
 static void model_splits(void)
