@@ -456,6 +456,8 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "--config and architecture flags both describe the model");
 	if (m.params && (o.config || have_arch))
 		gk_cli_usage_error(&cli, "--params and an architecture both give the parameter count");
+	if (m.params && o.from)
+		gk_cli_usage_error(&cli, "--params and --from both give the parameter count");
 	if (o.fit && o.gpu)
 		gk_cli_usage_error(&cli, "--fit and --gpu both give the capacity");
 	if (zero_set && r.infer)
