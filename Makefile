@@ -51,6 +51,8 @@ endif
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .SUFFIXES:
+# Keep objects that chained rules would otherwise delete as intermediate.
+.SECONDARY:
 
 $(CONFIG): scripts/configure scripts/install-deps
 	@mkdir -p $(B)
