@@ -90,36 +90,65 @@ int gk_topo_binding(const gk_topo *t, int nranks, gk_topo_bind **out, gk_err *er
 		if (nc == 0)
 			loc[r][0] = '\0';
 	}
-	/* Ranks with the same locality split its cores into contiguous runs. */
-	int rc = 0;
+	/*
+	 * Ranks with the same locality split its cores into contiguous runs.
+	 * Narrow localities choose first, so a GPU local to the whole machine
+	 * takes the cores the socket-local GPUs left.
+	 */
+	int rc = 0, *order = calloc((size_t)nranks, sizeof(int)), *ncores = calloc((size_t)nranks, sizeof(int));
+	hwloc_bitmap_t taken = hwloc_bitmap_alloc();
+	if (!order || !ncores || !taken)
+		rc = gk_err_sys(err, ENOMEM, "binding");
 	for (int r = 0; r < nranks && rc == 0; r++) {
-		int m = 0, j = 0;
-		for (int q = 0; q < nranks; q++) {
-			if (strcmp(loc[q], loc[r]) == 0) {
-				if (q < r)
-					j++;
-				m++;
-			}
+		hwloc_obj_t *c;
+		ncores[r] = gk__topo_cores(t, loc[r], &c);
+		free(c);
+		order[r] = r;
+	}
+	for (int i = 1; i < nranks && rc == 0; i++) /* stable: keeps rank order within a locality */
+		for (int k = i; k > 0 && ncores[order[k - 1]] > ncores[order[k]]; k--) {
+			int tmp = order[k];
+			order[k] = order[k - 1], order[k - 1] = tmp;
 		}
-		hwloc_obj_t *cores;
-		int nc = gk__topo_cores(t, loc[r], &cores);
-		if (nc < 0) {
+	for (int i = 0; i < nranks && rc == 0;) {
+		int r0 = order[i], m = 0;
+		for (int q = 0; q < nranks; q++)
+			m += strcmp(loc[q], loc[r0]) == 0;
+		hwloc_obj_t *all, *free_cores;
+		int na = gk__topo_cores(t, loc[r0], &all), nf = 0;
+		free_cores = calloc((size_t)na + 1, sizeof(*free_cores));
+		if (na < 0 || !free_cores) {
+			free(all), free(free_cores);
 			rc = gk_err_sys(err, ENOMEM, "binding");
 			break;
 		}
-		int lo, hi;
-		if (nc >= m) {
-			lo = (int)((long long)j * nc / m);
-			hi = (int)((long long)(j + 1) * nc / m);
-		} else {
-			lo = j % (nc ? nc : 1), hi = lo + 1;
-			b[r].shared = 1;
+		for (int k = 0; k < na; k++)
+			if (!hwloc_bitmap_isset(taken, all[k]->logical_index))
+				free_cores[nf++] = all[k];
+		/* Not enough free cores: share the locality's cores instead. */
+		int shared = nf < m;
+		hwloc_obj_t *pool = shared ? all : free_cores;
+		int np = shared ? na : nf;
+		for (int j = 0; j < m; j++, i++) {
+			gk_topo_bind *x = &b[order[i]];
+			int lo, hi;
+			if (!shared) {
+				lo = (int)((long long)j * np / m);
+				hi = (int)((long long)(j + 1) * np / m);
+			} else {
+				lo = np ? j % np : 0, hi = np ? lo + 1 : 0;
+				x->shared = 1;
+			}
+			for (int k = lo; k < hi; k++)
+				hwloc_bitmap_set(taken, pool[k]->logical_index);
+			if (hi > lo)
+				gk__topo_core_lists(t, pool, lo, hi, x->cpus, sizeof(x->cpus),
+						    x->cores, sizeof(x->cores));
 		}
-		if (nc > 0)
-			gk__topo_core_lists(t, cores, lo, hi, b[r].cpus, sizeof(b[r].cpus),
-					    b[r].cores, sizeof(b[r].cores));
-		free(cores);
+		free(all), free(free_cores);
 	}
+	free(order), free(ncores);
+	hwloc_bitmap_free(taken);
 	free(used), free(loc), free(place);
 	if (rc < 0) {
 		free(b);

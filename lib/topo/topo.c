@@ -262,7 +262,7 @@ static int load_xml(gk_topo *t, const char *path, gk_err *err)
 			rc = gk_errf(err, "load '%s': not an hwloc XML topology (no <topology> element)",
 				     path);
 	} else if (hwloc_topology_set_xmlbuffer(t->topo, buf, (int)len + 1) < 0) {
-		rc = gk_err_sys(err, errno, "load '%s'", path);
+		rc = gk_errf(err, "load '%s': hwloc cannot read this XML topology", path);
 	}
 	free(buf);
 	return rc;
