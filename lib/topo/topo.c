@@ -416,11 +416,9 @@ const gk_topo_numa *gk_topo_numa_at(const gk_topo *t, int i)
 
 int gk_topo_ncores(const gk_topo *t)
 {
-	int n = 0;
-	hwloc_const_bitmap_t allowed = hwloc_topology_get_allowed_cpuset(t->topo);
-	hwloc_obj_t c = NULL;
-	while ((c = hwloc_get_next_obj_by_type(t->topo, HWLOC_OBJ_CORE, c)))
-		n += hwloc_bitmap_intersects(c->cpuset, allowed);
+	hwloc_obj_t *cores;
+	int n = gk__topo_cores(t, "", &cores);
+	free(cores);
 	return n;
 }
 
@@ -641,10 +639,13 @@ int gk__topo_cores(const gk_topo *t, const char *cpulist, hwloc_obj_t **out)
 	else
 		hwloc_bitmap_copy(set, allowed);
 	hwloc_bitmap_and(set, set, allowed);
-	int n = 0, cap = hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_CORE) + 1;
+	/* Some XML files (hand-made ones) have PUs and no cores. */
+	hwloc_obj_type_t type = hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_CORE) > 0
+		? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+	int n = 0, cap = hwloc_get_nbobjs_by_type(t->topo, type) + 1;
 	hwloc_obj_t *v = calloc((size_t)cap, sizeof(*v));
 	hwloc_obj_t c = NULL;
-	while (v && (c = hwloc_get_next_obj_by_type(t->topo, HWLOC_OBJ_CORE, c)))
+	while (v && (c = hwloc_get_next_obj_by_type(t->topo, type, c)))
 		if (hwloc_bitmap_intersects(c->cpuset, set))
 			v[n++] = c;
 	hwloc_bitmap_free(set);
