@@ -6,6 +6,7 @@
  * host bridge crossed, HOSTBRIDGE, NODE, SYSTEM).
  */
 #include <errno.h>
+#include <limits.h>
 #include <hwloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,28 +248,39 @@ void gk__topo_add_switch_links(gk_topo *t, const int *sw)
 				t->nvl[a * t->ngpus + b] += sw[a] < sw[b] ? sw[a] : sw[b];
 }
 
-static int load_xml(gk_topo *t, const char *path, gk_err *err)
+/* buf is NUL-terminated (len excludes the NUL), as gk_read_file leaves it. */
+static int set_xml(gk_topo *t, const char *buf, size_t len, const char *name, gk_err *err)
 {
-	char *buf;
-	size_t len;
-	if (gk_read_file(path, XML_MAX, &buf, &len, err) < 0)
-		return -1;
-	int rc = 0;
+	if (strlen(buf) != len)
+		return gk_errf(err, "load '%s': not an hwloc XML topology (binary data)", name);
 	if (!strstr(buf, "<topology")) {
 		if (strstr(buf, "<system") && strstr(buf, "<cpu"))
-			rc = gk_errf(err, "load '%s': an NCCL topology file (NCCL_TOPO_FILE), "
-				     "not an hwloc XML; write one with lstopo --of xml", path);
-		else
-			rc = gk_errf(err, "load '%s': not an hwloc XML topology (no <topology> element)",
-				     path);
-	} else if (hwloc_topology_set_xmlbuffer(t->topo, buf, (int)len + 1) < 0) {
-		rc = gk_errf(err, "load '%s': hwloc cannot read this XML topology", path);
+			return gk_errf(err, "load '%s': an NCCL topology file (NCCL_TOPO_FILE), "
+				       "not an hwloc XML; write one with lstopo --of xml", name);
+		return gk_errf(err, "load '%s': not an hwloc XML topology (no <topology> element)",
+			       name);
 	}
+	if (len > INT_MAX - 1 || hwloc_topology_set_xmlbuffer(t->topo, buf, (int)len + 1) < 0)
+		return gk_errf(err, "load '%s': hwloc cannot read this XML topology", name);
+	return 0;
+}
+
+int gk_topo_load(gk_topo **out, const char *xml, gk_err *err)
+{
+	if (!xml)
+		return gk_topo_load_buf(out, NULL, 0, NULL, err);
+	char *buf;
+	size_t len;
+	const char *path = strcmp(xml, "-") == 0 ? "/dev/stdin" : xml;
+	if (gk_read_file(path, XML_MAX, &buf, &len, err) < 0)
+		return -1;
+	int rc = gk_topo_load_buf(out, buf, len, xml, err);
 	free(buf);
 	return rc;
 }
 
-int gk_topo_load(gk_topo **out, const char *xml, gk_err *err)
+int gk_topo_load_buf(gk_topo **out, const char *xml, size_t len, const char *name,
+		     gk_err *err)
 {
 	gk_topo *t = calloc(1, sizeof(*t));
 	if (!t)
@@ -292,7 +304,7 @@ int gk_topo_load(gk_topo **out, const char *xml, gk_err *err)
 	hwloc_topology_set_io_types_filter(t->topo, xml ? HWLOC_TYPE_FILTER_KEEP_ALL
 						     : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
 	if (xml) {
-		if (load_xml(t, xml, err) < 0)
+		if (set_xml(t, xml, len, name, err) < 0)
 			goto fail;
 	} else {
 		hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "gl");
@@ -300,7 +312,7 @@ int gk_topo_load(gk_topo **out, const char *xml, gk_err *err)
 	}
 	if (hwloc_topology_load(t->topo) < 0) {
 		if (xml)
-			gk_errf(err, "load '%s': hwloc cannot read this XML topology", xml);
+			gk_errf(err, "load '%s': hwloc cannot read this XML topology", name);
 		else
 			gk_err_sys(err, errno, "hwloc_topology_load");
 		goto fail;

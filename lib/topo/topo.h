@@ -74,11 +74,15 @@ typedef struct gk_topo_numa {
 } gk_topo_numa;
 
 /*
- * Discover this machine (xml NULL) or load an hwloc XML file. Errors:
+ * Discover this machine (xml NULL) or load an hwloc XML file ("-" is
+ * standard input). Errors:
  * unreadable file, a file that is not an hwloc topology (an NCCL topology
  * file is recognised and named), hwloc failures.
  */
 int gk_topo_load(gk_topo **out, const char *xml, gk_err *err);
+/* The same from an XML document in memory (buf[len] must be NUL); name is for messages. */
+int gk_topo_load_buf(gk_topo **out, const char *buf, size_t len, const char *name,
+		     gk_err *err);
 void gk_topo_free(gk_topo *t);
 
 int gk_topo_ngpus(const gk_topo *t);
