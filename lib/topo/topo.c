@@ -6,10 +6,13 @@
  * host bridge crossed, HOSTBRIDGE, NODE, SYSTEM).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <hwloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "topo/topo_impl.h"
 
@@ -248,6 +251,40 @@ void gk__topo_add_switch_links(gk_topo *t, const int *sw)
 				t->nvl[a * t->ngpus + b] += sw[a] < sw[b] ? sw[a] : sw[b];
 }
 
+/*
+ * hwloc 2.9 dereferences NULL on some malformed XML (a root object without
+ * complete_nodeset, for one: lstopo dies the same way), so the file is read
+ * once in a child first and only loaded here when that child survived.
+ */
+static int probe_xml(const char *buf, size_t len, const char *name, gk_err *err)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return 0; /* cannot probe: load it and hope */
+	if (pid == 0) {
+		hwloc_topology_t t;
+		int null = open("/dev/null", O_WRONLY);
+		if (null >= 0)
+			dup2(null, 2);
+		int ok = hwloc_topology_init(&t) == 0 &&
+			 hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) == 0 &&
+			 hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL) == 0 &&
+			 hwloc_topology_set_xmlbuffer(t, buf, (int)len + 1) == 0 &&
+			 hwloc_topology_load(t) == 0;
+		_exit(ok ? 0 : 1);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return 0;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	if (WIFSIGNALED(st))
+		return gk_errf(err, "load '%s': hwloc crashed reading this XML topology (%s)", name,
+			       strsignal(WTERMSIG(st)));
+	return gk_errf(err, "load '%s': hwloc cannot read this XML topology", name);
+}
+
 /* buf is NUL-terminated (len excludes the NUL), as gk_read_file leaves it. */
 static int set_xml(gk_topo *t, const char *buf, size_t len, const char *name, gk_err *err)
 {
@@ -262,7 +299,7 @@ static int set_xml(gk_topo *t, const char *buf, size_t len, const char *name, gk
 	}
 	if (len > INT_MAX - 1 || hwloc_topology_set_xmlbuffer(t->topo, buf, (int)len + 1) < 0)
 		return gk_errf(err, "load '%s': hwloc cannot read this XML topology", name);
-	return 0;
+	return probe_xml(buf, len, name, err);
 }
 
 int gk_topo_load(gk_topo **out, const char *xml, gk_err *err)
@@ -574,8 +611,13 @@ char *gk_topo_link_str(int link, int nvlinks, char *buf, size_t len)
 
 static void describe(hwloc_obj_t o, char *buf, size_t len)
 {
-	char type[64], attr[128] = "";
-	hwloc_obj_type_snprintf(type, sizeof(type), o, 1);
+	/*
+	 * Not hwloc_obj_type_snprintf: it asserts on bridge kinds it does not
+	 * know, and an XML file can declare any.
+	 */
+	const char *type = o->type == HWLOC_OBJ_BRIDGE ? (is_host_bridge(o) ? "HostBridge" : "PCIBridge")
+			   : o->type == HWLOC_OBJ_PCI_DEVICE ? "PCI" : hwloc_obj_type_string(o->type);
+	char attr[128] = "";
 	if (o->type == HWLOC_OBJ_PCI_DEVICE)
 		snprintf(attr, sizeof(attr), " %04x:%02x:%02x.%x [%04x:%04x] class %04x%s%s",
 			 o->attr->pcidev.domain, o->attr->pcidev.bus, o->attr->pcidev.dev,

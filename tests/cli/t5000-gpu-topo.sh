@@ -152,7 +152,7 @@ test_expect_success 'warnings: no NUMA locality, SYS NIC, uneven split' '
 	test_must_be_empty err
 '
 
-for f in not-xml nccl-system truncated; do
+for f in not-xml nccl-system truncated root-no-complete-nodeset; do
 	test_expect_success "corrupt input $f.xml: exact error, exit 1, no output" "
 		test_expect_code 1 gpu-topo -i '$D/$f.xml' >out 2>err &&
 		test_must_be_empty out &&
@@ -163,6 +163,9 @@ test_expect_success 'the corrupt inputs name the problem' '
 	gpu-topo -i "$D/not-xml.xml" 2>&1 | grep -F "not an hwloc XML topology (no <topology> element)" &&
 	gpu-topo -i "$D/nccl-system.xml" 2>&1 | grep -F "an NCCL topology file (NCCL_TOPO_FILE), not an hwloc XML" &&
 	gpu-topo -i "$D/truncated.xml" 2>&1 | grep -F "hwloc cannot read this XML topology" &&
+	gpu-topo -i "$D/root-no-complete-nodeset.xml" 2>&1 |
+		grep -F "hwloc crashed reading this XML topology (Segmentation fault)" &&
+	gpu-topo -i - <"$T" >stdin.out && gpu-topo -i "$T" >file.out && test_cmp file.out stdin.out &&
 	test_expect_code 1 gpu-topo -i no-such.xml 2>err &&
 	echo "gpu-topo: open '"'"'no-such.xml'"'"': No such file or directory" >expect &&
 	test_cmp expect err

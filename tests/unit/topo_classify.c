@@ -151,6 +151,7 @@ static void test_errors(void)
 		{DATA "not-xml.xml", "load '" DATA "not-xml.xml': not an hwloc XML topology (no <topology> element)"},
 		{DATA "nccl-system.xml", "load '" DATA "nccl-system.xml': an NCCL topology file (NCCL_TOPO_FILE), not an hwloc XML; write one with lstopo --of xml"},
 		{DATA "truncated.xml", "load '" DATA "truncated.xml': hwloc cannot read this XML topology"},
+		{DATA "root-no-complete-nodeset.xml", "load '" DATA "root-no-complete-nodeset.xml': hwloc crashed reading this XML topology (Segmentation fault)"},
 		{DATA "no-such-file.xml", "open '" DATA "no-such-file.xml': No such file or directory"},
 	};
 	for (size_t i = 0; i < GK_ARRAY_SIZE(bad); i++) {
