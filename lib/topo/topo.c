@@ -324,6 +324,13 @@ int gk_topo_load(gk_topo **out, const char *xml, gk_err *err)
 int gk_topo_load_buf(gk_topo **out, const char *xml, size_t len, const char *name,
 		     gk_err *err)
 {
+	/*
+	 * hwloc dlopens every plugin it finds when the first topology is
+	 * created; the OpenGL and OpenCL ones pull in X11 and the OpenCL ICD
+	 * loader and find no device we use. (libxml2 stays: hwloc's own XML
+	 * reader refuses files with comments.) A user's own setting wins.
+	 */
+	setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl", 0);
 	gk_topo *t = calloc(1, sizeof(*t));
 	if (!t)
 		return gk_err_sys(err, ENOMEM, "topology");
@@ -335,8 +342,7 @@ int gk_topo_load_buf(gk_topo **out, const char *xml, size_t len, const char *nam
 	/*
 	 * XML: keep every I/O object the file has (NVSwitches and bridges are
 	 * named by the NVLink matrix). This machine: the important ones are
-	 * enough and much faster to find; the OpenGL and OpenCL backends are
-	 * skipped, they add display and driver start-up time and no device.
+	 * enough and much faster to find.
 	 */
 	/*
 	 * Disallowed CPUs stay in the tree so a device's locality is the
@@ -348,9 +354,6 @@ int gk_topo_load_buf(gk_topo **out, const char *xml, size_t len, const char *nam
 	if (xml) {
 		if (set_xml(t, xml, len, name, err) < 0)
 			goto fail;
-	} else {
-		hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "gl");
-		hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "opencl");
 	}
 	if (hwloc_topology_load(t->topo) < 0) {
 		if (xml)

@@ -184,7 +184,7 @@ test_expect_success 'usage errors exit 2' '
 test_expect_success 'this machine: the CPU, NUMA and NIC picture, exit 0' '
 	gpu-topo >out 2>err &&
 	ncpu=$(lstopo-no-graphics --only pu | wc -l) &&
-	nnuma=$(lstopo-no-graphics --only numanode | wc -l) &&
+	nnuma=$(lstopo-no-graphics --disallowed --only numanode | wc -l) &&
 	ngpu=$(lstopo-no-graphics --only pcidev -v | awk "/id=10de:/ && /class=03/ { n++ } END { print n + 0 }") &&
 	if test "$ngpu" = 0; then
 		grep "^No GPUs" out &&

@@ -39,6 +39,7 @@ bench() { # name, then two commands as strings
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 echo "# gpu-topo vs lstopo-no-graphics, wall time including process start"
+echo "# load average: $(cut -d " " -f1-3 /proc/loadavg) on $(nproc) CPUs"
 bench "this machine" "'$gt' -q" "lstopo-no-graphics --of console"
 bench "this machine, --json" "'$gt' -q --json" "lstopo-no-graphics --of xml -"
 bench "two-socket-switches.xml" "'$gt' -q -i '$xml'" "lstopo-no-graphics -i '$xml' --of console"
