@@ -151,17 +151,8 @@ int main(int argc, char **argv)
 			gk_strlist_free(&path);
 		}
 	} else if (binding || rankfile) {
-		/* One rank per GPU, or per NUMA node with CPUs on a machine without GPUs. */
 		gk_topo_bind *b = NULL;
-		int n = ranks ? ranks : gk_topo_ngpus(t);
-		if (!n) {
-			for (int i = 0; i < gk_topo_nnuma(t); i++) {
-				const gk_topo_numa *m = gk_topo_numa_at(t, i);
-				n += !m->gpu_memory && m->cpus[0];
-			}
-			if (!n)
-				n = 1;
-		}
+		int n = ranks ? ranks : gk_topo_default_ranks(t);
 		if (rank >= n)
 			status = gk_cli_failf(&cli, "--rank %d: only %d ranks per node", rank, n);
 		else if (gk_topo_binding(t, n, &b, &err) < 0)
@@ -172,8 +163,8 @@ int main(int argc, char **argv)
 			gk_topo_print_binding(stdout, t, b, rank >= 0 ? rank : 0, rank >= 0 ? 1 : n, fmt);
 		for (int r = 0; b && r < n && !cli.quiet; r++)
 			if (b[r].shared) {
-				gk_cli_warn(&cli, "%d ranks but only %d cores: ranks share cores", n,
-					    gk_topo_ncores(t));
+				gk_cli_warn(&cli, "some ranks share cores: more ranks than cores "
+					    "local to their GPU");
 				break;
 			}
 		free(b);

@@ -158,6 +158,14 @@ int gk_topo_binding(const gk_topo *t, int nranks, gk_topo_bind **out, gk_err *er
 	return 0;
 }
 
+int gk_topo_default_ranks(const gk_topo *t)
+{
+	int n = t->ngpus;
+	for (int i = 0; !t->ngpus && i < t->nnuma; i++)
+		n += !t->numa[i].gpu_memory && t->numa[i].cpus[0];
+	return n ? n : 1;
+}
+
 int gk_topo_warnings(const gk_topo *t, gk_strlist *out, gk_err *err)
 {
 	char msg[1024];

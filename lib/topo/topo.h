@@ -144,6 +144,8 @@ typedef struct gk_topo_bind {
 
 int gk_topo_binding(const gk_topo *t, int nranks, gk_topo_bind **out,
 		    gk_err *err);
+/* Ranks per node when the user says nothing: one per GPU, else one per NUMA node with CPUs. */
+int gk_topo_default_ranks(const gk_topo *t);
 
 /* ---- output (the formats gpu-topo prints) ----------------------------------- */
 
