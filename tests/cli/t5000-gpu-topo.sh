@@ -196,9 +196,19 @@ test_expect_success 'this machine: the CPU, NUMA and NIC picture, exit 0' '
 	test "$ncpu" -ge 1
 '
 
-test_expect_success 'this machine: a CPU-only binding covers the allowed CPUs once' '
-	gpu-topo --binding --numactl -n 1 >b &&
-	grep "^numactl --physcpubind=" b
+expand() { # "0-2,5" -> one number per line
+	tr "," "\n" | awk -F- "NF { for (i = \$1; i <= (NF > 1 ? \$2 : \$1); i++) print i }"
+}
+test_expect_success 'this machine: one rank per core covers the allowed CPUs exactly once' '
+	gpu-topo --json >j &&
+	if test "$(jq ".gpus | length" j)" = 0; then
+		n=$(jq .cores j) &&
+		gpu-topo -q --binding -n "$n" >b &&
+		test $(wc -l <b) = $((n + 1)) &&
+		awk -F "\t" "NR > 1 { print \$6 }" b | tr "\n" "," | expand | sort -n >got &&
+		jq -r .allowed_cpus j | expand | sort -n >want &&
+		test_cmp want got
+	fi
 '
 
 test_done
