@@ -86,15 +86,17 @@ test_expect_success 'the lock is held while removing: a second run waits for not
 	mkdir shim &&
 	cat >shim/rm <<-\EOF &&
 	#!/bin/sh
-	# hold the removal until told to go on
+	# hold the removal until told to go on (20 s at most)
 	: >"$SHIM_DIR/started"
-	while ! test -e "$SHIM_DIR/go"; do sleep 0.1; done
+	i=0
+	while ! test -e "$SHIM_DIR/go" && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done
 	exec /bin/rm "$@"
 	EOF
 	chmod +x shim/rm &&
+	test_when_finished ": >shim/go" &&
 	SHIM_DIR=$PWD/shim PATH="$PWD/shim:$PATH" ckpt-prune --keep-last 1 l2 >first &
 	pid=$! &&
-	while ! test -e shim/started; do sleep 0.1; done &&
+	i=0 && while ! test -e shim/started && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done &&
 	ckpt-prune --keep-last 1 l2 >out 2>err &&
 	test_must_be_empty out &&
 	grep "is being pruned by another ckpt-prune" err &&
@@ -121,7 +123,8 @@ test_expect_success 'SIGKILL in the middle of a removal leaves no half checkpoin
 	# delete part of the checkpoint, then the prune dies
 	for a; do t=$a; done
 	/bin/rm -f "$t/model.safetensors"
-	while ! test -s "$KSHIM/pid"; do sleep 0.1; done
+	i=0
+	while ! test -s "$KSHIM/pid" && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done
 	kill -9 "$(cat "$KSHIM/pid")"
 	exit 1
 	EOF
