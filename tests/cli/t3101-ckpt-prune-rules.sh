@@ -209,6 +209,14 @@ test_expect_success 'latest pointing to an uncommitted directory keeps it, with 
 	test -d r13/step-00000003
 '
 
+test_expect_success 'a latest that is not a symbolic link protects nothing, and says so' '
+	commit r16 1 && commit r16 2 && echo step-00000001 >r16/latest &&
+	ckpt-prune --keep-last 1 r16 >out 2>err &&
+	echo "ckpt-prune: warning: '\''latest'\'' is not a symbolic link; ignoring it" >expect &&
+	test_cmp expect err &&
+	! test -e r16/step-00000001 && test -f r16/latest
+'
+
 test_expect_success 'a step-NNNNNNNN that is a file is skipped with a warning' '
 	commit r14 1 && commit r14 2 && echo x >r14/step-00000000 &&
 	ckpt-prune --keep-last 1 -q r14 >out 2>err &&

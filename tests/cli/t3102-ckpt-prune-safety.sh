@@ -115,6 +115,22 @@ test_expect_success 'a symlinked lock file is refused, not followed' '
 	! test -e elsewhere-lock && test -d l3/step-00000001
 '
 
+test_expect_success '--lock FILE replaces DIR/.ckpt-prune.lock' '
+	commit l4 1 && commit l4 2 &&
+	: >l4.lock &&
+	flock l4.lock ckpt-prune --lock l4.lock --keep-last 1 l4 2>err &&
+	grep "is being pruned by another ckpt-prune" err &&
+	test -d l4/step-00000001 &&
+	ckpt-prune --lock l4.lock --keep-last 1 -q l4 &&
+	! test -e l4/step-00000001 && ! test -e l4/.ckpt-prune.lock &&
+	test_expect_code 1 ckpt-prune --lock nodir/x --keep-last 1 l4 2>err &&
+	echo "ckpt-prune: lock '\''nodir/x'\'': No such file or directory" >expect &&
+	test_cmp expect err &&
+	test_expect_code 2 ckpt-prune --lock "" --keep-last 1 l4 2>err &&
+	echo "ckpt-prune: --lock '\'''\'': an empty file name" >expect &&
+	head -n 1 err >first && test_cmp expect first
+'
+
 test_expect_success 'SIGKILL in the middle of a removal leaves no half checkpoint' '
 	commit k1 1 && commit k1 2 && commit k1 3 &&
 	mkdir kshim &&
