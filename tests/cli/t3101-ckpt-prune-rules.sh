@@ -1,0 +1,237 @@
+#!/bin/sh
+test_description='ckpt-prune: which checkpoints are kept and which removed
+
+Real checkpoint roots laid out as gpukit-ckpt(5) says: step-NNNNNNNN
+directories with a COMMIT written last and latest -> step-NNNNNNNN.
+Expected survivors are computed here from the rules, independently of
+the script.'
+. "$(dirname "$0")/lib.sh"
+
+PATH="$GK_TOP/scripts:$PATH"
+
+# commit ROOT STEP [BYTES]: a committed checkpoint with a model of BYTES
+# random bytes (random, so no file system compresses or dedups it away)
+commit() {
+	d=$1/$(printf 'step-%08d' "$2") &&
+	mkdir -p "$d" &&
+	head -c "${3:-4096}" /dev/urandom >"$d/model.safetensors" &&
+	printf '{"step": %d, "files": ["model.safetensors"]}\n' "$2" >"$d/COMMIT"
+}
+# listing ROOT: every name in ROOT, one a line, dot-names too
+listing() { (cd "$1" && find . -mindepth 1 -maxdepth 1 | LC_ALL=C sort); }
+
+test_expect_success 'keep-last N keeps the N newest committed, logs each removal with its size' '
+	for s in 100 200 300 400 500; do commit r1 $s 1048576 || return 1; done &&
+	ln -s step-00000500 r1/latest &&
+	ckpt-prune --keep-last 2 r1 >out 2>err &&
+	test_must_be_empty err &&
+	cat >expect <<-\EOF &&
+	removed step-00000100 (1.0 MiB)
+	removed step-00000200 (1.0 MiB)
+	removed step-00000300 (1.0 MiB)
+	EOF
+	test_cmp expect out &&
+	printf "./%s\n" .ckpt-prune.lock latest step-00000400 step-00000500 >expect &&
+	listing r1 >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'the size in the log is what du reports' '
+	commit r1b 1 3000000 && commit r1b 2 &&
+	kib=$(du -sk r1b/step-00000001 | cut -f1) &&
+	want=$(awk -v k=$kib "BEGIN { printf \"%.1f MiB\", k / 1024 }") &&
+	ckpt-prune --keep-last 1 r1b >out &&
+	echo "removed step-00000001 ($want)" >expect &&
+	test_cmp expect out
+'
+
+test_expect_success 'latest pointing to an older step is kept, and so is the newest' '
+	for s in 100 200 300 400 500; do commit r2 $s || return 1; done &&
+	ln -s step-00000200 r2/latest &&
+	ckpt-prune --keep-last 1 -q r2 &&
+	printf "./%s\n" .ckpt-prune.lock latest step-00000200 step-00000500 >expect &&
+	listing r2 >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'latest as an absolute or ./ path still protects its target' '
+	for s in 1 2 3; do commit r3 $s || return 1; done &&
+	ln -s "$PWD/r3/step-00000001" r3/latest &&
+	ckpt-prune --keep-last 1 -q r3 &&
+	test -d r3/step-00000001 && ! test -e r3/step-00000002 &&
+	rm r3/latest && ln -s ./step-00000003/ r3/latest && commit r3 4 &&
+	ckpt-prune --keep-last 1 -q r3 &&
+	printf "./%s\n" .ckpt-prune.lock latest step-00000003 step-00000004 >expect &&
+	listing r3 >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'the newest committed is kept though a newer one is being written' '
+	commit r4 100 1048576 && commit r4 200 &&
+	mkdir r4/step-00000300 && echo partial >r4/step-00000300/model.safetensors &&
+	ckpt-prune --keep-last 1 -v r4 >out &&
+	cat >expect <<-\EOF &&
+	removed step-00000100 (1.0 MiB)
+	kept step-00000200 (newest, keep-last 1)
+	kept step-00000300 (no COMMIT, changed 0s ago, grace 1h)
+	removed 1, kept 2, freed 1.0 MiB
+	EOF
+	sed "s/changed [0-9]s ago/changed 0s ago/" out >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'keep-every K keeps multiples of K (step 0 and 900: no octal)' '
+	for s in $(seq 0 100 1000); do commit r5 $s || return 1; done &&
+	ckpt-prune --keep-last 2 --keep-every 300 -q r5 &&
+	for s in $(seq 0 100 1000); do
+		if test $((s % 300)) -eq 0 || test $s -ge 900; then
+			printf "./step-%08d\n" $s
+		fi
+	done >expect &&
+	echo ./.ckpt-prune.lock >>expect &&
+	LC_ALL=C sort expect >expect.sorted &&
+	listing r5 >actual &&
+	test_cmp expect.sorted actual
+'
+
+test_expect_success '-v says why each is kept' '
+	for s in 1000 2000 3000 4000 5000; do commit r6 $s 1048576 || return 1; done &&
+	ln -s step-00002000 r6/latest &&
+	ckpt-prune -v -n --keep-last 2 --keep-every 3000 r6 >out &&
+	cat >expect <<-\EOF &&
+	would remove step-00001000 (1.0 MiB)
+	kept step-00002000 (latest)
+	kept step-00003000 (keep-every 3000)
+	kept step-00004000 (keep-last 2)
+	kept step-00005000 (newest, keep-last 2)
+	would remove 1, keep 4, free 1.0 MiB
+	EOF
+	test_cmp expect out
+'
+
+test_expect_success 'keep-last larger than the number of checkpoints removes nothing' '
+	commit r7 1 && commit r7 2 &&
+	ckpt-prune --keep-last 1000000000 r7 >out &&
+	test_must_be_empty out &&
+	test -d r7/step-00000001
+'
+
+test_expect_success 'dry-run removes nothing, creates nothing, and predicts the real run' '
+	for s in 1 2 3 4 5 6; do commit r8 $s || return 1; done &&
+	mkdir r8/.deleting-step-00000009.77 r8/step-00000007 &&
+	touch -d "2 days ago" r8/step-00000007 &&
+	ln -s step-00000004 r8/latest &&
+	(cd r8 && find . | LC_ALL=C sort) >before &&
+	ckpt-prune -n --keep-last 2 --keep-every 3 --grace 0 r8 >dry &&
+	(cd r8 && find . | LC_ALL=C sort) >after &&
+	test_cmp before after &&
+	ckpt-prune --keep-last 2 --keep-every 3 --grace 0 r8 >real &&
+	sed "s/^would remove /removed /" dry >expect &&
+	test_cmp expect real &&
+	grep -c . real >count && echo 4 >four && test_cmp four count
+'
+
+test_expect_success 'junk names are untouched, whatever the policy' '
+	commit r9 10 1048576 && commit r9 20 &&
+	mkdir "r9/step-00000001 copy" r9/step-1 r9/step-000000001 r9/Step-00000001 \
+		"r9/step-0000000
+1" r9/step-00000001.bak r9/.step-00000001 r9/.step-junk.tmp-1 &&
+	: >"r9/step-00000001 copy/COMMIT" && : >r9/step-1/COMMIT &&
+	: >r9/step-00000001.bak/COMMIT && echo notes >r9/notes.txt &&
+	touch -d "1 year ago" r9/* &&
+	listing r9 >before &&
+	ckpt-prune --keep-last 1 --grace 0 r9 >out 2>err &&
+	echo "removed step-00000010 (1.0 MiB)" >expect &&
+	test_cmp expect out &&
+	test_must_be_empty err &&
+	grep -v -e step-00000010 -e ckpt-prune.lock before >expect &&
+	listing r9 | grep -v ckpt-prune.lock >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'a step-NNNNNNNN symlink is not followed, deleted through, or counted' '
+	commit outside 50 &&
+	commit r10 100 1048576 && commit r10 200 &&
+	ln -s ../outside/step-00000050 r10/step-00000030 &&
+	ln -s ../outside/step-00000050 r10/step-00000300 &&
+	ckpt-prune --keep-last 1 --grace 0 r10 >out 2>err &&
+	echo "removed step-00000100 (1.0 MiB)" >expect &&
+	test_cmp expect out &&
+	cat >expect <<-\EOF &&
+	ckpt-prune: warning: skipping '\''step-00000030'\'': a symbolic link, not a checkpoint directory
+	ckpt-prune: warning: skipping '\''step-00000300'\'': a symbolic link, not a checkpoint directory
+	EOF
+	test_cmp expect err &&
+	test -L r10/step-00000030 && test -L r10/step-00000300 &&
+	test -d r10/step-00000200 &&
+	test -f outside/step-00000050/COMMIT &&
+	test -f outside/step-00000050/model.safetensors
+'
+
+test_expect_success 'a symlink inside a removed checkpoint is removed, not its target' '
+	echo precious >precious &&
+	mkdir outdir && echo precious >outdir/file &&
+	commit r11 1 && commit r11 2 &&
+	ln -s ../../precious r11/step-00000001/link &&
+	ln -s ../../outdir r11/step-00000001/dirlink &&
+	ckpt-prune --keep-last 1 -q r11 &&
+	! test -e r11/step-00000001 &&
+	echo precious >expect &&
+	test_cmp expect precious &&
+	test_cmp expect outdir/file
+'
+
+test_expect_success 'latest outside the root or dangling: a warning, nothing outside touched' '
+	commit r12 1 && commit r12 2 && commit r12 3 &&
+	ln -s ../outside/step-00000050 r12/latest &&
+	ckpt-prune --keep-last 1 r12 >out 2>err &&
+	echo "ckpt-prune: warning: '\''latest'\'' points to '\''../outside/step-00000050'\'', not a checkpoint directory in '\''r12'\''" >expect &&
+	test_cmp expect err &&
+	test -f outside/step-00000050/COMMIT &&
+	rm r12/latest && ln -s step-00000099 r12/latest &&
+	ckpt-prune --keep-last 1 r12 >out 2>err &&
+	echo "ckpt-prune: warning: '\''latest'\'' points to '\''step-00000099'\'', not a checkpoint directory in '\''r12'\''" >expect &&
+	test_cmp expect err &&
+	printf "./%s\n" .ckpt-prune.lock latest step-00000003 >expect &&
+	listing r12 >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'latest pointing to an uncommitted directory keeps it, with a warning' '
+	commit r13 1 1048576 && commit r13 2 &&
+	mkdir r13/step-00000003 && touch -d "1 year ago" r13/step-00000003 &&
+	ln -s step-00000003 r13/latest &&
+	ckpt-prune --keep-last 1 --grace 0 r13 >out 2>err &&
+	echo "removed step-00000001 (1.0 MiB)" >expect &&
+	test_cmp expect out &&
+	echo "ckpt-prune: warning: '\''latest'\'' points to '\''step-00000003'\'', which has no COMMIT; keeping it" >expect &&
+	test_cmp expect err &&
+	test -d r13/step-00000003
+'
+
+test_expect_success 'a latest that is not a symbolic link protects nothing, and says so' '
+	commit r16 1 && commit r16 2 && echo step-00000001 >r16/latest &&
+	ckpt-prune --keep-last 1 r16 >out 2>err &&
+	echo "ckpt-prune: warning: '\''latest'\'' is not a symbolic link; ignoring it" >expect &&
+	test_cmp expect err &&
+	! test -e r16/step-00000001 && test -f r16/latest
+'
+
+test_expect_success 'a step-NNNNNNNN that is a file is skipped with a warning' '
+	commit r14 1 && commit r14 2 && echo x >r14/step-00000000 &&
+	ckpt-prune --keep-last 1 -q r14 >out 2>err &&
+	test_must_be_empty out && test_must_be_empty err &&
+	ckpt-prune --keep-last 1 r14 2>err &&
+	echo "ckpt-prune: warning: skipping '\''step-00000000'\'': not a directory" >expect &&
+	test_cmp expect err &&
+	test -f r14/step-00000000
+'
+
+test_expect_success 'a full stdout during a run is an error (exit 1)' '
+	commit r15 1 && commit r15 2 &&
+	test_expect_code 1 ckpt-prune --keep-last 1 r15 >/dev/full 2>err &&
+	echo "ckpt-prune: write standard output: No space left on device" >expect &&
+	test_cmp expect err
+'
+
+test_done
