@@ -169,7 +169,7 @@ $(B)/tools/fuzz/%: $(B)/tools/fuzz/%.o $(B)/tools/fuzz/replay.o $(LIB)
 .PHONY: check venv
 check: all $(UNIT) $(FUZZ_REPLAY)
 	@scripts/test-venv >/dev/null || echo "check: no Python venv; interop tests will skip" >&2
-	prove -j$(JOBS) --exec '' $(UNIT) $(CLI)
+	GK_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI)" prove -j$(JOBS) --exec '' $(UNIT) $(CLI)
 
 venv:
 	scripts/test-venv

@@ -3,10 +3,14 @@ test_description='make install/uninstall with DESTDIR and PREFIX; binaries start
 . "$(dirname "$0")/lib.sh"
 
 # make cannot quote a DESTDIR with spaces (sharness's trash directory has one).
+# The nested make gets the check's build variables (SAN=1 ...) but not its
+# MAKEFLAGS, whose jobserver descriptors prove does not pass down.
+unset MAKEFLAGS MFLAGS
+make_top() { make -s -C "$GK_TOP" ${GK_MAKEVARS:-} "$@"; }
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gk-install.XXXXXX")
 
 test_expect_success 'make install DESTDIR PREFIX=/usr' '
-	make -s -C "$GK_TOP" install DESTDIR="$stage" PREFIX=/usr >/dev/null &&
+	make_top install DESTDIR="$stage" PREFIX=/usr >/dev/null &&
 	for m in "$GK_TOP"/man/man*/*.[1-9]; do
 		sec=$(basename "$(dirname "$m")") &&
 		test -f "$stage/usr/share/man/$sec/$(basename "$m")" || return 1
@@ -19,7 +23,7 @@ test_expect_success 'make install DESTDIR PREFIX=/usr' '
 '
 
 test_expect_success 'make uninstall removes what install put there' '
-	make -s -C "$GK_TOP" uninstall DESTDIR="$stage" PREFIX=/usr >/dev/null &&
+	make_top uninstall DESTDIR="$stage" PREFIX=/usr >/dev/null &&
 	find "$stage" -type f >left &&
 	test_must_be_empty left
 '
