@@ -92,6 +92,12 @@ static int by_dtype_name(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(sort_specs[*(const size_t *)a].name,
+		      sort_specs[*(const size_t *)b].name);
+}
+
 int gk_st_header(const gk_st_spec *t, size_t n, const gk_st_kv *meta,
 		 size_t nmeta, char **hdr, size_t *hdr_len, size_t **order_out,
 		 uint64_t *data_len, gk_err *err)
@@ -109,16 +115,18 @@ int gk_st_header(const gk_st_spec *t, size_t n, const gk_st_kv *meta,
 				       t[i].name ? t[i].name : "(null)");
 		}
 	}
-	/* qsort is not stable, but (dtype, name) is a total order on unique names. */
+	/* Names must be unique whatever their dtypes: check in name order. */
 	sort_specs = t;
-	qsort(order, n, sizeof(*order), by_dtype_name);
+	qsort(order, n, sizeof(*order), by_name);
 	for (size_t i = 1; i < n; i++)
-		if (strcmp(t[order[i]].name, t[order[i - 1]].name) == 0 &&
-		    t[order[i]].dtype == t[order[i - 1]].dtype) {
+		if (strcmp(t[order[i]].name, t[order[i - 1]].name) == 0) {
+			gk_errf(err, "safetensors header: tensor '%s' given twice",
+				t[order[i]].name);
 			free(order);
-			return gk_errf(err, "safetensors header: tensor '%s' given twice",
-				       t[order[i]].name);
+			return -1;
 		}
+	/* qsort is not stable, but (dtype, name) is a total order on unique names. */
+	qsort(order, n, sizeof(*order), by_dtype_name);
 	sb_put(&b, "\0\0\0\0\0\0\0\0{", 9);
 	if (nmeta) {
 		sb_str(&b, "\"__metadata__\":{");

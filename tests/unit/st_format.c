@@ -104,9 +104,9 @@ static void test_order_and_escapes(void)
 	is_int((len - 8) % 8, 0, "padded to 8");
 	free(hdr);
 	free(order);
-	gk_st_spec dup[] = {{"x", GK_DT_F32, 1, &one}, {"x", GK_DT_F32, 1, &one}};
-	ok(gk_st_header(dup, 2, NULL, 0, &hdr, &len, NULL, &dlen, &err) < 0 &&
-	   strstr(err.msg, "given twice"), "duplicate names refused: %s", err.msg);
+	gk_st_spec dup[] = {{"x", GK_DT_F32, 1, &one}, {"y", GK_DT_I8, 1, &one}, {"x", GK_DT_F16, 1, &one}};
+	ok(gk_st_header(dup, 3, NULL, 0, &hdr, &len, NULL, &dlen, &err) < 0 &&
+	   strstr(err.msg, "given twice"), "duplicate names (of different dtypes) refused: %s", err.msg);
 	gk_st_spec f4 = {"x", GK_DT_F4, 1, &one};
 	ok(gk_st_header(&f4, 1, NULL, 0, &hdr, &len, NULL, &dlen, &err) < 0,
 	   "one F4 element (half a byte) refused");
