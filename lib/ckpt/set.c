@@ -220,7 +220,8 @@ static int list_dir(const char *dir, int (*keep)(const char *), gk_strlist *out,
 		}
 	}
 	closedir(d);
-	qsort(out->v + first, out->n - first, sizeof(char *), cmp_str);
+	if (out->n > first)
+		qsort(out->v + first, out->n - first, sizeof(char *), cmp_str);
 	return 0;
 }
 

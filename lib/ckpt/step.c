@@ -152,7 +152,8 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 			goto out;
 		}
 	closedir(d);
-	qsort(files.v, files.n, sizeof(char *), cmp_str);
+	if (files.n)
+		qsort(files.v, files.n, sizeof(char *), cmp_str);
 	for (size_t i = 0; i < files.n; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files.v[i]);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -267,7 +268,8 @@ int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err)
 		v[cnt++] = st;
 	}
 	closedir(d);
-	qsort(v, cnt, sizeof(*v), cmp_u64);
+	if (cnt)
+		qsort(v, cnt, sizeof(*v), cmp_u64);
 	*steps = v;
 	*n = cnt;
 	return 0;
