@@ -204,7 +204,12 @@ int gk_ckpt_plan_ranks(const gk_ckpt_set *s, size_t n, int slice,
 	if (slice) {
 		for (size_t i = 0; i < s->n; i++) {
 			const gk_ckpt_entry *e = &s->e[i];
-			if (e->ndim == 0) {
+			uint64_t rowel = 1;
+			for (int d = 1; d < e->ndim; d++)
+				rowel *= e->shape[d];
+			/* Scalars, and sub-byte rows (F4, F6) that cannot be cut on a
+			 * byte boundary, stay whole on rank 0. */
+			if (e->ndim == 0 || rowel * gk_dtype_bits(e->out_dtype) % 8) {
 				if (push(&p->f[0], whole(s, i), e->out_bytes, err))
 					return -1;
 				continue;

@@ -103,9 +103,9 @@ static int put_rows(const gk_ckpt_set *s, gk_st_writer *w,
 {
 	if (e->bytes == 0 || rows == 0)
 		return 0;
-	uint64_t total_rows = e->ndim ? e->shape[0] : 1;
-	uint64_t rowbytes = e->bytes / total_rows;
-	uint64_t rowel = 1;
+	/* Bits, not bytes: F4 and F6 rows need not be whole bytes (the
+	 * planner only cuts them where they are). */
+	uint64_t rowel = 1, bits = gk_dtype_bits(e->dtype);
 	for (int d = 1; d < e->ndim; d++)
 		rowel *= e->shape[d];
 	for (size_t i = 0; i < e->nparts; i++) {
@@ -116,10 +116,12 @@ static int put_rows(const gk_ckpt_set *s, gk_st_writer *w,
 		if (lo >= hi)
 			continue;
 		const gk_st_file *f = s->files[pt->file];
-		uint64_t off = f->data_off + pt->t->begin + (lo - pt->row0) * rowbytes;
+		uint64_t off = f->data_off + pt->t->begin + (lo - pt->row0) * rowel * bits / 8;
+		uint64_t len = (hi - lo) * rowel * bits / 8;
+		if (lo == pt->row0 && hi == pt->row0 + pt->rows)
+			len = pt->t->end - pt->t->begin;
 		int rc = e->out_dtype == e->dtype
-				 ? gk_st_writer_copy(w, f->fd, off, (hi - lo) * rowbytes,
-						     f->path, err)
+				 ? gk_st_writer_copy(w, f->fd, off, len, f->path, err)
 				 : gk_st_writer_convert(w, f->fd, off, e->dtype,
 							(hi - lo) * rowel, f->path, err);
 		if (rc)

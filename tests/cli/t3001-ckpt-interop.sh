@@ -218,6 +218,56 @@ with safe_open(\"f16.safetensors\", \"np\") as g:
 "
 '
 
+test_expect_success '--verify re-reads the output; --check validates' '
+	ckpt-merge --verify hf1000 -o v.safetensors &&
+	cmp v.safetensors ref.safetensors &&
+	ckpt-merge --check hf1000 >out &&
+	echo "ok: 17 tensors, $(($(wc -c <ref.safetensors) - 8 - $(head -c 8 ref.safetensors | od -An -tu8))) bytes in 10 files" >expect.raw &&
+	sed "s/bytes in 10/bytes in $(ls hf1000/*.safetensors | wc -l)/; s/  */ /g" expect.raw >expect &&
+	test_cmp expect out
+'
+
+test_expect_success 'our dtype list and order are the reference'"'"'s' '
+	"$GK_PY" -c "
+import json, struct
+from safetensors import safe_open
+h = json.dumps({\"w\": {\"dtype\": \"XX\", \"shape\": [1], \"data_offsets\": [0, 1]}}).encode()
+open(\"x.safetensors\", \"wb\").write(struct.pack(\"<Q\", len(h)) + h + b\"\\0\")
+try:
+    safe_open(\"x.safetensors\", \"np\")
+except Exception as e:
+    msg = str(e)
+print(\" \".join(w.strip(\"\x60,\") for w in msg.split(\"expected one of \")[1].split(\" at line\")[0].split()))
+" >ref-order &&
+	for dt in $(cat ref-order); do
+		case $dt in F4) shape="[2]";; F6_*) shape="[4]";; *) shape="[1]";; esac
+		echo "$dt $shape"
+	done >dts &&
+	"$GK_PY" -c "
+import json, struct
+# one tensor of each dtype, one byte (or 3 for F6) each, in reverse order
+dts = [l.split() for l in open(\"dts\")]
+hdr, off = {}, 0
+for i, (dt, shape) in enumerate(reversed(dts)):
+    n = {\"F6_E2M3\": 3, \"F6_E3M2\": 3}.get(dt, 1) * (8 if dt in (\"F64\", \"I64\", \"U64\", \"C64\") else 4 if dt in (\"F32\", \"I32\", \"U32\") else 2 if dt in (\"F16\", \"BF16\", \"I16\", \"U16\") else 1)
+    hdr[\"t%02d\" % i] = {\"dtype\": dt, \"shape\": json.loads(shape), \"data_offsets\": [off, off + n]}
+    off += n
+h = json.dumps(hdr).encode()
+open(\"alldt.safetensors\", \"wb\").write(struct.pack(\"<Q\", len(h)) + h + bytes(range(off)))
+" &&
+	ckpt-merge --check alldt.safetensors &&
+	ckpt-merge alldt.safetensors -o alldt2.safetensors &&
+	ckpt-shard alldt.safetensors --ranks 3 --slice -o alls &&
+	ckpt-merge alls -o alldt3.safetensors && cmp alldt2.safetensors alldt3.safetensors &&
+	ckpt-merge --list --json alldt2.safetensors >l.json &&
+	"$GK_PY" -c "
+import json
+ref = open(\"ref-order\").read().split()
+got = [e[\"dtype\"] for e in json.load(open(\"l.json\"))]
+assert got == list(reversed(ref)), (got, ref)   # widest kinds first: the reverse of the enum
+"
+'
+
 test_expect_success '--list and --json show every tensor' '
 	ckpt-merge --list --json ref.safetensors >list.json &&
 	"$GK_PY" -c "

@@ -56,7 +56,7 @@ static void test_steps(void)
 	ok(gk_ckpt_verify_step(path, &err) == 0, "verify: %s", err.msg);
 
 	/* A merge of the step directory sees both ranks' files. */
-	gk_ckpt_set *set;
+	gk_ckpt_set *set = NULL;
 	char *in[] = {root};
 	ok(gk_ckpt_open(&set, in, 1, &err) < 0 && strstr(err.msg, "conflicting copies"),
 	   "ranks with different whole copies of 'w' conflict: %s", err.msg);
@@ -84,6 +84,16 @@ static void test_steps(void)
 	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 3000, "dangling latest: 3000");
 	unlink(path);
 	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 3000, "missing latest: 3000");
+
+	/* The root reads as its newest committed step: 3000, value 4.0. */
+	ok(gk_ckpt_open(&set, in, 1, &err) == 0 && set->n == 1, "open the root: %s",
+	   set ? "ok" : err.msg);
+	float v[4] = {0};
+	const gk_ckpt_part *pt = &set->e[0].parts[0];
+	gk_st_read(set->files[pt->file], pt->t, 0, v, sizeof(v), &err);
+	ok(v[0] == 4.0f && v[3] == 4.0f, "the root is step 3000 (got %g)", v[0]);
+	ok(strstr(set->files[0]->path, "step-00003000/") != NULL, "  from %s", set->files[0]->path);
+	gk_ckpt_close(set);
 
 	/* Committing a step that exists fails and leaves it alone. */
 	ok(gk_ckpt_stage_begin(&s, root, 3000, &err) == 0 && write_model(s, 0, 1, 6.0f) == 0 &&
