@@ -3,7 +3,8 @@ test_description='ckpt-merge and ckpt-shard against the Python safetensors packa
 
 Our writer produces the bytes safetensors.numpy.save_file produces; files
 we write load in safetensors with identical tensors; files it writes are
-merged back exactly; the Hugging Face sharding follows huggingface_hub;
+merged back exactly; the Hugging Face sharding matches huggingface_hub (its own split function
+when the venv has it);
 dtype conversion rounds to nearest even (checked with numpy).'
 . "$(dirname "$0")/lib.sh"
 test_need_python numpy safetensors
@@ -86,36 +87,46 @@ test_expect_success 'a file safetensors wrote merges to itself' '
 '
 
 cat >hfcheck.py <<'PY'
-# hfcheck.py DIR MAX: the split huggingface_hub's split_state_dict_into_shards_factory
-# makes (tensors in file order) and the index semantics transformers relies on.
+# hfcheck.py DIR MAX: the split huggingface_hub makes of the same tensors,
+# in the same order, and the index semantics transformers relies on.
 import json, os, sys
-from safetensors import safe_open
+from safetensors.numpy import load_file
 d, mx = sys.argv[1], int(sys.argv[2])
-with safe_open("ref.safetensors", "np") as g:
-    order = list(g.keys())
-    sizes = {k: g.get_tensor(k).nbytes for k in order}
-# file order is the writer's order: dtype then name; read it from offsets
-hdr = json.loads(open("ref.safetensors", "rb").read()[8:8 + int.from_bytes(open("ref.safetensors", "rb").read(8), "little")])
+raw = open("ref.safetensors", "rb").read()
+hdr = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
 order = sorted((k for k in hdr if k != "__metadata__"), key=lambda k: hdr[k]["data_offsets"])
-shards, cur, cur_size = [], [], 0
-for k in order:
-    s = sizes[k]
-    if s > mx:
-        shards.append([k]); continue
-    if cur_size + s > mx:
-        shards.append(cur); cur, cur_size = [], 0
-    cur.append(k); cur_size += s
-if cur: shards.append(cur)
-n = len(shards)
-names = ["model.safetensors"] if n == 1 else ["model-%05d-of-%05d.safetensors" % (i + 1, n) for i in range(n)]
-if n == 1:
-    assert sorted(os.listdir(d)) == ["model.safetensors"], os.listdir(d)
+t = load_file("ref.safetensors")
+state = {k: t[k] for k in order}  # file order is the order ckpt-shard walks
+try:
+    from huggingface_hub import split_state_dict_into_shards_factory
+    split = split_state_dict_into_shards_factory(
+        state, get_storage_size=lambda x: x.nbytes, max_shard_size=mx,
+        filename_pattern="model{suffix}.safetensors")
+    want, total = split.tensor_to_filename, split.metadata["total_size"]
+    print("# checked against huggingface_hub", file=sys.stderr)
+except ImportError:
+    # huggingface_hub serialization/_base.py, the same loop
+    shards, cur, size = [], {}, 0
+    for k, v in state.items():
+        if v.nbytes > mx:
+            shards.append([k]); continue
+        if size + v.nbytes > mx:
+            shards.append(list(cur)); cur, size = {}, 0
+        cur[k] = 1; size += v.nbytes
+    if cur: shards.append(list(cur))
+    n = len(shards)
+    want = {k: "model.safetensors" if n == 1 else "model-%05d-of-%05d.safetensors" % (i + 1, n)
+            for i, s in enumerate(shards) for k in s}
+    total = sum(v.nbytes for v in state.values())
+names = sorted(set(want.values()))
+if names == ["model.safetensors"]:
+    assert sorted(os.listdir(d)) == names, os.listdir(d)
     sys.exit(0)
 ix = json.load(open(os.path.join(d, "model.safetensors.index.json")))
-assert ix["metadata"]["total_size"] == sum(sizes.values())
-want = {k: names[i] for i, s in enumerate(shards) for k in s}
+assert ix["metadata"]["total_size"] == total
 assert ix["weight_map"] == want, (ix["weight_map"], want)
 assert sorted(os.listdir(d)) == sorted(names + ["model.safetensors.index.json"])
+from safetensors import safe_open
 for f in names:
     with safe_open(os.path.join(d, f), "np") as g:
         assert sorted(g.keys()) == sorted(k for k, v in want.items() if v == f)
