@@ -338,14 +338,36 @@ static int parse_slice(const char *v, occ *o)
 	return 0;
 }
 
-static const char *meta_slice(const gk_st_file *f, const char *name)
+/* The slice metadata of one file, sorted by tensor name for bsearch. */
+typedef struct slice_kv {
+	const char *name, *value;
+} slice_kv;
+
+static int by_slice_name(const void *a, const void *b)
 {
-	size_t pl = strlen(GK_CKPT_META_SLICE);
+	return strcmp(((const slice_kv *)a)->name, ((const slice_kv *)b)->name);
+}
+
+static slice_kv *file_slices(const gk_st_file *f, size_t *n)
+{
+	size_t pl = strlen(GK_CKPT_META_SLICE), k = 0;
+	slice_kv *v = malloc((f->nmeta + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
 	for (size_t i = 0; i < f->nmeta; i++)
-		if (strncmp(f->meta[i].key, GK_CKPT_META_SLICE, pl) == 0 &&
-		    strcmp(f->meta[i].key + pl, name) == 0)
-			return f->meta[i].value;
-	return NULL;
+		if (strncmp(f->meta[i].key, GK_CKPT_META_SLICE, pl) == 0)
+			v[k++] = (slice_kv){f->meta[i].key + pl, f->meta[i].value};
+	if (k)
+		qsort(v, k, sizeof(*v), by_slice_name);
+	*n = k;
+	return v;
+}
+
+static const char *find_slice(const slice_kv *v, size_t n, const char *name)
+{
+	slice_kv key = {name, NULL};
+	const slice_kv *r = n ? bsearch(&key, v, n, sizeof(*v), by_slice_name) : NULL;
+	return r ? r->value : NULL;
 }
 
 static int same_shape(const gk_st_tensor *a, const gk_st_tensor *b, int from)
@@ -463,18 +485,27 @@ static int check_indexes(builder *b, gk_err *err)
 					       p->path, p->ix.names.v[k], f->path);
 			total += t->end - t->begin;
 		}
+		/* Every tensor of every file must be in the weight_map. */
+		gk_strlist sorted = {0};
+		for (size_t k = 0; k < p->ix.names.n; k++)
+			if (gk_strlist_push(&sorted, p->ix.names.v[k], err)) {
+				gk_strlist_free(&sorted);
+				return -1;
+			}
+		if (sorted.n)
+			qsort(sorted.v, sorted.n, sizeof(char *), cmp_str);
 		for (size_t fi = 0; fi < p->ix.files.n; fi++) {
 			const gk_st_file *f = s->files[p->file[fi]];
 			for (size_t t = 0; t < f->n; t++) {
-				size_t k;
-				for (k = 0; k < p->ix.names.n; k++)
-					if (strcmp(p->ix.names.v[k], f->t[t].name) == 0)
-						break;
-				if (k == p->ix.names.n)
+				const char *key = f->t[t].name;
+				if (!sorted.n || !bsearch(&key, sorted.v, sorted.n, sizeof(char *), cmp_str)) {
+					gk_strlist_free(&sorted);
 					return gk_errf(err, "index '%s': tensor '%s' in '%s' is not in the weight_map",
-						       p->path, f->t[t].name, f->path);
+						       p->path, key, f->path);
+				}
 			}
 		}
+		gk_strlist_free(&sorted);
 		if (p->ix.total_size != UINT64_MAX && p->ix.total_size != total)
 			return gk_errf(err, "index '%s': metadata.total_size is %" PRIu64 " but the tensors hold %" PRIu64 " bytes",
 				       p->path, p->ix.total_size, total);
@@ -492,15 +523,22 @@ static int group(gk_ckpt_set *s, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "merge");
 	for (size_t i = 0; i < s->nfiles; i++) {
 		const gk_st_file *f = s->files[i];
+		size_t nsl;
+		slice_kv *sl_kv = file_slices(f, &nsl);
+		if (!sl_kv) {
+			free(o);
+			return gk_err_sys(err, ENOMEM, "merge");
+		}
 		for (size_t t = 0; t < f->n; t++, seq++) {
 			occ *c = &o[seq];
 			c->name = f->t[t].name;
 			c->file = i;
 			c->seq = seq;
 			c->t = &f->t[t];
-			const char *sl = meta_slice(f, c->name);
+			const char *sl = find_slice(sl_kv, nsl, c->name);
 			if (sl) {
 				if (parse_slice(sl, c) || f->t[t].ndim == 0) {
+					free(sl_kv);
 					free(o);
 					return gk_errf(err, "read '%s': tensor '%s': bad slice metadata '%s'",
 						       f->path, c->name, sl);
@@ -508,6 +546,7 @@ static int group(gk_ckpt_set *s, gk_err *err)
 				c->sliced = 1;
 			}
 		}
+		free(sl_kv);
 	}
 	qsort(o, n, sizeof(*o), by_name_seq);
 	s->e = calloc(n + 1, sizeof(*s->e));

@@ -105,6 +105,7 @@ void gk_st_close(gk_st_file *f)
 	if (f->fd >= 0)
 		close(f->fd);
 	free(f->t);
+	free(f->by_name);
 	free(f->meta);
 	free(f->path);
 	free(f);
@@ -118,6 +119,13 @@ static int by_offset(const void *a, const void *b)
 	if (x->end != y->end)
 		return x->end < y->end ? -1 : 1;
 	return 0;
+}
+
+static const gk_st_tensor *name_sort;
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(name_sort[*(const size_t *)a].name,
+		      name_sort[*(const size_t *)b].name);
 }
 
 static int get_u64(const json_t *v, uint64_t *out)
@@ -259,6 +267,14 @@ static int parse_json(gk_st_file *f, const char *hdr, size_t hlen,
 	}
 	/* Writers order tensors as they like; the layout rules are by offset. */
 	qsort(f->t, f->n, sizeof(*f->t), by_offset);
+	if (!(f->by_name = malloc((f->n + 1) * sizeof(size_t)))) {
+		gk_err_sys(err, ENOMEM, "read '%s'", path);
+		goto out;
+	}
+	for (size_t i = 0; i < f->n; i++)
+		f->by_name[i] = i;
+	name_sort = f->t;
+	qsort(f->by_name, f->n, sizeof(size_t), by_name);
 	uint64_t at = 0;
 	for (size_t i = 0; i < f->n; i++) {
 		const gk_st_tensor *t = &f->t[i];
@@ -412,9 +428,17 @@ int gk_st_open(gk_st_file **out, const char *path, gk_err *err)
 
 const gk_st_tensor *gk_st_find(const gk_st_file *f, const char *name)
 {
-	for (size_t i = 0; i < f->n; i++)
-		if (strcmp(f->t[i].name, name) == 0)
-			return &f->t[i];
+	size_t lo = 0, hi = f->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(f->t[f->by_name[mid]].name, name);
+		if (c == 0)
+			return &f->t[f->by_name[mid]];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return NULL;
 }
 

@@ -49,6 +49,7 @@ typedef struct gk_st_file {
 	size_t n;
 	gk_st_kv *meta;     /* __metadata__, in file order */
 	size_t nmeta;
+	size_t *by_name;    /* t indices sorted by name, for gk_st_find */
 } gk_st_file;
 
 /* Open and validate path (the header only is read: O(header) memory). */
@@ -63,6 +64,7 @@ int gk_st_parse(gk_st_file **out, const void *buf, size_t len,
 		uint64_t file_size, const char *name, gk_err *err);
 void gk_st_close(gk_st_file *f);
 
+/* Binary search by name: O(log n), for checkpoints of 100k tensors. */
 const gk_st_tensor *gk_st_find(const gk_st_file *f, const char *name);
 const char *gk_st_meta_get(const gk_st_file *f, const char *key);
 /* Element count of a tensor (1 for a scalar); 0 on overflow cannot happen
