@@ -191,7 +191,12 @@ int gk_ckpt_stage_join(gk_ckpt_stage **out, const char *root, uint64_t step,
 const char *gk_ckpt_stage_name(const gk_ckpt_stage *s);
 /* ROOT/STAGING/file, malloc'ed (NULL when out of memory). */
 char *gk_ckpt_stage_path(const gk_ckpt_stage *s, const char *file);
-/* Hash every file, write COMMIT, rename into place, point latest at it. */
+/*
+ * fsync and hash every file (a second read of the data, usually from the
+ * page cache; other ranks' writers cannot hand their hashes over), write
+ * COMMIT, rename into place, point latest at it unless a newer step is
+ * already committed. On failure the caller still owns s.
+ */
 int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err);
 /* Remove the staging directory and everything in it. */
 void gk_ckpt_stage_abort(gk_ckpt_stage *s);
