@@ -182,11 +182,51 @@ static void test_plans(void)
 	free(s);
 }
 
+static void test_index(void)
+{
+	static const struct {
+		const char *doc;
+		const char *msg; /* NULL: accepted */
+	} cases[] = {
+		{"{\"metadata\":{\"total_size\":8},\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"sub/m-2.safetensors\",\"c\":\"m-1.safetensors\"}}", NULL},
+		{"{\"weight_map\":{\"a\":\"..\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"x/../../y\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"x/..\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"/abs\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":3}}", "is not a file name"},
+		{"{\"weight_map\":[]}", "no weight_map object"},
+		{"{\"metadata\":{\"total_size\":-1},\"weight_map\":{}}", "total_size is not a non-negative integer"},
+		{"{\"weight_map\":{\"a\":\"x\",\"a\":\"y\"}}", "duplicate"},
+		{"{\"weight_map\":{\"a\":\"..x/y..\"}}", NULL},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(cases); i++) {
+		gk_ckpt_index ix;
+		gk_err err = {0};
+		int rc = gk_ckpt_index_parse(&ix, cases[i].doc, strlen(cases[i].doc), "ix", &err);
+		if (!cases[i].msg) {
+			ok(rc == 0, "index %zu accepted: %s", i, rc ? err.msg : "");
+			if (!rc)
+				gk_ckpt_index_free(&ix);
+		} else {
+			ok(rc < 0 && strstr(err.msg, cases[i].msg), "index %zu refused: %s", i, err.msg);
+		}
+	}
+	gk_ckpt_index ix;
+	gk_err err;
+	const char *d = "{\"metadata\":{\"total_size\":8},\"weight_map\":{\"a\":\"m-1\",\"b\":\"m-2\",\"c\":\"m-1\"}}";
+	gk_ckpt_index_parse(&ix, d, strlen(d), "ix", &err);
+	ok(ix.files.n == 2 && ix.names.n == 3 && ix.file_of[2] == 0 && ix.total_size == 8,
+	   "files deduplicated, total_size read");
+	gk_ckpt_index_free(&ix);
+}
+
 int main(void)
 {
 	if (!mkdtemp(root))
 		return 1;
 	test_steps();
 	test_plans();
+	test_index();
 	return done_testing();
 }
