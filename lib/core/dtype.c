@@ -20,6 +20,8 @@ static const struct {
 	[GK_DT_F8_E5M2] = {"F8_E5M2", 8},
 	[GK_DT_F8_E4M3] = {"F8_E4M3", 8},
 	[GK_DT_F8_E8M0] = {"F8_E8M0", 8},
+	[GK_DT_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8},
+	[GK_DT_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
 	[GK_DT_I16] = {"I16", 16},
 	[GK_DT_U16] = {"U16", 16},
 	[GK_DT_F16] = {"F16", 16},

@@ -8,8 +8,10 @@
 #include <stddef.h>
 
 /*
- * The safetensors dtypes (reference: safetensors/src/tensor.rs `Dtype`).
- * F4 and F6 pack several elements per byte; everything else is whole bytes.
+ * The safetensors dtypes (reference: safetensors/src/tensor.rs `Dtype`),
+ * in the reference's order: its writer sorts tensors by this order, so
+ * gk_st's byte-exact writer depends on it. F4 and F6 pack several
+ * elements per byte; everything else is whole bytes.
  */
 typedef enum gk_dtype {
 	GK_DT_INVALID = 0,
@@ -22,6 +24,8 @@ typedef enum gk_dtype {
 	GK_DT_F8_E5M2,
 	GK_DT_F8_E4M3,
 	GK_DT_F8_E8M0,
+	GK_DT_F8_E4M3FNUZ,
+	GK_DT_F8_E5M2FNUZ,
 	GK_DT_I16,
 	GK_DT_U16,
 	GK_DT_F16,

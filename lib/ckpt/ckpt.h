@@ -1,0 +1,219 @@
+/*
+ * ckpt.h - checkpoints made of safetensors files (prefix gk_ckpt_): the
+ * Hugging Face sharded layout, rank shards with row slices, merging and
+ * resharding in bounded memory, and the training-checkpoint directory.
+ * The formats are described in gpukit-ckpt(5).
+ */
+#ifndef GK_CKPT_H
+#define GK_CKPT_H
+
+#include <stdint.h>
+
+#include "core/core.h"
+#include "st/st.h"
+
+#define GK_CKPT_INDEX "model.safetensors.index.json"
+#define GK_CKPT_SINGLE "model.safetensors"
+/* __metadata__ keys of rank shards (see gpukit-ckpt(5)). */
+#define GK_CKPT_META_RANK "gpukit.rank"
+#define GK_CKPT_META_WORLD "gpukit.world"
+#define GK_CKPT_META_SLICE "gpukit.slice." /* + tensor name: "START:STOP/ROWS" */
+
+/* ---- a set of input files seen as one checkpoint -------------------------- */
+
+/* Rows [row0, row0+rows) of an entry, held by tensor t of file. */
+typedef struct gk_ckpt_part {
+	size_t file;
+	const gk_st_tensor *t;
+	uint64_t row0, rows;
+} gk_ckpt_part;
+
+typedef struct gk_ckpt_entry {
+	char *name;
+	gk_dtype dtype, out_dtype; /* out_dtype: after gk_ckpt_set_dtype */
+	int ndim;
+	uint64_t *shape;           /* the whole tensor */
+	uint64_t bytes, out_bytes;
+	gk_ckpt_part *parts;       /* sorted by row0, covering dim 0 exactly */
+	size_t nparts;
+} gk_ckpt_entry;
+
+typedef struct gk_ckpt_set {
+	gk_st_file **files;
+	size_t nfiles;
+	gk_ckpt_entry *e; /* in order of first appearance */
+	size_t n;
+	uint64_t bytes;   /* sum of entry bytes */
+} gk_ckpt_set;
+
+/*
+ * Open inputs as one checkpoint. Each input is a safetensors file, an index
+ * (*.json: a Hugging Face weight_map), or a directory: one holding
+ * model.safetensors.index.json, a training step directory (its COMMIT is
+ * required and its model*.safetensors files are read), a checkpoint root
+ * (its latest committed step), or else every *.safetensors in it.
+ * Checks: every file valid; index paths relative without "..", every
+ * indexed tensor in its file and every file tensor in the index,
+ * metadata.total_size equal to the tensor bytes; a tensor in several
+ * files is either row slices (gpukit.slice.* metadata) that cover dim 0
+ * exactly once, or identical copies (compared by XXH3) kept once;
+ * anything else is an error naming both files.
+ */
+int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
+		 gk_err *err);
+void gk_ckpt_close(gk_ckpt_set *s);
+
+/*
+ * Choose each entry's output dtype: float tensors become dt (GK_DT_INVALID:
+ * keep), except names matching one of the fnmatch(3) patterns, which become
+ * F32. Other types are kept.
+ */
+int gk_ckpt_set_dtype(gk_ckpt_set *s, gk_dtype dt, char *const *keep_f32,
+		      size_t nkeep, gk_err *err);
+
+/* ---- plans: which tensors (or rows) go to which output file ---------------- */
+
+typedef struct gk_ckpt_item {
+	size_t entry;
+	uint64_t row0, rows; /* dim-0 range written */
+	int sliced;          /* written as a row slice with its metadata */
+} gk_ckpt_item;
+
+typedef struct gk_ckpt_outfile {
+	char *name;          /* file name inside the output directory */
+	gk_ckpt_item *items;
+	size_t n;
+	uint64_t bytes;      /* tensor bytes in it */
+	int rank;            /* >= 0 for rank shards */
+} gk_ckpt_outfile;
+
+typedef struct gk_ckpt_plan {
+	gk_ckpt_outfile *f;
+	size_t n;
+	int index;           /* write model.safetensors.index.json */
+	int world;           /* rank shards: N, else 0 */
+	uint64_t total;      /* tensor bytes of the whole output */
+} gk_ckpt_plan;
+
+/* Everything in one file named name. */
+int gk_ckpt_plan_one(const gk_ckpt_set *s, const char *name,
+		     gk_ckpt_plan *p, gk_err *err);
+/*
+ * Hugging Face size sharding, as huggingface_hub's
+ * split_torch_state_dict_into_shards: tensors in order; a new shard when
+ * the running size would strictly exceed max; a tensor larger than max
+ * gets a shard of its own, placed when it is met. Files are
+ * model-00001-of-0000N.safetensors plus the index, or model.safetensors
+ * alone when one shard results.
+ */
+int gk_ckpt_plan_size(const gk_ckpt_set *s, uint64_t max, gk_ckpt_plan *p,
+		      gk_err *err);
+/* n contiguous shards of about equal size, in the same HF layout. */
+int gk_ckpt_plan_count(const gk_ckpt_set *s, size_t n, gk_ckpt_plan *p,
+		       gk_err *err);
+/*
+ * Rank shards model-rank-RRRRR-of-NNNNN.safetensors. Whole tensors: largest
+ * first to the least-full rank (an index is written, so HF loaders read
+ * them too). slice: every tensor with a dimension split along dim 0 in
+ * chunks of ceil(rows/n) (torch.chunk, FSDP's dim-0 rule; trailing ranks
+ * may hold empty slices); scalars whole on rank 0.
+ */
+int gk_ckpt_plan_ranks(const gk_ckpt_set *s, size_t n, int slice,
+		       gk_ckpt_plan *p, gk_err *err);
+void gk_ckpt_plan_free(gk_ckpt_plan *p);
+
+/* ---- writing ---------------------------------------------------------------- */
+
+typedef struct gk_ckpt_write_opts {
+	gk_progress *progress; /* may be NULL */
+	int verify;            /* re-read the output and compare XXH3 of copies */
+} gk_ckpt_write_opts;
+
+/*
+ * Write one planned file to path (atomic; "-" is stdout). Copies run in
+ * the kernel when dtypes match, else through gk_convert in 4 MiB pieces.
+ */
+int gk_ckpt_write_file(const gk_ckpt_set *s, const gk_ckpt_plan *p, size_t k,
+		       const char *path, const gk_ckpt_write_opts *o,
+		       gk_err *err);
+/*
+ * Write the whole plan into directory dir, which must be missing or empty:
+ * everything is built in a hidden sibling directory and renamed into place
+ * at the end, so dir holds all of it or none (the index written last).
+ */
+int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
+		      const char *dir, const gk_ckpt_write_opts *o,
+		      gk_err *err);
+
+/* ---- the Hugging Face index ------------------------------------------------- */
+
+/* Write dir/model.safetensors.index.json for the plan (sorted, indent 2). */
+int gk_ckpt_index_write(const gk_ckpt_set *s, const gk_ckpt_plan *p,
+			const char *dir, gk_err *err);
+/*
+ * Parse an index document (name for messages): file names (malloc'ed,
+ * unique, in first-use order) into files, the weight map into names and
+ * file_of (index into files), total_size (UINT64_MAX when absent).
+ * Rejects absolute paths, "..", empty names, non-string entries.
+ */
+typedef struct gk_ckpt_index {
+	gk_strlist files, names;
+	size_t *file_of;
+	uint64_t total_size;
+} gk_ckpt_index;
+
+int gk_ckpt_index_parse(gk_ckpt_index *ix, const char *buf, size_t len,
+			const char *name, gk_err *err);
+void gk_ckpt_index_free(gk_ckpt_index *ix);
+
+/* ---- training checkpoints ---------------------------------------------------
+ *
+ * ROOT/step-NNNNNNNN/ ("step-%08llu") holds one training checkpoint: model
+ * and optimizer files per rank (gk_ckpt_rank_file), trainer.json, and
+ * COMMIT, written last: {"step":N,"time":"ISO 8601","files":{NAME:
+ * {"bytes":B,"xxh3":"hex"}}}. It is built in ROOT/.step-NNNNNNNN.tmp-XXXXXX
+ * and renamed into place after COMMIT is fsynced; ROOT/latest is then a
+ * relative symlink to it, replaced atomically. A step directory without
+ * COMMIT is never read as a checkpoint.
+ *
+ * With several ranks: rank 0 calls gk_ckpt_stage_begin and broadcasts
+ * gk_ckpt_stage_name; the others gk_ckpt_stage_join it; every rank writes
+ * its files (gk_ckpt_stage_path + gk_st_writer_open); after a barrier rank
+ * 0 calls gk_ckpt_stage_commit and the others gk_ckpt_stage_free.
+ */
+typedef struct gk_ckpt_stage gk_ckpt_stage;
+
+int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
+			gk_err *err);
+int gk_ckpt_stage_join(gk_ckpt_stage **out, const char *root, uint64_t step,
+		       const char *name, gk_err *err);
+/* Base name of the staging directory. */
+const char *gk_ckpt_stage_name(const gk_ckpt_stage *s);
+/* ROOT/STAGING/file, malloc'ed (NULL when out of memory). */
+char *gk_ckpt_stage_path(const gk_ckpt_stage *s, const char *file);
+/*
+ * fsync and hash every file (a second read of the data, usually from the
+ * page cache; other ranks' writers cannot hand their hashes over), write
+ * COMMIT, rename into place, point latest at it unless a newer step is
+ * already committed. On failure the caller still owns s.
+ */
+int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err);
+/* Remove the staging directory and everything in it. */
+void gk_ckpt_stage_abort(gk_ckpt_stage *s);
+/* Forget the handle, leaving the directory (joined ranks). */
+void gk_ckpt_stage_free(gk_ckpt_stage *s);
+
+/* "model-rank-00003-of-00008.safetensors" for kind "model"; malloc'ed. */
+char *gk_ckpt_rank_file(const char *kind, int rank, int world);
+/* Committed steps in ROOT, ascending (malloc'ed array). */
+int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err);
+/*
+ * The newest committed step: the one `latest` names when it is a committed
+ * step directory, else the highest committed step. 1 with *step set, 0
+ * when there is none, -1 on error.
+ */
+int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err);
+/* Check a step directory's COMMIT: every file present, sizes and XXH3. */
+int gk_ckpt_verify_step(const char *dir, gk_err *err);
+
+#endif

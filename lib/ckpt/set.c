@@ -1,0 +1,663 @@
+/*
+ * set.c - many input files (HF layout, rank shards, plain files, step
+ * directories) checked and seen as one list of whole tensors.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+
+/* What an index said, checked once all files are open. */
+typedef struct pending_index {
+	char *path;
+	gk_ckpt_index ix;
+	size_t *file; /* ix.files[i] -> set file number */
+} pending_index;
+
+typedef struct builder {
+	gk_ckpt_set *s;
+	gk_strlist paths; /* parallel to s->files */
+	pending_index *idx;
+	size_t nidx;
+} builder;
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	char *p;
+	if (asprintf(&p, "%s/%s", dir, name) < 0)
+		return NULL;
+	return p;
+}
+
+/* Open a file once; returns its number in the set. */
+static int add_file(builder *b, const char *path, size_t *num, gk_err *err)
+{
+	char real[PATH_MAX];
+	if (!realpath(path, real))
+		return gk_err_sys(err, errno, "open '%s'", path);
+	for (size_t i = 0; i < b->paths.n; i++)
+		if (strcmp(b->paths.v[i], real) == 0) {
+			*num = i;
+			return 0;
+		}
+	gk_st_file *f;
+	if (gk_st_open(&f, path, err))
+		return -1;
+	gk_st_file **nf = realloc(b->s->files, (b->s->nfiles + 1) * sizeof(*nf));
+	if (!nf || gk_strlist_push(&b->paths, real, err)) {
+		gk_st_close(f);
+		if (nf)
+			b->s->files = nf;
+		return gk_err_sys(err, ENOMEM, "open '%s'", path);
+	}
+	b->s->files = nf;
+	*num = b->s->nfiles;
+	b->s->files[b->s->nfiles++] = f;
+	return 0;
+}
+
+void gk_ckpt_index_free(gk_ckpt_index *ix)
+{
+	gk_strlist_free(&ix->files);
+	gk_strlist_free(&ix->names);
+	free(ix->file_of);
+	memset(ix, 0, sizeof(*ix));
+}
+
+static int bad_path(const char *f)
+{
+	if (!*f || f[0] == '/')
+		return 1;
+	for (const char *p = f; *p;) {
+		size_t n = strcspn(p, "/");
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			return 1;
+		p += n;
+		if (*p)
+			p++;
+	}
+	return 0;
+}
+
+int gk_ckpt_index_parse(gk_ckpt_index *ix, const char *buf, size_t len,
+			const char *name, gk_err *err)
+{
+	memset(ix, 0, sizeof(*ix));
+	ix->total_size = UINT64_MAX;
+	json_t *j = gk_json_load_buf(buf, len, name, err);
+	if (!j)
+		return -1;
+	const json_t *wm = json_object_get(j, "weight_map");
+	const json_t *md = json_object_get(j, "metadata");
+	const char *k;
+	json_t *v;
+	int rc = -1;
+	if (!json_is_object(j) || !json_is_object(wm)) {
+		gk_errf(err, "index '%s': no weight_map object", name);
+		goto out;
+	}
+	if (md) {
+		const json_t *ts = json_object_get(md, "total_size");
+		if (!json_is_object(md) || (ts && (!json_is_integer(ts) ||
+						   json_integer_value(ts) < 0))) {
+			gk_errf(err, "index '%s': metadata.total_size is not a non-negative integer",
+				name);
+			goto out;
+		}
+		if (ts)
+			ix->total_size = (uint64_t)json_integer_value(ts);
+	}
+	ix->file_of = malloc((json_object_size(wm) + 1) * sizeof(size_t));
+	if (!ix->file_of) {
+		gk_err_sys(err, ENOMEM, "index '%s'", name);
+		goto out;
+	}
+	json_object_foreach((json_t *)wm, k, v) {
+		if (!json_is_string(v)) {
+			gk_errf(err, "index '%s': weight_map '%s' is not a file name", name, k);
+			goto out;
+		}
+		const char *f = json_string_value(v);
+		if (bad_path(f)) {
+			gk_errf(err, "index '%s': tensor '%s': file '%s' is not a plain relative path",
+				name, k, f);
+			goto out;
+		}
+		size_t i;
+		for (i = 0; i < ix->files.n; i++)
+			if (strcmp(ix->files.v[i], f) == 0)
+				break;
+		if (i == ix->files.n && gk_strlist_push(&ix->files, f, err))
+			goto out;
+		ix->file_of[ix->names.n] = i;
+		if (gk_strlist_push(&ix->names, k, err))
+			goto out;
+	}
+	rc = 0;
+out:
+	json_decref(j);
+	if (rc)
+		gk_ckpt_index_free(ix);
+	return rc;
+}
+
+static int add_index(builder *b, const char *path, gk_err *err)
+{
+	char *buf;
+	size_t len;
+	if (gk_read_file(path, (size_t)1 << 30, &buf, &len, err))
+		return -1;
+	pending_index pi = {0};
+	int rc = gk_ckpt_index_parse(&pi.ix, buf, len, path, err);
+	free(buf);
+	if (rc)
+		return -1;
+	pi.path = strdup(path);
+	pi.file = calloc(pi.ix.files.n + 1, sizeof(size_t));
+	pending_index *ni = realloc(b->idx, (b->nidx + 1) * sizeof(*ni));
+	if (!pi.path || !pi.file || !ni) {
+		free(pi.path);
+		free(pi.file);
+		gk_ckpt_index_free(&pi.ix);
+		if (ni)
+			b->idx = ni;
+		return gk_err_sys(err, ENOMEM, "index '%s'", path);
+	}
+	b->idx = ni;
+	b->idx[b->nidx++] = pi;
+	pending_index *p = &b->idx[b->nidx - 1];
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	const char *dir = dirname(tmp);
+	for (size_t i = 0; i < p->ix.files.n; i++) {
+		char *fp = join(dir, p->ix.files.v[i]);
+		if (!fp)
+			return gk_err_sys(err, ENOMEM, "index '%s'", path);
+		rc = add_file(b, fp, &p->file[i], err);
+		free(fp);
+		if (rc)
+			return gk_err_prefix(err, "index '%s'", path);
+	}
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every name in dir accepted by keep, sorted, as full paths. */
+static int list_dir(const char *dir, int (*keep)(const char *), gk_strlist *out,
+		    gk_err *err)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return gk_err_sys(err, errno, "open directory '%s'", dir);
+	struct dirent *e;
+	size_t first = out->n;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || !keep(e->d_name))
+			continue;
+		char *p = join(dir, e->d_name);
+		if (!p || gk_strlist_push_owned(out, p, err)) {
+			closedir(d);
+			return gk_err_sys(err, ENOMEM, "read directory '%s'", dir);
+		}
+	}
+	closedir(d);
+	if (out->n > first)
+		qsort(out->v + first, out->n - first, sizeof(char *), cmp_str);
+	return 0;
+}
+
+static int is_st(const char *n)
+{
+	return ends_with(n, ".safetensors");
+}
+
+static int is_model_st(const char *n)
+{
+	return strncmp(n, "model", 5) == 0 && ends_with(n, ".safetensors");
+}
+
+static int add_files_of(builder *b, const char *dir, int (*keep)(const char *),
+			gk_err *err)
+{
+	gk_strlist l = {0};
+	int rc = list_dir(dir, keep, &l, err);
+	if (!rc && l.n == 0)
+		rc = gk_errf(err, "read '%s': no safetensors files in it", dir);
+	for (size_t i = 0; !rc && i < l.n; i++) {
+		size_t num;
+		rc = add_file(b, l.v[i], &num, err);
+	}
+	gk_strlist_free(&l);
+	return rc;
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char *p = join(dir, name);
+	int r = p && access(p, F_OK) == 0;
+	free(p);
+	return r;
+}
+
+static int add_step_dir(builder *b, const char *dir, gk_err *err)
+{
+	if (exists(dir, GK_CKPT_INDEX)) {
+		char *p = join(dir, GK_CKPT_INDEX);
+		int rc = p ? add_index(b, p, err) : gk_err_sys(err, ENOMEM, "open");
+		free(p);
+		return rc;
+	}
+	return add_files_of(b, dir, is_model_st, err);
+}
+
+static int add_input(builder *b, const char *in, gk_err *err)
+{
+	struct stat st;
+	if (stat(in, &st) < 0)
+		return gk_err_sys(err, errno, "open '%s'", in);
+	if (!S_ISDIR(st.st_mode)) {
+		size_t num;
+		if (ends_with(in, ".json"))
+			return add_index(b, in, err);
+		return add_file(b, in, &num, err);
+	}
+	if (exists(in, "COMMIT"))
+		return add_step_dir(b, in, err);
+	if (exists(in, GK_CKPT_INDEX)) {
+		char *p = join(in, GK_CKPT_INDEX);
+		int rc = p ? add_index(b, p, err) : gk_err_sys(err, ENOMEM, "open");
+		free(p);
+		return rc;
+	}
+	uint64_t step;
+	int r = gk_ckpt_latest(in, &step, err);
+	if (r < 0)
+		return -1;
+	if (r == 1) {
+		char name[64], *p;
+		snprintf(name, sizeof(name), "step-%08" PRIu64, step);
+		if (!(p = join(in, name)))
+			return gk_err_sys(err, ENOMEM, "open '%s'", in);
+		r = add_step_dir(b, p, err);
+		free(p);
+		return r;
+	}
+	const char *base = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
+	if (strncmp(base, "step-", 5) == 0)
+		return gk_errf(err, "read '%s': incomplete checkpoint (no COMMIT)", in);
+	return add_files_of(b, in, is_st, err);
+}
+
+/* One tensor in one file, before grouping by name. */
+typedef struct occ {
+	const char *name;
+	size_t file, seq;
+	const gk_st_tensor *t;
+	int sliced;
+	uint64_t start, stop, rows;
+} occ;
+
+static int by_name_seq(const void *a, const void *b)
+{
+	const occ *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	if (c)
+		return c;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int parse_slice(const char *v, occ *o)
+{
+	unsigned long long a, b, c;
+	int n = -1;
+	if (sscanf(v, "%llu:%llu/%llu%n", &a, &b, &c, &n) != 3 || v[n] ||
+	    a > b || b > c || !strchr("0123456789", v[0]))
+		return -1;
+	o->start = a;
+	o->stop = b;
+	o->rows = c;
+	return 0;
+}
+
+/* The slice metadata of one file, sorted by tensor name for bsearch. */
+typedef struct slice_kv {
+	const char *name, *value;
+} slice_kv;
+
+static int by_slice_name(const void *a, const void *b)
+{
+	return strcmp(((const slice_kv *)a)->name, ((const slice_kv *)b)->name);
+}
+
+static slice_kv *file_slices(const gk_st_file *f, size_t *n)
+{
+	size_t pl = strlen(GK_CKPT_META_SLICE), k = 0;
+	slice_kv *v = malloc((f->nmeta + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < f->nmeta; i++)
+		if (strncmp(f->meta[i].key, GK_CKPT_META_SLICE, pl) == 0)
+			v[k++] = (slice_kv){f->meta[i].key + pl, f->meta[i].value};
+	if (k)
+		qsort(v, k, sizeof(*v), by_slice_name);
+	*n = k;
+	return v;
+}
+
+static const char *find_slice(const slice_kv *v, size_t n, const char *name)
+{
+	slice_kv key = {name, NULL};
+	const slice_kv *r = n ? bsearch(&key, v, n, sizeof(*v), by_slice_name) : NULL;
+	return r ? r->value : NULL;
+}
+
+static int same_shape(const gk_st_tensor *a, const gk_st_tensor *b, int from)
+{
+	if (a->ndim != b->ndim)
+		return 0;
+	for (int i = from; i < a->ndim; i++)
+		if (a->shape[i] != b->shape[i])
+			return 0;
+	return 1;
+}
+
+/* Build one entry from the occurrences [o, o+k) of one name. */
+static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
+		      gk_err *err)
+{
+	const char *fa = s->files[o[0].file]->path;
+	e->name = strdup(o[0].name);
+	e->dtype = e->out_dtype = o[0].t->dtype;
+	e->ndim = o[0].t->ndim;
+	e->shape = calloc((size_t)e->ndim + 1, sizeof(uint64_t));
+	e->parts = calloc(k, sizeof(*e->parts));
+	if (!e->name || !e->shape || !e->parts)
+		return gk_err_sys(err, ENOMEM, "merge");
+	if (e->ndim)
+		memcpy(e->shape, o[0].t->shape, (size_t)e->ndim * sizeof(uint64_t));
+	for (size_t i = 1; i < k; i++)
+		if (o[i].sliced != o[0].sliced)
+			return gk_errf(err, "tensor '%s': a row slice in '%s' but whole in '%s'",
+				       e->name, s->files[o[o[i].sliced ? i : 0].file]->path,
+				       s->files[o[o[i].sliced ? 0 : i].file]->path);
+	if (!o[0].sliced) {
+		/* Copies of one tensor: keep the first when all are identical. */
+		for (size_t i = 1; i < k; i++) {
+			const char *fb = s->files[o[i].file]->path;
+			uint64_t ha, hb;
+			if (o[i].t->dtype != o[0].t->dtype || !same_shape(o[i].t, o[0].t, 0))
+				return gk_errf(err, "tensor '%s': conflicting copies in '%s' and '%s' (dtype or shape differ)",
+					       e->name, fa, fb);
+			const gk_st_file *A = s->files[o[0].file], *B = s->files[o[i].file];
+			if (gk_xxh3_fd(A->fd, A->data_off + o[0].t->begin,
+				       o[0].t->end - o[0].t->begin, &ha, A->path, err) ||
+			    gk_xxh3_fd(B->fd, B->data_off + o[i].t->begin,
+				       o[i].t->end - o[i].t->begin, &hb, B->path, err))
+				return -1;
+			if (ha != hb)
+				return gk_errf(err, "tensor '%s': conflicting copies in '%s' and '%s' (contents differ)",
+					       e->name, fa, fb);
+		}
+		e->parts[0] = (gk_ckpt_part){o[0].file, o[0].t, 0,
+					    e->ndim ? e->shape[0] : 1};
+		e->nparts = 1;
+	} else {
+		/* Row slices: sort by start; they must tile [0, rows) exactly. */
+		for (size_t i = 1; i < k; i++)
+			for (size_t j = i; j > 0 && o[j].start < o[j - 1].start; j--) {
+				occ t = o[j];
+				o[j] = o[j - 1];
+				o[j - 1] = t;
+			}
+		uint64_t at = 0;
+		e->shape[0] = o[0].rows;
+		for (size_t i = 0; i < k; i++) {
+			const char *fb = s->files[o[i].file]->path;
+			if (o[i].t->dtype != o[0].t->dtype || !same_shape(o[i].t, o[0].t, 1) ||
+			    o[i].rows != o[0].rows)
+				return gk_errf(err, "tensor '%s': slices in '%s' and '%s' disagree on dtype, shape or rows",
+					       e->name, s->files[o[0].file]->path, fb);
+			if (o[i].t->shape[0] != o[i].stop - o[i].start)
+				return gk_errf(err, "tensor '%s': slice %" PRIu64 ":%" PRIu64 " in '%s' has %" PRIu64 " rows",
+					       e->name, o[i].start, o[i].stop, fb, o[i].t->shape[0]);
+			if (o[i].start < at)
+				return gk_errf(err, "tensor '%s': slices overlap at row %" PRIu64 " ('%s')",
+					       e->name, o[i].start, fb);
+			if (o[i].start > at)
+				return gk_errf(err, "tensor '%s': rows %" PRIu64 " to %" PRIu64 " are in no slice",
+					       e->name, at, o[i].start);
+			at = o[i].stop;
+			if (o[i].stop > o[i].start)
+				e->parts[e->nparts++] = (gk_ckpt_part){
+					o[i].file, o[i].t, o[i].start, o[i].stop - o[i].start};
+		}
+		if (at != o[0].rows)
+			return gk_errf(err, "tensor '%s': rows %" PRIu64 " to %" PRIu64 " are in no slice",
+				       e->name, at, o[0].rows);
+	}
+	uint64_t nel = 1;
+	for (int d = 0; d < e->ndim; d++)
+		if (gk_mul_overflow(nel, e->shape[d], &nel))
+			return gk_errf(err, "tensor '%s': size overflows", e->name);
+	if (gk_st_nbytes(e->dtype, nel, &e->bytes))
+		return gk_errf(err, "tensor '%s': size overflows", e->name);
+	e->out_bytes = e->bytes;
+	return 0;
+}
+
+static size_t *entry_seq;
+static int by_first_seq(const void *a, const void *b)
+{
+	size_t x = entry_seq[*(const size_t *)a], y = entry_seq[*(const size_t *)b];
+	return x < y ? -1 : x > y;
+}
+
+static int check_indexes(builder *b, gk_err *err)
+{
+	gk_ckpt_set *s = b->s;
+	for (size_t i = 0; i < b->nidx; i++) {
+		pending_index *p = &b->idx[i];
+		uint64_t total = 0;
+		for (size_t k = 0; k < p->ix.names.n; k++) {
+			const gk_st_file *f = s->files[p->file[p->ix.file_of[k]]];
+			const gk_st_tensor *t = gk_st_find(f, p->ix.names.v[k]);
+			if (!t)
+				return gk_errf(err, "index '%s': tensor '%s' is not in '%s'",
+					       p->path, p->ix.names.v[k], f->path);
+			total += t->end - t->begin;
+		}
+		/* Every tensor of every file must be in the weight_map. */
+		gk_strlist sorted = {0};
+		for (size_t k = 0; k < p->ix.names.n; k++)
+			if (gk_strlist_push(&sorted, p->ix.names.v[k], err)) {
+				gk_strlist_free(&sorted);
+				return -1;
+			}
+		if (sorted.n)
+			qsort(sorted.v, sorted.n, sizeof(char *), cmp_str);
+		for (size_t fi = 0; fi < p->ix.files.n; fi++) {
+			const gk_st_file *f = s->files[p->file[fi]];
+			for (size_t t = 0; t < f->n; t++) {
+				const char *key = f->t[t].name;
+				if (!sorted.n || !bsearch(&key, sorted.v, sorted.n, sizeof(char *), cmp_str)) {
+					gk_strlist_free(&sorted);
+					return gk_errf(err, "index '%s': tensor '%s' in '%s' is not in the weight_map",
+						       p->path, key, f->path);
+				}
+			}
+		}
+		gk_strlist_free(&sorted);
+		if (p->ix.total_size != UINT64_MAX && p->ix.total_size != total)
+			return gk_errf(err, "index '%s': metadata.total_size is %" PRIu64 " but the tensors hold %" PRIu64 " bytes",
+				       p->path, p->ix.total_size, total);
+	}
+	return 0;
+}
+
+static int group(gk_ckpt_set *s, gk_err *err)
+{
+	size_t n = 0, seq = 0;
+	for (size_t i = 0; i < s->nfiles; i++)
+		n += s->files[i]->n;
+	occ *o = calloc(n + 1, sizeof(*o));
+	if (!o)
+		return gk_err_sys(err, ENOMEM, "merge");
+	for (size_t i = 0; i < s->nfiles; i++) {
+		const gk_st_file *f = s->files[i];
+		size_t nsl;
+		slice_kv *sl_kv = file_slices(f, &nsl);
+		if (!sl_kv) {
+			free(o);
+			return gk_err_sys(err, ENOMEM, "merge");
+		}
+		for (size_t t = 0; t < f->n; t++, seq++) {
+			occ *c = &o[seq];
+			c->name = f->t[t].name;
+			c->file = i;
+			c->seq = seq;
+			c->t = &f->t[t];
+			const char *sl = find_slice(sl_kv, nsl, c->name);
+			if (sl) {
+				if (parse_slice(sl, c) || f->t[t].ndim == 0) {
+					free(sl_kv);
+					free(o);
+					return gk_errf(err, "read '%s': tensor '%s': bad slice metadata '%s'",
+						       f->path, c->name, sl);
+				}
+				c->sliced = 1;
+			}
+		}
+		free(sl_kv);
+	}
+	qsort(o, n, sizeof(*o), by_name_seq);
+	s->e = calloc(n + 1, sizeof(*s->e));
+	size_t *first = calloc(n + 1, sizeof(size_t));
+	int rc = 0;
+	if (!s->e || !first) {
+		free(first);
+		free(o);
+		return gk_err_sys(err, ENOMEM, "merge");
+	}
+	for (size_t i = 0; i < n && !rc;) {
+		size_t j = i + 1;
+		while (j < n && strcmp(o[j].name, o[i].name) == 0)
+			j++;
+		first[s->n] = o[i].seq;
+		rc = make_entry(s, &s->e[s->n++], o + i, j - i, err);
+		i = j;
+	}
+	if (!rc) {
+		/* Order of first appearance: the writer's order within each file. */
+		size_t *perm = malloc((s->n + 1) * sizeof(size_t));
+		gk_ckpt_entry *e = malloc((s->n + 1) * sizeof(*e));
+		if (!perm || !e) {
+			rc = gk_err_sys(err, ENOMEM, "merge");
+		} else {
+			for (size_t i = 0; i < s->n; i++)
+				perm[i] = i;
+			entry_seq = first;
+			qsort(perm, s->n, sizeof(size_t), by_first_seq);
+			for (size_t i = 0; i < s->n; i++)
+				e[i] = s->e[perm[i]];
+			memcpy(s->e, e, s->n * sizeof(*e));
+			for (size_t i = 0; i < s->n; i++)
+				s->bytes += s->e[i].bytes;
+		}
+		free(perm);
+		free(e);
+	}
+	free(first);
+	free(o);
+	return rc;
+}
+
+int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
+		 gk_err *err)
+{
+	builder b = {0};
+	int rc = 0;
+	if (!(b.s = calloc(1, sizeof(*b.s))))
+		return gk_err_sys(err, ENOMEM, "open");
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = add_input(&b, inputs[i], err);
+	if (!rc)
+		rc = check_indexes(&b, err);
+	if (!rc)
+		rc = group(b.s, err);
+	for (size_t i = 0; i < b.nidx; i++) {
+		free(b.idx[i].path);
+		free(b.idx[i].file);
+		gk_ckpt_index_free(&b.idx[i].ix);
+	}
+	free(b.idx);
+	gk_strlist_free(&b.paths);
+	if (rc) {
+		gk_ckpt_close(b.s);
+		return -1;
+	}
+	*out = b.s;
+	return 0;
+}
+
+void gk_ckpt_close(gk_ckpt_set *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++) {
+		free(s->e[i].name);
+		free(s->e[i].shape);
+		free(s->e[i].parts);
+	}
+	for (size_t i = 0; i < s->nfiles; i++)
+		gk_st_close(s->files[i]);
+	free(s->files);
+	free(s->e);
+	free(s);
+}
+
+int gk_ckpt_set_dtype(gk_ckpt_set *s, gk_dtype dt, char *const *keep_f32,
+		      size_t nkeep, gk_err *err)
+{
+	if (dt != GK_DT_INVALID && !gk_dtype_is_float(dt))
+		return gk_errf(err, "dtype '%s': only F32, F16, BF16 and F64 are conversion targets",
+			       gk_dtype_name(dt));
+	s->bytes = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		gk_ckpt_entry *e = &s->e[i];
+		e->out_dtype = e->dtype;
+		if (gk_dtype_is_float(e->dtype)) {
+			int keep = 0;
+			for (size_t k = 0; k < nkeep && !keep; k++)
+				keep = fnmatch(keep_f32[k], e->name, 0) == 0;
+			if (keep)
+				e->out_dtype = GK_DT_F32;
+			else if (dt != GK_DT_INVALID)
+				e->out_dtype = dt;
+		}
+		uint64_t nel = 1;
+		for (int d = 0; d < e->ndim; d++)
+			nel *= e->shape[d];
+		gk_st_nbytes(e->out_dtype, nel, &e->out_bytes);
+		s->bytes += e->out_bytes;
+	}
+	return 0;
+}

@@ -1,0 +1,356 @@
+/*
+ * step.c - training checkpoint directories: staged under a temp name,
+ * COMMIT written last, renamed into place, `latest` swapped atomically.
+ * A reader trusts a step directory only when COMMIT is there, so a crash
+ * at any point leaves either the old state or the new one.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+
+struct gk_ckpt_stage {
+	char *root, *name; /* name: the staging directory's base name */
+	uint64_t step;
+	int owner;
+};
+
+static int stage_new(gk_ckpt_stage **out, const char *root, uint64_t step,
+		     const char *name, int owner, gk_err *err)
+{
+	gk_ckpt_stage *s = calloc(1, sizeof(*s));
+	if (!s || !(s->root = strdup(root)) || !(s->name = strdup(name))) {
+		if (s)
+			free(s->root);
+		free(s);
+		return gk_err_sys(err, ENOMEM, "checkpoint '%s'", root);
+	}
+	s->step = step;
+	s->owner = owner;
+	*out = s;
+	return 0;
+}
+
+int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
+			gk_err *err)
+{
+	char path[PATH_MAX];
+	if (gk_mkdir_p(root, err))
+		return -1;
+	if (snprintf(path, sizeof(path), "%s/.step-%08" PRIu64 ".tmp-XXXXXX", root,
+		     step) >= (int)sizeof(path))
+		return gk_errf(err, "checkpoint '%s': path too long", root);
+	if (!mkdtemp(path))
+		return gk_err_sys(err, errno, "create directory '%s'", path);
+	return stage_new(out, root, step, strrchr(path, '/') + 1, 1, err);
+}
+
+int gk_ckpt_stage_join(gk_ckpt_stage **out, const char *root, uint64_t step,
+		       const char *name, gk_err *err)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", root, name);
+	if (strchr(name, '/') || stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return gk_errf(err, "checkpoint '%s': no staging directory '%s'", root,
+			       name);
+	return stage_new(out, root, step, name, 0, err);
+}
+
+const char *gk_ckpt_stage_name(const gk_ckpt_stage *s)
+{
+	return s->name;
+}
+
+char *gk_ckpt_stage_path(const gk_ckpt_stage *s, const char *file)
+{
+	char *p;
+	if (asprintf(&p, "%s/%s/%s", s->root, s->name, file) < 0)
+		return NULL;
+	return p;
+}
+
+void gk_ckpt_stage_free(gk_ckpt_stage *s)
+{
+	if (!s)
+		return;
+	free(s->root);
+	free(s->name);
+	free(s);
+}
+
+void gk_ckpt_stage_abort(gk_ckpt_stage *s)
+{
+	if (!s)
+		return;
+	char dir[PATH_MAX], path[2 * PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/%s", s->root, s->name);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+			unlink(path);
+		}
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+	gk_ckpt_stage_free(s);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int set_latest(const char *root, const char *name, gk_err *err)
+{
+	char tmp[2 * PATH_MAX], link[2 * PATH_MAX];
+	snprintf(link, sizeof(link), "%s/latest", root);
+	snprintf(tmp, sizeof(tmp), "%s/.latest.tmp-%ld", root, (long)getpid());
+	unlink(tmp);
+	if (symlink(name, tmp) < 0)
+		return gk_err_sys(err, errno, "create symlink '%s'", tmp);
+	/* rename(2) replaces the old link atomically: readers never miss it. */
+	if (rename(tmp, link) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return gk_err_sys(err, e, "rename '%s' to '%s'", tmp, link);
+	}
+	return gk_fsync_parent(link, err);
+}
+
+int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
+{
+	char dir[PATH_MAX], final[2 * PATH_MAX], path[2 * PATH_MAX], name[64];
+	snprintf(dir, sizeof(dir), "%s/%s", s->root, s->name);
+	snprintf(name, sizeof(name), "step-%08" PRIu64, s->step);
+	snprintf(final, sizeof(final), "%s/%s", s->root, name);
+	gk_strlist files = {0};
+	json_t *j = json_object(), *fj = json_object();
+	int rc = -1;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	if (!d) {
+		gk_err_sys(err, errno, "open directory '%s'", dir);
+		goto out;
+	}
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && strcmp(e->d_name, "COMMIT") &&
+		    gk_strlist_push(&files, e->d_name, err)) {
+			closedir(d);
+			goto out;
+		}
+	closedir(d);
+	if (files.n)
+		qsort(files.v, files.n, sizeof(char *), cmp_str);
+	for (size_t i = 0; i < files.n; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files.v[i]);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		uint64_t h;
+		char hex[17];
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			gk_err_sys(err, errno, "open '%s'", path);
+			if (fd >= 0)
+				close(fd);
+			goto out;
+		}
+		/* Other ranks wrote these; make them durable before COMMIT says so. */
+		if (fsync(fd) < 0) {
+			gk_err_sys(err, errno, "fsync '%s'", path);
+			close(fd);
+			goto out;
+		}
+		if (gk_xxh3_fd(fd, 0, UINT64_MAX, &h, path, err)) {
+			close(fd);
+			goto out;
+		}
+		close(fd);
+		json_t *o = json_object();
+		json_object_set_new(o, "bytes", json_integer((json_int_t)st.st_size));
+		json_object_set_new(o, "xxh3", json_string(gk_xxh3_hex(h, hex)));
+		json_object_set_new(fj, files.v[i], o);
+	}
+	char when[32];
+	time_t now = time(NULL);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	json_object_set_new(j, "step", json_integer((json_int_t)s->step));
+	json_object_set_new(j, "time", json_string(when));
+	json_object_set(j, "files", fj);
+	snprintf(path, sizeof(path), "%s/COMMIT", dir);
+	if (gk_json_write_file(path, j, err))
+		goto out;
+	if (rename(dir, final) < 0) {
+		if (errno == ENOTEMPTY || errno == EEXIST)
+			gk_errf(err, "checkpoint '%s': already exists", final);
+		else
+			gk_err_sys(err, errno, "rename '%s' to '%s'", dir, final);
+		goto out;
+	}
+	if (gk_fsync_parent(final, err))
+		goto out;
+	/* latest only moves forward: committing an old step leaves it be. */
+	uint64_t newest;
+	int r = gk_ckpt_latest(s->root, &newest, err);
+	if (r < 0 || (r == 1 && newest > s->step))
+		rc = r < 0 ? -1 : 0;
+	else
+		rc = set_latest(s->root, name, err);
+	if (!rc)
+		gk_ckpt_stage_free(s);
+out:
+	/* On failure the caller still owns s (to abort it). */
+	gk_strlist_free(&files);
+	json_decref(fj);
+	json_decref(j);
+	return rc;
+}
+
+/* "step-" then at least 8 digits; the step number, or -1. */
+static int parse_step(const char *name, uint64_t *step)
+{
+	if (strncmp(name, "step-", 5) != 0)
+		return -1;
+	const char *p = name + 5;
+	size_t n = strspn(p, "0123456789");
+	if (n < 8 || n > 20 || p[n])
+		return -1;
+	return gk_parse_u64(p, UINT64_MAX, step, "step", NULL);
+}
+
+static int committed(const char *root, const char *name)
+{
+	char path[2 * PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s/COMMIT", root, name);
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err)
+{
+	DIR *d = opendir(root);
+	if (!d)
+		return gk_err_sys(err, errno, "open directory '%s'", root);
+	uint64_t *v = NULL;
+	size_t cnt = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		uint64_t st;
+		if (parse_step(e->d_name, &st) || !committed(root, e->d_name))
+			continue;
+		if (cnt == cap) {
+			cap = cap ? cap * 2 : 16;
+			uint64_t *nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return gk_err_sys(err, ENOMEM, "list '%s'", root);
+			}
+			v = nv;
+		}
+		v[cnt++] = st;
+	}
+	closedir(d);
+	if (cnt)
+		qsort(v, cnt, sizeof(*v), cmp_u64);
+	*steps = v;
+	*n = cnt;
+	return 0;
+}
+
+int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
+{
+	char link[2 * PATH_MAX], target[PATH_MAX];
+	snprintf(link, sizeof(link), "%s/latest", root);
+	ssize_t r = readlink(link, target, sizeof(target) - 1);
+	if (r > 0) {
+		target[r] = '\0';
+		uint64_t st;
+		if (!strchr(target, '/') && parse_step(target, &st) == 0 &&
+		    committed(root, target)) {
+			*step = st;
+			return 1;
+		}
+	}
+	uint64_t *v;
+	size_t n;
+	if (gk_ckpt_list(root, &v, &n, err))
+		return -1;
+	int found = n > 0;
+	if (found)
+		*step = v[n - 1];
+	free(v);
+	return found;
+}
+
+int gk_ckpt_verify_step(const char *dir, gk_err *err)
+{
+	char path[2 * PATH_MAX];
+	snprintf(path, sizeof(path), "%s/COMMIT", dir);
+	if (access(path, F_OK) < 0)
+		return gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
+	json_t *j = gk_json_load_file(path, (size_t)64 << 20, err);
+	if (!j)
+		return -1;
+	const json_t *files = json_object_get(j, "files");
+	const char *k;
+	json_t *v;
+	int rc = 0;
+	if (!json_is_object(files)) {
+		json_decref(j);
+		return gk_errf(err, "checkpoint '%s': COMMIT has no files object", dir);
+	}
+	json_object_foreach((json_t *)files, k, v) {
+		int64_t bytes;
+		const char *hex;
+		uint64_t want, got;
+		if (strchr(k, '/') || gk_json_get_int(v, "bytes", &bytes, err) ||
+		    gk_json_get_str(v, "xxh3", &hex, err) ||
+		    gk_xxh3_parse(hex, &want, err)) {
+			rc = gk_errf(err, "checkpoint '%s': COMMIT entry '%s' is malformed",
+				     dir, k);
+			break;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, k);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0) {
+			rc = gk_err_sys(err, errno, "checkpoint '%s': open '%s'", dir, k);
+			break;
+		}
+		if (fstat(fd, &st) < 0 || st.st_size != bytes) {
+			close(fd);
+			rc = gk_errf(err, "checkpoint '%s': '%s' has %lld bytes, COMMIT says %" PRId64,
+				     dir, k, (long long)st.st_size, bytes);
+			break;
+		}
+		rc = gk_xxh3_fd(fd, 0, UINT64_MAX, &got, path, err);
+		close(fd);
+		if (rc)
+			break;
+		if (got != want) {
+			rc = gk_errf(err, "checkpoint '%s': '%s' does not match its XXH3 in COMMIT",
+				     dir, k);
+			break;
+		}
+	}
+	json_decref(j);
+	return rc;
+}

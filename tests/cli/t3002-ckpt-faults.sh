@@ -1,0 +1,79 @@
+#!/bin/sh
+test_description='ckpt-merge and ckpt-shard under faults
+
+A full disk (RLIMIT_FSIZE) and kill -9 midway leave nothing under the
+final name and the inputs untouched; a truncated input is an error.'
+. "$(dirname "$0")/lib.sh"
+
+# mkbig FILE N: N tensors t0..t(N-1) of 1048576 F32 elements (4 MiB) each.
+mkbig() {
+	h="{" off=0 i=0
+	while test $i -lt $2; do
+		test $i -gt 0 && h="$h,"
+		h="$h\"t$i\":{\"dtype\":\"F32\",\"shape\":[1024,1024],\"data_offsets\":[$off,$((off + 4194304))]}"
+		off=$((off + 4194304)) i=$((i + 1))
+	done
+	h="$h}"
+	while test $(( ${#h} % 8 )) -ne 0; do h="$h "; done
+	n=${#h}
+	printf "$(printf '\\%03o\\%03o\\%03o' $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)))\\0\\0\\0\\0\\0" >"$1" &&
+	printf "%s" "$h" >>"$1" &&
+	head -c $off /dev/urandom >>"$1"
+}
+
+test_expect_success 'setup: a 24 MiB checkpoint in 4 shards' '
+	mkbig big.safetensors 6 &&
+	ckpt-merge --check big.safetensors &&
+	ckpt-shard big.safetensors --shards 4 -o in &&
+	(cd in && cksum * >../in.sum)
+'
+
+test_expect_success 'disk full during merge: error, no output, no temp' '
+	(trap "" XFSZ; ulimit -f 8192; test_expect_code 1 ckpt-merge in -o out.safetensors 2>err) &&
+	grep "^ckpt-merge: .*out.safetensors.: File too large" err &&
+	! test -e out.safetensors &&
+	test -z "$(ls -A | grep tmp-)"
+'
+
+test_expect_success 'disk full during shard: no output directory, no temp' '
+	(trap "" XFSZ; ulimit -f 8192; test_expect_code 1 ckpt-shard big.safetensors --ranks 2 --slice -o outdir 2>err) &&
+	grep "File too large" err &&
+	! test -e outdir &&
+	test -z "$(ls -A | grep tmp-)"
+'
+
+test_expect_success 'kill -9 during merge: no final file, inputs untouched' '
+	for i in 1 2 3; do
+		ckpt-merge in --dtype f16 -o k.safetensors & pid=$! &&
+		sleep 0.0$i; kill -9 $pid; wait $pid;
+		{ ! test -e k.safetensors || ckpt-merge --check -q k.safetensors; } || return 1
+		rm -f k.safetensors .k.safetensors.tmp-*
+	done &&
+	(cd in && cksum * >../in.sum2) && test_cmp in.sum in.sum2
+'
+
+test_expect_success 'kill -9 during shard: no final directory' '
+	for i in 1 2 3; do
+		ckpt-shard big.safetensors --dtype f16 --ranks 3 -o kd & pid=$! &&
+		sleep 0.0$i; kill -9 $pid; wait $pid;
+		{ ! test -e kd || ckpt-merge --check -q kd; } || return 1
+		rm -rf kd .kd.tmp-*
+	done
+'
+
+test_expect_success 'SIGTERM during merge cleans its temp file' '
+	ckpt-merge in --dtype f16 -o t.safetensors & pid=$! &&
+	sleep 0.02; kill -TERM $pid; wait $pid;
+	{ ! test -e t.safetensors || ckpt-merge --check -q t.safetensors; } &&
+	test -z "$(ls -A | grep "\.t\.safetensors\.tmp-")"
+'
+
+test_expect_success 'truncated input shard' '
+	cp -R in trunc && f=$(ls trunc/model-00002-*) &&
+	head -c 1000000 "$f" >x && mv x "$f" &&
+	test_expect_code 1 ckpt-merge trunc -o tr.safetensors 2>err &&
+	grep "truncated: tensor data ends at byte" err &&
+	! test -e tr.safetensors
+'
+
+test_done

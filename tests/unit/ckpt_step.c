@@ -1,0 +1,232 @@
+/*
+ * ckpt_step.c - training checkpoint directories (stage, commit, list,
+ * latest, verify) and the sharding plans against hand-worked cases.
+ */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "tap.h"
+
+static char root[] = "/tmp/gk-ckpt-XXXXXX";
+
+static int write_model(gk_ckpt_stage *s, int rank, int world, float v)
+{
+	gk_err err;
+	uint64_t sh = 4;
+	float d[4] = {v, v, v, v};
+	const void *data[] = {d};
+	gk_st_spec t = {"w", GK_DT_F32, 1, &sh};
+	char *name = gk_ckpt_rank_file("model", rank, world);
+	char *path = gk_ckpt_stage_path(s, name);
+	int rc = gk_st_save(path, &t, data, 1, NULL, 0, &err);
+	free(name);
+	free(path);
+	return rc;
+}
+
+static void test_steps(void)
+{
+	gk_err err;
+	gk_ckpt_stage *s, *j;
+	uint64_t step, *steps;
+	size_t n;
+	char path[512], link[64];
+
+	ok(gk_ckpt_latest(root, &step, &err) == 0, "no checkpoint yet");
+	ok(gk_ckpt_stage_begin(&s, root, 1000, &err) == 0, "stage step 1000");
+	ok(strncmp(gk_ckpt_stage_name(s), ".step-00001000.tmp-", 19) == 0,
+	   "staged as %s", gk_ckpt_stage_name(s));
+	/* A second rank joins the same staging directory by name. */
+	ok(gk_ckpt_stage_join(&j, root, 1000, gk_ckpt_stage_name(s), &err) == 0, "rank 1 joins");
+	ok(write_model(s, 0, 2, 1.0f) == 0 && write_model(j, 1, 2, 2.0f) == 0, "both ranks write");
+	gk_ckpt_stage_free(j);
+	gk_ckpt_list(root, &steps, &n, &err);
+	is_int(n, 0, "nothing committed while staging");
+	free(steps);
+	ok(gk_ckpt_stage_commit(s, &err) == 0, "commit: %s", err.msg);
+	snprintf(path, sizeof(path), "%s/step-00001000/COMMIT", root);
+	ok(access(path, F_OK) == 0, "COMMIT inside step-00001000");
+	snprintf(path, sizeof(path), "%s/latest", root);
+	ssize_t r = readlink(path, link, sizeof(link) - 1);
+	link[r > 0 ? r : 0] = '\0';
+	is_str(link, "step-00001000", "latest is a relative link");
+	snprintf(path, sizeof(path), "%s/step-00001000", root);
+	ok(gk_ckpt_verify_step(path, &err) == 0, "verify: %s", err.msg);
+
+	/* A merge of the step directory sees both ranks' files. */
+	gk_ckpt_set *set = NULL;
+	char *in[] = {root};
+	ok(gk_ckpt_open(&set, in, 1, &err) < 0 && strstr(err.msg, "conflicting copies"),
+	   "ranks with different whole copies of 'w' conflict: %s", err.msg);
+
+	/* Step 2000 crashes before commit; step 3000 commits; 2500 is old. */
+	ok(gk_ckpt_stage_begin(&s, root, 2000, &err) == 0, "stage 2000");
+	write_model(s, 0, 1, 3.0f);
+	gk_ckpt_stage_free(s); /* a crash: the staging dir stays */
+	snprintf(path, sizeof(path), "%s/step-00002000", root);
+	mkdir(path, 0777); /* and a step directory without COMMIT */
+	ok(gk_ckpt_stage_begin(&s, root, 3000, &err) == 0 && write_model(s, 0, 1, 4.0f) == 0 &&
+	   gk_ckpt_stage_commit(s, &err) == 0, "commit 3000");
+	ok(gk_ckpt_stage_begin(&s, root, 2500, &err) == 0 && write_model(s, 0, 1, 5.0f) == 0 &&
+	   gk_ckpt_stage_commit(s, &err) == 0, "commit 2500 late");
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 3000, "latest stays at 3000");
+	gk_ckpt_list(root, &steps, &n, &err);
+	ok(n == 3 && steps[0] == 1000 && steps[1] == 2500 && steps[2] == 3000,
+	   "committed: 1000 2500 3000, not the incomplete 2000");
+	free(steps);
+
+	/* latest dangling or missing: the highest committed step wins. */
+	snprintf(path, sizeof(path), "%s/latest", root);
+	unlink(path);
+	symlink("step-00009999", path);
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 3000, "dangling latest: 3000");
+	unlink(path);
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 3000, "missing latest: 3000");
+
+	/* The root reads as its newest committed step: 3000, value 4.0. */
+	ok(gk_ckpt_open(&set, in, 1, &err) == 0 && set->n == 1, "open the root: %s",
+	   set ? "ok" : err.msg);
+	float v[4] = {0};
+	const gk_ckpt_part *pt = &set->e[0].parts[0];
+	gk_st_read(set->files[pt->file], pt->t, 0, v, sizeof(v), &err);
+	ok(v[0] == 4.0f && v[3] == 4.0f, "the root is step 3000 (got %g)", v[0]);
+	ok(strstr(set->files[0]->path, "step-00003000/") != NULL, "  from %s", set->files[0]->path);
+	gk_ckpt_close(set);
+
+	/* Committing a step that exists fails and leaves it alone. */
+	ok(gk_ckpt_stage_begin(&s, root, 3000, &err) == 0 && write_model(s, 0, 1, 6.0f) == 0 &&
+	   gk_ckpt_stage_commit(s, &err) < 0 && strstr(err.msg, "already exists"),
+	   "step 3000 again: %s", err.msg);
+	gk_ckpt_stage_abort(s);
+
+	/* A corrupted file is caught by verify. */
+	snprintf(path, sizeof(path), "%s/step-00003000/model-rank-00000-of-00001.safetensors", root);
+	FILE *fp = fopen(path, "r+b");
+	fseek(fp, -1, SEEK_END);
+	fputc(0x7f, fp);
+	fclose(fp);
+	snprintf(path, sizeof(path), "%s/step-00003000", root);
+	ok(gk_ckpt_verify_step(path, &err) < 0 && strstr(err.msg, "does not match its XXH3"),
+	   "corruption found: %s", err.msg);
+	snprintf(path, sizeof(path), "rm -rf '%s'", root);
+	if (system(path) != 0)
+		diag("cleanup failed");
+}
+
+/* A set of synthetic entries (no files) for the planners. */
+static gk_ckpt_set *fake(const uint64_t *bytes, size_t n)
+{
+	gk_ckpt_set *s = calloc(1, sizeof(*s));
+	s->e = calloc(n, sizeof(*s->e));
+	s->n = n;
+	for (size_t i = 0; i < n; i++) {
+		s->e[i].out_bytes = s->e[i].bytes = bytes[i];
+		s->e[i].dtype = s->e[i].out_dtype = GK_DT_U8;
+		s->e[i].ndim = 1;
+		s->e[i].shape = malloc(sizeof(uint64_t));
+		s->e[i].shape[0] = bytes[i];
+		asprintf(&s->e[i].name, "t%zu", i);
+		s->bytes += bytes[i];
+	}
+	return s;
+}
+
+static void test_plans(void)
+{
+	gk_err err;
+	gk_ckpt_plan p;
+	/* max 10: [4,5] [12 alone, emitted before the open shard closes] ... */
+	uint64_t b[] = {4, 5, 12, 1, 10, 3};
+	gk_ckpt_set *s = fake(b, 6);
+	ok(gk_ckpt_plan_size(s, 10, &p, &err) == 0, "size plan");
+	/*
+	 * huggingface_hub: t0,t1 open (9); t2 > 10 -> [t2] listed first;
+	 * t3: 9+1=10 not > 10 -> joins; t4: 10+10 > 10 -> [t0 t1 t3] listed,
+	 * new [t4]; t5: 13 > 10 -> [t4] listed, new [t5]; end -> [t5].
+	 */
+	ok(p.n == 4 && p.f[0].n == 1 && p.f[0].items[0].entry == 2 && p.f[1].n == 3 &&
+	   p.f[1].items[2].entry == 3 && p.f[2].items[0].entry == 4 && p.f[3].items[0].entry == 5,
+	   "shards [t2] [t0 t1 t3] [t4] [t5]");
+	is_str(p.f[0].name, "model-00001-of-00004.safetensors", "HF file name");
+	ok(p.index, "index with several shards");
+	gk_ckpt_plan_free(&p);
+	ok(gk_ckpt_plan_size(s, 100, &p, &err) == 0 && p.n == 1 && !p.index, "one shard, no index");
+	is_str(p.f[0].name, "model.safetensors", "single file name");
+	gk_ckpt_plan_free(&p);
+
+	ok(gk_ckpt_plan_count(s, 6, &p, &err) == 0, "6 shards of 6 tensors");
+	int nonempty = 1;
+	for (size_t i = 0; i < p.n; i++)
+		nonempty &= p.f[i].n == 1;
+	ok(p.n == 6 && nonempty, "one tensor each");
+	gk_ckpt_plan_free(&p);
+	ok(gk_ckpt_plan_count(s, 7, &p, &err) < 0, "7 shards of 6 tensors refused");
+
+	ok(gk_ckpt_plan_ranks(s, 2, 0, &p, &err) == 0, "rank plan");
+	/* LPT: 12->r0, 10->r1, 5->r1(15)? no: r1=10 < r0=12 -> r1=15; 4->r0=16; 3->r0? r1=15 -> r1=18; 1->r0=17 */
+	is_u64(p.f[0].bytes, 17, "rank 0 holds 17");
+	is_u64(p.f[1].bytes, 18, "rank 1 holds 18");
+	gk_ckpt_plan_free(&p);
+	ok(gk_ckpt_plan_ranks(s, 4, 1, &p, &err) == 0, "slice plan");
+	/* t2 has 12 rows: chunks of 3; t3 has 1 row: rank 0 gets it, the others empty. */
+	ok(p.f[3].items[2].row0 == 9 && p.f[3].items[2].rows == 3 && p.f[1].items[3].rows == 0,
+	   "ceil chunks, empty trailing slices");
+	gk_ckpt_plan_free(&p);
+	for (size_t i = 0; i < s->n; i++) {
+		free(s->e[i].name);
+		free(s->e[i].shape);
+	}
+	free(s->e);
+	free(s);
+}
+
+static void test_index(void)
+{
+	static const struct {
+		const char *doc;
+		const char *msg; /* NULL: accepted */
+	} cases[] = {
+		{"{\"metadata\":{\"total_size\":8},\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"sub/m-2.safetensors\",\"c\":\"m-1.safetensors\"}}", NULL},
+		{"{\"weight_map\":{\"a\":\"..\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"x/../../y\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"x/..\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"/abs\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":\"\"}}", "not a plain relative path"},
+		{"{\"weight_map\":{\"a\":3}}", "is not a file name"},
+		{"{\"weight_map\":[]}", "no weight_map object"},
+		{"{\"metadata\":{\"total_size\":-1},\"weight_map\":{}}", "total_size is not a non-negative integer"},
+		{"{\"weight_map\":{\"a\":\"x\",\"a\":\"y\"}}", "duplicate"},
+		{"{\"weight_map\":{\"a\":\"..x/y..\"}}", NULL},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(cases); i++) {
+		gk_ckpt_index ix;
+		gk_err err = {0};
+		int rc = gk_ckpt_index_parse(&ix, cases[i].doc, strlen(cases[i].doc), "ix", &err);
+		if (!cases[i].msg) {
+			ok(rc == 0, "index %zu accepted: %s", i, rc ? err.msg : "");
+			if (!rc)
+				gk_ckpt_index_free(&ix);
+		} else {
+			ok(rc < 0 && strstr(err.msg, cases[i].msg), "index %zu refused: %s", i, err.msg);
+		}
+	}
+	gk_ckpt_index ix;
+	gk_err err;
+	const char *d = "{\"metadata\":{\"total_size\":8},\"weight_map\":{\"a\":\"m-1\",\"b\":\"m-2\",\"c\":\"m-1\"}}";
+	gk_ckpt_index_parse(&ix, d, strlen(d), "ix", &err);
+	ok(ix.files.n == 2 && ix.names.n == 3 && ix.file_of[2] == 0 && ix.total_size == 8,
+	   "files deduplicated, total_size read");
+	gk_ckpt_index_free(&ix);
+}
+
+int main(void)
+{
+	if (!mkdtemp(root))
+		return 1;
+	test_steps();
+	test_plans();
+	test_index();
+	return done_testing();
+}
