@@ -2,9 +2,11 @@
  * gpu-topo - GPUs, NICs, NUMA nodes and the links between them, and where
  * to put the ranks of a job.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "topo/topo.h"
@@ -12,7 +14,7 @@
 static const char usage[] =
 	"usage: gpu-topo [-qv] [-i file.xml] [--json | --pairs]\n"
 	"       gpu-topo [-i file.xml] --binding [-n ranks] [--rank r] [--env | --numactl]\n"
-	"       gpu-topo [-i file.xml] --rankfile --hosts host,... [-n ranks]\n"
+	"       gpu-topo [-i file.xml] --rankfile [--hosts host,...] [-n ranks]\n"
 	"       gpu-topo [-i file.xml] --explain dev1 dev2\n"
 	"\n"
 	"  -i, --input FILE        an hwloc XML topology (lstopo --of xml) instead of this machine\n"
@@ -23,8 +25,10 @@ static const char usage[] =
 	"      --rank R            only local rank R\n"
 	"      --env               the binding as environment assignments\n"
 	"      --numactl           the binding as numactl prefixes\n"
-	"      --rankfile          an Open MPI rankfile for --hosts\n"
-	"      --hosts LIST        host names, comma-separated; braces expand (node{01..04})\n"
+	"      --rankfile          an Open MPI rankfile for --hosts (default: the Slurm\n"
+	"                          allocation's SLURM_JOB_NODELIST, else this host)\n"
+	"      --hosts LIST        host names, comma-separated; node{01..04} and\n"
+	"                          Slurm's node[01-04,07] expand\n"
 	"      --explain A B       the PCIe path between two devices (GPU0, NIC1, bus id, mlx5_0)\n"
 	"  -q, --quiet             no warnings\n"
 	"  -v, --verbose           also the NUMA nodes and allowed CPUs\n"
@@ -50,35 +54,23 @@ static const struct option longopts[] = {
 	{NULL, 0, NULL, 0},
 };
 
-static int hosts_parse(const char *s, gk_strlist *out, gk_err *err)
+/*
+ * The hosts of a rankfile: --hosts, else the Slurm allocation's node list,
+ * else this machine alone.
+ */
+static int hosts_get(const char *hosts, gk_strlist *out, gk_err *err)
 {
-	/* Commas inside braces belong to the brace, not to the list. */
-	char *buf = strdup(s);
-	if (!buf)
-		return gk_errf(err, "out of memory");
-	int depth = 0, rc = 0;
-	char *start = buf;
-	for (char *p = buf;; p++) {
-		if (*p == '{')
-			depth++;
-		else if (*p == '}')
-			depth--;
-		if ((*p == ',' && depth == 0) || !*p) {
-			int end = !*p;
-			*p = '\0';
-			if (!*start) {
-				rc = gk_errf(err, "--hosts '%s': empty host name", s);
-				break;
-			}
-			if ((rc = gk_brace_expand(start, 100000, out, err)) < 0)
-				break;
-			if (end)
-				break;
-			start = p + 1;
-		}
+	char name[256];
+	const char *slurm = getenv("SLURM_JOB_NODELIST");
+	if (!hosts && slurm && *slurm)
+		hosts = slurm;
+	if (!hosts) {
+		if (gethostname(name, sizeof(name)) < 0)
+			return gk_err_sys(err, errno, "host name");
+		name[sizeof(name) - 1] = '\0';
+		hosts = name;
 	}
-	free(buf);
-	return rc;
+	return gk_hostlist_expand(hosts, 0, out, err);
 }
 
 int main(int argc, char **argv)
@@ -112,15 +104,15 @@ int main(int argc, char **argv)
 				   argv[optind]);
 	if (cli.json + pairs + binding + rankfile + !!explain > 1)
 		gk_cli_usage_error(&cli, "--json, --pairs, --binding, --rankfile and --explain exclude each other");
-	if (rankfile != !!hosts)
-		gk_cli_usage_error(&cli, rankfile ? "--rankfile needs --hosts" : "--hosts goes with --rankfile");
+	if (hosts && !rankfile)
+		gk_cli_usage_error(&cli, "--hosts goes with --rankfile");
 	if ((fmt != GK_BIND_TSV || rank >= 0) && !binding)
 		gk_cli_usage_error(&cli, "--env, --numactl and --rank go with --binding");
 	if (ranks && !binding && !rankfile)
 		gk_cli_usage_error(&cli, "--ranks-per-node goes with --binding or --rankfile");
 
 	gk_strlist hostlist = {0};
-	if (hosts && hosts_parse(hosts, &hostlist, &err) < 0)
+	if (rankfile && hosts_get(hosts, &hostlist, &err) < 0)
 		gk_cli_usage_error(&cli, "%s", err.msg);
 
 	gk_topo *t;

@@ -198,6 +198,16 @@ double gk_now(void); /* monotonic seconds */
 int gk_brace_expand(const char *pattern, size_t max, gk_strlist *out,
 		    gk_err *err);
 
+/*
+ * Expand a host list: comma-separated names, each with brace patterns
+ * ("node{01..04}") or Slurm's bracket syntax ("node[01-04,07]",
+ * "rack[1-2]-n[1-3]"), as in SLURM_JOB_NODELIST. Appends to out; empty
+ * names, unbalanced brackets and more than max names (0: 100,000) are
+ * errors.
+ */
+int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
+		       gk_err *err);
+
 /* ---- ranks ------------------------------------------------------------------- */
 
 /*

@@ -171,9 +171,21 @@ test_expect_success 'the corrupt inputs name the problem' '
 	test_cmp expect err
 '
 
+test_expect_success '--rankfile hosts: Slurm brackets, the allocation, else this host' '
+	gpu-topo -i "$T" --rankfile --hosts "gpu[1-2]" -n 1 >a &&
+	SLURM_JOB_NODELIST="gpu[1-2]" gpu-topo -i "$T" --rankfile -n 1 >b &&
+	test_cmp a b &&
+	printf "rank 0=gpu1 slot=0-3\nrank 1=gpu2 slot=0-3\n" >expect &&
+	test_cmp expect a &&
+	(unset SLURM_JOB_NODELIST; gpu-topo -i "$T" --rankfile -n 1 >c) &&
+	echo "rank 0=$(uname -n) slot=0-3" >expect &&
+	test_cmp expect c
+'
+
 test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-topo --json --pairs 2>err && grep usage err &&
-	test_expect_code 2 gpu-topo --rankfile 2>err && grep "needs --hosts" err &&
+	test_expect_code 2 gpu-topo --hosts a 2>err && grep "goes with --rankfile" err &&
+	test_expect_code 2 gpu-topo --rankfile --hosts "n[1-" 2>err && grep "unmatched" err &&
 	test_expect_code 2 gpu-topo --env 2>err && grep "go with --binding" err &&
 	test_expect_code 2 gpu-topo --binding -n 0 2>err &&
 	test_expect_code 2 gpu-topo --explain GPU0 2>err && grep "two devices" err &&

@@ -23,6 +23,25 @@ static void expands(const char *pat, const char *want)
 	gk_strlist_free(&l);
 }
 
+static void hosts(const char *list, const char *want)
+{
+	gk_strlist l = {0};
+	gk_err err = {0};
+	char got[4096] = "";
+	if (gk_hostlist_expand(list, 0, &l, &err) < 0) {
+		snprintf(got, sizeof(got), "error: %s", err.msg);
+		ok(l.n == 0, "failed host list adds nothing: %s", list);
+	} else {
+		for (size_t i = 0; i < l.n; i++) {
+			if (i)
+				strcat(got, " ");
+			strncat(got, l.v[i], sizeof(got) - strlen(got) - 2);
+		}
+	}
+	is_str(got, want, list);
+	gk_strlist_free(&l);
+}
+
 static void refuses(const char *pat, size_t max, const char *want)
 {
 	gk_strlist l = {0};
@@ -65,6 +84,19 @@ int main(void)
 	refuses("{0..3}{0..3}", 10, "brace pattern: more than 10 names");
 	refuses("{0..999999999999999999999}", 0,
 		"brace range '{0..999999999999999999999}': number too large");
+
+	/* Host lists: braces, and Slurm's brackets as `scontrol show hostnames` prints them. */
+	hosts("a,b", "a b");
+	hosts("node{01..03}", "node01 node02 node03");
+	hosts("node[01-04,07]", "node01 node02 node03 node04 node07");
+	hosts("node[5]", "node5");
+	hosts("gpu[1-2]-ib,login1", "gpu1-ib gpu2-ib login1");
+	hosts("rack[1-2]-n[1-2]", "rack1-n1 rack1-n2 rack2-n1 rack2-n2");
+	hosts("n[08-10],x{a,b}", "n08 n09 n10 xa xb");
+	hosts("a,,b", "error: host list 'a,,b': empty host name");
+	hosts("node[01-04", "error: host list 'node[01-04': unmatched '['");
+	hosts("node[]", "error: host list 'node[]': empty '[]'");
+	hosts("node[1-]", "error: host list 'node[1-]': empty range in brackets");
 
 	/* A failed expansion leaves what the list held before untouched. */
 	gk_strlist l = {0};
