@@ -11,7 +11,7 @@
 #include "mem/mem.h"
 
 static const char usage[] =
-	"usage: mem-estimate [--config config.json | --from model.safetensors |\n"
+	"usage: mem-estimate [--config config.json | --from FILE|DIR |\n"
 	"                    --params N | --layers L --hidden H --heads A ...]\n"
 	"                    [--precision f32|bf16|f16] [--optimizer NAME]\n"
 	"                    [--zero 0-3 | --fsdp] [--dp N] [--tp N] [--pp N] [--sp]\n"

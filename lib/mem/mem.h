@@ -86,8 +86,10 @@ int gk_mem_model_from_config_buf(gk_mem_model *m, const char *buf, size_t len,
 				 gk_strlist *unknown, gk_err *err);
 
 /*
- * Parameter count and dtypes from a safetensors file's header or from a
- * model.safetensors.index.json (every shard's header is read). Sets arch to
+ * Parameter count and dtypes from a checkpoint's safetensors headers: path
+ * is anything gk_ckpt_open takes (a .safetensors file, an index, a Hugging
+ * Face directory, a training step directory or its root; rank-shard row
+ * slices count as their whole tensor, identical copies once). Sets arch to
  * GK_MEM_ARCH_PARAMS, params, dtype_params, dtype (the most common one),
  * factored; layer_params is the largest "*.layers.N." / "*.h.N." block.
  */

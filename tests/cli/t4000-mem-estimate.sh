@@ -11,6 +11,7 @@ data="$GK_TOP/tests/data/mem"
 for f in "$data"/bad/*.json "$data"/bad/*.safetensors; do
 	name=$(basename "$f")
 	case $name in
+	*.index.json) opt=--from ;;
 	*.json) opt=--config ;;
 	*) opt=--from ;;
 	esac

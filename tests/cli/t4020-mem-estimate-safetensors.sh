@@ -1,7 +1,9 @@
 #!/bin/sh
 test_description='mem-estimate --from: parameter counts and dtypes from
-safetensors headers written by the Python safetensors package, a single
-file and a Hugging Face sharded index, cross-checked with --config.'
+safetensors headers written by the Python safetensors package: a single
+file, a Hugging Face sharded index, the directories ckpt-merge reads
+(Hugging Face layout, rank shards with row slices in a training step
+directory, its root), cross-checked with --config.'
 . "$(dirname "$0")/lib.sh"
 
 test_need_python numpy safetensors
@@ -86,7 +88,50 @@ j[\"weight_map\"][\"extra.weight\"] = \"model-00001-of-00002.safetensors\"
 json.dump(j, open(\"extra.index.json\", \"w\"))
 " &&
 	test_expect_code 1 mem-estimate --from extra.index.json 2>err &&
-	grep "tensor .extra.weight.: not in its shard" err
+	grep "index .extra.index.json.: tensor .extra.weight. is not in .*model-00001-of-00002.safetensors." err
+'
+
+test_expect_success '--from a Hugging Face directory reads its index' '
+	mkdir hf &&
+	cp model-0000?-of-00002.safetensors model.safetensors.index.json hf/ &&
+	mem-estimate --from hf --json >hf.json &&
+	"$GK_PY" -c "$check" hf.json
+'
+
+test_expect_success '--from a directory of plain safetensors files' '
+	mkdir plain &&
+	cp model.safetensors plain/ &&
+	mem-estimate --from plain --json >plain.json &&
+	"$GK_PY" -c "$check" plain.json
+'
+
+test_expect_success 'row-sliced rank shards in a step directory count whole tensors' '
+	ckpt-shard -q --ranks 3 --slice -o sliced model.safetensors &&
+	mkdir -p root/step-00000007 &&
+	cp sliced/model-rank-*.safetensors root/step-00000007/ &&
+	echo "{}" >root/step-00000007/COMMIT &&
+	# optimizer state beside the model is not part of the model
+	cp model.safetensors root/step-00000007/optim-rank-00000-of-00003.safetensors &&
+	mem-estimate --from root/step-00000007 --json >step.json &&
+	"$GK_PY" -c "$check" step.json &&
+	mem-estimate --from root --json >root.json &&
+	"$GK_PY" -c "$check" root.json
+'
+
+test_expect_success 'a step directory without COMMIT is refused' '
+	mkdir -p root/step-00000009 &&
+	cp sliced/model-rank-*.safetensors root/step-00000009/ &&
+	test_expect_code 1 mem-estimate --from root/step-00000009 2>err &&
+	echo "mem-estimate: read '\''root/step-00000009'\'': incomplete checkpoint (no COMMIT)" >expect &&
+	test_cmp expect err
+'
+
+test_expect_success 'rank shards missing one slice are refused' '
+	mkdir -p gap/step-00000001 &&
+	cp sliced/model-rank-00000-of-00003.safetensors sliced/model-rank-00002-of-00003.safetensors gap/step-00000001/ &&
+	echo "{}" >gap/step-00000001/COMMIT &&
+	test_expect_code 1 mem-estimate --from gap/step-00000001 2>err &&
+	grep "^mem-estimate: tensor .*: rows [0-9]* to [0-9]* are in no slice" err
 '
 
 test_done
