@@ -6,6 +6,8 @@ the exact message expected (NAME.err); unreadable input exits 1, bad
 usage exits 2.'
 . "$(dirname "$0")/lib.sh"
 
+# The JSON checks need only the standard library: the system python3 will do.
+
 data="$GK_TOP/tests/data/mem"
 
 for f in "$data"/bad/*.json "$data"/bad/*.safetensors; do
@@ -52,7 +54,7 @@ usage_case 'heads not dividing hidden' '--layers 2 --hidden 100 --heads 3' 'must
 
 test_expect_success 'JSON: every part in bytes, parts add up to the total' '
 	mem-estimate --config "$data/gpt2.json" -b 4 --zero 1 --dp 8 --json >out.json &&
-	"$GK_PY" -c "
+	python3 -c "
 import json
 j = json.load(open(\"out.json\"))
 assert j[\"units\"] == \"bytes\" and j[\"model\"][\"params\"] == 124439808
@@ -72,7 +74,7 @@ test_expect_success 'text output states units and matches JSON (GiB and --si GB)
 	mem-estimate --config "$data/gpt2.json" --si >gb.txt &&
 	mem-estimate --config "$data/gpt2.json" --json >out.json &&
 	grep "^  total .* GiB$" gib.txt && grep "^  total .* GB$" gb.txt &&
-	"$GK_PY" -c "
+	python3 -c "
 import json
 t = json.load(open(\"out.json\"))[\"total\"]
 gib = float(open(\"gib.txt\").read().split(\"total\")[1].split()[0])
@@ -93,7 +95,7 @@ test_expect_success '--explain shows formulas, numbers and sources' '
 test_expect_success 'inference: Llama-2-7B fp16 KV cache is 0.5 MiB per token' '
 	mem-estimate --config "$data/llama-2-7b.json" --infer --precision f16 \
 		--batch 2 --seq 4096 --json >out.json &&
-	"$GK_PY" -c "
+	python3 -c "
 import json
 b = json.load(open(\"out.json\"))[\"bytes\"]
 assert b[\"kv_cache\"] == 2 * 4096 * 2**19, b[\"kv_cache\"]
@@ -105,7 +107,7 @@ test_expect_success 'ZeRO Figure 1 from the command line (--si, model states)' '
 	for z in 0 1 2 3; do
 		mem-estimate --params 7.5B --dp 64 --zero $z --json >z$z.json || return 1
 	done &&
-	"$GK_PY" -c "
+	python3 -c "
 import json
 fig = [120, 31.4, 16.6, 1.9]
 for z in range(4):
@@ -124,7 +126,7 @@ test_expect_success '--gpu: a ranked table of configurations that fit' '
 test_expect_success '--fit --json: candidates fit and are sorted by cost' '
 	mem-estimate --config "$data/llama-2-7b.json" --fit 40GiB --world 16 \
 		--global-batch 64 --top 20 --json >out.json &&
-	"$GK_PY" -c "
+	python3 -c "
 import json
 j = json.load(open(\"out.json\"))
 c = j[\"candidates\"]
@@ -148,7 +150,7 @@ test_expect_success '--list-gpus' '
 test_expect_success 'flags describe the same model as config.json' '
 	mem-estimate --layers 32 --hidden 4096 --heads 32 --kv-heads 8 \
 		--ffn 14336 --vocab 32000 --arch llama --json >a.json &&
-	"$GK_PY" -c "
+	python3 -c "
 import json
 assert json.load(open(\"a.json\"))[\"model\"][\"params\"] == 7241732096
 "
