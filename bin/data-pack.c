@@ -231,7 +231,7 @@ static int extract(const args *a, int argc, char **argv)
 static int verify_shard(const char *path, const gk_shard_info *want, gk_err *err)
 {
 	gk_shard_index built, saved;
-	if (gk_shard_index_build(path, &built, err) < 0)
+	if (gk_shard_verify(path, &built, err) < 0)
 		return -1;
 	int rc = 0;
 	if (want && built.nsamples != want->samples)

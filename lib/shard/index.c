@@ -347,7 +347,8 @@ static int attach_frames(const char *path, gk_shard_index *idx, gk_err *err)
 	return rc;
 }
 
-int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
+static int build(const char *shard, gk_shard_index *idx, int strict,
+		 gk_err *err)
 {
 	gk_shard_reader *r;
 	const gk_shard_sample *s;
@@ -356,8 +357,9 @@ int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
 	memset(idx, 0, sizeof(*idx));
 	if (gk_shard_reader_open(&r, shard, err) < 0)
 		return -1;
-	/* Skipping data: the reader seeks past it on a plain file. */
-	sh_reader_skip_data(r, 1);
+	/* Building: skip data (a seek on a plain file). Verifying: read it all. */
+	sh_reader_skip_data(r, !strict);
+	gk_shard_reader_strict(r, strict);
 	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
 		if (idx->nsamples == scap) {
 			scap = scap ? scap * 2 : 256;
@@ -405,6 +407,16 @@ fail:
 	gk_shard_reader_close(r);
 	gk_shard_index_free(idx);
 	return -1;
+}
+
+int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
+{
+	return build(shard, idx, 0, err);
+}
+
+int gk_shard_verify(const char *shard, gk_shard_index *idx, gk_err *err)
+{
+	return build(shard, idx, 1, err);
 }
 
 int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,

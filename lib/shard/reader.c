@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shard/internal.h"
@@ -26,6 +27,7 @@ struct gk_shard_reader {
 	int have_ahead;      /* a header read but not yet used */
 	char *ahead_name;
 	uint64_t ahead_size, ahead_off;
+	uint64_t member_end; /* where the last member's padded data ends */
 	sh_set seen;         /* keys of finished samples */
 	sh_sample *cur;
 };
@@ -35,6 +37,9 @@ static int open_archive(gk_shard_reader *r, gk_err *err)
 	r->a = archive_read_new();
 	if (!r->a)
 		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	struct stat st;
+	if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+		return gk_errf(err, "shard '%s': empty file", r->name);
 	archive_read_support_format_tar(r->a);
 	/* Shards are plain or LZ4; any other filter helps --from-tar. */
 	archive_read_support_filter_all(r->a);
@@ -107,6 +112,14 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		int rc = archive_read_next_header(r->a, &e);
 		if (rc == ARCHIVE_EOF) {
 			r->eof = 1;
+			/*
+			 * libarchive, GNU tar and Python accept a tar cut right
+			 * after a member; in strict mode a missing end-of-archive
+			 * block is a truncation.
+			 */
+			if (r->strict && gk_shard_reader_offset(r) == r->member_end)
+				return gk_errf(err, "shard '%s': truncated at byte %llu (between members: no end-of-archive blocks)",
+					       r->name, (unsigned long long)r->member_end);
 			return 0;
 		}
 		if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
@@ -130,6 +143,7 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		r->ahead_size = (uint64_t)archive_entry_size(e);
 		r->ahead_off = gk_shard_reader_offset(r);
 		r->have_ahead = 1;
+		r->member_end = r->ahead_off + (r->ahead_size + 511) / 512 * 512;
 		return 1;
 	}
 }

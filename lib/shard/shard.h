@@ -116,6 +116,12 @@ int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err);
 /* Build the index by reading the shard (plain tars and our LZ4 shards:
  * frame offsets are found by walking the LZ4 frame headers). */
 int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err);
+/*
+ * Verify: read every byte in strict mode (see gk_shard_reader_strict;
+ * LZ4 content checksums are checked on the way), require the
+ * end-of-archive blocks, and build the index.
+ */
+int gk_shard_verify(const char *shard, gk_shard_index *idx, gk_err *err);
 void gk_shard_index_free(gk_shard_index *idx);
 /* Sample number of key, or -1 (a linear scan; indexes are per shard). */
 ssize_t gk_shard_index_find(const gk_shard_index *idx, const char *key);

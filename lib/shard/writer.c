@@ -13,6 +13,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <locale.h>
 #include <lz4frame.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ struct gk_shard_writer {
 	gk_shard_manifest man;
 	gk_err *err;            /* for the write callback */
 	int failed;
+	locale_t utf8;           /* C.UTF-8 for libarchive's name conversion */
 };
 
 static la_ssize_t buf_write(struct archive *a, void *cookie, const void *p,
@@ -114,6 +116,7 @@ int gk_shard_writer_open(gk_shard_writer **out, const gk_shard_write_opts *o,
 		free(w);
 		return -1;
 	}
+	w->utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
 	*out = w;
 	return 0;
 }
@@ -251,11 +254,13 @@ static int shard_end(gk_shard_writer *w, gk_err *err)
 	w->idx.frame_end = w->bytes;
 	if (w->o.lz4) {
 		LZ4F_preferences_t pr = lz4_prefs(w, w->trailer.len);
-		unsigned char frame[1024];
+		unsigned char frame[4096];
 		size_t r = LZ4F_compressFrame(frame, sizeof(frame), w->trailer.p,
 					      w->trailer.len, &pr);
-		if (LZ4F_isError(r) || shard_put(w, frame, r, err) < 0)
-			return gk_errf(err, "compress '%s': LZ4 frame failed", w->path);
+		if (LZ4F_isError(r))
+			return gk_errf(err, "compress '%s': %s", w->path, LZ4F_getErrorName(r));
+		if (shard_put(w, frame, r, err) < 0)
+			return -1;
 	} else if (shard_put(w, w->trailer.p, w->trailer.len, err) < 0) {
 		return -1;
 	}
@@ -336,10 +341,18 @@ static int encode(gk_shard_writer *w, const char *key, size_t n,
 	size_t start = w->buf.len;
 	if (!e)
 		return gk_err_sys(err, ENOMEM, "encode '%s'", key);
+	/*
+	 * Names are UTF-8 (gk_shard_check_name). libarchive converts them
+	 * through the current locale and fails on non-ASCII under "C", so
+	 * this thread encodes in C.UTF-8 without touching the process locale.
+	 */
+	locale_t old = (locale_t)0;
+	if (w->utf8)
+		old = uselocale(w->utf8);
 	for (size_t i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "%s.%s", key, m[i].ext);
 		archive_entry_clear(e);
-		archive_entry_set_pathname_utf8(e, name);
+		archive_entry_copy_pathname(e, name);
 		archive_entry_set_filetype(e, AE_IFREG);
 		archive_entry_set_perm(e, 0444);
 		archive_entry_set_size(e, (la_int64_t)m[i].size);
@@ -362,10 +375,14 @@ static int encode(gk_shard_writer *w, const char *key, size_t n,
 			goto fail;
 	}
 	archive_entry_free(e);
+	if (old)
+		uselocale(old);
 	return 0;
 fail:
 	gk_errf(err, "encode '%s': %s", name, archive_error_string(w->enc));
 	archive_entry_free(e);
+	if (old)
+		uselocale(old);
 	return -1;
 }
 
@@ -481,6 +498,8 @@ static void writer_free(gk_shard_writer *w)
 	free(w->idx.s);
 	gk_hash_free(w->hash);
 	gk_shard_manifest_free(&w->man);
+	if (w->utf8)
+		freelocale(w->utf8);
 	free(w);
 }
 
