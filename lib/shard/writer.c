@@ -422,6 +422,11 @@ int gk_shard_writer_add(gk_shard_writer *w, const char *key, size_t n,
 		goto fail;
 	size_t len = w->buf.len - start;
 	if (need_roll(w, len)) {
+		if (w->single) {
+			gk_errf(err, "pattern '%s': the data needs more than one shard; put %%06d in the name",
+				w->o.pattern);
+			goto fail;
+		}
 		/* Write what came before this sample, then move it to the front. */
 		w->buf.len = start;
 		if (shard_end(w, err) < 0)
