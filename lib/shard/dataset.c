@@ -10,6 +10,7 @@
  * state's window.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ struct gk_shard_dataset {
 	size_t k;
 	uint64_t local, remaining;
 	gk_shard_reader *r;
+	int fd;                   /* the shard read through its index */
 	/* prefetch */
 	queue q;
 	pthread_t thread;
@@ -120,6 +122,15 @@ static const gk_shard_index *index_of(gk_shard_dataset *d, size_t shard)
 	return d->idx[shard].nsamples == d->man.v[shard].samples ? &d->idx[shard] : NULL;
 }
 
+static void close_shard(gk_shard_dataset *d)
+{
+	gk_shard_reader_close(d->r);
+	d->r = NULL;
+	if (d->fd >= 0)
+		close(d->fd);
+	d->fd = -1;
+}
+
 /* Position the cursor at part position p of the current epoch. */
 static void cursor_at(gk_shard_dataset *d, uint64_t p)
 {
@@ -130,8 +141,53 @@ static void cursor_at(gk_shard_dataset *d, uint64_t p)
 	d->k = k;
 	d->local = g - d->prefix[k];
 	d->remaining = d->per - p;
-	gk_shard_reader_close(d->r);
-	d->r = NULL;
+	close_shard(d);
+}
+
+/*
+ * With an index, a sample is one pread (or one LZ4 frame) straight into
+ * its own buffer: no tar parsing and a single copy out of the page cache.
+ */
+static int from_index(gk_shard_dataset *d, size_t shard, const gk_shard_index *idx,
+		      sh_sample **out, gk_err *err)
+{
+	const gk_shard_index_sample *is = &idx->s[d->local];
+	sh_sample *x = calloc(1, sizeof(*x));
+	void *buf = NULL;
+	if (!x || !(x->m = calloc(is->n, sizeof(*x->m))) ||
+	    !(x->ext_off = calloc(is->n, sizeof(uint64_t))) ||
+	    !(x->data_off = calloc(is->n, sizeof(uint64_t)))) {
+		sh_sample_free(x);
+		return gk_err_sys(err, ENOMEM, "read '%s'", d->files[shard]);
+	}
+	x->mcap = is->n;
+	if (gk_shard_read_sample(d->fd, d->files[shard], idx, (size_t)d->local, &buf,
+				 x->m, err) < 0) {
+		sh_sample_free(x);
+		return -1;
+	}
+	x->data.p = buf;
+	const char *first = idx->m[is->first].name;
+	size_t klen = (size_t)gk_shard_key_len(first);
+	if (sh_buf_append(&x->names, first, klen) < 0 || sh_buf_append(&x->names, "", 1) < 0)
+		goto nomem;
+	for (size_t j = 0; j < is->n; j++) {
+		x->ext_off[j] = x->names.len;
+		if (sh_buf_append(&x->names, x->m[j].ext, strlen(x->m[j].ext) + 1) < 0)
+			goto nomem;
+	}
+	x->s.key = (const char *)x->names.p;
+	x->s.n = is->n;
+	x->s.m = x->m;
+	for (size_t j = 0; j < is->n; j++)
+		x->m[j].ext = (const char *)x->names.p + x->ext_off[j];
+	x->s.shard = shard;
+	x->s.index = d->local;
+	*out = x;
+	return 0;
+nomem:
+	sh_sample_free(x);
+	return gk_err_sys(err, ENOMEM, "read '%s'", d->files[shard]);
 }
 
 /* The next sample of the part in stream order: 1, 0 at its end, -1. */
@@ -141,7 +197,21 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 		return 0;
 	for (;;) {
 		size_t shard = d->order[d->k];
-		if (!d->r) {
+		if (d->local < d->man.v[shard].samples && !d->r && d->fd < 0 &&
+		    index_of(d, shard)) {
+			d->fd = open(d->files[shard], O_RDONLY | O_CLOEXEC);
+			if (d->fd < 0)
+				return gk_err_sys(err, errno, "open '%s'", d->files[shard]);
+			posix_fadvise(d->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+		}
+		if (d->fd >= 0 && d->local < d->man.v[shard].samples) {
+			if (from_index(d, shard, index_of(d, shard), out, err) < 0)
+				return -1;
+			d->local++;
+			d->remaining--;
+			return 1;
+		}
+		if (!d->r && d->fd < 0) {
 			if (gk_shard_reader_open(&d->r, d->files[shard], err) < 0)
 				return -1;
 			sh_reader_set_base(d->r, shard);
@@ -150,8 +220,7 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 		}
 		if (d->local < d->man.v[shard].samples)
 			break;
-		gk_shard_reader_close(d->r);
-		d->r = NULL;
+		close_shard(d);
 		d->k++;
 		d->local = 0;
 	}
@@ -341,6 +410,7 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 	if (!d)
 		return gk_err_sys(err, ENOMEM, "dataset");
 	d->o = *o;
+	d->fd = -1;
 	if (d->o.world < 1)
 		d->o.world = 1;
 	if (d->o.workers < 1)
@@ -475,7 +545,7 @@ void gk_shard_dataset_close(gk_shard_dataset *d)
 		return;
 	producer_stop(d);
 	window_clear(d);
-	gk_shard_reader_close(d->r);
+	close_shard(d);
 	if (d->q.v) {
 		pthread_mutex_destroy(&d->q.mu);
 		pthread_cond_destroy(&d->q.more);

@@ -24,10 +24,10 @@ static void fill(int i, char *txt, char *cls)
 	snprintf(cls, 16, "%d", i % 10);
 }
 
-static int write_shards(const char *pattern, const char *manifest, int lz4)
+static int write_shards(const char *pattern, const char *manifest, int lz4, int index)
 {
 	gk_err err = {0};
-	gk_shard_write_opts o = {.pattern = pattern, .max_count = 8, .index = 1,
+	gk_shard_write_opts o = {.pattern = pattern, .max_count = 8, .index = index,
 				 .lz4 = lz4, .jobs = 2};
 	gk_shard_writer *w;
 	gk_shard_manifest man = {0};
@@ -192,8 +192,12 @@ int main(void)
 	snprintf(pat4, sizeof(pat4), "%s/z/l-%%03d.tar.lz4", dir);
 	snprintf(man4, sizeof(man4), "%s/z/l.json", dir);
 	snprintf(brace, sizeof(brace), "%s/p-{000..006}.tar", dir);
-	ok(write_shards(pat, man, 0) == 0, "write 7 plain shards");
-	ok(write_shards(pat4, man4, 1) == 0, "write 7 LZ4 shards (2 compression threads)");
+	char patn[256], mann[256];
+	snprintf(patn, sizeof(patn), "%s/n/p-%%03d.tar", dir);
+	snprintf(mann, sizeof(mann), "%s/n/p.json", dir);
+	ok(write_shards(pat, man, 0, 1) == 0, "write 7 plain shards");
+	ok(write_shards(pat4, man4, 1, 1) == 0, "write 7 LZ4 shards (2 compression threads)");
+	ok(write_shards(patn, mann, 0, 0) == 0, "write 7 plain shards without indexes");
 
 	gk_shard_manifest m;
 	gk_err err;
@@ -208,11 +212,14 @@ int main(void)
 	test_order(man, "manifest");
 	test_order(brace, "brace list");
 	test_order(man4, "lz4 manifest");
+	test_order(mann, "no index (tar reader)");
 	test_split(man, "plain");
 	test_split(man4, "lz4");
 	test_resume(man, "plain", 0);
 	test_resume(man, "plain", 8);
 	test_resume(man4, "lz4", 2);
+	test_resume(mann, "no index (tar reader)", 3);
+	test_split(mann, "no index (tar reader)");
 
 	uint64_t p[5];
 	gk_shard_permute(p, 5, 42);
