@@ -317,6 +317,8 @@ void gk_shard_permute(uint64_t *v, size_t n, uint64_t key);
 /* Files to pack: member names and the files they come from. */
 typedef struct gk_shard_source {
 	gk_strlist names, paths;
+	unsigned char *regular; /* 1: known to be a regular file (walked) */
+	size_t regcap;
 } gk_shard_source;
 
 /*
