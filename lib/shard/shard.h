@@ -259,6 +259,12 @@ void gk_shard_reader_close(gk_shard_reader *r);
  *     window).
  * So the order is a pure function of (seed, epoch, part), and the state
  * is (epoch, position): resume is one seek plus the refill of one window.
+ *
+ * A shard with an index beside it is read by offsets (one pread or one
+ * LZ4 frame per sample, no tar parsing); one without is read through
+ * gk_shard_reader. Run `data-pack --verify` on shards you did not write:
+ * the indexed path trusts the index. The dataset needs files (it counts
+ * and seeks); gk_shard_reader alone also reads pipes.
  */
 typedef struct gk_shard_dataset_opts {
 	int rank, world;        /* default 0 of 1 */
