@@ -3,6 +3,9 @@
 
 Each file is one kind of damage; tests/cli/t2001-data-pack-bad-input.sh
 holds the exact message data-pack gives for it.
+
+lz4-checksum.tar.lz4 is not made here: it is `data-pack -c` of one
+3000-byte random file as .tar.lz4 with byte 1500 set to "Z".
 """
 import io
 import os

@@ -161,20 +161,24 @@ test_expect_success '--shuffle permutes samples deterministically' '
 
 # ---- interop with Python ------------------------------------------------------
 
-test_expect_success PYTHON 'index offsets agree with Python tarfile' '
-	"$GK_PY" - out/train-0000.tar out/train-0000.idx <<-\EOF
-	import sys, tarfile
-	tar, idx = sys.argv[1], sys.argv[2]
-	want = [(m.name, m.offset_data, m.size) for m in tarfile.open(tar) if m.isreg()]
-	lines = open(idx).read().split("\n")
-	assert lines[0] == "v1.2 4", lines[0]
-	got = []
-	for line in lines[1:5]:
-	    f = line.split(" ")
-	    for i in range(0, len(f), 4):
-	        got.append((f[i + 3], int(f[i + 1]), int(f[i + 2])))
-	assert got == want, (got, want)
-	EOF
+test_expect_success PYTHON 'index offsets agree with Python tarfile (pax names too)' '
+	for i in 0000 0001 0002 0003; do
+		"$GK_PY" - out/train-$i.tar out/train-$i.idx <<-\EOF || return 1
+		import sys, tarfile
+		tar, idx = sys.argv[1], sys.argv[2]
+		want = [(m.name, m.offset_data, m.size) for m in tarfile.open(tar) if m.isreg()]
+		lines = open(idx, encoding="utf-8").read().split("\n")
+		n = int(lines[0].split(" ")[1])
+		assert lines[0] == "v1.2 %d" % n and lines[n + 1] == "", lines
+		got = []
+		for line in lines[1:n + 1]:
+		    f = line.split(" ")
+		    for i in range(0, len(f), 4):
+		        assert f[i] == f[i + 3].split("/")[-1].split(".", 1)[1]
+		        got.append((f[i + 3], int(f[i + 1]), int(f[i + 2])))
+		assert got == want, (got, want)
+		EOF
+	done
 '
 
 test_expect_success PYTHON 'webdataset yields exactly our samples (plain and pipe:lz4 -dc)' '

@@ -9,13 +9,14 @@ or a killed packer leaves no shard under its final name.'
 fixtures="$GK_TOP/tests/data/shard"
 
 test_expect_success 'the good fixture verifies' '
-	cp "$fixtures"/*.tar . && data-pack --verify good.tar
+	cp "$fixtures"/*.tar "$fixtures"/*.lz4 . && data-pack --verify good.tar
 '
 
 for err in "$fixtures"/*.err; do
 	name=$(basename "$err" .err)
-	test_expect_success "verify $name.tar: exact message, exit 1" "
-		test_expect_code 1 data-pack --verify $name.tar 2>actual &&
+	shard=$(cd "$fixtures" && ls "$name".tar*)
+	test_expect_success "verify $shard: exact message, exit 1" "
+		test_expect_code 1 data-pack --verify $shard 2>actual &&
 		test_cmp '$err' actual
 	"
 done
