@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shard/internal.h"
@@ -47,6 +49,7 @@ struct gk_shard_dataset {
 	uint64_t local, remaining;
 	gk_shard_reader *r;
 	int fd;                   /* the shard read through its index */
+	sh_map *map;              /* or mapped, when it is a plain tar */
 	/* prefetch */
 	queue q;
 	pthread_t thread;
@@ -129,6 +132,8 @@ static void close_shard(gk_shard_dataset *d)
 	if (d->fd >= 0)
 		close(d->fd);
 	d->fd = -1;
+	sh_map_unref(d->map);
+	d->map = NULL;
 }
 
 /* Position the cursor at part position p of the current epoch. */
@@ -161,8 +166,19 @@ static int from_index(gk_shard_dataset *d, size_t shard, const gk_shard_index *i
 		return gk_err_sys(err, ENOMEM, "read '%s'", d->files[shard]);
 	}
 	x->mcap = is->n;
-	if (gk_shard_read_sample(d->fd, d->files[shard], idx, (size_t)d->local, &buf,
-				 x->m, err) < 0) {
+	if (d->map) {
+		/* Zero copy: the members point into the mapping, which the
+		 * sample keeps alive. */
+		for (size_t j = 0; j < is->n; j++) {
+			const gk_shard_index_member *im = &idx->m[is->first + j];
+			x->m[j].ext = im->name + gk_shard_key_len(im->name) + 1;
+			x->m[j].data = (const char *)d->map->p + im->offset;
+			x->m[j].size = im->size;
+			x->m[j].offset = im->offset;
+		}
+		x->map = sh_map_ref(d->map);
+	} else if (gk_shard_read_sample(d->fd, d->files[shard], idx, (size_t)d->local,
+					&buf, x->m, err) < 0) {
 		sh_sample_free(x);
 		return -1;
 	}
@@ -190,6 +206,38 @@ nomem:
 	return gk_err_sys(err, ENOMEM, "read '%s'", d->files[shard]);
 }
 
+/*
+ * Map a plain shard whose index we trust. A file shorter than its index
+ * says is an error here, not a SIGBUS later (a shard truncated while it
+ * is being read still can be: shards are meant to be immutable).
+ */
+static int map_shard(gk_shard_dataset *d, size_t shard, gk_err *err)
+{
+	const gk_shard_index *idx = index_of(d, shard);
+	struct stat st;
+	if (fstat(d->fd, &st) < 0)
+		return gk_err_sys(err, errno, "stat '%s'", d->files[shard]);
+	if ((uint64_t)st.st_size < idx->end)
+		return gk_errf(err, "shard '%s': %llu bytes, its index needs %llu (truncated?)",
+			       d->files[shard], (unsigned long long)st.st_size,
+			       (unsigned long long)idx->end);
+	if (idx->end == 0)
+		return 0;
+	sh_map *m = calloc(1, sizeof(*m));
+	if (!m)
+		return gk_err_sys(err, ENOMEM, "map '%s'", d->files[shard]);
+	m->len = (size_t)idx->end;
+	m->p = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, d->fd, 0);
+	if (m->p == MAP_FAILED) {
+		free(m);
+		return gk_err_sys(err, errno, "map '%s'", d->files[shard]);
+	}
+	madvise(m->p, m->len, MADV_SEQUENTIAL);
+	m->refs = 1;
+	d->map = m;
+	return 0;
+}
+
 /* The next sample of the part in stream order: 1, 0 at its end, -1. */
 static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 {
@@ -203,6 +251,8 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 			if (d->fd < 0)
 				return gk_err_sys(err, errno, "open '%s'", d->files[shard]);
 			posix_fadvise(d->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+			if (!index_of(d, shard)->lz4 && map_shard(d, shard, err) < 0)
+				return -1;
 		}
 		if (d->fd >= 0 && d->local < d->man.v[shard].samples) {
 			if (from_index(d, shard, index_of(d, shard), out, err) < 0)

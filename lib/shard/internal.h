@@ -30,8 +30,19 @@ void sh_set_clear(sh_set *s);
  * A sample the reader made and the caller may keep: the public view plus
  * the storage it points into (one data buffer, one string buffer).
  */
+/* A shard mapped into memory, shared by the samples that point into it. */
+typedef struct sh_map {
+	void *p;
+	size_t len;
+	int refs; /* atomic: samples are freed on another thread */
+} sh_map;
+
+sh_map *sh_map_ref(sh_map *m);
+void sh_map_unref(sh_map *m);
+
 typedef struct sh_sample {
 	gk_shard_sample s;
+	sh_map *map;  /* when set, member data points into it, not into data */
 	gk_shard_member *m;
 	size_t mcap;
 	sh_buf data;  /* member data, back to back */

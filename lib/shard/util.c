@@ -3,6 +3,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "shard/internal.h"
 
@@ -78,10 +79,25 @@ void sh_set_clear(sh_set *s)
 	memset(s, 0, sizeof(*s));
 }
 
+sh_map *sh_map_ref(sh_map *m)
+{
+	__atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
+	return m;
+}
+
+void sh_map_unref(sh_map *m)
+{
+	if (m && __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		munmap(m->p, m->len);
+		free(m);
+	}
+}
+
 void sh_sample_free(sh_sample *x)
 {
 	if (!x)
 		return;
+	sh_map_unref(x->map);
 	free(x->m);
 	free(x->data.p);
 	free(x->names.p);
