@@ -309,7 +309,8 @@ int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch,
 			       gk_err *err);
 void gk_shard_dataset_close(gk_shard_dataset *d);
 
-/* {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W} */
+/* {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W}; JSON
+ * integers, so a seed that must round-trip stays below 2^63. */
 int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len);
 int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err);
 
