@@ -41,7 +41,6 @@ struct gk_shard_writer {
 	char path[4096];
 	gk_hash *hash;
 	uint64_t bytes, ubytes, count, bytes_in;
-	uint64_t synced;        /* bytes whose writeback has been started */
 	gk_shard_index idx;     /* of the current shard */
 	size_t idxcap, mcap;
 	gk_shard_manifest man;
@@ -151,7 +150,7 @@ static int shard_begin(gk_shard_writer *w, gk_err *err)
 		w->out = NULL;
 		return gk_err_sys(err, ENOMEM, "create '%s'", w->path);
 	}
-	w->bytes = w->ubytes = w->count = w->synced = 0;
+	w->bytes = w->ubytes = w->count = 0;
 	w->idx.nsamples = w->idx.nmembers = 0;
 	sh_set_clear(&w->keys);
 	return 0;
@@ -159,23 +158,10 @@ static int shard_begin(gk_shard_writer *w, gk_err *err)
 
 static int shard_put(gk_shard_writer *w, const void *p, size_t n, gk_err *err)
 {
-	int fd = gk_atomic_fd(w->out);
-	if (gk_write_full(fd, p, n) < 0)
+	if (gk_write_full(gk_atomic_fd(w->out), p, n) < 0)
 		return gk_err_sys(err, errno, "write '%s'", w->path);
 	gk_hash_update(w->hash, p, n);
 	w->bytes += n;
-	/*
-	 * The commit fsyncs the shard. Starting the writeback of every full
-	 * 8 MiB now lets the disk work while we pack, instead of all at once
-	 * in that fsync (errors are ignored: pipes and some file systems
-	 * have no such thing, and the fsync reports real failures).
-	 */
-	enum { KICK = 8 << 20 };
-	if (w->bytes - w->synced >= KICK) {
-		uint64_t len = (w->bytes - w->synced) / KICK * KICK;
-		sync_file_range(fd, (off_t)w->synced, (off_t)len, SYNC_FILE_RANGE_WRITE);
-		w->synced += len;
-	}
 	return 0;
 }
 

@@ -39,6 +39,8 @@ time_cmd() {
 	shift
 	for i in $(seq "$runs"); do
 		rm -rf "$w/out" && mkdir -p "$w/out"
+		# Start clean: no dirty pages of an earlier run to write back.
+		sync
 		t0=$(now)
 		"$@" >/dev/null
 		t1=$(now)
