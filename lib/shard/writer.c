@@ -13,7 +13,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <locale.h>
 #include <lz4frame.h>
 #include <stdlib.h>
