@@ -227,53 +227,6 @@ static int extract(const args *a, int argc, char **argv)
 	return rc;
 }
 
-/* Structure (strict read) and, when an index is beside it, the index. */
-static int verify_shard(const char *path, const gk_shard_info *want, gk_err *err)
-{
-	gk_shard_index built, saved;
-	if (gk_shard_verify(path, &built, err) < 0)
-		return -1;
-	int rc = 0;
-	if (want && built.nsamples != want->samples)
-		rc = gk_errf(err, "verify '%s': %zu samples, the manifest says %" PRIu64,
-			     path, built.nsamples, want->samples);
-	if (rc == 0 && want) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		uint64_t h;
-		if (fd < 0)
-			rc = gk_err_sys(err, errno, "open '%s'", path);
-		else if ((rc = gk_xxh3_fd(fd, 0, UINT64_MAX, &h, path, err)) == 0 && h != want->xxh3) {
-			char a[17], b[17];
-			rc = gk_errf(err, "verify '%s': XXH3 %s, the manifest says %s", path,
-				     gk_xxh3_hex(h, a), gk_xxh3_hex(want->xxh3, b));
-		}
-		if (fd >= 0)
-			close(fd);
-	}
-	char *ip = gk_shard_index_path(path);
-	if (rc == 0 && ip && access(ip, R_OK) == 0) {
-		if (gk_shard_index_load(ip, &saved, err) < 0) {
-			rc = -1;
-		} else {
-			int same = saved.nsamples == built.nsamples && saved.nmembers == built.nmembers;
-			size_t bad = 0;
-			for (size_t i = 0; same && i < built.nmembers; i++, bad = i)
-				same = built.m[i].offset == saved.m[i].offset &&
-				       built.m[i].size == saved.m[i].size &&
-				       strcmp(built.m[i].name, saved.m[i].name) == 0;
-			for (size_t i = 0; same && built.lz4 && i < built.nsamples; i++)
-				same = built.s[i].frame == saved.s[i].frame;
-			if (!same)
-				rc = gk_errf(err, "verify '%s': index '%s' does not match the shard (member %zu)",
-					     path, ip, bad);
-			gk_shard_index_free(&saved);
-		}
-	}
-	free(ip);
-	gk_shard_index_free(&built);
-	return rc;
-}
-
 static int verify(int argc, char **argv)
 {
 	gk_err err;
@@ -284,7 +237,7 @@ static int verify(int argc, char **argv)
 		int rc = 0;
 		for (size_t i = 0; i < m.n && rc == 0; i++) {
 			char *f = gk_shard_manifest_file(&m, i);
-			if (!f || verify_shard(f, &m.v[i], &err) < 0)
+			if (!f || gk_shard_verify(f, &m.v[i], &err) < 0)
 				rc = gk_cli_fail(&cli, &err);
 			else if (cli.verbose)
 				fprintf(stderr, "data-pack: %s: ok\n", f);
@@ -294,7 +247,7 @@ static int verify(int argc, char **argv)
 		return rc;
 	}
 	for (int i = 0; i < argc; i++) {
-		if (verify_shard(argv[i], NULL, &err) < 0)
+		if (gk_shard_verify(argv[i], NULL, &err) < 0)
 			return gk_cli_fail(&cli, &err);
 		if (cli.verbose)
 			fprintf(stderr, "data-pack: %s: ok\n", argv[i]);

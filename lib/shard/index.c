@@ -414,10 +414,52 @@ int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
 	return build(shard, idx, 0, err);
 }
 
-int gk_shard_verify(const char *shard, gk_shard_index *idx, gk_err *err)
+int gk_shard_verify(const char *path, const gk_shard_info *want, gk_err *err)
 {
-	return build(shard, idx, 1, err);
+	gk_shard_index built, saved;
+	if (build(path, &built, 1, err) < 0)
+		return -1;
+	int rc = 0;
+	if (want && built.nsamples != want->samples)
+		rc = gk_errf(err, "verify '%s': %zu samples, the manifest says %" PRIu64,
+			     path, built.nsamples, want->samples);
+	if (rc == 0 && want) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		uint64_t h;
+		if (fd < 0)
+			rc = gk_err_sys(err, errno, "open '%s'", path);
+		else if ((rc = gk_xxh3_fd(fd, 0, UINT64_MAX, &h, path, err)) == 0 && h != want->xxh3) {
+			char a[17], b[17];
+			rc = gk_errf(err, "verify '%s': XXH3 %s, the manifest says %s", path,
+				     gk_xxh3_hex(h, a), gk_xxh3_hex(want->xxh3, b));
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	char *ip = gk_shard_index_path(path);
+	if (rc == 0 && ip && access(ip, R_OK) == 0) {
+		if (gk_shard_index_load(ip, &saved, err) < 0) {
+			rc = -1;
+		} else {
+			int same = saved.nsamples == built.nsamples && saved.nmembers == built.nmembers;
+			size_t bad = 0;
+			for (size_t i = 0; same && i < built.nmembers; i++, bad = i)
+				same = built.m[i].offset == saved.m[i].offset &&
+				       built.m[i].size == saved.m[i].size &&
+				       strcmp(built.m[i].name, saved.m[i].name) == 0;
+			for (size_t i = 0; same && built.lz4 && i < built.nsamples; i++)
+				same = built.s[i].frame == saved.s[i].frame;
+			if (!same)
+				rc = gk_errf(err, "verify '%s': index '%s' does not match the shard (member %zu)",
+					     path, ip, bad);
+			gk_shard_index_free(&saved);
+		}
+	}
+	free(ip);
+	gk_shard_index_free(&built);
+	return rc;
 }
+
 
 int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
 			 size_t i, void **buf, gk_shard_member *m, gk_err *err)

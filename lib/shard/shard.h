@@ -116,12 +116,6 @@ int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err);
 /* Build the index by reading the shard (plain tars and our LZ4 shards:
  * frame offsets are found by walking the LZ4 frame headers). */
 int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err);
-/*
- * Verify: read every byte in strict mode (see gk_shard_reader_strict;
- * LZ4 content checksums are checked on the way), require the
- * end-of-archive blocks, and build the index.
- */
-int gk_shard_verify(const char *shard, gk_shard_index *idx, gk_err *err);
 void gk_shard_index_free(gk_shard_index *idx);
 /* Sample number of key, or -1 (a linear scan; indexes are per shard). */
 ssize_t gk_shard_index_find(const gk_shard_index *idx, const char *key);
@@ -164,6 +158,15 @@ int gk_shard_manifest_add(gk_shard_manifest *m, const char *path,
 			  uint64_t samples, uint64_t bytes, uint64_t xxh3,
 			  gk_err *err);
 void gk_shard_manifest_free(gk_shard_manifest *m);
+
+/*
+ * Verify a shard: read every byte in strict mode (gk_shard_reader_strict;
+ * LZ4 content checksums are checked on the way), require the
+ * end-of-archive blocks, compare the index beside it when there is one,
+ * and with want (may be NULL) the manifest's sample count and XXH3.
+ * The message names the shard and, for structure, the sample.
+ */
+int gk_shard_verify(const char *shard, const gk_shard_info *want, gk_err *err);
 
 /* ---- writer ----------------------------------------------------------------- */
 
