@@ -217,6 +217,23 @@ int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err)
 		gk_errf(err, "index '%s': unexpected text after the samples", path);
 		goto fail;
 	}
+	/* Members follow their 512-byte headers in order; frames ascend. */
+	for (size_t i = 0, prev = 0; i < idx->nmembers; i++) {
+		uint64_t off = idx->m[i].offset;
+		if (off % 512 || off < prev + 512 || idx->m[i].size > ((uint64_t)1 << 50)) {
+			gk_errf(err, "index '%s': member '%s': offset %llu out of order", path,
+				idx->m[i].name, (unsigned long long)off);
+			goto fail;
+		}
+		prev = (size_t)(off + (idx->m[i].size + 511) / 512 * 512);
+	}
+	for (size_t i = 0; idx->lz4 && i < idx->nsamples; i++) {
+		uint64_t next = i + 1 < idx->nsamples ? idx->s[i + 1].frame : idx->frame_end;
+		if (idx->s[i].frame >= next) {
+			gk_errf(err, "index '%s': LZ4 frame offsets out of order", path);
+			goto fail;
+		}
+	}
 	derive_headers(idx);
 	free(text);
 	return 0;
@@ -477,17 +494,17 @@ int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
 	if (idx->lz4) {
 		uint64_t c0 = s->frame;
 		uint64_t c1 = i + 1 < idx->nsamples ? idx->s[i + 1].frame : idx->frame_end;
-		unsigned char *cb = c1 > c0 && c1 - c0 < ((uint64_t)1 << 40) ? malloc(c1 - c0) : NULL;
+		int good = c1 > c0 && c1 - c0 < ((uint64_t)1 << 40);
+		size_t isz = good ? (size_t)(c1 - c0) : 0, osz = (size_t)(end - start), r = 1;
+		unsigned char *cb = good ? malloc(isz) : NULL;
 		LZ4F_dctx *dc = NULL;
-		size_t isz = c1 - c0, osz = end - start, r = 1;
-		ssize_t got = cb ? gk_pread_full(fd, cb, isz, (off_t)c0) : -1;
-		if (got == (ssize_t)isz &&
-		    !LZ4F_isError(LZ4F_createDecompressionContext(&dc, LZ4F_VERSION)))
+		good = cb && gk_pread_full(fd, cb, isz, (off_t)c0) == (ssize_t)isz &&
+		       !LZ4F_isError(LZ4F_createDecompressionContext(&dc, LZ4F_VERSION));
+		if (good)
 			r = LZ4F_decompress(dc, b, &osz, cb, &isz, NULL);
 		LZ4F_freeDecompressionContext(dc);
 		free(cb);
-		if (got != (ssize_t)(c1 - c0) || LZ4F_isError(r) || r != 0 ||
-		    osz != end - start) {
+		if (!good || LZ4F_isError(r) || r != 0 || osz != end - start) {
 			free(b);
 			return gk_errf(err, "shard '%s': sample %zu: LZ4 frame at byte %llu is damaged or truncated",
 				       path, i, (unsigned long long)c0);
