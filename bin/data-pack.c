@@ -1,0 +1,421 @@
+/*
+ * data-pack - create, list, extract, verify and index WebDataset shards.
+ * The work is in lib/shard; this file parses options and prints.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "shard/shard.h"
+
+static const char usage[] =
+	"usage: data-pack -c -o PATTERN [--max-count N] [--max-size SIZE]\n"
+	"                 [--lz4[=LEVEL]] [--jobs N] [--shuffle SEED] [--no-index]\n"
+	"                 [--manifest FILE] [-T FILE | --from-tar FILE] [DIR ...]\n"
+	"       data-pack -t [--json] SHARD ...\n"
+	"       data-pack -x [-C DIR] SHARD ...\n"
+	"       data-pack --verify MANIFEST.json | SHARD ...\n"
+	"       data-pack --index SHARD ...\n"
+	"       data-pack -g KEY[.EXT] SHARD\n"
+	"  -c            create shards from directories, -T list or --from-tar\n"
+	"  -o PATTERN    shard names, e.g. out/train-%06d.tar (.tar.lz4: LZ4)\n"
+	"  -t            list samples: shard, key, extensions, bytes\n"
+	"  -x            extract into -C DIR (default .), refusing unsafe names\n"
+	"  -g KEY[.EXT]  print one sample as a tar, or one member's bytes\n"
+	"  -q, -v, --json, -h, --version as in every gpukit tool\n";
+
+enum {
+	OPT_MAX_COUNT = GK_OPT_FIRST_TOOL,
+	OPT_MAX_SIZE, OPT_LZ4, OPT_JOBS, OPT_SHUFFLE, OPT_MANIFEST,
+	OPT_FROM_TAR, OPT_VERIFY, OPT_INDEX, OPT_NO_INDEX,
+};
+
+static const struct option longopts[] = {
+	GK_CLI_LONGOPTS,
+	GK_CLI_LONGOPT_JSON,
+	{"create", no_argument, NULL, 'c'},
+	{"list", no_argument, NULL, 't'},
+	{"extract", no_argument, NULL, 'x'},
+	{"get", required_argument, NULL, 'g'},
+	{"output", required_argument, NULL, 'o'},
+	{"files-from", required_argument, NULL, 'T'},
+	{"directory", required_argument, NULL, 'C'},
+	{"max-count", required_argument, NULL, OPT_MAX_COUNT},
+	{"max-size", required_argument, NULL, OPT_MAX_SIZE},
+	{"lz4", optional_argument, NULL, OPT_LZ4},
+	{"jobs", required_argument, NULL, OPT_JOBS},
+	{"shuffle", required_argument, NULL, OPT_SHUFFLE},
+	{"manifest", required_argument, NULL, OPT_MANIFEST},
+	{"from-tar", required_argument, NULL, OPT_FROM_TAR},
+	{"verify", no_argument, NULL, OPT_VERIFY},
+	{"index", no_argument, NULL, OPT_INDEX},
+	{"no-index", no_argument, NULL, OPT_NO_INDEX},
+	{NULL, 0, NULL, 0},
+};
+
+typedef struct args {
+	int mode; /* 'c' 't' 'x' 'g' 'V' (verify) 'I' (index) */
+	const char *out, *list, *dir, *manifest, *from_tar, *get;
+	gk_shard_write_opts w;
+	int shuffle, no_index;
+	uint64_t seed;
+} args;
+
+static gk_cli cli;
+
+static void set_mode(args *a, int m)
+{
+	if (a->mode && a->mode != m)
+		gk_cli_usage_error(&cli, "only one of -c, -t, -x, -g, --verify, --index");
+	a->mode = m;
+}
+
+static int64_t source_date_epoch(void)
+{
+	const char *s = getenv("SOURCE_DATE_EPOCH");
+	int64_t v = 0;
+	gk_err err;
+	if (s && *s && gk_parse_i64(s, 0, INT64_MAX, &v, "SOURCE_DATE_EPOCH", &err) < 0)
+		gk_cli_usage_error(&cli, "%s", err.msg);
+	return v;
+}
+
+static int create(const args *a, int argc, char **argv)
+{
+	gk_err err;
+	gk_shard_source src = {0};
+	gk_shard_writer *w;
+	gk_shard_manifest man = {0};
+	gk_progress prog;
+	int rc = 1;
+
+	for (int i = 0; i < argc; i++)
+		if (gk_shard_source_walk(&src, argv[i], &err) < 0)
+			goto fail;
+	if (a->list) {
+		FILE *fp = strcmp(a->list, "-") == 0 ? stdin : fopen(a->list, "r");
+		if (!fp) {
+			gk_err_sys(&err, errno, "open '%s'", a->list);
+			goto fail;
+		}
+		int r = gk_shard_source_list(&src, fp, a->list, &err);
+		if (fp != stdin)
+			fclose(fp);
+		if (r < 0)
+			goto fail;
+	}
+	if (gk_shard_writer_open(&w, &a->w, &err) < 0)
+		goto fail;
+	gk_progress_start(&prog, "data-pack", 0, 1, NULL, !cli.quiet);
+	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &prog, &err)
+			    : gk_shard_pack(w, &src, a->shuffle, a->seed, &prog, &err);
+	gk_progress_finish(&prog);
+	if (r < 0) {
+		gk_shard_writer_abort(w);
+		goto fail;
+	}
+	if (gk_shard_writer_close(w, &man, &err) < 0)
+		goto fail;
+	if (a->manifest && gk_shard_manifest_write(a->manifest, &man, &err) < 0)
+		goto fail;
+	if (cli.verbose)
+		for (size_t i = 0; i < man.n; i++)
+			fprintf(stderr, "data-pack: %s: %" PRIu64 " samples, %" PRIu64 " bytes\n",
+				man.v[i].path, man.v[i].samples, man.v[i].bytes);
+	rc = 0;
+	goto out;
+fail:
+	rc = gk_cli_fail(&cli, &err);
+out:
+	gk_shard_manifest_free(&man);
+	gk_shard_source_free(&src);
+	return rc;
+}
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+static void list_sample(const char *shard, const gk_shard_sample *s)
+{
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < s->n; i++)
+		bytes += s->m[i].size;
+	if (cli.json) {
+		printf("{\"shard\":");
+		json_str(shard);
+		printf(",\"key\":");
+		json_str(s->key);
+		printf(",\"members\":[");
+		for (size_t i = 0; i < s->n; i++) {
+			printf("%s{\"ext\":", i ? "," : "");
+			json_str(s->m[i].ext);
+			printf(",\"offset\":%" PRIu64 ",\"size\":%" PRIu64 "}", s->m[i].offset,
+			       s->m[i].size);
+		}
+		printf("],\"bytes\":%" PRIu64 "}\n", bytes);
+		return;
+	}
+	printf("%s\t%s\t", shard, s->key);
+	for (size_t i = 0; i < s->n; i++)
+		printf("%s%s", i ? "," : "", s->m[i].ext);
+	printf("\t%" PRIu64 "\n", bytes);
+}
+
+/* Read every sample of every shard: list, extract or just check. */
+static int each_sample(const args *a, int argc, char **argv, int dirfd)
+{
+	gk_err err;
+	for (int i = 0; i < argc; i++) {
+		gk_shard_reader *r;
+		const gk_shard_sample *s;
+		int rc;
+		if (gk_shard_reader_open(&r, argv[i], &err) < 0)
+			return gk_cli_fail(&cli, &err);
+		gk_shard_reader_strict(r, a->mode != 't');
+		while ((rc = gk_shard_reader_next(r, &s, &err)) == 1) {
+			if (a->mode == 't') {
+				list_sample(argv[i], s);
+				continue;
+			}
+			for (size_t j = 0; j < s->n && a->mode == 'x'; j++) {
+				char name[8192];
+				snprintf(name, sizeof(name), "%s.%s", s->key, s->m[j].ext);
+				if (gk_shard_extract_file(dirfd, a->dir, name, s->m[j].data,
+							  s->m[j].size, &err) < 0) {
+					rc = -1;
+					break;
+				}
+			}
+			if (rc < 0)
+				break;
+		}
+		gk_shard_reader_close(r);
+		if (rc < 0)
+			return gk_cli_fail(&cli, &err);
+	}
+	return 0;
+}
+
+static int extract(const args *a, int argc, char **argv)
+{
+	gk_err err;
+	if (gk_mkdir_p(a->dir, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	int fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_cli_failf(&cli, "open directory '%s': %s", a->dir, strerror(errno));
+	int rc = each_sample(a, argc, argv, fd);
+	close(fd);
+	return rc;
+}
+
+static int verify(int argc, char **argv)
+{
+	gk_err err;
+	if (argc == 1 && strlen(argv[0]) > 5 && !strcmp(argv[0] + strlen(argv[0]) - 5, ".json")) {
+		gk_shard_manifest m;
+		if (gk_shard_manifest_load(argv[0], &m, &err) < 0)
+			return gk_cli_fail(&cli, &err);
+		int rc = 0;
+		for (size_t i = 0; i < m.n && rc == 0; i++) {
+			char *f = gk_shard_manifest_file(&m, i);
+			if (!f || gk_shard_verify(f, &m.v[i], &err) < 0)
+				rc = gk_cli_fail(&cli, &err);
+			else if (cli.verbose)
+				fprintf(stderr, "data-pack: %s: ok\n", f);
+			free(f);
+		}
+		gk_shard_manifest_free(&m);
+		return rc;
+	}
+	for (int i = 0; i < argc; i++) {
+		if (gk_shard_verify(argv[i], NULL, &err) < 0)
+			return gk_cli_fail(&cli, &err);
+		if (cli.verbose)
+			fprintf(stderr, "data-pack: %s: ok\n", argv[i]);
+	}
+	return 0;
+}
+
+static int index_shards(int argc, char **argv)
+{
+	gk_err err;
+	for (int i = 0; i < argc; i++) {
+		gk_shard_index idx;
+		char *ip = gk_shard_index_path(argv[i]);
+		int rc = gk_shard_index_build(argv[i], &idx, &err);
+		if (rc == 0) {
+			rc = gk_shard_index_write(ip, &idx, &err);
+			gk_shard_index_free(&idx);
+		}
+		free(ip);
+		if (rc < 0)
+			return gk_cli_fail(&cli, &err);
+	}
+	return 0;
+}
+
+static int get(const char *what, const char *shard)
+{
+	gk_err err;
+	gk_shard_index idx;
+	char *ip = gk_shard_index_path(shard);
+	int fd = -1, rc = 1;
+	void *buf = NULL;
+	gk_shard_member *m = NULL;
+	if (!ip || gk_shard_index_load(ip, &idx, &err) < 0) {
+		free(ip);
+		gk_err_prefix(&err, "get '%s' (make the index with data-pack --index)", what);
+		return gk_cli_fail(&cli, &err);
+	}
+	/* KEY.EXT or KEY: try the whole string as a key first (keys have no dots). */
+	ssize_t klen = gk_shard_key_len(what);
+	char *key = klen < 0 ? strdup(what) : strndup(what, (size_t)klen);
+	const char *ext = klen < 0 ? NULL : what + klen + 1;
+	ssize_t i = key ? gk_shard_index_find(&idx, key) : -1;
+	if (i < 0) {
+		gk_errf(&err, "get '%s': no such key in '%s'", what, shard);
+		goto fail;
+	}
+	if ((fd = open(shard, O_RDONLY | O_CLOEXEC)) < 0) {
+		gk_err_sys(&err, errno, "open '%s'", shard);
+		goto fail;
+	}
+	if (!(m = calloc(idx.s[i].n, sizeof(*m))) ||
+	    gk_shard_read_sample(fd, shard, &idx, (size_t)i, &buf, m, &err) < 0)
+		goto fail;
+	if (ext) {
+		size_t j = 0;
+		while (j < idx.s[i].n && strcmp(m[j].ext, ext) != 0)
+			j++;
+		if (j == idx.s[i].n) {
+			gk_errf(&err, "get '%s': sample '%s' has no member '.%s'", what, key, ext);
+			goto fail;
+		}
+		if (fwrite(m[j].data, 1, m[j].size, stdout) != m[j].size && !ferror(stdout))
+			goto fail;
+	} else {
+		gk_shard_write_opts o = {.pattern = "-", .mtime = source_date_epoch()};
+		gk_shard_writer *w;
+		fflush(stdout);
+		if (gk_shard_writer_open(&w, &o, &err) < 0)
+			goto fail;
+		if (gk_shard_writer_add(w, key, idx.s[i].n, m, &err) < 0) {
+			gk_shard_writer_abort(w);
+			goto fail;
+		}
+		if (gk_shard_writer_close(w, NULL, &err) < 0)
+			goto fail;
+	}
+	rc = 0;
+	goto out;
+fail:
+	rc = gk_cli_fail(&cli, &err);
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	free(m);
+	free(key);
+	free(ip);
+	gk_shard_index_free(&idx);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	args a = {0};
+	int opt, status;
+	a.dir = ".";
+	a.w.lz4_level = 0;
+	a.w.jobs = 1;
+	gk_cli_init(&cli, "data-pack", usage);
+	while ((opt = getopt_long(argc, argv, "ctxg:o:T:C:hqv", longopts, NULL)) != -1) {
+		if (gk_cli_common(&cli, opt))
+			continue;
+		switch (opt) {
+		case 'c': set_mode(&a, 'c'); break;
+		case 't': set_mode(&a, 't'); break;
+		case 'x': set_mode(&a, 'x'); break;
+		case 'g': set_mode(&a, 'g'); a.get = optarg; break;
+		case OPT_VERIFY: set_mode(&a, 'V'); break;
+		case OPT_INDEX: set_mode(&a, 'I'); break;
+		case 'o': a.out = optarg; break;
+		case 'T': a.list = optarg; break;
+		case 'C': a.dir = optarg; break;
+		case OPT_FROM_TAR: a.from_tar = optarg; break;
+		case OPT_MANIFEST: a.manifest = optarg; break;
+		case OPT_NO_INDEX: a.no_index = 1; break;
+		case OPT_MAX_COUNT:
+			a.w.max_count = (uint64_t)gk_cli_i64(&cli, "--max-count", optarg, 1, INT64_MAX);
+			break;
+		case OPT_MAX_SIZE: a.w.max_size = gk_cli_size(&cli, "--max-size", optarg); break;
+		case OPT_LZ4:
+			a.w.lz4 = 1;
+			if (optarg)
+				a.w.lz4_level = (int)gk_cli_i64(&cli, "--lz4", optarg, 0, 12);
+			break;
+		case OPT_JOBS: a.w.jobs = (int)gk_cli_i64(&cli, "--jobs", optarg, 1, 1024); break;
+		case OPT_SHUFFLE:
+			a.shuffle = 1;
+			a.seed = (uint64_t)gk_cli_i64(&cli, "--shuffle", optarg, 0, INT64_MAX);
+			break;
+		default:
+			gk_cli_usage_error(&cli, "unexpected option");
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (!a.mode)
+		gk_cli_usage_error(&cli, "no mode: give -c, -t, -x, -g, --verify or --index");
+	if (a.mode == 'c') {
+		if (!a.out)
+			gk_cli_usage_error(&cli, "-c needs -o PATTERN");
+		if (!!a.from_tar + (a.list || argc > 0) != 1)
+			gk_cli_usage_error(&cli, "-c takes directories and/or -T FILE, or --from-tar FILE");
+		if (a.from_tar && a.shuffle)
+			gk_cli_usage_error(&cli, "--shuffle needs directories or -T (a stream cannot be shuffled)");
+		if (strcmp(a.out, "-") == 0 && (a.manifest || a.w.max_count || a.w.max_size))
+			gk_cli_usage_error(&cli, "-o - writes one shard: no --manifest, --max-count or --max-size");
+		a.w.pattern = a.out;
+		a.w.index = !a.no_index && strcmp(a.out, "-") != 0;
+		a.w.mtime = source_date_epoch();
+		/* A full file-size limit must be an error, not a silent death. */
+		signal(SIGXFSZ, SIG_IGN);
+		status = create(&a, argc, argv);
+	} else {
+		if (a.out || a.list || a.from_tar || a.manifest || a.w.max_count || a.w.max_size ||
+		    a.w.lz4 || a.shuffle)
+			gk_cli_usage_error(&cli, "creation options need -c");
+		if (argc == 0)
+			gk_cli_usage_error(&cli, "no shard given");
+		if (a.mode == 'g' && argc != 1)
+			gk_cli_usage_error(&cli, "-g reads one shard");
+		switch (a.mode) {
+		case 't': status = each_sample(&a, argc, argv, -1); break;
+		case 'x': status = extract(&a, argc, argv); break;
+		case 'V': status = verify(argc, argv); break;
+		case 'I': status = index_shards(argc, argv); break;
+		default: status = get(a.get, argv[0]); break;
+		}
+	}
+	return gk_cli_finish(&cli, status);
+}

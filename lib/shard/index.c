@@ -1,0 +1,710 @@
+/*
+ * index.c - the per-shard sidecar index (DALI wds2idx "v1.2" text, plus
+ * an LZ4 frame table), random access through it, and the manifest.
+ *
+ * reference: https://github.com/NVIDIA/DALI/blob/main/tools/wds2idx.py
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <lz4frame.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shard/internal.h"
+
+/* ---- index --------------------------------------------------------------- */
+
+void gk_shard_index_free(gk_shard_index *idx)
+{
+	for (size_t i = 0; i < idx->nmembers; i++)
+		free(idx->m[i].name);
+	free(idx->m);
+	free(idx->s);
+	memset(idx, 0, sizeof(*idx));
+}
+
+int gk_shard_index_write(const char *path, const gk_shard_index *idx,
+			 gk_err *err)
+{
+	gk_atomic *a;
+	if (gk_atomic_open(&a, path, 0644, err) < 0)
+		return -1;
+	FILE *fp = gk_atomic_fp(a, err);
+	if (!fp) {
+		gk_atomic_abort(a);
+		return -1;
+	}
+	fprintf(fp, "v1.2 %zu\n", idx->nsamples);
+	for (size_t i = 0; i < idx->nsamples; i++) {
+		const gk_shard_index_sample *s = &idx->s[i];
+		for (size_t j = 0; j < s->n; j++) {
+			const gk_shard_index_member *m = &idx->m[s->first + j];
+			const char *ext = m->name + gk_shard_key_len(m->name) + 1;
+			fprintf(fp, "%s%s %" PRIu64 " %" PRIu64 " %s", j ? " " : "", ext,
+				m->offset, m->size, m->name);
+		}
+		fputc('\n', fp);
+	}
+	if (idx->lz4) {
+		fprintf(fp, "lz4 %zu\n", idx->nsamples + 1);
+		for (size_t i = 0; i < idx->nsamples; i++)
+			fprintf(fp, "%" PRIu64 "\n", idx->s[i].frame);
+		fprintf(fp, "%" PRIu64 "\n", idx->frame_end);
+	}
+	if (ferror(fp)) {
+		gk_err_sys(err, errno ? errno : EIO, "write '%s'", path);
+		gk_atomic_abort(a);
+		return -1;
+	}
+	return gk_atomic_commit(a, err);
+}
+
+static int parse_u64(char **p, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (**p < '0' || **p > '9')
+		return -1;
+	unsigned long long v = strtoull(*p, &end, 10);
+	if (errno || (*end != ' ' && *end != '\n' && *end != '\0'))
+		return -1;
+	*out = v;
+	*p = end;
+	return 0;
+}
+
+static char *next_field(char **p)
+{
+	while (**p == ' ')
+		(*p)++;
+	char *s = *p;
+	while (**p && **p != ' ' && **p != '\n')
+		(*p)++;
+	return s;
+}
+
+/* One sample line: "EXT OFF SIZE NAME" groups. */
+static int parse_line(char *line, gk_shard_index *idx, size_t *mcap,
+		      const char *path, size_t lineno, gk_err *err)
+{
+	char *p = line;
+	gk_shard_index_sample *s = &idx->s[idx->nsamples];
+	s->first = idx->nmembers;
+	s->n = 0;
+	while (*p && *p != '\n') {
+		uint64_t off, size;
+		next_field(&p); /* the extension, implied by the name */
+		while (*p == ' ')
+			p++;
+		if (parse_u64(&p, &off) < 0)
+			goto bad;
+		while (*p == ' ')
+			p++;
+		if (parse_u64(&p, &size) < 0)
+			goto bad;
+		char *name = next_field(&p);
+		size_t nlen = (size_t)(p - name);
+		if (nlen == 0)
+			goto bad;
+		if (idx->nmembers == *mcap) {
+			size_t cap = *mcap ? *mcap * 2 : 256;
+			gk_shard_index_member *m = realloc(idx->m, cap * sizeof(*m));
+			if (!m)
+				return gk_err_sys(err, ENOMEM, "index '%s'", path);
+			idx->m = m;
+			*mcap = cap;
+		}
+		gk_shard_index_member *m = &idx->m[idx->nmembers];
+		if (!(m->name = strndup(name, nlen)))
+			return gk_err_sys(err, ENOMEM, "index '%s'", path);
+		m->offset = off;
+		m->size = size;
+		idx->nmembers++;
+		s->n++;
+		while (*p == ' ')
+			p++;
+	}
+	if (s->n == 0)
+		goto bad;
+	idx->nsamples++;
+	return 0;
+bad:
+	return gk_errf(err, "index '%s' line %zu: not 'EXT OFFSET SIZE NAME' groups",
+		       path, lineno);
+}
+
+/* Headers follow from data offsets: a sample starts where the previous
+ * one's last member (padded to 512) ends. */
+static void derive_headers(gk_shard_index *idx)
+{
+	uint64_t pos = 0;
+	for (size_t i = 0; i < idx->nsamples; i++) {
+		gk_shard_index_sample *s = &idx->s[i];
+		s->header = pos;
+		if (!idx->lz4)
+			s->frame = pos;
+		const gk_shard_index_member *last = &idx->m[s->first + s->n - 1];
+		pos = last->offset + (last->size + 511) / 512 * 512;
+	}
+	idx->end = pos;
+	if (!idx->lz4)
+		idx->frame_end = pos;
+}
+
+int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err)
+{
+	char *text;
+	size_t len, mcap = 0;
+	memset(idx, 0, sizeof(*idx));
+	if (gk_read_file(path, (size_t)1 << 32, &text, &len, err) < 0)
+		return -1;
+	char *p = text, *nl;
+	size_t lineno = 1;
+	unsigned long long n;
+	int used;
+	if (sscanf(p, "v1.2 %llu%n", &n, &used) != 1 || (p[used] != '\n') ||
+	    n > len / 8 + 1) {
+		free(text);
+		return gk_errf(err, "index '%s': not a DALI v1.2 index (first line 'v1.2 N')",
+			       path);
+	}
+	p += used + 1;
+	if (!(idx->s = calloc(n + 1, sizeof(*idx->s)))) {
+		free(text);
+		return gk_err_sys(err, ENOMEM, "index '%s'", path);
+	}
+	for (size_t i = 0; i < n; i++) {
+		lineno++;
+		if (!*p) {
+			gk_errf(err, "index '%s': %llu samples announced, %zu found", path, n, (size_t)i);
+			goto fail;
+		}
+		nl = strchr(p, '\n');
+		if (nl)
+			*nl = '\0';
+		if (parse_line(p, idx, &mcap, path, lineno, err) < 0)
+			goto fail;
+		p = nl ? nl + 1 : p + strlen(p);
+	}
+	unsigned long long nf;
+	if (*p && sscanf(p, "lz4 %llu%n", &nf, &used) == 1 && p[used] == '\n') {
+		if (nf != n + 1) {
+			gk_errf(err, "index '%s': lz4 table has %llu entries, want %llu", path, nf, n + 1);
+			goto fail;
+		}
+		p += used + 1;
+		lineno++;
+		idx->lz4 = 1;
+		for (size_t i = 0; i <= n; i++) {
+			uint64_t v;
+			lineno++;
+			if (parse_u64(&p, &v) < 0 || *p != '\n') {
+				gk_errf(err, "index '%s' line %zu: not a frame offset", path, lineno);
+				goto fail;
+			}
+			p++;
+			if (i < n)
+				idx->s[i].frame = v;
+			else
+				idx->frame_end = v;
+		}
+	}
+	if (*p) {
+		gk_errf(err, "index '%s': unexpected text after the samples", path);
+		goto fail;
+	}
+	/* Members follow their 512-byte headers in order; frames ascend. */
+	for (size_t i = 0, prev = 0; i < idx->nmembers; i++) {
+		uint64_t off = idx->m[i].offset;
+		if (off % 512 || off < prev + 512 || idx->m[i].size > ((uint64_t)1 << 50)) {
+			gk_errf(err, "index '%s': member '%s': offset %llu out of order", path,
+				idx->m[i].name, (unsigned long long)off);
+			goto fail;
+		}
+		prev = (size_t)(off + (idx->m[i].size + 511) / 512 * 512);
+	}
+	for (size_t i = 0; idx->lz4 && i < idx->nsamples; i++) {
+		uint64_t next = i + 1 < idx->nsamples ? idx->s[i + 1].frame : idx->frame_end;
+		if (idx->s[i].frame >= next) {
+			gk_errf(err, "index '%s': LZ4 frame offsets out of order", path);
+			goto fail;
+		}
+	}
+	derive_headers(idx);
+	free(text);
+	return 0;
+fail:
+	free(text);
+	gk_shard_index_free(idx);
+	return -1;
+}
+
+ssize_t gk_shard_index_find(const gk_shard_index *idx, const char *key)
+{
+	size_t klen = strlen(key);
+	for (size_t i = 0; i < idx->nsamples; i++) {
+		const char *name = idx->m[idx->s[i].first].name;
+		if ((size_t)gk_shard_key_len(name) == klen && memcmp(name, key, klen) == 0)
+			return (ssize_t)i;
+	}
+	return -1;
+}
+
+/* Frame start offsets (compressed, uncompressed) of an LZ4 file, found by
+ * decoding it: LZ4F_decompress returns 0 exactly at each frame's end. */
+static int lz4_frames(const char *path, uint64_t **coff, uint64_t **uoff,
+		      size_t *nframes, gk_err *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	LZ4F_dctx *dc;
+	if (LZ4F_isError(LZ4F_createDecompressionContext(&dc, LZ4F_VERSION))) {
+		close(fd);
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	}
+	size_t cap = 64, n = 0;
+	uint64_t *c = malloc(cap * sizeof(*c)), *u = malloc(cap * sizeof(*u));
+	enum { IN = 1 << 20, OUT = 4 << 20 };
+	unsigned char *in = malloc(IN), *outb = malloc(OUT);
+	uint64_t cpos = 0, upos = 0;
+	int rc = -1, at_start = 1;
+	if (!c || !u || !in || !outb) {
+		gk_err_sys(err, ENOMEM, "read '%s'", path);
+		goto out;
+	}
+	for (;;) {
+		ssize_t got = gk_read_full(fd, in, IN);
+		if (got < 0) {
+			gk_err_sys(err, errno, "read '%s'", path);
+			goto out;
+		}
+		if (got == 0)
+			break;
+		size_t ip = 0;
+		while (ip < (size_t)got) {
+			if (at_start) {
+				if (n == cap) {
+					cap *= 2;
+					uint64_t *c2 = realloc(c, cap * sizeof(*c));
+					if (c2)
+						c = c2;
+					uint64_t *u2 = realloc(u, cap * sizeof(*u));
+					if (u2)
+						u = u2;
+					if (!c2 || !u2) {
+						gk_err_sys(err, ENOMEM, "read '%s'", path);
+						goto out;
+					}
+				}
+				c[n] = cpos;
+				u[n] = upos;
+				n++;
+				at_start = 0;
+			}
+			size_t isz = (size_t)got - ip, osz = OUT;
+			size_t r = LZ4F_decompress(dc, outb, &osz, in + ip, &isz, NULL);
+			if (LZ4F_isError(r)) {
+				gk_errf(err, "shard '%s' at byte %llu: LZ4: %s", path,
+					(unsigned long long)cpos, LZ4F_getErrorName(r));
+				goto out;
+			}
+			ip += isz;
+			cpos += isz;
+			upos += osz;
+			if (r == 0)
+				at_start = 1;
+		}
+	}
+	if (!at_start) {
+		gk_errf(err, "shard '%s': truncated LZ4 frame", path);
+		goto out;
+	}
+	*coff = c;
+	*uoff = u;
+	*nframes = n;
+	c = u = NULL;
+	rc = 0;
+out:
+	LZ4F_freeDecompressionContext(dc);
+	close(fd);
+	free(c);
+	free(u);
+	free(in);
+	free(outb);
+	return rc;
+}
+
+static int attach_frames(const char *path, gk_shard_index *idx, gk_err *err)
+{
+	uint64_t *c = NULL, *u = NULL;
+	size_t nf = 0, f = 0;
+	if (lz4_frames(path, &c, &u, &nf, err) < 0)
+		return -1;
+	int rc = 0;
+	for (size_t i = 0; i <= idx->nsamples && rc == 0; i++) {
+		uint64_t want = i < idx->nsamples ? idx->s[i].header : idx->end;
+		while (f < nf && u[f] < want)
+			f++;
+		if (f == nf || u[f] != want)
+			rc = gk_errf(err, "shard '%s': sample %zu does not start an LZ4 frame; random access needs one frame per sample (data-pack --lz4 writes that)",
+				     path, i);
+		else if (i < idx->nsamples)
+			idx->s[i].frame = c[f];
+		else
+			idx->frame_end = c[f];
+	}
+	idx->lz4 = 1;
+	free(c);
+	free(u);
+	return rc;
+}
+
+static int build(const char *shard, gk_shard_index *idx, int strict,
+		 gk_err *err)
+{
+	gk_shard_reader *r;
+	const gk_shard_sample *s;
+	size_t scap = 0, mcap = 0;
+	int rc;
+	memset(idx, 0, sizeof(*idx));
+	if (gk_shard_reader_open(&r, shard, err) < 0)
+		return -1;
+	/* Building: skip data (a seek on a plain file). Verifying: read it all. */
+	sh_reader_skip_data(r, !strict);
+	gk_shard_reader_strict(r, strict);
+	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
+		if (idx->nsamples == scap) {
+			scap = scap ? scap * 2 : 256;
+			void *p = realloc(idx->s, scap * sizeof(*idx->s));
+			if (!p)
+				goto nomem;
+			idx->s = p;
+		}
+		if (idx->nmembers + s->n > mcap) {
+			while (idx->nmembers + s->n > mcap)
+				mcap = mcap ? mcap * 2 : 512;
+			void *p = realloc(idx->m, mcap * sizeof(*idx->m));
+			if (!p)
+				goto nomem;
+			idx->m = p;
+		}
+		gk_shard_index_sample *is = &idx->s[idx->nsamples];
+		is->first = idx->nmembers;
+		is->n = s->n;
+		for (size_t j = 0; j < s->n; j++) {
+			gk_shard_index_member *m = &idx->m[idx->nmembers];
+			if (asprintf(&m->name, "%s.%s", s->key, s->m[j].ext) < 0)
+				goto nomem;
+			m->offset = s->m[j].offset;
+			m->size = s->m[j].size;
+			idx->nmembers++;
+		}
+		idx->nsamples++;
+	}
+	if (rc < 0)
+		goto fail;
+	if (idx->nsamples == 0) {
+		gk_errf(err, "shard '%s': no samples", shard);
+		goto fail;
+	}
+	gk_shard_reader_close(r);
+	r = NULL;
+	derive_headers(idx);
+	if (gk_shard_is_lz4_name(shard) && attach_frames(shard, idx, err) < 0)
+		goto fail;
+	return 0;
+nomem:
+	gk_err_sys(err, ENOMEM, "index '%s'", shard);
+fail:
+	gk_shard_reader_close(r);
+	gk_shard_index_free(idx);
+	return -1;
+}
+
+int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
+{
+	return build(shard, idx, 0, err);
+}
+
+int gk_shard_verify(const char *path, const gk_shard_info *want, gk_err *err)
+{
+	gk_shard_index built, saved;
+	if (build(path, &built, 1, err) < 0)
+		return -1;
+	int rc = 0;
+	if (want && built.nsamples != want->samples)
+		rc = gk_errf(err, "verify '%s': %zu samples, the manifest says %" PRIu64,
+			     path, built.nsamples, want->samples);
+	if (rc == 0 && want) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		uint64_t h;
+		if (fd < 0)
+			rc = gk_err_sys(err, errno, "open '%s'", path);
+		else if ((rc = gk_xxh3_fd(fd, 0, UINT64_MAX, &h, path, err)) == 0 && h != want->xxh3) {
+			char a[17], b[17];
+			rc = gk_errf(err, "verify '%s': XXH3 %s, the manifest says %s", path,
+				     gk_xxh3_hex(h, a), gk_xxh3_hex(want->xxh3, b));
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	char *ip = gk_shard_index_path(path);
+	if (rc == 0 && ip && access(ip, R_OK) == 0) {
+		if (gk_shard_index_load(ip, &saved, err) < 0) {
+			rc = -1;
+		} else {
+			int same = saved.nsamples == built.nsamples && saved.nmembers == built.nmembers;
+			size_t bad = 0;
+			for (size_t i = 0; same && i < built.nmembers; i++, bad = i)
+				same = built.m[i].offset == saved.m[i].offset &&
+				       built.m[i].size == saved.m[i].size &&
+				       strcmp(built.m[i].name, saved.m[i].name) == 0;
+			for (size_t i = 0; same && built.lz4 && i < built.nsamples; i++)
+				same = built.s[i].frame == saved.s[i].frame;
+			if (!same)
+				rc = gk_errf(err, "verify '%s': index '%s' does not match the shard (member %zu)",
+					     path, ip, bad);
+			gk_shard_index_free(&saved);
+		}
+	}
+	free(ip);
+	gk_shard_index_free(&built);
+	return rc;
+}
+
+
+int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
+			 size_t i, void **buf, gk_shard_member *m, gk_err *err)
+{
+	if (i >= idx->nsamples)
+		return gk_errf(err, "shard '%s': no sample %zu", path, i);
+	const gk_shard_index_sample *s = &idx->s[i];
+	uint64_t start = s->header;
+	uint64_t end = i + 1 < idx->nsamples ? idx->s[i + 1].header : idx->end;
+	if (end < start || end - start > ((uint64_t)1 << 40))
+		return gk_errf(err, "index of '%s': sample %zu has a bad range", path, i);
+	unsigned char *b = malloc(end - start + 1);
+	if (!b)
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	if (idx->lz4) {
+		uint64_t c0 = s->frame;
+		uint64_t c1 = i + 1 < idx->nsamples ? idx->s[i + 1].frame : idx->frame_end;
+		int good = c1 > c0 && c1 - c0 < ((uint64_t)1 << 40);
+		size_t isz = good ? (size_t)(c1 - c0) : 0, osz = (size_t)(end - start), r = 1;
+		unsigned char *cb = good ? malloc(isz) : NULL;
+		LZ4F_dctx *dc = NULL;
+		good = cb && gk_pread_full(fd, cb, isz, (off_t)c0) == (ssize_t)isz &&
+		       !LZ4F_isError(LZ4F_createDecompressionContext(&dc, LZ4F_VERSION));
+		if (good)
+			r = LZ4F_decompress(dc, b, &osz, cb, &isz, NULL);
+		LZ4F_freeDecompressionContext(dc);
+		free(cb);
+		if (!good || LZ4F_isError(r) || r != 0 || osz != end - start) {
+			free(b);
+			return gk_errf(err, "shard '%s': sample %zu: LZ4 frame at byte %llu is damaged or truncated",
+				       path, i, (unsigned long long)c0);
+		}
+	} else {
+		ssize_t got = gk_pread_full(fd, b, end - start, (off_t)start);
+		if (got < 0) {
+			free(b);
+			return gk_err_sys(err, errno, "read '%s'", path);
+		}
+		if ((uint64_t)got != end - start) {
+			free(b);
+			return gk_errf(err, "shard '%s': truncated (sample %zu ends at byte %llu)",
+				       path, i, (unsigned long long)end);
+		}
+	}
+	for (size_t j = 0; j < s->n; j++) {
+		const gk_shard_index_member *im = &idx->m[s->first + j];
+		if (im->offset < start || im->offset + im->size > end) {
+			free(b);
+			return gk_errf(err, "index of '%s': member '%s' lies outside its sample",
+				       path, im->name);
+		}
+		m[j].ext = im->name + gk_shard_key_len(im->name) + 1;
+		m[j].data = b + (im->offset - start);
+		m[j].size = im->size;
+		m[j].offset = im->offset;
+	}
+	*buf = b;
+	return 0;
+}
+
+/* ---- manifest -------------------------------------------------------------- */
+
+void gk_shard_manifest_free(gk_shard_manifest *m)
+{
+	for (size_t i = 0; i < m->n; i++)
+		free(m->v[i].path);
+	free(m->v);
+	free(m->dir);
+	memset(m, 0, sizeof(*m));
+}
+
+int gk_shard_manifest_add(gk_shard_manifest *m, const char *path,
+			  uint64_t samples, uint64_t bytes, uint64_t xxh3,
+			  gk_err *err)
+{
+	gk_shard_info *v = realloc(m->v, (m->n + 1) * sizeof(*v));
+	if (!v)
+		return gk_err_sys(err, ENOMEM, "manifest");
+	m->v = v;
+	if (!(v[m->n].path = strdup(path)))
+		return gk_err_sys(err, ENOMEM, "manifest");
+	v[m->n].samples = samples;
+	v[m->n].bytes = bytes;
+	v[m->n].xxh3 = xxh3;
+	m->n++;
+	m->samples += samples;
+	m->bytes += bytes;
+	return 0;
+}
+
+int gk_shard_manifest_locate(const gk_shard_manifest *m, uint64_t global,
+			     size_t *shard, uint64_t *local)
+{
+	/* Binary search would need a prefix table; shard lists are short. */
+	for (size_t i = 0; i < m->n; i++) {
+		if (global < m->v[i].samples) {
+			*shard = i;
+			*local = global;
+			return 0;
+		}
+		global -= m->v[i].samples;
+	}
+	return -1;
+}
+
+char *gk_shard_manifest_file(const gk_shard_manifest *m, size_t i)
+{
+	char *p;
+	const char *path = m->v[i].path;
+	if (path[0] == '/' || !m->dir || !*m->dir)
+		return strdup(path);
+	return asprintf(&p, "%s/%s", m->dir, path) < 0 ? NULL : p;
+}
+
+/* dirname of path as a new string ("" for the current directory). */
+static char *dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return strdup("");
+	return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
+/* The shard path relative to the manifest's directory, when it is under it. */
+static const char *relative_to(const char *shard, char *rel, size_t len,
+			       const char *mdir)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+	char *sdir = dir_of(shard);
+	const char *base = strrchr(shard, '/');
+	base = base ? base + 1 : shard;
+	if (!sdir || !realpath(*sdir ? sdir : ".", a) || !realpath(*mdir ? mdir : ".", b)) {
+		free(sdir);
+		return shard;
+	}
+	free(sdir);
+	size_t bl = strlen(b);
+	if (strcmp(a, b) == 0)
+		snprintf(rel, len, "%s", base);
+	else if (strncmp(a, b, bl) == 0 && a[bl] == '/')
+		snprintf(rel, len, "%s/%s", a + bl + 1, base);
+	else
+		snprintf(rel, len, "%s/%s", a, base);
+	return rel;
+}
+
+int gk_shard_manifest_write(const char *path, const gk_shard_manifest *m,
+			    gk_err *err)
+{
+	char *mdir = dir_of(path);
+	json_t *shards = json_array(), *root = json_object();
+	char rel[2 * PATH_MAX + 2], hex[17];
+	if (!mdir || !shards || !root)
+		goto nomem;
+	json_object_set_new(root, "format", json_string("gpukit-shards"));
+	json_object_set_new(root, "version", json_integer(1));
+	json_object_set_new(root, "samples", json_integer((json_int_t)m->samples));
+	json_object_set_new(root, "bytes", json_integer((json_int_t)m->bytes));
+	for (size_t i = 0; i < m->n; i++) {
+		json_t *s = json_object();
+		if (!s)
+			goto nomem;
+		json_object_set_new(s, "path", json_string(relative_to(m->v[i].path, rel,
+								       sizeof(rel), mdir)));
+		json_object_set_new(s, "samples", json_integer((json_int_t)m->v[i].samples));
+		json_object_set_new(s, "bytes", json_integer((json_int_t)m->v[i].bytes));
+		json_object_set_new(s, "xxh3", json_string(gk_xxh3_hex(m->v[i].xxh3, hex)));
+		json_array_append_new(shards, s);
+	}
+	json_object_set(root, "shards", shards);
+	int rc = gk_json_write_file(path, root, err);
+	json_decref(shards);
+	json_decref(root);
+	free(mdir);
+	return rc;
+nomem:
+	json_decref(shards);
+	json_decref(root);
+	free(mdir);
+	return gk_err_sys(err, ENOMEM, "manifest '%s'", path);
+}
+
+int gk_shard_manifest_load(const char *path, gk_shard_manifest *m, gk_err *err)
+{
+	memset(m, 0, sizeof(*m));
+	json_t *root = gk_json_load_file(path, (size_t)1 << 30, err);
+	if (!root)
+		return -1;
+	const char *fmt, *p, *hex;
+	int64_t v, samples, bytes;
+	json_t *shards = json_object_get(root, "shards");
+	if (gk_json_get_str(root, "format", &fmt, err) < 0 ||
+	    gk_json_get_int(root, "version", &v, err) < 0)
+		goto fail;
+	if (strcmp(fmt, "gpukit-shards") != 0 || v != 1) {
+		gk_errf(err, "manifest '%s': not a gpukit-shards version 1 manifest", path);
+		goto fail;
+	}
+	if (!json_is_array(shards)) {
+		gk_errf(err, "manifest '%s': 'shards' is not an array", path);
+		goto fail;
+	}
+	for (size_t i = 0; i < json_array_size(shards); i++) {
+		json_t *s = json_array_get(shards, i);
+		uint64_t h;
+		if (gk_json_get_str(s, "path", &p, err) < 0 ||
+		    gk_json_get_int(s, "samples", &samples, err) < 0 ||
+		    gk_json_get_int(s, "bytes", &bytes, err) < 0 ||
+		    gk_json_get_str(s, "xxh3", &hex, err) < 0 ||
+		    gk_xxh3_parse(hex, &h, err) < 0) {
+			gk_err_prefix(err, "manifest '%s' shard %zu", path, i);
+			goto fail;
+		}
+		if (samples < 0 || bytes < 0) {
+			gk_errf(err, "manifest '%s' shard %zu: negative count", path, i);
+			goto fail;
+		}
+		if (gk_shard_manifest_add(m, p, (uint64_t)samples, (uint64_t)bytes, h, err) < 0)
+			goto fail;
+	}
+	if (!(m->dir = dir_of(path))) {
+		gk_err_sys(err, ENOMEM, "manifest '%s'", path);
+		goto fail;
+	}
+	json_decref(root);
+	return 0;
+fail:
+	json_decref(root);
+	gk_shard_manifest_free(m);
+	return -1;
+}

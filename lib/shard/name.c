@@ -1,0 +1,138 @@
+/*
+ * name.c - member names: the key/extension split webdataset uses, the
+ * checks the writer applies, and shard names from printf patterns.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard/shard.h"
+
+ssize_t gk_shard_key_len(const char *name)
+{
+	/*
+	 * As webdataset's base_plus_ext regular expression: the last
+	 * component must start with a non-dot and contain a dot.
+	 */
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	const char *dot = strchr(base, '.');
+	if (!dot || dot == base)
+		return -1;
+	return dot - name;
+}
+
+/* Length of the UTF-8 sequence at s, or 0 when it is not valid UTF-8. */
+static size_t utf8_len(const unsigned char *s)
+{
+	unsigned c = s[0];
+	size_t n;
+	unsigned min;
+	if (c < 0x80)
+		return 1;
+	if ((c & 0xe0) == 0xc0)
+		n = 2, min = 0x80, c &= 0x1f;
+	else if ((c & 0xf0) == 0xe0)
+		n = 3, min = 0x800, c &= 0x0f;
+	else if ((c & 0xf8) == 0xf0)
+		n = 4, min = 0x10000, c &= 0x07;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	return n;
+}
+
+int gk_shard_check_name(const char *name, gk_err *err)
+{
+	const unsigned char *s = (const unsigned char *)name;
+	if (!*s)
+		return gk_errf(err, "name '': empty");
+	if (*s == '/')
+		return gk_errf(err, "name '%s': absolute path", name);
+	for (size_t i = 0; s[i];) {
+		size_t n = utf8_len(s + i);
+		if (!n)
+			return gk_errf(err, "name '%s': not valid UTF-8", name);
+		if (n == 1 && (s[i] < 0x20 || s[i] == 0x7f || isspace(s[i])))
+			return gk_errf(err, "name '%s': contains whitespace or a control character",
+				       name);
+		i += n;
+	}
+	for (const char *c = name; c;) {
+		const char *end = strchr(c, '/');
+		size_t len = end ? (size_t)(end - c) : strlen(c);
+		if (len == 0)
+			return gk_errf(err, "name '%s': empty path component", name);
+		if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+			return gk_errf(err, "name '%s': '.' or '..' component", name);
+		c = end ? end + 1 : NULL;
+	}
+	ssize_t k = gk_shard_key_len(name);
+	if (k < 0)
+		return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)",
+			       name);
+	if (!name[k + 1])
+		return gk_errf(err, "name '%s': empty extension", name);
+	return 0;
+}
+
+int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
+			 size_t len, gk_err *err)
+{
+	int convs = 0;
+	for (const char *p = pattern; *p; p++) {
+		if (*p != '%')
+			continue;
+		if (p[1] == '%') {
+			p++;
+			continue;
+		}
+		const char *q = p + 1;
+		while (*q && strchr("0-+ #", *q))
+			q++;
+		while (isdigit((unsigned char)*q))
+			q++;
+		if (!*q || !strchr("diuxX", *q))
+			return gk_errf(err, "pattern '%s': only one %%d, %%u or %%x conversion is allowed",
+				       pattern);
+		convs++;
+		p = q;
+	}
+	if (convs > 1)
+		return gk_errf(err, "pattern '%s': more than one conversion", pattern);
+	int r;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+	r = convs ? snprintf(buf, len, pattern, n) : snprintf(buf, len, "%s", pattern);
+#pragma GCC diagnostic pop
+	if (r < 0 || (size_t)r >= len)
+		return gk_errf(err, "pattern '%s': name too long", pattern);
+	return convs;
+}
+
+int gk_shard_is_lz4_name(const char *path)
+{
+	size_t n = strlen(path);
+	return n >= 4 && strcmp(path + n - 4, ".lz4") == 0;
+}
+
+char *gk_shard_index_path(const char *shard)
+{
+	const char *base = strrchr(shard, '/');
+	base = base ? base + 1 : shard;
+	/* DALI's wds2idx: the first dot after the first character of the name. */
+	const char *dot = *base ? strchr(base + 1, '.') : NULL;
+	size_t keep = dot ? (size_t)(dot - shard) : strlen(shard);
+	char *p = malloc(keep + 5);
+	if (!p)
+		return NULL;
+	memcpy(p, shard, keep);
+	memcpy(p + keep, ".idx", 5);
+	return p;
+}

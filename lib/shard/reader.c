@@ -1,0 +1,338 @@
+/*
+ * reader.c - one shard in, samples out, in order.
+ *
+ * libarchive does the tar and LZ4 decoding (it reads concatenated LZ4
+ * frames as one stream, like the lz4 tool). To know that a sample has
+ * ended the reader must see the next member's header, so it keeps that
+ * header as a lookahead and reads its data on the next call.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shard/internal.h"
+
+struct gk_shard_reader {
+	struct archive *a;
+	int fd, own_fd, strict, opened, eof, skip;
+	char *name;
+	uint64_t base;       /* uncompressed offset where reading started */
+	uint64_t shard;      /* reported in samples */
+	uint64_t next_index; /* number of the next sample */
+	int have_ahead;      /* a header read but not yet used */
+	char *ahead_name;
+	uint64_t ahead_size, ahead_off;
+	uint64_t member_end; /* where the last member's padded data ends */
+	sh_set seen;         /* keys of finished samples */
+	sh_sample *cur;
+};
+
+static int open_archive(gk_shard_reader *r, gk_err *err)
+{
+	r->a = archive_read_new();
+	if (!r->a)
+		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	struct stat st;
+	if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+		return gk_errf(err, "shard '%s': empty file", r->name);
+	archive_read_support_format_tar(r->a);
+	/* Shards are plain or LZ4; any other filter helps --from-tar. */
+	archive_read_support_filter_all(r->a);
+	if (archive_read_open_fd(r->a, r->fd, 1 << 20) != ARCHIVE_OK)
+		return gk_errf(err, "read '%s': %s", r->name, archive_error_string(r->a));
+	r->opened = 1;
+	return 0;
+}
+
+int gk_shard_reader_open_fd(gk_shard_reader **out, int fd, const char *name,
+			    gk_err *err)
+{
+	gk_shard_reader *r = calloc(1, sizeof(*r));
+	if (!r || !(r->name = strdup(name))) {
+		free(r);
+		return gk_err_sys(err, ENOMEM, "read '%s'", name);
+	}
+	r->fd = fd;
+	*out = r;
+	return 0;
+}
+
+int gk_shard_reader_open(gk_shard_reader **out, const char *path, gk_err *err)
+{
+	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	if (gk_shard_reader_open_fd(out, fd, path, err) < 0) {
+		if (fd != STDIN_FILENO)
+			close(fd);
+		return -1;
+	}
+	(*out)->own_fd = fd != STDIN_FILENO;
+	return 0;
+}
+
+void gk_shard_reader_strict(gk_shard_reader *r, int strict)
+{
+	r->strict = strict;
+}
+
+void sh_reader_skip_data(gk_shard_reader *r, int skip)
+{
+	r->skip = skip;
+}
+
+void sh_reader_set_base(gk_shard_reader *r, uint64_t shard)
+{
+	r->shard = shard;
+}
+
+uint64_t gk_shard_reader_offset(const gk_shard_reader *r)
+{
+	return r->opened ? r->base + (uint64_t)archive_filter_bytes(r->a, 0) : r->base;
+}
+
+static int archive_fail(gk_shard_reader *r, gk_err *err)
+{
+	const char *why = archive_error_string(r->a);
+	return gk_errf(err, "shard '%s' at byte %llu: %s", r->name,
+		       (unsigned long long)gk_shard_reader_offset(r),
+		       why ? why : "unreadable");
+}
+
+/* Read the next header worth keeping into the lookahead; 0 at the end. */
+static int read_ahead(gk_shard_reader *r, gk_err *err)
+{
+	struct archive_entry *e;
+	for (;;) {
+		int rc = archive_read_next_header(r->a, &e);
+		if (rc == ARCHIVE_EOF) {
+			r->eof = 1;
+			/*
+			 * libarchive, GNU tar and Python accept a tar cut right
+			 * after a member; in strict mode a missing end-of-archive
+			 * block is a truncation.
+			 */
+			if (r->strict && gk_shard_reader_offset(r) == r->member_end)
+				return gk_errf(err, "shard '%s': truncated at byte %llu (between members: no end-of-archive blocks)",
+					       r->name, (unsigned long long)r->member_end);
+			return 0;
+		}
+		if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
+			return archive_fail(r, err);
+		const char *name = archive_entry_pathname(e);
+		if (!name)
+			name = "";
+		if (archive_entry_filetype(e) != AE_IFREG) {
+			if (r->strict)
+				return gk_errf(err, "shard '%s': member '%s': not a regular file",
+					       r->name, name);
+			continue;
+		}
+		if (r->strict && gk_shard_check_name(name, err) < 0)
+			return gk_err_prefix(err, "shard '%s'", r->name);
+		if (gk_shard_key_len(name) < 0)
+			continue; /* webdataset skips these too */
+		free(r->ahead_name);
+		if (!(r->ahead_name = strdup(name)))
+			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+		r->ahead_size = (uint64_t)archive_entry_size(e);
+		r->ahead_off = gk_shard_reader_offset(r);
+		r->have_ahead = 1;
+		r->member_end = r->ahead_off + (r->ahead_size + 511) / 512 * 512;
+		return 1;
+	}
+}
+
+static sh_sample *sample_new(void)
+{
+	return calloc(1, sizeof(sh_sample));
+}
+
+static void sample_reset(sh_sample *x)
+{
+	x->s.n = 0;
+	x->data.len = 0;
+	x->names.len = 0;
+}
+
+/* Append the lookahead member to x, reading (or skipping) its data. */
+static int take_member(gk_shard_reader *r, sh_sample *x, int skip, gk_err *err)
+{
+	size_t klen = (size_t)gk_shard_key_len(r->ahead_name);
+	const char *ext = r->ahead_name + klen + 1;
+	if (x->s.n == x->mcap) {
+		size_t cap = x->mcap ? x->mcap * 2 : 4;
+		gk_shard_member *m = realloc(x->m, cap * sizeof(*m));
+		uint64_t *eo = realloc(x->ext_off, cap * sizeof(*eo));
+		if (eo)
+			x->ext_off = eo;
+		uint64_t *d = realloc(x->data_off, cap * sizeof(*d));
+		if (d)
+			x->data_off = d;
+		if (m)
+			x->m = m;
+		if (!m || !eo || !d)
+			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+		x->mcap = cap;
+	}
+	if (x->s.n == 0 && (sh_buf_append(&x->names, r->ahead_name, klen) < 0 ||
+			    sh_buf_append(&x->names, "", 1) < 0))
+		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	for (size_t i = 0; i < x->s.n; i++) {
+		const char *prev = (const char *)x->names.p + x->ext_off[i];
+		if (strcasecmp(prev, ext) == 0)
+			return gk_errf(err, strcmp(prev, ext) == 0
+					? "shard '%s': sample '%s': member '%s' appears twice"
+					: "shard '%s': sample '%s': extensions of '%s' and '%s' differ only in case",
+				       r->name, (const char *)x->names.p, r->ahead_name,
+				       prev);
+	}
+	size_t n = x->s.n;
+	x->ext_off[n] = x->names.len;
+	if (sh_buf_append(&x->names, ext, strlen(ext) + 1) < 0)
+		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	x->m[n].size = r->ahead_size;
+	x->m[n].offset = r->ahead_off;
+	x->data_off[n] = x->data.len;
+	if (skip) {
+		if (archive_read_data_skip(r->a) != ARCHIVE_OK)
+			return archive_fail(r, err);
+	} else {
+		if (r->ahead_size > SIZE_MAX / 2 || sh_buf_reserve(&x->data, r->ahead_size) < 0)
+			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+		uint64_t got = 0;
+		while (got < r->ahead_size) {
+			la_ssize_t k = archive_read_data(r->a, x->data.p + x->data.len + got,
+							 r->ahead_size - got);
+			if (k < 0)
+				return archive_fail(r, err);
+			if (k == 0)
+				return gk_errf(err, "shard '%s': member '%s': truncated",
+					       r->name, r->ahead_name);
+			got += (uint64_t)k;
+		}
+		x->data.len += r->ahead_size;
+	}
+	x->s.n = n + 1;
+	r->have_ahead = 0;
+	return 0;
+}
+
+/* Point the public view into the storage (after the buffers stopped moving). */
+static void sample_finish(sh_sample *x)
+{
+	x->s.key = (const char *)x->names.p;
+	x->s.m = x->m;
+	for (size_t i = 0; i < x->s.n; i++) {
+		x->m[i].ext = (const char *)x->names.p + x->ext_off[i];
+		x->m[i].data = x->data.p ? x->data.p + x->data_off[i] : (const void *)"";
+	}
+}
+
+static int next_sample(gk_shard_reader *r, int skip, gk_err *err)
+{
+	if (!r->opened && open_archive(r, err) < 0)
+		return -1;
+	if (!r->cur && !(r->cur = sample_new()))
+		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	sh_sample *x = r->cur;
+	sample_reset(x);
+	for (;;) {
+		if (!r->have_ahead) {
+			if (r->eof)
+				break;
+			int rc = read_ahead(r, err);
+			if (rc < 0)
+				return -1;
+			if (rc == 0)
+				break;
+		}
+		size_t klen = (size_t)gk_shard_key_len(r->ahead_name);
+		if (x->s.n > 0) {
+			if (strlen(x->s.key) != klen || memcmp(x->s.key, r->ahead_name, klen))
+				break; /* the lookahead starts the next sample */
+		} else if (sh_set_has(&r->seen, r->ahead_name, klen)) {
+			return gk_errf(err, "shard '%s': sample '%.*s': members are not consecutive (or the key is used twice)",
+				       r->name, (int)klen, r->ahead_name);
+		}
+		if (take_member(r, x, skip, err) < 0)
+			return -1;
+		x->s.key = (const char *)x->names.p;
+	}
+	if (x->s.n == 0)
+		return 0;
+	if (sh_set_add(&r->seen, x->s.key, strlen(x->s.key)) < 0)
+		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	sample_finish(x);
+	x->s.shard = r->shard;
+	x->s.index = r->next_index++;
+	return 1;
+}
+
+int gk_shard_reader_next(gk_shard_reader *r, const gk_shard_sample **s,
+			 gk_err *err)
+{
+	int rc = next_sample(r, r->skip, err);
+	if (rc == 1)
+		*s = &r->cur->s;
+	return rc;
+}
+
+sh_sample *sh_reader_detach(gk_shard_reader *r)
+{
+	sh_sample *x = r->cur;
+	r->cur = NULL;
+	return x;
+}
+
+int gk_shard_reader_seek(gk_shard_reader *r, uint64_t i,
+			 const gk_shard_index *idx, gk_err *err)
+{
+	if (r->opened || r->next_index)
+		return gk_errf(err, "shard '%s': seek after reading began", r->name);
+	if (i == 0)
+		return 0;
+	if (idx) {
+		if (i > idx->nsamples)
+			return gk_errf(err, "shard '%s': sample %llu is past its %zu samples",
+				       r->name, (unsigned long long)i, idx->nsamples);
+		uint64_t hdr = i == idx->nsamples ? idx->end : idx->s[i].header;
+		uint64_t pos = i == idx->nsamples ? idx->frame_end : idx->s[i].frame;
+		if (!idx->lz4)
+			pos = hdr;
+		if (lseek(r->fd, (off_t)pos, SEEK_SET) < 0)
+			return gk_err_sys(err, errno, "seek '%s'", r->name);
+		r->base = hdr;
+		r->next_index = i;
+		return 0;
+	}
+	for (uint64_t k = 0; k < i; k++) {
+		int rc = next_sample(r, 1, err);
+		if (rc < 0)
+			return -1;
+		if (rc == 0)
+			return gk_errf(err, "shard '%s': sample %llu is past its %llu samples",
+				       r->name, (unsigned long long)i, (unsigned long long)k);
+	}
+	return 0;
+}
+
+void gk_shard_reader_close(gk_shard_reader *r)
+{
+	if (!r)
+		return;
+	if (r->a)
+		archive_read_free(r->a);
+	if (r->own_fd)
+		close(r->fd);
+	free(r->name);
+	free(r->ahead_name);
+	sh_set_clear(&r->seen);
+	sh_sample_free(r->cur);
+	free(r);
+}

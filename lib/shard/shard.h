@@ -1,0 +1,377 @@
+/*
+ * shard.h - WebDataset-compatible tar shards (prefix gk_shard_).
+ *
+ * The format is described in gpukit-shard(5). In short: a shard is a tar
+ * file (pax_restricted, regular members only, mode 0444, uid/gid 0, empty
+ * uname/gname, one fixed mtime); a sample is the run of consecutive
+ * members sharing a key; a member is KEY.EXT where the key is the path up
+ * to the first dot of the last path component. A ".tar.lz4" shard is the
+ * same tar cut at sample boundaries into concatenated LZ4 frames (one
+ * frame per sample, then one frame for the end-of-archive blocks), so
+ * `lz4 -dc x.tar.lz4 | tar t` works and a sample is one seek + one frame.
+ *
+ * Four layers, each usable alone:
+ *   names     key/extension split and the checks the writer applies
+ *   writer    samples in, shards + indexes + manifest out (atomic files)
+ *   reader    one shard (file or stream, plain or LZ4) -> samples in order
+ *   index     per-shard sidecar (DALI wds2idx "v1.2" text) and manifest
+ *   dataset   the trainer's iterator over many shards: rank/worker split,
+ *             (seed, epoch)-keyed shuffle, prefetch thread, exact resume
+ *
+ * Errors follow core.h: -1 and a message in the gk_err. Nothing here
+ * prints or exits.
+ */
+#ifndef GK_SHARD_H
+#define GK_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+/* ---- names ------------------------------------------------------------------ */
+
+/*
+ * Split a member name into key and extension the way webdataset's
+ * base_plus_ext does: the key runs to the first dot of the last path
+ * component. Returns the key length (the extension starts one past it),
+ * or -1 when the name has no key ("README", ".hidden", "dir/"), which
+ * webdataset and the reader skip.
+ */
+ssize_t gk_shard_key_len(const char *name);
+
+/*
+ * The writer's checks on a member name: valid UTF-8, relative, no "."
+ * or ".." component, no empty component, no control characters, no
+ * whitespace (DALI's index separates fields by spaces), and a key and a
+ * non-empty extension. Messages read "name 'N': why".
+ */
+int gk_shard_check_name(const char *name, gk_err *err);
+
+/* Shard name number n from a printf pattern with one %d/%u/%x conversion
+ * (flags and width allowed, e.g. "train-%06d.tar"); -1 when the pattern
+ * has not exactly one such conversion or the result does not fit. */
+int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
+			 size_t len, gk_err *err);
+
+/* 1 when path ends in ".lz4" (the writer compresses, the reader expects
+ * LZ4 frames; the reader also detects LZ4 by its magic number). */
+int gk_shard_is_lz4_name(const char *path);
+
+/* ---- samples ---------------------------------------------------------------- */
+
+typedef struct gk_shard_member {
+	const char *ext;  /* extension, without the dot */
+	const void *data; /* size bytes */
+	uint64_t size;
+	uint64_t offset;  /* of the data in the uncompressed tar stream */
+} gk_shard_member;
+
+typedef struct gk_shard_sample {
+	const char *key;
+	size_t n;                  /* members, in the shard's order */
+	const gk_shard_member *m;
+	uint64_t shard;            /* position in the dataset's shard list */
+	uint64_t index;            /* sample number within its shard */
+	uint64_t epoch;            /* dataset only */
+} gk_shard_sample;
+
+/* ---- index and manifest ----------------------------------------------------- */
+
+typedef struct gk_shard_index_member {
+	char *name;            /* full member name, KEY.EXT */
+	uint64_t offset, size; /* data offset in the uncompressed tar stream */
+} gk_shard_index_member;
+
+typedef struct gk_shard_index_sample {
+	uint64_t header; /* offset of the sample's first header (uncompressed) */
+	uint64_t frame;  /* LZ4 shards: file offset of its frame, else = header */
+	size_t first, n; /* its members: m[first .. first+n) */
+} gk_shard_index_sample;
+
+typedef struct gk_shard_index {
+	size_t nsamples, nmembers;
+	gk_shard_index_sample *s;
+	gk_shard_index_member *m;
+	int lz4;           /* frame offsets are present */
+	uint64_t end;      /* offset of the end-of-archive blocks (uncompressed) */
+	uint64_t frame_end;/* LZ4: file offset of the end-of-archive frame */
+} gk_shard_index;
+
+/* "dir/train-000000.tar[.lz4]" -> "dir/train-000000.idx" (DALI's default:
+ * the shard name up to its first dot). Returns a malloc'ed string. */
+char *gk_shard_index_path(const char *shard);
+
+/*
+ * The index is DALI's wds2idx text: "v1.2 N", then one line per sample
+ * of "EXT OFFSET SIZE NAME" groups separated by spaces, OFFSET being the
+ * member's data offset (Python tarfile's TarInfo.offset_data). For an
+ * LZ4 shard a trailer follows: "lz4 N+1" and N+1 lines of frame offsets
+ * (the last is the end-of-archive frame). DALI reads plain shards' files
+ * unchanged; it cannot read LZ4 shards anyway.
+ */
+int gk_shard_index_write(const char *path, const gk_shard_index *idx,
+			 gk_err *err);
+int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err);
+/* Build the index by reading the shard (plain tars and our LZ4 shards:
+ * frame offsets are found by walking the LZ4 frame headers). */
+int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err);
+void gk_shard_index_free(gk_shard_index *idx);
+/* Sample number of key, or -1 (a linear scan; indexes are per shard). */
+ssize_t gk_shard_index_find(const gk_shard_index *idx, const char *key);
+/*
+ * Random access: read sample i of the shard at path (already opened as
+ * fd) into *buf (malloc'ed, the caller frees) and fill m[0..n) (the
+ * caller passes room for idx->s[i].n members). Reads only that sample:
+ * one pread of its byte range (plain) or of its LZ4 frame.
+ */
+int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
+			 size_t i, void **buf, gk_shard_member *m, gk_err *err);
+
+typedef struct gk_shard_info {
+	char *path;      /* as listed: relative to the manifest's directory */
+	uint64_t samples, bytes, xxh3;
+} gk_shard_info;
+
+typedef struct gk_shard_manifest {
+	size_t n;
+	gk_shard_info *v;
+	uint64_t samples, bytes; /* totals */
+	char *dir;               /* directory the paths are relative to */
+} gk_shard_manifest;
+
+/*
+ * JSON: {"format": "gpukit-shards", "version": 1, "samples": S,
+ * "bytes": B, "shards": [{"path", "samples", "bytes", "xxh3"}...]}.
+ * Paths under the manifest's directory are written relative to it.
+ */
+int gk_shard_manifest_write(const char *path, const gk_shard_manifest *m,
+			    gk_err *err);
+int gk_shard_manifest_load(const char *path, gk_shard_manifest *m,
+			   gk_err *err);
+/* Global sample number -> (shard, local); -1 when past the end. */
+int gk_shard_manifest_locate(const gk_shard_manifest *m, uint64_t global,
+			     size_t *shard, uint64_t *local);
+/* path of shard i as a file name (the directory prepended); malloc'ed. */
+char *gk_shard_manifest_file(const gk_shard_manifest *m, size_t i);
+int gk_shard_manifest_add(gk_shard_manifest *m, const char *path,
+			  uint64_t samples, uint64_t bytes, uint64_t xxh3,
+			  gk_err *err);
+void gk_shard_manifest_free(gk_shard_manifest *m);
+
+/*
+ * Verify a shard: read every byte in strict mode (gk_shard_reader_strict;
+ * LZ4 content checksums are checked on the way), require the
+ * end-of-archive blocks, compare the index beside it when there is one,
+ * and with want (may be NULL) the manifest's sample count and XXH3.
+ * The message names the shard and, for structure, the sample.
+ */
+int gk_shard_verify(const char *shard, const gk_shard_info *want, gk_err *err);
+
+/* ---- writer ----------------------------------------------------------------- */
+
+typedef struct gk_shard_write_opts {
+	const char *pattern; /* "out/train-%06d.tar" or one name ("-": stdout) */
+	uint64_t max_count;  /* samples per shard, 0: no limit */
+	uint64_t max_size;   /* bytes per shard file, 0: no limit; a sample
+				larger than this gets a shard of its own */
+	int lz4;             /* compress (default: when the name ends in .lz4) */
+	int lz4_level;       /* LZ4F compressionLevel: 0 fast, 3..12 HC */
+	int jobs;            /* compression threads (OpenMP), <= 1: one */
+	int index;           /* write NAME.idx beside every shard */
+	int64_t mtime;       /* every member's mtime (SOURCE_DATE_EPOCH or 0) */
+	unsigned first;      /* number of the first shard */
+} gk_shard_write_opts;
+
+typedef struct gk_shard_writer gk_shard_writer;
+
+int gk_shard_writer_open(gk_shard_writer **out, const gk_shard_write_opts *o,
+			 gk_err *err);
+/*
+ * Add one sample. The members (ext, data, size; offset ignored) may come
+ * in any order: they are written in byte order of their extensions.
+ * Errors: a bad name, two extensions equal up to case (webdataset
+ * lowercases them), a key already written to this shard. The data is
+ * copied; the caller may reuse its buffers on return.
+ */
+int gk_shard_writer_add(gk_shard_writer *w, const char *key, size_t n,
+			const gk_shard_member *m, gk_err *err);
+/* Bytes of input added so far (for progress). */
+uint64_t gk_shard_writer_bytes_in(const gk_shard_writer *w);
+/*
+ * Finish the last shard and commit every file. *man (may be NULL) gets
+ * the shards written, in order. Frees w.
+ */
+int gk_shard_writer_close(gk_shard_writer *w, gk_shard_manifest *man,
+			  gk_err *err);
+/* Remove the shard being written (committed shards stay). Frees w. */
+void gk_shard_writer_abort(gk_shard_writer *w);
+
+/* ---- reader ----------------------------------------------------------------- */
+
+typedef struct gk_shard_reader gk_shard_reader;
+
+/* Open a shard file ("-": standard input), plain or LZ4. */
+int gk_shard_reader_open(gk_shard_reader **out, const char *path, gk_err *err);
+/* Read from fd (not closed by the reader); name is for messages. */
+int gk_shard_reader_open_fd(gk_shard_reader **out, int fd, const char *name,
+			    gk_err *err);
+/*
+ * Start at sample i of the shard (before the first next). With an index,
+ * one seek; without, the samples before i are skipped (their data is not
+ * copied; on a regular plain file it is not even read).
+ */
+int gk_shard_reader_seek(gk_shard_reader *r, uint64_t i,
+			 const gk_shard_index *idx, gk_err *err);
+/*
+ * The next sample: 1 and *s filled (valid until the next call), 0 at the
+ * end of the shard, -1 on error: truncation, garbage, a member whose key
+ * was seen before in a sample that ended (members not consecutive), a
+ * duplicate extension within a sample. Non-regular entries and names
+ * without a key are skipped, as webdataset skips them.
+ */
+int gk_shard_reader_next(gk_shard_reader *r, const gk_shard_sample **s,
+			 gk_err *err);
+/* Uncompressed tar bytes consumed so far (the end-of-archive offset once
+ * next has returned 0). */
+uint64_t gk_shard_reader_offset(const gk_shard_reader *r);
+/*
+ * Strict mode (data-pack -x and --verify): entries webdataset would skip
+ * are errors instead: links, devices, directories... ("not a regular
+ * file"), names without a key, and names failing gk_shard_check_name
+ * (absolute, "..", control characters, invalid UTF-8).
+ */
+void gk_shard_reader_strict(gk_shard_reader *r, int strict);
+void gk_shard_reader_close(gk_shard_reader *r);
+
+/* ---- dataset: the trainer's iterator ---------------------------------------- */
+
+/*
+ * Order of an epoch (gpukit-shard(5), "SPLIT AND SHUFFLE"):
+ *  1. the shard list is permuted by a PRNG keyed on (seed, epoch) when
+ *     shuffle is on;
+ *  2. the samples of the permuted shards form one stream of S samples;
+ *  3. the stream is cut into P = world * workers equal contiguous parts
+ *     of floor(S / P) samples: part rank*workers+worker is ours. Every
+ *     rank gets the same count even with fewer shards than ranks (a part
+ *     may start mid-shard); the S mod P samples left at the end of the
+ *     stream are not used in that epoch (a different set each epoch when
+ *     shuffling);
+ *  4. with shuffle, the part is read in windows of shuffle_buffer samples
+ *     and each window is permuted by a PRNG keyed on (seed, epoch, part,
+ *     window).
+ * So the order is a pure function of (seed, epoch, part), and the state
+ * is (epoch, position): resume is one seek plus the refill of one window.
+ *
+ * A shard with an index beside it is read by offsets (one pread or one
+ * LZ4 frame per sample, no tar parsing); one without is read through
+ * gk_shard_reader. Run `data-pack --verify` on shards you did not write:
+ * the indexed path trusts the index. The dataset needs files (it counts
+ * and seeks); gk_shard_reader alone also reads pipes.
+ */
+typedef struct gk_shard_dataset_opts {
+	int rank, world;        /* default 0 of 1 */
+	int worker, workers;    /* default 0 of 1 */
+	int shuffle;            /* shard and window shuffle */
+	uint64_t seed;
+	size_t shuffle_buffer;  /* window in samples; 0: 1000 */
+	size_t prefetch;        /* samples read ahead by a thread; 0: no thread */
+	int loop;               /* at the end of an epoch start the next */
+} gk_shard_dataset_opts;
+
+/* What a checkpoint stores: plain integers, also as one line of JSON. */
+typedef struct gk_shard_state {
+	uint64_t seed, epoch, pos; /* pos: samples returned in this epoch */
+	uint64_t samples;          /* per part, a check on the dataset */
+	uint32_t part, parts;
+} gk_shard_state;
+
+typedef struct gk_shard_dataset gk_shard_dataset;
+
+/*
+ * source: a manifest (".json"), or a brace pattern of shard files
+ * ("train-{000000..000031}.tar"), whose sample counts come from their
+ * .idx files when present, else from reading each shard once.
+ */
+int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
+			  const gk_shard_dataset_opts *o, gk_err *err);
+/* 1 and *s (valid until the next call), 0 at the end of the epoch
+ * (unless loop), -1 on error. */
+int gk_shard_dataset_next(gk_shard_dataset *d, const gk_shard_sample **s,
+			  gk_err *err);
+/* Samples per epoch for this rank/worker (equal on every rank). */
+uint64_t gk_shard_dataset_len(const gk_shard_dataset *d);
+/* The whole dataset's counts. */
+const gk_shard_manifest *gk_shard_dataset_manifest(const gk_shard_dataset *d);
+void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st);
+/* Go to a state (any epoch, any position); checks it fits this dataset. */
+int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
+			     gk_err *err);
+/* Start an epoch from its first sample (same as restore with pos 0). */
+int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch,
+			       gk_err *err);
+void gk_shard_dataset_close(gk_shard_dataset *d);
+
+/* {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W}; JSON
+ * integers, so a seed that must round-trip stays below 2^63. */
+int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len);
+int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err);
+
+/* The PRNG the shuffles use (splitmix64), exposed for tests. */
+uint64_t gk_shard_mix(uint64_t x);
+/* Fisher-Yates permutation of 0..n-1 keyed on key. */
+void gk_shard_permute(uint64_t *v, size_t n, uint64_t key);
+
+/* ---- packing: inputs to the writer ------------------------------------------ */
+
+/* Files to pack: member names and the files they come from. */
+typedef struct gk_shard_source {
+	gk_strlist names, paths;
+	unsigned char *regular; /* 1: known to be a regular file (walked) */
+	size_t regcap;
+} gk_shard_source;
+
+/*
+ * Add every regular file under dir, walked in byte order of names,
+ * named relative to dir (symlinks to files are followed; symlinks to
+ * directories, devices and fifos are errors).
+ */
+int gk_shard_source_walk(gk_shard_source *src, const char *dir, gk_err *err);
+/*
+ * Add the files listed in fp, one path per line (empty lines skipped).
+ * Member names are the paths with leading "/" and "./" removed, as tar
+ * does. what names the list in messages ("-" for standard input).
+ */
+int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
+			 gk_err *err);
+void gk_shard_source_free(gk_shard_source *src);
+
+/*
+ * Group the files into samples by key (in the order keys first appear;
+ * with shuffle, in a random order keyed on seed), read each sample's
+ * files and add it to w. progress (may be NULL) is updated with input
+ * bytes.
+ */
+int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
+		  uint64_t seed, gk_progress *progress, gk_err *err);
+/*
+ * Repack a tar stream (any format and compression libarchive reads):
+ * consecutive members sharing a key make a sample; leading "./" is
+ * dropped; directories and other non-regular entries are skipped.
+ */
+int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
+		      gk_progress *progress, gk_err *err);
+
+/* ---- extraction ------------------------------------------------------------- */
+
+/*
+ * Write data to DIR/name without ever leaving DIR: name must pass
+ * gk_shard_check_name-like path checks (relative, no ".."), parent
+ * directories are created with mkdirat, and every component is opened
+ * with O_NOFOLLOW so a symlink planted in DIR cannot redirect the write.
+ * The file appears atomically (temp + rename) with mode 0644 & ~umask.
+ */
+int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
+			  const void *data, size_t size, gk_err *err);
+
+#endif

@@ -1,0 +1,122 @@
+#!/bin/sh
+test_description='data-pack: corrupt shards and bad input fail cleanly
+
+Every fixture in tests/data/shard/NAME.tar has its exact message in
+NAME.err. Packing refuses names webdataset would mangle, and a full disk
+or a killed packer leaves no shard under its final name.'
+. "$(dirname "$0")/lib.sh"
+
+fixtures="$GK_TOP/tests/data/shard"
+
+test_expect_success 'the good fixture verifies' '
+	cp "$fixtures"/*.tar "$fixtures"/*.lz4 . && data-pack --verify good.tar
+'
+
+for err in "$fixtures"/*.err; do
+	name=$(basename "$err" .err)
+	shard=$(cd "$fixtures" && ls "$name".tar*)
+	test_expect_success "verify $shard: exact message, exit 1" "
+		test_expect_code 1 data-pack --verify $shard 2>actual &&
+		test_cmp '$err' actual
+	"
+done
+
+test_expect_success 'extract refuses links, devices, absolute and .. names' '
+	mkdir out &&
+	for f in symlink device dotdot absolute; do
+		test_expect_code 1 data-pack -x -C out $f.tar 2>err &&
+		sed "s/^data-pack: //" err >a && sed "s/^data-pack: //" "$fixtures/$f.err" >b &&
+		test_cmp b a || return 1
+	done &&
+	! test -e evil.txt && ! test -e /tmp/evil.txt &&
+	! test -e out/a.txt && ! test -e out/a.dev
+'
+
+test_expect_success 'extract does not follow a symlink planted in the target' '
+	mkdir -p victim trap && ln -s "$PWD/victim" trap/a &&
+	mkdir -p src/a && printf data >src/a/x.txt && data-pack -c -o deep.tar src &&
+	test_expect_code 1 data-pack -x -C trap deep.tar 2>err &&
+	grep "Too many levels of symbolic links\|Not a directory" err &&
+	! test -e victim/x.txt
+'
+
+test_expect_success 'list reads what webdataset reads: links are skipped' '
+	data-pack -t symlink.tar >actual &&
+	printf "symlink.tar\ta\tjpg\t1\n" >expect && test_cmp expect actual
+'
+
+test_expect_success 'random access with a missing index says how to make one' '
+	test_expect_code 1 data-pack -g a good.tar 2>err &&
+	echo "data-pack: get '\''a'\'' (make the index with data-pack --index): open '\''good.idx'\'': No such file or directory" >expect &&
+	test_cmp expect err
+'
+
+test_expect_success 'a damaged index is an error, not a crash' '
+	printf "v1.2 3\njpg 512 x a.jpg\n" >good.idx &&
+	test_expect_code 1 data-pack -g a good.tar 2>err &&
+	grep "index '\''good.idx'\'' line 2: not '\''EXT OFFSET SIZE NAME'\'' groups" err
+'
+
+test_expect_success 'packing: case-only extensions, bad names, no samples' '
+	mkdir -p c1 c2 c3 c4 &&
+	printf 1 >c1/a.jpg && printf 2 >c1/a.JPG &&
+	test_expect_code 1 data-pack -c -o x.tar c1 2>err &&
+	echo "data-pack: sample '\''a'\'': extensions '\''JPG'\'' and '\''jpg'\'' differ only in case (webdataset lowercases them)" >expect &&
+	test_cmp expect err &&
+	printf 1 >c2/README &&
+	test_expect_code 1 data-pack -c -o x.tar c2 2>err &&
+	echo "data-pack: name '\''README'\'': no KEY.EXT form (webdataset would skip it)" >expect &&
+	test_cmp expect err &&
+	printf 1 >"c3/a b.txt" &&
+	test_expect_code 1 data-pack -c -o x.tar c3 2>err &&
+	echo "data-pack: name '\''a b.txt'\'': contains whitespace or a control character" >expect &&
+	test_cmp expect err &&
+	test_expect_code 1 data-pack -c -o x.tar c4 2>err &&
+	echo "data-pack: pattern '\''x.tar'\'': no samples to write" >expect &&
+	test_cmp expect err &&
+	! test -e x.tar
+'
+
+test_expect_success 'packing: a non-UTF-8 name' '
+	mkdir -p nu && printf 1 >"nu/$(printf "\377").txt" &&
+	test_expect_code 1 data-pack -c -o x.tar nu 2>err &&
+	printf "data-pack: name '\''\377.txt'\'': not valid UTF-8\n" >expect &&
+	test_cmp expect err
+'
+
+test_expect_success 'packing: a key repeated in a tar stream' '
+	test_expect_code 1 data-pack -c --from-tar not-consecutive.tar -o x.tar 2>err &&
+	echo "data-pack: shard '\''not-consecutive.tar'\'': sample '\''a'\'': members are not consecutive (or the key is used twice)" >expect &&
+	test_cmp expect err && ! test -e x.tar
+'
+
+test_expect_success 'packing: one pattern without %d cannot hold two shards' '
+	mkdir -p two && printf 1 >two/a.txt && printf 2 >two/b.txt &&
+	test_expect_code 1 data-pack -c -o one.tar --max-count 1 two 2>err &&
+	echo "data-pack: pattern '\''one.tar'\'': the data needs more than one shard; put %06d in the name" >expect &&
+	test_cmp expect err && ! test -e one.tar
+'
+
+test_expect_success 'a full disk (RLIMIT_FSIZE) leaves no shard and no temp file' '
+	mkdir -p big fd && dd if=/dev/zero of=big/a.bin bs=1024 count=300 2>/dev/null &&
+	test_expect_code 1 sh -c "ulimit -f 100 && exec data-pack -c -o fd/x-%02d.tar big" 2>err &&
+	grep "^data-pack: write '\''fd/x-00.tar'\'': File too large$" err &&
+	ls -A fd >left && test_must_be_empty left
+'
+
+test_expect_success 'a killed packer leaves committed shards and nothing else' '
+	mkdir -p kill && printf 1 >kill/a.txt && printf 2 >kill/b.txt &&
+	mkfifo kill/c.txt &&
+	printf "kill/a.txt\nkill/b.txt\nkill/c.txt\n" >list &&
+	{ data-pack -c -T list -o k/x-%02d.tar --max-count 1 & } &&
+	pid=$! &&
+	i=0 && while ! ls -A k 2>/dev/null | grep -q "^\.x-01" && test $i -lt 200; do
+		sleep 0.05; i=$((i+1))
+	done &&
+	ls -A k >before &&
+	kill -TERM $pid && { wait $pid; test $? -gt 128; } &&
+	grep "^\.x-01\.tar\.tmp-" before &&
+	ls -A k >left && printf "x-00.idx\nx-00.tar\n" >expect && test_cmp expect left
+'
+
+test_done

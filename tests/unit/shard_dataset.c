@@ -1,0 +1,235 @@
+/*
+ * shard_dataset.c - the writer and the dataset iterator: every sample
+ * exactly once, equal counts per rank (also with fewer shards than
+ * ranks), deterministic (seed, epoch) shuffles, and resume from a saved
+ * state giving the same tail as an uninterrupted run, for plain and LZ4
+ * shards, with and without the prefetch thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "shard/shard.h"
+#include "tap.h"
+
+enum { NSAMPLES = 50, MAXS = 64 };
+static char dir[] = "/tmp/gk-shard-ds-XXXXXX";
+
+/* Sample i: key "s%04d", a .txt of i+1 bytes and, for even i, a .cls. */
+static void fill(int i, char *txt, char *cls)
+{
+	for (int j = 0; j <= i; j++)
+		txt[j] = (char)('a' + (i + j) % 26);
+	snprintf(cls, 16, "%d", i % 10);
+}
+
+static int write_shards(const char *pattern, const char *manifest, int lz4, int index)
+{
+	gk_err err = {0};
+	gk_shard_write_opts o = {.pattern = pattern, .max_count = 8, .index = index,
+				 .lz4 = lz4, .jobs = 2};
+	gk_shard_writer *w;
+	gk_shard_manifest man = {0};
+	char txt[MAXS + 1], cls[16], key[16];
+	if (gk_shard_writer_open(&w, &o, &err) < 0)
+		return diag("%s", err.msg), -1;
+	for (int i = 0; i < NSAMPLES; i++) {
+		fill(i, txt, cls);
+		snprintf(key, sizeof(key), "s%04d", i);
+		/* Members in reverse order: the writer sorts them. */
+		gk_shard_member m[2] = {{.ext = "txt", .data = txt, .size = (uint64_t)i + 1},
+					{.ext = "cls", .data = cls, .size = strlen(cls)}};
+		if (gk_shard_writer_add(w, key, i % 2 ? 1 : 2, i % 2 ? m : m, &err) < 0)
+			return diag("%s", err.msg), -1;
+	}
+	if (gk_shard_writer_close(w, &man, &err) < 0)
+		return diag("%s", err.msg), -1;
+	int rc = gk_shard_manifest_write(manifest, &man, &err);
+	gk_shard_manifest_free(&man);
+	return rc;
+}
+
+/* Run a dataset and collect sample numbers; check contents on the way. */
+static int run(const char *src, gk_shard_dataset_opts o, int *out, int max,
+	       int *bad)
+{
+	gk_err err = {0};
+	gk_shard_dataset *d;
+	const gk_shard_sample *s;
+	int n = 0, rc;
+	if (gk_shard_dataset_open(&d, src, &o, &err) < 0)
+		return diag("%s", err.msg), -1;
+	while (n < max && (rc = gk_shard_dataset_next(d, &s, &err)) == 1) {
+		int i = atoi(s->key + 1);
+		char txt[MAXS + 1], cls[16];
+		fill(i, txt, cls);
+		size_t want = i % 2 ? 1 : 2;
+		if (s->n != want || strcmp(s->m[want - 1].ext, "txt") ||
+		    s->m[want - 1].size != (uint64_t)i + 1 ||
+		    memcmp(s->m[want - 1].data, txt, (size_t)i + 1) ||
+		    (want == 2 && (strcmp(s->m[0].ext, "cls") || memcmp(s->m[0].data, cls, s->m[0].size))))
+			(*bad)++;
+		out[n++] = i;
+	}
+	gk_shard_dataset_close(d);
+	return n;
+}
+
+static void test_split(const char *src, const char *what)
+{
+	int seen[NSAMPLES] = {0}, got[NSAMPLES], bad = 0, total = 0, eq = 1;
+	gk_shard_dataset_opts o = {.world = 3, .shuffle = 1, .seed = 7,
+				   .shuffle_buffer = 5, .prefetch = 4};
+	for (int r = 0; r < 3; r++) {
+		o.rank = r;
+		int n = run(src, o, got, NSAMPLES, &bad);
+		eq &= n == NSAMPLES / 3;
+		for (int i = 0; i < n; i++)
+			seen[got[i]]++, total++;
+	}
+	int dup = 0;
+	for (int i = 0; i < NSAMPLES; i++)
+		dup += seen[i] > 1;
+	ok(eq && total == NSAMPLES / 3 * 3 && dup == 0 && bad == 0,
+	   "%s: 3 ranks get 16 distinct samples each, contents intact", what);
+
+	/* 8 ranks x 2 workers over 7 shards: 3 samples each, no part empty. */
+	gk_shard_dataset_opts o2 = {.world = 8, .workers = 2, .shuffle = 1, .seed = 1};
+	int all = 1;
+	memset(seen, 0, sizeof(seen));
+	for (int r = 0; r < 8; r++)
+		for (int k = 0; k < 2; k++) {
+			o2.rank = r;
+			o2.worker = k;
+			int n = run(src, o2, got, NSAMPLES, &bad);
+			all &= n == NSAMPLES / 16;
+			for (int i = 0; i < n; i++)
+				all &= seen[got[i]]++ == 0;
+		}
+	ok(all && bad == 0, "%s: 16 parts over 7 shards: 3 distinct samples each", what);
+}
+
+static void test_order(const char *src, const char *what)
+{
+	int a[NSAMPLES], b[NSAMPLES], bad = 0;
+	gk_shard_dataset_opts o = {0};
+	int n = run(src, o, a, NSAMPLES, &bad), inorder = n == NSAMPLES;
+	for (int i = 0; i < n; i++)
+		inorder &= a[i] == i;
+	ok(inorder && bad == 0, "%s: unshuffled, one rank: every sample in order", what);
+
+	o.shuffle = 1;
+	o.seed = 3;
+	o.shuffle_buffer = 10;
+	run(src, o, a, NSAMPLES, &bad);
+	o.prefetch = 3;
+	run(src, o, b, NSAMPLES, &bad);
+	ok(memcmp(a, b, sizeof(a)) == 0, "%s: the same shuffle with and without prefetch", what);
+	int moved = 0, sum = 0;
+	for (int i = 0; i < NSAMPLES; i++)
+		moved += a[i] != i, sum += a[i];
+	ok(moved > NSAMPLES / 2 && sum == NSAMPLES * (NSAMPLES - 1) / 2,
+	   "%s: a shuffle is a permutation that moves most samples (%d moved)", what, moved);
+	o.loop = 1;
+	int two[2 * NSAMPLES];
+	run(src, o, two, 2 * NSAMPLES, &bad);
+	ok(memcmp(two, a, sizeof(a)) == 0 && memcmp(two + NSAMPLES, a, sizeof(a)) != 0,
+	   "%s: with loop, epoch 1 follows in another order", what);
+}
+
+static void test_resume(const char *src, const char *what, size_t prefetch)
+{
+	gk_err err = {0};
+	gk_shard_dataset_opts o = {.world = 2, .rank = 1, .shuffle = 1, .seed = 11,
+				   .shuffle_buffer = 4, .prefetch = prefetch, .loop = 1};
+	int full[60], bad = 0;
+	int n = run(src, o, full, 60, &bad);
+	gk_shard_dataset *d;
+	const gk_shard_sample *s;
+	char buf[256];
+	int stop = 31, tail[60], k = 0, same = n == 60;
+	if (gk_shard_dataset_open(&d, src, &o, &err) < 0) {
+		ok(0, "open: %s", err.msg);
+		return;
+	}
+	for (int i = 0; i < stop; i++)
+		gk_shard_dataset_next(d, &s, &err);
+	gk_shard_state st, st2;
+	gk_shard_dataset_state(d, &st);
+	gk_shard_state_format(&st, buf, sizeof(buf));
+	gk_shard_dataset_close(d);
+	is_int(st.epoch, 1, "state after 31 of 25-sample epochs: epoch 1");
+	if (gk_shard_state_parse(buf, &st2, &err) < 0 ||
+	    gk_shard_dataset_open(&d, src, &o, &err) < 0 ||
+	    gk_shard_dataset_restore(d, &st2, &err) < 0) {
+		ok(0, "restore: %s", err.msg);
+		return;
+	}
+	while (stop + k < 60 && gk_shard_dataset_next(d, &s, &err) == 1)
+		tail[k++] = atoi(s->key + 1);
+	gk_shard_dataset_close(d);
+	for (int i = 0; i < k && same; i++)
+		same = tail[i] == full[stop + i];
+	ok(same && k == 60 - stop, "%s: resume from %s gives the same %d samples (prefetch %zu)",
+	   what, buf, k, prefetch);
+
+	gk_shard_state wrong = st2;
+	wrong.parts = 4;
+	gk_shard_dataset_open(&d, src, &o, &err);
+	ok(gk_shard_dataset_restore(d, &wrong, &err) < 0 && strstr(err.msg, "part 1 of 4"),
+	   "a state from another world size is refused: %s", err.msg);
+	gk_shard_dataset_close(d);
+}
+
+int main(void)
+{
+	char pat[256], man[256], pat4[256], man4[256], brace[256];
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(pat, sizeof(pat), "%s/p-%%03d.tar", dir);
+	snprintf(man, sizeof(man), "%s/p.json", dir);
+	snprintf(pat4, sizeof(pat4), "%s/z/l-%%03d.tar.lz4", dir);
+	snprintf(man4, sizeof(man4), "%s/z/l.json", dir);
+	snprintf(brace, sizeof(brace), "%s/p-{000..006}.tar", dir);
+	char patn[256], mann[256];
+	snprintf(patn, sizeof(patn), "%s/n/p-%%03d.tar", dir);
+	snprintf(mann, sizeof(mann), "%s/n/p.json", dir);
+	ok(write_shards(pat, man, 0, 1) == 0, "write 7 plain shards");
+	ok(write_shards(pat4, man4, 1, 1) == 0, "write 7 LZ4 shards (2 compression threads)");
+	ok(write_shards(patn, mann, 0, 0) == 0, "write 7 plain shards without indexes");
+
+	gk_shard_manifest m;
+	gk_err err;
+	size_t sh;
+	uint64_t loc;
+	ok(gk_shard_manifest_load(man, &m, &err) == 0 && m.n == 7 && m.samples == NSAMPLES &&
+	   gk_shard_manifest_locate(&m, 17, &sh, &loc) == 0 && sh == 2 && loc == 1 &&
+	   gk_shard_manifest_locate(&m, NSAMPLES, &sh, &loc) < 0,
+	   "manifest: 7 shards, 50 samples, sample 17 is shard 2 local 1");
+	gk_shard_manifest_free(&m);
+
+	test_order(man, "manifest");
+	test_order(brace, "brace list");
+	test_order(man4, "lz4 manifest");
+	test_order(mann, "no index (tar reader)");
+	test_split(man, "plain");
+	test_split(man4, "lz4");
+	test_resume(man, "plain", 0);
+	test_resume(man, "plain", 8);
+	test_resume(man4, "lz4", 2);
+	test_resume(mann, "no index (tar reader)", 3);
+	test_split(mann, "no index (tar reader)");
+
+	uint64_t p[5];
+	gk_shard_permute(p, 5, 42);
+	int sum = 0;
+	for (int i = 0; i < 5; i++)
+		sum += (int)p[i];
+	is_int(sum, 10, "permute yields a permutation");
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		diag("could not remove %s", dir);
+	return done_testing();
+}
