@@ -133,6 +133,12 @@ void gk_comm_close(gk_comm *c)
 	free(c);
 }
 
+void gk_comm_abort(gk_comm *c, int code)
+{
+	if (c && c->mpi && c->world > 1)
+		gk_comm_mpi_abort(c, code);
+}
+
 int gk_comm_rank(const gk_comm *c) { return c->rank; }
 int gk_comm_world(const gk_comm *c) { return c->world; }
 gk_comm_backend gk_comm_backend_of(const gk_comm *c) { return c->backend; }

@@ -144,6 +144,14 @@ int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err);
 /* Waits for outstanding requests, stops the progress thread, finalises. */
 void gk_comm_close(gk_comm *c);
 
+/*
+ * After a failure on one rank the others may wait forever in a collective:
+ * a tool that is about to exit 1 calls this to end the whole job
+ * (MPI_Abort with code) when the world has more than one rank, like
+ * MPI's default error handler. Returns only for a world of one.
+ */
+void gk_comm_abort(gk_comm *c, int code);
+
 int gk_comm_rank(const gk_comm *c);
 int gk_comm_world(const gk_comm *c);
 gk_comm_backend gk_comm_backend_of(const gk_comm *c);

@@ -639,6 +639,12 @@ int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	}
 }
 
+void gk_comm_mpi_abort(gk_comm *c, int code)
+{
+	mpi_state *st = c->mpi;
+	MPI_Abort(st->comm, code);
+}
+
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err)
 {
 	mpi_state *st = c->mpi;

@@ -52,6 +52,7 @@ struct gk_comm {
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err);
 void gk_comm_mpi_close(gk_comm *c);
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err);
+void gk_comm_mpi_abort(gk_comm *c, int code);
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err);
 int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 				   gk_comm_op op, gk_err *err);
