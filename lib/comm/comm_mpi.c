@@ -198,6 +198,9 @@ static int xchg(mpi_state *st, const void *sbuf, size_t sbytes, int to,
 		for (int i = 0; i < nrq; i++) {
 			MPI_TRY(MPI_Wait(&rq[i], MPI_STATUS_IGNORE), "mpi: receive");
 			if (fn) {
+				/* fn may write where segment i is sent from (recursive doubling). */
+				if (i < nsq)
+					MPI_TRY(MPI_Wait(&sq[i], MPI_STATUS_IGNORE), "mpi: send");
 				size_t off = (base + (size_t)i) * seg;
 				fn(ctx, off, rbytes - off < seg ? rbytes - off : seg);
 			}
@@ -489,6 +492,8 @@ static int ring_compressed(gk_comm *c, float *buf, size_t count,
 	char *wr = ws ? grow(&st->w2, &st->w2_cap, wmax, err) : NULL;
 	if (!wr)
 		return -1;
+	if (n == 1)
+		return 0; /* nothing goes on a wire */
 	if (residual) {
 		for (size_t i = 0; i < count; i++)
 			buf[i] += residual[i];
