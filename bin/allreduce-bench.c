@@ -378,8 +378,8 @@ int main(int argc, char **argv)
 			       wrong ? "FAILED" : "OK");
 			printf("# %-20s : %g \n", "Avg bus bandwidth", avg);
 			if (mcbw > 0)
-				printf("# %-20s : %.1f%% of memcpy (largest size, out-of-place)\n",
-				       "busbw", pct);
+				printf("# %-20s : %.1f%% (largest size, out of place)\n",
+				       "busbw / memcpy", pct);
 			printf("#\n");
 		}
 	}

@@ -256,6 +256,9 @@ int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
 		    call(c, p, &s, send, recv, err) < 0 ||
 		    gk_comm_to_host(c, hout, recv, s.recv_n * esz, err) < 0)
 			goto out;
+		/* Test hook: a wrong element on rank 0, to prove the check catches it. */
+		if (r == 0 && s.recv_n && getenv("GK_COMM_BENCH_CORRUPT"))
+			store(hout, s.recv_n / 2, p->dt, load(hout, s.recv_n / 2, p->dt) + 1);
 		verify(p, &s, n, r, hout, res);
 	}
 	if (!p->check) {
