@@ -227,6 +227,7 @@ static int recv_all(mpi_state *st, void *buf, size_t bytes, int from, int tag,
 /* Reduce a received segment of tmp into the matching part of dst. */
 typedef struct red_ctx {
 	char *dst;
+	const char *src; /* dst = src op tmp; src == dst for in place */
 	const char *tmp;
 	gk_dtype dt;
 	gk_comm_op op;
@@ -236,7 +237,8 @@ typedef struct red_ctx {
 static void red_seg(void *p, size_t off, size_t len)
 {
 	red_ctx *r = p;
-	gk_comm_reduce_cpu(r->dst + off, r->tmp + off, len / r->esz, r->dt, r->op);
+	gk_comm_reduce3_cpu(r->dst + off, r->src + off, r->tmp + off, len / r->esz,
+			    r->dt, r->op);
 }
 
 /* Block i of n over count elements: the first count % n blocks get one more. */
@@ -268,8 +270,8 @@ static size_t seg_bytes(const gk_comm *c, size_t esz)
  * Step s: send block r-s-1 (reduced s times so far), receive block r-s-2
  * from the left and fold it in as segments arrive.
  */
-static int ring_rs(gk_comm *c, char *buf, size_t count, gk_dtype dt,
-		   gk_comm_op op, gk_err *err)
+static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
+		   gk_dtype dt, gk_comm_op op, gk_err *err)
 {
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
@@ -279,8 +281,14 @@ static int ring_rs(gk_comm *c, char *buf, size_t count, gk_dtype dt,
 		return -1;
 	for (int s = 0; s < n - 1; s++) {
 		int sb = mod(r - s - 1, n), rb = mod(r - s - 2, n);
-		red_ctx rc = {buf + boff(count, n, rb) * esz, tmp, dt, op, esz};
-		if (xchg(st, buf + boff(count, n, sb) * esz, blen(count, n, sb) * esz,
+		/*
+		 * Out of place, the first step sends straight from src and every
+		 * reduction reads src, so the input is never copied as a whole.
+		 */
+		const char *from = s == 0 ? src : buf;
+		red_ctx rc = {buf + boff(count, n, rb) * esz, src + boff(count, n, rb) * esz,
+			      tmp, dt, op, esz};
+		if (xchg(st, from + boff(count, n, sb) * esz, blen(count, n, sb) * esz,
 			 mod(r + 1, n), tmp, blen(count, n, rb) * esz, mod(r - 1, n),
 			 seg_bytes(c, esz), TAG_RS, red_seg, &rc, err) < 0)
 			return -1;
@@ -304,10 +312,12 @@ static int ring_ag(gk_comm *c, char *buf, size_t count, size_t esz, gk_err *err)
 	return 0;
 }
 
-static int ring_allreduce(gk_comm *c, char *buf, size_t count, gk_dtype dt,
-			  gk_comm_op op, gk_err *err)
+static int ring_allreduce(gk_comm *c, const char *src, char *buf, size_t count,
+			  gk_dtype dt, gk_comm_op op, gk_err *err)
 {
-	if (ring_rs(c, buf, count, dt, op, err) < 0)
+	if (c->world == 1 && src != buf)
+		memcpy(buf, src, count * gk_comm_dt_size(dt));
+	if (ring_rs(c, src, buf, count, dt, op, err) < 0)
 		return -1;
 	return ring_ag(c, buf, count, gk_comm_dt_size(dt), err);
 }
@@ -378,7 +388,7 @@ static int rd_allreduce(gk_comm *c, char *buf, size_t count, gk_dtype dt,
 			return -1;
 		for (int mask = 1; mask < p2; mask <<= 1) {
 			int peer = real_rank(v ^ mask, rem);
-			red_ctx rc = {buf, tmp, dt, op, esz};
+			red_ctx rc = {buf, buf, tmp, dt, op, esz};
 			if (xchg(st, buf, bytes, peer, tmp, bytes, peer,
 				 seg_bytes(c, esz), TAG_RD, red_seg, &rc, err) < 0)
 				return -1;
@@ -389,10 +399,16 @@ static int rd_allreduce(gk_comm *c, char *buf, size_t count, gk_dtype dt,
 
 /* ---- Rabenseifner: recursive halving, then recursive doubling ---- */
 
-static int rab_allreduce(gk_comm *c, char *buf, size_t count, gk_dtype dt,
-			 gk_comm_op op, gk_err *err)
+static int rab_allreduce(gk_comm *c, const char *src, char *buf, size_t count,
+			 gk_dtype dt, gk_comm_op op, gk_err *err)
 {
 	mpi_state *st = c->mpi;
+	int n = c->world;
+	/* The fold works in buf; without one the first halving reads src. */
+	if (src != buf && ((n & (n - 1)) != 0 || n == 1)) {
+		memcpy(buf, src, count * gk_comm_dt_size(dt));
+		src = buf;
+	}
 	int p2, v = fold_in(c, buf, count, dt, op, &p2, err);
 	if (v == -2)
 		return -1;
@@ -414,8 +430,9 @@ static int rab_allreduce(gk_comm *c, char *buf, size_t count, gk_dtype dt,
 			int slo = (v & dist) ? lo : mid, shi = (v & dist) ? mid : hi;
 			size_t ko = boff(count, p2, klo), kn = boff(count, p2, khi) - ko;
 			size_t so = boff(count, p2, slo), sn = boff(count, p2, shi) - so;
-			red_ctx rc = {buf + ko * esz, tmp, dt, op, esz};
-			if (xchg(st, buf + so * esz, sn * esz, peer, tmp, kn * esz, peer,
+			const char *from = dist == p2 / 2 ? src : buf;
+			red_ctx rc = {buf + ko * esz, from + ko * esz, tmp, dt, op, esz};
+			if (xchg(st, from + so * esz, sn * esz, peer, tmp, kn * esz, peer,
 				 seg_bytes(c, esz), TAG_RS, red_seg, &rc, err) < 0)
 				return -1;
 			lo = klo, hi = khi;
@@ -536,18 +553,19 @@ static int allreduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		if (native_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err) < 0)
 			return -1;
 	} else {
-		if (k->send != k->recv && bytes)
+		int own = k->algo == GK_COMM_ALGO_RING || k->algo == GK_COMM_ALGO_RABENSEIFNER;
+		if (k->send != k->recv && bytes && (!own || k->compress))
 			memcpy(k->recv, k->send, bytes);
 		int rc;
 		if (k->compress != GK_COMM_COMPRESS_NONE)
 			rc = ring_compressed(c, k->recv, k->count, k->compress,
 					     k->residual, err);
 		else if (k->algo == GK_COMM_ALGO_RING)
-			rc = ring_allreduce(c, k->recv, k->count, k->dt, k->op, err);
+			rc = ring_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err);
 		else if (k->algo == GK_COMM_ALGO_RD)
 			rc = rd_allreduce(c, k->recv, k->count, k->dt, k->op, err);
 		else
-			rc = rab_allreduce(c, k->recv, k->count, k->dt, k->op, err);
+			rc = rab_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err);
 		if (rc < 0)
 			return -1;
 	}
@@ -586,7 +604,7 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		if (!work)
 			return gk_errf(err, "mpi: out of memory for a %zu-byte buffer", total);
 		memcpy(work, k->send, total);
-		int rc = ring_rs(c, work, k->count * (size_t)n, k->dt, k->op, err);
+		int rc = ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, err);
 		if (rc == 0)
 			memcpy(k->recv, work + (size_t)r * bytes, bytes);
 		free(work);

@@ -82,6 +82,9 @@ size_t gk_comm_dt_size(gk_dtype dt);
 /* dst[i] = dst[i] op src[i] */
 void gk_comm_reduce_cpu(void *dst, const void *src, size_t n, gk_dtype dt,
 			gk_comm_op op);
+/* dst[i] = a[i] op b[i] (dst may be a) */
+void gk_comm_reduce3_cpu(void *dst, const void *a, const void *b, size_t n,
+			 gk_dtype dt, gk_comm_op op);
 /* buf[i] = buf[i] / world */
 void gk_comm_avg_cpu(void *buf, size_t n, gk_dtype dt, int world);
 /* Wire formats of compressed allreduce: bytes for n floats. */

@@ -56,6 +56,38 @@ HOT void gk_comm_reduce_cpu(void *dst, const void *src, size_t n, gk_dtype dt,
 	}
 }
 
+#define LOOP3(T, FN, OP)                                              \
+	do {                                                          \
+		T *d_ = dst;                                          \
+		const T *a_ = a, *b_ = b;                             \
+		for (size_t i = 0; i < n; i++)                        \
+			d_[i] = FN(OP, a_[i], b_[i]);                 \
+	} while (0)
+
+#define BY_OP3(T, FN)                                                  \
+	do {                                                           \
+		switch (red) {                                         \
+		case GK_RED_PROD: LOOP3(T, FN, GK_RED_PROD); break;    \
+		case GK_RED_MAX: LOOP3(T, FN, GK_RED_MAX); break;      \
+		case GK_RED_MIN: LOOP3(T, FN, GK_RED_MIN); break;      \
+		default: LOOP3(T, FN, GK_RED_SUM); break;              \
+		}                                                      \
+	} while (0)
+
+HOT void gk_comm_reduce3_cpu(void *dst, const void *a, const void *b, size_t n,
+			     gk_dtype dt, gk_comm_op op)
+{
+	int red = op == GK_COMM_AVG ? GK_RED_SUM : (int)op;
+	switch (dt) {
+	case GK_DT_F32: BY_OP3(float, gk_red_f32); break;
+	case GK_DT_F64: BY_OP3(double, gk_red_f64); break;
+	case GK_DT_I32: BY_OP3(int32_t, gk_red_i32); break;
+	case GK_DT_BF16: BY_OP3(uint16_t, gk_red_bf16); break;
+	case GK_DT_F16: BY_OP3(uint16_t, gk_red_f16); break;
+	default: break;
+	}
+}
+
 HOT void gk_comm_avg_cpu(void *buf, size_t n, gk_dtype dt, int world)
 {
 	switch (dt) {
