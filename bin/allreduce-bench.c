@@ -344,7 +344,7 @@ int main(int argc, char **argv)
 						       r[0].bytes, p.count, type_name(p.dt), gk_comm_op_name(p.op),
 						       p.coll == GK_COMM_BROADCAST ? p.root : -1);
 						for (int ip = 0; ip < 2; ip++)
-							printf(",%.3f,%.4f,%.4f,%lld", r[ip].time_us, r[ip].algbw,
+							printf(",%.3f,%.6g,%.6g,%lld", r[ip].time_us, r[ip].algbw,
 							       r[ip].busbw, (long long)r[ip].wrong);
 						if (p.compress)
 							printf(",%.6g,%.6g", mabs, mrel);
