@@ -204,6 +204,31 @@ int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 int gk_comm_wait(gk_comm_req *r, gk_err *err);
 
 /*
+ * Gradient buckets for a data-parallel trainer: the flat gradient buffer
+ * (n floats, in place) is cut into buckets of about bucket_bytes from the
+ * end, because backward produces the last layers' gradients first. As
+ * backward finishes everything from element `off` to the end, the trainer
+ * calls gk_comm_grads_ready(g, off): every bucket now complete starts its
+ * allreduce (AVG) at once, overlapping the rest of backward. finish starts
+ * what is left and waits for all; the object is then ready for the next
+ * step. With o->compress set, each bucket keeps an error-feedback residual
+ * across steps (o->residual is ignored). bucket_bytes 0: 25 MiB, as
+ * PyTorch DDP's default.
+ *
+ *   gk_comm_grads_new(&g, comm, grad, n, 0, NULL, &err);
+ *   each step: backward, calling gk_comm_grads_ready(g, layer_offset, &err)
+ *              after each layer; gk_comm_grads_finish(g, &err); optimizer
+ */
+typedef struct gk_comm_grads gk_comm_grads;
+int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
+		      size_t bucket_bytes, const gk_comm_callopts *o,
+		      gk_err *err);
+int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err);
+int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err);
+size_t gk_comm_grads_buckets(const gk_comm_grads *g);
+void gk_comm_grads_free(gk_comm_grads *g);
+
+/*
  * Small host-side reductions for tools (timings, error counts), on any
  * backend, in host memory: v[i] = op over ranks of v[i].
  */

@@ -278,6 +278,30 @@ static void test_nonblocking(void)
 	ok(all(good), "6 outstanding iallreduce + a blocking call, waited in reverse, world %d", N);
 }
 
+/* Buckets started as "backward" walks down, twice (the object is reused). */
+static void test_grads(void)
+{
+	size_t n = 10007;
+	float *g = malloc(n * 4);
+	double *ref = malloc(n * 8);
+	gk_comm_grads *gr;
+	int good = gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0;
+	good &= gk_comm_grads_buckets(gr) == (n + 1023) / 1024;
+	for (int step = 0; good && step < 2; step++) {
+		fill(g, n, GK_DT_F32, GK_COMM_SUM);
+		reference(g, ref, n, GK_DT_F32, GK_COMM_AVG);
+		for (size_t layer = n; layer > 0; layer = layer > 777 ? layer - 777 : 0)
+			good &= gk_comm_grads_ready(gr, layer, NULL) == 0;
+		good &= gk_comm_grads_finish(gr, NULL) == 0;
+		for (size_t i = 0; i < n; i++)
+			good &= g[i] == (float)ref[i];
+	}
+	gk_comm_grads_free(gr);
+	ok(all(good), "gradient buckets: 10 buckets overlapped with backward, two steps, world %d", N);
+	free(g);
+	free(ref);
+}
+
 /* Fractional inputs of varied scale; bounds from comm.h. */
 static void test_compressed(void)
 {
@@ -390,6 +414,7 @@ int main(void)
 	test_bitwise_identical();
 	test_rs_ag_bcast();
 	test_nonblocking();
+	test_grads();
 	test_compressed();
 	test_errors();
 	gk_comm_close(C);
