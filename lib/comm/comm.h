@@ -42,7 +42,7 @@ typedef enum gk_comm_op {
 } gk_comm_op;
 
 typedef enum gk_comm_backend {
-	GK_COMM_BACKEND_AUTO, /* nccl with a GPU, mpi under a launcher, else self */
+	GK_COMM_BACKEND_AUTO, /* mpi under a launcher, else self (nccl only when asked: device memory) */
 	GK_COMM_BACKEND_SELF,
 	GK_COMM_BACKEND_MPI,
 	GK_COMM_BACKEND_NCCL,
