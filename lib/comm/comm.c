@@ -1,0 +1,573 @@
+/*
+ * comm.c - the backend-independent half of lib/comm: names, argument
+ * checks, the self backend, algorithm choice, the progress thread behind
+ * the non-blocking calls, and the compression error bounds.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm/internal.h"
+
+/* Internal collective code for a queued barrier. */
+#define COLL_BARRIER GK_COMM_COLL_COUNT
+
+/* ---- names ---- */
+
+static const char *const op_names[] = {"sum", "prod", "max", "min", "avg"};
+static const char *const backend_names[] = {"auto", "self", "mpi", "nccl"};
+static const char *const algo_names[] = {"auto", "native", "ring", "rd",
+					 "rabenseifner"};
+static const char *const compress_names[] = {"none", "bf16", "f16", "int8"};
+static const char *const coll_names[] = {"allreduce", "reducescatter",
+					 "allgather", "broadcast"};
+
+#define NAME(tab, i) ((unsigned)(i) < GK_ARRAY_SIZE(tab) ? tab[i] : "?")
+
+const char *gk_comm_op_name(gk_comm_op op) { return NAME(op_names, op); }
+const char *gk_comm_backend_name(gk_comm_backend b) { return NAME(backend_names, b); }
+const char *gk_comm_algo_name(gk_comm_algo a) { return NAME(algo_names, a); }
+const char *gk_comm_compress_name(gk_comm_compress c) { return NAME(compress_names, c); }
+const char *gk_comm_coll_name(gk_comm_coll c) { return NAME(coll_names, c); }
+
+static int lookup(const char *const *tab, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcasecmp(tab[i], s) == 0)
+			return (int)i;
+	return -1;
+}
+
+int gk_comm_op_parse(const char *s)
+{
+	return lookup(op_names, GK_ARRAY_SIZE(op_names), s);
+}
+int gk_comm_backend_parse(const char *s)
+{
+	return lookup(backend_names, GK_ARRAY_SIZE(backend_names), s);
+}
+int gk_comm_algo_parse(const char *s)
+{
+	if (strcasecmp(s, "recursive-doubling") == 0)
+		return GK_COMM_ALGO_RD;
+	if (strcasecmp(s, "rab") == 0)
+		return GK_COMM_ALGO_RABENSEIFNER;
+	return lookup(algo_names, GK_ARRAY_SIZE(algo_names), s);
+}
+int gk_comm_compress_parse(const char *s)
+{
+	if (strcasecmp(s, "fp16") == 0)
+		return GK_COMM_COMPRESS_F16;
+	return lookup(compress_names, GK_ARRAY_SIZE(compress_names), s);
+}
+int gk_comm_coll_parse(const char *s)
+{
+	static const char *const alt[] = {"all_reduce", "reduce_scatter",
+					  "all_gather", "bcast"};
+	int i = lookup(coll_names, GK_ARRAY_SIZE(coll_names), s);
+	if (i < 0)
+		i = lookup(alt, GK_ARRAY_SIZE(alt), s);
+	if (i < 0 && strcasecmp(s, "reduce-scatter") == 0)
+		i = GK_COMM_REDUCE_SCATTER;
+	return i;
+}
+
+int gk_comm_dtype_ok(gk_dtype dt) { return gk_comm_dt_size(dt) != 0; }
+
+/* ---- open and close ---- */
+
+int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err)
+{
+	gk_comm *c = calloc(1, sizeof *c);
+	if (!c)
+		return gk_errf(err, "comm: out of memory");
+	if (cfg)
+		c->cfg = *cfg;
+	else
+		c->cfg.device = -1;
+	c->rank = 0, c->world = 1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+
+	gk_comm_backend b = c->cfg.backend;
+	if (b == GK_COMM_BACKEND_AUTO)
+		b = GK_HAVE_MPI && gk_comm_mpi_launched() ?
+			GK_COMM_BACKEND_MPI : GK_COMM_BACKEND_SELF;
+	c->backend = b;
+	int rc = 0;
+	if (b == GK_COMM_BACKEND_MPI || b == GK_COMM_BACKEND_NCCL)
+		rc = gk_comm_mpi_open(c, 1, err);
+	if (rc == 0 && b == GK_COMM_BACKEND_NCCL) {
+		rc = gk_comm_nccl_open(c, err);
+		if (rc < 0)
+			gk_comm_mpi_close(c);
+	}
+	if (rc < 0) {
+		pthread_mutex_destroy(&c->mu);
+		pthread_cond_destroy(&c->cv);
+		free(c);
+		return -1;
+	}
+	*out = c;
+	return 0;
+}
+
+void gk_comm_close(gk_comm *c)
+{
+	if (!c)
+		return;
+	if (c->thread_on) {
+		pthread_mutex_lock(&c->mu);
+		c->stopping = 1;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->thread, NULL);
+	}
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		gk_comm_nccl_close(c);
+	if (c->mpi)
+		gk_comm_mpi_close(c);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c);
+}
+
+void gk_comm_abort(gk_comm *c, int code)
+{
+	if (c && c->mpi && c->world > 1)
+		gk_comm_mpi_abort(c, code);
+}
+
+int gk_comm_rank(const gk_comm *c) { return c->rank; }
+int gk_comm_world(const gk_comm *c) { return c->world; }
+gk_comm_backend gk_comm_backend_of(const gk_comm *c) { return c->backend; }
+int gk_comm_on_device(const gk_comm *c) { return c->backend == GK_COMM_BACKEND_NCCL; }
+
+/* ---- algorithm choice and argument checks ---- */
+
+int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
+			   gk_comm_algo algo)
+{
+	if (algo == GK_COMM_ALGO_AUTO)
+		return 1;
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return algo == GK_COMM_ALGO_NATIVE;
+	switch (coll) {
+	case GK_COMM_ALLREDUCE: return 1;
+	case GK_COMM_REDUCE_SCATTER:
+	case GK_COMM_ALLGATHER:
+		return algo == GK_COMM_ALGO_NATIVE || algo == GK_COMM_ALGO_RING;
+	default: return algo == GK_COMM_ALGO_NATIVE;
+	}
+}
+
+/*
+ * auto: recursive doubling while latency dominates (log2 n messages of the
+ * whole vector beat 2(n-1) small ones), then Rabenseifner on power-of-two
+ * worlds (log2 n steps at ring's bandwidth), else the ring, whose cost
+ * does not care about the world's shape.
+ */
+static gk_comm_algo resolve(const gk_comm *c, gk_comm_coll coll,
+			    gk_comm_algo a, size_t bytes, gk_comm_compress cz)
+{
+	if (a == GK_COMM_ALGO_AUTO)
+		a = c->cfg.algo;
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return GK_COMM_ALGO_NATIVE;
+	if (cz != GK_COMM_COMPRESS_NONE)
+		return GK_COMM_ALGO_RING;
+	if (a != GK_COMM_ALGO_AUTO)
+		return a;
+	if (coll == GK_COMM_BROADCAST)
+		return GK_COMM_ALGO_NATIVE;
+	if (coll != GK_COMM_ALLREDUCE)
+		return GK_COMM_ALGO_RING;
+	if (bytes < 64 * 1024)
+		return GK_COMM_ALGO_RD;
+	if ((c->world & (c->world - 1)) == 0)
+		return GK_COMM_ALGO_RABENSEIFNER;
+	return GK_COMM_ALGO_RING;
+}
+
+static int check_call(gk_comm *c, gk_comm_call *k, gk_comm_algo algo,
+		      gk_err *err)
+{
+	const char *what = gk_comm_coll_name(k->coll);
+	if (!gk_comm_dtype_ok(k->dt))
+		return gk_errf(err, "%s of type '%s': not one of f32 f64 f16 bf16 i32",
+			       what, gk_dtype_name(k->dt));
+	if ((unsigned)k->op >= GK_COMM_OP_COUNT)
+		return gk_errf(err, "%s: invalid reduction op %d", what, (int)k->op);
+	if ((unsigned)k->compress >= GK_COMM_COMPRESS_COUNT)
+		return gk_errf(err, "%s: invalid compression %d", what, (int)k->compress);
+	uint64_t bytes, total;
+	if (gk_mul_overflow(k->count, gk_comm_dt_size(k->dt), &bytes) < 0 ||
+	    gk_mul_overflow(bytes, (uint64_t)c->world, &total) < 0 ||
+	    total > (uint64_t)1 << 56)
+		return gk_errf(err, "%s of %zu elements: too large", what, k->count);
+	if (k->count && (!k->send || !k->recv))
+		return gk_errf(err, "%s: NULL buffer", what);
+	if (k->coll == GK_COMM_BROADCAST && (k->root < 0 || k->root >= c->world))
+		return gk_errf(err, "broadcast root %d: not a rank of a world of %d",
+			       k->root, c->world);
+	if (k->compress != GK_COMM_COMPRESS_NONE) {
+		if (k->coll != GK_COMM_ALLREDUCE)
+			return gk_errf(err, "%s: compression is for allreduce only", what);
+		if (k->dt != GK_DT_F32)
+			return gk_errf(err, "compressed allreduce of '%s': it takes f32 data (accumulated in f32)",
+				       gk_dtype_name(k->dt));
+		if (k->op != GK_COMM_SUM && k->op != GK_COMM_AVG)
+			return gk_errf(err, "compressed allreduce with op '%s': only sum and avg",
+				       gk_comm_op_name(k->op));
+		if (algo != GK_COMM_ALGO_AUTO && algo != GK_COMM_ALGO_RING)
+			return gk_errf(err, "compressed allreduce with algorithm '%s': it runs on the ring",
+				       gk_comm_algo_name(algo));
+		if (c->backend == GK_COMM_BACKEND_NCCL)
+			return gk_errf(err, "compressed allreduce: not on the nccl backend (use mpi)");
+	}
+	if ((unsigned)algo >= GK_COMM_ALGO_COUNT || !gk_comm_algo_supported(c, k->coll, algo))
+		return gk_errf(err, "%s with algorithm '%s': not available on the %s backend",
+			       what, gk_comm_algo_name(algo),
+			       gk_comm_backend_name(c->backend));
+	k->algo = resolve(c, k->coll, algo, bytes, k->compress);
+	return 0;
+}
+
+/* ---- the self backend ---- */
+
+static int self_run(gk_comm *c, const gk_comm_call *k)
+{
+	size_t bytes = k->count * gk_comm_dt_size(k->dt);
+	(void)c;
+	if (k->coll != COLL_BARRIER && k->send != k->recv && bytes)
+		memmove(k->recv, k->send, bytes);
+	return 0;
+}
+
+/* ---- running a call: directly, or through the progress thread ---- */
+
+static int run_now(gk_comm *c, const gk_comm_call *k, gk_err *err)
+{
+	switch (c->backend) {
+	case GK_COMM_BACKEND_MPI:
+		if (k->coll == COLL_BARRIER)
+			return gk_comm_mpi_barrier(c, err);
+		return gk_comm_mpi_run(c, k, err);
+	case GK_COMM_BACKEND_NCCL:
+		if (k->coll == COLL_BARRIER)
+			return gk_comm_nccl_sync(c, err) < 0 ? -1 :
+				gk_comm_mpi_barrier(c, err);
+		if (gk_comm_nccl_run(c, k, NULL, err) < 0)
+			return -1;
+		return gk_comm_nccl_sync(c, err);
+	default:
+		return self_run(c, k);
+	}
+}
+
+/*
+ * The progress thread takes calls in the order they were started and runs
+ * them one at a time; a request leaves the queue only when it is done, so
+ * head is always the call in flight.
+ */
+static void *progress_main(void *p)
+{
+	gk_comm *c = p;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->head && !c->stopping)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (!c->head)
+			break;
+		gk_comm_req *r = c->head;
+		pthread_mutex_unlock(&c->mu);
+		int st = run_now(c, &r->call, &r->err);
+		pthread_mutex_lock(&c->mu);
+		r->status = st;
+		r->done = 1;
+		c->head = r->next;
+		if (!c->head)
+			c->tail = NULL;
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static int enqueue(gk_comm *c, gk_comm_req *r, gk_err *err)
+{
+	pthread_mutex_lock(&c->mu);
+	if (!c->thread_on) {
+		if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
+			pthread_mutex_unlock(&c->mu);
+			return gk_errf(err, "comm: cannot start the progress thread");
+		}
+		c->thread_on = 1;
+	}
+	if (c->tail)
+		c->tail->next = r;
+	else
+		c->head = r;
+	c->tail = r;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+static int start(gk_comm *c, const gk_comm_call *k, gk_comm_req **out,
+		 gk_err *err)
+{
+	gk_comm_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return gk_errf(err, "comm: out of memory");
+	r->c = c;
+	r->call = *k;
+	int queued = 0;
+	if (c->backend == GK_COMM_BACKEND_NCCL) {
+		r->status = gk_comm_nccl_run(c, k, &r->event, &r->err);
+	} else if (c->backend == GK_COMM_BACKEND_MPI && c->thread_ok) {
+		if (enqueue(c, r, err) < 0) {
+			free(r);
+			return -1;
+		}
+		queued = 1;
+	} else {
+		r->status = run_now(c, k, &r->err);
+		r->done = 1;
+	}
+	if (!queued && r->status < 0 && !r->event) {
+		/* Failed before anything was in flight: report it now. */
+		if (err)
+			*err = r->err;
+		free(r);
+		return -1;
+	}
+	*out = r;
+	return 0;
+}
+
+int gk_comm_test(gk_comm_req *r, int *done, gk_err *err)
+{
+	gk_comm *c = r->c;
+	if (r->event) {
+		if (gk_comm_nccl_event_query(c, r->event, done, err) < 0)
+			return -1;
+		return 0;
+	}
+	pthread_mutex_lock(&c->mu);
+	*done = r->done;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+int gk_comm_wait(gk_comm_req *r, gk_err *err)
+{
+	gk_comm *c = r->c;
+	int st;
+	if (r->event) {
+		st = r->status < 0 ? -1 : gk_comm_nccl_event_wait(c, r->event, &r->err);
+	} else {
+		pthread_mutex_lock(&c->mu);
+		while (!r->done)
+			pthread_cond_wait(&c->cv, &c->mu);
+		pthread_mutex_unlock(&c->mu);
+		st = r->status;
+	}
+	if (st < 0 && err)
+		*err = r->err;
+	free(r);
+	return st;
+}
+
+/* A blocking call: queued behind outstanding ones when the thread runs. */
+static int run(gk_comm *c, const gk_comm_call *k, gk_err *err)
+{
+	if (!c->thread_on)
+		return run_now(c, k, err);
+	gk_comm_req *r;
+	if (start(c, k, &r, err) < 0)
+		return -1;
+	return gk_comm_wait(r, err);
+}
+
+static void fill(gk_comm_call *k, gk_comm_coll coll, const void *send,
+		 void *recv, size_t count, gk_dtype dt, gk_comm_op op,
+		 const gk_comm_callopts *o)
+{
+	memset(k, 0, sizeof *k);
+	k->coll = coll, k->send = send, k->recv = recv, k->count = count;
+	k->dt = dt, k->op = op;
+	if (o) {
+		k->compress = o->compress;
+		k->residual = o->residual;
+	}
+}
+
+int gk_comm_allreduce(gk_comm *c, const void *send, void *recv, size_t count,
+		      gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
+		      gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_ALLREDUCE, send, recv, count, dt, op, o);
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return run(c, &k, err);
+}
+
+int gk_comm_iallreduce(gk_comm *c, const void *send, void *recv, size_t count,
+		       gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
+		       gk_comm_req **req, gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_ALLREDUCE, send, recv, count, dt, op, o);
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return start(c, &k, req, err);
+}
+
+int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
+			   size_t recvcount, gk_dtype dt, gk_comm_op op,
+			   const gk_comm_callopts *o, gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_REDUCE_SCATTER, send, recv, recvcount, dt, op, o);
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return run(c, &k, err);
+}
+
+int gk_comm_allgather(gk_comm *c, const void *send, void *recv,
+		      size_t sendcount, gk_dtype dt, const gk_comm_callopts *o,
+		      gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_ALLGATHER, send, recv, sendcount, dt, GK_COMM_SUM, o);
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return run(c, &k, err);
+}
+
+int gk_comm_broadcast(gk_comm *c, const void *send, void *recv, size_t count,
+		      gk_dtype dt, int root, gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_BROADCAST, send, recv, count, dt, GK_COMM_SUM, NULL);
+	k.root = root;
+	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return run(c, &k, err);
+}
+
+int gk_comm_barrier(gk_comm *c, gk_err *err)
+{
+	gk_comm_call k;
+	memset(&k, 0, sizeof k);
+	k.coll = COLL_BARRIER;
+	return run(c, &k, err);
+}
+
+int gk_comm_host_allreduce_f64(gk_comm *c, double *v, size_t n, gk_comm_op op,
+			       gk_err *err)
+{
+	if (!c->mpi)
+		return 0;
+	if (c->thread_on) {
+		/* Drain the queue first: MPI here is serialized, not concurrent. */
+		if (gk_comm_barrier(c, err) < 0)
+			return -1;
+	}
+	return gk_comm_mpi_host_allreduce_f64(c, v, n, op, err);
+}
+
+/* ---- memory ---- */
+
+void *gk_comm_alloc(gk_comm *c, size_t bytes, gk_err *err)
+{
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_alloc(c, bytes, err);
+	void *p = malloc(bytes ? bytes : 1);
+	if (!p)
+		gk_errf(err, "comm: out of memory for %zu bytes", bytes);
+	return p;
+}
+
+void gk_comm_free(gk_comm *c, void *p)
+{
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		gk_comm_nccl_free(c, p);
+	else
+		free(p);
+}
+
+int gk_comm_to_device(gk_comm *c, void *dst, const void *src, size_t bytes,
+		      gk_err *err)
+{
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_copy(c, dst, src, bytes, 1, err);
+	if (bytes)
+		memcpy(dst, src, bytes);
+	return 0;
+}
+
+int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
+		    gk_err *err)
+{
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_copy(c, dst, src, bytes, 0, err);
+	if (bytes)
+		memcpy(dst, src, bytes);
+	return 0;
+}
+
+/* ---- bounds and factors ---- */
+
+/*
+ * Compressed ring, one element, n ranks, exact sum s = sum_r x_r and
+ * S = sum_r |x_r|.
+ *
+ * bf16/f16 (unit roundoff u): the partial sum crosses n-1 hops, each a
+ * rounding to the wire format followed by an f32 addition, and the final
+ * sum is rounded once more for the allgather: at most 2n-1 roundings,
+ * each with relative error at most u (u_f32 = 2^-24 < u), applied to
+ * partial sums bounded by S. The standard summation analysis (Higham,
+ * "Accuracy and Stability of Numerical Algorithms", 2nd ed., section 4.2)
+ * then gives |result - s| <= gamma(2n-1) S <= gamma(2n) S, with
+ * gamma(k) = k u / (1 - k u). Underflow (f16 subnormals) adds at most
+ * 2n * 2^-25 absolute, folded in below.
+ *
+ * int8: quantising a group whose largest magnitude is M errs by at most
+ * M/254 per element, plus f32 rounding of x/s and q*s (< 2^-20 M). Let
+ * A be the largest S_j in the group and E_k the error after k
+ * quantisations; partial sums are at most A + E_k, so
+ * E_{k+1} <= E_k + (A + E_k) c with c = 1/254 + 2^-20, and n
+ * quantisations give E_n <= ((1 + c)^n - 1) A.
+ */
+double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum)
+{
+	double u;
+	switch (cz) {
+	case GK_COMM_COMPRESS_BF16: u = ldexp(1, -8); break;
+	case GK_COMM_COMPRESS_F16: u = ldexp(1, -11); break;
+	case GK_COMM_COMPRESS_INT8:
+		return (pow(1 + 1.0 / 254 + ldexp(1, -20), n) - 1) * abs_sum;
+	default: return 0;
+	}
+	if (n <= 1)
+		return 0;
+	double k = 2.0 * n, g = k * u / (1 - k * u);
+	double tiny = cz == GK_COMM_COMPRESS_F16 ? 2 * n * ldexp(1, -25) : 0;
+	return g * abs_sum + tiny;
+}
+
+double gk_comm_busbw_factor(gk_comm_coll coll, int n)
+{
+	if (n <= 1)
+		return coll == GK_COMM_BROADCAST ? 1 : 0;
+	switch (coll) {
+	case GK_COMM_ALLREDUCE: return 2.0 * (n - 1) / n;
+	case GK_COMM_REDUCE_SCATTER:
+	case GK_COMM_ALLGATHER: return (double)(n - 1) / n;
+	default: return 1;
+	}
+}

@@ -1,0 +1,292 @@
+/*
+ * comm.h - gpukit's communication layer (prefix gk_comm_).
+ *
+ * One API over three backends:
+ *   self  a world of one process; no MPI needed (collectives are copies)
+ *   mpi   host memory over Open MPI; ranks come from mpirun or srun
+ *   nccl  device memory over NCCL, whose communicator is bootstrapped by
+ *         broadcasting an ncclUniqueId over MPI; libnccl.so.2 is loaded
+ *         with dlopen when the communicator opens, so a binary built with
+ *         NCCL still runs where it is absent
+ *
+ * Collectives follow NCCL's shapes: allreduce(count), reduce-scatter
+ * (recvcount per rank, send holds world*recvcount), allgather (sendcount
+ * per rank), broadcast(count, root), barrier. send == recv means in place
+ * (for reduce-scatter and allgather, in place means recv (or send) is the
+ * rank's own slice of the big buffer, as in NCCL).
+ *
+ * Element types F32 F64 F16 BF16 I32. F16 and BF16 are reduced in f32 and
+ * rounded once per pairwise reduction. AVG divides the sum by the world
+ * size once at the end (integer division toward zero for I32).
+ *
+ * Every result is bitwise identical on every rank (the algorithms reduce
+ * in the same order everywhere, and IEEE addition is commutative), which
+ * data-parallel training needs to keep replicas in step.
+ *
+ * Errors: functions return 0 or -1 with a message in err. A failure inside
+ * a collective leaves the communicator unusable (the other ranks may be
+ * waiting); the caller reports and exits, as with MPI's default handler.
+ */
+#ifndef GK_COMM_H
+#define GK_COMM_H
+
+#include "core/core.h"
+
+typedef enum gk_comm_op {
+	GK_COMM_SUM,
+	GK_COMM_PROD,
+	GK_COMM_MAX,
+	GK_COMM_MIN,
+	GK_COMM_AVG,
+	GK_COMM_OP_COUNT
+} gk_comm_op;
+
+typedef enum gk_comm_backend {
+	GK_COMM_BACKEND_AUTO, /* mpi under a launcher, else self (nccl only when asked: device memory) */
+	GK_COMM_BACKEND_SELF,
+	GK_COMM_BACKEND_MPI,
+	GK_COMM_BACKEND_NCCL,
+	GK_COMM_BACKEND_COUNT
+} gk_comm_backend;
+
+/*
+ * Allreduce algorithms over MPI point-to-point (the mpi backend), chosen
+ * per call. The nccl backend runs NCCL's own (native) only.
+ *   ring          reduce-scatter then allgather around a ring, each block
+ *                 cut into segments so reduction overlaps transfer;
+ *                 2(n-1)/n of the data on the wire: bandwidth-optimal
+ *   rd            recursive doubling: log2(n) full exchanges; latency-optimal
+ *   rabenseifner  recursive halving reduce-scatter + recursive doubling
+ *                 allgather: log2(n) steps and 2(n-1)/n data
+ *   native        MPI_Allreduce (the MPI library's own choice)
+ *   auto          rd below 64 KiB, rabenseifner above, ring when the world
+ *                 is not a power of two and the message is large
+ * Non-power-of-two worlds (rd, rabenseifner): the first 2r ranks, r = n -
+ * 2^floor(log2 n), pair up and the even one folds its data into the odd
+ * one before and receives the result after (Rabenseifner 2004, section 3).
+ */
+typedef enum gk_comm_algo {
+	GK_COMM_ALGO_AUTO,
+	GK_COMM_ALGO_NATIVE,
+	GK_COMM_ALGO_RING,
+	GK_COMM_ALGO_RD,
+	GK_COMM_ALGO_RABENSEIFNER,
+	GK_COMM_ALGO_COUNT
+} gk_comm_algo;
+
+/*
+ * Compressed allreduce (F32 data, SUM or AVG, ring algorithm): partial
+ * sums travel in a narrow format and are accumulated in f32.
+ *   bf16, f16  round to nearest even on each of the n-1 reduce-scatter hops
+ *              and once for the allgather
+ *   int8       groups of GK_COMM_INT8_GROUP elements share an f32 scale
+ *              max|x|/127; elements are rounded to the nearest step
+ * Error bounds (n ranks, S_i = sum over ranks of |x_r,i|), derived in
+ * comm.c above gk_comm_compress_bound:
+ *   bf16 (u = 2^-8), f16 (u = 2^-11):  |err_i| <= gamma(2n) S_i,
+ *       gamma(k) = k u / (1 - k u); f16 also needs |partial sums| < 65504
+ *   int8:  |err_i| <= ((1 + 1/254 + 2^-20)^n - 1) A_g, where A_g is the
+ *       largest S_j over the element's group g
+ * With a residual buffer (error feedback), each rank adds its stored
+ * quantisation error to its input and keeps the new one; the sum of the
+ * results over T calls then differs from the exact sum by one call's
+ * error, not T calls' (it telescopes).
+ */
+typedef enum gk_comm_compress {
+	GK_COMM_COMPRESS_NONE,
+	GK_COMM_COMPRESS_BF16,
+	GK_COMM_COMPRESS_F16,
+	GK_COMM_COMPRESS_INT8,
+	GK_COMM_COMPRESS_COUNT
+} gk_comm_compress;
+
+#define GK_COMM_INT8_GROUP 256
+
+typedef enum gk_comm_coll {
+	GK_COMM_ALLREDUCE,
+	GK_COMM_REDUCE_SCATTER,
+	GK_COMM_ALLGATHER,
+	GK_COMM_BROADCAST,
+	GK_COMM_COLL_COUNT
+} gk_comm_coll;
+
+/* Names as the command line spells them; parsers return -1 when unknown. */
+const char *gk_comm_op_name(gk_comm_op op);        /* "sum" ... "avg" */
+const char *gk_comm_backend_name(gk_comm_backend b); /* "self" "mpi" "nccl" */
+const char *gk_comm_algo_name(gk_comm_algo a);     /* "ring" "rd" ... */
+const char *gk_comm_compress_name(gk_comm_compress c); /* "none" "bf16" ... */
+const char *gk_comm_coll_name(gk_comm_coll c);     /* "allreduce" ... */
+int gk_comm_op_parse(const char *s);
+int gk_comm_backend_parse(const char *s);
+int gk_comm_algo_parse(const char *s); /* also "recursive-doubling" */
+int gk_comm_compress_parse(const char *s);
+int gk_comm_coll_parse(const char *s); /* also "all_reduce" "reducescatter" ... */
+/* 1 when the dtype is one the collectives take (F32 F64 F16 BF16 I32). */
+int gk_comm_dtype_ok(gk_dtype dt);
+
+typedef struct gk_comm gk_comm;
+
+typedef struct gk_comm_config {
+	gk_comm_backend backend;
+	gk_comm_algo algo;  /* default for calls that do not choose */
+	size_t segment;     /* ring pipeline segment in bytes (0: 1 MiB) */
+	int device;         /* nccl: CUDA device, -1 for the local rank */
+} gk_comm_config;
+
+/*
+ * Open the world. mpi and nccl call MPI_Init_thread (MPI_THREAD_SERIALIZED)
+ * unless MPI is already initialised, in which case the caller keeps
+ * ownership and gk_comm_close does not finalise. cfg NULL: all defaults.
+ * Fails with a clear message when the backend was not built in, when
+ * libnccl.so.2 or a GPU is missing, or when MPI cannot start.
+ */
+int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err);
+/* Waits for outstanding requests, stops the progress thread, finalises. */
+void gk_comm_close(gk_comm *c);
+
+/*
+ * After a failure on one rank the others may wait forever in a collective:
+ * a tool that is about to exit 1 calls this to end the whole job
+ * (MPI_Abort with code) when the world has more than one rank, like
+ * MPI's default error handler. Returns only for a world of one.
+ */
+void gk_comm_abort(gk_comm *c, int code);
+
+int gk_comm_rank(const gk_comm *c);
+int gk_comm_world(const gk_comm *c);
+gk_comm_backend gk_comm_backend_of(const gk_comm *c);
+/* 1 when buffers are device memory (nccl), 0 for host memory. */
+int gk_comm_on_device(const gk_comm *c);
+
+/* Per-call choices beyond the data; NULL means the defaults. */
+typedef struct gk_comm_callopts {
+	gk_comm_algo algo;         /* GK_COMM_ALGO_AUTO: the communicator's */
+	gk_comm_compress compress; /* allreduce only */
+	float *residual;           /* error feedback: count floats owned by the
+				    * caller, zeroed before first use; NULL: none */
+} gk_comm_callopts;
+
+int gk_comm_allreduce(gk_comm *c, const void *send, void *recv, size_t count,
+		      gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
+		      gk_err *err);
+int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
+			   size_t recvcount, gk_dtype dt, gk_comm_op op,
+			   const gk_comm_callopts *o, gk_err *err);
+int gk_comm_allgather(gk_comm *c, const void *send, void *recv,
+		      size_t sendcount, gk_dtype dt, const gk_comm_callopts *o,
+		      gk_err *err);
+int gk_comm_broadcast(gk_comm *c, const void *send, void *recv, size_t count,
+		      gk_dtype dt, int root, gk_err *err);
+int gk_comm_barrier(gk_comm *c, gk_err *err);
+
+/*
+ * Non-blocking allreduce for overlapping gradient buckets with backward:
+ *
+ *   for each bucket b, as backward finishes it:
+ *       gk_comm_iallreduce(c, g[b], g[b], n[b], GK_DT_F32, GK_COMM_AVG,
+ *                          NULL, &req[b], &err);
+ *   for each bucket b: gk_comm_wait(req[b], &err);   then step the optimizer
+ *
+ * Any number may be outstanding; they run in the order started (the same
+ * order on every rank, which collectives require). The buffers must stay
+ * untouched until the request completes. On mpi a progress thread runs
+ * them; on nccl they are queued on the communicator's stream; on self
+ * they complete at once. Blocking calls made while requests are
+ * outstanding queue behind them.
+ */
+typedef struct gk_comm_req gk_comm_req;
+int gk_comm_iallreduce(gk_comm *c, const void *send, void *recv, size_t count,
+		       gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
+		       gk_comm_req **req, gk_err *err);
+/* *done = 1 when complete (the request stays valid until waited on). */
+int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
+/* Wait for completion and free the request; returns the operation's status. */
+int gk_comm_wait(gk_comm_req *r, gk_err *err);
+
+/*
+ * Gradient buckets for a data-parallel trainer: the flat gradient buffer
+ * (n floats, in place) is cut into buckets of about bucket_bytes from the
+ * end, because backward produces the last layers' gradients first. As
+ * backward finishes everything from element `off` to the end, the trainer
+ * calls gk_comm_grads_ready(g, off): every bucket now complete starts its
+ * allreduce (AVG) at once, overlapping the rest of backward. finish starts
+ * what is left and waits for all; the object is then ready for the next
+ * step. With o->compress set, each bucket keeps an error-feedback residual
+ * across steps (o->residual is ignored). bucket_bytes 0: 25 MiB, as
+ * PyTorch DDP's default.
+ *
+ *   gk_comm_grads_new(&g, comm, grad, n, 0, NULL, &err);
+ *   each step: backward, calling gk_comm_grads_ready(g, layer_offset, &err)
+ *              after each layer; gk_comm_grads_finish(g, &err); optimizer
+ */
+typedef struct gk_comm_grads gk_comm_grads;
+int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
+		      size_t bucket_bytes, const gk_comm_callopts *o,
+		      gk_err *err);
+int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err);
+int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err);
+size_t gk_comm_grads_buckets(const gk_comm_grads *g);
+void gk_comm_grads_free(gk_comm_grads *g);
+
+/*
+ * Small host-side reductions for tools (timings, error counts), on any
+ * backend, in host memory: v[i] = op over ranks of v[i].
+ */
+int gk_comm_host_allreduce_f64(gk_comm *c, double *v, size_t n, gk_comm_op op,
+			       gk_err *err);
+
+/* Memory helpers matching the backend (cudaMalloc for nccl, else malloc). */
+void *gk_comm_alloc(gk_comm *c, size_t bytes, gk_err *err);
+void gk_comm_free(gk_comm *c, void *p);
+int gk_comm_to_device(gk_comm *c, void *dst, const void *src, size_t bytes,
+		      gk_err *err);
+int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
+		    gk_err *err);
+
+/*
+ * Error bound of a compressed allreduce for one element (see above):
+ * abs_sum is S_i (bf16, f16) or A_g (int8); n the world size.
+ */
+double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum);
+
+/* ---- benchmark support (allreduce-bench) -------------------------------- */
+
+/* nccl-tests' busbw factor: 2(n-1)/n, (n-1)/n, (n-1)/n, 1. */
+double gk_comm_busbw_factor(gk_comm_coll coll, int n);
+/* 1 when algo can run coll on this communicator's backend. */
+int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
+			   gk_comm_algo algo);
+
+typedef struct gk_comm_bench_params {
+	gk_comm_coll coll;
+	gk_dtype dt;
+	gk_comm_op op;
+	gk_comm_algo algo;
+	gk_comm_compress compress;
+	size_t count;   /* elements per rank: the nccl-tests "count" column */
+	int root;       /* broadcast */
+	int warmup, iters;
+	int check;      /* number of checked runs (0: none) */
+	int blocking;   /* barrier after each iteration (nccl-tests -z) */
+} gk_comm_bench_params;
+
+typedef struct gk_comm_bench_result {
+	size_t bytes;         /* the "size" column */
+	double time_us;       /* mean per iteration, slowest rank */
+	double algbw, busbw;  /* GB/s (1e9) */
+	int64_t wrong;        /* elements off (outside the bound if compressed); -1 unchecked */
+	double max_abs, max_rel; /* compressed: largest error, and it over max |exact| */
+} gk_comm_bench_result;
+
+/*
+ * Time one collective on this world, in place or out of place, and check
+ * it against values known exactly (every rank computes every rank's input
+ * from a formula, so the expected result needs no communication).
+ */
+int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
+		      gk_comm_bench_result *res, gk_err *err);
+
+/* Host memcpy bandwidth in GB/s over a bytes-sized buffer (median of reps). */
+double gk_comm_memcpy_bw(size_t bytes, int reps);
+
+#endif

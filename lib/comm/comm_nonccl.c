@@ -1,0 +1,39 @@
+/*
+ * comm_nonccl.c - the nccl backend in a build without CUDA and NCCL
+ * headers: it says so.
+ */
+#include "comm/internal.h"
+
+static int nonccl(gk_err *err)
+{
+	return gk_errf(err, "backend 'nccl': built without CUDA and NCCL");
+}
+
+int gk_comm_nccl_available(void) { return 0; }
+int gk_comm_nccl_open(gk_comm *c, gk_err *err) { return nonccl(err); }
+void gk_comm_nccl_close(gk_comm *c) { (void)c; }
+int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
+		     gk_err *err)
+{
+	return nonccl(err);
+}
+int gk_comm_nccl_sync(gk_comm *c, gk_err *err) { return nonccl(err); }
+int gk_comm_nccl_event_query(gk_comm *c, void *event, int *done, gk_err *err)
+{
+	return nonccl(err);
+}
+int gk_comm_nccl_event_wait(gk_comm *c, void *event, gk_err *err)
+{
+	return nonccl(err);
+}
+void *gk_comm_nccl_alloc(gk_comm *c, size_t bytes, gk_err *err)
+{
+	nonccl(err);
+	return NULL;
+}
+void gk_comm_nccl_free(gk_comm *c, void *p) { (void)c, (void)p; }
+int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,
+		      int to_device, gk_err *err)
+{
+	return nonccl(err);
+}

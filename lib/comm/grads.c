@@ -1,0 +1,93 @@
+/*
+ * grads.c - gradient buckets over the non-blocking allreduce (comm.h):
+ * the overlap of communication with backward that DDP-style trainers do
+ * (Li et al., "PyTorch Distributed: Experiences on Accelerating Data
+ * Parallel Training", VLDB 2020, section 3.2.3).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/internal.h"
+
+struct gk_comm_grads {
+	gk_comm *c;
+	float *grad;
+	size_t n, nb;
+	size_t *lo;         /* bucket b is [lo[b], lo[b-1]) counting from the end; lo[-1] = n */
+	gk_comm_req **req;
+	size_t started;     /* buckets 0..started-1 are in flight */
+	gk_comm_callopts o;
+	float *residual;    /* n floats when compressing */
+};
+
+int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
+		      size_t bucket_bytes, const gk_comm_callopts *o,
+		      gk_err *err)
+{
+	size_t per = (bucket_bytes ? bucket_bytes : (size_t)25 << 20) / sizeof(float);
+	if (per == 0)
+		per = 1;
+	gk_comm_grads *g = calloc(1, sizeof *g);
+	if (!g)
+		return gk_errf(err, "comm: out of memory");
+	g->c = c, g->grad = grad, g->n = n;
+	g->nb = n ? (n + per - 1) / per : 0;
+	g->lo = calloc(g->nb + 1, sizeof *g->lo);
+	g->req = calloc(g->nb + 1, sizeof *g->req);
+	if (o)
+		g->o = *o;
+	g->o.residual = NULL;
+	if (g->o.compress != GK_COMM_COMPRESS_NONE)
+		g->residual = calloc(n ? n : 1, sizeof(float));
+	if (!g->lo || !g->req || (g->o.compress && !g->residual)) {
+		size_t nb = g->nb;
+		gk_comm_grads_free(g);
+		return gk_errf(err, "comm: out of memory for %zu gradient buckets", nb);
+	}
+	for (size_t b = 0; b < g->nb; b++)
+		g->lo[b] = (b + 1) * per >= n ? 0 : n - (b + 1) * per;
+	*out = g;
+	return 0;
+}
+
+static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
+{
+	size_t hi = b ? g->lo[b - 1] : g->n, lo = g->lo[b];
+	gk_comm_callopts o = g->o;
+	if (g->residual)
+		o.residual = g->residual + lo;
+	return gk_comm_iallreduce(g->c, g->grad + lo, g->grad + lo, hi - lo, GK_DT_F32,
+				  GK_COMM_AVG, &o, &g->req[b], err);
+}
+
+int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err)
+{
+	while (g->started < g->nb && g->lo[g->started] >= off) {
+		if (start_bucket(g, g->started, err) < 0)
+			return -1;
+		g->started++;
+	}
+	return 0;
+}
+
+int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err)
+{
+	int rc = gk_comm_grads_ready(g, 0, err);
+	for (size_t b = 0; b < g->started; b++)
+		if (gk_comm_wait(g->req[b], rc < 0 ? NULL : err) < 0)
+			rc = -1;
+	g->started = 0;
+	return rc;
+}
+
+size_t gk_comm_grads_buckets(const gk_comm_grads *g) { return g->nb; }
+
+void gk_comm_grads_free(gk_comm_grads *g)
+{
+	if (!g)
+		return;
+	free(g->lo);
+	free(g->req);
+	free(g->residual);
+	free(g);
+}

@@ -1,0 +1,422 @@
+/*
+ * comm_world.c - lib/comm's collectives against MPI's own, in whatever
+ * world it runs in: directly (world 1, self backend, checked against the
+ * definition) or under `mpirun -np N` (t6001 runs N = 1..5), where every
+ * algorithm x dtype x op x in/out-of-place x count is compared with
+ * MPI_Allreduce (MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast).
+ *
+ * Inputs are small random integers, so every correct order of reduction
+ * gives the same exact result and any difference is a bug. Rank 0 prints
+ * the TAP; each check is the AND over all ranks.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if GK_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "comm/comm.h"
+#include "core/half.h"
+#include "tap.h"
+
+static gk_comm *C;
+static int N, R, USE_MPI;
+
+/* Agree on a check: 1 only if it held on every rank. */
+static int all(int cond)
+{
+#if GK_HAVE_MPI
+	if (USE_MPI) {
+		int v = cond ? 1 : 0;
+		MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+		return v;
+	}
+#endif
+	return cond;
+}
+
+static uint64_t rng;
+static uint32_t next32(void)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	return (uint32_t)(rng >> 11);
+}
+
+static size_t esz(gk_dtype dt) { return gk_dtype_bits(dt) / 8; }
+
+static void put(void *b, size_t i, gk_dtype dt, double v)
+{
+	switch (dt) {
+	case GK_DT_F32: ((float *)b)[i] = (float)v; break;
+	case GK_DT_F64: ((double *)b)[i] = v; break;
+	case GK_DT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
+	case GK_DT_BF16: ((uint16_t *)b)[i] = gk_f32_to_bf16((float)v); break;
+	default: ((uint16_t *)b)[i] = gk_f32_to_f16((float)v); break;
+	}
+}
+
+static double get(const void *b, size_t i, gk_dtype dt)
+{
+	switch (dt) {
+	case GK_DT_F32: return ((const float *)b)[i];
+	case GK_DT_F64: return ((const double *)b)[i];
+	case GK_DT_I32: return ((const int32_t *)b)[i];
+	case GK_DT_BF16: return gk_bf16_to_f32(((const uint16_t *)b)[i]);
+	default: return gk_f16_to_f32(((const uint16_t *)b)[i]);
+	}
+}
+
+/* Random small integers suited to the op (exact in every dtype). */
+static void fill(void *b, size_t n, gk_dtype dt, gk_comm_op op)
+{
+	for (size_t i = 0; i < n; i++) {
+		double v;
+		if (op == GK_COMM_PROD)
+			v = next32() % 8 == 0 ? 2 : (next32() % 2 ? -1 : 1);
+		else if (op == GK_COMM_MAX || op == GK_COMM_MIN)
+			v = (double)(next32() % 201) - 100;
+		else
+			v = (double)(next32() % 17) - 8;
+		put(b, i, dt, v);
+	}
+}
+
+/*
+ * The reference: MPI over the values widened to double (exact for these
+ * inputs), then AVG's one division in the type's arithmetic (comm.h).
+ */
+static void reference(const void *in, double *out, size_t n, gk_dtype dt,
+		      gk_comm_op op)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = get(in, i, dt);
+#if GK_HAVE_MPI
+	if (USE_MPI && n) {
+		MPI_Op mop = op == GK_COMM_PROD ? MPI_PROD : op == GK_COMM_MAX ? MPI_MAX :
+			     op == GK_COMM_MIN ? MPI_MIN : MPI_SUM;
+		MPI_Allreduce(MPI_IN_PLACE, out, (int)n, MPI_DOUBLE, mop, MPI_COMM_WORLD);
+	}
+#endif
+	if (op != GK_COMM_AVG)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		switch (dt) {
+		case GK_DT_F64: out[i] = out[i] / N; break;
+		case GK_DT_I32: out[i] = (double)((int32_t)out[i] / N); break;
+		case GK_DT_F32: out[i] = (float)out[i] / (float)N; break;
+		case GK_DT_BF16: out[i] = gk_bf16_to_f32(gk_f32_to_bf16((float)out[i] / (float)N)); break;
+		default: out[i] = gk_f16_to_f32(gk_f32_to_f16((float)out[i] / (float)N)); break;
+		}
+	}
+}
+
+static const gk_dtype dts[] = {GK_DT_F32, GK_DT_F64, GK_DT_F16, GK_DT_BF16, GK_DT_I32};
+static const size_t counts[] = {0, 1, 3, 4, 7, 1031, 70001};
+
+static void test_allreduce(void)
+{
+	gk_comm_algo algos[] = {GK_COMM_ALGO_NATIVE, GK_COMM_ALGO_RING, GK_COMM_ALGO_RD,
+				GK_COMM_ALGO_RABENSEIFNER, GK_COMM_ALGO_AUTO};
+	size_t maxn = 70001;
+	void *in = malloc(maxn * 8), *out = malloc(maxn * 8);
+	double *ref = malloc(maxn * sizeof *ref);
+	for (size_t a = 0; a < GK_ARRAY_SIZE(algos); a++)
+		for (size_t d = 0; d < GK_ARRAY_SIZE(dts); d++)
+			for (int op = 0; op < GK_COMM_OP_COUNT; op++) {
+				int good = 1;
+				char why[1100] = "";
+				for (size_t k = 0; k < GK_ARRAY_SIZE(counts); k++)
+					for (int ip = 0; ip < 2; ip++) {
+						size_t n = counts[k];
+						gk_dtype dt = dts[d];
+						fill(in, n, dt, op);
+						reference(in, ref, n, dt, op);
+						void *dst = ip ? in : out;
+						gk_comm_callopts o = {algos[a], 0, NULL};
+						gk_err err = {0};
+						if (gk_comm_allreduce(C, in, dst, n, dt, op, &o, &err) < 0) {
+							good = 0;
+							snprintf(why, sizeof why, "%s", err.msg);
+							continue;
+						}
+						for (size_t i = 0; i < n; i++)
+							if (get(dst, i, dt) != ref[i]) {
+								if (good)
+									snprintf(why, sizeof why, "count %zu %s [%zu]: %g want %g",
+										 n, ip ? "in-place" : "out-of-place", i,
+										 get(dst, i, dt), ref[i]);
+								good = 0;
+								break;
+							}
+					}
+				if (!all(good) && why[0])
+					diag("rank %d: %s", R, why);
+				ok(all(good), "allreduce %s %s %s, world %d", gk_comm_algo_name(algos[a]),
+				   gk_dtype_name(dts[d]), gk_comm_op_name(op), N);
+			}
+	free(in);
+	free(out);
+	free(ref);
+}
+
+/* Fractional data: the order of reduction matters, yet all ranks must agree. */
+static void test_bitwise_identical(void)
+{
+	gk_comm_algo algos[] = {GK_COMM_ALGO_RING, GK_COMM_ALGO_RD, GK_COMM_ALGO_RABENSEIFNER};
+	size_t n = 5003;
+	float *x = malloc(n * 4);
+	for (size_t a = 0; a < GK_ARRAY_SIZE(algos); a++) {
+		for (size_t i = 0; i < n; i++)
+			x[i] = (float)((int)(next32() % 2000001) - 1000000) * 1e-6f * (float)(R + 1);
+		gk_comm_callopts o = {algos[a], 0, NULL};
+		int rc = gk_comm_allreduce(C, x, x, n, GK_DT_F32, GK_COMM_SUM, &o, NULL);
+		double h[2] = {(double)(gk_xxh3(x, n * 4) >> 12), 0};
+		h[1] = -h[0];
+#if GK_HAVE_MPI
+		if (USE_MPI)
+			MPI_Allreduce(MPI_IN_PLACE, h, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+#endif
+		ok(all(rc == 0) && h[0] == -h[1], "allreduce %s: bitwise identical on all %d ranks",
+		   gk_comm_algo_name(algos[a]), N);
+	}
+	free(x);
+}
+
+static void test_rs_ag_bcast(void)
+{
+	gk_comm_algo algos[] = {GK_COMM_ALGO_NATIVE, GK_COMM_ALGO_RING};
+	size_t per_counts[] = {0, 1, 5, 333};
+	for (size_t a = 0; a < 2; a++)
+		for (size_t d = 0; d < GK_ARRAY_SIZE(dts); d++) {
+			gk_dtype dt = dts[d];
+			int good_rs = 1, good_ag = 1;
+			for (size_t k = 0; k < GK_ARRAY_SIZE(per_counts); k++)
+				for (int ip = 0; ip < 2; ip++)
+					for (int op = 0; op < GK_COMM_OP_COUNT; op++) {
+						size_t per = per_counts[k], tot = per * (size_t)N;
+						char *big = malloc(tot * 8 + 8), *small = malloc(per * 8 + 8);
+						double *ref = malloc(tot * sizeof *ref + 8);
+						fill(big, tot, dt, op);
+						reference(big, ref, tot, dt, op);
+						void *dst = ip ? big + (size_t)R * per * esz(dt) : small;
+						gk_comm_callopts o = {algos[a], 0, NULL};
+						if (gk_comm_reduce_scatter(C, big, dst, per, dt, op, &o, NULL) < 0)
+							good_rs = 0;
+						for (size_t i = 0; good_rs && i < per; i++)
+							if (get(dst, i, dt) != ref[(size_t)R * per + i])
+								good_rs = 0;
+						/* allgather: rank r's slice is r*1000 + i */
+						for (size_t i = 0; i < per; i++)
+							put(small, i, dt, (double)((R * 37 + (int)i) % 200 - 100));
+						if (ip)
+							memcpy(big + (size_t)R * per * esz(dt), small, per * esz(dt));
+						const void *src = ip ? big + (size_t)R * per * esz(dt) : small;
+						if (gk_comm_allgather(C, src, big, per, dt, &o, NULL) < 0)
+							good_ag = 0;
+						for (size_t i = 0; good_ag && i < tot; i++)
+							if (get(big, i, dt) != (double)(((int)(i / per) * 37 + (int)(i % per)) % 200 - 100))
+								good_ag = 0;
+						free(big);
+						free(small);
+						free(ref);
+					}
+			ok(all(good_rs), "reduce-scatter %s %s, world %d", gk_comm_algo_name(algos[a]),
+			   gk_dtype_name(dt), N);
+			ok(all(good_ag), "allgather %s %s, world %d", gk_comm_algo_name(algos[a]),
+			   gk_dtype_name(dt), N);
+		}
+	int good = 1;
+	for (int root = 0; root < N; root++) {
+		int32_t v[77];
+		for (int i = 0; i < 77; i++)
+			v[i] = R == root ? i * 3 + root : -1;
+		if (gk_comm_broadcast(C, v, v, 77, GK_DT_I32, root, NULL) < 0)
+			good = 0;
+		for (int i = 0; i < 77; i++)
+			good &= v[i] == i * 3 + root;
+	}
+	ok(all(good), "broadcast from every root, world %d", N);
+	ok(all(gk_comm_barrier(C, NULL) == 0), "barrier");
+}
+
+/* Several outstanding requests, a blocking call among them, all right. */
+static void test_nonblocking(void)
+{
+	enum { B = 6 };
+	size_t sz[B] = {1, 100, 4097, 0, 33, 20000};
+	float *buf[B];
+	double *ref[B];
+	gk_comm_req *req[B];
+	int good = 1;
+	for (int b = 0; b < B; b++) {
+		buf[b] = malloc(sz[b] * 4 + 4);
+		ref[b] = malloc(sz[b] * 8 + 8);
+		fill(buf[b], sz[b], GK_DT_F32, GK_COMM_SUM);
+		reference(buf[b], ref[b], sz[b], GK_DT_F32, GK_COMM_AVG);
+		gk_comm_callopts o = {b % 2 ? GK_COMM_ALGO_RING : GK_COMM_ALGO_AUTO, 0, NULL};
+		if (gk_comm_iallreduce(C, buf[b], buf[b], sz[b], GK_DT_F32, GK_COMM_AVG, &o,
+				       &req[b], NULL) < 0)
+			good = 0, req[b] = NULL;
+		if (b == 2) {
+			int32_t v = R + 1;
+			gk_comm_allreduce(C, &v, &v, 1, GK_DT_I32, GK_COMM_SUM, NULL, NULL);
+			good &= v == N * (N + 1) / 2;
+		}
+	}
+	int done = 0;
+	if (req[B - 1])
+		good &= gk_comm_test(req[B - 1], &done, NULL) == 0;
+	for (int b = B - 1; b >= 0; b--) {
+		if (req[b] && gk_comm_wait(req[b], NULL) < 0)
+			good = 0;
+		for (size_t i = 0; i < sz[b]; i++)
+			good &= buf[b][i] == (float)ref[b][i];
+		free(buf[b]);
+		free(ref[b]);
+	}
+	ok(all(good), "6 outstanding iallreduce + a blocking call, waited in reverse, world %d", N);
+}
+
+/* Buckets started as "backward" walks down, twice (the object is reused). */
+static void test_grads(void)
+{
+	size_t n = 10007;
+	float *g = malloc(n * 4);
+	double *ref = malloc(n * 8);
+	gk_comm_grads *gr;
+	int good = gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0;
+	good &= gk_comm_grads_buckets(gr) == (n + 1023) / 1024;
+	for (int step = 0; good && step < 2; step++) {
+		fill(g, n, GK_DT_F32, GK_COMM_SUM);
+		reference(g, ref, n, GK_DT_F32, GK_COMM_AVG);
+		for (size_t layer = n; layer > 0; layer = layer > 777 ? layer - 777 : 0)
+			good &= gk_comm_grads_ready(gr, layer, NULL) == 0;
+		good &= gk_comm_grads_finish(gr, NULL) == 0;
+		for (size_t i = 0; i < n; i++)
+			good &= g[i] == (float)ref[i];
+	}
+	gk_comm_grads_free(gr);
+	ok(all(good), "gradient buckets: 10 buckets overlapped with backward, two steps, world %d", N);
+	free(g);
+	free(ref);
+}
+
+/* Fractional inputs of varied scale; bounds from comm.h. */
+static void test_compressed(void)
+{
+	size_t n = 3001;
+	float *x = malloc(n * 4), *y = malloc(n * 4), *res = calloc(n, 4);
+	double *exact = malloc(n * 8), *abs_sum = malloc(n * 8), *xs = malloc(n * 8);
+	double *cum = calloc(n, 8);
+	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
+		for (size_t i = 0; i < n; i++) {
+			x[i] = (float)(((int)(next32() % 2000001) - 1000000) * 1e-6 *
+				       ldexp(1, (int)(i / 256 % 6) - 3));
+			exact[i] = x[i], abs_sum[i] = fabs(x[i]);
+		}
+#if GK_HAVE_MPI
+		if (USE_MPI) {
+			MPI_Allreduce(MPI_IN_PLACE, exact, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+			MPI_Allreduce(MPI_IN_PLACE, abs_sum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+		}
+#endif
+		gk_comm_callopts o = {GK_COMM_ALGO_RING, cz, NULL};
+		int good = gk_comm_allreduce(C, x, y, n, GK_DT_F32, GK_COMM_SUM, &o, NULL) == 0;
+		double worst = 0;
+		for (size_t i = 0; i < n; i++) {
+			double a = abs_sum[i];
+			if (cz == GK_COMM_COMPRESS_INT8) /* the largest S_j within 255 of i */
+				for (size_t j = i > 255 ? i - 255 : 0; j < n && j <= i + 255; j++)
+					a = abs_sum[j] > a ? abs_sum[j] : a;
+			double b = gk_comm_compress_bound(cz, N, a) + ldexp(fabs(exact[i]), -22);
+			double e = fabs(y[i] - exact[i]);
+			good &= e <= b;
+			if (b > 0 && e / b > worst)
+				worst = e / b;
+		}
+		diag("%s world %d: worst error is %.3f of the bound", gk_comm_compress_name(cz), N, worst);
+		ok(all(good), "compressed %s allreduce within the documented bound, world %d",
+		   gk_comm_compress_name(cz), N);
+
+		/*
+		 * Error feedback: T calls on the same input. With feedback the
+		 * errors telescope, so the running sum of results stays within
+		 * about one call's error of T * exact.
+		 */
+		enum { T = 16 };
+		float *resid = calloc(n, 4);
+		double ef_err = 0, one_bound = 0;
+		memset(cum, 0, n * 8);
+		for (int t = 0; t < T; t++) {
+			gk_comm_callopts e = {GK_COMM_ALGO_RING, cz, resid};
+			good &= gk_comm_allreduce(C, x, y, n, GK_DT_F32, GK_COMM_SUM, &e, NULL) == 0;
+			for (size_t i = 0; i < n; i++)
+				cum[i] += y[i];
+		}
+		int ef_good = 1;
+		for (size_t i = 0; i < n; i++) {
+			double a = 0;
+			for (size_t j = i > 255 ? i - 255 : 0; j < n && j <= i + 255; j++)
+				a = abs_sum[j] > a ? abs_sum[j] : a;
+			/* one call's bound, for an input grown by the residual */
+			double b = 2 * gk_comm_compress_bound(cz, N, 2 * a) + T * ldexp(a, -20);
+			double e = fabs(cum[i] - T * exact[i]);
+			ef_good &= e <= b;
+			ef_err = e > ef_err ? e : ef_err;
+			one_bound = b > one_bound ? b : one_bound;
+		}
+		(void)xs;
+		if (N == 1)
+			ok(all(ef_good), "error feedback %s: world 1 is exact", gk_comm_compress_name(cz));
+		else
+			ok(all(ef_good), "error feedback %s: %d calls stay within one call's error (%.3g <= %.3g)",
+			   gk_comm_compress_name(cz), T, ef_err, one_bound);
+		free(resid);
+	}
+	gk_err err = {0};
+	gk_comm_callopts o = {GK_COMM_ALGO_RING, GK_COMM_COMPRESS_INT8, NULL};
+	int bad = gk_comm_allreduce(C, x, y, n, GK_DT_F32, GK_COMM_MAX, &o, &err);
+	ok(all(bad < 0 && strstr(err.msg, "only sum and avg")), "compressed max is refused: %s", err.msg);
+	free(x), free(y), free(res), free(exact), free(abs_sum), free(xs), free(cum);
+}
+
+static void test_errors(void)
+{
+	gk_err err = {0};
+	float v = 1;
+	ok(gk_comm_allreduce(C, &v, &v, 1, GK_DT_I8, GK_COMM_SUM, NULL, &err) < 0 &&
+	   strstr(err.msg, "not one of f32"), "i8 refused: %s", err.msg);
+	ok(gk_comm_allreduce(C, &v, &v, (size_t)1 << 62, GK_DT_F32, GK_COMM_SUM, NULL, &err) < 0 &&
+	   strstr(err.msg, "too large"), "absurd count refused: %s", err.msg);
+	ok(gk_comm_broadcast(C, &v, &v, 1, GK_DT_F32, N, &err) < 0 &&
+	   strstr(err.msg, "not a rank"), "bad root refused: %s", err.msg);
+	gk_comm_callopts o = {GK_COMM_ALGO_RD, 0, NULL};
+	ok(gk_comm_allgather(C, &v, &v, 0, GK_DT_F32, &o, &err) < 0 &&
+	   strstr(err.msg, "not available"), "rd allgather refused: %s", err.msg);
+}
+
+int main(void)
+{
+	gk_err err = {0};
+	if (gk_comm_open(&C, NULL, &err) < 0) {
+		printf("1..0 # SKIP %s\n", err.msg);
+		return 0;
+	}
+	N = gk_comm_world(C), R = gk_comm_rank(C);
+	USE_MPI = gk_comm_backend_of(C) == GK_COMM_BACKEND_MPI;
+	if (R != 0 && !freopen("/dev/null", "w", stdout))
+		return 1;
+	rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(R + 1) * 0x2545f4914f6cdd1dULL;
+	diag("backend %s, world %d", gk_comm_backend_name(gk_comm_backend_of(C)), N);
+
+	test_allreduce();
+	test_bitwise_identical();
+	test_rs_ag_bcast();
+	test_nonblocking();
+	test_grads();
+	test_compressed();
+	test_errors();
+	gk_comm_close(C);
+	return done_testing();
+}
