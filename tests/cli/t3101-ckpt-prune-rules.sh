@@ -6,19 +6,8 @@ directories with a COMMIT written last and latest -> step-NNNNNNNN.
 Expected survivors are computed here from the rules, independently of
 the script.'
 . "$(dirname "$0")/lib.sh"
+. "$GK_TOP/tests/cli/lib-prune.sh"
 
-PATH="$GK_TOP/scripts:$PATH"
-
-# commit ROOT STEP [BYTES]: a committed checkpoint with a model of BYTES
-# random bytes (random, so no file system compresses or dedups it away)
-commit() {
-	d=$1/$(printf 'step-%08d' "$2") &&
-	mkdir -p "$d" &&
-	head -c "${3:-4096}" /dev/urandom >"$d/model.safetensors" &&
-	printf '{"step": %d, "files": ["model.safetensors"]}\n' "$2" >"$d/COMMIT"
-}
-# listing ROOT: every name in ROOT, one a line, dot-names too
-listing() { (cd "$1" && find . -mindepth 1 -maxdepth 1 | LC_ALL=C sort); }
 
 test_expect_success 'keep-last N keeps the N newest committed, logs each removal with its size' '
 	for s in 100 200 300 400 500; do commit r1 $s 1048576 || return 1; done &&

@@ -5,21 +5,13 @@ The grace period for directories without COMMIT (measured by change
 time, which touch -d cannot set back), the flock that keeps two runs
 apart, and a run killed with SIGKILL in the middle of a removal.'
 . "$(dirname "$0")/lib.sh"
+. "$GK_TOP/tests/cli/lib-prune.sh"
 
-PATH="$GK_TOP/scripts:$PATH"
-
-commit() {
-	d=$1/$(printf 'step-%08d' "$2") &&
-	mkdir -p "$d" &&
-	head -c "${3:-4096}" /dev/urandom >"$d/model.safetensors" &&
-	printf '{"step": %d, "files": ["model.safetensors"]}\n' "$2" >"$d/COMMIT"
-}
 # pending ROOT NAME: a checkpoint being written (no COMMIT yet)
 pending() {
 	mkdir -p "$1/$2" &&
 	head -c 4096 /dev/urandom >"$1/$2/model.safetensors"
 }
-listing() { (cd "$1" && find . -mindepth 1 -maxdepth 1 | LC_ALL=C sort); }
 
 test_expect_success 'in-progress directories younger than the grace period are kept' '
 	commit g1 1 && commit g1 2 &&
