@@ -276,68 +276,10 @@ static int index_shards(int argc, char **argv)
 static int get(const char *what, const char *shard)
 {
 	gk_err err;
-	gk_shard_index idx;
-	char *ip = gk_shard_index_path(shard);
-	int fd = -1, rc = 1;
-	void *buf = NULL;
-	gk_shard_member *m = NULL;
-	if (!ip || gk_shard_index_load(ip, &idx, &err) < 0) {
-		free(ip);
-		gk_err_prefix(&err, "get '%s' (make the index with data-pack --index)", what);
+	fflush(stdout);
+	if (gk_shard_get(shard, what, source_date_epoch(), &err) < 0)
 		return gk_cli_fail(&cli, &err);
-	}
-	/* KEY.EXT or KEY: try the whole string as a key first (keys have no dots). */
-	ssize_t klen = gk_shard_key_len(what);
-	char *key = klen < 0 ? strdup(what) : strndup(what, (size_t)klen);
-	const char *ext = klen < 0 ? NULL : what + klen + 1;
-	ssize_t i = key ? gk_shard_index_find(&idx, key) : -1;
-	if (i < 0) {
-		gk_errf(&err, "get '%s': no such key in '%s'", what, shard);
-		goto fail;
-	}
-	if ((fd = open(shard, O_RDONLY | O_CLOEXEC)) < 0) {
-		gk_err_sys(&err, errno, "open '%s'", shard);
-		goto fail;
-	}
-	if (!(m = calloc(idx.s[i].n, sizeof(*m))) ||
-	    gk_shard_read_sample(fd, shard, &idx, (size_t)i, &buf, m, &err) < 0)
-		goto fail;
-	if (ext) {
-		size_t j = 0;
-		while (j < idx.s[i].n && strcmp(m[j].ext, ext) != 0)
-			j++;
-		if (j == idx.s[i].n) {
-			gk_errf(&err, "get '%s': sample '%s' has no member '.%s'", what, key, ext);
-			goto fail;
-		}
-		if (fwrite(m[j].data, 1, m[j].size, stdout) != m[j].size && !ferror(stdout))
-			goto fail;
-	} else {
-		gk_shard_write_opts o = {.pattern = "-", .mtime = source_date_epoch()};
-		gk_shard_writer *w;
-		fflush(stdout);
-		if (gk_shard_writer_open(&w, &o, &err) < 0)
-			goto fail;
-		if (gk_shard_writer_add(w, key, idx.s[i].n, m, &err) < 0) {
-			gk_shard_writer_abort(w);
-			goto fail;
-		}
-		if (gk_shard_writer_close(w, NULL, &err) < 0)
-			goto fail;
-	}
-	rc = 0;
-	goto out;
-fail:
-	rc = gk_cli_fail(&cli, &err);
-out:
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	free(m);
-	free(key);
-	free(ip);
-	gk_shard_index_free(&idx);
-	return rc;
+	return 0;
 }
 
 int main(int argc, char **argv)

@@ -128,6 +128,16 @@ ssize_t gk_shard_index_find(const gk_shard_index *idx, const char *key);
 int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
 			 size_t i, void **buf, gk_shard_member *m, gk_err *err);
 
+/*
+ * data-pack -g: one sample or one member of a shard, found through its
+ * index (never reading the rest of the shard) and written to standard
+ * output. what is "KEY" (the sample, as a one-sample tar whose members
+ * carry mtime) or "KEY.EXT" (that member's bytes). Errors name what is
+ * missing: the index, the key, the member.
+ */
+int gk_shard_get(const char *shard, const char *what, int64_t mtime,
+		 gk_err *err);
+
 typedef struct gk_shard_info {
 	char *path;      /* as listed: relative to the manifest's directory */
 	uint64_t samples, bytes, xxh3;
