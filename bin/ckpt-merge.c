@@ -5,10 +5,8 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -76,22 +74,6 @@ static void list(const gk_ckpt_set *s, int json)
 	}
 }
 
-/* A step directory (or a checkpoint root's latest) also has its COMMIT checked. */
-static int check_commit(const char *in, gk_err *err)
-{
-	char path[PATH_MAX * 2];
-	struct stat st;
-	uint64_t step;
-	snprintf(path, sizeof(path), "%s/COMMIT", in);
-	if (stat(path, &st) == 0)
-		return gk_ckpt_verify_step(in, err);
-	if (stat(in, &st) == 0 && S_ISDIR(st.st_mode) && gk_ckpt_latest(in, &step, NULL) == 1) {
-		snprintf(path, sizeof(path), "%s/step-%08" PRIu64, in, step);
-		return gk_ckpt_verify_step(path, err);
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	gk_cli cli;
@@ -144,7 +126,7 @@ int main(int argc, char **argv)
 	}
 	if (check) {
 		for (int i = optind; i < argc && !status; i++)
-			if (check_commit(argv[i], &err))
+			if (gk_ckpt_verify_input(argv[i], &err))
 				status = gk_cli_fail(&cli, &err);
 		if (!status && !cli.quiet)
 			printf("ok: %zu tensors, %" PRIu64 " bytes in %zu files\n", s->n, s->bytes,

@@ -215,5 +215,11 @@ int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err);
 int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err);
 /* Check a step directory's COMMIT: every file present, sizes and XXH3. */
 int gk_ckpt_verify_step(const char *dir, gk_err *err);
+/*
+ * Check the COMMIT behind an input of gk_ckpt_open: a step directory's own,
+ * or the latest committed step's when in is a checkpoint root. Other
+ * inputs (files, Hugging Face directories) have none: 0.
+ */
+int gk_ckpt_verify_input(const char *in, gk_err *err);
 
 #endif

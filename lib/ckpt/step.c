@@ -354,3 +354,23 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 	json_decref(j);
 	return rc;
 }
+
+int gk_ckpt_verify_input(const char *in, gk_err *err)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	uint64_t step;
+
+	if (snprintf(path, sizeof(path), "%s/COMMIT", in) >= (int)sizeof(path))
+		return gk_errf(err, "path '%s': too long", in);
+	if (stat(path, &st) == 0)
+		return gk_ckpt_verify_step(in, err);
+	if (stat(in, &st) < 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	/* gk_ckpt_open already refused a root it could not read. */
+	if (gk_ckpt_latest(in, &step, NULL) != 1)
+		return 0;
+	if (snprintf(path, sizeof(path), "%s/step-%08" PRIu64, in, step) >= (int)sizeof(path))
+		return gk_errf(err, "path '%s': too long", in);
+	return gk_ckpt_verify_step(path, err);
+}
