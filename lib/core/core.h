@@ -64,6 +64,21 @@ int gk_strlist_push(gk_strlist *l, const char *s, gk_err *err);
 int gk_strlist_push_owned(gk_strlist *l, char *s, gk_err *err);
 void gk_strlist_free(gk_strlist *l);
 
+/*
+ * Growing arrays (git's ALLOC_GROW): make room for at least need elements
+ * in the array *pp of *cap elements of size bytes each. The capacity grows
+ * by half again (at least to need, at least 16), so pushing n elements
+ * costs O(n). On failure (out of memory, or need*size overflowing) *pp and
+ * *cap are unchanged and err says ENOMEM naming what.
+ *
+ *   if (GK_GROW(v, cap, n + 1, "index", err) < 0) return -1;
+ *   v[n++] = x;
+ */
+int gk_grow(void *pp, size_t *cap, size_t need, size_t size, const char *what,
+	    gk_err *err);
+#define GK_GROW(p, cap, need, what, err) \
+	gk_grow(&(p), &(cap), (need), sizeof(*(p)), (what), (err))
+
 /* a*b and a+b into *out, returning -1 (no error message) on overflow. */
 static inline int gk_mul_overflow(uint64_t a, uint64_t b, uint64_t *out)
 {

@@ -65,15 +65,9 @@ int gk_strlist_push_owned(gk_strlist *l, char *s, gk_err *err)
 {
 	if (!s)
 		return gk_err_sys(err, ENOMEM, "string list");
-	if (l->n + 2 > l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		char **v = realloc(l->v, cap * sizeof(*v));
-		if (!v) {
-			free(s);
-			return gk_err_sys(err, ENOMEM, "string list");
-		}
-		l->v = v;
-		l->cap = cap;
+	if (GK_GROW(l->v, l->cap, l->n + 2, "string list", err) < 0) {
+		free(s);
+		return -1;
 	}
 	l->v[l->n++] = s;
 	l->v[l->n] = NULL;
@@ -92,4 +86,32 @@ void gk_strlist_free(gk_strlist *l)
 	free(l->v);
 	l->v = NULL;
 	l->n = l->cap = 0;
+}
+
+int gk_grow(void *pp, size_t *cap, size_t need, size_t size, const char *what,
+	    gk_err *err)
+{
+	void *p, *np;
+	size_t n, bytes;
+
+	if (need <= *cap)
+		return 0;
+	n = *cap + *cap / 2;
+	if (n < need)
+		n = need;
+	if (n < 16)
+		n = 16;
+	if (__builtin_mul_overflow(n, size, &bytes)) {
+		n = need;
+		if (__builtin_mul_overflow(n, size, &bytes))
+			return gk_err_sys(err, ENOMEM, "%s", what);
+	}
+	/* pp is the address of a T*: read and write it as bytes (no aliasing). */
+	memcpy(&p, pp, sizeof(p));
+	np = realloc(p, bytes);
+	if (!np)
+		return gk_err_sys(err, ENOMEM, "%s", what);
+	memcpy(pp, &np, sizeof(np));
+	*cap = n;
+	return 0;
 }

@@ -135,6 +135,34 @@ static void test_strlist(void)
 	ok(l.n == 0 && l.v == NULL, "strlist free resets");
 }
 
+static void test_grow(void)
+{
+	gk_err err;
+	uint32_t *v = NULL;
+	size_t cap = 0, n, grows = 0, last = 0;
+
+	for (n = 0; n < 100000; n++) {
+		if (GK_GROW(v, cap, n + 1, "test array", &err) < 0)
+			break;
+		if (cap != last)
+			grows++, last = cap;
+		v[n] = (uint32_t)n * 2654435761u;
+	}
+	is_u64(n, 100000, "GK_GROW: 100000 pushes");
+	ok(cap >= n && grows < 30, "geometric growth (cap %zu after %zu reallocs)", cap, grows);
+	int same = 1;
+	for (size_t i = 0; i < n; i++)
+		same &= v[i] == (uint32_t)i * 2654435761u;
+	ok(same, "GK_GROW keeps the contents");
+	size_t keep = cap;
+	uint32_t *old = v;
+	ok(GK_GROW(v, cap, SIZE_MAX / 2, "test array", &err) == -1, "GK_GROW: size overflow fails");
+	ok(v == old && cap == keep, "a failed grow leaves the array");
+	is_str(err.msg, "test array: Cannot allocate memory", "failed grow says ENOMEM");
+	ok(GK_GROW(v, cap, 10, "test array", &err) == 0 && cap == keep, "need below cap: no-op");
+	free(v);
+}
+
 int main(void)
 {
 	test_err();
@@ -143,5 +171,6 @@ int main(void)
 	test_json();
 	test_progress();
 	test_strlist();
+	test_grow();
 	return done_testing();
 }
