@@ -77,27 +77,67 @@ int gk_comm_dtype_ok(gk_dtype dt) { return gk_comm_dt_size(dt) != 0; }
 
 /* ---- open and close ---- */
 
+int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
+			   gk_comm_backend *out, gk_err *err)
+{
+	if ((unsigned)want >= GK_COMM_BACKEND_COUNT)
+		return gk_errf(err, "backend %d: not one of auto self mpi nccl", (int)want);
+	if (want != GK_COMM_BACKEND_AUTO) {
+		*out = want;
+		return 0;
+	}
+	if (ri->mpi) {
+		*out = GK_COMM_BACKEND_MPI;
+		return 0;
+	}
+	/*
+	 * A launcher MPI cannot start from (torchrun) with several ranks: each
+	 * process would open a world of one and run alone, which looks like
+	 * success. Refuse instead.
+	 */
+	if (ri->world > 1)
+		return gk_errf(err, "backend 'auto': the %s environment says rank %d of %d, "
+			       "but it gives MPI nothing to start from (launch with mpirun or srun)",
+			       ri->launcher, ri->rank, ri->world);
+	*out = GK_COMM_BACKEND_SELF;
+	return 0;
+}
+
 int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err)
 {
+	gk_rank_info ri;
+	gk_comm_backend b;
+	gk_comm_config cf = {.device = -1};
+	if (cfg)
+		cf = *cfg;
+	if (gk_rank_discover(&ri, err) < 0 ||
+	    gk_comm_backend_choose(cf.backend, &ri, &b, err) < 0)
+		return -1;
 	gk_comm *c = calloc(1, sizeof *c);
 	if (!c)
 		return gk_errf(err, "comm: out of memory");
-	if (cfg)
-		c->cfg = *cfg;
-	else
-		c->cfg.device = -1;
+	c->cfg = cf;
 	c->rank = 0, c->world = 1;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
-
-	gk_comm_backend b = c->cfg.backend;
-	if (b == GK_COMM_BACKEND_AUTO)
-		b = GK_HAVE_MPI && gk_comm_mpi_launched() ?
-			GK_COMM_BACKEND_MPI : GK_COMM_BACKEND_SELF;
 	c->backend = b;
 	int rc = 0;
-	if (b == GK_COMM_BACKEND_MPI || b == GK_COMM_BACKEND_NCCL)
+	if (b == GK_COMM_BACKEND_MPI || b == GK_COMM_BACKEND_NCCL) {
 		rc = gk_comm_mpi_open(c, 1, err);
+		/*
+		 * MPI's world must be the launcher's: srun without a PMI plugin
+		 * MPI can use, or a launcher MPI does not know, starts every
+		 * process as a world of one.
+		 */
+		if (rc == 0 && strcmp(ri.launcher, "none") != 0 &&
+		    (c->world != ri.world || c->rank != ri.rank)) {
+			rc = gk_errf(err, "mpi: MPI started rank %d of %d, but the %s environment says rank %d of %d%s",
+				     c->rank, c->world, ri.launcher, ri.rank, ri.world,
+				     strcmp(ri.launcher, "slurm") == 0 ? " (try srun --mpi=pmix)" :
+				     ri.mpi ? "" : " (launch with mpirun or srun)");
+			gk_comm_mpi_close(c);
+		}
+	}
 	if (rc == 0 && b == GK_COMM_BACKEND_NCCL) {
 		rc = gk_comm_nccl_open(c, err);
 		if (rc < 0)

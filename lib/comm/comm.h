@@ -42,7 +42,7 @@ typedef enum gk_comm_op {
 } gk_comm_op;
 
 typedef enum gk_comm_backend {
-	GK_COMM_BACKEND_AUTO, /* mpi under a launcher, else self (nccl only when asked: device memory) */
+	GK_COMM_BACKEND_AUTO, /* see gk_comm_backend_choose (nccl only when asked: device memory) */
 	GK_COMM_BACKEND_SELF,
 	GK_COMM_BACKEND_MPI,
 	GK_COMM_BACKEND_NCCL,
@@ -134,11 +134,32 @@ typedef struct gk_comm_config {
 } gk_comm_config;
 
 /*
+ * Which backend `want` means for a process placed as ri says (from
+ * gk_rank_discover, the one reader of the launcher's environment):
+ *   auto under mpirun or srun (ri->mpi)        mpi
+ *   auto without a launcher, or a world of 1   self
+ *   auto under torchrun with world > 1         error: torchrun sets no
+ *       MPI environment, so MPI would start each process as a world of
+ *       one and every rank would silently run alone
+ *   self, mpi, nccl                            as asked
+ * Returns 0 with *out set, or -1 with a message.
+ */
+int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
+			   gk_comm_backend *out, gk_err *err);
+
+/*
  * Open the world. mpi and nccl call MPI_Init_thread (MPI_THREAD_SERIALIZED)
  * unless MPI is already initialised, in which case the caller keeps
  * ownership and gk_comm_close does not finalise. cfg NULL: all defaults.
  * Fails with a clear message when the backend was not built in, when
  * libnccl.so.2 or a GPU is missing, or when MPI cannot start.
+ *
+ * The contract with the launcher: under any launcher, gk_comm_rank and
+ * gk_comm_world equal gk_rank_discover's rank and world (open fails when
+ * MPI's MPI_COMM_WORLD differs, as with srun lacking a PMI plugin MPI
+ * can use), so a program takes rank, local rank and node from
+ * gk_rank_discover and the same rank from the communicator. The nccl
+ * backend picks CUDA device local_rank % devices unless cfg->device says.
  */
 int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err);
 /* Waits for outstanding requests, stops the progress thread, finalises. */

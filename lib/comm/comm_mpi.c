@@ -89,12 +89,6 @@ static MPI_Op mpi_op(mpi_state *st, gk_dtype dt, gk_comm_op op)
 	return ops[red];
 }
 
-int gk_comm_mpi_launched(void)
-{
-	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-	       getenv("PMI_RANK") || getenv("SLURM_STEP_ID");
-}
-
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 {
 	mpi_state *st = calloc(1, sizeof *st);

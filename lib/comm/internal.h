@@ -58,8 +58,6 @@ int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 				   gk_comm_op op, gk_err *err);
 /* For the nccl bootstrap: broadcast bytes from rank 0 over MPI_COMM_WORLD. */
 int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err);
-/* True when a launcher's environment says we run under mpirun or srun. */
-int gk_comm_mpi_launched(void);
 
 /* ---- nccl backend (comm_nccl.c, or comm_nonccl.c) ---- */
 int gk_comm_nccl_open(gk_comm *c, gk_err *err);

@@ -231,13 +231,16 @@ int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
  * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE with
  * SLURM_NODEID), then torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE). With none of them: rank 0 of a world of 1.
- * Inconsistent values (rank >= world, non-numbers) are errors.
+ * Inconsistent values (rank >= world, non-numbers) are errors. This is the
+ * only reader of the launcher's environment: lib/comm opens MPI when mpi
+ * is set and checks that MPI's world is this one.
  */
 typedef struct gk_rank_info {
 	int rank, world;
 	int local_rank, local_world; /* on this node */
 	int node;                    /* node index, -1 when unknown */
 	const char *launcher;        /* "openmpi", "slurm", "torchrun", "none" */
+	int mpi;                     /* 1 when the launcher can start MPI (mpirun, srun) */
 } gk_rank_info;
 
 int gk_rank_discover(gk_rank_info *ri, gk_err *err);

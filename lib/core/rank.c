@@ -1,5 +1,6 @@
 /*
- * rank.c - rank and world from the launcher's environment.
+ * rank.c - rank and world from the launcher's environment: the one place
+ * that reads it (lib/comm and the tools ask gk_rank_discover).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 		return -1;
 	if (f1 || f2) {
 		ri->launcher = "openmpi";
+		ri->mpi = 1;
 		if (!(f1 && f2))
 			return gk_errf(err, "openmpi environment: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE must both be set");
 		if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", &ri->local_rank, &f3, err) ||
@@ -96,6 +98,8 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 		return -1;
 	if (f1) {
 		ri->launcher = "slurm";
+		/* srun's PMI (--mpi=pmix) is what MPI_Init reads under Slurm. */
+		ri->mpi = 1;
 		if (!f2)
 			return gk_errf(err, "slurm environment: SLURM_PROCID is set but SLURM_NTASKS is not");
 		if (env_int("SLURM_LOCALID", &ri->local_rank, &f3, err) ||
@@ -121,6 +125,11 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 		return -1;
 	if (f1 || f2) {
 		ri->launcher = "torchrun";
+		/*
+		 * torchrun's rendezvous (MASTER_ADDR, TORCHELASTIC_*) is for
+		 * torch.distributed; it sets nothing MPI_Init can use.
+		 */
+		ri->mpi = 0;
 		if (!(f1 && f2))
 			return gk_errf(err, "torchrun environment: RANK and WORLD_SIZE must both be set");
 		if (env_int("LOCAL_RANK", &ri->local_rank, &f3, err) ||
