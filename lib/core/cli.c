@@ -3,6 +3,7 @@
  * libgpukit that prints to the user or exits.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,16 @@ void gk_cli_init(gk_cli *cli, const char *name, const char *usage)
 	 */
 	signal(SIGPIPE, SIG_DFL);
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	/*
+	 * Under mpirun -np N every rank parses the same command line: a usage
+	 * error would be printed N times. Only the first rank speaks (getopt's
+	 * own messages included); every rank still exits 2. A malformed
+	 * launcher environment counts as the first rank, so it is heard.
+	 */
+	gk_rank_info ri;
+	cli->silent_usage = gk_rank_discover(&ri, NULL) == 0 && ri.rank != 0;
+	if (cli->silent_usage)
+		opterr = 0;
 }
 
 static _Noreturn void version(const gk_cli *cli)
@@ -49,7 +60,8 @@ int gk_cli_common(gk_cli *cli, int opt)
 	case '?':
 	case ':':
 		/* getopt already said what was wrong. */
-		fputs(cli->usage, stderr);
+		if (!cli->silent_usage)
+			fputs(cli->usage, stderr);
 		exit(2);
 	}
 	return 0;
@@ -58,6 +70,8 @@ int gk_cli_common(gk_cli *cli, int opt)
 void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 {
 	va_list ap;
+	if (cli->silent_usage)
+		exit(2);
 	fprintf(stderr, "%s: ", cli->name);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);

@@ -303,9 +303,13 @@ typedef struct gk_cli {
 	const char *name;  /* the tool's name */
 	const char *usage; /* the SYNOPSIS lines plus option summary */
 	int quiet, verbose, json;
+	int silent_usage;  /* not the launcher's first rank: usage errors exit 2 unprinted */
 } gk_cli;
 
-/* Set the program name, line-buffer stderr, leave SIGPIPE to kill quietly. */
+/*
+ * Set the program name, line-buffer stderr, leave SIGPIPE to kill quietly.
+ * Under a launcher (gk_rank_discover), only rank 0 prints usage errors.
+ */
 void gk_cli_init(gk_cli *cli, const char *name, const char *usage);
 /* Handle -h -q -v --version --json and '?' from getopt; 1 when handled. */
 int gk_cli_common(gk_cli *cli, int opt);
