@@ -82,6 +82,14 @@ int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
 {
 	if ((unsigned)want >= GK_COMM_BACKEND_COUNT)
 		return gk_errf(err, "backend %d: not one of auto self mpi nccl", (int)want);
+	/*
+	 * self under a launcher with several ranks would run each rank alone,
+	 * and any rank that does open MPI would wait for the others forever.
+	 */
+	if (want == GK_COMM_BACKEND_SELF && ri->world > 1)
+		return gk_errf(err, "backend 'self': the %s environment says rank %d of %d, "
+			       "and self is a world of one (use mpi, or run without a launcher)",
+			       ri->launcher, ri->rank, ri->world);
 	if (want != GK_COMM_BACKEND_AUTO) {
 		*out = want;
 		return 0;
@@ -186,12 +194,13 @@ int gk_comm_on_device(const gk_comm *c) { return c->backend == GK_COMM_BACKEND_N
 
 /* ---- algorithm choice and argument checks ---- */
 
-int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
-			   gk_comm_algo algo)
+int gk_comm_algo_ok(gk_comm_backend b, gk_comm_coll coll, gk_comm_algo algo)
 {
 	if (algo == GK_COMM_ALGO_AUTO)
 		return 1;
-	if (c->backend == GK_COMM_BACKEND_NCCL)
+	if ((unsigned)algo >= GK_COMM_ALGO_COUNT)
+		return 0;
+	if (b == GK_COMM_BACKEND_NCCL)
 		return algo == GK_COMM_ALGO_NATIVE;
 	switch (coll) {
 	case GK_COMM_ALLREDUCE: return 1;
@@ -200,6 +209,12 @@ int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
 		return algo == GK_COMM_ALGO_NATIVE || algo == GK_COMM_ALGO_RING;
 	default: return algo == GK_COMM_ALGO_NATIVE;
 	}
+}
+
+int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
+			   gk_comm_algo algo)
+{
+	return gk_comm_algo_ok(c->backend, coll, algo);
 }
 
 /*
@@ -497,6 +512,28 @@ int gk_comm_broadcast(gk_comm *c, const void *send, void *recv, size_t count,
 	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
 		return -1;
 	return run(c, &k, err);
+}
+
+int gk_comm_post(gk_comm *c, gk_comm_coll coll, const void *send, void *recv,
+		 size_t count, gk_dtype dt, gk_comm_op op, int root,
+		 const gk_comm_callopts *o, gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, coll, send, recv, count, dt, op, o);
+	k.root = root;
+	gk_comm_algo a = o && coll != GK_COMM_BROADCAST ? o->algo : GK_COMM_ALGO_AUTO;
+	if (check_call(c, &k, a, err) < 0)
+		return -1;
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_run(c, &k, NULL, err);
+	return run(c, &k, err);
+}
+
+int gk_comm_sync(gk_comm *c, gk_err *err)
+{
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_sync(c, err);
+	return 0;
 }
 
 int gk_comm_barrier(gk_comm *c, gk_err *err)

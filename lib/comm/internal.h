@@ -48,6 +48,19 @@ struct gk_comm {
 	gk_comm_req *head, *tail;
 };
 
+/* ---- for the benchmark harness (bench.c) ---- */
+/* gk_comm_algo_supported for a backend not yet opened. */
+int gk_comm_algo_ok(gk_comm_backend b, gk_comm_coll coll, gk_comm_algo algo);
+/*
+ * Start a collective without waiting for it where the backend queues
+ * (nccl: on the communicator's stream); elsewhere it runs to completion.
+ * gk_comm_sync waits for everything started.
+ */
+int gk_comm_post(gk_comm *c, gk_comm_coll coll, const void *send, void *recv,
+		 size_t count, gk_dtype dt, gk_comm_op op, int root,
+		 const gk_comm_callopts *o, gk_err *err);
+int gk_comm_sync(gk_comm *c, gk_err *err);
+
 /* ---- mpi backend (comm_mpi.c, or comm_nompi.c without MPI) ---- */
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err);
 void gk_comm_mpi_close(gk_comm *c);

@@ -454,6 +454,19 @@ static void test_launchers(void)
 	launcher_case("srun -n 8", slurm, 8, mpi, NULL);
 	launcher_case("torchrun, 8 ranks", torch, 8, 0, "gives MPI nothing to start from");
 	launcher_case("torchrun, 1 rank", torch1, 1, self, NULL);
+
+	/* self asked for under mpirun -np 4: a world of one would break the contract */
+	launcher_case("mpirun -np 4", ompi, 4, mpi, NULL);
+	gk_rank_info ri;
+	gk_comm_backend b;
+	gk_err err = {0};
+	ok(gk_rank_discover(&ri, &err) == 0 &&
+	   gk_comm_backend_choose(GK_COMM_BACKEND_SELF, &ri, &b, &err) < 0 &&
+	   strstr(err.msg, "self is a world of one"), "mpirun -np 4, self refused: %s", err.msg);
+	launcher_case("mpirun -np 1", ompi1, 1, mpi, NULL);
+	ok(gk_rank_discover(&ri, &err) == 0 &&
+	   gk_comm_backend_choose(GK_COMM_BACKEND_SELF, &ri, &b, &err) == 0 &&
+	   b == GK_COMM_BACKEND_SELF, "mpirun -np 1, self allowed");
 	for (size_t i = 0; i < GK_ARRAY_SIZE(launcher_vars); i++)
 		unsetenv(launcher_vars[i]);
 }
