@@ -83,11 +83,11 @@ __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
 	}
 }
 
-/* One thread block per group of GK_I8_GROUP (256) elements. */
+/* One thread block per group of GK_COMM_INT8_GROUP (256) elements. */
 __global__ void pack8_kernel(unsigned char *w, const float *x, size_t n)
 {
 	__shared__ float amax[256];
-	size_t g = blockIdx.x, i = g * GK_I8_GROUP + threadIdx.x;
+	size_t g = blockIdx.x, i = g * GK_COMM_INT8_GROUP + threadIdx.x;
 	amax[threadIdx.x] = i < n ? fabsf(x[i]) : 0.0f;
 	__syncthreads();
 	for (int s = 128; s > 0; s >>= 1) {
@@ -96,7 +96,7 @@ __global__ void pack8_kernel(unsigned char *w, const float *x, size_t n)
 		__syncthreads();
 	}
 	float sc = gk_i8_scale(amax[0]), inv = sc > 0 ? 1.0f / sc : 0.0f;
-	unsigned char *gw = w + g * (4 + GK_I8_GROUP);
+	unsigned char *gw = w + g * (4 + GK_COMM_INT8_GROUP);
 	if (threadIdx.x == 0)
 		memcpy(gw, &sc, 4);
 	if (i < n)
@@ -105,8 +105,8 @@ __global__ void pack8_kernel(unsigned char *w, const float *x, size_t n)
 
 __global__ void unpack8_kernel(float *d, const unsigned char *w, size_t n, int add)
 {
-	size_t g = blockIdx.x, i = g * GK_I8_GROUP + threadIdx.x;
-	const unsigned char *gw = w + g * (4 + GK_I8_GROUP);
+	size_t g = blockIdx.x, i = g * GK_COMM_INT8_GROUP + threadIdx.x;
+	const unsigned char *gw = w + g * (4 + GK_COMM_INT8_GROUP);
 	float sc;
 	memcpy(&sc, gw, 4);
 	if (i < n) {

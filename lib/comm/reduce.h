@@ -15,9 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "core/half.h"
 
-/* Same numbering as gk_comm_op (comm.h); AVG reduces as SUM. */
+/*
+ * Same numbering as gk_comm_op (comm.h), so an op passes through as an
+ * int; AVG reduces as SUM. kernels.c asserts the numbering at compile time.
+ */
 enum { GK_RED_SUM, GK_RED_PROD, GK_RED_MAX, GK_RED_MIN };
 
 GK_HD float gk_red_f32(int op, float a, float b)
@@ -77,14 +81,12 @@ GK_HD uint16_t gk_avg_f16(uint16_t x, int n)
 }
 
 /*
- * int8 wire format for a run of elements: groups of 256 (GK_COMM_INT8_GROUP),
+ * int8 wire format for a run of elements: groups of GK_COMM_INT8_GROUP (256),
  * each an f32 scale s = max|x|/127 followed by 256 int8 q = rint(x/s)
  * (the last group may be shorter). x = q*s on the way back. Rounding to
  * the nearest step errs by at most s/2 = max|x|/254, plus the f32
  * rounding of x/s and q*s (a few 2^-24 relative).
  */
-#define GK_I8_GROUP 256
-
 GK_HD float gk_i8_scale(float absmax) { return absmax / 127.0f; }
 
 GK_HD int8_t gk_i8_quant(float x, float inv_scale)
@@ -100,7 +102,7 @@ GK_HD float gk_i8_dequant(int8_t q, float scale) { return (float)q * scale; }
 /* Bytes on the wire for n elements in int8 format. */
 GK_HD size_t gk_i8_wire_bytes(size_t n)
 {
-	return (n + GK_I8_GROUP - 1) / GK_I8_GROUP * 4 + n;
+	return (n + GK_COMM_INT8_GROUP - 1) / GK_COMM_INT8_GROUP * 4 + n;
 }
 
 #endif
