@@ -45,27 +45,8 @@ static uint32_t next32(void)
 
 static size_t esz(gk_dtype dt) { return gk_dtype_bits(dt) / 8; }
 
-static void put(void *b, size_t i, gk_dtype dt, double v)
-{
-	switch (dt) {
-	case GK_DT_F32: ((float *)b)[i] = (float)v; break;
-	case GK_DT_F64: ((double *)b)[i] = v; break;
-	case GK_DT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-	case GK_DT_BF16: ((uint16_t *)b)[i] = gk_f32_to_bf16((float)v); break;
-	default: ((uint16_t *)b)[i] = gk_f32_to_f16((float)v); break;
-	}
-}
-
-static double get(const void *b, size_t i, gk_dtype dt)
-{
-	switch (dt) {
-	case GK_DT_F32: return ((const float *)b)[i];
-	case GK_DT_F64: return ((const double *)b)[i];
-	case GK_DT_I32: return ((const int32_t *)b)[i];
-	case GK_DT_BF16: return gk_bf16_to_f32(((const uint16_t *)b)[i]);
-	default: return gk_f16_to_f32(((const uint16_t *)b)[i]);
-	}
-}
+static void put(void *b, size_t i, gk_dtype dt, double v) { gk_dtype_set(b, dt, i, v); }
+static double get(const void *b, size_t i, gk_dtype dt) { return gk_dtype_get(b, dt, i); }
 
 /* Random small integers suited to the op (exact in every dtype). */
 static void fill(void *b, size_t n, gk_dtype dt, gk_comm_op op)
