@@ -31,6 +31,14 @@ static void expect(const char *name, const char *launcher, int rank, int world,
 		     ri.node);
 }
 
+/* Whether the launcher found can start MPI (mpirun, srun: yes; torchrun: no). */
+static void can_mpi(const char *name, int want)
+{
+	gk_rank_info ri;
+	ok(gk_rank_discover(&ri, NULL) == 0 && ri.mpi == want, "%s: %s start MPI", name,
+	   want ? "can" : "cannot");
+}
+
 static void refuse(const char *name, const char *want)
 {
 	gk_rank_info ri;
@@ -43,6 +51,7 @@ int main(void)
 {
 	reset();
 	expect("no launcher: world of one", "none", 0, 1, 0, 1, 0);
+	can_mpi("no launcher", 0);
 
 	/* mpirun -np 8 on two nodes, rank 5 */
 	setenv("OMPI_COMM_WORLD_RANK", "5", 1);
@@ -50,6 +59,7 @@ int main(void)
 	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
 	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
 	expect("openmpi", "openmpi", 5, 8, 1, 4, -1);
+	can_mpi("openmpi", 1);
 	/* mpirun inside an sbatch allocation: Open MPI wins over Slurm */
 	setenv("SLURM_PROCID", "0", 1);
 	setenv("SLURM_NTASKS", "1", 1);
@@ -67,6 +77,7 @@ int main(void)
 	setenv("SLURM_NODEID", "2", 1);
 	setenv("SLURM_TASKS_PER_NODE", "4(x2),3", 1);
 	expect("slurm", "slurm", 9, 11, 1, 3, 2);
+	can_mpi("slurm", 1);
 	setenv("SLURM_NODEID", "0", 1);
 	setenv("SLURM_LOCALID", "3", 1);
 	setenv("SLURM_PROCID", "3", 1);
@@ -86,6 +97,7 @@ int main(void)
 	setenv("LOCAL_WORLD_SIZE", "4", 1);
 	setenv("GROUP_RANK", "1", 1);
 	expect("torchrun", "torchrun", 6, 8, 2, 4, 1);
+	can_mpi("torchrun", 0);
 	setenv("LOCAL_WORLD_SIZE", "9", 1);
 	refuse("torchrun local world > world",
 	       "torchrun environment: local rank 2 of 9 does not fit a world of 8");
