@@ -227,9 +227,11 @@ int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 
 /*
  * Where this process stands, from the launcher's environment: Open MPI
- * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm
- * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE with
- * SLURM_NODEID), then torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm in an
+ * srun step (SLURM_STEP_ID set; SLURM_PROCID, SLURM_STEP_NUM_TASKS or
+ * SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE or
+ * SLURM_TASKS_PER_NODE with SLURM_NODEID; an sbatch script outside any
+ * step is a world of 1), then torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE). With none of them: rank 0 of a world of 1.
  * Inconsistent values (rank >= world, non-numbers) are errors. This is the
  * only reader of the launcher's environment: lib/comm opens MPI when mpi

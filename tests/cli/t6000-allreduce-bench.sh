@@ -159,8 +159,13 @@ test_expect_success 'under torchrun, the auto backend refuses rather than run wo
 '
 
 test_expect_success MPIRUN 'srun without an MPI plugin: MPI world of 1 is not the launcher world of 2' '
-	test_expect_code 1 env SLURM_PROCID=0 SLURM_NTASKS=2 $T allreduce-bench -e 64 -n 1 >out 2>err &&
+	test_expect_code 1 env SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=2 $T allreduce-bench -e 64 -n 1 >out 2>err &&
 	grep "^allreduce-bench: mpi: MPI started rank 0 of 1, but the slurm environment says rank 0 of 2 (try srun --mpi=pmix)$" err
+'
+
+test_expect_success 'an sbatch -n 2 script itself (no srun step) is one process: world 1' '
+	env SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_TASKS_PER_NODE=2 allreduce-bench -e 64 -n 1 >out &&
+	grep "^# allreduce-bench (gpukit) .*: allreduce, backend self, 1 rank$" out
 '
 
 test_expect_success 'the nccl backend without a GPU: a clear error' '

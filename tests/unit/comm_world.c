@@ -386,7 +386,7 @@ static void test_errors(void)
 static const char *launcher_vars[] = {
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
 	"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-	"SLURM_NODEID", "SLURM_TASKS_PER_NODE", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+	"SLURM_NODEID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
 	"LOCAL_WORLD_SIZE", "GROUP_RANK",
 };
 
@@ -424,7 +424,7 @@ static void test_launchers(void)
 	const char *ompi[] = {"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4",
 			      "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2", NULL};
 	const char *ompi1[] = {"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1", NULL};
-	const char *slurm[] = {"SLURM_PROCID", "5", "SLURM_NTASKS", "8", "SLURM_LOCALID", "1",
+	const char *slurm[] = {"SLURM_STEP_ID", "0", "SLURM_PROCID", "5", "SLURM_NTASKS", "8", "SLURM_LOCALID", "1",
 			       "SLURM_NODEID", "1", "SLURM_TASKS_PER_NODE", "4(x2)", NULL};
 	const char *torch[] = {"RANK", "6", "WORLD_SIZE", "8", "LOCAL_RANK", "2",
 			       "LOCAL_WORLD_SIZE", "4", NULL};
@@ -433,6 +433,8 @@ static void test_launchers(void)
 	launcher_case("mpirun -np 4", ompi, 4, mpi, NULL);
 	launcher_case("mpirun -np 1", ompi1, 1, mpi, NULL);
 	launcher_case("srun -n 8", slurm, 8, mpi, NULL);
+	const char *batch[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "8", NULL};
+	launcher_case("sbatch -n 8 script (no step)", batch, 1, self, NULL);
 	launcher_case("torchrun, 8 ranks", torch, 8, 0, "gives MPI nothing to start from");
 	launcher_case("torchrun, 1 rank", torch1, 1, self, NULL);
 
