@@ -29,7 +29,7 @@ set -eu
 
 B=${GK_BUILD:-build}
 REPS=${REPS:-3}
-BENCH=bin/allreduce-bench
+BENCH=${BENCH:-bin/allreduce-bench}
 OMPI_ALLOW_RUN_AS_ROOT=1
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
