@@ -37,3 +37,6 @@ int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,
 {
 	return nonccl(err);
 }
+/* Only the nccl backend has device state to finalize or a stream to use. */
+int gk_comm_finalize(gk_comm *c, gk_err *err) { return 0; }
+int gk_comm_set_stream(gk_comm *c, void *stream, gk_err *err) { return 0; }
