@@ -107,6 +107,9 @@ typedef enum gk_comm_algo {
  *       gamma(k) = k u / (1 - k u); f16 also needs |partial sums| < 65504
  *   int8:  |err_i| <= ((1 + 1/254 + 2^-20)^n - 1) A_g, where A_g is the
  *       largest S_j over the element's group g
+ * On nccl the same ring runs on the device: packing and unpacking are
+ * kernels (the CPU path's reduce.h functions, bit for bit) and the packed
+ * blocks travel by ncclSend/ncclRecv, then one ncclAllGather.
  * With a residual buffer (error feedback), each rank adds its stored
  * quantisation error to its input and keeps the new one; the sum of the
  * results over T calls then differs from the exact sum by one call's
@@ -200,7 +203,8 @@ typedef struct gk_comm_callopts {
 	gk_comm_algo algo;         /* GK_COMM_ALGO_AUTO: the communicator's */
 	gk_comm_compress compress; /* allreduce only */
 	float *residual;           /* error feedback: count floats owned by the
-				    * caller, zeroed before first use; NULL: none */
+				    * caller (device memory on nccl), zeroed
+				    * before first use; NULL: none */
 } gk_comm_callopts;
 
 int gk_comm_allreduce(gk_comm *c, const void *send, void *recv, size_t count,

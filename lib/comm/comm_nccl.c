@@ -41,6 +41,10 @@ typedef struct nccl_api {
 	__typeof__(&ncclReduceScatter) ReduceScatter;
 	__typeof__(&ncclAllGather) AllGather;
 	__typeof__(&ncclBroadcast) Broadcast;
+	__typeof__(&ncclSend) Send;
+	__typeof__(&ncclRecv) Recv;
+	__typeof__(&ncclGroupStart) GroupStart;
+	__typeof__(&ncclGroupEnd) GroupEnd;
 } nccl_api;
 
 typedef struct nccl_state {
@@ -53,6 +57,8 @@ typedef struct nccl_state {
 	int device;
 	double timeout;
 	int broken;            /* aborted: every later call fails */
+	unsigned char *wire;   /* compressed allreduce's wire buffers (device) */
+	size_t wire_cap;
 	char last[96];         /* the last collective, for messages */
 } nccl_state;
 
@@ -92,6 +98,10 @@ static int load(nccl_api *a, gk_err *err)
 	SYM(ReduceScatter);
 	SYM(AllGather);
 	SYM(Broadcast);
+	SYM(Send);
+	SYM(Recv);
+	SYM(GroupStart);
+	SYM(GroupEnd);
 #undef SYM
 	return 0;
 }
@@ -233,7 +243,7 @@ static int agree(gk_comm *c, int ok, const char *stage, gk_err *err)
 	gk_err merr = {0};
 	double v = ok ? c->world : c->rank;
 	if (gk_comm_mpi_host_allreduce_f64(c, &v, 1, GK_COMM_MIN, &merr) < 0) {
-		if (ok)
+		if (ok && err)
 			*err = merr;
 		return -1;
 	}
@@ -306,6 +316,7 @@ static int teardown(gk_comm *c, gk_err *err)
 		if (!st->broken && st->api.CommDestroy(st->comm) != ncclSuccess)
 			rc = gk_errf(err, "nccl: ncclCommDestroy failed");
 	}
+	gk_cuda_free(st->wire);
 	gk_cuda_event_free(st->ready);
 	gk_cuda_event_free(st->idle);
 	gk_cuda_stream_free(st->stream);
@@ -339,6 +350,96 @@ int gk_comm_set_stream(gk_comm *c, void *stream, gk_err *err)
 }
 
 /* ---- collectives ---- */
+
+/* Block b of a count cut into n: the first count % n blocks one longer. */
+static size_t blen(size_t count, int n, int b)
+{
+	return count / (size_t)n + ((size_t)b < count % (size_t)n);
+}
+
+static size_t boff(size_t count, int n, int b)
+{
+	size_t rem = count % (size_t)n;
+	return (size_t)b * (count / (size_t)n) + ((size_t)b < rem ? (size_t)b : rem);
+}
+
+static int wire_room(nccl_state *st, size_t bytes, gk_err *err)
+{
+	if (bytes <= st->wire_cap)
+		return 0;
+	/* The old buffer may still be read by queued work: wait first. */
+	if (st->wire && (gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
+			 wait_event(st, st->idle, st->last, err) < 0))
+		return -1;
+	gk_cuda_free(st->wire);
+	st->wire_cap = 0;
+	st->wire = gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
+	if (!st->wire)
+		return -1;
+	st->wire_cap = bytes;
+	return 0;
+}
+
+/*
+ * Compressed allreduce, the same ring as comm_mpi.c's with the packing
+ * done by reduce.cu's kernels and the transfers by NCCL, all on NCCL's
+ * stream (so each step's kernels and transfers run in order):
+ * reduce-scatter in n-1 steps, each packing the partial sum of one block,
+ * sending it right (ncclSend/ncclRecv in a group) and adding what came
+ * from the left; then each rank packs its finished block once and an
+ * allgather of the packed blocks (padded to the longest) lets every rank
+ * unpack the same bytes. Each rank packs each block at most once, so the
+ * error feedback residual holds exactly the error it introduced.
+ */
+static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
+			   gk_comm_compress cz, float *residual, gk_err *err)
+{
+	int n = c->world, r = c->rank;
+	cudaStream_t s = st->stream;
+	size_t wmax = gk_comm_wire_bytes(cz, blen(count, n, 0));
+	if (n == 1)
+		return 0;
+	if (wire_room(st, wmax * (size_t)(n + 2), err) < 0)
+		return -1;
+	unsigned char *ws = st->wire, *wr = ws + wmax, *wall = wr + wmax;
+	if (residual && gk_comm_cuda_absorb(buf, residual, count, s, err) < 0)
+		return -1;
+	for (int k = 0; k < n - 1; k++) {
+		int sb = ((r - k - 1) % n + n) % n, rb = ((r - k - 2) % n + n) % n;
+		size_t so = boff(count, n, sb), sn = blen(count, n, sb);
+		size_t ro = boff(count, n, rb), rn = blen(count, n, rb);
+		if (gk_comm_cuda_pack(ws, buf + so, sn, cz, residual ? residual + so : NULL,
+				      s, err) < 0)
+			return -1;
+		ncclResult_t g = st->api.GroupStart();
+		if (g == ncclSuccess) {
+			ncclResult_t a = st->api.Send(ws, gk_comm_wire_bytes(cz, sn), ncclUint8,
+						      (r + 1) % n, st->comm, s);
+			ncclResult_t b = st->api.Recv(wr, gk_comm_wire_bytes(cz, rn), ncclUint8,
+						      (r + n - 1) % n, st->comm, s);
+			g = st->api.GroupEnd();
+			if (g == ncclSuccess || g == ncclInProgress)
+				g = a != ncclSuccess && a != ncclInProgress ? a
+				  : b != ncclSuccess && b != ncclInProgress ? b : g;
+		}
+		if (settle(st, g, st->last, err) < 0 ||
+		    gk_comm_cuda_unpack(buf + ro, wr, rn, cz, 1, s, err) < 0)
+			return -1;
+	}
+	size_t mo = boff(count, n, r), mn = blen(count, n, r);
+	unsigned char *mine = wall + (size_t)r * wmax;
+	if (gk_comm_cuda_pack(mine, buf + mo, mn, cz, residual ? residual + mo : NULL,
+			      s, err) < 0)
+		return -1;
+	if (settle(st, st->api.AllGather(mine, wall, wmax, ncclUint8, st->comm, s),
+		   st->last, err) < 0)
+		return -1;
+	for (int b = 0; b < n; b++)
+		if (gk_comm_cuda_unpack(buf + boff(count, n, b), wall + (size_t)b * wmax,
+					blen(count, n, b), cz, 0, s, err) < 0)
+			return -1;
+	return 0;
+}
 
 static ncclDataType_t nccl_dt(gk_dtype dt)
 {
@@ -375,10 +476,21 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	if (gk_cuda_event_record(st->ready, st->user, err) < 0 ||
 	    gk_cuda_stream_wait(st->stream, st->ready, err) < 0)
 		return -1;
-	ncclResult_t r;
+	ncclResult_t r = ncclSuccess;
 	cudaStream_t s = st->stream;
 	switch (k->coll) {
 	case GK_COMM_ALLREDUCE:
+		if (k->compress != GK_COMM_COMPRESS_NONE) {
+			size_t bytes = k->count * sizeof(float);
+			if (k->send != k->recv && bytes &&
+			    GK_CUDA_CHECK(cudaMemcpyAsync(k->recv, k->send, bytes,
+							  cudaMemcpyDeviceToDevice, s), err) < 0)
+				return -1;
+			if (ring_compressed(c, st, k->recv, k->count, k->compress,
+					    k->residual, err) < 0)
+				return -1;
+			break;
+		}
 		r = st->api.AllReduce(k->send, k->recv, k->count, nccl_dt(k->dt),
 				      nccl_op(k->op), st->comm, s);
 		break;

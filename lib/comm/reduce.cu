@@ -90,9 +90,15 @@ extern "C" int gk_comm_cuda_avg(void *buf, size_t n, gk_dtype dt, int world,
 	return launched("avg kernel launch", __LINE__, err);
 }
 
-__global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf)
+/* err_out (may be NULL): what packing lost, x - unpacked, as gk_comm_pack. */
+__global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf,
+			      float *err_out)
 {
-	FOR_EACH(i, n) w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
+	FOR_EACH(i, n) {
+		w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
+		if (err_out)
+			err_out[i] = x[i] - (bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]));
+	}
 }
 
 __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
@@ -112,7 +118,8 @@ __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
  * full. The block's max|x| is a tree of gk_i8_amax, which is associative
  * and commutative, so it equals the CPU's left-to-right loop.
  */
-__global__ void pack8_kernel(unsigned char *w, const float *x, size_t n)
+__global__ void pack8_kernel(unsigned char *w, const float *x, size_t n,
+			     float *err_out)
 {
 	__shared__ float amax[GK_I8_GROUP];
 	size_t groups = (n + GK_I8_GROUP - 1) / GK_I8_GROUP;
@@ -130,8 +137,12 @@ __global__ void pack8_kernel(unsigned char *w, const float *x, size_t n)
 		unsigned char *gw = w + g * (4 + GK_I8_GROUP);
 		if (threadIdx.x == 0)
 			memcpy(gw, &sc, 4);
-		if (i < n)
-			((int8_t *)(gw + 4))[threadIdx.x] = gk_i8_quant(x[i], inv);
+		if (i < n) {
+			int8_t q = gk_i8_quant(x[i], inv);
+			((int8_t *)(gw + 4))[threadIdx.x] = q;
+			if (err_out)
+				err_out[i] = gk_i8_resid(x[i], q, sc);
+		}
 		__syncthreads(); /* amax[0] is read above before the next group */
 	}
 }
@@ -152,17 +163,18 @@ __global__ void unpack8_kernel(float *d, const unsigned char *w, size_t n, int a
 }
 
 extern "C" int gk_comm_cuda_pack(void *wire, const float *x, size_t n,
-				 gk_comm_compress cz, void *stream, gk_err *err)
+				 gk_comm_compress cz, float *err_out, void *stream,
+				 gk_err *err)
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	if (n == 0)
 		return 0;
 	if (cz == GK_COMM_COMPRESS_INT8)
 		pack8_kernel<<<gk_cuda_grid(n, GK_I8_GROUP), GK_I8_GROUP, 0, s>>>(
-			(unsigned char *)wire, x, n);
+			(unsigned char *)wire, x, n, err_out);
 	else
 		pack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
-			(uint16_t *)wire, x, n, cz == GK_COMM_COMPRESS_BF16);
+			(uint16_t *)wire, x, n, cz == GK_COMM_COMPRESS_BF16, err_out);
 	return launched("pack kernel launch", __LINE__, err);
 }
 
@@ -180,4 +192,23 @@ extern "C" int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
 		unpack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
 			dst, (const uint16_t *)wire, n, cz == GK_COMM_COMPRESS_BF16, add);
 	return launched("unpack kernel launch", __LINE__, err);
+}
+
+/* Error feedback: x[i] += residual[i], residual[i] = 0, as comm_mpi.c does. */
+__global__ void absorb_kernel(float *x, float *residual, size_t n)
+{
+	FOR_EACH(i, n) {
+		x[i] = GK_FADD(x[i], residual[i]);
+		residual[i] = 0.0f;
+	}
+}
+
+extern "C" int gk_comm_cuda_absorb(float *x, float *residual, size_t n,
+				   void *stream, gk_err *err)
+{
+	if (n == 0)
+		return 0;
+	absorb_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(
+		x, residual, n);
+	return launched("error feedback kernel launch", __LINE__, err);
 }

@@ -63,6 +63,14 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: one rank per GPU, every type and op,
 	grep "^# Out of bounds values : 0 OK$" out
 '
 
+test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '
+	for z in bf16 f16 int8; do
+		$T mpirun -np '"$gpus"' allreduce-bench --backend nccl --compress $z -o avg \
+			-b 1K -e 8M -f 8 -n 2 -w 1 >$z.out &&
+		grep "^# Out of bounds values : 0 OK$" $z.out || return 1
+	done
+'
+
 test_expect_success 'GPU,MPIRUN' 'GPU: a rank that sees no device ends the job at setup, not in a hang' '
 	test_expect_code 1 timeout 60 mpirun -np 1 allreduce-bench --backend nccl -e 64 : \
 		-np 1 env CUDA_VISIBLE_DEVICES= allreduce-bench --backend nccl -e 64 >out 2>err &&

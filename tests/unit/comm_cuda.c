@@ -94,6 +94,7 @@ static void test_pack_unpack(void)
 	gk_err err = {0};
 	float *x = malloc(N * sizeof *x), *acc = malloc(N * sizeof *acc);
 	float *want = malloc(N * sizeof *want), *got = malloc(N * sizeof *got);
+	float *resid = malloc(N * sizeof *resid);
 	size_t wmax = gk_comm_wire_bytes(GK_COMM_COMPRESS_INT8, N) + gk_comm_wire_bytes(GK_COMM_COMPRESS_BF16, N);
 	unsigned char *hw = malloc(wmax), *dw_host = malloc(wmax);
 	for (size_t i = 0; i < N; i++) {
@@ -104,14 +105,19 @@ static void test_pack_unpack(void)
 	float *dx = dev_copy(x, N * sizeof *x, &err);
 	void *dwire = gk_cuda_alloc(wmax, GK_CUDA_MEM_COMM, &err);
 	float *dacc = gk_cuda_alloc(N * sizeof *dacc, GK_CUDA_MEM_WORKSPACE, &err);
+	float *dres = gk_cuda_alloc(N * sizeof *dres, GK_CUDA_MEM_WORKSPACE, &err);
 	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
 		size_t wb = gk_comm_wire_bytes(cz, N);
-		gk_comm_pack(hw, x, N, cz, NULL);
-		int rc = gk_comm_cuda_pack(dwire, dx, N, cz, NULL, &err);
+		gk_comm_pack(hw, x, N, cz, resid);
+		int rc = gk_comm_cuda_pack(dwire, dx, N, cz, dres, NULL, &err);
 		if (rc == 0)
 			rc = gk_cuda_copy(dw_host, dwire, wb, NULL, &err);
+		if (rc == 0)
+			rc = gk_cuda_copy(got, dres, N * sizeof *got, NULL, &err);
 		ok(rc == 0 && memcmp(dw_host, hw, wb) == 0, "device pack %s = CPU (%d elements, NaN and inf)",
 		   gk_comm_compress_name(cz), N);
+		ok(rc == 0 && memcmp(got, resid, N * sizeof *got) == 0,
+		   "device pack %s: error feedback residual = CPU", gk_comm_compress_name(cz));
 		for (int add = 0; add <= 1; add++) {
 			memcpy(want, acc, N * sizeof *want);
 			gk_comm_unpack(want, hw, N, cz, add);
@@ -124,8 +130,22 @@ static void test_pack_unpack(void)
 			   gk_comm_compress_name(cz), add ? " (add)" : "");
 		}
 	}
-	gk_cuda_free(dx), gk_cuda_free(dwire), gk_cuda_free(dacc);
-	free(x), free(acc), free(want), free(got), free(hw), free(dw_host);
+	/* absorb: x += residual, residual = 0 */
+	int rc = gk_cuda_copy(dacc, acc, N * sizeof *acc, NULL, &err);
+	if (rc == 0)
+		rc = gk_comm_cuda_absorb(dacc, dres, N, NULL, &err);
+	if (rc == 0)
+		rc = gk_cuda_copy(got, dacc, N * sizeof *got, NULL, &err);
+	int good = rc == 0;
+	for (size_t i = 0; good && i < N; i++)
+		good = gk_f32_bits(got[i]) == gk_f32_bits(acc[i] + resid[i]);
+	if (rc == 0)
+		rc = gk_cuda_copy(got, dres, N * sizeof *got, NULL, &err);
+	for (size_t i = 0; good && i < N; i++)
+		good = got[i] == 0;
+	ok(good, "device absorb: x + residual, then the residual is zero");
+	gk_cuda_free(dx), gk_cuda_free(dwire), gk_cuda_free(dacc), gk_cuda_free(dres);
+	free(x), free(acc), free(want), free(got), free(hw), free(dw_host), free(resid);
 }
 
 static void test_nccl(void)
@@ -196,6 +216,16 @@ static void test_nccl(void)
 	ok(rc == 0 && gk_comm_grads_buckets(g) == 16 && memcmp(got, h, M * sizeof *got) == 0,
 	   "nccl gradient buckets, world 1: the input");
 	gk_comm_grads_free(g);
+
+	/* Compressed on the device: in a world of one nothing is rounded. */
+	gk_comm_callopts co = {GK_COMM_ALGO_AUTO, GK_COMM_COMPRESS_INT8, NULL};
+	rc = gk_comm_to_device(c, d, h, M * sizeof *h, &err);
+	if (rc == 0)
+		rc = gk_comm_allreduce(c, d, d2, M, GK_DT_F32, GK_COMM_SUM, &co, &err);
+	if (rc == 0)
+		rc = gk_comm_to_host(c, got, d2, M * sizeof *got, &err);
+	ok(rc == 0 && memcmp(got, h, M * sizeof *got) == 0,
+	   "nccl compressed allreduce, world 1: the input%s%s", rc ? ": " : "", rc ? err.msg : "");
 
 	gk_comm_free(c, d), gk_comm_free(c, d2), gk_comm_free(c, db);
 	ok(gk_comm_finalize(c, &err) == 0, "nccl teardown reports success");
