@@ -33,7 +33,7 @@ else
 fi
 say "nvidia-smi GPUs: $gpus, built with NCCL: ${have_nccl:-unknown}"
 
-reason="backend .nccl.: \(no usable GPU: \|built without CUDA and NCCL\)"
+reason="backend .nccl.: \(no usable GPU: \|gpukit was built without \)"
 
 test_expect_success NOGPU 'no GPU, one process: exit 1 with the reason' '
 	test_expect_code 1 $T allreduce-bench --backend nccl -e 64 >out 2>err &&
