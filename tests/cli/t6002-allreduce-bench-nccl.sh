@@ -42,12 +42,17 @@ test_expect_success NOGPU 'no GPU, one process: exit 1 with the reason' '
 	grep "^allreduce-bench: $reason" err
 '
 
-test_expect_success 'NOGPU,MPIRUN' 'no GPU, 2 and 3 ranks under mpirun: every rank says why, promptly' '
+# mpirun ends the other ranks as soon as one exits 1, so some may be
+# stopped before they print: at least one reason, and no other message.
+test_expect_success 'NOGPU,MPIRUN' 'no GPU, 2 and 3 ranks under mpirun: exit 1 promptly, saying why' '
 	for n in 2 3; do
 		start=$(date +%s) &&
 		test_expect_code 1 timeout 60 mpirun -np $n allreduce-bench --backend nccl -e 64 >out 2>err &&
 		end=$(date +%s) &&
-		test $(grep -c "^allreduce-bench: $reason" err) = $n &&
+		test_must_be_empty out &&
+		grep "^allreduce-bench: " err >msgs &&
+		test $(grep -c "^allreduce-bench: $reason" msgs) -ge 1 &&
+		! grep -v "^allreduce-bench: $reason" msgs &&
 		test $((end - start)) -lt 30 || return 1
 	done
 '
@@ -74,8 +79,8 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the
 test_expect_success 'GPU,MPIRUN' 'GPU: a rank that sees no device ends the job at setup, not in a hang' '
 	test_expect_code 1 timeout 60 mpirun -np 1 allreduce-bench --backend nccl -e 64 : \
 		-np 1 env CUDA_VISIBLE_DEVICES= allreduce-bench --backend nccl -e 64 >out 2>err &&
-	grep "^allreduce-bench: backend .nccl.: rank 1 failed to set up its GPU and NCCL" err &&
-	grep "^allreduce-bench: backend .nccl.: no usable GPU: the CUDA driver found no device (CUDA_VISIBLE_DEVICES=..)$" err
+	grep -e "^allreduce-bench: backend .nccl.: rank 1 failed to set up its GPU and NCCL" \
+		-e "^allreduce-bench: backend .nccl.: no usable GPU: the CUDA driver found no device (CUDA_VISIBLE_DEVICES=..)$" err
 '
 
 test_expect_success MPIRUN 'avg at 5, 7 and 10 ranks (mpi): the sum divided once, exactly' '
