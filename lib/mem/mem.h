@@ -264,14 +264,17 @@ const gk_mem_part *gk_mem_part_get(const gk_mem_est *e, const char *key);
  */
 typedef struct gk_mem_train {
 	int64_t layers, hidden, heads;
-	int64_t vocab;      /* rows of the token embedding, padding included */
+	int64_t vocab;      /* rows of the token embedding as allocated,
+			       padding included (gk_nn_config.vocab_pad);
+			       config.json's vocab_size counts without it */
 	int64_t positions;  /* learned position embeddings */
 	int64_t seq;        /* tokens per sequence; at most positions */
 	int64_t batch;      /* sequences per micro-batch on each rank */
 	gk_dtype precision; /* GK_DT_F32 or GK_DT_BF16 */
 	int zero;           /* 0 or 1 */
 	int64_t dp;         /* data-parallel ranks */
-	gk_mem_recompute recompute; /* NONE, GELU or FULL ("layer") */
+	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
+				       none, gelu and layer */
 	int eager, dropout;
 	int grad_f32;       /* bf16 with an f32 gradient buffer */
 } gk_mem_train;
