@@ -376,8 +376,6 @@ int gk_comm_bench_validate(const gk_comm_bench_opts *o, gk_comm_backend backend,
 		    o->algo != GK_COMM_ALGO_RING)
 			return gk_errf(err, "--compress runs on the ring, not --algo %s",
 				       gk_comm_algo_name(o->algo));
-		if (backend == GK_COMM_BACKEND_NCCL)
-			return gk_errf(err, "--compress is not available on the nccl backend (use mpi)");
 	}
 	/* The mpi backend runs the most; what it lacks exists nowhere. */
 	if (!o->all_algos) {
@@ -514,6 +512,9 @@ int gk_comm_bench_sweep(gk_comm *c, const gk_comm_bench_opts *o,
 			if (gk_comm_algo_supported(c, o->coll, a) &&
 			    (o->compress == GK_COMM_COMPRESS_NONE || a == GK_COMM_ALGO_RING))
 				algos[nalgo++] = a;
+		/* nccl runs its compressed ring on the device under auto */
+		if (nalgo == 0)
+			algos[nalgo++] = GK_COMM_ALGO_AUTO;
 	} else {
 		algos[nalgo++] = o->algo;
 	}
