@@ -283,7 +283,7 @@ int main(int argc, char **argv)
 	if (gk_comm_bench_fits(&o, ri.local_world, &err) < 0) {
 		if (ri.local_rank == 0)
 			gk_cli_fail(&cli, &err);
-		return gk_cli_finish(&cli, 1);
+		return gk_cli_finish(&cli, gk_cli_defer(&cli, 1));
 	}
 
 	gk_comm *comm;
@@ -356,18 +356,15 @@ int main(int argc, char **argv)
 			       "memcpy bandwidth", u.mcbw, mcbytes >> 20);
 		printf("# Collective test concluded: %s\n", gk_comm_coll_name(o.coll));
 	}
+	/* every rank knows the total; rank 0 says it while the others wait in close */
+	if (wrong && me)
+		gk_cli_failf(&cli, "%lld wrong result%s", (long long)wrong,
+			     wrong == 1 ? "" : "s");
 	/* nccl: a failed teardown is a failed run */
 	if (gk_comm_finalize(comm, &err) < 0)
 		goto fail;
 	gk_comm_close(comm);
-	if (wrong) {
-		/* every rank knows the total; one message is enough */
-		if (me)
-			gk_cli_failf(&cli, "%lld wrong result%s", (long long)wrong,
-				     wrong == 1 ? "" : "s");
-		return gk_cli_finish(&cli, 1);
-	}
-	return gk_cli_finish(&cli, 0);
+	return gk_cli_finish(&cli, wrong ? 1 : 0);
 fail:
 	gk_cli_fail(&cli, &err);
 	fflush(stdout);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 
@@ -62,7 +63,7 @@ int gk_cli_common(gk_cli *cli, int opt)
 		/* getopt already said what was wrong. */
 		if (!cli->silent_usage)
 			fputs(cli->usage, stderr);
-		exit(2);
+		exit(gk_cli_defer(cli, 2));
 	}
 	return 0;
 }
@@ -71,7 +72,7 @@ void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 {
 	va_list ap;
 	if (cli->silent_usage)
-		exit(2);
+		exit(gk_cli_defer(cli, 2));
 	fprintf(stderr, "%s: ", cli->name);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -79,6 +80,22 @@ void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 	fputc('\n', stderr);
 	fputs(cli->usage, stderr);
 	exit(2);
+}
+
+int gk_cli_defer(const gk_cli *cli, int status)
+{
+	/*
+	 * mpirun ends the whole job as soon as one rank exits non-zero: a
+	 * silent rank that exits at once can get the first rank killed before
+	 * it has printed the message they share. Half a second is long enough
+	 * for a rank that parsed the same arguments; the launcher then ends
+	 * this one with the job.
+	 */
+	struct timespec ts = {0, 500 * 1000 * 1000};
+	if (cli->silent_usage && status != 0)
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	return status;
 }
 
 int gk_cli_fail(const gk_cli *cli, const gk_err *err)

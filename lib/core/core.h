@@ -341,6 +341,13 @@ typedef struct gk_cli {
 void gk_cli_init(gk_cli *cli, const char *name, const char *usage);
 /* Handle -h -q -v --version --json and '?' from getopt; 1 when handled. */
 int gk_cli_common(gk_cli *cli, int opt);
+/*
+ * A rank other than the first (cli->silent_usage) that leaves the report
+ * of an error every rank shares to the first: wait a moment so the
+ * launcher does not end the job before that report is printed; returns
+ * status. At once for the first rank, and without a launcher.
+ */
+int gk_cli_defer(const gk_cli *cli, int status);
 GK_NORETURN void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 	GK_PRINTF(2, 3);
 /* "tool: <err->msg>" on stderr; returns 1 (the runtime-failure exit code). */
