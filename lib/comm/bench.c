@@ -1,5 +1,8 @@
 /*
- * bench.c - timing and checking one collective, for allreduce-bench.
+ * bench.c - the benchmark harness behind allreduce-bench, as nccl-tests'
+ * src/common.cu is behind its *_perf tools: option checks, the memory
+ * guard, agreement between ranks, the size sweep, the timing of one size,
+ * and the check of its result.
  *
  * Inputs are small integers from a formula of (rank, index), so every rank
  * knows every rank's input and the exact result needs no communication;
@@ -10,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/internal.h"
 #include "core/half.h"
@@ -29,35 +33,13 @@ static double val(gk_comm_op op, int n, int r, size_t i)
 	}
 }
 
-/* Fractional values in [-1, 1) scaled by 2^-4 .. 2^3 per 256-group. */
+/* Fractional values in [-1, 1) scaled by 2^-4 .. 2^3 per int8 group. */
 static double fval(int r, size_t i)
 {
 	uint64_t h = (uint64_t)r * 0x9e3779b97f4a7c15ULL + i * 0xbf58476d1ce4e5b9ULL;
 	h ^= h >> 31, h *= 0x94d049bb133111ebULL, h ^= h >> 29;
 	double u = (double)(h >> 11) / 9007199254740992.0 * 2 - 1;
-	return ldexp(u, (int)((i / 256) % 8) - 4);
-}
-
-static void store(void *buf, size_t i, gk_dtype dt, double v)
-{
-	switch (dt) {
-	case GK_DT_F32: ((float *)buf)[i] = (float)v; break;
-	case GK_DT_F64: ((double *)buf)[i] = v; break;
-	case GK_DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-	case GK_DT_BF16: ((uint16_t *)buf)[i] = gk_f32_to_bf16((float)v); break;
-	default: ((uint16_t *)buf)[i] = gk_f32_to_f16((float)v); break;
-	}
-}
-
-static double load(const void *buf, size_t i, gk_dtype dt)
-{
-	switch (dt) {
-	case GK_DT_F32: return ((const float *)buf)[i];
-	case GK_DT_F64: return ((const double *)buf)[i];
-	case GK_DT_I32: return ((const int32_t *)buf)[i];
-	case GK_DT_BF16: return gk_bf16_to_f32(((const uint16_t *)buf)[i]);
-	default: return gk_f16_to_f32(((const uint16_t *)buf)[i]);
-	}
+	return ldexp(u, (int)((i / GK_COMM_INT8_GROUP) % 8) - 4);
 }
 
 /* The exact result of reducing element i over n ranks, in dtype dt. */
@@ -85,12 +67,24 @@ static double expect_reduce(gk_comm_op op, gk_dtype dt, int n, size_t i)
 	}
 }
 
+/* One size of the sweep. */
+typedef struct params {
+	gk_comm_coll coll;
+	gk_dtype dt;
+	gk_comm_op op;
+	gk_comm_algo algo;
+	gk_comm_compress compress;
+	size_t count; /* the "count" column: size / element size */
+	int root, warmup, iters, check, blocking;
+	gk_comm_bench_avg average;
+} params;
+
 typedef struct shape {
 	size_t send_n, recv_n; /* elements in the send and receive buffers */
 	size_t per;            /* the count argument of the call */
 } shape;
 
-static shape shape_of(const gk_comm_bench_params *p, int n)
+static shape shape_of(const params *p, int n)
 {
 	shape s;
 	switch (p->coll) {
@@ -108,24 +102,26 @@ static shape shape_of(const gk_comm_bench_params *p, int n)
 	return s;
 }
 
-static int call(gk_comm *c, const gk_comm_bench_params *p, const shape *s,
-		const void *send, void *recv, gk_err *err)
+/* Start one call: queued on device backends, complete on host ones. */
+static int post(gk_comm *c, const params *p, const shape *s, const void *send,
+		void *recv, gk_err *err)
 {
 	gk_comm_callopts o = {p->algo, p->compress, NULL};
-	switch (p->coll) {
-	case GK_COMM_REDUCE_SCATTER:
-		return gk_comm_reduce_scatter(c, send, recv, s->per, p->dt, p->op, &o, err);
-	case GK_COMM_ALLGATHER:
-		return gk_comm_allgather(c, send, recv, s->per, p->dt, &o, err);
-	case GK_COMM_BROADCAST:
-		return gk_comm_broadcast(c, send, recv, s->per, p->dt, p->root, err);
-	default:
-		return gk_comm_allreduce(c, send, recv, s->per, p->dt, p->op, &o, err);
-	}
+	return gk_comm_post(c, p->coll, send, recv, s->per, p->dt, p->op, p->root,
+			    &o, err);
+}
+
+/* A call and its completion, for the checked runs. */
+static int call(gk_comm *c, const params *p, const shape *s, const void *send,
+		void *recv, gk_err *err)
+{
+	if (post(c, p, s, send, recv, err) < 0)
+		return -1;
+	return gk_comm_sync(c, err);
 }
 
 /* Fill this rank's input on the host. */
-static void fill_input(const gk_comm_bench_params *p, const shape *s, int n,
+static void fill_input(const params *p, const shape *s, int n,
 		       int r, void *h)
 {
 	for (size_t i = 0; i < s->send_n; i++) {
@@ -136,24 +132,25 @@ static void fill_input(const gk_comm_bench_params *p, const shape *s, int n,
 			v = val(GK_COMM_SUM, n, r, i);
 		else
 			v = val(p->op, n, r, i);
-		store(h, i, p->dt, v);
+		gk_dtype_set(h, p->dt, i, v);
 	}
 }
 
 /* Count wrong elements of the result h (and compressed errors). */
-static void verify(const gk_comm_bench_params *p, const shape *s, int n, int r,
+static void verify(const params *p, const shape *s, int n, int r,
 		   const void *h, gk_comm_bench_result *res)
 {
 	if (p->compress != GK_COMM_COMPRESS_NONE) {
-		size_t groups = (s->recv_n + 255) / 256;
+		const size_t G = GK_COMM_INT8_GROUP;
+		size_t groups = (s->recv_n + G - 1) / G;
 		double *gmax = calloc(groups ? groups : 1, sizeof *gmax);
 		double maxexact = 0;
 		for (size_t i = 0; gmax && i < s->recv_n; i++) {
 			double a = 0;
 			for (int q = 0; q < n; q++)
 				a += fabs((double)(float)fval(q, i));
-			if (a > gmax[i / 256])
-				gmax[i / 256] = a;
+			if (a > gmax[i / G])
+				gmax[i / G] = a;
 		}
 		for (size_t i = 0; gmax && i < s->recv_n; i++) {
 			double exact = 0, abs_sum = 0;
@@ -163,7 +160,7 @@ static void verify(const gk_comm_bench_params *p, const shape *s, int n, int r,
 			}
 			if (p->compress == GK_COMM_COMPRESS_INT8) {
 				/* Any group holding i lies within the aligned chunks around it. */
-				size_t g = i / 256;
+				size_t g = i / G;
 				abs_sum = gmax[g];
 				if (g > 0 && gmax[g - 1] > abs_sum)
 					abs_sum = gmax[g - 1];
@@ -175,7 +172,7 @@ static void verify(const gk_comm_bench_params *p, const shape *s, int n, int r,
 			bound += 4 * ldexp(fabs(exact), -24);
 			if (p->op == GK_COMM_AVG)
 				exact /= n, bound /= n;
-			double e = fabs(load(h, i, GK_DT_F32) - exact);
+			double e = fabs(gk_dtype_get(h, GK_DT_F32, i) - exact);
 			if (!(e <= bound))
 				res->wrong++;
 			if (e > res->max_abs)
@@ -205,19 +202,40 @@ static void verify(const gk_comm_bench_params *p, const shape *s, int n, int r,
 		default:
 			want = expect_reduce(p->op, p->dt, n, i);
 		}
-		if (load(h, i, p->dt) != want)
+		if (gk_dtype_get(h, p->dt, i) != want)
 			res->wrong++;
 	}
 }
 
-int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
-		      gk_comm_bench_result *res, gk_err *err)
+/*
+ * Combine this rank's seconds per iteration across ranks as nccl-tests'
+ * Allreduce(args, &deltaSec, average) does.
+ */
+static int combine_time(gk_comm *c, gk_comm_bench_avg how, double *t,
+			gk_err *err)
+{
+	gk_comm_op op = GK_COMM_AVG;
+	switch (how) {
+	case GK_COMM_BENCH_RANK0:
+		if (gk_comm_rank(c) != 0)
+			*t = 0;
+		op = GK_COMM_SUM;
+		break;
+	case GK_COMM_BENCH_MIN: op = GK_COMM_MIN; break;
+	case GK_COMM_BENCH_MAX: op = GK_COMM_MAX; break;
+	default: break;
+	}
+	return gk_comm_host_allreduce_f64(c, t, 1, op, err);
+}
+
+/* Time and check one collective at one size, in place or out of place. */
+static int run_one(gk_comm *c, const params *p, int in_place,
+		   gk_comm_bench_result *res, gk_err *err)
 {
 	int n = c->world, r = c->rank;
 	size_t esz = gk_comm_dt_size(p->dt);
 	shape s = shape_of(p, n);
 	memset(res, 0, sizeof *res);
-	res->bytes = (s.send_n > s.recv_n ? s.send_n : s.recv_n) * esz;
 	res->wrong = p->check ? 0 : -1;
 
 	/*
@@ -235,7 +253,7 @@ int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
 		goto out;
 	hin = malloc(big + 1), hout = malloc(big + 1);
 	if (!hin || !hout) {
-		gk_errf(err, "allreduce-bench: out of memory for %zu bytes", big);
+		gk_errf(err, "comm: out of memory for %zu bytes", big);
 		goto out;
 	}
 	void *send, *recv;
@@ -258,7 +276,8 @@ int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
 			goto out;
 		/* Test hook: a wrong element on rank 0, to prove the check catches it. */
 		if (r == 0 && s.recv_n && getenv("GK_COMM_BENCH_CORRUPT"))
-			store(hout, s.recv_n / 2, p->dt, load(hout, s.recv_n / 2, p->dt) + 1);
+			gk_dtype_set(hout, p->dt, s.recv_n / 2,
+				     gk_dtype_get(hout, p->dt, s.recv_n / 2) + 1);
 		verify(p, &s, n, r, hout, res);
 	}
 	if (!p->check) {
@@ -267,35 +286,38 @@ int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
 			goto out;
 	}
 	for (int k = 0; k < p->warmup; k++)
-		if (call(c, p, &s, send, recv, err) < 0)
+		if (post(c, p, &s, send, recv, err) < 0)
 			goto out;
-	if (gk_comm_barrier(c, err) < 0)
+	if (gk_comm_sync(c, err) < 0 || gk_comm_barrier(c, err) < 0)
 		goto out;
 	double t0 = gk_now();
 	for (int k = 0; k < p->iters; k++) {
-		if (call(c, p, &s, send, recv, err) < 0)
+		if (post(c, p, &s, send, recv, err) < 0)
 			goto out;
+		/* gk_comm_barrier waits for the device stream first. */
 		if (p->blocking && gk_comm_barrier(c, err) < 0)
 			goto out;
 	}
-	double t = p->iters ? (gk_now() - t0) / p->iters : 0;
-	double agg[5] = {t, 0, 0, 0, 0};
-	if (gk_comm_host_allreduce_f64(c, agg, 1, GK_COMM_MAX, err) < 0)
+	if (gk_comm_sync(c, err) < 0)
 		goto out;
-	double stats[3] = {(double)res->wrong, 0, 0};
-	if (gk_comm_host_allreduce_f64(c, stats, 1, GK_COMM_SUM, err) < 0)
+	double t = p->iters ? (gk_now() - t0) / p->iters : 0;
+	if (combine_time(c, p->average, &t, err) < 0)
+		goto out;
+	double wrong = (double)res->wrong;
+	if (gk_comm_host_allreduce_f64(c, &wrong, 1, GK_COMM_SUM, err) < 0)
 		goto out;
 	double errs[2] = {res->max_abs, res->max_rel};
 	if (gk_comm_host_allreduce_f64(c, errs, 2, GK_COMM_MAX, err) < 0)
 		goto out;
-	res->wrong = p->check ? (int64_t)stats[0] : -1;
+	res->wrong = p->check ? (int64_t)wrong : -1;
 	res->max_abs = errs[0], res->max_rel = errs[1];
-	res->time_us = agg[0] * 1e6;
-	res->algbw = agg[0] > 0 ? (double)res->bytes / agg[0] / 1e9 : 0;
+	res->time_us = t * 1e6;
+	res->algbw = t > 0 ? (double)big / t / 1e9 : 0;
 	res->busbw = res->algbw * gk_comm_busbw_factor(p->coll, n);
 	rc = 0;
 out:
-	gk_comm_free(c, drecv);
+	if (drecv)
+		gk_comm_free(c, drecv);
 	if (dsend)
 		gk_comm_free(c, dsend);
 	free(hin);
@@ -303,13 +325,256 @@ out:
 	return rc;
 }
 
+/* ---- options ---- */
+
+void gk_comm_bench_defaults(gk_comm_bench_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->coll = GK_COMM_ALLREDUCE;
+	o->dt = GK_DT_F32;
+	o->op = GK_COMM_SUM;
+	o->algo = GK_COMM_ALGO_AUTO;
+	o->minbytes = 8, o->maxbytes = (uint64_t)32 << 20;
+	o->factor = 2;
+	o->warmup = 5, o->iters = 20, o->check = 1;
+	o->average = GK_COMM_BENCH_MEAN;
+}
+
+static const gk_dtype all_types[] = {GK_DT_F32, GK_DT_F64, GK_DT_F16,
+				     GK_DT_BF16, GK_DT_I32};
+
+int gk_comm_bench_validate(const gk_comm_bench_opts *o, gk_comm_backend backend,
+			   gk_err *err)
+{
+	const char *coll = gk_comm_coll_name(o->coll);
+	if ((unsigned)o->coll >= GK_COMM_COLL_COUNT)
+		return gk_errf(err, "collective %d: not one of allreduce reducescatter allgather broadcast",
+			       (int)o->coll);
+	if (!o->all_types && !gk_comm_dtype_ok(o->dt))
+		return gk_errf(err, "type '%s': not one the collectives take",
+			       gk_dtype_name(o->dt));
+	if (o->minbytes > o->maxbytes)
+		return gk_errf(err, "-b %llu is larger than -e %llu",
+			       (unsigned long long)o->minbytes,
+			       (unsigned long long)o->maxbytes);
+	if (o->factor < 1 || (o->factor == 1 && o->stepbytes == 0))
+		return gk_errf(err, "-i 0 (or -f 1): the size must grow from step to step");
+	if ((unsigned)o->average >= GK_COMM_BENCH_AVG_COUNT)
+		return gk_errf(err, "-a %d: not one of 0 (rank 0) 1 (mean) 2 (min) 3 (max)",
+			       (int)o->average);
+	if (o->iters < 1 || o->warmup < 0 || o->check < 0)
+		return gk_errf(err, "-n %d -w %d -c %d: iterations must be positive",
+			       o->iters, o->warmup, o->check);
+	if (o->compress != GK_COMM_COMPRESS_NONE) {
+		if (o->all_types || o->dt != GK_DT_F32)
+			return gk_errf(err, "--compress takes float data (-d float)");
+		if (o->all_ops || (o->op != GK_COMM_SUM && o->op != GK_COMM_AVG))
+			return gk_errf(err, "--compress works with -o sum or -o avg");
+		if (o->coll != GK_COMM_ALLREDUCE)
+			return gk_errf(err, "--compress is for --collective allreduce");
+		if (!o->all_algos && o->algo != GK_COMM_ALGO_AUTO &&
+		    o->algo != GK_COMM_ALGO_RING)
+			return gk_errf(err, "--compress runs on the ring, not --algo %s",
+				       gk_comm_algo_name(o->algo));
+	}
+	/* The mpi backend runs the most; what it lacks exists nowhere. */
+	if (!o->all_algos) {
+		gk_comm_backend b = backend == GK_COMM_BACKEND_NCCL ? backend : GK_COMM_BACKEND_MPI;
+		if (!gk_comm_algo_ok(b, o->coll, o->algo))
+			return gk_errf(err, "--algo '%s': not available for %s%s",
+				       gk_comm_algo_name(o->algo), coll,
+				       b == GK_COMM_BACKEND_NCCL ? " on the nccl backend" : "");
+	}
+	return 0;
+}
+
+/* ---- the memory guard ---- */
+
+int gk_comm_bench_host_bytes(const gk_comm_bench_opts *o, int local_ranks,
+			     uint64_t *bytes)
+{
+	uint64_t per;
+	if (local_ranks < 1)
+		local_ranks = 1;
+	if (gk_mul_overflow(o->maxbytes, 4, &per) < 0 ||
+	    gk_mul_overflow(per, (uint64_t)local_ranks, bytes) < 0)
+		return -1;
+	return 0;
+}
+
+int gk_comm_bench_fits(const gk_comm_bench_opts *o, int local_ranks,
+		       gk_err *err)
+{
+	char a[32], b[32], m[32];
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t phys = 0, need;
+	if (pages > 0 && psz > 0 &&
+	    gk_mul_overflow((uint64_t)pages, (uint64_t)psz, &phys) < 0)
+		phys = UINT64_MAX;
+	gk_format_size(o->maxbytes, 0, a, sizeof a);
+	gk_format_size(phys, 0, m, sizeof m);
+	if (gk_comm_bench_host_bytes(o, local_ranks, &need) < 0)
+		return gk_errf(err, "size '%s': needs more than 16 EiB of host memory on this node, it has %s",
+			       a, m);
+	if (phys > 0 && need > phys)
+		return gk_errf(err, "size '%s': needs %s of host memory on this node, it has %s",
+			       a, gk_format_size(need, 0, b, sizeof b), m);
+	return 0;
+}
+
+/* ---- agreement between ranks ---- */
+
+int gk_comm_bench_agree(gk_comm *c, const gk_comm_bench_opts *o, gk_err *err)
+{
+	/*
+	 * Each value as 32-bit halves, which a double holds exactly, so the
+	 * host reduction over doubles compares 64-bit sizes without loss.
+	 */
+	struct {
+		const char *opt;
+		uint64_t v;
+	} f[] = {
+		{"--collective", (uint64_t)o->coll},
+		{"-d", o->all_types ? UINT32_MAX : (uint64_t)o->dt},
+		{"-o", o->all_ops ? UINT32_MAX : (uint64_t)o->op},
+		{"--algo", o->all_algos ? UINT32_MAX : (uint64_t)o->algo},
+		{"--compress", (uint64_t)o->compress},
+		{"-b", o->minbytes},
+		{"-e", o->maxbytes},
+		{"-f", o->factor},
+		{"-i", o->stepbytes},
+		{"-r", (uint64_t)(uint32_t)o->root},
+		{"-w", (uint64_t)(uint32_t)o->warmup},
+		{"-n", (uint64_t)(uint32_t)o->iters},
+		{"-c", (uint64_t)(uint32_t)o->check},
+		{"-z", (uint64_t)(uint32_t)o->blocking},
+		{"-a", (uint64_t)o->average},
+		{"--backend", (uint64_t)c->backend},
+		{"--segment", (uint64_t)c->cfg.segment},
+	};
+	enum { NF = sizeof f / sizeof f[0] };
+	double lo[2 * NF], hi[2 * NF];
+	for (size_t i = 0; i < NF; i++) {
+		lo[2 * i] = hi[2 * i] = (double)(f[i].v >> 32);
+		lo[2 * i + 1] = hi[2 * i + 1] = (double)(f[i].v & UINT32_MAX);
+	}
+	if (gk_comm_host_allreduce_f64(c, lo, 2 * NF, GK_COMM_MIN, err) < 0 ||
+	    gk_comm_host_allreduce_f64(c, hi, 2 * NF, GK_COMM_MAX, err) < 0)
+		return -1;
+	char which[256] = "";
+	size_t len = 0;
+	for (size_t i = 0; i < NF; i++)
+		if (lo[2 * i] != hi[2 * i] || lo[2 * i + 1] != hi[2 * i + 1])
+			len += (size_t)snprintf(which + len, len < sizeof which ? sizeof which - len : 0,
+						"%s%s", len ? ", " : "", f[i].opt);
+	if (len)
+		return gk_errf(err, "options differ between the %d ranks (%s): "
+			       "every rank must run the same benchmark", c->world, which);
+	return 0;
+}
+
+/* ---- the sweep ---- */
+
+/* nccl-tests' rule: whole elements, and a whole number per rank where
+ * the collective splits the buffer among ranks. */
+static size_t count_of(uint64_t size, gk_comm_coll coll, size_t esz, int n)
+{
+	uint64_t unit = esz * (coll == GK_COMM_ALLREDUCE ||
+			       coll == GK_COMM_BROADCAST ? 1 : (uint64_t)n);
+	return (size_t)(size / unit * unit / esz);
+}
+
+/* The next size, or 0 when the sweep is over (past maxbytes or 2^64). */
+static uint64_t next_size(const gk_comm_bench_opts *o, uint64_t size)
+{
+	uint64_t next;
+	if (o->factor > 1) {
+		if (size == 0)
+			return 1 <= o->maxbytes ? 1 : 0;
+		if (gk_mul_overflow(size, o->factor, &next) < 0)
+			return 0;
+	} else if (gk_add_overflow(size, o->stepbytes, &next) < 0) {
+		return 0;
+	}
+	return next <= o->maxbytes ? next : 0;
+}
+
+int gk_comm_bench_sweep(gk_comm *c, const gk_comm_bench_opts *o,
+			const gk_comm_bench_sink *sink, int64_t *total_wrong,
+			gk_err *err)
+{
+	gk_comm_algo algos[GK_COMM_ALGO_COUNT];
+	int nalgo = 0;
+	if (gk_comm_bench_validate(o, c->backend, err) < 0)
+		return -1;
+	if (o->all_algos) {
+		for (int a = GK_COMM_ALGO_NATIVE; a < GK_COMM_ALGO_COUNT; a++)
+			if (gk_comm_algo_supported(c, o->coll, a) &&
+			    (o->compress == GK_COMM_COMPRESS_NONE || a == GK_COMM_ALGO_RING))
+				algos[nalgo++] = a;
+		/* nccl runs its compressed ring on the device under auto */
+		if (nalgo == 0)
+			algos[nalgo++] = GK_COMM_ALGO_AUTO;
+	} else {
+		algos[nalgo++] = o->algo;
+	}
+	if (o->root < 0 || o->root >= c->world)
+		return gk_errf(err, "-r %d: not a rank of a world of %d", o->root, c->world);
+
+	*total_wrong = 0;
+	for (int ai = 0; ai < nalgo; ai++) {
+		params p = {.coll = o->coll, .dt = o->dt, .op = o->op, .algo = algos[ai],
+			    .compress = o->compress, .root = o->root, .warmup = o->warmup,
+			    .iters = o->iters, .check = o->check, .blocking = o->blocking,
+			    .average = o->average};
+		gk_comm_bench_summary sum = {.algo = p.algo};
+		int nbw = 0;
+		if (sink->begin && sink->begin(sink->ctx, p.algo) < 0)
+			return -1;
+		for (size_t ti = 0; ti < (o->all_types ? GK_ARRAY_SIZE(all_types) : 1); ti++) {
+			if (o->all_types)
+				p.dt = all_types[ti];
+			for (int oi = 0; oi < (o->all_ops ? GK_COMM_OP_COUNT : 1); oi++) {
+				if (o->all_ops)
+					p.op = (gk_comm_op)oi;
+				for (uint64_t size = o->minbytes; ; ) {
+					gk_comm_bench_row row = {.algo = p.algo, .dt = p.dt, .op = p.op,
+						.root = p.coll == GK_COMM_BROADCAST ? p.root : -1};
+					p.count = count_of(size, p.coll, gk_comm_dt_size(p.dt), c->world);
+					row.count = p.count;
+					row.bytes = p.count * gk_comm_dt_size(p.dt);
+					for (int ip = 0; ip < 2; ip++) {
+						if (run_one(c, &p, ip, &row.r[ip], err) < 0)
+							return -1;
+						if (row.r[ip].wrong > 0)
+							sum.wrong += row.r[ip].wrong;
+						sum.avg_busbw += row.r[ip].busbw, nbw++;
+					}
+					sum.last_busbw = row.r[0].busbw;
+					if (sink->row && sink->row(sink->ctx, &row) < 0)
+						return -1;
+					if (!(size = next_size(o, size)))
+						break;
+				}
+			}
+		}
+		sum.avg_busbw = nbw ? sum.avg_busbw / nbw : 0;
+		*total_wrong += sum.wrong;
+		if (sink->end && sink->end(sink->ctx, &sum) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- the memcpy ceiling ---- */
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return (x > y) - (x < y);
 }
 
-double gk_comm_memcpy_bw(size_t bytes, int reps)
+static double memcpy_bw(size_t bytes, int reps)
 {
 	char *a = malloc(bytes), *b = malloc(bytes);
 	double t[64], bw = 0;
@@ -330,4 +595,17 @@ double gk_comm_memcpy_bw(size_t bytes, int reps)
 	free(a);
 	free(b);
 	return bw;
+}
+
+int gk_comm_bench_memcpy(gk_comm *c, uint64_t maxbytes, double *gbs,
+			 size_t *bytes, gk_err *err)
+{
+	const uint64_t lo = (uint64_t)1 << 20, hi = (uint64_t)256 << 20;
+	*bytes = (size_t)(maxbytes < lo ? lo : maxbytes > hi ? hi : maxbytes);
+	*gbs = 0;
+	if (gk_comm_on_device(c))
+		return 0;
+	if (c->rank == 0)
+		*gbs = memcpy_bw(*bytes, 9);
+	return gk_comm_barrier(c, err);
 }

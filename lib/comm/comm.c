@@ -77,27 +77,75 @@ int gk_comm_dtype_ok(gk_dtype dt) { return gk_comm_dt_size(dt) != 0; }
 
 /* ---- open and close ---- */
 
+int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
+			   gk_comm_backend *out, gk_err *err)
+{
+	if ((unsigned)want >= GK_COMM_BACKEND_COUNT)
+		return gk_errf(err, "backend %d: not one of auto self mpi nccl", (int)want);
+	/*
+	 * self under a launcher with several ranks would run each rank alone,
+	 * and any rank that does open MPI would wait for the others forever.
+	 */
+	if (want == GK_COMM_BACKEND_SELF && ri->world > 1)
+		return gk_errf(err, "backend 'self': the %s environment says rank %d of %d, "
+			       "and self is a world of one (use mpi, or run without a launcher)",
+			       ri->launcher, ri->rank, ri->world);
+	if (want != GK_COMM_BACKEND_AUTO) {
+		*out = want;
+		return 0;
+	}
+	if (ri->mpi) {
+		*out = GK_COMM_BACKEND_MPI;
+		return 0;
+	}
+	/*
+	 * A launcher MPI cannot start from (torchrun) with several ranks: each
+	 * process would open a world of one and run alone, which looks like
+	 * success. Refuse instead.
+	 */
+	if (ri->world > 1)
+		return gk_errf(err, "backend 'auto': the %s environment says rank %d of %d, "
+			       "but it gives MPI nothing to start from (launch with mpirun or srun)",
+			       ri->launcher, ri->rank, ri->world);
+	*out = GK_COMM_BACKEND_SELF;
+	return 0;
+}
+
 int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err)
 {
+	gk_rank_info ri;
+	gk_comm_backend b;
+	gk_comm_config cf = {.device = -1};
+	if (cfg)
+		cf = *cfg;
+	if (gk_rank_discover(&ri, err) < 0 ||
+	    gk_comm_backend_choose(cf.backend, &ri, &b, err) < 0)
+		return -1;
 	gk_comm *c = calloc(1, sizeof *c);
 	if (!c)
 		return gk_errf(err, "comm: out of memory");
-	if (cfg)
-		c->cfg = *cfg;
-	else
-		c->cfg.device = -1;
+	c->cfg = cf;
 	c->rank = 0, c->world = 1;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
-
-	gk_comm_backend b = c->cfg.backend;
-	if (b == GK_COMM_BACKEND_AUTO)
-		b = GK_HAVE_MPI && gk_comm_mpi_launched() ?
-			GK_COMM_BACKEND_MPI : GK_COMM_BACKEND_SELF;
 	c->backend = b;
 	int rc = 0;
-	if (b == GK_COMM_BACKEND_MPI || b == GK_COMM_BACKEND_NCCL)
+	if (b == GK_COMM_BACKEND_MPI || b == GK_COMM_BACKEND_NCCL) {
 		rc = gk_comm_mpi_open(c, 1, err);
+		/*
+		 * MPI's world must be the launcher's: srun without a PMI plugin
+		 * MPI can use, or a launcher MPI does not know, starts every
+		 * process as a world of one.
+		 */
+		if (rc == 0 && strcmp(ri.launcher, "none") != 0 &&
+		    (c->world != ri.world || c->rank != ri.rank)) {
+			rc = gk_errf(err, "mpi: MPI started rank %d of %d, but the %s environment says rank %d of %d%s",
+				     c->rank, c->world, ri.launcher, ri.rank, ri.world,
+				     strcmp(ri.launcher, "slurm") == 0 ? " (try srun --mpi=pmix)" :
+				     ri.mpi ? "" : " (launch with mpirun or srun)");
+			gk_comm_mpi_close(c);
+		}
+	}
 	if (rc == 0 && b == GK_COMM_BACKEND_NCCL) {
 		rc = gk_comm_nccl_open(c, err);
 		if (rc < 0)
@@ -146,12 +194,13 @@ int gk_comm_on_device(const gk_comm *c) { return c->backend == GK_COMM_BACKEND_N
 
 /* ---- algorithm choice and argument checks ---- */
 
-int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
-			   gk_comm_algo algo)
+int gk_comm_algo_ok(gk_comm_backend b, gk_comm_coll coll, gk_comm_algo algo)
 {
 	if (algo == GK_COMM_ALGO_AUTO)
 		return 1;
-	if (c->backend == GK_COMM_BACKEND_NCCL)
+	if ((unsigned)algo >= GK_COMM_ALGO_COUNT)
+		return 0;
+	if (b == GK_COMM_BACKEND_NCCL)
 		return algo == GK_COMM_ALGO_NATIVE;
 	switch (coll) {
 	case GK_COMM_ALLREDUCE: return 1;
@@ -160,6 +209,12 @@ int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
 		return algo == GK_COMM_ALGO_NATIVE || algo == GK_COMM_ALGO_RING;
 	default: return algo == GK_COMM_ALGO_NATIVE;
 	}
+}
+
+int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
+			   gk_comm_algo algo)
+{
+	return gk_comm_algo_ok(c->backend, coll, algo);
 }
 
 /*
@@ -455,6 +510,28 @@ int gk_comm_broadcast(gk_comm *c, const void *send, void *recv, size_t count,
 	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
 		return -1;
 	return run(c, &k, err);
+}
+
+int gk_comm_post(gk_comm *c, gk_comm_coll coll, const void *send, void *recv,
+		 size_t count, gk_dtype dt, gk_comm_op op, int root,
+		 const gk_comm_callopts *o, gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, coll, send, recv, count, dt, op, o);
+	k.root = root;
+	gk_comm_algo a = o && coll != GK_COMM_BROADCAST ? o->algo : GK_COMM_ALGO_AUTO;
+	if (check_call(c, &k, a, err) < 0)
+		return -1;
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_run(c, &k, NULL, err);
+	return run(c, &k, err);
+}
+
+int gk_comm_sync(gk_comm *c, gk_err *err)
+{
+	if (c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_comm_nccl_sync(c, err);
+	return 0;
 }
 
 int gk_comm_barrier(gk_comm *c, gk_err *err)

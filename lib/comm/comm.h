@@ -62,7 +62,7 @@ typedef enum gk_comm_op {
 } gk_comm_op;
 
 typedef enum gk_comm_backend {
-	GK_COMM_BACKEND_AUTO, /* mpi under a launcher, else self (nccl only when asked: device memory) */
+	GK_COMM_BACKEND_AUTO, /* see gk_comm_backend_choose (nccl only when asked: device memory) */
 	GK_COMM_BACKEND_SELF,
 	GK_COMM_BACKEND_MPI,
 	GK_COMM_BACKEND_NCCL,
@@ -160,11 +160,34 @@ typedef struct gk_comm_config {
 } gk_comm_config;
 
 /*
+ * Which backend `want` means for a process placed as ri says (from
+ * gk_rank_discover, the one reader of the launcher's environment):
+ *   auto under mpirun or srun (ri->mpi)        mpi
+ *   auto without a launcher, or a world of 1   self
+ *   auto under torchrun with world > 1         error: torchrun sets no
+ *       MPI environment, so MPI would start each process as a world of
+ *       one and every rank would silently run alone
+ *   self under a launcher with world > 1       error: each rank would run
+ *       alone while any rank that opened MPI waited for the others
+ *   self, mpi, nccl                            as asked
+ * Returns 0 with *out set, or -1 with a message.
+ */
+int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
+			   gk_comm_backend *out, gk_err *err);
+
+/*
  * Open the world. mpi and nccl call MPI_Init_thread (MPI_THREAD_SERIALIZED)
  * unless MPI is already initialised, in which case the caller keeps
  * ownership and gk_comm_close does not finalise. cfg NULL: all defaults.
  * Fails with a clear message when the backend was not built in, when
  * libnccl.so.2 or a GPU is missing, or when MPI cannot start.
+ *
+ * The contract with the launcher: under any launcher, gk_comm_rank and
+ * gk_comm_world equal gk_rank_discover's rank and world (open fails when
+ * MPI's MPI_COMM_WORLD differs, as with srun lacking a PMI plugin MPI
+ * can use), so a program takes rank, local rank and node from
+ * gk_rank_discover and the same rank from the communicator. The nccl
+ * backend picks CUDA device local_rank % devices unless cfg->device says.
  */
 int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err);
 /* Waits for outstanding requests, stops the progress thread, finalises. */
@@ -290,7 +313,7 @@ int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
  */
 double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum);
 
-/* ---- benchmark support (allreduce-bench) -------------------------------- */
+/* ---- the benchmark harness (allreduce-bench), as nccl-tests' common.cu ---- */
 
 /* nccl-tests' busbw factor: 2(n-1)/n, (n-1)/n, (n-1)/n, 1. */
 double gk_comm_busbw_factor(gk_comm_coll coll, int n);
@@ -298,36 +321,133 @@ double gk_comm_busbw_factor(gk_comm_coll coll, int n);
 int gk_comm_algo_supported(const gk_comm *c, gk_comm_coll coll,
 			   gk_comm_algo algo);
 
-typedef struct gk_comm_bench_params {
+/* How the ranks' times make the reported one (nccl-tests -a). */
+typedef enum gk_comm_bench_avg {
+	GK_COMM_BENCH_RANK0, /* rank 0's */
+	GK_COMM_BENCH_MEAN,  /* the mean over ranks (nccl-tests' default) */
+	GK_COMM_BENCH_MIN,
+	GK_COMM_BENCH_MAX,   /* the slowest rank's */
+	GK_COMM_BENCH_AVG_COUNT
+} gk_comm_bench_avg;
+
+/*
+ * A sweep: sizes from minbytes to maxbytes, multiplied by factor (> 1) or
+ * stepped by stepbytes (factor 1), for each algorithm, dtype and op asked.
+ * gk_comm_bench_defaults fills nccl-tests' defaults.
+ */
+typedef struct gk_comm_bench_opts {
 	gk_comm_coll coll;
 	gk_dtype dt;
 	gk_comm_op op;
 	gk_comm_algo algo;
+	int all_types, all_ops, all_algos; /* sweep these instead of dt, op, algo */
 	gk_comm_compress compress;
-	size_t count;   /* elements per rank: the nccl-tests "count" column */
-	int root;       /* broadcast */
+	uint64_t minbytes, maxbytes, factor, stepbytes;
+	int root;          /* broadcast */
 	int warmup, iters;
-	int check;      /* number of checked runs (0: none) */
-	int blocking;   /* barrier after each iteration (nccl-tests -z) */
-} gk_comm_bench_params;
+	int check;         /* checked runs per size (0: none) */
+	int blocking;      /* wait and barrier after each iteration (nccl-tests -z) */
+	gk_comm_bench_avg average;
+} gk_comm_bench_opts;
 
+void gk_comm_bench_defaults(gk_comm_bench_opts *o);
+
+/*
+ * The checks that need no communicator (the tool's usage errors, exit 2):
+ * sizes and step, an algorithm the collective has on no backend (rd for
+ * reduce-scatter), compression outside f32 sum/avg allreduce on the ring,
+ * an algorithm the asked backend lacks (nccl runs native only).
+ */
+int gk_comm_bench_validate(const gk_comm_bench_opts *o, gk_comm_backend backend,
+			   gk_err *err);
+
+/*
+ * Host memory a rank needs for the largest size: about four buffers of
+ * maxbytes (send, receive and their host copies); *bytes is that times
+ * local_ranks (the ranks sharing this node). -1 when it overflows 64 bits.
+ */
+int gk_comm_bench_host_bytes(const gk_comm_bench_opts *o, int local_ranks,
+			     uint64_t *bytes);
+/* 0 when that fits in this node's physical memory, else -1 with a message. */
+int gk_comm_bench_fits(const gk_comm_bench_opts *o, int local_ranks,
+		       gk_err *err);
+
+/*
+ * Every rank must run the same sweep, or the ranks wait for each other
+ * in different collectives forever (an MPMD launch, a typo on one node).
+ * Every rank calls this first; each field of o and the communicator's
+ * configuration is compared across ranks (min and max over the world),
+ * and on a difference every rank returns -1 with the same message naming
+ * the options that differ.
+ */
+int gk_comm_bench_agree(gk_comm *c, const gk_comm_bench_opts *o, gk_err *err);
+
+/* One collective at one size: the "size" and timing columns of a table. */
 typedef struct gk_comm_bench_result {
-	size_t bytes;         /* the "size" column */
-	double time_us;       /* mean per iteration, slowest rank */
-	double algbw, busbw;  /* GB/s (1e9) */
-	int64_t wrong;        /* elements off (outside the bound if compressed); -1 unchecked */
+	double time_us;       /* per iteration, the ranks' times combined by o->average */
+	double algbw, busbw;  /* GB/s (1e9): size / time, and algbw times the bus factor */
+	int64_t wrong;        /* elements off (outside the bound if compressed) over all
+			       * ranks; -1 unchecked */
 	double max_abs, max_rel; /* compressed: largest error, and it over max |exact| */
 } gk_comm_bench_result;
 
-/*
- * Time one collective on this world, in place or out of place, and check
- * it against values known exactly (every rank computes every rank's input
- * from a formula, so the expected result needs no communication).
- */
-int gk_comm_bench_run(gk_comm *c, const gk_comm_bench_params *p, int in_place,
-		      gk_comm_bench_result *res, gk_err *err);
+/* One row of the table: a size, out of place and in place. */
+typedef struct gk_comm_bench_row {
+	gk_comm_algo algo;
+	gk_dtype dt;
+	gk_comm_op op;
+	size_t bytes;  /* the "size" column: the larger buffer, whole elements */
+	size_t count;  /* the "count" column: elements per rank */
+	int root;      /* the broadcast root, -1 for the others */
+	gk_comm_bench_result r[2]; /* [0] out of place, [1] in place */
+} gk_comm_bench_row;
 
-/* Host memcpy bandwidth in GB/s over a bytes-sized buffer (median of reps). */
-double gk_comm_memcpy_bw(size_t bytes, int reps);
+/* What a table ends with. */
+typedef struct gk_comm_bench_summary {
+	gk_comm_algo algo;
+	int64_t wrong;       /* "Out of bounds values" */
+	double avg_busbw;    /* "Avg bus bandwidth": mean busbw of every run */
+	double last_busbw;   /* the largest size, out of place */
+} gk_comm_bench_summary;
+
+/*
+ * Where the sweep's results go, on every rank (a tool prints on rank 0).
+ * Each callback returns 0, or -1 to stop the sweep (err then says why).
+ */
+typedef struct gk_comm_bench_sink {
+	void *ctx;
+	int (*begin)(void *ctx, gk_comm_algo algo);
+	int (*row)(void *ctx, const gk_comm_bench_row *row);
+	int (*end)(void *ctx, const gk_comm_bench_summary *s);
+} gk_comm_bench_sink;
+
+/*
+ * Run the sweep: for each algorithm (all_algos: those this backend runs
+ * for the collective), dtype, op and size, a row. Sizes round down to
+ * whole elements, and for reduce-scatter and allgather to a multiple of
+ * the world (nccl-tests' rule). Each size runs `check` checked runs,
+ * `warmup` untimed and `iters` timed iterations, out of place then in
+ * place. Inputs are known on every rank from a formula of (rank, index),
+ * so checking needs no communication.
+ *
+ * Timing, as nccl-tests: a barrier, then the iterations are started back
+ * to back and the rank waits once at the end (on device memory the calls
+ * are queued on the stream; on host memory each MPI call returns when it
+ * is done); with blocking, each iteration waits and a barrier follows.
+ * The time is that wait over iters, combined across ranks by o->average.
+ * *total_wrong gets the wrong elements of the whole sweep.
+ */
+int gk_comm_bench_sweep(gk_comm *c, const gk_comm_bench_opts *o,
+			const gk_comm_bench_sink *sink, int64_t *total_wrong,
+			gk_err *err);
+
+/*
+ * Host memcpy bandwidth in GB/s (median of 9) over a buffer of maxbytes
+ * clamped to [1 MiB, 256 MiB] (*bytes): the ceiling of a host allreduce.
+ * Rank 0 copies while the others wait at a barrier; on device memory
+ * (nccl) nothing runs and *gbs is 0.
+ */
+int gk_comm_bench_memcpy(gk_comm *c, uint64_t maxbytes, double *gbs,
+			 size_t *bytes, gk_err *err);
 
 #endif

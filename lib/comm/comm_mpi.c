@@ -20,7 +20,7 @@ typedef struct mpi_state {
 	MPI_Comm comm;
 	int owned; /* we called MPI_Init_thread */
 	MPI_Op op16[2][4]; /* [bf16, f16][sum prod max min] */
-	void *tmp, *w1, *w2;
+	char *tmp, *w1, *w2; /* scratch, grown as sizes grow, kept until close */
 	size_t tmp_cap, w1_cap, w2_cap;
 } mpi_state;
 
@@ -89,12 +89,6 @@ static MPI_Op mpi_op(mpi_state *st, gk_dtype dt, gk_comm_op op)
 	return ops[red];
 }
 
-int gk_comm_mpi_launched(void)
-{
-	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
-	       getenv("PMI_RANK") || getenv("SLURM_STEP_ID");
-}
-
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 {
 	mpi_state *st = calloc(1, sizeof *st);
@@ -145,18 +139,11 @@ void gk_comm_mpi_close(gk_comm *c)
 	c->mpi = NULL;
 }
 
-static void *grow(void **p, size_t *cap, size_t n, gk_err *err)
+static char *grow(char **p, size_t *cap, size_t n, gk_err *err)
 {
-	if (n <= *cap)
-		return *p;
-	void *q = realloc(*p, n);
-	if (!q) {
-		gk_errf(err, "mpi: out of memory for a %zu-byte buffer", n);
+	if (GK_GROW(*p, *cap, n, "mpi: scratch buffer", err) < 0)
 		return NULL;
-	}
-	*p = q;
-	*cap = n;
-	return q;
+	return *p;
 }
 
 /* ---- point-to-point in segments ---- */
@@ -512,7 +499,7 @@ static int ring_compressed(gk_comm *c, float *buf, size_t count,
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
 	size_t seg_e = seg_bytes(c, 4) / 4;
-	seg_e = seg_e < GK_I8_GROUP ? GK_I8_GROUP : seg_e - seg_e % GK_I8_GROUP;
+	seg_e = seg_e < GK_COMM_INT8_GROUP ? GK_COMM_INT8_GROUP : seg_e - seg_e % GK_COMM_INT8_GROUP;
 	size_t seg_w = gk_comm_wire_bytes(cz, seg_e);
 	size_t wmax = gk_comm_wire_bytes(cz, blen(count, n, 0)) + 1;
 	char *ws = grow(&st->w1, &st->w1_cap, wmax, err);

@@ -8,7 +8,6 @@ static int nompi(gk_err *err)
 	return gk_errf(err, "backend 'mpi': built without MPI (install Open MPI and rebuild)");
 }
 
-int gk_comm_mpi_launched(void) { return 0; }
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err) { return nompi(err); }
 void gk_comm_mpi_close(gk_comm *c) { (void)c; }
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err) { return nompi(err); }

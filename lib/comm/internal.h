@@ -48,6 +48,19 @@ struct gk_comm {
 	gk_comm_req *head, *tail;
 };
 
+/* ---- for the benchmark harness (bench.c) ---- */
+/* gk_comm_algo_supported for a backend not yet opened. */
+int gk_comm_algo_ok(gk_comm_backend b, gk_comm_coll coll, gk_comm_algo algo);
+/*
+ * Start a collective without waiting for it where the backend queues
+ * (nccl: on the communicator's stream); elsewhere it runs to completion.
+ * gk_comm_sync waits for everything started.
+ */
+int gk_comm_post(gk_comm *c, gk_comm_coll coll, const void *send, void *recv,
+		 size_t count, gk_dtype dt, gk_comm_op op, int root,
+		 const gk_comm_callopts *o, gk_err *err);
+int gk_comm_sync(gk_comm *c, gk_err *err);
+
 /* ---- mpi backend (comm_mpi.c, or comm_nompi.c without MPI) ---- */
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err);
 void gk_comm_mpi_close(gk_comm *c);
@@ -58,8 +71,6 @@ int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 				   gk_comm_op op, gk_err *err);
 /* For the nccl bootstrap: broadcast bytes from rank 0 over MPI_COMM_WORLD. */
 int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err);
-/* True when a launcher's environment says we run under mpirun or srun. */
-int gk_comm_mpi_launched(void);
 
 /* ---- nccl backend (comm_nccl.c, or comm_nonccl.c) ---- */
 int gk_comm_nccl_open(gk_comm *c, gk_err *err);

@@ -13,6 +13,11 @@
 
 #define HOT __attribute__((optimize("O3")))
 
+/* reduce.h's op numbers are gk_comm_op's: the loops below pass one as the other. */
+_Static_assert(GK_RED_SUM == (int)GK_COMM_SUM && GK_RED_PROD == (int)GK_COMM_PROD &&
+	       GK_RED_MAX == (int)GK_COMM_MAX && GK_RED_MIN == (int)GK_COMM_MIN,
+	       "GK_RED_* must follow gk_comm_op");
+
 size_t gk_comm_dt_size(gk_dtype dt)
 {
 	switch (dt) {
@@ -150,8 +155,8 @@ HOT void gk_comm_pack(void *wire, const float *x, size_t n,
 	}
 	if (cz == GK_COMM_COMPRESS_INT8) {
 		unsigned char *w = wire;
-		for (size_t g = 0; g < n; g += GK_I8_GROUP) {
-			size_t m = n - g < GK_I8_GROUP ? n - g : GK_I8_GROUP;
+		for (size_t g = 0; g < n; g += GK_COMM_INT8_GROUP) {
+			size_t m = n - g < GK_COMM_INT8_GROUP ? n - g : GK_COMM_INT8_GROUP;
 			float amax = 0;
 			for (size_t i = 0; i < m; i++)
 				amax = gk_i8_amax(amax, x[g + i]);
@@ -186,8 +191,8 @@ HOT void gk_comm_unpack(float *dst, const void *wire, size_t n,
 	}
 	if (cz == GK_COMM_COMPRESS_INT8) {
 		const unsigned char *w = wire;
-		for (size_t g = 0; g < n; g += GK_I8_GROUP) {
-			size_t m = n - g < GK_I8_GROUP ? n - g : GK_I8_GROUP;
+		for (size_t g = 0; g < n; g += GK_COMM_INT8_GROUP) {
+			size_t m = n - g < GK_COMM_INT8_GROUP ? n - g : GK_COMM_INT8_GROUP;
 			float s;
 			memcpy(&s, w, 4);
 			const int8_t *q = (const int8_t *)(w + 4);

@@ -112,7 +112,7 @@ __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
 }
 
 /*
- * int8: one thread block of GK_I8_GROUP (256) threads per group, looping
+ * int8: one thread block of GK_COMM_INT8_GROUP (256) threads per group, looping
  * over groups grid-stride (there are more than 2^31 of them past 2^39
  * elements). Group g's bytes start at g*(4+256): every earlier group is
  * full. The block's max|x| is a tree of gk_i8_amax, which is associative
@@ -121,20 +121,20 @@ __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
 __global__ void pack8_kernel(unsigned char *w, const float *x, size_t n,
 			     float *err_out)
 {
-	__shared__ float amax[GK_I8_GROUP];
-	size_t groups = (n + GK_I8_GROUP - 1) / GK_I8_GROUP;
+	__shared__ float amax[GK_COMM_INT8_GROUP];
+	size_t groups = (n + GK_COMM_INT8_GROUP - 1) / GK_COMM_INT8_GROUP;
 	for (size_t g = blockIdx.x; g < groups; g += gridDim.x) {
-		size_t i = g * GK_I8_GROUP + threadIdx.x;
+		size_t i = g * GK_COMM_INT8_GROUP + threadIdx.x;
 		amax[threadIdx.x] = i < n ? gk_i8_amax(0.0f, x[i]) : 0.0f;
 		__syncthreads();
-		for (int s = GK_I8_GROUP / 2; s > 0; s >>= 1) {
+		for (int s = GK_COMM_INT8_GROUP / 2; s > 0; s >>= 1) {
 			if ((int)threadIdx.x < s)
 				amax[threadIdx.x] = gk_i8_amax(amax[threadIdx.x],
 							       amax[threadIdx.x + s]);
 			__syncthreads();
 		}
 		float sc = gk_i8_scale(amax[0]), inv = gk_i8_inv(sc);
-		unsigned char *gw = w + g * (4 + GK_I8_GROUP);
+		unsigned char *gw = w + g * (4 + GK_COMM_INT8_GROUP);
 		if (threadIdx.x == 0)
 			memcpy(gw, &sc, 4);
 		if (i < n) {
@@ -149,10 +149,10 @@ __global__ void pack8_kernel(unsigned char *w, const float *x, size_t n,
 
 __global__ void unpack8_kernel(float *d, const unsigned char *w, size_t n, int add)
 {
-	size_t groups = (n + GK_I8_GROUP - 1) / GK_I8_GROUP;
+	size_t groups = (n + GK_COMM_INT8_GROUP - 1) / GK_COMM_INT8_GROUP;
 	for (size_t g = blockIdx.x; g < groups; g += gridDim.x) {
-		size_t i = g * GK_I8_GROUP + threadIdx.x;
-		const unsigned char *gw = w + g * (4 + GK_I8_GROUP);
+		size_t i = g * GK_COMM_INT8_GROUP + threadIdx.x;
+		const unsigned char *gw = w + g * (4 + GK_COMM_INT8_GROUP);
 		float sc;
 		memcpy(&sc, gw, 4);
 		if (i < n) {
@@ -170,7 +170,7 @@ extern "C" int gk_comm_cuda_pack(void *wire, const float *x, size_t n,
 	if (n == 0)
 		return 0;
 	if (cz == GK_COMM_COMPRESS_INT8)
-		pack8_kernel<<<gk_cuda_grid(n, GK_I8_GROUP), GK_I8_GROUP, 0, s>>>(
+		pack8_kernel<<<gk_cuda_grid(n, GK_COMM_INT8_GROUP), GK_COMM_INT8_GROUP, 0, s>>>(
 			(unsigned char *)wire, x, n, err_out);
 	else
 		pack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
@@ -186,7 +186,7 @@ extern "C" int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
 	if (n == 0)
 		return 0;
 	if (cz == GK_COMM_COMPRESS_INT8)
-		unpack8_kernel<<<gk_cuda_grid(n, GK_I8_GROUP), GK_I8_GROUP, 0, s>>>(
+		unpack8_kernel<<<gk_cuda_grid(n, GK_COMM_INT8_GROUP), GK_COMM_INT8_GROUP, 0, s>>>(
 			dst, (const unsigned char *)wire, n, add);
 	else
 		unpack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "core/half.h"
 
 #ifdef __CUDA_ARCH__
@@ -36,7 +37,10 @@
 #define GK_FMUL(a, b) ((a) * (b))
 #endif
 
-/* Same numbering as gk_comm_op (comm.h); AVG reduces as SUM. */
+/*
+ * Same numbering as gk_comm_op (comm.h), so an op passes through as an
+ * int; AVG reduces as SUM. kernels.c asserts the numbering at compile time.
+ */
 enum { GK_RED_SUM, GK_RED_PROD, GK_RED_MAX, GK_RED_MIN };
 
 GK_HD float gk_red_f32(int op, float a, float b)
@@ -111,8 +115,6 @@ GK_HD uint16_t gk_avg_f16(uint16_t x, int n)
  * feedback residual of such a group is 0, so one bad step does not poison
  * the steps after it.
  */
-#define GK_I8_GROUP 256
-
 /*
  * Running max|x| of a group: m is the max so far (start at 0). NaN once
  * any element is NaN or infinite. Commutative and associative, so the
@@ -160,7 +162,7 @@ GK_HD float gk_i8_resid(float x, int8_t q, float scale)
 /* Bytes on the wire for n elements in int8 format. */
 GK_HD size_t gk_i8_wire_bytes(size_t n)
 {
-	return (n + GK_I8_GROUP - 1) / GK_I8_GROUP * 4 + n;
+	return (n + GK_COMM_INT8_GROUP - 1) / GK_COMM_INT8_GROUP * 4 + n;
 }
 
 #endif

@@ -3,9 +3,11 @@
  * libgpukit that prints to the user or exits.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 
@@ -21,6 +23,16 @@ void gk_cli_init(gk_cli *cli, const char *name, const char *usage)
 	 */
 	signal(SIGPIPE, SIG_DFL);
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	/*
+	 * Under mpirun -np N every rank parses the same command line: a usage
+	 * error would be printed N times. Only the first rank speaks (getopt's
+	 * own messages included); every rank still exits 2. A malformed
+	 * launcher environment counts as the first rank, so it is heard.
+	 */
+	gk_rank_info ri;
+	cli->silent_usage = gk_rank_discover(&ri, NULL) == 0 && ri.rank != 0;
+	if (cli->silent_usage)
+		opterr = 0;
 }
 
 static _Noreturn void version(const gk_cli *cli)
@@ -49,8 +61,9 @@ int gk_cli_common(gk_cli *cli, int opt)
 	case '?':
 	case ':':
 		/* getopt already said what was wrong. */
-		fputs(cli->usage, stderr);
-		exit(2);
+		if (!cli->silent_usage)
+			fputs(cli->usage, stderr);
+		exit(gk_cli_defer(cli, 2));
 	}
 	return 0;
 }
@@ -58,6 +71,8 @@ int gk_cli_common(gk_cli *cli, int opt)
 void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 {
 	va_list ap;
+	if (cli->silent_usage)
+		exit(gk_cli_defer(cli, 2));
 	fprintf(stderr, "%s: ", cli->name);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -65,6 +80,22 @@ void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 	fputc('\n', stderr);
 	fputs(cli->usage, stderr);
 	exit(2);
+}
+
+int gk_cli_defer(const gk_cli *cli, int status)
+{
+	/*
+	 * mpirun ends the whole job as soon as one rank exits non-zero: a
+	 * silent rank that exits at once can get the first rank killed before
+	 * it has printed the message they share. Half a second is long enough
+	 * for a rank that parsed the same arguments; the launcher then ends
+	 * this one with the job.
+	 */
+	struct timespec ts = {0, 500 * 1000 * 1000};
+	if (cli->silent_usage && status != 0)
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	return status;
 }
 
 int gk_cli_fail(const gk_cli *cli, const gk_err *err)

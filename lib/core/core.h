@@ -228,17 +228,22 @@ int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 
 /*
  * Where this process stands, from the launcher's environment: Open MPI
- * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm
- * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE with
- * SLURM_NODEID), then torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm in an
+ * srun step (SLURM_STEP_ID set; SLURM_PROCID, SLURM_STEP_NUM_TASKS or
+ * SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE or
+ * SLURM_TASKS_PER_NODE with SLURM_NODEID; an sbatch script outside any
+ * step is a world of 1), then torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE). With none of them: rank 0 of a world of 1.
- * Inconsistent values (rank >= world, non-numbers) are errors.
+ * Inconsistent values (rank >= world, non-numbers) are errors. This is the
+ * only reader of the launcher's environment: lib/comm opens MPI when mpi
+ * is set and checks that MPI's world is this one.
  */
 typedef struct gk_rank_info {
 	int rank, world;
 	int local_rank, local_world; /* on this node */
 	int node;                    /* node index, -1 when unknown */
 	const char *launcher;        /* "openmpi", "slurm", "torchrun", "none" */
+	int mpi;                     /* 1 when the launcher can start MPI (mpirun, srun) */
 } gk_rank_info;
 
 int gk_rank_discover(gk_rank_info *ri, gk_err *err);
@@ -326,12 +331,23 @@ typedef struct gk_cli {
 	const char *name;  /* the tool's name */
 	const char *usage; /* the SYNOPSIS lines plus option summary */
 	int quiet, verbose, json;
+	int silent_usage;  /* not the launcher's first rank: usage errors exit 2 unprinted */
 } gk_cli;
 
-/* Set the program name, line-buffer stderr, leave SIGPIPE to kill quietly. */
+/*
+ * Set the program name, line-buffer stderr, leave SIGPIPE to kill quietly.
+ * Under a launcher (gk_rank_discover), only rank 0 prints usage errors.
+ */
 void gk_cli_init(gk_cli *cli, const char *name, const char *usage);
 /* Handle -h -q -v --version --json and '?' from getopt; 1 when handled. */
 int gk_cli_common(gk_cli *cli, int opt);
+/*
+ * A rank other than the first (cli->silent_usage) that leaves the report
+ * of an error every rank shares to the first: wait a moment so the
+ * launcher does not end the job before that report is printed; returns
+ * status. At once for the first rank, and without a launcher.
+ */
+int gk_cli_defer(const gk_cli *cli, int status);
 GK_NORETURN void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 	GK_PRINTF(2, 3);
 /* "tool: <err->msg>" on stderr; returns 1 (the runtime-failure exit code). */

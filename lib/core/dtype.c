@@ -1,6 +1,7 @@
 /*
  * dtype.c - dtype names and sizes, and the CPU conversion loops.
  */
+#include <math.h>
 #include <strings.h>
 
 #include "core/core.h"
@@ -87,15 +88,66 @@ int gk_dtype_is_float(gk_dtype dt)
 	       dt == GK_DT_BF16;
 }
 
-/* Every conversion goes through double (exact for all four types) except
- * the narrowing ones, which must round once from the source value. */
-static double load(const void *src, gk_dtype dt, size_t i)
+/*
+ * A double rounded once, to nearest even, to a binary format of p
+ * significand bits, smallest normal exponent emin and largest emax
+ * (bf16: 8, -126, 127; f16: 11, -14, 15). Every result is a float, so
+ * the 16-bit encoding that follows is exact. Going through (float) first
+ * would round twice: 1 + 2^-11 + 2^-40 becomes the f16 tie 1 + 2^-11 in
+ * f32 and then 1, where the nearest f16 is 1 + 2^-10.
+ */
+static float round_to(double x, int p, int emin, int emax)
+{
+	if (!isfinite(x) || x == 0)
+		return (float)x; /* inf, NaN and signed zero are exact */
+	int e;
+	frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+	e--;
+	if (e > emax)
+		return (float)copysign(INFINITY, x);
+	int q = (e < emin ? emin : e) - (p - 1); /* exponent of one ulp */
+	double r = ldexp(nearbyint(ldexp(x, -q)), q); /* scaling by 2^k is exact */
+	/* A tie above the largest finite value rounds to 2^(emax+1): overflow. */
+	if (fabs(r) >= ldexp(1, emax + 1))
+		return (float)copysign(INFINITY, x);
+	return (float)r;
+}
+
+static uint16_t f64_to_bf16(double x)
+{
+	if (isnan(x))
+		return gk_f32_to_bf16((float)x);
+	return gk_f32_to_bf16(round_to(x, 8, -126, 127));
+}
+
+static uint16_t f64_to_f16(double x)
+{
+	if (isnan(x))
+		return gk_f32_to_f16((float)x);
+	return gk_f32_to_f16(round_to(x, 11, -14, 15));
+}
+
+double gk_dtype_get(const void *buf, gk_dtype dt, size_t i)
 {
 	switch (dt) {
-	case GK_DT_F64: return ((const double *)src)[i];
-	case GK_DT_F32: return ((const float *)src)[i];
-	case GK_DT_F16: return gk_f16_to_f32(((const uint16_t *)src)[i]);
-	default: return gk_bf16_to_f32(((const uint16_t *)src)[i]);
+	case GK_DT_F64: return ((const double *)buf)[i];
+	case GK_DT_F32: return ((const float *)buf)[i];
+	case GK_DT_I32: return ((const int32_t *)buf)[i];
+	case GK_DT_F16: return gk_f16_to_f32(((const uint16_t *)buf)[i]);
+	case GK_DT_BF16: return gk_bf16_to_f32(((const uint16_t *)buf)[i]);
+	default: return 0;
+	}
+}
+
+void gk_dtype_set(void *buf, gk_dtype dt, size_t i, double v)
+{
+	switch (dt) {
+	case GK_DT_F64: ((double *)buf)[i] = v; break;
+	case GK_DT_F32: ((float *)buf)[i] = (float)v; break;
+	case GK_DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case GK_DT_F16: ((uint16_t *)buf)[i] = f64_to_f16(v); break;
+	case GK_DT_BF16: ((uint16_t *)buf)[i] = f64_to_bf16(v); break;
+	default: break;
 	}
 }
 
@@ -131,18 +183,8 @@ int gk_convert(void *dst, gk_dtype dst_dt, const void *src, gk_dtype src_dt,
 	int widen = gk_dtype_bits(dst_dt) > gk_dtype_bits(src_dt);
 	for (size_t k = 0; k < n; k++) {
 		size_t i = widen ? n - 1 - k : k;
-		double v = load(src, src_dt, i);
-		switch (dst_dt) {
-		case GK_DT_F64: ((double *)dst)[i] = v; break;
-		case GK_DT_F32: ((float *)dst)[i] = (float)v; break;
-		/*
-		 * F64 -> 16-bit rounds twice (to F32, then to 16 bits); the error
-		 * this can add is at most one 16-bit ulp on exact ties, which no
-		 * checkpoint path produces (they hold F32/F16/BF16 data).
-		 */
-		case GK_DT_F16: ((uint16_t *)dst)[i] = gk_f32_to_f16((float)v); break;
-		default: ((uint16_t *)dst)[i] = gk_f32_to_bf16((float)v); break;
-		}
+		/* Every value of the four types is exact in a double. */
+		gk_dtype_set(dst, dst_dt, i, gk_dtype_get(src, src_dt, i));
 	}
 	return 0;
 }

@@ -64,4 +64,12 @@ int gk_dtype_is_float(gk_dtype dt);
 int gk_convert(void *dst, gk_dtype dst_dt, const void *src, gk_dtype src_dt,
 	       size_t n);
 
+/*
+ * Element i of a buffer of F64, F32, F16, BF16 or I32 as a double (exact),
+ * and a double stored as one, rounded once to nearest even (I32: toward
+ * zero, and v must fit). Other types read as 0 and are not written.
+ */
+double gk_dtype_get(const void *buf, gk_dtype dt, size_t i);
+void gk_dtype_set(void *buf, gk_dtype dt, size_t i, double v);
+
 #endif

@@ -1,5 +1,6 @@
 /*
- * rank.c - rank and world from the launcher's environment.
+ * rank.c - rank and world from the launcher's environment: the one place
+ * that reads it (lib/comm and the tools ask gk_rank_discover).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 		return -1;
 	if (f1 || f2) {
 		ri->launcher = "openmpi";
+		ri->mpi = 1;
 		if (!(f1 && f2))
 			return gk_errf(err, "openmpi environment: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE must both be set");
 		if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", &ri->local_rank, &f3, err) ||
@@ -91,11 +93,22 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 		return check(ri, err);
 	}
 
-	if (env_int("SLURM_PROCID", &ri->rank, &f1, err) ||
-	    env_int("SLURM_NTASKS", &ri->world, &f2, err))
+	/*
+	 * srun's tasks carry SLURM_STEP_ID; an sbatch script itself does not,
+	 * though it sees SLURM_PROCID=0 and the job's SLURM_NTASKS: it is one
+	 * process, not rank 0 of the job's tasks. A step's own task counts
+	 * (srun -n 2 inside a job of 8) are the SLURM_STEP_* ones.
+	 */
+	int step = getenv("SLURM_STEP_ID") != NULL || getenv("SLURM_STEPID") != NULL;
+	f1 = f2 = 0;
+	if (step && (env_int("SLURM_PROCID", &ri->rank, &f1, err) ||
+		     env_int("SLURM_STEP_NUM_TASKS", &ri->world, &f2, err) ||
+		     (!f2 && env_int("SLURM_NTASKS", &ri->world, &f2, err))))
 		return -1;
 	if (f1) {
 		ri->launcher = "slurm";
+		/* srun's PMI (--mpi=pmix) is what MPI_Init reads under Slurm. */
+		ri->mpi = 1;
 		if (!f2)
 			return gk_errf(err, "slurm environment: SLURM_PROCID is set but SLURM_NTASKS is not");
 		if (env_int("SLURM_LOCALID", &ri->local_rank, &f3, err) ||
@@ -105,7 +118,9 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 			ri->local_rank = 0;
 		if (!f4)
 			ri->node = -1;
-		const char *tpn = getenv("SLURM_TASKS_PER_NODE");
+		const char *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
+		if (!tpn || !*tpn)
+			tpn = getenv("SLURM_TASKS_PER_NODE");
 		ri->local_world = ri->world;
 		if (tpn && *tpn) {
 			if (slurm_tasks_on_node(tpn, f4 ? ri->node : 0,
@@ -121,6 +136,11 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 		return -1;
 	if (f1 || f2) {
 		ri->launcher = "torchrun";
+		/*
+		 * torchrun's rendezvous (MASTER_ADDR, TORCHELASTIC_*) is for
+		 * torch.distributed; it sets nothing MPI_Init can use.
+		 */
+		ri->mpi = 0;
 		if (!(f1 && f2))
 			return gk_errf(err, "torchrun environment: RANK and WORLD_SIZE must both be set");
 		if (env_int("LOCAL_RANK", &ri->local_rank, &f3, err) ||

@@ -11,6 +11,9 @@ T="timeout 120"
 if command -v mpirun >/dev/null 2>&1; then
 	test_set_prereq MPIRUN
 fi
+if command -v jq >/dev/null 2>&1; then
+	test_set_prereq JQ
+fi
 mpi() {
 	n=$1
 	shift
@@ -63,14 +66,34 @@ test_expect_success 'a wrong result is counted and exits 1' '
 	grep "^allreduce-bench: 2 wrong results$" err
 '
 
-test_expect_success '--csv and --json carry the same rows' '
+# The deterministic columns of every row: size count type redop root
+# #wrong(out of place) #wrong(in place); sizes 8..128 by 2 in floats.
+cat >rows.expect <<-\EOF_
+8 2 float sum -1 0 0
+16 4 float sum -1 0 0
+32 8 float sum -1 0 0
+64 16 float sum -1 0 0
+128 32 float sum -1 0 0
+EOF_
+
+test_expect_success 'the table and --csv carry the same rows, by content' '
+	allreduce-bench -b 8 -e 128 -f 2 -n 1 -w 0 >table &&
+	grep -v "^#" table | awk "{ print \$1, \$2, \$3, \$4, \$5, \$9, \$13 }" >table.rows &&
+	test_cmp rows.expect table.rows &&
 	allreduce-bench -b 8 -e 128 -f 2 -n 1 -w 0 --csv >csv &&
-	head -1 csv | grep "^algo,size,count,type,redop,root,time_oop" &&
-	test $(wc -l <csv) = 6 &&
+	head -1 csv | grep "^algo,size,count,type,redop,root,time_oop,algbw_oop,busbw_oop,wrong_oop,time_ip,algbw_ip,busbw_ip,wrong_ip$" &&
+	sed 1d csv | awk -F, "{ print \$2, \$3, \$4, \$5, \$6, \$10, \$14 }" >csv.rows &&
+	test_cmp rows.expect csv.rows &&
+	sed 1d csv | cut -d, -f1 | sort -u >algos &&
+	echo auto >algos.expect &&
+	test_cmp algos.expect algos
+'
+
+test_expect_success JQ '--json carries the same rows, by content' '
 	allreduce-bench -b 8 -e 128 -f 2 -n 1 -w 0 --json >json &&
-	if command -v python3 >/dev/null; then
-		python3 -c "import json,sys; d=json.load(open(\"json\")); r=d[\"results\"]; assert len(r)==5 and r[4][\"size\"]==128 and r[4][\"in_place\"][\"nwrong\"]==0 and d[\"out_of_bounds\"]==0, d"
-	fi
+	jq -r ".results[] | \"\(.size) \(.count) \(.type) \(.redop) \(.root) \(.out_of_place.nwrong) \(.in_place.nwrong)\"" json >json.rows &&
+	test_cmp rows.expect json.rows &&
+	test "$(jq -r ".out_of_bounds, .world, .average, .results[0].algo" json | tr "\n" " ")" = "0 1 1 auto "
 '
 
 test_expect_success 'compressed runs print max abs and rel error within bounds' '
@@ -100,13 +123,49 @@ test_expect_success 'usage errors exit 2' '
 
 test_expect_success 'absurd sizes fail at once with a clear message' '
 	test_expect_code 1 $T allreduce-bench -b 8 -e 1P >out 2>err &&
-	grep "^allreduce-bench: size .1.00 PiB.: needs .* of host memory on this node, it has " err &&
-	test_must_be_empty out
+	grep "^allreduce-bench: size .1.00 PiB.: needs 4.00 PiB of host memory on this node, it has " err &&
+	test_must_be_empty out &&
+	# 4 buffers of 2^62 bytes: 2^64 overflows the count, it is not 0 B
+	test_expect_code 1 $T allreduce-bench -b 4611686018427387904 -e 4611686018427387904 >out 2>err &&
+	grep "^allreduce-bench: size .4.00 EiB.: needs more than 16 EiB of host memory on this node, it has " err &&
+	test_must_be_empty out &&
+	for e in 4611686018427387903 9223372036854775808 18446744073709551615; do
+		test_expect_code 1 $T allreduce-bench -b 8 -e $e >out 2>err &&
+		grep "^allreduce-bench: size .*: needs .* of host memory on this node, it has " err &&
+		test_must_be_empty out || return 1
+	done
 '
 
-test_expect_success 'an algorithm a collective lacks is an error' '
-	test_expect_code 1 allreduce-bench --collective allgather --algo rd 2>err &&
-	grep "^allreduce-bench: --algo .rd.: not available for allgather on the self backend$" err
+test_expect_success 'usage errors found before running exit 2' '
+	test_expect_code 2 allreduce-bench --compress bf16 --algo rd 2>err &&
+	grep "^allreduce-bench: --compress runs on the ring, not --algo rd$" err &&
+	test_expect_code 2 allreduce-bench --collective reducescatter --algo rd 2>err &&
+	grep "^allreduce-bench: --algo .rd.: not available for reducescatter$" err &&
+	test_expect_code 2 allreduce-bench --collective allgather --algo rabenseifner 2>err &&
+	test_expect_code 2 allreduce-bench --collective broadcast --algo ring 2>err &&
+	test_expect_code 2 allreduce-bench --backend nccl --algo ring 2>err &&
+	grep "^allreduce-bench: --algo .ring.: not available for allreduce on the nccl backend$" err &&
+	test_expect_code 2 allreduce-bench -f 1 2>err &&
+	grep "the size must grow" err &&
+	test_expect_code 2 allreduce-bench -a 4 2>err
+'
+
+test_expect_success 'under torchrun, the auto backend refuses rather than run world 1' '
+	test_expect_code 1 env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 allreduce-bench -e 64 -n 1 >out 2>err &&
+	grep "^allreduce-bench: backend .auto.: the torchrun environment says rank 1 of 2, but it gives MPI nothing to start from (launch with mpirun or srun)$" err &&
+	test_must_be_empty out &&
+	RANK=0 WORLD_SIZE=1 allreduce-bench -e 64 -n 1 >out &&
+	grep "^# allreduce-bench (gpukit) .*: allreduce, backend self, 1 rank$" out
+'
+
+test_expect_success MPIRUN 'srun without an MPI plugin: MPI world of 1 is not the launcher world of 2' '
+	test_expect_code 1 env SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=2 $T allreduce-bench -e 64 -n 1 >out 2>err &&
+	grep "^allreduce-bench: mpi: MPI started rank 0 of 1, but the slurm environment says rank 0 of 2 (try srun --mpi=pmix)$" err
+'
+
+test_expect_success 'an sbatch -n 2 script itself (no srun step) is one process: world 1' '
+	env SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_TASKS_PER_NODE=2 allreduce-bench -e 64 -n 1 >out &&
+	grep "^# allreduce-bench (gpukit) .*: allreduce, backend self, 1 rank$" out
 '
 
 test_expect_success MPIRUN '2 ranks, --algo all: four algorithms, busbw = algbw' '
@@ -140,9 +199,61 @@ test_expect_success MPIRUN '3 ranks: compressed bf16, f16, int8 within their bou
 	done
 '
 
-test_expect_success MPIRUN 'a wrong result under mpirun exits 1' '
+test_expect_success MPIRUN 'a wrong result under mpirun exits 1, said once' '
 	GK_COMM_BENCH_CORRUPT=1 test_expect_code 1 mpi 2 -x GK_COMM_BENCH_CORRUPT allreduce-bench -b 64 -e 64 -n 1 >out 2>err &&
-	grep "FAILED" out
+	grep "^# Out of bounds values : 2 FAILED$" out &&
+	test $(grep -c "^allreduce-bench: 2 wrong results$" err) = 1
+'
+
+test_expect_success MPIRUN 'a usage error under mpirun -np 4 is printed once, every rank exits 2' '
+	test_expect_code 2 mpi 4 allreduce-bench -d int8 >out 2>err &&
+	test $(grep -c "^allreduce-bench: -d .int8.: not one of" err) = 1 &&
+	test $(grep -c "^usage: allreduce-bench" err) = 1 &&
+	test_expect_code 2 mpi 4 allreduce-bench --no-such-option >out 2>err &&
+	test $(grep -c "unrecognized option" err) = 1 &&
+	test $(grep -c "^usage: allreduce-bench" err) = 1 &&
+	test_expect_code 2 mpi 3 allreduce-bench -r 5 >out 2>err &&
+	test $(grep -c "^allreduce-bench: -r 5: not a rank of a world of 3$" err) = 1 &&
+	test_must_be_empty out
+'
+
+# mpirun's MPMD form (A : B) gives each rank its own command line.
+for d in "-e 1K:-e 2K:-e" "--algo ring:--algo rd:--algo" "-n 2:-n 3:-n" \
+	 "-c 1:-c 0:-c" "--collective allreduce:--collective allgather:--collective" \
+	 "--compress int8:--compress bf16:--compress" "-d float:-d all:-d" \
+	 "--segment 4K:--segment 8K:--segment" "-e 1K --algo rd:-e 2K:--algo, -e"; do
+	a=${d%%:*} rest=${d#*:} b=${rest%%:*} which=${rest#*:}
+	test_expect_success MPIRUN "MPMD launch, '$a' on rank 0 and '$b' on rank 1: exit 2, no hang" "
+		test_expect_code 2 $T mpirun -np 1 allreduce-bench -b 1K -n 1 -w 0 $a : \
+			-np 1 allreduce-bench -b 1K -n 1 -w 0 $b >out 2>err &&
+		grep -Fx 'allreduce-bench: options differ between the 2 ranks ($which): every rank must run the same benchmark' err >msg &&
+		test \$(wc -l <msg) = 1 &&
+		test_must_be_empty out
+	"
+done
+
+test_expect_success MPIRUN 'MPMD launch with the same options runs' '
+	$T mpirun -np 1 allreduce-bench -b 1K -e 4K -n 1 -w 0 : -np 2 allreduce-bench -b 1K -e 4K -n 1 -w 0 >out &&
+	grep "^# allreduce-bench (gpukit) .*: allreduce, backend mpi, 3 ranks$" out &&
+	grep "^# Out of bounds values : 0 OK$" out
+'
+
+test_expect_success MPIRUN 'MPMD launch with self on one rank: refused, no hang' '
+	test_expect_code 1 $T mpirun -np 1 allreduce-bench -e 1K : -np 1 allreduce-bench -e 1K --backend self >out 2>err &&
+	grep "^allreduce-bench: backend .self.: the openmpi environment says rank 1 of 2, and self is a world of one" err
+'
+
+test_expect_success MPIRUN 'absurd sizes under mpirun -np 3: 3 ranks of 4 buffers overflow, said once' '
+	test_expect_code 1 mpi 3 allreduce-bench -b 8 -e 2305843009213693952 >out 2>err &&
+	grep "^allreduce-bench: size .2.00 EiB.: needs more than 16 EiB of host memory on this node" err >msg &&
+	test $(wc -l <msg) = 1
+'
+
+test_expect_success MPIRUN,JQ '-a 0 1 2 3 (rank 0, mean, min, max of the ranks) all run' '
+	for a in 0 1 2 3; do
+		mpi 2 allreduce-bench -b 1K -e 1K -n 2 -w 0 -a $a --json >a$a.json &&
+		test "$(jq -r .average a$a.json)" = $a || return 1
+	done
 '
 
 test_done

@@ -178,11 +178,69 @@ static void test_bounds_names(void)
 	   gk_comm_op_parse("mean") < 0, "aliases, and unknown names");
 }
 
+/* The harness's checks that need no communicator. */
+static void test_bench_opts(void)
+{
+	gk_comm_bench_opts o;
+	gk_err err = {0};
+	uint64_t need;
+	gk_comm_bench_defaults(&o);
+	ok(gk_comm_bench_validate(&o, GK_COMM_BACKEND_AUTO, &err) == 0 &&
+	   o.minbytes == 8 && o.maxbytes == 32 << 20 && o.factor == 2 && o.iters == 20 &&
+	   o.warmup == 5 && o.check == 1 && o.average == GK_COMM_BENCH_MEAN,
+	   "defaults: nccl-tests' sweep, the mean of the ranks' times");
+	o.maxbytes = (uint64_t)1 << 30;
+	ok(gk_comm_bench_host_bytes(&o, 8, &need) == 0 && need == (uint64_t)32 << 30,
+	   "host memory: 4 buffers of 1 GiB on each of 8 ranks is 32 GiB");
+	o.maxbytes = (uint64_t)1 << 62;
+	ok(gk_comm_bench_host_bytes(&o, 1, &need) < 0, "4 x 2^62 overflows: refused, not 0");
+	o.maxbytes = ((uint64_t)1 << 62) - 1;
+	ok(gk_comm_bench_host_bytes(&o, 1, &need) == 0 && need == UINT64_MAX - 3,
+	   "4 x (2^62 - 1) fits in 64 bits");
+	ok(gk_comm_bench_host_bytes(&o, 2, &need) < 0, "... twice it does not");
+	ok(gk_comm_bench_fits(&o, 1, &err) < 0 && strstr(err.msg, "of host memory on this node"),
+	   "fits: %s", err.msg);
+
+	struct {
+		const char *what, *want;
+		gk_comm_coll coll;
+		gk_comm_algo algo;
+		gk_comm_compress cz;
+		gk_comm_backend b;
+	} bad[] = {
+		{"compress on rd", "--compress runs on the ring", GK_COMM_ALLREDUCE,
+		 GK_COMM_ALGO_RD, GK_COMM_COMPRESS_BF16, GK_COMM_BACKEND_AUTO},
+		{"reduce-scatter on rd", "not available for reducescatter", GK_COMM_REDUCE_SCATTER,
+		 GK_COMM_ALGO_RD, GK_COMM_COMPRESS_NONE, GK_COMM_BACKEND_MPI},
+		{"broadcast on the ring", "not available for broadcast", GK_COMM_BROADCAST,
+		 GK_COMM_ALGO_RING, GK_COMM_COMPRESS_NONE, GK_COMM_BACKEND_AUTO},
+		{"ring on nccl", "on the nccl backend", GK_COMM_ALLREDUCE,
+		 GK_COMM_ALGO_RING, GK_COMM_COMPRESS_NONE, GK_COMM_BACKEND_NCCL},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(bad); i++) {
+		gk_comm_bench_defaults(&o);
+		o.coll = bad[i].coll, o.algo = bad[i].algo, o.compress = bad[i].cz;
+		err.msg[0] = 0;
+		ok(gk_comm_bench_validate(&o, bad[i].b, &err) < 0 && strstr(err.msg, bad[i].want),
+		   "refused before running: %s (%s)", bad[i].what, err.msg);
+	}
+	gk_comm_bench_defaults(&o);
+	o.compress = GK_COMM_COMPRESS_INT8;
+	ok(gk_comm_bench_validate(&o, GK_COMM_BACKEND_NCCL, &err) == 0,
+	   "compressed allreduce on nccl (its device ring) is fine");
+	gk_comm_bench_defaults(&o);
+	o.coll = GK_COMM_ALLGATHER, o.algo = GK_COMM_ALGO_RING;
+	ok(gk_comm_bench_validate(&o, GK_COMM_BACKEND_AUTO, &err) == 0, "allgather on the ring is fine");
+	o.factor = 1, o.stepbytes = 0;
+	ok(gk_comm_bench_validate(&o, GK_COMM_BACKEND_AUTO, &err) < 0, "a sweep that never grows is refused");
+}
+
 int main(void)
 {
 	test_pairwise();
 	test_loops();
 	test_wire();
 	test_bounds_names();
+	test_bench_opts();
 	return done_testing();
 }

@@ -45,27 +45,8 @@ static uint32_t next32(void)
 
 static size_t esz(gk_dtype dt) { return gk_dtype_bits(dt) / 8; }
 
-static void put(void *b, size_t i, gk_dtype dt, double v)
-{
-	switch (dt) {
-	case GK_DT_F32: ((float *)b)[i] = (float)v; break;
-	case GK_DT_F64: ((double *)b)[i] = v; break;
-	case GK_DT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-	case GK_DT_BF16: ((uint16_t *)b)[i] = gk_f32_to_bf16((float)v); break;
-	default: ((uint16_t *)b)[i] = gk_f32_to_f16((float)v); break;
-	}
-}
-
-static double get(const void *b, size_t i, gk_dtype dt)
-{
-	switch (dt) {
-	case GK_DT_F32: return ((const float *)b)[i];
-	case GK_DT_F64: return ((const double *)b)[i];
-	case GK_DT_I32: return ((const int32_t *)b)[i];
-	case GK_DT_BF16: return gk_bf16_to_f32(((const uint16_t *)b)[i]);
-	default: return gk_f16_to_f32(((const uint16_t *)b)[i]);
-	}
-}
+static void put(void *b, size_t i, gk_dtype dt, double v) { gk_dtype_set(b, dt, i, v); }
+static double get(const void *b, size_t i, gk_dtype dt) { return gk_dtype_get(b, dt, i); }
 
 /* Random small integers suited to the op (exact in every dtype). */
 static void fill(void *b, size_t n, gk_dtype dt, gk_comm_op op)
@@ -396,9 +377,93 @@ static void test_errors(void)
 	   strstr(err.msg, "not available"), "rd allgather refused: %s", err.msg);
 }
 
+/*
+ * One discovery: for each launcher's environment, gk_rank_discover's world
+ * and the auto backend agree (mpi where MPI can start the same world, self
+ * only for a world of one, a refusal where MPI cannot start it). Run
+ * without a launcher only, since it rewrites the environment.
+ */
+static const char *launcher_vars[] = {
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+	"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+	"SLURM_NODEID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+	"LOCAL_WORLD_SIZE", "GROUP_RANK",
+};
+
+static void launcher_case(const char *name, const char *const *env, int world,
+			  int backend, const char *refusal)
+{
+	for (size_t i = 0; i < GK_ARRAY_SIZE(launcher_vars); i++)
+		unsetenv(launcher_vars[i]);
+	for (size_t i = 0; env[i]; i += 2)
+		setenv(env[i], env[i + 1], 1);
+	gk_rank_info ri;
+	gk_comm_backend b = GK_COMM_BACKEND_COUNT;
+	gk_err err = {0};
+	int rc = gk_rank_discover(&ri, &err);
+	if (rc == 0)
+		rc = gk_comm_backend_choose(GK_COMM_BACKEND_AUTO, &ri, &b, &err);
+	if (refusal) {
+		ok(rc < 0 && ri.world == world && strstr(err.msg, refusal),
+		   "%s: world %d, auto refuses: %s", name, ri.world, err.msg);
+	} else {
+		ok(rc == 0 && ri.world == world && (int)b == backend,
+		   "%s: world %d, auto backend %s", name, ri.world, gk_comm_backend_name(b));
+	}
+	/* the contract the mpi backend checks at open: MPI's world is ri's */
+	if (rc == 0 && b == GK_COMM_BACKEND_MPI)
+		ok(ri.rank < ri.world && ri.local_rank < ri.local_world,
+		   "%s: rank %d of %d, local %d of %d", name, ri.rank, ri.world,
+		   ri.local_rank, ri.local_world);
+}
+
+static void test_launchers(void)
+{
+	int mpi = GK_COMM_BACKEND_MPI, self = GK_COMM_BACKEND_SELF;
+	const char *none[] = {NULL};
+	const char *ompi[] = {"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4",
+			      "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2", NULL};
+	const char *ompi1[] = {"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1", NULL};
+	const char *slurm[] = {"SLURM_STEP_ID", "0", "SLURM_PROCID", "5", "SLURM_NTASKS", "8", "SLURM_LOCALID", "1",
+			       "SLURM_NODEID", "1", "SLURM_TASKS_PER_NODE", "4(x2)", NULL};
+	const char *torch[] = {"RANK", "6", "WORLD_SIZE", "8", "LOCAL_RANK", "2",
+			       "LOCAL_WORLD_SIZE", "4", NULL};
+	const char *torch1[] = {"RANK", "0", "WORLD_SIZE", "1", NULL};
+	launcher_case("no launcher", none, 1, self, NULL);
+	launcher_case("mpirun -np 4", ompi, 4, mpi, NULL);
+	launcher_case("mpirun -np 1", ompi1, 1, mpi, NULL);
+	launcher_case("srun -n 8", slurm, 8, mpi, NULL);
+	const char *batch[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "8", NULL};
+	launcher_case("sbatch -n 8 script (no step)", batch, 1, self, NULL);
+	launcher_case("torchrun, 8 ranks", torch, 8, 0, "gives MPI nothing to start from");
+	launcher_case("torchrun, 1 rank", torch1, 1, self, NULL);
+
+	/* self asked for under mpirun -np 4: a world of one would break the contract */
+	launcher_case("mpirun -np 4", ompi, 4, mpi, NULL);
+	gk_rank_info ri;
+	gk_comm_backend b;
+	gk_err err = {0};
+	ok(gk_rank_discover(&ri, &err) == 0 &&
+	   gk_comm_backend_choose(GK_COMM_BACKEND_SELF, &ri, &b, &err) < 0 &&
+	   strstr(err.msg, "self is a world of one"), "mpirun -np 4, self refused: %s", err.msg);
+	launcher_case("mpirun -np 1", ompi1, 1, mpi, NULL);
+	ok(gk_rank_discover(&ri, &err) == 0 &&
+	   gk_comm_backend_choose(GK_COMM_BACKEND_SELF, &ri, &b, &err) == 0 &&
+	   b == GK_COMM_BACKEND_SELF, "mpirun -np 1, self allowed");
+	for (size_t i = 0; i < GK_ARRAY_SIZE(launcher_vars); i++)
+		unsetenv(launcher_vars[i]);
+}
+
 int main(void)
 {
 	gk_err err = {0};
+	gk_rank_info ri;
+	if (gk_rank_discover(&ri, &err) < 0) {
+		printf("1..0 # SKIP %s\n", err.msg);
+		return 0;
+	}
+	if (strcmp(ri.launcher, "none") == 0)
+		test_launchers();
 	if (gk_comm_open(&C, NULL, &err) < 0) {
 		printf("1..0 # SKIP %s\n", err.msg);
 		return 0;
@@ -409,6 +474,9 @@ int main(void)
 		return 1;
 	rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(R + 1) * 0x2545f4914f6cdd1dULL;
 	diag("backend %s, world %d", gk_comm_backend_name(gk_comm_backend_of(C)), N);
+	ok(all(N == ri.world && R == ri.rank &&
+	       gk_comm_backend_of(C) == (ri.mpi ? GK_COMM_BACKEND_MPI : GK_COMM_BACKEND_SELF)),
+	   "the communicator is rank %d of %d, as the %s environment says", R, N, ri.launcher);
 
 	test_allreduce();
 	test_bitwise_identical();

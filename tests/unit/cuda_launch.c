@@ -67,7 +67,7 @@ int main(void)
 				       (1ull << 32) + 7, (1ull << 40) + 3, 1ull << 54};
 	good = 1;
 	for (size_t i = 0; i < GK_ARRAY_SIZE(big); i++)
-		good &= covers_math(big[i], GK_CUDA_BLOCK) && covers_math(big[i], GK_I8_GROUP);
+		good &= covers_math(big[i], GK_CUDA_BLOCK) && covers_math(big[i], GK_COMM_INT8_GROUP);
 	ok(good, "grid-stride: counts past 2^31 and 2^32 elements covered, no index overflow");
 
 	/*
@@ -75,12 +75,12 @@ int main(void)
 	 * groups; past 2^39 elements there are more than 2^31 groups, which a
 	 * grid of one block per group (the old launch) cannot express.
 	 */
-	uint64_t n = 1ull << 40, groups = (n + GK_I8_GROUP - 1) / GK_I8_GROUP;
-	unsigned g8 = gk_cuda_grid(n, GK_I8_GROUP);
+	uint64_t n = 1ull << 40, groups = (n + GK_COMM_INT8_GROUP - 1) / GK_COMM_INT8_GROUP;
+	unsigned g8 = gk_cuda_grid(n, GK_COMM_INT8_GROUP);
 	ok(groups > 0xffffffffull && g8 == 65535 &&
 	   gk_cuda_grid_iters(groups, g8, 1) * g8 >= groups,
 	   "int8 groups: 2^32 groups reached by a 65535-block grid looping over them");
-	ok((groups - 1) * (4 + GK_I8_GROUP) + 4 + GK_I8_GROUP == gk_i8_wire_bytes(n),
+	ok((groups - 1) * (4 + GK_COMM_INT8_GROUP) + 4 + GK_COMM_INT8_GROUP == gk_i8_wire_bytes(n),
 	   "int8 groups: the last group's wire offset is within the wire size");
 	return done_testing();
 }

@@ -29,7 +29,7 @@ static float frand(float scale) { return ((float)(next32() % 2000001) / 1e6f - 1
 
 static void test_int8_nonfinite(void)
 {
-	enum { G = GK_I8_GROUP, N = 4 * G + 100 };
+	enum { G = GK_COMM_INT8_GROUP, N = 4 * G + 100 };
 	static float x[N], back[N], resid[N];
 	static unsigned char wire[N + 8 * 4];
 	for (int i = 0; i < N; i++)
@@ -94,10 +94,10 @@ static void test_int8_nonfinite(void)
  */
 static float tree_amax(const float *x, int m)
 {
-	float a[GK_I8_GROUP];
-	for (int t = 0; t < GK_I8_GROUP; t++)
+	float a[GK_COMM_INT8_GROUP];
+	for (int t = 0; t < GK_COMM_INT8_GROUP; t++)
 		a[t] = t < m ? gk_i8_amax(0.0f, x[t]) : 0.0f;
-	for (int s = GK_I8_GROUP / 2; s > 0; s >>= 1)
+	for (int s = GK_COMM_INT8_GROUP / 2; s > 0; s >>= 1)
 		for (int t = 0; t < s; t++)
 			a[t] = gk_i8_amax(a[t], a[t + s]);
 	return a[0];
@@ -106,9 +106,9 @@ static float tree_amax(const float *x, int m)
 static void test_amax_tree(void)
 {
 	int good = 1;
-	float x[GK_I8_GROUP];
+	float x[GK_COMM_INT8_GROUP];
 	for (int k = 0; k < 2000; k++) {
-		int m = 1 + (int)(next32() % GK_I8_GROUP);
+		int m = 1 + (int)(next32() % GK_COMM_INT8_GROUP);
 		for (int i = 0; i < m; i++)
 			x[i] = frand(ldexpf(1, (int)(next32() % 40) - 20));
 		if (k % 7 == 1)

@@ -1,8 +1,9 @@
 """torch.distributed gloo allreduce timing, the reference for tools/bench/comm.sh.
 
 Usage: comm_gloo.py BYTES ITERS WARMUP   (spawns 2 local ranks)
-Prints one line: "gloo BYTES TIME_US BUSBW_GBS" (mean time per iteration of
-the slowest rank, busbw as nccl-tests defines it for allreduce).
+Prints one line: "gloo BYTES TIME_US BUSBW_GBS" (time per iteration, the
+mean over ranks as nccl-tests and allreduce-bench report it by default;
+busbw as nccl-tests defines it for allreduce).
 """
 import os
 import sys
@@ -28,9 +29,9 @@ def run(rank, nbytes, iters, warmup, port, q):
         dist.all_reduce(x)
     t = (time.perf_counter() - t0) / iters
     tt = torch.tensor([t], dtype=torch.float64)
-    dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+    dist.all_reduce(tt, op=dist.ReduceOp.SUM)
     if rank == 0:
-        q.put(tt.item())
+        q.put(tt.item() / WORLD)
     dist.destroy_process_group()
 
 
