@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,9 +101,8 @@ int main(int argc, char **argv)
 		case OPT_SLICE: slice = 1; break;
 		case OPT_DRY: dry = 1; break;
 		case OPT_DTYPE:
-			dt = gk_dtype_parse(optarg);
-			if (dt != GK_DT_F32 && dt != GK_DT_F16 && dt != GK_DT_BF16)
-				gk_cli_usage_error(&cli, "--dtype '%s': expected bf16, f16 or f32", optarg);
+			if (gk_dtype_parse_float(optarg, "--dtype", &dt, &err))
+				gk_cli_usage_error(&cli, "%s", err.msg);
 			break;
 		case OPT_KEEP:
 			if (gk_strlist_push(&keep, optarg, &err))
@@ -119,6 +119,12 @@ int main(int argc, char **argv)
 	if (!out && !dry)
 		gk_cli_usage_error(&cli, "no output directory (-o DIR)");
 
+	/*
+	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
+	 * removed and the error named, instead of SIGXFSZ killing us and
+	 * leaving it behind.
+	 */
+	signal(SIGXFSZ, SIG_IGN);
 	gk_ckpt_set *s;
 	gk_ckpt_plan p;
 	int status = 0;

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/internal.h"
 
 struct gk_ckpt_stage {
 	char *root, *name; /* name: the staging directory's base name */
@@ -49,8 +49,8 @@ int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
 	if (snprintf(path, sizeof(path), "%s/.step-%08" PRIu64 ".tmp-XXXXXX", root,
 		     step) >= (int)sizeof(path))
 		return gk_errf(err, "checkpoint '%s': path too long", root);
-	if (!mkdtemp(path))
-		return gk_err_sys(err, errno, "create directory '%s'", path);
+	if (ck_mkdtemp(path, err))
+		return -1;
 	return stage_new(out, root, step, strrchr(path, '/') + 1, 1, err);
 }
 
@@ -156,14 +156,15 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 		qsort(files.v, files.n, sizeof(char *), cmp_str);
 	for (size_t i = 0; i < files.n; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files.v[i]);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		int fd = ck_open_regular(path, err);
 		struct stat st;
 		uint64_t h;
 		char hex[17];
-		if (fd < 0 || fstat(fd, &st) < 0) {
-			gk_err_sys(err, errno, "open '%s'", path);
-			if (fd >= 0)
-				close(fd);
+		if (fd < 0)
+			goto out;
+		if (fstat(fd, &st) < 0) {
+			gk_err_sys(err, errno, "stat '%s'", path);
+			close(fd);
 			goto out;
 		}
 		/* Other ranks wrote these; make them durable before COMMIT says so. */
@@ -306,7 +307,12 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 	snprintf(path, sizeof(path), "%s/COMMIT", dir);
 	if (access(path, F_OK) < 0)
 		return gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
-	json_t *j = gk_json_load_file(path, (size_t)64 << 20, err);
+	char *buf;
+	size_t len;
+	if (ck_read_regular(path, (size_t)64 << 20, &buf, &len, err))
+		return -1;
+	json_t *j = gk_json_load_buf(buf, len, path, err);
+	free(buf);
 	if (!j)
 		return -1;
 	const json_t *files = json_object_get(j, "files");
@@ -329,10 +335,10 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 			break;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, k);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		int fd = ck_open_regular(path, err);
 		struct stat st;
 		if (fd < 0) {
-			rc = gk_err_sys(err, errno, "checkpoint '%s': open '%s'", dir, k);
+			rc = gk_err_prefix(err, "checkpoint '%s'", dir);
 			break;
 		}
 		if (fstat(fd, &st) < 0 || st.st_size != bytes) {
