@@ -23,4 +23,20 @@ int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
  */
 int ck_mkdtemp(char *tmpl, gk_err *err);
 
+/*
+ * A step directory's name, spelled as the writer spells it: "step-%08llu"
+ * (8 digits, more from step 10^8 on). The step, or -1 for other names.
+ */
+int ck_parse_step(const char *name, uint64_t *step);
+
+/* What ROOT/latest is (ck_latest_link's result). */
+enum {
+	CK_LATEST_NONE,      /* no such entry */
+	CK_LATEST_NOT_LINK,  /* not a symbolic link */
+	CK_LATEST_ELSEWHERE, /* resolves to no step directory of ROOT */
+	CK_LATEST_STEP       /* the step directory *step, committed or not */
+};
+/* target receives the link's text (for messages). */
+int ck_latest_link(const char *root, uint64_t *step, char *target, size_t len);
+
 #endif
