@@ -290,4 +290,14 @@ assert len(l) == 17
 "
 '
 
+test_expect_success 'the fixtures in tests/data/ckpt are the reference writer'"'"'s bytes' '
+	mkdir fixtures &&
+	"$GK_PY" "$GK_TOP/tools/mkckptfixtures.py" fixtures &&
+	(cd fixtures && find . -type f | LC_ALL=C sort) >made &&
+	test $(wc -l <made) -eq 19 &&
+	while read -r f; do
+		cmp "fixtures/$f" "$GK_TOP/tests/data/ckpt/$f" || return 1
+	done <made
+'
+
 test_done
