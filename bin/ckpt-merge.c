@@ -131,9 +131,8 @@ int main(int argc, char **argv)
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
 	if (check) {
-		for (int i = optind; i < argc && !status; i++)
-			if (gk_ckpt_verify_input(argv[i], &err))
-				status = gk_cli_fail(&cli, &err);
+		if (gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err))
+			status = gk_cli_fail(&cli, &err);
 		if (!status && !cli.quiet)
 			printf("ok: %zu tensors, %" PRIu64 " bytes in %zu files\n", s->n, s->bytes,
 			       s->nfiles);
@@ -143,7 +142,9 @@ int main(int argc, char **argv)
 		gk_ckpt_plan p;
 		gk_progress pr;
 		gk_ckpt_write_opts o = {&pr, verify};
-		int rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
+		int rc = gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err);
+		if (!rc)
+			rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
 		if (!rc)
 			rc = max ? gk_ckpt_plan_size(s, max, &p, &err)
 				 : gk_ckpt_plan_one(s, out, &p, &err);

@@ -227,6 +227,15 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err);
  * inputs (files, Hugging Face directories) have none: 0.
  */
 int gk_ckpt_verify_input(const char *in, gk_err *err);
+/*
+ * gk_ckpt_verify_input for each input. Merging and resharding call it
+ * before copying: copy_file_range moves the data without it passing
+ * through our memory, and the output's tensor order is not the input
+ * files' byte order, so COMMIT's whole-file XXH3 cannot be computed on
+ * the way; one extra read (into the page cache the copy then reads
+ * from) makes sure a file damaged after COMMIT is not published.
+ */
+int gk_ckpt_verify_inputs(char *const *inputs, size_t n, gk_err *err);
 
 /* ---- pruning old checkpoints (ckpt-prune) ------------------------------------
  *

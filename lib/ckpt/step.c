@@ -419,3 +419,11 @@ int gk_ckpt_verify_input(const char *in, gk_err *err)
 		return gk_errf(err, "path '%s': too long", in);
 	return gk_ckpt_verify_step(path, err);
 }
+
+int gk_ckpt_verify_inputs(char *const *inputs, size_t n, gk_err *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (gk_ckpt_verify_input(inputs[i], err))
+			return -1;
+	return 0;
+}

@@ -132,4 +132,27 @@ test_expect_success '--max-size 0 is a usage error' '
 	! test -e z
 '
 
+# COMMIT is written with xxhsum, an XXH3 independent of ours.
+if command -v xxhsum >/dev/null 2>&1; then test_set_prereq XXHSUM; fi
+
+test_expect_success XXHSUM 'a file damaged after COMMIT is not merged or resharded' '
+	d=croot/step-00000005 && mkdir -p $d &&
+	cp "$ck/expect.safetensors" $d/model.safetensors &&
+	h=$(xxhsum -H3 $d/model.safetensors | sed "s/.* = //") &&
+	printf "{\"step\":5,\"files\":{\"model.safetensors\":{\"bytes\":%d,\"xxh3\":\"%s\"}}}\n" \
+		$(wc -c <$d/model.safetensors) $h >$d/COMMIT &&
+	ckpt-merge -q croot -o good.safetensors &&
+	cmp good.safetensors "$ck/expect.safetensors" &&
+	printf "\377" | dd of=$d/model.safetensors bs=1 seek=190 conv=notrunc 2>/dev/null &&
+	echo "ckpt-merge: checkpoint '\''croot/step-00000005'\'': '\''model.safetensors'\'' does not match its XXH3 in COMMIT" >expect &&
+	test_expect_code 1 ckpt-merge croot -o bad.safetensors 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-merge $d --max-size 1K -o baddir 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-shard --shards 2 -o baddir2 $d 2>err &&
+	sed "s/^ckpt-merge:/ckpt-shard:/" expect >expect2 &&
+	test_cmp expect2 err &&
+	! test -e bad.safetensors && ! test -e baddir && ! test -e baddir2
+'
+
 test_done
