@@ -82,7 +82,7 @@ typedef struct gk_ckpt_item {
 typedef struct gk_ckpt_outfile {
 	char *name;          /* file name inside the output directory */
 	gk_ckpt_item *items;
-	size_t n;
+	size_t n, cap;
 	uint64_t bytes;      /* tensor bytes in it */
 	int rank;            /* >= 0 for rank shards */
 } gk_ckpt_outfile;

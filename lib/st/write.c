@@ -25,17 +25,9 @@ static void sb_put(sbuf *b, const char *s, size_t n)
 {
 	if (b->oom)
 		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
+	if (GK_GROW(b->p, b->cap, b->n + n + 1, "safetensors header", NULL)) {
+		b->oom = 1;
+		return;
 	}
 	memcpy(b->p + b->n, s, n);
 	b->n += n;
