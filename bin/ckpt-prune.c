@@ -7,12 +7,13 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt/ckpt.h"
 
 static const char usage[] =
 	"usage: ckpt-prune --keep-last N [--keep-every K] [--grace TIME]\n"
-	"                  [--lock FILE] [-nqv] DIR\n"
+	"                  [--lock FILE] [--metrics FILE] [-nqv] DIR\n"
 	"       ckpt-prune -h | --help | --version\n"
 	"\n"
 	"Remove old checkpoints (step-NNNNNNNN directories) from the checkpoint\n"
@@ -26,13 +27,15 @@ static const char usage[] =
 	"                  or d (default 1h); after that it is removed as abandoned\n"
 	"  --lock FILE     lock FILE instead of DIR/.ckpt-prune.lock (for file\n"
 	"                  systems without flock, such as Lustre without -o flock)\n"
+	"  --metrics FILE  write what the run did in Prometheus' text format\n"
+	"                  (atomically, for node_exporter's textfile collector)\n"
 	"  -n, --dry-run   print what would be removed and change nothing\n"
 	"  -q, --quiet     log nothing but errors\n"
 	"  -v, --verbose   also log what is kept and why\n"
 	"  -h, --help      print this help\n"
 	"      --version   print the version\n";
 
-enum { OPT_KEEP_LAST = GK_OPT_FIRST_TOOL, OPT_KEEP_EVERY, OPT_GRACE, OPT_LOCK };
+enum { OPT_KEEP_LAST = GK_OPT_FIRST_TOOL, OPT_KEEP_EVERY, OPT_GRACE, OPT_LOCK, OPT_METRICS };
 
 static const struct option longopts[] = {
 	GK_CLI_LONGOPTS,
@@ -40,6 +43,7 @@ static const struct option longopts[] = {
 	{"keep-every", required_argument, NULL, OPT_KEEP_EVERY},
 	{"grace", required_argument, NULL, OPT_GRACE},
 	{"lock", required_argument, NULL, OPT_LOCK},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{"dry-run", no_argument, NULL, 'n'},
 	{NULL, 0, NULL, 0},
 };
@@ -80,6 +84,42 @@ static char *human(uint64_t kib, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * The run as gauges (the values of the last run: a counter would restart
+ * at every cron run), labelled with the root. ok: 0 when the run failed.
+ */
+static int write_metrics(const char *path, const char *dir,
+			 const gk_ckpt_prune_stats *st, int ok, gk_err *err)
+{
+	static const char pre[] = "gpukit_ckpt_prune_";
+	const char *labels[] = {"root", dir, NULL};
+	const struct {
+		const char *name, *help;
+		double v;
+	} g[] = {
+		{"removed", "Checkpoints the last run removed (would remove, with --dry-run).",
+		 (double)st->removed},
+		{"kept", "Checkpoints and directories in progress the last run kept.",
+		 (double)st->kept},
+		{"failed", "Removals that failed in the last run.", (double)st->failed},
+		{"freed_bytes", "Disk space the last run freed.", (double)st->freed_kib * 1024},
+		{"success", "1 when the last run did all it had to, else 0.", ok},
+		{"last_run_timestamp_seconds", "When the last run ended, in Unix time.",
+		 (double)time(NULL)},
+	};
+	gk_metrics *m;
+	char name[64];
+	int rc = gk_metrics_new(&m, labels, err);
+	for (size_t i = 0; !rc && i < GK_ARRAY_SIZE(g); i++) {
+		snprintf(name, sizeof(name), "%s%s", pre, g[i].name);
+		rc = gk_metrics_set(m, name, GK_METRIC_GAUGE, g[i].help, NULL, g[i].v, err);
+	}
+	if (!rc)
+		rc = gk_metrics_write(m, path, err);
+	gk_metrics_free(m);
+	return rc;
+}
+
 typedef struct ctx {
 	const gk_cli *cli;
 	int dry_run;
@@ -115,7 +155,8 @@ int main(int argc, char **argv)
 	gk_cli cli;
 	gk_err err = {0};
 	gk_ckpt_prune_opts o = {0, 0, 3600, 0, NULL};
-	gk_ckpt_prune_stats st;
+	gk_ckpt_prune_stats st = {0};
+	const char *metrics = NULL;
 	char size[32];
 	int opt;
 
@@ -136,6 +177,11 @@ int main(int argc, char **argv)
 				gk_cli_usage_error(&cli, "--lock '': an empty file name");
 			o.lock = optarg;
 			break;
+		case OPT_METRICS:
+			if (!*optarg)
+				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
+			metrics = optarg;
+			break;
 		case 'n': o.dry_run = 1; break;
 		}
 	}
@@ -149,17 +195,22 @@ int main(int argc, char **argv)
 
 	const char *dir = argv[optind];
 	ctx c = {&cli, o.dry_run};
-	int rc = gk_ckpt_prune(dir, &o, report, &c, &st, &err);
-	if (rc < 0)
-		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-	if (rc == 1) {
+	int rc = gk_ckpt_prune(dir, &o, report, &c, &st, &err), status = 0;
+	if (rc < 0) {
+		status = gk_cli_fail(&cli, &err);
+	} else if (rc == 1) {
+		/* The run holding the lock writes the metrics. */
 		if (!cli.quiet)
 			gk_cli_warn(&cli, "'%s' is being pruned by another ckpt-prune; nothing done", dir);
 		return gk_cli_finish(&cli, 0);
+	} else {
+		if (cli.verbose && !cli.quiet)
+			printf(o.dry_run ? "would remove %zu, keep %zu, free %s\n"
+					 : "removed %zu, kept %zu, freed %s\n",
+			       st.removed, st.kept, human(st.freed_kib, size, sizeof(size)));
+		status = st.failed ? 1 : 0;
 	}
-	if (cli.verbose && !cli.quiet)
-		printf(o.dry_run ? "would remove %zu, keep %zu, free %s\n"
-				 : "removed %zu, kept %zu, freed %s\n",
-		       st.removed, st.kept, human(st.freed_kib, size, sizeof(size)));
-	return gk_cli_finish(&cli, st.failed ? 1 : 0);
+	if (metrics && write_metrics(metrics, dir, &st, status == 0, &err))
+		status = gk_cli_fail(&cli, &err);
+	return gk_cli_finish(&cli, status);
 }
