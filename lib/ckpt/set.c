@@ -336,7 +336,7 @@ static int by_name_seq(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* One decimal number of at most 20 digits that fits 64 bits; advances *p. */
+/* One decimal number (digits only) that fits 64 bits; advances *p. */
 static int slice_num(const char **p, uint64_t *out)
 {
 	const char *s = *p;
