@@ -131,7 +131,6 @@ BENCH := $(sort $(wildcard tools/bench/*.sh))
 FUZZ_SRC := $(filter-out tools/fuzz/replay.c,$(wildcard tools/fuzz/*.c))
 FUZZ_REPLAY := $(patsubst tools/fuzz/%.c,$(B)/tools/fuzz/%,$(FUZZ_SRC))
 MAN := $(wildcard man/man1/*.1 man/man5/*.5 man/man7/*.7)
-USER_SCRIPTS := $(wildcard scripts/ckpt-prune)
 
 # ---- build --------------------------------------------------------------------
 
@@ -207,13 +206,12 @@ demo: all
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	$(if $(TOOLS),install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR))
-	$(if $(USER_SCRIPTS),install -m 755 $(USER_SCRIPTS) $(DESTDIR)$(BINDIR))
 	$(if $(filter %.1,$(MAN)),install -m 644 $(filter %.1,$(MAN)) $(DESTDIR)$(MANDIR)/man1)
 	$(if $(filter %.5,$(MAN)),install -m 644 $(filter %.5,$(MAN)) $(DESTDIR)$(MANDIR)/man5)
 	$(if $(filter %.7,$(MAN)),install -m 644 $(filter %.7,$(MAN)) $(DESTDIR)$(MANDIR)/man7)
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS) $(USER_SCRIPTS)))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS)))
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/,$(patsubst man/%,%,$(MAN)))
 
 clean:

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -91,9 +92,8 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'o': out = optarg; break;
 		case OPT_DTYPE:
-			dt = gk_dtype_parse(optarg);
-			if (dt != GK_DT_F32 && dt != GK_DT_F16 && dt != GK_DT_BF16)
-				gk_cli_usage_error(&cli, "--dtype '%s': expected bf16, f16 or f32", optarg);
+			if (gk_dtype_parse_float(optarg, "--dtype", &dt, &err))
+				gk_cli_usage_error(&cli, "%s", err.msg);
 			break;
 		case OPT_KEEP:
 			if (gk_strlist_push(&keep, optarg, &err))
@@ -118,6 +118,12 @@ int main(int argc, char **argv)
 	if (max && out && strcmp(out, "-") == 0)
 		gk_cli_usage_error(&cli, "--max-size writes a directory, not standard output");
 
+	/*
+	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
+	 * removed and the error named, instead of SIGXFSZ killing us and
+	 * leaving it behind.
+	 */
+	signal(SIGXFSZ, SIG_IGN);
 	gk_ckpt_set *s;
 	int status = 0;
 	if (gk_ckpt_open(&s, argv + optind, (size_t)(argc - optind), &err)) {
@@ -125,9 +131,8 @@ int main(int argc, char **argv)
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
 	if (check) {
-		for (int i = optind; i < argc && !status; i++)
-			if (gk_ckpt_verify_input(argv[i], &err))
-				status = gk_cli_fail(&cli, &err);
+		if (gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err))
+			status = gk_cli_fail(&cli, &err);
 		if (!status && !cli.quiet)
 			printf("ok: %zu tensors, %" PRIu64 " bytes in %zu files\n", s->n, s->bytes,
 			       s->nfiles);
@@ -137,7 +142,9 @@ int main(int argc, char **argv)
 		gk_ckpt_plan p;
 		gk_progress pr;
 		gk_ckpt_write_opts o = {&pr, verify};
-		int rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
+		int rc = gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err);
+		if (!rc)
+			rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
 		if (!rc)
 			rc = max ? gk_ckpt_plan_size(s, max, &p, &err)
 				 : gk_ckpt_plan_one(s, out, &p, &err);

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,9 +101,8 @@ int main(int argc, char **argv)
 		case OPT_SLICE: slice = 1; break;
 		case OPT_DRY: dry = 1; break;
 		case OPT_DTYPE:
-			dt = gk_dtype_parse(optarg);
-			if (dt != GK_DT_F32 && dt != GK_DT_F16 && dt != GK_DT_BF16)
-				gk_cli_usage_error(&cli, "--dtype '%s': expected bf16, f16 or f32", optarg);
+			if (gk_dtype_parse_float(optarg, "--dtype", &dt, &err))
+				gk_cli_usage_error(&cli, "%s", err.msg);
 			break;
 		case OPT_KEEP:
 			if (gk_strlist_push(&keep, optarg, &err))
@@ -119,6 +119,12 @@ int main(int argc, char **argv)
 	if (!out && !dry)
 		gk_cli_usage_error(&cli, "no output directory (-o DIR)");
 
+	/*
+	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
+	 * removed and the error named, instead of SIGXFSZ killing us and
+	 * leaving it behind.
+	 */
+	signal(SIGXFSZ, SIG_IGN);
 	gk_ckpt_set *s;
 	gk_ckpt_plan p;
 	int status = 0;
@@ -126,7 +132,9 @@ int main(int argc, char **argv)
 		gk_strlist_free(&keep);
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
-	int rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
+	int rc = dry ? 0 : gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err);
+	if (!rc)
+		rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
 	if (!rc)
 		rc = max ? gk_ckpt_plan_size(s, max, &p, &err)
 		   : shards ? gk_ckpt_plan_count(s, (size_t)shards, &p, &err)

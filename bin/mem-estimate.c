@@ -366,10 +366,8 @@ int main(int argc, char **argv)
 		case O_FROM: o.from = optarg; break;
 		case O_UNKNOWN: o.allow_unknown = 1; break;
 		case O_PREC:
-			r.precision = gk_dtype_parse(optarg);
-			if (r.precision != GK_DT_F32 && r.precision != GK_DT_BF16 &&
-			    r.precision != GK_DT_F16)
-				gk_cli_usage_error(&cli, "--precision '%s': not f32, bf16 or f16", optarg);
+			if (gk_dtype_parse_float(optarg, "--precision", &r.precision, &err))
+				gk_cli_usage_error(&cli, "%s", err.msg);
 			break;
 		case O_OPT:
 			if ((c = gk_mem_opt_parse(optarg)) < 0)

@@ -82,7 +82,7 @@ typedef struct gk_ckpt_item {
 typedef struct gk_ckpt_outfile {
 	char *name;          /* file name inside the output directory */
 	gk_ckpt_item *items;
-	size_t n;
+	size_t n, cap;
 	uint64_t bytes;      /* tensor bytes in it */
 	int rank;            /* >= 0 for rank shards */
 } gk_ckpt_outfile;
@@ -205,12 +205,18 @@ void gk_ckpt_stage_free(gk_ckpt_stage *s);
 
 /* "model-rank-00003-of-00008.safetensors" for kind "model"; malloc'ed. */
 char *gk_ckpt_rank_file(const char *kind, int rank, int world);
-/* Committed steps in ROOT, ascending (malloc'ed array). */
+/*
+ * Committed steps in ROOT, ascending (malloc'ed array): directories (not
+ * symbolic links) named as the writer names them, "step-%08llu" (so
+ * step-100000000 from step 10^8 on, and step-000000001 is not a step),
+ * holding a regular COMMIT.
+ */
 int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err);
 /*
- * The newest committed step: the one `latest` names when it is a committed
- * step directory, else the highest committed step. 1 with *step set, 0
- * when there is none, -1 on error.
+ * The newest committed step: the one `latest` resolves to when that is a
+ * committed step directory of ROOT (however the link is spelled: compared
+ * by device and inode), else the highest committed step. 1 with *step
+ * set, 0 when there is none, -1 on error.
  */
 int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err);
 /* Check a step directory's COMMIT: every file present, sizes and XXH3. */
@@ -221,5 +227,75 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err);
  * inputs (files, Hugging Face directories) have none: 0.
  */
 int gk_ckpt_verify_input(const char *in, gk_err *err);
+/*
+ * gk_ckpt_verify_input for each input. Merging and resharding call it
+ * before copying: copy_file_range moves the data without it passing
+ * through our memory, and the output's tensor order is not the input
+ * files' byte order, so COMMIT's whole-file XXH3 cannot be computed on
+ * the way; one extra read (into the page cache the copy then reads
+ * from) makes sure a file damaged after COMMIT is not published.
+ */
+int gk_ckpt_verify_inputs(char *const *inputs, size_t n, gk_err *err);
+
+/* ---- pruning old checkpoints (ckpt-prune) ------------------------------------
+ *
+ * Which directories of ROOT go:
+ *   committed step-N: kept when it is the newest, what `latest` resolves
+ *     to, among the keep_last newest, or a multiple of keep_every;
+ *     removed otherwise;
+ *   step-N without COMMIT and staging directories .step-N.*: in progress
+ *     while anything in them changes, abandoned (removed) once nothing
+ *     has for grace seconds. Change is the newest ctime or mtime in the
+ *     tree: ctime cannot be set back, so a tree copied in with its old
+ *     mtimes (cp -a, tar x) still looks young; `latest` keeps one anyway;
+ *   .deleting-*: left by an interrupted run, removed first.
+ * Symbolic links, other names and other file systems are never followed
+ * or removed. A removal renames the directory to .deleting-NAME.PID, syncs
+ * ROOT, then deletes the tree: a crash leaves a name no reader takes for a
+ * checkpoint, and a writer that was only slow fails cleanly.
+ * One run at a time per ROOT: an exclusive flock(2) on the lock file
+ * (ROOT/.ckpt-prune.lock, never through a symbolic link, or o->lock),
+ * which must be a regular file. Writers do not take it: COMMIT and the
+ * grace period protect them. A dry run takes no lock and changes nothing.
+ */
+typedef struct gk_ckpt_prune_opts {
+	uint64_t keep_last;  /* >= 1 */
+	uint64_t keep_every; /* 0: none */
+	uint64_t grace;      /* seconds */
+	int dry_run;
+	const char *lock;    /* NULL: ROOT/.ckpt-prune.lock */
+} gk_ckpt_prune_opts;
+
+typedef enum gk_ckpt_prune_kind {
+	GK_CKPT_PRUNE_KEPT,    /* name, why */
+	GK_CKPT_PRUNE_REMOVED, /* name, why (may be ""), kib; or would be */
+	GK_CKPT_PRUNE_FAILED,  /* name, msg "remove 'NAME': why" */
+	GK_CKPT_PRUNE_WARNING  /* msg */
+} gk_ckpt_prune_kind;
+
+typedef struct gk_ckpt_prune_event {
+	gk_ckpt_prune_kind kind;
+	const char *name;   /* an entry of ROOT */
+	const char *why;    /* "newest, keep-last 2", "no COMMIT, unchanged for 2h" */
+	uint64_t kib;       /* disk usage, as du -sk counts it */
+	const char *msg;
+} gk_ckpt_prune_event;
+
+typedef struct gk_ckpt_prune_stats {
+	size_t removed, kept, failed;
+	uint64_t freed_kib;
+} gk_ckpt_prune_stats;
+
+/*
+ * Prune ROOT, reporting each decision to fn (in the order taken) and the
+ * totals in *st. Returns 0 (st->failed says whether some removal failed),
+ * 1 when another run holds the lock (nothing done), -1 when ROOT or the
+ * lock cannot be used ("open 'ROOT': why", "lock 'FILE': why").
+ */
+int gk_ckpt_prune(const char *root, const gk_ckpt_prune_opts *o,
+		  void (*fn)(void *ctx, const gk_ckpt_prune_event *ev),
+		  void *ctx, gk_ckpt_prune_stats *st, gk_err *err);
+/* "1h30m": the two largest of d, h, m, s ("0s" for 0); returns buf. */
+char *gk_ckpt_duration_str(uint64_t secs, char *buf, size_t len);
 
 #endif

@@ -33,13 +33,8 @@ static int plan_files(gk_ckpt_plan *p, size_t n, gk_err *err)
 static int push(gk_ckpt_outfile *f, gk_ckpt_item it, uint64_t bytes,
 		gk_err *err)
 {
-	/* Grow by doubling: n is a power of two or zero before a resize. */
-	if ((f->n & (f->n - 1)) == 0) {
-		gk_ckpt_item *ni = realloc(f->items, (f->n ? f->n * 2 : 1) * sizeof(*ni));
-		if (!ni)
-			return gk_err_sys(err, ENOMEM, "plan");
-		f->items = ni;
-	}
+	if (GK_GROW(f->items, f->cap, f->n + 1, "plan", err))
+		return -1;
 	f->items[f->n++] = it;
 	f->bytes += bytes;
 	return 0;

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/internal.h"
 
 /* What an index said, checked once all files are open. */
 typedef struct pending_index {
@@ -25,9 +25,12 @@ typedef struct pending_index {
 
 typedef struct builder {
 	gk_ckpt_set *s;
-	gk_strlist paths; /* parallel to s->files */
+	size_t files_cap;
+	gk_strlist paths;       /* parallel to s->files */
+	unsigned char *indexed; /* parallel to s->files: named by an index */
+	size_t indexed_cap;
 	pending_index *idx;
-	size_t nidx;
+	size_t nidx, idx_cap;
 } builder;
 
 static int ends_with(const char *s, const char *suf)
@@ -58,16 +61,17 @@ static int add_file(builder *b, const char *path, size_t *num, gk_err *err)
 	gk_st_file *f;
 	if (gk_st_open(&f, path, err))
 		return -1;
-	gk_st_file **nf = realloc(b->s->files, (b->s->nfiles + 1) * sizeof(*nf));
-	if (!nf || gk_strlist_push(&b->paths, real, err)) {
+	size_t n = b->s->nfiles;
+	if (GK_GROW(b->s->files, b->files_cap, n + 1, "open", err) ||
+	    GK_GROW(b->indexed, b->indexed_cap, n + 1, "open", err) ||
+	    gk_strlist_push(&b->paths, real, err)) {
 		gk_st_close(f);
-		if (nf)
-			b->s->files = nf;
 		return gk_err_sys(err, ENOMEM, "open '%s'", path);
 	}
-	b->s->files = nf;
-	*num = b->s->nfiles;
-	b->s->files[b->s->nfiles++] = f;
+	b->indexed[n] = 0;
+	b->s->files[n] = f;
+	b->s->nfiles = n + 1;
+	*num = n;
 	return 0;
 }
 
@@ -160,7 +164,7 @@ static int add_index(builder *b, const char *path, gk_err *err)
 {
 	char *buf;
 	size_t len;
-	if (gk_read_file(path, (size_t)1 << 30, &buf, &len, err))
+	if (ck_read_regular(path, (size_t)1 << 30, &buf, &len, err))
 		return -1;
 	pending_index pi = {0};
 	int rc = gk_ckpt_index_parse(&pi.ix, buf, len, path, err);
@@ -169,16 +173,13 @@ static int add_index(builder *b, const char *path, gk_err *err)
 		return -1;
 	pi.path = strdup(path);
 	pi.file = calloc(pi.ix.files.n + 1, sizeof(size_t));
-	pending_index *ni = realloc(b->idx, (b->nidx + 1) * sizeof(*ni));
-	if (!pi.path || !pi.file || !ni) {
+	if (!pi.path || !pi.file ||
+	    GK_GROW(b->idx, b->idx_cap, b->nidx + 1, "index", err)) {
 		free(pi.path);
 		free(pi.file);
 		gk_ckpt_index_free(&pi.ix);
-		if (ni)
-			b->idx = ni;
 		return gk_err_sys(err, ENOMEM, "index '%s'", path);
 	}
-	b->idx = ni;
 	b->idx[b->nidx++] = pi;
 	pending_index *p = &b->idx[b->nidx - 1];
 	char tmp[PATH_MAX];
@@ -192,6 +193,7 @@ static int add_index(builder *b, const char *path, gk_err *err)
 		free(fp);
 		if (rc)
 			return gk_err_prefix(err, "index '%s'", path);
+		b->indexed[p->file[i]] = 1;
 	}
 	return 0;
 }
@@ -282,6 +284,18 @@ static int add_input(builder *b, const char *in, gk_err *err)
 	}
 	if (exists(in, "COMMIT"))
 		return add_step_dir(b, in, err);
+	/*
+	 * A step directory (or its staging directory) without COMMIT is
+	 * unfinished however it is reached: by name, through `latest` or
+	 * another symbolic link, with a trailing slash. So the rule looks at
+	 * the real name.
+	 */
+	char real[PATH_MAX];
+	if (!realpath(in, real))
+		return gk_err_sys(err, errno, "open '%s'", in);
+	const char *base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+	if (strncmp(base, "step-", 5) == 0 || strncmp(base, ".step-", 6) == 0)
+		return gk_errf(err, "read '%s': incomplete checkpoint (no COMMIT)", in);
 	if (exists(in, GK_CKPT_INDEX)) {
 		char *p = join(in, GK_CKPT_INDEX);
 		int rc = p ? add_index(b, p, err) : gk_err_sys(err, ENOMEM, "open");
@@ -301,9 +315,6 @@ static int add_input(builder *b, const char *in, gk_err *err)
 		free(p);
 		return r;
 	}
-	const char *base = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
-	if (strncmp(base, "step-", 5) == 0)
-		return gk_errf(err, "read '%s': incomplete checkpoint (no COMMIT)", in);
 	return add_files_of(b, in, is_st, err);
 }
 
@@ -325,17 +336,46 @@ static int by_name_seq(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static int parse_slice(const char *v, occ *o)
+/* One decimal number (digits only) that fits 64 bits; advances *p. */
+static int slice_num(const char **p, uint64_t *out)
 {
-	unsigned long long a, b, c;
-	int n = -1;
-	if (sscanf(v, "%llu:%llu/%llu%n", &a, &b, &c, &n) != 3 || v[n] ||
-	    a > b || b > c || !strchr("0123456789", v[0]))
+	const char *s = *p;
+	uint64_t v = 0;
+	if (*s < '0' || *s > '9')
 		return -1;
-	o->start = a;
-	o->stop = b;
-	o->rows = c;
+	for (; *s >= '0' && *s <= '9'; s++)
+		if (gk_mul_overflow(v, 10, &v) || gk_add_overflow(v, (uint64_t)(*s - '0'), &v))
+			return -2;
+	*p = s;
+	*out = v;
 	return 0;
+}
+
+/*
+ * "START:STOP/ROWS" (gpukit-ckpt(5)): digits only, no sign, no space, no
+ * trailing text, START <= STOP <= ROWS. Returns NULL or why it is bad.
+ */
+static const char *parse_slice(const char *v, occ *o)
+{
+	uint64_t n[3];
+	const char *p = v;
+	for (int i = 0; i < 3; i++) {
+		int r = slice_num(&p, &n[i]);
+		if (r == -2)
+			return "a number does not fit 64 bits";
+		if (r || *p != (i == 0 ? ':' : i == 1 ? '/' : '\0'))
+			return "expected START:STOP/ROWS";
+		if (i < 2)
+			p++;
+	}
+	if (n[0] > n[1])
+		return "START is past STOP";
+	if (n[1] > n[2])
+		return "STOP is past ROWS";
+	o->start = n[0];
+	o->stop = n[1];
+	o->rows = n[2];
+	return NULL;
 }
 
 /* The slice metadata of one file, sorted by tensor name for bsearch. */
@@ -436,9 +476,6 @@ static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
 			    o[i].rows != o[0].rows)
 				return gk_errf(err, "tensor '%s': slices in '%s' and '%s' disagree on dtype, shape or rows",
 					       e->name, s->files[o[0].file]->path, fb);
-			if (o[i].t->shape[0] != o[i].stop - o[i].start)
-				return gk_errf(err, "tensor '%s': slice %" PRIu64 ":%" PRIu64 " in '%s' has %" PRIu64 " rows",
-					       e->name, o[i].start, o[i].stop, fb, o[i].t->shape[0]);
 			if (o[i].start < at)
 				return gk_errf(err, "tensor '%s': slices overlap at row %" PRIu64 " ('%s')",
 					       e->name, o[i].start, fb);
@@ -537,11 +574,18 @@ static int group(gk_ckpt_set *s, gk_err *err)
 			c->t = &f->t[t];
 			const char *sl = find_slice(sl_kv, nsl, c->name);
 			if (sl) {
-				if (parse_slice(sl, c) || f->t[t].ndim == 0) {
+				const char *why = parse_slice(sl, c);
+				if (!why && f->t[t].ndim == 0)
+					why = "a scalar has no rows";
+				if (!why && f->t[t].shape[0] != c->stop - c->start)
+					why = "STOP - START differs from the tensor's rows";
+				if (why) {
+					/* c points into o: format the message before freeing it. */
+					gk_errf(err, "read '%s': tensor '%s': bad slice metadata '%s': %s",
+						f->path, c->name, sl, why);
 					free(sl_kv);
 					free(o);
-					return gk_errf(err, "read '%s': tensor '%s': bad slice metadata '%s'",
-						       f->path, c->name, sl);
+					return -1;
 				}
 				c->sliced = 1;
 			}
@@ -590,6 +634,160 @@ static int group(gk_ckpt_set *s, gk_err *err)
 	return rc;
 }
 
+/*
+ * A member of a numbered set, "PREFIX-NNNNN-of-MMMMM.safetensors" (the
+ * Hugging Face shards count from 1, "KIND-rank-" files from 0): the length
+ * of "DIR/PREFIX", its number and the set's size. 0, or -1 for other names.
+ */
+static int set_member(const char *path, size_t *key_len, uint64_t *num,
+		      uint64_t *total, int *from)
+{
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	const char *of = strstr(base, "-of-");
+	const char *dash, *p;
+	if (!of || !ends_with(base, ".safetensors"))
+		return -1;
+	for (dash = of; dash > base && dash[-1] >= '0' && dash[-1] <= '9'; dash--)
+		;
+	if (dash == base || dash[-1] != '-' || of - dash < 5 || of - dash > 9)
+		return -1;
+	p = of + 4;
+	size_t nd = strspn(p, "0123456789");
+	if (nd < 5 || nd > 9 || strcmp(p + nd, ".safetensors") != 0)
+		return -1;
+	*num = strtoull(dash, NULL, 10);
+	*total = strtoull(p, NULL, 10);
+	*key_len = (size_t)(dash - 1 - path);
+	*from = dash - 1 - base >= 5 && strncmp(dash - 6, "-rank", 5) == 0 ? 0 : 1;
+	return *total ? 0 : -1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void dir_of(const char *path, char *buf, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		snprintf(buf, len, ".");
+	else
+		snprintf(buf, len, "%.*s", (int)(slash == path ? 1 : slash - path), path);
+}
+
+/*
+ * Numbers present in one set, sorted: the first one missing from
+ * [from, from + total), or UINT64_MAX when none is.
+ */
+static uint64_t first_missing(uint64_t *v, size_t n, uint64_t from,
+			      uint64_t total)
+{
+	qsort(v, n, sizeof(*v), cmp_u64);
+	uint64_t want = from;
+	for (size_t i = 0; i < n && want < from + total; i++) {
+		if (v[i] < want)
+			continue; /* a duplicate, or out of range below */
+		if (v[i] > want)
+			return want;
+		want++;
+	}
+	return want < from + total ? want : UINT64_MAX;
+}
+
+/*
+ * A set of numbered files or rank shards with a member missing would merge
+ * "ok" without its tensors: refuse it. Files named by an index were checked
+ * against it; the others are checked by name (PREFIX-NNNNN-of-MMMMM), and
+ * rank shards of one directory by their gpukit.rank/gpukit.world metadata.
+ */
+static int check_sets(builder *b, gk_err *err)
+{
+	gk_ckpt_set *s = b->s;
+	uint64_t *v = malloc((s->nfiles + 1) * sizeof(*v));
+	unsigned char *done = calloc(s->nfiles + 1, 1);
+	char dir[PATH_MAX];
+	int rc = 0;
+	if (!v || !done) {
+		free(v);
+		free(done);
+		return gk_err_sys(err, ENOMEM, "open");
+	}
+	for (size_t i = 0; i < s->nfiles && !rc; i++) {
+		size_t kl, kl2;
+		uint64_t num, total, num2, total2;
+		int from, from2;
+		const char *pi = s->files[i]->path;
+		if (done[i] || b->indexed[i] || set_member(pi, &kl, &num, &total, &from))
+			continue;
+		size_t n = 0;
+		for (size_t j = i; j < s->nfiles; j++) {
+			const char *pj = s->files[j]->path;
+			if (done[j] || b->indexed[j] ||
+			    set_member(pj, &kl2, &num2, &total2, &from2) || kl2 != kl ||
+			    total2 != total || strncmp(pi, pj, kl) != 0)
+				continue;
+			done[j] = 1;
+			if (num2 < (uint64_t)from || num2 - (uint64_t)from >= total) {
+				rc = gk_errf(err, "read '%s': number %" PRIu64 " is outside a set of %" PRIu64,
+					     pj, num2, total);
+				break;
+			}
+			v[n++] = num2;
+		}
+		uint64_t miss = rc ? UINT64_MAX : first_missing(v, n, (uint64_t)from, total);
+		if (miss != UINT64_MAX) {
+			/* The missing name, spelled like its siblings. */
+			const char *base = strrchr(pi, '/') ? strrchr(pi, '/') + 1 : pi;
+			const char *digits = pi + kl + 1, *of = strstr(digits, "-of-");
+			dir_of(pi, dir, sizeof(dir));
+			rc = gk_errf(err, "read '%s': incomplete checkpoint: '%.*s%0*" PRIu64 "%s' is missing",
+				     dir, (int)(digits - base), base, (int)(of - digits), miss, of);
+		}
+	}
+	/* Rank shards by their metadata, one directory at a time. */
+	memset(done, 0, s->nfiles + 1);
+	for (size_t i = 0; i < s->nfiles && !rc; i++) {
+		const char *w = gk_st_meta_get(s->files[i], GK_CKPT_META_WORLD);
+		char dj[PATH_MAX];
+		uint64_t world = 0, rank;
+		if (done[i] || !w)
+			continue;
+		dir_of(s->files[i]->path, dir, sizeof(dir));
+		size_t n = 0;
+		for (size_t j = i; j < s->nfiles && !rc; j++) {
+			const char *wj = gk_st_meta_get(s->files[j], GK_CKPT_META_WORLD);
+			const char *rj = gk_st_meta_get(s->files[j], GK_CKPT_META_RANK);
+			uint64_t wv;
+			if (done[j] || !wj)
+				continue;
+			dir_of(s->files[j]->path, dj, sizeof(dj));
+			if (strcmp(dj, dir) != 0)
+				continue;
+			done[j] = 1;
+			if (gk_parse_u64(wj, 99999, &wv, "world", NULL) || wv == 0 || !rj ||
+			    gk_parse_u64(rj, wv - 1, &rank, "rank", NULL))
+				rc = gk_errf(err, "read '%s': bad %s/%s metadata '%s'/'%s'",
+					     s->files[j]->path, GK_CKPT_META_RANK,
+					     GK_CKPT_META_WORLD, rj ? rj : "", wj);
+			else if (j > i && wv != world)
+				rc = gk_errf(err, "read '%s': %s %" PRIu64 " but '%s' says %" PRIu64,
+					     s->files[j]->path, GK_CKPT_META_WORLD, wv,
+					     s->files[i]->path, world);
+			world = wv;
+			v[n++] = rank;
+		}
+		uint64_t miss = rc ? UINT64_MAX : first_missing(v, n, 0, world);
+		if (miss != UINT64_MAX)
+			rc = gk_errf(err, "read '%s': incomplete checkpoint: rank %" PRIu64 " of %s %" PRIu64 " is missing",
+				     dir, miss, GK_CKPT_META_WORLD, world);
+	}
+	free(v);
+	free(done);
+	return rc;
+}
+
 int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
 		 gk_err *err)
 {
@@ -603,6 +801,8 @@ int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
 		rc = check_indexes(&b, err);
 	if (!rc)
 		rc = group(b.s, err);
+	if (!rc)
+		rc = check_sets(&b, err);
 	for (size_t i = 0; i < b.nidx; i++) {
 		free(b.idx[i].path);
 		free(b.idx[i].file);
@@ -610,6 +810,7 @@ int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
 	}
 	free(b.idx);
 	gk_strlist_free(&b.paths);
+	free(b.indexed);
 	if (rc) {
 		gk_ckpt_close(b.s);
 		return -1;

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/internal.h"
 
 struct gk_ckpt_stage {
 	char *root, *name; /* name: the staging directory's base name */
@@ -49,8 +49,8 @@ int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
 	if (snprintf(path, sizeof(path), "%s/.step-%08" PRIu64 ".tmp-XXXXXX", root,
 		     step) >= (int)sizeof(path))
 		return gk_errf(err, "checkpoint '%s': path too long", root);
-	if (!mkdtemp(path))
-		return gk_err_sys(err, errno, "create directory '%s'", path);
+	if (ck_mkdtemp(path, err))
+		return -1;
 	return stage_new(out, root, step, strrchr(path, '/') + 1, 1, err);
 }
 
@@ -156,14 +156,15 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 		qsort(files.v, files.n, sizeof(char *), cmp_str);
 	for (size_t i = 0; i < files.n; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files.v[i]);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		int fd = ck_open_regular(path, err);
 		struct stat st;
 		uint64_t h;
 		char hex[17];
-		if (fd < 0 || fstat(fd, &st) < 0) {
-			gk_err_sys(err, errno, "open '%s'", path);
-			if (fd >= 0)
-				close(fd);
+		if (fd < 0)
+			goto out;
+		if (fstat(fd, &st) < 0) {
+			gk_err_sys(err, errno, "stat '%s'", path);
+			close(fd);
 			goto out;
 		}
 		/* Other ranks wrote these; make them durable before COMMIT says so. */
@@ -217,22 +218,32 @@ out:
 	return rc;
 }
 
-/* "step-" then at least 8 digits; the step number, or -1. */
-static int parse_step(const char *name, uint64_t *step)
+int ck_parse_step(const char *name, uint64_t *step)
 {
+	char canon[32];
+	uint64_t v;
 	if (strncmp(name, "step-", 5) != 0)
 		return -1;
 	const char *p = name + 5;
 	size_t n = strspn(p, "0123456789");
-	if (n < 8 || n > 20 || p[n])
+	if (n < 8 || n > 20 || p[n] || gk_parse_u64(p, UINT64_MAX, &v, "step", NULL))
 		return -1;
-	return gk_parse_u64(p, UINT64_MAX, step, "step", NULL);
+	/* One spelling per step: step-000000001 is not step 1's directory. */
+	snprintf(canon, sizeof(canon), "step-%08" PRIu64, v);
+	if (strcmp(canon, name) != 0)
+		return -1;
+	*step = v;
+	return 0;
 }
 
+/* A real directory (not a symbolic link) holding a regular COMMIT. */
 static int committed(const char *root, const char *name)
 {
 	char path[2 * PATH_MAX];
 	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", root, name);
+	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return 0;
 	snprintf(path, sizeof(path), "%s/%s/COMMIT", root, name);
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
@@ -253,17 +264,12 @@ int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		uint64_t st;
-		if (parse_step(e->d_name, &st) || !committed(root, e->d_name))
+		if (ck_parse_step(e->d_name, &st) || !committed(root, e->d_name))
 			continue;
-		if (cnt == cap) {
-			cap = cap ? cap * 2 : 16;
-			uint64_t *nv = realloc(v, cap * sizeof(*v));
-			if (!nv) {
-				free(v);
-				closedir(d);
-				return gk_err_sys(err, ENOMEM, "list '%s'", root);
-			}
-			v = nv;
+		if (GK_GROW(v, cap, cnt + 1, "list", err)) {
+			free(v);
+			closedir(d);
+			return gk_err_prefix(err, "'%s'", root);
 		}
 		v[cnt++] = st;
 	}
@@ -275,16 +281,50 @@ int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err)
 	return 0;
 }
 
+int ck_latest_link(const char *root, uint64_t *step, char *target, size_t len)
+{
+	char link[2 * PATH_MAX], path[2 * PATH_MAX];
+	struct stat ls, ts;
+	snprintf(link, sizeof(link), "%s/latest", root);
+	if (lstat(link, &ls) < 0)
+		return CK_LATEST_NONE;
+	if (!S_ISLNK(ls.st_mode))
+		return CK_LATEST_NOT_LINK;
+	ssize_t r = readlink(link, target, len - 1);
+	target[r < 0 ? 0 : r] = '\0';
+	if (stat(link, &ts) < 0 || !S_ISDIR(ts.st_mode))
+		return CK_LATEST_ELSEWHERE;
+	/*
+	 * However the link is spelled (step-N, ./step-N/, an absolute path),
+	 * it names the step directory with the same device and inode.
+	 */
+	DIR *d = opendir(root);
+	struct dirent *e;
+	int found = CK_LATEST_ELSEWHERE;
+	while (d && found != CK_LATEST_STEP && (e = readdir(d))) {
+		uint64_t st;
+		struct stat ss;
+		if (ck_parse_step(e->d_name, &st))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
+		if (lstat(path, &ss) == 0 && S_ISDIR(ss.st_mode) &&
+		    ss.st_dev == ts.st_dev && ss.st_ino == ts.st_ino) {
+			*step = st;
+			found = CK_LATEST_STEP;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
 int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
 {
-	char link[2 * PATH_MAX], target[PATH_MAX];
-	snprintf(link, sizeof(link), "%s/latest", root);
-	ssize_t r = readlink(link, target, sizeof(target) - 1);
-	if (r > 0) {
-		target[r] = '\0';
-		uint64_t st;
-		if (!strchr(target, '/') && parse_step(target, &st) == 0 &&
-		    committed(root, target)) {
+	char target[PATH_MAX], name[32];
+	uint64_t st;
+	if (ck_latest_link(root, &st, target, sizeof(target)) == CK_LATEST_STEP) {
+		snprintf(name, sizeof(name), "step-%08" PRIu64, st);
+		if (committed(root, name)) {
 			*step = st;
 			return 1;
 		}
@@ -306,7 +346,12 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 	snprintf(path, sizeof(path), "%s/COMMIT", dir);
 	if (access(path, F_OK) < 0)
 		return gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
-	json_t *j = gk_json_load_file(path, (size_t)64 << 20, err);
+	char *buf;
+	size_t len;
+	if (ck_read_regular(path, (size_t)64 << 20, &buf, &len, err))
+		return -1;
+	json_t *j = gk_json_load_buf(buf, len, path, err);
+	free(buf);
 	if (!j)
 		return -1;
 	const json_t *files = json_object_get(j, "files");
@@ -329,10 +374,10 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 			break;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, k);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		int fd = ck_open_regular(path, err);
 		struct stat st;
 		if (fd < 0) {
-			rc = gk_err_sys(err, errno, "checkpoint '%s': open '%s'", dir, k);
+			rc = gk_err_prefix(err, "checkpoint '%s'", dir);
 			break;
 		}
 		if (fstat(fd, &st) < 0 || st.st_size != bytes) {
@@ -373,4 +418,12 @@ int gk_ckpt_verify_input(const char *in, gk_err *err)
 	if (snprintf(path, sizeof(path), "%s/step-%08" PRIu64, in, step) >= (int)sizeof(path))
 		return gk_errf(err, "path '%s': too long", in);
 	return gk_ckpt_verify_step(path, err);
+}
+
+int gk_ckpt_verify_inputs(char *const *inputs, size_t n, gk_err *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (gk_ckpt_verify_input(inputs[i], err))
+			return -1;
+	return 0;
 }

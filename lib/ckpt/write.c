@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/internal.h"
 
 typedef struct outspec {
 	gk_st_spec *spec;
@@ -298,8 +298,8 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		return gk_errf(err, "output '%s': path too long", dir);
 	if (dir_state(dir, err))
 		return -1;
-	if (!mkdtemp(stage))
-		return gk_err_sys(err, errno, "create directory '%s'", stage);
+	if (ck_mkdtemp(stage, err))
+		return -1;
 	/*
 	 * Killed by a signal: the handler removes paths in slot order, so the
 	 * files are registered before the directory that holds them.

@@ -188,3 +188,13 @@ int gk_convert(void *dst, gk_dtype dst_dt, const void *src, gk_dtype src_dt,
 	}
 	return 0;
 }
+
+int gk_dtype_parse_float(const char *s, const char *what, gk_dtype *out,
+			 gk_err *err)
+{
+	gk_dtype dt = gk_dtype_parse(s);
+	if (dt != GK_DT_F32 && dt != GK_DT_F16 && dt != GK_DT_BF16)
+		return gk_errf(err, "%s '%s': expected bf16, f16 or f32", what, s);
+	*out = dt;
+	return 0;
+}

@@ -50,6 +50,14 @@ gk_dtype gk_dtype_from_name(const char *name);
  * "int32", "i8", "u8", and any safetensors name, case-insensitive.
  */
 gk_dtype gk_dtype_parse(const char *s);
+/*
+ * A training or storage precision from the command line: gk_dtype_parse
+ * limited to F32, F16 and BF16 (what --dtype and --precision accept).
+ * Anything else: -1 and "WHAT 'S': expected bf16, f16 or f32" in err.
+ */
+struct gk_err;
+int gk_dtype_parse_float(const char *s, const char *what, gk_dtype *out,
+			 struct gk_err *err);
 /* Size of one element in bits (4 for F4, 6 for F6_*, 8 for BOOL). */
 unsigned gk_dtype_bits(gk_dtype dt);
 /* True for F64 F32 F16 BF16: the types gk_convert handles. */

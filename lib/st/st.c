@@ -369,7 +369,9 @@ int gk_st_parse(gk_st_file **out, const void *buf, size_t len,
 
 int gk_st_open(gk_st_file **out, const char *path, gk_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer; it is
+	 * refused below like every other file that is not regular. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return gk_err_sys(err, errno, "open '%s'", path);
 	struct stat st;
@@ -382,6 +384,9 @@ int gk_st_open(gk_st_file **out, const char *path, gk_err *err)
 		close(fd);
 		return gk_errf(err, "read '%s': not a regular file", path);
 	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	unsigned char first[64];
 	uint64_t size = (uint64_t)st.st_size, hlen;
 	ssize_t got = gk_pread_full(fd, first, sizeof(first), 0);

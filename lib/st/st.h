@@ -121,7 +121,12 @@ size_t gk_st_writer_next(const gk_st_writer *w);
 uint64_t gk_st_writer_left(const gk_st_writer *w);
 int gk_st_writer_write(gk_st_writer *w, const void *buf, size_t n,
 		       gk_err *err);
-/* Append n bytes of fd at off (name for messages). */
+/*
+ * Append n bytes of fd at off (name for messages). The copy may be made
+ * later, joined with the next ones when they continue in the same file:
+ * fd must stay open and unchanged, and name valid, until the next call on
+ * w; a read error may then be reported by that call or by close.
+ */
 int gk_st_writer_copy(gk_st_writer *w, int fd, uint64_t off, uint64_t n,
 		      const char *name, gk_err *err);
 /* Append nel elements of src_dt read from fd at off, converted to the

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "st/st.h"
@@ -24,17 +25,9 @@ static void sb_put(sbuf *b, const char *s, size_t n)
 {
 	if (b->oom)
 		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
+	if (GK_GROW(b->p, b->cap, b->n + n + 1, "safetensors header", NULL)) {
+		b->oom = 1;
+		return;
 	}
 	memcpy(b->p + b->n, s, n);
 	b->n += n;
@@ -209,7 +202,21 @@ struct gk_st_writer {
 	uint64_t left;       /* bytes still owed to order[cur] */
 	uint64_t done, total_left;
 	char *buf;
+	/*
+	 * A copy not yet made: consecutive gk_st_writer_copy calls reading
+	 * on from where the last one stopped in the same file (tensors kept
+	 * in their order, as a merge of shards does) become one copy, so a
+	 * checkpoint of small tensors costs a few large copies, not one
+	 * system call per tensor.
+	 */
+	int pend_fd;
+	uint64_t pend_off, pend_len;
+	const char *pend_name;
+	int size_fd;        /* the source whose size is known ... */
+	uint64_t src_size;  /* ... so a short one fails at once */
 };
+
+static int flush(gk_st_writer *w, gk_err *err);
 
 static void skip_empty(gk_st_writer *w)
 {
@@ -234,6 +241,7 @@ int gk_st_writer_open(gk_st_writer **out, const char *path,
 		return gk_err_prefix(err, "write '%s'", path);
 	}
 	w->n = n;
+	w->pend_fd = w->size_fd = -1;
 	w->path = strdup(path);
 	w->dtype = malloc((n + 1) * sizeof(*w->dtype));
 	w->size = malloc((n + 1) * sizeof(*w->size));
@@ -311,6 +319,8 @@ int gk_st_writer_write(gk_st_writer *w, const void *buf, size_t n,
 	if (n > owed(w))
 		return gk_errf(err, "write '%s': more data than the header declares",
 			       w->path);
+	if (flush(w, err))
+		return -1;
 	if (gk_write_full(w->fd, buf, n) < 0)
 		return gk_err_sys(err, errno, "write '%s'", w->path);
 	return consume(w, n, err);
@@ -323,12 +333,10 @@ static int get_buf(gk_st_writer *w, gk_err *err)
 	return 0;
 }
 
-int gk_st_writer_copy(gk_st_writer *w, int fd, uint64_t off, uint64_t n,
+/* Copy n bytes of fd at off to the end of the output. */
+static int copy_range(gk_st_writer *w, int fd, uint64_t off, uint64_t n,
 		      const char *name, gk_err *err)
 {
-	if (n > owed(w))
-		return gk_errf(err, "write '%s': more data than the header declares",
-			       w->path);
 	int kernel = 1;
 	while (n) {
 		if (kernel) {
@@ -340,8 +348,6 @@ int gk_st_writer_copy(gk_st_writer *w, int fd, uint64_t off, uint64_t n,
 			if (r > 0) {
 				off += (uint64_t)r;
 				n -= (uint64_t)r;
-				if (consume(w, (uint64_t)r, err))
-					return -1;
 				continue;
 			}
 			if (r == 0)
@@ -366,10 +372,47 @@ int gk_st_writer_copy(gk_st_writer *w, int fd, uint64_t off, uint64_t n,
 			return gk_err_sys(err, errno, "write '%s'", w->path);
 		off += want;
 		n -= want;
-		if (consume(w, want, err))
-			return -1;
 	}
 	return 0;
+}
+
+/* Make the pending copy; every other write to the output calls this first. */
+static int flush(gk_st_writer *w, gk_err *err)
+{
+	if (w->pend_fd < 0)
+		return 0;
+	int rc = copy_range(w, w->pend_fd, w->pend_off, w->pend_len, w->pend_name, err);
+	w->pend_fd = -1;
+	w->pend_len = 0;
+	return rc;
+}
+
+int gk_st_writer_copy(gk_st_writer *w, int fd, uint64_t off, uint64_t n,
+		      const char *name, gk_err *err)
+{
+	if (n > owed(w))
+		return gk_errf(err, "write '%s': more data than the header declares",
+			       w->path);
+	if (n == 0)
+		return 0;
+	if (w->size_fd != fd) {
+		struct stat st;
+		if (fstat(fd, &st) < 0)
+			return gk_err_sys(err, errno, "stat '%s'", name);
+		w->size_fd = fd;
+		w->src_size = (uint64_t)st.st_size;
+	}
+	if (off > w->src_size || n > w->src_size - off)
+		return gk_errf(err, "read '%s': truncated (the file shrank)", name);
+	if (w->pend_fd != fd || w->pend_off + w->pend_len != off) {
+		if (flush(w, err))
+			return -1;
+		w->pend_fd = fd;
+		w->pend_off = off;
+		w->pend_name = name;
+	}
+	w->pend_len += n;
+	return consume(w, n, err);
 }
 
 int gk_st_writer_convert(gk_st_writer *w, int fd, uint64_t off,
@@ -387,7 +430,7 @@ int gk_st_writer_convert(gk_st_writer *w, int fd, uint64_t off,
 	if (nel > w->left / db)
 		return gk_errf(err, "write '%s': more data than the header declares",
 			       w->path);
-	if (get_buf(w, err))
+	if (get_buf(w, err) || flush(w, err))
 		return -1;
 	/* Source chunk and converted chunk share the buffer: widening
 	 * conversions are done in place from the end (see gk_convert). */
@@ -424,6 +467,10 @@ static void writer_free(gk_st_writer *w)
 int gk_st_writer_close(gk_st_writer *w, gk_err *err)
 {
 	uint64_t left = owed(w);
+	if (!left && flush(w, err)) {
+		gk_st_writer_abort(w);
+		return -1;
+	}
 	if (left) {
 		gk_errf(err, "write '%s': %" PRIu64 " bytes of tensor data never written",
 			w->path, left);

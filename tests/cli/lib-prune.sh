@@ -1,6 +1,5 @@
 # lib-prune.sh - checkpoint trees for the ckpt-prune tests (sourced after lib.sh).
 
-PATH="$GK_TOP/scripts:$PATH"
 
 # commit ROOT STEP [BYTES]: a committed checkpoint with a model of BYTES
 # random bytes (random, so no file system compresses or dedups it away)

@@ -2,8 +2,10 @@
 test_description='ckpt-merge and ckpt-shard reject every bad input with its exact message
 
 Each corrupt safetensors file in tests/data/st/ breaks one rule of the
-format; each case in tests/data/ckpt/ breaks one rule of the index or
-of row slices. errors.tsv beside them holds the exact message.'
+format; each case in tests/data/ckpt/ breaks one rule of the index, of
+row slices or of a complete set of shards (tools/mkckptfixtures.py made
+the slice-* and set-* cases with the reference writer). errors.tsv
+beside them holds the exact message, which every reader gives.'
 . "$(dirname "$0")/lib.sh"
 
 st="$GK_TOP/tests/data/st"
@@ -27,11 +29,17 @@ while IFS='	' read -r name msg; do
 		rm -rf case && mkdir case && cp -R '$ck'/* case/ &&
 		(cd case && echo \"ckpt-merge: $msg\" >../expect &&
 		 test_expect_code 1 ckpt-merge --check $name 2>../err &&
-		 test_expect_code 1 ckpt-shard --ranks 2 -o ../sh $name 2>../err2) &&
+		 test_expect_code 1 ckpt-merge $name -o ../m.safetensors 2>../err1 &&
+		 test_expect_code 1 ckpt-shard --ranks 2 -o ../sh $name 2>../err2 &&
+		 test_expect_code 1 mem-estimate --from $name 2>../err3) &&
 		test_cmp expect err &&
+		test_cmp expect err1 &&
 		sed 's/^ckpt-merge:/ckpt-shard:/' expect >expect2 &&
 		test_cmp expect2 err2 &&
-		! test -e sh
+		sed 's/^ckpt-merge:/mem-estimate:/' expect >expect3 &&
+		test_cmp expect3 err3 &&
+		! test -e sh && ! test -e m.safetensors &&
+		test -z \"\$(ls -A | grep tmp-)\"
 	"
 done <"$ck/errors.tsv"
 
@@ -66,6 +74,85 @@ test_expect_success 'a non-empty output directory is refused, untouched' '
 	test_expect_code 1 ckpt-shard --shards 1 -o full "$ck/expect.safetensors" 2>err &&
 	grep "directory is not empty" err &&
 	echo keep >expect && test_cmp expect full/file
+'
+
+test_expect_success 'a step directory without COMMIT is refused through latest too' '
+	mkdir -p lroot/step-00000010 &&
+	cp "$ck/expect.safetensors" lroot/step-00000010/model-rank-00000-of-00001.safetensors &&
+	ln -s step-00000010 lroot/latest &&
+	for in in lroot/latest lroot/latest/ lroot/step-00000010/; do
+		echo "ckpt-merge: read '\''$in'\'': incomplete checkpoint (no COMMIT)" >expect &&
+		test_expect_code 1 ckpt-merge --check $in 2>err &&
+		test_cmp expect err || return 1
+	done &&
+	mkdir -p lroot/.step-00000011.tmp-abc &&
+	cp "$ck/expect.safetensors" lroot/.step-00000011.tmp-abc/ &&
+	echo "ckpt-merge: read '\''lroot/.step-00000011.tmp-abc'\'': incomplete checkpoint (no COMMIT)" >expect &&
+	test_expect_code 1 ckpt-merge --check lroot/.step-00000011.tmp-abc 2>err &&
+	test_cmp expect err
+'
+
+# Each input that is a FIFO, not a file: refused at once (timeout would
+# say 124 if a reader waited for a writer).
+test_expect_success 'FIFOs among the inputs are refused, not waited on' '
+	mkdir -p fifo1 fifo2 fifo3/step-00000001 &&
+	cp "$ck/expect.safetensors" fifo1/ && mkfifo fifo1/more.safetensors &&
+	mkfifo fifo2/model.safetensors.index.json &&
+	cp "$ck/expect.safetensors" fifo3/step-00000001/model.safetensors &&
+	mkfifo fifo3/step-00000001/COMMIT fifo.json fifo.safetensors &&
+	cat >cases <<-\EOF &&
+	fifo1	fifo1/more.safetensors
+	fifo2	fifo2/model.safetensors.index.json
+	fifo3/step-00000001	fifo3/step-00000001/COMMIT
+	fifo.json	fifo.json
+	fifo.safetensors	fifo.safetensors
+	EOF
+	while IFS="	" read -r in what; do
+		echo "ckpt-merge: read '\''$what'\'': not a regular file" >expect &&
+		test_expect_code 1 timeout 20 ckpt-merge --check $in 2>err &&
+		test_cmp expect err || return 1
+	done <cases
+'
+
+test_expect_success 'output directories get 0777 & ~umask, like mkdir' '
+	(umask 022 && ckpt-shard -q --shards 2 -o m022 "$ck/expect.safetensors") &&
+	(umask 027 && ckpt-merge -q --max-size 40 -o m027 "$ck/expect.safetensors") &&
+	(umask 077 && ckpt-shard -q --ranks 2 -o m077 "$ck/expect.safetensors") &&
+	stat -c "%a %n" m022 m027 m077 >actual &&
+	printf "755 m022\n750 m027\n700 m077\n" >expect &&
+	test_cmp expect actual
+'
+
+test_expect_success '--max-size 0 is a usage error' '
+	test_expect_code 2 ckpt-shard --max-size 0 -o z "$ck/expect.safetensors" 2>err &&
+	head -n 1 err >first &&
+	echo "ckpt-shard: --max-size: must be more than 0" >expect &&
+	test_cmp expect first &&
+	test_expect_code 2 ckpt-merge --max-size 0 -o z "$ck/expect.safetensors" 2>err &&
+	! test -e z
+'
+
+# COMMIT is written with xxhsum, an XXH3 independent of ours.
+if command -v xxhsum >/dev/null 2>&1; then test_set_prereq XXHSUM; fi
+
+test_expect_success XXHSUM 'a file damaged after COMMIT is not merged or resharded' '
+	d=croot/step-00000005 && mkdir -p $d &&
+	cp "$ck/expect.safetensors" $d/model.safetensors &&
+	h=$(xxhsum -H3 $d/model.safetensors | sed "s/.* = //") &&
+	printf "{\"step\":5,\"files\":{\"model.safetensors\":{\"bytes\":%d,\"xxh3\":\"%s\"}}}\n" \
+		$(wc -c <$d/model.safetensors) $h >$d/COMMIT &&
+	ckpt-merge -q croot -o good.safetensors &&
+	cmp good.safetensors "$ck/expect.safetensors" &&
+	printf "\377" | dd of=$d/model.safetensors bs=1 seek=190 conv=notrunc 2>/dev/null &&
+	echo "ckpt-merge: checkpoint '\''croot/step-00000005'\'': '\''model.safetensors'\'' does not match its XXH3 in COMMIT" >expect &&
+	test_expect_code 1 ckpt-merge croot -o bad.safetensors 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-merge $d --max-size 1K -o baddir 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-shard --shards 2 -o baddir2 $d 2>err &&
+	sed "s/^ckpt-merge:/ckpt-shard:/" expect >expect2 &&
+	test_cmp expect2 err &&
+	! test -e bad.safetensors && ! test -e baddir && ! test -e baddir2
 '
 
 test_done

@@ -42,6 +42,16 @@ test_expect_success 'disk full during shard: no output directory, no temp' '
 	test -z "$(ls -A | grep tmp-)"
 '
 
+# Without the trap: the tools themselves must turn SIGXFSZ into EFBIG.
+test_expect_success 'file size limit without ignoring SIGXFSZ: an error, no temp' '
+	(ulimit -f 8192; test_expect_code 1 ckpt-merge in -o fz.safetensors 2>err) &&
+	grep "^ckpt-merge: .*fz.safetensors.: File too large" err &&
+	(ulimit -f 8192; test_expect_code 1 ckpt-shard big.safetensors --shards 2 -o fzdir 2>err) &&
+	grep "^ckpt-shard: .*: File too large" err &&
+	! test -e fz.safetensors && ! test -e fzdir &&
+	test -z "$(ls -A | grep tmp-)"
+'
+
 test_expect_success 'kill -9 during merge: no final file, inputs untouched' '
 	for i in 1 2 3; do
 		ckpt-merge in --dtype f16 -o k.safetensors & pid=$! &&

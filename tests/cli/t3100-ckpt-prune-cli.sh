@@ -5,7 +5,6 @@ The checks t0002 makes of the C tools (help, version, usage errors, a full
 stdout), plus the option values and checkpoint roots ckpt-prune refuses.'
 . "$(dirname "$0")/lib.sh"
 
-PATH="$GK_TOP/scripts:$PATH"
 version=$(sed -n 's/^VERSION := //p' "$GK_TOP/Makefile")
 
 test_expect_success '--help prints usage on stdout, exit 0' '
@@ -135,13 +134,14 @@ with newline" &&
 	done
 '
 
-# t0003 runs make install; here, that the Makefile installs the script and
+# t0003 runs make install; here, that the Makefile installs the tool and
 # that an installed copy needs nothing from the source tree.
 test_expect_success 'installed as a user tool, and runs from a copy' '
-	grep "^USER_SCRIPTS := .*scripts/ckpt-prune" "$GK_TOP/Makefile" &&
+	make -s -n -C "$GK_TOP" ${GK_MAKEVARS:-} install DESTDIR=/nonexistent >install.log &&
+	grep "install -m 755 .*bin/ckpt-prune" install.log &&
 	mkdir -p copy copy-root/step-00000001 copy-root/step-00000002 &&
 	: >copy-root/step-00000001/COMMIT && : >copy-root/step-00000002/COMMIT &&
-	cp "$GK_TOP/scripts/ckpt-prune" copy/ &&
+	cp "$GK_TOP/bin/ckpt-prune" copy/ &&
 	echo "ckpt-prune (gpukit) $version" >expect &&
 	(cd copy && env PATH=/usr/bin:/bin ./ckpt-prune --version) >actual &&
 	test_cmp expect actual &&

@@ -223,4 +223,88 @@ test_expect_success 'a full stdout during a run is an error (exit 1)' '
 	test_cmp expect err
 '
 
+test_expect_success 'steps from 10^8 on (nine digits) are checkpoints too' '
+	for s in 99999999 100000000 100000001 200000000; do commit r17 $s || return 1; done &&
+	ckpt-prune --keep-last 2 r17 >out &&
+	cat >expect <<-\EOF &&
+	removed step-99999999 (4.0 KiB)
+	removed step-100000000 (4.0 KiB)
+	EOF
+	sed "s/(.*)/(4.0 KiB)/" out >actual &&
+	test_cmp expect actual &&
+	printf "./%s\n" .ckpt-prune.lock step-100000001 step-200000000 >expect &&
+	listing r17 >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'latest means the same step to ckpt-merge and ckpt-prune' '
+	ck="$GK_TOP/tests/data/ckpt" &&
+	for s in 99999999 100000000 100000001; do
+		d=r18/step-$s && mkdir -p $d &&
+		cp "$ck/expect-a.safetensors" $d/model.safetensors &&
+		echo "{}" >$d/COMMIT || return 1
+	done &&
+	cp "$ck/expect.safetensors" r18/step-100000000/model.safetensors &&
+	ln -s "$PWD/r18/step-100000000/" r18/latest &&
+	ckpt-merge --list r18 >list &&
+	grep "^b .* r18/step-100000000/model.safetensors$" list &&
+	ckpt-prune --keep-last 1 -v r18 >out &&
+	cat >expect <<-\EOF &&
+	removed step-99999999 (8.0 KiB)
+	kept step-100000000 (latest)
+	kept step-100000001 (newest, keep-last 1)
+	removed 1, kept 2, freed 8.0 KiB
+	EOF
+	sed "s/([0-9.]* KiB)/(8.0 KiB)/; s/freed .*/freed 8.0 KiB/" out >actual &&
+	test_cmp expect actual
+'
+
+test_expect_success 'a latest that is not a step name of the writer protects nothing' '
+	commit r19 1 && commit r19 2 && mkdir r19/step-000000001 &&
+	: >r19/step-000000001/COMMIT && ln -s step-000000001 r19/latest &&
+	touch -d "1 year ago" r19/step-000000001 &&
+	ckpt-prune --keep-last 1 --grace 0 r19 >out 2>err &&
+	echo "ckpt-prune: warning: '\''latest'\'' points to '\''step-000000001'\'', not a checkpoint directory in '\''r19'\''" >expect &&
+	test_cmp expect err &&
+	echo "removed step-00000001 (4.0 KiB)" >expect &&
+	sed "s/(.*)/(4.0 KiB)/" out >actual &&
+	test_cmp expect actual &&
+	test -d r19/step-000000001
+'
+
+test_expect_success '--metrics writes the run in Prometheus text format' '
+	commit r20 1 1048576 && commit r20 2 && mkdir r20/step-00000003 &&
+	before=$(date +%s) &&
+	ckpt-prune -q --keep-last 1 --metrics r20.prom r20 &&
+	after=$(date +%s) &&
+	sed -n "s/^gpukit_ckpt_prune_last_run_timestamp_seconds{root=\"r20\"} //p" r20.prom >t &&
+	test "$(cat t)" -ge $before && test "$(cat t)" -le $after &&
+	grep -v "^gpukit_ckpt_prune_last_run_timestamp_seconds" r20.prom >actual &&
+	freed=$(sed -n "s/^gpukit_ckpt_prune_freed_bytes{root=\"r20\"} //p" r20.prom) &&
+	test "$freed" -ge 1048576 && test "$freed" -le 1114112 &&
+	cat >expect <<-EOF &&
+	# HELP gpukit_ckpt_prune_removed Checkpoints the last run removed (would remove, with --dry-run).
+	# TYPE gpukit_ckpt_prune_removed gauge
+	gpukit_ckpt_prune_removed{root="r20"} 1
+	# HELP gpukit_ckpt_prune_kept Checkpoints and directories in progress the last run kept.
+	# TYPE gpukit_ckpt_prune_kept gauge
+	gpukit_ckpt_prune_kept{root="r20"} 2
+	# HELP gpukit_ckpt_prune_failed Removals that failed in the last run.
+	# TYPE gpukit_ckpt_prune_failed gauge
+	gpukit_ckpt_prune_failed{root="r20"} 0
+	# HELP gpukit_ckpt_prune_freed_bytes Disk space the last run freed.
+	# TYPE gpukit_ckpt_prune_freed_bytes gauge
+	gpukit_ckpt_prune_freed_bytes{root="r20"} $freed
+	# HELP gpukit_ckpt_prune_success 1 when the last run did all it had to, else 0.
+	# TYPE gpukit_ckpt_prune_success gauge
+	gpukit_ckpt_prune_success{root="r20"} 1
+	# HELP gpukit_ckpt_prune_last_run_timestamp_seconds When the last run ended, in Unix time.
+	# TYPE gpukit_ckpt_prune_last_run_timestamp_seconds gauge
+	EOF
+	test_cmp expect actual &&
+	if command -v promtool >/dev/null; then promtool check metrics <r20.prom; fi &&
+	test_expect_code 1 ckpt-prune -q --keep-last 1 --metrics r20.prom nope 2>err &&
+	grep "^gpukit_ckpt_prune_success{root=\"nope\"} 0$" r20.prom
+'
+
 test_done

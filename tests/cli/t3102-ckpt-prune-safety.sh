@@ -7,6 +7,70 @@ apart, and a run killed with SIGKILL in the middle of a removal.'
 . "$(dirname "$0")/lib.sh"
 . "$GK_TOP/tests/cli/lib-prune.sh"
 
+# The removal is held, cut short by SIGKILL or made to fail by a shim
+# preloaded into ckpt-prune (it deletes through renameat and unlinkat):
+#   SHIM=hold  the first rename waits for $SHIM_DIR/go (20 s at most),
+#              after creating $SHIM_DIR/started
+#   SHIM=kill  the first unlink deletes model.safetensors, then SIGKILL
+#   SHIM=fail  removing a directory .deleting-step-00000001* fails (EACCES)
+cat >shim.c <<\EOF
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *mode(void) { const char *m = getenv("SHIM"); return m ? m : ""; }
+
+int renameat(int a, const char *from, int b, const char *to)
+{
+	static int (*real)(int, const char *, int, const char *);
+	static int held;
+	char p[4096];
+	if (!real)
+		real = (int (*)(int, const char *, int, const char *))dlsym(RTLD_NEXT, "renameat");
+	if (!strcmp(mode(), "hold") && !held++) {
+		snprintf(p, sizeof(p), "%s/started", getenv("SHIM_DIR"));
+		close(open(p, O_WRONLY | O_CREAT, 0644));
+		snprintf(p, sizeof(p), "%s/go", getenv("SHIM_DIR"));
+		for (int i = 0; i < 200 && access(p, F_OK) != 0; i++)
+			usleep(100000);
+	}
+	return real(a, from, b, to);
+}
+
+int unlinkat(int fd, const char *name, int flags)
+{
+	static int (*real)(int, const char *, int);
+	if (!real)
+		real = (int (*)(int, const char *, int))dlsym(RTLD_NEXT, "unlinkat");
+	if (!strcmp(mode(), "kill")) {
+		real(fd, "model.safetensors", 0);
+		kill(getpid(), SIGKILL);
+	}
+	if (!strcmp(mode(), "fail") && (flags & AT_REMOVEDIR) &&
+	    !strncmp(name, ".deleting-step-00000001", 23)) {
+		errno = EACCES;
+		return -1;
+	}
+	return real(fd, name, flags);
+}
+EOF
+# LD_PRELOAD splits at spaces, and the trash directory's name has one.
+shim=$SHARNESS_TEST_DIRECTORY/t3102-shim.so
+${CC:-cc} -shared -fPIC -o "$shim" shim.c -ldl || error "cannot build the test shim"
+# shimmed MODE CMD...: CMD with the shim preloaded (the sanitizers' runtime
+# need not come first in a test)
+shimmed() {
+	SHIM=$1 && shift &&
+	SHIM=$SHIM LD_PRELOAD=$shim \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" "$@"
+}
+
 # pending ROOT NAME: a checkpoint being written (no COMMIT yet)
 pending() {
 	mkdir -p "$1/$2" &&
@@ -76,17 +140,8 @@ test_expect_success 'a concurrent run is refused by the lock: exit 0, nothing do
 test_expect_success 'the lock is held while removing: a second run waits for nothing' '
 	for s in 1 2 3; do commit l2 $s || return 1; done &&
 	mkdir shim &&
-	cat >shim/rm <<-\EOF &&
-	#!/bin/sh
-	# hold the removal until told to go on (20 s at most)
-	: >"$SHIM_DIR/started"
-	i=0
-	while ! test -e "$SHIM_DIR/go" && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done
-	exec /bin/rm "$@"
-	EOF
-	chmod +x shim/rm &&
 	test_when_finished ": >shim/go" &&
-	SHIM_DIR=$PWD/shim PATH="$PWD/shim:$PATH" ckpt-prune --keep-last 1 l2 >first &
+	SHIM_DIR=$PWD/shim shimmed hold ckpt-prune --keep-last 1 l2 >first &
 	pid=$! &&
 	i=0 && while ! test -e shim/started && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done &&
 	ckpt-prune --keep-last 1 l2 >out 2>err &&
@@ -125,22 +180,8 @@ test_expect_success '--lock FILE replaces DIR/.ckpt-prune.lock' '
 
 test_expect_success 'SIGKILL in the middle of a removal leaves no half checkpoint' '
 	commit k1 1 && commit k1 2 && commit k1 3 &&
-	mkdir kshim &&
-	cat >kshim/rm <<-\EOF &&
-	#!/bin/sh
-	# delete part of the checkpoint, then the prune dies
-	for a; do t=$a; done
-	/bin/rm -f "$t/model.safetensors"
-	i=0
-	while ! test -s "$KSHIM/pid" && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done
-	kill -9 "$(cat "$KSHIM/pid")"
-	exit 1
-	EOF
-	chmod +x kshim/rm &&
 	{
-		KSHIM=$PWD/kshim PATH="$PWD/kshim:$PATH" ckpt-prune --keep-last 1 k1 &
-		echo $! >kshim/pid
-		wait $!
+		shimmed kill ckpt-prune --keep-last 1 k1
 		echo $? >rc
 	} &&
 	echo 137 >expect && test_cmp expect rc &&
@@ -168,17 +209,7 @@ test_expect_success 'the next run removes the leftover, then carries on' '
 
 test_expect_success 'a failed removal is reported (exit 1); the others still go' '
 	for s in 1 2 3; do commit f1 $s || return 1; done &&
-	mkdir fshim &&
-	cat >fshim/rm <<-\EOF &&
-	#!/bin/sh
-	for a; do t=$a; done
-	case $t in
-	*step-00000001*) echo "rm: cannot remove '\''$t/x'\'': Permission denied" >&2; exit 1 ;;
-	esac
-	exec /bin/rm "$@"
-	EOF
-	chmod +x fshim/rm &&
-	test_expect_code 1 env PATH="$PWD/fshim:$PATH" ckpt-prune --keep-last 1 f1 >out 2>err &&
+	test_expect_code 1 shimmed fail ckpt-prune --keep-last 1 f1 >out 2>err &&
 	echo "ckpt-prune: remove '\''step-00000001'\'': Permission denied" >expect &&
 	test_cmp expect err &&
 	grep "^removed step-00000002 " out && test $(wc -l <out) -eq 1 &&
@@ -191,6 +222,22 @@ test_expect_success '-q prints nothing, even while removing and warning' '
 	ckpt-prune -q --keep-last 1 q1 >out 2>err &&
 	test_must_be_empty out && test_must_be_empty err &&
 	! test -e q1/step-00000001
+'
+
+test_expect_success 'a lock file that is not a regular file is refused, without waiting' '
+	commit n1 1 && commit n1 2 &&
+	mkfifo fifo.lock && mkdir dir.lock &&
+	test_expect_code 1 timeout 20 ckpt-prune --lock fifo.lock --keep-last 1 n1 >out 2>err &&
+	echo "ckpt-prune: lock '\''fifo.lock'\'': not a regular file" >expect &&
+	test_cmp expect err && test_must_be_empty out &&
+	test_expect_code 1 ckpt-prune --lock dir.lock --keep-last 1 n1 2>err &&
+	echo "ckpt-prune: lock '\''dir.lock'\'': Is a directory" >expect &&
+	test_cmp expect err &&
+	mkfifo n1/.ckpt-prune.lock &&
+	test_expect_code 1 timeout 20 ckpt-prune --keep-last 1 n1 2>err &&
+	echo "ckpt-prune: lock '\''n1/.ckpt-prune.lock'\'': not a regular file" >expect &&
+	test_cmp expect err &&
+	test -d n1/step-00000001
 '
 
 test_done

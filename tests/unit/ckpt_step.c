@@ -95,6 +95,55 @@ static void test_steps(void)
 	ok(strstr(set->files[0]->path, "step-00003000/") != NULL, "  from %s", set->files[0]->path);
 	gk_ckpt_close(set);
 
+	/*
+	 * Step names as the writer spells them ("step-%08llu"): from 10^8 on
+	 * nine digits and more; other spellings of a number are not steps.
+	 * Step 10^8 is committed through the stage, so the writer and the
+	 * reader are held to one rule.
+	 */
+	ok(gk_ckpt_stage_begin(&s, root, 100000000, &err) == 0 &&
+	   write_model(s, 0, 1, 7.0f) == 0 && gk_ckpt_stage_commit(s, &err) == 0,
+	   "commit step 10^8: %s", err.msg);
+	snprintf(path, sizeof(path), "%s/step-100000000/COMMIT", root);
+	ok(access(path, F_OK) == 0, "written as step-100000000");
+	const char *odd[] = {"step-000000001", "step-1", "step-0000000001x"};
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", root, odd[i]);
+		mkdir(path, 0777);
+		snprintf(path, sizeof(path), "%s/%s/COMMIT", root, odd[i]);
+		fclose(fopen(path, "w"));
+	}
+	snprintf(path, sizeof(path), "%s/step-00004000", root);
+	symlink("step-00003000", path); /* a link is no step directory */
+	ok(gk_ckpt_list(root, &steps, &n, &err) == 0, "list again");
+	ok(n == 4 && steps[2] == 3000 && steps[3] == 100000000,
+	   "committed: 1000 2500 3000 100000000 (n %zu)", n);
+	free(steps);
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 100000000,
+	   "latest (moved by the commit): 10^8");
+	/* latest however spelled: ./step-N/, an absolute path. */
+	snprintf(path, sizeof(path), "%s/latest", root);
+	unlink(path);
+	symlink("./step-00002500/", path);
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 2500, "latest ./step-00002500/");
+	unlink(path);
+	snprintf(link, sizeof(link), "%s/step-00001000", root);
+	symlink(link, path);
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 1000, "latest %s", link);
+	unlink(path);
+	symlink("step-000000001", path);
+	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 100000000,
+	   "latest to a non-step name: the highest");
+	unlink(path);
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "rm -rf '%s/%s'", root, odd[i]);
+		if (system(path) != 0)
+			diag("cleanup failed");
+	}
+	snprintf(path, sizeof(path), "rm -rf '%s/step-100000000' '%s/step-00004000'", root, root);
+	if (system(path) != 0)
+		diag("cleanup failed");
+
 	/* Committing a step that exists fails and leaves it alone. */
 	ok(gk_ckpt_stage_begin(&s, root, 3000, &err) == 0 && write_model(s, 0, 1, 6.0f) == 0 &&
 	   gk_ckpt_stage_commit(s, &err) < 0 && strstr(err.msg, "already exists"),

@@ -1,8 +1,10 @@
 /*
  * ckpt.c - helpers for tools/bench/ckpt.sh.
  *
- *   ckpt make FILE MIB     a GPT-like checkpoint of about MIB MiB of F32
- *                          (pseudo-random values), written with gk_st_writer
+ *   ckpt make FILE MIB [KIB]
+ *                          a GPT-like checkpoint of about MIB MiB of F32
+ *                          (pseudo-random values), written with gk_st_writer;
+ *                          with KIB, tensors of KIB KiB each instead
  *   ckpt convert MIB       f32 -> bf16 with gk_convert on one core: GB/s
  *                          (median of 5 runs over MIB MiB of input)
  */
@@ -22,33 +24,40 @@ static float next(void)
 	return (float)(int32_t)(rng >> 32) * 0x1p-31f;
 }
 
-static int make(const char *path, uint64_t mib)
+static int make(const char *path, uint64_t mib, uint64_t kib)
 {
-	/* Layers of [4096, 1024] and [1024] F32 tensors until the size is reached. */
+	/* Layers of [4096, 1024] and [1024] F32 tensors until the size is
+	 * reached, or MIB / KIB tensors of [KIB * 256]. */
 	uint64_t big = 4096 * 1024 * 4ull, small = 1024 * 4ull;
-	size_t layers = (size_t)((mib << 20) / (big + small));
+	size_t layers = (size_t)((mib << 20) / (big + small)), n;
+	if (kib)
+		layers = (size_t)((mib << 10) / kib / 2);
 	if (layers == 0)
 		layers = 1;
-	gk_st_spec *t = calloc(2 * layers, sizeof(*t));
-	static uint64_t sb[2] = {4096, 1024}, ss[1] = {1024};
-	char **names = calloc(2 * layers, sizeof(char *));
+	n = 2 * layers;
+	gk_st_spec *t = calloc(n, sizeof(*t));
+	static uint64_t sb[2] = {4096, 1024}, ss[1] = {1024}, sk[1];
+	sk[0] = kib * 256;
+	char **names = calloc(n, sizeof(char *));
 	for (size_t i = 0; i < layers; i++) {
-		asprintf(&names[2 * i], "h.%zu.mlp.w", i);
-		asprintf(&names[2 * i + 1], "h.%zu.ln.w", i);
-		t[2 * i] = (gk_st_spec){names[2 * i], GK_DT_F32, 2, sb};
-		t[2 * i + 1] = (gk_st_spec){names[2 * i + 1], GK_DT_F32, 1, ss};
+		asprintf(&names[2 * i], "h.%05zu.mlp.w", i);
+		asprintf(&names[2 * i + 1], "h.%05zu.ln.w", i);
+		t[2 * i] = (gk_st_spec){names[2 * i], GK_DT_F32, kib ? 1 : 2, kib ? sk : sb};
+		t[2 * i + 1] = (gk_st_spec){names[2 * i + 1], GK_DT_F32, 1, kib ? sk : ss};
 	}
+	if (kib * 1024 > big)
+		big = kib * 1024;
 	gk_st_writer *w;
 	gk_err err;
-	if (gk_st_writer_open(&w, path, t, 2 * layers, NULL, 0, &err))
+	if (gk_st_writer_open(&w, path, t, n, NULL, 0, &err))
 		goto fail;
 	float *buf = malloc(big);
-	for (size_t i = 0; i < 4096 * 1024; i++)
+	for (size_t i = 0; i < big / 4; i++)
 		buf[i] = next();
-	while (gk_st_writer_next(w) < 2 * layers) {
-		uint64_t n = gk_st_writer_left(w);
+	while (gk_st_writer_next(w) < n) {
+		uint64_t left = gk_st_writer_left(w);
 		buf[rng % 1024] = next(); /* tensors differ from each other */
-		if (gk_st_writer_write(w, buf, n, &err))
+		if (gk_st_writer_write(w, buf, left, &err))
 			goto fail;
 	}
 	if (gk_st_writer_close(w, &err))
@@ -88,10 +97,11 @@ static int convert(uint64_t mib)
 
 int main(int argc, char **argv)
 {
-	if (argc == 4 && strcmp(argv[1], "make") == 0)
-		return make(argv[2], strtoull(argv[3], NULL, 10));
+	if ((argc == 4 || argc == 5) && strcmp(argv[1], "make") == 0)
+		return make(argv[2], strtoull(argv[3], NULL, 10),
+			    argc == 5 ? strtoull(argv[4], NULL, 10) : 0);
 	if (argc == 3 && strcmp(argv[1], "convert") == 0)
 		return convert(strtoull(argv[2], NULL, 10));
-	fprintf(stderr, "usage: ckpt make FILE MIB | ckpt convert MIB\n");
+	fprintf(stderr, "usage: ckpt make FILE MIB [KIB] | ckpt convert MIB\n");
 	return 2;
 }

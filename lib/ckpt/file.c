@@ -1,0 +1,82 @@
+/*
+ * file.c - opening the files a checkpoint is read from.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/internal.h"
+
+int ck_open_regular(const char *path, gk_err *err)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return gk_err_sys(err, e, "stat '%s'", path);
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return gk_errf(err, "read '%s': not a regular file", path);
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
+int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
+		    gk_err *err)
+{
+	struct stat st;
+	int fd = ck_open_regular(path, err);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return gk_err_sys(err, e, "stat '%s'", path);
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		return gk_errf(err, "read '%s': larger than %zu bytes", path, max);
+	}
+	size_t n = (size_t)st.st_size;
+	char *buf = malloc(n + 1);
+	if (!buf) {
+		close(fd);
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	}
+	ssize_t got = gk_read_full(fd, buf, n);
+	int e = errno;
+	close(fd);
+	if (got < 0) {
+		free(buf);
+		return gk_err_sys(err, e, "read '%s'", path);
+	}
+	/* A file that shrank meanwhile reads short; what is there is parsed. */
+	buf[got] = '\0';
+	*out = buf;
+	if (len)
+		*len = (size_t)got;
+	return 0;
+}
+
+int ck_mkdtemp(char *tmpl, gk_err *err)
+{
+	if (!mkdtemp(tmpl))
+		return gk_err_sys(err, errno, "create directory '%s'", tmpl);
+	mode_t mask = umask(0);
+	umask(mask);
+	if (chmod(tmpl, 0777 & ~mask) < 0) {
+		int e = errno;
+		rmdir(tmpl);
+		return gk_err_sys(err, e, "chmod '%s'", tmpl);
+	}
+	return 0;
+}

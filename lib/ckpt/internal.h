@@ -1,0 +1,42 @@
+/*
+ * internal.h - helpers shared by the lib/ckpt sources; not public.
+ */
+#ifndef GK_CKPT_INTERNAL_H
+#define GK_CKPT_INTERNAL_H
+
+#include "ckpt/ckpt.h"
+
+/*
+ * Open an input read-only, refusing anything but a regular file ("read
+ * 'PATH': not a regular file"): a FIFO, a device or a socket would block
+ * or never end. The open itself does not block (O_NONBLOCK, cleared after
+ * the check). Returns the fd or -1.
+ */
+int ck_open_regular(const char *path, gk_err *err);
+/* ck_open_regular, then read all of it (at most max bytes), NUL-terminated. */
+int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
+		    gk_err *err);
+
+/*
+ * mkdtemp(3) makes the directory 0700; a staging directory renamed into
+ * place must end up as mkdir(2) would have made it: 0777 & ~umask.
+ */
+int ck_mkdtemp(char *tmpl, gk_err *err);
+
+/*
+ * A step directory's name, spelled as the writer spells it: "step-%08llu"
+ * (8 digits, more from step 10^8 on). The step, or -1 for other names.
+ */
+int ck_parse_step(const char *name, uint64_t *step);
+
+/* What ROOT/latest is (ck_latest_link's result). */
+enum {
+	CK_LATEST_NONE,      /* no such entry */
+	CK_LATEST_NOT_LINK,  /* not a symbolic link */
+	CK_LATEST_ELSEWHERE, /* resolves to no step directory of ROOT */
+	CK_LATEST_STEP       /* the step directory *step, committed or not */
+};
+/* target receives the link's text (for messages). */
+int ck_latest_link(const char *root, uint64_t *step, char *target, size_t len);
+
+#endif
