@@ -110,14 +110,8 @@ static int parse_line(char *line, gk_shard_index *idx, size_t *mcap,
 		size_t nlen = (size_t)(p - name);
 		if (nlen == 0)
 			goto bad;
-		if (idx->nmembers == *mcap) {
-			size_t cap = *mcap ? *mcap * 2 : 256;
-			gk_shard_index_member *m = realloc(idx->m, cap * sizeof(*m));
-			if (!m)
-				return gk_err_sys(err, ENOMEM, "index '%s'", path);
-			idx->m = m;
-			*mcap = cap;
-		}
+		if (GK_GROW(idx->m, *mcap, idx->nmembers + 1, "index members", err) < 0)
+			return gk_err_prefix(err, "index '%s'", path);
 		gk_shard_index_member *m = &idx->m[idx->nmembers];
 		if (!(m->name = strndup(name, nlen)))
 			return gk_err_sys(err, ENOMEM, "index '%s'", path);
@@ -267,13 +261,13 @@ static int lz4_frames(const char *path, uint64_t **coff, uint64_t **uoff,
 		close(fd);
 		return gk_err_sys(err, ENOMEM, "read '%s'", path);
 	}
-	size_t cap = 64, n = 0;
-	uint64_t *c = malloc(cap * sizeof(*c)), *u = malloc(cap * sizeof(*u));
+	size_t ccap = 0, n = 0;
+	uint64_t *c = NULL, *u = NULL;
 	enum { IN = 1 << 20, OUT = 4 << 20 };
 	unsigned char *in = malloc(IN), *outb = malloc(OUT);
 	uint64_t cpos = 0, upos = 0;
 	int rc = -1, at_start = 1;
-	if (!c || !u || !in || !outb) {
+	if (!in || !outb) {
 		gk_err_sys(err, ENOMEM, "read '%s'", path);
 		goto out;
 	}
@@ -288,18 +282,11 @@ static int lz4_frames(const char *path, uint64_t **coff, uint64_t **uoff,
 		size_t ip = 0;
 		while (ip < (size_t)got) {
 			if (at_start) {
-				if (n == cap) {
-					cap *= 2;
-					uint64_t *c2 = realloc(c, cap * sizeof(*c));
-					if (c2)
-						c = c2;
-					uint64_t *u2 = realloc(u, cap * sizeof(*u));
-					if (u2)
-						u = u2;
-					if (!c2 || !u2) {
-						gk_err_sys(err, ENOMEM, "read '%s'", path);
-						goto out;
-					}
+				size_t ucap = ccap;
+				if (GK_GROW(c, ccap, n + 1, "LZ4 frame table", err) < 0 ||
+				    GK_GROW(u, ucap, n + 1, "LZ4 frame table", err) < 0) {
+					gk_err_prefix(err, "read '%s'", path);
+					goto out;
 				}
 				c[n] = cpos;
 				u[n] = upos;
@@ -378,21 +365,9 @@ static int build(const char *shard, gk_shard_index *idx, int strict,
 	sh_reader_skip_data(r, !strict);
 	gk_shard_reader_strict(r, strict);
 	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
-		if (idx->nsamples == scap) {
-			scap = scap ? scap * 2 : 256;
-			void *p = realloc(idx->s, scap * sizeof(*idx->s));
-			if (!p)
-				goto nomem;
-			idx->s = p;
-		}
-		if (idx->nmembers + s->n > mcap) {
-			while (idx->nmembers + s->n > mcap)
-				mcap = mcap ? mcap * 2 : 512;
-			void *p = realloc(idx->m, mcap * sizeof(*idx->m));
-			if (!p)
-				goto nomem;
-			idx->m = p;
-		}
+		if (GK_GROW(idx->s, scap, idx->nsamples + 1, "index", err) < 0 ||
+		    GK_GROW(idx->m, mcap, idx->nmembers + s->n, "index", err) < 0)
+			goto nomem;
 		gk_shard_index_sample *is = &idx->s[idx->nsamples];
 		is->first = idx->nmembers;
 		is->n = s->n;
@@ -552,10 +527,9 @@ int gk_shard_manifest_add(gk_shard_manifest *m, const char *path,
 			  uint64_t samples, uint64_t bytes, uint64_t xxh3,
 			  gk_err *err)
 {
-	gk_shard_info *v = realloc(m->v, (m->n + 1) * sizeof(*v));
-	if (!v)
-		return gk_err_sys(err, ENOMEM, "manifest");
-	m->v = v;
+	if (GK_GROW(m->v, m->cap, m->n + 1, "manifest", err) < 0)
+		return -1;
+	gk_shard_info *v = m->v;
 	if (!(v[m->n].path = strdup(path)))
 		return gk_err_sys(err, ENOMEM, "manifest");
 	v[m->n].samples = samples;

@@ -23,14 +23,8 @@ void gk_shard_source_free(gk_shard_source *src)
 static int add_file(gk_shard_source *src, const char *path, const char *name,
 		    int regular, gk_err *err)
 {
-	if (src->names.n == src->regcap) {
-		size_t cap = src->regcap ? src->regcap * 2 : 1024;
-		unsigned char *p = realloc(src->regular, cap);
-		if (!p)
-			return gk_err_sys(err, ENOMEM, "add '%s'", path);
-		src->regular = p;
-		src->regcap = cap;
-	}
+	if (GK_GROW(src->regular, src->regcap, src->names.n + 1, "file list", err) < 0)
+		return gk_err_prefix(err, "add '%s'", path);
 	src->regular[src->names.n] = (unsigned char)regular;
 	if (gk_strlist_push(&src->paths, path, err) < 0 ||
 	    gk_strlist_push(&src->names, name, err) < 0)

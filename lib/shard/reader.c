@@ -166,19 +166,13 @@ static int take_member(gk_shard_reader *r, sh_sample *x, int skip, gk_err *err)
 	size_t klen = (size_t)gk_shard_key_len(r->ahead_name);
 	const char *ext = r->ahead_name + klen + 1;
 	if (x->s.n == x->mcap) {
-		size_t cap = x->mcap ? x->mcap * 2 : 4;
-		gk_shard_member *m = realloc(x->m, cap * sizeof(*m));
-		uint64_t *eo = realloc(x->ext_off, cap * sizeof(*eo));
-		if (eo)
-			x->ext_off = eo;
-		uint64_t *d = realloc(x->data_off, cap * sizeof(*d));
-		if (d)
-			x->data_off = d;
-		if (m)
-			x->m = m;
-		if (!m || !eo || !d)
-			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
-		x->mcap = cap;
+		/* Three parallel arrays of one capacity: it moves when all grew. */
+		size_t c1 = x->mcap, c2 = x->mcap, c3 = x->mcap;
+		if (GK_GROW(x->m, c1, x->s.n + 1, "sample members", err) < 0 ||
+		    GK_GROW(x->ext_off, c2, x->s.n + 1, "sample members", err) < 0 ||
+		    GK_GROW(x->data_off, c3, x->s.n + 1, "sample members", err) < 0)
+			return gk_err_prefix(err, "read '%s'", r->name);
+		x->mcap = c1;
 	}
 	if (x->s.n == 0 && (sh_buf_append(&x->names, r->ahead_name, klen) < 0 ||
 			    sh_buf_append(&x->names, "", 1) < 0))

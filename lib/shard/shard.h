@@ -10,7 +10,7 @@
  * frame per sample, then one frame for the end-of-archive blocks), so
  * `lz4 -dc x.tar.lz4 | tar t` works and a sample is one seek + one frame.
  *
- * Four layers, each usable alone:
+ * Five layers, each usable alone:
  *   names     key/extension split and the checks the writer applies
  *   writer    samples in, shards + indexes + manifest out (atomic files)
  *   reader    one shard (file or stream, plain or LZ4) -> samples in order
@@ -146,6 +146,7 @@ typedef struct gk_shard_info {
 typedef struct gk_shard_manifest {
 	size_t n;
 	gk_shard_info *v;
+	size_t cap;              /* of v */
 	uint64_t samples, bytes; /* totals */
 	char *dir;               /* directory the paths are relative to */
 } gk_shard_manifest;

@@ -312,23 +312,12 @@ static int check_sample(const char *key, size_t n, const gk_shard_member *m,
 static int grow_index(gk_shard_writer *w, size_t members, gk_err *err)
 {
 	gk_shard_index *x = &w->idx;
-	if (x->nsamples == w->idxcap) {
-		size_t cap = w->idxcap ? w->idxcap * 2 : 256;
-		void *p = realloc(x->s, cap * sizeof(*x->s));
-		if (!p)
-			return gk_err_sys(err, ENOMEM, "index");
-		x->s = p;
-		w->idxcap = cap;
-	}
-	while (x->nmembers + members > w->mcap) {
-		size_t cap = w->mcap ? w->mcap * 2 : 512;
-		gk_shard_index_member *p = realloc(x->m, cap * sizeof(*x->m));
-		if (!p)
-			return gk_err_sys(err, ENOMEM, "index");
-		memset(p + w->mcap, 0, (cap - w->mcap) * sizeof(*p));
-		x->m = p;
-		w->mcap = cap;
-	}
+	size_t old = w->mcap;
+	if (GK_GROW(x->s, w->idxcap, x->nsamples + 1, "index", err) < 0 ||
+	    GK_GROW(x->m, w->mcap, x->nmembers + members, "index", err) < 0)
+		return -1;
+	/* Member names are reused from shard to shard: new slots start empty. */
+	memset(x->m + old, 0, (w->mcap - old) * sizeof(*x->m));
 	return 0;
 }
 
@@ -463,16 +452,8 @@ int gk_shard_writer_add(gk_shard_writer *w, const char *key, size_t n,
 		im->size = v[i].size;
 		w->bytes_in += v[i].size;
 	}
-	if (w->npend == w->pendcap) {
-		size_t cap = w->pendcap ? w->pendcap * 2 : 64;
-		pending *p = realloc(w->pend, cap * sizeof(*p));
-		if (!p) {
-			gk_err_sys(err, ENOMEM, "sample '%s'", key);
-			goto fail;
-		}
-		w->pend = p;
-		w->pendcap = cap;
-	}
+	if (GK_GROW(w->pend, w->pendcap, w->npend + 1, "pending samples", err) < 0)
+		goto fail;
 	w->pend[w->npend++] = (pending){start, len, s->first, n};
 	w->ubytes += len;
 	w->count++;

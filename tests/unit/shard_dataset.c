@@ -40,7 +40,7 @@ static int write_shards(const char *pattern, const char *manifest, int lz4, int 
 		/* Members in reverse order: the writer sorts them. */
 		gk_shard_member m[2] = {{.ext = "txt", .data = txt, .size = (uint64_t)i + 1},
 					{.ext = "cls", .data = cls, .size = strlen(cls)}};
-		if (gk_shard_writer_add(w, key, i % 2 ? 1 : 2, i % 2 ? m : m, &err) < 0)
+		if (gk_shard_writer_add(w, key, i % 2 ? 1 : 2, m, &err) < 0)
 			return diag("%s", err.msg), -1;
 	}
 	if (gk_shard_writer_close(w, &man, &err) < 0)
@@ -48,6 +48,27 @@ static int write_shards(const char *pattern, const char *manifest, int lz4, int 
 	int rc = gk_shard_manifest_write(manifest, &man, &err);
 	gk_shard_manifest_free(&man);
 	return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* 1 when v[0..n) is a permutation of 0..n-1: sorted, it is 0, 1, 2... */
+static int is_permutation(const uint64_t *v, size_t n)
+{
+	uint64_t *s = malloc((n + 1) * sizeof(*s));
+	int ok = s != NULL;
+	if (s) {
+		memcpy(s, v, n * sizeof(*s));
+		qsort(s, n, sizeof(*s), cmp_u64);
+		for (size_t i = 0; i < n && ok; i++)
+			ok = s[i] == i;
+	}
+	free(s);
+	return ok;
 }
 
 /* Run a dataset and collect sample numbers; check contents on the way. */
@@ -126,10 +147,11 @@ static void test_order(const char *src, const char *what)
 	o.prefetch = 3;
 	run(src, o, b, NSAMPLES, &bad);
 	ok(memcmp(a, b, sizeof(a)) == 0, "%s: the same shuffle with and without prefetch", what);
-	int moved = 0, sum = 0;
+	int moved = 0;
+	uint64_t v[NSAMPLES];
 	for (int i = 0; i < NSAMPLES; i++)
-		moved += a[i] != i, sum += a[i];
-	ok(moved > NSAMPLES / 2 && sum == NSAMPLES * (NSAMPLES - 1) / 2,
+		moved += a[i] != i, v[i] = (uint64_t)a[i];
+	ok(moved > NSAMPLES / 2 && is_permutation(v, NSAMPLES),
 	   "%s: a shuffle is a permutation that moves most samples (%d moved)", what, moved);
 	o.loop = 1;
 	int two[2 * NSAMPLES];
@@ -221,12 +243,18 @@ int main(void)
 	test_resume(mann, "no index (tar reader)", 3);
 	test_split(mann, "no index (tar reader)");
 
-	uint64_t p[5];
-	gk_shard_permute(p, 5, 42);
-	int sum = 0;
-	for (int i = 0; i < 5; i++)
-		sum += (int)p[i];
-	is_int(sum, 10, "permute yields a permutation");
+	/* Sorting, not summing: [2,2,2,2,2] has the sum of a permutation. */
+	uint64_t fake[5] = {2, 2, 2, 2, 2};
+	ok(!is_permutation(fake, 5), "the permutation check refuses [2,2,2,2,2]");
+	int perms = 1, differ = 0;
+	uint64_t p[1000], q[1000];
+	for (size_t n = 0; n <= 1000; n += n < 20 ? 1 : 245) {
+		gk_shard_permute(p, n, 42 + n);
+		gk_shard_permute(q, n, 43 + n);
+		perms &= is_permutation(p, n) && is_permutation(q, n);
+		differ += n > 3 && memcmp(p, q, n * sizeof(*p)) != 0;
+	}
+	ok(perms && differ > 10, "permute yields permutations (n = 0..19, 20..1000), keyed");
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
