@@ -115,12 +115,10 @@ static const gk_shard_index *index_of(gk_shard_dataset *d, size_t shard)
 {
 	if (!d->idx_tried[shard]) {
 		gk_err ignored;
-		char *ip = gk_shard_index_path(d->files[shard]);
+		/* No index, or not this shard's: the tar reader reads it. */
 		d->idx_tried[shard] = 1;
-		if (ip && access(ip, R_OK) == 0 &&
-		    gk_shard_index_load(ip, &d->idx[shard], &ignored) < 0)
+		if (sh_index_load_for(d->files[shard], &d->idx[shard], &ignored) < 0)
 			memset(&d->idx[shard], 0, sizeof(d->idx[shard]));
-		free(ip);
 	}
 	return d->idx[shard].nsamples == d->man.v[shard].samples ? &d->idx[shard] : NULL;
 }
@@ -438,11 +436,10 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "dataset");
 	}
 	for (size_t i = 0; i < l.n; i++) {
-		char *ip = gk_shard_index_path(l.v[i]);
-		int rc = ip && access(ip, R_OK) == 0
-			? gk_shard_index_load(ip, &d->idx[i], err)
-			: gk_shard_index_build(l.v[i], &d->idx[i], err);
-		free(ip);
+		/* Counts from the shard's own index, else from reading it. */
+		int rc = sh_index_load_for(l.v[i], &d->idx[i], err);
+		if (rc == 0)
+			rc = sh_index_build(l.v[i], &d->idx[i], 0, err);
 		d->idx_tried[i] = 1;
 		if (rc < 0 || gk_shard_manifest_add(&d->man, l.v[i], d->idx[i].nsamples,
 						    0, 0, err) < 0) {

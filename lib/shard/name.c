@@ -136,3 +136,46 @@ char *gk_shard_index_path(const char *shard)
 	memcpy(p + keep, ".idx", 5);
 	return p;
 }
+
+char *gk_shard_name_quote(const char *name)
+{
+	const unsigned char *s = (const unsigned char *)name;
+	size_t len = strlen(name);
+	char *out = malloc(len * 4 + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; s[i];) {
+		size_t n = utf8_len(s + i);
+		unsigned c = s[i];
+		if (n > 1) {
+			memcpy(o, s + i, n);
+			o += n;
+			i += n;
+			continue;
+		}
+		if (c == '\\')
+			o += sprintf(o, "\\\\");
+		else if (c == '\t')
+			o += sprintf(o, "\\t");
+		else if (c == '\n')
+			o += sprintf(o, "\\n");
+		else if (n == 0 || c < 0x20 || c == 0x7f)
+			o += sprintf(o, "\\x%02x", c);
+		else
+			*o++ = (char)c;
+		i++;
+	}
+	*o = '\0';
+	return out;
+}
+
+int gk_shard_utf8_valid(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t n = utf8_len(p);
+		if (!n)
+			return 0;
+		p += n;
+	}
+	return 1;
+}
