@@ -170,7 +170,7 @@ test_expect_success PYTHON 'index offsets agree with Python tarfile (pax names t
 		lines = open(idx, encoding="utf-8").read().split("\n")
 		n = int(lines[0].split(" ")[1])
 		assert lines[0] == "v1.2 %d" % n and lines[n + 2] == "", lines
-		# the binding: this shard's size and XXH3 (checked against xxhsum below)
+		# the binding: the size and XXH3 of this shard (XXH3 checked by xxhsum)
 		tag, size, h = lines[n + 1].split(" ")
 		assert tag == "shard" and int(size) == os.path.getsize(tar), lines[n + 1]
 		open(idx + ".xxh3", "w").write(h + "\n")
