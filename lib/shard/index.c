@@ -569,10 +569,10 @@ int gk_shard_verify(const char *path, const gk_shard_info *want, gk_err *err)
 	if (rc == 0 && have_saved) {
 		int same = saved.nsamples == built.nsamples && saved.nmembers == built.nmembers;
 		size_t bad = 0;
-		for (size_t i = 0; same && i < built.nmembers; i++, bad = i)
-			same = built.m[i].offset == saved.m[i].offset &&
-			       built.m[i].size == saved.m[i].size &&
-			       strcmp(built.m[i].name, saved.m[i].name) == 0;
+		for (; same && bad < built.nmembers; bad += same)
+			same = built.m[bad].offset == saved.m[bad].offset &&
+			       built.m[bad].size == saved.m[bad].size &&
+			       strcmp(built.m[bad].name, saved.m[bad].name) == 0;
 		for (size_t i = 0; same && built.lz4 && i < built.nsamples; i++)
 			same = built.s[i].frame == saved.s[i].frame;
 		if (!same)

@@ -44,7 +44,8 @@ ssize_t gk_shard_key_len(const char *name);
  * The writer's checks on a member name: valid UTF-8, relative, no "."
  * or ".." component, no empty component, no control characters, no
  * whitespace (DALI's index separates fields by spaces), and a key and a
- * non-empty extension. Messages read "name 'N': why".
+ * non-empty extension. Messages read "name 'N': why", N quoted as
+ * gk_shard_name_quote does (a message stays one line).
  */
 int gk_shard_check_name(const char *name, gk_err *err);
 
