@@ -352,11 +352,29 @@ typedef struct gk_shard_dataset_opts {
 	int loop;               /* at the end of an epoch start the next */
 } gk_shard_dataset_opts;
 
-/* What a checkpoint stores: plain integers, also as one line of JSON. */
+/*
+ * What a checkpoint stores: integers, also as one line of JSON. A trainer
+ * gathers every part's state (every rank's, every worker's) and keeps
+ * them all: on the same world each part restores its own; on another
+ * world gk_shard_dataset_restore_world remaps the epoch from the list.
+ */
 typedef struct gk_shard_state {
 	uint64_t seed, epoch, pos; /* pos: samples returned in this epoch */
-	uint64_t samples;          /* per part, a check on the dataset */
+	uint64_t samples;          /* this part's in this epoch, a check */
 	uint32_t part, parts;
+	uint64_t window;           /* shuffle window read with (1: no shuffle;
+				      0 in a parsed state without one: as now) */
+	/*
+	 * A remapped epoch's history, empty otherwise: per earlier world
+	 * ("generation") of this epoch, its parts P, its window B and every
+	 * part's position: [P, B, pos[0..P)] after one another. It is the
+	 * same in every part's state. From gk_shard_dataset_state it points
+	 * into the dataset (valid until it moves to another epoch or
+	 * restores); from gk_shard_state_parse it is the caller's to free
+	 * with gk_shard_state_free.
+	 */
+	const uint64_t *hist;
+	size_t nhist;
 } gk_shard_state;
 
 typedef struct gk_shard_dataset gk_shard_dataset;
@@ -372,23 +390,49 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
  * (unless loop), -1 on error. */
 int gk_shard_dataset_next(gk_shard_dataset *d, const gk_shard_sample **s,
 			  gk_err *err);
-/* Samples per epoch for this rank/worker (equal on every rank). */
+/* Samples in this epoch for this rank/worker: equal on every rank in a
+ * normal epoch; in a remapped one the first parts may have one more. */
 uint64_t gk_shard_dataset_len(const gk_shard_dataset *d);
 /* The whole dataset's counts. */
 const gk_shard_manifest *gk_shard_dataset_manifest(const gk_shard_dataset *d);
 void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st);
-/* Go to a state (any epoch, any position); checks it fits this dataset. */
+/*
+ * Go to a state of this part (any epoch, any position, remapped or not);
+ * checks it fits this dataset: same seed, part and parts, window, counts.
+ */
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 			     gk_err *err);
+/*
+ * Resume from the states of every part of a run, on any world size (and
+ * workers). With the same number of parts, this part restores its own
+ * state. With another, the epoch is remapped: the samples no old part had
+ * returned (each old part's unseen samples, in stream order: the rest of
+ * its current shuffle window and everything after it), taken over the
+ * old parts in order, are cut into parts contiguous pieces, the first
+ * (count mod parts) one sample longer, and this part reads its piece in
+ * shuffled windows as usual. So within the epoch every sample is returned
+ * once by the old world or the new, none twice; the next epoch is a
+ * normal one. A remapped epoch can be saved and remapped again (the
+ * states carry the history). The states must come from one run of this
+ * dataset (same shards, seed, shuffle window, one epoch, each part once).
+ */
+int gk_shard_dataset_restore_world(gk_shard_dataset *d,
+				   const gk_shard_state *states, size_t n,
+				   gk_err *err);
 /* Start an epoch from its first sample (same as restore with pos 0). */
 int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch,
 			       gk_err *err);
 void gk_shard_dataset_close(gk_shard_dataset *d);
 
-/* {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W}; JSON
- * integers, so a seed that must round-trip stays below 2^63. */
+/*
+ * {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W,"window":B}
+ * plus "hist":[...] in a remapped epoch; JSON integers, so a seed that
+ * must round-trip stays below 2^63. format returns the length the text
+ * needs, as snprintf does (a history makes it long: size buf from it).
+ */
 int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len);
 int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err);
+void gk_shard_state_free(gk_shard_state *st);
 
 /* The PRNG the shuffles use (splitmix64), exposed for tests. */
 uint64_t gk_shard_mix(uint64_t x);
