@@ -207,11 +207,24 @@ static int slurp(int fd, const char *path, unsigned char **out, uint64_t *size,
 	return 0;
 }
 
-/* Exactly size bytes of a regular file from off; fewer: it shrank. */
-static int read_exact(const files *f, size_t i, uint64_t off, void *buf, size_t n,
+/*
+ * Exactly size bytes of a regular file from off; fewer: it shrank. Files
+ * are opened when their first byte is wanted and closed after their last,
+ * so a sample of many files holds one descriptor at a time.
+ */
+static int read_exact(files *f, size_t i, uint64_t off, void *buf, size_t n,
 		      gk_err *err)
 {
 	const char *path = f->src->paths.v[f->k[i]];
+	if (f->fd[i] < 0) {
+		struct stat st;
+		if ((f->fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			return gk_err_sys(err, errno, "open '%s'", path);
+		if (fstat(f->fd[i], &st) < 0)
+			return gk_err_sys(err, errno, "stat '%s'", path);
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size[i])
+			return gk_errf(err, "read '%s': the file changed while being packed", path);
+	}
 	ssize_t r = gk_pread_full(f->fd[i], buf, n, (off_t)off);
 	if (r < 0)
 		return gk_err_sys(err, errno, "read '%s'", path);
@@ -220,19 +233,22 @@ static int read_exact(const files *f, size_t i, uint64_t off, void *buf, size_t 
 			       path, (unsigned long long)(off + (uint64_t)r),
 			       (unsigned long long)f->size[i]);
 	/* After the last byte: the file must not have grown either. */
-	struct stat st;
-	if (off + n == f->size[i] && fstat(f->fd[i], &st) == 0 &&
-	    (uint64_t)st.st_size != f->size[i])
-		return gk_errf(err, "read '%s': the file changed size while being packed (%llu bytes, was %llu)",
-			       path, (unsigned long long)st.st_size,
-			       (unsigned long long)f->size[i]);
+	if (off + n == f->size[i]) {
+		struct stat st;
+		if (fstat(f->fd[i], &st) == 0 && (uint64_t)st.st_size != f->size[i])
+			return gk_errf(err, "read '%s': the file changed size while being packed (%llu bytes, was %llu)",
+				       path, (unsigned long long)st.st_size,
+				       (unsigned long long)f->size[i]);
+		close(f->fd[i]);
+		f->fd[i] = -1;
+	}
 	return 0;
 }
 
 static int files_read(void *ctx, size_t i, uint64_t off, void *buf, size_t n,
 		      gk_err *err)
 {
-	const files *f = ctx;
+	files *f = ctx;
 	if (f->mem[i]) {
 		memcpy(buf, f->mem[i] + off, n);
 		return 0;
@@ -262,18 +278,24 @@ static int pack_group(gk_shard_writer *w, const gk_shard_source *src,
 	for (size_t i = 0; i < g->n; i++) {
 		const char *path = src->paths.v[f.k[i]];
 		struct stat st;
-		if ((f.fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		if (stat(path, &st) < 0) {
 			gk_err_sys(err, errno, "open '%s'", path);
 			goto out;
 		}
-		if (fstat(f.fd[i], &st) < 0) {
-			gk_err_sys(err, errno, "stat '%s'", path);
-			goto out;
-		}
-		if (S_ISREG(st.st_mode))
+		if (S_ISREG(st.st_mode)) {
 			f.size[i] = (uint64_t)st.st_size;
-		else if (slurp(f.fd[i], path, &f.mem[i], &f.size[i], err) < 0)
-			goto out;
+		} else {
+			/* A fifo or a device: read now, to know its size. */
+			if ((f.fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+				gk_err_sys(err, errno, "open '%s'", path);
+				goto out;
+			}
+			int r = slurp(f.fd[i], path, &f.mem[i], &f.size[i], err);
+			close(f.fd[i]);
+			f.fd[i] = -1;
+			if (r < 0)
+				goto out;
+		}
 		total += f.size[i];
 		const char *name = src->names.v[f.k[i]];
 		m[i].ext = name + klen + 1;
