@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,49 +139,64 @@ out:
 	return rc;
 }
 
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
-}
-
-static void list_sample(const char *shard, const gk_shard_sample *s)
+/* One sample per line: TSV with quoted names, or a JSON object (UTF-8 only). */
+static int list_sample(const char *shard, const gk_shard_sample *s, gk_err *err)
 {
 	uint64_t bytes = 0;
 	for (size_t i = 0; i < s->n; i++)
 		bytes += s->m[i].size;
 	if (cli.json) {
-		printf("{\"shard\":");
-		json_str(shard);
-		printf(",\"key\":");
-		json_str(s->key);
-		printf(",\"members\":[");
-		for (size_t i = 0; i < s->n; i++) {
-			printf("%s{\"ext\":", i ? "," : "");
-			json_str(s->m[i].ext);
-			printf(",\"offset\":%" PRIu64 ",\"size\":%" PRIu64 "}", s->m[i].offset,
-			       s->m[i].size);
+		/* JSON strings are Unicode: a name that is not UTF-8 has no spelling. */
+		int utf8 = gk_shard_utf8_valid(shard) && gk_shard_utf8_valid(s->key);
+		for (size_t i = 0; i < s->n; i++)
+			utf8 &= gk_shard_utf8_valid(s->m[i].ext);
+		if (!utf8) {
+			char *q = gk_shard_name_quote(s->key);
+			gk_errf(err, "list '%s': sample '%s': name not valid UTF-8, which JSON cannot hold (list it without --json)",
+				shard, q ? q : "?");
+			free(q);
+			return -1;
 		}
-		printf("],\"bytes\":%" PRIu64 "}\n", bytes);
-		return;
+		json_t *members = json_array(), *o = json_pack("{s:s, s:s}", "shard", shard,
+								 "key", s->key);
+		for (size_t i = 0; o && members && i < s->n; i++)
+			json_array_append_new(members, json_pack("{s:s, s:I, s:I}", "ext", s->m[i].ext,
+								 "offset", (json_int_t)s->m[i].offset,
+								 "size", (json_int_t)s->m[i].size));
+		if (!o || !members) {
+			json_decref(o);
+			json_decref(members);
+			return gk_err_sys(err, ENOMEM, "list '%s'", shard);
+		}
+		json_object_set_new(o, "members", members);
+		json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+		json_dumpf(o, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		putchar('\n');
+		json_decref(o);
+		return 0;
 	}
-	printf("%s\t%s\t", shard, s->key);
-	for (size_t i = 0; i < s->n; i++)
-		printf("%s%s", i ? "," : "", s->m[i].ext);
+	char *sq = gk_shard_name_quote(shard), *kq = gk_shard_name_quote(s->key);
+	if (!sq || !kq) {
+		free(sq);
+		free(kq);
+		return gk_err_sys(err, ENOMEM, "list '%s'", shard);
+	}
+	printf("%s\t%s\t", sq, kq);
+	free(sq);
+	free(kq);
+	for (size_t i = 0; i < s->n; i++) {
+		char *eq = gk_shard_name_quote(s->m[i].ext);
+		if (!eq)
+			return gk_err_sys(err, ENOMEM, "list '%s'", shard);
+		printf("%s%s", i ? "," : "", eq);
+		free(eq);
+	}
 	printf("\t%" PRIu64 "\n", bytes);
+	return 0;
 }
 
-/* Read every sample of every shard: list, extract or just check. */
-static int each_sample(const args *a, int argc, char **argv, int dirfd)
+/* -t: every sample's sizes; the data is skipped, never held. */
+static int list(int argc, char **argv)
 {
 	gk_err err;
 	for (int i = 0; i < argc; i++) {
@@ -189,24 +205,12 @@ static int each_sample(const args *a, int argc, char **argv, int dirfd)
 		int rc;
 		if (gk_shard_reader_open(&r, argv[i], &err) < 0)
 			return gk_cli_fail(&cli, &err);
-		gk_shard_reader_strict(r, a->mode != 't');
-		while ((rc = gk_shard_reader_next(r, &s, &err)) == 1) {
-			if (a->mode == 't') {
-				list_sample(argv[i], s);
-				continue;
-			}
-			for (size_t j = 0; j < s->n && a->mode == 'x'; j++) {
-				char name[8192];
-				snprintf(name, sizeof(name), "%s.%s", s->key, s->m[j].ext);
-				if (gk_shard_extract_file(dirfd, a->dir, name, s->m[j].data,
-							  s->m[j].size, &err) < 0) {
-					rc = -1;
-					break;
-				}
-			}
-			if (rc < 0)
+		gk_shard_reader_sizes_only(r, 1);
+		while ((rc = gk_shard_reader_next(r, &s, &err)) == 1)
+			if (list_sample(argv[i], s, &err) < 0) {
+				rc = -1;
 				break;
-		}
+			}
 		gk_shard_reader_close(r);
 		if (rc < 0)
 			return gk_cli_fail(&cli, &err);
@@ -222,7 +226,10 @@ static int extract(const args *a, int argc, char **argv)
 	int fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return gk_cli_failf(&cli, "open directory '%s': %s", a->dir, strerror(errno));
-	int rc = each_sample(a, argc, argv, fd);
+	int rc = 0;
+	for (int i = 0; i < argc && rc == 0; i++)
+		if (gk_shard_extract(argv[i], fd, a->dir, &err) < 0)
+			rc = gk_cli_fail(&cli, &err);
 	close(fd);
 	return rc;
 }
@@ -276,8 +283,7 @@ static int index_shards(int argc, char **argv)
 static int get(const char *what, const char *shard)
 {
 	gk_err err;
-	fflush(stdout);
-	if (gk_shard_get(shard, what, source_date_epoch(), &err) < 0)
+	if (gk_shard_get(shard, what, source_date_epoch(), STDOUT_FILENO, &err) < 0)
 		return gk_cli_fail(&cli, &err);
 	return 0;
 }
@@ -309,7 +315,12 @@ int main(int argc, char **argv)
 		case OPT_MAX_COUNT:
 			a.w.max_count = (uint64_t)gk_cli_i64(&cli, "--max-count", optarg, 1, INT64_MAX);
 			break;
-		case OPT_MAX_SIZE: a.w.max_size = gk_cli_size(&cli, "--max-size", optarg); break;
+		case OPT_MAX_SIZE:
+			/* One meaning across the tools: no limit is no flag. */
+			a.w.max_size = gk_cli_size(&cli, "--max-size", optarg);
+			if (a.w.max_size == 0)
+				gk_cli_usage_error(&cli, "--max-size: must be more than 0 (leave it out for no limit)");
+			break;
 		case OPT_LZ4:
 			a.w.lz4 = 1;
 			if (optarg)
@@ -337,6 +348,10 @@ int main(int argc, char **argv)
 			gk_cli_usage_error(&cli, "--shuffle needs directories or -T (a stream cannot be shuffled)");
 		if (strcmp(a.out, "-") == 0 && (a.manifest || a.w.max_count || a.w.max_size))
 			gk_cli_usage_error(&cli, "-o - writes one shard: no --manifest, --max-count or --max-size");
+		char probe[4096];
+		gk_err perr;
+		if (gk_shard_format_name(a.out, 0, probe, sizeof(probe), &perr) < 0 || !*a.out)
+			gk_cli_usage_error(&cli, "%s", *a.out ? perr.msg : "-o: empty pattern");
 		a.w.pattern = a.out;
 		a.w.index = !a.no_index && strcmp(a.out, "-") != 0;
 		a.w.mtime = source_date_epoch();
@@ -352,7 +367,7 @@ int main(int argc, char **argv)
 		if (a.mode == 'g' && argc != 1)
 			gk_cli_usage_error(&cli, "-g reads one shard");
 		switch (a.mode) {
-		case 't': status = each_sample(&a, argc, argv, -1); break;
+		case 't': status = list(argc, argv); break;
 		case 'x': status = extract(&a, argc, argv); break;
 		case 'V': status = verify(argc, argv); break;
 		case 'I': status = index_shards(argc, argv); break;

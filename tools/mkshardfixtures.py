@@ -58,3 +58,13 @@ save("symlink.tar", tar([f("a.jpg"), ("a.txt", "/etc/passwd", "symlink")]))
 save("device.tar", tar([f("a.jpg"), ("a.dev", "", "chr")]))
 save("dotdot.tar", tar([f("../evil.txt")]))
 save("absolute.tar", tar([f("/tmp/evil.txt")]))
+
+# A member claiming 1 TiB in a file of a few KiB: a truncation, said
+# without trying to hold or seek past the claimed size.
+big = tarfile.TarInfo("b.bin")
+big.size, big.mtime, big.mode = 1 << 40, 0, 0o444
+save("claims-1tib.tar", tar([f("a.cls", b"1")]) [:1024] + big.tobuf(format=tarfile.PAX_FORMAT) + b"B" * 3000)
+# Names webdataset reads but the index and a TSV line cannot hold as
+# they are: a tab, a newline, a byte that is not UTF-8.
+save("odd-names.tar", tar([f("tab\tkey.txt", b"1"), f("new\nline.txt", b"2"),
+                           f(b"caf\xe9.txt".decode("utf-8", "surrogateescape"), b"3")]))

@@ -105,10 +105,11 @@ int gk_parse_double(const char *s, double min, double max, double *out,
 		    const char *what, gk_err *err);
 
 /*
- * Sizes: "4096", "4K", "256M", "1G", "2T", "4KiB", "1GiB" are powers of
- * 1024; "5KB", "5MB", "5GB", "5TB" are powers of 1000 (Hugging Face's
- * "5GB" is 5e9); a trailing "B" alone means bytes. Units are
- * case-insensitive except that "b" alone is refused (bits or bytes?).
+ * Sizes: "4096", "4K", "256M", "1G", "2T", "1P", "4KiB", "1GiB", "1PiB"
+ * are powers of 1024; "5KB", "5MB", "5GB", "5TB", "5PB" are powers of 1000
+ * (Hugging Face's "5GB" is 5e9); "B" alone means bytes. Units are
+ * case-insensitive throughout: "1b" is one byte and "5gb" is 5e9 bytes
+ * (no size in gpukit counts bits). One space may separate number and unit.
  * A decimal fraction is allowed with a unit ("1.5G"); the result is
  * rounded down to a whole byte. Overflow past UINT64_MAX is an error.
  */

@@ -129,10 +129,12 @@ int gk_parse_size(const char *s, uint64_t *out, const char *what, gk_err *err)
 	if (*unit == ' ')
 		unit++;
 	for (size_t i = 0; i < GK_ARRAY_SIZE(units); i++) {
+		/*
+		 * One rule for every unit: letters are case-insensitive, so
+		 * "1b" is a byte as "5gb" is 5e9 bytes (no size here counts bits).
+		 */
 		if (strcasecmp(unit, units[i].suffix) != 0)
 			continue;
-		if (strcmp(unit, "b") == 0)
-			break; /* bits or bytes? say B */
 		uint64_t mult = units[i].mult, v;
 		if (fscale > 1 && mult == 1 && frac != 0)
 			return gk_errf(err, "%s '%s': not a whole number of bytes",
@@ -146,7 +148,7 @@ int gk_parse_size(const char *s, uint64_t *out, const char *what, gk_err *err)
 		*out = v;
 		return 0;
 	}
-	return gk_errf(err, "%s '%s': unknown unit '%s' (K M G T, KiB MiB GiB TiB, KB MB GB TB)",
+	return gk_errf(err, "%s '%s': unknown unit '%s' (B, K M G T P, KiB MiB GiB TiB PiB, KB MB GB TB PB)",
 		       what, s, unit);
 }
 

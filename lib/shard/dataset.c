@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,16 +38,26 @@ struct gk_shard_dataset {
 	gk_shard_index *idx;      /* per shard; nsamples 0 = not loaded */
 	int *idx_tried;
 	uint64_t part, parts, per;
+	uint64_t per0;            /* samples per part in a normal epoch */
 	uint64_t epoch, pos;
+	/*
+	 * A remapped epoch (gk_shard_dataset_restore_world): the part reads
+	 * the stream samples list[0..per), ascending, instead of the range
+	 * [part*per, (part+1)*per); hist is the remap history the list was
+	 * computed from (gk_shard_state.hist).
+	 */
+	uint64_t *list, *hist;
+	size_t nhist;
 	/* the current epoch's plan */
 	uint64_t *order, *prefix;
 	/* the window */
 	sh_sample **win;
 	uint64_t *perm;
 	size_t wlen, wpos;
-	/* the producer's cursor */
+	/* the producer's cursor: part position j is stream sample
+	 * prefix[k] + local */
 	size_t k;
-	uint64_t local, remaining;
+	uint64_t j, local, remaining;
 	gk_shard_reader *r;
 	int fd;                   /* the shard read through its index */
 	sh_map *map;              /* or mapped, when it is a plain tar */
@@ -96,12 +107,25 @@ static void plan_epoch(gk_shard_dataset *d)
 		d->prefix[i + 1] = d->prefix[i] + d->man.v[d->order[i]].samples;
 }
 
-static uint64_t window_key(const gk_shard_dataset *d, uint64_t w)
+/* Window w of part `part` in remap generation gen (0: a normal epoch). */
+static uint64_t window_key(const gk_shard_dataset *d, uint64_t epoch,
+			   uint64_t part, uint64_t gen, uint64_t w)
 {
 	uint64_t k = gk_shard_mix(d->o.seed + 0x51a4d);
-	k = gk_shard_mix(k ^ d->epoch);
-	k = gk_shard_mix(k ^ d->part);
+	k = gk_shard_mix(k ^ epoch);
+	k = gk_shard_mix(k ^ part);
+	if (gen)
+		k = gk_shard_mix(k ^ (0x7e3a9ull << 32 | gen));
 	return gk_shard_mix(k ^ w);
+}
+
+/* Remap generations in a history: [P, B, pos[0..P)] per generation. */
+static uint64_t generations(const uint64_t *hist, size_t nhist)
+{
+	uint64_t g = 0;
+	for (size_t i = 0; i + 2 <= nhist; i += 2 + (size_t)hist[i])
+		g++;
+	return g;
 }
 
 static size_t window_size(const gk_shard_dataset *d)
@@ -115,12 +139,10 @@ static const gk_shard_index *index_of(gk_shard_dataset *d, size_t shard)
 {
 	if (!d->idx_tried[shard]) {
 		gk_err ignored;
-		char *ip = gk_shard_index_path(d->files[shard]);
+		/* No index, or not this shard's: the tar reader reads it. */
 		d->idx_tried[shard] = 1;
-		if (ip && access(ip, R_OK) == 0 &&
-		    gk_shard_index_load(ip, &d->idx[shard], &ignored) < 0)
+		if (sh_index_load_for(d->files[shard], &d->idx[shard], &ignored) < 0)
 			memset(&d->idx[shard], 0, sizeof(d->idx[shard]));
-		free(ip);
 	}
 	return d->idx[shard].nsamples == d->man.v[shard].samples ? &d->idx[shard] : NULL;
 }
@@ -136,17 +158,59 @@ static void close_shard(gk_shard_dataset *d)
 	d->map = NULL;
 }
 
+/* Stream sample of part position j in the current epoch. */
+static uint64_t stream_at(const gk_shard_dataset *d, uint64_t j)
+{
+	return d->list ? d->list[j] : d->part * d->per + j;
+}
+
 /* Position the cursor at part position p of the current epoch. */
 static void cursor_at(gk_shard_dataset *d, uint64_t p)
 {
-	uint64_t g = d->part * d->per + p;
+	uint64_t g = p < d->per ? stream_at(d, p) : 0;
 	size_t k = 0;
 	while (k < d->man.n && d->prefix[k + 1] <= g)
 		k++;
 	d->k = k;
+	d->j = p;
 	d->local = g - d->prefix[k];
 	d->remaining = d->per - p;
 	close_shard(d);
+}
+
+/*
+ * A remapped part's samples are ascending but may have gaps: move the
+ * cursor forward to stream sample g, within the open shard when it is
+ * there (skipping samples through the tar reader, or only counting them
+ * with an index), else by reopening.
+ */
+static int cursor_to(gk_shard_dataset *d, uint64_t g, gk_err *err)
+{
+	size_t k = d->k;
+	while (k < d->man.n && d->prefix[k + 1] <= g)
+		k++;
+	uint64_t local = g - d->prefix[k];
+	if (k == d->k && local == d->local)
+		return 0;
+	if (k != d->k || local < d->local || (d->r && local - d->local > 64)) {
+		close_shard(d);
+		d->k = k;
+		d->local = local;
+		return 0;
+	}
+	if (d->r) {
+		const gk_shard_sample *s;
+		gk_shard_reader_sizes_only(d->r, 1);
+		for (; d->local < local; d->local++)
+			if (gk_shard_reader_next(d->r, &s, err) != 1) {
+				gk_shard_reader_sizes_only(d->r, 0);
+				return gk_errf(err, "shard '%s': ends before sample %llu",
+					       d->files[d->order[k]], (unsigned long long)local);
+			}
+		gk_shard_reader_sizes_only(d->r, 0);
+	}
+	d->local = local;
+	return 0;
 }
 
 /*
@@ -243,6 +307,8 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 {
 	if (d->remaining == 0)
 		return 0;
+	if (d->list && cursor_to(d, d->list[d->j], err) < 0)
+		return -1;
 	for (;;) {
 		size_t shard = d->order[d->k];
 		if (d->local < d->man.v[shard].samples && !d->r && d->fd < 0 &&
@@ -258,6 +324,7 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 			if (from_index(d, shard, index_of(d, shard), out, err) < 0)
 				return -1;
 			d->local++;
+			d->j++;
 			d->remaining--;
 			return 1;
 		}
@@ -284,6 +351,7 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 			       (unsigned long long)d->man.v[d->order[d->k]].samples);
 	*out = sh_reader_detach(d->r);
 	d->local++;
+	d->j++;
 	d->remaining--;
 	return 1;
 }
@@ -402,7 +470,8 @@ static int window_fill(gk_shard_dataset *d, gk_err *err)
 		d->wlen = i + 1;
 	}
 	if (d->o.shuffle)
-		gk_shard_permute(d->perm, n, window_key(d, w));
+		gk_shard_permute(d->perm, n, window_key(d, d->epoch, d->part,
+						       generations(d->hist, d->nhist), w));
 	else
 		d->perm[0] = 0;
 	d->wpos = (size_t)(d->pos - w * b);
@@ -438,11 +507,10 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "dataset");
 	}
 	for (size_t i = 0; i < l.n; i++) {
-		char *ip = gk_shard_index_path(l.v[i]);
-		int rc = ip && access(ip, R_OK) == 0
-			? gk_shard_index_load(ip, &d->idx[i], err)
-			: gk_shard_index_build(l.v[i], &d->idx[i], err);
-		free(ip);
+		/* Counts from the shard's own index, else from reading it. */
+		int rc = sh_index_load_for(l.v[i], &d->idx[i], err);
+		if (rc == 0)
+			rc = sh_index_build(l.v[i], &d->idx[i], 0, err);
 		d->idx_tried[i] = 1;
 		if (rc < 0 || gk_shard_manifest_add(&d->man, l.v[i], d->idx[i].nsamples,
 						    0, 0, err) < 0) {
@@ -481,7 +549,7 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 		gk_errf(err, "dataset '%s': no shards", source);
 		goto fail;
 	}
-	d->per = d->man.samples / d->parts;
+	d->per = d->per0 = d->man.samples / d->parts;
 	if (d->per == 0) {
 		gk_errf(err, "dataset '%s': %llu samples cannot give each of %llu ranks x workers one",
 			source, (unsigned long long)d->man.samples, (unsigned long long)d->parts);
@@ -527,9 +595,145 @@ void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st)
 	st->samples = d->per;
 	st->part = (uint32_t)d->part;
 	st->parts = (uint32_t)d->parts;
+	st->window = window_size(d);
+	st->hist = d->hist;
+	st->nhist = d->nhist;
 }
 
-/* Start the producer and the window at (epoch, pos). */
+/* ---- remapping an epoch to another world size --------------------------------- */
+
+/*
+ * Append to out the samples of a part's list (elements L[0..n), or the
+ * range start.. when L is NULL) that the part had not returned at pos:
+ * the part read its list in windows of B, window w permuted by key(w),
+ * so the returned ones are all windows before pos/B and, in window pos/B,
+ * the elements at the first pos%B permuted positions.
+ */
+static int unseen(const gk_shard_dataset *d, uint64_t epoch, uint64_t part,
+		  uint64_t gen, const uint64_t *L, uint64_t start, uint64_t n,
+		  uint64_t pos, uint64_t B, uint64_t *out, size_t *nout, gk_err *err)
+{
+	uint64_t w = pos / B, j = pos % B, w0 = w * B;
+	uint64_t wn = w0 < n ? (n - w0 < B ? n - w0 : B) : 0;
+	unsigned char *seen = NULL;
+	if (j > 0) {
+		uint64_t *perm = malloc(wn * sizeof(*perm));
+		seen = calloc(wn, 1);
+		if (!perm || !seen) {
+			free(perm);
+			free(seen);
+			return gk_err_sys(err, ENOMEM, "dataset remap");
+		}
+		if (B > 1)
+			gk_shard_permute(perm, (size_t)wn, window_key(d, epoch, part, gen, w));
+		else
+			perm[0] = 0;
+		for (uint64_t t = 0; t < j; t++)
+			seen[perm[t]] = 1;
+		free(perm);
+	}
+	for (uint64_t t = w0; t < n; t++)
+		if (!seen || t >= w0 + wn || !seen[t - w0])
+			out[(*nout)++] = L ? L[t] : start + t;
+	free(seen);
+	return 0;
+}
+
+/* Part q of P when n samples are cut evenly: the first n mod P get one more. */
+static void split(uint64_t n, uint64_t P, uint64_t q, uint64_t *off, uint64_t *len)
+{
+	uint64_t base = n / P, r = n % P;
+	*off = q * base + (q < r ? q : r);
+	*len = base + (q < r);
+}
+
+/*
+ * The samples of part q of P in the epoch a history describes: replay it
+ * generation by generation (each part's unseen samples, in stream order,
+ * cut evenly among the next generation's parts), then cut the last
+ * generation's unseen samples into P. *list is malloc'ed (NULL with
+ * want_list 0: only *len). Checks the history fits this dataset.
+ */
+static int remap(const gk_shard_dataset *d, uint64_t epoch, const uint64_t *hist,
+		 size_t nhist, uint64_t P, uint64_t q, uint64_t **list, uint64_t *len,
+		 gk_err *err)
+{
+	uint64_t S = d->man.samples, *U = NULL, *next = NULL, gen = 0;
+	size_t nU = 0;
+	int rc = -1;
+	for (size_t i = 0; i < nhist; gen++) {
+		uint64_t Pg = i + 2 <= nhist ? hist[i] : 0, B = i + 2 <= nhist ? hist[i + 1] : 0;
+		if (Pg == 0 || B == 0 || Pg > nhist - i - 2 || (gen == 0 && S / Pg == 0)) {
+			gk_errf(err, "dataset state: remap history: generation %llu is malformed",
+				(unsigned long long)gen);
+			goto out;
+		}
+		const uint64_t *pos = hist + i + 2;
+		size_t cap = gen == 0 ? (size_t)(S / Pg * Pg) : nU, nn = 0;
+		if (!(next = malloc((cap + 1) * sizeof(*next)))) {
+			gk_err_sys(err, ENOMEM, "dataset remap");
+			goto out;
+		}
+		for (uint64_t p = 0; p < Pg; p++) {
+			uint64_t off, n;
+			if (gen == 0)
+				off = p * (S / Pg), n = S / Pg;
+			else
+				split(nU, Pg, p, &off, &n);
+			if (pos[p] > n) {
+				gk_errf(err, "dataset state: remap history: part %llu of %llu at %llu of its %llu samples",
+					(unsigned long long)p, (unsigned long long)Pg,
+					(unsigned long long)pos[p], (unsigned long long)n);
+				goto out;
+			}
+			if (unseen(d, epoch, p, gen, gen ? U + off : NULL, off, n, pos[p], B,
+				   next, &nn, err) < 0)
+				goto out;
+		}
+		free(U);
+		U = next;
+		next = NULL;
+		nU = nn;
+		i += 2 + (size_t)Pg;
+	}
+	uint64_t off, n;
+	split(nU, P, q, &off, &n);
+	*len = n;
+	if (list) {
+		if (!(*list = malloc((n + 1) * sizeof(**list)))) {
+			gk_err_sys(err, ENOMEM, "dataset remap");
+			goto out;
+		}
+		memcpy(*list, U + off, n * sizeof(**list));
+	}
+	rc = 0;
+out:
+	free(U);
+	free(next);
+	return rc;
+}
+
+/* Make the current epoch remapped by hist (copied; list is taken), or normal. */
+static int set_remap(gk_shard_dataset *d, const uint64_t *hist, size_t nhist,
+		     uint64_t *list, uint64_t len, gk_err *err)
+{
+	uint64_t *h = NULL;
+	if (nhist && !(h = malloc(nhist * sizeof(*h)))) {
+		free(list);
+		return gk_err_sys(err, ENOMEM, "dataset remap");
+	}
+	if (nhist)
+		memcpy(h, hist, nhist * sizeof(*h));
+	free(d->hist);
+	free(d->list);
+	d->hist = h;
+	d->nhist = nhist;
+	d->list = list;
+	d->per = nhist ? len : d->per0;
+	return 0;
+}
+
+/* Start the producer and the window at (epoch, pos) of the current plan. */
 static int go(gk_shard_dataset *d, uint64_t epoch, uint64_t pos, gk_err *err)
 {
 	producer_stop(d);
@@ -547,25 +751,131 @@ static int go(gk_shard_dataset *d, uint64_t epoch, uint64_t pos, gk_err *err)
 	return window_fill(d, err);
 }
 
+/* A new epoch is a normal one, whatever the last one was. */
+static int go_epoch(gk_shard_dataset *d, uint64_t epoch, gk_err *err)
+{
+	producer_stop(d);
+	if (set_remap(d, NULL, 0, NULL, 0, err) < 0)
+		return -1;
+	return go(d, epoch, 0, err);
+}
+
+/* Same run options: a state's window says how its part was read. */
+static int check_window(const gk_shard_dataset *d, const gk_shard_state *st,
+			gk_err *err)
+{
+	if (st->window && st->window != window_size(d))
+		return gk_errf(err, "dataset state: saved with a shuffle window of %llu samples; this dataset reads %llu (same seed, shuffle and buffer to resume)",
+			       (unsigned long long)st->window,
+			       (unsigned long long)window_size(d));
+	return 0;
+}
+
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 			     gk_err *err)
 {
-	if (st->seed != d->o.seed || st->parts != d->parts || st->part != d->part ||
-	    st->samples != d->per)
-		return gk_errf(err, "dataset state: saved for seed %llu, part %u of %u, %llu samples; this is seed %llu, part %llu of %llu, %llu samples",
+	uint64_t *list = NULL, len = d->per0;
+	if (st->seed != d->o.seed || st->parts != d->parts || st->part != d->part)
+		return gk_errf(err, "dataset state: saved for seed %llu, part %u of %u; this is seed %llu, part %llu of %llu (gk_shard_dataset_restore_world remaps another world size)",
 			       (unsigned long long)st->seed, st->part, st->parts,
-			       (unsigned long long)st->samples, (unsigned long long)d->o.seed,
-			       (unsigned long long)d->part, (unsigned long long)d->parts,
-			       (unsigned long long)d->per);
-	if (st->pos > d->per)
-		return gk_errf(err, "dataset state: position %llu is past the epoch's %llu samples",
-			       (unsigned long long)st->pos, (unsigned long long)d->per);
+			       (unsigned long long)d->o.seed, (unsigned long long)d->part,
+			       (unsigned long long)d->parts);
+	if (check_window(d, st, err) < 0)
+		return -1;
+	if (st->nhist && remap(d, st->epoch, st->hist, st->nhist, d->parts, d->part,
+			       &list, &len, err) < 0)
+		return -1;
+	if (st->samples != len || st->pos > len) {
+		free(list);
+		return gk_errf(err, "dataset state: position %llu of %llu samples; this part has %llu in that epoch",
+			       (unsigned long long)st->pos, (unsigned long long)st->samples,
+			       (unsigned long long)len);
+	}
+	producer_stop(d);
+	if (set_remap(d, st->hist, st->nhist, list, len, err) < 0)
+		return -1;
 	return go(d, st->epoch, st->pos, err);
+}
+
+int gk_shard_dataset_restore_world(gk_shard_dataset *d, const gk_shard_state *st,
+				   size_t n, gk_err *err)
+{
+	if (n == 0)
+		return gk_errf(err, "dataset states: none given");
+	const gk_shard_state *a = &st[0];
+	if (a->parts != n)
+		return gk_errf(err, "dataset states: %zu given for a world of %u parts (give every rank's and worker's)",
+			       n, a->parts);
+	unsigned char *have = calloc(n, 1);
+	if (!have)
+		return gk_err_sys(err, ENOMEM, "dataset states");
+	uint64_t *hist = NULL, *list = NULL, len;
+	int rc = -1;
+	for (size_t i = 0; i < n; i++) {
+		const gk_shard_state *s = &st[i];
+		if (s->seed != d->o.seed || s->epoch != a->epoch || s->parts != a->parts ||
+		    s->nhist != a->nhist || s->window != a->window ||
+		    (s->nhist && memcmp(s->hist, a->hist, s->nhist * sizeof(*s->hist)))) {
+			gk_errf(err, "dataset states: state %zu (part %u) is not from the run of state 0 (seed %llu, epoch %llu, %u parts)",
+				i, s->part, (unsigned long long)a->seed,
+				(unsigned long long)a->epoch, a->parts);
+			goto out;
+		}
+		if (s->part >= n || have[s->part]++) {
+			gk_errf(err, "dataset states: part %u is out of range or given twice", s->part);
+			goto out;
+		}
+		if (check_window(d, s, err) < 0)
+			goto out;
+	}
+	/* Every part's count must be what this dataset gives it: same data. */
+	for (size_t i = 0; i < n; i++) {
+		const gk_shard_state *s = &st[i];
+		uint64_t want = s->parts ? d->man.samples / s->parts : 0;
+		if (s->nhist && remap(d, s->epoch, s->hist, s->nhist, s->parts, s->part, NULL,
+				      &want, err) < 0)
+			goto out;
+		if (s->samples != want || s->pos > want) {
+			gk_errf(err, "dataset states: part %u at %llu of %llu samples; this dataset gives it %llu",
+				s->part, (unsigned long long)s->pos,
+				(unsigned long long)s->samples, (unsigned long long)want);
+			goto out;
+		}
+	}
+	if (a->parts == d->parts) {
+		/* The same world: every part resumes exactly where it was. */
+		for (size_t i = 0; i < n; i++)
+			if (st[i].part == d->part)
+				rc = gk_shard_dataset_restore(d, &st[i], err);
+		goto out;
+	}
+	/* Another world: one more generation, each old part at its position. */
+	size_t nh = a->nhist + 2 + n;
+	if (!(hist = malloc(nh * sizeof(*hist)))) {
+		gk_err_sys(err, ENOMEM, "dataset states");
+		goto out;
+	}
+	if (a->nhist)
+		memcpy(hist, a->hist, a->nhist * sizeof(*hist));
+	hist[a->nhist] = n;
+	hist[a->nhist + 1] = a->window ? a->window : window_size(d);
+	for (size_t i = 0; i < n; i++)
+		hist[a->nhist + 2 + st[i].part] = st[i].pos;
+	if (remap(d, a->epoch, hist, nh, d->parts, d->part, &list, &len, err) < 0)
+		goto out;
+	producer_stop(d);
+	if (set_remap(d, hist, nh, list, len, err) < 0)
+		goto out;
+	rc = go(d, a->epoch, 0, err);
+out:
+	free(have);
+	free(hist);
+	return rc;
 }
 
 int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch, gk_err *err)
 {
-	return go(d, epoch, 0, err);
+	return go_epoch(d, epoch, err);
 }
 
 int gk_shard_dataset_next(gk_shard_dataset *d, const gk_shard_sample **s,
@@ -576,7 +886,7 @@ int gk_shard_dataset_next(gk_shard_dataset *d, const gk_shard_sample **s,
 	if (d->pos == d->per) {
 		if (!d->o.loop)
 			return 0;
-		if (go(d, d->epoch + 1, 0, err) < 0)
+		if (go_epoch(d, d->epoch + 1, err) < 0)
 			return -1;
 	}
 	if (d->wpos == d->wlen && window_fill(d, err) < 0)
@@ -615,35 +925,83 @@ void gk_shard_dataset_close(gk_shard_dataset *d)
 	free(d->prefix);
 	free(d->win);
 	free(d->perm);
+	free(d->list);
+	free(d->hist);
 	gk_shard_manifest_free(&d->man);
 	free(d);
 }
 
 int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len)
 {
-	return snprintf(buf, len,
-			"{\"seed\":%llu,\"epoch\":%llu,\"pos\":%llu,\"samples\":%llu,\"part\":%u,\"parts\":%u}",
-			(unsigned long long)st->seed, (unsigned long long)st->epoch,
-			(unsigned long long)st->pos, (unsigned long long)st->samples,
-			st->part, st->parts);
+	size_t n = 0;
+	int r = snprintf(buf, len,
+			 "{\"seed\":%llu,\"epoch\":%llu,\"pos\":%llu,\"samples\":%llu,\"part\":%u,\"parts\":%u,\"window\":%llu",
+			 (unsigned long long)st->seed, (unsigned long long)st->epoch,
+			 (unsigned long long)st->pos, (unsigned long long)st->samples,
+			 st->part, st->parts, (unsigned long long)st->window);
+	/* Like snprintf: the length it needs, whatever fits. */
+#define PUT(...)                                                                   \
+	do {                                                                       \
+		if (r < 0)                                                         \
+			return -1;                                                 \
+		n += (size_t)r;                                                    \
+		r = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__); \
+	} while (0)
+	if (st->nhist) {
+		PUT(",\"hist\":[");
+		for (size_t i = 0; i < st->nhist; i++)
+			PUT("%s%llu", i ? "," : "", (unsigned long long)st->hist[i]);
+		PUT("]");
+	}
+	PUT("}");
+	if (r < 0)
+		return -1;
+	n += (size_t)r;
+#undef PUT
+	return n > INT_MAX ? -1 : (int)n;
 }
 
 int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err)
 {
 	struct json_t *j = gk_json_load_buf(json, strlen(json), "dataset state", err);
-	int64_t v[6];
-	static const char *keys[] = {"seed", "epoch", "pos", "samples", "part", "parts"};
+	int64_t v[7] = {0};
+	static const char *keys[] = {"seed", "epoch", "pos", "samples", "part", "parts", "window"};
+	memset(st, 0, sizeof(*st));
 	if (!j)
 		return -1;
-	for (size_t i = 0; i < 6; i++) {
+	for (size_t i = 0; i < 7; i++) {
+		/* "window" came later: a state without it is read as "as now". */
+		if (i == 6 && !json_object_get(j, keys[i]))
+			break;
 		if (gk_json_get_int(j, keys[i], &v[i], err) < 0) {
 			gk_err_prefix(err, "dataset state");
 			goto fail;
 		}
-		if (v[i] < 0 || (i >= 4 && v[i] > UINT32_MAX)) {
+		if (v[i] < 0 || ((i == 4 || i == 5) && v[i] > UINT32_MAX)) {
 			gk_errf(err, "dataset state: '%s' out of range", keys[i]);
 			goto fail;
 		}
+	}
+	json_t *h = json_object_get(j, "hist");
+	if (h) {
+		size_t n = json_array_size(h);
+		uint64_t *hist = malloc((n + 1) * sizeof(*hist));
+		if (!json_is_array(h) || n == 0 || !hist) {
+			free(hist);
+			gk_errf(err, "dataset state: 'hist' is not a list of counts");
+			goto fail;
+		}
+		for (size_t i = 0; i < n; i++) {
+			json_t *e = json_array_get(h, i);
+			if (!json_is_integer(e) || json_integer_value(e) < 0) {
+				free(hist);
+				gk_errf(err, "dataset state: 'hist' is not a list of counts");
+				goto fail;
+			}
+			hist[i] = (uint64_t)json_integer_value(e);
+		}
+		st->hist = hist;
+		st->nhist = n;
 	}
 	st->seed = (uint64_t)v[0];
 	st->epoch = (uint64_t)v[1];
@@ -651,9 +1009,17 @@ int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err)
 	st->samples = (uint64_t)v[3];
 	st->part = (uint32_t)v[4];
 	st->parts = (uint32_t)v[5];
+	st->window = (uint64_t)v[6];
 	json_decref(j);
 	return 0;
 fail:
 	json_decref(j);
 	return -1;
+}
+
+void gk_shard_state_free(gk_shard_state *st)
+{
+	free((void *)st->hist);
+	st->hist = NULL;
+	st->nhist = 0;
 }

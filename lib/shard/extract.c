@@ -15,7 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shard/shard.h"
+#include "shard/internal.h"
+
+/* Where the bytes of the file being extracted come from. */
+typedef ssize_t (*chunk_fn)(void *ctx, void *buf, size_t n, gk_err *err);
 
 static int check_path(const char *name, gk_err *err)
 {
@@ -35,8 +38,20 @@ static int check_path(const char *name, gk_err *err)
 	return 0;
 }
 
-int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
-			  const void *data, size_t size, gk_err *err)
+/* Write all that next gives (until it returns 0) to fd. */
+static int copy_out(int fd, chunk_fn next, void *ctx, const char *dirname,
+		    const char *name, gk_err *err)
+{
+	static __thread unsigned char buf[1 << 16];
+	ssize_t k;
+	while ((k = next(ctx, buf, sizeof(buf), err)) > 0)
+		if (gk_write_full(fd, buf, (size_t)k) < 0)
+			return gk_err_sys(err, errno, "write '%s/%s'", dirname, name);
+	return k < 0 ? -1 : 0;
+}
+
+static int extract(int dirfd, const char *dirname, const char *name,
+		   chunk_fn next, void *ctx, gk_err *err)
 {
 	char *copy = strdup(name);
 	int fd = dup(dirfd), rc = -1;
@@ -63,7 +78,7 @@ int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
 		*slash = '/';
 		comp = slash + 1;
 	}
-	char tmp[64], full[8192];
+	char tmp[64], *full = NULL;
 	int tfd = -1;
 	for (int tries = 0; tfd < 0 && tries < 100; tries++) {
 		snprintf(tmp, sizeof(tmp), ".gk-extract.%ld.%d", (long)getpid(), rand());
@@ -75,16 +90,19 @@ int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
 		gk_err_sys(err, errno, "extract '%s'", name);
 		goto out;
 	}
-	snprintf(full, sizeof(full), "%s/%.*s%s", dirname, (int)(comp - copy), name, tmp);
-	int slot = gk_cleanup_on_signal(full);
-	int wr = gk_write_full(tfd, data, size);
-	int e = errno;
-	if (close(tfd) < 0 && wr == 0) {
-		wr = -1;
-		e = errno;
+	/* The temp file's path, for removal if a signal ends the process. */
+	if (asprintf(&full, "%s/%.*s%s", dirname, (int)(comp - copy), name, tmp) < 0) {
+		full = NULL;
+		unlinkat(fd, tmp, 0);
+		close(tfd);
+		gk_err_sys(err, ENOMEM, "extract '%s'", name);
+		goto out;
 	}
+	int slot = gk_cleanup_on_signal(full);
+	int wr = copy_out(tfd, next, ctx, dirname, name, err);
+	if (close(tfd) < 0 && wr == 0)
+		wr = gk_err_sys(err, errno, "write '%s/%s'", dirname, name);
 	if (wr < 0) {
-		gk_err_sys(err, e, "write '%s/%s'", dirname, name);
 		unlinkat(fd, tmp, 0);
 	} else if (renameat(fd, tmp, fd, comp) < 0) {
 		gk_err_sys(err, errno, "extract '%s'", name);
@@ -94,8 +112,71 @@ int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
 	}
 	gk_cleanup_forget(slot);
 out:
+	free(full);
 	if (fd >= 0)
 		close(fd);
 	free(copy);
+	return rc;
+}
+
+/* ---- from memory ------------------------------------------------------------- */
+
+typedef struct mem {
+	const unsigned char *p;
+	size_t left;
+} mem;
+
+static ssize_t mem_next(void *ctx, void *buf, size_t n, gk_err *err)
+{
+	mem *m = ctx;
+	(void)err;
+	if (n > m->left)
+		n = m->left;
+	memcpy(buf, m->p, n);
+	m->p += n;
+	m->left -= n;
+	return (ssize_t)n;
+}
+
+int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
+			  const void *data, size_t size, gk_err *err)
+{
+	mem m = {data, size};
+	return extract(dirfd, dirname, name, mem_next, &m, err);
+}
+
+/* ---- from a shard, member by member ------------------------------------------ */
+
+typedef struct job {
+	gk_shard_reader *r;
+	int dirfd;
+	const char *dirname;
+} job;
+
+static ssize_t reader_next(void *ctx, void *buf, size_t n, gk_err *err)
+{
+	return sh_reader_read(ctx, buf, n, err);
+}
+
+static int member(void *ctx, const char *name, uint64_t size, gk_err *err)
+{
+	job *j = ctx;
+	(void)size;
+	return extract(j->dirfd, j->dirname, name, reader_next, j->r, err);
+}
+
+int gk_shard_extract(const char *shard, int dirfd, const char *dirname,
+		     gk_err *err)
+{
+	job j = {NULL, dirfd, dirname};
+	const gk_shard_sample *s;
+	int rc;
+	if (gk_shard_reader_open(&j.r, shard, err) < 0)
+		return -1;
+	gk_shard_reader_strict(j.r, 1);
+	sh_reader_on_member(j.r, member, &j);
+	while ((rc = gk_shard_reader_next(j.r, &s, err)) == 1)
+		;
+	gk_shard_reader_close(j.r);
 	return rc;
 }

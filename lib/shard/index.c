@@ -12,6 +12,7 @@
 #include <lz4frame.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shard/internal.h"
@@ -54,6 +55,11 @@ int gk_shard_index_write(const char *path, const gk_shard_index *idx,
 		for (size_t i = 0; i < idx->nsamples; i++)
 			fprintf(fp, "%" PRIu64 "\n", idx->s[i].frame);
 		fprintf(fp, "%" PRIu64 "\n", idx->frame_end);
+	}
+	if (idx->bound) {
+		char hex[17];
+		fprintf(fp, "shard %" PRIu64 " %s\n", idx->shard_bytes,
+			gk_xxh3_hex(idx->shard_xxh3, hex));
 	}
 	if (ferror(fp)) {
 		gk_err_sys(err, errno ? errno : EIO, "write '%s'", path);
@@ -110,14 +116,8 @@ static int parse_line(char *line, gk_shard_index *idx, size_t *mcap,
 		size_t nlen = (size_t)(p - name);
 		if (nlen == 0)
 			goto bad;
-		if (idx->nmembers == *mcap) {
-			size_t cap = *mcap ? *mcap * 2 : 256;
-			gk_shard_index_member *m = realloc(idx->m, cap * sizeof(*m));
-			if (!m)
-				return gk_err_sys(err, ENOMEM, "index '%s'", path);
-			idx->m = m;
-			*mcap = cap;
-		}
+		if (GK_GROW(idx->m, *mcap, idx->nmembers + 1, "index members", err) < 0)
+			return gk_err_prefix(err, "index '%s'", path);
 		gk_shard_index_member *m = &idx->m[idx->nmembers];
 		if (!(m->name = strndup(name, nlen)))
 			return gk_err_sys(err, ENOMEM, "index '%s'", path);
@@ -213,6 +213,22 @@ int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err)
 				idx->frame_end = v;
 		}
 	}
+	if (strncmp(p, "shard ", 6) == 0) {
+		char hex[17];
+		p += 6;
+		lineno++;
+		if (parse_u64(&p, &idx->shard_bytes) < 0 || *p != ' ' ||
+		    strspn(p + 1, "0123456789abcdef") != 16 || p[17] != '\n') {
+			gk_errf(err, "index '%s' line %zu: not 'shard BYTES XXH3'", path, lineno);
+			goto fail;
+		}
+		memcpy(hex, p + 1, 16);
+		hex[16] = '\0';
+		if (gk_xxh3_parse(hex, &idx->shard_xxh3, err) < 0)
+			goto fail;
+		idx->bound = 1;
+		p += 18;
+	}
 	if (*p) {
 		gk_errf(err, "index '%s': unexpected text after the samples", path);
 		goto fail;
@@ -267,13 +283,13 @@ static int lz4_frames(const char *path, uint64_t **coff, uint64_t **uoff,
 		close(fd);
 		return gk_err_sys(err, ENOMEM, "read '%s'", path);
 	}
-	size_t cap = 64, n = 0;
-	uint64_t *c = malloc(cap * sizeof(*c)), *u = malloc(cap * sizeof(*u));
+	size_t ccap = 0, n = 0;
+	uint64_t *c = NULL, *u = NULL;
 	enum { IN = 1 << 20, OUT = 4 << 20 };
 	unsigned char *in = malloc(IN), *outb = malloc(OUT);
 	uint64_t cpos = 0, upos = 0;
 	int rc = -1, at_start = 1;
-	if (!c || !u || !in || !outb) {
+	if (!in || !outb) {
 		gk_err_sys(err, ENOMEM, "read '%s'", path);
 		goto out;
 	}
@@ -288,18 +304,11 @@ static int lz4_frames(const char *path, uint64_t **coff, uint64_t **uoff,
 		size_t ip = 0;
 		while (ip < (size_t)got) {
 			if (at_start) {
-				if (n == cap) {
-					cap *= 2;
-					uint64_t *c2 = realloc(c, cap * sizeof(*c));
-					if (c2)
-						c = c2;
-					uint64_t *u2 = realloc(u, cap * sizeof(*u));
-					if (u2)
-						u = u2;
-					if (!c2 || !u2) {
-						gk_err_sys(err, ENOMEM, "read '%s'", path);
-						goto out;
-					}
+				size_t ucap = ccap;
+				if (GK_GROW(c, ccap, n + 1, "LZ4 frame table", err) < 0 ||
+				    GK_GROW(u, ucap, n + 1, "LZ4 frame table", err) < 0) {
+					gk_err_prefix(err, "read '%s'", path);
+					goto out;
 				}
 				c[n] = cpos;
 				u[n] = upos;
@@ -364,9 +373,10 @@ static int attach_frames(const char *path, gk_shard_index *idx, gk_err *err)
 	return rc;
 }
 
-static int build(const char *shard, gk_shard_index *idx, int strict,
-		 gk_err *err)
+int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
+		   gk_err *err)
 {
+	int strict = flags & SH_STRICT;
 	gk_shard_reader *r;
 	const gk_shard_sample *s;
 	size_t scap = 0, mcap = 0;
@@ -375,24 +385,12 @@ static int build(const char *shard, gk_shard_index *idx, int strict,
 	if (gk_shard_reader_open(&r, shard, err) < 0)
 		return -1;
 	/* Building: skip data (a seek on a plain file). Verifying: read it all. */
-	sh_reader_skip_data(r, !strict);
+	sh_reader_skip_data(r, strict ? SH_DISCARD : SH_SKIP);
 	gk_shard_reader_strict(r, strict);
 	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
-		if (idx->nsamples == scap) {
-			scap = scap ? scap * 2 : 256;
-			void *p = realloc(idx->s, scap * sizeof(*idx->s));
-			if (!p)
-				goto nomem;
-			idx->s = p;
-		}
-		if (idx->nmembers + s->n > mcap) {
-			while (idx->nmembers + s->n > mcap)
-				mcap = mcap ? mcap * 2 : 512;
-			void *p = realloc(idx->m, mcap * sizeof(*idx->m));
-			if (!p)
-				goto nomem;
-			idx->m = p;
-		}
+		if (GK_GROW(idx->s, scap, idx->nsamples + 1, "index", err) < 0 ||
+		    GK_GROW(idx->m, mcap, idx->nmembers + s->n, "index", err) < 0)
+			goto nomem;
 		gk_shard_index_sample *is = &idx->s[idx->nsamples];
 		is->first = idx->nmembers;
 		is->n = s->n;
@@ -400,6 +398,13 @@ static int build(const char *shard, gk_shard_index *idx, int strict,
 			gk_shard_index_member *m = &idx->m[idx->nmembers];
 			if (asprintf(&m->name, "%s.%s", s->key, s->m[j].ext) < 0)
 				goto nomem;
+			/* DALI's index separates fields by spaces and lines by
+			 * newlines: a name with either would corrupt it. */
+			if ((flags & SH_NAMES) && gk_shard_check_name(m->name, err) < 0) {
+				free(m->name);
+				gk_err_prefix(err, "index '%s'", shard);
+				goto fail;
+			}
 			m->offset = s->m[j].offset;
 			m->size = s->m[j].size;
 			idx->nmembers++;
@@ -417,6 +422,22 @@ static int build(const char *shard, gk_shard_index *idx, int strict,
 	derive_headers(idx);
 	if (gk_shard_is_lz4_name(shard) && attach_frames(shard, idx, err) < 0)
 		goto fail;
+	if (flags & SH_BIND) {
+		int fd = open(shard, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			gk_err_sys(err, errno, "open '%s'", shard);
+			if (fd >= 0)
+				close(fd);
+			goto fail;
+		}
+		idx->shard_bytes = (uint64_t)st.st_size;
+		rc = gk_xxh3_fd(fd, 0, UINT64_MAX, &idx->shard_xxh3, shard, err);
+		close(fd);
+		if (rc < 0)
+			goto fail;
+		idx->bound = 1;
+	}
 	return 0;
 nomem:
 	gk_err_sys(err, ENOMEM, "index '%s'", shard);
@@ -428,55 +449,147 @@ fail:
 
 int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
 {
-	return build(shard, idx, 0, err);
+	return sh_index_build(shard, idx, SH_NAMES | SH_BIND, err);
+}
+
+int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *err)
+{
+	struct stat st;
+	char *ip = gk_shard_index_path(shard);
+	memset(idx, 0, sizeof(*idx));
+	if (!ip)
+		return gk_err_sys(err, ENOMEM, "index of '%s'", shard);
+	if (access(ip, F_OK) < 0) {
+		free(ip);
+		return 0;
+	}
+	int rc = gk_shard_index_load(ip, idx, err);
+	free(ip);
+	if (rc < 0)
+		return -1;
+	if (idx->bound && (stat(shard, &st) < 0 || (uint64_t)st.st_size != idx->shard_bytes)) {
+		gk_shard_index_free(idx);
+		return 0;
+	}
+	return 1;
+}
+
+int gk_shard_index_check(const gk_shard_index *idx, int fd, const char *shard,
+			 const char *index, ssize_t i, gk_err *err)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return gk_err_sys(err, errno, "stat '%s'", shard);
+	if (idx->bound && (uint64_t)st.st_size != idx->shard_bytes)
+		return gk_errf(err, "index '%s' is not the index of '%s': made for %llu bytes, the shard has %llu (rebuild it with data-pack --index)",
+			       index, shard, (unsigned long long)idx->shard_bytes,
+			       (unsigned long long)st.st_size);
+	if (i < 0)
+		return 0;
+	if ((size_t)i >= idx->nsamples)
+		return gk_errf(err, "index '%s': no sample %zd", index, i);
+	/* Read that sample's headers where the index puts them. */
+	gk_shard_reader *r;
+	const gk_shard_sample *s;
+	const gk_shard_index_sample *is = &idx->s[i];
+	if (gk_shard_reader_open_fd(&r, fd, shard, err) < 0)
+		return -1;
+	gk_shard_reader_sizes_only(r, 1);
+	int rc = gk_shard_reader_seek(r, (uint64_t)i, idx, err);
+	if (rc == 0)
+		rc = gk_shard_reader_next(r, &s, err);
+	int same = rc == 1 && s->n == is->n;
+	for (size_t j = 0; same && j < s->n; j++) {
+		const gk_shard_index_member *im = &idx->m[is->first + j];
+		size_t klen = strlen(s->key);
+		same = strncmp(im->name, s->key, klen) == 0 && im->name[klen] == '.' &&
+		       strcmp(im->name + klen + 1, s->m[j].ext) == 0 &&
+		       im->size == s->m[j].size && im->offset == s->m[j].offset;
+	}
+	gk_shard_reader_close(r);
+	if (same)
+		return 0;
+	const char *name = idx->m[is->first].name;
+	if (rc < 0)
+		return gk_err_prefix(err, "index '%s' does not match '%s' at sample %zd '%.*s' (rebuild it with data-pack --index)",
+				     index, shard, i, (int)gk_shard_key_len(name), name);
+	return gk_errf(err, "index '%s' does not match '%s' at sample %zd '%.*s' (rebuild it with data-pack --index)",
+		       index, shard, i, (int)gk_shard_key_len(name), name);
+}
+
+/* Size and XXH3 of a file, for the manifest's and the index's bindings. */
+static int file_sum(const char *path, uint64_t *bytes, uint64_t *h, gk_err *err)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		gk_err_sys(err, errno, "open '%s'", path);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*bytes = (uint64_t)st.st_size;
+	int rc = gk_xxh3_fd(fd, 0, UINT64_MAX, h, path, err);
+	close(fd);
+	return rc;
 }
 
 int gk_shard_verify(const char *path, const gk_shard_info *want, gk_err *err)
 {
 	gk_shard_index built, saved;
-	if (build(path, &built, 1, err) < 0)
+	uint64_t bytes = 0, h = 0;
+	int have_sum = 0, have_saved = 0, rc = 0;
+	char a[17], b[17];
+	if (sh_index_build(path, &built, SH_STRICT, err) < 0)
 		return -1;
-	int rc = 0;
-	if (want && built.nsamples != want->samples)
+	char *ip = gk_shard_index_path(path);
+	if (!ip) {
+		gk_shard_index_free(&built);
+		return gk_err_sys(err, ENOMEM, "verify '%s'", path);
+	}
+	if (access(ip, F_OK) == 0) {
+		if (gk_shard_index_load(ip, &saved, err) < 0)
+			rc = -1;
+		else
+			have_saved = 1;
+	}
+	if (rc == 0 && (want || (have_saved && saved.bound))) {
+		rc = file_sum(path, &bytes, &h, err);
+		have_sum = rc == 0;
+	}
+	if (rc == 0 && want && built.nsamples != want->samples)
 		rc = gk_errf(err, "verify '%s': %zu samples, the manifest says %" PRIu64,
 			     path, built.nsamples, want->samples);
-	if (rc == 0 && want) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		uint64_t h;
-		if (fd < 0)
-			rc = gk_err_sys(err, errno, "open '%s'", path);
-		else if ((rc = gk_xxh3_fd(fd, 0, UINT64_MAX, &h, path, err)) == 0 && h != want->xxh3) {
-			char a[17], b[17];
-			rc = gk_errf(err, "verify '%s': XXH3 %s, the manifest says %s", path,
-				     gk_xxh3_hex(h, a), gk_xxh3_hex(want->xxh3, b));
-		}
-		if (fd >= 0)
-			close(fd);
+	if (rc == 0 && want && bytes != want->bytes)
+		rc = gk_errf(err, "verify '%s': %" PRIu64 " bytes, the manifest says %" PRIu64,
+			     path, bytes, want->bytes);
+	if (rc == 0 && want && h != want->xxh3)
+		rc = gk_errf(err, "verify '%s': XXH3 %s, the manifest says %s", path,
+			     gk_xxh3_hex(h, a), gk_xxh3_hex(want->xxh3, b));
+	if (rc == 0 && have_saved) {
+		int same = saved.nsamples == built.nsamples && saved.nmembers == built.nmembers;
+		size_t bad = 0;
+		for (; same && bad < built.nmembers; bad += same)
+			same = built.m[bad].offset == saved.m[bad].offset &&
+			       built.m[bad].size == saved.m[bad].size &&
+			       strcmp(built.m[bad].name, saved.m[bad].name) == 0;
+		for (size_t i = 0; same && built.lz4 && i < built.nsamples; i++)
+			same = built.s[i].frame == saved.s[i].frame;
+		if (!same)
+			rc = gk_errf(err, "verify '%s': index '%s' does not match the shard (member %zu)",
+				     path, ip, bad);
+		else if (saved.bound && have_sum &&
+			 (saved.shard_bytes != bytes || saved.shard_xxh3 != h))
+			rc = gk_errf(err, "verify '%s': index '%s' was made for another shard (%" PRIu64 " bytes, XXH3 %s; this one: %" PRIu64 " bytes, XXH3 %s)",
+				     path, ip, saved.shard_bytes, gk_xxh3_hex(saved.shard_xxh3, a),
+				     bytes, gk_xxh3_hex(h, b));
 	}
-	char *ip = gk_shard_index_path(path);
-	if (rc == 0 && ip && access(ip, R_OK) == 0) {
-		if (gk_shard_index_load(ip, &saved, err) < 0) {
-			rc = -1;
-		} else {
-			int same = saved.nsamples == built.nsamples && saved.nmembers == built.nmembers;
-			size_t bad = 0;
-			for (size_t i = 0; same && i < built.nmembers; i++, bad = i)
-				same = built.m[i].offset == saved.m[i].offset &&
-				       built.m[i].size == saved.m[i].size &&
-				       strcmp(built.m[i].name, saved.m[i].name) == 0;
-			for (size_t i = 0; same && built.lz4 && i < built.nsamples; i++)
-				same = built.s[i].frame == saved.s[i].frame;
-			if (!same)
-				rc = gk_errf(err, "verify '%s': index '%s' does not match the shard (member %zu)",
-					     path, ip, bad);
-			gk_shard_index_free(&saved);
-		}
-	}
+	if (have_saved)
+		gk_shard_index_free(&saved);
 	free(ip);
 	gk_shard_index_free(&built);
 	return rc;
 }
-
 
 int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
 			 size_t i, void **buf, gk_shard_member *m, gk_err *err)
@@ -552,10 +665,9 @@ int gk_shard_manifest_add(gk_shard_manifest *m, const char *path,
 			  uint64_t samples, uint64_t bytes, uint64_t xxh3,
 			  gk_err *err)
 {
-	gk_shard_info *v = realloc(m->v, (m->n + 1) * sizeof(*v));
-	if (!v)
-		return gk_err_sys(err, ENOMEM, "manifest");
-	m->v = v;
+	if (GK_GROW(m->v, m->cap, m->n + 1, "manifest", err) < 0)
+		return -1;
+	gk_shard_info *v = m->v;
 	if (!(v[m->n].path = strdup(path)))
 		return gk_err_sys(err, ENOMEM, "manifest");
 	v[m->n].samples = samples;
@@ -666,11 +778,15 @@ int gk_shard_manifest_load(const char *path, gk_shard_manifest *m, gk_err *err)
 	if (!root)
 		return -1;
 	const char *fmt, *p, *hex;
-	int64_t v, samples, bytes;
+	int64_t v, samples, bytes, total_samples, total_bytes;
 	json_t *shards = json_object_get(root, "shards");
 	if (gk_json_get_str(root, "format", &fmt, err) < 0 ||
-	    gk_json_get_int(root, "version", &v, err) < 0)
+	    gk_json_get_int(root, "version", &v, err) < 0 ||
+	    gk_json_get_int(root, "samples", &total_samples, err) < 0 ||
+	    gk_json_get_int(root, "bytes", &total_bytes, err) < 0) {
+		gk_err_prefix(err, "manifest '%s'", path);
 		goto fail;
+	}
 	if (strcmp(fmt, "gpukit-shards") != 0 || v != 1) {
 		gk_errf(err, "manifest '%s': not a gpukit-shards version 1 manifest", path);
 		goto fail;
@@ -696,6 +812,13 @@ int gk_shard_manifest_load(const char *path, gk_shard_manifest *m, gk_err *err)
 		}
 		if (gk_shard_manifest_add(m, p, (uint64_t)samples, (uint64_t)bytes, h, err) < 0)
 			goto fail;
+	}
+	/* The totals are redundant: a disagreement means an edited or mixed manifest. */
+	if ((uint64_t)total_samples != m->samples || (uint64_t)total_bytes != m->bytes) {
+		gk_errf(err, "manifest '%s': totals say %lld samples, %lld bytes; its shards add up to %llu samples, %llu bytes",
+			path, (long long)total_samples, (long long)total_bytes,
+			(unsigned long long)m->samples, (unsigned long long)m->bytes);
+		goto fail;
 	}
 	if (!(m->dir = dir_of(path))) {
 		gk_err_sys(err, ENOMEM, "manifest '%s'", path);

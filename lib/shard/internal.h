@@ -55,7 +55,35 @@ void sh_sample_free(sh_sample *x);
 /* Reader internals the dataset uses to keep samples without copying. */
 sh_sample *sh_reader_detach(gk_shard_reader *r);
 void sh_reader_set_base(gk_shard_reader *r, uint64_t shard);
-/* Skip member data (sizes and offsets only: building an index). */
+/* What the reader does with member data: keep it (the default), skip it
+ * (a seek on a plain file), or read it through a small buffer (verify). */
+enum { SH_BUFFER, SH_SKIP, SH_DISCARD };
 void sh_reader_skip_data(gk_shard_reader *r, int skip);
+/*
+ * Hand each member to fn as its header is read instead of keeping its
+ * data: fn reads the data (size bytes) with sh_reader_read, which returns
+ * a positive count, 0 at the member's end or -1. What fn leaves unread is
+ * skipped. The sample's checks (consecutive keys, extensions once) come
+ * before fn sees a member.
+ */
+typedef int (*sh_member_fn)(void *ctx, const char *name, uint64_t size,
+			    gk_err *err);
+void sh_reader_on_member(gk_shard_reader *r, sh_member_fn fn, void *ctx);
+ssize_t sh_reader_read(gk_shard_reader *r, void *buf, size_t n, gk_err *err);
+
+/* Index flags for sh_index_build. */
+enum {
+	SH_STRICT = 1, /* verify: strict reader, every byte read */
+	SH_NAMES = 2,  /* refuse names the index cannot hold */
+	SH_BIND = 4,   /* bind to the shard: its size and XXH3 (reads it all) */
+};
+int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
+		   gk_err *err);
+/*
+ * Load the index beside shard when it is there and belongs to it (a bound
+ * index's size matches the file's): 1 loaded, 0 none or not this shard's
+ * (idx empty), -1 an unreadable index.
+ */
+int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *err);
 
 #endif

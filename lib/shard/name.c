@@ -48,37 +48,44 @@ static size_t utf8_len(const unsigned char *s)
 	return n;
 }
 
+/* "name 'N': why", N quoted as -t prints it: a message stays one line. */
+static int bad_name(gk_err *err, const char *name, const char *why)
+{
+	char *q = gk_shard_name_quote(name);
+	gk_errf(err, "name '%s': %s", q ? q : name, why);
+	free(q);
+	return -1;
+}
+
 int gk_shard_check_name(const char *name, gk_err *err)
 {
 	const unsigned char *s = (const unsigned char *)name;
 	if (!*s)
 		return gk_errf(err, "name '': empty");
 	if (*s == '/')
-		return gk_errf(err, "name '%s': absolute path", name);
+		return bad_name(err, name, "absolute path");
 	for (size_t i = 0; s[i];) {
 		size_t n = utf8_len(s + i);
 		if (!n)
-			return gk_errf(err, "name '%s': not valid UTF-8", name);
+			return bad_name(err, name, "not valid UTF-8");
 		if (n == 1 && (s[i] < 0x20 || s[i] == 0x7f || isspace(s[i])))
-			return gk_errf(err, "name '%s': contains whitespace or a control character",
-				       name);
+			return bad_name(err, name, "contains whitespace or a control character");
 		i += n;
 	}
 	for (const char *c = name; c;) {
 		const char *end = strchr(c, '/');
 		size_t len = end ? (size_t)(end - c) : strlen(c);
 		if (len == 0)
-			return gk_errf(err, "name '%s': empty path component", name);
+			return bad_name(err, name, "empty path component");
 		if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
-			return gk_errf(err, "name '%s': '.' or '..' component", name);
+			return bad_name(err, name, "'.' or '..' component");
 		c = end ? end + 1 : NULL;
 	}
 	ssize_t k = gk_shard_key_len(name);
 	if (k < 0)
-		return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)",
-			       name);
+		return bad_name(err, name, "no KEY.EXT form (webdataset would skip it)");
 	if (!name[k + 1])
-		return gk_errf(err, "name '%s': empty extension", name);
+		return bad_name(err, name, "empty extension");
 	return 0;
 }
 
@@ -135,4 +142,47 @@ char *gk_shard_index_path(const char *shard)
 	memcpy(p, shard, keep);
 	memcpy(p + keep, ".idx", 5);
 	return p;
+}
+
+char *gk_shard_name_quote(const char *name)
+{
+	const unsigned char *s = (const unsigned char *)name;
+	size_t len = strlen(name);
+	char *out = malloc(len * 4 + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; s[i];) {
+		size_t n = utf8_len(s + i);
+		unsigned c = s[i];
+		if (n > 1) {
+			memcpy(o, s + i, n);
+			o += n;
+			i += n;
+			continue;
+		}
+		if (c == '\\')
+			o += sprintf(o, "\\\\");
+		else if (c == '\t')
+			o += sprintf(o, "\\t");
+		else if (c == '\n')
+			o += sprintf(o, "\\n");
+		else if (n == 0 || c < 0x20 || c == 0x7f)
+			o += sprintf(o, "\\x%02x", c);
+		else
+			*o++ = (char)c;
+		i++;
+	}
+	*o = '\0';
+	return out;
+}
+
+int gk_shard_utf8_valid(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t n = utf8_len(p);
+		if (!n)
+			return 0;
+		p += n;
+	}
+	return 1;
 }

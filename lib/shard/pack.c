@@ -15,23 +15,11 @@ void gk_shard_source_free(gk_shard_source *src)
 {
 	gk_strlist_free(&src->names);
 	gk_strlist_free(&src->paths);
-	free(src->regular);
-	src->regular = NULL;
-	src->regcap = 0;
 }
 
 static int add_file(gk_shard_source *src, const char *path, const char *name,
-		    int regular, gk_err *err)
+		    gk_err *err)
 {
-	if (src->names.n == src->regcap) {
-		size_t cap = src->regcap ? src->regcap * 2 : 1024;
-		unsigned char *p = realloc(src->regular, cap);
-		if (!p)
-			return gk_err_sys(err, ENOMEM, "add '%s'", path);
-		src->regular = p;
-		src->regcap = cap;
-	}
-	src->regular[src->names.n] = (unsigned char)regular;
 	if (gk_strlist_push(&src->paths, path, err) < 0 ||
 	    gk_strlist_push(&src->names, name, err) < 0)
 		return -1;
@@ -63,7 +51,7 @@ static int walk(gk_shard_source *src, const char *dir, size_t rootlen,
 		}
 		/* d_type saves a stat per file where the file system fills it. */
 		if (list[i]->d_type == DT_REG) {
-			rc = add_file(src, path, path + rootlen, 1, err);
+			rc = add_file(src, path, path + rootlen, err);
 			goto next;
 		}
 		if (lstat(path, &st) < 0) {
@@ -81,7 +69,7 @@ static int walk(gk_shard_source *src, const char *dir, size_t rootlen,
 		if (!S_ISREG(st.st_mode))
 			rc = gk_errf(err, "walk '%s': not a regular file", path);
 		else
-			rc = add_file(src, path, path + rootlen, 1, err);
+			rc = add_file(src, path, path + rootlen, err);
 next:
 		free(path);
 		free(list[i]);
@@ -130,7 +118,7 @@ int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 			else
 				break;
 		}
-		if (add_file(src, line, name, 0, err) < 0) {
+		if (add_file(src, line, name, err) < 0) {
 			free(line);
 			return -1;
 		}
@@ -175,80 +163,173 @@ static int same_key(const char *a, const char *b)
 }
 
 /*
- * Append a whole file to b. One read() per file in the common case: a
- * short read from a regular file is its end, so no extra read for EOF
- * and no fstat (30k files in a corpus make these syscalls show).
+ * Samples whose files add up to more than this are streamed from the
+ * files to the shard (gk_shard_writer_add_stream); smaller ones are read
+ * into memory, where LZ4 compresses them in parallel batches.
  */
-static int read_whole(const char *path, int regular, sh_buf *b, gk_err *err)
+enum { STREAM_OVER = 4 << 20 };
+
+/* One sample's files, open. */
+typedef struct files {
+	const gk_shard_source *src;
+	const size_t *k;        /* source numbers of the members */
+	int *fd;
+	uint64_t *size;
+	unsigned char **mem;    /* data of the files that are not regular */
+} files;
+
+/*
+ * A file that is not regular (a fifo, /dev/stdin) has no size until it
+ * ends: read it all into memory. A short read is not its end; 0 is.
+ */
+static int slurp(int fd, const char *path, unsigned char **out, uint64_t *size,
+		 gk_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return gk_err_sys(err, errno, "open '%s'", path);
+	sh_buf b = {0};
 	for (;;) {
-		if (sh_buf_reserve(b, b->cap - b->len > 4096 ? 0 : 1 << 16) < 0) {
-			close(fd);
+		if (sh_buf_reserve(&b, 1 << 16) < 0) {
+			free(b.p);
 			return gk_err_sys(err, ENOMEM, "read '%s'", path);
 		}
-		size_t room = b->cap - b->len;
-		ssize_t r = read(fd, b->p + b->len, room);
+		ssize_t r = read(fd, b.p + b.len, b.cap - b.len);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			int e = errno;
-			close(fd);
-			return gk_err_sys(err, e, "read '%s'", path);
+			free(b.p);
+			return gk_err_sys(err, errno, "read '%s'", path);
 		}
-		b->len += (size_t)r;
 		if (r == 0)
 			break;
-		if ((size_t)r < room) {
-			/* Probably the end; a second read confirms only for pipes. */
-			struct stat st;
-			if (regular || (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)))
-				break;
-		}
-		if (b->len == b->cap && sh_buf_reserve(b, b->cap) < 0) {
-			close(fd);
-			return gk_err_sys(err, ENOMEM, "read '%s'", path);
-		}
+		b.len += (size_t)r;
 	}
-	close(fd);
+	*out = b.p;
+	*size = b.len;
 	return 0;
+}
+
+/*
+ * Exactly size bytes of a regular file from off; fewer: it shrank. Files
+ * are opened when their first byte is wanted and closed after their last,
+ * so a sample of many files holds one descriptor at a time.
+ */
+static int read_exact(files *f, size_t i, uint64_t off, void *buf, size_t n,
+		      gk_err *err)
+{
+	const char *path = f->src->paths.v[f->k[i]];
+	if (f->fd[i] < 0) {
+		struct stat st;
+		if ((f->fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			return gk_err_sys(err, errno, "open '%s'", path);
+		if (fstat(f->fd[i], &st) < 0)
+			return gk_err_sys(err, errno, "stat '%s'", path);
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size[i])
+			return gk_errf(err, "read '%s': the file changed while being packed", path);
+	}
+	ssize_t r = gk_pread_full(f->fd[i], buf, n, (off_t)off);
+	if (r < 0)
+		return gk_err_sys(err, errno, "read '%s'", path);
+	if ((size_t)r != n)
+		return gk_errf(err, "read '%s': the file shrank while being packed (%llu bytes, was %llu)",
+			       path, (unsigned long long)(off + (uint64_t)r),
+			       (unsigned long long)f->size[i]);
+	/* After the last byte: the file must not have grown either. */
+	if (off + n == f->size[i]) {
+		struct stat st;
+		if (fstat(f->fd[i], &st) == 0 && (uint64_t)st.st_size != f->size[i])
+			return gk_errf(err, "read '%s': the file changed size while being packed (%llu bytes, was %llu)",
+				       path, (unsigned long long)st.st_size,
+				       (unsigned long long)f->size[i]);
+		close(f->fd[i]);
+		f->fd[i] = -1;
+	}
+	return 0;
+}
+
+static int files_read(void *ctx, size_t i, uint64_t off, void *buf, size_t n,
+		      gk_err *err)
+{
+	files *f = ctx;
+	if (f->mem[i]) {
+		memcpy(buf, f->mem[i] + off, n);
+		return 0;
+	}
+	return read_exact(f, i, off, buf, n, err);
 }
 
 static int pack_group(gk_shard_writer *w, const gk_shard_source *src,
 		      const size_t *ix, const group *g, sh_buf *data,
 		      gk_shard_member *m, gk_err *err)
 {
-	size_t *start = malloc(g->n * sizeof(*start));
-	if (!start)
-		return gk_err_sys(err, ENOMEM, "pack");
 	const char *first = src->names.v[ix[g->first]];
 	ssize_t klen = gk_shard_key_len(first);
-	if (klen < 0) {
-		free(start);
+	if (klen < 0)
 		return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)", first);
-	}
-	data->len = 0;
-	for (size_t i = 0; i < g->n; i++) {
-		start[i] = data->len;
-		size_t k = ix[g->first + i];
-		if (read_whole(src->paths.v[k], src->regular[k], data, err) < 0) {
-			free(start);
-			return -1;
-		}
-	}
-	for (size_t i = 0; i < g->n; i++) {
-		const char *name = src->names.v[ix[g->first + i]];
-		m[i].ext = name + klen + 1;
-		m[i].data = data->p + start[i];
-		m[i].size = (i + 1 < g->n ? start[i + 1] : data->len) - start[i];
-	}
+	files f = {src, ix + g->first, calloc(g->n, sizeof(int)),
+		   calloc(g->n, sizeof(uint64_t)), calloc(g->n, sizeof(unsigned char *))};
 	char *key = strndup(first, (size_t)klen);
-	int rc = key ? gk_shard_writer_add(w, key, g->n, m, err)
-		     : gk_err_sys(err, ENOMEM, "pack");
+	uint64_t total = 0;
+	int rc = -1;
+	if (!f.fd || !f.size || !f.mem || !key) {
+		gk_err_sys(err, ENOMEM, "pack");
+		goto out;
+	}
+	for (size_t i = 0; i < g->n; i++)
+		f.fd[i] = -1;
+	for (size_t i = 0; i < g->n; i++) {
+		const char *path = src->paths.v[f.k[i]];
+		struct stat st;
+		if (stat(path, &st) < 0) {
+			gk_err_sys(err, errno, "open '%s'", path);
+			goto out;
+		}
+		if (S_ISREG(st.st_mode)) {
+			f.size[i] = (uint64_t)st.st_size;
+		} else {
+			/* A fifo or a device: read now, to know its size. */
+			if ((f.fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+				gk_err_sys(err, errno, "open '%s'", path);
+				goto out;
+			}
+			int r = slurp(f.fd[i], path, &f.mem[i], &f.size[i], err);
+			close(f.fd[i]);
+			f.fd[i] = -1;
+			if (r < 0)
+				goto out;
+		}
+		total += f.size[i];
+		const char *name = src->names.v[f.k[i]];
+		m[i].ext = name + klen + 1;
+		m[i].size = f.size[i];
+		m[i].data = f.mem[i] ? (const void *)f.mem[i] : (const void *)"";
+	}
+	if (total > STREAM_OVER) {
+		rc = gk_shard_writer_add_stream(w, key, g->n, m, files_read, &f, err);
+		goto out;
+	}
+	/* Small: one buffer for the sample, members back to back. */
+	data->len = 0;
+	if (sh_buf_reserve(data, (size_t)total) < 0) {
+		gk_err_sys(err, ENOMEM, "pack");
+		goto out;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		if (files_read(&f, i, 0, data->p + data->len, (size_t)f.size[i], err) < 0)
+			goto out;
+		data->len += (size_t)f.size[i];
+	}
+	for (size_t i = 0, at = 0; i < g->n; at += (size_t)f.size[i], i++)
+		m[i].data = data->p + at;
+	rc = gk_shard_writer_add(w, key, g->n, m, err);
+out:
+	for (size_t i = 0; f.fd && i < g->n; i++)
+		if (f.fd[i] >= 0)
+			close(f.fd[i]);
+	for (size_t i = 0; f.mem && i < g->n; i++)
+		free(f.mem[i]);
+	free(f.fd);
+	free(f.size);
+	free(f.mem);
 	free(key);
-	free(start);
 	return rc;
 }
 

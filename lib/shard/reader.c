@@ -5,6 +5,11 @@
  * frames as one stream, like the lz4 tool). To know that a sample has
  * ended the reader must see the next member's header, so it keeps that
  * header as a lookahead and reads its data on the next call.
+ *
+ * A sample's data is held in memory only when the caller wants it there
+ * (gk_shard_reader_next without sizes-only: the trainer's samples).
+ * Listing and indexing skip the data (a seek on a plain file), verifying
+ * reads it through a fixed buffer, extracting hands it on in chunks.
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -20,6 +25,11 @@
 struct gk_shard_reader {
 	struct archive *a;
 	int fd, own_fd, strict, opened, eof, skip;
+	int plain;           /* a regular file without compression: sizes */
+	uint64_t file_size;  /* claimed by headers can be checked against it */
+	sh_member_fn on_member;
+	void *on_ctx;
+	uint64_t left;       /* of the member being handed to on_member */
 	char *name;
 	uint64_t base;       /* uncompressed offset where reading started */
 	uint64_t shard;      /* reported in samples */
@@ -32,14 +42,20 @@ struct gk_shard_reader {
 	sh_sample *cur;
 };
 
+static int archive_fail(gk_shard_reader *r, gk_err *err);
+
 static int open_archive(gk_shard_reader *r, gk_err *err)
 {
 	r->a = archive_read_new();
 	if (!r->a)
 		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
 	struct stat st;
-	if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
-		return gk_errf(err, "shard '%s': empty file", r->name);
+	if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		if (st.st_size == 0)
+			return gk_errf(err, "shard '%s': empty file", r->name);
+		r->plain = 1; /* until a compression filter shows up */
+		r->file_size = (uint64_t)st.st_size;
+	}
 	archive_read_support_format_tar(r->a);
 	/* Shards are plain or LZ4; any other filter helps --from-tar. */
 	archive_read_support_filter_all(r->a);
@@ -84,6 +100,33 @@ void gk_shard_reader_strict(gk_shard_reader *r, int strict)
 void sh_reader_skip_data(gk_shard_reader *r, int skip)
 {
 	r->skip = skip;
+}
+
+void gk_shard_reader_sizes_only(gk_shard_reader *r, int on)
+{
+	r->skip = on ? SH_SKIP : SH_BUFFER;
+}
+
+void sh_reader_on_member(gk_shard_reader *r, sh_member_fn fn, void *ctx)
+{
+	r->on_member = fn;
+	r->on_ctx = ctx;
+}
+
+ssize_t sh_reader_read(gk_shard_reader *r, void *buf, size_t n, gk_err *err)
+{
+	if (r->left == 0)
+		return 0;
+	if (n > r->left)
+		n = (size_t)r->left;
+	la_ssize_t k = archive_read_data(r->a, buf, n);
+	if (k < 0)
+		return archive_fail(r, err);
+	if (k == 0)
+		return gk_errf(err, "shard '%s': member '%s': truncated", r->name,
+			       r->ahead_name);
+	r->left -= (uint64_t)k;
+	return (ssize_t)k;
 }
 
 void sh_reader_set_base(gk_shard_reader *r, uint64_t shard)
@@ -144,6 +187,17 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		r->ahead_off = gk_shard_reader_offset(r);
 		r->have_ahead = 1;
 		r->member_end = r->ahead_off + (r->ahead_size + 511) / 512 * 512;
+		/*
+		 * In a plain file the data lies at its offset, so a size the
+		 * file cannot hold is a truncation, said before any seek past
+		 * the end or any allocation of the claimed size.
+		 */
+		if (r->plain && archive_filter_code(r->a, 0) == ARCHIVE_FILTER_NONE &&
+		    (r->ahead_off > r->file_size || r->ahead_size > r->file_size - r->ahead_off))
+			return gk_errf(err, "shard '%s': truncated: member '%s' at byte %llu claims %llu bytes, the file ends at byte %llu",
+				       r->name, name, (unsigned long long)r->ahead_off,
+				       (unsigned long long)r->ahead_size,
+				       (unsigned long long)r->file_size);
 		return 1;
 	}
 }
@@ -166,19 +220,13 @@ static int take_member(gk_shard_reader *r, sh_sample *x, int skip, gk_err *err)
 	size_t klen = (size_t)gk_shard_key_len(r->ahead_name);
 	const char *ext = r->ahead_name + klen + 1;
 	if (x->s.n == x->mcap) {
-		size_t cap = x->mcap ? x->mcap * 2 : 4;
-		gk_shard_member *m = realloc(x->m, cap * sizeof(*m));
-		uint64_t *eo = realloc(x->ext_off, cap * sizeof(*eo));
-		if (eo)
-			x->ext_off = eo;
-		uint64_t *d = realloc(x->data_off, cap * sizeof(*d));
-		if (d)
-			x->data_off = d;
-		if (m)
-			x->m = m;
-		if (!m || !eo || !d)
-			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
-		x->mcap = cap;
+		/* Three parallel arrays of one capacity: it moves when all grew. */
+		size_t c1 = x->mcap, c2 = x->mcap, c3 = x->mcap;
+		if (GK_GROW(x->m, c1, x->s.n + 1, "sample members", err) < 0 ||
+		    GK_GROW(x->ext_off, c2, x->s.n + 1, "sample members", err) < 0 ||
+		    GK_GROW(x->data_off, c3, x->s.n + 1, "sample members", err) < 0)
+			return gk_err_prefix(err, "read '%s'", r->name);
+		x->mcap = c1;
 	}
 	if (x->s.n == 0 && (sh_buf_append(&x->names, r->ahead_name, klen) < 0 ||
 			    sh_buf_append(&x->names, "", 1) < 0))
@@ -199,12 +247,29 @@ static int take_member(gk_shard_reader *r, sh_sample *x, int skip, gk_err *err)
 	x->m[n].size = r->ahead_size;
 	x->m[n].offset = r->ahead_off;
 	x->data_off[n] = x->data.len;
-	if (skip) {
+	if (r->on_member) {
+		r->left = r->ahead_size;
+		if (r->on_member(r->on_ctx, r->ahead_name, r->ahead_size, err) < 0)
+			return -1;
+		if (r->left && archive_read_data_skip(r->a) != ARCHIVE_OK)
+			return archive_fail(r, err);
+		r->left = 0;
+	} else if (skip == SH_SKIP) {
 		if (archive_read_data_skip(r->a) != ARCHIVE_OK)
 			return archive_fail(r, err);
+	} else if (skip == SH_DISCARD) {
+		/* Every byte read (LZ4 checksums, I/O errors), none kept. */
+		static __thread unsigned char sink[1 << 16];
+		r->left = r->ahead_size;
+		ssize_t k;
+		while ((k = sh_reader_read(r, sink, sizeof(sink), err)) > 0)
+			;
+		if (k < 0)
+			return -1;
 	} else {
 		if (r->ahead_size > SIZE_MAX / 2 || sh_buf_reserve(&x->data, r->ahead_size) < 0)
-			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+			return gk_errf(err, "shard '%s': member '%s': %llu bytes do not fit in memory",
+				       r->name, r->ahead_name, (unsigned long long)r->ahead_size);
 		uint64_t got = 0;
 		while (got < r->ahead_size) {
 			la_ssize_t k = archive_read_data(r->a, x->data.p + x->data.len + got,
@@ -224,13 +289,14 @@ static int take_member(gk_shard_reader *r, sh_sample *x, int skip, gk_err *err)
 }
 
 /* Point the public view into the storage (after the buffers stopped moving). */
-static void sample_finish(sh_sample *x)
+static void sample_finish(sh_sample *x, int skip)
 {
 	x->s.key = (const char *)x->names.p;
 	x->s.m = x->m;
 	for (size_t i = 0; i < x->s.n; i++) {
 		x->m[i].ext = (const char *)x->names.p + x->ext_off[i];
-		x->m[i].data = x->data.p ? x->data.p + x->data_off[i] : (const void *)"";
+		x->m[i].data = skip ? NULL
+			       : x->data.p ? x->data.p + x->data_off[i] : (const void *)"";
 	}
 }
 
@@ -268,7 +334,7 @@ static int next_sample(gk_shard_reader *r, int skip, gk_err *err)
 		return 0;
 	if (sh_set_add(&r->seen, x->s.key, strlen(x->s.key)) < 0)
 		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
-	sample_finish(x);
+	sample_finish(x, skip || r->on_member);
 	x->s.shard = r->shard;
 	x->s.index = r->next_index++;
 	return 1;

@@ -10,7 +10,7 @@
  * frame per sample, then one frame for the end-of-archive blocks), so
  * `lz4 -dc x.tar.lz4 | tar t` works and a sample is one seek + one frame.
  *
- * Four layers, each usable alone:
+ * Five layers, each usable alone:
  *   names     key/extension split and the checks the writer applies
  *   writer    samples in, shards + indexes + manifest out (atomic files)
  *   reader    one shard (file or stream, plain or LZ4) -> samples in order
@@ -44,9 +44,21 @@ ssize_t gk_shard_key_len(const char *name);
  * The writer's checks on a member name: valid UTF-8, relative, no "."
  * or ".." component, no empty component, no control characters, no
  * whitespace (DALI's index separates fields by spaces), and a key and a
- * non-empty extension. Messages read "name 'N': why".
+ * non-empty extension. Messages read "name 'N': why", N quoted as
+ * gk_shard_name_quote does (a message stays one line).
  */
 int gk_shard_check_name(const char *name, gk_err *err);
+
+/*
+ * A name as data-pack -t prints it, on one line of tab-separated fields:
+ * backslash, tab and newline as \\ \t \n, other control characters and
+ * bytes that are not UTF-8 as \xHH; everything else as it is (so a name
+ * gk_shard_check_name accepts prints unchanged unless it has a
+ * backslash). Returns a malloc'ed string, NULL when out of memory.
+ */
+char *gk_shard_name_quote(const char *name);
+/* 1 when s is valid UTF-8 (what a JSON string can hold). */
+int gk_shard_utf8_valid(const char *s);
 
 /* Shard name number n from a printf pattern with one %d/%u/%x conversion
  * (flags and width allowed, e.g. "train-%06d.tar"); -1 when the pattern
@@ -96,6 +108,8 @@ typedef struct gk_shard_index {
 	int lz4;           /* frame offsets are present */
 	uint64_t end;      /* offset of the end-of-archive blocks (uncompressed) */
 	uint64_t frame_end;/* LZ4: file offset of the end-of-archive frame */
+	int bound;         /* the index names its shard's size and XXH3: */
+	uint64_t shard_bytes, shard_xxh3;
 } gk_shard_index;
 
 /* "dir/train-000000.tar[.lz4]" -> "dir/train-000000.idx" (DALI's default:
@@ -107,15 +121,32 @@ char *gk_shard_index_path(const char *shard);
  * of "EXT OFFSET SIZE NAME" groups separated by spaces, OFFSET being the
  * member's data offset (Python tarfile's TarInfo.offset_data). For an
  * LZ4 shard a trailer follows: "lz4 N+1" and N+1 lines of frame offsets
- * (the last is the end-of-archive frame). DALI reads plain shards' files
- * unchanged; it cannot read LZ4 shards anyway.
+ * (the last is the end-of-archive frame). Last, when bound, comes
+ * "shard BYTES XXH3": the size and XXH3 (16 hex digits) of the shard the
+ * index was made for, so an index left beside a different shard of the
+ * same name is recognised (gk_shard_index_check). DALI reads the N
+ * sample lines and ignores what follows; it cannot read LZ4 shards anyway.
  */
 int gk_shard_index_write(const char *path, const gk_shard_index *idx,
 			 gk_err *err);
 int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err);
-/* Build the index by reading the shard (plain tars and our LZ4 shards:
- * frame offsets are found by walking the LZ4 frame headers). */
+/*
+ * Build the index by reading the shard (plain tars and our LZ4 shards:
+ * frame offsets are found by walking the LZ4 frame headers), bound to the
+ * shard. Names the index cannot hold (gk_shard_check_name: whitespace
+ * would split DALI's fields) are errors.
+ */
 int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err);
+/*
+ * Does idx belong to the shard open as fd? The shard's size must match a
+ * bound index's (one fstat), and with check_sample >= 0 the tar headers of
+ * that sample must be where the index puts them, with its names and
+ * sizes (reading only that sample's headers, or its LZ4 frame). An index
+ * without binding (DALI's wds2idx) passes the size test. -1 and a message
+ * that says to rebuild the index when not.
+ */
+int gk_shard_index_check(const gk_shard_index *idx, int fd, const char *shard,
+			 const char *index, ssize_t check_sample, gk_err *err);
 void gk_shard_index_free(gk_shard_index *idx);
 /* Sample number of key, or -1 (a linear scan; indexes are per shard). */
 ssize_t gk_shard_index_find(const gk_shard_index *idx, const char *key);
@@ -130,12 +161,14 @@ int gk_shard_read_sample(int fd, const char *path, const gk_shard_index *idx,
 
 /*
  * data-pack -g: one sample or one member of a shard, found through its
- * index (never reading the rest of the shard) and written to standard
- * output. what is "KEY" (the sample, as a one-sample tar whose members
- * carry mtime) or "KEY.EXT" (that member's bytes). Errors name what is
- * missing: the index, the key, the member.
+ * index (never reading the rest of the shard) and written to out. what
+ * is "KEY" (the sample, as a one-sample tar whose members carry mtime)
+ * or "KEY.EXT" (that member's bytes). The index must belong to the shard
+ * (gk_shard_index_check on that sample). Data is copied in chunks: memory
+ * stays bounded whatever the member sizes. Errors name what is missing or
+ * wrong: the index, the key, the member.
  */
-int gk_shard_get(const char *shard, const char *what, int64_t mtime,
+int gk_shard_get(const char *shard, const char *what, int64_t mtime, int out,
 		 gk_err *err);
 
 typedef struct gk_shard_info {
@@ -146,6 +179,7 @@ typedef struct gk_shard_info {
 typedef struct gk_shard_manifest {
 	size_t n;
 	gk_shard_info *v;
+	size_t cap;              /* of v */
 	uint64_t samples, bytes; /* totals */
 	char *dir;               /* directory the paths are relative to */
 } gk_shard_manifest;
@@ -191,6 +225,7 @@ typedef struct gk_shard_write_opts {
 	int index;           /* write NAME.idx beside every shard */
 	int64_t mtime;       /* every member's mtime (SOURCE_DATE_EPOCH or 0) */
 	unsigned first;      /* number of the first shard */
+	int fd;              /* pattern "-": write here (0: standard output) */
 } gk_shard_write_opts;
 
 typedef struct gk_shard_writer gk_shard_writer;
@@ -206,10 +241,32 @@ int gk_shard_writer_open(gk_shard_writer **out, const gk_shard_write_opts *o,
  */
 int gk_shard_writer_add(gk_shard_writer *w, const char *key, size_t n,
 			const gk_shard_member *m, gk_err *err);
+/*
+ * Where gk_shard_writer_add_stream gets a member's bytes: n bytes (n <= 1
+ * MiB) of member i (its number in the caller's array) starting at byte
+ * off of its data, into buf. Return 0, or -1 with err set. Calls for a
+ * member come in increasing off without gaps, members one after another
+ * in the writer's order (by extension).
+ */
+typedef int (*gk_shard_read_fn)(void *ctx, size_t i, uint64_t off, void *buf,
+				size_t n, gk_err *err);
+/*
+ * Add one sample whose data is read through read instead of held in
+ * memory: m[].data is ignored and m[].size must be exact. The sample is
+ * written straight to the shard (the samples added before it first), so
+ * memory stays at one chunk whatever the sizes; LZ4 frames of streamed
+ * samples are compressed on the calling thread. Same errors as
+ * gk_shard_writer_add, and read's; after an error the writer only aborts.
+ */
+int gk_shard_writer_add_stream(gk_shard_writer *w, const char *key, size_t n,
+			       const gk_shard_member *m, gk_shard_read_fn read,
+			       void *ctx, gk_err *err);
 /* Bytes of input added so far (for progress). */
 uint64_t gk_shard_writer_bytes_in(const gk_shard_writer *w);
 /*
- * Finish the last shard and commit every file. *man (may be NULL) gets
+ * Finish the last shard and commit every file: each shard before its
+ * index (an index under the index's name that belonged to an earlier
+ * shard is removed first, also with index off). *man (may be NULL) gets
  * the shards written, in order. Frees w.
  */
 int gk_shard_writer_close(gk_shard_writer *w, gk_shard_manifest *man,
@@ -235,7 +292,8 @@ int gk_shard_reader_seek(gk_shard_reader *r, uint64_t i,
 			 const gk_shard_index *idx, gk_err *err);
 /*
  * The next sample: 1 and *s filled (valid until the next call), 0 at the
- * end of the shard, -1 on error: truncation, garbage, a member whose key
+ * end of the shard, -1 on error: truncation (in a plain file, also a
+ * member claiming more bytes than the file has), garbage, a member whose key
  * was seen before in a sample that ended (members not consecutive), a
  * duplicate extension within a sample. Non-regular entries and names
  * without a key are skipped, as webdataset skips them.
@@ -245,6 +303,11 @@ int gk_shard_reader_next(gk_shard_reader *r, const gk_shard_sample **s,
 /* Uncompressed tar bytes consumed so far (the end-of-archive offset once
  * next has returned 0). */
 uint64_t gk_shard_reader_offset(const gk_shard_reader *r);
+/*
+ * Sizes only (data-pack -t): members get their size and offset but no
+ * data (m[].data is NULL), which is skipped, by a seek on a plain file.
+ */
+void gk_shard_reader_sizes_only(gk_shard_reader *r, int on);
 /*
  * Strict mode (data-pack -x and --verify): entries webdataset would skip
  * are errors instead: links, devices, directories... ("not a regular
@@ -289,11 +352,29 @@ typedef struct gk_shard_dataset_opts {
 	int loop;               /* at the end of an epoch start the next */
 } gk_shard_dataset_opts;
 
-/* What a checkpoint stores: plain integers, also as one line of JSON. */
+/*
+ * What a checkpoint stores: integers, also as one line of JSON. A trainer
+ * gathers every part's state (every rank's, every worker's) and keeps
+ * them all: on the same world each part restores its own; on another
+ * world gk_shard_dataset_restore_world remaps the epoch from the list.
+ */
 typedef struct gk_shard_state {
 	uint64_t seed, epoch, pos; /* pos: samples returned in this epoch */
-	uint64_t samples;          /* per part, a check on the dataset */
+	uint64_t samples;          /* this part's in this epoch, a check */
 	uint32_t part, parts;
+	uint64_t window;           /* shuffle window read with (1: no shuffle;
+				      0 in a parsed state without one: as now) */
+	/*
+	 * A remapped epoch's history, empty otherwise: per earlier world
+	 * ("generation") of this epoch, its parts P, its window B and every
+	 * part's position: [P, B, pos[0..P)] after one another. It is the
+	 * same in every part's state. From gk_shard_dataset_state it points
+	 * into the dataset (valid until it moves to another epoch or
+	 * restores); from gk_shard_state_parse it is the caller's to free
+	 * with gk_shard_state_free.
+	 */
+	const uint64_t *hist;
+	size_t nhist;
 } gk_shard_state;
 
 typedef struct gk_shard_dataset gk_shard_dataset;
@@ -309,23 +390,49 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
  * (unless loop), -1 on error. */
 int gk_shard_dataset_next(gk_shard_dataset *d, const gk_shard_sample **s,
 			  gk_err *err);
-/* Samples per epoch for this rank/worker (equal on every rank). */
+/* Samples in this epoch for this rank/worker: equal on every rank in a
+ * normal epoch; in a remapped one the first parts may have one more. */
 uint64_t gk_shard_dataset_len(const gk_shard_dataset *d);
 /* The whole dataset's counts. */
 const gk_shard_manifest *gk_shard_dataset_manifest(const gk_shard_dataset *d);
 void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st);
-/* Go to a state (any epoch, any position); checks it fits this dataset. */
+/*
+ * Go to a state of this part (any epoch, any position, remapped or not);
+ * checks it fits this dataset: same seed, part and parts, window, counts.
+ */
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 			     gk_err *err);
+/*
+ * Resume from the states of every part of a run, on any world size (and
+ * workers). With the same number of parts, this part restores its own
+ * state. With another, the epoch is remapped: the samples no old part had
+ * returned (each old part's unseen samples, in stream order: the rest of
+ * its current shuffle window and everything after it), taken over the
+ * old parts in order, are cut into parts contiguous pieces, the first
+ * (count mod parts) one sample longer, and this part reads its piece in
+ * shuffled windows as usual. So within the epoch every sample is returned
+ * once by the old world or the new, none twice; the next epoch is a
+ * normal one. A remapped epoch can be saved and remapped again (the
+ * states carry the history). The states must come from one run of this
+ * dataset (same shards, seed, shuffle window, one epoch, each part once).
+ */
+int gk_shard_dataset_restore_world(gk_shard_dataset *d,
+				   const gk_shard_state *states, size_t n,
+				   gk_err *err);
 /* Start an epoch from its first sample (same as restore with pos 0). */
 int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch,
 			       gk_err *err);
 void gk_shard_dataset_close(gk_shard_dataset *d);
 
-/* {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W}; JSON
- * integers, so a seed that must round-trip stays below 2^63. */
+/*
+ * {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W,"window":B}
+ * plus "hist":[...] in a remapped epoch; JSON integers, so a seed that
+ * must round-trip stays below 2^63. format returns the length the text
+ * needs, as snprintf does (a history makes it long: size buf from it).
+ */
 int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len);
 int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err);
+void gk_shard_state_free(gk_shard_state *st);
 
 /* The PRNG the shuffles use (splitmix64), exposed for tests. */
 uint64_t gk_shard_mix(uint64_t x);
@@ -337,8 +444,6 @@ void gk_shard_permute(uint64_t *v, size_t n, uint64_t key);
 /* Files to pack: member names and the files they come from. */
 typedef struct gk_shard_source {
 	gk_strlist names, paths;
-	unsigned char *regular; /* 1: known to be a regular file (walked) */
-	size_t regcap;
 } gk_shard_source;
 
 /*
@@ -360,7 +465,10 @@ void gk_shard_source_free(gk_shard_source *src);
  * Group the files into samples by key (in the order keys first appear;
  * with shuffle, in a random order keyed on seed), read each sample's
  * files and add it to w. progress (may be NULL) is updated with input
- * bytes.
+ * bytes. Regular files are read for exactly the size fstat gave (a file
+ * that shrinks or grows meanwhile is an error), a sample over 4 MiB is
+ * streamed to the shard, so memory stays bounded whatever the file
+ * sizes; other files (fifos) are read to their end into memory.
  */
 int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
 		  uint64_t seed, gk_progress *progress, gk_err *err);
@@ -368,6 +476,7 @@ int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
  * Repack a tar stream (any format and compression libarchive reads):
  * consecutive members sharing a key make a sample; leading "./" is
  * dropped; directories and other non-regular entries are skipped.
+ * A stream cannot be read twice, so each sample is held in memory.
  */
 int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
 		      gk_progress *progress, gk_err *err);
@@ -383,5 +492,13 @@ int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
  */
 int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
 			  const void *data, size_t size, gk_err *err);
+/*
+ * data-pack -x: every member of a shard ("-": standard input) to DIR as
+ * gk_shard_extract_file does, read in strict mode and copied in chunks
+ * as it is read (memory stays bounded whatever the member sizes).
+ * Members before a bad one stay extracted, as with tar.
+ */
+int gk_shard_extract(const char *shard, int dirfd, const char *dirname,
+		     gk_err *err);
 
 #endif

@@ -9,20 +9,10 @@
 
 int sh_buf_reserve(sh_buf *b, size_t extra)
 {
-	if (b->cap - b->len >= extra)
-		return 0;
-	size_t cap = b->cap ? b->cap : 4096;
-	while (cap - b->len < extra) {
-		if (cap > SIZE_MAX / 2)
-			return -1;
-		cap *= 2;
-	}
-	unsigned char *p = realloc(b->p, cap);
-	if (!p)
+	gk_err ignored; /* callers report ENOMEM in their own words */
+	if (extra > SIZE_MAX - b->len)
 		return -1;
-	b->p = p;
-	b->cap = cap;
-	return 0;
+	return GK_GROW(b->p, b->cap, b->len + extra, "buffer", &ignored);
 }
 
 int sh_buf_append(sh_buf *b, const void *p, size_t n)

@@ -164,12 +164,16 @@ test_expect_success '--shuffle permutes samples deterministically' '
 test_expect_success PYTHON 'index offsets agree with Python tarfile (pax names too)' '
 	for i in 0000 0001 0002 0003; do
 		"$GK_PY" - out/train-$i.tar out/train-$i.idx <<-\EOF || return 1
-		import sys, tarfile
+		import os, sys, tarfile
 		tar, idx = sys.argv[1], sys.argv[2]
 		want = [(m.name, m.offset_data, m.size) for m in tarfile.open(tar) if m.isreg()]
 		lines = open(idx, encoding="utf-8").read().split("\n")
 		n = int(lines[0].split(" ")[1])
-		assert lines[0] == "v1.2 %d" % n and lines[n + 1] == "", lines
+		assert lines[0] == "v1.2 %d" % n and lines[n + 2] == "", lines
+		# the binding: the size and XXH3 of this shard (XXH3 checked by xxhsum)
+		tag, size, h = lines[n + 1].split(" ")
+		assert tag == "shard" and int(size) == os.path.getsize(tar), lines[n + 1]
+		open(idx + ".xxh3", "w").write(h + "\n")
 		got = []
 		for line in lines[1:n + 1]:
 		    f = line.split(" ")
@@ -178,6 +182,8 @@ test_expect_success PYTHON 'index offsets agree with Python tarfile (pax names t
 		        got.append((f[i + 3], int(f[i + 1]), int(f[i + 2])))
 		assert got == want, (got, want)
 		EOF
+		xxhsum -H3 out/train-$i.tar >sum &&
+		sed "s/.* = //" sum >expect && test_cmp expect out/train-$i.idx.xxh3 || return 1
 	done
 '
 

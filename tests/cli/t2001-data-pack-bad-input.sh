@@ -80,7 +80,7 @@ test_expect_success 'packing: case-only extensions, bad names, no samples' '
 test_expect_success 'packing: a non-UTF-8 name' '
 	mkdir -p nu && printf 1 >"nu/$(printf "\377").txt" &&
 	test_expect_code 1 data-pack -c -o x.tar nu 2>err &&
-	printf "data-pack: name '\''\377.txt'\'': not valid UTF-8\n" >expect &&
+	printf "data-pack: name '\''\\xff.txt'\'': not valid UTF-8\n" >expect &&
 	test_cmp expect err
 '
 

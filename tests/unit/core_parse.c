@@ -40,6 +40,9 @@ int main(void)
 	size_ok("1KB", 1000);
 	size_ok("1TB", 1000000000000ULL);
 	size_ok("512B", 512);
+	size_ok("1b", 1); /* case-insensitive like every other unit ("5gb") */
+	size_ok("2PiB", 2ULL << 50);
+	size_ok("3PB", 3000000000000000ULL);
 	size_ok("1.5G", 1610612736ULL);
 	size_ok("1.5GB", 1500000000ULL);
 	size_ok("0.5K", 512);
@@ -49,8 +52,7 @@ int main(void)
 	size_bad("", "--size '': not a size (e.g. 4096, 256M, 1GiB, 5GB)");
 	size_bad("G", "--size 'G': not a size (e.g. 4096, 256M, 1GiB, 5GB)");
 	size_bad("-1", "--size '-1': not a size (e.g. 4096, 256M, 1GiB, 5GB)");
-	size_bad("12Q", "--size '12Q': unknown unit 'Q' (K M G T, KiB MiB GiB TiB, KB MB GB TB)");
-	size_bad("1b", "--size '1b': unknown unit 'b' (K M G T, KiB MiB GiB TiB, KB MB GB TB)");
+	size_bad("12Q", "--size '12Q': unknown unit 'Q' (B, K M G T P, KiB MiB GiB TiB PiB, KB MB GB TB PB)");
 	size_bad("16384P", "--size '16384P': too large");
 	size_bad("99999999999999999999", "--size '99999999999999999999': too large");
 	size_bad("1.5", "--size '1.5': not a whole number of bytes");

@@ -40,7 +40,7 @@ static int write_shards(const char *pattern, const char *manifest, int lz4, int 
 		/* Members in reverse order: the writer sorts them. */
 		gk_shard_member m[2] = {{.ext = "txt", .data = txt, .size = (uint64_t)i + 1},
 					{.ext = "cls", .data = cls, .size = strlen(cls)}};
-		if (gk_shard_writer_add(w, key, i % 2 ? 1 : 2, i % 2 ? m : m, &err) < 0)
+		if (gk_shard_writer_add(w, key, i % 2 ? 1 : 2, m, &err) < 0)
 			return diag("%s", err.msg), -1;
 	}
 	if (gk_shard_writer_close(w, &man, &err) < 0)
@@ -48,6 +48,27 @@ static int write_shards(const char *pattern, const char *manifest, int lz4, int 
 	int rc = gk_shard_manifest_write(manifest, &man, &err);
 	gk_shard_manifest_free(&man);
 	return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* 1 when v[0..n) is a permutation of 0..n-1: sorted, it is 0, 1, 2... */
+static int is_permutation(const uint64_t *v, size_t n)
+{
+	uint64_t *s = malloc((n + 1) * sizeof(*s));
+	int ok = s != NULL;
+	if (s) {
+		memcpy(s, v, n * sizeof(*s));
+		qsort(s, n, sizeof(*s), cmp_u64);
+		for (size_t i = 0; i < n && ok; i++)
+			ok = s[i] == i;
+	}
+	free(s);
+	return ok;
 }
 
 /* Run a dataset and collect sample numbers; check contents on the way. */
@@ -126,10 +147,11 @@ static void test_order(const char *src, const char *what)
 	o.prefetch = 3;
 	run(src, o, b, NSAMPLES, &bad);
 	ok(memcmp(a, b, sizeof(a)) == 0, "%s: the same shuffle with and without prefetch", what);
-	int moved = 0, sum = 0;
+	int moved = 0;
+	uint64_t v[NSAMPLES];
 	for (int i = 0; i < NSAMPLES; i++)
-		moved += a[i] != i, sum += a[i];
-	ok(moved > NSAMPLES / 2 && sum == NSAMPLES * (NSAMPLES - 1) / 2,
+		moved += a[i] != i, v[i] = (uint64_t)a[i];
+	ok(moved > NSAMPLES / 2 && is_permutation(v, NSAMPLES),
 	   "%s: a shuffle is a permutation that moves most samples (%d moved)", what, moved);
 	o.loop = 1;
 	int two[2 * NSAMPLES];
@@ -182,6 +204,169 @@ static void test_resume(const char *src, const char *what, size_t prefetch)
 	gk_shard_dataset_close(d);
 }
 
+/*
+ * One part's run in a resumed world: restore from every state of the
+ * previous world (none: a fresh start), read stop samples or to the end
+ * of the epoch, count the samples seen, and save the state as JSON, the
+ * way a trainer's checkpoint would. Returns the samples read, or -1.
+ */
+static int part_run(const char *src, gk_shard_dataset_opts o, const gk_shard_state *prev,
+		    size_t nprev, int stop, int *seen, char *json, size_t jlen,
+		    uint64_t *len)
+{
+	gk_err err = {0};
+	gk_shard_dataset *d;
+	const gk_shard_sample *s;
+	gk_shard_state st;
+	int n = 0;
+	if (gk_shard_dataset_open(&d, src, &o, &err) < 0)
+		return diag("open: %s", err.msg), -1;
+	if (nprev && gk_shard_dataset_restore_world(d, prev, nprev, &err) < 0) {
+		diag("restore_world: %s", err.msg);
+		gk_shard_dataset_close(d);
+		return -1;
+	}
+	*len = gk_shard_dataset_len(d);
+	while ((stop < 0 || n < stop) && gk_shard_dataset_next(d, &s, &err) == 1) {
+		seen[atoi(s->key + 1)]++;
+		n++;
+	}
+	gk_shard_dataset_state(d, &st);
+	int need = gk_shard_state_format(&st, json, jlen);
+	gk_shard_dataset_close(d);
+	if (need < 0 || (size_t)need >= jlen)
+		return diag("state does not fit in %zu bytes (%d)", jlen, need), -1;
+	return n;
+}
+
+enum { MAXW = 8, JSON = 4096 };
+
+/*
+ * Epoch 0 read by worlds[0] parts up to their stops, then by worlds[1]
+ * (and worlds[2]...) restored from every previous part's state: each
+ * sample of the epoch is seen exactly as often as in one uninterrupted
+ * run of worlds[0] (once, or never for the S mod P left out).
+ */
+static void test_remap(const char *src, const int *worlds, size_t nw, int shuffle,
+		       size_t prefetch)
+{
+	gk_shard_dataset_opts o = {.shuffle = shuffle, .seed = 5, .shuffle_buffer = 4,
+				   .prefetch = prefetch};
+	int want[NSAMPLES] = {0}, seen[NSAMPLES] = {0}, good = 1, runs = 0;
+	char json[MAXW][JSON], what[64];
+	gk_shard_state prev[MAXW];
+	size_t nprev = 0;
+	uint64_t len, lens[MAXW];
+	int pos = snprintf(what, sizeof(what), "shuffle %d: world", shuffle);
+	for (size_t g = 0; g < nw; g++)
+		pos += snprintf(what + pos, sizeof(what) - (size_t)pos, "%s%d", g ? "->" : " ",
+				worlds[g]);
+	for (int r = 0; r < worlds[0]; r++) {
+		o.world = worlds[0];
+		o.rank = r;
+		good &= part_run(src, o, NULL, 0, -1, want, json[0], JSON, &len) >= 0;
+	}
+	for (size_t g = 0; g < nw && good; g++) {
+		int last = g + 1 == nw;
+		o.world = worlds[g];
+		for (int r = 0; r < worlds[g] && good; r++) {
+			o.rank = r;
+			/* Stops all over the epoch: 0, mid-window, the end. */
+			int stop = last ? -1 : (r * 7 + 3 + (int)g * 5) % 13;
+			if (r == 1 && !last)
+				stop = 0;
+			if (r == 2 && !last)
+				stop = 1000;
+			int n = part_run(src, o, prev, nprev, stop, seen, json[r], JSON, &lens[r]);
+			good &= n >= 0;
+			runs += n > 0;
+		}
+		for (size_t i = 0; i < nprev; i++)
+			gk_shard_state_free(&prev[i]);
+		nprev = 0;
+		for (int r = 0; r < worlds[g] && good; r++) {
+			gk_err err;
+			good &= gk_shard_state_parse(json[r], &prev[r], &err) == 0;
+			nprev++;
+		}
+		/* Remapped parts differ by at most one sample. */
+		for (int r = 1; r < worlds[g] && g > 0; r++)
+			good &= lens[r] <= lens[0] && lens[0] - lens[r] <= 1;
+	}
+	for (size_t i = 0; i < nprev; i++)
+		gk_shard_state_free(&prev[i]);
+	int same = good, epoch = 0, twice = 0;
+	for (int i = 0; i < NSAMPLES; i++) {
+		same &= seen[i] == want[i];
+		epoch += want[i];
+		twice += seen[i] > 1;
+	}
+	ok(same && twice == 0 && runs > 0,
+	   "remap %s: the %d samples of the epoch seen once, none twice", what, epoch);
+}
+
+/* After a remapped epoch the next one is the new world's normal epoch. */
+static void test_remap_next_epoch(const char *src)
+{
+	gk_err err = {0};
+	gk_shard_dataset_opts o = {.shuffle = 1, .seed = 9, .shuffle_buffer = 3, .world = 3};
+	gk_shard_state st[3];
+	char json[JSON];
+	int ok_all = 1;
+	for (int r = 0; r < 3; r++) {
+		gk_shard_dataset *d;
+		const gk_shard_sample *s;
+		o.rank = r;
+		ok_all &= gk_shard_dataset_open(&d, src, &o, &err) == 0;
+		for (int i = 0; i < 2 + r * 3; i++)
+			ok_all &= gk_shard_dataset_next(d, &s, &err) == 1;
+		gk_shard_state t;
+		gk_shard_dataset_state(d, &t);
+		gk_shard_state_format(&t, json, sizeof(json));
+		ok_all &= gk_shard_state_parse(json, &st[r], &err) == 0;
+		gk_shard_dataset_close(d);
+	}
+	/* Rank 1 of 2 with loop: the rest of epoch 0, remapped, then epoch 1. */
+	gk_shard_dataset_opts o2 = {.shuffle = 1, .seed = 9, .shuffle_buffer = 3, .world = 2,
+				    .rank = 1, .loop = 1};
+	gk_shard_dataset *d, *fresh;
+	const gk_shard_sample *s, *f;
+	ok_all &= gk_shard_dataset_open(&d, src, &o2, &err) == 0 &&
+		  gk_shard_dataset_restore_world(d, st, 3, &err) == 0;
+	o2.loop = 0;
+	ok_all &= gk_shard_dataset_open(&fresh, src, &o2, &err) == 0 &&
+		  gk_shard_dataset_set_epoch(fresh, 1, &err) == 0;
+	uint64_t rest = gk_shard_dataset_len(d);
+	for (uint64_t i = 0; ok_all && i < rest; i++)
+		ok_all &= gk_shard_dataset_next(d, &s, &err) == 1 && s->epoch == 0;
+	int n = 0, same = ok_all;
+	while (same && gk_shard_dataset_next(fresh, &f, &err) == 1) {
+		char key[16];
+		snprintf(key, sizeof(key), "%s", f->key);
+		same &= gk_shard_dataset_next(d, &s, &err) == 1 && s->epoch == 1 &&
+			strcmp(s->key, key) == 0;
+		n++;
+	}
+	ok(same && n == NSAMPLES / 2, "after a remapped epoch, epoch 1 is the new world's own (%d samples)",
+	   n);
+	gk_shard_dataset_close(d);
+	gk_shard_dataset_close(fresh);
+	/* Bad lists are refused with a reason. */
+	ok(gk_shard_dataset_open(&d, src, &o2, &err) == 0 &&
+	   gk_shard_dataset_restore_world(d, st, 2, &err) < 0 &&
+	   strstr(err.msg, "2 given for a world of 3 parts") != NULL, "%s", err.msg);
+	gk_shard_state dup[3] = {st[0], st[0], st[2]};
+	ok(gk_shard_dataset_restore_world(d, dup, 3, &err) < 0 &&
+	   strstr(err.msg, "part 0 is out of range or given twice") != NULL, "%s", err.msg);
+	gk_shard_state other[3] = {st[0], st[1], st[2]};
+	other[2].epoch = 4;
+	ok(gk_shard_dataset_restore_world(d, other, 3, &err) < 0 &&
+	   strstr(err.msg, "is not from the run of state 0") != NULL, "%s", err.msg);
+	gk_shard_dataset_close(d);
+	for (int r = 0; r < 3; r++)
+		gk_shard_state_free(&st[r]);
+}
+
 int main(void)
 {
 	char pat[256], man[256], pat4[256], man4[256], brace[256];
@@ -221,12 +406,27 @@ int main(void)
 	test_resume(mann, "no index (tar reader)", 3);
 	test_split(mann, "no index (tar reader)");
 
-	uint64_t p[5];
-	gk_shard_permute(p, 5, 42);
-	int sum = 0;
-	for (int i = 0; i < 5; i++)
-		sum += (int)p[i];
-	is_int(sum, 10, "permute yields a permutation");
+	static const int pairs[][3] = {{3, 2}, {2, 5}, {4, 3}, {1, 3}, {5, 1}, {3, 7},
+				       {3, 2, 4}, {2, 3, 2}};
+	for (int shuf = 0; shuf <= 1; shuf++)
+		for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+			test_remap(i % 2 ? man : mann, pairs[i], pairs[i][2] ? 3 : 2, shuf,
+				   i % 3 ? 0 : 2);
+	test_remap(man4, pairs[0], 2, 1, 1);
+	test_remap_next_epoch(man);
+
+	/* Sorting, not summing: [2,2,2,2,2] has the sum of a permutation. */
+	uint64_t fake[5] = {2, 2, 2, 2, 2};
+	ok(!is_permutation(fake, 5), "the permutation check refuses [2,2,2,2,2]");
+	int perms = 1, differ = 0;
+	uint64_t p[1000], q[1000];
+	for (size_t n = 0; n <= 1000; n += n < 20 ? 1 : 245) {
+		gk_shard_permute(p, n, 42 + n);
+		gk_shard_permute(q, n, 43 + n);
+		perms &= is_permutation(p, n) && is_permutation(q, n);
+		differ += n > 3 && memcmp(p, q, n * sizeof(*p)) != 0;
+	}
+	ok(perms && differ > 10, "permute yields permutations (n = 0..19, 20..1000), keyed");
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)

@@ -5,6 +5,8 @@
 #   iterate: C dataset reader (one core, no prefetch)  vs  webdataset
 #   LZ4:     data-pack --lz4 pack MB/s (1 and 2 jobs), C reader unpack MB/s,
 #            lz4 -dc for reference
+# Every reader reports its own sample and byte counts; the run fails when
+# the LZ4 or the Python reader's differ from the C reader's on plain shards.
 # Corpus: tools/mkcorpus.py, GK_BENCH_BYTES (default 1 GiB) in
 # GK_BENCH_FILES files (default 100000). Inputs are read once first, so
 # every contender starts from the page cache.
@@ -92,7 +94,7 @@ c_iter() {
 set -- $(c_iter "$w/plain/m.json")
 c_sec=$1 c_samples=$2 c_bytes=$3
 set -- $(c_iter "$w/lz4/m.json")
-c4_sec=$1
+c4_sec=$1 c4_samples=$2 c4_bytes=$3
 time_cmd lz4dc sh -c "for f in $w/lz4/*.lz4; do lz4 -dc \$f; done"
 for i in $(seq "$runs"); do
 	"$py" - "$w"/plain/*.tar <<-\EOF
@@ -106,13 +108,24 @@ for i in $(seq "$runs"); do
 	EOF
 done | sort -g | awk '{v[NR] = $0} END {print v[int((NR + 1) / 2)]}' >"$w/t.pyiter"
 set -- $(cat "$w/t.pyiter")
-py_sec=$1 py_samples=$2
+py_sec=$1 py_samples=$2 py_bytes=$3
+
+# The contenders must have read the same data: each reader's own counts.
+for r in "C reader, LZ4:$c4_samples:$c4_bytes" "python webdataset:$py_samples:$py_bytes"; do
+	name=${r%%:*} counts=${r#*:}
+	if [ "$counts" != "$c_samples:$c_bytes" ]; then
+		echo "shard.sh: $name read ${counts%:*} samples, ${counts#*:} bytes;" \
+			"the C reader (plain) read $c_samples samples, $c_bytes bytes" >&2
+		exit 1
+	fi
+done
 
 awk -v in_b="$in_bytes" -v shard_b="$shard_bytes" -v lz4_b="$lz4_bytes" \
 	-v tar="$(cat "$w/t.tar")" -v tars="$(cat "$w/t.tarsync")" -v dp="$(cat "$w/t.dp")" -v wds="$(cat "$w/t.wds")" \
 	-v l1="$(cat "$w/t.lz4_1")" -v l2="$(cat "$w/t.lz4_2")" -v ldc="$(cat "$w/t.lz4dc")" \
 	-v cs="$c_sec" -v cn="$c_samples" -v cb="$c_bytes" -v c4="$c4_sec" \
-	-v ps="$py_sec" -v pn="$py_samples" -v runs="$runs" 'BEGIN {
+	-v c4n="$c4_samples" -v c4b="$c4_bytes" \
+	-v ps="$py_sec" -v pn="$py_samples" -v pb="$py_bytes" -v runs="$runs" 'BEGIN {
 	mb = 1e6
 	printf "medians of %d runs; MB = 1e6 bytes of input data\n", runs
 	printf "%-34s %10s %12s\n", "pack (input MB/s)", "seconds", "MB/s"
@@ -124,9 +137,9 @@ awk -v in_b="$in_bytes" -v shard_b="$shard_bytes" -v lz4_b="$lz4_bytes" \
 	printf "%-34s %10.3f %12.1f\n", "data-pack -c --lz4 --jobs 2", l2, in_b / l2 / mb
 	printf "%-34s %10s %12s %12s\n", "iterate", "seconds", "samples/s", "MB/s"
 	printf "%-34s %10.3f %12.0f %12.1f\n", "C reader, plain, 1 core", cs, cn / cs, cb / cs / mb
-	printf "%-34s %10.3f %12.0f %12.1f\n", "C reader, LZ4 (uncompressed MB/s)", c4, cn / c4, cb / c4 / mb
+	printf "%-34s %10.3f %12.0f %12.1f\n", "C reader, LZ4 (uncompressed MB/s)", c4, c4n / c4, c4b / c4 / mb
 	printf "%-34s %10.3f %12s %12.1f\n", "lz4 -dc (tar MB/s)", ldc, "-", shard_b / ldc / mb
-	printf "%-34s %10.3f %12.0f %12.1f\n", "python webdataset", ps, pn / ps, cb / ps / mb
+	printf "%-34s %10.3f %12.0f %12.1f\n", "python webdataset", ps, pn / ps, pb / ps / mb
 	printf "ratios: pack data-pack/tar %.2f (target >= 0.9), data-pack/(tar+sync) %.2f,\n", tar / dp, tars / dp
 	printf "        data-pack/ShardWriter %.2f,\n", wds / dp
 	printf "        iterate C/webdataset %.1fx (target >= 20), C reader %.2f GB/s (target >= 1),\n", ps / cs, cb / cs / 1e9
