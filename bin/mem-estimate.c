@@ -16,13 +16,13 @@ static const char usage[] =
 	"                    [--precision f32|bf16|f16] [--optimizer NAME]\n"
 	"                    [--zero 0-3 | --fsdp] [--dp N] [--tp N] [--pp N] [--sp]\n"
 	"                    [-b micro-batch] [-s seq] [--grad-accum N]\n"
-	"                    [--recompute none|selective|full]\n"
+	"                    [--recompute none|selective|full|gelu]\n"
 	"                    [--offload none|optimizer|cpu]\n"
 	"                    [--fit SIZE | --gpu NAME] [--si] [--json] [--explain]\n"
 	"       mem-estimate --infer [--batch N] [--seq N] [--kv-dtype T] ...\n"
 	"       mem-estimate --list-gpus\n"
 	"Model: --arch gpt2|llama|neox --layers --hidden --heads --kv-heads --ffn\n"
-	"       --vocab --positions --head-dim --tied --largest-layer N\n"
+	"       --vocab --positions --head-dim --tied | --untied --largest-layer N\n"
 	"       --allow-unknown-keys (warn about config keys instead of failing)\n"
 	"Train: --optimizer adamw|sgd|adafactor|adam8bit --grad-f32\n"
 	"       --attn eager|flash --no-dropout --gpus-per-node N --bucket SIZE\n"
@@ -31,7 +31,7 @@ static const char usage[] =
 
 enum {
 	O_PARAMS = GK_OPT_FIRST_TOOL, O_LAYERS, O_HIDDEN, O_HEADS, O_KVHEADS,
-	O_FFN, O_VOCAB, O_POS, O_HEADDIM, O_TIED, O_ARCH, O_CONFIG, O_FROM,
+	O_FFN, O_VOCAB, O_POS, O_HEADDIM, O_TIED, O_UNTIED, O_ARCH, O_CONFIG, O_FROM,
 	O_UNKNOWN, O_PREC, O_OPT, O_ZERO, O_FSDP, O_DP, O_TP, O_PP, O_SP,
 	O_ACCUM, O_RECOMP, O_OFFLOAD, O_GRADF32, O_FLASH, O_NODROP, O_GPN,
 	O_BUCKET, O_RESERVE, O_LARGEST, O_INFER, O_KVDT, O_SI, O_EXPLAIN,
@@ -50,6 +50,7 @@ static const struct option longopts[] = {
 	{"positions", required_argument, NULL, O_POS},
 	{"head-dim", required_argument, NULL, O_HEADDIM},
 	{"tied", no_argument, NULL, O_TIED},
+	{"untied", no_argument, NULL, O_UNTIED},
 	{"arch", required_argument, NULL, O_ARCH},
 	{"config", required_argument, NULL, O_CONFIG},
 	{"from", required_argument, NULL, O_FROM},
@@ -91,11 +92,8 @@ static const struct option longopts[] = {
 
 typedef struct opts {
 	const char *config, *from, *source;
-	int allow_unknown, si, explain, list_gpus, top;
-	int64_t world, global_batch;
-	uint64_t fit;
-	const gk_mem_gpu *gpu;
-	double inter_bw;
+	int allow_unknown, si, explain, list_gpus, top, fit_set;
+	gk_mem_fit_req req; /* --world --global-batch --fit --gpu --inter-bw */
 } opts;
 
 static double unit(const opts *o) { return o->si ? 1e9 : 1073741824.0; }
@@ -248,21 +246,20 @@ static json_t *est_json(const gk_mem_est *e, int explain)
 	return j;
 }
 
-static int do_fit(gk_cli *cli, const opts *o, const gk_mem_model *m,
+static int do_fit(gk_cli *cli, opts *o, const gk_mem_model *m,
 		  gk_mem_run *r)
 {
 	enum { MAXTOP = 100 };
 	gk_mem_cand out[MAXTOP];
 	int nout, tried, fits;
 	gk_err err;
-	uint64_t cap = o->fit ? o->fit : o->gpu->bytes;
-	const gk_mem_gpu *gpu = o->gpu ? o->gpu : gk_mem_gpu_find("H100-80");
-	int64_t world = o->world ? o->world : r->dp * r->tp * r->pp;
-	int64_t gb = o->global_batch ? o->global_batch
-				     : r->dp * r->micro_batch * r->grad_accum;
-	if (gk_mem_fit(m, r, world, gb, cap, gpu, o->inter_bw, out, o->top,
-		       &nout, &tried, &fits, &err))
+	/* the capacity comes from --fit, else from --gpu's row of the table */
+	const gk_mem_gpu *named = o->req.gpu;
+	if (gk_mem_fit(m, r, &o->req, out, o->top, &nout, &tried, &fits, &err))
 		return gk_cli_fail(cli, &err);
+	uint64_t cap = o->req.capacity;
+	const gk_mem_gpu *gpu = o->req.gpu;
+	int64_t world = o->req.world, gb = o->req.global_batch;
 	if (cli->json) {
 		json_t *c = json_array();
 		for (int i = 0; i < nout; i++) {
@@ -290,13 +287,13 @@ static int do_fit(gk_cli *cli, const opts *o, const gk_mem_model *m,
 	       commas(m->params, a), o->source);
 	printf("fit:   %.2f %s per GPU%s%s%s, %lld GPUs, global batch %lld x seq "
 	       "%lld: %d of %d configurations fit\n", cap / unit(o), uname(o),
-	       o->gpu ? " (" : "", o->gpu ? o->gpu->name : "",
-	       o->gpu ? ")" : "", (long long)world,
+	       named ? " (" : "", named ? named->name : "",
+	       named ? ")" : "", (long long)world,
 	       (long long)gb, (long long)r->seq, fits, tried);
 	printf("cost:  seconds/step on %s: 6*Psi*tokens at 50%% of %g TFLOP/s, "
 	       "+recompute, +bubble (p-1)/m,\n       +communication at %g GB/s "
 	       "NVLink, %g GB/s between nodes (no overlap assumed)\n",
-	       gpu->name, gpu->tflops, gpu->nvlink_gbs, o->inter_bw);
+	       gpu->name, gpu->tflops, gpu->nvlink_gbs, o->req.inter_gbs);
 	if (!nout) {
 		gk_err_clear(&err);
 		gk_errf(&err, "fit: no configuration fits %.2f %s per GPU",
@@ -335,11 +332,9 @@ int main(int argc, char **argv)
 	gk_mem_model m = {.arch = GK_MEM_ARCH_PARAMS};
 	gk_mem_run r;
 	gk_mem_run_default(&r);
-	opts o = {.top = 5, .inter_bw = 25, .source = "flags"};
-	int have_arch = 0, arch = GK_MEM_ARCH_GPT2, zero_set = 0;
+	opts o = {.top = 5, .source = "flags"};
+	int have_arch = 0, arch = GK_MEM_ARCH_GPT2, zero_set = 0, tied = -1;
 	int64_t largest = 0;
-	int attn = -1; /* default: eager for training (the paper), flash to serve */
-	int64_t seq = 0;
 	gk_err err;
 	int c;
 	const int64_t BIG = INT64_C(1) << 40;
@@ -360,7 +355,8 @@ int main(int argc, char **argv)
 		case O_VOCAB: m.vocab = gk_cli_i64(&cli, "--vocab", optarg, 1, BIG); break;
 		case O_POS: m.positions = gk_cli_i64(&cli, "--positions", optarg, 1, BIG); break;
 		case O_HEADDIM: m.head_dim = gk_cli_i64(&cli, "--head-dim", optarg, 1, BIG); break;
-		case O_TIED: m.tied = 1; break;
+		case O_TIED: tied = 1; have_arch = 1; break;
+		case O_UNTIED: tied = 0; have_arch = 1; break;
 		case O_ARCH:
 			if ((arch = gk_mem_arch_parse(optarg)) < 0)
 				gk_cli_usage_error(&cli, "--arch '%s': not gpt2, llama or neox", optarg);
@@ -387,11 +383,11 @@ int main(int argc, char **argv)
 		case O_PP: r.pp = gk_cli_i64(&cli, "--pp", optarg, 1, 1 << 16); break;
 		case O_SP: r.sp = 1; break;
 		case 'b': r.micro_batch = gk_cli_i64(&cli, "--micro-batch", optarg, 1, 1 << 24); break;
-		case 's': seq = gk_cli_i64(&cli, "--seq", optarg, 1, 100000000); break;
+		case 's': r.seq = gk_cli_i64(&cli, "--seq", optarg, 1, 100000000); break;
 		case O_ACCUM: r.grad_accum = gk_cli_i64(&cli, "--grad-accum", optarg, 1, 1 << 24); break;
 		case O_RECOMP:
 			if ((c = gk_mem_recompute_parse(optarg)) < 0)
-				gk_cli_usage_error(&cli, "--recompute '%s': not none, selective or full", optarg);
+				gk_cli_usage_error(&cli, "--recompute '%s': not none, selective, full or gelu", optarg);
 			r.recompute = c;
 			break;
 		case O_OFFLOAD:
@@ -407,9 +403,9 @@ int main(int argc, char **argv)
 		case O_GRADF32: r.grad_f32 = 1; break;
 		case O_FLASH:
 			if (strcmp(optarg, "flash") == 0)
-				attn = 1;
+				r.flash = 1;
 			else if (strcmp(optarg, "eager") == 0)
-				attn = 0;
+				r.flash = 0;
 			else
 				gk_cli_usage_error(&cli, "--attn '%s': not eager or flash", optarg);
 			break;
@@ -426,16 +422,21 @@ int main(int argc, char **argv)
 			break;
 		case O_SI: o.si = 1; break;
 		case O_EXPLAIN: o.explain = 1; break;
-		case O_FIT: o.fit = gk_cli_size(&cli, "--fit", optarg); break;
+		case O_FIT:
+			o.req.capacity = gk_cli_size(&cli, "--fit", optarg);
+			if (o.req.capacity == 0)
+				gk_cli_usage_error(&cli, "--fit '%s': a GPU holds more than 0 bytes", optarg);
+			o.fit_set = 1;
+			break;
 		case O_GPU:
-			if (!(o.gpu = gk_mem_gpu_find(optarg)))
+			if (!(o.req.gpu = gk_mem_gpu_find(optarg)))
 				gk_cli_usage_error(&cli, "--gpu '%s': not in the table (see --list-gpus)", optarg);
 			break;
-		case O_WORLD: o.world = gk_cli_i64(&cli, "--world", optarg, 1, 1 << 24); break;
-		case O_GBATCH: o.global_batch = gk_cli_i64(&cli, "--global-batch", optarg, 1, 1 << 24); break;
+		case O_WORLD: o.req.world = gk_cli_i64(&cli, "--world", optarg, 1, 1 << 24); break;
+		case O_GBATCH: o.req.global_batch = gk_cli_i64(&cli, "--global-batch", optarg, 1, 1 << 24); break;
 		case O_TOP: o.top = gk_cli_i64(&cli, "--top", optarg, 1, 100); break;
 		case O_INTER:
-			if (gk_parse_double(optarg, 0.001, 1e6, &o.inter_bw, "--inter-bw", &err))
+			if (gk_parse_double(optarg, 0.001, 1e6, &o.req.inter_gbs, "--inter-bw", &err))
 				gk_cli_usage_error(&cli, "%s", err.msg);
 			break;
 		case O_LIST: o.list_gpus = 1; break;
@@ -458,61 +459,39 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "--params and an architecture both give the parameter count");
 	if (m.params && o.from)
 		gk_cli_usage_error(&cli, "--params and --from both give the parameter count");
-	if (o.fit && o.gpu)
+	if (o.fit_set && o.req.gpu)
 		gk_cli_usage_error(&cli, "--fit and --gpu both give the capacity");
 	if (zero_set && r.infer)
 		gk_cli_usage_error(&cli, "--zero applies to training, not --infer");
 
-	gk_mem_model st;
-	if (o.from && gk_mem_model_from_safetensors(&st, o.from, &err))
-		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	if (o.config) {
 		gk_strlist unknown = {0};
 		if (gk_mem_model_from_config(&m, o.config, o.allow_unknown,
 					     &unknown, &err))
 			return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-		for (size_t i = 0; i < unknown.n; i++)
+		for (size_t i = 0; i < unknown.n && !cli.quiet; i++)
 			gk_cli_warn(&cli, "config '%s': ignoring unknown key '%s'",
 				    o.config, unknown.v[i]);
 		gk_strlist_free(&unknown);
 		o.source = o.config;
 	} else if (have_arch) {
-		m.arch = arch;
-		m.bias = arch != GK_MEM_ARCH_LLAMA;
-		if (!m.vocab)
-			m.vocab = 50257;
-		if (!m.positions && arch == GK_MEM_ARCH_GPT2)
-			m.positions = seq ? seq : 1024;
-		if (!m.layers || !m.hidden || !m.heads)
-			gk_cli_usage_error(&cli, "an architecture needs --layers, --hidden and --heads");
-		if (arch == GK_MEM_ARCH_LLAMA && !m.ffn)
-			gk_cli_usage_error(&cli, "--arch llama needs --ffn (intermediate_size)");
-		if (gk_mem_model_finish(&m, &err))
+		if (gk_mem_model_from_shape(&m, arch, tied, r.seq, &err))
 			gk_cli_usage_error(&cli, "%s", err.msg);
 	} else if (m.params) {
 		if (gk_mem_model_finish(&m, &err))
 			gk_cli_usage_error(&cli, "%s", err.msg);
 	}
 	if (o.from) {
-		if (m.arch != GK_MEM_ARCH_PARAMS && m.params != st.params)
-			return gk_cli_finish(&cli, gk_cli_failf(&cli,
-				"checkpoint '%s': %llu parameters, but the "
-				"architecture has %llu", o.from,
-				(unsigned long long)st.params,
-				(unsigned long long)m.params));
-		if (m.arch == GK_MEM_ARCH_PARAMS) {
-			m = st;
+		if (gk_mem_model_add_checkpoint(&m, o.from, &err))
+			return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
+		if (!o.config && !have_arch)
 			o.source = o.from;
-		}
-		memcpy(m.dtype_params, st.dtype_params, sizeof(m.dtype_params));
-		m.dtype = st.dtype;
 	}
 	if (largest)
 		m.largest = largest;
-	r.flash = attn >= 0 ? attn : r.infer;
-	r.seq = seq ? seq : m.positions ? m.positions : 2048;
+	gk_mem_run_resolve(&r, &m);
 
-	if (o.fit || o.gpu) {
+	if (o.fit_set || o.req.gpu) {
 		if (r.infer)
 			gk_cli_usage_error(&cli, "--fit searches training configurations; drop --infer");
 		return gk_cli_finish(&cli, do_fit(&cli, &o, &m, &r));

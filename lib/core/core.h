@@ -217,8 +217,9 @@ int gk_brace_expand(const char *pattern, size_t max, gk_strlist *out,
  * Expand a host list: comma-separated names, each with brace patterns
  * ("node{01..04}") or Slurm's bracket syntax ("node[01-04,07]",
  * "rack[1-2]-n[1-3]"), as in SLURM_JOB_NODELIST. Appends to out; empty
- * names, unbalanced brackets and more than max names (0: 100,000) are
- * errors.
+ * names, unbalanced brackets, brackets holding anything but numbers and
+ * ascending ranges, names that are not RFC 1123 host names and more than
+ * max names (0: 100,000) are errors.
  */
 int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 		       gk_err *err);
@@ -274,6 +275,31 @@ int gk_json_get_str(const struct json_t *obj, const char *key,
 		    const char **out, gk_err *err);
 int gk_json_get_num(const struct json_t *obj, const char *key, double *out,
 		    gk_err *err);
+
+/* ---- Prometheus metrics ------------------------------------------------------ */
+
+/*
+ * Metrics in Prometheus' text format (0.0.4) for node_exporter's textfile
+ * collector (--metrics FILE in the long-running tools): written atomically,
+ * because the collector reads its directory on every scrape. Names follow
+ * Prometheus conventions: gpukit_TOOL_what_UNIT, units in the name
+ * (_seconds, _bytes), counters and only counters end in _total; invalid
+ * names and labels are errors. labels are NULL-terminated key, value
+ * pairs ({"rank", "0", NULL}); values are escaped here. Labels given to
+ * gk_metrics_new go on every sample. Setting a (name, labels) pair again
+ * replaces its value, so a tool updates its metrics and rewrites the file.
+ */
+typedef struct gk_metrics gk_metrics;
+typedef enum gk_metric_type { GK_METRIC_GAUGE, GK_METRIC_COUNTER } gk_metric_type;
+
+int gk_metrics_new(gk_metrics **out, const char *const *labels, gk_err *err);
+int gk_metrics_set(gk_metrics *m, const char *name, gk_metric_type type,
+		   const char *help, const char *const *labels, double v,
+		   gk_err *err);
+/* The exposition text (families in the order first set); -1 on a write error. */
+int gk_metrics_format(const gk_metrics *m, FILE *fp);
+int gk_metrics_write(const gk_metrics *m, const char *path, gk_err *err);
+void gk_metrics_free(gk_metrics *m);
 
 /* ---- the tools' command line (prints and exits: main() only) ------------------- */
 

@@ -6,12 +6,69 @@
  * brace patterns, so one expander (brace.c) does the work:
  *   node[01-04,07]  ->  node{{01..04},07}
  *   node[5]         ->  node5
+ * Slurm's brackets hold only numbers and ascending ranges of them.
+ *
+ * The names end up in rankfiles and command lines, one per line, so each
+ * must be a host name and nothing more: RFC 1123 sec. 2.1 (RFC 952's
+ * syntax, amended to let a label begin with a digit), dot-separated labels
+ * of 1 to 63 letters, digits and hyphens, no label beginning or ending with
+ * a hyphen, 253 characters in all.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+
+/* Why s is not an RFC 1123 host name, or NULL when it is one. */
+static const char *bad_name(const char *s, char *why, size_t len)
+{
+	size_t n = strlen(s);
+	if (n > 253)
+		return "longer than 253 characters";
+	for (const char *label = s;;) {
+		size_t l = strcspn(label, ".");
+		if (l == 0)
+			return "an empty label (two dots, or a dot at an end)";
+		if (l > 63)
+			return "a label longer than 63 characters";
+		if (label[0] == '-' || label[l - 1] == '-')
+			return "a label beginning or ending with '-'";
+		for (size_t i = 0; i < l; i++)
+			if (!isalnum((unsigned char)label[i]) && label[i] != '-') {
+				snprintf(why, len, "'%c' is not a letter, digit, "
+					 "'-' or '.'", label[i]);
+				return why;
+			}
+		if (!label[l])
+			return NULL;
+		label += l + 1;
+	}
+}
+
+/* "a-b" or "a" inside brackets: decimal numbers, a <= b (as Slurm parses). */
+static int check_range(const char *item, const char *q, const char *end,
+		       const char *dash, gk_err *err)
+{
+	unsigned long long lo, hi;
+	for (const char *c = q; c < end; c++)
+		if (c != dash && !isdigit((unsigned char)*c))
+			return gk_errf(err, "host list '%s': '%.*s' in brackets: "
+				       "not a number or a range of numbers", item,
+				       (int)(end - q), q);
+	if (!dash)
+		return 0;
+	if (dash - q > 18 || end - dash - 1 > 18)
+		return gk_errf(err, "host list '%s': range '%.*s': number too "
+			       "large", item, (int)(end - q), q);
+	lo = strtoull(q, NULL, 10);
+	hi = strtoull(dash + 1, NULL, 10);
+	if (lo > hi)
+		return gk_errf(err, "host list '%s': range '%.*s' runs backwards",
+			       item, (int)(end - q), q);
+	return 0;
+}
 
 /* Rewrite one list item's [..] groups into braces. NULL on a syntax error. */
 static char *brackets_to_braces(const char *item, gk_err *err)
@@ -52,6 +109,8 @@ static char *brackets_to_braces(const char *item, gk_err *err)
 				gk_errf(err, "host list '%s': empty range in brackets", item);
 				goto bad;
 			}
+			if (check_range(item, q, end, dash, err) < 0)
+				goto bad;
 			if (dash) {
 				w += sprintf(w, "{%.*s..%.*s}", (int)(dash - q), q,
 					     (int)(end - dash - 1), dash + 1);
@@ -83,6 +142,18 @@ int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 
 	if (!buf)
 		return gk_err_sys(err, ENOMEM, "host list");
+	/*
+	 * Spaces, control characters and bytes beyond ASCII are never part of
+	 * a name; refuse them before the list is echoed in any message.
+	 */
+	for (const unsigned char *c = (const unsigned char *)list; *c; c++)
+		if (*c <= ' ' || *c >= 0x7f) {
+			rc = gk_errf(err, "host list: character 0x%02x at offset "
+				     "%zu: host names are letters, digits, '-' "
+				     "and '.'", *c, (size_t)(c - (const unsigned char *)list));
+			free(buf);
+			return rc;
+		}
 	if (max == 0)
 		max = 100000;
 	char *start = buf;
@@ -115,6 +186,13 @@ int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 	free(buf);
 	if (rc == 0 && out->n - before > max)
 		rc = gk_errf(err, "host list '%s': more than %zu hosts", list, max);
+	for (size_t i = before; rc == 0 && i < out->n; i++) {
+		char why[64];
+		const char *bad = bad_name(out->v[i], why, sizeof(why));
+		if (bad)
+			rc = gk_errf(err, "host list '%s': host name '%s': %s",
+				     list, out->v[i], bad);
+	}
 	if (rc < 0) {
 		while (out->n > before)
 			free(out->v[--out->n]);

@@ -19,7 +19,7 @@
 #define KORTH_PP_SRC "Korthikanti et al. 2022 sec. 4.2.3 (pipeline)"
 
 static const char *opt_names[] = {"adamw", "sgd", "adafactor", "adam8bit"};
-static const char *rc_names[] = {"none", "selective", "full"};
+static const char *rc_names[] = {"none", "selective", "full", "gelu"};
 
 const char *gk_mem_opt_name(gk_mem_opt o)
 {
@@ -46,6 +46,8 @@ int gk_mem_recompute_parse(const char *s)
 	for (size_t i = 0; i < GK_ARRAY_SIZE(rc_names); i++)
 		if (strcmp(s, rc_names[i]) == 0)
 			return (int)i;
+	if (strcmp(s, "layer") == 0) /* gpu-train's name for it */
+		return GK_MEM_RC_FULL;
 	return -1;
 }
 
@@ -56,12 +58,33 @@ void gk_mem_run_default(gk_mem_run *r)
 	r->opt = GK_MEM_OPT_ADAMW;
 	r->dp = r->tp = r->pp = 1;
 	r->micro_batch = 1;
-	r->seq = 2048;
+	r->seq = 0;    /* from the model: gk_mem_run_resolve */
+	r->flash = -1; /* by the kind of run: gk_mem_run_resolve */
 	r->grad_accum = 1;
 	r->dropout = 1;
 	r->gpus_per_node = 8;
 	r->bucket = 25 << 20; /* torch DDP bucket_cap_mb */
 	r->reserve = 1 << 30;
+}
+
+void gk_mem_run_resolve(gk_mem_run *r, const gk_mem_model *m)
+{
+	/*
+	 * A model is trained and served at the context it was built for; only
+	 * a bare parameter count has none, and then the common 2048 stands in.
+	 */
+	if (r->seq == 0)
+		r->seq = m->positions > 0 ? m->positions : GK_MEM_DEFAULT_SEQ;
+	if (r->flash < 0)
+		r->flash = r->infer;
+}
+
+const gk_mem_part *gk_mem_part_get(const gk_mem_est *e, const char *key)
+{
+	for (int i = 0; i < e->nparts; i++)
+		if (strcmp(e->part[i].key, key) == 0)
+			return &e->part[i];
+	return NULL;
 }
 
 /* ---- building the parts ------------------------------------------------------ */
@@ -147,6 +170,12 @@ static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
 		return gk_errf(err, "KV cache dtype: not a storage type");
 	if (r->zero < 0 || r->zero > 3)
 		return gk_errf(err, "ZeRO stage '%d': must be 0..3", r->zero);
+	if ((unsigned)r->recompute >= GK_ARRAY_SIZE(rc_names))
+		return gk_errf(err, "recomputation '%d': not none, selective, "
+			       "full or gelu", (int)r->recompute);
+	if (r->flash < 0 || r->flash > 1 || r->dropout < 0 || r->dropout > 1)
+		return gk_errf(err, "attention '%d', dropout '%d': must be 0 or 1",
+			       r->flash, r->dropout);
 	const struct {
 		const char *what;
 		int64_t v, max;
@@ -276,6 +305,7 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
  */
 typedef struct act {
 	double repl, split, core;
+	double act; /* of split: the MLP activation's output, e*sbf */
 } act;
 
 static act layer_act(const gk_mem_model *m, const gk_mem_run *r, double e)
@@ -290,6 +320,7 @@ static act layer_act(const gk_mem_model *m, const gk_mem_run *r, double e)
 	/* Q, K, V, attention output; the MLP's intermediate tensors */
 	double mlp = m->arch == GK_MEM_ARCH_LLAMA ? 3 * e * f : 2 * e * f;
 	x.split = s * b * (e * (2 * q + 2 * kv) + mlp);
+	x.act = s * b * e * f;
 	if (r->flash) /* softmax statistics (f32 logsumexp) only */
 		x.core = 4 * a * s * b;
 	else /* softmax output, its dropout mask and dropout output */
@@ -307,6 +338,8 @@ static double layer_bytes(const act *x, const gk_mem_run *r,
 		return repl + x->split / t + x->core / t;
 	case GK_MEM_RC_SELECTIVE:
 		return repl + x->split / t;
+	case GK_MEM_RC_GELU:
+		return repl + (x->split - x->act) / t + x->core / t;
 	case GK_MEM_RC_FULL:
 		break;
 	}
@@ -347,37 +380,37 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 		int gpt = r->dropout && !r->flash &&
 			  m->arch != GK_MEM_ARCH_LLAMA && e == 2 &&
 			  m->ffn == 4 * m->hidden && m->kv_heads == m->heads;
-		const char *core = r->recompute == GK_MEM_RC_SELECTIVE ? "" :
-			r->flash ? " + 4as/t (flash softmax stats)" :
-				   " + 5as/(ht)";
+		int sel = r->recompute == GK_MEM_RC_SELECTIVE;
+		int gelu = r->recompute == GK_MEM_RC_GELU;
+		/* Table 2's 34 = 10 + 24; recomputing the GeLU drops its 8sbh output */
+		int whole = gelu ? 26 : 34, split = gelu ? 16 : 24;
+		int mlpc = (m->arch == GK_MEM_ARCH_LLAMA ? 3 : 2) - gelu;
 		if (gpt && r->sp)
-			fmt(c, f, sizeof(f), "L*m*sbh/t*(34%s)",
-				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
-								     " + 5as/h");
+			fmt(c, f, sizeof(f), "L*m*sbh/t*(%d%s)", whole,
+			    sel ? "" : " + 5as/h");
 		else if (gpt)
-			fmt(c, f, sizeof(f), "L*m*sbh*(10 + 24/t%s)", core);
+			fmt(c, f, sizeof(f), "L*m*sbh*(10 + %d/t%s)", split,
+			    sel ? "" : " + 5as/(ht)");
 		else
 			fmt(c, f, sizeof(f),
-				 "L*m*sb*((4e+2d)h%s + (e(2q+2kv) + %sef)/t)%s",
-				 spf, m->arch == GK_MEM_ARCH_LLAMA ? "3" : "2",
-				 r->recompute == GK_MEM_RC_SELECTIVE ? "" :
-				 r->flash ? " + 4asb/t" : " + (e+d+de)as^2b/t");
+			    "L*m*sb*((4e+2d)h%s + (e(2q+2kv) + %def)/t)%s", spf,
+			    mlpc, sel ? "" : r->flash ? " + 4asb/t" :
+			    " + (e+d+de)as^2b/t");
 		add(c, "activations", per * L * inflight, 0, KORTH_SRC, f);
-		int sel = r->recompute == GK_MEM_RC_SELECTIVE;
 		if (gpt && r->sp && sel)
-			values(c, "%lld*%lld*%g*%g*%g/%g*34", (long long)L,
-			       (long long)inflight, s, b, h, t);
+			values(c, "%lld*%lld*%g*%g*%g/%g*%d", (long long)L,
+			       (long long)inflight, s, b, h, t, whole);
 		else if (gpt && r->sp)
-			values(c, "%lld*%lld*%g*%g*%g/%g*(34 + 5*%g*%g/%g)",
-			       (long long)L, (long long)inflight, s, b, h, t, a,
-			       s, h);
+			values(c, "%lld*%lld*%g*%g*%g/%g*(%d + 5*%g*%g/%g)",
+			       (long long)L, (long long)inflight, s, b, h, t,
+			       whole, a, s, h);
 		else if (gpt && sel)
-			values(c, "%lld*%lld*%g*%g*%g*(10 + 24/%g)", (long long)L,
-			       (long long)inflight, s, b, h, t);
+			values(c, "%lld*%lld*%g*%g*%g*(10 + %d/%g)", (long long)L,
+			       (long long)inflight, s, b, h, split, t);
 		else if (gpt)
-			values(c, "%lld*%lld*%g*%g*%g*(10 + 24/%g + 5*%g*%g/(%g*%g))",
-			       (long long)L, (long long)inflight, s, b, h, t, a,
-			       s, h, t);
+			values(c, "%lld*%lld*%g*%g*%g*(10 + %d/%g + 5*%g*%g/(%g*%g))",
+			       (long long)L, (long long)inflight, s, b, h, split,
+			       t, a, s, h, t);
 		else
 			values(c, "%lld*%lld*%.0f bytes/layer (s=%g b=%g h=%g "
 			       "a=%g q=%g kv=%g f=%lld t=%g e=%g d=%d)",
@@ -510,9 +543,11 @@ static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
 	return 0;
 }
 
-int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *r, int explain,
-		    gk_mem_est *e, gk_err *err)
+int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *run,
+		    int explain, gk_mem_est *e, gk_err *err)
 {
+	gk_mem_run rr = *run, *r = &rr;
+	gk_mem_run_resolve(r, m);
 	if (check_run(m, r, err))
 		return -1;
 	if (estimate_stage(m, r, 0, explain, e, err))

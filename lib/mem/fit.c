@@ -52,9 +52,11 @@ const gk_mem_gpu *gk_mem_gpu_find(const char *name)
 /* Model FLOP utilisation the compute term assumes. */
 #define MFU 0.5
 
-void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *r,
+void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *run,
 		 const gk_mem_gpu *gpu, double inter_gbs, gk_mem_cand *c)
 {
+	gk_mem_run rr = *run, *r = &rr;
+	gk_mem_run_resolve(r, m);
 	double W = (double)r->dp * r->tp * r->pp;
 	double seqs = (double)r->dp * r->micro_batch * r->grad_accum;
 	double tokens = seqs * r->seq, P = m->params;
@@ -118,9 +120,8 @@ static void keep(gk_mem_cand *out, int max_out, int *nout,
 		(*nout)++;
 }
 
-int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base, int64_t world,
-	       int64_t global_batch, uint64_t capacity, const gk_mem_gpu *gpu,
-	       double inter_gbs, gk_mem_cand *out, int max_out, int *nout,
+int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *run,
+	       gk_mem_fit_req *req, gk_mem_cand *out, int max_out, int *nout,
 	       int *tried, int *fits, gk_err *err)
 {
 	*nout = *tried = *fits = 0;
@@ -128,9 +129,26 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base, int64_t world,
 		return gk_errf(err, "fit: needs the architecture (--config or "
 			       "--layers --hidden --heads ...), not only a "
 			       "parameter count");
-	if (world < 1 || global_batch < 1 || max_out < 1)
-		return gk_errf(err, "fit: world size and global batch must be "
-			       "positive");
+	gk_mem_run b = *run, *base = &b;
+	gk_mem_run_resolve(base, m);
+	if (!req->world)
+		req->world = base->dp * base->tp * base->pp;
+	if (!req->global_batch)
+		req->global_batch = base->dp * base->micro_batch *
+				    base->grad_accum;
+	if (!req->gpu)
+		req->gpu = gk_mem_gpu_find(GK_MEM_FIT_GPU);
+	if (!req->capacity)
+		req->capacity = req->gpu->bytes;
+	if (req->inter_gbs == 0)
+		req->inter_gbs = GK_MEM_FIT_INTER_GBS;
+	int64_t world = req->world, global_batch = req->global_batch;
+	uint64_t capacity = req->capacity;
+	const gk_mem_gpu *gpu = req->gpu;
+	double inter_gbs = req->inter_gbs;
+	if (world < 1 || global_batch < 1 || max_out < 1 || !(inter_gbs > 0))
+		return gk_errf(err, "fit: world size, global batch and "
+			       "bandwidth must be positive");
 	if (global_batch > (1 << 24))
 		return gk_errf(err, "fit: global batch '%lld': too large",
 			       (long long)global_batch);
@@ -148,7 +166,8 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base, int64_t world,
 				if (zero > 0 && dp == 1)
 					continue;
 				for (int sp = 0; sp <= (tp > 1); sp++)
-				for (int rc = 0; rc <= 2; rc++)
+				/* the strategies frameworks offer (not GELU) */
+				for (int rc = 0; rc <= GK_MEM_RC_FULL; rc++)
 				for (int64_t mb = 1; mb <= global_batch / dp; mb *= 2) {
 					if ((global_batch / dp) % mb)
 						continue;

@@ -64,12 +64,35 @@ const char *gk_mem_arch_name(gk_mem_arch a);
 int gk_mem_arch_parse(const char *s);
 
 /*
+ * Defaults of a model given by its shape rather than a config.json, the
+ * values of the architecture's Hugging Face config class: GPT-2's
+ * vocabulary (GPT2Config vocab_size) and context (n_positions).
+ */
+enum {
+	GK_MEM_DEFAULT_VOCAB = 50257,
+	GK_MEM_DEFAULT_POSITIONS = 1024,
+	GK_MEM_DEFAULT_SEQ = 2048 /* a run's sequence when the model has none */
+};
+
+/*
  * Check the architecture fields (positive, heads divide hidden, kv_heads
  * divide heads, sizes below sane bounds so no product overflows) and
  * compute the exact parameter counts. Defaults first: kv_heads = heads,
  * ffn = 4*hidden (GPT-2, NeoX). For GK_MEM_ARCH_PARAMS only params is used.
  */
 int gk_mem_model_finish(gk_mem_model *m, gk_err *err);
+
+/*
+ * A model from its shape (command-line flags, a trainer's own settings):
+ * m holds layers, hidden and heads (Llama also ffn) and whatever else the
+ * caller knows; the rest takes the defaults of arch's Hugging Face config
+ * class: vocab GK_MEM_DEFAULT_VOCAB; GPT-2's learned positions seq when
+ * seq > 0, else GK_MEM_DEFAULT_POSITIONS; biases except Llama's; the head
+ * tied for GPT-2 and not otherwise, unless tied is 0 or 1 (-1: the
+ * default). Then gk_mem_model_finish. Errors name the missing field.
+ */
+int gk_mem_model_from_shape(gk_mem_model *m, gk_mem_arch arch, int tied,
+			    int64_t seq, gk_err *err);
 
 /*
  * Read a Hugging Face config.json (model_type gpt2, llama, mistral,
@@ -97,6 +120,17 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 				  gk_err *err);
 
 /*
+ * Combine a model with the checkpoint at path (read as above): a model with
+ * an architecture must have the checkpoint's exact parameter count (else
+ * an error naming both); a bare parameter count, or an empty model (arch
+ * GK_MEM_ARCH_PARAMS, params 0), is replaced by the checkpoint's. Either
+ * way m takes the checkpoint's dtypes. A model with only a parameter count
+ * and a checkpoint both giving it is the caller's error to refuse.
+ */
+int gk_mem_model_add_checkpoint(gk_mem_model *m, const char *path,
+				gk_err *err);
+
+/*
  * A count of things as people write it: "124439808", "124M", "7B",
  * "1.5T", "350K" (powers of 1000: K, M, B or G, T). Rounded to a whole
  * number; 0 and values above 1e15 are errors naming what.
@@ -115,8 +149,11 @@ typedef enum gk_mem_opt {
 
 typedef enum gk_mem_recompute {
 	GK_MEM_RC_NONE,
-	GK_MEM_RC_SELECTIVE,
-	GK_MEM_RC_FULL
+	GK_MEM_RC_SELECTIVE, /* Korthikanti: the attention core (s^2 tensors) */
+	GK_MEM_RC_FULL,      /* only each layer's input is kept ("layer") */
+	GK_MEM_RC_GELU       /* the MLP activation's output is recomputed
+				from its input in the backward pass (llm.c's
+				recompute=1); the fit search leaves it out */
 } gk_mem_recompute;
 
 enum {
@@ -133,21 +170,35 @@ typedef struct gk_mem_run {
 	int zero;            /* 0..3; FSDP full sharding is 3 */
 	int64_t dp, tp, pp;  /* degrees; world = dp*tp*pp */
 	int sp;              /* Megatron sequence parallelism (needs tp > 1) */
-	int64_t micro_batch, seq, grad_accum; /* grad_accum: micro-batches/step */
+	int64_t micro_batch, grad_accum; /* grad_accum: micro-batches/step */
+	int64_t seq;         /* 0: the model's positions, else GK_MEM_DEFAULT_SEQ */
 	gk_mem_recompute recompute;
 	int offload;         /* GK_MEM_OFFLOAD_*: what lives in host RAM */
 	int grad_f32;        /* mixed precision: an f32 gradient buffer */
-	int flash;           /* fused attention: no s^2 tensors kept */
+	int flash;           /* fused attention: no s^2 tensors kept; -1:
+				fused for inference (as serving engines run),
+				eager for training (as Korthikanti counts) */
 	int dropout;         /* dropout masks kept (1 byte per element) */
 	int64_t gpus_per_node; /* host RAM is per node */
 	uint64_t bucket;     /* gradient bucket bytes (each of 2 in flight) */
 	uint64_t reserve;    /* CUDA context, cuBLAS/NCCL workspaces */
 } gk_mem_run;
 
-/* The defaults: bf16 AdamW, ZeRO 0, all degrees 1, micro-batch 1, seq from
- * the model (or 2048), eager attention with dropout, 2 x 25 MiB buckets,
- * 1 GiB reserve, 8 GPUs per node. */
+/*
+ * The defaults: bf16 AdamW, ZeRO 0, all degrees 1, micro-batch 1, seq 0
+ * and flash -1 (resolved against the model, below), dropout, 2 x 25 MiB
+ * buckets, 1 GiB reserve, 8 GPUs per node.
+ */
 void gk_mem_run_default(gk_mem_run *r);
+
+/*
+ * Replace the settings that depend on the model by their values: seq 0
+ * becomes the model's positions (n_positions, max_position_embeddings), or
+ * GK_MEM_DEFAULT_SEQ when it has none; flash -1 becomes r->infer.
+ * gk_mem_estimate and gk_mem_fit do this on their own copy; call it to
+ * report the run as estimated.
+ */
+void gk_mem_run_resolve(gk_mem_run *r, const gk_mem_model *m);
 
 const char *gk_mem_opt_name(gk_mem_opt o);
 int gk_mem_opt_parse(const char *s);
@@ -158,6 +209,17 @@ int gk_mem_recompute_parse(const char *s);
 
 enum { GK_MEM_MAX_PARTS = 16 };
 
+/*
+ * The keys of the parts are an interface: mem-estimate --json prints them
+ * and trainers compare their own accounting against them by name, so a key
+ * never changes its meaning or its name. Training: "parameters",
+ * "gradients", "optimizer", "grad_f32", "host_ram", "activations",
+ * "recompute_working_set", "embedding_dropout", "logits", "final_norm",
+ * "dp_buckets", "zero3_gather", "tp_buffers", "pp_buffers",
+ * "cuda_reserve"; inference: "parameters", "kv_cache", "activations",
+ * "logits", "tp_buffers", "cuda_reserve". A part that does not apply to a
+ * run is absent rather than 0.
+ */
 typedef struct gk_mem_part {
 	const char *key;    /* JSON name: "parameters", "gradients" ... */
 	uint64_t bytes;     /* per GPU (host RAM parts: per node) */
@@ -187,6 +249,46 @@ typedef struct gk_mem_est {
 int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *r, int explain,
 		    gk_mem_est *e, gk_err *err);
 
+/* The part named key, or NULL when the estimate has none. */
+const gk_mem_part *gk_mem_part_get(const gk_mem_est *e, const char *key);
+
+/* ---- a trainer's own accounting ------------------------------------------------ */
+
+/*
+ * A GPT-2 training run as a trainer states it (gpu-train's settings), for
+ * checking its own memory accounting against the model by category. Zero
+ * fields take the defaults: seq = positions, batch 1, precision bf16
+ * (mixed, f32 master weights), dp 1. The optimizer is AdamW; ZeRO 0 or 1.
+ * The default layout is gpu-train's: fused attention (eager = 1 keeps the
+ * s^2 scores) and no dropout masks (dropout = 1 keeps them).
+ */
+typedef struct gk_mem_train {
+	int64_t layers, hidden, heads;
+	int64_t vocab;      /* rows of the token embedding as allocated,
+			       padding included (gk_nn_config.vocab_pad);
+			       config.json's vocab_size counts without it */
+	int64_t positions;  /* learned position embeddings */
+	int64_t seq;        /* tokens per sequence; at most positions */
+	int64_t batch;      /* sequences per micro-batch on each rank */
+	gk_dtype precision; /* GK_DT_F32 or GK_DT_BF16 */
+	int zero;           /* 0 or 1 */
+	int64_t dp;         /* data-parallel ranks */
+	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
+				       none, gelu and layer */
+	int eager, dropout;
+	int grad_f32;       /* bf16 with an f32 gradient buffer */
+} gk_mem_train;
+
+/*
+ * Estimate a gk_mem_train run: builds the tied GPT-2 model and the run with
+ * the library's defaults (so mem-estimate --config on the trainer's
+ * config.json with the same settings gives the same bytes), then
+ * gk_mem_estimate. m and r (each may be NULL) receive what was estimated.
+ * Settings outside the list above are errors naming them.
+ */
+int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
+			  gk_mem_model *m, gk_mem_run *r, gk_err *err);
+
 /* ---- fitting ------------------------------------------------------------------- */
 
 typedef struct gk_mem_gpu {
@@ -209,19 +311,34 @@ typedef struct gk_mem_cand {
 } gk_mem_cand;
 
 /*
- * Search ZeRO stage, TP (powers of two dividing heads and kv_heads, at most
- * gpus_per_node), PP (dividing layers), SP, recomputation and micro-batch
- * over world GPUs and global_batch sequences per step (the rest of the run,
- * such as precision, optimizer and offload, comes from base) for
- * configurations whose total fits
- * capacity. Ranks them by the cost model (see gk_mem_cost) and keeps the
- * best max_out in out (sorted, cheapest first). *nout: how many were kept,
- * *tried / *fits: the size of the search. inter_gbs: per-GPU network
- * bandwidth between nodes, GB/s.
+ * What a search is asked. Zero fields take the defaults, and gk_mem_fit
+ * writes back the values it used: world = dp*tp*pp of the base run,
+ * global_batch = dp*micro_batch*grad_accum of the base run, gpu = the
+ * GK_MEM_FIT_GPU row, capacity = gpu->bytes, inter_gbs = GK_MEM_FIT_INTER_GBS.
  */
-int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base, int64_t world,
-	       int64_t global_batch, uint64_t capacity, const gk_mem_gpu *gpu,
-	       double inter_gbs, gk_mem_cand *out, int max_out, int *nout,
+typedef struct gk_mem_fit_req {
+	int64_t world;          /* GPUs in the job */
+	int64_t global_batch;   /* sequences per optimizer step */
+	uint64_t capacity;      /* bytes a GPU offers */
+	const gk_mem_gpu *gpu;  /* the cost model's GPU */
+	double inter_gbs;       /* per-GPU network bandwidth between nodes, GB/s */
+} gk_mem_fit_req;
+
+#define GK_MEM_FIT_GPU "H100-80"
+#define GK_MEM_FIT_INTER_GBS 25.0 /* 200 Gb/s InfiniBand HDR per GPU */
+
+/*
+ * Search ZeRO stage, TP (powers of two dividing heads and kv_heads, at most
+ * gpus_per_node), PP (dividing layers), SP, recomputation (none, selective,
+ * full) and micro-batch over req->world GPUs and req->global_batch
+ * sequences per step (the rest of the run, such as precision, optimizer
+ * and offload, comes from base) for configurations whose total fits
+ * req->capacity. Ranks them by the cost model (see gk_mem_cost) and keeps
+ * the best max_out in out (sorted, cheapest first). *nout: how many were
+ * kept, *tried / *fits: the size of the search.
+ */
+int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base,
+	       gk_mem_fit_req *req, gk_mem_cand *out, int max_out, int *nout,
 	       int *tried, int *fits, gk_err *err);
 
 /*

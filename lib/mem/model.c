@@ -130,9 +130,40 @@ int gk_mem_model_finish(gk_mem_model *m, gk_err *err)
 	return 0;
 }
 
+int gk_mem_model_from_shape(gk_mem_model *m, gk_mem_arch arch, int tied,
+			    int64_t seq, gk_err *err)
+{
+	if (arch != GK_MEM_ARCH_GPT2 && arch != GK_MEM_ARCH_LLAMA &&
+	    arch != GK_MEM_ARCH_NEOX)
+		return gk_errf(err, "architecture '%d': not gpt2, llama or neox",
+			       (int)arch);
+	if (!m->layers || !m->hidden || !m->heads)
+		return gk_errf(err, "architecture %s: needs layers, hidden size "
+			       "and heads", gk_mem_arch_name(arch));
+	if (arch == GK_MEM_ARCH_LLAMA && !m->ffn)
+		return gk_errf(err, "architecture llama: needs the MLP size "
+			       "(intermediate_size)");
+	m->arch = arch;
+	/* GPT2Config, LlamaConfig, GPTNeoXConfig defaults */
+	m->bias = arch != GK_MEM_ARCH_LLAMA;
+	m->tied = tied >= 0 ? !!tied : arch == GK_MEM_ARCH_GPT2;
+	if (!m->vocab)
+		m->vocab = GK_MEM_DEFAULT_VOCAB;
+	/* a model trained at seq tokens has at least that many positions */
+	if (!m->positions && arch == GK_MEM_ARCH_GPT2)
+		m->positions = seq > 0 ? seq : GK_MEM_DEFAULT_POSITIONS;
+	return gk_mem_model_finish(m, err);
+}
+
 /* ---- config.json ------------------------------------------------------------ */
 
-enum kind { REQ, OPT, OPT_BOOL, IGNORE };
+/*
+ * REQ, OPT: positive integers into the model (OPT may be null); OPT_BOOL:
+ * true or false into the model; FALSE: a feature we do not count, accepted
+ * only when off (false, null, an empty object or list); IGNORE: no effect
+ * on the shapes.
+ */
+enum kind { REQ, OPT, OPT_BOOL, FALSE, IGNORE };
 
 typedef struct key {
 	const char *name;
@@ -142,16 +173,48 @@ typedef struct key {
 
 #define F(field) offsetof(gk_mem_model, field)
 
-/* Keys that describe training or generation, not the shapes we count. */
+/*
+ * Keys every transformers config may carry (PretrainedConfig and, before
+ * transformers 5, its generation defaults): they describe training,
+ * generation, fine-tuning heads or the file, not the shapes we count.
+ * reference: transformers/configuration_utils.py (4.x and 5.x)
+ */
 #define COMMON_IGNORED                                                       \
 	{"_name_or_path", IGNORE, 0}, {"architectures", IGNORE, 0},          \
 	{"model_type", IGNORE, 0}, {"bos_token_id", IGNORE, 0},              \
 	{"eos_token_id", IGNORE, 0}, {"pad_token_id", IGNORE, 0},            \
+	{"sep_token_id", IGNORE, 0}, {"decoder_start_token_id", IGNORE, 0},  \
 	{"initializer_range", IGNORE, 0}, {"torch_dtype", IGNORE, 0},        \
 	{"dtype", IGNORE, 0}, {"transformers_version", IGNORE, 0},           \
 	{"use_cache", IGNORE, 0}, {"hidden_act", IGNORE, 0},                 \
 	{"rope_scaling", IGNORE, 0}, {"rope_theta", IGNORE, 0},              \
-	{"attention_dropout", IGNORE, 0}, {"quantization_config", IGNORE, 0}
+	{"rope_parameters", IGNORE, 0}, /* transformers 5: theta, scaling */ \
+	{"attention_dropout", IGNORE, 0}, {"quantization_config", IGNORE, 0}, \
+	{"output_hidden_states", IGNORE, 0}, {"output_attentions", IGNORE, 0}, \
+	{"return_dict", IGNORE, 0}, {"torchscript", IGNORE, 0},              \
+	{"use_bfloat16", IGNORE, 0}, {"tf_legacy_loss", IGNORE, 0},          \
+	{"chunk_size_feed_forward", IGNORE, 0},                              \
+	{"is_encoder_decoder", FALSE, 0}, {"is_decoder", IGNORE, 0},         \
+	{"add_cross_attention", FALSE, 0}, {"cross_attention_hidden_size", IGNORE, 0}, \
+	{"tie_encoder_decoder", IGNORE, 0}, {"pruned_heads", FALSE, 0},      \
+	{"id2label", IGNORE, 0}, {"label2id", IGNORE, 0},                    \
+	{"problem_type", IGNORE, 0}, {"finetuning_task", IGNORE, 0},         \
+	{"num_labels", IGNORE, 0}, {"tokenizer_class", IGNORE, 0},           \
+	{"prefix", IGNORE, 0}, {"task_specific_params", IGNORE, 0},          \
+	{"max_length", IGNORE, 0}, {"min_length", IGNORE, 0},                \
+	{"do_sample", IGNORE, 0}, {"early_stopping", IGNORE, 0},             \
+	{"num_beams", IGNORE, 0}, {"num_beam_groups", IGNORE, 0},            \
+	{"diversity_penalty", IGNORE, 0}, {"temperature", IGNORE, 0},        \
+	{"top_k", IGNORE, 0}, {"top_p", IGNORE, 0}, {"typical_p", IGNORE, 0}, \
+	{"repetition_penalty", IGNORE, 0}, {"length_penalty", IGNORE, 0},    \
+	{"no_repeat_ngram_size", IGNORE, 0},                                 \
+	{"encoder_no_repeat_ngram_size", IGNORE, 0},                         \
+	{"bad_words_ids", IGNORE, 0}, {"num_return_sequences", IGNORE, 0},   \
+	{"output_scores", IGNORE, 0}, {"return_dict_in_generate", IGNORE, 0}, \
+	{"forced_bos_token_id", IGNORE, 0}, {"forced_eos_token_id", IGNORE, 0}, \
+	{"remove_invalid_values", IGNORE, 0},                                \
+	{"exponential_decay_length_penalty", IGNORE, 0},                     \
+	{"suppress_tokens", IGNORE, 0}, {"begin_suppress_tokens", IGNORE, 0}
 
 /* reference: transformers/models/gpt2/configuration_gpt2.py */
 static const key gpt2_keys[] = {
@@ -182,7 +245,7 @@ static const key llama_keys[] = {
 	{"head_dim", OPT, F(head_dim)},
 	{"tie_word_embeddings", OPT_BOOL, F(tied)},
 	{"attention_bias", OPT_BOOL, F(bias)},
-	{"mlp_bias", IGNORE, 0}, /* checked by hand: we refuse true */
+	{"mlp_bias", FALSE, 0},
 	{"rms_norm_eps", IGNORE, 0}, {"pretraining_tp", IGNORE, 0},
 	{"sliding_window", IGNORE, 0}, {"max_window_layers", IGNORE, 0},
 	{"use_sliding_window", IGNORE, 0},
@@ -269,6 +332,16 @@ int gk_mem_model_from_config_buf(gk_mem_model *m, const char *buf, size_t len,
 		char *field = (char *)m + d->off;
 		if (d->kind == IGNORE)
 			continue;
+		if (d->kind == FALSE) {
+			/* pruned_heads: {} when none; the rest: false */
+			if (json_is_false(v) || json_is_null(v) ||
+			    (json_is_object(v) && !json_object_size(v)) ||
+			    (json_is_array(v) && !json_array_size(v)))
+				continue;
+			gk_errf(err, "config '%s': key '%s': only false is "
+				"supported", name, k);
+			goto out;
+		}
 		if (d->kind == OPT_BOOL) {
 			if (!json_is_boolean(v)) {
 				gk_errf(err, "config '%s': key '%s': not true or "
@@ -293,12 +366,6 @@ int gk_mem_model_from_config_buf(gk_mem_model *m, const char *buf, size_t len,
 				"model_type '%s'", name, d->name, type);
 			goto out;
 		}
-	json_t *mb = json_object_get(j, "mlp_bias");
-	if (mb && !json_is_false(mb)) {
-		gk_errf(err, "config '%s': key 'mlp_bias': only false is "
-			"supported", name);
-		goto out;
-	}
 	if (gk_mem_model_finish(m, err)) {
 		gk_err_prefix(err, "config '%s'", name);
 		goto out;

@@ -38,7 +38,7 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 	if (gk_ckpt_open(&s, in, 1, err))
 		return -1;
 	uint64_t *layer = NULL;
-	long nlayer = 0;
+	size_t nlayer = 0, cap = 0;
 	int rc = -1;
 	for (size_t i = 0; i < s->n; i++) {
 		const gk_ckpt_entry *e = &s->e[i];
@@ -56,15 +56,13 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 		if (n > m->largest)
 			m->largest = n;
 		long li = layer_index(e->name);
-		if (li >= nlayer) {
-			uint64_t *p = realloc(layer, (li + 1) * sizeof(*p));
-			if (!p) {
-				gk_errf(err, "checkpoint '%s': out of memory", path);
+		if (li >= 0 && (size_t)li >= nlayer) {
+			if (GK_GROW(layer, cap, (size_t)li + 1, "checkpoint layers",
+				    err) < 0)
 				goto out;
-			}
-			memset(p + nlayer, 0, (li + 1 - nlayer) * sizeof(*p));
-			layer = p;
-			nlayer = li + 1;
+			memset(layer + nlayer, 0, ((size_t)li + 1 - nlayer) *
+			       sizeof(*layer));
+			nlayer = (size_t)li + 1;
 		}
 		if (li >= 0)
 			layer[li] += n;
@@ -80,13 +78,32 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 			best = m->dtype_params[d];
 			m->dtype = d;
 		}
-	for (long i = 0; i < nlayer; i++)
+	for (size_t i = 0; i < nlayer; i++)
 		if (layer[i] > m->layer_params)
 			m->layer_params = layer[i];
-	m->layers = nlayer;
+	m->layers = (int64_t)nlayer;
 	rc = gk_mem_model_finish(m, err);
 out:
 	free(layer);
 	gk_ckpt_close(s);
 	return rc;
+}
+
+int gk_mem_model_add_checkpoint(gk_mem_model *m, const char *path,
+				gk_err *err)
+{
+	gk_mem_model st;
+	if (gk_mem_model_from_safetensors(&st, path, err))
+		return -1;
+	if (m->arch != GK_MEM_ARCH_PARAMS && m->params != st.params)
+		return gk_errf(err, "checkpoint '%s': %llu parameters, but the "
+			       "architecture has %llu", path,
+			       (unsigned long long)st.params,
+			       (unsigned long long)m->params);
+	/* the checkpoint knows more than a bare count: its layers, dtypes */
+	if (m->arch == GK_MEM_ARCH_PARAMS)
+		*m = st;
+	memcpy(m->dtype_params, st.dtype_params, sizeof(m->dtype_params));
+	m->dtype = st.dtype;
+	return 0;
 }

@@ -62,9 +62,9 @@ if ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 &&
 	test_set_prereq NO_GPU
 fi
 if test "$(sed -n 's/^HAVE_CUDA := //p' "$GK_BUILD/config.mk")" = 1; then
-	why="no CUDA device ("
+	why="no usable GPU: "
 else
-	why="built without CUDA"
+	why="gpukit was built without CUDA"
 fi
 
 # allreduce-bench --backend nccl goes through the real probe: the CUDA

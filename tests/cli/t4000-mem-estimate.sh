@@ -51,6 +51,10 @@ usage_case 'unknown GPU' '--params 7B --gpu Z80' "--gpu 'Z80'"
 usage_case 'config and flags' "--config $data/gpt2.json --layers 2" 'both describe'
 usage_case 'absurd activations' "--config $data/gpt2.json --seq 100000000 -b 16000000" 'exceeds 4 EB'
 usage_case 'heads not dividing hidden' '--layers 2 --hidden 100 --heads 3' 'must divide the hidden size 100'
+usage_case 'fit a GPU of 0 bytes' "--config $data/gpt2.json --fit 0" "--fit '0'"
+usage_case 'fit a GPU of 0 GiB' "--config $data/gpt2.json --fit 0GiB" "--fit '0GiB'"
+usage_case 'config and --untied' "--config $data/gpt2.json --untied" 'both describe'
+usage_case 'unknown recomputation' '--params 7B --recompute some' "--recompute 'some'"
 
 test_expect_success 'JSON: every part in bytes, parts add up to the total' '
 	mem-estimate --config "$data/gpt2.json" -b 4 --zero 1 --dp 8 --json >out.json &&
@@ -153,6 +157,42 @@ test_expect_success 'flags describe the same model as config.json' '
 	python3 -c "
 import json
 assert json.load(open(\"a.json\"))[\"model\"][\"params\"] == 7241732096
+"
+'
+
+test_expect_success 'GPT-2 from flags is GPT2Config: tied, 50257 tokens, 1024 positions' '
+	mem-estimate --layers 12 --hidden 768 --heads 12 --json >f.json &&
+	mem-estimate --config "$data/gpt2.json" --json >c.json &&
+	mem-estimate --layers 12 --hidden 768 --heads 12 --untied --json >u.json &&
+	python3 -c "
+import json
+f, c, u = (json.load(open(n)) for n in (\"f.json\", \"c.json\", \"u.json\"))
+assert f[\"model\"][\"params\"] == 124439808, f[\"model\"]
+assert f[\"bytes\"] == c[\"bytes\"] and f[\"run\"] == c[\"run\"], (f, c)
+assert f[\"run\"][\"seq\"] == 1024 and not f[\"run\"][\"flash\"]
+assert u[\"model\"][\"params\"] == 124439808 + 50257 * 768
+"
+'
+
+test_expect_success 'the sequence comes from the model, or 2048 for a bare count' '
+	mem-estimate --config "$data/llama-2-7b.json" --json >l.json &&
+	mem-estimate --params 7B --json >p.json &&
+	mem-estimate --params 7B --infer --json >i.json &&
+	python3 -c "
+import json
+l, p, i = (json.load(open(n))[\"run\"] for n in (\"l.json\", \"p.json\", \"i.json\"))
+assert l[\"seq\"] == 4096 and p[\"seq\"] == 2048, (l, p)
+assert not l[\"flash\"] and i[\"flash\"], (l, i)
+"
+'
+
+test_expect_success '--recompute gelu drops the GeLU output: L*b*s*4h*e bytes' '
+	mem-estimate --config "$data/gpt2.json" -b 4 --json >n.json &&
+	mem-estimate --config "$data/gpt2.json" -b 4 --recompute gelu --json >g.json &&
+	python3 -c "
+import json
+n, g = (json.load(open(x))[\"bytes\"][\"activations\"] for x in (\"n.json\", \"g.json\"))
+assert n - g == 12 * 4 * 1024 * 4 * 768 * 2, (n, g)
 "
 '
 

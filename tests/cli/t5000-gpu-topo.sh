@@ -152,7 +152,7 @@ test_expect_success 'warnings: no NUMA locality, SYS NIC, uneven split' '
 	test_must_be_empty err
 '
 
-for f in not-xml nccl-system truncated root-no-complete-nodeset; do
+for f in not-xml nccl-system truncated; do
 	test_expect_success "corrupt input $f.xml: exact error, exit 1, no output" "
 		test_expect_code 1 gpu-topo -i '$D/$f.xml' >out 2>err &&
 		test_must_be_empty out &&
@@ -163,12 +163,27 @@ test_expect_success 'the corrupt inputs name the problem' '
 	gpu-topo -i "$D/not-xml.xml" 2>&1 | grep -F "not an hwloc XML topology (no <topology> element)" &&
 	gpu-topo -i "$D/nccl-system.xml" 2>&1 | grep -F "an NCCL topology file (NCCL_TOPO_FILE), not an hwloc XML" &&
 	gpu-topo -i "$D/truncated.xml" 2>&1 | grep -F "hwloc cannot read this XML topology" &&
-	gpu-topo -i "$D/root-no-complete-nodeset.xml" 2>&1 |
-		grep -F "hwloc crashed reading this XML topology (Segmentation fault)" &&
 	gpu-topo -i - <"$T" >stdin.out && gpu-topo -i "$T" >file.out && test_cmp file.out stdin.out &&
 	test_expect_code 1 gpu-topo -i no-such.xml 2>err &&
 	echo "gpu-topo: open '"'"'no-such.xml'"'"': No such file or directory" >expect &&
 	test_cmp expect err
+'
+
+# hwloc 2.9 crashes reading this file; a hwloc that checks refuses it or
+# repairs it. Either way gpu-topo survives: exit 1 with one line blaming
+# hwloc, or exit 0 with a matrix.
+test_expect_success 'XML that crashes hwloc: a clean failure or a topology' '
+	f="$D/root-no-complete-nodeset.xml" &&
+	{ gpu-topo -i "$f" >out 2>err; rc=$?; } &&
+	if test $rc = 0; then
+		grep "^Legend:" out
+	elif test $rc = 1; then
+		test_must_be_empty out &&
+		test $(wc -l <err) = 1 &&
+		grep -E "^gpu-topo: load .*root-no-complete-nodeset.xml.: hwloc (crashed reading|cannot read) this XML topology" err
+	else
+		echo "exit $rc" && false
+	fi
 '
 
 test_expect_success '--rankfile hosts: Slurm brackets, the allocation, else this host' '
@@ -193,34 +208,72 @@ test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-topo stray 2>err && grep "unexpected argument" err
 '
 
-test_expect_success 'this machine: the CPU, NUMA and NIC picture, exit 0' '
+# Each name lands on a rankfile line: nothing may split or extend one.
+nl='
+'
+for h in "a${nl}rank 9=evil slot=0" "a b" "node[5-1]" "node[a-c]" "a_b" "-a" "a..b" "n=1"; do
+	test_expect_success "--rankfile --hosts refuses a bad host name, exit 2: $(printf %s "$h" | tr "\n" "|")" '
+		test_expect_code 2 gpu-topo -i "$T" --rankfile --hosts "$h" >out 2>err &&
+		test_must_be_empty out &&
+		grep "^gpu-topo: host list" err && grep usage err
+	'
+	test_expect_success "SLURM_JOB_NODELIST with it is refused too: $(printf %s "$h" | tr "\n" "|")" '
+		(SLURM_JOB_NODELIST="$h" && export SLURM_JOB_NODELIST &&
+		 test_expect_code 2 gpu-topo -i "$T" --rankfile >out 2>err) &&
+		test_must_be_empty out && grep "^gpu-topo: host list" err
+	'
+done
+
+test_expect_success 'the messages say what is wrong' '
+	test_expect_code 2 gpu-topo -i "$T" --rankfile --hosts "node[5-1]" 2>err &&
+	grep -F "host list '"'"'node[5-1]'"'"': range '"'"'5-1'"'"' runs backwards" err &&
+	test_expect_code 2 gpu-topo -i "$T" --rankfile --hosts "a${nl}b" 2>err &&
+	grep -F "host list: character 0x0a at offset 1" err &&
+	test $(wc -l <err) -ge 2 && ! grep -x "b" err &&
+	test_expect_code 2 gpu-topo -i "$T" --rankfile --hosts "a_b" 2>err &&
+	grep -F "host name '"'"'a_b'"'"': '"'"'_'"'"' is not a letter" err
+'
+
+test_expect_success 'good names: FQDNs, leading digits, zero-padded ranges' '
+	gpu-topo -i "$T" --rankfile --hosts "gpu1.example.org,10-n,n[08-10]" -n 1 >actual &&
+	printf "rank 0=gpu1.example.org slot=0-3\nrank 1=10-n slot=0-3\nrank 2=n08 slot=0-3\nrank 3=n09 slot=0-3\nrank 4=n10 slot=0-3\n" >expect &&
+	test_cmp expect actual
+'
+
+# GPUs on this machine as hwloc lists them: NVIDIA display-class PCI functions.
+ngpu=$(lstopo-no-graphics --only pcidev -v 2>/dev/null |
+	awk '/id=10de:/ && /class=03/ { n++ } END { print n + 0 }')
+# The checks of the CPU-only picture mean nothing where GPUs are: there
+# they skip, and say so, rather than pass having checked nothing.
+test "$ngpu" = 0 && test_set_prereq GPU_LESS_MACHINE
+
+test_expect_success 'this machine: the matrix and JSON, exit 0' '
 	gpu-topo >out 2>err &&
-	ncpu=$(lstopo-no-graphics --only pu | wc -l) &&
-	nnuma=$(lstopo-no-graphics --disallowed --only numanode | wc -l) &&
-	ngpu=$(lstopo-no-graphics --only pcidev -v | awk "/id=10de:/ && /class=03/ { n++ } END { print n + 0 }") &&
-	if test "$ngpu" = 0; then
-		grep "^No GPUs" out &&
-		test $(grep -c "^  NUMA[0-9]*: CPUs" out) = "$nnuma"
-	fi &&
 	grep "^Legend:" out &&
+	nnuma=$(lstopo-no-graphics --disallowed --only numanode | wc -l) &&
 	gpu-topo --json >j && test "$(jq ".gpus | length" j)" = "$ngpu" &&
 	test "$(jq ".numa_nodes | length" j)" = "$nnuma" &&
-	test "$ncpu" -ge 1
+	test "$(lstopo-no-graphics --only pu | wc -l)" -ge 1
+'
+
+test_expect_success GPU_LESS_MACHINE 'GPU-less machine: "No GPUs" and every NUMA node' '
+	gpu-topo >out 2>err &&
+	grep "^No GPUs" out &&
+	nnuma=$(lstopo-no-graphics --disallowed --only numanode | wc -l) &&
+	test $(grep -c "^  NUMA[0-9]*: CPUs" out) = "$nnuma"
 '
 
 expand() { # "0-2,5" -> one number per line
 	tr "," "\n" | awk -F- "NF { for (i = \$1; i <= (NF > 1 ? \$2 : \$1); i++) print i }"
 }
-test_expect_success 'this machine: one rank per core covers the allowed CPUs exactly once' '
+test_expect_success GPU_LESS_MACHINE 'GPU-less machine: one rank per core covers the allowed CPUs once' '
 	gpu-topo --json >j &&
-	if test "$(jq ".gpus | length" j)" = 0; then
-		n=$(jq .cores j) &&
-		gpu-topo -q --binding -n "$n" >b &&
-		test $(wc -l <b) = $((n + 1)) &&
-		awk -F "\t" "NR > 1 { print \$6 }" b | tr "\n" "," | expand | sort -n >got &&
-		jq -r .allowed_cpus j | expand | sort -n >want &&
-		test_cmp want got
-	fi
+	n=$(jq .cores j) &&
+	gpu-topo -q --binding -n "$n" >b &&
+	test $(wc -l <b) = $((n + 1)) &&
+	awk -F "\t" "NR > 1 { print \$6 }" b | tr "\n" "," | expand | sort -n >got &&
+	jq -r .allowed_cpus j | expand | sort -n >want &&
+	test_cmp want got
 '
 
 test_done

@@ -6,9 +6,13 @@ hwloc-info) and from the hardware facts in PROVENANCE.md, never from
 gpu-topo itself. The files are read in place, never copied.'
 . "$(dirname "$0")/lib.sh"
 
-# In a command substitution test_shared_dir's skip lands in $X: pass it on.
+# In a command substitution test_shared_dir's skip lands in $X: pass it on,
+# saying why a plain clone of the repository skips here.
 X=$(test_shared_dir topo-xml)
-case $X in "1..0"*) skip_all=${X#*SKIP }; test_done ;; esac
+case $X in "1..0"*)
+	skip_all="${X#*SKIP } (real machines' hwloc XML lives in ../shared beside the checkout, not in the repository)"
+	test_done ;;
+esac
 
 # GPUs as hwloc lists them: NVIDIA display-class PCI functions.
 hwloc_gpus() {

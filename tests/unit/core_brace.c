@@ -97,6 +97,59 @@ int main(void)
 	hosts("node[01-04", "error: host list 'node[01-04': unmatched '['");
 	hosts("node[]", "error: host list 'node[]': empty '[]'");
 	hosts("node[1-]", "error: host list 'node[1-]': empty range in brackets");
+	/* Slurm refuses a range that runs backwards and letters in brackets */
+	hosts("node[5-1]", "error: host list 'node[5-1]': range '5-1' runs backwards");
+	hosts("node[1-1]", "node1");
+	hosts("node[09-10]", "node09 node10");
+	hosts("node[a-c]", "error: host list 'node[a-c]': 'a-c' in brackets: not a "
+	      "number or a range of numbers");
+	hosts("n[1,{2,3}]", "error: host list 'n[1,{2,3}]': '{2' in brackets: not a "
+	      "number or a range of numbers");
+	hosts("n[1-99999999999999999999]", "error: host list "
+	      "'n[1-99999999999999999999]': range '1-99999999999999999999': number "
+	      "too large");
+	/* brace ranges follow bash, which counts down */
+	hosts("node{3..1}", "node3 node2 node1");
+	/* RFC 1123 names: nothing that would split or extend a rankfile line */
+	hosts("a b", "error: host list: character 0x20 at offset 1: host names are "
+	      "letters, digits, '-' and '.'");
+	hosts("a\nrank 9=evil slot=0", "error: host list: character 0x0a at offset 1: "
+	      "host names are letters, digits, '-' and '.'");
+	hosts("a\tb", "error: host list: character 0x09 at offset 1: host names are "
+	      "letters, digits, '-' and '.'");
+	hosts("n\xc3\xa9", "error: host list: character 0xc3 at offset 1: host names "
+	      "are letters, digits, '-' and '.'");
+	hosts("gpu1.cluster.example.org,10-node", "gpu1.cluster.example.org 10-node");
+	hosts("a_b", "error: host list 'a_b': host name 'a_b': '_' is not a letter, "
+	      "digit, '-' or '.'");
+	hosts("n=1", "error: host list 'n=1': host name 'n=1': '=' is not a letter, "
+	      "digit, '-' or '.'");
+	hosts("-n", "error: host list '-n': host name '-n': a label beginning or "
+	      "ending with '-'");
+	hosts("n-.x", "error: host list 'n-.x': host name 'n-.x': a label beginning "
+	      "or ending with '-'");
+	hosts("a..b", "error: host list 'a..b': host name 'a..b': an empty label (two "
+	      "dots, or a dot at an end)");
+	hosts("a.", "error: host list 'a.': host name 'a.': an empty label (two dots, "
+	      "or a dot at an end)");
+	hosts("x{a,_}", "error: host list 'x{a,_}': host name 'x_': '_' is not a "
+	      "letter, digit, '-' or '.'");
+	{
+		char l63[64], l64[65], l253[254], l254[255], want[600];
+		memset(l63, 'a', 63), l63[63] = 0;
+		memset(l64, 'a', 64), l64[64] = 0;
+		hosts(l63, l63);
+		snprintf(want, sizeof(want), "error: host list '%s': host name '%s': "
+			 "a label longer than 63 characters", l64, l64);
+		hosts(l64, want);
+		/* 4 labels: 63.63.63.61 = 253 characters; one more is too long */
+		snprintf(l253, sizeof(l253), "%s.%s.%s.%.61s", l63, l63, l63, l63);
+		hosts(l253, l253);
+		snprintf(l254, sizeof(l254), "%s.%s.%s.%.62s", l63, l63, l63, l63);
+		snprintf(want, sizeof(want), "error: host list '%s': host name '%s': "
+			 "longer than 253 characters", l254, l254);
+		hosts(l254, want);
+	}
 
 	/* A failed expansion leaves what the list held before untouched. */
 	gk_strlist l = {0};

@@ -151,7 +151,6 @@ static void test_errors(void)
 		{DATA "not-xml.xml", "load '" DATA "not-xml.xml': not an hwloc XML topology (no <topology> element)"},
 		{DATA "nccl-system.xml", "load '" DATA "nccl-system.xml': an NCCL topology file (NCCL_TOPO_FILE), not an hwloc XML; write one with lstopo --of xml"},
 		{DATA "truncated.xml", "load '" DATA "truncated.xml': hwloc cannot read this XML topology"},
-		{DATA "root-no-complete-nodeset.xml", "load '" DATA "root-no-complete-nodeset.xml': hwloc crashed reading this XML topology (Segmentation fault)"},
 		{DATA "no-such-file.xml", "open '" DATA "no-such-file.xml': No such file or directory"},
 	};
 	for (size_t i = 0; i < GK_ARRAY_SIZE(bad); i++) {
@@ -160,6 +159,36 @@ static void test_errors(void)
 		ok(gk_topo_load(&t, bad[i].file, &err) < 0 && t == NULL, "%s refused", bad[i].file);
 		is_str(err.msg, bad[i].msg, "its message");
 	}
+
+	/*
+	 * A root without complete_nodeset (and other damage) crashes hwloc
+	 * 2.9 inside its XML reader. What matters is that it does not take
+	 * us with it: the load either fails with a message that names the
+	 * file and blames hwloc (a crash, or a clean refusal from a hwloc
+	 * that checks), or, should a later hwloc repair the file as it
+	 * reads it, gives a topology that answers queries.
+	 */
+	gk_topo *t = NULL;
+	gk_err err;
+	const char *f = DATA "root-no-complete-nodeset.xml";
+	if (gk_topo_load(&t, f, &err) < 0) {
+		const char *crash = "load '" DATA "root-no-complete-nodeset.xml': "
+				    "hwloc crashed reading this XML topology (";
+		const char *refuse = "load '" DATA "root-no-complete-nodeset.xml': "
+				     "hwloc cannot read this XML topology";
+		ok(t == NULL, "hwloc-crashing XML: refused, no topology");
+		ok(strncmp(err.msg, crash, strlen(crash)) == 0 ||
+		   strcmp(err.msg, refuse) == 0,
+		   "names the file and blames hwloc: %s", err.msg);
+	} else {
+		gk_strlist w = {0};
+		ok(t != NULL, "hwloc-crashing XML: a fixed hwloc loads it");
+		ok(gk_topo_ngpus(t) >= 0 && gk_topo_ncores(t) >= 1 &&
+		   gk_topo_warnings(t, &w, &err) == 0, "and the topology answers");
+		gk_strlist_free(&w);
+		gk_topo_free(t);
+	}
+
 	char s[16];
 	is_str(gk_topo_link_str(GK_LINK_NV, 18, s, sizeof(s)), "NV18", "NV18");
 	is_str(gk_topo_link_str(GK_LINK_NODE, 0, s, sizeof(s)), "NODE", "NODE");
