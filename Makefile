@@ -3,12 +3,15 @@
 #   make                 lib/libgpukit.a and every tool in bin/
 #   make check           unit tests, CLI tests and man page lint through prove
 #   make check SAN=1     the same under AddressSanitizer + UBSan
+#   make check-quick     unit tests, fuzz replay and the conventions only
 #   make bench           benchmark drivers in tools/bench/ (slow, not in check)
 #   make demo            the README's main job on built-in data
 #   make install PREFIX=/usr/local DESTDIR=   (and uninstall, clean)
 #
-# Options: CUDA=0|1 MPI=0|1 (default: detect), CUDA_HOME, NCCL_HOME,
-# CUDA_ARCH="80 90", SAN=1, CC, CFLAGS, LDFLAGS, JOBS (parallel tests).
+# Options: CUDA=0|1 MPI=0|1 (default: detect), CUDA_HOME, NCCL_HOME, MPI_HOME,
+# CUDA_ARCH="80 90", SAN=1, WERROR=1, V=1 (full commands), O=DIR (build
+# directory; see below), CC, CFLAGS, LDFLAGS, JOBS (parallel tests),
+# NEED_VENV=1 (fail instead of skipping when the Python venv cannot be made).
 # Sources are found by name, so a new module or tool needs no edit here:
 #   lib/MOD/*.c               always built
 #   lib/MOD/*_cuda.c, *.cu    only with CUDA    (*_nocuda.c only without)
@@ -33,18 +36,54 @@ DESTDIR ?=
 CUDA ?= auto
 MPI ?= auto
 SAN ?= 0
+WERROR ?= 0
+NEED_VENV ?= 0
+V ?= 0
 CUDA_HOME ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_HOME)
+MPI_HOME ?=
 CUDA_ARCH ?= 80 90
 JOBS ?= 2
-export CUDA_HOME NCCL_HOME
+export CUDA_HOME NCCL_HOME MPI_HOME
 
-B := build
-CONFIG := $(B)/config-cuda$(CUDA)-mpi$(MPI).mk
+# O=DIR keeps a whole configuration in DIR (objects, probes, test programs,
+# and then the library and tools too: DIR/lib/libgpukit.a, DIR/bin/TOOL),
+# so several configurations can be built and tested side by side (CI does)
+# without relinking each other's files. The default puts the library and
+# tools next to their sources.
+O ?= build
+B := $(patsubst %/,%,$(O))
+ifeq ($(B),build)
+LIB := lib/libgpukit.a
+TOOLDIR := bin
+else
+LIB := $(B)/lib/libgpukit.a
+TOOLDIR := $(B)/bin
+endif
+
+# Short "  CC   lib/core/io.o" lines unless V=1 (Linux kernel and git style).
+ifneq ($(V),1)
+quiet = @printf '  %-5s %s\n' '$(1)' '$(patsubst $(B)/%,%,$(2))';
+endif
+QUIET_CC = $(call quiet,CC,$@)
+QUIET_NVCC = $(call quiet,NVCC,$@)
+QUIET_AR = $(call quiet,AR,$@)
+QUIET_LD = $(call quiet,LD,$@)
+QUIET_GEN = $(call quiet,GEN,$@)
+
+# The probe reruns when what it was asked changes: CUDA=, MPI=, the *_HOMEs
+# or the compiler (a new CUDA_HOME must not keep the old one's answer).
+CONFIG := $(B)/config.mk
+CONFIG_ARGS := $(B)/config.args
+CONFIG_NOW := CUDA=$(CUDA) MPI=$(MPI) CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) MPI_HOME=$(MPI_HOME) CC=$(CC)
 
 # Targets that must not probe (or install) anything.
 NOCONF_GOALS := clean uninstall help
 ifneq ($(filter-out $(NOCONF_GOALS),$(or $(MAKECMDGOALS),all)),)
+ifneq ($(CONFIG_NOW),$(file <$(CONFIG_ARGS)))
+$(shell mkdir -p $(B))
+$(file >$(CONFIG_ARGS),$(CONFIG_NOW))
+endif
 include $(CONFIG)
 endif
 
@@ -54,14 +93,14 @@ endif
 # Keep objects that chained rules would otherwise delete as intermediate.
 .SECONDARY:
 
-$(CONFIG): scripts/configure scripts/install-deps
+$(CONFIG): scripts/configure scripts/install-deps $(CONFIG_ARGS)
 	@mkdir -p $(B)
-	@scripts/configure $(CUDA) $(MPI) > $@.tmp && mv $@.tmp $@
+	$(QUIET_GEN)CC='$(CC)' scripts/configure $(CUDA) $(MPI) > $@.tmp && mv $@.tmp $@
 
 ok = $(if $(filter 1,$(1)),✓,✗)
 ifdef HAVE_CUDA
 ifeq ($(MAKELEVEL),0)
-$(info gpukit $(VERSION): $(call ok,$(HAVE_CUDA)) CUDA ($(CUDA_HOME))  $(call ok,$(HAVE_NCCL)) NCCL  $(call ok,$(HAVE_MPI)) MPI  $(if $(filter 1,$(SAN)),✓,✗) sanitizers)
+$(info gpukit $(VERSION): $(call ok,$(HAVE_CUDA)) CUDA ($(CUDA_HOME))  $(call ok,$(HAVE_NCCL)) NCCL  $(call ok,$(HAVE_MPI)) MPI  $(if $(filter 1,$(SAN)),✓,✗) sanitizers$(if $(filter-out build,$(B)),  in $(B)/))
 endif
 endif
 
@@ -76,6 +115,9 @@ GK_CFLAGS := -std=gnu11 $(WARN) -Ilib -D_GNU_SOURCE -DGK_VERSION='"$(VERSION)"' 
 	-DGK_HAVE_CUDA=$(or $(HAVE_CUDA),0) -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) \
 	-DGK_HAVE_MPI=$(or $(HAVE_MPI),0)
 GK_LIBS := $(GK_LIBS_DEPS) -lm -fopenmp -pthread
+ifeq ($(WERROR),1)
+GK_CFLAGS += -Werror
+endif
 
 ifeq ($(HAVE_MPI),1)
 GK_CFLAGS += $(MPI_CFLAGS)
@@ -121,11 +163,13 @@ LIB_SRC := $(call select,$(HAVE_NCCL),nccl,$(LIB_SRC))
 LIB_SRC := $(call select,$(HAVE_MPI),mpi,$(LIB_SRC))
 LIB_CU := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard lib/*/*.cu))
 LIB_OBJ := $(patsubst %.c,$(B)/%.o,$(LIB_SRC)) $(patsubst %.cu,$(B)/%.cu.o,$(LIB_CU))
-LIB := lib/libgpukit.a
 
-TOOLS := $(patsubst %.c,%,$(wildcard bin/*.c))
+TOOLS := $(patsubst bin/%.c,$(TOOLDIR)/%,$(wildcard bin/*.c))
 UNIT := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/*.c))
 CLI := $(sort $(wildcard tests/cli/t[0-9]*.sh))
+# The quick tier: the command-line conventions, man pages and fuzz replay
+# (no interop venv, seconds): what CI runs in its extra configurations.
+CLI_QUICK := $(wildcard tests/cli/t0001-*.sh tests/cli/t0002-*.sh tests/cli/t0004-*.sh)
 BENCH_BIN := $(patsubst tools/bench/%.c,$(B)/tools/bench/%,$(wildcard tools/bench/*.c))
 BENCH := $(sort $(wildcard tools/bench/*.sh))
 FUZZ_SRC := $(filter-out tools/fuzz/replay.c,$(wildcard tools/fuzz/*.c))
@@ -139,38 +183,58 @@ all: $(LIB) $(TOOLS)
 
 $(B)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+	$(QUIET_CC)$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(B)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(GK_NVCCFLAGS) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(QUIET_NVCC)$(NVCC) $(GK_NVCCFLAGS) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
 $(LIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(QUIET_AR)$(AR) rcs $@ $^
 
-bin/%: $(B)/bin/%.o $(LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
+$(TOOLDIR)/%: $(B)/bin/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
 
 $(B)/tests/unit/%: $(B)/tests/unit/%.o $(LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
 
 $(B)/tools/bench/%: $(B)/tools/bench/%.o $(LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(GK_LIBS)
 
 $(B)/tools/fuzz/%: $(B)/tools/fuzz/%.o $(B)/tools/fuzz/replay.o $(LIB)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(GK_LIBS)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(GK_LIBS)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+# The compilers' dependency files, one per object this configuration builds
+# (not a find over $(B), which may hold other configurations and test trees).
+ALL_OBJ := $(LIB_OBJ) $(patsubst bin/%.c,$(B)/bin/%.o,$(wildcard bin/*.c)) \
+	$(addsuffix .o,$(UNIT) $(BENCH_BIN) $(FUZZ_REPLAY)) $(B)/tools/fuzz/replay.o
+-include $(ALL_OBJ:.o=.d)
 
 # ---- check --------------------------------------------------------------------
 
 # Unit tests are executables and CLI tests are shell scripts; prove runs
-# both (--exec '' runs each file directly).
-.PHONY: check venv
-check: all $(UNIT) $(FUZZ_REPLAY)
-	@scripts/test-venv >/dev/null || echo "check: no Python venv; interop tests will skip" >&2
-	GK_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI)" prove -j$(JOBS) --exec '' $(UNIT) $(CLI)
+# both (--exec '' runs each file directly). GK_BUILD and GK_BINDIR tell the
+# tests which configuration they test; --directives lists every skipped
+# test with its reason (CI counts them).
+PROVE = GK_BUILD=$(abspath $(B)) GK_BINDIR=$(abspath $(TOOLDIR)) \
+	GK_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) WERROR=$(WERROR)" \
+	prove -j$(JOBS) --directives --exec ''
+.PHONY: check check-quick test-tools venv
+check: all $(UNIT) $(FUZZ_REPLAY) test-tools
+	@scripts/test-venv >/dev/null || \
+	{ test "$(NEED_VENV)" = 1 && { echo "check: no Python venv (NEED_VENV=1)" >&2; exit 1; }; \
+	  echo "check: no Python venv; interop tests will skip" >&2; }
+	$(call quiet,PROVE,$(words $(UNIT) $(CLI)) test files)$(PROVE) $(UNIT) $(CLI)
+
+check-quick: all $(UNIT) $(FUZZ_REPLAY) test-tools
+	$(call quiet,PROVE,$(words $(UNIT) $(CLI_QUICK)) test files)$(PROVE) $(UNIT) $(CLI_QUICK)
+
+# The test suite's own tools are needed by the checks only, not to build.
+test-tools:
+	@scripts/configure --test-tools
 
 venv:
 	scripts/test-venv
@@ -218,4 +282,4 @@ clean:
 	rm -rf $(B) $(LIB) $(TOOLS)
 
 help:
-	@sed -n '2,20s/^# \{0,1\}//p' Makefile
+	@sed -n '2,26s/^# \{0,1\}//p' Makefile

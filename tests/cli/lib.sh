@@ -1,16 +1,23 @@
 # lib.sh - sourced by every tests/cli/tNNNN-*.sh before sharness.
 #
 # Puts the freshly built tools first on PATH, keeps sharness's trash
-# directories under build/, and offers helpers:
+# directories under the build directory, and offers helpers:
 #   test_need_python MODULE...   skip_all unless the test venv has them
 #   GK_TOP, GK_PY                 the source tree, the venv's python
+#   GK_BUILD, GK_BINDIR           the configuration under test: its build
+#                                 directory (objects, test programs) and
+#                                 the directory of its tools; `make check`
+#                                 sets them (make O=DIR), by hand they
+#                                 default to build/ and bin/
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
 
 GK_TOP=$(cd "$(dirname "$0")/../.." && pwd)
-export GK_TOP
+GK_BUILD=${GK_BUILD:-$GK_TOP/build}
+GK_BINDIR=${GK_BINDIR:-$GK_TOP/bin}
+export GK_TOP GK_BUILD GK_BINDIR
 SHARNESS_TEST_EXTENSION=sh
-SHARNESS_TEST_DIRECTORY="$GK_TOP/build/cli-tests"
-SHARNESS_BUILD_DIRECTORY="$GK_TOP/bin"
+SHARNESS_TEST_DIRECTORY="$GK_BUILD/cli-tests"
+SHARNESS_BUILD_DIRECTORY="$GK_BINDIR"
 SHARNESS_TEST_SRCDIR="$GK_TOP/tests/cli"
 export SHARNESS_TEST_DIRECTORY SHARNESS_BUILD_DIRECTORY SHARNESS_TEST_SRCDIR
 mkdir -p "$SHARNESS_TEST_DIRECTORY"
@@ -22,13 +29,18 @@ OMPI_ALLOW_RUN_AS_ROOT=1
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe
+# The venv lives outside the tree (scripts/test-venv says where). Resolve it
+# now: sharness points HOME at the trash directory, and a venv found
+# through that HOME would be built anew inside every test. Tests that use
+# it call test_need_python first, which creates it when needed.
+GK_PY=$("$GK_TOP/scripts/test-venv" --path)
+GK_VENV=${GK_PY%/bin/python}
+export GK_VENV
 # Open MPI and the sanitizer's leak checker do not get along.
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export ASAN_OPTIONS
 
 . /usr/share/sharness/sharness.sh
-
-GK_PY="$GK_TOP/build/venv/bin/python"
 
 test_need_python() {
 	if ! "$GK_TOP/scripts/test-venv" >/dev/null 2>&1; then

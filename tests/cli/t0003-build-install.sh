@@ -1,30 +1,46 @@
 #!/bin/sh
-test_description='make install/uninstall with DESTDIR and PREFIX; binaries start without a GPU'
+test_description='make install/uninstall with DESTDIR and PREFIX; binaries start without a GPU
+
+The install test builds in a build directory of its own (make O=DIR), so it
+never rewrites the flags stamp or relinks the binaries that the tests
+running beside it under prove -j use.'
 . "$(dirname "$0")/lib.sh"
 
 # make cannot quote a DESTDIR with spaces (sharness's trash directory has one).
 # The nested make gets the check's build variables (SAN=1 ...) but not its
 # MAKEFLAGS, whose jobserver descriptors prove does not pass down.
 unset MAKEFLAGS MFLAGS
-make_top() { make -s -C "$GK_TOP" ${GK_MAKEVARS:-} "$@"; }
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gk-install.XXXXXX")
+make_top() { make -s -C "$GK_TOP" O="$stage/build" ${GK_MAKEVARS:-} "$@"; }
 
-test_expect_success 'make install DESTDIR PREFIX=/usr' '
-	make_top install DESTDIR="$stage" PREFIX=/usr >/dev/null &&
+test_expect_success 'make install DESTDIR PREFIX=/usr, built in its own O=' '
+	make_top -j2 install DESTDIR="$stage/root" PREFIX=/usr >out &&
 	for m in "$GK_TOP"/man/man*/*.[1-9]; do
 		sec=$(basename "$(dirname "$m")") &&
-		test -f "$stage/usr/share/man/$sec/$(basename "$m")" || return 1
+		test -f "$stage/root/usr/share/man/$sec/$(basename "$m")" || return 1
 	done &&
 	for t in "$GK_TOP"/bin/*.c; do
 		test -f "$t" || continue
-		test -x "$stage/usr/bin/$(basename "$t" .c)" || return 1
+		t=$(basename "$t" .c) &&
+		test -x "$stage/root/usr/bin/$t" &&
+		test -x "$stage/build/bin/$t" || return 1
 	done &&
-	test -f "$stage"/usr/share/man/man7/gpukit.7
+	test -f "$stage"/root/usr/share/man/man7/gpukit.7
+'
+
+test_expect_success 'the nested build left the tested configuration alone' '
+	for t in "$GK_TOP"/bin/*.c; do
+		test -f "$t" || continue
+		t=$(basename "$t" .c) &&
+		! test "$stage/build/bin/$t" -ef "$GK_BINDIR/$t" || return 1
+	done &&
+	test -f "$stage/build/flags.stamp" &&
+	! test "$stage/build/flags.stamp" -ef "$GK_BUILD/flags.stamp"
 '
 
 test_expect_success 'make uninstall removes what install put there' '
-	make_top uninstall DESTDIR="$stage" PREFIX=/usr >/dev/null &&
-	find "$stage" -type f >left &&
+	make_top uninstall DESTDIR="$stage/root" PREFIX=/usr >/dev/null &&
+	find "$stage/root" -type f >left &&
 	test_must_be_empty left
 '
 
@@ -32,11 +48,34 @@ test_expect_success 'install-deps --check agrees that nothing is missing' '
 	"$GK_TOP/scripts/install-deps" --check
 '
 
-test_expect_success 'the library says why there is no GPU instead of failing' '
+test_expect_success 'every tool starts without a GPU' '
 	for t in "$GK_TOP"/bin/*.c; do
 		test -f "$t" || continue
-		"$GK_TOP/bin/$(basename "$t" .c)" --version >/dev/null || return 1
+		"$GK_BINDIR/$(basename "$t" .c)" --version >/dev/null || return 1
 	done
+'
+
+# A GPU is there when the driver lists one: then the probe below succeeds
+# and the test is skipped ("missing NO_GPU").
+if ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 &&
+   ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+	test_set_prereq NO_GPU
+fi
+if test "$(sed -n 's/^HAVE_CUDA := //p' "$GK_BUILD/config.mk")" = 1; then
+	why="no usable GPU: "
+else
+	why="gpukit was built without CUDA"
+fi
+
+# allreduce-bench --backend nccl goes through the real probe: the CUDA
+# runtime (static cudart looks for the driver only now), the device count,
+# then libnccl. Without a GPU it must stop there and say so, exit 1, and
+# neither crash nor fall back to another backend.
+test_expect_success NO_GPU "allreduce-bench --backend nccl says why it cannot run here" '
+	test_expect_code 1 allreduce-bench --backend nccl -b 8 -e 8 -n 1 -w 0 >out 2>err &&
+	test_must_be_empty out &&
+	test $(wc -l <err) = 1 &&
+	grep -F "allreduce-bench: backend '\''nccl'\'': $why" err
 '
 
 rm -rf "$stage"

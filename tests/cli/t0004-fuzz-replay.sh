@@ -19,7 +19,7 @@ for n in $targets; do
 	test_expect_success "fuzz target $n replays its corpus" "
 		corpus='$GK_TOP/tools/fuzz/corpus/$n' &&
 		test -d \"\$corpus\" &&
-		'$GK_TOP/build/tools/fuzz/$n' \"\$corpus\" >out &&
+		'$GK_BUILD/tools/fuzz/$n' \"\$corpus\" >out &&
 		grep '^replayed [1-9]' out
 	"
 done

@@ -8,7 +8,7 @@ MPI_Allreduce; reduce-scatter, allgather, broadcast against MPI;
 non-blocking requests; compressed allreduce within its bounds.'
 . "$(dirname "$0")/lib.sh"
 
-prog="$GK_TOP/build/tests/unit/comm_world"
+prog="$GK_BUILD/tests/unit/comm_world"
 if ! command -v mpirun >/dev/null 2>&1; then
 	skip_all="no mpirun"
 	test_done

@@ -28,7 +28,7 @@ trap 'rm -rf "$WORK"' EXIT INT TERM
 cd "$WORK"
 
 # Python with safetensors: the test venv, else a bench venv of our own.
-py=$B/venv/bin/python
+py=$("$top/scripts/test-venv" --path)
 if ! "$py" -c 'import safetensors, numpy' 2>/dev/null; then
 	python3 -m venv "$B/bench-venv" && "$B/bench-venv/bin/pip" -q install numpy safetensors
 	py=$B/bench-venv/bin/python
