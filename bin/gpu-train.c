@@ -8,7 +8,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,27 +132,19 @@ static gk_cli cli;
 static volatile sig_atomic_t stop_flag;
 
 /*
- * Signals are blocked in every thread and taken here, so the flag is the
- * only effect whatever handlers the library installs for its temp files:
  * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
- * for a stop without one; a second SIGINT ends the process at once.
+ * for a stop without one; a second SIGINT ends the process at once. The
+ * handler only sets the flag the trainer polls between steps.
  */
-static void *signal_thread(void *arg)
+static void on_signal(int sig)
 {
-	sigset_t *set = arg;
-	for (;;) {
-		int sig;
-		if (sigwait(set, &sig) != 0)
-			continue;
-		if (sig == SIGINT) {
-			if (stop_flag == 2)
-				_exit(130);
-			stop_flag = 2;
-		} else if (stop_flag == 0) {
-			stop_flag = 1;
-		}
+	if (sig == SIGINT) {
+		if (stop_flag == 2)
+			_exit(130);
+		stop_flag = 2;
+	} else if (stop_flag == 0) {
+		stop_flag = 1;
 	}
-	return NULL;
 }
 
 static double num(const char *opt, const char *s, double min, double max)
@@ -411,15 +402,19 @@ int main(int argc, char **argv)
 		return gk_cli_finish(&cli, dump_data(o.data, &d, dump));
 	}
 
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	pthread_t sth;
-	pthread_create(&sth, NULL, signal_thread, &set);
-	pthread_detach(sth);
+	/*
+	 * lib/core removes temp files when a signal kills the process, with
+	 * handlers it installs on first use; install them now and ours over
+	 * them, so a signal always reaches the trainer (which stops cleanly
+	 * and leaves no temp files). A shell starts background jobs with
+	 * SIGINT ignored: a handler undoes that too.
+	 */
+	gk_cleanup_forget(gk_cleanup_on_signal("/nonexistent"));
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	o.stop = &stop_flag;
 	if (getenv("GPUKIT_TEST_CKPT_DELAY_MS"))
 		o.ckpt_delay_ms = atoi(getenv("GPUKIT_TEST_CKPT_DELAY_MS"));
