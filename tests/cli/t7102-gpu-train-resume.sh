@@ -20,7 +20,7 @@ test_expect_success 'data and a straight 20-step run' '
 
 test_expect_success '10 steps, checkpoint, resume, 10 steps: the same losses bit for bit' '
 	gpu-train $A --steps 20 --until 10 --ckpt-dir ck >a.json &&
-	test_path_is_file ck/step-00000010/COMMIT &&
+	test -f ck/step-00000010/COMMIT &&
 	test "$(readlink ck/latest)" = step-00000010 &&
 	jq -e ".step == 10" ck/latest/trainer.json &&
 	gpu-train $A --steps 20 --ckpt-dir ck --resume >b.json &&
@@ -41,8 +41,8 @@ test_expect_success MPI '2 ranks, ZeRO-1: resume bit for bit, optimizer in rank 
 	mpi 2 $A --zero 1 --steps 12 >f2.json &&
 	losses f2.json >f2 &&
 	mpi 2 $A --zero 1 --steps 12 --until 6 --ckpt-dir ck2 >a2.json &&
-	test_path_is_file ck2/step-00000006/optim-rank-00000-of-00002.safetensors &&
-	test_path_is_file ck2/step-00000006/optim-rank-00001-of-00002.safetensors &&
+	test -f ck2/step-00000006/optim-rank-00000-of-00002.safetensors &&
+	test -f ck2/step-00000006/optim-rank-00001-of-00002.safetensors &&
 	ckpt-merge ck2/step-00000006/optim-rank-0000[01]-of-00002.safetensors -o optim.safetensors &&
 	mpi 2 $A --zero 1 --steps 12 --ckpt-dir ck2 --resume >b2.json &&
 	{ losses a2.json && losses b2.json; } >ab2 &&
@@ -68,7 +68,7 @@ test_expect_success 'kill -9 while a checkpoint is written: previous one and lat
 	ls -d ck4/.step-00000008.tmp-* &&
 	kill -9 $pid && { wait $pid; true; } &&
 	test "$(readlink ck4/latest)" = step-00000004 &&
-	test_path_is_missing ck4/step-00000008 &&
+	test ! -e ck4/step-00000008 &&
 	ckpt-merge --check ck4 &&
 	gpu-train $A --steps 8 --ckpt-dir ck4 --resume >r.json &&
 	losses r.json >r &&
@@ -101,7 +101,7 @@ test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
 '
 
 test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, checkpointed' '
-	{ timeout 300 mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
+	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
 		--steps 1000000 --ckpt-dir ck6 >u.json & } &&
 	pid=$! &&
 	wait_step u.json &&
@@ -118,7 +118,7 @@ test_expect_success 'SIGINT: stops without a checkpoint, exit 130' '
 	wait_step i.json &&
 	kill -INT $pid &&
 	{ wait $pid; test $? = 130; } &&
-	test_path_is_missing ck7/latest
+	test ! -e ck7/latest
 '
 
 test_expect_success 'a checkpoint of another shape is refused by name' '
@@ -127,7 +127,7 @@ test_expect_success 'a checkpoint of another shape is refused by name' '
 	grep "^gpu-train: checkpoint .*step-00000020.*is not the one asked for" err &&
 	test_expect_code 1 gpu-train --data train.bin --layers 2 --hidden 64 --heads 2 \
 		--positions 33 --seq 16 --init-from ck/step-00000020/model.safetensors 2>err &&
-	grep "^gpu-train: .*transformer.wte.weight" err
+	grep "^gpu-train: load tensor .transformer\..*: shape \[.*\], the model.s is" err
 '
 
 test_done
