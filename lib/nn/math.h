@@ -1,0 +1,141 @@
+/*
+ * math.h - the per-element and per-row arithmetic of the GPT-2 step,
+ * shared by the CPU backend (ops_cpu.c) and CUDA kernels (GK_HD is
+ * __host__ __device__ under nvcc). Keeping one definition means a kernel
+ * and the CPU reference it is tested against round the same way.
+ *
+ * references: transformers' activations.py NewGELUActivation (gelu_new),
+ * torch.nn.LayerNorm (biased variance), torch.optim.AdamW
+ * (_single_tensor_adamw), llm.c train_gpt2.c for the backward formulas.
+ */
+#ifndef GK_NN_MATH_H
+#define GK_NN_MATH_H
+
+#include <math.h>
+
+#include "core/half.h"
+
+/* sqrt(2/pi), the constant of gelu_new's tanh approximation */
+#define GK_NN_GELU_K 0.7978845608028654f
+#define GK_NN_GELU_C 0.044715f
+
+/* gelu_new(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+GK_HD float gk_nn_gelu(float x)
+{
+	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
+	return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d gelu_new / dx at x (llm.c gelu_backward). */
+GK_HD float gk_nn_gelu_grad(float x)
+{
+	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
+	float th = tanhf(u);
+	float sech2 = 1.0f - th * th;
+	return 0.5f * (1.0f + th) +
+	       0.5f * x * sech2 * GK_NN_GELU_K *
+		       (1.0f + 3.0f * GK_NN_GELU_C * x * x);
+}
+
+/*
+ * Mean and reciprocal standard deviation of a row of n values, biased
+ * variance as torch.nn.LayerNorm: rstd = 1/sqrt(var + eps). Two passes
+ * (mean, then squared deviations) rather than E[x^2]-E[x]^2, which loses
+ * everything when |mean| >> std.
+ */
+GK_HD void gk_nn_ln_stats(const float *x, int n, float eps, float *mean,
+			  float *rstd)
+{
+	float m = 0.0f;
+	for (int i = 0; i < n; i++)
+		m += x[i];
+	m /= (float)n;
+	float v = 0.0f;
+	for (int i = 0; i < n; i++) {
+		float d = x[i] - m;
+		v += d * d;
+	}
+	v /= (float)n;
+	*mean = m;
+	*rstd = 1.0f / sqrtf(v + eps);
+}
+
+/*
+ * Softmax in place over x[0..n), subtracting the maximum first so exp
+ * never overflows. Returns the log of the sum of exponentials, max
+ * included (logsumexp), which the cross-entropy needs.
+ */
+GK_HD float gk_nn_softmax_row(float *x, int n)
+{
+	float mx = -INFINITY;
+	for (int i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	float s = 0.0f;
+	for (int i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		s += x[i];
+	}
+	float inv = 1.0f / s;
+	for (int i = 0; i < n; i++)
+		x[i] *= inv;
+	return mx + logf(s);
+}
+
+/*
+ * logsumexp of a row of logits, leaving them unchanged: the forward half
+ * of the fused classifier. The loss of target y is lse - x[y].
+ */
+GK_HD float gk_nn_logsumexp(const float *x, int n)
+{
+	float mx = -INFINITY;
+	for (int i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	float s = 0.0f;
+	for (int i = 0; i < n; i++)
+		s += expf(x[i] - mx);
+	return mx + logf(s);
+}
+
+/*
+ * The backward half: d loss / d logit i = (softmax_i - [i == y]) * dloss,
+ * with softmax_i = exp(x_i - lse), so the probabilities are never stored.
+ */
+GK_HD float gk_nn_xent_grad(float x, float lse, int is_target, float dloss)
+{
+	return (expf(x - lse) - (is_target ? 1.0f : 0.0f)) * dloss;
+}
+
+/*
+ * Step constants of AdamW for 1-based step t, computed in double as
+ * torch does in Python and rounded to float once, where torch's scalar
+ * arguments are rounded.
+ */
+typedef struct gk_nn_adamw_k {
+	float decay;     /* 1 - lr * weight_decay (1 on tensors without decay) */
+	float one_m_b1;  /* 1 - beta1: lerp weight of the first moment */
+	float beta2, one_m_b2;
+	float step_size; /* lr / (1 - beta1^t) */
+	float bc2_sqrt;  /* sqrt(1 - beta2^t) */
+	float eps;
+} gk_nn_adamw_k;
+
+/*
+ * One element of torch.optim.AdamW (foreach=False, the CPU default):
+ *   p *= 1 - lr*wd
+ *   m = lerp(m, g, 1-beta1)            (torch's lerp: w < 0.5 form)
+ *   v = v*beta2 + (1-beta2)*g*g
+ *   p += -step_size * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+ */
+GK_HD void gk_nn_adamw_elem(float *p, float g, float *m, float *v,
+			    const gk_nn_adamw_k *k, float decay)
+{
+	float pp = *p * decay;
+	float mm = *m + k->one_m_b1 * (g - *m);
+	float vv = *v * k->beta2 + k->one_m_b2 * g * g;
+	float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
+	*p = pp + (-k->step_size) * (mm / denom);
+	*m = mm;
+	*v = vv;
+}
+
+#endif
