@@ -76,6 +76,14 @@ void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a);
 
 /* ---- CPU kernels (ops_cpu.c) ---- */
 
+/* Element loops built for each of these, chosen at load time (ifunc). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GK_NN_SIMD_CLONES \
+	__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#else
+#define GK_NN_SIMD_CLONES
+#endif
+
 void gk_nn_cpu_threads(int nt);
 void gk_nn_cpu_encoder_fwd(float *out, const int32_t *tok, const float *wte,
 			   const float *wpe, int B, int T, int C, int nt);
@@ -102,10 +110,10 @@ void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 			     const float *qkv, const float *att, int B, int T,
 			     int C, int NH, int nt);
 void gk_nn_cpu_lmhead_fwd(float *logits, const float *inp, const float *wte,
-			  int N, int C, int V, int Vp);
+			  int N, int C, int V, int Vp, int nt);
 void gk_nn_cpu_lmhead_bwd(float *dinp, float *dwte, const float *dlogits,
 			  const float *inp, const float *wte, int N, int C,
-			  int V, int Vp);
+			  int V, int Vp, int nt);
 double gk_nn_cpu_xent_fwd(float *lse, const float *logits,
 			  const int32_t *targets, int N, int V, int Vp, int nt);
 void gk_nn_cpu_xent_bwd(float *logits, const float *lse,

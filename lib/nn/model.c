@@ -80,7 +80,7 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 	const float *last = m->resid + (size_t)L * N * C;
 	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
 				p + m->lnfb, N, C, m->c.ln_eps, nt);
-	gk_nn_cpu_lmhead_fwd(m->logits, m->lnf, p + m->wte, N, C, V, Vp);
+	gk_nn_cpu_lmhead_fwd(m->logits, m->lnf, p + m->wte, N, C, V, Vp, nt);
 
 	m->have_targets = targets != NULL;
 	if (targets) {
@@ -166,7 +166,7 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
 	gk_nn_cpu_xent_bwd(m->logits, m->lse, m->targets, dloss, N, V, Vp, nt);
 	gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
-			     N, C, V, Vp);
+			     N, C, V, Vp, nt);
 	const float *last = m->resid + (size_t)L * N * C;
 	memset(m->dres, 0, (size_t)N * C * sizeof(float));
 	gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,

@@ -5,11 +5,26 @@
  * reference: llm.c train_gpt2.c (the same ops and shapes, with (OC, C)
  * weights; ours are GPT-2's Conv1D (C, OC), so the transposes differ).
  *
+ * Threads: one OpenMP pool does everything. OpenBLAS runs single-threaded
+ * inside it: a matmul is cut into row or column blocks, one sgemm per
+ * thread (gemm below), and attention runs one (batch, head) per thread.
+ * Letting OpenBLAS's own pthread pool take the matmuls instead leaves two
+ * pools spinning against each other between ops, which on a loaded
+ * machine cost more than the matmuls.
+ *
  * Determinism: no two threads ever add into the same element. Sums over
  * rows (bias, LayerNorm weight and embedding gradients) give each thread
  * whole columns and walk the rows in order, so the result is the same
- * for every thread count; OpenBLAS splits sgemm over M and N, never K.
+ * for every thread count; matmuls are cut over M or N, never K, so each
+ * output element is one sgemm's dot product.
  */
+/*
+ * No floating-point traps are ever enabled here, and without this GCC
+ * will not if-convert the clamps of gk_nn_tanh, so GeLU stays scalar.
+ * Before the includes, so math.h's functions inline into these loops.
+ */
+#pragma GCC optimize("no-trapping-math")
+
 #include <math.h>
 #include <string.h>
 
@@ -19,14 +34,6 @@
 #include "nn/internal.h"
 #include "nn/math.h"
 
-/* openblas-pthread's own pool: not OpenMP's, so both are told. */
-void openblas_set_num_threads(int);
-
-void gk_nn_cpu_threads(int nt)
-{
-	openblas_set_num_threads(nt);
-	omp_set_num_threads(nt);
-}
 
 /* Columns [*c0, *c1) of C for thread `id` of `n`, multiples of 16 floats. */
 static void colrange(int C, int id, int n, int *c0, int *c1)
@@ -37,6 +44,50 @@ static void colrange(int C, int id, int n, int *c0, int *c1)
 	int b1 = b0 + per + (id < extra ? 1 : 0);
 	*c0 = b0 * 16 < C ? b0 * 16 : C;
 	*c1 = b1 * 16 < C ? b1 * 16 : C;
+}
+
+void gk_nn_cpu_threads(int nt)
+{
+	openblas_set_num_threads(1);
+	omp_set_num_threads(nt);
+}
+
+/*
+ * C (M,N) = alpha op(A) op(B) + beta C, row-major, cut into nt blocks of
+ * rows (or of columns when N > M), multiples of 16 so every block keeps
+ * whole SIMD tiles.
+ */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha,
+		 const float *A, int lda, const float *B, int ldb, float beta,
+		 float *C, int ldc, int nt)
+{
+	enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
+	enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
+	int byrow = M >= N, D = byrow ? M : N;
+	if (nt <= 1 || D < 32) {
+		cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B,
+			    ldb, beta, C, ldc);
+		return;
+	}
+#pragma omp parallel num_threads(nt)
+	{
+		int d0, d1;
+		colrange(D, omp_get_thread_num(), omp_get_num_threads(), &d0,
+			 &d1);
+		if (d1 > d0) {
+			if (byrow)
+				cblas_sgemm(CblasRowMajor, TA, TB, d1 - d0, N, K,
+					    alpha,
+					    ta ? A + d0 : A + (size_t)d0 * lda,
+					    lda, B, ldb, beta,
+					    C + (size_t)d0 * ldc, ldc);
+			else
+				cblas_sgemm(CblasRowMajor, TA, TB, M, d1 - d0, K,
+					    alpha, A, lda,
+					    tb ? B + (size_t)d0 * ldb : B + d0,
+					    ldb, beta, C + d0, ldc);
+		}
+	}
 }
 
 /* ---- embeddings ---------------------------------------------------------------- */
@@ -145,8 +196,8 @@ void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 			  const float *bias, int N, int C, int OC, int acc,
 			  int nt)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f,
-		    inp, C, w, OC, acc ? 1.0f : 0.0f, out, OC);
+	gemm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, acc ? 1.0f : 0.0f, out, OC,
+	     nt);
 	if (!bias)
 		return;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -162,10 +213,8 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 			  const float *dout, const float *inp, const float *w,
 			  int N, int C, int OC, int nt)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f,
-		    dout, OC, w, OC, 0.0f, dinp, C);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f,
-		    inp, C, dout, OC, 1.0f, dw, OC);
+	gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C, nt);
+	gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC, nt);
 	if (!db)
 		return;
 #pragma omp parallel num_threads(nt)
@@ -183,66 +232,87 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 
 /* ---- GeLU ------------------------------------------------------------------------ */
 
-void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt)
+/*
+ * The element loops are compiled for AVX-512, AVX2 and baseline x86-64,
+ * picked at load time (the library is built for the baseline). Each
+ * thread takes one contiguous chunk.
+ */
+GK_NN_SIMD_CLONES
+static void gelu_chunk(float *restrict out, const float *restrict inp,
+		       size_t n)
 {
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp simd
 	for (size_t i = 0; i < n; i++)
 		out[i] = gk_nn_gelu(inp[i]);
+}
+
+GK_NN_SIMD_CLONES
+static void gelu_bwd_chunk(float *restrict dinp, const float *restrict inp,
+			   size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dinp[i] *= gk_nn_gelu_grad(inp[i]);
+}
+
+#define CHUNKED(nt, n, call)                                                 \
+	_Pragma("omp parallel num_threads(nt)")                              \
+	{                                                                    \
+		size_t k_ = (size_t)omp_get_num_threads();                   \
+		size_t id_ = (size_t)omp_get_thread_num();                   \
+		size_t per_ = ((n) + k_ - 1) / k_;                           \
+		size_t lo = id_ * per_ < (n) ? id_ * per_ : (n);             \
+		size_t len = (n) - lo < per_ ? (n) - lo : per_;              \
+		call;                                                        \
+	}
+
+void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt)
+{
+	CHUNKED(nt, n, gelu_chunk(out + lo, inp + lo, len));
 }
 
 /* dinp *= gelu'(inp), in place */
 void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt)
 {
-#pragma omp parallel for num_threads(nt) schedule(static)
-	for (size_t i = 0; i < n; i++)
-		dinp[i] *= gk_nn_gelu_grad(inp[i]);
+	CHUNKED(nt, n, gelu_bwd_chunk(dinp + lo, inp + lo, len));
 }
 
 /* ---- causal self-attention --------------------------------------------------------- */
 
 /*
  * qkv (B,T,3C) holds q, k, v side by side, head h at columns h*hs of
- * each. Per (b, h): att (T,T) = softmax(q k^T / sqrt(hs)) over j <= t,
- * out[:, h*hs:] = att v. Each (b, h) is one pair of sgemms; OpenBLAS
- * spreads each over the threads.
+ * each. Per (b, h), one per thread: att (T,T) = softmax(q k^T / sqrt(hs))
+ * over j <= t (zero above the diagonal), out[:, h*hs:] = att v.
  */
 void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
 			     int T, int C, int NH, int nt)
 {
 	int hs = C / NH;
 	float scale = 1.0f / sqrtf((float)hs);
-	size_t C3 = 3 * (size_t)C;
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			const float *q = qkv + (size_t)b * T * C3 + h * hs;
-			const float *k = q + C;
-			float *a = att + ((size_t)b * NH + h) * T * T;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T,
-				    T, hs, scale, q, (int)C3, k, (int)C3, 0.0f,
-				    a, T);
-		}
+	int C3 = 3 * C;
 #pragma omp parallel for num_threads(nt) schedule(static)
-	for (size_t r = 0; r < (size_t)B * NH * T; r++) {
-		int t = (int)(r % T);
-		float *a = att + r * T;
-		gk_nn_softmax_row(a, t + 1);
-		for (int j = t + 1; j < T; j++)
-			a[j] = 0.0f;
-	}
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			const float *v = qkv + (size_t)b * T * C3 + 2 * C + h * hs;
-			const float *a = att + ((size_t)b * NH + h) * T * T;
-			float *o = out + (size_t)b * T * C + h * hs;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-				    T, hs, T, 1.0f, a, T, v, (int)C3, 0.0f, o,
-				    C);
+	for (int bh = 0; bh < B * NH; bh++) {
+		int b = bh / NH, h = bh % NH;
+		const float *q = qkv + (size_t)b * T * C3 + h * hs;
+		const float *k = q + C, *v = q + 2 * C;
+		float *a = att + (size_t)bh * T * T;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
+			    scale, q, C3, k, C3, 0.0f, a, T);
+		for (int t = 0; t < T; t++) {
+			float *r = a + (size_t)t * T;
+			gk_nn_softmax_row(r, t + 1);
+			for (int j = t + 1; j < T; j++)
+				r[j] = 0.0f;
 		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
+			    1.0f, a, T, v, C3, 0.0f,
+			    out + (size_t)b * T * C + h * hs, C);
+	}
 }
 
 /*
- * dqkv (B,T,3C) = d/dqkv (overwritten). scratch: T*T floats per (b, h)
- * in flight; here one (T,T) reused, since the (b, h) run in turn.
+ * dqkv (B,T,3C) = d/dqkv (overwritten). scratch: nt (T,T) blocks, one
+ * per thread for d att.
  */
 void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 			     const float *qkv, const float *att, int B, int T,
@@ -250,63 +320,58 @@ void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 {
 	int hs = C / NH;
 	float scale = 1.0f / sqrtf((float)hs);
-	size_t C3 = 3 * (size_t)C;
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			size_t base = (size_t)b * T * C3 + h * hs;
-			const float *q = qkv + base, *k = q + C, *v = k + C;
-			float *dq = dqkv + base, *dk = dq + C, *dv = dk + C;
-			const float *a = att + ((size_t)b * NH + h) * T * T;
-			const float *d = dout + (size_t)b * T * C + h * hs;
-			float *da = scratch;
-			/* datt = dout v^T; dv = att^T dout */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T,
-				    T, hs, 1.0f, d, C, v, (int)C3, 0.0f, da, T);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T,
-				    hs, T, 1.0f, a, T, d, C, 0.0f, dv, (int)C3);
-			/* softmax backward, scaled: dpre = att (datt -
-			 * sum(att datt)) / sqrt(hs), zero above the diagonal */
+	int C3 = 3 * C;
 #pragma omp parallel for num_threads(nt) schedule(static)
-			for (int t = 0; t < T; t++) {
-				const float *ar = a + (size_t)t * T;
-				float *dr = da + (size_t)t * T;
-				float s = 0.0f;
-				for (int j = 0; j <= t; j++)
-					s += ar[j] * dr[j];
-				for (int j = 0; j <= t; j++)
-					dr[j] = ar[j] * (dr[j] - s) * scale;
-				for (int j = t + 1; j < T; j++)
-					dr[j] = 0.0f;
-			}
-			/* dq = dpre k; dk = dpre^T q */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-				    T, hs, T, 1.0f, da, T, k, (int)C3, 0.0f, dq,
-				    (int)C3);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T,
-				    hs, T, 1.0f, da, T, q, (int)C3, 0.0f, dk,
-				    (int)C3);
+	for (int bh = 0; bh < B * NH; bh++) {
+		int b = bh / NH, h = bh % NH;
+		size_t base = (size_t)b * T * C3 + h * hs;
+		const float *q = qkv + base, *k = q + C, *v = k + C;
+		float *dq = dqkv + base, *dk = dq + C, *dv = dk + C;
+		const float *a = att + (size_t)bh * T * T;
+		const float *d = dout + (size_t)b * T * C + h * hs;
+		float *da = scratch + (size_t)omp_get_thread_num() * T * T;
+		/* datt = dout v^T; dv = att^T dout */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
+			    1.0f, d, C, v, C3, 0.0f, da, T);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
+			    1.0f, a, T, d, C, 0.0f, dv, C3);
+		/* softmax backward, scaled: dpre = att (datt - sum(att
+		 * datt)) / sqrt(hs), zero above the diagonal */
+		for (int t = 0; t < T; t++) {
+			const float *ar = a + (size_t)t * T;
+			float *dr = da + (size_t)t * T;
+			float s = 0.0f;
+			for (int j = 0; j <= t; j++)
+				s += ar[j] * dr[j];
+			for (int j = 0; j <= t; j++)
+				dr[j] = ar[j] * (dr[j] - s) * scale;
+			for (int j = t + 1; j < T; j++)
+				dr[j] = 0.0f;
 		}
+		/* dq = dpre k; dk = dpre^T q */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
+			    1.0f, da, T, k, C3, 0.0f, dq, C3);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
+			    1.0f, da, T, q, C3, 0.0f, dk, C3);
+	}
 }
 
 /* ---- the LM head and the fused classifier ---------------------------------------- */
 
 /* logits (N,Vp) = inp (N,C) @ wte[:V]^T; the padded columns are left alone */
 void gk_nn_cpu_lmhead_fwd(float *logits, const float *inp, const float *wte,
-			  int N, int C, int V, int Vp)
+			  int N, int C, int V, int Vp, int nt)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f,
-		    inp, C, wte, C, 0.0f, logits, Vp);
+	gemm(0, 1, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, Vp, nt);
 }
 
 /* dinp (N,C) = dlogits @ wte[:V]; dwte[:V] += dlogits^T @ inp */
 void gk_nn_cpu_lmhead_bwd(float *dinp, float *dwte, const float *dlogits,
 			  const float *inp, const float *wte, int N, int C,
-			  int V, int Vp)
+			  int V, int Vp, int nt)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f,
-		    dlogits, Vp, wte, C, 0.0f, dinp, C);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f,
-		    dlogits, Vp, inp, C, 1.0f, dwte, C);
+	gemm(0, 0, N, C, V, 1.0f, dlogits, Vp, wte, C, 0.0f, dinp, C, nt);
+	gemm(1, 0, V, C, N, 1.0f, dlogits, Vp, inp, C, 1.0f, dwte, C, nt);
 }
 
 /*
