@@ -19,11 +19,12 @@
  * output element is one sgemm's dot product.
  */
 /*
- * No floating-point traps are ever enabled here, and without this GCC
- * will not if-convert the clamps of gk_nn_tanh, so GeLU stays scalar.
+ * No floating-point traps are ever enabled and errno is never read here;
+ * without these GCC will not if-convert the clamps of gk_nn_tanh nor
+ * vectorise sqrtf, and those loops stay scalar.
  * Before the includes, so math.h's functions inline into these loops.
  */
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 #include <math.h>
 #include <string.h>
@@ -129,20 +130,90 @@ void gk_nn_cpu_encoder_bwd(float *dwte, float *dwpe, const float *dout,
 
 /* ---- LayerNorm ----------------------------------------------------------------- */
 
-void gk_nn_cpu_layernorm_fwd(float *out, float *mean, float *rstd,
-			     const float *inp, const float *w, const float *b,
-			     int N, int C, float eps, int nt)
+GK_NN_SIMD_CLONES
+static void ln_rows(float *out, float *mean, float *rstd, const float *inp,
+		    const float *w, const float *b, int i0, int i1, int C,
+		    float eps)
 {
-#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int i = 0; i < N; i++) {
+	for (int i = i0; i < i1; i++) {
 		const float *x = inp + (size_t)i * C;
 		float *o = out + (size_t)i * C;
 		float mu, rs;
 		gk_nn_ln_stats(x, C, eps, &mu, &rs);
+#pragma omp simd
 		for (int c = 0; c < C; c++)
 			o[c] = (x[c] - mu) * rs * w[c] + b[c];
 		mean[i] = mu;
 		rstd[i] = rs;
+	}
+}
+
+/* rows [lo, lo+len) of N for this thread */
+#define ROWS(N, lo, hi)                                                        \
+	int lo, hi;                                                            \
+	colrange1((N), omp_get_thread_num(), omp_get_num_threads(), &lo, &hi)
+
+static void colrange1(int n, int id, int k, int *a, int *b)
+{
+	int per = n / k, extra = n % k;
+	*a = id * per + (id < extra ? id : extra);
+	*b = *a + per + (id < extra ? 1 : 0);
+}
+
+void gk_nn_cpu_layernorm_fwd(float *out, float *mean, float *rstd,
+			     const float *inp, const float *w, const float *b,
+			     int N, int C, float eps, int nt)
+{
+#pragma omp parallel num_threads(nt)
+	{
+		ROWS(N, i0, i1);
+		ln_rows(out, mean, rstd, inp, w, b, i0, i1, C, eps);
+	}
+}
+
+GK_NN_SIMD_CLONES
+static void ln_bwd_rows(float *dinp, const float *dout, const float *inp,
+			const float *w, const float *mean, const float *rstd,
+			int i0, int i1, int C)
+{
+	for (int i = i0; i < i1; i++) {
+		const float *d = dout + (size_t)i * C;
+		const float *x = inp + (size_t)i * C;
+		float *di = dinp + (size_t)i * C;
+		float mu = mean[i], rs = rstd[i];
+		float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+		for (int c = 0; c < C; c++) {
+			float dn = w[c] * d[c];
+			s1 += dn;
+			s2 += dn * (x[c] - mu) * rs;
+		}
+		s1 /= (float)C;
+		s2 /= (float)C;
+#pragma omp simd
+		for (int c = 0; c < C; c++) {
+			float nrm = (x[c] - mu) * rs;
+			float dn = w[c] * d[c];
+			di[c] += (dn - s1 - nrm * s2) * rs;
+		}
+	}
+}
+
+/* dw, db (columns [c0, c1)) += sums over all rows, rows in order */
+GK_NN_SIMD_CLONES
+static void ln_bwd_cols(float *dw, float *db, const float *dout,
+			const float *inp, const float *mean, const float *rstd,
+			int N, int C, int c0, int c1)
+{
+	for (int i = 0; i < N; i++) {
+		const float *d = dout + (size_t)i * C;
+		const float *x = inp + (size_t)i * C;
+		float mu = mean[i], rs = rstd[i];
+#pragma omp simd
+		for (int c = c0; c < c1; c++) {
+			dw[c] += d[c] * ((x[c] - mu) * rs);
+			db[c] += d[c];
+		}
 	}
 }
 
@@ -154,57 +225,59 @@ void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
 {
 #pragma omp parallel num_threads(nt)
 	{
-#pragma omp for schedule(static)
-		for (int i = 0; i < N; i++) {
-			const float *d = dout + (size_t)i * C;
-			const float *x = inp + (size_t)i * C;
-			float *di = dinp + (size_t)i * C;
-			float mu = mean[i], rs = rstd[i];
-			float s1 = 0.0f, s2 = 0.0f;
-			for (int c = 0; c < C; c++) {
-				float dn = w[c] * d[c];
-				s1 += dn;
-				s2 += dn * (x[c] - mu) * rs;
-			}
-			s1 /= (float)C;
-			s2 /= (float)C;
-			for (int c = 0; c < C; c++) {
-				float nrm = (x[c] - mu) * rs;
-				float dn = w[c] * d[c];
-				di[c] += (dn - s1 - nrm * s2) * rs;
-			}
-		}
+		ROWS(N, i0, i1);
+		ln_bwd_rows(dinp, dout, inp, w, mean, rstd, i0, i1, C);
 		int c0, c1;
 		colrange(C, omp_get_thread_num(), omp_get_num_threads(), &c0,
 			 &c1);
-		for (int i = 0; i < N; i++) {
-			const float *d = dout + (size_t)i * C;
-			const float *x = inp + (size_t)i * C;
-			float mu = mean[i], rs = rstd[i];
-			for (int c = c0; c < c1; c++) {
-				dw[c] += d[c] * ((x[c] - mu) * rs);
-				db[c] += d[c];
-			}
-		}
+		ln_bwd_cols(dw, db, dout, inp, mean, rstd, N, C, c0, c1);
 	}
 }
 
 /* ---- matmul (Conv1D: w is (C, OC)) ---------------------------------------------- */
 
-/* out (N,OC) = [out +] inp (N,C) @ w (C,OC) + bias */
-void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
-			  const float *bias, int N, int C, int OC, int acc,
-			  int nt)
+/* rows [i0, i1) of out (N,OC) = res + bias, or bias alone */
+GK_NN_SIMD_CLONES
+static void bias_rows(float *out, const float *res, const float *bias,
+		      int i0, int i1, int OC)
 {
-	gemm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, acc ? 1.0f : 0.0f, out, OC,
-	     nt);
-	if (!bias)
-		return;
-#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int i = 0; i < N; i++) {
+	for (int i = i0; i < i1; i++) {
 		float *o = out + (size_t)i * OC;
+		const float *r = res ? res + (size_t)i * OC : NULL;
+#pragma omp simd
 		for (int c = 0; c < OC; c++)
-			o[c] += bias[c];
+			o[c] = (r ? r[c] : 0.0f) + bias[c];
+	}
+}
+
+/*
+ * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC). The rows are filled
+ * with bias (and the residual) first and sgemm adds onto them (beta 1),
+ * as torch's addmm: one pass over out instead of sgemm zeroing it and a
+ * second pass adding the bias. res may be NULL.
+ */
+void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
+			  const float *bias, const float *res, int N, int C,
+			  int OC, int nt)
+{
+#pragma omp parallel num_threads(nt)
+	{
+		ROWS(N, i0, i1);
+		bias_rows(out, res, bias, i0, i1, OC);
+	}
+	gemm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, 1.0f, out, OC, nt);
+}
+
+/* db (columns [c0, c1)) += column sums of dout, rows in order */
+GK_NN_SIMD_CLONES
+static void colsum(float *db, const float *dout, int N, int OC, int c0,
+		   int c1)
+{
+	for (int i = 0; i < N; i++) {
+		const float *d = dout + (size_t)i * OC;
+#pragma omp simd
+		for (int c = c0; c < c1; c++)
+			db[c] += d[c];
 	}
 }
 
@@ -215,18 +288,12 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 {
 	gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C, nt);
 	gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC, nt);
-	if (!db)
-		return;
 #pragma omp parallel num_threads(nt)
 	{
 		int c0, c1;
 		colrange(OC, omp_get_thread_num(), omp_get_num_threads(), &c0,
 			 &c1);
-		for (int i = 0; i < N; i++) {
-			const float *d = dout + (size_t)i * OC;
-			for (int c = c0; c < c1; c++)
-				db[c] += d[c];
-		}
+		colsum(db, dout, N, OC, c0, c1);
 	}
 }
 
