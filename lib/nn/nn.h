@@ -22,7 +22,7 @@
  * Backends share the model, the parameter table, the step and the
  * per-element math (lib/nn/math.h, GK_HD functions): the CPU backend
  * (OpenBLAS + OpenMP) is ops_cpu.c; a CUDA backend implements the same
- * ops in lib/nn/*.cu over lib/cuda.
+ * ops in .cu files of lib/nn over lib/cuda.
  *
  * Errors: functions returning int give 0, or -1 with a message in err.
  * Nothing here prints or exits.
