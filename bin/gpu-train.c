@@ -159,9 +159,9 @@ static double num(const char *opt, const char *s, double min, double max)
 static void print_mem(const gk_nn_train_mem *m, json_t *into)
 {
 	const char *k[] = {"parameters", "gradients", "optimizer", "activations", "workspace",
-			   "comm", "total"};
+			   "padding", "comm", "total"};
 	uint64_t v[] = {m->parameters, m->gradients, m->optimizer, m->activations,
-			m->workspace, m->comm, m->total};
+			m->workspace, m->padding, m->comm, m->total};
 	if (into) {
 		json_t *o = json_object();
 		for (size_t i = 0; i < GK_ARRAY_SIZE(k); i++)

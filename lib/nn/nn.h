@@ -335,10 +335,17 @@ typedef struct gk_nn_train_opts {
 	int ckpt_delay_ms;      /* tests: the writer sleeps before writing */
 } gk_nn_train_opts;
 
-/* Bytes this rank allocated, by category. */
+/*
+ * Bytes this rank allocated, by category. parameters, gradients and
+ * optimizer count the model's own parameters (mem-estimate's Psi, f32,
+ * AdamW; optimizer divided by the world under ZeRO-1): they equal
+ * mem-estimate's figures. padding is what the padded vocabulary rows and
+ * logit columns and ZeRO-1's rounding add; comm the ZeRO-1 buffers and
+ * error-feedback residuals.
+ */
 typedef struct gk_nn_train_mem {
-	uint64_t parameters, gradients, optimizer, activations, workspace, comm;
-	uint64_t total;
+	uint64_t parameters, gradients, optimizer, activations, workspace, padding;
+	uint64_t comm, total;
 } gk_nn_train_mem;
 
 typedef struct gk_nn_train_log {

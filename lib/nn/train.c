@@ -145,23 +145,38 @@ static int config_equal(const gk_nn_config *a, const gk_nn_config *b)
 
 /* ---- memory ------------------------------------------------------------------------ */
 
+/*
+ * The categories are those of mem-estimate for an f32 run: parameters,
+ * gradients and AdamW's moments of the model's Psi parameters (sharded
+ * by the world under ZeRO-1), so the two agree to the byte. What exists
+ * only because the embedding is padded to vocab_pad rows (those rows in
+ * the parameters, gradients and moments, the logits' extra columns) and
+ * ZeRO-1's rounding of the flat buffer is "padding".
+ */
 static void account(gk_nn_trainer *t)
 {
 	gk_nn_mem mm;
 	gk_nn_memory(t->m, &mm);
-	t->mem.parameters = mm.parameters;
-	t->mem.gradients = mm.gradients;
-	t->mem.activations = mm.activations;
+	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
+	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
+	uint64_t logit_pad = 4 * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	uint64_t moments = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
+	int shard = t->o.zero && t->world > 1;
+	t->mem.parameters = 4 * psi;
+	t->mem.gradients = 4 * psi;
+	t->mem.optimizer = shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
+	t->mem.activations = mm.activations - logit_pad;
 	t->mem.workspace = mm.workspace +
 		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
-	t->mem.optimizer = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
+	t->mem.padding = (mm.parameters - t->mem.parameters) + (mm.gradients - t->mem.gradients) +
+			 (moments - t->mem.optimizer) + logit_pad;
 	t->mem.comm = 0;
 	if (t->gpad)
 		t->mem.comm += (uint64_t)2 * t->Np * sizeof(float);
 	if (t->grads && t->o.compress != GK_COMM_COMPRESS_NONE)
 		t->mem.comm += (uint64_t)t->N * sizeof(float); /* error feedback */
 	t->mem.total = t->mem.parameters + t->mem.gradients + t->mem.optimizer +
-		       t->mem.activations + t->mem.workspace + t->mem.comm;
+		       t->mem.activations + t->mem.workspace + t->mem.padding + t->mem.comm;
 }
 
 const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
