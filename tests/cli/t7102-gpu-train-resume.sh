@@ -61,7 +61,7 @@ test_expect_success 'kill -9 while a checkpoint is written: previous one and lat
 	gpu-train $A --steps 8 --until 4 --ckpt-dir ck4 >/dev/null &&
 	{ GPUKIT_TEST_CKPT_DELAY_MS=60000 gpu-train $A --steps 8 --ckpt-dir ck4 --resume >k.json & } &&
 	pid=$! &&
-	for i in $(seq 1 200); do
+	for i in $(seq 1 600); do
 		ls -d ck4/.step-00000008.tmp-* >/dev/null 2>&1 && break
 		sleep 0.1
 	done &&
@@ -78,9 +78,9 @@ test_expect_success 'kill -9 while a checkpoint is written: previous one and lat
 	test "$(readlink ck4/latest)" = step-00000008
 '
 
-# Wait until the log at $1 shows a step, at most 20 s.
+# Wait until the log at $1 shows a step, at most 60 s.
 wait_step() {
-	for i in $(seq 1 200); do
+	for i in $(seq 1 600); do
 		grep -q "\"event\":\"step\"" "$1" 2>/dev/null && return 0
 		sleep 0.1
 	done
