@@ -188,19 +188,25 @@ static void emit(json_t *o)
 	json_decref(o);
 }
 
+/* JSON has no NaN or infinity: those become null. */
+static json_t *jnum(double x)
+{
+	return isfinite(x) ? json_real(x) : json_null();
+}
+
 static void on_step(const gk_nn_train_log *l, void *ctx)
 {
 	out_ctx *c = ctx;
 	if (cli.json) {
-		json_t *o = json_pack("{s:s,s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:f,s:f,s:f,s:b}",
-				      "event", "step", "step", (json_int_t)l->step, "loss", l->loss,
-				      "lr", l->lr, "grad_norm", l->grad_norm, "tokens",
-				      (json_int_t)l->tokens, "tokens_per_s", l->tokens_per_s,
-				      "step_ms", l->step_ms, "comm_ms", l->comm_ms,
+		json_t *o = json_pack("{s:s,s:I,s:o,s:f,s:o,s:I,s:f,s:f,s:f,s:f,s:f,s:b}",
+				      "event", "step", "step", (json_int_t)l->step, "loss",
+				      jnum(l->loss), "lr", l->lr, "grad_norm", jnum(l->grad_norm),
+				      "tokens", (json_int_t)l->tokens, "tokens_per_s",
+				      l->tokens_per_s, "step_ms", l->step_ms, "comm_ms", l->comm_ms,
 				      "exposed_comm_ms", l->exposed_comm_ms, "gflops", l->gflops,
 				      "skipped", l->skipped);
 		if (!isnan(l->val_loss))
-			json_object_set_new(o, "val_loss", json_real(l->val_loss));
+			json_object_set_new(o, "val_loss", jnum(l->val_loss));
 		print_mem(c->mem, o);
 		emit(o);
 		return;
@@ -458,7 +464,7 @@ int main(int argc, char **argv)
 			goto fail;
 		if (rank == 0) {
 			if (cli.json)
-				emit(json_pack("{s:s,s:f,s:I,s:I}", "event", "eval", "loss", loss,
+				emit(json_pack("{s:s,s:o,s:I,s:I}", "event", "eval", "loss", jnum(loss),
 					       "batches", (json_int_t)nb, "tokens",
 					       (json_int_t)(nb * o.batch * o.seq)));
 			else
@@ -475,15 +481,15 @@ int main(int argc, char **argv)
 			const char *why = s.stopped == 1 ? "signal (checkpointed)" :
 					  s.stopped == 2 ? "interrupt" : "done";
 			if (cli.json) {
-				json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:s,s:I}", "event",
+				json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
 						      "summary", "step", (json_int_t)s.step, "steps",
 						      (json_int_t)s.steps, "tokens", (json_int_t)s.tokens,
-						      "seconds", s.seconds, "loss", s.last_loss, "stopped",
+						      "seconds", s.seconds, "loss", jnum(s.last_loss), "stopped",
 						      why, "skipped", (json_int_t)s.skipped);
 				if (!isnan(s.min_loss))
-					json_object_set_new(j, "min_loss", json_real(s.min_loss));
+					json_object_set_new(j, "min_loss", jnum(s.min_loss));
 				if (s.val_loss != 0)
-					json_object_set_new(j, "val_loss", json_real(s.val_loss));
+					json_object_set_new(j, "val_loss", jnum(s.val_loss));
 				if (s.data_note)
 					json_object_set_new(j, "note", json_string(s.data_note));
 				emit(j);
