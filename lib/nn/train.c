@@ -57,6 +57,8 @@ typedef struct ckpt_job {
 	pthread_cond_t cv;
 	atomic_int written; /* files written (1) or failed (-1) */
 	int go_commit;      /* rank 0: every rank has written */
+	int agreed;         /* rank 0 saw every rank's files written: the rest
+			     * (COMMIT) needs no other rank */
 	atomic_int finished;
 	int rc;
 	gk_err err;
@@ -772,6 +774,7 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 	if (!j)
 		return 0;
 	if (failed > 0 || written >= t->world) {
+		j->agreed = 1;
 		if (t->rank == 0) {
 			pthread_mutex_lock(&j->mu);
 			j->go_commit = failed > 0 ? -1 : 1;
@@ -801,6 +804,13 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 /* Wait for the pending checkpoint on every rank and commit it. */
 static int ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 {
+	/*
+	 * Every rank holds the job until the step reduction shows all files
+	 * written; after that only rank 0 does, to commit, and waits for it
+	 * alone. So the collective below runs on all ranks or on none.
+	 */
+	if (t->job && t->job->agreed)
+		return ckpt_progress(t, t->world, 0, 1, h, err);
 	while (t->job) {
 		ckpt_job *j = t->job;
 		/* Wait for our own files first, then agree on everyone's. */

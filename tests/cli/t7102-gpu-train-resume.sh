@@ -49,6 +49,13 @@ test_expect_success MPI '2 ranks, ZeRO-1: resume bit for bit, optimizer in rank 
 	test_cmp f2 ab2
 '
 
+test_expect_success MPI '2 ranks, a checkpoint every step: each one committed' '
+	mpi 2 $A --steps 6 --ckpt-every 1 --ckpt-dir ck8 >/dev/null &&
+	test "$(ls -d ck8/step-* | wc -l)" = 6 &&
+	test "$(readlink ck8/latest)" = step-00000006 &&
+	ckpt-merge --check ck8
+'
+
 test_expect_success MPI 'resume 2 x 4 ZeRO-1 on 1 rank x 8: the same global batch, close losses' '
 	mpi 2 $A --zero 1 --steps 12 --until 6 --ckpt-dir ck3 >/dev/null &&
 	gpu-train --data train.bin $TINY --batch 8 --json --steps 12 --ckpt-dir ck3 --resume >c.json &&
@@ -61,6 +68,7 @@ test_expect_success 'kill -9 while a checkpoint is written: previous one and lat
 	gpu-train $A --steps 8 --until 4 --ckpt-dir ck4 >/dev/null &&
 	{ GPUKIT_TEST_CKPT_DELAY_MS=60000 gpu-train $A --steps 8 --ckpt-dir ck4 --resume >k.json & } &&
 	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	for i in $(seq 1 600); do
 		ls -d ck4/.step-00000008.tmp-* >/dev/null 2>&1 && break
 		sleep 0.1
@@ -90,6 +98,7 @@ wait_step() {
 test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
 	{ gpu-train $A --steps 1000000 --ckpt-dir ck5 >t.json & } &&
 	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	wait_step t.json &&
 	kill -TERM $pid &&
 	wait $pid &&
@@ -104,6 +113,7 @@ test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, c
 	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
 		--steps 1000000 --ckpt-dir ck6 >u.json & } &&
 	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	wait_step u.json &&
 	kill -USR1 $pid &&
 	wait $pid &&
@@ -115,6 +125,7 @@ test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, c
 test_expect_success 'SIGINT: stops without a checkpoint, exit 130' '
 	{ gpu-train $A --steps 1000000 --ckpt-dir ck7 --ckpt-every 1000000 >i.json & } &&
 	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	wait_step i.json &&
 	kill -INT $pid &&
 	{ wait $pid; test $? = 130; } &&
