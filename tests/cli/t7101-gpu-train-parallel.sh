@@ -66,6 +66,15 @@ for c in bf16 int8; do
 	"
 done
 
+test_expect_success '--eval-every: val_loss at its steps; the last equals --eval-only of the checkpoint' '
+	gpu-train $A --batch 4 --val-data val.bin --eval-every 3 --ckpt-dir ev >ev.json &&
+	jq -s -e "map(select(.event == \"step\" and .val_loss != null) | .step) == [3, 6]" ev.json &&
+	jq -r "select(.event == \"step\" and .step == 6) | .val_loss" ev.json >v6 &&
+	gpu-train --eval-only --init-from ev --data val.bin --seq 16 --batch 4 --threads 1 --json >eo.json &&
+	jq -r "select(.event == \"eval\") | .loss" eo.json >vo &&
+	close_to v6 vo 1e-12
+'
+
 test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-train $A --zero 2 &&
 	test_expect_code 2 gpu-train $A --zero 1 --compress bf16 &&
