@@ -422,8 +422,10 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
 	o.stop = &stop_flag;
-	if (getenv("GPUKIT_TEST_CKPT_DELAY_MS"))
-		o.ckpt_delay_ms = atoi(getenv("GPUKIT_TEST_CKPT_DELAY_MS"));
+	const char *delay = getenv("GPUKIT_TEST_CKPT_DELAY_MS");
+	if (delay && gk_parse_int(delay, 0, 3600000, &o.ckpt_delay_ms,
+				  "GPUKIT_TEST_CKPT_DELAY_MS", &err) < 0)
+		return gk_cli_fail(&cli, &err);
 
 	gk_nn_trainer *t = NULL;
 	if (gk_nn_trainer_new(&t, &o, &err) < 0) {
