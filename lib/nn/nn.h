@@ -22,7 +22,7 @@
  * Backends share the model, the parameter table, the step and the
  * per-element math (lib/nn/math.h, GK_HD functions): the CPU backend
  * (OpenBLAS + OpenMP) is ops_cpu.c; a CUDA backend implements the same
- * ops in lib/nn/*.cu over lib/cuda.
+ * ops in .cu files of lib/nn over lib/cuda.
  *
  * Errors: functions returning int give 0, or -1 with a message in err.
  * Nothing here prints or exits.
@@ -30,10 +30,12 @@
 #ifndef GK_NN_H
 #define GK_NN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/core.h"
+#include "comm/comm.h"
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -216,5 +218,196 @@ typedef struct gk_nn_mem {
 } gk_nn_mem;
 
 void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
+
+/* ---- training data (data.c) ------------------------------------------------------ */
+
+/*
+ * The trainer's token stream, from either
+ *   shards   a manifest or a brace pattern of shard files (lib/shard's
+ *            dataset: the rank split, the (seed, epoch) shuffle, resume);
+ *            a sample's tokens are its .npy member (1-D '<u2' or '<i4')
+ *            or else its .txt member's bytes; samples are joined with the
+ *            end-of-text token into one stream per rank;
+ *   tokens   .bin files (every name ending in .bin): llm.c's (a
+ *            1024-byte header of int32: magic 20240520, version 1, token
+ *            count; then uint16 tokens) or nanoGPT's (raw uint16), told
+ *            apart by the magic and the exact size; the files are one
+ *            stream shared by all ranks, and micro-batch k of rank r
+ *            starts at token (k*world + r)*B*T (llm.c's loader), so a
+ *            global batch is the same tokens at any world size.
+ * Row b of a micro-batch is tokens [h + b*T, h + b*T + T + 1) of the
+ * stream from the head h: inputs are the first T, targets the last T;
+ * the head then moves by B*T (shards) or world*B*T (tokens).
+ */
+typedef struct gk_nn_data_opts {
+	int rank, world;
+	int shuffle;        /* shards: lib/shard's shard and window shuffle */
+	uint64_t seed;
+	int64_t vocab;      /* every token id must be below it */
+	int32_t eot;        /* end-of-text token; < 0: vocab - 1 (GPT-2's
+			     * 50256, the byte vocabulary's 256) */
+	int batch, seq;     /* B, T */
+	int loop;           /* go on into the next epoch at the end */
+} gk_nn_data_opts;
+
+typedef struct gk_nn_data gk_nn_data;
+
+/* Open source; a token >= vocab is an error naming the shard and sample
+ * (shards: when the sample is read) or the file (tokens: at open). */
+int gk_nn_data_open(gk_nn_data **out, const char *source,
+		    const gk_nn_data_opts *o, gk_err *err);
+/* Fill B*T inputs and targets: 1, or 0 at the end of the data (without
+ * loop), or -1. */
+int gk_nn_data_next(gk_nn_data *d, int32_t *inputs, int32_t *targets,
+		    gk_err *err);
+/* The position as one line of JSON (what a checkpoint keeps); returns
+ * snprintf's count. */
+int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len);
+/* Go back to a saved position: the next micro-batch is the one that
+ * followed it. Token files: the global token position, so another world
+ * size resumes at the same place. */
+int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err);
+uint64_t gk_nn_data_epoch(const gk_nn_data *d);
+int gk_nn_data_is_bin(const gk_nn_data *d);
+void gk_nn_data_close(gk_nn_data *d);
+
+/* A parsed .npy array (numpy/lib/format.py, versions 1 to 3). */
+typedef struct gk_nn_npy {
+	const unsigned char *data; /* inside the buffer given */
+	uint64_t count;            /* elements */
+	int itemsize, is_signed;   /* '<u2': 2, 0; '<i4': 4, 1 */
+} gk_nn_npy;
+
+/* Accepts 1-D, C order, '<u2' or '<i4', data filling the rest exactly. */
+int gk_nn_npy_parse(const void *buf, size_t len, gk_nn_npy *out, gk_err *err);
+
+/* ---- the trainer (train.c) --------------------------------------------------------- */
+
+/*
+ * gpu-train's loop. Ranks come from gk_rank_discover through lib/comm
+ * (mpi under a launcher, self alone). One step: A micro-steps of forward
+ * and backward(1/A); on the last, backward's ready callbacks start
+ * bucketed allreduces (ZeRO-0) that overlap the rest of backward, or a
+ * reduce-scatter follows it (ZeRO-1, over the flat buffer padded to a
+ * multiple of the world); then global-norm clipping, AdamW on this rank's
+ * range, and for ZeRO-1 an allgather of the parameters.
+ *
+ * Checkpoints (gpu-train(1), "CHECKPOINTS"): a lib/ckpt step directory
+ * with model.safetensors (Hugging Face names, unpadded vocabulary),
+ * config.json, trainer.json (step, tokens, every rank's data state, the
+ * schedule, world and shape), and the AdamW moments as 1-D f32 tensors
+ * "m" and "v" over the flat parameter buffer: optim.safetensors whole, or
+ * with ZeRO-1 one optim-rank-R-of-W.safetensors per rank holding its
+ * range as a row slice (gpukit.slice metadata), so any world resumes
+ * from any other. The state is copied to host buffers at the step
+ * boundary and written by a thread; rank 0 commits once every rank has
+ * written (agreed in the step's small allreduce).
+ */
+typedef struct gk_nn_train_opts {
+	gk_nn_config cfg;       /* used when have_config */
+	int have_config;
+	const char *init_from;  /* checkpoint to start from (fine-tuning) */
+	uint64_t seed;          /* init, shuffle and sampling */
+	const char *data, *val_data;
+	int shuffle;
+	int32_t eot;            /* < 0: vocab - 1 */
+	int batch, seq, grad_accum;
+	gk_nn_recompute recompute;
+	int threads;            /* <= 0: the CPUs this process may run on */
+	gk_nn_sched sched;
+	gk_nn_adamw adamw;
+	double clip;            /* global-norm clip; 0: off */
+	int64_t steps;          /* the schedule's length and the last step */
+	int64_t until;          /* > 0: stop after this step (checkpointing) */
+	int zero;               /* 0 or 1 */
+	gk_comm_compress compress;   /* ZeRO-0 buckets only */
+	int overlap;            /* allreduce buckets during backward */
+	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
+	const char *ckpt_dir;
+	int64_t ckpt_every;
+	int resume;             /* continue from ckpt_dir's latest, if any */
+	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
+	int eval_only;
+	int skip_nonfinite;
+	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
+	 * next step boundary, 2 stop without a checkpoint. */
+	volatile sig_atomic_t *stop;
+	int ckpt_delay_ms;      /* tests: the writer sleeps before writing */
+} gk_nn_train_opts;
+
+/*
+ * Bytes this rank allocated, by category. parameters, gradients and
+ * optimizer count the model's own parameters (mem-estimate's Psi, f32,
+ * AdamW; optimizer divided by the world under ZeRO-1): they equal
+ * mem-estimate's figures. padding is what the padded vocabulary rows and
+ * logit columns and ZeRO-1's rounding add; comm the ZeRO-1 buffers and
+ * error-feedback residuals.
+ */
+typedef struct gk_nn_train_mem {
+	uint64_t parameters, gradients, optimizer, activations, workspace, padding;
+	uint64_t comm, total;
+} gk_nn_train_mem;
+
+typedef struct gk_nn_train_log {
+	int64_t step;
+	double loss, lr, grad_norm;
+	uint64_t tokens;        /* trained so far, all ranks */
+	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
+	int skipped;            /* the update was skipped (non-finite) */
+	double val_loss;        /* NaN unless evaluated at this step */
+} gk_nn_train_log;
+
+/* Called on rank 0 only; the caller prints. */
+typedef struct gk_nn_train_hooks {
+	void (*step)(const gk_nn_train_log *l, void *ctx);
+	void (*checkpoint)(int64_t step, void *ctx); /* committed */
+	void *ctx;
+} gk_nn_train_hooks;
+
+typedef struct gk_nn_train_summary {
+	int64_t first_step, step, steps, skipped;
+	uint64_t tokens;
+	double seconds, last_loss, min_loss, val_loss;
+	int stopped;            /* 0 done, 1 by a checkpoint signal, 2 interrupted */
+	const char *data_note;  /* a remark on the data position, or NULL */
+} gk_nn_train_summary;
+
+typedef struct gk_nn_trainer gk_nn_trainer;
+
+/*
+ * Open the world, build or load the model (resume: ckpt_dir's latest
+ * step; else init_from; else GPT-2 init from seed) and the data. On
+ * failure *out may still be set so the caller can gk_nn_trainer_abort
+ * the other ranks and then free it.
+ */
+int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
+		      gk_err *err);
+/* Train to o->steps (or until), checkpointing; fills *sum. */
+int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
+		      gk_nn_train_summary *sum, gk_err *err);
+/* Mean loss over batches micro-batches of src (<= 0: one pass), over
+ * every rank's windows. */
+int gk_nn_trainer_eval(gk_nn_trainer *t, const char *src, int64_t batches,
+		       double *loss, int64_t *nbatches, gk_err *err);
+const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
+const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
+gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
+int gk_nn_trainer_rank(const gk_nn_trainer *t);
+int gk_nn_trainer_world(const gk_nn_trainer *t);
+/* After a failure on this rank: end the whole job (MPI_Abort) when the
+ * world has more than one rank; returns for a world of one. */
+void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
+void gk_nn_trainer_free(gk_nn_trainer *t);
+/* The CPUs this process may run on (sched_getaffinity). */
+int gk_nn_default_threads(void);
+
+/*
+ * Generate n tokens after start (temperature <= 0: greedy; top_k > 0:
+ * only the k most likely), each from a forward over the last seq tokens;
+ * seeded, so the same seed gives the same text.
+ */
+int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
+		 double temperature, int top_k, uint64_t seed, int32_t *out,
+		 gk_err *err);
 
 #endif

@@ -1,0 +1,554 @@
+/*
+ * gpu-train - train a GPT-2 model data-parallel on shards or token files:
+ * options in, gk_nn_trainer_* (lib/nn/train.c) does the work, a line or a
+ * JSON object per step out.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/nn.h"
+
+static const char usage[] =
+	"usage: gpu-train [-qv] [--json] --data SRC [--config FILE | --layers N --hidden N\n"
+	"                 --heads N --vocab N --positions N] [--init-from CKPT] [--seed N]\n"
+	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
+	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
+	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n"
+	"model:\n"
+	"  --config FILE         GPT-2 config.json (the shape flags override it)\n"
+	"  --layers N  --hidden N  --heads N  --vocab N  --positions N\n"
+	"  --init-from CKPT      start from a safetensors file, HF directory or step directory\n"
+	"  --seed N              initialisation, shuffle and sampling seed (default 1337)\n"
+	"data:\n"
+	"  --data SRC            shards ('train-{000000..000031}.tar', a manifest) or .bin token files\n"
+	"  --val-data SRC        data for --eval-every and the end of the run\n"
+	"  --shuffle on|none     shard and window shuffle (default on)\n"
+	"  --eot ID              end-of-text token between documents (default vocab - 1)\n"
+	"  --dump-data N         print each rank's first N micro-batches as JSON and exit\n"
+	"step:\n"
+	"  -b, --batch B         sequences per micro-batch per rank (default 4)\n"
+	"  -t, --seq T           tokens per sequence (default: the model's positions)\n"
+	"  --grad-accum A        micro-batches per step (default 1)\n"
+	"  --recompute MODE      none, gelu or layer (default none)\n"
+	"  --threads N           compute threads (default: the CPUs this rank may use)\n"
+	"optimizer:\n"
+	"  --steps N             steps to train, the schedule's length (default 1000)\n"
+	"  --until N             stop after step N (checkpointing), keeping the schedule\n"
+	"  --lr LR               peak learning rate (default 6e-4)\n"
+	"  --min-lr LR           final learning rate of cosine/linear (default lr/10)\n"
+	"  --warmup N            linear warmup steps (default 0)\n"
+	"  --schedule KIND       cosine, linear or constant (default cosine)\n"
+	"  --clip X              global gradient-norm clip, 0 off (default 1.0)\n"
+	"  --beta1 X --beta2 X --eps X --weight-decay X   AdamW (0.9 0.95 1e-8 0.1)\n"
+	"  --skip-nonfinite      skip steps whose loss or gradient is NaN/Inf\n"
+	"parallel:\n"
+	"  --zero 0|1            1: shard the optimizer state over the ranks\n"
+	"  --compress KIND       none, bf16, f16 or int8 gradient allreduce (ZeRO 0)\n"
+	"  --bucket SIZE         gradient bucket size (default 25M)\n"
+	"  --no-overlap          allreduce after backward instead of during it\n"
+	"checkpoints:\n"
+	"  --ckpt-dir DIR        where step directories go\n"
+	"  --ckpt-every N        checkpoint every N steps (and always at the end)\n"
+	"  --resume              continue from DIR's latest checkpoint, if there is one\n"
+	"evaluation and sampling:\n"
+	"  --eval-every N        evaluate on --val-data every N steps\n"
+	"  --eval-batches N      micro-batches per evaluation, 0 all (default 0)\n"
+	"  --eval-only           print the mean loss of the model on --val-data or --data\n"
+	"  --sample N            generate N tokens at the end\n"
+	"  --temperature X       sampling temperature, 0 greedy (default 1.0)\n"
+	"  --top-k K             sample among the K most likely tokens (default 0: all)\n"
+	"output:\n"
+	"  --json                one JSON object per line (start, steps, summary)\n"
+	"  -q, --quiet           no per-step lines\n"
+	"  -h, --help            this help; --version the version\n";
+
+enum {
+	OPT_CONFIG = GK_OPT_FIRST_TOOL, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_VOCAB,
+	OPT_POSITIONS, OPT_INIT, OPT_SEED, OPT_DATA, OPT_VAL, OPT_SHUFFLE, OPT_EOT,
+	OPT_DUMP, OPT_ACCUM, OPT_RECOMPUTE, OPT_THREADS, OPT_STEPS, OPT_UNTIL, OPT_LR,
+	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
+	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
+	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
+	OPT_TEMP, OPT_TOPK,
+};
+
+static const struct option longopts[] = {
+	GK_CLI_LONGOPTS,
+	GK_CLI_LONGOPT_JSON,
+	{"config", required_argument, NULL, OPT_CONFIG},
+	{"layers", required_argument, NULL, OPT_LAYERS},
+	{"hidden", required_argument, NULL, OPT_HIDDEN},
+	{"heads", required_argument, NULL, OPT_HEADS},
+	{"vocab", required_argument, NULL, OPT_VOCAB},
+	{"positions", required_argument, NULL, OPT_POSITIONS},
+	{"init-from", required_argument, NULL, OPT_INIT},
+	{"seed", required_argument, NULL, OPT_SEED},
+	{"data", required_argument, NULL, OPT_DATA},
+	{"val-data", required_argument, NULL, OPT_VAL},
+	{"shuffle", required_argument, NULL, OPT_SHUFFLE},
+	{"eot", required_argument, NULL, OPT_EOT},
+	{"dump-data", required_argument, NULL, OPT_DUMP},
+	{"batch", required_argument, NULL, 'b'},
+	{"seq", required_argument, NULL, 't'},
+	{"grad-accum", required_argument, NULL, OPT_ACCUM},
+	{"recompute", required_argument, NULL, OPT_RECOMPUTE},
+	{"threads", required_argument, NULL, OPT_THREADS},
+	{"steps", required_argument, NULL, OPT_STEPS},
+	{"until", required_argument, NULL, OPT_UNTIL},
+	{"lr", required_argument, NULL, OPT_LR},
+	{"min-lr", required_argument, NULL, OPT_MINLR},
+	{"warmup", required_argument, NULL, OPT_WARMUP},
+	{"schedule", required_argument, NULL, OPT_SCHED},
+	{"clip", required_argument, NULL, OPT_CLIP},
+	{"beta1", required_argument, NULL, OPT_BETA1},
+	{"beta2", required_argument, NULL, OPT_BETA2},
+	{"eps", required_argument, NULL, OPT_EPS},
+	{"weight-decay", required_argument, NULL, OPT_WD},
+	{"skip-nonfinite", no_argument, NULL, OPT_SKIPNF},
+	{"zero", required_argument, NULL, OPT_ZERO},
+	{"compress", required_argument, NULL, OPT_COMPRESS},
+	{"bucket", required_argument, NULL, OPT_BUCKET},
+	{"no-overlap", no_argument, NULL, OPT_NOOVERLAP},
+	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
+	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
+	{"resume", no_argument, NULL, OPT_RESUME},
+	{"eval-every", required_argument, NULL, OPT_EVEVERY},
+	{"eval-batches", required_argument, NULL, OPT_EVBATCH},
+	{"eval-only", no_argument, NULL, OPT_EVONLY},
+	{"sample", required_argument, NULL, OPT_SAMPLE},
+	{"temperature", required_argument, NULL, OPT_TEMP},
+	{"top-k", required_argument, NULL, OPT_TOPK},
+	{NULL, 0, NULL, 0},
+};
+
+static gk_cli cli;
+static volatile sig_atomic_t stop_flag;
+
+/*
+ * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
+ * for a stop without one; a second SIGINT ends the process at once. The
+ * handler only sets the flag the trainer polls between steps.
+ */
+static void on_signal(int sig)
+{
+	if (sig == SIGINT) {
+		if (stop_flag == 2)
+			_exit(130);
+		stop_flag = 2;
+	} else if (stop_flag == 0) {
+		stop_flag = 1;
+	}
+}
+
+static double num(const char *opt, const char *s, double min, double max)
+{
+	double v;
+	gk_err err = {0};
+	if (gk_parse_double(s, min, max, &v, opt, &err) < 0)
+		gk_cli_usage_error(&cli, "%s", err.msg);
+	return v;
+}
+
+static void print_mem(const gk_nn_train_mem *m, json_t *into)
+{
+	const char *k[] = {"parameters", "gradients", "optimizer", "activations", "workspace",
+			   "padding", "comm", "total"};
+	uint64_t v[] = {m->parameters, m->gradients, m->optimizer, m->activations,
+			m->workspace, m->padding, m->comm, m->total};
+	if (into) {
+		json_t *o = json_object();
+		for (size_t i = 0; i < GK_ARRAY_SIZE(k); i++)
+			json_object_set_new(o, k[i], json_integer((json_int_t)v[i]));
+		json_object_set_new(into, "memory", o);
+		return;
+	}
+	char b[32];
+	printf("memory per rank:");
+	for (size_t i = 0; i < GK_ARRAY_SIZE(k); i++)
+		printf("%s %s %s", i ? "," : "", k[i], gk_format_size(v[i], 0, b, sizeof(b)));
+	printf("\n");
+}
+
+typedef struct out_ctx {
+	const gk_nn_train_mem *mem;
+	int64_t steps;
+} out_ctx;
+
+static void emit(json_t *o)
+{
+	gk_json_dump(stdout, o, 0, NULL);
+	fflush(stdout);
+	json_decref(o);
+}
+
+/* JSON has no NaN or infinity: those become null. */
+static json_t *jnum(double x)
+{
+	return isfinite(x) ? json_real(x) : json_null();
+}
+
+static void on_step(const gk_nn_train_log *l, void *ctx)
+{
+	out_ctx *c = ctx;
+	if (cli.json) {
+		json_t *o = json_pack("{s:s,s:I,s:o,s:f,s:o,s:I,s:f,s:f,s:f,s:f,s:f,s:b}",
+				      "event", "step", "step", (json_int_t)l->step, "loss",
+				      jnum(l->loss), "lr", l->lr, "grad_norm", jnum(l->grad_norm),
+				      "tokens", (json_int_t)l->tokens, "tokens_per_s",
+				      l->tokens_per_s, "step_ms", l->step_ms, "comm_ms", l->comm_ms,
+				      "exposed_comm_ms", l->exposed_comm_ms, "gflops", l->gflops,
+				      "skipped", l->skipped);
+		if (!isnan(l->val_loss))
+			json_object_set_new(o, "val_loss", jnum(l->val_loss));
+		print_mem(c->mem, o);
+		emit(o);
+		return;
+	}
+	if (cli.quiet)
+		return;
+	printf("step %5" PRId64 "/%" PRId64 "  loss %.4f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms"
+	       "  (comm %.1f, exposed %.1f)%s", l->step, c->steps, l->loss, l->lr, l->grad_norm,
+	       l->tokens_per_s, l->step_ms, l->comm_ms, l->exposed_comm_ms,
+	       l->skipped ? "  skipped: non-finite" : "");
+	if (!isnan(l->val_loss))
+		printf("  val %.4f", l->val_loss);
+	printf("\n");
+	fflush(stdout);
+}
+
+static void on_ckpt(int64_t step, void *ctx)
+{
+	if (cli.json) {
+		emit(json_pack("{s:s,s:I}", "event", "checkpoint", "step", (json_int_t)step));
+	} else if (!cli.quiet) {
+		printf("checkpoint step %" PRId64 " committed\n", step);
+		fflush(stdout);
+	}
+}
+
+/* --dump-data: what the trainer would read, per rank, without a model. */
+static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
+{
+	gk_err err = {0};
+	gk_rank_info ri;
+	if (gk_rank_discover(&ri, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	gk_nn_data_opts o = *base;
+	o.rank = ri.rank;
+	o.world = ri.world;
+	o.loop = 1;
+	gk_nn_data *d;
+	if (gk_nn_data_open(&d, src, &o, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	size_t bt = (size_t)o.batch * (size_t)o.seq;
+	int32_t *in = malloc(bt * 4), *tg = malloc(bt * 4);
+	int rc = 0;
+	for (int64_t k = 0; k < n && in && tg; k++) {
+		if (gk_nn_data_next(d, in, tg, &err) <= 0) {
+			rc = gk_cli_fail(&cli, &err);
+			break;
+		}
+		json_t *rows = json_array();
+		for (int b = 0; b < o.batch; b++) {
+			json_t *r = json_array();
+			for (int t = 0; t < o.seq; t++)
+				json_array_append_new(r, json_integer(in[(size_t)b * o.seq + t]));
+			json_array_append_new(r, json_integer(tg[(size_t)b * o.seq + o.seq - 1]));
+			json_array_append_new(rows, r);
+		}
+		emit(json_pack("{s:i,s:I,s:o}", "rank", ri.rank, "micro", (json_int_t)k, "rows", rows));
+	}
+	free(in);
+	free(tg);
+	gk_nn_data_close(d);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	gk_err err = {0};
+	gk_nn_train_opts o = {
+		.seed = 1337, .shuffle = 1, .eot = -1, .batch = 4, .grad_accum = 1,
+		.threads = 0, .steps = 1000, .clip = 1.0, .overlap = 1,
+		.sched = {.kind = GK_NN_SCHED_COSINE, .lr = 6e-4, .min_lr = -1},
+		.adamw = {0.9f, 0.95f, 1e-8f, 0.1f},
+	};
+	gk_nn_config shape = {0};
+	const char *config = NULL;
+	int64_t dump = 0, sample = 0, top_k = 0;
+	double temperature = 1.0;
+	int seq_set = 0;
+
+	gk_cli_init(&cli, "gpu-train", usage);
+	int c;
+	while ((c = getopt_long(argc, argv, "hqvb:t:", longopts, NULL)) != -1) {
+		if (gk_cli_common(&cli, c))
+			continue;
+		switch (c) {
+		case OPT_CONFIG: config = optarg; break;
+		case OPT_LAYERS: shape.layers = gk_cli_i64(&cli, "--layers", optarg, 1, 1000); break;
+		case OPT_HIDDEN: shape.hidden = gk_cli_i64(&cli, "--hidden", optarg, 1, 1 << 16); break;
+		case OPT_HEADS: shape.heads = gk_cli_i64(&cli, "--heads", optarg, 1, 1024); break;
+		case OPT_VOCAB: shape.vocab = gk_cli_i64(&cli, "--vocab", optarg, 2, 1 << 24); break;
+		case OPT_POSITIONS: shape.positions = gk_cli_i64(&cli, "--positions", optarg, 1, 1 << 20); break;
+		case OPT_INIT: o.init_from = optarg; break;
+		case OPT_SEED: o.seed = (uint64_t)gk_cli_i64(&cli, "--seed", optarg, 0, INT64_MAX); break;
+		case OPT_DATA: o.data = optarg; break;
+		case OPT_VAL: o.val_data = optarg; break;
+		case OPT_SHUFFLE:
+			if (strcmp(optarg, "on") && strcmp(optarg, "none"))
+				gk_cli_usage_error(&cli, "--shuffle '%s': on or none", optarg);
+			o.shuffle = !strcmp(optarg, "on");
+			break;
+		case OPT_EOT: o.eot = (int32_t)gk_cli_i64(&cli, "--eot", optarg, 0, INT32_MAX); break;
+		case OPT_DUMP: dump = gk_cli_i64(&cli, "--dump-data", optarg, 1, 1000000); break;
+		case 'b': o.batch = (int)gk_cli_i64(&cli, "--batch", optarg, 1, 1 << 20); break;
+		case 't': o.seq = (int)gk_cli_i64(&cli, "--seq", optarg, 1, 1 << 20); seq_set = 1; break;
+		case OPT_ACCUM: o.grad_accum = (int)gk_cli_i64(&cli, "--grad-accum", optarg, 1, 1 << 20); break;
+		case OPT_RECOMPUTE:
+			if (!strcmp(optarg, "none")) o.recompute = GK_NN_RECOMPUTE_NONE;
+			else if (!strcmp(optarg, "gelu")) o.recompute = GK_NN_RECOMPUTE_GELU;
+			else if (!strcmp(optarg, "layer")) o.recompute = GK_NN_RECOMPUTE_LAYER;
+			else gk_cli_usage_error(&cli, "--recompute '%s': none, gelu or layer", optarg);
+			break;
+		case OPT_THREADS: o.threads = (int)gk_cli_i64(&cli, "--threads", optarg, 1, 4096); break;
+		case OPT_STEPS: o.steps = gk_cli_i64(&cli, "--steps", optarg, 0, INT64_MAX / 2); break;
+		case OPT_UNTIL: o.until = gk_cli_i64(&cli, "--until", optarg, 1, INT64_MAX / 2); break;
+		case OPT_LR: o.sched.lr = num("--lr", optarg, 0, 10); break;
+		case OPT_MINLR: o.sched.min_lr = num("--min-lr", optarg, 0, 10); break;
+		case OPT_WARMUP: o.sched.warmup = gk_cli_i64(&cli, "--warmup", optarg, 0, INT64_MAX / 2); break;
+		case OPT_SCHED: {
+			int k = gk_nn_sched_parse(optarg);
+			if (k < 0)
+				gk_cli_usage_error(&cli, "--schedule '%s': cosine, linear or constant", optarg);
+			o.sched.kind = (gk_nn_sched_kind)k;
+			break;
+		}
+		case OPT_CLIP: o.clip = num("--clip", optarg, 0, 1e30); break;
+		case OPT_BETA1: o.adamw.beta1 = (float)num("--beta1", optarg, 0, 0.999999); break;
+		case OPT_BETA2: o.adamw.beta2 = (float)num("--beta2", optarg, 0, 0.999999); break;
+		case OPT_EPS: o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
+		case OPT_WD: o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
+		case OPT_SKIPNF: o.skip_nonfinite = 1; break;
+		case OPT_ZERO: o.zero = (int)gk_cli_i64(&cli, "--zero", optarg, 0, 1); break;
+		case OPT_COMPRESS: {
+			int k = gk_comm_compress_parse(optarg);
+			if (k < 0)
+				gk_cli_usage_error(&cli, "--compress '%s': none, bf16, f16 or int8", optarg);
+			o.compress = (gk_comm_compress)k;
+			break;
+		}
+		case OPT_BUCKET: o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg); break;
+		case OPT_NOOVERLAP: o.overlap = 0; break;
+		case OPT_CKDIR: o.ckpt_dir = optarg; break;
+		case OPT_CKEVERY: o.ckpt_every = gk_cli_i64(&cli, "--ckpt-every", optarg, 1, INT64_MAX / 2); break;
+		case OPT_RESUME: o.resume = 1; break;
+		case OPT_EVEVERY: o.eval_every = gk_cli_i64(&cli, "--eval-every", optarg, 1, INT64_MAX / 2); break;
+		case OPT_EVBATCH: o.eval_batches = gk_cli_i64(&cli, "--eval-batches", optarg, 0, INT64_MAX / 2); break;
+		case OPT_EVONLY: o.eval_only = 1; break;
+		case OPT_SAMPLE: sample = gk_cli_i64(&cli, "--sample", optarg, 1, 1 << 20); break;
+		case OPT_TEMP: temperature = num("--temperature", optarg, 0, 100); break;
+		case OPT_TOPK: top_k = gk_cli_i64(&cli, "--top-k", optarg, 0, 1 << 24); break;
+		default:
+			gk_cli_usage_error(&cli, "unknown option");
+		}
+	}
+	if (optind < argc)
+		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+	const char *eval_src = o.val_data ? o.val_data : o.data;
+	if (!o.data && !(o.eval_only && eval_src))
+		gk_cli_usage_error(&cli, "--data is required");
+	if (o.resume && !o.ckpt_dir)
+		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
+	if (o.zero && o.compress)
+		gk_cli_usage_error(&cli, "--compress works with --zero 0 only (compressed allreduce)");
+	if (o.sched.min_lr < 0)
+		o.sched.min_lr = o.sched.lr / 10;
+	o.sched.steps = o.steps;
+
+	/* The model's shape: config.json, then the flags over it. */
+	if (config && gk_nn_config_load(&o.cfg, config, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	if (config || shape.layers || shape.hidden || shape.heads || shape.vocab || shape.positions) {
+		if (!config)
+			o.cfg = (gk_nn_config){.layers = 12, .hidden = 768, .heads = 12,
+					       .vocab = GK_NN_BYTE_VOCAB, .positions = 1024,
+					       .ln_eps = 1e-5f};
+		if (shape.layers) o.cfg.layers = shape.layers;
+		if (shape.hidden) o.cfg.hidden = shape.hidden;
+		if (shape.heads) o.cfg.heads = shape.heads;
+		if (shape.vocab) o.cfg.vocab = shape.vocab;
+		if (shape.positions) o.cfg.positions = shape.positions;
+		o.have_config = 1;
+		if (gk_nn_config_finish(&o.cfg, &err) < 0)
+			return gk_cli_fail(&cli, &err);
+	} else if (!o.init_from && !o.resume) {
+		o.cfg = (gk_nn_config){.layers = 12, .hidden = 768, .heads = 12,
+				       .vocab = GK_NN_BYTE_VOCAB, .positions = 1024, .ln_eps = 1e-5f};
+		o.have_config = 1;
+		if (gk_nn_config_finish(&o.cfg, &err) < 0)
+			return gk_cli_fail(&cli, &err);
+	}
+	if (!seq_set)
+		o.seq = o.have_config ? (int)o.cfg.positions : 0;
+
+	if (dump) {
+		if (!seq_set && !o.have_config)
+			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");
+		gk_nn_data_opts d = {.shuffle = o.shuffle, .seed = o.seed,
+				     .vocab = o.have_config ? o.cfg.vocab : GK_NN_BYTE_VOCAB,
+				     .eot = o.eot, .batch = o.batch, .seq = o.seq};
+		return gk_cli_finish(&cli, dump_data(o.data, &d, dump));
+	}
+
+	/*
+	 * lib/core removes temp files when a signal kills the process, with
+	 * handlers it installs on first use; install them now and ours over
+	 * them, so a signal always reaches the trainer (which stops cleanly
+	 * and leaves no temp files). A shell starts background jobs with
+	 * SIGINT ignored: a handler undoes that too.
+	 */
+	gk_cleanup_forget(gk_cleanup_on_signal("/nonexistent"));
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	o.stop = &stop_flag;
+	const char *delay = getenv("GPUKIT_TEST_CKPT_DELAY_MS");
+	if (delay && gk_parse_int(delay, 0, 3600000, &o.ckpt_delay_ms,
+				  "GPUKIT_TEST_CKPT_DELAY_MS", &err) < 0)
+		return gk_cli_fail(&cli, &err);
+
+	gk_nn_trainer *t = NULL;
+	if (gk_nn_trainer_new(&t, &o, &err) < 0) {
+		/* seq defaults to a checkpoint's positions: known only now */
+		int rc = gk_cli_fail(&cli, &err);
+		gk_nn_trainer_abort(t, rc);
+		gk_nn_trainer_free(t);
+		return rc;
+	}
+	int rank = gk_nn_trainer_rank(t), rc = 0;
+	const gk_nn_config *cfg = gk_nn_trainer_config(t);
+	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
+	gk_nn_model *m = gk_nn_trainer_model(t);
+	if (rank == 0) {
+		size_t np = gk_nn_nparams(m);
+		if (cli.json) {
+			json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
+					      "event", "start", "layers", (json_int_t)cfg->layers,
+					      "hidden", (json_int_t)cfg->hidden, "heads",
+					      (json_int_t)cfg->heads, "vocab", (json_int_t)cfg->vocab,
+					      "positions", (json_int_t)cfg->positions, "params",
+					      (json_int_t)np, "world", gk_nn_trainer_world(t), "batch",
+					      o.batch, "seq", o.seq, "grad_accum", o.grad_accum, "zero", o.zero);
+			print_mem(mem, j);
+			emit(j);
+		} else if (!cli.quiet) {
+			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
+			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s\n",
+			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
+			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "");
+			print_mem(mem, NULL);
+		}
+	}
+	if (o.eval_only) {
+		double loss;
+		int64_t nb;
+		if (gk_nn_trainer_eval(t, eval_src, o.eval_batches, &loss, &nb, &err) < 0)
+			goto fail;
+		if (rank == 0) {
+			if (cli.json)
+				emit(json_pack("{s:s,s:o,s:I,s:I}", "event", "eval", "loss", jnum(loss),
+					       "batches", (json_int_t)nb, "tokens",
+					       (json_int_t)(nb * o.batch * o.seq)));
+			else
+				printf("loss %.6f over %" PRId64 " micro-batches of %d x %d tokens\n",
+				       loss, nb, o.batch, o.seq);
+		}
+	} else {
+		out_ctx ctx = {mem, o.steps};
+		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx};
+		gk_nn_train_summary s;
+		if (gk_nn_trainer_run(t, &h, &s, &err) < 0)
+			goto fail;
+		if (rank == 0) {
+			const char *why = s.stopped == 1 ? "signal (checkpointed)" :
+					  s.stopped == 2 ? "interrupt" : "done";
+			if (cli.json) {
+				json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
+						      "summary", "step", (json_int_t)s.step, "steps",
+						      (json_int_t)s.steps, "tokens", (json_int_t)s.tokens,
+						      "seconds", s.seconds, "loss", jnum(s.last_loss), "stopped",
+						      why, "skipped", (json_int_t)s.skipped);
+				if (!isnan(s.min_loss))
+					json_object_set_new(j, "min_loss", jnum(s.min_loss));
+				if (s.val_loss != 0)
+					json_object_set_new(j, "val_loss", jnum(s.val_loss));
+				if (s.data_note)
+					json_object_set_new(j, "note", json_string(s.data_note));
+				emit(j);
+			} else if (!cli.quiet) {
+				printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
+				       "loss %.4f, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
+				       s.seconds > 0 ? (double)o.batch * o.seq * o.grad_accum *
+							       gk_nn_trainer_world(t) * s.steps / s.seconds : 0,
+				       s.last_loss, s.skipped, why);
+				if (s.val_loss != 0)
+					printf("val loss %.4f\n", s.val_loss);
+				if (s.data_note)
+					printf("note: %s\n", s.data_note);
+			}
+		}
+		if (s.stopped == 2)
+			rc = 130;
+	}
+	if (sample && rank == 0 && rc == 0) {
+		int32_t *tok = malloc((size_t)sample * sizeof(int32_t));
+		int32_t eot = o.eot >= 0 ? o.eot : (int32_t)(cfg->vocab - 1);
+		if (!tok || gk_nn_sample(m, o.batch, o.seq, eot, (int)sample, temperature,
+					 (int)top_k, o.seed, tok, &err) < 0) {
+			free(tok);
+			if (!err.msg[0])
+				gk_err_sys(&err, ENOMEM, "sample");
+			goto fail;
+		}
+		/* The byte vocabulary decodes to text; others print ids. */
+		char *txt = malloc((size_t)sample * 12 + 1);
+		size_t n = 0;
+		for (int64_t i = 0; txt && i < sample; i++) {
+			if (cfg->vocab == GK_NN_BYTE_VOCAB)
+				txt[n++] = tok[i] == GK_NN_BYTE_EOT ? '\n' : (char)tok[i];
+			else
+				n += (size_t)sprintf(txt + n, "%s%d", i ? " " : "", tok[i]);
+		}
+		if (txt) {
+			if (cli.json) {
+				json_t *j = json_object();
+				json_object_set_new(j, "event", json_string("sample"));
+				json_t *tx = json_stringn(txt, n);
+				json_object_set_new(j, "text", tx ? tx : json_string("(not UTF-8)"));
+				emit(j);
+			} else {
+				fwrite(txt, 1, n, stdout);
+				putchar('\n');
+			}
+		}
+		free(txt);
+		free(tok);
+	}
+	gk_nn_trainer_free(t);
+	return gk_cli_finish(&cli, rc);
+fail:
+	rc = gk_cli_fail(&cli, &err);
+	gk_nn_trainer_abort(t, rc);
+	gk_nn_trainer_free(t);
+	return gk_cli_finish(&cli, rc);
+}

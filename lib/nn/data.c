@@ -1,0 +1,608 @@
+/*
+ * data.c - the trainer's token stream: micro-batches of B rows of T+1
+ * tokens from shards (.txt / .npy members) or from llm.c / nanoGPT .bin
+ * token files, with the exact position kept for checkpoints.
+ *
+ * The windowing is described in gpu-train(1), "DATA"; in short, a rank
+ * reads its stream from a head position h: row b of a micro-batch is
+ * tokens [h + b*T, h + b*T + T + 1), inputs the first T, targets the last
+ * T, and h then moves on by B*T (llm.c's dataloader: every token is a
+ * target once).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "nn/nn.h"
+#include "shard/shard.h"
+
+/* llm.c's token file header: 256 int32, magic, version, token count. */
+#define LLMC_MAGIC 20240520
+#define LLMC_HEADER 1024
+
+/* ---- .npy --------------------------------------------------------------------- */
+
+/* Skip spaces in a Python literal. */
+static const char *npy_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n'))
+		p++;
+	return p;
+}
+
+/* A quoted Python string at p: its body in [*s, *s + *n). */
+static const char *npy_str(const char *p, const char *end, const char **s,
+			   size_t *n)
+{
+	if (p >= end || (*p != '\'' && *p != '"'))
+		return NULL;
+	char q = *p++;
+	const char *b = p;
+	while (p < end && *p != q)
+		p++;
+	if (p >= end)
+		return NULL;
+	*s = b;
+	*n = (size_t)(p - b);
+	return p + 1;
+}
+
+int gk_nn_npy_parse(const void *buf, size_t len, gk_nn_npy *out, gk_err *err)
+{
+	const unsigned char *u = buf;
+	memset(out, 0, sizeof(*out));
+	if (len < 10 || memcmp(u, "\x93NUMPY", 6) != 0)
+		return gk_errf(err, "not a .npy file (no \\x93NUMPY magic)");
+	/* reference: numpy/lib/format.py (versions 1.0, 2.0, 3.0) */
+	size_t hlen, pre;
+	if (u[6] == 1) {
+		hlen = (size_t)u[8] | (size_t)u[9] << 8;
+		pre = 10;
+	} else if (u[6] == 2 || u[6] == 3) {
+		if (len < 12)
+			return gk_errf(err, "truncated .npy header");
+		hlen = (size_t)u[8] | (size_t)u[9] << 8 | (size_t)u[10] << 16 |
+		       (size_t)u[11] << 24;
+		pre = 12;
+	} else {
+		return gk_errf(err, ".npy version %u.%u is not supported", u[6], u[7]);
+	}
+	if (hlen > len - pre)
+		return gk_errf(err, "truncated .npy header");
+	const char *p = (const char *)u + pre, *end = p + hlen;
+	int have_descr = 0, have_fortran = 0, have_shape = 0;
+	p = npy_ws(p, end);
+	if (p >= end || *p++ != '{')
+		return gk_errf(err, ".npy header is not a dictionary");
+	for (;;) {
+		p = npy_ws(p, end);
+		if (p < end && *p == '}')
+			break;
+		const char *k;
+		size_t kn;
+		if (!(p = npy_str(p, end, &k, &kn)))
+			return gk_errf(err, ".npy header: bad key");
+		p = npy_ws(p, end);
+		if (p >= end || *p++ != ':')
+			return gk_errf(err, ".npy header: ':' expected");
+		p = npy_ws(p, end);
+		if (kn == 5 && !memcmp(k, "descr", 5)) {
+			const char *d;
+			size_t dn;
+			if (!(p = npy_str(p, end, &d, &dn)))
+				return gk_errf(err, ".npy header: descr is not a string");
+			if (dn == 3 && !memcmp(d, "<u2", 3))
+				out->itemsize = 2, out->is_signed = 0;
+			else if (dn == 3 && !memcmp(d, "<i4", 3))
+				out->itemsize = 4, out->is_signed = 1;
+			else
+				return gk_errf(err, ".npy dtype '%.*s' is not a token type (<u2 or <i4)",
+					       (int)dn, d);
+			have_descr = 1;
+		} else if (kn == 13 && !memcmp(k, "fortran_order", 13)) {
+			if ((size_t)(end - p) >= 5 && !memcmp(p, "False", 5))
+				p += 5;
+			else if ((size_t)(end - p) >= 4 && !memcmp(p, "True", 4))
+				return gk_errf(err, ".npy array is in Fortran order");
+			else
+				return gk_errf(err, ".npy header: bad fortran_order");
+			have_fortran = 1;
+		} else if (kn == 5 && !memcmp(k, "shape", 5)) {
+			if (p >= end || *p++ != '(')
+				return gk_errf(err, ".npy header: shape is not a tuple");
+			int dims = 0;
+			uint64_t n = 0;
+			for (;;) {
+				p = npy_ws(p, end);
+				if (p < end && *p == ')') {
+					p++;
+					break;
+				}
+				if (p >= end || *p < '0' || *p > '9')
+					return gk_errf(err, ".npy header: bad shape");
+				uint64_t v = 0;
+				while (p < end && *p >= '0' && *p <= '9') {
+					if (v > (UINT64_MAX - 9) / 10)
+						return gk_errf(err, ".npy header: shape too large");
+					v = v * 10 + (uint64_t)(*p++ - '0');
+				}
+				n = v;
+				dims++;
+				p = npy_ws(p, end);
+				if (p < end && *p == ',')
+					p++;
+			}
+			if (dims != 1)
+				return gk_errf(err, ".npy array has %d dimensions, not 1", dims);
+			out->count = n;
+			have_shape = 1;
+		} else {
+			return gk_errf(err, ".npy header: unknown key '%.*s'", (int)kn, k);
+		}
+		p = npy_ws(p, end);
+		if (p < end && *p == ',')
+			p++;
+		else if (p < end && *p == '}')
+			break;
+		else
+			return gk_errf(err, ".npy header: ',' or '}' expected");
+	}
+	if (!have_descr || !have_fortran || !have_shape)
+		return gk_errf(err, ".npy header lacks %s", !have_descr ? "descr" :
+			       !have_fortran ? "fortran_order" : "shape");
+	uint64_t bytes;
+	if (gk_mul_overflow(out->count, (uint64_t)out->itemsize, &bytes) ||
+	    bytes != len - pre - hlen)
+		return gk_errf(err, ".npy data is %zu bytes, the header says %" PRIu64
+			       " elements of %d bytes", len - pre - hlen, out->count,
+			       out->itemsize);
+	out->data = (const unsigned char *)buf + pre + hlen;
+	return 0;
+}
+
+/* ---- the stream ------------------------------------------------------------------ */
+
+/* A .bin token file, mapped. */
+typedef struct binfile {
+	char *path;
+	const unsigned char *map;
+	size_t maplen;
+	const uint16_t *tok; /* little-endian uint16 tokens */
+	uint64_t n;
+	int llmc;
+} binfile;
+
+/* A sample whose tokens are (partly) in the buffer: the dataset state
+ * that re-reads it, and where its tokens start in buf (may be < 0 once
+ * its head was compacted away). */
+typedef struct pending {
+	gk_shard_state st;
+	int64_t start, len; /* len: tokens including the end-of-text */
+} pending;
+
+struct gk_nn_data {
+	gk_nn_data_opts o;
+	int bin;
+	/* .bin */
+	binfile *files;
+	size_t nfiles;
+	uint64_t total;   /* tokens in all files */
+	uint64_t micro;   /* micro-batches this rank has taken in this epoch */
+	uint64_t epoch;
+	/* shards */
+	gk_shard_dataset *ds;
+	int32_t *buf;     /* tokens read and not yet passed by the head */
+	size_t len, cap;  /* buf[0..len) */
+	size_t head;      /* next window starts at buf[head] */
+	pending *q;       /* samples in buf, oldest first */
+	size_t nq, qcap;
+	int ended;        /* no loop and the epoch ended */
+};
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int bin_map(binfile *f, const char *path, gk_err *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	struct stat sb;
+	if (fstat(fd, &sb) < 0) {
+		int e = errno;
+		close(fd);
+		return gk_err_sys(err, e, "stat '%s'", path);
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return gk_errf(err, "read '%s': not a regular file", path);
+	}
+	f->maplen = (size_t)sb.st_size;
+	if (f->maplen) {
+		void *m = mmap(NULL, f->maplen, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m == MAP_FAILED) {
+			int e = errno;
+			close(fd);
+			return gk_err_sys(err, e, "mmap '%s'", path);
+		}
+		f->map = m;
+	}
+	close(fd);
+	if (!(f->path = strdup(path)))
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	/*
+	 * llm.c writes a 1024-byte header (int32 magic 20240520, version 1,
+	 * token count) before uint16 tokens; nanoGPT's prepare.py writes the
+	 * raw uint16 array. A file is llm.c's when it starts with the magic
+	 * and its size is exactly the header plus the count's tokens;
+	 * anything else with an even size is nanoGPT's.
+	 */
+	if (f->maplen >= LLMC_HEADER) {
+		int32_t h[3];
+		memcpy(h, f->map, sizeof(h));
+		if (h[0] == LLMC_MAGIC) {
+			if (h[1] != 1)
+				return gk_errf(err, "read '%s': llm.c token file version %d (only 1, uint16 tokens, is supported)",
+					       path, h[1]);
+			if (h[2] < 0 || (uint64_t)h[2] * 2 + LLMC_HEADER != f->maplen)
+				return gk_errf(err, "read '%s': llm.c header says %d tokens, the file holds %zu bytes after the header",
+					       path, h[2], f->maplen - LLMC_HEADER);
+			f->llmc = 1;
+			f->tok = (const uint16_t *)(f->map + LLMC_HEADER);
+			f->n = (uint64_t)h[2];
+			return 0;
+		}
+	}
+	if (f->maplen % 2)
+		return gk_errf(err, "read '%s': odd size %zu: not a uint16 token file",
+			       path, f->maplen);
+	f->tok = (const uint16_t *)f->map;
+	f->n = f->maplen / 2;
+	return 0;
+}
+
+static int bin_open(gk_nn_data *d, const gk_strlist *paths, gk_err *err)
+{
+	d->bin = 1;
+	if (!(d->files = calloc(paths->n, sizeof(*d->files))))
+		return gk_err_sys(err, ENOMEM, "open data");
+	for (size_t i = 0; i < paths->n; i++) {
+		d->nfiles++;
+		if (bin_map(&d->files[i], paths->v[i], err) < 0)
+			return -1;
+		binfile *f = &d->files[i];
+		for (uint64_t j = 0; j < f->n; j++)
+			if (f->tok[j] >= d->o.vocab)
+				return gk_errf(err, "token file '%s' token %" PRIu64 ": id %u is not below the vocabulary size %" PRId64,
+					       f->path, j, f->tok[j], d->o.vocab);
+		d->total += f->n;
+	}
+	uint64_t need = (uint64_t)d->o.batch * (uint64_t)d->o.seq * (uint64_t)d->o.world + 1;
+	if (d->total < need)
+		return gk_errf(err, "data '%s': %" PRIu64 " tokens, fewer than one global micro-batch needs (%" PRIu64 ")",
+			       paths->v[0], d->total, need);
+	return 0;
+}
+
+/* Token number i of the concatenated files. */
+static int32_t bin_token(const gk_nn_data *d, uint64_t i)
+{
+	for (size_t k = 0; k < d->nfiles; k++) {
+		if (i < d->files[k].n) {
+			uint16_t t;
+			memcpy(&t, d->files[k].tok + i, 2);
+			return t;
+		}
+		i -= d->files[k].n;
+	}
+	return -1;
+}
+
+static int bin_next(gk_nn_data *d, int32_t *in, int32_t *tg, gk_err *err)
+{
+	uint64_t bt = (uint64_t)d->o.batch * (uint64_t)d->o.seq;
+	uint64_t start = (d->micro * (uint64_t)d->o.world + (uint64_t)d->o.rank) * bt;
+	/* A new epoch when the global micro-batch would not fit whole. */
+	if ((d->micro * (uint64_t)d->o.world + (uint64_t)d->o.world) * bt + 1 > d->total) {
+		if (!d->o.loop)
+			return 0;
+		d->epoch++;
+		d->micro = 0;
+		start = (uint64_t)d->o.rank * bt;
+	}
+	/* Sequential reads through the file list; rows overlap by one token. */
+	for (int b = 0; b < d->o.batch; b++) {
+		uint64_t p = start + (uint64_t)b * (uint64_t)d->o.seq;
+		for (int t = 0; t < d->o.seq; t++) {
+			in[b * d->o.seq + t] = bin_token(d, p + (uint64_t)t);
+			tg[b * d->o.seq + t] = bin_token(d, p + (uint64_t)t + 1);
+		}
+	}
+	d->micro++;
+	(void)err;
+	return 1;
+}
+
+/* Append the tokens of one sample (plus end-of-text) to the buffer. */
+static int shard_fill(gk_nn_data *d, gk_err *err)
+{
+	const gk_shard_sample *s;
+	gk_shard_state st;
+	gk_shard_dataset_state(d->ds, &st);
+	int r = gk_shard_dataset_next(d->ds, &s, err);
+	if (r <= 0)
+		return r;
+	const gk_shard_member *npy = NULL, *txt = NULL;
+	for (size_t i = 0; i < s->n; i++) {
+		if (!strcmp(s->m[i].ext, "npy"))
+			npy = &s->m[i];
+		else if (!strcmp(s->m[i].ext, "txt"))
+			txt = &s->m[i];
+	}
+	const gk_shard_manifest *man = gk_shard_dataset_manifest(d->ds);
+	const char *shard = s->shard < man->n ? man->v[s->shard].path : "?";
+	if (!npy && !txt)
+		return gk_errf(err, "shard '%s' sample '%s': no .txt or .npy member",
+			       shard, s->key);
+	gk_nn_npy a = {0};
+	uint64_t n;
+	if (npy) {
+		if (gk_nn_npy_parse(npy->data, npy->size, &a, err) < 0)
+			return gk_err_prefix(err, "shard '%s' sample '%s'", shard, s->key);
+		n = a.count;
+	} else {
+		n = txt->size;
+	}
+	if (n > (uint64_t)INT64_MAX / 8)
+		return gk_errf(err, "shard '%s' sample '%s': too many tokens", shard, s->key);
+	if (GK_GROW(d->buf, d->cap, d->len + (size_t)n + 1, "token buffer", err) < 0 ||
+	    GK_GROW(d->q, d->qcap, d->nq + 1, "token buffer", err) < 0)
+		return -1;
+	int32_t *o = d->buf + d->len;
+	for (uint64_t i = 0; i < n; i++) {
+		int64_t t;
+		if (!npy) {
+			t = ((const unsigned char *)txt->data)[i];
+		} else if (a.itemsize == 2) {
+			uint16_t v;
+			memcpy(&v, a.data + 2 * i, 2);
+			t = v;
+		} else {
+			int32_t v;
+			memcpy(&v, a.data + 4 * i, 4);
+			t = v;
+		}
+		if (t < 0 || t >= d->o.vocab)
+			return gk_errf(err, "shard '%s' sample '%s': token %" PRIu64 " is %" PRId64 ", not in [0, %" PRId64 ") (the vocabulary)",
+				       shard, s->key, i, t, d->o.vocab);
+		o[i] = (int32_t)t;
+	}
+	o[n] = d->o.eot;
+	d->q[d->nq++] = (pending){st, (int64_t)d->len, (int64_t)n + 1};
+	d->len += (size_t)n + 1;
+	return 1;
+}
+
+static int shard_next(gk_nn_data *d, int32_t *in, int32_t *tg, gk_err *err)
+{
+	size_t bt = (size_t)d->o.batch * (size_t)d->o.seq;
+	while (d->len - d->head < bt + 1) {
+		if (d->ended)
+			return 0;
+		int r = shard_fill(d, err);
+		if (r < 0)
+			return -1;
+		if (r == 0) {
+			d->ended = 1;
+			return 0;
+		}
+	}
+	for (int b = 0; b < d->o.batch; b++) {
+		const int32_t *row = d->buf + d->head + (size_t)b * (size_t)d->o.seq;
+		memcpy(in + (size_t)b * (size_t)d->o.seq, row, (size_t)d->o.seq * 4);
+		memcpy(tg + (size_t)b * (size_t)d->o.seq, row + 1, (size_t)d->o.seq * 4);
+	}
+	d->head += bt;
+	/* Forget samples wholly behind the head; compact when half is dead. */
+	size_t drop = 0;
+	while (drop < d->nq && d->q[drop].start + d->q[drop].len <= (int64_t)d->head)
+		drop++;
+	memmove(d->q, d->q + drop, (d->nq - drop) * sizeof(*d->q));
+	d->nq -= drop;
+	if (d->head > d->len / 2 && d->head > 4096) {
+		size_t h = d->head;
+		memmove(d->buf, d->buf + h, (d->len - h) * sizeof(*d->buf));
+		d->len -= h;
+		d->head = 0;
+		for (size_t i = 0; i < d->nq; i++)
+			d->q[i].start -= (int64_t)h;
+	}
+	return 1;
+}
+
+int gk_nn_data_open(gk_nn_data **out, const char *source,
+		    const gk_nn_data_opts *o, gk_err *err)
+{
+	*out = NULL;
+	gk_nn_data *d = calloc(1, sizeof(*d));
+	if (!d)
+		return gk_err_sys(err, ENOMEM, "open data '%s'", source);
+	d->o = *o;
+	if (d->o.world < 1)
+		d->o.world = 1;
+	if (d->o.eot < 0)
+		d->o.eot = (int32_t)(d->o.vocab - 1);
+	if (d->o.batch < 1 || d->o.seq < 1 || d->o.vocab < 1 || d->o.eot >= d->o.vocab) {
+		free(d);
+		return gk_errf(err, "open data '%s': bad batch, sequence or vocabulary", source);
+	}
+	gk_strlist paths = {0};
+	if (gk_brace_expand(source, 0, &paths, err) < 0) {
+		free(d);
+		return -1;
+	}
+	int allbin = paths.n > 0;
+	for (size_t i = 0; i < paths.n; i++)
+		allbin &= ends_with(paths.v[i], ".bin");
+	int rc;
+	if (allbin) {
+		rc = bin_open(d, &paths, err);
+	} else {
+		gk_shard_dataset_opts so = {.rank = d->o.rank, .world = d->o.world,
+					    .shuffle = d->o.shuffle, .seed = d->o.seed,
+					    .prefetch = 64, .loop = d->o.loop};
+		rc = gk_shard_dataset_open(&d->ds, source, &so, err);
+		if (rc == 0 && gk_shard_dataset_len(d->ds) == 0)
+			rc = gk_errf(err, "data '%s': no samples for rank %d of %d",
+				     source, d->o.rank, d->o.world);
+	}
+	gk_strlist_free(&paths);
+	if (rc < 0) {
+		gk_nn_data_close(d);
+		return -1;
+	}
+	*out = d;
+	return 0;
+}
+
+int gk_nn_data_next(gk_nn_data *d, int32_t *inputs, int32_t *targets,
+		    gk_err *err)
+{
+	return d->bin ? bin_next(d, inputs, targets, err)
+		      : shard_next(d, inputs, targets, err);
+}
+
+int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len)
+{
+	if (d->bin)
+		return snprintf(buf, len,
+				"{\"kind\":\"bin\",\"epoch\":%" PRIu64 ",\"micro\":%" PRIu64
+				",\"rank\":%d,\"world\":%d,\"tokens\":%" PRIu64 "}",
+				d->epoch, d->micro, d->o.rank, d->o.world,
+				d->micro * (uint64_t)d->o.world * (uint64_t)d->o.batch *
+					(uint64_t)d->o.seq);
+	gk_shard_state st;
+	int64_t skip = 0;
+	if (d->nq) {
+		st = d->q[0].st;
+		skip = (int64_t)d->head - d->q[0].start;
+	} else {
+		gk_shard_dataset_state(d->ds, &st);
+		skip = (int64_t)d->head - (int64_t)d->len; /* 0: nothing pending */
+	}
+	char s[256];
+	gk_shard_state_format(&st, s, sizeof(s));
+	return snprintf(buf, len, "{\"kind\":\"shard\",\"shard\":%s,\"skip\":%" PRId64 "}",
+			s, skip);
+}
+
+int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
+{
+	json_t *j = gk_json_load_buf(json, strlen(json), "data state", err);
+	if (!j)
+		return -1;
+	int rc = -1;
+	const char *kind;
+	if (gk_json_get_str(j, "kind", &kind, err) < 0)
+		goto out;
+	if (!strcmp(kind, "bin") != !!d->bin) {
+		gk_errf(err, "data state: saved for %s data, this run reads %s",
+			kind, d->bin ? "token files" : "shards");
+		goto out;
+	}
+	if (d->bin) {
+		int64_t epoch, tokens;
+		if (gk_json_get_int(j, "epoch", &epoch, err) < 0 ||
+		    gk_json_get_int(j, "tokens", &tokens, err) < 0)
+			goto out;
+		if (epoch < 0 || tokens < 0) {
+			gk_errf(err, "data state: negative position");
+			goto out;
+		}
+		/*
+		 * The global position in tokens is what every world size
+		 * shares: micro-batches of this world resume from it (rounded
+		 * down to a whole global micro-batch when the shape changed).
+		 */
+		uint64_t g = (uint64_t)d->o.world * (uint64_t)d->o.batch * (uint64_t)d->o.seq;
+		d->epoch = (uint64_t)epoch;
+		d->micro = (uint64_t)tokens / g;
+		rc = 0;
+		goto out;
+	}
+	json_t *sj = json_object_get(j, "shard");
+	int64_t skip;
+	if (!json_is_object(sj)) {
+		gk_errf(err, "data state: no shard state");
+		goto out;
+	}
+	if (gk_json_get_int(j, "skip", &skip, err) < 0)
+		goto out;
+	char *s = json_dumps(sj, JSON_COMPACT);
+	gk_shard_state st;
+	int r = s ? gk_shard_state_parse(s, &st, err) : gk_errf(err, "data state: out of memory");
+	free(s);
+	if (r < 0 || gk_shard_dataset_restore(d->ds, &st, err) < 0)
+		goto out;
+	d->len = d->head = d->nq = 0;
+	d->ended = 0;
+	/* Re-read the samples the saved head lay in, then skip to it. */
+	while ((int64_t)d->len < skip + 1) {
+		int f = shard_fill(d, err);
+		if (f < 0)
+			goto out;
+		if (f == 0)
+			break;
+	}
+	if ((int64_t)d->len < skip) {
+		gk_errf(err, "data state: position past the end of the data");
+		goto out;
+	}
+	d->head = (size_t)skip;
+	rc = 0;
+out:
+	json_decref(j);
+	return rc;
+}
+
+uint64_t gk_nn_data_epoch(const gk_nn_data *d)
+{
+	if (d->bin)
+		return d->epoch;
+	gk_shard_state st;
+	if (d->nq)
+		return d->q[0].st.epoch;
+	gk_shard_dataset_state(d->ds, &st);
+	return st.epoch;
+}
+
+int gk_nn_data_is_bin(const gk_nn_data *d)
+{
+	return d->bin;
+}
+
+void gk_nn_data_close(gk_nn_data *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->nfiles; i++) {
+		if (d->files[i].map)
+			munmap((void *)d->files[i].map, d->files[i].maplen);
+		free(d->files[i].path);
+	}
+	free(d->files);
+	gk_shard_dataset_close(d->ds);
+	free(d->buf);
+	free(d->q);
+	free(d);
+}

@@ -1,0 +1,717 @@
+/*
+ * gpt.c - GPT-2's configuration, parameter table, buffers, initialisation
+ * and checkpoint loading.
+ *
+ * reference: transformers/models/gpt2/modeling_gpt2.py (names, Conv1D
+ * (in, out) weights, tied lm_head) and configuration_gpt2.py.
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ckpt/ckpt.h"
+#include "mem/mem.h"
+#include "nn/internal.h"
+
+/* Bounds that keep every size product far from overflow. */
+#define MAX_LAYERS 1024
+#define MAX_HIDDEN 65536
+#define MAX_VOCAB (1 << 24)
+#define MAX_POSITIONS (1 << 20)
+
+int gk_nn_config_finish(gk_nn_config *c, gk_err *err)
+{
+	if (c->layers < 1 || c->layers > MAX_LAYERS)
+		return gk_errf(err, "model config 'n_layer': %lld: not in "
+			       "1..%d", (long long)c->layers, MAX_LAYERS);
+	if (c->hidden < 1 || c->hidden > MAX_HIDDEN)
+		return gk_errf(err, "model config 'n_embd': %lld: not in 1..%d",
+			       (long long)c->hidden, MAX_HIDDEN);
+	if (c->heads < 1 || c->heads > c->hidden || c->hidden % c->heads)
+		return gk_errf(err, "model config 'n_head': %lld: does not "
+			       "divide n_embd %lld", (long long)c->heads,
+			       (long long)c->hidden);
+	if (c->vocab < 1 || c->vocab > MAX_VOCAB)
+		return gk_errf(err, "model config 'vocab_size': %lld: not in "
+			       "1..%d", (long long)c->vocab, MAX_VOCAB);
+	if (c->positions < 1 || c->positions > MAX_POSITIONS)
+		return gk_errf(err, "model config 'n_positions': %lld: not in "
+			       "1..%d", (long long)c->positions, MAX_POSITIONS);
+	if (!(c->ln_eps > 0.0f && c->ln_eps < 1.0f))
+		return gk_errf(err, "model config 'layer_norm_epsilon': %g: "
+			       "not in (0, 1)", (double)c->ln_eps);
+	/* 128: rows of the LM head in whole SIMD/tensor-core tiles (llm.c) */
+	c->vocab_pad = (c->vocab + 127) / 128 * 128;
+	return 0;
+}
+
+/* Keys whose other values change GPT-2's arithmetic, so must be refused. */
+static int check_bool(const json_t *j, const char *path, const char *key,
+		      int want, gk_err *err)
+{
+	const json_t *v = json_object_get(j, key);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v) || json_is_true(v) != want)
+		return gk_errf(err, "config '%s': key '%s': only %s is "
+			       "supported", path, key, want ? "true" : "false");
+	return 0;
+}
+
+int gk_nn_config_load(gk_nn_config *c, const char *path, gk_err *err)
+{
+	gk_mem_model mm;
+	/* unknown keys allowed: transformers adds keys from release to
+	 * release, and the ones that matter are checked below */
+	if (gk_mem_model_from_config(&mm, path, 1, NULL, err) < 0)
+		return -1;
+	if (mm.arch != GK_MEM_ARCH_GPT2)
+		return gk_errf(err, "config '%s': model_type: only gpt2 is "
+			       "supported", path);
+	if (mm.ffn != 4 * mm.hidden)
+		return gk_errf(err, "config '%s': key 'n_inner': only 4 * "
+			       "n_embd is supported", path);
+	if (!mm.tied)
+		return gk_errf(err, "config '%s': key 'tie_word_embeddings': "
+			       "only true is supported", path);
+	json_t *j = gk_json_load_file(path, 1 << 24, err);
+	if (!j)
+		return -1;
+	int rc = -1;
+	memset(c, 0, sizeof(*c));
+	c->layers = mm.layers;
+	c->hidden = mm.hidden;
+	c->heads = mm.heads;
+	c->vocab = mm.vocab;
+	c->positions = mm.positions;
+	c->ln_eps = 1e-5f;
+	const json_t *v = json_object_get(j, "layer_norm_epsilon");
+	if (v) {
+		if (!json_is_number(v)) {
+			gk_errf(err, "config '%s': key 'layer_norm_epsilon': "
+				"not a number", path);
+			goto out;
+		}
+		c->ln_eps = (float)json_number_value(v);
+	}
+	v = json_object_get(j, "activation_function");
+	if (v && (!json_is_string(v) ||
+		  strcmp(json_string_value(v), "gelu_new") != 0)) {
+		gk_errf(err, "config '%s': key 'activation_function': only "
+			"gelu_new is supported", path);
+		goto out;
+	}
+	if (check_bool(j, path, "scale_attn_weights", 1, err) ||
+	    check_bool(j, path, "scale_attn_by_inverse_layer_idx", 0, err))
+		goto out;
+	if (gk_nn_config_finish(c, err) < 0) {
+		gk_err_prefix(err, "config '%s'", path);
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(j);
+	return rc;
+}
+
+int gk_nn_config_save(const gk_nn_config *c, const char *path, gk_err *err)
+{
+	json_t *j = json_object();
+	json_t *arch = json_array();
+	if (!j || !arch) {
+		json_decref(j);
+		json_decref(arch);
+		return gk_err_sys(err, ENOMEM, "write '%s'", path);
+	}
+	json_array_append_new(arch, json_string("GPT2LMHeadModel"));
+	json_object_set_new(j, "activation_function", json_string("gelu_new"));
+	json_object_set_new(j, "architectures", arch);
+	/* trained without dropout; 0 keeps a fine-tune from adding it */
+	json_object_set_new(j, "attn_pdrop", json_real(0.0));
+	json_object_set_new(j, "bos_token_id", json_integer(c->vocab - 1));
+	json_object_set_new(j, "embd_pdrop", json_real(0.0));
+	json_object_set_new(j, "eos_token_id", json_integer(c->vocab - 1));
+	json_object_set_new(j, "initializer_range", json_real(0.02));
+	/* the float as written by Python: shortest repr of the f32 value */
+	char eps[32];
+	snprintf(eps, sizeof(eps), "%.9g", (double)c->ln_eps);
+	json_object_set_new(j, "layer_norm_epsilon", json_real(strtod(eps, NULL)));
+	json_object_set_new(j, "model_type", json_string("gpt2"));
+	json_object_set_new(j, "n_ctx", json_integer(c->positions));
+	json_object_set_new(j, "n_embd", json_integer(c->hidden));
+	json_object_set_new(j, "n_head", json_integer(c->heads));
+	json_object_set_new(j, "n_inner", json_null());
+	json_object_set_new(j, "n_layer", json_integer(c->layers));
+	json_object_set_new(j, "n_positions", json_integer(c->positions));
+	json_object_set_new(j, "resid_pdrop", json_real(0.0));
+	json_object_set_new(j, "scale_attn_by_inverse_layer_idx", json_false());
+	json_object_set_new(j, "scale_attn_weights", json_true());
+	json_object_set_new(j, "tie_word_embeddings", json_true());
+	json_object_set_new(j, "vocab_size", json_integer(c->vocab));
+	int rc = gk_json_write_file(path, j, err);
+	json_decref(j);
+	return rc;
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
+static size_t add(gk_nn_tensor *t, size_t *n, size_t *off, const char *name,
+		  int ndim, int64_t d0, int64_t d1, size_t numel)
+{
+	gk_nn_tensor *x = &t[(*n)++];
+	snprintf(x->name, sizeof(x->name), "%s", name);
+	x->ndim = ndim;
+	x->shape[0] = d0;
+	x->shape[1] = ndim == 2 ? d1 : 0;
+	x->off = *off;
+	x->numel = numel ? numel : (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	x->decay = ndim == 2;
+	*off += x->numel;
+	return x->off;
+}
+
+static int build_table(gk_nn_model *m, gk_err *err)
+{
+	const gk_nn_config *c = &m->c;
+	int64_t C = c->hidden;
+	size_t L = (size_t)c->layers;
+	m->t = calloc(4 + 12 * L, sizeof(*m->t));
+	m->blk = calloc(L, sizeof(*m->blk));
+	if (!m->t || !m->blk)
+		return gk_err_sys(err, ENOMEM, "model parameter table");
+	size_t n = 0, off = 0;
+	char nm[64];
+	m->wte = add(m->t, &n, &off, "transformer.wte.weight", 2, c->vocab, C,
+		     (size_t)c->vocab_pad * (size_t)C);
+	m->wpe = add(m->t, &n, &off, "transformer.wpe.weight", 2, c->positions,
+		     C, 0);
+	for (size_t l = 0; l < L; l++) {
+		gk_nn_block_off *b = &m->blk[l];
+#define T(field, suffix, nd, d0, d1)                                         \
+	snprintf(nm, sizeof(nm), "transformer.h.%zu.%s", l, suffix);         \
+	b->field = add(m->t, &n, &off, nm, nd, d0, d1, 0)
+		T(ln1w, "ln_1.weight", 1, C, 0);
+		T(ln1b, "ln_1.bias", 1, C, 0);
+		T(qkvw, "attn.c_attn.weight", 2, C, 3 * C);
+		T(qkvb, "attn.c_attn.bias", 1, 3 * C, 0);
+		T(attprojw, "attn.c_proj.weight", 2, C, C);
+		T(attprojb, "attn.c_proj.bias", 1, C, 0);
+		T(ln2w, "ln_2.weight", 1, C, 0);
+		T(ln2b, "ln_2.bias", 1, C, 0);
+		T(fcw, "mlp.c_fc.weight", 2, C, 4 * C);
+		T(fcb, "mlp.c_fc.bias", 1, 4 * C, 0);
+		T(fcprojw, "mlp.c_proj.weight", 2, 4 * C, C);
+		T(fcprojb, "mlp.c_proj.bias", 1, C, 0);
+#undef T
+	}
+	m->lnfw = add(m->t, &n, &off, "transformer.ln_f.weight", 1, C, 0, 0);
+	m->lnfb = add(m->t, &n, &off, "transformer.ln_f.bias", 1, C, 0, 0);
+	m->nt_tensors = n;
+	m->nparams = off;
+	return 0;
+}
+
+/* ---- buffers ---------------------------------------------------------------- */
+
+/*
+ * 64-byte aligned, zeroed, counted in *bytes (gk_nn_memory reports what
+ * was really allocated).
+ */
+static float *falloc(size_t n, uint64_t *bytes)
+{
+	size_t sz = (n * sizeof(float) + 63) / 64 * 64;
+	if (sz == 0)
+		sz = 64;
+	void *p = NULL;
+	if (posix_memalign(&p, 64, sz) != 0)
+		return NULL;
+	memset(p, 0, sz);
+	*bytes += sz;
+	return p;
+}
+
+/* Carve consecutive pieces of one buffer, each rounded to 16 floats. */
+static float *carve(float **cur, size_t n)
+{
+	float *p = *cur;
+	*cur += (n + 15) / 16 * 16;
+	return p;
+}
+
+static size_t r16(size_t n)
+{
+	return (n + 15) / 16 * 16;
+}
+
+static int alloc_acts(gk_nn_model *m, gk_err *err)
+{
+	size_t B = (size_t)m->o.batch, T = (size_t)m->o.seq;
+	size_t C = (size_t)m->c.hidden, NH = (size_t)m->c.heads;
+	size_t L = (size_t)m->c.layers, Vp = (size_t)m->c.vocab_pad;
+	size_t N = B * T;
+	gk_nn_recompute r = m->o.recompute;
+	m->per_layer = r != GK_NN_RECOMPUTE_LAYER;
+	m->fchg_per_layer = r == GK_NN_RECOMPUTE_NONE;
+	size_t kl = m->per_layer ? L : 1;
+	size_t kg = m->fchg_per_layer ? L : 1;
+
+	/* sizes of every piece, in carve order */
+	size_t sz[] = {
+		(L + 1) * N * C,     /* resid */
+		N * C, N, N,         /* lnf */
+		N * Vp, N,           /* logits, lse */
+		kl * N * C, kl * N, kl * N,   /* ln1 */
+		kl * N * 3 * C,      /* qkv */
+		kl * B * NH * T * T, /* att */
+		kl * N * C,          /* atty */
+		kl * N * C,          /* res2 */
+		kl * N * C, kl * N, kl * N,   /* ln2 */
+		kl * N * 4 * C,      /* fch */
+		kg * N * 4 * C,      /* fchg */
+	};
+	size_t total = 0;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(sz); i++)
+		total += r16(sz[i]);
+	/* tokens and targets, as floats' worth of int32 */
+	total += 2 * r16(N);
+	m->acts_n = total;
+	m->acts = falloc(total, &m->mem.activations);
+	if (!m->acts)
+		return gk_err_sys(err, ENOMEM, "model activations (%zu MiB)",
+				  total * 4 >> 20);
+	float *cur = m->acts;
+	m->resid = carve(&cur, sz[0]);
+	m->lnf = carve(&cur, sz[1]);
+	m->lnfm = carve(&cur, sz[2]);
+	m->lnfr = carve(&cur, sz[3]);
+	m->logits = carve(&cur, sz[4]);
+	m->lse = carve(&cur, sz[5]);
+	m->a_ln1 = carve(&cur, sz[6]);
+	m->a_ln1m = carve(&cur, sz[7]);
+	m->a_ln1r = carve(&cur, sz[8]);
+	m->a_qkv = carve(&cur, sz[9]);
+	m->a_att = carve(&cur, sz[10]);
+	m->a_atty = carve(&cur, sz[11]);
+	m->a_res2 = carve(&cur, sz[12]);
+	m->a_ln2 = carve(&cur, sz[13]);
+	m->a_ln2m = carve(&cur, sz[14]);
+	m->a_ln2r = carve(&cur, sz[15]);
+	m->a_fch = carve(&cur, sz[16]);
+	m->a_fchg = carve(&cur, sz[17]);
+	m->tokens = (int32_t *)carve(&cur, N);
+	m->targets = (int32_t *)carve(&cur, N);
+
+	/* backward: dres, dln, datty (B,T,C); dqkv (B,T,3C); dfc (B,T,4C);
+	 * one (T,T) attention scratch per thread */
+	size_t ws[] = {N * C, N * C, N * C, N * 3 * C, N * 4 * C,
+		       (size_t)m->nt * T * T};
+	total = 0;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(ws); i++)
+		total += r16(ws[i]);
+	m->ws_n = total;
+	m->ws = falloc(total, &m->mem.workspace);
+	if (!m->ws)
+		return gk_err_sys(err, ENOMEM, "model workspace (%zu MiB)",
+				  total * 4 >> 20);
+	cur = m->ws;
+	m->dres = carve(&cur, ws[0]);
+	m->dln = carve(&cur, ws[1]);
+	m->datty = carve(&cur, ws[2]);
+	m->dqkv = carve(&cur, ws[3]);
+	m->dfc = carve(&cur, ws[4]);
+	m->datt = carve(&cur, ws[5]);
+	return 0;
+}
+
+void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a)
+{
+	size_t N = (size_t)m->o.batch * (size_t)m->o.seq;
+	size_t C = (size_t)m->c.hidden, T = (size_t)m->o.seq;
+	size_t k = m->per_layer ? (size_t)l : 0;
+	size_t g = m->fchg_per_layer ? (size_t)l : 0;
+	a->in = m->resid + (size_t)l * N * C;
+	a->out = m->resid + (size_t)(l + 1) * N * C;
+	a->ln1 = m->a_ln1 + k * N * C;
+	a->ln1m = m->a_ln1m + k * N;
+	a->ln1r = m->a_ln1r + k * N;
+	a->qkv = m->a_qkv + k * N * 3 * C;
+	a->att = m->a_att + k * (size_t)m->o.batch * (size_t)m->c.heads * T * T;
+	a->atty = m->a_atty + k * N * C;
+	a->res2 = m->a_res2 + k * N * C;
+	a->ln2 = m->a_ln2 + k * N * C;
+	a->ln2m = m->a_ln2m + k * N;
+	a->ln2r = m->a_ln2r + k * N;
+	a->fch = m->a_fch + k * N * 4 * C;
+	a->fchg = m->a_fchg + g * N * 4 * C;
+}
+
+int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
+	      gk_err *err)
+{
+	*out = NULL;
+	gk_nn_config cc = *c;
+	if (gk_nn_config_finish(&cc, err) < 0)
+		return -1;
+	if (o->batch < 1 || o->seq < 1)
+		return gk_errf(err, "model batch %d x sequence %d: both must "
+			       "be positive", o->batch, o->seq);
+	if (o->seq > cc.positions)
+		return gk_errf(err, "model sequence length %d: longer than "
+			       "n_positions %lld", o->seq,
+			       (long long)cc.positions);
+	if ((int64_t)o->batch * o->seq > (1 << 24))
+		return gk_errf(err, "model batch %d x sequence %d: more than "
+			       "%d tokens", o->batch, o->seq, 1 << 24);
+	if (o->recompute < GK_NN_RECOMPUTE_NONE ||
+	    o->recompute > GK_NN_RECOMPUTE_LAYER)
+		return gk_errf(err, "model recompute mode %d: unknown",
+			       (int)o->recompute);
+	if (o->threads < 0 || o->threads > 4096)
+		return gk_errf(err, "model threads %d: not in 0..4096",
+			       o->threads);
+	gk_nn_model *m = calloc(1, sizeof(*m));
+	if (!m)
+		return gk_err_sys(err, ENOMEM, "model");
+	m->c = cc;
+	m->o = *o;
+	m->nt = o->threads > 0 ? o->threads : omp_get_max_threads();
+	if (build_table(m, err) < 0)
+		goto fail;
+	m->params = falloc(m->nparams, &m->mem.parameters);
+	m->grads = falloc(m->nparams, &m->mem.gradients);
+	if (!m->params || !m->grads) {
+		gk_err_sys(err, ENOMEM, "model parameters (%zu MiB)",
+			   m->nparams * 4 >> 20);
+		goto fail;
+	}
+	if (alloc_acts(m, err) < 0)
+		goto fail;
+	gk_nn_cpu_threads(m->nt);
+	*out = m;
+	return 0;
+fail:
+	gk_nn_free(m);
+	return -1;
+}
+
+void gk_nn_free(gk_nn_model *m)
+{
+	if (!m)
+		return;
+	free(m->t);
+	free(m->blk);
+	free(m->params);
+	free(m->grads);
+	free(m->acts);
+	free(m->ws);
+	free(m);
+}
+
+const gk_nn_config *gk_nn_config_of(const gk_nn_model *m)
+{
+	return &m->c;
+}
+
+float *gk_nn_params(gk_nn_model *m)
+{
+	return m->params;
+}
+
+float *gk_nn_grads(gk_nn_model *m)
+{
+	return m->grads;
+}
+
+size_t gk_nn_nparams(const gk_nn_model *m)
+{
+	return m->nparams;
+}
+
+const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n)
+{
+	*n = m->nt_tensors;
+	return m->t;
+}
+
+void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out)
+{
+	*out = m->mem;
+}
+
+/* ---- initialisation ------------------------------------------------------------ */
+
+/* reference: Steele, Lea, Flood, "Fast splittable pseudorandom number
+ * generators", OOPSLA 2014 (splitmix64) */
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1]: 53 random bits, never 0 so log() is finite. */
+static double unif(uint64_t *s)
+{
+	return ((splitmix64(s) >> 11) + 1) * 0x1.0p-53;
+}
+
+/*
+ * n samples of N(0, std) by Box-Muller from the splitmix64 stream of
+ * state *s (each pair of uniforms gives two normals).
+ */
+static void normal_fill(float *x, size_t n, float std, uint64_t *s)
+{
+	for (size_t i = 0; i < n; i += 2) {
+		double u1 = unif(s), u2 = unif(s);
+		double r = sqrt(-2.0 * log(u1));
+		x[i] = (float)(r * cos(2 * M_PI * u2) * std);
+		if (i + 1 < n)
+			x[i + 1] = (float)(r * sin(2 * M_PI * u2) * std);
+	}
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/*
+ * Each tensor draws from its own stream, seeded from (seed, tensor index)
+ * through splitmix64, so a tensor's values do not depend on the sizes of
+ * the ones before it and tensors can be filled in parallel.
+ */
+void gk_nn_init(gk_nn_model *m, uint64_t seed)
+{
+	float std = 0.02f;
+	float resid_std = 0.02f / sqrtf(2.0f * (float)m->c.layers);
+	memset(m->params, 0, m->nparams * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(m->nt)
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *t = &m->t[i];
+		float *p = m->params + t->off;
+		uint64_t s = seed ^ (0x6a09e667f3bcc909ull * (i + 1));
+		(void)splitmix64(&s);
+		if (t->ndim == 2) {
+			/* wte: the vocab rows only; padded rows stay zero */
+			size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
+			int resid = ends_with(t->name, "attn.c_proj.weight") ||
+				    ends_with(t->name, "mlp.c_proj.weight");
+			normal_fill(p, n, resid ? resid_std : std, &s);
+		} else if (ends_with(t->name, "ln_1.weight") ||
+			   ends_with(t->name, "ln_2.weight") ||
+			   ends_with(t->name, "ln_f.weight")) {
+			for (size_t k = 0; k < t->numel; k++)
+				p[k] = 1.0f;
+		}
+	}
+}
+
+/* ---- loading -------------------------------------------------------------------- */
+
+static const char *strip_prefix(const char *name)
+{
+	return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
+}
+
+static const gk_nn_tensor *find_tensor(const gk_nn_model *m, const char *name)
+{
+	const char *s = strip_prefix(name);
+	for (size_t i = 0; i < m->nt_tensors; i++)
+		if (strcmp(strip_prefix(m->t[i].name), s) == 0)
+			return &m->t[i];
+	return NULL;
+}
+
+/* Read entry e (all its row parts) as f32 into dst (numel floats). */
+static int read_entry(const gk_ckpt_set *s, const gk_ckpt_entry *e,
+		      float *dst, uint64_t numel, gk_err *err)
+{
+	if (!gk_dtype_is_float(e->dtype))
+		return gk_errf(err, "load tensor '%s': dtype %s: not a float "
+			       "type", e->name, gk_dtype_name(e->dtype));
+	uint64_t esz = 0;
+	if (gk_st_nbytes(e->dtype, 1, &esz) < 0 || esz == 0)
+		return gk_errf(err, "load tensor '%s': dtype %s", e->name,
+			       gk_dtype_name(e->dtype));
+	uint64_t row = e->ndim > 0 && e->shape[0] ? numel / e->shape[0] : numel;
+	/* converted in pieces so memory stays bounded for big tensors */
+	enum { PIECE = 1 << 20 };
+	void *tmp = NULL;
+	if (e->dtype != GK_DT_F32 && !(tmp = malloc(PIECE * esz)))
+		return gk_err_sys(err, ENOMEM, "load tensor '%s'", e->name);
+	int rc = 0;
+	for (size_t k = 0; k < e->nparts && rc == 0; k++) {
+		const gk_ckpt_part *p = &e->parts[k];
+		const gk_st_file *f = s->files[p->file];
+		uint64_t n = p->rows * row;
+		float *d = dst + p->row0 * row;
+		for (uint64_t i = 0; i < n && rc == 0;) {
+			uint64_t c = n - i < PIECE ? n - i : PIECE;
+			if (e->dtype == GK_DT_F32) {
+				rc = gk_st_read(f, p->t, i * 4, d + i, c * 4, err);
+			} else {
+				rc = gk_st_read(f, p->t, i * esz, tmp, c * esz,
+						err);
+				if (rc == 0)
+					gk_convert(d + i, GK_DT_F32, tmp,
+						   e->dtype, c);
+			}
+			i += c;
+		}
+	}
+	free(tmp);
+	return rc;
+}
+
+static int shape_is(const gk_ckpt_entry *e, const gk_nn_tensor *t)
+{
+	if (e->ndim != t->ndim)
+		return 0;
+	for (int d = 0; d < t->ndim; d++)
+		if (e->shape[d] != (uint64_t)t->shape[d])
+			return 0;
+	return 1;
+}
+
+static void shape_str(const gk_nn_tensor *t, char *buf, size_t n)
+{
+	if (t->ndim == 1)
+		snprintf(buf, n, "[%lld]", (long long)t->shape[0]);
+	else
+		snprintf(buf, n, "[%lld, %lld]", (long long)t->shape[0],
+			 (long long)t->shape[1]);
+}
+
+static int load_set(gk_nn_model *m, gk_ckpt_set *s, gk_err *err)
+{
+	unsigned char *seen = calloc(m->nt_tensors, 1);
+	const gk_ckpt_entry *head = NULL;
+	if (!seen)
+		return gk_err_sys(err, ENOMEM, "load");
+	int rc = -1;
+	for (size_t i = 0; i < s->n; i++) {
+		const gk_ckpt_entry *e = &s->e[i];
+		if (ends_with(e->name, ".attn.bias") ||
+		    ends_with(e->name, ".attn.masked_bias"))
+			continue; /* causal-mask buffers of older checkpoints */
+		if (strcmp(e->name, "lm_head.weight") == 0) {
+			head = e;
+			continue;
+		}
+		const gk_nn_tensor *t = find_tensor(m, e->name);
+		if (!t) {
+			gk_errf(err, "load tensor '%s': not a parameter of "
+				"this GPT-2 model", e->name);
+			goto out;
+		}
+		if (!shape_is(e, t)) {
+			char want[64], got[64];
+			shape_str(t, want, sizeof(want));
+			gk_st_shape_str(e->shape, e->ndim, got, sizeof(got));
+			gk_errf(err, "load tensor '%s': shape %s, the model's "
+				"is %s", e->name, got, want);
+			goto out;
+		}
+		if (read_entry(s, e, m->params + t->off,
+			       (uint64_t)t->shape[0] *
+				       (uint64_t)(t->ndim == 2 ? t->shape[1] : 1),
+			       err) < 0)
+			goto out;
+		seen[t - m->t] = 1;
+	}
+	for (size_t i = 0; i < m->nt_tensors; i++)
+		if (!seen[i]) {
+			gk_errf(err, "load tensor '%s': missing", m->t[i].name);
+			goto out;
+		}
+	if (head) {
+		const gk_nn_tensor *wte = &m->t[0];
+		if (!shape_is(head, wte)) {
+			gk_errf(err, "load tensor 'lm_head.weight': shape "
+				"differs from wte (the head must be tied)");
+			goto out;
+		}
+		size_t n = (size_t)wte->shape[0] * (size_t)wte->shape[1];
+		float *h = malloc(n * sizeof(float));
+		if (!h) {
+			gk_err_sys(err, ENOMEM, "load tensor 'lm_head.weight'");
+			goto out;
+		}
+		int r = read_entry(s, head, h, n, err);
+		if (r == 0 && memcmp(h, m->params + m->wte, n * sizeof(float))) {
+			gk_errf(err, "load tensor 'lm_head.weight': differs "
+				"from wte (only a tied head is supported)");
+			r = -1;
+		}
+		free(h);
+		if (r < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	free(seen);
+	return rc;
+}
+
+int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err)
+{
+	gk_ckpt_set *s = NULL;
+	char *in[1] = {(char *)path};
+	if (gk_ckpt_open(&s, in, 1, err) < 0)
+		return -1;
+	/* padded rows of wte stay zero; a failed load leaves zeros, not a
+	 * half-loaded model */
+	memset(m->params, 0, m->nparams * sizeof(float));
+	int rc = load_set(m, s, err);
+	if (rc < 0)
+		memset(m->params, 0, m->nparams * sizeof(float));
+	gk_ckpt_close(s);
+	return rc;
+}
+
+/* ---- accounting ------------------------------------------------------------------- */
+
+double gk_nn_flops(const gk_nn_model *m)
+{
+	double L = (double)m->c.layers, C = (double)m->c.hidden;
+	double V = (double)m->c.vocab, T = (double)m->o.seq;
+	double tokens = (double)m->o.batch * T;
+	/* the matmul weights: 12 C^2 per block and the LM head */
+	double n = L * 12.0 * C * C + V * C;
+	/* reference: PaLM (Chowdhery et al. 2022) appendix B: 6N + 12 L C T
+	 * per token, attention counted over the whole T x T square */
+	return tokens * (6.0 * n + 12.0 * L * C * T);
+}
+
+double gk_nn_sumsq(const float *g, size_t n)
+{
+	/* fixed chunks summed in order: the same result on every run and
+	 * for every thread count */
+	enum { CHUNK = 1 << 16 };
+	size_t nc = (n + CHUNK - 1) / CHUNK;
+	double *part = malloc((nc ? nc : 1) * sizeof(double));
+	double s = 0.0;
+	if (!part) {
+		for (size_t i = 0; i < n; i++)
+			s += (double)g[i] * g[i];
+		return s;
+	}
+#pragma omp parallel for schedule(static)
+	for (size_t k = 0; k < nc; k++) {
+		size_t lo = k * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
+		double a = 0.0;
+		for (size_t i = lo; i < hi; i++)
+			a += (double)g[i] * g[i];
+		part[k] = a;
+	}
+	for (size_t k = 0; k < nc; k++)
+		s += part[k];
+	free(part);
+	return s;
+}

@@ -1,0 +1,174 @@
+/*
+ * math.h - the per-element and per-row arithmetic of the GPT-2 step,
+ * shared by the CPU backend (ops_cpu.c) and CUDA kernels (GK_HD is
+ * __host__ __device__ under nvcc). Keeping one definition means a kernel
+ * and the CPU reference it is tested against round the same way.
+ *
+ * references: transformers' activations.py NewGELUActivation (gelu_new),
+ * torch.nn.LayerNorm (biased variance), torch.optim.AdamW
+ * (_single_tensor_adamw), llm.c train_gpt2.c for the backward formulas.
+ */
+#ifndef GK_NN_MATH_H
+#define GK_NN_MATH_H
+
+#include <math.h>
+
+#include "core/half.h"
+
+/* sqrt(2/pi), the constant of gelu_new's tanh approximation */
+#define GK_NN_GELU_K 0.7978845608028654f
+#define GK_NN_GELU_C 0.044715f
+
+/*
+ * tanh as a rational function of odd degree 13 over even degree 6 on
+ * [-7.905, 7.905] (1 - tanh is below half an ulp of 1 beyond), with the
+ * coefficients of Eigen's generic_fast_tanh_float. Pure arithmetic, so a
+ * loop of it vectorises where libm's tanhf is a call per element (it was
+ * a fifth of the CPU step). Relative error below 4e-7 (3 ulp) against
+ * double tanh over [-12, 12] in steps of 1e-5; libm's tanhf: 1.6e-7.
+ * In gelu_new, where 1 + tanh cancels, that is up to 7.4e-7 absolute
+ * (libm's: 4.3e-7); tests/unit/nn_misc.c holds both to 1e-6.
+ */
+GK_HD float gk_nn_tanh(float x)
+{
+	const float lim = 7.90531110763549805f;
+	float c = x > lim ? lim : x;
+	c = c < -lim ? -lim : c;
+	float x2 = c * c;
+	float p = -2.76076847742355e-16f;
+	p = p * x2 + 2.00018790482477e-13f;
+	p = p * x2 + -8.60467152213735e-11f;
+	p = p * x2 + 5.12229709037114e-08f;
+	p = p * x2 + 1.48572235717979e-05f;
+	p = p * x2 + 6.37261928875436e-04f;
+	p = p * x2 + 4.89352455891786e-03f;
+	p = p * c;
+	float q = 1.19825839466702e-06f;
+	q = q * x2 + 1.18534705686654e-04f;
+	q = q * x2 + 2.26843463243900e-03f;
+	q = q * x2 + 4.89352518554385e-03f;
+	/* no branch for tiny x (p/q is x within 2e-8 there), so the loops
+	 * calling this stay branch-free and vectorise */
+	return p / q;
+}
+
+/* gelu_new(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+GK_HD float gk_nn_gelu(float x)
+{
+	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
+	return 0.5f * x * (1.0f + gk_nn_tanh(u));
+}
+
+/* d gelu_new / dx at x (llm.c gelu_backward). */
+GK_HD float gk_nn_gelu_grad(float x)
+{
+	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
+	float th = gk_nn_tanh(u);
+	float sech2 = 1.0f - th * th;
+	return 0.5f * (1.0f + th) +
+	       0.5f * x * sech2 * GK_NN_GELU_K *
+		       (1.0f + 3.0f * GK_NN_GELU_C * x * x);
+}
+
+/*
+ * Mean and reciprocal standard deviation of a row of n values, biased
+ * variance as torch.nn.LayerNorm: rstd = 1/sqrt(var + eps). Two passes
+ * (mean, then squared deviations) rather than E[x^2]-E[x]^2, which loses
+ * everything when |mean| >> std.
+ */
+GK_HD void gk_nn_ln_stats(const float *x, int n, float eps, float *mean,
+			  float *rstd)
+{
+	float m = 0.0f;
+	for (int i = 0; i < n; i++)
+		m += x[i];
+	m /= (float)n;
+	float v = 0.0f;
+	for (int i = 0; i < n; i++) {
+		float d = x[i] - m;
+		v += d * d;
+	}
+	v /= (float)n;
+	*mean = m;
+	*rstd = 1.0f / sqrtf(v + eps);
+}
+
+/*
+ * Softmax in place over x[0..n), subtracting the maximum first so exp
+ * never overflows. Returns the log of the sum of exponentials, max
+ * included (logsumexp), which the cross-entropy needs.
+ */
+GK_HD float gk_nn_softmax_row(float *x, int n)
+{
+	float mx = -INFINITY;
+	for (int i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	float s = 0.0f;
+	for (int i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		s += x[i];
+	}
+	float inv = 1.0f / s;
+	for (int i = 0; i < n; i++)
+		x[i] *= inv;
+	return mx + logf(s);
+}
+
+/*
+ * logsumexp of a row of logits, leaving them unchanged: the forward half
+ * of the fused classifier. The loss of target y is lse - x[y].
+ */
+GK_HD float gk_nn_logsumexp(const float *x, int n)
+{
+	float mx = -INFINITY;
+	for (int i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	float s = 0.0f;
+	for (int i = 0; i < n; i++)
+		s += expf(x[i] - mx);
+	return mx + logf(s);
+}
+
+/*
+ * The backward half: d loss / d logit i = (softmax_i - [i == y]) * dloss,
+ * with softmax_i = exp(x_i - lse), so the probabilities are never stored.
+ */
+GK_HD float gk_nn_xent_grad(float x, float lse, int is_target, float dloss)
+{
+	return (expf(x - lse) - (is_target ? 1.0f : 0.0f)) * dloss;
+}
+
+/*
+ * Step constants of AdamW for 1-based step t, computed in double as
+ * torch does in Python and rounded to float once, where torch's scalar
+ * arguments are rounded.
+ */
+typedef struct gk_nn_adamw_k {
+	float decay;     /* 1 - lr * weight_decay (1 on tensors without decay) */
+	float one_m_b1;  /* 1 - beta1: lerp weight of the first moment */
+	float beta2, one_m_b2;
+	float step_size; /* lr / (1 - beta1^t) */
+	float bc2_sqrt;  /* sqrt(1 - beta2^t) */
+	float eps;
+} gk_nn_adamw_k;
+
+/*
+ * One element of torch.optim.AdamW (foreach=False, the CPU default):
+ *   p *= 1 - lr*wd
+ *   m = lerp(m, g, 1-beta1)            (torch's lerp: w < 0.5 form)
+ *   v = v*beta2 + (1-beta2)*g*g
+ *   p += -step_size * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+ */
+GK_HD void gk_nn_adamw_elem(float *p, float g, float *m, float *v,
+			    const gk_nn_adamw_k *k, float decay)
+{
+	float pp = *p * decay;
+	float mm = *m + k->one_m_b1 * (g - *m);
+	float vv = *v * k->beta2 + k->one_m_b2 * g * g;
+	float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
+	*p = pp + (-k->step_size) * (mm / denom);
+	*m = mm;
+	*v = vv;
+}
+
+#endif

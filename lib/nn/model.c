@@ -1,0 +1,184 @@
+/*
+ * model.c - forward and backward of GPT-2 over the CPU kernels, with
+ * recomputation.
+ *
+ * Block l (pre-norm, as GPT2Block):
+ *   ln1  = LN(in)           qkv = ln1 @ c_attn + b     atty = attn(qkv)
+ *   res2 = in + atty @ c_proj + b
+ *   ln2  = LN(res2)         fch = ln2 @ c_fc + b       fchg = gelu(fch)
+ *   out  = res2 + fchg @ mlp.c_proj + b
+ * then lnf = LN(resid[L]) and logits = lnf @ wte^T.
+ *
+ * Recomputation: GELU keeps fch per layer and one fchg, redone from fch
+ * in backward; LAYER keeps only the residual stream resid[0..L] and one
+ * block's worth of everything else, redoing each block's forward just
+ * before its backward. The recomputed values are the same bits (the same
+ * kernels on the same inputs with the same threads), so every mode gives
+ * the same gradients.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "nn/internal.h"
+
+static void block_fwd(gk_nn_model *m, int l)
+{
+	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
+	int C = (int)m->c.hidden, NH = (int)m->c.heads;
+	const float *p = m->params;
+	const gk_nn_block_off *o = &m->blk[l];
+	gk_nn_acts a;
+	gk_nn_layer_acts(m, l, &a);
+
+	gk_nn_cpu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, p + o->ln1w,
+				p + o->ln1b, N, C, m->c.ln_eps, nt);
+	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL, N,
+			     C, 3 * C, nt);
+	gk_nn_cpu_attention_fwd(a.atty, a.att, a.qkv, B, T, C, NH, nt);
+	/* the projections add onto the residual in place: no buffer for
+	 * their outputs alone */
+	gk_nn_cpu_matmul_fwd(a.res2, a.atty, p + o->attprojw, p + o->attprojb,
+			     a.in, N, C, C, nt);
+	gk_nn_cpu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, p + o->ln2w,
+				p + o->ln2b, N, C, m->c.ln_eps, nt);
+	gk_nn_cpu_matmul_fwd(a.fch, a.ln2, p + o->fcw, p + o->fcb, NULL, N, C,
+			     4 * C, nt);
+	gk_nn_cpu_gelu_fwd(a.fchg, a.fch, (size_t)N * 4 * C, nt);
+	gk_nn_cpu_matmul_fwd(a.out, a.fchg, p + o->fcprojw, p + o->fcprojb,
+			     a.res2, N, 4 * C, C, nt);
+}
+
+int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
+		  const int32_t *targets, float *loss, gk_err *err)
+{
+	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
+	int C = (int)m->c.hidden, L = (int)m->c.layers;
+	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
+	m->have_fwd = 0;
+	for (int i = 0; i < N; i++)
+		if (tokens[i] < 0 || tokens[i] >= V)
+			return gk_errf(err, "forward token %d (row %d, position "
+				       "%d): not in 0..%d", tokens[i], i / T,
+				       i % T, V - 1);
+	if (targets)
+		for (int i = 0; i < N; i++)
+			if (targets[i] >= V)
+				return gk_errf(err, "forward target %d (row %d, "
+					       "position %d): not below vocab "
+					       "size %d", targets[i], i / T,
+					       i % T, V);
+	memcpy(m->tokens, tokens, (size_t)N * sizeof(int32_t));
+	gk_nn_cpu_threads(nt);
+
+	const float *p = m->params;
+	gk_nn_cpu_encoder_fwd(m->resid, tokens, p + m->wte, p + m->wpe, B, T,
+			      C, nt);
+	for (int l = 0; l < L; l++)
+		block_fwd(m, l);
+	const float *last = m->resid + (size_t)L * N * C;
+	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
+				p + m->lnfb, N, C, m->c.ln_eps, nt);
+	gk_nn_cpu_lmhead_fwd(m->logits, m->lnf, p + m->wte, N, C, V, Vp, nt);
+
+	m->have_targets = targets != NULL;
+	if (targets) {
+		memcpy(m->targets, targets, (size_t)N * sizeof(int32_t));
+		double s = gk_nn_cpu_xent_fwd(m->lse, m->logits, targets, N, V,
+					      Vp, nt);
+		double n = 0;
+		for (int i = 0; i < N; i++)
+			n += targets[i] >= 0;
+		m->nvalid = n;
+		/* all ignored: NaN, as torch's mean over no elements */
+		m->loss = n > 0 ? (float)(s / n) : NAN;
+		if (loss)
+			*loss = m->loss;
+	}
+	m->have_fwd = 1;
+	return 0;
+}
+
+const float *gk_nn_logits(const gk_nn_model *m, int b, int t)
+{
+	return m->logits + ((size_t)b * m->o.seq + t) * m->c.vocab_pad;
+}
+
+void gk_nn_zero_grad(gk_nn_model *m)
+{
+	memset(m->grads, 0, m->nparams * sizeof(float));
+}
+
+/* dres holds d/d(block output); on return d/d(block input). */
+static void block_bwd(gk_nn_model *m, int l)
+{
+	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
+	int C = (int)m->c.hidden, NH = (int)m->c.heads;
+	const float *p = m->params;
+	float *g = m->grads;
+	const gk_nn_block_off *o = &m->blk[l];
+	gk_nn_acts a;
+	gk_nn_layer_acts(m, l, &a);
+
+	if (m->o.recompute == GK_NN_RECOMPUTE_LAYER)
+		block_fwd(m, l);
+	else if (m->o.recompute == GK_NN_RECOMPUTE_GELU)
+		gk_nn_cpu_gelu_fwd(a.fchg, a.fch, (size_t)N * 4 * C, nt);
+
+	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged */
+	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, m->dres,
+			     a.fchg, p + o->fcprojw, N, 4 * C, C, nt);
+	gk_nn_cpu_gelu_bwd(m->dfc, a.fch, (size_t)N * 4 * C, nt);
+	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, g + o->fcb, m->dfc, a.ln2,
+			     p + o->fcw, N, C, 4 * C, nt);
+	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln2w, g + o->ln2b, m->dln,
+				a.res2, p + o->ln2w, a.ln2m, a.ln2r, N, C, nt);
+	/* res2 = in + atty @ Wap + bap */
+	gk_nn_cpu_matmul_bwd(m->datty, g + o->attprojw, g + o->attprojb,
+			     m->dres, a.atty, p + o->attprojw, N, C, C, nt);
+	gk_nn_cpu_attention_bwd(m->dqkv, m->datt, m->datty, a.qkv, a.att, B,
+				T, C, NH, nt);
+	gk_nn_cpu_matmul_bwd(m->dln, g + o->qkvw, g + o->qkvb, m->dqkv, a.ln1,
+			     p + o->qkvw, N, C, 3 * C, nt);
+	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln1w, g + o->ln1b, m->dln,
+				a.in, p + o->ln1w, a.ln1m, a.ln1r, N, C, nt);
+}
+
+int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
+		   void *ctx, gk_err *err)
+{
+	if (!m->have_fwd || !m->have_targets)
+		return gk_errf(err, "backward: no forward with targets to "
+			       "differentiate");
+	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
+	int C = (int)m->c.hidden, L = (int)m->c.layers;
+	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
+	const float *p = m->params;
+	float *g = m->grads;
+	/* the logits become dlogits: a second backward needs a new forward */
+	m->have_fwd = 0;
+	gk_nn_cpu_threads(nt);
+
+	/* d mean / d loss_i = 1/n; scale folded in here reaches every
+	 * gradient, so the sgemms accumulate with beta 1 and no pass over
+	 * the gradient buffer is needed */
+	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
+	gk_nn_cpu_xent_bwd(m->logits, m->lse, m->targets, dloss, N, V, Vp, nt);
+	gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
+			     N, C, V, Vp, nt);
+	const float *last = m->resid + (size_t)L * N * C;
+	memset(m->dres, 0, (size_t)N * C * sizeof(float));
+	gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,
+				last, p + m->lnfw, m->lnfm, m->lnfr, N, C, nt);
+	if (ready && ready(m->lnfw, ctx, err) < 0)
+		return -1;
+	for (int l = L - 1; l >= 0; l--) {
+		block_bwd(m, l);
+		if (ready && ready(m->blk[l].ln1w, ctx, err) < 0)
+			return -1;
+	}
+	gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T,
+			      C, nt);
+	if (ready && ready(0, ctx, err) < 0)
+		return -1;
+	return 0;
+}

@@ -1,0 +1,519 @@
+/*
+ * ops_cpu.c - the CPU kernels of the GPT-2 step: OpenBLAS sgemm for the
+ * matmuls, OpenMP loops for the rest, the per-element math from math.h.
+ *
+ * reference: llm.c train_gpt2.c (the same ops and shapes, with (OC, C)
+ * weights; ours are GPT-2's Conv1D (C, OC), so the transposes differ).
+ *
+ * Threads: one OpenMP pool does everything. OpenBLAS runs single-threaded
+ * inside it: a matmul is cut into row or column blocks, one sgemm per
+ * thread (gemm below), and attention runs one (batch, head) per thread.
+ * Letting OpenBLAS's own pthread pool take the matmuls instead leaves two
+ * pools spinning against each other between ops, which on a loaded
+ * machine cost more than the matmuls.
+ *
+ * Determinism: no two threads ever add into the same element. Sums over
+ * rows (bias, LayerNorm weight and embedding gradients) give each thread
+ * whole columns and walk the rows in order, so the result is the same
+ * for every thread count; matmuls are cut over M or N, never K, so each
+ * output element is one sgemm's dot product.
+ */
+/*
+ * No floating-point traps are ever enabled and errno is never read here;
+ * without these GCC will not if-convert the clamps of gk_nn_tanh nor
+ * vectorise sqrtf, and those loops stay scalar.
+ * Before the includes, so math.h's functions inline into these loops.
+ */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include "nn/internal.h"
+#include "nn/math.h"
+
+
+/* Columns [*c0, *c1) of C for thread `id` of `n`, multiples of 16 floats. */
+static void colrange(int C, int id, int n, int *c0, int *c1)
+{
+	int blocks = (C + 15) / 16;
+	int per = blocks / n, extra = blocks % n;
+	int b0 = id * per + (id < extra ? id : extra);
+	int b1 = b0 + per + (id < extra ? 1 : 0);
+	*c0 = b0 * 16 < C ? b0 * 16 : C;
+	*c1 = b1 * 16 < C ? b1 * 16 : C;
+}
+
+void gk_nn_cpu_threads(int nt)
+{
+	openblas_set_num_threads(1);
+	omp_set_num_threads(nt);
+}
+
+/*
+ * C (M,N) = alpha op(A) op(B) + beta C, row-major, cut into nt blocks of
+ * rows (or of columns when N > M), multiples of 16 so every block keeps
+ * whole SIMD tiles.
+ */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha,
+		 const float *A, int lda, const float *B, int ldb, float beta,
+		 float *C, int ldc, int nt)
+{
+	enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
+	enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
+	int byrow = M >= N, D = byrow ? M : N;
+	if (nt <= 1 || D < 32) {
+		cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B,
+			    ldb, beta, C, ldc);
+		return;
+	}
+#pragma omp parallel num_threads(nt)
+	{
+		int d0, d1;
+		colrange(D, omp_get_thread_num(), omp_get_num_threads(), &d0,
+			 &d1);
+		if (d1 > d0) {
+			if (byrow)
+				cblas_sgemm(CblasRowMajor, TA, TB, d1 - d0, N, K,
+					    alpha,
+					    ta ? A + d0 : A + (size_t)d0 * lda,
+					    lda, B, ldb, beta,
+					    C + (size_t)d0 * ldc, ldc);
+			else
+				cblas_sgemm(CblasRowMajor, TA, TB, M, d1 - d0, K,
+					    alpha, A, lda,
+					    tb ? B + (size_t)d0 * ldb : B + d0,
+					    ldb, beta, C + d0, ldc);
+		}
+	}
+}
+
+/* ---- embeddings ---------------------------------------------------------------- */
+
+/* out (B,T,C) = wte[tok] + wpe[t] */
+void gk_nn_cpu_encoder_fwd(float *out, const int32_t *tok, const float *wte,
+			   const float *wpe, int B, int T, int C, int nt)
+{
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int i = 0; i < B * T; i++) {
+		const float *e = wte + (size_t)tok[i] * C;
+		const float *p = wpe + (size_t)(i % T) * C;
+		float *o = out + (size_t)i * C;
+		for (int c = 0; c < C; c++)
+			o[c] = e[c] + p[c];
+	}
+}
+
+void gk_nn_cpu_encoder_bwd(float *dwte, float *dwpe, const float *dout,
+			   const int32_t *tok, int B, int T, int C, int nt)
+{
+	/* a token repeats across rows: threads own columns, rows in order */
+#pragma omp parallel num_threads(nt)
+	{
+		int c0, c1;
+		colrange(C, omp_get_thread_num(), omp_get_num_threads(), &c0,
+			 &c1);
+		for (int i = 0; i < B * T; i++) {
+			const float *d = dout + (size_t)i * C;
+			float *e = dwte + (size_t)tok[i] * C;
+			float *p = dwpe + (size_t)(i % T) * C;
+			for (int c = c0; c < c1; c++) {
+				e[c] += d[c];
+				p[c] += d[c];
+			}
+		}
+	}
+}
+
+/* ---- LayerNorm ----------------------------------------------------------------- */
+
+GK_NN_SIMD_CLONES
+static void ln_rows(float *out, float *mean, float *rstd, const float *inp,
+		    const float *w, const float *b, int i0, int i1, int C,
+		    float eps)
+{
+	for (int i = i0; i < i1; i++) {
+		const float *x = inp + (size_t)i * C;
+		float *o = out + (size_t)i * C;
+		float mu, rs;
+		gk_nn_ln_stats(x, C, eps, &mu, &rs);
+#pragma omp simd
+		for (int c = 0; c < C; c++)
+			o[c] = (x[c] - mu) * rs * w[c] + b[c];
+		mean[i] = mu;
+		rstd[i] = rs;
+	}
+}
+
+/* rows [lo, lo+len) of N for this thread */
+#define ROWS(N, lo, hi)                                                        \
+	int lo, hi;                                                            \
+	colrange1((N), omp_get_thread_num(), omp_get_num_threads(), &lo, &hi)
+
+static void colrange1(int n, int id, int k, int *a, int *b)
+{
+	int per = n / k, extra = n % k;
+	*a = id * per + (id < extra ? id : extra);
+	*b = *a + per + (id < extra ? 1 : 0);
+}
+
+void gk_nn_cpu_layernorm_fwd(float *out, float *mean, float *rstd,
+			     const float *inp, const float *w, const float *b,
+			     int N, int C, float eps, int nt)
+{
+#pragma omp parallel num_threads(nt)
+	{
+		ROWS(N, i0, i1);
+		ln_rows(out, mean, rstd, inp, w, b, i0, i1, C, eps);
+	}
+}
+
+GK_NN_SIMD_CLONES
+static void ln_bwd_rows(float *dinp, const float *dout, const float *inp,
+			const float *w, const float *mean, const float *rstd,
+			int i0, int i1, int C)
+{
+	for (int i = i0; i < i1; i++) {
+		const float *d = dout + (size_t)i * C;
+		const float *x = inp + (size_t)i * C;
+		float *di = dinp + (size_t)i * C;
+		float mu = mean[i], rs = rstd[i];
+		float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+		for (int c = 0; c < C; c++) {
+			float dn = w[c] * d[c];
+			s1 += dn;
+			s2 += dn * (x[c] - mu) * rs;
+		}
+		s1 /= (float)C;
+		s2 /= (float)C;
+#pragma omp simd
+		for (int c = 0; c < C; c++) {
+			float nrm = (x[c] - mu) * rs;
+			float dn = w[c] * d[c];
+			di[c] += (dn - s1 - nrm * s2) * rs;
+		}
+	}
+}
+
+/* dw, db (columns [c0, c1)) += sums over all rows, rows in order */
+GK_NN_SIMD_CLONES
+static void ln_bwd_cols(float *dw, float *db, const float *dout,
+			const float *inp, const float *mean, const float *rstd,
+			int N, int C, int c0, int c1)
+{
+	for (int i = 0; i < N; i++) {
+		const float *d = dout + (size_t)i * C;
+		const float *x = inp + (size_t)i * C;
+		float mu = mean[i], rs = rstd[i];
+#pragma omp simd
+		for (int c = c0; c < c1; c++) {
+			dw[c] += d[c] * ((x[c] - mu) * rs);
+			db[c] += d[c];
+		}
+	}
+}
+
+/* dinp += d/dinp; dw, db += sums over rows */
+void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
+			     const float *dout, const float *inp,
+			     const float *w, const float *mean,
+			     const float *rstd, int N, int C, int nt)
+{
+#pragma omp parallel num_threads(nt)
+	{
+		ROWS(N, i0, i1);
+		ln_bwd_rows(dinp, dout, inp, w, mean, rstd, i0, i1, C);
+		int c0, c1;
+		colrange(C, omp_get_thread_num(), omp_get_num_threads(), &c0,
+			 &c1);
+		ln_bwd_cols(dw, db, dout, inp, mean, rstd, N, C, c0, c1);
+	}
+}
+
+/* ---- matmul (Conv1D: w is (C, OC)) ---------------------------------------------- */
+
+/* rows [i0, i1) of out (N,OC) = res + bias, or bias alone */
+GK_NN_SIMD_CLONES
+static void bias_rows(float *out, const float *res, const float *bias,
+		      int i0, int i1, int OC)
+{
+	for (int i = i0; i < i1; i++) {
+		float *o = out + (size_t)i * OC;
+		const float *r = res ? res + (size_t)i * OC : NULL;
+#pragma omp simd
+		for (int c = 0; c < OC; c++)
+			o[c] = (r ? r[c] : 0.0f) + bias[c];
+	}
+}
+
+/*
+ * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC). The rows are filled
+ * with bias (and the residual) first and sgemm adds onto them (beta 1),
+ * as torch's addmm: one pass over out instead of sgemm zeroing it and a
+ * second pass adding the bias. res may be NULL.
+ */
+void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
+			  const float *bias, const float *res, int N, int C,
+			  int OC, int nt)
+{
+#pragma omp parallel num_threads(nt)
+	{
+		ROWS(N, i0, i1);
+		bias_rows(out, res, bias, i0, i1, OC);
+	}
+	gemm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, 1.0f, out, OC, nt);
+}
+
+/* db (columns [c0, c1)) += column sums of dout, rows in order */
+GK_NN_SIMD_CLONES
+static void colsum(float *db, const float *dout, int N, int OC, int c0,
+		   int c1)
+{
+	for (int i = 0; i < N; i++) {
+		const float *d = dout + (size_t)i * OC;
+#pragma omp simd
+		for (int c = c0; c < c1; c++)
+			db[c] += d[c];
+	}
+}
+
+/* dinp (N,C) = dout @ w^T; dw (C,OC) += inp^T @ dout; db += column sums */
+void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
+			  const float *dout, const float *inp, const float *w,
+			  int N, int C, int OC, int nt)
+{
+	gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C, nt);
+	gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC, nt);
+#pragma omp parallel num_threads(nt)
+	{
+		int c0, c1;
+		colrange(OC, omp_get_thread_num(), omp_get_num_threads(), &c0,
+			 &c1);
+		colsum(db, dout, N, OC, c0, c1);
+	}
+}
+
+/* ---- GeLU ------------------------------------------------------------------------ */
+
+/*
+ * The element loops are compiled for AVX-512, AVX2 and baseline x86-64,
+ * picked at load time (the library is built for the baseline). Each
+ * thread takes one contiguous chunk.
+ */
+GK_NN_SIMD_CLONES
+static void gelu_chunk(float *restrict out, const float *restrict inp,
+		       size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		out[i] = gk_nn_gelu(inp[i]);
+}
+
+GK_NN_SIMD_CLONES
+static void gelu_bwd_chunk(float *restrict dinp, const float *restrict inp,
+			   size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dinp[i] *= gk_nn_gelu_grad(inp[i]);
+}
+
+#define CHUNKED(nt, n, call)                                                 \
+	_Pragma("omp parallel num_threads(nt)")                              \
+	{                                                                    \
+		size_t k_ = (size_t)omp_get_num_threads();                   \
+		size_t id_ = (size_t)omp_get_thread_num();                   \
+		size_t per_ = ((n) + k_ - 1) / k_;                           \
+		size_t lo = id_ * per_ < (n) ? id_ * per_ : (n);             \
+		size_t len = (n) - lo < per_ ? (n) - lo : per_;              \
+		call;                                                        \
+	}
+
+void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt)
+{
+	CHUNKED(nt, n, gelu_chunk(out + lo, inp + lo, len));
+}
+
+/* dinp *= gelu'(inp), in place */
+void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt)
+{
+	CHUNKED(nt, n, gelu_bwd_chunk(dinp + lo, inp + lo, len));
+}
+
+/* ---- causal self-attention --------------------------------------------------------- */
+
+/*
+ * Rows of the (T,T) score matrix in blocks: the block of rows [r0, r1)
+ * sees only columns [0, r1), so its matmuls stop there and the masked
+ * upper triangle is (mostly) never computed: 5/8 of the square at T 128,
+ * about half at T 1024. Blocks of T/8 rows, at least 32.
+ */
+static int att_block(int T)
+{
+	int b = (T / 8 + 15) / 16 * 16;
+	return b < 32 ? 32 : b;
+}
+
+/*
+ * qkv (B,T,3C) holds q, k, v side by side, head h at columns h*hs of
+ * each. Per (b, h), one per thread: att (T,T) = softmax(q k^T / sqrt(hs))
+ * over j <= t (zero above the diagonal), out[:, h*hs:] = att v.
+ */
+void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
+			     int T, int C, int NH, int nt)
+{
+	int hs = C / NH, tb = att_block(T);
+	float scale = 1.0f / sqrtf((float)hs);
+	int C3 = 3 * C;
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int bh = 0; bh < B * NH; bh++) {
+		int b = bh / NH, h = bh % NH;
+		const float *q = qkv + (size_t)b * T * C3 + h * hs;
+		const float *k = q + C, *v = q + 2 * C;
+		float *a = att + (size_t)bh * T * T;
+		float *o = out + (size_t)b * T * C + h * hs;
+		for (int r0 = 0; r0 < T; r0 += tb) {
+			int r1 = r0 + tb < T ? r0 + tb : T;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    r1 - r0, r1, hs, scale, q + (size_t)r0 * C3,
+				    C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
+			for (int t = r0; t < r1; t++) {
+				float *r = a + (size_t)t * T;
+				gk_nn_softmax_row(r, t + 1);
+				for (int j = t + 1; j < T; j++)
+					r[j] = 0.0f;
+			}
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+				    r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T,
+				    T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+		}
+	}
+}
+
+/*
+ * dqkv (B,T,3C) = d/dqkv (overwritten). scratch: nt (T,T) blocks, one
+ * per thread for d att. Column blocks [c0, c1) of att are nonzero only
+ * in rows [c0, T), which bounds dv and dk's matmuls.
+ */
+void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
+			     const float *qkv, const float *att, int B, int T,
+			     int C, int NH, int nt)
+{
+	int hs = C / NH, tb = att_block(T);
+	float scale = 1.0f / sqrtf((float)hs);
+	int C3 = 3 * C;
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int bh = 0; bh < B * NH; bh++) {
+		int b = bh / NH, h = bh % NH;
+		size_t base = (size_t)b * T * C3 + h * hs;
+		const float *q = qkv + base, *k = q + C, *v = k + C;
+		float *dq = dqkv + base, *dk = dq + C, *dv = dk + C;
+		const float *a = att + (size_t)bh * T * T;
+		const float *d = dout + (size_t)b * T * C + h * hs;
+		float *da = scratch + (size_t)omp_get_thread_num() * T * T;
+		for (int r0 = 0; r0 < T; r0 += tb) {
+			int r1 = r0 + tb < T ? r0 + tb : T;
+			/* datt = dout v^T, rows [r0, r1), columns [0, r1) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C,
+				    C, v, C3, 0.0f, da + (size_t)r0 * T, T);
+			/* softmax backward, scaled: dpre = att (datt -
+			 * sum(att datt)) / sqrt(hs), zero above the
+			 * diagonal */
+			for (int t = r0; t < r1; t++) {
+				const float *ar = a + (size_t)t * T;
+				float *dr = da + (size_t)t * T;
+				float s = 0.0f;
+				for (int j = 0; j <= t; j++)
+					s += ar[j] * dr[j];
+				for (int j = 0; j <= t; j++)
+					dr[j] = ar[j] * (dr[j] - s) * scale;
+				for (int j = t + 1; j < T; j++)
+					dr[j] = 0.0f;
+			}
+			/* dq = dpre k */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+				    r1 - r0, hs, r1, 1.0f, da + (size_t)r0 * T,
+				    T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+		}
+		for (int c0 = 0; c0 < T; c0 += tb) {
+			int c1 = c0 + tb < T ? c0 + tb : T;
+			/* dv = att^T dout; dk = dpre^T q: rows [c0, T) */
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
+				    c1 - c0, hs, T - c0, 1.0f,
+				    a + (size_t)c0 * T + c0, T,
+				    d + (size_t)c0 * C, C, 0.0f,
+				    dv + (size_t)c0 * C3, C3);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
+				    c1 - c0, hs, T - c0, 1.0f,
+				    da + (size_t)c0 * T + c0, T,
+				    q + (size_t)c0 * C3, C3, 0.0f,
+				    dk + (size_t)c0 * C3, C3);
+		}
+	}
+}
+
+/* ---- the LM head and the fused classifier ---------------------------------------- */
+
+/* logits (N,Vp) = inp (N,C) @ wte[:V]^T; the padded columns are left alone */
+void gk_nn_cpu_lmhead_fwd(float *logits, const float *inp, const float *wte,
+			  int N, int C, int V, int Vp, int nt)
+{
+	gemm(0, 1, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, Vp, nt);
+}
+
+/* dinp (N,C) = dlogits @ wte[:V]; dwte[:V] += dlogits^T @ inp */
+void gk_nn_cpu_lmhead_bwd(float *dinp, float *dwte, const float *dlogits,
+			  const float *inp, const float *wte, int N, int C,
+			  int V, int Vp, int nt)
+{
+	gemm(0, 0, N, C, V, 1.0f, dlogits, Vp, wte, C, 0.0f, dinp, C, nt);
+	gemm(1, 0, V, C, N, 1.0f, dlogits, Vp, inp, C, 1.0f, dwte, C, nt);
+}
+
+/*
+ * Forward half of the fused classifier: lse[i] of each row, and the sum
+ * of the losses lse - logit[target] over rows whose target is >= 0
+ * (rows summed in order, in double: deterministic).
+ */
+double gk_nn_cpu_xent_fwd(float *lse, const float *logits,
+			  const int32_t *targets, int N, int V, int Vp, int nt)
+{
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int i = 0; i < N; i++)
+		lse[i] = gk_nn_logsumexp(logits + (size_t)i * Vp, V);
+	double s = 0.0;
+	if (!targets)
+		return s;
+	for (int i = 0; i < N; i++)
+		if (targets[i] >= 0)
+			s += (double)lse[i] -
+			     (double)logits[(size_t)i * Vp + targets[i]];
+	return s;
+}
+
+/* Overwrite logits with dlogits = (softmax - onehot) * dloss; ignored
+ * rows and padded columns get 0. */
+void gk_nn_cpu_xent_bwd(float *logits, const float *lse,
+			const int32_t *targets, float dloss, int N, int V,
+			int Vp, int nt)
+{
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int i = 0; i < N; i++) {
+		float *x = logits + (size_t)i * Vp;
+		int y = targets[i];
+		if (y < 0) {
+			memset(x, 0, (size_t)Vp * sizeof(float));
+			continue;
+		}
+		float l = lse[i];
+		for (int j = 0; j < V; j++)
+			x[j] = gk_nn_xent_grad(x[j], l, j == y, dloss);
+		for (int j = V; j < Vp; j++)
+			x[j] = 0.0f;
+	}
+}

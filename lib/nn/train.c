@@ -1,0 +1,1146 @@
+/*
+ * train.c - gpu-train's loop: data-parallel steps over lib/comm, gradient
+ * accumulation, clipping, AdamW (whole or ZeRO-1), schedules, evaluation,
+ * checkpoints written from a thread through lib/ckpt's staging, and exact
+ * resume.
+ *
+ * One step (reference: llm.c train_gpt2.cu, nanoGPT train.py, PyTorch
+ * DDP's reducer):
+ *
+ *   zero_grad
+ *   for each of A micro-steps: next micro-batch, forward, backward(1/A);
+ *       on the last one backward reports finished ranges of the flat
+ *       gradient buffer and their buckets start allreducing at once
+ *   wait for the buckets (ZeRO-0), or reduce-scatter (ZeRO-1)
+ *   one small allreduce of [loss, stop request, writer state, sumsq]
+ *   global norm, clip, AdamW on this rank's range, allgather (ZeRO-1)
+ *
+ * Every rank applies the same update to the same parameters (the comm
+ * layer's results are bitwise equal on every rank), so replicas never
+ * need a broadcast after the initial one.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "nn/nn.h"
+#include "st/st.h"
+
+/* Fixed-size exchange buffers (bytes) for names and data states. */
+enum { NAME_BYTES = 512, STATE_BYTES = 1024 };
+
+/* A checkpoint being written by a thread. */
+typedef struct ckpt_job {
+	gk_nn_trainer *t;
+	gk_ckpt_stage *stage;
+	int64_t step;
+	float *params;     /* rank 0: a copy of the parameters */
+	float *m, *v;      /* copies of this rank's moments */
+	size_t lo, n;      /* the moments' range */
+	int write_moments; /* this rank writes an optimizer file */
+	char *trainer_json;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	atomic_int written; /* files written (1) or failed (-1) */
+	int go_commit;      /* rank 0: every rank has written */
+	int agreed;         /* rank 0 saw every rank's files written: the rest
+			     * (COMMIT) needs no other rank */
+	atomic_int finished;
+	int rc;
+	gk_err err;
+} ckpt_job;
+
+struct gk_nn_trainer {
+	gk_nn_train_opts o;
+	gk_nn_config cfg;
+	gk_comm *comm;
+	int rank, world;
+	gk_nn_model *m;
+	gk_nn_data *data;
+	int32_t *in, *tg;
+	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
+	float *mom, *vel;     /* hi - lo each */
+	float *gpad, *ppad;   /* ZeRO-1: Np floats each */
+	gk_comm_grads *grads;
+	int64_t step;         /* completed steps */
+	uint64_t tokens;
+	int64_t skipped;
+	double comm_start;    /* first bucket of this step started */
+	ckpt_job *job;
+	gk_nn_train_mem mem;
+	char data_note[160];
+};
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+int gk_nn_default_threads(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+static int bcast_bytes(gk_nn_trainer *t, void *buf, size_t bytes, gk_err *err)
+{
+	if (t->world == 1)
+		return 0;
+	return gk_comm_broadcast(t->comm, buf, buf, bytes / 4, GK_DT_I32, 0, err);
+}
+
+/* Every rank's bytes-sized record into all (world * bytes). */
+static int gather_bytes(gk_nn_trainer *t, const void *mine, void *all,
+			size_t bytes, gk_err *err)
+{
+	if (t->world == 1) {
+		memcpy(all, mine, bytes);
+		return 0;
+	}
+	return gk_comm_allgather(t->comm, mine, all, bytes / 4, GK_DT_I32, NULL, err);
+}
+
+static int allreduce_f64(gk_nn_trainer *t, double *v, size_t n, gk_err *err)
+{
+	if (t->world == 1)
+		return 0;
+	return gk_comm_host_allreduce_f64(t->comm, v, n, GK_COMM_SUM, err);
+}
+
+/* A step directory, a checkpoint root (its latest step) or another path. */
+static char *resolve_step_dir(const char *path, gk_err *err)
+{
+	char *p = NULL, commit[PATH_MAX];
+	uint64_t step;
+	snprintf(commit, sizeof(commit), "%s/COMMIT", path);
+	if (access(commit, F_OK) == 0)
+		return strdup(path);
+	int r = gk_ckpt_latest(path, &step, err);
+	if (r < 0)
+		return NULL;
+	if (r == 0)
+		return strdup(path);
+	if (asprintf(&p, "%s/step-%08" PRIu64, path, step) < 0)
+		return NULL;
+	return p;
+}
+
+static int config_equal(const gk_nn_config *a, const gk_nn_config *b)
+{
+	return a->layers == b->layers && a->hidden == b->hidden && a->heads == b->heads &&
+	       a->vocab == b->vocab && a->positions == b->positions;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+/*
+ * The categories are those of mem-estimate for an f32 run: parameters,
+ * gradients and AdamW's moments of the model's Psi parameters (sharded
+ * by the world under ZeRO-1), so the two agree to the byte. What exists
+ * only because the embedding is padded to vocab_pad rows (those rows in
+ * the parameters, gradients and moments, the logits' extra columns) and
+ * ZeRO-1's rounding of the flat buffer is "padding".
+ */
+static void account(gk_nn_trainer *t)
+{
+	gk_nn_mem mm;
+	gk_nn_memory(t->m, &mm);
+	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
+	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
+	uint64_t logit_pad = 4 * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	uint64_t moments = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
+	int shard = t->o.zero && t->world > 1;
+	t->mem.parameters = 4 * psi;
+	t->mem.gradients = 4 * psi;
+	t->mem.optimizer = shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
+	t->mem.activations = mm.activations - logit_pad;
+	t->mem.workspace = mm.workspace +
+		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
+	t->mem.padding = (mm.parameters - t->mem.parameters) + (mm.gradients - t->mem.gradients) +
+			 (moments - t->mem.optimizer) + logit_pad;
+	t->mem.comm = 0;
+	if (t->gpad)
+		t->mem.comm += (uint64_t)2 * t->Np * sizeof(float);
+	if (t->grads && t->o.compress != GK_COMM_COMPRESS_NONE)
+		t->mem.comm += (uint64_t)t->N * sizeof(float); /* error feedback */
+	t->mem.total = t->mem.parameters + t->mem.gradients + t->mem.optimizer +
+		       t->mem.activations + t->mem.workspace + t->mem.padding + t->mem.comm;
+}
+
+const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
+{
+	return &t->mem;
+}
+
+/* ---- set-up ------------------------------------------------------------------------- */
+
+int gk_nn_trainer_rank(const gk_nn_trainer *t)
+{
+	return t ? t->rank : 0;
+}
+
+int gk_nn_trainer_world(const gk_nn_trainer *t)
+{
+	return t ? t->world : 1;
+}
+
+const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t)
+{
+	return &t->cfg;
+}
+
+gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
+{
+	return t->m;
+}
+
+void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
+{
+	if (t && t->comm)
+		gk_comm_abort(t->comm, code);
+}
+
+/* The model's shape: the checkpoint's on resume, else flags/config/init. */
+static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	char path[PATH_MAX];
+	gk_nn_config from = {0};
+	int have_from = 0;
+	const char *dir = resume_dir;
+	char *init = NULL;
+	if (!dir && o->init_from) {
+		struct stat st;
+		if (stat(o->init_from, &st) == 0 && S_ISDIR(st.st_mode)) {
+			if (!(init = resolve_step_dir(o->init_from, err)))
+				return -1;
+			dir = init;
+		}
+	}
+	if (dir) {
+		snprintf(path, sizeof(path), "%s/config.json", dir);
+		if (access(path, F_OK) == 0) {
+			if (gk_nn_config_load(&from, path, err) < 0) {
+				free(init);
+				return -1;
+			}
+			have_from = 1;
+		}
+	}
+	free(init);
+	if (o->have_config) {
+		t->cfg = o->cfg;
+		if (gk_nn_config_finish(&t->cfg, err) < 0)
+			return -1;
+		if (have_from && !config_equal(&t->cfg, &from))
+			return gk_errf(err, "checkpoint '%s': its model (%" PRId64 " layers, hidden %" PRId64
+				       ", %" PRId64 " heads, vocab %" PRId64 ", %" PRId64
+				       " positions) is not the one asked for (%" PRId64 ", %" PRId64
+				       ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
+				       dir, from.layers, from.hidden, from.heads, from.vocab,
+				       from.positions, t->cfg.layers, t->cfg.hidden, t->cfg.heads,
+				       t->cfg.vocab, t->cfg.positions);
+		return 0;
+	}
+	if (have_from) {
+		t->cfg = from;
+		return 0;
+	}
+	return gk_errf(err, "no model: give --config, the shape flags, or --init-from a checkpoint with config.json");
+}
+
+/* Read this rank's range of the moments from a checkpoint's optimizer files. */
+static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
+{
+	DIR *dp = opendir(dir);
+	if (!dp)
+		return gk_err_sys(err, errno, "open checkpoint '%s'", dir);
+	gk_strlist files = {0};
+	struct dirent *de;
+	int rc = -1;
+	while ((de = readdir(dp))) {
+		size_t l = strlen(de->d_name);
+		if (!strncmp(de->d_name, "optim", 5) && l > 12 &&
+		    !strcmp(de->d_name + l - 12, ".safetensors")) {
+			char *p;
+			if (asprintf(&p, "%s/%s", dir, de->d_name) < 0 ||
+			    gk_strlist_push_owned(&files, p, err) < 0) {
+				closedir(dp);
+				gk_strlist_free(&files);
+				return gk_err_sys(err, ENOMEM, "open checkpoint '%s'", dir);
+			}
+		}
+	}
+	closedir(dp);
+	if (!files.n) {
+		gk_strlist_free(&files);
+		return gk_errf(err, "checkpoint '%s': no optimizer files (optim*.safetensors)", dir);
+	}
+	gk_ckpt_set *s;
+	if (gk_ckpt_open(&s, files.v, files.n, err) < 0) {
+		gk_strlist_free(&files);
+		return -1;
+	}
+	const char *names[2] = {"m", "v"};
+	float *dst[2] = {t->mom, t->vel};
+	size_t hi = t->hi < t->N ? t->hi : t->N;
+	for (int k = 0; k < 2; k++) {
+		const gk_ckpt_entry *e = NULL;
+		for (size_t i = 0; i < s->n; i++)
+			if (!strcmp(s->e[i].name, names[k]))
+				e = &s->e[i];
+		if (!e || e->dtype != GK_DT_F32 || e->ndim != 1 || e->shape[0] != t->N) {
+			gk_errf(err, "checkpoint '%s': optimizer state '%s' is missing or not %zu f32 values (a checkpoint of another model?)",
+				dir, names[k], t->N);
+			goto out;
+		}
+		for (size_t p = 0; p < e->nparts; p++) {
+			const gk_ckpt_part *pt = &e->parts[p];
+			uint64_t a = pt->row0 > t->lo ? pt->row0 : t->lo;
+			uint64_t b = pt->row0 + pt->rows < hi ? pt->row0 + pt->rows : hi;
+			if (a >= b)
+				continue;
+			if (gk_st_read(s->files[pt->file], pt->t, (a - pt->row0) * 4,
+				       dst[k] + (a - t->lo), (size_t)(b - a) * 4, err) < 0)
+				goto out;
+		}
+	}
+	rc = 0;
+out:
+	gk_ckpt_close(s);
+	gk_strlist_free(&files);
+	return rc;
+}
+
+static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop,
+		     int shuffle, gk_err *err)
+{
+	gk_nn_data_opts dop = {.rank = t->rank, .world = t->world, .shuffle = shuffle,
+			       .seed = t->o.seed, .vocab = t->cfg.vocab, .eot = t->o.eot,
+			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop};
+	return gk_nn_data_open(d, src, &dop, err);
+}
+
+/* Restore step, data position and moments from a step directory. */
+static int resume_from(gk_nn_trainer *t, const char *dir, gk_err *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/trainer.json", dir);
+	json_t *j = gk_json_load_file(path, 64u << 20, err);
+	if (!j)
+		return -1;
+	int rc = -1;
+	int64_t step, world, tokens, skipped = 0;
+	json_t *ds = json_object_get(j, "data");
+	if (gk_json_get_int(j, "step", &step, err) < 0 ||
+	    gk_json_get_int(j, "world", &world, err) < 0 ||
+	    gk_json_get_int(j, "tokens", &tokens, err) < 0)
+		goto out;
+	json_t *sk = json_object_get(j, "skipped");
+	if (json_is_integer(sk))
+		skipped = json_integer_value(sk);
+	if (!json_is_array(ds) || json_array_size(ds) != (size_t)world || world < 1) {
+		gk_errf(err, "read '%s': 'data' is not one state per rank", path);
+		goto out;
+	}
+	if (gk_nn_load(t->m, dir, err) < 0 || load_moments(t, dir, err) < 0)
+		goto out;
+	if (t->data) {
+		json_t *mine = json_array_get(ds, world == t->world ? (size_t)t->rank : 0);
+		char *s = json_dumps(mine, JSON_COMPACT);
+		if (!s) {
+			gk_err_sys(err, ENOMEM, "read '%s'", path);
+			goto out;
+		}
+		if (world != t->world && !gk_nn_data_is_bin(t->data)) {
+			/*
+			 * Shards are split into one contiguous part per rank, so a
+			 * new world has new parts: start each at the same fraction
+			 * of its epoch as rank 0 had reached (samples around the
+			 * cut may be repeated or skipped once).
+			 */
+			json_t *mj = json_loads(s, 0, NULL);
+			json_t *sh = mj ? json_object_get(mj, "shard") : NULL;
+			int64_t pos = 0, samples = 1, epoch = 0, seed = 0;
+			if (!sh || gk_json_get_int(sh, "pos", &pos, err) < 0 ||
+			    gk_json_get_int(sh, "samples", &samples, err) < 0 ||
+			    gk_json_get_int(sh, "epoch", &epoch, err) < 0 ||
+			    gk_json_get_int(sh, "seed", &seed, err) < 0) {
+				json_decref(mj);
+				free(s);
+				goto out;
+			}
+			json_decref(mj);
+			free(s);
+			char buf[512];
+			gk_nn_data *probe = t->data;
+			(void)probe;
+			uint64_t mylen = 0;
+			/* the new part's length: from a fresh state */
+			char cur[STATE_BYTES];
+			gk_nn_data_state(t->data, cur, sizeof(cur));
+			json_t *cj = json_loads(cur, 0, NULL);
+			json_t *csh = cj ? json_object_get(cj, "shard") : NULL;
+			int64_t cl = 0;
+			if (csh)
+				gk_json_get_int(csh, "samples", &cl, NULL);
+			json_decref(cj);
+			mylen = (uint64_t)cl;
+			uint64_t np = samples > 0 ? (uint64_t)((double)pos / (double)samples * (double)mylen) : 0;
+			snprintf(buf, sizeof(buf),
+				 "{\"kind\":\"shard\",\"shard\":{\"seed\":%" PRId64 ",\"epoch\":%" PRId64
+				 ",\"pos\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"part\":%d,\"parts\":%d},\"skip\":0}",
+				 seed, epoch, np, mylen, t->rank, t->world);
+			snprintf(t->data_note, sizeof(t->data_note),
+				 "data position remapped from %" PRId64 " ranks to %d (approximate for shards)",
+				 world, t->world);
+			if (gk_nn_data_restore(t->data, buf, err) < 0)
+				goto out;
+		} else {
+			int r = gk_nn_data_restore(t->data, s, err);
+			free(s);
+			if (r < 0)
+				goto out;
+		}
+	}
+	t->step = step;
+	t->tokens = (uint64_t)tokens;
+	t->skipped = skipped;
+	rc = 0;
+out:
+	if (rc < 0)
+		gk_err_prefix(err, "resume from '%s'", dir);
+	json_decref(j);
+	return rc;
+}
+
+int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
+		      gk_err *err)
+{
+	*out = NULL;
+	gk_nn_trainer *t = calloc(1, sizeof(*t));
+	if (!t)
+		return gk_err_sys(err, ENOMEM, "trainer");
+	t->o = *o;
+	char *resume_dir = NULL;
+	if (t->o.grad_accum < 1)
+		t->o.grad_accum = 1;
+	if (t->o.threads <= 0)
+		t->o.threads = gk_nn_default_threads();
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO};
+	if (gk_comm_open(&t->comm, &cc, err) < 0)
+		goto fail;
+	t->rank = gk_comm_rank(t->comm);
+	t->world = gk_comm_world(t->comm);
+	if (o->resume && o->ckpt_dir) {
+		uint64_t step;
+		int r = gk_ckpt_latest(o->ckpt_dir, &step, err);
+		if (r < 0)
+			goto fail;
+		if (r == 1 && asprintf(&resume_dir, "%s/step-%08" PRIu64, o->ckpt_dir, step) < 0) {
+			gk_err_sys(err, ENOMEM, "resume");
+			goto fail;
+		}
+	}
+	if (choose_config(t, resume_dir, err) < 0)
+		goto fail;
+	if (t->o.seq <= 0)
+		t->o.seq = (int)t->cfg.positions;
+	if (t->o.seq > t->cfg.positions) {
+		gk_errf(err, "sequence length %d is longer than the model's %" PRId64 " positions",
+			t->o.seq, t->cfg.positions);
+		goto fail;
+	}
+	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
+			 .threads = t->o.threads};
+	if (gk_nn_new(&t->m, &t->cfg, &mo, err) < 0)
+		goto fail;
+	t->N = gk_nn_nparams(t->m);
+	if (t->o.zero) {
+		t->Np = (t->N + (size_t)t->world - 1) / (size_t)t->world * (size_t)t->world;
+		size_t per = t->Np / (size_t)t->world;
+		t->lo = (size_t)t->rank * per;
+		t->hi = t->lo + per;
+		t->gpad = calloc(t->Np, sizeof(float));
+		t->ppad = calloc(t->Np, sizeof(float));
+		if (!t->gpad || !t->ppad) {
+			gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
+			goto fail;
+		}
+	} else {
+		t->Np = t->N;
+		t->lo = 0;
+		t->hi = t->N;
+	}
+	t->mom = calloc(t->hi - t->lo + 1, sizeof(float));
+	t->vel = calloc(t->hi - t->lo + 1, sizeof(float));
+	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
+	t->tg = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
+	if (!t->mom || !t->vel || !t->in || !t->tg) {
+		gk_err_sys(err, ENOMEM, "optimizer state");
+		goto fail;
+	}
+	if (!t->o.eval_only && t->o.data &&
+	    data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err) < 0)
+		goto fail;
+	if (t->world > 1 && !t->o.zero) {
+		gk_comm_callopts co = {.compress = t->o.compress};
+		if (gk_comm_grads_new(&t->grads, t->comm, gk_nn_grads(t->m), t->N,
+				      t->o.bucket_bytes, &co, err) < 0)
+			goto fail;
+	}
+	if (resume_dir) {
+		if (resume_from(t, resume_dir, err) < 0)
+			goto fail;
+	} else if (o->init_from) {
+		if (gk_nn_load(t->m, o->init_from, err) < 0)
+			goto fail;
+	} else {
+		gk_nn_init(t->m, t->o.seed);
+	}
+	free(resume_dir);
+	account(t);
+	*out = t;
+	return 0;
+fail:
+	free(resume_dir);
+	*out = t; /* the caller can still abort the world */
+	return -1;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+static int write_model(const ckpt_job *j, const char *path, gk_err *err)
+{
+	size_t n;
+	const gk_nn_tensor *tt = gk_nn_tensors(j->t->m, &n);
+	gk_st_spec *spec = calloc(n, sizeof(*spec));
+	const void **data = calloc(n, sizeof(*data));
+	uint64_t *shapes = calloc(2 * n, sizeof(uint64_t));
+	if (!spec || !data || !shapes) {
+		free(spec), free(data), free(shapes);
+		return gk_err_sys(err, ENOMEM, "write '%s'", path);
+	}
+	for (size_t i = 0; i < n; i++) {
+		shapes[2 * i] = (uint64_t)tt[i].shape[0];
+		shapes[2 * i + 1] = (uint64_t)tt[i].shape[1];
+		/* wte: the first vocab rows; the padded rows stay behind */
+		spec[i] = (gk_st_spec){tt[i].name, GK_DT_F32, tt[i].ndim, shapes + 2 * i};
+		data[i] = j->params + tt[i].off;
+	}
+	gk_st_kv meta[1] = {{"format", "pt"}};
+	int rc = gk_st_save(path, spec, data, n, meta, 1, err);
+	free(spec), free(data), free(shapes);
+	return rc;
+}
+
+static int write_moments(const ckpt_job *j, const char *path, gk_err *err)
+{
+	const gk_nn_trainer *t = j->t;
+	uint64_t shape[1] = {j->n};
+	gk_st_spec spec[2] = {{"m", GK_DT_F32, 1, shape}, {"v", GK_DT_F32, 1, shape}};
+	const void *data[2] = {j->m, j->v};
+	char rank[16], world[16], slice[64];
+	gk_st_kv meta[5] = {{"format", "pt"}};
+	size_t nmeta = 1;
+	if (t->o.zero && t->world > 1) {
+		snprintf(rank, sizeof(rank), "%d", t->rank);
+		snprintf(world, sizeof(world), "%d", t->world);
+		snprintf(slice, sizeof(slice), "%zu:%zu/%zu", j->lo, j->lo + j->n, t->N);
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_RANK, rank};
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_WORLD, world};
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_SLICE "m", slice};
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_SLICE "v", slice};
+	}
+	return gk_st_save(path, spec, data, 2, meta, nmeta, err);
+}
+
+static int job_write(ckpt_job *j, gk_err *err)
+{
+	gk_nn_trainer *t = j->t;
+	char *p = NULL;
+	int rc = -1;
+	if (t->o.ckpt_delay_ms > 0)
+		usleep((useconds_t)t->o.ckpt_delay_ms * 1000);
+	if (j->params) {
+		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_SINGLE)) || write_model(j, p, err) < 0)
+			goto out;
+		free(p);
+		if (!(p = gk_ckpt_stage_path(j->stage, "config.json")) ||
+		    gk_nn_config_save(&t->cfg, p, err) < 0)
+			goto out;
+		free(p);
+		if (!(p = gk_ckpt_stage_path(j->stage, "trainer.json")) ||
+		    gk_atomic_write_file(p, j->trainer_json, strlen(j->trainer_json), 0644, err) < 0)
+			goto out;
+		free(p);
+		p = NULL;
+	}
+	if (j->write_moments) {
+		char *name = t->o.zero && t->world > 1 ? gk_ckpt_rank_file("optim", t->rank, t->world)
+						       : strdup("optim.safetensors");
+		if (!name)
+			goto out;
+		p = gk_ckpt_stage_path(j->stage, name);
+		free(name);
+		if (!p || write_moments(j, p, err) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0 && !err->msg[0])
+		gk_err_sys(err, ENOMEM, "checkpoint");
+	free(p);
+	return rc;
+}
+
+static void *job_main(void *arg)
+{
+	ckpt_job *j = arg;
+	j->rc = job_write(j, &j->err);
+	atomic_store(&j->written, j->rc < 0 ? -1 : 1);
+	if (j->rc == 0 && j->t->rank == 0) {
+		/* COMMIT hashes every rank's files: wait until they are all there. */
+		pthread_mutex_lock(&j->mu);
+		while (!j->go_commit)
+			pthread_cond_wait(&j->cv, &j->mu);
+		int go = j->go_commit;
+		pthread_mutex_unlock(&j->mu);
+		if (go > 0) {
+			j->rc = gk_ckpt_stage_commit(j->stage, &j->err);
+			if (j->rc == 0)
+				j->stage = NULL;
+		}
+	}
+	atomic_store(&j->finished, 1);
+	return NULL;
+}
+
+static void job_free(ckpt_job *j)
+{
+	if (!j)
+		return;
+	if (j->stage) {
+		if (j->t->rank == 0)
+			gk_ckpt_stage_abort(j->stage);
+		else
+			gk_ckpt_stage_free(j->stage);
+	}
+	pthread_mutex_destroy(&j->mu);
+	pthread_cond_destroy(&j->cv);
+	free(j->params);
+	free(j->m);
+	free(j->v);
+	free(j->trainer_json);
+	free(j);
+}
+
+static char *trainer_json(gk_nn_trainer *t, const char *states)
+{
+	json_t *j = json_object(), *d = json_array(), *c = json_object(), *s = json_object();
+	json_object_set_new(j, "format", json_string("gpu-train"));
+	json_object_set_new(j, "version", json_integer(1));
+	json_object_set_new(j, "step", json_integer(t->step));
+	json_object_set_new(j, "tokens", json_integer((json_int_t)t->tokens));
+	json_object_set_new(j, "skipped", json_integer(t->skipped));
+	json_object_set_new(j, "world", json_integer(t->world));
+	json_object_set_new(j, "zero", json_integer(t->o.zero));
+	json_object_set_new(j, "batch", json_integer(t->o.batch));
+	json_object_set_new(j, "seq", json_integer(t->o.seq));
+	json_object_set_new(j, "grad_accum", json_integer(t->o.grad_accum));
+	json_object_set_new(j, "seed", json_integer((json_int_t)t->o.seed));
+	json_object_set_new(j, "nparams", json_integer((json_int_t)t->N));
+	json_object_set_new(c, "n_layer", json_integer(t->cfg.layers));
+	json_object_set_new(c, "n_embd", json_integer(t->cfg.hidden));
+	json_object_set_new(c, "n_head", json_integer(t->cfg.heads));
+	json_object_set_new(c, "vocab_size", json_integer(t->cfg.vocab));
+	json_object_set_new(c, "n_positions", json_integer(t->cfg.positions));
+	json_object_set_new(j, "config", c);
+	json_object_set_new(s, "kind", json_string(gk_nn_sched_name(t->o.sched.kind)));
+	json_object_set_new(s, "lr", json_real(t->o.sched.lr));
+	json_object_set_new(s, "min_lr", json_real(t->o.sched.min_lr));
+	json_object_set_new(s, "warmup", json_integer(t->o.sched.warmup));
+	json_object_set_new(s, "steps", json_integer(t->o.sched.steps));
+	json_object_set_new(j, "schedule", s);
+	for (int r = 0; r < t->world; r++)
+		json_array_append_new(d, json_loads(states + (size_t)r * STATE_BYTES, 0, NULL));
+	json_object_set_new(j, "data", d);
+	char *out = json_dumps(j, JSON_INDENT(2));
+	json_decref(j);
+	return out;
+}
+
+/* Start writing checkpoint t->step: copy state, hand it to a thread. */
+static int ckpt_start(gk_nn_trainer *t, gk_err *err)
+{
+	ckpt_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return gk_err_sys(err, ENOMEM, "checkpoint");
+	j->t = t;
+	j->step = t->step;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	char name[NAME_BYTES] = {0};
+	int rc = 0;
+	if (t->rank == 0) {
+		rc = gk_ckpt_stage_begin(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, err);
+		if (rc == 0)
+			snprintf(name, sizeof(name), "%s", gk_ckpt_stage_name(j->stage));
+	}
+	/* A failed begin on rank 0 is sent as an empty name. */
+	if (bcast_bytes(t, name, sizeof(name), err) < 0) {
+		job_free(j);
+		return -1;
+	}
+	if (!name[0]) {
+		job_free(j);
+		return rc < 0 ? -1 : gk_errf(err, "checkpoint '%s': rank 0 could not create the staging directory",
+					   t->o.ckpt_dir);
+	}
+	if (t->rank != 0 &&
+	    gk_ckpt_stage_join(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, name, err) < 0) {
+		job_free(j);
+		return -1;
+	}
+	char mine[STATE_BYTES] = {0};
+	char *all = calloc((size_t)t->world, STATE_BYTES);
+	if (!all) {
+		job_free(j);
+		return gk_err_sys(err, ENOMEM, "checkpoint");
+	}
+	if (t->data)
+		gk_nn_data_state(t->data, mine, sizeof(mine));
+	else
+		snprintf(mine, sizeof(mine), "null");
+	if (gather_bytes(t, mine, all, STATE_BYTES, err) < 0) {
+		free(all);
+		job_free(j);
+		return -1;
+	}
+	size_t hi = t->hi < t->N ? t->hi : t->N;
+	j->lo = t->lo;
+	j->n = hi > t->lo ? hi - t->lo : 0;
+	j->write_moments = t->o.zero ? 1 : t->rank == 0;
+	if (t->rank == 0) {
+		j->params = malloc(t->N * sizeof(float));
+		j->trainer_json = trainer_json(t, all);
+		if (j->params)
+			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
+	}
+	free(all);
+	if (j->write_moments) {
+		j->m = malloc(j->n * sizeof(float) + 1);
+		j->v = malloc(j->n * sizeof(float) + 1);
+		if (j->m && j->v) {
+			memcpy(j->m, t->mom, j->n * sizeof(float));
+			memcpy(j->v, t->vel, j->n * sizeof(float));
+		}
+	}
+	if ((t->rank == 0 && (!j->params || !j->trainer_json)) ||
+	    (j->write_moments && (!j->m || !j->v))) {
+		job_free(j);
+		return gk_err_sys(err, ENOMEM, "checkpoint: copy of the state");
+	}
+	if (pthread_create(&j->th, NULL, job_main, j) != 0) {
+		job_free(j);
+		return gk_errf(err, "checkpoint: cannot start the writer thread");
+	}
+	t->job = j;
+	return 0;
+}
+
+/*
+ * Move the pending checkpoint on, given how many ranks have written
+ * (from the step's allreduce); with wait, finish it now.
+ */
+static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
+			 int wait, gk_nn_train_hooks *h, gk_err *err)
+{
+	ckpt_job *j = t->job;
+	if (!j)
+		return 0;
+	if (failed > 0 || written >= t->world) {
+		j->agreed = 1;
+		if (t->rank == 0) {
+			pthread_mutex_lock(&j->mu);
+			j->go_commit = failed > 0 ? -1 : 1;
+			pthread_cond_signal(&j->cv);
+			pthread_mutex_unlock(&j->mu);
+		}
+		if (t->rank != 0 || failed > 0 || wait || atomic_load(&j->finished)) {
+			pthread_join(j->th, NULL);
+			int rc = j->rc;
+			if (rc < 0)
+				*err = j->err;
+			else if (failed > 0)
+				gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
+					j->step);
+			int64_t step = j->step;
+			job_free(j);
+			t->job = NULL;
+			if (rc < 0 || failed > 0)
+				return -1;
+			if (h && h->checkpoint && t->rank == 0)
+				h->checkpoint(step, h->ctx);
+		}
+	}
+	return 0;
+}
+
+/* Wait for the pending checkpoint on every rank and commit it. */
+static int ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
+{
+	/*
+	 * Every rank holds the job until the step reduction shows all files
+	 * written; after that only rank 0 does, to commit, and waits for it
+	 * alone. So the collective below runs on all ranks or on none.
+	 */
+	if (t->job && t->job->agreed)
+		return ckpt_progress(t, t->world, 0, 1, h, err);
+	while (t->job) {
+		ckpt_job *j = t->job;
+		/* Wait for our own files first, then agree on everyone's. */
+		while (atomic_load(&j->written) == 0)
+			usleep(1000);
+		double v[2] = {atomic_load(&j->written) > 0, atomic_load(&j->written) < 0};
+		if (allreduce_f64(t, v, 2, err) < 0)
+			return -1;
+		if (ckpt_progress(t, v[0], v[1], 1, h, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- the step ------------------------------------------------------------------------ */
+
+static int ready_cb(size_t off, void *ctx, gk_err *err)
+{
+	gk_nn_trainer *t = ctx;
+	if (t->comm_start == 0)
+		t->comm_start = gk_now();
+	return gk_comm_grads_ready(t->grads, off, err);
+}
+
+static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
+		     double *loss, int64_t *nb, gk_err *err)
+{
+	gk_nn_data *d;
+	if (data_open(t, &d, src, 0, 0, err) < 0)
+		return -1;
+	double acc[2] = {0, 0};
+	int rc = 0;
+	for (int64_t k = 0; batches <= 0 || k < batches; k++) {
+		int r = gk_nn_data_next(d, t->in, t->tg, err);
+		if (r < 0) {
+			rc = -1;
+			break;
+		}
+		if (r == 0)
+			break;
+		float l;
+		if (gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0) {
+			rc = -1;
+			break;
+		}
+		acc[0] += l;
+		acc[1] += 1;
+	}
+	gk_nn_data_close(d);
+	if (rc < 0)
+		return -1;
+	if (allreduce_f64(t, acc, 2, err) < 0)
+		return -1;
+	if (acc[1] == 0)
+		return gk_errf(err, "evaluate '%s': not one whole micro-batch of %d x %d tokens",
+			       src, t->o.batch, t->o.seq + 1);
+	*loss = acc[0] / acc[1];
+	*nb = (int64_t)acc[1];
+	return 0;
+}
+
+int gk_nn_trainer_eval(gk_nn_trainer *t, const char *src, int64_t batches,
+		       double *loss, int64_t *nbatches, gk_err *err)
+{
+	return eval_loss(t, src, batches, loss, nbatches, err);
+}
+
+int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
+		      gk_nn_train_summary *sum, gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	float *params = gk_nn_params(t->m), *grads = gk_nn_grads(t->m);
+	memset(sum, 0, sizeof(*sum));
+	sum->first_step = t->step + 1;
+	sum->data_note = t->data_note[0] ? t->data_note : NULL;
+	sum->min_loss = INFINITY;
+	double flops = gk_nn_flops(t->m);
+	uint64_t step_tokens = (uint64_t)o->batch * (uint64_t)o->seq *
+			       (uint64_t)o->grad_accum * (uint64_t)t->world;
+	double t_run = gk_now(), loss = NAN;
+	int64_t last_ckpt = -1;
+	int stop = 0;
+	while (t->step < o->steps && (o->until <= 0 || t->step < o->until)) {
+		int64_t step = t->step + 1;
+		double t0 = gk_now(), exposed = 0;
+		t->comm_start = 0;
+		gk_nn_zero_grad(t->m);
+		double lsum = 0;
+		for (int a = 0; a < o->grad_accum; a++) {
+			float l;
+			int r = gk_nn_data_next(t->data, t->in, t->tg, err);
+			if (r == 0)
+				r = gk_errf(err, "data '%s': no more micro-batches", o->data);
+			if (r < 0 || gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0)
+				return -1;
+			lsum += l;
+			int last = a == o->grad_accum - 1;
+			gk_nn_ready_fn cb = last && t->grads && o->overlap ? ready_cb : NULL;
+			if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t, err) < 0)
+				return -1;
+		}
+		double tb = gk_now();
+		if (t->grads) {
+			if (!o->overlap) {
+				t->comm_start = tb;
+				if (gk_comm_grads_ready(t->grads, 0, err) < 0)
+					return -1;
+			}
+			if (gk_comm_grads_finish(t->grads, err) < 0)
+				return -1;
+		} else if (o->zero && t->world > 1) {
+			t->comm_start = tb;
+			memcpy(t->gpad, grads, t->N * sizeof(float));
+			if (gk_comm_reduce_scatter(t->comm, t->gpad, t->gpad + t->lo, t->Np / (size_t)t->world,
+						   GK_DT_F32, GK_COMM_AVG, NULL, err) < 0)
+				return -1;
+		}
+		double tc = gk_now();
+		exposed = tc - tb;
+		/* Own range of the reduced gradients. */
+		size_t hi = t->hi < t->N ? t->hi : t->N;
+		size_t n = hi > t->lo ? hi - t->lo : 0;
+		float *g = o->zero && t->world > 1 ? t->gpad + t->lo : grads + t->lo;
+		int sig = o->stop ? (int)*o->stop : 0;
+		int wr = t->job ? atomic_load(&t->job->written) : 0;
+		double v[6] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0,
+			       o->zero && t->world > 1 ? gk_nn_sumsq(g, n) : 0};
+		if (allreduce_f64(t, v, 6, err) < 0)
+			return -1;
+		loss = v[0] / t->world;
+		double sumsq = o->zero && t->world > 1 ? v[5] : gk_nn_sumsq(grads, t->N);
+		double norm = sqrt(sumsq);
+		exposed += gk_now() - tc;
+		double lr = gk_nn_lr(&o->sched, step);
+		int skip = 0;
+		if (!isfinite(loss) || !isfinite(norm)) {
+			if (!o->skip_nonfinite)
+				return gk_errf(err, "step %" PRId64 ": the %s is %s (use --skip-nonfinite to skip such steps)",
+					       step, isfinite(loss) ? "gradient norm" : "loss",
+					       isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite");
+			skip = 1;
+			t->skipped++;
+		}
+		if (!skip) {
+			/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
+			if (o->clip > 0 && norm > o->clip) {
+				float sc = (float)(o->clip / (norm + 1e-6));
+				for (size_t i = 0; i < n; i++)
+					g[i] *= sc;
+			}
+			gk_nn_adamw_step(t->m, &o->adamw, (float)lr, step, t->lo, t->lo + n, params + t->lo,
+					 g, t->mom, t->vel);
+			if (o->zero && t->world > 1) {
+				double ta = gk_now();
+				memcpy(t->ppad + t->lo, params + t->lo, n * sizeof(float));
+				if (gk_comm_allgather(t->comm, t->ppad + t->lo, t->ppad,
+						      t->Np / (size_t)t->world, GK_DT_F32, NULL, err) < 0)
+					return -1;
+				memcpy(params, t->ppad, t->N * sizeof(float));
+				exposed += gk_now() - ta;
+			}
+		}
+		t->step = step;
+		t->tokens += step_tokens;
+		double t1 = gk_now();
+		if (ckpt_progress(t, v[3], v[4], 0, h, err) < 0)
+			return -1;
+		gk_nn_train_log lg = {
+			.step = step, .loss = loss, .lr = lr, .grad_norm = norm,
+			.tokens = t->tokens, .step_ms = (t1 - t0) * 1e3,
+			.comm_ms = t->comm_start ? (tc - t->comm_start) * 1e3 : 0,
+			.exposed_comm_ms = exposed * 1e3, .skipped = skip,
+			.val_loss = NAN,
+		};
+		lg.tokens_per_s = step_tokens / (t1 - t0);
+		lg.gflops = flops * o->grad_accum / (t1 - t0) / 1e9;
+		sum->steps++;
+		sum->last_loss = loss;
+		if (loss < sum->min_loss)
+			sum->min_loss = loss;
+		if (o->val_data && o->eval_every > 0 && step % o->eval_every == 0) {
+			int64_t nb;
+			if (eval_loss(t, o->val_data, o->eval_batches, &lg.val_loss, &nb, err) < 0)
+				return -1;
+			sum->val_loss = lg.val_loss;
+		}
+		if (h && h->step && t->rank == 0)
+			h->step(&lg, h->ctx);
+		if (v[2] > 0) {
+			stop = 2;
+			break;
+		}
+		int want = o->ckpt_dir && ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || v[1] > 0);
+		if (want) {
+			/* One checkpoint in flight: an older one must be done first. */
+			if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, err) < 0)
+				return -1;
+			last_ckpt = step;
+		}
+		if (v[1] > 0) {
+			stop = 1;
+			break;
+		}
+	}
+	if (stop != 2 && o->ckpt_dir && last_ckpt != t->step && t->step > 0 &&
+	    sum->steps > 0) {
+		if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, err) < 0)
+			return -1;
+	}
+	if (ckpt_finish(t, h, err) < 0)
+		return -1;
+	sum->seconds = gk_now() - t_run;
+	sum->tokens = t->tokens;
+	sum->step = t->step;
+	sum->skipped = t->skipped;
+	sum->stopped = stop;
+	if (sum->steps == 0)
+		sum->min_loss = NAN;
+	if (o->val_data && stop != 2 && !(o->eval_every > 0 && t->step % o->eval_every == 0)) {
+		int64_t nb;
+		if (eval_loss(t, o->val_data, o->eval_batches, &sum->val_loss, &nb, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- sampling ------------------------------------------------------------------------- */
+
+/* xorshift64*: the sampler's generator (seeded, the same on every machine). */
+static double rng_unit(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return (double)((*s * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+
+int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
+		 double temperature, int top_k, uint64_t seed, int32_t *out,
+		 gk_err *err)
+{
+	const gk_nn_config *c = gk_nn_config_of(m);
+	int32_t *row = malloc((size_t)batch * (size_t)seq * sizeof(int32_t));
+	double *p = malloc((size_t)c->vocab * sizeof(double));
+	int32_t *hist = malloc(((size_t)n + 1) * sizeof(int32_t));
+	if (!row || !p || !hist) {
+		free(row), free(p), free(hist);
+		return gk_err_sys(err, ENOMEM, "sample");
+	}
+	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+	hist[0] = start;
+	int len = 1, rc = 0;
+	for (int i = 0; i < n; i++) {
+		/* the last seq tokens of the history in row 0 */
+		int first = len > seq ? len - seq : 0, w = len - first;
+		for (size_t k = 0; k < (size_t)batch * (size_t)seq; k++)
+			row[k] = start;
+		memcpy(row, hist + first, (size_t)w * sizeof(int32_t));
+		if (gk_nn_forward(m, row, NULL, NULL, err) < 0) {
+			rc = -1;
+			break;
+		}
+		const float *lg = gk_nn_logits(m, 0, w - 1);
+		double mx = -INFINITY, z = 0;
+		for (int64_t v = 0; v < c->vocab; v++)
+			if (lg[v] > mx)
+				mx = lg[v];
+		double cut = -INFINITY;
+		if (top_k > 0 && top_k < c->vocab) {
+			/* the k-th largest logit: partial selection by counting */
+			double lo = -INFINITY;
+			for (int k = 0; k < top_k; k++) {
+				double best = -INFINITY;
+				for (int64_t v = 0; v < c->vocab; v++)
+					if (lg[v] > best && (k == 0 || lg[v] < lo))
+						best = lg[v];
+				lo = best;
+			}
+			cut = lo;
+		}
+		int32_t tok = 0;
+		if (temperature <= 0) {
+			for (int64_t v = 0; v < c->vocab; v++)
+				if (lg[v] == mx) {
+					tok = (int32_t)v;
+					break;
+				}
+		} else {
+			for (int64_t v = 0; v < c->vocab; v++) {
+				p[v] = lg[v] >= cut ? exp((lg[v] - mx) / temperature) : 0;
+				z += p[v];
+			}
+			double u = rng_unit(&s) * z, acc = 0;
+			tok = (int32_t)c->vocab - 1;
+			for (int64_t v = 0; v < c->vocab; v++) {
+				acc += p[v];
+				if (p[v] > 0 && u < acc) {
+					tok = (int32_t)v;
+					break;
+				}
+			}
+		}
+		out[i] = tok;
+		hist[len++] = tok;
+	}
+	free(row), free(p), free(hist);
+	return rc;
+}
+
+void gk_nn_trainer_free(gk_nn_trainer *t)
+{
+	if (!t)
+		return;
+	if (t->job) {
+		pthread_mutex_lock(&t->job->mu);
+		t->job->go_commit = -1;
+		pthread_cond_signal(&t->job->cv);
+		pthread_mutex_unlock(&t->job->mu);
+		pthread_join(t->job->th, NULL);
+		job_free(t->job);
+	}
+	gk_comm_grads_free(t->grads);
+	gk_nn_data_close(t->data);
+	gk_nn_free(t->m);
+	free(t->mom);
+	free(t->vel);
+	free(t->gpad);
+	free(t->ppad);
+	free(t->in);
+	free(t->tg);
+	gk_comm_close(t->comm);
+	free(t);
+}

@@ -1,0 +1,50 @@
+# lib-train.sh - helpers for the gpu-train tests (sourced after lib.sh).
+#
+#   train_data             writes train.bin (llm.c format, bytes of the
+#                          project's sources) in the trash directory
+#   TINY                   a small model and step shape for fast runs
+#   losses FILE            the losses of the step lines of a --json log
+#   close_to A B TOL       every line of A within TOL (relative) of B's
+#   mpi N ARGS...          gpu-train under mpirun with N ranks
+
+TINY="--layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2"
+
+train_data() {
+	python3 - "$GK_TOP" <<-'EOF'
+	import struct, sys, glob
+	b = b"".join(open(p, "rb").read() for p in sorted(glob.glob(sys.argv[1] + "/lib/core/*.c")))
+	t = list(b[:60000])
+	h = [20240520, 1, len(t)] + [0] * 253
+	open("train.bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(t), *t))
+	v = list(b"".join(open(p, "rb").read() for p in sorted(glob.glob(sys.argv[1] + "/lib/st/*.c")))[:4000])
+	open("val.bin", "wb").write(struct.pack("<%dH" % len(v), *v))
+	EOF
+}
+
+losses() {
+	jq -r 'select(.event == "step") | .loss' "$1"
+}
+
+close_to() {
+	python3 - "$1" "$2" "$3" <<-'EOF'
+	import sys
+	a = [float(x) for x in open(sys.argv[1])]
+	b = [float(x) for x in open(sys.argv[2])]
+	tol = float(sys.argv[3])
+	if len(a) != len(b) or not a:
+	    sys.exit("different lengths: %d %d" % (len(a), len(b)))
+	bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > tol * max(1.0, abs(y))]
+	if bad:
+	    sys.exit("outside %g: %r" % (tol, bad[:5]))
+	EOF
+}
+
+mpi() {
+	n=$1
+	shift
+	timeout 300 mpirun --oversubscribe --bind-to none -np "$n" gpu-train "$@"
+}
+
+if command -v mpirun >/dev/null 2>&1; then
+	test_set_prereq MPI
+fi

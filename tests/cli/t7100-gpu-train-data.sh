@@ -1,0 +1,148 @@
+#!/bin/sh
+test_description='gpu-train --dump-data: the micro-batches of every rank
+
+A Python reference (tarfile, struct, ast: nothing of ours) predicts the
+first micro-batches of rank r from the shards and token files, following
+the windowing gpu-train(1) documents: samples of the rank part joined by
+the end-of-text token, row b of micro-batch k = stream[k*B*T + b*T :
+k*B*T + b*T + T + 1]; token files: micro-batch k of rank r starts at
+(k*world + r)*B*T of the files joined.'
+. "$(dirname "$0")/lib.sh"
+
+cat >ref.py <<'EOF'
+import ast, json, struct, sys, tarfile
+
+def npy_tokens(b):
+    assert b[:6] == b"\x93NUMPY"
+    if b[6] == 1:
+        hl, pre = struct.unpack("<H", b[8:10])[0], 10
+    else:
+        hl, pre = struct.unpack("<I", b[8:12])[0], 12
+    h = ast.literal_eval(b[pre:pre + hl].decode("latin1"))
+    fmt = {"<u2": "H", "<i4": "i"}[h["descr"]]
+    n = h["shape"][0]
+    return list(struct.unpack("<%d%s" % (n, fmt), b[pre + hl:]))
+
+def shard_samples(paths):
+    out = []
+    for p in paths:
+        with tarfile.open(p) as t:
+            cur, key = {}, None
+            for m in t.getmembers():
+                base = m.name.rsplit("/", 1)[-1]
+                k = m.name[: len(m.name) - len(base)] + base.split(".", 1)[0]
+                ext = base.split(".", 1)[1]
+                if k != key and cur:
+                    out.append(cur)
+                    cur = {}
+                key = k
+                cur[ext] = t.extractfile(m).read()
+            if cur:
+                out.append(cur)
+    return out
+
+def main():
+    kind, rank, world, B, T, K, eot = sys.argv[1:8]
+    rank, world, B, T, K, eot = map(int, (rank, world, B, T, K, eot))
+    paths = sys.argv[8:]
+    if kind == "bin":
+        toks = []
+        for p in paths:
+            b = open(p, "rb").read()
+            if len(b) >= 1024 and struct.unpack("<i", b[:4])[0] == 20240520:
+                n = struct.unpack("<i", b[8:12])[0]
+                b = b[1024:1024 + 2 * n]
+            toks += list(struct.unpack("<%dH" % (len(b) // 2), b))
+        starts = [(k * world + rank) * B * T for k in range(K)]
+    else:
+        s = shard_samples(paths)
+        per = len(s) // world
+        toks = []
+        for smp in s[rank * per:(rank + 1) * per]:
+            toks += npy_tokens(smp["npy"]) if "npy" in smp else list(smp["txt"])
+            toks.append(eot)
+        starts = [k * B * T for k in range(K)]
+    for k, h in enumerate(starts):
+        rows = [toks[h + b * T: h + b * T + T + 1] for b in range(B)]
+        print(json.dumps({"rank": rank, "micro": k, "rows": rows}, separators=(",", ":")))
+
+main()
+EOF
+
+# Pretty-print both sides the same way for test_cmp.
+norm() {
+	python3 -c 'import json,sys
+for l in sys.stdin:
+    print(json.dumps(json.loads(l), sort_keys=True))' <"$1" | sort >"$1.n"
+}
+
+test_expect_success 'a text corpus and npy documents, packed as shards' '
+	mkdir -p corpus npy &&
+	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12; do
+		head -c $((200 + i * 53)) "$GK_TOP/README.md" | tail -c $((40 + i * 17)) >corpus/doc$i.txt || return 1
+	done &&
+	data-pack -q -c -o txt-%02d.tar --max-count 4 corpus/ &&
+	cp "$GK_TOP/tests/data/npy/u2.npy" npy/a.npy &&
+	cp "$GK_TOP/tests/data/npy/i4.npy" npy/b.npy &&
+	cp "$GK_TOP/tests/data/npy/v2.npy" npy/c.npy &&
+	data-pack -q -c -o npy-00.tar npy/
+'
+
+test_expect_success 'one rank: .txt shards, the documented windows' '
+	gpu-train --dump-data 5 --data "txt-{00..03}.tar" --batch 3 --seq 7 --shuffle none >out &&
+	python3 ref.py shard 0 1 3 7 5 256 txt-00.tar txt-01.tar txt-02.tar txt-03.tar >want &&
+	norm out && norm want && test_cmp want.n out.n
+'
+
+test_expect_success 'one rank: .npy shards (uint16, int32, npy 2.0), GPT-2 vocabulary' '
+	gpu-train --dump-data 8 --data npy-00.tar --vocab 50257 --batch 2 --seq 16 --shuffle none >out &&
+	python3 ref.py shard 0 1 2 16 8 50256 npy-00.tar >want &&
+	norm out && norm want && test_cmp want.n out.n
+'
+
+if command -v mpirun >/dev/null 2>&1; then
+	test_set_prereq MPI
+fi
+
+test_expect_success MPI 'two ranks: each rank reads its part of the shards' '
+	timeout 120 mpirun --oversubscribe --bind-to none -np 2 gpu-train --dump-data 3 \
+		--data "txt-{00..03}.tar" --batch 2 --seq 5 --shuffle none >out &&
+	{ python3 ref.py shard 0 2 2 5 3 256 txt-00.tar txt-01.tar txt-02.tar txt-03.tar &&
+	  python3 ref.py shard 1 2 2 5 3 256 txt-00.tar txt-01.tar txt-02.tar txt-03.tar; } >want &&
+	norm out && norm want && test_cmp want.n out.n
+'
+
+test_expect_success 'token files: llm.c header and raw nanoGPT' '
+	python3 -c "
+import struct
+t = [(i * 37 + i // 5) % 50257 for i in range(3000)]
+h = [20240520, 1, 2000] + [0] * 253
+open(\"a.bin\", \"wb\").write(struct.pack(\"<256i\", *h) + struct.pack(\"<2000H\", *t[:2000]))
+open(\"b.bin\", \"wb\").write(struct.pack(\"<1000H\", *t[2000:]))
+" &&
+	gpu-train --dump-data 6 --data "{a,b}.bin" --vocab 50257 --batch 4 --seq 9 >out &&
+	python3 ref.py bin 0 1 4 9 6 50256 a.bin b.bin >want &&
+	norm out && norm want && test_cmp want.n out.n
+'
+
+test_expect_success MPI 'token files, three ranks: interleaved global batches' '
+	timeout 120 mpirun --oversubscribe --bind-to none -np 3 gpu-train --dump-data 4 \
+		--data "{a,b}.bin" --vocab 50257 --batch 2 --seq 11 >out &&
+	for r in 0 1 2; do python3 ref.py bin $r 3 2 11 4 50256 a.bin b.bin || return 1; done >want &&
+	norm out && norm want && test_cmp want.n out.n
+'
+
+test_expect_success 'a token id outside the vocabulary names the shard and sample' '
+	test_expect_code 1 gpu-train --dump-data 50 --data npy-00.tar --vocab 300 --batch 2 --seq 8 2>err &&
+	grep "^gpu-train: shard .npy-00.tar. sample .a.: token 43 is 301, not in \[0, 300)" err
+'
+
+test_expect_success 'missing and corrupt shards fail with a message' '
+	test_expect_code 1 gpu-train --dump-data 1 --data nothere.tar --batch 1 --seq 4 2>err &&
+	grep "^gpu-train: .*nothere.tar" err &&
+	head -c 3000 txt-00.tar >bad.tar &&
+	test_expect_code 1 gpu-train --dump-data 1 --data bad.tar --batch 1 --seq 4 2>err &&
+	grep "^gpu-train: .*bad.tar" err
+'
+
+test_done

@@ -1,0 +1,85 @@
+#!/bin/sh
+test_description='gpu-train: the same global batch gives the same losses
+
+1 rank x batch 8 = 2 ranks x 4 = 1 rank x 4 with --grad-accum 2, and 3
+ranks x 2 = 1 rank x 6 (token files give every world the same global
+batch); ZeRO-1 equals ZeRO-0 bit for bit (the update is elementwise and
+the reduced gradients are the same sums); overlap on and off agree bit
+for bit; compressed gradients stay close.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+A="--data train.bin $TINY --steps 6 --json --clip 1"
+
+test_expect_success 'data' '
+	train_data
+'
+
+test_expect_success '1 rank x batch 8' '
+	gpu-train $A --batch 8 >one8.json &&
+	losses one8.json >one8 &&
+	test $(wc -l <one8) = 6
+'
+
+test_expect_success 'the loss falls' '
+	python3 -c "import sys; l = [float(x) for x in open(\"one8\")]; sys.exit(not l[-1] < l[0])"
+'
+
+test_expect_success '1 rank x batch 4 x --grad-accum 2 = 1 x 8' '
+	gpu-train $A --batch 4 --grad-accum 2 >acc.json &&
+	losses acc.json >acc &&
+	close_to acc one8 1e-5
+'
+
+test_expect_success MPI '2 ranks x batch 4 = 1 x 8' '
+	mpi 2 $A --batch 4 >two4.json &&
+	losses two4.json >two4 &&
+	close_to two4 one8 1e-5
+'
+
+test_expect_success MPI '2 ranks, ZeRO-1 = ZeRO-0 bit for bit' '
+	mpi 2 $A --batch 4 --zero 1 >z1.json &&
+	losses z1.json >z1 &&
+	test_cmp two4 z1
+'
+
+test_expect_success MPI '2 ranks, overlap off = on bit for bit (small buckets)' '
+	mpi 2 $A --batch 4 --bucket 16K >on.json &&
+	mpi 2 $A --batch 4 --bucket 16K --no-overlap >off.json &&
+	losses on.json >on && losses off.json >off &&
+	test_cmp two4 on && test_cmp on off
+'
+
+test_expect_success MPI '3 ranks x 2 = 1 x 6, with ZeRO-1 (parameters not divisible by 3)' '
+	gpu-train $A --batch 6 >one6.json &&
+	mpi 3 $A --batch 2 --zero 1 >three.json &&
+	losses one6.json >one6 && losses three.json >three &&
+	jq -s -e "map(select(.event == \"start\"))[0].params % 3 != 0" three.json &&
+	close_to three one6 1e-5
+'
+
+for c in bf16 int8; do
+	test_expect_success MPI "2 ranks, --compress $c: losses within 1e-2 of exact" "
+		mpi 2 $A --batch 4 --compress $c >c.json &&
+		losses c.json >c &&
+		close_to c one8 1e-2
+	"
+done
+
+test_expect_success '--eval-every: val_loss at its steps; the last equals --eval-only of the checkpoint' '
+	gpu-train $A --batch 4 --val-data val.bin --eval-every 3 --ckpt-dir ev >ev.json &&
+	jq -s -e "map(select(.event == \"step\" and .val_loss != null) | .step) == [3, 6]" ev.json &&
+	jq -r "select(.event == \"step\" and .step == 6) | .val_loss" ev.json >v6 &&
+	gpu-train --eval-only --init-from ev --data val.bin --seq 16 --batch 4 --threads 1 --json >eo.json &&
+	jq -r "select(.event == \"eval\") | .loss" eo.json >vo &&
+	close_to v6 vo 1e-12
+'
+
+test_expect_success 'usage errors exit 2' '
+	test_expect_code 2 gpu-train $A --zero 2 &&
+	test_expect_code 2 gpu-train $A --zero 1 --compress bf16 &&
+	test_expect_code 2 gpu-train --layers 2 &&
+	test_expect_code 2 gpu-train $A --recompute some
+'
+
+test_done

@@ -1,0 +1,144 @@
+#!/bin/sh
+test_description='gpu-train checkpoints: exact resume, kill -9, signals
+
+20 steps straight equal 10 steps, a checkpoint, --resume and 10 more,
+bit for bit (1 rank, and 2 ranks with ZeRO-1); a kill -9 while a
+checkpoint is being written leaves the previous one and latest intact,
+and resuming from it still reproduces the straight run; SIGTERM (or
+SIGUSR1 through mpirun) checkpoints at the next step and exits 0; SIGINT
+stops without a checkpoint; another world size resumes within tolerance.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+A="--data train.bin $TINY --batch 4 --json"
+
+test_expect_success 'data and a straight 20-step run' '
+	train_data &&
+	gpu-train $A --steps 20 >full.json &&
+	losses full.json >full
+'
+
+test_expect_success '10 steps, checkpoint, resume, 10 steps: the same losses bit for bit' '
+	gpu-train $A --steps 20 --until 10 --ckpt-dir ck >a.json &&
+	test -f ck/step-00000010/COMMIT &&
+	test "$(readlink ck/latest)" = step-00000010 &&
+	jq -e ".step == 10" ck/latest/trainer.json &&
+	gpu-train $A --steps 20 --ckpt-dir ck --resume >b.json &&
+	{ losses a.json && losses b.json; } >ab &&
+	test_cmp full ab &&
+	jq -s -e "map(select(.event == \"step\"))[0].step == 11" b.json
+'
+
+test_expect_success 'the checkpoint is whole: ckpt-merge checks it, HF names, unpadded vocab' '
+	ckpt-merge --check ck/step-00000010 &&
+	ckpt-merge --list --json ck/step-00000010/model.safetensors >list.json &&
+	jq -e ".[] | select(.name == \"transformer.wte.weight\") | .shape == [257, 32]" list.json &&
+	jq -e ".[] | select(.name == \"transformer.h.1.mlp.c_fc.weight\") | .shape == [32, 128]" list.json &&
+	jq -e ".n_layer == 2 and .n_embd == 32 and .vocab_size == 257" ck/step-00000010/config.json
+'
+
+test_expect_success MPI '2 ranks, ZeRO-1: resume bit for bit, optimizer in rank slices' '
+	mpi 2 $A --zero 1 --steps 12 >f2.json &&
+	losses f2.json >f2 &&
+	mpi 2 $A --zero 1 --steps 12 --until 6 --ckpt-dir ck2 >a2.json &&
+	test -f ck2/step-00000006/optim-rank-00000-of-00002.safetensors &&
+	test -f ck2/step-00000006/optim-rank-00001-of-00002.safetensors &&
+	ckpt-merge ck2/step-00000006/optim-rank-0000[01]-of-00002.safetensors -o optim.safetensors &&
+	mpi 2 $A --zero 1 --steps 12 --ckpt-dir ck2 --resume >b2.json &&
+	{ losses a2.json && losses b2.json; } >ab2 &&
+	test_cmp f2 ab2
+'
+
+test_expect_success MPI '2 ranks, a checkpoint every step: each one committed' '
+	mpi 2 $A --steps 6 --ckpt-every 1 --ckpt-dir ck8 >/dev/null &&
+	test "$(ls -d ck8/step-* | wc -l)" = 6 &&
+	test "$(readlink ck8/latest)" = step-00000006 &&
+	ckpt-merge --check ck8
+'
+
+test_expect_success MPI 'resume 2 x 4 ZeRO-1 on 1 rank x 8: the same global batch, close losses' '
+	mpi 2 $A --zero 1 --steps 12 --until 6 --ckpt-dir ck3 >/dev/null &&
+	gpu-train --data train.bin $TINY --batch 8 --json --steps 12 --ckpt-dir ck3 --resume >c.json &&
+	losses c.json >c &&
+	tail -n 6 f2 >f2tail &&
+	close_to c f2tail 1e-5
+'
+
+test_expect_success 'kill -9 while a checkpoint is written: previous one and latest intact' '
+	gpu-train $A --steps 8 --until 4 --ckpt-dir ck4 >/dev/null &&
+	{ GPUKIT_TEST_CKPT_DELAY_MS=60000 gpu-train $A --steps 8 --ckpt-dir ck4 --resume >k.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		ls -d ck4/.step-00000008.tmp-* >/dev/null 2>&1 && break
+		sleep 0.1
+	done &&
+	ls -d ck4/.step-00000008.tmp-* &&
+	kill -9 $pid && { wait $pid; true; } &&
+	test "$(readlink ck4/latest)" = step-00000004 &&
+	test ! -e ck4/step-00000008 &&
+	ckpt-merge --check ck4 &&
+	gpu-train $A --steps 8 --ckpt-dir ck4 --resume >r.json &&
+	losses r.json >r &&
+	sed -n "5,8p" full.json >/dev/null &&
+	gpu-train $A --steps 8 >f8.json && losses f8.json | tail -n 4 >f8tail &&
+	test_cmp f8tail r &&
+	test "$(readlink ck4/latest)" = step-00000008
+'
+
+# Wait until the log at $1 shows a step, at most 60 s.
+wait_step() {
+	for i in $(seq 1 600); do
+		grep -q "\"event\":\"step\"" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
+	{ gpu-train $A --steps 1000000 --ckpt-dir ck5 >t.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	wait_step t.json &&
+	kill -TERM $pid &&
+	wait $pid &&
+	s=$(jq -r "select(.event == \"summary\") | .step" t.json) &&
+	jq -e "select(.event == \"summary\") | .stopped == \"signal (checkpointed)\"" t.json &&
+	test "$(readlink ck5/latest)" = "$(printf step-%08d $s)" &&
+	ckpt-merge --check ck5 &&
+	jq -e ".step == $s" ck5/latest/trainer.json
+'
+
+test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, checkpointed' '
+	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
+		--steps 1000000 --ckpt-dir ck6 >u.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	wait_step u.json &&
+	kill -USR1 $pid &&
+	wait $pid &&
+	s=$(jq -r "select(.event == \"summary\") | .step" u.json) &&
+	test "$(readlink ck6/latest)" = "$(printf step-%08d $s)" &&
+	ckpt-merge --check ck6
+'
+
+test_expect_success 'SIGINT: stops without a checkpoint, exit 130' '
+	{ gpu-train $A --steps 1000000 --ckpt-dir ck7 --ckpt-every 1000000 >i.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	wait_step i.json &&
+	kill -INT $pid &&
+	{ wait $pid; test $? = 130; } &&
+	test ! -e ck7/latest
+'
+
+test_expect_success 'a checkpoint of another shape is refused by name' '
+	test_expect_code 1 gpu-train --data train.bin --layers 3 --hidden 32 --heads 2 \
+		--positions 33 --seq 16 --steps 30 --ckpt-dir ck --resume 2>err &&
+	grep "^gpu-train: checkpoint .*step-00000020.*is not the one asked for" err &&
+	test_expect_code 1 gpu-train --data train.bin --layers 2 --hidden 64 --heads 2 \
+		--positions 33 --seq 16 --init-from ck/step-00000020/model.safetensors 2>err &&
+	grep "^gpu-train: load tensor .transformer\..*: shape \[.*\], the model.s is" err
+'
+
+test_done

@@ -1,0 +1,68 @@
+#!/bin/sh
+test_description='gpu-train memory accounting against mem-estimate
+
+For the same config.json, micro-batch and sequence, gpu-train reports
+(in its start line) the bytes it allocated; parameters, gradients and
+optimizer states equal mem-estimate --precision f32 exactly (also with
+ZeRO-1 over 2 and 3 ranks), and the activations (mem-estimate: layer
+activations + logits + final norm) agree within 5 %.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+cat >cmp.py <<'PYEOF'
+import json, sys
+g = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)["memory"]
+m = json.load(open(sys.argv[2]))["bytes"]
+for k in ("parameters", "gradients", "optimizer"):
+    if g[k] != m[k]:
+        sys.exit("%s: gpu-train %d, mem-estimate %d" % (k, g[k], m[k]))
+ma = m["activations"] + m.get("logits", 0) + m.get("final_norm", 0)
+if abs(g["activations"] - ma) > 0.05 * ma:
+    sys.exit("activations: gpu-train %d, mem-estimate %d" % (g["activations"], ma))
+print("ok", g["activations"], ma)
+PYEOF
+
+test_expect_success 'a config.json from a checkpoint' '
+	train_data &&
+	gpu-train --data train.bin --layers 3 --hidden 64 --heads 4 --positions 64 \
+		--seq 48 --batch 3 --steps 1 --threads 1 --ckpt-dir ck >/dev/null &&
+	test -f ck/latest/config.json
+'
+
+run_one() {
+	gpu-train --data train.bin --config ck/latest/config.json --seq 48 --batch 3 \
+		--steps 1 --threads 1 --json "$@"
+}
+
+test_expect_success 'one rank: model states exact, activations within 5 %' '
+	run_one >g.json &&
+	mem-estimate --config ck/latest/config.json --precision f32 -b 3 -s 48 \
+		--no-dropout --json >m.json &&
+	python3 cmp.py g.json m.json
+'
+
+test_expect_success 'recompute layer = mem-estimate full recomputation (inputs kept)' '
+	run_one --recompute layer >g.json &&
+	mem-estimate --config ck/latest/config.json --precision f32 -b 3 -s 48 \
+		--no-dropout --recompute full --json >m.json &&
+	jq -e ".bytes.parameters" m.json &&
+	python3 - g.json m.json <<-\PY
+	import json, sys
+	g = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)["memory"]
+	m = json.load(open(sys.argv[2]))["bytes"]
+	for k in ("parameters", "gradients", "optimizer"):
+	    assert g[k] == m[k], k
+	PY
+'
+
+for n in 2 3; do
+	test_expect_success MPI "ZeRO-1 over $n ranks: optimizer divided exactly" "
+		mpi $n --data train.bin --config ck/latest/config.json --seq 48 --batch 3 \
+			--steps 1 --threads 1 --json --zero 1 >g$n.json &&
+		mem-estimate --config ck/latest/config.json --precision f32 -b 3 -s 48 \
+			--no-dropout --zero 1 --dp $n --json >m$n.json &&
+		python3 cmp.py g$n.json m$n.json
+	"
+done
+
+test_done

@@ -1,0 +1,62 @@
+#!/bin/sh
+test_description='gpu-train checkpoints in transformers
+
+A trained checkpoint, merged with ckpt-merge, loads as
+transformers.GPT2LMHeadModel with gpu-train'"'"'s config.json, and its mean
+cross-entropy over the windows gpu-train(1) documents equals
+gpu-train --eval-only on the same tokens; a checkpoint written by
+transformers loads in gpu-train (--init-from) with the same loss.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+test_need_python torch transformers numpy
+
+cat >hf_loss.py <<'PYEOF'
+import sys
+import numpy as np
+import torch
+import transformers
+
+model, data, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+m = transformers.GPT2LMHeadModel.from_pretrained(model).eval()
+t = np.fromfile(data, dtype="<u2").astype(np.int64)
+ls = []
+for k in range((len(t) - 1) // (B * T)):
+    w = np.stack([t[k * B * T + b * T: k * B * T + b * T + T + 1] for b in range(B)])
+    x = torch.from_numpy(w)
+    with torch.no_grad():
+        lg = m(x[:, :T]).logits
+    ls.append(torch.nn.functional.cross_entropy(
+        lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1)).item())
+print("%.9g" % (sum(ls) / len(ls)))
+PYEOF
+
+test_expect_success 'train a little, merge the checkpoint' '
+	train_data &&
+	gpu-train --data train.bin $TINY --batch 4 --steps 8 -q --ckpt-dir ck &&
+	mkdir hf &&
+	ckpt-merge -q ck/latest -o hf/model.safetensors &&
+	cp ck/latest/config.json hf/
+'
+
+test_expect_success 'GPT2LMHeadModel gives the loss gpu-train --eval-only gives' '
+	gpu-train --eval-only --init-from ck --data val.bin --seq 16 --batch 4 --json >e.json &&
+	jq -r "select(.event == \"eval\") | .loss" e.json >ours &&
+	"$GK_PY" hf_loss.py hf val.bin 4 16 >theirs &&
+	close_to ours theirs 1e-5
+'
+
+test_expect_success 'a model transformers saved fine-tunes in gpu-train' '
+	"$GK_PY" -c "
+import transformers, torch
+torch.manual_seed(0)
+c = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=257, n_positions=33)
+transformers.GPT2LMHeadModel(c).save_pretrained(\"saved\")
+" &&
+	gpu-train --eval-only --init-from saved --data val.bin --seq 16 --batch 4 --json >e2.json &&
+	jq -r "select(.event == \"eval\") | .loss" e2.json >ours2 &&
+	"$GK_PY" hf_loss.py saved val.bin 4 16 >theirs2 &&
+	close_to ours2 theirs2 1e-5 &&
+	gpu-train --init-from saved --data train.bin --seq 16 --batch 4 --steps 2 --threads 1 -q
+'
+
+test_done

@@ -1,0 +1,73 @@
+#!/bin/sh
+# train.sh - gpu-train end to end on 2 ranks (mpirun, one thread each)
+# against PyTorch DDP over gloo (2 processes, one thread each) on the
+# anchor: 4 layers, d 256, 4 heads, T 128, batch 8 per rank, byte
+# vocabulary, fp32, AdamW 0.9/0.95 wd 0.1, constant lr.
+#
+# Prints medians over the timed steps (the first two are warm-up) of
+#   tok/s            tokens per second of the whole job, and the ratio
+#                    gpu-train / DDP (target >= 1.5)
+#   exposed comm ms  time a step waits for gradients after backward, with
+#                    the bucketed allreduce overlapped with backward and
+#                    with --no-overlap (overlap should shrink it); 1 MiB
+#                    buckets, so a 13 MB model has more than one
+#   peak RSS         of rank 0 (GNU time) against gpu-train's own total
+#                    (target <= 1.2x)
+# torch and transformers come from the test venv (scripts/test-venv);
+# without them the DDP column says n/a.
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+B=${GK_BUILD:-build}
+STEPS=${STEPS:-30}
+OMPI_ALLOW_RUN_AS_ROOT=1
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+command -v mpirun >/dev/null 2>&1 || { echo "train.sh: no mpirun; skipped"; exit 0; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gk-train-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# Token data: the project's own sources as bytes, llm.c's format.
+python3 - "$top" "$tmp/train.bin" <<'PY'
+import glob, struct, sys
+b = b"".join(open(p, "rb").read() for p in sorted(glob.glob(sys.argv[1] + "/lib/*/*.c")))
+h = [20240520, 1, len(b)] + [0] * 253
+open(sys.argv[2], "wb").write(struct.pack("<256i", *h) + b"".join(struct.pack("<H", c) for c in b))
+PY
+
+med() {
+	sort -g | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "nan" }'
+}
+
+args="--data $tmp/train.bin --layers 4 --hidden 256 --heads 4 --positions 128 --seq 128
+	--batch 8 --steps $STEPS --schedule constant --lr 3e-4 --clip 0 --threads 1 --bucket 1M --json"
+ours() {
+	mpirun --oversubscribe --bind-to none -np 2 \
+		sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec /usr/bin/time -f "rss_kb=%M" -o "$0" "$@"; else exec "$@"; fi' \
+		"$tmp/rss" "$top/bin/gpu-train" $args "$@"
+}
+
+ours >"$tmp/on.json"
+ours --no-overlap >"$tmp/off.json"
+steps() { jq -r "select(.event == \"step\" and .step > 2) | .$2" "$1"; }
+tok=$(steps "$tmp/on.json" tokens_per_s | med)
+exp_on=$(steps "$tmp/on.json" exposed_comm_ms | med)
+exp_off=$(steps "$tmp/off.json" exposed_comm_ms | med)
+comm_on=$(steps "$tmp/on.json" comm_ms | med)
+total=$(jq -r 'select(.event == "start") | .memory.total' "$tmp/on.json")
+ours >/dev/null
+rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
+
+py=$("$top/scripts/test-venv" 2>/dev/null) || py=
+ddp=n/a
+if [ -n "$py" ] && "$py" -c 'import torch.distributed as d, transformers; assert d.is_gloo_available()' 2>/dev/null; then
+	"$py" "$top/tools/bench/train_ddp.py" "$tmp/train.bin" "$STEPS" 2>/dev/null >"$tmp/ddp.txt" &&
+		ddp=$(sed -n 's/tok_s=//p' "$tmp/ddp.txt" | med)
+fi
+
+printf '%-34s %12s\n' "gpu-train 2 ranks tok/s" "$tok"
+printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$ddp"
+[ "$ddp" != n/a ] && awk -v a="$tok" -v b="$ddp" 'BEGIN { printf "%-34s %12.2f  (target >= 1.5)\n", "ratio", a / b }'
+printf '%-34s %12s\n' "comm ms (overlapped window)" "$comm_on"
+printf '%-34s %12s\n' "exposed comm ms, overlap on" "$exp_on"
+printf '%-34s %12s\n' "exposed comm ms, --no-overlap" "$exp_off"
+awk -v r="$rss" -v t="$total" 'BEGIN { printf "%-34s %12.1f MiB vs accounted %.1f MiB: %.2fx  (target <= 1.2)\n", "peak RSS rank 0", r / 1024, t / 1048576, r * 1024 / t }'
