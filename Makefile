@@ -69,8 +69,10 @@ endif
 
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wformat=2 -Wvla
+# -ffp-contract=off: no fused multiply-add behind the source's back, so
+# the CPU path rounds as the CUDA kernels do (lib/comm/reduce.h).
 GK_CFLAGS := -std=gnu11 $(WARN) -Ilib -D_GNU_SOURCE -DGK_VERSION='"$(VERSION)"' \
-	-fopenmp -pthread $(GK_CFLAGS_DEPS) \
+	-ffp-contract=off -fopenmp -pthread $(GK_CFLAGS_DEPS) \
 	-DGK_HAVE_CUDA=$(or $(HAVE_CUDA),0) -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) \
 	-DGK_HAVE_MPI=$(or $(HAVE_MPI),0)
 GK_LIBS := $(GK_LIBS_DEPS) -lm -fopenmp -pthread

@@ -396,6 +396,9 @@ int main(int argc, char **argv)
 			       "memcpy bandwidth", mcbw, mcbytes >> 20);
 		printf("# Collective test concluded: %s\n", gk_comm_coll_name(o.p.coll));
 	}
+	/* nccl: a failed teardown is a failed run */
+	if (gk_comm_finalize(comm, &err) < 0)
+		goto fail;
 	gk_comm_close(comm);
 	if (total_wrong) {
 		if (me)

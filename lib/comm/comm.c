@@ -223,8 +223,6 @@ static int check_call(gk_comm *c, gk_comm_call *k, gk_comm_algo algo,
 		if (algo != GK_COMM_ALGO_AUTO && algo != GK_COMM_ALGO_RING)
 			return gk_errf(err, "compressed allreduce with algorithm '%s': it runs on the ring",
 				       gk_comm_algo_name(algo));
-		if (c->backend == GK_COMM_BACKEND_NCCL)
-			return gk_errf(err, "compressed allreduce: not on the nccl backend (use mpi)");
 	}
 	if ((unsigned)algo >= GK_COMM_ALGO_COUNT || !gk_comm_algo_supported(c, k->coll, algo))
 		return gk_errf(err, "%s with algorithm '%s': not available on the %s backend",

@@ -17,7 +17,11 @@
  *
  * Element types F32 F64 F16 BF16 I32. F16 and BF16 are reduced in f32 and
  * rounded once per pairwise reduction. AVG divides the sum by the world
- * size once at the end (integer division toward zero for I32).
+ * size once at the end (integer division toward zero for I32), on every
+ * backend: nccl runs ncclSum and then one division kernel (the same
+ * reduce.h function as the CPU path), not ncclAvg, which multiplies each
+ * input by 1/n first for floating types and so rounds differently when n
+ * is not a power of two.
  *
  * Every result is bitwise identical on every rank (the algorithms reduce
  * in the same order everywhere, and IEEE addition is commutative), which
@@ -26,6 +30,22 @@
  * Errors: functions return 0 or -1 with a message in err. A failure inside
  * a collective leaves the communicator unusable (the other ranks may be
  * waiting); the caller reports and exits, as with MPI's default handler.
+ * On nccl, waiting polls ncclCommGetAsyncError: an error reported by NCCL
+ * (a peer died, a network failure), or no progress within the config's
+ * timeout, aborts the communicator (ncclCommAbort) and fails the call with
+ * a message naming the operation, instead of hanging.
+ *
+ * Streams (nccl). Device buffers are written by kernels and copies on the
+ * caller's CUDA stream; NCCL runs on the communicator's own stream. The
+ * contract: every collective (blocking or not, and each bucket that
+ * gk_comm_grads_ready starts) first makes the communicator's stream wait
+ * for everything enqueued on the caller's stream up to the call (an event
+ * recorded there, cudaStreamWaitEvent), so it never reads inputs before
+ * the kernel or copy producing them has finished. The caller's stream is
+ * the legacy default stream until gk_comm_set_stream names another.
+ * gk_comm_to_device and gk_comm_to_host copy on the caller's stream and
+ * return when the copy is done. Results are ready for any stream once the
+ * blocking call returns, or gk_comm_wait has returned for a request.
  */
 #ifndef GK_COMM_H
 #define GK_COMM_H
@@ -87,6 +107,9 @@ typedef enum gk_comm_algo {
  *       gamma(k) = k u / (1 - k u); f16 also needs |partial sums| < 65504
  *   int8:  |err_i| <= ((1 + 1/254 + 2^-20)^n - 1) A_g, where A_g is the
  *       largest S_j over the element's group g
+ * On nccl the same ring runs on the device: packing and unpacking are
+ * kernels (the CPU path's reduce.h functions, bit for bit) and the packed
+ * blocks travel by ncclSend/ncclRecv, then one ncclAllGather.
  * With a residual buffer (error feedback), each rank adds its stored
  * quantisation error to its input and keeps the new one; the sum of the
  * results over T calls then differs from the exact sum by one call's
@@ -131,6 +154,9 @@ typedef struct gk_comm_config {
 	gk_comm_algo algo;  /* default for calls that do not choose */
 	size_t segment;     /* ring pipeline segment in bytes (0: 1 MiB) */
 	int device;         /* nccl: CUDA device, -1 for the local rank */
+	double timeout;     /* nccl: seconds without completion before the
+			     * communicator is aborted (0: 600, PyTorch's
+			     * default for NCCL process groups) */
 } gk_comm_config;
 
 /*
@@ -143,6 +169,20 @@ typedef struct gk_comm_config {
 int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err);
 /* Waits for outstanding requests, stops the progress thread, finalises. */
 void gk_comm_close(gk_comm *c);
+/*
+ * nccl: finish outstanding work and tear down the NCCL communicator
+ * (ncclCommFinalize, then ncclCommDestroy), reporting a failure (and
+ * aborting the communicator) instead of ignoring it; gk_comm_close then
+ * only releases MPI. Other backends: nothing to do, 0. A tool calls it
+ * before gk_comm_close when it wants teardown errors in its exit status.
+ */
+int gk_comm_finalize(gk_comm *c, gk_err *err);
+/*
+ * nccl: the caller's CUDA stream (a cudaStream_t; NULL is the legacy
+ * default stream) for the stream contract above. Other backends take
+ * host memory and ignore it.
+ */
+int gk_comm_set_stream(gk_comm *c, void *stream, gk_err *err);
 
 /*
  * After a failure on one rank the others may wait forever in a collective:
@@ -163,7 +203,8 @@ typedef struct gk_comm_callopts {
 	gk_comm_algo algo;         /* GK_COMM_ALGO_AUTO: the communicator's */
 	gk_comm_compress compress; /* allreduce only */
 	float *residual;           /* error feedback: count floats owned by the
-				    * caller, zeroed before first use; NULL: none */
+				    * caller (device memory on nccl), zeroed
+				    * before first use; NULL: none */
 } gk_comm_callopts;
 
 int gk_comm_allreduce(gk_comm *c, const void *send, void *recv, size_t count,

@@ -3,53 +3,72 @@
  *
  * libnccl.so.2 is opened with dlopen when a communicator opens, not linked,
  * so every gpukit binary starts on machines without NCCL (or without a
- * GPU); nccl.h supplies the types and prototypes at build time. The
- * communicator is bootstrapped the standard way: rank 0 makes an
- * ncclUniqueId and MPI broadcasts it (NCCL user guide, "Creating a
- * communicator with options" / examples with MPI).
+ * GPU); nccl.h supplies the types and prototypes at build time. Devices,
+ * streams, events and memory come from lib/cuda.
+ *
+ * The communicator is bootstrapped the standard way, rank 0 making an
+ * ncclUniqueId that MPI broadcasts (NCCL user guide, "Creating a
+ * communicator"), with two additions so that one rank's failure never
+ * leaves the others waiting: the ranks agree on their setup (an
+ * MPI_Allreduce of a status) before the broadcast and again after
+ * ncclCommInitRankConfig, and the communicator is non-blocking
+ * (config.blocking = 0) so that every wait polls ncclCommGetAsyncError,
+ * times out, and can end in ncclCommAbort (NCCL user guide, "Fault
+ * Tolerance" and "Non-blocking group operation").
  */
-#include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <nccl.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <dlfcn.h>
 
 #include "comm/internal.h"
+#include "cuda/cuda.h"
 
 typedef struct nccl_api {
 	void *so;
 	__typeof__(&ncclGetUniqueId) GetUniqueId;
-	__typeof__(&ncclCommInitRank) CommInitRank;
+	__typeof__(&ncclCommInitRankConfig) CommInitRankConfig;
+	__typeof__(&ncclCommFinalize) CommFinalize;
 	__typeof__(&ncclCommDestroy) CommDestroy;
+	__typeof__(&ncclCommAbort) CommAbort;
+	__typeof__(&ncclCommGetAsyncError) CommGetAsyncError;
+	__typeof__(&ncclGetLastError) GetLastError;
+	__typeof__(&ncclGetErrorString) GetErrorString;
 	__typeof__(&ncclAllReduce) AllReduce;
 	__typeof__(&ncclReduceScatter) ReduceScatter;
 	__typeof__(&ncclAllGather) AllGather;
 	__typeof__(&ncclBroadcast) Broadcast;
-	__typeof__(&ncclGetErrorString) GetErrorString;
+	__typeof__(&ncclSend) Send;
+	__typeof__(&ncclRecv) Recv;
+	__typeof__(&ncclGroupStart) GroupStart;
+	__typeof__(&ncclGroupEnd) GroupEnd;
 } nccl_api;
 
 typedef struct nccl_state {
 	nccl_api api;
-	ncclComm_t comm;
-	cudaStream_t stream;
+	ncclComm_t comm;     /* NULL until ncclCommInitRankConfig */
+	gk_cuda_stream stream; /* NCCL's */
+	gk_cuda_stream user;   /* the caller's: NULL, the legacy default */
+	gk_cuda_event ready;   /* recorded on user before each collective */
+	gk_cuda_event idle;    /* recorded on stream for blocking waits */
 	int device;
+	double timeout;
+	int broken;            /* aborted: every later call fails */
+	unsigned char *wire;   /* compressed allreduce's wire buffers (device) */
+	size_t wire_cap;
+	char last[96];         /* the last collective, for messages */
 } nccl_state;
 
-#define CUDA_TRY(call)                                                     \
-	do {                                                               \
-		cudaError_t e_ = (call);                                   \
-		if (e_ != cudaSuccess)                                     \
-			return gk_errf(err, "nccl: %s:%d: %s", __FILE__,   \
-				       __LINE__, cudaGetErrorString(e_));  \
-	} while (0)
+/* A request's handle (comm.c keeps it as the opaque req->event). */
+typedef struct nccl_pending {
+	gk_cuda_event ev;
+	char what[96];
+} nccl_pending;
 
-#define NCCL_TRY(st, call)                                                 \
-	do {                                                               \
-		ncclResult_t r_ = (call);                                  \
-		if (r_ != ncclSuccess)                                     \
-			return gk_errf(err, "nccl: %s:%d: %s", __FILE__,   \
-				       __LINE__,                           \
-				       (st)->api.GetErrorString(r_));      \
-	} while (0)
+#define DEFAULT_TIMEOUT 600.0
 
 static int load(nccl_api *a, gk_err *err)
 {
@@ -62,25 +81,34 @@ static int load(nccl_api *a, gk_err *err)
 		*(void **)&a->name = dlsym(a->so, "nccl" #name);             \
 		if (!a->name) {                                              \
 			dlclose(a->so);                                      \
-			return gk_errf(err, "backend 'nccl': 'libnccl.so.2' lacks nccl" #name); \
+			a->so = NULL;                                        \
+			return gk_errf(err, "backend 'nccl': 'libnccl.so.2' lacks nccl" #name \
+				       " (NCCL 2.14 or later is needed)");   \
 		}                                                            \
 	} while (0)
 	SYM(GetUniqueId);
-	SYM(CommInitRank);
+	SYM(CommInitRankConfig);
+	SYM(CommFinalize);
 	SYM(CommDestroy);
+	SYM(CommAbort);
+	SYM(CommGetAsyncError);
+	SYM(GetLastError);
+	SYM(GetErrorString);
 	SYM(AllReduce);
 	SYM(ReduceScatter);
 	SYM(AllGather);
 	SYM(Broadcast);
-	SYM(GetErrorString);
+	SYM(Send);
+	SYM(Recv);
+	SYM(GroupStart);
+	SYM(GroupEnd);
 #undef SYM
 	return 0;
 }
 
 int gk_comm_nccl_available(void)
 {
-	int n = 0;
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+	if (gk_cuda_probe(NULL, NULL) < 0)
 		return 0;
 	void *so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
 	if (!so)
@@ -89,66 +117,328 @@ int gk_comm_nccl_available(void)
 	return 1;
 }
 
+/* ---- failures, polling and timeouts ---- */
+
+/*
+ * A failed NCCL call or an asynchronous error: the communicator cannot be
+ * trusted any more (NCCL's guide: abort it), and the other ranks must not
+ * be left waiting on it, which ncclCommAbort also sees to.
+ */
+static int fail(nccl_state *st, ncclResult_t r, const char *what, gk_err *err)
+{
+	const char *detail = st->comm ? st->api.GetLastError(st->comm) : NULL;
+	gk_errf(err, "nccl: %s: %s%s%s", what, st->api.GetErrorString(r),
+		detail && *detail ? ": " : "", detail ? detail : "");
+	if (st->comm && !st->broken)
+		st->api.CommAbort(st->comm);
+	st->broken = 1;
+	return -1;
+}
+
+static int timed_out(nccl_state *st, const char *what, gk_err *err)
+{
+	gk_errf(err, "nccl: %s: not finished after %.0f s (a rank may have failed or "
+		"stopped); communicator aborted", what, st->timeout);
+	if (st->comm && !st->broken)
+		st->api.CommAbort(st->comm);
+	st->broken = 1;
+	return -1;
+}
+
+/* Spin briefly (collectives take microseconds), then sleep in 100 us steps. */
+static void backoff(double t0)
+{
+	if (gk_now() - t0 < 1e-3) {
+		sched_yield();
+	} else {
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Poll a non-blocking NCCL call that returned ncclInProgress to its end. */
+static int settle(nccl_state *st, ncclResult_t r, const char *what, gk_err *err)
+{
+	double t0 = gk_now();
+	while (r == ncclInProgress) {
+		if (st->api.CommGetAsyncError(st->comm, &r) != ncclSuccess)
+			r = ncclInternalError;
+		if (r != ncclInProgress)
+			break;
+		if (gk_now() - t0 > st->timeout)
+			return timed_out(st, what, err);
+		backoff(t0);
+	}
+	return r == ncclSuccess ? 0 : fail(st, r, what, err);
+}
+
+/* Wait for an event on NCCL's stream, watching NCCL's error state. */
+static int wait_event(nccl_state *st, gk_cuda_event ev, const char *what,
+		      gk_err *err)
+{
+	double t0 = gk_now();
+	for (;;) {
+		int done = 0;
+		if (gk_cuda_event_query(ev, &done, err) < 0) {
+			gk_err_prefix(err, "nccl: %s", what);
+			if (!st->broken)
+				st->api.CommAbort(st->comm);
+			st->broken = 1;
+			return -1;
+		}
+		if (done)
+			return 0;
+		ncclResult_t a = ncclSuccess;
+		if (st->api.CommGetAsyncError(st->comm, &a) != ncclSuccess)
+			a = ncclInternalError;
+		if (a != ncclSuccess && a != ncclInProgress)
+			return fail(st, a, what, err);
+		if (gk_now() - t0 > st->timeout)
+			return timed_out(st, what, err);
+		backoff(t0);
+	}
+}
+
+static int usable(nccl_state *st, gk_err *err)
+{
+	if (!st)
+		return gk_errf(err, "nccl: the communicator is finalized");
+	if (st->broken)
+		return gk_errf(err, "nccl: the communicator was aborted after an earlier failure");
+	return 0;
+}
+
+/* ---- open and close ---- */
+
+/*
+ * Everything a rank can get wrong on its own (no GPU, no libnccl, a bad
+ * device number), before any rank waits on another.
+ */
+static int setup(gk_comm *c, nccl_state *st, ncclUniqueId *id, gk_err *err)
+{
+	if (gk_cuda_device_select(c->cfg.device, &st->device, err) < 0)
+		return gk_err_prefix(err, "backend 'nccl'");
+	if (load(&st->api, err) < 0)
+		return -1;
+	if (gk_cuda_stream_new(&st->stream, err) < 0 ||
+	    gk_cuda_event_new(&st->ready, 0, err) < 0 ||
+	    gk_cuda_event_new(&st->idle, 0, err) < 0)
+		return gk_err_prefix(err, "backend 'nccl': CUDA device %d", st->device);
+	if (c->rank == 0) {
+		ncclResult_t r = st->api.GetUniqueId(id);
+		if (r != ncclSuccess)
+			return gk_errf(err, "backend 'nccl': ncclGetUniqueId: %s",
+				       st->api.GetErrorString(r));
+	}
+	return 0;
+}
+
+/*
+ * All ranks say whether they are ready; when one is not, every rank fails
+ * (the failing ones with their own message) instead of the others waiting
+ * for it forever.
+ */
+static int agree(gk_comm *c, int ok, const char *stage, gk_err *err)
+{
+	gk_err merr = {0};
+	double v = ok ? c->world : c->rank;
+	if (gk_comm_mpi_host_allreduce_f64(c, &v, 1, GK_COMM_MIN, &merr) < 0) {
+		if (ok && err)
+			*err = merr;
+		return -1;
+	}
+	if (v >= c->world)
+		return 0;
+	if (ok)
+		gk_errf(err, "backend 'nccl': rank %d failed %s (its own message says why)",
+			(int)v, stage);
+	return -1;
+}
+
 int gk_comm_nccl_open(gk_comm *c, gk_err *err)
 {
-	int ndev = 0;
-	cudaError_t ce = cudaGetDeviceCount(&ndev);
-	if (ce != cudaSuccess || ndev == 0)
-		return gk_errf(err, "backend 'nccl': no CUDA device (%s)",
-			       ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
 	nccl_state *st = calloc(1, sizeof *st);
 	if (!st)
 		return gk_errf(err, "nccl: out of memory");
-	if (load(&st->api, err) < 0) {
-		free(st);
-		return -1;
-	}
-	int dev = c->cfg.device;
-	if (dev < 0) {
-		gk_rank_info ri;
-		dev = gk_rank_discover(&ri, NULL) == 0 ? ri.local_rank % ndev : 0;
-	}
-	st->device = dev;
+	st->timeout = c->cfg.timeout > 0 ? c->cfg.timeout : DEFAULT_TIMEOUT;
 	c->nccl = st;
 	ncclUniqueId id;
-	if (c->rank == 0 && st->api.GetUniqueId(&id) != ncclSuccess) {
-		gk_errf(err, "backend 'nccl': ncclGetUniqueId failed");
+	memset(&id, 0, sizeof id);
+
+	int ok = setup(c, st, &id, err) == 0;
+	if (agree(c, ok, "to set up its GPU and NCCL", err) < 0)
 		goto fail;
-	}
 	if (gk_comm_mpi_bcast_bytes(c, &id, sizeof id, err) < 0)
 		goto fail;
-	if (cudaSetDevice(dev) != cudaSuccess ||
-	    cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking) != cudaSuccess) {
-		gk_errf(err, "backend 'nccl': cannot use CUDA device %d", dev);
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	config.blocking = 0;
+	ncclResult_t r = st->api.CommInitRankConfig(&st->comm, c->world, id, c->rank,
+						      &config);
+	if (r != ncclSuccess && r != ncclInProgress)
+		st->comm = NULL; /* nothing to poll or abort */
+	ok = st->comm ? settle(st, r, "ncclCommInitRank", err) == 0
+		      : fail(st, r, "ncclCommInitRank", err) == 0;
+	if (agree(c, ok, "ncclCommInitRank", err) < 0)
 		goto fail;
-	}
-	ncclResult_t r = st->api.CommInitRank(&st->comm, c->world, id, c->rank);
-	if (r != ncclSuccess) {
-		gk_errf(err, "backend 'nccl': ncclCommInitRank: %s",
-			st->api.GetErrorString(r));
-		goto fail;
-	}
 	return 0;
 fail:
-	if (st->stream)
-		cudaStreamDestroy(st->stream);
-	dlclose(st->api.so);
+	if (st->comm && !st->broken)
+		st->api.CommAbort(st->comm);
+	gk_cuda_event_free(st->ready);
+	gk_cuda_event_free(st->idle);
+	gk_cuda_stream_free(st->stream);
+	if (st->api.so)
+		dlclose(st->api.so);
 	free(st);
 	c->nccl = NULL;
 	return -1;
 }
 
-void gk_comm_nccl_close(gk_comm *c)
+static int teardown(gk_comm *c, gk_err *err)
 {
 	nccl_state *st = c->nccl;
+	int rc = 0;
 	if (!st)
-		return;
-	cudaStreamSynchronize(st->stream);
-	st->api.CommDestroy(st->comm);
-	cudaStreamDestroy(st->stream);
+		return 0;
+	if (st->broken) {
+		rc = gk_errf(err, "nccl: the communicator was aborted after an earlier failure");
+	} else {
+		/* Finalize flushes what is in flight; it may take a while. */
+		if (gk_cuda_set_device(st->device, err) < 0 ||
+		    gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
+		    wait_event(st, st->idle, "finishing outstanding work", err) < 0 ||
+		    settle(st, st->api.CommFinalize(st->comm), "ncclCommFinalize", err) < 0)
+			rc = -1;
+		if (rc < 0 && !st->broken) {
+			st->api.CommAbort(st->comm);
+			st->broken = 1;
+		}
+		if (!st->broken && st->api.CommDestroy(st->comm) != ncclSuccess)
+			rc = gk_errf(err, "nccl: ncclCommDestroy failed");
+	}
+	gk_cuda_free(st->wire);
+	gk_cuda_event_free(st->ready);
+	gk_cuda_event_free(st->idle);
+	gk_cuda_stream_free(st->stream);
 	dlclose(st->api.so);
 	free(st);
 	c->nccl = NULL;
+	return rc;
+}
+
+void gk_comm_nccl_close(gk_comm *c)
+{
+	teardown(c, NULL);
+}
+
+int gk_comm_finalize(gk_comm *c, gk_err *err)
+{
+	if (c->backend != GK_COMM_BACKEND_NCCL)
+		return 0;
+	return teardown(c, err);
+}
+
+int gk_comm_set_stream(gk_comm *c, void *stream, gk_err *err)
+{
+	if (c->backend != GK_COMM_BACKEND_NCCL)
+		return 0;
+	nccl_state *st = c->nccl;
+	if (usable(st, err) < 0)
+		return -1;
+	st->user = (gk_cuda_stream)stream;
+	return 0;
+}
+
+/* ---- collectives ---- */
+
+/* Block b of a count cut into n: the first count % n blocks one longer. */
+static size_t blen(size_t count, int n, int b)
+{
+	return count / (size_t)n + ((size_t)b < count % (size_t)n);
+}
+
+static size_t boff(size_t count, int n, int b)
+{
+	size_t rem = count % (size_t)n;
+	return (size_t)b * (count / (size_t)n) + ((size_t)b < rem ? (size_t)b : rem);
+}
+
+static int wire_room(nccl_state *st, size_t bytes, gk_err *err)
+{
+	if (bytes <= st->wire_cap)
+		return 0;
+	/* The old buffer may still be read by queued work: wait first. */
+	if (st->wire && (gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
+			 wait_event(st, st->idle, st->last, err) < 0))
+		return -1;
+	gk_cuda_free(st->wire);
+	st->wire_cap = 0;
+	st->wire = gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
+	if (!st->wire)
+		return -1;
+	st->wire_cap = bytes;
+	return 0;
+}
+
+/*
+ * Compressed allreduce, the same ring as comm_mpi.c's with the packing
+ * done by reduce.cu's kernels and the transfers by NCCL, all on NCCL's
+ * stream (so each step's kernels and transfers run in order):
+ * reduce-scatter in n-1 steps, each packing the partial sum of one block,
+ * sending it right (ncclSend/ncclRecv in a group) and adding what came
+ * from the left; then each rank packs its finished block once and an
+ * allgather of the packed blocks (padded to the longest) lets every rank
+ * unpack the same bytes. Each rank packs each block at most once, so the
+ * error feedback residual holds exactly the error it introduced.
+ */
+static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
+			   gk_comm_compress cz, float *residual, gk_err *err)
+{
+	int n = c->world, r = c->rank;
+	cudaStream_t s = st->stream;
+	size_t wmax = gk_comm_wire_bytes(cz, blen(count, n, 0));
+	if (n == 1)
+		return 0;
+	if (wire_room(st, wmax * (size_t)(n + 2), err) < 0)
+		return -1;
+	unsigned char *ws = st->wire, *wr = ws + wmax, *wall = wr + wmax;
+	if (residual && gk_comm_cuda_absorb(buf, residual, count, s, err) < 0)
+		return -1;
+	for (int k = 0; k < n - 1; k++) {
+		int sb = ((r - k - 1) % n + n) % n, rb = ((r - k - 2) % n + n) % n;
+		size_t so = boff(count, n, sb), sn = blen(count, n, sb);
+		size_t ro = boff(count, n, rb), rn = blen(count, n, rb);
+		if (gk_comm_cuda_pack(ws, buf + so, sn, cz, residual ? residual + so : NULL,
+				      s, err) < 0)
+			return -1;
+		ncclResult_t g = st->api.GroupStart();
+		if (g == ncclSuccess) {
+			ncclResult_t a = st->api.Send(ws, gk_comm_wire_bytes(cz, sn), ncclUint8,
+						      (r + 1) % n, st->comm, s);
+			ncclResult_t b = st->api.Recv(wr, gk_comm_wire_bytes(cz, rn), ncclUint8,
+						      (r + n - 1) % n, st->comm, s);
+			g = st->api.GroupEnd();
+			if (g == ncclSuccess || g == ncclInProgress)
+				g = a != ncclSuccess && a != ncclInProgress ? a
+				  : b != ncclSuccess && b != ncclInProgress ? b : g;
+		}
+		if (settle(st, g, st->last, err) < 0 ||
+		    gk_comm_cuda_unpack(buf + ro, wr, rn, cz, 1, s, err) < 0)
+			return -1;
+	}
+	size_t mo = boff(count, n, r), mn = blen(count, n, r);
+	unsigned char *mine = wall + (size_t)r * wmax;
+	if (gk_comm_cuda_pack(mine, buf + mo, mn, cz, residual ? residual + mo : NULL,
+			      s, err) < 0)
+		return -1;
+	if (settle(st, st->api.AllGather(mine, wall, wmax, ncclUint8, st->comm, s),
+		   st->last, err) < 0)
+		return -1;
+	for (int b = 0; b < n; b++)
+		if (gk_comm_cuda_unpack(buf + boff(count, n, b), wall + (size_t)b * wmax,
+					blen(count, n, b), cz, 0, s, err) < 0)
+			return -1;
+	return 0;
 }
 
 static ncclDataType_t nccl_dt(gk_dtype dt)
@@ -162,9 +452,10 @@ static ncclDataType_t nccl_dt(gk_dtype dt)
 	}
 }
 
+/* AVG is SUM here; the division follows as a kernel (comm.h). */
 static ncclRedOp_t nccl_op(gk_comm_op op)
 {
-	static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+	static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclSum};
 	return ops[op];
 }
 
@@ -172,31 +463,69 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		     gk_err *err)
 {
 	nccl_state *st = c->nccl;
-	CUDA_TRY(cudaSetDevice(st->device));
+	if (usable(st, err) < 0)
+		return -1;
+	snprintf(st->last, sizeof st->last, "%s of %zu %s%s%s",
+		 gk_comm_coll_name(k->coll), k->count, gk_dtype_name(k->dt),
+		 k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ? " " : "",
+		 k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ?
+			 gk_comm_op_name(k->op) : "");
+	if (gk_cuda_set_device(st->device, err) < 0)
+		return -1;
+	/* The stream contract: inputs are final once the caller's stream gets here. */
+	if (gk_cuda_event_record(st->ready, st->user, err) < 0 ||
+	    gk_cuda_stream_wait(st->stream, st->ready, err) < 0)
+		return -1;
+	ncclResult_t r = ncclSuccess;
+	cudaStream_t s = st->stream;
 	switch (k->coll) {
 	case GK_COMM_ALLREDUCE:
-		NCCL_TRY(st, st->api.AllReduce(k->send, k->recv, k->count, nccl_dt(k->dt),
-					       nccl_op(k->op), st->comm, st->stream));
+		if (k->compress != GK_COMM_COMPRESS_NONE) {
+			size_t bytes = k->count * sizeof(float);
+			if (k->send != k->recv && bytes &&
+			    GK_CUDA_CHECK(cudaMemcpyAsync(k->recv, k->send, bytes,
+							  cudaMemcpyDeviceToDevice, s), err) < 0)
+				return -1;
+			if (ring_compressed(c, st, k->recv, k->count, k->compress,
+					    k->residual, err) < 0)
+				return -1;
+			break;
+		}
+		r = st->api.AllReduce(k->send, k->recv, k->count, nccl_dt(k->dt),
+				      nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_REDUCE_SCATTER:
-		NCCL_TRY(st, st->api.ReduceScatter(k->send, k->recv, k->count,
-						   nccl_dt(k->dt), nccl_op(k->op),
-						   st->comm, st->stream));
+		r = st->api.ReduceScatter(k->send, k->recv, k->count, nccl_dt(k->dt),
+					  nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_ALLGATHER:
-		NCCL_TRY(st, st->api.AllGather(k->send, k->recv, k->count, nccl_dt(k->dt),
-					       st->comm, st->stream));
+		r = st->api.AllGather(k->send, k->recv, k->count, nccl_dt(k->dt),
+				      st->comm, s);
 		break;
 	default:
-		NCCL_TRY(st, st->api.Broadcast(k->send, k->recv, k->count, nccl_dt(k->dt),
-					       k->root, st->comm, st->stream));
+		r = st->api.Broadcast(k->send, k->recv, k->count, nccl_dt(k->dt),
+				      k->root, st->comm, s);
 		break;
 	}
+	/* A non-blocking communicator may still be connecting: ncclInProgress. */
+	if (settle(st, r, st->last, err) < 0)
+		return -1;
+	if (k->op == GK_COMM_AVG &&
+	    (k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER) &&
+	    gk_comm_cuda_avg(k->recv, k->count, k->dt, c->world, st->stream, err) < 0)
+		return -1;
 	if (event) {
-		cudaEvent_t ev;
-		CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-		CUDA_TRY(cudaEventRecord(ev, st->stream));
-		*event = ev;
+		nccl_pending *p = calloc(1, sizeof *p);
+		if (!p)
+			return gk_errf(err, "nccl: out of memory");
+		memcpy(p->what, st->last, sizeof p->what);
+		if (gk_cuda_event_new(&p->ev, 0, err) < 0 ||
+		    gk_cuda_event_record(p->ev, st->stream, err) < 0) {
+			gk_cuda_event_free(p->ev);
+			free(p);
+			return -1;
+		}
+		*event = p;
 	}
 	return 0;
 }
@@ -204,55 +533,66 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 int gk_comm_nccl_sync(gk_comm *c, gk_err *err)
 {
 	nccl_state *st = c->nccl;
-	CUDA_TRY(cudaStreamSynchronize(st->stream));
-	return 0;
+	if (usable(st, err) < 0)
+		return -1;
+	if (gk_cuda_event_record(st->idle, st->stream, err) < 0)
+		return -1;
+	return wait_event(st, st->idle, st->last[0] ? st->last : "synchronize", err);
 }
 
 int gk_comm_nccl_event_query(gk_comm *c, void *event, int *done, gk_err *err)
 {
-	cudaError_t e = cudaEventQuery((cudaEvent_t)event);
-	if (e == cudaErrorNotReady) {
-		*done = 0;
-		return 0;
+	nccl_state *st = c->nccl;
+	nccl_pending *p = event;
+	*done = 0;
+	if (usable(st, err) < 0)
+		return -1;
+	if (gk_cuda_event_query(p->ev, done, err) < 0)
+		return gk_err_prefix(err, "nccl: %s", p->what);
+	if (!*done) {
+		ncclResult_t a = ncclSuccess;
+		if (st->api.CommGetAsyncError(st->comm, &a) != ncclSuccess)
+			a = ncclInternalError;
+		if (a != ncclSuccess && a != ncclInProgress)
+			return fail(st, a, p->what, err);
 	}
-	CUDA_TRY(e);
-	*done = 1;
 	return 0;
 }
 
 int gk_comm_nccl_event_wait(gk_comm *c, void *event, gk_err *err)
 {
-	cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
-	cudaEventDestroy((cudaEvent_t)event);
-	CUDA_TRY(e);
-	return 0;
+	nccl_state *st = c->nccl;
+	nccl_pending *p = event;
+	int rc = usable(st, err);
+	if (rc == 0)
+		rc = wait_event(st, p->ev, p->what, err);
+	gk_cuda_event_free(p->ev);
+	free(p);
+	return rc;
 }
+
+/* ---- memory ---- */
 
 void *gk_comm_nccl_alloc(gk_comm *c, size_t bytes, gk_err *err)
 {
 	nccl_state *st = c->nccl;
-	void *p = NULL;
-	cudaSetDevice(st->device);
-	cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-	if (e != cudaSuccess) {
-		gk_errf(err, "nccl: cudaMalloc of %zu bytes: %s", bytes,
-			cudaGetErrorString(e));
+	if (usable(st, err) < 0 || gk_cuda_set_device(st->device, err) < 0)
 		return NULL;
-	}
-	return p;
+	return gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
 }
 
 void gk_comm_nccl_free(gk_comm *c, void *p)
 {
 	(void)c;
-	cudaFree(p);
+	gk_cuda_free(p);
 }
 
 int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,
 		      int to_device, gk_err *err)
 {
-	(void)c;
-	CUDA_TRY(cudaMemcpy(dst, src, bytes,
-			    to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
-	return 0;
+	nccl_state *st = c->nccl;
+	(void)to_device; /* unified addressing knows the direction */
+	if (usable(st, err) < 0 || gk_cuda_set_device(st->device, err) < 0)
+		return -1;
+	return gk_cuda_copy(dst, src, bytes, st->user, err);
 }

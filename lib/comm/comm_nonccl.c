@@ -1,12 +1,13 @@
 /*
- * comm_nonccl.c - the nccl backend in a build without CUDA and NCCL
- * headers: it says so.
+ * comm_nonccl.c - the nccl backend in a build without NCCL (no nvcc, or
+ * no nccl.h at build time): it says so.
  */
 #include "comm/internal.h"
 
 static int nonccl(gk_err *err)
 {
-	return gk_errf(err, "backend 'nccl': built without CUDA and NCCL");
+	return gk_errf(err, "backend 'nccl': gpukit was built without %s",
+		       GK_HAVE_CUDA ? "NCCL (nccl.h not found under NCCL_HOME)" : "CUDA and NCCL");
 }
 
 int gk_comm_nccl_available(void) { return 0; }
@@ -37,3 +38,6 @@ int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,
 {
 	return nonccl(err);
 }
+/* Only the nccl backend has device state to finalize or a stream to use. */
+int gk_comm_finalize(gk_comm *c, gk_err *err) { return 0; }
+int gk_comm_set_stream(gk_comm *c, void *stream, gk_err *err) { return 0; }

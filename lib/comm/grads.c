@@ -37,12 +37,24 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
 	if (o)
 		g->o = *o;
 	g->o.residual = NULL;
-	if (g->o.compress != GK_COMM_COMPRESS_NONE)
-		g->residual = calloc(n ? n : 1, sizeof(float));
-	if (!g->lo || !g->req || (g->o.compress && !g->residual)) {
+	if (!g->lo || !g->req) {
 		size_t nb = g->nb;
 		gk_comm_grads_free(g);
 		return gk_errf(err, "comm: out of memory for %zu gradient buckets", nb);
+	}
+	if (g->o.compress != GK_COMM_COMPRESS_NONE) {
+		/* The residual lives where the gradients do (device memory on nccl). */
+		float *zero = calloc(n ? n : 1, sizeof(float));
+		g->residual = gk_comm_alloc(c, n * sizeof(float), err);
+		if (!zero || !g->residual ||
+		    gk_comm_to_device(c, g->residual, zero, n * sizeof(float), err) < 0) {
+			if (!zero)
+				gk_errf(err, "comm: out of memory for a residual of %zu floats", n);
+			free(zero);
+			gk_comm_grads_free(g);
+			return -1;
+		}
+		free(zero);
 	}
 	for (size_t b = 0; b < g->nb; b++)
 		g->lo[b] = (b + 1) * per >= n ? 0 : n - (b + 1) * per;
@@ -88,6 +100,7 @@ void gk_comm_grads_free(gk_comm_grads *g)
 		return;
 	free(g->lo);
 	free(g->req);
-	free(g->residual);
+	if (g->residual)
+		gk_comm_free(g->c, g->residual);
 	free(g);
 }

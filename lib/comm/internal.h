@@ -102,10 +102,18 @@ void gk_comm_unpack(float *dst, const void *wire, size_t n,
 /* ---- CUDA kernels (reduce.cu); only in CUDA builds ---- */
 int gk_comm_cuda_reduce(void *dst, const void *src, size_t n, gk_dtype dt,
 			gk_comm_op op, void *stream, gk_err *err);
+/* buf[i] = buf[i] / world, as gk_comm_avg_cpu (AVG on nccl: SUM, then this) */
+int gk_comm_cuda_avg(void *buf, size_t n, gk_dtype dt, int world, void *stream,
+		     gk_err *err);
+/* err_out as gk_comm_pack's (device memory, or NULL) */
 int gk_comm_cuda_pack(void *wire, const float *x, size_t n,
-		      gk_comm_compress cz, void *stream, gk_err *err);
+		      gk_comm_compress cz, float *err_out, void *stream,
+		      gk_err *err);
 int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
 			gk_comm_compress cz, int add, void *stream,
+			gk_err *err);
+/* x[i] += residual[i]; residual[i] = 0 (error feedback, before packing) */
+int gk_comm_cuda_absorb(float *x, float *residual, size_t n, void *stream,
 			gk_err *err);
 
 #endif

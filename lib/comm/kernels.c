@@ -153,17 +153,15 @@ HOT void gk_comm_pack(void *wire, const float *x, size_t n,
 		for (size_t g = 0; g < n; g += GK_I8_GROUP) {
 			size_t m = n - g < GK_I8_GROUP ? n - g : GK_I8_GROUP;
 			float amax = 0;
-			for (size_t i = 0; i < m; i++) {
-				float a = fabsf(x[g + i]);
-				amax = a > amax ? a : amax;
-			}
-			float s = gk_i8_scale(amax), inv = s > 0 ? 1.0f / s : 0.0f;
+			for (size_t i = 0; i < m; i++)
+				amax = gk_i8_amax(amax, x[g + i]);
+			float s = gk_i8_scale(amax), inv = gk_i8_inv(s);
 			memcpy(w, &s, 4);
 			int8_t *q = (int8_t *)(w + 4);
 			for (size_t i = 0; i < m; i++) {
 				q[i] = gk_i8_quant(x[g + i], inv);
 				if (err_out)
-					err_out[g + i] = x[g + i] - gk_i8_dequant(q[i], s);
+					err_out[g + i] = gk_i8_resid(x[g + i], q[i], s);
 			}
 			w += 4 + m;
 		}
@@ -193,10 +191,9 @@ HOT void gk_comm_unpack(float *dst, const void *wire, size_t n,
 			float s;
 			memcpy(&s, w, 4);
 			const int8_t *q = (const int8_t *)(w + 4);
-			for (size_t i = 0; i < m; i++) {
-				float v = gk_i8_dequant(q[i], s);
-				dst[g + i] = add ? dst[g + i] + v : v;
-			}
+			for (size_t i = 0; i < m; i++)
+				dst[g + i] = add ? gk_i8_dequant_add(dst[g + i], q[i], s)
+						 : gk_i8_dequant(q[i], s);
 			w += 4 + m;
 		}
 		return;

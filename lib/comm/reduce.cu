@@ -1,25 +1,29 @@
 /*
  * reduce.cu - lib/comm's element math on the device: the same reduce.h
  * functions as the CPU loops in kernels.c, for device buffers (pairwise
- * reduction, and packing to and from the compressed wire formats).
+ * reduction, the final AVG division, and packing to and from the
+ * compressed wire formats). Results are bit-identical to the CPU loops
+ * (reduce.h says why); tests/unit/comm_cuda.c checks it on a GPU.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 extern "C" {
 #include "comm/internal.h"
+#include "cuda/cuda.h"
 }
 #include "comm/reduce.h"
 
-static int grid_for(size_t n)
-{
-	size_t b = (n + 255) / 256;
-	return b > 65535 ? 65535 : (int)(b ? b : 1);
-}
-
+/* Grid-stride loop with a 64-bit index: any n, any grid (cuda.h). */
 #define FOR_EACH(i, n)                                                        \
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
 	     i += (size_t)gridDim.x * blockDim.x)
+
+static int launched(const char *what, int line, gk_err *err)
+{
+	return gk_cuda_check_at(GK_CUDA_API_RUNTIME, cudaGetLastError(), what,
+				__FILE__, line, err);
+}
 
 template <int RED>
 __global__ void reduce_kernel(void *dst, const void *src, size_t n, gk_dtype dt)
@@ -45,32 +49,56 @@ __global__ void reduce_kernel(void *dst, const void *src, size_t n, gk_dtype dt)
 	}
 }
 
-static int launch_status(gk_err *err)
-{
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess)
-		return gk_errf(err, "comm: kernel launch: %s", cudaGetErrorString(e));
-	return 0;
-}
-
 extern "C" int gk_comm_cuda_reduce(void *dst, const void *src, size_t n,
 				   gk_dtype dt, gk_comm_op op, void *stream,
 				   gk_err *err)
 {
 	cudaStream_t s = (cudaStream_t)stream;
-	int g = grid_for(n);
+	unsigned g = gk_cuda_grid(n, GK_CUDA_BLOCK);
+	if (n == 0)
+		return 0;
 	switch (op) {
-	case GK_COMM_PROD: reduce_kernel<GK_RED_PROD><<<g, 256, 0, s>>>(dst, src, n, dt); break;
-	case GK_COMM_MAX: reduce_kernel<GK_RED_MAX><<<g, 256, 0, s>>>(dst, src, n, dt); break;
-	case GK_COMM_MIN: reduce_kernel<GK_RED_MIN><<<g, 256, 0, s>>>(dst, src, n, dt); break;
-	default: reduce_kernel<GK_RED_SUM><<<g, 256, 0, s>>>(dst, src, n, dt); break;
+	case GK_COMM_PROD: reduce_kernel<GK_RED_PROD><<<g, GK_CUDA_BLOCK, 0, s>>>(dst, src, n, dt); break;
+	case GK_COMM_MAX: reduce_kernel<GK_RED_MAX><<<g, GK_CUDA_BLOCK, 0, s>>>(dst, src, n, dt); break;
+	case GK_COMM_MIN: reduce_kernel<GK_RED_MIN><<<g, GK_CUDA_BLOCK, 0, s>>>(dst, src, n, dt); break;
+	default: reduce_kernel<GK_RED_SUM><<<g, GK_CUDA_BLOCK, 0, s>>>(dst, src, n, dt); break;
 	}
-	return launch_status(err);
+	return launched("reduce kernel launch", __LINE__, err);
 }
 
-__global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf)
+/* AVG's one division at the end (comm.h), as gk_comm_avg_cpu does it. */
+__global__ void avg_kernel(void *buf, size_t n, gk_dtype dt, int world)
 {
-	FOR_EACH(i, n) w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
+	FOR_EACH(i, n) {
+		switch (dt) {
+		case GK_DT_F32: ((float *)buf)[i] = gk_avg_f32(((float *)buf)[i], world); break;
+		case GK_DT_F64: ((double *)buf)[i] = gk_avg_f64(((double *)buf)[i], world); break;
+		case GK_DT_I32: ((int32_t *)buf)[i] = gk_avg_i32(((int32_t *)buf)[i], world); break;
+		case GK_DT_BF16: ((uint16_t *)buf)[i] = gk_avg_bf16(((uint16_t *)buf)[i], world); break;
+		default: ((uint16_t *)buf)[i] = gk_avg_f16(((uint16_t *)buf)[i], world); break;
+		}
+	}
+}
+
+extern "C" int gk_comm_cuda_avg(void *buf, size_t n, gk_dtype dt, int world,
+				void *stream, gk_err *err)
+{
+	if (n == 0 || world <= 1)
+		return 0;
+	avg_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(
+		buf, n, dt, world);
+	return launched("avg kernel launch", __LINE__, err);
+}
+
+/* err_out (may be NULL): what packing lost, x - unpacked, as gk_comm_pack. */
+__global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf,
+			      float *err_out)
+{
+	FOR_EACH(i, n) {
+		w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
+		if (err_out)
+			err_out[i] = x[i] - (bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]));
+	}
 }
 
 __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
@@ -79,54 +107,75 @@ __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
 	FOR_EACH(i, n)
 	{
 		float v = bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]);
-		d[i] = add ? d[i] + v : v;
+		d[i] = add ? GK_FADD(d[i], v) : v;
 	}
 }
 
-/* One thread block per group of GK_I8_GROUP (256) elements. */
-__global__ void pack8_kernel(unsigned char *w, const float *x, size_t n)
+/*
+ * int8: one thread block of GK_I8_GROUP (256) threads per group, looping
+ * over groups grid-stride (there are more than 2^31 of them past 2^39
+ * elements). Group g's bytes start at g*(4+256): every earlier group is
+ * full. The block's max|x| is a tree of gk_i8_amax, which is associative
+ * and commutative, so it equals the CPU's left-to-right loop.
+ */
+__global__ void pack8_kernel(unsigned char *w, const float *x, size_t n,
+			     float *err_out)
 {
-	__shared__ float amax[256];
-	size_t g = blockIdx.x, i = g * GK_I8_GROUP + threadIdx.x;
-	amax[threadIdx.x] = i < n ? fabsf(x[i]) : 0.0f;
-	__syncthreads();
-	for (int s = 128; s > 0; s >>= 1) {
-		if (threadIdx.x < s)
-			amax[threadIdx.x] = fmaxf(amax[threadIdx.x], amax[threadIdx.x + s]);
+	__shared__ float amax[GK_I8_GROUP];
+	size_t groups = (n + GK_I8_GROUP - 1) / GK_I8_GROUP;
+	for (size_t g = blockIdx.x; g < groups; g += gridDim.x) {
+		size_t i = g * GK_I8_GROUP + threadIdx.x;
+		amax[threadIdx.x] = i < n ? gk_i8_amax(0.0f, x[i]) : 0.0f;
 		__syncthreads();
+		for (int s = GK_I8_GROUP / 2; s > 0; s >>= 1) {
+			if ((int)threadIdx.x < s)
+				amax[threadIdx.x] = gk_i8_amax(amax[threadIdx.x],
+							       amax[threadIdx.x + s]);
+			__syncthreads();
+		}
+		float sc = gk_i8_scale(amax[0]), inv = gk_i8_inv(sc);
+		unsigned char *gw = w + g * (4 + GK_I8_GROUP);
+		if (threadIdx.x == 0)
+			memcpy(gw, &sc, 4);
+		if (i < n) {
+			int8_t q = gk_i8_quant(x[i], inv);
+			((int8_t *)(gw + 4))[threadIdx.x] = q;
+			if (err_out)
+				err_out[i] = gk_i8_resid(x[i], q, sc);
+		}
+		__syncthreads(); /* amax[0] is read above before the next group */
 	}
-	float sc = gk_i8_scale(amax[0]), inv = sc > 0 ? 1.0f / sc : 0.0f;
-	unsigned char *gw = w + g * (4 + GK_I8_GROUP);
-	if (threadIdx.x == 0)
-		memcpy(gw, &sc, 4);
-	if (i < n)
-		((int8_t *)(gw + 4))[threadIdx.x] = gk_i8_quant(x[i], inv);
 }
 
 __global__ void unpack8_kernel(float *d, const unsigned char *w, size_t n, int add)
 {
-	size_t g = blockIdx.x, i = g * GK_I8_GROUP + threadIdx.x;
-	const unsigned char *gw = w + g * (4 + GK_I8_GROUP);
-	float sc;
-	memcpy(&sc, gw, 4);
-	if (i < n) {
-		float v = gk_i8_dequant(((const int8_t *)(gw + 4))[threadIdx.x], sc);
-		d[i] = add ? d[i] + v : v;
+	size_t groups = (n + GK_I8_GROUP - 1) / GK_I8_GROUP;
+	for (size_t g = blockIdx.x; g < groups; g += gridDim.x) {
+		size_t i = g * GK_I8_GROUP + threadIdx.x;
+		const unsigned char *gw = w + g * (4 + GK_I8_GROUP);
+		float sc;
+		memcpy(&sc, gw, 4);
+		if (i < n) {
+			int8_t q = ((const int8_t *)(gw + 4))[threadIdx.x];
+			d[i] = add ? gk_i8_dequant_add(d[i], q, sc) : gk_i8_dequant(q, sc);
+		}
 	}
 }
 
 extern "C" int gk_comm_cuda_pack(void *wire, const float *x, size_t n,
-				 gk_comm_compress cz, void *stream, gk_err *err)
+				 gk_comm_compress cz, float *err_out, void *stream,
+				 gk_err *err)
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	if (n == 0)
 		return 0;
 	if (cz == GK_COMM_COMPRESS_INT8)
-		pack8_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>((unsigned char *)wire, x, n);
+		pack8_kernel<<<gk_cuda_grid(n, GK_I8_GROUP), GK_I8_GROUP, 0, s>>>(
+			(unsigned char *)wire, x, n, err_out);
 	else
-		pack16_kernel<<<grid_for(n), 256, 0, s>>>((uint16_t *)wire, x, n,
-							  cz == GK_COMM_COMPRESS_BF16);
-	return launch_status(err);
+		pack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
+			(uint16_t *)wire, x, n, cz == GK_COMM_COMPRESS_BF16, err_out);
+	return launched("pack kernel launch", __LINE__, err);
 }
 
 extern "C" int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
@@ -137,9 +186,29 @@ extern "C" int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
 	if (n == 0)
 		return 0;
 	if (cz == GK_COMM_COMPRESS_INT8)
-		unpack8_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(dst, (const unsigned char *)wire, n, add);
+		unpack8_kernel<<<gk_cuda_grid(n, GK_I8_GROUP), GK_I8_GROUP, 0, s>>>(
+			dst, (const unsigned char *)wire, n, add);
 	else
-		unpack16_kernel<<<grid_for(n), 256, 0, s>>>(dst, (const uint16_t *)wire, n,
-							    cz == GK_COMM_COMPRESS_BF16, add);
-	return launch_status(err);
+		unpack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
+			dst, (const uint16_t *)wire, n, cz == GK_COMM_COMPRESS_BF16, add);
+	return launched("unpack kernel launch", __LINE__, err);
+}
+
+/* Error feedback: x[i] += residual[i], residual[i] = 0, as comm_mpi.c does. */
+__global__ void absorb_kernel(float *x, float *residual, size_t n)
+{
+	FOR_EACH(i, n) {
+		x[i] = GK_FADD(x[i], residual[i]);
+		residual[i] = 0.0f;
+	}
+}
+
+extern "C" int gk_comm_cuda_absorb(float *x, float *residual, size_t n,
+				   void *stream, gk_err *err)
+{
+	if (n == 0)
+		return 0;
+	absorb_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(
+		x, residual, n);
+	return launched("error feedback kernel launch", __LINE__, err);
 }

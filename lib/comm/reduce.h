@@ -7,6 +7,17 @@
  * pairwise reduction has one rounding, as NCCL's does.
  * I32 SUM and PROD wrap modulo 2^32 (done in uint32_t: signed overflow
  * is undefined in C, and MPI implementations wrap in practice).
+ *
+ * Device and host results are bitwise equal. Every function here is one
+ * IEEE operation per rounding (add, multiply, divide, rint, compare) and
+ * the integer code of core/half.h, and neither side fuses a multiply
+ * into an add: on the device the one multiply-then-add (int8 unpack)
+ * goes through GK_FMUL/GK_FADD, which are __fmul_rn/__fadd_rn there
+ * (nvcc never contracts those into an FMA); on the host the Makefile
+ * builds with -ffp-contract=off. Division on the device is IEEE-rounded
+ * as long as nvcc keeps its default -prec-div=true (no --use_fast_math).
+ * tests/unit/comm_cuda.c compares the kernels with the CPU loops bit for
+ * bit on a GPU machine.
  */
 #ifndef GK_COMM_REDUCE_H
 #define GK_COMM_REDUCE_H
@@ -16,6 +27,14 @@
 #include <stdint.h>
 
 #include "core/half.h"
+
+#ifdef __CUDA_ARCH__
+#define GK_FADD(a, b) __fadd_rn((a), (b))
+#define GK_FMUL(a, b) __fmul_rn((a), (b))
+#else
+#define GK_FADD(a, b) ((a) + (b))
+#define GK_FMUL(a, b) ((a) * (b))
+#endif
 
 /* Same numbering as gk_comm_op (comm.h); AVG reduces as SUM. */
 enum { GK_RED_SUM, GK_RED_PROD, GK_RED_MAX, GK_RED_MIN };
@@ -82,20 +101,61 @@ GK_HD uint16_t gk_avg_f16(uint16_t x, int n)
  * (the last group may be shorter). x = q*s on the way back. Rounding to
  * the nearest step errs by at most s/2 = max|x|/254, plus the f32
  * rounding of x/s and q*s (a few 2^-24 relative).
+ *
+ * NaN and infinity: int8 has neither, and converting a NaN or an
+ * out-of-range float to an integer is undefined behaviour in C. A group
+ * holding a NaN or an infinity gets a NaN scale instead, so every element
+ * of that group comes back NaN (its q are 0). The result of the allreduce
+ * is then NaN there, which is what the overflow checks of mixed-precision
+ * training look for; sending 0 would hide a diverged step. The error
+ * feedback residual of such a group is 0, so one bad step does not poison
+ * the steps after it.
  */
 #define GK_I8_GROUP 256
 
+/*
+ * Running max|x| of a group: m is the max so far (start at 0). NaN once
+ * any element is NaN or infinite. Commutative and associative, so the
+ * device's tree reduction and the CPU's loop agree exactly.
+ */
+GK_HD float gk_i8_amax(float m, float x)
+{
+	float a = fabsf(x);
+	if (m != m || !(a <= 3.40282347e38f))
+		return gk_bits_f32(0x7fc00000u);
+	return a > m ? a : m;
+}
+
 GK_HD float gk_i8_scale(float absmax) { return absmax / 127.0f; }
+
+/* 1/scale; 0 for an all-zero group and for a NaN scale (q are then 0). */
+GK_HD float gk_i8_inv(float scale) { return scale > 0 ? 1.0f / scale : 0.0f; }
 
 GK_HD int8_t gk_i8_quant(float x, float inv_scale)
 {
-	float q = rintf(x * inv_scale);
+	float q = rintf(GK_FMUL(x, inv_scale));
+	if (q != q) /* inf * 0 in a NaN-scaled group */
+		q = 0;
 	q = q > 127.0f ? 127.0f : q;
 	q = q < -127.0f ? -127.0f : q;
 	return (int8_t)q;
 }
 
-GK_HD float gk_i8_dequant(int8_t q, float scale) { return (float)q * scale; }
+GK_HD float gk_i8_dequant(int8_t q, float scale) { return GK_FMUL((float)q, scale); }
+
+/* d + q*scale, rounded twice on both sides (never one fused rounding). */
+GK_HD float gk_i8_dequant_add(float d, int8_t q, float scale)
+{
+	return GK_FADD(d, gk_i8_dequant(q, scale));
+}
+
+/* The error feedback residual x - q*scale; 0 in a NaN-scaled group. */
+GK_HD float gk_i8_resid(float x, int8_t q, float scale)
+{
+	if (scale != scale)
+		return 0.0f;
+	return x - gk_i8_dequant(q, scale);
+}
 
 /* Bytes on the wire for n elements in int8 format. */
 GK_HD size_t gk_i8_wire_bytes(size_t n)

@@ -275,6 +275,31 @@ int gk_json_get_str(const struct json_t *obj, const char *key,
 int gk_json_get_num(const struct json_t *obj, const char *key, double *out,
 		    gk_err *err);
 
+/* ---- Prometheus metrics ------------------------------------------------------ */
+
+/*
+ * Metrics in Prometheus' text format (0.0.4) for node_exporter's textfile
+ * collector (--metrics FILE in the long-running tools): written atomically,
+ * because the collector reads its directory on every scrape. Names follow
+ * Prometheus conventions: gpukit_TOOL_what_UNIT, units in the name
+ * (_seconds, _bytes), counters and only counters end in _total; invalid
+ * names and labels are errors. labels are NULL-terminated key, value
+ * pairs ({"rank", "0", NULL}); values are escaped here. Labels given to
+ * gk_metrics_new go on every sample. Setting a (name, labels) pair again
+ * replaces its value, so a tool updates its metrics and rewrites the file.
+ */
+typedef struct gk_metrics gk_metrics;
+typedef enum gk_metric_type { GK_METRIC_GAUGE, GK_METRIC_COUNTER } gk_metric_type;
+
+int gk_metrics_new(gk_metrics **out, const char *const *labels, gk_err *err);
+int gk_metrics_set(gk_metrics *m, const char *name, gk_metric_type type,
+		   const char *help, const char *const *labels, double v,
+		   gk_err *err);
+/* The exposition text (families in the order first set); -1 on a write error. */
+int gk_metrics_format(const gk_metrics *m, FILE *fp);
+int gk_metrics_write(const gk_metrics *m, const char *path, gk_err *err);
+void gk_metrics_free(gk_metrics *m);
+
 /* ---- the tools' command line (prints and exits: main() only) ------------------- */
 
 /*

@@ -48,18 +48,15 @@ template <typename Op>
 static cudaError_t launch(void *dst, const void *src, size_t n,
 			  cudaStream_t stream)
 {
-	const int block = 256;
-	size_t blocks = (n + block - 1) / block;
-	int grid = blocks > 65535 ? 65535 : (int)blocks;
-	convert_kernel<<<grid, block, 0, stream>>>(dst, src, n, Op());
+	convert_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, stream>>>(
+		dst, src, n, Op());
 	return cudaGetLastError();
 }
 
 extern "C" int gk_cuda_convert(void *dst, gk_dtype dst_dt, const void *src,
-			       gk_dtype src_dt, size_t n, void *stream,
+			       gk_dtype src_dt, size_t n, gk_cuda_stream s,
 			       gk_err *err)
 {
-	cudaStream_t s = (cudaStream_t)stream;
 	cudaError_t e;
 
 	if (n == 0)
@@ -75,8 +72,6 @@ extern "C" int gk_cuda_convert(void *dst, gk_dtype dst_dt, const void *src,
 	else
 		return gk_errf(err, "convert %s to %s on the GPU: not supported",
 			       gk_dtype_name(src_dt), gk_dtype_name(dst_dt));
-	if (e != cudaSuccess)
-		return gk_errf(err, "%s:%d: convert kernel: %s", __FILE__, __LINE__,
-			       cudaGetErrorString(e));
-	return 0;
+	return gk_cuda_check_at(GK_CUDA_API_RUNTIME, e, "convert kernel launch",
+				__FILE__, __LINE__, err);
 }

@@ -109,11 +109,6 @@ test_expect_success 'an algorithm a collective lacks is an error' '
 	grep "^allreduce-bench: --algo .rd.: not available for allgather on the self backend$" err
 '
 
-test_expect_success 'the nccl backend without a GPU: a clear error' '
-	test_expect_code 1 $T allreduce-bench --backend nccl -e 64 >out 2>err &&
-	grep "^allreduce-bench: backend .nccl.: " err
-'
-
 test_expect_success MPIRUN '2 ranks, --algo all: four algorithms, busbw = algbw' '
 	mpi 2 allreduce-bench -b 1K -e 256K -f 16 --algo all -n 2 -w 1 --csv >csv &&
 	cut -d, -f1 csv | sort -u >algos &&

@@ -1,0 +1,94 @@
+#!/bin/sh
+test_description='allreduce-bench --backend nccl, on machines with and without GPUs
+
+What to expect is decided up front, independently of the code under
+test: a GPU is there when the driver'"'"'s own nvidia-smi lists one and
+the build has NCCL. Without one, the nccl backend must end at once with
+a message on every rank (also when several ranks start together under
+mpirun); with one, it must run and check out. AVG has one meaning on
+every backend (the sum divided once), checked here on the mpi backend at
+world sizes where multiplying by 1/n first would round differently.'
+. "$(dirname "$0")/lib.sh"
+
+T="timeout 120"
+if command -v mpirun >/dev/null 2>&1; then
+	test_set_prereq MPIRUN
+fi
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1 && [ "${CUDA_VISIBLE_DEVICES-x}" != "" ]; then
+	gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ") || gpus=0
+fi
+# The build's configuration (scripts/configure), as make check passes it.
+for v in ${GK_MAKEVARS:-}; do
+	case $v in CUDA=*) cuda=${v#CUDA=} ;; MPI=*) mpi=${v#MPI=} ;; esac
+done
+cfg="$GK_TOP/build/config-cuda${cuda:-auto}-mpi${mpi:-auto}.mk"
+have_nccl=$(sed -n "s/^HAVE_NCCL := //p" "$cfg" 2>/dev/null)
+if [ "$gpus" -gt 0 ] && [ "$have_nccl" = 1 ]; then
+	test_set_prereq GPU
+	[ "$gpus" -ge 2 ] && test_set_prereq GPUS
+else
+	test_set_prereq NOGPU
+fi
+say "nvidia-smi GPUs: $gpus, built with NCCL: ${have_nccl:-unknown}"
+
+reason="backend .nccl.: \(no usable GPU: \|gpukit was built without \)"
+
+test_expect_success NOGPU 'no GPU, one process: exit 1 with the reason' '
+	test_expect_code 1 $T allreduce-bench --backend nccl -e 64 >out 2>err &&
+	test_must_be_empty out &&
+	test $(wc -l <err) = 1 &&
+	grep "^allreduce-bench: $reason" err
+'
+
+# mpirun ends the other ranks as soon as one exits 1, so some may be
+# stopped before they print: at least one reason, and no other message.
+test_expect_success 'NOGPU,MPIRUN' 'no GPU, 2 and 3 ranks under mpirun: exit 1 promptly, saying why' '
+	for n in 2 3; do
+		start=$(date +%s) &&
+		test_expect_code 1 timeout 60 mpirun -np $n allreduce-bench --backend nccl -e 64 >out 2>err &&
+		end=$(date +%s) &&
+		test_must_be_empty out &&
+		grep "^allreduce-bench: " err >msgs &&
+		test $(grep -c "^allreduce-bench: $reason" msgs) -ge 1 &&
+		! grep -v "^allreduce-bench: $reason" msgs &&
+		test $((end - start)) -lt 30 || return 1
+	done
+'
+
+test_expect_success GPU 'GPU: one process, every type and op checks out' '
+	$T allreduce-bench --backend nccl -b 8 -e 1M -f 8 -d all -o all -n 5 -w 2 >out &&
+	test $(grep -c "^# Out of bounds values : 0 OK$" out) = 1 &&
+	grep "backend nccl, 1 rank" out
+'
+
+test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: one rank per GPU, every type and op, avg exact' '
+	$T mpirun -np '"$gpus"' allreduce-bench --backend nccl -b 4 -e 4M -f 16 -d all -o all -n 3 -w 1 >out &&
+	grep "^# Out of bounds values : 0 OK$" out
+'
+
+test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '
+	for z in bf16 f16 int8; do
+		$T mpirun -np '"$gpus"' allreduce-bench --backend nccl --compress $z -o avg \
+			-b 1K -e 8M -f 8 -n 2 -w 1 >$z.out &&
+		grep "^# Out of bounds values : 0 OK$" $z.out || return 1
+	done
+'
+
+test_expect_success 'GPU,MPIRUN' 'GPU: a rank that sees no device ends the job at setup, not in a hang' '
+	test_expect_code 1 timeout 60 mpirun -np 1 allreduce-bench --backend nccl -e 64 : \
+		-np 1 env CUDA_VISIBLE_DEVICES= allreduce-bench --backend nccl -e 64 >out 2>err &&
+	grep -e "^allreduce-bench: backend .nccl.: rank 1 failed to set up its GPU and NCCL" \
+		-e "^allreduce-bench: backend .nccl.: no usable GPU: the CUDA driver found no device (CUDA_VISIBLE_DEVICES=..)$" err
+'
+
+test_expect_success MPIRUN 'avg at 5, 7 and 10 ranks (mpi): the sum divided once, exactly' '
+	for n in 5 7 10; do
+		$T mpirun -np $n allreduce-bench --backend mpi -b 4 -e 4K -f 4 -d all -o avg -n 1 -w 0 >avg$n.out &&
+		grep "^# Out of bounds values : 0 OK$" avg$n.out &&
+		test $(grep -vc "^#" avg$n.out) = 30 || return 1
+	done
+'
+
+test_done

@@ -1,0 +1,96 @@
+#!/bin/sh
+# gpu-suite.sh - the device test suite, for a machine with an NVIDIA GPU.
+#
+#   tools/gpu-suite.sh            from the top of the source tree
+#
+# make check runs everywhere and skips what needs a device ("# SKIP no
+# CUDA device"); here those skips are failures. It builds with CUDA=1
+# (nvcc required), then:
+#   1. the device unit tests (tests/unit/{cuda_core,comm_cuda,core_half}):
+#      every kernel against the CPU path bit for bit, the nccl backend in
+#      a world of one, lib/cuda's probe, streams, events and accounting;
+#      under compute-sanitizer's memcheck and racecheck when it is there;
+#   2. tests/cli/t6002 (allreduce-bench --backend nccl): one process, one
+#      rank per GPU under mpirun (2 GPUs or more), and a rank that sees
+#      no device ending the job at setup instead of hanging it;
+#   3. make check, the whole suite, on this machine.
+# Exit 0 when all of it passed with a device, 1 otherwise. Output of each
+# step goes to build/gpu-suite/.
+set -u
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top" || exit 1
+out=build/gpu-suite
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail=0
+step() { printf '%-60s' "$1"; }
+pass() { echo "ok"; }
+bad() { echo "FAILED ($1)"; fail=1; }
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >"$out/gpus" 2>&1; then
+	echo "gpu-suite: no GPU here (nvidia-smi -L failed); nothing to run" >&2
+	exit 1
+fi
+sed 's/^/# /' "$out/gpus"
+
+step "build (CUDA=1)"
+if make -j"$(nproc)" CUDA=1 all >"$out/build.log" 2>&1 &&
+   make -j"$(nproc)" CUDA=1 build/tests/unit/cuda_core build/tests/unit/comm_cuda \
+	build/tests/unit/core_half >>"$out/build.log" 2>&1; then
+	pass
+else
+	bad "see $out/build.log"
+	exit 1
+fi
+
+sanitizer=
+for s in compute-sanitizer "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"; do
+	if command -v "$s" >/dev/null 2>&1; then
+		sanitizer=$s
+		break
+	fi
+done
+
+for t in cuda_core comm_cuda core_half; do
+	step "unit: $t"
+	if ! build/tests/unit/$t >"$out/$t.tap" 2>&1; then
+		bad "see $out/$t.tap"
+	elif grep -qi "# SKIP" "$out/$t.tap"; then
+		bad "skipped on a GPU machine: $(grep -i -m1 '# SKIP' "$out/$t.tap")"
+	else
+		pass
+	fi
+	if [ -n "$sanitizer" ] && [ "$t" != cuda_core ]; then
+		for tool in memcheck racecheck; do
+			step "unit: $t under compute-sanitizer $tool"
+			if "$sanitizer" --tool $tool --error-exitcode 99 build/tests/unit/$t \
+				>"$out/$t.$tool" 2>&1; then
+				pass
+			else
+				bad "see $out/$t.$tool"
+			fi
+		done
+	fi
+done
+
+step "cli: t6002 allreduce-bench --backend nccl"
+if ! tests/cli/t6002-allreduce-bench-nccl.sh -v >"$out/t6002.log" 2>&1; then
+	bad "see $out/t6002.log"
+elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/t6002.log" |
+	tr , '\n' | grep -qvx 'NOGPU\|GPUS'; then
+	# Only the no-GPU tests, and the multi-GPU one on a one-GPU machine, may skip.
+	bad "device tests skipped: $(grep -m1 '# skip' "$out/t6002.log")"
+else
+	pass
+fi
+
+step "make check (the whole suite)"
+if make CUDA=1 check >"$out/check.log" 2>&1; then
+	pass
+else
+	bad "see $out/check.log"
+fi
+
+[ $fail = 0 ] && echo "gpu-suite: all passed" || echo "gpu-suite: failures above" >&2
+exit $fail
