@@ -74,6 +74,15 @@ struct gk_nn_model {
 
 void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a);
 
+/*
+ * The step constants of AdamW (optim.c), shared by the CPU loop and the
+ * CUDA kernel so both round them once, the same way. *decay is the
+ * factor of tensors with weight decay; the others use 1.
+ */
+struct gk_nn_adamw_k;
+void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
+			struct gk_nn_adamw_k *k, float *decay);
+
 /* ---- CPU kernels (ops_cpu.c) ---- */
 
 /* Element loops built for each of these, chosen at load time (ifunc). */
