@@ -66,6 +66,8 @@ struct gk_nn_model {
 	size_t ws_n;
 	float *dres, *dln, *datty, *dqkv, *dfc, *datt; /* datt: nt * T*T */
 
+	struct gk_nn_cuda *cu;  /* the CUDA backend's state; NULL on the CPU */
+
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;
