@@ -313,8 +313,11 @@ static int train(gk_nn_model *m, int cuda, float *losses, gk_err *err)
 static void test_model(void)
 {
 	gk_err err = {0};
+	gk_cuda_mem_stats before, after;
 	gk_nn_model *cpu = model(GK_NN_CPU, 0, &err);
+	gk_cuda_mem_stats_get(&before);
 	gk_nn_model *g32 = model(GK_NN_CUDA, GK_NN_FP32, &err);
+	gk_cuda_mem_stats_get(&after);
 	if (!ok(cpu && g32, "models: CPU and GPU (fp32)%s%s", err.msg[0] ? ": " : "", err.msg))
 		return;
 	size_t n = gk_nn_nparams(cpu);
@@ -334,6 +337,12 @@ static void test_model(void)
 	is_u64(mem.gradients, n * 4, "memory: fp32 gradients");
 	ok(mem.activations > 0 && mem.workspace > 0, "memory: activations %llu, workspace %llu",
 	   (unsigned long long)mem.activations, (unsigned long long)mem.workspace);
+	is_u64(mem.parameters + mem.gradients + mem.activations + mem.workspace +
+		       mem.optimizer,
+	       after.total - before.total,
+	       "memory: the categories add up to lib/cuda's count of the model's allocations");
+	is_u64(after.bytes[GK_CUDA_MEM_ACTS] - before.bytes[GK_CUDA_MEM_ACTS],
+	       mem.activations, "memory: activations as lib/cuda counted them");
 
 	/* one step */
 	int32_t tok[B * T], tgt[B * T];
