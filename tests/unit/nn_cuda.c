@@ -95,6 +95,7 @@ static void host_of(void *host, const void *dev, size_t bytes)
 
 /* ---- kernels against the CPU kernels ------------------------------------------------ */
 
+#if GK_HAVE_CUDA
 static void test_kernels(void)
 {
 	enum { C = 64, V = 100, Vp = 128, N = B * T };
@@ -258,6 +259,7 @@ static void test_kernels(void)
 	ok(err.msg[0] == 0, "kernels: no launch error%s%s", err.msg[0] ? ": " : "", err.msg);
 	free(p1), free(p2), free(gg), free(m1), free(v1), free(m2), free(v2);
 }
+#endif
 
 /* ---- whole model: CPU vs GPU ------------------------------------------------------------ */
 
