@@ -32,18 +32,6 @@ static gk_nn_config cfg(void)
 
 enum { B = 2, T = 16 };
 
-static uint64_t rng = 12345;
-static float frand(void)
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return (float)((rng >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
-}
-static void fill(float *x, size_t n, float scale)
-{
-	for (size_t i = 0; i < n; i++)
-		x[i] = frand() * scale;
-}
-
 /* Largest violation of |got - ref| <= tol + rel|ref|, as a ratio (<= 1 passes). */
 static double worst(const float *got, const float *ref, size_t n, double tol,
 		    double rel, size_t *at)
@@ -60,6 +48,19 @@ static double worst(const float *got, const float *ref, size_t n, double tol,
 		}
 	}
 	return w;
+}
+
+#if GK_HAVE_CUDA
+static uint64_t rng = 12345;
+static float frand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
+}
+static void fill(float *x, size_t n, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = frand() * scale;
 }
 
 static void close_enough(const char *what, const float *got, const float *ref,
@@ -95,7 +96,6 @@ static void host_of(void *host, const void *dev, size_t bytes)
 
 /* ---- kernels against the CPU kernels ------------------------------------------------ */
 
-#if GK_HAVE_CUDA
 static void test_kernels(void)
 {
 	enum { C = 64, V = 100, Vp = 128, N = B * T };
