@@ -40,7 +40,7 @@ static double worst(const float *got, const float *ref, size_t n, double tol,
 	for (size_t i = 0; i < n; i++) {
 		double d = fabs((double)got[i] - ref[i]);
 		double lim = tol + rel * fabs(ref[i]);
-		double r = isfinite(d) ? d / lim : INFINITY;
+		double r = d == 0.0 ? 0.0 : isfinite(d) ? d / lim : INFINITY;
 		if (r > w) {
 			w = r;
 			if (at)
