@@ -96,6 +96,25 @@ typedef struct gk_nn_gemm {
 
 int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err);
 
+/*
+ * What gk_nn_blas_gemm hands cuBLASLt for g (launch.c, tested on the
+ * host): a row-major (r, c) matrix with leading dimension ld is the
+ * column-major (c, r) one, so D = op(A) op(B) becomes the column-major
+ * D^T (m = N, n = M) = op(B)^T op(A)^T: cuBLASLt's first operand is our
+ * B, its second our A. Shapes are the stored column-major ones (what
+ * cublasLtMatrixLayoutCreate takes); trans_* are cuBLASLt's TRANSA/B.
+ */
+typedef struct gk_nn_lt_shape {
+	int m, n, k;
+	int trans_a, trans_b;
+	const void *a, *b;
+	uint64_t a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
+	int64_t lda, ldb, ldd;
+	long long sa, sb, sd;
+} gk_nn_lt_shape;
+
+void gk_nn_lt_shape_of(const gk_nn_gemm *g, gk_nn_lt_shape *s);
+
 /* ---- kernels (one .cu per operation) ------------------------------------------------- */
 
 /* encoder.cu: out (N,C) = wte[tok] + wpe[t]; backward by token buckets

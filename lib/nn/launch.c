@@ -52,3 +52,29 @@ int gk_nn_token_buckets(const int32_t *tok, int N, int V, int32_t *uniq,
 		pos[count[tok[i]]++] = i;
 	return nb;
 }
+
+void gk_nn_lt_shape_of(const gk_nn_gemm *g, gk_nn_lt_shape *s)
+{
+	s->m = g->N;
+	s->n = g->M;
+	s->k = g->K;
+	/* first operand: our B, stored (K,N) row-major = (N,K) column-major,
+	 * or (N,K) row-major = (K,N) column-major when tb */
+	s->trans_a = g->tb;
+	s->a = g->B;
+	s->a_rows = (uint64_t)(g->tb ? g->K : g->N);
+	s->a_cols = (uint64_t)(g->tb ? g->N : g->K);
+	s->lda = g->ldb;
+	s->sa = g->sB;
+	/* second operand: our A, (M,K) row-major = (K,M) column-major */
+	s->trans_b = g->ta;
+	s->b = g->A;
+	s->b_rows = (uint64_t)(g->ta ? g->M : g->K);
+	s->b_cols = (uint64_t)(g->ta ? g->K : g->M);
+	s->ldb = g->lda;
+	s->sb = g->sA;
+	s->d_rows = (uint64_t)g->N;
+	s->d_cols = (uint64_t)g->M;
+	s->ldd = g->ldd;
+	s->sd = g->sD;
+}

@@ -9,12 +9,9 @@
  * from starting on a machine without it (the reason lib/comm loads NCCL
  * and lib/topo loads NVML this way).
  *
- * Row-major to cuBLASLt's column-major: a row-major (r, c) matrix with
- * leading dimension ld is the column-major (c, r) matrix with the same ld,
- * so D = op(A) op(B) row-major is D^T = op(B)^T op(A)^T column-major:
- * cuBLASLt's first operand is our B and its second our A, the transposes
- * carried over, and the bias (one value per column of our D) is per row
- * of cuBLASLt's D, which is what CUBLASLT_EPILOGUE_BIAS adds.
+ * Row-major to cuBLASLt's column-major is gk_nn_lt_shape_of (launch.c,
+ * tested on the host); the bias (one value per column of our D) is per
+ * row of cuBLASLt's D, which is what CUBLASLT_EPILOGUE_BIAS adds.
  *
  * reference: llm.c llmc/matmul.cuh (matmul_cublaslt), the cuBLASLt API
  * documentation (cublasLtMatmul, "Epilogue", "Data types").
@@ -169,9 +166,10 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
 	cublasLtMatmulPreference_t pref = NULL;
 	int rc = -1, batch = g->batch > 0 ? g->batch : 1;
-	/* cuBLASLt's operands: first = our B, second = our A */
-	cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	cublasOperation_t opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	gk_nn_lt_shape sh;
+	gk_nn_lt_shape_of(g, &sh);
+	cublasOperation_t opa = sh.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t opb = sh.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS
 					 : CUBLASLT_EPILOGUE_DEFAULT;
 
@@ -190,13 +188,12 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	    GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 				       &g->bias, sizeof(g->bias)), err) < 0)
 		goto out;
-	/* stored shapes, column-major: B is (N,K) or, transposed, (K,N);
-	 * A is (K,M) or (M,K); D is (N,M) */
-	if (layout(&la, g->dt, g->tb ? g->K : g->N, g->tb ? g->N : g->K, g->ldb,
-		   batch, g->sB, err) < 0 ||
-	    layout(&lb, g->dt, g->ta ? g->M : g->K, g->ta ? g->K : g->M, g->lda,
-		   batch, g->sA, err) < 0 ||
-	    layout(&ld, g->ddt, g->N, g->M, g->ldd, batch, g->sD, err) < 0)
+	if (layout(&la, g->dt, sh.a_rows, sh.a_cols, sh.lda, batch, sh.sa,
+		   err) < 0 ||
+	    layout(&lb, g->dt, sh.b_rows, sh.b_cols, sh.ldb, batch, sh.sb,
+		   err) < 0 ||
+	    layout(&ld, g->ddt, sh.d_rows, sh.d_cols, sh.ldd, batch, sh.sd,
+		   err) < 0)
 		goto out;
 	if (GK_CUBLAS_CHECK(lt.PrefCreate(&pref), err) < 0)
 		goto out;
@@ -238,7 +235,7 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	}
 	float alpha = g->alpha, beta = g->C ? 1.0f : 0.0f;
 	const void *c = g->C ? g->C : g->D;
-	rc = GK_CUBLAS_CHECK(lt.Matmul(b->h, desc, &alpha, g->B, la, g->A, lb,
+	rc = GK_CUBLAS_CHECK(lt.Matmul(b->h, desc, &alpha, sh.a, la, sh.b, lb,
 				       &beta, c, ld, g->D, ld, &heur.algo, b->ws,
 				       b->ws_bytes, b->s), err);
 out:

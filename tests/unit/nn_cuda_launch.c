@@ -5,7 +5,10 @@
  * 2^31 and 2^32 too; the row kernels' grid-stride loop visits every row
  * once; the column-sum chunks stay within a grid's y dimension; the
  * embedding backward's token buckets against an independent reference
- * (sorting (token, position) pairs).
+ * (sorting (token, position) pairs); the row-major products handed to
+ * cuBLASLt as column-major ones (gk_nn_lt_shape_of), run through a naive
+ * column-major GEMM with cuBLASLt's semantics and compared with a naive
+ * row-major product.
  */
 #include <stdlib.h>
 
@@ -88,6 +91,97 @@ static int buckets_match(const int32_t *tok, int N, int V)
 	return good;
 }
 
+/*
+ * cuBLASLt's semantics on the shape it is given: column-major stored
+ * operands (element (r, c) at r + c*ld), op = transpose when trans_*, D
+ * (m,n) = alpha op(a) op(b), batch entries s* elements apart. Checks the
+ * stored shapes agree with the ops, as cuBLASLt would refuse otherwise.
+ */
+static int lt_emulate(const gk_nn_lt_shape *s, float alpha, int batch,
+		      float *D)
+{
+	if ((s->trans_a ? s->a_cols : s->a_rows) != (uint64_t)s->m ||
+	    (s->trans_a ? s->a_rows : s->a_cols) != (uint64_t)s->k ||
+	    (s->trans_b ? s->b_cols : s->b_rows) != (uint64_t)s->k ||
+	    (s->trans_b ? s->b_rows : s->b_cols) != (uint64_t)s->n ||
+	    s->d_rows != (uint64_t)s->m || s->d_cols != (uint64_t)s->n ||
+	    s->lda < (int64_t)s->a_rows || s->ldb < (int64_t)s->b_rows ||
+	    s->ldd < (int64_t)s->d_rows)
+		return 0;
+	const float *A = s->a, *Bm = s->b;
+	for (int e = 0; e < batch; e++)
+		for (int i = 0; i < s->m; i++)
+			for (int j = 0; j < s->n; j++) {
+				double acc = 0;
+				for (int p = 0; p < s->k; p++) {
+					float x = s->trans_a ? A[e * s->sa + p + i * s->lda]
+							     : A[e * s->sa + i + p * s->lda];
+					float y = s->trans_b ? Bm[e * s->sb + j + p * s->ldb]
+							     : Bm[e * s->sb + p + j * s->ldb];
+					acc += (double)x * y;
+				}
+				D[e * s->sd + i + j * s->ldd] = (float)(alpha * acc);
+			}
+	return 1;
+}
+
+/* Row-major reference: D (M,N) = alpha op(A) op(B), per batch entry. */
+static void rowmajor(const gk_nn_gemm *g, float *D)
+{
+	const float *A = g->A, *Bm = g->B;
+	int batch = g->batch > 0 ? g->batch : 1;
+	for (int e = 0; e < batch; e++)
+		for (int r = 0; r < g->M; r++)
+			for (int c = 0; c < g->N; c++) {
+				double acc = 0;
+				for (int k = 0; k < g->K; k++) {
+					float x = g->ta ? A[e * g->sA + k * g->lda + r]
+							: A[e * g->sA + r * g->lda + k];
+					float y = g->tb ? Bm[e * g->sB + c * g->ldb + k]
+							: Bm[e * g->sB + k * g->ldb + c];
+					acc += (double)x * y;
+				}
+				D[e * g->sD + r * g->ldd + c] = (float)(g->alpha * acc);
+			}
+}
+
+/* One case: ta, tb, M, N, K, padding of every leading dimension, batch. */
+static int gemm_case(int ta, int tb, int M, int N, int K, int pad, int batch)
+{
+	/* stored row-major: A (M,K) or (K,M); B (K,N) or (N,K); D (M,N) */
+	int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+	gk_nn_gemm g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K,
+			.lda = ac + pad, .ldb = bc + pad, .ldd = N + pad,
+			.alpha = 0.5f, .batch = batch, .dt = GK_DT_F32,
+			.ddt = GK_DT_F32};
+	g.sA = (long long)ar * g.lda + 3;
+	g.sB = (long long)br * g.ldb + 5;
+	g.sD = (long long)M * g.ldd + 1;
+	size_t na = (size_t)g.sA * batch, nb = (size_t)g.sB * batch;
+	size_t nd = (size_t)g.sD * batch;
+	float *A = malloc(na * 4), *Bm = malloc(nb * 4);
+	float *D1 = calloc(nd, 4), *D2 = calloc(nd, 4);
+	int good = A && Bm && D1 && D2;
+	for (size_t i = 0; good && i < na; i++)
+		A[i] = (float)((i * 7) % 13) - 6.0f;
+	for (size_t i = 0; good && i < nb; i++)
+		Bm[i] = (float)((i * 5) % 11) - 5.0f;
+	if (good) {
+		g.A = A;
+		g.B = Bm;
+		gk_nn_lt_shape sh;
+		gk_nn_lt_shape_of(&g, &sh);
+		rowmajor(&g, D1);
+		good = lt_emulate(&sh, g.alpha, batch, D2) &&
+		       memcmp(D1, D2, nd * 4) == 0;
+	}
+	free(A);
+	free(Bm);
+	free(D1);
+	free(D2);
+	return good;
+}
+
 int main(void)
 {
 	static const uint64_t ns[] = {0, 1, 7, 1000, 1024, 1025, 123457};
@@ -147,5 +241,22 @@ int main(void)
 	ok(buckets_match(tok, N, V), "buckets: one token everywhere");
 	tok[0] = 0;
 	ok(buckets_match(tok, 1, V), "buckets: a single position");
+
+	/* the products model_cuda.c asks for, in small sizes, with padded
+	 * leading dimensions and two batch entries */
+	good = 1;
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++)
+			for (int pad = 0; pad < 2; pad++)
+				if (!gemm_case(ta, tb, 5, 7, 3, pad * 2, 1 + pad)) {
+					diag("ta %d tb %d pad %d", ta, tb, pad);
+					good = 0;
+				}
+	ok(good, "gemm: every transpose combination, column-major as cuBLASLt sees it, equals the row-major product");
+	ok(gemm_case(0, 0, 6, 12, 4, 0, 1), "gemm: Conv1D forward (N,C) @ (C,3C)");
+	ok(gemm_case(0, 1, 6, 4, 12, 0, 1), "gemm: Conv1D input gradient dout @ w^T");
+	ok(gemm_case(1, 0, 4, 12, 6, 0, 1), "gemm: Conv1D weight gradient inp^T @ dout");
+	ok(gemm_case(0, 1, 6, 16, 4, 0, 1), "gemm: LM head lnf @ wte^T");
+	ok(gemm_case(1, 0, 8, 4, 6, 0, 3), "gemm: attention dv = att^T dy, batched");
 	return done_testing();
 }
