@@ -446,22 +446,61 @@ static void test_model(void)
 	gk_nn_free(cpu);
 }
 
-int main(void)
+/*
+ * Without a usable device (or without CUDA in the build), a CUDA model is
+ * refused with the probe's reason, nothing crashes, and a CPU model
+ * treats the transfers as no-ops and refuses the device-only calls.
+ */
+static void test_refusals(int usable, const char *why)
 {
-	gk_err err = {0};
-	if (gk_cuda_probe(NULL, &err) < 0) {
-		char why[sizeof(err.msg) + 32];
-		snprintf(why, sizeof(why), "no CUDA device (%s)", err.msg);
-		skip_all(why);
-	}
-	/* a CPU model refuses the device-only calls */
 	gk_nn_config c = cfg();
 	gk_nn_opts o = {.batch = B, .seq = T, .threads = 1};
 	gk_nn_model *m = NULL;
+	gk_err err = {0};
 	double nrm;
-	if (gk_nn_new(&m, &c, &o, &err) == 0) {
-		ok(gk_nn_cuda_grad_norm(m, &nrm, &err) < 0, "CPU model: device norm refused (%s)", err.msg);
-		gk_nn_free(m);
+	if (!usable) {
+		gk_nn_opts oc = o;
+		oc.device = GK_NN_CUDA;
+		int rc = gk_nn_new(&m, &c, &oc, &err);
+		ok(rc < 0 && m == NULL, "no device: a CUDA model is refused");
+		char want[sizeof(err.msg) + 32];
+		snprintf(want, sizeof(want), "%s%s",
+			 gk_cuda_built() ? "model on the GPU: " : "", why);
+		is_str(err.msg, gk_cuda_built() ? want
+						: "model on the GPU: gpukit was "
+						  "built without CUDA",
+		       "no device: the reason is the probe's");
+	}
+	gk_nn_opts bad = o;
+	bad.device = 7;
+	ok(gk_nn_new(&m, &c, &bad, &err) < 0 && m == NULL, "device 7 refused (%s)", err.msg);
+	if (gk_nn_new(&m, &c, &o, &err) < 0) {
+		ok(0, "CPU model: %s", err.msg);
+		return;
+	}
+	gk_nn_init(m, 1);
+	float keep = gk_nn_params(m)[5];
+	ok(gk_nn_cuda_upload(m, &err) == 0 &&
+	   gk_nn_cuda_download(m, GK_NN_PARAMS | GK_NN_GRADS, &err) == 0 &&
+	   gk_nn_params(m)[5] == keep, "CPU model: upload and download do nothing");
+	ok(gk_nn_cuda_grad_norm(m, &nrm, &err) < 0, "CPU model: device norm refused (%s)", err.msg);
+	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
+	ok(gk_nn_cuda_adamw(m, &ad, 1e-3f, 1, 1.0f, &err) < 0,
+	   "CPU model: device AdamW refused (%s)", err.msg);
+	gk_nn_mem mem;
+	gk_nn_memory(m, &mem);
+	is_u64(mem.optimizer, 0, "CPU model: no optimizer memory of its own");
+	gk_nn_free(m);
+}
+
+int main(void)
+{
+	gk_err err = {0};
+	int usable = gk_cuda_probe(NULL, &err) == 0;
+	test_refusals(usable, err.msg);
+	if (!usable) {
+		ok(1, "kernels, steps, loss curve, determinism # SKIP no CUDA device (%s)", err.msg);
+		return done_testing();
 	}
 #if GK_HAVE_CUDA
 	test_kernels();
