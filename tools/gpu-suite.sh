@@ -6,9 +6,11 @@
 # make check runs everywhere and skips what needs a device ("# SKIP no
 # CUDA device"); here those skips are failures. It builds with CUDA=1
 # (nvcc required), then:
-#   1. the device unit tests (tests/unit/{cuda_core,comm_cuda,core_half}):
-#      every kernel against the CPU path bit for bit, the nccl backend in
-#      a world of one, lib/cuda's probe, streams, events and accounting;
+#   1. the device unit tests (tests/unit/{cuda_core,comm_cuda,core_half,
+#      nn_cuda}): every kernel against the CPU path bit for bit, the nccl
+#      backend in a world of one, lib/cuda's probe, streams, events and
+#      accounting, the model's CUDA backend against its CPU backend
+#      (kernels, a step, a 10-step loss curve, determinism);
 #      under compute-sanitizer's memcheck and racecheck when it is there;
 #   2. tests/cli/t6002 (allreduce-bench --backend nccl): one process, one
 #      rank per GPU under mpirun (2 GPUs or more), and a rank that sees
@@ -37,7 +39,7 @@ sed 's/^/# /' "$out/gpus"
 step "build (CUDA=1)"
 if make -j"$(nproc)" CUDA=1 all >"$out/build.log" 2>&1 &&
    make -j"$(nproc)" CUDA=1 build/tests/unit/cuda_core build/tests/unit/comm_cuda \
-	build/tests/unit/core_half >>"$out/build.log" 2>&1; then
+	build/tests/unit/core_half build/tests/unit/nn_cuda >>"$out/build.log" 2>&1; then
 	pass
 else
 	bad "see $out/build.log"
@@ -52,7 +54,7 @@ for s in compute-sanitizer "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"
 	fi
 done
 
-for t in cuda_core comm_cuda core_half; do
+for t in cuda_core comm_cuda core_half nn_cuda; do
 	step "unit: $t"
 	if ! build/tests/unit/$t >"$out/$t.tap" 2>&1; then
 		bad "see $out/$t.tap"

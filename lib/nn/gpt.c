@@ -15,7 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "mem/mem.h"
-#include "nn/internal.h"
+#include "nn/cuda_internal.h"
 
 /* Bounds that keep every size product far from overflow. */
 #define MAX_LAYERS 1024
@@ -373,6 +373,8 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	if (o->threads < 0 || o->threads > 4096)
 		return gk_errf(err, "model threads %d: not in 0..4096",
 			       o->threads);
+	if (o->device != GK_NN_CPU && o->device != GK_NN_CUDA)
+		return gk_errf(err, "model device %d: unknown", o->device);
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gk_err_sys(err, ENOMEM, "model");
@@ -388,7 +390,8 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 			   m->nparams * 4 >> 20);
 		goto fail;
 	}
-	if (alloc_acts(m, err) < 0)
+	if ((o->device == GK_NN_CUDA ? gk_nn_cuda_new(m, err)
+				     : alloc_acts(m, err)) < 0)
 		goto fail;
 	gk_nn_cpu_threads(m->nt);
 	*out = m;
@@ -402,6 +405,7 @@ void gk_nn_free(gk_nn_model *m)
 {
 	if (!m)
 		return;
+	gk_nn_cuda_free(m);
 	free(m->t);
 	free(m->blk);
 	free(m->params);
@@ -439,6 +443,10 @@ const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n)
 
 void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out)
 {
+	if (m->cu) {
+		gk_nn_cuda_memory(m, out);
+		return;
+	}
 	*out = m->mem;
 }
 

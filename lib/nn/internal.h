@@ -66,6 +66,8 @@ struct gk_nn_model {
 	size_t ws_n;
 	float *dres, *dln, *datty, *dqkv, *dfc, *datt; /* datt: nt * T*T */
 
+	struct gk_nn_cuda *cu;  /* the CUDA backend's state; NULL on the CPU */
+
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;
@@ -73,6 +75,15 @@ struct gk_nn_model {
 };
 
 void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a);
+
+/*
+ * The step constants of AdamW (optim.c), shared by the CPU loop and the
+ * CUDA kernel so both round them once, the same way. *decay is the
+ * factor of tensors with weight decay; the others use 1.
+ */
+struct gk_nn_adamw_k;
+void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
+			struct gk_nn_adamw_k *k, float *decay);
 
 /* ---- CPU kernels (ops_cpu.c) ---- */
 

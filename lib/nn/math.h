@@ -93,6 +93,22 @@ GK_HD void gk_nn_ln_stats(const float *x, int n, float eps, float *mean,
 	*rstd = 1.0f / sqrtf(v + eps);
 }
 
+/* One normalised, scaled and shifted LayerNorm output. */
+GK_HD float gk_nn_ln_apply(float x, float mean, float rstd, float w, float b)
+{
+	return (x - mean) * rstd * w + b;
+}
+
+/*
+ * d LayerNorm / d input of one element, given dn = w * dout, the
+ * normalised input nrm = (x - mean) * rstd, and the row means of dn (s1)
+ * and of dn * nrm (s2) (llm.c layernorm_backward).
+ */
+GK_HD float gk_nn_ln_dinp(float dn, float nrm, float s1, float s2, float rstd)
+{
+	return (dn - s1 - nrm * s2) * rstd;
+}
+
 /*
  * Softmax in place over x[0..n), subtracting the maximum first so exp
  * never overflows. Returns the log of the sum of exponentials, max
@@ -112,6 +128,16 @@ GK_HD float gk_nn_softmax_row(float *x, int n)
 	for (int i = 0; i < n; i++)
 		x[i] *= inv;
 	return mx + logf(s);
+}
+
+/*
+ * Softmax backward of one element of a row, folded with the attention
+ * scale: d pre-softmax = a (da - sum_j a_j da_j) * scale, where a is the
+ * softmax output, da its gradient and s the row's sum of a_j da_j.
+ */
+GK_HD float gk_nn_softmax_dpre(float a, float da, float s, float scale)
+{
+	return a * (da - s) * scale;
 }
 
 /*

@@ -19,7 +19,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/internal.h"
+#include "nn/cuda_internal.h"
 
 static void block_fwd(gk_nn_model *m, int l)
 {
@@ -67,6 +67,8 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 					       "position %d): not below vocab "
 					       "size %d", targets[i], i / T,
 					       i % T, V);
+	if (m->cu)
+		return gk_nn_cuda_forward(m, tokens, targets, loss, err);
 	memcpy(m->tokens, tokens, (size_t)N * sizeof(int32_t));
 	gk_nn_cpu_threads(nt);
 
@@ -105,6 +107,11 @@ const float *gk_nn_logits(const gk_nn_model *m, int b, int t)
 
 void gk_nn_zero_grad(gk_nn_model *m)
 {
+	/* a failure on the device shows at the next call that syncs */
+	if (m->cu) {
+		gk_nn_cuda_zero_grad(m, NULL);
+		return;
+	}
 	memset(m->grads, 0, m->nparams * sizeof(float));
 }
 
@@ -149,6 +156,8 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	if (!m->have_fwd || !m->have_targets)
 		return gk_errf(err, "backward: no forward with targets to "
 			       "differentiate");
+	if (m->cu)
+		return gk_nn_cuda_backward(m, scale, ready, ctx, err);
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
 	int C = (int)m->c.hidden, L = (int)m->c.layers;
 	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;

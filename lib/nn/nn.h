@@ -91,10 +91,27 @@ typedef enum gk_nn_recompute {
 	GK_NN_RECOMPUTE_LAYER  /* keep each block's input; redo the block in backward */
 } gk_nn_recompute;
 
+/* Where the model runs (see "the CUDA backend" below). */
+typedef enum gk_nn_device {
+	GK_NN_CPU,  /* OpenBLAS + OpenMP, fp32 */
+	GK_NN_CUDA  /* the current CUDA device (gk_cuda_device_select) */
+} gk_nn_device;
+
+/* Arithmetic of the CUDA backend's matmuls and activations. */
+typedef enum gk_nn_precision {
+	GK_NN_BF16, /* bf16 activations and working weights, fp32 accumulation,
+		     * fp32 master weights, gradients and moments (default) */
+	GK_NN_TF32, /* fp32 storage, TF32 tensor-core matmuls */
+	GK_NN_FP32  /* fp32 everywhere */
+} gk_nn_precision;
+
 typedef struct gk_nn_opts {
 	int batch, seq;               /* B, T of every forward (T <= positions) */
 	gk_nn_recompute recompute;
 	int threads;                  /* compute threads (BLAS and OpenMP); 0: leave as is */
+	int device;                   /* GK_NN_CPU (0) | GK_NN_CUDA */
+	int precision;                /* GK_NN_BF16 (0) | GK_NN_TF32 | GK_NN_FP32;
+				       * CUDA only: the CPU computes in fp32 */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
@@ -212,9 +229,17 @@ int gk_nn_sched_parse(const char *s); /* -1 when unknown */
 
 /* ---- memory -------------------------------------------------------------------- */
 
-/* Bytes the model allocated, by category (keys as lib/mem's parts). */
+/*
+ * Bytes the model allocated, by category (keys as lib/mem's parts). On the
+ * CUDA backend these are device bytes from lib/cuda's accounting of this
+ * model's allocations (gk_cuda_alloc by kind): parameters hold the fp32
+ * master and the bf16 working copy, optimizer the AdamW moments (0 until
+ * the first gk_nn_cuda_adamw); the CPU backend's optimizer is 0 (its
+ * moments are the caller's).
+ */
 typedef struct gk_nn_mem {
 	uint64_t parameters, gradients, activations, workspace;
+	uint64_t optimizer;
 } gk_nn_mem;
 
 void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
@@ -409,5 +434,61 @@ int gk_nn_default_threads(void);
 int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 		 double temperature, int top_k, uint64_t seed, int32_t *out,
 		 gk_err *err);
+
+/* ---- the CUDA backend ------------------------------------------------------------ */
+
+/*
+ * With opts.device GK_NN_CUDA, gk_nn_new probes for a device
+ * (gk_cuda_probe; its reason is the error) and allocates everything on
+ * the current device: fp32 master parameters and gradients in the flat
+ * layout above (the same order and offsets, so checkpoints interchange
+ * with the CPU backend), a working copy of the parameters in the
+ * precision's type, activations, a cuBLASLt workspace. libcublasLt.so.13
+ * is loaded with dlopen when the first CUDA model is made, so binaries
+ * still start on machines without it. Built without CUDA, gk_nn_new says
+ * "built without CUDA".
+ *
+ * The host buffers of gk_nn_params and gk_nn_grads remain, as mirrors:
+ * gk_nn_init and gk_nn_load write the host parameters, and
+ * gk_nn_cuda_upload copies them to the device (a forward before the first
+ * upload is an error). gk_nn_cuda_download copies the device's
+ * parameters and/or gradients back (through pinned memory) for a
+ * checkpoint or a host-side allreduce. gk_nn_forward, gk_nn_backward and
+ * gk_nn_zero_grad work on the device; gk_nn_logits is valid after a
+ * forward without targets (the logits are then copied to the host). In
+ * backward, ready is called after the device has finished the gradients
+ * it names (the stream is synchronised first).
+ *
+ * Determinism: no kernel uses atomics; every reduction (embedding and
+ * bias gradients, LayerNorm weights, the gradient norm, the loss) sums in
+ * a fixed order, so the same inputs on the same GPU and build give the
+ * same bits every run.
+ *
+ * On a CPU model gk_nn_cuda_upload and gk_nn_cuda_download return 0 and
+ * do nothing; gk_nn_cuda_grad_norm and gk_nn_cuda_adamw are errors there
+ * (the CPU step uses gk_nn_sumsq and gk_nn_adamw_step).
+ */
+int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err);
+
+#define GK_NN_PARAMS 1
+#define GK_NN_GRADS 2
+int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
+
+/*
+ * Global L2 norm of the device gradients: per-block partial sums of
+ * squares in double over fixed contiguous ranges, then one block adding
+ * the partials in order (two passes, no atomics).
+ */
+int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+
+/*
+ * AdamW on the device over every parameter, with the arithmetic of
+ * gk_nn_adamw_step (lib/nn/math.h's gk_nn_adamw_elem on the fp32 master,
+ * then the working copy rounded from it), the gradients multiplied by
+ * grad_scale first (gradient clipping: min(1, clip / norm)). The moments
+ * are the model's, allocated on the first call (optimizer memory).
+ */
+int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
+		     int64_t t, float grad_scale, gk_err *err);
 
 #endif

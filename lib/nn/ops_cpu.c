@@ -142,7 +142,7 @@ static void ln_rows(float *out, float *mean, float *rstd, const float *inp,
 		gk_nn_ln_stats(x, C, eps, &mu, &rs);
 #pragma omp simd
 		for (int c = 0; c < C; c++)
-			o[c] = (x[c] - mu) * rs * w[c] + b[c];
+			o[c] = gk_nn_ln_apply(x[c], mu, rs, w[c], b[c]);
 		mean[i] = mu;
 		rstd[i] = rs;
 	}
@@ -194,7 +194,7 @@ static void ln_bwd_rows(float *dinp, const float *dout, const float *inp,
 		for (int c = 0; c < C; c++) {
 			float nrm = (x[c] - mu) * rs;
 			float dn = w[c] * d[c];
-			di[c] += (dn - s1 - nrm * s2) * rs;
+			di[c] += gk_nn_ln_dinp(dn, nrm, s1, s2, rs);
 		}
 	}
 }
@@ -431,7 +431,7 @@ void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 				for (int j = 0; j <= t; j++)
 					s += ar[j] * dr[j];
 				for (int j = 0; j <= t; j++)
-					dr[j] = ar[j] * (dr[j] - s) * scale;
+					dr[j] = gk_nn_softmax_dpre(ar[j], dr[j], s, scale);
 				for (int j = t + 1; j < T; j++)
 					dr[j] = 0.0f;
 			}

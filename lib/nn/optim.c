@@ -26,6 +26,20 @@ static void adamw_chunk(float *restrict p, const float *restrict g,
 		gk_nn_adamw_elem(&p[j], g[j], &m[j], &v[j], &kk, decay);
 }
 
+void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
+			gk_nn_adamw_k *k, float *decay)
+{
+	double b1 = c->beta1, b2 = c->beta2;
+	k->decay = 1.0f;
+	k->one_m_b1 = (float)(1.0 - b1);
+	k->beta2 = c->beta2;
+	k->one_m_b2 = (float)(1.0 - b2);
+	k->step_size = (float)((double)lr / (1.0 - pow(b1, (double)t)));
+	k->bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
+	k->eps = c->eps;
+	*decay = (float)(1.0 - (double)lr * c->weight_decay);
+}
+
 /*
  * The range may start and end inside tensors (a ZeRO-1 rank's slice), so
  * it is walked tensor by tensor, each piece with its own decay.
@@ -37,14 +51,8 @@ void gk_nn_adamw_step(const gk_nn_model *model, const gk_nn_adamw *c,
 	if (hi <= lo)
 		return;
 	gk_nn_adamw_k k;
-	double b1 = c->beta1, b2 = c->beta2;
-	k.one_m_b1 = (float)(1.0 - b1);
-	k.beta2 = c->beta2;
-	k.one_m_b2 = (float)(1.0 - b2);
-	k.step_size = (float)((double)lr / (1.0 - pow(b1, (double)t)));
-	k.bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)t));
-	k.eps = c->eps;
-	float decay = (float)(1.0 - (double)lr * c->weight_decay);
+	float decay;
+	gk_nn_adamw_consts(c, lr, t, &k, &decay);
 	int nt = model->nt;
 
 	for (size_t i = 0; i < model->nt_tensors; i++) {

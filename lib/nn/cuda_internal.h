@@ -1,0 +1,204 @@
+/*
+ * cuda_internal.h - the CUDA backend's pieces inside lib/nn: the kernel
+ * launchers (one .cu file per operation), the cuBLASLt matmul, and the
+ * host-side launch arithmetic (launch.c, built everywhere and unit-tested
+ * without a GPU).
+ *
+ * Device tensors of activations are in the model's activation type `dt`
+ * (GK_DT_BF16 or GK_DT_F32, passed to every launcher); gradients of the
+ * parameters, LayerNorm statistics, losses and moments are always f32.
+ * Shapes as in internal.h: B batch, T time, C channels, NH heads, hs = C/NH,
+ * N = B*T rows, Vp the padded vocabulary. Launchers enqueue on stream s and
+ * return 0, or -1 with the launch error in err.
+ */
+#ifndef GK_NN_CUDA_INTERNAL_H
+#define GK_NN_CUDA_INTERNAL_H
+
+#include "cuda/cuda.h"
+#include "nn/internal.h"
+#include "nn/math.h"
+
+/* ---- launch arithmetic (launch.c) ------------------------------------------------ */
+
+/* Threads of the row kernels (one warp per row): 8 warps a block. */
+#define GK_NN_ROW_WARPS 8
+/* Blocks of the first pass of the two-pass sums (grad norm). */
+#define GK_NN_SUM_BLOCKS 1024
+/* Rows a block of the column-sum kernels takes (bias and LN gradients). */
+#define GK_NN_COLSUM_ROWS 256
+/* Columns a block of the column-sum kernels takes (one per thread). */
+#define GK_NN_COLSUM_COLS 128
+
+/*
+ * Part k of n items cut into `parts` contiguous ranges, the first n %
+ * parts one longer: [*lo, *hi) (empty when parts is 0). Every item in
+ * exactly one part, in order; the kernels' fixed summation order rests on
+ * this, and kernels and host share this one definition.
+ */
+GK_HD void gk_nn_part(uint64_t n, uint64_t parts, uint64_t k, uint64_t *lo,
+		      uint64_t *hi)
+{
+	uint64_t per = parts ? n / parts : 0, extra = parts ? n % parts : 0;
+	*lo = parts ? k * per + (k < extra ? k : extra) : 0;
+	*hi = parts ? *lo + per + (k < extra ? 1 : 0) : 0;
+}
+
+/*
+ * Blocks of a row kernel over `rows` rows, GK_NN_ROW_WARPS rows a block,
+ * grid-stride beyond the cap (gk_cuda_grid).
+ */
+unsigned gk_nn_row_grid(uint64_t rows);
+
+/* Row chunks of the column sums over N rows: ceil(N / GK_NN_COLSUM_ROWS)
+ * in 1..65535 (a grid's y dimension); the scratch holds chunks * columns
+ * floats. */
+unsigned gk_nn_colsum_chunks(uint64_t N);
+
+/*
+ * Bucket the positions of tok[0..N) by token for the embedding backward:
+ * uniq[0..nb) the distinct tokens ascending, the positions of uniq[j] are
+ * pos[start[j] .. start[j+1]) ascending (a stable counting sort). count
+ * is V ints of scratch. Tokens must be in 0..V-1. Returns nb.
+ */
+int gk_nn_token_buckets(const int32_t *tok, int N, int V, int32_t *uniq,
+			int32_t *start, int32_t *pos, int32_t *count);
+
+/* ---- the matmul (matmul_cuda.c) ---------------------------------------------------- */
+
+typedef struct gk_nn_blas gk_nn_blas;
+
+/* Load libcublasLt.so.13 (once per process) and make a handle. */
+int gk_nn_blas_new(gk_nn_blas **out, gk_nn_precision prec, void *ws,
+		   size_t ws_bytes, gk_cuda_stream s, gk_err *err);
+void gk_nn_blas_free(gk_nn_blas *b);
+
+/*
+ * Row-major D (M,N) = alpha op(A) op(B) [+ C] [+ bias], batch times with
+ * strides sA, sB, sD elements between the batches' matrices. op(A) is
+ * (M,K): A is (M,K) with lda, or (K,M) when ta. op(B) is (K,N): B is
+ * (K,N), or (N,K) when tb. A and B are of type dt; D and C of type ddt
+ * (dt, or F32 for weight gradients). C, when set, has D's layout and is
+ * added with beta 1 (C == D accumulates); bias (N values of type dt, only
+ * when batch is 1) goes through cuBLASLt's bias epilogue.
+ */
+typedef struct gk_nn_gemm {
+	int ta, tb;
+	int M, N, K;
+	const void *A; int lda; long long sA;
+	const void *B; int ldb; long long sB;
+	void *D; int ldd; long long sD;
+	const void *C;
+	const void *bias;
+	float alpha;
+	int batch;
+	gk_dtype dt, ddt;
+} gk_nn_gemm;
+
+int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err);
+
+/*
+ * What gk_nn_blas_gemm hands cuBLASLt for g (launch.c, tested on the
+ * host): a row-major (r, c) matrix with leading dimension ld is the
+ * column-major (c, r) one, so D = op(A) op(B) becomes the column-major
+ * D^T (m = N, n = M) = op(B)^T op(A)^T: cuBLASLt's first operand is our
+ * B, its second our A. Shapes are the stored column-major ones (what
+ * cublasLtMatrixLayoutCreate takes); trans_* are cuBLASLt's TRANSA/B.
+ */
+typedef struct gk_nn_lt_shape {
+	int m, n, k;
+	int trans_a, trans_b;
+	const void *a, *b;
+	uint64_t a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
+	int64_t lda, ldb, ldd;
+	long long sa, sb, sd;
+} gk_nn_lt_shape;
+
+void gk_nn_lt_shape_of(const gk_nn_gemm *g, gk_nn_lt_shape *s);
+
+/* ---- kernels (one .cu per operation) ------------------------------------------------- */
+
+/* encoder.cu: out (N,C) = wte[tok] + wpe[t]; backward by token buckets
+ * (gk_nn_token_buckets): one block per distinct token, positions in
+ * order, and one thread per (t, c) of wpe summing over b in order. */
+int gk_nn_cu_encoder_fwd(void *out, const int32_t *tok, const void *wte,
+			 const void *wpe, gk_dtype dt, int B, int T, int C,
+			 gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_encoder_bwd(float *dwte, float *dwpe, const void *dout,
+			 gk_dtype dt, const int32_t *uniq, const int32_t *start,
+			 const int32_t *pos, int nb, int B, int T, int C,
+			 gk_cuda_stream s, gk_err *err);
+
+/* layernorm.cu: one warp per row. Backward: dinp += (accumulates into
+ * the residual gradient); dw, db += column sums through scratch
+ * (gk_nn_colsum_chunks(N) * 2C floats). */
+int gk_nn_cu_layernorm_fwd(void *out, float *mean, float *rstd,
+			   const void *inp, const void *w, const void *b,
+			   gk_dtype dt, int N, int C, float eps,
+			   gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_layernorm_bwd(void *dinp, float *dw, float *db, float *scratch,
+			   const void *dout, const void *inp, const void *w,
+			   const float *mean, const float *rstd, gk_dtype dt,
+			   int N, int C, gk_cuda_stream s, gk_err *err);
+
+/* colsum.cu: db (OC) += column sums of dout (N,OC), two passes through
+ * scratch (gk_nn_colsum_chunks(N) * OC floats); the bias gradients. */
+int gk_nn_cu_colsum(float *db, float *scratch, const void *dout, gk_dtype dt,
+		    int N, int OC, gk_cuda_stream s, gk_err *err);
+
+/* gelu.cu: out = gelu(inp); dinp *= gelu'(inp) in place. */
+int gk_nn_cu_gelu_fwd(void *out, const void *inp, gk_dtype dt, size_t n,
+		      gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_gelu_bwd(void *dinp, const void *inp, gk_dtype dt, size_t n,
+		      gk_cuda_stream s, gk_err *err);
+
+/* attention.cu: the head shuffles around the batched matmuls, and the
+ * causal softmax. split: dst (B,NH,T,hs) = columns [off, off+C) of src
+ * (B,T,ld); merge: the reverse. softmax: rows of T over B*NH*T rows,
+ * in place, zero above the diagonal (row t keeps j <= t). */
+int gk_nn_cu_heads_split(void *dst, const void *src, gk_dtype dt, int B,
+			 int T, int NH, int hs, int ld, int off,
+			 gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_heads_merge(void *dst, const void *src, gk_dtype dt, int B,
+			 int T, int NH, int hs, int ld, int off,
+			 gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_softmax_causal_fwd(void *att, gk_dtype dt, uint64_t rows,
+				int T, gk_cuda_stream s, gk_err *err);
+/* datt becomes d pre-softmax (scaled by `scale`), in place. */
+int gk_nn_cu_softmax_causal_bwd(void *datt, const void *att, gk_dtype dt,
+				uint64_t rows, int T, float scale,
+				gk_cuda_stream s, gk_err *err);
+
+/* classifier.cu: per row, lse and loss = lse - logit[target] (0 where
+ * the target is < 0); backward overwrites the logits with dlogits
+ * (softmax - onehot) * dloss, zero on ignored rows and padded columns. */
+int gk_nn_cu_xent_fwd(float *lse, float *loss, const void *logits,
+		      const int32_t *targets, gk_dtype dt, int N, int V,
+		      int Vp, gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_xent_bwd(void *logits, const float *lse, const int32_t *targets,
+		      gk_dtype dt, float dloss, int N, int V, int Vp,
+		      gk_cuda_stream s, gk_err *err);
+
+/* adamw.cu: p, g, m, v f32 (n each); pw, when not NULL, the working copy
+ * in dt, rounded from the updated p. */
+int gk_nn_cu_adamw(float *p, void *pw, gk_dtype dt, const float *g,
+		   float grad_scale, float *m, float *v, size_t n,
+		   const gk_nn_adamw_k *k, float decay, gk_cuda_stream s,
+		   gk_err *err);
+
+/* norm.cu: *out (device, one double) = sum of g^2 over n, in two passes
+ * through partial (GK_NN_SUM_BLOCKS doubles). */
+int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
+		   gk_cuda_stream s, gk_err *err);
+
+/* ---- the model (model_cuda.c; model_nocuda.c without CUDA) ------------------- */
+
+int gk_nn_cuda_new(gk_nn_model *m, gk_err *err);
+void gk_nn_cuda_free(gk_nn_model *m);
+int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
+		       const int32_t *targets, float *loss, gk_err *err);
+int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
+			void *ctx, gk_err *err);
+int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err);
+void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out);
+
+#endif

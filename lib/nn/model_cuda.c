@@ -1,0 +1,735 @@
+/*
+ * model_cuda.c - GPT-2's forward, backward and AdamW on a CUDA device:
+ * the same blocks as model.c, over the kernels of the .cu files of lib/nn and
+ * cuBLASLt (matmul_cuda.c), with every buffer from lib/cuda's accounted
+ * allocator.
+ *
+ * Buffers (device): the fp32 master parameters and gradients in the flat
+ * layout of nn.h (same offsets as the CPU backend), the working copy of
+ * the parameters in the activation type (bf16, or the master itself in
+ * fp32/TF32), activations laid out per layer as gpt.c's alloc_acts does
+ * for the recompute mode, and one set of backward scratch. Host: pinned
+ * staging for transfers, the logits of a forward without targets, the
+ * token buckets of the embedding backward.
+ *
+ * Precision: activations and the working weights in dt; matmuls
+ * accumulate in fp32 (TF32 tensor cores when asked); weight gradients
+ * are accumulated by cuBLASLt straight into the fp32 gradient buffer (bf16
+ * inputs, fp32 C/D), bias and LayerNorm gradients by the fp32 column sums.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "nn/cuda_internal.h"
+
+/* cuBLASLt workspace: what llm.c gives it (32 MiB) */
+#define WS_BYTES ((size_t)32 << 20)
+#define MAX_ALLOCS 64
+
+/* A block's activations on the device (per layer or shared). */
+typedef struct dacts {
+	void *in, *out, *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fchg;
+	float *ln1m, *ln1r, *ln2m, *ln2r;
+} dacts;
+
+struct gk_nn_cuda {
+	gk_dtype dt;
+	size_t es;             /* bytes of one dt element */
+	gk_cuda_stream s;
+	gk_nn_blas *blas;
+	void *ws;
+
+	float *p, *g;          /* master parameters, gradients (f32) */
+	void *pw;              /* working copy in dt (== p in f32) */
+	float *mom, *vel;      /* AdamW moments, from the first update */
+
+	void *resid, *lnf, *logits;
+	float *lnfm, *lnfr, *lse, *loss;
+	void *a_ln1, *a_qkv, *a_att, *a_atty, *a_res2, *a_ln2, *a_fch, *a_fchg;
+	float *a_ln1m, *a_ln1r, *a_ln2m, *a_ln2r;
+	int32_t *tok, *tgt, *uniq, *start, *pos;
+	int nb;                /* distinct tokens of the last forward */
+
+	/* scratch: q, k, v, y per head (B,NH,T,hs); backward gradients */
+	void *q, *k, *v, *y;
+	void *dres, *dln, *datty, *dqkv, *dfc, *datt;
+	float *colsum;
+	double *norm;          /* GK_NN_SUM_BLOCKS partials, then the sum */
+
+	void *pin;             /* pinned staging */
+	size_t pin_bytes;
+	int32_t *h_uniq, *h_start, *h_pos, *h_count;
+	float *h_loss;
+	int uploaded;
+
+	void *allocs[MAX_ALLOCS];
+	int nallocs;
+	uint64_t bytes[GK_CUDA_MEM_KINDS];
+};
+
+static void *dalloc(struct gk_nn_cuda *cu, size_t bytes, gk_cuda_mem_kind kind,
+		    gk_err *err)
+{
+	if (cu->nallocs == MAX_ALLOCS) {
+		gk_errf(err, "model on the GPU: more than %d allocations",
+			MAX_ALLOCS);
+		return NULL;
+	}
+	void *p = gk_cuda_alloc(bytes, kind, err);
+	if (!p)
+		return NULL;
+	cu->allocs[cu->nallocs++] = p;
+	cu->bytes[kind] += bytes;
+	return p;
+}
+
+/* 256-byte pieces, so every matmul operand starts aligned for cuBLASLt. */
+static size_t r256(size_t bytes)
+{
+	return (bytes + 255) / 256 * 256;
+}
+
+static void *carve(char **cur, size_t bytes)
+{
+	void *p = *cur;
+	*cur += r256(bytes);
+	return p;
+}
+
+static void layer_acts(const gk_nn_model *m, int l, dacts *a)
+{
+	const struct gk_nn_cuda *cu = m->cu;
+	size_t N = (size_t)m->o.batch * m->o.seq, C = (size_t)m->c.hidden;
+	size_t T = (size_t)m->o.seq, es = cu->es;
+	size_t k = m->per_layer ? (size_t)l : 0;
+	size_t gl = m->fchg_per_layer ? (size_t)l : 0;
+	a->in = (char *)cu->resid + (size_t)l * N * C * es;
+	a->out = (char *)cu->resid + (size_t)(l + 1) * N * C * es;
+	a->ln1 = (char *)cu->a_ln1 + k * N * C * es;
+	a->ln1m = cu->a_ln1m + k * N;
+	a->ln1r = cu->a_ln1r + k * N;
+	a->qkv = (char *)cu->a_qkv + k * N * 3 * C * es;
+	a->att = (char *)cu->a_att +
+		 k * (size_t)m->o.batch * (size_t)m->c.heads * T * T * es;
+	a->atty = (char *)cu->a_atty + k * N * C * es;
+	a->res2 = (char *)cu->a_res2 + k * N * C * es;
+	a->ln2 = (char *)cu->a_ln2 + k * N * C * es;
+	a->ln2m = cu->a_ln2m + k * N;
+	a->ln2r = cu->a_ln2r + k * N;
+	a->fch = (char *)cu->a_fch + k * N * 4 * C * es;
+	a->fchg = (char *)cu->a_fchg + gl * N * 4 * C * es;
+}
+
+static int alloc_all(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	size_t B = (size_t)m->o.batch, T = (size_t)m->o.seq;
+	size_t C = (size_t)m->c.hidden, NH = (size_t)m->c.heads;
+	size_t L = (size_t)m->c.layers, Vp = (size_t)m->c.vocab_pad;
+	size_t V = (size_t)m->c.vocab, N = B * T, es = cu->es;
+	size_t P = m->nparams;
+	m->per_layer = m->o.recompute != GK_NN_RECOMPUTE_LAYER;
+	m->fchg_per_layer = m->o.recompute == GK_NN_RECOMPUTE_NONE;
+	size_t kl = m->per_layer ? L : 1, kg = m->fchg_per_layer ? L : 1;
+
+	if (!(cu->p = dalloc(cu, P * 4, GK_CUDA_MEM_PARAMS, err)) ||
+	    !(cu->g = dalloc(cu, P * 4, GK_CUDA_MEM_GRADS, err)))
+		return -1;
+	if (cu->dt == GK_DT_F32)
+		cu->pw = cu->p;
+	else if (!(cu->pw = dalloc(cu, P * es, GK_CUDA_MEM_PARAMS, err)))
+		return -1;
+
+	/* activations, in carve order */
+	size_t sz[] = {
+		(L + 1) * N * C * es,         /* resid */
+		N * C * es, N * 4, N * 4,     /* lnf, mean, rstd */
+		N * Vp * es, N * 4, N * 4,    /* logits, lse, loss */
+		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln1 */
+		kl * N * 3 * C * es,          /* qkv */
+		kl * B * NH * T * T * es,     /* att */
+		kl * N * C * es,              /* atty */
+		kl * N * C * es,              /* res2 */
+		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln2 */
+		kl * N * 4 * C * es,          /* fch */
+		kg * N * 4 * C * es,          /* fchg */
+		N * 4, N * 4, N * 4, (N + 1) * 4, N * 4, /* tok tgt uniq start pos */
+	};
+	size_t total = 0;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(sz); i++)
+		total += r256(sz[i]);
+	char *cur = dalloc(cu, total, GK_CUDA_MEM_ACTS, err);
+	if (!cur)
+		return -1;
+	size_t i = 0;
+	cu->resid = carve(&cur, sz[i++]);
+	cu->lnf = carve(&cur, sz[i++]);
+	cu->lnfm = carve(&cur, sz[i++]);
+	cu->lnfr = carve(&cur, sz[i++]);
+	cu->logits = carve(&cur, sz[i++]);
+	cu->lse = carve(&cur, sz[i++]);
+	cu->loss = carve(&cur, sz[i++]);
+	cu->a_ln1 = carve(&cur, sz[i++]);
+	cu->a_ln1m = carve(&cur, sz[i++]);
+	cu->a_ln1r = carve(&cur, sz[i++]);
+	cu->a_qkv = carve(&cur, sz[i++]);
+	cu->a_att = carve(&cur, sz[i++]);
+	cu->a_atty = carve(&cur, sz[i++]);
+	cu->a_res2 = carve(&cur, sz[i++]);
+	cu->a_ln2 = carve(&cur, sz[i++]);
+	cu->a_ln2m = carve(&cur, sz[i++]);
+	cu->a_ln2r = carve(&cur, sz[i++]);
+	cu->a_fch = carve(&cur, sz[i++]);
+	cu->a_fchg = carve(&cur, sz[i++]);
+	cu->tok = carve(&cur, sz[i++]);
+	cu->tgt = carve(&cur, sz[i++]);
+	cu->uniq = carve(&cur, sz[i++]);
+	cu->start = carve(&cur, sz[i++]);
+	cu->pos = carve(&cur, sz[i++]);
+
+	/* scratch: q k v y, then the backward's gradients; datt (B,NH,T,T) */
+	size_t chunks = gk_nn_colsum_chunks(N);
+	size_t wide = 4 * C > Vp ? 4 * C : Vp;
+	size_t ss[] = {
+		N * C * es, N * C * es, N * C * es, N * C * es,
+		N * C * es, N * C * es, N * C * es, N * 3 * C * es,
+		N * 4 * C * es, B * NH * T * T * es,
+		chunks * 2 * wide * 4,
+		(GK_NN_SUM_BLOCKS + 1) * sizeof(double),
+	};
+	total = WS_BYTES;
+	for (i = 0; i < GK_ARRAY_SIZE(ss); i++)
+		total += r256(ss[i]);
+	cur = dalloc(cu, total, GK_CUDA_MEM_WORKSPACE, err);
+	if (!cur)
+		return -1;
+	cu->ws = carve(&cur, WS_BYTES);
+	i = 0;
+	cu->q = carve(&cur, ss[i++]);
+	cu->k = carve(&cur, ss[i++]);
+	cu->v = carve(&cur, ss[i++]);
+	cu->y = carve(&cur, ss[i++]);
+	cu->dres = carve(&cur, ss[i++]);
+	cu->dln = carve(&cur, ss[i++]);
+	cu->datty = carve(&cur, ss[i++]);
+	cu->dqkv = carve(&cur, ss[i++]);
+	cu->dfc = carve(&cur, ss[i++]);
+	cu->datt = carve(&cur, ss[i++]);
+	cu->colsum = carve(&cur, ss[i++]);
+	cu->norm = carve(&cur, ss[i++]);
+
+	/* host: staging big enough for the parameters or the logits */
+	cu->pin_bytes = P * 4 > N * Vp * es ? P * 4 : N * Vp * es;
+	if (!(cu->pin = gk_cuda_host_alloc(cu->pin_bytes, err)))
+		return -1;
+	cu->h_uniq = malloc(N * sizeof(int32_t));
+	cu->h_start = malloc((N + 1) * sizeof(int32_t));
+	cu->h_pos = malloc(N * sizeof(int32_t));
+	cu->h_count = malloc(V * sizeof(int32_t));
+	cu->h_loss = malloc(N * sizeof(float));
+	m->logits = malloc(N * Vp * sizeof(float));
+	m->tokens = malloc(N * sizeof(int32_t));
+	m->targets = malloc(N * sizeof(int32_t));
+	if (!cu->h_uniq || !cu->h_start || !cu->h_pos || !cu->h_count ||
+	    !cu->h_loss || !m->logits || !m->tokens || !m->targets)
+		return gk_err_sys(err, ENOMEM, "model on the GPU: host buffers");
+	return 0;
+}
+
+int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
+{
+	if (gk_cuda_probe(NULL, err) < 0) {
+		gk_err_prefix(err, "model on the GPU");
+		return -1;
+	}
+	if (m->o.precision < GK_NN_BF16 || m->o.precision > GK_NN_FP32)
+		return gk_errf(err, "model precision %d: unknown",
+			       m->o.precision);
+	struct gk_nn_cuda *cu = calloc(1, sizeof(*cu));
+	if (!cu)
+		return gk_err_sys(err, ENOMEM, "model on the GPU");
+	m->cu = cu;
+	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
+	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
+	if (gk_cuda_stream_new(&cu->s, err) < 0 || alloc_all(m, err) < 0 ||
+	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
+			   WS_BYTES, cu->s, err) < 0)
+		return -1; /* gk_nn_free calls gk_nn_cuda_free */
+	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nparams * 4, cu->s),
+			  err) < 0)
+		return -1;
+	return gk_cuda_stream_sync(cu->s, err);
+}
+
+void gk_nn_cuda_free(gk_nn_model *m)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return;
+	if (cu->s)
+		gk_cuda_stream_sync(cu->s, NULL);
+	gk_nn_blas_free(cu->blas);
+	for (int i = 0; i < cu->nallocs; i++)
+		gk_cuda_free(cu->allocs[i]);
+	gk_cuda_host_free(cu->pin);
+	if (cu->s)
+		gk_cuda_stream_free(cu->s);
+	free(cu->h_uniq);
+	free(cu->h_start);
+	free(cu->h_pos);
+	free(cu->h_count);
+	free(cu->h_loss);
+	free(m->logits);
+	free(m->tokens);
+	free(m->targets);
+	m->logits = NULL;
+	m->tokens = m->targets = NULL;
+	free(cu);
+	m->cu = NULL;
+}
+
+void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
+{
+	const struct gk_nn_cuda *cu = m->cu;
+	memset(out, 0, sizeof(*out));
+	if (!cu)
+		return;
+	out->parameters = cu->bytes[GK_CUDA_MEM_PARAMS];
+	out->gradients = cu->bytes[GK_CUDA_MEM_GRADS];
+	out->activations = cu->bytes[GK_CUDA_MEM_ACTS];
+	out->workspace = cu->bytes[GK_CUDA_MEM_WORKSPACE];
+	out->optimizer = cu->bytes[GK_CUDA_MEM_OPTIM];
+}
+
+/* ---- transfers ----------------------------------------------------------------- */
+
+int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return 0;
+	size_t n = m->nparams;
+	memcpy(cu->pin, m->params, n * 4);
+	if (gk_cuda_copy(cu->p, cu->pin, n * 4, cu->s, err) < 0)
+		return -1;
+	if (cu->dt != GK_DT_F32 &&
+	    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
+	     gk_cuda_stream_sync(cu->s, err) < 0))
+		return -1;
+	cu->uploaded = 1;
+	return 0;
+}
+
+int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return 0;
+	size_t n = m->nparams * 4;
+	if (what & GK_NN_PARAMS) {
+		if (gk_cuda_copy(cu->pin, cu->p, n, cu->s, err) < 0)
+			return -1;
+		memcpy(m->params, cu->pin, n);
+	}
+	if (what & GK_NN_GRADS) {
+		if (gk_cuda_copy(cu->pin, cu->g, n, cu->s, err) < 0)
+			return -1;
+		memcpy(m->grads, cu->pin, n);
+	}
+	return 0;
+}
+
+/* ---- forward ------------------------------------------------------------------- */
+
+/* out (N,OC) = inp (N,IC) @ w (IC,OC) [+ bias] [+ res] */
+static int mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
+		  const void *bias, const void *res, int N, int IC, int OC,
+		  gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	gk_nn_gemm g = {.M = N, .N = OC, .K = IC, .A = inp, .lda = IC,
+			.B = w, .ldb = OC, .D = out, .ldd = OC, .C = res,
+			.bias = bias, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
+			.ddt = cu->dt};
+	return gk_nn_blas_gemm(cu->blas, &g, err);
+}
+
+/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; db += column sums */
+static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
+		  const void *dout, const void *inp, const void *w, int N,
+		  int IC, int OC, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	gk_nn_gemm gi = {.tb = 1, .M = N, .N = IC, .K = OC, .A = dout,
+			 .lda = OC, .B = w, .ldb = OC, .D = dinp, .ldd = IC,
+			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+	gk_nn_gemm gw = {.ta = 1, .M = IC, .N = OC, .K = N, .A = inp,
+			 .lda = IC, .B = dout, .ldb = OC, .D = dw, .ldd = OC,
+			 .C = dw, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
+			 .ddt = GK_DT_F32};
+	if (gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
+	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0)
+		return -1;
+	return gk_nn_cu_colsum(db, cu->colsum, dout, cu->dt, N, OC, cu->s, err);
+}
+
+/* One batched product over the B*NH heads: D (M,N) = alpha op(A) op(B),
+ * each operand its own (rows, ld) per head, heads contiguous. */
+static int mm_heads(gk_nn_model *m, int ta, int tb, int M, int N, int K,
+		    float alpha, const void *A, int lda, long long sA,
+		    const void *Bm, int ldb, long long sB, void *D, int ldd,
+		    long long sD, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	gk_nn_gemm g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .A = A,
+			.lda = lda, .sA = sA, .B = Bm, .ldb = ldb, .sB = sB,
+			.D = D, .ldd = ldd, .sD = sD, .alpha = alpha,
+			.batch = m->o.batch * (int)m->c.heads, .dt = cu->dt,
+			.ddt = cu->dt};
+	return gk_nn_blas_gemm(cu->blas, &g, err);
+}
+
+static int split_qkv(gk_nn_model *m, const void *qkv, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	int NH = (int)m->c.heads, hs = C / NH;
+	if (gk_nn_cu_heads_split(cu->q, qkv, cu->dt, B, T, NH, hs, 3 * C, 0,
+				 cu->s, err) < 0 ||
+	    gk_nn_cu_heads_split(cu->k, qkv, cu->dt, B, T, NH, hs, 3 * C, C,
+				 cu->s, err) < 0 ||
+	    gk_nn_cu_heads_split(cu->v, qkv, cu->dt, B, T, NH, hs, 3 * C,
+				 2 * C, cu->s, err) < 0)
+		return -1;
+	return 0;
+}
+
+static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	int NH = (int)m->c.heads, hs = C / NH;
+	long long th = (long long)T * hs, tt = (long long)T * T;
+	float scale = 1.0f / sqrtf((float)hs);
+	if (split_qkv(m, a->qkv, err) < 0 ||
+	    mm_heads(m, 0, 1, T, T, hs, scale, cu->q, hs, th, cu->k, hs, th,
+		     a->att, T, tt, err) < 0 ||
+	    gk_nn_cu_softmax_causal_fwd(a->att, cu->dt,
+					(uint64_t)B * NH * T, T, cu->s,
+					err) < 0 ||
+	    mm_heads(m, 0, 0, T, hs, T, 1.0f, a->att, T, tt, cu->v, hs, th,
+		     cu->y, hs, th, err) < 0)
+		return -1;
+	return gk_nn_cu_heads_merge(a->atty, cu->y, cu->dt, B, T, NH, hs, C, 0,
+				    cu->s, err);
+}
+
+static int block_fwd(gk_nn_model *m, int l, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	const gk_nn_block_off *o = &m->blk[l];
+	const char *p = cu->pw;
+	size_t es = cu->es;
+	float eps = m->c.ln_eps;
+	dacts a;
+	layer_acts(m, l, &a);
+#define W(off) (p + (off) * es)
+	if (gk_nn_cu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, W(o->ln1w),
+				   W(o->ln1b), cu->dt, N, C, eps, cu->s,
+				   err) < 0 ||
+	    mm_fwd(m, a.qkv, a.ln1, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * C,
+		   err) < 0 ||
+	    attention_fwd(m, &a, err) < 0 ||
+	    mm_fwd(m, a.res2, a.atty, W(o->attprojw), W(o->attprojb), a.in, N,
+		   C, C, err) < 0 ||
+	    gk_nn_cu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, W(o->ln2w),
+				   W(o->ln2b), cu->dt, N, C, eps, cu->s,
+				   err) < 0 ||
+	    mm_fwd(m, a.fch, a.ln2, W(o->fcw), W(o->fcb), NULL, N, C, 4 * C,
+		   err) < 0 ||
+	    gk_nn_cu_gelu_fwd(a.fchg, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
+			      err) < 0 ||
+	    mm_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
+		   4 * C, C, err) < 0)
+		return -1;
+#undef W
+	return 0;
+}
+
+int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
+		       const int32_t *targets, float *loss, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, N = B * T, C = (int)m->c.hidden;
+	int L = (int)m->c.layers, V = (int)m->c.vocab;
+	int Vp = (int)m->c.vocab_pad;
+	size_t es = cu->es;
+	const char *p = cu->pw;
+
+	if (!cu->uploaded)
+		return gk_errf(err, "forward on the GPU: the parameters were "
+			       "never uploaded (gk_nn_cuda_upload)");
+	memcpy(m->tokens, tokens, (size_t)N * 4);
+	if (gk_cuda_copy(cu->tok, tokens, (size_t)N * 4, cu->s, err) < 0)
+		return -1;
+	if (targets) {
+		memcpy(m->targets, targets, (size_t)N * 4);
+		cu->nb = gk_nn_token_buckets(tokens, N, V, cu->h_uniq,
+					     cu->h_start, cu->h_pos,
+					     cu->h_count);
+		if (gk_cuda_copy(cu->tgt, targets, (size_t)N * 4, cu->s, err) < 0 ||
+		    gk_cuda_copy(cu->uniq, cu->h_uniq, (size_t)cu->nb * 4, cu->s,
+				 err) < 0 ||
+		    gk_cuda_copy(cu->start, cu->h_start,
+				 (size_t)(cu->nb + 1) * 4, cu->s, err) < 0 ||
+		    gk_cuda_copy(cu->pos, cu->h_pos, (size_t)N * 4, cu->s,
+				 err) < 0)
+			return -1;
+	}
+	if (gk_nn_cu_encoder_fwd(cu->resid, cu->tok, p + m->wte * es,
+				 p + m->wpe * es, cu->dt, B, T, C, cu->s,
+				 err) < 0)
+		return -1;
+	for (int l = 0; l < L; l++)
+		if (block_fwd(m, l, err) < 0)
+			return -1;
+	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
+	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vp, .K = C, .A = cu->lnf,
+			   .lda = C, .B = p + m->wte * es, .ldb = C,
+			   .D = cu->logits, .ldd = Vp, .alpha = 1.0f,
+			   .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+	if (gk_nn_cu_layernorm_fwd(cu->lnf, cu->lnfm, cu->lnfr, last,
+				   p + m->lnfw * es, p + m->lnfb * es, cu->dt,
+				   N, C, m->c.ln_eps, cu->s, err) < 0 ||
+	    gk_nn_blas_gemm(cu->blas, &head, err) < 0)
+		return -1;
+
+	m->have_targets = targets != NULL;
+	if (!targets) {
+		/* inference: the caller reads the logits (gk_nn_logits) */
+		size_t n = (size_t)N * Vp;
+		if (gk_cuda_copy(cu->pin, cu->logits, n * es, cu->s, err) < 0)
+			return -1;
+		gk_convert(m->logits, GK_DT_F32, cu->pin, cu->dt, n);
+		m->have_fwd = 1;
+		return 0;
+	}
+	if (gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits, cu->tgt, cu->dt,
+			      N, V, Vp, cu->s, err) < 0 ||
+	    gk_cuda_copy(cu->h_loss, cu->loss, (size_t)N * 4, cu->s, err) < 0)
+		return -1;
+	/* rows in order, in double, as gk_nn_cpu_xent_fwd */
+	double s = 0.0, n = 0.0;
+	for (int i = 0; i < N; i++)
+		if (targets[i] >= 0) {
+			s += cu->h_loss[i];
+			n += 1.0;
+		}
+	m->nvalid = n;
+	m->loss = n > 0 ? (float)(s / n) : NAN;
+	if (loss)
+		*loss = m->loss;
+	m->have_fwd = 1;
+	return 0;
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+static int attention_bwd(gk_nn_model *m, const dacts *a, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	int NH = (int)m->c.heads, hs = C / NH;
+	long long th = (long long)T * hs, tt = (long long)T * T;
+	float scale = 1.0f / sqrtf((float)hs);
+	gk_cuda_stream s = cu->s;
+	/* dy in y; q, k, v again (later layers overwrote them). Reuse as
+	 * each is consumed (one stream keeps the order): dv into v after
+	 * datt, dq into y after dv, dk into k after dq. */
+	if (gk_nn_cu_heads_split(cu->y, cu->datty, cu->dt, B, T, NH, hs, C, 0,
+				 s, err) < 0 ||
+	    split_qkv(m, a->qkv, err) < 0 ||
+	    mm_heads(m, 0, 1, T, T, hs, 1.0f, cu->y, hs, th, cu->v, hs, th,
+		     cu->datt, T, tt, err) < 0 ||
+	    mm_heads(m, 1, 0, T, hs, T, 1.0f, a->att, T, tt, cu->y, hs, th,
+		     cu->v, hs, th, err) < 0 ||
+	    gk_nn_cu_heads_merge(cu->dqkv, cu->v, cu->dt, B, T, NH, hs, 3 * C,
+				 2 * C, s, err) < 0 ||
+	    gk_nn_cu_softmax_causal_bwd(cu->datt, a->att, cu->dt,
+					(uint64_t)B * NH * T, T, scale, s,
+					err) < 0 ||
+	    mm_heads(m, 0, 0, T, hs, T, 1.0f, cu->datt, T, tt, cu->k, hs, th,
+		     cu->y, hs, th, err) < 0 ||
+	    gk_nn_cu_heads_merge(cu->dqkv, cu->y, cu->dt, B, T, NH, hs, 3 * C,
+				 0, s, err) < 0 ||
+	    mm_heads(m, 1, 0, T, hs, T, 1.0f, cu->datt, T, tt, cu->q, hs, th,
+		     cu->k, hs, th, err) < 0)
+		return -1;
+	return gk_nn_cu_heads_merge(cu->dqkv, cu->k, cu->dt, B, T, NH, hs,
+				    3 * C, C, s, err);
+}
+
+/* dres holds d/d(block output); on return d/d(block input) */
+static int block_bwd(gk_nn_model *m, int l, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	const gk_nn_block_off *o = &m->blk[l];
+	const char *p = cu->pw;
+	float *g = cu->g;
+	size_t es = cu->es;
+	dacts a;
+	layer_acts(m, l, &a);
+
+	if (m->o.recompute == GK_NN_RECOMPUTE_LAYER) {
+		if (block_fwd(m, l, err) < 0)
+			return -1;
+	} else if (m->o.recompute == GK_NN_RECOMPUTE_GELU) {
+		if (gk_nn_cu_gelu_fwd(a.fchg, a.fch, cu->dt, (size_t)N * 4 * C,
+				      cu->s, err) < 0)
+			return -1;
+	}
+#define W(off) (p + (off) * es)
+	if (mm_bwd(m, cu->dfc, g + o->fcprojw, g + o->fcprojb, cu->dres,
+		   a.fchg, W(o->fcprojw), N, 4 * C, C, err) < 0 ||
+	    gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
+			      err) < 0 ||
+	    mm_bwd(m, cu->dln, g + o->fcw, g + o->fcb, cu->dfc, a.ln2,
+		   W(o->fcw), N, C, 4 * C, err) < 0 ||
+	    gk_nn_cu_layernorm_bwd(cu->dres, g + o->ln2w, g + o->ln2b,
+				   cu->colsum, cu->dln, a.res2, W(o->ln2w),
+				   a.ln2m, a.ln2r, cu->dt, N, C, cu->s,
+				   err) < 0 ||
+	    mm_bwd(m, cu->datty, g + o->attprojw, g + o->attprojb, cu->dres,
+		   a.atty, W(o->attprojw), N, C, C, err) < 0 ||
+	    attention_bwd(m, &a, err) < 0 ||
+	    mm_bwd(m, cu->dln, g + o->qkvw, g + o->qkvb, cu->dqkv, a.ln1,
+		   W(o->qkvw), N, C, 3 * C, err) < 0 ||
+	    gk_nn_cu_layernorm_bwd(cu->dres, g + o->ln1w, g + o->ln1b,
+				   cu->colsum, cu->dln, a.in, W(o->ln1w),
+				   a.ln1m, a.ln1r, cu->dt, N, C, cu->s,
+				   err) < 0)
+		return -1;
+#undef W
+	return 0;
+}
+
+/* ready() is told about gradients the device has finished */
+static int notify(gk_nn_model *m, gk_nn_ready_fn ready, void *ctx, size_t off,
+		  gk_err *err)
+{
+	if (!ready)
+		return 0;
+	if (gk_cuda_stream_sync(m->cu->s, err) < 0)
+		return -1;
+	return ready(off, ctx, err);
+}
+
+int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
+			void *ctx, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, N = B * T, C = (int)m->c.hidden;
+	int L = (int)m->c.layers, V = (int)m->c.vocab;
+	int Vp = (int)m->c.vocab_pad;
+	size_t es = cu->es;
+	const char *p = cu->pw;
+	float *g = cu->g;
+	m->have_fwd = 0; /* the logits become dlogits */
+
+	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
+	gk_nn_gemm gi = {.M = N, .N = C, .K = Vp, .A = cu->logits, .lda = Vp,
+			 .B = p + m->wte * es, .ldb = C, .D = cu->dln, .ldd = C,
+			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+	gk_nn_gemm gw = {.ta = 1, .M = Vp, .N = C, .K = N, .A = cu->logits,
+			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = g + m->wte,
+			 .ldd = C, .C = g + m->wte, .alpha = 1.0f, .batch = 1,
+			 .dt = cu->dt, .ddt = GK_DT_F32};
+	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
+	if (gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt, dloss, N,
+			      V, Vp, cu->s, err) < 0 ||
+	    gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
+	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)N * C * es,
+					  cu->s), err) < 0 ||
+	    gk_nn_cu_layernorm_bwd(cu->dres, g + m->lnfw, g + m->lnfb,
+				   cu->colsum, cu->dln, last, p + m->lnfw * es,
+				   cu->lnfm, cu->lnfr, cu->dt, N, C, cu->s,
+				   err) < 0 ||
+	    notify(m, ready, ctx, m->lnfw, err) < 0)
+		return -1;
+	for (int l = L - 1; l >= 0; l--)
+		if (block_bwd(m, l, err) < 0 ||
+		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0)
+			return -1;
+	if (gk_nn_cu_encoder_bwd(g + m->wte, g + m->wpe, cu->dres, cu->dt,
+				 cu->uniq, cu->start, cu->pos, cu->nb, B, T, C,
+				 cu->s, err) < 0 ||
+	    notify(m, ready, ctx, 0, err) < 0)
+		return -1;
+	return gk_cuda_stream_sync(cu->s, err);
+}
+
+int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
+{
+	return GK_CUDA_CHECK(cudaMemsetAsync(m->cu->g, 0, m->nparams * 4,
+					     m->cu->s), err);
+}
+
+/* ---- the optimizer step -------------------------------------------------------- */
+
+int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return gk_errf(err, "gradient norm on the GPU: the model is on "
+			       "the CPU (gk_nn_sumsq)");
+	double s = 0.0;
+	if (gk_nn_cu_sumsq(cu->norm + GK_NN_SUM_BLOCKS, cu->norm, cu->g,
+			   m->nparams, cu->s, err) < 0 ||
+	    gk_cuda_copy(&s, cu->norm + GK_NN_SUM_BLOCKS, sizeof(s), cu->s,
+			 err) < 0)
+		return -1;
+	*norm = sqrt(s);
+	return 0;
+}
+
+int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
+		     int64_t t, float grad_scale, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return gk_errf(err, "AdamW on the GPU: the model is on the CPU "
+			       "(gk_nn_adamw_step)");
+	size_t n = m->nparams;
+	if (!cu->mom) {
+		if (!(cu->mom = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
+		    !(cu->vel = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
+		    GK_CUDA_CHECK(cudaMemsetAsync(cu->mom, 0, n * 4, cu->s),
+				  err) < 0 ||
+		    GK_CUDA_CHECK(cudaMemsetAsync(cu->vel, 0, n * 4, cu->s),
+				  err) < 0)
+			return -1;
+	}
+	gk_nn_adamw_k k;
+	float decay;
+	gk_nn_adamw_consts(c, lr, t, &k, &decay);
+	/* per tensor, each with its own decay (as gk_nn_adamw_step) */
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *x = &m->t[i];
+		void *pw = cu->dt == GK_DT_F32
+				   ? NULL
+				   : (char *)cu->pw + x->off * cu->es;
+		if (gk_nn_cu_adamw(cu->p + x->off, pw, cu->dt, cu->g + x->off,
+				   grad_scale, cu->mom + x->off,
+				   cu->vel + x->off, x->numel, &k,
+				   x->decay ? decay : 1.0f, cu->s, err) < 0)
+			return -1;
+	}
+	return gk_cuda_stream_sync(cu->s, err);
+}

@@ -1,0 +1,61 @@
+/*
+ * model_nocuda.c - the CUDA backend in a build without CUDA: making a
+ * CUDA model fails with the reason; nothing else can be reached.
+ */
+#include <string.h>
+
+#include "nn/cuda_internal.h"
+
+int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
+{
+	return gk_errf(err, "model on the GPU: gpukit was built without CUDA");
+}
+
+void gk_nn_cuda_free(gk_nn_model *m)
+{
+}
+
+int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
+		       const int32_t *targets, float *loss, gk_err *err)
+{
+	return gk_errf(err, "forward on the GPU: gpukit was built without CUDA");
+}
+
+int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
+			void *ctx, gk_err *err)
+{
+	return gk_errf(err, "backward on the GPU: gpukit was built without CUDA");
+}
+
+int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
+{
+	return gk_errf(err, "zero gradients on the GPU: gpukit was built "
+		       "without CUDA");
+}
+
+void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
+{
+	memset(out, 0, sizeof(*out));
+}
+
+int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err)
+{
+	return 0; /* only CPU models exist in this build */
+}
+
+int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
+{
+	return 0;
+}
+
+int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
+{
+	return gk_errf(err, "gradient norm on the GPU: gpukit was built "
+		       "without CUDA");
+}
+
+int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
+		     int64_t t, float grad_scale, gk_err *err)
+{
+	return gk_errf(err, "AdamW on the GPU: gpukit was built without CUDA");
+}

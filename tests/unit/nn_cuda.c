@@ -1,0 +1,510 @@
+/*
+ * nn_cuda.c - the CUDA backend of lib/nn against its CPU backend, on a
+ * machine with a GPU (skips without one, with gk_cuda_probe's reason):
+ *
+ *   - each kernel on the same inputs as the CPU kernel, fp32 storage,
+ *     |gpu - cpu| <= tol + rel*|cpu| with tol and rel stated per kernel
+ *     (the GPU sums rows in another order and contracts to FMA);
+ *   - one full training step, CPU vs GPU in fp32 (loss and every gradient)
+ *     and in bf16 (loss);
+ *   - ten AdamW steps: the GPU's bf16 loss curve within bf16 tolerance of
+ *     the CPU's fp32 curve;
+ *   - determinism: the same seed twice gives the same losses and
+ *     parameters, bit for bit;
+ *   - parameters round-trip host -> device -> host unchanged (checkpoints
+ *     interchange), and memory by category matches what was allocated.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+#include "nn/cuda_internal.h"
+#include "nn/nn.h"
+#include "tap.h"
+
+static gk_nn_config cfg(void)
+{
+	gk_nn_config c = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100,
+			  .positions = 32, .ln_eps = 1e-5f};
+	return c;
+}
+
+enum { B = 2, T = 16 };
+
+/* Largest violation of |got - ref| <= tol + rel|ref|, as a ratio (<= 1 passes). */
+static double worst(const float *got, const float *ref, size_t n, double tol,
+		    double rel, size_t *at)
+{
+	double w = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)got[i] - ref[i]);
+		double lim = tol + rel * fabs(ref[i]);
+		double r = d == 0.0 ? 0.0 : isfinite(d) ? d / lim : INFINITY;
+		if (r > w) {
+			w = r;
+			if (at)
+				*at = i;
+		}
+	}
+	return w;
+}
+
+#if GK_HAVE_CUDA
+static uint64_t rng = 12345;
+static float frand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
+}
+static void fill(float *x, size_t n, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = frand() * scale;
+}
+
+static void close_enough(const char *what, const float *got, const float *ref,
+			 size_t n, double tol, double rel)
+{
+	size_t at = 0;
+	double w = worst(got, ref, n, tol, rel, &at);
+	if (!ok(w <= 1.0, "%s: %zu values within %g + %g|ref|", what, n, tol, rel))
+		diag("worst at %zu: got %.9g, want %.9g", at, got[at], ref[at]);
+}
+
+/* ---- device buffers -------------------------------------------------------------- */
+
+static void *dev_of(const void *host, size_t bytes)
+{
+	gk_err err = {0};
+	void *d = gk_cuda_alloc(bytes, GK_CUDA_MEM_WORKSPACE, &err);
+	if (!d || (host && gk_cuda_copy(d, host, bytes, NULL, &err) < 0)) {
+		diag("device buffer: %s", err.msg);
+		exit(1);
+	}
+	return d;
+}
+
+static void host_of(void *host, const void *dev, size_t bytes)
+{
+	gk_err err = {0};
+	if (gk_cuda_copy(host, dev, bytes, NULL, &err) < 0) {
+		diag("copy back: %s", err.msg);
+		exit(1);
+	}
+}
+
+/* ---- kernels against the CPU kernels ------------------------------------------------ */
+
+static void test_kernels(void)
+{
+	enum { C = 64, V = 100, Vp = 128, N = B * T };
+	gk_err err = {0};
+	static float a[N * 4 * C], b[N * 4 * C], w[Vp * C], wp[T * C];
+	static float ref[N * 4 * C], got[N * 4 * C], g1[Vp * C], g2[Vp * C];
+	static float mean[N], rstd[N], dmean[N], drstd[N];
+	int32_t tok[N], tgt[N];
+	for (int i = 0; i < N; i++) {
+		tok[i] = (i * 37) % 11; /* repeats, so the buckets matter */
+		tgt[i] = i % 5 == 4 ? -1 : (i * 13) % V;
+	}
+	int32_t *dtok = dev_of(tok, sizeof(tok)), *dtgt = dev_of(tgt, sizeof(tgt));
+
+	/* encoder: forward exact (one addition), backward by buckets */
+	fill(w, (size_t)V * C, 1.0f);
+	fill(wp, (size_t)T * C, 1.0f);
+	float *dw = dev_of(w, sizeof(w)), *dwp = dev_of(wp, sizeof(wp));
+	float *dout = dev_of(NULL, sizeof(a));
+	gk_nn_cpu_encoder_fwd(ref, tok, w, wp, B, T, C, 1);
+	gk_nn_cu_encoder_fwd(dout, dtok, dw, dwp, GK_DT_F32, B, T, C, NULL, &err);
+	host_of(got, dout, (size_t)N * C * 4);
+	close_enough("encoder forward", got, ref, (size_t)N * C, 0, 0);
+
+	fill(a, (size_t)N * C, 1.0f);
+	memset(g1, 0, sizeof(g1));
+	memset(g2, 0, sizeof(g2));
+	static float pe1[T * C], pe2[T * C];
+	memset(pe1, 0, sizeof(pe1));
+	gk_nn_cpu_encoder_bwd(g1, pe1, a, tok, B, T, C, 1);
+	int32_t uniq[N], start[N + 1], pos[N], count[V];
+	int nb = gk_nn_token_buckets(tok, N, V, uniq, start, pos, count);
+	int32_t *du = dev_of(uniq, sizeof(uniq)), *ds = dev_of(start, sizeof(start));
+	int32_t *dp = dev_of(pos, sizeof(pos));
+	memset(pe2, 0, sizeof(pe2));
+	float *dgw = dev_of(g2, sizeof(g2)), *dgp = dev_of(pe2, sizeof(pe2));
+	float *din = dev_of(a, (size_t)N * C * 4);
+	gk_nn_cu_encoder_bwd(dgw, dgp, din, GK_DT_F32, du, ds, dp, nb, B, T, C,
+			     NULL, &err);
+	host_of(g2, dgw, sizeof(g2));
+	host_of(pe2, dgp, sizeof(pe2));
+	close_enough("encoder backward: wte", g2, g1, (size_t)Vp * C, 1e-6, 1e-6);
+	close_enough("encoder backward: wpe", pe2, pe1, (size_t)T * C, 1e-6, 1e-6);
+
+	/* LayerNorm: statistics summed in another order */
+	fill(a, (size_t)N * C, 3.0f);
+	for (int i = 0; i < N * C; i++)
+		a[i] += 2.0f; /* a mean away from 0 */
+	fill(w, 2 * C, 1.0f);
+	gk_nn_cpu_layernorm_fwd(ref, mean, rstd, a, w, w + C, N, C, 1e-5f, 1);
+	float *dx = dev_of(a, (size_t)N * C * 4), *dlw = dev_of(w, 2 * C * 4);
+	float *dm = dev_of(NULL, N * 4), *dr = dev_of(NULL, N * 4);
+	gk_nn_cu_layernorm_fwd(dout, dm, dr, dx, dlw, dlw + C, GK_DT_F32, N, C,
+			       1e-5f, NULL, &err);
+	host_of(got, dout, (size_t)N * C * 4);
+	host_of(dmean, dm, N * 4);
+	host_of(drstd, dr, N * 4);
+	close_enough("layernorm forward", got, ref, (size_t)N * C, 1e-5, 1e-5);
+	close_enough("layernorm forward: mean", dmean, mean, N, 1e-6, 1e-5);
+	close_enough("layernorm forward: rstd", drstd, rstd, N, 1e-6, 1e-5);
+
+	fill(b, (size_t)N * C, 1.0f); /* dout */
+	fill(ref, (size_t)N * C, 1.0f); /* dinp accumulates onto this */
+	memcpy(got, ref, (size_t)N * C * 4);
+	float gw1[2 * C], gw2[2 * C];
+	fill(gw1, 2 * C, 1.0f);
+	memcpy(gw2, gw1, sizeof(gw1));
+	float *ddin = dev_of(got, (size_t)N * C * 4), *ddo = dev_of(b, (size_t)N * C * 4);
+	float *dgl = dev_of(gw2, sizeof(gw2));
+	/* column-sum scratch: chunks x the widest sum (4C) */
+	float *scr = dev_of(NULL, (size_t)gk_nn_colsum_chunks(N) * 4 * C * 4);
+	gk_nn_cpu_layernorm_bwd(ref, gw1, gw1 + C, b, a, w, mean, rstd, N, C, 1);
+	gk_nn_cu_layernorm_bwd(ddin, dgl, dgl + C, scr, ddo, dx, dlw, dm, dr,
+			       GK_DT_F32, N, C, NULL, &err);
+	host_of(got, ddin, (size_t)N * C * 4);
+	host_of(gw2, dgl, sizeof(gw2));
+	close_enough("layernorm backward: dinp", got, ref, (size_t)N * C, 1e-5, 1e-4);
+	close_enough("layernorm backward: dw, db", gw2, gw1, 2 * C, 1e-5, 1e-4);
+
+	/* bias gradient: column sums */
+	float cb1[4 * C], cb2[4 * C];
+	fill(a, (size_t)N * 4 * C, 1.0f);
+	fill(cb1, 4 * C, 1.0f);
+	memcpy(cb2, cb1, sizeof(cb1));
+	float *dcs = dev_of(a, (size_t)N * 4 * C * 4), *dcb = dev_of(cb2, sizeof(cb2));
+	gk_nn_cu_colsum(dcb, scr, dcs, GK_DT_F32, N, 4 * C, NULL, &err);
+	host_of(cb2, dcb, sizeof(cb2));
+	for (int c = 0; c < 4 * C; c++)
+		for (int i = 0; i < N; i++)
+			cb1[c] += a[(size_t)i * 4 * C + c];
+	close_enough("bias gradient (column sums)", cb2, cb1, 4 * C, 1e-5, 1e-5);
+
+	/* GeLU over [-6, 6] */
+	size_t n = (size_t)N * 4 * C;
+	fill(a, n, 6.0f);
+	gk_nn_cpu_gelu_fwd(ref, a, n, 1);
+	float *dg = dev_of(a, n * 4);
+	gk_nn_cu_gelu_fwd(dout, dg, GK_DT_F32, n, NULL, &err);
+	host_of(got, dout, n * 4);
+	close_enough("gelu forward", got, ref, n, 1e-6, 1e-6);
+	fill(b, n, 1.0f);
+	memcpy(ref, b, n * 4);
+	gk_nn_cpu_gelu_bwd(ref, a, n, 1);
+	gk_cuda_copy(dout, b, n * 4, NULL, &err);
+	gk_nn_cu_gelu_bwd(dout, dg, GK_DT_F32, n, NULL, &err);
+	host_of(got, dout, n * 4);
+	close_enough("gelu backward", got, ref, n, 1e-6, 1e-5);
+
+	/* classifier: lse and loss, then dlogits in place */
+	fill(a, (size_t)N * Vp, 4.0f);
+	float lse1[N], lse2[N], loss2[N];
+	double s1 = gk_nn_cpu_xent_fwd(lse1, a, tgt, N, V, Vp, 1);
+	float *dl = dev_of(a, (size_t)N * Vp * 4), *dlse = dev_of(NULL, N * 4);
+	float *dloss = dev_of(NULL, N * 4);
+	gk_nn_cu_xent_fwd(dlse, dloss, dl, dtgt, GK_DT_F32, N, V, Vp, NULL, &err);
+	host_of(lse2, dlse, N * 4);
+	host_of(loss2, dloss, N * 4);
+	double s2 = 0;
+	for (int i = 0; i < N; i++)
+		s2 += tgt[i] >= 0 ? loss2[i] : 0.0;
+	close_enough("classifier forward: logsumexp", lse2, lse1, N, 1e-5, 1e-6);
+	ok(fabs(s2 - s1) <= 1e-4 + 1e-6 * fabs(s1),
+	   "classifier forward: loss sum %.9g, CPU %.9g", s2, s1);
+	memcpy(ref, a, (size_t)N * Vp * 4);
+	gk_nn_cpu_xent_bwd(ref, lse1, tgt, 0.03f, N, V, Vp, 1);
+	gk_nn_cu_xent_bwd(dl, dlse, dtgt, GK_DT_F32, 0.03f, N, V, Vp, NULL, &err);
+	host_of(got, dl, (size_t)N * Vp * 4);
+	close_enough("classifier backward: dlogits (padded and ignored rows 0)",
+		     got, ref, (size_t)N * Vp, 1e-7, 1e-4);
+
+	/* AdamW: the same gk_nn_adamw_elem */
+	size_t np = 4096;
+	float *p1 = malloc(np * 4), *p2 = malloc(np * 4), *gg = malloc(np * 4);
+	float *m1 = calloc(np, 4), *v1 = calloc(np, 4), *m2 = malloc(np * 4), *v2 = malloc(np * 4);
+	fill(p1, np, 1.0f);
+	fill(gg, np, 0.1f);
+	gk_nn_adamw c = {0.9f, 0.95f, 1e-8f, 0.1f};
+	gk_nn_adamw_k k;
+	float decay;
+	gk_nn_adamw_consts(&c, 1e-3f, 3, &k, &decay);
+	float *dpp = dev_of(p1, np * 4), *dgg = dev_of(gg, np * 4);
+	float *dmm = dev_of(m1, np * 4), *dvv = dev_of(v1, np * 4);
+	for (size_t i = 0; i < np; i++)
+		gk_nn_adamw_elem(&p1[i], gg[i] * 0.5f, &m1[i], &v1[i], &k, decay);
+	gk_nn_cu_adamw(dpp, NULL, GK_DT_F32, dgg, 0.5f, dmm, dvv, np, &k, decay,
+		       NULL, &err);
+	host_of(p2, dpp, np * 4);
+	host_of(m2, dmm, np * 4);
+	host_of(v2, dvv, np * 4);
+	close_enough("adamw: parameters", p2, p1, np, 1e-7, 1e-6);
+	close_enough("adamw: first moments", m2, m1, np, 1e-9, 1e-6);
+	close_enough("adamw: second moments", v2, v1, np, 1e-12, 1e-6);
+
+	/* gradient norm: two-pass double sums against the CPU's */
+	double *dn = dev_of(NULL, (GK_NN_SUM_BLOCKS + 1) * sizeof(double));
+	double sq;
+	gk_nn_cu_sumsq(dn + GK_NN_SUM_BLOCKS, dn, dgg, np, NULL, &err);
+	host_of(&sq, dn + GK_NN_SUM_BLOCKS, sizeof(sq));
+	double want = gk_nn_sumsq(gg, np);
+	ok(fabs(sq - want) <= 1e-12 * want, "sum of squares: %.17g, CPU %.17g", sq, want);
+	ok(err.msg[0] == 0, "kernels: no launch error%s%s", err.msg[0] ? ": " : "", err.msg);
+	free(p1), free(p2), free(gg), free(m1), free(v1), free(m2), free(v2);
+}
+#endif
+
+/* ---- whole model: CPU vs GPU ------------------------------------------------------------ */
+
+static gk_nn_model *model(int device, int prec, gk_err *err)
+{
+	gk_nn_config c = cfg();
+	gk_nn_opts o = {.batch = B, .seq = T, .threads = 1, .device = device,
+			.precision = prec};
+	gk_nn_model *m = NULL;
+	if (gk_nn_new(&m, &c, &o, err) < 0)
+		return NULL;
+	gk_nn_init(m, 7);
+	if (gk_nn_cuda_upload(m, err) < 0) {
+		gk_nn_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+static void batch(int32_t *tok, int32_t *tgt, int step)
+{
+	for (int i = 0; i < B * T; i++) {
+		tok[i] = (i * 7 + step * 3) % 100;
+		tgt[i] = (i * 7 + step * 3 + 7) % 100;
+	}
+}
+
+/* Ten steps of forward, backward, AdamW; losses[10]. */
+static int train(gk_nn_model *m, int cuda, float *losses, gk_err *err)
+{
+	gk_nn_adamw c = {0.9f, 0.95f, 1e-8f, 0.1f};
+	size_t n = gk_nn_nparams(m);
+	float *mo = calloc(n, 4), *ve = calloc(n, 4);
+	int32_t tok[B * T], tgt[B * T];
+	int rc = 0;
+	for (int s = 0; s < 10 && rc == 0; s++) {
+		batch(tok, tgt, s);
+		gk_nn_zero_grad(m);
+		rc = gk_nn_forward(m, tok, tgt, &losses[s], err);
+		if (rc == 0)
+			rc = gk_nn_backward(m, 1.0f, NULL, NULL, err);
+		if (rc == 0 && cuda)
+			rc = gk_nn_cuda_adamw(m, &c, 1e-3f, s + 1, 1.0f, err);
+		else if (rc == 0)
+			gk_nn_adamw_step(m, &c, 1e-3f, s + 1, 0, n,
+					 gk_nn_params(m), gk_nn_grads(m), mo, ve);
+	}
+	free(mo);
+	free(ve);
+	return rc;
+}
+
+static void test_model(void)
+{
+	gk_err err = {0};
+	gk_cuda_mem_stats before, after;
+	gk_nn_model *cpu = model(GK_NN_CPU, 0, &err);
+	gk_cuda_mem_stats_get(&before);
+	gk_nn_model *g32 = model(GK_NN_CUDA, GK_NN_FP32, &err);
+	gk_cuda_mem_stats_get(&after);
+	if (!ok(cpu && g32, "models: CPU and GPU (fp32)%s%s", err.msg[0] ? ": " : "", err.msg))
+		return;
+	size_t n = gk_nn_nparams(cpu);
+
+	/* round trip: what the device holds is what the host had */
+	float *orig = malloc(n * 4);
+	memcpy(orig, gk_nn_params(g32), n * 4);
+	memset(gk_nn_params(g32), 0, n * 4);
+	ok(gk_nn_cuda_download(g32, GK_NN_PARAMS, &err) == 0 &&
+	   memcmp(orig, gk_nn_params(g32), n * 4) == 0,
+	   "parameters: host -> device -> host unchanged (checkpoint layout)");
+	free(orig);
+
+	gk_nn_mem mem;
+	gk_nn_memory(g32, &mem);
+	is_u64(mem.parameters, n * 4, "memory: fp32 parameters are the master only");
+	is_u64(mem.gradients, n * 4, "memory: fp32 gradients");
+	ok(mem.activations > 0 && mem.workspace > 0, "memory: activations %llu, workspace %llu",
+	   (unsigned long long)mem.activations, (unsigned long long)mem.workspace);
+	is_u64(mem.parameters + mem.gradients + mem.activations + mem.workspace +
+		       mem.optimizer,
+	       after.total - before.total,
+	       "memory: the categories add up to lib/cuda's count of the model's allocations");
+	is_u64(after.bytes[GK_CUDA_MEM_ACTS] - before.bytes[GK_CUDA_MEM_ACTS],
+	       mem.activations, "memory: activations as lib/cuda counted them");
+
+	/* one step */
+	int32_t tok[B * T], tgt[B * T];
+	batch(tok, tgt, 0);
+	tgt[3] = -1; /* an ignored position */
+	float l1, l2;
+	gk_nn_zero_grad(cpu);
+	gk_nn_zero_grad(g32);
+	int rc = gk_nn_forward(cpu, tok, tgt, &l1, &err) == 0 &&
+		 gk_nn_backward(cpu, 1.0f, NULL, NULL, &err) == 0 &&
+		 gk_nn_forward(g32, tok, tgt, &l2, &err) == 0 &&
+		 gk_nn_backward(g32, 1.0f, NULL, NULL, &err) == 0 &&
+		 gk_nn_cuda_download(g32, GK_NN_GRADS, &err) == 0;
+	if (!ok(rc, "one step on both%s%s", err.msg[0] ? ": " : "", err.msg))
+		return;
+	ok(fabsf(l1 - l2) <= 1e-5f * fabsf(l1), "one step fp32: loss %.7f, CPU %.7f", l2, l1);
+	size_t nt;
+	const gk_nn_tensor *t = gk_nn_tensors(cpu, &nt);
+	int bad = 0;
+	for (size_t i = 0; i < nt; i++) {
+		size_t at = 0;
+		/* absolute floor from the largest gradient of the tensor */
+		double big = 0;
+		for (size_t j = 0; j < t[i].numel; j++)
+			big = fmax(big, fabs(gk_nn_grads(cpu)[t[i].off + j]));
+		double w = worst(gk_nn_grads(g32) + t[i].off,
+				 gk_nn_grads(cpu) + t[i].off, t[i].numel,
+				 1e-4 * big + 1e-9, 1e-3, &at);
+		if (w > 1.0) {
+			diag("%s[%zu]: got %g want %g", t[i].name, at,
+			     gk_nn_grads(g32)[t[i].off + at],
+			     gk_nn_grads(cpu)[t[i].off + at]);
+			bad++;
+		}
+	}
+	ok(bad == 0, "one step fp32: every gradient within 1e-4 max|g| + 1e-3|ref| (%zu tensors)", nt);
+
+	/* recompute modes give the same bits on the device too */
+	gk_nn_config c = cfg();
+	gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA,
+			.precision = GK_NN_FP32, .recompute = GK_NN_RECOMPUTE_LAYER};
+	gk_nn_model *lay = NULL;
+	float l3;
+	float *gref = malloc(n * 4);
+	memcpy(gref, gk_nn_grads(g32), n * 4);
+	if (gk_nn_new(&lay, &c, &o, &err) == 0) {
+		gk_nn_init(lay, 7);
+		rc = gk_nn_cuda_upload(lay, &err) == 0 &&
+		     gk_nn_forward(lay, tok, tgt, &l3, &err) == 0 &&
+		     gk_nn_backward(lay, 1.0f, NULL, NULL, &err) == 0 &&
+		     gk_nn_cuda_download(lay, GK_NN_GRADS, &err) == 0;
+		ok(rc && l3 == l2 && memcmp(gref, gk_nn_grads(lay), n * 4) == 0,
+		   "recompute LAYER: same loss and gradients, bit for bit");
+		gk_nn_free(lay);
+	} else {
+		ok(0, "recompute LAYER model: %s", err.msg);
+	}
+	free(gref);
+
+	/* bf16: one step's loss */
+	gk_nn_model *b16 = model(GK_NN_CUDA, GK_NN_BF16, &err);
+	float lb;
+	rc = b16 && gk_nn_forward(b16, tok, tgt, &lb, &err) == 0;
+	ok(rc && fabsf(lb - l1) <= 0.02f + 0.01f * fabsf(l1),
+	   "one step bf16: loss %.5f, CPU fp32 %.5f (within 0.02 + 1%%)", lb, l1);
+	gk_nn_memory(b16, &mem);
+	is_u64(mem.parameters, n * 4 + n * 2, "memory: bf16 adds a 2-byte working copy");
+	gk_nn_free(b16);
+
+	/* ten steps: CPU fp32 against GPU bf16 */
+	float lc[10], lg[10], lg2[10];
+	gk_nn_free(cpu);
+	gk_nn_free(g32);
+	cpu = model(GK_NN_CPU, 0, &err);
+	b16 = model(GK_NN_CUDA, GK_NN_BF16, &err);
+	rc = cpu && b16 && train(cpu, 0, lc, &err) == 0 &&
+	     train(b16, 1, lg, &err) == 0;
+	if (ok(rc, "ten steps on both%s%s", err.msg[0] ? ": " : "", err.msg)) {
+		int within = 1;
+		for (int s = 0; s < 10; s++) {
+			diag("step %d: CPU fp32 %.5f  GPU bf16 %.5f", s + 1, lc[s], lg[s]);
+			within &= fabsf(lg[s] - lc[s]) <= 0.03f + 0.01f * fabsf(lc[s]);
+		}
+		ok(within, "ten steps: GPU bf16 losses within 0.03 + 1%% of the CPU's fp32");
+		ok(lg[9] < lg[0], "ten steps: the GPU's loss falls (%.4f -> %.4f)", lg[0], lg[9]);
+		gk_nn_memory(b16, &mem);
+		is_u64(mem.optimizer, 2 * n * 4, "memory: AdamW moments, 8 bytes a parameter");
+	}
+	/* determinism: the same run again */
+	gk_nn_model *again = model(GK_NN_CUDA, GK_NN_BF16, &err);
+	rc = again && train(again, 1, lg2, &err) == 0 &&
+	     gk_nn_cuda_download(again, GK_NN_PARAMS, &err) == 0 &&
+	     gk_nn_cuda_download(b16, GK_NN_PARAMS, &err) == 0;
+	ok(rc && memcmp(lg, lg2, sizeof(lg)) == 0 &&
+	   memcmp(gk_nn_params(again), gk_nn_params(b16), n * 4) == 0,
+	   "determinism: same seed, same ten losses and parameters, bit for bit");
+	gk_nn_free(again);
+	gk_nn_free(b16);
+	gk_nn_free(cpu);
+}
+
+/*
+ * Without a usable device (or without CUDA in the build), a CUDA model is
+ * refused with the probe's reason, nothing crashes, and a CPU model
+ * treats the transfers as no-ops and refuses the device-only calls.
+ */
+static void test_refusals(int usable, const char *why)
+{
+	gk_nn_config c = cfg();
+	gk_nn_opts o = {.batch = B, .seq = T, .threads = 1};
+	gk_nn_model *m = NULL;
+	gk_err err = {0};
+	double nrm;
+	if (!usable) {
+		gk_nn_opts oc = o;
+		oc.device = GK_NN_CUDA;
+		int rc = gk_nn_new(&m, &c, &oc, &err);
+		ok(rc < 0 && m == NULL, "no device: a CUDA model is refused");
+		char want[sizeof(err.msg) + 32];
+		snprintf(want, sizeof(want), "%s%s",
+			 gk_cuda_built() ? "model on the GPU: " : "", why);
+		is_str(err.msg, gk_cuda_built() ? want
+						: "model on the GPU: gpukit was "
+						  "built without CUDA",
+		       "no device: the reason is the probe's");
+	}
+	gk_nn_opts bad = o;
+	bad.device = 7;
+	ok(gk_nn_new(&m, &c, &bad, &err) < 0 && m == NULL, "device 7 refused (%s)", err.msg);
+	if (gk_nn_new(&m, &c, &o, &err) < 0) {
+		ok(0, "CPU model: %s", err.msg);
+		return;
+	}
+	gk_nn_init(m, 1);
+	float keep = gk_nn_params(m)[5];
+	ok(gk_nn_cuda_upload(m, &err) == 0 &&
+	   gk_nn_cuda_download(m, GK_NN_PARAMS | GK_NN_GRADS, &err) == 0 &&
+	   gk_nn_params(m)[5] == keep, "CPU model: upload and download do nothing");
+	ok(gk_nn_cuda_grad_norm(m, &nrm, &err) < 0, "CPU model: device norm refused (%s)", err.msg);
+	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
+	ok(gk_nn_cuda_adamw(m, &ad, 1e-3f, 1, 1.0f, &err) < 0,
+	   "CPU model: device AdamW refused (%s)", err.msg);
+	gk_nn_mem mem;
+	gk_nn_memory(m, &mem);
+	is_u64(mem.optimizer, 0, "CPU model: no optimizer memory of its own");
+	gk_nn_free(m);
+}
+
+int main(void)
+{
+	gk_err err = {0};
+	int usable = gk_cuda_probe(NULL, &err) == 0;
+	test_refusals(usable, err.msg);
+	if (!usable) {
+		ok(1, "kernels, steps, loss curve, determinism # SKIP no CUDA device (%s)", err.msg);
+		return done_testing();
+	}
+#if GK_HAVE_CUDA
+	test_kernels();
+#endif
+	test_model();
+	return done_testing();
+}
