@@ -108,8 +108,8 @@ void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
 			     const float *w, const float *mean,
 			     const float *rstd, int N, int C, int nt);
 void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
-			  const float *bias, const float *res, int N, int C,
-			  int OC, int nt);
+			  const float *bias, const float *res, float *gelu,
+			  int N, int C, int OC, int nt);
 void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 			  const float *dout, const float *inp, const float *w,
 			  int N, int C, int OC, int nt);

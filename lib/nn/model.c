@@ -32,20 +32,19 @@ static void block_fwd(gk_nn_model *m, int l)
 
 	gk_nn_cpu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, p + o->ln1w,
 				p + o->ln1b, N, C, m->c.ln_eps, nt);
-	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL, N,
-			     C, 3 * C, nt);
+	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL,
+			     NULL, N, C, 3 * C, nt);
 	gk_nn_cpu_attention_fwd(a.atty, a.att, a.qkv, B, T, C, NH, nt);
 	/* the projections add onto the residual in place: no buffer for
 	 * their outputs alone */
 	gk_nn_cpu_matmul_fwd(a.res2, a.atty, p + o->attprojw, p + o->attprojb,
-			     a.in, N, C, C, nt);
+			     a.in, NULL, N, C, C, nt);
 	gk_nn_cpu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, p + o->ln2w,
 				p + o->ln2b, N, C, m->c.ln_eps, nt);
-	gk_nn_cpu_matmul_fwd(a.fch, a.ln2, p + o->fcw, p + o->fcb, NULL, N, C,
-			     4 * C, nt);
-	gk_nn_cpu_gelu_fwd(a.fchg, a.fch, (size_t)N * 4 * C, nt);
+	gk_nn_cpu_matmul_fwd(a.fch, a.ln2, p + o->fcw, p + o->fcb, NULL, a.fchg,
+			     N, C, 4 * C, nt);
 	gk_nn_cpu_matmul_fwd(a.out, a.fchg, p + o->fcprojw, p + o->fcprojb,
-			     a.res2, N, 4 * C, C, nt);
+			     a.res2, NULL, N, 4 * C, C, nt);
 }
 
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,

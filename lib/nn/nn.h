@@ -108,7 +108,9 @@ typedef enum gk_nn_precision {
 typedef struct gk_nn_opts {
 	int batch, seq;               /* B, T of every forward (T <= positions) */
 	gk_nn_recompute recompute;
-	int threads;                  /* compute threads (BLAS and OpenMP); 0: leave as is */
+	int threads;                  /* compute threads; 0: OpenMP's default. One
+				       * OpenMP pool runs every op; OpenBLAS is set
+				       * to 1 thread and called inside it */
 	int device;                   /* GK_NN_CPU (0) | GK_NN_CUDA */
 	int precision;                /* GK_NN_BF16 (0) | GK_NN_TF32 | GK_NN_FP32;
 				       * CUDA only: the CPU computes in fp32 */
@@ -159,7 +161,8 @@ const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n);
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err);
 /* Logits of row b, position t after a forward: vocab_pad floats (the
- * padded ones are not meaningful; use the first vocab). */
+ * padded ones are not meaningful; use the first vocab). Valid until the
+ * next backward, which turns them into their gradient in place. */
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
 /* Zero the gradient buffer (before the first micro-step of a step). */

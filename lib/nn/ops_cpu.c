@@ -236,6 +236,9 @@ void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
 
 /* ---- matmul (Conv1D: w is (C, OC)) ---------------------------------------------- */
 
+static void gelu_chunk(float *restrict out, const float *restrict inp,
+		       size_t n);
+
 /* rows [i0, i1) of out (N,OC) = res + bias, or bias alone */
 GK_NN_SIMD_CLONES
 static void bias_rows(float *out, const float *res, const float *bias,
@@ -251,21 +254,32 @@ static void bias_rows(float *out, const float *res, const float *bias,
 }
 
 /*
- * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC). The rows are filled
- * with bias (and the residual) first and sgemm adds onto them (beta 1),
- * as torch's addmm: one pass over out instead of sgemm zeroing it and a
- * second pass adding the bias. res may be NULL.
+ * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC), and with gelu
+ * non-NULL also gelu = gelu_new(out). The rows are filled with bias (and
+ * the residual) first and sgemm adds onto them (beta 1), as torch's
+ * addmm: one pass over out instead of sgemm zeroing it and a second pass
+ * adding the bias. Each thread takes a block of rows through all of it,
+ * so the op costs one barrier (on a loaded machine each one can wait a
+ * scheduler tick for a descheduled thread).
  */
 void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
-			  const float *bias, const float *res, int N, int C,
-			  int OC, int nt)
+			  const float *bias, const float *res, float *gelu,
+			  int N, int C, int OC, int nt)
 {
 #pragma omp parallel num_threads(nt)
 	{
 		ROWS(N, i0, i1);
-		bias_rows(out, res, bias, i0, i1, OC);
+		if (i1 > i0) {
+			bias_rows(out, res, bias, i0, i1, OC);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+				    i1 - i0, OC, C, 1.0f, inp + (size_t)i0 * C,
+				    C, w, OC, 1.0f, out + (size_t)i0 * OC, OC);
+			if (gelu)
+				gelu_chunk(gelu + (size_t)i0 * OC,
+					   out + (size_t)i0 * OC,
+					   (size_t)(i1 - i0) * OC);
+		}
 	}
-	gemm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, 1.0f, out, OC, nt);
 }
 
 /* db (columns [c0, c1)) += column sums of dout, rows in order */
@@ -281,19 +295,42 @@ static void colsum(float *db, const float *dout, int N, int OC, int c0,
 	}
 }
 
-/* dinp (N,C) = dout @ w^T; dw (C,OC) += inp^T @ dout; db += column sums */
+/*
+ * dinp (N,C) = dout @ w^T (rows split over the threads); dw (C,OC) +=
+ * inp^T @ dout (the longer of its sides split); db += column sums. The
+ * three write different buffers, so one parallel region does them all.
+ */
 void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 			  const float *dout, const float *inp, const float *w,
 			  int N, int C, int OC, int nt)
 {
-	gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C, nt);
-	gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC, nt);
 #pragma omp parallel num_threads(nt)
 	{
-		int c0, c1;
-		colrange(OC, omp_get_thread_num(), omp_get_num_threads(), &c0,
-			 &c1);
-		colsum(db, dout, N, OC, c0, c1);
+		int id = omp_get_thread_num(), k = omp_get_num_threads();
+		ROWS(N, i0, i1);
+		if (i1 > i0)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    i1 - i0, C, OC, 1.0f,
+				    dout + (size_t)i0 * OC, OC, w, OC, 0.0f,
+				    dinp + (size_t)i0 * C, C);
+		int d0, d1;
+		if (C >= OC) {
+			colrange(C, id, k, &d0, &d1);
+			if (d1 > d0)
+				cblas_sgemm(CblasRowMajor, CblasTrans,
+					    CblasNoTrans, d1 - d0, OC, N, 1.0f,
+					    inp + d0, C, dout, OC, 1.0f,
+					    dw + (size_t)d0 * OC, OC);
+		} else {
+			colrange(OC, id, k, &d0, &d1);
+			if (d1 > d0)
+				cblas_sgemm(CblasRowMajor, CblasTrans,
+					    CblasNoTrans, C, d1 - d0, N, 1.0f,
+					    inp, C, dout + d0, OC, 1.0f, dw + d0,
+					    OC);
+		}
+		colrange(OC, id, k, &d0, &d1);
+		colsum(db, dout, N, OC, d0, d1);
 	}
 }
 

@@ -17,12 +17,17 @@
 AdamW: betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the 2-D tensors
 only, as gpu-train builds its groups; dropout 0.
 """
+import os
 import sys
 
-import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
-from transformers import GPT2Config, GPT2LMHeadModel
+# quiet: the test's output is TAP
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 
 def groups(model, wd):
@@ -45,7 +50,8 @@ def make(out, L, C, NH, V, POS, B, T, seed):
     torch.manual_seed(seed)
     cfg = GPT2Config(n_layer=L, n_embd=C, n_head=NH, vocab_size=V,
                      n_positions=POS, activation_function="gelu_new",
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     bos_token_id=V - 1, eos_token_id=V - 1)
     model = GPT2LMHeadModel(cfg).float()
     model.eval()  # no dropout anyway; eval keeps it so
     # GPT-2's init gives biases 0 and LayerNorm (1, 0): perturb them so

@@ -22,7 +22,8 @@ torch.set_num_threads(THREADS)
 torch.manual_seed(1)
 cfg = GPT2Config(n_layer=L, n_embd=C, n_head=NH, n_positions=T, vocab_size=V,
                  activation_function="gelu_new", resid_pdrop=0.0,
-                 embd_pdrop=0.0, attn_pdrop=0.0)
+                 embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=V - 1,
+                 eos_token_id=V - 1)
 model = GPT2LMHeadModel(cfg).float()
 model.train()
 named = list(model.named_parameters())
