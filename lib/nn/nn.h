@@ -295,6 +295,15 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len);
  * followed it. Token files: the global token position, so another world
  * size resumes at the same place. */
 int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err);
+/*
+ * Shards saved by another world size: json holds every old rank's state
+ * (n of them, in rank order); lib/shard's gk_shard_dataset_restore_world
+ * splits the epoch's unseen samples evenly over the new ranks, so within
+ * the epoch no sample is skipped and none is seen twice (except the one
+ * each old rank was partway through, which is read again from its start).
+ */
+int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
+			     gk_err *err);
 uint64_t gk_nn_data_epoch(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);
 void gk_nn_data_close(gk_nn_data *d);

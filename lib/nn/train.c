@@ -40,7 +40,7 @@
 #include "st/st.h"
 
 /* Fixed-size exchange buffers (bytes) for names and data states. */
-enum { NAME_BYTES = 512, STATE_BYTES = 1024 };
+enum { NAME_BYTES = 512, STATE_BYTES = 4096 };
 
 /* A checkpoint being written by a thread. */
 typedef struct ckpt_job {
@@ -367,49 +367,26 @@ static int resume_from(gk_nn_trainer *t, const char *dir, gk_err *err)
 			goto out;
 		}
 		if (world != t->world && !gk_nn_data_is_bin(t->data)) {
-			/*
-			 * Shards are split into one contiguous part per rank, so a
-			 * new world has new parts: start each at the same fraction
-			 * of its epoch as rank 0 had reached (samples around the
-			 * cut may be repeated or skipped once).
-			 */
-			json_t *mj = json_loads(s, 0, NULL);
-			json_t *sh = mj ? json_object_get(mj, "shard") : NULL;
-			int64_t pos = 0, samples = 1, epoch = 0, seed = 0;
-			if (!sh || gk_json_get_int(sh, "pos", &pos, err) < 0 ||
-			    gk_json_get_int(sh, "samples", &samples, err) < 0 ||
-			    gk_json_get_int(sh, "epoch", &epoch, err) < 0 ||
-			    gk_json_get_int(sh, "seed", &seed, err) < 0) {
-				json_decref(mj);
-				free(s);
-				goto out;
-			}
-			json_decref(mj);
 			free(s);
-			char buf[512];
-			gk_nn_data *probe = t->data;
-			(void)probe;
-			uint64_t mylen = 0;
-			/* the new part's length: from a fresh state */
-			char cur[STATE_BYTES];
-			gk_nn_data_state(t->data, cur, sizeof(cur));
-			json_t *cj = json_loads(cur, 0, NULL);
-			json_t *csh = cj ? json_object_get(cj, "shard") : NULL;
-			int64_t cl = 0;
-			if (csh)
-				gk_json_get_int(csh, "samples", &cl, NULL);
-			json_decref(cj);
-			mylen = (uint64_t)cl;
-			uint64_t np = samples > 0 ? (uint64_t)((double)pos / (double)samples * (double)mylen) : 0;
-			snprintf(buf, sizeof(buf),
-				 "{\"kind\":\"shard\",\"shard\":{\"seed\":%" PRId64 ",\"epoch\":%" PRId64
-				 ",\"pos\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"part\":%d,\"parts\":%d},\"skip\":0}",
-				 seed, epoch, np, mylen, t->rank, t->world);
-			snprintf(t->data_note, sizeof(t->data_note),
-				 "data position remapped from %" PRId64 " ranks to %d (approximate for shards)",
-				 world, t->world);
-			if (gk_nn_data_restore(t->data, buf, err) < 0)
+			const char **all = calloc((size_t)world, sizeof(*all));
+			char **own = calloc((size_t)world, sizeof(*own));
+			int r = all && own ? 0 : gk_err_sys(err, ENOMEM, "read '%s'", path);
+			for (int64_t k = 0; r == 0 && k < world; k++) {
+				own[k] = json_dumps(json_array_get(ds, (size_t)k), JSON_COMPACT);
+				all[k] = own[k];
+				if (!own[k])
+					r = gk_err_sys(err, ENOMEM, "read '%s'", path);
+			}
+			if (r == 0)
+				r = gk_nn_data_restore_world(t->data, all, (size_t)world, err);
+			for (int64_t k = 0; own && k < world; k++)
+				free(own[k]);
+			free(own);
+			free(all);
+			if (r < 0)
 				goto out;
+			snprintf(t->data_note, sizeof(t->data_note),
+				 "data position remapped from %" PRId64 " ranks to %d", world, t->world);
 		} else {
 			int r = gk_nn_data_restore(t->data, s, err);
 			free(s);
