@@ -399,6 +399,9 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "--data is required");
 	if (o.resume && !o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
+	if (metrics && (o.eval_only || dump))
+		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
+				   o.eval_only ? "--eval-only" : "--dump-data");
 	if (o.zero && o.compress)
 		gk_cli_usage_error(&cli, "--compress works with --zero 0 only (compressed allreduce)");
 	if (o.sched.min_lr < 0)

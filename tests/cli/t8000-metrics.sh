@@ -103,9 +103,14 @@ test_expect_success 'gpu-train: a file it cannot write is reported once, trainin
 	! test -e nodir
 '
 
-test_expect_success 'gpu-train: --metrics with an empty name is a usage error' '
+test_expect_success 'gpu-train: --metrics usage errors' '
 	test_expect_code 2 gpu-train --data train.bin --metrics "" 2>err &&
-	grep "^gpu-train: --metrics .*empty" err
+	grep "^gpu-train: --metrics .*empty" err &&
+	test_expect_code 2 gpu-train $A --eval-only --metrics e.prom 2>err &&
+	grep "^gpu-train: --metrics reports training: not with --eval-only" err &&
+	test_expect_code 2 gpu-train $A --dump-data 1 --metrics e.prom 2>err &&
+	grep "^gpu-train: --metrics reports training: not with --dump-data" err &&
+	! test -e e.prom
 '
 
 # check.py FILE JSON: every row and summary of allreduce-bench --json
