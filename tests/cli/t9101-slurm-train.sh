@@ -1,0 +1,86 @@
+#!/bin/sh
+test_description='Slurm: scripts/sbatch-train preempted, requeued and resumed
+
+The job (2 tasks on the local one-node Slurm, a tiny model) gets USR1
+from `scancel --signal=USR1 --batch` in the middle of its run: gpu-train
+checkpoints, the script requeues the job, the job runs again with
+--resume and ends with the final loss of an uninterrupted run. A failing
+training job hands its exit code and message back.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+. "$GK_TOP/tests/cli/lib-slurm.sh"
+
+if ! command -v mpirun >/dev/null 2>&1; then
+	skip_all="no mpirun (Open MPI)"
+	test_done
+fi
+slurm_start
+
+STEPS=3000
+
+# A requeued job waits for a BeginTime Slurm sets in the future; lift it
+# so the test does not sit out the delay, and wait for the job to end.
+wait_requeued() {
+	i=0
+	while state=$(squeue -h -j "$1" -o "%T %r" 2>/dev/null) && test -n "$state"; do
+		case $state in
+		"PENDING BeginTime"*)
+			echo "job $1 requeued with a BeginTime: StartTime=now"
+			scontrol update JobId="$1" StartTime=now ;;
+		"PENDING JobHeld"*)
+			echo "job $1 requeued held: release"
+			scontrol release "$1" ;;
+		esac
+		i=$((i + 1))
+		[ "$i" -lt 600 ] || return 1
+		sleep 0.5
+	done
+}
+
+test_expect_success 'data; the uninterrupted run, 2 ranks' '
+	train_data &&
+	mpi 2 --data train.bin $TINY --batch 4 --steps $STEPS --json >ref.json &&
+	losses ref.json | tail -n 1 >ref.last
+'
+
+test_expect_success 'sbatch-train: USR1 mid-run, checkpoint, requeue, resume, same final loss' '
+	DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=$STEPS BIND=0 \
+	CKPT="$PWD/ck" LOG=train.jsonl \
+		sbatch --parsable -N 1 --ntasks-per-node 2 -o job.out -e job.err \
+		"$GK_TOP/scripts/sbatch-train" >jobid &&
+	job=$(cat jobid) &&
+	test_when_finished "scancel $job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		grep -q "\"event\": *\"step\"" train.jsonl 2>/dev/null && break
+		sleep 0.1
+	done &&
+	scancel --signal=USR1 --batch $job &&
+	wait_requeued $job &&
+	cat job.err &&
+	grep "USR1: checkpointing and stopping" job.err &&
+	grep "requeueing" job.err &&
+	scontrol show job $job >show &&
+	grep -E "Restarts=1( |$)" show &&
+	grep "JobState=COMPLETED" show &&
+	grep "ExitCode=0:0" show &&
+	jq -s -e "map(select(.event == \"start\")) | length == 2" train.jsonl &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [range(1; $STEPS + 1)]" train.jsonl &&
+	at=$(sed -n "s/^sbatch-train: stopped at step \([0-9]*\) of $STEPS: requeueing$/\1/p" job.err) &&
+	echo "preempted at step $at of $STEPS" &&
+	test "$at" -gt 0 && test "$at" -lt $STEPS &&
+	test -f ck/step-$(printf %08d $at)/COMMIT &&
+	losses train.jsonl | tail -n 1 >job.last &&
+	test_cmp ref.last job.last
+'
+
+test_expect_success 'a failing training job: its exit code and message reach the user' '
+	test_expect_code 1 timeout 120 env DATA=missing.bin MODEL="$TINY" ARGS="--batch 4" \
+		STEPS=4 BIND=0 CKPT="$PWD/ck-bad" LOG=bad.jsonl \
+		sbatch --wait -N 1 --ntasks-per-node 2 -o bad.out -e bad.err \
+		"$GK_TOP/scripts/sbatch-train" &&
+	cat bad.err &&
+	grep "gpu-train: .*missing.bin" bad.err &&
+	grep "sbatch-train: gpu-train failed (exit 1)" bad.err
+'
+
+test_done
