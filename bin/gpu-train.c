@@ -53,6 +53,7 @@ static const char usage[] =
 	"  --compress KIND       none, bf16, f16 or int8 gradient allreduce (ZeRO 0)\n"
 	"  --bucket SIZE         gradient bucket size (default 25M)\n"
 	"  --no-overlap          allreduce after backward instead of during it\n"
+	"  --timeout SECONDS     fail a collective with no progress for this long, 0 off (default 600)\n"
 	"checkpoints:\n"
 	"  --ckpt-dir DIR        where step directories go\n"
 	"  --ckpt-every N        checkpoint every N steps (and always at the end)\n"
@@ -76,7 +77,7 @@ enum {
 	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
-	OPT_TEMP, OPT_TOPK,
+	OPT_TEMP, OPT_TOPK, OPT_TIMEOUT,
 };
 
 static const struct option longopts[] = {
@@ -116,6 +117,7 @@ static const struct option longopts[] = {
 	{"compress", required_argument, NULL, OPT_COMPRESS},
 	{"bucket", required_argument, NULL, OPT_BUCKET},
 	{"no-overlap", no_argument, NULL, OPT_NOOVERLAP},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
 	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
 	{"resume", no_argument, NULL, OPT_RESUME},
@@ -337,6 +339,12 @@ int main(int argc, char **argv)
 		case OPT_EPS: o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
 		case OPT_WD: o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
 		case OPT_SKIPNF: o.skip_nonfinite = 1; break;
+		case OPT_TIMEOUT: {
+			/* The library reads 0 as its default and < 0 as off. */
+			double v = num("--timeout", optarg, 0, 1e9);
+			o.timeout = v > 0 ? v : -1;
+			break;
+		}
 		case OPT_ZERO: o.zero = (int)gk_cli_i64(&cli, "--zero", optarg, 0, 1); break;
 		case OPT_COMPRESS: {
 			int k = gk_comm_compress_parse(optarg);

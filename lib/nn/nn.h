@@ -351,6 +351,7 @@ typedef struct gk_nn_train_opts {
 	gk_comm_compress compress;   /* ZeRO-0 buckets only */
 	int overlap;            /* allreduce buckets during backward */
 	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
+	double timeout;         /* collective watchdog, gk_comm_config's */
 	const char *ckpt_dir;
 	int64_t ckpt_every;
 	int resume;             /* continue from ckpt_dir's latest, if any */

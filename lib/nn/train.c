@@ -441,7 +441,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->o.grad_accum = 1;
 	if (t->o.threads <= 0)
 		t->o.threads = gk_nn_default_threads();
-	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO};
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout};
 	if (gk_comm_open(&t->comm, &cc, err) < 0)
 		goto fail;
 	t->rank = gk_comm_rank(t->comm);
