@@ -1,0 +1,139 @@
+#!/bin/sh
+test_description='faults on a 2-rank job: a dead rank, a stopped rank
+
+kill -9 of one rank of mpirun -np 2 gpu-train ends the whole job within
+a bound, non-zero, with a message naming the lost rank, and --resume
+continues from the last committed checkpoint with the losses of an
+uninterrupted run, bit for bit. A rank stopped with SIGSTOP makes the
+collective watchdog (--timeout) end gpu-train and allreduce-bench with a
+message naming the operation instead of hanging.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+if ! test_have_prereq MPI; then
+	skip_all="no mpirun"
+	test_done
+fi
+
+A="--data train.bin $TINY --batch 4 --json"
+# Marks this test's ranks, so that other jobs on the machine are never hit.
+TAG="t9200-$$"
+
+# start_job OUT ERR PROG ARGS...: mpirun -np 2 in the background, $job its pid
+start_job() {
+	out=$1 err=$2
+	shift 2
+	FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none -np 2 "$@" \
+		>"$out" 2>"$err" &
+	job=$!
+}
+
+# rank_pid PROG R: the pid of rank R of this test's job, empty if none yet
+rank_pid() {
+	for p in $(pgrep -x "$1"); do
+		tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null >env.$p || continue
+		if grep -qx "FAULT_TAG=$TAG" env.$p &&
+		   grep -qx "OMPI_COMM_WORLD_RANK=$2" env.$p; then
+			rm -f env.$p
+			echo "$p"
+			return 0
+		fi
+		rm -f env.$p
+	done
+}
+
+# wait_job LIMIT: wait for $job at most LIMIT seconds; $rc its status, $took seconds
+wait_job() {
+	t0=$(date +%s.%N)
+	i=0
+	while kill -0 $job 2>/dev/null && test $i -lt $(($1 * 20)); do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	if kill -0 $job 2>/dev/null; then
+		kill $job
+		wait $job
+		echo "job still running after $1 s" >&2
+		return 1
+	fi
+	wait $job
+	rc=$?
+	took=$(python3 -c "import sys, time; print('%.1f' % (time.time() - float(sys.argv[1])))" "$t0")
+	echo "ended ${took} s after the fault, status $rc" >&2
+}
+
+test_expect_success 'data and an uninterrupted 2-rank run' '
+	train_data &&
+	mpi 2 $A --steps 300 >full.json &&
+	test "$(losses full.json | wc -l)" = 300
+'
+
+test_expect_success 'kill -9 of rank 1: the job ends in bounded time, non-zero, naming rank 1' '
+	start_job k.json k.err gpu-train $A --steps 300 --ckpt-every 10 --ckpt-dir ck &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		test -e ck/latest && test "$(readlink ck/latest)" != step-00000010 && break
+		sleep 0.05
+	done &&
+	victim=$(rank_pid gpu-train 1) &&
+	test -n "$victim" &&
+	kill -9 $victim &&
+	wait_job 30 &&
+	test $rc -ne 0 &&
+	awk "BEGIN { exit !($took < 10) }" &&
+	grep "rank 1 .*signal 9" k.err &&
+	test "$(jq -s "map(select(.event == \"step\")) | last | .step" k.json)" -lt 300
+'
+
+test_expect_success 'kill -9: --resume continues from the last commit with the same losses' '
+	last=$(readlink ck/latest) &&
+	at=$(jq .step ck/latest/trainer.json) &&
+	test -f "ck/$last/COMMIT" &&
+	ckpt-merge --check ck/latest &&
+	mpi 2 $A --steps 300 --ckpt-every 10 --ckpt-dir ck --resume >r.json &&
+	test "$(jq -s "map(select(.event == \"step\")) | first | .step" r.json)" = $((at + 1)) &&
+	jq -r "select(.event == \"step\" and .step > $at) | .loss" full.json >want &&
+	losses r.json >got &&
+	test_cmp want got
+'
+
+test_expect_success '--timeout: a stopped rank ends gpu-train naming the collective' '
+	start_job s.json s.err gpu-train $A --steps 100000 --timeout 2 &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		test -s s.json && grep -q "\"step\"" s.json && break
+		sleep 0.05
+	done &&
+	victim=$(rank_pid gpu-train 1) &&
+	test -n "$victim" &&
+	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
+	kill -STOP $victim &&
+	wait_job 60 &&
+	test $rc -eq 1 &&
+	grep "^gpu-train: allreduce: no progress for 2 s (a rank stopped or the network is down)$" s.err &&
+	awk "BEGIN { exit !($took >= 2 && $took < 30) }"
+'
+
+test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the collective' '
+	start_job b.out b.err allreduce-bench -b 64K -e 64K -n 10000000 -w 0 -c 0 --timeout 1 &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 200); do
+		victim=$(rank_pid allreduce-bench 1) && test -n "$victim" && break
+		sleep 0.05
+	done &&
+	sleep 1 &&
+	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
+	kill -STOP $victim &&
+	wait_job 60 &&
+	test $rc -eq 1 &&
+	grep "^allreduce-bench: allreduce: no progress for 1 s (a rank stopped or the network is down)$" b.err
+'
+
+test_expect_success '--timeout: bad values are usage errors' '
+	test_expect_code 2 gpu-train $A --steps 1 --timeout -1 2>e1 &&
+	grep "^gpu-train: .*--timeout" e1 &&
+	test_expect_code 2 allreduce-bench --timeout abc 2>e2 &&
+	grep "^allreduce-bench: .*--timeout" e2
+'
+
+test_done
