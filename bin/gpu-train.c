@@ -58,6 +58,7 @@ static const char usage[] =
 	"  --ckpt-dir DIR        where step directories go\n"
 	"  --ckpt-every N        checkpoint every N steps (and always at the end)\n"
 	"  --resume              continue from DIR's latest checkpoint, if there is one\n"
+	"  --ckpt-error stop|continue  a failed checkpoint (disk full) stops the run (default)\n"
 	"evaluation and sampling:\n"
 	"  --eval-every N        evaluate on --val-data every N steps\n"
 	"  --eval-batches N      micro-batches per evaluation, 0 all (default 0)\n"
@@ -77,7 +78,7 @@ enum {
 	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
-	OPT_TEMP, OPT_TOPK, OPT_TIMEOUT,
+	OPT_TEMP, OPT_TOPK, OPT_TIMEOUT, OPT_CKERR,
 };
 
 static const struct option longopts[] = {
@@ -121,6 +122,7 @@ static const struct option longopts[] = {
 	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
 	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
 	{"resume", no_argument, NULL, OPT_RESUME},
+	{"ckpt-error", required_argument, NULL, OPT_CKERR},
 	{"eval-every", required_argument, NULL, OPT_EVEVERY},
 	{"eval-batches", required_argument, NULL, OPT_EVBATCH},
 	{"eval-only", no_argument, NULL, OPT_EVONLY},
@@ -235,6 +237,13 @@ static void on_ckpt(int64_t step, void *ctx)
 	}
 }
 
+static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
+{
+	(void)ctx;
+	gk_cli_warn(&cli, "checkpoint step %" PRId64 " not written, training goes on: %s",
+		    step, why->msg);
+}
+
 /* --dump-data: what the trainer would read, per rank, without a model. */
 static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
 {
@@ -339,6 +348,14 @@ int main(int argc, char **argv)
 		case OPT_EPS: o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
 		case OPT_WD: o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
 		case OPT_SKIPNF: o.skip_nonfinite = 1; break;
+		case OPT_CKERR:
+			if (strcmp(optarg, "stop") == 0)
+				o.ckpt_continue = 0;
+			else if (strcmp(optarg, "continue") == 0)
+				o.ckpt_continue = 1;
+			else
+				gk_cli_usage_error(&cli, "--ckpt-error '%s': not one of stop continue", optarg);
+			break;
 		case OPT_TIMEOUT: {
 			/* The library reads 0 as its default and < 0 as off. */
 			double v = num("--timeout", optarg, 0, 1e9);
@@ -483,7 +500,7 @@ int main(int argc, char **argv)
 		}
 	} else {
 		out_ctx ctx = {mem, o.steps};
-		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx};
+		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
 		gk_nn_train_summary s;
 		if (gk_nn_trainer_run(t, &h, &s, &err) < 0)
 			goto fail;

@@ -358,6 +358,7 @@ typedef struct gk_nn_train_opts {
 	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
 	int eval_only;
 	int skip_nonfinite;
+	int ckpt_continue;      /* a failed checkpoint: warn (hook) and train on */
 	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
 	 * next step boundary, 2 stop without a checkpoint. */
 	volatile sig_atomic_t *stop;
@@ -391,6 +392,13 @@ typedef struct gk_nn_train_hooks {
 	void (*step)(const gk_nn_train_log *l, void *ctx);
 	void (*checkpoint)(int64_t step, void *ctx); /* committed */
 	void *ctx;
+	/*
+	 * With ckpt_continue, checkpoint step failed (why says how; the
+	 * staging directory is removed, latest still names the previous
+	 * one) and training goes on. Called on the ranks that failed, and
+	 * on rank 0 when another rank did.
+	 */
+	void (*checkpoint_failed)(int64_t step, const gk_err *why, void *ctx);
 } gk_nn_train_hooks;
 
 typedef struct gk_nn_train_summary {

@@ -792,6 +792,12 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 			int64_t step = j->step;
 			job_free(j);
 			t->job = NULL;
+			if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
+				/* Every rank agreed on the failure, so all go on. */
+				if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
+					h->checkpoint_failed(step, err, h->ctx);
+				return 0;
+			}
 			if (rc < 0 || failed > 0)
 				return -1;
 			if (h && h->checkpoint && t->rank == 0)

@@ -1,5 +1,5 @@
 #!/bin/sh
-test_description='faults on a 2-rank job: a dead rank, a stopped rank
+test_description='faults on a 2-rank job: a dead rank, a stopped rank, a full disk
 
 kill -9 of one rank of mpirun -np 2 gpu-train ends the whole job within
 a bound, non-zero, with a message naming the lost rank, and --resume
@@ -110,7 +110,8 @@ test_expect_success '--timeout: a stopped rank ends gpu-train naming the collect
 	kill -STOP $victim &&
 	wait_job 60 &&
 	test $rc -eq 1 &&
-	grep "^gpu-train: allreduce: no progress for 2 s (a rank stopped or the network is down)$" s.err &&
+	# the step waits in the gradient allreduce or in the barrier before the loss allreduce
+	grep -E "^gpu-train: (allreduce|barrier): no progress for 2 s \(a rank stopped or the network is down\)$" s.err &&
 	awk "BEGIN { exit !($took >= 2 && $took < 30) }"
 '
 
@@ -129,11 +130,55 @@ test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the c
 	grep "^allreduce-bench: allreduce: no progress for 1 s (a rank stopped or the network is down)$" b.err
 '
 
+# A small tmpfs of our own (a private mount namespace): full after one checkpoint.
+if unshare -rm sh -c "mkdir -p /tmp && mount -t tmpfs -o size=4k tmpfs /tmp" 2>/dev/null; then
+	test_set_prereq TMPFS
+fi
+
+# in_small_fs DIR CMD: run CMD with a 700 KiB tmpfs on DIR (one tiny checkpoint is 456 KiB)
+in_small_fs() {
+	mkdir -p "$1" &&
+	unshare -rm sh -c "mount -t tmpfs -o size=700k tmpfs '$1' && $2"
+}
+
+test_expect_success TMPFS 'disk full during a checkpoint: --ckpt-error stop (default) exits 1, latest intact' '
+	mpi 2 $A --steps 12 >s12.json &&
+	losses s12.json >s12 &&
+	in_small_fs full "
+		timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 12 --ckpt-every 4 \
+			--ckpt-dir full >f1.json 2>f1.err; echo \$? >f1.rc;
+		ls -A full >f1.ls; readlink full/latest >f1.latest;
+		ckpt-merge --check full/latest >f1.check 2>&1; echo \$? >>f1.check
+		timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 12 --ckpt-every 4 \
+			--ckpt-dir full --resume --ckpt-error continue >f2.json 2>f2.err; echo \$? >f2.rc;
+		ls -A full >f2.ls" &&
+	test "$(cat f1.rc)" = 1 &&
+	grep "^gpu-train: write .full/\.step-00000008\.tmp-.*: No space left on device$" f1.err &&
+	printf "latest\nstep-00000004\n" >want.ls &&
+	test_cmp want.ls f1.ls &&
+	test "$(cat f1.latest)" = step-00000004 &&
+	test "$(tail -n 1 f1.check)" = 0 &&
+	test "$(jq -s "map(select(.event == \"step\")) | last | .step" f1.json)" -lt 12
+'
+
+test_expect_success TMPFS 'disk full: --ckpt-error continue warns, trains on with the same losses' '
+	test "$(cat f2.rc)" = 0 &&
+	grep -c "^gpu-train: warning: checkpoint step [0-9]* not written, training goes on: .*No space left on device$" f2.err >nwarn &&
+	echo 2 >want.n &&
+	test_cmp want.n nwarn &&
+	test_cmp want.ls f2.ls &&
+	losses f2.json >got12 &&
+	tail -n 8 s12 >want12 &&
+	test_cmp want12 got12
+'
+
 test_expect_success '--timeout: bad values are usage errors' '
 	test_expect_code 2 gpu-train $A --steps 1 --timeout -1 2>e1 &&
 	grep "^gpu-train: .*--timeout" e1 &&
 	test_expect_code 2 allreduce-bench --timeout abc 2>e2 &&
-	grep "^allreduce-bench: .*--timeout" e2
+	grep "^allreduce-bench: .*--timeout" e2 &&
+	test_expect_code 2 gpu-train $A --steps 1 --ckpt-error maybe 2>e3 &&
+	grep "^gpu-train: --ckpt-error .maybe.: not one of stop continue$" e3
 '
 
 test_done
