@@ -31,6 +31,7 @@ static const char usage[] =
 	"  --val-data SRC        data for --eval-every and the end of the run\n"
 	"  --shuffle on|none     shard and window shuffle (default on)\n"
 	"  --eot ID              end-of-text token between documents (default vocab - 1)\n"
+	"  --bad-sample stop|skip  a corrupt sample stops the run (default) or is skipped and counted\n"
 	"  --dump-data N         print each rank's first N micro-batches as JSON and exit\n"
 	"step:\n"
 	"  -b, --batch B         sequences per micro-batch per rank (default 4)\n"
@@ -78,7 +79,7 @@ enum {
 	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
-	OPT_TEMP, OPT_TOPK, OPT_TIMEOUT, OPT_CKERR,
+	OPT_TEMP, OPT_TOPK, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
 };
 
 static const struct option longopts[] = {
@@ -123,6 +124,7 @@ static const struct option longopts[] = {
 	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
 	{"resume", no_argument, NULL, OPT_RESUME},
 	{"ckpt-error", required_argument, NULL, OPT_CKERR},
+	{"bad-sample", required_argument, NULL, OPT_BADSAMPLE},
 	{"eval-every", required_argument, NULL, OPT_EVEVERY},
 	{"eval-batches", required_argument, NULL, OPT_EVBATCH},
 	{"eval-only", no_argument, NULL, OPT_EVONLY},
@@ -183,6 +185,7 @@ static void print_mem(const gk_nn_train_mem *m, json_t *into)
 typedef struct out_ctx {
 	const gk_nn_train_mem *mem;
 	int64_t steps;
+	int skip_bad; /* report bad_samples */
 } out_ctx;
 
 static void emit(json_t *o)
@@ -211,6 +214,8 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 				      "skipped", l->skipped);
 		if (!isnan(l->val_loss))
 			json_object_set_new(o, "val_loss", jnum(l->val_loss));
+		if (c->skip_bad)
+			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		print_mem(c->mem, o);
 		emit(o);
 		return;
@@ -356,6 +361,14 @@ int main(int argc, char **argv)
 			else
 				gk_cli_usage_error(&cli, "--ckpt-error '%s': not one of stop continue", optarg);
 			break;
+		case OPT_BADSAMPLE:
+			if (strcmp(optarg, "stop") == 0)
+				o.skip_bad = 0;
+			else if (strcmp(optarg, "skip") == 0)
+				o.skip_bad = 1;
+			else
+				gk_cli_usage_error(&cli, "--bad-sample '%s': not one of stop skip", optarg);
+			break;
 		case OPT_TIMEOUT: {
 			/* The library reads 0 as its default and < 0 as off. */
 			double v = num("--timeout", optarg, 0, 1e9);
@@ -499,7 +512,7 @@ int main(int argc, char **argv)
 				       loss, nb, o.batch, o.seq);
 		}
 	} else {
-		out_ctx ctx = {mem, o.steps};
+		out_ctx ctx = {mem, o.steps, o.skip_bad};
 		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
 		gk_nn_train_summary s;
 		if (gk_nn_trainer_run(t, &h, &s, &err) < 0)
@@ -519,6 +532,8 @@ int main(int argc, char **argv)
 					json_object_set_new(j, "val_loss", jnum(s.val_loss));
 				if (s.data_note)
 					json_object_set_new(j, "note", json_string(s.data_note));
+				if (o.skip_bad)
+					json_object_set_new(j, "bad_samples", json_integer(s.bad_samples));
 				emit(j);
 			} else if (!cli.quiet) {
 				printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
@@ -530,6 +545,8 @@ int main(int argc, char **argv)
 					printf("val loss %.4f\n", s.val_loss);
 				if (s.data_note)
 					printf("note: %s\n", s.data_note);
+				if (s.bad_samples)
+					printf("skipped %" PRId64 " corrupt samples\n", s.bad_samples);
 			}
 		}
 		if (s.stopped == 2)

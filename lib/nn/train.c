@@ -331,7 +331,8 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 {
 	gk_nn_data_opts dop = {.rank = t->rank, .world = t->world, .shuffle = shuffle,
 			       .seed = t->o.seed, .vocab = t->cfg.vocab, .eot = t->o.eot,
-			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop};
+			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop,
+			       .skip_bad = t->o.skip_bad};
 	return gk_nn_data_open(d, src, &dop, err);
 }
 
@@ -942,9 +943,10 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		float *g = o->zero && t->world > 1 ? t->gpad + t->lo : grads + t->lo;
 		int sig = o->stop ? (int)*o->stop : 0;
 		int wr = t->job ? atomic_load(&t->job->written) : 0;
-		double v[6] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0,
-			       o->zero && t->world > 1 ? gk_nn_sumsq(g, n) : 0};
-		if (allreduce_f64(t, v, 6, err) < 0)
+		double v[7] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0,
+			       o->zero && t->world > 1 ? gk_nn_sumsq(g, n) : 0,
+			       (double)gk_nn_data_bad(t->data)};
+		if (allreduce_f64(t, v, 7, err) < 0)
 			return -1;
 		loss = v[0] / t->world;
 		double sumsq = o->zero && t->world > 1 ? v[5] : gk_nn_sumsq(grads, t->N);
@@ -989,12 +991,14 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			.tokens = t->tokens, .step_ms = (t1 - t0) * 1e3,
 			.comm_ms = t->comm_start ? (tc - t->comm_start) * 1e3 : 0,
 			.exposed_comm_ms = exposed * 1e3, .skipped = skip,
+			.bad_samples = (int64_t)v[6],
 			.val_loss = NAN,
 		};
 		lg.tokens_per_s = step_tokens / (t1 - t0);
 		lg.gflops = flops * o->grad_accum / (t1 - t0) / 1e9;
 		sum->steps++;
 		sum->last_loss = loss;
+		sum->bad_samples = lg.bad_samples;
 		if (loss < sum->min_loss)
 			sum->min_loss = loss;
 		if (o->val_data && o->eval_every > 0 && step % o->eval_every == 0) {

@@ -1,12 +1,16 @@
 #!/bin/sh
-test_description='faults on a 2-rank job: a dead rank, a stopped rank, a full disk
+test_description='faults on a 2-rank job: a dead rank, a stopped rank, a full disk,
+a corrupt sample
 
 kill -9 of one rank of mpirun -np 2 gpu-train ends the whole job within
 a bound, non-zero, with a message naming the lost rank, and --resume
 continues from the last committed checkpoint with the losses of an
 uninterrupted run, bit for bit. A rank stopped with SIGSTOP makes the
 collective watchdog (--timeout) end gpu-train and allreduce-bench with a
-message naming the operation instead of hanging.'
+message naming the operation instead of hanging. A disk that fills during
+a checkpoint leaves the previous one and latest intact, and stops the run
+or, with --ckpt-error continue, warns. A corrupt sample stops the run
+naming shard and sample, or with --bad-sample skip is skipped and counted.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -172,13 +176,45 @@ test_expect_success TMPFS 'disk full: --ckpt-error continue warns, trains on wit
 	test_cmp want12 got12
 '
 
+test_expect_success 'shards with a corrupt sample in the middle of the epoch' '
+	mkdir corpus &&
+	for f in "$GK_TOP"/lib/core/*.c; do
+		cp "$f" "corpus/$(basename "$f" .c).txt" || return 1
+	done &&
+	printf "this is not an npy array" >corpus/m-bad.npy &&
+	data-pack -q -c -o sh-%02d.tar --max-count 4 corpus/ &&
+	tar -tf sh-02.tar >members &&
+	grep -x m-bad.npy members
+'
+
+B="--data sh-{00..03}.tar $TINY --batch 4 --json --steps 400"
+
+test_expect_success '--bad-sample stop (default): exit 1 naming the shard and sample' '
+	test_expect_code 1 mpi 2 $B >c1.json 2>c1.err &&
+	grep "^gpu-train: shard .sh-02\.tar. sample .m-bad.: not a \.npy file (no \\\\x93NUMPY magic)$" c1.err &&
+	losses c1.json >c1 &&
+	test "$(wc -l <c1)" -gt 10 &&
+	test "$(wc -l <c1)" -lt 400
+'
+
+test_expect_success '--bad-sample skip: the run goes on, the skip counted in steps and summary' '
+	mpi 2 $B --bad-sample skip >c2.json 2>c2.err &&
+	jq -s -e "map(select(.event == \"summary\"))[0] | .bad_samples == 1 and .step == 400" c2.json &&
+	jq -s -e "map(select(.event == \"step\")) | (.[0].bad_samples == 0) and (last.bad_samples == 1)" c2.json &&
+	losses c2.json >c2 &&
+	head -n "$(wc -l <c1)" c2 >c2head &&
+	test_cmp c1 c2head
+'
+
 test_expect_success '--timeout: bad values are usage errors' '
 	test_expect_code 2 gpu-train $A --steps 1 --timeout -1 2>e1 &&
 	grep "^gpu-train: .*--timeout" e1 &&
 	test_expect_code 2 allreduce-bench --timeout abc 2>e2 &&
 	grep "^allreduce-bench: .*--timeout" e2 &&
 	test_expect_code 2 gpu-train $A --steps 1 --ckpt-error maybe 2>e3 &&
-	grep "^gpu-train: --ckpt-error .maybe.: not one of stop continue$" e3
+	grep "^gpu-train: --ckpt-error .maybe.: not one of stop continue$" e3 &&
+	test_expect_code 2 gpu-train $A --steps 1 --bad-sample maybe 2>e4 &&
+	grep "^gpu-train: --bad-sample .maybe.: not one of stop skip$" e4
 '
 
 test_done
