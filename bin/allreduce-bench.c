@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -21,6 +22,7 @@ static const char usage[] =
 	"                       [--backend NAME] [--algo NAME|all]\n"
 	"                       [--compress bf16|f16|int8] [--collective NAME]\n"
 	"                       [--segment SIZE] [--timeout SECONDS] [--json | --csv]\n"
+	"                       [--metrics FILE]\n"
 	"  -b, -e      smallest and largest message in bytes (8, 32M)\n"
 	"  -f, -i      grow sizes by a factor (2) or by a step in bytes\n"
 	"  -n, -w      timed and warmup iterations (20, 5)\n"
@@ -30,10 +32,11 @@ static const char usage[] =
 	"  -a          time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (1)\n"
 	"  --backend   auto self mpi nccl      --algo  auto native ring rd rabenseifner all\n"
 	"  --collective allreduce reducescatter allgather broadcast\n"
-	"  --timeout   fail a call with no progress for this long, 0 off (600)\n";
+	"  --timeout   fail a call with no progress for this long, 0 off (600)\n"
+	"  --metrics FILE  write the results in Prometheus' text format at the end\n";
 
 enum { OPT_BACKEND = GK_OPT_FIRST_TOOL, OPT_ALGO, OPT_COMPRESS, OPT_COLL,
-       OPT_CSV, OPT_SEGMENT, OPT_TIMEOUT };
+       OPT_CSV, OPT_SEGMENT, OPT_METRICS, OPT_TIMEOUT };
 
 static const struct option longopts[] = {
 	GK_CLI_LONGOPTS,
@@ -56,21 +59,11 @@ static const struct option longopts[] = {
 	{"collective", required_argument, NULL, OPT_COLL},
 	{"csv", no_argument, NULL, OPT_CSV},
 	{"segment", required_argument, NULL, OPT_SEGMENT},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{NULL, 0, NULL, 0},
 };
 
-/* nccl-tests' type names. */
-static const char *type_name(gk_dtype dt)
-{
-	switch (dt) {
-	case GK_DT_F64: return "double";
-	case GK_DT_F16: return "half";
-	case GK_DT_BF16: return "bfloat16";
-	case GK_DT_I32: return "int32";
-	default: return "float";
-	}
-}
 
 /* nccl-tests' getFloatStr: as many decimals as fit the width. */
 static char *fnum(double v, int width, char *s, size_t n)
@@ -114,6 +107,8 @@ typedef struct out {
 	int me, csv;
 	double mcbw;
 	json_t *jres, *javg;
+	gk_metrics *metrics;  /* --metrics, on rank 0 */
+	gk_err *err;
 } out;
 
 static int on_begin(void *ctx, gk_comm_algo algo)
@@ -141,12 +136,14 @@ static int on_row(void *ctx, const gk_comm_bench_row *w)
 	if (!u->me)
 		return 0;
 	const gk_comm_bench_result *r = w->r;
+	if (u->metrics && gk_comm_bench_metrics_row(u->metrics, w, u->err) < 0)
+		return -1;
 	double mabs = r[0].max_abs > r[1].max_abs ? r[0].max_abs : r[1].max_abs;
 	double mrel = r[0].max_rel > r[1].max_rel ? r[0].max_rel : r[1].max_rel;
 	if (u->cli->json) {
 		json_t *row = json_pack("{s:s,s:I,s:I,s:s,s:s,s:i,s:o,s:o}",
 			"algo", gk_comm_algo_name(w->algo), "size", (json_int_t)w->bytes,
-			"count", (json_int_t)w->count, "type", type_name(w->dt),
+			"count", (json_int_t)w->count, "type", gk_comm_bench_type_name(w->dt),
 			"redop", gk_comm_op_name(w->op), "root", w->root,
 			"out_of_place", jbody(&r[0]), "in_place", jbody(&r[1]));
 		if (u->o->compress) {
@@ -156,7 +153,7 @@ static int on_row(void *ctx, const gk_comm_bench_row *w)
 		json_array_append_new(u->jres, row);
 	} else if (u->csv) {
 		printf("%s,%zu,%zu,%s,%s,%d", gk_comm_algo_name(w->algo), w->bytes,
-		       w->count, type_name(w->dt), gk_comm_op_name(w->op), w->root);
+		       w->count, gk_comm_bench_type_name(w->dt), gk_comm_op_name(w->op), w->root);
 		for (int ip = 0; ip < 2; ip++)
 			printf(",%.3f,%.6g,%.6g,%lld", r[ip].time_us, r[ip].algbw,
 			       r[ip].busbw, (long long)r[ip].wrong);
@@ -165,7 +162,7 @@ static int on_row(void *ctx, const gk_comm_bench_row *w)
 		printf("\n");
 	} else {
 		printf("%12zu  %12zu  %8s  %6s  %6d", w->bytes, w->count,
-		       type_name(w->dt), gk_comm_op_name(w->op), w->root);
+		       gk_comm_bench_type_name(w->dt), gk_comm_op_name(w->op), w->root);
 		body(&r[0]);
 		body(&r[1]);
 		if (u->o->compress)
@@ -178,6 +175,8 @@ static int on_row(void *ctx, const gk_comm_bench_row *w)
 static int on_end(void *ctx, const gk_comm_bench_summary *s)
 {
 	out *u = ctx;
+	if (u->metrics && gk_comm_bench_metrics_summary(u->metrics, s, u->err) < 0)
+		return -1;
 	if (!u->me || u->csv)
 		return 0;
 	if (u->cli->json) {
@@ -211,6 +210,7 @@ int main(int argc, char **argv)
 	gk_comm_bench_opts o;
 	gk_comm_config cfg = {.device = -1};
 	int stepped = 0, csv = 0, c;
+	const char *metrics = NULL;
 	gk_comm_bench_defaults(&o);
 	gk_cli_init(&cli, "allreduce-bench", usage);
 
@@ -263,6 +263,11 @@ int main(int argc, char **argv)
 			break;
 		case OPT_CSV: csv = 1; break;
 		case OPT_SEGMENT: cfg.segment = gk_cli_size(&cli, "--segment", optarg); break;
+		case OPT_METRICS:
+			if (!*optarg)
+				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
+			metrics = optarg;
+			break;
 		case OPT_TIMEOUT: {
 			double v;
 			if (gk_parse_double(optarg, 0, 1e9, &v, "--timeout", &err) < 0)
@@ -313,9 +318,11 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "-r %d: not a rank of a world of %d", o.root, n);
 	}
 
-	out u = {.cli = &cli, .o = &o, .me = me, .csv = csv};
+	out u = {.cli = &cli, .o = &o, .me = me, .csv = csv, .err = &err};
 	size_t mcbytes;
 	if (gk_comm_bench_memcpy(comm, o.maxbytes, &u.mcbw, &mcbytes, &err) < 0)
+		goto fail;
+	if (metrics && me && gk_comm_bench_metrics_new(&u.metrics, comm, &o, &err) < 0)
 		goto fail;
 	int n = gk_comm_world(comm);
 	const char *backend = gk_comm_backend_name(gk_comm_backend_of(comm));
@@ -354,6 +361,19 @@ int main(int argc, char **argv)
 		json_decref(jdoc);
 		goto fail;
 	}
+	/*
+	 * A file that cannot be written fails the run, after the other ranks
+	 * have been let go: they are done.
+	 */
+	int metrics_failed = 0;
+	if (u.metrics && (gk_comm_bench_metrics_run(u.metrics, n, u.mcbw, wrong,
+						    (double)time(NULL), &err) < 0 ||
+			  gk_metrics_write(u.metrics, metrics, &err) < 0)) {
+		gk_cli_fail(&cli, &err);
+		metrics_failed = 1;
+	}
+	gk_metrics_free(u.metrics);
+	u.metrics = NULL;
 	if (me && cli.json) {
 		json_object_set_new(jdoc, "out_of_bounds", json_integer(wrong));
 		int rc = gk_json_dump(stdout, jdoc, 1, &err);
@@ -374,8 +394,9 @@ int main(int argc, char **argv)
 	if (gk_comm_finalize(comm, &err) < 0)
 		goto fail;
 	gk_comm_close(comm);
-	return gk_cli_finish(&cli, wrong ? 1 : 0);
+	return gk_cli_finish(&cli, wrong || metrics_failed ? 1 : 0);
 fail:
+	gk_metrics_free(u.metrics);
 	gk_cli_fail(&cli, &err);
 	fflush(stdout);
 	gk_comm_abort(comm, 1);

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nn/nn.h"
@@ -69,6 +70,7 @@ static const char usage[] =
 	"  --top-k K             sample among the K most likely tokens (default 0: all)\n"
 	"output:\n"
 	"  --json                one JSON object per line (start, steps, summary)\n"
+	"  --metrics FILE        rank 0 rewrites FILE in Prometheus' text format each step\n"
 	"  -q, --quiet           no per-step lines\n"
 	"  -h, --help            this help; --version the version\n";
 
@@ -79,7 +81,7 @@ enum {
 	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
-	OPT_TEMP, OPT_TOPK, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
+	OPT_TEMP, OPT_TOPK, OPT_METRICS, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
 };
 
 static const struct option longopts[] = {
@@ -131,6 +133,7 @@ static const struct option longopts[] = {
 	{"sample", required_argument, NULL, OPT_SAMPLE},
 	{"temperature", required_argument, NULL, OPT_TEMP},
 	{"top-k", required_argument, NULL, OPT_TOPK},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{NULL, 0, NULL, 0},
 };
 
@@ -185,6 +188,10 @@ static void print_mem(const gk_nn_train_mem *m, json_t *into)
 typedef struct out_ctx {
 	const gk_nn_train_mem *mem;
 	int64_t steps;
+	int world;
+	const char *metrics_path;  /* --metrics, or NULL */
+	gk_metrics *metrics;
+	int metrics_failing;       /* warned; quiet until a write succeeds */
 	int skip_bad; /* report bad_samples */
 } out_ctx;
 
@@ -193,6 +200,23 @@ static void emit(json_t *o)
 	gk_json_dump(stdout, o, 0, NULL);
 	fflush(stdout);
 	json_decref(o);
+}
+
+/*
+ * A failed write of the metrics does not stop the run: it is reported
+ * once, and again only after a write has succeeded in between.
+ */
+static void write_metrics(out_ctx *c, const gk_nn_train_log *l)
+{
+	gk_err err = {0};
+	if (gk_nn_train_metrics(c->metrics, l, c->mem, c->world, (double)time(NULL), &err) < 0 ||
+	    gk_metrics_write(c->metrics, c->metrics_path, &err) < 0) {
+		if (!c->metrics_failing)
+			gk_cli_warn(&cli, "%s", err.msg);
+		c->metrics_failing = 1;
+		return;
+	}
+	c->metrics_failing = 0;
 }
 
 /* JSON has no NaN or infinity: those become null. */
@@ -204,6 +228,8 @@ static json_t *jnum(double x)
 static void on_step(const gk_nn_train_log *l, void *ctx)
 {
 	out_ctx *c = ctx;
+	if (c->metrics)
+		write_metrics(c, l);
 	if (cli.json) {
 		json_t *o = json_pack("{s:s,s:I,s:o,s:f,s:o,s:I,s:f,s:f,s:f,s:f,s:f,s:b}",
 				      "event", "step", "step", (json_int_t)l->step, "loss",
@@ -301,6 +327,7 @@ int main(int argc, char **argv)
 	int64_t dump = 0, sample = 0, top_k = 0;
 	double temperature = 1.0;
 	int seq_set = 0;
+	const char *metrics = NULL;
 
 	gk_cli_init(&cli, "gpu-train", usage);
 	int c;
@@ -394,6 +421,11 @@ int main(int argc, char **argv)
 		case OPT_SAMPLE: sample = gk_cli_i64(&cli, "--sample", optarg, 1, 1 << 20); break;
 		case OPT_TEMP: temperature = num("--temperature", optarg, 0, 100); break;
 		case OPT_TOPK: top_k = gk_cli_i64(&cli, "--top-k", optarg, 0, 1 << 24); break;
+		case OPT_METRICS:
+			if (!*optarg)
+				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
+			metrics = optarg;
+			break;
 		default:
 			gk_cli_usage_error(&cli, "unknown option");
 		}
@@ -405,6 +437,9 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "--data is required");
 	if (o.resume && !o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
+	if (metrics && (o.eval_only || dump))
+		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
+				   o.eval_only ? "--eval-only" : "--dump-data");
 	if (o.zero && o.compress)
 		gk_cli_usage_error(&cli, "--compress works with --zero 0 only (compressed allreduce)");
 	if (o.sched.min_lr < 0)
@@ -512,10 +547,14 @@ int main(int argc, char **argv)
 				       loss, nb, o.batch, o.seq);
 		}
 	} else {
-		out_ctx ctx = {mem, o.steps, o.skip_bad};
+		out_ctx ctx = {mem, o.steps, gk_nn_trainer_world(t), metrics, NULL, 0, o.skip_bad};
+		if (metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, &err) < 0)
+			goto fail;
 		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
 		gk_nn_train_summary s;
-		if (gk_nn_trainer_run(t, &h, &s, &err) < 0)
+		int run = gk_nn_trainer_run(t, &h, &s, &err);
+		gk_metrics_free(ctx.metrics);
+		if (run < 0)
 			goto fail;
 		if (rank == 0) {
 			const char *why = s.stopped == 1 ? "signal (checkpointed)" :

@@ -609,3 +609,93 @@ int gk_comm_bench_memcpy(gk_comm *c, uint64_t maxbytes, double *gbs,
 		*gbs = memcpy_bw(*bytes, 9);
 	return gk_comm_barrier(c, err);
 }
+
+const char *gk_comm_bench_type_name(gk_dtype dt)
+{
+	switch (dt) {
+	case GK_DT_F64: return "double";
+	case GK_DT_F16: return "half";
+	case GK_DT_BF16: return "bfloat16";
+	case GK_DT_I32: return "int32";
+	default: return "float";
+	}
+}
+
+/*
+ * Names by Prometheus' conventions (https://prometheus.io/docs/practices/naming/):
+ * bandwidths in bytes per second (the table's GB/s are 1e9 bytes), times
+ * in seconds. The tool is allreduce-bench whatever the collective, so the
+ * prefix stays gpukit_allreduce_ and the collective is a label.
+ */
+int gk_comm_bench_metrics_new(gk_metrics **out, const gk_comm *c,
+			      const gk_comm_bench_opts *o, gk_err *err)
+{
+	const char *lab[] = {"collective", gk_comm_coll_name(o->coll), "backend",
+			     gk_comm_backend_name(gk_comm_backend_of(c)), NULL};
+	return gk_metrics_new(out, lab, err);
+}
+
+int gk_comm_bench_metrics_row(gk_metrics *m, const gk_comm_bench_row *w,
+			      gk_err *err)
+{
+	char size[24], root[16];
+	snprintf(size, sizeof(size), "%zu", w->bytes);
+	snprintf(root, sizeof(root), "%d", w->root);
+	for (int ip = 0; ip < 2; ip++) {
+		const gk_comm_bench_result *r = &w->r[ip];
+		const char *lab[] = {"algo", gk_comm_algo_name(w->algo), "type",
+				     gk_comm_bench_type_name(w->dt), "redop", gk_comm_op_name(w->op),
+				     "size", size, "placement", ip ? "in" : "out",
+				     w->root >= 0 ? "root" : NULL, root, NULL};
+		if (gk_metrics_set(m, "gpukit_allreduce_busbw_bytes_per_second", GK_METRIC_GAUGE,
+				   "Bus bandwidth (nccl-tests' busbw).", lab, r->busbw * 1e9,
+				   err) < 0 ||
+		    gk_metrics_set(m, "gpukit_allreduce_algbw_bytes_per_second", GK_METRIC_GAUGE,
+				   "Algorithm bandwidth: size over time.", lab, r->algbw * 1e9,
+				   err) < 0 ||
+		    gk_metrics_set(m, "gpukit_allreduce_time_seconds", GK_METRIC_GAUGE,
+				   "Time of one collective, the ranks' times combined as -a says.",
+				   lab, r->time_us * 1e-6, err) < 0)
+			return -1;
+		if (r->wrong >= 0 &&
+		    gk_metrics_set(m, "gpukit_allreduce_wrong_elements", GK_METRIC_GAUGE,
+				   "Elements out of bounds in the checked runs, all ranks.", lab,
+				   (double)r->wrong, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int gk_comm_bench_metrics_summary(gk_metrics *m, const gk_comm_bench_summary *s,
+				  gk_err *err)
+{
+	const char *lab[] = {"algo", gk_comm_algo_name(s->algo), NULL};
+	if (gk_metrics_set(m, "gpukit_allreduce_avg_busbw_bytes_per_second", GK_METRIC_GAUGE,
+			   "Mean bus bandwidth of every run of the sweep.", lab,
+			   s->avg_busbw * 1e9, err) < 0 ||
+	    gk_metrics_set(m, "gpukit_allreduce_out_of_bounds_elements", GK_METRIC_GAUGE,
+			   "Elements out of bounds over the sweep.", lab, (double)s->wrong,
+			   err) < 0)
+		return -1;
+	return 0;
+}
+
+int gk_comm_bench_metrics_run(gk_metrics *m, int world, double memcpy_gbs,
+			      int64_t wrong, double now, gk_err *err)
+{
+	if (gk_metrics_set(m, "gpukit_allreduce_world_size", GK_METRIC_GAUGE,
+			   "Ranks in the benchmark.", NULL, world, err) < 0 ||
+	    gk_metrics_set(m, "gpukit_allreduce_success", GK_METRIC_GAUGE,
+			   "1 when every checked result was right, else 0.", NULL,
+			   wrong ? 0 : 1, err) < 0 ||
+	    gk_metrics_set(m, "gpukit_allreduce_last_run_timestamp_seconds", GK_METRIC_GAUGE,
+			   "When the benchmark ended, in Unix time.", NULL, now, err) < 0)
+		return -1;
+	/* no host copy to compare with on device memory */
+	if (memcpy_gbs > 0 &&
+	    gk_metrics_set(m, "gpukit_allreduce_memcpy_bytes_per_second", GK_METRIC_GAUGE,
+			   "Host memcpy bandwidth, the ceiling of a host collective.", NULL,
+			   memcpy_gbs * 1e9, err) < 0)
+		return -1;
+	return 0;
+}

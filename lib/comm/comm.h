@@ -459,4 +459,28 @@ int gk_comm_bench_sweep(gk_comm *c, const gk_comm_bench_opts *o,
 int gk_comm_bench_memcpy(gk_comm *c, uint64_t maxbytes, double *gbs,
 			 size_t *bytes, gk_err *err);
 
+/* nccl-tests' name of a type: "float" "double" "half" "bfloat16" "int32". */
+const char *gk_comm_bench_type_name(gk_dtype dt);
+
+/*
+ * The sweep as Prometheus metrics (allreduce-bench --metrics), on the rank
+ * that writes them. _new labels every sample with the collective and the
+ * backend; _row sets, per placement ("out", "in"), the
+ * gpukit_allreduce_{busbw,algbw}_bytes_per_second, _time_seconds and (when
+ * checked) _wrong_elements samples labelled algo, type, redop, size (the
+ * row's bytes), placement and, for broadcast, root; _summary an
+ * algorithm's avg_busbw_bytes_per_second and out_of_bounds_elements; _run
+ * world_size, success, last_run_timestamp_seconds (now, Unix time) and,
+ * when memcpy_gbs > 0, memcpy_bytes_per_second. -1 with err set when m
+ * refuses a sample.
+ */
+int gk_comm_bench_metrics_new(gk_metrics **out, const gk_comm *c,
+			      const gk_comm_bench_opts *o, gk_err *err);
+int gk_comm_bench_metrics_row(gk_metrics *m, const gk_comm_bench_row *w,
+			      gk_err *err);
+int gk_comm_bench_metrics_summary(gk_metrics *m, const gk_comm_bench_summary *s,
+				  gk_err *err);
+int gk_comm_bench_metrics_run(gk_metrics *m, int world, double memcpy_gbs,
+			      int64_t wrong, double now, gk_err *err);
+
 #endif

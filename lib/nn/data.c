@@ -516,8 +516,9 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len)
 		gk_shard_dataset_state(d->ds, &st);
 		skip = (int64_t)d->head - (int64_t)d->len; /* 0: nothing pending */
 	}
-	char s[256];
-	gk_shard_state_format(&st, s, sizeof(s));
+	char s[3072]; /* a remapped epoch's history makes it longer than most */
+	if (gk_shard_state_format(&st, s, sizeof(s)) >= (int)sizeof(s))
+		return snprintf(buf, len, "{\"kind\":\"shard\",\"error\":\"state too long\"}");
 	return snprintf(buf, len, "{\"kind\":\"shard\",\"shard\":%s,\"skip\":%" PRId64 "}",
 			s, skip);
 }
@@ -568,7 +569,11 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
 	gk_shard_state st;
 	int r = s ? gk_shard_state_parse(s, &st, err) : gk_errf(err, "data state: out of memory");
 	free(s);
-	if (r < 0 || gk_shard_dataset_restore(d->ds, &st, err) < 0)
+	if (r < 0)
+		goto out;
+	r = gk_shard_dataset_restore(d->ds, &st, err);
+	gk_shard_state_free(&st);
+	if (r < 0)
 		goto out;
 	d->len = d->head = d->nq = 0;
 	d->ended = 0;
@@ -588,6 +593,45 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
 	rc = 0;
 out:
 	json_decref(j);
+	return rc;
+}
+
+int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
+			     gk_err *err)
+{
+	gk_shard_state *st = calloc(n ? n : 1, sizeof(*st));
+	size_t got = 0;
+	int rc = -1;
+
+	if (d->bin)
+		return gk_errf(err, "data state: token files resume with gk_nn_data_restore");
+	if (!st)
+		return gk_err_sys(err, ENOMEM, "data state");
+	for (; got < n; got++) {
+		json_t *j = gk_json_load_buf(json[got], strlen(json[got]), "data state", err);
+		json_t *sj = j ? json_object_get(j, "shard") : NULL;
+		char *s = sj ? json_dumps(sj, JSON_COMPACT) : NULL;
+		int r = s ? gk_shard_state_parse(s, &st[got], err)
+			  : gk_errf(err, "data state of rank %zu: no shard state", got);
+		free(s);
+		json_decref(j);
+		if (r < 0)
+			goto out;
+	}
+	if (gk_shard_dataset_restore_world(d->ds, st, n, err) < 0)
+		goto out;
+	/*
+	 * Each old rank's state points before the sample its next tokens
+	 * came from, so that sample is read again from its start: at most
+	 * one partly used sample per old rank is seen twice.
+	 */
+	d->len = d->head = d->nq = 0;
+	d->ended = 0;
+	rc = 0;
+out:
+	for (size_t i = 0; i < got; i++)
+		gk_shard_state_free(&st[i]);
+	free(st);
 	return rc;
 }
 

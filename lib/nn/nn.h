@@ -301,6 +301,15 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len);
  * followed it. Token files: the global token position, so another world
  * size resumes at the same place. */
 int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err);
+/*
+ * Shards saved by another world size: json holds every old rank's state
+ * (n of them, in rank order); lib/shard's gk_shard_dataset_restore_world
+ * splits the epoch's unseen samples evenly over the new ranks, so within
+ * the epoch no sample is skipped and none is seen twice (except the one
+ * each old rank was partway through, which is read again from its start).
+ */
+int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
+			     gk_err *err);
 uint64_t gk_nn_data_epoch(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);
 void gk_nn_data_close(gk_nn_data *d);
@@ -436,6 +445,19 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 int gk_nn_trainer_eval(gk_nn_trainer *t, const char *src, int64_t batches,
 		       double *loss, int64_t *nbatches, gk_err *err);
 const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
+
+/*
+ * A step's log as Prometheus metrics (gpu-train --metrics): sets the
+ * gpukit_train_* samples of m (steps_total, tokens_total, loss,
+ * learning_rate, grad_norm, step_seconds, comm_seconds,
+ * exposed_comm_seconds, tokens_per_second, step_skipped, world_size,
+ * last_step_timestamp_seconds at now (Unix time), val_loss once evaluated,
+ * memory_bytes{category} from mem), replacing the previous step's.
+ * -1 with err set when m refuses a sample.
+ */
+int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
+			const gk_nn_train_mem *mem, int world, double now,
+			gk_err *err);
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);

@@ -40,7 +40,7 @@
 #include "st/st.h"
 
 /* Fixed-size exchange buffers (bytes) for names and data states. */
-enum { NAME_BYTES = 512, STATE_BYTES = 1024 };
+enum { NAME_BYTES = 512, STATE_BYTES = 4096 };
 
 /* A checkpoint being written by a thread. */
 typedef struct ckpt_job {
@@ -368,49 +368,26 @@ static int resume_from(gk_nn_trainer *t, const char *dir, gk_err *err)
 			goto out;
 		}
 		if (world != t->world && !gk_nn_data_is_bin(t->data)) {
-			/*
-			 * Shards are split into one contiguous part per rank, so a
-			 * new world has new parts: start each at the same fraction
-			 * of its epoch as rank 0 had reached (samples around the
-			 * cut may be repeated or skipped once).
-			 */
-			json_t *mj = json_loads(s, 0, NULL);
-			json_t *sh = mj ? json_object_get(mj, "shard") : NULL;
-			int64_t pos = 0, samples = 1, epoch = 0, seed = 0;
-			if (!sh || gk_json_get_int(sh, "pos", &pos, err) < 0 ||
-			    gk_json_get_int(sh, "samples", &samples, err) < 0 ||
-			    gk_json_get_int(sh, "epoch", &epoch, err) < 0 ||
-			    gk_json_get_int(sh, "seed", &seed, err) < 0) {
-				json_decref(mj);
-				free(s);
-				goto out;
-			}
-			json_decref(mj);
 			free(s);
-			char buf[512];
-			gk_nn_data *probe = t->data;
-			(void)probe;
-			uint64_t mylen = 0;
-			/* the new part's length: from a fresh state */
-			char cur[STATE_BYTES];
-			gk_nn_data_state(t->data, cur, sizeof(cur));
-			json_t *cj = json_loads(cur, 0, NULL);
-			json_t *csh = cj ? json_object_get(cj, "shard") : NULL;
-			int64_t cl = 0;
-			if (csh)
-				gk_json_get_int(csh, "samples", &cl, NULL);
-			json_decref(cj);
-			mylen = (uint64_t)cl;
-			uint64_t np = samples > 0 ? (uint64_t)((double)pos / (double)samples * (double)mylen) : 0;
-			snprintf(buf, sizeof(buf),
-				 "{\"kind\":\"shard\",\"shard\":{\"seed\":%" PRId64 ",\"epoch\":%" PRId64
-				 ",\"pos\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"part\":%d,\"parts\":%d},\"skip\":0}",
-				 seed, epoch, np, mylen, t->rank, t->world);
-			snprintf(t->data_note, sizeof(t->data_note),
-				 "data position remapped from %" PRId64 " ranks to %d (approximate for shards)",
-				 world, t->world);
-			if (gk_nn_data_restore(t->data, buf, err) < 0)
+			const char **all = calloc((size_t)world, sizeof(*all));
+			char **own = calloc((size_t)world, sizeof(*own));
+			int r = all && own ? 0 : gk_err_sys(err, ENOMEM, "read '%s'", path);
+			for (int64_t k = 0; r == 0 && k < world; k++) {
+				own[k] = json_dumps(json_array_get(ds, (size_t)k), JSON_COMPACT);
+				all[k] = own[k];
+				if (!own[k])
+					r = gk_err_sys(err, ENOMEM, "read '%s'", path);
+			}
+			if (r == 0)
+				r = gk_nn_data_restore_world(t->data, all, (size_t)world, err);
+			for (int64_t k = 0; own && k < world; k++)
+				free(own[k]);
+			free(own);
+			free(all);
+			if (r < 0)
 				goto out;
+			snprintf(t->data_note, sizeof(t->data_note),
+				 "data position remapped from %" PRId64 " ranks to %d", world, t->world);
 		} else {
 			int r = gk_nn_data_restore(t->data, s, err);
 			free(s);
@@ -1153,4 +1130,68 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	free(t->tg);
 	gk_comm_close(t->comm);
 	free(t);
+}
+
+/*
+ * Names by Prometheus' conventions (https://prometheus.io/docs/practices/naming/):
+ * base units (seconds, bytes), _total on counters only. steps_total and
+ * tokens_total count from the start of training, across resumes, so a
+ * rate() over them is the throughput. Memory has no "total" category: a
+ * sum() over the label would count it twice.
+ */
+int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
+			const gk_nn_train_mem *mem, int world, double now,
+			gk_err *err)
+{
+	const struct {
+		const char *name, *help;
+		gk_metric_type type;
+		double v;
+	} g[] = {
+		{"gpukit_train_steps_total", "Optimizer steps done, across resumes.",
+		 GK_METRIC_COUNTER, (double)l->step},
+		{"gpukit_train_tokens_total", "Tokens trained on by all ranks, across resumes.",
+		 GK_METRIC_COUNTER, (double)l->tokens},
+		{"gpukit_train_loss", "Training loss of the last step (mean over ranks).",
+		 GK_METRIC_GAUGE, l->loss},
+		{"gpukit_train_learning_rate", "Learning rate of the last step.",
+		 GK_METRIC_GAUGE, l->lr},
+		{"gpukit_train_grad_norm", "Global gradient norm of the last step, before clipping.",
+		 GK_METRIC_GAUGE, l->grad_norm},
+		{"gpukit_train_step_seconds", "Wall time of the last step.",
+		 GK_METRIC_GAUGE, l->step_ms / 1e3},
+		{"gpukit_train_comm_seconds", "Gradient communication time of the last step.",
+		 GK_METRIC_GAUGE, l->comm_ms / 1e3},
+		{"gpukit_train_exposed_comm_seconds",
+		 "Communication of the last step not hidden behind compute.",
+		 GK_METRIC_GAUGE, l->exposed_comm_ms / 1e3},
+		{"gpukit_train_tokens_per_second", "Throughput of the last step, all ranks.",
+		 GK_METRIC_GAUGE, l->tokens_per_s},
+		{"gpukit_train_step_skipped", "1 when the last step's update was skipped (non-finite).",
+		 GK_METRIC_GAUGE, l->skipped ? 1 : 0},
+		{"gpukit_train_world_size", "Ranks training.", GK_METRIC_GAUGE, world},
+		{"gpukit_train_last_step_timestamp_seconds", "When the last step ended, in Unix time.",
+		 GK_METRIC_GAUGE, now},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(g); i++)
+		if (gk_metrics_set(m, g[i].name, g[i].type, g[i].help, NULL, g[i].v, err) < 0)
+			return -1;
+	/* kept from the last evaluation until the next */
+	if (!isnan(l->val_loss) &&
+	    gk_metrics_set(m, "gpukit_train_val_loss", GK_METRIC_GAUGE,
+			   "Loss on the validation data at the last evaluation.", NULL,
+			   l->val_loss, err) < 0)
+		return -1;
+	const char *cat[] = {"parameters", "gradients", "optimizer", "activations",
+			     "workspace", "padding", "comm"};
+	const uint64_t v[] = {mem->parameters, mem->gradients, mem->optimizer,
+			      mem->activations, mem->workspace, mem->padding, mem->comm};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(cat); i++) {
+		const char *lab[] = {"category", cat[i], NULL};
+		if (gk_metrics_set(m, "gpukit_train_memory_bytes", GK_METRIC_GAUGE,
+				   "Memory rank 0 allocated, by category.", lab, (double)v[i],
+				   err) < 0)
+			return -1;
+	}
+	return 0;
 }

@@ -64,6 +64,19 @@ test_expect_success MPI 'resume 2 x 4 ZeRO-1 on 1 rank x 8: the same global batc
 	close_to c f2tail 1e-5
 '
 
+test_expect_success MPI 'shards saved by 3 ranks resume on 2: the epoch is remapped, not guessed' '
+	mkdir -p docs &&
+	for i in $(seq 1 40); do head -c $((200 + i * 7)) "$GK_TOP/lib/core/io.c" | tail -c 180 >docs/d$i.txt; done &&
+	data-pack -q -c -o sh-%02d.tar --max-count 10 docs &&
+	S="--data sh-{00..03}.tar --shuffle none $TINY --batch 2 --json" &&
+	mpi 3 $S --steps 8 --until 4 --ckpt-dir ckr >/dev/null &&
+	mpi 2 $S --steps 8 --ckpt-dir ckr --resume >rr.json &&
+	jq -r "select(.note) | .note" rr.json >note &&
+	echo "data position remapped from 3 ranks to 2" >expect &&
+	test_cmp expect note &&
+	test "$(losses rr.json | wc -l)" = 4
+'
+
 test_expect_success 'kill -9 while a checkpoint is written: previous one and latest intact' '
 	gpu-train $A --steps 8 --until 4 --ckpt-dir ck4 >/dev/null &&
 	{ GPUKIT_TEST_CKPT_DELAY_MS=60000 gpu-train $A --steps 8 --ckpt-dir ck4 --resume >k.json & } &&
