@@ -21,7 +21,8 @@ static const char usage[] =
 	"                       [-o op|all] [-r root] [-z 0|1] [-a 0|1|2|3]\n"
 	"                       [--backend NAME] [--algo NAME|all]\n"
 	"                       [--compress bf16|f16|int8] [--collective NAME]\n"
-	"                       [--segment SIZE] [--json | --csv] [--metrics FILE]\n"
+	"                       [--segment SIZE] [--timeout SECONDS] [--json | --csv]\n"
+	"                       [--metrics FILE]\n"
 	"  -b, -e      smallest and largest message in bytes (8, 32M)\n"
 	"  -f, -i      grow sizes by a factor (2) or by a step in bytes\n"
 	"  -n, -w      timed and warmup iterations (20, 5)\n"
@@ -31,10 +32,11 @@ static const char usage[] =
 	"  -a          time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (1)\n"
 	"  --backend   auto self mpi nccl      --algo  auto native ring rd rabenseifner all\n"
 	"  --collective allreduce reducescatter allgather broadcast\n"
+	"  --timeout   fail a call with no progress for this long, 0 off (600)\n"
 	"  --metrics FILE  write the results in Prometheus' text format at the end\n";
 
 enum { OPT_BACKEND = GK_OPT_FIRST_TOOL, OPT_ALGO, OPT_COMPRESS, OPT_COLL,
-       OPT_CSV, OPT_SEGMENT, OPT_METRICS };
+       OPT_CSV, OPT_SEGMENT, OPT_METRICS, OPT_TIMEOUT };
 
 static const struct option longopts[] = {
 	GK_CLI_LONGOPTS,
@@ -58,6 +60,7 @@ static const struct option longopts[] = {
 	{"csv", no_argument, NULL, OPT_CSV},
 	{"segment", required_argument, NULL, OPT_SEGMENT},
 	{"metrics", required_argument, NULL, OPT_METRICS},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{NULL, 0, NULL, 0},
 };
 
@@ -265,6 +268,14 @@ int main(int argc, char **argv)
 				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
 			metrics = optarg;
 			break;
+		case OPT_TIMEOUT: {
+			double v;
+			if (gk_parse_double(optarg, 0, 1e9, &v, "--timeout", &err) < 0)
+				gk_cli_usage_error(&cli, "%s", err.msg);
+			/* The library reads 0 as its default and < 0 as off. */
+			cfg.timeout = v > 0 ? v : -1;
+			break;
+		}
 		default: gk_cli_usage_error(&cli, "unexpected option");
 		}
 	}

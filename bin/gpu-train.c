@@ -32,6 +32,7 @@ static const char usage[] =
 	"  --val-data SRC        data for --eval-every and the end of the run\n"
 	"  --shuffle on|none     shard and window shuffle (default on)\n"
 	"  --eot ID              end-of-text token between documents (default vocab - 1)\n"
+	"  --bad-sample stop|skip  a corrupt sample stops the run (default) or is skipped and counted\n"
 	"  --dump-data N         print each rank's first N micro-batches as JSON and exit\n"
 	"step:\n"
 	"  -b, --batch B         sequences per micro-batch per rank (default 4)\n"
@@ -54,10 +55,12 @@ static const char usage[] =
 	"  --compress KIND       none, bf16, f16 or int8 gradient allreduce (ZeRO 0)\n"
 	"  --bucket SIZE         gradient bucket size (default 25M)\n"
 	"  --no-overlap          allreduce after backward instead of during it\n"
+	"  --timeout SECONDS     fail a collective with no progress for this long, 0 off (default 600)\n"
 	"checkpoints:\n"
 	"  --ckpt-dir DIR        where step directories go\n"
 	"  --ckpt-every N        checkpoint every N steps (and always at the end)\n"
 	"  --resume              continue from DIR's latest checkpoint, if there is one\n"
+	"  --ckpt-error stop|continue  a failed checkpoint (disk full) stops the run (default)\n"
 	"evaluation and sampling:\n"
 	"  --eval-every N        evaluate on --val-data every N steps\n"
 	"  --eval-batches N      micro-batches per evaluation, 0 all (default 0)\n"
@@ -78,7 +81,7 @@ enum {
 	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
-	OPT_TEMP, OPT_TOPK, OPT_METRICS,
+	OPT_TEMP, OPT_TOPK, OPT_METRICS, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
 };
 
 static const struct option longopts[] = {
@@ -118,9 +121,12 @@ static const struct option longopts[] = {
 	{"compress", required_argument, NULL, OPT_COMPRESS},
 	{"bucket", required_argument, NULL, OPT_BUCKET},
 	{"no-overlap", no_argument, NULL, OPT_NOOVERLAP},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
 	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
 	{"resume", no_argument, NULL, OPT_RESUME},
+	{"ckpt-error", required_argument, NULL, OPT_CKERR},
+	{"bad-sample", required_argument, NULL, OPT_BADSAMPLE},
 	{"eval-every", required_argument, NULL, OPT_EVEVERY},
 	{"eval-batches", required_argument, NULL, OPT_EVBATCH},
 	{"eval-only", no_argument, NULL, OPT_EVONLY},
@@ -186,6 +192,7 @@ typedef struct out_ctx {
 	const char *metrics_path;  /* --metrics, or NULL */
 	gk_metrics *metrics;
 	int metrics_failing;       /* warned; quiet until a write succeeds */
+	int skip_bad; /* report bad_samples */
 } out_ctx;
 
 static void emit(json_t *o)
@@ -233,6 +240,8 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 				      "skipped", l->skipped);
 		if (!isnan(l->val_loss))
 			json_object_set_new(o, "val_loss", jnum(l->val_loss));
+		if (c->skip_bad)
+			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		print_mem(c->mem, o);
 		emit(o);
 		return;
@@ -257,6 +266,13 @@ static void on_ckpt(int64_t step, void *ctx)
 		printf("checkpoint step %" PRId64 " committed\n", step);
 		fflush(stdout);
 	}
+}
+
+static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
+{
+	(void)ctx;
+	gk_cli_warn(&cli, "checkpoint step %" PRId64 " not written, training goes on: %s",
+		    step, why->msg);
 }
 
 /* --dump-data: what the trainer would read, per rank, without a model. */
@@ -364,6 +380,28 @@ int main(int argc, char **argv)
 		case OPT_EPS: o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
 		case OPT_WD: o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
 		case OPT_SKIPNF: o.skip_nonfinite = 1; break;
+		case OPT_CKERR:
+			if (strcmp(optarg, "stop") == 0)
+				o.ckpt_continue = 0;
+			else if (strcmp(optarg, "continue") == 0)
+				o.ckpt_continue = 1;
+			else
+				gk_cli_usage_error(&cli, "--ckpt-error '%s': not one of stop continue", optarg);
+			break;
+		case OPT_BADSAMPLE:
+			if (strcmp(optarg, "stop") == 0)
+				o.skip_bad = 0;
+			else if (strcmp(optarg, "skip") == 0)
+				o.skip_bad = 1;
+			else
+				gk_cli_usage_error(&cli, "--bad-sample '%s': not one of stop skip", optarg);
+			break;
+		case OPT_TIMEOUT: {
+			/* The library reads 0 as its default and < 0 as off. */
+			double v = num("--timeout", optarg, 0, 1e9);
+			o.timeout = v > 0 ? v : -1;
+			break;
+		}
 		case OPT_ZERO: o.zero = (int)gk_cli_i64(&cli, "--zero", optarg, 0, 1); break;
 		case OPT_COMPRESS: {
 			int k = gk_comm_compress_parse(optarg);
@@ -509,10 +547,10 @@ int main(int argc, char **argv)
 				       loss, nb, o.batch, o.seq);
 		}
 	} else {
-		out_ctx ctx = {mem, o.steps, gk_nn_trainer_world(t), metrics, NULL, 0};
+		out_ctx ctx = {mem, o.steps, gk_nn_trainer_world(t), metrics, NULL, 0, o.skip_bad};
 		if (metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, &err) < 0)
 			goto fail;
-		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx};
+		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
 		gk_nn_train_summary s;
 		int run = gk_nn_trainer_run(t, &h, &s, &err);
 		gk_metrics_free(ctx.metrics);
@@ -533,6 +571,8 @@ int main(int argc, char **argv)
 					json_object_set_new(j, "val_loss", jnum(s.val_loss));
 				if (s.data_note)
 					json_object_set_new(j, "note", json_string(s.data_note));
+				if (o.skip_bad)
+					json_object_set_new(j, "bad_samples", json_integer(s.bad_samples));
 				emit(j);
 			} else if (!cli.quiet) {
 				printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
@@ -544,6 +584,8 @@ int main(int argc, char **argv)
 					printf("val loss %.4f\n", s.val_loss);
 				if (s.data_note)
 					printf("note: %s\n", s.data_note);
+				if (s.bad_samples)
+					printf("skipped %" PRId64 " corrupt samples\n", s.bad_samples);
 			}
 		}
 		if (s.stopped == 2)

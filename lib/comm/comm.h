@@ -33,7 +33,10 @@
  * On nccl, waiting polls ncclCommGetAsyncError: an error reported by NCCL
  * (a peer died, a network failure), or no progress within the config's
  * timeout, aborts the communicator (ncclCommAbort) and fails the call with
- * a message naming the operation, instead of hanging.
+ * a message naming the operation, instead of hanging. On mpi every
+ * message and collective is started non-blocking and waited on with the
+ * same deadline (MPI_Testall polling), so a rank that stops making
+ * progress fails the waiting ranks' call with "OP: no progress for N s".
  *
  * Streams (nccl). Device buffers are written by kernels and copies on the
  * caller's CUDA stream; NCCL runs on the communicator's own stream. The
@@ -154,10 +157,16 @@ typedef struct gk_comm_config {
 	gk_comm_algo algo;  /* default for calls that do not choose */
 	size_t segment;     /* ring pipeline segment in bytes (0: 1 MiB) */
 	int device;         /* nccl: CUDA device, -1 for the local rank */
-	double timeout;     /* nccl: seconds without completion before the
-			     * communicator is aborted (0: 600, PyTorch's
-			     * default for NCCL process groups) */
+	double timeout;     /* seconds a wait may go without completion
+			     * before the call fails (0: the default,
+			     * negative: wait forever). nccl then aborts the
+			     * communicator; mpi fails the call with
+			     * "OP: no progress for N s (...)" and the caller
+			     * ends the job with gk_comm_abort */
 } gk_comm_config;
+
+/* PyTorch's default timeout for NCCL process groups, in seconds. */
+#define GK_COMM_DEFAULT_TIMEOUT 600.0
 
 /*
  * Which backend `want` means for a process placed as ri says (from

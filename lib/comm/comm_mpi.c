@@ -12,6 +12,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/internal.h"
 #include "comm/reduce.h"
@@ -22,6 +23,8 @@ typedef struct mpi_state {
 	MPI_Op op16[2][4]; /* [bf16, f16][sum prod max min] */
 	char *tmp, *w1, *w2; /* scratch, grown as sizes grow, kept until close */
 	size_t tmp_cap, w1_cap, w2_cap;
+	double timeout; /* seconds a wait may make no progress; 0: no limit */
+	const char *op; /* the collective under way, for the timeout message */
 } mpi_state;
 
 enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD };
@@ -43,6 +46,60 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
 		int rc_ = (call);                            \
 		if (rc_ != MPI_SUCCESS)                      \
 			return mpi_fail(err, rc_, what);     \
+	} while (0)
+
+/*
+ * The watchdog. Every message and collective is started non-blocking and
+ * finished here, so a peer that stopped (SIGSTOP, a hung device, a dead
+ * link that TCP has not noticed yet) fails the call after st->timeout
+ * seconds instead of blocking it forever, as NCCL's and PyTorch's
+ * watchdogs do. MPI_Testall drives Open MPI's progress engine like
+ * MPI_Wait would. Small collectives finish in microseconds, so for the
+ * first millisecond we test back to back (as MPI_Wait spins; yielding
+ * there cost 5 us per small allreduce on a busy host), then sleep 100 us
+ * between tests so that a stuck wait does not take a core from the ranks
+ * that share the machine.
+ */
+static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
+		    gk_err *err)
+{
+	if (n == 0)
+		return 0;
+	if (st->timeout <= 0) {
+		int rc = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
+		return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, what);
+	}
+	double t0 = gk_now();
+	for (;;) {
+		int done = 0;
+		int rc = MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
+		if (rc != MPI_SUCCESS)
+			return mpi_fail(err, rc, what);
+		if (done)
+			return 0;
+		double dt = gk_now() - t0;
+		if (dt > st->timeout)
+			return gk_errf(err, "%s: no progress for %.0f s (a rank stopped or the network is down)",
+				       st->op ? st->op : "mpi", st->timeout);
+		if (dt >= 1e-3) {
+			struct timespec ts = {0, 100000};
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+#define MPI_WAIT(n, rq, what)                                \
+	do {                                                 \
+		if (mpi_wait(st, (n), (rq), (what), err) < 0) \
+			return -1;                           \
+	} while (0)
+
+/* Start a non-blocking call into MPI_Request q_ and wait for it. */
+#define MPI_RUN(call, what)                                  \
+	do {                                                 \
+		MPI_Request q_;                              \
+		MPI_TRY(call, what);                         \
+		MPI_WAIT(1, &q_, what);                      \
 	} while (0)
 
 /* ---- user ops for f16 and bf16 (MPI has no 16-bit float types) ---- */
@@ -117,6 +174,9 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 	for (int t = 0; t < 2; t++)
 		for (int o = 0; o < 4; o++)
 			MPI_Op_create(op16_fn[t][o], 1, &st->op16[t][o]);
+	/* Same meaning as for nccl: 0 is the default, negative turns it off. */
+	st->timeout = c->cfg.timeout > 0 ? c->cfg.timeout :
+		      c->cfg.timeout < 0 ? 0 : GK_COMM_DEFAULT_TIMEOUT;
 	c->mpi = st;
 	return 0;
 }
@@ -167,10 +227,14 @@ static int xchg(mpi_state *st, const void *sbuf, size_t sbytes, int to,
 	size_t n = ns > nr ? ns : nr;
 	if (ns == 1 && nr == 1) {
 		/* One segment each way: the cheapest call, for small messages. */
-		MPI_TRY(MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, to, tag, rbuf,
-				     (int)rbytes, MPI_BYTE, from, tag, st->comm,
-				     MPI_STATUS_IGNORE),
-			"mpi: exchange");
+		MPI_Request q[2];
+		MPI_TRY(MPI_Irecv(rbuf, (int)rbytes, MPI_BYTE, from, tag, st->comm,
+				  &q[0]),
+			"mpi: receive");
+		MPI_TRY(MPI_Isend(sbuf, (int)sbytes, MPI_BYTE, to, tag, st->comm,
+				  &q[1]),
+			"mpi: send");
+		MPI_WAIT(2, q, "mpi: exchange");
 		if (fn)
 			fn(ctx, 0, rbytes);
 		return 0;
@@ -193,16 +257,16 @@ static int xchg(mpi_state *st, const void *sbuf, size_t sbytes, int to,
 			}
 		}
 		for (int i = 0; i < nrq; i++) {
-			MPI_TRY(MPI_Wait(&rq[i], MPI_STATUS_IGNORE), "mpi: receive");
+			MPI_WAIT(1, &rq[i], "mpi: receive");
 			if (fn) {
 				/* fn may write where segment i is sent from (recursive doubling). */
 				if (i < nsq)
-					MPI_TRY(MPI_Wait(&sq[i], MPI_STATUS_IGNORE), "mpi: send");
+					MPI_WAIT(1, &sq[i], "mpi: send");
 				size_t off = (base + (size_t)i) * seg;
 				fn(ctx, off, rbytes - off < seg ? rbytes - off : seg);
 			}
 		}
-		MPI_TRY(MPI_Waitall(nsq, sq, MPI_STATUSES_IGNORE), "mpi: send");
+		MPI_WAIT(nsq, sq, "mpi: send");
 	}
 	return 0;
 }
@@ -461,8 +525,8 @@ static int native_allreduce(gk_comm *c, const void *send, void *recv,
 	for (size_t o = 0; o < count; o += step) {
 		size_t m = count - o < step ? count - o : step;
 		const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + o * esz;
-		MPI_TRY(MPI_Allreduce(s, (char *)recv + o * esz, (int)m, mpi_dt(dt),
-				      mpi_op(st, dt, op), st->comm),
+		MPI_RUN(MPI_Iallreduce(s, (char *)recv + o * esz, (int)m, mpi_dt(dt),
+				       mpi_op(st, dt, op), st->comm, &q_),
 			"mpi: MPI_Allreduce");
 	}
 	return 0;
@@ -584,15 +648,16 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 			MPI_IN_PLACE : k->send;
 		if (s == MPI_IN_PLACE) {
 			/* MPI's in-place form keeps the result at the start. */
-			MPI_TRY(MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)k->send,
-							 (int)k->count, mpi_dt(k->dt),
-							 mpi_op(st, k->dt, k->op), st->comm),
+			MPI_RUN(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)k->send,
+							  (int)k->count, mpi_dt(k->dt),
+							  mpi_op(st, k->dt, k->op), st->comm,
+							  &q_),
 				"mpi: MPI_Reduce_scatter_block");
 			memmove(k->recv, k->send, bytes);
 		} else {
-			MPI_TRY(MPI_Reduce_scatter_block(k->send, k->recv, (int)k->count,
-							 mpi_dt(k->dt), mpi_op(st, k->dt, k->op),
-							 st->comm),
+			MPI_RUN(MPI_Ireduce_scatter_block(k->send, k->recv, (int)k->count,
+							  mpi_dt(k->dt), mpi_op(st, k->dt, k->op),
+							  st->comm, &q_),
 				"mpi: MPI_Reduce_scatter_block");
 		}
 	} else {
@@ -624,8 +689,8 @@ static int allgather(gk_comm *c, const gk_comm_call *k, gk_err *err)
 			return gk_errf(err, "mpi: allgather of %zu elements per rank: more than MPI's int count",
 				       k->count);
 		const void *s = k->send == mine ? MPI_IN_PLACE : k->send;
-		MPI_TRY(MPI_Allgather(s, (int)bytes, MPI_BYTE, k->recv, (int)bytes,
-				      MPI_BYTE, st->comm),
+		MPI_RUN(MPI_Iallgather(s, (int)bytes, MPI_BYTE, k->recv, (int)bytes,
+				       MPI_BYTE, st->comm, &q_),
 			"mpi: MPI_Allgather");
 		return 0;
 	}
@@ -642,8 +707,8 @@ static int broadcast(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		memcpy(k->recv, k->send, bytes);
 	for (size_t o = 0; o < bytes; o += MAX_MSG) {
 		size_t m = bytes - o < MAX_MSG ? bytes - o : MAX_MSG;
-		MPI_TRY(MPI_Bcast((char *)k->recv + o, (int)m, MPI_BYTE, k->root,
-				  st->comm),
+		MPI_RUN(MPI_Ibcast((char *)k->recv + o, (int)m, MPI_BYTE, k->root,
+				   st->comm, &q_),
 			"mpi: MPI_Bcast");
 	}
 	return 0;
@@ -651,6 +716,14 @@ static int broadcast(gk_comm *c, const gk_comm_call *k, gk_err *err)
 
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err)
 {
+	static const char *const names[] = {
+		[GK_COMM_ALLREDUCE] = "allreduce",
+		[GK_COMM_REDUCE_SCATTER] = "reduce-scatter",
+		[GK_COMM_ALLGATHER] = "allgather",
+		[GK_COMM_BROADCAST] = "broadcast",
+	};
+	mpi_state *st = c->mpi;
+	st->op = names[k->coll];
 	switch (k->coll) {
 	case GK_COMM_ALLREDUCE: return allreduce(c, k, err);
 	case GK_COMM_REDUCE_SCATTER: return reduce_scatter(c, k, err);
@@ -668,7 +741,8 @@ void gk_comm_mpi_abort(gk_comm *c, int code)
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err)
 {
 	mpi_state *st = c->mpi;
-	MPI_TRY(MPI_Barrier(st->comm), "mpi: MPI_Barrier");
+	st->op = "barrier";
+	MPI_RUN(MPI_Ibarrier(st->comm, &q_), "mpi: MPI_Barrier");
 	return 0;
 }
 
@@ -678,8 +752,9 @@ int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 	mpi_state *st = c->mpi;
 	if (n > INT_MAX)
 		return gk_errf(err, "mpi: host allreduce of %zu values: too many", n);
-	MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE,
-			      mpi_op(st, GK_DT_F64, op), st->comm),
+	st->op = "allreduce";
+	MPI_RUN(MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE,
+			       mpi_op(st, GK_DT_F64, op), st->comm, &q_),
 		"mpi: MPI_Allreduce");
 	if (op == GK_COMM_AVG)
 		for (size_t i = 0; i < n; i++)
@@ -690,6 +765,7 @@ int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err)
 {
 	mpi_state *st = c->mpi;
-	MPI_TRY(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, st->comm), "mpi: MPI_Bcast");
+	st->op = "broadcast";
+	MPI_RUN(MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, st->comm, &q_), "mpi: MPI_Bcast");
 	return 0;
 }

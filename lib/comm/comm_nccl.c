@@ -68,8 +68,6 @@ typedef struct nccl_pending {
 	char what[96];
 } nccl_pending;
 
-#define DEFAULT_TIMEOUT 600.0
-
 static int load(nccl_api *a, gk_err *err)
 {
 	a->so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -260,7 +258,9 @@ int gk_comm_nccl_open(gk_comm *c, gk_err *err)
 	nccl_state *st = calloc(1, sizeof *st);
 	if (!st)
 		return gk_errf(err, "nccl: out of memory");
-	st->timeout = c->cfg.timeout > 0 ? c->cfg.timeout : DEFAULT_TIMEOUT;
+	/* A negative timeout turns the watchdog off: never give up waiting. */
+	st->timeout = c->cfg.timeout > 0 ? c->cfg.timeout :
+		      c->cfg.timeout < 0 ? 1e300 : GK_COMM_DEFAULT_TIMEOUT;
 	c->nccl = st;
 	ncclUniqueId id;
 	memset(&id, 0, sizeof id);

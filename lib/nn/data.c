@@ -204,7 +204,22 @@ struct gk_nn_data {
 	pending *q;       /* samples in buf, oldest first */
 	size_t nq, qcap;
 	int ended;        /* no loop and the epoch ended */
+	uint64_t bad;     /* samples skipped under skip_bad */
 };
+
+/* A sample that cannot be used: fail with rc's message, or skip it. */
+static int bad_sample(gk_nn_data *d, int rc)
+{
+	if (!d->o.skip_bad)
+		return rc;
+	d->bad++;
+	return 1;
+}
+
+uint64_t gk_nn_data_bad(const gk_nn_data *d)
+{
+	return d ? d->bad : 0;
+}
 
 static int ends_with(const char *s, const char *suf)
 {
@@ -352,13 +367,14 @@ static int shard_fill(gk_nn_data *d, gk_err *err)
 	const gk_shard_manifest *man = gk_shard_dataset_manifest(d->ds);
 	const char *shard = s->shard < man->n ? man->v[s->shard].path : "?";
 	if (!npy && !txt)
-		return gk_errf(err, "shard '%s' sample '%s': no .txt or .npy member",
-			       shard, s->key);
+		return bad_sample(d, gk_errf(err, "shard '%s' sample '%s': no .txt or .npy member",
+					     shard, s->key));
 	gk_nn_npy a = {0};
 	uint64_t n;
 	if (npy) {
 		if (gk_nn_npy_parse(npy->data, npy->size, &a, err) < 0)
-			return gk_err_prefix(err, "shard '%s' sample '%s'", shard, s->key);
+			return bad_sample(d, gk_err_prefix(err, "shard '%s' sample '%s'", shard,
+							   s->key));
 		n = a.count;
 	} else {
 		n = txt->size;
@@ -383,8 +399,8 @@ static int shard_fill(gk_nn_data *d, gk_err *err)
 			t = v;
 		}
 		if (t < 0 || t >= d->o.vocab)
-			return gk_errf(err, "shard '%s' sample '%s': token %" PRIu64 " is %" PRId64 ", not in [0, %" PRId64 ") (the vocabulary)",
-				       shard, s->key, i, t, d->o.vocab);
+			return bad_sample(d, gk_errf(err, "shard '%s' sample '%s': token %" PRIu64 " is %" PRId64 ", not in [0, %" PRId64 ") (the vocabulary)",
+						     shard, s->key, i, t, d->o.vocab));
 		o[i] = (int32_t)t;
 	}
 	o[n] = d->o.eot;

@@ -276,9 +276,15 @@ typedef struct gk_nn_data_opts {
 			     * 50256, the byte vocabulary's 256) */
 	int batch, seq;     /* B, T */
 	int loop;           /* go on into the next epoch at the end */
+	int skip_bad;       /* shards: skip (and count) a sample that cannot
+			     * be decoded or holds a token >= vocab,
+			     * instead of failing */
 } gk_nn_data_opts;
 
 typedef struct gk_nn_data gk_nn_data;
+
+/* Samples skipped so far under skip_bad (0 otherwise). */
+uint64_t gk_nn_data_bad(const gk_nn_data *d);
 
 /* Open source; a token >= vocab is an error naming the shard and sample
  * (shards: when the sample is read) or the file (tokens: at open). */
@@ -360,12 +366,15 @@ typedef struct gk_nn_train_opts {
 	gk_comm_compress compress;   /* ZeRO-0 buckets only */
 	int overlap;            /* allreduce buckets during backward */
 	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
+	double timeout;         /* collective watchdog, gk_comm_config's */
 	const char *ckpt_dir;
 	int64_t ckpt_every;
 	int resume;             /* continue from ckpt_dir's latest, if any */
 	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
 	int eval_only;
 	int skip_nonfinite;
+	int ckpt_continue;      /* a failed checkpoint: warn (hook) and train on */
+	int skip_bad;           /* gk_nn_data_opts' skip_bad */
 	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
 	 * next step boundary, 2 stop without a checkpoint. */
 	volatile sig_atomic_t *stop;
@@ -391,6 +400,7 @@ typedef struct gk_nn_train_log {
 	uint64_t tokens;        /* trained so far, all ranks */
 	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
 	int skipped;            /* the update was skipped (non-finite) */
+	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */
 } gk_nn_train_log;
 
@@ -399,10 +409,18 @@ typedef struct gk_nn_train_hooks {
 	void (*step)(const gk_nn_train_log *l, void *ctx);
 	void (*checkpoint)(int64_t step, void *ctx); /* committed */
 	void *ctx;
+	/*
+	 * With ckpt_continue, checkpoint step failed (why says how; the
+	 * staging directory is removed, latest still names the previous
+	 * one) and training goes on. Called on the ranks that failed, and
+	 * on rank 0 when another rank did.
+	 */
+	void (*checkpoint_failed)(int64_t step, const gk_err *why, void *ctx);
 } gk_nn_train_hooks;
 
 typedef struct gk_nn_train_summary {
 	int64_t first_step, step, steps, skipped;
+	int64_t bad_samples;    /* as in the last step's log */
 	uint64_t tokens;
 	double seconds, last_loss, min_loss, val_loss;
 	int stopped;            /* 0 done, 1 by a checkpoint signal, 2 interrupted */

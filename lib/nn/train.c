@@ -331,7 +331,8 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 {
 	gk_nn_data_opts dop = {.rank = t->rank, .world = t->world, .shuffle = shuffle,
 			       .seed = t->o.seed, .vocab = t->cfg.vocab, .eot = t->o.eot,
-			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop};
+			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop,
+			       .skip_bad = t->o.skip_bad};
 	return gk_nn_data_open(d, src, &dop, err);
 }
 
@@ -418,7 +419,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->o.grad_accum = 1;
 	if (t->o.threads <= 0)
 		t->o.threads = gk_nn_default_threads();
-	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO};
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout};
 	if (gk_comm_open(&t->comm, &cc, err) < 0)
 		goto fail;
 	t->rank = gk_comm_rank(t->comm);
@@ -769,6 +770,12 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 			int64_t step = j->step;
 			job_free(j);
 			t->job = NULL;
+			if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
+				/* Every rank agreed on the failure, so all go on. */
+				if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
+					h->checkpoint_failed(step, err, h->ctx);
+				return 0;
+			}
 			if (rc < 0 || failed > 0)
 				return -1;
 			if (h && h->checkpoint && t->rank == 0)
@@ -913,9 +920,10 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		float *g = o->zero && t->world > 1 ? t->gpad + t->lo : grads + t->lo;
 		int sig = o->stop ? (int)*o->stop : 0;
 		int wr = t->job ? atomic_load(&t->job->written) : 0;
-		double v[6] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0,
-			       o->zero && t->world > 1 ? gk_nn_sumsq(g, n) : 0};
-		if (allreduce_f64(t, v, 6, err) < 0)
+		double v[7] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0,
+			       o->zero && t->world > 1 ? gk_nn_sumsq(g, n) : 0,
+			       (double)gk_nn_data_bad(t->data)};
+		if (allreduce_f64(t, v, 7, err) < 0)
 			return -1;
 		loss = v[0] / t->world;
 		double sumsq = o->zero && t->world > 1 ? v[5] : gk_nn_sumsq(grads, t->N);
@@ -960,12 +968,14 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			.tokens = t->tokens, .step_ms = (t1 - t0) * 1e3,
 			.comm_ms = t->comm_start ? (tc - t->comm_start) * 1e3 : 0,
 			.exposed_comm_ms = exposed * 1e3, .skipped = skip,
+			.bad_samples = (int64_t)v[6],
 			.val_loss = NAN,
 		};
 		lg.tokens_per_s = step_tokens / (t1 - t0);
 		lg.gflops = flops * o->grad_accum / (t1 - t0) / 1e9;
 		sum->steps++;
 		sum->last_loss = loss;
+		sum->bad_samples = lg.bad_samples;
 		if (loss < sum->min_loss)
 			sum->min_loss = loss;
 		if (o->val_data && o->eval_every > 0 && step % o->eval_every == 0) {

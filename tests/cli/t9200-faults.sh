@@ -1,0 +1,220 @@
+#!/bin/sh
+test_description='faults on a 2-rank job: a dead rank, a stopped rank, a full disk,
+a corrupt sample
+
+kill -9 of one rank of mpirun -np 2 gpu-train ends the whole job within
+a bound, non-zero, with a message naming the lost rank, and --resume
+continues from the last committed checkpoint with the losses of an
+uninterrupted run, bit for bit. A rank stopped with SIGSTOP makes the
+collective watchdog (--timeout) end gpu-train and allreduce-bench with a
+message naming the operation instead of hanging. A disk that fills during
+a checkpoint leaves the previous one and latest intact, and stops the run
+or, with --ckpt-error continue, warns. A corrupt sample stops the run
+naming shard and sample, or with --bad-sample skip is skipped and counted.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+if ! test_have_prereq MPI; then
+	skip_all="no mpirun"
+	test_done
+fi
+
+A="--data train.bin $TINY --batch 4 --json"
+# Marks this test's ranks, so that other jobs on the machine are never hit.
+TAG="t9200-$$"
+
+# start_job OUT ERR PROG ARGS...: mpirun -np 2 in the background, $job its pid
+start_job() {
+	out=$1 err=$2
+	shift 2
+	FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none -np 2 "$@" \
+		>"$out" 2>"$err" &
+	job=$!
+}
+
+# rank_pid PROG R: the pid of rank R of this test's job, empty if none yet
+rank_pid() {
+	for p in $(pgrep -x "$1"); do
+		tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null >env.$p || continue
+		if grep -qx "FAULT_TAG=$TAG" env.$p &&
+		   grep -qx "OMPI_COMM_WORLD_RANK=$2" env.$p; then
+			rm -f env.$p
+			echo "$p"
+			return 0
+		fi
+		rm -f env.$p
+	done
+}
+
+# wait_job LIMIT: wait for $job at most LIMIT seconds; $rc its status, $took seconds
+wait_job() {
+	t0=$(date +%s.%N)
+	i=0
+	while kill -0 $job 2>/dev/null && test $i -lt $(($1 * 20)); do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	if kill -0 $job 2>/dev/null; then
+		kill $job
+		wait $job
+		echo "job still running after $1 s" >&2
+		return 1
+	fi
+	wait $job
+	rc=$?
+	took=$(python3 -c "import sys, time; print('%.1f' % (time.time() - float(sys.argv[1])))" "$t0")
+	echo "ended ${took} s after the fault, status $rc" >&2
+}
+
+test_expect_success 'data and an uninterrupted 2-rank run' '
+	train_data &&
+	mpi 2 $A --steps 300 >full.json &&
+	test "$(losses full.json | wc -l)" = 300
+'
+
+test_expect_success 'kill -9 of rank 1: the job ends in bounded time, non-zero, naming rank 1' '
+	start_job k.json k.err gpu-train $A --steps 300 --ckpt-every 10 --ckpt-dir ck &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		test -e ck/latest && test "$(readlink ck/latest)" != step-00000010 && break
+		sleep 0.05
+	done &&
+	victim=$(rank_pid gpu-train 1) &&
+	test -n "$victim" &&
+	kill -9 $victim &&
+	wait_job 30 &&
+	test $rc -ne 0 &&
+	awk "BEGIN { exit !($took < 10) }" &&
+	grep "rank 1 .*signal 9" k.err &&
+	test "$(jq -s "map(select(.event == \"step\")) | last | .step" k.json)" -lt 300
+'
+
+test_expect_success 'kill -9: --resume continues from the last commit with the same losses' '
+	last=$(readlink ck/latest) &&
+	at=$(jq .step ck/latest/trainer.json) &&
+	test -f "ck/$last/COMMIT" &&
+	ckpt-merge --check ck/latest &&
+	mpi 2 $A --steps 300 --ckpt-every 10 --ckpt-dir ck --resume >r.json &&
+	test "$(jq -s "map(select(.event == \"step\")) | first | .step" r.json)" = $((at + 1)) &&
+	jq -r "select(.event == \"step\" and .step > $at) | .loss" full.json >want &&
+	losses r.json >got &&
+	test_cmp want got
+'
+
+test_expect_success '--timeout: a stopped rank ends gpu-train naming the collective' '
+	start_job s.json s.err gpu-train $A --steps 100000 --timeout 2 &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		test -s s.json && grep -q "\"step\"" s.json && break
+		sleep 0.05
+	done &&
+	victim=$(rank_pid gpu-train 1) &&
+	test -n "$victim" &&
+	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
+	kill -STOP $victim &&
+	wait_job 60 &&
+	test $rc -eq 1 &&
+	# the step waits in the gradient allreduce or in the barrier before the loss allreduce
+	grep -E "^gpu-train: (allreduce|barrier): no progress for 2 s \(a rank stopped or the network is down\)$" s.err &&
+	awk "BEGIN { exit !($took >= 2 && $took < 30) }"
+'
+
+test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the collective' '
+	start_job b.out b.err allreduce-bench -b 64K -e 64K -n 10000000 -w 0 -c 0 --timeout 1 &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 200); do
+		victim=$(rank_pid allreduce-bench 1) && test -n "$victim" && break
+		sleep 0.05
+	done &&
+	sleep 1 &&
+	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
+	kill -STOP $victim &&
+	wait_job 60 &&
+	test $rc -eq 1 &&
+	grep "^allreduce-bench: allreduce: no progress for 1 s (a rank stopped or the network is down)$" b.err
+'
+
+# A small tmpfs of our own (a private mount namespace): full after one checkpoint.
+if unshare -rm sh -c "mkdir -p /tmp && mount -t tmpfs -o size=4k tmpfs /tmp" 2>/dev/null; then
+	test_set_prereq TMPFS
+fi
+
+# in_small_fs DIR CMD: run CMD with a 700 KiB tmpfs on DIR (one tiny checkpoint is 456 KiB)
+in_small_fs() {
+	mkdir -p "$1" &&
+	unshare -rm sh -c "mount -t tmpfs -o size=700k tmpfs '$1' && $2"
+}
+
+test_expect_success TMPFS 'disk full during a checkpoint: --ckpt-error stop (default) exits 1, latest intact' '
+	mpi 2 $A --steps 12 >s12.json &&
+	losses s12.json >s12 &&
+	in_small_fs full "
+		timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 12 --ckpt-every 4 \
+			--ckpt-dir full >f1.json 2>f1.err; echo \$? >f1.rc;
+		ls -A full >f1.ls; readlink full/latest >f1.latest;
+		ckpt-merge --check full/latest >f1.check 2>&1; echo \$? >>f1.check
+		timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 12 --ckpt-every 4 \
+			--ckpt-dir full --resume --ckpt-error continue >f2.json 2>f2.err; echo \$? >f2.rc;
+		ls -A full >f2.ls" &&
+	test "$(cat f1.rc)" = 1 &&
+	grep "^gpu-train: write .full/\.step-00000008\.tmp-.*: No space left on device$" f1.err &&
+	printf "latest\nstep-00000004\n" >want.ls &&
+	test_cmp want.ls f1.ls &&
+	test "$(cat f1.latest)" = step-00000004 &&
+	test "$(tail -n 1 f1.check)" = 0 &&
+	test "$(jq -s "map(select(.event == \"step\")) | last | .step" f1.json)" -lt 12
+'
+
+test_expect_success TMPFS 'disk full: --ckpt-error continue warns, trains on with the same losses' '
+	test "$(cat f2.rc)" = 0 &&
+	grep -c "^gpu-train: warning: checkpoint step [0-9]* not written, training goes on: .*No space left on device$" f2.err >nwarn &&
+	echo 2 >want.n &&
+	test_cmp want.n nwarn &&
+	test_cmp want.ls f2.ls &&
+	losses f2.json >got12 &&
+	tail -n 8 s12 >want12 &&
+	test_cmp want12 got12
+'
+
+test_expect_success 'shards with a corrupt sample in the middle of the epoch' '
+	mkdir corpus &&
+	for f in "$GK_TOP"/lib/core/*.c; do
+		cp "$f" "corpus/$(basename "$f" .c).txt" || return 1
+	done &&
+	printf "this is not an npy array" >corpus/m-bad.npy &&
+	data-pack -q -c -o sh-%02d.tar --max-count 4 corpus/ &&
+	tar -tf sh-02.tar >members &&
+	grep -x m-bad.npy members
+'
+
+B="--data sh-{00..03}.tar $TINY --batch 4 --json --steps 400"
+
+test_expect_success '--bad-sample stop (default): exit 1 naming the shard and sample' '
+	test_expect_code 1 mpi 2 $B >c1.json 2>c1.err &&
+	grep "^gpu-train: shard .sh-02\.tar. sample .m-bad.: not a \.npy file (no \\\\x93NUMPY magic)$" c1.err &&
+	losses c1.json >c1 &&
+	test "$(wc -l <c1)" -gt 10 &&
+	test "$(wc -l <c1)" -lt 400
+'
+
+test_expect_success '--bad-sample skip: the run goes on, the skip counted in steps and summary' '
+	mpi 2 $B --bad-sample skip >c2.json 2>c2.err &&
+	jq -s -e "map(select(.event == \"summary\"))[0] | .bad_samples == 1 and .step == 400" c2.json &&
+	jq -s -e "map(select(.event == \"step\")) | (.[0].bad_samples == 0) and (last.bad_samples == 1)" c2.json &&
+	losses c2.json >c2 &&
+	head -n "$(wc -l <c1)" c2 >c2head &&
+	test_cmp c1 c2head
+'
+
+test_expect_success '--timeout: bad values are usage errors' '
+	test_expect_code 2 gpu-train $A --steps 1 --timeout -1 2>e1 &&
+	grep "^gpu-train: .*--timeout" e1 &&
+	test_expect_code 2 allreduce-bench --timeout abc 2>e2 &&
+	grep "^allreduce-bench: .*--timeout" e2 &&
+	test_expect_code 2 gpu-train $A --steps 1 --ckpt-error maybe 2>e3 &&
+	grep "^gpu-train: --ckpt-error .maybe.: not one of stop continue$" e3 &&
+	test_expect_code 2 gpu-train $A --steps 1 --bad-sample maybe 2>e4 &&
+	grep "^gpu-train: --bad-sample .maybe.: not one of stop skip$" e4
+'
+
+test_done
