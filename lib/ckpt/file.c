@@ -9,32 +9,11 @@
 
 #include "ckpt/internal.h"
 
-int ck_open_regular(const char *path, gk_err *err)
-{
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0)
-		return gk_err_sys(err, errno, "open '%s'", path);
-	if (fstat(fd, &st) < 0) {
-		int e = errno;
-		close(fd);
-		return gk_err_sys(err, e, "stat '%s'", path);
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return gk_errf(err, "read '%s': not a regular file", path);
-	}
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	return fd;
-}
-
 int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
 		    gk_err *err)
 {
 	struct stat st;
-	int fd = ck_open_regular(path, err);
+	int fd = gk_open_regular(path, NULL, err);
 	if (fd < 0)
 		return -1;
 	if (fstat(fd, &st) < 0) {

@@ -6,14 +6,7 @@
 
 #include "ckpt/ckpt.h"
 
-/*
- * Open an input read-only, refusing anything but a regular file ("read
- * 'PATH': not a regular file"): a FIFO, a device or a socket would block
- * or never end. The open itself does not block (O_NONBLOCK, cleared after
- * the check). Returns the fd or -1.
- */
-int ck_open_regular(const char *path, gk_err *err);
-/* ck_open_regular, then read all of it (at most max bytes), NUL-terminated. */
+/* gk_open_regular, then read all of it (at most max bytes), NUL-terminated. */
 int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
 		    gk_err *err);
 

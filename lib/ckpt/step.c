@@ -156,7 +156,7 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 		qsort(files.v, files.n, sizeof(char *), cmp_str);
 	for (size_t i = 0; i < files.n; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files.v[i]);
-		int fd = ck_open_regular(path, err);
+		int fd = gk_open_regular(path, NULL, err);
 		struct stat st;
 		uint64_t h;
 		char hex[17];
@@ -374,7 +374,7 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 			break;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, k);
-		int fd = ck_open_regular(path, err);
+		int fd = gk_open_regular(path, NULL, err);
 		struct stat st;
 		if (fd < 0) {
 			rc = gk_err_prefix(err, "checkpoint '%s'", dir);

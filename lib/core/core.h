@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "core/dtype.h"
@@ -136,6 +137,13 @@ int gk_pwrite_full(int fd, const void *buf, size_t n, off_t off);
 
 /* Read exactly n bytes of `name` or fail with "truncated" or the I/O error. */
 int gk_read_exact(int fd, void *buf, size_t n, const char *name, gk_err *err);
+/*
+ * Open an input read-only, refusing anything but a regular file ("read
+ * 'PATH': not a regular file"): a FIFO, a device or a socket would block
+ * or never end. The open itself does not block (O_NONBLOCK, cleared after
+ * the check). Returns the fd or -1; *st (may be NULL) gets its stat.
+ */
+int gk_open_regular(const char *path, struct stat *st, gk_err *err);
 /* Read a whole file (at most max bytes) into a NUL-terminated malloc'ed buffer. */
 int gk_read_file(const char *path, size_t max, char **out, size_t *len,
 		 gk_err *err);

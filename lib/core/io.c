@@ -433,3 +433,26 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
 	}
 	return gk_atomic_commit(a, err);
 }
+
+int gk_open_regular(const char *path, struct stat *out, gk_err *err)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return gk_err_sys(err, e, "stat '%s'", path);
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return gk_errf(err, "read '%s': not a regular file", path);
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	if (out)
+		*out = st;
+	return fd;
+}

@@ -369,24 +369,10 @@ int gk_st_parse(gk_st_file **out, const void *buf, size_t len,
 
 int gk_st_open(gk_st_file **out, const char *path, gk_err *err)
 {
-	/* O_NONBLOCK: opening a FIFO must not wait for a writer; it is
-	 * refused below like every other file that is not regular. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0)
-		return gk_err_sys(err, errno, "open '%s'", path);
 	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int e = errno;
-		close(fd);
-		return gk_err_sys(err, e, "stat '%s'", path);
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return gk_errf(err, "read '%s': not a regular file", path);
-	}
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	int fd = gk_open_regular(path, &st, err);
+	if (fd < 0)
+		return -1;
 	unsigned char first[64];
 	uint64_t size = (uint64_t)st.st_size, hlen;
 	ssize_t got = gk_pread_full(fd, first, sizeof(first), 0);
