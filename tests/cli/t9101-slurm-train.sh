@@ -16,7 +16,10 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 slurm_start
 
-STEPS=3000
+# Long enough (about 10 s on 2 idle cores) that the signal, sent once the
+# first step is logged, arrives mid-run even on a loaded CI machine where
+# scancel and slurmctld take seconds to act; 3,000 steps (2 s) were not.
+STEPS=20000
 
 # A requeued job waits for a BeginTime Slurm sets in the future; lift it
 # so the test does not sit out the delay, and wait for the job to end.
