@@ -15,35 +15,36 @@
  */
 #include "nn/kernels.cuh"
 
-/* x over B*NH*T*hs in (b, h, t, d) order */
+/*
+ * Element x of the (b, h, t, d) layout, B*NH*T*hs of them, lives at this
+ * offset of the (b, t, [off +] h*hs + d) layout with row stride ld.
+ */
+__device__ static inline size_t heads_offset(size_t x, int T_, int NH, int hs,
+					     int ld, int off)
+{
+	int d = (int)(x % hs);
+	size_t r = x / hs;
+	int t = (int)(r % T_);
+	r /= T_;
+	int h = (int)(r % NH);
+	size_t b = r / NH;
+	return (b * T_ + t) * ld + off + (size_t)h * hs + d;
+}
+
 template <typename T>
 __global__ static void heads_split(T *dst, const T *src, int B, int T_, int NH,
 				   int hs, int ld, int off, size_t n)
 {
-	FOR_N(x, n) {
-		int d = (int)(x % hs);
-		size_t r = x / hs;
-		int t = (int)(r % T_);
-		r /= T_;
-		int h = (int)(r % NH);
-		size_t b = r / NH;
-		dst[x] = src[(b * T_ + t) * ld + off + (size_t)h * hs + d];
-	}
+	FOR_N(x, n)
+		dst[x] = src[heads_offset(x, T_, NH, hs, ld, off)];
 }
 
 template <typename T>
 __global__ static void heads_merge(T *dst, const T *src, int B, int T_, int NH,
 				   int hs, int ld, int off, size_t n)
 {
-	FOR_N(x, n) {
-		int d = (int)(x % hs);
-		size_t r = x / hs;
-		int t = (int)(r % T_);
-		r /= T_;
-		int h = (int)(r % NH);
-		size_t b = r / NH;
-		dst[(b * T_ + t) * ld + off + (size_t)h * hs + d] = src[x];
-	}
+	FOR_N(x, n)
+		dst[heads_offset(x, T_, NH, hs, ld, off)] = src[x];
 }
 
 /* row r of (B*NH*T) is position t = r % T: keeps j <= t */

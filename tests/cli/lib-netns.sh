@@ -4,7 +4,7 @@
 #   netns_hosts N           N hosts in network namespaces, joined by a bridge
 #                           in a switch namespace (each host: one veth, its
 #                           own address 10.77.0.(i+1)/24); skip_all without
-#                           CAP_NET_ADMIN or iproute2. Removed at exit, on
+#                           CAP_NET_ADMIN, iproute2 or mpirun. Removed at exit, on
 #                           SIGINT/SIGTERM and when a test fails.
 #   netns_addr I            host I's address
 #   netns_exec I CMD...     run CMD on host I
@@ -45,6 +45,10 @@ netns_hosts() {
 	n=$1
 	if ! command -v ip >/dev/null 2>&1; then
 		skip_all="no 'ip' command (iproute2)"
+		test_done
+	fi
+	if ! command -v mpirun >/dev/null 2>&1; then
+		skip_all="no mpirun (Open MPI)"
 		test_done
 	fi
 	if ! ip netns add "${NETNS_PREFIX}sw" 2>/dev/null; then

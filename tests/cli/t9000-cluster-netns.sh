@@ -10,10 +10,6 @@ figures as expected without breaking anything.'
 . "$(dirname "$0")/lib.sh"
 . "$GK_TOP/tests/cli/lib-netns.sh"
 
-if ! command -v mpirun >/dev/null 2>&1; then
-	skip_all="no mpirun (Open MPI)"
-	test_done
-fi
 netns_hosts 2 || { skip_all="could not set up the namespaces"; test_done; }
 A=$(netns_addr 0)
 B=$(netns_addr 1)
