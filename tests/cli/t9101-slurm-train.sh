@@ -16,10 +16,42 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 slurm_start
 
-# Long enough (about 10 s on 2 idle cores) that the signal, sent once the
-# first step is logged, arrives mid-run even on a loaded CI machine where
-# scancel and slurmctld take seconds to act; 3,000 steps (2 s) were not.
-STEPS=20000
+# The ranks are stopped (SIGSTOP) once their periodic checkpoint of step
+# 500 is committed, and continued once USR1 is pending in each, so the
+# signal lands mid-run however fast the machine is and however slowly srun,
+# scancel and slurmctld act. (Under load srun forwarded the log so late
+# that waiting for its first step let a 20,000-step run finish first.)
+STEPS=5000
+
+# The job's ranks: gpu-train processes writing to the test's CKPT.
+ranks() {
+	pgrep -f "^gpu-train .*--ckpt-dir $PWD/ck "
+}
+
+# Continue stopped ranks (a cleanup when the test fails half-way).
+cont_ranks() {
+	kill -CONT $(ranks) 2>/dev/null || :
+}
+
+# Whether signal 10 (USR1: 0x200) is pending in process $1.
+usr1_pending_in() {
+	for mask in $(sed -n "s/^\(SigPnd\|ShdPnd\):\t*//p" /proc/$1/status 2>/dev/null); do
+		[ $((0x${mask#${mask%???}} & 512)) -ne 0 ] && return 0
+	done
+	return 1
+}
+
+# Wait until USR1 is pending in every rank.
+usr1_pending() {
+	i=0
+	for pid in $(ranks); do
+		until usr1_pending_in $pid; do
+			i=$((i + 1))
+			[ "$i" -lt 600 ] || return 1
+			sleep 0.1
+		done
+	done
+}
 
 # A requeued job waits for a BeginTime Slurm sets in the future; lift it
 # so the test does not sit out the delay, and wait for the job to end.
@@ -47,17 +79,23 @@ test_expect_success 'data; the uninterrupted run, 2 ranks' '
 '
 
 test_expect_success 'sbatch-train: USR1 mid-run, checkpoint, requeue, resume, same final loss' '
-	DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=$STEPS BIND=0 \
-	CKPT="$PWD/ck" LOG=train.jsonl \
+	DATA=train.bin MODEL="$TINY" ARGS="--batch 4 --ckpt-every 500" STEPS=$STEPS \
+	BIND=0 CKPT="$PWD/ck" LOG=train.jsonl \
 		sbatch --parsable -N 1 --ntasks-per-node 2 -o job.out -e job.err \
 		"$GK_TOP/scripts/sbatch-train" >jobid &&
 	job=$(cat jobid) &&
 	test_when_finished "scancel $job 2>/dev/null || :" &&
 	for i in $(seq 1 600); do
-		grep -q "\"event\": *\"step\"" train.jsonl 2>/dev/null && break
+		test -f ck/step-00000500/COMMIT && break
 		sleep 0.1
 	done &&
+	test -f ck/step-00000500/COMMIT &&
+	test $(ranks | wc -l) = 2 &&
+	kill -STOP $(ranks) &&
+	test_when_finished cont_ranks &&
 	scancel --signal=USR1 --batch $job &&
+	usr1_pending &&
+	kill -CONT $(ranks) &&
 	wait_requeued $job &&
 	cat job.err &&
 	grep "USR1: checkpointing and stopping" job.err &&
@@ -70,7 +108,7 @@ test_expect_success 'sbatch-train: USR1 mid-run, checkpoint, requeue, resume, sa
 	jq -s -e "[.[] | select(.event == \"step\") | .step] == [range(1; $STEPS + 1)]" train.jsonl &&
 	at=$(sed -n "s/^sbatch-train: stopped at step \([0-9]*\) of $STEPS: requeueing$/\1/p" job.err) &&
 	echo "preempted at step $at of $STEPS" &&
-	test "$at" -gt 0 && test "$at" -lt $STEPS &&
+	test "$at" -gt 500 && test "$at" -lt $STEPS &&
 	test -f ck/step-$(printf %08d $at)/COMMIT &&
 	losses train.jsonl | tail -n 1 >job.last &&
 	test_cmp ref.last job.last
