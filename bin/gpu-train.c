@@ -40,6 +40,8 @@ static const char usage[] =
 	"  --grad-accum A        micro-batches per step (default 1)\n"
 	"  --recompute MODE      none, gelu or layer (default none)\n"
 	"  --threads N           compute threads (default: the CPUs this rank may use)\n"
+	"  --device KIND         cpu, cuda or auto (cuda when every rank has a GPU; default cpu)\n"
+	"  --precision KIND      on a GPU: bf16, tf32 or fp32 (default bf16)\n"
 	"optimizer:\n"
 	"  --steps N             steps to train, the schedule's length (default 1000)\n"
 	"  --until N             stop after step N (checkpointing), keeping the schedule\n"
@@ -82,6 +84,7 @@ enum {
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
 	OPT_TEMP, OPT_TOPK, OPT_METRICS, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
+	OPT_DEVICE, OPT_PRECISION,
 };
 
 static const struct option longopts[] = {
@@ -105,6 +108,8 @@ static const struct option longopts[] = {
 	{"grad-accum", required_argument, NULL, OPT_ACCUM},
 	{"recompute", required_argument, NULL, OPT_RECOMPUTE},
 	{"threads", required_argument, NULL, OPT_THREADS},
+	{"device", required_argument, NULL, OPT_DEVICE},
+	{"precision", required_argument, NULL, OPT_PRECISION},
 	{"steps", required_argument, NULL, OPT_STEPS},
 	{"until", required_argument, NULL, OPT_UNTIL},
 	{"lr", required_argument, NULL, OPT_LR},
@@ -362,6 +367,18 @@ int main(int argc, char **argv)
 			else gk_cli_usage_error(&cli, "--recompute '%s': none, gelu or layer", optarg);
 			break;
 		case OPT_THREADS: o.threads = (int)gk_cli_i64(&cli, "--threads", optarg, 1, 4096); break;
+		case OPT_DEVICE:
+			if (!strcmp(optarg, "cpu")) o.device = GK_NN_CPU;
+			else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "gpu")) o.device = GK_NN_CUDA;
+			else if (!strcmp(optarg, "auto")) o.device = GK_NN_AUTO;
+			else gk_cli_usage_error(&cli, "--device '%s': cpu, cuda or auto", optarg);
+			break;
+		case OPT_PRECISION:
+			if (!strcmp(optarg, "bf16")) o.precision = GK_NN_BF16;
+			else if (!strcmp(optarg, "tf32")) o.precision = GK_NN_TF32;
+			else if (!strcmp(optarg, "fp32")) o.precision = GK_NN_FP32;
+			else gk_cli_usage_error(&cli, "--precision '%s': bf16, tf32 or fp32", optarg);
+			break;
 		case OPT_STEPS: o.steps = gk_cli_i64(&cli, "--steps", optarg, 0, INT64_MAX / 2); break;
 		case OPT_UNTIL: o.until = gk_cli_i64(&cli, "--until", optarg, 1, INT64_MAX / 2); break;
 		case OPT_LR: o.sched.lr = num("--lr", optarg, 0, 10); break;
@@ -512,11 +529,17 @@ int main(int argc, char **argv)
 	const gk_nn_config *cfg = gk_nn_trainer_config(t);
 	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
 	gk_nn_model *m = gk_nn_trainer_model(t);
+	const char *note, *device = gk_nn_trainer_device(t, &note);
+	static const char *const precisions[] = {"bf16", "tf32", "fp32"};
+	const char *precision = strcmp(device, "cpu") ? precisions[o.precision] : "fp32";
+	if (rank == 0 && note)
+		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0) {
 		size_t np = gk_nn_nparams(m);
 		if (cli.json) {
-			json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
-					      "event", "start", "layers", (json_int_t)cfg->layers,
+			json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
+					      "event", "start", "device", device, "precision", precision,
+					      "layers", (json_int_t)cfg->layers,
 					      "hidden", (json_int_t)cfg->hidden, "heads",
 					      (json_int_t)cfg->heads, "vocab", (json_int_t)cfg->vocab,
 					      "positions", (json_int_t)cfg->positions, "params",
@@ -526,9 +549,10 @@ int main(int argc, char **argv)
 			emit(j);
 		} else if (!cli.quiet) {
 			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
-			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s\n",
+			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s on %s (%s)\n",
 			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
-			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "");
+			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", device,
+			       precision);
 			print_mem(mem, NULL);
 		}
 	}

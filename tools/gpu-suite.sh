@@ -14,7 +14,9 @@
 #      under compute-sanitizer's memcheck and racecheck when it is there;
 #   2. tests/cli/t6002 (allreduce-bench --backend nccl): one process, one
 #      rank per GPU under mpirun (2 GPUs or more), and a rank that sees
-#      no device ending the job at setup instead of hanging it;
+#      no device ending the job at setup instead of hanging it; and
+#      tests/cli/t7106 (gpu-train --device cuda): fp32 and bf16 losses
+#      against the CPU's, an exact resume, 2 ranks through the host;
 #   3. make check, the whole suite, on this machine.
 # Exit 0 when all of it passed with a device, 1 otherwise. Output of each
 # step goes to build/gpu-suite/.
@@ -76,16 +78,19 @@ for t in cuda_core comm_cuda core_half nn_cuda; do
 	fi
 done
 
-step "cli: t6002 allreduce-bench --backend nccl"
-if ! tests/cli/t6002-allreduce-bench-nccl.sh -v >"$out/t6002.log" 2>&1; then
-	bad "see $out/t6002.log"
-elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/t6002.log" |
-	tr , '\n' | grep -qvx 'NOGPU\|GPUS'; then
-	# Only the no-GPU tests, and the multi-GPU one on a one-GPU machine, may skip.
-	bad "device tests skipped: $(grep -m1 '# skip' "$out/t6002.log")"
-else
-	pass
-fi
+# The CLI tests with device runs: only the no-GPU tests, and the
+# multi-GPU ones on a one-GPU machine, may skip.
+for t in t6002-allreduce-bench-nccl t7106-gpu-train-device; do
+	step "cli: $t"
+	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
+		bad "see $out/$t.log"
+	elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/$t.log" |
+		tr , '\n' | grep -qvx 'NOGPU\|GPUS'; then
+		bad "device tests skipped: $(grep -m1 '# skip' "$out/$t.log")"
+	else
+		pass
+	fi
+done
 
 step "make check (the whole suite)"
 if make CUDA=1 check >"$out/check.log" 2>&1; then

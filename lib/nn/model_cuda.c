@@ -307,20 +307,27 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
 
 /* ---- transfers ----------------------------------------------------------------- */
 
-int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err)
+int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return 0;
 	size_t n = m->nparams;
-	memcpy(cu->pin, m->params, n * 4);
-	if (gk_cuda_copy(cu->p, cu->pin, n * 4, cu->s, err) < 0)
-		return -1;
-	if (cu->dt != GK_DT_F32 &&
-	    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
-	     gk_cuda_stream_sync(cu->s, err) < 0))
-		return -1;
-	cu->uploaded = 1;
+	if (what & GK_NN_GRADS) {
+		memcpy(cu->pin, m->grads, n * 4);
+		if (gk_cuda_copy(cu->g, cu->pin, n * 4, cu->s, err) < 0)
+			return -1;
+	}
+	if (what & GK_NN_PARAMS) {
+		memcpy(cu->pin, m->params, n * 4);
+		if (gk_cuda_copy(cu->p, cu->pin, n * 4, cu->s, err) < 0)
+			return -1;
+		if (cu->dt != GK_DT_F32 &&
+		    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
+		     gk_cuda_stream_sync(cu->s, err) < 0))
+			return -1;
+		cu->uploaded = 1;
+	}
 	return 0;
 }
 
@@ -339,6 +346,44 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 		if (gk_cuda_copy(cu->pin, cu->g, n, cu->s, err) < 0)
 			return -1;
 		memcpy(m->grads, cu->pin, n);
+	}
+	return 0;
+}
+
+/* The moments, allocated (zero) on first use by either direction. */
+static int moments_alloc(struct gk_nn_cuda *cu, size_t n, gk_err *err)
+{
+	if (cu->mom)
+		return 0;
+	if (!(cu->mom = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
+	    !(cu->vel = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->mom, 0, n * 4, cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->vel, 0, n * 4, cu->s), err) < 0)
+		return -1;
+	return 0;
+}
+
+int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
+		       gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return gk_errf(err, "AdamW moments on the GPU: the model is on "
+			       "the CPU");
+	size_t n = m->nparams * 4;
+	if (moments_alloc(cu, m->nparams, err) < 0)
+		return -1;
+	float *host[2] = {mom, vel}, *dev[2] = {cu->mom, cu->vel};
+	for (int k = 0; k < 2; k++) {
+		if (upload) {
+			memcpy(cu->pin, host[k], n);
+			if (gk_cuda_copy(dev[k], cu->pin, n, cu->s, err) < 0)
+				return -1;
+		} else {
+			if (gk_cuda_copy(cu->pin, dev[k], n, cu->s, err) < 0)
+				return -1;
+			memcpy(host[k], cu->pin, n);
+		}
 	}
 	return 0;
 }
@@ -706,16 +751,8 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 	if (!cu)
 		return gk_errf(err, "AdamW on the GPU: the model is on the CPU "
 			       "(gk_nn_adamw_step)");
-	size_t n = m->nparams;
-	if (!cu->mom) {
-		if (!(cu->mom = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
-		    !(cu->vel = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
-		    GK_CUDA_CHECK(cudaMemsetAsync(cu->mom, 0, n * 4, cu->s),
-				  err) < 0 ||
-		    GK_CUDA_CHECK(cudaMemsetAsync(cu->vel, 0, n * 4, cu->s),
-				  err) < 0)
-			return -1;
-	}
+	if (moments_alloc(cu, m->nparams, err) < 0)
+		return -1;
 	gk_nn_adamw_k k;
 	float decay;
 	gk_nn_adamw_consts(c, lr, t, &k, &decay);

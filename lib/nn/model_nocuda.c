@@ -38,7 +38,7 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
 	memset(out, 0, sizeof(*out));
 }
 
-int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err)
+int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 {
 	return 0; /* only CPU models exist in this build */
 }
@@ -46,6 +46,13 @@ int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err)
 int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 {
 	return 0;
+}
+
+int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
+		       gk_err *err)
+{
+	return gk_errf(err, "AdamW moments on the GPU: gpukit was built "
+		       "without CUDA");
 }
 
 int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)

@@ -94,7 +94,9 @@ typedef enum gk_nn_recompute {
 /* Where the model runs (see "the CUDA backend" below). */
 typedef enum gk_nn_device {
 	GK_NN_CPU,  /* OpenBLAS + OpenMP, fp32 */
-	GK_NN_CUDA  /* the current CUDA device (gk_cuda_device_select) */
+	GK_NN_CUDA, /* the current CUDA device (gk_cuda_device_select) */
+	GK_NN_AUTO  /* the trainer only: CUDA when every rank has a usable
+		     * GPU, else the CPU with a note */
 } gk_nn_device;
 
 /* Arithmetic of the CUDA backend's matmuls and activations. */
@@ -357,6 +359,8 @@ typedef struct gk_nn_train_opts {
 	int batch, seq, grad_accum;
 	gk_nn_recompute recompute;
 	int threads;            /* <= 0: the CPUs this process may run on */
+	int device;             /* GK_NN_CPU (0), GK_NN_CUDA or GK_NN_AUTO */
+	int precision;          /* gk_nn_precision, on a GPU */
 	gk_nn_sched sched;
 	gk_nn_adamw adamw;
 	double clip;            /* global-norm clip; 0: off */
@@ -459,6 +463,9 @@ int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 			const gk_nn_train_mem *mem, int world, double now,
 			gk_err *err);
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
+/* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
+ * or NULL. */
+const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
@@ -493,14 +500,15 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
  *
  * The host buffers of gk_nn_params and gk_nn_grads remain, as mirrors:
  * gk_nn_init and gk_nn_load write the host parameters, and
- * gk_nn_cuda_upload copies them to the device (a forward before the first
- * upload is an error). gk_nn_cuda_download copies the device's
- * parameters and/or gradients back (through pinned memory) for a
- * checkpoint or a host-side allreduce. gk_nn_forward, gk_nn_backward and
- * gk_nn_zero_grad work on the device; gk_nn_logits is valid after a
- * forward without targets (the logits are then copied to the host). In
- * backward, ready is called after the device has finished the gradients
- * it names (the stream is synchronised first).
+ * gk_nn_cuda_upload copies the host parameters and/or gradients to the
+ * device (a forward before the first upload of the parameters is an
+ * error). gk_nn_cuda_download copies the device's parameters and/or
+ * gradients back (through pinned memory) for a checkpoint or a host-side
+ * allreduce. gk_nn_forward, gk_nn_backward and gk_nn_zero_grad work on
+ * the device; gk_nn_logits is valid after a forward without targets (the
+ * logits are then copied to the host). In backward, ready is called
+ * after the device has finished the gradients it names (the stream is
+ * synchronised first).
  *
  * Determinism: no kernel uses atomics; every reduction (embedding and
  * bias gradients, LayerNorm weights, the gradient norm, the loss) sums in
@@ -511,11 +519,19 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
  * do nothing; gk_nn_cuda_grad_norm and gk_nn_cuda_adamw are errors there
  * (the CPU step uses gk_nn_sumsq and gk_nn_adamw_step).
  */
-int gk_nn_cuda_upload(gk_nn_model *m, gk_err *err);
-
 #define GK_NN_PARAMS 1
 #define GK_NN_GRADS 2
+int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err);
 int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
+
+/*
+ * Copy the AdamW moments of gk_nn_cuda_adamw (nparams floats each, the
+ * flat layout) from mom and vel to the device (upload 1) or back (0), for
+ * a resume and a checkpoint. They are allocated, zero, on first use.
+ * An error on a CPU model.
+ */
+int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
+		       gk_err *err);
 
 /*
  * Global L2 norm of the device gradients: per-block partial sums of

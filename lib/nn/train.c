@@ -18,6 +18,12 @@
  * Every rank applies the same update to the same parameters (the comm
  * layer's results are bitwise equal on every rank), so replicas never
  * need a broadcast after the initial one.
+ *
+ * On a GPU (--device cuda) forward, backward, the norm and AdamW run on
+ * the device, with fp32 master weights and moments there; the host keeps
+ * mirrors for checkpoints. With more than one rank the gradients go
+ * through the host: downloaded after backward, allreduced by lib/comm's
+ * buckets (not overlapped), uploaded. ZeRO-1 stays on the CPU backend.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +42,7 @@
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
+#include "cuda/cuda.h"
 #include "nn/nn.h"
 #include "st/st.h"
 
@@ -83,6 +90,9 @@ struct gk_nn_trainer {
 	ckpt_job *job;
 	gk_nn_train_mem mem;
 	char data_note[160];
+	int cuda;                  /* the model is on the GPU */
+	char device[32];           /* "cpu", "cuda:N" */
+	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -161,10 +171,12 @@ static void account(gk_nn_trainer *t)
 	gk_nn_memory(t->m, &mm);
 	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
 	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
-	uint64_t logit_pad = 4 * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
+	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
 	uint64_t moments = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
 	int shard = t->o.zero && t->world > 1;
-	t->mem.parameters = 4 * psi;
+	/* a GPU's working copy (bf16) counts as parameters */
+	t->mem.parameters = 4 * psi + (mm.parameters - 4 * (uint64_t)t->N);
 	t->mem.gradients = 4 * psi;
 	t->mem.optimizer = shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
 	t->mem.activations = mm.activations - logit_pad;
@@ -201,6 +213,13 @@ int gk_nn_trainer_world(const gk_nn_trainer *t)
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t)
 {
 	return &t->cfg;
+}
+
+const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note)
+{
+	if (note)
+		*note = t->device_note[0] ? t->device_note : NULL;
+	return t->device;
 }
 
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
@@ -406,6 +425,49 @@ out:
 	return rc;
 }
 
+/*
+ * The device of --device cpu|cuda|auto, the same on every rank: auto
+ * falls back to the CPU with a note when a rank has no usable GPU, and a
+ * job whose ranks disagree (some with a GPU, some without) runs on the
+ * CPU (auto) or fails (cuda) rather than mixing backends.
+ */
+static int choose_device(gk_nn_trainer *t, gk_err *err)
+{
+	snprintf(t->device, sizeof(t->device), "cpu");
+	if (t->o.device == GK_NN_CPU)
+		return 0;
+	int note = 0;
+	gk_err why = {0};
+	gk_cuda_want want = t->o.device == GK_NN_CUDA ? GK_CUDA_WANT_CUDA : GK_CUDA_WANT_AUTO;
+	int r = gk_cuda_device_resolve(want, &note, &why);
+	double v[2] = {r == 1, r < 0};
+	if (allreduce_f64(t, v, 2, err) < 0)
+		return -1;
+	if (r < 0) {
+		*err = why;
+		return -1;
+	}
+	if (v[1] > 0)
+		return gk_errf(err, "%g of %d ranks have no usable GPU", v[1], t->world);
+	if (v[0] < t->world) {
+		if (!note)
+			snprintf(why.msg, sizeof(why.msg), "%d of %d ranks have no usable GPU",
+				 t->world - (int)v[0], t->world);
+		snprintf(t->device_note, sizeof(t->device_note), "%s; training on the CPU",
+			 why.msg);
+		return 0;
+	}
+	if (t->o.zero)
+		return gk_errf(err, "--zero 1 runs on the CPU backend only: on a GPU the "
+			       "optimizer updates every parameter (use --zero 0)");
+	int dev;
+	if (gk_cuda_device_select(-1, &dev, err) < 0)
+		return -1;
+	t->cuda = 1;
+	snprintf(t->device, sizeof(t->device), "cuda:%d", dev);
+	return 0;
+}
+
 int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		      gk_err *err)
 {
@@ -443,8 +505,11 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 			t->o.seq, t->cfg.positions);
 		goto fail;
 	}
+	if (choose_device(t, err) < 0)
+		goto fail;
 	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
-			 .threads = t->o.threads};
+			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
+			 .precision = t->o.precision};
 	if (gk_nn_new(&t->m, &t->cfg, &mo, err) < 0)
 		goto fail;
 	t->N = gk_nn_nparams(t->m);
@@ -490,6 +555,9 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	} else {
 		gk_nn_init(t->m, t->o.seed);
 	}
+	if (t->cuda && (gk_nn_cuda_upload(t->m, GK_NN_PARAMS, err) < 0 ||
+			(resume_dir && gk_nn_cuda_moments(t->m, t->mom, t->vel, 1, err) < 0)))
+		goto fail;
 	free(resume_dir);
 	account(t);
 	*out = t;
@@ -713,6 +781,13 @@ static int ckpt_start(gk_nn_trainer *t, gk_err *err)
 	j->lo = t->lo;
 	j->n = hi > t->lo ? hi - t->lo : 0;
 	j->write_moments = t->o.zero ? 1 : t->rank == 0;
+	if (t->cuda && t->rank == 0 &&
+	    (gk_nn_cuda_download(t->m, GK_NN_PARAMS, err) < 0 ||
+	     gk_nn_cuda_moments(t->m, t->mom, t->vel, 0, err) < 0)) {
+		free(all);
+		job_free(j);
+		return -1;
+	}
 	if (t->rank == 0) {
 		j->params = malloc(t->N * sizeof(float));
 		j->trainer_json = trainer_json(t, all);
@@ -892,18 +967,21 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 				return -1;
 			lsum += l;
 			int last = a == o->grad_accum - 1;
-			gk_nn_ready_fn cb = last && t->grads && o->overlap ? ready_cb : NULL;
+			gk_nn_ready_fn cb = last && t->grads && o->overlap && !t->cuda ? ready_cb : NULL;
 			if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t, err) < 0)
 				return -1;
 		}
 		double tb = gk_now();
 		if (t->grads) {
-			if (!o->overlap) {
+			if (t->cuda && gk_nn_cuda_download(t->m, GK_NN_GRADS, err) < 0)
+				return -1;
+			if (!o->overlap || t->cuda) {
 				t->comm_start = tb;
 				if (gk_comm_grads_ready(t->grads, 0, err) < 0)
 					return -1;
 			}
-			if (gk_comm_grads_finish(t->grads, err) < 0)
+			if (gk_comm_grads_finish(t->grads, err) < 0 ||
+			    (t->cuda && gk_nn_cuda_upload(t->m, GK_NN_GRADS, err) < 0))
 				return -1;
 		} else if (o->zero && t->world > 1) {
 			t->comm_start = tb;
@@ -926,8 +1004,13 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		if (allreduce_f64(t, v, 7, err) < 0)
 			return -1;
 		loss = v[0] / t->world;
-		double sumsq = o->zero && t->world > 1 ? v[5] : gk_nn_sumsq(grads, t->N);
-		double norm = sqrt(sumsq);
+		double norm;
+		if (t->cuda) {
+			if (gk_nn_cuda_grad_norm(t->m, &norm, err) < 0)
+				return -1;
+		} else {
+			norm = sqrt(o->zero && t->world > 1 ? v[5] : gk_nn_sumsq(grads, t->N));
+		}
 		exposed += gk_now() - tc;
 		double lr = gk_nn_lr(&o->sched, step);
 		int skip = 0;
@@ -939,13 +1022,15 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			skip = 1;
 			t->skipped++;
 		}
-		if (!skip) {
-			/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
-			if (o->clip > 0 && norm > o->clip) {
-				float sc = (float)(o->clip / (norm + 1e-6));
+		/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
+		float sc = o->clip > 0 && norm > o->clip ? (float)(o->clip / (norm + 1e-6)) : 1.0f;
+		if (!skip && t->cuda) {
+			if (gk_nn_cuda_adamw(t->m, &o->adamw, (float)lr, step, sc, err) < 0)
+				return -1;
+		} else if (!skip) {
+			if (sc != 1.0f)
 				for (size_t i = 0; i < n; i++)
 					g[i] *= sc;
-			}
 			gk_nn_adamw_step(t->m, &o->adamw, (float)lr, step, t->lo, t->lo + n, params + t->lo,
 					 g, t->mom, t->vel);
 			if (o->zero && t->world > 1) {

@@ -10,6 +10,9 @@
 #                                 sets them (make O=DIR), by hand they
 #                                 default to build/ and bin/
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
+#   test_gpu_prereqs VAR          GPU (a GPU that nvidia-smi lists, with the
+#                                 build's VAR, e.g. HAVE_CUDA, set to 1), GPUS
+#                                 (two or more) or NOGPU; GK_GPUS the count
 
 GK_TOP=$(cd "$(dirname "$0")/../.." && pwd)
 GK_BUILD=${GK_BUILD:-$GK_TOP/build}
@@ -62,4 +65,27 @@ test_shared_dir() {
 		test_done
 	fi
 	echo "$d"
+}
+
+# What to expect is decided up front, independently of the code under
+# test: a GPU is there when the driver's own nvidia-smi lists one (and
+# CUDA_VISIBLE_DEVICES does not hide them all) and the build has VAR.
+test_gpu_prereqs() {
+	GK_GPUS=0
+	if command -v nvidia-smi >/dev/null 2>&1 && [ "${CUDA_VISIBLE_DEVICES-x}" != "" ]; then
+		GK_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ") || GK_GPUS=0
+	fi
+	# The build's configuration (scripts/configure), as make check passes it.
+	for v in ${GK_MAKEVARS:-}; do
+		case $v in CUDA=*) cuda=${v#CUDA=} ;; MPI=*) mpi=${v#MPI=} ;; esac
+	done
+	cfg="$GK_TOP/build/config-cuda${cuda:-auto}-mpi${mpi:-auto}.mk"
+	have=$(sed -n "s/^$1 := //p" "$cfg" 2>/dev/null)
+	if [ "$GK_GPUS" -gt 0 ] && [ "$have" = 1 ]; then
+		test_set_prereq GPU
+		[ "$GK_GPUS" -ge 2 ] && test_set_prereq GPUS
+	else
+		test_set_prereq NOGPU
+	fi
+	say "nvidia-smi GPUs: $GK_GPUS, build's $1: ${have:-unknown}"
 }

@@ -15,23 +15,7 @@ if command -v mpirun >/dev/null 2>&1; then
 	test_set_prereq MPIRUN
 fi
 
-gpus=0
-if command -v nvidia-smi >/dev/null 2>&1 && [ "${CUDA_VISIBLE_DEVICES-x}" != "" ]; then
-	gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ") || gpus=0
-fi
-# The build's configuration (scripts/configure), as make check passes it.
-for v in ${GK_MAKEVARS:-}; do
-	case $v in CUDA=*) cuda=${v#CUDA=} ;; MPI=*) mpi=${v#MPI=} ;; esac
-done
-cfg="$GK_TOP/build/config-cuda${cuda:-auto}-mpi${mpi:-auto}.mk"
-have_nccl=$(sed -n "s/^HAVE_NCCL := //p" "$cfg" 2>/dev/null)
-if [ "$gpus" -gt 0 ] && [ "$have_nccl" = 1 ]; then
-	test_set_prereq GPU
-	[ "$gpus" -ge 2 ] && test_set_prereq GPUS
-else
-	test_set_prereq NOGPU
-fi
-say "nvidia-smi GPUs: $gpus, built with NCCL: ${have_nccl:-unknown}"
+test_gpu_prereqs HAVE_NCCL
 
 reason="backend .nccl.: \(no usable GPU: \|gpukit was built without \)"
 
@@ -64,13 +48,13 @@ test_expect_success GPU 'GPU: one process, every type and op checks out' '
 '
 
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: one rank per GPU, every type and op, avg exact' '
-	$T mpirun -np '"$gpus"' allreduce-bench --backend nccl -b 4 -e 4M -f 16 -d all -o all -n 3 -w 1 >out &&
+	$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl -b 4 -e 4M -f 16 -d all -o all -n 3 -w 1 >out &&
 	grep "^# Out of bounds values : 0 OK$" out
 '
 
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '
 	for z in bf16 f16 int8; do
-		$T mpirun -np '"$gpus"' allreduce-bench --backend nccl --compress $z -o avg \
+		$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl --compress $z -o avg \
 			-b 1K -e 8M -f 8 -n 2 -w 1 >$z.out &&
 		grep "^# Out of bounds values : 0 OK$" $z.out || return 1
 	done

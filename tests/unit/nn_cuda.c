@@ -272,7 +272,7 @@ static gk_nn_model *model(int device, int prec, gk_err *err)
 	if (gk_nn_new(&m, &c, &o, err) < 0)
 		return NULL;
 	gk_nn_init(m, 7);
-	if (gk_nn_cuda_upload(m, err) < 0) {
+	if (gk_nn_cuda_upload(m, GK_NN_PARAMS, err) < 0) {
 		gk_nn_free(m);
 		return NULL;
 	}
@@ -392,7 +392,7 @@ static void test_model(void)
 	memcpy(gref, gk_nn_grads(g32), n * 4);
 	if (gk_nn_new(&lay, &c, &o, &err) == 0) {
 		gk_nn_init(lay, 7);
-		rc = gk_nn_cuda_upload(lay, &err) == 0 &&
+		rc = gk_nn_cuda_upload(lay, GK_NN_PARAMS, &err) == 0 &&
 		     gk_nn_forward(lay, tok, tgt, &l3, &err) == 0 &&
 		     gk_nn_backward(lay, 1.0f, NULL, NULL, &err) == 0 &&
 		     gk_nn_cuda_download(lay, GK_NN_GRADS, &err) == 0;
@@ -441,6 +441,48 @@ static void test_model(void)
 	ok(rc && memcmp(lg, lg2, sizeof(lg)) == 0 &&
 	   memcmp(gk_nn_params(again), gk_nn_params(b16), n * 4) == 0,
 	   "determinism: same seed, same ten losses and parameters, bit for bit");
+
+	/*
+	 * A resume through the host (what gpu-train's checkpoints do):
+	 * parameters and moments downloaded, uploaded into a fresh model;
+	 * step 11 on both gives the same bits. Gradients uploaded come back.
+	 */
+	size_t nb = n * 4;
+	float *mo = malloc(nb), *ve = malloc(nb), *gsave = malloc(nb);
+	gk_nn_model *cont = model(GK_NN_CUDA, GK_NN_BF16, &err);
+	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
+	float la, lr2;
+	rc = cont && gk_nn_cuda_moments(again, mo, ve, 0, &err) == 0;
+	if (rc) {
+		memcpy(gk_nn_params(cont), gk_nn_params(again), nb);
+		rc = gk_nn_cuda_upload(cont, GK_NN_PARAMS, &err) == 0 &&
+		     gk_nn_cuda_moments(cont, mo, ve, 1, &err) == 0;
+	}
+	gk_nn_model *pair[2] = {again, cont};
+	float *lp[2] = {&la, &lr2};
+	batch(tok, tgt, 10);
+	for (int k = 0; k < 2 && rc; k++) {
+		gk_nn_zero_grad(pair[k]);
+		rc = gk_nn_forward(pair[k], tok, tgt, lp[k], &err) == 0 &&
+		     gk_nn_backward(pair[k], 1.0f, NULL, NULL, &err) == 0 &&
+		     gk_nn_cuda_adamw(pair[k], &ad, 1e-3f, 11, 1.0f, &err) == 0 &&
+		     gk_nn_cuda_download(pair[k], GK_NN_PARAMS | GK_NN_GRADS, &err) == 0;
+	}
+	ok(rc && la == lr2 && memcmp(gk_nn_params(again), gk_nn_params(cont), nb) == 0,
+	   "moments and parameters through the host: step 11 the same, bit for bit%s%s",
+	   err.msg[0] ? ": " : "", err.msg);
+	if (rc) {
+		fill(gk_nn_grads(cont), n, 1.0f);
+		memcpy(gsave, gk_nn_grads(cont), nb);
+		rc = gk_nn_cuda_upload(cont, GK_NN_GRADS, &err) == 0 &&
+		     gk_nn_cuda_download(cont, GK_NN_GRADS, &err) == 0;
+	}
+	ok(rc && memcmp(gsave, gk_nn_grads(cont), nb) == 0,
+	   "gradients uploaded come back unchanged");
+	free(mo);
+	free(ve);
+	free(gsave);
+	gk_nn_free(cont);
 	gk_nn_free(again);
 	gk_nn_free(b16);
 	gk_nn_free(cpu);
@@ -480,10 +522,12 @@ static void test_refusals(int usable, const char *why)
 	}
 	gk_nn_init(m, 1);
 	float keep = gk_nn_params(m)[5];
-	ok(gk_nn_cuda_upload(m, &err) == 0 &&
+	ok(gk_nn_cuda_upload(m, GK_NN_PARAMS | GK_NN_GRADS, &err) == 0 &&
 	   gk_nn_cuda_download(m, GK_NN_PARAMS | GK_NN_GRADS, &err) == 0 &&
 	   gk_nn_params(m)[5] == keep, "CPU model: upload and download do nothing");
 	ok(gk_nn_cuda_grad_norm(m, &nrm, &err) < 0, "CPU model: device norm refused (%s)", err.msg);
+	float mv[1];
+	ok(gk_nn_cuda_moments(m, mv, mv, 1, &err) < 0, "CPU model: device moments refused (%s)", err.msg);
 	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
 	ok(gk_nn_cuda_adamw(m, &ad, 1e-3f, 1, 1.0f, &err) < 0,
 	   "CPU model: device AdamW refused (%s)", err.msg);

@@ -1,0 +1,113 @@
+#!/bin/sh
+test_description='gpu-train --device cpu|cuda|auto and --precision
+
+Without a GPU (decided by nvidia-smi, not by the code under test),
+--device cuda ends at once with the reason on every rank, and --device
+auto says why on stderr, once, and trains on the CPU with the losses of
+--device cpu, bit for bit. With a GPU, the CUDA backend trains: fp32
+losses close to the CPU'"'"'s, bf16 losses falling and near them, an exact
+resume from a checkpoint the GPU wrote, and that checkpoint evaluated on
+the CPU with the GPU'"'"'s loss.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+test_gpu_prereqs HAVE_CUDA
+
+# TINY without its --threads (the device tests set their own)
+A="--data train.bin $TINY --batch 4 --steps 10 --json"
+why="no usable GPU: \|built without CUDA"
+
+test_expect_success 'data; the CPU run' '
+	train_data &&
+	gpu-train $A --device cpu >cpu.json 2>cpu.err &&
+	test_must_be_empty cpu.err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .device == \"cpu\" and .precision == \"fp32\"" cpu.json &&
+	losses cpu.json >cpu.losses &&
+	test $(wc -l <cpu.losses) = 10
+'
+
+test_expect_success 'the default device is the CPU, with no note' '
+	gpu-train $A >def.json 2>def.err &&
+	test_must_be_empty def.err &&
+	losses def.json >def.losses &&
+	test_cmp cpu.losses def.losses
+'
+
+test_expect_success 'bad --device and --precision are usage errors' '
+	test_expect_code 2 gpu-train $A --device tpu 2>err &&
+	grep "^gpu-train: --device .tpu.: cpu, cuda or auto" err &&
+	test_expect_code 2 gpu-train $A --precision fp8 2>err &&
+	grep "^gpu-train: --precision .fp8.: bf16, tf32 or fp32" err
+'
+
+test_expect_success NOGPU 'no GPU: --device cuda exits 1 saying why' '
+	test_expect_code 1 timeout 60 gpu-train $A --device cuda >out 2>err &&
+	test_must_be_empty out &&
+	grep "^gpu-train: \($why\)" err
+'
+
+test_expect_success NOGPU 'no GPU: --device auto says so once and trains on the CPU, bit for bit' '
+	gpu-train $A --device auto >auto.json 2>auto.err &&
+	test $(wc -l <auto.err) = 1 &&
+	grep "^gpu-train: \($why\).*; training on the CPU$" auto.err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .device == \"cpu\"" auto.json &&
+	losses auto.json >auto.losses &&
+	test_cmp cpu.losses auto.losses
+'
+
+test_expect_success 'NOGPU,MPI' 'no GPU, 2 ranks: cuda fails on every rank at once, auto notes once' '
+	test_expect_code 1 mpi 2 $A --device cuda >out 2>err &&
+	test $(grep -c "^gpu-train: \($why\)" err) = 2 &&
+	mpi 2 $A --device cpu >c2.json &&
+	mpi 2 $A --device auto >a2.json 2>a2.err &&
+	test $(grep -c "training on the CPU" a2.err) = 1 &&
+	losses c2.json >c2.losses &&
+	losses a2.json >a2.losses &&
+	test_cmp c2.losses a2.losses
+'
+
+test_expect_success GPU 'GPU, fp32: the ten losses within 1e-4 of the CPU'"'"'s' '
+	gpu-train $A --device cuda --precision fp32 >g32.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | (.device | startswith(\"cuda:\")) and .precision == \"fp32\"" g32.json &&
+	losses g32.json >g32.losses &&
+	close_to g32.losses cpu.losses 1e-4
+'
+
+test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CPU'"'"'s' '
+	gpu-train $A --device cuda >g16.json &&
+	losses g16.json >g16.losses &&
+	close_to g16.losses cpu.losses 0.03 &&
+	awk "NR == 1 { a = \$1 } END { exit !(\$1 < a) }" g16.losses
+'
+
+test_expect_success GPU 'GPU: a resume from the GPU'"'"'s checkpoint gives the same losses, bit for bit' '
+	gpu-train $A --device cuda --until 5 --ckpt-dir gck >ga.json &&
+	gpu-train $A --device cuda --ckpt-dir gck --resume >gb.json &&
+	{ losses ga.json && losses gb.json; } >gab.losses &&
+	test_cmp g16.losses gab.losses
+'
+
+test_expect_success GPU 'GPU: the checkpoint evaluates on the CPU with the GPU'"'"'s loss' '
+	gpu-train --eval-only --init-from gck/latest --data train.bin --seq 16 --batch 4 \
+		--eval-batches 8 --device cuda --precision fp32 --json >ge.json &&
+	gpu-train --eval-only --init-from gck/latest --data train.bin --seq 16 --batch 4 \
+		--eval-batches 8 --device cpu --threads 1 --json >ce.json &&
+	jq -r "select(.event == \"eval\") | .loss" ge.json >ge.loss &&
+	jq -r "select(.event == \"eval\") | .loss" ce.json >ce.loss &&
+	close_to ge.loss ce.loss 1e-4
+'
+
+test_expect_success GPU 'GPU: --zero 1 is refused (the optimizer is on the device)' '
+	test_expect_code 1 gpu-train $A --device cuda --zero 1 2>err &&
+	grep "^gpu-train: --zero 1 runs on the CPU backend only" err
+'
+
+test_expect_success 'GPU,MPI' 'GPU, 2 ranks through the host: the losses of one rank with the global batch' '
+	gpu-train --data train.bin $TINY --batch 8 --steps 10 --json --device cuda --precision fp32 >g1.json &&
+	mpi 2 $A --device cuda --precision fp32 >g2.json &&
+	losses g1.json >g1.losses &&
+	losses g2.json >g2.losses &&
+	close_to g2.losses g1.losses 1e-4
+'
+
+test_done
