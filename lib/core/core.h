@@ -302,6 +302,10 @@ int gk_json_get_num(const struct json_t *obj, const char *key, double *out,
  * pairs ({"rank", "0", NULL}); values are escaped here. Labels given to
  * gk_metrics_new go on every sample. Setting a (name, labels) pair again
  * replaces its value, so a tool updates its metrics and rewrites the file.
+ * gk_metrics_write labels every sample run="NAME", NAME being the file's
+ * name less ".prom": the collector merges every file of its directory,
+ * and two runs' files (unique names in one directory) then never carry
+ * the same series, which it would reject. "run" is reserved for it.
  */
 typedef struct gk_metrics gk_metrics;
 typedef enum gk_metric_type { GK_METRIC_GAUGE, GK_METRIC_COUNTER } gk_metric_type;

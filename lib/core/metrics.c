@@ -222,7 +222,8 @@ static void put_help(FILE *fp, const char *s)
 	}
 }
 
-int gk_metrics_format(const gk_metrics *m, FILE *fp)
+/* The exposition text; run, when not NULL, is one more rendered label. */
+static int format(const gk_metrics *m, FILE *fp, const char *run)
 {
 	for (size_t i = 0; i < m->n; i++) {
 		const family *f = &m->f[i];
@@ -231,12 +232,16 @@ int gk_metrics_format(const gk_metrics *m, FILE *fp)
 		fprintf(fp, "\n# TYPE %s %s\n", f->name,
 			f->type == GK_METRIC_COUNTER ? "counter" : "gauge");
 		for (size_t j = 0; j < f->n; j++) {
-			const char *a = m->common ? m->common : "";
-			const char *b = f->s[j].labels;
+			const char *l[] = {run, m->common, f->s[j].labels};
 			fputs(f->name, fp);
-			if (*a || *b)
-				fprintf(fp, "{%s%s%s}", a, *a && *b ? "," : "", b);
-			fputc(' ', fp);
+			const char *sep = "{";
+			for (size_t k = 0; k < GK_ARRAY_SIZE(l); k++) {
+				if (l[k] && *l[k]) {
+					fprintf(fp, "%s%s", sep, l[k]);
+					sep = ",";
+				}
+			}
+			fputs(*sep == ',' ? "} " : " ", fp);
 			put_value(fp, f->s[j].v);
 			fputc('\n', fp);
 		}
@@ -244,21 +249,43 @@ int gk_metrics_format(const gk_metrics *m, FILE *fp)
 	return ferror(fp) ? -1 : 0;
 }
 
+int gk_metrics_format(const gk_metrics *m, FILE *fp)
+{
+	return format(m, fp, NULL);
+}
+
 int gk_metrics_write(const gk_metrics *m, const char *path, gk_err *err)
 {
+	/* run="<the file's name less .prom>" */
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	size_t n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".prom"))
+		n -= 5;
+	char *stem = strndup(base, n), *run = NULL;
+	if (!stem)
+		return gk_err_sys(err, ENOMEM, "write '%s'", path);
+	const char *lab[] = {"run", stem, NULL};
+	int rc = render_labels(&run, lab, err);
+	free(stem);
+	if (rc < 0)
+		return -1;
 	gk_atomic *a;
 	FILE *fp;
-
-	if (gk_atomic_open(&a, path, 0644, err) < 0)
+	if (gk_atomic_open(&a, path, 0644, err) < 0) {
+		free(run);
 		return -1;
+	}
 	if (!(fp = gk_atomic_fp(a, err))) {
 		gk_atomic_abort(a);
+		free(run);
 		return -1;
 	}
-	if (gk_metrics_format(m, fp) < 0) {
+	if (format(m, fp, run) < 0) {
 		int e = errno;
 		gk_atomic_abort(a);
+		free(run);
 		return gk_err_sys(err, e, "write '%s'", path);
 	}
+	free(run);
 	return gk_atomic_commit(a, err);
 }

@@ -277,34 +277,34 @@ test_expect_success '--metrics writes the run in Prometheus text format' '
 	before=$(date +%s) &&
 	ckpt-prune -q --keep-last 1 --metrics r20.prom r20 &&
 	after=$(date +%s) &&
-	sed -n "s/^gpukit_ckpt_prune_last_run_timestamp_seconds{root=\"r20\"} //p" r20.prom >t &&
+	sed -n "s/^gpukit_ckpt_prune_last_run_timestamp_seconds{run=\"r20\",root=\"r20\"} //p" r20.prom >t &&
 	test "$(cat t)" -ge $before && test "$(cat t)" -le $after &&
 	grep -v "^gpukit_ckpt_prune_last_run_timestamp_seconds" r20.prom >actual &&
-	freed=$(sed -n "s/^gpukit_ckpt_prune_freed_bytes{root=\"r20\"} //p" r20.prom) &&
+	freed=$(sed -n "s/^gpukit_ckpt_prune_freed_bytes{run=\"r20\",root=\"r20\"} //p" r20.prom) &&
 	test "$freed" -ge 1048576 && test "$freed" -le 1114112 &&
 	cat >expect <<-EOF &&
 	# HELP gpukit_ckpt_prune_removed Checkpoints the last run removed (would remove, with --dry-run).
 	# TYPE gpukit_ckpt_prune_removed gauge
-	gpukit_ckpt_prune_removed{root="r20"} 1
+	gpukit_ckpt_prune_removed{run="r20",root="r20"} 1
 	# HELP gpukit_ckpt_prune_kept Checkpoints and directories in progress the last run kept.
 	# TYPE gpukit_ckpt_prune_kept gauge
-	gpukit_ckpt_prune_kept{root="r20"} 2
+	gpukit_ckpt_prune_kept{run="r20",root="r20"} 2
 	# HELP gpukit_ckpt_prune_failed Removals that failed in the last run.
 	# TYPE gpukit_ckpt_prune_failed gauge
-	gpukit_ckpt_prune_failed{root="r20"} 0
+	gpukit_ckpt_prune_failed{run="r20",root="r20"} 0
 	# HELP gpukit_ckpt_prune_freed_bytes Disk space the last run freed.
 	# TYPE gpukit_ckpt_prune_freed_bytes gauge
-	gpukit_ckpt_prune_freed_bytes{root="r20"} $freed
+	gpukit_ckpt_prune_freed_bytes{run="r20",root="r20"} $freed
 	# HELP gpukit_ckpt_prune_success 1 when the last run did all it had to, else 0.
 	# TYPE gpukit_ckpt_prune_success gauge
-	gpukit_ckpt_prune_success{root="r20"} 1
+	gpukit_ckpt_prune_success{run="r20",root="r20"} 1
 	# HELP gpukit_ckpt_prune_last_run_timestamp_seconds When the last run ended, in Unix time.
 	# TYPE gpukit_ckpt_prune_last_run_timestamp_seconds gauge
 	EOF
 	test_cmp expect actual &&
 	if command -v promtool >/dev/null; then promtool check metrics <r20.prom; fi &&
 	test_expect_code 1 ckpt-prune -q --keep-last 1 --metrics r20.prom nope 2>err &&
-	grep "^gpukit_ckpt_prune_success{root=\"nope\"} 0$" r20.prom
+	grep "^gpukit_ckpt_prune_success{run=\"r20\",root=\"nope\"} 0$" r20.prom
 '
 
 test_done

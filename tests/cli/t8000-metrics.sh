@@ -6,7 +6,8 @@ format. Each file passes promtool check metrics; the values equal the
 ones the tools print in their --json output and the figures they follow
 from (tokens_total = steps x batch x seq x grad-accum x ranks); and a
 real node_exporter serving the directory through its textfile collector
-returns the same samples with node_textfile_scrape_error 0.'
+returns the same samples with node_textfile_scrape_error 0, also for two
+runs'"'"' files in one directory (each sample carries run="FILE less .prom").'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -68,6 +69,11 @@ test_expect_success 'gpu-train: steps, tokens and the last step as in its log' '
 	test $((now - ts)) -ge 0 && test $((now - ts)) -lt 600
 '
 
+test_expect_success 'gpu-train: every sample carries run="train"' '
+	test "$(grep -v "^#" train.prom | wc -l)" -gt 0 &&
+	! grep -v "^#" train.prom | grep -v "{run=\"train\"[,}]"
+'
+
 test_expect_success PROMTOOL 'gpu-train: promtool accepts the file' '
 	promtool check metrics <train.prom
 '
@@ -126,7 +132,8 @@ for line in open(sys.argv[1]):
         key = (m.group(1), tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(2)))))
         samples[key] = float(m.group(3))
 doc = json.load(open(sys.argv[2]))
-common = [("backend", doc["backend"]), ("collective", doc["collective"])]
+run = sys.argv[1].rsplit("/", 1)[-1][:-len(".prom")]
+common = [("run", run), ("backend", doc["backend"]), ("collective", doc["collective"])]
 def get(name, labels):
     return samples.pop((name, tuple(sorted(common + labels))))
 def near(a, b, what):
@@ -209,6 +216,25 @@ test_expect_success NODE_EXPORTER 'node_exporter serves both files' '
 	same "$(prom scrape gpukit_allreduce_time_seconds algo=$algo size=512 placement=in)" \
 		"$(prom ab.prom gpukit_allreduce_time_seconds algo=$algo size=512 placement=in)" &&
 	test "$(prom scrape gpukit_allreduce_success)" = 1
+'
+
+test_expect_success NODE_EXPORTER 'node_exporter: two runs of one tool in one directory, told apart by run' '
+	mkdir two &&
+	gpu-train $A --steps 2 --metrics two/job-1.prom >/dev/null &&
+	gpu-train $A --steps 3 --metrics two/job-2.prom >/dev/null &&
+	port=$(python3 -c "import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])") &&
+	{ prometheus-node-exporter --collector.disable-defaults --collector.textfile \
+		--collector.textfile.directory="$PWD/two" \
+		--web.listen-address=127.0.0.1:$port >ne2.log 2>&1 & echo $! >ne2.pid; } &&
+	test_when_finished "kill \$(cat ne2.pid) 2>/dev/null; true" &&
+	for i in $(seq 50); do
+		curl -sf http://127.0.0.1:$port/metrics >scrape2 && break
+		kill -0 $(cat ne2.pid) || { cat ne2.log; return 1; }
+		sleep 0.2
+	done &&
+	test "$(prom scrape2 node_textfile_scrape_error)" = 0 &&
+	test "$(prom scrape2 gpukit_train_steps_total run=job-1)" = 2 &&
+	test "$(prom scrape2 gpukit_train_steps_total run=job-2)" = 3
 '
 
 test_done

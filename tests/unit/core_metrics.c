@@ -88,11 +88,31 @@ int main(void)
 	ok(gk_metrics_write(m, path, &err) == 0, "write");
 	char *file = NULL;
 	size_t len;
-	got = format(m);
-	ok(gk_read_file(path, 1 << 20, &file, &len, &err) == 0 && !strcmp(file, got),
-	   "file holds the exposition text");
+	ok(gk_read_file(path, 1 << 20, &file, &len, &err) == 0 &&
+	   strstr(file, "gpukit_train_tokens_total{run=\"train\",job=") &&
+	   strstr(file, "gpukit_train_lr{run=\"train\",job="),
+	   "the file labels every sample run=\"train\" (its name less .prom)");
 	free(file);
+
+	/* run's value is escaped; it joins a sample's own labels, or stands alone */
+	gk_metrics *m2;
+	char p2[96];
+	snprintf(p2, sizeof(p2), "%s/a\"b.prom.bak", dir);
+	ok(gk_metrics_new(&m2, NULL, &err) == 0 &&
+	   gk_metrics_set(m2, "gpukit_x", GK_METRIC_GAUGE, "h", NULL, 1, &err) == 0 &&
+	   gk_metrics_set(m2, "gpukit_y", GK_METRIC_GAUGE, "h", r1, 2, &err) == 0 &&
+	   gk_metrics_write(m2, p2, &err) == 0, "write a second file");
+	ok(gk_read_file(p2, 1 << 20, &file, &len, &err) == 0, "read it");
+	is_str(file,
+	       "# HELP gpukit_x h\n# TYPE gpukit_x gauge\ngpukit_x{run=\"a\\\"b.prom.bak\"} 1\n"
+	       "# HELP gpukit_y h\n# TYPE gpukit_y gauge\ngpukit_y{run=\"a\\\"b.prom.bak\",rank=\"1\"} 2\n",
+	       "run escaped, first; only a final .prom is taken off");
+	free(file);
+	got = format(m2);
+	ok(!strstr(got, "run="), "gk_metrics_format adds no run label");
 	free(got);
+	gk_metrics_free(m2);
+	unlink(p2);
 	ok(gk_metrics_write(m, "/nonexistent-dir/x.prom", &err) == -1,
 	   "write into a missing directory fails");
 	unlink(path);
