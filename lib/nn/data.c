@@ -458,7 +458,13 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 		d->o.world = 1;
 	if (d->o.eot < 0)
 		d->o.eot = (int32_t)(d->o.vocab - 1);
-	if (d->o.batch < 1 || d->o.seq < 1 || d->o.vocab < 1 || d->o.eot >= d->o.vocab) {
+	if (d->o.eot >= d->o.vocab) {
+		int64_t v = d->o.vocab, e = d->o.eot;
+		free(d);
+		return gk_errf(err, "open data '%s': the end-of-text token %" PRId64
+			       " is not below the vocabulary size %" PRId64, source, e, v);
+	}
+	if (d->o.batch < 1 || d->o.seq < 1 || d->o.vocab < 1) {
 		free(d);
 		return gk_errf(err, "open data '%s': bad batch, sequence or vocabulary", source);
 	}

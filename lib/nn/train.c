@@ -356,7 +356,8 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 }
 
 /* Restore step, data position and moments from a step directory. */
-static int resume_from(gk_nn_trainer *t, const char *dir, gk_err *err)
+/* Resume from step directory dir, which lib/ckpt committed as step want. */
+static int resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err *err)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/trainer.json", dir);
@@ -373,6 +374,11 @@ static int resume_from(gk_nn_trainer *t, const char *dir, gk_err *err)
 	json_t *sk = json_object_get(j, "skipped");
 	if (json_is_integer(sk))
 		skipped = json_integer_value(sk);
+	if (step < 0 || (uint64_t)step != want || tokens < 0 || skipped < 0 || skipped > step) {
+		gk_errf(err, "read '%s': step %" PRId64 ", tokens %" PRId64 ", skipped %" PRId64
+			" do not describe checkpoint step %" PRIu64, path, step, tokens, skipped, want);
+		goto out;
+	}
 	if (!json_is_array(ds) || json_array_size(ds) != (size_t)world || world < 1) {
 		gk_errf(err, "read '%s': 'data' is not one state per rank", path);
 		goto out;
@@ -477,6 +483,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		return gk_err_sys(err, ENOMEM, "trainer");
 	t->o = *o;
 	char *resume_dir = NULL;
+	uint64_t resume_step = 0;
 	if (t->o.grad_accum < 1)
 		t->o.grad_accum = 1;
 	if (t->o.threads <= 0)
@@ -487,11 +494,10 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	t->rank = gk_comm_rank(t->comm);
 	t->world = gk_comm_world(t->comm);
 	if (o->resume && o->ckpt_dir) {
-		uint64_t step;
-		int r = gk_ckpt_latest(o->ckpt_dir, &step, err);
+		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
 		if (r < 0)
 			goto fail;
-		if (r == 1 && asprintf(&resume_dir, "%s/step-%08" PRIu64, o->ckpt_dir, step) < 0) {
+		if (r == 1 && asprintf(&resume_dir, "%s/step-%08" PRIu64, o->ckpt_dir, resume_step) < 0) {
 			gk_err_sys(err, ENOMEM, "resume");
 			goto fail;
 		}
@@ -547,7 +553,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 			goto fail;
 	}
 	if (resume_dir) {
-		if (resume_from(t, resume_dir, err) < 0)
+		if (resume_from(t, resume_dir, resume_step, err) < 0)
 			goto fail;
 	} else if (o->init_from) {
 		if (gk_nn_load(t->m, o->init_from, err) < 0)

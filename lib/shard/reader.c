@@ -83,6 +83,14 @@ int gk_shard_reader_open(gk_shard_reader **out, const char *path, gk_err *err)
 	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return gk_err_sys(err, errno, "open '%s'", path);
+	/* a pipe streams (webdataset reads them too); a directory would fail
+	 * in libarchive as "Error reading fd N" */
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (fd != STDIN_FILENO)
+			close(fd);
+		return gk_err_sys(err, EISDIR, "open '%s'", path);
+	}
 	if (gk_shard_reader_open_fd(out, fd, path, err) < 0) {
 		if (fd != STDIN_FILENO)
 			close(fd);

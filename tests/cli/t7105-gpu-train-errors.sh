@@ -2,7 +2,8 @@
 test_description='gpu-train on bad input: a clear message, exit 1 or 2
 
 Missing and corrupt shards, a config whose heads do not divide hidden, a
-vocabulary too small for the token ids, a NaN loss (naming the step, or
+vocabulary too small for the token ids or the end-of-text token, a
+trainer.json that contradicts its checkpoint, a NaN loss (naming the step, or
 skipped and counted with --skip-nonfinite), a sequence longer than the
 model; no partial checkpoint is left behind.'
 . "$(dirname "$0")/lib.sh"
@@ -30,6 +31,22 @@ test_expect_success 'a vocabulary too small for the token ids' '
 	grep "^gpu-train: token file .train.bin. token [0-9]*: id [0-9]* is not below the vocabulary size 100" err
 '
 
+test_expect_success 'a resume from a trainer.json that contradicts its step directory' '
+	cp -R ck ckj &&
+	tj=ckj/step-00000003/trainer.json &&
+	for edit in ".step = -5" ".step = 4" ".tokens = -1" ".skipped = 7"; do
+		jq "$edit" ck/step-00000003/trainer.json >$tj &&
+		test_expect_code 1 gpu-train $A --ckpt-dir ckj --resume 2>err &&
+		grep "^gpu-train: resume from .ckj/step-00000003.: read .*trainer.json.: step .* do not describe checkpoint step 3$" err ||
+		return 1
+	done
+'
+
+test_expect_success 'an end-of-text token outside the vocabulary' '
+	test_expect_code 1 gpu-train --data train.bin $TINY --eot 300 --steps 1 2>err &&
+	grep "^gpu-train: open data .train.bin.: the end-of-text token 300 is not below the vocabulary size 257" err
+'
+
 test_expect_success 'missing and corrupt shards' '
 	test_expect_code 1 gpu-train --data "none-{00..01}.tar" $TINY --steps 1 2>err &&
 	grep "^gpu-train: .*none-00.tar" err &&
@@ -37,7 +54,9 @@ test_expect_success 'missing and corrupt shards' '
 	data-pack -q -c -o s.tar corpus/ &&
 	head -c 2000 s.tar >cut.tar &&
 	test_expect_code 1 gpu-train --data cut.tar $TINY --steps 1 2>err &&
-	grep "^gpu-train: .*cut.tar" err
+	grep "^gpu-train: .*cut.tar" err &&
+	test_expect_code 1 gpu-train --data corpus $TINY --steps 1 2>err &&
+	grep "^gpu-train: open .corpus.: Is a directory$" err
 '
 
 test_expect_success 'a sequence longer than the positions' '
