@@ -356,6 +356,25 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 }
 
 /* Restore step, data position and moments from a step directory. */
+/*
+ * Check the COMMIT behind a checkpoint input (a step directory's sizes and
+ * XXH3 of every file; other inputs have none) before trusting it: rank 0
+ * reads it once, and the ranks agree on the outcome.
+ */
+static int verify_ckpt(gk_nn_trainer *t, const char *in, gk_err *err)
+{
+	gk_err mine = {0};
+	int bad = t->rank == 0 && gk_ckpt_verify_input(in, &mine) < 0;
+	double v = bad;
+	if (allreduce_f64(t, &v, 1, err) < 0)
+		return -1;
+	if (bad) {
+		*err = mine;
+		return -1;
+	}
+	return v > 0 ? gk_errf(err, "checkpoint '%s': rank 0 found it damaged", in) : 0;
+}
+
 /* Resume from step directory dir, which lib/ckpt committed as step want. */
 static int resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err *err)
 {
@@ -553,10 +572,11 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 			goto fail;
 	}
 	if (resume_dir) {
-		if (resume_from(t, resume_dir, resume_step, err) < 0)
+		if (verify_ckpt(t, resume_dir, err) < 0 ||
+		    resume_from(t, resume_dir, resume_step, err) < 0)
 			goto fail;
 	} else if (o->init_from) {
-		if (gk_nn_load(t->m, o->init_from, err) < 0)
+		if (verify_ckpt(t, o->init_from, err) < 0 || gk_nn_load(t->m, o->init_from, err) < 0)
 			goto fail;
 	} else {
 		gk_nn_init(t->m, t->o.seed);

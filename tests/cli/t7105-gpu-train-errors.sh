@@ -3,7 +3,8 @@ test_description='gpu-train on bad input: a clear message, exit 1 or 2
 
 Missing and corrupt shards, a config whose heads do not divide hidden, a
 vocabulary too small for the token ids or the end-of-text token, a
-trainer.json that contradicts its checkpoint, a NaN loss (naming the step, or
+trainer.json that contradicts its checkpoint, a checkpoint damaged after
+its COMMIT, a NaN loss (naming the step, or
 skipped and counted with --skip-nonfinite), a sequence longer than the
 model; no partial checkpoint is left behind.'
 . "$(dirname "$0")/lib.sh"
@@ -31,15 +32,35 @@ test_expect_success 'a vocabulary too small for the token ids' '
 	grep "^gpu-train: token file .train.bin. token [0-9]*: id [0-9]* is not below the vocabulary size 100" err
 '
 
-test_expect_success 'a resume from a trainer.json that contradicts its step directory' '
+# COMMIT rewritten with xxhsum (an XXH3 independent of ours), so that the
+# edited trainer.json passes the hash check and meets the step check.
+command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
+
+test_expect_success XXHSUM 'a resume from a trainer.json that contradicts its step directory' '
 	cp -R ck ckj &&
-	tj=ckj/step-00000003/trainer.json &&
+	d=ckj/step-00000003 &&
 	for edit in ".step = -5" ".step = 4" ".tokens = -1" ".skipped = 7"; do
-		jq "$edit" ck/step-00000003/trainer.json >$tj &&
+		jq "$edit" ck/step-00000003/trainer.json >$d/trainer.json &&
+		h=$(xxhsum -H3 $d/trainer.json | sed "s/.* = //") &&
+		jq ".files[\"trainer.json\"] = {bytes: $(wc -c <$d/trainer.json), xxh3: \"$h\"}" \
+			ck/step-00000003/COMMIT >$d/COMMIT &&
 		test_expect_code 1 gpu-train $A --ckpt-dir ckj --resume 2>err &&
 		grep "^gpu-train: resume from .ckj/step-00000003.: read .*trainer.json.: step .* do not describe checkpoint step 3$" err ||
 		return 1
 	done
+'
+
+test_expect_success 'a checkpoint damaged after COMMIT is not resumed from or loaded' '
+	cp -R ck ckd &&
+	m=ckd/step-00000003/model.safetensors &&
+	size=$(wc -c <$m) &&
+	printf "\377" | dd of=$m bs=1 seek=$((size - 5)) conv=notrunc 2>/dev/null &&
+	test_expect_code 1 gpu-train $A --ckpt-dir ckd --resume 2>err &&
+	grep "^gpu-train: checkpoint .ckd/step-00000003.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
+	test_expect_code 1 gpu-train $A --init-from ckd/latest 2>err &&
+	grep "^gpu-train: checkpoint .ckd/latest.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
+	test_expect_code 1 gpu-train --eval-only --data train.bin --init-from ckd --seq 16 2>err &&
+	grep "does not match its XXH3 in COMMIT$" err
 '
 
 test_expect_success 'an end-of-text token outside the vocabulary' '
