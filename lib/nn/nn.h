@@ -477,9 +477,26 @@ void gk_nn_trainer_free(gk_nn_trainer *t);
 int gk_nn_default_threads(void);
 
 /*
+ * Generation with a key/value cache (CPU models): gk_nn_decode appends
+ * token tok at the next position (0, 1, ... up to the model's positions)
+ * and sets *logits to the vocab_pad logits that follow it, valid until
+ * the next call. A CUDA model is refused.
+ */
+typedef struct gk_nn_decoder gk_nn_decoder;
+int gk_nn_decoder_new(gk_nn_decoder **out, gk_nn_model *m, gk_err *err);
+int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
+		 gk_err *err);
+int gk_nn_decoder_len(const gk_nn_decoder *d);
+void gk_nn_decoder_reset(gk_nn_decoder *d);
+void gk_nn_decoder_free(gk_nn_decoder *d);
+
+/*
  * Generate n tokens after start (temperature <= 0: greedy; top_k > 0:
- * only the k most likely), each from a forward over the last seq tokens;
- * seeded, so the same seed gives the same text.
+ * only the k most likely), each from the logits after the last seq tokens;
+ * seeded, so the same seed gives the same text. While the history fits in
+ * seq, a CPU model decodes with the cache (one row per token); beyond it
+ * the window slides, every position moves, and each token takes a forward
+ * over the window (so does every token on a GPU).
  */
 int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 		 double temperature, int top_k, uint64_t seed, int32_t *out,

@@ -449,6 +449,88 @@ static void sumsq(void)
 	free(g);
 }
 
+/*
+ * The key/value-cache decoder against full forwards: the logits after each
+ * prefix, position by position; greedy sampling (through the cache while
+ * the history fits, then sliding windows) against a greedy loop of full
+ * forwards written here; the cache's limits.
+ */
+static void decoding(void)
+{
+	enum { L = 2, C = 32, NH = 4, V = 61, T = 16, B = 3 };
+	gk_nn_model *m = tiny(L, C, NH, V, T, B, GK_NN_RECOMPUTE_NONE);
+	gk_err err = {0};
+	gk_nn_decoder *d = NULL;
+	if (!ok(m && gk_nn_decoder_new(&d, m, &err) == 0, "decoder%s%s",
+		err.msg[0] ? ": " : "", err.msg))
+		return;
+	gk_nn_init(m, 5);
+	int32_t tok[B * T];
+	uint64_t r = 99;
+	for (int i = 0; i < B * T; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		tok[i] = (int32_t)((r >> 33) % V);
+	}
+	ok(gk_nn_forward(m, tok, NULL, NULL, &err) == 0, "full forward");
+	double worst = 0;
+	int fails = 0;
+	const float *lg = NULL, *first = NULL;
+	float keep[V];
+	for (int t = 0; t < T; t++) {
+		if (gk_nn_decode(d, tok[t], &lg, &err) < 0) {
+			fails++;
+			break;
+		}
+		const float *ref = gk_nn_logits(m, 0, t);
+		for (int v = 0; v < V; v++) {
+			double e = fabs(lg[v] - ref[v]) / (1e-5 + 1e-5 * fabs(ref[v]));
+			worst = e > worst ? e : worst;
+		}
+		if (t == 0)
+			memcpy(keep, lg, sizeof(keep));
+	}
+	ok(fails == 0 && worst <= 1.0,
+	   "decoded logits = forward's at each of %d positions within 1e-5 + 1e-5|ref| (worst %.3f of it)",
+	   T, worst);
+	ok(gk_nn_decoder_len(d) == T, "the cache holds %d positions", T);
+	ok(gk_nn_decode(d, tok[0], &lg, &err) < 0 && strstr(err.msg, "all 16 positions"),
+	   "past the positions: refused (%s)", err.msg);
+	gk_nn_decoder_reset(d);
+	ok(gk_nn_decode(d, 61, &lg, &err) < 0, "a token outside the vocabulary: refused (%s)",
+	   err.msg);
+	ok(gk_nn_decode(d, tok[0], &first, &err) == 0 && memcmp(first, keep, sizeof(keep)) == 0,
+	   "after a reset, position 0 again: the same logits, bit for bit");
+	gk_nn_decoder_free(d);
+
+	/* greedy: the sampler against full forwards over the last T tokens */
+	enum { N = 24 };
+	int32_t got[N], want[N], hist[N + 1], row[B * T];
+	hist[0] = V - 1;
+	int len = 1, rc = 0;
+	for (int i = 0; i < N && rc == 0; i++) {
+		int f = len > T ? len - T : 0, w = len - f;
+		for (int k = 0; k < B * T; k++)
+			row[k] = V - 1;
+		memcpy(row, hist + f, (size_t)w * sizeof(int32_t));
+		rc = gk_nn_forward(m, row, NULL, NULL, &err);
+		const float *x = gk_nn_logits(m, 0, w - 1);
+		int best = 0;
+		for (int v = 1; v < V; v++)
+			if (x[v] > x[best])
+				best = v;
+		want[i] = best;
+		hist[len++] = best;
+	}
+	ok(rc == 0 && gk_nn_sample(m, B, T, V - 1, N, 0.0, 0, 1, got, &err) == 0 &&
+	   memcmp(got, want, sizeof(got)) == 0,
+	   "greedy sampling: %d tokens (%d through the cache) = full forwards'", N, T);
+	int32_t a[N], b[N];
+	ok(gk_nn_sample(m, B, T, V - 1, N, 0.9, 10, 42, a, &err) == 0 &&
+	   gk_nn_sample(m, B, T, V - 1, N, 0.9, 10, 42, b, &err) == 0 &&
+	   memcmp(a, b, sizeof(a)) == 0, "top-k sampling: the same seed, the same tokens");
+	gk_nn_free(m);
+}
+
 int main(void)
 {
 	const char *top = getenv("GK_TOP") ? getenv("GK_TOP") : ".";
@@ -460,5 +542,6 @@ int main(void)
 	load_errors();
 	schedules();
 	sumsq();
+	decoding();
 	return done_testing();
 }

@@ -1,0 +1,155 @@
+/*
+ * decode.c - generation one token at a time with a key/value cache, on
+ * the CPU model: each new token runs the blocks over one row and attends
+ * to the keys and values the earlier positions left in the cache, so n
+ * sampled tokens cost n single-row passes instead of n full forwards of
+ * the training batch (llm.c and nanoGPT recompute the whole window per
+ * token; transformers' generate keeps past_key_values, as here).
+ *
+ * The same kernels and per-element math as the forward (model.c): the
+ * logits agree with a forward over the same prefix to float rounding
+ * (the attention sums in another order), which tests/unit/nn_misc.c
+ * checks position by position.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/internal.h"
+#include "nn/math.h"
+
+struct gk_nn_decoder {
+	gk_nn_model *m;
+	int len, max;                /* positions cached; capacity */
+	float *k, *v;                /* layers x max x C each */
+	float *x, *ln, *qkv, *y, *res, *fch, *fchg, *att, *logits;
+	float mean, rstd;
+};
+
+int gk_nn_decoder_new(gk_nn_decoder **out, gk_nn_model *m, gk_err *err)
+{
+	*out = NULL;
+	if (m->cu)
+		return gk_errf(err, "decoding with a cache: the model is on the GPU");
+	size_t C = (size_t)m->c.hidden, L = (size_t)m->c.layers;
+	size_t max = (size_t)m->c.positions;
+	gk_nn_decoder *d = calloc(1, sizeof(*d));
+	if (!d)
+		return gk_err_sys(err, ENOMEM, "decoder");
+	d->m = m;
+	d->max = (int)max;
+	d->k = malloc(L * max * C * sizeof(float));
+	d->v = malloc(L * max * C * sizeof(float));
+	/* one block of scratch, carved in this order */
+	float **part[] = {&d->x, &d->ln, &d->qkv, &d->y, &d->res, &d->fch, &d->fchg,
+			  &d->att, &d->logits};
+	size_t len[] = {C, C, 3 * C, C, C, 4 * C, 4 * C, max, (size_t)m->c.vocab_pad};
+	size_t n = 0;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(len); i++)
+		n += len[i];
+	float *s = malloc(n * sizeof(float));
+	if (!d->k || !d->v || !s) {
+		free(s);
+		gk_nn_decoder_free(d);
+		return gk_err_sys(err, ENOMEM, "decoder: key/value cache of %zu positions", max);
+	}
+	for (size_t i = 0; i < GK_ARRAY_SIZE(len); i++) {
+		*part[i] = s;
+		s += len[i];
+	}
+	*out = d;
+	return 0;
+}
+
+void gk_nn_decoder_free(gk_nn_decoder *d)
+{
+	if (!d)
+		return;
+	free(d->k);
+	free(d->v);
+	free(d->x);
+	free(d);
+}
+
+void gk_nn_decoder_reset(gk_nn_decoder *d)
+{
+	d->len = 0;
+}
+
+int gk_nn_decoder_len(const gk_nn_decoder *d)
+{
+	return d->len;
+}
+
+/* y (C) = causal attention of the newest row's queries over rows 0..t */
+static void attend(gk_nn_decoder *d, int l, int t)
+{
+	const gk_nn_model *m = d->m;
+	int C = (int)m->c.hidden, NH = (int)m->c.heads, hs = C / NH;
+	float scale = 1.0f / sqrtf((float)hs);
+	const float *K = d->k + (size_t)l * d->max * C;
+	const float *V = d->v + (size_t)l * d->max * C;
+	for (int h = 0; h < NH; h++) {
+		const float *q = d->qkv + h * hs;
+		for (int j = 0; j <= t; j++) {
+			const float *k = K + (size_t)j * C + h * hs;
+			float s = 0.0f;
+			for (int i = 0; i < hs; i++)
+				s += q[i] * k[i];
+			d->att[j] = scale * s;
+		}
+		gk_nn_softmax_row(d->att, t + 1);
+		float *y = d->y + h * hs;
+		memset(y, 0, (size_t)hs * sizeof(float));
+		for (int j = 0; j <= t; j++) {
+			const float *v = V + (size_t)j * C + h * hs;
+			float a = d->att[j];
+			for (int i = 0; i < hs; i++)
+				y[i] += a * v[i];
+		}
+	}
+}
+
+int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
+		 gk_err *err)
+{
+	gk_nn_model *m = d->m;
+	int C = (int)m->c.hidden, L = (int)m->c.layers, nt = m->nt;
+	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
+	float eps = m->c.ln_eps;
+	if (tok < 0 || tok >= V)
+		return gk_errf(err, "decode token %d: not in 0..%d", tok, V - 1);
+	if (d->len >= d->max)
+		return gk_errf(err, "decode: all %d positions are used", d->max);
+	int t = d->len;
+	const float *p = m->params;
+	gk_nn_cpu_threads(nt);
+	for (int c = 0; c < C; c++)
+		d->x[c] = p[m->wte + (size_t)tok * C + c] + p[m->wpe + (size_t)t * C + c];
+	for (int l = 0; l < L; l++) {
+		const gk_nn_block_off *o = &m->blk[l];
+		gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->x, p + o->ln1w,
+					p + o->ln1b, 1, C, eps, nt);
+		gk_nn_cpu_matmul_fwd(d->qkv, d->ln, p + o->qkvw, p + o->qkvb, NULL, NULL,
+				     1, C, 3 * C, nt);
+		size_t at = ((size_t)l * d->max + (size_t)t) * C;
+		memcpy(d->k + at, d->qkv + C, (size_t)C * sizeof(float));
+		memcpy(d->v + at, d->qkv + 2 * C, (size_t)C * sizeof(float));
+		attend(d, l, t);
+		gk_nn_cpu_matmul_fwd(d->res, d->y, p + o->attprojw, p + o->attprojb, d->x,
+				     NULL, 1, C, C, nt);
+		gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->res, p + o->ln2w,
+					p + o->ln2b, 1, C, eps, nt);
+		gk_nn_cpu_matmul_fwd(d->fch, d->ln, p + o->fcw, p + o->fcb, NULL, d->fchg,
+				     1, C, 4 * C, nt);
+		gk_nn_cpu_matmul_fwd(d->x, d->fchg, p + o->fcprojw, p + o->fcprojb, d->res,
+				     NULL, 1, 4 * C, C, nt);
+	}
+	gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->x, p + m->lnfw, p + m->lnfb,
+				1, C, eps, nt);
+	gk_nn_cpu_lmhead_fwd(d->logits, d->ln, p + m->wte, 1, C, V, Vp, nt);
+	d->len++;
+	*logits = d->logits;
+	return 0;
+}
