@@ -253,14 +253,32 @@ static void bias_rows(float *out, const float *res, const float *bias,
 	}
 }
 
+/* rows [i0, i1): out += bias, then gelu = gelu_new(out), in one pass */
+GK_NN_SIMD_CLONES
+static void bias_gelu_rows(float *restrict out, float *restrict gelu,
+			   const float *restrict bias, int i0, int i1, int OC)
+{
+	for (int i = i0; i < i1; i++) {
+		float *o = out + (size_t)i * OC, *g = gelu + (size_t)i * OC;
+#pragma omp simd
+		for (int c = 0; c < OC; c++) {
+			float x = o[c] + bias[c];
+			o[c] = x;
+			g[c] = gk_nn_gelu(x);
+		}
+	}
+}
+
 /*
  * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC), and with gelu
- * non-NULL also gelu = gelu_new(out). The rows are filled with bias (and
- * the residual) first and sgemm adds onto them (beta 1), as torch's
- * addmm: one pass over out instead of sgemm zeroing it and a second pass
- * adding the bias. Each thread takes a block of rows through all of it,
- * so the op costs one barrier (on a loaded machine each one can wait a
- * scheduler tick for a descheduled thread).
+ * non-NULL also gelu = gelu_new(out). Without gelu the rows are filled
+ * with bias (and the residual) first and sgemm adds onto them (beta 1),
+ * as torch's addmm: one pass over out instead of sgemm zeroing it and a
+ * second pass adding the bias. With gelu (never with a residual) sgemm
+ * writes out (beta 0) and one pass adds the bias and applies GeLU, where
+ * the GeLU pass reads out anyway. Each thread takes a block of rows
+ * through all of it, so the op costs one barrier (on a loaded machine
+ * each one can wait a scheduler tick for a descheduled thread).
  */
 void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 			  const float *bias, const float *res, float *gelu,
@@ -269,7 +287,12 @@ void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 #pragma omp parallel num_threads(nt)
 	{
 		ROWS(N, i0, i1);
-		if (i1 > i0) {
+		if (i1 > i0 && gelu && !res) {
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+				    i1 - i0, OC, C, 1.0f, inp + (size_t)i0 * C,
+				    C, w, OC, 0.0f, out + (size_t)i0 * OC, OC);
+			bias_gelu_rows(out, gelu, bias, i0, i1, OC);
+		} else if (i1 > i0) {
 			bias_rows(out, res, bias, i0, i1, OC);
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    i1 - i0, OC, C, 1.0f, inp + (size_t)i0 * C,
