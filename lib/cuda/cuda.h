@@ -98,8 +98,8 @@ typedef struct gk_cuda_info {
  * How a tool's --device option uses it (the message is the tool's to
  * print; the library never does):
  *   --device cuda  probe fails: exit 1 with "tool: no usable GPU: ..."
- *   --device auto  probe fails: "tool: no usable GPU: ...; using the CPU"
- *                  on stderr, then run on the CPU
+ *   --device auto  probe fails: "tool: no usable GPU: ...; training on the
+ *                  CPU" (gpu-train) on stderr, then run on the CPU
  *   --device cpu   no probe
  * gk_cuda_device_resolve does exactly this choice.
  */
