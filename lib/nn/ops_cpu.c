@@ -236,9 +236,6 @@ void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
 
 /* ---- matmul (Conv1D: w is (C, OC)) ---------------------------------------------- */
 
-static void gelu_chunk(float *restrict out, const float *restrict inp,
-		       size_t n);
-
 /* rows [i0, i1) of out (N,OC) = res + bias, or bias alone */
 GK_NN_SIMD_CLONES
 static void bias_rows(float *out, const float *res, const float *bias,
@@ -253,16 +250,18 @@ static void bias_rows(float *out, const float *res, const float *bias,
 	}
 }
 
-/* rows [i0, i1): out += bias, then gelu = gelu_new(out), in one pass */
+/* rows [i0, i1): out += [res +] bias, then gelu = gelu_new(out), in one pass */
 GK_NN_SIMD_CLONES
 static void bias_gelu_rows(float *restrict out, float *restrict gelu,
-			   const float *restrict bias, int i0, int i1, int OC)
+			   const float *restrict res, const float *restrict bias,
+			   int i0, int i1, int OC)
 {
 	for (int i = i0; i < i1; i++) {
 		float *o = out + (size_t)i * OC, *g = gelu + (size_t)i * OC;
+		const float *r = res ? res + (size_t)i * OC : NULL;
 #pragma omp simd
 		for (int c = 0; c < OC; c++) {
-			float x = o[c] + bias[c];
+			float x = o[c] + ((r ? r[c] : 0.0f) + bias[c]);
 			o[c] = x;
 			g[c] = gk_nn_gelu(x);
 		}
@@ -274,9 +273,9 @@ static void bias_gelu_rows(float *restrict out, float *restrict gelu,
  * non-NULL also gelu = gelu_new(out). Without gelu the rows are filled
  * with bias (and the residual) first and sgemm adds onto them (beta 1),
  * as torch's addmm: one pass over out instead of sgemm zeroing it and a
- * second pass adding the bias. With gelu (never with a residual) sgemm
- * writes out (beta 0) and one pass adds the bias and applies GeLU, where
- * the GeLU pass reads out anyway. Each thread takes a block of rows
+ * second pass adding the bias. With gelu, sgemm writes out (beta 0) and
+ * one pass adds the bias (and residual) and applies GeLU, where the GeLU
+ * pass reads out anyway. Each thread takes a block of rows
  * through all of it, so the op costs one barrier (on a loaded machine
  * each one can wait a scheduler tick for a descheduled thread).
  */
@@ -287,20 +286,16 @@ void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 #pragma omp parallel num_threads(nt)
 	{
 		ROWS(N, i0, i1);
-		if (i1 > i0 && gelu && !res) {
+		if (i1 > i0 && gelu) {
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    i1 - i0, OC, C, 1.0f, inp + (size_t)i0 * C,
 				    C, w, OC, 0.0f, out + (size_t)i0 * OC, OC);
-			bias_gelu_rows(out, gelu, bias, i0, i1, OC);
+			bias_gelu_rows(out, gelu, res, bias, i0, i1, OC);
 		} else if (i1 > i0) {
 			bias_rows(out, res, bias, i0, i1, OC);
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    i1 - i0, OC, C, 1.0f, inp + (size_t)i0 * C,
 				    C, w, OC, 1.0f, out + (size_t)i0 * OC, OC);
-			if (gelu)
-				gelu_chunk(gelu + (size_t)i0 * OC,
-					   out + (size_t)i0 * OC,
-					   (size_t)(i1 - i0) * OC);
 		}
 	}
 }
