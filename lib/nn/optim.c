@@ -5,9 +5,6 @@
  * reference: torch/optim/adamw.py (_single_tensor_adamw), Loshchilov &
  * Hutter, "Decoupled Weight Decay Regularization", ICLR 2019.
  */
-/* errno is never read and no traps are enabled: lets sqrtf vectorise */
-#pragma GCC optimize("no-trapping-math", "no-math-errno")
-
 #include <math.h>
 #include <omp.h>
 #include <string.h>
