@@ -87,10 +87,16 @@ void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
 
 /* ---- CPU kernels (ops_cpu.c) ---- */
 
-/* Element loops built for each of these, chosen at load time (ifunc). */
+/*
+ * Element loops built for each of these, chosen at load time (ifunc):
+ * the x86-64 levels v4 (AVX-512) and v3 (AVX2 with FMA: a level, since a
+ * comma in target_clones makes one clone per feature, and an "avx2"
+ * clone without FMA turns math.h's fmaf into a libm call per element).
+ */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GK_NN_SIMD_CLONES \
-	__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#define GK_NN_SIMD_CLONES                                                      \
+	__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",     \
+				     "default")))
 #else
 #define GK_NN_SIMD_CLONES
 #endif
