@@ -15,10 +15,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Always inlined, on the host as under nvcc: a caller built for AVX-512
+ * (a target_clones copy) then compiles the arithmetic for AVX-512 too,
+ * where an out-of-line copy would be built for the baseline. */
 #ifdef __CUDACC__
 #define GK_HD __host__ __device__ __forceinline__
 #else
-#define GK_HD static inline
+#define GK_HD static inline __attribute__((always_inline))
 #endif
 
 GK_HD uint32_t gk_f32_bits(float f)

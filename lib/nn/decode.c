@@ -99,7 +99,7 @@ static void attend(gk_nn_decoder *d, int l, int t)
 				s += q[i] * k[i];
 			d->att[j] = scale * s;
 		}
-		gk_nn_softmax_row(d->att, t + 1);
+		gk_nn_cpu_softmax(d->att, t + 1);
 		float *y = d->y + h * hs;
 		memset(y, 0, (size_t)hs * sizeof(float));
 		for (int j = 0; j <= t; j++) {

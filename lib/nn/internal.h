@@ -119,6 +119,8 @@ void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 			  const float *dout, const float *inp, const float *w,
 			  int N, int C, int OC, int nt);
+/* math.h's gk_nn_softmax_row, vectorised; returns the row's logsumexp */
+float gk_nn_cpu_softmax(float *x, int n);
 void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt);
 void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt);
 void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,

@@ -415,6 +415,14 @@ void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt)
 
 /* ---- causal self-attention --------------------------------------------------------- */
 
+/* math.h's softmax of one row, built for each SIMD level: its exp and
+ * sums vectorise, and its fmaf are instructions */
+GK_NN_SIMD_CLONES
+float gk_nn_cpu_softmax(float *x, int n)
+{
+	return gk_nn_softmax_row(x, n);
+}
+
 /*
  * Rows of the (T,T) score matrix in blocks: the block of rows [r0, r1)
  * sees only columns [0, r1), so its matmuls stop there and the masked
@@ -452,9 +460,9 @@ void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
 				    C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
 			for (int t = r0; t < r1; t++) {
 				float *r = a + (size_t)t * T;
-				gk_nn_softmax_row(r, t + 1);
-				for (int j = t + 1; j < T; j++)
-					r[j] = 0.0f;
+				gk_nn_cpu_softmax(r, t + 1);
+				memset(r + t + 1, 0,
+				       (size_t)(T - t - 1) * sizeof(float));
 			}
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T,
@@ -544,6 +552,20 @@ void gk_nn_cpu_lmhead_bwd(float *dinp, float *dwte, const float *dlogits,
 	gemm(1, 0, V, C, N, 1.0f, dlogits, Vp, inp, C, 1.0f, dwte, C, nt);
 }
 
+GK_NN_SIMD_CLONES
+static float lse_row(const float *x, int V)
+{
+	return gk_nn_logsumexp(x, V);
+}
+
+GK_NN_SIMD_CLONES
+static void xent_grad_row(float *x, float lse, int y, float dloss, int V)
+{
+#pragma omp simd
+	for (int j = 0; j < V; j++)
+		x[j] = gk_nn_xent_grad(x[j], lse, j == y, dloss);
+}
+
 /*
  * Forward half of the fused classifier: lse[i] of each row, and the sum
  * of the losses lse - logit[target] over rows whose target is >= 0
@@ -554,7 +576,7 @@ double gk_nn_cpu_xent_fwd(float *lse, const float *logits,
 {
 #pragma omp parallel for num_threads(nt) schedule(static)
 	for (int i = 0; i < N; i++)
-		lse[i] = gk_nn_logsumexp(logits + (size_t)i * Vp, V);
+		lse[i] = lse_row(logits + (size_t)i * Vp, V);
 	double s = 0.0;
 	if (!targets)
 		return s;
@@ -579,10 +601,7 @@ void gk_nn_cpu_xent_bwd(float *logits, const float *lse,
 			memset(x, 0, (size_t)Vp * sizeof(float));
 			continue;
 		}
-		float l = lse[i];
-		for (int j = 0; j < V; j++)
-			x[j] = gk_nn_xent_grad(x[j], l, j == y, dloss);
-		for (int j = V; j < Vp; j++)
-			x[j] = 0.0f;
+		xent_grad_row(x, lse[i], y, dloss, V);
+		memset(x + V, 0, (size_t)(Vp - V) * sizeof(float));
 	}
 }
