@@ -79,6 +79,21 @@ GK_HD float gk_nn_gelu_grad(float x)
 }
 
 /*
+ * Row reductions in GK_NN_LANES interleaved partial sums (element i into
+ * lane i % GK_NN_LANES), added in a fixed order at the end: vectorisable
+ * at any SIMD width, and the same bits at every one.
+ */
+#define GK_NN_LANES 16
+
+GK_HD float gk_nn_lanes_sum(const float *acc)
+{
+	float s = 0.0f;
+	for (int l = 0; l < GK_NN_LANES; l++)
+		s += acc[l];
+	return s;
+}
+
+/*
  * Mean and reciprocal standard deviation of a row of n values, biased
  * variance as torch.nn.LayerNorm: rstd = 1/sqrt(var + eps). Two passes
  * (mean, then squared deviations) rather than E[x^2]-E[x]^2, which loses
@@ -87,16 +102,24 @@ GK_HD float gk_nn_gelu_grad(float x)
 GK_HD void gk_nn_ln_stats(const float *x, int n, float eps, float *mean,
 			  float *rstd)
 {
-	float m = 0.0f;
-	for (int i = 0; i < n; i++)
-		m += x[i];
-	m /= (float)n;
-	float v = 0.0f;
-	for (int i = 0; i < n; i++) {
+	float acc[GK_NN_LANES] = {0}, acc2[GK_NN_LANES] = {0};
+	int i = 0;
+	for (; i + GK_NN_LANES <= n; i += GK_NN_LANES)
+		for (int l = 0; l < GK_NN_LANES; l++)
+			acc[l] += x[i + l];
+	for (; i < n; i++)
+		acc[i % GK_NN_LANES] += x[i];
+	float m = gk_nn_lanes_sum(acc) / (float)n;
+	for (i = 0; i + GK_NN_LANES <= n; i += GK_NN_LANES)
+		for (int l = 0; l < GK_NN_LANES; l++) {
+			float d = x[i + l] - m;
+			acc2[l] += d * d;
+		}
+	for (; i < n; i++) {
 		float d = x[i] - m;
-		v += d * d;
+		acc2[i % GK_NN_LANES] += d * d;
 	}
-	v /= (float)n;
+	float v = gk_nn_lanes_sum(acc2) / (float)n;
 	*mean = m;
 	*rstd = 1.0f / sqrtf(v + eps);
 }
@@ -151,27 +174,16 @@ GK_HD float gk_nn_expf(float x)
 	return x == x ? y : x;
 }
 
-/*
- * Row reductions in GK_NN_LANES interleaved partial sums (element i into
- * lane i % GK_NN_LANES), added in a fixed order at the end: vectorisable
- * at any SIMD width, and the same bits at every one.
- */
-#define GK_NN_LANES 16
-
-GK_HD float gk_nn_lanes_sum(const float *acc)
-{
-	float s = 0.0f;
-	for (int l = 0; l < GK_NN_LANES; l++)
-		s += acc[l];
-	return s;
-}
-
 GK_HD float gk_nn_row_max(const float *x, int n)
 {
 	float acc[GK_NN_LANES];
 	for (int l = 0; l < GK_NN_LANES; l++)
 		acc[l] = -INFINITY;
-	for (int i = 0; i < n; i++)
+	int i = 0;
+	for (; i + GK_NN_LANES <= n; i += GK_NN_LANES)
+		for (int l = 0; l < GK_NN_LANES; l++)
+			acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+	for (; i < n; i++)
 		acc[i % GK_NN_LANES] = x[i] > acc[i % GK_NN_LANES] ?
 					       x[i] : acc[i % GK_NN_LANES];
 	float mx = -INFINITY;

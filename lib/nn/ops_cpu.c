@@ -471,6 +471,25 @@ void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
 	}
 }
 
+/* dr = softmax backward of row a's first n, scaled; zero to T */
+GK_NN_SIMD_CLONES
+static void softmax_bwd_row(float *restrict dr, const float *restrict ar,
+			    int n, int T, float scale)
+{
+	float acc[GK_NN_LANES] = {0};
+	int j = 0;
+	for (; j + GK_NN_LANES <= n; j += GK_NN_LANES)
+		for (int l = 0; l < GK_NN_LANES; l++)
+			acc[l] += ar[j + l] * dr[j + l];
+	for (; j < n; j++)
+		acc[j % GK_NN_LANES] += ar[j] * dr[j];
+	float s = gk_nn_lanes_sum(acc);
+#pragma omp simd
+	for (j = 0; j < n; j++)
+		dr[j] = gk_nn_softmax_dpre(ar[j], dr[j], s, scale);
+	memset(dr + n, 0, (size_t)(T - n) * sizeof(float));
+}
+
 /*
  * dqkv (B,T,3C) = d/dqkv (overwritten). scratch: nt (T,T) blocks, one
  * per thread for d att. Column blocks [c0, c1) of att are nonzero only
@@ -501,17 +520,10 @@ void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 			/* softmax backward, scaled: dpre = att (datt -
 			 * sum(att datt)) / sqrt(hs), zero above the
 			 * diagonal */
-			for (int t = r0; t < r1; t++) {
-				const float *ar = a + (size_t)t * T;
-				float *dr = da + (size_t)t * T;
-				float s = 0.0f;
-				for (int j = 0; j <= t; j++)
-					s += ar[j] * dr[j];
-				for (int j = 0; j <= t; j++)
-					dr[j] = gk_nn_softmax_dpre(ar[j], dr[j], s, scale);
-				for (int j = t + 1; j < T; j++)
-					dr[j] = 0.0f;
-			}
+			for (int t = r0; t < r1; t++)
+				softmax_bwd_row(da + (size_t)t * T,
+						a + (size_t)t * T, t + 1, T,
+						scale);
 			/* dq = dpre k */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    r1 - r0, hs, r1, 1.0f, da + (size_t)r0 * T,
