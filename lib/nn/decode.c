@@ -132,19 +132,19 @@ int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
 		gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->x, p + o->ln1w,
 					p + o->ln1b, 1, C, eps, nt);
 		gk_nn_cpu_matmul_fwd(d->qkv, d->ln, p + o->qkvw, p + o->qkvb, NULL, NULL,
-				     1, C, 3 * C, nt);
+				     0, 1, C, 3 * C, nt);
 		size_t at = ((size_t)l * d->max + (size_t)t) * C;
 		memcpy(d->k + at, d->qkv + C, (size_t)C * sizeof(float));
 		memcpy(d->v + at, d->qkv + 2 * C, (size_t)C * sizeof(float));
 		attend(d, l, t);
 		gk_nn_cpu_matmul_fwd(d->res, d->y, p + o->attprojw, p + o->attprojb, d->x,
-				     NULL, 1, C, C, nt);
+				     NULL, 0, 1, C, C, nt);
 		gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->res, p + o->ln2w,
 					p + o->ln2b, 1, C, eps, nt);
 		gk_nn_cpu_matmul_fwd(d->fch, d->ln, p + o->fcw, p + o->fcb, NULL, d->fchg,
-				     1, C, 4 * C, nt);
+				     0, 1, C, 4 * C, nt);
 		gk_nn_cpu_matmul_fwd(d->x, d->fchg, p + o->fcprojw, p + o->fcprojb, d->res,
-				     NULL, 1, 4 * C, C, nt);
+				     NULL, 0, 1, 4 * C, C, nt);
 	}
 	gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->x, p + m->lnfw, p + m->lnfb,
 				1, C, eps, nt);

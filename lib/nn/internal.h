@@ -31,7 +31,7 @@ typedef struct gk_nn_acts {
 	float *res2;       /* (B,T,C) in + attention projection */
 	float *ln2;        /* (B,T,C) */
 	float *ln2m, *ln2r;/* (B,T) */
-	float *fch;        /* (B,T,4C) GeLU input */
+	float *fch;        /* (B,T,4C) GeLU input, or its derivative (model.c) */
 	float *fchg;       /* (B,T,4C) GeLU output */
 	float *out;        /* (B,T,C) res2 + MLP projection */
 } gk_nn_acts;
@@ -115,7 +115,7 @@ void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
 			     const float *rstd, int N, int C, int nt);
 void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 			  const float *bias, const float *res, float *gelu,
-			  int N, int C, int OC, int nt);
+			  int grad, int N, int C, int OC, int nt);
 void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 			  const float *dout, const float *inp, const float *w,
 			  int N, int C, int OC, int nt);
@@ -123,6 +123,7 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 float gk_nn_cpu_softmax(float *x, int n);
 void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt);
 void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt);
+void gk_nn_cpu_mul(float *x, const float *y, size_t n, int nt);
 void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
 			     int T, int C, int NH, int nt);
 void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,

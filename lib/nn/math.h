@@ -67,15 +67,30 @@ GK_HD float gk_nn_gelu(float x)
 	return 0.5f * x * (1.0f + gk_nn_tanh(u));
 }
 
-/* d gelu_new / dx at x (llm.c gelu_backward). */
-GK_HD float gk_nn_gelu_grad(float x)
+/* d gelu_new / dx at x, given th = tanh(u(x)) (llm.c gelu_backward) */
+GK_HD float gk_nn_gelu_grad_th(float x, float th)
 {
-	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
-	float th = gk_nn_tanh(u);
 	float sech2 = 1.0f - th * th;
 	return 0.5f * (1.0f + th) +
 	       0.5f * x * sech2 * GK_NN_GELU_K *
 		       (1.0f + 3.0f * GK_NN_GELU_C * x * x);
+}
+
+/* d gelu_new / dx at x */
+GK_HD float gk_nn_gelu_grad(float x)
+{
+	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
+	return gk_nn_gelu_grad_th(x, gk_nn_tanh(u));
+}
+
+/* gelu_new(x), and its derivative in *grad from the same tanh: the bits
+ * of gk_nn_gelu and gk_nn_gelu_grad */
+GK_HD float gk_nn_gelu_and_grad(float x, float *grad)
+{
+	float u = GK_NN_GELU_K * (x + GK_NN_GELU_C * x * x * x);
+	float th = gk_nn_tanh(u);
+	*grad = gk_nn_gelu_grad_th(x, th);
+	return 0.5f * x * (1.0f + th);
 }
 
 /*

@@ -9,6 +9,10 @@
  *   out  = res2 + fchg @ mlp.c_proj + b
  * then lnf = LN(resid[L]) and logits = lnf @ wte^T.
  *
+ * fch keeps gelu_new'(fch), not fch itself, except under GELU
+ * recomputation: backward needs only the derivative, and the forward's
+ * GeLU pass has the tanh it takes at hand.
+ *
  * Recomputation: GELU keeps fch per layer and one fchg, redone from fch
  * in backward; LAYER keeps only the residual stream resid[0..L] and one
  * block's worth of everything else, redoing each block's forward just
@@ -33,18 +37,19 @@ static void block_fwd(gk_nn_model *m, int l)
 	gk_nn_cpu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, p + o->ln1w,
 				p + o->ln1b, N, C, m->c.ln_eps, nt);
 	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL,
-			     NULL, N, C, 3 * C, nt);
+			     NULL, 0, N, C, 3 * C, nt);
 	gk_nn_cpu_attention_fwd(a.atty, a.att, a.qkv, B, T, C, NH, nt);
 	/* the projections add onto the residual in place: no buffer for
 	 * their outputs alone */
 	gk_nn_cpu_matmul_fwd(a.res2, a.atty, p + o->attprojw, p + o->attprojb,
-			     a.in, NULL, N, C, C, nt);
+			     a.in, NULL, 0, N, C, C, nt);
 	gk_nn_cpu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, p + o->ln2w,
 				p + o->ln2b, N, C, m->c.ln_eps, nt);
 	gk_nn_cpu_matmul_fwd(a.fch, a.ln2, p + o->fcw, p + o->fcb, NULL, a.fchg,
-			     N, C, 4 * C, nt);
+			     m->o.recompute != GK_NN_RECOMPUTE_GELU, N, C,
+			     4 * C, nt);
 	gk_nn_cpu_matmul_fwd(a.out, a.fchg, p + o->fcprojw, p + o->fcprojb,
-			     a.res2, NULL, N, 4 * C, C, nt);
+			     a.res2, NULL, 0, N, 4 * C, C, nt);
 }
 
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
@@ -133,7 +138,10 @@ static void block_bwd(gk_nn_model *m, int l)
 	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged */
 	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, m->dres,
 			     a.fchg, p + o->fcprojw, N, 4 * C, C, nt);
-	gk_nn_cpu_gelu_bwd(m->dfc, a.fch, (size_t)N * 4 * C, nt);
+	if (m->o.recompute == GK_NN_RECOMPUTE_GELU)
+		gk_nn_cpu_gelu_bwd(m->dfc, a.fch, (size_t)N * 4 * C, nt);
+	else
+		gk_nn_cpu_mul(m->dfc, a.fch, (size_t)N * 4 * C, nt);
 	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, g + o->fcb, m->dfc, a.ln2,
 			     p + o->fcw, N, C, 4 * C, nt);
 	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln2w, g + o->ln2b, m->dln,

@@ -255,21 +255,23 @@ static void bias_rows(float *restrict out, const float *restrict res,
 	}
 }
 
-/* rows [i0, i1): out += [res +] bias, then gelu = gelu_new(out), in one pass */
+/*
+ * rows [i0, i1): x = out + bias, gelu = gelu_new(x), and out = x, or
+ * with grad out = gelu_new'(x), in one pass.
+ */
 GK_NN_SIMD_CLONES
 static void bias_gelu_rows(float *restrict out, float *restrict gelu,
-			   const float *restrict res, const float *restrict bias,
-			   int i0, int i1, int OC)
+			   const float *restrict bias, int grad, int i0,
+			   int i1, int OC)
 {
 	for (int i = i0; i < i1; i++) {
 		float *o = out + (size_t)i * OC, *g = gelu + (size_t)i * OC;
-		if (res) {
-			const float *r = res + (size_t)i * OC;
+		if (grad) {
 #pragma omp simd
 			for (int c = 0; c < OC; c++) {
-				float x = o[c] + (r[c] + bias[c]);
-				o[c] = x;
-				g[c] = gk_nn_gelu(x);
+				float d;
+				g[c] = gk_nn_gelu_and_grad(o[c] + bias[c], &d);
+				o[c] = d;
 			}
 		} else {
 #pragma omp simd
@@ -283,19 +285,22 @@ static void bias_gelu_rows(float *restrict out, float *restrict gelu,
 }
 
 /*
- * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC), and with gelu
- * non-NULL also gelu = gelu_new(out). Without gelu the rows are filled
- * with bias (and the residual) first and sgemm adds onto them (beta 1),
- * as torch's addmm: one pass over out instead of sgemm zeroing it and a
- * second pass adding the bias. With gelu, sgemm writes out (beta 0) and
- * one pass adds the bias (and residual) and applies GeLU, where the GeLU
- * pass reads out anyway. Each thread takes a block of rows
- * through all of it, so the op costs one barrier (on a loaded machine
- * each one can wait a scheduler tick for a descheduled thread).
+ * out (N,OC) = [res +] bias + inp (N,C) @ w (C,OC); or with gelu
+ * non-NULL (and no res), gelu = gelu_new(bias + inp @ w), and out keeps
+ * that pre-activation, or with grad its derivative instead: all that
+ * backward needs of it, so the backward pass multiplies rather than
+ * redoing tanh.
+ * Without gelu the rows are filled with bias (and the residual) first
+ * and sgemm adds onto them (beta 1), as torch's addmm: one pass over out
+ * instead of sgemm zeroing it and a second pass adding the bias. With
+ * gelu, sgemm writes out (beta 0) and the GeLU pass, which reads out
+ * anyway, adds the bias. Each thread takes a block of rows through all
+ * of it, so the op costs one barrier (on a loaded machine each one can
+ * wait a scheduler tick for a descheduled thread).
  */
 void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 			  const float *bias, const float *res, float *gelu,
-			  int N, int C, int OC, int nt)
+			  int grad, int N, int C, int OC, int nt)
 {
 #pragma omp parallel num_threads(nt)
 	{
@@ -304,7 +309,7 @@ void gk_nn_cpu_matmul_fwd(float *out, const float *inp, const float *w,
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    i1 - i0, OC, C, 1.0f, inp + (size_t)i0 * C,
 				    C, w, OC, 0.0f, out + (size_t)i0 * OC, OC);
-			bias_gelu_rows(out, gelu, res, bias, i0, i1, OC);
+			bias_gelu_rows(out, gelu, bias, grad, i0, i1, OC);
 		} else if (i1 > i0) {
 			bias_rows(out, res, bias, i0, i1, OC);
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
@@ -411,6 +416,20 @@ void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt)
 void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt)
 {
 	CHUNKED(nt, n, gelu_bwd_chunk(dinp + lo, inp + lo, len));
+}
+
+GK_NN_SIMD_CLONES
+static void mul_chunk(float *restrict x, const float *restrict y, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		x[i] *= y[i];
+}
+
+/* x *= y, elementwise */
+void gk_nn_cpu_mul(float *x, const float *y, size_t n, int nt)
+{
+	CHUNKED(nt, n, mul_chunk(x + lo, y + lo, len));
 }
 
 /* ---- causal self-attention --------------------------------------------------------- */
