@@ -64,10 +64,11 @@ if [ -n "$py" ] && "$py" -c 'import torch.distributed as d, transformers; assert
 		ddp=$(sed -n 's/tok_s=//p' "$tmp/ddp.txt" | med)
 fi
 
-printf '%-34s %12s\n' "gpu-train 2 ranks tok/s" "$tok"
-printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$ddp"
+num() { awk -v x="$2" -v f="$1" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf f, x; else printf "%s", x }'; }
+printf '%-34s %12s\n' "gpu-train 2 ranks tok/s" "$(num %.0f "$tok")"
+printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$(num %.0f "$ddp")"
 [ "$ddp" != n/a ] && awk -v a="$tok" -v b="$ddp" 'BEGIN { printf "%-34s %12.2f  (target >= 1.5)\n", "ratio", a / b }'
-printf '%-34s %12s\n' "comm ms (overlapped window)" "$comm_on"
-printf '%-34s %12s\n' "exposed comm ms, overlap on" "$exp_on"
-printf '%-34s %12s\n' "exposed comm ms, --no-overlap" "$exp_off"
+printf '%-34s %12s\n' "comm ms (overlapped window)" "$(num %.1f "$comm_on")"
+printf '%-34s %12s\n' "exposed comm ms, overlap on" "$(num %.1f "$exp_on")"
+printf '%-34s %12s\n' "exposed comm ms, --no-overlap" "$(num %.1f "$exp_off")"
 awk -v r="$rss" -v t="$total" 'BEGIN { printf "%-34s %12.1f MiB vs accounted %.1f MiB: %.2fx  (target <= 1.2)\n", "peak RSS rank 0", r / 1024, t / 1048576, r * 1024 / t }'
