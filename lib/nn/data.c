@@ -185,7 +185,17 @@ typedef struct binfile {
 typedef struct pending {
 	gk_shard_state st;
 	int64_t start, len; /* len: tokens including the end-of-text */
+	uint64_t shard, index; /* the sample, as gk_shard_sample names it */
 } pending;
+
+/*
+ * A sample whose first `skip` tokens (end-of-text included) an earlier
+ * world already trained on: a rank it is remapped to starts it there.
+ */
+typedef struct cut {
+	uint64_t epoch, shard, index;
+	int64_t skip;
+} cut;
 
 struct gk_nn_data {
 	gk_nn_data_opts o;
@@ -205,7 +215,19 @@ struct gk_nn_data {
 	size_t nq, qcap;
 	int ended;        /* no loop and the epoch ended */
 	uint64_t bad;     /* samples skipped under skip_bad */
+	cut *cuts;        /* this rank's partly used samples (remap) */
+	size_t ncuts;
 };
+
+static int64_t cut_of(const gk_nn_data *d, uint64_t epoch, uint64_t shard,
+		      uint64_t index)
+{
+	for (size_t i = 0; i < d->ncuts; i++)
+		if (d->cuts[i].epoch == epoch && d->cuts[i].shard == shard &&
+		    d->cuts[i].index == index)
+			return d->cuts[i].skip;
+	return 0;
+}
 
 /* A sample that cannot be used: fail with rc's message, or skip it. */
 static int bad_sample(gk_nn_data *d, int rc)
@@ -404,8 +426,15 @@ static int shard_fill(gk_nn_data *d, gk_err *err)
 		o[i] = (int32_t)t;
 	}
 	o[n] = d->o.eot;
-	d->q[d->nq++] = (pending){st, (int64_t)d->len, (int64_t)n + 1};
-	d->len += (size_t)n + 1;
+	int64_t k = cut_of(d, s->epoch, s->shard, s->index);
+	if (k > (int64_t)n)
+		return gk_errf(err, "shard '%s' sample '%s': resumed %" PRId64
+			       " tokens into it, but it has %" PRIu64
+			       " (a data state of other data?)", shard, s->key, k, n + 1);
+	memmove(o, o + k, (size_t)((int64_t)n + 1 - k) * sizeof(*o));
+	d->q[d->nq++] = (pending){st, (int64_t)d->len, (int64_t)n + 1 - k, s->shard,
+				  s->index};
+	d->len += (size_t)((int64_t)n + 1 - k);
 	return 1;
 }
 
@@ -522,11 +551,91 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len)
 		gk_shard_dataset_state(d->ds, &st);
 		skip = (int64_t)d->head - (int64_t)d->len; /* 0: nothing pending */
 	}
-	char s[3072]; /* a remapped epoch's history makes it longer than most */
+	/*
+	 * "at": the sample skip counts into (after its cut, if any), so
+	 * another world can start it where this rank left it; "cuts": the
+	 * cuts of this epoch, which samples read again after a restore need.
+	 */
+	char s[3072], at[64] = "", cuts[1024] = "";
 	if (gk_shard_state_format(&st, s, sizeof(s)) >= (int)sizeof(s))
 		return snprintf(buf, len, "{\"kind\":\"shard\",\"error\":\"state too long\"}");
-	return snprintf(buf, len, "{\"kind\":\"shard\",\"shard\":%s,\"skip\":%" PRId64 "}",
-			s, skip);
+	if (d->nq)
+		snprintf(at, sizeof(at), ",\"at\":[%" PRIu64 ",%" PRIu64 "]", d->q[0].shard,
+			 d->q[0].index);
+	size_t o = 0;
+	for (size_t i = 0; i < d->ncuts; i++) {
+		if (d->cuts[i].epoch != st.epoch)
+			continue;
+		int w = snprintf(cuts + o, sizeof(cuts) - o, "%s[%" PRIu64 ",%" PRIu64 ",%" PRId64 "]",
+				 o ? "," : ",\"cuts\":[", d->cuts[i].shard, d->cuts[i].index,
+				 d->cuts[i].skip);
+		if (w < 0 || (size_t)w >= sizeof(cuts) - o - 1)
+			return snprintf(buf, len, "{\"kind\":\"shard\",\"error\":\"state too long\"}");
+		o += (size_t)w;
+	}
+	if (o)
+		cuts[o++] = ']';
+	return snprintf(buf, len, "{\"kind\":\"shard\",\"shard\":%s,\"skip\":%" PRId64 "%s%s}",
+			s, skip, at, cuts);
+}
+
+/*
+ * Add state j's cuts (of epoch) to d's, and with `at` its partly used
+ * sample too, keeping the larger skip of a sample named twice.
+ */
+static int add_cut(gk_nn_data *d, size_t *cap, uint64_t epoch, uint64_t shard,
+		   uint64_t index, int64_t skip, gk_err *err)
+{
+	for (size_t i = 0; i < d->ncuts; i++)
+		if (d->cuts[i].epoch == epoch && d->cuts[i].shard == shard &&
+		    d->cuts[i].index == index) {
+			if (skip > d->cuts[i].skip)
+				d->cuts[i].skip = skip;
+			return 0;
+		}
+	if (GK_GROW(d->cuts, *cap, d->ncuts + 1, "data state", err) < 0)
+		return -1;
+	d->cuts[d->ncuts++] = (cut){epoch, shard, index, skip};
+	return 0;
+}
+
+static int read_cuts(gk_nn_data *d, size_t *cap, const json_t *j, uint64_t epoch,
+		     gk_err *err)
+{
+	const json_t *c = json_object_get(j, "cuts");
+	if (!c)
+		return 0;
+	size_t i;
+	const json_t *e;
+	if (!json_is_array(c))
+		return gk_errf(err, "data state: \"cuts\" is not an array");
+	json_array_foreach(c, i, e) {
+		const json_t *a = json_array_get(e, 0), *b = json_array_get(e, 1),
+			     *k = json_array_get(e, 2);
+		if (json_array_size(e) != 3 || !json_is_integer(a) || !json_is_integer(b) ||
+		    !json_is_integer(k) || json_integer_value(a) < 0 ||
+		    json_integer_value(b) < 0 || json_integer_value(k) < 0)
+			return gk_errf(err, "data state: cut %zu is not [shard, sample, tokens]", i);
+		if (add_cut(d, cap, epoch, (uint64_t)json_integer_value(a),
+			    (uint64_t)json_integer_value(b), json_integer_value(k), err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The sample named by "at" ([shard, sample]), or 0 when there is none. */
+static int read_at(const json_t *j, uint64_t *shard, uint64_t *index, gk_err *err)
+{
+	const json_t *at = json_object_get(j, "at");
+	if (!at)
+		return 0;
+	const json_t *a = json_array_get(at, 0), *b = json_array_get(at, 1);
+	if (json_array_size(at) != 2 || !json_is_integer(a) || !json_is_integer(b) ||
+	    json_integer_value(a) < 0 || json_integer_value(b) < 0)
+		return gk_errf(err, "data state: \"at\" is not [shard, sample]");
+	*shard = (uint64_t)json_integer_value(a);
+	*index = (uint64_t)json_integer_value(b);
+	return 1;
 }
 
 int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
@@ -578,8 +687,19 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
 	if (r < 0)
 		goto out;
 	r = gk_shard_dataset_restore(d->ds, &st, err);
+	uint64_t epoch = st.epoch;
 	gk_shard_state_free(&st);
 	if (r < 0)
+		goto out;
+	size_t cap = 0;
+	free(d->cuts);
+	d->cuts = NULL;
+	d->ncuts = 0;
+	if (skip < 0) {
+		gk_errf(err, "data state: negative position");
+		goto out;
+	}
+	if (read_cuts(d, &cap, j, epoch, err) < 0)
 		goto out;
 	d->len = d->head = d->nq = 0;
 	d->ended = 0;
@@ -602,17 +722,44 @@ out:
 	return rc;
 }
 
+/*
+ * Old rank state j's cuts, and its partly used sample ("at", "skip" tokens
+ * into it, after the cut it had started it at, if any) as one more.
+ */
+static int old_rank_cuts(gk_nn_data *d, size_t *cap, const json_t *j,
+			 uint64_t epoch, gk_err *err)
+{
+	uint64_t shard = 0, index = 0;
+	int64_t skip;
+	int a = read_at(j, &shard, &index, err);
+	if (a < 0 || read_cuts(d, cap, j, epoch, err) < 0)
+		return -1;
+	if (a == 0)
+		return 0;
+	if (gk_json_get_int(j, "skip", &skip, err) < 0)
+		return -1;
+	if (skip < 0)
+		return gk_errf(err, "data state: negative position");
+	skip += cut_of(d, epoch, shard, index);
+	return skip ? add_cut(d, cap, epoch, shard, index, skip, err) : 0;
+}
+
 int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 			     gk_err *err)
 {
 	gk_shard_state *st = calloc(n ? n : 1, sizeof(*st));
-	size_t got = 0;
+	size_t got = 0, cap = 0;
 	int rc = -1;
 
-	if (d->bin)
+	if (d->bin) {
+		free(st);
 		return gk_errf(err, "data state: token files resume with gk_nn_data_restore");
+	}
 	if (!st)
 		return gk_err_sys(err, ENOMEM, "data state");
+	free(d->cuts);
+	d->cuts = NULL;
+	d->ncuts = 0;
 	for (; got < n; got++) {
 		json_t *j = gk_json_load_buf(json[got], strlen(json[got]), "data state", err);
 		json_t *sj = j ? json_object_get(j, "shard") : NULL;
@@ -620,17 +767,28 @@ int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 		int r = s ? gk_shard_state_parse(s, &st[got], err)
 			  : gk_errf(err, "data state of rank %zu: no shard state", got);
 		free(s);
+		/*
+		 * Each old rank's state points before the sample its next
+		 * tokens come from ("at"); the new rank that gets the sample
+		 * starts it where the old one stopped (its skip, plus any cut
+		 * the old rank had started it at).
+		 */
+		if (r == 0)
+			r = old_rank_cuts(d, &cap, j, st[got].epoch, err);
 		json_decref(j);
-		if (r < 0)
+		if (r < 0) {
+			gk_shard_state_free(&st[got]);
 			goto out;
+		}
 	}
 	if (gk_shard_dataset_restore_world(d->ds, st, n, err) < 0)
 		goto out;
-	/*
-	 * Each old rank's state points before the sample its next tokens
-	 * came from, so that sample is read again from its start: at most
-	 * one partly used sample per old rank is seen twice.
-	 */
+	/* Keep the cuts of samples this rank now reads. */
+	size_t keep = 0;
+	for (size_t i = 0; i < d->ncuts; i++)
+		if (gk_shard_dataset_part_has(d->ds, d->cuts[i].shard, d->cuts[i].index))
+			d->cuts[keep++] = d->cuts[i];
+	d->ncuts = keep;
 	d->len = d->head = d->nq = 0;
 	d->ended = 0;
 	rc = 0;
@@ -670,5 +828,6 @@ void gk_nn_data_close(gk_nn_data *d)
 	gk_shard_dataset_close(d->ds);
 	free(d->buf);
 	free(d->q);
+	free(d->cuts);
 	free(d);
 }

@@ -307,8 +307,11 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err);
  * Shards saved by another world size: json holds every old rank's state
  * (n of them, in rank order); lib/shard's gk_shard_dataset_restore_world
  * splits the epoch's unseen samples evenly over the new ranks, so within
- * the epoch no sample is skipped and none is seen twice (except the one
- * each old rank was partway through, which is read again from its start).
+ * the epoch no sample is skipped and none is seen twice. The sample each
+ * old rank was partway through is among them; the new rank that gets it
+ * starts it at the token where the old rank stopped, so no token is
+ * trained on twice either. (Its state carries that cut until the epoch
+ * ends, for a restore that reads the sample again.)
  */
 int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 			     gk_err *err);

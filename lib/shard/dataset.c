@@ -873,6 +873,28 @@ out:
 	return rc;
 }
 
+int gk_shard_dataset_part_has(const gk_shard_dataset *d, uint64_t shard,
+			      uint64_t index)
+{
+	if (!d->started || shard >= d->man.n || index >= d->man.v[shard].samples)
+		return 0;
+	size_t k = 0;
+	while (d->order[k] != shard)
+		k++;
+	uint64_t g = d->prefix[k] + index;
+	if (!d->list)
+		return g >= d->part * d->per && g < (d->part + 1) * d->per;
+	size_t lo = 0, hi = (size_t)d->per; /* list is ascending */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (d->list[mid] < g)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < d->per && d->list[lo] == g;
+}
+
 int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch, gk_err *err)
 {
 	return go_epoch(d, epoch, err);

@@ -419,6 +419,12 @@ int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 int gk_shard_dataset_restore_world(gk_shard_dataset *d,
 				   const gk_shard_state *states, size_t n,
 				   gk_err *err);
+/*
+ * Whether this part returns sample `index` of shard `shard` (positions in
+ * the manifest) in the current epoch, remapped or not: 1 or 0.
+ */
+int gk_shard_dataset_part_has(const gk_shard_dataset *d, uint64_t shard,
+			      uint64_t index);
 /* Start an epoch from its first sample (same as restore with pos 0). */
 int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch,
 			       gk_err *err);

@@ -4,7 +4,7 @@
  * streams rebuilt from the samples written, the same global batch at
  * every world size for token files, and resume from a saved state giving
  * the same micro-batches as an uninterrupted run (with and without
- * shuffle).
+ * shuffle), and shards resumed on another world size token by token.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +307,137 @@ static void shard_tests(void)
 	gk_nn_data_close(d);
 }
 
+/*
+ * Resuming shards on another world size, token by token: sample i holds
+ * 5 + (i * 7) % 21 tokens valued i * 64 + j (an int32 .npy), so every
+ * token names its sample and position. 3 ranks take a few micro-batches
+ * each, stopping partway through samples; 2 ranks resume from their
+ * states and read the epoch out. No token may be trained on twice, and
+ * only the 2 new ranks' last partial windows may go unseen.
+ */
+enum { NR = 30, RV = NR * 64 + 1, RB = 2, RT = 5 };
+
+static size_t remap_npy(int i, char *buf)
+{
+	size_t n = 5 + (size_t)(i * 7 % 21);
+	char h[128];
+	int hl = snprintf(h, sizeof(h), "{'descr': '<i4', 'fortran_order': False, 'shape': (%zu,), }", n);
+	memcpy(buf, "\x93NUMPY\x01\x00", 8);
+	buf[8] = 118;
+	buf[9] = 0;
+	memset(buf + 10, ' ', 118);
+	memcpy(buf + 10, h, (size_t)hl);
+	buf[127] = '\n';
+	for (size_t j = 0; j < n; j++) {
+		int32_t v = i * 64 + (int32_t)j;
+		memcpy(buf + 128 + 4 * j, &v, 4);
+	}
+	return 128 + 4 * n;
+}
+
+static int remap_open(gk_nn_data **d, const char *src, int rank, int world, int shuffle)
+{
+	gk_err err = {0};
+	gk_nn_data_opts o = {.rank = rank, .world = world, .vocab = RV, .eot = -1,
+			     .batch = RB, .seq = RT, .shuffle = shuffle, .seed = 9};
+	if (gk_nn_data_open(d, src, &o, &err) < 0)
+		return diag("open: %s", err.msg), -1;
+	return 0;
+}
+
+static void remap_tests(void)
+{
+	char pattern[600], src[700], buf[256];
+	gk_err err = {0};
+	snprintf(pattern, sizeof(pattern), "%s/r-%%02d.tar", dir);
+	gk_shard_write_opts wo = {.pattern = pattern, .max_count = 7, .index = 1};
+	gk_shard_writer *w;
+	if (gk_shard_writer_open(&w, &wo, &err) < 0) {
+		ok(0, "shard writer: %s", err.msg);
+		return;
+	}
+	for (int i = 0; i < NR; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "r%03d", i);
+		gk_shard_member m = {.ext = "npy", .data = buf, .size = remap_npy(i, buf)};
+		gk_shard_writer_add(w, key, 1, &m, &err);
+	}
+	gk_shard_writer_close(w, NULL, &err);
+	snprintf(src, sizeof(src), "%s/r-{00..04}.tar", dir);
+
+	for (int shuffle = 0; shuffle <= 1; shuffle++) {
+		static unsigned char seen[RV];
+		memset(seen, 0, sizeof(seen));
+		char st[3][4096];
+		const char *sp[3] = {st[0], st[1], st[2]};
+		int32_t in[RB * RT], tg[RB * RT];
+		int steps[3] = {2, 3, 1}, twice = 0, good = 1, partway = 0;
+		gk_nn_data *d;
+#define MARK()                                                                 \
+	for (int i = 0; i < RB * RT; i++)                                      \
+		if (in[i] != RV - 1 && seen[in[i]]++)                          \
+			twice++
+		for (int r = 0; r < 3; r++) {
+			if (remap_open(&d, src, r, 3, shuffle) < 0)
+				return;
+			for (int k = 0; k < steps[r]; k++) {
+				good &= gk_nn_data_next(d, in, tg, &err) == 1;
+				MARK();
+			}
+			gk_nn_data_state(d, st[r], sizeof(st[r]));
+			partway += strstr(st[r], "\"skip\":0,") == NULL;
+			gk_nn_data_close(d);
+		}
+		/* new rank r's whole stream, and resumed after each micro-batch */
+		for (int r = 0; r < 2; r++) {
+			int32_t ref[64][RB * RT];
+			int nref = 0;
+			if (remap_open(&d, src, r, 2, shuffle) < 0)
+				return;
+			if (gk_nn_data_restore_world(d, sp, 3, &err) < 0) {
+				ok(0, "restore_world: %s", err.msg);
+				gk_nn_data_close(d);
+				return;
+			}
+			while (nref < 64 && gk_nn_data_next(d, in, tg, &err) == 1) {
+				MARK();
+				memcpy(ref[nref++], in, sizeof(in));
+			}
+			gk_nn_data_close(d);
+			for (int j = 1; j < nref; j++) {
+				char s2[4096];
+				remap_open(&d, src, r, 2, shuffle);
+				gk_nn_data_restore_world(d, sp, 3, &err);
+				for (int k = 0; k < j; k++)
+					gk_nn_data_next(d, in, tg, &err);
+				gk_nn_data_state(d, s2, sizeof(s2));
+				gk_nn_data_close(d);
+				remap_open(&d, src, r, 2, shuffle);
+				if (gk_nn_data_restore(d, s2, &err) < 0) {
+					diag("restore: %s", err.msg);
+					good = 0;
+				}
+				for (int k = j; k < nref; k++)
+					good &= gk_nn_data_next(d, in, tg, &err) == 1 &&
+						!memcmp(in, ref[k], sizeof(in));
+				good &= gk_nn_data_next(d, in, tg, &err) == 0;
+				gk_nn_data_close(d);
+			}
+		}
+#undef MARK
+		int missing = 0;
+		for (int i = 0; i < NR; i++)
+			for (int j = 0; j < 5 + i * 7 % 21; j++)
+				missing += !seen[i * 64 + j];
+		ok(partway == 3 && twice == 0 && missing <= 2 * RB * RT,
+		   "shards%s, 3 ranks resumed on 2: no token twice (%d), %d unseen "
+		   "(at most the 2 last windows' %d)", shuffle ? ", shuffled" : "", twice,
+		   missing, 2 * RB * RT);
+		ok(good, "shards%s, remapped: resuming after any micro-batch gives the same stream",
+		   shuffle ? ", shuffled" : "");
+	}
+}
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -314,6 +445,7 @@ int main(void)
 	npy_tests();
 	bin_tests();
 	shard_tests();
+	remap_tests();
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd))
