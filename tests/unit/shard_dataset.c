@@ -227,9 +227,22 @@ static int part_run(const char *src, gk_shard_dataset_opts o, const gk_shard_sta
 		return -1;
 	}
 	*len = gk_shard_dataset_len(d);
+	int claimed = 1; /* gk_shard_dataset_part_has says so of each */
 	while ((stop < 0 || n < stop) && gk_shard_dataset_next(d, &s, &err) == 1) {
 		seen[atoi(s->key + 1)]++;
+		claimed &= gk_shard_dataset_part_has(d, s->shard, s->index);
 		n++;
+	}
+	/* ... and of no more samples than the part's share */
+	const gk_shard_manifest *man = gk_shard_dataset_manifest(d);
+	uint64_t has = 0;
+	for (size_t k = 0; k < man->n; k++)
+		for (uint64_t i = 0; i < man->v[k].samples; i++)
+			has += gk_shard_dataset_part_has(d, k, i);
+	if (n && (!claimed || has != *len)) {
+		diag("part_has: %s; claims %llu of %llu", claimed ? "agrees" : "disowns a sample",
+		     (unsigned long long)has, (unsigned long long)*len);
+		n = -1;
 	}
 	gk_shard_dataset_state(d, &st);
 	int need = gk_shard_state_format(&st, json, jlen);
