@@ -50,6 +50,19 @@ static void math(void)
 	ok(wd <= 1, "gelu_new' within 5e-6 + 1e-6|ref| of double (%.2g of "
 	   "the limit)", wd);
 
+	/* exp, against double over the range where the result is normal */
+	double we = 0;
+	for (double x = -87.3; x <= 88.7; x += 1e-4) {
+		float xf = (float)x;
+		double r = exp((double)xf);
+		we = fmax(we, fabs(gk_nn_expf(xf) - r) / r);
+	}
+	ok(we <= 1e-7, "expf within 1e-7 relative of double (%.2g)", we);
+	ok(gk_nn_expf(0.0f) == 1.0f && gk_nn_expf(-100.0f) == 0.0f &&
+		   isinf(gk_nn_expf(100.0f)) && isnan(gk_nn_expf(NAN)) &&
+		   gk_nn_expf(-87.33f) >= 0x1p-126f && gk_nn_expf(88.72f) < INFINITY,
+	   "expf: 1 at 0, 0 below FLT_MIN, inf above FLT_MAX, NaN kept");
+
 	/* softmax and logsumexp, with values that overflow a naive exp */
 	float x[7] = {1000, 999, 998.5f, -5, 0, 1000, 3};
 	float y[7];
