@@ -272,9 +272,31 @@ void gk_cleanup_forget(int handle)
 
 struct gk_atomic {
 	char *path, *tmp;
-	int fd, slot, is_stdout;
+	int fd, slot;
+	int direct; /* 1: standard output; 2: a device or FIFO written through */
 	FILE *fp;
 };
+
+/* The file a symbolic link names, existing or not yet (malloc'ed), or NULL. */
+static char *link_target(const char *path)
+{
+	char *real = realpath(path, NULL);
+	if (real)
+		return real;
+	char t[PATH_MAX];
+	ssize_t n = readlink(path, t, sizeof(t) - 1);
+	if (n <= 0)
+		return NULL;
+	t[n] = 0;
+	const char *slash = strrchr(path, '/');
+	if (t[0] == '/' || !slash)
+		return strdup(t);
+	size_t dl = (size_t)(slash - path) + 1;
+	char *j = malloc(dl + (size_t)n + 1);
+	if (j)
+		snprintf(j, dl + (size_t)n + 1, "%.*s%s", (int)dl, path, t);
+	return j;
+}
 
 int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
 {
@@ -283,7 +305,7 @@ int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "create '%s'", path);
 	a->slot = -1;
 	if (strcmp(path, "-") == 0) {
-		a->is_stdout = 1;
+		a->direct = 1;
 		a->fd = STDOUT_FILENO;
 		a->path = strdup("-");
 		if (!a->path)
@@ -291,7 +313,42 @@ int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
 		*out = a;
 		return 0;
 	}
+	/*
+	 * A device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is
+	 * written through, as cp and sort -o do: renaming over it would
+	 * replace the device node itself. A symbolic link is followed, so
+	 * the file it names is replaced and the link stays a link.
+	 */
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISDIR(st.st_mode)) {
+			free(a);
+			return gk_err_sys(err, EISDIR, "create '%s'", path);
+		}
+		a->direct = 2;
+		a->fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+		a->path = strdup(path);
+		if (a->fd < 0) {
+			int e = errno;
+			free(a->path);
+			free(a);
+			return gk_err_sys(err, e, "open '%s'", path);
+		}
+		if (!a->path) {
+			close(a->fd);
+			goto nomem;
+		}
+		*out = a;
+		return 0;
+	}
+	char *real = NULL;
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+		real = link_target(path);
+	if (real)
+		path = real;
 	a->path = strdup(path);
+	free(real);
+	path = a->path ? a->path : "";
 	size_t len = strlen(path);
 	a->tmp = malloc(len + 32);
 	if (!a->path || !a->tmp)
@@ -334,14 +391,14 @@ int gk_atomic_fd(const gk_atomic *a)
 
 const char *gk_atomic_tmppath(const gk_atomic *a)
 {
-	return a->is_stdout ? "-" : a->tmp;
+	return a->direct ? a->path : a->tmp;
 }
 
 FILE *gk_atomic_fp(gk_atomic *a, gk_err *err)
 {
 	if (a->fp)
 		return a->fp;
-	if (a->is_stdout) {
+	if (a->direct == 1) {
 		a->fp = stdout;
 		return a->fp;
 	}
@@ -358,9 +415,18 @@ FILE *gk_atomic_fp(gk_atomic *a, gk_err *err)
 int gk_atomic_commit(gk_atomic *a, gk_err *err)
 {
 	int rc = 0;
-	if (a->is_stdout) {
+	if (a->direct == 1) {
 		if (a->fp && fflush(a->fp) != 0)
 			rc = gk_err_sys(err, errno, "write '-'");
+		free(a->path);
+		free(a);
+		return rc;
+	}
+	if (a->direct == 2) {
+		if (a->fp && fclose(a->fp) != 0)
+			rc = gk_err_sys(err, errno, "write '%s'", a->path);
+		if (close(a->fd) < 0 && rc == 0)
+			rc = gk_err_sys(err, errno, "close '%s'", a->path);
 		free(a->path);
 		free(a);
 		return rc;
@@ -404,16 +470,12 @@ void gk_atomic_abort(gk_atomic *a)
 {
 	if (!a)
 		return;
-	if (a->is_stdout) {
-		free(a->path);
-		free(a);
-		return;
-	}
-	if (a->fp)
+	if (a->fp && a->direct != 1)
 		fclose(a->fp);
-	if (a->fd >= 0)
+	if (a->fd >= 0 && a->direct != 1)
 		close(a->fd);
-	unlink(a->tmp);
+	if (!a->direct)
+		unlink(a->tmp);
 	gk_cleanup_forget(a->slot);
 	free(a->path);
 	free(a->tmp);

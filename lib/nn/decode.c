@@ -153,3 +153,33 @@ int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
 	*logits = d->logits;
 	return 0;
 }
+
+/*
+ * Past the window every position moves, so the cache is of no use: one
+ * forward of the window as a batch of one sequence (the first row of the
+ * model's activations; the batch size is put back after).
+ */
+int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
+			 const float **logits, gk_err *err)
+{
+	int T = m->o.seq, B = m->o.batch;
+	if (m->cu)
+		return gk_errf(err, "forward of one window: the model is on the GPU");
+	if (w < 1 || w > T)
+		return gk_errf(err, "forward of one window: %d tokens, not 1..%d", w, T);
+	int32_t *row = malloc((size_t)T * sizeof(*row));
+	if (!row)
+		return gk_err_sys(err, ENOMEM, "forward of one window");
+	memcpy(row, tokens, (size_t)w * sizeof(*row));
+	for (int t = w; t < T; t++) /* after the last: causal, never seen */
+		row[t] = tokens[0];
+	m->o.batch = 1;
+	int rc = gk_nn_forward(m, row, NULL, NULL, err);
+	m->o.batch = B;
+	/* the activations hold one row, not the batch: no backward of it */
+	m->have_fwd = 0;
+	free(row);
+	if (rc == 0)
+		*logits = gk_nn_logits(m, 0, w - 1);
+	return rc;
+}

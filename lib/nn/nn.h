@@ -492,6 +492,13 @@ int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
 int gk_nn_decoder_len(const gk_nn_decoder *d);
 void gk_nn_decoder_reset(gk_nn_decoder *d);
 void gk_nn_decoder_free(gk_nn_decoder *d);
+/*
+ * The logits after a window of w <= seq tokens (CPU model): a forward of
+ * that one sequence, not of the whole training batch. A backward then
+ * needs a new gk_nn_forward first.
+ */
+int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
+			 const float **logits, gk_err *err);
 
 /*
  * Generate n tokens after start (temperature <= 0: greedy; top_k > 0:
@@ -499,7 +506,7 @@ void gk_nn_decoder_free(gk_nn_decoder *d);
  * seeded, so the same seed gives the same text. While the history fits in
  * seq, a CPU model decodes with the cache (one row per token); beyond it
  * the window slides, every position moves, and each token takes a forward
- * over the window (so does every token on a GPU).
+ * of the window, one sequence of seq rows (on a GPU, of the whole batch).
  */
 int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 		 double temperature, int top_k, uint64_t seed, int32_t *out,

@@ -1213,6 +1213,9 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 			/* the history is the window: positions 0..len-1, all but
 			 * the newest already in the cache */
 			rc = gk_nn_decode(d, hist[len - 1], &lg, err);
+		} else if (d) {
+			int first = len > seq ? len - seq : 0;
+			rc = gk_nn_forward_window(m, hist + first, len - first, &lg, err);
 		} else {
 			/* the last seq tokens of the history in row 0 */
 			int first = len > seq ? len - seq : 0, w = len - first;

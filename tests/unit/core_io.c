@@ -126,6 +126,57 @@ static void test_atomic(void)
 	   "write under a non-directory fails: %s", err.msg);
 }
 
+/*
+ * What the path names: a FIFO (as a device or /dev/stdout would be) is
+ * written through and stays a FIFO; a symbolic link keeps pointing at
+ * the file, which gets the new content; a directory is refused.
+ */
+static void test_atomic_targets(void)
+{
+	char fifo[256], file[256], link[256], buf[64];
+	gk_err err = {0};
+	struct stat st;
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	snprintf(file, sizeof(file), "%s/real.txt", dir);
+	snprintf(link, sizeof(link), "%s/link.txt", dir);
+	if (mkfifo(fifo, 0600) < 0)
+		abort();
+	int rd = open(fifo, O_RDONLY | O_NONBLOCK);
+	ok(rd >= 0 && gk_atomic_write_file(fifo, "through", 7, 0644, &err) == 0,
+	   "a FIFO is written through%s%s", err.msg[0] ? ": " : "", err.msg);
+	ok(read(rd, buf, sizeof(buf)) == 7 && memcmp(buf, "through", 7) == 0 &&
+		   lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode),
+	   "the reader got the bytes and the FIFO is still a FIFO");
+	close(rd);
+	unlink(fifo);
+
+	gk_atomic_write_file(file, "old", 3, 0644, &err);
+	if (symlink("real.txt", link) < 0)
+		abort();
+	ok(gk_atomic_write_file(link, "new!", 4, 0644, &err) == 0, "write to a symbolic link");
+	char *text = NULL;
+	ok(lstat(link, &st) == 0 && S_ISLNK(st.st_mode) &&
+		   gk_read_file(file, 64, &text, NULL, &err) == 0 && strcmp(text, "new!") == 0,
+	   "the link stays a link and the file it names has the new content");
+	free(text);
+	is_int(count_entries(dir), 2, "no temp left beside either");
+	unlink(link);
+	unlink(file);
+	/* a link to a file not there yet: the file is created */
+	if (symlink("later.txt", link) < 0)
+		abort();
+	snprintf(file, sizeof(file), "%s/later.txt", dir);
+	ok(gk_atomic_write_file(link, "x", 1, 0644, &err) == 0 && lstat(link, &st) == 0 &&
+		   S_ISLNK(st.st_mode) && stat(file, &st) == 0 && st.st_size == 1,
+	   "a dangling link: the file it names is created, the link kept");
+	unlink(link);
+	unlink(file);
+
+	err.msg[0] = 0;
+	ok(gk_atomic_write_file(dir, "x", 1, 0644, &err) < 0 && strstr(err.msg, "Is a directory"),
+	   "a directory is refused: %s", err.msg);
+}
+
 /* Kill a writer between writes: neither the final file nor the temp remain. */
 static void test_atomic_killed(int sig, const char *name)
 {
@@ -232,6 +283,7 @@ int main(void)
 		abort();
 	test_read_full_eintr();
 	test_atomic();
+	test_atomic_targets();
 	test_atomic_killed(SIGTERM, "SIGTERM");
 	test_atomic_killed(SIGINT, "SIGINT");
 	test_atomic_killed(SIGHUP, "SIGHUP");

@@ -537,6 +537,23 @@ static void decoding(void)
 	ok(rc == 0 && gk_nn_sample(m, B, T, V - 1, N, 0.0, 0, 1, got, &err) == 0 &&
 	   memcmp(got, want, sizeof(got)) == 0,
 	   "greedy sampling: %d tokens (%d through the cache) = full forwards'", N, T);
+	/* one window as a batch of one: row 0's logits of the full forward */
+	ok(gk_nn_forward(m, tok, NULL, NULL, &err) == 0, "full forward again");
+	float ref[V];
+	memcpy(ref, gk_nn_logits(m, 0, T - 1), sizeof(ref));
+	double ww = 0;
+	const float *wl = NULL;
+	int wrc = gk_nn_forward_window(m, tok, T, &wl, &err);
+	for (int v = 0; wrc == 0 && v < V; v++)
+		ww = fmax(ww, fabs(wl[v] - ref[v]) / (1e-5 + 1e-5 * fabs(ref[v])));
+	ok(wrc == 0 && ww <= 1.0, "one window's forward = the batch forward's row 0 within "
+	   "1e-5 + 1e-5|ref| (worst %.3f of it)", ww);
+	err.msg[0] = 0;
+	ok(gk_nn_backward(m, 1.0f, NULL, NULL, &err) < 0 && strstr(err.msg, "no forward"),
+	   "no backward of a one-window forward (%s)", err.msg);
+	ok(gk_nn_forward_window(m, tok, T + 1, &wl, &err) < 0 && strstr(err.msg, "not 1..16"),
+	   "a window longer than seq: refused (%s)", err.msg);
+
 	int32_t a[N], b[N];
 	ok(gk_nn_sample(m, B, T, V - 1, N, 0.9, 10, 42, a, &err) == 0 &&
 	   gk_nn_sample(m, B, T, V - 1, N, 0.9, 10, 42, b, &err) == 0 &&
