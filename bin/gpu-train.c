@@ -170,6 +170,40 @@ static double num(const char *opt, const char *s, double min, double max)
 	return v;
 }
 
+/*
+ * buf as UTF-8 with each maximal ill-formed subpart replaced by U+FFFD
+ * (Unicode's practice, and Python's errors="replace"); malloc'ed, its
+ * length in *len.
+ */
+static char *utf8_lossy(const char *buf, size_t n, size_t *len)
+{
+	const unsigned char *b = (const unsigned char *)buf;
+	char *out = malloc(3 * n + 1);
+	size_t o = 0;
+	for (size_t i = 0; out && i < n;) {
+		unsigned c = b[i];
+		size_t want = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3 :
+			      c >= 0xf0 && c < 0xf5 ? 4 : 0;
+		/* the second byte's range excludes overlongs, surrogates, > U+10FFFF */
+		unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+		unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+		size_t k = 1;
+		while (want && k < want && i + k < n &&
+		       b[i + k] >= (k == 1 ? lo : 0x80) && b[i + k] <= (k == 1 ? hi : 0xbf))
+			k++;
+		if (want && k == want) {
+			memcpy(out + o, b + i, k);
+			o += k;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+		}
+		i += k;
+	}
+	*len = o;
+	return out;
+}
+
 static void print_mem(const gk_nn_train_mem *m, json_t *into)
 {
 	const char *k[] = {"parameters", "gradients", "optimizer", "activations", "workspace",
@@ -459,6 +493,14 @@ int main(int argc, char **argv)
 				   o.eval_only ? "--eval-only" : "--dump-data");
 	if (o.zero && o.compress)
 		gk_cli_usage_error(&cli, "--compress works with --zero 0 only (compressed allreduce)");
+	if (o.adamw.eps <= 0)
+		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
+				   "a gradient is updated by 0/0");
+	if (o.sched.min_lr > o.sched.lr)
+		gk_cli_usage_error(&cli, "--min-lr %g is above --lr %g: the schedule would climb",
+				   o.sched.min_lr, o.sched.lr);
+	if (o.eval_every && !o.val_data)
+		gk_cli_usage_error(&cli, "--eval-every needs --val-data");
 	if (o.sched.min_lr < 0)
 		o.sched.min_lr = o.sched.lr / 10;
 	o.sched.steps = o.steps;
@@ -477,6 +519,9 @@ int main(int argc, char **argv)
 		if (shape.vocab) o.cfg.vocab = shape.vocab;
 		if (shape.positions) o.cfg.positions = shape.positions;
 		o.have_config = 1;
+		/* with a checkpoint's config.json, the flags go over that */
+		o.cfg_from_flags = !config;
+		o.shape = shape;
 		if (gk_nn_config_finish(&o.cfg, &err) < 0)
 			return gk_cli_fail(&cli, &err);
 	} else if (!o.init_from && !o.resume) {
@@ -486,8 +531,10 @@ int main(int argc, char **argv)
 		if (gk_nn_config_finish(&o.cfg, &err) < 0)
 			return gk_cli_fail(&cli, &err);
 	}
+	/* 0: the trainer takes the model's positions, once it has the shape */
 	if (!seq_set)
-		o.seq = o.have_config ? (int)o.cfg.positions : 0;
+		o.seq = o.have_config && !(o.cfg_from_flags && (o.init_from || o.resume)) ?
+				(int)o.cfg.positions : 0;
 
 	if (dump) {
 		if (!seq_set && !o.have_config)
@@ -570,6 +617,12 @@ int main(int argc, char **argv)
 				printf("loss %.6f over %" PRId64 " micro-batches of %d x %d tokens\n",
 				       loss, nb, o.batch, o.seq);
 		}
+		/* printed for the record, but a model that gives NaN is broken */
+		if (!isfinite(loss)) {
+			gk_errf(&err, "the loss is %s: the model's parameters are not finite",
+				isnan(loss) ? "NaN" : "infinite");
+			goto fail;
+		}
 	} else {
 		out_ctx ctx = {mem, o.steps, gk_nn_trainer_world(t), metrics, NULL, 0, o.skip_bad};
 		if (metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, &err) < 0)
@@ -581,7 +634,8 @@ int main(int argc, char **argv)
 		if (run < 0)
 			goto fail;
 		if (rank == 0) {
-			const char *why = s.stopped == 1 ? "signal (checkpointed)" :
+			const char *why = s.stopped == 1 ? (o.ckpt_dir && !s.ckpt_lost ?
+							     "signal (checkpointed)" : "signal") :
 					  s.stopped == 2 ? "interrupt" : "done";
 			if (cli.json) {
 				json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
@@ -614,6 +668,13 @@ int main(int argc, char **argv)
 		}
 		if (s.stopped == 2)
 			rc = 130;
+		/* --ckpt-error continue trains on; but a run whose last
+		 * checkpoint failed ends without its model on disk */
+		if (rc == 0 && s.ckpt_lost) {
+			gk_errf(&err, "the last checkpoint (step %" PRId64 ") was not written: "
+				"the model trained since the one before is lost", s.ckpt_lost);
+			goto fail;
+		}
 	}
 	if (sample && rank == 0 && rc == 0) {
 		int32_t *tok = malloc((size_t)sample * sizeof(int32_t));
@@ -636,10 +697,20 @@ int main(int argc, char **argv)
 		}
 		if (txt) {
 			if (cli.json) {
-				json_t *j = json_object();
+				json_t *j = json_object(), *ids = json_array();
 				json_object_set_new(j, "event", json_string("sample"));
-				json_t *tx = json_stringn(txt, n);
-				json_object_set_new(j, "text", tx ? tx : json_string("(not UTF-8)"));
+				for (int64_t i = 0; i < sample; i++)
+					json_array_append_new(ids, json_integer(tok[i]));
+				json_object_set_new(j, "tokens", ids);
+				if (cfg->vocab == GK_NN_BYTE_VOCAB) {
+					/* bytes that are not UTF-8 become U+FFFD */
+					size_t ul;
+					char *u = utf8_lossy(txt, n, &ul);
+					json_t *tx = u ? json_stringn(u, ul) : NULL;
+					if (tx)
+						json_object_set_new(j, "text", tx);
+					free(u);
+				}
 				emit(j);
 			} else {
 				fwrite(txt, 1, n, stdout);

@@ -203,6 +203,17 @@ void gk_ckpt_stage_abort(gk_ckpt_stage *s);
 /* Forget the handle, leaving the directory (joined ranks). */
 void gk_ckpt_stage_free(gk_ckpt_stage *s);
 
+/*
+ * Claim ROOT for one writer: create it (mkdir -p), take an exclusive
+ * flock on ROOT/.lock (naming the holder, pid and host, in it), and then
+ * remove the staging directories that killed writers left. Returns the
+ * lock's fd, to keep open while writing (gk_ckpt_unlock), or -1: ROOT
+ * cannot be created or written, or another process holds it. Where the
+ * file system has no flock (some NFS mounts) it goes on unlocked.
+ */
+int gk_ckpt_lock(const char *root, gk_err *err);
+void gk_ckpt_unlock(int fd);
+
 /* "model-rank-00003-of-00008.safetensors" for kind "model"; malloc'ed. */
 char *gk_ckpt_rank_file(const char *kind, int rank, int world);
 /*

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,12 +89,10 @@ void gk_ckpt_stage_free(gk_ckpt_stage *s)
 	free(s);
 }
 
-void gk_ckpt_stage_abort(gk_ckpt_stage *s)
+/* Remove directory dir and the files in it (a staging directory is flat). */
+static void remove_flat_dir(const char *dir)
 {
-	if (!s)
-		return;
-	char dir[PATH_MAX], path[2 * PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s/%s", s->root, s->name);
+	char path[2 * PATH_MAX];
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
@@ -105,7 +104,72 @@ void gk_ckpt_stage_abort(gk_ckpt_stage *s)
 	if (d)
 		closedir(d);
 	rmdir(dir);
+}
+
+void gk_ckpt_stage_abort(gk_ckpt_stage *s)
+{
+	if (!s)
+		return;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/%s", s->root, s->name);
+	remove_flat_dir(dir);
 	gk_ckpt_stage_free(s);
+}
+
+int gk_ckpt_lock(const char *root, gk_err *err)
+{
+	char path[PATH_MAX];
+	if (gk_mkdir_p(root, err) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/.lock", root);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "checkpoint directory '%s': create '%s'", root, path);
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		char who[32] = "";
+		ssize_t n = pread(fd, who, sizeof(who) - 1, 0);
+		who[n > 0 ? n : 0] = 0;
+		who[strcspn(who, "\n")] = 0;
+		if (e == EWOULDBLOCK) {
+			close(fd);
+			return gk_errf(err, "checkpoint directory '%s' is in use by another writer%s%s%s",
+				       root, who[0] ? " (" : "", who, who[0] ? ")" : "");
+		}
+		/* a file system without flock (some NFS mounts): go on unlocked */
+		return fd;
+	}
+	char who[64];
+	char host[32] = "";
+	gethostname(host, sizeof(host) - 1);
+	int n = snprintf(who, sizeof(who), "pid %ld on %s\n", (long)getpid(), host);
+	if (ftruncate(fd, 0) == 0 && pwrite(fd, who, (size_t)n, 0) < 0)
+		errno = 0;
+	/* what killed writers left: nobody else writes here now */
+	DIR *d = opendir(root);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		uint64_t step;
+		char *dot = strstr(e->d_name, ".tmp-");
+		if (!dot || e->d_name[0] != '.')
+			continue;
+		char name[NAME_MAX + 1], stale[2 * PATH_MAX];
+		snprintf(name, sizeof(name), "%.*s", (int)(dot - e->d_name - 1), e->d_name + 1);
+		snprintf(stale, sizeof(stale), "%s/%s", root, e->d_name);
+		if (ck_parse_step(name, &step) == 0)
+			remove_flat_dir(stale);
+		else if (!strcmp(name, "latest"))
+			unlink(stale);
+	}
+	if (d)
+		closedir(d);
+	return fd;
+}
+
+void gk_ckpt_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd);
 }
 
 static int cmp_str(const void *a, const void *b)

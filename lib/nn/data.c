@@ -251,19 +251,11 @@ static int ends_with(const char *s, const char *suf)
 
 static int bin_map(binfile *f, const char *path, gk_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return gk_err_sys(err, errno, "open '%s'", path);
 	struct stat sb;
-	if (fstat(fd, &sb) < 0) {
-		int e = errno;
-		close(fd);
-		return gk_err_sys(err, e, "stat '%s'", path);
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return gk_errf(err, "read '%s': not a regular file", path);
-	}
+	/* opened without blocking: a FIFO with no writer would wait forever */
+	int fd = gk_open_regular(path, &sb, err);
+	if (fd < 0)
+		return -1;
 	f->maplen = (size_t)sb.st_size;
 	if (f->maplen) {
 		void *m = mmap(NULL, f->maplen, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -354,6 +354,10 @@ int gk_nn_npy_parse(const void *buf, size_t len, gk_nn_npy *out, gk_err *err);
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */
 	int have_config;
+	gk_nn_config shape;     /* the shape flags given (0: not given): over
+				 * a checkpoint's config.json, when cfg came
+				 * from the flags alone (no --config) */
+	int cfg_from_flags;
 	const char *init_from;  /* checkpoint to start from (fine-tuning) */
 	uint64_t seed;          /* init, shuffle and sampling */
 	const char *data, *val_data;
@@ -431,6 +435,8 @@ typedef struct gk_nn_train_summary {
 	uint64_t tokens;
 	double seconds, last_loss, min_loss, val_loss;
 	int stopped;            /* 0 done, 1 by a checkpoint signal, 2 interrupted */
+	int64_t ckpt_lost;      /* the last checkpoint failed (--ckpt-error
+				 * continue): its step, else 0 */
 	const char *data_note;  /* a remark on the data position, or NULL */
 } gk_nn_train_summary;
 

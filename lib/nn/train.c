@@ -76,6 +76,7 @@ struct gk_nn_trainer {
 	gk_nn_config cfg;
 	gk_comm *comm;
 	int rank, world;
+	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
 	gk_nn_model *m;
 	gk_nn_data *data;
 	int32_t *in, *tg;
@@ -86,6 +87,7 @@ struct gk_nn_trainer {
 	int64_t step;         /* completed steps */
 	uint64_t tokens;
 	int64_t skipped;
+	int64_t ckpt_lost;    /* the latest checkpoint tried failed: its step, else 0 */
 	double comm_start;    /* first bucket of this step started */
 	ckpt_job *job;
 	gk_nn_train_mem mem;
@@ -233,13 +235,28 @@ void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
 		gk_comm_abort(t->comm, code);
 }
 
-/* The model's shape: the checkpoint's on resume, else flags/config/init. */
+static int shape_error(const char *dir, const gk_nn_config *ck, const gk_nn_config *want,
+		       gk_err *err)
+{
+	return gk_errf(err, "checkpoint '%s': its model (%" PRId64 " layers, hidden %" PRId64
+		       ", %" PRId64 " heads, vocab %" PRId64 ", %" PRId64
+		       " positions) is not the one asked for (%" PRId64 ", %" PRId64
+		       ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
+		       dir, ck->layers, ck->hidden, ck->heads, ck->vocab, ck->positions,
+		       want->layers, want->hidden, want->heads, want->vocab, want->positions);
+}
+
+/*
+ * The model's shape: the checkpoint's config.json (resumed, or beside
+ * --init-from) with the shape flags over it; --config must agree with it;
+ * without a checkpoint config, --config or the flags over GPT-2 small.
+ */
 static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 {
 	const gk_nn_train_opts *o = &t->o;
 	char path[PATH_MAX];
 	gk_nn_config from = {0};
-	int have_from = 0;
+	int have_from = 0, rc = 0;
 	const char *dir = resume_dir;
 	char *init = NULL;
 	if (!dir && o->init_from) {
@@ -260,26 +277,29 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			have_from = 1;
 		}
 	}
-	free(init);
-	if (o->have_config) {
+	if (have_from && (!o->have_config || o->cfg_from_flags)) {
+		t->cfg = from;
+		const gk_nn_config *f = &o->shape;
+		if (f->layers) t->cfg.layers = f->layers;
+		if (f->hidden) t->cfg.hidden = f->hidden;
+		if (f->heads) t->cfg.heads = f->heads;
+		if (f->vocab) t->cfg.vocab = f->vocab;
+		if (f->positions) t->cfg.positions = f->positions;
+		if (gk_nn_config_finish(&t->cfg, err) < 0)
+			rc = -1;
+		else if (!config_equal(&t->cfg, &from))
+			rc = shape_error(dir, &from, &t->cfg, err);
+	} else if (o->have_config) {
 		t->cfg = o->cfg;
 		if (gk_nn_config_finish(&t->cfg, err) < 0)
-			return -1;
-		if (have_from && !config_equal(&t->cfg, &from))
-			return gk_errf(err, "checkpoint '%s': its model (%" PRId64 " layers, hidden %" PRId64
-				       ", %" PRId64 " heads, vocab %" PRId64 ", %" PRId64
-				       " positions) is not the one asked for (%" PRId64 ", %" PRId64
-				       ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
-				       dir, from.layers, from.hidden, from.heads, from.vocab,
-				       from.positions, t->cfg.layers, t->cfg.hidden, t->cfg.heads,
-				       t->cfg.vocab, t->cfg.positions);
-		return 0;
+			rc = -1;
+		else if (have_from && !config_equal(&t->cfg, &from))
+			rc = shape_error(dir, &from, &t->cfg, err);
+	} else {
+		rc = gk_errf(err, "no model: give --config, the shape flags, or --init-from a checkpoint with config.json");
 	}
-	if (have_from) {
-		t->cfg = from;
-		return 0;
-	}
-	return gk_errf(err, "no model: give --config, the shape flags, or --init-from a checkpoint with config.json");
+	free(init);
+	return rc;
 }
 
 /* Read this rank's range of the moments from a checkpoint's optimizer files. */
@@ -361,6 +381,30 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
  * XXH3 of every file; other inputs have none) before trusting it: rank 0
  * reads it once, and the ranks agree on the outcome.
  */
+/*
+ * Before step 1, not at the first checkpoint: rank 0 creates --ckpt-dir
+ * and claims it (one writer at a time; the litter of killed writers
+ * removed), and the ranks agree on the outcome.
+ */
+static int claim_ckpt_dir(gk_nn_trainer *t, gk_err *err)
+{
+	gk_err mine = {0};
+	int bad = 0;
+	if (t->rank == 0) {
+		t->lock = gk_ckpt_lock(t->o.ckpt_dir, &mine);
+		bad = t->lock < 0;
+	}
+	double v = bad;
+	if (allreduce_f64(t, &v, 1, err) < 0)
+		return -1;
+	if (bad) {
+		*err = mine;
+		return -1;
+	}
+	return v > 0 ? gk_errf(err, "checkpoint directory '%s': rank 0 cannot use it",
+			       t->o.ckpt_dir) : 0;
+}
+
 static int verify_ckpt(gk_nn_trainer *t, const char *in, gk_err *err)
 {
 	gk_err mine = {0};
@@ -501,6 +545,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	if (!t)
 		return gk_err_sys(err, ENOMEM, "trainer");
 	t->o = *o;
+	t->lock = -1;
 	char *resume_dir = NULL;
 	uint64_t resume_step = 0;
 	if (t->o.grad_accum < 1)
@@ -512,6 +557,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		goto fail;
 	t->rank = gk_comm_rank(t->comm);
 	t->world = gk_comm_world(t->comm);
+	if (o->ckpt_dir && claim_ckpt_dir(t, err) < 0)
+		goto fail;
 	if (o->resume && o->ckpt_dir) {
 		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
 		if (r < 0)
@@ -871,6 +918,7 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 			int64_t step = j->step;
 			job_free(j);
 			t->job = NULL;
+			t->ckpt_lost = rc < 0 || failed > 0 ? step : 0;
 			if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
 				/* Every rank agreed on the failure, so all go on. */
 				if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
@@ -1125,6 +1173,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 	sum->step = t->step;
 	sum->skipped = t->skipped;
 	sum->stopped = stop;
+	sum->ckpt_lost = t->ckpt_lost;
 	if (sum->steps == 0)
 		sum->min_loss = NAN;
 	if (o->val_data && stop != 2 && !(o->eval_every > 0 && t->step % o->eval_every == 0)) {
@@ -1257,6 +1306,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	free(t->in);
 	free(t->tg);
 	gk_comm_close(t->comm);
+	gk_ckpt_unlock(t->lock);
 	free(t);
 }
 

@@ -6,7 +6,9 @@ vocabulary too small for the token ids or the end-of-text token, a
 trainer.json that contradicts its checkpoint, a checkpoint damaged after
 its COMMIT, a NaN loss (naming the step, or
 skipped and counted with --skip-nonfinite), a sequence longer than the
-model; no partial checkpoint is left behind.'
+model; no partial checkpoint is left behind. Settings that cannot train,
+an unusable or busy --ckpt-dir (refused before step 1), shape flags over
+a checkpoint'"'"'s config, outputs that are devices or symlinks.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -111,6 +113,80 @@ test_expect_success 'no data, bad numbers: usage errors' '
 	test_expect_code 2 gpu-train $A --batch 0 &&
 	test_expect_code 2 gpu-train $A --lr abc &&
 	test_expect_code 2 gpu-train $A --resume
+'
+
+test_expect_success 'settings that cannot train: usage errors before step 1' '
+	test_expect_code 2 gpu-train $A --eps 0 2>err &&
+	grep "^gpu-train: --eps must be above 0" err &&
+	test_expect_code 2 gpu-train $A --min-lr 5 --lr 1e-4 2>err &&
+	grep "^gpu-train: --min-lr 5 is above --lr" err &&
+	test_expect_code 2 gpu-train $A --eval-every 2 2>err &&
+	grep "^gpu-train: --eval-every needs --val-data" err
+'
+
+test_expect_success 'an --eval-only loss that is NaN exits 1' '
+	test_expect_code 1 gpu-train --eval-only --data train.bin --init-from nan.safetensors \
+		$TINY >out 2>err &&
+	grep "^loss nan" out &&
+	grep "^gpu-train: the loss is NaN" err
+'
+
+test_expect_success 'shape flags with --init-from go over its config.json' '
+	gpu-train --data train.bin --init-from ck/latest --layers 2 --steps 1 -q --threads 1 &&
+	test_expect_code 1 gpu-train --data train.bin --init-from ck/latest --layers 3 \
+		--steps 1 2>err &&
+	grep "^gpu-train: checkpoint .ck/latest.: its model (2 layers, hidden 32, 2 heads, vocab 257, 33 positions) is not the one asked for (3, 32, 2, 257, 33)" err
+'
+
+test_expect_success 'an unusable --ckpt-dir fails before step 1' '
+	echo x >afile &&
+	test_expect_code 1 gpu-train --json $A --steps 1000 --ckpt-dir afile >out 2>err &&
+	grep "^gpu-train: create directory .afile.: not a directory" err &&
+	! grep "\"event\":\"step\"" out
+'
+
+test_expect_success '--resume into a directory that does not exist yet starts afresh' '
+	gpu-train $A -q --ckpt-dir fresh/ck --resume &&
+	test -f fresh/ck/latest/COMMIT
+'
+
+test_expect_success 'a second writer to a --ckpt-dir is refused; the first one'"'"'s litter is removed' '
+	{ gpu-train $A --steps 1000000 -q --ckpt-dir busy & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	for i in $(seq 1 600); do test -s busy/.lock && break; sleep 0.1; done &&
+	test_expect_code 1 gpu-train $A -q --ckpt-dir busy 2>err &&
+	grep "^gpu-train: checkpoint directory .busy. is in use by another writer (pid $pid on " err &&
+	kill -9 $pid && { wait $pid; true; } &&
+	mkdir busy/.step-00000007.tmp-Ab12Cd && echo half >busy/.step-00000007.tmp-Ab12Cd/model.safetensors &&
+	gpu-train $A -q --ckpt-dir busy --resume &&
+	! ls -d busy/.step-*.tmp-* 2>/dev/null
+'
+
+# A device node of our own (a copy of /dev/null's numbers) needs root.
+mknod nul c 1 3 2>/dev/null && test_set_prereq MKNOD
+
+test_expect_success MKNOD '--metrics and ckpt-merge -o write through a device node' '
+	gpu-train $A -q --metrics nul &&
+	ckpt-merge ck/latest -o nul &&
+	test -c nul
+'
+
+test_expect_success '--metrics follows a symlink, leaving it a symlink' '
+	ln -s m.prom run.prom &&
+	gpu-train $A -q --metrics run.prom &&
+	test -L run.prom && grep "gpukit_train_steps_total{run=\"run\"} 3" m.prom
+'
+
+test_expect_success '--sample --json: token ids, and the text as Python decodes the bytes' '
+	gpu-train --data train.bin --init-from ck/latest --seq 16 --steps 1 --threads 1 -q \
+		--sample 300 --json --seed 3 >s.json &&
+	tail -n 1 s.json | python3 -c "
+import json, sys
+j = json.loads(sys.stdin.read())
+t = bytes(x if x < 256 else 10 for x in j[\"tokens\"]).decode(\"utf-8\", errors=\"replace\")
+assert j[\"event\"] == \"sample\" and len(j[\"tokens\"]) == 300 and t == j[\"text\"], j
+"
 '
 
 test_done
