@@ -272,9 +272,9 @@ static int bin_map(binfile *f, const char *path, gk_err *err)
 	/*
 	 * llm.c writes a 1024-byte header (int32 magic 20240520, version 1,
 	 * token count) before uint16 tokens; nanoGPT's prepare.py writes the
-	 * raw uint16 array. A file is llm.c's when it starts with the magic
-	 * and its size is exactly the header plus the count's tokens;
-	 * anything else with an even size is nanoGPT's.
+	 * raw uint16 array. A file that starts with the magic is llm.c's,
+	 * and must be exactly the header plus the count's tokens; anything
+	 * else with an even size is nanoGPT's.
 	 */
 	if (f->maplen >= LLMC_HEADER) {
 		int32_t h[3];
