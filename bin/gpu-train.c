@@ -143,15 +143,19 @@ static const struct option longopts[] = {
 };
 
 static gk_cli cli;
-static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_flag, nothing_to_save;
 
 /*
  * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
  * for a stop without one; a second SIGINT ends the process at once. The
- * handler only sets the flag the trainer polls between steps.
+ * handler only sets the flag the trainer polls between steps. Outside
+ * training (--eval-only, --sample after the run) there is nothing to
+ * save, and any of them ends the process at once, 128 + the signal.
  */
 static void on_signal(int sig)
 {
+	if (nothing_to_save)
+		_exit(128 + sig);
 	if (sig == SIGINT) {
 		if (stop_flag == 2)
 			_exit(130);
@@ -605,6 +609,7 @@ int main(int argc, char **argv)
 	}
 	if (o.eval_only) {
 		double loss;
+		nothing_to_save = 1;
 		int64_t nb;
 		if (gk_nn_trainer_eval(t, eval_src, o.eval_batches, &loss, &nb, &err) < 0)
 			goto fail;
@@ -676,6 +681,7 @@ int main(int argc, char **argv)
 			goto fail;
 		}
 	}
+	nothing_to_save = 1;
 	if (sample && rank == 0 && rc == 0) {
 		int32_t *tok = malloc((size_t)sample * sizeof(int32_t));
 		int32_t eot = o.eot >= 0 ? o.eot : (int32_t)(cfg->vocab - 1);

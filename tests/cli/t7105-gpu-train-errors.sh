@@ -189,4 +189,20 @@ assert j[\"event\"] == \"sample\" and len(j[\"tokens\"]) == 300 and t == j[\"tex
 "
 '
 
+test_expect_success 'SIGINT or SIGTERM while sampling ends the process at once' '
+	for sig in INT TERM; do
+		{ gpu-train $A --json --sample 1048576 >samp.json & } &&
+		pid=$! &&
+		for i in $(seq 1 600); do
+			grep -q "\"event\":\"summary\"" samp.json && break
+			sleep 0.1
+		done &&
+		grep -q "\"event\":\"summary\"" samp.json &&
+		kill -$sig $pid &&
+		{ wait $pid; echo $? >rc; } &&
+		case $sig in INT) test "$(cat rc)" = 130 ;; TERM) test "$(cat rc)" = 143 ;; esac ||
+		return 1
+	done
+'
+
 test_done
