@@ -417,7 +417,7 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "fp32")) o.precision = GK_NN_FP32;
 			else gk_cli_usage_error(&cli, "--precision '%s': bf16, tf32 or fp32", optarg);
 			break;
-		case OPT_STEPS: o.steps = gk_cli_i64(&cli, "--steps", optarg, 0, INT64_MAX / 2); break;
+		case OPT_STEPS: o.steps = gk_cli_i64(&cli, "--steps", optarg, 1, INT64_MAX / 2); break;
 		case OPT_UNTIL: o.until = gk_cli_i64(&cli, "--until", optarg, 1, INT64_MAX / 2); break;
 		case OPT_LR: o.sched.lr = num("--lr", optarg, 0, 10); break;
 		case OPT_MINLR: o.sched.min_lr = num("--min-lr", optarg, 0, 10); break;

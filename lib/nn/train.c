@@ -1175,7 +1175,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 	sum->stopped = stop;
 	sum->ckpt_lost = t->ckpt_lost;
 	if (sum->steps == 0)
-		sum->min_loss = NAN;
+		sum->min_loss = sum->last_loss = NAN; /* no step: no loss, not 0 */
 	if (o->val_data && stop != 2 && !(o->eval_every > 0 && t->step % o->eval_every == 0)) {
 		int64_t nb;
 		if (eval_loss(t, o->val_data, o->eval_batches, &sum->val_loss, &nb, err) < 0)
