@@ -492,6 +492,8 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "--data is required");
 	if (o.resume && !o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
+	if (o.eval_only && dump)
+		gk_cli_usage_error(&cli, "--eval-only and --dump-data: one or the other");
 	if (metrics && (o.eval_only || dump))
 		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
 				   o.eval_only ? "--eval-only" : "--dump-data");
@@ -545,7 +547,8 @@ int main(int argc, char **argv)
 			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");
 		gk_nn_data_opts d = {.shuffle = o.shuffle, .seed = o.seed,
 				     .vocab = o.have_config ? o.cfg.vocab : GK_NN_BYTE_VOCAB,
-				     .eot = o.eot, .batch = o.batch, .seq = o.seq};
+				     .eot = o.eot, .batch = o.batch, .seq = o.seq,
+				     .skip_bad = o.skip_bad};
 		return gk_cli_finish(&cli, dump_data(o.data, &d, dump));
 	}
 
@@ -585,6 +588,11 @@ int main(int argc, char **argv)
 	const char *precision = strcmp(device, "cpu") ? precisions[o.precision] : "fp32";
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
+	int cpus = gk_nn_default_threads();
+	if (rank == 0 && o.threads > cpus)
+		fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPUs this "
+			"rank may use; threads that share a CPU make every step slower\n",
+			o.threads, cpus);
 	if (rank == 0) {
 		size_t np = gk_nn_nparams(m);
 		if (cli.json) {

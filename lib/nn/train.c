@@ -428,8 +428,22 @@ static int resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err 
 	if (!j)
 		return -1;
 	int rc = -1;
-	int64_t step, world, tokens, skipped = 0;
+	int64_t step, world, tokens, skipped = 0, version, np;
+	const char *format;
 	json_t *ds = json_object_get(j, "data");
+	if (gk_json_get_str(j, "format", &format, err) < 0 ||
+	    gk_json_get_int(j, "version", &version, err) < 0 ||
+	    gk_json_get_int(j, "nparams", &np, err) < 0)
+		goto out;
+	if (strcmp(format, "gpu-train") || version != 1) {
+		gk_errf(err, "read '%s': format '%s' version %" PRId64 " (this gpu-train reads "
+			"'gpu-train' version 1)", path, format, version);
+		goto out;
+	}
+	if (np != (int64_t)t->N) {
+		gk_errf(err, "read '%s': %" PRId64 " parameters; this model has %zu", path, np, t->N);
+		goto out;
+	}
 	if (gk_json_get_int(j, "step", &step, err) < 0 ||
 	    gk_json_get_int(j, "world", &world, err) < 0 ||
 	    gk_json_get_int(j, "tokens", &tokens, err) < 0)

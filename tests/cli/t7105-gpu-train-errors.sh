@@ -49,6 +49,15 @@ test_expect_success XXHSUM 'a resume from a trainer.json that contradicts its st
 		test_expect_code 1 gpu-train $A --ckpt-dir ckj --resume 2>err &&
 		grep "^gpu-train: resume from .ckj/step-00000003.: read .*trainer.json.: step .* do not describe checkpoint step 3$" err ||
 		return 1
+	done &&
+	for edit in ".version = 99" ".format = \"other\"" ".nparams = 5"; do
+		jq "$edit" ck/step-00000003/trainer.json >$d/trainer.json &&
+		h=$(xxhsum -H3 $d/trainer.json | sed "s/.* = //") &&
+		jq ".files[\"trainer.json\"] = {bytes: $(wc -c <$d/trainer.json), xxh3: \"$h\"}" \
+			ck/step-00000003/COMMIT >$d/COMMIT &&
+		test_expect_code 1 gpu-train $A --ckpt-dir ckj --resume 2>err &&
+		grep -E "^gpu-train: resume from .ckj/step-00000003.: read .*trainer.json.: (format .* version|5 parameters)" err ||
+		return 1
 	done
 '
 
@@ -116,6 +125,8 @@ test_expect_success 'no data, bad numbers: usage errors' '
 '
 
 test_expect_success 'settings that cannot train: usage errors before step 1' '
+	test_expect_code 2 gpu-train $A --steps 0 &&
+	test_expect_code 2 gpu-train --eval-only --dump-data 1 --data train.bin $TINY &&
 	test_expect_code 2 gpu-train $A --eps 0 2>err &&
 	grep "^gpu-train: --eps must be above 0" err &&
 	test_expect_code 2 gpu-train $A --min-lr 5 --lr 1e-4 2>err &&
