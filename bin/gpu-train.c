@@ -454,6 +454,9 @@ int main(int argc, char **argv)
 		case OPT_TIMEOUT: {
 			/* The library reads 0 as its default and < 0 as off. */
 			double v = num("--timeout", optarg, 0, 1e9);
+			if (v > 0 && v < 1)
+				gk_cli_usage_error(&cli, "--timeout %s: 0 (off) or at least 1 second",
+						   optarg);
 			o.timeout = v > 0 ? v : -1;
 			break;
 		}
@@ -684,9 +687,10 @@ int main(int argc, char **argv)
 		/* --ckpt-error continue trains on; but a run whose last
 		 * checkpoint failed ends without its model on disk */
 		if (rc == 0 && s.ckpt_lost) {
+			/* every rank knows (they agreed on the failure): a clean exit */
 			gk_errf(&err, "the last checkpoint (step %" PRId64 ") was not written: "
 				"the model trained since the one before is lost", s.ckpt_lost);
-			goto fail;
+			rc = rank == 0 ? gk_cli_fail(&cli, &err) : 1;
 		}
 	}
 	nothing_to_save = 1;

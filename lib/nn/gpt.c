@@ -35,9 +35,10 @@ int gk_nn_config_finish(gk_nn_config *c, gk_err *err)
 		return gk_errf(err, "model config 'n_head': %lld: does not "
 			       "divide n_embd %lld", (long long)c->heads,
 			       (long long)c->hidden);
-	if (c->vocab < 1 || c->vocab > MAX_VOCAB)
+	/* at least one token besides the end-of-text token */
+	if (c->vocab < 2 || c->vocab > MAX_VOCAB)
 		return gk_errf(err, "model config 'vocab_size': %lld: not in "
-			       "1..%d", (long long)c->vocab, MAX_VOCAB);
+			       "2..%d", (long long)c->vocab, MAX_VOCAB);
 	if (c->positions < 1 || c->positions > MAX_POSITIONS)
 		return gk_errf(err, "model config 'n_positions': %lld: not in "
 			       "1..%d", (long long)c->positions, MAX_POSITIONS);

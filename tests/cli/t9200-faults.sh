@@ -158,15 +158,16 @@ test_expect_success TMPFS 'disk full during a checkpoint: --ckpt-error stop (def
 		ls -A full >f2.ls" &&
 	test "$(cat f1.rc)" = 1 &&
 	grep "^gpu-train: write .full/\.step-00000008\.tmp-.*: No space left on device$" f1.err &&
-	printf "latest\nstep-00000004\n" >want.ls &&
+	printf ".lock\nlatest\nstep-00000004\n" >want.ls &&
 	test_cmp want.ls f1.ls &&
 	test "$(cat f1.latest)" = step-00000004 &&
 	test "$(tail -n 1 f1.check)" = 0 &&
 	test "$(jq -s "map(select(.event == \"step\")) | last | .step" f1.json)" -lt 12
 '
 
-test_expect_success TMPFS 'disk full: --ckpt-error continue warns, trains on with the same losses' '
-	test "$(cat f2.rc)" = 0 &&
+test_expect_success TMPFS 'disk full: --ckpt-error continue warns, trains on with the same losses, and exits 1 for its lost last checkpoint' '
+	test "$(cat f2.rc)" = 1 &&
+	grep "^gpu-train: the last checkpoint (step 12) was not written: the model trained since the one before is lost$" f2.err &&
 	grep -c "^gpu-train: warning: checkpoint step [0-9]* not written, training goes on: .*No space left on device$" f2.err >nwarn &&
 	echo 2 >want.n &&
 	test_cmp want.n nwarn &&
