@@ -216,17 +216,31 @@ struct gk_nn_data {
 	int ended;        /* no loop and the epoch ended */
 	uint64_t bad;     /* samples skipped under skip_bad */
 	cut *cuts;        /* this rank's partly used samples (remap) */
-	size_t ncuts;
+	size_t ncuts, cutcap;
 };
 
-static int64_t cut_of(const gk_nn_data *d, uint64_t epoch, uint64_t shard,
-		      uint64_t index)
+static cut *find_cut(const gk_nn_data *d, uint64_t epoch, uint64_t shard,
+		     uint64_t index)
 {
 	for (size_t i = 0; i < d->ncuts; i++)
 		if (d->cuts[i].epoch == epoch && d->cuts[i].shard == shard &&
 		    d->cuts[i].index == index)
-			return d->cuts[i].skip;
-	return 0;
+			return &d->cuts[i];
+	return NULL;
+}
+
+static int64_t cut_of(const gk_nn_data *d, uint64_t epoch, uint64_t shard,
+		      uint64_t index)
+{
+	const cut *c = find_cut(d, epoch, shard, index);
+	return c ? c->skip : 0;
+}
+
+static void drop_cuts(gk_nn_data *d)
+{
+	free(d->cuts);
+	d->cuts = NULL;
+	d->ncuts = d->cutcap = 0;
 }
 
 /* A sample that cannot be used: fail with rc's message, or skip it. */
@@ -571,28 +585,24 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len)
 			s, skip, at, cuts);
 }
 
-/*
- * Add state j's cuts (of epoch) to d's, and with `at` its partly used
- * sample too, keeping the larger skip of a sample named twice.
- */
-static int add_cut(gk_nn_data *d, size_t *cap, uint64_t epoch, uint64_t shard,
-		   uint64_t index, int64_t skip, gk_err *err)
+/* Add a cut, keeping the larger skip of a sample named twice. */
+static int add_cut(gk_nn_data *d, uint64_t epoch, uint64_t shard, uint64_t index,
+		   int64_t skip, gk_err *err)
 {
-	for (size_t i = 0; i < d->ncuts; i++)
-		if (d->cuts[i].epoch == epoch && d->cuts[i].shard == shard &&
-		    d->cuts[i].index == index) {
-			if (skip > d->cuts[i].skip)
-				d->cuts[i].skip = skip;
-			return 0;
-		}
-	if (GK_GROW(d->cuts, *cap, d->ncuts + 1, "data state", err) < 0)
+	cut *c = find_cut(d, epoch, shard, index);
+	if (c) {
+		if (skip > c->skip)
+			c->skip = skip;
+		return 0;
+	}
+	if (GK_GROW(d->cuts, d->cutcap, d->ncuts + 1, "data state", err) < 0)
 		return -1;
 	d->cuts[d->ncuts++] = (cut){epoch, shard, index, skip};
 	return 0;
 }
 
-static int read_cuts(gk_nn_data *d, size_t *cap, const json_t *j, uint64_t epoch,
-		     gk_err *err)
+/* Add a saved state's "cuts" (of epoch) to d's. */
+static int read_cuts(gk_nn_data *d, const json_t *j, uint64_t epoch, gk_err *err)
 {
 	const json_t *c = json_object_get(j, "cuts");
 	if (!c)
@@ -608,7 +618,7 @@ static int read_cuts(gk_nn_data *d, size_t *cap, const json_t *j, uint64_t epoch
 		    !json_is_integer(k) || json_integer_value(a) < 0 ||
 		    json_integer_value(b) < 0 || json_integer_value(k) < 0)
 			return gk_errf(err, "data state: cut %zu is not [shard, sample, tokens]", i);
-		if (add_cut(d, cap, epoch, (uint64_t)json_integer_value(a),
+		if (add_cut(d, epoch, (uint64_t)json_integer_value(a),
 			    (uint64_t)json_integer_value(b), json_integer_value(k), err) < 0)
 			return -1;
 	}
@@ -683,15 +693,12 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
 	gk_shard_state_free(&st);
 	if (r < 0)
 		goto out;
-	size_t cap = 0;
-	free(d->cuts);
-	d->cuts = NULL;
-	d->ncuts = 0;
+	drop_cuts(d);
 	if (skip < 0) {
 		gk_errf(err, "data state: negative position");
 		goto out;
 	}
-	if (read_cuts(d, &cap, j, epoch, err) < 0)
+	if (read_cuts(d, j, epoch, err) < 0)
 		goto out;
 	d->len = d->head = d->nq = 0;
 	d->ended = 0;
@@ -718,13 +725,13 @@ out:
  * Old rank state j's cuts, and its partly used sample ("at", "skip" tokens
  * into it, after the cut it had started it at, if any) as one more.
  */
-static int old_rank_cuts(gk_nn_data *d, size_t *cap, const json_t *j,
-			 uint64_t epoch, gk_err *err)
+static int old_rank_cuts(gk_nn_data *d, const json_t *j, uint64_t epoch,
+			 gk_err *err)
 {
 	uint64_t shard = 0, index = 0;
 	int64_t skip;
 	int a = read_at(j, &shard, &index, err);
-	if (a < 0 || read_cuts(d, cap, j, epoch, err) < 0)
+	if (a < 0 || read_cuts(d, j, epoch, err) < 0)
 		return -1;
 	if (a == 0)
 		return 0;
@@ -733,14 +740,14 @@ static int old_rank_cuts(gk_nn_data *d, size_t *cap, const json_t *j,
 	if (skip < 0)
 		return gk_errf(err, "data state: negative position");
 	skip += cut_of(d, epoch, shard, index);
-	return skip ? add_cut(d, cap, epoch, shard, index, skip, err) : 0;
+	return skip ? add_cut(d, epoch, shard, index, skip, err) : 0;
 }
 
 int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 			     gk_err *err)
 {
 	gk_shard_state *st = calloc(n ? n : 1, sizeof(*st));
-	size_t got = 0, cap = 0;
+	size_t got = 0;
 	int rc = -1;
 
 	if (d->bin) {
@@ -749,9 +756,7 @@ int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 	}
 	if (!st)
 		return gk_err_sys(err, ENOMEM, "data state");
-	free(d->cuts);
-	d->cuts = NULL;
-	d->ncuts = 0;
+	drop_cuts(d);
 	for (; got < n; got++) {
 		json_t *j = gk_json_load_buf(json[got], strlen(json[got]), "data state", err);
 		json_t *sj = j ? json_object_get(j, "shard") : NULL;
@@ -766,7 +771,7 @@ int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 		 * the old rank had started it at).
 		 */
 		if (r == 0)
-			r = old_rank_cuts(d, &cap, j, st[got].epoch, err);
+			r = old_rank_cuts(d, j, st[got].epoch, err);
 		json_decref(j);
 		if (r < 0) {
 			gk_shard_state_free(&st[got]);
