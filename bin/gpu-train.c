@@ -57,6 +57,8 @@ static const char usage[] =
 	"  --compress KIND       none, bf16, f16 or int8 gradient allreduce (ZeRO 0)\n"
 	"  --bucket SIZE         gradient bucket size (default 25M)\n"
 	"  --no-overlap          allreduce after backward instead of during it\n"
+	"  --comm KIND           a GPU's gradients: auto (NCCL on the device when there is\n"
+	"                        more than one rank), nccl or mpi (through host memory)\n"
 	"  --timeout SECONDS     fail a collective with no progress for this long, 0 off (default 600)\n"
 	"checkpoints:\n"
 	"  --ckpt-dir DIR        where step directories go\n"
@@ -81,7 +83,7 @@ enum {
 	OPT_POSITIONS, OPT_INIT, OPT_SEED, OPT_DATA, OPT_VAL, OPT_SHUFFLE, OPT_EOT,
 	OPT_DUMP, OPT_ACCUM, OPT_RECOMPUTE, OPT_THREADS, OPT_STEPS, OPT_UNTIL, OPT_LR,
 	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
-	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_CKDIR,
+	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_COMM, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
 	OPT_TEMP, OPT_TOPK, OPT_METRICS, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
 	OPT_DEVICE, OPT_PRECISION,
@@ -126,6 +128,7 @@ static const struct option longopts[] = {
 	{"compress", required_argument, NULL, OPT_COMPRESS},
 	{"bucket", required_argument, NULL, OPT_BUCKET},
 	{"no-overlap", no_argument, NULL, OPT_NOOVERLAP},
+	{"comm", required_argument, NULL, OPT_COMM},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
 	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
@@ -470,6 +473,14 @@ int main(int argc, char **argv)
 		}
 		case OPT_BUCKET: o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg); break;
 		case OPT_NOOVERLAP: o.overlap = 0; break;
+		case OPT_COMM: {
+			int k = gk_comm_backend_parse(optarg);
+			if (k != GK_COMM_BACKEND_AUTO && k != GK_COMM_BACKEND_MPI &&
+			    k != GK_COMM_BACKEND_NCCL)
+				gk_cli_usage_error(&cli, "--comm '%s': auto, nccl or mpi", optarg);
+			o.comm = (gk_comm_backend)k;
+			break;
+		}
 		case OPT_CKDIR: o.ckpt_dir = optarg; break;
 		case OPT_CKEVERY: o.ckpt_every = gk_cli_i64(&cli, "--ckpt-every", optarg, 1, INT64_MAX / 2); break;
 		case OPT_RESUME: o.resume = 1; break;
@@ -500,6 +511,9 @@ int main(int argc, char **argv)
 	if (metrics && (o.eval_only || dump))
 		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
 				   o.eval_only ? "--eval-only" : "--dump-data");
+	if (o.comm == GK_COMM_BACKEND_NCCL && o.device == GK_NN_CPU)
+		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
+				   "--device cuda or auto");
 	if (o.zero && o.compress)
 		gk_cli_usage_error(&cli, "--compress works with --zero 0 only (compressed allreduce)");
 	if (o.adamw.eps <= 0)
@@ -589,8 +603,11 @@ int main(int argc, char **argv)
 	const char *note, *device = gk_nn_trainer_device(t, &note);
 	static const char *const precisions[] = {"bf16", "tf32", "fp32"};
 	const char *precision = strcmp(device, "cpu") ? precisions[o.precision] : "fp32";
+	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
+	if (rank == 0 && comm_note)
+		fprintf(stderr, "gpu-train: %s\n", comm_note);
 	int cpus = gk_nn_default_threads();
 	if (rank == 0 && o.threads > cpus)
 		fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPUs this "
@@ -599,8 +616,9 @@ int main(int argc, char **argv)
 	if (rank == 0) {
 		size_t np = gk_nn_nparams(m);
 		if (cli.json) {
-			json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
+			json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
 					      "event", "start", "device", device, "precision", precision,
+					      "comm", comm,
 					      "layers", (json_int_t)cfg->layers,
 					      "hidden", (json_int_t)cfg->hidden, "heads",
 					      (json_int_t)cfg->heads, "vocab", (json_int_t)cfg->vocab,

@@ -16,7 +16,8 @@
 #      rank per GPU under mpirun (2 GPUs or more), and a rank that sees
 #      no device ending the job at setup instead of hanging it; and
 #      tests/cli/t7106 (gpu-train --device cuda): fp32 and bf16 losses
-#      against the CPU's, an exact resume, 2 ranks through the host;
+#      against the CPU's, an exact resume, NCCL on the device in a world
+#      of one, 2 ranks through the host and (2 GPUs) over NCCL;
 #   3. make check, the whole suite, on this machine.
 # Exit 0 when all of it passed with a device, 1 otherwise. Output of each
 # step goes to build/gpu-suite/.

@@ -286,7 +286,10 @@ int gk_comm_wait(gk_comm_req *r, gk_err *err);
  * what is left and waits for all; the object is then ready for the next
  * step. With o->compress set, each bucket keeps an error-feedback residual
  * across steps (o->residual is ignored). bucket_bytes 0: 25 MiB, as
- * PyTorch DDP's default.
+ * PyTorch DDP's default. On nccl grad is device memory, and ready may be
+ * called as soon as the kernels finishing the range are queued on the
+ * caller's stream (gk_comm_set_stream): each bucket waits for them on the
+ * device, by the stream contract above, not on the host.
  *
  *   gk_comm_grads_new(&g, comm, grad, n, 0, NULL, &err);
  *   each step: backward, calling gk_comm_grads_ready(g, layer_offset, &err)

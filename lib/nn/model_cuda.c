@@ -664,15 +664,16 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	return 0;
 }
 
-/* ready() is told about gradients the device has finished */
+/*
+ * ready() is told about gradients whose kernels are queued (nn.h): it
+ * orders its work after them on the stream, so the device never waits
+ * for the host between layers.
+ */
 static int notify(gk_nn_model *m, gk_nn_ready_fn ready, void *ctx, size_t off,
 		  gk_err *err)
 {
-	if (!ready)
-		return 0;
-	if (gk_cuda_stream_sync(m->cu->s, err) < 0)
-		return -1;
-	return ready(off, ctx, err);
+	(void)m;
+	return ready ? ready(off, ctx, err) : 0;
 }
 
 int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
@@ -718,6 +719,16 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	    notify(m, ready, ctx, 0, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
+}
+
+float *gk_nn_cuda_grads(gk_nn_model *m)
+{
+	return m->cu ? m->cu->g : NULL;
+}
+
+void *gk_nn_cuda_stream(const gk_nn_model *m)
+{
+	return m->cu ? (void *)m->cu->s : NULL;
 }
 
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)

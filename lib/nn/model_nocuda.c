@@ -48,6 +48,16 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	return 0;
 }
 
+float *gk_nn_cuda_grads(gk_nn_model *m)
+{
+	return NULL;
+}
+
+void *gk_nn_cuda_stream(const gk_nn_model *m)
+{
+	return NULL;
+}
+
 int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
 		       gk_err *err)
 {

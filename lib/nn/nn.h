@@ -377,6 +377,11 @@ typedef struct gk_nn_train_opts {
 	gk_comm_compress compress;   /* ZeRO-0 buckets only */
 	int overlap;            /* allreduce buckets during backward */
 	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
+	gk_comm_backend comm;   /* the gradients' on a GPU: AUTO (nccl when the
+				 * world is larger than 1, the host path when
+				 * NCCL cannot start), MPI (through host
+				 * memory), NCCL (required; in a world of one
+				 * too); on the CPU only AUTO and MPI */
 	double timeout;         /* collective watchdog, gk_comm_config's */
 	const char *ckpt_dir;
 	int64_t ckpt_every;
@@ -475,6 +480,9 @@ const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
 /* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
  * or NULL. */
 const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
+/* The gradients' communicator backend ("self", "mpi", "nccl"); *note
+ * (if not NULL) is why --comm auto fell back to the host path, or NULL. */
+const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
@@ -540,8 +548,11 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
  * allreduce. gk_nn_forward, gk_nn_backward and gk_nn_zero_grad work on
  * the device; gk_nn_logits is valid after a forward without targets (the
  * logits are then copied to the host). In backward, ready is called
- * after the device has finished the gradients it names (the stream is
- * synchronised first).
+ * once the kernels producing the gradients it names are queued on the
+ * model's stream (gk_nn_cuda_stream), not when they have finished: the
+ * callee orders its own work after them on that stream, as lib/comm's
+ * nccl backend does for every collective (comm.h, "Streams"), or
+ * synchronises the stream. backward returns with the stream idle.
  *
  * Determinism: no kernel uses atomics; every reduction (embedding and
  * bias gradients, LayerNorm weights, the gradient norm, the loss) sums in
@@ -556,6 +567,16 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 #define GK_NN_GRADS 2
 int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err);
 int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
+
+/*
+ * The device's fp32 gradient buffer (nparams floats, the flat layout) and
+ * the stream (a cudaStream_t) every kernel of the model runs on, for a
+ * trainer that reduces the gradients where they are: lib/comm's nccl
+ * backend, told the stream with gk_comm_set_stream, its buckets started
+ * from backward's ready callback. NULL on a CPU model.
+ */
+float *gk_nn_cuda_grads(gk_nn_model *m);
+void *gk_nn_cuda_stream(const gk_nn_model *m);
 
 /*
  * Copy the AdamW moments of gk_nn_cuda_adamw (nparams floats each, the

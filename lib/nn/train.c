@@ -21,9 +21,15 @@
  *
  * On a GPU (--device cuda) forward, backward, the norm and AdamW run on
  * the device, with fp32 master weights and moments there; the host keeps
- * mirrors for checkpoints. With more than one rank the gradients go
- * through the host: downloaded after backward, allreduced by lib/comm's
- * buckets (not overlapped), uploaded. ZeRO-1 stays on the CPU backend.
+ * mirrors for checkpoints. With more than one rank the gradients are
+ * reduced where they are: a second communicator, of lib/comm's nccl
+ * backend, takes the device's gradient buffer, and each bucket is queued
+ * on NCCL's stream behind the backward kernels that produce it (comm.h's
+ * stream contract), so NCCL overlaps the rest of backward as the CPU
+ * path's buckets do. --comm mpi (or no usable NCCL, under --comm auto)
+ * sends them through the host instead: downloaded after backward,
+ * allreduced by the same buckets, uploaded. ZeRO-1 stays on the CPU
+ * backend.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -75,6 +81,9 @@ struct gk_nn_trainer {
 	gk_nn_train_opts o;
 	gk_nn_config cfg;
 	gk_comm *comm;
+	gk_comm *gcomm;       /* the gradients': comm, or an nccl one (dev_grads) */
+	int dev_grads;        /* gradients reduced on the GPU, over NCCL */
+	char comm_note[sizeof(((gk_err *)0)->msg) + 64];
 	int rank, world;
 	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
 	gk_nn_model *m;
@@ -93,6 +102,7 @@ struct gk_nn_trainer {
 	gk_nn_train_mem mem;
 	char data_note[160];
 	int cuda;                  /* the model is on the GPU */
+	int dev;                   /* its CUDA device */
 	char device[32];           /* "cpu", "cuda:N" */
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 };
@@ -222,6 +232,13 @@ const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note)
 	if (note)
 		*note = t->device_note[0] ? t->device_note : NULL;
 	return t->device;
+}
+
+const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note)
+{
+	if (note)
+		*note = t->comm_note[0] ? t->comm_note : NULL;
+	return gk_comm_backend_name(gk_comm_backend_of(t->gcomm ? t->gcomm : t->comm));
 }
 
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
@@ -543,11 +560,59 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 	if (t->o.zero)
 		return gk_errf(err, "--zero 1 runs on the CPU backend only: on a GPU the "
 			       "optimizer updates every parameter (use --zero 0)");
-	int dev;
-	if (gk_cuda_device_select(-1, &dev, err) < 0)
+	if (gk_cuda_device_select(-1, &t->dev, err) < 0)
 		return -1;
 	t->cuda = 1;
-	snprintf(t->device, sizeof(t->device), "cuda:%d", dev);
+	snprintf(t->device, sizeof(t->device), "cuda:%d", t->dev);
+	return 0;
+}
+
+/*
+ * The gradients' communicator (--comm). On the CPU, and on a GPU with
+ * --comm mpi, it is t->comm, over host memory. On a GPU with more than
+ * one rank (or --comm nccl, in a world of one too) it is a communicator
+ * of the nccl backend on this rank's device, on the model's stream. When
+ * NCCL cannot start on some rank, every rank learns it here (a second
+ * vote over t->comm, whatever the nccl bootstrap already agreed): auto
+ * falls back to the host path with a note, nccl fails.
+ */
+static int open_grad_comm(gk_nn_trainer *t, gk_err *err)
+{
+	t->gcomm = t->comm;
+	gk_comm_backend want = t->o.comm;
+	if (!t->cuda) {
+		if (want == GK_COMM_BACKEND_NCCL)
+			return gk_errf(err, "--comm nccl reduces gradients on a GPU, and the "
+				       "model is on the CPU%s%s", t->device_note[0] ? ": " : "",
+				       t->device_note);
+		return 0;
+	}
+	if (want == GK_COMM_BACKEND_MPI || (want == GK_COMM_BACKEND_AUTO && t->world == 1))
+		return 0;
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
+			     .timeout = t->o.timeout};
+	gk_comm *g = NULL;
+	gk_err why = {0};
+	int ok = gk_comm_open(&g, &cc, &why) == 0 &&
+		 gk_comm_set_stream(g, gk_nn_cuda_stream(t->m), &why) == 0;
+	double v = ok;
+	if (allreduce_f64(t, &v, 1, err) < 0) {
+		gk_comm_close(g);
+		return -1;
+	}
+	if (ok && v == t->world) {
+		t->gcomm = g;
+		t->dev_grads = 1;
+		return 0;
+	}
+	gk_comm_close(ok ? g : NULL);
+	if (ok)
+		snprintf(why.msg, sizeof(why.msg), "%d of %d ranks could not start NCCL",
+			 t->world - (int)v, t->world);
+	if (want == GK_COMM_BACKEND_NCCL)
+		return gk_errf(err, "--comm nccl: %s", why.msg);
+	snprintf(t->comm_note, sizeof(t->comm_note),
+		 "%s; gradients go through host memory over MPI", why.msg);
 	return 0;
 }
 
@@ -626,10 +691,13 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	if (!t->o.eval_only && t->o.data &&
 	    data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err) < 0)
 		goto fail;
-	if (t->world > 1 && !t->o.zero) {
+	if (open_grad_comm(t, err) < 0)
+		goto fail;
+	if ((t->world > 1 && !t->o.zero) || t->dev_grads) {
 		gk_comm_callopts co = {.compress = t->o.compress};
-		if (gk_comm_grads_new(&t->grads, t->comm, gk_nn_grads(t->m), t->N,
-				      t->o.bucket_bytes, &co, err) < 0)
+		float *g = t->dev_grads ? gk_nn_cuda_grads(t->m) : gk_nn_grads(t->m);
+		if (gk_comm_grads_new(&t->grads, t->gcomm, g, t->N, t->o.bucket_bytes, &co,
+				      err) < 0)
 			goto fail;
 	}
 	if (resume_dir) {
@@ -1039,6 +1107,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			       (uint64_t)o->grad_accum * (uint64_t)t->world;
 	double t_run = gk_now(), loss = NAN;
 	int64_t last_ckpt = -1;
+	int host = t->cuda && !t->dev_grads; /* a GPU's gradients via host memory */
 	int stop = 0;
 	while (t->step < o->steps && (o->until <= 0 || t->step < o->until)) {
 		int64_t step = t->step + 1;
@@ -1055,21 +1124,21 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 				return -1;
 			lsum += l;
 			int last = a == o->grad_accum - 1;
-			gk_nn_ready_fn cb = last && t->grads && o->overlap && !t->cuda ? ready_cb : NULL;
+			gk_nn_ready_fn cb = last && t->grads && o->overlap && !host ? ready_cb : NULL;
 			if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t, err) < 0)
 				return -1;
 		}
 		double tb = gk_now();
 		if (t->grads) {
-			if (t->cuda && gk_nn_cuda_download(t->m, GK_NN_GRADS, err) < 0)
+			if (host && gk_nn_cuda_download(t->m, GK_NN_GRADS, err) < 0)
 				return -1;
-			if (!o->overlap || t->cuda) {
+			if (!o->overlap || host) {
 				t->comm_start = tb;
 				if (gk_comm_grads_ready(t->grads, 0, err) < 0)
 					return -1;
 			}
 			if (gk_comm_grads_finish(t->grads, err) < 0 ||
-			    (t->cuda && gk_nn_cuda_upload(t->m, GK_NN_GRADS, err) < 0))
+			    (host && gk_nn_cuda_upload(t->m, GK_NN_GRADS, err) < 0))
 				return -1;
 		} else if (o->zero && t->world > 1) {
 			t->comm_start = tb;
@@ -1311,6 +1380,8 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 		job_free(t->job);
 	}
 	gk_comm_grads_free(t->grads);
+	if (t->gcomm != t->comm)
+		gk_comm_close(t->gcomm); /* before the model's stream goes */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);
 	free(t->mom);

@@ -7,7 +7,9 @@ auto says why on stderr, once, and trains on the CPU with the losses of
 --device cpu, bit for bit. With a GPU, the CUDA backend trains: fp32
 losses close to the CPU'"'"'s, bf16 losses falling and near them, an exact
 resume from a checkpoint the GPU wrote, and that checkpoint evaluated on
-the CPU with the GPU'"'"'s loss.'
+the CPU with the GPU'"'"'s loss. --comm: the gradients through NCCL on the
+device (a world of one, and two ranks with two GPUs) give the losses of
+the path through host memory.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -38,6 +40,29 @@ test_expect_success 'bad --device and --precision are usage errors' '
 	grep "^gpu-train: --device .tpu.: cpu, cuda or auto" err &&
 	test_expect_code 2 gpu-train $A --precision fp8 2>err &&
 	grep "^gpu-train: --precision .fp8.: bf16, tf32 or fp32" err
+'
+
+test_expect_success 'bad --comm, and --comm nccl with --device cpu, are usage errors' '
+	test_expect_code 2 gpu-train $A --comm gloo 2>err &&
+	grep "^gpu-train: --comm .gloo.: auto, nccl or mpi" err &&
+	test_expect_code 2 gpu-train $A --comm self 2>err &&
+	grep "^gpu-train: --comm .self.: auto, nccl or mpi" err &&
+	test_expect_code 2 gpu-train $A --comm nccl 2>err &&
+	grep "^gpu-train: --comm nccl reduces a GPU.s gradients: it needs --device cuda or auto" err
+'
+
+test_expect_success 'on the CPU --comm mpi and auto change nothing; the start event names the backend' '
+	gpu-train $A --comm mpi >cm.json 2>cm.err &&
+	test_must_be_empty cm.err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"self\"" cm.json &&
+	losses cm.json >cm.losses &&
+	test_cmp cpu.losses cm.losses
+'
+
+test_expect_success NOGPU 'no GPU: --device auto --comm nccl exits 1: the model fell back to the CPU' '
+	test_expect_code 1 gpu-train $A --device auto --comm nccl >out 2>err &&
+	test_must_be_empty out &&
+	grep "^gpu-train: --comm nccl reduces gradients on a GPU, and the model is on the CPU: \($why\)" err
 '
 
 test_expect_success NOGPU 'no GPU: --device cuda exits 1 saying why' '
@@ -102,12 +127,35 @@ test_expect_success GPU 'GPU: --zero 1 is refused (the optimizer is on the devic
 	grep "^gpu-train: --zero 1 runs on the CPU backend only" err
 '
 
+test_expect_success GPU 'GPU: --comm nccl in a world of one: the losses of no communication, bit for bit' '
+	gpu-train $A --device cuda --comm nccl >gn.json 2>gn.err &&
+	test_must_be_empty gn.err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" gn.json &&
+	losses gn.json >gn.losses &&
+	test_cmp g16.losses gn.losses &&
+	gpu-train $A --device cuda --comm nccl --compress bf16 --bucket 64K >gz.json &&
+	losses gz.json >gz.losses &&
+	close_to gz.losses g16.losses 0.01
+'
+
 test_expect_success 'GPU,MPI' 'GPU, 2 ranks through the host: the losses of one rank with the global batch' '
 	gpu-train --data train.bin $TINY --batch 8 --steps 10 --json --device cuda --precision fp32 >g1.json &&
-	mpi 2 $A --device cuda --precision fp32 >g2.json &&
+	mpi 2 $A --device cuda --precision fp32 --comm mpi >g2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"mpi\"" g2.json &&
 	losses g1.json >g1.losses &&
 	losses g2.json >g2.losses &&
 	close_to g2.losses g1.losses 1e-4
+'
+
+test_expect_success 'GPUS,MPI' '2 GPUs: NCCL on the device, overlapped or not, gives the losses of the host path' '
+	mpi 2 $A --device cuda --precision fp32 --bucket 64K >gn2.json 2>gn2.err &&
+	test_must_be_empty gn2.err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" gn2.json &&
+	mpi 2 $A --device cuda --precision fp32 --bucket 64K --no-overlap >gn3.json &&
+	losses gn2.json >gn2.losses &&
+	losses gn3.json >gn3.losses &&
+	test_cmp gn2.losses gn3.losses &&
+	close_to gn2.losses g2.losses 1e-6
 '
 
 test_done
