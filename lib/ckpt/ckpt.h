@@ -230,6 +230,14 @@ int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err);
  * set, 0 when there is none, -1 on error.
  */
 int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err);
+/*
+ * The lowest step above `after` whose name ROOT already holds, as a
+ * committed step directory or anything else (a writer starting at
+ * after + 1 would collide with it, or mix its steps with another run's):
+ * 1 with *step and *is_committed set, 0 when there is none, -1 on error.
+ */
+int gk_ckpt_next_after(const char *root, uint64_t after, uint64_t *step,
+		       int *is_committed, gk_err *err);
 /* Check a step directory's COMMIT: every file present, sizes and XXH3. */
 int gk_ckpt_verify_step(const char *dir, gk_err *err);
 /*

@@ -345,6 +345,26 @@ int gk_ckpt_list(const char *root, uint64_t **steps, size_t *n, gk_err *err)
 	return 0;
 }
 
+int gk_ckpt_next_after(const char *root, uint64_t after, uint64_t *step,
+		       int *is_committed, gk_err *err)
+{
+	DIR *d = opendir(root);
+	if (!d)
+		return gk_err_sys(err, errno, "open directory '%s'", root);
+	int found = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		uint64_t st;
+		if (ck_parse_step(e->d_name, &st) || st <= after || (found && st >= *step))
+			continue;
+		*step = st;
+		*is_committed = committed(root, e->d_name);
+		found = 1;
+	}
+	closedir(d);
+	return found;
+}
+
 int ck_latest_link(const char *root, uint64_t *step, char *target, size_t len)
 {
 	char link[2 * PATH_MAX], path[2 * PATH_MAX];

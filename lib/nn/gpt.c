@@ -65,24 +65,32 @@ static int check_bool(const json_t *j, const char *path, const char *key,
 
 int gk_nn_config_load(gk_nn_config *c, const char *path, gk_err *err)
 {
-	gk_mem_model mm;
-	/* unknown keys allowed: transformers adds keys from release to
-	 * release, and the ones that matter are checked below */
-	if (gk_mem_model_from_config(&mm, path, 1, NULL, err) < 0)
-		return -1;
-	if (mm.arch != GK_MEM_ARCH_GPT2)
-		return gk_errf(err, "config '%s': model_type: only gpt2 is "
-			       "supported", path);
-	if (mm.ffn != 4 * mm.hidden)
-		return gk_errf(err, "config '%s': key 'n_inner': only 4 * "
-			       "n_embd is supported", path);
-	if (!mm.tied)
-		return gk_errf(err, "config '%s': key 'tie_word_embeddings': "
-			       "only true is supported", path);
 	json_t *j = gk_json_load_file(path, 1 << 24, err);
 	if (!j)
 		return -1;
 	int rc = -1;
+	/* before lib/mem's reader, whose message lists the architectures
+	 * mem-estimate knows, not the one this trainer builds */
+	const json_t *mt = json_object_get(j, "model_type");
+	if (json_is_string(mt) && strcmp(json_string_value(mt), "gpt2") != 0) {
+		gk_errf(err, "config '%s': model_type '%s': gpu-train builds gpt2 only",
+			path, json_string_value(mt));
+		goto out;
+	}
+	gk_mem_model mm;
+	/* unknown keys allowed: transformers adds keys from release to
+	 * release, and the ones that matter are checked below */
+	if (gk_mem_model_from_config(&mm, path, 1, NULL, err) < 0)
+		goto out;
+	if (mm.ffn != 4 * mm.hidden) {
+		gk_errf(err, "config '%s': key 'n_inner': only 4 * n_embd is supported", path);
+		goto out;
+	}
+	if (!mm.tied) {
+		gk_errf(err, "config '%s': key 'tie_word_embeddings': only true is supported",
+			path);
+		goto out;
+	}
 	memset(c, 0, sizeof(*c));
 	c->layers = mm.layers;
 	c->hidden = mm.hidden;

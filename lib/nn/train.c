@@ -403,13 +403,39 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
  * and claims it (one writer at a time; the litter of killed writers
  * removed), and the ranks agree on the outcome.
  */
+/*
+ * A training run writes step directories after the one it starts from
+ * (the latest committed with --resume, else none): a directory already
+ * there would make a checkpoint fail after the steps before it were
+ * trained, or leave two runs' steps side by side, so it is refused now.
+ */
+static int check_steps_ahead(const gk_nn_trainer *t, gk_err *err)
+{
+	const char *root = t->o.ckpt_dir;
+	uint64_t start = 0, next;
+	int is_committed;
+	if (t->o.resume && gk_ckpt_latest(root, &start, err) < 0)
+		return -1;
+	int r = gk_ckpt_next_after(root, start, &next, &is_committed, err);
+	if (r <= 0)
+		return r;
+	if (!t->o.resume && is_committed)
+		return gk_errf(err, "checkpoint directory '%s' holds another run's checkpoints "
+			       "(step-%08" PRIu64 "): --resume continues it; or use another "
+			       "--ckpt-dir", root, next);
+	return gk_errf(err, "checkpoint directory '%s': step-%08" PRIu64 "%s is ahead of "
+		       "step %" PRIu64 ", where this run starts, and would collide with its "
+		       "checkpoints; move it away (ckpt-prune removes committed ones)",
+		       root, next, is_committed ? "" : " (not committed: no COMMIT)", start);
+}
+
 static int claim_ckpt_dir(gk_nn_trainer *t, gk_err *err)
 {
 	gk_err mine = {0};
 	int bad = 0;
 	if (t->rank == 0) {
 		t->lock = gk_ckpt_lock(t->o.ckpt_dir, &mine);
-		bad = t->lock < 0;
+		bad = t->lock < 0 || (!t->o.eval_only && check_steps_ahead(t, &mine) < 0);
 	}
 	double v = bad;
 	if (allreduce_f64(t, &v, 1, err) < 0)

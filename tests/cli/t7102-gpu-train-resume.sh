@@ -154,4 +154,23 @@ test_expect_success 'a checkpoint of another shape is refused by name' '
 	grep "^gpu-train: load tensor .transformer\..*: shape \[.*\], the model.s is" err
 '
 
+test_expect_success 'a directory with checkpoints is not trained into afresh, nor past a step it already has' '
+	gpu-train $A --steps 4 --ckpt-dir re >/dev/null &&
+	test_expect_code 1 gpu-train $A --steps 8 --ckpt-dir re >out 2>err &&
+	test_must_be_empty out &&
+	grep "^gpu-train: checkpoint directory .re. holds another run.s checkpoints (step-00000004): --resume continues it" err &&
+	mkdir re/step-00000006 &&
+	test_expect_code 1 gpu-train $A --steps 8 --ckpt-dir re --resume >out 2>err &&
+	test_must_be_empty out &&
+	grep "^gpu-train: checkpoint directory .re.: step-00000006 (not committed: no COMMIT) is ahead of step 4, where this run starts" err &&
+	rmdir re/step-00000006 &&
+	gpu-train $A --steps 8 --ckpt-dir re --resume >/dev/null &&
+	ln -sfn step-00000004 re/latest &&
+	test_expect_code 1 gpu-train $A --steps 8 --ckpt-dir re --resume 2>err &&
+	grep "^gpu-train: checkpoint directory .re.: step-00000008 is ahead of step 4" err &&
+	rm -r re/step-00000008 &&
+	gpu-train $A --steps 8 --ckpt-dir re --resume >/dev/null &&
+	test -f re/step-00000008/COMMIT
+'
+
 test_done

@@ -76,6 +76,15 @@ static void test_steps(void)
 	ok(n == 3 && steps[0] == 1000 && steps[1] == 2500 && steps[2] == 3000,
 	   "committed: 1000 2500 3000, not the incomplete 2000");
 	free(steps);
+	/* What a writer starting after a step would meet, committed or not. */
+	int com = -1;
+	ok(gk_ckpt_next_after(root, 1000, &step, &com, &err) == 1 && step == 2000 && !com,
+	   "after 1000: 2000, not committed");
+	ok(gk_ckpt_next_after(root, 2000, &step, &com, &err) == 1 && step == 2500 && com,
+	   "after 2000: 2500, committed");
+	ok(gk_ckpt_next_after(root, 0, &step, &com, &err) == 1 && step == 1000 && com,
+	   "after 0: 1000");
+	ok(gk_ckpt_next_after(root, 3000, &step, &com, &err) == 0, "after 3000: none");
 
 	/* latest dangling or missing: the highest committed step wins. */
 	snprintf(path, sizeof(path), "%s/latest", root);
@@ -121,6 +130,8 @@ static void test_steps(void)
 	free(steps);
 	ok(gk_ckpt_latest(root, &step, &err) == 1 && step == 100000000,
 	   "latest (moved by the commit): 10^8");
+	ok(gk_ckpt_next_after(root, 3000, &step, &com, &err) == 1 && step == 4000 && !com,
+	   "after 3000: the link step-00004000 is in the way, as no step");
 	/* latest however spelled: ./step-N/, an absolute path. */
 	snprintf(path, sizeof(path), "%s/latest", root);
 	unlink(path);

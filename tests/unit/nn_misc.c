@@ -161,7 +161,9 @@ static void config(const char *top)
 		 "\"vocab_size\":10,\"n_positions\":8,\"n_inner\":100}", "n_inner"},
 		{"{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"hidden_size\":"
 		 "48,\"num_attention_heads\":3,\"vocab_size\":10,"
-		 "\"intermediate_size\":100}", "gpt2"},
+		 "\"intermediate_size\":100}", "'llama': gpu-train builds gpt2 only"},
+		{"{\"model_type\":\"bert\",\"num_hidden_layers\":2}",
+		 "'bert': gpu-train builds gpt2 only"},
 	};
 	for (size_t i = 0; i < GK_ARRAY_SIZE(bad); i++) {
 		FILE *f = fopen(path, "w");
