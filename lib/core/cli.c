@@ -35,6 +35,27 @@ void gk_cli_init(gk_cli *cli, const char *name, const char *usage)
 		opterr = 0;
 }
 
+/*
+ * After a usage error: the SYNOPSIS lines (the first "usage:" line and
+ * its continuations, indented deeper than an option line's two spaces),
+ * not the whole option summary, which would push the error off the
+ * screen; then where the rest is.
+ */
+static void synopsis(const gk_cli *cli)
+{
+	const char *p = cli->usage;
+	while (*p) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+		if (p != cli->usage && strncmp(p, "   ", 3) != 0)
+			break;
+		fwrite(p, 1, n, stderr);
+		p += n;
+	}
+	if (*p)
+		fprintf(stderr, "Try '%s --help' for the options.\n", cli->name);
+}
+
 static _Noreturn void version(const gk_cli *cli)
 {
 	printf("%s (gpukit) %s\n", cli->name, GK_VERSION);
@@ -62,7 +83,7 @@ int gk_cli_common(gk_cli *cli, int opt)
 	case ':':
 		/* getopt already said what was wrong. */
 		if (!cli->silent_usage)
-			fputs(cli->usage, stderr);
+			synopsis(cli);
 		exit(gk_cli_defer(cli, 2));
 	}
 	return 0;
@@ -78,7 +99,7 @@ void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-	fputs(cli->usage, stderr);
+	synopsis(cli);
 	exit(2);
 }
 

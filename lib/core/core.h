@@ -324,7 +324,9 @@ void gk_metrics_free(gk_metrics *m);
 /*
  * Every tool: -h/--help (usage on stdout, exit 0), --version
  * ("TOOL (gpukit) X.Y.Z"), -q, -v, and --json where it prints data. Usage
- * errors: one line and the usage on stderr, exit 2. Runtime errors:
+ * errors: one line, the SYNOPSIS lines of the usage (the "usage:" line and
+ * those indented by three spaces or more after it) and "Try 'TOOL --help'
+ * for the options." on stderr, exit 2. Runtime errors:
  * "tool: what 'subject': why" on stderr, exit 1. EPIPE on stdout is silent.
  */
 enum {

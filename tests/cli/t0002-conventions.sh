@@ -2,8 +2,8 @@
 test_description='every tool follows the shared command-line conventions
 
 -h/--help on stdout with exit 0, --version as "TOOL (gpukit) X.Y.Z",
-unknown options exit 2 with a message and the usage on stderr, and a
-closed stdout is an error (exit 1) unless it is EPIPE.'
+unknown options exit 2 with a message, the synopsis and a pointer to
+--help on stderr, and a closed stdout is an error (exit 1) unless it is EPIPE.'
 . "$(dirname "$0")/lib.sh"
 
 version=$(sed -n 's/^VERSION := //p' "$GK_TOP/Makefile")
@@ -28,10 +28,14 @@ for t in $tools; do
 		$t --version >actual &&
 		test_cmp expect actual
 	"
-	test_expect_success "$t: unknown option exits 2 with usage on stderr" "
+	test_expect_success "$t: unknown option exits 2 with the synopsis on stderr, not every option" "
 		test_expect_code 2 $t --no-such-option >out 2>err &&
 		test_must_be_empty out &&
-		grep -i 'usage' err
+		grep '^usage: $t ' err &&
+		tail -n 1 err >last &&
+		echo \"Try '$t --help' for the options.\" >expect &&
+		test_cmp expect last &&
+		! grep '^  -' err
 	"
 	test_expect_success "$t: a full stdout is an error" "
 		test_expect_code 1 $t --help >/dev/full 2>err &&
