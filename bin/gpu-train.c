@@ -668,7 +668,8 @@ int main(int argc, char **argv)
 		if (run < 0)
 			goto fail;
 		if (rank == 0) {
-			const char *why = s.stopped == 1 ? (o.ckpt_dir && !s.ckpt_lost ?
+			/* step 0: stopped before a first step, nothing to keep */
+			const char *why = s.stopped == 1 ? (o.ckpt_dir && !s.ckpt_lost && s.step > 0 ?
 							     "signal (checkpointed)" : "signal") :
 					  s.stopped == 2 ? "interrupt" : "done";
 			if (cli.json) {
@@ -685,6 +686,9 @@ int main(int argc, char **argv)
 					json_object_set_new(j, "note", json_string(s.data_note));
 				if (o.skip_bad)
 					json_object_set_new(j, "bad_samples", json_integer(s.bad_samples));
+				if (s.dropped)
+					json_object_set_new(j, "dropped_micro_batches",
+							    json_integer(s.dropped));
 				emit(j);
 			} else if (!cli.quiet) {
 				printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
@@ -696,12 +700,18 @@ int main(int argc, char **argv)
 					printf("val loss %.4f\n", s.val_loss);
 				if (s.data_note)
 					printf("note: %s\n", s.data_note);
+				if (s.dropped)
+					printf("step %" PRId64 " stopped after %d of %d micro-batches: "
+					       "dropped, to be trained again on resume\n", s.step + 1,
+					       s.dropped, o.grad_accum);
 				if (s.bad_samples)
 					printf("skipped %" PRId64 " corrupt samples\n", s.bad_samples);
 			}
 		}
 		if (s.stopped == 2)
 			rc = 130;
+		if (s.stopped)
+			sample = 0; /* a signal asks for a quick exit */
 		/* --ckpt-error continue trains on; but a run whose last
 		 * checkpoint failed ends without its model on disk */
 		if (rc == 0 && s.ckpt_lost) {

@@ -440,6 +440,9 @@ typedef struct gk_nn_train_summary {
 	uint64_t tokens;
 	double seconds, last_loss, min_loss, val_loss;
 	int stopped;            /* 0 done, 1 by a checkpoint signal, 2 interrupted */
+	int dropped;            /* micro-batches of the step a signal stopped
+				 * between micro-steps (its gradients are
+				 * dropped, the data put back), else 0 */
 	int64_t ckpt_lost;      /* the last checkpoint failed (--ckpt-error
 				 * continue): its step, else 0 */
 	const char *data_note;  /* a remark on the data position, or NULL */

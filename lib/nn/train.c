@@ -98,6 +98,7 @@ struct gk_nn_trainer {
 	int64_t skipped;
 	int64_t ckpt_lost;    /* the latest checkpoint tried failed: its step, else 0 */
 	double comm_start;    /* first bucket of this step started */
+	char snap[STATE_BYTES]; /* the data position at the step's start */
 	ckpt_job *job;
 	gk_nn_train_mem mem;
 	char data_note[160];
@@ -1076,6 +1077,24 @@ static int ready_cb(size_t off, void *ctx, gk_err *err)
 	return gk_comm_grads_ready(t->grads, off, err);
 }
 
+/*
+ * Between the micro-steps of a long accumulation a signal stops the step
+ * rather than waiting for its end, which Slurm's --signal grace period
+ * (often 60 to 120 s) may not reach: the ranks agree (two values
+ * allreduced per micro-step, only with --grad-accum above 1), and the
+ * caller drops the partial gradients and puts the data back at the
+ * step's start, so what is checkpointed is the previous step, exactly.
+ * 1 checkpoint and stop, 2 stop, 0 go on, -1 error.
+ */
+static int stop_between(gk_nn_trainer *t, gk_err *err)
+{
+	int sig = (int)*t->o.stop;
+	double v[2] = {sig == 1, sig == 2};
+	if (allreduce_f64(t, v, 2, err) < 0)
+		return -1;
+	return v[1] > 0 ? 2 : v[0] > 0;
+}
+
 static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 		     double *loss, int64_t *nb, gk_err *err)
 {
@@ -1141,7 +1160,12 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		t->comm_start = 0;
 		gk_nn_zero_grad(t->m);
 		double lsum = 0;
+		int cut = 0, done = 0; /* a signal stopped the step after done micro-steps */
+		if (o->grad_accum > 1 && o->stop)
+			gk_nn_data_state(t->data, t->snap, sizeof(t->snap));
 		for (int a = 0; a < o->grad_accum; a++) {
+			if (a > 0 && o->stop && (cut = stop_between(t, err)) != 0)
+				break;
 			float l;
 			int r = gk_nn_data_next(t->data, t->in, t->tg, err);
 			if (r == 0)
@@ -1153,6 +1177,16 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			gk_nn_ready_fn cb = last && t->grads && o->overlap && !host ? ready_cb : NULL;
 			if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t, err) < 0)
 				return -1;
+			done++;
+		}
+		if (cut < 0)
+			return -1;
+		if (cut) {
+			if (gk_nn_data_restore(t->data, t->snap, err) < 0)
+				return gk_err_prefix(err, "step %" PRId64 " stopped by a signal", step);
+			sum->dropped = done;
+			stop = cut;
+			break;
 		}
 		double tb = gk_now();
 		if (t->grads) {
@@ -1285,7 +1319,8 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 	sum->ckpt_lost = t->ckpt_lost;
 	if (sum->steps == 0)
 		sum->min_loss = sum->last_loss = NAN; /* no step: no loss, not 0 */
-	if (o->val_data && stop != 2 && !(o->eval_every > 0 && t->step % o->eval_every == 0)) {
+	/* a signal asks for a quick exit (a preemption's grace period) */
+	if (o->val_data && !stop && !(o->eval_every > 0 && t->step % o->eval_every == 0)) {
 		int64_t nb;
 		if (eval_loss(t, o->val_data, o->eval_batches, &sum->val_loss, &nb, err) < 0)
 			return -1;

@@ -122,6 +122,24 @@ test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
 	jq -e ".step == $s" ck5/latest/trainer.json
 '
 
+test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; the resume is exact' '
+	G="--grad-accum 5000 --steps 3" &&
+	gpu-train $A $G >gs.json &&
+	{ gpu-train $A $G --ckpt-dir cka >g1.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	wait_step g1.json &&
+	sleep 0.2 &&
+	kill -TERM $pid &&
+	wait $pid &&
+	jq -e "select(.event == \"summary\") | .step == 1 and .stopped == \"signal (checkpointed)\" and .dropped_micro_batches > 0 and .dropped_micro_batches < 5000" g1.json &&
+	test "$(readlink cka/latest)" = step-00000001 &&
+	gpu-train $A $G --ckpt-dir cka --resume >g2.json &&
+	{ losses g1.json && losses g2.json; } >g12 &&
+	losses gs.json >gs &&
+	test_cmp gs g12
+'
+
 test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, checkpointed' '
 	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
 		--steps 1000000 --ckpt-dir ck6 >u.json & } &&
