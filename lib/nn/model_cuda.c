@@ -46,6 +46,7 @@ struct gk_nn_cuda {
 	float *p, *g;          /* master parameters, gradients (f32) */
 	void *pw;              /* working copy in dt (== p in f32) */
 	float *mom, *vel;      /* AdamW moments, from the first update */
+	size_t mlo, mhi;       /* the parameters they cover */
 
 	void *resid, *lnf, *logits;
 	float *lnfm, *lnfr, *lse, *loss;
@@ -350,29 +351,37 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	return 0;
 }
 
-/* The moments, allocated (zero) on first use by either direction. */
-static int moments_alloc(struct gk_nn_cuda *cu, size_t n, gk_err *err)
+/* The moments of [lo, hi), allocated (zero) on first use by either direction. */
+static int moments_alloc(gk_nn_model *m, size_t lo, size_t hi, gk_err *err)
 {
+	struct gk_nn_cuda *cu = m->cu;
+	if (lo > hi || hi > m->nparams)
+		return gk_errf(err, "AdamW moments of parameters [%zu, %zu): the model has %zu",
+			       lo, hi, m->nparams);
 	if (cu->mom)
-		return 0;
-	if (!(cu->mom = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
-	    !(cu->vel = dalloc(cu, n * 4, GK_CUDA_MEM_OPTIM, err)) ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->mom, 0, n * 4, cu->s), err) < 0 ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->vel, 0, n * 4, cu->s), err) < 0)
+		return cu->mlo == lo && cu->mhi == hi ? 0 :
+		       gk_errf(err, "AdamW moments of parameters [%zu, %zu): they cover [%zu, %zu)",
+			       lo, hi, cu->mlo, cu->mhi);
+	size_t n = (hi - lo) * 4;
+	if (!(cu->mom = dalloc(cu, n, GK_CUDA_MEM_OPTIM, err)) ||
+	    !(cu->vel = dalloc(cu, n, GK_CUDA_MEM_OPTIM, err)) ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->mom, 0, n, cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->vel, 0, n, cu->s), err) < 0)
 		return -1;
+	cu->mlo = lo, cu->mhi = hi;
 	return 0;
 }
 
-int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
-		       gk_err *err)
+int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
+		       float *vel, int upload, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return gk_errf(err, "AdamW moments on the GPU: the model is on "
 			       "the CPU");
-	size_t n = m->nparams * 4;
-	if (moments_alloc(cu, m->nparams, err) < 0)
+	if (moments_alloc(m, lo, hi, err) < 0)
 		return -1;
+	size_t n = (hi - lo) * 4; /* the pinned staging holds nparams floats */
 	float *host[2] = {mom, vel}, *dev[2] = {cu->mom, cu->vel};
 	for (int k = 0; k < 2; k++) {
 		if (upload) {
@@ -386,6 +395,22 @@ int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
 		}
 	}
 	return 0;
+}
+
+float *gk_nn_cuda_params(gk_nn_model *m)
+{
+	return m->cu ? m->cu->p : NULL;
+}
+
+int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu)
+		return gk_errf(err, "parameters on the GPU: the model is on the CPU");
+	if (cu->dt != GK_DT_F32 &&
+	    gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, m->nparams, cu->s, err) < 0)
+		return -1;
+	return gk_cuda_stream_sync(cu->s, err);
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -739,43 +764,57 @@ int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
 
 /* ---- the optimizer step -------------------------------------------------------- */
 
-int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
+int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
+		     gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
+		return gk_errf(err, "sum of squares on the GPU: the model is on the CPU "
+			       "(gk_nn_sumsq)");
+	*sumsq = 0.0;
+	return gk_nn_cu_sumsq(cu->norm + GK_NN_SUM_BLOCKS, cu->norm, g, n, cu->s, err) < 0 ||
+	       gk_cuda_copy(sumsq, cu->norm + GK_NN_SUM_BLOCKS, sizeof(*sumsq), cu->s, err) < 0
+		       ? -1 : 0;
+}
+
+int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
+{
+	if (!m->cu)
 		return gk_errf(err, "gradient norm on the GPU: the model is on "
 			       "the CPU (gk_nn_sumsq)");
-	double s = 0.0;
-	if (gk_nn_cu_sumsq(cu->norm + GK_NN_SUM_BLOCKS, cu->norm, cu->g,
-			   m->nparams, cu->s, err) < 0 ||
-	    gk_cuda_copy(&s, cu->norm + GK_NN_SUM_BLOCKS, sizeof(s), cu->s,
-			 err) < 0)
+	double s;
+	if (gk_nn_cuda_sumsq(m, m->cu->g, m->nparams, &s, err) < 0)
 		return -1;
 	*norm = sqrt(s);
 	return 0;
 }
 
 int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
-		     int64_t t, float grad_scale, gk_err *err)
+		     int64_t t, float grad_scale, size_t lo, size_t hi,
+		     const float *g, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return gk_errf(err, "AdamW on the GPU: the model is on the CPU "
 			       "(gk_nn_adamw_step)");
-	if (moments_alloc(cu, m->nparams, err) < 0)
+	if (moments_alloc(m, lo, hi, err) < 0)
 		return -1;
+	if (!g)
+		g = cu->g + lo;
 	gk_nn_adamw_k k;
 	float decay;
 	gk_nn_adamw_consts(c, lr, t, &k, &decay);
-	/* per tensor, each with its own decay (as gk_nn_adamw_step) */
+	/* per tensor, each with its own decay (as gk_nn_adamw_step), over
+	 * the part of it in [lo, hi) */
 	for (size_t i = 0; i < m->nt_tensors; i++) {
 		const gk_nn_tensor *x = &m->t[i];
-		void *pw = cu->dt == GK_DT_F32
-				   ? NULL
-				   : (char *)cu->pw + x->off * cu->es;
-		if (gk_nn_cu_adamw(cu->p + x->off, pw, cu->dt, cu->g + x->off,
-				   grad_scale, cu->mom + x->off,
-				   cu->vel + x->off, x->numel, &k,
+		size_t a = x->off > lo ? x->off : lo;
+		size_t b = x->off + x->numel < hi ? x->off + x->numel : hi;
+		if (a >= b)
+			continue;
+		void *pw = cu->dt == GK_DT_F32 ? NULL : (char *)cu->pw + a * cu->es;
+		if (gk_nn_cu_adamw(cu->p + a, pw, cu->dt, g + (a - lo), grad_scale,
+				   cu->mom + (a - lo), cu->vel + (a - lo), b - a, &k,
 				   x->decay ? decay : 1.0f, cu->s, err) < 0)
 			return -1;
 	}

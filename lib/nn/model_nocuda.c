@@ -58,10 +58,17 @@ void *gk_nn_cuda_stream(const gk_nn_model *m)
 	return NULL;
 }
 
-int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
-		       gk_err *err)
+int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
+		       float *vel, int upload, gk_err *err)
 {
 	return gk_errf(err, "AdamW moments on the GPU: gpukit was built "
+		       "without CUDA");
+}
+
+int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
+		     gk_err *err)
+{
+	return gk_errf(err, "sum of squares on the GPU: gpukit was built "
 		       "without CUDA");
 }
 
@@ -72,7 +79,18 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 }
 
 int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
-		     int64_t t, float grad_scale, gk_err *err)
+		     int64_t t, float grad_scale, size_t lo, size_t hi,
+		     const float *g, gk_err *err)
 {
 	return gk_errf(err, "AdamW on the GPU: gpukit was built without CUDA");
+}
+
+float *gk_nn_cuda_params(gk_nn_model *m)
+{
+	return NULL;
+}
+
+int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
+{
+	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");
 }

@@ -582,29 +582,47 @@ float *gk_nn_cuda_grads(gk_nn_model *m);
 void *gk_nn_cuda_stream(const gk_nn_model *m);
 
 /*
- * Copy the AdamW moments of gk_nn_cuda_adamw (nparams floats each, the
- * flat layout) from mom and vel to the device (upload 1) or back (0), for
- * a resume and a checkpoint. They are allocated, zero, on first use.
- * An error on a CPU model.
+ * The AdamW moments of gk_nn_cuda_adamw over the parameters [lo, hi)
+ * (hi - lo floats each; the whole flat layout, or a ZeRO-1 rank's range),
+ * copied from mom and vel to the device (upload 1) or back (0), for a
+ * resume and a checkpoint. They are allocated, zero, on first use, for
+ * that range; another range later is an error. An error on a CPU model.
  */
-int gk_nn_cuda_moments(gk_nn_model *m, float *mom, float *vel, int upload,
-		       gk_err *err);
+int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
+		       float *vel, int upload, gk_err *err);
 
 /*
- * Global L2 norm of the device gradients: per-block partial sums of
- * squares in double over fixed contiguous ranges, then one block adding
- * the partials in order (two passes, no atomics).
+ * Sum of squares of n device floats g: per-block partial sums in double
+ * over fixed contiguous ranges, then one block adding the partials in
+ * order (two passes, no atomics). gk_nn_cuda_grad_norm is the square
+ * root of it over the model's gradients; a ZeRO-1 rank takes it over
+ * its range of the reduced gradients, and the ranks add theirs.
  */
+int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
+		     gk_err *err);
 int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
 
 /*
- * AdamW on the device over every parameter, with the arithmetic of
+ * AdamW on the device over the parameters [lo, hi) (0, nparams: every
+ * one; ZeRO-1: this rank's range), with the arithmetic of
  * gk_nn_adamw_step (lib/nn/math.h's gk_nn_adamw_elem on the fp32 master,
  * then the working copy rounded from it), the gradients multiplied by
- * grad_scale first (gradient clipping: min(1, clip / norm)). The moments
- * are the model's, allocated on the first call (optimizer memory).
+ * grad_scale first (gradient clipping: min(1, clip / norm)). g holds the
+ * range's gradients (hi - lo device floats), or is NULL for the model's
+ * own from lo. The moments are the model's (gk_nn_cuda_moments),
+ * allocated for the range on first use (optimizer memory).
  */
 int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
-		     int64_t t, float grad_scale, gk_err *err);
+		     int64_t t, float grad_scale, size_t lo, size_t hi,
+		     const float *g, gk_err *err);
+
+/*
+ * The device's fp32 master parameters (nparams floats, the flat layout),
+ * for a trainer that gathers ZeRO-1 ranges into them; after writing them
+ * it calls gk_nn_cuda_params_changed, which rounds the working copy
+ * (bf16) from them. NULL and 0 on a CPU model.
+ */
+float *gk_nn_cuda_params(gk_nn_model *m);
+int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
 
 #endif

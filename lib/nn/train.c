@@ -28,8 +28,10 @@
  * stream contract), so NCCL overlaps the rest of backward as the CPU
  * path's buckets do. --comm mpi (or no usable NCCL, under --comm auto)
  * sends them through the host instead: downloaded after backward,
- * allreduced by the same buckets, uploaded. ZeRO-1 stays on the CPU
- * backend.
+ * allreduced by the same buckets, uploaded. ZeRO-1 on GPUs runs over
+ * the same NCCL communicator, on device copies of the CPU path's padded
+ * buffers: reduce-scatter, AdamW on the rank's range of the fp32 master
+ * weights, allgather of the master, the bf16 working copy rounded anew.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -91,7 +93,8 @@ struct gk_nn_trainer {
 	int32_t *in, *tg;
 	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
 	float *mom, *vel;     /* hi - lo each */
-	float *gpad, *ppad;   /* ZeRO-1: Np floats each */
+	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
+	float *gpad, *ppad;   /* ZeRO-1: Np floats each, host (CPU) or device (GPU) */
 	gk_comm_grads *grads;
 	int64_t step;         /* completed steps */
 	uint64_t tokens;
@@ -187,7 +190,7 @@ static void account(gk_nn_trainer *t)
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
 	uint64_t moments = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
-	int shard = t->o.zero && t->world > 1;
+	int shard = t->shard;
 	/* a GPU's working copy (bf16) counts as parameters */
 	t->mem.parameters = 4 * psi + (mm.parameters - 4 * (uint64_t)t->N);
 	t->mem.gradients = 4 * psi;
@@ -584,9 +587,6 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 			 why.msg);
 		return 0;
 	}
-	if (t->o.zero)
-		return gk_errf(err, "--zero 1 runs on the CPU backend only: on a GPU the "
-			       "optimizer updates every parameter (use --zero 0)");
 	if (gk_cuda_device_select(-1, &t->dev, err) < 0)
 		return -1;
 	t->cuda = 1;
@@ -614,6 +614,8 @@ static int open_grad_comm(gk_nn_trainer *t, gk_err *err)
 				       t->device_note);
 		return 0;
 	}
+	if (want == GK_COMM_BACKEND_MPI && t->o.zero && t->world > 1)
+		return gk_errf(err, "--zero 1 on a GPU shards over NCCL: not with --comm mpi");
 	if (want == GK_COMM_BACKEND_MPI || (want == GK_COMM_BACKEND_AUTO && t->world == 1))
 		return 0;
 	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
@@ -638,9 +640,49 @@ static int open_grad_comm(gk_nn_trainer *t, gk_err *err)
 			 t->world - (int)v, t->world);
 	if (want == GK_COMM_BACKEND_NCCL)
 		return gk_errf(err, "--comm nccl: %s", why.msg);
+	if (t->o.zero)
+		return gk_errf(err, "--zero 1 on a GPU shards over NCCL, and %s", why.msg);
 	snprintf(t->comm_note, sizeof(t->comm_note),
 		 "%s; gradients go through host memory over MPI", why.msg);
 	return 0;
+}
+
+/* This rank's optimizer range [lo, hi) of the N parameters (not the padding). */
+static size_t opt_lo(const gk_nn_trainer *t)
+{
+	return t->lo < t->N ? t->lo : t->N;
+}
+
+static size_t opt_hi(const gk_nn_trainer *t)
+{
+	return t->hi < t->N ? t->hi : t->N;
+}
+
+/*
+ * ZeRO-1's two buffers of Np floats (the flat buffer rounded up to a
+ * multiple of the world, the padding zero): the reduce-scattered
+ * gradients and the allgathered parameters. In host memory on the CPU;
+ * on a GPU in device memory from the gradients' communicator (counted
+ * as comm memory by lib/cuda).
+ */
+static int shard_buffers(gk_nn_trainer *t, gk_err *err)
+{
+	size_t bytes = t->Np * sizeof(float);
+	float *zero = calloc(t->Np, sizeof(float));
+	if (!zero)
+		return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
+	if (!t->cuda) {
+		t->gpad = zero;
+		if (!(t->ppad = calloc(t->Np, sizeof(float))))
+			return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
+		return 0;
+	}
+	int rc = (t->gpad = gk_comm_alloc(t->gcomm, bytes, err)) &&
+		 (t->ppad = gk_comm_alloc(t->gcomm, bytes, err)) &&
+		 gk_comm_to_device(t->gcomm, t->gpad, zero, bytes, err) == 0 &&
+		 gk_comm_to_device(t->gcomm, t->ppad, zero, bytes, err) == 0 ? 0 : -1;
+	free(zero);
+	return rc;
 }
 
 int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
@@ -696,12 +738,6 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		size_t per = t->Np / (size_t)t->world;
 		t->lo = (size_t)t->rank * per;
 		t->hi = t->lo + per;
-		t->gpad = calloc(t->Np, sizeof(float));
-		t->ppad = calloc(t->Np, sizeof(float));
-		if (!t->gpad || !t->ppad) {
-			gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
-			goto fail;
-		}
 	} else {
 		t->Np = t->N;
 		t->lo = 0;
@@ -720,7 +756,10 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		goto fail;
 	if (open_grad_comm(t, err) < 0)
 		goto fail;
-	if ((t->world > 1 && !t->o.zero) || t->dev_grads) {
+	t->shard = t->o.zero && (t->cuda ? t->dev_grads : t->world > 1);
+	if (t->shard && shard_buffers(t, err) < 0)
+		goto fail;
+	if ((t->world > 1 || t->dev_grads) && !t->shard) {
 		gk_comm_callopts co = {.compress = t->o.compress};
 		float *g = t->dev_grads ? gk_nn_cuda_grads(t->m) : gk_nn_grads(t->m);
 		if (gk_comm_grads_new(&t->grads, t->gcomm, g, t->N, t->o.bucket_bytes, &co,
@@ -738,7 +777,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		gk_nn_init(t->m, t->o.seed);
 	}
 	if (t->cuda && (gk_nn_cuda_upload(t->m, GK_NN_PARAMS, err) < 0 ||
-			(resume_dir && gk_nn_cuda_moments(t->m, t->mom, t->vel, 1, err) < 0)))
+			(resume_dir && gk_nn_cuda_moments(t->m, opt_lo(t), opt_hi(t), t->mom,
+							  t->vel, 1, err) < 0)))
 		goto fail;
 	free(resume_dir);
 	account(t);
@@ -959,13 +999,12 @@ static int ckpt_start(gk_nn_trainer *t, gk_err *err)
 		job_free(j);
 		return -1;
 	}
-	size_t hi = t->hi < t->N ? t->hi : t->N;
-	j->lo = t->lo;
-	j->n = hi > t->lo ? hi - t->lo : 0;
+	j->lo = opt_lo(t);
+	j->n = opt_hi(t) - j->lo;
 	j->write_moments = t->o.zero ? 1 : t->rank == 0;
-	if (t->cuda && t->rank == 0 &&
-	    (gk_nn_cuda_download(t->m, GK_NN_PARAMS, err) < 0 ||
-	     gk_nn_cuda_moments(t->m, t->mom, t->vel, 0, err) < 0)) {
+	if (t->cuda && ((t->rank == 0 && gk_nn_cuda_download(t->m, GK_NN_PARAMS, err) < 0) ||
+			(j->write_moments &&
+			 gk_nn_cuda_moments(t->m, j->lo, j->lo + j->n, t->mom, t->vel, 0, err) < 0))) {
 		free(all);
 		job_free(j);
 		return -1;
@@ -1075,6 +1114,41 @@ static int ready_cb(size_t off, void *ctx, gk_err *err)
 	if (t->comm_start == 0)
 		t->comm_start = gk_now();
 	return gk_comm_grads_ready(t->grads, off, err);
+}
+
+/* ZeRO-1: this rank's range of the averaged gradients, into gpad + lo. */
+static int shard_reduce(gk_nn_trainer *t, gk_err *err)
+{
+	size_t bytes = t->N * sizeof(float);
+	if (t->cuda && gk_cuda_copy(t->gpad, gk_nn_cuda_grads(t->m), bytes,
+				    gk_nn_cuda_stream(t->m), err) < 0)
+		return -1;
+	if (!t->cuda)
+		memcpy(t->gpad, gk_nn_grads(t->m), bytes);
+	return gk_comm_reduce_scatter(t->gcomm, t->gpad, t->gpad + t->lo,
+				      t->Np / (size_t)t->world, GK_DT_F32, GK_COMM_AVG, NULL, err);
+}
+
+/* ZeRO-1: every rank's updated range into every rank's parameters. */
+static int shard_gather(gk_nn_trainer *t, gk_err *err)
+{
+	size_t lo = opt_lo(t), n = opt_hi(t) - lo, per = t->Np / (size_t)t->world;
+	if (!t->cuda) {
+		float *p = gk_nn_params(t->m);
+		memcpy(t->ppad + lo, p + lo, n * sizeof(float));
+		if (gk_comm_allgather(t->gcomm, t->ppad + t->lo, t->ppad, per, GK_DT_F32, NULL,
+				      err) < 0)
+			return -1;
+		memcpy(p, t->ppad, t->N * sizeof(float));
+		return 0;
+	}
+	float *p = gk_nn_cuda_params(t->m);
+	gk_cuda_stream s = gk_nn_cuda_stream(t->m);
+	return gk_cuda_copy(t->ppad + lo, p + lo, n * sizeof(float), s, err) < 0 ||
+	       gk_comm_allgather(t->gcomm, t->ppad + t->lo, t->ppad, per, GK_DT_F32, NULL,
+				 err) < 0 ||
+	       gk_cuda_copy(p, t->ppad, t->N * sizeof(float), s, err) < 0 ||
+	       gk_nn_cuda_params_changed(t->m, err) < 0 ? -1 : 0;
 }
 
 /*
@@ -1200,33 +1274,36 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			if (gk_comm_grads_finish(t->grads, err) < 0 ||
 			    (host && gk_nn_cuda_upload(t->m, GK_NN_GRADS, err) < 0))
 				return -1;
-		} else if (o->zero && t->world > 1) {
+		} else if (t->shard) {
 			t->comm_start = tb;
-			memcpy(t->gpad, grads, t->N * sizeof(float));
-			if (gk_comm_reduce_scatter(t->comm, t->gpad, t->gpad + t->lo, t->Np / (size_t)t->world,
-						   GK_DT_F32, GK_COMM_AVG, NULL, err) < 0)
+			if (shard_reduce(t, err) < 0)
 				return -1;
 		}
 		double tc = gk_now();
 		exposed = tc - tb;
-		/* Own range of the reduced gradients. */
-		size_t hi = t->hi < t->N ? t->hi : t->N;
-		size_t n = hi > t->lo ? hi - t->lo : 0;
-		float *g = o->zero && t->world > 1 ? t->gpad + t->lo : grads + t->lo;
+		/* Own range of the reduced gradients (host, or device on a GPU). */
+		size_t lo = opt_lo(t), n = opt_hi(t) - lo;
+		float *g = t->shard ? t->gpad + t->lo : grads + t->lo;
+		double ss = 0; /* ZeRO-1: this rank's part of the squared norm */
+		if (t->shard && t->cuda && gk_nn_cuda_sumsq(t->m, g, n, &ss, err) < 0)
+			return -1;
+		if (t->shard && !t->cuda)
+			ss = gk_nn_sumsq(g, n);
 		int sig = o->stop ? (int)*o->stop : 0;
 		int wr = t->job ? atomic_load(&t->job->written) : 0;
-		double v[7] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0,
-			       o->zero && t->world > 1 ? gk_nn_sumsq(g, n) : 0,
+		double v[7] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0, ss,
 			       (double)gk_nn_data_bad(t->data)};
 		if (allreduce_f64(t, v, 7, err) < 0)
 			return -1;
 		loss = v[0] / t->world;
 		double norm;
-		if (t->cuda) {
+		if (t->shard) {
+			norm = sqrt(v[5]);
+		} else if (t->cuda) {
 			if (gk_nn_cuda_grad_norm(t->m, &norm, err) < 0)
 				return -1;
 		} else {
-			norm = sqrt(o->zero && t->world > 1 ? v[5] : gk_nn_sumsq(grads, t->N));
+			norm = sqrt(gk_nn_sumsq(grads, t->N));
 		}
 		exposed += gk_now() - tc;
 		double lr = gk_nn_lr(&o->sched, step);
@@ -1242,23 +1319,21 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
 		float sc = o->clip > 0 && norm > o->clip ? (float)(o->clip / (norm + 1e-6)) : 1.0f;
 		if (!skip && t->cuda) {
-			if (gk_nn_cuda_adamw(t->m, &o->adamw, (float)lr, step, sc, err) < 0)
+			if (gk_nn_cuda_adamw(t->m, &o->adamw, (float)lr, step, sc, lo, lo + n,
+					     t->shard ? g : NULL, err) < 0)
 				return -1;
 		} else if (!skip) {
 			if (sc != 1.0f)
 				for (size_t i = 0; i < n; i++)
 					g[i] *= sc;
-			gk_nn_adamw_step(t->m, &o->adamw, (float)lr, step, t->lo, t->lo + n, params + t->lo,
+			gk_nn_adamw_step(t->m, &o->adamw, (float)lr, step, lo, lo + n, params + lo,
 					 g, t->mom, t->vel);
-			if (o->zero && t->world > 1) {
-				double ta = gk_now();
-				memcpy(t->ppad + t->lo, params + t->lo, n * sizeof(float));
-				if (gk_comm_allgather(t->comm, t->ppad + t->lo, t->ppad,
-						      t->Np / (size_t)t->world, GK_DT_F32, NULL, err) < 0)
-					return -1;
-				memcpy(params, t->ppad, t->N * sizeof(float));
-				exposed += gk_now() - ta;
-			}
+		}
+		if (!skip && t->shard) {
+			double ta = gk_now();
+			if (shard_gather(t, err) < 0)
+				return -1;
+			exposed += gk_now() - ta;
 		}
 		t->step = step;
 		t->tokens += step_tokens;
@@ -1441,14 +1516,22 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 		job_free(t->job);
 	}
 	gk_comm_grads_free(t->grads);
+	if (t->cuda) {
+		if (t->gpad)
+			gk_comm_free(t->gcomm, t->gpad);
+		if (t->ppad)
+			gk_comm_free(t->gcomm, t->ppad);
+	}
 	if (t->gcomm != t->comm)
 		gk_comm_close(t->gcomm); /* before the model's stream goes */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);
 	free(t->mom);
 	free(t->vel);
-	free(t->gpad);
-	free(t->ppad);
+	if (!t->cuda) {
+		free(t->gpad);
+		free(t->ppad);
+	}
 	free(t->in);
 	free(t->tg);
 	gk_comm_close(t->comm);

@@ -122,9 +122,12 @@ test_expect_success GPU 'GPU: the checkpoint evaluates on the CPU with the GPU'"
 	close_to ge.loss ce.loss 1e-4
 '
 
-test_expect_success GPU 'GPU: --zero 1 is refused (the optimizer is on the device)' '
-	test_expect_code 1 gpu-train $A --device cuda --zero 1 2>err &&
-	grep "^gpu-train: --zero 1 runs on the CPU backend only" err
+test_expect_success GPU 'GPU: ZeRO-1 over NCCL in a world of one gives the bits of ZeRO-0; its checkpoint resumes' '
+	gpu-train $A --device cuda --comm nccl --zero 1 --until 5 --ckpt-dir zck >gz1.json &&
+	gpu-train $A --device cuda --comm nccl --zero 1 --ckpt-dir zck --resume >gz2.json &&
+	{ losses gz1.json && losses gz2.json; } >gz12.losses &&
+	test_cmp g16.losses gz12.losses &&
+	ckpt-merge --check zck/latest
 '
 
 test_expect_success GPU 'GPU: --comm nccl in a world of one: the losses of no communication, bit for bit' '
@@ -147,6 +150,11 @@ test_expect_success 'GPU,MPI' 'GPU, 2 ranks through the host: the losses of one 
 	close_to g2.losses g1.losses 1e-4
 '
 
+test_expect_success 'GPU,MPI' 'GPU, 2 ranks: --zero 1 with --comm mpi is refused' '
+	test_expect_code 1 mpi 2 $A --device cuda --zero 1 --comm mpi 2>err &&
+	grep "^gpu-train: --zero 1 on a GPU shards over NCCL: not with --comm mpi" err
+'
+
 test_expect_success 'GPUS,MPI' '2 GPUs: NCCL on the device, overlapped or not, gives the losses of the host path' '
 	mpi 2 $A --device cuda --precision fp32 --bucket 64K >gn2.json 2>gn2.err &&
 	test_must_be_empty gn2.err &&
@@ -156,6 +164,16 @@ test_expect_success 'GPUS,MPI' '2 GPUs: NCCL on the device, overlapped or not, g
 	losses gn3.json >gn3.losses &&
 	test_cmp gn2.losses gn3.losses &&
 	close_to gn2.losses g2.losses 1e-6
+'
+
+test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of ZeRO-0; its rank slices resume on one GPU' '
+	mpi 2 $A --device cuda --precision fp32 --zero 1 --until 6 --ckpt-dir z2 >gzz.json &&
+	test -f z2/latest/optim-rank-00001-of-00002.safetensors &&
+	losses gzz.json >gzz.losses &&
+	head -n 6 gn2.losses >gn2.first &&
+	close_to gzz.losses gn2.first 1e-6 &&
+	gpu-train $A --device cuda --precision fp32 --batch 8 --ckpt-dir z2 --resume >gz1r.json &&
+	test $(losses gz1r.json | wc -l) = 4
 '
 
 test_done

@@ -302,7 +302,7 @@ static int train(gk_nn_model *m, int cuda, float *losses, gk_err *err)
 		if (rc == 0)
 			rc = gk_nn_backward(m, 1.0f, NULL, NULL, err);
 		if (rc == 0 && cuda)
-			rc = gk_nn_cuda_adamw(m, &c, 1e-3f, s + 1, 1.0f, err);
+			rc = gk_nn_cuda_adamw(m, &c, 1e-3f, s + 1, 1.0f, 0, n, NULL, err);
 		else if (rc == 0)
 			gk_nn_adamw_step(m, &c, 1e-3f, s + 1, 0, n,
 					 gk_nn_params(m), gk_nn_grads(m), mo, ve);
@@ -452,11 +452,11 @@ static void test_model(void)
 	gk_nn_model *cont = model(GK_NN_CUDA, GK_NN_BF16, &err);
 	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
 	float la, lr2;
-	rc = cont && gk_nn_cuda_moments(again, mo, ve, 0, &err) == 0;
+	rc = cont && gk_nn_cuda_moments(again, 0, n, mo, ve, 0, &err) == 0;
 	if (rc) {
 		memcpy(gk_nn_params(cont), gk_nn_params(again), nb);
 		rc = gk_nn_cuda_upload(cont, GK_NN_PARAMS, &err) == 0 &&
-		     gk_nn_cuda_moments(cont, mo, ve, 1, &err) == 0;
+		     gk_nn_cuda_moments(cont, 0, n, mo, ve, 1, &err) == 0;
 	}
 	gk_nn_model *pair[2] = {again, cont};
 	float *lp[2] = {&la, &lr2};
@@ -465,7 +465,7 @@ static void test_model(void)
 		gk_nn_zero_grad(pair[k]);
 		rc = gk_nn_forward(pair[k], tok, tgt, lp[k], &err) == 0 &&
 		     gk_nn_backward(pair[k], 1.0f, NULL, NULL, &err) == 0 &&
-		     gk_nn_cuda_adamw(pair[k], &ad, 1e-3f, 11, 1.0f, &err) == 0 &&
+		     gk_nn_cuda_adamw(pair[k], &ad, 1e-3f, 11, 1.0f, 0, n, NULL, &err) == 0 &&
 		     gk_nn_cuda_download(pair[k], GK_NN_PARAMS | GK_NN_GRADS, &err) == 0;
 	}
 	ok(rc && la == lr2 && memcmp(gk_nn_params(again), gk_nn_params(cont), nb) == 0,
@@ -487,6 +487,79 @@ static void test_model(void)
 	gk_nn_free(again);
 	gk_nn_free(b16);
 	gk_nn_free(cpu);
+}
+
+/*
+ * ZeRO-1 on the device (gpu-train --zero 1): AdamW over two ranges of the
+ * flat buffer, cut inside a tensor, on two models with the same
+ * parameters and gradients, gives the bits of one model's update over
+ * all of it, the gradients of a range given by pointer too; the sums of
+ * squares of the ranges add up to the whole's; the moments keep the
+ * range they were made for; the working copy follows the master.
+ */
+static void test_ranges(void)
+{
+	gk_err err = {0};
+	gk_nn_model *all = model(GK_NN_CUDA, GK_NN_BF16, &err);
+	gk_nn_model *part[2] = {model(GK_NN_CUDA, GK_NN_BF16, &err),
+				model(GK_NN_CUDA, GK_NN_BF16, &err)};
+	if (!ok(all && part[0] && part[1], "three models on the device%s%s",
+		err.msg[0] ? ": " : "", err.msg))
+		goto out;
+	size_t n = gk_nn_nparams(all), h = n / 2 + 3; /* inside a tensor */
+	int32_t tok[B * T], tgt[B * T];
+	float l;
+	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
+	gk_nn_model *ms[3] = {all, part[0], part[1]};
+	batch(tok, tgt, 3);
+	int rc = 1;
+	for (int k = 0; k < 3 && rc; k++) {
+		gk_nn_zero_grad(ms[k]);
+		rc = gk_nn_forward(ms[k], tok, tgt, &l, &err) == 0 &&
+		     gk_nn_backward(ms[k], 1.0f, NULL, NULL, &err) == 0;
+	}
+	double whole = 0, lo = 0, hi = 0;
+	rc = rc && gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all), n, &whole, &err) == 0 &&
+	     gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all), h, &lo, &err) == 0 &&
+	     gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all) + h, n - h, &hi, &err) == 0;
+	ok(rc && whole > 0 && fabs(lo + hi - whole) <= 1e-12 * whole,
+	   "sums of squares of the two ranges add up to the whole's");
+	for (int s = 1; s <= 2 && rc; s++)
+		rc = gk_nn_cuda_adamw(all, &ad, 1e-3f, s, 0.5f, 0, n, NULL, &err) == 0 &&
+		     gk_nn_cuda_adamw(part[0], &ad, 1e-3f, s, 0.5f, 0, h, NULL, &err) == 0 &&
+		     gk_nn_cuda_adamw(part[1], &ad, 1e-3f, s, 0.5f, h, n,
+				      gk_nn_cuda_grads(part[1]) + h, &err) == 0;
+	rc = rc && gk_nn_cuda_download(all, GK_NN_PARAMS, &err) == 0 &&
+	     gk_nn_cuda_download(part[0], GK_NN_PARAMS, &err) == 0 &&
+	     gk_nn_cuda_download(part[1], GK_NN_PARAMS, &err) == 0;
+	ok(rc && memcmp(gk_nn_params(all), gk_nn_params(part[0]), h * 4) == 0 &&
+	   memcmp(gk_nn_params(all) + h, gk_nn_params(part[1]) + h, (n - h) * 4) == 0,
+	   "AdamW over [0, h) and [h, n): the bits of AdamW over [0, n)%s%s",
+	   err.msg[0] ? ": " : "", err.msg);
+	float *mo = malloc((n - h) * 4), *ve = malloc((n - h) * 4);
+	gk_err e2 = {0};
+	ok(gk_nn_cuda_moments(part[1], 0, n, mo, ve, 0, &e2) < 0 &&
+	   strstr(e2.msg, "they cover") != NULL, "moments of another range refused: %s", e2.msg);
+	ok(gk_nn_cuda_moments(part[1], h, n, mo, ve, 0, &err) == 0, "moments of the range");
+	free(mo);
+	free(ve);
+	/*
+	 * The master of part[0]'s other half, written as an allgather
+	 * would, and the working copy rounded from it: the next forward
+	 * gives the loss of the model that updated everything.
+	 */
+	float la, lp;
+	batch(tok, tgt, 4);
+	rc = rc && gk_cuda_copy(gk_nn_cuda_params(part[0]) + h, gk_nn_cuda_params(all) + h,
+				(n - h) * 4, gk_nn_cuda_stream(part[0]), &err) == 0 &&
+	     gk_nn_cuda_params_changed(part[0], &err) == 0 &&
+	     gk_nn_forward(all, tok, tgt, &la, &err) == 0 &&
+	     gk_nn_forward(part[0], tok, tgt, &lp, &err) == 0;
+	ok(rc && la == lp, "master gathered, working copy rounded: the same loss (%g %g)", la, lp);
+out:
+	gk_nn_free(all);
+	gk_nn_free(part[0]);
+	gk_nn_free(part[1]);
 }
 
 /*
@@ -528,9 +601,9 @@ static void test_refusals(int usable, const char *why)
 	   gk_nn_params(m)[5] == keep, "CPU model: upload and download do nothing");
 	ok(gk_nn_cuda_grad_norm(m, &nrm, &err) < 0, "CPU model: device norm refused (%s)", err.msg);
 	float mv[1];
-	ok(gk_nn_cuda_moments(m, mv, mv, 1, &err) < 0, "CPU model: device moments refused (%s)", err.msg);
+	ok(gk_nn_cuda_moments(m, 0, 1, mv, mv, 1, &err) < 0, "CPU model: device moments refused (%s)", err.msg);
 	gk_nn_adamw ad = {0.9f, 0.95f, 1e-8f, 0.1f};
-	ok(gk_nn_cuda_adamw(m, &ad, 1e-3f, 1, 1.0f, &err) < 0,
+	ok(gk_nn_cuda_adamw(m, &ad, 1e-3f, 1, 1.0f, 0, 1, NULL, &err) < 0,
 	   "CPU model: device AdamW refused (%s)", err.msg);
 	gk_nn_mem mem;
 	gk_nn_memory(m, &mem);
@@ -551,5 +624,6 @@ int main(void)
 	test_kernels();
 #endif
 	test_model();
+	test_ranges();
 	return done_testing();
 }
