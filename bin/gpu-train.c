@@ -54,7 +54,7 @@ static const char usage[] =
 	"  --skip-nonfinite      skip steps whose loss or gradient is NaN/Inf\n"
 	"parallel:\n"
 	"  --zero 0|1            1: shard the optimizer state over the ranks\n"
-	"  --compress KIND       none, bf16, f16 or int8 gradient allreduce (ZeRO 0)\n"
+	"  --compress KIND       none, bf16, f16 or int8 gradients on the wire\n"
 	"  --bucket SIZE         gradient bucket size (default 25M)\n"
 	"  --no-overlap          allreduce after backward instead of during it\n"
 	"  --comm KIND           a GPU's gradients: auto (NCCL on the device when there is\n"
@@ -514,8 +514,6 @@ int main(int argc, char **argv)
 	if (o.comm == GK_COMM_BACKEND_NCCL && o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
-	if (o.zero && o.compress)
-		gk_cli_usage_error(&cli, "--compress works with --zero 0 only (compressed allreduce)");
 	if (o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");

@@ -267,17 +267,18 @@ static int check_call(gk_comm *c, gk_comm_call *k, gk_comm_algo algo,
 		return gk_errf(err, "broadcast root %d: not a rank of a world of %d",
 			       k->root, c->world);
 	if (k->compress != GK_COMM_COMPRESS_NONE) {
-		if (k->coll != GK_COMM_ALLREDUCE)
-			return gk_errf(err, "%s: compression is for allreduce only", what);
+		if (k->coll != GK_COMM_ALLREDUCE && k->coll != GK_COMM_REDUCE_SCATTER)
+			return gk_errf(err, "%s: compression is for allreduce and reduce-scatter only",
+				       what);
 		if (k->dt != GK_DT_F32)
-			return gk_errf(err, "compressed allreduce of '%s': it takes f32 data (accumulated in f32)",
-				       gk_dtype_name(k->dt));
+			return gk_errf(err, "compressed %s of '%s': it takes f32 data (accumulated in f32)",
+				       what, gk_dtype_name(k->dt));
 		if (k->op != GK_COMM_SUM && k->op != GK_COMM_AVG)
-			return gk_errf(err, "compressed allreduce with op '%s': only sum and avg",
-				       gk_comm_op_name(k->op));
+			return gk_errf(err, "compressed %s with op '%s': only sum and avg",
+				       what, gk_comm_op_name(k->op));
 		if (algo != GK_COMM_ALGO_AUTO && algo != GK_COMM_ALGO_RING)
-			return gk_errf(err, "compressed allreduce with algorithm '%s': it runs on the ring",
-				       gk_comm_algo_name(algo));
+			return gk_errf(err, "compressed %s with algorithm '%s': it runs on the ring",
+				       what, gk_comm_algo_name(algo));
 	}
 	if ((unsigned)algo >= GK_COMM_ALGO_COUNT || !gk_comm_algo_supported(c, k->coll, algo))
 		return gk_errf(err, "%s with algorithm '%s': not available on the %s backend",

@@ -98,8 +98,11 @@ typedef enum gk_comm_algo {
 } gk_comm_algo;
 
 /*
- * Compressed allreduce (F32 data, SUM or AVG, ring algorithm): partial
- * sums travel in a narrow format and are accumulated in f32.
+ * Compressed allreduce and reduce-scatter (F32 data, SUM or AVG, ring
+ * algorithm): partial sums travel in a narrow format and are accumulated
+ * in f32. A reduce-scatter is the allreduce's first half: each rank's
+ * block is its f32 sum of the others' packed partial sums and its own
+ * unpacked values, so its error is within the allreduce's bound.
  *   bf16, f16  round to nearest even on each of the n-1 reduce-scatter hops
  *              and once for the allgather
  *   int8       groups of GK_COMM_INT8_GROUP elements share an f32 scale
@@ -233,8 +236,9 @@ int gk_comm_on_device(const gk_comm *c);
 /* Per-call choices beyond the data; NULL means the defaults. */
 typedef struct gk_comm_callopts {
 	gk_comm_algo algo;         /* GK_COMM_ALGO_AUTO: the communicator's */
-	gk_comm_compress compress; /* allreduce only */
-	float *residual;           /* error feedback: count floats owned by the
+	gk_comm_compress compress; /* allreduce and reduce-scatter */
+	float *residual;           /* error feedback: count floats (reduce-
+				    * scatter: world * recvcount) owned by the
 				    * caller (device memory on nccl), zeroed
 				    * before first use; NULL: none */
 } gk_comm_callopts;

@@ -555,10 +555,13 @@ static void unpack_seg(void *p, size_t off, size_t len)
  * each rank packs each block at most once (n-1 blocks in reduce-scatter,
  * its own block for the allgather), so with error feedback its residual
  * holds exactly the error it introduced. The allgather forwards packed
- * blocks unchanged, so every rank unpacks the same bytes.
+ * blocks unchanged, so every rank unpacks the same bytes. Without gather
+ * it stops after the reduce-scatter: block r of buf (blen, boff) is rank
+ * r's sum, in f32, its own part never packed.
  */
 static int ring_compressed(gk_comm *c, float *buf, size_t count,
-			   gk_comm_compress cz, float *residual, gk_err *err)
+			   gk_comm_compress cz, float *residual, int gather,
+			   gk_err *err)
 {
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
@@ -588,6 +591,8 @@ static int ring_compressed(gk_comm *c, float *buf, size_t count,
 			 unpack_seg, &u, err) < 0)
 			return -1;
 	}
+	if (!gather)
+		return 0;
 	size_t mo = boff(count, n, r), mn = blen(count, n, r);
 	gk_comm_pack(ws, buf + mo, mn, cz, residual ? residual + mo : NULL);
 	gk_comm_unpack(buf + mo, ws, mn, cz, 0);
@@ -620,7 +625,7 @@ static int allreduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		int rc;
 		if (k->compress != GK_COMM_COMPRESS_NONE)
 			rc = ring_compressed(c, k->recv, k->count, k->compress,
-					     k->residual, err);
+					     k->residual, 1, err);
 		else if (k->algo == GK_COMM_ALGO_RING)
 			rc = ring_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err);
 		else if (k->algo == GK_COMM_ALGO_RD)
@@ -666,7 +671,10 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		if (!work)
 			return gk_errf(err, "mpi: out of memory for a %zu-byte buffer", total);
 		memcpy(work, k->send, total);
-		int rc = ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, err);
+		int rc = k->compress != GK_COMM_COMPRESS_NONE ?
+			ring_compressed(c, (float *)(void *)work, k->count * (size_t)n, k->compress,
+					k->residual, 0, err) :
+			ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, err);
 		if (rc == 0)
 			memcpy(k->recv, work + (size_t)r * bytes, bytes);
 		free(work);

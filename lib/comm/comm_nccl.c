@@ -59,6 +59,8 @@ typedef struct nccl_state {
 	int broken;            /* aborted: every later call fails */
 	unsigned char *wire;   /* compressed allreduce's wire buffers (device) */
 	size_t wire_cap;
+	float *work;           /* compressed reduce-scatter out of place (device) */
+	size_t work_cap;
 	char last[96];         /* the last collective, for messages */
 } nccl_state;
 
@@ -317,6 +319,7 @@ static int teardown(gk_comm *c, gk_err *err)
 			rc = gk_errf(err, "nccl: ncclCommDestroy failed");
 	}
 	gk_cuda_free(st->wire);
+	gk_cuda_free(st->work);
 	gk_cuda_event_free(st->ready);
 	gk_cuda_event_free(st->idle);
 	gk_cuda_stream_free(st->stream);
@@ -380,6 +383,23 @@ static int wire_room(nccl_state *st, size_t bytes, gk_err *err)
 	return 0;
 }
 
+/* The same for the compressed reduce-scatter's copy of its input. */
+static int work_room(nccl_state *st, size_t bytes, gk_err *err)
+{
+	if (bytes <= st->work_cap)
+		return 0;
+	if (st->work && (gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
+			 wait_event(st, st->idle, st->last, err) < 0))
+		return -1;
+	gk_cuda_free(st->work);
+	st->work_cap = 0;
+	st->work = gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
+	if (!st->work)
+		return -1;
+	st->work_cap = bytes;
+	return 0;
+}
+
 /*
  * Compressed allreduce, the same ring as comm_mpi.c's with the packing
  * done by reduce.cu's kernels and the transfers by NCCL, all on NCCL's
@@ -389,10 +409,13 @@ static int wire_room(nccl_state *st, size_t bytes, gk_err *err)
  * from the left; then each rank packs its finished block once and an
  * allgather of the packed blocks (padded to the longest) lets every rank
  * unpack the same bytes. Each rank packs each block at most once, so the
- * error feedback residual holds exactly the error it introduced.
+ * error feedback residual holds exactly the error it introduced. Without
+ * gather it stops after the reduce-scatter: block r of buf is rank r's
+ * sum, in f32, its own part never packed.
  */
 static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
-			   gk_comm_compress cz, float *residual, gk_err *err)
+			   gk_comm_compress cz, float *residual, int gather,
+			   gk_err *err)
 {
 	int n = c->world, r = c->rank;
 	cudaStream_t s = st->stream;
@@ -426,6 +449,8 @@ static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
 		    gk_comm_cuda_unpack(buf + ro, wr, rn, cz, 1, s, err) < 0)
 			return -1;
 	}
+	if (!gather)
+		return 0;
 	size_t mo = boff(count, n, r), mn = blen(count, n, r);
 	unsigned char *mine = wall + (size_t)r * wmax;
 	if (gk_comm_cuda_pack(mine, buf + mo, mn, cz, residual ? residual + mo : NULL,
@@ -438,6 +463,35 @@ static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
 		if (gk_comm_cuda_unpack(buf + boff(count, n, b), wall + (size_t)b * wmax,
 					blen(count, n, b), cz, 0, s, err) < 0)
 			return -1;
+	return 0;
+}
+
+/*
+ * A compressed reduce-scatter: the ring's first half over the whole send
+ * buffer, in place when the call is (recv is this rank's block of send,
+ * whose other blocks are then left with partial sums, as NCCL leaves an
+ * in-place send buffer undefined), else over a device copy; then this
+ * rank's block into recv.
+ */
+static int compressed_rs(gk_comm *c, nccl_state *st, const gk_comm_call *k,
+			 gk_err *err)
+{
+	size_t total = k->count * (size_t)c->world, bytes = k->count * sizeof(float);
+	float *buf = (float *)(void *)k->send; /* in place: written, as NCCL may */
+	if (buf + (size_t)c->rank * k->count != (float *)k->recv) {
+		if (work_room(st, total * sizeof(float), err) < 0 ||
+		    GK_CUDA_CHECK(cudaMemcpyAsync(st->work, k->send, total * sizeof(float),
+						  cudaMemcpyDeviceToDevice, st->stream), err) < 0)
+			return -1;
+		buf = st->work;
+	}
+	if (ring_compressed(c, st, buf, total, k->compress, k->residual, 0, err) < 0)
+		return -1;
+	float *mine = buf + (size_t)c->rank * k->count;
+	if (mine != (float *)k->recv && bytes &&
+	    GK_CUDA_CHECK(cudaMemcpyAsync(k->recv, mine, bytes, cudaMemcpyDeviceToDevice,
+					  st->stream), err) < 0)
+		return -1;
 	return 0;
 }
 
@@ -487,7 +541,7 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 							  cudaMemcpyDeviceToDevice, s), err) < 0)
 				return -1;
 			if (ring_compressed(c, st, k->recv, k->count, k->compress,
-					    k->residual, err) < 0)
+					    k->residual, 1, err) < 0)
 				return -1;
 			break;
 		}
@@ -495,6 +549,11 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 				      nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_REDUCE_SCATTER:
+		if (k->compress != GK_COMM_COMPRESS_NONE) {
+			if (compressed_rs(c, st, k, err) < 0)
+				return -1;
+			break;
+		}
 		r = st->api.ReduceScatter(k->send, k->recv, k->count, nccl_dt(k->dt),
 					  nccl_op(k->op), st->comm, s);
 		break;

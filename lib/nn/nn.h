@@ -374,7 +374,8 @@ typedef struct gk_nn_train_opts {
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
 	int zero;               /* 0 or 1 */
-	gk_comm_compress compress;   /* ZeRO-0 buckets only */
+	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
+				      * reduce-scatter (not its allgather) */
 	int overlap;            /* allreduce buckets during backward */
 	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
 	gk_comm_backend comm;   /* the gradients' on a GPU: AUTO (nccl when the

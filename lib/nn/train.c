@@ -95,6 +95,7 @@ struct gk_nn_trainer {
 	float *mom, *vel;     /* hi - lo each */
 	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
 	float *gpad, *ppad;   /* ZeRO-1: Np floats each, host (CPU) or device (GPU) */
+	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
 	gk_comm_grads *grads;
 	int64_t step;         /* completed steps */
 	uint64_t tokens;
@@ -203,8 +204,11 @@ static void account(gk_nn_trainer *t)
 	t->mem.comm = 0;
 	if (t->gpad)
 		t->mem.comm += (uint64_t)2 * t->Np * sizeof(float);
+	/* error feedback */
 	if (t->grads && t->o.compress != GK_COMM_COMPRESS_NONE)
-		t->mem.comm += (uint64_t)t->N * sizeof(float); /* error feedback */
+		t->mem.comm += (uint64_t)t->N * sizeof(float);
+	if (t->resid)
+		t->mem.comm += (uint64_t)t->Np * sizeof(float);
 	t->mem.total = t->mem.parameters + t->mem.gradients + t->mem.optimizer +
 		       t->mem.activations + t->mem.workspace + t->mem.padding + t->mem.comm;
 }
@@ -668,19 +672,23 @@ static size_t opt_hi(const gk_nn_trainer *t)
 static int shard_buffers(gk_nn_trainer *t, gk_err *err)
 {
 	size_t bytes = t->Np * sizeof(float);
-	float *zero = calloc(t->Np, sizeof(float));
-	if (!zero)
-		return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
+	int resid = t->o.compress != GK_COMM_COMPRESS_NONE;
 	if (!t->cuda) {
-		t->gpad = zero;
-		if (!(t->ppad = calloc(t->Np, sizeof(float))))
+		if (!(t->gpad = calloc(t->Np, sizeof(float))) ||
+		    !(t->ppad = calloc(t->Np, sizeof(float))) ||
+		    (resid && !(t->resid = calloc(t->Np, sizeof(float)))))
 			return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
 		return 0;
 	}
+	float *zero = calloc(t->Np, sizeof(float));
+	if (!zero)
+		return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
 	int rc = (t->gpad = gk_comm_alloc(t->gcomm, bytes, err)) &&
 		 (t->ppad = gk_comm_alloc(t->gcomm, bytes, err)) &&
+		 (!resid || (t->resid = gk_comm_alloc(t->gcomm, bytes, err))) &&
 		 gk_comm_to_device(t->gcomm, t->gpad, zero, bytes, err) == 0 &&
-		 gk_comm_to_device(t->gcomm, t->ppad, zero, bytes, err) == 0 ? 0 : -1;
+		 gk_comm_to_device(t->gcomm, t->ppad, zero, bytes, err) == 0 &&
+		 (!resid || gk_comm_to_device(t->gcomm, t->resid, zero, bytes, err) == 0) ? 0 : -1;
 	free(zero);
 	return rc;
 }
@@ -1116,7 +1124,11 @@ static int ready_cb(size_t off, void *ctx, gk_err *err)
 	return gk_comm_grads_ready(t->grads, off, err);
 }
 
-/* ZeRO-1: this rank's range of the averaged gradients, into gpad + lo. */
+/*
+ * ZeRO-1: this rank's range of the averaged gradients, into gpad + lo
+ * (compressed as --compress says, with error feedback over the whole
+ * padded buffer).
+ */
 static int shard_reduce(gk_nn_trainer *t, gk_err *err)
 {
 	size_t bytes = t->N * sizeof(float);
@@ -1125,8 +1137,9 @@ static int shard_reduce(gk_nn_trainer *t, gk_err *err)
 		return -1;
 	if (!t->cuda)
 		memcpy(t->gpad, gk_nn_grads(t->m), bytes);
+	gk_comm_callopts co = {.compress = t->o.compress, .residual = t->resid};
 	return gk_comm_reduce_scatter(t->gcomm, t->gpad, t->gpad + t->lo,
-				      t->Np / (size_t)t->world, GK_DT_F32, GK_COMM_AVG, NULL, err);
+				      t->Np / (size_t)t->world, GK_DT_F32, GK_COMM_AVG, &co, err);
 }
 
 /* ZeRO-1: every rank's updated range into every rank's parameters. */
@@ -1521,6 +1534,8 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 			gk_comm_free(t->gcomm, t->gpad);
 		if (t->ppad)
 			gk_comm_free(t->gcomm, t->ppad);
+		if (t->resid)
+			gk_comm_free(t->gcomm, t->resid);
 	}
 	if (t->gcomm != t->comm)
 		gk_comm_close(t->gcomm); /* before the model's stream goes */
@@ -1531,6 +1546,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	if (!t->cuda) {
 		free(t->gpad);
 		free(t->ppad);
+		free(t->resid);
 	}
 	free(t->in);
 	free(t->tg);

@@ -284,6 +284,64 @@ static void test_grads(void)
 }
 
 /* Fractional inputs of varied scale; bounds from comm.h. */
+/*
+ * Compressed reduce-scatter (ZeRO-1's): rank R's block of the sum within
+ * the allreduce's bound, AVG the sum over the world, in place the bits of
+ * out of place, exact in a world of one; a residual of the whole input.
+ */
+static void test_compressed_rs(void)
+{
+	size_t per = 1001, tot = per * (size_t)N;
+	float *x = malloc(tot * 4), *buf = malloc(tot * 4), *y = malloc(per * 4);
+	float *ya = malloc(per * 4), *resid = calloc(tot, 4);
+	double *exact = malloc(tot * 8), *abs_sum = malloc(tot * 8);
+	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
+		for (size_t i = 0; i < tot; i++) {
+			x[i] = (float)(((int)(next32() % 2000001) - 1000000) * 1e-6 *
+				       ldexp(1, (int)(i / 256 % 6) - 3));
+			exact[i] = x[i], abs_sum[i] = fabs(x[i]);
+		}
+#if GK_HAVE_MPI
+		if (USE_MPI) {
+			MPI_Allreduce(MPI_IN_PLACE, exact, (int)tot, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+			MPI_Allreduce(MPI_IN_PLACE, abs_sum, (int)tot, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+		}
+#endif
+		gk_comm_callopts o = {GK_COMM_ALGO_AUTO, cz, NULL};
+		int good = gk_comm_reduce_scatter(C, x, y, per, GK_DT_F32, GK_COMM_SUM, &o, NULL) == 0;
+		const double *ex = exact + (size_t)R * per, *as = abs_sum + (size_t)R * per;
+		int exact_one = 1;
+		for (size_t i = 0; i < per; i++) {
+			double a = as[i];
+			if (cz == GK_COMM_COMPRESS_INT8)
+				for (size_t j = i > 255 ? i - 255 : 0; j < per && j <= i + 255; j++)
+					a = as[j] > a ? as[j] : a;
+			double b = gk_comm_compress_bound(cz, N, a) + ldexp(fabs(ex[i]), -22);
+			good &= fabs(y[i] - ex[i]) <= b;
+			exact_one &= y[i] == (float)ex[i];
+		}
+		if (N == 1)
+			ok(good && exact_one, "compressed %s reduce-scatter: exact in a world of 1",
+			   gk_comm_compress_name(cz));
+		else
+			ok(all(good && !exact_one),
+			   "compressed %s reduce-scatter within the allreduce's bound, and not exact, world %d",
+			   gk_comm_compress_name(cz), N);
+		memcpy(buf, x, tot * 4);
+		good = gk_comm_reduce_scatter(C, buf, buf + (size_t)R * per, per, GK_DT_F32,
+					      GK_COMM_SUM, &o, NULL) == 0 &&
+		       memcmp(buf + (size_t)R * per, y, per * 4) == 0;
+		memset(resid, 0, tot * 4);
+		gk_comm_callopts e = {GK_COMM_ALGO_RING, cz, resid};
+		good &= gk_comm_reduce_scatter(C, x, ya, per, GK_DT_F32, GK_COMM_AVG, &e, NULL) == 0;
+		for (size_t i = 0; i < per; i++)
+			good &= ya[i] == y[i] / (float)N;
+		ok(all(good), "%s: in place the bits of out of place; avg the sum / %d, with a residual",
+		   gk_comm_compress_name(cz), N);
+	}
+	free(x), free(buf), free(y), free(ya), free(resid), free(exact), free(abs_sum);
+}
+
 static void test_compressed(void)
 {
 	size_t n = 3001;
@@ -484,6 +542,7 @@ int main(void)
 	test_nonblocking();
 	test_grads();
 	test_compressed();
+	test_compressed_rs();
 	test_errors();
 	gk_comm_close(C);
 	return done_testing();
