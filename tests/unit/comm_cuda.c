@@ -226,6 +226,15 @@ static void test_nccl(void)
 		rc = gk_comm_to_host(c, got, d2, M * sizeof *got, &err);
 	ok(rc == 0 && memcmp(got, h, M * sizeof *got) == 0,
 	   "nccl compressed allreduce, world 1: the input%s%s", rc ? ": " : "", rc ? err.msg : "");
+	/* and a compressed reduce-scatter, in place and out of place */
+	rc = gk_comm_reduce_scatter(c, d, d, M, GK_DT_F32, GK_COMM_AVG, &co, &err);
+	if (rc == 0)
+		rc = gk_comm_reduce_scatter(c, d, d2, M, GK_DT_F32, GK_COMM_SUM, &co, &err);
+	if (rc == 0)
+		rc = gk_comm_to_host(c, got, d2, M * sizeof *got, &err);
+	ok(rc == 0 && memcmp(got, h, M * sizeof *got) == 0,
+	   "nccl compressed reduce-scatter, world 1: the input%s%s", rc ? ": " : "",
+	   rc ? err.msg : "");
 
 	gk_comm_free(c, d), gk_comm_free(c, d2), gk_comm_free(c, db);
 	ok(gk_comm_finalize(c, &err) == 0, "nccl teardown reports success");
