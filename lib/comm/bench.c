@@ -141,11 +141,14 @@ static void verify(const params *p, const shape *s, int n, int r,
 		   const void *h, gk_comm_bench_result *res)
 {
 	if (p->compress != GK_COMM_COMPRESS_NONE) {
+		/* element i of the result is element base + i of the inputs */
+		size_t base = p->coll == GK_COMM_REDUCE_SCATTER ? (size_t)r * s->per : 0;
+		size_t total = p->coll == GK_COMM_REDUCE_SCATTER ? s->send_n : s->recv_n;
 		const size_t G = GK_COMM_INT8_GROUP;
-		size_t groups = (s->recv_n + G - 1) / G;
+		size_t groups = (total + G - 1) / G;
 		double *gmax = calloc(groups ? groups : 1, sizeof *gmax);
 		double maxexact = 0;
-		for (size_t i = 0; gmax && i < s->recv_n; i++) {
+		for (size_t i = 0; gmax && i < total; i++) {
 			double a = 0;
 			for (int q = 0; q < n; q++)
 				a += fabs((double)(float)fval(q, i));
@@ -155,12 +158,12 @@ static void verify(const params *p, const shape *s, int n, int r,
 		for (size_t i = 0; gmax && i < s->recv_n; i++) {
 			double exact = 0, abs_sum = 0;
 			for (int q = 0; q < n; q++) {
-				double x = (float)fval(q, i);
+				double x = (float)fval(q, base + i);
 				exact += x, abs_sum += fabs(x);
 			}
 			if (p->compress == GK_COMM_COMPRESS_INT8) {
 				/* Any group holding i lies within the aligned chunks around it. */
-				size_t g = i / G;
+				size_t g = (base + i) / G;
 				abs_sum = gmax[g];
 				if (g > 0 && gmax[g - 1] > abs_sum)
 					abs_sum = gmax[g - 1];
@@ -370,8 +373,8 @@ int gk_comm_bench_validate(const gk_comm_bench_opts *o, gk_comm_backend backend,
 			return gk_errf(err, "--compress takes float data (-d float)");
 		if (o->all_ops || (o->op != GK_COMM_SUM && o->op != GK_COMM_AVG))
 			return gk_errf(err, "--compress works with -o sum or -o avg");
-		if (o->coll != GK_COMM_ALLREDUCE)
-			return gk_errf(err, "--compress is for --collective allreduce");
+		if (o->coll != GK_COMM_ALLREDUCE && o->coll != GK_COMM_REDUCE_SCATTER)
+			return gk_errf(err, "--compress is for --collective allreduce or reducescatter");
 		if (!o->all_algos && o->algo != GK_COMM_ALGO_AUTO &&
 		    o->algo != GK_COMM_ALGO_RING)
 			return gk_errf(err, "--compress runs on the ring, not --algo %s",

@@ -116,6 +116,8 @@ test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 allreduce-bench --compress int8 -o max 2>err &&
 	grep "compress works with -o sum or -o avg" err &&
 	test_expect_code 2 allreduce-bench --compress bf16 -d half 2>err &&
+	test_expect_code 2 allreduce-bench --compress bf16 --collective allgather 2>err &&
+	grep "compress is for --collective allreduce or reducescatter" err &&
 	test_expect_code 2 allreduce-bench -r 3 2>err &&
 	grep "^allreduce-bench: -r 3: not a rank of a world of 1$" err &&
 	test_expect_code 2 allreduce-bench extra-arg 2>err
@@ -196,6 +198,15 @@ test_expect_success MPIRUN '3 ranks: compressed bf16, f16, int8 within their bou
 	for z in bf16 f16 int8; do
 		mpi 3 allreduce-bench -b 1K -e 300K -f 17 --compress $z -o avg -n 1 -w 0 >$z.out &&
 		grep "^# Out of bounds values : 0 OK$" $z.out || return 1
+	done
+'
+
+test_expect_success MPIRUN '3 ranks: compressed reduce-scatter within the bounds, and not exact' '
+	for z in bf16 int8; do
+		mpi 3 allreduce-bench -b 1K -e 300K -f 17 --collective reducescatter --compress $z \
+			-n 1 -w 0 >rs$z.out &&
+		grep "^# Out of bounds values : 0 OK$" rs$z.out &&
+		awk "/^ +[0-9]/ && \$NF > 0 { n++ } END { exit !(n > 0) }" rs$z.out || return 1
 	done
 '
 
