@@ -359,98 +359,101 @@ static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
 	return rc;
 }
 
-int main(int argc, char **argv)
-{
-	gk_err err = {0};
-	gk_nn_train_opts o = {
-		.seed = 1337, .shuffle = 1, .eot = -1, .batch = 4, .grad_accum = 1,
-		.threads = 0, .steps = 1000, .clip = 1.0, .overlap = 1,
-		.sched = {.kind = GK_NN_SCHED_COSINE, .lr = 6e-4, .min_lr = -1},
-		.adamw = {0.9f, 0.95f, 1e-8f, 0.1f},
-	};
-	gk_nn_config shape = {0};
-	const char *config = NULL;
-	int64_t dump = 0, sample = 0, top_k = 0;
-	double temperature = 1.0;
-	int seq_set = 0;
-	const char *metrics = NULL;
+/* What the command line asks for, beyond the trainer's own options. */
+typedef struct args {
+	gk_nn_train_opts o;
+	gk_nn_config shape;     /* the shape flags given (0: not given) */
+	const char *config, *metrics, *eval_src;
+	int64_t dump, sample, top_k;
+	double temperature;
+	int seq_set;
+} args;
 
-	gk_cli_init(&cli, "gpu-train", usage);
+/* The options, and every usage error (exit 2) that needs no file. */
+static void parse_args(int argc, char **argv, args *a)
+{
+	*a = (args){
+		.o = {.seed = 1337, .shuffle = 1, .eot = -1, .batch = 4, .grad_accum = 1,
+		      .threads = 0, .steps = 1000, .clip = 1.0, .overlap = 1,
+		      .sched = {.kind = GK_NN_SCHED_COSINE, .lr = 6e-4, .min_lr = -1},
+		      .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}},
+		.temperature = 1.0,
+	};
 	int c;
 	while ((c = getopt_long(argc, argv, "hqvb:t:", longopts, NULL)) != -1) {
 		if (gk_cli_common(&cli, c))
 			continue;
 		switch (c) {
-		case OPT_CONFIG: config = optarg; break;
-		case OPT_LAYERS: shape.layers = gk_cli_i64(&cli, "--layers", optarg, 1, 1000); break;
-		case OPT_HIDDEN: shape.hidden = gk_cli_i64(&cli, "--hidden", optarg, 1, 1 << 16); break;
-		case OPT_HEADS: shape.heads = gk_cli_i64(&cli, "--heads", optarg, 1, 1024); break;
-		case OPT_VOCAB: shape.vocab = gk_cli_i64(&cli, "--vocab", optarg, 2, 1 << 24); break;
-		case OPT_POSITIONS: shape.positions = gk_cli_i64(&cli, "--positions", optarg, 1, 1 << 20); break;
-		case OPT_INIT: o.init_from = optarg; break;
-		case OPT_SEED: o.seed = (uint64_t)gk_cli_i64(&cli, "--seed", optarg, 0, INT64_MAX); break;
-		case OPT_DATA: o.data = optarg; break;
-		case OPT_VAL: o.val_data = optarg; break;
+		case OPT_CONFIG: a->config = optarg; break;
+		case OPT_LAYERS: a->shape.layers = gk_cli_i64(&cli, "--layers", optarg, 1, 1000); break;
+		case OPT_HIDDEN: a->shape.hidden = gk_cli_i64(&cli, "--hidden", optarg, 1, 1 << 16); break;
+		case OPT_HEADS: a->shape.heads = gk_cli_i64(&cli, "--heads", optarg, 1, 1024); break;
+		case OPT_VOCAB: a->shape.vocab = gk_cli_i64(&cli, "--vocab", optarg, 2, 1 << 24); break;
+		case OPT_POSITIONS: a->shape.positions = gk_cli_i64(&cli, "--positions", optarg, 1, 1 << 20); break;
+		case OPT_INIT: a->o.init_from = optarg; break;
+		case OPT_SEED: a->o.seed = (uint64_t)gk_cli_i64(&cli, "--seed", optarg, 0, INT64_MAX); break;
+		case OPT_DATA: a->o.data = optarg; break;
+		case OPT_VAL: a->o.val_data = optarg; break;
 		case OPT_SHUFFLE:
 			if (strcmp(optarg, "on") && strcmp(optarg, "none"))
 				gk_cli_usage_error(&cli, "--shuffle '%s': on or none", optarg);
-			o.shuffle = !strcmp(optarg, "on");
+			a->o.shuffle = !strcmp(optarg, "on");
 			break;
-		case OPT_EOT: o.eot = (int32_t)gk_cli_i64(&cli, "--eot", optarg, 0, INT32_MAX); break;
-		case OPT_DUMP: dump = gk_cli_i64(&cli, "--dump-data", optarg, 1, 1000000); break;
-		case 'b': o.batch = (int)gk_cli_i64(&cli, "--batch", optarg, 1, 1 << 20); break;
-		case 't': o.seq = (int)gk_cli_i64(&cli, "--seq", optarg, 1, 1 << 20); seq_set = 1; break;
-		case OPT_ACCUM: o.grad_accum = (int)gk_cli_i64(&cli, "--grad-accum", optarg, 1, 1 << 20); break;
+		case OPT_EOT: a->o.eot = (int32_t)gk_cli_i64(&cli, "--eot", optarg, 0, INT32_MAX); break;
+		case OPT_DUMP: a->dump = gk_cli_i64(&cli, "--dump-data", optarg, 1, 1000000); break;
+		case 'b': a->o.batch = (int)gk_cli_i64(&cli, "--batch", optarg, 1, 1 << 20); break;
+		case 't': a->o.seq = (int)gk_cli_i64(&cli, "--seq", optarg, 1, 1 << 20); a->seq_set = 1; break;
+		case OPT_ACCUM: a->o.grad_accum = (int)gk_cli_i64(&cli, "--grad-accum", optarg, 1, 1 << 20); break;
 		case OPT_RECOMPUTE:
-			if (!strcmp(optarg, "none")) o.recompute = GK_NN_RECOMPUTE_NONE;
-			else if (!strcmp(optarg, "gelu")) o.recompute = GK_NN_RECOMPUTE_GELU;
-			else if (!strcmp(optarg, "layer")) o.recompute = GK_NN_RECOMPUTE_LAYER;
+			if (!strcmp(optarg, "none")) a->o.recompute = GK_NN_RECOMPUTE_NONE;
+			else if (!strcmp(optarg, "gelu")) a->o.recompute = GK_NN_RECOMPUTE_GELU;
+			else if (!strcmp(optarg, "layer")) a->o.recompute = GK_NN_RECOMPUTE_LAYER;
 			else gk_cli_usage_error(&cli, "--recompute '%s': none, gelu or layer", optarg);
 			break;
-		case OPT_THREADS: o.threads = (int)gk_cli_i64(&cli, "--threads", optarg, 1, 4096); break;
+		case OPT_THREADS: a->o.threads = (int)gk_cli_i64(&cli, "--threads", optarg, 1, 4096); break;
 		case OPT_DEVICE:
-			if (!strcmp(optarg, "cpu")) o.device = GK_NN_CPU;
-			else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "gpu")) o.device = GK_NN_CUDA;
-			else if (!strcmp(optarg, "auto")) o.device = GK_NN_AUTO;
+			if (!strcmp(optarg, "cpu")) a->o.device = GK_NN_CPU;
+			else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "gpu")) a->o.device = GK_NN_CUDA;
+			else if (!strcmp(optarg, "auto")) a->o.device = GK_NN_AUTO;
 			else gk_cli_usage_error(&cli, "--device '%s': cpu, cuda or auto", optarg);
 			break;
 		case OPT_PRECISION:
-			if (!strcmp(optarg, "bf16")) o.precision = GK_NN_BF16;
-			else if (!strcmp(optarg, "tf32")) o.precision = GK_NN_TF32;
-			else if (!strcmp(optarg, "fp32")) o.precision = GK_NN_FP32;
+			if (!strcmp(optarg, "bf16")) a->o.precision = GK_NN_BF16;
+			else if (!strcmp(optarg, "tf32")) a->o.precision = GK_NN_TF32;
+			else if (!strcmp(optarg, "fp32")) a->o.precision = GK_NN_FP32;
 			else gk_cli_usage_error(&cli, "--precision '%s': bf16, tf32 or fp32", optarg);
 			break;
-		case OPT_STEPS: o.steps = gk_cli_i64(&cli, "--steps", optarg, 1, INT64_MAX / 2); break;
-		case OPT_UNTIL: o.until = gk_cli_i64(&cli, "--until", optarg, 1, INT64_MAX / 2); break;
-		case OPT_LR: o.sched.lr = num("--lr", optarg, 0, 10); break;
-		case OPT_MINLR: o.sched.min_lr = num("--min-lr", optarg, 0, 10); break;
-		case OPT_WARMUP: o.sched.warmup = gk_cli_i64(&cli, "--warmup", optarg, 0, INT64_MAX / 2); break;
+		case OPT_STEPS: a->o.steps = gk_cli_i64(&cli, "--steps", optarg, 1, INT64_MAX / 2); break;
+		case OPT_UNTIL: a->o.until = gk_cli_i64(&cli, "--until", optarg, 1, INT64_MAX / 2); break;
+		case OPT_LR: a->o.sched.lr = num("--lr", optarg, 0, 10); break;
+		case OPT_MINLR: a->o.sched.min_lr = num("--min-lr", optarg, 0, 10); break;
+		case OPT_WARMUP: a->o.sched.warmup = gk_cli_i64(&cli, "--warmup", optarg, 0, INT64_MAX / 2); break;
 		case OPT_SCHED: {
 			int k = gk_nn_sched_parse(optarg);
 			if (k < 0)
 				gk_cli_usage_error(&cli, "--schedule '%s': cosine, linear or constant", optarg);
-			o.sched.kind = (gk_nn_sched_kind)k;
+			a->o.sched.kind = (gk_nn_sched_kind)k;
 			break;
 		}
-		case OPT_CLIP: o.clip = num("--clip", optarg, 0, 1e30); break;
-		case OPT_BETA1: o.adamw.beta1 = (float)num("--beta1", optarg, 0, 0.999999); break;
-		case OPT_BETA2: o.adamw.beta2 = (float)num("--beta2", optarg, 0, 0.999999); break;
-		case OPT_EPS: o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
-		case OPT_WD: o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
-		case OPT_SKIPNF: o.skip_nonfinite = 1; break;
+		case OPT_CLIP: a->o.clip = num("--clip", optarg, 0, 1e30); break;
+		case OPT_BETA1: a->o.adamw.beta1 = (float)num("--beta1", optarg, 0, 0.999999); break;
+		case OPT_BETA2: a->o.adamw.beta2 = (float)num("--beta2", optarg, 0, 0.999999); break;
+		case OPT_EPS: a->o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
+		case OPT_WD: a->o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
+		case OPT_SKIPNF: a->o.skip_nonfinite = 1; break;
 		case OPT_CKERR:
 			if (strcmp(optarg, "stop") == 0)
-				o.ckpt_continue = 0;
+				a->o.ckpt_continue = 0;
 			else if (strcmp(optarg, "continue") == 0)
-				o.ckpt_continue = 1;
+				a->o.ckpt_continue = 1;
 			else
 				gk_cli_usage_error(&cli, "--ckpt-error '%s': not one of stop continue", optarg);
 			break;
 		case OPT_BADSAMPLE:
 			if (strcmp(optarg, "stop") == 0)
-				o.skip_bad = 0;
+				a->o.skip_bad = 0;
 			else if (strcmp(optarg, "skip") == 0)
-				o.skip_bad = 1;
+				a->o.skip_bad = 1;
 			else
 				gk_cli_usage_error(&cli, "--bad-sample '%s': not one of stop skip", optarg);
 			break;
@@ -460,40 +463,40 @@ int main(int argc, char **argv)
 			if (v > 0 && v < 1)
 				gk_cli_usage_error(&cli, "--timeout %s: 0 (off) or at least 1 second",
 						   optarg);
-			o.timeout = v > 0 ? v : -1;
+			a->o.timeout = v > 0 ? v : -1;
 			break;
 		}
-		case OPT_ZERO: o.zero = (int)gk_cli_i64(&cli, "--zero", optarg, 0, 1); break;
+		case OPT_ZERO: a->o.zero = (int)gk_cli_i64(&cli, "--zero", optarg, 0, 1); break;
 		case OPT_COMPRESS: {
 			int k = gk_comm_compress_parse(optarg);
 			if (k < 0)
 				gk_cli_usage_error(&cli, "--compress '%s': none, bf16, f16 or int8", optarg);
-			o.compress = (gk_comm_compress)k;
+			a->o.compress = (gk_comm_compress)k;
 			break;
 		}
-		case OPT_BUCKET: o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg); break;
-		case OPT_NOOVERLAP: o.overlap = 0; break;
+		case OPT_BUCKET: a->o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg); break;
+		case OPT_NOOVERLAP: a->o.overlap = 0; break;
 		case OPT_COMM: {
 			int k = gk_comm_backend_parse(optarg);
 			if (k != GK_COMM_BACKEND_AUTO && k != GK_COMM_BACKEND_MPI &&
 			    k != GK_COMM_BACKEND_NCCL)
 				gk_cli_usage_error(&cli, "--comm '%s': auto, nccl or mpi", optarg);
-			o.comm = (gk_comm_backend)k;
+			a->o.comm = (gk_comm_backend)k;
 			break;
 		}
-		case OPT_CKDIR: o.ckpt_dir = optarg; break;
-		case OPT_CKEVERY: o.ckpt_every = gk_cli_i64(&cli, "--ckpt-every", optarg, 1, INT64_MAX / 2); break;
-		case OPT_RESUME: o.resume = 1; break;
-		case OPT_EVEVERY: o.eval_every = gk_cli_i64(&cli, "--eval-every", optarg, 1, INT64_MAX / 2); break;
-		case OPT_EVBATCH: o.eval_batches = gk_cli_i64(&cli, "--eval-batches", optarg, 0, INT64_MAX / 2); break;
-		case OPT_EVONLY: o.eval_only = 1; break;
-		case OPT_SAMPLE: sample = gk_cli_i64(&cli, "--sample", optarg, 1, 1 << 20); break;
-		case OPT_TEMP: temperature = num("--temperature", optarg, 0, 100); break;
-		case OPT_TOPK: top_k = gk_cli_i64(&cli, "--top-k", optarg, 0, 1 << 24); break;
+		case OPT_CKDIR: a->o.ckpt_dir = optarg; break;
+		case OPT_CKEVERY: a->o.ckpt_every = gk_cli_i64(&cli, "--ckpt-every", optarg, 1, INT64_MAX / 2); break;
+		case OPT_RESUME: a->o.resume = 1; break;
+		case OPT_EVEVERY: a->o.eval_every = gk_cli_i64(&cli, "--eval-every", optarg, 1, INT64_MAX / 2); break;
+		case OPT_EVBATCH: a->o.eval_batches = gk_cli_i64(&cli, "--eval-batches", optarg, 0, INT64_MAX / 2); break;
+		case OPT_EVONLY: a->o.eval_only = 1; break;
+		case OPT_SAMPLE: a->sample = gk_cli_i64(&cli, "--sample", optarg, 1, 1 << 20); break;
+		case OPT_TEMP: a->temperature = num("--temperature", optarg, 0, 100); break;
+		case OPT_TOPK: a->top_k = gk_cli_i64(&cli, "--top-k", optarg, 0, 1 << 24); break;
 		case OPT_METRICS:
 			if (!*optarg)
 				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
-			metrics = optarg;
+			a->metrics = optarg;
 			break;
 		default:
 			gk_cli_usage_error(&cli, "unknown option");
@@ -501,116 +504,112 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
-	const char *eval_src = o.val_data ? o.val_data : o.data;
-	if (!o.data && !(o.eval_only && eval_src))
+	a->eval_src = a->o.val_data ? a->o.val_data : a->o.data;
+	if (!a->o.data && !(a->o.eval_only && a->eval_src))
 		gk_cli_usage_error(&cli, "--data is required");
-	if (o.resume && !o.ckpt_dir)
+	if (a->o.resume && !a->o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
-	if (o.eval_only && dump)
+	if (a->o.eval_only && a->dump)
 		gk_cli_usage_error(&cli, "--eval-only and --dump-data: one or the other");
-	if (metrics && (o.eval_only || dump))
+	if (a->metrics && (a->o.eval_only || a->dump))
 		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
-				   o.eval_only ? "--eval-only" : "--dump-data");
-	if (o.comm == GK_COMM_BACKEND_NCCL && o.device == GK_NN_CPU)
+				   a->o.eval_only ? "--eval-only" : "--dump-data");
+	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
-	if (o.adamw.eps <= 0)
+	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");
-	if (o.sched.min_lr > o.sched.lr)
+	if (a->o.sched.min_lr > a->o.sched.lr)
 		gk_cli_usage_error(&cli, "--min-lr %g is above --lr %g: the schedule would climb",
-				   o.sched.min_lr, o.sched.lr);
-	if (o.eval_every && !o.val_data)
+				   a->o.sched.min_lr, a->o.sched.lr);
+	if (a->o.eval_every && !a->o.val_data)
 		gk_cli_usage_error(&cli, "--eval-every needs --val-data");
-	if (o.sched.min_lr < 0)
-		o.sched.min_lr = o.sched.lr / 10;
-	o.sched.steps = o.steps;
+	if (a->o.sched.min_lr < 0)
+		a->o.sched.min_lr = a->o.sched.lr / 10;
+	a->o.sched.steps = a->o.steps;
+}
 
-	/* The model's shape: config.json, then the flags over it. */
-	if (config && gk_nn_config_load(&o.cfg, config, &err) < 0)
-		return gk_cli_fail(&cli, &err);
-	if (config || shape.layers || shape.hidden || shape.heads || shape.vocab || shape.positions) {
-		if (!config)
-			o.cfg = (gk_nn_config){.layers = 12, .hidden = 768, .heads = 12,
-					       .vocab = GK_NN_BYTE_VOCAB, .positions = 1024,
-					       .ln_eps = 1e-5f};
-		if (shape.layers) o.cfg.layers = shape.layers;
-		if (shape.hidden) o.cfg.hidden = shape.hidden;
-		if (shape.heads) o.cfg.heads = shape.heads;
-		if (shape.vocab) o.cfg.vocab = shape.vocab;
-		if (shape.positions) o.cfg.positions = shape.positions;
-		o.have_config = 1;
+/*
+ * The model's shape: config.json, then the flags over it; GPT-2 small
+ * when neither a shape nor a checkpoint says, else what the checkpoint
+ * says (the trainer reads it).
+ */
+static int resolve_shape(args *a, gk_err *err)
+{
+	static const gk_nn_config gpt2_small = {.layers = 12, .hidden = 768, .heads = 12,
+						.vocab = GK_NN_BYTE_VOCAB, .positions = 1024,
+						.ln_eps = 1e-5f};
+	const gk_nn_config *f = &a->shape;
+	int flags = f->layers || f->hidden || f->heads || f->vocab || f->positions;
+	if (a->config && gk_nn_config_load(&a->o.cfg, a->config, err) < 0)
+		return -1;
+	if (a->config || flags || (!a->o.init_from && !a->o.resume)) {
+		if (!a->config)
+			a->o.cfg = gpt2_small;
+		if (f->layers) a->o.cfg.layers = f->layers;
+		if (f->hidden) a->o.cfg.hidden = f->hidden;
+		if (f->heads) a->o.cfg.heads = f->heads;
+		if (f->vocab) a->o.cfg.vocab = f->vocab;
+		if (f->positions) a->o.cfg.positions = f->positions;
+		a->o.have_config = 1;
 		/* with a checkpoint's config.json, the flags go over that */
-		o.cfg_from_flags = !config;
-		o.shape = shape;
-		if (gk_nn_config_finish(&o.cfg, &err) < 0)
-			return gk_cli_fail(&cli, &err);
-	} else if (!o.init_from && !o.resume) {
-		o.cfg = (gk_nn_config){.layers = 12, .hidden = 768, .heads = 12,
-				       .vocab = GK_NN_BYTE_VOCAB, .positions = 1024, .ln_eps = 1e-5f};
-		o.have_config = 1;
-		if (gk_nn_config_finish(&o.cfg, &err) < 0)
-			return gk_cli_fail(&cli, &err);
+		a->o.cfg_from_flags = !a->config && flags;
+		a->o.shape = a->shape;
+		if (gk_nn_config_finish(&a->o.cfg, err) < 0)
+			return -1;
 	}
 	/* 0: the trainer takes the model's positions, once it has the shape */
-	if (!seq_set)
-		o.seq = o.have_config && !(o.cfg_from_flags && (o.init_from || o.resume)) ?
-				(int)o.cfg.positions : 0;
+	if (!a->seq_set)
+		a->o.seq = a->o.have_config && !(a->o.cfg_from_flags && (a->o.init_from || a->o.resume)) ?
+				   (int)a->o.cfg.positions : 0;
+	return 0;
+}
 
-	if (dump) {
-		if (!seq_set && !o.have_config)
-			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");
-		gk_nn_data_opts d = {.shuffle = o.shuffle, .seed = o.seed,
-				     .vocab = o.have_config ? o.cfg.vocab : GK_NN_BYTE_VOCAB,
-				     .eot = o.eot, .batch = o.batch, .seq = o.seq,
-				     .skip_bad = o.skip_bad};
-		return gk_cli_finish(&cli, dump_data(o.data, &d, dump));
-	}
-
-	/*
-	 * lib/core removes temp files when a signal kills the process, with
-	 * handlers it installs on first use; install them now and ours over
-	 * them, so a signal always reaches the trainer (which stops cleanly
-	 * and leaves no temp files). A shell starts background jobs with
-	 * SIGINT ignored: a handler undoes that too.
-	 */
+/*
+ * lib/core removes temp files when a signal kills the process, with
+ * handlers it installs on first use; install them now and ours over
+ * them, so a signal always reaches the trainer (which stops cleanly and
+ * leaves no temp files). A shell starts background jobs with SIGINT
+ * ignored: a handler undoes that too.
+ */
+static int catch_signals(gk_nn_train_opts *o, gk_err *err)
+{
 	gk_cleanup_forget(gk_cleanup_on_signal("/nonexistent"));
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
-	o.stop = &stop_flag;
+	o->stop = &stop_flag;
 	const char *delay = getenv("GPUKIT_TEST_CKPT_DELAY_MS");
-	if (delay && gk_parse_int(delay, 0, 3600000, &o.ckpt_delay_ms,
-				  "GPUKIT_TEST_CKPT_DELAY_MS", &err) < 0)
-		return gk_cli_fail(&cli, &err);
+	if (delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
+				  "GPUKIT_TEST_CKPT_DELAY_MS", err) < 0)
+		return -1;
+	return 0;
+}
 
-	gk_nn_trainer *t = NULL;
-	if (gk_nn_trainer_new(&t, &o, &err) < 0) {
-		/* seq defaults to a checkpoint's positions: known only now */
-		int rc = gk_cli_fail(&cli, &err);
-		gk_nn_trainer_abort(t, rc);
-		gk_nn_trainer_free(t);
-		return rc;
-	}
-	int rank = gk_nn_trainer_rank(t), rc = 0;
+/* Rank 0: the notes on stderr, the model and its memory on stdout. */
+static void print_start(gk_nn_trainer *t)
+{
+	int rank = gk_nn_trainer_rank(t);
 	const gk_nn_config *cfg = gk_nn_trainer_config(t);
 	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
 	gk_nn_model *m = gk_nn_trainer_model(t);
+	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	const char *note, *device = gk_nn_trainer_device(t, &note);
 	static const char *const precisions[] = {"bf16", "tf32", "fp32"};
-	const char *precision = strcmp(device, "cpu") ? precisions[o.precision] : "fp32";
+	const char *precision = strcmp(device, "cpu") ? precisions[r->precision] : "fp32";
 	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
 	int cpus = gk_nn_default_threads();
-	if (rank == 0 && o.threads > cpus)
+	if (rank == 0 && r->threads > cpus)
 		fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPUs this "
 			"rank may use; threads that share a CPU make every step slower\n",
-			o.threads, cpus);
+			r->threads, cpus);
 	if (rank == 0) {
 		size_t np = gk_nn_nparams(m);
 		if (cli.json) {
@@ -622,7 +621,7 @@ int main(int argc, char **argv)
 					      (json_int_t)cfg->heads, "vocab", (json_int_t)cfg->vocab,
 					      "positions", (json_int_t)cfg->positions, "params",
 					      (json_int_t)np, "world", gk_nn_trainer_world(t), "batch",
-					      o.batch, "seq", o.seq, "grad_accum", o.grad_accum, "zero", o.zero);
+					      r->batch, "seq", r->seq, "grad_accum", r->grad_accum, "zero", r->zero);
 			print_mem(mem, j);
 			emit(j);
 		} else if (!cli.quiet) {
@@ -634,136 +633,195 @@ int main(int argc, char **argv)
 			print_mem(mem, NULL);
 		}
 	}
-	if (o.eval_only) {
-		double loss;
-		nothing_to_save = 1;
-		int64_t nb;
-		if (gk_nn_trainer_eval(t, eval_src, o.eval_batches, &loss, &nb, &err) < 0)
-			goto fail;
-		if (rank == 0) {
-			if (cli.json)
-				emit(json_pack("{s:s,s:o,s:I,s:I}", "event", "eval", "loss", jnum(loss),
-					       "batches", (json_int_t)nb, "tokens",
-					       (json_int_t)(nb * o.batch * o.seq)));
-			else
-				printf("loss %.6f over %" PRId64 " micro-batches of %d x %d tokens\n",
-				       loss, nb, o.batch, o.seq);
+}
+
+/* --eval-only: the mean loss of the model on the data. */
+static int run_eval(gk_nn_trainer *t, const args *a, gk_err *err)
+{
+	int rank = gk_nn_trainer_rank(t);
+	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
+	double loss;
+	int64_t nb;
+	if (gk_nn_trainer_eval(t, a->eval_src, a->o.eval_batches, &loss, &nb, err) < 0)
+		return -1;
+	if (rank == 0) {
+		if (cli.json)
+			emit(json_pack("{s:s,s:o,s:I,s:I}", "event", "eval", "loss", jnum(loss),
+				       "batches", (json_int_t)nb, "tokens",
+				       (json_int_t)(nb * r->batch * r->seq)));
+		else
+			printf("loss %.6f over %" PRId64 " micro-batches of %d x %d tokens\n",
+			       loss, nb, r->batch, r->seq);
+	}
+	/* printed for the record, but a model that gives NaN is broken */
+	if (!isfinite(loss)) {
+		gk_errf(err, "the loss is %s: the model's parameters are not finite",
+			isnan(loss) ? "NaN" : "infinite");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Training to the end, a signal or a failure; the summary. *rc is the
+ * exit status of a run that did not fail: 0, 130 after SIGINT, 1 when the
+ * last checkpoint was lost (said here, on rank 0). A signal also cancels
+ * --sample.
+ */
+static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
+{
+	int rank = gk_nn_trainer_rank(t);
+	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
+	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
+	out_ctx ctx = {mem, a->o.steps, gk_nn_trainer_world(t), a->metrics, NULL, 0, a->o.skip_bad};
+	if (a->metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, err) < 0)
+		return -1;
+	gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
+	gk_nn_train_summary s;
+	int run = gk_nn_trainer_run(t, &h, &s, err);
+	gk_metrics_free(ctx.metrics);
+	if (run < 0)
+		return -1;
+	if (rank == 0) {
+		/* step 0: stopped before a first step, nothing to keep */
+		const char *why = s.stopped == 1 ? (a->o.ckpt_dir && !s.ckpt_lost && s.step > 0 ?
+						     "signal (checkpointed)" : "signal") :
+				  s.stopped == 2 ? "interrupt" : "done";
+		if (cli.json) {
+			json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
+					      "summary", "step", (json_int_t)s.step, "steps",
+					      (json_int_t)s.steps, "tokens", (json_int_t)s.tokens,
+					      "seconds", s.seconds, "loss", jnum(s.last_loss), "stopped",
+					      why, "skipped", (json_int_t)s.skipped);
+			if (!isnan(s.min_loss))
+				json_object_set_new(j, "min_loss", jnum(s.min_loss));
+			if (s.val_loss != 0)
+				json_object_set_new(j, "val_loss", jnum(s.val_loss));
+			if (s.data_note)
+				json_object_set_new(j, "note", json_string(s.data_note));
+			if (a->o.skip_bad)
+				json_object_set_new(j, "bad_samples", json_integer(s.bad_samples));
+			if (s.dropped)
+				json_object_set_new(j, "dropped_micro_batches",
+						    json_integer(s.dropped));
+			emit(j);
+		} else if (!cli.quiet) {
+			printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
+			       "loss %.4f, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
+			       s.seconds > 0 ? (double)r->batch * r->seq * r->grad_accum *
+						       gk_nn_trainer_world(t) * s.steps / s.seconds : 0,
+			       s.last_loss, s.skipped, why);
+			if (s.val_loss != 0)
+				printf("val loss %.4f\n", s.val_loss);
+			if (s.data_note)
+				printf("note: %s\n", s.data_note);
+			if (s.dropped)
+				printf("step %" PRId64 " stopped after %d of %d micro-batches: "
+				       "dropped, to be trained again on resume\n", s.step + 1,
+				       s.dropped, r->grad_accum);
+			if (s.bad_samples)
+				printf("skipped %" PRId64 " corrupt samples\n", s.bad_samples);
 		}
-		/* printed for the record, but a model that gives NaN is broken */
-		if (!isfinite(loss)) {
-			gk_errf(&err, "the loss is %s: the model's parameters are not finite",
-				isnan(loss) ? "NaN" : "infinite");
-			goto fail;
-		}
-	} else {
-		out_ctx ctx = {mem, o.steps, gk_nn_trainer_world(t), metrics, NULL, 0, o.skip_bad};
-		if (metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, &err) < 0)
-			goto fail;
-		gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
-		gk_nn_train_summary s;
-		int run = gk_nn_trainer_run(t, &h, &s, &err);
-		gk_metrics_free(ctx.metrics);
-		if (run < 0)
-			goto fail;
-		if (rank == 0) {
-			/* step 0: stopped before a first step, nothing to keep */
-			const char *why = s.stopped == 1 ? (o.ckpt_dir && !s.ckpt_lost && s.step > 0 ?
-							     "signal (checkpointed)" : "signal") :
-					  s.stopped == 2 ? "interrupt" : "done";
-			if (cli.json) {
-				json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
-						      "summary", "step", (json_int_t)s.step, "steps",
-						      (json_int_t)s.steps, "tokens", (json_int_t)s.tokens,
-						      "seconds", s.seconds, "loss", jnum(s.last_loss), "stopped",
-						      why, "skipped", (json_int_t)s.skipped);
-				if (!isnan(s.min_loss))
-					json_object_set_new(j, "min_loss", jnum(s.min_loss));
-				if (s.val_loss != 0)
-					json_object_set_new(j, "val_loss", jnum(s.val_loss));
-				if (s.data_note)
-					json_object_set_new(j, "note", json_string(s.data_note));
-				if (o.skip_bad)
-					json_object_set_new(j, "bad_samples", json_integer(s.bad_samples));
-				if (s.dropped)
-					json_object_set_new(j, "dropped_micro_batches",
-							    json_integer(s.dropped));
-				emit(j);
-			} else if (!cli.quiet) {
-				printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
-				       "loss %.4f, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
-				       s.seconds > 0 ? (double)o.batch * o.seq * o.grad_accum *
-							       gk_nn_trainer_world(t) * s.steps / s.seconds : 0,
-				       s.last_loss, s.skipped, why);
-				if (s.val_loss != 0)
-					printf("val loss %.4f\n", s.val_loss);
-				if (s.data_note)
-					printf("note: %s\n", s.data_note);
-				if (s.dropped)
-					printf("step %" PRId64 " stopped after %d of %d micro-batches: "
-					       "dropped, to be trained again on resume\n", s.step + 1,
-					       s.dropped, o.grad_accum);
-				if (s.bad_samples)
-					printf("skipped %" PRId64 " corrupt samples\n", s.bad_samples);
+	}
+	*rc = s.stopped == 2 ? 130 : 0;
+	if (s.stopped)
+		a->sample = 0; /* a signal asks for a quick exit */
+	/* --ckpt-error continue trains on; but a run whose last
+	 * checkpoint failed ends without its model on disk */
+	if (*rc == 0 && s.ckpt_lost) {
+		/* every rank knows (they agreed on the failure): a clean exit */
+		gk_errf(err, "the last checkpoint (step %" PRId64 ") was not written: "
+			"the model trained since the one before is lost", s.ckpt_lost);
+		*rc = rank == 0 ? gk_cli_fail(&cli, err) : 1;
+	}
+	return 0;
+}
+
+/* --sample: rank 0 generates and prints, as text for the byte vocabulary. */
+static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
+{
+	const gk_nn_config *cfg = gk_nn_trainer_config(t);
+	gk_nn_model *m = gk_nn_trainer_model(t);
+	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
+	int32_t *tok = malloc((size_t)a->sample * sizeof(int32_t));
+	int32_t eot = r->eot >= 0 ? r->eot : (int32_t)(cfg->vocab - 1);
+	if (!tok || gk_nn_sample(m, r->batch, r->seq, eot, (int)a->sample, a->temperature,
+				 (int)a->top_k, a->o.seed, tok, err) < 0) {
+		free(tok);
+		if (!err->msg[0])
+			gk_err_sys(err, ENOMEM, "sample");
+		return -1;
+	}
+	/* The byte vocabulary decodes to text; others print ids. */
+	char *txt = malloc((size_t)a->sample * 12 + 1);
+	size_t n = 0;
+	for (int64_t i = 0; txt && i < a->sample; i++) {
+		if (cfg->vocab == GK_NN_BYTE_VOCAB)
+			txt[n++] = tok[i] == GK_NN_BYTE_EOT ? '\n' : (char)tok[i];
+		else
+			n += (size_t)sprintf(txt + n, "%s%d", i ? " " : "", tok[i]);
+	}
+	if (txt) {
+		if (cli.json) {
+			json_t *j = json_object(), *ids = json_array();
+			json_object_set_new(j, "event", json_string("sample"));
+			for (int64_t i = 0; i < a->sample; i++)
+				json_array_append_new(ids, json_integer(tok[i]));
+			json_object_set_new(j, "tokens", ids);
+			if (cfg->vocab == GK_NN_BYTE_VOCAB) {
+				/* bytes that are not UTF-8 become U+FFFD */
+				size_t ul;
+				char *u = utf8_lossy(txt, n, &ul);
+				json_t *tx = u ? json_stringn(u, ul) : NULL;
+				if (tx)
+					json_object_set_new(j, "text", tx);
+				free(u);
 			}
+			emit(j);
+		} else {
+			fwrite(txt, 1, n, stdout);
+			putchar('\n');
 		}
-		if (s.stopped == 2)
-			rc = 130;
-		if (s.stopped)
-			sample = 0; /* a signal asks for a quick exit */
-		/* --ckpt-error continue trains on; but a run whose last
-		 * checkpoint failed ends without its model on disk */
-		if (rc == 0 && s.ckpt_lost) {
-			/* every rank knows (they agreed on the failure): a clean exit */
-			gk_errf(&err, "the last checkpoint (step %" PRId64 ") was not written: "
-				"the model trained since the one before is lost", s.ckpt_lost);
-			rc = rank == 0 ? gk_cli_fail(&cli, &err) : 1;
-		}
+	}
+	free(txt);
+	free(tok);
+	return txt ? 0 : gk_err_sys(err, ENOMEM, "sample");
+}
+
+int main(int argc, char **argv)
+{
+	gk_err err = {0};
+	args a;
+	gk_cli_init(&cli, "gpu-train", usage);
+	parse_args(argc, argv, &a);
+	if (resolve_shape(&a, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	if (a.dump) {
+		if (!a.seq_set && !a.o.have_config)
+			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");
+		gk_nn_data_opts d = {.shuffle = a.o.shuffle, .seed = a.o.seed,
+				     .vocab = a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB,
+				     .eot = a.o.eot, .batch = a.o.batch, .seq = a.o.seq,
+				     .skip_bad = a.o.skip_bad};
+		return gk_cli_finish(&cli, dump_data(a.o.data, &d, a.dump));
+	}
+	if (catch_signals(&a.o, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	gk_nn_trainer *t = NULL;
+	int rc = 0;
+	if (gk_nn_trainer_new(&t, &a.o, &err) < 0)
+		goto fail;
+	print_start(t);
+	if (a.o.eval_only) {
+		nothing_to_save = 1;
+		if (run_eval(t, &a, &err) < 0)
+			goto fail;
+	} else if (run_train(t, &a, &rc, &err) < 0) {
+		goto fail;
 	}
 	nothing_to_save = 1;
-	if (sample && rank == 0 && rc == 0) {
-		int32_t *tok = malloc((size_t)sample * sizeof(int32_t));
-		int32_t eot = o.eot >= 0 ? o.eot : (int32_t)(cfg->vocab - 1);
-		if (!tok || gk_nn_sample(m, o.batch, o.seq, eot, (int)sample, temperature,
-					 (int)top_k, o.seed, tok, &err) < 0) {
-			free(tok);
-			if (!err.msg[0])
-				gk_err_sys(&err, ENOMEM, "sample");
-			goto fail;
-		}
-		/* The byte vocabulary decodes to text; others print ids. */
-		char *txt = malloc((size_t)sample * 12 + 1);
-		size_t n = 0;
-		for (int64_t i = 0; txt && i < sample; i++) {
-			if (cfg->vocab == GK_NN_BYTE_VOCAB)
-				txt[n++] = tok[i] == GK_NN_BYTE_EOT ? '\n' : (char)tok[i];
-			else
-				n += (size_t)sprintf(txt + n, "%s%d", i ? " " : "", tok[i]);
-		}
-		if (txt) {
-			if (cli.json) {
-				json_t *j = json_object(), *ids = json_array();
-				json_object_set_new(j, "event", json_string("sample"));
-				for (int64_t i = 0; i < sample; i++)
-					json_array_append_new(ids, json_integer(tok[i]));
-				json_object_set_new(j, "tokens", ids);
-				if (cfg->vocab == GK_NN_BYTE_VOCAB) {
-					/* bytes that are not UTF-8 become U+FFFD */
-					size_t ul;
-					char *u = utf8_lossy(txt, n, &ul);
-					json_t *tx = u ? json_stringn(u, ul) : NULL;
-					if (tx)
-						json_object_set_new(j, "text", tx);
-					free(u);
-				}
-				emit(j);
-			} else {
-				fwrite(txt, 1, n, stdout);
-				putchar('\n');
-			}
-		}
-		free(txt);
-		free(tok);
-	}
+	if (a.sample && gk_nn_trainer_rank(t) == 0 && rc == 0 && print_sample(t, &a, &err) < 0)
+		goto fail;
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);
 fail:

@@ -481,6 +481,9 @@ int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 			const gk_nn_train_mem *mem, int world, double now,
 			gk_err *err);
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
+/* The options as the trainer resolved them: seq from the model's
+ * positions when it was 0, threads from the CPUs, grad_accum at least 1. */
+const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t);
 /* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
  * or NULL. */
 const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);

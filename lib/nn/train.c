@@ -235,6 +235,11 @@ const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t)
 	return &t->cfg;
 }
 
+const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t)
+{
+	return &t->o;
+}
+
 const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note)
 {
 	if (note)

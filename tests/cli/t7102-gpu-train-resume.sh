@@ -37,6 +37,14 @@ test_expect_success 'the checkpoint is whole: ckpt-merge checks it, HF names, un
 	jq -e ".n_layer == 2 and .n_embd == 32 and .vocab_size == 257" ck/step-00000010/config.json
 '
 
+test_expect_success 'without --seq a checkpoint'"'"'s positions are the window: eval counts and samples by them' '
+	gpu-train --eval-only --init-from ck/step-00000010 --data train.bin --threads 1 \
+		--batch 4 --eval-batches 2 --sample 10 --json >es.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].seq == 33" es.json &&
+	jq -s -e "map(select(.event == \"eval\"))[0].tokens == 264" es.json &&
+	jq -s -e "map(select(.event == \"sample\"))[0].tokens | length == 10" es.json
+'
+
 test_expect_success MPI '2 ranks, ZeRO-1: resume bit for bit, optimizer in rank slices' '
 	mpi 2 $A --zero 1 --steps 12 >f2.json &&
 	losses f2.json >f2 &&
