@@ -824,8 +824,11 @@ int main(int argc, char **argv)
 		goto fail;
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);
-fail:
-	rc = gk_cli_fail(&cli, &err);
+fail:;
+	int report;
+	rc = gk_nn_trainer_failed(t, &report);
+	if (report)
+		gk_cli_fail(&cli, &err);
 	gk_nn_trainer_abort(t, rc);
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);

@@ -429,14 +429,7 @@ int gk_comm_bench_fits(const gk_comm_bench_opts *o, int local_ranks,
 
 int gk_comm_bench_agree(gk_comm *c, const gk_comm_bench_opts *o, gk_err *err)
 {
-	/*
-	 * Each value as 32-bit halves, which a double holds exactly, so the
-	 * host reduction over doubles compares 64-bit sizes without loss.
-	 */
-	struct {
-		const char *opt;
-		uint64_t v;
-	} f[] = {
+	const gk_comm_setting f[] = {
 		{"--collective", (uint64_t)o->coll},
 		{"-d", o->all_types ? UINT32_MAX : (uint64_t)o->dt},
 		{"-o", o->all_ops ? UINT32_MAX : (uint64_t)o->op},
@@ -455,25 +448,8 @@ int gk_comm_bench_agree(gk_comm *c, const gk_comm_bench_opts *o, gk_err *err)
 		{"--backend", (uint64_t)c->backend},
 		{"--segment", (uint64_t)c->cfg.segment},
 	};
-	enum { NF = sizeof f / sizeof f[0] };
-	double lo[2 * NF], hi[2 * NF];
-	for (size_t i = 0; i < NF; i++) {
-		lo[2 * i] = hi[2 * i] = (double)(f[i].v >> 32);
-		lo[2 * i + 1] = hi[2 * i + 1] = (double)(f[i].v & UINT32_MAX);
-	}
-	if (gk_comm_host_allreduce_f64(c, lo, 2 * NF, GK_COMM_MIN, err) < 0 ||
-	    gk_comm_host_allreduce_f64(c, hi, 2 * NF, GK_COMM_MAX, err) < 0)
-		return -1;
-	char which[256] = "";
-	size_t len = 0;
-	for (size_t i = 0; i < NF; i++)
-		if (lo[2 * i] != hi[2 * i] || lo[2 * i + 1] != hi[2 * i + 1])
-			len += (size_t)snprintf(which + len, len < sizeof which ? sizeof which - len : 0,
-						"%s%s", len ? ", " : "", f[i].opt);
-	if (len)
-		return gk_errf(err, "options differ between the %d ranks (%s): "
-			       "every rank must run the same benchmark", c->world, which);
-	return 0;
+	return gk_comm_agree(c, f, GK_ARRAY_SIZE(f), "every rank must run the same benchmark",
+			     err);
 }
 
 /* ---- the sweep ---- */

@@ -619,6 +619,48 @@ int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
  * E_{k+1} <= E_k + (A + E_k) c with c = 1/254 + 2^-20, and n
  * quantisations give E_n <= ((1 + c)^n - 1) A.
  */
+uint64_t gk_comm_setting_str(const char *s)
+{
+	return s ? gk_xxh3(s, strlen(s)) ^ 1 : 0;
+}
+
+int gk_comm_agree(gk_comm *c, const gk_comm_setting *s, size_t n,
+		  const char *why, gk_err *err)
+{
+	if (c->world == 1 || n == 0)
+		return 0;
+	double *lo = malloc(4 * n * sizeof *lo), *hi = lo ? lo + 2 * n : NULL;
+	if (!lo)
+		return gk_errf(err, "comm: out of memory");
+	for (size_t i = 0; i < n; i++) {
+		lo[2 * i] = hi[2 * i] = (double)(s[i].v >> 32);
+		lo[2 * i + 1] = hi[2 * i + 1] = (double)(s[i].v & UINT32_MAX);
+	}
+	int rc = 0;
+	if (gk_comm_host_allreduce_f64(c, lo, 2 * n, GK_COMM_MIN, err) < 0 ||
+	    gk_comm_host_allreduce_f64(c, hi, 2 * n, GK_COMM_MAX, err) < 0) {
+		rc = -1;
+	} else {
+		char which[256] = "";
+		size_t len = 0;
+		for (size_t i = 0; i < n; i++) {
+			int differs = lo[2 * i] != hi[2 * i] || lo[2 * i + 1] != hi[2 * i + 1];
+			for (size_t j = 0; differs && j < i; j++) /* each name once */
+				differs = strcmp(s[j].name, s[i].name) != 0 ||
+					  (lo[2 * j] == hi[2 * j] && lo[2 * j + 1] == hi[2 * j + 1]);
+			if (differs)
+				len += (size_t)snprintf(which + len,
+							len < sizeof which ? sizeof which - len : 0,
+							"%s%s", len ? ", " : "", s[i].name);
+		}
+		if (len)
+			rc = gk_errf(err, "options differ between the %d ranks (%s): %s", c->world,
+				     which, why);
+	}
+	free(lo);
+	return rc;
+}
+
 double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum)
 {
 	double u;

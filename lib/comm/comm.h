@@ -315,6 +315,25 @@ void gk_comm_grads_free(gk_comm_grads *g);
 int gk_comm_host_allreduce_f64(gk_comm *c, double *v, size_t n, gk_comm_op op,
 			       gk_err *err);
 
+/*
+ * Settings every rank must share (a tool's options, a model's shape),
+ * compared before the first collective that depends on them: ranks
+ * started with different arguments (an MPMD launch, a typo on one node)
+ * would otherwise call different collectives, or the same ones on
+ * buffers of different sizes, and wait forever or corrupt memory. Each
+ * value is compared as 32-bit halves, which the host reduction's doubles
+ * hold exactly (min and max over the world); a string is compared by its
+ * XXH3 (gk_comm_setting_str). On a difference every rank returns -1 with
+ * the same message: "options differ between the N ranks (A, B): why".
+ */
+typedef struct gk_comm_setting {
+	const char *name; /* as the user spells it: "--batch" */
+	uint64_t v;
+} gk_comm_setting;
+uint64_t gk_comm_setting_str(const char *s); /* NULL and "" differ */
+int gk_comm_agree(gk_comm *c, const gk_comm_setting *s, size_t n,
+		  const char *why, gk_err *err);
+
 /* Memory helpers matching the backend (cudaMalloc for nccl, else malloc). */
 void *gk_comm_alloc(gk_comm *c, size_t bytes, gk_err *err);
 void gk_comm_free(gk_comm *c, void *p);

@@ -493,8 +493,18 @@ const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
+/*
+ * After gk_nn_trainer_new or gk_nn_trainer_run failed (t may be NULL): the
+ * exit status, and in *report whether this rank says why. A failure
+ * every rank met together is reported by rank 0 alone and each rank ends
+ * normally: options that differ between the ranks (2, as a usage error),
+ * a checkpoint directory or checkpoint that rank 0 refused (1). Any other
+ * is 1, reported by the rank that met it.
+ */
+int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
 /* After a failure on this rank: end the whole job (MPI_Abort) when the
- * world has more than one rank; returns for a world of one. */
+ * world has more than one rank, unless every rank met the failure
+ * together (gk_nn_trainer_failed); returns for a world of one. */
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
 void gk_nn_trainer_free(gk_nn_trainer *t);
 /* The CPUs this process may run on (sched_getaffinity). */

@@ -88,6 +88,7 @@ struct gk_nn_trainer {
 	char comm_note[sizeof(((gk_err *)0)->msg) + 64];
 	int rank, world;
 	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
+	int agreed;           /* every rank failed together: the exit status */
 	gk_nn_model *m;
 	gk_nn_data *data;
 	int32_t *in, *tg;
@@ -259,9 +260,15 @@ gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
 	return t->m;
 }
 
+int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
+{
+	*report = !t || !t->agreed || t->rank == 0;
+	return t && t->agreed ? t->agreed : 1;
+}
+
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
 {
-	if (t && t->comm)
+	if (t && t->comm && !t->agreed)
 		gk_comm_abort(t->comm, code);
 }
 
@@ -656,6 +663,64 @@ static int open_grad_comm(gk_nn_trainer *t, gk_err *err)
 	return 0;
 }
 
+static uint64_t fbits(double x)
+{
+	uint64_t b;
+	memcpy(&b, &x, sizeof b);
+	return b;
+}
+
+/*
+ * Every rank must train the same model on the same schedule: ranks
+ * started with different options would size their buffers differently
+ * and meet in collectives of different lengths (heap corruption inside
+ * MPI), or stall in different ones, or drift apart silently. This is the
+ * first collective after the world opens. What may differ: --threads and
+ * --recompute (they change neither a value nor a collective), and the
+ * options only rank 0 acts on (output, sampling).
+ */
+static int agree_options(const gk_nn_trainer *t, gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	const gk_nn_config *c = &o->cfg;
+	const gk_comm_setting f[] = {
+		{"--config", (uint64_t)o->have_config},
+		{"--layers", (uint64_t)c->layers}, {"--hidden", (uint64_t)c->hidden},
+		{"--heads", (uint64_t)c->heads}, {"--vocab", (uint64_t)c->vocab},
+		{"--positions", (uint64_t)c->positions}, {"layer_norm_epsilon", fbits(c->ln_eps)},
+		{"--layers", (uint64_t)o->shape.layers}, {"--hidden", (uint64_t)o->shape.hidden},
+		{"--heads", (uint64_t)o->shape.heads}, {"--vocab", (uint64_t)o->shape.vocab},
+		{"--positions", (uint64_t)o->shape.positions},
+		{"--init-from", gk_comm_setting_str(o->init_from)},
+		{"--seed", o->seed},
+		{"--data", gk_comm_setting_str(o->data)},
+		{"--val-data", gk_comm_setting_str(o->val_data)},
+		{"--shuffle", (uint64_t)o->shuffle}, {"--eot", (uint64_t)(uint32_t)o->eot},
+		{"--batch", (uint64_t)o->batch}, {"--seq", (uint64_t)o->seq},
+		{"--grad-accum", (uint64_t)o->grad_accum},
+		{"--device", (uint64_t)o->device}, {"--precision", (uint64_t)o->precision},
+		{"--schedule", (uint64_t)o->sched.kind}, {"--lr", fbits(o->sched.lr)},
+		{"--min-lr", fbits(o->sched.min_lr)}, {"--warmup", (uint64_t)o->sched.warmup},
+		{"--beta1", fbits(o->adamw.beta1)}, {"--beta2", fbits(o->adamw.beta2)},
+		{"--eps", fbits(o->adamw.eps)}, {"--weight-decay", fbits(o->adamw.weight_decay)},
+		{"--clip", fbits(o->clip)},
+		{"--steps", (uint64_t)o->steps}, {"--until", (uint64_t)o->until},
+		{"--zero", (uint64_t)o->zero}, {"--compress", (uint64_t)o->compress},
+		{"--no-overlap", (uint64_t)o->overlap}, {"--bucket", (uint64_t)o->bucket_bytes},
+		{"--comm", (uint64_t)o->comm}, {"--timeout", fbits(o->timeout)},
+		{"--ckpt-dir", gk_comm_setting_str(o->ckpt_dir)},
+		{"--ckpt-every", (uint64_t)o->ckpt_every}, {"--resume", (uint64_t)o->resume},
+		{"--ckpt-error", (uint64_t)o->ckpt_continue},
+		{"--eval-every", (uint64_t)o->eval_every},
+		{"--eval-batches", (uint64_t)o->eval_batches},
+		{"--eval-only", (uint64_t)o->eval_only},
+		{"--skip-nonfinite", (uint64_t)o->skip_nonfinite},
+		{"--bad-sample", (uint64_t)o->skip_bad},
+	};
+	return gk_comm_agree(t->comm, f, GK_ARRAY_SIZE(f),
+			     "every rank must be started with the same options", err);
+}
+
 /* This rank's optimizer range [lo, hi) of the N parameters (not the padding). */
 static size_t opt_lo(const gk_nn_trainer *t)
 {
@@ -718,8 +783,14 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		goto fail;
 	t->rank = gk_comm_rank(t->comm);
 	t->world = gk_comm_world(t->comm);
-	if (o->ckpt_dir && claim_ckpt_dir(t, err) < 0)
+	if (agree_options(t, err) < 0) {
+		t->agreed = 2;
 		goto fail;
+	}
+	if (o->ckpt_dir && claim_ckpt_dir(t, err) < 0) {
+		t->agreed = 1;
+		goto fail;
+	}
 	if (o->resume && o->ckpt_dir) {
 		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
 		if (r < 0)
@@ -779,12 +850,14 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 				      err) < 0)
 			goto fail;
 	}
-	if (resume_dir) {
-		if (verify_ckpt(t, resume_dir, err) < 0 ||
-		    resume_from(t, resume_dir, resume_step, err) < 0)
+	if (resume_dir || o->init_from) {
+		const char *from = resume_dir ? resume_dir : o->init_from;
+		if (verify_ckpt(t, from, err) < 0) {
+			t->agreed = 1;
 			goto fail;
-	} else if (o->init_from) {
-		if (verify_ckpt(t, o->init_from, err) < 0 || gk_nn_load(t->m, o->init_from, err) < 0)
+		}
+		if (resume_dir ? resume_from(t, resume_dir, resume_step, err) < 0
+			       : gk_nn_load(t->m, o->init_from, err) < 0)
 			goto fail;
 	} else {
 		gk_nn_init(t->m, t->o.seed);

@@ -82,6 +82,19 @@ test_expect_success '--eval-every: val_loss at its steps; the last equals --eval
 	close_to v6 vo 1e-12
 '
 
+test_expect_success MPI 'ranks started with different options: exit 2, rank 0 names them, no collective runs' '
+	for opt in "--hidden 64" "--compress int8" "--lr 1e-2" "--grad-accum 2" "--ckpt-dir dx"; do
+		test_expect_code 2 timeout 60 mpirun --oversubscribe --bind-to none \
+			-np 1 gpu-train $A --batch 4 : -np 1 gpu-train $A --batch 4 $opt >out 2>err &&
+		test_must_be_empty out &&
+		test $(grep -c "^gpu-train: options differ between the 2 ranks (${opt%% *}[,)]" err) = 1 &&
+		! grep -q "MPI_ABORT" err || return 1
+	done &&
+	test ! -e dx &&
+	mpi 2 $A --batch 4 --threads 1 --recompute layer >same.json &&
+	losses same.json >same && test_cmp two4 same
+'
+
 test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-train $A --zero 2 &&
 	test_expect_code 2 gpu-train --layers 2 &&
