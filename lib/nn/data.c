@@ -215,6 +215,8 @@ struct gk_nn_data {
 	size_t nq, qcap;
 	int ended;        /* no loop and the epoch ended */
 	uint64_t bad;     /* samples skipped under skip_bad */
+	uint64_t bad_run; /* skipped since the last usable sample */
+	uint64_t bad_epoch; /* the epoch the run of skipped samples began in */
 	cut *cuts;        /* this rank's partly used samples (remap) */
 	size_t ncuts, cutcap;
 };
@@ -243,13 +245,13 @@ static void drop_cuts(gk_nn_data *d)
 	d->ncuts = d->cutcap = 0;
 }
 
-/* A sample that cannot be used: fail with rc's message, or skip it. */
+/* A sample that cannot be used: fail with rc's message, or skip it (2). */
 static int bad_sample(gk_nn_data *d, int rc)
 {
 	if (!d->o.skip_bad)
 		return rc;
 	d->bad++;
-	return 1;
+	return 2;
 }
 
 uint64_t gk_nn_data_bad(const gk_nn_data *d)
@@ -450,6 +452,8 @@ static int shard_next(gk_nn_data *d, int32_t *in, int32_t *tg, gk_err *err)
 	while (d->len - d->head < bt + 1) {
 		if (d->ended)
 			return 0;
+		gk_shard_state st;
+		gk_shard_dataset_state(d->ds, &st);
 		int r = shard_fill(d, err);
 		if (r < 0)
 			return -1;
@@ -457,6 +461,18 @@ static int shard_next(gk_nn_data *d, int32_t *in, int32_t *tg, gk_err *err)
 			d->ended = 1;
 			return 0;
 		}
+		/*
+		 * Skipped samples: when a whole epoch of this rank's part has
+		 * gone by without a usable one, looping would spin forever.
+		 */
+		if (r == 2 && d->bad_run++ == 0)
+			d->bad_epoch = st.epoch;
+		else if (r == 2 && st.epoch >= d->bad_epoch + 2)
+			return gk_errf(err, "data: every sample of this rank's part of epoch %" PRIu64
+				       " was skipped as unusable (%" PRIu64 " skipped in all): "
+				       "nothing to train on", st.epoch - 1, d->bad);
+		else if (r == 1)
+			d->bad_run = 0;
 	}
 	for (int b = 0; b < d->o.batch; b++) {
 		const int32_t *row = d->buf + d->head + (size_t)b * (size_t)d->o.seq;

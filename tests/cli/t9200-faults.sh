@@ -207,6 +207,15 @@ test_expect_success '--bad-sample skip: the run goes on, the skip counted in ste
 	test_cmp c1 c2head
 '
 
+test_expect_success '--bad-sample skip on shards with no usable sample: exit 1 after an epoch, no endless loop' '
+	mkdir nogood nogood-shards &&
+	printf hello >nogood/a.npy && printf hello >nogood/b.npy &&
+	data-pack -q -c -o nogood-shards/s-%02d.tar nogood &&
+	test_expect_code 1 timeout 60 gpu-train --data nogood-shards/s-00.tar $TINY --batch 2 \
+		--steps 2 --bad-sample skip >out 2>err &&
+	grep "^gpu-train: data: every sample of this rank.s part of epoch 1 was skipped as unusable" err
+'
+
 test_expect_success '--timeout: bad values are usage errors' '
 	test_expect_code 2 gpu-train $A --steps 1 --timeout -1 2>e1 &&
 	grep "^gpu-train: .*--timeout" e1 &&
