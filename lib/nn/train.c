@@ -1243,15 +1243,16 @@ static int shard_gather(gk_nn_trainer *t, gk_err *err)
 }
 
 /*
- * Between the micro-steps of a long accumulation a signal stops the step
- * rather than waiting for its end, which Slurm's --signal grace period
- * (often 60 to 120 s) may not reach: the ranks agree (two values
- * allreduced per micro-step, only with --grad-accum above 1), and the
- * caller drops the partial gradients and puts the data back at the
- * step's start, so what is checkpointed is the previous step, exactly.
- * 1 checkpoint and stop, 2 stop, 0 go on, -1 error.
+ * Whether a signal asks every rank to stop now (two values allreduced):
+ * 1 checkpoint and stop, 2 stop, 0 go on, -1 error. Asked between the
+ * micro-steps of a long accumulation, so that a signal does not wait for
+ * the step's end, which Slurm's --signal grace period (often 60 to 120 s)
+ * may not reach (the caller then drops the partial gradients and puts
+ * the data back at the step's start, so what is checkpointed is the
+ * previous step, exactly); and after waiting for a checkpoint write,
+ * during which a signal may have come.
  */
-static int stop_between(gk_nn_trainer *t, gk_err *err)
+static int agree_stop(gk_nn_trainer *t, gk_err *err)
 {
 	int sig = (int)*t->o.stop;
 	double v[2] = {sig == 1, sig == 2};
@@ -1329,7 +1330,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		if (o->grad_accum > 1 && o->stop)
 			gk_nn_data_state(t->data, t->snap, sizeof(t->snap));
 		for (int a = 0; a < o->grad_accum; a++) {
-			if (a > 0 && o->stop && (cut = stop_between(t, err)) != 0)
+			if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 				break;
 			float l;
 			int r = gk_nn_data_next(t->data, t->in, t->tg, err);
@@ -1464,12 +1465,17 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, err) < 0)
 				return -1;
 			last_ckpt = step;
+			/* a signal during that wait stops at this checkpoint, not the next step's */
+			if (v[1] == 0 && o->stop && (stop = agree_stop(t, err)) != 0)
+				break;
 		}
 		if (v[1] > 0) {
 			stop = 1;
 			break;
 		}
 	}
+	if (stop < 0)
+		return -1;
 	if (stop != 2 && o->ckpt_dir && last_ckpt != t->step && t->step > 0 &&
 	    sum->steps > 0) {
 		if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, err) < 0)

@@ -148,6 +148,22 @@ test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; t
 	test_cmp gs g12
 '
 
+test_expect_success 'SIGTERM while the previous checkpoint is still written: stop at the checkpoint in hand' '
+	{ GPUKIT_TEST_CKPT_DELAY_MS=2000 gpu-train $A --steps 1000000 --ckpt-every 20 \
+		--ckpt-dir ckw >w.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	for i in $(seq 1 300); do
+		grep -q "\"step\":40," w.json && break
+		sleep 0.05
+	done &&
+	kill -TERM $pid &&
+	wait $pid &&
+	jq -s -e "map(select(.event == \"summary\"))[0] | .step == 40 and .stopped == \"signal (checkpointed)\"" w.json &&
+	jq -s -e "map(select(.event == \"checkpoint\") | .step) == [20, 40]" w.json &&
+	test "$(readlink ckw/latest)" = step-00000040
+'
+
 test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, checkpointed' '
 	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
 		--steps 1000000 --ckpt-dir ck6 >u.json & } &&
