@@ -3,6 +3,7 @@
  * libgpukit that prints to the user or exits.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -16,6 +17,16 @@ void gk_cli_init(gk_cli *cli, const char *name, const char *usage)
 	memset(cli, 0, sizeof(*cli));
 	cli->name = name;
 	cli->usage = usage;
+	/*
+	 * A descriptor 0, 1 or 2 left closed by the caller (`tool >&-`) would
+	 * be reused by the next open, and output meant for stdout would land
+	 * in a lock file or a checkpoint. Hold each closed one with /dev/null
+	 * opened the wrong way round, so that reading stdin or writing stdout
+	 * still fails with EBADF as it would have.
+	 */
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF)
+			(void)open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY); /* lowest free: fd */
 	/*
 	 * `tool | head` must end quietly: if our parent left SIGPIPE ignored,
 	 * restore the default so a closed pipe kills us like any filter

@@ -3,7 +3,8 @@ test_description='every tool follows the shared command-line conventions
 
 -h/--help on stdout with exit 0, --version as "TOOL (gpukit) X.Y.Z",
 unknown options exit 2 with a message, the synopsis and a pointer to
---help on stderr, and a closed stdout is an error (exit 1) unless it is EPIPE.'
+--help on stderr, and a closed or full stdout is an error (exit 1) unless
+it is EPIPE; a closed stdout is not reused by a file the tool opens.'
 . "$(dirname "$0")/lib.sh"
 
 version=$(sed -n 's/^VERSION := //p' "$GK_TOP/Makefile")
@@ -40,6 +41,10 @@ for t in $tools; do
 	test_expect_success "$t: a full stdout is an error" "
 		test_expect_code 1 $t --help >/dev/full 2>err &&
 		grep '^$t: write standard output: No space left on device' err
+	"
+	test_expect_success "$t: a closed stdout is an error, and no file takes its place" "
+		test_expect_code 1 $t --help >&- 2>err &&
+		grep '^$t: write standard output: Bad file descriptor' err
 	"
 done
 

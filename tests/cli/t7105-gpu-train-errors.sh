@@ -216,4 +216,11 @@ test_expect_success 'SIGINT or SIGTERM while sampling ends the process at once' 
 	done
 '
 
+test_expect_success 'stdout closed: the lock file keeps its own content, the run exits 1' '
+	test_expect_code 1 gpu-train --data train.bin $TINY --batch 2 --steps 2 --ckpt-dir ckc >&- 2>err &&
+	grep "^gpu-train: write standard output: Bad file descriptor" err &&
+	grep "^pid [0-9]* on " ckc/.lock &&
+	! grep -q step ckc/.lock
+'
+
 test_done
