@@ -7,10 +7,13 @@
  * files with timestamps or with a family's samples split apart.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/core.h"
 
@@ -269,6 +272,21 @@ int gk_metrics_write(const gk_metrics *m, const char *path, gk_err *err)
 	free(stem);
 	if (rc < 0)
 		return -1;
+	/*
+	 * A FIFO is written through (gk_atomic_open), but one with no reader
+	 * would block the caller's loop in open: it is skipped instead.
+	 */
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) {
+		int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0) {
+			int e = errno;
+			free(run);
+			return e == ENXIO ? gk_errf(err, "write '%s': a FIFO with no reader", path)
+					  : gk_err_sys(err, e, "open '%s'", path);
+		}
+		close(fd);
+	}
 	gk_atomic *a;
 	FILE *fp;
 	if (gk_atomic_open(&a, path, 0644, err) < 0) {

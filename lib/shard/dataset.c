@@ -507,6 +507,16 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "dataset");
 	}
 	for (size_t i = 0; i < l.n; i++) {
+		/*
+		 * Epochs read a shard again and again, at any sample: a FIFO or
+		 * a device would block in open or give its bytes once.
+		 */
+		struct stat st;
+		if (stat(l.v[i], &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+			d->man.n = i;
+			return gk_errf(err, "shard '%s': not a regular file (a dataset reads its "
+				       "shards more than once)", l.v[i]);
+		}
 		/* Counts from the shard's own index, else from reading it. */
 		int rc = sh_index_load_for(l.v[i], &d->idx[i], err);
 		if (rc == 0)

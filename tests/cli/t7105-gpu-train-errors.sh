@@ -223,4 +223,13 @@ test_expect_success 'stdout closed: the lock file keeps its own content, the run
 	! grep -q step ckc/.lock
 '
 
+test_expect_success 'FIFOs: --metrics with no reader warns once and training goes on; a FIFO shard is refused' '
+	mkfifo mf &&
+	timeout 60 gpu-train --data train.bin $TINY --batch 2 --steps 3 -q --metrics mf 2>err &&
+	test $(grep -c "^gpu-train: warning: write .mf.: a FIFO with no reader$" err) = 1 &&
+	mkfifo fifo.tar &&
+	test_expect_code 1 timeout 60 gpu-train --data fifo.tar $TINY --batch 2 --steps 1 2>err &&
+	grep "^gpu-train: shard .fifo.tar.: not a regular file" err
+'
+
 test_done
