@@ -445,7 +445,7 @@ static int check_steps_ahead(const gk_nn_trainer *t, gk_err *err)
 			       "--ckpt-dir", root, next);
 	return gk_errf(err, "checkpoint directory '%s': step-%08" PRIu64 "%s is ahead of "
 		       "step %" PRIu64 ", where this run starts, and would collide with its "
-		       "checkpoints; move it away (ckpt-prune removes committed ones)",
+		       "checkpoints; move it (and any later step) out of the directory",
 		       root, next, is_committed ? "" : " (not committed: no COMMIT)", start);
 }
 
