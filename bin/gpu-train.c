@@ -532,8 +532,10 @@ static void parse_args(int argc, char **argv, args *a)
 
 /*
  * The model's shape: config.json, then the flags over it; GPT-2 small
- * when neither a shape nor a checkpoint says, else what the checkpoint
- * says (the trainer reads it).
+ * where neither says. With --resume or --init-from, a checkpoint's
+ * config.json takes the place of GPT-2 small (the trainer reads it; the
+ * flags then go over it), so those are checked there. A shape from the
+ * flags alone that cannot be built is a usage error.
  */
 static int resolve_shape(args *a, gk_err *err)
 {
@@ -542,9 +544,10 @@ static int resolve_shape(args *a, gk_err *err)
 						.ln_eps = 1e-5f};
 	const gk_nn_config *f = &a->shape;
 	int flags = f->layers || f->hidden || f->heads || f->vocab || f->positions;
+	int ckpt = a->o.init_from || a->o.resume;
 	if (a->config && gk_nn_config_load(&a->o.cfg, a->config, err) < 0)
 		return -1;
-	if (a->config || flags || (!a->o.init_from && !a->o.resume)) {
+	if (a->config || flags || !a->o.init_from) {
 		if (!a->config)
 			a->o.cfg = gpt2_small;
 		if (f->layers) a->o.cfg.layers = f->layers;
@@ -553,15 +556,18 @@ static int resolve_shape(args *a, gk_err *err)
 		if (f->vocab) a->o.cfg.vocab = f->vocab;
 		if (f->positions) a->o.cfg.positions = f->positions;
 		a->o.have_config = 1;
-		/* with a checkpoint's config.json, the flags go over that */
-		a->o.cfg_from_flags = !a->config && flags;
+		/* a checkpoint's config.json goes under the flags instead */
+		a->o.cfg_from_flags = !a->config;
 		a->o.shape = a->shape;
-		if (gk_nn_config_finish(&a->o.cfg, err) < 0)
-			return -1;
+		if (!(a->o.cfg_from_flags && ckpt) && gk_nn_config_finish(&a->o.cfg, err) < 0) {
+			if (a->config)
+				return -1;
+			gk_cli_usage_error(&cli, "%s", err->msg);
+		}
 	}
 	/* 0: the trainer takes the model's positions, once it has the shape */
 	if (!a->seq_set)
-		a->o.seq = a->o.have_config && !(a->o.cfg_from_flags && (a->o.init_from || a->o.resume)) ?
+		a->o.seq = a->o.have_config && !(a->o.cfg_from_flags && ckpt) ?
 				   (int)a->o.cfg.positions : 0;
 	return 0;
 }

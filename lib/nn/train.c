@@ -333,7 +333,13 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 		else if (have_from && !config_equal(&t->cfg, &from))
 			rc = shape_error(dir, &from, &t->cfg, err);
 	} else {
-		rc = gk_errf(err, "no model: give --config, the shape flags, or --init-from a checkpoint with config.json");
+		/* --init-from alone: its config.json is the only shape there is */
+		struct stat st;
+		if (stat(o->init_from, &st) < 0)
+			rc = gk_err_sys(err, errno, "open '%s'", o->init_from);
+		else
+			rc = gk_errf(err, "no model: '%s' has no config.json%s; give --config or "
+				     "the shape flags", o->init_from, dir ? "" : " beside it");
 	}
 	free(init);
 	return rc;

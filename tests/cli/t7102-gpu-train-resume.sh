@@ -45,6 +45,14 @@ test_expect_success 'without --seq a checkpoint'"'"'s positions are the window: 
 	jq -s -e "map(select(.event == \"sample\"))[0].tokens | length == 10" es.json
 '
 
+test_expect_success '--resume without shape flags takes the checkpoint'"'"'s config.json' '
+	cp -r ck ckn &&
+	rm -r ckn/step-00000020 && ln -sfn step-00000010 ckn/latest &&
+	gpu-train --data train.bin --threads 1 --batch 4 --lr 3e-3 --warmup 2 --steps 20 --until 11 \
+		--ckpt-dir ckn --resume --json >n.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .layers == 2 and .hidden == 32 and .seq == 33" n.json
+'
+
 test_expect_success MPI '2 ranks, ZeRO-1: resume bit for bit, optimizer in rank slices' '
 	mpi 2 $A --zero 1 --steps 12 >f2.json &&
 	losses f2.json >f2 &&

@@ -21,7 +21,7 @@ test_expect_success 'data and a checkpoint' '
 '
 
 test_expect_success 'heads that do not divide hidden' '
-	test_expect_code 1 gpu-train --data train.bin --layers 2 --hidden 30 --heads 4 --steps 1 2>err &&
+	test_expect_code 2 gpu-train --data train.bin --layers 2 --hidden 30 --heads 4 --steps 1 2>err &&
 	grep "^gpu-train: .*head" err &&
 	printf "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 30, \"n_head\": 4, \"vocab_size\": 257, \"n_positions\": 32, \"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": 1e-5}\n" >bad.json &&
 	test_expect_code 1 gpu-train --data train.bin --config bad.json --steps 1 2>err &&
@@ -221,6 +221,15 @@ test_expect_success 'stdout closed: the lock file keeps its own content, the run
 	grep "^gpu-train: write standard output: Bad file descriptor" err &&
 	grep "^pid [0-9]* on " ckc/.lock &&
 	! grep -q step ckc/.lock
+'
+
+test_expect_success 'shape errors name their real cause: a missing --init-from, a file without config.json' '
+	test_expect_code 1 gpu-train --data train.bin --init-from nowhere --steps 1 2>err &&
+	grep "^gpu-train: open .nowhere.: No such file or directory$" err &&
+	test_expect_code 1 gpu-train --data train.bin --init-from train.bin --steps 1 2>err &&
+	grep "^gpu-train: no model: .train.bin. has no config.json beside it; give --config or the shape flags$" err &&
+	test_expect_code 1 gpu-train --data train.bin --ckpt-dir ck --resume --hidden 64 --steps 4 2>err &&
+	grep "^gpu-train: checkpoint .*is not the one asked for" err
 '
 
 test_expect_success 'FIFOs: --metrics with no reader warns once and training goes on; a FIFO shard is refused' '
