@@ -398,7 +398,7 @@ int main(int argc, char **argv)
 fail:
 	gk_metrics_free(u.metrics);
 	gk_cli_fail(&cli, &err);
-	fflush(stdout);
+	gk_cli_flush(&cli);
 	gk_comm_abort(comm, 1);
 	gk_comm_close(comm);
 	return gk_cli_finish(&cli, 1);

@@ -244,7 +244,7 @@ typedef struct out_ctx {
 static void emit(json_t *o)
 {
 	gk_json_dump(stdout, o, 0, NULL);
-	fflush(stdout);
+	gk_cli_flush(&cli);
 	json_decref(o);
 }
 
@@ -301,7 +301,7 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 	if (!isnan(l->val_loss))
 		printf("  val %.4f", l->val_loss);
 	printf("\n");
-	fflush(stdout);
+	gk_cli_flush(&cli);
 }
 
 static void on_ckpt(int64_t step, void *ctx)
@@ -310,7 +310,7 @@ static void on_ckpt(int64_t step, void *ctx)
 		emit(json_pack("{s:s,s:I}", "event", "checkpoint", "step", (json_int_t)step));
 	} else if (!cli.quiet) {
 		printf("checkpoint step %" PRId64 " committed\n", step);
-		fflush(stdout);
+		gk_cli_flush(&cli);
 	}
 }
 

@@ -176,14 +176,21 @@ uint64_t gk_cli_size(const gk_cli *cli, const char *opt, const char *s)
 	return v;
 }
 
+void gk_cli_flush(gk_cli *cli)
+{
+	if (fflush(stdout) != 0 && !cli->out_errno)
+		cli->out_errno = errno;
+}
+
 int gk_cli_finish(const gk_cli *cli, int status)
 {
 	errno = 0;
 	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
-		if (errno == EPIPE)
+		/* an error of an earlier flush leaves errno 0 here */
+		int e = errno ? errno : cli->out_errno ? cli->out_errno : EIO;
+		if (e == EPIPE)
 			exit(141); /* like death by SIGPIPE, and just as quiet */
-		fprintf(stderr, "%s: write standard output: %s\n", cli->name,
-			strerror(errno ? errno : EIO));
+		fprintf(stderr, "%s: write standard output: %s\n", cli->name, strerror(e));
 		return 1;
 	}
 	return status;

@@ -347,6 +347,7 @@ typedef struct gk_cli {
 	const char *usage; /* the SYNOPSIS lines plus option summary */
 	int quiet, verbose, json;
 	int silent_usage;  /* not the launcher's first rank: usage errors exit 2 unprinted */
+	int out_errno;     /* the first failed gk_cli_flush's errno */
 } gk_cli;
 
 /*
@@ -363,6 +364,9 @@ int gk_cli_common(gk_cli *cli, int opt);
  * status. At once for the first rank, and without a launcher.
  */
 int gk_cli_defer(const gk_cli *cli, int status);
+/* fflush(stdout) during a run (a line per step), keeping the first error's
+ * errno for gk_cli_finish's message. */
+void gk_cli_flush(gk_cli *cli);
 GK_NORETURN void gk_cli_usage_error(const gk_cli *cli, const char *fmt, ...)
 	GK_PRINTF(2, 3);
 /* "tool: <err->msg>" on stderr; returns 1 (the runtime-failure exit code). */

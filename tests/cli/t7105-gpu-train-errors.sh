@@ -241,4 +241,9 @@ test_expect_success 'FIFOs: --metrics with no reader warns once and training goe
 	grep "^gpu-train: shard .fifo.tar.: not a regular file" err
 '
 
+test_expect_success 'a full stdout in --json mode names ENOSPC, as in text mode' '
+	test_expect_code 1 gpu-train --data train.bin $TINY --batch 2 --steps 2 --json >/dev/full 2>err &&
+	grep "^gpu-train: write standard output: No space left on device$" err
+'
+
 test_done
