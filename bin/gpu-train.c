@@ -617,7 +617,7 @@ static void print_start(gk_nn_trainer *t)
 			"rank may use; threads that share a CPU make every step slower\n",
 			r->threads, cpus);
 	if (rank == 0) {
-		size_t np = gk_nn_nparams(m);
+		size_t np = gk_nn_param_count(m);
 		if (cli.json) {
 			json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
 					      "event", "start", "device", device, "precision", precision,
@@ -628,6 +628,8 @@ static void print_start(gk_nn_trainer *t)
 					      "positions", (json_int_t)cfg->positions, "params",
 					      (json_int_t)np, "world", gk_nn_trainer_world(t), "batch",
 					      r->batch, "seq", r->seq, "grad_accum", r->grad_accum, "zero", r->zero);
+			/* the flat buffer, with the padded vocabulary rows */
+			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			print_mem(mem, j);
 			emit(j);
 		} else if (!cli.quiet) {

@@ -444,6 +444,11 @@ size_t gk_nn_nparams(const gk_nn_model *m)
 	return m->nparams;
 }
 
+size_t gk_nn_param_count(const gk_nn_model *m)
+{
+	return m->nparams - (size_t)(m->c.vocab_pad - m->c.vocab) * (size_t)m->c.hidden;
+}
+
 const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n)
 {
 	*n = m->nt_tensors;

@@ -148,6 +148,10 @@ int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err);
 float *gk_nn_params(gk_nn_model *m);
 float *gk_nn_grads(gk_nn_model *m);
 size_t gk_nn_nparams(const gk_nn_model *m); /* elements of the flat buffers */
+/* The model's parameters as Hugging Face counts them (sum of numel over
+ * GPT2LMHeadModel's tensors, the tied lm_head once): nparams less the
+ * padded vocabulary rows. */
+size_t gk_nn_param_count(const gk_nn_model *m);
 /* The table, in buffer order; *n tensors. */
 const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n);
 

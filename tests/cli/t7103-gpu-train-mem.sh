@@ -2,7 +2,8 @@
 test_description='gpu-train memory accounting against mem-estimate
 
 For the same config.json, micro-batch and sequence, gpu-train reports
-(in its start line) the bytes it allocated; parameters, gradients and
+(in its start line) the parameter count (Hugging Face'"'"'s, without the
+padded vocabulary rows) and the bytes it allocated; parameters, gradients and
 optimizer states equal mem-estimate --precision f32 exactly (also with
 ZeRO-1 over 2 and 3 ranks), and the activations (mem-estimate: layer
 activations + logits + final norm) agree within 5 %.'
@@ -11,8 +12,11 @@ activations + logits + final norm) agree within 5 %.'
 
 cat >cmp.py <<'PYEOF'
 import json, sys
-g = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)["memory"]
-m = json.load(open(sys.argv[2]))["bytes"]
+start = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
+est = json.load(open(sys.argv[2]))
+if start["params"] != est["model"]["params"]:
+    sys.exit("params: gpu-train %d, mem-estimate %d" % (start["params"], est["model"]["params"]))
+g, m = start["memory"], est["bytes"]
 for k in ("parameters", "gradients", "optimizer"):
     if g[k] != m[k]:
         sys.exit("%s: gpu-train %d, mem-estimate %d" % (k, g[k], m[k]))
