@@ -484,7 +484,11 @@ static void parse_args(int argc, char **argv, args *a)
 			a->o.comm = (gk_comm_backend)k;
 			break;
 		}
-		case OPT_CKDIR: a->o.ckpt_dir = optarg; break;
+		case OPT_CKDIR:
+			if (!*optarg)
+				gk_cli_usage_error(&cli, "--ckpt-dir '': an empty directory name");
+			a->o.ckpt_dir = optarg;
+			break;
 		case OPT_CKEVERY: a->o.ckpt_every = gk_cli_i64(&cli, "--ckpt-every", optarg, 1, INT64_MAX / 2); break;
 		case OPT_RESUME: a->o.resume = 1; break;
 		case OPT_EVEVERY: a->o.eval_every = gk_cli_i64(&cli, "--eval-every", optarg, 1, INT64_MAX / 2); break;

@@ -793,11 +793,13 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->agreed = 2;
 		goto fail;
 	}
-	if (o->ckpt_dir && claim_ckpt_dir(t, err) < 0) {
+	/* --eval-only reads a checkpoint and writes none: nothing to claim */
+	if (o->ckpt_dir && !o->eval_only && claim_ckpt_dir(t, err) < 0) {
 		t->agreed = 1;
 		goto fail;
 	}
-	if (o->resume && o->ckpt_dir) {
+	struct stat dst;
+	if (o->resume && o->ckpt_dir && (stat(o->ckpt_dir, &dst) == 0 || errno != ENOENT)) {
 		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
 		if (r < 0)
 			goto fail;

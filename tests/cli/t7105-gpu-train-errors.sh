@@ -246,4 +246,13 @@ test_expect_success 'a full stdout in --json mode names ENOSPC, as in text mode'
 	grep "^gpu-train: write standard output: No space left on device$" err
 '
 
+test_expect_success '--eval-only --resume with no checkpoint directory yet: the seeded model, nothing created' '
+	gpu-train --eval-only --ckpt-dir nodir --resume --data train.bin $TINY --batch 2 \
+		--eval-batches 1 --json >ev.json &&
+	jq -s -e "map(select(.event == \"eval\"))[0].batches == 1" ev.json &&
+	test ! -e nodir &&
+	test_expect_code 2 gpu-train --data train.bin $TINY --ckpt-dir "" 2>err &&
+	grep "^gpu-train: --ckpt-dir .\{2\}: an empty directory name" err
+'
+
 test_done
