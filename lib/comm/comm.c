@@ -596,29 +596,8 @@ int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
 	return 0;
 }
 
-/* ---- bounds and factors ---- */
+/* ---- settings every rank shares ---- */
 
-/*
- * Compressed ring, one element, n ranks, exact sum s = sum_r x_r and
- * S = sum_r |x_r|.
- *
- * bf16/f16 (unit roundoff u): the partial sum crosses n-1 hops, each a
- * rounding to the wire format followed by an f32 addition, and the final
- * sum is rounded once more for the allgather: at most 2n-1 roundings,
- * each with relative error at most u (u_f32 = 2^-24 < u), applied to
- * partial sums bounded by S. The standard summation analysis (Higham,
- * "Accuracy and Stability of Numerical Algorithms", 2nd ed., section 4.2)
- * then gives |result - s| <= gamma(2n-1) S <= gamma(2n) S, with
- * gamma(k) = k u / (1 - k u). Underflow (f16 subnormals) adds at most
- * 2n * 2^-25 absolute, folded in below.
- *
- * int8: quantising a group whose largest magnitude is M errs by at most
- * M/254 per element, plus f32 rounding of x/s and q*s (< 2^-20 M). Let
- * A be the largest S_j in the group and E_k the error after k
- * quantisations; partial sums are at most A + E_k, so
- * E_{k+1} <= E_k + (A + E_k) c with c = 1/254 + 2^-20, and n
- * quantisations give E_n <= ((1 + c)^n - 1) A.
- */
 uint64_t gk_comm_setting_str(const char *s)
 {
 	return s ? gk_xxh3(s, strlen(s)) ^ 1 : 0;
@@ -661,6 +640,29 @@ int gk_comm_agree(gk_comm *c, const gk_comm_setting *s, size_t n,
 	return rc;
 }
 
+/* ---- bounds and factors ---- */
+
+/*
+ * Compressed ring, one element, n ranks, exact sum s = sum_r x_r and
+ * S = sum_r |x_r|.
+ *
+ * bf16/f16 (unit roundoff u): the partial sum crosses n-1 hops, each a
+ * rounding to the wire format followed by an f32 addition, and the final
+ * sum is rounded once more for the allgather: at most 2n-1 roundings,
+ * each with relative error at most u (u_f32 = 2^-24 < u), applied to
+ * partial sums bounded by S. The standard summation analysis (Higham,
+ * "Accuracy and Stability of Numerical Algorithms", 2nd ed., section 4.2)
+ * then gives |result - s| <= gamma(2n-1) S <= gamma(2n) S, with
+ * gamma(k) = k u / (1 - k u). Underflow (f16 subnormals) adds at most
+ * 2n * 2^-25 absolute, folded in below.
+ *
+ * int8: quantising a group whose largest magnitude is M errs by at most
+ * M/254 per element, plus f32 rounding of x/s and q*s (< 2^-20 M). Let
+ * A be the largest S_j in the group and E_k the error after k
+ * quantisations; partial sums are at most A + E_k, so
+ * E_{k+1} <= E_k + (A + E_k) c with c = 1/254 + 2^-20, and n
+ * quantisations give E_n <= ((1 + c)^n - 1) A.
+ */
 double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum)
 {
 	double u;
