@@ -57,9 +57,9 @@ typedef struct nccl_state {
 	int device;
 	double timeout;
 	int broken;            /* aborted: every later call fails */
-	unsigned char *wire;   /* compressed allreduce's wire buffers (device) */
+	void *wire;            /* compressed allreduce's wire buffers (device) */
 	size_t wire_cap;
-	float *work;           /* compressed reduce-scatter out of place (device) */
+	void *work;            /* compressed reduce-scatter out of place (device) */
 	size_t work_cap;
 	char last[96];         /* the last collective, for messages */
 } nccl_state;
@@ -366,37 +366,21 @@ static size_t boff(size_t count, int n, int b)
 	return (size_t)b * (count / (size_t)n) + ((size_t)b < rem ? (size_t)b : rem);
 }
 
-static int wire_room(nccl_state *st, size_t bytes, gk_err *err)
+/* A device scratch buffer (*buf, *cap bytes) of at least bytes. */
+static int room(nccl_state *st, void **buf, size_t *cap, size_t bytes, gk_err *err)
 {
-	if (bytes <= st->wire_cap)
+	if (bytes <= *cap)
 		return 0;
 	/* The old buffer may still be read by queued work: wait first. */
-	if (st->wire && (gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
-			 wait_event(st, st->idle, st->last, err) < 0))
+	if (*buf && (gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
+		     wait_event(st, st->idle, st->last, err) < 0))
 		return -1;
-	gk_cuda_free(st->wire);
-	st->wire_cap = 0;
-	st->wire = gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
-	if (!st->wire)
+	gk_cuda_free(*buf);
+	*cap = 0;
+	*buf = gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
+	if (!*buf)
 		return -1;
-	st->wire_cap = bytes;
-	return 0;
-}
-
-/* The same for the compressed reduce-scatter's copy of its input. */
-static int work_room(nccl_state *st, size_t bytes, gk_err *err)
-{
-	if (bytes <= st->work_cap)
-		return 0;
-	if (st->work && (gk_cuda_event_record(st->idle, st->stream, err) < 0 ||
-			 wait_event(st, st->idle, st->last, err) < 0))
-		return -1;
-	gk_cuda_free(st->work);
-	st->work_cap = 0;
-	st->work = gk_cuda_alloc(bytes, GK_CUDA_MEM_COMM, err);
-	if (!st->work)
-		return -1;
-	st->work_cap = bytes;
+	*cap = bytes;
 	return 0;
 }
 
@@ -422,7 +406,7 @@ static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
 	size_t wmax = gk_comm_wire_bytes(cz, blen(count, n, 0));
 	if (n == 1)
 		return 0;
-	if (wire_room(st, wmax * (size_t)(n + 2), err) < 0)
+	if (room(st, &st->wire, &st->wire_cap, wmax * (size_t)(n + 2), err) < 0)
 		return -1;
 	unsigned char *ws = st->wire, *wr = ws + wmax, *wall = wr + wmax;
 	if (residual && gk_comm_cuda_absorb(buf, residual, count, s, err) < 0)
@@ -479,7 +463,7 @@ static int compressed_rs(gk_comm *c, nccl_state *st, const gk_comm_call *k,
 	size_t total = k->count * (size_t)c->world, bytes = k->count * sizeof(float);
 	float *buf = (float *)(void *)k->send; /* in place: written, as NCCL may */
 	if (buf + (size_t)c->rank * k->count != (float *)k->recv) {
-		if (work_room(st, total * sizeof(float), err) < 0 ||
+		if (room(st, &st->work, &st->work_cap, total * sizeof(float), err) < 0 ||
 		    GK_CUDA_CHECK(cudaMemcpyAsync(st->work, k->send, total * sizeof(float),
 						  cudaMemcpyDeviceToDevice, st->stream), err) < 0)
 			return -1;
