@@ -335,7 +335,10 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	} else {
 		/* --init-from alone: its config.json is the only shape there is */
 		struct stat st;
-		if (stat(o->init_from, &st) < 0)
+		if (!o->init_from)
+			rc = gk_errf(err, "no model: give a config, the shape, or a checkpoint "
+				     "to start from");
+		else if (stat(o->init_from, &st) < 0)
 			rc = gk_err_sys(err, errno, "open '%s'", o->init_from);
 		else
 			rc = gk_errf(err, "no model: '%s' has no config.json%s; give --config or "
