@@ -659,7 +659,7 @@ static int open_grad_comm(gk_nn_trainer *t, gk_err *err)
 		t->dev_grads = 1;
 		return 0;
 	}
-	gk_comm_close(ok ? g : NULL);
+	gk_comm_close(g); /* NULL when it did not open */
 	if (ok)
 		snprintf(why.msg, sizeof(why.msg), "%d of %d ranks could not start NCCL",
 			 t->world - (int)v, t->world);
