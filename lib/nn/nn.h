@@ -502,8 +502,9 @@ int gk_nn_trainer_world(const gk_nn_trainer *t);
  * exit status, and in *report whether this rank says why. A failure
  * every rank met together is reported by rank 0 alone and each rank ends
  * normally: options that differ between the ranks (2, as a usage error),
- * a checkpoint directory or checkpoint that rank 0 refused (1). Any other
- * is 1, reported by the rank that met it.
+ * a checkpoint directory or checkpoint that rank 0 refused, a loss or
+ * gradient norm that is not finite (1). Any other is 1, reported by the
+ * rank that met it.
  */
 int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
 /* After a failure on this rank: end the whole job (MPI_Abort) when the

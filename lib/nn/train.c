@@ -1412,6 +1412,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		double lr = gk_nn_lr(&o->sched, step);
 		int skip = 0;
 		if (!isfinite(loss) || !isfinite(norm)) {
+			t->agreed = !o->skip_nonfinite; /* every rank sees the same loss and norm */
 			if (!o->skip_nonfinite)
 				return gk_errf(err, "step %" PRId64 ": the %s is %s (use --skip-nonfinite to skip such steps)",
 					       step, isfinite(loss) ? "gradient norm" : "loss",

@@ -111,6 +111,12 @@ test_expect_success 'NaN loss: exit 1 naming the step; no checkpoint of it' '
 	test ! -e ck2/latest
 '
 
+test_expect_success MPI 'a NaN loss on 2 ranks: said once, by rank 0, and no MPI_Abort' '
+	test_expect_code 1 mpi 2 --init-from nan.safetensors $A 2>err &&
+	test $(grep -c "^gpu-train: step 1: the loss is NaN" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 test_expect_success '--skip-nonfinite skips and counts' '
 	gpu-train --init-from nan.safetensors $A --skip-nonfinite --json >s.json &&
 	jq -s -e "map(select(.event == \"summary\"))[0].skipped == 3" s.json &&
