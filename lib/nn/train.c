@@ -192,11 +192,10 @@ static void account(gk_nn_trainer *t)
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
 	uint64_t moments = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
-	int shard = t->shard;
 	/* a GPU's working copy (bf16) counts as parameters */
 	t->mem.parameters = 4 * psi + (mm.parameters - 4 * (uint64_t)t->N);
 	t->mem.gradients = 4 * psi;
-	t->mem.optimizer = shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
+	t->mem.optimizer = t->shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
 	t->mem.activations = mm.activations - logit_pad;
 	t->mem.workspace = mm.workspace +
 		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);

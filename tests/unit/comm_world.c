@@ -285,6 +285,38 @@ static void test_grads(void)
 
 /* Fractional inputs of varied scale; bounds from comm.h. */
 /*
+ * The compressed tests' input: n floats over six binades, and in double
+ * their exact sum and the sum of their magnitudes over the world.
+ */
+static void compress_input(float *x, double *exact, double *abs_sum, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)(((int)(next32() % 2000001) - 1000000) * 1e-6 *
+			       ldexp(1, (int)(i / 256 % 6) - 3));
+		exact[i] = x[i], abs_sum[i] = fabs(x[i]);
+	}
+#if GK_HAVE_MPI
+	if (USE_MPI) {
+		MPI_Allreduce(MPI_IN_PLACE, exact, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+		MPI_Allreduce(MPI_IN_PLACE, abs_sum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+	}
+#endif
+}
+
+/*
+ * The S of element i's error bound: its sum of magnitudes, or for int8
+ * (group) the largest such sum within 255 elements of i, which covers
+ * any group of 256 holding i.
+ */
+static double bound_sum(const double *abs_sum, size_t n, size_t i, int group)
+{
+	double a = abs_sum[i];
+	for (size_t j = i > 255 ? i - 255 : 0; group && j < n && j <= i + 255; j++)
+		a = abs_sum[j] > a ? abs_sum[j] : a;
+	return a;
+}
+
+/*
  * Compressed reduce-scatter (ZeRO-1's): rank R's block of the sum within
  * the allreduce's bound, AVG the sum over the world, in place the bits of
  * out of place, exact in a world of one; a residual of the whole input.
@@ -296,26 +328,13 @@ static void test_compressed_rs(void)
 	float *ya = malloc(per * 4), *resid = calloc(tot, 4);
 	double *exact = malloc(tot * 8), *abs_sum = malloc(tot * 8);
 	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
-		for (size_t i = 0; i < tot; i++) {
-			x[i] = (float)(((int)(next32() % 2000001) - 1000000) * 1e-6 *
-				       ldexp(1, (int)(i / 256 % 6) - 3));
-			exact[i] = x[i], abs_sum[i] = fabs(x[i]);
-		}
-#if GK_HAVE_MPI
-		if (USE_MPI) {
-			MPI_Allreduce(MPI_IN_PLACE, exact, (int)tot, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-			MPI_Allreduce(MPI_IN_PLACE, abs_sum, (int)tot, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-		}
-#endif
+		compress_input(x, exact, abs_sum, tot);
 		gk_comm_callopts o = {GK_COMM_ALGO_AUTO, cz, NULL};
 		int good = gk_comm_reduce_scatter(C, x, y, per, GK_DT_F32, GK_COMM_SUM, &o, NULL) == 0;
 		const double *ex = exact + (size_t)R * per, *as = abs_sum + (size_t)R * per;
 		int exact_one = 1;
 		for (size_t i = 0; i < per; i++) {
-			double a = as[i];
-			if (cz == GK_COMM_COMPRESS_INT8)
-				for (size_t j = i > 255 ? i - 255 : 0; j < per && j <= i + 255; j++)
-					a = as[j] > a ? as[j] : a;
+			double a = bound_sum(as, per, i, cz == GK_COMM_COMPRESS_INT8);
 			double b = gk_comm_compress_bound(cz, N, a) + ldexp(fabs(ex[i]), -22);
 			good &= fabs(y[i] - ex[i]) <= b;
 			exact_one &= y[i] == (float)ex[i];
@@ -345,29 +364,16 @@ static void test_compressed_rs(void)
 static void test_compressed(void)
 {
 	size_t n = 3001;
-	float *x = malloc(n * 4), *y = malloc(n * 4), *res = calloc(n, 4);
-	double *exact = malloc(n * 8), *abs_sum = malloc(n * 8), *xs = malloc(n * 8);
+	float *x = malloc(n * 4), *y = malloc(n * 4);
+	double *exact = malloc(n * 8), *abs_sum = malloc(n * 8);
 	double *cum = calloc(n, 8);
 	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
-		for (size_t i = 0; i < n; i++) {
-			x[i] = (float)(((int)(next32() % 2000001) - 1000000) * 1e-6 *
-				       ldexp(1, (int)(i / 256 % 6) - 3));
-			exact[i] = x[i], abs_sum[i] = fabs(x[i]);
-		}
-#if GK_HAVE_MPI
-		if (USE_MPI) {
-			MPI_Allreduce(MPI_IN_PLACE, exact, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-			MPI_Allreduce(MPI_IN_PLACE, abs_sum, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-		}
-#endif
+		compress_input(x, exact, abs_sum, n);
 		gk_comm_callopts o = {GK_COMM_ALGO_RING, cz, NULL};
 		int good = gk_comm_allreduce(C, x, y, n, GK_DT_F32, GK_COMM_SUM, &o, NULL) == 0;
 		double worst = 0;
 		for (size_t i = 0; i < n; i++) {
-			double a = abs_sum[i];
-			if (cz == GK_COMM_COMPRESS_INT8) /* the largest S_j within 255 of i */
-				for (size_t j = i > 255 ? i - 255 : 0; j < n && j <= i + 255; j++)
-					a = abs_sum[j] > a ? abs_sum[j] : a;
+			double a = bound_sum(abs_sum, n, i, cz == GK_COMM_COMPRESS_INT8);
 			double b = gk_comm_compress_bound(cz, N, a) + ldexp(fabs(exact[i]), -22);
 			double e = fabs(y[i] - exact[i]);
 			good &= e <= b;
@@ -395,9 +401,7 @@ static void test_compressed(void)
 		}
 		int ef_good = 1;
 		for (size_t i = 0; i < n; i++) {
-			double a = 0;
-			for (size_t j = i > 255 ? i - 255 : 0; j < n && j <= i + 255; j++)
-				a = abs_sum[j] > a ? abs_sum[j] : a;
+			double a = bound_sum(abs_sum, n, i, 1);
 			/* one call's bound, for an input grown by the residual */
 			double b = 2 * gk_comm_compress_bound(cz, N, 2 * a) + T * ldexp(a, -20);
 			double e = fabs(cum[i] - T * exact[i]);
@@ -405,7 +409,6 @@ static void test_compressed(void)
 			ef_err = e > ef_err ? e : ef_err;
 			one_bound = b > one_bound ? b : one_bound;
 		}
-		(void)xs;
 		if (N == 1)
 			ok(all(ef_good), "error feedback %s: world 1 is exact", gk_comm_compress_name(cz));
 		else
@@ -417,7 +420,7 @@ static void test_compressed(void)
 	gk_comm_callopts o = {GK_COMM_ALGO_RING, GK_COMM_COMPRESS_INT8, NULL};
 	int bad = gk_comm_allreduce(C, x, y, n, GK_DT_F32, GK_COMM_MAX, &o, &err);
 	ok(all(bad < 0 && strstr(err.msg, "only sum and avg")), "compressed max is refused: %s", err.msg);
-	free(x), free(y), free(res), free(exact), free(abs_sum), free(xs), free(cum);
+	free(x), free(y), free(exact), free(abs_sum), free(cum);
 }
 
 static void test_errors(void)
