@@ -150,8 +150,12 @@ ALL_LDFLAGS = $(LDFLAGS)
 # is never read after a math call there. Without these GCC neither
 # vectorises sqrtf (AdamW ran scalar) nor if-converts the clamps of
 # gk_nn_tanh. (A `#pragma GCC optimize` does not reach the target_clones
-# copies for math-errno.) The values are the same bits either way.
-NN_CFLAGS := -fno-math-errno -fno-trapping-math
+# copies for math-errno.) At -O2 GCC only vectorises a loop whose length
+# it need not check (its "very cheap" cost model): the dynamic model also
+# takes loops of any length, such as a softmax row's normalisation.
+# GCC never reorders a floating-point sum without -ffast-math, so the
+# values are the same bits either way.
+NN_CFLAGS := -fno-math-errno -fno-trapping-math -fvect-cost-model=dynamic
 $(B)/lib/nn/%.o: ALL_CFLAGS += $(NN_CFLAGS)
 
 # Rebuild everything when the flags change (SAN=1 <-> SAN=0, CUDA=0 ...).

@@ -122,8 +122,8 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 /* math.h's gk_nn_softmax_row, vectorised; returns the row's logsumexp */
 float gk_nn_cpu_softmax(float *x, int n);
 void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt);
-void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt);
-void gk_nn_cpu_mul(float *x, const float *y, size_t n, int nt);
+void gk_nn_cpu_gelu_bwd(float *dinp, float *db, const float *x, int grad,
+			int N, int C, int nt);
 void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
 			     int T, int C, int NH, int nt);
 void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,

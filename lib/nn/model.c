@@ -138,11 +138,11 @@ static void block_bwd(gk_nn_model *m, int l)
 	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged */
 	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, m->dres,
 			     a.fchg, p + o->fcprojw, N, 4 * C, C, nt);
-	if (m->o.recompute == GK_NN_RECOMPUTE_GELU)
-		gk_nn_cpu_gelu_bwd(m->dfc, a.fch, (size_t)N * 4 * C, nt);
-	else
-		gk_nn_cpu_mul(m->dfc, a.fch, (size_t)N * 4 * C, nt);
-	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, g + o->fcb, m->dfc, a.ln2,
+	/* fch holds gelu' unless recomputed; fc's bias gradient is summed
+	 * in the same pass */
+	gk_nn_cpu_gelu_bwd(m->dfc, g + o->fcb, a.fch,
+			   m->o.recompute != GK_NN_RECOMPUTE_GELU, N, 4 * C, nt);
+	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, NULL, m->dfc, a.ln2,
 			     p + o->fcw, N, C, 4 * C, nt);
 	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln2w, g + o->ln2b, m->dln,
 				a.res2, p + o->ln2w, a.ln2m, a.ln2r, N, C, nt);

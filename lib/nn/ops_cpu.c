@@ -12,11 +12,14 @@
  * pools spinning against each other between ops, which on a loaded
  * machine cost more than the matmuls.
  *
- * Determinism: no two threads ever add into the same element. Sums over
- * rows (bias, LayerNorm weight and embedding gradients) give each thread
- * whole columns and walk the rows in order, so the result is the same
- * for every thread count; matmuls are cut over M or N, never K, so each
- * output element is one sgemm's dot product.
+ * Determinism: no two threads ever add into the same element, so a run
+ * repeats bit for bit at the same thread count. Sums over rows (bias,
+ * LayerNorm weight and embedding gradients) give each thread whole
+ * columns and walk the rows in order, the same for every thread count;
+ * matmuls are cut over M or N, never K, so each output element is one
+ * sgemm's dot product, but OpenBLAS picks its kernel by the block's size
+ * (small-matrix kernels below a threshold) and kernels round a dot
+ * product differently: another thread count agrees within rounding.
  */
 #include <math.h>
 #include <string.h>
@@ -334,8 +337,9 @@ static void colsum(float *db, const float *dout, int N, int OC, int c0,
 
 /*
  * dinp (N,C) = dout @ w^T (rows split over the threads); dw (C,OC) +=
- * inp^T @ dout (the longer of its sides split); db += column sums. The
- * three write different buffers, so one parallel region does them all.
+ * inp^T @ dout (the longer of its sides split); db += column sums
+ * (unless NULL: the caller summed them). The three write different
+ * buffers, so one parallel region does them all.
  */
 void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 			  const float *dout, const float *inp, const float *w,
@@ -367,7 +371,8 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 					    OC);
 		}
 		colrange(OC, id, k, &d0, &d1);
-		colsum(db, dout, N, OC, d0, d1);
+		if (db)
+			colsum(db, dout, N, OC, d0, d1);
 	}
 }
 
@@ -387,15 +392,6 @@ static void gelu_chunk(float *restrict out, const float *restrict inp,
 		out[i] = gk_nn_gelu(inp[i]);
 }
 
-GK_NN_SIMD_CLONES
-static void gelu_bwd_chunk(float *restrict dinp, const float *restrict inp,
-			   size_t n)
-{
-#pragma omp simd
-	for (size_t i = 0; i < n; i++)
-		dinp[i] *= gk_nn_gelu_grad(inp[i]);
-}
-
 #define CHUNKED(nt, n, call)                                                 \
 	_Pragma("omp parallel num_threads(nt)")                              \
 	{                                                                    \
@@ -412,24 +408,54 @@ void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt)
 	CHUNKED(nt, n, gelu_chunk(out + lo, inp + lo, len));
 }
 
-/* dinp *= gelu'(inp), in place */
-void gk_nn_cpu_gelu_bwd(float *dinp, const float *inp, size_t n, int nt)
-{
-	CHUNKED(nt, n, gelu_bwd_chunk(dinp + lo, inp + lo, len));
-}
-
+/*
+ * Columns [c0, c1) of every row of d (N,C): d *= gelu'(x), or d *= x
+ * where x already holds gelu' (the forward kept it); then db += the
+ * column, rows in order.
+ */
 GK_NN_SIMD_CLONES
-static void mul_chunk(float *restrict x, const float *restrict y, size_t n)
+static void gelu_bwd_cols(float *restrict d, float *restrict db,
+			  const float *restrict x, int grad, int N, int C,
+			  int c0, int c1)
 {
+	for (int i = 0; i < N; i++) {
+		float *di = d + (size_t)i * C;
+		const float *xi = x + (size_t)i * C;
+		if (grad) {
 #pragma omp simd
-	for (size_t i = 0; i < n; i++)
-		x[i] *= y[i];
+			for (int c = c0; c < c1; c++)
+				di[c] *= xi[c];
+		} else {
+#pragma omp simd
+			for (int c = c0; c < c1; c++)
+				di[c] *= gk_nn_gelu_grad(xi[c]);
+		}
+		if (db) {
+#pragma omp simd
+			for (int c = c0; c < c1; c++)
+				db[c] += di[c];
+		}
+	}
 }
 
-/* x *= y, elementwise */
-void gk_nn_cpu_mul(float *x, const float *y, size_t n, int nt)
+/*
+ * dinp (N,C) *= gelu'(x), in place, x the pre-activation, or with grad
+ * *= x itself (x is gelu', kept by the forward). With db non-NULL, db
+ * += the column sums of the result: the bias gradient of the matmul that
+ * made x, summed here while the rows are in cache rather than in a
+ * second pass (its matmul_bwd then gets db NULL). Threads own columns.
+ */
+void gk_nn_cpu_gelu_bwd(float *dinp, float *db, const float *x, int grad,
+			int N, int C, int nt)
 {
-	CHUNKED(nt, n, mul_chunk(x + lo, y + lo, len));
+#pragma omp parallel num_threads(nt)
+	{
+		int c0, c1;
+		colrange(C, omp_get_thread_num(), omp_get_num_threads(), &c0,
+			 &c1);
+		if (c1 > c0)
+			gelu_bwd_cols(dinp, db, x, grad, N, C, c0, c1);
+	}
 }
 
 /* ---- causal self-attention --------------------------------------------------------- */
@@ -440,6 +466,25 @@ GK_NN_SIMD_CLONES
 float gk_nn_cpu_softmax(float *x, int n)
 {
 	return gk_nn_softmax_row(x, n);
+}
+
+/*
+ * Row t of the scores: softmax over its first n = t + 1, zero to T. The
+ * masked scores between n and the next multiple of 16 (within the m the
+ * block's matmul computed) become -inf, so the softmax runs in whole
+ * vectors with no scalar tail; exp(-inf) adds exactly 0 to each lane's
+ * sum, so the values are the same bits as a softmax over n. The
+ * logsumexp it returns is not needed here, and inlined it is not made.
+ */
+GK_NN_SIMD_CLONES
+static void att_softmax(float *r, int n, int m, int T)
+{
+	int np = (n + GK_NN_LANES - 1) / GK_NN_LANES * GK_NN_LANES;
+	np = np < m ? np : m;
+	for (int j = n; j < np; j++)
+		r[j] = -INFINITY;
+	(void)gk_nn_softmax_row(r, np);
+	memset(r + n, 0, (size_t)(T - n) * sizeof(float));
 }
 
 /*
@@ -477,12 +522,8 @@ void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				    r1 - r0, r1, hs, scale, q + (size_t)r0 * C3,
 				    C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
-			for (int t = r0; t < r1; t++) {
-				float *r = a + (size_t)t * T;
-				gk_nn_cpu_softmax(r, t + 1);
-				memset(r + t + 1, 0,
-				       (size_t)(T - t - 1) * sizeof(float));
-			}
+			for (int t = r0; t < r1; t++)
+				att_softmax(a + (size_t)t * T, t + 1, r1, T);
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
 				    r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T,
 				    T, v, C3, 0.0f, o + (size_t)r0 * C, C);

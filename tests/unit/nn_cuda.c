@@ -198,7 +198,7 @@ static void test_kernels(void)
 	close_enough("gelu forward", got, ref, n, 1e-6, 1e-6);
 	fill(b, n, 1.0f);
 	memcpy(ref, b, n * 4);
-	gk_nn_cpu_gelu_bwd(ref, a, n, 1);
+	gk_nn_cpu_gelu_bwd(ref, NULL, a, 0, N, 4 * C, 1);
 	gk_cuda_copy(dout, b, n * 4, NULL, &err);
 	gk_nn_cu_gelu_bwd(dout, dg, GK_DT_F32, n, NULL, &err);
 	host_of(got, dout, n * 4);

@@ -46,11 +46,13 @@ static uint64_t next(void)
 
 /*
  * The sgemm calls of one step (the model's matmuls, forward and
- * backward, same shapes and transposes as ops_cpu.c), repeated; returns
- * GFLOP/s.
+ * backward, with ops_cpu.c's shapes, transposes and beta), repeated;
+ * returns GFLOP/s. beta matters: OpenBLAS zeroes C before a beta-0
+ * product, a pass over C that is part of that call's cost; with beta 1
+ * it adds onto C (a bias or a gradient already there).
  */
 typedef struct shape {
-	int ta, tb, M, N, K;
+	int ta, tb, M, N, K, beta;
 } shape;
 
 static double sgemm_rate(int L, int C, int V, int Ntok, int T, int NH,
@@ -58,19 +60,23 @@ static double sgemm_rate(int L, int C, int V, int Ntok, int T, int NH,
 {
 	int hs = C / NH;
 	shape s[] = {
-		/* per block, forward: qkv, attn proj, fc, fc proj */
-		{0, 0, Ntok, 3 * C, C}, {0, 0, Ntok, C, C},
-		{0, 0, Ntok, 4 * C, C}, {0, 0, Ntok, C, 4 * C},
-		/* backward: dinp and dW of each */
-		{0, 1, Ntok, C, 3 * C}, {1, 0, C, 3 * C, Ntok},
-		{0, 1, Ntok, C, C}, {1, 0, C, C, Ntok},
-		{0, 1, Ntok, C, 4 * C}, {1, 0, C, 4 * C, Ntok},
-		{0, 1, Ntok, 4 * C, C}, {1, 0, 4 * C, C, Ntok},
+		/* per block, forward: qkv, attn proj, fc, fc proj (onto
+		 * the bias, except fc, whose GeLU pass adds it) */
+		{0, 0, Ntok, 3 * C, C, 1}, {0, 0, Ntok, C, C, 1},
+		{0, 0, Ntok, 4 * C, C, 0}, {0, 0, Ntok, C, 4 * C, 1},
+		/* backward: dinp (fresh) and dW (accumulated) of each */
+		{0, 1, Ntok, C, 3 * C, 0}, {1, 0, C, 3 * C, Ntok, 1},
+		{0, 1, Ntok, C, C, 0}, {1, 0, C, C, Ntok, 1},
+		{0, 1, Ntok, C, 4 * C, 0}, {1, 0, C, 4 * C, Ntok, 1},
+		{0, 1, Ntok, 4 * C, C, 0}, {1, 0, 4 * C, C, Ntok, 1},
 	};
-	shape head[] = {{0, 1, Ntok, V, C}, {0, 0, Ntok, C, V}, {1, 0, V, C, Ntok}};
+	shape head[] = {{0, 1, Ntok, V, C, 0},
+			{0, 0, Ntok, C, V, 0},
+			{1, 0, V, C, Ntok, 1}};
 	/* attention per (b, h): q k^T, att v; backward four of them */
-	shape att[] = {{0, 1, T, T, hs}, {0, 0, T, hs, T}, {0, 1, T, T, hs},
-		       {1, 0, T, hs, T}, {0, 0, T, hs, T}, {1, 0, T, hs, T}};
+	shape att[] = {{0, 1, T, T, hs, 0}, {0, 0, T, hs, T, 0},
+		       {0, 1, T, T, hs, 0}, {1, 0, T, hs, T, 0},
+		       {0, 0, T, hs, T, 0}, {1, 0, T, hs, T, 0}};
 	size_t big = (size_t)Ntok * 4 * C;
 	if ((size_t)V * C > big)
 		big = (size_t)V * C;
@@ -90,7 +96,7 @@ static double sgemm_rate(int L, int C, int V, int Ntok, int T, int NH,
 		cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans,  \
 			    x->tb ? CblasTrans : CblasNoTrans, x->M, x->N,     \
 			    x->K, 1.0f, a, x->ta ? x->M : x->K, b,             \
-			    x->tb ? x->K : x->N, 1.0f, c, x->N);               \
+			    x->tb ? x->K : x->N, (float)x->beta, c, x->N);     \
 		fl += 2.0 * x->M * x->N * x->K;                                \
 	} while (0)
 		for (int l = 0; l < L; l++) {
