@@ -69,7 +69,10 @@ for t in cuda_core comm_cuda core_half nn_cuda; do
 	if [ -n "$sanitizer" ] && [ "$t" != cuda_core ]; then
 		for tool in memcheck racecheck; do
 			step "unit: $t under compute-sanitizer $tool"
-			if "$sanitizer" --tool $tool --error-exitcode 99 build/tests/unit/$t \
+			# API errors are the tests' own to check (and
+			# cudaEventQuery's "not ready" is one by design)
+			if "$sanitizer" --tool $tool --report-api-errors no \
+				--error-exitcode 99 build/tests/unit/$t \
 				>"$out/$t.$tool" 2>&1; then
 				pass
 			else

@@ -175,6 +175,26 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 
 	if (g->bias && batch > 1)
 		return gk_errf(err, "matmul: a bias with a batch of %d", batch);
+	/* cuBLASLt takes no alignment preference for the bias and may pick
+	 * a kernel that assumes 16 bytes; a bias at an odd place in the flat
+	 * parameters (C * element size not a multiple of 16) is copied to
+	 * the workspace's end first, on the same stream */
+	const void *bias = g->bias;
+	size_t ws_bytes = b->ws_bytes;
+	if (bias && ((uintptr_t)bias & 15)) {
+		size_t nb = (size_t)g->N * (gk_dtype_bits(g->dt) / 8);
+		size_t room = (nb + 255) / 256 * 256;
+		if (room > ws_bytes / 2)
+			return gk_errf(err, "matmul: a bias of %d values does "
+				       "not fit the workspace", g->N);
+		ws_bytes -= room;
+		void *dst = (char *)b->ws + ws_bytes;
+		if (GK_CUDA_CHECK(cudaMemcpyAsync(dst, bias, nb,
+						  cudaMemcpyDeviceToDevice,
+						  b->s), err) < 0)
+			return -1;
+		bias = dst;
+	}
 	if (GK_CUBLAS_CHECK(lt.DescCreate(&desc, b->compute, CUDA_R_32F), err) < 0)
 		return -1;
 	if (GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
@@ -186,7 +206,7 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 		goto out;
 	if (g->bias &&
 	    GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-				       &g->bias, sizeof(g->bias)), err) < 0)
+				       &bias, sizeof(bias)), err) < 0)
 		goto out;
 	if (layout(&la, g->dt, sh.a_rows, sh.a_cols, sh.lda, batch, sh.sa,
 		   err) < 0 ||
@@ -197,7 +217,7 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 		goto out;
 	if (GK_CUBLAS_CHECK(lt.PrefCreate(&pref), err) < 0)
 		goto out;
-	uint64_t wsb = b->ws_bytes;
+	uint64_t wsb = ws_bytes;
 	if (GK_CUBLAS_CHECK(lt.PrefSet(pref,
 				       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
 				       &wsb, sizeof(wsb)), err) < 0)
@@ -237,7 +257,7 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	const void *c = g->C ? g->C : g->D;
 	rc = GK_CUBLAS_CHECK(lt.Matmul(b->h, desc, &alpha, sh.a, la, sh.b, lb,
 				       &beta, c, ld, g->D, ld, &heur.algo, b->ws,
-				       b->ws_bytes, b->s), err);
+				       ws_bytes, b->s), err);
 out:
 	if (pref)
 		lt.PrefDestroy(pref);

@@ -223,8 +223,11 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->colsum = carve(&cur, ss[i++]);
 	cu->norm = carve(&cur, ss[i++]);
 
-	/* host: staging big enough for the parameters or the logits */
-	cu->pin_bytes = P * 4 > N * Vp * es ? P * 4 : N * Vp * es;
+	/* host: pinned staging for the parameters, moments and gradients
+	 * (the logits pass through it in pieces); no host copy of the
+	 * logits until a forward without targets wants one, since a
+	 * training batch's logits run to gigabytes per rank */
+	cu->pin_bytes = P * 4;
 	if (!(cu->pin = gk_cuda_host_alloc(cu->pin_bytes, err)))
 		return -1;
 	cu->h_uniq = malloc(N * sizeof(int32_t));
@@ -232,11 +235,10 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->h_pos = malloc(N * sizeof(int32_t));
 	cu->h_count = malloc(V * sizeof(int32_t));
 	cu->h_loss = malloc(N * sizeof(float));
-	m->logits = malloc(N * Vp * sizeof(float));
 	m->tokens = malloc(N * sizeof(int32_t));
 	m->targets = malloc(N * sizeof(int32_t));
 	if (!cu->h_uniq || !cu->h_start || !cu->h_pos || !cu->h_count ||
-	    !cu->h_loss || !m->logits || !m->tokens || !m->targets)
+	    !cu->h_loss || !m->tokens || !m->targets)
 		return gk_err_sys(err, ENOMEM, "model on the GPU: host buffers");
 	return 0;
 }
@@ -362,12 +364,15 @@ static int moments_alloc(gk_nn_model *m, size_t lo, size_t hi, gk_err *err)
 		return cu->mlo == lo && cu->mhi == hi ? 0 :
 		       gk_errf(err, "AdamW moments of parameters [%zu, %zu): they cover [%zu, %zu)",
 			       lo, hi, cu->mlo, cu->mhi);
+	/* both or neither: a failure leaves no half-made moments behind
+	 * (dalloc keeps what it got, freed with the model) */
 	size_t n = (hi - lo) * 4;
-	if (!(cu->mom = dalloc(cu, n, GK_CUDA_MEM_OPTIM, err)) ||
-	    !(cu->vel = dalloc(cu, n, GK_CUDA_MEM_OPTIM, err)) ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->mom, 0, n, cu->s), err) < 0 ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->vel, 0, n, cu->s), err) < 0)
+	void *mom = dalloc(cu, n, GK_CUDA_MEM_OPTIM, err), *vel = NULL;
+	if (!mom || !(vel = dalloc(cu, n, GK_CUDA_MEM_OPTIM, err)) ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(mom, 0, n, cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(vel, 0, n, cu->s), err) < 0)
 		return -1;
+	cu->mom = mom, cu->vel = vel;
 	cu->mlo = lo, cu->mhi = hi;
 	return 0;
 }
@@ -581,11 +586,20 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 
 	m->have_targets = targets != NULL;
 	if (!targets) {
-		/* inference: the caller reads the logits (gk_nn_logits) */
-		size_t n = (size_t)N * Vp;
-		if (gk_cuda_copy(cu->pin, cu->logits, n * es, cu->s, err) < 0)
-			return -1;
-		gk_convert(m->logits, GK_DT_F32, cu->pin, cu->dt, n);
+		/* inference: the caller reads the logits (gk_nn_logits),
+		 * copied through the staging buffer a piece at a time */
+		size_t n = (size_t)N * Vp, per = cu->pin_bytes / es;
+		if (!m->logits && !(m->logits = malloc(n * sizeof(float))))
+			return gk_err_sys(err, ENOMEM, "model on the GPU: %zu "
+					  "logits on the host", n);
+		for (size_t o = 0; o < n; o += per) {
+			size_t k = n - o < per ? n - o : per;
+			if (gk_cuda_copy(cu->pin, (char *)cu->logits + o * es,
+					 k * es, cu->s, err) < 0)
+				return -1;
+			gk_convert(m->logits + o, GK_DT_F32, cu->pin, cu->dt,
+				   k);
+		}
 		m->have_fwd = 1;
 		return 0;
 	}

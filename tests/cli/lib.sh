@@ -75,12 +75,20 @@ test_gpu_prereqs() {
 	if command -v nvidia-smi >/dev/null 2>&1 && [ "${CUDA_VISIBLE_DEVICES-x}" != "" ]; then
 		GK_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ") || GK_GPUS=0
 	fi
-	# The build's configuration (scripts/configure), as make check passes it.
-	for v in ${GK_MAKEVARS:-}; do
-		case $v in CUDA=*) cuda=${v#CUDA=} ;; MPI=*) mpi=${v#MPI=} ;; esac
-	done
-	cfg="$GK_TOP/build/config-cuda${cuda:-auto}-mpi${mpi:-auto}.mk"
+	# The configuration of the build under test (scripts/configure
+	# writes it there). With a GPU present, a build whose configuration
+	# cannot be read is an error, not a reason to expect no GPU: that
+	# would skip every GPU test and fail the no-GPU ones.
+	cfg="$GK_BUILD/config.mk"
 	have=$(sed -n "s/^$1 := //p" "$cfg" 2>/dev/null)
+	case $have in
+	0 | 1) ;;
+	*)
+		if [ "$GK_GPUS" -gt 0 ]; then
+			echo "error: $cfg says nothing of $1: cannot tell whether to expect the GPU" >&2
+			exit 1
+		fi ;;
+	esac
 	if [ "$GK_GPUS" -gt 0 ] && [ "$have" = 1 ]; then
 		test_set_prereq GPU
 		[ "$GK_GPUS" -ge 2 ] && test_set_prereq GPUS

@@ -3,7 +3,8 @@
  * loader and the build say, the --device choice, device picking, the
  * status checks' messages, and the memory accounting (driven with made-up
  * pointers, so it runs without a GPU). On a machine without a device every
- * entry point must fail with the probe's message, never crash.
+ * entry point must fail with the probe's message, never crash; with one,
+ * memory, copies, streams and events work on it.
  */
 #include <dlfcn.h>
 
@@ -213,6 +214,79 @@ static void test_no_device(void)
 	is_u64(st.total, 0, "no GPU: nothing counted");
 }
 
+/*
+ * With a GPU: memory through the device and back, counted under its kind
+ * while live; a stream's order and events (a copy recorded, then waited
+ * on by a second stream, then timed); pinned host memory counted apart.
+ */
+static void test_device(void)
+{
+	gk_err err = {0};
+	if (gk_cuda_probe(NULL, &err) < 0) {
+		diag("device checks not run: %s", err.msg);
+		return;
+	}
+	int dev = -1;
+	ok(gk_cuda_device_select(-1, &dev, &err) == 0 && dev >= 0,
+	   "device: selected device %d", dev);
+	enum { N = 1 << 20 };
+	gk_cuda_mem_stats s0, s;
+	gk_cuda_mem_stats_get(&s0);
+	uint32_t *h = gk_cuda_host_alloc(N * 4, &err);
+	uint32_t *back = malloc(N * 4);
+	void *d1 = gk_cuda_alloc(N * 4, GK_CUDA_MEM_GRADS, &err);
+	void *d2 = gk_cuda_alloc(N * 4, GK_CUDA_MEM_COMM, &err);
+	gk_cuda_mem_stats_get(&s);
+	ok(s.bytes[GK_CUDA_MEM_GRADS] - s0.bytes[GK_CUDA_MEM_GRADS] == N * 4 &&
+	   s.bytes[GK_CUDA_MEM_COMM] - s0.bytes[GK_CUDA_MEM_COMM] == N * 4 &&
+	   s.total - s0.total == 2 * N * 4 && s.allocs - s0.allocs == 2 &&
+	   s.host_pinned - s0.host_pinned == N * 4,
+	   "device: two allocations and pinned memory counted by kind");
+	if (!h || !back || !d1 || !d2) {
+		ok(0, "device: allocations: %s", err.msg);
+		goto out;
+	}
+	for (uint32_t i = 0; i < N; i++)
+		h[i] = i * 2654435761u;
+	gk_cuda_stream a = NULL, b = NULL;
+	gk_cuda_event e0 = NULL, e1 = NULL, done = NULL;
+	int rc = gk_cuda_stream_new(&a, &err) | gk_cuda_stream_new(&b, &err) |
+		 gk_cuda_event_new(&e0, 1, &err) | gk_cuda_event_new(&e1, 1, &err) |
+		 gk_cuda_event_new(&done, 0, &err);
+	ok(rc == 0, "device: two streams, three events");
+	/* host -> d1 on a, recorded; b waits for it, then d1 -> d2 -> host */
+	rc = gk_cuda_event_record(e0, a, &err) |
+	     gk_cuda_copy(d1, h, N * 4, a, &err) |
+	     gk_cuda_event_record(e1, a, &err) |
+	     gk_cuda_event_record(done, a, &err) |
+	     gk_cuda_stream_wait(b, done, &err) |
+	     gk_cuda_copy(d2, d1, N * 4, b, &err) |
+	     gk_cuda_copy(back, d2, N * 4, b, &err);
+	ok(rc == 0 && memcmp(back, h, N * 4) == 0,
+	   "device: 4 MiB host -> device -> device -> host, bit for bit");
+	int finished = 0;
+	float ms = -1;
+	ok(gk_cuda_event_query(done, &finished, &err) == 0 && finished,
+	   "device: the event after a finished copy reads done");
+	ok(gk_cuda_event_sync(e1, &err) == 0 &&
+	   gk_cuda_event_elapsed(e0, e1, &ms, &err) == 0 && ms >= 0 && ms < 10000,
+	   "device: a copy timed by two events (%.3f ms)", ms);
+	gk_cuda_event_free(e0);
+	gk_cuda_event_free(e1);
+	gk_cuda_event_free(done);
+	gk_cuda_stream_free(a);
+	gk_cuda_stream_free(b);
+out:
+	gk_cuda_free(d1);
+	gk_cuda_free(d2);
+	gk_cuda_host_free(h);
+	free(back);
+	gk_cuda_mem_stats_get(&s);
+	ok(s.total == s0.total && s.allocs == s0.allocs &&
+	   s.host_pinned == s0.host_pinned,
+	   "device: freed memory leaves the counters where they started");
+}
+
 int main(void)
 {
 	test_probe();
@@ -222,5 +296,6 @@ int main(void)
 	test_check();
 	test_accounting();
 	test_no_device();
+	test_device();
 	return done_testing();
 }
