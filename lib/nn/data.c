@@ -435,10 +435,12 @@ static int shard_fill(gk_nn_data *d, gk_err *err)
 	}
 	o[n] = d->o.eot;
 	int64_t k = cut_of(d, s->epoch, s->shard, s->index);
-	if (k > (int64_t)n)
+	if (k > (int64_t)n + 1)
 		return gk_errf(err, "shard '%s' sample '%s': resumed %" PRId64
 			       " tokens into it, but it has %" PRIu64
 			       " (a data state of other data?)", shard, s->key, k, n + 1);
+	if (k == (int64_t)n + 1)
+		return 1; /* an earlier world trained all of it */
 	memmove(o, o + k, (size_t)((int64_t)n + 1 - k) * sizeof(*o));
 	d->q[d->nq++] = (pending){st, (int64_t)d->len, (int64_t)n + 1 - k, s->shard,
 				  s->index};
@@ -739,7 +741,11 @@ out:
 
 /*
  * Old rank state j's cuts, and its partly used sample ("at", "skip" tokens
- * into it, after the cut it had started it at, if any) as one more.
+ * into it, after the cut it had started it at, if any) as one more. The
+ * old rank's next window would have started at that token, which its
+ * last window had as a target: the new rank starts one token later, or
+ * the token would be a target twice wherever the sample lands after
+ * other tokens in the new rank's stream.
  */
 static int old_rank_cuts(gk_nn_data *d, const json_t *j, uint64_t epoch,
 			 gk_err *err)
@@ -755,8 +761,8 @@ static int old_rank_cuts(gk_nn_data *d, const json_t *j, uint64_t epoch,
 		return -1;
 	if (skip < 0)
 		return gk_errf(err, "data state: negative position");
-	skip += cut_of(d, epoch, shard, index);
-	return skip ? add_cut(d, epoch, shard, index, skip, err) : 0;
+	skip += cut_of(d, epoch, shard, index) + 1;
+	return add_cut(d, epoch, shard, index, skip, err);
 }
 
 int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
