@@ -513,6 +513,9 @@ static void parse_args(int argc, char **argv, args *a)
 		gk_cli_usage_error(&cli, "--data is required");
 	if (a->o.resume && !a->o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
+	if (a->o.eval_only && a->o.ckpt_dir && !a->o.resume)
+		gk_cli_usage_error(&cli, "--eval-only --ckpt-dir evaluates the directory's latest "
+				   "checkpoint with --resume (or name a step with --init-from)");
 	if (a->o.eval_only && a->dump)
 		gk_cli_usage_error(&cli, "--eval-only and --dump-data: one or the other");
 	if (a->metrics && (a->o.eval_only || a->dump))

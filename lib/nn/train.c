@@ -810,6 +810,14 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 			goto fail;
 		}
 	}
+	/* a training job's first run finds nothing to resume and starts;
+	 * an evaluation of nothing would print an untrained model's loss */
+	if (o->eval_only && o->resume && !resume_dir) {
+		gk_errf(err, "--eval-only --resume: no committed checkpoint in '%s'",
+			o->ckpt_dir);
+		t->agreed = 1;
+		goto fail;
+	}
 	if (choose_config(t, resume_dir, err) < 0)
 		goto fail;
 	if (t->o.seq <= 0)

@@ -252,11 +252,18 @@ test_expect_success 'a full stdout in --json mode names ENOSPC, as in text mode'
 	grep "^gpu-train: write standard output: No space left on device$" err
 '
 
-test_expect_success '--eval-only --resume with no checkpoint directory yet: the seeded model, nothing created' '
-	gpu-train --eval-only --ckpt-dir nodir --resume --data train.bin $TINY --batch 2 \
-		--eval-batches 1 --json >ev.json &&
-	jq -s -e "map(select(.event == \"eval\"))[0].batches == 1" ev.json &&
+test_expect_success '--eval-only of a checkpoint directory with nothing in it: exit 1, never the untrained model' '
+	test_expect_code 1 gpu-train --eval-only --ckpt-dir nodir --resume --data train.bin $TINY \
+		--batch 2 --eval-batches 1 --json >ev.json 2>err &&
+	grep "^gpu-train: --eval-only --resume: no committed checkpoint in .nodir.$" err &&
+	test_must_be_empty ev.json &&
 	test ! -e nodir &&
+	mkdir empty &&
+	test_expect_code 1 gpu-train --eval-only --ckpt-dir empty --resume --data train.bin $TINY \
+		--batch 2 2>err &&
+	grep "no committed checkpoint in .empty." err &&
+	test_expect_code 2 gpu-train --eval-only --ckpt-dir empty --data train.bin $TINY 2>err &&
+	grep "^gpu-train: --eval-only --ckpt-dir evaluates the directory.s latest checkpoint with --resume" err &&
 	test_expect_code 2 gpu-train --data train.bin $TINY --ckpt-dir "" 2>err &&
 	grep "^gpu-train: --ckpt-dir .\{2\}: an empty directory name" err
 '
