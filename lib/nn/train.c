@@ -192,8 +192,10 @@ static void account(gk_nn_trainer *t)
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
 	uint64_t moments = (uint64_t)2 * (t->hi - t->lo) * sizeof(float);
-	/* a GPU's working copy (bf16) counts as parameters */
-	t->mem.parameters = 4 * psi + (mm.parameters - 4 * (uint64_t)t->N);
+	/* a GPU's working copy (bf16) counts as parameters; the allocator's
+	 * rounding and the padded vocabulary's rows are padding */
+	uint64_t work = t->cuda && t->o.precision == GK_NN_BF16 ? 2 * psi : 0;
+	t->mem.parameters = 4 * psi + work;
 	t->mem.gradients = 4 * psi;
 	t->mem.optimizer = t->shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
 	t->mem.activations = mm.activations - logit_pad;

@@ -59,6 +59,17 @@ test_expect_success 'recompute layer = mem-estimate full recomputation (inputs k
 	PY
 '
 
+test_expect_success 'an odd shape (hidden 36, vocab 300, 37 positions): model states still exact' '
+	cat >odd.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 3, "n_embd": 36, "n_head": 3,
+	 "vocab_size": 300, "n_positions": 37}
+	EOF
+	gpu-train --data train.bin --config odd.json --seq 37 --batch 2 --steps 1 \
+		--threads 1 --json >g.json &&
+	mem-estimate --config odd.json --precision f32 -b 2 -s 37 --no-dropout --json >m.json &&
+	python3 cmp.py g.json m.json
+'
+
 for n in 2 3; do
 	test_expect_success MPI "ZeRO-1 over $n ranks: optimizer divided exactly" "
 		mpi $n --data train.bin --config ck/latest/config.json --seq 48 --batch 3 \
