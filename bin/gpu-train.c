@@ -721,11 +721,14 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 						    json_integer(s.dropped));
 			emit(j);
 		} else if (!cli.quiet) {
+			char loss[32] = "-"; /* no step this run, no loss */
+			if (s.steps > 0)
+				snprintf(loss, sizeof(loss), "%.4f", s.last_loss);
 			printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
-			       "loss %.4f, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
+			       "loss %s, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
 			       s.seconds > 0 ? (double)r->batch * r->seq * r->grad_accum *
 						       gk_nn_trainer_world(t) * s.steps / s.seconds : 0,
-			       s.last_loss, s.skipped, why);
+			       loss, s.skipped, why);
 			if (s.val_loss != 0)
 				printf("val loss %.4f\n", s.val_loss);
 			if (s.data_note)

@@ -786,7 +786,9 @@ int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 {
 	uint64_t *list = NULL, len = d->per0;
 	if (st->seed != d->o.seed || st->parts != d->parts || st->part != d->part)
-		return gk_errf(err, "dataset state: saved for seed %llu, part %u of %u; this is seed %llu, part %llu of %llu (gk_shard_dataset_restore_world remaps another world size)",
+		return gk_errf(err, "dataset state: saved with seed %llu for part %u of %u, "
+			       "restored with seed %llu for part %llu of %llu: the order of the "
+			       "samples is the seed's, so a state resumes with its own",
 			       (unsigned long long)st->seed, st->part, st->parts,
 			       (unsigned long long)d->o.seed, (unsigned long long)d->part,
 			       (unsigned long long)d->parts);
