@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
 	if (check) {
-		if (gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err))
+		if (gk_ckpt_verify_set(s, &err))
 			status = gk_cli_fail(&cli, &err);
 		if (!status && !cli.quiet)
 			printf("ok: %zu tensors, %" PRIu64 " bytes in %zu files\n", s->n, s->bytes,
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
 		gk_ckpt_plan p;
 		gk_progress pr;
 		gk_ckpt_write_opts o = {&pr, verify};
-		int rc = gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err);
+		int rc = gk_ckpt_verify_set(s, &err);
 		if (!rc)
 			rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
 		if (!rc)

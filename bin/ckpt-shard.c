@@ -132,7 +132,7 @@ int main(int argc, char **argv)
 		gk_strlist_free(&keep);
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
-	int rc = dry ? 0 : gk_ckpt_verify_inputs(argv + optind, (size_t)(argc - optind), &err);
+	int rc = dry ? 0 : gk_ckpt_verify_set(s, &err);
 	if (!rc)
 		rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
 	if (!rc)

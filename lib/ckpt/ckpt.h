@@ -44,6 +44,7 @@ typedef struct gk_ckpt_set {
 	gk_ckpt_entry *e; /* in order of first appearance */
 	size_t n;
 	uint64_t bytes;   /* sum of entry bytes */
+	gk_strlist steps; /* the training step directories read (gk_ckpt_verify_set) */
 } gk_ckpt_set;
 
 /*
@@ -51,7 +52,8 @@ typedef struct gk_ckpt_set {
  * (*.json: a Hugging Face weight_map), or a directory: one holding
  * model.safetensors.index.json, a training step directory (its COMMIT is
  * required and its model*.safetensors files are read), a checkpoint root
- * (its latest committed step), or else every *.safetensors in it.
+ * (its latest committed step), or else every *.safetensors in it. Each
+ * input is resolved once (gk_ckpt_resolve) and read from there.
  * Checks: every file valid; index paths relative without "..", every
  * indexed tensor in its file and every file tensor in the index,
  * metadata.total_size equal to the tensor bytes; a tensor in several
@@ -238,23 +240,41 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err);
  */
 int gk_ckpt_next_after(const char *root, uint64_t after, uint64_t *step,
 		       int *is_committed, gk_err *err);
-/* Check a step directory's COMMIT: every file present, sizes and XXH3. */
+/*
+ * Check a step directory's COMMIT: every file present, sizes and XXH3.
+ * The directory is opened once and every file read through it, so dir
+ * may be ROOT/latest while a writer moves it. A step removed meanwhile
+ * (ckpt-prune) is reported as removed, not as damaged.
+ */
 int gk_ckpt_verify_step(const char *dir, gk_err *err);
 /*
- * Check the COMMIT behind an input of gk_ckpt_open: a step directory's own,
- * or the latest committed step's when in is a checkpoint root. Other
- * inputs (files, Hugging Face directories) have none: 0.
+ * What an input of gk_ckpt_open names now, resolved once into *out
+ * (malloc'ed): a symbolic link (ROOT/latest, however spelled) becomes the
+ * path it points to (DIR/TARGET for a relative target), a checkpoint
+ * root ROOT/step-NNNNNNNN of its latest committed step; anything else,
+ * and an unfinished step directory (left for the reader to refuse by the
+ * name it was given), is copied as it is. A reader that looks at an
+ * input twice (checks COMMIT, then reads the files) reads the resolved
+ * path both times, so a writer moving latest in between cannot make it
+ * check one step and read another.
+ */
+int gk_ckpt_resolve(const char *in, char **out, gk_err *err);
+/*
+ * Check the COMMIT behind an input of gk_ckpt_open, resolved once: a step
+ * directory's own, or the latest committed step's when in is a checkpoint
+ * root. Other inputs (files, Hugging Face directories) have none: 0.
  */
 int gk_ckpt_verify_input(const char *in, gk_err *err);
 /*
- * gk_ckpt_verify_input for each input. Merging and resharding call it
+ * gk_ckpt_verify_step for each step directory s was opened from (the
+ * very ones its files were opened in). Merging and resharding call it
  * before copying: copy_file_range moves the data without it passing
  * through our memory, and the output's tensor order is not the input
  * files' byte order, so COMMIT's whole-file XXH3 cannot be computed on
  * the way; one extra read (into the page cache the copy then reads
  * from) makes sure a file damaged after COMMIT is not published.
  */
-int gk_ckpt_verify_inputs(char *const *inputs, size_t n, gk_err *err);
+int gk_ckpt_verify_set(const gk_ckpt_set *s, gk_err *err);
 
 /* ---- pruning old checkpoints (ckpt-prune) ------------------------------------
  *

@@ -6,9 +6,20 @@
 
 #include "ckpt/ckpt.h"
 
+#include <sys/stat.h>
+
 /* gk_open_regular, then read all of it (at most max bytes), NUL-terminated. */
 int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
 		    gk_err *err);
+/*
+ * The same for name in the directory dfd (openat(2), so a reader that
+ * opened a step directory once reads every file of that one directory,
+ * wherever `latest` points meanwhile); path names the file in messages.
+ */
+int ck_open_regular_at(int dfd, const char *name, const char *path,
+		       struct stat *st, gk_err *err);
+int ck_read_regular_at(int dfd, const char *name, const char *path, size_t max,
+		       char **out, size_t *len, gk_err *err);
 
 /*
  * mkdtemp(3) makes the directory 0700; a staging directory renamed into

@@ -262,6 +262,9 @@ static int exists(const char *dir, const char *name)
 
 static int add_step_dir(builder *b, const char *dir, gk_err *err)
 {
+	/* its COMMIT is checked by gk_ckpt_verify_set, in this same directory */
+	if (gk_strlist_push(&b->s->steps, dir, err))
+		return -1;
 	if (exists(dir, GK_CKPT_INDEX)) {
 		char *p = join(dir, GK_CKPT_INDEX);
 		int rc = p ? add_index(b, p, err) : gk_err_sys(err, ENOMEM, "open");
@@ -795,8 +798,21 @@ int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
 	int rc = 0;
 	if (!(b.s = calloc(1, sizeof(*b.s))))
 		return gk_err_sys(err, ENOMEM, "open");
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = add_input(&b, inputs[i], err);
+	for (size_t i = 0; i < n && !rc; i++) {
+		/*
+		 * Each input is resolved once (ROOT/latest to its step, a root
+		 * to its latest committed step) and only that path is read
+		 * after, so a writer moving latest cannot mix two steps.
+		 */
+		char *r;
+		if ((rc = gk_ckpt_resolve(inputs[i], &r, err)))
+			break;
+		rc = add_input(&b, r, err);
+		if (rc && strcmp(r, inputs[i]) && access(r, F_OK) < 0 && errno == ENOENT)
+			gk_errf(err, "read '%s': its step '%s' was removed while being read "
+				"(by ckpt-prune?)", inputs[i], r);
+		free(r);
+	}
 	if (!rc)
 		rc = check_indexes(&b, err);
 	if (!rc)
@@ -830,6 +846,7 @@ void gk_ckpt_close(gk_ckpt_set *s)
 	}
 	for (size_t i = 0; i < s->nfiles; i++)
 		gk_st_close(s->files[i]);
+	gk_strlist_free(&s->steps);
 	free(s->files);
 	free(s->e);
 	free(s);

@@ -424,26 +424,67 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
 	return found;
 }
 
+/*
+ * After a file of the step directory opened as dfd was found missing: 1
+ * when the directory itself is gone from path dir (removed, or renamed
+ * away, as ckpt-prune does before deleting), so the reader was too slow,
+ * not the checkpoint damaged.
+ */
+static int step_gone(int dfd, const char *dir)
+{
+	struct stat a, b;
+	if (fstat(dfd, &a) < 0)
+		return 0;
+	return a.st_nlink == 0 || stat(dir, &b) < 0 || a.st_dev != b.st_dev ||
+	       a.st_ino != b.st_ino;
+}
+
+static int missing(int dfd, const char *name)
+{
+	return faccessat(dfd, name, F_OK, 0) < 0 && errno == ENOENT;
+}
+
+static int gone_error(const char *dir, gk_err *err)
+{
+	return gk_errf(err, "checkpoint '%s': removed while being read (by ckpt-prune?)", dir);
+}
+
 int gk_ckpt_verify_step(const char *dir, gk_err *err)
 {
 	char path[2 * PATH_MAX];
-	snprintf(path, sizeof(path), "%s/COMMIT", dir);
-	if (access(path, F_OK) < 0)
+	struct stat st;
+	/*
+	 * One open of the directory, then every file through it: dir may be
+	 * ROOT/latest, which a writer moves on at any time, and COMMIT and
+	 * the files must come from the same step.
+	 */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fstatat(dfd, "COMMIT", &st, 0) < 0) {
+		if (dfd >= 0)
+			close(dfd);
 		return gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
+	}
 	char *buf;
 	size_t len;
-	if (ck_read_regular(path, (size_t)64 << 20, &buf, &len, err))
-		return -1;
+	snprintf(path, sizeof(path), "%s/COMMIT", dir);
+	if (ck_read_regular_at(dfd, "COMMIT", path, (size_t)64 << 20, &buf, &len, err)) {
+		int rc = missing(dfd, "COMMIT") && step_gone(dfd, dir) ? gone_error(dir, err) : -1;
+		close(dfd);
+		return rc;
+	}
 	json_t *j = gk_json_load_buf(buf, len, path, err);
 	free(buf);
-	if (!j)
+	if (!j) {
+		close(dfd);
 		return -1;
+	}
 	const json_t *files = json_object_get(j, "files");
 	const char *k;
 	json_t *v;
 	int rc = 0;
 	if (!json_is_object(files)) {
 		json_decref(j);
+		close(dfd);
 		return gk_errf(err, "checkpoint '%s': COMMIT has no files object", dir);
 	}
 	json_object_foreach((json_t *)files, k, v) {
@@ -458,13 +499,15 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 			break;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, k);
-		int fd = gk_open_regular(path, NULL, err);
-		struct stat st;
+		int fd = ck_open_regular_at(dfd, k, path, &st, err);
 		if (fd < 0) {
-			rc = gk_err_prefix(err, "checkpoint '%s'", dir);
+			if (missing(dfd, k) && step_gone(dfd, dir))
+				rc = gone_error(dir, err);
+			else
+				rc = gk_err_prefix(err, "checkpoint '%s'", dir);
 			break;
 		}
-		if (fstat(fd, &st) < 0 || st.st_size != bytes) {
+		if (st.st_size != bytes) {
 			close(fd);
 			rc = gk_errf(err, "checkpoint '%s': '%s' has %lld bytes, COMMIT says %" PRId64,
 				     dir, k, (long long)st.st_size, bytes);
@@ -481,33 +524,109 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 		}
 	}
 	json_decref(j);
+	close(dfd);
 	return rc;
+}
+
+/* A regular COMMIT in directory dir (followed however dir is spelled). */
+static int has_commit(const char *dir)
+{
+	char path[2 * PATH_MAX];
+	struct stat st;
+	if (snprintf(path, sizeof(path), "%s/COMMIT", dir) >= (int)sizeof(path))
+		return 0;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A copy of p without trailing slashes ("/" stays), or NULL. */
+static char *strip_slashes(const char *p)
+{
+	char *s = strdup(p);
+	size_t n = s ? strlen(s) : 0;
+	while (n > 1 && s[n - 1] == '/')
+		s[--n] = '\0';
+	return s;
+}
+
+int gk_ckpt_resolve(const char *in, char **out, gk_err *err)
+{
+	char target[PATH_MAX], *path = strip_slashes(in), *base;
+	struct stat st;
+	int followed = 0;
+	if (!path)
+		return gk_err_sys(err, ENOMEM, "open '%s'", in);
+	/* Follow the links ourselves, once, as the kernel would. */
+	for (int hops = 0; lstat(path, &st) == 0 && S_ISLNK(st.st_mode); hops++) {
+		ssize_t r = hops < 40 ? readlink(path, target, sizeof(target) - 1) : -1;
+		char *next = NULL, *slash = strrchr(path, '/');
+		if (r <= 0)
+			break; /* left to the reader to report */
+		target[r] = '\0';
+		if (target[0] == '/' || !slash)
+			next = strip_slashes(target);
+		else if (asprintf(&next, "%.*s%s", (int)(slash - path + 1), path, target) < 0)
+			next = NULL;
+		else {
+			char *t = strip_slashes(next);
+			free(next);
+			next = t;
+		}
+		if (!next) {
+			free(path);
+			return gk_err_sys(err, ENOMEM, "open '%s'", in);
+		}
+		free(path);
+		path = next;
+		followed = 1;
+	}
+	base = followed ? path : (char *)in;
+	if (stat(base, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		/* a file is opened once; what is not there is the reader's to report */
+		base = (char *)in;
+	} else if (!has_commit(base)) {
+		const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+		uint64_t step;
+		char step_name[32], index[PATH_MAX];
+		snprintf(index, sizeof(index), "%s/%s", base, GK_CKPT_INDEX);
+		if (!strncmp(name, "step-", 5) || !strncmp(name, ".step-", 6)) {
+			/* an unfinished step: refused by the reader, as the user named it */
+			base = (char *)in;
+		} else if (access(index, F_OK) != 0 && gk_ckpt_latest(base, &step, NULL) == 1) {
+			/* a checkpoint root: its latest committed step, named now */
+			char *p;
+			snprintf(step_name, sizeof(step_name), "step-%08" PRIu64, step);
+			if (asprintf(&p, "%s/%s", base, step_name) < 0) {
+				free(path);
+				return gk_err_sys(err, ENOMEM, "open '%s'", in);
+			}
+			free(path);
+			*out = p;
+			return 0;
+		}
+	}
+	if (base == in) {
+		free(path);
+		if (!(path = strdup(in)))
+			return gk_err_sys(err, ENOMEM, "open '%s'", in);
+	}
+	*out = path;
+	return 0;
 }
 
 int gk_ckpt_verify_input(const char *in, gk_err *err)
 {
-	char path[PATH_MAX];
-	struct stat st;
-	uint64_t step;
-
-	if (snprintf(path, sizeof(path), "%s/COMMIT", in) >= (int)sizeof(path))
-		return gk_errf(err, "path '%s': too long", in);
-	if (stat(path, &st) == 0)
-		return gk_ckpt_verify_step(in, err);
-	if (stat(in, &st) < 0 || !S_ISDIR(st.st_mode))
-		return 0;
-	/* gk_ckpt_open already refused a root it could not read. */
-	if (gk_ckpt_latest(in, &step, NULL) != 1)
-		return 0;
-	if (snprintf(path, sizeof(path), "%s/step-%08" PRIu64, in, step) >= (int)sizeof(path))
-		return gk_errf(err, "path '%s': too long", in);
-	return gk_ckpt_verify_step(path, err);
+	char *r;
+	if (gk_ckpt_resolve(in, &r, err))
+		return -1;
+	int rc = has_commit(r) ? gk_ckpt_verify_step(r, err) : 0;
+	free(r);
+	return rc;
 }
 
-int gk_ckpt_verify_inputs(char *const *inputs, size_t n, gk_err *err)
+int gk_ckpt_verify_set(const gk_ckpt_set *s, gk_err *err)
 {
-	for (size_t i = 0; i < n; i++)
-		if (gk_ckpt_verify_input(inputs[i], err))
+	for (size_t i = 0; i < s->steps.n; i++)
+		if (gk_ckpt_verify_step(s->steps.v[i], err))
 			return -1;
 	return 0;
 }

@@ -111,6 +111,7 @@ struct gk_nn_trainer {
 	int dev;                   /* its CUDA device */
 	char device[32];           /* "cpu", "cuda:N" */
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
+	char *init_from;      /* --init-from as rank 0 resolved it, once */
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -478,6 +479,29 @@ static int claim_ckpt_dir(gk_nn_trainer *t, gk_err *err)
 			       t->o.ckpt_dir) : 0;
 }
 
+/*
+ * --init-from ROOT/latest (or ROOT) names whatever step is newest when it
+ * is looked at, and a writer may move it on between reading config.json,
+ * checking COMMIT and loading the tensors: rank 0 resolves it to one step
+ * directory once, for every use and every rank.
+ */
+static int resolve_init_from(gk_nn_trainer *t, gk_err *err)
+{
+	char buf[PATH_MAX] = {0}, *r = NULL;
+	if (t->rank == 0 && gk_ckpt_resolve(t->o.init_from, &r, NULL) == 0 &&
+	    strlen(r) < sizeof(buf))
+		snprintf(buf, sizeof(buf), "%s", r);
+	free(r);
+	if (bcast_bytes(t, buf, sizeof(buf), err) < 0)
+		return -1;
+	/* unresolved (no memory, too long): as given */
+	if (buf[0] && !(t->init_from = strdup(buf)))
+		return gk_err_sys(err, ENOMEM, "--init-from");
+	if (t->init_from)
+		t->o.init_from = t->init_from;
+	return 0;
+}
+
 static int verify_ckpt(gk_nn_trainer *t, const char *in, gk_err *err)
 {
 	gk_err mine = {0};
@@ -802,6 +826,9 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->agreed = 1;
 		goto fail;
 	}
+	if (o->init_from && resolve_init_from(t, err) < 0)
+		goto fail;
+	o = &t->o; /* with --init-from resolved */
 	struct stat dst;
 	if (o->resume && o->ckpt_dir && (stat(o->ckpt_dir, &dst) == 0 || errno != ENOENT)) {
 		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
@@ -1657,6 +1684,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	free(t->tg);
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
+	free(t->init_from);
 	free(t);
 }
 

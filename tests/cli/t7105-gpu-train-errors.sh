@@ -69,7 +69,7 @@ test_expect_success 'a checkpoint damaged after COMMIT is not resumed from or lo
 	test_expect_code 1 gpu-train $A --ckpt-dir ckd --resume 2>err &&
 	grep "^gpu-train: checkpoint .ckd/step-00000003.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
 	test_expect_code 1 gpu-train $A --init-from ckd/latest 2>err &&
-	grep "^gpu-train: checkpoint .ckd/latest.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
+	grep "^gpu-train: checkpoint .ckd/step-00000003.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
 	test_expect_code 1 gpu-train --eval-only --data train.bin --init-from ckd --seq 16 2>err &&
 	grep "does not match its XXH3 in COMMIT$" err
 '
@@ -152,7 +152,7 @@ test_expect_success 'shape flags with --init-from go over its config.json' '
 	gpu-train --data train.bin --init-from ck/latest --layers 2 --steps 1 -q --threads 1 &&
 	test_expect_code 1 gpu-train --data train.bin --init-from ck/latest --layers 3 \
 		--steps 1 2>err &&
-	grep "^gpu-train: checkpoint .ck/latest.: its model (2 layers, hidden 32, 2 heads, vocab 257, 33 positions) is not the one asked for (3, 32, 2, 257, 33)" err
+	grep "^gpu-train: checkpoint .ck/step-00000003.: its model (2 layers, hidden 32, 2 heads, vocab 257, 33 positions) is not the one asked for (3, 32, 2, 257, 33)" err
 '
 
 test_expect_success 'an unusable --ckpt-dir fails before step 1' '
