@@ -33,6 +33,12 @@ int ck_mkdtemp(char *tmpl, gk_err *err);
  */
 int ck_parse_step(const char *name, uint64_t *step);
 
+/*
+ * Step directories of ROOT without COMMIT (step-N without it, staging
+ * directories .step-N.tmp-*): written now, or left by a killed writer.
+ */
+size_t ck_count_uncommitted(const char *root);
+
 /* What ROOT/latest is (ck_latest_link's result). */
 enum {
 	CK_LATEST_NONE,      /* no such entry */

@@ -318,6 +318,18 @@ static int add_input(builder *b, const char *in, gk_err *err)
 		free(p);
 		return r;
 	}
+	/* A root whose steps are all unfinished holds no checkpoint yet. */
+	gk_strlist l = {0};
+	size_t pending = 0;
+	if (list_dir(in, is_st, &l, err))
+		return -1;
+	if (l.n == 0 && (pending = ck_count_uncommitted(in)) > 0) {
+		gk_strlist_free(&l);
+		return gk_errf(err, "read '%s': no committed checkpoint (%zu step director%s "
+			       "without COMMIT: still being written, or left by a killed run)",
+			       in, pending, pending == 1 ? "y" : "ies");
+	}
+	gk_strlist_free(&l);
 	return add_files_of(b, in, is_st, err);
 }
 

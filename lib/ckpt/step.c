@@ -312,6 +312,28 @@ static int committed(const char *root, const char *name)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+size_t ck_count_uncommitted(const char *root)
+{
+	DIR *d = opendir(root);
+	struct dirent *e;
+	size_t n = 0;
+	while (d && (e = readdir(d))) {
+		uint64_t st;
+		char name[NAME_MAX + 1];
+		const char *tmp = strstr(e->d_name, ".tmp-");
+		if (e->d_name[0] == '.' && tmp > e->d_name) {
+			/* a staging directory, .step-N.tmp-XXXXXX */
+			snprintf(name, sizeof(name), "%.*s", (int)(tmp - e->d_name - 1), e->d_name + 1);
+			n += ck_parse_step(name, &st) == 0;
+		} else if (ck_parse_step(e->d_name, &st) == 0 && !committed(root, e->d_name)) {
+			n++;
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

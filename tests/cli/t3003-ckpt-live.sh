@@ -4,7 +4,8 @@ test_description='reading a checkpoint root while a writer moves latest
 ckpt-merge, ckpt-merge --check and gpu-train --init-from resolve latest
 (or a root) to one step once, and check and read that step, however
 latest moves meanwhile; a step removed under a reader (ckpt-prune) is
-reported as removed, not as damaged. The races are made deterministic by a shim preloaded into the
+reported as removed, not as damaged; a root with only unfinished steps
+says so. The races are made deterministic by a shim preloaded into the
 reader, which moves latest (or removes the step) right after the first
 open of a given file.'
 . "$(dirname "$0")/lib.sh"
@@ -148,6 +149,24 @@ test_expect_success 'a step removed while it is read is reported as removed' '
 	test_expect_code 1 shimmed COMMIT \
 		"mv p/step-00000001 p/.deleting-step-00000001.1 && rm -r p/.deleting-step-00000001.1" \
 		ckpt-merge -q --check p/latest 2>err &&
+	test_cmp expect err
+'
+
+test_expect_success 'a root with only unfinished steps: no committed checkpoint' '
+	mkdir -p w/step-00000003 w/.step-00000004.tmp-abc &&
+	cp one.safetensors w/step-00000003/model.safetensors &&
+	msg="read '\''w'\'': no committed checkpoint (2 step directories without COMMIT: still being written, or left by a killed run)" &&
+	echo "ckpt-merge: $msg" >expect &&
+	test_expect_code 1 ckpt-merge --check w 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-merge w -o w.safetensors 2>err &&
+	test_cmp expect err &&
+	echo "mem-estimate: $msg" >expect &&
+	test_expect_code 1 mem-estimate --from w 2>err &&
+	test_cmp expect err &&
+	rmdir w/.step-00000004.tmp-abc &&
+	echo "ckpt-merge: read '\''w'\'': no committed checkpoint (1 step directory without COMMIT: still being written, or left by a killed run)" >expect &&
+	test_expect_code 1 ckpt-merge --check w 2>err &&
 	test_cmp expect err
 '
 
