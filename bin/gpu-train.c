@@ -618,6 +618,8 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
+	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
+		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
 	int cpus = gk_nn_default_threads();
 	if (rank == 0 && r->threads > cpus)
 		fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPUs this "

@@ -173,10 +173,14 @@ void gk_ckpt_index_free(gk_ckpt_index *ix);
  * ROOT/step-NNNNNNNN/ ("step-%08llu") holds one training checkpoint: model
  * and optimizer files per rank (gk_ckpt_rank_file), trainer.json, and
  * COMMIT, written last: {"step":N,"time":"ISO 8601","files":{NAME:
- * {"bytes":B,"xxh3":"hex"}}}. It is built in ROOT/.step-NNNNNNNN.tmp-XXXXXX
- * and renamed into place after COMMIT is fsynced; ROOT/latest is then a
- * relative symlink to it, replaced atomically. A step directory without
- * COMMIT is never read as a checkpoint.
+ * {"bytes":B,"xxh3":"hex"}},"parent":{"step":P,"commit_xxh3":"hex"}}.
+ * parent is the step the writer continued (what latest named when it
+ * committed, the one it resumed from or its previous checkpoint) and the
+ * XXH3 of that step's COMMIT, absent for a run's first checkpoint. It is
+ * built in ROOT/.step-NNNNNNNN.tmp-XXXXXX and renamed into place after
+ * COMMIT is fsynced; ROOT/latest is then a relative symlink to it,
+ * replaced atomically. A step directory without COMMIT is never read as
+ * a checkpoint.
  *
  * With several ranks: rank 0 calls gk_ckpt_stage_begin and broadcasts
  * gk_ckpt_stage_name; the others gk_ckpt_stage_join it; every rank writes
@@ -240,6 +244,19 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err);
  */
 int gk_ckpt_next_after(const char *root, uint64_t after, uint64_t *step,
 		       int *is_committed, gk_err *err);
+/*
+ * A writer killed between committing a step and moving latest leaves
+ * latest on the step before (L) with a committed step above it, which
+ * gk_ckpt_next_after then reports as in the way. When every step
+ * directory above L is committed and continues L (its COMMIT's parent is
+ * L, or a step above L that continues it, by step and COMMIT's XXH3),
+ * latest is moved to the highest of them: 1 with *from = L and *to set.
+ * 0 when latest is fine or what is above it is not its continuation
+ * (another run's steps, a copy without COMMIT, COMMITs without parent),
+ * left as it is; -1 on error. For ROOT's one writer (gk_ckpt_lock).
+ */
+int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
+			  gk_err *err);
 /*
  * Check a step directory's COMMIT: every file present, sizes and XXH3.
  * The directory is opened once and every file read through it, so dir

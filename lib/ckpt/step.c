@@ -194,6 +194,28 @@ static int set_latest(const char *root, const char *name, gk_err *err)
 	return gk_fsync_parent(link, err);
 }
 
+/* ROOT/step-N/COMMIT's bytes (malloc'ed) and their XXH3. */
+static int read_commit(const char *root, uint64_t step, char **buf, size_t *len,
+		       uint64_t *hash, gk_err *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/step-%08" PRIu64 "/COMMIT", root, step);
+	if (ck_read_regular(path, (size_t)64 << 20, buf, len, err))
+		return -1;
+	*hash = gk_xxh3(*buf, *len);
+	return 0;
+}
+
+static int commit_hash(const char *root, uint64_t step, uint64_t *hash, gk_err *err)
+{
+	char *buf;
+	size_t len;
+	if (read_commit(root, step, &buf, &len, hash, err))
+		return -1;
+	free(buf);
+	return 0;
+}
+
 int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 {
 	char dir[PATH_MAX], final[2 * PATH_MAX], path[2 * PATH_MAX], name[64];
@@ -253,6 +275,20 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 	json_object_set_new(j, "step", json_integer((json_int_t)s->step));
 	json_object_set_new(j, "time", json_string(when));
 	json_object_set(j, "files", fj);
+	/*
+	 * The step this one continues: what latest names now (the step the
+	 * writer resumed from or committed last; the writer holds ROOT).
+	 * gk_ckpt_repair_latest follows these links.
+	 */
+	uint64_t parent, ph;
+	if (gk_ckpt_latest(s->root, &parent, NULL) == 1 && parent < s->step &&
+	    commit_hash(s->root, parent, &ph, NULL) == 0) {
+		char hex[17];
+		json_t *pj = json_object();
+		json_object_set_new(pj, "step", json_integer((json_int_t)parent));
+		json_object_set_new(pj, "commit_xxh3", json_string(gk_xxh3_hex(ph, hex)));
+		json_object_set_new(j, "parent", pj);
+	}
 	snprintf(path, sizeof(path), "%s/COMMIT", dir);
 	if (gk_json_write_file(path, j, err))
 		goto out;
@@ -444,6 +480,91 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
 		*step = v[n - 1];
 	free(v);
 	return found;
+}
+
+/*
+ * The parent COMMIT of step names (see gk_ckpt_stage_commit), as its step
+ * and the XXH3 of its COMMIT's bytes; 0, or -1 when there is none.
+ */
+static int parent_of(const char *buf, size_t len, uint64_t *step, uint64_t *hash)
+{
+	json_t *j = gk_json_load_buf(buf, len, "COMMIT", NULL);
+	const json_t *p = json_object_get(j, "parent");
+	int64_t ps;
+	const char *hex;
+	int rc = -1;
+	if (json_is_object(p) && gk_json_get_int(p, "step", &ps, NULL) == 0 && ps >= 0 &&
+	    gk_json_get_str(p, "commit_xxh3", &hex, NULL) == 0 &&
+	    gk_xxh3_parse(hex, hash, NULL) == 0) {
+		*step = (uint64_t)ps;
+		rc = 0;
+	}
+	json_decref(j);
+	return rc;
+}
+
+int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
+			  gk_err *err)
+{
+	char target[PATH_MAX], name[32];
+	uint64_t latest, cur, next;
+	struct link {
+		uint64_t step, hash;
+	} *chain = NULL;
+	size_t n = 0, cap = 0;
+	int is_committed, r;
+	if (ck_latest_link(root, &latest, target, sizeof(target)) != CK_LATEST_STEP)
+		return 0; /* readers already take the highest committed step */
+	snprintf(name, sizeof(name), "step-%08" PRIu64, latest);
+	if (!committed(root, name))
+		return 0;
+	if (GK_GROW(chain, cap, 1, "latest", err))
+		return -1;
+	chain[n].step = latest;
+	if (commit_hash(root, latest, &chain[n].hash, NULL)) {
+		free(chain);
+		return 0;
+	}
+	n++;
+	/*
+	 * Every step directory above latest must be committed and continue
+	 * latest or one of the steps between: a run killed before it moved
+	 * latest (once, or again after committing on past a failed move).
+	 * Anything else there (another run's step, a copy without COMMIT) is
+	 * left for the caller to refuse.
+	 */
+	for (cur = latest; (r = gk_ckpt_next_after(root, cur, &next, &is_committed, err)) == 1;
+	     cur = next) {
+		char *buf;
+		size_t len;
+		uint64_t ps, ph, h;
+		int linked = 0;
+		if (!is_committed || read_commit(root, next, &buf, &len, &h, NULL))
+			break;
+		if (parent_of(buf, len, &ps, &ph) == 0)
+			for (size_t i = 0; i < n && !linked; i++)
+				linked = chain[i].step == ps && chain[i].hash == ph;
+		free(buf);
+		if (!linked)
+			break;
+		if (GK_GROW(chain, cap, n + 1, "latest", err)) {
+			free(chain);
+			return -1;
+		}
+		chain[n].step = next;
+		chain[n++].hash = h;
+	}
+	free(chain);
+	if (r < 0)
+		return -1;
+	if (r == 1 || n == 1)
+		return 0;
+	snprintf(name, sizeof(name), "step-%08" PRIu64, cur);
+	if (set_latest(root, name, err) < 0)
+		return gk_err_prefix(err, "checkpoint directory '%s'", root);
+	*from = latest;
+	*to = cur;
+	return 1;
 }
 
 /*

@@ -494,6 +494,9 @@ const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
 /* The gradients' communicator backend ("self", "mpi", "nccl"); *note
  * (if not NULL) is why --comm auto fell back to the host path, or NULL. */
 const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);
+/* Rank 0: what --resume repaired in --ckpt-dir (latest moved on to the
+ * step a killed run committed last), or NULL. */
+const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);

@@ -112,6 +112,7 @@ struct gk_nn_trainer {
 	char device[32];           /* "cpu", "cuda:N" */
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
+	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -255,6 +256,11 @@ const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note)
 	if (note)
 		*note = t->comm_note[0] ? t->comm_note : NULL;
 	return gk_comm_backend_name(gk_comm_backend_of(t->gcomm ? t->gcomm : t->comm));
+}
+
+const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t)
+{
+	return t->ckpt_note[0] ? t->ckpt_note : NULL;
 }
 
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
@@ -439,15 +445,28 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
  * (the latest committed with --resume, else none): a directory already
  * there would make a checkpoint fail after the steps before it were
  * trained, or leave two runs' steps side by side, so it is refused now.
+ * Except what a run killed between committing a step and moving latest
+ * leaves: committed steps above latest that continue it (by their
+ * COMMIT's parent) are this run's, and latest is moved on to them.
  */
-static int check_steps_ahead(const gk_nn_trainer *t, gk_err *err)
+static int check_steps_ahead(gk_nn_trainer *t, gk_err *err)
 {
 	const char *root = t->o.ckpt_dir;
-	uint64_t start = 0, next;
-	int is_committed;
-	if (t->o.resume && gk_ckpt_latest(root, &start, err) < 0)
-		return -1;
-	int r = gk_ckpt_next_after(root, start, &next, &is_committed, err);
+	uint64_t start = 0, next, from;
+	int is_committed, r;
+	if (t->o.resume) {
+		if ((r = gk_ckpt_repair_latest(root, &from, &start, err)) < 0)
+			return -1;
+		if (r == 1)
+			snprintf(t->ckpt_note, sizeof(t->ckpt_note),
+				 "checkpoint directory '%s': latest named step-%08" PRIu64
+				 ", and step-%08" PRIu64 " continues it (a run killed before "
+				 "it moved latest): latest now names step-%08" PRIu64,
+				 root, from, start, start);
+		if (gk_ckpt_latest(root, &start, err) < 0)
+			return -1;
+	}
+	r = gk_ckpt_next_after(root, start, &next, &is_committed, err);
 	if (r <= 0)
 		return r;
 	if (!t->o.resume && is_committed)

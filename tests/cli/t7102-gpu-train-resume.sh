@@ -6,7 +6,9 @@ bit for bit (1 rank, and 2 ranks with ZeRO-1); a kill -9 while a
 checkpoint is being written leaves the previous one and latest intact,
 and resuming from it still reproduces the straight run; SIGTERM (or
 SIGUSR1 through mpirun) checkpoints at the next step and exits 0; SIGINT
-stops without a checkpoint; another world size resumes within tolerance.'
+stops without a checkpoint; another world size resumes within tolerance;
+a run killed after committing a step but before moving latest resumes
+from that step, and a step of another run above latest is refused.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -204,7 +206,7 @@ test_expect_success 'a checkpoint of another shape is refused by name' '
 	grep "^gpu-train: load tensor .transformer\..*: shape \[.*\], the model.s is" err
 '
 
-test_expect_success 'a directory with checkpoints is not trained into afresh, nor past a step it already has' '
+test_expect_success 'a directory with checkpoints is not trained into afresh, nor past a step it already has, nor mixed with another run' '
 	gpu-train $A --steps 4 --ckpt-dir re >/dev/null &&
 	test_expect_code 1 gpu-train $A --steps 8 --ckpt-dir re >out 2>err &&
 	test_must_be_empty out &&
@@ -215,12 +217,47 @@ test_expect_success 'a directory with checkpoints is not trained into afresh, no
 	grep "^gpu-train: checkpoint directory .re.: step-00000006 (not committed: no COMMIT) is ahead of step 4, where this run starts" err &&
 	rmdir re/step-00000006 &&
 	gpu-train $A --steps 8 --ckpt-dir re --resume >/dev/null &&
+	gpu-train $A --seed 7 --steps 8 --ckpt-every 4 --ckpt-dir other >/dev/null &&
+	rm -r re/step-00000008 && cp -R other/step-00000008 re/ &&
 	ln -sfn step-00000004 re/latest &&
-	test_expect_code 1 gpu-train $A --steps 8 --ckpt-dir re --resume 2>err &&
+	test_expect_code 1 gpu-train $A --steps 8 --ckpt-dir re --resume >out 2>err &&
+	test_must_be_empty out &&
 	grep "^gpu-train: checkpoint directory .re.: step-00000008 is ahead of step 4" err &&
+	test "$(readlink re/latest)" = step-00000004 &&
 	rm -r re/step-00000008 &&
 	gpu-train $A --steps 8 --ckpt-dir re --resume >/dev/null &&
 	test -f re/step-00000008/COMMIT
+'
+
+# What a kill -9 between the rename that commits step 8 and the swap of
+# latest leaves, built without the race: step-00000008 committed, latest
+# still on step-00000004. COMMIT's parent ties 8 to 4.
+test_expect_success 'killed before latest moved: --resume goes on from the step committed last' '
+	gpu-train $A --steps 12 --until 8 --ckpt-every 4 --ckpt-dir ckl >/dev/null &&
+	jq -e ".parent.step == 4" ckl/step-00000008/COMMIT &&
+	ln -sfn step-00000004 ckl/latest &&
+	gpu-train $A --steps 12 --ckpt-dir ckl --resume >l.json 2>err &&
+	echo "gpu-train: checkpoint directory '"'"'ckl'"'"': latest named step-00000004, and step-00000008 continues it (a run killed before it moved latest): latest now names step-00000008" >expect &&
+	test_cmp expect err &&
+	jq -s -e "map(select(.event == \"step\"))[0].step == 9" l.json &&
+	test "$(readlink ckl/latest)" = step-00000012 &&
+	jq -e ".parent.step == 8" ckl/step-00000012/COMMIT &&
+	gpu-train $A --steps 12 >f12.json &&
+	losses f12.json | tail -n 4 >f12tail &&
+	losses l.json >l &&
+	test_cmp f12tail l
+'
+
+test_expect_success MPI 'killed before latest moved, 2 ranks with ZeRO-1: every rank resumes from the same step' '
+	mpi 2 $A --zero 1 --steps 6 --until 4 --ckpt-every 2 --ckpt-dir ckm >/dev/null &&
+	ln -sfn step-00000002 ckm/latest &&
+	mpi 2 $A --zero 1 --steps 6 --ckpt-dir ckm --resume >m.json 2>err &&
+	grep "^gpu-train: checkpoint directory .ckm.: latest named step-00000002, and step-00000004 continues it" err &&
+	test "$(grep -c "latest named" err)" = 1 &&
+	mpi 2 $A --zero 1 --steps 6 >m6.json &&
+	losses m6.json | tail -n 2 >m6tail &&
+	losses m.json >m &&
+	test_cmp m6tail m
 '
 
 test_done

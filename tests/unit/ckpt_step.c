@@ -200,6 +200,15 @@ static void set_link(const char *dir, const char *to)
 		diag("symlink failed");
 }
 
+static int link_is(const char *dir, const char *want)
+{
+	char path[512], link[64];
+	snprintf(path, sizeof(path), "%s/latest", dir);
+	ssize_t r = readlink(path, link, sizeof(link) - 1);
+	link[r > 0 ? r : 0] = '\0';
+	return strcmp(link, want) == 0;
+}
+
 static void __attribute__((format(printf, 1, 2))) shell(const char *fmt, ...)
 {
 	char cmd[1024];
@@ -209,6 +218,89 @@ static void __attribute__((format(printf, 1, 2))) shell(const char *fmt, ...)
 	va_end(ap);
 	if (system(cmd) != 0)
 		diag("'%s' failed", cmd);
+}
+
+/*
+ * COMMIT's parent link, and gk_ckpt_repair_latest: the state a writer
+ * killed between committing a step and moving latest leaves is repaired,
+ * another run's step above latest is not taken for this one's.
+ */
+static void test_lineage(void)
+{
+	char a[] = "/tmp/gk-ckpt-a-XXXXXX", b[] = "/tmp/gk-ckpt-b-XXXXXX", path[512];
+	gk_err err = {0};
+	uint64_t from = 0, to = 0, ps, ph, h;
+	if (!mkdtemp(a) || !mkdtemp(b)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	ok(commit_step(a, 1, 1.0f) == 0 && commit_step(a, 2, 2.0f) == 0 &&
+	   commit_step(a, 3, 3.0f) == 0, "run a commits 1, 2, 3");
+
+	/* parent: the step latest named, and the XXH3 of its COMMIT's bytes */
+	char *buf = NULL;
+	size_t len = 0;
+	snprintf(path, sizeof(path), "%s/step-00000001/COMMIT", a);
+	ok(gk_read_file(path, 1 << 20, &buf, &len, &err) == 0 && !strstr(buf, "parent"),
+	   "a run's first COMMIT has no parent");
+	h = buf ? gk_xxh3(buf, len) : 0;
+	free(buf);
+	snprintf(path, sizeof(path), "%s/step-00000002/COMMIT", a);
+	json_t *j = gk_json_load_file(path, 1 << 20, &err);
+	json_t *pj = json_object_get(j, "parent");
+	const char *hex = json_string_value(json_object_get(pj, "commit_xxh3"));
+	ps = (uint64_t)json_integer_value(json_object_get(pj, "step"));
+	ok(ps == 1 && hex && gk_xxh3_parse(hex, &ph, &err) == 0 && ph == h,
+	   "step 2's parent is step 1 and its COMMIT's XXH3 (%s)", hex ? hex : "none");
+	json_decref(j);
+
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 0 && link_is(a, "step-00000003"),
+	   "latest on the newest: nothing to repair");
+	/* Killed after committing 2 and 3 (a failed move of latest in between). */
+	set_link(a, "step-00000001");
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 1 && from == 1 && to == 3 &&
+	   link_is(a, "step-00000003"), "latest on 1, 2 and 3 continue it: moved to 3");
+
+	/* Another run's step 3 in a: not this run's continuation. */
+	ok(commit_step(b, 1, 1.5f) == 0 && commit_step(b, 2, 2.5f) == 0 &&
+	   commit_step(b, 3, 3.5f) == 0, "run b commits 1, 2, 3");
+	shell("mv '%s/step-00000003' '%s/step-00000003.a'", a, a);
+	shell("mv '%s/step-00000003' '%s/step-00000003'", b, a);
+	set_link(a, "step-00000002");
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 0 && link_is(a, "step-00000002"),
+	   "another run's step 3 above latest: left alone");
+	uint64_t next;
+	int com;
+	ok(gk_ckpt_next_after(a, 2, &next, &com, &err) == 1 && next == 3 && com,
+	   "  and still in the way");
+	shell("rm -r '%s/step-00000003' && cd '%s' && mv step-00000003.a step-00000003", a, a);
+	snprintf(path, sizeof(path), "%s/step-00000003/COMMIT", a);
+	ok(access(path, F_OK) == 0, "run a's step 3 back");
+
+	/* Anything above latest that does not continue it stops the repair. */
+	snprintf(path, sizeof(path), "%s/step-00000004", a);
+	mkdir(path, 0755);
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 0 && link_is(a, "step-00000002"),
+	   "a step directory without COMMIT above: left alone");
+	snprintf(path, sizeof(path), "%s/step-00000004/COMMIT", a);
+	FILE *fp = fopen(path, "w");
+	if (fp) {
+		fputs("{\"step\": 4, \"files\": {}}\n", fp);
+		fclose(fp);
+	}
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 0 && link_is(a, "step-00000002"),
+	   "a COMMIT without parent above: left alone");
+	shell("rm -r '%s/step-00000004'", a);
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 1 && from == 2 && to == 3 &&
+	   link_is(a, "step-00000003"), "then 3 continues 2: moved to 3");
+
+	/* Rolled back to 1 with 2 moved aside: 3 continues 2, not 1. */
+	shell("mv '%s/step-00000002' '%s/aside-2'", a, a);
+	set_link(a, "step-00000001");
+	ok(gk_ckpt_repair_latest(a, &from, &to, &err) == 0 && link_is(a, "step-00000001"),
+	   "a step whose parent was moved aside: left alone");
+
+	shell("rm -rf '%s' '%s'", a, b);
 }
 
 /*
@@ -380,6 +472,7 @@ int main(void)
 		return 1;
 	test_steps();
 	test_resolve();
+	test_lineage();
 	test_plans();
 	test_index();
 	return done_testing();
