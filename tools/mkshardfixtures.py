@@ -68,3 +68,19 @@ save("claims-1tib.tar", tar([f("a.cls", b"1")]) [:1024] + big.tobuf(format=tarfi
 # they are: a tab, a newline, a byte that is not UTF-8.
 save("odd-names.tar", tar([f("tab\tkey.txt", b"1"), f("new\nline.txt", b"2"),
                            f(b"caf\xe9.txt".decode("utf-8", "surrogateescape"), b"3")]))
+
+# Sparse members (GNU tar --sparse): the header's size is the file's, the
+# archive holds only the data regions. Python's tarfile cannot write them,
+# so GNU tar does: typeflag 'S' (gnu format) and pax GNU.sparse.* 1.0 keys
+# (whose GNUSparseFile.PID directory name differs from run to run).
+import subprocess
+import tempfile
+
+with tempfile.TemporaryDirectory() as tmp:
+    with open(os.path.join(tmp, "hole.bin"), "wb") as fp:
+        fp.write(b"D" * 100)
+        fp.truncate(1 << 20)
+    for fmt, name in (("gnu", "sparse-gnu.tar"), ("posix", "sparse-pax.tar")):
+        subprocess.run(["tar", "--sparse", "--format=" + fmt, "--mtime=@0", "--owner=0",
+                        "--group=0", "--numeric-owner", "-C", tmp, "-cf",
+                        os.path.abspath(os.path.join(out, name)), "hole.bin"], check=True)

@@ -188,6 +188,15 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 			return gk_err_prefix(err, "shard '%s'", r->name);
 		if (gk_shard_key_len(name) < 0)
 			continue; /* webdataset skips these too */
+		/*
+		 * GNU tar --sparse (typeflag 'S', or pax GNU.sparse.* keys)
+		 * stores only the data regions: the size is the file's, the
+		 * bytes are fewer, so the data is not at its offset and an
+		 * index could not point at it.
+		 */
+		if (archive_entry_sparse_count(e) > 0)
+			return gk_errf(err, "shard '%s': member '%s' is a sparse file (GNU tar --sparse), which shards do not support (archive it without --sparse)",
+				       r->name, name);
 		free(r->ahead_name);
 		if (!(r->ahead_name = strdup(name)))
 			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);

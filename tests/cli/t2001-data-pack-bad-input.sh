@@ -45,6 +45,17 @@ test_expect_success 'list reads what webdataset reads: links are skipped' '
 	printf "symlink.tar\ta\tjpg\t1\n" >expect && test_cmp expect actual
 '
 
+test_expect_success 'sparse members are refused by name, not called a truncation' '
+	for f in sparse-gnu sparse-pax; do
+		test_expect_code 1 data-pack -t $f.tar >sp.out 2>err &&
+		test_must_be_empty sp.out && test_cmp "$fixtures/$f.err" err &&
+		test_expect_code 1 data-pack --index $f.tar 2>err &&
+		test_cmp "$fixtures/$f.err" err && ! test -e $f.idx &&
+		test_expect_code 1 data-pack -c --from-tar $f.tar -o r.tar 2>err &&
+		test_cmp "$fixtures/$f.err" err && ! test -e r.tar || return 1
+	done
+'
+
 test_expect_success 'random access with a missing index says how to make one' '
 	test_expect_code 1 data-pack -g a good.tar 2>err &&
 	echo "data-pack: get '\''a'\'' (make the index with data-pack --index): open '\''good.idx'\'': No such file or directory" >expect &&
