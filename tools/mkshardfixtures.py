@@ -49,6 +49,8 @@ save("good.tar", good)
 save("truncated-in-header.tar", good[:1024 + 200])
 save("truncated-in-data.tar", good[:1536 + 300])
 save("truncated-between-members.tar", good[:2560])
+# b.jpg ends at 4608: one of the two end-of-archive zero blocks
+save("lone-zero-block.tar", good[:4608 + 512])
 save("garbage.tar", bytes((i * 37 + 11) % 256 for i in range(4096)))
 save("empty.tar", b"")
 save("not-consecutive.tar", tar([f("a.jpg"), f("b.jpg"), f("a.cls")]))

@@ -55,6 +55,9 @@ void sh_sample_free(sh_sample *x);
 /* Reader internals the dataset uses to keep samples without copying. */
 sh_sample *sh_reader_detach(gk_shard_reader *r);
 void sh_reader_set_base(gk_shard_reader *r, uint64_t shard);
+/* Zero blocks at the end of the archive (0, 1, or 2 for the proper end)
+ * once next has returned 0; -1 before. */
+int sh_reader_end_blocks(const gk_shard_reader *r);
 /* What the reader does with member data: keep it (the default), skip it
  * (a seek on a plain file), or read it through a small buffer (verify). */
 enum { SH_BUFFER, SH_SKIP, SH_DISCARD };

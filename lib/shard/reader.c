@@ -37,7 +37,8 @@ struct gk_shard_reader {
 	int have_ahead;      /* a header read but not yet used */
 	char *ahead_name;
 	uint64_t ahead_size, ahead_off;
-	uint64_t member_end; /* where the last member's padded data ends */
+	uint64_t entry_end;  /* where the last entry's padded data ends */
+	int end_blocks;      /* zero blocks found at the end: 0, 1 or 2 */
 	sh_set seen;         /* keys of finished samples */
 	sh_sample *cur;
 };
@@ -142,6 +143,11 @@ void sh_reader_set_base(gk_shard_reader *r, uint64_t shard)
 	r->shard = shard;
 }
 
+int sh_reader_end_blocks(const gk_shard_reader *r)
+{
+	return r->eof ? r->end_blocks : -1;
+}
+
 uint64_t gk_shard_reader_offset(const gk_shard_reader *r)
 {
 	return r->opened ? r->base + (uint64_t)archive_filter_bytes(r->a, 0) : r->base;
@@ -162,19 +168,30 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 	for (;;) {
 		int rc = archive_read_next_header(r->a, &e);
 		if (rc == ARCHIVE_EOF) {
-			r->eof = 1;
 			/*
-			 * libarchive, GNU tar and Python accept a tar cut right
-			 * after a member; in strict mode a missing end-of-archive
-			 * block is a truncation.
+			 * libarchive consumes the zero blocks it finds (one or
+			 * two) and reports the end, also when there are none.
+			 * GNU tar and Python accept a tar cut right after a
+			 * member (GNU tar warns of a lone zero block); that is
+			 * how a truncated copy looks, so in strict mode the end
+			 * must be the two zero blocks tar writes.
 			 */
-			if (r->strict && gk_shard_reader_offset(r) == r->member_end)
+			uint64_t gap = gk_shard_reader_offset(r) - r->entry_end;
+			r->eof = 1;
+			r->end_blocks = gap >= 1024 ? 2 : (int)(gap / 512);
+			if (r->strict && r->end_blocks == 0)
 				return gk_errf(err, "shard '%s': truncated at byte %llu (between members: no end-of-archive blocks)",
-					       r->name, (unsigned long long)r->member_end);
+					       r->name, (unsigned long long)r->entry_end);
+			if (r->strict && r->end_blocks == 1)
+				return gk_errf(err, "shard '%s': truncated at byte %llu (a lone zero block: the end of a tar is two)",
+					       r->name, (unsigned long long)(r->entry_end + 512));
 			return 0;
 		}
 		if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
 			return archive_fail(r, err);
+		la_int64_t esize = archive_entry_size(e);
+		r->entry_end = gk_shard_reader_offset(r) +
+			       ((uint64_t)(esize > 0 ? esize : 0) + 511) / 512 * 512;
 		const char *name = archive_entry_pathname(e);
 		if (!name)
 			name = "";
@@ -203,7 +220,6 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		r->ahead_size = (uint64_t)archive_entry_size(e);
 		r->ahead_off = gk_shard_reader_offset(r);
 		r->have_ahead = 1;
-		r->member_end = r->ahead_off + (r->ahead_size + 511) / 512 * 512;
 		/*
 		 * In a plain file the data lies at its offset, so a size the
 		 * file cannot hold is a truncation, said before any seek past

@@ -45,6 +45,15 @@ test_expect_success 'list reads what webdataset reads: links are skipped' '
 	printf "symlink.tar\ta\tjpg\t1\n" >expect && test_cmp expect actual
 '
 
+test_expect_success 'a lone end block: GNU tar warns, --verify and -x fail, -t lists' '
+	tar tf lone-zero-block.tar >tar.out 2>tar.err &&
+	grep "A lone zero block" tar.err &&
+	test_expect_code 1 data-pack -x -C lone lone-zero-block.tar 2>err &&
+	test_cmp "$fixtures/lone-zero-block.err" err &&
+	data-pack -t lone-zero-block.tar | cut -f2,3 >actual &&
+	printf "a\tcls,jpg\nb\tcls,jpg\n" >expect && test_cmp expect actual
+'
+
 test_expect_success 'sparse members are refused by name, not called a truncation' '
 	for f in sparse-gnu sparse-pax; do
 		test_expect_code 1 data-pack -t $f.tar >sp.out 2>err &&
