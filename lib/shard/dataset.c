@@ -329,7 +329,11 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 			return 1;
 		}
 		if (!d->r && d->fd < 0) {
-			if (gk_shard_reader_open(&d->r, d->files[shard], err) < 0)
+			/* The dataset seeks: a gzipped shard would be read
+			 * from its start at every resume. */
+			int lz4;
+			if (sh_path_filter(d->files[shard], &lz4, err) < 0 ||
+			    gk_shard_reader_open(&d->r, d->files[shard], err) < 0)
 				return -1;
 			sh_reader_set_base(d->r, shard);
 			if (gk_shard_reader_seek(d->r, d->local, index_of(d, shard), err) < 0)

@@ -4,6 +4,7 @@
  *
  * reference: https://github.com/NVIDIA/DALI/blob/main/tools/wds2idx.py
  */
+#include <archive.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,6 +19,77 @@
 #include "shard/internal.h"
 
 /* ---- index --------------------------------------------------------------- */
+
+int sh_shard_filter(int fd, const char *path, int *lz4, gk_err *err)
+{
+	/*
+	 * Ask libarchive, which the reader decodes with, on the first bytes:
+	 * its bidders recognise what the sequential reader would undo.
+	 */
+	static const struct {
+		int code;
+		const char *undo;
+	} undo[] = {
+		{ARCHIVE_FILTER_GZIP, "gunzip it"},   {ARCHIVE_FILTER_BZIP2, "bunzip2 it"},
+		{ARCHIVE_FILTER_XZ, "unxz it"},       {ARCHIVE_FILTER_LZMA, "unlzma it"},
+		{ARCHIVE_FILTER_ZSTD, "unzstd it"},   {ARCHIVE_FILTER_LZIP, "lzip -d it"},
+		{ARCHIVE_FILTER_COMPRESS, "uncompress it"},
+	};
+	unsigned char head[4096];
+	ssize_t n = gk_pread_full(fd, head, sizeof(head), 0);
+	*lz4 = 0;
+	if (n < 0)
+		return 0; /* a directory, an I/O error: the reader says it */
+	/*
+	 * LZ4 first, by its frame header: libarchive's LZ4 filter decodes a
+	 * whole block (up to 4 MiB) before it tells, which these few bytes
+	 * may not hold.
+	 */
+	LZ4F_dctx *dc;
+	if (LZ4F_isError(LZ4F_createDecompressionContext(&dc, LZ4F_VERSION)))
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	LZ4F_frameInfo_t fi;
+	size_t fsz = (size_t)n;
+	size_t fr = LZ4F_getFrameInfo(dc, &fi, head, &fsz);
+	LZ4F_freeDecompressionContext(dc);
+	if (!LZ4F_isError(fr)) {
+		*lz4 = 1;
+		return 0;
+	}
+	struct archive *a = archive_read_new();
+	if (!a)
+		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	archive_read_support_filter_all(a);
+	archive_read_support_format_tar(a);
+	archive_read_open_memory(a, head, (size_t)n);
+	int code = archive_filter_code(a, 0);
+	char name[64];
+	snprintf(name, sizeof(name), "%s", archive_filter_name(a, 0) ? archive_filter_name(a, 0) : "?");
+	archive_read_free(a);
+	/* -1: no filter could start on these bytes; the reader will say. */
+	if (code == ARCHIVE_FILTER_NONE || code < 0)
+		return 0;
+	const char *how = "decompress it";
+	for (size_t i = 0; i < GK_ARRAY_SIZE(undo); i++)
+		if (undo[i].code == code)
+			how = undo[i].undo;
+	return gk_errf(err, "shard '%s' is %s-compressed: random access needs an uncompressed tar (%s)",
+		       path, name, how);
+}
+
+/* sh_shard_filter of a shard named by path ("-": a stream, not probed). */
+int sh_path_filter(const char *path, int *lz4, gk_err *err)
+{
+	*lz4 = 0;
+	if (strcmp(path, "-") == 0)
+		return 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	int rc = sh_shard_filter(fd, path, lz4, err);
+	close(fd);
+	return rc;
+}
 
 void gk_shard_index_free(gk_shard_index *idx)
 {
@@ -380,8 +452,14 @@ int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
 	gk_shard_reader *r;
 	const gk_shard_sample *s;
 	size_t scap = 0, mcap = 0;
-	int rc;
+	int rc, lz4;
+	gk_err why;
 	memset(idx, 0, sizeof(*idx));
+	/* Offsets need a plain tar or LZ4 frames; verify also reads the others. */
+	if (sh_path_filter(shard, &lz4, &why) < 0 && !strict) {
+		*err = why;
+		return -1;
+	}
 	if (gk_shard_reader_open(&r, shard, err) < 0)
 		return -1;
 	/* Building: skip data (a seek on a plain file). Verifying: read it all. */
@@ -420,7 +498,7 @@ int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
 	gk_shard_reader_close(r);
 	r = NULL;
 	derive_headers(idx);
-	if (gk_shard_is_lz4_name(shard) && attach_frames(shard, idx, err) < 0)
+	if (lz4 && attach_frames(shard, idx, err) < 0)
 		goto fail;
 	if (flags & SH_BIND) {
 		int fd = open(shard, O_RDONLY | O_CLOEXEC);
@@ -463,7 +541,9 @@ int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *err)
 		free(ip);
 		return 0;
 	}
-	int rc = gk_shard_index_load(ip, idx, err);
+	int lz4, rc = sh_path_filter(shard, &lz4, err);
+	if (rc == 0)
+		rc = gk_shard_index_load(ip, idx, err);
 	free(ip);
 	if (rc < 0)
 		return -1;
@@ -478,6 +558,9 @@ int gk_shard_index_check(const gk_shard_index *idx, int fd, const char *shard,
 			 const char *index, ssize_t i, gk_err *err)
 {
 	struct stat st;
+	int lz4;
+	if (sh_shard_filter(fd, shard, &lz4, err) < 0)
+		return -1;
 	if (fstat(fd, &st) < 0)
 		return gk_err_sys(err, errno, "stat '%s'", shard);
 	if (idx->bound && (uint64_t)st.st_size != idx->shard_bytes)
@@ -548,7 +631,10 @@ int gk_shard_verify(const char *path, const gk_shard_info *want, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "verify '%s'", path);
 	}
 	if (access(ip, F_OK) == 0) {
-		if (gk_shard_index_load(ip, &saved, err) < 0)
+		int lz4;
+		if (sh_path_filter(path, &lz4, err) < 0)
+			rc = gk_err_prefix(err, "verify '%s': index '%s' cannot be used", path, ip);
+		else if (gk_shard_index_load(ip, &saved, err) < 0)
 			rc = -1;
 		else
 			have_saved = 1;

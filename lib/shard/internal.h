@@ -83,6 +83,15 @@ enum {
 int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
 		   gk_err *err);
 /*
+ * Can the shard open as fd be read at offsets? 0 for a plain tar (*lz4 0)
+ * and for LZ4 (*lz4 1, frames to be checked); -1 for the other
+ * compressions libarchive reads (gzip, bzip2, xz, zstd...), with a
+ * message naming it and how to undo it. Sequential reading takes them all.
+ */
+int sh_shard_filter(int fd, const char *path, int *lz4, gk_err *err);
+/* The same for the shard at path ("-", a stream, passes). */
+int sh_path_filter(const char *path, int *lz4, gk_err *err);
+/*
  * Load the index beside shard when it is there and belongs to it (a bound
  * index's size matches the file's): 1 loaded, 0 none or not this shard's
  * (idx empty), -1 an unreadable index.

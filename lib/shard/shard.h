@@ -131,15 +131,18 @@ int gk_shard_index_write(const char *path, const gk_shard_index *idx,
 			 gk_err *err);
 int gk_shard_index_load(const char *path, gk_shard_index *idx, gk_err *err);
 /*
- * Build the index by reading the shard (plain tars and our LZ4 shards:
- * frame offsets are found by walking the LZ4 frame headers), bound to the
- * shard. Names the index cannot hold (gk_shard_check_name: whitespace
- * would split DALI's fields) are errors.
+ * Build the index by reading the shard (plain tars and our LZ4 shards,
+ * told by content: frame offsets are found by walking the LZ4 frame
+ * headers), bound to the shard. Names the index cannot hold
+ * (gk_shard_check_name: whitespace would split DALI's fields) are errors,
+ * and so is a shard compressed otherwise (gzip, bzip2, xz, zstd...),
+ * whose offsets would mean nothing: the message names the compression.
  */
 int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err);
 /*
- * Does idx belong to the shard open as fd? The shard's size must match a
- * bound index's (one fstat), and with check_sample >= 0 the tar headers of
+ * Does idx belong to the shard open as fd? The shard must be a plain tar
+ * or LZ4 (its first bytes), its size must match a bound index's (one
+ * fstat), and with check_sample >= 0 the tar headers of
  * that sample must be where the index puts them, with its names and
  * sizes (reading only that sample's headers, or its LZ4 frame). An index
  * without binding (DALI's wds2idx) passes the size test. -1 and a message

@@ -176,6 +176,35 @@ test_expect_success 'a stale index of the same size: -g checks the tar headers, 
 	grep "^data-pack: verify '\''q/y-00.tar'\'': index '\''q/y-00.idx'\'' was made for another shard" err
 '
 
+test_expect_success 'compressed shards: read in order, refused for random access' '
+	mkdir -p gz && printf 11 >gz/a.txt && head -c 700 /dev/zero >gz/b.txt &&
+	data-pack -c -o gz0.tar gz && data-pack -t gz0.tar >plain.list &&
+	mv gz0.idx plain.idx && gzip -k gz0.tar && mv gz0.tar plain.tar &&
+	data-pack -t gz0.tar.gz | sed "s/^gz0.tar.gz/gz0.tar/" >actual &&
+	test_cmp plain.list actual && data-pack --verify gz0.tar.gz &&
+	msg="shard '\''gz0.tar.gz'\'' is gzip-compressed: random access needs an uncompressed tar (gunzip it)" &&
+	test_expect_code 1 data-pack --index gz0.tar.gz 2>err &&
+	echo "data-pack: $msg" >expect && test_cmp expect err && ! test -e gz0.idx &&
+	cp plain.idx gz0.idx &&
+	test_expect_code 1 data-pack -g a.txt gz0.tar.gz >out 2>err &&
+	test_must_be_empty out && test_cmp expect err &&
+	test_expect_code 1 data-pack --verify gz0.tar.gz 2>err &&
+	echo "data-pack: verify '\''gz0.tar.gz'\'': index '\''gz0.idx'\'' cannot be used: $msg" >expect &&
+	test_cmp expect err &&
+	for z in "bzip2 bz2 bunzip2" "xz xz unxz" "zstd zst unzstd"; do
+		set -- $z && command -v $1 >/dev/null || continue
+		$1 -q -c plain.tar >c.tar.$2 &&
+		test_expect_code 1 data-pack --index c.tar.$2 2>err &&
+		echo "data-pack: shard '\''c.tar.$2'\'' is $1-compressed: random access needs an uncompressed tar ($3 it)" >expect &&
+		test_cmp expect err || return 1
+	done
+'
+
+test_expect_success 'an LZ4 shard is indexed by its frames whatever its name' '
+	data-pack -c --lz4 -o lz.tar gz && rm lz.idx && data-pack --index lz.tar &&
+	grep "^lz4 3$" lz.idx && data-pack -g b.txt lz.tar >out && cmp gz/b.txt out
+'
+
 test_expect_success 'concurrent packs to one pattern never leave a mismatched pair' '
 	mkdir -p c1 c2 && printf 1 >c1/a.txt && printf 22 >c2/b.txt && printf 333 >c2/c.txt &&
 	i=0 && while test $i -lt 20; do

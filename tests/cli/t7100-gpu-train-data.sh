@@ -145,4 +145,17 @@ test_expect_success 'missing and corrupt shards fail with a message' '
 	grep "^gpu-train: .*bad.tar" err
 '
 
+test_expect_success 'a compressed shard is refused, with or without an index' '
+	cp txt-00.tar z.tar && gzip z.tar &&
+	echo "gpu-train: shard '\''z.tar.gz'\'' is gzip-compressed: random access needs an uncompressed tar (gunzip it)" >expect &&
+	test_expect_code 1 gpu-train --dump-data 1 --data z.tar.gz --batch 1 --seq 4 2>err &&
+	test_cmp expect err &&
+	cp txt-00.idx z.idx &&
+	test_expect_code 1 gpu-train --dump-data 1 --data z.tar.gz --batch 1 --seq 4 2>err &&
+	test_cmp expect err &&
+	printf "{\"format\":\"gpukit-shards\",\"version\":1,\"samples\":4,\"bytes\":1,\"shards\":[{\"path\":\"z.tar.gz\",\"samples\":4,\"bytes\":1,\"xxh3\":\"0000000000000000\"}]}" >z.json &&
+	test_expect_code 1 gpu-train --dump-data 1 --data z.json --batch 1 --seq 4 2>err &&
+	test_cmp expect err
+'
+
 test_done
