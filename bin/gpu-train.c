@@ -321,6 +321,19 @@ static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
 		    step, why->msg);
 }
 
+/*
+ * A problem in the shards the data reader worked around (an index that is
+ * not its shard's, a shard without its end blocks): every rank reads the
+ * same shards the same way, so the first rank says it. Called from the
+ * prefetch thread too: one fprintf is one line.
+ */
+static void data_note(void *ctx, const char *msg)
+{
+	(void)ctx;
+	if (!cli.silent_usage)
+		fprintf(stderr, "gpu-train: note: %s\n", msg);
+}
+
 /* --dump-data: what the trainer would read, per rank, without a model. */
 static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
 {
@@ -822,11 +835,12 @@ int main(int argc, char **argv)
 		gk_nn_data_opts d = {.shuffle = a.o.shuffle, .seed = a.o.seed,
 				     .vocab = a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB,
 				     .eot = a.o.eot, .batch = a.o.batch, .seq = a.o.seq,
-				     .skip_bad = a.o.skip_bad};
+				     .skip_bad = a.o.skip_bad, .note = data_note};
 		return gk_cli_finish(&cli, dump_data(a.o.data, &d, a.dump));
 	}
 	if (catch_signals(&a.o, &err) < 0)
 		return gk_cli_fail(&cli, &err);
+	a.o.data_note = data_note;
 	gk_nn_trainer *t = NULL;
 	int rc = 0;
 	if (gk_nn_trainer_new(&t, &a.o, &err) < 0)

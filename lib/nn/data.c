@@ -535,7 +535,8 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 	} else {
 		gk_shard_dataset_opts so = {.rank = d->o.rank, .world = d->o.world,
 					    .shuffle = d->o.shuffle, .seed = d->o.seed,
-					    .prefetch = 64, .loop = d->o.loop};
+					    .prefetch = 64, .loop = d->o.loop,
+					    .note = d->o.note, .note_ctx = d->o.note_ctx};
 		rc = gk_shard_dataset_open(&d->ds, source, &so, err);
 		if (rc == 0 && gk_shard_dataset_len(d->ds) == 0)
 			rc = gk_errf(err, "data '%s': no samples for rank %d of %d",

@@ -285,6 +285,9 @@ typedef struct gk_nn_data_opts {
 	int skip_bad;       /* shards: skip (and count) a sample that cannot
 			     * be decoded or holds a token >= vocab,
 			     * instead of failing */
+	/* shards: gk_shard_dataset_opts' note (a problem worked around) */
+	void (*note)(void *ctx, const char *msg);
+	void *note_ctx;
 } gk_nn_data_opts;
 
 typedef struct gk_nn_data gk_nn_data;
@@ -396,6 +399,8 @@ typedef struct gk_nn_train_opts {
 	int skip_nonfinite;
 	int ckpt_continue;      /* a failed checkpoint: warn (hook) and train on */
 	int skip_bad;           /* gk_nn_data_opts' skip_bad */
+	void (*data_note)(void *ctx, const char *msg); /* and its note */
+	void *data_note_ctx;
 	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
 	 * next step boundary, 2 stop without a checkpoint. */
 	volatile sig_atomic_t *stop;

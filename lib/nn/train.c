@@ -425,7 +425,8 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 	gk_nn_data_opts dop = {.rank = t->rank, .world = t->world, .shuffle = shuffle,
 			       .seed = t->o.seed, .vocab = t->cfg.vocab, .eot = t->o.eot,
 			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop,
-			       .skip_bad = t->o.skip_bad};
+			       .skip_bad = t->o.skip_bad, .note = t->o.data_note,
+			       .note_ctx = t->o.data_note_ctx};
 	return gk_nn_data_open(d, src, &dop, err);
 }
 

@@ -14,6 +14,8 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -36,7 +38,9 @@ struct gk_shard_dataset {
 	gk_shard_manifest man;
 	char **files;
 	gk_shard_index *idx;      /* per shard; nsamples 0 = not loaded */
-	int *idx_tried;
+	int *idx_tried;           /* IDX_*: where idx[i] came from */
+	unsigned char **checked;  /* per shard, a bit per sample whose tar
+				     headers were found where idx puts them */
 	uint64_t part, parts, per;
 	uint64_t per0;            /* samples per part in a normal epoch */
 	uint64_t epoch, pos;
@@ -61,12 +65,44 @@ struct gk_shard_dataset {
 	gk_shard_reader *r;
 	int fd;                   /* the shard read through its index */
 	sh_map *map;              /* or mapped, when it is a plain tar */
+	char *ipath;              /* its index file's name, for messages */
 	/* prefetch */
 	queue q;
 	pthread_t thread;
 	int running;
 	int started;              /* an epoch position is set up */
 };
+
+/* d->idx_tried[i]: not yet, the shard's .idx (or none), built from the tar. */
+enum { IDX_NOT_TRIED, IDX_FILE, IDX_BUILT };
+
+/* One line for the caller (o.note), when the dataset works around a
+ * problem in the data and goes on. */
+static void note(const gk_shard_dataset *d, const char *fmt, ...) GK_PRINTF(2, 3);
+static void note(const gk_shard_dataset *d, const char *fmt, ...)
+{
+	char msg[sizeof(((gk_err *)0)->msg) + 256];
+	va_list ap;
+	if (!d->o.note)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	d->o.note(d->o.note_ctx, msg);
+}
+
+/*
+ * libarchive, GNU tar and Python read a tar cut at a member boundary or
+ * after one zero block; it is also how a truncated copy looks.
+ */
+static void note_end(const gk_shard_dataset *d, const char *file, int end_blocks,
+		     size_t n)
+{
+	if (end_blocks == 0 || end_blocks == 1)
+		note(d, "shard '%s' %s (truncated?): reading its %zu whole samples", file,
+		     end_blocks ? "ends with a lone zero block" : "has no end-of-archive blocks",
+		     n);
+}
 
 uint64_t gk_shard_mix(uint64_t x)
 {
@@ -137,14 +173,45 @@ static size_t window_size(const gk_shard_dataset *d)
 
 static const gk_shard_index *index_of(gk_shard_dataset *d, size_t shard)
 {
-	if (!d->idx_tried[shard]) {
-		gk_err ignored;
+	if (d->idx_tried[shard] == IDX_NOT_TRIED) {
+		gk_err ignored, stale;
+		int end_blocks;
 		/* No index, or not this shard's: the tar reader reads it. */
-		d->idx_tried[shard] = 1;
-		if (sh_index_load_for(d->files[shard], &d->idx[shard], &ignored) < 0)
+		d->idx_tried[shard] = IDX_FILE;
+		int rc = sh_index_load_for(d->files[shard], &d->idx[shard], &stale, &end_blocks,
+					   &ignored);
+		if (rc < 0)
 			memset(&d->idx[shard], 0, sizeof(d->idx[shard]));
+		else if (rc == 0 && stale.msg[0])
+			note(d, "%s: reading the tar instead", stale.msg);
+		else if (rc == 1)
+			note_end(d, d->files[shard], end_blocks, d->idx[shard].nsamples);
 	}
 	return d->idx[shard].nsamples == d->man.v[shard].samples ? &d->idx[shard] : NULL;
+}
+
+/*
+ * The index of a shard was found not to be its own after all (a sample
+ * in the middle is not where it says): read the tar's headers instead,
+ * as for a shard without an index. The counts were planned from it, so
+ * they must not change.
+ */
+static int index_rebuild(gk_shard_dataset *d, size_t shard, gk_err *err)
+{
+	int end_blocks;
+	gk_shard_index *idx = &d->idx[shard];
+	gk_shard_index_free(idx);
+	free(d->checked[shard]);
+	d->checked[shard] = NULL;
+	d->idx_tried[shard] = IDX_BUILT;
+	if (sh_index_build(d->files[shard], idx, 0, &end_blocks, err) < 0)
+		return -1;
+	if (idx->nsamples != d->man.v[shard].samples)
+		return gk_errf(err, "shard '%s': %zu samples; the manifest or its index said %llu (rebuild the index with data-pack --index)",
+			       d->files[shard], idx->nsamples,
+			       (unsigned long long)d->man.v[shard].samples);
+	note_end(d, d->files[shard], end_blocks, idx->nsamples);
+	return 0;
 }
 
 static void close_shard(gk_shard_dataset *d)
@@ -156,6 +223,8 @@ static void close_shard(gk_shard_dataset *d)
 	d->fd = -1;
 	sh_map_unref(d->map);
 	d->map = NULL;
+	free(d->ipath);
+	d->ipath = NULL;
 }
 
 /* Stream sample of part position j in the current epoch. */
@@ -214,8 +283,37 @@ static int cursor_to(gk_shard_dataset *d, uint64_t g, gk_err *err)
 }
 
 /*
+ * The first time a sample is read, its tar headers must be where the
+ * index puts them (the bytes are in memory: mapped or decoded). 0 when
+ * they are, 1 when the index was replaced (read the sample again), -1.
+ */
+static int check_sample(gk_shard_dataset *d, size_t shard, const gk_shard_index *idx,
+			const void *bytes, gk_err *err)
+{
+	size_t i = (size_t)d->local;
+	unsigned char **bits = &d->checked[shard];
+	if (*bits && (*bits)[i / 8] & (1u << (i % 8)))
+		return 0;
+	if (!*bits && !(*bits = calloc(idx->nsamples / 8 + 1, 1)))
+		return gk_err_sys(err, ENOMEM, "read '%s'", d->files[shard]);
+	gk_err why;
+	if (sh_index_check_mem(idx, i, bytes, d->files[shard], d->ipath, &why) == 0) {
+		(*bits)[i / 8] |= (unsigned char)(1u << (i % 8));
+		return 0;
+	}
+	if (d->idx_tried[shard] == IDX_BUILT)
+		return gk_errf(err, "shard '%s' changed while it was read: sample %zu is not where it was when the dataset opened it",
+			       d->files[shard], i);
+	note(d, "%s: reading the tar instead", why.msg);
+	close_shard(d);
+	return index_rebuild(d, shard, err) < 0 ? -1 : 1;
+}
+
+/*
  * With an index, a sample is one pread (or one LZ4 frame) straight into
  * its own buffer: no tar parsing and a single copy out of the page cache.
+ * 1 when the index turned out not to be the shard's and was replaced
+ * (nothing read).
  */
 static int from_index(gk_shard_dataset *d, size_t shard, const gk_shard_index *idx,
 		      sh_sample **out, gk_err *err)
@@ -247,6 +345,12 @@ static int from_index(gk_shard_dataset *d, size_t shard, const gk_shard_index *i
 		return -1;
 	}
 	x->data.p = buf;
+	int rc = check_sample(d, shard, idx,
+			      buf ? buf : (const char *)d->map->p + is->header, err);
+	if (rc != 0) {
+		sh_sample_free(x);
+		return rc;
+	}
 	const char *first = idx->m[is->first].name;
 	size_t klen = (size_t)gk_shard_key_len(first);
 	if (sh_buf_append(&x->names, first, klen) < 0 || sh_buf_append(&x->names, "", 1) < 0)
@@ -316,13 +420,18 @@ static int produce(gk_shard_dataset *d, sh_sample **out, gk_err *err)
 			d->fd = open(d->files[shard], O_RDONLY | O_CLOEXEC);
 			if (d->fd < 0)
 				return gk_err_sys(err, errno, "open '%s'", d->files[shard]);
+			if (!(d->ipath = gk_shard_index_path(d->files[shard])))
+				return gk_err_sys(err, ENOMEM, "open '%s'", d->files[shard]);
 			posix_fadvise(d->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 			if (!index_of(d, shard)->lz4 && map_shard(d, shard, err) < 0)
 				return -1;
 		}
 		if (d->fd >= 0 && d->local < d->man.v[shard].samples) {
-			if (from_index(d, shard, index_of(d, shard), out, err) < 0)
+			int rc = from_index(d, shard, index_of(d, shard), out, err);
+			if (rc < 0)
 				return -1;
+			if (rc == 1)
+				continue; /* read it through the rebuilt index */
 			d->local++;
 			d->j++;
 			d->remaining--;
@@ -496,7 +605,8 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 			if (!(d->files[i] = gk_shard_manifest_file(&d->man, i)))
 				return gk_err_sys(err, ENOMEM, "dataset");
 		if (!(d->idx = calloc(d->man.n + 1, sizeof(*d->idx))) ||
-		    !(d->idx_tried = calloc(d->man.n + 1, sizeof(int))))
+		    !(d->idx_tried = calloc(d->man.n + 1, sizeof(int))) ||
+		    !(d->checked = calloc(d->man.n + 1, sizeof(*d->checked))))
 			return gk_err_sys(err, ENOMEM, "dataset");
 		return 0;
 	}
@@ -505,7 +615,8 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 		return -1;
 	d->files = l.v;
 	if (!d->files || !(d->idx = calloc(l.n + 1, sizeof(*d->idx))) ||
-	    !(d->idx_tried = calloc(l.n + 1, sizeof(int)))) {
+	    !(d->idx_tried = calloc(l.n + 1, sizeof(int))) ||
+	    !(d->checked = calloc(l.n + 1, sizeof(*d->checked)))) {
 		gk_strlist_free(&l);
 		d->files = NULL;
 		return gk_err_sys(err, ENOMEM, "dataset");
@@ -521,11 +632,22 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 			return gk_errf(err, "shard '%s': not a regular file (a dataset reads its "
 				       "shards more than once)", l.v[i]);
 		}
-		/* Counts from the shard's own index, else from reading it. */
-		int rc = sh_index_load_for(l.v[i], &d->idx[i], err);
-		if (rc == 0)
-			rc = sh_index_build(l.v[i], &d->idx[i], 0, err);
-		d->idx_tried[i] = 1;
+		/*
+		 * Counts from the shard's own index, else from reading it
+		 * (an index found not to be its own is said and replaced).
+		 */
+		gk_err stale;
+		int end_blocks;
+		int rc = sh_index_load_for(l.v[i], &d->idx[i], &stale, &end_blocks, err);
+		d->idx_tried[i] = IDX_FILE;
+		if (rc == 0) {
+			if (stale.msg[0])
+				note(d, "%s: reading the tar instead", stale.msg);
+			rc = sh_index_build(l.v[i], &d->idx[i], 0, &end_blocks, err);
+			d->idx_tried[i] = IDX_BUILT;
+		}
+		if (rc >= 0)
+			note_end(d, l.v[i], end_blocks, d->idx[i].nsamples);
 		if (rc < 0 || gk_shard_manifest_add(&d->man, l.v[i], d->idx[i].nsamples,
 						    0, 0, err) < 0) {
 			d->man.n = i; /* files[] stays owned by d */
@@ -959,6 +1081,10 @@ void gk_shard_dataset_close(gk_shard_dataset *d)
 			gk_shard_index_free(&d->idx[i]);
 	free(d->idx);
 	free(d->idx_tried);
+	if (d->checked)
+		for (size_t i = 0; i < d->man.n; i++)
+			free(d->checked[i]);
+	free(d->checked);
 	free(d->order);
 	free(d->prefix);
 	free(d->win);

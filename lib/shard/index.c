@@ -446,7 +446,7 @@ static int attach_frames(const char *path, gk_shard_index *idx, gk_err *err)
 }
 
 int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
-		   gk_err *err)
+		   int *end_blocks, gk_err *err)
 {
 	int strict = flags & SH_STRICT;
 	gk_shard_reader *r;
@@ -495,6 +495,8 @@ int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
 		gk_errf(err, "shard '%s': no samples", shard);
 		goto fail;
 	}
+	if (end_blocks)
+		*end_blocks = sh_reader_end_blocks(r);
 	gk_shard_reader_close(r);
 	r = NULL;
 	derive_headers(idx);
@@ -527,31 +529,73 @@ fail:
 
 int gk_shard_index_build(const char *shard, gk_shard_index *idx, gk_err *err)
 {
-	return sh_index_build(shard, idx, SH_NAMES | SH_BIND, err);
+	return sh_index_build(shard, idx, SH_NAMES | SH_BIND, NULL, err);
 }
 
-int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *err)
+/*
+ * Compare index sample i with the next sample r reads: the same names,
+ * sizes and data offsets. With to_end the shard must end after it, and
+ * *end_blocks (may be NULL) gets the zero blocks found there. 0, or -1
+ * with a message saying where the index and the shard part (and, with
+ * why, what the reader found there).
+ */
+static int same_sample(const gk_shard_index *idx, size_t i, gk_shard_reader *r,
+		       int to_end, int *end_blocks, const char *shard,
+		       const char *index, int why, gk_err *err)
 {
-	struct stat st;
-	char *ip = gk_shard_index_path(shard);
-	memset(idx, 0, sizeof(*idx));
-	if (!ip)
-		return gk_err_sys(err, ENOMEM, "index of '%s'", shard);
-	if (access(ip, F_OK) < 0) {
-		free(ip);
-		return 0;
+	const gk_shard_sample *s;
+	const gk_shard_index_sample *is = &idx->s[i];
+	const char *name = idx->m[is->first].name;
+	int rc = gk_shard_reader_next(r, &s, err);
+	int same = rc == 1 && s->n == is->n;
+	for (size_t j = 0; same && j < s->n; j++) {
+		const gk_shard_index_member *im = &idx->m[is->first + j];
+		size_t klen = strlen(s->key);
+		same = strncmp(im->name, s->key, klen) == 0 && im->name[klen] == '.' &&
+		       strcmp(im->name + klen + 1, s->m[j].ext) == 0 &&
+		       im->size == s->m[j].size && im->offset == s->m[j].offset;
 	}
-	int lz4, rc = sh_path_filter(shard, &lz4, err);
-	if (rc == 0)
-		rc = gk_shard_index_load(ip, idx, err);
-	free(ip);
-	if (rc < 0)
+	if (same && to_end) {
+		rc = gk_shard_reader_next(r, &s, err);
+		if (rc == 0) {
+			if (end_blocks)
+				*end_blocks = sh_reader_end_blocks(r);
+			return 0;
+		}
+		if (rc == 1)
+			return gk_errf(err, "index '%s' does not match '%s': sample '%s' follows its last one (rebuild it with data-pack --index)",
+				       index, shard, s->key);
+		return gk_err_prefix(err, "index '%s' does not match '%s' after its last sample (rebuild it with data-pack --index)",
+				     index, shard);
+	}
+	if (same)
+		return 0;
+	if (rc < 0 && why)
+		return gk_err_prefix(err, "index '%s' does not match '%s' at sample %zu '%.*s' (rebuild it with data-pack --index)",
+				     index, shard, i, (int)gk_shard_key_len(name), name);
+	return gk_errf(err, "index '%s' does not match '%s' at sample %zu '%.*s' (rebuild it with data-pack --index)",
+		       index, shard, i, (int)gk_shard_key_len(name), name);
+}
+
+/* Check sample i of the shard open as fd against idx, reading only its
+ * headers (or its LZ4 frame) in small reads; to_end as same_sample. */
+static int check_at(const gk_shard_index *idx, int fd, const char *shard,
+		    const char *index, size_t i, int to_end, int *end_blocks,
+		    gk_err *err)
+{
+	gk_shard_reader *r;
+	if (gk_shard_reader_open_fd(&r, fd, shard, err) < 0)
 		return -1;
-	if (idx->bound && (stat(shard, &st) < 0 || (uint64_t)st.st_size != idx->shard_bytes)) {
-		gk_shard_index_free(idx);
-		return 0;
-	}
-	return 1;
+	sh_reader_block(r, 16 << 10);
+	gk_shard_reader_sizes_only(r, 1);
+	/* seek leaves sample 0 where the descriptor is: put it there */
+	int rc = i == 0 && lseek(fd, 0, SEEK_SET) < 0
+			 ? gk_err_sys(err, errno, "seek '%s'", shard)
+			 : gk_shard_reader_seek(r, (uint64_t)i, idx, err);
+	if (rc == 0)
+		rc = same_sample(idx, i, r, to_end, end_blocks, shard, index, 1, err);
+	gk_shard_reader_close(r);
+	return rc;
 }
 
 int gk_shard_index_check(const gk_shard_index *idx, int fd, const char *shard,
@@ -567,37 +611,137 @@ int gk_shard_index_check(const gk_shard_index *idx, int fd, const char *shard,
 		return gk_errf(err, "index '%s' is not the index of '%s': made for %llu bytes, the shard has %llu (rebuild it with data-pack --index)",
 			       index, shard, (unsigned long long)idx->shard_bytes,
 			       (unsigned long long)st.st_size);
+	if (idx->lz4 != lz4)
+		return gk_errf(err, "index '%s' is not the index of '%s': made for %s shard, this one is %s (rebuild it with data-pack --index)",
+			       index, shard, idx->lz4 ? "an LZ4" : "a plain",
+			       lz4 ? "LZ4" : "a plain tar");
 	if (i < 0)
 		return 0;
 	if ((size_t)i >= idx->nsamples)
 		return gk_errf(err, "index '%s': no sample %zd", index, i);
-	/* Read that sample's headers where the index puts them. */
+	return check_at(idx, fd, shard, index, (size_t)i, 0, NULL, err);
+}
+
+int sh_index_check_ends(const gk_shard_index *idx, int fd, const char *shard,
+			const char *index, int *end_blocks, gk_err *err)
+{
+	size_t n = idx->nsamples;
+	*end_blocks = -1;
+	if (gk_shard_index_check(idx, fd, shard, index, -1, err) < 0)
+		return -1;
+	if (n == 0)
+		return 0;
+	if (check_at(idx, fd, shard, index, 0, n == 1, end_blocks, err) < 0)
+		return -1;
+	return n == 1 ? 0 : check_at(idx, fd, shard, index, n - 1, 1, end_blocks, err);
+}
+
+/*
+ * Is h (512 bytes) the ustar header of a regular file called name, of
+ * size bytes? Only for the plain case: a valid checksum, the "ustar"
+ * magic, and name and size in the header's own fields. Anything else (a
+ * pax or GNU long name before it, a size in base 256) answers 0 and goes
+ * to libarchive.
+ * reference: POSIX.1-2008 pax, "ustar Interchange Format"
+ */
+static int plain_header(const unsigned char *h, const char *name, uint64_t size)
+{
+	unsigned sum = 8 * ' ', want = 0; /* the checksum field counts as spaces */
+	for (int k = 0; k < 512; k++)
+		sum += h[k];
+	for (int k = 148; k < 156; k++)
+		sum -= h[k];
+	for (int k = 148; k < 156 && h[k] >= '0' && h[k] <= '7'; k++)
+		want = want * 8 + (unsigned)(h[k] - '0');
+	if (sum != want || memcmp(h + 257, "ustar", 5) != 0 ||
+	    (h[156] != '0' && h[156] != '\0' && h[156] != '7'))
+		return 0;
+	uint64_t sz = 0;
+	int k = 124;
+	while (k < 135 && h[k] == ' ')
+		k++;
+	for (; k < 136 && h[k] >= '0' && h[k] <= '7'; k++)
+		sz = sz * 8 + (uint64_t)(h[k] - '0');
+	if (sz != size || (k < 136 && h[k] != '\0' && h[k] != ' '))
+		return 0;
+	/* prefix "/" name in POSIX ustar ("ustar\0"); GNU's has no prefix */
+	size_t plen = h[262] == '\0' ? strnlen((const char *)h + 345, 155) : 0;
+	size_t nlen = strnlen((const char *)h, 100), len = strlen(name);
+	if (plen)
+		return len == plen + 1 + nlen && memcmp(name, h + 345, plen) == 0 &&
+		       name[plen] == '/' && memcmp(name + plen + 1, h, nlen) == 0;
+	return len == nlen && memcmp(name, h, nlen) == 0;
+}
+
+int sh_index_check_mem(const gk_shard_index *idx, size_t i, const void *p,
+		       const char *shard, const char *index, gk_err *err)
+{
+	const gk_shard_index_sample *s = &idx->s[i];
+	uint64_t end = i + 1 < idx->nsamples ? idx->s[i + 1].header : idx->end;
+	/*
+	 * The common case in one pass over the headers: each member's
+	 * header right where the previous one's data ends (so nothing else
+	 * hides in the sample's bytes), naming it with its size.
+	 */
+	uint64_t at = s->header;
+	size_t j = 0;
+	for (; j < s->n; j++) {
+		const gk_shard_index_member *m = &idx->m[s->first + j];
+		if (m->offset != at + 512 || m->offset > end || m->size > end - m->offset ||
+		    !plain_header((const unsigned char *)p + (at - s->header), m->name, m->size))
+			break;
+		at = m->offset + (m->size + 511) / 512 * 512;
+	}
+	if (j == s->n && at == end)
+		return 0;
 	gk_shard_reader *r;
-	const gk_shard_sample *s;
-	const gk_shard_index_sample *is = &idx->s[i];
-	if (gk_shard_reader_open_fd(&r, fd, shard, err) < 0)
+	if (sh_reader_open_mem(&r, p, (size_t)(end - s->header), s->header, shard, err) < 0)
 		return -1;
 	gk_shard_reader_sizes_only(r, 1);
-	int rc = gk_shard_reader_seek(r, (uint64_t)i, idx, err);
-	if (rc == 0)
-		rc = gk_shard_reader_next(r, &s, err);
-	int same = rc == 1 && s->n == is->n;
-	for (size_t j = 0; same && j < s->n; j++) {
-		const gk_shard_index_member *im = &idx->m[is->first + j];
-		size_t klen = strlen(s->key);
-		same = strncmp(im->name, s->key, klen) == 0 && im->name[klen] == '.' &&
-		       strcmp(im->name + klen + 1, s->m[j].ext) == 0 &&
-		       im->size == s->m[j].size && im->offset == s->m[j].offset;
-	}
+	/* a mismatch in memory is only that: the reader's complaint ("the
+	 * file ends at ...") would be about the slice */
+	int rc = same_sample(idx, i, r, 0, NULL, shard, index, 0, err);
 	gk_shard_reader_close(r);
-	if (same)
+	return rc;
+}
+
+int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *stale,
+		      int *end_blocks, gk_err *err)
+{
+	char *ip = gk_shard_index_path(shard);
+	memset(idx, 0, sizeof(*idx));
+	gk_err_clear(stale);
+	*end_blocks = -1;
+	if (!ip)
+		return gk_err_sys(err, ENOMEM, "index of '%s'", shard);
+	if (access(ip, F_OK) < 0) {
+		free(ip);
 		return 0;
-	const char *name = idx->m[is->first].name;
-	if (rc < 0)
-		return gk_err_prefix(err, "index '%s' does not match '%s' at sample %zd '%.*s' (rebuild it with data-pack --index)",
-				     index, shard, i, (int)gk_shard_key_len(name), name);
-	return gk_errf(err, "index '%s' does not match '%s' at sample %zd '%.*s' (rebuild it with data-pack --index)",
-		       index, shard, i, (int)gk_shard_key_len(name), name);
+	}
+	int lz4, rc, fd = open(shard, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = gk_err_sys(err, errno, "open '%s'", shard);
+		free(ip);
+		return rc;
+	}
+	rc = sh_shard_filter(fd, shard, &lz4, err);
+	if (rc == 0)
+		rc = gk_shard_index_load(ip, idx, err);
+	/*
+	 * A shard replaced by another of the same size keeps the size test
+	 * of a bound index happy: the first and the last sample must also
+	 * be where the index puts them, and nothing may follow the last.
+	 */
+	if (rc == 0) {
+		rc = 1;
+		if (sh_index_check_ends(idx, fd, shard, ip, end_blocks, stale) < 0) {
+			gk_shard_index_free(idx);
+			rc = 0;
+		}
+	}
+	close(fd);
+	free(ip);
+	return rc;
 }
 
 /* Size and XXH3 of a file, for the manifest's and the index's bindings. */
@@ -623,7 +767,7 @@ int gk_shard_verify(const char *path, const gk_shard_info *want, gk_err *err)
 	uint64_t bytes = 0, h = 0;
 	int have_sum = 0, have_saved = 0, rc = 0;
 	char a[17], b[17];
-	if (sh_index_build(path, &built, SH_STRICT, err) < 0)
+	if (sh_index_build(path, &built, SH_STRICT, NULL, err) < 0)
 		return -1;
 	char *ip = gk_shard_index_path(path);
 	if (!ip) {

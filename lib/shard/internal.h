@@ -55,6 +55,11 @@ void sh_sample_free(sh_sample *x);
 /* Reader internals the dataset uses to keep samples without copying. */
 sh_sample *sh_reader_detach(gk_shard_reader *r);
 void sh_reader_set_base(gk_shard_reader *r, uint64_t shard);
+/* Read tar bytes from memory: p[0..n) is the stream from offset base on. */
+int sh_reader_open_mem(gk_shard_reader **out, const void *p, size_t n,
+		       uint64_t base, const char *name, gk_err *err);
+/* Bytes per read from a descriptor (1 MiB unless set before the first next). */
+void sh_reader_block(gk_shard_reader *r, size_t block);
 /* Zero blocks at the end of the archive (0, 1, or 2 for the proper end)
  * once next has returned 0; -1 before. */
 int sh_reader_end_blocks(const gk_shard_reader *r);
@@ -81,7 +86,7 @@ enum {
 	SH_BIND = 4,   /* bind to the shard: its size and XXH3 (reads it all) */
 };
 int sh_index_build(const char *shard, gk_shard_index *idx, int flags,
-		   gk_err *err);
+		   int *end_blocks, gk_err *err);
 /*
  * Can the shard open as fd be read at offsets? 0 for a plain tar (*lz4 0)
  * and for LZ4 (*lz4 1, frames to be checked); -1 for the other
@@ -92,10 +97,30 @@ int sh_shard_filter(int fd, const char *path, int *lz4, gk_err *err);
 /* The same for the shard at path ("-", a stream, passes). */
 int sh_path_filter(const char *path, int *lz4, gk_err *err);
 /*
- * Load the index beside shard when it is there and belongs to it (a bound
- * index's size matches the file's): 1 loaded, 0 none or not this shard's
- * (idx empty), -1 an unreadable index.
+ * Load the index beside shard when it is there and belongs to it
+ * (sh_index_check_ends): 1 loaded, 0 none or not this shard's (idx empty;
+ * then stale says why, its message empty when there is no index), -1 an
+ * unreadable index or a shard random access cannot read. *end_blocks:
+ * the zero blocks after the last sample when loaded, else -1.
  */
-int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *err);
+int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *stale,
+		      int *end_blocks, gk_err *err);
+/*
+ * Does idx belong to the shard open as fd, as far as a few small reads
+ * can tell? gk_shard_index_check's tests (compression, size, plain or
+ * LZ4), then the first and the last sample's tar headers where the index
+ * puts them, and nothing but the end after the last (*end_blocks gets
+ * its zero blocks). The samples between are checked as they are read
+ * (sh_index_check_mem).
+ */
+int sh_index_check_ends(const gk_shard_index *idx, int fd, const char *shard,
+			const char *index, int *end_blocks, gk_err *err);
+/*
+ * Sample i's tar headers, in p: its bytes from its first header to the
+ * next sample's (as mapped or decoded), where idx puts them, with its
+ * names and sizes. 0, or -1 and the message of gk_shard_index_check.
+ */
+int sh_index_check_mem(const gk_shard_index *idx, size_t i, const void *p,
+		       const char *shard, const char *index, gk_err *err);
 
 #endif

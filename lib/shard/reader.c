@@ -25,6 +25,9 @@
 struct gk_shard_reader {
 	struct archive *a;
 	int fd, own_fd, strict, opened, eof, skip;
+	const void *mem;     /* reading a buffer instead of fd: mem_len bytes */
+	size_t mem_len;
+	size_t block;        /* bytes per read from fd */
 	int plain;           /* a regular file without compression: sizes */
 	uint64_t file_size;  /* claimed by headers can be checked against it */
 	sh_member_fn on_member;
@@ -50,6 +53,16 @@ static int open_archive(gk_shard_reader *r, gk_err *err)
 	r->a = archive_read_new();
 	if (!r->a)
 		return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
+	if (r->mem) {
+		/* Tar bytes from r->base on, already decoded. */
+		r->plain = 1;
+		r->file_size = r->base + r->mem_len;
+		archive_read_support_format_tar(r->a);
+		if (archive_read_open_memory(r->a, r->mem, r->mem_len) != ARCHIVE_OK)
+			return archive_fail(r, err);
+		r->opened = 1;
+		return 0;
+	}
 	struct stat st;
 	if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		if (st.st_size == 0)
@@ -60,7 +73,7 @@ static int open_archive(gk_shard_reader *r, gk_err *err)
 	archive_read_support_format_tar(r->a);
 	/* Shards are plain or LZ4; any other filter helps --from-tar. */
 	archive_read_support_filter_all(r->a);
-	if (archive_read_open_fd(r->a, r->fd, 1 << 20) != ARCHIVE_OK)
+	if (archive_read_open_fd(r->a, r->fd, r->block) != ARCHIVE_OK)
 		return gk_errf(err, "read '%s': %s", r->name, archive_error_string(r->a));
 	r->opened = 1;
 	return 0;
@@ -75,8 +88,25 @@ int gk_shard_reader_open_fd(gk_shard_reader **out, int fd, const char *name,
 		return gk_err_sys(err, ENOMEM, "read '%s'", name);
 	}
 	r->fd = fd;
+	r->block = 1 << 20;
 	*out = r;
 	return 0;
+}
+
+int sh_reader_open_mem(gk_shard_reader **out, const void *p, size_t n,
+		       uint64_t base, const char *name, gk_err *err)
+{
+	if (gk_shard_reader_open_fd(out, -1, name, err) < 0)
+		return -1;
+	(*out)->mem = p;
+	(*out)->mem_len = n;
+	(*out)->base = base;
+	return 0;
+}
+
+void sh_reader_block(gk_shard_reader *r, size_t block)
+{
+	r->block = block;
 }
 
 int gk_shard_reader_open(gk_shard_reader **out, const char *path, gk_err *err)
@@ -176,7 +206,8 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 			 * how a truncated copy looks, so in strict mode the end
 			 * must be the two zero blocks tar writes.
 			 */
-			uint64_t gap = gk_shard_reader_offset(r) - r->entry_end;
+			uint64_t at = gk_shard_reader_offset(r);
+			uint64_t gap = at > r->entry_end ? at - r->entry_end : 0;
 			r->eof = 1;
 			r->end_blocks = gap >= 1024 ? 2 : (int)(gap / 512);
 			if (r->strict && r->end_blocks == 0)

@@ -340,10 +340,17 @@ void gk_shard_reader_close(gk_shard_reader *r);
  * is (epoch, position): resume is one seek plus the refill of one window.
  *
  * A shard with an index beside it is read by offsets (one pread or one
- * LZ4 frame per sample, no tar parsing); one without is read through
- * gk_shard_reader. Run `data-pack --verify` on shards you did not write:
- * the indexed path trusts the index. The dataset needs files (it counts
- * and seeks); gk_shard_reader alone also reads pipes.
+ * LZ4 frame per sample); one without is read through gk_shard_reader
+ * (with a brace pattern, by offsets too: the counts come from reading
+ * its headers, which makes an index in memory). The index must be the
+ * shard's: when it is loaded, its size binding and the tar headers of its
+ * first and last samples are checked (and that nothing follows the last),
+ * and each sample's headers the first time it is read (they are in
+ * memory then: one header per member). An index that fails is replaced
+ * by the tar's own headers, with a note; if that changes the shard's
+ * sample count the dataset fails. Compressed shards other than LZ4 are
+ * refused. The dataset needs files (it counts and seeks);
+ * gk_shard_reader alone also reads pipes.
  */
 typedef struct gk_shard_dataset_opts {
 	int rank, world;        /* default 0 of 1 */
@@ -353,6 +360,16 @@ typedef struct gk_shard_dataset_opts {
 	size_t shuffle_buffer;  /* window in samples; 0: 1000 */
 	size_t prefetch;        /* samples read ahead by a thread; 0: no thread */
 	int loop;               /* at the end of an epoch start the next */
+	/*
+	 * Called with one line (no tool name, no newline) when the dataset
+	 * works around a problem in the data and goes on: an index that is
+	 * not its shard's (the tar's own headers are read instead), a shard
+	 * without its end-of-archive blocks. From gk_shard_dataset_open, or
+	 * later from the prefetch thread; once per shard and problem. NULL:
+	 * nobody is told (the library does not print).
+	 */
+	void (*note)(void *ctx, const char *msg);
+	void *note_ctx;
 } gk_shard_dataset_opts;
 
 /*

@@ -145,6 +145,45 @@ test_expect_success 'missing and corrupt shards fail with a message' '
 	grep "^gpu-train: .*bad.tar" err
 '
 
+# Two shards of the same size whose samples differ: the first in the first
+# sample, the second only in the middle (same first and last layout).
+test_expect_success 'a stale index of the same size is noticed, the tar read instead' '
+	python3 -c "
+import os
+for d, sizes in ((\"sa\", [100, 700] * 3), (\"sb\", [700, 100] * 3),
+                 (\"sc\", [100, 100, 700, 700]), (\"sd\", [100, 700, 100, 700])):
+    os.makedirs(d)
+    for i, n in enumerate(sizes):
+        open(\"%s/%03d.txt\" % (d, i), \"w\").write(chr(65 + i) * n)
+" &&
+	data-pack -q -c -o A.tar sa && data-pack -q -c -o B.tar sb &&
+	data-pack -q -c -o C.tar sc && data-pack -q -c -o D.tar sd &&
+	test $(wc -c <A.tar) = $(wc -c <B.tar) && test $(wc -c <C.tar) = $(wc -c <D.tar) &&
+	cp B.tar A.tar && cp D.tar C.tar &&
+	for s in A C; do
+		gpu-train --dump-data 40 --data $s.tar --batch 2 --seq 16 --shuffle none >out 2>$s.err &&
+		python3 ref.py shard 0 1 2 16 40 256 $s.tar >want &&
+		norm out && norm want && test_cmp want.n out.n || return 1
+	done &&
+	cat >expect <<-\EOF &&
+	gpu-train: note: index '\''A.idx'\'' does not match '\''A.tar'\'' at sample 0 '\''000'\'' (rebuild it with data-pack --index): reading the tar instead
+	gpu-train: note: index '\''C.idx'\'' does not match '\''C.tar'\'' at sample 1 '\''001'\'' (rebuild it with data-pack --index): reading the tar instead
+	EOF
+	cat A.err C.err >actual && test_cmp expect actual
+'
+
+test_expect_success 'a shard cut at a member boundary is read, with notes' '
+	data-pack -q -c -o E.tar sd && head -c 5120 E.tar >cut.tar && cp E.idx cut.idx &&
+	gpu-train --dump-data 3 --data cut.tar --batch 1 --seq 8 --shuffle none >out 2>err &&
+	python3 ref.py shard 0 1 1 8 3 256 cut.tar >want &&
+	norm out && norm want && test_cmp want.n out.n &&
+	cat >expect <<-\EOF &&
+	gpu-train: note: index '\''cut.idx'\'' is not the index of '\''cut.tar'\'': made for 6144 bytes, the shard has 5120 (rebuild it with data-pack --index): reading the tar instead
+	gpu-train: note: shard '\''cut.tar'\'' has no end-of-archive blocks (truncated?): reading its 4 whole samples
+	EOF
+	test_cmp expect err
+'
+
 test_expect_success 'a compressed shard is refused, with or without an index' '
 	cp txt-00.tar z.tar && gzip z.tar &&
 	echo "gpu-train: shard '\''z.tar.gz'\'' is gzip-compressed: random access needs an uncompressed tar (gunzip it)" >expect &&

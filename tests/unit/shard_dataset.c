@@ -380,6 +380,124 @@ static void test_remap_next_epoch(const char *src)
 		gk_shard_state_free(&st[r]);
 }
 
+/* ---- an index that is not its shard's ---------------------------------------- */
+
+static char notes[4][1400];
+static int nnotes;
+
+static void on_note(void *ctx, const char *msg)
+{
+	(void)ctx;
+	if (nnotes < 4)
+		snprintf(notes[nnotes], sizeof(notes[0]), "%s", msg);
+	nnotes++;
+}
+
+/* A shard of n samples: key "%03d" of k[i], one .txt of sz[i] bytes of
+ * 'A' + k[i]. */
+static int make_sized(const char *path, const int *k, const int *sz, int n)
+{
+	gk_err err = {0};
+	gk_shard_write_opts o = {.pattern = path, .index = 1};
+	gk_shard_writer *w;
+	static char buf[2048];
+	if (gk_shard_writer_open(&w, &o, &err) < 0)
+		return diag("%s", err.msg), -1;
+	for (int i = 0; i < n; i++) {
+		char key[8];
+		snprintf(key, sizeof(key), "%03d", k[i]);
+		memset(buf, 'A' + k[i], (size_t)sz[i]);
+		gk_shard_member m = {.ext = "txt", .data = buf, .size = (uint64_t)sz[i]};
+		if (gk_shard_writer_add(w, key, 1, &m, &err) < 0)
+			return diag("%s", err.msg), -1;
+	}
+	return gk_shard_writer_close(w, NULL, &err) < 0 ? diag("%s", err.msg), -1 : 0;
+}
+
+/* Every sample of src, in order, against the shard made from k and sz. */
+static int read_all(const char *src, size_t prefetch, const int *k, const int *sz,
+		    int n, gk_err *err)
+{
+	gk_shard_dataset_opts o = {.prefetch = prefetch, .note = on_note};
+	gk_shard_dataset *d;
+	const gk_shard_sample *s;
+	int got = 0, good = 1, rc;
+	nnotes = 0;
+	if (gk_shard_dataset_open(&d, src, &o, err) < 0)
+		return -1;
+	while ((rc = gk_shard_dataset_next(d, &s, err)) == 1) {
+		char key[8];
+		snprintf(key, sizeof(key), "%03d", got < n ? k[got] : -1);
+		const unsigned char *p = s->m[0].data;
+		good &= got < n && strcmp(s->key, key) == 0 && s->n == 1 &&
+			s->m[0].size == (uint64_t)sz[got];
+		for (uint64_t j = 0; good && j < s->m[0].size; j++)
+			good &= p[j] == 'A' + k[got];
+		got++;
+	}
+	gk_shard_dataset_close(d);
+	if (rc < 0)
+		return -1;
+	return good && got == n ? 0 : gk_errf(err, "%d samples, contents %s", got, good ? "right" : "wrong");
+}
+
+static void test_stale_index(void)
+{
+	/*
+	 * In 512-byte blocks (header + data) x is [2, 2, 3, 3] and y is
+	 * [2, 3, 2, 3]: the same size, the same first and last sample, the
+	 * index of x wrong for y from sample 1 on. z is [2, 5, 3] under keys
+	 * 0, 1, 3: x's size, first and last samples again, but three samples.
+	 */
+	static const int k4[] = {0, 1, 2, 3}, kz[] = {0, 1, 3};
+	static const int sx[] = {100, 100, 700, 700}, sy[] = {100, 700, 100, 700},
+			 sz[] = {100, 2000, 700};
+	char x[300], y[300], z[300], xi[300], yi[300], zi[300], mx[300], brace[300];
+	snprintf(x, sizeof(x), "%s/st/x.tar", dir);
+	snprintf(y, sizeof(y), "%s/st/y.tar", dir);
+	snprintf(z, sizeof(z), "%s/st/z.tar", dir);
+	snprintf(xi, sizeof(xi), "%s/st/x.idx", dir);
+	snprintf(yi, sizeof(yi), "%s/st/y.idx", dir);
+	snprintf(zi, sizeof(zi), "%s/st/z.idx", dir);
+	snprintf(mx, sizeof(mx), "%s/st/m.json", dir);
+	snprintf(brace, sizeof(brace), "%s/st/{x,y}.tar", dir);
+	gk_err err = {0};
+	gk_shard_manifest m = {0};
+	char cmd[2500];
+	/* x.tar becomes y.tar; x.idx stays. z.tar keeps x's index. */
+	snprintf(cmd, sizeof(cmd), "cp %s %s.x && cp %s %s && cp %s %s.x && cp %s.x %s", x, x,
+		 y, x, xi, xi, xi, zi);
+	int made = make_sized(x, k4, sx, 4) == 0 && make_sized(y, k4, sy, 4) == 0 &&
+		   make_sized(z, kz, sz, 3) == 0 && system(cmd) == 0 &&
+		   gk_shard_manifest_add(&m, x, 4, 0, 0, &err) == 0 &&
+		   gk_shard_manifest_write(mx, &m, &err) == 0;
+	gk_shard_manifest_free(&m);
+	ok(made, "shards x, y, z of %s", dir);
+	char want[1400];
+	snprintf(want, sizeof(want), "index '%s' does not match '%s' at sample 1 '001' (rebuild it with data-pack --index): reading the tar instead",
+		 xi, x);
+	for (size_t pf = 0; pf <= 2; pf += 2) {
+		int rc = read_all(mx, pf, k4, sy, 4, &err);
+		ok(rc == 0 && nnotes == 1 && strcmp(notes[0], want) == 0,
+		   "manifest, prefetch %zu: y's samples, one note: %s", pf,
+		   rc < 0 ? err.msg : notes[0]);
+	}
+	static const int k8[] = {0, 1, 2, 3, 0, 1, 2, 3};
+	static const int s8[] = {100, 700, 100, 700, 100, 700, 100, 700};
+	int rc = read_all(brace, 2, k8, s8, 8, &err);
+	ok(rc == 0 && nnotes == 1 && strcmp(notes[0], want) == 0,
+	   "brace list x, y: y's samples twice, one note: %s", rc < 0 ? err.msg : notes[0]);
+	/* z: its index (x's) passes the first and last sample, not the count */
+	snprintf(want, sizeof(want), "shard '%s': 3 samples; the manifest or its index said 4 (rebuild the index with data-pack --index)",
+		 z);
+	rc = read_all(z, 0, kz, sz, 3, &err);
+	ok(rc < 0 && strcmp(err.msg, want) == 0 && nnotes == 1, "z: %s", err.msg);
+	/* with its own index, nothing to say */
+	snprintf(cmd, sizeof(cmd), "cp %s %s", yi, xi);
+	rc = system(cmd) == 0 ? read_all(x, 2, k4, sy, 4, &err) : -1;
+	ok(rc == 0 && nnotes == 0, "x with y's index: no note");
+}
+
 int main(void)
 {
 	char pat[256], man[256], pat4[256], man4[256], brace[256];
@@ -427,6 +545,7 @@ int main(void)
 				   i % 3 ? 0 : 2);
 	test_remap(man4, pairs[0], 2, 1, 1);
 	test_remap_next_epoch(man);
+	test_stale_index();
 
 	/* Sorting, not summing: [2,2,2,2,2] has the sum of a permutation. */
 	uint64_t fake[5] = {2, 2, 2, 2, 2};

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,9 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (idx.nsamples && idx.s[0].n <= 64 &&
 		    gk_shard_read_sample(fd, "fuzz", &idx, 0, &buf, m, &err) == 0)
 			free(buf);
-		/* The binding, then the tar headers of the last sample. */
+		/*
+		 * The binding (the size matches: only the kind of file, plain,
+		 * LZ4 or compressed otherwise, may still refuse it), then the
+		 * tar headers of the last sample.
+		 */
 		if (idx.bound && idx.shard_bytes == size &&
-		    gk_shard_index_check(&idx, fd, "fuzz", path, -1, &err) < 0)
+		    gk_shard_index_check(&idx, fd, "fuzz", path, -1, &err) < 0 &&
+		    strstr(err.msg, "bytes, the shard has"))
 			abort();
 		if (idx.nsamples)
 			(void)gk_shard_index_check(&idx, fd, "fuzz", path,
