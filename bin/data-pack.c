@@ -87,6 +87,37 @@ static int64_t source_date_epoch(void)
 	return v;
 }
 
+/*
+ * Shards numbered after the last one written, left by an earlier run with
+ * more of them, would be read with the new ones by a glob or a brace
+ * range: say so. They are the user's files (this run did not write
+ * them), so they are named, not removed.
+ */
+static void stale_tail(const args *a, unsigned written)
+{
+	gk_strlist l = {0};
+	gk_err err;
+	if (gk_shard_pattern_tail(a->out, a->w.first + written, &l, &err) < 0 || l.n == 0) {
+		gk_strlist_free(&l);
+		return;
+	}
+	char *first = gk_shard_name_quote(l.v[0]), *last = gk_shard_name_quote(l.v[l.n - 1]);
+	char names[2 * 4096 + 16];
+	if (first && last) {
+		if (l.n == 1)
+			snprintf(names, sizeof(names), "'%s'", first);
+		else
+			snprintf(names, sizeof(names), "'%s'%s'%s'", first, l.n == 2 ? ", " : " .. ",
+				 last);
+		gk_cli_warn(&cli, "%zu shard%s of an earlier run after the last one written: %s (a glob or brace range over '%s' would read %s too: remove %s)",
+			    l.n, l.n > 1 ? "s" : "", names, a->out, l.n > 1 ? "them" : "it",
+			    l.n > 1 ? "them" : "it");
+	}
+	free(first);
+	free(last);
+	gk_strlist_free(&l);
+}
+
 static int create(const args *a, int argc, char **argv)
 {
 	gk_err err;
@@ -125,6 +156,7 @@ static int create(const args *a, int argc, char **argv)
 		goto fail;
 	if (a->manifest && gk_shard_manifest_write(a->manifest, &man, &err) < 0)
 		goto fail;
+	stale_tail(a, (unsigned)man.n);
 	if (cli.verbose)
 		for (size_t i = 0; i < man.n; i++)
 			fprintf(stderr, "data-pack: %s: %" PRIu64 " samples, %" PRIu64 " bytes\n",

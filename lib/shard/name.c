@@ -3,8 +3,10 @@
  * checks the writer applies, and shard names from printf patterns.
  */
 #include <ctype.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "shard/shard.h"
 
@@ -121,6 +123,23 @@ int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
 	if (r < 0 || (size_t)r >= len)
 		return gk_errf(err, "pattern '%s': name too long", pattern);
 	return convs;
+}
+
+int gk_shard_pattern_tail(const char *pattern, unsigned n, gk_strlist *out,
+			  gk_err *err)
+{
+	char name[4096];
+	struct stat st;
+	for (; n < UINT_MAX; n++) {
+		int convs = gk_shard_format_name(pattern, n, name, sizeof(name), err);
+		if (convs < 0)
+			return -1;
+		if (convs == 0 || strcmp(name, "-") == 0 || lstat(name, &st) < 0)
+			return 0;
+		if (gk_strlist_push(out, name, err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 int gk_shard_is_lz4_name(const char *path)

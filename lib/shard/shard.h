@@ -66,6 +66,16 @@ int gk_shard_utf8_valid(const char *s);
 int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
 			 size_t len, gk_err *err);
 
+/*
+ * Append to out the files the pattern names from number n on, as long as
+ * they exist (up to the first number that is free): the shards a longer,
+ * earlier run left after the last one a run wrote, which a glob or a
+ * brace range would read with the new ones. A pattern without a
+ * conversion names none. -1 only for a bad pattern or no memory.
+ */
+int gk_shard_pattern_tail(const char *pattern, unsigned n, gk_strlist *out,
+			  gk_err *err);
+
 /* 1 when path ends in ".lz4" (the writer compresses, the reader expects
  * LZ4 frames; the reader also detects LZ4 by its magic number). */
 int gk_shard_is_lz4_name(const char *path);

@@ -33,6 +33,19 @@ test_expect_success 'create: rollover on --max-count, index and manifest' '
 	test_cmp expect actual
 '
 
+test_expect_success 'repacking into fewer shards names the ones left from before' '
+	data-pack -c -o rp/x-%02d.tar --max-count 3 raw 2>err && test_must_be_empty err &&
+	data-pack -c -o rp/x-%02d.tar --max-count 6 raw 2>err &&
+	echo "data-pack: warning: 2 shards of an earlier run after the last one written: '\''rp/x-03.tar'\'', '\''rp/x-04.tar'\'' (a glob or brace range over '\''rp/x-%02d.tar'\'' would read them too: remove them)" >expect &&
+	test_cmp expect err &&
+	data-pack -c -o rp/x-%02d.tar raw 2>err &&
+	echo "data-pack: warning: 4 shards of an earlier run after the last one written: '\''rp/x-01.tar'\'' .. '\''rp/x-04.tar'\'' (a glob or brace range over '\''rp/x-%02d.tar'\'' would read them too: remove them)" >expect &&
+	test_cmp expect err &&
+	ls rp >actual && printf "x-%02d.idx\nx-%02d.tar\n" 0 0 1 1 2 2 3 3 4 4 >expect &&
+	test_cmp expect actual &&
+	rm rp/x-0[1-4].* && data-pack -c -o rp/x-%02d.tar raw 2>err && test_must_be_empty err
+'
+
 test_expect_success 'list: TSV of shard, key, extensions, bytes' '
 	data-pack -t out/train-0000.tar >actual &&
 	for i in 0 1 2 3; do
