@@ -68,6 +68,12 @@ int sh_reader_end_blocks(const gk_shard_reader *r);
 enum { SH_BUFFER, SH_SKIP, SH_DISCARD };
 void sh_reader_skip_data(gk_shard_reader *r, int skip);
 /*
+ * Repacking (--from-tar): what would be dropped is an error instead, as
+ * data-pack -T refuses it: links and other entries that are not regular
+ * files (directories are still skipped) and names without a key.
+ */
+void sh_reader_pack(gk_shard_reader *r, int on);
+/*
  * Hand each member to fn as its header is read instead of keeping its
  * data: fn reads the data (size bytes) with sh_reader_read, which returns
  * a positive count, 0 at the member's end or -1. What fn leaves unread is

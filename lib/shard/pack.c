@@ -401,6 +401,7 @@ int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
 	int rc;
 	if (gk_shard_reader_open(&r, path, err) < 0)
 		return -1;
+	sh_reader_pack(r, 1);
 	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
 		const char *key = s->key;
 		while (key[0] == '.' && key[1] == '/')

@@ -25,6 +25,7 @@
 struct gk_shard_reader {
 	struct archive *a;
 	int fd, own_fd, strict, opened, eof, skip;
+	int pack;            /* repacking: say what would be dropped */
 	const void *mem;     /* reading a buffer instead of fd: mem_len bytes */
 	size_t mem_len;
 	size_t block;        /* bytes per read from fd */
@@ -136,6 +137,11 @@ void gk_shard_reader_strict(gk_shard_reader *r, int strict)
 	r->strict = strict;
 }
 
+void sh_reader_pack(gk_shard_reader *r, int on)
+{
+	r->pack = on;
+}
+
 void sh_reader_skip_data(gk_shard_reader *r, int skip)
 {
 	r->skip = skip;
@@ -226,16 +232,33 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		const char *name = archive_entry_pathname(e);
 		if (!name)
 			name = "";
-		if (archive_entry_filetype(e) != AE_IFREG) {
-			if (r->strict)
+		/* A hard link is no regular file to webdataset (tarfile's
+		 * isreg()), whatever type libarchive gives it. */
+		const char *hard = archive_entry_hardlink(e);
+		if (archive_entry_filetype(e) != AE_IFREG || hard) {
+			const char *sym = archive_entry_symlink(e);
+			if (r->pack && hard)
+				return gk_errf(err, "shard '%s': member '%s': a hard link to '%s', not a regular file (GNU tar --hard-dereference stores the file)",
+					       r->name, name, hard);
+			if (r->pack && sym)
+				return gk_errf(err, "shard '%s': member '%s': a symbolic link to '%s', not a regular file (GNU tar --dereference stores the file)",
+					       r->name, name, sym);
+			if (r->strict || (r->pack && archive_entry_filetype(e) != AE_IFDIR))
 				return gk_errf(err, "shard '%s': member '%s': not a regular file",
 					       r->name, name);
 			continue;
 		}
 		if (r->strict && gk_shard_check_name(name, err) < 0)
 			return gk_err_prefix(err, "shard '%s'", r->name);
-		if (gk_shard_key_len(name) < 0)
+		if (gk_shard_key_len(name) < 0) {
+			/* As data-pack -T says it of a file. */
+			while (r->pack && name[0] == '.' && name[1] == '/')
+				name += 2;
+			if (r->pack)
+				return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)",
+					       name);
 			continue; /* webdataset skips these too */
+		}
 		/*
 		 * GNU tar --sparse (typeflag 'S', or pax GNU.sparse.* keys)
 		 * stores only the data regions: the size is the file's, the

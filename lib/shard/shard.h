@@ -511,8 +511,10 @@ int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
 /*
  * Repack a tar stream (any format and compression libarchive reads):
  * consecutive members sharing a key make a sample; leading "./" is
- * dropped; directories and other non-regular entries are skipped.
- * A stream cannot be read twice, so each sample is held in memory.
+ * dropped; directories are skipped. What webdataset would skip is an
+ * error, as gk_shard_pack makes it for files: links (hard and symbolic),
+ * devices, fifos, names without KEY.EXT. A stream cannot be read twice,
+ * so each sample is held in memory.
  */
 int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
 		      gk_progress *progress, gk_err *err);

@@ -110,6 +110,51 @@ test_expect_success 'packing: a key repeated in a tar stream' '
 	test_cmp expect err && ! test -e x.tar
 '
 
+test_expect_success 'packing from a tar refuses what packing files refuses' '
+	python3 - <<-\EOF &&
+	import io, tarfile
+	def tar(out, *extra):
+	    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as t:
+	        d = tarfile.TarInfo("d")
+	        d.type = tarfile.DIRTYPE
+	        t.addfile(d)
+	        a = tarfile.TarInfo("d/a.txt")
+	        a.size = 3
+	        t.addfile(a, io.BytesIO(b"aaa"))
+	        for name, kind, arg in extra:
+	            m = tarfile.TarInfo(name)
+	            m.type = kind
+	            if kind == tarfile.REGTYPE:
+	                m.size = len(arg)
+	                t.addfile(m, io.BytesIO(arg))
+	            else:
+	                m.linkname = arg
+	                t.addfile(m)
+	tar("hard.tar", ("d/b.txt", tarfile.LNKTYPE, "d/a.txt"))
+	tar("sym.tar", ("d/c.txt", tarfile.SYMTYPE, "a.txt"))
+	tar("fifo.tar", ("d/f.txt", tarfile.FIFOTYPE, ""))
+	tar("noext.tar", ("./d/README", tarfile.REGTYPE, b"r"))
+	tar("dirs.tar")
+	EOF
+	for f in hard sym fifo noext; do
+		test_expect_code 1 data-pack -c --from-tar $f.tar -o r.tar 2>>ft.err || return 1
+	done &&
+	cat >expect <<-\EOF &&
+	data-pack: shard '\''hard.tar'\'': member '\''d/b.txt'\'': a hard link to '\''d/a.txt'\'', not a regular file (GNU tar --hard-dereference stores the file)
+	data-pack: shard '\''sym.tar'\'': member '\''d/c.txt'\'': a symbolic link to '\''a.txt'\'', not a regular file (GNU tar --dereference stores the file)
+	data-pack: shard '\''fifo.tar'\'': member '\''d/f.txt'\'': not a regular file
+	data-pack: name '\''d/README'\'': no KEY.EXT form (webdataset would skip it)
+	EOF
+	test_cmp expect ft.err && ! test -e r.tar &&
+	mkdir -p ne/d && printf r >ne/d/README &&
+	test_expect_code 1 data-pack -c -o r.tar ne 2>err &&
+	sed -n 4p expect >e4 && test_cmp e4 err &&
+	data-pack -c --from-tar dirs.tar -o r.tar && data-pack -t r.tar >actual &&
+	printf "r.tar\td/a\ttxt\t3\n" >expect && test_cmp expect actual &&
+	data-pack -t hard.tar >actual && printf "hard.tar\td/a\ttxt\t3\n" >expect &&
+	test_cmp expect actual
+'
+
 test_expect_success 'packing: one pattern without %d cannot hold two shards' '
 	mkdir -p two && printf 1 >two/a.txt && printf 2 >two/b.txt &&
 	test_expect_code 1 data-pack -c -o one.tar --max-count 1 two 2>err &&
