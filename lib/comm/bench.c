@@ -189,6 +189,8 @@ static void verify(const params *p, const shape *s, int n, int r,
 		res->max_rel = maxexact > 0 ? res->max_abs / maxexact : 0;
 		return;
 	}
+	if (p->coll == GK_COMM_REDUCE && r != p->root)
+		return; /* the result is the root's alone */
 	for (size_t i = 0; i < s->recv_n; i++) {
 		double want;
 		switch (p->coll) {
@@ -458,8 +460,8 @@ int gk_comm_bench_agree(gk_comm *c, const gk_comm_bench_opts *o, gk_err *err)
  * the collective splits the buffer among ranks. */
 static size_t count_of(uint64_t size, gk_comm_coll coll, size_t esz, int n)
 {
-	uint64_t unit = esz * (coll == GK_COMM_ALLREDUCE ||
-			       coll == GK_COMM_BROADCAST ? 1 : (uint64_t)n);
+	uint64_t unit = esz * (coll == GK_COMM_ALLREDUCE || coll == GK_COMM_BROADCAST ||
+			       coll == GK_COMM_REDUCE ? 1 : (uint64_t)n);
 	return (size_t)(size / unit * unit / esz);
 }
 
@@ -518,7 +520,8 @@ int gk_comm_bench_sweep(gk_comm *c, const gk_comm_bench_opts *o,
 					p.op = (gk_comm_op)oi;
 				for (uint64_t size = o->minbytes; ; ) {
 					gk_comm_bench_row row = {.algo = p.algo, .dt = p.dt, .op = p.op,
-						.root = p.coll == GK_COMM_BROADCAST ? p.root : -1};
+						.root = p.coll == GK_COMM_BROADCAST ||
+							p.coll == GK_COMM_REDUCE ? p.root : -1};
 					p.count = count_of(size, p.coll, gk_comm_dt_size(p.dt), c->world);
 					row.count = p.count;
 					row.bytes = p.count * gk_comm_dt_size(p.dt);

@@ -21,7 +21,7 @@ static const char *const algo_names[] = {"auto", "native", "ring", "rd",
 					 "rabenseifner"};
 static const char *const compress_names[] = {"none", "bf16", "f16", "int8"};
 static const char *const coll_names[] = {"allreduce", "reducescatter",
-					 "allgather", "broadcast"};
+					 "allgather", "broadcast", "reduce"};
 
 #define NAME(tab, i) ((unsigned)(i) < GK_ARRAY_SIZE(tab) ? tab[i] : "?")
 
@@ -206,6 +206,7 @@ int gk_comm_algo_ok(gk_comm_backend b, gk_comm_coll coll, gk_comm_algo algo)
 	case GK_COMM_ALLREDUCE: return 1;
 	case GK_COMM_REDUCE_SCATTER:
 	case GK_COMM_ALLGATHER:
+	case GK_COMM_REDUCE:
 		return algo == GK_COMM_ALGO_NATIVE || algo == GK_COMM_ALGO_RING;
 	default: return algo == GK_COMM_ALGO_NATIVE;
 	}
@@ -263,8 +264,9 @@ static int check_call(gk_comm *c, gk_comm_call *k, gk_comm_algo algo,
 		return gk_errf(err, "%s of %zu elements: too large", what, k->count);
 	if (k->count && (!k->send || !k->recv))
 		return gk_errf(err, "%s: NULL buffer", what);
-	if (k->coll == GK_COMM_BROADCAST && (k->root < 0 || k->root >= c->world))
-		return gk_errf(err, "broadcast root %d: not a rank of a world of %d",
+	if ((k->coll == GK_COMM_BROADCAST || k->coll == GK_COMM_REDUCE) &&
+	    (k->root < 0 || k->root >= c->world))
+		return gk_errf(err, "%s root %d: not a rank of a world of %d", what,
 			       k->root, c->world);
 	if (k->compress != GK_COMM_COMPRESS_NONE) {
 		if (k->coll != GK_COMM_ALLREDUCE && k->coll != GK_COMM_REDUCE_SCATTER)
@@ -480,6 +482,30 @@ int gk_comm_iallreduce(gk_comm *c, const void *send, void *recv, size_t count,
 	return start(c, &k, req, err);
 }
 
+int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
+		    gk_dtype dt, gk_comm_op op, int root, const gk_comm_callopts *o,
+		    gk_comm_req **req, gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_REDUCE, send, recv, count, dt, op, o);
+	k.root = root;
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return start(c, &k, req, err);
+}
+
+int gk_comm_reduce(gk_comm *c, const void *send, void *recv, size_t count,
+		   gk_dtype dt, gk_comm_op op, int root, const gk_comm_callopts *o,
+		   gk_err *err)
+{
+	gk_comm_call k;
+	fill(&k, GK_COMM_REDUCE, send, recv, count, dt, op, o);
+	k.root = root;
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return run(c, &k, err);
+}
+
 int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
 			   size_t recvcount, gk_dtype dt, gk_comm_op op,
 			   const gk_comm_callopts *o, gk_err *err)
@@ -683,7 +709,7 @@ double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum)
 double gk_comm_busbw_factor(gk_comm_coll coll, int n)
 {
 	if (n <= 1)
-		return coll == GK_COMM_BROADCAST ? 1 : 0;
+		return coll == GK_COMM_BROADCAST || coll == GK_COMM_REDUCE ? 1 : 0;
 	switch (coll) {
 	case GK_COMM_ALLREDUCE: return 2.0 * (n - 1) / n;
 	case GK_COMM_REDUCE_SCATTER:

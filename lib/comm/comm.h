@@ -136,6 +136,7 @@ typedef enum gk_comm_coll {
 	GK_COMM_REDUCE_SCATTER,
 	GK_COMM_ALLGATHER,
 	GK_COMM_BROADCAST,
+	GK_COMM_REDUCE, /* to one rank, the root; the others' recv untouched */
 	GK_COMM_COLL_COUNT
 } gk_comm_coll;
 
@@ -254,6 +255,11 @@ int gk_comm_allgather(gk_comm *c, const void *send, void *recv,
 		      gk_err *err);
 int gk_comm_broadcast(gk_comm *c, const void *send, void *recv, size_t count,
 		      gk_dtype dt, int root, gk_err *err);
+/* recv (at root only; send == recv there reduces in place) = op of every
+ * rank's send; AVG divides once at the root */
+int gk_comm_reduce(gk_comm *c, const void *send, void *recv, size_t count,
+		   gk_dtype dt, gk_comm_op op, int root, const gk_comm_callopts *o,
+		   gk_err *err);
 int gk_comm_barrier(gk_comm *c, gk_err *err);
 
 /*
@@ -275,6 +281,9 @@ typedef struct gk_comm_req gk_comm_req;
 int gk_comm_iallreduce(gk_comm *c, const void *send, void *recv, size_t count,
 		       gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
 		       gk_comm_req **req, gk_err *err);
+int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
+		    gk_dtype dt, gk_comm_op op, int root, const gk_comm_callopts *o,
+		    gk_comm_req **req, gk_err *err);
 /* *done = 1 when complete (the request stays valid until waited on). */
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 /* Wait for completion and free the request; returns the operation's status. */
@@ -303,6 +312,16 @@ typedef struct gk_comm_grads gk_comm_grads;
 int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
 		      size_t bucket_bytes, const gk_comm_callopts *o,
 		      gk_err *err);
+/*
+ * ZeRO-1 (set before the first step): instead of every rank getting the
+ * whole average, rank r gets the average of the elements it owns, [r *
+ * per, (r + 1) * per), at dst + the same offset (dst holds world * per
+ * floats, device memory on nccl); grad itself is left as backward made
+ * it. Each bucket is reduced to the ranks owning its elements (one reduce
+ * per owner it spans), so the reduce-scatter overlaps backward as the
+ * allreduce does. Not with compression.
+ */
+int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err);
 int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err);
 size_t gk_comm_grads_buckets(const gk_comm_grads *g);

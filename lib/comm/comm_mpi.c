@@ -21,13 +21,13 @@ typedef struct mpi_state {
 	MPI_Comm comm;
 	int owned; /* we called MPI_Init_thread */
 	MPI_Op op16[2][4]; /* [bf16, f16][sum prod max min] */
-	char *tmp, *w1, *w2; /* scratch, grown as sizes grow, kept until close */
-	size_t tmp_cap, w1_cap, w2_cap;
+	char *tmp, *w1, *w2, *work; /* scratch, grown as sizes grow, kept until close */
+	size_t tmp_cap, w1_cap, w2_cap, work_cap;
 	double timeout; /* seconds a wait may make no progress; 0: no limit */
 	const char *op; /* the collective under way, for the timeout message */
 } mpi_state;
 
-enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD };
+enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER };
 
 /* The largest message we hand MPI at once (its counts are int). */
 #define MAX_MSG ((size_t)1 << 30)
@@ -195,6 +195,7 @@ void gk_comm_mpi_close(gk_comm *c)
 	free(st->tmp);
 	free(st->w1);
 	free(st->w2);
+	free(st->work);
 	free(st);
 	c->mpi = NULL;
 }
@@ -722,6 +723,50 @@ static int broadcast(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	return 0;
 }
 
+/*
+ * Reduce to the root. ring: the ring's reduce-scatter (into the root's
+ * recv, or scratch elsewhere), then each rank sends its reduced block to
+ * the root: (n-1)/n of the data in and out of each rank, as the
+ * reduce-scatter alone, without libnbc's schedule that an MPI_Ireduce
+ * waits on. native: MPI's own (counts are ints: pieces of at most
+ * MAX_MSG bytes). AVG divides at the root, the only rank with a result.
+ */
+static int reduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
+{
+	mpi_state *st = c->mpi;
+	int n = c->world, r = c->rank;
+	size_t esz = gk_comm_dt_size(k->dt), per = MAX_MSG / esz;
+	int root = r == k->root;
+	if (k->algo == GK_COMM_ALGO_RING) {
+		char *buf = root ? k->recv : grow(&st->work, &st->work_cap, k->count * esz + 1, err);
+		if (n == 1 && k->send != k->recv && k->count)
+			memcpy(k->recv, k->send, k->count * esz);
+		if (!buf || ring_rs(c, k->send, buf, k->count, k->dt, k->op, err) < 0)
+			return -1;
+		if (!root && send_all(st, buf + boff(k->count, n, r) * esz,
+				      blen(k->count, n, r) * esz, k->root, TAG_GATHER, err) < 0)
+			return -1;
+		for (int q = 0; root && q < n; q++)
+			if (q != r && recv_all(st, buf + boff(k->count, n, q) * esz,
+					       blen(k->count, n, q) * esz, q, TAG_GATHER, err) < 0)
+				return -1;
+		if (root && k->op == GK_COMM_AVG)
+			gk_comm_avg_cpu(k->recv, k->count, k->dt, n);
+		return 0;
+	}
+	for (size_t o = 0; o < k->count; o += per) {
+		size_t m = k->count - o < per ? k->count - o : per;
+		const void *s = root && k->send == k->recv ? MPI_IN_PLACE :
+			(const void *)((const char *)k->send + o * esz);
+		MPI_RUN(MPI_Ireduce(s, (char *)k->recv + o * esz, (int)m, mpi_dt(k->dt),
+				    mpi_op(st, k->dt, k->op), k->root, st->comm, &q_),
+			"mpi: MPI_Reduce");
+	}
+	if (root && k->op == GK_COMM_AVG)
+		gk_comm_avg_cpu(k->recv, k->count, k->dt, c->world);
+	return 0;
+}
+
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err)
 {
 	static const char *const names[] = {
@@ -729,6 +774,7 @@ int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		[GK_COMM_REDUCE_SCATTER] = "reduce-scatter",
 		[GK_COMM_ALLGATHER] = "allgather",
 		[GK_COMM_BROADCAST] = "broadcast",
+		[GK_COMM_REDUCE] = "reduce",
 	};
 	mpi_state *st = c->mpi;
 	st->op = names[k->coll];
@@ -736,6 +782,7 @@ int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	case GK_COMM_ALLREDUCE: return allreduce(c, k, err);
 	case GK_COMM_REDUCE_SCATTER: return reduce_scatter(c, k, err);
 	case GK_COMM_ALLGATHER: return allgather(c, k, err);
+	case GK_COMM_REDUCE: return reduce(c, k, err);
 	default: return broadcast(c, k, err);
 	}
 }

@@ -41,6 +41,7 @@ typedef struct nccl_api {
 	__typeof__(&ncclReduceScatter) ReduceScatter;
 	__typeof__(&ncclAllGather) AllGather;
 	__typeof__(&ncclBroadcast) Broadcast;
+	__typeof__(&ncclReduce) Reduce;
 	__typeof__(&ncclSend) Send;
 	__typeof__(&ncclRecv) Recv;
 	__typeof__(&ncclGroupStart) GroupStart;
@@ -98,6 +99,7 @@ static int load(nccl_api *a, gk_err *err)
 	SYM(ReduceScatter);
 	SYM(AllGather);
 	SYM(Broadcast);
+	SYM(Reduce);
 	SYM(Send);
 	SYM(Recv);
 	SYM(GroupStart);
@@ -503,11 +505,11 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	nccl_state *st = c->nccl;
 	if (usable(st, err) < 0)
 		return -1;
+	int reduces = k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ||
+		      k->coll == GK_COMM_REDUCE;
 	snprintf(st->last, sizeof st->last, "%s of %zu %s%s%s",
 		 gk_comm_coll_name(k->coll), k->count, gk_dtype_name(k->dt),
-		 k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ? " " : "",
-		 k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ?
-			 gk_comm_op_name(k->op) : "");
+		 reduces ? " " : "", reduces ? gk_comm_op_name(k->op) : "");
 	if (gk_cuda_set_device(st->device, err) < 0)
 		return -1;
 	/* The stream contract: inputs are final once the caller's stream gets here. */
@@ -545,6 +547,10 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		r = st->api.AllGather(k->send, k->recv, k->count, nccl_dt(k->dt),
 				      st->comm, s);
 		break;
+	case GK_COMM_REDUCE:
+		r = st->api.Reduce(k->send, k->recv, k->count, nccl_dt(k->dt),
+				   nccl_op(k->op), k->root, st->comm, s);
+		break;
 	default:
 		r = st->api.Broadcast(k->send, k->recv, k->count, nccl_dt(k->dt),
 				      k->root, st->comm, s);
@@ -553,8 +559,8 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	/* A non-blocking communicator may still be connecting: ncclInProgress. */
 	if (settle(st, r, st->last, err) < 0)
 		return -1;
-	if (k->op == GK_COMM_AVG &&
-	    (k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER) &&
+	if (k->op == GK_COMM_AVG && reduces &&
+	    (k->coll != GK_COMM_REDUCE || c->rank == k->root) &&
 	    gk_comm_cuda_avg(k->recv, k->count, k->dt, c->world, st->stream, err) < 0)
 		return -1;
 	if (event) {

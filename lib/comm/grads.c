@@ -14,8 +14,11 @@ struct gk_comm_grads {
 	float *grad;
 	size_t n, nb;
 	size_t *lo;         /* bucket b is [lo[b], lo[b-1]) counting from the end; lo[-1] = n */
-	gk_comm_req **req;
+	gk_comm_req **req;  /* in flight: nreq of them */
+	size_t nreq;
 	size_t started;     /* buckets 0..started-1 are in flight */
+	float *dst;         /* ZeRO-1: owned averages go here (else in place) */
+	size_t per;         /* ... rank r owning [r * per, (r + 1) * per) */
 	gk_comm_callopts o;
 	float *residual;    /* n floats when compressing */
 };
@@ -62,14 +65,43 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
 	return 0;
 }
 
+int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err)
+{
+	int world = gk_comm_world(g->c);
+	if (g->residual)
+		return gk_errf(err, "comm: sharded gradient buckets do not compress");
+	if (!dst || per == 0 || per > SIZE_MAX / (size_t)world || per * (size_t)world < g->n)
+		return gk_errf(err, "comm: %d ranks of %zu gradients each cannot own %zu",
+			       world, per, g->n);
+	/* a bucket spans at most world owners; each boundary adds one piece */
+	gk_comm_req **req = realloc(g->req, (g->nb + (size_t)world + 1) * sizeof *req);
+	if (!req)
+		return gk_errf(err, "comm: out of memory for %zu requests", g->nb + (size_t)world);
+	g->req = req;
+	g->dst = dst, g->per = per;
+	return 0;
+}
+
 static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 {
 	size_t hi = b ? g->lo[b - 1] : g->n, lo = g->lo[b];
+	if (g->dst) {
+		/* one reduce to each rank owning part of [lo, hi) */
+		for (size_t r = lo / g->per; r * g->per < hi; r++) {
+			size_t a = r * g->per > lo ? r * g->per : lo;
+			size_t e = (r + 1) * g->per < hi ? (r + 1) * g->per : hi;
+			if (gk_comm_ireduce(g->c, g->grad + a, g->dst + a, e - a, GK_DT_F32,
+					    GK_COMM_AVG, (int)r, NULL, &g->req[g->nreq], err) < 0)
+				return -1;
+			g->nreq++;
+		}
+		return 0;
+	}
 	gk_comm_callopts o = g->o;
 	if (g->residual)
 		o.residual = g->residual + lo;
 	return gk_comm_iallreduce(g->c, g->grad + lo, g->grad + lo, hi - lo, GK_DT_F32,
-				  GK_COMM_AVG, &o, &g->req[b], err);
+				  GK_COMM_AVG, &o, &g->req[g->nreq++], err);
 }
 
 int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err)
@@ -85,9 +117,10 @@ int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err)
 int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err)
 {
 	int rc = gk_comm_grads_ready(g, 0, err);
-	for (size_t b = 0; b < g->started; b++)
-		if (gk_comm_wait(g->req[b], rc < 0 ? NULL : err) < 0)
+	for (size_t i = 0; i < g->nreq; i++)
+		if (gk_comm_wait(g->req[i], rc < 0 ? NULL : err) < 0)
 			rc = -1;
+	g->nreq = 0;
 	g->started = 0;
 	return rc;
 }

@@ -910,11 +910,20 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	t->shard = t->o.zero && (t->cuda ? t->dev_grads : t->world > 1);
 	if (t->shard && shard_buffers(t, err) < 0)
 		goto fail;
-	if ((t->world > 1 || t->dev_grads) && !t->shard) {
+	/*
+	 * Gradient buckets, overlapped with backward: allreduced, or with
+	 * ZeRO-1 reduced to the ranks that own them, straight into gpad.
+	 * Compressed ZeRO-1 keeps its one reduce-scatter after backward (its
+	 * error feedback runs over the whole padded buffer).
+	 */
+	int sharded = t->shard && t->o.compress == GK_COMM_COMPRESS_NONE;
+	if ((t->world > 1 || t->dev_grads) && (!t->shard || sharded)) {
 		gk_comm_callopts co = {.compress = t->o.compress};
 		float *g = t->dev_grads ? gk_nn_cuda_grads(t->m) : gk_nn_grads(t->m);
 		if (gk_comm_grads_new(&t->grads, t->gcomm, g, t->N, t->o.bucket_bytes, &co,
-				      err) < 0)
+				      err) < 0 ||
+		    (sharded && gk_comm_grads_shard(t->grads, t->gpad,
+						    t->Np / (size_t)t->world, err) < 0))
 			goto fail;
 	}
 	if (resume_dir || o->init_from) {
@@ -1270,9 +1279,10 @@ static int ready_cb(size_t off, void *ctx, gk_err *err)
 }
 
 /*
- * ZeRO-1: this rank's range of the averaged gradients, into gpad + lo
- * (compressed as --compress says, with error feedback over the whole
- * padded buffer).
+ * Compressed ZeRO-1: this rank's range of the averaged gradients, into
+ * gpad + lo, after backward (compressed as --compress says, with error
+ * feedback over the whole padded buffer). Uncompressed, the gradient
+ * buckets reduce each range to its owner during backward instead.
  */
 static int shard_reduce(gk_nn_trainer *t, gk_err *err)
 {

@@ -179,14 +179,25 @@ test_expect_success MPIRUN '2 ranks, --algo all: four algorithms, busbw = algbw'
 	awk -F, "NR > 1 && (\$10 != 0 || \$14 != 0) { bad++ } END { exit bad }" csv
 '
 
-test_expect_success MPIRUN '3 ranks: busbw factors 4/3, 2/3, 2/3 and 1' '
-	for c in allreduce:1.3333 reducescatter:0.6667 allgather:0.6667 broadcast:1; do
+test_expect_success MPIRUN '3 ranks: busbw factors 4/3, 2/3, 2/3, 1 and 1' '
+	for c in allreduce:1.3333 reducescatter:0.6667 allgather:0.6667 broadcast:1 reduce:1; do
 		coll=${c%:*} f=${c#*:} &&
 		mpi 3 allreduce-bench --collective $coll -b 3K -e 96K -f 4 -n 2 -w 1 --json >$coll.json &&
 		mpi 3 allreduce-bench --collective $coll -b 3K -e 96K -f 4 -n 2 -w 1 --csv >$coll.csv &&
 		awk -F, -v f=$f "NR > 1 && \$8 > 0 { r = \$9 / \$8; if (r < f * 0.999 || r > f * 1.001) bad++ } NR > 1 && (\$10 != 0 || \$14 != 0) { bad++ } END { exit bad }" $coll.csv ||
 		return 1
 	done
+'
+
+test_expect_success MPIRUN '3 ranks: reduce to rank 2, every type and op, ring and native, checked at the root' '
+	for a in ring native; do
+		mpi 3 allreduce-bench --collective reduce -r 2 --algo $a -b 4 -e 300K -f 9 \
+			-d all -o all -n 1 -w 0 >reduce.$a &&
+		grep "^# Out of bounds values : 0 OK$" reduce.$a &&
+		grep "^# Collective test concluded: reduce$" reduce.$a || return 1
+	done &&
+	test_expect_code 2 allreduce-bench --collective reduce --algo rd 2>err &&
+	grep "^allreduce-bench: --algo .rd.: not available for reduce$" err
 '
 
 test_expect_success MPIRUN '3 ranks: every type and op, every algorithm, odd sizes' '

@@ -52,6 +52,18 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: one rank per GPU, every type and op,
 	grep "^# Out of bounds values : 0 OK$" out
 '
 
+test_expect_success GPU 'GPU: reduce (as ZeRO-1 buckets use it) in one process, every type and op' '
+	$T allreduce-bench --backend nccl --collective reduce -b 8 -e 1M -f 8 -d all -o all \
+		-n 2 -w 1 >out &&
+	grep "^# Out of bounds values : 0 OK$" out
+'
+
+test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce to the last rank, every type and op, checked at the root' '
+	$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl --collective reduce \
+		-r $(($GK_GPUS - 1)) -b 4 -e 4M -f 16 -d all -o all -n 2 -w 1 >out &&
+	grep "^# Out of bounds values : 0 OK$" out
+'
+
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '
 	for z in bf16 f16 int8; do
 		$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl --compress $z -o avg \

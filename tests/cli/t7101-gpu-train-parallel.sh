@@ -58,6 +58,16 @@ test_expect_success MPI '3 ranks x 2 = 1 x 6, with ZeRO-1 (parameters not divisi
 	close_to three one6 1e-5
 '
 
+test_expect_success MPI '3 ranks, ZeRO-1 buckets spanning owners: overlap on = off bit for bit, = ZeRO-0 within rounding' '
+	mpi 3 $A --batch 2 --bucket 16K >z0.json &&
+	mpi 3 $A --batch 2 --bucket 16K --zero 1 >zon.json &&
+	mpi 3 $A --batch 2 --bucket 16K --zero 1 --no-overlap >zoff.json &&
+	losses z0.json >z0 && losses zon.json >zon && losses zoff.json >zoff &&
+	test_cmp zon zoff &&
+	close_to zon z0 1e-6 &&
+	jq -s -e "map(select(.event == \"step\"))[-1].comm_ms > 0" zon.json
+'
+
 for c in bf16 int8; do
 	test_expect_success MPI "2 ranks, --compress $c: losses within 1e-2 of exact" "
 		mpi 2 $A --batch 4 --compress $c >c.json &&

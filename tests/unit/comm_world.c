@@ -221,6 +221,56 @@ static void test_rs_ag_bcast(void)
 	ok(all(gk_comm_barrier(C, NULL) == 0), "barrier");
 }
 
+/*
+ * Reduce to every root, each algorithm, dtype and op, in and out of
+ * place: the root holds the reference, and every other rank's recv is
+ * untouched (a sentinel).
+ */
+static void test_reduce(void)
+{
+	gk_comm_algo algos[] = {GK_COMM_ALGO_NATIVE, GK_COMM_ALGO_RING};
+	size_t cs[] = {0, 1, 7, 1031};
+	for (size_t a = 0; a < 2; a++)
+		for (size_t d = 0; d < GK_ARRAY_SIZE(dts); d++) {
+			gk_dtype dt = dts[d];
+			int good = 1;
+			for (int root = 0; root < N; root++)
+				for (size_t k = 0; k < GK_ARRAY_SIZE(cs); k++)
+					for (int ip = 0; ip < 2; ip++)
+						for (int op = 0; op < GK_COMM_OP_COUNT; op++) {
+							size_t n = cs[k];
+							char *in = malloc(n * 8 + 8), *out = malloc(n * 8 + 8);
+							double *ref = malloc(n * 8 + 8);
+							fill(in, n, dt, op);
+							reference(in, ref, n, dt, op);
+							for (size_t i = 0; i < n; i++)
+								put(out, i, dt, 99);
+							if (ip)
+								memcpy(out, in, n * esz(dt));
+							gk_comm_callopts o = {algos[a], 0, NULL};
+							int rc;
+							if (op % 2) {
+								gk_comm_req *q;
+								rc = gk_comm_ireduce(C, ip ? out : in, out, n, dt,
+										     op, root, &o, &q, NULL);
+								rc = rc < 0 ? rc : gk_comm_wait(q, NULL);
+							} else {
+								rc = gk_comm_reduce(C, ip ? out : in, out, n, dt, op,
+										    root, &o, NULL);
+							}
+							good &= rc == 0;
+							for (size_t i = 0; i < n; i++)
+								good &= R == root ? get(out, i, dt) == ref[i] :
+									get(out, i, dt) == (ip ? get(in, i, dt) : 99);
+							free(in);
+							free(out);
+							free(ref);
+						}
+			ok(all(good), "reduce %s %s to every root, world %d",
+			   gk_comm_algo_name(algos[a]), gk_dtype_name(dt), N);
+		}
+}
+
 /* Several outstanding requests, a blocking call among them, all right. */
 static void test_nonblocking(void)
 {
@@ -279,6 +329,43 @@ static void test_grads(void)
 	}
 	gk_comm_grads_free(gr);
 	ok(all(good), "gradient buckets: 10 buckets overlapped with backward, two steps, world %d", N);
+
+	/*
+	 * ZeRO-1's buckets: each rank gets the average of the elements it
+	 * owns, at its place in dst; the gradients stay as they were. per
+	 * does not divide the buckets, so buckets span owners.
+	 */
+	size_t per = (n + (size_t)N - 1) / (size_t)N;
+	float *dst = malloc(per * (size_t)N * 4), *keep = malloc(n * 4);
+	good = gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0 &&
+	       gk_comm_grads_shard(gr, dst, per, NULL) == 0;
+	for (int step = 0; good && step < 2; step++) {
+		fill(g, n, GK_DT_F32, GK_COMM_SUM);
+		memcpy(keep, g, n * 4);
+		reference(g, ref, n, GK_DT_F32, GK_COMM_AVG);
+		for (size_t i = 0; i < per * (size_t)N; i++)
+			dst[i] = -1000;
+		for (size_t layer = n; layer > 0; layer = layer > 777 ? layer - 777 : 0)
+			good &= gk_comm_grads_ready(gr, layer, NULL) == 0;
+		good &= gk_comm_grads_finish(gr, NULL) == 0;
+		good &= memcmp(g, keep, n * 4) == 0;
+		for (size_t i = (size_t)R * per; i < (size_t)(R + 1) * per && i < n; i++)
+			good &= dst[i] == (float)ref[i];
+	}
+	gk_comm_grads_free(gr);
+	ok(all(good), "ZeRO-1 buckets: each rank its own range's average, two steps, world %d", N);
+	gk_err err = {0};
+	gk_comm_callopts co = {.compress = GK_COMM_COMPRESS_BF16};
+	good = gk_comm_grads_new(&gr, C, g, n, 4096, &co, NULL) == 0 &&
+	       gk_comm_grads_shard(gr, dst, per, &err) < 0 &&
+	       strstr(err.msg, "do not compress") != NULL;
+	gk_comm_grads_free(gr);
+	good &= gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0 &&
+		gk_comm_grads_shard(gr, dst, per / 2, &err) < 0 && strstr(err.msg, "cannot own");
+	gk_comm_grads_free(gr);
+	ok(all(good), "ZeRO-1 buckets refuse compression and ranges that miss gradients");
+	free(dst);
+	free(keep);
 	free(g);
 	free(ref);
 }
@@ -542,6 +629,7 @@ int main(void)
 	test_allreduce();
 	test_bitwise_identical();
 	test_rs_ag_bcast();
+	test_reduce();
 	test_nonblocking();
 	test_grads();
 	test_compressed();
