@@ -37,6 +37,9 @@ struct gk_shard_dataset {
 	gk_shard_dataset_opts o;
 	gk_shard_manifest man;
 	char **files;
+	uint64_t list_id;         /* the shard list's identity (gk_shard_state.list) */
+	gk_shard_state_shard *names; /* the list, when states carry it */
+	size_t nnames;
 	gk_shard_index *idx;      /* per shard; nsamples 0 = not loaded */
 	int *idx_tried;           /* IDX_*: where idx[i] came from */
 	unsigned char **checked;  /* per shard, a bit per sample whose tar
@@ -657,6 +660,92 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 	return 0;
 }
 
+static const char *base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? slash + 1 : path;
+}
+
+/*
+ * Write s as a JSON string, the way snprintf writes (the length it needs,
+ * whatever fits). s is UTF-8: only quotes, backslashes and control
+ * characters are escaped.
+ */
+static size_t json_str(char *buf, size_t len, const char *s)
+{
+	size_t n = 0;
+	char e[8];
+#define OUT(c)                         \
+	do {                           \
+		if (n + 1 < len)       \
+			buf[n] = (c);  \
+		n++;                   \
+	} while (0)
+	OUT('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\') {
+			OUT('\\');
+			OUT((char)*p);
+		} else if (*p < 0x20) {
+			snprintf(e, sizeof(e), "\\u%04x", *p);
+			for (size_t i = 0; e[i]; i++)
+				OUT(e[i]);
+		} else {
+			OUT((char)*p);
+		}
+	}
+	OUT('"');
+#undef OUT
+	if (len)
+		buf[n < len ? n : len - 1] = '\0';
+	return n;
+}
+
+/*
+ * What a state says of the shard list (gk_shard_state.list): the
+ * basenames and counts, so the same shards in another directory, or
+ * listed by a manifest instead of a pattern, are the same list. The
+ * names themselves go into states only while they are short: a state is
+ * saved per rank and worker (trainer.json) and exchanged in fixed-size
+ * buffers; a long list is the hash alone.
+ */
+static int list_identity(gk_shard_dataset *d, gk_err *err)
+{
+	gk_hash *h = gk_hash_new();
+	size_t json = 1; /* [...] */
+	int names = 1;
+	if (!h)
+		return gk_err_sys(err, ENOMEM, "dataset");
+	for (size_t i = 0; i < d->man.n; i++) {
+		const char *b = base_name(d->man.v[i].path);
+		unsigned char le[8];
+		for (int k = 0; k < 8; k++)
+			le[k] = (unsigned char)(d->man.v[i].samples >> (8 * k));
+		gk_hash_update(h, b, strlen(b) + 1);
+		gk_hash_update(h, le, sizeof(le));
+		if (names) {
+			json_t *js = json_string(b); /* NULL: not UTF-8 */
+			/* ["NAME",N] and a comma or the closing ] */
+			json += json_str(NULL, 0, b) + 4 +
+				(size_t)snprintf(NULL, 0, "%llu",
+						 (unsigned long long)d->man.v[i].samples);
+			names = js && json <= GK_SHARD_STATE_NAMES;
+			json_decref(js);
+		}
+	}
+	d->list_id = gk_hash_digest(h);
+	gk_hash_free(h);
+	if (!names)
+		return 0;
+	if (!(d->names = calloc(d->man.n, sizeof(*d->names))))
+		return gk_err_sys(err, ENOMEM, "dataset");
+	for (size_t i = 0; i < d->man.n; i++)
+		d->names[i] = (gk_shard_state_shard){base_name(d->man.v[i].path),
+						     d->man.v[i].samples};
+	d->nnames = d->man.n;
+	return 0;
+}
+
 int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 			  const gk_shard_dataset_opts *o, gk_err *err)
 {
@@ -685,6 +774,8 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 		gk_errf(err, "dataset '%s': no shards", source);
 		goto fail;
 	}
+	if (list_identity(d, err) < 0)
+		goto fail;
 	d->per = d->per0 = d->man.samples / d->parts;
 	if (d->per == 0) {
 		gk_errf(err, "dataset '%s': %llu samples cannot give each of %llu ranks x workers one",
@@ -734,6 +825,10 @@ void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st)
 	st->window = window_size(d);
 	st->hist = d->hist;
 	st->nhist = d->nhist;
+	st->list = d->list_id;
+	st->shards = d->man.n;
+	st->names = d->names;
+	st->nnames = d->nnames;
 }
 
 /* ---- remapping an epoch to another world size --------------------------------- */
@@ -907,6 +1002,45 @@ static int check_window(const gk_shard_dataset *d, const gk_shard_state *st,
 	return 0;
 }
 
+/*
+ * Same shard list: the positions are into the stream of this list's
+ * samples, so another list (reordered, a shard replaced by another of
+ * the same count) would resume at other samples, repeating some and
+ * skipping others. Named by the first difference when the state holds
+ * the list. A state from before lists were named (shards 0) is taken on
+ * its counts, as it was then.
+ */
+static int check_list(const gk_shard_dataset *d, const gk_shard_state *st,
+		      gk_err *err)
+{
+	static const char why[] = "a state resumes on the same shard list, in the same order";
+	size_t n = d->man.n;
+	if (st->shards == 0)
+		return 0;
+	for (size_t i = 0; st->nnames == st->shards && i <= st->nnames && i <= n; i++) {
+		const gk_shard_state_shard *a = i < st->nnames ? &st->names[i] : NULL;
+		const char *b = i < n ? base_name(d->man.v[i].path) : NULL;
+		if (a && b && strcmp(a->name, b) == 0 && a->samples == d->man.v[i].samples)
+			continue;
+		if (a && b)
+			return gk_errf(err, "dataset state: saved for shard %zu '%s' (%llu samples), this list has '%s' (%llu samples) there: %s",
+				       i, a->name, (unsigned long long)a->samples, b,
+				       (unsigned long long)d->man.v[i].samples, why);
+		if (a)
+			return gk_errf(err, "dataset state: saved for shard %zu '%s' (%llu samples), this list ends before it, after %zu shards: %s",
+				       i, a->name, (unsigned long long)a->samples, n, why);
+		if (b)
+			return gk_errf(err, "dataset state: saved for a list of %zu shards, this list goes on with shard %zu '%s' (%llu samples): %s",
+				       i, i, b, (unsigned long long)d->man.v[i].samples, why);
+	}
+	if (st->list == d->list_id && st->shards == n)
+		return 0;
+	char x[17], y[17];
+	return gk_errf(err, "dataset state: saved for another shard list (%llu shards, identity %s), this list has %zu (identity %s): %s (basenames and sample counts)",
+		       (unsigned long long)st->shards, gk_xxh3_hex(st->list, x), n,
+		       gk_xxh3_hex(d->list_id, y), why);
+}
+
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 			     gk_err *err)
 {
@@ -918,7 +1052,7 @@ int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 			       (unsigned long long)st->seed, st->part, st->parts,
 			       (unsigned long long)d->o.seed, (unsigned long long)d->part,
 			       (unsigned long long)d->parts);
-	if (check_window(d, st, err) < 0)
+	if (check_list(d, st, err) < 0 || check_window(d, st, err) < 0)
 		return -1;
 	if (st->nhist && remap(d, st->epoch, st->hist, st->nhist, d->parts, d->part,
 			       &list, &len, err) < 0)
@@ -953,6 +1087,7 @@ int gk_shard_dataset_restore_world(gk_shard_dataset *d, const gk_shard_state *st
 		const gk_shard_state *s = &st[i];
 		if (s->seed != d->o.seed || s->epoch != a->epoch || s->parts != a->parts ||
 		    s->nhist != a->nhist || s->window != a->window ||
+		    s->list != a->list || s->shards != a->shards ||
 		    (s->nhist && memcmp(s->hist, a->hist, s->nhist * sizeof(*s->hist)))) {
 			gk_errf(err, "dataset states: state %zu (part %u) is not from the run of state 0 (seed %llu, epoch %llu, %u parts)",
 				i, s->part, (unsigned long long)a->seed,
@@ -966,6 +1101,9 @@ int gk_shard_dataset_restore_world(gk_shard_dataset *d, const gk_shard_state *st
 		if (check_window(d, s, err) < 0)
 			goto out;
 	}
+	/* The states agree on their list (above): it must be this one. */
+	if (check_list(d, a, err) < 0)
+		goto out;
 	/* Every part's count must be what this dataset gives it: same data. */
 	for (size_t i = 0; i < n; i++) {
 		const gk_shard_state *s = &st[i];
@@ -1091,6 +1229,7 @@ void gk_shard_dataset_close(gk_shard_dataset *d)
 	free(d->perm);
 	free(d->list);
 	free(d->hist);
+	free(d->names);
 	gk_shard_manifest_free(&d->man);
 	free(d);
 }
@@ -1111,6 +1250,22 @@ int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len)
 		n += (size_t)r;                                                    \
 		r = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__); \
 	} while (0)
+	if (st->shards) {
+		char x[17];
+		PUT(",\"list\":\"%s\",\"shards\":%llu", gk_xxh3_hex(st->list, x),
+		    (unsigned long long)st->shards);
+	}
+	if (st->shards && st->nnames == st->shards) {
+		PUT(",\"names\":[");
+		for (size_t i = 0; i < st->nnames; i++) {
+			PUT("%s[", i ? "," : "");
+			n += (size_t)r;
+			r = (int)json_str(n < len ? buf + n : NULL, n < len ? len - n : 0,
+					  st->names[i].name);
+			PUT(",%llu]", (unsigned long long)st->names[i].samples);
+		}
+		PUT("]");
+	}
 	if (st->nhist) {
 		PUT(",\"hist\":[");
 		for (size_t i = 0; i < st->nhist; i++)
@@ -1123,6 +1278,56 @@ int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len)
 	n += (size_t)r;
 #undef PUT
 	return n > INT_MAX ? -1 : (int)n;
+}
+
+/*
+ * "list", "shards" and "names" (gk_shard_state.list); a state saved
+ * before them has none: shards stays 0. The names go in one block, the
+ * array followed by the strings.
+ */
+static int parse_list(const json_t *j, gk_shard_state *st, gk_err *err)
+{
+	const json_t *l = json_object_get(j, "list"), *k = json_object_get(j, "shards"),
+		     *v = json_object_get(j, "names");
+	if (!l && !k && !v)
+		return 0;
+	if (!json_is_string(l) || strlen(json_string_value(l)) != 16 ||
+	    gk_xxh3_parse(json_string_value(l), &st->list, err) < 0)
+		return gk_errf(err, "dataset state: 'list' is not 16 hex digits");
+	if (!json_is_integer(k) || json_integer_value(k) < 1)
+		return gk_errf(err, "dataset state: 'shards' is not a count of shards");
+	st->shards = (uint64_t)json_integer_value(k);
+	if (!v)
+		return 0;
+	size_t n = json_array_size(v), bytes = 0, i;
+	const json_t *e;
+	if (!json_is_array(v) || n != st->shards)
+		goto bad;
+	json_array_foreach(v, i, e) {
+		const json_t *name = json_array_get(e, 0), *c = json_array_get(e, 1);
+		if (json_array_size(e) != 2 || !json_is_string(name) || !json_is_integer(c) ||
+		    json_integer_value(c) < 0 || strlen(json_string_value(name)) !=
+						     json_string_length(name))
+			goto bad;
+		bytes += json_string_length(name) + 1;
+	}
+	gk_shard_state_shard *names = malloc(n * sizeof(*names) + bytes);
+	if (!names)
+		return gk_err_sys(err, ENOMEM, "dataset state");
+	char *p = (char *)(names + n);
+	json_array_foreach(v, i, e) {
+		const json_t *name = json_array_get(e, 0);
+		size_t len = json_string_length(name) + 1;
+		memcpy(p, json_string_value(name), len);
+		names[i] = (gk_shard_state_shard){p, (uint64_t)json_integer_value(json_array_get(e, 1))};
+		p += len;
+	}
+	st->names = names;
+	st->nnames = n;
+	return 0;
+bad:
+	return gk_errf(err, "dataset state: 'names' does not give a name and a count for each of its 'shards' (%llu)",
+		       (unsigned long long)st->shards);
 }
 
 int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err)
@@ -1167,6 +1372,8 @@ int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err)
 		st->hist = hist;
 		st->nhist = n;
 	}
+	if (parse_list(j, st, err) < 0)
+		goto fail;
 	st->seed = (uint64_t)v[0];
 	st->epoch = (uint64_t)v[1];
 	st->pos = (uint64_t)v[2];
@@ -1177,6 +1384,7 @@ int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err)
 	json_decref(j);
 	return 0;
 fail:
+	gk_shard_state_free(st);
 	json_decref(j);
 	return -1;
 }
@@ -1186,4 +1394,8 @@ void gk_shard_state_free(gk_shard_state *st)
 	free((void *)st->hist);
 	st->hist = NULL;
 	st->nhist = 0;
+	/* a parsed state's names: one block, the strings after the array */
+	free((void *)st->names);
+	st->names = NULL;
+	st->nnames = 0;
 }

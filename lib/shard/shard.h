@@ -382,11 +382,17 @@ typedef struct gk_shard_dataset_opts {
 	void *note_ctx;
 } gk_shard_dataset_opts;
 
+/* One shard of the list a state was saved for: its basename and count. */
+typedef struct gk_shard_state_shard {
+	const char *name;
+	uint64_t samples;
+} gk_shard_state_shard;
+
 /*
- * What a checkpoint stores: integers, also as one line of JSON. A trainer
- * gathers every part's state (every rank's, every worker's) and keeps
- * them all: on the same world each part restores its own; on another
- * world gk_shard_dataset_restore_world remaps the epoch from the list.
+ * What a checkpoint stores, also as one line of JSON. A trainer gathers
+ * every part's state (every rank's, every worker's) and keeps them all:
+ * on the same world each part restores its own; on another world
+ * gk_shard_dataset_restore_world remaps the epoch from the list.
  */
 typedef struct gk_shard_state {
 	uint64_t seed, epoch, pos; /* pos: samples returned in this epoch */
@@ -405,6 +411,19 @@ typedef struct gk_shard_state {
 	 */
 	const uint64_t *hist;
 	size_t nhist;
+	/*
+	 * The shard list the positions index: list is its identity, the
+	 * XXH3-64 of every shard's basename, a NUL and its sample count as
+	 * 8 little-endian bytes, in list order (the directory is not part of
+	 * it: a dataset moved elsewhere resumes, from a manifest or a brace
+	 * pattern alike); shards is its length, 0 in a parsed state saved
+	 * before states named their list (not checked then). names, only
+	 * for a short list (nnames 0 or shards), is the list itself, so a
+	 * refusal can name the first shard that differs. Owned as hist is.
+	 */
+	uint64_t list, shards;
+	const gk_shard_state_shard *names;
+	size_t nnames;
 } gk_shard_state;
 
 typedef struct gk_shard_dataset gk_shard_dataset;
@@ -425,10 +444,19 @@ int gk_shard_dataset_next(gk_shard_dataset *d, const gk_shard_sample **s,
 uint64_t gk_shard_dataset_len(const gk_shard_dataset *d);
 /* The whole dataset's counts. */
 const gk_shard_manifest *gk_shard_dataset_manifest(const gk_shard_dataset *d);
+/*
+ * This part's state; its pointers are into d (hist valid until d moves to
+ * another epoch or restores, names until d closes). The shard list's
+ * names are in it when their JSON takes at most GK_SHARD_STATE_NAMES
+ * bytes (and they are UTF-8), so a state stays small on many shards.
+ */
+enum { GK_SHARD_STATE_NAMES = 512 };
 void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st);
 /*
  * Go to a state of this part (any epoch, any position, remapped or not);
- * checks it fits this dataset: same seed, part and parts, window, counts.
+ * checks it fits this dataset: same seed, part and parts, shard list
+ * (basenames and counts, in order: the first difference is named when
+ * the state holds the list), window, counts.
  */
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
 			     gk_err *err);
@@ -444,7 +472,8 @@ int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
  * once by the old world or the new, none twice; the next epoch is a
  * normal one. A remapped epoch can be saved and remapped again (the
  * states carry the history). The states must come from one run of this
- * dataset (same shards, seed, shuffle window, one epoch, each part once).
+ * dataset (same shard list, seed, shuffle window, one epoch, each part
+ * once); the shard list is checked as gk_shard_dataset_restore does.
  */
 int gk_shard_dataset_restore_world(gk_shard_dataset *d,
 				   const gk_shard_state *states, size_t n,
@@ -461,10 +490,12 @@ int gk_shard_dataset_set_epoch(gk_shard_dataset *d, uint64_t epoch,
 void gk_shard_dataset_close(gk_shard_dataset *d);
 
 /*
- * {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W,"window":B}
- * plus "hist":[...] in a remapped epoch; JSON integers, so a seed that
- * must round-trip stays below 2^63. format returns the length the text
- * needs, as snprintf does (a history makes it long: size buf from it).
+ * {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W,"window":B,
+ *  "list":"XXH3","shards":K} plus "names":[["s-00.tar",29],...] for a
+ * short list and "hist":[...] in a remapped epoch; JSON integers, so a
+ * seed that must round-trip stays below 2^63. format returns the length
+ * the text needs, as snprintf does (a history makes it long: size buf
+ * from it); names are UTF-8.
  */
 int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len);
 int gk_shard_state_parse(const char *json, gk_shard_state *st, gk_err *err);

@@ -169,7 +169,7 @@ static void test_resume(const char *src, const char *what, size_t prefetch)
 	int n = run(src, o, full, 60, &bad);
 	gk_shard_dataset *d;
 	const gk_shard_sample *s;
-	char buf[256];
+	char buf[1024];
 	int stop = 31, tail[60], k = 0, same = n == 60;
 	if (gk_shard_dataset_open(&d, src, &o, &err) < 0) {
 		ok(0, "open: %s", err.msg);
@@ -202,6 +202,7 @@ static void test_resume(const char *src, const char *what, size_t prefetch)
 	ok(gk_shard_dataset_restore(d, &wrong, &err) < 0 && strstr(err.msg, "part 1 of 4"),
 	   "a state from another world size is refused: %s", err.msg);
 	gk_shard_dataset_close(d);
+	gk_shard_state_free(&st2);
 }
 
 /*
@@ -380,6 +381,227 @@ static void test_remap_next_epoch(const char *src)
 		gk_shard_state_free(&st[r]);
 }
 
+/* ---- the shard list a state is for ------------------------------------------- */
+
+static const char WHY[] = ": a state resumes on the same shard list, in the same order";
+
+/*
+ * Read stop samples of part rank of world over src and keep its state as
+ * JSON, the way a trainer does; *next gets the key of the sample after.
+ */
+static int save_at(const char *src, int world, int rank, int stop, char *json,
+		   size_t len, char *next)
+{
+	gk_err err = {0};
+	gk_shard_dataset_opts o = {.world = world, .rank = rank, .shuffle = 1, .seed = 3,
+				   .shuffle_buffer = 4};
+	gk_shard_dataset *d;
+	const gk_shard_sample *s;
+	gk_shard_state st;
+	int rc = gk_shard_dataset_open(&d, src, &o, &err);
+	for (int i = 0; rc == 0 && i < stop; i++)
+		rc = gk_shard_dataset_next(d, &s, &err) == 1 ? 0 : -1;
+	if (rc == 0) {
+		gk_shard_dataset_state(d, &st);
+		int need = gk_shard_state_format(&st, json, len);
+		rc = need >= 0 && (size_t)need < len ? 0 : -1;
+	}
+	if (rc == 0)
+		rc = gk_shard_dataset_next(d, &s, &err) == 1 ? 0 : -1;
+	if (rc == 0)
+		snprintf(next, 16, "%s", s->key);
+	else
+		diag("save_at %s: %s", src, err.msg);
+	gk_shard_dataset_close(d);
+	return rc;
+}
+
+/*
+ * Restore json (one state) on part rank of world over src: 0 and the next
+ * sample's key in next, or -1 and err.
+ */
+static int restore_at(const char *src, int world, int rank, const char *json, char *next,
+		      gk_err *err)
+{
+	gk_shard_dataset_opts o = {.world = world, .rank = rank, .shuffle = 1, .seed = 3,
+				   .shuffle_buffer = 4};
+	gk_shard_dataset *d;
+	const gk_shard_sample *s;
+	gk_shard_state st;
+	if (gk_shard_state_parse(json, &st, err) < 0)
+		return -1;
+	int rc = gk_shard_dataset_open(&d, src, &o, err);
+	if (rc == 0)
+		rc = gk_shard_dataset_restore(d, &st, err);
+	if (rc == 0)
+		rc = gk_shard_dataset_next(d, &s, err) == 1 ? 0 : -1;
+	if (rc == 0)
+		snprintf(next, 16, "%s", s->key);
+	gk_shard_dataset_close(d);
+	gk_shard_state_free(&st);
+	return rc;
+}
+
+/* restore_world on part 0 of world over src from the n states in json. */
+static int restore_world_at(const char *src, int world, char json[][JSON], int n,
+			    gk_err *err)
+{
+	gk_shard_dataset_opts o = {.world = world, .shuffle = 1, .seed = 3, .shuffle_buffer = 4};
+	gk_shard_dataset *d;
+	gk_shard_state st[MAXW];
+	int rc = 0, got = 0;
+	for (; rc == 0 && got < n; got++)
+		rc = gk_shard_state_parse(json[got], &st[got], err);
+	if (rc == 0)
+		rc = gk_shard_dataset_open(&d, src, &o, err);
+	if (rc == 0) {
+		rc = gk_shard_dataset_restore_world(d, st, (size_t)n, err);
+		gk_shard_dataset_close(d);
+	}
+	for (int i = 0; i < got; i++)
+		gk_shard_state_free(&st[i]);
+	return rc;
+}
+
+static void test_list(const char *man, const char *mann)
+{
+	char brace[300], moved[300], swapped[300], shorter[300], lng[300], lswapped[300];
+	char json[MAXW][JSON], want[1024], next[16], got[16];
+	gk_err err = {0};
+	snprintf(brace, sizeof(brace), "%s/p-{000..006}.tar", dir);
+	snprintf(moved, sizeof(moved), "%s/n/p-{000..006}.tar", dir);
+	snprintf(swapped, sizeof(swapped), "%s/p-{000,001,002,004,003,005,006}.tar", dir);
+	snprintf(shorter, sizeof(shorter), "%s/p-{000..005}.tar", dir);
+	/* 42 shards: too many for the names, the identity alone */
+	snprintf(lng, sizeof(lng), "%s/{p,p,p,p,p,p}-{000..006}.tar", dir);
+	snprintf(lswapped, sizeof(lswapped), "%s/{p,p,p,p,p,p}-{000,001,002,004,003,005,006}.tar",
+		 dir);
+
+	/* The identity, from its definition: basename, NUL, count (LE64). */
+	gk_shard_manifest m;
+	unsigned char bytes[512];
+	size_t nb = 0;
+	char names[512] = "", hex[17];
+	int made = gk_shard_manifest_load(man, &m, &err) == 0 && m.n == 7;
+	for (size_t i = 0; made && i < m.n; i++) {
+		const char *b = strrchr(m.v[i].path, '/') ? strrchr(m.v[i].path, '/') + 1 : m.v[i].path;
+		memcpy(bytes + nb, b, strlen(b) + 1);
+		nb += strlen(b) + 1;
+		for (int k = 0; k < 8; k++)
+			bytes[nb++] = (unsigned char)(m.v[i].samples >> (8 * k));
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s[\"%s\",%llu]",
+			 i ? "," : "", b, (unsigned long long)m.v[i].samples);
+	}
+	if (made)
+		gk_shard_manifest_free(&m);
+	snprintf(want, sizeof(want), ",\"list\":\"%s\",\"shards\":7,\"names\":[%s]}",
+		 gk_xxh3_hex(gk_xxh3(bytes, nb), hex), names);
+	made = made && save_at(man, 2, 1, 5, json[0], JSON, next) == 0;
+	ok(made && strstr(json[0], want) != NULL,
+	   "a state names its list: XXH3 of basenames and LE64 counts, and the names: %s", json[0]);
+
+	/* The same list: from a brace pattern, from another directory. */
+	ok(restore_at(brace, 2, 1, json[0], got, &err) == 0 && strcmp(got, next) == 0,
+	   "saved from a manifest, resumed from the same shards by a brace pattern at '%s'", got);
+	ok(restore_at(moved, 2, 1, json[0], got, &err) == 0 && strcmp(got, next) == 0,
+	   "resumed from copies of the shards in another directory at '%s'", got);
+	ok(restore_at(mann, 2, 1, json[0], got, &err) == 0 && strcmp(got, next) == 0,
+	   "resumed from the other directory's manifest at '%s'", got);
+
+	/* Another list, the same counts: refused, naming the difference. */
+	snprintf(want, sizeof(want), "dataset state: saved for shard 3 'p-003.tar' (8 samples), this list has 'p-004.tar' (8 samples) there%s",
+		 WHY);
+	ok(restore_at(swapped, 2, 1, json[0], got, &err) < 0 && strcmp(err.msg, want) == 0,
+	   "two shards of one size swapped: %s", err.msg);
+	snprintf(want, sizeof(want), "dataset state: saved for shard 6 'p-006.tar' (2 samples), this list ends before it, after 6 shards%s",
+		 WHY);
+	ok(restore_at(shorter, 2, 1, json[0], got, &err) < 0 && strcmp(err.msg, want) == 0,
+	   "a shorter list: %s", err.msg);
+	ok(save_at(shorter, 2, 1, 5, json[1], JSON, got) == 0 &&
+	   restore_at(brace, 2, 1, json[1], got, &err) < 0 &&
+	   strcmp(err.msg, "dataset state: saved for a list of 6 shards, this list goes on with shard 6 'p-006.tar' (2 samples): a state resumes on the same shard list, in the same order") == 0,
+	   "a longer list: %s", err.msg);
+
+	/* Every part's states, resumed on the same world and on another. */
+	made = save_at(man, 2, 0, 3, json[0], JSON, got) == 0 &&
+	       save_at(man, 2, 1, 5, json[1], JSON, got) == 0;
+	snprintf(want, sizeof(want), "dataset state: saved for shard 3 'p-003.tar' (8 samples), this list has 'p-004.tar' (8 samples) there%s",
+		 WHY);
+	ok(made && restore_world_at(brace, 3, json, 2, &err) == 0 &&
+	   restore_world_at(moved, 2, json, 2, &err) == 0,
+	   "restore_world: the same list resumes on 3 parts and on 2");
+	ok(restore_world_at(swapped, 3, json, 2, &err) < 0 && strcmp(err.msg, want) == 0,
+	   "restore_world on another world, swapped shards: %s", err.msg);
+	ok(restore_world_at(swapped, 2, json, 2, &err) < 0 && strcmp(err.msg, want) == 0,
+	   "restore_world on the same world, swapped shards: %s", err.msg);
+	char mixed[2][JSON];
+	snprintf(mixed[0], JSON, "%s", json[0]);
+	made = save_at(shorter, 2, 1, 5, mixed[1], JSON, got) == 0;
+	ok(made && restore_world_at(man, 2, mixed, 2, &err) < 0 &&
+	   strstr(err.msg, "state 1 (part 1) is not from the run of state 0") != NULL,
+	   "restore_world: states of two lists: %s", err.msg);
+
+	/* A long list: the identity alone, still checked. */
+	char *end;
+	made = save_at(lng, 2, 1, 5, json[2], JSON, next) == 0;
+	ok(made && strstr(json[2], "\"shards\":42") && !strstr(json[2], "\"names\"") &&
+	   strlen(json[2]) < 200,
+	   "42 shards: the state keeps the identity, not the names: %s", json[2]);
+	ok(restore_at(lng, 2, 1, json[2], got, &err) == 0 && strcmp(got, next) == 0,
+	   "42 shards: the same list resumes at '%s'", got);
+	const char *id = strstr(json[2], "\"list\":\"");
+	snprintf(want, sizeof(want), "dataset state: saved for another shard list (42 shards, identity %.16s), this list has 42 (identity ",
+		 id ? id + 8 : "?");
+	ok(restore_at(lswapped, 2, 1, json[2], got, &err) < 0 &&
+	   strncmp(err.msg, want, strlen(want)) == 0 && (end = strstr(err.msg, WHY)) &&
+	   strcmp(end + strlen(WHY), " (basenames and sample counts)") == 0,
+	   "42 shards, two swapped: %s", err.msg);
+
+	/* A state saved before states named their list: taken on its counts. */
+	char old[JSON];
+	made = save_at(man, 2, 1, 5, json[0], JSON, next) == 0 &&
+	       (end = strstr(json[0], ",\"list\"")) != NULL;
+	if (made)
+		snprintf(old, sizeof(old), "%.*s}", (int)(end - json[0]), json[0]);
+	ok(made && restore_at(moved, 2, 1, old, got, &err) == 0 && strcmp(got, next) == 0,
+	   "a state without a list resumes as before: %s", made ? old : err.msg);
+	ok(restore_at(swapped, 2, 1, old, got, &err) == 0,
+	   "a state without a list is taken on its counts: two shards of one size swapped pass, as before");
+	ok(restore_at(shorter, 2, 1, old, got, &err) < 0 &&
+	   strstr(err.msg, "dataset state: position 5 of 25 samples; this part has 24") != NULL,
+	   "a state without a list still has its counts checked: %s", err.msg);
+
+	/* The text: names escaped and read back; malformed lists refused. */
+	gk_shard_state_shard nm[2] = {{"a\"b\\c\td.tar", 3}, {"\xc3\xa9.tar", 0}};
+	gk_shard_state st = {.seed = 1, .samples = 3, .parts = 1, .window = 1, .list = 0xfedcba9876543210ull,
+			     .shards = 2, .names = nm, .nnames = 2}, back;
+	char buf[512];
+	int rt = gk_shard_state_format(&st, buf, sizeof(buf)) > 0 &&
+		 gk_shard_state_parse(buf, &back, &err) == 0;
+	ok(rt && back.list == st.list && back.shards == 2 && back.nnames == 2 &&
+	   strcmp(back.names[0].name, nm[0].name) == 0 && back.names[0].samples == 3 &&
+	   strcmp(back.names[1].name, nm[1].name) == 0 && back.names[1].samples == 0 &&
+	   strstr(buf, "\"names\":[[\"a\\\"b\\\\c\\u0009d.tar\",3],[\"\xc3\xa9.tar\",0]]"),
+	   "names round-trip through JSON: %s", buf);
+	if (rt)
+		gk_shard_state_free(&back);
+	static const char *bad[][2] = {
+		{"\"list\":\"12345\",\"shards\":2", "dataset state: 'list' is not 16 hex digits"},
+		{"\"list\":\"fedcba9876543210\"", "dataset state: 'shards' is not a count of shards"},
+		{"\"list\":\"fedcba9876543210\",\"shards\":2,\"names\":[[\"a\",1]]",
+		 "dataset state: 'names' does not give a name and a count for each of its 'shards' (2)"},
+		{"\"list\":\"fedcba9876543210\",\"shards\":1,\"names\":[[\"a\",-1]]",
+		 "dataset state: 'names' does not give a name and a count for each of its 'shards' (1)"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(buf, sizeof(buf), "{\"seed\":1,\"epoch\":0,\"pos\":0,\"samples\":3,\"part\":0,\"parts\":1,%s}",
+			 bad[i][0]);
+		ok(gk_shard_state_parse(buf, &back, &err) < 0 && strcmp(err.msg, bad[i][1]) == 0 &&
+		   back.names == NULL && back.hist == NULL,
+		   "refused: %s: %s", bad[i][0], err.msg);
+	}
+}
+
 /* ---- an index that is not its shard's ---------------------------------------- */
 
 static char notes[4][1400];
@@ -545,6 +767,7 @@ int main(void)
 				   i % 3 ? 0 : 2);
 	test_remap(man4, pairs[0], 2, 1, 1);
 	test_remap_next_epoch(man);
+	test_list(man, mann);
 	test_stale_index();
 
 	/* Sorting, not summing: [2,2,2,2,2] has the sum of a permutation. */
