@@ -8,7 +8,12 @@ and resuming from it still reproduces the straight run; SIGTERM (or
 SIGUSR1 through mpirun) checkpoints at the next step and exits 0; SIGINT
 stops without a checkpoint; another world size resumes within tolerance;
 a run killed after committing a step but before moving latest resumes
-from that step, and a step of another run above latest is refused.'
+from that step, and a step of another run above latest is refused. On
+shards, a resume on another shard list (reordered, a shard replaced by one
+of the same size) is refused naming the first difference, on the same
+world and on another; the same shards elsewhere, or from a manifest,
+resume bit for bit, and so does a state saved before states named their
+list.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -258,6 +263,93 @@ test_expect_success MPI 'killed before latest moved, 2 ranks with ZeRO-1: every 
 	losses m6.json | tail -n 2 >m6tail &&
 	losses m.json >m &&
 	test_cmp m6tail m
+'
+
+# 200 documents, 29 to a shard: s-00..s-05 of 29 samples, s-06 of 26.
+test_expect_success 'shards for the shard-list resumes' '
+	mkdir raw &&
+	for i in $(seq -w 0 199); do printf "doc %s " $i $i $i $i >raw/$i.txt || return 1; done &&
+	data-pack -q -c -o ds/s-%02d.tar --max-count 29 --manifest ds/m.json raw &&
+	jq -e "[.shards[].samples] == [29, 29, 29, 29, 29, 29, 26]" ds/m.json &&
+	mkdir moved && cp ds/s-*.tar moved/
+'
+
+S="$TINY --batch 2 --json"
+why="a state resumes on the same shard list, in the same order"
+
+test_expect_success 'a resume on a reordered shard list is refused, naming the first difference' '
+	gpu-train --data "ds/s-{00..05}.tar" $S --steps 10 --until 3 --ckpt-dir dl >/dev/null &&
+	test_expect_code 1 gpu-train --data "ds/s-{05..00}.tar" $S --steps 10 --until 5 \
+		--ckpt-dir dl --resume -q >out 2>err &&
+	test_must_be_empty out &&
+	echo "gpu-train: resume from '"'"'dl/step-00000003'"'"': dataset state: saved for shard 0 '"'"'s-00.tar'"'"' (29 samples), this list has '"'"'s-05.tar'"'"' (29 samples) there: $why" >expect &&
+	test_cmp expect err &&
+	test_expect_code 1 gpu-train --data "ds/s-{00,01,02,04,03,05}.tar" $S --steps 10 \
+		--ckpt-dir dl --resume -q 2>err &&
+	echo "gpu-train: resume from '"'"'dl/step-00000003'"'"': dataset state: saved for shard 3 '"'"'s-03.tar'"'"' (29 samples), this list has '"'"'s-04.tar'"'"' (29 samples) there: $why" >expect &&
+	test_cmp expect err &&
+	test_expect_code 1 gpu-train --data "ds/s-{00..06}.tar" $S --steps 10 \
+		--ckpt-dir dl --resume -q 2>err &&
+	echo "gpu-train: resume from '"'"'dl/step-00000003'"'"': dataset state: saved for a list of 6 shards, this list goes on with shard 6 '"'"'s-06.tar'"'"' (26 samples): $why" >expect &&
+	test_cmp expect err &&
+	test "$(readlink dl/latest)" = step-00000003
+'
+
+test_expect_success 'the same shards in another directory resume bit for bit' '
+	gpu-train --data "ds/s-{00..05}.tar" $S --steps 10 >lf.json &&
+	losses lf.json >lf &&
+	gpu-train --data "ds/s-{00..05}.tar" $S --steps 10 --until 3 --ckpt-dir dd >la.json &&
+	gpu-train --data "moved/s-{00..05}.tar" $S --steps 10 --ckpt-dir dd --resume >lb.json &&
+	{ losses la.json && losses lb.json; } >lab &&
+	test_cmp lf lab
+'
+
+test_expect_success 'a manifest and a brace pattern of the same shards are one list' '
+	gpu-train --data ds/m.json $S --steps 10 >mf.json &&
+	losses mf.json >mf &&
+	gpu-train --data ds/m.json $S --steps 10 --until 3 --ckpt-dir dn >ma.json &&
+	gpu-train --data "moved/s-{00..06}.tar" $S --steps 10 --ckpt-dir dn --resume >mb.json &&
+	{ losses ma.json && losses mb.json; } >mab &&
+	test_cmp mf mab &&
+	jq ".shards |= [.[0], .[1], .[2], .[4], .[3], .[5], .[6]]" ds/m.json >ds/swapped.json &&
+	rm -r dn/step-00000010 && ln -sfn step-00000003 dn/latest &&
+	test_expect_code 1 gpu-train --data ds/swapped.json $S --steps 10 --ckpt-dir dn --resume 2>err &&
+	echo "gpu-train: resume from '"'"'dn/step-00000003'"'"': dataset state: saved for shard 3 '"'"'s-03.tar'"'"' (29 samples), this list has '"'"'s-04.tar'"'"' (29 samples) there: $why" >expect &&
+	test_cmp expect err
+'
+
+# COMMIT rewritten with xxhsum (an XXH3 independent of ours), so that the
+# edited trainer.json passes the hash check.
+command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
+
+test_expect_success XXHSUM 'a state saved before states named their shard list still resumes bit for bit' '
+	gpu-train --data "ds/s-{00..05}.tar" $S --steps 10 --until 3 --ckpt-dir dold >oa.json &&
+	d=dold/step-00000003 &&
+	jq -e ".data[0].shard | .list and .shards == 6 and (.names | length) == 6" $d/trainer.json &&
+	jq "del(.data[].shard.list, .data[].shard.shards, .data[].shard.names)" $d/trainer.json >old.json &&
+	mv old.json $d/trainer.json &&
+	h=$(xxhsum -H3 $d/trainer.json | sed "s/.* = //") &&
+	jq ".files[\"trainer.json\"] = {bytes: $(wc -c <$d/trainer.json), xxh3: \"$h\"}" \
+		$d/COMMIT >commit && mv commit $d/COMMIT &&
+	gpu-train --data "moved/s-{00..05}.tar" $S --steps 10 --ckpt-dir dold --resume >ob.json &&
+	{ losses oa.json && losses ob.json; } >oab &&
+	test_cmp lf oab
+'
+
+test_expect_success MPI 'states of 3 ranks on another shard list: refused on 2 ranks and on 3' '
+	mpi 3 --data "ds/s-{00..05}.tar" $S --steps 8 --until 2 --ckpt-dir dw >/dev/null &&
+	echo "gpu-train: resume from '"'"'dw/step-00000002'"'"': dataset state: saved for shard 3 '"'"'s-03.tar'"'"' (29 samples), this list has '"'"'s-04.tar'"'"' (29 samples) there: $why" >expect &&
+	for n in 2 3; do
+		test_expect_code 1 mpi $n --data "moved/s-{00,01,02,04,03,05}.tar" $S --steps 8 \
+			--ckpt-dir dw --resume >out 2>err &&
+		grep "^gpu-train:" err | sort -u >err1 &&
+		test_cmp expect err1 ||
+		return 1
+	done &&
+	mpi 2 --data "moved/s-{00..05}.tar" $S --steps 8 --ckpt-dir dw --resume >rw.json &&
+	jq -r "select(.note) | .note" rw.json >note &&
+	echo "data position remapped from 3 ranks to 2" >expect &&
+	test_cmp expect note
 '
 
 test_done
