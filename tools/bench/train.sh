@@ -10,7 +10,8 @@
 #   exposed comm ms  time a step waits for gradients after backward, with
 #                    the bucketed allreduce overlapped with backward and
 #                    with --no-overlap (overlap should shrink it); 1 MiB
-#                    buckets, so a 13 MB model has more than one
+#                    buckets, so a 13 MB model has more than one; the
+#                    same for ZeRO-1's bucketed reduces
 #   peak RSS         of rank 0 (GNU time) against gpu-train's own total
 #                    (target <= 1.2x)
 # torch and transformers come from the test venv (scripts/test-venv);
@@ -52,6 +53,11 @@ steps() { jq -r "select(.event == \"step\" and .step > 2) | .$2" "$1"; }
 tok=$(steps "$tmp/on.json" tokens_per_s | med)
 exp_on=$(steps "$tmp/on.json" exposed_comm_ms | med)
 exp_off=$(steps "$tmp/off.json" exposed_comm_ms | med)
+ours --zero 1 >"$tmp/z_on.json"
+ours --zero 1 --no-overlap >"$tmp/z_off.json"
+zexp_on=$(steps "$tmp/z_on.json" exposed_comm_ms | med)
+zexp_off=$(steps "$tmp/z_off.json" exposed_comm_ms | med)
+ztok=$(steps "$tmp/z_on.json" tokens_per_s | med)
 comm_on=$(steps "$tmp/on.json" comm_ms | med)
 total=$(jq -r 'select(.event == "start") | .memory.total' "$tmp/on.json")
 ours >/dev/null
@@ -71,4 +77,7 @@ printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$(num %.0f "$ddp")"
 printf '%-34s %12s\n' "comm ms (overlapped window)" "$(num %.1f "$comm_on")"
 printf '%-34s %12s\n' "exposed comm ms, overlap on" "$(num %.1f "$exp_on")"
 printf '%-34s %12s\n' "exposed comm ms, --no-overlap" "$(num %.1f "$exp_off")"
+printf '%-34s %12s\n' "ZeRO-1 tok/s" "$(num %.0f "$ztok")"
+printf '%-34s %12s\n' "ZeRO-1 exposed ms, overlap on" "$(num %.1f "$zexp_on")"
+printf '%-34s %12s\n' "ZeRO-1 exposed ms, --no-overlap" "$(num %.1f "$zexp_off")"
 awk -v r="$rss" -v t="$total" 'BEGIN { printf "%-34s %12.1f MiB vs accounted %.1f MiB: %.2fx  (target <= 1.2)\n", "peak RSS rank 0", r / 1024, t / 1048576, r * 1024 / t }'
