@@ -223,7 +223,10 @@ static void test_device(void)
 {
 	gk_err err = {0};
 	if (gk_cuda_probe(NULL, &err) < 0) {
-		diag("device checks not run: %s", err.msg);
+		/* a skip, so tools/gpu-suite.sh fails on a GPU machine that
+		 * could not run them */
+		ok(1, "memory, copies, streams and events on a device # SKIP no CUDA device (%s)",
+		   err.msg);
 		return;
 	}
 	int dev = -1;
