@@ -746,6 +746,52 @@ static int list_identity(gk_shard_dataset *d, gk_err *err)
 	return 0;
 }
 
+typedef struct file_id {
+	dev_t dev;
+	ino_t ino;
+	size_t i;
+} file_id;
+
+static int cmp_file_id(const void *a, const void *b)
+{
+	const file_id *x = a, *y = b;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/*
+ * A shard listed more than once (the same file, by any name) is read that
+ * many times an epoch: a way to weight it, or a typo in a brace list, so
+ * it is allowed and said once.
+ */
+static void note_repeats(gk_shard_dataset *d)
+{
+	size_t n = d->man.n, k = 0, groups = 0, first = 0, times = 0;
+	file_id *v = d->o.note ? malloc(n * sizeof(*v)) : NULL;
+	if (!v)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+		if (stat(d->man.v[i].path, &st) == 0)
+			v[k++] = (file_id){st.st_dev, st.st_ino, i};
+	}
+	qsort(v, k, sizeof(*v), cmp_file_id);
+	for (size_t i = 0, j; i < k; i = j) {
+		for (j = i + 1; j < k && v[j].dev == v[i].dev && v[j].ino == v[i].ino; j++)
+			;
+		if (j - i > 1 && groups++ == 0)
+			first = v[i].i, times = j - i;
+	}
+	free(v);
+	if (groups)
+		note(d, "shard '%s' is listed %zu times, so its samples are read %zu times an "
+		     "epoch%s", d->man.v[first].path, times, times,
+		     groups > 1 ? " (and other shards are listed more than once too)" : "");
+}
+
 int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 			  const gk_shard_dataset_opts *o, gk_err *err)
 {
@@ -776,6 +822,7 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 	}
 	if (list_identity(d, err) < 0)
 		goto fail;
+	note_repeats(d);
 	d->per = d->per0 = d->man.samples / d->parts;
 	if (d->per == 0) {
 		gk_errf(err, "dataset '%s': %llu samples cannot give each of %llu ranks x workers one",

@@ -94,6 +94,18 @@ test_expect_success 'one rank: .txt shards, the documented windows' '
 	norm out && norm want && test_cmp want.n out.n
 '
 
+test_expect_success 'a shard listed twice (or by a second name) is read twice, with a note' '
+	gpu-train --dump-data 1 --data "txt-{00..01}.tar" --batch 1 --seq 7 >/dev/null 2>err &&
+	test_must_be_empty err &&
+	gpu-train --dump-data 1 --data "txt-{00,01,00}.tar" --batch 1 --seq 7 >/dev/null 2>err &&
+	echo "gpu-train: note: shard '"'"'txt-00.tar'"'"' is listed 2 times, so its samples are read 2 times an epoch" >expect &&
+	test_cmp expect err &&
+	ln -s txt-01.tar again.tar &&
+	gpu-train --dump-data 1 --data "{txt-00,txt-01,again,txt-00}.tar" --batch 1 --seq 7 \
+		>/dev/null 2>err &&
+	grep "^gpu-train: note: shard .txt-0[01].tar. is listed 2 times, .* (and other shards are listed more than once too)$" err
+'
+
 test_expect_success 'one rank: .npy shards (uint16, int32, npy 2.0), GPT-2 vocabulary' '
 	gpu-train --dump-data 8 --data npy-00.tar --vocab 50257 --batch 2 --seq 16 --shuffle none >out &&
 	python3 ref.py shard 0 1 2 16 8 50256 npy-00.tar >want &&
