@@ -145,8 +145,12 @@ int main(int argc, char **argv)
 	} else if (binding || rankfile) {
 		gk_topo_bind *b = NULL;
 		int n = ranks ? ranks : gk_topo_default_ranks(t);
+		if (rank >= n && ranks)
+			gk_cli_usage_error(&cli, "--rank %d: -n says %d ranks per node", rank, n);
 		if (rank >= n)
-			status = gk_cli_failf(&cli, "--rank %d: only %d ranks per node", rank, n);
+			status = gk_cli_failf(&cli, "--rank %d: the topology makes %d rank%s per "
+					      "node, one per GPU (or NUMA node without GPUs); -n sets "
+					      "another number", rank, n, n == 1 ? "" : "s");
 		else if (gk_topo_binding(t, n, &b, &err) < 0)
 			status = gk_cli_fail(&cli, &err);
 		else if (rankfile)

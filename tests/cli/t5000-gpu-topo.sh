@@ -95,6 +95,16 @@ test_expect_success '--binding: GPU, nearest RDMA NIC, NUMA node, exclusive core
 	test_cmp expect actual
 '
 
+test_expect_success '--rank past the ranks: exit 2 when -n set them, 1 when the topology did' '
+	test_expect_code 2 gpu-topo -i "$T" --binding -n 2 --rank 2 2>err &&
+	grep "^gpu-topo: --rank 2: -n says 2 ranks per node$" err &&
+	n=$(($(gpu-topo -i "$T" --binding | wc -l) - 1)) &&
+	test_expect_code 1 gpu-topo -i "$T" --binding --rank $n 2>err &&
+	grep "^gpu-topo: --rank $n: the topology makes $n ranks per node, one per GPU" err &&
+	gpu-topo -i "$T" --binding --rank $((n - 1)) >out &&
+	test $(wc -l <out) = 2
+'
+
 test_expect_success '--binding -n 2 spreads over the GPUs' '
 	printf "numactl --physcpubind=0-1,8-9 --membind=0\nnumactl --physcpubind=2-3,10-11 --membind=0\n" >expect &&
 	gpu-topo -i "$T" --binding -n 2 --numactl >actual &&
