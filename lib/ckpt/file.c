@@ -9,36 +9,12 @@
 
 #include "ckpt/internal.h"
 
-int ck_open_regular_at(int dfd, const char *name, const char *path,
-		       struct stat *out, gk_err *err)
-{
-	struct stat st;
-	/* O_NONBLOCK: a FIFO put in a checkpoint must not make us wait. */
-	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0)
-		return gk_err_sys(err, errno, "open '%s'", path);
-	if (fstat(fd, &st) < 0) {
-		int e = errno;
-		close(fd);
-		return gk_err_sys(err, e, "stat '%s'", path);
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return gk_errf(err, "read '%s': not a regular file", path);
-	}
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	if (out)
-		*out = st;
-	return fd;
-}
-
 int ck_read_regular_at(int dfd, const char *name, const char *path, size_t max,
 		       char **out, size_t *len, gk_err *err)
 {
 	struct stat st;
-	int fd = ck_open_regular_at(dfd, name, path, &st, err);
+	/* O_NONBLOCK inside: a FIFO put in a checkpoint must not make us wait */
+	int fd = gk_open_regular_at(dfd, name, path, &st, err);
 	if (fd < 0)
 		return -1;
 	if ((uint64_t)st.st_size > max) {

@@ -12,12 +12,11 @@
 int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
 		    gk_err *err);
 /*
- * The same for name in the directory dfd (openat(2), so a reader that
- * opened a step directory once reads every file of that one directory,
- * wherever `latest` points meanwhile); path names the file in messages.
+ * The same for name in the directory dfd (gk_open_regular_at, so a reader
+ * that opened a step directory once reads every file of that one
+ * directory, wherever `latest` points meanwhile); path names the file in
+ * messages.
  */
-int ck_open_regular_at(int dfd, const char *name, const char *path,
-		       struct stat *st, gk_err *err);
 int ck_read_regular_at(int dfd, const char *name, const char *path, size_t max,
 		       char **out, size_t *len, gk_err *err);
 

@@ -642,7 +642,7 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 			break;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, k);
-		int fd = ck_open_regular_at(dfd, k, path, &st, err);
+		int fd = gk_open_regular_at(dfd, k, path, &st, err);
 		if (fd < 0) {
 			if (missing(dfd, k) && step_gone(dfd, dir))
 				rc = gone_error(dir, err);

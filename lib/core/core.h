@@ -144,6 +144,10 @@ int gk_read_exact(int fd, void *buf, size_t n, const char *name, gk_err *err);
  * the check). Returns the fd or -1; *st (may be NULL) gets its stat.
  */
 int gk_open_regular(const char *path, struct stat *st, gk_err *err);
+/* The same for name relative to the directory open as dfd (AT_FDCWD: the
+ * working directory); messages name path. */
+int gk_open_regular_at(int dfd, const char *name, const char *path,
+		       struct stat *st, gk_err *err);
 /* Read a whole file (at most max bytes) into a NUL-terminated malloc'ed buffer. */
 int gk_read_file(const char *path, size_t max, char **out, size_t *len,
 		 gk_err *err);

@@ -496,10 +496,11 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
 	return gk_atomic_commit(a, err);
 }
 
-int gk_open_regular(const char *path, struct stat *out, gk_err *err)
+int gk_open_regular_at(int dfd, const char *name, const char *path,
+		       struct stat *out, gk_err *err)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return gk_err_sys(err, errno, "open '%s'", path);
 	if (fstat(fd, &st) < 0) {
@@ -517,4 +518,9 @@ int gk_open_regular(const char *path, struct stat *out, gk_err *err)
 	if (out)
 		*out = st;
 	return fd;
+}
+
+int gk_open_regular(const char *path, struct stat *out, gk_err *err)
+{
+	return gk_open_regular_at(AT_FDCWD, path, path, out, err);
 }
