@@ -31,7 +31,7 @@ static const char usage[] =
 	"  -z          wait and barrier after each iteration (0)\n"
 	"  -a          time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (1)\n"
 	"  --backend   auto self mpi nccl      --algo  auto native ring rd rabenseifner all\n"
-	"  --collective allreduce reducescatter allgather broadcast\n"
+	"  --collective allreduce reducescatter allgather broadcast reduce\n"
 	"  --timeout   fail a call with no progress for this long, 0 off (600)\n"
 	"  --metrics FILE  write the results in Prometheus' text format at the end\n";
 
@@ -259,7 +259,7 @@ int main(int argc, char **argv)
 			break;
 		case OPT_COLL:
 			PARSE(o.coll, gk_comm_coll_parse, "--collective",
-			      "allreduce reducescatter allgather broadcast");
+			      "allreduce reducescatter allgather broadcast reduce");
 			break;
 		case OPT_CSV: csv = 1; break;
 		case OPT_SEGMENT: cfg.segment = gk_cli_size(&cli, "--segment", optarg); break;

@@ -526,6 +526,9 @@ static void parse_args(int argc, char **argv, args *a)
 		gk_cli_usage_error(&cli, "--data is required");
 	if (a->o.resume && !a->o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
+	if (a->o.eval_only && a->o.init_from && a->o.resume)
+		gk_cli_usage_error(&cli, "--eval-only evaluates one model: --init-from or "
+				   "--ckpt-dir --resume, not both");
 	if (a->o.eval_only && a->o.ckpt_dir && !a->o.resume)
 		gk_cli_usage_error(&cli, "--eval-only --ckpt-dir evaluates the directory's latest "
 				   "checkpoint with --resume (or name a step with --init-from)");

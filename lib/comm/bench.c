@@ -353,7 +353,7 @@ int gk_comm_bench_validate(const gk_comm_bench_opts *o, gk_comm_backend backend,
 {
 	const char *coll = gk_comm_coll_name(o->coll);
 	if ((unsigned)o->coll >= GK_COMM_COLL_COUNT)
-		return gk_errf(err, "collective %d: not one of allreduce reducescatter allgather broadcast",
+		return gk_errf(err, "collective %d: not one of allreduce reducescatter allgather broadcast reduce",
 			       (int)o->coll);
 	if (!o->all_types && !gk_comm_dtype_ok(o->dt))
 		return gk_errf(err, "type '%s': not one the collectives take",

@@ -197,7 +197,10 @@ test_expect_success MPIRUN '3 ranks: reduce to rank 2, every type and op, ring a
 		grep "^# Collective test concluded: reduce$" reduce.$a || return 1
 	done &&
 	test_expect_code 2 allreduce-bench --collective reduce --algo rd 2>err &&
-	grep "^allreduce-bench: --algo .rd.: not available for reduce$" err
+	grep "^allreduce-bench: --algo .rd.: not available for reduce$" err &&
+	test_expect_code 2 allreduce-bench --collective foo 2>err &&
+	grep "allreduce reducescatter allgather broadcast reduce" err &&
+	allreduce-bench --help | grep -- "--collective allreduce reducescatter allgather broadcast reduce$"
 '
 
 test_expect_success MPIRUN '3 ranks: every type and op, every algorithm, odd sizes' '

@@ -262,6 +262,9 @@ test_expect_success '--eval-only of a checkpoint directory with nothing in it: e
 	test_expect_code 1 gpu-train --eval-only --ckpt-dir empty --resume --data train.bin $TINY \
 		--batch 2 2>err &&
 	grep "no committed checkpoint in .empty." err &&
+	test_expect_code 2 gpu-train --eval-only --ckpt-dir empty --resume --init-from empty \
+		--data train.bin $TINY 2>err &&
+	grep "^gpu-train: --eval-only evaluates one model: --init-from or --ckpt-dir --resume, not both" err &&
 	test_expect_code 2 gpu-train --eval-only --ckpt-dir empty --data train.bin $TINY 2>err &&
 	grep "^gpu-train: --eval-only --ckpt-dir evaluates the directory.s latest checkpoint with --resume" err &&
 	test_expect_code 2 gpu-train --data train.bin $TINY --ckpt-dir "" 2>err &&
