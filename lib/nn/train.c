@@ -112,6 +112,7 @@ struct gk_nn_trainer {
 	char device[32];           /* "cpu", "cuda:N" */
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
+	const char *init_asked; /* ... and as given */
 	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
 };
 
@@ -517,9 +518,27 @@ static int resolve_init_from(gk_nn_trainer *t, gk_err *err)
 	/* unresolved (no memory, too long): as given */
 	if (buf[0] && !(t->init_from = strdup(buf)))
 		return gk_err_sys(err, ENOMEM, "--init-from");
+	t->init_asked = t->o.init_from;
 	if (t->init_from)
 		t->o.init_from = t->init_from;
 	return 0;
+}
+
+/*
+ * A failure reading --init-from: when it named a root or ROOT/latest and
+ * the step it resolved to is gone by now, ckpt-prune (which keeps the
+ * newest) removed it under us; say that rather than the ENOENT of
+ * whichever file went first. Returns -1.
+ */
+static int init_gone(const gk_nn_trainer *t, gk_err *err)
+{
+	struct stat st;
+	if (t->init_from && t->init_asked && strcmp(t->init_from, t->init_asked) != 0 &&
+	    stat(t->init_from, &st) < 0 && errno == ENOENT)
+		gk_errf(err, "checkpoint '%s' (what '%s' named): removed while being read "
+			"(by ckpt-prune?); run again to read the newest", t->init_from,
+			t->init_asked);
+	return -1;
 }
 
 static int verify_ckpt(gk_nn_trainer *t, const char *in, gk_err *err)
@@ -867,8 +886,10 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->agreed = 1;
 		goto fail;
 	}
-	if (choose_config(t, resume_dir, err) < 0)
+	if (choose_config(t, resume_dir, err) < 0) {
+		init_gone(t, err);
 		goto fail;
+	}
 	if (t->o.seq <= 0)
 		t->o.seq = (int)t->cfg.positions;
 	if (t->o.seq > t->cfg.positions) {
@@ -930,11 +951,16 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		const char *from = resume_dir ? resume_dir : o->init_from;
 		if (verify_ckpt(t, from, err) < 0) {
 			t->agreed = 1;
+			if (!resume_dir)
+				init_gone(t, err);
 			goto fail;
 		}
 		if (resume_dir ? resume_from(t, resume_dir, resume_step, err) < 0
-			       : gk_nn_load(t->m, o->init_from, err) < 0)
+			       : gk_nn_load(t->m, o->init_from, err) < 0) {
+			if (!resume_dir)
+				init_gone(t, err);
 			goto fail;
+		}
 	} else {
 		gk_nn_init(t->m, t->o.seed);
 	}

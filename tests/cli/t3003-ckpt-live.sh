@@ -152,6 +152,18 @@ test_expect_success 'a step removed while it is read is reported as removed' '
 	test_cmp expect err
 '
 
+test_expect_success 'gpu-train --init-from latest: a step pruned under it is reported as removed' '
+	E="--eval-only --data train.bin --batch 2 --seq 16 --eval-batches 2" &&
+	for on in config.json model.safetensors; do
+		rm -rf q && cp -R r q && ln -sfn step-00000001 q/latest &&
+		echo "gpu-train: checkpoint '\''q/step-00000001'\'' (what '\''q/latest'\'' named): removed while being read (by ckpt-prune?); run again to read the newest" >expect &&
+		test_expect_code 1 shimmed $on \
+			"mv q/step-00000001 q/.deleting-step-00000001.1 && rm -r q/.deleting-step-00000001.1" \
+			gpu-train $E --init-from q/latest 2>err &&
+		test_cmp expect err || return 1
+	done
+'
+
 test_expect_success 'a root with only unfinished steps: no committed checkpoint' '
 	mkdir -p w/step-00000003 w/.step-00000004.tmp-abc &&
 	cp one.safetensors w/step-00000003/model.safetensors &&
