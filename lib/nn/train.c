@@ -292,6 +292,18 @@ static int shape_error(const char *dir, const gk_nn_config *ck, const gk_nn_conf
 		       want->layers, want->hidden, want->heads, want->vocab, want->positions);
 }
 
+/* 1 when lib/ckpt can open in as a checkpoint, else 0 with its reason
+ * (which says why better than a missing config.json does) */
+static int ckpt_readable(const char *in, gk_err *err)
+{
+	gk_ckpt_set *s;
+	char *v[] = {(char *)in};
+	if (gk_ckpt_open(&s, v, 1, err) < 0)
+		return 0;
+	gk_ckpt_close(s);
+	return 1;
+}
+
 /*
  * The model's shape: the checkpoint's config.json (resumed, or beside
  * --init-from) with the shape flags over it; --config must agree with it;
@@ -349,6 +361,8 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 				     "to start from");
 		else if (stat(o->init_from, &st) < 0)
 			rc = gk_err_sys(err, errno, "open '%s'", o->init_from);
+		else if (S_ISDIR(st.st_mode) && !ckpt_readable(o->init_from, err))
+			rc = -1; /* a root without a committed step, an unfinished step */
 		else
 			rc = gk_errf(err, "no model: '%s' has no config.json%s; give --config or "
 				     "the shape flags", o->init_from, dir ? "" : " beside it");

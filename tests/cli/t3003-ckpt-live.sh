@@ -176,6 +176,14 @@ test_expect_success 'a root with only unfinished steps: no committed checkpoint'
 	echo "mem-estimate: $msg" >expect &&
 	test_expect_code 1 mem-estimate --from w 2>err &&
 	test_cmp expect err &&
+	echo "gpu-train: $msg" >expect &&
+	test_expect_code 1 gpu-train --eval-only --init-from w --data train.bin --seq 8 2>err &&
+	test_cmp expect err &&
+	ln -sfn step-00000003 w/latest &&
+	echo "gpu-train: read '\''w/latest'\'': incomplete checkpoint (no COMMIT)" >expect &&
+	test_expect_code 1 gpu-train --eval-only --init-from w/latest --data train.bin --seq 8 2>err &&
+	test_cmp expect err &&
+	rm w/latest &&
 	rmdir w/.step-00000004.tmp-abc &&
 	echo "ckpt-merge: read '\''w'\'': no committed checkpoint (1 step directory without COMMIT: still being written, or left by a killed run)" >expect &&
 	test_expect_code 1 ckpt-merge --check w 2>err &&
