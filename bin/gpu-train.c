@@ -677,14 +677,16 @@ static int run_eval(gk_nn_trainer *t, const args *a, gk_err *err)
 	int64_t nb;
 	if (gk_nn_trainer_eval(t, a->eval_src, a->o.eval_batches, &loss, &nb, err) < 0)
 		return -1;
+	/* which checkpoint: a directory's latest may not be what the user thinks */
+	const char *from = gk_nn_trainer_model_from(t);
 	if (rank == 0) {
 		if (cli.json)
-			emit(json_pack("{s:s,s:o,s:I,s:I}", "event", "eval", "loss", jnum(loss),
+			emit(json_pack("{s:s,s:o,s:I,s:I,s:s?}", "event", "eval", "loss", jnum(loss),
 				       "batches", (json_int_t)nb, "tokens",
-				       (json_int_t)(nb * r->batch * r->seq)));
+				       (json_int_t)(nb * r->batch * r->seq), "model", from));
 		else
-			printf("loss %.6f over %" PRId64 " micro-batches of %d x %d tokens\n",
-			       loss, nb, r->batch, r->seq);
+			printf("loss %.6f over %" PRId64 " micro-batches of %d x %d tokens (%s)\n",
+			       loss, nb, r->batch, r->seq, from ? from : "the seeded initialisation");
 	}
 	/* printed for the record, but a model that gives NaN is broken */
 	if (!isfinite(loss)) {

@@ -502,6 +502,9 @@ const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);
 /* Rank 0: what --resume repaired in --ckpt-dir (latest moved on to the
  * step a killed run committed last), or NULL. */
 const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t);
+/* The checkpoint the model was loaded from (the step directory --resume
+ * or --init-from resolved to), or NULL for the seeded initialisation. */
+const char *gk_nn_trainer_model_from(const gk_nn_trainer *t);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);

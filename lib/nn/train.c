@@ -114,6 +114,7 @@ struct gk_nn_trainer {
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
 	const char *init_asked; /* ... and as given */
 	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
+	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -262,6 +263,11 @@ const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note)
 const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t)
 {
 	return t->ckpt_note[0] ? t->ckpt_note : NULL;
+}
+
+const char *gk_nn_trainer_model_from(const gk_nn_trainer *t)
+{
+	return t->model_from[0] ? t->model_from : NULL;
 }
 
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
@@ -975,6 +981,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 				init_gone(t, err);
 			goto fail;
 		}
+		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
 	} else {
 		gk_nn_init(t->m, t->o.seed);
 	}

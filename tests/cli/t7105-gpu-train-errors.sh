@@ -252,6 +252,18 @@ test_expect_success 'a full stdout in --json mode names ENOSPC, as in text mode'
 	grep "^gpu-train: write standard output: No space left on device$" err
 '
 
+test_expect_success '--eval-only names the model it evaluated: the step latest resolved to, or null' '
+	gpu-train --data train.bin $TINY --batch 2 --steps 2 --ckpt-every 1 --ckpt-dir evk -q &&
+	gpu-train --eval-only --ckpt-dir evk --resume --data train.bin $TINY --batch 2 \
+		--eval-batches 1 --json >ev.json &&
+	jq -s -e "map(select(.event == \"eval\"))[0].model == \"evk/step-00000002\"" ev.json &&
+	gpu-train --eval-only --init-from evk/latest --data train.bin $TINY --batch 2 \
+		--eval-batches 1 >ev.txt &&
+	grep "^loss [0-9.]* over 1 micro-batches of 2 x 16 tokens (evk/step-00000002)$" ev.txt &&
+	gpu-train --eval-only --data train.bin $TINY --batch 2 --eval-batches 1 --json >ev.json &&
+	jq -s -e "map(select(.event == \"eval\"))[0].model == null" ev.json
+'
+
 test_expect_success '--eval-only of a checkpoint directory with nothing in it: exit 1, never the untrained model' '
 	test_expect_code 1 gpu-train --eval-only --ckpt-dir nodir --resume --data train.bin $TINY \
 		--batch 2 --eval-batches 1 --json >ev.json 2>err &&
