@@ -216,6 +216,17 @@ static int commit_hash(const char *root, uint64_t step, uint64_t *hash, gk_err *
 	return 0;
 }
 
+/* ROOT's device and inode, "DEV:INO": the same directory wherever it is
+ * named from (and after a rename within its filesystem); 0 if unknown. */
+static int root_id(const char *root, char *out, size_t len)
+{
+	struct stat st;
+	if (stat(root, &st) < 0)
+		return 0;
+	snprintf(out, len, "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino);
+	return 1;
+}
+
 int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 {
 	char dir[PATH_MAX], final[2 * PATH_MAX], path[2 * PATH_MAX], name[64];
@@ -281,12 +292,16 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 	 * gk_ckpt_repair_latest follows these links.
 	 */
 	uint64_t parent, ph;
+	char rid[48];
 	if (gk_ckpt_latest(s->root, &parent, NULL) == 1 && parent < s->step &&
-	    commit_hash(s->root, parent, &ph, NULL) == 0) {
+	    commit_hash(s->root, parent, &ph, NULL) == 0 && root_id(s->root, rid, sizeof(rid))) {
 		char hex[17];
 		json_t *pj = json_object();
 		json_object_set_new(pj, "step", json_integer((json_int_t)parent));
 		json_object_set_new(pj, "commit_xxh3", json_string(gk_xxh3_hex(ph, hex)));
+		/* the directory it was committed in: a copy of the step (or of
+		 * a whole run, forked) continues the same parent elsewhere */
+		json_object_set_new(pj, "root", json_string(rid));
 		json_object_set_new(j, "parent", pj);
 	}
 	snprintf(path, sizeof(path), "%s/COMMIT", dir);
@@ -484,17 +499,20 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
 
 /*
  * The parent COMMIT of step names (see gk_ckpt_stage_commit), as its step
- * and the XXH3 of its COMMIT's bytes; 0, or -1 when there is none.
+ * and the XXH3 of its COMMIT's bytes, when it was committed in the
+ * directory whose root_id is rid; 0, or -1 when there is none.
  */
-static int parent_of(const char *buf, size_t len, uint64_t *step, uint64_t *hash)
+static int parent_of(const char *buf, size_t len, const char *rid, uint64_t *step,
+		     uint64_t *hash)
 {
 	json_t *j = gk_json_load_buf(buf, len, "COMMIT", NULL);
 	const json_t *p = json_object_get(j, "parent");
 	int64_t ps;
-	const char *hex;
+	const char *hex, *root;
 	int rc = -1;
 	if (json_is_object(p) && gk_json_get_int(p, "step", &ps, NULL) == 0 && ps >= 0 &&
 	    gk_json_get_str(p, "commit_xxh3", &hex, NULL) == 0 &&
+	    gk_json_get_str(p, "root", &root, NULL) == 0 && strcmp(root, rid) == 0 &&
 	    gk_xxh3_parse(hex, hash, NULL) == 0) {
 		*step = (uint64_t)ps;
 		rc = 0;
@@ -506,14 +524,15 @@ static int parent_of(const char *buf, size_t len, uint64_t *step, uint64_t *hash
 int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
 			  gk_err *err)
 {
-	char target[PATH_MAX], name[32];
+	char target[PATH_MAX], name[32], rid[48];
 	uint64_t latest, cur, next;
 	struct link {
 		uint64_t step, hash;
 	} *chain = NULL;
 	size_t n = 0, cap = 0;
 	int is_committed, r;
-	if (ck_latest_link(root, &latest, target, sizeof(target)) != CK_LATEST_STEP)
+	if (ck_latest_link(root, &latest, target, sizeof(target)) != CK_LATEST_STEP ||
+	    !root_id(root, rid, sizeof(rid)))
 		return 0; /* readers already take the highest committed step */
 	snprintf(name, sizeof(name), "step-%08" PRIu64, latest);
 	if (!committed(root, name))
@@ -541,7 +560,7 @@ int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
 		int linked = 0;
 		if (!is_committed || read_commit(root, next, &buf, &len, &h, NULL))
 			break;
-		if (parent_of(buf, len, &ps, &ph) == 0)
+		if (parent_of(buf, len, rid, &ps, &ph) == 0)
 			for (size_t i = 0; i < n && !linked; i++)
 				linked = chain[i].step == ps && chain[i].hash == ph;
 		free(buf);

@@ -253,6 +253,22 @@ test_expect_success 'killed before latest moved: --resume goes on from the step 
 	test_cmp f12tail l
 '
 
+test_expect_success 'a step of a run forked from the same checkpoint, copied in, is not taken as this run.s' '
+	gpu-train $A --steps 8 --until 4 --ckpt-every 2 --ckpt-dir fa >/dev/null &&
+	cp -R fa fc &&
+	gpu-train $A --steps 8 --until 6 --ckpt-every 2 --ckpt-dir fc --resume --lr 5e-2 >/dev/null &&
+	jq -e ".parent.step == 4" fc/step-00000006/COMMIT &&
+	cp -R fc/step-00000006 fa/ &&
+	test_expect_code 1 gpu-train $A --steps 8 --ckpt-every 2 --ckpt-dir fa --resume >out 2>err &&
+	test_must_be_empty out &&
+	grep "^gpu-train: checkpoint directory .fa.: step-00000006 is ahead of step 4" err &&
+	test "$(readlink fa/latest)" = step-00000004 &&
+	mv fc fc2 &&
+	rm -r fc2/latest && ln -s step-00000004 fc2/latest &&
+	gpu-train $A --steps 8 --ckpt-every 2 --ckpt-dir fc2 --resume >/dev/null 2>err &&
+	grep "latest named step-00000004, and step-00000006 continues it" err
+'
+
 test_expect_success MPI 'killed before latest moved, 2 ranks with ZeRO-1: every rank resumes from the same step' '
 	mpi 2 $A --zero 1 --steps 6 --until 4 --ckpt-every 2 --ckpt-dir ckm >/dev/null &&
 	ln -sfn step-00000002 ckm/latest &&
