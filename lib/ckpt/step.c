@@ -216,14 +216,18 @@ static int commit_hash(const char *root, uint64_t step, uint64_t *hash, gk_err *
 	return 0;
 }
 
-/* ROOT's device and inode, "DEV:INO": the same directory wherever it is
- * named from (and after a rename within its filesystem); 0 if unknown. */
+/*
+ * ROOT's inode number: the same directory wherever it is named from, and
+ * after a rename within its filesystem; 0 if unknown. Not the device: a
+ * job requeued on another node sees the same NFS or Lustre directory
+ * under another device number, but with the same inode.
+ */
 static int root_id(const char *root, char *out, size_t len)
 {
 	struct stat st;
 	if (stat(root, &st) < 0)
 		return 0;
-	snprintf(out, len, "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino);
+	snprintf(out, len, "%ju", (uintmax_t)st.st_ino);
 	return 1;
 }
 
