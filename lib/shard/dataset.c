@@ -38,6 +38,9 @@ struct gk_shard_dataset {
 	gk_shard_manifest man;
 	char **files;
 	uint64_t list_id;         /* the shard list's identity (gk_shard_state.list) */
+	uint64_t files_id;        /* and by path, size and head (gk_shard_state.files) */
+	size_t common;            /* length of the files' common directory, its '/' included */
+	const gk_shard_state_shard *base_names; /* basenames, for states with no "files" */
 	gk_shard_state_shard *names; /* the list, when states carry it */
 	size_t nnames;
 	gk_shard_index *idx;      /* per shard; nsamples 0 = not loaded */
@@ -701,32 +704,94 @@ static size_t json_str(char *buf, size_t len, const char *s)
 	return n;
 }
 
+/* Bytes of a shard's head that go into the list's identity. */
+enum { HEAD_BYTES = 4096 };
+
 /*
- * What a state says of the shard list (gk_shard_state.list): the
- * basenames and counts, so the same shards in another directory, or
- * listed by a manifest instead of a pattern, are the same list. The
- * names themselves go into states only while they are short: a state is
- * saved per rank and worker (trainer.json) and exchanged in fixed-size
- * buffers; a long list is the hash alone.
+ * Length of the longest directory prefix (up to and with its last '/')
+ * that every file of the list shares: "" when one is absolute and
+ * another not, or when none has a directory.
+ */
+static size_t common_dir(char *const *files, size_t n)
+{
+	size_t len = n ? strlen(files[0]) : 0;
+	for (size_t i = 1; i < n && len; i++) {
+		size_t k = 0;
+		while (k < len && files[i][k] && files[i][k] == files[0][k])
+			k++;
+		len = k;
+	}
+	while (len && files[0][len - 1] != '/')
+		len--;
+	return len;
+}
+
+/*
+ * One shard's part of the list identity past its name and count: its
+ * size and the XXH3 of its first HEAD_BYTES (one open and one read, at
+ * open; a shard's index would bind the whole file, but a manifest list
+ * reads no index and DALI's indexes carry no binding, so both sources
+ * use the head and give the same identity).
+ */
+static int shard_head(const char *path, unsigned char out[16], gk_err *err)
+{
+	char buf[HEAD_BYTES];
+	struct stat st;
+	ssize_t n = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 ||
+	    (n = pread(fd, buf, (size_t)st.st_size < sizeof(buf) ? (size_t)st.st_size : sizeof(buf), 0)) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return gk_err_sys(err, e, "shard '%s'", path);
+	}
+	close(fd);
+	uint64_t v[2] = {(uint64_t)st.st_size, gk_xxh3(buf, (size_t)n)};
+	for (int j = 0; j < 2; j++)
+		for (int k = 0; k < 8; k++)
+			out[8 * j + k] = (unsigned char)(v[j] >> (8 * k));
+	return 0;
+}
+
+/*
+ * What a state says of the shard list. "files" (gk_shard_state.files):
+ * each shard's path relative to the list's common directory, its count,
+ * its size and the hash of its head, so the same tree moved elsewhere,
+ * or listed by a manifest instead of a pattern, is the same list, while
+ * en/train-000.tar and de/train-000.tar are not, nor two folders of
+ * like-named shards listed on their own. "list" is today's older
+ * identity (basenames and counts), kept to check states saved before
+ * "files". The names (relative paths) go into states only while they
+ * are short: a state is saved per rank and worker (trainer.json) and
+ * exchanged in fixed-size buffers; a long list is the hashes alone.
  */
 static int list_identity(gk_shard_dataset *d, gk_err *err)
 {
-	gk_hash *h = gk_hash_new();
+	gk_hash *h = gk_hash_new(), *f = gk_hash_new();
 	size_t json = 1; /* [...] */
-	int names = 1;
-	if (!h)
-		return gk_err_sys(err, ENOMEM, "dataset");
+	int names = 1, rc = -1;
+	if (!h || !f) {
+		gk_err_sys(err, ENOMEM, "dataset");
+		goto out;
+	}
+	d->common = common_dir(d->files, d->man.n);
 	for (size_t i = 0; i < d->man.n; i++) {
-		const char *b = base_name(d->man.v[i].path);
-		unsigned char le[8];
+		const char *b = base_name(d->man.v[i].path), *rel = d->files[i] + d->common;
+		unsigned char le[8], head[16];
 		for (int k = 0; k < 8; k++)
 			le[k] = (unsigned char)(d->man.v[i].samples >> (8 * k));
 		gk_hash_update(h, b, strlen(b) + 1);
 		gk_hash_update(h, le, sizeof(le));
+		if (shard_head(d->files[i], head, err) < 0)
+			goto out;
+		gk_hash_update(f, rel, strlen(rel) + 1);
+		gk_hash_update(f, le, sizeof(le));
+		gk_hash_update(f, head, sizeof(head));
 		if (names) {
-			json_t *js = json_string(b); /* NULL: not UTF-8 */
+			json_t *js = json_string(rel); /* NULL: not UTF-8 */
 			/* ["NAME",N] and a comma or the closing ] */
-			json += json_str(NULL, 0, b) + 4 +
+			json += json_str(NULL, 0, rel) + 4 +
 				(size_t)snprintf(NULL, 0, "%llu",
 						 (unsigned long long)d->man.v[i].samples);
 			names = js && json <= GK_SHARD_STATE_NAMES;
@@ -734,16 +799,27 @@ static int list_identity(gk_shard_dataset *d, gk_err *err)
 		}
 	}
 	d->list_id = gk_hash_digest(h);
-	gk_hash_free(h);
+	d->files_id = gk_hash_digest(f);
+	rc = 0;
 	if (!names)
-		return 0;
-	if (!(d->names = calloc(d->man.n, sizeof(*d->names))))
-		return gk_err_sys(err, ENOMEM, "dataset");
-	for (size_t i = 0; i < d->man.n; i++)
-		d->names[i] = (gk_shard_state_shard){base_name(d->man.v[i].path),
-						     d->man.v[i].samples};
+		goto out;
+	gk_shard_state_shard *v = calloc(2 * d->man.n, sizeof(*v));
+	if (!v) {
+		rc = gk_err_sys(err, ENOMEM, "dataset");
+		goto out;
+	}
+	for (size_t i = 0; i < d->man.n; i++) {
+		v[i] = (gk_shard_state_shard){d->files[i] + d->common, d->man.v[i].samples};
+		v[d->man.n + i] = (gk_shard_state_shard){base_name(d->man.v[i].path),
+							 d->man.v[i].samples};
+	}
+	d->names = v;
+	d->base_names = v + d->man.n;
 	d->nnames = d->man.n;
-	return 0;
+out:
+	gk_hash_free(h);
+	gk_hash_free(f);
+	return rc;
 }
 
 typedef struct file_id {
@@ -873,6 +949,8 @@ void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st)
 	st->hist = d->hist;
 	st->nhist = d->nhist;
 	st->list = d->list_id;
+	st->files = d->files_id;
+	st->has_files = 1;
 	st->shards = d->man.n;
 	st->names = d->names;
 	st->nnames = d->nnames;
@@ -1052,10 +1130,13 @@ static int check_window(const gk_shard_dataset *d, const gk_shard_state *st,
 /*
  * Same shard list: the positions are into the stream of this list's
  * samples, so another list (reordered, a shard replaced by another of
- * the same count) would resume at other samples, repeating some and
- * skipping others. Named by the first difference when the state holds
- * the list. A state from before lists were named (shards 0) is taken on
- * its counts, as it was then.
+ * the same count, the same names in another folder) would resume at
+ * other samples, repeating some and skipping others. Named by the first
+ * difference when the state holds the list. A state with "files" is
+ * checked on it (paths below the common directory, counts, sizes,
+ * heads); one saved before it, with only "list", on basenames and
+ * counts as it was then; one from before lists were named (shards 0) on
+ * its counts alone.
  */
 static int check_list(const gk_shard_dataset *d, const gk_shard_state *st,
 		      gk_err *err)
@@ -1064,9 +1145,11 @@ static int check_list(const gk_shard_dataset *d, const gk_shard_state *st,
 	size_t n = d->man.n;
 	if (st->shards == 0)
 		return 0;
-	for (size_t i = 0; st->nnames == st->shards && i <= st->nnames && i <= n; i++) {
+	/* d->names is NULL for a long list: compare only while st's are there */
+	const gk_shard_state_shard *mine = st->has_files ? d->names : d->base_names;
+	for (size_t i = 0; mine && st->nnames == st->shards && i <= st->nnames && i <= n; i++) {
 		const gk_shard_state_shard *a = i < st->nnames ? &st->names[i] : NULL;
-		const char *b = i < n ? base_name(d->man.v[i].path) : NULL;
+		const char *b = i < n ? mine[i].name : NULL;
 		if (a && b && strcmp(a->name, b) == 0 && a->samples == d->man.v[i].samples)
 			continue;
 		if (a && b)
@@ -1080,12 +1163,19 @@ static int check_list(const gk_shard_dataset *d, const gk_shard_state *st,
 			return gk_errf(err, "dataset state: saved for a list of %zu shards, this list goes on with shard %zu '%s' (%llu samples): %s",
 				       i, i, b, (unsigned long long)d->man.v[i].samples, why);
 	}
-	if (st->list == d->list_id && st->shards == n)
+	uint64_t want = st->has_files ? st->files : st->list;
+	uint64_t have = st->has_files ? d->files_id : d->list_id;
+	if (want == have && st->shards == n)
 		return 0;
 	char x[17], y[17];
-	return gk_errf(err, "dataset state: saved for another shard list (%llu shards, identity %s), this list has %zu (identity %s): %s (basenames and sample counts)",
-		       (unsigned long long)st->shards, gk_xxh3_hex(st->list, x), n,
-		       gk_xxh3_hex(d->list_id, y), why);
+	if (st->has_files && st->shards == n && st->list == d->list_id && st->nnames == n)
+		return gk_errf(err, "dataset state: saved for shards of the same names and counts whose sizes or contents differ (identity %s, this list %s): %s",
+			       gk_xxh3_hex(want, x), gk_xxh3_hex(have, y), why);
+	return gk_errf(err, "dataset state: saved for another shard list (%llu shards, identity %s), this list has %zu (identity %s): %s (%s)",
+		       (unsigned long long)st->shards, gk_xxh3_hex(want, x), n,
+		       gk_xxh3_hex(have, y), why,
+		       st->has_files ? "paths below their common directory, sample counts, sizes and first 4 KiB"
+				     : "basenames and sample counts");
 }
 
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
@@ -1135,6 +1225,7 @@ int gk_shard_dataset_restore_world(gk_shard_dataset *d, const gk_shard_state *st
 		if (s->seed != d->o.seed || s->epoch != a->epoch || s->parts != a->parts ||
 		    s->nhist != a->nhist || s->window != a->window ||
 		    s->list != a->list || s->shards != a->shards ||
+		    s->has_files != a->has_files || s->files != a->files ||
 		    (s->nhist && memcmp(s->hist, a->hist, s->nhist * sizeof(*s->hist)))) {
 			gk_errf(err, "dataset states: state %zu (part %u) is not from the run of state 0 (seed %llu, epoch %llu, %u parts)",
 				i, s->part, (unsigned long long)a->seed,
@@ -1301,6 +1392,8 @@ int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len)
 		char x[17];
 		PUT(",\"list\":\"%s\",\"shards\":%llu", gk_xxh3_hex(st->list, x),
 		    (unsigned long long)st->shards);
+		if (st->has_files)
+			PUT(",\"files\":\"%s\"", gk_xxh3_hex(st->files, x));
 	}
 	if (st->shards && st->nnames == st->shards) {
 		PUT(",\"names\":[");
@@ -1335,9 +1428,15 @@ int gk_shard_state_format(const gk_shard_state *st, char *buf, size_t len)
 static int parse_list(const json_t *j, gk_shard_state *st, gk_err *err)
 {
 	const json_t *l = json_object_get(j, "list"), *k = json_object_get(j, "shards"),
-		     *v = json_object_get(j, "names");
-	if (!l && !k && !v)
+		     *v = json_object_get(j, "names"), *f = json_object_get(j, "files");
+	if (!l && !k && !v && !f)
 		return 0;
+	if (f) {
+		if (!json_is_string(f) || strlen(json_string_value(f)) != 16 ||
+		    gk_xxh3_parse(json_string_value(f), &st->files, err) < 0)
+			return gk_errf(err, "dataset state: 'files' is not 16 hex digits");
+		st->has_files = 1;
+	}
 	if (!json_is_string(l) || strlen(json_string_value(l)) != 16 ||
 	    gk_xxh3_parse(json_string_value(l), &st->list, err) < 0)
 		return gk_errf(err, "dataset state: 'list' is not 16 hex digits");

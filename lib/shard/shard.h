@@ -382,7 +382,7 @@ typedef struct gk_shard_dataset_opts {
 	void *note_ctx;
 } gk_shard_dataset_opts;
 
-/* One shard of the list a state was saved for: its basename and count. */
+/* One shard of the list a state was saved for: its name and count. */
 typedef struct gk_shard_state_shard {
 	const char *name;
 	uint64_t samples;
@@ -412,15 +412,24 @@ typedef struct gk_shard_state {
 	const uint64_t *hist;
 	size_t nhist;
 	/*
-	 * The shard list the positions index: list is its identity, the
-	 * XXH3-64 of every shard's basename, a NUL and its sample count as
-	 * 8 little-endian bytes, in list order (the directory is not part of
-	 * it: a dataset moved elsewhere resumes, from a manifest or a brace
-	 * pattern alike); shards is its length, 0 in a parsed state saved
-	 * before states named their list (not checked then). names, only
-	 * for a short list (nnames 0 or shards), is the list itself, so a
-	 * refusal can name the first shard that differs. Owned as hist is.
+	 * The shard list the positions index. files is its identity, the
+	 * XXH3-64 of, per shard in list order, its path relative to the
+	 * list's longest common directory, a NUL, then its sample count,
+	 * its size in bytes and the XXH3-64 of its first 4 KiB, each as 8
+	 * little-endian bytes: the tree moved elsewhere resumes, from a
+	 * manifest or a brace pattern alike, while en/s-0.tar and
+	 * de/s-0.tar, or two folders of like-named shards, differ (has_files
+	 * 0 in a parsed state saved before it). list is the older identity,
+	 * basenames and counts (the same bytes with the basename and the
+	 * count only), by which a state without files is checked. shards is
+	 * the list's length, 0 in a parsed state saved before states named
+	 * their list (not checked then). names, only for a short list
+	 * (nnames 0 or shards), is the list itself (relative paths; basenames
+	 * in a state without files), so a refusal can name the first shard
+	 * that differs. Owned as hist is.
 	 */
+	uint64_t files;
+	int has_files;
 	uint64_t list, shards;
 	const gk_shard_state_shard *names;
 	size_t nnames;
@@ -455,7 +464,7 @@ void gk_shard_dataset_state(const gk_shard_dataset *d, gk_shard_state *st);
 /*
  * Go to a state of this part (any epoch, any position, remapped or not);
  * checks it fits this dataset: same seed, part and parts, shard list
- * (basenames and counts, in order: the first difference is named when
+ * (gk_shard_state.files, in order: the first difference is named when
  * the state holds the list), window, counts.
  */
 int gk_shard_dataset_restore(gk_shard_dataset *d, const gk_shard_state *st,
@@ -491,7 +500,7 @@ void gk_shard_dataset_close(gk_shard_dataset *d);
 
 /*
  * {"seed":S,"epoch":E,"pos":P,"samples":N,"part":R,"parts":W,"window":B,
- *  "list":"XXH3","shards":K} plus "names":[["s-00.tar",29],...] for a
+ *  "list":"XXH3","shards":K,"files":"XXH3"} plus "names":[["s-00.tar",29],...] for a
  * short list and "hist":[...] in a remapped epoch; JSON integers, so a
  * seed that must round-trip stays below 2^63. format returns the length
  * the text needs, as snprintf does (a history makes it long: size buf

@@ -334,6 +334,32 @@ test_expect_success 'a manifest and a brace pattern of the same shards are one l
 	test_cmp expect err
 '
 
+test_expect_success 'like-named shards of another folder, or two folders swapped, are another list' '
+	for l in en de; do
+		mkdir -p txt/$l &&
+		for i in $(seq -w 1 40); do
+			printf "$l text sample $i %.0s" $(seq 30) >txt/$l/k$i.txt || return 1
+		done &&
+		data-pack -q -c -o two/$l/train-%03d.tar --max-count 10 txt/$l || return 1
+	done &&
+	test $(wc -c <two/en/train-000.tar) = $(wc -c <two/de/train-000.tar) &&
+	gpu-train --data "two/en/train-{000..003}.tar" $S --steps 10 --until 3 --ckpt-dir dx >/dev/null &&
+	test_expect_code 1 gpu-train --data "two/de/train-{000..003}.tar" $S --steps 10 \
+		--ckpt-dir dx --resume -q 2>err &&
+	grep "dataset state: saved for shards of the same names and counts whose sizes or contents differ" err &&
+	gpu-train --data "two/{de,en}/train-{000..003}.tar" $S --steps 10 --until 3 --ckpt-dir dy >ya.json &&
+	test_expect_code 1 gpu-train --data "two/{en,de}/train-{000..003}.tar" $S --steps 10 \
+		--ckpt-dir dy --resume -q 2>err &&
+	echo "gpu-train: resume from '"'"'dy/step-00000003'"'"': dataset state: saved for shard 0 '"'"'de/train-000.tar'"'"' (10 samples), this list has '"'"'en/train-000.tar'"'"' (10 samples) there: $why" >expect &&
+	test_cmp expect err &&
+	gpu-train --data "two/{de,en}/train-{000..003}.tar" $S --steps 10 >yf.json &&
+	losses yf.json >yf &&
+	mkdir -p far/away && cp -r two far/away/ &&
+	gpu-train --data "far/away/two/{de,en}/train-{000..003}.tar" $S --steps 10 --ckpt-dir dy --resume >yb.json &&
+	{ losses ya.json && losses yb.json; } >yab &&
+	test_cmp yf yab
+'
+
 # COMMIT rewritten with xxhsum (an XXH3 independent of ours), so that the
 # edited trainer.json passes the hash check.
 command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
@@ -342,7 +368,7 @@ test_expect_success XXHSUM 'a state saved before states named their shard list s
 	gpu-train --data "ds/s-{00..05}.tar" $S --steps 10 --until 3 --ckpt-dir dold >oa.json &&
 	d=dold/step-00000003 &&
 	jq -e ".data[0].shard | .list and .shards == 6 and (.names | length) == 6" $d/trainer.json &&
-	jq "del(.data[].shard.list, .data[].shard.shards, .data[].shard.names)" $d/trainer.json >old.json &&
+	jq "del(.data[].shard.list, .data[].shard.shards, .data[].shard.names, .data[].shard.files)" $d/trainer.json >old.json &&
 	mv old.json $d/trainer.json &&
 	h=$(xxhsum -H3 $d/trainer.json | sed "s/.* = //") &&
 	jq ".files[\"trainer.json\"] = {bytes: $(wc -c <$d/trainer.json), xxh3: \"$h\"}" \

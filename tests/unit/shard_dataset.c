@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -477,11 +478,15 @@ static void test_list(const char *man, const char *mann)
 	snprintf(lswapped, sizeof(lswapped), "%s/{p,p,p,p,p,p}-{000,001,002,004,003,005,006}.tar",
 		 dir);
 
-	/* The identity, from its definition: basename, NUL, count (LE64). */
+	/*
+	 * The identities, from their definitions: "list", basename, NUL,
+	 * count (LE64); "files", the path below the common directory (here
+	 * the basename), NUL, count, size and XXH3 of the first 4 KiB (LE64).
+	 */
 	gk_shard_manifest m;
-	unsigned char bytes[512];
-	size_t nb = 0;
-	char names[512] = "", hex[17];
+	unsigned char bytes[512], fbytes[1024];
+	size_t nb = 0, nf = 0;
+	char names[512] = "", hex[17], fhex[17];
 	int made = gk_shard_manifest_load(man, &m, &err) == 0 && m.n == 7;
 	for (size_t i = 0; made && i < m.n; i++) {
 		const char *b = strrchr(m.v[i].path, '/') ? strrchr(m.v[i].path, '/') + 1 : m.v[i].path;
@@ -489,16 +494,31 @@ static void test_list(const char *man, const char *mann)
 		nb += strlen(b) + 1;
 		for (int k = 0; k < 8; k++)
 			bytes[nb++] = (unsigned char)(m.v[i].samples >> (8 * k));
+		char *path = gk_shard_manifest_file(&m, i), head[4096];
+		FILE *fp = path ? fopen(path, "rb") : NULL;
+		size_t len = fp ? fread(head, 1, sizeof(head), fp) : 0;
+		struct stat sb;
+		made = made && fp && stat(path, &sb) == 0;
+		if (fp)
+			fclose(fp);
+		free(path);
+		uint64_t v[3] = {m.v[i].samples, made ? (uint64_t)sb.st_size : 0, gk_xxh3(head, len)};
+		memcpy(fbytes + nf, b, strlen(b) + 1);
+		nf += strlen(b) + 1;
+		for (int j = 0; j < 3; j++)
+			for (int k = 0; k < 8; k++)
+				fbytes[nf++] = (unsigned char)(v[j] >> (8 * k));
 		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s[\"%s\",%llu]",
 			 i ? "," : "", b, (unsigned long long)m.v[i].samples);
 	}
 	if (made)
 		gk_shard_manifest_free(&m);
-	snprintf(want, sizeof(want), ",\"list\":\"%s\",\"shards\":7,\"names\":[%s]}",
-		 gk_xxh3_hex(gk_xxh3(bytes, nb), hex), names);
+	snprintf(want, sizeof(want), ",\"list\":\"%s\",\"shards\":7,\"files\":\"%s\",\"names\":[%s]}",
+		 gk_xxh3_hex(gk_xxh3(bytes, nb), hex), gk_xxh3_hex(gk_xxh3(fbytes, nf), fhex), names);
 	made = made && save_at(man, 2, 1, 5, json[0], JSON, next) == 0;
 	ok(made && strstr(json[0], want) != NULL,
-	   "a state names its list: XXH3 of basenames and LE64 counts, and the names: %s", json[0]);
+	   "a state names its list: XXH3 of basenames and LE64 counts, of relative paths, counts, sizes and heads, and the names: %s",
+	   json[0]);
 
 	/* The same list: from a brace pattern, from another directory. */
 	ok(restore_at(brace, 2, 1, json[0], got, &err) == 0 && strcmp(got, next) == 0,
@@ -549,13 +569,67 @@ static void test_list(const char *man, const char *mann)
 	   "42 shards: the state keeps the identity, not the names: %s", json[2]);
 	ok(restore_at(lng, 2, 1, json[2], got, &err) == 0 && strcmp(got, next) == 0,
 	   "42 shards: the same list resumes at '%s'", got);
-	const char *id = strstr(json[2], "\"list\":\"");
+	const char *id = strstr(json[2], "\"files\":\"");
 	snprintf(want, sizeof(want), "dataset state: saved for another shard list (42 shards, identity %.16s), this list has 42 (identity ",
-		 id ? id + 8 : "?");
+		 id ? id + 9 : "?");
 	ok(restore_at(lswapped, 2, 1, json[2], got, &err) < 0 &&
 	   strncmp(err.msg, want, strlen(want)) == 0 && (end = strstr(err.msg, WHY)) &&
-	   strcmp(end + strlen(WHY), " (basenames and sample counts)") == 0,
+	   strcmp(end + strlen(WHY), " (paths below their common directory, sample counts, sizes and first 4 KiB)") == 0,
 	   "42 shards, two swapped: %s", err.msg);
+
+	/*
+	 * Shards of the same names, counts and sizes in other folders: the
+	 * folder is part of the list (below the common directory), and so is
+	 * the content. r/ holds p-* with one data byte changed in each.
+	 */
+	char other[300], nr[300], rn[300];
+	made = 1;
+	for (int i = 0; i < 7; i++) {
+		char from[300], to[300], buf[1 << 16];
+		snprintf(from, sizeof(from), "%s/p-%03d.tar", dir, i);
+		snprintf(to, sizeof(to), "%s/r", dir);
+		mkdir(to, 0755);
+		snprintf(to, sizeof(to), "%s/r/p-%03d.tar", dir, i);
+		FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+		size_t n = in ? fread(buf, 1, sizeof(buf), in) : 0;
+		made = made && in && out && n > 513 && n < sizeof(buf);
+		if (made)
+			buf[512] ^= 1; /* the first member's data */
+		made = made && fwrite(buf, 1, n, out) == n;
+		if (in)
+			fclose(in);
+		if (out)
+			made = fclose(out) == 0 && made;
+	}
+	snprintf(other, sizeof(other), "%s/r/p-{000..006}.tar", dir);
+	made = made && save_at(brace, 2, 1, 5, json[0], JSON, next) == 0;
+	snprintf(want, sizeof(want), "dataset state: saved for shards of the same names and counts whose sizes or contents differ (identity ");
+	ok(made && restore_at(other, 2, 1, json[0], got, &err) < 0 &&
+	   strncmp(err.msg, want, strlen(want)) == 0 && strstr(err.msg, WHY),
+	   "like-named shards of another folder, same counts and sizes: %s", err.msg);
+	snprintf(nr, sizeof(nr), "%s/{n,r}/p-{000..006}.tar", dir);
+	snprintf(rn, sizeof(rn), "%s/{r,n}/p-{000..006}.tar", dir);
+	snprintf(want, sizeof(want), "dataset state: saved for shard 0 'n/p-000.tar' (8 samples), this list has 'r/p-000.tar' (8 samples) there%s",
+		 WHY);
+	made = save_at(nr, 2, 1, 5, json[0], JSON, next) == 0;
+	ok(made && restore_at(rn, 2, 1, json[0], got, &err) < 0 && strcmp(err.msg, want) == 0,
+	   "two folders of like-named shards swapped: %s", err.msg);
+	ok(made && restore_at(nr, 2, 1, json[0], got, &err) == 0 && strcmp(got, next) == 0,
+	   "two folders of like-named shards, in their order, resume at '%s'", got);
+
+	/* A state saved with "list" but before "files": checked on basenames. */
+	char mid[JSON];
+	made = save_at(man, 2, 1, 5, json[0], JSON, next) == 0 &&
+	       (id = strstr(json[0], ",\"files\":\"")) != NULL;
+	if (made)
+		snprintf(mid, sizeof(mid), "%.*s%s", (int)(id - json[0]), json[0], id + 27);
+	ok(made && !strstr(mid, "files") && restore_at(other, 2, 1, mid, got, &err) == 0 &&
+	   strcmp(got, next) == 0,
+	   "a state without \"files\" resumes on basenames and counts, as before: %s", made ? mid : err.msg);
+	snprintf(want, sizeof(want), "dataset state: saved for shard 3 'p-003.tar' (8 samples), this list has 'p-004.tar' (8 samples) there%s",
+		 WHY);
+	ok(made && restore_at(swapped, 2, 1, mid, got, &err) < 0 && strcmp(err.msg, want) == 0,
+	   "a state without \"files\" is still refused on swapped basenames: %s", err.msg);
 
 	/* A state saved before states named their list: taken on its counts. */
 	char old[JSON];
