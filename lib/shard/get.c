@@ -115,7 +115,25 @@ int gk_shard_get(const char *shard, const char *what, int64_t mtime, int out,
 	source *src = NULL;
 	void *chunk = NULL;
 
-	if (!ip || gk_shard_index_load(ip, &idx, err) < 0) {
+	memset(&idx, 0, sizeof(idx));
+	if (!ip)
+		return gk_err_sys(err, ENOMEM, "get '%s'", what);
+	if ((fd = open(shard, O_RDONLY | O_CLOEXEC)) < 0) {
+		free(ip);
+		return gk_err_sys(err, errno, "open '%s'", shard);
+	}
+	/*
+	 * A gzip (bzip2, xz, zstd) shard cannot have an index: say so, rather
+	 * than to make one that data-pack --index then refuses.
+	 */
+	int lz4;
+	if (sh_shard_filter(fd, shard, &lz4, err) < 0) {
+		close(fd);
+		free(ip);
+		return -1;
+	}
+	if (gk_shard_index_load(ip, &idx, err) < 0) {
+		close(fd);
 		free(ip);
 		return gk_err_prefix(err, "get '%s' (make the index with data-pack --index)",
 				     what);
@@ -124,16 +142,19 @@ int gk_shard_get(const char *shard, const char *what, int64_t mtime, int out,
 	ssize_t klen = gk_shard_key_len(what);
 	char *key = klen < 0 ? strdup(what) : strndup(what, (size_t)klen);
 	const char *ext = klen < 0 ? NULL : what + klen + 1;
+	/*
+	 * The index may be another shard's (one of the same size): its first
+	 * and last samples must be where it says before a key it lacks is
+	 * called missing, and the sample found must be where it says.
+	 */
+	int end_blocks;
+	if (sh_index_check_ends(&idx, fd, shard, ip, &end_blocks, err) < 0)
+		goto out;
 	ssize_t i = key ? gk_shard_index_find(&idx, key) : -1;
 	if (i < 0) {
 		gk_errf(err, "get '%s': no such key in '%s'", what, shard);
 		goto out;
 	}
-	if ((fd = open(shard, O_RDONLY | O_CLOEXEC)) < 0) {
-		gk_err_sys(err, errno, "open '%s'", shard);
-		goto out;
-	}
-	/* The index may be another shard's: its tar headers must be where it says. */
 	if (gk_shard_index_check(&idx, fd, shard, ip, i, err) < 0)
 		goto out;
 	const gk_shard_index_sample *is = &idx.s[i];

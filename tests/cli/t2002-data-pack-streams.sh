@@ -152,6 +152,30 @@ test_expect_success 'an index left from another shard of the name is removed, ne
 	grep "make the index with data-pack --index" err
 '
 
+test_expect_success 'an index of another shard of the same size: -g says so, not "no such key"' '
+	for i in $(seq -w 1 20); do
+		printf "text sample $i %.0s" $(seq 30) >da/q$i.txt || return 1
+	done &&
+	rm da/k.txt &&
+	data-pack -c -o same/t-%03d.tar --max-count 10 da &&
+	test $(wc -c <same/t-000.tar) = $(wc -c <same/t-001.tar) &&
+	data-pack -g q11.txt same/t-001.tar >out &&
+	cp same/t-000.idx same/t-001.idx &&
+	test_expect_code 1 data-pack -g q11.txt same/t-001.tar >out 2>err &&
+	test_must_be_empty out &&
+	echo "data-pack: index '"'"'same/t-001.idx'"'"' does not match '"'"'same/t-001.tar'"'"' at sample 0 '"'"'q01'"'"' (rebuild it with data-pack --index)" >expect &&
+	test_cmp expect err &&
+	printf aaaa >da/k.txt && rm da/q*.txt
+'
+
+test_expect_success '-g on a gzip shard without an index says it is compressed' '
+	gzip -c same/t-000.tar >same/g-000.tar.gz &&
+	test_expect_code 1 data-pack -g q01.txt same/g-000.tar.gz >out 2>err &&
+	test_must_be_empty out &&
+	echo "data-pack: shard '"'"'same/g-000.tar.gz'"'"' is gzip-compressed: random access needs an uncompressed tar (gunzip it)" >expect &&
+	test_cmp expect err
+'
+
 test_expect_success 'a stale index of another size is refused by -g and --verify' '
 	data-pack -c -o p/a-%02d.tar da && mv p/a-00.idx p/s-00.idx &&
 	test_expect_code 1 data-pack -g k.txt p/s-00.tar >out 2>err &&
