@@ -130,12 +130,19 @@ int gk_shard_pattern_tail(const char *pattern, unsigned n, gk_strlist *out,
 {
 	char name[4096];
 	struct stat st;
-	for (; n < UINT_MAX; n++) {
+	/* past a gap too (a shard of the old run removed by hand): the scan
+	 * ends after 64 numbers in a row with no file */
+	for (unsigned missing = 0; n < UINT_MAX && missing < 64; n++) {
 		int convs = gk_shard_format_name(pattern, n, name, sizeof(name), err);
 		if (convs < 0)
 			return -1;
-		if (convs == 0 || strcmp(name, "-") == 0 || lstat(name, &st) < 0)
+		if (convs == 0 || strcmp(name, "-") == 0)
 			return 0;
+		if (lstat(name, &st) < 0) {
+			missing++;
+			continue;
+		}
+		missing = 0;
 		if (gk_strlist_push(out, name, err) < 0)
 			return -1;
 	}

@@ -67,8 +67,8 @@ int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
 			 size_t len, gk_err *err);
 
 /*
- * Append to out the files the pattern names from number n on, as long as
- * they exist (up to the first number that is free): the shards a longer,
+ * Append to out the files the pattern names from number n on that exist
+ * (the scan ends after 64 free numbers in a row): the shards a longer,
  * earlier run left after the last one a run wrote, which a glob or a
  * brace range would read with the new ones. A pattern without a
  * conversion names none. -1 only for a bad pattern or no memory.

@@ -43,7 +43,11 @@ test_expect_success 'repacking into fewer shards names the ones left from before
 	test_cmp expect err &&
 	ls rp >actual && printf "x-%02d.idx\nx-%02d.tar\n" 0 0 1 1 2 2 3 3 4 4 >expect &&
 	test_cmp expect actual &&
-	rm rp/x-0[1-4].* && data-pack -c -o rp/x-%02d.tar raw 2>err && test_must_be_empty err
+	rm rp/x-0[1-4].* && data-pack -c -o rp/x-%02d.tar raw 2>err && test_must_be_empty err &&
+	data-pack -c -o rp/x-%02d.tar --max-count 3 raw 2>err && rm rp/x-03.tar &&
+	data-pack -c -o rp/x-%02d.tar --max-count 6 raw 2>err &&
+	echo "data-pack: warning: 1 shard of an earlier run after the last one written: '\''rp/x-04.tar'\'' (a glob or brace range over '\''rp/x-%02d.tar'\'' would read it too: remove it)" >expect &&
+	test_cmp expect err
 '
 
 test_expect_success 'list: TSV of shard, key, extensions, bytes' '
