@@ -103,7 +103,12 @@ test_expect_success 'a shard listed twice (or by a second name) is read twice, w
 	ln -s txt-01.tar again.tar &&
 	gpu-train --dump-data 1 --data "{txt-00,txt-01,again,txt-00}.tar" --batch 1 --seq 7 \
 		>/dev/null 2>err &&
-	grep "^gpu-train: note: shard .txt-0[01].tar. is listed 2 times, .* (and other shards are listed more than once too)$" err
+	grep "^gpu-train: note: shard .txt-0[01].tar. is listed 2 times, .* (and other shards are listed more than once too)$" err &&
+	gpu-train --data "txt-{00..01}.tar" --val-data "txt-{00,00}.tar" --eval-every 1 \
+		--eval-batches 1 --layers 1 --hidden 32 --heads 2 --positions 16 --batch 1 --seq 7 \
+		--steps 3 --threads 1 -q 2>err &&
+	echo "gpu-train: note: shard '"'"'txt-00.tar'"'"' is listed 2 times, so its samples are read 2 times an epoch" >expect &&
+	test_cmp expect err
 '
 
 test_expect_success 'one rank: .npy shards (uint16, int32, npy 2.0), GPT-2 vocabulary' '
