@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,13 +325,25 @@ static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
 /*
  * A problem in the shards the data reader worked around (an index that is
  * not its shard's, a shard without its end blocks): every rank reads the
- * same shards the same way, so the first rank says it. Called from the
- * prefetch thread too: one fprintf is one line.
+ * same shards the same way, so the first rank says it, and each thing
+ * once (the validation set is opened again at every evaluation; the last
+ * 256 notes are remembered by hash). Called from the prefetch thread too.
  */
 static void data_note(void *ctx, const char *msg)
 {
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static uint64_t given[256];
+	static size_t n;
+	uint64_t h = gk_xxh3(msg, strlen(msg));
+	int seen = 0;
 	(void)ctx;
-	if (!cli.silent_usage)
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < n && i < GK_ARRAY_SIZE(given) && !seen; i++)
+		seen = given[i] == h;
+	if (!seen)
+		given[n++ % GK_ARRAY_SIZE(given)] = h;
+	pthread_mutex_unlock(&mu);
+	if (!seen && !cli.silent_usage)
 		fprintf(stderr, "gpu-train: note: %s\n", msg);
 }
 

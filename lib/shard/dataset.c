@@ -82,19 +82,11 @@ struct gk_shard_dataset {
 /* d->idx_tried[i]: not yet, the shard's .idx (or none), built from the tar. */
 enum { IDX_NOT_TRIED, IDX_FILE, IDX_BUILT };
 
-/*
- * One line for the caller (o.note), when the dataset works around a
- * problem in the data and goes on; each line once per process, however
- * often the same data is opened (a trainer reopens its validation set at
- * every evaluation). The lines given are remembered by hash, the last
- * 256 of them.
- */
+/* One line for the caller (o.note), when the dataset works around a
+ * problem in the data and goes on. */
 static void note(const gk_shard_dataset *d, const char *fmt, ...) GK_PRINTF(2, 3);
 static void note(const gk_shard_dataset *d, const char *fmt, ...)
 {
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static uint64_t given[256];
-	static size_t ngiven;
 	char msg[sizeof(((gk_err *)0)->msg) + 256];
 	va_list ap;
 	if (!d->o.note)
@@ -102,16 +94,7 @@ static void note(const gk_shard_dataset *d, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	uint64_t h = gk_xxh3(msg, strlen(msg));
-	int seen = 0;
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < ngiven && i < GK_ARRAY_SIZE(given) && !seen; i++)
-		seen = given[i] == h;
-	if (!seen)
-		given[ngiven++ % GK_ARRAY_SIZE(given)] = h;
-	pthread_mutex_unlock(&mu);
-	if (!seen)
-		d->o.note(d->o.note_ctx, msg);
+	d->o.note(d->o.note_ctx, msg);
 }
 
 /*
