@@ -231,8 +231,8 @@ int gk_brace_expand(const char *pattern, size_t max, gk_strlist *out,
  * ("node{01..04}") or Slurm's bracket syntax ("node[01-04,07]",
  * "rack[1-2]-n[1-3]"), as in SLURM_JOB_NODELIST. Appends to out; empty
  * names, unbalanced brackets, brackets holding anything but numbers and
- * ascending ranges, names that are not RFC 1123 host names and more than
- * max names (0: 100,000) are errors.
+ * ascending ranges, names that are not RFC 1123 host names, a name given
+ * twice (ignoring case) and more than max names (0: 100,000) are errors.
  */
 int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 		       gk_err *err);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/core.h"
 
@@ -133,6 +134,29 @@ bad:
 	return NULL;
 }
 
+static int cmp_host(const void *a, const void *b)
+{
+	return strcasecmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A name given twice (host names ignore case): a rankfile would place
+ * two ranks' cores on it twice. NULL, or the name. */
+static const char *repeated(char *const *v, size_t n, int *nomem)
+{
+	const char *dup = NULL;
+	char **s = malloc((n ? n : 1) * sizeof(*s));
+	*nomem = !s;
+	if (!s)
+		return NULL;
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_host);
+	for (size_t i = 1; i < n && !dup; i++)
+		if (strcasecmp(s[i - 1], s[i]) == 0)
+			dup = s[i];
+	free(s);
+	return dup;
+}
+
 int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 		       gk_err *err)
 {
@@ -192,6 +216,15 @@ int gk_hostlist_expand(const char *list, size_t max, gk_strlist *out,
 		if (bad)
 			rc = gk_errf(err, "host list '%s': host name '%s': %s",
 				     list, out->v[i], bad);
+	}
+	if (rc == 0) {
+		int nomem;
+		const char *dup = repeated(out->v + before, out->n - before, &nomem);
+		if (nomem)
+			rc = gk_err_sys(err, ENOMEM, "host list");
+		else if (dup)
+			rc = gk_errf(err, "host list '%s': host '%s' is named twice (host names "
+				     "ignore case)", list, dup);
 	}
 	if (rc < 0) {
 		while (out->n > before)

@@ -215,6 +215,8 @@ test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-topo --binding -n 0 2>err &&
 	test_expect_code 2 gpu-topo --explain GPU0 2>err && grep "two devices" err &&
 	test_expect_code 2 gpu-topo --rankfile --hosts "a,,b" 2>err && grep "empty host name" err &&
+	test_expect_code 2 gpu-topo --rankfile --hosts "NODE1,node1" 2>err &&
+	grep "host .node1. is named twice (host names ignore case)" err &&
 	test_expect_code 2 gpu-topo stray 2>err && grep "unexpected argument" err
 '
 

@@ -94,6 +94,10 @@ int main(void)
 	hosts("rack[1-2]-n[1-2]", "rack1-n1 rack1-n2 rack2-n1 rack2-n2");
 	hosts("n[08-10],x{a,b}", "n08 n09 n10 xa xb");
 	hosts("a,,b", "error: host list 'a,,b': empty host name");
+	hosts("a,b,a", "error: host list 'a,b,a': host 'a' is named twice (host names ignore case)");
+	hosts("NODE1,node1", "error: host list 'NODE1,node1': host 'node1' is named twice (host names ignore case)");
+	hosts("n[1-3],n2", "error: host list 'n[1-3],n2': host 'n2' is named twice (host names ignore case)");
+	hosts("n{1,1}", "error: host list 'n{1,1}': host 'n1' is named twice (host names ignore case)");
 	hosts("node[01-04", "error: host list 'node[01-04': unmatched '['");
 	hosts("node[]", "error: host list 'node[]': empty '[]'");
 	hosts("node[1-]", "error: host list 'node[1-]': empty range in brackets");
