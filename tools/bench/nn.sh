@@ -1,7 +1,8 @@
 #!/bin/sh
 # nn.sh - gpu-train's CPU training step (forward, backward, AdamW) against
 # PyTorch's (transformers' GPT2LMHeadModel, torch.optim.AdamW) on the same
-# model, and against OpenBLAS sgemm alone at the step's matmul shapes.
+# model, and against OpenBLAS sgemm alone making the step's matmul calls
+# (shapes, transposes and beta: a beta-0 call includes OpenBLAS zeroing C).
 #
 # Anchor: 4 layers, d 256, 4 heads, T 128, batch 8, byte vocabulary (257),
 # fp32, AdamW 0.9/0.95, wd 0.1 on 2-D tensors, constant lr, random windows.
