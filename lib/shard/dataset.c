@@ -726,6 +726,23 @@ static size_t common_dir(char *const *files, size_t n)
 	return len;
 }
 
+/* A shard's file, wherever the list names it from: note_repeats. */
+typedef struct file_id {
+	dev_t dev;
+	ino_t ino;
+	size_t i;
+} file_id;
+
+static int cmp_file_id(const void *a, const void *b)
+{
+	const file_id *x = a, *y = b;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
 /*
  * One shard's part of the list identity past its name and count: its
  * size and the XXH3 of its first HEAD_BYTES (one open and one read, at
@@ -733,7 +750,8 @@ static size_t common_dir(char *const *files, size_t n)
  * reads no index and DALI's indexes carry no binding, so both sources
  * use the head and give the same identity).
  */
-static int shard_head(const char *path, unsigned char out[16], gk_err *err)
+static int shard_head(const char *path, unsigned char out[16], struct stat *sto,
+		      gk_err *err)
 {
 	char buf[HEAD_BYTES];
 	struct stat st;
@@ -747,6 +765,7 @@ static int shard_head(const char *path, unsigned char out[16], gk_err *err)
 		return gk_err_sys(err, e, "shard '%s'", path);
 	}
 	close(fd);
+	*sto = st;
 	uint64_t v[2] = {(uint64_t)st.st_size, gk_xxh3(buf, (size_t)n)};
 	for (int j = 0; j < 2; j++)
 		for (int k = 0; k < 8; k++)
@@ -766,7 +785,7 @@ static int shard_head(const char *path, unsigned char out[16], gk_err *err)
  * are short: a state is saved per rank and worker (trainer.json) and
  * exchanged in fixed-size buffers; a long list is the hashes alone.
  */
-static int list_identity(gk_shard_dataset *d, gk_err *err)
+static int list_identity(gk_shard_dataset *d, file_id *ids, gk_err *err)
 {
 	gk_hash *h = gk_hash_new(), *f = gk_hash_new();
 	size_t json = 1; /* [...] */
@@ -779,12 +798,14 @@ static int list_identity(gk_shard_dataset *d, gk_err *err)
 	for (size_t i = 0; i < d->man.n; i++) {
 		const char *b = base_name(d->man.v[i].path), *rel = d->files[i] + d->common;
 		unsigned char le[8], head[16];
+		struct stat st;
 		for (int k = 0; k < 8; k++)
 			le[k] = (unsigned char)(d->man.v[i].samples >> (8 * k));
 		gk_hash_update(h, b, strlen(b) + 1);
 		gk_hash_update(h, le, sizeof(le));
-		if (shard_head(d->files[i], head, err) < 0)
+		if (shard_head(d->files[i], head, &st, err) < 0)
 			goto out;
+		ids[i] = (file_id){st.st_dev, st.st_ino, i};
 		gk_hash_update(f, rel, strlen(rel) + 1);
 		gk_hash_update(f, le, sizeof(le));
 		gk_hash_update(f, head, sizeof(head));
@@ -822,38 +843,17 @@ out:
 	return rc;
 }
 
-typedef struct file_id {
-	dev_t dev;
-	ino_t ino;
-	size_t i;
-} file_id;
-
-static int cmp_file_id(const void *a, const void *b)
-{
-	const file_id *x = a, *y = b;
-	if (x->dev != y->dev)
-		return x->dev < y->dev ? -1 : 1;
-	if (x->ino != y->ino)
-		return x->ino < y->ino ? -1 : 1;
-	return x->i < y->i ? -1 : x->i > y->i;
-}
-
 /*
  * A shard listed more than once (the same file, by any name) is read that
  * many times an epoch: a way to weight it, or a typo in a brace list, so
- * it is allowed and said once.
+ * it is allowed and said once. v: the list's files, as list_identity
+ * found them (sorted here).
  */
-static void note_repeats(gk_shard_dataset *d)
+static void note_repeats(gk_shard_dataset *d, file_id *v)
 {
-	size_t n = d->man.n, k = 0, groups = 0, first = 0, times = 0;
-	file_id *v = d->o.note ? malloc(n * sizeof(*v)) : NULL;
-	if (!v)
+	size_t k = d->man.n, groups = 0, first = 0, times = 0;
+	if (!d->o.note)
 		return;
-	for (size_t i = 0; i < n; i++) {
-		struct stat st;
-		if (stat(d->man.v[i].path, &st) == 0)
-			v[k++] = (file_id){st.st_dev, st.st_ino, i};
-	}
 	qsort(v, k, sizeof(*v), cmp_file_id);
 	for (size_t i = 0, j; i < k; i = j) {
 		for (j = i + 1; j < k && v[j].dev == v[i].dev && v[j].ino == v[i].ino; j++)
@@ -861,7 +861,6 @@ static void note_repeats(gk_shard_dataset *d)
 		if (j - i > 1 && groups++ == 0)
 			first = v[i].i, times = j - i;
 	}
-	free(v);
 	if (groups)
 		note(d, "shard '%s' is listed %zu times, so its samples are read %zu times an "
 		     "epoch%s", d->man.v[first].path, times, times,
@@ -896,9 +895,17 @@ int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 		gk_errf(err, "dataset '%s': no shards", source);
 		goto fail;
 	}
-	if (list_identity(d, err) < 0)
+	file_id *ids = malloc(d->man.n * sizeof(*ids));
+	if (!ids) {
+		gk_err_sys(err, ENOMEM, "dataset");
 		goto fail;
-	note_repeats(d);
+	}
+	if (list_identity(d, ids, err) < 0) {
+		free(ids);
+		goto fail;
+	}
+	note_repeats(d, ids);
+	free(ids);
 	d->per = d->per0 = d->man.samples / d->parts;
 	if (d->per == 0) {
 		gk_errf(err, "dataset '%s': %llu samples cannot give each of %llu ranks x workers one",
