@@ -165,7 +165,8 @@ int gk_cuda_stream_wait(gk_cuda_stream s, gk_cuda_event e, gk_err *err);
 int gk_cuda_event_new(gk_cuda_event *e, int timing, gk_err *err);
 void gk_cuda_event_free(gk_cuda_event e);
 int gk_cuda_event_record(gk_cuda_event e, gk_cuda_stream s, gk_err *err);
-/* *done = 1 when the work before the record has finished. */
+/* *done = 1 when the work before the record has finished; not yet is no
+ * error, and leaves none behind for a later launch check. */
 int gk_cuda_event_query(gk_cuda_event e, int *done, gk_err *err);
 int gk_cuda_event_sync(gk_cuda_event e, gk_err *err);
 /* Milliseconds between two recorded timing events. */

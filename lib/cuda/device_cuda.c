@@ -181,8 +181,19 @@ int gk_cuda_event_query(gk_cuda_event e, int *done, gk_err *err)
 {
 	cudaError_t r = cudaEventQuery(e);
 	*done = r == cudaSuccess;
-	if (r == cudaErrorNotReady)
+	if (r == cudaErrorNotReady) {
+		/*
+		 * "Not ready" is an answer, but the runtime keeps it as the
+		 * thread's last error like any failure: left there, the next
+		 * launch check (cudaGetLastError after a kernel, lib/nn's and
+		 * lib/comm's) would report it as that kernel's failure. A
+		 * waiter polling this (lib/comm's nccl waits) would make the
+		 * first kernel after every wait fail.
+		 */
+		if (cudaPeekAtLastError() == cudaErrorNotReady)
+			cudaGetLastError();
 		return 0;
+	}
 	return GK_CUDA_CHECK(r, err);
 }
 

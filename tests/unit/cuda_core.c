@@ -7,6 +7,12 @@
  * memory, copies, streams and events work on it.
  */
 #include <dlfcn.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+#if GK_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "cuda/cuda.h"
 #include "cuda/internal.h"
@@ -219,6 +225,15 @@ static void test_no_device(void)
  * while live; a stream's order and events (a copy recorded, then waited
  * on by a second stream, then timed); pinned host memory counted apart.
  */
+#if GK_HAVE_CUDA
+/* A host function holding its stream until *arg is set (no CUDA calls). */
+static void CUDART_CB hold(void *arg)
+{
+	while (!atomic_load((atomic_int *)arg))
+		sched_yield();
+}
+#endif
+
 static void test_device(void)
 {
 	gk_err err = {0};
@@ -274,6 +289,24 @@ static void test_device(void)
 	ok(gk_cuda_event_sync(e1, &err) == 0 &&
 	   gk_cuda_event_elapsed(e0, e1, &ms, &err) == 0 && ms >= 0 && ms < 10000,
 	   "device: a copy timed by two events (%.3f ms)", ms);
+#if GK_HAVE_CUDA
+	/*
+	 * An event behind a held stream reads not done, and that answer is
+	 * not left as the thread's last error for the next launch check
+	 * (the convert kernel's) to report as its own failure.
+	 */
+	atomic_int go = 0;
+	int held = cudaLaunchHostFunc(a, hold, &go) == cudaSuccess;
+	finished = -1;
+	rc = held ? gk_cuda_event_record(done, a, &err) |
+		    gk_cuda_event_query(done, &finished, &err) : -1;
+	int conv = gk_cuda_convert(d2, GK_DT_BF16, d1, GK_DT_F32, 1024, b, &err);
+	atomic_store(&go, 1);
+	rc |= gk_cuda_stream_sync(a, &err) | gk_cuda_stream_sync(b, &err);
+	ok(rc == 0 && finished == 0 && conv == 0,
+	   "device: an event not reached yet reads not done, and the next launch "
+	   "reports no error%s%s", err.msg[0] ? ": " : "", err.msg);
+#endif
 	gk_cuda_event_free(e0);
 	gk_cuda_event_free(e1);
 	gk_cuda_event_free(done);
