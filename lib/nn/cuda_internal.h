@@ -54,6 +54,11 @@ unsigned gk_nn_row_grid(uint64_t rows);
  * floats. */
 unsigned gk_nn_colsum_chunks(uint64_t N);
 
+/* Floats of the scratch every column sum of a model of C channels over N
+ * rows shares: the chunks times the widest sum, the MLP's 4C bias
+ * (LayerNorm's weight and bias are 2C; the LM head has no bias). */
+uint64_t gk_nn_colsum_floats(uint64_t N, uint64_t C);
+
 /*
  * Bucket the positions of tok[0..N) by token for the embedding backward:
  * uniq[0..nb) the distinct tokens ascending, the positions of uniq[j] are

@@ -22,6 +22,11 @@ unsigned gk_nn_colsum_chunks(uint64_t N)
 	return c ? (unsigned)c : 1;
 }
 
+uint64_t gk_nn_colsum_floats(uint64_t N, uint64_t C)
+{
+	return (uint64_t)gk_nn_colsum_chunks(N) * 4 * C;
+}
+
 /*
  * Why buckets: a token repeats across the batch, so scattering dout rows
  * into dwte needs either atomics (whose order, and so whose rounding,

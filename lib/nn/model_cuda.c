@@ -193,13 +193,11 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->pos = carve(&cur, sz[i++]);
 
 	/* scratch: q k v y, then the backward's gradients; datt (B,NH,T,T) */
-	size_t chunks = gk_nn_colsum_chunks(N);
-	size_t wide = 4 * C > Vp ? 4 * C : Vp;
 	size_t ss[] = {
 		N * C * es, N * C * es, N * C * es, N * C * es,
 		N * C * es, N * C * es, N * C * es, N * 3 * C * es,
 		N * 4 * C * es, B * NH * T * T * es,
-		chunks * 2 * wide * 4,
+		gk_nn_colsum_floats(N, C) * 4,
 		(GK_NN_SUM_BLOCKS + 1) * sizeof(double),
 	};
 	total = WS_BYTES;

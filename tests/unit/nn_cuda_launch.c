@@ -226,6 +226,17 @@ int main(void)
 	       "colsum chunks: 2^24 rows stay within gridDim.y");
 	ok(parts_tile(1 << 24, gk_nn_colsum_chunks(1 << 24)),
 	   "colsum chunks: 2^24 rows tile over the capped chunks");
+	/* the scratch holds chunks x columns of every sum model_cuda.c
+	 * runs: the biases (3C, C, 4C) and LayerNorm's weight and bias (2C) */
+	good = 1;
+	static const uint64_t rows[] = {1, 255, 256, 257, 32768, 1 << 24};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(rows); i++) {
+		uint64_t ch = gk_nn_colsum_chunks(rows[i]), f = gk_nn_colsum_floats(rows[i], 36);
+		good &= f >= ch * 4 * 36 && f >= ch * 3 * 36 && f >= ch * 2 * 36;
+	}
+	ok(good, "colsum scratch: room for the widest column sum (4C) at every row count");
+	is_u64(gk_nn_colsum_floats(32 * 1024, 768), 128 * 4 * 768,
+	       "colsum scratch: GPT-2 124M at 32 x 1024 is 1.5 MiB, not the vocabulary's width");
 
 	/* buckets: random tokens with repeats, one token only, one position */
 	enum { N = 4096, V = 300 };
