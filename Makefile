@@ -126,7 +126,10 @@ endif
 
 NVCC := $(CUDA_HOME)/bin/nvcc
 NVCCFLAGS ?= -O2 -g
-GK_NVCCFLAGS := -std=c++17 -Ilib -DGK_HAVE_CUDA=1 -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) \
+# --fmad=false: as -ffp-contract=off on the host, no a*b+c fused behind
+# the source's back, so lib/nn/math.h's functions round the same in a
+# kernel as on the CPU (an fmaf written out is still one instruction).
+GK_NVCCFLAGS := -std=c++17 -Ilib -DGK_HAVE_CUDA=1 -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) --fmad=false \
 	$(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
 	-gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 ifeq ($(HAVE_CUDA),1)

@@ -7,7 +7,8 @@
 # CUDA device"); here those skips are failures. It builds with CUDA=1
 # (nvcc required), then:
 #   1. the device unit tests (tests/unit/{cuda_core,comm_cuda,core_half,
-#      nn_cuda}): every kernel against the CPU path bit for bit, the nccl
+#      nn_cuda}): every kernel against the CPU path (within the tolerance
+#      each test states: sums run in another order on the device), the nccl
 #      backend in a world of one, lib/cuda's probe, streams, events and
 #      accounting, the model's CUDA backend against its CPU backend
 #      (kernels, a step, a 10-step loss curve, determinism);

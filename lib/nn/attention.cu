@@ -61,10 +61,10 @@ __global__ static void softmax_fwd(T *att, uint64_t rows, int T_)
 		mx = warp_max(mx);
 		float s = 0.0f;
 		for (int j = lane; j <= t; j += 32)
-			s += expf(ldf(x[j]) - mx);
+			s += gk_nn_expf(ldf(x[j]) - mx);
 		float inv = 1.0f / warp_sum(s);
 		for (int j = lane; j < T_; j += 32)
-			x[j] = stf<T>(j <= t ? expf(ldf(x[j]) - mx) * inv : 0.0f);
+			x[j] = stf<T>(j <= t ? gk_nn_expf(ldf(x[j]) - mx) * inv : 0.0f);
 	}
 }
 

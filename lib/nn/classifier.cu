@@ -24,7 +24,7 @@ __global__ static void xent_fwd(float *lse, float *loss, const T *logits,
 		mx = block_reduce<XENT_THREADS, float>(mx, sh, true);
 		float s = 0.0f;
 		for (int j = threadIdx.x; j < V; j += XENT_THREADS)
-			s += expf(ldf(x[j]) - mx);
+			s += gk_nn_expf(ldf(x[j]) - mx);
 		s = block_reduce<XENT_THREADS, float>(s, sh, false);
 		if (threadIdx.x == 0) {
 			float l = mx + logf(s);

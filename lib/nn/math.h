@@ -2,7 +2,12 @@
  * math.h - the per-element and per-row arithmetic of the GPT-2 step,
  * shared by the CPU backend (ops_cpu.c) and CUDA kernels (GK_HD is
  * __host__ __device__ under nvcc). Keeping one definition means a kernel
- * and the CPU reference it is tested against round the same way.
+ * and the CPU reference it is tested against round the same way per
+ * element (the host builds with -ffp-contract=off and nvcc with
+ * --fmad=false, so neither fuses what the source does not). What still
+ * differs: the order of the sums across a row or a column (warps on the
+ * device, lanes and threads on the CPU), logf, and the matmuls; so the
+ * device tests compare within tolerances they state per kernel.
  *
  * references: transformers' activations.py NewGELUActivation (gelu_new),
  * torch.nn.LayerNorm (biased variance), torch.optim.AdamW
