@@ -162,6 +162,22 @@ test_expect_success 'an unusable --ckpt-dir fails before step 1' '
 	! grep "\"event\":\"step\"" out
 '
 
+# ulimit -f counts 512-byte blocks in dash, 1 KiB in bash: 64 is below the
+# 136 KiB model file either way.
+test_expect_success 'past ulimit -f a checkpoint fails with EFBIG, named, no staging left' '
+	(ulimit -f 64 && test_expect_code 1 gpu-train $A -q --ckpt-dir fsz 2>err) &&
+	grep "^gpu-train: write .fsz/\.step-00000003\.tmp-[^/]*/model\.safetensors.: File too large$" err &&
+	echo .lock >want.ls &&
+	ls -A fsz >got.ls &&
+	test_cmp want.ls got.ls &&
+	(ulimit -f 64 && test_expect_code 1 gpu-train $A -q --ckpt-dir fsz --ckpt-every 1 \
+		--ckpt-error continue 2>err) &&
+	test "$(grep -c "^gpu-train: warning: checkpoint step [123] not written, training goes on: .*File too large$" err)" = 3 &&
+	grep "^gpu-train: the last checkpoint (step 3) was not written" err &&
+	ls -A fsz >got.ls &&
+	test_cmp want.ls got.ls
+'
+
 test_expect_success '--resume into a directory that does not exist yet starts afresh' '
 	gpu-train $A -q --ckpt-dir fresh/ck --resume &&
 	test -f fresh/ck/latest/COMMIT
