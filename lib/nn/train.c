@@ -1161,8 +1161,13 @@ static char *trainer_json(gk_nn_trainer *t, const char *states)
 	return out;
 }
 
-/* Start writing checkpoint t->step: copy state, hand it to a thread. */
-static int ckpt_start(gk_nn_trainer *t, gk_err *err)
+/*
+ * Start writing checkpoint t->step: copy state, hand it to a thread. A
+ * staging directory rank 0 cannot create (a disk so full that not even a
+ * directory fits) fails the checkpoint on every rank at once, as a failed
+ * write does: --ckpt-error continue warns and trains on.
+ */
+static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 {
 	ckpt_job *j = calloc(1, sizeof(*j));
 	if (!j)
@@ -1185,8 +1190,18 @@ static int ckpt_start(gk_nn_trainer *t, gk_err *err)
 	}
 	if (!name[0]) {
 		job_free(j);
-		return rc < 0 ? -1 : gk_errf(err, "checkpoint '%s': rank 0 could not create the staging directory",
-					   t->o.ckpt_dir);
+		if (rc == 0)
+			gk_errf(err, "checkpoint '%s': rank 0 could not create the staging directory",
+				t->o.ckpt_dir);
+		/* every rank got the empty name: rank 0 has the reason, and says it */
+		t->ckpt_lost = t->step;
+		if (t->o.ckpt_continue) {
+			if (h && h->checkpoint_failed && t->rank == 0)
+				h->checkpoint_failed(t->step, err, h->ctx);
+			return 0;
+		}
+		t->agreed = 1;
+		return -1;
 	}
 	if (t->rank != 0 &&
 	    gk_ckpt_stage_join(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, name, err) < 0) {
@@ -1587,7 +1602,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		int want = o->ckpt_dir && ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || v[1] > 0);
 		if (want) {
 			/* One checkpoint in flight: an older one must be done first. */
-			if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, err) < 0)
+			if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, h, err) < 0)
 				return -1;
 			last_ckpt = step;
 			/* a signal during that wait stops at this checkpoint, not the next step's */
@@ -1603,7 +1618,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		return -1;
 	if (stop != 2 && o->ckpt_dir && last_ckpt != t->step && t->step > 0 &&
 	    sum->steps > 0) {
-		if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, err) < 0)
+		if (ckpt_finish(t, h, err) < 0 || ckpt_start(t, h, err) < 0)
 			return -1;
 	}
 	if (ckpt_finish(t, h, err) < 0)

@@ -177,6 +177,32 @@ test_expect_success TMPFS 'disk full: --ckpt-error continue warns, trains on wit
 	test_cmp want12 got12
 '
 
+# A tmpfs with no inode left after step 4: not even the next staging
+# directory can be created (ENOSPC from mkdir, as on a full ext4).
+test_expect_success TMPFS 'no room for the staging directory: continue warns and trains on, stop says it once' '
+	mkdir -p noino &&
+	unshare -rm sh -c "
+		mount -t tmpfs -o size=10m tmpfs noino &&
+		timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 4 --ckpt-dir noino >/dev/null &&
+		mount -o remount,nr_inodes=\$((\$(stat -f -c \"%c - %d\" noino))) tmpfs noino &&
+		{ timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 12 --ckpt-every 4 \
+			--ckpt-dir noino --resume --ckpt-error continue >i1.json 2>i1.err; echo \$? >i1.rc; } &&
+		{ timeout 300 mpirun --bind-to none -np 2 gpu-train $A --steps 12 --ckpt-every 4 \
+			--ckpt-dir noino --resume >i2.json 2>i2.err; echo \$? >i2.rc; } &&
+		ls -A noino >i.ls" &&
+	printf ".lock\nlatest\nstep-00000004\n" >want.ls &&
+	test_cmp want.ls i.ls &&
+	test "$(cat i1.rc)" = 1 &&
+	test "$(grep -c "^gpu-train: warning: checkpoint step \(8\|12\) not written, training goes on: create directory .noino/\.step-000000[0-9]*\.tmp-.*: No space left on device$" i1.err)" = 2 &&
+	grep "^gpu-train: the last checkpoint (step 12) was not written" i1.err &&
+	test "$(losses i1.json | wc -l)" = 8 &&
+	test "$(cat i2.rc)" = 1 &&
+	grep "^gpu-train: " i2.err >said &&
+	test "$(wc -l <said)" = 1 &&
+	grep "^gpu-train: create directory .noino/\.step-00000008\.tmp-.*: No space left on device$" said &&
+	! grep MPI_ABORT i2.err
+'
+
 test_expect_success 'shards with a corrupt sample in the middle of the epoch' '
 	mkdir corpus &&
 	for f in "$GK_TOP"/lib/core/*.c; do
