@@ -451,6 +451,31 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 	return gk_nn_data_open(d, src, &dop, err);
 }
 
+/*
+ * --val-data is first read at the first --eval-every step, or after the
+ * last step: one that cannot be opened, or that holds no whole
+ * micro-batch on any rank, would end the run there, with the steps since
+ * the last checkpoint lost. Look at it before step 1 instead.
+ */
+static int check_val_data(gk_nn_trainer *t, gk_err *err)
+{
+	gk_nn_data *d;
+	if (data_open(t, &d, t->o.val_data, 0, 0, err) < 0)
+		return -1;
+	int r = gk_nn_data_next(d, t->in, t->tg, err);
+	gk_nn_data_close(d);
+	if (r < 0)
+		return -1;
+	double n = r;
+	if (allreduce_f64(t, &n, 1, err) < 0)
+		return -1;
+	if (n > 0)
+		return 0;
+	t->agreed = 1;
+	return gk_errf(err, "evaluate '%s': not one whole micro-batch of %d x %d tokens",
+		       t->o.val_data, t->o.batch, t->o.seq + 1);
+}
+
 /* Restore step, data position and moments from a step directory. */
 /*
  * Check the COMMIT behind a checkpoint input (a step directory's sizes and
@@ -945,6 +970,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	}
 	if (!t->o.eval_only && t->o.data &&
 	    data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err) < 0)
+		goto fail;
+	if (!t->o.eval_only && t->o.val_data && check_val_data(t, err) < 0)
 		goto fail;
 	if (open_grad_comm(t, err) < 0)
 		goto fail;

@@ -162,6 +162,17 @@ test_expect_success 'an unusable --ckpt-dir fails before step 1' '
 	! grep "\"event\":\"step\"" out
 '
 
+test_expect_success 'an unusable --val-data fails before step 1, not at the first evaluation' '
+	test_expect_code 1 gpu-train --json $A --steps 500 --eval-every 400 --val-data nothere.bin \
+		--ckpt-dir vck >out 2>err &&
+	grep "^gpu-train: open .nothere\.bin.: No such file or directory$" err &&
+	! grep "\"event\":\"step\"" out &&
+	printf "A\000B\000" >two.bin &&
+	test_expect_code 1 gpu-train --json $A --steps 500 --val-data two.bin --ckpt-dir vck >out 2>err &&
+	grep "^gpu-train: data .two\.bin.: 2 tokens, fewer than one global micro-batch needs (33)$" err &&
+	! grep "\"event\":\"step\"" out
+'
+
 # ulimit -f counts 512-byte blocks in dash, 1 KiB in bash: 64 is below the
 # 136 KiB model file either way.
 test_expect_success 'past ulimit -f a checkpoint fails with EFBIG, named, no staging left' '
