@@ -1345,8 +1345,14 @@ static int ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		return ckpt_progress(t, t->world, 0, 1, h, err);
 	while (t->job) {
 		ckpt_job *j = t->job;
-		/* Wait for our own files first, then agree on everyone's. */
-		while (atomic_load(&j->written) == 0)
+		/*
+		 * Wait for our own files, then agree on everyone's; but agree
+		 * at least every 100 ms meanwhile: a rank that writes much more
+		 * than the others (rank 0, the whole model) would otherwise keep
+		 * them in this allreduce for as long as its write takes, and a
+		 * write longer than --timeout would end the job as a stopped rank.
+		 */
+		for (int i = 0; i < 100 && atomic_load(&j->written) == 0; i++)
 			usleep(1000);
 		double v[2] = {atomic_load(&j->written) > 0, atomic_load(&j->written) < 0};
 		if (allreduce_f64(t, v, 2, err) < 0)

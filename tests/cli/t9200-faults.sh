@@ -119,6 +119,17 @@ test_expect_success '--timeout: a stopped rank ends gpu-train naming the collect
 	awk "BEGIN { exit !($took >= 2 && $took < 30) }"
 '
 
+# Rank 0 writes the whole model, the others nothing: its write alone is
+# slowed (GPUKIT_TEST_CKPT_DELAY_MS), past --timeout.
+test_expect_success '--timeout: a checkpoint write longer than it is not a stopped rank' '
+	timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=2500 \
+		gpu-train $A --steps 2 --timeout 1 --ckpt-dir slow : \
+		-np 1 gpu-train $A --steps 2 --timeout 1 --ckpt-dir slow >w.json 2>w.err &&
+	test_must_be_empty w.err &&
+	test "$(readlink slow/latest)" = step-00000002 &&
+	ckpt-merge --check slow/latest
+'
+
 test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the collective' '
 	start_job b.out b.err allreduce-bench -b 64K -e 64K -n 10000000 -w 0 -c 0 --timeout 1 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
