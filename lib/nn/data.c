@@ -830,6 +830,21 @@ uint64_t gk_nn_data_epoch(const gk_nn_data *d)
 	return st.epoch;
 }
 
+uint64_t gk_nn_data_identity(const gk_nn_data *d)
+{
+	if (!d->bin) {
+		gk_shard_state st;
+		gk_shard_dataset_state(d->ds, &st);
+		return st.list;
+	}
+	uint64_t id = gk_xxh3(&d->nfiles, sizeof(d->nfiles));
+	for (size_t i = 0; i < d->nfiles; i++) {
+		uint64_t v[2] = {id, d->files[i].n};
+		id = gk_xxh3(v, sizeof(v));
+	}
+	return id;
+}
+
 int gk_nn_data_is_bin(const gk_nn_data *d)
 {
 	return d->bin;

@@ -323,6 +323,12 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err);
 int gk_nn_data_restore_world(gk_nn_data *d, const char *const *json, size_t n,
 			     gk_err *err);
 uint64_t gk_nn_data_epoch(const gk_nn_data *d);
+/*
+ * What d reads, as a number that ranks can compare: for shards the
+ * list's names and sample counts (gk_shard_state.list), for token files
+ * the token count of each. Equal on ranks that split the same data.
+ */
+uint64_t gk_nn_data_identity(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);
 void gk_nn_data_close(gk_nn_data *d);
 

@@ -452,6 +452,29 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 }
 
 /*
+ * --data (and --val-data) is the same string on every rank
+ * (agree_options), but hosts with copies of their own may hold other
+ * files under it: ranks that see other shard lists or token files of
+ * other lengths split the data differently, some samples trained twice
+ * and others never, without a word. Compare what they opened.
+ */
+static int agree_data(gk_nn_trainer *t, const gk_nn_data *d, const char *src, gk_err *err)
+{
+	if (t->world == 1)
+		return 0;
+	uint64_t id = gk_nn_data_identity(d);
+	double lo[2] = {(double)(id >> 32), (double)(id & UINT32_MAX)}, hi[2] = {lo[0], lo[1]};
+	if (gk_comm_host_allreduce_f64(t->comm, lo, 2, GK_COMM_MIN, err) < 0 ||
+	    gk_comm_host_allreduce_f64(t->comm, hi, 2, GK_COMM_MAX, err) < 0)
+		return -1;
+	if (lo[0] == hi[0] && lo[1] == hi[1])
+		return 0;
+	t->agreed = 1;
+	return gk_errf(err, "data '%s': the ranks see different files (shard names or sample "
+		       "counts, or token file lengths): every rank must read the same data", src);
+}
+
+/*
  * --val-data is first read at the first --eval-every step, or after the
  * last step: one that cannot be opened, or that holds no whole
  * micro-batch on any rank, would end the run there, with the steps since
@@ -463,6 +486,8 @@ static int check_val_data(gk_nn_trainer *t, gk_err *err)
 	if (data_open(t, &d, t->o.val_data, 0, 0, err) < 0)
 		return -1;
 	int r = gk_nn_data_next(d, t->in, t->tg, err);
+	if (r >= 0 && agree_data(t, d, t->o.val_data, err) < 0)
+		r = -1;
 	gk_nn_data_close(d);
 	if (r < 0)
 		return -1;
@@ -969,7 +994,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		goto fail;
 	}
 	if (!t->o.eval_only && t->o.data &&
-	    data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err) < 0)
+	    (data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err) < 0 ||
+	     agree_data(t, t->data, t->o.data, err) < 0))
 		goto fail;
 	if (!t->o.eval_only && t->o.val_data && check_val_data(t, err) < 0)
 		goto fail;
@@ -1439,6 +1465,10 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 	gk_nn_data *d;
 	if (data_open(t, &d, src, 0, 0, err) < 0)
 		return -1;
+	if (agree_data(t, d, src, err) < 0) {
+		gk_nn_data_close(d);
+		return -1;
+	}
 	double acc[2] = {0, 0};
 	int rc = 0;
 	for (int64_t k = 0; batches <= 0 || k < batches; k++) {

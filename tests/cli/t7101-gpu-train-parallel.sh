@@ -105,6 +105,23 @@ test_expect_success MPI 'ranks started with different options: exit 2, rank 0 na
 	losses same.json >same && test_cmp two4 same
 '
 
+test_expect_success MPI 'ranks that find other files under the same --data: exit 1, said once' '
+	mkdir -p ha hb &&
+	head -c 31024 train.bin | tail -c 30000 >ha/d.bin &&
+	head -c 33024 train.bin | tail -c 32000 >hb/d.bin &&
+	test_expect_code 1 timeout 60 mpirun --oversubscribe --bind-to none \
+		-np 1 --wdir "$PWD/ha" gpu-train $A --batch 4 --data d.bin : \
+		-np 1 --wdir "$PWD/hb" gpu-train $A --batch 4 --data d.bin >out 2>err &&
+	test_must_be_empty out &&
+	test $(grep -c "^gpu-train: data .d\.bin.: the ranks see different files" err) = 1 &&
+	! grep -q "MPI_ABORT" err &&
+	cp ha/d.bin hb/d.bin &&
+	timeout 60 mpirun --oversubscribe --bind-to none \
+		-np 1 --wdir "$PWD/ha" gpu-train $A --batch 4 --data d.bin : \
+		-np 1 --wdir "$PWD/hb" gpu-train $A --batch 4 --data d.bin >out &&
+	test "$(losses out | wc -l)" = 6
+'
+
 test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-train $A --zero 2 &&
 	test_expect_code 2 gpu-train --layers 2 &&
