@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -580,28 +581,40 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len)
 	 * "at": the sample skip counts into (after its cut, if any), so
 	 * another world can start it where this rank left it; "cuts": the
 	 * cuts of this epoch, which samples read again after a restore need.
+	 * No bound on the length: a remapped epoch keeps every earlier rank's
+	 * position, and a rank may hold the cut samples of many.
 	 */
-	char s[3072], at[64] = "", cuts[1024] = "";
-	if (gk_shard_state_format(&st, s, sizeof(s)) >= (int)sizeof(s))
-		return snprintf(buf, len, "{\"kind\":\"shard\",\"error\":\"state too long\"}");
+	size_t n = 0;
+	int r;
+	/* Like snprintf: the length it needs, whatever fits. */
+#define PUT(call)                                                      \
+	do {                                                           \
+		r = (call);                                            \
+		if (r < 0)                                             \
+			return -1;                                     \
+		n += (size_t)r;                                        \
+	} while (0)
+#define AT n < len ? buf + n : NULL, n < len ? len - n : 0
+	PUT(snprintf(AT, "{\"kind\":\"shard\",\"shard\":"));
+	PUT(gk_shard_state_format(&st, AT));
+	PUT(snprintf(AT, ",\"skip\":%" PRId64, skip));
 	if (d->nq)
-		snprintf(at, sizeof(at), ",\"at\":[%" PRIu64 ",%" PRIu64 "]", d->q[0].shard,
-			 d->q[0].index);
-	size_t o = 0;
+		PUT(snprintf(AT, ",\"at\":[%" PRIu64 ",%" PRIu64 "]", d->q[0].shard,
+			     d->q[0].index));
+	int cuts = 0;
 	for (size_t i = 0; i < d->ncuts; i++) {
 		if (d->cuts[i].epoch != st.epoch)
 			continue;
-		int w = snprintf(cuts + o, sizeof(cuts) - o, "%s[%" PRIu64 ",%" PRIu64 ",%" PRId64 "]",
-				 o ? "," : ",\"cuts\":[", d->cuts[i].shard, d->cuts[i].index,
-				 d->cuts[i].skip);
-		if (w < 0 || (size_t)w >= sizeof(cuts) - o - 1)
-			return snprintf(buf, len, "{\"kind\":\"shard\",\"error\":\"state too long\"}");
-		o += (size_t)w;
+		PUT(snprintf(AT, "%s[%" PRIu64 ",%" PRIu64 ",%" PRId64 "]",
+			     cuts++ ? "," : ",\"cuts\":[", d->cuts[i].shard, d->cuts[i].index,
+			     d->cuts[i].skip));
 	}
-	if (o)
-		cuts[o++] = ']';
-	return snprintf(buf, len, "{\"kind\":\"shard\",\"shard\":%s,\"skip\":%" PRId64 "%s%s}",
-			s, skip, at, cuts);
+	if (cuts)
+		PUT(snprintf(AT, "]"));
+	PUT(snprintf(AT, "}"));
+#undef AT
+#undef PUT
+	return n > INT_MAX ? -1 : (int)n;
 }
 
 /* Add a cut, keeping the larger skip of a sample named twice. */

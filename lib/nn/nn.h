@@ -303,8 +303,10 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
  * loop), or -1. */
 int gk_nn_data_next(gk_nn_data *d, int32_t *inputs, int32_t *targets,
 		    gk_err *err);
-/* The position as one line of JSON (what a checkpoint keeps); returns
- * snprintf's count. */
+/* The position as one line of JSON (what a checkpoint keeps), as much
+ * as fits in buf; returns, as snprintf does, the length of the whole
+ * (which has no fixed bound: a remapped epoch keeps every earlier rank's
+ * position), or -1. */
 int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len);
 /* Go back to a saved position: the next micro-batch is the one that
  * followed it. Token files: the global token position, so another world

@@ -54,8 +54,8 @@
 #include "nn/nn.h"
 #include "st/st.h"
 
-/* Fixed-size exchange buffers (bytes) for names and data states. */
-enum { NAME_BYTES = 512, STATE_BYTES = 4096 };
+/* Fixed-size exchange buffer (bytes) for names. */
+enum { NAME_BYTES = 512 };
 
 /* A checkpoint being written by a thread. */
 typedef struct ckpt_job {
@@ -103,7 +103,7 @@ struct gk_nn_trainer {
 	int64_t skipped;
 	int64_t ckpt_lost;    /* the latest checkpoint tried failed: its step, else 0 */
 	double comm_start;    /* first bucket of this step started */
-	char snap[STATE_BYTES]; /* the data position at the step's start */
+	char *snap;           /* the data position at the step's start */
 	ckpt_job *job;
 	gk_nn_train_mem mem;
 	char data_note[160];
@@ -151,6 +151,19 @@ static int allreduce_f64(gk_nn_trainer *t, double *v, size_t n, gk_err *err)
 	if (t->world == 1)
 		return 0;
 	return gk_comm_host_allreduce_f64(t->comm, v, n, GK_COMM_SUM, err);
+}
+
+/*
+ * The data position as JSON, malloc'ed, or NULL without memory. It has no
+ * fixed bound: a remapped epoch keeps every earlier rank's position.
+ */
+static char *data_state(const gk_nn_data *d)
+{
+	int n = gk_nn_data_state(d, NULL, 0);
+	char *s = n < 0 ? NULL : malloc((size_t)n + 1);
+	if (s)
+		gk_nn_data_state(d, s, (size_t)n + 1);
+	return s;
 }
 
 /* A step directory, a checkpoint root (its latest step) or another path. */
@@ -1179,7 +1192,8 @@ static void job_free(ckpt_job *j)
 	free(j);
 }
 
-static char *trainer_json(gk_nn_trainer *t, const char *states)
+/* states: every rank's data position, in slots of slot bytes */
+static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 {
 	json_t *j = json_object(), *d = json_array(), *c = json_object(), *s = json_object();
 	json_object_set_new(j, "format", json_string("gpu-train"));
@@ -1207,7 +1221,7 @@ static char *trainer_json(gk_nn_trainer *t, const char *states)
 	json_object_set_new(s, "steps", json_integer(t->o.sched.steps));
 	json_object_set_new(j, "schedule", s);
 	for (int r = 0; r < t->world; r++)
-		json_array_append_new(d, json_loads(states + (size_t)r * STATE_BYTES, 0, NULL));
+		json_array_append_new(d, json_loads(states + (size_t)r * slot, 0, NULL));
 	json_object_set_new(j, "data", d);
 	char *out = json_dumps(j, JSON_INDENT(2));
 	json_decref(j);
@@ -1261,17 +1275,31 @@ static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		job_free(j);
 		return -1;
 	}
-	char mine[STATE_BYTES] = {0};
-	char *all = calloc((size_t)t->world, STATE_BYTES);
-	if (!all) {
+	/* Every rank's data position, in slots of the longest one's size
+	 * (in whole 4-byte words, the unit the exchange counts). */
+	char *state = t->data ? data_state(t->data) : strdup("null"), *mine = NULL, *all = NULL;
+	if (!state) {
 		job_free(j);
 		return gk_err_sys(err, ENOMEM, "checkpoint");
 	}
-	if (t->data)
-		gk_nn_data_state(t->data, mine, sizeof(mine));
-	else
-		snprintf(mine, sizeof(mine), "null");
-	if (gather_bytes(t, mine, all, STATE_BYTES, err) < 0) {
+	double most = (double)strlen(state) + 1;
+	if (t->world > 1 && gk_comm_host_allreduce_f64(t->comm, &most, 1, GK_COMM_MAX, err) < 0) {
+		free(state);
+		job_free(j);
+		return -1;
+	}
+	size_t slot = ((size_t)most + 3) / 4 * 4;
+	if ((mine = calloc(1, slot)) && (all = calloc((size_t)t->world, slot)))
+		memcpy(mine, state, strlen(state) + 1);
+	free(state);
+	if (!all) {
+		free(mine);
+		job_free(j);
+		return gk_err_sys(err, ENOMEM, "checkpoint");
+	}
+	int g = gather_bytes(t, mine, all, slot, err);
+	free(mine);
+	if (g < 0) {
 		free(all);
 		job_free(j);
 		return -1;
@@ -1288,7 +1316,7 @@ static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	}
 	if (t->rank == 0) {
 		j->params = malloc(t->N * sizeof(float));
-		j->trainer_json = trainer_json(t, all);
+		j->trainer_json = trainer_json(t, all, slot);
 		if (j->params)
 			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
 	}
@@ -1529,8 +1557,11 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		gk_nn_zero_grad(t->m);
 		double lsum = 0;
 		int cut = 0, done = 0; /* a signal stopped the step after done micro-steps */
-		if (o->grad_accum > 1 && o->stop)
-			gk_nn_data_state(t->data, t->snap, sizeof(t->snap));
+		if (o->grad_accum > 1 && o->stop) {
+			free(t->snap);
+			if (!(t->snap = data_state(t->data)))
+				return gk_err_sys(err, ENOMEM, "step %" PRId64, step);
+		}
 		for (int a = 0; a < o->grad_accum; a++) {
 			if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 				break;
@@ -1837,6 +1868,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	}
 	free(t->in);
 	free(t->tg);
+	free(t->snap);
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
 	free(t->init_from);

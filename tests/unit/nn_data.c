@@ -443,6 +443,79 @@ static void remap_tests(void)
 	}
 }
 
+/*
+ * A remapped epoch's state keeps every earlier rank's position: resumed
+ * from 2100 ranks it outgrows any fixed buffer (a checkpoint used to get
+ * "state too long" in its place, and could not be resumed), and
+ * gk_nn_data_state gives it whole, or cut as snprintf cuts.
+ */
+static void long_state_tests(void)
+{
+	enum { P = 2100, B = 1, T = 4, LEN = 1024 };
+	char pattern[600], src[700];
+	gk_err err = {0};
+	snprintf(pattern, sizeof(pattern), "%s/l-%%02d.tar", dir);
+	gk_shard_write_opts wo = {.pattern = pattern, .max_count = 1000, .index = 1};
+	gk_shard_writer *w;
+	if (gk_shard_writer_open(&w, &wo, &err) < 0) {
+		ok(0, "shard writer: %s", err.msg);
+		return;
+	}
+	for (int i = 0; i < 2 * P; i++) {
+		char key[16], txt[16];
+		snprintf(key, sizeof(key), "l%05d", i);
+		gk_shard_member m = {.ext = "txt", .data = txt,
+				     .size = (size_t)snprintf(txt, sizeof(txt), "doc %d.", i)};
+		gk_shard_writer_add(w, key, 1, &m, &err);
+	}
+	gk_shard_writer_close(w, NULL, &err);
+	snprintf(src, sizeof(src), "%s/l-{00..04}.tar", dir);
+	char *st = calloc(P, LEN);
+	const char **sp = calloc(P, sizeof(*sp));
+	int32_t in[B * T], tg[B * T], ref[B * T];
+	gk_nn_data *d, *e;
+	int fits = 1;
+	gk_nn_data_opts o = {.world = P, .vocab = 257, .eot = -1, .batch = B, .seq = T,
+			     .shuffle = 1, .seed = 5, .loop = 1};
+	for (int r = 0; r < P && st && sp; r++) {
+		o.rank = r;
+		if (gk_nn_data_open(&d, src, &o, &err) < 0 ||
+		    gk_nn_data_next(d, in, tg, &err) != 1) {
+			ok(0, "rank %d of %d: %s", r, P, err.msg);
+			return;
+		}
+		sp[r] = st + (size_t)r * LEN;
+		fits &= gk_nn_data_state(d, st + (size_t)r * LEN, LEN) < LEN;
+		gk_nn_data_close(d);
+	}
+	o.rank = 0;
+	o.world = P - 1;
+	if (gk_nn_data_open(&d, src, &o, &err) < 0 ||
+	    gk_nn_data_restore_world(d, sp, P, &err) < 0) {
+		ok(0, "restore_world from %d ranks: %s", P, err.msg);
+		return;
+	}
+	char small[64];
+	int n = gk_nn_data_state(d, NULL, 0), m = gk_nn_data_state(d, small, sizeof(small));
+	char *all = n > 0 ? malloc((size_t)n + 1) : NULL;
+	int whole = all && gk_nn_data_state(d, all, (size_t)n + 1) == n && (int)strlen(all) == n;
+	ok(fits && n > 4096 && whole && m == n && strlen(small) == sizeof(small) - 1 &&
+		   !strncmp(all, small, sizeof(small) - 1) && !strstr(all, "too long"),
+	   "a state resumed from %d ranks: all %d bytes of it, or cut as snprintf cuts", P, n);
+	int good = gk_nn_data_next(d, in, tg, &err) == 1;
+	memcpy(ref, in, sizeof(ref));
+	good &= whole && gk_nn_data_open(&e, src, &o, &err) == 0;
+	good &= good && gk_nn_data_restore(e, all, &err) == 0 &&
+		gk_nn_data_next(e, in, tg, &err) == 1 && !memcmp(in, ref, sizeof(ref));
+	ok(good, "that state resumes where it was taken%s%s", good ? "" : ": ", good ? "" : err.msg);
+	if (whole)
+		gk_nn_data_close(e);
+	gk_nn_data_close(d);
+	free(all);
+	free(st);
+	free(sp);
+}
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -451,6 +524,7 @@ int main(void)
 	bin_tests();
 	shard_tests();
 	remap_tests();
+	long_state_tests();
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd))
