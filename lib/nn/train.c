@@ -1051,6 +1051,20 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	} else {
 		gk_nn_init(t->m, t->o.seed);
 	}
+	/*
+	 * The initial broadcast, as PyTorch DDP's of its module states: each
+	 * rank loaded or initialised its own parameters, and one whose host
+	 * holds another copy of --init-from would train another model from
+	 * here on, its loss averaged in, without a word. Rank 0's go to all;
+	 * so do ZeRO-0's moments, replicated like them.
+	 */
+	float *p0 = gk_nn_params(t->m);
+	if (t->world > 1 &&
+	    (gk_comm_broadcast(t->comm, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
+	     (!t->o.zero && resume_dir &&
+	      (gk_comm_broadcast(t->comm, t->mom, t->mom, t->N, GK_DT_F32, 0, err) < 0 ||
+	       gk_comm_broadcast(t->comm, t->vel, t->vel, t->N, GK_DT_F32, 0, err) < 0))))
+		goto fail;
 	if (t->cuda && (gk_nn_cuda_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 			(resume_dir && gk_nn_cuda_moments(t->m, opt_lo(t), opt_hi(t), t->mom,
 							  t->vel, 1, err) < 0)))

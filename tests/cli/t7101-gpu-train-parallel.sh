@@ -122,6 +122,22 @@ test_expect_success MPI 'ranks that find other files under the same --data: exit
 	test "$(losses out | wc -l)" = 6
 '
 
+test_expect_success MPI 'ranks whose --init-from names other weights on their host: rank 0'"'"'s are trained' '
+	gpu-train $A --batch 4 --steps 1 --seed 1 --ckpt-dir w1 >/dev/null &&
+	gpu-train $A --batch 4 --steps 1 --seed 2 --ckpt-dir w2 >/dev/null &&
+	mkdir -p wa wb &&
+	cp -r w1/step-00000001 wa/init && cp -r w2/step-00000001 wb/init &&
+	cp train.bin wa/ && cp train.bin wb/ &&
+	timeout 60 mpirun --oversubscribe --bind-to none -np 2 --wdir "$PWD/wa" \
+		gpu-train $A --batch 4 --init-from init >same.json &&
+	timeout 60 mpirun --oversubscribe --bind-to none \
+		-np 1 --wdir "$PWD/wa" gpu-train $A --batch 4 --init-from init : \
+		-np 1 --wdir "$PWD/wb" gpu-train $A --batch 4 --init-from init >mixed.json &&
+	losses same.json >same &&
+	losses mixed.json >mixed &&
+	test_cmp same mixed
+'
+
 test_expect_success 'usage errors exit 2' '
 	test_expect_code 2 gpu-train $A --zero 2 &&
 	test_expect_code 2 gpu-train --layers 2 &&
