@@ -33,6 +33,8 @@ void gk_cli_init(gk_cli *cli, const char *name, const char *usage)
 	 * (gk_cli_finish also stays silent on EPIPE).
 	 */
 	signal(SIGPIPE, SIG_DFL);
+	/* a mapped input truncated under us: a message and exit 1, not SIGBUS */
+	gk_map_guard(name);
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	/*
 	 * Under mpirun -np N every rank parses the same command line: a usage

@@ -187,6 +187,22 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
 int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
 
+/*
+ * Mapped files that may shrink while they are read. A file truncated (or
+ * rewritten in place) under a mapping turns the next read of a page past
+ * its new end into SIGBUS, which kills the process without a word and
+ * leaves its outputs half-made. gk_map_guard (gk_cli_init calls it)
+ * installs a SIGBUS handler: a fault inside a region given to
+ * gk_map_watch prints "TOOL: 'path' shrank while it was being read
+ * (truncated or rewritten in place?)", removes what gk_cleanup_on_signal
+ * holds and exits 1; a fault anywhere else keeps the default action (a
+ * bug: a core, as before). path must live until gk_map_unwatch(p), which
+ * comes before the munmap. Up to 1024 regions at once; more are not named.
+ */
+void gk_map_guard(const char *tool);
+void gk_map_watch(const void *p, size_t len, const char *path);
+void gk_map_unwatch(const void *p);
+
 /* ---- progress ----------------------------------------------------------------- */
 
 /*

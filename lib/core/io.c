@@ -7,6 +7,8 @@
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -198,14 +200,19 @@ int gk_mkdir_p(const char *path, gk_err *err)
 static char *volatile cleanup_paths[CLEANUP_SLOTS];
 static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 
-static void cleanup_handler(int sig)
+static void remove_cleanup_paths(void)
 {
-	int saved = errno;
 	for (int i = 0; i < CLEANUP_SLOTS; i++) {
 		char *p = cleanup_paths[i];
 		if (p && unlink(p) < 0 && errno == EISDIR)
 			rmdir(p);
 	}
+}
+
+static void cleanup_handler(int sig)
+{
+	int saved = errno;
+	remove_cleanup_paths();
 	/* Die of the same signal, so the parent sees what happened. */
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -219,6 +226,86 @@ static void block_signals(sigset_t *old)
 	for (size_t i = 0; i < GK_ARRAY_SIZE(cleanup_signals); i++)
 		sigaddset(&set, cleanup_signals[i]);
 	pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+/*
+ * The watched mappings: a slot is claimed (1) by a compare-and-swap, filled,
+ * then published (2); the handler reads only published slots, and only
+ * calls write(), unlink(), rmdir() and _exit(), which are
+ * async-signal-safe.
+ */
+#define MAP_SLOTS 1024
+static struct {
+	atomic_int state; /* 0 free, 1 being filled, 2 watched */
+	uintptr_t lo, hi;
+	const char *path;
+} map_slots[MAP_SLOTS];
+static const char *volatile guard_tool = "gpukit";
+
+/* Append s to buf (cap bytes, n used), as much as fits. */
+static size_t cat(char *buf, size_t cap, size_t n, const char *s)
+{
+	while (*s && n + 1 < cap)
+		buf[n++] = *s++;
+	return n;
+}
+
+static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
+{
+	(void)ctx;
+	uintptr_t a = (uintptr_t)si->si_addr;
+	for (int i = 0; i < MAP_SLOTS; i++) {
+		if (atomic_load_explicit(&map_slots[i].state, memory_order_acquire) != 2 ||
+		    a < map_slots[i].lo || a >= map_slots[i].hi)
+			continue;
+		/* one write, so that ranks sharing a terminal do not interleave */
+		char msg[1024];
+		size_t n = cat(msg, sizeof(msg), 0, guard_tool);
+		n = cat(msg, sizeof(msg), n, ": '");
+		n = cat(msg, sizeof(msg), n, map_slots[i].path);
+		n = cat(msg, sizeof(msg), n,
+			"' shrank while it was being read (truncated or rewritten in place?)\n");
+		(void)!write(STDERR_FILENO, msg, n);
+		remove_cleanup_paths();
+		_exit(1);
+	}
+	/* not a watched file: returning faults again, now with the default */
+	signal(sig, SIG_DFL);
+}
+
+void gk_map_guard(const char *tool)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = sigbus_handler;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	guard_tool = tool;
+	sigaction(SIGBUS, &sa, NULL);
+}
+
+void gk_map_watch(const void *p, size_t len, const char *path)
+{
+	for (int i = 0; i < MAP_SLOTS; i++) {
+		int want = 0;
+		if (!atomic_compare_exchange_strong(&map_slots[i].state, &want, 1))
+			continue;
+		map_slots[i].lo = (uintptr_t)p;
+		map_slots[i].hi = (uintptr_t)p + len;
+		map_slots[i].path = path;
+		atomic_store_explicit(&map_slots[i].state, 2, memory_order_release);
+		return;
+	}
+}
+
+void gk_map_unwatch(const void *p)
+{
+	for (int i = 0; i < MAP_SLOTS; i++)
+		if (atomic_load_explicit(&map_slots[i].state, memory_order_acquire) == 2 &&
+		    map_slots[i].lo == (uintptr_t)p) {
+			atomic_store_explicit(&map_slots[i].state, 0, memory_order_release);
+			return;
+		}
 }
 
 int gk_cleanup_on_signal(const char *path)

@@ -286,6 +286,8 @@ static int bin_map(binfile *f, const char *path, gk_err *err)
 	close(fd);
 	if (!(f->path = strdup(path)))
 		return gk_err_sys(err, ENOMEM, "read '%s'", path);
+	if (f->map)
+		gk_map_watch(f->map, f->maplen, f->path); /* truncated later: named */
 	/*
 	 * llm.c writes a 1024-byte header (int32 magic 20240520, version 1,
 	 * token count) before uint16 tokens; nanoGPT's prepare.py writes the
@@ -868,8 +870,10 @@ void gk_nn_data_close(gk_nn_data *d)
 	if (!d)
 		return;
 	for (size_t i = 0; i < d->nfiles; i++) {
-		if (d->files[i].map)
+		if (d->files[i].map) {
+			gk_map_unwatch(d->files[i].map);
 			munmap((void *)d->files[i].map, d->files[i].maplen);
+		}
 		free(d->files[i].path);
 	}
 	free(d->files);

@@ -383,7 +383,8 @@ nomem:
 /*
  * Map a plain shard whose index we trust. A file shorter than its index
  * says is an error here, not a SIGBUS later (a shard truncated while it
- * is being read still can be: shards are meant to be immutable).
+ * is being read still can be, shards being meant to be immutable: the
+ * tools' SIGBUS handler then names it, gk_map_watch).
  */
 static int map_shard(gk_shard_dataset *d, size_t shard, gk_err *err)
 {
@@ -398,15 +399,20 @@ static int map_shard(gk_shard_dataset *d, size_t shard, gk_err *err)
 	if (idx->end == 0)
 		return 0;
 	sh_map *m = calloc(1, sizeof(*m));
-	if (!m)
+	if (!m || !(m->path = strdup(d->files[shard]))) {
+		free(m);
 		return gk_err_sys(err, ENOMEM, "map '%s'", d->files[shard]);
+	}
 	m->len = (size_t)idx->end;
 	m->p = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, d->fd, 0);
 	if (m->p == MAP_FAILED) {
+		int e = errno;
+		free(m->path);
 		free(m);
-		return gk_err_sys(err, errno, "map '%s'", d->files[shard]);
+		return gk_err_sys(err, e, "map '%s'", d->files[shard]);
 	}
 	madvise(m->p, m->len, MADV_SEQUENTIAL);
+	gk_map_watch(m->p, m->len, m->path);
 	m->refs = 1;
 	d->map = m;
 	return 0;

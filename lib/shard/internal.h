@@ -35,6 +35,7 @@ typedef struct sh_map {
 	void *p;
 	size_t len;
 	int refs; /* atomic: samples are freed on another thread */
+	char *path; /* its own copy: the map may outlive the dataset */
 } sh_map;
 
 sh_map *sh_map_ref(sh_map *m);

@@ -78,7 +78,9 @@ sh_map *sh_map_ref(sh_map *m)
 void sh_map_unref(sh_map *m)
 {
 	if (m && __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		gk_map_unwatch(m->p);
 		munmap(m->p, m->len);
+		free(m->path);
 		free(m);
 	}
 }

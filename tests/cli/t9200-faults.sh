@@ -7,7 +7,8 @@ a bound, non-zero, with a message naming the lost rank, and --resume
 continues from the last committed checkpoint with the losses of an
 uninterrupted run, bit for bit. A rank stopped with SIGSTOP makes the
 collective watchdog (--timeout) end gpu-train and allreduce-bench with a
-message naming the operation instead of hanging. A disk that fills during
+message naming the operation instead of hanging. A token file truncated under
+the job is named, exit 1, not a bus error. A disk that fills during
 a checkpoint leaves the previous one and latest intact, and stops the run
 or, with --ckpt-error continue, warns. A corrupt sample stops the run
 naming shard and sample, or with --bad-sample skip is skipped and counted.'
@@ -117,6 +118,23 @@ test_expect_success '--timeout: a stopped rank ends gpu-train naming the collect
 	# the step waits in the gradient allreduce or in the barrier before the loss allreduce
 	grep -E "^gpu-train: (allreduce|barrier): no progress for 2 s \(a rank stopped or the network is down\)$" s.err &&
 	awk "BEGIN { exit !($took >= 2 && $took < 30) }"
+'
+
+# The token file is mapped: truncated under the job, the next read past
+# its new end is SIGBUS, which the guard turns into a message and exit 1.
+test_expect_success 'a token file truncated while the job reads it: named, exit 1, no bus error' '
+	cp train.bin shrink.bin &&
+	start_job t.json t.err gpu-train --data shrink.bin $TINY --batch 4 --json --steps 100000 &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		test -s t.json && grep -q "\"step\"" t.json && break
+		sleep 0.05
+	done &&
+	truncate -s 0 shrink.bin &&
+	wait_job 60 &&
+	test $rc -ne 0 &&
+	grep "^gpu-train: .shrink.bin. shrank while it was being read (truncated or rewritten in place?)$" t.err &&
+	! grep -i "bus error" t.err
 '
 
 # Rank 0 writes the whole model, the others nothing: its write alone is

@@ -1,11 +1,13 @@
 /*
  * core_io.c - full reads/writes under EINTR, atomic outputs (including a
- * writer killed midway), whole-file reads, mkdir -p.
+ * writer killed midway), whole-file reads, mkdir -p, a mapped file
+ * truncated under its reader.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -212,6 +214,78 @@ static void test_atomic_killed(int sig, const char *name)
 }
 
 /*
+ * A file truncated while mapped: reading a page past its new end is
+ * SIGBUS. In a watched region (gk_map_watch) the guard names the file,
+ * removes the atomic output being written and exits 1; unwatched, the
+ * fault keeps its default action (the guard hides no bug).
+ */
+static void test_map_guard(int watch)
+{
+	char in[256], out[256], msg[512] = "";
+	int p[2];
+	snprintf(in, sizeof(in), "%s/mapped-%d.bin", dir, watch);
+	snprintf(out, sizeof(out), "%s/out-%d", dir, watch);
+	if (pipe(p) < 0)
+		abort();
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		dup2(p[1], STDERR_FILENO);
+		gk_map_guard("core_io");
+		gk_atomic *a;
+		gk_err err;
+		char block[3 * 4096];
+		memset(block, 7, sizeof(block));
+		int fd = open(in, O_RDWR | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || gk_write_full(fd, block, sizeof(block)) < 0 ||
+		    gk_atomic_open(&a, out, 0644, &err) < 0)
+			_exit(3);
+		volatile const char *m = mmap(NULL, sizeof(block), PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m == MAP_FAILED || m[8192] != 7)
+			_exit(4);
+		if (watch)
+			gk_map_watch((const void *)m, sizeof(block), in);
+		if (ftruncate(fd, 100) < 0)
+			_exit(5);
+		(void)m[8192]; /* past the new end: SIGBUS */
+		_exit(6);
+	}
+	close(p[1]);
+	ssize_t n = gk_read_full(p[0], msg, sizeof(msg) - 1);
+	msg[n > 0 ? n : 0] = 0;
+	close(p[0]);
+	int status;
+	waitpid(pid, &status, 0);
+	if (watch) {
+		char want[512];
+		snprintf(want, sizeof(want),
+			 "core_io: '%s' shrank while it was being read (truncated or "
+			 "rewritten in place?)\n", in);
+		ok(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+		   "a watched file truncated under its map: exit 1 (status %#x)", status);
+		is_str(msg, want, "  the message names the file");
+		is_int(count_entries(dir), 1, "  the atomic output being written is removed");
+	} else {
+		ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS,
+		   "an unwatched mapping truncated: still SIGBUS (status %#x)", status);
+		is_str(msg, "", "  and nothing said");
+	}
+	unlink(in);
+	unlink(out);
+	/* the unwatched child died with its temp file: remove it */
+	DIR *dp = opendir(dir);
+	struct dirent *e;
+	while (dp && (e = readdir(dp))) {
+		char x[512];
+		snprintf(x, sizeof(x), "%s/%s", dir, e->d_name);
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlink(x);
+	}
+	if (dp)
+		closedir(dp);
+}
+
+/*
  * A full disk, played by RLIMIT_FSIZE (write fails with EFBIG once the
  * file would pass the limit): the write fails, the caller aborts, and
  * nothing is left behind.
@@ -288,6 +362,8 @@ int main(void)
 	test_atomic_killed(SIGINT, "SIGINT");
 	test_atomic_killed(SIGHUP, "SIGHUP");
 	test_atomic_disk_full();
+	test_map_guard(1);
+	test_map_guard(0);
 	test_misc();
 	rmdir(dir);
 	return done_testing();
