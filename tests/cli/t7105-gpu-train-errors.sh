@@ -88,7 +88,11 @@ test_expect_success 'missing and corrupt shards' '
 	test_expect_code 1 gpu-train --data cut.tar $TINY --steps 1 2>err &&
 	grep "^gpu-train: .*cut.tar" err &&
 	test_expect_code 1 gpu-train --data corpus $TINY --steps 1 2>err &&
-	grep "^gpu-train: open .corpus.: Is a directory$" err
+	grep "^gpu-train: open .corpus.: Is a directory$" err &&
+	test -f s.idx &&
+	test_expect_code 1 gpu-train --data s.idx $TINY --steps 1 2>err &&
+	echo "gpu-train: '"'"'s.idx'"'"' is a shard'"'"'s index, not a shard: name the shard beside it" >want &&
+	test_cmp want err
 '
 
 test_expect_success 'a sequence longer than the positions' '
