@@ -16,11 +16,11 @@ int gk_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out,
 {
 	char *end;
 	if (!s || !*s || isspace((unsigned char)*s))
-		return gk_errf(err, "%s '%s': not a number", what, s ? s : "");
+		return gk_errf(err, "%s '%s': not an integer", what, s ? s : "");
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (*end)
-		return gk_errf(err, "%s '%s': not a number", what, s);
+		return gk_errf(err, "%s '%s': not an integer", what, s);
 	if (errno == ERANGE || v < min || v > max)
 		return gk_errf(err, "%s '%s': out of range [%" PRId64 ", %" PRId64 "]",
 			       what, s, min, max);
@@ -34,12 +34,12 @@ int gk_parse_u64(const char *s, uint64_t max, uint64_t *out, const char *what,
 	char *end;
 	/* strtoull accepts "-1" and wraps it; only digits are a u64. */
 	if (!s || !isdigit((unsigned char)*s))
-		return gk_errf(err, "%s '%s': not a non-negative number", what,
+		return gk_errf(err, "%s '%s': not a non-negative integer", what,
 			       s ? s : "");
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (*end)
-		return gk_errf(err, "%s '%s': not a non-negative number", what, s);
+		return gk_errf(err, "%s '%s': not a non-negative integer", what, s);
 	if (errno == ERANGE || v > max)
 		return gk_errf(err, "%s '%s': out of range [0, %" PRIu64 "]", what,
 			       s, max);

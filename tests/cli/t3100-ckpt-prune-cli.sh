@@ -63,9 +63,9 @@ test_expect_success 'negative and absurd counts are out of range' '
 		--keep-last 1 --keep-every 0 ckpt
 '
 test_expect_success 'counts that are not numbers' '
-	usage_error "--keep-last '\''3x'\'': not a number" --keep-last 3x ckpt &&
-	usage_error "--keep-last '\'''\'': not a number" --keep-last "" ckpt &&
-	usage_error "--keep-every '\''1e3'\'': not a number" --keep-last 1 --keep-every 1e3 ckpt
+	usage_error "--keep-last '\''3x'\'': not an integer" --keep-last 3x ckpt &&
+	usage_error "--keep-last '\'''\'': not an integer" --keep-last "" ckpt &&
+	usage_error "--keep-every '\''1e3'\'': not an integer" --keep-last 1 --keep-every 1e3 ckpt
 '
 test_expect_success '--grace takes seconds or s/m/h/d and nothing else' '
 	usage_error "--grace '\''1y'\'': not a duration (seconds, or a number with s, m, h or d)" \

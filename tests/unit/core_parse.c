@@ -68,7 +68,7 @@ int main(void)
 	ok(gk_parse_i64("9223372036854775808", INT64_MIN, INT64_MAX, &i, "x", &err) == -1,
 	   "i64 overflow refused");
 	ok(gk_parse_i64("12abc", 0, 100, &i, "--jobs", &err) == -1, "trailing junk refused");
-	is_str(err.msg, "--jobs '12abc': not a number", "  message");
+	is_str(err.msg, "--jobs '12abc': not an integer", "  message");
 	ok(gk_parse_i64(" 1", 0, 100, &i, "x", &err) == -1, "leading space refused");
 	ok(gk_parse_i64("101", 0, 100, &i, "--jobs", &err) == -1, "above max refused");
 	is_str(err.msg, "--jobs '101': out of range [0, 100]", "  message");
