@@ -19,7 +19,9 @@
 #      tests/cli/t7106 (gpu-train --device cuda): fp32 and bf16 losses
 #      against the CPU's, an exact resume, NCCL on the device in a world
 #      of one, 2 ranks through the host and (2 GPUs) over NCCL;
-#   3. make check, the whole suite, on this machine.
+#   3. make check, the whole suite, on this machine;
+#   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
+#      against PyTorch) and allreduce-bench against all_reduce_perf.
 # Exit 0 when all of it passed with a device, 1 otherwise. Output of each
 # step goes to build/gpu-suite/.
 set -u
@@ -102,6 +104,40 @@ if make CUDA=1 check >"$out/check.log" 2>&1; then
 	pass
 else
 	bad "see $out/check.log"
+fi
+
+# 4. The benchmarks, reported (a failure to run is a failure, a figure
+#    below its goal is not): GPT-2 124M tok/s and MFU against PyTorch
+#    on this GPU, and allreduce-bench --backend nccl against nccl-tests'
+#    all_reduce_perf (goal: busbw within 5 %; algbw on one GPU, where
+#    busbw is 0) when all_reduce_perf is on PATH.
+step "bench: gpu-train on the GPU (tools/bench/train_gpu.sh)"
+if GK_BUILD=build sh tools/bench/train_gpu.sh >"$out/train_gpu.txt" 2>&1; then
+	pass
+	sed 's/^/# /' "$out/train_gpu.txt"
+else
+	bad "see $out/train_gpu.txt"
+fi
+
+step "bench: allreduce-bench --backend nccl against all_reduce_perf"
+ngpu=$(grep -c '^GPU' "$out/gpus")
+args="-b 1M -e 256M -f 4 -n 50 -w 10"
+if ! command -v all_reduce_perf >/dev/null 2>&1; then
+	echo "not run (nccl-tests' all_reduce_perf is not on PATH)"
+elif if [ "$ngpu" -gt 1 ]; then
+	mpirun --bind-to none -np "$ngpu" bin/allreduce-bench --backend nccl $args &&
+		mpirun --bind-to none -np "$ngpu" all_reduce_perf $args
+     else
+	bin/allreduce-bench --backend nccl $args && all_reduce_perf $args
+     fi >"$out/busbw.txt" 2>&1; then
+	pass
+	# the largest size's out-of-place busbw (algbw on one GPU), ours then theirs
+	col=$([ "$ngpu" -gt 1 ] && echo 8 || echo 7)
+	awk -v c=$col '$1 == 268435456 { v[n++] = $c }
+		END { if (n == 2 && v[1] > 0) printf "# 256 MiB: %s vs %s GB/s: %.1f %% (goal >= 95 %%)\n", v[0], v[1], 100 * v[0] / v[1] }' \
+		"$out/busbw.txt"
+else
+	bad "see $out/busbw.txt"
 fi
 
 [ $fail = 0 ] && echo "gpu-suite: all passed" || echo "gpu-suite: failures above" >&2
