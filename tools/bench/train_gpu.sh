@@ -1,7 +1,7 @@
 #!/bin/sh
 # train_gpu.sh - gpu-train --device cuda on one GPU against PyTorch on the
 # same GPU: GPT-2 124M (12 layers, d 768, 12 heads, vocabulary 50257),
-# T 1024, batch $BATCH (default 8), bf16 with fp32 master weights (PyTorch:
+# T 1024, batch $BATCH, bf16 with fp32 master weights (PyTorch:
 # torch.autocast and the fused AdamW), AdamW 0.9/0.95 wd 0.1, constant lr,
 # no clipping, random tokens.
 #
@@ -11,12 +11,14 @@
 #           and backward of the matmuls and attention) over the GPU's
 #           dense bf16 peak: 989 TFLOP/s for H100 and H200 (SXM), or
 #           PEAK_TFLOPS from the environment for another GPU
+# BATCH defaults to the largest of 64, 48, 32, 16 and 8 whose memory
+# mem-estimate puts within 90 % of the GPU's (its bf16 with --grad-f32
+# counts 2 bytes a parameter more than gpu-train keeps: gpu-train(1)).
 # Without a GPU (nvidia-smi lists none) it says so and exits 0, as the
 # other drivers do without their anchors. Not yet run on a GPU.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 B=${GK_BUILD:-build}
-BATCH=${BATCH:-8}
 STEPS=${STEPS:-30}
 WARMUP=${WARMUP:-5}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) || gpu=
@@ -28,6 +30,19 @@ case ${PEAK_TFLOPS:-} in
 "") case $gpu in *H100* | *H200*) peak=989 ;; *) peak= ;; esac ;;
 *) peak=$PEAK_TFLOPS ;;
 esac
+if [ -z "${BATCH:-}" ]; then
+	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+	BATCH=8
+	for b in 64 48 32 16; do
+		need=$("$top/bin/mem-estimate" --layers 12 --hidden 768 --heads 12 --vocab 50257 \
+			--positions 1024 -s 1024 -b $b --precision bf16 --grad-f32 --attn eager \
+			--json | jq .total)
+		if [ "$need" -le $((mib * 1048576 / 10 * 9)) ]; then
+			BATCH=$b
+			break
+		fi
+	done
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gk-train-gpu.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
