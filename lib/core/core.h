@@ -196,7 +196,7 @@ void gk_cleanup_forget(int handle);
  * gk_map_watch prints "TOOL: 'path' shrank while it was being read
  * (truncated or rewritten in place?)", removes what gk_cleanup_on_signal
  * holds and exits 1; a fault anywhere else keeps the default action (a
- * bug: a core, as before). path must live until gk_map_unwatch(p), which
+ * bug: a core, as before), and so does a SIGBUS sent with kill(2). path must live until gk_map_unwatch(p), which
  * comes before the munmap. Up to 1024 regions at once; more are not named.
  */
 void gk_map_guard(const char *tool);

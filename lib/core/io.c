@@ -254,7 +254,8 @@ static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
 {
 	(void)ctx;
 	uintptr_t a = (uintptr_t)si->si_addr;
-	for (int i = 0; i < MAP_SLOTS; i++) {
+	/* si_code <= 0: sent (kill, sigqueue), not a fault; no address */
+	for (int i = 0; si->si_code > 0 && i < MAP_SLOTS; i++) {
 		if (atomic_load_explicit(&map_slots[i].state, memory_order_acquire) != 2 ||
 		    a < map_slots[i].lo || a >= map_slots[i].hi)
 			continue;
@@ -269,8 +270,13 @@ static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
 		remove_cleanup_paths();
 		_exit(1);
 	}
-	/* not a watched file: returning faults again, now with the default */
+	/*
+	 * Not a watched file: the default action. A fault would come again
+	 * on return, but a SIGBUS someone sent would not; raised here, it
+	 * is pending until the handler returns, and kills either way.
+	 */
 	signal(sig, SIG_DFL);
+	raise(sig);
 }
 
 void gk_map_guard(const char *tool)

@@ -286,6 +286,27 @@ static void test_map_guard(int watch)
 }
 
 /*
+ * A SIGBUS that is not a fault (kill -BUS, sigqueue) has no address to
+ * look up and would not come again if the guard returned: it keeps its
+ * default action, now, and the guard stays installed.
+ */
+static void test_map_guard_sent(void)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct sigaction sa;
+		gk_map_guard("core_io");
+		kill(getpid(), SIGBUS);
+		sigaction(SIGBUS, NULL, &sa);
+		_exit(sa.sa_handler == SIG_DFL ? 7 : 6);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS,
+	   "a SIGBUS sent with kill: still its default action (status %#x)", status);
+}
+
+/*
  * A full disk, played by RLIMIT_FSIZE (write fails with EFBIG once the
  * file would pass the limit): the write fails, the caller aborts, and
  * nothing is left behind.
@@ -364,6 +385,7 @@ int main(void)
 	test_atomic_disk_full();
 	test_map_guard(1);
 	test_map_guard(0);
+	test_map_guard_sent();
 	test_misc();
 	rmdir(dir);
 	return done_testing();
