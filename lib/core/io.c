@@ -259,8 +259,11 @@ static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
 		if (atomic_load_explicit(&map_slots[i].state, memory_order_acquire) != 2 ||
 		    a < map_slots[i].lo || a >= map_slots[i].hi)
 			continue;
-		/* one write, so that ranks sharing a terminal do not interleave */
-		char msg[1024];
+		/*
+		 * One write, so that ranks sharing a terminal do not
+		 * interleave; room for any path open(2) takes.
+		 */
+		char msg[PATH_MAX + 128];
 		size_t n = cat(msg, sizeof(msg), 0, guard_tool);
 		n = cat(msg, sizeof(msg), n, ": '");
 		n = cat(msg, sizeof(msg), n, map_slots[i].path);

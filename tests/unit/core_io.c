@@ -217,13 +217,24 @@ static void test_atomic_killed(int sig, const char *name)
  * A file truncated while mapped: reading a page past its new end is
  * SIGBUS. In a watched region (gk_map_watch) the guard names the file,
  * removes the atomic output being written and exits 1; unwatched, the
- * fault keeps its default action (the guard hides no bug).
+ * fault keeps its default action (the guard hides no bug). watch 2: a
+ * file deep in directories (1.5 KB of path), named whole all the same.
  */
 static void test_map_guard(int watch)
 {
-	char in[256], out[256], msg[512] = "";
+	char in[2048], out[256], msg[4096] = "", sub[2048];
 	int p[2];
-	snprintf(in, sizeof(in), "%s/mapped-%d.bin", dir, watch);
+	gk_err err;
+	snprintf(sub, sizeof(sub), "%s", dir);
+	for (int i = 0; watch == 2 && i < 6; i++) {
+		size_t l = strlen(sub);
+		sub[l] = '/';
+		memset(sub + l + 1, 'd' + i, 240);
+		sub[l + 241] = 0;
+	}
+	if (gk_mkdir_p(sub, &err) < 0)
+		abort();
+	snprintf(in, sizeof(in), "%s/mapped-%d.bin", sub, watch);
 	snprintf(out, sizeof(out), "%s/out-%d", dir, watch);
 	if (pipe(p) < 0)
 		abort();
@@ -233,7 +244,6 @@ static void test_map_guard(int watch)
 		dup2(p[1], STDERR_FILENO);
 		gk_map_guard("core_io");
 		gk_atomic *a;
-		gk_err err;
 		char block[3 * 4096];
 		memset(block, 7, sizeof(block));
 		int fd = open(in, O_RDWR | O_CREAT | O_TRUNC, 0644);
@@ -257,7 +267,7 @@ static void test_map_guard(int watch)
 	int status;
 	waitpid(pid, &status, 0);
 	if (watch) {
-		char want[512];
+		char want[4096];
 		snprintf(want, sizeof(want),
 			 "core_io: '%s' shrank while it was being read (truncated or "
 			 "rewritten in place?)\n", in);
@@ -272,6 +282,12 @@ static void test_map_guard(int watch)
 	}
 	unlink(in);
 	unlink(out);
+	if (watch == 2) {
+		char cmd[2100];
+		snprintf(cmd, sizeof(cmd), "rm -r '%s/%.240s'", dir, sub + strlen(dir) + 1);
+		if (system(cmd) != 0)
+			abort();
+	}
 	/* the unwatched child died with its temp file: remove it */
 	DIR *dp = opendir(dir);
 	struct dirent *e;
@@ -385,6 +401,7 @@ int main(void)
 	test_atomic_disk_full();
 	test_map_guard(1);
 	test_map_guard(0);
+	test_map_guard(2);
 	test_map_guard_sent();
 	test_misc();
 	rmdir(dir);
