@@ -714,7 +714,8 @@ int sh_index_load_for(const char *shard, gk_shard_index *idx, gk_err *stale,
 	*end_blocks = -1;
 	if (!ip)
 		return gk_err_sys(err, ENOMEM, "index of '%s'", shard);
-	if (strcmp(ip, shard) == 0) {
+	/* a file of that name that is not there is not an index either */
+	if (strcmp(ip, shard) == 0 && access(shard, F_OK) == 0) {
 		free(ip);
 		return gk_errf(err, "'%s' is a shard's index, not a shard: name the shard "
 			       "beside it", shard);

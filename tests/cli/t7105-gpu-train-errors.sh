@@ -92,6 +92,9 @@ test_expect_success 'missing and corrupt shards' '
 	test -f s.idx &&
 	test_expect_code 1 gpu-train --data s.idx $TINY --steps 1 2>err &&
 	echo "gpu-train: '"'"'s.idx'"'"' is a shard'"'"'s index, not a shard: name the shard beside it" >want &&
+	test_cmp want err &&
+	test_expect_code 1 gpu-train --data none.idx $TINY --steps 1 2>err &&
+	echo "gpu-train: open '"'"'none.idx'"'"': No such file or directory" >want &&
 	test_cmp want err
 '
 
