@@ -160,6 +160,13 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 			return gk_errf(err, "mpi: MPI_Init_thread failed");
 		}
 		st->owned = 1;
+		/*
+		 * Open MPI's UCX (the usual transport on InfiniBand) installs
+		 * its own SIGBUS handler when MPI_Init loads it, over the
+		 * tool's: a shard truncated under the job would be UCX's
+		 * backtrace and a bus error instead of a message naming it.
+		 */
+		gk_map_guard(NULL);
 	} else {
 		MPI_Query_thread(&provided);
 	}

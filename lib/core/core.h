@@ -196,8 +196,11 @@ void gk_cleanup_forget(int handle);
  * gk_map_watch prints "TOOL: 'path' shrank while it was being read
  * (truncated or rewritten in place?)", removes what gk_cleanup_on_signal
  * holds and exits 1; a fault anywhere else keeps the default action (a
- * bug: a core, as before), and so does a SIGBUS sent with kill(2). path must live until gk_map_unwatch(p), which
- * comes before the munmap. Up to 1024 regions at once; more are not named.
+ * bug: a core, as before), and so does a SIGBUS sent with kill(2).
+ * gk_map_guard(NULL) puts the handler back, if the tool installed it,
+ * over one a library installed since (UCX's, under Open MPI's MPI_Init).
+ * path must live until gk_map_unwatch(p), which comes before the munmap.
+ * Up to 1024 regions at once; more are not named.
  */
 void gk_map_guard(const char *tool);
 void gk_map_watch(const void *p, size_t len, const char *path);

@@ -241,6 +241,7 @@ static struct {
 	const char *path;
 } map_slots[MAP_SLOTS];
 static const char *volatile guard_tool = "gpukit";
+static int guard_on;
 
 /* Append s to buf (cap bytes, n used), as much as fits. */
 static size_t cat(char *buf, size_t cap, size_t n, const char *s)
@@ -276,7 +277,10 @@ static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
 	/*
 	 * Not a watched file: the default action. A fault would come again
 	 * on return, but a SIGBUS someone sent would not; raised here, it
-	 * is pending until the handler returns, and kills either way.
+	 * is pending until the handler returns, and kills either way. (Not
+	 * to a handler the guard went over: UCX's hands the fault back to
+	 * the one it found, this one, and the two would pass it back and
+	 * forth forever.)
 	 */
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -285,12 +289,16 @@ static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
 void gk_map_guard(const char *tool)
 {
 	struct sigaction sa;
+	if (tool)
+		guard_tool = tool;
+	else if (!guard_on)
+		return;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = sigbus_handler;
 	sa.sa_flags = SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
-	guard_tool = tool;
 	sigaction(SIGBUS, &sa, NULL);
+	guard_on = 1;
 }
 
 void gk_map_watch(const void *p, size_t len, const char *path)

@@ -218,8 +218,16 @@ static void test_atomic_killed(int sig, const char *name)
  * SIGBUS. In a watched region (gk_map_watch) the guard names the file,
  * removes the atomic output being written and exits 1; unwatched, the
  * fault keeps its default action (the guard hides no bug). watch 2: a
- * file deep in directories (1.5 KB of path), named whole all the same.
+ * file deep in directories (1.5 KB of path), named whole all the same;
+ * 3: a library's handler installed over the guard (UCX's, in MPI_Init),
+ * then the guard put back with gk_map_guard(NULL).
  */
+static void library_handler(int sig)
+{
+	(void)sig;
+	_exit(9);
+}
+
 static void test_map_guard(int watch)
 {
 	char in[2048], out[256], msg[4096] = "", sub[2048];
@@ -243,6 +251,10 @@ static void test_map_guard(int watch)
 		close(p[0]);
 		dup2(p[1], STDERR_FILENO);
 		gk_map_guard("core_io");
+		if (watch == 3) {
+			signal(SIGBUS, library_handler);
+			gk_map_guard(NULL);
+		}
 		gk_atomic *a;
 		char block[3 * 4096];
 		memset(block, 7, sizeof(block));
@@ -402,6 +414,7 @@ int main(void)
 	test_map_guard(1);
 	test_map_guard(0);
 	test_map_guard(2);
+	test_map_guard(3);
 	test_map_guard_sent();
 	test_misc();
 	rmdir(dir);
