@@ -200,7 +200,8 @@ void gk_cleanup_forget(int handle);
  * gk_map_guard(NULL) puts the handler back, if the tool installed it,
  * over one a library installed since (UCX's, under Open MPI's MPI_Init).
  * path must live until gk_map_unwatch(p), which comes before the munmap.
- * Up to 1024 regions at once; more are not named.
+ * Up to 65536 regions at once (the mappings a process may hold by
+ * default); more are not named.
  */
 void gk_map_guard(const char *tool);
 void gk_map_watch(const void *p, size_t len, const char *path);

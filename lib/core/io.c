@@ -232,9 +232,11 @@ static void block_signals(sigset_t *old)
  * The watched mappings: a slot is claimed (1) by a compare-and-swap, filled,
  * then published (2); the handler reads only published slots, and only
  * calls write(), unlink(), rmdir() and _exit(), which are
- * async-signal-safe.
+ * async-signal-safe. As many slots as a process may hold mappings by
+ * default (vm.max_map_count, 65530): a run may read thousands of token
+ * files, or keep a thousand shards mapped in its shuffle window.
  */
-#define MAP_SLOTS 1024
+#define MAP_SLOTS 65536
 static struct {
 	atomic_int state; /* 0 free, 1 being filled, 2 watched */
 	uintptr_t lo, hi;

@@ -314,6 +314,56 @@ static void test_map_guard(int watch)
 }
 
 /*
+ * More mapped files than 1024 (a run over llm.c's FineWeb-Edu token
+ * files maps about a thousand, its shuffle window up to a thousand
+ * shards): the last one watched is named like the first.
+ */
+static void test_map_guard_many(void)
+{
+	enum { MAPS = 1500 };
+	char in[256];
+	int p[2], status;
+	snprintf(in, sizeof(in), "%s/many.bin", dir);
+	if (pipe(p) < 0)
+		abort();
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		dup2(p[1], STDERR_FILENO);
+		gk_map_guard("core_io");
+		char block[2 * 4096];
+		memset(block, 7, sizeof(block));
+		int fd = open(in, O_RDWR | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || gk_write_full(fd, block, sizeof(block)) < 0)
+			_exit(3);
+		volatile const char *m = NULL;
+		for (int i = 0; i < MAPS; i++) {
+			m = mmap(NULL, sizeof(block), PROT_READ, MAP_PRIVATE, fd, 0);
+			if (m == MAP_FAILED || m[4096] != 7)
+				_exit(4);
+			gk_map_watch((const void *)m, sizeof(block), in);
+		}
+		if (ftruncate(fd, 100) < 0)
+			_exit(5);
+		(void)m[4096];
+		_exit(6);
+	}
+	close(p[1]);
+	char msg[512] = "", want[512];
+	ssize_t n = gk_read_full(p[0], msg, sizeof(msg) - 1);
+	msg[n > 0 ? n : 0] = 0;
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	snprintf(want, sizeof(want),
+		 "core_io: '%s' shrank while it was being read (truncated or "
+		 "rewritten in place?)\n", in);
+	ok(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+	   "the %dth of %d watched maps truncated: exit 1 (status %#x)", MAPS, MAPS, status);
+	is_str(msg, want, "  the message names the file");
+	unlink(in);
+}
+
+/*
  * A SIGBUS that is not a fault (kill -BUS, sigqueue) has no address to
  * look up and would not come again if the guard returned: it keeps its
  * default action, now, and the guard stays installed.
@@ -415,6 +465,7 @@ int main(void)
 	test_map_guard(0);
 	test_map_guard(2);
 	test_map_guard(3);
+	test_map_guard_many();
 	test_map_guard_sent();
 	test_misc();
 	rmdir(dir);
