@@ -193,8 +193,8 @@ void gk_cleanup_forget(int handle);
  * its new end into SIGBUS, which kills the process without a word and
  * leaves its outputs half-made. gk_map_guard (gk_cli_init calls it)
  * installs a SIGBUS handler: a fault inside a region given to
- * gk_map_watch prints "TOOL: 'path' shrank while it was being read
- * (truncated or rewritten in place?)", removes what gk_cleanup_on_signal
+ * gk_map_watch prints "TOOL: 'path' changed or failed while it was being
+ * read (truncated or rewritten in place, or an I/O error)", removes what gk_cleanup_on_signal
  * holds and exits 1; a fault anywhere else keeps the default action (a
  * bug: a core, as before), and so does a SIGBUS sent with kill(2).
  * gk_map_guard(NULL) puts the handler back, if the tool installed it,

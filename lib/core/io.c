@@ -271,7 +271,8 @@ static void sigbus_handler(int sig, siginfo_t *si, void *ctx)
 		n = cat(msg, sizeof(msg), n, ": '");
 		n = cat(msg, sizeof(msg), n, map_slots[i].path);
 		n = cat(msg, sizeof(msg), n,
-			"' shrank while it was being read (truncated or rewritten in place?)\n");
+			"' changed or failed while it was being read (truncated or "
+			"rewritten in place, or an I/O error)\n");
 		(void)!write(STDERR_FILENO, msg, n);
 		remove_cleanup_paths();
 		_exit(1);

@@ -281,8 +281,8 @@ static void test_map_guard(int watch)
 	if (watch) {
 		char want[4096];
 		snprintf(want, sizeof(want),
-			 "core_io: '%s' shrank while it was being read (truncated or "
-			 "rewritten in place?)\n", in);
+			 "core_io: '%s' changed or failed while it was being read "
+			 "(truncated or rewritten in place, or an I/O error)\n", in);
 		ok(WIFEXITED(status) && WEXITSTATUS(status) == 1,
 		   "a watched file truncated under its map: exit 1 (status %#x)", status);
 		is_str(msg, want, "  the message names the file");
@@ -355,8 +355,8 @@ static void test_map_guard_many(void)
 	close(p[0]);
 	waitpid(pid, &status, 0);
 	snprintf(want, sizeof(want),
-		 "core_io: '%s' shrank while it was being read (truncated or "
-		 "rewritten in place?)\n", in);
+		 "core_io: '%s' changed or failed while it was being read "
+		 "(truncated or rewritten in place, or an I/O error)\n", in);
 	ok(WIFEXITED(status) && WEXITSTATUS(status) == 1,
 	   "the %dth of %d watched maps truncated: exit 1 (status %#x)", MAPS, MAPS, status);
 	is_str(msg, want, "  the message names the file");
