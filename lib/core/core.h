@@ -188,15 +188,17 @@ int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
 
 /*
- * Mapped files that may shrink while they are read. A file truncated (or
- * rewritten in place) under a mapping turns the next read of a page past
- * its new end into SIGBUS, which kills the process without a word and
- * leaves its outputs half-made. gk_map_guard (gk_cli_init calls it)
- * installs a SIGBUS handler: a fault inside a region given to
- * gk_map_watch prints "TOOL: 'path' changed or failed while it was being
- * read (truncated or rewritten in place, or an I/O error)", removes what gk_cleanup_on_signal
- * holds and exits 1; a fault anywhere else keeps the default action (a
- * bug: a core, as before), and so does a SIGBUS sent with kill(2).
+ * Mapped files that may shrink or fail while they are read. A file
+ * truncated (or rewritten in place) under a mapping turns the next read of
+ * a page past its new end into SIGBUS, as does an I/O error behind a
+ * mapped page; either kills the process without a word and leaves its
+ * outputs half-made. gk_map_guard (gk_cli_init calls it) installs a
+ * SIGBUS handler: a fault inside a region given to gk_map_watch prints
+ * "TOOL: 'path' changed or failed while it was being read (truncated or
+ * rewritten in place, or an I/O error)", removes what
+ * gk_cleanup_on_signal holds and exits 1; a fault anywhere else keeps the
+ * default action (a bug: a core, as before), and so does a SIGBUS sent
+ * with kill(2).
  * gk_map_guard(NULL) puts the handler back, if the tool installed it,
  * over one a library installed since (UCX's, under Open MPI's MPI_Init).
  * path must live until gk_map_unwatch(p), which comes before the munmap.
