@@ -124,19 +124,25 @@ test_expect_success '--timeout: a stopped rank ends gpu-train naming the collect
 
 # The token file is mapped: truncated under the job, the next read past
 # its new end is SIGBUS, which the guard turns into a message and exit 1.
-test_expect_success 'a token file truncated while the job reads it: named, exit 1, no bus error' '
-	cp train.bin shrink.bin &&
-	start_job t.json t.err gpu-train --data shrink.bin $TINY --batch 4 --json --steps 100000 &&
+# truncated_under_job NAME: a 2-rank job on NAME.bin (mpirun options in
+# $MCA), NAME.bin emptied after its first step.
+truncated_under_job() {
+	cp train.bin $1.bin &&
+	start_job $1.json $1.err gpu-train --data $1.bin $TINY --batch 4 --json --steps 100000 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
 	for i in $(seq 1 600); do
-		test -s t.json && grep -q "\"step\"" t.json && break
+		test -s $1.json && grep -q "\"step\"" $1.json && break
 		sleep 0.05
 	done &&
-	truncate -s 0 shrink.bin &&
+	truncate -s 0 $1.bin &&
 	wait_job 60 &&
 	test $rc -ne 0 &&
-	grep "^gpu-train: .shrink.bin. changed or failed while it was being read (truncated or rewritten in place, or an I\/O error)$" t.err &&
-	! grep -i "bus error" t.err
+	grep "^gpu-train: .$1.bin. changed or failed while it was being read (truncated or rewritten in place, or an I\/O error)$" $1.err &&
+	! grep -i "bus error" $1.err
+}
+
+test_expect_success 'a token file truncated while the job reads it: named, exit 1, no bus error' '
+	truncated_under_job shrink
 '
 
 # Open MPI's UCX transport (the usual one on InfiniBand; here over shared
@@ -148,20 +154,9 @@ if timeout 60 mpirun $UCX --oversubscribe --bind-to none -np 2 gpu-train $A --st
 fi
 
 test_expect_success UCX 'the same under UCX: named, exit 1, no bus error' '
-	cp train.bin shrinku.bin &&
 	MCA=$UCX &&
-	start_job u.json u.err gpu-train --data shrinku.bin $TINY --batch 4 --json --steps 100000 &&
-	MCA= &&
-	test_when_finished "kill \$job 2>/dev/null || :" &&
-	for i in $(seq 1 600); do
-		test -s u.json && grep -q "\"step\"" u.json && break
-		sleep 0.05
-	done &&
-	truncate -s 0 shrinku.bin &&
-	wait_job 60 &&
-	test $rc -ne 0 &&
-	grep "^gpu-train: .shrinku.bin. changed or failed while it was being read (truncated or rewritten in place, or an I\/O error)$" u.err &&
-	! grep -i "bus error" u.err
+	test_when_finished "MCA=" &&
+	truncated_under_job shrinku
 '
 
 # Rank 0 writes the whole model, the others nothing: its write alone is
