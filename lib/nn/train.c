@@ -643,7 +643,13 @@ static int resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err 
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/trainer.json", dir);
-	json_t *j = gk_json_load_file(path, 64u << 20, err);
+	/*
+	 * Its COMMIT vouched for it. A remapped epoch's data states carry
+	 * the old world's positions on every rank of the new, so the file
+	 * grows as old world x new world (about 76 MiB from 2100 ranks to
+	 * 2099): the limit only stops a file no run writes.
+	 */
+	json_t *j = gk_json_load_file(path, (size_t)1 << 30, err);
 	if (!j)
 		return -1;
 	int rc = -1;
