@@ -412,7 +412,8 @@ typedef struct gk_nn_train_opts {
 	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
 	 * next step boundary, 2 stop without a checkpoint. */
 	volatile sig_atomic_t *stop;
-	int ckpt_delay_ms;      /* tests: the writer sleeps before writing */
+	int ckpt_delay_ms;      /* tests: the writer sleeps before writing, rank 0
+				 * before checking a checkpoint it loads */
 } gk_nn_train_opts;
 
 /*

@@ -624,18 +624,85 @@ static int init_gone(const gk_nn_trainer *t, gk_err *err)
 	return -1;
 }
 
+/* Work rank 0 does alone, in a thread (rank0_alone). */
+typedef struct alone {
+	int (*fn)(gk_nn_trainer *t, const char *arg, gk_err *err);
+	gk_nn_trainer *t;
+	const char *arg;
+	gk_err err;
+	int rc;
+	atomic_int done;
+} alone;
+
+static void *alone_main(void *p)
+{
+	alone *a = p;
+	a->rc = a->fn(a->t, a->arg, &a->err);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/*
+ * fn, run by rank 0 alone while the others wait for its outcome. A long
+ * one (hashing a large checkpoint on a slow filesystem) would keep them
+ * in one collective past --timeout, and the job would end as a stopped
+ * rank; so rank 0 runs it in a thread and every rank agrees every 100 ms
+ * whether it is done, as the checkpoint writes do. Returns on every rank
+ * 0 when fn succeeded, 1 when it failed (rank 0's *mine says why), or -1.
+ */
+static int rank0_alone(gk_nn_trainer *t, int (*fn)(gk_nn_trainer *, const char *, gk_err *),
+		       const char *arg, gk_err *mine, gk_err *err)
+{
+	alone a = {.fn = fn, .t = t, .arg = arg};
+	pthread_t th;
+	int threaded = 0;
+	if (t->rank == 0) {
+		threaded = t->world > 1 && pthread_create(&th, NULL, alone_main, &a) == 0;
+		if (!threaded)
+			alone_main(&a);
+	}
+	int rc = 0;
+	for (;;) {
+		for (int i = 0; threaded && i < 100 && !atomic_load(&a.done); i++)
+			usleep(1000);
+		double v = t->rank != 0 || atomic_load(&a.done);
+		if (gk_comm_host_allreduce_f64(t->comm, &v, 1, GK_COMM_MIN, err) < 0) {
+			rc = -1;
+			break;
+		}
+		if (v >= 1)
+			break;
+	}
+	if (threaded)
+		pthread_join(th, NULL);
+	if (rc < 0)
+		return -1;
+	double bad = t->rank == 0 && a.rc < 0;
+	if (allreduce_f64(t, &bad, 1, err) < 0)
+		return -1;
+	if (t->rank == 0 && a.rc < 0)
+		*mine = a.err;
+	return bad > 0;
+}
+
+static int verify_input(gk_nn_trainer *t, const char *in, gk_err *err)
+{
+	if (t->o.ckpt_delay_ms > 0) /* tests: a slow filesystem */
+		usleep((useconds_t)t->o.ckpt_delay_ms * 1000);
+	return gk_ckpt_verify_input(in, err);
+}
+
 static int verify_ckpt(gk_nn_trainer *t, const char *in, gk_err *err)
 {
 	gk_err mine = {0};
-	int bad = t->rank == 0 && gk_ckpt_verify_input(in, &mine) < 0;
-	double v = bad;
-	if (allreduce_f64(t, &v, 1, err) < 0)
-		return -1;
-	if (bad) {
+	int bad = rank0_alone(t, verify_input, in, &mine, err);
+	if (bad <= 0)
+		return bad;
+	if (t->rank == 0) {
 		*err = mine;
 		return -1;
 	}
-	return v > 0 ? gk_errf(err, "checkpoint '%s': rank 0 found it damaged", in) : 0;
+	return gk_errf(err, "checkpoint '%s': rank 0 found it damaged", in);
 }
 
 /* Resume from step directory dir, which lib/ckpt committed as step want. */

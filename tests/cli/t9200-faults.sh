@@ -170,6 +170,16 @@ test_expect_success '--timeout: a checkpoint write longer than it is not a stopp
 	ckpt-merge --check slow/latest
 '
 
+# The same hook slows rank 0's check of the checkpoint it resumes from,
+# which the other ranks wait for.
+test_expect_success '--timeout: checking the checkpoint resumed longer than it is not a stopped rank' '
+	timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=2500 \
+		gpu-train $A --steps 3 --timeout 1 --ckpt-dir slow --resume : \
+		-np 1 gpu-train $A --steps 3 --timeout 1 --ckpt-dir slow --resume >r.json 2>r.err &&
+	test_must_be_empty r.err &&
+	test "$(readlink slow/latest)" = step-00000003
+'
+
 test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the collective' '
 	start_job b.out b.err allreduce-bench -b 64K -e 64K -n 10000000 -w 0 -c 0 --timeout 1 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
