@@ -1321,6 +1321,28 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
  * directory fits) fails the checkpoint on every rank at once, as a failed
  * write does: --ckpt-error continue warns and trains on.
  */
+/*
+ * Rank 0's lock of the checkpoint root, taken again when the root (or its
+ * .lock) was removed under the run: the next checkpoint recreates the
+ * root, and unlocked it would let a second writer in. A writer that got
+ * there meanwhile fails this checkpoint, as any write failure does.
+ */
+static int relock(gk_nn_trainer *t, gk_err *err)
+{
+	char path[PATH_MAX];
+	struct stat held, now;
+	snprintf(path, sizeof(path), "%s/.lock", t->o.ckpt_dir);
+	if (t->lock >= 0 && fstat(t->lock, &held) == 0 && stat(path, &now) == 0 &&
+	    held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+		return 0;
+	int fd = gk_ckpt_lock(t->o.ckpt_dir, err);
+	if (fd < 0)
+		return -1;
+	gk_ckpt_unlock(t->lock);
+	t->lock = fd;
+	return 0;
+}
+
 static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 {
 	ckpt_job *j = calloc(1, sizeof(*j));
@@ -1333,7 +1355,8 @@ static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	char name[NAME_BYTES] = {0};
 	int rc = 0;
 	if (t->rank == 0) {
-		rc = gk_ckpt_stage_begin(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, err);
+		rc = relock(t, err) < 0 ? -1 :
+		     gk_ckpt_stage_begin(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, err);
 		if (rc == 0)
 			snprintf(name, sizeof(name), "%s", gk_ckpt_stage_name(j->stage));
 	}

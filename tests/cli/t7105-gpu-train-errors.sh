@@ -214,6 +214,19 @@ test_expect_success 'a second writer to a --ckpt-dir is refused; the first one'"
 	! ls -d busy/.step-*.tmp-* 2>/dev/null
 '
 
+test_expect_success 'a --ckpt-dir removed under the run is locked again when it is recreated' '
+	{ gpu-train $A --steps 1000000 -q --ckpt-dir gone --ckpt-every 1 \
+		--ckpt-error continue 2>/dev/null & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	for i in $(seq 1 600); do test -e gone/latest && break; sleep 0.1; done &&
+	mv gone gone.old && rm -rf gone.old &&
+	for i in $(seq 1 600); do test -e gone/latest && break; sleep 0.1; done &&
+	test -e gone/latest &&
+	test_expect_code 1 gpu-train $A -q --ckpt-dir gone 2>err &&
+	grep "^gpu-train: checkpoint directory .gone. is in use by another writer (pid $pid on " err
+'
+
 # A device node of our own (a copy of /dev/null's numbers) needs root.
 mknod nul c 1 3 2>/dev/null && test_set_prereq MKNOD
 
