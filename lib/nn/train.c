@@ -1316,12 +1316,6 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 }
 
 /*
- * Start writing checkpoint t->step: copy state, hand it to a thread. A
- * staging directory rank 0 cannot create (a disk so full that not even a
- * directory fits) fails the checkpoint on every rank at once, as a failed
- * write does: --ckpt-error continue warns and trains on.
- */
-/*
  * Rank 0's lock of the checkpoint root, taken again when the root (or its
  * .lock) was removed under the run: the next checkpoint recreates the
  * root, and unlocked it would let a second writer in. A writer that got
@@ -1343,6 +1337,12 @@ static int relock(gk_nn_trainer *t, gk_err *err)
 	return 0;
 }
 
+/*
+ * Start writing checkpoint t->step: copy state, hand it to a thread. A
+ * staging directory rank 0 cannot create (a disk so full that not even a
+ * directory fits) fails the checkpoint on every rank at once, as a failed
+ * write does: --ckpt-error continue warns and trains on.
+ */
 static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 {
 	ckpt_job *j = calloc(1, sizeof(*j));
