@@ -12,6 +12,9 @@ slurm_stop() {
 	[ -n "$SLURM_DIR" ] || return 0
 	scancel --full -u root >/dev/null 2>&1
 	"$GK_TOP/scripts/slurm-local" stop "$SLURM_DIR"
+	# Slurm's own logs stay with the test's (a failed test keeps its trash
+	# directory): a job that failed to launch says why only there.
+	cp -r "$SLURM_DIR/log" slurm-log 2>/dev/null
 	rm -rf "$SLURM_DIR"
 	SLURM_DIR=
 }

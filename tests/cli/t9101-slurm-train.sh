@@ -56,12 +56,20 @@ usr1_pending() {
 # A requeued job waits for a BeginTime Slurm sets in the future; lift it
 # so the test does not sit out the delay, and wait for the job to end.
 wait_requeued() {
-	i=0
+	i=0 begun=
 	while state=$(squeue -h -j "$1" -o "%T %r" 2>/dev/null) && test -n "$state"; do
 		case $state in
 		"PENDING BeginTime"*)
-			echo "job $1 requeued with a BeginTime: StartTime=now"
-			scontrol update JobId="$1" StartTime=now ;;
+			# Slurm holds a requeued job back until the old instance's
+			# credential expires. Start it sooner, once, but not within
+			# the second of the requeue: slurmd refuses a launch whose
+			# credential is no newer, in whole seconds, than its revocation
+			# ("Job credential revoked": the job FAILED, exit 1).
+			if [ -z "$begun" ]; then
+				begun=1
+				echo "job $1 requeued with a BeginTime: StartTime=now+2"
+				scontrol update JobId="$1" StartTime=now+2
+			fi ;;
 		"PENDING JobHeld"*)
 			echo "job $1 requeued held: release"
 			scontrol release "$1" ;;
