@@ -115,6 +115,9 @@ GK_CFLAGS := -std=gnu11 $(WARN) -Ilib -D_GNU_SOURCE -DGK_VERSION='"$(VERSION)"' 
 	-DGK_HAVE_CUDA=$(or $(HAVE_CUDA),0) -DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0) \
 	-DGK_HAVE_MPI=$(or $(HAVE_MPI),0)
 GK_LIBS := $(GK_LIBS_DEPS) -lm -fopenmp -pthread
+# except in the CPU attention's matmul tiles, which fuse as OpenBLAS's
+# kernels do (its per-element math is in ops_cpu.c)
+$(B)/lib/nn/attention_cpu.o: GK_CFLAGS += -ffp-contract=fast
 ifeq ($(WERROR),1)
 GK_CFLAGS += -Werror
 endif

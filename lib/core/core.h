@@ -80,6 +80,19 @@ int gk_grow(void *pp, size_t *cap, size_t need, size_t size, const char *what,
 #define GK_GROW(p, cap, need, what, err) \
 	gk_grow(&(p), &(cap), (need), sizeof(*(p)), (what), (err))
 
+/*
+ * n zeroed bytes for a large buffer that lives as long as the program
+ * (a model's parameters, gradients, activations, optimizer state), or
+ * NULL without memory; free() frees it. From 2 MiB up it is aligned to
+ * 2 MiB and offered to the kernel for transparent huge pages
+ * (MADV_HUGEPAGE; Linux's default THP mode is "madvise", which gives a
+ * process none unless it asks): a training step sweeps 100 MB of
+ * activations, and 4 KiB pages cost it TLB misses (2-3 % of a CPU step,
+ * measured with tools/bench/nn.sh). Where THP is off this is a plain
+ * aligned allocation.
+ */
+void *gk_alloc_big(size_t n);
+
 /* a*b and a+b into *out, returning -1 (no error message) on overflow. */
 static inline int gk_mul_overflow(uint64_t a, uint64_t b, uint64_t *out)
 {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/core.h"
 
@@ -114,4 +115,22 @@ int gk_grow(void *pp, size_t *cap, size_t need, size_t size, const char *what,
 	memcpy(pp, &np, sizeof(np));
 	*cap = n;
 	return 0;
+}
+
+void *gk_alloc_big(size_t n)
+{
+	size_t huge = (size_t)2 << 20, align = n >= huge ? huge : 64;
+	void *p = NULL;
+	if (posix_memalign(&p, align, n ? n : 1) != 0)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	/* advice only (a kernel without THP says EINVAL: small pages, as
+	 * without the call), over the whole huge pages inside the buffer:
+	 * a huge page over its tail would add up to 2 MiB of memory no one
+	 * asked for */
+	if (align == huge)
+		(void)madvise(p, n / huge * huge, MADV_HUGEPAGE);
+#endif
+	memset(p, 0, n);
+	return p;
 }

@@ -227,19 +227,18 @@ static int build_table(gk_nn_model *m, gk_err *err)
 /* ---- buffers ---------------------------------------------------------------- */
 
 /*
- * 64-byte aligned, zeroed, counted in *bytes (gk_nn_memory reports what
- * was really allocated).
+ * 64-byte aligned (2 MiB and huge pages from 2 MiB up: gk_alloc_big),
+ * zeroed, counted in *bytes (gk_nn_memory reports what was really
+ * allocated).
  */
 static float *falloc(size_t n, uint64_t *bytes)
 {
 	size_t sz = (n * sizeof(float) + 63) / 64 * 64;
 	if (sz == 0)
 		sz = 64;
-	void *p = NULL;
-	if (posix_memalign(&p, 64, sz) != 0)
-		return NULL;
-	memset(p, 0, sz);
-	*bytes += sz;
+	float *p = gk_alloc_big(sz);
+	if (p)
+		*bytes += sz;
 	return p;
 }
 
@@ -315,9 +314,10 @@ static int alloc_acts(gk_nn_model *m, gk_err *err)
 	m->targets = (int32_t *)carve(&cur, N);
 
 	/* backward: dres, dln, datty (B,T,C); dqkv (B,T,3C); dfc (B,T,4C);
-	 * one (T,T) attention scratch per thread */
+	 * attention's scratch, per thread (a head's copies and a (T,T)) */
 	size_t ws[] = {N * C, N * C, N * C, N * 3 * C, N * 4 * C,
-		       (size_t)m->nt * T * T};
+		       (size_t)m->nt *
+			       gk_nn_cpu_attention_scratch((int)T, (int)(C / NH))};
 	total = 0;
 	for (size_t i = 0; i < GK_ARRAY_SIZE(ws); i++)
 		total += r16(ws[i]);

@@ -124,8 +124,14 @@ float gk_nn_cpu_softmax(float *x, int n);
 void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt);
 void gk_nn_cpu_gelu_bwd(float *dinp, float *db, const float *x, int grad,
 			int N, int C, int nt);
-void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
-			     int T, int C, int NH, int nt);
+/* softmax backward of one row of attention (see ops_cpu.c) */
+void gk_nn_cpu_softmax_bwd_row(float *dr, const float *ar, int n, int m,
+			       float scale);
+/* floats of attention scratch each thread needs */
+size_t gk_nn_cpu_attention_scratch(int T, int hs);
+void gk_nn_cpu_attention_fwd(float *out, float *att, float *scratch,
+			     const float *qkv, int B, int T, int C, int NH,
+			     int nt);
 void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 			     const float *qkv, const float *att, int B, int T,
 			     int C, int NH, int nt);

@@ -38,7 +38,8 @@ static void block_fwd(gk_nn_model *m, int l)
 				p + o->ln1b, N, C, m->c.ln_eps, nt);
 	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL,
 			     NULL, 0, N, C, 3 * C, nt);
-	gk_nn_cpu_attention_fwd(a.atty, a.att, a.qkv, B, T, C, NH, nt);
+	gk_nn_cpu_attention_fwd(a.atty, a.att, m->datt, a.qkv, B, T, C, NH,
+				nt);
 	/* the projections add onto the residual in place: no buffer for
 	 * their outputs alone */
 	gk_nn_cpu_matmul_fwd(a.res2, a.atty, p + o->attprojw, p + o->attprojb,

@@ -7,7 +7,8 @@
  *
  * Threads: one OpenMP pool does everything. OpenBLAS runs single-threaded
  * inside it: a matmul is cut into row or column blocks, one sgemm per
- * thread (gemm below), and attention runs one (batch, head) per thread.
+ * thread (gemm below). Attention (attention_cpu.c) runs one (batch, head)
+ * per thread.
  * Letting OpenBLAS's own pthread pool take the matmuls instead leaves two
  * pools spinning against each other between ops, which on a loaded
  * machine cost more than the matmuls.
@@ -468,73 +469,11 @@ float gk_nn_cpu_softmax(float *x, int n)
 	return gk_nn_softmax_row(x, n);
 }
 
-/*
- * Row t of the scores: softmax over its first n = t + 1, zero to T. The
- * masked scores between n and the next multiple of 16 (within the m the
- * block's matmul computed) become -inf, so the softmax runs in whole
- * vectors with no scalar tail; exp(-inf) adds exactly 0 to each lane's
- * sum, so the values are the same bits as a softmax over n. The
- * logsumexp it returns is not needed here, and inlined it is not made.
- */
+/* dr = softmax backward of row a's first n, scaled; zero to m: the
+ * per-element half of attention's backward (attention_cpu.c) */
 GK_NN_SIMD_CLONES
-static void att_softmax(float *r, int n, int m, int T)
-{
-	int np = (n + GK_NN_LANES - 1) / GK_NN_LANES * GK_NN_LANES;
-	np = np < m ? np : m;
-	for (int j = n; j < np; j++)
-		r[j] = -INFINITY;
-	(void)gk_nn_softmax_row(r, np);
-	memset(r + n, 0, (size_t)(T - n) * sizeof(float));
-}
-
-/*
- * Rows of the (T,T) score matrix in blocks: the block of rows [r0, r1)
- * sees only columns [0, r1), so its matmuls stop there and the masked
- * upper triangle is (mostly) never computed: 5/8 of the square at T 128,
- * about half at T 1024. Blocks of T/8 rows, at least 32.
- */
-static int att_block(int T)
-{
-	int b = (T / 8 + 15) / 16 * 16;
-	return b < 32 ? 32 : b;
-}
-
-/*
- * qkv (B,T,3C) holds q, k, v side by side, head h at columns h*hs of
- * each. Per (b, h), one per thread: att (T,T) = softmax(q k^T / sqrt(hs))
- * over j <= t (zero above the diagonal), out[:, h*hs:] = att v.
- */
-void gk_nn_cpu_attention_fwd(float *out, float *att, const float *qkv, int B,
-			     int T, int C, int NH, int nt)
-{
-	int hs = C / NH, tb = att_block(T);
-	float scale = 1.0f / sqrtf((float)hs);
-	int C3 = 3 * C;
-#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int bh = 0; bh < B * NH; bh++) {
-		int b = bh / NH, h = bh % NH;
-		const float *q = qkv + (size_t)b * T * C3 + h * hs;
-		const float *k = q + C, *v = q + 2 * C;
-		float *a = att + (size_t)bh * T * T;
-		float *o = out + (size_t)b * T * C + h * hs;
-		for (int r0 = 0; r0 < T; r0 += tb) {
-			int r1 = r0 + tb < T ? r0 + tb : T;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-				    r1 - r0, r1, hs, scale, q + (size_t)r0 * C3,
-				    C3, k, C3, 0.0f, a + (size_t)r0 * T, T);
-			for (int t = r0; t < r1; t++)
-				att_softmax(a + (size_t)t * T, t + 1, r1, T);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-				    r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T,
-				    T, v, C3, 0.0f, o + (size_t)r0 * C, C);
-		}
-	}
-}
-
-/* dr = softmax backward of row a's first n, scaled; zero to T */
-GK_NN_SIMD_CLONES
-static void softmax_bwd_row(float *restrict dr, const float *restrict ar,
-			    int n, int T, float scale)
+void gk_nn_cpu_softmax_bwd_row(float *restrict dr, const float *restrict ar,
+			       int n, int m, float scale)
 {
 	float acc[GK_NN_LANES] = {0};
 	int j = 0;
@@ -547,63 +486,7 @@ static void softmax_bwd_row(float *restrict dr, const float *restrict ar,
 #pragma omp simd
 	for (j = 0; j < n; j++)
 		dr[j] = gk_nn_softmax_dpre(ar[j], dr[j], s, scale);
-	memset(dr + n, 0, (size_t)(T - n) * sizeof(float));
-}
-
-/*
- * dqkv (B,T,3C) = d/dqkv (overwritten). scratch: nt (T,T) blocks, one
- * per thread for d att. Column blocks [c0, c1) of att are nonzero only
- * in rows [c0, T), which bounds dv and dk's matmuls.
- */
-void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
-			     const float *qkv, const float *att, int B, int T,
-			     int C, int NH, int nt)
-{
-	int hs = C / NH, tb = att_block(T);
-	float scale = 1.0f / sqrtf((float)hs);
-	int C3 = 3 * C;
-#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int bh = 0; bh < B * NH; bh++) {
-		int b = bh / NH, h = bh % NH;
-		size_t base = (size_t)b * T * C3 + h * hs;
-		const float *q = qkv + base, *k = q + C, *v = k + C;
-		float *dq = dqkv + base, *dk = dq + C, *dv = dk + C;
-		const float *a = att + (size_t)bh * T * T;
-		const float *d = dout + (size_t)b * T * C + h * hs;
-		float *da = scratch + (size_t)omp_get_thread_num() * T * T;
-		for (int r0 = 0; r0 < T; r0 += tb) {
-			int r1 = r0 + tb < T ? r0 + tb : T;
-			/* datt = dout v^T, rows [r0, r1), columns [0, r1) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-				    r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C,
-				    C, v, C3, 0.0f, da + (size_t)r0 * T, T);
-			/* softmax backward, scaled: dpre = att (datt -
-			 * sum(att datt)) / sqrt(hs), zero above the
-			 * diagonal */
-			for (int t = r0; t < r1; t++)
-				softmax_bwd_row(da + (size_t)t * T,
-						a + (size_t)t * T, t + 1, T,
-						scale);
-			/* dq = dpre k */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-				    r1 - r0, hs, r1, 1.0f, da + (size_t)r0 * T,
-				    T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-		}
-		for (int c0 = 0; c0 < T; c0 += tb) {
-			int c1 = c0 + tb < T ? c0 + tb : T;
-			/* dv = att^T dout; dk = dpre^T q: rows [c0, T) */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
-				    c1 - c0, hs, T - c0, 1.0f,
-				    a + (size_t)c0 * T + c0, T,
-				    d + (size_t)c0 * C, C, 0.0f,
-				    dv + (size_t)c0 * C3, C3);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
-				    c1 - c0, hs, T - c0, 1.0f,
-				    da + (size_t)c0 * T + c0, T,
-				    q + (size_t)c0 * C3, C3, 0.0f,
-				    dk + (size_t)c0 * C3, C3);
-		}
-	}
+	memset(dr + n, 0, (size_t)(m - n) * sizeof(float));
 }
 
 /* ---- the LM head and the fused classifier ---------------------------------------- */

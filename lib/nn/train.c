@@ -973,9 +973,9 @@ static int shard_buffers(gk_nn_trainer *t, gk_err *err)
 	size_t bytes = t->Np * sizeof(float);
 	int resid = t->o.compress != GK_COMM_COMPRESS_NONE;
 	if (!t->cuda) {
-		if (!(t->gpad = calloc(t->Np, sizeof(float))) ||
-		    !(t->ppad = calloc(t->Np, sizeof(float))) ||
-		    (resid && !(t->resid = calloc(t->Np, sizeof(float)))))
+		if (!(t->gpad = gk_alloc_big(bytes)) ||
+		    !(t->ppad = gk_alloc_big(bytes)) ||
+		    (resid && !(t->resid = gk_alloc_big(bytes))))
 			return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
 		return 0;
 	}
@@ -1071,8 +1071,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->lo = 0;
 		t->hi = t->N;
 	}
-	t->mom = calloc(t->hi - t->lo + 1, sizeof(float));
-	t->vel = calloc(t->hi - t->lo + 1, sizeof(float));
+	t->mom = gk_alloc_big((t->hi - t->lo + 1) * sizeof(float));
+	t->vel = gk_alloc_big((t->hi - t->lo + 1) * sizeof(float));
 	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	t->tg = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	if (!t->mom || !t->vel || !t->in || !t->tg) {

@@ -447,6 +447,9 @@ int main(void)
 		{2, 48, 3, 1000, 64, 3, 37, 1, "odd"},
 		/* the byte vocabulary and a power-of-two shape */
 		{3, 64, 4, 257, 32, 2, 32, 2, "bytes"},
+		/* heads of 12, not whole 16-float vectors: attention's
+		 * padded copies and output tiles */
+		{2, 36, 3, 300, 40, 2, 39, 3, "narrow heads"},
 	};
 	for (size_t i = 0; i < GK_ARRAY_SIZE(cases); i++)
 		one_case(&cases[i]);

@@ -154,7 +154,8 @@ int main(int argc, char **argv)
 	}
 	gk_nn_init(m, 1);
 	size_t np = gk_nn_nparams(m);
-	float *mo = calloc(np, 4), *vo = calloc(np, 4);
+	/* the optimizer state as gpu-train allocates it */
+	float *mo = gk_alloc_big(np * 4), *vo = gk_alloc_big(np * 4);
 	size_t ndata = 1 << 20;
 	int32_t *data = malloc(ndata * sizeof(int32_t));
 	for (size_t i = 0; i < ndata; i++)
