@@ -1,6 +1,6 @@
 /*
  * attention_cpu.c - causal self-attention on the CPU: its four matmul
- * shapes as register-tiled loops over per-head copies, the softmax and
+ * shapes as register-tiled loops over each head, the softmax and
  * its backward from ops_cpu.c (math.h's per-element functions).
  *
  * Why not sgemm: a head's products are small (T x T x hs: 128 x 128 x 64
@@ -8,9 +8,11 @@
  * causal mask cuts them into triangles. As OpenBLAS calls, in blocks of
  * rows, they ran at half its rate on large products: 3,072 calls a step,
  * each packing its operands, 9 % of the step for 5 % of its FLOPs.
- * Here a head's q, k, v (and dout) are copied once into contiguous,
- * zero-padded buffers that stay in L2, and every product walks only the
- * causal triangle in tiles of 4 rows by 16-float vectors.
+ * Here each head's k (and in backward v) is transposed once into a
+ * buffer that stays in L1/L2; q, v and dout are read in place when a
+ * head is a whole number of 16-float vectors wide, else copied
+ * zero-padded; every product walks only the causal triangle in tiles of
+ * 4 rows by 16-float vectors.
  *
  * Rounding: this file builds with -ffp-contract=fast (the Makefile), so
  * the tiles' multiply-adds are fused, as in OpenBLAS's kernels. The
@@ -19,8 +21,7 @@
  * product summed in a fixed order: runs repeat bit for bit, at any
  * thread count (a thread takes whole (batch, head) pairs).
  *
- * reference: Dao et al., FlashAttention (2022), for the per-tile loop
- * order; llm.c train_gpt2.c attention_forward/backward for the math.
+ * reference: llm.c train_gpt2.c attention_forward/backward (the math).
  */
 #include <math.h>
 #include <string.h>
