@@ -4,11 +4,15 @@
  *
  *   build/tools/bench/nn L C NH T B V THREADS STEPS [RECOMPUTE]
  *
- * prints one line of key=value: tok_s (median step), gflops (the model's
- * gk_nn_flops over the median step), sgemm_gflops (the same matmuls,
- * sgemm only, in this process), and the step's median and min ms. Data:
- * random windows of a random byte stream (tokens < V), constant lr,
- * AdamW betas 0.9/0.95, weight decay 0.1 on the 2-D tensors.
+ * Each step is followed by one replay of its matmuls as plain sgemm
+ * calls, so both sides run under the same load on a shared machine.
+ * Prints one line of key=value: tok_s (median step), gflops (the model's
+ * gk_nn_flops over the median step), sgemm_gflops (the replay's FLOPs
+ * over its median), best_gflops and sgemm_best_gflops (the same over
+ * the fastest of each), the step's median and min ms, and cpu_* (per
+ * CPU second of the process). Data: random windows of a random byte
+ * stream (tokens < V), constant lr, AdamW betas 0.9/0.95, weight decay
+ * 0.1 on the 2-D tensors.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +50,8 @@ static uint64_t next(void)
 
 /*
  * The sgemm calls of one step (the model's matmuls, forward and
- * backward, with ops_cpu.c's shapes, transposes and beta), repeated;
- * returns GFLOP/s. beta matters: OpenBLAS zeroes C before a beta-0
+ * backward, with ops_cpu.c's shapes, transposes and beta), made once;
+ * returns their FLOPs. beta matters: OpenBLAS zeroes C before a beta-0
  * product, a pass over C that is part of that call's cost; with beta 1
  * it adds onto C (a bias or a gradient already there).
  */
@@ -55,10 +59,30 @@ typedef struct shape {
 	int ta, tb, M, N, K, beta;
 } shape;
 
-static double sgemm_rate(int L, int C, int V, int Ntok, int T, int NH,
-			 int B, double *cpu_rate)
+typedef struct replay {
+	int L, C, V, Ntok, T, NH, B;
+	float *a, *b, *c;
+} replay;
+
+static void replay_init(replay *r, int L, int C, int V, int Ntok, int T,
+			int NH, int B)
 {
-	int hs = C / NH;
+	*r = (replay){L, C, V, Ntok, T, NH, B, NULL, NULL, NULL};
+	size_t big = (size_t)Ntok * 4 * C;
+	if ((size_t)V * C > big)
+		big = (size_t)V * C;
+	if ((size_t)Ntok * V > big)
+		big = (size_t)Ntok * V;
+	r->a = calloc(big, 4), r->b = calloc(big, 4), r->c = calloc(big, 4);
+	for (size_t i = 0; i < big; i++) {
+		r->a[i] = (float)(next() % 1000) * 1e-3f;
+		r->b[i] = (float)(next() % 1000) * 1e-3f;
+	}
+}
+
+static double replay_step(const replay *r)
+{
+	int C = r->C, V = r->V, Ntok = r->Ntok, T = r->T, hs = C / r->NH;
 	shape s[] = {
 		/* per block, forward: qkv, attn proj, fc, fc proj (onto
 		 * the bias, except fc, whose GeLU pass adds it) */
@@ -77,49 +101,27 @@ static double sgemm_rate(int L, int C, int V, int Ntok, int T, int NH,
 	shape att[] = {{0, 1, T, T, hs, 0}, {0, 0, T, hs, T, 0},
 		       {0, 1, T, T, hs, 0}, {1, 0, T, hs, T, 0},
 		       {0, 0, T, hs, T, 0}, {1, 0, T, hs, T, 0}};
-	size_t big = (size_t)Ntok * 4 * C;
-	if ((size_t)V * C > big)
-		big = (size_t)V * C;
-	if ((size_t)Ntok * V > big)
-		big = (size_t)Ntok * V;
-	float *a = calloc(big, 4), *b = calloc(big, 4), *c = calloc(big, 4);
-	for (size_t i = 0; i < big; i++) {
-		a[i] = (float)(next() % 1000) * 1e-3f;
-		b[i] = (float)(next() % 1000) * 1e-3f;
-	}
-	double best = 0, cbest = 0;
-	for (int rep = 0; rep < 5; rep++) {
-		double fl = 0, t0 = gk_now(), c0 = cpu_now();
+	double fl = 0;
 #define RUN(sh)                                                                \
 	do {                                                                   \
 		const shape *x = &(sh);                                        \
 		cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans,  \
 			    x->tb ? CblasTrans : CblasNoTrans, x->M, x->N,     \
-			    x->K, 1.0f, a, x->ta ? x->M : x->K, b,             \
-			    x->tb ? x->K : x->N, (float)x->beta, c, x->N);     \
+			    x->K, 1.0f, r->a, x->ta ? x->M : x->K, r->b,       \
+			    x->tb ? x->K : x->N, (float)x->beta, r->c, x->N);  \
 		fl += 2.0 * x->M * x->N * x->K;                                \
 	} while (0)
-		for (int l = 0; l < L; l++) {
-			for (size_t i = 0; i < GK_ARRAY_SIZE(s); i++)
-				RUN(s[i]);
-			for (int k = 0; k < B * NH; k++)
-				for (size_t i = 0; i < GK_ARRAY_SIZE(att); i++)
-					RUN(att[i]);
-		}
-		for (size_t i = 0; i < GK_ARRAY_SIZE(head); i++)
-			RUN(head[i]);
-		double r = fl / (gk_now() - t0) / 1e9;
-		double cr = fl / (cpu_now() - c0) / 1e9;
-		if (r > best)
-			best = r;
-		if (cr > cbest)
-			cbest = cr;
+	for (int l = 0; l < r->L; l++) {
+		for (size_t i = 0; i < GK_ARRAY_SIZE(s); i++)
+			RUN(s[i]);
+		for (int k = 0; k < r->B * r->NH; k++)
+			for (size_t i = 0; i < GK_ARRAY_SIZE(att); i++)
+				RUN(att[i]);
 	}
-	*cpu_rate = cbest;
-	free(a);
-	free(b);
-	free(c);
-	return best;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(head); i++)
+		RUN(head[i]);
+#undef RUN
+	return fl;
 }
 
 int main(int argc, char **argv)
@@ -162,8 +164,16 @@ int main(int argc, char **argv)
 		data[i] = (int32_t)(next() % (uint64_t)V);
 	int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
 	gk_nn_adamw ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+	/* after each step, the same matmuls as sgemm calls alone: the two
+	 * sides meet the same neighbours on a shared machine, and each is
+	 * summarised the same way (median, and best) */
+	replay rp;
+	replay_init(&rp, v[0], v[1], V, B * T, T, v[2], B);
+	double fl = gk_nn_flops(m), sfl = 0;
 	double *t = malloc((steps + 1) * sizeof(double));
 	double *ct = malloc((steps + 1) * sizeof(double));
+	double *st = malloc((steps + 1) * sizeof(double));
+	double *sct = malloc((steps + 1) * sizeof(double));
 	float loss = 0;
 	for (int s = 0; s <= steps; s++) { /* step 0: warm-up, not timed */
 		for (int b = 0; b < B; b++) {
@@ -182,25 +192,32 @@ int main(int argc, char **argv)
 				 gk_nn_grads(m), mo, vo);
 		t[s] = gk_now() - t0;
 		ct[s] = cpu_now() - c0;
+		/* the ceiling: OpenBLAS with its own threads at these
+		 * shapes (the step sets them back to 1 for its own) */
+		openblas_set_num_threads(v[6]);
+		t0 = gk_now(), c0 = cpu_now();
+		sfl = replay_step(&rp);
+		st[s] = gk_now() - t0;
+		sct[s] = cpu_now() - c0;
 	}
 	qsort(t + 1, steps, sizeof(double), cmp);
 	qsort(ct + 1, steps, sizeof(double), cmp);
-	double cmed = ct[1 + steps / 2];
-	double med = t[1 + steps / 2], best = t[1];
-	double fl = gk_nn_flops(m);
-	/* the ceiling: OpenBLAS with its own threads at these shapes */
-	openblas_set_num_threads(v[6]);
-	double csg;
-	double sg = sgemm_rate(v[0], v[1], V, B * T, T, v[2], B, &csg);
+	qsort(st + 1, steps, sizeof(double), cmp);
+	qsort(sct + 1, steps, sizeof(double), cmp);
+	int mid = 1 + steps / 2;
+	double med = t[mid], best = t[1], cmed = ct[mid];
 	gk_nn_mem mem;
 	gk_nn_memory(m, &mem);
 	/* cpu_*: per CPU second of all threads, times the threads */
 	int nt = v[6];
-	printf("tok_s=%.0f gflops=%.1f sgemm_gflops=%.1f step_ms=%.2f "
-	       "min_ms=%.2f cpu_tok_s=%.0f cpu_gflops=%.1f "
-	       "cpu_sgemm_gflops=%.1f loss=%.4f mem_mib=%.1f\n",
-	       B * T / med, fl / med / 1e9, sg, med * 1e3, best * 1e3,
-	       B * T / cmed * nt, fl / cmed / 1e9 * nt, csg * nt, loss,
+	printf("tok_s=%.0f gflops=%.1f sgemm_gflops=%.1f best_gflops=%.1f "
+	       "sgemm_best_gflops=%.1f step_ms=%.2f min_ms=%.2f "
+	       "cpu_tok_s=%.0f cpu_gflops=%.1f cpu_sgemm_gflops=%.1f "
+	       "loss=%.4f mem_mib=%.1f\n",
+	       B * T / med, fl / med / 1e9, sfl / st[mid] / 1e9,
+	       fl / best / 1e9, sfl / st[1] / 1e9, med * 1e3, best * 1e3,
+	       B * T / cmed * nt, fl / cmed / 1e9 * nt,
+	       sfl / sct[mid] / 1e9 * nt, loss,
 	       (mem.parameters + mem.gradients + mem.activations +
 		mem.workspace) / 1048576.0);
 	gk_nn_free(m);
