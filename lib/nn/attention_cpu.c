@@ -9,10 +9,12 @@
  * rows, they ran at half its rate on large products: 3,072 calls a step,
  * each packing its operands, 9 % of the step for 5 % of its FLOPs.
  * Here each head's k (and in backward v) is transposed once into a
- * buffer that stays in L1/L2; q, v and dout are read in place when a
- * head is a whole number of 16-float vectors wide, else copied
- * zero-padded; every product walks only the causal triangle in tiles of
- * 4 rows by 16-float vectors.
+ * buffer that stays in L1/L2, 16 x 16 blocks at a time through
+ * registers; q, v and dout are read in place when a head is a whole
+ * number of 16-float vectors wide, else copied zero-padded; every
+ * product walks only the causal triangle in tiles of 4 rows by 16-float
+ * vectors. The forward makes two passes over a head: scores and softmax
+ * into att's rows, then att v reading those rows in place.
  *
  * Rounding: this file builds with -ffp-contract=fast (the Makefile), so
  * the tiles' multiply-adds are fused, as in OpenBLAS's kernels. The
@@ -183,15 +185,65 @@ static const float *head_rows(float *buf, int Tp, int hp, const float *src,
 	return buf;
 }
 
+/* 16 rows of dst (stride ldd) = the transpose of a 16 x 16 block of src
+ * (stride lds), in registers: 4 rounds, round s swapping the
+ * off-diagonal s x s blocks between rows i and i + s (s = 8, 4, 2, 1),
+ * 64 two-vector shuffles in all */
+typedef int v16i __attribute__((vector_size(64)));
+#define SWAP_ROUND(x, s, lo, hi)                                              \
+	for (int i = 0; i < VL; i++)                                          \
+		if (!(i & (s))) {                                             \
+			v16 a_ = x[i], b_ = x[i + (s)];                      \
+			x[i] = __builtin_shuffle(a_, b_, lo);                 \
+			x[i + (s)] = __builtin_shuffle(a_, b_, hi);           \
+		}
+
+GK_NN_SIMD_CLONES
+static void transpose16(float *dst, int ldd, const float *src, int lds)
+{
+	/* lane l of the low row: a[l] where bit s of l is clear, else
+	 * b[l - s]; of the high row: a[l + s], else b[l] */
+	static const v16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7,
+				 16, 17, 18, 19, 20, 21, 22, 23};
+	static const v16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15,
+				 24, 25, 26, 27, 28, 29, 30, 31};
+	static const v16i lo4 = {0, 1, 2, 3, 16, 17, 18, 19,
+				 8, 9, 10, 11, 24, 25, 26, 27};
+	static const v16i hi4 = {4, 5, 6, 7, 20, 21, 22, 23,
+				 12, 13, 14, 15, 28, 29, 30, 31};
+	static const v16i lo2 = {0, 1, 16, 17, 4, 5, 20, 21,
+				 8, 9, 24, 25, 12, 13, 28, 29};
+	static const v16i hi2 = {2, 3, 18, 19, 6, 7, 22, 23,
+				 10, 11, 26, 27, 14, 15, 30, 31};
+	static const v16i lo1 = {0, 16, 2, 18, 4, 20, 6, 22,
+				 8, 24, 10, 26, 12, 28, 14, 30};
+	static const v16i hi1 = {1, 17, 3, 19, 5, 21, 7, 23,
+				 9, 25, 11, 27, 13, 29, 15, 31};
+	v16 x[VL];
+	for (int i = 0; i < VL; i++)
+		x[i] = ld(src + (size_t)i * lds);
+	SWAP_ROUND(x, 8, lo8, hi8);
+	SWAP_ROUND(x, 4, lo4, hi4);
+	SWAP_ROUND(x, 2, lo2, hi2);
+	SWAP_ROUND(x, 1, lo1, hi1);
+	for (int i = 0; i < VL; i++)
+		st(dst + (size_t)i * ldd, x[i]);
+}
+
 /* dst (ncols x ldd) = the transpose of src (rows x cols, stride lds),
- * zero-padded: src read along its rows, dst (a head's, in L1) written
- * down its columns */
+ * zero-padded: whole 16 x 16 blocks through registers, the edges one
+ * element at a time */
 static void copy_transposed(float *dst, int ldd, int ncols, const float *src,
 			    int lds, int rows, int cols)
 {
+	int r16 = rows / VL * VL, c16 = cols / VL * VL;
+	for (int t = 0; t < r16; t += VL)
+		for (int d = 0; d < c16; d += VL)
+			transpose16(dst + (size_t)d * ldd + t, ldd,
+				    src + (size_t)t * lds + d, lds);
 	for (int t = 0; t < rows; t++) {
 		const float *s = src + (size_t)t * lds;
-		for (int d = 0; d < cols; d++)
+		for (int d = t < r16 ? c16 : 0; d < cols; d++)
 			dst[(size_t)d * ldd + t] = s[d];
 	}
 	for (int d = 0; d < ncols; d++)
@@ -256,6 +308,7 @@ void gk_nn_cpu_attention_fwd(float *out, float *att, float *scratch,
 		copy_transposed(kt, Tp, hp, q + C, C3, T, hs);
 		const float *v = head_rows(vbuf, Tp, hp, q + 2 * C, C3, T, hs,
 					   &ldv);
+		/* the scores and softmax of every row, then att v */
 		for (int t0 = 0; t0 < T; t0 += R) {
 			int nr = T - t0 < R ? T - t0 : R;
 			/* the tile's rows see columns up to t0 + 3, all
@@ -263,23 +316,19 @@ void gk_nn_cpu_attention_fwd(float *out, float *att, float *scratch,
 			int nj = up16(t0 + 1);
 			tile_dot(s, Tp, q + (size_t)t0 * C3, C3, nr, kt, Tp,
 				 hs, nj, scale);
-			for (int r = 0; r < nr; r++) {
-				float *sr = s + (size_t)r * Tp;
-				int n = t0 + r + 1;
-				/* masked scores -inf to a whole vector:
-				 * exp adds exactly 0, and they become the
-				 * zeros the att v tile reads */
-				for (int j = n; j < nj; j++)
-					sr[j] = -INFINITY;
-				(void)gk_nn_cpu_softmax(sr, nj);
-				float *ar = a + (size_t)(t0 + r) * T;
-				copy(ar, sr, n);
-				for (int j = n; j < T; j++)
-					ar[j] = 0.0f;
-			}
+			for (int r = 0; r < nr; r++)
+				gk_nn_cpu_softmax_causal(a + (size_t)(t0 + r) * T,
+							 s + (size_t)r * Tp,
+							 t0 + r + 1, nj, T);
+		}
+		for (int t0 = 0; t0 < T; t0 += R) {
+			int nr = T - t0 < R ? T - t0 : R;
 			float *yt = y + (size_t)t0 * C;
 			float *o = tile_out(yt, C, tile, hp, hs, nr, &ldo);
-			tile_axpy(o, ldo, s, Tp, 1, nr, v, ldv, 0, t0 + nr, hp);
+			/* att's rows are zero past the diagonal: the
+			 * tile's first rows read some of those zeros */
+			tile_axpy(o, ldo, a + (size_t)t0 * T, T, 1, nr, v, ldv,
+				  0, t0 + nr, hp);
 			put_rows(yt, C, o, nr, hs, hp);
 		}
 	}
@@ -326,7 +375,7 @@ void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 			for (int r = 0; r < nr; r++)
 				gk_nn_cpu_softmax_bwd_row(sc + (size_t)r * Tp,
 							  a + (size_t)(t0 + r) * T,
-							  t0 + r + 1, nj, scale);
+							  t0 + r + 1, nj, T, scale);
 			float *dqt = dq + (size_t)t0 * C3;
 			float *o = tile_out(dqt, C3, tile, hp, hs, nr, &ldo);
 			tile_axpy(o, ldo, sc, Tp, 1, nr, k, ldk, 0, t0 + nr, hp);

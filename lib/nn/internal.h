@@ -124,9 +124,10 @@ float gk_nn_cpu_softmax(float *x, int n);
 void gk_nn_cpu_gelu_fwd(float *out, const float *inp, size_t n, int nt);
 void gk_nn_cpu_gelu_bwd(float *dinp, float *db, const float *x, int grad,
 			int N, int C, int nt);
-/* softmax backward of one row of attention (see ops_cpu.c) */
-void gk_nn_cpu_softmax_bwd_row(float *dr, const float *ar, int n, int m,
-			       float scale);
+/* one row of attention's softmax, forward and backward (see ops_cpu.c) */
+void gk_nn_cpu_softmax_causal(float *ar, float *x, int n, int nv, int T);
+void gk_nn_cpu_softmax_bwd_row(float *dr, const float *ar, int n, int nv,
+			       int T, float scale);
 /* floats of attention scratch each thread needs */
 size_t gk_nn_cpu_attention_scratch(int T, int hs);
 void gk_nn_cpu_attention_fwd(float *out, float *att, float *scratch,

@@ -469,24 +469,67 @@ float gk_nn_cpu_softmax(float *x, int n)
 	return gk_nn_softmax_row(x, n);
 }
 
-/* dr = softmax backward of row a's first n, scaled; zero to m: the
- * per-element half of attention's backward (attention_cpu.c) */
+/*
+ * One row of attention's forward: ar[0..T) = softmax of x[0..n), zero
+ * from n. x holds the scores to nv, a whole number of lanes >= n (the
+ * width the tiles wrote), finite past n; those are masked here rather
+ * than stored over, so every pass runs in whole vectors. x is left
+ * holding exp(x - max), zero past n.
+ */
+GK_NN_SIMD_CLONES
+void gk_nn_cpu_softmax_causal(float *restrict ar, float *restrict x, int n,
+			      int nv, int T)
+{
+	float acc[GK_NN_LANES];
+	for (int l = 0; l < GK_NN_LANES; l++)
+		acc[l] = -INFINITY;
+	for (int i = 0; i < nv; i += GK_NN_LANES)
+		for (int l = 0; l < GK_NN_LANES; l++) {
+			float v = i + l < n ? x[i + l] : -INFINITY;
+			acc[l] = v > acc[l] ? v : acc[l];
+		}
+	float mx = gk_nn_lanes_max(acc);
+	for (int l = 0; l < GK_NN_LANES; l++)
+		acc[l] = 0.0f;
+	for (int i = 0; i < nv; i += GK_NN_LANES)
+		for (int l = 0; l < GK_NN_LANES; l++) {
+			float e = gk_nn_expf(x[i + l] - mx);
+			x[i + l] = i + l < n ? e : 0.0f;
+			acc[l] += x[i + l];
+		}
+	float inv = 1.0f / gk_nn_lanes_sum(acc);
+	int m = nv < T ? nv : T;
+#pragma omp simd
+	for (int j = 0; j < m; j++)
+		ar[j] = x[j] * inv;
+	for (int j = m; j < T; j++)
+		ar[j] = 0.0f;
+}
+
+/*
+ * dr = softmax backward of att row ar (zero from n to T), scaled, and
+ * zero from n to nv (a whole number of lanes: the width of the tiles
+ * that wrote dr and read it back). The sums run in whole vectors to
+ * min(nv, T), over ar's zeros past n.
+ */
 GK_NN_SIMD_CLONES
 void gk_nn_cpu_softmax_bwd_row(float *restrict dr, const float *restrict ar,
-			       int n, int m, float scale)
+			       int n, int nv, int T, float scale)
 {
+	int m = nv < T ? nv : T;
 	float acc[GK_NN_LANES] = {0};
 	int j = 0;
-	for (; j + GK_NN_LANES <= n; j += GK_NN_LANES)
+	for (; j + GK_NN_LANES <= m; j += GK_NN_LANES)
 		for (int l = 0; l < GK_NN_LANES; l++)
 			acc[l] += ar[j + l] * dr[j + l];
-	for (; j < n; j++)
+	for (; j < m; j++)
 		acc[j % GK_NN_LANES] += ar[j] * dr[j];
 	float s = gk_nn_lanes_sum(acc);
 #pragma omp simd
-	for (j = 0; j < n; j++)
+	for (j = 0; j < m; j++)
 		dr[j] = gk_nn_softmax_dpre(ar[j], dr[j], s, scale);
-	memset(dr + n, 0, (size_t)(m - n) * sizeof(float));
+	for (j = m; j < nv; j++)
+		dr[j] = 0.0f;
 }
 
 /* ---- the LM head and the fused classifier ---------------------------------------- */
