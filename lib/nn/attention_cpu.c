@@ -10,8 +10,9 @@
  * each packing its operands, 9 % of the step for 5 % of its FLOPs.
  * Here each head's k (and in backward v) is transposed once into a
  * buffer that stays in L1/L2, 16 x 16 blocks at a time through
- * registers; q, v and dout are read in place when a head is a whole
- * number of 16-float vectors wide, else copied zero-padded; every
+ * registers; the forward packs v's rows, the backward reads q, k and
+ * dout in place when a head is a whole number of 16-float vectors wide
+ * (else they too are packed, zero-padded; head_rows says why); every
  * product walks only the causal triangle in tiles of 4 rows by 16-float
  * vectors. The forward makes two passes over a head: scores and softmax
  * into att's rows, then att v reading those rows in place.
@@ -164,13 +165,20 @@ static inline void copy(float *dst, const float *src, int n)
 
 /*
  * A head's rows (T x hs at stride lds) as the tiles read them, whole
- * vectors wide: in place when hs is a multiple of 16, else copied into
- * buf (Tp x hp) with zeros after column hs. Sets *ld to the stride.
+ * vectors wide: in place when hs is a multiple of 16 and inplace is
+ * set, else packed into buf (Tp x hp) with zeros past column hs and row
+ * T. Sets *ld to the stride.
+ *
+ * Which: rows read in place, 3C floats apart, share a handful of L1
+ * sets. The forward's att v tiles, which read v's rows once per tile of
+ * output rows, ran 1.5 times faster on packed rows, and packing v paid
+ * for itself; packing the backward's k, q and dout cost more than its
+ * tiles gained (measured at T 128, hs 64).
  */
 static const float *head_rows(float *buf, int Tp, int hp, const float *src,
-			      int lds, int T, int hs, int *ld)
+			      int lds, int T, int hs, int inplace, int *ld)
 {
-	if (hs == hp) {
+	if (inplace && hs == hp) {
 		*ld = lds;
 		return src;
 	}
@@ -307,7 +315,7 @@ void gk_nn_cpu_attention_fwd(float *out, float *att, float *scratch,
 		float *y = out + (size_t)b * T * C + h * hs;
 		copy_transposed(kt, Tp, hp, q + C, C3, T, hs);
 		const float *v = head_rows(vbuf, Tp, hp, q + 2 * C, C3, T, hs,
-					   &ldv);
+					   0, &ldv);
 		/* the scores and softmax of every row, then att v */
 		for (int t0 = 0; t0 < T; t0 += R) {
 			int nr = T - t0 < R ? T - t0 : R;
@@ -360,9 +368,10 @@ void gk_nn_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
 		float *vt = dbuf + (size_t)Tp * hp, *dsc = vt + (size_t)hp * Tp;
 		float *tile = dsc + (size_t)Tp * Tp;
 		copy_transposed(vt, Tp, hp, qh + 2 * C, C3, T, hs);
-		const float *k = head_rows(kbuf, Tp, hp, qh + C, C3, T, hs, &ldk);
-		const float *q = head_rows(qbuf, Tp, hp, qh, C3, T, hs, &ldq);
-		const float *d = head_rows(dbuf, Tp, hp, dh, C, T, hs, &ldd);
+		const float *k = head_rows(kbuf, Tp, hp, qh + C, C3, T, hs, 1,
+					   &ldk);
+		const float *q = head_rows(qbuf, Tp, hp, qh, C3, T, hs, 1, &ldq);
+		const float *d = head_rows(dbuf, Tp, hp, dh, C, T, hs, 1, &ldd);
 		for (int t0 = 0; t0 < T; t0 += R) {
 			int nr = T - t0 < R ? T - t0 : R;
 			int nj = up16(t0 + 1);

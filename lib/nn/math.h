@@ -112,20 +112,33 @@ GK_HD float gk_nn_lanes_sum(const float *acc)
 	return s;
 }
 
-/* the largest lane, pairwise (lane l with l + w, w = 8, 4, 2, 1): the
- * same value as a scan in order, in four dependent steps rather than
- * fifteen. A NaN lane may be lost, as in a scan (x > m is false). */
+/*
+ * The same lanes combined pairwise (lane l with l + 8, then + 4, + 2,
+ * + 1): four dependent steps at the end of a row rather than fifteen,
+ * for short rows where that chain is a large part of the row's time
+ * (attention's). The sum rounds differently from gk_nn_lanes_sum; the
+ * maximum is the same value (a NaN lane may be lost, as in a scan).
+ */
+#define GK_NN_PAIRWISE(acc, OP)                                               \
+	float a8_[8], a4_[4], a2_[2];                                         \
+	for (int l = 0; l < 8; l++)                                           \
+		a8_[l] = OP(acc[l], acc[l + 8]);                              \
+	for (int l = 0; l < 4; l++)                                           \
+		a4_[l] = OP(a8_[l], a8_[l + 4]);                              \
+	for (int l = 0; l < 2; l++)                                           \
+		a2_[l] = OP(a4_[l], a4_[l + 2]);                              \
+	return OP(a2_[0], a2_[1])
+#define GK_NN_ADD_(x, y) ((x) + (y))
+#define GK_NN_MAX_(x, y) ((y) > (x) ? (y) : (x))
+
+GK_HD float gk_nn_lanes_sum_pairwise(const float *acc)
+{
+	GK_NN_PAIRWISE(acc, GK_NN_ADD_);
+}
+
 GK_HD float gk_nn_lanes_max(const float *acc)
 {
-	float a[GK_NN_LANES / 2];
-	for (int l = 0; l < GK_NN_LANES / 2; l++) {
-		float x = acc[l + GK_NN_LANES / 2];
-		a[l] = x > acc[l] ? x : acc[l];
-	}
-	for (int w = GK_NN_LANES / 4; w >= 1; w /= 2)
-		for (int l = 0; l < w; l++)
-			a[l] = a[l + w] > a[l] ? a[l + w] : a[l];
-	return a[0];
+	GK_NN_PAIRWISE(acc, GK_NN_MAX_);
 }
 
 /*

@@ -497,7 +497,7 @@ void gk_nn_cpu_softmax_causal(float *restrict ar, float *restrict x, int n,
 			x[i + l] = i + l < n ? e : 0.0f;
 			acc[l] += x[i + l];
 		}
-	float inv = 1.0f / gk_nn_lanes_sum(acc);
+	float inv = 1.0f / gk_nn_lanes_sum_pairwise(acc);
 	int m = nv < T ? nv : T;
 #pragma omp simd
 	for (int j = 0; j < m; j++)
