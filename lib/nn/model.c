@@ -120,8 +120,21 @@ void gk_nn_zero_grad(gk_nn_model *m)
 	memset(m->grads, 0, m->nparams * sizeof(float));
 }
 
-/* dres holds d/d(block output); on return d/d(block input). */
-static void block_bwd(gk_nn_model *m, int l)
+/*
+ * dres holds d/d(block output); on return d/d(block input). ready hears
+ * of each weight's gradients as soon as they are final, in the order of
+ * the flat buffer from its end (fc proj, fc, ln_2, attn proj, c_attn,
+ * ln_1), so the trainer's buckets start while the rest of the block
+ * runs, and only the first weights of block 0 are left for after.
+ */
+#define READY(off)                                                             \
+	do {                                                                   \
+		if (ready && ready((off), ctx, err) < 0)                       \
+			return -1;                                             \
+	} while (0)
+
+static int block_bwd(gk_nn_model *m, int l, gk_nn_ready_fn ready, void *ctx,
+		     gk_err *err)
 {
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
 	int C = (int)m->c.hidden, NH = (int)m->c.heads;
@@ -139,23 +152,30 @@ static void block_bwd(gk_nn_model *m, int l)
 	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged */
 	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, m->dres,
 			     a.fchg, p + o->fcprojw, N, 4 * C, C, nt);
+	READY(o->fcprojw);
 	/* fch holds gelu' unless recomputed; fc's bias gradient is summed
 	 * in the same pass */
 	gk_nn_cpu_gelu_bwd(m->dfc, g + o->fcb, a.fch,
 			   m->o.recompute != GK_NN_RECOMPUTE_GELU, N, 4 * C, nt);
 	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, NULL, m->dfc, a.ln2,
 			     p + o->fcw, N, C, 4 * C, nt);
+	READY(o->fcw);
 	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln2w, g + o->ln2b, m->dln,
 				a.res2, p + o->ln2w, a.ln2m, a.ln2r, N, C, nt);
+	READY(o->ln2w);
 	/* res2 = in + atty @ Wap + bap */
 	gk_nn_cpu_matmul_bwd(m->datty, g + o->attprojw, g + o->attprojb,
 			     m->dres, a.atty, p + o->attprojw, N, C, C, nt);
+	READY(o->attprojw);
 	gk_nn_cpu_attention_bwd(m->dqkv, m->datt, m->datty, a.qkv, a.att, B,
 				T, C, NH, nt);
 	gk_nn_cpu_matmul_bwd(m->dln, g + o->qkvw, g + o->qkvb, m->dqkv, a.ln1,
 			     p + o->qkvw, N, C, 3 * C, nt);
+	READY(o->qkvw);
 	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln1w, g + o->ln1b, m->dln,
 				a.in, p + o->ln1w, a.ln1m, a.ln1r, N, C, nt);
+	READY(o->ln1w);
+	return 0;
 }
 
 int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
@@ -188,11 +208,9 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 				last, p + m->lnfw, m->lnfm, m->lnfr, N, C, nt);
 	if (ready && ready(m->lnfw, ctx, err) < 0)
 		return -1;
-	for (int l = L - 1; l >= 0; l--) {
-		block_bwd(m, l);
-		if (ready && ready(m->blk[l].ln1w, ctx, err) < 0)
+	for (int l = L - 1; l >= 0; l--)
+		if (block_bwd(m, l, ready, ctx, err) < 0)
 			return -1;
-	}
 	gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T,
 			      C, nt);
 	if (ready && ready(0, ctx, err) < 0)

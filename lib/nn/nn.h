@@ -176,8 +176,9 @@ void gk_nn_zero_grad(gk_nn_model *m);
 
 /*
  * Called during backward when the gradients of elements [off, nparams)
- * are final: after ln_f, after each block (its first element), and with
- * off 0 at the end. The trainer starts bucket allreduces there.
+ * are final: after ln_f, after each weight of a block on the CPU (after
+ * each block on CUDA, where it means queued), and with off 0 at the end.
+ * The trainer starts bucket allreduces there.
  */
 typedef int (*gk_nn_ready_fn)(size_t off, void *ctx, gk_err *err);
 

@@ -104,16 +104,31 @@ static int run(const char *fmt, ...)
 	return system(cmd);
 }
 
+/* each ready(off), with the sum of gradients [off, n) at that moment:
+ * if they were final then, the sum is the same after backward */
 typedef struct readylog {
 	size_t off[1024];
+	double sum[1024];
 	int n;
+	const float *g;
+	size_t ng;
 } readylog;
+
+static double tail_sum(const float *g, size_t off, size_t n)
+{
+	double s = 0;
+	for (size_t i = off; i < n; i++)
+		s += g[i];
+	return s;
+}
 
 static int on_ready(size_t off, void *ctx, gk_err *err)
 {
 	readylog *r = ctx;
-	if (r->n < 1024)
+	if (r->n < 1024) {
+		r->sum[r->n] = tail_sum(r->g, off, r->ng);
 		r->off[r->n++] = off;
+	}
 	return 0;
 }
 
@@ -216,7 +231,7 @@ static void one_case(const casedef *c)
 	/* backward: each gradient to 2e-6 of the tensor's largest
 	 * gradient + 2e-4|ref| (measured: under 3 % of that) */
 	gk_nn_zero_grad(m);
-	readylog rl = {.n = 0};
+	readylog rl = {.n = 0, .g = gk_nn_grads(m), .ng = gk_nn_nparams(m)};
 	rc = gk_nn_backward(m, 1.0f, on_ready, &rl, &err);
 	ok(rc == 0, "%s: backward", c->why);
 	float *g = gk_nn_grads(m);
@@ -243,13 +258,23 @@ static void one_case(const casedef *c)
 		padzero &= g[tt[0].off + k] == 0.0f;
 	ok(padzero, "%s: padded wte rows get no gradient", c->why);
 
-	/* ready: ln_f, each block from the last, then 0 */
-	int order = rl.n == c->L + 2 && rl.off[0] == tt[nt - 2].off &&
+	/* ready: ln_f; in each block from the last, its weights from the
+	 * end (c_proj 10, c_fc 8, ln_2 6, attn.c_proj 4, c_attn 2, ln_1 0
+	 * in the block's table); then 0. Each time, the gradients from off
+	 * on were final: their sum then is their sum now. */
+	static const int wt[6] = {10, 8, 6, 4, 2, 0};
+	int order = rl.n == 6 * c->L + 2 && rl.off[0] == tt[nt - 2].off &&
 		    rl.off[rl.n - 1] == 0;
 	for (int l = 0; l < c->L && order; l++)
-		order = rl.off[1 + l] == tt[2 + 12 * (size_t)(c->L - 1 - l)].off;
-	ok(order, "%s: ready(off) after ln_f, each block, and 0 at the end",
-	   c->why);
+		for (int w = 0; w < 6 && order; w++)
+			order = rl.off[1 + 6 * l + w] ==
+				tt[2 + 12 * (size_t)(c->L - 1 - l) + wt[w]].off;
+	int final = 1;
+	for (int i = 0; i < rl.n; i++)
+		final &= rl.sum[i] == tail_sum(g, rl.off[i], rl.ng);
+	ok(order && final, "%s: ready(off) after ln_f, each weight of each "
+	   "block, and 0 at the end, with [off, end) final each time (%d calls)",
+	   c->why, rl.n);
 
 	float *g1 = malloc(np * sizeof(float));
 	memcpy(g1, g, np * sizeof(float));
