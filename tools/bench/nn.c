@@ -4,9 +4,10 @@
  *
  *   build/tools/bench/nn L C NH T B V THREADS STEPS [RECOMPUTE]
  *
- * Each step is followed by one replay of its matmuls as plain sgemm
- * calls, so both sides run under the same load on a shared machine.
- * Prints one line of key=value: tok_s (median step), gflops (the model's
+ * The timed steps are followed by as many replays of their matmuls as
+ * plain sgemm calls, and both are summarised alike (on a shared machine
+ * the best of a few replays against the median step understated the
+ * step). Prints one line of key=value: tok_s (median step), gflops (the model's
  * gk_nn_flops over the median step), sgemm_gflops (the replay's FLOPs
  * over its median), best_gflops and sgemm_best_gflops (the same over
  * the fastest of each), the step's median and min ms, and cpu_* (per
@@ -164,9 +165,8 @@ int main(int argc, char **argv)
 		data[i] = (int32_t)(next() % (uint64_t)V);
 	int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
 	gk_nn_adamw ac = {0.9f, 0.95f, 1e-8f, 0.1f};
-	/* after each step, the same matmuls as sgemm calls alone: the two
-	 * sides meet the same neighbours on a shared machine, and each is
-	 * summarised the same way (median, and best) */
+	/* then the same matmuls as sgemm calls alone, as many times, each
+	 * side summarised the same way (median, and best) */
 	replay rp;
 	replay_init(&rp, v[0], v[1], V, B * T, T, v[2], B);
 	double fl = gk_nn_flops(m), sfl = 0;
@@ -192,10 +192,14 @@ int main(int argc, char **argv)
 				 gk_nn_grads(m), mo, vo);
 		t[s] = gk_now() - t0;
 		ct[s] = cpu_now() - c0;
-		/* the ceiling: OpenBLAS with its own threads at these
-		 * shapes (the step sets them back to 1 for its own) */
-		openblas_set_num_threads(v[6]);
-		t0 = gk_now(), c0 = cpu_now();
+	}
+	/* the ceiling: OpenBLAS with its own threads at these shapes, as
+	 * many times (the first not counted). Not one after each step:
+	 * with 2 threads, each side's pool would still be spinning when
+	 * the other's starts. */
+	openblas_set_num_threads(v[6]);
+	for (int s = 0; s <= steps; s++) {
+		double t0 = gk_now(), c0 = cpu_now();
 		sfl = replay_step(&rp);
 		st[s] = gk_now() - t0;
 		sct[s] = cpu_now() - c0;

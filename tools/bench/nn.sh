@@ -8,10 +8,10 @@
 # fp32, AdamW 0.9/0.95, wd 0.1 on 2-D tensors, constant lr, random windows.
 # Each side runs ROUNDS times, alternating, STEPS timed steps each; the
 # table shows the median over rounds of each run's median step. The
-# sgemm ceiling is measured inside our runs: after each step, the step's
-# matmuls once more as plain sgemm calls (same shapes, transposes, beta),
-# so both meet the same load; step / sgemm compares medians, and the
-# fastest step with the fastest replay.
+# sgemm ceiling is measured inside our runs: after the steps, the step's
+# matmuls as plain sgemm calls (same shapes, transposes, beta), as many
+# times; step / sgemm compares the medians, and the fastest step with the
+# fastest replay.
 #   tok/s      tokens per wall-clock second
 #   cpu tok/s  tokens per CPU second of the process, times the threads:
 #              on a shared machine the wall clock also counts the other
