@@ -711,6 +711,25 @@ double gk_nn_flops(const gk_nn_model *m)
 	return tokens * (6.0 * n + 12.0 * L * C * T);
 }
 
+/* sum of g[i]^2 over one chunk, in 8 interleaved double lanes (element
+ * i into lane i % 8) added in order at the end: the same bits at every
+ * SIMD width, and no chain of dependent adds through the whole chunk */
+GK_NN_SIMD_CLONES
+static double sumsq_chunk(const float *g, size_t n)
+{
+	double acc[8] = {0};
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] += (double)g[i + l] * (double)g[i + l];
+	for (; i < n; i++)
+		acc[i % 8] += (double)g[i] * (double)g[i];
+	double s = 0.0;
+	for (int l = 0; l < 8; l++)
+		s += acc[l];
+	return s;
+}
+
 double gk_nn_sumsq(const float *g, size_t n)
 {
 	/* fixed chunks summed in order: the same result on every run and
@@ -720,18 +739,15 @@ double gk_nn_sumsq(const float *g, size_t n)
 	double *part = malloc((nc ? nc : 1) * sizeof(double));
 	double s = 0.0;
 	if (!part) {
-		for (size_t i = 0; i < n; i++)
-			s += (double)g[i] * g[i];
+		for (size_t k = 0; k < nc; k++)
+			s += sumsq_chunk(g + k * CHUNK,
+					 k + 1 < nc ? CHUNK : n - k * CHUNK);
 		return s;
 	}
 #pragma omp parallel for schedule(static)
-	for (size_t k = 0; k < nc; k++) {
-		size_t lo = k * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
-		double a = 0.0;
-		for (size_t i = lo; i < hi; i++)
-			a += (double)g[i] * g[i];
-		part[k] = a;
-	}
+	for (size_t k = 0; k < nc; k++)
+		part[k] = sumsq_chunk(g + k * CHUNK,
+				      k + 1 < nc ? CHUNK : n - k * CHUNK);
 	for (size_t k = 0; k < nc; k++)
 		s += part[k];
 	free(part);
