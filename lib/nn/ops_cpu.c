@@ -213,12 +213,31 @@ static void ln_bwd_cols(float *dw, float *db, const float *dout,
 	}
 }
 
+/* ln_bwd_rows and ln_bwd_cols over every column in one pass over the
+ * rows, while each row is in L1: one thread's way (the same sums in the
+ * same order, so the same bits) */
+GK_NN_SIMD_CLONES
+static void ln_bwd_all(float *dinp, float *dw, float *db, const float *dout,
+		       const float *inp, const float *w, const float *mean,
+		       const float *rstd, int N, int C)
+{
+	for (int i = 0; i < N; i++) {
+		ln_bwd_rows(dinp, dout, inp, w, mean, rstd, i, i + 1, C);
+		ln_bwd_cols(dw, db, dout + (size_t)i * C, inp + (size_t)i * C,
+			    mean + i, rstd + i, 1, C, 0, C);
+	}
+}
+
 /* dinp += d/dinp; dw, db += sums over rows */
 void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
 			     const float *dout, const float *inp,
 			     const float *w, const float *mean,
 			     const float *rstd, int N, int C, int nt)
 {
+	if (nt <= 1) {
+		ln_bwd_all(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+		return;
+	}
 #pragma omp parallel num_threads(nt)
 	{
 		ROWS(N, i0, i1);
