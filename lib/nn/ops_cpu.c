@@ -356,9 +356,9 @@ static void colsum(float *db, const float *dout, int N, int OC, int c0,
 }
 
 /*
- * dinp (N,C) = dout @ w^T (rows split over the threads); dw (C,OC) +=
- * inp^T @ dout (the longer of its sides split); db += column sums
- * (unless NULL: the caller summed them). The three write different
+ * db += column sums of dout (unless NULL: the caller summed them); dinp
+ * (N,C) = dout @ w^T (rows split over the threads); dw (C,OC) += inp^T @
+ * dout (the longer of its sides split). The three write different
  * buffers, so one parallel region does them all.
  */
 void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
@@ -368,13 +368,18 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 #pragma omp parallel num_threads(nt)
 	{
 		int id = omp_get_thread_num(), k = omp_get_num_threads();
+		int d0, d1;
+		/* the bias first, while dout is still in cache from the op
+		 * that wrote it */
+		colrange(OC, id, k, &d0, &d1);
+		if (db)
+			colsum(db, dout, N, OC, d0, d1);
 		ROWS(N, i0, i1);
 		if (i1 > i0)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				    i1 - i0, C, OC, 1.0f,
 				    dout + (size_t)i0 * OC, OC, w, OC, 0.0f,
 				    dinp + (size_t)i0 * C, C);
-		int d0, d1;
 		if (C >= OC) {
 			colrange(C, id, k, &d0, &d1);
 			if (d1 > d0)
@@ -390,9 +395,6 @@ void gk_nn_cpu_matmul_bwd(float *dinp, float *dw, float *db,
 					    inp, C, dout + d0, OC, 1.0f, dw + d0,
 					    OC);
 		}
-		colrange(OC, id, k, &d0, &d1);
-		if (db)
-			colsum(db, dout, N, OC, d0, d1);
 	}
 }
 
