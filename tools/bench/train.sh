@@ -6,7 +6,9 @@
 #
 # Prints medians over the timed steps (the first two are warm-up) of
 #   tok/s            tokens per second of the whole job, and the ratio
-#                    gpu-train / DDP (target >= 1.5)
+#                    gpu-train / DDP (target >= 1.5); the two run in turn,
+#                    ROUNDS times each (default 3), and each side's
+#                    figure is the median of its rounds
 #   exposed comm ms  time a step waits for gradients after backward, with
 #                    the bucketed allreduce overlapped with backward and
 #                    with --no-overlap (overlap should shrink it); 1 MiB
@@ -20,6 +22,7 @@ set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 B=${GK_BUILD:-build}
 STEPS=${STEPS:-30}
+ROUNDS=${ROUNDS:-3}
 OMPI_ALLOW_RUN_AS_ROOT=1
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
@@ -47,28 +50,47 @@ ours() {
 		"$tmp/rss" "$top/bin/gpu-train" $args "$@"
 }
 
-ours >"$tmp/on.json"
-ours --no-overlap >"$tmp/off.json"
 steps() { jq -r "select(.event == \"step\" and .step > 2) | .$2" "$1"; }
-tok=$(steps "$tmp/on.json" tokens_per_s | med)
-exp_on=$(steps "$tmp/on.json" exposed_comm_ms | med)
+py=$("$top/scripts/test-venv" 2>/dev/null) || py=
+if [ -n "$py" ] && ! "$py" -c 'import torch.distributed as d, transformers; assert d.is_gloo_available()' 2>/dev/null; then
+	py=
+fi
+
+# gpu-train (overlap on) and DDP alternate, ROUNDS times each, so that
+# both meet the same load as it drifts on a shared machine; each side's
+# figure is the median over rounds of a round's median step.
+: >"$tmp/tok.txt"
+: >"$tmp/ddp.txt"
+: >"$tmp/exp_on.txt"
+: >"$tmp/comm_on.txt"
+r=0
+while [ $r -lt "$ROUNDS" ]; do
+	ours >"$tmp/on.json"
+	steps "$tmp/on.json" tokens_per_s | med >>"$tmp/tok.txt"
+	steps "$tmp/on.json" exposed_comm_ms | med >>"$tmp/exp_on.txt"
+	steps "$tmp/on.json" comm_ms | med >>"$tmp/comm_on.txt"
+	if [ -n "$py" ]; then
+		"$py" "$top/tools/bench/train_ddp.py" "$tmp/train.bin" "$STEPS" 2>/dev/null |
+			sed -n 's/tok_s=//p' | med >>"$tmp/ddp.txt"
+	fi
+	r=$((r + 1))
+done
+tok=$(med <"$tmp/tok.txt")
+exp_on=$(med <"$tmp/exp_on.txt")
+comm_on=$(med <"$tmp/comm_on.txt")
+ddp=n/a
+[ -s "$tmp/ddp.txt" ] && ddp=$(med <"$tmp/ddp.txt")
+
+ours --no-overlap >"$tmp/off.json"
 exp_off=$(steps "$tmp/off.json" exposed_comm_ms | med)
 ours --zero 1 >"$tmp/z_on.json"
 ours --zero 1 --no-overlap >"$tmp/z_off.json"
 zexp_on=$(steps "$tmp/z_on.json" exposed_comm_ms | med)
 zexp_off=$(steps "$tmp/z_off.json" exposed_comm_ms | med)
 ztok=$(steps "$tmp/z_on.json" tokens_per_s | med)
-comm_on=$(steps "$tmp/on.json" comm_ms | med)
 total=$(jq -r 'select(.event == "start") | .memory.total' "$tmp/on.json")
 ours >/dev/null
 rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
-
-py=$("$top/scripts/test-venv" 2>/dev/null) || py=
-ddp=n/a
-if [ -n "$py" ] && "$py" -c 'import torch.distributed as d, transformers; assert d.is_gloo_available()' 2>/dev/null; then
-	"$py" "$top/tools/bench/train_ddp.py" "$tmp/train.bin" "$STEPS" 2>/dev/null >"$tmp/ddp.txt" &&
-		ddp=$(sed -n 's/tok_s=//p' "$tmp/ddp.txt" | med)
-fi
 
 num() { awk -v x="$2" -v f="$1" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf f, x; else printf "%s", x }'; }
 printf '%-34s %12s\n' "gpu-train 2 ranks tok/s" "$(num %.0f "$tok")"
