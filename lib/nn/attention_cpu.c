@@ -237,6 +237,7 @@ static void transpose16(float *dst, int ldd, const float *src, int lds)
 	for (int i = 0; i < VL; i++)
 		st(dst + (size_t)i * ldd, x[i]);
 }
+#undef SWAP_ROUND
 
 /* dst (ncols x ldd) = the transpose of src (rows x cols, stride lds),
  * zero-padded: whole 16 x 16 blocks through registers, the edges one

@@ -119,6 +119,7 @@ GK_HD float gk_nn_lanes_sum(const float *acc)
  * (attention's). The sum rounds differently from gk_nn_lanes_sum; the
  * maximum is the same value (a NaN lane may be lost, as in a scan).
  */
+typedef char gk_nn_pairwise_needs_16_lanes[GK_NN_LANES == 16 ? 1 : -1];
 #define GK_NN_PAIRWISE(acc, OP)                                               \
 	float a8_[8], a4_[4], a2_[2];                                         \
 	for (int l = 0; l < 8; l++)                                           \
