@@ -89,6 +89,7 @@ struct gk_nn_trainer {
 	int rank, world;
 	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
 	int agreed;           /* every rank failed together: the exit status */
+	int reporter;         /* ... and this rank says why (0 unless chosen) */
 	gk_nn_model *m;
 	gk_nn_data *data;
 	int32_t *in, *tg;
@@ -290,7 +291,7 @@ gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
 
 int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
 {
-	*report = !t || !t->agreed || t->rank == 0;
+	*report = !t || !t->agreed || t->rank == t->reporter;
 	return t && t->agreed ? t->agreed : 1;
 }
 
@@ -818,12 +819,19 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 	double v[2] = {r == 1, r < 0};
 	if (allreduce_f64(t, v, 2, err) < 0)
 		return -1;
-	if (r < 0) {
-		*err = why;
-		return -1;
+	if (v[1] > 0) {
+		/* every rank knows: the first rank without a GPU says why,
+		 * once for the job, and all exit cleanly */
+		double first = r < 0 ? t->rank : t->world;
+		if (t->world > 1 &&
+		    gk_comm_host_allreduce_f64(t->comm, &first, 1, GK_COMM_MIN, err) < 0)
+			return -1;
+		t->agreed = 1;
+		t->reporter = (int)first;
+		if (r < 0 && t->world > 1)
+			return gk_errf(err, "%s (%g of %d ranks)", why.msg, v[1], t->world);
+		return gk_errf(err, "%s", why.msg);
 	}
-	if (v[1] > 0)
-		return gk_errf(err, "%g of %d ranks have no usable GPU", v[1], t->world);
 	if (v[0] < t->world) {
 		if (!note)
 			snprintf(why.msg, sizeof(why.msg), "%d of %d ranks have no usable GPU",
