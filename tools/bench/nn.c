@@ -7,13 +7,13 @@
  * The timed steps are followed by as many replays of their matmuls as
  * plain sgemm calls, and both are summarised alike (on a shared machine
  * the best of a few replays against the median step understated the
- * step). Prints one line of key=value: tok_s (median step), gflops (the model's
- * gk_nn_flops over the median step), sgemm_gflops (the replay's FLOPs
- * over its median), best_gflops and sgemm_best_gflops (the same over
- * the fastest of each), the step's median and min ms, and cpu_* (per
- * CPU second of the process). Data: random windows of a random byte
- * stream (tokens < V), constant lr, AdamW betas 0.9/0.95, weight decay
- * 0.1 on the 2-D tensors.
+ * step). Prints one line of key=value: tok_s (median step), gflops (the
+ * model's gk_nn_flops over the median step), sgemm_gflops (the replay's
+ * FLOPs over its median), best_gflops and sgemm_best_gflops (the same
+ * over the fastest of each), the step's median and min ms, and cpu_*
+ * (per CPU second of the process). Data: random windows of a random
+ * byte stream (tokens < V), constant lr, AdamW betas 0.9/0.95, weight
+ * decay 0.1 on the 2-D tensors.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,10 +165,6 @@ int main(int argc, char **argv)
 		data[i] = (int32_t)(next() % (uint64_t)V);
 	int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
 	gk_nn_adamw ac = {0.9f, 0.95f, 1e-8f, 0.1f};
-	/* then the same matmuls as sgemm calls alone, as many times, each
-	 * side summarised the same way (median, and best) */
-	replay rp;
-	replay_init(&rp, v[0], v[1], V, B * T, T, v[2], B);
 	double fl = gk_nn_flops(m), sfl = 0;
 	double *t = malloc((steps + 1) * sizeof(double));
 	double *ct = malloc((steps + 1) * sizeof(double));
@@ -197,6 +193,8 @@ int main(int argc, char **argv)
 	 * many times (the first not counted). Not one after each step:
 	 * with 2 threads, each side's pool would still be spinning when
 	 * the other's starts. */
+	replay rp;
+	replay_init(&rp, v[0], v[1], V, B * T, T, v[2], B);
 	openblas_set_num_threads(v[6]);
 	for (int s = 0; s <= steps; s++) {
 		double t0 = gk_now(), c0 = cpu_now();
