@@ -69,9 +69,11 @@ while [ $r -lt "$ROUNDS" ]; do
 	steps "$tmp/on.json" tokens_per_s | med >>"$tmp/tok.txt"
 	steps "$tmp/on.json" exposed_comm_ms | med >>"$tmp/exp_on.txt"
 	steps "$tmp/on.json" comm_ms | med >>"$tmp/comm_on.txt"
-	if [ -n "$py" ]; then
-		"$py" "$top/tools/bench/train_ddp.py" "$tmp/train.bin" "$STEPS" 2>/dev/null |
-			sed -n 's/tok_s=//p' | med >>"$tmp/ddp.txt"
+	# a DDP run that fails or prints no step adds nothing (n/a at the end)
+	if [ -n "$py" ] && "$py" "$top/tools/bench/train_ddp.py" "$tmp/train.bin" \
+		"$STEPS" >"$tmp/ddp1.txt" 2>/dev/null; then
+		v=$(sed -n 's/tok_s=//p' "$tmp/ddp1.txt" | med)
+		[ "$v" = nan ] || echo "$v" >>"$tmp/ddp.txt"
 	fi
 	r=$((r + 1))
 done
