@@ -210,13 +210,15 @@ typedef struct gk_nn_adamw {
  * One AdamW step (torch.optim.AdamW's arithmetic: decoupled weight decay
  * p -= lr*wd*p on tensors with decay set, bias-corrected moments) on the
  * flat range [lo, hi) of the model's parameters, with g the gradients of
- * that range and m, v the moments of that range (hi - lo floats each,
- * zero before step 1). t is the 1-based step. A rank of ZeRO-1 passes its
- * own range; without ZeRO the range is everything.
+ * that range, each taken times gscale (the clipping factor, rounded to
+ * float as torch's in-place g *= coef; 1: as they are), and m, v the
+ * moments of that range (hi - lo floats each, zero before step 1). t is
+ * the 1-based step. A rank of ZeRO-1 passes its own range; without ZeRO
+ * the range is everything.
  */
 void gk_nn_adamw_step(const gk_nn_model *model, const gk_nn_adamw *c,
 		      float lr, int64_t t, size_t lo, size_t hi, float *params,
-		      const float *g, float *m, float *v);
+		      const float *g, float gscale, float *m, float *v);
 
 /* ---- schedules ------------------------------------------------------------------ */
 

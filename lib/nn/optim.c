@@ -14,13 +14,13 @@
 
 GK_NN_SIMD_CLONES
 static void adamw_chunk(float *restrict p, const float *restrict g,
-			float *restrict m, float *restrict v, size_t n,
-			const gk_nn_adamw_k *k, float decay)
+			float gscale, float *restrict m, float *restrict v,
+			size_t n, const gk_nn_adamw_k *k, float decay)
 {
 	gk_nn_adamw_k kk = *k;
 #pragma omp simd
 	for (size_t j = 0; j < n; j++)
-		gk_nn_adamw_elem(&p[j], g[j], &m[j], &v[j], &kk, decay);
+		gk_nn_adamw_elem(&p[j], g[j] * gscale, &m[j], &v[j], &kk, decay);
 }
 
 void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
@@ -43,7 +43,7 @@ void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
  */
 void gk_nn_adamw_step(const gk_nn_model *model, const gk_nn_adamw *c,
 		      float lr, int64_t t, size_t lo, size_t hi, float *params,
-		      const float *g, float *m, float *v)
+		      const float *g, float gscale, float *m, float *v)
 {
 	if (hi <= lo)
 		return;
@@ -70,7 +70,7 @@ void gk_nn_adamw_step(const gk_nn_model *model, const gk_nn_adamw *c,
 			size_t per = (n + q - 1) / q;
 			size_t j0 = id * per < n ? id * per : n;
 			size_t j1 = j0 + per < n ? j0 + per : n;
-			adamw_chunk(p + j0, gg + j0, mm + j0, vv + j0, j1 - j0,
+			adamw_chunk(p + j0, gg + j0, gscale, mm + j0, vv + j0, j1 - j0,
 				    &k, d);
 		}
 	}

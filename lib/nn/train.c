@@ -1767,11 +1767,8 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 					     t->shard ? g : NULL, err) < 0)
 				return -1;
 		} else if (!skip) {
-			if (sc != 1.0f)
-				for (size_t i = 0; i < n; i++)
-					g[i] *= sc;
 			gk_nn_adamw_step(t->m, &o->adamw, (float)lr, step, lo, lo + n, params + lo,
-					 g, t->mom, t->vel);
+					 g, sc, t->mom, t->vel);
 		}
 		if (!skip && t->shard) {
 			double ta = gk_now();

@@ -302,10 +302,10 @@ static int train(gk_nn_model *m, int cuda, float *losses, gk_err *err)
 		if (rc == 0)
 			rc = gk_nn_backward(m, 1.0f, NULL, NULL, err);
 		if (rc == 0 && cuda)
-			rc = gk_nn_cuda_adamw(m, &c, 1e-3f, s + 1, 1.0f, 0, n, NULL, err);
+			rc = gk_nn_cuda_adamw(m, &c, 1e-3f, s + 1, 0.75f, 0, n, NULL, err);
 		else if (rc == 0)
-			gk_nn_adamw_step(m, &c, 1e-3f, s + 1, 0, n,
-					 gk_nn_params(m), gk_nn_grads(m), mo, ve);
+			gk_nn_adamw_step(m, &c, 1e-3f, s + 1, 0, n, gk_nn_params(m),
+					 gk_nn_grads(m), 0.75f, mo, ve);
 	}
 	free(mo);
 	free(ve);

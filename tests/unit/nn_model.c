@@ -360,8 +360,8 @@ static void one_case(const casedef *c)
 		scatter(m, flat, g);
 		free(flat);
 		float lr = 1e-3f * s;
-		gk_nn_adamw_step(m, &ac, lr, s, 0, mid, p, g, mo, vo);
-		gk_nn_adamw_step(m, &ac, lr, s, mid, np, p + mid, g + mid,
+		gk_nn_adamw_step(m, &ac, lr, s, 0, mid, p, g, 1.0f, mo, vo);
+		gk_nn_adamw_step(m, &ac, lr, s, mid, np, p + mid, g + mid, 1.0f,
 				 mo + mid, vo + mid);
 	}
 	allgood = 1;
@@ -380,6 +380,30 @@ static void one_case(const casedef *c)
 	ok(allgood, "%s: AdamW (split range) matches torch.optim.AdamW",
 	   c->why);
 
+	/* the clipping factor: gscale gives the bits of scaling g first, as
+	 * torch's clip_grad_norm_ does in place */
+	{
+		size_t bytes = np * sizeof(float);
+		float *pa = malloc(bytes), *ma = malloc(bytes), *va = malloc(bytes);
+		float *pb = malloc(bytes), *mb = malloc(bytes), *vb = malloc(bytes);
+		float *gs = malloc(bytes);
+		if (pa && ma && va && pb && mb && vb && gs) {
+			const float sc = 0.3183f;
+			memcpy(pa, p, bytes), memcpy(pb, p, bytes);
+			memcpy(ma, mo, bytes), memcpy(mb, mo, bytes);
+			memcpy(va, vo, bytes), memcpy(vb, vo, bytes);
+			for (size_t k = 0; k < np; k++)
+				gs[k] = g[k] * sc;
+			gk_nn_adamw_step(m, &ac, 2e-3f, 4, 0, np, pa, g, sc, ma, va);
+			gk_nn_adamw_step(m, &ac, 2e-3f, 4, 0, np, pb, gs, 1.0f, mb, vb);
+			ok(memcmp(pa, pb, bytes) == 0 && memcmp(ma, mb, bytes) == 0 &&
+				   memcmp(va, vb, bytes) == 0 && memcmp(pa, p, bytes) != 0,
+			   "%s: AdamW's gradient scale gives the bits of scaling first",
+			   c->why);
+		}
+		free(pa), free(ma), free(va), free(pb), free(mb), free(vb), free(gs);
+	}
+
 	/* ten AdamW steps on one batch: losses to 1e-6 + 1e-5|ref| */
 	memcpy(p, p0, np * sizeof(float));
 	memset(mo, 0, np * sizeof(float));
@@ -389,7 +413,7 @@ static void one_case(const casedef *c)
 		gk_nn_zero_grad(m);
 		gk_nn_forward(m, tok, tgt, &steps[s], &err);
 		gk_nn_backward(m, 1.0f, NULL, NULL, &err);
-		gk_nn_adamw_step(m, &ac, 1e-3f, s + 1, 0, np, p, g, mo, vo);
+		gk_nn_adamw_step(m, &ac, 1e-3f, s + 1, 0, np, p, g, 1.0f, mo, vo);
 	}
 	close_to("ten AdamW steps: losses", steps, rsteps, 10, 1e-6, 1e-5);
 	ok(steps[9] < steps[0], "%s: the loss falls (%g -> %g)", c->why,

@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		gk_nn_adamw_step(m, &ac, 1e-3f, s + 1, 0, np, gk_nn_params(m),
-				 gk_nn_grads(m), mo, vo);
+				 gk_nn_grads(m), 1.0f, mo, vo);
 		t[s] = gk_now() - t0;
 		ct[s] = cpu_now() - c0;
 	}
