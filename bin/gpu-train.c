@@ -851,8 +851,13 @@ int main(int argc, char **argv)
 	args a;
 	gk_cli_init(&cli, "gpu-train", usage);
 	parse_args(argc, argv, &a);
-	if (resolve_shape(&a, &err) < 0)
-		return gk_cli_fail(&cli, &err);
+	/* the trainer makes a failure here the whole job's */
+	gk_err early = {0};
+	if (resolve_shape(&a, &early) < 0) {
+		if (a.dump)
+			return gk_cli_fail(&cli, &early);
+		a.o.failed = &early;
+	}
 	if (a.dump) {
 		if (!a.seq_set && !a.o.have_config)
 			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");

@@ -417,6 +417,10 @@ typedef struct gk_nn_train_opts {
 	volatile sig_atomic_t *stop;
 	int ckpt_delay_ms;      /* tests: the writer sleeps before writing, rank 0
 				 * before checking a checkpoint it loads */
+	const gk_err *failed;   /* an error this rank met before the trainer
+				 * (its --config unreadable on this node), or
+				 * NULL: gk_nn_trainer_new opens the world only
+				 * to fail on every rank with it (see there) */
 } gk_nn_train_opts;
 
 /*
@@ -477,6 +481,12 @@ typedef struct gk_nn_trainer gk_nn_trainer;
  * step; else init_from; else GPT-2 init from seed) and the data. On
  * failure *out may still be set so the caller can gk_nn_trainer_abort
  * the other ranks and then free it.
+ *
+ * A rank that failed before it could call this (o->failed) still calls
+ * it: its first collective tells every rank, all fail (exit 1 together,
+ * no MPI_Abort), and gk_nn_trainer_failed picks the first failing rank
+ * to report o->failed, with how many ranks met it. A rank that exited
+ * instead would leave the others waiting in MPI's start-up.
  */
 int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		      gk_err *err);

@@ -802,6 +802,27 @@ out:
 }
 
 /*
+ * A failure that nfail ranks met (every rank knows nfail; mine is this
+ * rank's error, or NULL): every rank fails with it and exits cleanly,
+ * and the first failing rank says why, once for the job.
+ */
+static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
+			  gk_err *err)
+{
+	double first = mine ? t->rank : t->world;
+	if (t->world > 1 &&
+	    gk_comm_host_allreduce_f64(t->comm, &first, 1, GK_COMM_MIN, err) < 0)
+		return -1;
+	t->agreed = 1;
+	t->reporter = (int)first;
+	if (!mine)
+		return gk_errf(err, "rank %d failed", t->reporter);
+	if (t->world > 1)
+		return gk_errf(err, "%s (%g of %d ranks)", mine->msg, nfail, t->world);
+	return gk_errf(err, "%s", mine->msg);
+}
+
+/*
  * The device of --device cpu|cuda|auto, the same on every rank: auto
  * falls back to the CPU with a note when a rank has no usable GPU, and a
  * job whose ranks disagree (some with a GPU, some without) runs on the
@@ -819,19 +840,8 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 	double v[2] = {r == 1, r < 0};
 	if (allreduce_f64(t, v, 2, err) < 0)
 		return -1;
-	if (v[1] > 0) {
-		/* every rank knows: the first rank without a GPU says why,
-		 * once for the job, and all exit cleanly */
-		double first = r < 0 ? t->rank : t->world;
-		if (t->world > 1 &&
-		    gk_comm_host_allreduce_f64(t->comm, &first, 1, GK_COMM_MIN, err) < 0)
-			return -1;
-		t->agreed = 1;
-		t->reporter = (int)first;
-		if (r < 0 && t->world > 1)
-			return gk_errf(err, "%s (%g of %d ranks)", why.msg, v[1], t->world);
-		return gk_errf(err, "%s", why.msg);
-	}
+	if (v[1] > 0)
+		return agreed_failure(t, v[1], r < 0 ? &why : NULL, err);
 	if (v[0] < t->world) {
 		if (!note)
 			snprintf(why.msg, sizeof(why.msg), "%d of %d ranks have no usable GPU",
@@ -1020,6 +1030,19 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		goto fail;
 	t->rank = gk_comm_rank(t->comm);
 	t->world = gk_comm_world(t->comm);
+	/*
+	 * A rank that failed before the trainer still opened the world, to
+	 * end it with the others: had it exited, they would wait for it in
+	 * MPI's start-up (srun keeps a step whose task exited running, unless
+	 * --kill-on-bad-exit).
+	 */
+	double nfail = o->failed != NULL;
+	if (allreduce_f64(t, &nfail, 1, err) < 0)
+		goto fail;
+	if (nfail > 0) {
+		agreed_failure(t, nfail, o->failed, err);
+		goto fail;
+	}
 	if (agree_options(t, err) < 0) {
 		t->agreed = 2;
 		goto fail;

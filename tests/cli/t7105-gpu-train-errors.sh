@@ -124,6 +124,19 @@ test_expect_success MPI 'a NaN loss on 2 ranks: said once, by rank 0, and no MPI
 	! grep -q MPI_ABORT err
 '
 
+test_expect_success MPI 'a --config missing on one rank: every rank exits 1, said once with the count' '
+	cat >cfg0.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+	 "vocab_size": 257, "n_positions": 33}
+	EOF
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 sh -c \
+		"exec gpu-train --data train.bin --config cfg\$OMPI_COMM_WORLD_RANK.json --seq 16 --steps 1" 2>err &&
+	cat err &&
+	test $(grep -c "^gpu-train: open .cfg1.json.: No such file or directory (1 of 2 ranks)$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 test_expect_success '--skip-nonfinite skips and counts' '
 	gpu-train --init-from nan.safetensors $A --skip-nonfinite --json >s.json &&
 	jq -s -e "map(select(.event == \"summary\"))[0].skipped == 3" s.json &&

@@ -86,6 +86,21 @@ test_expect_success 'data; the uninterrupted run, 2 ranks' '
 	losses ref.json | tail -n 1 >ref.last
 '
 
+# srun without --kill-on-bad-exit keeps a step running when one task
+# exits: a rank that exited before MPI started would leave the other
+# waiting in MPI_Init for good.
+test_expect_success 'plain srun, a --config missing on one rank: both exit 1 at once, said once' '
+	cat >cfg0.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+	 "vocab_size": 257, "n_positions": 33}
+	EOF
+	test_expect_code 1 timeout 60 srun -n 2 --mpi=pmix sh -c \
+		"exec gpu-train --data train.bin --config cfg\$SLURM_PROCID.json --seq 16 --steps 1" 2>err &&
+	cat err &&
+	test $(grep -c "^gpu-train: open .cfg1.json.: No such file or directory (1 of 2 ranks)$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1
+'
+
 test_expect_success 'sbatch-train: USR1 mid-run, checkpoint, requeue, resume, same final loss' '
 	DATA=train.bin MODEL="$TINY" ARGS="--batch 4 --ckpt-every 500" STEPS=$STEPS \
 	BIND=0 CKPT="$PWD/ck" LOG=train.jsonl \
