@@ -57,7 +57,9 @@ static const char usage[] =
 	"  --zero 0|1            1: shard the optimizer state over the ranks\n"
 	"  --compress KIND       none, bf16, f16 or int8 gradients on the wire\n"
 	"  --bucket SIZE         gradient bucket size (default 25M)\n"
-	"  --no-overlap          allreduce after backward instead of during it\n"
+	"  --overlap WHEN        allreduce during backward: auto (a GPU, several hosts, or\n"
+	"                        a CPU the ranks leave free), on or off (after backward)\n"
+	"  --no-overlap          --overlap off\n"
 	"  --comm KIND           a GPU's gradients: auto (NCCL on the device when there is\n"
 	"                        more than one rank), nccl or mpi (through host memory)\n"
 	"  --timeout SECONDS     fail a collective with no progress for this long, 0 off (default 600)\n"
@@ -87,7 +89,7 @@ enum {
 	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_COMM, OPT_CKDIR,
 	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
 	OPT_TEMP, OPT_TOPK, OPT_METRICS, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
-	OPT_DEVICE, OPT_PRECISION,
+	OPT_DEVICE, OPT_PRECISION, OPT_OVERLAP,
 };
 
 static const struct option longopts[] = {
@@ -129,6 +131,7 @@ static const struct option longopts[] = {
 	{"compress", required_argument, NULL, OPT_COMPRESS},
 	{"bucket", required_argument, NULL, OPT_BUCKET},
 	{"no-overlap", no_argument, NULL, OPT_NOOVERLAP},
+	{"overlap", required_argument, NULL, OPT_OVERLAP},
 	{"comm", required_argument, NULL, OPT_COMM},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
@@ -400,7 +403,7 @@ static void parse_args(int argc, char **argv, args *a)
 {
 	*a = (args){
 		.o = {.seed = 1337, .shuffle = 1, .eot = -1, .batch = 4, .grad_accum = 1,
-		      .threads = 0, .steps = 1000, .clip = 1.0, .overlap = 1,
+		      .threads = 0, .steps = 1000, .clip = 1.0, .overlap = GK_NN_AUTO,
 		      .sched = {.kind = GK_NN_SCHED_COSINE, .lr = 6e-4, .min_lr = -1},
 		      .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}},
 		.temperature = 1.0,
@@ -502,6 +505,12 @@ static void parse_args(int argc, char **argv, args *a)
 		}
 		case OPT_BUCKET: a->o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg); break;
 		case OPT_NOOVERLAP: a->o.overlap = 0; break;
+		case OPT_OVERLAP:
+			if (!strcmp(optarg, "on")) a->o.overlap = 1;
+			else if (!strcmp(optarg, "off")) a->o.overlap = 0;
+			else if (!strcmp(optarg, "auto")) a->o.overlap = GK_NN_AUTO;
+			else gk_cli_usage_error(&cli, "--overlap '%s': auto, on or off", optarg);
+			break;
 		case OPT_COMM: {
 			int k = gk_comm_backend_parse(optarg);
 			if (k != GK_COMM_BACKEND_AUTO && k != GK_COMM_BACKEND_MPI &&
@@ -655,11 +664,18 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
-	int cpus = gk_nn_default_threads();
-	if (rank == 0 && r->threads > cpus)
-		fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPUs this "
-			"rank may use; threads that share a CPU make every step slower\n",
-			r->threads, cpus);
+	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
+	if (rank == 0 && r->threads > pl->share) {
+		if (pl->sharing > 1)
+			fprintf(stderr, "gpu-train: warning: --threads %d is more than this rank's share "
+				"of its %d CPUs, which %d ranks of the host share (%d); threads that "
+				"share a CPU make every step slower\n",
+				r->threads, pl->cpus, pl->sharing, pl->share);
+		else
+			fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPU%s this "
+				"rank may use; threads that share a CPU make every step slower\n",
+				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "");
+	}
 	if (rank == 0) {
 		size_t np = gk_nn_param_count(m);
 		if (cli.json) {
@@ -674,14 +690,20 @@ static void print_start(gk_nn_trainer *t)
 					      r->batch, "seq", r->seq, "grad_accum", r->grad_accum, "zero", r->zero);
 			/* the flat buffer, with the padded vocabulary rows */
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
+			json_object_set_new(j, "threads", json_integer(r->threads));
+			json_object_set_new(j, "overlap", json_boolean(r->overlap));
 			print_mem(mem, j);
 			emit(j);
 		} else if (!cli.quiet) {
 			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
-			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s on %s (%s)\n",
+			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s on %s (%s), "
+			       "%d thread%s%s%s\n",
 			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
 			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", device,
-			       precision);
+			       precision, r->threads, r->threads > 1 ? "s" : "",
+			       gk_nn_trainer_world(t) > 1 ? " each" : "",
+			       gk_nn_trainer_world(t) == 1 ? "" :
+			       r->overlap ? "; allreduce during backward" : "; allreduce after backward");
 			print_mem(mem, NULL);
 		}
 	}

@@ -383,7 +383,8 @@ typedef struct gk_nn_train_opts {
 	int32_t eot;            /* < 0: vocab - 1 */
 	int batch, seq, grad_accum;
 	gk_nn_recompute recompute;
-	int threads;            /* <= 0: the CPUs this process may run on */
+	int threads;            /* <= 0: this rank's share of its CPUs
+				 * (gk_nn_placement) */
 	int device;             /* GK_NN_CPU (0), GK_NN_CUDA or GK_NN_AUTO */
 	int precision;          /* gk_nn_precision, on a GPU */
 	gk_nn_sched sched;
@@ -394,7 +395,11 @@ typedef struct gk_nn_train_opts {
 	int zero;               /* 0 or 1 */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */
-	int overlap;            /* allreduce buckets during backward */
+	int overlap;            /* allreduce buckets during backward (1), after
+				 * it (0), or GK_NN_AUTO: during it on a GPU,
+				 * across hosts, or when the threads of the
+				 * ranks sharing this rank's CPUs leave one
+				 * free; else after (gk_nn_trainer_new) */
 	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
 	gk_comm_backend comm;   /* the gradients' on a GPU: AUTO (nccl when the
 				 * world is larger than 1, the host path when
@@ -547,6 +552,19 @@ void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
 void gk_nn_trainer_free(gk_nn_trainer *t);
 /* The CPUs this process may run on (sched_getaffinity). */
 int gk_nn_default_threads(void);
+
+/*
+ * Where a rank runs, as gk_nn_trainer_new found it from every rank's
+ * host name and CPU set: its CPUs, the ranks of its host whose sets meet
+ * its own (itself included: mpirun binds to a socket beyond 2 ranks, and
+ * --bind-to none gives every rank the whole host), its share of the CPUs
+ * (cpus / sharing, at least 1: --threads' default), the CPUs the threads
+ * of those ranks leave free, and the hosts of the job.
+ */
+typedef struct gk_nn_placement {
+	int cpus, sharing, share, spare, hosts;
+} gk_nn_placement;
+const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);
 
 /*
  * Generation with a key/value cache (CPU models): gk_nn_decode appends

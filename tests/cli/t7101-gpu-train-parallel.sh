@@ -44,7 +44,8 @@ test_expect_success MPI '2 ranks, ZeRO-1 = ZeRO-0 bit for bit' '
 '
 
 test_expect_success MPI '2 ranks, overlap off = on bit for bit (small buckets)' '
-	mpi 2 $A --batch 4 --bucket 16K >on.json &&
+	mpi 2 $A --batch 4 --bucket 16K --overlap on >on.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .overlap == true" on.json &&
 	mpi 2 $A --batch 4 --bucket 16K --no-overlap >off.json &&
 	losses on.json >on && losses off.json >off &&
 	test_cmp two4 on && test_cmp on off
@@ -60,12 +61,31 @@ test_expect_success MPI '3 ranks x 2 = 1 x 6, with ZeRO-1 (parameters not divisi
 
 test_expect_success MPI '3 ranks, ZeRO-1 buckets spanning owners: overlap on = off bit for bit, = ZeRO-0 within rounding' '
 	mpi 3 $A --batch 2 --bucket 16K >z0.json &&
-	mpi 3 $A --batch 2 --bucket 16K --zero 1 >zon.json &&
+	mpi 3 $A --batch 2 --bucket 16K --zero 1 --overlap on >zon.json &&
 	mpi 3 $A --batch 2 --bucket 16K --zero 1 --no-overlap >zoff.json &&
 	losses z0.json >z0 && losses zon.json >zon && losses zoff.json >zoff &&
 	test_cmp zon zoff &&
 	close_to zon z0 1e-6 &&
 	jq -s -e "map(select(.event == \"step\"))[-1].comm_ms > 0" zon.json
+'
+
+# mpi() starts ranks with --bind-to none: each sees every CPU of the
+# test's set, and 2 ranks share them out.
+P="--data train.bin --layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --steps 1 --json"
+test_expect_success MPI 'ranks that share their CPUs share them out: --threads, --overlap auto' '
+	n=$(nproc) && share=$((n / 2)) && { [ $share -ge 1 ] || share=1; } &&
+	spare=$((n - 2 * share)) &&
+	mpi 2 $P >p.json 2>err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $share and .overlap == ($spare > 0)" p.json &&
+	! grep -q warning err &&
+	mpi 2 $P --threads 1 >p1.json 2>err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .threads == 1 and .overlap == ($n > 2)" p1.json &&
+	mpi 2 $P --threads $((share + 1)) --overlap on >p2.json 2>err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $((share + 1)) and .overlap" p2.json &&
+	grep "warning: --threads $((share + 1)) is more than this rank.s share of its $n CPUs, which 2 ranks of the host share ($share)" err &&
+	gpu-train $P >solo.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $n" solo.json &&
+	test_expect_code 2 gpu-train $P --overlap sometimes
 '
 
 for c in bf16 int8; do

@@ -8,10 +8,13 @@
 #   tok/s            tokens per second of the whole job, and the ratio
 #                    gpu-train / DDP (target >= 1.5); the two run in turn,
 #                    ROUNDS times each (default 3), and each side's
-#                    figure is the median of its rounds
+#                    figure is the median of its rounds. gpu-train runs
+#                    with its defaults (--overlap auto: after backward
+#                    when the ranks' threads take every core, as here)
 #   exposed comm ms  time a step waits for gradients after backward, with
-#                    the bucketed allreduce overlapped with backward and
-#                    with --no-overlap (overlap should shrink it); 1 MiB
+#                    the bucketed allreduce overlapped with backward
+#                    (--overlap on) and not (off): overlap should shrink
+#                    it; their tok/s say what it costs the cores. 1 MiB
 #                    buckets, so a 13 MB model has more than one; the
 #                    same for ZeRO-1's bucketed reduces
 #   peak RSS         of rank 0 (GNU time) against gpu-train's own total
@@ -56,19 +59,15 @@ if [ -n "$py" ] && ! "$py" -c 'import torch.distributed as d, transformers; asse
 	py=
 fi
 
-# gpu-train (overlap on) and DDP alternate, ROUNDS times each, so that
+# gpu-train and DDP alternate, ROUNDS times each, so that
 # both meet the same load as it drifts on a shared machine; each side's
 # figure is the median over rounds of a round's median step.
 : >"$tmp/tok.txt"
 : >"$tmp/ddp.txt"
-: >"$tmp/exp_on.txt"
-: >"$tmp/comm_on.txt"
 r=0
 while [ $r -lt "$ROUNDS" ]; do
-	ours >"$tmp/on.json"
-	steps "$tmp/on.json" tokens_per_s | med >>"$tmp/tok.txt"
-	steps "$tmp/on.json" exposed_comm_ms | med >>"$tmp/exp_on.txt"
-	steps "$tmp/on.json" comm_ms | med >>"$tmp/comm_on.txt"
+	ours >"$tmp/def.json"
+	steps "$tmp/def.json" tokens_per_s | med >>"$tmp/tok.txt"
 	# a DDP run that fails or prints no step adds nothing (n/a at the end)
 	if [ -n "$py" ] && "$py" "$top/tools/bench/train_ddp.py" "$tmp/train.bin" \
 		"$STEPS" >"$tmp/ddp1.txt" 2>/dev/null; then
@@ -78,15 +77,19 @@ while [ $r -lt "$ROUNDS" ]; do
 	r=$((r + 1))
 done
 tok=$(med <"$tmp/tok.txt")
-exp_on=$(med <"$tmp/exp_on.txt")
-comm_on=$(med <"$tmp/comm_on.txt")
+overlap=$(jq -r 'select(.event == "start") | if .overlap then "on" else "off" end' "$tmp/def.json")
 ddp=n/a
 [ -s "$tmp/ddp.txt" ] && ddp=$(med <"$tmp/ddp.txt")
 
-ours --no-overlap >"$tmp/off.json"
+ours --overlap on >"$tmp/on.json"
+exp_on=$(steps "$tmp/on.json" exposed_comm_ms | med)
+comm_on=$(steps "$tmp/on.json" comm_ms | med)
+tok_on=$(steps "$tmp/on.json" tokens_per_s | med)
+ours --overlap off >"$tmp/off.json"
 exp_off=$(steps "$tmp/off.json" exposed_comm_ms | med)
-ours --zero 1 >"$tmp/z_on.json"
-ours --zero 1 --no-overlap >"$tmp/z_off.json"
+tok_off=$(steps "$tmp/off.json" tokens_per_s | med)
+ours --zero 1 --overlap on >"$tmp/z_on.json"
+ours --zero 1 --overlap off >"$tmp/z_off.json"
 zexp_on=$(steps "$tmp/z_on.json" exposed_comm_ms | med)
 zexp_off=$(steps "$tmp/z_off.json" exposed_comm_ms | med)
 ztok=$(steps "$tmp/z_on.json" tokens_per_s | med)
@@ -95,13 +98,14 @@ ours >/dev/null
 rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
 
 num() { awk -v x="$2" -v f="$1" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf f, x; else printf "%s", x }'; }
-printf '%-34s %12s\n' "gpu-train 2 ranks tok/s" "$(num %.0f "$tok")"
+printf '%-34s %12s  (overlap %s)\n' "gpu-train 2 ranks tok/s" "$(num %.0f "$tok")" "$overlap"
 printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$(num %.0f "$ddp")"
 [ "$ddp" != n/a ] && awk -v a="$tok" -v b="$ddp" 'BEGIN { printf "%-34s %12.2f  (target >= 1.5)\n", "ratio", a / b }'
 printf '%-34s %12s\n' "comm ms (overlapped window)" "$(num %.1f "$comm_on")"
-printf '%-34s %12s\n' "exposed comm ms, overlap on" "$(num %.1f "$exp_on")"
-printf '%-34s %12s\n' "exposed comm ms, --no-overlap" "$(num %.1f "$exp_off")"
-printf '%-34s %12s\n' "ZeRO-1 tok/s" "$(num %.0f "$ztok")"
-printf '%-34s %12s\n' "ZeRO-1 exposed ms, overlap on" "$(num %.1f "$zexp_on")"
-printf '%-34s %12s\n' "ZeRO-1 exposed ms, --no-overlap" "$(num %.1f "$zexp_off")"
+printf '%-34s %12s\n' "exposed comm ms, --overlap on" "$(num %.1f "$exp_on")"
+printf '%-34s %12s\n' "exposed comm ms, --overlap off" "$(num %.1f "$exp_off")"
+printf '%-34s %12s / %s  (one run each)\n' "tok/s, --overlap on / off" "$(num %.0f "$tok_on")" "$(num %.0f "$tok_off")"
+printf '%-34s %12s\n' "ZeRO-1 tok/s, --overlap on" "$(num %.0f "$ztok")"
+printf '%-34s %12s\n' "ZeRO-1 exposed ms, --overlap on" "$(num %.1f "$zexp_on")"
+printf '%-34s %12s\n' "ZeRO-1 exposed ms, --overlap off" "$(num %.1f "$zexp_off")"
 awk -v r="$rss" -v t="$total" 'BEGIN { printf "%-34s %12.1f MiB vs accounted %.1f MiB: %.2fx  (target <= 1.2)\n", "peak RSS rank 0", r / 1024, t / 1048576, r * 1024 / t }'
