@@ -1179,10 +1179,10 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
-	 * only makes the two compete (2 ranks of 1 thread on 2 CPUs: 2-4 %
-	 * fewer tokens a second than after backward). It overlaps where
-	 * something else does the work: a GPU computing, a network between
-	 * hosts, or a CPU the ranks' threads leave free.
+	 * only makes the two compete (2 ranks of 1 thread on 2 CPUs: 1-7 %,
+	 * median 2 %, fewer tokens a second than after backward). It
+	 * overlaps where something else does the work: a GPU computing, a
+	 * network between hosts, or a CPU the ranks' threads leave free.
 	 */
 	if (t->o.overlap == GK_NN_AUTO)
 		t->o.overlap = t->cuda || t->place.hosts > 1 || t->place.spare > 0;
