@@ -668,9 +668,9 @@ static void print_start(gk_nn_trainer *t)
 	if (rank == 0 && r->threads > pl->share) {
 		if (pl->sharing > 1)
 			fprintf(stderr, "gpu-train: warning: --threads %d is more than this rank's share "
-				"of its %d CPUs, which %d ranks of the host share (%d); threads that "
-				"share a CPU make every step slower\n",
-				r->threads, pl->cpus, pl->sharing, pl->share);
+				"of its CPUs, %d (%d CPUs shared by %d ranks of the host); threads "
+				"that share a CPU make every step slower\n",
+				r->threads, pl->share, pl->cpus, pl->sharing);
 		else
 			fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPU%s this "
 				"rank may use; threads that share a CPU make every step slower\n",

@@ -82,7 +82,7 @@ test_expect_success MPI 'ranks that share their CPUs share them out: --threads, 
 	jq -s -e "map(select(.event == \"start\"))[0] | .threads == 1 and .overlap == ($n > 2)" p1.json &&
 	mpi 2 $P --threads $((share + 1)) --overlap on >p2.json 2>err &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $((share + 1)) and .overlap" p2.json &&
-	grep "warning: --threads $((share + 1)) is more than this rank.s share of its $n CPUs, which 2 ranks of the host share ($share)" err &&
+	grep "warning: --threads $((share + 1)) is more than this rank.s share of its CPUs, $share ($n CPUs shared by 2 ranks of the host)" err &&
 	gpu-train $P >solo.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $n" solo.json &&
 	test_expect_code 2 gpu-train $P --overlap sometimes
