@@ -296,6 +296,20 @@ typedef struct gk_rank_info {
 
 int gk_rank_discover(gk_rank_info *ri, gk_err *err);
 
+/*
+ * The CPUs this process may compute on (cpus.c): the count of its
+ * affinity set (every online CPU when that cannot be read), at most its
+ * cgroup's CPU quota rounded up (a container's CPU limit: cgroup v2
+ * cpu.max, v1 cpu.cfs_quota_us over cpu.cfs_period_us, the smallest on
+ * the way from its cgroup to the root), at least 1. *quota (if not NULL)
+ * gets the quota in CPUs, 0 when there is none.
+ */
+int gk_cpus_usable(double *quota);
+/* The quota alone, with every path read under root ("" for this system;
+ * tests give a tree holding proc/self/cgroup, proc/self/mountinfo and
+ * the cgroup files); 0 when there is none or nothing can be read. */
+double gk_cgroup_cpu_quota(const char *root);
+
 /* ---- hashing ----------------------------------------------------------------- */
 
 /* XXH3-64 (seed 0), as `xxhsum -H3` prints it: 16 lowercase hex digits. */

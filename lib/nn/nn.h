@@ -550,7 +550,8 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
  * together (gk_nn_trainer_failed); returns for a world of one. */
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
 void gk_nn_trainer_free(gk_nn_trainer *t);
-/* The CPUs this process may run on (sched_getaffinity). */
+/* The CPUs this process may run on (gk_cpus_usable: its affinity set,
+ * capped by its cgroup's CPU quota). */
 int gk_nn_default_threads(void);
 
 /*
@@ -559,10 +560,13 @@ int gk_nn_default_threads(void);
  * its own (itself included: mpirun binds to a socket beyond 2 ranks, and
  * --bind-to none gives every rank the whole host), its share of the CPUs
  * (cpus / sharing, at least 1: --threads' default), the CPUs the threads
- * of those ranks leave free, and the hosts of the job.
+ * of those ranks leave free, and the hosts of the job. cpus is at most
+ * the cgroup's CPU quota (quota, in CPUs, 0 for none: a container's CPU
+ * limit), rounded up (gk_cpus_usable).
  */
 typedef struct gk_nn_placement {
 	int cpus, sharing, share, spare, hosts;
+	double quota;
 } gk_nn_placement;
 const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);
 

@@ -121,7 +121,7 @@ struct gk_nn_trainer {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-/* This process's CPUs: its affinity set, or every online CPU. */
+/* This process's CPU set: its affinity, or every online CPU. */
 static void my_cpus(cpu_set_t *set)
 {
 	if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
@@ -134,9 +134,7 @@ static void my_cpus(cpu_set_t *set)
 
 int gk_nn_default_threads(void)
 {
-	cpu_set_t set;
-	my_cpus(&set);
-	return CPU_COUNT(&set);
+	return gk_cpus_usable(NULL);
 }
 
 static int bcast_bytes(gk_nn_trainer *t, void *buf, size_t bytes, gk_err *err)
@@ -852,6 +850,8 @@ typedef struct rank_place {
 	int32_t threads;                       /* --threads, 0: the default */
 	uint32_t cpus[CPU_SETSIZE / 32];       /* the CPU set, as bits */
 } rank_place;
+/* (A cgroup's CPU quota caps the set's count, gk_cpus_usable: ranks of
+ * one container share its quota as they share its CPUs.) */
 
 static int set_overlaps(const rank_place *a, const rank_place *b)
 {
@@ -882,7 +882,7 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 	}
 	gk_nn_placement *p = &t->place;
 	memset(p, 0, sizeof(*p));
-	p->cpus = CPU_COUNT(&set);
+	p->cpus = gk_cpus_usable(&p->quota);
 	/* the ranks of this host whose sets meet this one's, and the hosts */
 	for (int r = 0; r < t->world; r++) {
 		const rank_place *q = &all[r];

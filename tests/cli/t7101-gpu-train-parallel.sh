@@ -88,6 +88,29 @@ test_expect_success MPI 'ranks that share their CPUs share them out: --threads, 
 	test_expect_code 2 gpu-train $P --overlap sometimes
 '
 
+# A cgroup whose CPU quota is one CPU (root, 2 CPUs or more, and a cpu
+# controller it may write: v1, or v2 with cpu enabled below the root).
+cg=
+if [ "$(id -u)" = 0 ] && [ "$(nproc)" -ge 2 ]; then
+	if [ -w /sys/fs/cgroup/cpu ] && mkdir "/sys/fs/cgroup/cpu/gk-t7101-$$" 2>/dev/null; then
+		cg=/sys/fs/cgroup/cpu/gk-t7101-$$
+		{ echo 100000 >"$cg/cpu.cfs_period_us" && echo 100000 >"$cg/cpu.cfs_quota_us"; } 2>/dev/null ||
+			{ rmdir "$cg"; cg=; }
+	elif grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null &&
+	     mkdir "/sys/fs/cgroup/gk-t7101-$$" 2>/dev/null; then
+		cg=/sys/fs/cgroup/gk-t7101-$$
+		echo "100000 100000" 2>/dev/null >"$cg/cpu.max" || { rmdir "$cg"; cg=; }
+	fi
+fi
+[ -n "$cg" ] && test_set_prereq CGROUP
+test_expect_success CGROUP 'a cgroup CPU quota of one CPU (a container limit) caps the default threads' '
+	sh -c "echo \$\$ >$cg/cgroup.procs && exec gpu-train $P" >q.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].threads == 1" q.json &&
+	gpu-train $P >noq.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].threads == $(nproc)" noq.json
+'
+[ -z "$cg" ] || rmdir "$cg" 2>/dev/null || :
+
 for c in bf16 int8; do
 	test_expect_success MPI "2 ranks, --compress $c: losses within 1e-2 of exact" "
 		mpi 2 $A --batch 4 --compress $c >c.json &&
