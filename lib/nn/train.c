@@ -861,6 +861,12 @@ static int set_overlaps(const rank_place *a, const rank_place *b)
 	return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
 static int place_ranks(gk_nn_trainer *t, gk_err *err)
 {
 	rank_place me = {.threads = t->o.threads > 0 ? t->o.threads : 0};
@@ -883,17 +889,25 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 	gk_nn_placement *p = &t->place;
 	memset(p, 0, sizeof(*p));
 	p->cpus = gk_cpus_usable(&p->quota);
-	/* the ranks of this host whose sets meet this one's, and the hosts */
+	/* the ranks of this host whose sets meet this one's */
 	for (int r = 0; r < t->world; r++) {
 		const rank_place *q = &all[r];
-		int same = q->host[0] == me.host[0] && q->host[1] == me.host[1];
-		int first = 1; /* the first rank seen on its host */
-		for (int s = 0; s < r && first; s++)
-			first = all[s].host[0] != q->host[0] || all[s].host[1] != q->host[1];
-		p->hosts += first;
-		if (same && set_overlaps(q, &me))
+		if (q->host[0] == me.host[0] && q->host[1] == me.host[1] &&
+		    set_overlaps(q, &me))
 			p->sharing++;
 	}
+	/* the hosts: distinct names, sorted (a world may be 100,000 ranks) */
+	uint64_t *hs = malloc((size_t)t->world * sizeof(*hs));
+	if (!hs) {
+		free(all);
+		return gk_err_sys(err, ENOMEM, "placement");
+	}
+	for (int r = 0; r < t->world; r++)
+		hs[r] = (uint64_t)all[r].host[1] << 32 | all[r].host[0];
+	qsort(hs, (size_t)t->world, sizeof(*hs), cmp_u64);
+	for (int r = 0; r < t->world; r++)
+		p->hosts += r == 0 || hs[r] != hs[r - 1];
+	free(hs);
 	p->share = p->cpus / (p->sharing ? p->sharing : 1);
 	if (p->share < 1)
 		p->share = 1;

@@ -10,7 +10,9 @@
 #   netns_exec I CMD...     run CMD on host I
 #   netns_mpirun -H HOSTS ...  mpirun started on host 0 that reaches the
 #                           others through an rsh agent entering their
-#                           namespace; TCP on the veth addresses only
+#                           namespace (and a UTS namespace named after it,
+#                           where unshare can: a host name of its own);
+#                           TCP on the veth addresses only
 #   netns_tc I QDISC...     any other qdisc on host I's link (tbf: TBF prereq)
 #   netns_netem I ARGS...   tc netem on host I's link (delay, loss); the
 #                           prerequisite NETEM is set when the kernel has
@@ -92,6 +94,10 @@ netns_hosts() {
 	shift
 	ns=\$(awk -v h="\$host" '\$1 == h { print \$2 }' "$NETNS_DIR/netns.map")
 	[ -n "\$ns" ] || { echo "netns-rsh: unknown host '\$host'" >&2; exit 255; }
+	# its own host name too (a UTS namespace), as a real host has
+	if unshare --uts true 2>/dev/null; then
+		exec ip netns exec "\$ns" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$ns" "\$*"
+	fi
 	exec ip netns exec "\$ns" sh -c "\$*"
 	EOF
 	chmod +x "$NETNS_DIR/netns-rsh"

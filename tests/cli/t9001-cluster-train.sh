@@ -33,6 +33,16 @@ test_expect_success '2 hosts x 2 ranks x batch 2: the losses of 1 x 8' '
 	jq -s -e "map(select(.event == \"start\"))[0].world == 4" across.json
 '
 
+# Host 1's ranks have a host name of their own (lib-netns.sh): the job
+# spans 2 hosts, where --overlap auto overlaps; on one host, 2 ranks of
+# 1 thread on 2 CPUs reduce after backward.
+unshare --uts true 2>/dev/null && test_set_prereq UTS
+test_expect_success UTS 'overlap auto: on across 2 hosts, off when 2 ranks take the 2 CPUs of one' '
+	jq -s -e "map(select(.event == \"start\"))[0].overlap == true" across.json &&
+	netns_mpirun -H $A:2 -np 2 gpu-train $W --batch 4 --steps 1 >onehost.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].overlap == ($(nproc) > 2)" onehost.json
+'
+
 test_expect_success '2 hosts, ZeRO-1: close to 1 x 8; checkpoint at step 6 in 4 optimizer slices' '
 	netns_mpirun -H $A:2,$B:2 -np 4 gpu-train $W --batch 2 --zero 1 --steps 12 \
 		>z4.json &&
