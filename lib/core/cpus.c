@@ -139,13 +139,13 @@ double gk_cgroup_cpu_quota(const char *root)
 		if ((size_t)snprintf(dir, sizeof(dir), "%s%s", mnt, rel) >= sizeof(dir))
 			continue;
 		/* a limit anywhere on the way up applies: the smallest */
-		size_t floor = strlen(mnt);
+		size_t stop = strlen(mnt);
 		for (;;) {
 			double q = dir_quota(root, dir, v2);
 			if (q > 0 && (best == 0 || q < best))
 				best = q;
 			char *slash = strrchr(dir, '/');
-			if (!slash || (size_t)(slash - dir) < floor)
+			if (!slash || (size_t)(slash - dir) < stop)
 				break;
 			*slash = '\0';
 		}
