@@ -666,15 +666,18 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
 	if (rank == 0 && r->threads > pl->share) {
+		char quota[64] = "";
+		if (pl->quota > 0)
+			snprintf(quota, sizeof(quota), ", its cgroup's CPU quota %.3g", pl->quota);
 		if (pl->sharing > 1)
 			fprintf(stderr, "gpu-train: warning: --threads %d is more than this rank's share "
-				"of its CPUs, %d (%d CPUs shared by %d ranks of the host); threads "
+				"of its CPUs, %d (%d CPUs%s, shared by %d ranks of the host); threads "
 				"that share a CPU make every step slower\n",
-				r->threads, pl->share, pl->cpus, pl->sharing);
+				r->threads, pl->share, pl->cpus, quota, pl->sharing);
 		else
 			fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPU%s this "
-				"rank may use; threads that share a CPU make every step slower\n",
-				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "");
+				"rank may use%s; threads that share a CPU make every step slower\n",
+				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "", quota);
 	}
 	if (rank == 0) {
 		size_t np = gk_nn_param_count(m);

@@ -82,7 +82,7 @@ test_expect_success MPI 'ranks that share their CPUs share them out: --threads, 
 	jq -s -e "map(select(.event == \"start\"))[0] | .threads == 1 and .overlap == ($n > 2)" p1.json &&
 	mpi 2 $P --threads $((share + 1)) --overlap on >p2.json 2>err &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $((share + 1)) and .overlap" p2.json &&
-	grep "warning: --threads $((share + 1)) is more than this rank.s share of its CPUs, $share ($n CPUs shared by 2 ranks of the host)" err &&
+	grep "warning: --threads $((share + 1)) is more than this rank.s share of its CPUs, $share ($n CPUs, shared by 2 ranks of the host)" err &&
 	gpu-train $P >solo.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $n" solo.json &&
 	test_expect_code 2 gpu-train $P --overlap sometimes
@@ -106,6 +106,8 @@ fi
 test_expect_success CGROUP 'a cgroup CPU quota of one CPU (a container limit) caps the default threads' '
 	sh -c "echo \$\$ >$cg/cgroup.procs && exec gpu-train $P" >q.json &&
 	jq -s -e "map(select(.event == \"start\"))[0].threads == 1" q.json &&
+	sh -c "echo \$\$ >$cg/cgroup.procs && exec gpu-train $P --threads 2" 2>err >/dev/null &&
+	grep "warning: --threads 2 is more than the 1 CPU this rank may use, its cgroup.s CPU quota 1;" err &&
 	gpu-train $P >noq.json &&
 	jq -s -e "map(select(.event == \"start\"))[0].threads == $(nproc)" noq.json
 '
