@@ -301,13 +301,24 @@ typedef struct red_ctx {
 	gk_dtype dt;
 	gk_comm_op op;
 	size_t esz;
+	int divide; /* > 0: AVG's last reduction, then this division */
 } red_ctx;
 
+/*
+ * A segment reduced as it lands. AVG's division runs on the final sums
+ * the same way wherever it runs (each element once, reduce.h's
+ * gk_avg_*), so on the last reduction of a reduce-scatter it runs
+ * here, on the owned block's segments while they are in cache, rather
+ * than as a pass over the whole buffer after the allgather: the same
+ * bits, an n-th of the work.
+ */
 static void red_seg(void *p, size_t off, size_t len)
 {
 	red_ctx *r = p;
 	gk_comm_reduce3_cpu(r->dst + off, r->src + off, r->tmp + off, len / r->esz,
 			    r->dt, r->op);
+	if (r->divide > 0)
+		gk_comm_avg_cpu(r->dst + off, len / r->esz, r->dt, r->divide);
 }
 
 /* Block i of n over count elements: the first count % n blocks get one more. */
@@ -335,12 +346,13 @@ static size_t seg_bytes(const gk_comm *c, size_t esz)
 
 /*
  * Reduce-scatter in place over buf, whose n blocks are given by off/len
- * functions of count: after n-1 steps rank r holds block r fully reduced.
+ * functions of count: after n-1 steps rank r holds block r fully reduced
+ * (and divided by n when divide is set: AVG's division, red_seg).
  * Step s: send block r-s-1 (reduced s times so far), receive block r-s-2
  * from the left and fold it in as segments arrive.
  */
 static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
-		   gk_dtype dt, gk_comm_op op, gk_err *err)
+		   gk_dtype dt, gk_comm_op op, int divide, gk_err *err)
 {
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
@@ -356,7 +368,7 @@ static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
 		 */
 		const char *from = s == 0 ? src : buf;
 		red_ctx rc = {buf + boff(count, n, rb) * esz, src + boff(count, n, rb) * esz,
-			      tmp, dt, op, esz};
+			      tmp, dt, op, esz, divide && s == n - 2 ? n : 0};
 		if (xchg(st, from + boff(count, n, sb) * esz, blen(count, n, sb) * esz,
 			 mod(r + 1, n), tmp, blen(count, n, rb) * esz, mod(r - 1, n),
 			 seg_bytes(c, esz), TAG_RS, red_seg, &rc, err) < 0)
@@ -386,7 +398,7 @@ static int ring_allreduce(gk_comm *c, const char *src, char *buf, size_t count,
 {
 	if (c->world == 1 && src != buf)
 		memcpy(buf, src, count * gk_comm_dt_size(dt));
-	if (ring_rs(c, src, buf, count, dt, op, err) < 0)
+	if (ring_rs(c, src, buf, count, dt, op, op == GK_COMM_AVG, err) < 0)
 		return -1;
 	return ring_ag(c, buf, count, gk_comm_dt_size(dt), err);
 }
@@ -457,7 +469,7 @@ static int rd_allreduce(gk_comm *c, char *buf, size_t count, gk_dtype dt,
 			return -1;
 		for (int mask = 1; mask < p2; mask <<= 1) {
 			int peer = real_rank(v ^ mask, rem);
-			red_ctx rc = {buf, buf, tmp, dt, op, esz};
+			red_ctx rc = {buf, buf, tmp, dt, op, esz, 0};
 			if (xchg(st, buf, bytes, peer, tmp, bytes, peer,
 				 seg_bytes(c, esz), TAG_RD, red_seg, &rc, err) < 0)
 				return -1;
@@ -500,7 +512,9 @@ static int rab_allreduce(gk_comm *c, const char *src, char *buf, size_t count,
 			size_t ko = boff(count, p2, klo), kn = boff(count, p2, khi) - ko;
 			size_t so = boff(count, p2, slo), sn = boff(count, p2, shi) - so;
 			const char *from = dist == p2 / 2 ? src : buf;
-			red_ctx rc = {buf + ko * esz, from + ko * esz, tmp, dt, op, esz};
+			/* the last halving leaves block v final: AVG divides it */
+			red_ctx rc = {buf + ko * esz, from + ko * esz, tmp, dt, op, esz,
+				      op == GK_COMM_AVG && dist == 1 ? c->world : 0};
 			if (xchg(st, from + so * esz, sn * esz, peer, tmp, kn * esz, peer,
 				 seg_bytes(c, esz), TAG_RS, red_seg, &rc, err) < 0)
 				return -1;
@@ -623,6 +637,7 @@ static int ring_compressed(gk_comm *c, float *buf, size_t count,
 static int allreduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 {
 	size_t esz = gk_comm_dt_size(k->dt), bytes = k->count * esz;
+	int divided = 0; /* AVG's division done on the owned blocks (red_seg) */
 	if (k->algo == GK_COMM_ALGO_NATIVE && k->compress == GK_COMM_COMPRESS_NONE) {
 		if (native_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err) < 0)
 			return -1;
@@ -642,8 +657,10 @@ static int allreduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 			rc = rab_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err);
 		if (rc < 0)
 			return -1;
+		divided = !k->compress && c->world > 1 &&
+			  (k->algo == GK_COMM_ALGO_RING || k->algo == GK_COMM_ALGO_RABENSEIFNER);
 	}
-	if (k->op == GK_COMM_AVG)
+	if (k->op == GK_COMM_AVG && !divided)
 		gk_comm_avg_cpu(k->recv, k->count, k->dt, c->world);
 	return 0;
 }
@@ -682,7 +699,7 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		int rc = k->compress != GK_COMM_COMPRESS_NONE ?
 			ring_compressed(c, (float *)(void *)work, k->count * (size_t)n, k->compress,
 					k->residual, 0, err) :
-			ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, err);
+			ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, 0, err);
 		if (rc == 0)
 			memcpy(k->recv, work + (size_t)r * bytes, bytes);
 		free(work);
@@ -748,7 +765,7 @@ static int reduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		char *buf = root ? k->recv : grow(&st->work, &st->work_cap, k->count * esz + 1, err);
 		if (n == 1 && k->send != k->recv && k->count)
 			memcpy(k->recv, k->send, k->count * esz);
-		if (!buf || ring_rs(c, k->send, buf, k->count, k->dt, k->op, err) < 0)
+		if (!buf || ring_rs(c, k->send, buf, k->count, k->dt, k->op, 0, err) < 0)
 			return -1;
 		if (!root && send_all(st, buf + boff(k->count, n, r) * esz,
 				      blen(k->count, n, r) * esz, k->root, TAG_GATHER, err) < 0)
