@@ -10,6 +10,7 @@
 #ifndef GK_CORE_H
 #define GK_CORE_H
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -305,6 +306,8 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err);
  * gets the quota in CPUs, 0 when there is none.
  */
 int gk_cpus_usable(double *quota);
+/* The affinity set itself (every online CPU when it cannot be read). */
+void gk_cpu_set(cpu_set_t *set);
 /* The quota alone, with every path read under root ("" for this system;
  * tests give a tree holding proc/self/cgroup, proc/self/mountinfo and
  * the cgroup files); 0 when there is none or nothing can be read. */

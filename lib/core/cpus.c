@@ -153,16 +153,21 @@ double gk_cgroup_cpu_quota(const char *root)
 	return best;
 }
 
+void gk_cpu_set(cpu_set_t *set)
+{
+	if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
+		return;
+	CPU_ZERO(set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	for (long i = 0; i < (n > 0 ? n : 1) && i < CPU_SETSIZE; i++)
+		CPU_SET((int)i, set);
+}
+
 int gk_cpus_usable(double *quota)
 {
-	int n = 0;
 	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) == 0)
-		n = CPU_COUNT(&set);
-	if (n <= 0) {
-		long k = sysconf(_SC_NPROCESSORS_ONLN);
-		n = k > 0 ? (int)k : 1;
-	}
+	gk_cpu_set(&set);
+	int n = CPU_COUNT(&set);
 	double q = gk_cgroup_cpu_quota("");
 	if (quota)
 		*quota = q;

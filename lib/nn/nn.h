@@ -550,9 +550,6 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
  * together (gk_nn_trainer_failed); returns for a world of one. */
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
 void gk_nn_trainer_free(gk_nn_trainer *t);
-/* The CPUs this process may run on (gk_cpus_usable: its affinity set,
- * capped by its cgroup's CPU quota). */
-int gk_nn_default_threads(void);
 
 /*
  * Where a rank runs, as gk_nn_trainer_new found it from every rank's

@@ -121,22 +121,6 @@ struct gk_nn_trainer {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-/* This process's CPU set: its affinity, or every online CPU. */
-static void my_cpus(cpu_set_t *set)
-{
-	if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
-		return;
-	CPU_ZERO(set);
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	for (long i = 0; i < (n > 0 ? n : 1) && i < CPU_SETSIZE; i++)
-		CPU_SET((int)i, set);
-}
-
-int gk_nn_default_threads(void)
-{
-	return gk_cpus_usable(NULL);
-}
-
 static int bcast_bytes(gk_nn_trainer *t, void *buf, size_t bytes, gk_err *err)
 {
 	if (t->world == 1)
@@ -875,7 +859,7 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 	uint64_t h = gk_xxh3(host, strlen(host));
 	me.host[0] = (uint32_t)h, me.host[1] = (uint32_t)(h >> 32);
 	cpu_set_t set;
-	my_cpus(&set);
+	gk_cpu_set(&set);
 	for (int c = 0; c < CPU_SETSIZE; c++)
 		if (CPU_ISSET(c, &set))
 			me.cpus[c / 32] |= 1u << (c % 32);
