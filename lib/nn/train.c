@@ -830,12 +830,10 @@ static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
  * every CPU (2 ranks of 2 threads on 2 CPUs: half the speed of 1 each).
  */
 typedef struct rank_place {
-	uint32_t host[2];                      /* hash of the host name */
+	uint64_t host;                         /* hash of the host name */
 	int32_t threads;                       /* --threads, 0: the default */
 	uint32_t cpus[CPU_SETSIZE / 32];       /* the CPU set, as bits */
 } rank_place;
-/* (A cgroup's CPU quota caps the set's count, gk_cpus_usable: ranks of
- * one container share its quota as they share its CPUs.) */
 
 static int set_overlaps(const rank_place *a, const rank_place *b)
 {
@@ -853,11 +851,12 @@ static int cmp_u64(const void *a, const void *b)
 
 static int place_ranks(gk_nn_trainer *t, gk_err *err)
 {
-	rank_place me = {.threads = t->o.threads > 0 ? t->o.threads : 0};
+	rank_place me;
+	memset(&me, 0, sizeof(me)); /* padding too: the bytes go to every rank */
+	me.threads = t->o.threads > 0 ? t->o.threads : 0;
 	char host[256] = "";
 	gethostname(host, sizeof(host) - 1);
-	uint64_t h = gk_xxh3(host, strlen(host));
-	me.host[0] = (uint32_t)h, me.host[1] = (uint32_t)(h >> 32);
+	me.host = gk_xxh3(host, strlen(host));
 	cpu_set_t set;
 	gk_cpu_set(&set);
 	for (int c = 0; c < CPU_SETSIZE; c++)
@@ -870,16 +869,31 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 		free(all);
 		return -1;
 	}
+	/*
+	 * The ranks of this host whose sets meet this one's, and their
+	 * threads: those given, and how many take the default share. (A
+	 * cgroup's CPU quota caps the count, gk_cpus_usable: the ranks of
+	 * one container share its quota as they share its CPUs.)
+	 */
 	gk_nn_placement *p = &t->place;
 	memset(p, 0, sizeof(*p));
 	p->cpus = gk_cpus_usable(&p->quota);
-	/* the ranks of this host whose sets meet this one's */
+	int given = 0, defaults = 0;
 	for (int r = 0; r < t->world; r++) {
 		const rank_place *q = &all[r];
-		if (q->host[0] == me.host[0] && q->host[1] == me.host[1] &&
-		    set_overlaps(q, &me))
+		if (q->host == me.host && set_overlaps(q, &me)) {
 			p->sharing++;
+			given += q->threads;
+			defaults += q->threads == 0;
+		}
 	}
+	p->share = p->cpus / p->sharing; /* this rank is one of them */
+	if (p->share < 1)
+		p->share = 1;
+	if (t->o.threads <= 0)
+		t->o.threads = p->share;
+	int busy = given + defaults * p->share;
+	p->spare = p->cpus > busy ? p->cpus - busy : 0;
 	/* the hosts: distinct names, sorted (a world may be 100,000 ranks) */
 	uint64_t *hs = malloc((size_t)t->world * sizeof(*hs));
 	if (!hs) {
@@ -887,25 +901,11 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "placement");
 	}
 	for (int r = 0; r < t->world; r++)
-		hs[r] = (uint64_t)all[r].host[1] << 32 | all[r].host[0];
+		hs[r] = all[r].host;
 	qsort(hs, (size_t)t->world, sizeof(*hs), cmp_u64);
 	for (int r = 0; r < t->world; r++)
 		p->hosts += r == 0 || hs[r] != hs[r - 1];
 	free(hs);
-	p->share = p->cpus / (p->sharing ? p->sharing : 1);
-	if (p->share < 1)
-		p->share = 1;
-	if (t->o.threads <= 0)
-		t->o.threads = p->share;
-	/* the threads of the ranks sharing the set, defaults at their share */
-	int busy = 0;
-	for (int r = 0; r < t->world; r++) {
-		const rank_place *q = &all[r];
-		if (q->host[0] == me.host[0] && q->host[1] == me.host[1] &&
-		    set_overlaps(q, &me))
-			busy += q->threads > 0 ? q->threads : p->share;
-	}
-	p->spare = p->cpus > busy ? p->cpus - busy : 0;
 	free(all);
 	return 0;
 }
