@@ -384,6 +384,9 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 			       o->threads);
 	if (o->device != GK_NN_CPU && o->device != GK_NN_CUDA)
 		return gk_errf(err, "model device %d: unknown", o->device);
+	if (o->flat_multiple < 0)
+		return gk_errf(err, "model flat_multiple %d: negative",
+			       o->flat_multiple);
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gk_err_sys(err, ENOMEM, "model");
@@ -392,8 +395,10 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->nt = o->threads > 0 ? o->threads : omp_get_max_threads();
 	if (build_table(m, err) < 0)
 		goto fail;
-	m->params = falloc(m->nparams, &m->mem.parameters);
-	m->grads = falloc(m->nparams, &m->mem.gradients);
+	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
+	m->nflat = (m->nparams + k - 1) / k * k;
+	m->params = falloc(m->nflat, &m->mem.parameters);
+	m->grads = falloc(m->nflat, &m->mem.gradients);
 	if (!m->params || !m->grads) {
 		gk_err_sys(err, ENOMEM, "model parameters (%zu MiB)",
 			   m->nparams * 4 >> 20);
@@ -442,6 +447,11 @@ float *gk_nn_grads(gk_nn_model *m)
 size_t gk_nn_nparams(const gk_nn_model *m)
 {
 	return m->nparams;
+}
+
+size_t gk_nn_nflat(const gk_nn_model *m)
+{
+	return m->nflat;
 }
 
 size_t gk_nn_param_count(const gk_nn_model *m)

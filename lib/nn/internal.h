@@ -43,6 +43,7 @@ struct gk_nn_model {
 	gk_nn_tensor *t;
 	size_t nt_tensors;
 	size_t nparams;
+	size_t nflat;           /* floats allocated per flat buffer (nn.h) */
 	size_t wte, wpe, lnfw, lnfb;
 	gk_nn_block_off *blk;   /* layers entries */
 	float *params, *grads;

@@ -137,8 +137,9 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	m->fchg_per_layer = m->o.recompute == GK_NN_RECOMPUTE_NONE;
 	size_t kl = m->per_layer ? L : 1, kg = m->fchg_per_layer ? L : 1;
 
-	if (!(cu->p = dalloc(cu, P * 4, GK_CUDA_MEM_PARAMS, err)) ||
-	    !(cu->g = dalloc(cu, P * 4, GK_CUDA_MEM_GRADS, err)))
+	/* nflat: the flat multiple's tail, zeroed at creation */
+	if (!(cu->p = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_PARAMS, err)) ||
+	    !(cu->g = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err)))
 		return -1;
 	if (cu->dt == GK_DT_F32)
 		cu->pw = cu->p;
@@ -260,7 +261,9 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
 			   WS_BYTES, cu->s, err) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
-	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nparams * 4, cu->s),
+	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
+			  err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, m->nflat * 4, cu->s),
 			  err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);

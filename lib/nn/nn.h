@@ -116,6 +116,13 @@ typedef struct gk_nn_opts {
 	int device;                   /* GK_NN_CPU (0) | GK_NN_CUDA */
 	int precision;                /* GK_NN_BF16 (0) | GK_NN_TF32 | GK_NN_FP32;
 				       * CUDA only: the CPU computes in fp32 */
+	int flat_multiple;            /* 0 or 1: the flat parameter and gradient
+				       * buffers hold nparams floats; k: their
+				       * length rounded up to a multiple of k
+				       * (gk_nn_nflat), the tail zero and never
+				       * written by the model, so k ranks' equal
+				       * ZeRO-1 ranges reduce-scatter and
+				       * allgather in place in them */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
@@ -148,6 +155,9 @@ int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err);
 float *gk_nn_params(gk_nn_model *m);
 float *gk_nn_grads(gk_nn_model *m);
 size_t gk_nn_nparams(const gk_nn_model *m); /* elements of the flat buffers */
+/* floats allocated for each flat buffer (host, and device on a GPU):
+ * nparams rounded up to opts' flat_multiple */
+size_t gk_nn_nflat(const gk_nn_model *m);
 /* The model's parameters as Hugging Face counts them (sum of numel over
  * GPT2LMHeadModel's tensors, the tied lm_head once): nparams less the
  * padded vocabulary rows. */

@@ -96,7 +96,6 @@ struct gk_nn_trainer {
 	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
 	float *mom, *vel;     /* hi - lo each */
 	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
-	float *gpad, *ppad;   /* ZeRO-1: Np floats each, host (CPU) or device (GPU) */
 	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
 	gk_comm_grads *grads;
 	int64_t step;         /* completed steps */
@@ -214,8 +213,6 @@ static void account(gk_nn_trainer *t)
 	t->mem.padding = (mm.parameters - t->mem.parameters) + (mm.gradients - t->mem.gradients) +
 			 (moments - t->mem.optimizer) + logit_pad;
 	t->mem.comm = 0;
-	if (t->gpad)
-		t->mem.comm += (uint64_t)2 * t->Np * sizeof(float);
 	/* error feedback */
 	if (t->grads && t->o.compress != GK_COMM_COMPRESS_NONE)
 		t->mem.comm += (uint64_t)t->N * sizeof(float);
@@ -1068,34 +1065,40 @@ static size_t opt_hi(const gk_nn_trainer *t)
 }
 
 /*
- * ZeRO-1's two buffers of Np floats (the flat buffer rounded up to a
- * multiple of the world, the padding zero): the reduce-scattered
- * gradients and the allgathered parameters. In host memory on the CPU;
- * on a GPU in device memory from the gradients' communicator (counted
- * as comm memory by lib/cuda).
+ * ZeRO-1 reduces and gathers in place, in the model's flat buffers,
+ * which it allocates with Np floats (gk_nn_opts.flat_multiple: the
+ * world), so that rank r's range [r per, (r + 1) per) exists on every
+ * rank even where it runs past the N parameters: the reduced gradients
+ * land in the owner's own range of its gradient buffer, and each rank's
+ * updated range is gathered from where it sits in its parameters into
+ * everyone's. No copy of either buffer: with two (the reduced gradients
+ * and the gathered parameters, 8 bytes a parameter) ZeRO-1 cost more
+ * memory than the 8 (1 - 1/world) bytes of optimizer state it divides
+ * saves, at every world size. Only compression adds a buffer: its error
+ * feedback, Np floats, in host memory on the CPU and in device memory
+ * from the gradients' communicator on a GPU (counted as comm memory).
  */
 static int shard_buffers(gk_nn_trainer *t, gk_err *err)
 {
 	size_t bytes = t->Np * sizeof(float);
-	int resid = t->o.compress != GK_COMM_COMPRESS_NONE;
-	if (!t->cuda) {
-		if (!(t->gpad = gk_alloc_big(bytes)) ||
-		    !(t->ppad = gk_alloc_big(bytes)) ||
-		    (resid && !(t->resid = gk_alloc_big(bytes))))
-			return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
+	if (t->o.compress == GK_COMM_COMPRESS_NONE)
 		return 0;
-	}
+	if (!t->cuda)
+		return (t->resid = gk_alloc_big(bytes)) ? 0 :
+			gk_err_sys(err, ENOMEM, "ZeRO-1 error feedback");
 	float *zero = calloc(t->Np, sizeof(float));
 	if (!zero)
-		return gk_err_sys(err, ENOMEM, "ZeRO-1 buffers");
-	int rc = (t->gpad = gk_comm_alloc(t->gcomm, bytes, err)) &&
-		 (t->ppad = gk_comm_alloc(t->gcomm, bytes, err)) &&
-		 (!resid || (t->resid = gk_comm_alloc(t->gcomm, bytes, err))) &&
-		 gk_comm_to_device(t->gcomm, t->gpad, zero, bytes, err) == 0 &&
-		 gk_comm_to_device(t->gcomm, t->ppad, zero, bytes, err) == 0 &&
-		 (!resid || gk_comm_to_device(t->gcomm, t->resid, zero, bytes, err) == 0) ? 0 : -1;
+		return gk_err_sys(err, ENOMEM, "ZeRO-1 error feedback");
+	int rc = (t->resid = gk_comm_alloc(t->gcomm, bytes, err)) &&
+		 gk_comm_to_device(t->gcomm, t->resid, zero, bytes, err) == 0 ? 0 : -1;
 	free(zero);
 	return rc;
+}
+
+/* the flat gradients the optimizer reads: the host's or the device's */
+static float *flat_grads(gk_nn_trainer *t)
+{
+	return t->dev_grads ? gk_nn_cuda_grads(t->m) : gk_nn_grads(t->m);
 }
 
 int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
@@ -1186,7 +1189,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->o.overlap = t->cuda || t->place.hosts > 1 || t->place.spare > 0;
 	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
-			 .precision = t->o.precision};
+			 .precision = t->o.precision, .flat_multiple = t->o.zero ? t->world : 1};
 	if (gk_nn_new(&t->m, &t->cfg, &mo, err) < 0)
 		goto fail;
 	t->N = gk_nn_nparams(t->m);
@@ -1221,18 +1224,18 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		goto fail;
 	/*
 	 * Gradient buckets, overlapped with backward: allreduced, or with
-	 * ZeRO-1 reduced to the ranks that own them, straight into gpad.
+	 * ZeRO-1 reduced to the ranks that own them, in place.
 	 * Compressed ZeRO-1 keeps its one reduce-scatter after backward (its
 	 * error feedback runs over the whole padded buffer).
 	 */
 	int sharded = t->shard && t->o.compress == GK_COMM_COMPRESS_NONE;
 	if ((t->world > 1 || t->dev_grads) && (!t->shard || sharded)) {
 		gk_comm_callopts co = {.compress = t->o.compress};
-		float *g = t->dev_grads ? gk_nn_cuda_grads(t->m) : gk_nn_grads(t->m);
+		float *g = flat_grads(t);
 		if (gk_comm_grads_new(&t->grads, t->gcomm, g, t->N, t->o.bucket_bytes, &co,
 				      err) < 0 ||
-		    (sharded && gk_comm_grads_shard(t->grads, t->gpad,
-						    t->Np / (size_t)t->world, err) < 0))
+		    (sharded && gk_comm_grads_shard(t->grads, g, t->Np / (size_t)t->world,
+						    err) < 0))
 			goto fail;
 	}
 	if (resume_dir || o->init_from) {
@@ -1667,44 +1670,29 @@ static int ready_cb(size_t off, void *ctx, gk_err *err)
 }
 
 /*
- * Compressed ZeRO-1: this rank's range of the averaged gradients, into
- * gpad + lo, after backward (compressed as --compress says, with error
- * feedback over the whole padded buffer). Uncompressed, the gradient
+ * Compressed ZeRO-1: this rank's range of the averaged gradients, in
+ * place, after backward (compressed as --compress says, with error
+ * feedback over the whole padded buffer; the other ranges are left
+ * undefined, and the next step zeroes them). Uncompressed, the gradient
  * buckets reduce each range to its owner during backward instead.
  */
 static int shard_reduce(gk_nn_trainer *t, gk_err *err)
 {
-	size_t bytes = t->N * sizeof(float);
-	if (t->cuda && gk_cuda_copy(t->gpad, gk_nn_cuda_grads(t->m), bytes,
-				    gk_nn_cuda_stream(t->m), err) < 0)
-		return -1;
-	if (!t->cuda)
-		memcpy(t->gpad, gk_nn_grads(t->m), bytes);
+	float *g = flat_grads(t);
 	gk_comm_callopts co = {.compress = t->o.compress, .residual = t->resid};
-	return gk_comm_reduce_scatter(t->gcomm, t->gpad, t->gpad + t->lo,
-				      t->Np / (size_t)t->world, GK_DT_F32, GK_COMM_AVG, &co, err);
+	return gk_comm_reduce_scatter(t->gcomm, g, g + t->lo, t->Np / (size_t)t->world,
+				      GK_DT_F32, GK_COMM_AVG, &co, err);
 }
 
-/* ZeRO-1: every rank's updated range into every rank's parameters. */
+/* ZeRO-1: every rank's updated range into every rank's parameters, in
+ * place. */
 static int shard_gather(gk_nn_trainer *t, gk_err *err)
 {
-	size_t lo = opt_lo(t), n = opt_hi(t) - lo, per = t->Np / (size_t)t->world;
-	if (!t->cuda) {
-		float *p = gk_nn_params(t->m);
-		memcpy(t->ppad + lo, p + lo, n * sizeof(float));
-		if (gk_comm_allgather(t->gcomm, t->ppad + t->lo, t->ppad, per, GK_DT_F32, NULL,
-				      err) < 0)
-			return -1;
-		memcpy(p, t->ppad, t->N * sizeof(float));
-		return 0;
-	}
-	float *p = gk_nn_cuda_params(t->m);
-	gk_cuda_stream s = gk_nn_cuda_stream(t->m);
-	return gk_cuda_copy(t->ppad + lo, p + lo, n * sizeof(float), s, err) < 0 ||
-	       gk_comm_allgather(t->gcomm, t->ppad + t->lo, t->ppad, per, GK_DT_F32, NULL,
-				 err) < 0 ||
-	       gk_cuda_copy(p, t->ppad, t->N * sizeof(float), s, err) < 0 ||
-	       gk_nn_cuda_params_changed(t->m, err) < 0 ? -1 : 0;
+	size_t per = t->Np / (size_t)t->world;
+	float *p = t->cuda ? gk_nn_cuda_params(t->m) : gk_nn_params(t->m);
+	if (gk_comm_allgather(t->gcomm, p + t->lo, p, per, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	return t->cuda ? gk_nn_cuda_params_changed(t->m, err) : 0;
 }
 
 /*
@@ -1847,7 +1835,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		exposed = tc - tb;
 		/* Own range of the reduced gradients (host, or device on a GPU). */
 		size_t lo = opt_lo(t), n = opt_hi(t) - lo;
-		float *g = t->shard ? t->gpad + t->lo : grads + t->lo;
+		float *g = (t->shard ? flat_grads(t) : grads) + t->lo;
 		double ss = 0; /* ZeRO-1: this rank's part of the squared norm */
 		if (t->shard && t->cuda && gk_nn_cuda_sumsq(t->m, g, n, &ss, err) < 0)
 			return -1;
@@ -2083,25 +2071,16 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 		job_free(t->job);
 	}
 	gk_comm_grads_free(t->grads);
-	if (t->cuda) {
-		if (t->gpad)
-			gk_comm_free(t->gcomm, t->gpad);
-		if (t->ppad)
-			gk_comm_free(t->gcomm, t->ppad);
-		if (t->resid)
-			gk_comm_free(t->gcomm, t->resid);
-	}
+	if (t->cuda && t->resid)
+		gk_comm_free(t->gcomm, t->resid);
 	if (t->gcomm != t->comm)
 		gk_comm_close(t->gcomm); /* before the model's stream goes */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);
 	free(t->mom);
 	free(t->vel);
-	if (!t->cuda) {
-		free(t->gpad);
-		free(t->ppad);
+	if (!t->cuda)
 		free(t->resid);
-	}
 	free(t->in);
 	free(t->tg);
 	free(t->snap);

@@ -279,6 +279,48 @@ static void init(void)
 	gk_nn_free(b);
 }
 
+/* opts.flat_multiple: the flat buffers padded for ZeRO-1's in-place
+ * collectives, the tail zero through init, a step and zero_grad */
+static void flat_multiple(void)
+{
+	gk_nn_config c = {.layers = 1, .hidden = 16, .heads = 2, .vocab = 11,
+			  .positions = 4, .ln_eps = 1e-5f};
+	gk_err err = {0};
+	gk_nn_model *m = NULL;
+	gk_nn_opts bad = {.batch = 1, .seq = 4, .threads = 1, .flat_multiple = -3};
+	ok(gk_nn_new(&m, &c, &bad, &err) < 0 && strstr(err.msg, "flat_multiple -3"),
+	   "flat_multiple -3: refused (%s)", err.msg);
+	int ks[] = {0, 1, 7, 1000};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(ks); i++) {
+		gk_nn_opts o = {.batch = 1, .seq = 4, .threads = 1, .flat_multiple = ks[i]};
+		if (!ok(gk_nn_new(&m, &c, &o, &err) == 0, "flat_multiple %d", ks[i])) {
+			diag("%s", err.msg);
+			continue;
+		}
+		size_t n = gk_nn_nparams(m), nf = gk_nn_nflat(m), k = ks[i] > 1 ? (size_t)ks[i] : 1;
+		/* the least multiple of k at or above n */
+		ok(nf % k == 0 && nf >= n && nf - n < k, "flat_multiple %d: %zu floats for %zu",
+		   ks[i], nf, n);
+		gk_nn_mem mem;
+		gk_nn_memory(m, &mem);
+		ok(mem.parameters >= nf * 4 && mem.gradients >= nf * 4,
+		   "flat_multiple %d: the tail counted in memory", ks[i]);
+		gk_nn_init(m, 5);
+		int32_t tok[4] = {1, 2, 3, 4}, tgt[4] = {2, 3, 4, 5};
+		float loss;
+		float *p = gk_nn_params(m), *g = gk_nn_grads(m);
+		int tail = 1, step = gk_nn_forward(m, tok, tgt, &loss, &err) == 0 &&
+				     gk_nn_backward(m, 1.0f, NULL, NULL, &err) == 0;
+		for (size_t j = n; j < nf; j++)
+			tail &= p[j] == 0.0f && g[j] == 0.0f;
+		gk_nn_zero_grad(m);
+		for (size_t j = n; j < nf; j++)
+			tail &= g[j] == 0.0f;
+		ok(step && tail, "flat_multiple %d: the tail stays zero", ks[i]);
+		gk_nn_free(m);
+	}
+}
+
 /* The loss's gradient against central differences of the loss, in the
  * model's own float arithmetic: a few elements of every tensor. */
 #ifndef FD_SCALE
@@ -570,6 +612,7 @@ int main(void)
 	config(top);
 	table();
 	init();
+	flat_multiple();
 	finite_differences();
 	load_errors();
 	schedules();
