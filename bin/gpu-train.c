@@ -503,7 +503,15 @@ static void parse_args(int argc, char **argv, args *a)
 			a->o.compress = (gk_comm_compress)k;
 			break;
 		}
-		case OPT_BUCKET: a->o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg); break;
+		case OPT_BUCKET:
+			a->o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg);
+			/* a bare 25 is 25 bytes: six floats a bucket, a
+			 * collective per six gradients */
+			if (a->o.bucket_bytes < 1024)
+				gk_cli_usage_error(&cli, "--bucket '%s': %" PRIu64 " bytes, below 1K "
+						   "(a size takes a suffix: 25M)", optarg,
+						   a->o.bucket_bytes);
+			break;
 		case OPT_NOOVERLAP: a->o.overlap = 0; break;
 		case OPT_OVERLAP:
 			if (!strcmp(optarg, "on")) a->o.overlap = 1;

@@ -158,7 +158,10 @@ test_expect_success 'settings that cannot train: usage errors before step 1' '
 	test_expect_code 2 gpu-train $A --min-lr 5 --lr 1e-4 2>err &&
 	grep "^gpu-train: --min-lr 5 is above --lr" err &&
 	test_expect_code 2 gpu-train $A --eval-every 2 2>err &&
-	grep "^gpu-train: --eval-every needs --val-data" err
+	grep "^gpu-train: --eval-every needs --val-data" err &&
+	test_expect_code 2 gpu-train $A --bucket 25 2>err &&
+	grep "^gpu-train: --bucket .25.: 25 bytes, below 1K (a size takes a suffix: 25M)" err &&
+	gpu-train $A --bucket 1K -q --steps 1
 '
 
 test_expect_success 'an --eval-only loss that is NaN exits 1' '
