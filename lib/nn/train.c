@@ -1073,9 +1073,9 @@ static size_t opt_hi(const gk_nn_trainer *t)
  * updated range is gathered from where it sits in its parameters into
  * everyone's. No copy of either buffer: with two (the reduced gradients
  * and the gathered parameters, 8 bytes a parameter) ZeRO-1 cost more
- * memory than the 8 (1 - 1/world) bytes of optimizer state it divides
- * saves, at every world size. Only compression adds a buffer: its error
- * feedback, Np floats, in host memory on the CPU and in device memory
+ * memory than the 8 (1 - 1/world) bytes a parameter that dividing the
+ * moments saves, at every world size. Only compression adds a buffer: its
+ * error feedback, Np floats, in host memory on the CPU and in device memory
  * from the gradients' communicator on a GPU (counted as comm memory).
  */
 static int shard_buffers(gk_nn_trainer *t, gk_err *err)
