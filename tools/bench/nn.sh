@@ -11,7 +11,10 @@
 # sgemm ceiling is measured inside our runs: after the steps, the step's
 # matmuls as plain sgemm calls (same shapes, transposes, beta), as many
 # times; step / sgemm compares the medians, and the fastest step with the
-# fastest replay.
+# fastest replay. The replay reuses three buffers, so its operands are
+# warm: the same calls on the model's own operands (a working set of
+# about 110 MB at the anchor), logged from a step and replayed back to
+# back, ran 6-9 % slower (158-170 against 168-185 GFLOP/s, 1 thread).
 #   tok/s      tokens per wall-clock second
 #   cpu tok/s  tokens per CPU second of the process, times the threads:
 #              on a shared machine the wall clock also counts the other
