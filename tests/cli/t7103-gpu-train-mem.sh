@@ -90,9 +90,9 @@ with open(sys.argv[1] + "." + os.environ.get("OMPI_COMM_WORLD_RANK", "0"), "w") 
 sys.exit(rc)
 PYEOF
 
-# 6.3M parameters (50 MB of moments, 25 MB saved a rank at world 2), tiny
-# activations: a full-length buffer for the communication (the 13 MB
-# it would cost shows against a 25 MB saving) cannot hide
+# 6.5M parameters (52 MB of moments, 26 MB saved a rank at world 2), tiny
+# activations: one full-length buffer for the communication would cost
+# all 26 MB of the saving, so it cannot hide below the 12 MB asked for
 test_expect_success MPI 'ZeRO-1 over 2 ranks: the moments halve, nothing added for the communication, peak RSS down' '
 	for z in 0 1; do
 		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
