@@ -657,8 +657,7 @@ static int allreduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 			rc = rab_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err);
 		if (rc < 0)
 			return -1;
-		divided = !k->compress && c->world > 1 &&
-			  (k->algo == GK_COMM_ALGO_RING || k->algo == GK_COMM_ALGO_RABENSEIFNER);
+		divided = own && !k->compress && c->world > 1;
 	}
 	if (k->op == GK_COMM_AVG && !divided)
 		gk_comm_avg_cpu(k->recv, k->count, k->dt, c->world);

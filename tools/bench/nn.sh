@@ -14,7 +14,8 @@
 # fastest replay. The replay reuses three buffers, so its operands are
 # warm: the same calls on the model's own operands (a working set of
 # about 110 MB at the anchor), logged from a step and replayed back to
-# back, ran 6-9 % slower (158-170 against 168-185 GFLOP/s, 1 thread).
+# back, ran 3-14 % slower, median 6 % (158-170 against 165-186 GFLOP/s in
+# five paired runs, 1 thread).
 #   tok/s      tokens per wall-clock second
 #   cpu tok/s  tokens per CPU second of the process, times the threads:
 #              on a shared machine the wall clock also counts the other
