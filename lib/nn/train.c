@@ -1586,7 +1586,9 @@ static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 
 /*
  * Move the pending checkpoint on, given how many ranks have written
- * (from the step's allreduce); with wait, finish it now.
+ * (from the step's allreduce); with wait, finish it now. Once every rank
+ * has agreed, the others are done with it and count as not written:
+ * rank 0 then finishes it at the first step that finds its commit done.
  */
 static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 			 int wait, gk_nn_train_hooks *h, gk_err *err)
@@ -1594,7 +1596,7 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 	ckpt_job *j = t->job;
 	if (!j)
 		return 0;
-	if (failed > 0 || written >= t->world) {
+	if (!j->agreed && (failed > 0 || written >= t->world)) {
 		j->agreed = 1;
 		if (t->rank == 0) {
 			pthread_mutex_lock(&j->mu);
@@ -1602,30 +1604,30 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 			pthread_cond_signal(&j->cv);
 			pthread_mutex_unlock(&j->mu);
 		}
-		if (t->rank != 0 || failed > 0 || wait || atomic_load(&j->finished)) {
-			pthread_join(j->th, NULL);
-			int rc = j->rc;
-			if (rc < 0)
-				*err = j->err;
-			else if (failed > 0)
-				gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
-					j->step);
-			int64_t step = j->step;
-			job_free(j);
-			t->job = NULL;
-			t->ckpt_lost = rc < 0 || failed > 0 ? step : 0;
-			if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
-				/* Every rank agreed on the failure, so all go on. */
-				if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
-					h->checkpoint_failed(step, err, h->ctx);
-				return 0;
-			}
-			if (rc < 0 || failed > 0)
-				return -1;
-			if (h && h->checkpoint && t->rank == 0)
-				h->checkpoint(step, h->ctx);
-		}
 	}
+	if (!j->agreed || (t->rank == 0 && failed <= 0 && !wait && !atomic_load(&j->finished)))
+		return 0;
+	pthread_join(j->th, NULL);
+	int rc = j->rc;
+	if (rc < 0)
+		*err = j->err;
+	else if (failed > 0)
+		gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
+			j->step);
+	int64_t step = j->step;
+	job_free(j);
+	t->job = NULL;
+	t->ckpt_lost = rc < 0 || failed > 0 ? step : 0;
+	if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
+		/* Every rank agreed on the failure, so all go on. */
+		if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
+			h->checkpoint_failed(step, err, h->ctx);
+		return 0;
+	}
+	if (rc < 0 || failed > 0)
+		return -1;
+	if (h && h->checkpoint && t->rank == 0)
+		h->checkpoint(step, h->ctx);
 	return 0;
 }
 

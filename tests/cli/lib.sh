@@ -1,7 +1,8 @@
 # lib.sh - sourced by every tests/cli/tNNNN-*.sh before sharness.
 #
 # Puts the freshly built tools first on PATH, keeps sharness's trash
-# directories under the build directory, and offers helpers:
+# directories and each test's output (NAME.out, with what every test case
+# ran and printed) under the build directory, and offers helpers:
 #   test_need_python MODULE...   skip_all unless the test venv has them
 #   GK_TOP, GK_PY                 the source tree, the venv's python
 #   GK_BUILD, GK_BINDIR           the configuration under test: its build
@@ -44,6 +45,13 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export ASAN_OPTIONS
 
 . /usr/share/sharness/sharness.sh
+
+# Without --verbose sharness sends what the tests run print to /dev/null;
+# keep it in NAME.out beside the trash directories instead, so that a test
+# that failed under prove says why (.ci/run prints the end of it).
+if test "$verbose" != t; then
+	exec 3>"$SHARNESS_TEST_DIRECTORY/$this_test.out" 4>&3
+fi
 
 test_need_python() {
 	if ! "$GK_TOP/scripts/test-venv" >/dev/null 2>&1; then
