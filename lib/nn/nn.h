@@ -430,8 +430,9 @@ typedef struct gk_nn_train_opts {
 	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
 	 * next step boundary, 2 stop without a checkpoint. */
 	volatile sig_atomic_t *stop;
-	int ckpt_delay_ms;      /* tests: the writer sleeps before writing, rank 0
-				 * before checking a checkpoint it loads */
+	int ckpt_delay_ms;      /* tests: the writer sleeps before writing and
+				 * (rank 0) before committing, rank 0 before
+				 * checking a checkpoint it loads */
 	const gk_err *failed;   /* an error this rank met before the trainer
 				 * (its --config unreadable on this node), or
 				 * NULL: gk_nn_trainer_new opens the world only

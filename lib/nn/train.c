@@ -12,7 +12,7 @@
  *       on the last one backward reports finished ranges of the flat
  *       gradient buffer and their buckets start allreducing at once
  *   wait for the buckets (ZeRO-0), or reduce-scatter (ZeRO-1)
- *   one small allreduce of [loss, stop request, writer state, sumsq]
+ *   one small allreduce of [loss, stop request, sumsq, the checkpoint's state]
  *   global norm, clip, AdamW on this rank's range, allgather (ZeRO-1)
  *
  * Every rank applies the same update to the same parameters (the comm
@@ -57,7 +57,14 @@
 /* Fixed-size exchange buffer (bytes) for names. */
 enum { NAME_BYTES = 512 };
 
-/* A checkpoint being written by a thread. */
+/*
+ * A checkpoint being written by a thread. Every rank writes its files;
+ * once all have, rank 0 commits the step (lib/ckpt hashes every file into
+ * COMMIT). The ranks learn each other's state from the step's allreduce
+ * (or from ckpt_finish's), so they move on together: none waits alone.
+ */
+enum { JOB_WRITING, JOB_WRITTEN /* rank 0: committing */, JOB_DONE, JOB_FAILED = -1 };
+
 typedef struct ckpt_job {
 	gk_nn_trainer *t;
 	gk_ckpt_stage *stage;
@@ -70,11 +77,9 @@ typedef struct ckpt_job {
 	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	atomic_int written; /* files written (1) or failed (-1) */
-	int go_commit;      /* rank 0: every rank has written */
-	int agreed;         /* rank 0 saw every rank's files written: the rest
-			     * (COMMIT) needs no other rank */
-	atomic_int finished;
+	atomic_int state;   /* JOB_WRITING ... JOB_FAILED, this rank's */
+	int go_commit;      /* rank 0: every rank has written (1), or not (-1) */
+	int agreed;         /* every rank saw all write or one fail */
 	int rc;
 	gk_err err;
 } ckpt_job;
@@ -1374,21 +1379,29 @@ static void *job_main(void *arg)
 {
 	ckpt_job *j = arg;
 	j->rc = job_write(j, &j->err);
-	atomic_store(&j->written, j->rc < 0 ? -1 : 1);
-	if (j->rc == 0 && j->t->rank == 0) {
-		/* COMMIT hashes every rank's files: wait until they are all there. */
-		pthread_mutex_lock(&j->mu);
-		while (!j->go_commit)
-			pthread_cond_wait(&j->cv, &j->mu);
-		int go = j->go_commit;
-		pthread_mutex_unlock(&j->mu);
-		if (go > 0) {
-			j->rc = gk_ckpt_stage_commit(j->stage, &j->err);
-			if (j->rc == 0)
-				j->stage = NULL;
-		}
+	/* written: the copies of the state can go now */
+	free(j->params), free(j->m), free(j->v), free(j->trainer_json);
+	j->params = j->m = j->v = NULL;
+	j->trainer_json = NULL;
+	if (j->rc < 0 || j->t->rank != 0) {
+		atomic_store(&j->state, j->rc < 0 ? JOB_FAILED : JOB_DONE);
+		return NULL;
 	}
-	atomic_store(&j->finished, 1);
+	atomic_store(&j->state, JOB_WRITTEN);
+	/* COMMIT hashes every rank's files: wait until they are all there. */
+	pthread_mutex_lock(&j->mu);
+	while (!j->go_commit)
+		pthread_cond_wait(&j->cv, &j->mu);
+	int go = j->go_commit;
+	pthread_mutex_unlock(&j->mu);
+	if (go > 0) {
+		if (j->t->o.ckpt_delay_ms > 0) /* tests: a slow filesystem */
+			usleep((useconds_t)j->t->o.ckpt_delay_ms * 1000);
+		j->rc = gk_ckpt_stage_commit(j->stage, &j->err);
+		if (j->rc == 0)
+			j->stage = NULL;
+	}
+	atomic_store(&j->state, j->rc < 0 ? JOB_FAILED : JOB_DONE);
 	return NULL;
 }
 
@@ -1584,18 +1597,30 @@ static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	return 0;
 }
 
+/* This rank's part of the counts ckpt_progress takes, to be summed. */
+static void ckpt_counts(const gk_nn_trainer *t, double c[3])
+{
+	int st = t->job ? atomic_load(&t->job->state) : JOB_WRITING;
+	c[0] = st == JOB_WRITTEN || st == JOB_DONE;
+	c[1] = st == JOB_FAILED;
+	c[2] = st == JOB_DONE;
+}
+
 /*
- * Move the pending checkpoint on, given how many ranks have written
- * (from the step's allreduce); with wait, finish it now. Once every rank
- * has agreed, the others are done with it and count as not written:
- * rank 0 then finishes it at the first step that finds its commit done.
+ * Move the pending checkpoint on, given c: how many ranks have written
+ * their files, failed, and are done (ckpt_counts summed over the ranks,
+ * so every rank takes the same turn). Once all have written, rank 0
+ * commits; the job ends on every rank once all are done, or once one
+ * has failed.
  */
-static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
-			 int wait, gk_nn_train_hooks *h, gk_err *err)
+static int ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks *h,
+			 gk_err *err)
 {
 	ckpt_job *j = t->job;
+	double written = c[0], failed = c[1], done = c[2];
 	if (!j)
 		return 0;
+	int committing = j->agreed;
 	if (!j->agreed && (failed > 0 || written >= t->world)) {
 		j->agreed = 1;
 		if (t->rank == 0) {
@@ -1605,15 +1630,16 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 			pthread_mutex_unlock(&j->mu);
 		}
 	}
-	if (!j->agreed || (t->rank == 0 && failed <= 0 && !wait && !atomic_load(&j->finished)))
+	if (failed <= 0 && done < t->world)
 		return 0;
 	pthread_join(j->th, NULL);
 	int rc = j->rc;
 	if (rc < 0)
 		*err = j->err;
 	else if (failed > 0)
-		gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
-			j->step);
+		gk_errf(err, "checkpoint step %" PRId64 ": %s", j->step,
+			committing ? "rank 0 failed to commit it"
+				   : "another rank failed to write its files");
 	int64_t step = j->step;
 	job_free(j);
 	t->job = NULL;
@@ -1631,31 +1657,25 @@ static int ckpt_progress(gk_nn_trainer *t, double written, double failed,
 	return 0;
 }
 
-/* Wait for the pending checkpoint on every rank and commit it. */
+/*
+ * Finish the pending checkpoint on every rank. The ranks agree on its
+ * progress at least every 100 ms while they wait: a rank that has much
+ * more to do than the others (rank 0 writes the whole model, then hashes
+ * every rank's files to commit) would otherwise keep them in one
+ * collective for as long as that takes, and a write longer than
+ * --timeout would end the job as a stopped rank.
+ */
 static int ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 {
-	/*
-	 * Every rank holds the job until the step reduction shows all files
-	 * written; after that only rank 0 does, to commit, and waits for it
-	 * alone. So the collective below runs on all ranks or on none.
-	 */
-	if (t->job && t->job->agreed)
-		return ckpt_progress(t, t->world, 0, 1, h, err);
 	while (t->job) {
 		ckpt_job *j = t->job;
-		/*
-		 * Wait for our own files, then agree on everyone's; but agree
-		 * at least every 100 ms meanwhile: a rank that writes much more
-		 * than the others (rank 0, the whole model) would otherwise keep
-		 * them in this allreduce for as long as its write takes, and a
-		 * write longer than --timeout would end the job as a stopped rank.
-		 */
-		for (int i = 0; i < 100 && atomic_load(&j->written) == 0; i++)
+		int st = atomic_load(&j->state);
+		for (int i = 0; i < 100 && (st == JOB_WRITING || st == JOB_WRITTEN) &&
+				atomic_load(&j->state) == st; i++)
 			usleep(1000);
-		double v[2] = {atomic_load(&j->written) > 0, atomic_load(&j->written) < 0};
-		if (allreduce_f64(t, v, 2, err) < 0)
-			return -1;
-		if (ckpt_progress(t, v[0], v[1], 1, h, err) < 0)
+		double c[3];
+		ckpt_counts(t, c);
+		if (allreduce_f64(t, c, 3, err) < 0 || ckpt_progress(t, c, h, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -1844,15 +1864,16 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		if (t->shard && !t->cuda)
 			ss = gk_nn_sumsq(g, n);
 		int sig = o->stop ? (int)*o->stop : 0;
-		int wr = t->job ? atomic_load(&t->job->written) : 0;
-		double v[7] = {lsum / o->grad_accum, sig == 1, sig == 2, wr > 0, wr < 0, ss,
+		/* and v[5..7] the checkpoint's counts */
+		double v[8] = {lsum / o->grad_accum, sig == 1, sig == 2, ss,
 			       (double)gk_nn_data_bad(t->data)};
-		if (allreduce_f64(t, v, 7, err) < 0)
+		ckpt_counts(t, v + 5);
+		if (allreduce_f64(t, v, 8, err) < 0)
 			return -1;
 		loss = v[0] / t->world;
 		double norm;
 		if (t->shard) {
-			norm = sqrt(v[5]);
+			norm = sqrt(v[3]);
 		} else if (t->cuda) {
 			if (gk_nn_cuda_grad_norm(t->m, &norm, err) < 0)
 				return -1;
@@ -1890,14 +1911,14 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		t->step = step;
 		t->tokens += step_tokens;
 		double t1 = gk_now();
-		if (ckpt_progress(t, v[3], v[4], 0, h, err) < 0)
+		if (ckpt_progress(t, v + 5, h, err) < 0)
 			return -1;
 		gk_nn_train_log lg = {
 			.step = step, .loss = loss, .lr = lr, .grad_norm = norm,
 			.tokens = t->tokens, .step_ms = (t1 - t0) * 1e3,
 			.comm_ms = t->comm_start ? (tc - t->comm_start) * 1e3 : 0,
 			.exposed_comm_ms = exposed * 1e3, .skipped = skip,
-			.bad_samples = (int64_t)v[6],
+			.bad_samples = (int64_t)v[4],
 			.val_loss = NAN,
 		};
 		lg.tokens_per_s = step_tokens / (t1 - t0);

@@ -170,6 +170,23 @@ test_expect_success '--timeout: a checkpoint write longer than it is not a stopp
 	ckpt-merge --check slow/latest
 '
 
+# Then rank 0 alone commits it (COMMIT hashes every rank's files): a
+# commit slowed past --timeout (the hook sleeps before it too) while the
+# other rank goes on to step 4's checkpoint, whose collectives wait for
+# rank 0, is not a stopped rank either. Each checkpoint's event comes
+# once, in order.
+test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
+	timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=2500 \
+		gpu-train $A --steps 6 --ckpt-every 2 --timeout 1 --ckpt-dir slowc : \
+		-np 1 gpu-train $A --steps 6 --ckpt-every 2 --timeout 1 --ckpt-dir slowc \
+		>c.json 2>c.err &&
+	test_must_be_empty c.err &&
+	jq -s -e "[.[] | select(.event == \"checkpoint\") | .step] == [2, 4, 6]" c.json &&
+	test "$(readlink slowc/latest)" = step-00000006 &&
+	ckpt-merge --check slowc/step-00000002 &&
+	ckpt-merge --check slowc/latest
+'
+
 # The same hook slows rank 0's check of the checkpoint it resumes from,
 # which the other ranks wait for.
 test_expect_success '--timeout: checking the checkpoint resumed longer than it is not a stopped rank' '
