@@ -824,7 +824,12 @@ static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
 /*
  * Where the ranks run, from every rank's host and CPU set (one
  * allgather): t->place, and --threads' default, this rank's share of
- * its CPUs. A launcher that binds each rank to its own cores (mpirun
+ * its CPUs. Ranks share CPUs when they run on one kernel (its boot id:
+ * containers of one machine share it, whatever their host names) and
+ * their sets meet; they are on one host, for --overlap, when they share
+ * the kernel and the host name (network namespaces given names of their
+ * own stand for hosts in the tests). A host name alone would merge
+ * machines that share one, as containers started from one image may. A launcher that binds each rank to its own cores (mpirun
  * with 2 ranks, srun --cpu-bind) gives every rank its set alone; mpirun
  * binds to a whole socket beyond 2 ranks, and --bind-to none leaves
  * every rank all of the host, so a set can be shared by several ranks
@@ -832,7 +837,8 @@ static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
  * every CPU (2 ranks of 2 threads on 2 CPUs: half the speed of 1 each).
  */
 typedef struct rank_place {
-	uint64_t host;                         /* hash of the host name */
+	uint64_t kernel;                       /* hash of the boot id */
+	uint64_t host;                         /* hash of boot id and host name */
 	int32_t threads;                       /* --threads, 0: the default */
 	uint32_t cpus[CPU_SETSIZE / 32];       /* the CPU set, as bits */
 } rank_place;
@@ -856,9 +862,20 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 	rank_place me;
 	memset(&me, 0, sizeof(me)); /* padding too: the bytes go to every rank */
 	me.threads = t->o.threads > 0 ? t->o.threads : 0;
-	char host[256] = "";
-	gethostname(host, sizeof(host) - 1);
-	me.host = gk_xxh3(host, strlen(host));
+	/* "<boot id>\n<host name>"; without a boot id the host name stands
+	 * for the kernel too */
+	char id[512] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (f) {
+		if (!fgets(id, 64, f))
+			id[0] = '\0';
+		fclose(f);
+	}
+	size_t n = strcspn(id, "\n");
+	id[n] = '\n';
+	gethostname(id + n + 1, sizeof(id) - n - 2);
+	me.host = gk_xxh3(id, strlen(id));
+	me.kernel = n > 0 ? gk_xxh3(id, n) : me.host;
 	cpu_set_t set;
 	gk_cpu_set(&set);
 	for (int c = 0; c < CPU_SETSIZE; c++)
@@ -872,7 +889,7 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 		return -1;
 	}
 	/*
-	 * The ranks of this host whose sets meet this one's, and their
+	 * The ranks of this kernel whose sets meet this one's, and their
 	 * threads: those given, and how many take the default share. (A
 	 * cgroup's CPU quota caps the count, gk_cpus_usable: the ranks of
 	 * one container share its quota as they share its CPUs.)
@@ -883,7 +900,7 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 	int given = 0, defaults = 0;
 	for (int r = 0; r < t->world; r++) {
 		const rank_place *q = &all[r];
-		if (q->host == me.host && set_overlaps(q, &me)) {
+		if (q->kernel == me.kernel && set_overlaps(q, &me)) {
 			p->sharing++;
 			given += q->threads;
 			defaults += q->threads == 0;
@@ -896,7 +913,7 @@ static int place_ranks(gk_nn_trainer *t, gk_err *err)
 		t->o.threads = p->share;
 	int busy = given + defaults * p->share;
 	p->spare = p->cpus > busy ? p->cpus - busy : 0;
-	/* the hosts: distinct names, sorted (a world may be 100,000 ranks) */
+	/* the hosts: distinct ones, sorted (a world may be 100,000 ranks) */
 	uint64_t *hs = malloc((size_t)t->world * sizeof(*hs));
 	if (!hs) {
 		free(all);

@@ -91,6 +91,28 @@ test_expect_success MPI 'ranks that share their CPUs share them out: --threads, 
 	test_expect_code 2 gpu-train $P --overlap sometimes
 '
 
+# Ranks share CPUs when they share a kernel (its boot id), whatever
+# their host names; they are on one host, for --overlap auto, when they
+# share the kernel and the host name. Rank 1 runs in a UTS namespace of
+# its own (another host name, the same kernel), then in a mount
+# namespace that shows it a boot id of its own (the same host name,
+# another machine, as containers started from one image may be).
+unshare --uts true 2>/dev/null && test_set_prereq UTS
+echo 00000000-0000-4000-8000-000000000001 >"$PWD/boot_id"
+unshare -m sh -c "mount --bind '$PWD/boot_id' /proc/sys/kernel/random/boot_id" 2>/dev/null &&
+	test_set_prereq MOUNTNS
+test_expect_success MPI,UTS,MOUNTNS 'which ranks share CPUs: the boot id; which share a host: it and the host name' '
+	n=$(jq -s "map(select(.event == \"start\"))[0].threads" solo.json) &&
+	share=$((n / 2)) && { [ $share -ge 1 ] || share=1; } &&
+	timeout 300 mpirun --oversubscribe --bind-to none -np 1 gpu-train $P : \
+		-np 1 unshare --uts sh -c "hostname gk-t7101-other && exec gpu-train $P" >uts.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $share and .overlap" uts.json &&
+	timeout 300 mpirun --oversubscribe --bind-to none -np 1 gpu-train $P : \
+		-np 1 unshare -m sh -c "mount --bind boot_id /proc/sys/kernel/random/boot_id && exec gpu-train $P" \
+		>boot.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .threads == $n and .overlap" boot.json
+'
+
 # A cgroup whose CPU quota is one CPU (root, 2 CPUs or more, and a cpu
 # controller it may write: v1, or v2 with cpu enabled below the root).
 cg=
