@@ -829,7 +829,8 @@ static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
  * their sets meet; they are on one host, for --overlap, when they share
  * the kernel and the host name (network namespaces given names of their
  * own stand for hosts in the tests). A host name alone would merge
- * machines that share one, as containers started from one image may. A launcher that binds each rank to its own cores (mpirun
+ * machines that share one, as containers started from one image may.
+ * A launcher that binds each rank to its own cores (mpirun
  * with 2 ranks, srun --cpu-bind) gives every rank its set alone; mpirun
  * binds to a whole socket beyond 2 ranks, and --bind-to none leaves
  * every rank all of the host, so a set can be shared by several ranks
@@ -1686,9 +1687,11 @@ static int ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 {
 	while (t->job) {
 		ckpt_job *j = t->job;
+		/* wait for what this rank is doing: writing, or committing
+		 * once every rank has written */
 		int st = atomic_load(&j->state);
-		for (int i = 0; i < 100 && (st == JOB_WRITING || st == JOB_WRITTEN) &&
-				atomic_load(&j->state) == st; i++)
+		int busy = st == JOB_WRITING || (st == JOB_WRITTEN && j->agreed);
+		for (int i = 0; i < 100 && busy && atomic_load(&j->state) == st; i++)
 			usleep(1000);
 		double c[3];
 		ckpt_counts(t, c);
