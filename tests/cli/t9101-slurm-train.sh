@@ -129,7 +129,7 @@ test_expect_success 'plain srun, a --config missing on one rank: both exit 1 at 
 	test $(grep -c "^gpu-train:" err) = 1
 '
 
-test_expect_success 'sbatch-train: USR1 mid-run, checkpoint, requeue, resume, same final loss' '
+test_expect_success 'sbatch-train: USR1 while it runs, checkpoint, requeue, resume, same final loss' '
 	DATA=train.bin MODEL="$TINY" ARGS="--batch 4 --ckpt-every 500" STEPS=$STEPS \
 	BIND=0 CKPT="$PWD/ck" LOG=train.jsonl \
 		sbatch --parsable -N 1 --ntasks-per-node 2 -o job.out -e job.err \
