@@ -1668,8 +1668,11 @@ static int ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks 
 			h->checkpoint_failed(step, err, h->ctx);
 		return 0;
 	}
-	if (rc < 0 || failed > 0)
-		return -1;
+	if (rc < 0 || failed > 0) {
+		/* the job ends: the first rank that failed says why, once */
+		gk_err mine = *err;
+		return agreed_failure(t, failed, rc < 0 ? &mine : NULL, err);
+	}
 	if (h && h->checkpoint && t->rank == 0)
 		h->checkpoint(step, h->ctx);
 	return 0;

@@ -187,6 +187,45 @@ test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
 	ckpt-merge --check slowc/latest
 '
 
+# A commit that fails: a directory dropped into step 2's staging
+# directory while rank 0's write and commit are slowed (hashing refuses
+# anything but regular files). Every rank learns it from the step's
+# reduction: --ckpt-error continue warns once and trains on; stop ends
+# the job with one message, the failing rank's, and no MPI_ABORT.
+bad_commit() {
+	rm -rf bad &&
+	{ timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=1500 \
+		gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 : \
+		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 \
+		>bad.json 2>bad.err & } &&
+	job=$! &&
+	for i in $(seq 1 600); do
+		st=$(ls -d bad/.step-00000002.tmp-* 2>/dev/null) && test -n "$st" && break
+		sleep 0.05
+	done &&
+	mkdir "$st/not-a-file" &&
+	{ wait $job; rc=$?; } &&
+	cat bad.err
+}
+
+test_expect_success 'a commit that fails: --ckpt-error continue warns once and trains on' '
+	bad_commit continue &&
+	test $rc = 0 &&
+	grep "^gpu-train: warning: checkpoint step 2 not written, training goes on: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file$" bad.err &&
+	test $(grep -c "^gpu-train:" bad.err) = 1 &&
+	jq -s -e "[.[] | select(.event == \"checkpoint\") | .step] == [4]" bad.json &&
+	test "$(readlink bad/latest)" = step-00000004
+'
+
+test_expect_success 'a commit that fails: --ckpt-error stop exits 1, said once' '
+	bad_commit stop &&
+	test $rc = 1 &&
+	grep "^gpu-train: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file (1 of 2 ranks)$" bad.err &&
+	test $(grep -c "^gpu-train:" bad.err) = 1 &&
+	! grep MPI_ABORT bad.err &&
+	! test -e bad/latest
+'
+
 # The same hook slows rank 0's check of the checkpoint it resumes from,
 # which the other ranks wait for.
 test_expect_success '--timeout: checking the checkpoint resumed longer than it is not a stopped rank' '
@@ -235,7 +274,9 @@ test_expect_success TMPFS 'disk full during a checkpoint: --ckpt-error stop (def
 			--ckpt-dir full --resume --ckpt-error continue >f2.json 2>f2.err; echo \$? >f2.rc;
 		ls -A full >f2.ls" &&
 	test "$(cat f1.rc)" = 1 &&
-	grep "^gpu-train: write .full/\.step-00000008\.tmp-.*: No space left on device$" f1.err &&
+	grep "^gpu-train: write .full/\.step-00000008\.tmp-.*: No space left on device (1 of 2 ranks)$" f1.err &&
+	test $(grep -c "^gpu-train:" f1.err) = 1 &&
+	! grep MPI_ABORT f1.err &&
 	printf ".lock\nlatest\nstep-00000004\n" >want.ls &&
 	test_cmp want.ls f1.ls &&
 	test "$(cat f1.latest)" = step-00000004 &&
