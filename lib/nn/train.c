@@ -1638,7 +1638,6 @@ static int ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks 
 	double written = c[0], failed = c[1], done = c[2];
 	if (!j)
 		return 0;
-	int committing = j->agreed;
 	if (!j->agreed && (failed > 0 || written >= t->world)) {
 		j->agreed = 1;
 		if (t->rank == 0) {
@@ -1652,12 +1651,13 @@ static int ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks 
 		return 0;
 	pthread_join(j->th, NULL);
 	int rc = j->rc;
+	/* A rank without an error of its own is not rank 0 failing its
+	 * commit (that error is rank 0's): another rank's write failed. */
 	if (rc < 0)
 		*err = j->err;
 	else if (failed > 0)
-		gk_errf(err, "checkpoint step %" PRId64 ": %s", j->step,
-			committing ? "rank 0 failed to commit it"
-				   : "another rank failed to write its files");
+		gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
+			j->step);
 	int64_t step = j->step;
 	job_free(j);
 	t->job = NULL;
