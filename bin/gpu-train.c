@@ -242,6 +242,10 @@ typedef struct out_ctx {
 	const char *metrics_path;  /* --metrics, or NULL */
 	gk_metrics *metrics;
 	int metrics_failing;       /* warned; quiet until a write succeeds */
+	gk_nn_train_log last;      /* the last step's, once have_last */
+	int have_last;
+	double last_time;          /* when it ended, in Unix time */
+	gk_nn_ckpt_stats ckpt;     /* rank 0: the checkpoints so far */
 	int skip_bad; /* report bad_samples */
 } out_ctx;
 
@@ -253,13 +257,18 @@ static void emit(json_t *o)
 }
 
 /*
- * A failed write of the metrics does not stop the run: it is reported
- * once, and again only after a write has succeeded in between.
+ * Rewrite the metrics: after each step, and after a checkpoint's commit
+ * or failure (the last one comes after the last step). A failed write
+ * does not stop the run: it is reported once, and again only after a
+ * write has succeeded in between.
  */
-static void write_metrics(out_ctx *c, const gk_nn_train_log *l)
+static void write_metrics(out_ctx *c)
 {
 	gk_err err = {0};
-	if (gk_nn_train_metrics(c->metrics, l, c->mem, c->world, (double)time(NULL), &err) < 0 ||
+	if (!c->metrics || !c->have_last)
+		return;
+	if (gk_nn_train_metrics(c->metrics, &c->last, c->mem, c->world, c->last_time, &err) < 0 ||
+	    gk_nn_train_ckpt_metrics(c->metrics, &c->ckpt, &err) < 0 ||
 	    gk_metrics_write(c->metrics, c->metrics_path, &err) < 0) {
 		if (!c->metrics_failing)
 			gk_cli_warn(&cli, "%s", err.msg);
@@ -278,8 +287,10 @@ static json_t *jnum(double x)
 static void on_step(const gk_nn_train_log *l, void *ctx)
 {
 	out_ctx *c = ctx;
-	if (c->metrics)
-		write_metrics(c, l);
+	c->last = *l;
+	c->last_time = (double)time(NULL);
+	c->have_last = 1;
+	write_metrics(c);
 	if (cli.json) {
 		json_t *o = json_pack("{s:s,s:I,s:o,s:f,s:o,s:I,s:f,s:f,s:f,s:f,s:f,s:b}",
 				      "event", "step", "step", (json_int_t)l->step, "loss",
@@ -308,19 +319,27 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 	gk_cli_flush(&cli);
 }
 
-static void on_ckpt(int64_t step, void *ctx)
+static void on_ckpt(int64_t step, double seconds, void *ctx)
 {
+	out_ctx *c = ctx;
+	c->ckpt.step = step;
+	c->ckpt.seconds = seconds;
+	c->ckpt.when = (double)time(NULL);
+	write_metrics(c);
 	if (cli.json) {
-		emit(json_pack("{s:s,s:I}", "event", "checkpoint", "step", (json_int_t)step));
+		emit(json_pack("{s:s,s:I,s:f}", "event", "checkpoint", "step", (json_int_t)step,
+			       "seconds", seconds));
 	} else if (!cli.quiet) {
-		printf("checkpoint step %" PRId64 " committed\n", step);
+		printf("checkpoint step %" PRId64 " committed (%.2f s)\n", step, seconds);
 		gk_cli_flush(&cli);
 	}
 }
 
 static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
 {
-	(void)ctx;
+	out_ctx *c = ctx;
+	c->ckpt.failed++;
+	write_metrics(c);
 	gk_cli_warn(&cli, "checkpoint step %" PRId64 " not written, training goes on: %s",
 		    step, why->msg);
 }
@@ -760,7 +779,8 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 	int rank = gk_nn_trainer_rank(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
-	out_ctx ctx = {mem, a->o.steps, gk_nn_trainer_world(t), a->metrics, NULL, 0, a->o.skip_bad};
+	out_ctx ctx = {.mem = mem, .steps = a->o.steps, .world = gk_nn_trainer_world(t),
+		       .metrics_path = a->metrics, .skip_bad = a->o.skip_bad};
 	if (a->metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, err) < 0)
 		return -1;
 	gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};

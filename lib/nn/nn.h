@@ -465,7 +465,9 @@ typedef struct gk_nn_train_log {
 /* Called on rank 0 only; the caller prints. */
 typedef struct gk_nn_train_hooks {
 	void (*step)(const gk_nn_train_log *l, void *ctx);
-	void (*checkpoint)(int64_t step, void *ctx); /* committed */
+	/* committed; seconds from the start of its copy to host memory
+	 * until every rank knew it committed */
+	void (*checkpoint)(int64_t step, double seconds, void *ctx);
 	void *ctx;
 	/*
 	 * With ckpt_continue, checkpoint step failed (why says how; the
@@ -527,6 +529,21 @@ const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
 int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 			const gk_nn_train_mem *mem, int world, double now,
 			gk_err *err);
+
+/* What rank 0 knows of this run's checkpoints (from the hooks). */
+typedef struct gk_nn_ckpt_stats {
+	int64_t step;   /* the last committed, 0: none yet */
+	double seconds; /* its time, as the checkpoint hook gives it */
+	double when;    /* its commit, in Unix time */
+	int64_t failed; /* checkpoints not written (--ckpt-error continue) */
+} gk_nn_ckpt_stats;
+
+/*
+ * Into m: gpukit_train_checkpoints_failed_total, and once a checkpoint
+ * is committed gpukit_train_checkpoint_step, _checkpoint_seconds and
+ * _checkpoint_timestamp_seconds. -1 with err set when m refuses a sample.
+ */
+int gk_nn_train_ckpt_metrics(gk_metrics *m, const gk_nn_ckpt_stats *s, gk_err *err);
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
 /* The options as the trainer resolved them: seq from the model's
  * positions when it was 0, threads from the CPUs, grad_accum at least 1. */

@@ -69,6 +69,7 @@ typedef struct ckpt_job {
 	gk_nn_trainer *t;
 	gk_ckpt_stage *stage;
 	int64_t step;
+	double t0;         /* when the copy of the state began */
 	float *params;     /* rank 0: a copy of the parameters */
 	float *m, *v;      /* copies of this rank's moments */
 	size_t lo, n;      /* the moments' range */
@@ -1513,6 +1514,7 @@ static int ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "checkpoint");
 	j->t = t;
 	j->step = t->step;
+	j->t0 = gk_now();
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cv, NULL);
 	char name[NAME_BYTES] = {0};
@@ -1659,6 +1661,7 @@ static int ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks 
 		gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
 			j->step);
 	int64_t step = j->step;
+	double t0 = j->t0;
 	job_free(j);
 	t->job = NULL;
 	t->ckpt_lost = rc < 0 || failed > 0 ? step : 0;
@@ -1674,7 +1677,7 @@ static int ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks 
 		return agreed_failure(t, failed, rc < 0 ? &mine : NULL, err);
 	}
 	if (h && h->checkpoint && t->rank == 0)
-		h->checkpoint(step, h->ctx);
+		h->checkpoint(step, gk_now() - t0, h->ctx);
 	return 0;
 }
 
@@ -2197,5 +2200,32 @@ int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 				   err) < 0)
 			return -1;
 	}
+	return 0;
+}
+
+int gk_nn_train_ckpt_metrics(gk_metrics *m, const gk_nn_ckpt_stats *s, gk_err *err)
+{
+	if (gk_metrics_set(m, "gpukit_train_checkpoints_failed_total", GK_METRIC_COUNTER,
+			   "Checkpoints not written (--ckpt-error continue), this run.", NULL,
+			   (double)s->failed, err) < 0)
+		return -1;
+	if (s->step <= 0)
+		return 0;
+	const struct {
+		const char *name, *help;
+		double v;
+	} g[] = {
+		{"gpukit_train_checkpoint_step", "Step of the last checkpoint committed.",
+		 (double)s->step},
+		{"gpukit_train_checkpoint_seconds",
+		 "Time of the last checkpoint, from the copy of the state to its commit.",
+		 s->seconds},
+		{"gpukit_train_checkpoint_timestamp_seconds",
+		 "When the last checkpoint was committed, in Unix time.", s->when},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(g); i++)
+		if (gk_metrics_set(m, g[i].name, GK_METRIC_GAUGE, g[i].help, NULL, g[i].v,
+				   err) < 0)
+			return -1;
 	return 0;
 }

@@ -78,6 +78,36 @@ test_expect_success PROMTOOL 'gpu-train: promtool accepts the file' '
 	promtool check metrics <train.prom
 '
 
+# The checkpoint samples: the last one committed (here the one at the end
+# of the run, written after the last step) as its JSON event says, and
+# the failures --ckpt-error continue trained past (a file-size limit far
+# below the model's size, far above the metrics file's).
+test_expect_success 'gpu-train: the last checkpoint, its time, and checkpoints not written' '
+	gpu-train $A --steps 5 --ckpt-every 2 --ckpt-dir ckm --metrics ck.prom >ck.json &&
+	jq -c "select(.event == \"checkpoint\")" ck.json | tail -n 1 >lastck.json &&
+	test "$(jq .step lastck.json)" = 5 &&
+	test "$(readlink ckm/latest)" = step-00000005 &&
+	test "$(prom ck.prom gpukit_train_checkpoint_step)" = 5 &&
+	same "$(prom ck.prom gpukit_train_checkpoint_seconds)" "$(jq .seconds lastck.json)" &&
+	test "$(prom ck.prom gpukit_train_checkpoints_failed_total)" = 0 &&
+	now=$(date +%s) && ts=$(prom ck.prom gpukit_train_checkpoint_timestamp_seconds) &&
+	test $((now - ts)) -ge 0 && test $((now - ts)) -lt 600 &&
+	test "$(prom train.prom gpukit_train_checkpoints_failed_total)" = 0 &&
+	test_must_fail prom train.prom gpukit_train_checkpoint_step &&
+	( ulimit -f 16 &&
+	  test_expect_code 1 gpu-train $A --steps 5 --ckpt-every 2 --ckpt-dir ckf \
+		--ckpt-error continue --metrics ckf.prom >/dev/null 2>ckf.err ) &&
+	test "$(grep -c "^gpu-train: warning: checkpoint step [245] not written" ckf.err)" = 3 &&
+	test "$(prom ckf.prom gpukit_train_checkpoints_failed_total)" = 3 &&
+	test "$(prom ckf.prom gpukit_train_steps_total)" = 5 &&
+	test_must_fail prom ckf.prom gpukit_train_checkpoint_step
+'
+
+test_expect_success PROMTOOL 'gpu-train: promtool accepts the checkpoint samples' '
+	promtool check metrics <ck.prom &&
+	promtool check metrics <ckf.prom
+'
+
 test_expect_success 'gpu-train: the validation loss stays from the last evaluation' '
 	gpu-train $A --steps 3 --val-data val.bin --eval-every 2 --eval-batches 2 \
 		--metrics val.prom >val.json &&
