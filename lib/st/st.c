@@ -324,7 +324,7 @@ static int check_prefix(const unsigned char *buf, size_t len,
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | buf[i];
 	if (n > GK_ST_MAX_HEADER)
-		return gk_errf(err, "read '%s': header length %" PRIu64 " is over the limit of %llu bytes",
+		return gk_errf(err, "read '%s': not safetensors: header length %" PRIu64 " (its first 8 bytes) is over the limit of %llu bytes",
 			       path, n, GK_ST_MAX_HEADER);
 	if (n > file_size - 8)
 		return gk_errf(err, "read '%s': truncated: header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes)",

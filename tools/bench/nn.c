@@ -11,7 +11,8 @@
  * model's gk_nn_flops over the median step), sgemm_gflops (the replay's
  * FLOPs over its median), best_gflops and sgemm_best_gflops (the same
  * over the fastest of each), the step's median and min ms, and cpu_*
- * (per CPU second of the process). Data: random windows of a random
+ * (per CPU second of the process), and blas_core (the kernels OpenBLAS
+ * picked for this CPU). Data: random windows of a random
  * byte stream (tokens < V), constant lr, AdamW betas 0.9/0.95, weight
  * decay 0.1 on the 2-D tensors.
  */
@@ -215,13 +216,14 @@ int main(int argc, char **argv)
 	printf("tok_s=%.0f gflops=%.1f sgemm_gflops=%.1f best_gflops=%.1f "
 	       "sgemm_best_gflops=%.1f step_ms=%.2f min_ms=%.2f "
 	       "cpu_tok_s=%.0f cpu_gflops=%.1f cpu_sgemm_gflops=%.1f "
-	       "loss=%.4f mem_mib=%.1f\n",
+	       "loss=%.4f mem_mib=%.1f blas_core=%s\n",
 	       B * T / med, fl / med / 1e9, sfl / st[mid] / 1e9,
 	       fl / best / 1e9, sfl / st[1] / 1e9, med * 1e3, best * 1e3,
 	       B * T / cmed * nt, fl / cmed / 1e9 * nt,
 	       sfl / sct[mid] / 1e9 * nt, loss,
 	       (mem.parameters + mem.gradients + mem.activations +
-		mem.workspace) / 1048576.0);
+		mem.workspace) / 1048576.0,
+	       openblas_get_corename());
 	gk_nn_free(m);
 	return 0;
 }

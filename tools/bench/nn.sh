@@ -55,6 +55,9 @@ for th in 1 2; do
 done
 
 echo "nn bench: GPT-2 L4 d256 h4 T128 B8 V257, fp32, AdamW; $rounds rounds x $steps steps"
+# the ratios depend on the machine: say which
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+echo "machine: ${cpu:-unknown CPU}, $(getconf _NPROCESSORS_ONLN) CPUs; OpenBLAS core $(sed -n 's/.*blas_core=\([^ ]*\).*/\1/p' "$tmp/ours.1" | head -n 1)"
 printf '%-30s %10s %10s %10s %10s\n' "run" "tok/s" "cpu tok/s" "GFLOP/s" "cpu GFLOP/s"
 for th in 1 2; do
 	printf '%-30s %10s %10s %10s %10s\n' "gpukit, $th thread(s)" \

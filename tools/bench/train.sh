@@ -100,6 +100,8 @@ ours >/dev/null
 rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
 
 num() { awk -v x="$2" -v f="$1" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf f, x; else printf "%s", x }'; }
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+echo "machine: ${cpu:-unknown CPU}, $(getconf _NPROCESSORS_ONLN) CPUs"
 printf '%-34s %12s  (overlap %s)\n' "gpu-train 2 ranks tok/s" "$(num %.0f "$tok")" "$overlap"
 printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$(num %.0f "$ddp")"
 [ "$ddp" != n/a ] && awk -v a="$tok" -v b="$ddp" 'BEGIN { printf "%-34s %12.2f  (target >= 1.5)\n", "ratio", a / b }'
