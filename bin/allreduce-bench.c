@@ -322,7 +322,8 @@ int main(int argc, char **argv)
 	size_t mcbytes;
 	if (gk_comm_bench_memcpy(comm, o.maxbytes, &u.mcbw, &mcbytes, &err) < 0)
 		goto fail;
-	if (metrics && me && gk_comm_bench_metrics_new(&u.metrics, comm, &o, &err) < 0)
+	if (metrics && me && (gk_metrics_check(metrics, &err) < 0 ||
+			      gk_comm_bench_metrics_new(&u.metrics, comm, &o, &err) < 0))
 		goto fail;
 	int n = gk_comm_world(comm);
 	const char *backend = gk_comm_backend_name(gk_comm_backend_of(comm));

@@ -194,6 +194,9 @@ int main(int argc, char **argv)
 		gk_cli_usage_error(&cli, "--keep-last is required");
 
 	const char *dir = argv[optind];
+	/* before anything is removed: a metrics path naming another file */
+	if (metrics && gk_metrics_check(metrics, &err) < 0)
+		return gk_cli_fail(&cli, &err);
 	ctx c = {&cli, o.dry_run};
 	int rc = gk_ckpt_prune(dir, &o, report, &c, &st, &err), status = 0;
 	if (rc < 0) {

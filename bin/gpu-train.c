@@ -925,6 +925,8 @@ int main(int argc, char **argv)
 			return gk_cli_fail(&cli, &early);
 		a.o.failed = &early;
 	}
+	if (!a.o.failed && a.metrics && gk_metrics_check(a.metrics, &early) < 0)
+		a.o.failed = &early;
 	if (a.dump) {
 		if (!a.seq_set && !a.o.have_config)
 			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");

@@ -257,8 +257,30 @@ int gk_metrics_format(const gk_metrics *m, FILE *fp)
 	return format(m, fp, NULL);
 }
 
+int gk_metrics_check(const char *path, gk_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+		return 0;
+	char head[8] = {0};
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", path);
+	ssize_t n = read(fd, head, sizeof(head) - 1);
+	close(fd);
+	if (n < 0)
+		return gk_err_sys(err, errno, "read '%s'", path);
+	if (strncmp(head, "# HELP ", 7) && strncmp(head, "# TYPE ", 7))
+		return gk_errf(err, "metrics file '%s' exists and holds something else "
+			       "(it does not start with '# HELP' or '# TYPE'): not replaced",
+			       path);
+	return 0;
+}
+
 int gk_metrics_write(const gk_metrics *m, const char *path, gk_err *err)
 {
+	if (gk_metrics_check(path, err) < 0)
+		return -1;
 	/* run="<the file's name less .prom>" */
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	size_t n = strlen(base);

@@ -309,4 +309,13 @@ test_expect_success '--metrics writes the run in Prometheus text format' '
 	grep "^gpukit_ckpt_prune_success{run=\"r20\",root=\"nope\"} 0$" r20.prom
 '
 
+test_expect_success '--metrics naming a file that is not metrics: refused before any removal' '
+	commit r21 1 && commit r21 2 && commit r21 3 &&
+	echo "keep" >r21/step-00000003/notes &&
+	test_expect_code 1 ckpt-prune -q --keep-last 1 --metrics r21/step-00000003/notes r21 2>err &&
+	grep "^ckpt-prune: metrics file .*notes. exists and holds something else" err &&
+	test -d r21/step-00000001 && test -d r21/step-00000002 &&
+	test "$(cat r21/step-00000003/notes)" = keep
+'
+
 test_done

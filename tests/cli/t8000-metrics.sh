@@ -164,6 +164,33 @@ test_expect_success 'gpu-train: --metrics usage errors' '
 	! test -e e.prom
 '
 
+# A typo naming the training data, or a checkpoint's file through
+# latest, destroyed it (exit 0): a file that is not a metrics file is now
+# left alone, and the job fails before its first step.
+test_expect_success 'gpu-train: --metrics does not replace a file that is not metrics' '
+	cp train.bin keep.bin &&
+	test_expect_code 1 gpu-train $A --steps 2 --metrics train.bin >out.json 2>err &&
+	cmp train.bin keep.bin &&
+	grep "^gpu-train: metrics file .train.bin. exists and holds something else" err &&
+	test "$(jq -s "map(select(.event == \"step\")) | length" out.json)" = 0 &&
+	gpu-train $A --steps 2 -q --ckpt-dir mck &&
+	cp mck/latest/model.safetensors keep.st &&
+	test_expect_code 1 gpu-train $A --steps 3 -q --ckpt-dir mck --resume \
+		--metrics mck/latest/model.safetensors 2>err &&
+	cmp mck/latest/model.safetensors keep.st &&
+	: >empty.prom &&
+	gpu-train $A --steps 1 -q --metrics empty.prom &&
+	gpu-train $A --steps 1 -q --metrics empty.prom &&
+	prom empty.prom gpukit_train_steps_total
+'
+
+test_expect_success MPI 'gpu-train: 2 ranks, --metrics naming the data fails the job once' '
+	test_expect_code 1 mpi 2 $A --steps 2 --metrics train.bin >out.json 2>err &&
+	cmp train.bin keep.bin &&
+	test $(grep -c "holds something else" err) = 1 &&
+	! grep MPI_ABORT err
+'
+
 # check.py FILE JSON: every row and summary of allreduce-bench --json
 # against the metrics (GB/s to bytes/s, us to s)
 cat >check.py <<'PYEOF'
@@ -237,6 +264,13 @@ test_expect_success 'allreduce-bench: a file it cannot write fails the run' '
 	grep "^allreduce-bench: .*nodir/x.prom" err &&
 	test_expect_code 2 allreduce-bench --metrics "" 2>err &&
 	grep "^allreduce-bench: --metrics .*empty" err
+'
+
+test_expect_success 'allreduce-bench: --metrics does not replace a file that is not metrics' '
+	echo "results" >notes.txt &&
+	test_expect_code 1 allreduce-bench -e 64 --metrics notes.txt >out 2>err &&
+	grep "^allreduce-bench: metrics file .notes.txt. exists and holds something else" err &&
+	test "$(cat notes.txt)" = results
 '
 
 test_expect_success NODE_EXPORTER 'node_exporter serves both files' '
