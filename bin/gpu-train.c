@@ -595,6 +595,12 @@ static void parse_args(int argc, char **argv, args *a)
 				   "checkpoint with --resume (or name a step with --init-from)");
 	if (a->o.eval_only && a->dump)
 		gk_cli_usage_error(&cli, "--eval-only and --dump-data: one or the other");
+	/* it reads no checkpoint: from one, it would seem to say where a
+	 * resumed run goes on, and it does not */
+	if (a->dump && (a->o.init_from || a->o.ckpt_dir || a->o.resume))
+		gk_cli_usage_error(&cli, "--dump-data prints the data from its start, without a "
+				   "model: not with %s", a->o.init_from ? "--init-from" :
+				   a->o.resume ? "--resume" : "--ckpt-dir");
 	if (a->metrics && (a->o.eval_only || a->dump))
 		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
 				   a->o.eval_only ? "--eval-only" : "--dump-data");

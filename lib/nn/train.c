@@ -339,9 +339,18 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	char *init = NULL;
 	if (!dir && o->init_from) {
 		struct stat st;
-		if (stat(o->init_from, &st) == 0 && S_ISDIR(st.st_mode)) {
+		int found = stat(o->init_from, &st) == 0;
+		if (found && S_ISDIR(st.st_mode)) {
 			if (!(init = resolve_step_dir(o->init_from, err)))
 				return -1;
+			dir = init;
+		} else if (found && S_ISREG(st.st_mode)) {
+			/* a safetensors file: the config.json beside it, as
+			 * in a step or Hugging Face directory */
+			const char *slash = strrchr(o->init_from, '/');
+			if (!(init = slash ? strndup(o->init_from, slash - o->init_from + 1)
+					   : strdup(".")))
+				return gk_err_sys(err, ENOMEM, "read '%s'", o->init_from);
 			dir = init;
 		}
 	}
@@ -385,7 +394,7 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			rc = -1; /* a root without a committed step, an unfinished step */
 		else
 			rc = gk_errf(err, "no model: '%s' has no config.json%s; give --config or "
-				     "the shape flags", o->init_from, dir ? "" : " beside it");
+				     "the shape flags", o->init_from, S_ISDIR(st.st_mode) ? "" : " beside it");
 	}
 	free(init);
 	return rc;

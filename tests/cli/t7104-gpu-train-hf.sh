@@ -56,6 +56,10 @@ transformers.GPT2LMHeadModel(c).save_pretrained(\"saved\")
 	jq -r "select(.event == \"eval\") | .loss" e2.json >ours2 &&
 	"$GK_PY" hf_loss.py saved val.bin 4 16 >theirs2 &&
 	close_to ours2 theirs2 1e-5 &&
+	gpu-train --eval-only --init-from saved/model.safetensors --data val.bin --seq 16 \
+		--batch 4 --json >e3.json &&
+	jq -r "select(.event == \"eval\") | .loss" e3.json >ours3 &&
+	test_cmp ours2 ours3 &&
 	gpu-train --init-from saved --data train.bin --seq 16 --batch 4 --steps 2 --threads 1 -q
 '
 
