@@ -348,8 +348,8 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			/* a safetensors file: the config.json beside it, as
 			 * in a step or Hugging Face directory */
 			const char *slash = strrchr(o->init_from, '/');
-			if (!(init = slash ? strndup(o->init_from, slash - o->init_from + 1)
-					   : strdup(".")))
+			size_t n = slash == o->init_from ? 1 : (size_t)(slash - o->init_from);
+			if (!(init = slash ? strndup(o->init_from, n) : strdup(".")))
 				return gk_err_sys(err, ENOMEM, "read '%s'", o->init_from);
 			dir = init;
 		}
@@ -475,6 +475,48 @@ static int data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop
 }
 
 /*
+ * A failure that nfail ranks met (every rank knows nfail; mine is this
+ * rank's error, or NULL): every rank fails with it and exits cleanly,
+ * and the first failing rank says why, once for the job.
+ */
+static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
+			  gk_err *err)
+{
+	double first = mine ? t->rank : t->world;
+	if (t->world > 1 &&
+	    gk_comm_host_allreduce_f64(t->comm, &first, 1, GK_COMM_MIN, err) < 0)
+		return -1;
+	t->agreed = 1;
+	t->reporter = (int)first;
+	if (!mine)
+		return gk_errf(err, "rank %d failed", t->reporter);
+	if (t->world > 1)
+		return gk_errf(err, "%s (%g of %d ranks)", mine->msg, nfail, t->world);
+	return gk_errf(err, "%s", mine->msg);
+}
+
+/*
+ * After work each rank does alone (reading files, allocating), whether
+ * any failed (rc < 0 here, with err): a failure that every rank meets,
+ * such as a dataset too small for the world, is said once for the job,
+ * and one rank's is the job's, without an abort.
+ */
+static int agree_local(gk_nn_trainer *t, int rc, gk_err *err)
+{
+	gk_err mine = *err;
+	double n = rc < 0;
+	if (allreduce_f64(t, &n, 1, err) < 0)
+		return -1;
+	if (n == 0)
+		return 0;
+	if (t->world == 1) {
+		t->agreed = 1;
+		return -1;
+	}
+	return agreed_failure(t, n, rc < 0 ? &mine : NULL, err);
+}
+
+/*
  * --data (and --val-data) is the same string on every rank
  * (agree_options), but hosts with copies of their own may hold other
  * files under it: ranks that see other shard lists or token files of
@@ -505,11 +547,15 @@ static int agree_data(gk_nn_trainer *t, const gk_nn_data *d, const char *src, gk
  */
 static int check_val_data(gk_nn_trainer *t, gk_err *err)
 {
-	gk_nn_data *d;
-	if (data_open(t, &d, t->o.val_data, 0, 0, err) < 0)
+	gk_nn_data *d = NULL;
+	int r = data_open(t, &d, t->o.val_data, 0, 0, err);
+	if (r == 0)
+		r = gk_nn_data_next(d, t->in, t->tg, err);
+	if (agree_local(t, r < 0 ? -1 : 0, err) < 0) {
+		gk_nn_data_close(d);
 		return -1;
-	int r = gk_nn_data_next(d, t->in, t->tg, err);
-	if (r >= 0 && agree_data(t, d, t->o.val_data, err) < 0)
+	}
+	if (agree_data(t, d, t->o.val_data, err) < 0)
 		r = -1;
 	gk_nn_data_close(d);
 	if (r < 0)
@@ -808,27 +854,6 @@ out:
 		gk_err_prefix(err, "resume from '%s'", dir);
 	json_decref(j);
 	return rc;
-}
-
-/*
- * A failure that nfail ranks met (every rank knows nfail; mine is this
- * rank's error, or NULL): every rank fails with it and exits cleanly,
- * and the first failing rank says why, once for the job.
- */
-static int agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
-			  gk_err *err)
-{
-	double first = mine ? t->rank : t->world;
-	if (t->world > 1 &&
-	    gk_comm_host_allreduce_f64(t->comm, &first, 1, GK_COMM_MIN, err) < 0)
-		return -1;
-	t->agreed = 1;
-	t->reporter = (int)first;
-	if (!mine)
-		return gk_errf(err, "rank %d failed", t->reporter);
-	if (t->world > 1)
-		return gk_errf(err, "%s (%g of %d ranks)", mine->msg, nfail, t->world);
-	return gk_errf(err, "%s", mine->msg);
 }
 
 /*
@@ -1197,17 +1222,16 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		t->agreed = 1;
 		goto fail;
 	}
-	if (choose_config(t, resume_dir, err) < 0) {
+	int rc = choose_config(t, resume_dir, err);
+	if (rc < 0)
 		init_gone(t, err);
-		goto fail;
-	}
-	if (t->o.seq <= 0)
+	if (rc == 0 && t->o.seq <= 0)
 		t->o.seq = (int)t->cfg.positions;
-	if (t->o.seq > t->cfg.positions) {
-		gk_errf(err, "sequence length %d is longer than the model's %" PRId64 " positions",
-			t->o.seq, t->cfg.positions);
+	if (rc == 0 && t->o.seq > t->cfg.positions)
+		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
+			     " positions", t->o.seq, t->cfg.positions);
+	if (agree_local(t, rc, err) < 0)
 		goto fail;
-	}
 	if (choose_device(t, err) < 0)
 		goto fail;
 	/*
@@ -1223,7 +1247,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision, .flat_multiple = t->o.zero ? t->world : 1};
-	if (gk_nn_new(&t->m, &t->cfg, &mo, err) < 0)
+	if (agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		goto fail;
 	t->N = gk_nn_nparams(t->m);
 	if (t->o.zero) {
@@ -1240,12 +1264,12 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	t->vel = gk_alloc_big((t->hi - t->lo + 1) * sizeof(float));
 	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	t->tg = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
-	if (!t->mom || !t->vel || !t->in || !t->tg) {
-		gk_err_sys(err, ENOMEM, "optimizer state");
+	rc = !t->mom || !t->vel || !t->in || !t->tg ?
+		     gk_err_sys(err, ENOMEM, "optimizer state") : 0;
+	if (agree_local(t, rc, err) < 0)
 		goto fail;
-	}
 	if (!t->o.eval_only && t->o.data &&
-	    (data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err) < 0 ||
+	    (agree_local(t, data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err), err) < 0 ||
 	     agree_data(t, t->data, t->o.data, err) < 0))
 		goto fail;
 	if (!t->o.eval_only && t->o.val_data && check_val_data(t, err) < 0)

@@ -208,6 +208,10 @@ test_expect_success 'a checkpoint of another shape is refused by name' '
 	grep "^gpu-train: checkpoint .*step-00000020.*is not the one asked for" err &&
 	test_expect_code 1 gpu-train --data train.bin --layers 2 --hidden 64 --heads 2 \
 		--positions 33 --seq 16 --init-from ck/step-00000020/model.safetensors 2>err &&
+	grep "^gpu-train: checkpoint .ck/step-00000020.: its model (2 layers, hidden 32, .*) is not the one asked for (2, 64," err &&
+	mkdir -p lone && cp ck/step-00000020/model.safetensors lone/ &&
+	test_expect_code 1 gpu-train --data train.bin --layers 2 --hidden 64 --heads 2 \
+		--positions 33 --seq 16 --init-from lone/model.safetensors 2>err &&
 	grep "^gpu-train: load tensor .transformer\..*: shape \[.*\], the model.s is" err
 '
 

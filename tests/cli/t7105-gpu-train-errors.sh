@@ -137,6 +137,23 @@ test_expect_success MPI 'a --config missing on one rank: every rank exits 1, sai
 	! grep -q MPI_ABORT err
 '
 
+# Failures of what each rank reads or builds alone, before step 1 (the
+# data, --val-data, the model's shape): each rank printed its own and
+# one called MPI_ABORT.
+test_expect_success MPI 'data, --val-data or a shape all ranks fail on: said once with the count' '
+	mkdir one && echo "a single sample" >one/a.txt &&
+	data-pack -c -q -o one.tar one &&
+	test_expect_code 1 mpi 2 --data one.tar $TINY --seq 16 --steps 1 2>err &&
+	test $(grep -c "^gpu-train: dataset .one.tar.: 1 samples .* (2 of 2 ranks)$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	test_expect_code 1 mpi 2 $A --val-data nothere.tar 2>err &&
+	test $(grep -c "^gpu-train: open .nothere.tar.: No such file or directory (2 of 2 ranks)$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	test_expect_code 1 mpi 2 --data train.bin $TINY --seq 40 --steps 1 2>err &&
+	test $(grep -c "^gpu-train: sequence length 40 is longer than the model.s 33 positions (2 of 2 ranks)$" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 test_expect_success '--skip-nonfinite skips and counts' '
 	gpu-train --init-from nan.safetensors $A --skip-nonfinite --json >s.json &&
 	jq -s -e "map(select(.event == \"summary\"))[0].skipped == 3" s.json &&
