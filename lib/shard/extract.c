@@ -53,8 +53,9 @@ static int copy_out(int fd, chunk_fn next, void *ctx, const char *dirname,
 static int extract(int dirfd, const char *dirname, const char *name,
 		   chunk_fn next, void *ctx, gk_err *err)
 {
-	char *copy = strdup(name);
-	int fd = dup(dirfd), rc = -1;
+	/* What out: frees is set before the first goto can jump over it. */
+	char *copy = strdup(name), *full = NULL, tmp[64];
+	int fd = dup(dirfd), tfd = -1, rc = -1;
 	if (!copy || fd < 0) {
 		gk_err_sys(err, errno ? errno : ENOMEM, "extract '%s'", name);
 		goto out;
@@ -78,8 +79,6 @@ static int extract(int dirfd, const char *dirname, const char *name,
 		*slash = '/';
 		comp = slash + 1;
 	}
-	char tmp[64], *full = NULL;
-	int tfd = -1;
 	for (int tries = 0; tfd < 0 && tries < 100; tries++) {
 		snprintf(tmp, sizeof(tmp), ".gk-extract.%ld.%d", (long)getpid(), rand());
 		tfd = openat(fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);

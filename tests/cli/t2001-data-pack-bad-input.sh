@@ -40,6 +40,30 @@ test_expect_success 'extract does not follow a symlink planted in the target' '
 	! test -e victim/x.txt
 '
 
+test_expect_success 'a later member whose directory cannot be opened: exit 1, no crash' '
+	mkdir -p late/a victim2 trap2 && printf 1 >late/b.txt && printf 2 >late/a/x.txt &&
+	(cd late && printf "b.txt\na/x.txt\n" | data-pack -c -T - -o ../late.tar) &&
+	ln -s "$PWD/victim2" trap2/a &&
+	test_expect_code 1 data-pack -x -C trap2 late.tar 2>err &&
+	echo "data-pack: extract '\''a/x.txt'\'': directory '\''a'\'': Not a directory" >expect &&
+	test_cmp expect err && ls -A victim2 >left && test_must_be_empty left
+'
+
+test_expect_success 'a member under a name that is a file: exit 1, no crash' '
+	python3 - <<-\EOF &&
+	import io, tarfile
+	with tarfile.open("fdir.tar", "w", format=tarfile.PAX_FORMAT) as t:
+	    for name in ("d.txt", "d.txt/a.txt"):
+	        m = tarfile.TarInfo(name)
+	        m.size = 1
+	        t.addfile(m, io.BytesIO(b"x"))
+	EOF
+	data-pack -c --from-tar fdir.tar -o fdir2.tar &&
+	test_expect_code 1 data-pack -x -C fd2 fdir2.tar 2>err &&
+	echo "data-pack: extract '\''d.txt/a.txt'\'': directory '\''d.txt'\'': Not a directory" >expect &&
+	test_cmp expect err && test -f fd2/d.txt
+'
+
 test_expect_success 'list reads what webdataset reads: links are skipped' '
 	data-pack -t symlink.tar >actual &&
 	printf "symlink.tar\ta\tjpg\t1\n" >expect && test_cmp expect actual
