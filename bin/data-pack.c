@@ -124,6 +124,8 @@ static int create(const args *a, int argc, char **argv)
 	gk_shard_source src = {0};
 	gk_shard_writer *w;
 	gk_shard_manifest man = {0};
+	gk_shard_outputs outs = {0};
+	gk_shard_write_opts o = a->w;
 	gk_progress prog;
 	int rc = 1;
 
@@ -142,7 +144,8 @@ static int create(const args *a, int argc, char **argv)
 		if (r < 0)
 			goto fail;
 	}
-	if (gk_shard_writer_open(&w, &a->w, &err) < 0)
+	o.outputs = &outs;
+	if (gk_shard_writer_open(&w, &o, &err) < 0)
 		goto fail;
 	gk_progress_start(&prog, "data-pack", 0, 1, NULL, !cli.quiet);
 	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &prog, &err)
@@ -154,8 +157,13 @@ static int create(const args *a, int argc, char **argv)
 	}
 	if (gk_shard_writer_close(w, &man, &err) < 0)
 		goto fail;
-	if (a->manifest && gk_shard_manifest_write(a->manifest, &man, &err) < 0)
-		goto fail;
+	if (a->manifest) {
+		char what[4200];
+		snprintf(what, sizeof(what), "manifest '%s'", a->manifest);
+		if (gk_shard_outputs_check(&outs, a->manifest, what, &err) < 0 ||
+		    gk_shard_manifest_write(a->manifest, &man, &err) < 0)
+			goto fail;
+	}
 	stale_tail(a, (unsigned)man.n);
 	if (cli.verbose)
 		for (size_t i = 0; i < man.n; i++)
@@ -167,6 +175,7 @@ fail:
 	rc = gk_cli_fail(&cli, &err);
 out:
 	gk_shard_manifest_free(&man);
+	gk_shard_outputs_free(&outs);
 	gk_shard_source_free(&src);
 	return rc;
 }

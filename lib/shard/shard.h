@@ -227,6 +227,38 @@ int gk_shard_verify(const char *shard, const gk_shard_info *want, gk_err *err);
 
 /* ---- writer ----------------------------------------------------------------- */
 
+/*
+ * The files a run has written (shards, indexes, the manifest), by
+ * identity (st_dev, st_ino), so that two names of one file
+ * ("x0/../s.tar" and "x1/../s.tar") are one. A later output that is one
+ * of them would destroy it: the writer refuses instead (a pattern that
+ * gives two shard numbers one file, a manifest named like a shard).
+ */
+typedef struct gk_shard_output {
+	uint64_t dev, ino;
+	char *what; /* "shard 3 'out/x-3.tar'", for messages */
+} gk_shard_output;
+
+typedef struct gk_shard_outputs {
+	gk_shard_output *v;
+	size_t n, cap;
+} gk_shard_outputs;
+
+/*
+ * Record the file now at path as written by this run; what names it.
+ * A path that names no file (removed meanwhile) is not recorded.
+ */
+int gk_shard_outputs_add(gk_shard_outputs *o, const char *path, const char *what,
+			 gk_err *err);
+/*
+ * 0 when path names no file or one this run has not written; -1 when it
+ * is one of them, with "WHAT: the same file as THAT, written by this
+ * run" in err.
+ */
+int gk_shard_outputs_check(const gk_shard_outputs *o, const char *path,
+			   const char *what, gk_err *err);
+void gk_shard_outputs_free(gk_shard_outputs *o);
+
 typedef struct gk_shard_write_opts {
 	const char *pattern; /* "out/train-%06d.tar" or one name ("-": stdout) */
 	uint64_t max_count;  /* samples per shard, 0: no limit */
@@ -239,6 +271,10 @@ typedef struct gk_shard_write_opts {
 	int64_t mtime;       /* every member's mtime (SOURCE_DATE_EPOCH or 0) */
 	unsigned first;      /* number of the first shard */
 	int fd;              /* pattern "-": write here (0: standard output) */
+	gk_shard_outputs *outputs; /* every shard and index committed is
+				added; one that would replace a file
+				already there is refused (NULL: the
+				writer keeps its own list) */
 } gk_shard_write_opts;
 
 typedef struct gk_shard_writer gk_shard_writer;
@@ -280,7 +316,9 @@ uint64_t gk_shard_writer_bytes_in(const gk_shard_writer *w);
  * Finish the last shard and commit every file: each shard before its
  * index (an index under the index's name that belonged to an earlier
  * shard is removed first, also with index off). *man (may be NULL) gets
- * the shards written, in order. Frees w.
+ * the shards written, in order. Frees w. A shard or index whose name
+ * resolves to a file this run wrote (gk_shard_outputs_check) is an
+ * error at its commit, before anything is removed or replaced.
  */
 int gk_shard_writer_close(gk_shard_writer *w, gk_shard_manifest *man,
 			  gk_err *err);

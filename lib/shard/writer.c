@@ -58,6 +58,7 @@ struct gk_shard_writer {
 	gk_shard_index idx;     /* of the current shard */
 	size_t idxcap, mcap;
 	gk_shard_manifest man;
+	gk_shard_outputs own, *outs; /* files committed (o.outputs or own) */
 	gk_err *err;            /* for the write callback */
 	int failed;
 	locale_t utf8;           /* C.UTF-8 for libarchive's name conversion */
@@ -138,6 +139,7 @@ int gk_shard_writer_open(gk_shard_writer **out, const gk_shard_write_opts *o,
 		return gk_err_sys(err, ENOMEM, "shard writer");
 	w->o = *o;
 	w->fd = -1;
+	w->outs = o->outputs ? o->outputs : &w->own;
 	if (!w->o.lz4 && gk_shard_is_lz4_name(o->pattern))
 		w->o.lz4 = 1;
 	if (w->o.jobs < 1)
@@ -340,12 +342,22 @@ static int commit(gk_shard_writer *w, uint64_t h, gk_err *err)
 {
 	gk_atomic *a = w->out;
 	struct stat mine;
-	char *ip = gk_shard_index_path(w->path);
+	char *ip = gk_shard_index_path(w->path), shard[4200], index[4200];
 	w->out = NULL;
 	if (!ip || fstat(gk_atomic_fd(a), &mine) < 0) {
 		gk_err_sys(err, ip ? errno : ENOMEM, "create '%s'", w->path);
 		goto fail;
 	}
+	/*
+	 * Both names are replaced below (the index removed even with index
+	 * off): neither may be a file this run wrote, or a pattern such as
+	 * "x%d/../s.tar" keeps only its last shard.
+	 */
+	snprintf(shard, sizeof(shard), "shard %u '%s'", w->number, w->path);
+	snprintf(index, sizeof(index), "index '%s' of shard %u", ip, w->number);
+	if (gk_shard_outputs_check(w->outs, w->path, shard, err) < 0 ||
+	    gk_shard_outputs_check(w->outs, ip, index, err) < 0)
+		goto fail;
 	if (unlink(ip) < 0 && errno != ENOENT) {
 		gk_err_sys(err, errno, "remove the old index '%s'", ip);
 		goto fail;
@@ -354,19 +366,22 @@ static int commit(gk_shard_writer *w, uint64_t h, gk_err *err)
 		a = NULL;
 		goto fail;
 	}
+	a = NULL;
+	if (gk_shard_outputs_add(w->outs, w->path, shard, err) < 0)
+		goto fail;
 	if (w->o.index) {
 		struct stat now;
 		w->idx.lz4 = w->o.lz4;
 		w->idx.bound = 1;
 		w->idx.shard_bytes = w->bytes;
 		w->idx.shard_xxh3 = h;
-		if (gk_shard_index_write(ip, &w->idx, err) < 0) {
-			a = NULL;
+		if (gk_shard_index_write(ip, &w->idx, err) < 0)
 			goto fail;
-		}
 		if (stat(w->path, &now) < 0 || now.st_dev != mine.st_dev ||
 		    now.st_ino != mine.st_ino)
 			unlink(ip);
+		else if (gk_shard_outputs_add(w->outs, ip, index, err) < 0)
+			goto fail;
 	}
 	free(ip);
 	return 0;
@@ -696,6 +711,7 @@ static void writer_free(gk_shard_writer *w)
 	free(w->idx.s);
 	gk_hash_free(w->hash);
 	gk_shard_manifest_free(&w->man);
+	gk_shard_outputs_free(&w->own);
 	LZ4F_freeCompressionContext(w->cctx);
 	free(w->chunk);
 	free(w->zbuf);

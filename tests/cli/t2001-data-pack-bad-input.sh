@@ -186,6 +186,28 @@ test_expect_success 'packing: one pattern without %d cannot hold two shards' '
 	test_cmp expect err && ! test -e one.tar
 '
 
+test_expect_success 'a pattern giving two shard numbers one file: exit 1, shard 0 kept' '
+	mkdir -p same && for i in 1 2 3 4; do printf $i >same/$i.txt || return 1; done &&
+	test_expect_code 1 data-pack -c -o "so/x%d/../s.tar" --max-count 2 \
+		--manifest so/m.json same 2>err &&
+	echo "data-pack: shard 1 '\''so/x1/../s.tar'\'': the same file as shard 0 '\''so/x0/../s.tar'\'', written by this run" >expect &&
+	test_cmp expect err &&
+	data-pack --verify so/s.tar && data-pack -t so/s.tar | cut -f2 >actual &&
+	printf "1\n2\n" >expect && test_cmp expect actual &&
+	! test -e so/m.json && ls -A so/x1 >left && test_must_be_empty left
+'
+
+test_expect_success 'a manifest named like a shard or an index: exit 1, shard kept' '
+	mkdir -p mf && printf 1 >mf/a.txt &&
+	test_expect_code 1 data-pack -c -o mo/x.tar --manifest mo/x.tar mf 2>err &&
+	echo "data-pack: manifest '\''mo/x.tar'\'': the same file as shard 0 '\''mo/x.tar'\'', written by this run" >expect &&
+	test_cmp expect err && data-pack --verify mo/x.tar &&
+	test_expect_code 1 data-pack -c -o mo/y.tar --manifest mo/y.idx mf 2>err &&
+	echo "data-pack: manifest '\''mo/y.idx'\'': the same file as index '\''mo/y.idx'\'' of shard 0, written by this run" >expect &&
+	test_cmp expect err && data-pack -g a.txt mo/y.tar >a.out && printf 1 >expect &&
+	test_cmp expect a.out
+'
+
 test_expect_success 'a full disk (RLIMIT_FSIZE) leaves no shard and no temp file' '
 	mkdir -p big fd && dd if=/dev/zero of=big/a.bin bs=1024 count=300 2>/dev/null &&
 	test_expect_code 1 sh -c "ulimit -f 100 && exec data-pack -c -o fd/x-%02d.tar big" 2>err &&
