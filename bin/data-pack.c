@@ -126,6 +126,7 @@ static int create(const args *a, int argc, char **argv)
 	gk_shard_manifest man = {0};
 	gk_shard_outputs outs = {0};
 	gk_shard_write_opts o = a->w;
+	gk_strlist skipped = {0};
 	gk_progress prog;
 	int rc = 1;
 
@@ -144,6 +145,13 @@ static int create(const args *a, int argc, char **argv)
 		if (r < 0)
 			goto fail;
 	}
+	/* As tar's "file is the archive; not dumped". */
+	if (gk_shard_source_drop_outputs(&src, a->out, a->w.first, a->manifest, &skipped,
+					 &err) < 0)
+		goto fail;
+	for (size_t i = 0; i < skipped.n; i++)
+		gk_cli_warn(&cli, "'%s': an output of this run (-o or --manifest names it); not packed",
+			    skipped.v[i]);
 	o.outputs = &outs;
 	if (gk_shard_writer_open(&w, &o, &err) < 0)
 		goto fail;
@@ -176,6 +184,7 @@ fail:
 out:
 	gk_shard_manifest_free(&man);
 	gk_shard_outputs_free(&outs);
+	gk_strlist_free(&skipped);
 	gk_shard_source_free(&src);
 	return rc;
 }

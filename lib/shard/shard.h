@@ -574,6 +574,19 @@ int gk_shard_source_walk(gk_shard_source *src, const char *dir, gk_err *err);
 int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 			 gk_err *err);
 void gk_shard_source_free(gk_shard_source *src);
+/*
+ * Take out of src the files this run writes and replaces, as GNU tar
+ * leaves out the archive it writes: every file the pattern names from
+ * shard first on (until 64 numbers in a row name none, as
+ * gk_shard_pattern_tail scans), the index beside each and the manifest
+ * (may be NULL), compared by identity (st_dev, st_ino). Packing them
+ * would put an earlier run's shards into the shards that replace them.
+ * skipped gets the paths taken out, in input order, for the caller to
+ * say so.
+ */
+int gk_shard_source_drop_outputs(gk_shard_source *src, const char *pattern,
+				 unsigned first, const char *manifest,
+				 gk_strlist *skipped, gk_err *err);
 
 /*
  * Group the files into samples by key (in the order keys first appear;

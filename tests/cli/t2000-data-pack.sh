@@ -50,6 +50,20 @@ test_expect_success 'repacking into fewer shards names the ones left from before
 	test_cmp expect err
 '
 
+test_expect_success 'packing a directory that holds the outputs leaves them out' '
+	mkdir -p self && printf 1 >self/a.txt && printf 2 >self/b.txt &&
+	data-pack -c -o self/s-%d.tar --max-count 1 --manifest self/m.json self 2>err &&
+	test_must_be_empty err && cp self/s-0.tar s0.tar && cp self/s-1.tar s1.tar &&
+	data-pack -c -o self/s-%d.tar --max-count 1 --manifest self/m.json self 2>err &&
+	for f in m.json s-0.idx s-0.tar s-1.idx s-1.tar; do
+		echo "data-pack: warning: '\''self/$f'\'': an output of this run (-o or --manifest names it); not packed" || return 1
+	done >expect &&
+	test_cmp expect err && cmp s0.tar self/s-0.tar && cmp s1.tar self/s-1.tar &&
+	(cd self && printf "a.txt\n./s-0.tar\n" | data-pack -c -T - -o s-%d.tar 2>../err) &&
+	grep -c "not packed" err >n && echo 1 >expect && test_cmp expect n &&
+	data-pack -t self/s-0.tar | cut -f2 >actual && echo a >expect && test_cmp expect actual
+'
+
 test_expect_success 'list: TSV of shard, key, extensions, bytes' '
 	data-pack -t out/train-0000.tar >actual &&
 	for i in 0 1 2 3; do
