@@ -105,7 +105,13 @@ int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
-	while ((n = getline(&line, &cap, fp)) >= 0) {
+	for (size_t lineno = 1; (n = getline(&line, &cap, fp)) >= 0; lineno++) {
+		/* A name ends at its NUL: the rest of the line would vanish. */
+		if (memchr(line, '\0', (size_t)n)) {
+			free(line);
+			return gk_errf(err, "read file list '%s': line %zu: a NUL byte (the list is one path per line, not find -print0 output)",
+				       what, lineno);
+		}
 		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 			line[--n] = '\0';
 		if (n == 0)

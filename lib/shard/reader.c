@@ -197,6 +197,40 @@ static int archive_fail(gk_shard_reader *r, gk_err *err)
 		       why ? why : "unreadable");
 }
 
+/*
+ * After the end blocks of a plain shard (a file or memory) only zeros may
+ * follow: tar pads its last record with them. Anything else is data no
+ * tar reader sees, such as a second shard appended with cat. A
+ * compressed stream cannot be read past libarchive's end: not checked.
+ */
+static int check_tail(gk_shard_reader *r, uint64_t at, gk_err *err)
+{
+	unsigned char buf[1 << 16];
+	if (!r->plain || at >= r->file_size ||
+	    (!r->mem && archive_filter_code(r->a, 0) != ARCHIVE_FILTER_NONE))
+		return 0;
+	for (uint64_t off = at; off < r->file_size;) {
+		size_t n = r->file_size - off < sizeof(buf) ? (size_t)(r->file_size - off)
+							  : sizeof(buf);
+		const unsigned char *p = buf;
+		if (r->mem) {
+			p = (const unsigned char *)r->mem + (off - r->base);
+		} else {
+			ssize_t k = gk_pread_full(r->fd, buf, n, (off_t)off);
+			if (k < 0)
+				return gk_err_sys(err, errno, "read '%s'", r->name);
+			if ((size_t)k < n)
+				return 0; /* shrank meanwhile: nothing there */
+		}
+		for (size_t i = 0; i < n; i++)
+			if (p[i])
+				return gk_errf(err, "shard '%s': data after the end-of-archive blocks at byte %llu (no tar reader sees it)",
+					       r->name, (unsigned long long)(off + i));
+		off += n;
+	}
+	return 0;
+}
+
 /* Read the next header worth keeping into the lookahead; 0 at the end. */
 static int read_ahead(gk_shard_reader *r, gk_err *err)
 {
@@ -222,7 +256,7 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 			if (r->strict && r->end_blocks == 1)
 				return gk_errf(err, "shard '%s': truncated at byte %llu (a lone zero block: the end of a tar is two)",
 					       r->name, (unsigned long long)(r->entry_end + 512));
-			return 0;
+			return r->strict ? check_tail(r, at, err) : 0;
 		}
 		if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
 			return archive_fail(r, err);

@@ -21,6 +21,18 @@ for err in "$fixtures"/*.err; do
 	"
 done
 
+test_expect_success 'verify: data after the end blocks is an error, zero padding is not' '
+	mkdir -p tail && for i in 1 2 3 4; do printf $i >tail/$i.txt || return 1; done &&
+	data-pack -c -o tail-%d.tar --max-count 2 tail &&
+	cat tail-0.tar tail-1.tar >both.tar &&
+	test_expect_code 1 data-pack --verify both.tar 2>err &&
+	size=$(wc -c <tail-0.tar) &&
+	echo "data-pack: shard '\''both.tar'\'': data after the end-of-archive blocks at byte $size (no tar reader sees it)" >expect &&
+	test_cmp expect err &&
+	cp tail-0.tar padded.tar && head -c 8704 /dev/zero >>padded.tar &&
+	data-pack --verify padded.tar
+'
+
 test_expect_success 'extract refuses links, devices, absolute and .. names' '
 	mkdir out &&
 	for f in symlink device dotdot absolute; do
@@ -119,6 +131,14 @@ test_expect_success 'packing: case-only extensions, bad names, no samples' '
 	echo "data-pack: pattern '\''x.tar'\'': no samples to write" >expect &&
 	test_cmp expect err &&
 	! test -e x.tar
+'
+
+test_expect_success 'packing: a NUL byte in a -T list is an error, not a cut' '
+	mkdir -p nul && printf 1 >nul/a.txt && printf 2 >nul/b.txt &&
+	printf "nul/a.txt\nnul/b.txt\0nul/a.txt\n" >nul.list &&
+	test_expect_code 1 data-pack -c -T nul.list -o x.tar 2>err &&
+	echo "data-pack: read file list '\''nul.list'\'': line 2: a NUL byte (the list is one path per line, not find -print0 output)" >expect &&
+	test_cmp expect err && ! test -e x.tar
 '
 
 test_expect_success 'packing: a non-UTF-8 name' '
