@@ -51,8 +51,10 @@ typedef struct gk_ckpt_set {
  * Open inputs as one checkpoint. Each input is a safetensors file, an index
  * (*.json: a Hugging Face weight_map), or a directory: one holding
  * model.safetensors.index.json, a training step directory (its COMMIT is
- * required and its model*.safetensors files are read), a checkpoint root
- * (its latest committed step), or else every *.safetensors in it. Each
+ * required, and the index or model*.safetensors files it lists are read:
+ * see gk_ckpt_verify_step for what else COMMIT must agree with), a
+ * checkpoint root (its latest committed step), or else every
+ * *.safetensors in it. Each
  * input is resolved once (gk_ckpt_resolve) and read from there.
  * Checks: every file valid; index paths relative without "..", every
  * indexed tensor in its file and every file tensor in the index,
@@ -258,7 +260,12 @@ int gk_ckpt_next_after(const char *root, uint64_t after, uint64_t *step,
 int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
 			  gk_err *err);
 /*
- * Check a step directory's COMMIT: every file present, sizes and XXH3.
+ * Check a step directory's COMMIT: every file present, sizes and XXH3;
+ * its "step" equal to the number in dir's name (when dir is named
+ * step-N); every *.safetensors and *.json file in dir listed in it (the
+ * writer lists all it wrote, so another came after the commit, and would
+ * be read unchecked). gk_ckpt_open makes the same checks, less the
+ * hashing, on the step directories it reads.
  * The directory is opened once and every file read through it, so dir
  * may be ROOT/latest while a writer moves it. A step removed meanwhile
  * (ckpt-prune) is reported as removed, not as damaged.

@@ -260,18 +260,41 @@ static int exists(const char *dir, const char *name)
 	return r;
 }
 
+/*
+ * A committed step directory is read as the files its COMMIT lists
+ * (ck_step_files), whatever else the directory holds: its index when it
+ * lists one, else its model*.safetensors. Their sizes and XXH3 are
+ * checked by gk_ckpt_verify_set, in this same directory.
+ */
 static int add_step_dir(builder *b, const char *dir, gk_err *err)
 {
-	/* its COMMIT is checked by gk_ckpt_verify_set, in this same directory */
-	if (gk_strlist_push(&b->s->steps, dir, err))
-		return -1;
-	if (exists(dir, GK_CKPT_INDEX)) {
-		char *p = join(dir, GK_CKPT_INDEX);
-		int rc = p ? add_index(b, p, err) : gk_err_sys(err, ENOMEM, "open");
+	gk_strlist names = {0};
+	int rc = -1, indexed = 0;
+	size_t nread = 0;
+	if (gk_strlist_push(&b->s->steps, dir, err) || ck_step_files(dir, &names, err))
+		goto out;
+	for (size_t i = 0; i < names.n; i++)
+		indexed |= !strcmp(names.v[i], GK_CKPT_INDEX);
+	for (size_t i = 0; i < names.n; i++) {
+		const char *n = names.v[i];
+		if (indexed ? strcmp(n, GK_CKPT_INDEX) != 0 : !is_model_st(n))
+			continue;
+		char *p = join(dir, n);
+		size_t num;
+		if (!p) {
+			gk_err_sys(err, ENOMEM, "open '%s'", dir);
+			goto out;
+		}
+		int r = indexed ? add_index(b, p, err) : add_file(b, p, &num, err);
 		free(p);
-		return rc;
+		if (r)
+			goto out;
+		nread++;
 	}
-	return add_files_of(b, dir, is_model_st, err);
+	rc = nread ? 0 : gk_errf(err, "read '%s': no safetensors files in its COMMIT", dir);
+out:
+	gk_strlist_free(&names);
+	return rc;
 }
 
 static int add_input(builder *b, const char *in, gk_err *err)

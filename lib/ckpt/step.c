@@ -615,6 +615,111 @@ static int gone_error(const char *dir, gk_err *err)
 	return gk_errf(err, "checkpoint '%s': removed while being read (by ckpt-prune?)", dir);
 }
 
+/* The files a step directory's readers take (a file of another kind is not checked). */
+static int read_kind(const char *name)
+{
+	size_t n = strlen(name);
+	return (n > 12 && !strcmp(name + n - 12, ".safetensors")) ||
+	       (n > 5 && !strcmp(name + n - 5, ".json"));
+}
+
+/* The step number in dir's last component when it is a step directory's name. */
+static int dir_step(const char *dir, uint64_t *step)
+{
+	char name[64];
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	size_t b = n;
+	while (b > 0 && dir[b - 1] != '/')
+		b--;
+	if (n - b >= sizeof(name))
+		return -1;
+	memcpy(name, dir + b, n - b);
+	name[n - b] = '\0';
+	return ck_parse_step(name, step);
+}
+
+/*
+ * Step directory dfd's COMMIT (dir names it in messages), parsed and
+ * checked against the directory without reading the files: "files" an
+ * object of plain names; "step" the number in dir's name, when it is
+ * step-N (a COMMIT copied from another step is not this one's); and
+ * every *.safetensors and *.json file in the directory listed in it. The
+ * writer lists every file it wrote, so one it does not list came later:
+ * readers take such files (model*.safetensors, an index, optimizer
+ * state, config.json), and checking only the listed ones would publish
+ * it unchecked. Returns the parsed COMMIT, or NULL.
+ */
+static json_t *commit_load(int dfd, const char *dir, gk_err *err)
+{
+	char path[2 * PATH_MAX], *buf;
+	size_t len;
+	struct stat st;
+	uint64_t want;
+	int64_t step;
+	if (fstatat(dfd, "COMMIT", &st, 0) < 0) {
+		gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
+		return NULL;
+	}
+	snprintf(path, sizeof(path), "%s/COMMIT", dir);
+	if (ck_read_regular_at(dfd, "COMMIT", path, (size_t)64 << 20, &buf, &len, err)) {
+		if (missing(dfd, "COMMIT") && step_gone(dfd, dir))
+			gone_error(dir, err);
+		return NULL;
+	}
+	json_t *j = gk_json_load_buf(buf, len, path, err);
+	free(buf);
+	if (!j)
+		return NULL;
+	const json_t *files = json_object_get(j, "files");
+	const char *k;
+	json_t *v;
+	if (!json_is_object(files)) {
+		gk_errf(err, "checkpoint '%s': COMMIT has no files object", dir);
+		goto bad;
+	}
+	json_object_foreach((json_t *)files, k, v)
+		if (!*k || strchr(k, '/') || !strcmp(k, ".") || !strcmp(k, "..")) {
+			gk_errf(err, "checkpoint '%s': COMMIT entry '%s' is malformed", dir, k);
+			goto bad;
+		}
+	if (dir_step(dir, &want) == 0) {
+		if (gk_json_get_int(j, "step", &step, NULL) < 0 || step < 0) {
+			gk_errf(err, "checkpoint '%s': COMMIT has no step", dir);
+			goto bad;
+		}
+		if ((uint64_t)step != want) {
+			gk_errf(err, "checkpoint '%s': COMMIT says step %" PRId64
+				" (copied from another step?)", dir, step);
+			goto bad;
+		}
+	}
+	int fd = dup(dfd);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		gk_err_sys(err, errno, "read directory '%s'", dir);
+		goto bad;
+	}
+	rewinddir(d); /* the dup shares dfd's offset */
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && read_kind(e->d_name) &&
+		    !json_object_get(files, e->d_name)) {
+			gk_errf(err, "checkpoint '%s': '%s' is not listed in COMMIT", dir,
+				e->d_name);
+			closedir(d);
+			goto bad;
+		}
+	closedir(d);
+	return j;
+bad:
+	json_decref(j);
+	return NULL;
+}
+
 int gk_ckpt_verify_step(const char *dir, gk_err *err)
 {
 	char path[2 * PATH_MAX];
@@ -625,21 +730,9 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 	 * the files must come from the same step.
 	 */
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || fstatat(dfd, "COMMIT", &st, 0) < 0) {
-		if (dfd >= 0)
-			close(dfd);
+	if (dfd < 0)
 		return gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
-	}
-	char *buf;
-	size_t len;
-	snprintf(path, sizeof(path), "%s/COMMIT", dir);
-	if (ck_read_regular_at(dfd, "COMMIT", path, (size_t)64 << 20, &buf, &len, err)) {
-		int rc = missing(dfd, "COMMIT") && step_gone(dfd, dir) ? gone_error(dir, err) : -1;
-		close(dfd);
-		return rc;
-	}
-	json_t *j = gk_json_load_buf(buf, len, path, err);
-	free(buf);
+	json_t *j = commit_load(dfd, dir, err);
 	if (!j) {
 		close(dfd);
 		return -1;
@@ -648,16 +741,11 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 	const char *k;
 	json_t *v;
 	int rc = 0;
-	if (!json_is_object(files)) {
-		json_decref(j);
-		close(dfd);
-		return gk_errf(err, "checkpoint '%s': COMMIT has no files object", dir);
-	}
 	json_object_foreach((json_t *)files, k, v) {
 		int64_t bytes;
 		const char *hex;
 		uint64_t want, got;
-		if (strchr(k, '/') || gk_json_get_int(v, "bytes", &bytes, err) ||
+		if (gk_json_get_int(v, "bytes", &bytes, err) ||
 		    gk_json_get_str(v, "xxh3", &hex, err) ||
 		    gk_xxh3_parse(hex, &want, err)) {
 			rc = gk_errf(err, "checkpoint '%s': COMMIT entry '%s' is malformed",
@@ -691,6 +779,28 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 	}
 	json_decref(j);
 	close(dfd);
+	return rc;
+}
+
+int ck_step_files(const char *dir, gk_strlist *names, gk_err *err)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
+	json_t *j = commit_load(dfd, dir, err);
+	close(dfd);
+	if (!j)
+		return -1;
+	const char *k;
+	json_t *v;
+	int rc = 0;
+	size_t first = names->n;
+	json_object_foreach(json_object_get(j, "files"), k, v)
+		if ((rc = gk_strlist_push(names, k, err)))
+			break;
+	if (!rc && names->n > first)
+		qsort(names->v + first, names->n - first, sizeof(char *), cmp_str);
+	json_decref(j);
 	return rc;
 }
 
@@ -758,10 +868,11 @@ int gk_ckpt_resolve(const char *in, char **out, gk_err *err)
 			/* an unfinished step: refused by the reader, as the user named it */
 			base = (char *)in;
 		} else if (access(index, F_OK) != 0 && gk_ckpt_latest(base, &step, NULL) == 1) {
-			/* a checkpoint root: its latest committed step, named now */
+			/* a checkpoint root: its latest committed step, named now
+			 * (below path, which has no trailing '/') */
 			char *p;
 			snprintf(step_name, sizeof(step_name), "step-%08" PRIu64, step);
-			if (asprintf(&p, "%s/%s", base, step_name) < 0) {
+			if (asprintf(&p, "%s/%s", path, step_name) < 0) {
 				free(path);
 				return gk_err_sys(err, ENOMEM, "open '%s'", in);
 			}

@@ -11,6 +11,7 @@
 #                                 sets them (make O=DIR), by hand they
 #                                 default to build/ and bin/
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
+#   test_commit DIR STEP          a COMMIT for step directory DIR (xxhsum)
 #   test_gpu_prereqs VAR          GPU (a GPU that nvidia-smi lists, with the
 #                                 build's VAR, e.g. HAVE_CUDA, set to 1), GPUS
 #                                 (two or more) or NOGPU; GK_GPUS the count
@@ -73,6 +74,24 @@ test_shared_dir() {
 		test_done
 	fi
 	echo "$d"
+}
+
+# test_commit DIR STEP: commit step directory DIR as gpu-train does, with a
+# COMMIT listing every file in it, its size and its XXH3 (from xxhsum, an
+# XXH3 independent of ours). File names without spaces or quotes.
+test_commit() {
+	(
+		cd "$1" && rm -f COMMIT && sep= &&
+		printf '{"step":%d,"files":{' "$2" >.commit &&
+		for f in $(LC_ALL=C ls); do
+			h=$(xxhsum -H3 "$f" | sed "s/.* = //") &&
+			printf '%s"%s":{"bytes":%d,"xxh3":"%s"}' "$sep" "$f" \
+				$(wc -c <"$f") "$h" >>.commit &&
+			sep=, || exit 1
+		done &&
+		printf '}}\n' >>.commit &&
+		mv .commit COMMIT
+	)
 }
 
 # What to expect is decided up front, independently of the code under

@@ -155,4 +155,52 @@ test_expect_success XXHSUM 'a file damaged after COMMIT is not merged or reshard
 	! test -e bad.safetensors && ! test -e baddir && ! test -e baddir2
 '
 
+# COMMIT lists every file the writer wrote; one beside them that it does
+# not list was never checked, and must not be read as part of the step.
+test_expect_success XXHSUM 'a safetensors file that COMMIT does not list is refused' '
+	d=iroot/step-00000001 && mkdir -p $d &&
+	cp "$ck/expect.safetensors" $d/model.safetensors &&
+	test_commit $d 1 &&
+	ckpt-merge -q iroot -o clean.safetensors &&
+	cmp clean.safetensors "$ck/expect.safetensors" &&
+	cp "$ck/expect-a.safetensors" $d/model-zzz.safetensors &&
+	echo "ckpt-merge: checkpoint '\''iroot/step-00000001'\'': '\''model-zzz.safetensors'\'' is not listed in COMMIT" >expect &&
+	test_expect_code 1 ckpt-merge -q iroot -o injected.safetensors 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-merge -q --check $d 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-merge --list iroot/ 2>err &&
+	test_cmp expect err &&
+	test_expect_code 1 ckpt-shard -q --shards 2 -o injected $d 2>err &&
+	sed "s/^ckpt-merge:/ckpt-shard:/" expect >expect2 &&
+	test_cmp expect2 err &&
+	test_expect_code 1 mem-estimate --from iroot 2>err &&
+	sed "s/^ckpt-merge:/mem-estimate:/" expect >expect3 &&
+	test_cmp expect3 err &&
+	! test -e injected.safetensors && ! test -e injected &&
+	# an index or optimizer state is read too
+	mv $d/model-zzz.safetensors $d/optim-rank-00000-of-00001.safetensors &&
+	test_expect_code 1 ckpt-merge -q --check $d 2>err &&
+	grep "^ckpt-merge: checkpoint .*: .optim-rank-00000-of-00001.safetensors. is not listed in COMMIT$" err &&
+	rm $d/optim-rank-00000-of-00001.safetensors &&
+	echo "{\"weight_map\": {}}" >$d/model.safetensors.index.json &&
+	test_expect_code 1 ckpt-merge -q --check $d 2>err &&
+	grep "^ckpt-merge: checkpoint .*: .model.safetensors.index.json. is not listed in COMMIT$" err &&
+	rm $d/model.safetensors.index.json &&
+	# other files are not read, and not refused
+	echo notes >$d/README &&
+	ckpt-merge -q --check $d
+'
+
+test_expect_success XXHSUM 'a COMMIT of another step is refused' '
+	cp -R iroot/step-00000001 iroot/step-00000002 &&
+	echo "ckpt-merge: checkpoint '\''iroot/step-00000002'\'': COMMIT says step 1 (copied from another step?)" >expect &&
+	test_expect_code 1 ckpt-merge -q iroot -o other.safetensors 2>err &&
+	test_cmp expect err &&
+	jq "del(.step)" iroot/step-00000001/COMMIT >iroot/step-00000002/COMMIT &&
+	test_expect_code 1 ckpt-merge -q --check iroot/step-00000002 2>err &&
+	grep "^ckpt-merge: checkpoint .iroot/step-00000002.: COMMIT has no step$" err &&
+	! test -e other.safetensors
+'
+
 test_done

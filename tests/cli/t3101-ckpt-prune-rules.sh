@@ -244,9 +244,10 @@ test_expect_success 'latest means the same step to ckpt-merge and ckpt-prune' '
 	for s in 99999999 100000000 100000001; do
 		d=r18/step-$s && mkdir -p $d &&
 		cp "$ck/expect-a.safetensors" $d/model.safetensors &&
-		echo "{}" >$d/COMMIT || return 1
+		test_commit $d $s || return 1
 	done &&
 	cp "$ck/expect.safetensors" r18/step-100000000/model.safetensors &&
+	test_commit r18/step-100000000 100000000 &&
 	ln -s "$PWD/r18/step-100000000/" r18/latest &&
 	ckpt-merge --list r18 >list &&
 	grep "^b .* r18/step-100000000/model.safetensors$" list &&

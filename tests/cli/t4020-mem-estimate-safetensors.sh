@@ -109,9 +109,9 @@ test_expect_success 'row-sliced rank shards in a step directory count whole tens
 	ckpt-shard -q --ranks 3 --slice -o sliced model.safetensors &&
 	mkdir -p root/step-00000007 &&
 	cp sliced/model-rank-*.safetensors root/step-00000007/ &&
-	echo "{}" >root/step-00000007/COMMIT &&
 	# optimizer state beside the model is not part of the model
 	cp model.safetensors root/step-00000007/optim-rank-00000-of-00003.safetensors &&
+	test_commit root/step-00000007 7 &&
 	mem-estimate --from root/step-00000007 --json >step.json &&
 	"$GK_PY" -c "$check" step.json &&
 	mem-estimate --from root --json >root.json &&
@@ -129,7 +129,7 @@ test_expect_success 'a step directory without COMMIT is refused' '
 test_expect_success 'rank shards missing one slice are refused' '
 	mkdir -p gap/step-00000001 &&
 	cp sliced/model-rank-00000-of-00003.safetensors sliced/model-rank-00002-of-00003.safetensors gap/step-00000001/ &&
-	echo "{}" >gap/step-00000001/COMMIT &&
+	test_commit gap/step-00000001 1 &&
 	test_expect_code 1 mem-estimate --from gap/step-00000001 2>err &&
 	grep "^mem-estimate: tensor .*: rows [0-9]* to [0-9]* are in no slice" err
 '

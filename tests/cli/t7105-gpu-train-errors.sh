@@ -4,7 +4,7 @@ test_description='gpu-train on bad input: a clear message, exit 1 or 2
 Missing and corrupt shards, a config whose heads do not divide hidden, a
 vocabulary too small for the token ids or the end-of-text token, a
 trainer.json that contradicts its checkpoint, a checkpoint damaged after
-its COMMIT, a NaN loss (naming the step, or
+its COMMIT or with a file added that COMMIT does not list, a NaN loss (naming the step, or
 skipped and counted with --skip-nonfinite), a sequence longer than the
 model; no partial checkpoint is left behind. Settings that cannot train,
 an unusable or busy --ckpt-dir (refused before step 1), shape flags over
@@ -72,6 +72,18 @@ test_expect_success 'a checkpoint damaged after COMMIT is not resumed from or lo
 	grep "^gpu-train: checkpoint .ckd/step-00000003.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
 	test_expect_code 1 gpu-train --eval-only --data train.bin --init-from ckd --seq 16 2>err &&
 	grep "does not match its XXH3 in COMMIT$" err
+'
+
+test_expect_success 'a checkpoint with a tensor file added after COMMIT is not resumed from or loaded' '
+	for f in model-zzz.safetensors optim-zzz.safetensors; do
+		rm -rf cki && cp -R ck cki &&
+		cp cki/step-00000003/model.safetensors cki/step-00000003/$f &&
+		test_expect_code 1 gpu-train $A --ckpt-dir cki --resume 2>err &&
+		grep "^gpu-train: checkpoint .cki/step-00000003.: .$f. is not listed in COMMIT$" err &&
+		test_expect_code 1 gpu-train --eval-only --data train.bin --init-from cki/step-00000003 --seq 16 2>err &&
+		grep "^gpu-train: checkpoint .cki/step-00000003.: .$f. is not listed in COMMIT$" err ||
+		return 1
+	done
 '
 
 test_expect_success 'an end-of-text token outside the vocabulary' '
