@@ -138,6 +138,16 @@ static void describe_run(const gk_mem_run *r, char *buf, size_t len)
 			 r->dropout ? "" : ", no dropout");
 }
 
+/* What of a checkpoint was not counted, so that its count can be checked. */
+static void print_left_out(const gk_mem_model *m)
+{
+	char a[32], b[32];
+	if (m->left_out)
+		printf("note:  left out %s tensors that are not parameters (%s elements): "
+		       "buffers such as causal masks, integer and bool tensors\n",
+		       commas(m->left_out, a), commas(m->left_out_elems, b));
+}
+
 static void print_text(const opts *o, const gk_mem_model *m,
 		       const gk_mem_run *r, const gk_mem_est *e)
 {
@@ -145,6 +155,7 @@ static void print_text(const opts *o, const gk_mem_model *m,
 	describe_run(r, run, sizeof(run));
 	printf("model: %s, %s parameters (%s)\n", gk_mem_arch_name(m->arch),
 	       commas(m->params, a), o->source);
+	print_left_out(m);
 	printf("run:   %s\n", run);
 	printf("per GPU, pipeline stage %d of %lld (%s parameters on this rank):\n",
 	       e->stage, (long long)r->pp, commas(e->stage_params, b));
@@ -218,6 +229,8 @@ static json_t *model_json(const gk_mem_model *m, const char *source)
 				json_object_set_new(d, gk_dtype_name(i),
 					json_integer(m->dtype_params[i]));
 		json_object_set_new(j, "dtypes", d);
+		json_object_set_new(j, "left_out", json_pack("{s:I s:I}", "tensors",
+			(json_int_t)m->left_out, "elements", (json_int_t)m->left_out_elems));
 	}
 	return j;
 }
@@ -285,6 +298,7 @@ static int do_fit(gk_cli *cli, opts *o, const gk_mem_model *m,
 	char a[32];
 	printf("model: %s, %s parameters (%s)\n", gk_mem_arch_name(m->arch),
 	       commas(m->params, a), o->source);
+	print_left_out(m);
 	printf("fit:   %.2f %s per GPU%s%s%s, %lld GPUs, global batch %lld x seq "
 	       "%lld: %d of %d configurations fit\n", cap / unit(o), uname(o),
 	       named ? " (" : "", named ? named->name : "",

@@ -68,6 +68,17 @@ int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
 void gk_ckpt_close(gk_ckpt_set *s);
 
 /*
+ * 1 when a tensor named name is a module buffer that Hugging Face
+ * checkpoints carry beside the parameters, not a parameter: the causal
+ * masks of GPT-2 and GPT-J ("h.N.attn.bias", "h.N.attn.masked_bias"),
+ * GPT-Neo and GPT-NeoX ("...attention.bias", "...attention.masked_bias")
+ * and rotary frequencies ("...rotary_emb.inv_freq", Llama, NeoX), which
+ * transformers drops on load (_keys_to_ignore_on_load_unexpected).
+ * Matched as whole trailing name components.
+ */
+int gk_ckpt_is_buffer(const char *name);
+
+/*
  * Choose each entry's output dtype: float tensors become dt (GK_DT_INVALID:
  * keep), except names matching one of the fnmatch(3) patterns, which become
  * F32. Other types are kept.

@@ -826,6 +826,23 @@ static int check_sets(builder *b, gk_err *err)
 	return rc;
 }
 
+int gk_ckpt_is_buffer(const char *name)
+{
+	static const char *const suffix[] = {
+		"attn.bias", "attn.masked_bias",           /* GPT-2, GPT-J */
+		"attention.bias", "attention.masked_bias", /* GPT-Neo, GPT-NeoX */
+		"rotary_emb.inv_freq",                     /* Llama, Mistral, NeoX */
+	};
+	size_t n = strlen(name);
+	for (size_t i = 0; i < GK_ARRAY_SIZE(suffix); i++) {
+		size_t k = strlen(suffix[i]);
+		if (n >= k && !strcmp(name + n - k, suffix[i]) &&
+		    (n == k || name[n - k - 1] == '.'))
+			return 1;
+	}
+	return 0;
+}
+
 int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,
 		 gk_err *err)
 {

@@ -57,6 +57,8 @@ typedef struct gk_mem_model {
 	uint64_t factored;
 	gk_dtype dtype; /* of a safetensors checkpoint; INVALID when unknown */
 	uint64_t dtype_params[GK_DT_COUNT]; /* parameters per stored dtype */
+	/* tensors of the checkpoint that are not parameters, and their elements */
+	uint64_t left_out, left_out_elems;
 } gk_mem_model;
 
 const char *gk_mem_arch_name(gk_mem_arch a);
@@ -115,6 +117,9 @@ int gk_mem_model_from_config_buf(gk_mem_model *m, const char *buf, size_t len,
  * slices count as their whole tensor, identical copies once). Sets arch to
  * GK_MEM_ARCH_PARAMS, params, dtype_params, dtype (the most common one),
  * factored; layer_params is the largest "*.layers.N." / "*.h.N." block.
+ * Tensors that are not parameters are left out and counted in left_out
+ * and left_out_elems: buffers (gk_ckpt_is_buffer: causal masks, rotary
+ * frequencies) and integer or bool tensors (masks, position ids).
  */
 int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 				  gk_err *err);
@@ -124,7 +129,7 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
  * an architecture must have the checkpoint's exact parameter count (else
  * an error naming both); a bare parameter count, or an empty model (arch
  * GK_MEM_ARCH_PARAMS, params 0), is replaced by the checkpoint's. Either
- * way m takes the checkpoint's dtypes. A model with only a parameter count
+ * way m takes the checkpoint's dtypes and left_out counts. A model with only a parameter count
  * and a checkpoint both giving it is the caller's error to refuse.
  */
 int gk_mem_model_add_checkpoint(gk_mem_model *m, const char *path,

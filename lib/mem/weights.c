@@ -11,6 +11,22 @@
 #include "ckpt/ckpt.h"
 #include "mem/mem.h"
 
+/*
+ * Integer and bool tensors are never trained: masks, position ids. The
+ * small float formats (F8, F6, F4) hold weights, and count.
+ */
+static int int_or_bool(gk_dtype dt)
+{
+	switch (dt) {
+	case GK_DT_BOOL: case GK_DT_U8: case GK_DT_I8: case GK_DT_I16:
+	case GK_DT_U16: case GK_DT_I32: case GK_DT_U32: case GK_DT_I64:
+	case GK_DT_U64:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* "model.layers.12.mlp..." or "transformer.h.3.attn..." -> 12, 3; else -1. */
 static long layer_index(const char *name)
 {
@@ -45,6 +61,11 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 		uint64_t n = 1;
 		for (int d = 0; d < e->ndim; d++)
 			n *= e->shape[d]; /* bounded: gk_ckpt_open sized it */
+		if (gk_ckpt_is_buffer(e->name) || int_or_bool(e->dtype)) {
+			m->left_out++;
+			m->left_out_elems += n;
+			continue;
+		}
 		if (gk_add_overflow(m->params, n, &m->params)) {
 			gk_errf(err, "checkpoint '%s': parameter count overflows",
 				path);
@@ -68,8 +89,11 @@ int gk_mem_model_from_safetensors(gk_mem_model *m, const char *path,
 			layer[li] += n;
 	}
 	if (m->params == 0) {
-		gk_errf(err, "checkpoint '%s': %s", path, s->n ?
-			"no parameters (every tensor is empty)" : "no tensors");
+		if (!s->n)
+			gk_errf(err, "checkpoint '%s': no tensors", path);
+		else
+			gk_errf(err, "checkpoint '%s': no parameters (every tensor is empty%s)",
+				path, m->left_out ? ", a buffer or not floating point" : "");
 		goto out;
 	}
 	uint64_t best = 0;
@@ -105,5 +129,7 @@ int gk_mem_model_add_checkpoint(gk_mem_model *m, const char *path,
 		*m = st;
 	memcpy(m->dtype_params, st.dtype_params, sizeof(m->dtype_params));
 	m->dtype = st.dtype;
+	m->left_out = st.left_out;
+	m->left_out_elems = st.left_out_elems;
 	return 0;
 }

@@ -629,8 +629,7 @@ static int load_set(gk_nn_model *m, gk_ckpt_set *s, gk_err *err)
 	int rc = -1;
 	for (size_t i = 0; i < s->n; i++) {
 		const gk_ckpt_entry *e = &s->e[i];
-		if (ends_with(e->name, ".attn.bias") ||
-		    ends_with(e->name, ".attn.masked_bias"))
+		if (gk_ckpt_is_buffer(e->name))
 			continue; /* causal-mask buffers of older checkpoints */
 		if (strcmp(e->name, "lm_head.weight") == 0) {
 			head = e;

@@ -146,7 +146,7 @@ void gk_nn_init(gk_nn_model *m, uint64_t seed);
  * .safetensors file, a Hugging Face directory or index, a training step
  * directory or its root). Names with or without the "transformer."
  * prefix; lm_head.weight, when present, must equal wte (tied); the
- * attention mask buffers older checkpoints carry (attn.bias,
+ * buffers Hugging Face checkpoints carry (gk_ckpt_is_buffer: attn.bias,
  * attn.masked_bias) are ignored; F32, F16 and BF16 are converted. A
  * missing tensor or one of another shape is an error naming it.
  */

@@ -3,7 +3,8 @@ test_description='mem-estimate --from: parameter counts and dtypes from
 safetensors headers written by the Python safetensors package: a single
 file, a Hugging Face sharded index, the directories ckpt-merge reads
 (Hugging Face layout, rank shards with row slices in a training step
-directory, its root), cross-checked with --config.'
+directory, its root), cross-checked with --config; buffers such as
+GPT-2'"'"'s causal masks and integer tensors are left out.'
 . "$(dirname "$0")/lib.sh"
 
 test_need_python numpy safetensors
@@ -132,6 +133,73 @@ test_expect_success 'rank shards missing one slice are refused' '
 	test_commit gap/step-00000001 1 &&
 	test_expect_code 1 mem-estimate --from gap/step-00000001 2>err &&
 	grep "^mem-estimate: tensor .*: rows [0-9]* to [0-9]* are in no slice" err
+'
+
+# Hugging Face GPT-2 files carry the causal masks (h.N.attn.bias, shape
+# (1, 1, P, P)) and masked_bias scalars, which are buffers, not
+# parameters: openai-community/gpt2 has 124,439,808 parameters, not those
+# plus 12 masks of 1024 x 1024. Integer tensors (position ids) are not
+# parameters either.
+test_expect_success 'buffers and integer tensors are left out, and said to be' '
+	mkdir -p buf &&
+	cp config.json buf/ &&
+	"$GK_PY" - <<-\PY &&
+	import numpy as np
+	from safetensors.numpy import load_file, save_file
+	t = load_file("model.safetensors")
+	P = 128
+	for i in range(3):
+	    t["h.%d.attn.bias" % i] = np.tril(np.ones((P, P), np.float32)).reshape(1, 1, P, P)
+	    t["h.%d.attn.masked_bias" % i] = np.array(-1e4, np.float32)
+	t["position_ids"] = np.arange(P, dtype=np.int64).reshape(1, P)
+	save_file(t, "buf/model.safetensors")
+	PY
+	mem-estimate --from buf --config buf/config.json --json >buf.json &&
+	"$GK_PY" -c "$check" buf.json &&
+	jq -e ".model.left_out == {\"tensors\": 7, \"elements\": $((3 * 128 * 128 + 3 + 128))}" buf.json &&
+	mem-estimate --from buf/model.safetensors >buf.txt &&
+	grep "^note:  left out 7 tensors that are not parameters (49,283 elements): " buf.txt &&
+	mem-estimate --from model.safetensors >plain.txt &&
+	! grep "left out" plain.txt &&
+	mem-estimate --from model.safetensors --json >plain.json &&
+	jq -e ".model.left_out == {\"tensors\": 0, \"elements\": 0}" plain.json
+'
+
+# The header of openai-community/gpt2's model.safetensors (F32, no
+# "transformer." prefix, a causal mask per block), data left sparse.
+test_expect_success 'GPT-2 small as the hub ships it has 124,439,808 parameters' '
+	mkdir -p hub &&
+	"$GK_PY" - <<-\PY &&
+	import json, struct
+	C, L, V, P = 768, 12, 50257, 1024
+	shapes = {"wte.weight": [V, C], "wpe.weight": [P, C],
+	          "ln_f.weight": [C], "ln_f.bias": [C]}
+	for i in range(L):
+	    for n, s in [("ln_1.weight", [C]), ("ln_1.bias", [C]), ("attn.bias", [1, 1, P, P]),
+	                 ("attn.c_attn.weight", [C, 3 * C]), ("attn.c_attn.bias", [3 * C]),
+	                 ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]),
+	                 ("ln_2.weight", [C]), ("ln_2.bias", [C]),
+	                 ("mlp.c_fc.weight", [C, 4 * C]), ("mlp.c_fc.bias", [4 * C]),
+	                 ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])]:
+	        shapes["h.%d.%s" % (i, n)] = s
+	h, off = {"__metadata__": {"format": "pt"}}, 0
+	for k, s in shapes.items():
+	    n = 4
+	    for d in s:
+	        n *= d
+	    h[k] = {"dtype": "F32", "shape": s, "data_offsets": [off, off + n]}
+	    off += n
+	b = json.dumps(h).encode()
+	b += b" " * (-len(b) % 8)
+	with open("hub/model.safetensors", "wb") as f:
+	    f.write(struct.pack("<Q", len(b)) + b)
+	    f.truncate(8 + len(b) + off)
+	json.dump({"model_type": "gpt2", "n_layer": L, "n_embd": C, "n_head": 12,
+	           "n_positions": P, "vocab_size": V}, open("hub/config.json", "w"))
+	PY
+	mem-estimate --from hub --config hub/config.json >hub.txt &&
+	grep "^model: gpt2, 124,439,808 parameters (hub/config.json)$" hub.txt &&
+	grep "^note:  left out 12 tensors that are not parameters (12,582,912 elements)" hub.txt
 '
 
 test_done

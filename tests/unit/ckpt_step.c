@@ -466,6 +466,21 @@ static void test_index(void)
 	gk_ckpt_index_free(&ix);
 }
 
+/* Buffers, not parameters: whole trailing name components only. */
+static void test_buffers(void)
+{
+	static const char *yes[] = {"h.0.attn.bias", "transformer.h.11.attn.masked_bias",
+				    "gpt_neox.layers.3.attention.bias", "attn.bias",
+				    "model.layers.0.self_attn.rotary_emb.inv_freq"};
+	static const char *no[] = {"h.0.attn.c_attn.bias", "h.0.attn.c_proj.bias",
+				   "h.0.xattn.bias", "h.0.ln_1.bias", "bias",
+				   "gpt_neox.layers.3.attention.dense.bias"};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(yes); i++)
+		ok(gk_ckpt_is_buffer(yes[i]), "%s is a buffer", yes[i]);
+	for (size_t i = 0; i < GK_ARRAY_SIZE(no); i++)
+		ok(!gk_ckpt_is_buffer(no[i]), "%s is not a buffer", no[i]);
+}
+
 int main(void)
 {
 	if (!mkdtemp(root))
@@ -475,5 +490,6 @@ int main(void)
 	test_lineage();
 	test_plans();
 	test_index();
+	test_buffers();
 	return done_testing();
 }
