@@ -90,7 +90,12 @@ int main(int argc, char **argv)
 		if (gk_cli_common(&cli, opt))
 			continue;
 		switch (opt) {
-		case 'o': out = optarg; break;
+		case 'o':
+			/* else all the work is done before the rename fails */
+			if (!*optarg)
+				gk_cli_usage_error(&cli, "-o: empty path");
+			out = optarg;
+			break;
 		case OPT_DTYPE:
 			if (gk_dtype_parse_float(optarg, "--dtype", &dt, &err))
 				gk_cli_usage_error(&cli, "%s", err.msg);

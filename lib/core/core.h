@@ -178,6 +178,8 @@ int gk_mkdir_p(const char *path, gk_err *err);
  * called the temp file is removed if the process dies of SIGINT, SIGTERM,
  * SIGHUP or SIGPIPE, so a killed run never leaves anything under the final
  * name and no litter beside it. Both functions free the handle.
+ * The file gets mode & ~umask, or, when it replaces a regular file, that
+ * file's permission bits.
  * The path "-" means standard output: no temp file, commit only flushes.
  */
 typedef struct gk_atomic gk_atomic;

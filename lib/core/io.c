@@ -474,10 +474,20 @@ int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
 		return -1;
 	}
 	a->slot = gk_cleanup_on_signal(a->tmp);
-	/* mkostemp makes 0600; give the final file the mode open(2) would. */
-	mode_t mask = umask(0);
-	umask(mask);
-	if (fchmod(a->fd, (mode_t)mode & ~mask) < 0) {
+	/*
+	 * mkostemp makes 0600. A file replaced keeps its permission bits, as
+	 * with sed -i and editors: a checkpoint someone made private stays
+	 * private. A new one gets the mode open(2) would give it.
+	 */
+	mode_t perm;
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+		perm = st.st_mode & 0777;
+	} else {
+		mode_t mask = umask(0);
+		umask(mask);
+		perm = (mode_t)mode & ~mask;
+	}
+	if (fchmod(a->fd, perm) < 0) {
 		gk_err_sys(err, errno, "chmod '%s'", a->tmp);
 		gk_atomic_abort(a);
 		return -1;

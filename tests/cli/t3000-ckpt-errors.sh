@@ -123,6 +123,21 @@ test_expect_success 'output directories get 0777 & ~umask, like mkdir' '
 	test_cmp expect actual
 '
 
+test_expect_success 'an output file replaced keeps its permission bits' '
+	cp "$ck/expect.safetensors" p.safetensors &&
+	chmod 600 p.safetensors &&
+	ckpt-merge -q p.safetensors -o p.safetensors &&
+	cmp p.safetensors "$ck/expect.safetensors" &&
+	chmod 640 p.safetensors &&
+	ln -s p.safetensors plink &&
+	(umask 0 && ckpt-merge -q "$ck/expect.safetensors" -o plink) &&
+	(umask 077 && ckpt-merge -q "$ck/expect.safetensors" -o new.safetensors) &&
+	stat -c "%a %n" p.safetensors new.safetensors >actual &&
+	printf "640 p.safetensors\n600 new.safetensors\n" >expect &&
+	test_cmp expect actual &&
+	test -L plink
+'
+
 test_expect_success '--max-size 0 is a usage error' '
 	test_expect_code 2 ckpt-shard --max-size 0 -o z "$ck/expect.safetensors" 2>err &&
 	head -n 1 err >first &&
@@ -130,6 +145,18 @@ test_expect_success '--max-size 0 is a usage error' '
 	test_cmp expect first &&
 	test_expect_code 2 ckpt-merge --max-size 0 -o z "$ck/expect.safetensors" 2>err &&
 	! test -e z
+'
+
+test_expect_success 'an empty -o is a usage error, before any work' '
+	test_expect_code 2 ckpt-merge -o "" "$ck/expect.safetensors" 2>err &&
+	head -n 1 err >first &&
+	echo "ckpt-merge: -o: empty path" >expect &&
+	test_cmp expect first &&
+	test_expect_code 2 ckpt-shard --shards 2 -o "" "$ck/expect.safetensors" 2>err &&
+	head -n 1 err >first &&
+	echo "ckpt-shard: -o: empty path" >expect &&
+	test_cmp expect first &&
+	test_expect_code 2 ckpt-merge --output= "$ck/expect.safetensors"
 '
 
 # COMMIT is written with xxhsum, an XXH3 independent of ours.

@@ -103,6 +103,15 @@ static void test_atomic(void)
 	ok(read(fd, buf, sizeof(buf)) == 5, "abort keeps the old content");
 	close(fd);
 	is_int(count_entries(dir), 1, "abort removes the temp");
+
+	/* A file replaced keeps its permission bits, not 0644 & ~umask. */
+	for (int i = 0; i < 2; i++) {
+		mode_t m = i ? 0600 : 0751;
+		chmod(path, m);
+		ok(gk_atomic_write_file(path, "new", 3, 0644, &err) == 0 &&
+		   stat(path, &st) == 0 && (st.st_mode & 07777) == m,
+		   "replacing a %03o file keeps %03o", (unsigned)m, (unsigned)m);
+	}
 	unlink(path);
 
 	/* stdio stream */
