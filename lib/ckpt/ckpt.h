@@ -273,7 +273,7 @@ int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
 /*
  * Check a step directory's COMMIT: every file present, sizes and XXH3;
  * its "step" equal to the number in dir's name (when dir is named
- * step-N); every *.safetensors and *.json file in dir listed in it (the
+ * step-N); every file in dir of the kinds readers take (*.safetensors, the index, config.json, trainer.json) listed in it (the
  * writer lists all it wrote, so another came after the commit, and would
  * be read unchecked). gk_ckpt_open makes the same checks, less the
  * hashing, on the step directories it reads.

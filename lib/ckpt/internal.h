@@ -36,7 +36,7 @@ int ck_parse_step(const char *name, uint64_t *step);
  * The files step directory dir's COMMIT lists, appended to names, sorted:
  * what a reader of the step takes, and no more. Fails when COMMIT is
  * missing or malformed, names another step, or the directory holds a
- * *.safetensors or *.json file it does not list (gk_ckpt_verify_step
+ * *.safetensors, index, config.json or trainer.json it does not list (gk_ckpt_verify_step
  * makes the same checks, then hashes the files).
  */
 int ck_step_files(const char *dir, gk_strlist *names, gk_err *err);

@@ -615,12 +615,18 @@ static int gone_error(const char *dir, gk_err *err)
 	return gk_errf(err, "checkpoint '%s': removed while being read (by ckpt-prune?)", dir);
 }
 
-/* The files a step directory's readers take (a file of another kind is not checked). */
+/*
+ * The files a step directory's readers take: its safetensors, their
+ * index, config.json and trainer.json. Others are not read, so not
+ * checked: tokenizer files or a generation_config.json added to make a
+ * step loadable by Hugging Face stay allowed.
+ */
 static int read_kind(const char *name)
 {
 	size_t n = strlen(name);
 	return (n > 12 && !strcmp(name + n - 12, ".safetensors")) ||
-	       (n > 5 && !strcmp(name + n - 5, ".json"));
+	       !strcmp(name, GK_CKPT_INDEX) || !strcmp(name, "config.json") ||
+	       !strcmp(name, "trainer.json");
 }
 
 /* The step number in dir's last component when it is a step directory's name. */
@@ -645,11 +651,9 @@ static int dir_step(const char *dir, uint64_t *step)
  * checked against the directory without reading the files: "files" an
  * object of plain names; "step" the number in dir's name, when it is
  * step-N (a COMMIT copied from another step is not this one's); and
- * every *.safetensors and *.json file in the directory listed in it. The
- * writer lists every file it wrote, so one it does not list came later:
- * readers take such files (model*.safetensors, an index, optimizer
- * state, config.json), and checking only the listed ones would publish
- * it unchecked. Returns the parsed COMMIT, or NULL.
+ * every file of the kinds readers take (read_kind) listed in it. The
+ * writer lists every file it wrote, so one it does not list came later,
+ * and checking only the listed ones would publish it unchecked. Returns the parsed COMMIT, or NULL.
  */
 static json_t *commit_load(int dfd, const char *dir, gk_err *err)
 {

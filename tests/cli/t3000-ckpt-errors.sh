@@ -214,9 +214,15 @@ test_expect_success XXHSUM 'a safetensors file that COMMIT does not list is refu
 	test_expect_code 1 ckpt-merge -q --check $d 2>err &&
 	grep "^ckpt-merge: checkpoint .*: .model.safetensors.index.json. is not listed in COMMIT$" err &&
 	rm $d/model.safetensors.index.json &&
-	# other files are not read, and not refused
+	# other files are not read, and not refused: notes, or the tokenizer
+	# files that make a step loadable by Hugging Face
 	echo notes >$d/README &&
-	ckpt-merge -q --check $d
+	echo "{}" >$d/tokenizer.json && echo "{}" >$d/generation_config.json &&
+	ckpt-merge -q --check $d &&
+	echo "{}" >$d/trainer.json &&
+	test_expect_code 1 ckpt-merge -q --check $d 2>err &&
+	grep "^ckpt-merge: checkpoint .*: .trainer.json. is not listed in COMMIT$" err &&
+	rm $d/trainer.json
 '
 
 test_expect_success XXHSUM 'a COMMIT of another step is refused' '
