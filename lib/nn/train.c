@@ -35,6 +35,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -620,6 +621,40 @@ static int check_steps_ahead(gk_nn_trainer *t, gk_err *err)
 		       root, next, is_committed ? "" : " (not committed: no COMMIT)", start);
 }
 
+/*
+ * Every rank writes its part of each checkpoint into --ckpt-dir, so it
+ * must be one directory for all: a path local to each host (or each
+ * rank's working directory) would fail only at the first checkpoint,
+ * after the steps before it were trained. Each rank reads rank 0's lock
+ * file ("pid N on HOST", synced, so an NFS client sees it) and compares
+ * it with what rank 0 wrote. A file system without flock leaves it
+ * empty: nothing to compare.
+ */
+static int check_shared(gk_nn_trainer *t, gk_err *err)
+{
+	char want[64] = {0}, got[64] = {0}, path[PATH_MAX];
+	if (t->world == 1)
+		return 0;
+	if (t->rank == 0 && (fsync(t->lock) < 0 || pread(t->lock, want, sizeof(want) - 1, 0) < 0))
+		want[0] = '\0';
+	if (bcast_bytes(t, want, sizeof(want), err) < 0)
+		return -1;
+	if (!want[0])
+		return 0;
+	int rc = 0;
+	if (t->rank != 0) {
+		snprintf(path, sizeof(path), "%s/.lock", t->o.ckpt_dir);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || pread(fd, got, sizeof(got) - 1, 0) < 0 || strcmp(got, want) != 0)
+			rc = gk_errf(err, "checkpoint directory '%s': not the one rank 0 writes "
+				     "(every rank writes its part of each checkpoint there: it "
+				     "must be one directory shared by all ranks)", t->o.ckpt_dir);
+		if (fd >= 0)
+			close(fd);
+	}
+	return agree_local(t, rc, err);
+}
+
 static int claim_ckpt_dir(gk_nn_trainer *t, gk_err *err)
 {
 	gk_err mine = {0};
@@ -635,8 +670,10 @@ static int claim_ckpt_dir(gk_nn_trainer *t, gk_err *err)
 		*err = mine;
 		return -1;
 	}
-	return v > 0 ? gk_errf(err, "checkpoint directory '%s': rank 0 cannot use it",
-			       t->o.ckpt_dir) : 0;
+	if (v > 0)
+		return gk_errf(err, "checkpoint directory '%s': rank 0 cannot use it",
+			       t->o.ckpt_dir);
+	return check_shared(t, err);
 }
 
 /*

@@ -166,6 +166,19 @@ test_expect_success MPI 'data, --val-data or a shape all ranks fail on: said onc
 	! grep -q MPI_ABORT err
 '
 
+# A --ckpt-dir each rank sees apart (here: relative to per-rank working
+# directories) failed only at the first checkpoint, after its steps.
+test_expect_success MPI 'a --ckpt-dir not shared by the ranks: refused before step 1' '
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 sh -c \
+		"mkdir -p r\$OMPI_COMM_WORLD_RANK && cd r\$OMPI_COMM_WORLD_RANK &&
+		 exec gpu-train --data ../train.bin $TINY --steps 2 --json --ckpt-dir ck" >out 2>err &&
+	test $(grep -c "^gpu-train: checkpoint directory .ck.: not the one rank 0 writes .* (1 of 2 ranks)$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	! grep -q "\"event\":\"step\"" out r0/out 2>/dev/null &&
+	! grep -q MPI_ABORT err &&
+	test ! -e r0/ck/latest
+'
+
 test_expect_success '--skip-nonfinite skips and counts' '
 	gpu-train --init-from nan.safetensors $A --skip-nonfinite --json >s.json &&
 	jq -s -e "map(select(.event == \"summary\"))[0].skipped == 3" s.json &&
