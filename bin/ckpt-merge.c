@@ -43,10 +43,29 @@ static const struct option longopts[] = {
 	{NULL, 0, NULL, 0},
 };
 
+/*
+ * A name as the table prints it: control bytes as \xHH, so that a
+ * checkpoint's tensor names cannot drive the terminal (--json escapes
+ * them as JSON does). Cut to fit buf.
+ */
+static const char *printable(const char *s, char *buf, size_t n)
+{
+	size_t o = 0;
+	for (; *s && o + 5 < n; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(buf + o, n - o, "\\x%02x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 static void list(const gk_ckpt_set *s, int json)
 {
 	json_t *arr = json ? json_array() : NULL;
-	char shape[256];
+	char shape[256], name[1024], path[4096];
 	if (!json)
 		printf("%-48s %-8s %-20s %14s  %s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "FILE");
 	for (size_t i = 0; i < s->n; i++) {
@@ -65,8 +84,9 @@ static void list(const gk_ckpt_set *s, int json)
 			continue;
 		}
 		gk_st_shape_str(e->shape, e->ndim, shape, sizeof(shape));
-		printf("%-48s %-8s %-20s %14" PRIu64 "  %s%s\n", e->name,
-		       gk_dtype_name(e->dtype), shape, e->bytes, file,
+		printf("%-48s %-8s %-20s %14" PRIu64 "  %s%s\n",
+		       printable(e->name, name, sizeof(name)), gk_dtype_name(e->dtype), shape,
+		       e->bytes, printable(file, path, sizeof(path)),
 		       e->nparts > 1 ? " (+ slices)" : "");
 	}
 	if (json) {

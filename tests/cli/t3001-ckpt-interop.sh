@@ -316,4 +316,19 @@ test_expect_success 'the fixtures in tests/data/ckpt are the reference writer'"'
 	done <made
 '
 
+# A tensor name is any string: printed raw, an escape sequence in one
+# drove the terminal of whoever listed the file.
+test_expect_success '--list prints control bytes in names as \xHH; --json as JSON escapes' '
+	"$GK_PY" -c "
+import numpy as n
+from safetensors.numpy import save_file
+save_file({\"a\x1b[31mred\": n.ones(2, n.float32)}, \"esc.safetensors\")
+" &&
+	ckpt-merge --list esc.safetensors >out &&
+	! grep -q "$(printf "\033")" out &&
+	grep -F "a\x1b[31mred" out &&
+	ckpt-merge --list --json esc.safetensors >out.json &&
+	test "$(jq -r ".[0].name" out.json)" = "$(printf "a\033[31mred")"
+'
+
 test_done
