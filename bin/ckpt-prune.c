@@ -88,8 +88,8 @@ static char *human(uint64_t kib, char *buf, size_t len)
  * The run as gauges (the values of the last run: a counter would restart
  * at every cron run), labelled with the root. ok: 0 when the run failed.
  */
-static int write_metrics(const char *path, const char *dir,
-			 const gk_ckpt_prune_stats *st, int ok, gk_err *err)
+static int write_metrics(const char *path, const char *dir, const gk_ckpt_prune_stats *st,
+			 int ok, int dry_run, gk_err *err)
 {
 	static const char pre[] = "gpukit_ckpt_prune_";
 	const char *labels[] = {"root", dir, NULL};
@@ -102,8 +102,10 @@ static int write_metrics(const char *path, const char *dir,
 		{"kept", "Checkpoints and directories in progress the last run kept.",
 		 (double)st->kept},
 		{"failed", "Removals that failed in the last run.", (double)st->failed},
-		{"freed_bytes", "Disk space the last run freed.", (double)st->freed_kib * 1024},
+		{"freed_bytes", "Disk space the last run freed (would free, with --dry-run).",
+		 (double)st->freed_kib * 1024},
 		{"success", "1 when the last run did all it had to, else 0.", ok},
+		{"dry_run", "1 when the last run was --dry-run: it removed nothing.", dry_run},
 		{"last_run_timestamp_seconds", "When the last run ended, in Unix time.",
 		 (double)time(NULL)},
 	};
@@ -213,7 +215,7 @@ int main(int argc, char **argv)
 			       st.removed, st.kept, human(st.freed_kib, size, sizeof(size)));
 		status = st.failed ? 1 : 0;
 	}
-	if (metrics && write_metrics(metrics, dir, &st, status == 0, &err))
+	if (metrics && write_metrics(metrics, dir, &st, status == 0, o.dry_run, &err))
 		status = gk_cli_fail(&cli, &err);
 	return gk_cli_finish(&cli, status);
 }

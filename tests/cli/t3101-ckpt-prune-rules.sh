@@ -295,12 +295,15 @@ test_expect_success '--metrics writes the run in Prometheus text format' '
 	# HELP gpukit_ckpt_prune_failed Removals that failed in the last run.
 	# TYPE gpukit_ckpt_prune_failed gauge
 	gpukit_ckpt_prune_failed{run="r20",root="r20"} 0
-	# HELP gpukit_ckpt_prune_freed_bytes Disk space the last run freed.
+	# HELP gpukit_ckpt_prune_freed_bytes Disk space the last run freed (would free, with --dry-run).
 	# TYPE gpukit_ckpt_prune_freed_bytes gauge
 	gpukit_ckpt_prune_freed_bytes{run="r20",root="r20"} $freed
 	# HELP gpukit_ckpt_prune_success 1 when the last run did all it had to, else 0.
 	# TYPE gpukit_ckpt_prune_success gauge
 	gpukit_ckpt_prune_success{run="r20",root="r20"} 1
+	# HELP gpukit_ckpt_prune_dry_run 1 when the last run was --dry-run: it removed nothing.
+	# TYPE gpukit_ckpt_prune_dry_run gauge
+	gpukit_ckpt_prune_dry_run{run="r20",root="r20"} 0
 	# HELP gpukit_ckpt_prune_last_run_timestamp_seconds When the last run ended, in Unix time.
 	# TYPE gpukit_ckpt_prune_last_run_timestamp_seconds gauge
 	EOF
@@ -308,6 +311,16 @@ test_expect_success '--metrics writes the run in Prometheus text format' '
 	if command -v promtool >/dev/null; then promtool check metrics <r20.prom; fi &&
 	test_expect_code 1 ckpt-prune -q --keep-last 1 --metrics r20.prom nope 2>err &&
 	grep "^gpukit_ckpt_prune_success{run=\"r20\",root=\"nope\"} 0$" r20.prom
+'
+
+# A dry run wrote the same samples as a real one: a dashboard could not
+# tell "freed 1 MiB" from "would free 1 MiB".
+test_expect_success '--dry-run --metrics says it was a dry run' '
+	commit r22 1 1048576 && commit r22 2 &&
+	ckpt-prune -q -n --keep-last 1 --metrics r22.prom r22 &&
+	test -d r22/step-00000001 &&
+	grep "^gpukit_ckpt_prune_dry_run{run=\"r22\",root=\"r22\"} 1$" r22.prom &&
+	grep "^gpukit_ckpt_prune_removed{run=\"r22\",root=\"r22\"} 1$" r22.prom
 '
 
 test_expect_success '--metrics naming a file that is not metrics: refused before any removal' '
