@@ -102,14 +102,15 @@ int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
 			p++;
 			continue;
 		}
+		/* a width, zero-padded or not: the flags ' ', '+', '-' and '#'
+		 * would put spaces, signs or "0x" into file names */
 		const char *q = p + 1;
-		while (*q && strchr("0-+ #", *q))
-			q++;
 		while (isdigit((unsigned char)*q))
 			q++;
 		if (!*q || !strchr("diuxX", *q))
-			return gk_errf(err, "pattern '%s': only one %%d, %%u or %%x conversion is allowed",
-				       pattern);
+			return gk_errf(err, "pattern '%s': '%.*s' is not a %%d, %%u or %%x conversion "
+				       "(with an optional width such as %%06d; %%%% for a '%%')",
+				       pattern, (int)(q - p + (*q != 0)), p);
 		convs++;
 		p = q;
 	}
@@ -118,7 +119,7 @@ int gk_shard_format_name(const char *pattern, unsigned n, char *buf,
 	int r;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
-	r = convs ? snprintf(buf, len, pattern, n) : snprintf(buf, len, "%s", pattern);
+	r = snprintf(buf, len, pattern, n); /* %% is a '%' with or without a conversion */
 #pragma GCC diagnostic pop
 	if (r < 0 || (size_t)r >= len)
 		return gk_errf(err, "pattern '%s': name too long", pattern);

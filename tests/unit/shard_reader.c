@@ -33,6 +33,12 @@ static void test_names(void)
 	ok(gk_shard_format_name("one.tar", 0, buf, sizeof(buf), &err) == 0, "a plain name");
 	ok(gk_shard_format_name("t-%s.tar", 0, buf, sizeof(buf), &err) < 0, "%%s is refused");
 	ok(gk_shard_format_name("%d-%d.tar", 0, buf, sizeof(buf), &err) < 0, "two conversions are refused");
+	ok(gk_shard_format_name("t-% d.tar", 0, buf, sizeof(buf), &err) < 0, "a flag is refused: %s",
+	   err.msg);
+	ok(gk_shard_format_name("100%%-%d.tar", 7, buf, sizeof(buf), &err) == 1 &&
+	   strcmp(buf, "100%-7.tar") == 0, "%%%% with a conversion: %s", buf);
+	ok(gk_shard_format_name("100%%.tar", 7, buf, sizeof(buf), &err) == 0 &&
+	   strcmp(buf, "100%.tar") == 0, "%%%% without one: %s", buf);
 	char *p = gk_shard_index_path("d.x/train-000001.tar.lz4");
 	is_str(p, "d.x/train-000001.idx", "index path as DALI's wds2idx names it");
 	free(p);
