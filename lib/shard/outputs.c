@@ -18,9 +18,11 @@ int gk_shard_outputs_add(gk_shard_outputs *o, const char *path, const char *what
 			 gk_err *err)
 {
 	struct stat st;
-	/* Gone already (another run's commit removed an index): nothing to keep. */
+	/* No file there (another run's commit removed an index; a pattern's
+	 * name under a file): nothing to keep. */
 	if (stat(path, &st) < 0)
-		return errno == ENOENT ? 0 : gk_err_sys(err, errno, "stat '%s'", path);
+		return errno == ENOENT || errno == ENOTDIR ? 0
+							   : gk_err_sys(err, errno, "stat '%s'", path);
 	if (GK_GROW(o->v, o->cap, o->n + 1, "outputs", err) < 0)
 		return -1;
 	char *w = strdup(what);
@@ -30,17 +32,23 @@ int gk_shard_outputs_add(gk_shard_outputs *o, const char *path, const char *what
 	return 0;
 }
 
-int gk_shard_outputs_check(const gk_shard_outputs *o, const char *path,
-			   const char *what, gk_err *err)
+const gk_shard_output *gk_shard_outputs_find(const gk_shard_outputs *o, const char *path)
 {
 	struct stat st;
 	if (!o || o->n == 0 || stat(path, &st) < 0)
-		return 0;
+		return NULL;
 	for (size_t i = 0; i < o->n; i++)
 		if (o->v[i].dev == (uint64_t)st.st_dev && o->v[i].ino == (uint64_t)st.st_ino)
-			return gk_errf(err, "%s: the same file as %s, written by this run",
-				       what, o->v[i].what);
-	return 0;
+			return &o->v[i];
+	return NULL;
+}
+
+int gk_shard_outputs_check(const gk_shard_outputs *o, const char *path,
+			   const char *what, gk_err *err)
+{
+	const gk_shard_output *x = gk_shard_outputs_find(o, path);
+	return x ? gk_errf(err, "%s: the same file as %s, written by this run", what, x->what)
+		 : 0;
 }
 
 void gk_shard_outputs_free(gk_shard_outputs *o)

@@ -137,33 +137,15 @@ int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 	return 0;
 }
 
-typedef struct file_id {
-	dev_t dev;
-	ino_t ino;
-} file_id;
-
-/* Add the identity of the file at path, if there is one. */
-static int note_id(file_id **ids, size_t *n, size_t *cap, const char *path,
-		   gk_err *err)
-{
-	struct stat st;
-	if (stat(path, &st) < 0)
-		return 0;
-	if (GK_GROW(*ids, *cap, *n + 1, "outputs", err) < 0)
-		return -1;
-	(*ids)[(*n)++] = (file_id){st.st_dev, st.st_ino};
-	return 0;
-}
-
 int gk_shard_source_drop_outputs(gk_shard_source *src, const char *pattern,
 				 unsigned first, const char *manifest,
 				 gk_strlist *skipped, gk_err *err)
 {
-	file_id *ids = NULL;
-	size_t nid = 0, cap = 0, keep = 0;
+	gk_shard_outputs outs = {0};
+	size_t keep = 0;
 	char name[4096];
 	int rc = -1;
-	if (manifest && note_id(&ids, &nid, &cap, manifest, err) < 0)
+	if (manifest && gk_shard_outputs_add(&outs, manifest, manifest, err) < 0)
 		goto out;
 	for (unsigned n = first, missing = 0; n < UINT_MAX && missing < 64; n++) {
 		int convs = gk_shard_format_name(pattern, n, name, sizeof(name), err);
@@ -171,31 +153,26 @@ int gk_shard_source_drop_outputs(gk_shard_source *src, const char *pattern,
 			goto out;
 		if (strcmp(name, "-") == 0)
 			break;
-		size_t before = nid;
+		size_t before = outs.n;
 		char *ip = gk_shard_index_path(name);
 		if (!ip) {
 			gk_err_sys(err, ENOMEM, "pattern '%s'", pattern);
 			goto out;
 		}
-		int r = note_id(&ids, &nid, &cap, name, err) < 0 ||
-			note_id(&ids, &nid, &cap, ip, err) < 0;
+		int r = gk_shard_outputs_add(&outs, name, name, err) < 0 ||
+			gk_shard_outputs_add(&outs, ip, ip, err) < 0;
 		free(ip);
 		if (r)
 			goto out;
-		missing = nid == before ? missing + 1 : 0;
+		missing = outs.n == before ? missing + 1 : 0;
 		if (convs == 0)
 			break;
 	}
 	/* Compact both lists in place; after an error the rest stays in. */
 	rc = 0;
 	for (size_t i = 0; i < src->paths.n; i++) {
-		struct stat st;
-		size_t j = nid;
-		if (rc == 0 && nid && stat(src->paths.v[i], &st) == 0)
-			for (j = 0; j < nid; j++)
-				if (ids[j].dev == st.st_dev && ids[j].ino == st.st_ino)
-					break;
-		if (j < nid && (rc = gk_strlist_push(skipped, src->paths.v[i], err)) == 0) {
+		if (rc == 0 && gk_shard_outputs_find(&outs, src->paths.v[i]) &&
+		    (rc = gk_strlist_push(skipped, src->paths.v[i], err)) == 0) {
 			free(src->paths.v[i]);
 			free(src->names.v[i]);
 			continue;
@@ -208,7 +185,7 @@ int gk_shard_source_drop_outputs(gk_shard_source *src, const char *pattern,
 		src->paths.v[keep] = src->names.v[keep] = NULL;
 	}
 out:
-	free(ids);
+	gk_shard_outputs_free(&outs);
 	return rc;
 }
 

@@ -250,6 +250,8 @@ typedef struct gk_shard_outputs {
  */
 int gk_shard_outputs_add(gk_shard_outputs *o, const char *path, const char *what,
 			 gk_err *err);
+/* The recorded file that path names, or NULL. */
+const gk_shard_output *gk_shard_outputs_find(const gk_shard_outputs *o, const char *path);
 /*
  * 0 when path names no file or one this run has not written; -1 when it
  * is one of them, with "WHAT: the same file as THAT, written by this
