@@ -206,4 +206,97 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err);
 void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out);
 
+/* ---- the backend behind nn.h (model_cuda.c; model_nocuda.c without CUDA) ---------------- */
+
+/*
+ * With opts.device GK_NN_CUDA, gk_nn_new probes for a device
+ * (gk_cuda_probe; its reason is the error) and allocates everything on
+ * the current device: fp32 master parameters and gradients in the flat
+ * layout above (the same order and offsets, so checkpoints interchange
+ * with the CPU backend), a working copy of the parameters in the
+ * precision's type, activations, a cuBLASLt workspace. libcublasLt.so.13
+ * is loaded with dlopen when the first CUDA model is made, so binaries
+ * still start on machines without it. Built without CUDA, gk_nn_new says
+ * "built without CUDA".
+ *
+ * The host buffers of gk_nn_params and gk_nn_grads remain, as mirrors:
+ * gk_nn_init and gk_nn_load write the host parameters, and
+ * gk_nn_cuda_upload copies the host parameters and/or gradients to the
+ * device (a forward before the first upload of the parameters is an
+ * error). gk_nn_cuda_download copies the device's parameters and/or
+ * gradients back (through pinned memory) for a checkpoint or a host-side
+ * allreduce. gk_nn_forward, gk_nn_backward and gk_nn_zero_grad work on
+ * the device; gk_nn_logits is valid after a forward without targets (the
+ * logits are then copied to the host). In backward, ready is called
+ * once the kernels producing the gradients it names are queued on the
+ * model's stream (gk_nn_cuda_stream), not when they have finished: the
+ * callee orders its own work after them on that stream, as lib/comm's
+ * nccl backend does for every collective (comm.h, "Streams"), or
+ * synchronises the stream. backward returns with the stream idle.
+ *
+ * Determinism: no kernel uses atomics; every reduction (embedding and
+ * bias gradients, LayerNorm weights, the gradient norm, the loss) sums in
+ * a fixed order, so the same inputs on the same GPU and build give the
+ * same bits every run.
+ *
+ * model.c's backend-neutral calls (gk_nn_upload, gk_nn_update, ...) call
+ * these for a GPU model only; the trainer calls those.
+ */
+int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err);
+int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
+
+/*
+ * The device's fp32 gradient buffer (nparams floats, the flat layout) and
+ * the stream (a cudaStream_t) every kernel of the model runs on, for a
+ * trainer that reduces the gradients where they are: lib/comm's nccl
+ * backend, told the stream with gk_comm_set_stream, its buckets started
+ * from backward's ready callback. NULL on a CPU model.
+ */
+float *gk_nn_cuda_grads(gk_nn_model *m);
+void *gk_nn_cuda_stream(const gk_nn_model *m);
+
+/*
+ * The AdamW moments of gk_nn_cuda_adamw over the parameters [lo, hi)
+ * (hi - lo floats each; the whole flat layout, or a ZeRO-1 rank's range),
+ * copied from mom and vel to the device (upload 1) or back (0), for a
+ * resume and a checkpoint. They are allocated, zero, on first use, for
+ * that range; another range later is an error. An error on a CPU model.
+ */
+int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
+		       float *vel, int upload, gk_err *err);
+
+/*
+ * Sum of squares of n device floats g: per-block partial sums in double
+ * over fixed contiguous ranges, then one block adding the partials in
+ * order (two passes, no atomics). gk_nn_cuda_grad_norm is the square
+ * root of it over the model's gradients; a ZeRO-1 rank takes it over
+ * its range of the reduced gradients, and the ranks add theirs.
+ */
+int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
+		     gk_err *err);
+int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+
+/*
+ * AdamW on the device over the parameters [lo, hi) (0, nparams: every
+ * one; ZeRO-1: this rank's range), with the arithmetic of
+ * gk_nn_adamw_step (lib/nn/math.h's gk_nn_adamw_elem on the fp32 master,
+ * then the working copy rounded from it), the gradients multiplied by
+ * grad_scale first (gradient clipping: min(1, clip / norm)). g holds the
+ * range's gradients (hi - lo device floats), or is NULL for the model's
+ * own from lo. The moments are the model's (gk_nn_cuda_moments),
+ * allocated for the range on first use (optimizer memory).
+ */
+int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
+		     int64_t t, float grad_scale, size_t lo, size_t hi,
+		     const float *g, gk_err *err);
+
+/*
+ * The device's fp32 master parameters (nparams floats, the flat layout),
+ * for a trainer that gathers ZeRO-1 ranges into them; after writing them
+ * it calls gk_nn_cuda_params_changed, which rounds the working copy
+ * (bf16) from them. NULL and 0 on a CPU model.
+ */
+float *gk_nn_cuda_params(gk_nn_model *m);
+int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
+
 #endif

@@ -217,3 +217,75 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		return -1;
 	return 0;
 }
+
+/*
+ * ---- the step's other parts, wherever the model computes ----
+ *
+ * The trainer calls these and never asks which backend it has: on the
+ * CPU the working buffers are the host's flat ones and the mirror copies
+ * do nothing; on a GPU they are the device's (model_cuda.c).
+ */
+
+float *gk_nn_work_params(gk_nn_model *m)
+{
+	return m->cu ? gk_nn_cuda_params(m) : m->params;
+}
+
+float *gk_nn_work_grads(gk_nn_model *m)
+{
+	return m->cu ? gk_nn_cuda_grads(m) : m->grads;
+}
+
+void *gk_nn_stream(const gk_nn_model *m)
+{
+	return m->cu ? gk_nn_cuda_stream(m) : NULL;
+}
+
+int gk_nn_upload(gk_nn_model *m, int what, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_upload(m, what, err) : 0;
+}
+
+int gk_nn_download(gk_nn_model *m, int what, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_download(m, what, err) : 0;
+}
+
+int gk_nn_moments_sync(gk_nn_model *m, size_t lo, size_t hi, float *mom, float *vel,
+		       int upload, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_moments(m, lo, hi, mom, vel, upload, err) : 0;
+}
+
+int gk_nn_params_changed(gk_nn_model *m, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_params_changed(m, err) : 0;
+}
+
+int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
+		     gk_err *err)
+{
+	if (m->cu)
+		return gk_nn_cuda_sumsq(m, g, n, sumsq, err);
+	*sumsq = gk_nn_sumsq(g, n);
+	return 0;
+}
+
+int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
+{
+	if (m->cu)
+		return gk_nn_cuda_grad_norm(m, norm, err);
+	*norm = sqrt(gk_nn_sumsq(m->grads, m->nparams));
+	return 0;
+}
+
+int gk_nn_update(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+		 float grad_scale, size_t lo, size_t hi, const float *g, float *mom,
+		 float *vel, gk_err *err)
+{
+	if (m->cu)
+		return gk_nn_cuda_adamw(m, c, lr, t, grad_scale, lo, hi, g, err);
+	gk_nn_adamw_step(m, c, lr, t, lo, hi, m->params + lo, g ? g : m->grads + lo,
+			 grad_scale, mom, vel);
+	return 0;
+}

@@ -628,100 +628,55 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 		 double temperature, int top_k, uint64_t seed, int32_t *out,
 		 gk_err *err);
 
-/* ---- the CUDA backend ------------------------------------------------------------ */
+/* ---- the step's other parts, wherever the model computes ----------------------------- */
 
 /*
- * With opts.device GK_NN_CUDA, gk_nn_new probes for a device
- * (gk_cuda_probe; its reason is the error) and allocates everything on
- * the current device: fp32 master parameters and gradients in the flat
- * layout above (the same order and offsets, so checkpoints interchange
- * with the CPU backend), a working copy of the parameters in the
- * precision's type, activations, a cuBLASLt workspace. libcublasLt.so.13
- * is loaded with dlopen when the first CUDA model is made, so binaries
- * still start on machines without it. Built without CUDA, gk_nn_new says
- * "built without CUDA".
- *
- * The host buffers of gk_nn_params and gk_nn_grads remain, as mirrors:
- * gk_nn_init and gk_nn_load write the host parameters, and
- * gk_nn_cuda_upload copies the host parameters and/or gradients to the
- * device (a forward before the first upload of the parameters is an
- * error). gk_nn_cuda_download copies the device's parameters and/or
- * gradients back (through pinned memory) for a checkpoint or a host-side
- * allreduce. gk_nn_forward, gk_nn_backward and gk_nn_zero_grad work on
- * the device; gk_nn_logits is valid after a forward without targets (the
- * logits are then copied to the host). In backward, ready is called
- * once the kernels producing the gradients it names are queued on the
- * model's stream (gk_nn_cuda_stream), not when they have finished: the
- * callee orders its own work after them on that stream, as lib/comm's
- * nccl backend does for every collective (comm.h, "Streams"), or
- * synchronises the stream. backward returns with the stream idle.
- *
- * Determinism: no kernel uses atomics; every reduction (embedding and
- * bias gradients, LayerNorm weights, the gradient norm, the loss) sums in
- * a fixed order, so the same inputs on the same GPU and build give the
- * same bits every run.
- *
- * On a CPU model gk_nn_cuda_upload and gk_nn_cuda_download return 0 and
- * do nothing; gk_nn_cuda_grad_norm and gk_nn_cuda_adamw are errors there
- * (the CPU step uses gk_nn_sumsq and gk_nn_adamw_step).
+ * The trainer's calls after backward, the same on every backend, so that
+ * it never asks where the model runs. The "working" buffers are where the
+ * model computes: the host's flat buffers (gk_nn_params, gk_nn_grads) on
+ * the CPU, the device's fp32 master parameters and gradients on a GPU (the
+ * flat layout, nflat floats). On a GPU the host buffers stay as mirrors:
+ * gk_nn_init and gk_nn_load write the host's parameters, gk_nn_upload
+ * copies them (GK_NN_PARAMS) and/or the gradients (GK_NN_GRADS) to the
+ * device, gk_nn_download back, for a checkpoint or a host-side
+ * allreduce. On the CPU the copies do nothing.
  */
 #define GK_NN_PARAMS 1
 #define GK_NN_GRADS 2
-int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err);
-int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
+int gk_nn_upload(gk_nn_model *m, int what, gk_err *err);
+int gk_nn_download(gk_nn_model *m, int what, gk_err *err);
+float *gk_nn_work_params(gk_nn_model *m);
+float *gk_nn_work_grads(gk_nn_model *m);
+/* The stream (a cudaStream_t) every kernel of a GPU model runs on, for a
+ * communicator that orders its work after backward's (comm.h, "Streams");
+ * NULL on the CPU. */
+void *gk_nn_stream(const gk_nn_model *m);
+/* After writing the working parameters (a ZeRO-1 allgather): a GPU model
+ * rounds its bf16 working copy from them; the CPU has nothing to do. */
+int gk_nn_params_changed(gk_nn_model *m, gk_err *err);
 
 /*
- * The device's fp32 gradient buffer (nparams floats, the flat layout) and
- * the stream (a cudaStream_t) every kernel of the model runs on, for a
- * trainer that reduces the gradients where they are: lib/comm's nccl
- * backend, told the stream with gk_comm_set_stream, its buckets started
- * from backward's ready callback. NULL on a CPU model.
+ * Sum of squares of n working floats g (gk_nn_sumsq on the CPU; on a GPU
+ * two passes in double, no atomics), and the global norm of the model's
+ * own gradients, the square root of it over all of them.
  */
-float *gk_nn_cuda_grads(gk_nn_model *m);
-void *gk_nn_cuda_stream(const gk_nn_model *m);
-
-/*
- * The AdamW moments of gk_nn_cuda_adamw over the parameters [lo, hi)
- * (hi - lo floats each; the whole flat layout, or a ZeRO-1 rank's range),
- * copied from mom and vel to the device (upload 1) or back (0), for a
- * resume and a checkpoint. They are allocated, zero, on first use, for
- * that range; another range later is an error. An error on a CPU model.
- */
-int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
-		       float *vel, int upload, gk_err *err);
-
-/*
- * Sum of squares of n device floats g: per-block partial sums in double
- * over fixed contiguous ranges, then one block adding the partials in
- * order (two passes, no atomics). gk_nn_cuda_grad_norm is the square
- * root of it over the model's gradients; a ZeRO-1 rank takes it over
- * its range of the reduced gradients, and the ranks add theirs.
- */
-int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
+int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
-int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
 
 /*
- * AdamW on the device over the parameters [lo, hi) (0, nparams: every
- * one; ZeRO-1: this rank's range), with the arithmetic of
- * gk_nn_adamw_step (lib/nn/math.h's gk_nn_adamw_elem on the fp32 master,
- * then the working copy rounded from it), the gradients multiplied by
- * grad_scale first (gradient clipping: min(1, clip / norm)). g holds the
- * range's gradients (hi - lo device floats), or is NULL for the model's
- * own from lo. The moments are the model's (gk_nn_cuda_moments),
- * allocated for the range on first use (optimizer memory).
+ * AdamW (gk_nn_adamw_step's arithmetic) on the working parameters
+ * [lo, hi), with g the range's working gradients, or NULL for the model's
+ * own from lo. mom and vel (hi - lo floats each) are the moments on the
+ * CPU; a GPU model keeps its own on the device (allocated for the range
+ * on first use) and mom and vel are their host mirrors, copied by
+ * gk_nn_moments_sync (upload 1: to the device, for a resume; 0: back, for
+ * a checkpoint), which does nothing on the CPU.
  */
-int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
-		     int64_t t, float grad_scale, size_t lo, size_t hi,
-		     const float *g, gk_err *err);
-
-/*
- * The device's fp32 master parameters (nparams floats, the flat layout),
- * for a trainer that gathers ZeRO-1 ranges into them; after writing them
- * it calls gk_nn_cuda_params_changed, which rounds the working copy
- * (bf16) from them. NULL and 0 on a CPU model.
- */
-float *gk_nn_cuda_params(gk_nn_model *m);
-int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
+int gk_nn_update(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+		 float grad_scale, size_t lo, size_t hi, const float *g, float *mom,
+		 float *vel, gk_err *err);
+int gk_nn_moments_sync(gk_nn_model *m, size_t lo, size_t hi, float *mom, float *vel,
+		       int upload, gk_err *err);
 
 #endif

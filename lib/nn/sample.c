@@ -183,3 +183,103 @@ int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
 		*logits = gk_nn_logits(m, 0, w - 1);
 	return rc;
 }
+
+/* ---- sampling ---- */
+
+/* xorshift64*: the sampler's generator (seeded, the same on every machine). */
+static double rng_unit(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return (double)((*s * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+
+/* The next token from logits lg: greedy, or sampled at temperature among
+ * the top_k (0: all); p is scratch of vocab doubles. */
+static int32_t pick(const float *lg, int64_t vocab, double temperature, int top_k,
+		    uint64_t *s, double *p)
+{
+	double mx = -INFINITY, z = 0;
+	for (int64_t v = 0; v < vocab; v++)
+		if (lg[v] > mx)
+			mx = lg[v];
+	double cut = -INFINITY;
+	if (top_k > 0 && top_k < vocab) {
+		/* the k-th largest logit: partial selection by counting */
+		double lo = -INFINITY;
+		for (int k = 0; k < top_k; k++) {
+			double best = -INFINITY;
+			for (int64_t v = 0; v < vocab; v++)
+				if (lg[v] > best && (k == 0 || lg[v] < lo))
+					best = lg[v];
+			lo = best;
+		}
+		cut = lo;
+	}
+	if (temperature <= 0) {
+		for (int64_t v = 0; v < vocab; v++)
+			if (lg[v] == mx)
+				return (int32_t)v;
+		return 0;
+	}
+	for (int64_t v = 0; v < vocab; v++) {
+		p[v] = lg[v] >= cut ? exp((lg[v] - mx) / temperature) : 0;
+		z += p[v];
+	}
+	double u = rng_unit(s) * z, acc = 0;
+	for (int64_t v = 0; v < vocab; v++) {
+		acc += p[v];
+		if (p[v] > 0 && u < acc)
+			return (int32_t)v;
+	}
+	return (int32_t)vocab - 1;
+}
+
+int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
+		 double temperature, int top_k, uint64_t seed, int32_t *out,
+		 gk_err *err)
+{
+	const gk_nn_config *c = gk_nn_config_of(m);
+	int32_t *row = malloc((size_t)batch * (size_t)seq * sizeof(int32_t));
+	double *p = malloc((size_t)c->vocab * sizeof(double));
+	int32_t *hist = malloc(((size_t)n + 1) * sizeof(int32_t));
+	gk_nn_decoder *d = NULL;
+	gk_err why;
+	if (!row || !p || !hist) {
+		free(row), free(p), free(hist);
+		return gk_err_sys(err, ENOMEM, "sample");
+	}
+	/* no cache on a GPU model (or without the memory): full forwards */
+	if (gk_nn_decoder_new(&d, m, &why) < 0)
+		d = NULL;
+	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+	hist[0] = start;
+	int len = 1, rc = 0;
+	for (int i = 0; i < n && rc == 0; i++) {
+		const float *lg;
+		if (d && len <= seq) {
+			/* the history is the window: positions 0..len-1, all but
+			 * the newest already in the cache */
+			rc = gk_nn_decode(d, hist[len - 1], &lg, err);
+		} else if (d) {
+			int first = len > seq ? len - seq : 0;
+			rc = gk_nn_forward_window(m, hist + first, len - first, &lg, err);
+		} else {
+			/* the last seq tokens of the history in row 0 */
+			int first = len > seq ? len - seq : 0, w = len - first;
+			for (size_t k = 0; k < (size_t)batch * (size_t)seq; k++)
+				row[k] = start;
+			memcpy(row, hist + first, (size_t)w * sizeof(int32_t));
+			rc = gk_nn_forward(m, row, NULL, NULL, err);
+			lg = rc == 0 ? gk_nn_logits(m, 0, w - 1) : NULL;
+		}
+		if (rc == 0) {
+			out[i] = pick(lg, c->vocab, temperature, top_k, &s, p);
+			hist[len++] = out[i];
+		}
+	}
+	gk_nn_decoder_free(d);
+	free(row), free(p), free(hist);
+	return rc;
+}

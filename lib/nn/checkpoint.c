@@ -1,0 +1,460 @@
+/*
+ * checkpoint.c - the trainer's checkpoints: the state copied at a step
+ * boundary and written by a thread into a lib/ckpt staging directory;
+ * rank 0 commits once every rank has written. The ranks learn each
+ * other's progress from the step's small allreduce (or, waiting, from
+ * gk_nn_tr_ckpt_finish's), so they move on together: none waits alone.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "nn/train_internal.h"
+#include "st/st.h"
+
+/* Fixed-size exchange buffer (bytes) for names. */
+enum { NAME_BYTES = 512 };
+
+/*
+ * A checkpoint being written by a thread. Every rank writes its files;
+ * once all have, rank 0 commits the step (lib/ckpt hashes every file into
+ * COMMIT). The ranks learn each other's state from the step's allreduce
+ * (or from ckpt_finish's), so they move on together: none waits alone.
+ */
+enum { JOB_WRITING, JOB_WRITTEN /* rank 0: committing */, JOB_DONE, JOB_FAILED = -1 };
+
+typedef struct ckpt_job {
+	gk_nn_trainer *t;
+	gk_ckpt_stage *stage;
+	int64_t step;
+	double t0;         /* when the copy of the state began */
+	float *params;     /* rank 0: a copy of the parameters */
+	float *m, *v;      /* copies of this rank's moments */
+	size_t lo, n;      /* the moments' range */
+	int write_moments; /* this rank writes an optimizer file */
+	char *trainer_json;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	atomic_int state;   /* JOB_WRITING ... JOB_FAILED, this rank's */
+	int go_commit;      /* rank 0: every rank has written (1), or not (-1) */
+	int agreed;         /* every rank saw all write or one fail */
+	int rc;
+	gk_err err;
+} ckpt_job;
+
+static int write_model(const ckpt_job *j, const char *path, gk_err *err)
+{
+	size_t n;
+	const gk_nn_tensor *tt = gk_nn_tensors(j->t->m, &n);
+	gk_st_spec *spec = calloc(n, sizeof(*spec));
+	const void **data = calloc(n, sizeof(*data));
+	uint64_t *shapes = calloc(2 * n, sizeof(uint64_t));
+	if (!spec || !data || !shapes) {
+		free(spec), free(data), free(shapes);
+		return gk_err_sys(err, ENOMEM, "write '%s'", path);
+	}
+	for (size_t i = 0; i < n; i++) {
+		shapes[2 * i] = (uint64_t)tt[i].shape[0];
+		shapes[2 * i + 1] = (uint64_t)tt[i].shape[1];
+		/* wte: the first vocab rows; the padded rows stay behind */
+		spec[i] = (gk_st_spec){tt[i].name, GK_DT_F32, tt[i].ndim, shapes + 2 * i};
+		data[i] = j->params + tt[i].off;
+	}
+	gk_st_kv meta[1] = {{"format", "pt"}};
+	int rc = gk_st_save(path, spec, data, n, meta, 1, err);
+	free(spec), free(data), free(shapes);
+	return rc;
+}
+
+static int write_moments(const ckpt_job *j, const char *path, gk_err *err)
+{
+	const gk_nn_trainer *t = j->t;
+	uint64_t shape[1] = {j->n};
+	gk_st_spec spec[2] = {{"m", GK_DT_F32, 1, shape}, {"v", GK_DT_F32, 1, shape}};
+	const void *data[2] = {j->m, j->v};
+	char rank[16], world[16], slice[64];
+	gk_st_kv meta[5] = {{"format", "pt"}};
+	size_t nmeta = 1;
+	if (t->o.zero && t->world > 1) {
+		snprintf(rank, sizeof(rank), "%d", t->rank);
+		snprintf(world, sizeof(world), "%d", t->world);
+		snprintf(slice, sizeof(slice), "%zu:%zu/%zu", j->lo, j->lo + j->n, t->N);
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_RANK, rank};
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_WORLD, world};
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_SLICE "m", slice};
+		meta[nmeta++] = (gk_st_kv){GK_CKPT_META_SLICE "v", slice};
+	}
+	return gk_st_save(path, spec, data, 2, meta, nmeta, err);
+}
+
+static int job_write(ckpt_job *j, gk_err *err)
+{
+	gk_nn_trainer *t = j->t;
+	char *p = NULL;
+	int rc = -1;
+	if (t->o.ckpt_delay_ms > 0)
+		usleep((useconds_t)t->o.ckpt_delay_ms * 1000);
+	if (j->params) {
+		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_SINGLE)) || write_model(j, p, err) < 0)
+			goto out;
+		free(p);
+		if (!(p = gk_ckpt_stage_path(j->stage, "config.json")) ||
+		    gk_nn_config_save(&t->cfg, p, err) < 0)
+			goto out;
+		free(p);
+		if (!(p = gk_ckpt_stage_path(j->stage, "trainer.json")) ||
+		    gk_atomic_write_file(p, j->trainer_json, strlen(j->trainer_json), 0644, err) < 0)
+			goto out;
+		free(p);
+		p = NULL;
+	}
+	if (j->write_moments) {
+		char *name = t->o.zero && t->world > 1 ? gk_ckpt_rank_file("optim", t->rank, t->world)
+						       : strdup("optim.safetensors");
+		if (!name)
+			goto out;
+		p = gk_ckpt_stage_path(j->stage, name);
+		free(name);
+		if (!p || write_moments(j, p, err) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0 && !err->msg[0])
+		gk_err_sys(err, ENOMEM, "checkpoint");
+	free(p);
+	return rc;
+}
+
+static void *job_main(void *arg)
+{
+	ckpt_job *j = arg;
+	j->rc = job_write(j, &j->err);
+	/* written: the copies of the state can go now */
+	free(j->params), free(j->m), free(j->v), free(j->trainer_json);
+	j->params = j->m = j->v = NULL;
+	j->trainer_json = NULL;
+	if (j->rc < 0 || j->t->rank != 0) {
+		atomic_store(&j->state, j->rc < 0 ? JOB_FAILED : JOB_DONE);
+		return NULL;
+	}
+	atomic_store(&j->state, JOB_WRITTEN);
+	/* COMMIT hashes every rank's files: wait until they are all there. */
+	pthread_mutex_lock(&j->mu);
+	while (!j->go_commit)
+		pthread_cond_wait(&j->cv, &j->mu);
+	int go = j->go_commit;
+	pthread_mutex_unlock(&j->mu);
+	if (go > 0) {
+		if (j->t->o.ckpt_delay_ms > 0) /* tests: a slow filesystem */
+			usleep((useconds_t)j->t->o.ckpt_delay_ms * 1000);
+		j->rc = gk_ckpt_stage_commit(j->stage, &j->err);
+		if (j->rc == 0)
+			j->stage = NULL;
+	}
+	atomic_store(&j->state, j->rc < 0 ? JOB_FAILED : JOB_DONE);
+	return NULL;
+}
+
+static void job_free(ckpt_job *j)
+{
+	if (!j)
+		return;
+	if (j->stage) {
+		if (j->t->rank == 0)
+			gk_ckpt_stage_abort(j->stage);
+		else
+			gk_ckpt_stage_free(j->stage);
+	}
+	pthread_mutex_destroy(&j->mu);
+	pthread_cond_destroy(&j->cv);
+	free(j->params);
+	free(j->m);
+	free(j->v);
+	free(j->trainer_json);
+	free(j);
+}
+
+/* states: every rank's data position, in slots of slot bytes */
+static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
+{
+	json_t *j = json_object(), *d = json_array(), *c = json_object(), *s = json_object();
+	json_object_set_new(j, "format", json_string("gpu-train"));
+	json_object_set_new(j, "version", json_integer(1));
+	json_object_set_new(j, "step", json_integer(t->step));
+	json_object_set_new(j, "tokens", json_integer((json_int_t)t->tokens));
+	json_object_set_new(j, "skipped", json_integer(t->skipped));
+	json_object_set_new(j, "world", json_integer(t->world));
+	json_object_set_new(j, "zero", json_integer(t->o.zero));
+	json_object_set_new(j, "batch", json_integer(t->o.batch));
+	json_object_set_new(j, "seq", json_integer(t->o.seq));
+	json_object_set_new(j, "grad_accum", json_integer(t->o.grad_accum));
+	json_object_set_new(j, "seed", json_integer((json_int_t)t->o.seed));
+	json_object_set_new(j, "nparams", json_integer((json_int_t)t->N));
+	json_object_set_new(c, "n_layer", json_integer(t->cfg.layers));
+	json_object_set_new(c, "n_embd", json_integer(t->cfg.hidden));
+	json_object_set_new(c, "n_head", json_integer(t->cfg.heads));
+	json_object_set_new(c, "vocab_size", json_integer(t->cfg.vocab));
+	json_object_set_new(c, "n_positions", json_integer(t->cfg.positions));
+	json_object_set_new(j, "config", c);
+	json_object_set_new(s, "kind", json_string(gk_nn_sched_name(t->o.sched.kind)));
+	json_object_set_new(s, "lr", json_real(t->o.sched.lr));
+	json_object_set_new(s, "min_lr", json_real(t->o.sched.min_lr));
+	json_object_set_new(s, "warmup", json_integer(t->o.sched.warmup));
+	json_object_set_new(s, "steps", json_integer(t->o.sched.steps));
+	json_object_set_new(j, "schedule", s);
+	for (int r = 0; r < t->world; r++)
+		json_array_append_new(d, json_loads(states + (size_t)r * slot, 0, NULL));
+	json_object_set_new(j, "data", d);
+	char *out = json_dumps(j, JSON_INDENT(2));
+	json_decref(j);
+	return out;
+}
+
+/*
+ * Rank 0's lock of the checkpoint root, taken again when the root (or its
+ * .lock) was removed under the run: the next checkpoint recreates the
+ * root, and unlocked it would let a second writer in. A writer that got
+ * there meanwhile fails this checkpoint, as any write failure does.
+ */
+static int relock(gk_nn_trainer *t, gk_err *err)
+{
+	char path[PATH_MAX];
+	struct stat held, now;
+	snprintf(path, sizeof(path), "%s/.lock", t->o.ckpt_dir);
+	if (t->lock >= 0 && fstat(t->lock, &held) == 0 && stat(path, &now) == 0 &&
+	    held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+		return 0;
+	int fd = gk_ckpt_lock(t->o.ckpt_dir, err);
+	if (fd < 0)
+		return -1;
+	gk_ckpt_unlock(t->lock);
+	t->lock = fd;
+	return 0;
+}
+
+/*
+ * Start writing checkpoint t->step: copy state, hand it to a thread. A
+ * staging directory rank 0 cannot create (a disk so full that not even a
+ * directory fits) fails the checkpoint on every rank at once, as a failed
+ * write does: --ckpt-error continue warns and trains on.
+ */
+int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
+{
+	ckpt_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return gk_err_sys(err, ENOMEM, "checkpoint");
+	j->t = t;
+	j->step = t->step;
+	j->t0 = gk_now();
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	char name[NAME_BYTES] = {0};
+	int rc = 0;
+	if (t->rank == 0) {
+		rc = relock(t, err) < 0 ? -1 :
+		     gk_ckpt_stage_begin(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, err);
+		if (rc == 0)
+			snprintf(name, sizeof(name), "%s", gk_ckpt_stage_name(j->stage));
+	}
+	/* A failed begin on rank 0 is sent as an empty name. */
+	if (gk_nn_tr_bcast(t, name, sizeof(name), err) < 0) {
+		job_free(j);
+		return -1;
+	}
+	if (!name[0]) {
+		job_free(j);
+		if (rc == 0)
+			gk_errf(err, "checkpoint '%s': rank 0 could not create the staging directory",
+				t->o.ckpt_dir);
+		/* every rank got the empty name: rank 0 has the reason, and says it */
+		t->ckpt_lost = t->step;
+		if (t->o.ckpt_continue) {
+			if (h && h->checkpoint_failed && t->rank == 0)
+				h->checkpoint_failed(t->step, err, h->ctx);
+			return 0;
+		}
+		t->agreed = 1;
+		return -1;
+	}
+	if (t->rank != 0 &&
+	    gk_ckpt_stage_join(&j->stage, t->o.ckpt_dir, (uint64_t)t->step, name, err) < 0) {
+		job_free(j);
+		return -1;
+	}
+	/* Every rank's data position, in slots of the longest one's size
+	 * (in whole 4-byte words, the unit the exchange counts). */
+	char *state = t->data ? gk_nn_tr_data_state(t->data) : strdup("null"), *mine = NULL, *all = NULL;
+	if (!state) {
+		job_free(j);
+		return gk_err_sys(err, ENOMEM, "checkpoint");
+	}
+	double most = (double)strlen(state) + 1;
+	if (t->world > 1 && gk_comm_host_allreduce_f64(t->comm, &most, 1, GK_COMM_MAX, err) < 0) {
+		free(state);
+		job_free(j);
+		return -1;
+	}
+	size_t slot = ((size_t)most + 3) / 4 * 4;
+	if ((mine = calloc(1, slot)) && (all = calloc((size_t)t->world, slot)))
+		memcpy(mine, state, strlen(state) + 1);
+	free(state);
+	if (!all) {
+		free(mine);
+		job_free(j);
+		return gk_err_sys(err, ENOMEM, "checkpoint");
+	}
+	int g = gk_nn_tr_gather(t, mine, all, slot, err);
+	free(mine);
+	if (g < 0) {
+		free(all);
+		job_free(j);
+		return -1;
+	}
+	j->lo = gk_nn_dp_lo(t->dp);
+	j->n = gk_nn_dp_hi(t->dp) - j->lo;
+	j->write_moments = t->o.zero ? 1 : t->rank == 0;
+	if ((t->rank == 0 && gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
+	    (j->write_moments &&
+	     gk_nn_moments_sync(t->m, j->lo, j->lo + j->n, t->dp->mom, t->dp->vel, 0, err) < 0)) {
+		free(all);
+		job_free(j);
+		return -1;
+	}
+	if (t->rank == 0) {
+		j->params = malloc(t->N * sizeof(float));
+		j->trainer_json = trainer_json(t, all, slot);
+		if (j->params)
+			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
+	}
+	free(all);
+	if (j->write_moments) {
+		j->m = malloc(j->n * sizeof(float) + 1);
+		j->v = malloc(j->n * sizeof(float) + 1);
+		if (j->m && j->v) {
+			memcpy(j->m, t->dp->mom, j->n * sizeof(float));
+			memcpy(j->v, t->dp->vel, j->n * sizeof(float));
+		}
+	}
+	if ((t->rank == 0 && (!j->params || !j->trainer_json)) ||
+	    (j->write_moments && (!j->m || !j->v))) {
+		job_free(j);
+		return gk_err_sys(err, ENOMEM, "checkpoint: copy of the state");
+	}
+	if (pthread_create(&j->th, NULL, job_main, j) != 0) {
+		job_free(j);
+		return gk_errf(err, "checkpoint: cannot start the writer thread");
+	}
+	t->job = j;
+	return 0;
+}
+
+/* This rank's part of the counts ckpt_progress takes, to be summed. */
+void gk_nn_tr_ckpt_counts(const gk_nn_trainer *t, double c[3])
+{
+	int st = t->job ? atomic_load(&t->job->state) : JOB_WRITING;
+	c[0] = st == JOB_WRITTEN || st == JOB_DONE;
+	c[1] = st == JOB_FAILED;
+	c[2] = st == JOB_DONE;
+}
+
+/*
+ * Move the pending checkpoint on, given c: how many ranks have written
+ * their files, failed, and are done (ckpt_counts summed over the ranks,
+ * so every rank takes the same turn). Once all have written, rank 0
+ * commits; the job ends on every rank once all are done, or once one
+ * has failed.
+ */
+int gk_nn_tr_ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks *h,
+			 gk_err *err)
+{
+	ckpt_job *j = t->job;
+	double written = c[0], failed = c[1], done = c[2];
+	if (!j)
+		return 0;
+	if (!j->agreed && (failed > 0 || written >= t->world)) {
+		j->agreed = 1;
+		if (t->rank == 0) {
+			pthread_mutex_lock(&j->mu);
+			j->go_commit = failed > 0 ? -1 : 1;
+			pthread_cond_signal(&j->cv);
+			pthread_mutex_unlock(&j->mu);
+		}
+	}
+	if (failed <= 0 && done < t->world)
+		return 0;
+	pthread_join(j->th, NULL);
+	int rc = j->rc;
+	/* A rank without an error of its own is not rank 0 failing its
+	 * commit (that error is rank 0's): another rank's write failed. */
+	if (rc < 0)
+		*err = j->err;
+	else if (failed > 0)
+		gk_errf(err, "checkpoint step %" PRId64 ": another rank failed to write its files",
+			j->step);
+	int64_t step = j->step;
+	double t0 = j->t0;
+	job_free(j);
+	t->job = NULL;
+	t->ckpt_lost = rc < 0 || failed > 0 ? step : 0;
+	if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
+		/* Every rank agreed on the failure, so all go on. */
+		if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
+			h->checkpoint_failed(step, err, h->ctx);
+		return 0;
+	}
+	if (rc < 0 || failed > 0) {
+		/* the job ends: the first rank that failed says why, once */
+		gk_err mine = *err;
+		return gk_nn_tr_agreed_failure(t, failed, rc < 0 ? &mine : NULL, err);
+	}
+	if (h && h->checkpoint && t->rank == 0)
+		h->checkpoint(step, gk_now() - t0, h->ctx);
+	return 0;
+}
+
+/*
+ * Finish the pending checkpoint on every rank. The ranks agree on its
+ * progress at least every 100 ms while they wait: a rank that has much
+ * more to do than the others (rank 0 writes the whole model, then hashes
+ * every rank's files to commit) would otherwise keep them in one
+ * collective for as long as that takes, and a write longer than
+ * --timeout would end the job as a stopped rank.
+ */
+int gk_nn_tr_ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
+{
+	while (t->job) {
+		ckpt_job *j = t->job;
+		/* wait for what this rank is doing: writing, or committing
+		 * once every rank has written */
+		int st = atomic_load(&j->state);
+		int busy = st == JOB_WRITING || (st == JOB_WRITTEN && j->agreed);
+		for (int i = 0; i < 100 && busy && atomic_load(&j->state) == st; i++)
+			usleep(1000);
+		double c[3];
+		gk_nn_tr_ckpt_counts(t, c);
+		if (gk_nn_tr_sum(t, c, 3, err) < 0 || gk_nn_tr_ckpt_progress(t, c, h, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+void gk_nn_tr_ckpt_cancel(gk_nn_trainer *t)
+{
+	ckpt_job *j = t->job;
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->mu);
+	j->go_commit = -1;
+	pthread_cond_signal(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	pthread_join(j->th, NULL);
+	job_free(j);
+	t->job = NULL;
+}

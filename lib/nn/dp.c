@@ -1,0 +1,308 @@
+/*
+ * dp.c - the gradient path of data parallelism: the world's gradients
+ * averaged after backward (ZeRO-0) or each range reduced to the rank
+ * that owns it (ZeRO-1), the global norm, AdamW on this rank's range of
+ * the parameters, and ZeRO-1's allgather of the updated ranges.
+ *
+ * ZeRO-0 (reference: PyTorch DDP's reducer): the flat gradient buffer is
+ * cut into buckets from its end, and backward's ready callback starts each
+ * bucket's allreduce as soon as its gradients are final, so communication
+ * overlaps the rest of backward (lib/comm's gk_comm_grads).
+ *
+ * ZeRO-1 (reference: DeepSpeed's stage 1, Rajbhandari et al., "ZeRO",
+ * SC 2020) reduces and gathers in place, in the model's flat buffers,
+ * which the model allocates with Np floats (gk_nn_opts.flat_multiple: the
+ * world), so that rank r's range [r per, (r + 1) per) exists on every
+ * rank even where it runs past the N parameters: the reduced gradients
+ * land in the owner's own range of its gradient buffer, and each rank's
+ * updated range is gathered from where it sits in its parameters into
+ * everyone's. No copy of either buffer: with two (the reduced gradients
+ * and the gathered parameters, 8 bytes a parameter) ZeRO-1 cost more
+ * memory than the 8 (1 - 1/world) bytes a parameter that dividing the
+ * moments saves, at every world size. Only compression adds a buffer: its
+ * error feedback, Np floats, in host memory on the CPU and in device memory
+ * from the gradients' communicator on a GPU (counted as comm memory).
+ *
+ * On a GPU with more than one rank the gradients are reduced where they
+ * are: a second communicator, of lib/comm's nccl backend, takes the
+ * device's gradient buffer, and each bucket is queued on NCCL's stream
+ * behind the backward kernels that produce it (comm.h's stream contract).
+ * --comm mpi (or no usable NCCL, under --comm auto) sends them through
+ * the host instead: downloaded after backward, allreduced by the same
+ * buckets, uploaded. ZeRO-1 on GPUs runs over the NCCL communicator, on
+ * the device's buffers.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/train_internal.h"
+
+int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world)
+{
+	return o->zero ? world : 1;
+}
+
+size_t gk_nn_dp_lo(const gk_nn_dp *dp)
+{
+	return dp->lo < dp->N ? dp->lo : dp->N;
+}
+
+size_t gk_nn_dp_hi(const gk_nn_dp *dp)
+{
+	return dp->hi < dp->N ? dp->hi : dp->N;
+}
+
+int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
+{
+	gk_nn_dp *dp = *out = calloc(1, sizeof(*dp));
+	if (!dp)
+		return gk_err_sys(err, ENOMEM, "optimizer state");
+	dp->m = t->m;
+	dp->comm = dp->gcomm = t->comm;
+	dp->rank = t->rank;
+	dp->world = t->world;
+	dp->zero = t->o.zero;
+	dp->compress = t->o.compress;
+	dp->N = gk_nn_nparams(t->m);
+	if (dp->zero) {
+		dp->Np = (dp->N + (size_t)dp->world - 1) / (size_t)dp->world * (size_t)dp->world;
+		size_t per = dp->Np / (size_t)dp->world;
+		dp->lo = (size_t)dp->rank * per;
+		dp->hi = dp->lo + per;
+	} else {
+		dp->Np = dp->N;
+		dp->lo = 0;
+		dp->hi = dp->N;
+	}
+	dp->mom = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
+	dp->vel = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
+	return dp->mom && dp->vel ? 0 : gk_err_sys(err, ENOMEM, "optimizer state");
+}
+
+/*
+ * The gradients' communicator (--comm). On the CPU, and on a GPU with
+ * --comm mpi, it is the world's, over host memory. On a GPU with more
+ * than one rank (or --comm nccl, in a world of one too) it is a
+ * communicator of the nccl backend on this rank's device, on the model's
+ * stream. When NCCL cannot start on some rank, every rank learns it here
+ * (a second vote over the world's, whatever the nccl bootstrap already
+ * agreed): auto falls back to the host path with a note, nccl fails.
+ */
+static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
+{
+	gk_comm_backend want = t->o.comm;
+	if (!t->cuda) {
+		if (want == GK_COMM_BACKEND_NCCL)
+			return gk_errf(err, "--comm nccl reduces gradients on a GPU, and the "
+				       "model is on the CPU%s%s", t->device_note[0] ? ": " : "",
+				       t->device_note);
+		return 0;
+	}
+	if (want == GK_COMM_BACKEND_MPI && dp->zero && dp->world > 1)
+		return gk_errf(err, "--zero 1 on a GPU shards over NCCL: not with --comm mpi");
+	if (want == GK_COMM_BACKEND_MPI || (want == GK_COMM_BACKEND_AUTO && dp->world == 1))
+		return 0;
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
+			     .timeout = t->o.timeout};
+	gk_comm *g = NULL;
+	gk_err why = {0};
+	int ok = gk_comm_open(&g, &cc, &why) == 0 &&
+		 gk_comm_set_stream(g, gk_nn_stream(dp->m), &why) == 0;
+	double v = ok;
+	if (gk_nn_tr_sum(t, &v, 1, err) < 0) {
+		gk_comm_close(g);
+		return -1;
+	}
+	if (ok && v == dp->world) {
+		dp->gcomm = g;
+		dp->dev_grads = 1;
+		return 0;
+	}
+	gk_comm_close(g); /* NULL when it did not open */
+	if (ok)
+		snprintf(why.msg, sizeof(why.msg), "%d of %d ranks could not start NCCL",
+			 dp->world - (int)v, dp->world);
+	if (want == GK_COMM_BACKEND_NCCL)
+		return gk_errf(err, "--comm nccl: %s", why.msg);
+	if (dp->zero)
+		return gk_errf(err, "--zero 1 on a GPU shards over NCCL, and %s", why.msg);
+	snprintf(dp->note, sizeof(dp->note),
+		 "%s; gradients go through host memory over MPI", why.msg);
+	return 0;
+}
+
+/* the flat gradients the reduction and the optimizer read: where the
+ * model computes when they are reduced there, else the host's */
+static float *flat_grads(gk_nn_dp *dp)
+{
+	return dp->dev_grads ? gk_nn_work_grads(dp->m) : gk_nn_grads(dp->m);
+}
+
+/* ZeRO-1 with --compress: the error feedback, Np floats, zero. */
+static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
+{
+	size_t bytes = dp->Np * sizeof(float);
+	if (dp->compress == GK_COMM_COMPRESS_NONE)
+		return 0;
+	if (!on_device)
+		return (dp->resid = gk_alloc_big(bytes)) ? 0 :
+			gk_err_sys(err, ENOMEM, "ZeRO-1 error feedback");
+	float *zero = calloc(dp->Np, sizeof(float));
+	if (!zero)
+		return gk_err_sys(err, ENOMEM, "ZeRO-1 error feedback");
+	int rc = (dp->resid = gk_comm_alloc(dp->gcomm, bytes, err)) &&
+		 gk_comm_to_device(dp->gcomm, dp->resid, zero, bytes, err) == 0 ? 0 : -1;
+	free(zero);
+	return rc;
+}
+
+int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
+{
+	if (open_grad_comm(dp, t, err) < 0)
+		return -1;
+	dp->via_host = t->cuda && !dp->dev_grads;
+	dp->overlap = t->o.overlap;
+	dp->shard = dp->zero && (t->cuda ? dp->dev_grads : dp->world > 1);
+	if (dp->shard && shard_buffers(dp, t->cuda, err) < 0)
+		return -1;
+	/*
+	 * Gradient buckets, overlapped with backward: allreduced, or with
+	 * ZeRO-1 reduced to the ranks that own them, in place.
+	 * Compressed ZeRO-1 keeps its one reduce-scatter after backward (its
+	 * error feedback runs over the whole padded buffer).
+	 */
+	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
+	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded)) {
+		gk_comm_callopts co = {.compress = dp->compress};
+		float *g = flat_grads(dp);
+		if (gk_comm_grads_new(&dp->grads, dp->gcomm, g, dp->N, t->o.bucket_bytes, &co,
+				      err) < 0 ||
+		    (sharded && gk_comm_grads_shard(dp->grads, g, dp->Np / (size_t)dp->world,
+						    err) < 0))
+			return -1;
+	}
+	return 0;
+}
+
+void gk_nn_dp_free(gk_nn_dp *dp)
+{
+	if (!dp)
+		return;
+	gk_comm_grads_free(dp->grads);
+	if (dp->dev_grads && dp->resid)
+		gk_comm_free(dp->gcomm, dp->resid);
+	else
+		free(dp->resid);
+	if (dp->gcomm != dp->comm)
+		gk_comm_close(dp->gcomm); /* before the model's stream goes */
+	free(dp->mom);
+	free(dp->vel);
+	free(dp);
+}
+
+uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
+{
+	uint64_t b = 0;
+	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE)
+		b += (uint64_t)dp->N * sizeof(float); /* the buckets' error feedback */
+	if (dp->resid)
+		b += (uint64_t)dp->Np * sizeof(float);
+	return b;
+}
+
+static int ready_cb(size_t off, void *ctx, gk_err *err)
+{
+	gk_nn_dp *dp = ctx;
+	if (dp->comm_start == 0)
+		dp->comm_start = gk_now();
+	return gk_comm_grads_ready(dp->grads, off, err);
+}
+
+gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp)
+{
+	return dp->grads && dp->overlap && !dp->via_host ? ready_cb : NULL;
+}
+
+/*
+ * Compressed ZeRO-1: this rank's range of the averaged gradients, in
+ * place, after backward (compressed as --compress says, with error
+ * feedback over the whole padded buffer; the other ranges are left
+ * undefined, and the next step zeroes them). Uncompressed, the gradient
+ * buckets reduce each range to its owner during backward instead.
+ */
+static int shard_reduce(gk_nn_dp *dp, gk_err *err)
+{
+	float *g = flat_grads(dp);
+	gk_comm_callopts co = {.compress = dp->compress, .residual = dp->resid};
+	return gk_comm_reduce_scatter(dp->gcomm, g, g + dp->lo, dp->Np / (size_t)dp->world,
+				      GK_DT_F32, GK_COMM_AVG, &co, err);
+}
+
+int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
+{
+	if (dp->grads) {
+		if (dp->via_host && gk_nn_download(dp->m, GK_NN_GRADS, err) < 0)
+			return -1;
+		if (!dp->overlap || dp->via_host) {
+			dp->comm_start = now;
+			if (gk_comm_grads_ready(dp->grads, 0, err) < 0)
+				return -1;
+		}
+		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
+		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
+			return -1;
+	} else if (dp->shard) {
+		dp->comm_start = now;
+		if (shard_reduce(dp, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
+{
+	*ss = 0;
+	if (!dp->shard)
+		return 0;
+	size_t lo = gk_nn_dp_lo(dp);
+	return gk_nn_work_sumsq(dp->m, flat_grads(dp) + dp->lo, gk_nn_dp_hi(dp) - lo, ss, err);
+}
+
+int gk_nn_dp_norm(gk_nn_dp *dp, double ss_sum, double *norm, gk_err *err)
+{
+	if (dp->shard) {
+		*norm = sqrt(ss_sum);
+		return 0;
+	}
+	return gk_nn_grad_norm(dp->m, norm, err);
+}
+
+/* ZeRO-1: every rank's updated range into every rank's parameters, in
+ * place. */
+static int shard_gather(gk_nn_dp *dp, gk_err *err)
+{
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_work_params(dp->m);
+	if (gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	return gk_nn_params_changed(dp->m, err);
+}
+
+int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
+		    float grad_scale, double *exposed, gk_err *err)
+{
+	size_t lo = gk_nn_dp_lo(dp), hi = gk_nn_dp_hi(dp);
+	const float *g = dp->shard ? flat_grads(dp) + dp->lo : NULL;
+	if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel, err) < 0)
+		return -1;
+	*exposed = 0;
+	if (dp->shard) {
+		double ta = gk_now();
+		if (shard_gather(dp, err) < 0)
+			return -1;
+		*exposed = gk_now() - ta;
+	}
+	return 0;
+}

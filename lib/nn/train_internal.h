@@ -1,0 +1,193 @@
+/*
+ * train_internal.h - what the trainer's files share and nothing outside
+ * lib/nn reads: the trainer's state and each room's entry points.
+ *
+ *   trainer.c   set-up (gk_nn_trainer_new), the model's shape and device,
+ *               memory accounting, accessors, free
+ *   agree.c     what the ranks agree on: small collectives, agreed
+ *               failures, the options, work rank 0 does alone
+ *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
+ *   dp.c        the gradient path: data parallel, ZeRO-0 and ZeRO-1 (the
+ *               object the loop calls after backward; other ways of
+ *               splitting the work are its siblings)
+ *   resume.c    the checkpoint directory's claim, --init-from, resume
+ *   checkpoint.c  checkpoints written by a thread and committed
+ *   train.c     the loop and evaluation
+ *   train_metrics.c  the Prometheus samples of a step and of checkpoints
+ */
+#ifndef GK_NN_TRAIN_INTERNAL_H
+#define GK_NN_TRAIN_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "nn/nn.h"
+
+typedef struct gk_nn_dp gk_nn_dp;
+typedef struct ckpt_job ckpt_job;
+
+struct gk_nn_trainer {
+	gk_nn_train_opts o;
+	gk_nn_config cfg;
+	gk_comm *comm;        /* the world's, over host memory */
+	int rank, world;
+	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
+	int agreed;           /* every rank failed together: the exit status */
+	int reporter;         /* ... and this rank says why (0 unless chosen) */
+	gk_nn_model *m;
+	gk_nn_dp *dp;         /* gradients, their reduction, the optimizer state */
+	gk_nn_data *data;
+	int32_t *in, *tg;
+	size_t N;             /* parameters (gk_nn_nparams) */
+	int64_t step;         /* completed steps */
+	uint64_t tokens;
+	int64_t skipped;
+	int64_t ckpt_lost;    /* the latest checkpoint tried failed: its step, else 0 */
+	char *snap;           /* the data position at the step's start */
+	ckpt_job *job;
+	gk_nn_train_mem mem;
+	char data_note[160];
+	int cuda;                  /* the model is on the GPU */
+	int dev;                   /* its CUDA device */
+	char device[32];           /* "cpu", "cuda:N" */
+	char device_note[sizeof(((gk_err *)0)->msg) + 32];
+	char *init_from;      /* --init-from as rank 0 resolved it, once */
+	const char *init_asked; /* ... and as given */
+	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
+	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */
+	gk_nn_placement place;     /* this rank's CPUs (place.c) */
+};
+
+/* ---- agree.c -------------------------------------------------------------------------- */
+
+/* Rank 0's bytes to every rank (bytes a multiple of 4). */
+int gk_nn_tr_bcast(gk_nn_trainer *t, void *buf, size_t bytes, gk_err *err);
+/* Every rank's bytes-sized record into all (world * bytes). */
+int gk_nn_tr_gather(gk_nn_trainer *t, const void *mine, void *all, size_t bytes,
+		    gk_err *err);
+/* Sums over the ranks, in place (nothing for a world of one). */
+int gk_nn_tr_sum(gk_nn_trainer *t, double *v, size_t n, gk_err *err);
+/*
+ * A failure that nfail ranks met (every rank knows nfail; mine is this
+ * rank's error, or NULL): every rank fails with it and exits cleanly,
+ * and the first failing rank says why, once for the job.
+ */
+int gk_nn_tr_agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
+			    gk_err *err);
+/* After work each rank does alone (rc < 0 with err: it failed): whether
+ * any rank failed, said once for the job. */
+int gk_nn_tr_agree_local(gk_nn_trainer *t, int rc, gk_err *err);
+/* The ranks opened the same data (d read from src). */
+int gk_nn_tr_agree_data(gk_nn_trainer *t, const gk_nn_data *d, const char *src,
+			gk_err *err);
+/* Every rank was started with the same options. */
+int gk_nn_tr_agree_options(const gk_nn_trainer *t, gk_err *err);
+/* fn run by rank 0 alone while the others wait (see agree.c): on every
+ * rank 0 when it succeeded, 1 when it failed (rank 0's *mine says why),
+ * or -1. */
+int gk_nn_tr_rank0_alone(gk_nn_trainer *t, int (*fn)(gk_nn_trainer *, const char *, gk_err *),
+			 const char *arg, gk_err *mine, gk_err *err);
+
+/* ---- place.c -------------------------------------------------------------------------- */
+
+/* t->place, and --threads' default. */
+int gk_nn_tr_place(gk_nn_trainer *t, gk_err *err);
+
+/* ---- resume.c ------------------------------------------------------------------------- */
+
+/* Rank 0 creates and locks --ckpt-dir, and the ranks agree it is theirs. */
+int gk_nn_tr_claim_ckpt_dir(gk_nn_trainer *t, gk_err *err);
+/* Rank 0 resolves --init-from to one step directory, for every rank. */
+int gk_nn_tr_resolve_init_from(gk_nn_trainer *t, gk_err *err);
+/* A failure reading --init-from, said better when ckpt-prune removed it
+ * meanwhile. Returns -1. */
+int gk_nn_tr_init_gone(const gk_nn_trainer *t, gk_err *err);
+/* Rank 0 checks the COMMIT behind a checkpoint input; the ranks agree. */
+int gk_nn_tr_verify_ckpt(gk_nn_trainer *t, const char *in, gk_err *err);
+/* Step, data position, model and moments from step directory dir. */
+int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err *err);
+
+/* ---- checkpoint.c --------------------------------------------------------------------- */
+
+/* Start writing checkpoint t->step from a thread (one in flight). */
+int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err);
+/* This rank's part of the counts gk_nn_tr_ckpt_progress takes, summed
+ * over the ranks: written, failed, done. */
+void gk_nn_tr_ckpt_counts(const gk_nn_trainer *t, double c[3]);
+int gk_nn_tr_ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hooks *h,
+			   gk_err *err);
+/* Finish the pending checkpoint on every rank. */
+int gk_nn_tr_ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err);
+/* Stop the writer and drop what it did not commit (gk_nn_trainer_free). */
+void gk_nn_tr_ckpt_cancel(gk_nn_trainer *t);
+
+/* ---- train.c -------------------------------------------------------------------------- */
+
+int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop,
+		       int shuffle, gk_err *err);
+/* The data position as JSON, malloc'ed (NULL without memory). */
+char *gk_nn_tr_data_state(const gk_nn_data *d);
+/* --val-data holds a micro-batch on every rank, before step 1. */
+int gk_nn_tr_check_val_data(gk_nn_trainer *t, gk_err *err);
+
+/* ---- dp.c: the gradient path ------------------------------------------------------------ */
+
+/*
+ * Data parallel over the world: every rank holds the whole model and its
+ * gradients; after backward they are averaged (ZeRO-0: bucketed
+ * allreduces, overlapped with backward) or each rank receives its own
+ * range of them (ZeRO-1: reduce-scatter), the global norm is taken, AdamW
+ * updates this rank's range [lo, hi) with its moments, and ZeRO-1 gathers
+ * every rank's updated range. The trainer's loop calls only these.
+ */
+struct gk_nn_dp {
+	gk_nn_model *m;
+	gk_comm *comm;        /* the world's */
+	gk_comm *gcomm;       /* the gradients': comm, or an nccl one (dev_grads) */
+	int dev_grads;        /* gradients reduced where the model computes (GPU, NCCL) */
+	int via_host;         /* a GPU's gradients reduced through host memory */
+	char note[sizeof(((gk_err *)0)->msg) + 64]; /* why --comm auto chose the host */
+	int rank, world;
+	int zero;
+	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
+	float *mom, *vel;     /* hi - lo each (host; mirrors on a GPU) */
+	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
+	gk_comm_compress compress;
+	int overlap;          /* buckets start during backward */
+	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
+	gk_comm_grads *grads;
+	double comm_start;    /* first bucket of this step started */
+};
+
+/* Before the model: the multiple of the flat buffers' length (the world
+ * under ZeRO-1, so that equal ranges exist on every rank). */
+int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world);
+/* After the model: this rank's optimizer range and its moments (zero). */
+int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
+/* Once the device is chosen: the gradients' communicator (--comm),
+ * ZeRO-1's buffers and the buckets. */
+int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err);
+void gk_nn_dp_free(gk_nn_dp *dp);
+/* This rank's optimizer range of the N parameters (not the padding). */
+size_t gk_nn_dp_lo(const gk_nn_dp *dp);
+size_t gk_nn_dp_hi(const gk_nn_dp *dp);
+/* backward's ready callback on the last micro-step, or NULL */
+gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp);
+/* After backward (at time now): the gradients averaged, or this rank's
+ * range of them. */
+int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err);
+/* This rank's part of the squared norm: its range under ZeRO-1, else 0. */
+int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err);
+/* The global norm, given the ranks' local parts summed. */
+int gk_nn_dp_norm(gk_nn_dp *dp, double ss_sum, double *norm, gk_err *err);
+/* AdamW on this rank's range, then (ZeRO-1) every rank's range to all;
+ * *exposed gets the gather's time. */
+int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
+		    float grad_scale, double *exposed, gk_err *err);
+/* Bytes of the communication buffers (error feedback), for accounting. */
+uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * train_metrics.c - a training step's log and the run's checkpoints as
+ * Prometheus samples (gpu-train --metrics).
+ */
+#include <math.h>
+
+#include "nn/nn.h"
+
+/*
+ * Names by Prometheus' conventions (https://prometheus.io/docs/practices/naming/):
+ * base units (seconds, bytes), _total on counters only. steps_total and
+ * tokens_total count from the start of training, across resumes, so a
+ * rate() over them is the throughput. Memory has no "total" category: a
+ * sum() over the label would count it twice.
+ */
+int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
+			const gk_nn_train_mem *mem, int world, double now,
+			gk_err *err)
+{
+	const struct {
+		const char *name, *help;
+		gk_metric_type type;
+		double v;
+	} g[] = {
+		{"gpukit_train_steps_total", "Optimizer steps done, across resumes.",
+		 GK_METRIC_COUNTER, (double)l->step},
+		{"gpukit_train_tokens_total", "Tokens trained on by all ranks, across resumes.",
+		 GK_METRIC_COUNTER, (double)l->tokens},
+		{"gpukit_train_loss", "Training loss of the last step (mean over ranks).",
+		 GK_METRIC_GAUGE, l->loss},
+		{"gpukit_train_learning_rate", "Learning rate of the last step.",
+		 GK_METRIC_GAUGE, l->lr},
+		{"gpukit_train_grad_norm", "Global gradient norm of the last step, before clipping.",
+		 GK_METRIC_GAUGE, l->grad_norm},
+		{"gpukit_train_step_seconds", "Wall time of the last step.",
+		 GK_METRIC_GAUGE, l->step_ms / 1e3},
+		{"gpukit_train_comm_seconds", "Gradient communication time of the last step.",
+		 GK_METRIC_GAUGE, l->comm_ms / 1e3},
+		{"gpukit_train_exposed_comm_seconds",
+		 "Communication of the last step not hidden behind compute.",
+		 GK_METRIC_GAUGE, l->exposed_comm_ms / 1e3},
+		{"gpukit_train_tokens_per_second", "Throughput of the last step, all ranks.",
+		 GK_METRIC_GAUGE, l->tokens_per_s},
+		{"gpukit_train_step_skipped", "1 when the last step's update was skipped (non-finite).",
+		 GK_METRIC_GAUGE, l->skipped ? 1 : 0},
+		{"gpukit_train_world_size", "Ranks training.", GK_METRIC_GAUGE, world},
+		{"gpukit_train_last_step_timestamp_seconds", "When the last step ended, in Unix time.",
+		 GK_METRIC_GAUGE, now},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(g); i++)
+		if (gk_metrics_set(m, g[i].name, g[i].type, g[i].help, NULL, g[i].v, err) < 0)
+			return -1;
+	/* kept from the last evaluation until the next */
+	if (!isnan(l->val_loss) &&
+	    gk_metrics_set(m, "gpukit_train_val_loss", GK_METRIC_GAUGE,
+			   "Loss on the validation data at the last evaluation.", NULL,
+			   l->val_loss, err) < 0)
+		return -1;
+	const char *cat[] = {"parameters", "gradients", "optimizer", "activations",
+			     "workspace", "padding", "comm"};
+	const uint64_t v[] = {mem->parameters, mem->gradients, mem->optimizer,
+			      mem->activations, mem->workspace, mem->padding, mem->comm};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(cat); i++) {
+		const char *lab[] = {"category", cat[i], NULL};
+		if (gk_metrics_set(m, "gpukit_train_memory_bytes", GK_METRIC_GAUGE,
+				   "Memory rank 0 allocated, by category.", lab, (double)v[i],
+				   err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int gk_nn_train_ckpt_metrics(gk_metrics *m, const gk_nn_ckpt_stats *s, gk_err *err)
+{
+	if (gk_metrics_set(m, "gpukit_train_checkpoints_failed_total", GK_METRIC_COUNTER,
+			   "Checkpoints not written (--ckpt-error continue), this run.", NULL,
+			   (double)s->failed, err) < 0)
+		return -1;
+	if (s->step <= 0)
+		return 0;
+	const struct {
+		const char *name, *help;
+		double v;
+	} g[] = {
+		{"gpukit_train_checkpoint_step", "Step of the last checkpoint committed.",
+		 (double)s->step},
+		{"gpukit_train_checkpoint_seconds",
+		 "Time of the last checkpoint, from the copy of the state to its commit.",
+		 s->seconds},
+		{"gpukit_train_checkpoint_timestamp_seconds",
+		 "When the last checkpoint was committed, in Unix time.", s->when},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(g); i++)
+		if (gk_metrics_set(m, g[i].name, GK_METRIC_GAUGE, g[i].help, NULL, g[i].v,
+				   err) < 0)
+			return -1;
+	return 0;
+}

@@ -1,0 +1,449 @@
+/*
+ * trainer.c - the trainer's set-up and lifetime: the world, the options
+ * every rank agrees on, the checkpoint directory, the model's shape and
+ * device, the model, the data, the gradient path (dp.c), what the run
+ * starts from (resume.c), and the memory it accounts.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda/cuda.h"
+#include "nn/train_internal.h"
+
+/* A step directory, a checkpoint root (its latest step) or another path. */
+static char *resolve_step_dir(const char *path, gk_err *err)
+{
+	char *p = NULL, commit[PATH_MAX];
+	uint64_t step;
+	snprintf(commit, sizeof(commit), "%s/COMMIT", path);
+	if (access(commit, F_OK) == 0)
+		return strdup(path);
+	int r = gk_ckpt_latest(path, &step, err);
+	if (r < 0)
+		return NULL;
+	if (r == 0)
+		return strdup(path);
+	if (asprintf(&p, "%s/step-%08" PRIu64, path, step) < 0)
+		return NULL;
+	return p;
+}
+
+static int config_equal(const gk_nn_config *a, const gk_nn_config *b)
+{
+	return a->layers == b->layers && a->hidden == b->hidden && a->heads == b->heads &&
+	       a->vocab == b->vocab && a->positions == b->positions;
+}
+
+/*
+ * The categories are those of mem-estimate for an f32 run: parameters,
+ * gradients and AdamW's moments of the model's Psi parameters (sharded
+ * by the world under ZeRO-1), so the two agree to the byte. What exists
+ * only because the embedding is padded to vocab_pad rows (those rows in
+ * the parameters, gradients and moments, the logits' extra columns) and
+ * ZeRO-1's rounding of the flat buffer is "padding".
+ */
+static void account(gk_nn_trainer *t)
+{
+	gk_nn_mem mm;
+	gk_nn_memory(t->m, &mm);
+	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
+	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
+	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
+	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	uint64_t moments = (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
+	/* a GPU's working copy (bf16) counts as parameters; the allocator's
+	 * rounding and the padded vocabulary's rows are padding */
+	uint64_t work = t->cuda && t->o.precision == GK_NN_BF16 ? 2 * psi : 0;
+	t->mem.parameters = 4 * psi + work;
+	t->mem.gradients = 4 * psi;
+	t->mem.optimizer = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
+	t->mem.activations = mm.activations - logit_pad;
+	t->mem.workspace = mm.workspace +
+		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
+	t->mem.padding = (mm.parameters - t->mem.parameters) + (mm.gradients - t->mem.gradients) +
+			 (moments - t->mem.optimizer) + logit_pad;
+	t->mem.comm = gk_nn_dp_comm_bytes(t->dp); /* error feedback */
+	t->mem.total = t->mem.parameters + t->mem.gradients + t->mem.optimizer +
+		       t->mem.activations + t->mem.workspace + t->mem.padding + t->mem.comm;
+}
+
+const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
+{
+	return &t->mem;
+}
+
+int gk_nn_trainer_rank(const gk_nn_trainer *t)
+{
+	return t ? t->rank : 0;
+}
+
+int gk_nn_trainer_world(const gk_nn_trainer *t)
+{
+	return t ? t->world : 1;
+}
+
+const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t)
+{
+	return &t->cfg;
+}
+
+const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t)
+{
+	return &t->o;
+}
+
+const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note)
+{
+	if (note)
+		*note = t->device_note[0] ? t->device_note : NULL;
+	return t->device;
+}
+
+const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note)
+{
+	if (note)
+		*note = t->dp && t->dp->note[0] ? t->dp->note : NULL;
+	return gk_comm_backend_name(gk_comm_backend_of(t->dp ? t->dp->gcomm : t->comm));
+}
+
+const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t)
+{
+	return t->ckpt_note[0] ? t->ckpt_note : NULL;
+}
+
+const char *gk_nn_trainer_model_from(const gk_nn_trainer *t)
+{
+	return t->model_from[0] ? t->model_from : NULL;
+}
+
+const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t)
+{
+	return &t->place;
+}
+
+gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
+{
+	return t->m;
+}
+
+int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
+{
+	*report = !t || !t->agreed || t->rank == t->reporter;
+	return t && t->agreed ? t->agreed : 1;
+}
+
+void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
+{
+	if (t && t->comm && !t->agreed)
+		gk_comm_abort(t->comm, code);
+}
+
+static int shape_error(const char *dir, const gk_nn_config *ck, const gk_nn_config *want,
+		       gk_err *err)
+{
+	return gk_errf(err, "checkpoint '%s': its model (%" PRId64 " layers, hidden %" PRId64
+		       ", %" PRId64 " heads, vocab %" PRId64 ", %" PRId64
+		       " positions) is not the one asked for (%" PRId64 ", %" PRId64
+		       ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
+		       dir, ck->layers, ck->hidden, ck->heads, ck->vocab, ck->positions,
+		       want->layers, want->hidden, want->heads, want->vocab, want->positions);
+}
+
+/* 1 when lib/ckpt can open in as a checkpoint, else 0 with its reason
+ * (which says why better than a missing config.json does) */
+static int ckpt_readable(const char *in, gk_err *err)
+{
+	gk_ckpt_set *s;
+	char *v[] = {(char *)in};
+	if (gk_ckpt_open(&s, v, 1, err) < 0)
+		return 0;
+	gk_ckpt_close(s);
+	return 1;
+}
+
+/*
+ * The model's shape: the checkpoint's config.json (resumed, or beside
+ * --init-from) with the shape flags over it; --config must agree with it;
+ * without a checkpoint config, --config or the flags over GPT-2 small.
+ */
+static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	char path[PATH_MAX];
+	gk_nn_config from = {0};
+	int have_from = 0, rc = 0;
+	const char *dir = resume_dir;
+	char *init = NULL;
+	if (!dir && o->init_from) {
+		struct stat st;
+		int found = stat(o->init_from, &st) == 0;
+		if (found && S_ISDIR(st.st_mode)) {
+			if (!(init = resolve_step_dir(o->init_from, err)))
+				return -1;
+			dir = init;
+		} else if (found && S_ISREG(st.st_mode)) {
+			/* a safetensors file: the config.json beside it, as
+			 * in a step or Hugging Face directory */
+			const char *slash = strrchr(o->init_from, '/');
+			size_t n = slash == o->init_from ? 1 : (size_t)(slash - o->init_from);
+			if (!(init = slash ? strndup(o->init_from, n) : strdup(".")))
+				return gk_err_sys(err, ENOMEM, "read '%s'", o->init_from);
+			dir = init;
+		}
+	}
+	if (dir) {
+		snprintf(path, sizeof(path), "%s/config.json", dir);
+		if (access(path, F_OK) == 0) {
+			if (gk_nn_config_load(&from, path, err) < 0) {
+				free(init);
+				return -1;
+			}
+			have_from = 1;
+		}
+	}
+	if (have_from && (!o->have_config || o->cfg_from_flags)) {
+		t->cfg = from;
+		const gk_nn_config *f = &o->shape;
+		if (f->layers) t->cfg.layers = f->layers;
+		if (f->hidden) t->cfg.hidden = f->hidden;
+		if (f->heads) t->cfg.heads = f->heads;
+		if (f->vocab) t->cfg.vocab = f->vocab;
+		if (f->positions) t->cfg.positions = f->positions;
+		if (gk_nn_config_finish(&t->cfg, err) < 0)
+			rc = -1;
+		else if (!config_equal(&t->cfg, &from))
+			rc = shape_error(dir, &from, &t->cfg, err);
+	} else if (o->have_config) {
+		t->cfg = o->cfg;
+		if (gk_nn_config_finish(&t->cfg, err) < 0)
+			rc = -1;
+		else if (have_from && !config_equal(&t->cfg, &from))
+			rc = shape_error(dir, &from, &t->cfg, err);
+	} else {
+		/* --init-from alone: its config.json is the only shape there is */
+		struct stat st;
+		if (!o->init_from)
+			rc = gk_errf(err, "no model: give a config, the shape, or a checkpoint "
+				     "to start from");
+		else if (stat(o->init_from, &st) < 0)
+			rc = gk_err_sys(err, errno, "open '%s'", o->init_from);
+		else if (S_ISDIR(st.st_mode) && !ckpt_readable(o->init_from, err))
+			rc = -1; /* a root without a committed step, an unfinished step */
+		else
+			rc = gk_errf(err, "no model: '%s' has no config.json%s; give --config or "
+				     "the shape flags", o->init_from, S_ISDIR(st.st_mode) ? "" : " beside it");
+	}
+	free(init);
+	return rc;
+}
+
+/*
+ * The device of --device cpu|cuda|auto, the same on every rank: auto
+ * falls back to the CPU with a note when a rank has no usable GPU, and a
+ * job whose ranks disagree (some with a GPU, some without) runs on the
+ * CPU (auto) or fails (cuda) rather than mixing backends.
+ */
+static int choose_device(gk_nn_trainer *t, gk_err *err)
+{
+	snprintf(t->device, sizeof(t->device), "cpu");
+	if (t->o.device == GK_NN_CPU)
+		return 0;
+	int note = 0;
+	gk_err why = {0};
+	gk_cuda_want want = t->o.device == GK_NN_CUDA ? GK_CUDA_WANT_CUDA : GK_CUDA_WANT_AUTO;
+	int r = gk_cuda_device_resolve(want, &note, &why);
+	double v[2] = {r == 1, r < 0};
+	if (gk_nn_tr_sum(t, v, 2, err) < 0)
+		return -1;
+	if (v[1] > 0)
+		return gk_nn_tr_agreed_failure(t, v[1], r < 0 ? &why : NULL, err);
+	if (v[0] < t->world) {
+		if (!note)
+			snprintf(why.msg, sizeof(why.msg), "%d of %d ranks have no usable GPU",
+				 t->world - (int)v[0], t->world);
+		snprintf(t->device_note, sizeof(t->device_note), "%s; training on the CPU",
+			 why.msg);
+		return 0;
+	}
+	if (gk_cuda_device_select(-1, &t->dev, err) < 0)
+		return -1;
+	t->cuda = 1;
+	snprintf(t->device, sizeof(t->device), "cuda:%d", t->dev);
+	return 0;
+}
+
+int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
+		      gk_err *err)
+{
+	*out = NULL;
+	gk_nn_trainer *t = calloc(1, sizeof(*t));
+	if (!t)
+		return gk_err_sys(err, ENOMEM, "trainer");
+	t->o = *o;
+	t->lock = -1;
+	char *resume_dir = NULL;
+	uint64_t resume_step = 0;
+	if (t->o.grad_accum < 1)
+		t->o.grad_accum = 1;
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout};
+	if (gk_comm_open(&t->comm, &cc, err) < 0)
+		goto fail;
+	t->rank = gk_comm_rank(t->comm);
+	t->world = gk_comm_world(t->comm);
+	/*
+	 * A rank that failed before the trainer still opened the world, to
+	 * end it with the others: had it exited, they would wait for it in
+	 * MPI's start-up (srun keeps a step whose task exited running, unless
+	 * --kill-on-bad-exit).
+	 */
+	double nfail = o->failed != NULL;
+	if (gk_nn_tr_sum(t, &nfail, 1, err) < 0)
+		goto fail;
+	if (nfail > 0) {
+		gk_nn_tr_agreed_failure(t, nfail, o->failed, err);
+		goto fail;
+	}
+	if (gk_nn_tr_agree_options(t, err) < 0) {
+		t->agreed = 2;
+		goto fail;
+	}
+	if (gk_nn_tr_place(t, err) < 0)
+		goto fail;
+	/* --eval-only reads a checkpoint and writes none: nothing to claim */
+	if (o->ckpt_dir && !o->eval_only && gk_nn_tr_claim_ckpt_dir(t, err) < 0) {
+		t->agreed = 1;
+		goto fail;
+	}
+	if (o->init_from && gk_nn_tr_resolve_init_from(t, err) < 0)
+		goto fail;
+	o = &t->o; /* with --init-from resolved */
+	struct stat dst;
+	if (o->resume && o->ckpt_dir && (stat(o->ckpt_dir, &dst) == 0 || errno != ENOENT)) {
+		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
+		if (r < 0)
+			goto fail;
+		if (r == 1 && asprintf(&resume_dir, "%s/step-%08" PRIu64, o->ckpt_dir, resume_step) < 0) {
+			gk_err_sys(err, ENOMEM, "resume");
+			goto fail;
+		}
+	}
+	/* a training job's first run finds nothing to resume and starts;
+	 * an evaluation of nothing would print an untrained model's loss */
+	if (o->eval_only && o->resume && !resume_dir) {
+		gk_errf(err, "--eval-only --resume: no committed checkpoint in '%s'",
+			o->ckpt_dir);
+		t->agreed = 1;
+		goto fail;
+	}
+	int rc = choose_config(t, resume_dir, err);
+	if (rc < 0)
+		gk_nn_tr_init_gone(t, err);
+	if (rc == 0 && t->o.seq <= 0)
+		t->o.seq = (int)t->cfg.positions;
+	if (rc == 0 && t->o.seq > t->cfg.positions)
+		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
+			     " positions", t->o.seq, t->cfg.positions);
+	if (gk_nn_tr_agree_local(t, rc, err) < 0)
+		goto fail;
+	if (choose_device(t, err) < 0)
+		goto fail;
+	/*
+	 * On the CPU the allreduce is memory copies and sums by the ranks'
+	 * own cores: while backward computes on every core, running it beside
+	 * only makes the two compete (2 ranks of 1 thread on 2 CPUs: 1-7 %,
+	 * median 2 %, fewer tokens a second than after backward). It
+	 * overlaps where something else does the work: a GPU computing, a
+	 * network between hosts, or a CPU the ranks' threads leave free.
+	 */
+	if (t->o.overlap == GK_NN_AUTO)
+		t->o.overlap = t->cuda || t->place.hosts > 1 || t->place.spare > 0;
+	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
+			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
+			 .precision = t->o.precision,
+			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world)};
+	if (gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
+		goto fail;
+	t->N = gk_nn_nparams(t->m);
+	rc = gk_nn_dp_new(&t->dp, t, err);
+	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
+	t->tg = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
+	if (rc == 0 && (!t->in || !t->tg))
+		rc = gk_err_sys(err, ENOMEM, "optimizer state");
+	if (gk_nn_tr_agree_local(t, rc, err) < 0)
+		goto fail;
+	if (!t->o.eval_only && t->o.data &&
+	    (gk_nn_tr_agree_local(t, gk_nn_tr_data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err), err) < 0 ||
+	     gk_nn_tr_agree_data(t, t->data, t->o.data, err) < 0))
+		goto fail;
+	if (!t->o.eval_only && t->o.val_data && gk_nn_tr_check_val_data(t, err) < 0)
+		goto fail;
+	if (gk_nn_dp_open(t->dp, t, err) < 0)
+		goto fail;
+	if (resume_dir || o->init_from) {
+		const char *from = resume_dir ? resume_dir : o->init_from;
+		if (gk_nn_tr_verify_ckpt(t, from, err) < 0) {
+			t->agreed = 1;
+			if (!resume_dir)
+				gk_nn_tr_init_gone(t, err);
+			goto fail;
+		}
+		if (resume_dir ? gk_nn_tr_resume_from(t, resume_dir, resume_step, err) < 0
+			       : gk_nn_load(t->m, o->init_from, err) < 0) {
+			if (!resume_dir)
+				gk_nn_tr_init_gone(t, err);
+			goto fail;
+		}
+		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
+	} else {
+		gk_nn_init(t->m, t->o.seed);
+	}
+	/*
+	 * The initial broadcast, as PyTorch DDP's of its module states: each
+	 * rank loaded or initialised its own parameters, and one whose host
+	 * holds another copy of --init-from would train another model from
+	 * here on, its loss averaged in, without a word. Rank 0's go to all;
+	 * so do ZeRO-0's moments, replicated like them.
+	 */
+	gk_nn_dp *dp = t->dp;
+	float *p0 = gk_nn_params(t->m);
+	if (t->world > 1 &&
+	    (gk_comm_broadcast(t->comm, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
+	     (!t->o.zero && resume_dir &&
+	      (gk_comm_broadcast(t->comm, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
+	       gk_comm_broadcast(t->comm, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
+		goto fail;
+	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
+	    (resume_dir && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
+					      dp->vel, 1, err) < 0))
+		goto fail;
+	free(resume_dir);
+	account(t);
+	*out = t;
+	return 0;
+fail:
+	free(resume_dir);
+	*out = t; /* the caller can still abort the world */
+	return -1;
+}
+
+void gk_nn_trainer_free(gk_nn_trainer *t)
+{
+	if (!t)
+		return;
+	gk_nn_tr_ckpt_cancel(t);
+	gk_nn_dp_free(t->dp); /* its communicator before the model's stream */
+	gk_nn_data_close(t->data);
+	gk_nn_free(t->m);
+	free(t->in);
+	free(t->tg);
+	free(t->snap);
+	gk_comm_close(t->comm);
+	gk_ckpt_unlock(t->lock);
+	free(t->init_from);
+	free(t);
+}
