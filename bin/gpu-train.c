@@ -17,136 +17,213 @@
 
 #include "nn/nn.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: gpu-train [-qv] [--json] --data SRC [--config FILE | --layers N --hidden N\n"
 	"                 --heads N --vocab N --positions N] [--init-from CKPT] [--seed N]\n"
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
-	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n"
-	"model:\n"
-	"  --config FILE         GPT-2 config.json (the shape flags override it)\n"
-	"  --layers N  --hidden N  --heads N  --vocab N  --positions N\n"
-	"  --init-from CKPT      start from a safetensors file, HF directory or step directory\n"
-	"  --seed N              initialisation, shuffle and sampling seed (default 1337)\n"
-	"data:\n"
-	"  --data SRC            shards ('train-{000000..000031}.tar', a manifest) or .bin token files\n"
-	"  --val-data SRC        data for --eval-every and the end of the run\n"
-	"  --shuffle on|none     shard and window shuffle (default on)\n"
-	"  --eot ID              end-of-text token between documents (default vocab - 1)\n"
-	"  --bad-sample stop|skip  a corrupt sample stops the run (default) or is skipped and counted\n"
-	"  --dump-data N         print each rank's first N micro-batches as JSON and exit\n"
-	"step:\n"
-	"  -b, --batch B         sequences per micro-batch per rank (default 4)\n"
-	"  -t, --seq T           tokens per sequence (default: the model's positions)\n"
-	"  --grad-accum A        micro-batches per step (default 1)\n"
-	"  --recompute MODE      none, gelu or layer (default none)\n"
-	"  --threads N           compute threads (default: the CPUs this rank may use)\n"
-	"  --device KIND         cpu, cuda or auto (cuda when every rank has a GPU; default cpu)\n"
-	"  --precision KIND      on a GPU: bf16, tf32 or fp32 (default bf16)\n"
-	"optimizer:\n"
-	"  --steps N             steps to train, the schedule's length (default 1000)\n"
-	"  --until N             stop after step N (checkpointing), keeping the schedule\n"
-	"  --lr LR               peak learning rate (default 6e-4)\n"
-	"  --min-lr LR           final learning rate of cosine/linear (default lr/10)\n"
-	"  --warmup N            linear warmup steps (default 0)\n"
-	"  --schedule KIND       cosine, linear or constant (default cosine)\n"
-	"  --clip X              global gradient-norm clip, 0 off (default 1.0)\n"
-	"  --beta1 X --beta2 X --eps X --weight-decay X   AdamW (0.9 0.95 1e-8 0.1)\n"
-	"  --skip-nonfinite      skip steps whose loss or gradient is NaN/Inf\n"
-	"parallel:\n"
-	"  --zero 0|1            1: shard the optimizer state over the ranks\n"
-	"  --compress KIND       none, bf16, f16 or int8 gradients on the wire\n"
-	"  --bucket SIZE         gradient bucket size (default 25M)\n"
-	"  --overlap WHEN        allreduce during backward: auto (a GPU, several hosts, or\n"
-	"                        a CPU the ranks leave free), on or off (after backward)\n"
-	"  --no-overlap          --overlap off\n"
-	"  --comm KIND           a GPU's gradients: auto (NCCL on the device when there is\n"
-	"                        more than one rank), nccl or mpi (through host memory)\n"
-	"  --timeout SECONDS     fail a collective with no progress for this long, 0 off (default 600)\n"
-	"checkpoints:\n"
-	"  --ckpt-dir DIR        where step directories go\n"
-	"  --ckpt-every N        checkpoint every N steps (and always at the end)\n"
-	"  --resume              continue from DIR's latest checkpoint, if there is one\n"
-	"  --ckpt-error stop|continue  a failed checkpoint (disk full) stops the run (default)\n"
-	"evaluation and sampling:\n"
-	"  --eval-every N        evaluate on --val-data every N steps\n"
-	"  --eval-batches N      micro-batches per evaluation, 0 all (default 0)\n"
-	"  --eval-only           print the mean loss of the model on --val-data or --data\n"
-	"  --sample N            generate N tokens at the end\n"
-	"  --temperature X       sampling temperature, 0 greedy (default 1.0)\n"
-	"  --top-k K             sample among the K most likely tokens (default 0: all)\n"
-	"output:\n"
+	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n";
+
+/* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
+static const char common[] =
 	"  --json                one JSON object per line (start, steps, summary)\n"
-	"  --metrics FILE        rank 0 rewrites FILE in Prometheus' text format (at most 1/s)\n"
 	"  -q, --quiet           no per-step lines\n"
-	"  -h, --help            this help; --version the version\n";
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
-enum {
-	OPT_CONFIG = GK_OPT_FIRST_TOOL, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_VOCAB,
-	OPT_POSITIONS, OPT_INIT, OPT_SEED, OPT_DATA, OPT_VAL, OPT_SHUFFLE, OPT_EOT,
-	OPT_DUMP, OPT_ACCUM, OPT_RECOMPUTE, OPT_THREADS, OPT_STEPS, OPT_UNTIL, OPT_LR,
-	OPT_MINLR, OPT_WARMUP, OPT_SCHED, OPT_CLIP, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WD,
-	OPT_SKIPNF, OPT_ZERO, OPT_COMPRESS, OPT_BUCKET, OPT_NOOVERLAP, OPT_COMM, OPT_CKDIR,
-	OPT_CKEVERY, OPT_RESUME, OPT_EVEVERY, OPT_EVBATCH, OPT_EVONLY, OPT_SAMPLE,
-	OPT_TEMP, OPT_TOPK, OPT_METRICS, OPT_TIMEOUT, OPT_CKERR, OPT_BADSAMPLE,
-	OPT_DEVICE, OPT_PRECISION, OPT_OVERLAP,
-};
+/* What the command line asks for: the trainer's options and the tool's. */
+typedef struct args {
+	gk_nn_train_opts o;
+	const char *config, *metrics;
+	int64_t dump, sample, top_k;
+	double temperature;
+	gk_comm_setting agree[96]; /* the table's rows with .agree, for the trainer */
+	char agree_names[96][32];
+} args;
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	GK_CLI_LONGOPT_JSON,
-	{"config", required_argument, NULL, OPT_CONFIG},
-	{"layers", required_argument, NULL, OPT_LAYERS},
-	{"hidden", required_argument, NULL, OPT_HIDDEN},
-	{"heads", required_argument, NULL, OPT_HEADS},
-	{"vocab", required_argument, NULL, OPT_VOCAB},
-	{"positions", required_argument, NULL, OPT_POSITIONS},
-	{"init-from", required_argument, NULL, OPT_INIT},
-	{"seed", required_argument, NULL, OPT_SEED},
-	{"data", required_argument, NULL, OPT_DATA},
-	{"val-data", required_argument, NULL, OPT_VAL},
-	{"shuffle", required_argument, NULL, OPT_SHUFFLE},
-	{"eot", required_argument, NULL, OPT_EOT},
-	{"dump-data", required_argument, NULL, OPT_DUMP},
-	{"batch", required_argument, NULL, 'b'},
-	{"seq", required_argument, NULL, 't'},
-	{"grad-accum", required_argument, NULL, OPT_ACCUM},
-	{"recompute", required_argument, NULL, OPT_RECOMPUTE},
-	{"threads", required_argument, NULL, OPT_THREADS},
-	{"device", required_argument, NULL, OPT_DEVICE},
-	{"precision", required_argument, NULL, OPT_PRECISION},
-	{"steps", required_argument, NULL, OPT_STEPS},
-	{"until", required_argument, NULL, OPT_UNTIL},
-	{"lr", required_argument, NULL, OPT_LR},
-	{"min-lr", required_argument, NULL, OPT_MINLR},
-	{"warmup", required_argument, NULL, OPT_WARMUP},
-	{"schedule", required_argument, NULL, OPT_SCHED},
-	{"clip", required_argument, NULL, OPT_CLIP},
-	{"beta1", required_argument, NULL, OPT_BETA1},
-	{"beta2", required_argument, NULL, OPT_BETA2},
-	{"eps", required_argument, NULL, OPT_EPS},
-	{"weight-decay", required_argument, NULL, OPT_WD},
-	{"skip-nonfinite", no_argument, NULL, OPT_SKIPNF},
-	{"zero", required_argument, NULL, OPT_ZERO},
-	{"compress", required_argument, NULL, OPT_COMPRESS},
-	{"bucket", required_argument, NULL, OPT_BUCKET},
-	{"no-overlap", no_argument, NULL, OPT_NOOVERLAP},
-	{"overlap", required_argument, NULL, OPT_OVERLAP},
-	{"comm", required_argument, NULL, OPT_COMM},
-	{"timeout", required_argument, NULL, OPT_TIMEOUT},
-	{"ckpt-dir", required_argument, NULL, OPT_CKDIR},
-	{"ckpt-every", required_argument, NULL, OPT_CKEVERY},
-	{"resume", no_argument, NULL, OPT_RESUME},
-	{"ckpt-error", required_argument, NULL, OPT_CKERR},
-	{"bad-sample", required_argument, NULL, OPT_BADSAMPLE},
-	{"eval-every", required_argument, NULL, OPT_EVEVERY},
-	{"eval-batches", required_argument, NULL, OPT_EVBATCH},
-	{"eval-only", no_argument, NULL, OPT_EVONLY},
-	{"sample", required_argument, NULL, OPT_SAMPLE},
-	{"temperature", required_argument, NULL, OPT_TEMP},
-	{"top-k", required_argument, NULL, OPT_TOPK},
-	{"metrics", required_argument, NULL, OPT_METRICS},
-	{NULL, 0, NULL, 0},
+static int parse_shuffle(const char *s)
+{
+	return !strcmp(s, "on") ? 1 : !strcmp(s, "none") ? 0 : -1;
+}
+
+static int parse_stop_skip(const char *s)
+{
+	return !strcmp(s, "stop") ? 0 : !strcmp(s, "skip") ? 1 : -1;
+}
+
+static int parse_stop_continue(const char *s)
+{
+	return !strcmp(s, "stop") ? 0 : !strcmp(s, "continue") ? 1 : -1;
+}
+
+static int parse_overlap(const char *s)
+{
+	return !strcmp(s, "on") ? 1 : !strcmp(s, "off") ? 0 : !strcmp(s, "auto") ? GK_NN_AUTO : -1;
+}
+
+/* the gradients' communicator: lib/comm's backends less self */
+static int parse_comm(const char *s)
+{
+	int k = gk_comm_backend_parse(s);
+	return k == GK_COMM_BACKEND_AUTO || k == GK_COMM_BACKEND_MPI || k == GK_COMM_BACKEND_NCCL ?
+		       k : -1;
+}
+
+static int parse_timeout(const char *opt, const char *s, void *field, gk_err *err)
+{
+	double v;
+	if (gk_parse_double(s, 0, 1e9, &v, opt, err) < 0)
+		return -1;
+	if (v > 0 && v < 1)
+		return gk_errf(err, "%s %s: 0 (off) or at least 1 second", opt, s);
+	v = v > 0 ? v : -1; /* the library reads 0 as its default and < 0 as off */
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int parse_bucket(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	/* a bare 25 is 25 bytes: six floats a bucket, a collective per six
+	 * gradients */
+	if (v < 1024)
+		return gk_errf(err, "%s '%s': %" PRIu64 " bytes, below 1K (a size takes a suffix: 25M)",
+			       opt, s, v);
+	size_t b = (size_t)v;
+	memcpy(field, &b, sizeof(b));
+	return 0;
+}
+
+#define SECTION(title) {.kind = GK_OPTK_SECTION, .help = title}
+#define INT(nm, a, f, lo, hi, ag, d, h) \
+	{.kind = GK_OPTK_INT, .name = nm, .arg = a, GK_OPTF(args, f), .imin = lo, .imax = hi, \
+	 .agree = ag, .def = d, .help = h}
+#define NUM(nm, a, f, lo, hi, ag, d, h) \
+	{.kind = GK_OPTK_NUM, .name = nm, .arg = a, GK_OPTF(args, f), .min = lo, .max = hi, \
+	 .agree = ag, .def = d, .help = h}
+#define STR(nm, a, f, nonempty, ag, h) \
+	{.kind = GK_OPTK_STR, .name = nm, .arg = a, GK_OPTF(args, f), .set = nonempty, \
+	 .agree = ag, .help = h}
+#define ENUM(nm, a, f, fn, nms, ag, d, h) \
+	{.kind = GK_OPTK_ENUM, .name = nm, .arg = a, GK_OPTF(args, f), .parse = fn, \
+	 .names = nms, .agree = ag, .def = d, .help = h}
+#define FLAG(nm, f, v, ag, h) \
+	{.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = v, .agree = ag, .help = h}
+#define CUSTOM(nm, a, f, fn, ag, h) \
+	{.kind = GK_OPTK_CUSTOM, .name = nm, .arg = a, GK_OPTF(args, f), .custom = fn, \
+	 .agree = ag, .help = h}
+#define AGREE 1
+#define LOCAL 0 /* may differ between the ranks: it changes no value and no collective,
+		 * or only rank 0 acts on it */
+#define I64MAX (INT64_MAX / 2)
+
+/*
+ * gpu-train's options, stated once: this table is getopt's list, the
+ * summary of --help, the parser of every argument, the defaults, and
+ * what the ranks compare before step 1. gpu-train(1) documents each row
+ * (t7105 checks both ways).
+ */
+static const gk_optdef options[] = {
+	SECTION("model"),
+	STR("config", "FILE", config, 0, LOCAL, "GPT-2 config.json (the shape flags override it)"),
+	INT("layers", "N", o.shape.layers, 1, GK_NN_MAX_LAYERS, AGREE, NULL, "blocks (n_layer)"),
+	INT("hidden", "N", o.shape.hidden, 1, GK_NN_MAX_HIDDEN, AGREE, NULL, "width (n_embd)"),
+	INT("heads", "N", o.shape.heads, 1, GK_NN_MAX_HEADS, AGREE, NULL,
+	    "attention heads (n_head), dividing --hidden"),
+	INT("vocab", "N", o.shape.vocab, 2, GK_NN_MAX_VOCAB, AGREE, NULL,
+	    "vocabulary (vocab_size; without any: GPT-2 small on bytes)"),
+	INT("positions", "N", o.shape.positions, 1, GK_NN_MAX_POSITIONS, AGREE, NULL,
+	    "the longest sequence (n_positions)"),
+	STR("init-from", "CKPT", o.init_from, 0, AGREE,
+	    "start from a safetensors file, HF directory or step directory"),
+	INT("seed", "N", o.seed, 0, INT64_MAX, AGREE, "1337",
+	    "initialisation, shuffle and sampling seed"),
+	SECTION("data"),
+	STR("data", "SRC", o.data, 0, AGREE,
+	    "shards ('train-{000000..000031}.tar', a manifest) or .bin token files"),
+	STR("val-data", "SRC", o.val_data, 0, AGREE, "data for --eval-every and the end of the run"),
+	ENUM("shuffle", "on|none", o.shuffle, parse_shuffle, "on or none", AGREE, "on",
+	     "shard and window shuffle"),
+	INT("eot", "ID", o.eot, 0, INT32_MAX, AGREE, NULL,
+	    "end-of-text token between documents (default vocab - 1)"),
+	ENUM("bad-sample", "stop|skip", o.skip_bad, parse_stop_skip, "not one of stop skip", AGREE,
+	     "stop", "a corrupt sample stops the run or is skipped and counted"),
+	INT("dump-data", "N", dump, 1, 1000000, LOCAL, NULL,
+	    "print each rank's first N micro-batches as JSON and exit"),
+	SECTION("step"),
+	{.kind = GK_OPTK_INT, .name = "batch", .short_name = 'b', .arg = "B", GK_OPTF(args, o.batch),
+	 .imin = 1, .imax = 1 << 20, .agree = AGREE, .def = "4",
+	 .help = "sequences per micro-batch per rank"},
+	{.kind = GK_OPTK_INT, .name = "seq", .short_name = 't', .arg = "T", GK_OPTF(args, o.seq),
+	 .imin = 1, .imax = 1 << 20, .agree = AGREE,
+	 .help = "tokens per sequence (default: the model's positions)"},
+	INT("grad-accum", "A", o.grad_accum, 1, 1 << 20, AGREE, "1", "micro-batches per step"),
+	ENUM("recompute", "MODE", o.recompute, gk_nn_recompute_parse, "none, gelu or layer", LOCAL,
+	     "none", "recompute in backward: none, gelu or layer"),
+	INT("threads", "N", o.threads, 1, 4096, LOCAL, NULL,
+	    "compute threads (default: the CPUs this rank may use)"),
+	ENUM("device", "KIND", o.device, gk_nn_device_parse, "cpu, cuda or auto", AGREE, "cpu",
+	     "cpu, cuda or auto (cuda when every rank has a GPU)"),
+	ENUM("precision", "KIND", o.precision, gk_nn_precision_parse, "bf16, tf32 or fp32", AGREE,
+	     "bf16", "on a GPU: bf16, tf32 or fp32"),
+	SECTION("optimizer"),
+	INT("steps", "N", o.steps, 1, I64MAX, AGREE, "1000", "steps to train, the schedule's length"),
+	INT("until", "N", o.until, 1, I64MAX, AGREE, NULL,
+	    "stop after step N (checkpointing), keeping the schedule"),
+	NUM("lr", "LR", o.sched.lr, 0, 10, AGREE, "6e-4", "peak learning rate"),
+	NUM("min-lr", "LR", o.sched.min_lr, 0, 10, AGREE, NULL,
+	    "final learning rate of cosine/linear (default lr/10)"),
+	INT("warmup", "N", o.sched.warmup, 0, I64MAX, AGREE, "0", "linear warmup steps"),
+	ENUM("schedule", "KIND", o.sched.kind, gk_nn_sched_parse, "cosine, linear or constant",
+	     AGREE, "cosine", "cosine, linear or constant"),
+	NUM("clip", "X", o.clip, 0, 1e30, AGREE, "1.0", "global gradient-norm clip, 0 off"),
+	NUM("beta1", "X", o.adamw.beta1, 0, 0.999999, AGREE, "0.9", "AdamW's beta1"),
+	NUM("beta2", "X", o.adamw.beta2, 0, 0.999999, AGREE, "0.95", "AdamW's beta2"),
+	NUM("eps", "X", o.adamw.eps, 0, 1, AGREE, "1e-8", "AdamW's epsilon, above 0"),
+	NUM("weight-decay", "X", o.adamw.weight_decay, 0, 10, AGREE, "0.1",
+	    "AdamW's decoupled weight decay (2-D tensors)"),
+	FLAG("skip-nonfinite", o.skip_nonfinite, 1, AGREE,
+	     "skip steps whose loss or gradient is NaN/Inf"),
+	SECTION("parallel"),
+	INT("zero", "0|1", o.zero, 0, 1, AGREE, "0", "1: shard the optimizer state over the ranks"),
+	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
+	     AGREE, "none", "none, bf16, f16 or int8 gradients on the wire"),
+	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
+	       "gradient bucket size (default 25M)"),
+	ENUM("overlap", "WHEN", o.overlap, parse_overlap, "auto, on or off", AGREE, "auto",
+	     "allreduce during backward: auto (a GPU, several hosts, or\n"
+	     "a CPU the ranks leave free), on or off (after backward)"),
+	FLAG("no-overlap", o.overlap, 0, LOCAL, "--overlap off"),
+	ENUM("comm", "KIND", o.comm, parse_comm, "auto, nccl or mpi", AGREE, "auto",
+	     "a GPU's gradients: auto (NCCL on the device when there is\n"
+	     "more than one rank), nccl or mpi (through host memory)"),
+	CUSTOM("timeout", "SECONDS", o.timeout, parse_timeout, AGREE,
+	       "fail a collective with no progress for this long, 0 off (default 600)"),
+	SECTION("checkpoints"),
+	STR("ckpt-dir", "DIR", o.ckpt_dir, 1, AGREE, "where step directories go"),
+	INT("ckpt-every", "N", o.ckpt_every, 1, I64MAX, AGREE, NULL,
+	    "checkpoint every N steps (and always at the end)"),
+	FLAG("resume", o.resume, 1, AGREE, "continue from DIR's latest checkpoint, if there is one"),
+	ENUM("ckpt-error", "stop|continue", o.ckpt_continue, parse_stop_continue,
+	     "not one of stop continue", AGREE, "stop",
+	     "a failed checkpoint (disk full) stops the run, or training goes on"),
+	SECTION("evaluation and sampling"),
+	INT("eval-every", "N", o.eval_every, 1, I64MAX, AGREE, NULL,
+	    "evaluate on --val-data every N steps"),
+	INT("eval-batches", "N", o.eval_batches, 0, I64MAX, AGREE, "0",
+	    "micro-batches per evaluation, 0 all"),
+	FLAG("eval-only", o.eval_only, 1, AGREE,
+	     "print the mean loss of the model on --val-data or --data"),
+	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL, "generate N tokens at the end"),
+	NUM("temperature", "X", temperature, 0, 100, LOCAL, "1.0", "sampling temperature, 0 greedy"),
+	INT("top-k", "K", top_k, 0, 1 << 24, LOCAL, "0",
+	    "sample among the K most likely tokens, 0 all"),
+	SECTION("output"),
+	STR("metrics", "FILE", metrics, 1, LOCAL,
+	    "rank 0 rewrites FILE in Prometheus' text format (at most 1/s)"),
+	{.kind = GK_OPTK_END},
 };
 
 static gk_cli cli;
@@ -170,15 +247,6 @@ static void on_signal(int sig)
 	} else if (stop_flag == 0) {
 		stop_flag = 1;
 	}
-}
-
-static double num(const char *opt, const char *s, double min, double max)
-{
-	double v;
-	gk_err err = {0};
-	if (gk_parse_double(s, min, max, &v, opt, &err) < 0)
-		gk_cli_usage_error(&cli, "%s", err.msg);
-	return v;
 }
 
 /*
@@ -419,171 +487,40 @@ static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
 	return rc;
 }
 
-/* What the command line asks for, beyond the trainer's own options. */
-typedef struct args {
-	gk_nn_train_opts o;
-	gk_nn_config shape;     /* the shape flags given (0: not given) */
-	const char *config, *metrics, *eval_src;
-	int64_t dump, sample, top_k;
-	double temperature;
-	int seq_set;
-} args;
-
-/* The options, and every usage error (exit 2) that needs no file. */
+/*
+ * The options, and every usage error (exit 2) that needs no file: the
+ * table's defaults, each argument through its row, the checks that
+ * involve more than one option, and the table's settings the ranks
+ * compare.
+ */
 static void parse_args(int argc, char **argv, args *a)
 {
-	*a = (args){
-		.o = {.seed = 1337, .shuffle = 1, .eot = -1, .batch = 4, .grad_accum = 1,
-		      .threads = 0, .steps = 1000, .clip = 1.0, .overlap = GK_NN_AUTO,
-		      .sched = {.kind = GK_NN_SCHED_COSINE, .lr = 6e-4, .min_lr = -1},
-		      .adamw = {0.9f, 0.95f, 1e-8f, 0.1f}},
-		.temperature = 1.0,
-	};
+	gk_err err = {0};
+	char *shorts = NULL;
+	memset(a, 0, sizeof(*a));
+	a->o.eot = -1;          /* vocab - 1, once the vocabulary is known */
+	a->o.sched.min_lr = -1; /* lr / 10 */
+	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
+	if (!longopts || gk_optable_defaults(options, a, &err) < 0) {
+		fprintf(stderr, "gpu-train: %s\n", longopts ? err.msg : strerror(ENOMEM));
+		exit(1);
+	}
 	int c;
-	while ((c = getopt_long(argc, argv, "hqvb:t:", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
 		if (gk_cli_common(&cli, c))
 			continue;
-		switch (c) {
-		case OPT_CONFIG: a->config = optarg; break;
-		case OPT_LAYERS: a->shape.layers = gk_cli_i64(&cli, "--layers", optarg, 1, 1000); break;
-		case OPT_HIDDEN: a->shape.hidden = gk_cli_i64(&cli, "--hidden", optarg, 1, 1 << 16); break;
-		case OPT_HEADS: a->shape.heads = gk_cli_i64(&cli, "--heads", optarg, 1, 1024); break;
-		case OPT_VOCAB: a->shape.vocab = gk_cli_i64(&cli, "--vocab", optarg, 2, 1 << 24); break;
-		case OPT_POSITIONS: a->shape.positions = gk_cli_i64(&cli, "--positions", optarg, 1, 1 << 20); break;
-		case OPT_INIT: a->o.init_from = optarg; break;
-		case OPT_SEED: a->o.seed = (uint64_t)gk_cli_i64(&cli, "--seed", optarg, 0, INT64_MAX); break;
-		case OPT_DATA: a->o.data = optarg; break;
-		case OPT_VAL: a->o.val_data = optarg; break;
-		case OPT_SHUFFLE:
-			if (strcmp(optarg, "on") && strcmp(optarg, "none"))
-				gk_cli_usage_error(&cli, "--shuffle '%s': on or none", optarg);
-			a->o.shuffle = !strcmp(optarg, "on");
-			break;
-		case OPT_EOT: a->o.eot = (int32_t)gk_cli_i64(&cli, "--eot", optarg, 0, INT32_MAX); break;
-		case OPT_DUMP: a->dump = gk_cli_i64(&cli, "--dump-data", optarg, 1, 1000000); break;
-		case 'b': a->o.batch = (int)gk_cli_i64(&cli, "--batch", optarg, 1, 1 << 20); break;
-		case 't': a->o.seq = (int)gk_cli_i64(&cli, "--seq", optarg, 1, 1 << 20); a->seq_set = 1; break;
-		case OPT_ACCUM: a->o.grad_accum = (int)gk_cli_i64(&cli, "--grad-accum", optarg, 1, 1 << 20); break;
-		case OPT_RECOMPUTE:
-			if (!strcmp(optarg, "none")) a->o.recompute = GK_NN_RECOMPUTE_NONE;
-			else if (!strcmp(optarg, "gelu")) a->o.recompute = GK_NN_RECOMPUTE_GELU;
-			else if (!strcmp(optarg, "layer")) a->o.recompute = GK_NN_RECOMPUTE_LAYER;
-			else gk_cli_usage_error(&cli, "--recompute '%s': none, gelu or layer", optarg);
-			break;
-		case OPT_THREADS: a->o.threads = (int)gk_cli_i64(&cli, "--threads", optarg, 1, 4096); break;
-		case OPT_DEVICE:
-			if (!strcmp(optarg, "cpu")) a->o.device = GK_NN_CPU;
-			else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "gpu")) a->o.device = GK_NN_CUDA;
-			else if (!strcmp(optarg, "auto")) a->o.device = GK_NN_AUTO;
-			else gk_cli_usage_error(&cli, "--device '%s': cpu, cuda or auto", optarg);
-			break;
-		case OPT_PRECISION:
-			if (!strcmp(optarg, "bf16")) a->o.precision = GK_NN_BF16;
-			else if (!strcmp(optarg, "tf32")) a->o.precision = GK_NN_TF32;
-			else if (!strcmp(optarg, "fp32")) a->o.precision = GK_NN_FP32;
-			else gk_cli_usage_error(&cli, "--precision '%s': bf16, tf32 or fp32", optarg);
-			break;
-		case OPT_STEPS: a->o.steps = gk_cli_i64(&cli, "--steps", optarg, 1, INT64_MAX / 2); break;
-		case OPT_UNTIL: a->o.until = gk_cli_i64(&cli, "--until", optarg, 1, INT64_MAX / 2); break;
-		case OPT_LR: a->o.sched.lr = num("--lr", optarg, 0, 10); break;
-		case OPT_MINLR: a->o.sched.min_lr = num("--min-lr", optarg, 0, 10); break;
-		case OPT_WARMUP: a->o.sched.warmup = gk_cli_i64(&cli, "--warmup", optarg, 0, INT64_MAX / 2); break;
-		case OPT_SCHED: {
-			int k = gk_nn_sched_parse(optarg);
-			if (k < 0)
-				gk_cli_usage_error(&cli, "--schedule '%s': cosine, linear or constant", optarg);
-			a->o.sched.kind = (gk_nn_sched_kind)k;
-			break;
-		}
-		case OPT_CLIP: a->o.clip = num("--clip", optarg, 0, 1e30); break;
-		case OPT_BETA1: a->o.adamw.beta1 = (float)num("--beta1", optarg, 0, 0.999999); break;
-		case OPT_BETA2: a->o.adamw.beta2 = (float)num("--beta2", optarg, 0, 0.999999); break;
-		case OPT_EPS: a->o.adamw.eps = (float)num("--eps", optarg, 0, 1); break;
-		case OPT_WD: a->o.adamw.weight_decay = (float)num("--weight-decay", optarg, 0, 10); break;
-		case OPT_SKIPNF: a->o.skip_nonfinite = 1; break;
-		case OPT_CKERR:
-			if (strcmp(optarg, "stop") == 0)
-				a->o.ckpt_continue = 0;
-			else if (strcmp(optarg, "continue") == 0)
-				a->o.ckpt_continue = 1;
-			else
-				gk_cli_usage_error(&cli, "--ckpt-error '%s': not one of stop continue", optarg);
-			break;
-		case OPT_BADSAMPLE:
-			if (strcmp(optarg, "stop") == 0)
-				a->o.skip_bad = 0;
-			else if (strcmp(optarg, "skip") == 0)
-				a->o.skip_bad = 1;
-			else
-				gk_cli_usage_error(&cli, "--bad-sample '%s': not one of stop skip", optarg);
-			break;
-		case OPT_TIMEOUT: {
-			/* The library reads 0 as its default and < 0 as off. */
-			double v = num("--timeout", optarg, 0, 1e9);
-			if (v > 0 && v < 1)
-				gk_cli_usage_error(&cli, "--timeout %s: 0 (off) or at least 1 second",
-						   optarg);
-			a->o.timeout = v > 0 ? v : -1;
-			break;
-		}
-		case OPT_ZERO: a->o.zero = (int)gk_cli_i64(&cli, "--zero", optarg, 0, 1); break;
-		case OPT_COMPRESS: {
-			int k = gk_comm_compress_parse(optarg);
-			if (k < 0)
-				gk_cli_usage_error(&cli, "--compress '%s': none, bf16, f16 or int8", optarg);
-			a->o.compress = (gk_comm_compress)k;
-			break;
-		}
-		case OPT_BUCKET:
-			a->o.bucket_bytes = gk_cli_size(&cli, "--bucket", optarg);
-			/* a bare 25 is 25 bytes: six floats a bucket, a
-			 * collective per six gradients */
-			if (a->o.bucket_bytes < 1024)
-				gk_cli_usage_error(&cli, "--bucket '%s': %" PRIu64 " bytes, below 1K "
-						   "(a size takes a suffix: 25M)", optarg,
-						   a->o.bucket_bytes);
-			break;
-		case OPT_NOOVERLAP: a->o.overlap = 0; break;
-		case OPT_OVERLAP:
-			if (!strcmp(optarg, "on")) a->o.overlap = 1;
-			else if (!strcmp(optarg, "off")) a->o.overlap = 0;
-			else if (!strcmp(optarg, "auto")) a->o.overlap = GK_NN_AUTO;
-			else gk_cli_usage_error(&cli, "--overlap '%s': auto, on or off", optarg);
-			break;
-		case OPT_COMM: {
-			int k = gk_comm_backend_parse(optarg);
-			if (k != GK_COMM_BACKEND_AUTO && k != GK_COMM_BACKEND_MPI &&
-			    k != GK_COMM_BACKEND_NCCL)
-				gk_cli_usage_error(&cli, "--comm '%s': auto, nccl or mpi", optarg);
-			a->o.comm = (gk_comm_backend)k;
-			break;
-		}
-		case OPT_CKDIR:
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "--ckpt-dir '': an empty directory name");
-			a->o.ckpt_dir = optarg;
-			break;
-		case OPT_CKEVERY: a->o.ckpt_every = gk_cli_i64(&cli, "--ckpt-every", optarg, 1, INT64_MAX / 2); break;
-		case OPT_RESUME: a->o.resume = 1; break;
-		case OPT_EVEVERY: a->o.eval_every = gk_cli_i64(&cli, "--eval-every", optarg, 1, INT64_MAX / 2); break;
-		case OPT_EVBATCH: a->o.eval_batches = gk_cli_i64(&cli, "--eval-batches", optarg, 0, INT64_MAX / 2); break;
-		case OPT_EVONLY: a->o.eval_only = 1; break;
-		case OPT_SAMPLE: a->sample = gk_cli_i64(&cli, "--sample", optarg, 1, 1 << 20); break;
-		case OPT_TEMP: a->temperature = num("--temperature", optarg, 0, 100); break;
-		case OPT_TOPK: a->top_k = gk_cli_i64(&cli, "--top-k", optarg, 0, 1 << 24); break;
-		case OPT_METRICS:
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
-			a->metrics = optarg;
-			break;
-		default:
+		const gk_optdef *d = gk_optable_find(options, c);
+		if (!d)
 			gk_cli_usage_error(&cli, "unknown option");
-		}
+		if (gk_optable_set(d, a, optarg, &err) < 0)
+			gk_cli_usage_error(&cli, "%s", err.msg);
 	}
+	free(longopts);
+	free(shorts);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
-	a->eval_src = a->o.val_data ? a->o.val_data : a->o.data;
-	if (!a->o.data && !(a->o.eval_only && a->eval_src))
+	const char *eval_src = a->o.val_data ? a->o.val_data : a->o.data;
+	if (!a->o.data && !(a->o.eval_only && eval_src))
 		gk_cli_usage_error(&cli, "--data is required");
 	if (a->o.resume && !a->o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
@@ -615,51 +552,15 @@ static void parse_args(int argc, char **argv, args *a)
 				   a->o.sched.min_lr, a->o.sched.lr);
 	if (a->o.eval_every && !a->o.val_data)
 		gk_cli_usage_error(&cli, "--eval-every needs --val-data");
-	if (a->o.sched.min_lr < 0)
-		a->o.sched.min_lr = a->o.sched.lr / 10;
-	a->o.sched.steps = a->o.steps;
-}
-
-/*
- * The model's shape: config.json, then the flags over it; GPT-2 small
- * where neither says. With --resume or --init-from, a checkpoint's
- * config.json takes the place of GPT-2 small (the trainer reads it; the
- * flags then go over it), so those are checked there. A shape from the
- * flags alone that cannot be built is a usage error.
- */
-static int resolve_shape(args *a, gk_err *err)
-{
-	static const gk_nn_config gpt2_small = {.layers = 12, .hidden = 768, .heads = 12,
-						.vocab = GK_NN_BYTE_VOCAB, .positions = 1024,
-						.ln_eps = 1e-5f};
-	const gk_nn_config *f = &a->shape;
-	int flags = f->layers || f->hidden || f->heads || f->vocab || f->positions;
-	int ckpt = a->o.init_from || a->o.resume;
-	if (a->config && gk_nn_config_load(&a->o.cfg, a->config, err) < 0)
-		return -1;
-	if (a->config || flags || !a->o.init_from) {
-		if (!a->config)
-			a->o.cfg = gpt2_small;
-		if (f->layers) a->o.cfg.layers = f->layers;
-		if (f->hidden) a->o.cfg.hidden = f->hidden;
-		if (f->heads) a->o.cfg.heads = f->heads;
-		if (f->vocab) a->o.cfg.vocab = f->vocab;
-		if (f->positions) a->o.cfg.positions = f->positions;
-		a->o.have_config = 1;
-		/* a checkpoint's config.json goes under the flags instead */
-		a->o.cfg_from_flags = !a->config;
-		a->o.shape = a->shape;
-		if (!(a->o.cfg_from_flags && ckpt) && gk_nn_config_finish(&a->o.cfg, err) < 0) {
-			if (a->config)
-				return -1;
-			gk_cli_usage_error(&cli, "%s", err->msg);
-		}
+	for (size_t i = 0; options[i].kind != GK_OPTK_END; i++) {
+		const gk_optdef *d = &options[i];
+		if (d->kind == GK_OPTK_SECTION || !d->agree)
+			continue;
+		size_t k = a->o.nagree++;
+		snprintf(a->agree_names[k], sizeof(a->agree_names[k]), "--%s", d->name);
+		a->agree[k] = (gk_comm_setting){a->agree_names[k], gk_optable_value(d, a)};
 	}
-	/* 0: the trainer takes the model's positions, once it has the shape */
-	if (!a->seq_set)
-		a->o.seq = a->o.have_config && !(a->o.cfg_from_flags && ckpt) ?
-				   (int)a->o.cfg.positions : 0;
-	return 0;
+	a->o.agree = a->agree;
 }
 
 /*
@@ -684,9 +585,9 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	 */
 	signal(SIGXFSZ, SIG_IGN);
 	o->stop = &stop_flag;
-	const char *delay = getenv("GPUKIT_TEST_CKPT_DELAY_MS");
+	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
 	if (delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
-				  "GPUKIT_TEST_CKPT_DELAY_MS", err) < 0)
+				  "GK_TEST_CKPT_DELAY_MS", err) < 0)
 		return -1;
 	return 0;
 }
@@ -700,8 +601,7 @@ static void print_start(gk_nn_trainer *t)
 	gk_nn_model *m = gk_nn_trainer_model(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	const char *note, *device = gk_nn_trainer_device(t, &note);
-	static const char *const precisions[] = {"bf16", "tf32", "fp32"};
-	const char *precision = strcmp(device, "cpu") ? precisions[r->precision] : "fp32";
+	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
 	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
@@ -764,7 +664,8 @@ static int run_eval(gk_nn_trainer *t, const args *a, gk_err *err)
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	double loss;
 	int64_t nb;
-	if (gk_nn_trainer_eval(t, a->eval_src, a->o.eval_batches, &loss, &nb, err) < 0)
+	const char *src = a->o.val_data ? a->o.val_data : a->o.data;
+	if (gk_nn_trainer_eval(t, src, a->o.eval_batches, &loss, &nb, err) < 0)
 		return -1;
 	/* which checkpoint: a directory's latest may not be what the user thinks */
 	const char *from = gk_nn_trainer_model_from(t);
@@ -838,9 +739,7 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 				snprintf(loss, sizeof(loss), "%.4f", s.last_loss);
 			printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
 			       "loss %s, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
-			       s.seconds > 0 ? (double)r->batch * r->seq * r->grad_accum *
-						       gk_nn_trainer_world(t) * s.steps / s.seconds : 0,
-			       loss, s.skipped, why);
+			       s.tokens_per_s, loss, s.skipped, why);
 			if (s.val_loss != 0)
 				printf("val loss %.4f\n", s.val_loss);
 			if (s.data_note)
@@ -874,8 +773,7 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 	gk_nn_model *m = gk_nn_trainer_model(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	int32_t *tok = malloc((size_t)a->sample * sizeof(int32_t));
-	int32_t eot = r->eot >= 0 ? r->eot : (int32_t)(cfg->vocab - 1);
-	if (!tok || gk_nn_sample(m, r->batch, r->seq, eot, (int)a->sample, a->temperature,
+	if (!tok || gk_nn_sample(m, r->batch, r->seq, r->eot, (int)a->sample, a->temperature,
 				 (int)a->top_k, a->o.seed, tok, err) < 0) {
 		free(tok);
 		if (!err->msg[0])
@@ -922,11 +820,15 @@ int main(int argc, char **argv)
 {
 	gk_err err = {0};
 	args a;
-	gk_cli_init(&cli, "gpu-train", usage);
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "gpu-train", usage ? usage : synopsis);
 	parse_args(argc, argv, &a);
 	/* the trainer makes a failure here the whole job's */
 	gk_err early = {0};
-	if (resolve_shape(&a, &early) < 0) {
+	int r = gk_nn_train_resolve(&a.o, a.config, &early);
+	if (r == -2)
+		gk_cli_usage_error(&cli, "%s", early.msg);
+	if (r < 0) {
 		if (a.dump)
 			return gk_cli_fail(&cli, &early);
 		a.o.failed = &early;
@@ -934,12 +836,11 @@ int main(int argc, char **argv)
 	if (!a.o.failed && a.metrics && gk_metrics_check(a.metrics, &early) < 0)
 		a.o.failed = &early;
 	if (a.dump) {
-		if (!a.seq_set && !a.o.have_config)
+		if (!a.o.seq)
 			gk_cli_usage_error(&cli, "--dump-data needs --seq or a model shape");
-		gk_nn_data_opts d = {.shuffle = a.o.shuffle, .seed = a.o.seed,
-				     .vocab = a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB,
-				     .eot = a.o.eot, .batch = a.o.batch, .seq = a.o.seq,
-				     .skip_bad = a.o.skip_bad, .note = data_note};
+		gk_nn_data_opts d;
+		a.o.data_note = data_note;
+		gk_nn_train_data_opts(&a.o, a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB, &d);
 		return gk_cli_finish(&cli, dump_data(a.o.data, &d, a.dump));
 	}
 	if (catch_signals(&a.o, &err) < 0)

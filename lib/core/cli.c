@@ -79,7 +79,10 @@ int gk_cli_common(gk_cli *cli, int opt)
 {
 	switch (opt) {
 	case 'h':
-		fputs(cli->usage, stdout);
+		/* a usage longer than stdio's buffer is written here, not
+		 * at the flush: keep the error's errno for the message */
+		if (fputs(cli->usage, stdout) == EOF)
+			cli->out_errno = errno;
 		exit(gk_cli_finish(cli, 0));
 	case GK_OPT_VERSION:
 		version(cli);

@@ -452,4 +452,76 @@ uint64_t gk_cli_size(const gk_cli *cli, const char *opt, const char *s);
  */
 int gk_cli_finish(const gk_cli *cli, int status);
 
+/*
+ * An option table: one row per long option, which drives getopt_long's
+ * option list, the option summary of --help, the parsing of the argument
+ * into a field of one struct, and the list of settings every rank of a job
+ * must share (gk_optable_agree). A row's field is at `off` in the struct
+ * the caller parses into, `size` bytes (GK_OPTF gives both).
+ *
+ *   GK_OPTK_FLAG    no argument: the field (int) is set to `set`
+ *   GK_OPTK_INT     an integer in [imin, imax] (an int, int32_t, int64_t or uint64_t)
+ *   GK_OPTK_UINT    an unsigned integer up to max (a uint64_t)
+ *   GK_OPTK_NUM     a number in [min, max] (a double or a float)
+ *   GK_OPTK_SIZE    a size with a suffix (gk_parse_size) (a uint64_t or size_t)
+ *   GK_OPTK_STR     the argument itself (const char *); not empty when set
+ *   GK_OPTK_ENUM    a name that parse() maps to an int >= 0 (-1: unknown;
+ *                   `names` lists the accepted ones for the message)
+ *   GK_OPTK_CUSTOM  custom() parses and checks the argument into the field
+ *
+ * A row of kind GK_OPTK_SECTION starts a section of the summary (its help
+ * is the section's title); the table ends with a row of kind GK_OPTK_END.
+ * A row's def, when set, is its default: parsed into the field by
+ * gk_optable_defaults as an argument would be, and shown in the summary.
+ */
+typedef enum gk_optkind {
+	GK_OPTK_END, GK_OPTK_SECTION, GK_OPTK_FLAG, GK_OPTK_INT, GK_OPTK_UINT, GK_OPTK_NUM,
+	GK_OPTK_SIZE, GK_OPTK_STR, GK_OPTK_ENUM, GK_OPTK_CUSTOM
+} gk_optkind;
+
+typedef struct gk_optdef {
+	gk_optkind kind;
+	const char *name;  /* long name without the dashes */
+	char short_name;   /* or 0 */
+	const char *arg;   /* the argument's name in the summary: "N", "LR" */
+	size_t off, size;  /* the field (GK_OPTF) */
+	int64_t imin, imax; /* GK_OPTK_INT */
+	double min, max;    /* GK_OPTK_UINT (max), GK_OPTK_NUM */
+	int set;           /* GK_OPTK_FLAG's value; GK_OPTK_STR: 1 refuses "" */
+	int (*parse)(const char *s);       /* GK_OPTK_ENUM */
+	const char *names; /* GK_OPTK_ENUM: "cpu, cuda or auto" */
+	int (*custom)(const char *opt, const char *s, void *field, gk_err *err);
+	int agree;         /* every rank must be started with the same value */
+	const char *def;   /* the default, as an argument, or NULL */
+	const char *help;  /* one line; "\n" continues it on the next */
+} gk_optdef;
+
+/* A row's field, for designated initialisers: {..., GK_OPTF(args, o.batch), ...} */
+#define GK_OPTF(type, member) .off = offsetof(type, member), .size = sizeof(((type *)0)->member)
+
+/* The option whose getopt value is opt (see gk_optable_longopts), or NULL. */
+const gk_optdef *gk_optable_find(const gk_optdef *t, int opt);
+/*
+ * getopt_long's list for table t: the common options (GK_CLI_LONGOPTS,
+ * and --json when json), then the rows, each with val = its short name or
+ * GK_OPT_FIRST_TOOL + its index; and the short options string in *shorts
+ * ("hqv" and each short name with ':' when it takes an argument).
+ * malloc'ed both, NULL without memory.
+ */
+struct option *gk_optable_longopts(const gk_optdef *t, int json, char **shorts);
+/* The usage: synopsis, then the summary of the table, then tail;
+ * malloc'ed, NULL without memory. */
+char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tail);
+/* Every row's default into the struct at base (-1 when one does not parse:
+ * a defect of the table). */
+int gk_optable_defaults(const gk_optdef *t, void *base, gk_err *err);
+/* Parse the argument s of option d into the struct at base. */
+int gk_optable_set(const gk_optdef *d, void *base, const char *s, gk_err *err);
+/*
+ * The value of row d's field in the struct at base, as 64 bits that ranks
+ * can compare: an integer or flag as it is, a number's bits (as a
+ * double), a string's XXH3 (NULL 0; NULL and "" differ).
+ */
+uint64_t gk_optable_value(const gk_optdef *d, const void *base);
+
 #endif

@@ -114,50 +114,36 @@ static uint64_t fbits(double x)
  * started with different options would size their buffers differently
  * and meet in collectives of different lengths (heap corruption inside
  * MPI), or stall in different ones, or drift apart silently. This is the
- * first collective after the world opens. What may differ: --threads and
- * --recompute (they change neither a value nor a collective), and the
- * options only rank 0 acts on (output, sampling).
+ * first collective after the world opens. The caller's option table says
+ * which options must agree (gpu-train: all but --threads and --recompute,
+ * which change neither a value nor a collective, and what only rank 0
+ * acts on: output, sampling); to them the trainer adds what they resolved
+ * to on this rank, the model's shape from a config.json that each node
+ * reads for itself.
  */
 int gk_nn_tr_agree_options(const gk_nn_trainer *t, gk_err *err)
 {
 	const gk_nn_train_opts *o = &t->o;
 	const gk_nn_config *c = &o->cfg;
-	const gk_comm_setting f[] = {
+	const gk_comm_setting mine[] = {
 		{"--config", (uint64_t)o->have_config},
-		{"--layers", (uint64_t)c->layers}, {"--hidden", (uint64_t)c->hidden},
-		{"--heads", (uint64_t)c->heads}, {"--vocab", (uint64_t)c->vocab},
-		{"--positions", (uint64_t)c->positions}, {"layer_norm_epsilon", fbits(c->ln_eps)},
-		{"--layers", (uint64_t)o->shape.layers}, {"--hidden", (uint64_t)o->shape.hidden},
-		{"--heads", (uint64_t)o->shape.heads}, {"--vocab", (uint64_t)o->shape.vocab},
-		{"--positions", (uint64_t)o->shape.positions},
-		{"--init-from", gk_comm_setting_str(o->init_from)},
-		{"--seed", o->seed},
-		{"--data", gk_comm_setting_str(o->data)},
-		{"--val-data", gk_comm_setting_str(o->val_data)},
-		{"--shuffle", (uint64_t)o->shuffle}, {"--eot", (uint64_t)(uint32_t)o->eot},
-		{"--batch", (uint64_t)o->batch}, {"--seq", (uint64_t)o->seq},
-		{"--grad-accum", (uint64_t)o->grad_accum},
-		{"--device", (uint64_t)o->device}, {"--precision", (uint64_t)o->precision},
-		{"--schedule", (uint64_t)o->sched.kind}, {"--lr", fbits(o->sched.lr)},
-		{"--min-lr", fbits(o->sched.min_lr)}, {"--warmup", (uint64_t)o->sched.warmup},
-		{"--beta1", fbits(o->adamw.beta1)}, {"--beta2", fbits(o->adamw.beta2)},
-		{"--eps", fbits(o->adamw.eps)}, {"--weight-decay", fbits(o->adamw.weight_decay)},
-		{"--clip", fbits(o->clip)},
-		{"--steps", (uint64_t)o->steps}, {"--until", (uint64_t)o->until},
-		{"--zero", (uint64_t)o->zero}, {"--compress", (uint64_t)o->compress},
-		{"--no-overlap", (uint64_t)o->overlap}, {"--bucket", (uint64_t)o->bucket_bytes},
-		{"--comm", (uint64_t)o->comm}, {"--timeout", fbits(o->timeout)},
-		{"--ckpt-dir", gk_comm_setting_str(o->ckpt_dir)},
-		{"--ckpt-every", (uint64_t)o->ckpt_every}, {"--resume", (uint64_t)o->resume},
-		{"--ckpt-error", (uint64_t)o->ckpt_continue},
-		{"--eval-every", (uint64_t)o->eval_every},
-		{"--eval-batches", (uint64_t)o->eval_batches},
-		{"--eval-only", (uint64_t)o->eval_only},
-		{"--skip-nonfinite", (uint64_t)o->skip_nonfinite},
-		{"--bad-sample", (uint64_t)o->skip_bad},
+		{"config.json n_layer", (uint64_t)c->layers},
+		{"config.json n_embd", (uint64_t)c->hidden},
+		{"config.json n_head", (uint64_t)c->heads},
+		{"config.json vocab_size", (uint64_t)c->vocab},
+		{"config.json n_positions", (uint64_t)c->positions},
+		{"config.json layer_norm_epsilon", fbits(c->ln_eps)},
 	};
-	return gk_comm_agree(t->comm, f, GK_ARRAY_SIZE(f),
-			     "every rank must be started with the same options", err);
+	/* no allocation: a rank that failed one would miss the collective */
+	gk_comm_setting all[160];
+	size_t n = o->nagree + GK_ARRAY_SIZE(mine);
+	if (n > GK_ARRAY_SIZE(all))
+		return gk_errf(err, "%zu options to compare: more than %zu", n, GK_ARRAY_SIZE(all));
+	if (o->nagree)
+		memcpy(all, o->agree, o->nagree * sizeof(*all));
+	memcpy(all + o->nagree, mine, sizeof(mine));
+	return gk_comm_agree(t->comm, all, n, "every rank must be started with the same options",
+			     err);
 }
 
 /* Work rank 0 does alone, in a thread (rank0_alone). */

@@ -17,31 +17,25 @@
 #include "mem/mem.h"
 #include "nn/cuda_internal.h"
 
-/* Bounds that keep every size product far from overflow. */
-#define MAX_LAYERS 1024
-#define MAX_HIDDEN 65536
-#define MAX_VOCAB (1 << 24)
-#define MAX_POSITIONS (1 << 20)
-
 int gk_nn_config_finish(gk_nn_config *c, gk_err *err)
 {
-	if (c->layers < 1 || c->layers > MAX_LAYERS)
+	if (c->layers < 1 || c->layers > GK_NN_MAX_LAYERS)
 		return gk_errf(err, "model config 'n_layer': %lld: not in "
-			       "1..%d", (long long)c->layers, MAX_LAYERS);
-	if (c->hidden < 1 || c->hidden > MAX_HIDDEN)
+			       "1..%d", (long long)c->layers, GK_NN_MAX_LAYERS);
+	if (c->hidden < 1 || c->hidden > GK_NN_MAX_HIDDEN)
 		return gk_errf(err, "model config 'n_embd': %lld: not in 1..%d",
-			       (long long)c->hidden, MAX_HIDDEN);
+			       (long long)c->hidden, GK_NN_MAX_HIDDEN);
 	if (c->heads < 1 || c->heads > c->hidden || c->hidden % c->heads)
 		return gk_errf(err, "model config 'n_head': %lld: does not "
 			       "divide n_embd %lld", (long long)c->heads,
 			       (long long)c->hidden);
 	/* at least one token besides the end-of-text token */
-	if (c->vocab < 2 || c->vocab > MAX_VOCAB)
+	if (c->vocab < 2 || c->vocab > GK_NN_MAX_VOCAB)
 		return gk_errf(err, "model config 'vocab_size': %lld: not in "
-			       "2..%d", (long long)c->vocab, MAX_VOCAB);
-	if (c->positions < 1 || c->positions > MAX_POSITIONS)
+			       "2..%d", (long long)c->vocab, GK_NN_MAX_VOCAB);
+	if (c->positions < 1 || c->positions > GK_NN_MAX_POSITIONS)
 		return gk_errf(err, "model config 'n_positions': %lld: not in "
-			       "1..%d", (long long)c->positions, MAX_POSITIONS);
+			       "1..%d", (long long)c->positions, GK_NN_MAX_POSITIONS);
 	if (!(c->ln_eps > 0.0f && c->ln_eps < 1.0f))
 		return gk_errf(err, "model config 'layer_norm_epsilon': %g: "
 			       "not in (0, 1)", (double)c->ln_eps);
@@ -51,6 +45,25 @@ int gk_nn_config_finish(gk_nn_config *c, gk_err *err)
 }
 
 /* Keys whose other values change GPT-2's arithmetic, so must be refused. */
+const gk_nn_config gk_nn_gpt2_small = {.layers = 12, .hidden = 768, .heads = 12,
+					.vocab = GK_NN_BYTE_VOCAB, .positions = 1024,
+					.ln_eps = 1e-5f};
+
+void gk_nn_config_over(gk_nn_config *c, const gk_nn_config *f)
+{
+	if (f->layers) c->layers = f->layers;
+	if (f->hidden) c->hidden = f->hidden;
+	if (f->heads) c->heads = f->heads;
+	if (f->vocab) c->vocab = f->vocab;
+	if (f->positions) c->positions = f->positions;
+}
+
+int gk_nn_config_equal(const gk_nn_config *a, const gk_nn_config *b)
+{
+	return a->layers == b->layers && a->hidden == b->hidden && a->heads == b->heads &&
+	       a->vocab == b->vocab && a->positions == b->positions;
+}
+
 static int check_bool(const json_t *j, const char *path, const char *key,
 		      int want, gk_err *err)
 {

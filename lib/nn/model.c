@@ -289,3 +289,34 @@ int gk_nn_update(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
 			 grad_scale, mom, vel);
 	return 0;
 }
+
+/* ---- names of the model's options ---- */
+
+int gk_nn_recompute_parse(const char *s)
+{
+	return !strcmp(s, "none") ? GK_NN_RECOMPUTE_NONE :
+	       !strcmp(s, "gelu") ? GK_NN_RECOMPUTE_GELU :
+	       !strcmp(s, "layer") ? GK_NN_RECOMPUTE_LAYER : -1;
+}
+
+int gk_nn_device_parse(const char *s)
+{
+	return !strcmp(s, "cpu") ? GK_NN_CPU :
+	       !strcmp(s, "cuda") || !strcmp(s, "gpu") ? GK_NN_CUDA :
+	       !strcmp(s, "auto") ? GK_NN_AUTO : -1;
+}
+
+static const char *const precisions[] = {"bf16", "tf32", "fp32"};
+
+int gk_nn_precision_parse(const char *s)
+{
+	for (int i = 0; i < (int)GK_ARRAY_SIZE(precisions); i++)
+		if (!strcmp(s, precisions[i]))
+			return i;
+	return -1;
+}
+
+const char *gk_nn_precision_name(int p)
+{
+	return p >= 0 && p < (int)GK_ARRAY_SIZE(precisions) ? precisions[p] : "?";
+}

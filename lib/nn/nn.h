@@ -59,9 +59,23 @@ typedef struct gk_nn_config {
 #define GK_NN_BYTE_VOCAB 257
 #define GK_NN_BYTE_EOT 256
 
-/* Check the fields (positive, heads dividing hidden, sane bounds so no
- * size overflows) and set vocab_pad. */
+/* Bounds of a model's shape that keep every size product far from overflow. */
+#define GK_NN_MAX_LAYERS 1024
+#define GK_NN_MAX_HIDDEN 65536
+#define GK_NN_MAX_HEADS 1024
+#define GK_NN_MAX_VOCAB (1 << 24)
+#define GK_NN_MAX_POSITIONS (1 << 20)
+
+/* Check the fields (positive, heads dividing hidden, the bounds above) and
+ * set vocab_pad. */
 int gk_nn_config_finish(gk_nn_config *c, gk_err *err);
+/* GPT-2 small's shape on the byte vocabulary: 12 layers, hidden 768, 12
+ * heads, 1024 positions (before gk_nn_config_finish). */
+extern const gk_nn_config gk_nn_gpt2_small;
+/* The fields of f that are set (not 0) over c: shape flags over a config. */
+void gk_nn_config_over(gk_nn_config *c, const gk_nn_config *f);
+/* The same shape (layers, hidden, heads, vocab, positions). */
+int gk_nn_config_equal(const gk_nn_config *a, const gk_nn_config *b);
 /*
  * Read a GPT-2 config.json (the file transformers writes and mem-estimate
  * reads: n_layer, n_embd, n_head, vocab_size, n_positions,
@@ -90,6 +104,8 @@ typedef enum gk_nn_recompute {
 	GK_NN_RECOMPUTE_GELU,  /* recompute the GeLU output from its input */
 	GK_NN_RECOMPUTE_LAYER  /* keep each block's input; redo the block in backward */
 } gk_nn_recompute;
+/* "none", "gelu", "layer"; -1 when unknown. */
+int gk_nn_recompute_parse(const char *s);
 
 /* Where the model runs (see "the CUDA backend" below). */
 typedef enum gk_nn_device {
@@ -98,6 +114,8 @@ typedef enum gk_nn_device {
 	GK_NN_AUTO  /* the trainer only: CUDA when every rank has a usable
 		     * GPU, else the CPU with a note */
 } gk_nn_device;
+/* "cpu", "cuda" (or "gpu"), "auto"; -1 when unknown. */
+int gk_nn_device_parse(const char *s);
 
 /* Arithmetic of the CUDA backend's matmuls and activations. */
 typedef enum gk_nn_precision {
@@ -106,6 +124,9 @@ typedef enum gk_nn_precision {
 	GK_NN_TF32, /* fp32 storage, TF32 tensor-core matmuls */
 	GK_NN_FP32  /* fp32 everywhere */
 } gk_nn_precision;
+/* "bf16", "tf32", "fp32"; -1 when unknown. gk_nn_precision_name: back. */
+int gk_nn_precision_parse(const char *s);
+const char *gk_nn_precision_name(int p);
 
 typedef struct gk_nn_opts {
 	int batch, seq;               /* B, T of every forward (T <= positions) */
@@ -437,7 +458,28 @@ typedef struct gk_nn_train_opts {
 				 * (its --config unreadable on this node), or
 				 * NULL: gk_nn_trainer_new opens the world only
 				 * to fail on every rank with it (see there) */
+	/* The settings every rank must share, as the caller's option table
+	 * names them ({"--batch", value}); the trainer compares them, and what
+	 * they resolved to (the model's shape), in its first collective. */
+	const gk_comm_setting *agree;
+	size_t nagree;
 } gk_nn_train_opts;
+
+/*
+ * What the options leave to be computed, once: the schedule's length
+ * (steps) and final rate (min_lr < 0: lr / 10); the model's shape from
+ * config_path (a GPT-2 config.json, or NULL) with the shape flags
+ * (o->shape) over it, over GPT-2 small when neither is given; seq, when
+ * 0, from the shape's positions. With init_from or resume a checkpoint's
+ * config.json takes GPT-2 small's place under the flags, and the trainer
+ * finishes the shape and seq once it has read it (gk_nn_trainer_new).
+ * Returns 0; -1 when config_path cannot be read; -2 when the shape of the
+ * flags alone cannot be built (err says why: the caller's usage error).
+ */
+int gk_nn_train_resolve(gk_nn_train_opts *o, const char *config_path, gk_err *err);
+/* The data reader's options of a run with these options and this
+ * vocabulary (rank and world 0 and 1: set them). */
+void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_opts *d);
 
 /*
  * Bytes this rank allocated, by category. parameters, gradients and
@@ -490,6 +532,7 @@ typedef struct gk_nn_train_summary {
 	int64_t ckpt_lost;      /* the last checkpoint failed (--ckpt-error
 				 * continue): its step, else 0 */
 	const char *data_note;  /* a remark on the data position, or NULL */
+	double tokens_per_s;    /* over the steps of this run, all ranks */
 } gk_nn_train_summary;
 
 typedef struct gk_nn_trainer gk_nn_trainer;
@@ -546,7 +589,8 @@ typedef struct gk_nn_ckpt_stats {
 int gk_nn_train_ckpt_metrics(gk_metrics *m, const gk_nn_ckpt_stats *s, gk_err *err);
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
 /* The options as the trainer resolved them: seq from the model's
- * positions when it was 0, threads from the CPUs, grad_accum at least 1. */
+ * positions when it was 0, threads from the CPUs, grad_accum at least 1,
+ * eot from the vocabulary when it was < 0. */
 const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t);
 /* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
  * or NULL. */

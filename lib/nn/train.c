@@ -48,11 +48,12 @@ char *gk_nn_tr_data_state(const gk_nn_data *d)
 int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int loop,
 		     int shuffle, gk_err *err)
 {
-	gk_nn_data_opts dop = {.rank = t->rank, .world = t->world, .shuffle = shuffle,
-			       .seed = t->o.seed, .vocab = t->cfg.vocab, .eot = t->o.eot,
-			       .batch = t->o.batch, .seq = t->o.seq, .loop = loop,
-			       .skip_bad = t->o.skip_bad, .note = t->o.data_note,
-			       .note_ctx = t->o.data_note_ctx};
+	gk_nn_data_opts dop;
+	gk_nn_train_data_opts(&t->o, t->cfg.vocab, &dop);
+	dop.rank = t->rank;
+	dop.world = t->world;
+	dop.shuffle = shuffle;
+	dop.loop = loop;
 	return gk_nn_data_open(d, src, &dop, err);
 }
 
@@ -331,6 +332,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 	if (gk_nn_tr_ckpt_finish(t, h, err) < 0)
 		return -1;
 	sum->seconds = gk_now() - t_run;
+	sum->tokens_per_s = sum->seconds > 0 ? (double)step_tokens * sum->steps / sum->seconds : 0;
 	sum->tokens = t->tokens;
 	sum->step = t->step;
 	sum->skipped = t->skipped;

@@ -33,12 +33,6 @@ static char *resolve_step_dir(const char *path, gk_err *err)
 	return p;
 }
 
-static int config_equal(const gk_nn_config *a, const gk_nn_config *b)
-{
-	return a->layers == b->layers && a->hidden == b->hidden && a->heads == b->heads &&
-	       a->vocab == b->vocab && a->positions == b->positions;
-}
-
 /*
  * The categories are those of mem-estimate for an f32 run: parameters,
  * gradients and AdamW's moments of the model's Psi parameters (sharded
@@ -208,21 +202,16 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	}
 	if (have_from && (!o->have_config || o->cfg_from_flags)) {
 		t->cfg = from;
-		const gk_nn_config *f = &o->shape;
-		if (f->layers) t->cfg.layers = f->layers;
-		if (f->hidden) t->cfg.hidden = f->hidden;
-		if (f->heads) t->cfg.heads = f->heads;
-		if (f->vocab) t->cfg.vocab = f->vocab;
-		if (f->positions) t->cfg.positions = f->positions;
+		gk_nn_config_over(&t->cfg, &o->shape);
 		if (gk_nn_config_finish(&t->cfg, err) < 0)
 			rc = -1;
-		else if (!config_equal(&t->cfg, &from))
+		else if (!gk_nn_config_equal(&t->cfg, &from))
 			rc = shape_error(dir, &from, &t->cfg, err);
 	} else if (o->have_config) {
 		t->cfg = o->cfg;
 		if (gk_nn_config_finish(&t->cfg, err) < 0)
 			rc = -1;
-		else if (have_from && !config_equal(&t->cfg, &from))
+		else if (have_from && !gk_nn_config_equal(&t->cfg, &from))
 			rc = shape_error(dir, &from, &t->cfg, err);
 	} else {
 		/* --init-from alone: its config.json is the only shape there is */
@@ -345,6 +334,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 		gk_nn_tr_init_gone(t, err);
 	if (rc == 0 && t->o.seq <= 0)
 		t->o.seq = (int)t->cfg.positions;
+	if (rc == 0 && t->o.eot < 0)
+		t->o.eot = (int32_t)(t->cfg.vocab - 1);
 	if (rc == 0 && t->o.seq > t->cfg.positions)
 		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
 			     " positions", t->o.seq, t->cfg.positions);

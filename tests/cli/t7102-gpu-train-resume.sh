@@ -102,7 +102,7 @@ test_expect_success MPI 'shards saved by 3 ranks resume on 2: the epoch is remap
 
 test_expect_success 'kill -9 while a checkpoint is written: previous one and latest intact' '
 	gpu-train $A --steps 8 --until 4 --ckpt-dir ck4 >/dev/null &&
-	{ GPUKIT_TEST_CKPT_DELAY_MS=60000 gpu-train $A --steps 8 --ckpt-dir ck4 --resume >k.json & } &&
+	{ GK_TEST_CKPT_DELAY_MS=60000 gpu-train $A --steps 8 --ckpt-dir ck4 --resume >k.json & } &&
 	pid=$! &&
 	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	for i in $(seq 1 600); do
@@ -164,7 +164,7 @@ test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; t
 '
 
 test_expect_success 'SIGTERM while the previous checkpoint is still written: stop at the checkpoint in hand' '
-	{ GPUKIT_TEST_CKPT_DELAY_MS=2000 gpu-train $A --steps 1000000 --ckpt-every 20 \
+	{ GK_TEST_CKPT_DELAY_MS=2000 gpu-train $A --steps 1000000 --ckpt-every 20 \
 		--ckpt-dir ckw >w.json & } &&
 	pid=$! &&
 	test_when_finished "kill \$pid 2>/dev/null || :" &&

@@ -392,4 +392,20 @@ test_expect_success '--eval-only of a checkpoint directory with nothing in it: e
 	grep "^gpu-train: --ckpt-dir .\{2\}: an empty directory name" err
 '
 
+test_expect_success 'the option table, --help and gpu-train(1) name the same options' '
+	# --help is the table (bin/gpu-train.c): the names at the start of its
+	# option lines; the man page: every Fl of an .It line of OPTIONS
+	gpu-train --help >help &&
+	sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9-]*\).*/\2/p" help | sort -u >in-help &&
+	sed -n "/^\.Sh OPTIONS/,/^\.Sh /p" "$GK_TOP/man/man1/gpu-train.1" |
+		grep "^\.It" | grep -o "Fl \\\\-[a-z0-9-]*" | sed "s/^Fl \\\\-/--/" | sort -u >in-man &&
+	test $(wc -l <in-help) -gt 50 &&
+	test_cmp in-help in-man &&
+	# and each row parses what its help line says it takes
+	for o in $(grep -o "^  --[a-z0-9-]* [A-Z][A-Z]*  " help | sed "s/^ *//; s/ .*//"); do
+		test_expect_code 2 gpu-train $o 2>err || return 1
+		grep -q "^gpu-train: .*$o" err || grep -q "^gpu-train: option .$o. requires an argument" err || return 1
+	done
+'
+
 test_done

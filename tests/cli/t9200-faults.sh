@@ -160,9 +160,9 @@ test_expect_success UCX 'the same under UCX: named, exit 1, no bus error' '
 '
 
 # Rank 0 writes the whole model, the others nothing: its write alone is
-# slowed (GPUKIT_TEST_CKPT_DELAY_MS), past --timeout.
+# slowed (GK_TEST_CKPT_DELAY_MS), past --timeout.
 test_expect_success '--timeout: a checkpoint write longer than it is not a stopped rank' '
-	timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=2500 \
+	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=2500 \
 		gpu-train $A --steps 2 --timeout 1 --ckpt-dir slow : \
 		-np 1 gpu-train $A --steps 2 --timeout 1 --ckpt-dir slow >w.json 2>w.err &&
 	test_must_be_empty w.err &&
@@ -176,7 +176,7 @@ test_expect_success '--timeout: a checkpoint write longer than it is not a stopp
 # rank 0, is not a stopped rank either. Each checkpoint's event comes
 # once, in order.
 test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
-	timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=2500 \
+	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=2500 \
 		gpu-train $A --steps 6 --ckpt-every 2 --timeout 1 --ckpt-dir slowc : \
 		-np 1 gpu-train $A --steps 6 --ckpt-every 2 --timeout 1 --ckpt-dir slowc \
 		>c.json 2>c.err &&
@@ -194,7 +194,7 @@ test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
 # the job with one message, the failing rank's, and no MPI_ABORT.
 bad_commit() {
 	rm -rf bad &&
-	{ timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=1500 \
+	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=1500 \
 		gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 : \
 		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 \
 		>bad.json 2>bad.err & } &&
@@ -229,7 +229,7 @@ test_expect_success 'a commit that fails: --ckpt-error stop exits 1, said once' 
 # The same hook slows rank 0's check of the checkpoint it resumes from,
 # which the other ranks wait for.
 test_expect_success '--timeout: checking the checkpoint resumed longer than it is not a stopped rank' '
-	timeout 300 mpirun --bind-to none -np 1 -x GPUKIT_TEST_CKPT_DELAY_MS=2500 \
+	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=2500 \
 		gpu-train $A --steps 3 --timeout 1 --ckpt-dir slow --resume : \
 		-np 1 gpu-train $A --steps 3 --timeout 1 --ckpt-dir slow --resume >r.json 2>r.err &&
 	test_must_be_empty r.err &&
