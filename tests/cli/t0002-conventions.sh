@@ -8,16 +8,29 @@ it is EPIPE; a closed stdout is not reused by a file the tool opens.'
 . "$(dirname "$0")/lib.sh"
 
 version=$(sed -n 's/^VERSION := //p' "$GK_TOP/Makefile")
-tools=
+# The tools are those of bin/*.c, and the ones under test are those built
+# in $GK_BINDIR (sharness puts it first on PATH; a tool missing there would
+# be looked up further down PATH, perhaps an installed older gpukit).
+built= missing=
 for src in "$GK_TOP"/bin/*.c; do
-	test -f "$src" && tools="$tools $(basename "$src" .c)"
+	test -f "$src" || continue
+	t=$(basename "$src" .c)
+	if test -x "$GK_BINDIR/$t"; then
+		built="$built $t"
+	else
+		missing="$missing $t"
+	fi
 done
-if test -z "$tools"; then
-	skip_all="no tools built yet"
+if test -z "$built"; then
+	skip_all="no tool is built in $GK_BINDIR (make builds them)"
 	test_done
 fi
 
-for t in $tools; do
+test_expect_success 'every tool of bin/*.c is built in GK_BINDIR' '
+	test -z "$missing" || { echo "not built in $GK_BINDIR:$missing"; false; }
+'
+
+for t in $built; do
 	test_expect_success "$t --help prints usage on stdout, exit 0" "
 		$t --help >out 2>err &&
 		test_must_be_empty err &&

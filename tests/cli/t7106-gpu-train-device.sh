@@ -6,7 +6,7 @@ Without a GPU (decided by nvidia-smi, not by the code under test),
 job, and --device auto says why on stderr, once, and trains on the CPU
 with the losses of --device cpu, bit for bit. With a GPU, the CUDA
 backend trains: fp32 losses close to the CPU'"'"'s, bf16 losses falling
-and near them, an exact resume from a checkpoint the GPU wrote, and that
+and near them, an exact resume from a checkpoint the GPU wrote, and such a
 checkpoint evaluated on the CPU with the GPU'"'"'s loss. --comm: the
 gradients through NCCL on the device (a world of one, and two ranks with
 two GPUs) give the losses of the path through host memory.'
@@ -19,16 +19,41 @@ test_gpu_prereqs HAVE_CUDA
 A="--data train.bin $TINY --batch 4 --steps 10 --json"
 why="no usable GPU: \|built without CUDA"
 
-test_expect_success 'data; the CPU run' '
-	train_data &&
-	gpu-train $A --device cpu >cpu.json 2>cpu.err &&
+# Each case makes what it compares against, so that each can fail alone:
+# a reference run is made by the first case that needs it and reused by
+# the others, and it is kept only when gpu-train succeeded, so a case that
+# failed leaves nothing half-made behind for the next one.
+#   data                 train.bin (lib-train.sh's train_data), once
+#   ref NAME CMD...      NAME.json, NAME.err and NAME.losses from CMD (a
+#                        gpu-train or mpi command line), once
+data() {
+	test -f train.bin || train_data
+}
+
+ref() {
+	name=$1 && shift &&
+	if ! test -f "$name.losses"; then
+		data &&
+		"$@" >"$name.json+" 2>"$name.err+" &&
+		losses "$name.json+" >"$name.losses+" &&
+		mv "$name.json+" "$name.json" && mv "$name.err+" "$name.err" &&
+		mv "$name.losses+" "$name.losses" || {
+			echo "reference run $name failed: $*" && cat "$name.err+" 2>/dev/null
+			rm -f "$name.json+" "$name.err+" "$name.losses+"
+			return 1
+		}
+	fi
+}
+
+test_expect_success 'the CPU run: fp32 on the CPU, ten losses, nothing on stderr' '
+	ref cpu gpu-train $A --device cpu &&
 	test_must_be_empty cpu.err &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .device == \"cpu\" and .precision == \"fp32\"" cpu.json &&
-	losses cpu.json >cpu.losses &&
 	test $(wc -l <cpu.losses) = 10
 '
 
 test_expect_success 'the default device is the CPU, with no note' '
+	ref cpu gpu-train $A --device cpu &&
 	gpu-train $A >def.json 2>def.err &&
 	test_must_be_empty def.err &&
 	losses def.json >def.losses &&
@@ -36,6 +61,7 @@ test_expect_success 'the default device is the CPU, with no note' '
 '
 
 test_expect_success 'bad --device and --precision are usage errors' '
+	data &&
 	test_expect_code 2 gpu-train $A --device tpu 2>err &&
 	grep "^gpu-train: --device .tpu.: cpu, cuda or auto" err &&
 	test_expect_code 2 gpu-train $A --precision fp8 2>err &&
@@ -43,6 +69,7 @@ test_expect_success 'bad --device and --precision are usage errors' '
 '
 
 test_expect_success 'bad --comm, and --comm nccl with --device cpu, are usage errors' '
+	data &&
 	test_expect_code 2 gpu-train $A --comm gloo 2>err &&
 	grep "^gpu-train: --comm .gloo.: auto, nccl or mpi" err &&
 	test_expect_code 2 gpu-train $A --comm self 2>err &&
@@ -52,6 +79,7 @@ test_expect_success 'bad --comm, and --comm nccl with --device cpu, are usage er
 '
 
 test_expect_success 'on the CPU --comm mpi and auto change nothing; the start event names the backend' '
+	ref cpu gpu-train $A --device cpu &&
 	gpu-train $A --comm mpi >cm.json 2>cm.err &&
 	test_must_be_empty cm.err &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"self\"" cm.json &&
@@ -60,18 +88,21 @@ test_expect_success 'on the CPU --comm mpi and auto change nothing; the start ev
 '
 
 test_expect_success NOGPU 'no GPU: --device auto --comm nccl exits 1: the model fell back to the CPU' '
+	data &&
 	test_expect_code 1 gpu-train $A --device auto --comm nccl >out 2>err &&
 	test_must_be_empty out &&
 	grep "^gpu-train: --comm nccl reduces gradients on a GPU, and the model is on the CPU: \($why\)" err
 '
 
 test_expect_success NOGPU 'no GPU: --device cuda exits 1 saying why' '
+	data &&
 	test_expect_code 1 timeout 60 gpu-train $A --device cuda >out 2>err &&
 	test_must_be_empty out &&
 	grep "^gpu-train: \($why\)" err
 '
 
 test_expect_success NOGPU 'no GPU: --device auto says so once and trains on the CPU, bit for bit' '
+	ref cpu gpu-train $A --device cpu &&
 	gpu-train $A --device auto >auto.json 2>auto.err &&
 	test $(wc -l <auto.err) = 1 &&
 	grep "^gpu-train: \($why\).*; training on the CPU$" auto.err &&
@@ -81,6 +112,7 @@ test_expect_success NOGPU 'no GPU: --device auto says so once and trains on the 
 '
 
 test_expect_success 'NOGPU,MPI' 'no GPU, 2 ranks: cuda fails on every rank at once, saying why once; auto notes once' '
+	data &&
 	test_expect_code 1 mpi 2 $A --device cuda >out 2>err &&
 	test $(grep -c "^gpu-train: \($why\).* (2 of 2 ranks)$" err) = 1 &&
 	test $(grep -c "^gpu-train: " err) = 1 &&
@@ -94,6 +126,7 @@ test_expect_success 'NOGPU,MPI' 'no GPU, 2 ranks: cuda fails on every rank at on
 '
 
 test_expect_success GPU 'GPU, fp32: the ten losses within 1e-4 of the CPU'"'"'s' '
+	ref cpu gpu-train $A --device cpu &&
 	gpu-train $A --device cuda --precision fp32 >g32.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | (.device | startswith(\"cuda:\")) and .precision == \"fp32\"" g32.json &&
 	losses g32.json >g32.losses &&
@@ -101,23 +134,27 @@ test_expect_success GPU 'GPU, fp32: the ten losses within 1e-4 of the CPU'"'"'s'
 '
 
 test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CPU'"'"'s' '
-	gpu-train $A --device cuda >g16.json &&
-	losses g16.json >g16.losses &&
+	ref cpu gpu-train $A --device cpu &&
+	ref g16 gpu-train $A --device cuda &&
 	close_to g16.losses cpu.losses 0.03 &&
 	awk "NR == 1 { a = \$1 } END { exit !(\$1 < a) }" g16.losses
 '
 
 test_expect_success GPU 'GPU: a resume from the GPU'"'"'s checkpoint gives the same losses, bit for bit' '
+	ref g16 gpu-train $A --device cuda &&
+	rm -rf gck &&
 	gpu-train $A --device cuda --until 5 --ckpt-dir gck >ga.json &&
 	gpu-train $A --device cuda --ckpt-dir gck --resume >gb.json &&
 	{ losses ga.json && losses gb.json; } >gab.losses &&
 	test_cmp g16.losses gab.losses
 '
 
-test_expect_success GPU 'GPU: the checkpoint evaluates on the CPU with the GPU'"'"'s loss' '
-	gpu-train --eval-only --init-from gck/latest --data train.bin --seq 16 --batch 4 \
+test_expect_success GPU 'GPU: a checkpoint the GPU wrote evaluates on the CPU with the GPU'"'"'s loss' '
+	data && rm -rf eck &&
+	gpu-train $A --device cuda --until 5 --ckpt-dir eck >eck.json &&
+	gpu-train --eval-only --init-from eck/latest --data train.bin --seq 16 --batch 4 \
 		--eval-batches 8 --device cuda --precision fp32 --json >ge.json &&
-	gpu-train --eval-only --init-from gck/latest --data train.bin --seq 16 --batch 4 \
+	gpu-train --eval-only --init-from eck/latest --data train.bin --seq 16 --batch 4 \
 		--eval-batches 8 --device cpu --threads 1 --json >ce.json &&
 	jq -r "select(.event == \"eval\") | .loss" ge.json >ge.loss &&
 	jq -r "select(.event == \"eval\") | .loss" ce.json >ce.loss &&
@@ -125,6 +162,8 @@ test_expect_success GPU 'GPU: the checkpoint evaluates on the CPU with the GPU'"
 '
 
 test_expect_success GPU 'GPU: ZeRO-1 over NCCL in a world of one gives the bits of ZeRO-0; its checkpoint resumes' '
+	ref g16 gpu-train $A --device cuda &&
+	rm -rf zck &&
 	gpu-train $A --device cuda --comm nccl --zero 1 --until 5 --ckpt-dir zck >gz1.json &&
 	gpu-train $A --device cuda --comm nccl --zero 1 --ckpt-dir zck --resume >gz2.json &&
 	{ losses gz1.json && losses gz2.json; } >gz12.losses &&
@@ -133,6 +172,7 @@ test_expect_success GPU 'GPU: ZeRO-1 over NCCL in a world of one gives the bits 
 '
 
 test_expect_success GPU 'GPU: --comm nccl in a world of one: the losses of no communication, bit for bit' '
+	ref g16 gpu-train $A --device cuda &&
 	gpu-train $A --device cuda --comm nccl >gn.json 2>gn.err &&
 	test_must_be_empty gn.err &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" gn.json &&
@@ -144,31 +184,34 @@ test_expect_success GPU 'GPU: --comm nccl in a world of one: the losses of no co
 '
 
 test_expect_success 'GPU,MPI' 'GPU, 2 ranks through the host: the losses of one rank with the global batch' '
+	data &&
 	gpu-train --data train.bin $TINY --batch 8 --steps 10 --json --device cuda --precision fp32 >g1.json &&
-	mpi 2 $A --device cuda --precision fp32 --comm mpi >g2.json &&
+	ref g2 mpi 2 $A --device cuda --precision fp32 --comm mpi &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"mpi\"" g2.json &&
 	losses g1.json >g1.losses &&
-	losses g2.json >g2.losses &&
 	close_to g2.losses g1.losses 1e-4
 '
 
 test_expect_success 'GPU,MPI' 'GPU, 2 ranks: --zero 1 with --comm mpi is refused' '
+	data &&
 	test_expect_code 1 mpi 2 $A --device cuda --zero 1 --comm mpi 2>err &&
 	grep "^gpu-train: --zero 1 on a GPU shards over NCCL: not with --comm mpi" err
 '
 
 test_expect_success 'GPUS,MPI' '2 GPUs: NCCL on the device, overlapped or not, gives the losses of the host path' '
-	mpi 2 $A --device cuda --precision fp32 --bucket 64K >gn2.json 2>gn2.err &&
+	ref g2 mpi 2 $A --device cuda --precision fp32 --comm mpi &&
+	ref gn2 mpi 2 $A --device cuda --precision fp32 --bucket 64K &&
 	test_must_be_empty gn2.err &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" gn2.json &&
 	mpi 2 $A --device cuda --precision fp32 --bucket 64K --no-overlap >gn3.json &&
-	losses gn2.json >gn2.losses &&
 	losses gn3.json >gn3.losses &&
 	test_cmp gn2.losses gn3.losses &&
 	close_to gn2.losses g2.losses 1e-6
 '
 
 test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of ZeRO-0; its rank slices resume on one GPU' '
+	ref gn2 mpi 2 $A --device cuda --precision fp32 --bucket 64K &&
+	rm -rf z2 &&
 	mpi 2 $A --device cuda --precision fp32 --zero 1 --until 6 --ckpt-dir z2 >gzz.json &&
 	test -f z2/latest/optim-rank-00001-of-00002.safetensors &&
 	losses gzz.json >gzz.losses &&

@@ -3,9 +3,9 @@
  * CPU loops of kernels.c (the same reduce.h math, so results must be bit
  * for bit the same), and the nccl backend in a world of one.
  *
- * Without a usable GPU the whole file is skipped with the probe's reason.
- * With one, everything must work: a communicator that fails to open is a
- * failure, not a skip.
+ * Without a GPU (asked of the system, tests/unit/gpu.h) the whole file is
+ * skipped. With one, everything must work: a probe that does not find it,
+ * or a communicator that fails to open, is a failure, not a skip.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "comm/reduce.h"
 #include "cuda/cuda.h"
 #include "tap.h"
+#include "gpu.h"
 
 #if GK_HAVE_CUDA
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -246,12 +247,13 @@ static void test_nccl(void)
 
 int main(void)
 {
-	gk_err why = {0};
-	if (gk_cuda_probe(NULL, &why) < 0) {
-		char line[1100];
-		snprintf(line, sizeof line, "no CUDA device (%s)", why.msg);
-		skip_all(line);
-	}
+	gk_err err = {0};
+	char why[256];
+	int run = gpu_expect(gk_cuda_probe(NULL, &err) == 0, err.msg, why, sizeof why);
+	if (run == 0)
+		gpu_skip_all(why);
+	if (run < 0)
+		return done_testing();
 #if GK_HAVE_CUDA
 	test_reduce_avg();
 	test_pack_unpack();

@@ -1,6 +1,7 @@
 /*
  * nn_cuda.c - the CUDA backend of lib/nn against its CPU backend, on a
- * machine with a GPU (skips without one, with gk_cuda_probe's reason):
+ * machine with a GPU (skips without one; whether there is one is asked of
+ * the system, tests/unit/gpu.h, and a probe that misses it fails):
  *
  *   - each kernel on the same inputs as the CPU kernel, fp32 storage,
  *     |gpu - cpu| <= tol + rel*|cpu| with tol and rel stated per kernel
@@ -22,6 +23,7 @@
 #include "nn/cuda_internal.h"
 #include "nn/nn.h"
 #include "tap.h"
+#include "gpu.h"
 
 static gk_nn_config cfg(void)
 {
@@ -616,10 +618,12 @@ int main(void)
 	gk_err err = {0};
 	int usable = gk_cuda_probe(NULL, &err) == 0;
 	test_refusals(usable, err.msg);
-	if (!usable) {
-		ok(1, "kernels, steps, loss curve, determinism # SKIP no CUDA device (%s)", err.msg);
+	char why[256];
+	int run = gpu_expect(usable, err.msg, why, sizeof why);
+	if (run == 0)
+		gpu_skip("kernels, steps, loss curve, determinism", why);
+	if (run <= 0)
 		return done_testing();
-	}
 #if GK_HAVE_CUDA
 	test_kernels();
 #endif
