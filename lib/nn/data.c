@@ -21,7 +21,7 @@
 
 #include <jansson.h>
 
-#include "nn/nn.h"
+#include "nn/data.h"
 #include "shard/shard.h"
 
 /* llm.c's token file header: 256 int32, magic, version, token count. */

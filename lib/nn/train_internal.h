@@ -24,7 +24,7 @@
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
-#include "nn/nn.h"
+#include "nn/train.h"
 
 typedef struct gk_nn_dp gk_nn_dp;
 typedef struct ckpt_job ckpt_job;

@@ -4,7 +4,7 @@
  */
 #include <math.h>
 
-#include "nn/nn.h"
+#include "nn/train.h"
 
 /*
  * Names by Prometheus' conventions (https://prometheus.io/docs/practices/naming/):

@@ -266,22 +266,17 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 	return 0;
 }
 
-int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
-		      gk_err *err)
+/*
+ * The world and what every rank must agree on before anything is read:
+ * an earlier failure, the options, the placement, --ckpt-dir's claim and
+ * --init-from's resolution.
+ */
+static int open_world(gk_nn_trainer *t, gk_err *err)
 {
-	*out = NULL;
-	gk_nn_trainer *t = calloc(1, sizeof(*t));
-	if (!t)
-		return gk_err_sys(err, ENOMEM, "trainer");
-	t->o = *o;
-	t->lock = -1;
-	char *resume_dir = NULL;
-	uint64_t resume_step = 0;
-	if (t->o.grad_accum < 1)
-		t->o.grad_accum = 1;
+	const gk_nn_train_opts *o = &t->o;
 	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout};
 	if (gk_comm_open(&t->comm, &cc, err) < 0)
-		goto fail;
+		return -1;
 	t->rank = gk_comm_rank(t->comm);
 	t->world = gk_comm_world(t->comm);
 	/*
@@ -292,43 +287,56 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	 */
 	double nfail = o->failed != NULL;
 	if (gk_nn_tr_sum(t, &nfail, 1, err) < 0)
-		goto fail;
-	if (nfail > 0) {
-		gk_nn_tr_agreed_failure(t, nfail, o->failed, err);
-		goto fail;
-	}
+		return -1;
+	if (nfail > 0)
+		return gk_nn_tr_agreed_failure(t, nfail, o->failed, err);
 	if (gk_nn_tr_agree_options(t, err) < 0) {
 		t->agreed = 2;
-		goto fail;
+		return -1;
 	}
 	if (gk_nn_tr_place(t, err) < 0)
-		goto fail;
+		return -1;
 	/* --eval-only reads a checkpoint and writes none: nothing to claim */
 	if (o->ckpt_dir && !o->eval_only && gk_nn_tr_claim_ckpt_dir(t, err) < 0) {
 		t->agreed = 1;
-		goto fail;
+		return -1;
 	}
 	if (o->init_from && gk_nn_tr_resolve_init_from(t, err) < 0)
-		goto fail;
-	o = &t->o; /* with --init-from resolved */
-	struct stat dst;
-	if (o->resume && o->ckpt_dir && (stat(o->ckpt_dir, &dst) == 0 || errno != ENOENT)) {
-		int r = gk_ckpt_latest(o->ckpt_dir, &resume_step, err);
+		return -1;
+	return 0;
+}
+
+/* --resume's step directory (*dir, malloc'ed; NULL for a first run). */
+static int find_resume(gk_nn_trainer *t, char **dir, uint64_t *step, gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	struct stat st;
+	*dir = NULL;
+	if (o->resume && o->ckpt_dir && (stat(o->ckpt_dir, &st) == 0 || errno != ENOENT)) {
+		int r = gk_ckpt_latest(o->ckpt_dir, step, err);
 		if (r < 0)
-			goto fail;
-		if (r == 1 && asprintf(&resume_dir, "%s/step-%08" PRIu64, o->ckpt_dir, resume_step) < 0) {
-			gk_err_sys(err, ENOMEM, "resume");
-			goto fail;
+			return -1;
+		if (r == 1 && asprintf(dir, "%s/step-%08" PRIu64, o->ckpt_dir, *step) < 0) {
+			*dir = NULL;
+			return gk_err_sys(err, ENOMEM, "resume");
 		}
 	}
 	/* a training job's first run finds nothing to resume and starts;
 	 * an evaluation of nothing would print an untrained model's loss */
-	if (o->eval_only && o->resume && !resume_dir) {
-		gk_errf(err, "--eval-only --resume: no committed checkpoint in '%s'",
-			o->ckpt_dir);
+	if (o->eval_only && o->resume && !*dir) {
 		t->agreed = 1;
-		goto fail;
+		return gk_errf(err, "--eval-only --resume: no committed checkpoint in '%s'",
+			       o->ckpt_dir);
 	}
+	return 0;
+}
+
+/*
+ * The model's shape and device, the model, the gradient path and the
+ * data, each failure agreed by the ranks.
+ */
+static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
+{
 	int rc = choose_config(t, resume_dir, err);
 	if (rc < 0)
 		gk_nn_tr_init_gone(t, err);
@@ -339,10 +347,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	if (rc == 0 && t->o.seq > t->cfg.positions)
 		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
 			     " positions", t->o.seq, t->cfg.positions);
-	if (gk_nn_tr_agree_local(t, rc, err) < 0)
-		goto fail;
-	if (choose_device(t, err) < 0)
-		goto fail;
+	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
+		return -1;
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
@@ -358,7 +364,7 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 			 .precision = t->o.precision,
 			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world)};
 	if (gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
-		goto fail;
+		return -1;
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
 	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
@@ -366,32 +372,39 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	if (rc == 0 && (!t->in || !t->tg))
 		rc = gk_err_sys(err, ENOMEM, "optimizer state");
 	if (gk_nn_tr_agree_local(t, rc, err) < 0)
-		goto fail;
+		return -1;
 	if (!t->o.eval_only && t->o.data &&
-	    (gk_nn_tr_agree_local(t, gk_nn_tr_data_open(t, &t->data, t->o.data, 1, t->o.shuffle, err), err) < 0 ||
+	    (gk_nn_tr_agree_local(t, gk_nn_tr_data_open(t, &t->data, t->o.data, 1, t->o.shuffle,
+							err), err) < 0 ||
 	     gk_nn_tr_agree_data(t, t->data, t->o.data, err) < 0))
-		goto fail;
+		return -1;
 	if (!t->o.eval_only && t->o.val_data && gk_nn_tr_check_val_data(t, err) < 0)
-		goto fail;
-	if (gk_nn_dp_open(t->dp, t, err) < 0)
-		goto fail;
+		return -1;
+	return gk_nn_dp_open(t->dp, t, err);
+}
+
+/*
+ * The parameters (and moments) the run starts from: a resumed step, a
+ * checkpoint to fine-tune, or the seeded initialisation; then rank 0's
+ * to every rank.
+ */
+static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_step,
+		      gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	gk_nn_dp *dp = t->dp;
 	if (resume_dir || o->init_from) {
 		const char *from = resume_dir ? resume_dir : o->init_from;
 		if (gk_nn_tr_verify_ckpt(t, from, err) < 0) {
 			t->agreed = 1;
-			if (!resume_dir)
-				gk_nn_tr_init_gone(t, err);
-			goto fail;
+			return resume_dir ? -1 : gk_nn_tr_init_gone(t, err);
 		}
 		if (resume_dir ? gk_nn_tr_resume_from(t, resume_dir, resume_step, err) < 0
-			       : gk_nn_load(t->m, o->init_from, err) < 0) {
-			if (!resume_dir)
-				gk_nn_tr_init_gone(t, err);
-			goto fail;
-		}
+			       : gk_nn_load(t->m, o->init_from, err) < 0)
+			return resume_dir ? -1 : gk_nn_tr_init_gone(t, err);
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
 	} else {
-		gk_nn_init(t->m, t->o.seed);
+		gk_nn_init(t->m, o->seed);
 	}
 	/*
 	 * The initial broadcast, as PyTorch DDP's of its module states: each
@@ -400,26 +413,41 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	 * here on, its loss averaged in, without a word. Rank 0's go to all;
 	 * so do ZeRO-0's moments, replicated like them.
 	 */
-	gk_nn_dp *dp = t->dp;
 	float *p0 = gk_nn_params(t->m);
 	if (t->world > 1 &&
 	    (gk_comm_broadcast(t->comm, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
-	     (!t->o.zero && resume_dir &&
+	     (!o->zero && resume_dir &&
 	      (gk_comm_broadcast(t->comm, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
 	       gk_comm_broadcast(t->comm, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
-		goto fail;
+		return -1;
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
 					      dp->vel, 1, err) < 0))
-		goto fail;
-	free(resume_dir);
-	account(t);
-	*out = t;
+		return -1;
 	return 0;
-fail:
+}
+
+int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
+		      gk_err *err)
+{
+	*out = NULL;
+	gk_nn_trainer *t = calloc(1, sizeof(*t));
+	if (!t)
+		return gk_err_sys(err, ENOMEM, "trainer");
+	t->o = *o;
+	t->lock = -1;
+	if (t->o.grad_accum < 1)
+		t->o.grad_accum = 1;
+	char *resume_dir = NULL;
+	uint64_t resume_step = 0;
+	int rc = open_world(t, err) < 0 || find_resume(t, &resume_dir, &resume_step, err) < 0 ||
+		 build(t, resume_dir, err) < 0 ||
+		 start_from(t, resume_dir, resume_step, err) < 0 ? -1 : 0;
 	free(resume_dir);
-	*out = t; /* the caller can still abort the world */
-	return -1;
+	if (rc == 0)
+		account(t);
+	*out = t; /* on failure too: the caller can still abort the world */
+	return rc;
 }
 
 void gk_nn_trainer_free(gk_nn_trainer *t)

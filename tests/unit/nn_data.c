@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "nn/data.h"
 #include "nn/nn.h"
 #include "shard/shard.h"
 #include "tap.h"

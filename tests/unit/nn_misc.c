@@ -12,7 +12,7 @@
 
 #include "mem/mem.h"
 #include "nn/math.h"
-#include "nn/nn.h"
+#include "nn/train.h"
 #include "st/st.h"
 #include "tap.h"
 

@@ -1,0 +1,278 @@
+/*
+ * train.h - gpu-train's trainer (prefix gk_nn_train_, gk_nn_trainer_):
+ * data-parallel training of lib/nn's model on lib/nn's data over lib/comm,
+ * with checkpoints through lib/ckpt. lib/nn/train_internal.h lists the
+ * files that implement it.
+ *
+ * Errors: functions returning int give 0, or -1 with a message in err.
+ * Nothing here prints or exits.
+ */
+#ifndef GK_NN_TRAIN_H
+#define GK_NN_TRAIN_H
+
+#include <signal.h>
+
+#include "comm/comm.h"
+#include "nn/data.h"
+#include "nn/nn.h"
+
+/*
+ * gpu-train's loop. Ranks come from gk_rank_discover through lib/comm
+ * (mpi under a launcher, self alone). One step: A micro-steps of forward
+ * and backward(1/A); on the last, backward's ready callbacks start
+ * bucketed allreduces (ZeRO-0) that overlap the rest of backward, or a
+ * reduce-scatter follows it (ZeRO-1, over the flat buffer padded to a
+ * multiple of the world); then global-norm clipping, AdamW on this rank's
+ * range, and for ZeRO-1 an allgather of the parameters.
+ *
+ * Checkpoints (gpu-train(1), "CHECKPOINTS"): a lib/ckpt step directory
+ * with model.safetensors (Hugging Face names, unpadded vocabulary),
+ * config.json, trainer.json (step, tokens, every rank's data state, the
+ * schedule, world and shape), and the AdamW moments as 1-D f32 tensors
+ * "m" and "v" over the flat parameter buffer: optim.safetensors whole, or
+ * with ZeRO-1 one optim-rank-R-of-W.safetensors per rank holding its
+ * range as a row slice (gpukit.slice metadata), so any world resumes
+ * from any other. The state is copied to host buffers at the step
+ * boundary and written by a thread; rank 0 commits once every rank has
+ * written (agreed in the step's small allreduce).
+ */
+typedef struct gk_nn_train_opts {
+	gk_nn_config cfg;       /* used when have_config */
+	int have_config;
+	gk_nn_config shape;     /* the shape flags given (0: not given): over
+				 * a checkpoint's config.json, when cfg came
+				 * from the flags alone (no --config) */
+	int cfg_from_flags;
+	const char *init_from;  /* checkpoint to start from (fine-tuning) */
+	uint64_t seed;          /* init, shuffle and sampling */
+	const char *data, *val_data;
+	int shuffle;
+	int32_t eot;            /* < 0: vocab - 1 */
+	int batch, seq, grad_accum;
+	gk_nn_recompute recompute;
+	int threads;            /* <= 0: this rank's share of its CPUs
+				 * (gk_nn_placement) */
+	int device;             /* GK_NN_CPU (0), GK_NN_CUDA or GK_NN_AUTO */
+	int precision;          /* gk_nn_precision, on a GPU */
+	gk_nn_sched sched;
+	gk_nn_adamw adamw;
+	double clip;            /* global-norm clip; 0: off */
+	int64_t steps;          /* the schedule's length and the last step */
+	int64_t until;          /* > 0: stop after this step (checkpointing) */
+	int zero;               /* 0 or 1 */
+	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
+				      * reduce-scatter (not its allgather) */
+	int overlap;            /* allreduce buckets during backward (1), after
+				 * it (0), or GK_NN_AUTO: during it on a GPU,
+				 * across hosts, or when the threads of the
+				 * ranks sharing this rank's CPUs leave one
+				 * free; else after (gk_nn_trainer_new) */
+	size_t bucket_bytes;    /* 0: lib/comm's default (25 MiB) */
+	gk_comm_backend comm;   /* the gradients' on a GPU: AUTO (nccl when the
+				 * world is larger than 1, the host path when
+				 * NCCL cannot start), MPI (through host
+				 * memory), NCCL (required; in a world of one
+				 * too); on the CPU only AUTO and MPI */
+	double timeout;         /* collective watchdog, gk_comm_config's */
+	const char *ckpt_dir;
+	int64_t ckpt_every;
+	int resume;             /* continue from ckpt_dir's latest, if any */
+	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
+	int eval_only;
+	int skip_nonfinite;
+	int ckpt_continue;      /* a failed checkpoint: warn (hook) and train on */
+	int skip_bad;           /* gk_nn_data_opts' skip_bad */
+	void (*data_note)(void *ctx, const char *msg); /* and its note */
+	void *data_note_ctx;
+	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
+	 * next step boundary, 2 stop without a checkpoint. */
+	volatile sig_atomic_t *stop;
+	int ckpt_delay_ms;      /* tests: the writer sleeps before writing and
+				 * (rank 0) before committing, rank 0 before
+				 * checking a checkpoint it loads */
+	const gk_err *failed;   /* an error this rank met before the trainer
+				 * (its --config unreadable on this node), or
+				 * NULL: gk_nn_trainer_new opens the world only
+				 * to fail on every rank with it (see there) */
+	/* The settings every rank must share, as the caller's option table
+	 * names them ({"--batch", value}); the trainer compares them, and what
+	 * they resolved to (the model's shape), in its first collective. */
+	const gk_comm_setting *agree;
+	size_t nagree;
+} gk_nn_train_opts;
+
+/*
+ * What the options leave to be computed, once: the schedule's length
+ * (steps) and final rate (min_lr < 0: lr / 10); the model's shape from
+ * config_path (a GPT-2 config.json, or NULL) with the shape flags
+ * (o->shape) over it, over GPT-2 small when neither is given; seq, when
+ * 0, from the shape's positions. With init_from or resume a checkpoint's
+ * config.json takes GPT-2 small's place under the flags, and the trainer
+ * finishes the shape and seq once it has read it (gk_nn_trainer_new).
+ * Returns 0; -1 when config_path cannot be read; -2 when the shape of the
+ * flags alone cannot be built (err says why: the caller's usage error).
+ */
+int gk_nn_train_resolve(gk_nn_train_opts *o, const char *config_path, gk_err *err);
+/* The data reader's options of a run with these options and this
+ * vocabulary (rank and world 0 and 1: set them). */
+void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_opts *d);
+
+/*
+ * Bytes this rank allocated, by category. parameters, gradients and
+ * optimizer count the model's own parameters (mem-estimate's Psi, f32,
+ * AdamW; optimizer divided by the world under ZeRO-1): they equal
+ * mem-estimate's figures. padding is what the padded vocabulary rows and
+ * logit columns and ZeRO-1's rounding add; comm the ZeRO-1 buffers and
+ * error-feedback residuals.
+ */
+typedef struct gk_nn_train_mem {
+	uint64_t parameters, gradients, optimizer, activations, workspace, padding;
+	uint64_t comm, total;
+} gk_nn_train_mem;
+
+typedef struct gk_nn_train_log {
+	int64_t step;
+	double loss, lr, grad_norm;
+	uint64_t tokens;        /* trained so far, all ranks */
+	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
+	int skipped;            /* the update was skipped (non-finite) */
+	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
+	double val_loss;        /* NaN unless evaluated at this step */
+} gk_nn_train_log;
+
+/* Called on rank 0 only; the caller prints. */
+typedef struct gk_nn_train_hooks {
+	void (*step)(const gk_nn_train_log *l, void *ctx);
+	/* committed; seconds from the start of its copy to host memory
+	 * until every rank knew it committed */
+	void (*checkpoint)(int64_t step, double seconds, void *ctx);
+	void *ctx;
+	/*
+	 * With ckpt_continue, checkpoint step failed (why says how; the
+	 * staging directory is removed, latest still names the previous
+	 * one) and training goes on. Called on the ranks that failed, and
+	 * on rank 0 when another rank did.
+	 */
+	void (*checkpoint_failed)(int64_t step, const gk_err *why, void *ctx);
+} gk_nn_train_hooks;
+
+typedef struct gk_nn_train_summary {
+	int64_t first_step, step, steps, skipped;
+	int64_t bad_samples;    /* as in the last step's log */
+	uint64_t tokens;
+	double seconds, last_loss, min_loss, val_loss;
+	int stopped;            /* 0 done, 1 by a checkpoint signal, 2 interrupted */
+	int dropped;            /* micro-batches of the step a signal stopped
+				 * between micro-steps (its gradients are
+				 * dropped, the data put back), else 0 */
+	int64_t ckpt_lost;      /* the last checkpoint failed (--ckpt-error
+				 * continue): its step, else 0 */
+	const char *data_note;  /* a remark on the data position, or NULL */
+	double tokens_per_s;    /* over the steps of this run, all ranks */
+} gk_nn_train_summary;
+
+typedef struct gk_nn_trainer gk_nn_trainer;
+
+/*
+ * Open the world, build or load the model (resume: ckpt_dir's latest
+ * step; else init_from; else GPT-2 init from seed) and the data. On
+ * failure *out may still be set so the caller can gk_nn_trainer_abort
+ * the other ranks and then free it.
+ *
+ * A rank that failed before it could call this (o->failed) still calls
+ * it: its first collective tells every rank, all fail (exit 1 together,
+ * no MPI_Abort), and gk_nn_trainer_failed picks the first failing rank
+ * to report o->failed, with how many ranks met it. A rank that exited
+ * instead would leave the others waiting in MPI's start-up.
+ */
+int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
+		      gk_err *err);
+/* Train to o->steps (or until), checkpointing; fills *sum. */
+int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
+		      gk_nn_train_summary *sum, gk_err *err);
+/* Mean loss over batches micro-batches of src (<= 0: one pass), over
+ * every rank's windows. */
+int gk_nn_trainer_eval(gk_nn_trainer *t, const char *src, int64_t batches,
+		       double *loss, int64_t *nbatches, gk_err *err);
+const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
+
+/*
+ * A step's log as Prometheus metrics (gpu-train --metrics): sets the
+ * gpukit_train_* samples of m (steps_total, tokens_total, loss,
+ * learning_rate, grad_norm, step_seconds, comm_seconds,
+ * exposed_comm_seconds, tokens_per_second, step_skipped, world_size,
+ * last_step_timestamp_seconds at now (Unix time), val_loss once evaluated,
+ * memory_bytes{category} from mem), replacing the previous step's.
+ * -1 with err set when m refuses a sample.
+ */
+int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
+			const gk_nn_train_mem *mem, int world, double now,
+			gk_err *err);
+
+/* What rank 0 knows of this run's checkpoints (from the hooks). */
+typedef struct gk_nn_ckpt_stats {
+	int64_t step;   /* the last committed, 0: none yet */
+	double seconds; /* its time, as the checkpoint hook gives it */
+	double when;    /* its commit, in Unix time */
+	int64_t failed; /* checkpoints not written (--ckpt-error continue) */
+} gk_nn_ckpt_stats;
+
+/*
+ * Into m: gpukit_train_checkpoints_failed_total, and once a checkpoint
+ * is committed gpukit_train_checkpoint_step, _checkpoint_seconds and
+ * _checkpoint_timestamp_seconds. -1 with err set when m refuses a sample.
+ */
+int gk_nn_train_ckpt_metrics(gk_metrics *m, const gk_nn_ckpt_stats *s, gk_err *err);
+const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
+/* The options as the trainer resolved them: seq from the model's
+ * positions when it was 0, threads from the CPUs, grad_accum at least 1,
+ * eot from the vocabulary when it was < 0. */
+const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t);
+/* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
+ * or NULL. */
+const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
+/* The gradients' communicator backend ("self", "mpi", "nccl"); *note
+ * (if not NULL) is why --comm auto fell back to the host path, or NULL. */
+const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);
+/* Rank 0: what --resume repaired in --ckpt-dir (latest moved on to the
+ * step a killed run committed last), or NULL. */
+const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t);
+/* The checkpoint the model was loaded from (the step directory --resume
+ * or --init-from resolved to), or NULL for the seeded initialisation. */
+const char *gk_nn_trainer_model_from(const gk_nn_trainer *t);
+gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
+int gk_nn_trainer_rank(const gk_nn_trainer *t);
+int gk_nn_trainer_world(const gk_nn_trainer *t);
+/*
+ * After gk_nn_trainer_new or gk_nn_trainer_run failed (t may be NULL): the
+ * exit status, and in *report whether this rank says why. A failure
+ * every rank met together is reported by rank 0 alone and each rank ends
+ * normally: options that differ between the ranks (2, as a usage error),
+ * a checkpoint directory or checkpoint that rank 0 refused, a loss or
+ * gradient norm that is not finite (1). Any other is 1, reported by the
+ * rank that met it.
+ */
+int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
+/* After a failure on this rank: end the whole job (MPI_Abort) when the
+ * world has more than one rank, unless every rank met the failure
+ * together (gk_nn_trainer_failed); returns for a world of one. */
+void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
+void gk_nn_trainer_free(gk_nn_trainer *t);
+
+/*
+ * Where a rank runs, as gk_nn_trainer_new found it from every rank's
+ * host name and CPU set: its CPUs, the ranks of its host whose sets meet
+ * its own (itself included: mpirun binds to a socket beyond 2 ranks, and
+ * --bind-to none gives every rank the whole host), its share of the CPUs
+ * (cpus / sharing, at least 1: --threads' default), the CPUs the threads
+ * of those ranks leave free, and the hosts of the job. cpus is at most
+ * the cgroup's CPU quota (quota, in CPUs, 0 for none: a container's CPU
+ * limit), rounded up (gk_cpus_usable).
+ */
+typedef struct gk_nn_placement {
+	int cpus, sharing, share, spare, hosts;
+	double quota;
+} gk_nn_placement;
+const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);
+
+#endif
