@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nn/nn.h"
+#include "nn/train.h"
 
 static const char synopsis[] =
 	"usage: gpu-train [-qv] [--json] --data SRC [--config FILE | --layers N --hidden N\n"
@@ -285,22 +285,20 @@ static char *utf8_lossy(const char *buf, size_t n, size_t *len)
 
 static void print_mem(const gk_nn_train_mem *m, json_t *into)
 {
-	const char *k[] = {"parameters", "gradients", "optimizer", "activations", "workspace",
-			   "padding", "comm", "total"};
-	uint64_t v[] = {m->parameters, m->gradients, m->optimizer, m->activations,
-			m->workspace, m->padding, m->comm, m->total};
+	char b[32];
 	if (into) {
 		json_t *o = json_object();
-		for (size_t i = 0; i < GK_ARRAY_SIZE(k); i++)
-			json_object_set_new(o, k[i], json_integer((json_int_t)v[i]));
+		for (int c = 0; c < GK_MEM_NCAT; c++)
+			json_object_set_new(o, gk_mem_cat_name(c), json_integer((json_int_t)m->bytes[c]));
+		json_object_set_new(o, "total", json_integer((json_int_t)m->total));
 		json_object_set_new(into, "memory", o);
 		return;
 	}
-	char b[32];
 	printf("memory per rank:");
-	for (size_t i = 0; i < GK_ARRAY_SIZE(k); i++)
-		printf("%s %s %s", i ? "," : "", k[i], gk_format_size(v[i], 0, b, sizeof(b)));
-	printf("\n");
+	for (int c = 0; c < GK_MEM_NCAT; c++)
+		printf("%s %s %s", c ? "," : "", gk_mem_cat_name(c),
+		       gk_format_size(m->bytes[c], 0, b, sizeof(b)));
+	printf(", total %s\n", gk_format_size(m->total, 0, b, sizeof(b)));
 }
 
 typedef struct out_ctx {

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "cuda/internal.h"
+#include "mem/mem.h"
 
 /* ---- memory accounting ---- */
 
@@ -29,13 +30,15 @@ static struct {
 	gk_cuda_mem_stats st;
 } acct = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static const char *const kind_names[GK_CUDA_MEM_KINDS] = {
-	"parameters", "gradients", "optimizer", "activations", "workspace", "comm",
+/* the kinds are lib/mem's categories, less padding (no allocation is only that) */
+static const gk_mem_cat kind_cat[GK_CUDA_MEM_KINDS] = {
+	GK_MEM_PARAMETERS, GK_MEM_GRADIENTS, GK_MEM_OPTIMIZER, GK_MEM_ACTIVATIONS,
+	GK_MEM_WORKSPACE, GK_MEM_COMM,
 };
 
 const char *gk_cuda_mem_kind_name(gk_cuda_mem_kind k)
 {
-	return (unsigned)k < GK_CUDA_MEM_KINDS ? kind_names[k] : "?";
+	return (unsigned)k < GK_CUDA_MEM_KINDS ? gk_mem_cat_name(kind_cat[k]) : "?";
 }
 
 int gk_cuda_account_record(const void *p, uint64_t bytes, gk_cuda_mem_kind kind,

@@ -260,6 +260,23 @@ const gk_mem_part *gk_mem_part_get(const gk_mem_est *e, const char *key);
 /* ---- a trainer's own accounting ------------------------------------------------ */
 
 /*
+ * The categories a trainer reports the memory it allocated in (gpu-train's
+ * start line and --metrics, lib/cuda's device accounting): the first three
+ * are the estimate's parts of the same names, computed by
+ * gk_mem_train_estimate for the trainer's layout; activations and
+ * workspace are what the trainer allocated for them; padding what its
+ * layout adds beyond the model (a vocabulary padded to whole tiles, ZeRO's
+ * rounding); comm its communication buffers.
+ */
+typedef enum gk_mem_cat {
+	GK_MEM_PARAMETERS, GK_MEM_GRADIENTS, GK_MEM_OPTIMIZER, GK_MEM_ACTIVATIONS,
+	GK_MEM_WORKSPACE, GK_MEM_PADDING, GK_MEM_COMM, GK_MEM_NCAT
+} gk_mem_cat;
+/* "parameters", "gradients", "optimizer", "activations", "workspace",
+ * "padding", "comm": the JSON keys and the Prometheus label values */
+const char *gk_mem_cat_name(gk_mem_cat c);
+
+/*
  * A GPT-2 training run as a trainer states it (gpu-train's settings), for
  * checking its own memory accounting against the model by category. Zero
  * fields take the defaults: seq = positions, batch 1, precision bf16

@@ -70,3 +70,12 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 		*r_out = r;
 	return 0;
 }
+
+static const char *const cat_names[GK_MEM_NCAT] = {
+	"parameters", "gradients", "optimizer", "activations", "workspace", "padding", "comm",
+};
+
+const char *gk_mem_cat_name(gk_mem_cat c)
+{
+	return (unsigned)c < GK_MEM_NCAT ? cat_names[c] : "?";
+}

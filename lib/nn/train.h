@@ -13,6 +13,7 @@
 #include <signal.h>
 
 #include "comm/comm.h"
+#include "mem/mem.h"
 #include "nn/data.h"
 #include "nn/nn.h"
 
@@ -118,16 +119,16 @@ int gk_nn_train_resolve(gk_nn_train_opts *o, const char *config_path, gk_err *er
 void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_opts *d);
 
 /*
- * Bytes this rank allocated, by category. parameters, gradients and
- * optimizer count the model's own parameters (mem-estimate's Psi, f32,
- * AdamW; optimizer divided by the world under ZeRO-1): they equal
- * mem-estimate's figures. padding is what the padded vocabulary rows and
- * logit columns and ZeRO-1's rounding add; comm the ZeRO-1 buffers and
- * error-feedback residuals.
+ * Bytes this rank allocated, by lib/mem's categories (gk_mem_cat).
+ * parameters, gradients and optimizer count the model's own parameters
+ * (mem-estimate's Psi, AdamW; optimizer divided by the world under ZeRO-1)
+ * and are lib/mem's figures for the run (gk_mem_train_estimate). padding
+ * is what the padded vocabulary rows and logit columns and ZeRO-1's
+ * rounding add; comm the error-feedback residuals of compression.
  */
 typedef struct gk_nn_train_mem {
-	uint64_t parameters, gradients, optimizer, activations, workspace, padding;
-	uint64_t comm, total;
+	uint64_t bytes[GK_MEM_NCAT];
+	uint64_t total;
 } gk_nn_train_mem;
 
 typedef struct gk_nn_train_log {

@@ -56,15 +56,11 @@ int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 			   "Loss on the validation data at the last evaluation.", NULL,
 			   l->val_loss, err) < 0)
 		return -1;
-	const char *cat[] = {"parameters", "gradients", "optimizer", "activations",
-			     "workspace", "padding", "comm"};
-	const uint64_t v[] = {mem->parameters, mem->gradients, mem->optimizer,
-			      mem->activations, mem->workspace, mem->padding, mem->comm};
-	for (size_t i = 0; i < GK_ARRAY_SIZE(cat); i++) {
-		const char *lab[] = {"category", cat[i], NULL};
+	for (int c = 0; c < GK_MEM_NCAT; c++) {
+		const char *lab[] = {"category", gk_mem_cat_name(c), NULL};
 		if (gk_metrics_set(m, "gpukit_train_memory_bytes", GK_METRIC_GAUGE,
-				   "Memory rank 0 allocated, by category.", lab, (double)v[i],
-				   err) < 0)
+				   "Memory rank 0 allocated, by category.", lab,
+				   (double)mem->bytes[c], err) < 0)
 			return -1;
 	}
 	return 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cuda/cuda.h"
+#include "mem/mem.h"
 #include "nn/train_internal.h"
 
 /* A step directory, a checkpoint root (its latest step) or another path. */
@@ -34,36 +35,72 @@ static char *resolve_step_dir(const char *path, gk_err *err)
 }
 
 /*
- * The categories are those of mem-estimate for an f32 run: parameters,
- * gradients and AdamW's moments of the model's Psi parameters (sharded
- * by the world under ZeRO-1), so the two agree to the byte. What exists
- * only because the embedding is padded to vocab_pad rows (those rows in
- * the parameters, gradients and moments, the logits' extra columns) and
- * ZeRO-1's rounding of the flat buffer is "padding".
+ * The model states (parameters, gradients, AdamW's moments of the model's
+ * Psi parameters, the moments sharded over the world under ZeRO-1) as
+ * lib/mem computes them for this run, so that gpu-train and mem-estimate
+ * agree because they are one computation. f32 runs only: a GPU's bf16
+ * run keeps f32 master weights, a bf16 working copy and f32 gradients
+ * with no bf16 gradient buffer, a layout lib/mem's mixed precision (bf16
+ * gradients, optionally beside f32 ones) does not describe; there the
+ * bytes allocated are counted as they are (-1 here).
+ */
+static int model_states(const gk_nn_trainer *t, uint64_t *b)
+{
+	if (t->cuda && t->o.precision == GK_NN_BF16)
+		return -1;
+	gk_mem_train mt = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
+			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
+			   .precision = GK_DT_F32, .zero = t->dp->shard, .dp = t->world,
+			   .recompute = GK_MEM_RC_NONE};
+	gk_mem_est e;
+	gk_err err;
+	if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &err) < 0)
+		return -1;
+	const gk_mem_part *p = gk_mem_part_get(&e, "parameters"),
+			  *g = gk_mem_part_get(&e, "gradients"),
+			  *o = gk_mem_part_get(&e, "optimizer");
+	if (!p || !g || !o)
+		return -1;
+	b[GK_MEM_PARAMETERS] = p->bytes;
+	b[GK_MEM_GRADIENTS] = g->bytes;
+	b[GK_MEM_OPTIMIZER] = o->bytes;
+	return 0;
+}
+
+/*
+ * Bytes by lib/mem's categories. What exists only because the embedding is
+ * padded to vocab_pad rows (those rows in the parameters, gradients and
+ * moments, the logits' extra columns) and ZeRO-1's rounding of the flat
+ * buffer is "padding".
  */
 static void account(gk_nn_trainer *t)
 {
 	gk_nn_mem mm;
 	gk_nn_memory(t->m, &mm);
+	uint64_t *b = t->mem.bytes;
 	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
 	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
 	uint64_t moments = (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
-	/* a GPU's working copy (bf16) counts as parameters; the allocator's
-	 * rounding and the padded vocabulary's rows are padding */
-	uint64_t work = t->cuda && t->o.precision == GK_NN_BF16 ? 2 * psi : 0;
-	t->mem.parameters = 4 * psi + work;
-	t->mem.gradients = 4 * psi;
-	t->mem.optimizer = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->world) : 8 * psi;
-	t->mem.activations = mm.activations - logit_pad;
-	t->mem.workspace = mm.workspace +
+	if (model_states(t, b) < 0) {
+		/* a GPU's working copy (bf16) counts as parameters */
+		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
+		b[GK_MEM_GRADIENTS] = 4 * psi;
+		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->world)
+						   : 8 * psi;
+	}
+	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
+	b[GK_MEM_WORKSPACE] = mm.workspace +
 		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
-	t->mem.padding = (mm.parameters - t->mem.parameters) + (mm.gradients - t->mem.gradients) +
-			 (moments - t->mem.optimizer) + logit_pad;
-	t->mem.comm = gk_nn_dp_comm_bytes(t->dp); /* error feedback */
-	t->mem.total = t->mem.parameters + t->mem.gradients + t->mem.optimizer +
-		       t->mem.activations + t->mem.workspace + t->mem.padding + t->mem.comm;
+	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
+			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
+			    logit_pad;
+	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp); /* error feedback */
+	t->mem.total = 0;
+	for (int c = 0; c < GK_MEM_NCAT; c++)
+		t->mem.total += b[c];
 }
 
 const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
