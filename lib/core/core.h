@@ -66,6 +66,9 @@ int gk_strlist_push(gk_strlist *l, const char *s, gk_err *err);
 int gk_strlist_push_owned(gk_strlist *l, char *s, gk_err *err);
 void gk_strlist_free(gk_strlist *l);
 
+/* 1 when s ends with suffix (s equal to suffix too; every s ends with ""). */
+int gk_str_ends(const char *s, const char *suffix);
+
 /*
  * Growing arrays (git's ALLOC_GROW): make room for at least need elements
  * in the array *pp of *cap elements of size bytes each. The capacity grows
