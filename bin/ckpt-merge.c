@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -143,12 +142,7 @@ int main(int argc, char **argv)
 	if (max && out && strcmp(out, "-") == 0)
 		gk_cli_usage_error(&cli, "--max-size writes a directory, not standard output");
 
-	/*
-	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
-	 * removed and the error named, instead of SIGXFSZ killing us and
-	 * leaving it behind.
-	 */
-	signal(SIGXFSZ, SIG_IGN);
+	gk_ignore_sigxfsz();
 	gk_ckpt_set *s;
 	int status = 0;
 	if (gk_ckpt_open(&s, argv + optind, (size_t)(argc - optind), &err)) {

@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,12 +123,7 @@ int main(int argc, char **argv)
 	if (!out && !dry)
 		gk_cli_usage_error(&cli, "no output directory (-o DIR)");
 
-	/*
-	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
-	 * removed and the error named, instead of SIGXFSZ killing us and
-	 * leaving it behind.
-	 */
-	signal(SIGXFSZ, SIG_IGN);
+	gk_ignore_sigxfsz();
 	gk_ckpt_set *s;
 	gk_ckpt_plan p;
 	int status = 0;

@@ -207,6 +207,17 @@ int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
 
 /*
+ * Past the file size limit (`ulimit -f`, RLIMIT_FSIZE) a write fails with
+ * EFBIG only while SIGXFSZ is ignored; by default the signal kills the
+ * process without a word and leaves its temporary output behind. A tool
+ * that writes outputs calls this before it writes, so that the limit is
+ * an error like a full disk: the temp file (or staging directory)
+ * removed and the error named. A tool's main() only: it changes the
+ * disposition for the whole process.
+ */
+void gk_ignore_sigxfsz(void);
+
+/*
  * Mapped files that may shrink or fail while they are read. A file
  * truncated (or rewritten in place) under a mapping turns the next read of
  * a page past its new end into SIGBUS, as does an I/O error behind a

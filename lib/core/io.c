@@ -377,6 +377,11 @@ void gk_cleanup_forget(int handle)
 	free(p);
 }
 
+void gk_ignore_sigxfsz(void)
+{
+	signal(SIGXFSZ, SIG_IGN);
+}
+
 struct gk_atomic {
 	char *path, *tmp;
 	int fd, slot;
