@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -143,12 +142,7 @@ int main(int argc, char **argv)
 	if (max && out && strcmp(out, "-") == 0)
 		gk_cli_usage_error(&cli, "--max-size writes a directory, not standard output");
 
-	/*
-	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
-	 * removed and the error named, instead of SIGXFSZ killing us and
-	 * leaving it behind.
-	 */
-	signal(SIGXFSZ, SIG_IGN);
+	gk_ignore_sigxfsz();
 	gk_ckpt_set *s;
 	int status = 0;
 	if (gk_ckpt_open(&s, argv + optind, (size_t)(argc - optind), &err)) {
@@ -164,24 +158,12 @@ int main(int argc, char **argv)
 	} else if (do_list) {
 		list(s, cli.json);
 	} else {
-		gk_ckpt_plan p;
-		gk_progress pr;
-		gk_ckpt_write_opts o = {&pr, verify};
-		int rc = gk_ckpt_verify_set(s, &err);
-		if (!rc)
-			rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
-		if (!rc)
-			rc = max ? gk_ckpt_plan_size(s, max, &p, &err)
-				 : gk_ckpt_plan_one(s, out, &p, &err);
-		if (!rc) {
-			gk_progress_start(&pr, "ckpt-merge", s->bytes, 1, NULL,
-					  !cli.quiet && strcmp(out, "-") != 0);
-			rc = max ? gk_ckpt_write_dir(s, &p, out, &o, &err)
-				 : gk_ckpt_write_file(s, &p, 0, out, &o, &err);
-			gk_progress_finish(&pr);
-			gk_ckpt_plan_free(&p);
-		}
-		if (rc)
+		gk_ckpt_reshard_opts o = {
+			.dtype = dt, .keep_f32 = keep.v, .nkeep = keep.n,
+			.max_size = max, .verify = verify,
+			.progress = !cli.quiet && strcmp(out, "-") != 0 ? "ckpt-merge" : NULL,
+		};
+		if (gk_ckpt_reshard(s, &o, out, NULL, &err))
 			status = gk_cli_fail(&cli, &err);
 	}
 	gk_ckpt_close(s);

@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,12 +123,7 @@ int main(int argc, char **argv)
 	if (!out && !dry)
 		gk_cli_usage_error(&cli, "no output directory (-o DIR)");
 
-	/*
-	 * Past `ulimit -f` a write must fail with EFBIG, so the temp file is
-	 * removed and the error named, instead of SIGXFSZ killing us and
-	 * leaving it behind.
-	 */
-	signal(SIGXFSZ, SIG_IGN);
+	gk_ignore_sigxfsz();
 	gk_ckpt_set *s;
 	gk_ckpt_plan p;
 	int status = 0;
@@ -137,27 +131,18 @@ int main(int argc, char **argv)
 		gk_strlist_free(&keep);
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
-	int rc = dry ? 0 : gk_ckpt_verify_set(s, &err);
-	if (!rc)
-		rc = gk_ckpt_set_dtype(s, dt, keep.v, keep.n, &err);
-	if (!rc)
-		rc = max ? gk_ckpt_plan_size(s, max, &p, &err)
-		   : shards ? gk_ckpt_plan_count(s, (size_t)shards, &p, &err)
-			    : gk_ckpt_plan_ranks(s, (size_t)ranks, slice, &p, &err);
-	if (!rc) {
-		if (dry) {
-			print_plan(s, &p, cli.json);
-		} else {
-			gk_progress pr;
-			gk_ckpt_write_opts o = {&pr, 0};
-			gk_progress_start(&pr, "ckpt-shard", s->bytes, 1, NULL, !cli.quiet);
-			rc = gk_ckpt_write_dir(s, &p, out, &o, &err);
-			gk_progress_finish(&pr);
-		}
+	gk_ckpt_reshard_opts o = {
+		.dtype = dt, .keep_f32 = keep.v, .nkeep = keep.n,
+		.max_size = max, .shards = (size_t)shards, .ranks = (size_t)ranks,
+		.slice = slice, .dry_run = dry,
+		.progress = cli.quiet ? NULL : "ckpt-shard",
+	};
+	if (gk_ckpt_reshard(s, &o, out, &p, &err)) {
+		status = gk_cli_fail(&cli, &err);
+	} else if (dry) {
+		print_plan(s, &p, cli.json);
 		gk_ckpt_plan_free(&p);
 	}
-	if (rc)
-		status = gk_cli_fail(&cli, &err);
 	gk_ckpt_close(s);
 	gk_strlist_free(&keep);
 	return gk_cli_finish(&cli, status);

@@ -7,7 +7,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -405,8 +404,7 @@ int main(int argc, char **argv)
 		a.w.pattern = a.out;
 		a.w.index = !a.no_index && strcmp(a.out, "-") != 0;
 		a.w.mtime = source_date_epoch();
-		/* A full file-size limit must be an error, not a silent death. */
-		signal(SIGXFSZ, SIG_IGN);
+		gk_ignore_sigxfsz();
 		status = create(&a, argc, argv);
 	} else {
 		if (a.out || a.list || a.from_tar || a.manifest || a.w.max_count || a.w.max_size ||

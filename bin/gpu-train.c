@@ -576,12 +576,7 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
-	/*
-	 * Past `ulimit -f` a checkpoint write must fail with EFBIG, which
-	 * --ckpt-error handles (the staging directory removed, the error
-	 * named), instead of SIGXFSZ killing the rank without a word.
-	 */
-	signal(SIGXFSZ, SIG_IGN);
+	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
 	if (delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,

@@ -160,6 +160,33 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		      const char *dir, const gk_ckpt_write_opts *o,
 		      gk_err *err);
 
+/*
+ * The whole of merging and resharding an open set (ckpt-merge, ckpt-shard):
+ * check the step directories it was opened from (gk_ckpt_verify_set), set
+ * the output dtypes (gk_ckpt_set_dtype), plan the layout, and write it.
+ * The layout is the first of max_size, shards and ranks that is not 0;
+ * with none, one file, out itself (gk_ckpt_write_file: "-" is stdout),
+ * else the directory out (gk_ckpt_write_dir). A dry run checks nothing,
+ * writes nothing and hands the plan to the caller in *plan (free it with
+ * gk_ckpt_plan_free); out may then be NULL for a layout of several files.
+ * Errors are those of the calls named, and nothing is left under out.
+ */
+typedef struct gk_ckpt_reshard_opts {
+	gk_dtype dtype;         /* float tensors to this; GK_DT_INVALID: keep */
+	char *const *keep_f32;  /* fnmatch(3) patterns of names kept F32 */
+	size_t nkeep;
+	uint64_t max_size;      /* Hugging Face shards of at most this (gk_ckpt_plan_size) */
+	size_t shards;          /* this many of about equal size (gk_ckpt_plan_count) */
+	size_t ranks;           /* rank files (gk_ckpt_plan_ranks) ... */
+	int slice;              /* ... of row slices */
+	int verify;             /* re-read the output (gk_ckpt_write_opts) */
+	int dry_run;            /* plan only, into *plan */
+	const char *progress;   /* label of a progress line on stderr; NULL: none */
+} gk_ckpt_reshard_opts;
+
+int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
+		    const char *out, gk_ckpt_plan *plan, gk_err *err);
+
 /* ---- the Hugging Face index ------------------------------------------------- */
 
 /* Write dir/model.safetensors.index.json for the plan (sorted, indent 2). */

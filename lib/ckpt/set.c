@@ -33,12 +33,6 @@ typedef struct builder {
 	size_t nidx, idx_cap;
 } builder;
 
-static int ends_with(const char *s, const char *suf)
-{
-	size_t a = strlen(s), b = strlen(suf);
-	return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 static char *join(const char *dir, const char *name)
 {
 	char *p;
@@ -229,12 +223,12 @@ static int list_dir(const char *dir, int (*keep)(const char *), gk_strlist *out,
 
 static int is_st(const char *n)
 {
-	return ends_with(n, ".safetensors");
+	return gk_str_ends(n, ".safetensors");
 }
 
 static int is_model_st(const char *n)
 {
-	return strncmp(n, "model", 5) == 0 && ends_with(n, ".safetensors");
+	return strncmp(n, "model", 5) == 0 && gk_str_ends(n, ".safetensors");
 }
 
 static int add_files_of(builder *b, const char *dir, int (*keep)(const char *),
@@ -304,7 +298,7 @@ static int add_input(builder *b, const char *in, gk_err *err)
 		return gk_err_sys(err, errno, "open '%s'", in);
 	if (!S_ISDIR(st.st_mode)) {
 		size_t num;
-		if (ends_with(in, ".json"))
+		if (gk_str_ends(in, ".json"))
 			return add_index(b, in, err);
 		return add_file(b, in, &num, err);
 	}
@@ -683,7 +677,7 @@ static int set_member(const char *path, size_t *key_len, uint64_t *num,
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	const char *of = strstr(base, "-of-");
 	const char *dash, *p;
-	if (!of || !ends_with(base, ".safetensors"))
+	if (!of || !gk_str_ends(base, ".safetensors"))
 		return -1;
 	for (dash = of; dash > base && dash[-1] >= '0' && dash[-1] <= '9'; dash--)
 		;

@@ -1,7 +1,8 @@
 /*
  * write.c - carrying out a plan: streaming tensors (or rows of them) from
  * the input files into new safetensors files, converting dtypes on the
- * way, and the Hugging Face index.
+ * way, and the Hugging Face index; gk_ckpt_reshard, the check-plan-write
+ * pipeline of ckpt-merge and ckpt-shard.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -346,5 +347,38 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	for (size_t i = 0; i < nslots; i++)
 		gk_cleanup_forget(slots[i]);
 	free(slots);
+	return rc;
+}
+
+int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
+		    const char *out, gk_ckpt_plan *plan, gk_err *err)
+{
+	int one = !o->max_size && !o->shards && !o->ranks;
+	gk_ckpt_plan p;
+	gk_progress pr;
+	gk_ckpt_write_opts wo = {&pr, o->verify};
+	int rc;
+
+	if (one && !out)
+		return gk_errf(err, "one output file: no name given");
+	if (!o->dry_run && gk_ckpt_verify_set(s, err))
+		return -1;
+	if (gk_ckpt_set_dtype(s, o->dtype, o->keep_f32, o->nkeep, err))
+		return -1;
+	rc = o->max_size ? gk_ckpt_plan_size(s, o->max_size, &p, err)
+	     : o->shards ? gk_ckpt_plan_count(s, o->shards, &p, err)
+	     : o->ranks  ? gk_ckpt_plan_ranks(s, o->ranks, o->slice, &p, err)
+			 : gk_ckpt_plan_one(s, out, &p, err);
+	if (rc)
+		return -1;
+	if (o->dry_run) {
+		*plan = p;
+		return 0;
+	}
+	gk_progress_start(&pr, o->progress, s->bytes, 1, NULL, o->progress != NULL);
+	rc = one ? gk_ckpt_write_file(s, &p, 0, out, &wo, err)
+		 : gk_ckpt_write_dir(s, &p, out, &wo, err);
+	gk_progress_finish(&pr);
+	gk_ckpt_plan_free(&p);
 	return rc;
 }

@@ -280,7 +280,7 @@ static int run_one(gk_comm *c, const params *p, int in_place,
 		    gk_comm_to_host(c, hout, recv, s.recv_n * esz, err) < 0)
 			goto out;
 		/* Test hook: a wrong element on rank 0, to prove the check catches it. */
-		if (r == 0 && s.recv_n && getenv("GK_COMM_BENCH_CORRUPT"))
+		if (r == 0 && s.recv_n && getenv("GK_TEST_COMM_CORRUPT"))
 			gk_dtype_set(hout, p->dt, s.recv_n / 2,
 				     gk_dtype_get(hout, p->dt, s.recv_n / 2) + 1);
 		verify(p, &s, n, r, hout, res);

@@ -10,25 +10,14 @@
 
 extern "C" {
 #include "comm/internal.h"
-#include "cuda/cuda.h"
 }
 #include "comm/reduce.h"
-
-/* Grid-stride loop with a 64-bit index: any n, any grid (cuda.h). */
-#define FOR_EACH(i, n)                                                        \
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
-	     i += (size_t)gridDim.x * blockDim.x)
-
-static int launched(const char *what, int line, gk_err *err)
-{
-	return gk_cuda_check_at(GK_CUDA_API_RUNTIME, cudaGetLastError(), what,
-				__FILE__, line, err);
-}
+#include "cuda/kernel.cuh"
 
 template <int RED>
 __global__ void reduce_kernel(void *dst, const void *src, size_t n, gk_dtype dt)
 {
-	FOR_EACH(i, n) {
+	GK_CUDA_FOR_EACH(i, n) {
 		switch (dt) {
 		case GK_DT_F32:
 			((float *)dst)[i] = gk_red_f32(RED, ((float *)dst)[i], ((const float *)src)[i]);
@@ -63,13 +52,13 @@ extern "C" int gk_comm_cuda_reduce(void *dst, const void *src, size_t n,
 	case GK_COMM_MIN: reduce_kernel<GK_RED_MIN><<<g, GK_CUDA_BLOCK, 0, s>>>(dst, src, n, dt); break;
 	default: reduce_kernel<GK_RED_SUM><<<g, GK_CUDA_BLOCK, 0, s>>>(dst, src, n, dt); break;
 	}
-	return launched("reduce kernel launch", __LINE__, err);
+	return GK_CUDA_LAUNCHED("reduce kernel launch", err);
 }
 
 /* AVG's one division at the end (comm.h), as gk_comm_avg_cpu does it. */
 __global__ void avg_kernel(void *buf, size_t n, gk_dtype dt, int world)
 {
-	FOR_EACH(i, n) {
+	GK_CUDA_FOR_EACH(i, n) {
 		switch (dt) {
 		case GK_DT_F32: ((float *)buf)[i] = gk_avg_f32(((float *)buf)[i], world); break;
 		case GK_DT_F64: ((double *)buf)[i] = gk_avg_f64(((double *)buf)[i], world); break;
@@ -87,14 +76,14 @@ extern "C" int gk_comm_cuda_avg(void *buf, size_t n, gk_dtype dt, int world,
 		return 0;
 	avg_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(
 		buf, n, dt, world);
-	return launched("avg kernel launch", __LINE__, err);
+	return GK_CUDA_LAUNCHED("avg kernel launch", err);
 }
 
 /* err_out (may be NULL): what packing lost, x - unpacked, as gk_comm_pack. */
 __global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf,
 			      float *err_out)
 {
-	FOR_EACH(i, n) {
+	GK_CUDA_FOR_EACH(i, n) {
 		w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
 		if (err_out)
 			err_out[i] = x[i] - (bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]));
@@ -104,7 +93,7 @@ __global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf,
 __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
 				int add)
 {
-	FOR_EACH(i, n)
+	GK_CUDA_FOR_EACH(i, n)
 	{
 		float v = bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]);
 		d[i] = add ? GK_FADD(d[i], v) : v;
@@ -175,7 +164,7 @@ extern "C" int gk_comm_cuda_pack(void *wire, const float *x, size_t n,
 	else
 		pack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
 			(uint16_t *)wire, x, n, cz == GK_COMM_COMPRESS_BF16, err_out);
-	return launched("pack kernel launch", __LINE__, err);
+	return GK_CUDA_LAUNCHED("pack kernel launch", err);
 }
 
 extern "C" int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
@@ -191,13 +180,13 @@ extern "C" int gk_comm_cuda_unpack(float *dst, const void *wire, size_t n,
 	else
 		unpack16_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(
 			dst, (const uint16_t *)wire, n, cz == GK_COMM_COMPRESS_BF16, add);
-	return launched("unpack kernel launch", __LINE__, err);
+	return GK_CUDA_LAUNCHED("unpack kernel launch", err);
 }
 
 /* Error feedback: x[i] += residual[i], residual[i] = 0, as comm_mpi.c does. */
 __global__ void absorb_kernel(float *x, float *residual, size_t n)
 {
-	FOR_EACH(i, n) {
+	GK_CUDA_FOR_EACH(i, n) {
 		x[i] = GK_FADD(x[i], residual[i]);
 		residual[i] = 0.0f;
 	}
@@ -210,5 +199,5 @@ extern "C" int gk_comm_cuda_absorb(float *x, float *residual, size_t n,
 		return 0;
 	absorb_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(
 		x, residual, n);
-	return launched("error feedback kernel launch", __LINE__, err);
+	return GK_CUDA_LAUNCHED("error feedback kernel launch", err);
 }

@@ -66,6 +66,9 @@ int gk_strlist_push(gk_strlist *l, const char *s, gk_err *err);
 int gk_strlist_push_owned(gk_strlist *l, char *s, gk_err *err);
 void gk_strlist_free(gk_strlist *l);
 
+/* 1 when s ends with suffix (s equal to suffix too; every s ends with ""). */
+int gk_str_ends(const char *s, const char *suffix);
+
 /*
  * Growing arrays (git's ALLOC_GROW): make room for at least need elements
  * in the array *pp of *cap elements of size bytes each. The capacity grows
@@ -202,6 +205,17 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
  */
 int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
+
+/*
+ * Past the file size limit (`ulimit -f`, RLIMIT_FSIZE) a write fails with
+ * EFBIG only while SIGXFSZ is ignored; by default the signal kills the
+ * process without a word and leaves its temporary output behind. A tool
+ * that writes outputs calls this before it writes, so that the limit is
+ * an error like a full disk: the temp file (or staging directory)
+ * removed and the error named. A tool's main() only: it changes the
+ * disposition for the whole process.
+ */
+void gk_ignore_sigxfsz(void);
 
 /*
  * Mapped files that may shrink or fail while they are read. A file

@@ -89,6 +89,12 @@ void gk_strlist_free(gk_strlist *l)
 	l->n = l->cap = 0;
 }
 
+int gk_str_ends(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
 int gk_grow(void *pp, size_t *cap, size_t need, size_t size, const char *what,
 	    gk_err *err)
 {

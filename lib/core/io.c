@@ -16,11 +16,18 @@
 
 #include "core/core.h"
 
-ssize_t gk_read_full(int fd, void *buf, size_t n)
+/*
+ * The loops behind gk_read_full and gk_pread_full, gk_write_full and
+ * gk_pwrite_full: at 0 reads or writes at the file offset (read, write),
+ * at 1 at off (pread, pwrite), retrying EINTR and short transfers.
+ */
+static ssize_t read_loop(int fd, void *buf, size_t n, int at, off_t off)
 {
 	size_t got = 0;
 	while (got < n) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
+		char *p = (char *)buf + got;
+		ssize_t r = at ? pread(fd, p, n - got, off + (off_t)got)
+			       : read(fd, p, n - got);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -33,42 +40,10 @@ ssize_t gk_read_full(int fd, void *buf, size_t n)
 	return (ssize_t)got;
 }
 
-ssize_t gk_pread_full(int fd, void *buf, size_t n, off_t off)
-{
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
-
-int gk_write_full(int fd, const void *buf, size_t n)
+static int write_loop(int fd, const void *buf, size_t n, int at, off_t off)
 {
 	while (n > 0) {
-		ssize_t w = write(fd, buf, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		buf = (const char *)buf + w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-int gk_pwrite_full(int fd, const void *buf, size_t n, off_t off)
-{
-	while (n > 0) {
-		ssize_t w = pwrite(fd, buf, n, off);
+		ssize_t w = at ? pwrite(fd, buf, n, off) : write(fd, buf, n);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
@@ -79,6 +54,26 @@ int gk_pwrite_full(int fd, const void *buf, size_t n, off_t off)
 		off += w;
 	}
 	return 0;
+}
+
+ssize_t gk_read_full(int fd, void *buf, size_t n)
+{
+	return read_loop(fd, buf, n, 0, 0);
+}
+
+ssize_t gk_pread_full(int fd, void *buf, size_t n, off_t off)
+{
+	return read_loop(fd, buf, n, 1, off);
+}
+
+int gk_write_full(int fd, const void *buf, size_t n)
+{
+	return write_loop(fd, buf, n, 0, 0);
+}
+
+int gk_pwrite_full(int fd, const void *buf, size_t n, off_t off)
+{
+	return write_loop(fd, buf, n, 1, off);
 }
 
 int gk_read_exact(int fd, void *buf, size_t n, const char *name, gk_err *err)
@@ -375,6 +370,11 @@ void gk_cleanup_forget(int handle)
 	cleanup_paths[handle] = NULL;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	free(p);
+}
+
+void gk_ignore_sigxfsz(void)
+{
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 struct gk_atomic {

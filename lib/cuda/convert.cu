@@ -5,17 +5,14 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-extern "C" {
-#include "cuda/cuda.h"
-}
 #include "core/half.h"
+#include "cuda/kernel.cuh"
 
 /* One element per thread, grid-stride so any n fits any grid. */
 template <typename Op>
 __global__ void convert_kernel(void *dst, const void *src, size_t n, Op op)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
+	GK_CUDA_FOR_EACH(i, n)
 		op(dst, src, i);
 }
 
@@ -45,33 +42,28 @@ struct f16_to_f32 {
 };
 
 template <typename Op>
-static cudaError_t launch(void *dst, const void *src, size_t n,
-			  cudaStream_t stream)
+static void launch(void *dst, const void *src, size_t n, cudaStream_t stream)
 {
 	convert_kernel<<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, stream>>>(
 		dst, src, n, Op());
-	return cudaGetLastError();
 }
 
 extern "C" int gk_cuda_convert(void *dst, gk_dtype dst_dt, const void *src,
 			       gk_dtype src_dt, size_t n, gk_cuda_stream s,
 			       gk_err *err)
 {
-	cudaError_t e;
-
 	if (n == 0)
 		return 0;
 	if (src_dt == GK_DT_F32 && dst_dt == GK_DT_BF16)
-		e = launch<f32_to_bf16>(dst, src, n, s);
+		launch<f32_to_bf16>(dst, src, n, s);
 	else if (src_dt == GK_DT_F32 && dst_dt == GK_DT_F16)
-		e = launch<f32_to_f16>(dst, src, n, s);
+		launch<f32_to_f16>(dst, src, n, s);
 	else if (src_dt == GK_DT_BF16 && dst_dt == GK_DT_F32)
-		e = launch<bf16_to_f32>(dst, src, n, s);
+		launch<bf16_to_f32>(dst, src, n, s);
 	else if (src_dt == GK_DT_F16 && dst_dt == GK_DT_F32)
-		e = launch<f16_to_f32>(dst, src, n, s);
+		launch<f16_to_f32>(dst, src, n, s);
 	else
 		return gk_errf(err, "convert %s to %s on the GPU: not supported",
 			       gk_dtype_name(src_dt), gk_dtype_name(dst_dt));
-	return gk_cuda_check_at(GK_CUDA_API_RUNTIME, e, "convert kernel launch",
-				__FILE__, __LINE__, err);
+	return GK_CUDA_LAUNCHED("convert kernel launch", err);
 }

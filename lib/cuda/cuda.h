@@ -232,11 +232,11 @@ int gk_cuda_copy(void *dst, const void *src, size_t bytes, gk_cuda_stream s,
 /* ---- launch geometry ------------------------------------------------------------- */
 
 /*
- * Kernels here loop grid-stride (for (i = blockIdx.x*blockDim.x +
- * threadIdx.x; i < n; i += gridDim.x*blockDim.x), with size_t i), so any
- * n fits any grid: the grid is ceil(n/block) capped at GK_CUDA_MAX_GRID
- * blocks (enough to fill any current GPU many times over), and at least
- * one. Counts past 2^31 elements are fine: the index is 64-bit.
+ * Kernels loop grid-stride (GK_CUDA_FOR_EACH in cuda/kernel.cuh: for (i =
+ * blockIdx.x*blockDim.x + threadIdx.x; i < n; i += gridDim.x*blockDim.x),
+ * with size_t i), so any n fits any grid: the grid is ceil(n/block)
+ * capped at GK_CUDA_MAX_GRID blocks (enough to fill any current GPU many
+ * times over), and at least one. Counts past 2^31 elements are fine: the index is 64-bit.
  */
 #define GK_CUDA_BLOCK 256
 #define GK_CUDA_MAX_GRID 65535u

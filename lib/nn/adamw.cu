@@ -13,7 +13,7 @@ __global__ static void adamw(float *p, T *pw, const float *g, float gscale,
 			     float *m, float *v, size_t n, gk_nn_adamw_k k,
 			     float decay)
 {
-	FOR_N(i, n) {
+	GK_CUDA_FOR_EACH(i, n) {
 		float pp = p[i], mm = m[i], vv = v[i];
 		gk_nn_adamw_elem(&pp, g[i] * gscale, &mm, &vv, &k, decay);
 		p[i] = pp;
@@ -34,5 +34,5 @@ extern "C" int gk_nn_cu_adamw(float *p, void *pw, gk_dtype dt, const float *g,
 	WITH_T(dt, adamw<T><<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0,
 			      s>>>(p, (T *)pw, g, grad_scale, m, v, n, *k,
 				   decay));
-	return LAUNCHED("adamw", err);
+	return GK_CUDA_LAUNCHED("adamw", err);
 }

@@ -35,7 +35,7 @@ template <typename T>
 __global__ static void heads_split(T *dst, const T *src, int B, int T_, int NH,
 				   int hs, int ld, int off, size_t n)
 {
-	FOR_N(x, n)
+	GK_CUDA_FOR_EACH(x, n)
 		dst[x] = src[heads_offset(x, T_, NH, hs, ld, off)];
 }
 
@@ -43,7 +43,7 @@ template <typename T>
 __global__ static void heads_merge(T *dst, const T *src, int B, int T_, int NH,
 				   int hs, int ld, int off, size_t n)
 {
-	FOR_N(x, n)
+	GK_CUDA_FOR_EACH(x, n)
 		dst[heads_offset(x, T_, NH, hs, ld, off)] = src[x];
 }
 
@@ -97,7 +97,7 @@ extern "C" int gk_nn_cu_heads_split(void *dst, const void *src, gk_dtype dt,
 	WITH_T(dt, heads_split<T><<<gk_cuda_grid(n, GK_CUDA_BLOCK),
 				    GK_CUDA_BLOCK, 0, s>>>(
 			   (T *)dst, (const T *)src, B, T_, NH, hs, ld, off, n));
-	return LAUNCHED("attention heads split", err);
+	return GK_CUDA_LAUNCHED("attention heads split", err);
 }
 
 extern "C" int gk_nn_cu_heads_merge(void *dst, const void *src, gk_dtype dt,
@@ -108,7 +108,7 @@ extern "C" int gk_nn_cu_heads_merge(void *dst, const void *src, gk_dtype dt,
 	WITH_T(dt, heads_merge<T><<<gk_cuda_grid(n, GK_CUDA_BLOCK),
 				    GK_CUDA_BLOCK, 0, s>>>(
 			   (T *)dst, (const T *)src, B, T_, NH, hs, ld, off, n));
-	return LAUNCHED("attention heads merge", err);
+	return GK_CUDA_LAUNCHED("attention heads merge", err);
 }
 
 extern "C" int gk_nn_cu_softmax_causal_fwd(void *att, gk_dtype dt,
@@ -117,7 +117,7 @@ extern "C" int gk_nn_cu_softmax_causal_fwd(void *att, gk_dtype dt,
 {
 	WITH_T(dt, softmax_fwd<T><<<gk_nn_row_grid(rows), ROW_THREADS, 0, s>>>(
 			   (T *)att, rows, T_));
-	return LAUNCHED("attention softmax", err);
+	return GK_CUDA_LAUNCHED("attention softmax", err);
 }
 
 extern "C" int gk_nn_cu_softmax_causal_bwd(void *datt, const void *att,
@@ -127,5 +127,5 @@ extern "C" int gk_nn_cu_softmax_causal_bwd(void *datt, const void *att,
 {
 	WITH_T(dt, softmax_bwd<T><<<gk_nn_row_grid(rows), ROW_THREADS, 0, s>>>(
 			   (T *)datt, (const T *)att, rows, T_, scale));
-	return LAUNCHED("attention softmax backward", err);
+	return GK_CUDA_LAUNCHED("attention softmax backward", err);
 }

@@ -59,7 +59,7 @@ extern "C" int gk_nn_cu_xent_fwd(float *lse, float *loss, const void *logits,
 	WITH_T(dt, xent_fwd<T><<<gk_cuda_grid((uint64_t)N, 1), XENT_THREADS, 0,
 				 s>>>(lse, loss, (const T *)logits, targets, N,
 				      V, Vp));
-	return LAUNCHED("classifier forward", err);
+	return GK_CUDA_LAUNCHED("classifier forward", err);
 }
 
 extern "C" int gk_nn_cu_xent_bwd(void *logits, const float *lse,
@@ -70,5 +70,5 @@ extern "C" int gk_nn_cu_xent_bwd(void *logits, const float *lse,
 	WITH_T(dt, xent_bwd<T><<<gk_cuda_grid((uint64_t)N, 1), GK_CUDA_BLOCK, 0,
 				 s>>>((T *)logits, lse, targets, dloss, N, V,
 				      Vp));
-	return LAUNCHED("classifier backward", err);
+	return GK_CUDA_LAUNCHED("classifier backward", err);
 }

@@ -32,5 +32,5 @@ extern "C" int gk_nn_cu_colsum(float *db, float *scratch, const void *dout,
 			   scratch, (const T *)dout, N, OC, (int)chunks));
 	colsum_finish<<<(OC + GK_CUDA_BLOCK - 1) / GK_CUDA_BLOCK, GK_CUDA_BLOCK,
 			0, s>>>(db, scratch, (int)chunks, OC, OC);
-	return LAUNCHED("bias gradient", err);
+	return GK_CUDA_LAUNCHED("bias gradient", err);
 }

@@ -260,12 +260,6 @@ uint64_t gk_nn_data_bad(const gk_nn_data *d)
 	return d ? d->bad : 0;
 }
 
-static int ends_with(const char *s, const char *suf)
-{
-	size_t a = strlen(s), b = strlen(suf);
-	return a >= b && !strcmp(s + a - b, suf);
-}
-
 static int bin_map(binfile *f, const char *path, gk_err *err)
 {
 	struct stat sb;
@@ -531,7 +525,7 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 	}
 	int allbin = paths.n > 0;
 	for (size_t i = 0; i < paths.n; i++)
-		allbin &= ends_with(paths.v[i], ".bin");
+		allbin &= gk_str_ends(paths.v[i], ".bin");
 	int rc;
 	if (allbin) {
 		rc = bin_open(d, &paths, err);

@@ -13,7 +13,7 @@ template <typename T>
 __global__ static void encoder_fwd(T *out, const int32_t *tok, const T *wte,
 				   const T *wpe, size_t NC, int T_, int C)
 {
-	FOR_N(x, NC) {
+	GK_CUDA_FOR_EACH(x, NC) {
 		size_t i = x / C;
 		int c = (int)(x % C), t = (int)(i % T_);
 		out[x] = stf<T>(ldf(wte[(size_t)tok[i] * C + c]) +
@@ -46,7 +46,7 @@ __global__ static void encoder_bwd_wpe(float *dwpe, const T *dout, int B,
 				       int T_, int C)
 {
 	size_t TC = (size_t)T_ * C;
-	FOR_N(x, TC) {
+	GK_CUDA_FOR_EACH(x, TC) {
 		float s = 0.0f;
 		for (int b = 0; b < B; b++)
 			s += ldf(dout[(size_t)b * TC + x]);
@@ -64,7 +64,7 @@ extern "C" int gk_nn_cu_encoder_fwd(void *out, const int32_t *tok,
 				    GK_CUDA_BLOCK, 0, s>>>(
 			   (T *)out, tok, (const T *)wte, (const T *)wpe, n,
 			   T_, C));
-	return LAUNCHED("encoder forward", err);
+	return GK_CUDA_LAUNCHED("encoder forward", err);
 }
 
 extern "C" int gk_nn_cu_encoder_bwd(float *dwte, float *dwpe,
@@ -79,5 +79,5 @@ extern "C" int gk_nn_cu_encoder_bwd(float *dwte, float *dwpe,
 	       encoder_bwd_wpe<T><<<gk_cuda_grid(tc, GK_CUDA_BLOCK),
 				    GK_CUDA_BLOCK, 0, s>>>(dwpe, (const T *)dout,
 							   B, T_, C));
-	return LAUNCHED("encoder backward", err);
+	return GK_CUDA_LAUNCHED("encoder backward", err);
 }

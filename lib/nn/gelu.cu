@@ -7,14 +7,14 @@
 template <typename T>
 __global__ static void gelu_fwd(T *out, const T *inp, size_t n)
 {
-	FOR_N(i, n)
+	GK_CUDA_FOR_EACH(i, n)
 		out[i] = stf<T>(gk_nn_gelu(ldf(inp[i])));
 }
 
 template <typename T>
 __global__ static void gelu_bwd(T *dinp, const T *inp, size_t n)
 {
-	FOR_N(i, n)
+	GK_CUDA_FOR_EACH(i, n)
 		dinp[i] = stf<T>(ldf(dinp[i]) * gk_nn_gelu_grad(ldf(inp[i])));
 }
 
@@ -23,7 +23,7 @@ extern "C" int gk_nn_cu_gelu_fwd(void *out, const void *inp, gk_dtype dt,
 {
 	WITH_T(dt, gelu_fwd<T><<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK,
 				 0, s>>>((T *)out, (const T *)inp, n));
-	return LAUNCHED("gelu forward", err);
+	return GK_CUDA_LAUNCHED("gelu forward", err);
 }
 
 extern "C" int gk_nn_cu_gelu_bwd(void *dinp, const void *inp, gk_dtype dt,
@@ -31,5 +31,5 @@ extern "C" int gk_nn_cu_gelu_bwd(void *dinp, const void *inp, gk_dtype dt,
 {
 	WITH_T(dt, gelu_bwd<T><<<gk_cuda_grid(n, GK_CUDA_BLOCK), GK_CUDA_BLOCK,
 				 0, s>>>((T *)dinp, (const T *)inp, n));
-	return LAUNCHED("gelu backward", err);
+	return GK_CUDA_LAUNCHED("gelu backward", err);
 }

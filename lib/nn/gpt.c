@@ -520,12 +520,6 @@ static void normal_fill(float *x, size_t n, float std, uint64_t *s)
 	}
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /*
  * Each tensor draws from its own stream, seeded from (seed, tensor index)
  * through splitmix64, so a tensor's values do not depend on the sizes of
@@ -545,12 +539,12 @@ void gk_nn_init(gk_nn_model *m, uint64_t seed)
 		if (t->ndim == 2) {
 			/* wte: the vocab rows only; padded rows stay zero */
 			size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
-			int resid = ends_with(t->name, "attn.c_proj.weight") ||
-				    ends_with(t->name, "mlp.c_proj.weight");
+			int resid = gk_str_ends(t->name, "attn.c_proj.weight") ||
+				    gk_str_ends(t->name, "mlp.c_proj.weight");
 			normal_fill(p, n, resid ? resid_std : std, &s);
-		} else if (ends_with(t->name, "ln_1.weight") ||
-			   ends_with(t->name, "ln_2.weight") ||
-			   ends_with(t->name, "ln_f.weight")) {
+		} else if (gk_str_ends(t->name, "ln_1.weight") ||
+			   gk_str_ends(t->name, "ln_2.weight") ||
+			   gk_str_ends(t->name, "ln_f.weight")) {
 			for (size_t k = 0; k < t->numel; k++)
 				p[k] = 1.0f;
 		}

@@ -2,7 +2,8 @@
  * kernels.cuh - what the kernel files of lib/nn share: loads and stores
  * of the activation type (bf16 through core/half.h, so a kernel rounds
  * exactly as gk_convert and gk_cuda_convert do), warp and block sums in
- * a fixed order, and the launch check.
+ * a fixed order, and the row loop. The grid-stride loop and the launch
+ * check are lib/cuda's (cuda/kernel.cuh), as every module's kernels use.
  */
 #ifndef GK_NN_KERNELS_CUH
 #define GK_NN_KERNELS_CUH
@@ -11,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/half.h"
+#include "cuda/kernel.cuh"
 #include "nn/math.h"
 extern "C" {
 #include "nn/cuda_internal.h"
@@ -86,14 +88,6 @@ __global__ static void colsum_finish(float *out, const float *part, int chunks,
 	out[c] += s;
 }
 
-static inline int gk_nn_launched(const char *what, const char *file, int line,
-				 gk_err *err)
-{
-	return gk_cuda_check_at(GK_CUDA_API_RUNTIME, (int)cudaGetLastError(),
-				what, file, line, err);
-}
-#define LAUNCHED(what, err) gk_nn_launched(what, __FILE__, __LINE__, (err))
-
 /* Run the statements after dt with T the storage type of dt. */
 #define WITH_T(dt, ...)                                                      \
 	do {                                                                 \
@@ -105,11 +99,6 @@ static inline int gk_nn_launched(const char *what, const char *file, int line,
 			__VA_ARGS__;                                         \
 		}                                                            \
 	} while (0)
-
-/* Grid-stride index over n elements, 64-bit (cuda.h). */
-#define FOR_N(i, n)                                                          \
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;       \
-	     i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* One warp per row, grid-stride over rows. */
 #define FOR_ROWS(r, rows)                                                    \

@@ -98,7 +98,7 @@ extern "C" int gk_nn_cu_layernorm_fwd(void *out, float *mean, float *rstd,
 	WITH_T(dt, ln_fwd<T><<<gk_nn_row_grid((uint64_t)N), ROW_THREADS, 0, s>>>(
 			   (T *)out, mean, rstd, (const T *)inp, (const T *)w,
 			   (const T *)b, N, C, eps));
-	return LAUNCHED("layernorm forward", err);
+	return GK_CUDA_LAUNCHED("layernorm forward", err);
 }
 
 extern "C" int gk_nn_cu_layernorm_bwd(void *dinp, float *dw, float *db,
@@ -122,5 +122,5 @@ extern "C" int gk_nn_cu_layernorm_bwd(void *dinp, float *dw, float *db,
 						  2 * C, C);
 	colsum_finish<<<g, GK_CUDA_BLOCK, 0, s>>>(db, scratch + C, (int)chunks,
 						  2 * C, C);
-	return LAUNCHED("layernorm backward", err);
+	return GK_CUDA_LAUNCHED("layernorm backward", err);
 }

@@ -39,5 +39,5 @@ extern "C" int gk_nn_cu_sumsq(double *out, double *partial, const float *g,
 {
 	sumsq_part<<<GK_NN_SUM_BLOCKS, NORM_THREADS, 0, s>>>(partial, g, n);
 	sumsq_finish<<<1, NORM_THREADS, 0, s>>>(out, partial, GK_NN_SUM_BLOCKS);
-	return LAUNCHED("gradient norm", err);
+	return GK_CUDA_LAUNCHED("gradient norm", err);
 }

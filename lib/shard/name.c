@@ -152,8 +152,7 @@ int gk_shard_pattern_tail(const char *pattern, unsigned n, gk_strlist *out,
 
 int gk_shard_is_lz4_name(const char *path)
 {
-	size_t n = strlen(path);
-	return n >= 4 && strcmp(path + n - 4, ".lz4") == 0;
+	return gk_str_ends(path, ".lz4");
 }
 
 char *gk_shard_index_path(const char *shard)

@@ -61,7 +61,7 @@ test_expect_success 'world 1: every type and op checks out (-d all -o all)' '
 '
 
 test_expect_success 'a wrong result is counted and exits 1' '
-	GK_COMM_BENCH_CORRUPT=1 test_expect_code 1 allreduce-bench -b 64 -e 64 -n 1 >out 2>err &&
+	GK_TEST_COMM_CORRUPT=1 test_expect_code 1 allreduce-bench -b 64 -e 64 -n 1 >out 2>err &&
 	grep "^# Out of bounds values : 2 FAILED$" out &&
 	grep "^allreduce-bench: 2 wrong results$" err
 '
@@ -225,7 +225,7 @@ test_expect_success MPIRUN '3 ranks: compressed reduce-scatter within the bounds
 '
 
 test_expect_success MPIRUN 'a wrong result under mpirun exits 1, said once' '
-	GK_COMM_BENCH_CORRUPT=1 test_expect_code 1 mpi 2 -x GK_COMM_BENCH_CORRUPT allreduce-bench -b 64 -e 64 -n 1 >out 2>err &&
+	GK_TEST_COMM_CORRUPT=1 test_expect_code 1 mpi 2 -x GK_TEST_COMM_CORRUPT allreduce-bench -b 64 -e 64 -n 1 >out 2>err &&
 	grep "^# Out of bounds values : 2 FAILED$" out &&
 	test $(grep -c "^allreduce-bench: 2 wrong results$" err) = 1
 '

@@ -135,6 +135,16 @@ static void test_strlist(void)
 	ok(l.n == 0 && l.v == NULL, "strlist free resets");
 }
 
+static void test_str_ends(void)
+{
+	ok(gk_str_ends("model.safetensors", ".safetensors"), "ends with a suffix");
+	ok(gk_str_ends(".safetensors", ".safetensors"), "a string ends with itself");
+	ok(gk_str_ends("x", ""), "every string ends with the empty suffix");
+	ok(!gk_str_ends("tensors", ".safetensors"), "shorter than the suffix");
+	ok(!gk_str_ends("a.json.bak", ".json"), "the suffix elsewhere");
+	ok(!gk_str_ends("", "a"), "the empty string ends with no letter");
+}
+
 static void test_grow(void)
 {
 	gk_err err;
@@ -171,6 +181,7 @@ int main(void)
 	test_json();
 	test_progress();
 	test_strlist();
+	test_str_ends();
 	test_grow();
 	return done_testing();
 }

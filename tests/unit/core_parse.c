@@ -22,7 +22,7 @@ static void size_bad(const char *s, const char *want_msg)
 
 int main(void)
 {
-	/* DESIGN.md: K M G T and KiB MiB GiB are 1024-based, KB MB GB 1000-based. */
+	/* doc/DESIGN.md: K M G T and KiB MiB GiB are 1024-based, KB MB GB 1000-based. */
 	size_ok("0", 0);
 	size_ok("4096", 4096);
 	size_ok("4K", 4096);
