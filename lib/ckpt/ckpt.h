@@ -7,6 +7,7 @@
 #ifndef GK_CKPT_H
 #define GK_CKPT_H
 
+#include <inttypes.h>
 #include <stdint.h>
 
 #include "core/core.h"
@@ -228,6 +229,24 @@ void gk_ckpt_index_free(gk_ckpt_index *ix);
  * 0 calls gk_ckpt_stage_commit and the others gk_ckpt_stage_free.
  */
 typedef struct gk_ckpt_stage gk_ckpt_stage;
+
+/* The layout's names, spelled here only. */
+#define GK_CKPT_STEP_FMT "step-%08" PRIu64 /* a step directory */
+#define GK_CKPT_COMMIT "COMMIT"
+#define GK_CKPT_LATEST "latest"
+#define GK_CKPT_LOCK ".lock"
+#define GK_CKPT_CONFIG "config.json"
+#define GK_CKPT_TRAINER "trainer.json"
+#define GK_CKPT_OPTIM "optim" /* optim.safetensors, or gk_ckpt_rank_file's */
+/* ROOT/step-NNNNNNNN, and dir/file: malloc'ed, NULL without memory. */
+char *gk_ckpt_step_path(const char *root, uint64_t step);
+char *gk_ckpt_join(const char *dir, const char *file);
+/* The optimizer file of this rank: optim.safetensors when one rank writes
+ * the whole state, else gk_ckpt_rank_file(GK_CKPT_OPTIM, rank, world). */
+char *gk_ckpt_optim_file(int sharded, int rank, int world);
+/* Whether name is an optimizer file (optim*.safetensors). */
+int gk_ckpt_is_optim_file(const char *name);
+
 
 int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
 			gk_err *err);

@@ -425,7 +425,7 @@ int gk_ckpt_prune(const char *root, const gk_ckpt_prune_opts *o,
 	case CK_LATEST_STEP:
 		have_latest = 1;
 		if (!contains(committed, ncommitted, latest)) {
-			snprintf(msg, sizeof(msg), "'latest' points to 'step-%08" PRIu64 "', which has no COMMIT; keeping it",
+			snprintf(msg, sizeof(msg), "'latest' points to '" GK_CKPT_STEP_FMT "', which has no COMMIT; keeping it",
 				 latest);
 			emit(&r, GK_CKPT_PRUNE_WARNING, "latest", NULL, 0, msg);
 		}

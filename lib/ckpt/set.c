@@ -302,7 +302,7 @@ static int add_input(builder *b, const char *in, gk_err *err)
 			return add_index(b, in, err);
 		return add_file(b, in, &num, err);
 	}
-	if (exists(in, "COMMIT"))
+	if (exists(in, GK_CKPT_COMMIT))
 		return add_step_dir(b, in, err);
 	/*
 	 * A step directory (or its staging directory) without COMMIT is
@@ -328,7 +328,7 @@ static int add_input(builder *b, const char *in, gk_err *err)
 		return -1;
 	if (r == 1) {
 		char name[64], *p;
-		snprintf(name, sizeof(name), "step-%08" PRIu64, step);
+		snprintf(name, sizeof(name), GK_CKPT_STEP_FMT, step);
 		if (!(p = join(in, name)))
 			return gk_err_sys(err, ENOMEM, "open '%s'", in);
 		r = add_step_dir(b, p, err);

@@ -47,7 +47,7 @@ int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
 	char path[PATH_MAX];
 	if (gk_mkdir_p(root, err))
 		return -1;
-	if (snprintf(path, sizeof(path), "%s/.step-%08" PRIu64 ".tmp-XXXXXX", root,
+	if (snprintf(path, sizeof(path), "%s/." GK_CKPT_STEP_FMT ".tmp-XXXXXX", root,
 		     step) >= (int)sizeof(path))
 		return gk_errf(err, "checkpoint '%s': path too long", root);
 	if (ck_mkdtemp(path, err))
@@ -121,7 +121,7 @@ int gk_ckpt_lock(const char *root, gk_err *err)
 	char path[PATH_MAX];
 	if (gk_mkdir_p(root, err) < 0)
 		return -1;
-	snprintf(path, sizeof(path), "%s/.lock", root);
+	snprintf(path, sizeof(path), "%s/" GK_CKPT_LOCK, root);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return gk_err_sys(err, errno, "checkpoint directory '%s': create '%s'", root, path);
@@ -158,7 +158,7 @@ int gk_ckpt_lock(const char *root, gk_err *err)
 		snprintf(stale, sizeof(stale), "%s/%s", root, e->d_name);
 		if (ck_parse_step(name, &step) == 0)
 			remove_flat_dir(stale);
-		else if (!strcmp(name, "latest"))
+		else if (!strcmp(name, GK_CKPT_LATEST))
 			unlink(stale);
 	}
 	if (d)
@@ -199,7 +199,7 @@ static int read_commit(const char *root, uint64_t step, char **buf, size_t *len,
 		       uint64_t *hash, gk_err *err)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/step-%08" PRIu64 "/COMMIT", root, step);
+	snprintf(path, sizeof(path), "%s/" GK_CKPT_STEP_FMT "/" GK_CKPT_COMMIT, root, step);
 	if (ck_read_regular(path, (size_t)64 << 20, buf, len, err))
 		return -1;
 	*hash = gk_xxh3(*buf, *len);
@@ -235,7 +235,7 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 {
 	char dir[PATH_MAX], final[2 * PATH_MAX], path[2 * PATH_MAX], name[64];
 	snprintf(dir, sizeof(dir), "%s/%s", s->root, s->name);
-	snprintf(name, sizeof(name), "step-%08" PRIu64, s->step);
+	snprintf(name, sizeof(name), GK_CKPT_STEP_FMT, s->step);
 	snprintf(final, sizeof(final), "%s/%s", s->root, name);
 	gk_strlist files = {0};
 	json_t *j = json_object(), *fj = json_object();
@@ -247,7 +247,7 @@ int gk_ckpt_stage_commit(gk_ckpt_stage *s, gk_err *err)
 		goto out;
 	}
 	while ((e = readdir(d)))
-		if (e->d_name[0] != '.' && strcmp(e->d_name, "COMMIT") &&
+		if (e->d_name[0] != '.' && strcmp(e->d_name, GK_CKPT_COMMIT) &&
 		    gk_strlist_push(&files, e->d_name, err)) {
 			closedir(d);
 			goto out;
@@ -348,7 +348,7 @@ int ck_parse_step(const char *name, uint64_t *step)
 	if (n < 8 || n > 20 || p[n] || gk_parse_u64(p, UINT64_MAX, &v, "step", NULL))
 		return -1;
 	/* One spelling per step: step-000000001 is not step 1's directory. */
-	snprintf(canon, sizeof(canon), "step-%08" PRIu64, v);
+	snprintf(canon, sizeof(canon), GK_CKPT_STEP_FMT, v);
 	if (strcmp(canon, name) != 0)
 		return -1;
 	*step = v;
@@ -484,7 +484,7 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
 	char target[PATH_MAX], name[32];
 	uint64_t st;
 	if (ck_latest_link(root, &st, target, sizeof(target)) == CK_LATEST_STEP) {
-		snprintf(name, sizeof(name), "step-%08" PRIu64, st);
+		snprintf(name, sizeof(name), GK_CKPT_STEP_FMT, st);
 		if (committed(root, name)) {
 			*step = st;
 			return 1;
@@ -509,7 +509,7 @@ int gk_ckpt_latest(const char *root, uint64_t *step, gk_err *err)
 static int parent_of(const char *buf, size_t len, const char *rid, uint64_t *step,
 		     uint64_t *hash)
 {
-	json_t *j = gk_json_load_buf(buf, len, "COMMIT", NULL);
+	json_t *j = gk_json_load_buf(buf, len, GK_CKPT_COMMIT, NULL);
 	const json_t *p = json_object_get(j, "parent");
 	int64_t ps;
 	const char *hex, *root;
@@ -538,7 +538,7 @@ int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
 	if (ck_latest_link(root, &latest, target, sizeof(target)) != CK_LATEST_STEP ||
 	    !root_id(root, rid, sizeof(rid)))
 		return 0; /* readers already take the highest committed step */
-	snprintf(name, sizeof(name), "step-%08" PRIu64, latest);
+	snprintf(name, sizeof(name), GK_CKPT_STEP_FMT, latest);
 	if (!committed(root, name))
 		return 0;
 	if (GK_GROW(chain, cap, 1, "latest", err))
@@ -582,7 +582,7 @@ int gk_ckpt_repair_latest(const char *root, uint64_t *from, uint64_t *to,
 		return -1;
 	if (r == 1 || n == 1)
 		return 0;
-	snprintf(name, sizeof(name), "step-%08" PRIu64, cur);
+	snprintf(name, sizeof(name), GK_CKPT_STEP_FMT, cur);
 	if (set_latest(root, name, err) < 0)
 		return gk_err_prefix(err, "checkpoint directory '%s'", root);
 	*from = latest;
@@ -625,8 +625,8 @@ static int read_kind(const char *name)
 {
 	size_t n = strlen(name);
 	return (n > 12 && !strcmp(name + n - 12, ".safetensors")) ||
-	       !strcmp(name, GK_CKPT_INDEX) || !strcmp(name, "config.json") ||
-	       !strcmp(name, "trainer.json");
+	       !strcmp(name, GK_CKPT_INDEX) || !strcmp(name, GK_CKPT_CONFIG) ||
+	       !strcmp(name, GK_CKPT_TRAINER);
 }
 
 /* The step number in dir's last component when it is a step directory's name. */
@@ -662,13 +662,13 @@ static json_t *commit_load(int dfd, const char *dir, gk_err *err)
 	struct stat st;
 	uint64_t want;
 	int64_t step;
-	if (fstatat(dfd, "COMMIT", &st, 0) < 0) {
+	if (fstatat(dfd, GK_CKPT_COMMIT, &st, 0) < 0) {
 		gk_errf(err, "checkpoint '%s': incomplete (no COMMIT)", dir);
 		return NULL;
 	}
 	snprintf(path, sizeof(path), "%s/COMMIT", dir);
-	if (ck_read_regular_at(dfd, "COMMIT", path, (size_t)64 << 20, &buf, &len, err)) {
-		if (missing(dfd, "COMMIT") && step_gone(dfd, dir))
+	if (ck_read_regular_at(dfd, GK_CKPT_COMMIT, path, (size_t)64 << 20, &buf, &len, err)) {
+		if (missing(dfd, GK_CKPT_COMMIT) && step_gone(dfd, dir))
 			gone_error(dir, err);
 		return NULL;
 	}
@@ -875,7 +875,7 @@ int gk_ckpt_resolve(const char *in, char **out, gk_err *err)
 			/* a checkpoint root: its latest committed step, named now
 			 * (below path, which has no trailing '/') */
 			char *p;
-			snprintf(step_name, sizeof(step_name), "step-%08" PRIu64, step);
+			snprintf(step_name, sizeof(step_name), GK_CKPT_STEP_FMT, step);
 			if (asprintf(&p, "%s/%s", path, step_name) < 0) {
 				free(path);
 				return gk_err_sys(err, ENOMEM, "open '%s'", in);
@@ -910,4 +910,29 @@ int gk_ckpt_verify_set(const gk_ckpt_set *s, gk_err *err)
 		if (gk_ckpt_verify_step(s->steps.v[i], err))
 			return -1;
 	return 0;
+}
+
+char *gk_ckpt_step_path(const char *root, uint64_t step)
+{
+	char *p;
+	return asprintf(&p, "%s/" GK_CKPT_STEP_FMT, root, step) < 0 ? NULL : p;
+}
+
+char *gk_ckpt_join(const char *dir, const char *file)
+{
+	char *p;
+	return asprintf(&p, "%s/%s", dir, file) < 0 ? NULL : p;
+}
+
+char *gk_ckpt_optim_file(int sharded, int rank, int world)
+{
+	return sharded ? gk_ckpt_rank_file(GK_CKPT_OPTIM, rank, world)
+		       : strdup(GK_CKPT_OPTIM ".safetensors");
+}
+
+int gk_ckpt_is_optim_file(const char *name)
+{
+	return !strncmp(name, GK_CKPT_OPTIM, strlen(GK_CKPT_OPTIM)) &&
+	       strlen(name) > strlen(GK_CKPT_OPTIM ".safetensors") - 1 &&
+	       gk_str_ends(name, ".safetensors");
 }

@@ -104,19 +104,18 @@ static int job_write(ckpt_job *j, gk_err *err)
 		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_SINGLE)) || write_model(j, p, err) < 0)
 			goto out;
 		free(p);
-		if (!(p = gk_ckpt_stage_path(j->stage, "config.json")) ||
+		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_CONFIG)) ||
 		    gk_nn_config_save(&t->cfg, p, err) < 0)
 			goto out;
 		free(p);
-		if (!(p = gk_ckpt_stage_path(j->stage, "trainer.json")) ||
+		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_TRAINER)) ||
 		    gk_atomic_write_file(p, j->trainer_json, strlen(j->trainer_json), 0644, err) < 0)
 			goto out;
 		free(p);
 		p = NULL;
 	}
 	if (j->write_moments) {
-		char *name = t->o.zero && t->world > 1 ? gk_ckpt_rank_file("optim", t->rank, t->world)
-						       : strdup("optim.safetensors");
+		char *name = gk_ckpt_optim_file(t->o.zero && t->world > 1, t->rank, t->world);
 		if (!name)
 			goto out;
 		p = gk_ckpt_stage_path(j->stage, name);
@@ -227,7 +226,7 @@ static int relock(gk_nn_trainer *t, gk_err *err)
 {
 	char path[PATH_MAX];
 	struct stat held, now;
-	snprintf(path, sizeof(path), "%s/.lock", t->o.ckpt_dir);
+	snprintf(path, sizeof(path), "%s/" GK_CKPT_LOCK, t->o.ckpt_dir);
 	if (t->lock >= 0 && fstat(t->lock, &held) == 0 && stat(path, &now) == 0 &&
 	    held.st_dev == now.st_dev && held.st_ino == now.st_ino)
 		return 0;

@@ -38,9 +38,9 @@ static int check_steps_ahead(gk_nn_trainer *t, gk_err *err)
 			return -1;
 		if (r == 1)
 			snprintf(t->ckpt_note, sizeof(t->ckpt_note),
-				 "checkpoint directory '%s': latest named step-%08" PRIu64
-				 ", and step-%08" PRIu64 " continues it (a run killed before "
-				 "it moved latest): latest now names step-%08" PRIu64,
+				 "checkpoint directory '%s': latest named " GK_CKPT_STEP_FMT
+				 ", and " GK_CKPT_STEP_FMT " continues it (a run killed before "
+				 "it moved latest): latest now names " GK_CKPT_STEP_FMT,
 				 root, from, start, start);
 		if (gk_ckpt_latest(root, &start, err) < 0)
 			return -1;
@@ -50,9 +50,9 @@ static int check_steps_ahead(gk_nn_trainer *t, gk_err *err)
 		return r;
 	if (!t->o.resume && is_committed)
 		return gk_errf(err, "checkpoint directory '%s' holds another run's checkpoints "
-			       "(step-%08" PRIu64 "): --resume continues it; or use another "
+			       "(" GK_CKPT_STEP_FMT "): --resume continues it; or use another "
 			       "--ckpt-dir", root, next);
-	return gk_errf(err, "checkpoint directory '%s': step-%08" PRIu64 "%s is ahead of "
+	return gk_errf(err, "checkpoint directory '%s': " GK_CKPT_STEP_FMT "%s is ahead of "
 		       "step %" PRIu64 ", where this run starts, and would collide with its "
 		       "checkpoints; move it (and any later step) out of the directory",
 		       root, next, is_committed ? "" : " (not committed: no COMMIT)", start);
@@ -80,7 +80,7 @@ static int check_shared(gk_nn_trainer *t, gk_err *err)
 		return 0;
 	int rc = 0;
 	if (t->rank != 0) {
-		snprintf(path, sizeof(path), "%s/.lock", t->o.ckpt_dir);
+		snprintf(path, sizeof(path), "%s/" GK_CKPT_LOCK, t->o.ckpt_dir);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 || pread(fd, got, sizeof(got) - 1, 0) < 0 || strcmp(got, want) != 0)
 			rc = gk_errf(err, "checkpoint directory '%s': not the one rank 0 writes "
@@ -194,9 +194,7 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	struct dirent *de;
 	int rc = -1;
 	while ((de = readdir(dp))) {
-		size_t l = strlen(de->d_name);
-		if (!strncmp(de->d_name, "optim", 5) && l > 12 &&
-		    !strcmp(de->d_name + l - 12, ".safetensors")) {
+		if (gk_ckpt_is_optim_file(de->d_name)) {
 			char *p;
 			if (asprintf(&p, "%s/%s", dir, de->d_name) < 0 ||
 			    gk_strlist_push_owned(&files, p, err) < 0) {
@@ -252,7 +250,7 @@ out:
 int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err *err)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/trainer.json", dir);
+	snprintf(path, sizeof(path), "%s/" GK_CKPT_TRAINER, dir);
 	/*
 	 * Its COMMIT vouched for it. A remapped epoch's data states carry
 	 * the old world's positions on every rank of the new, so the file

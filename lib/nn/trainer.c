@@ -16,24 +16,6 @@
 #include "mem/mem.h"
 #include "nn/train_internal.h"
 
-/* A step directory, a checkpoint root (its latest step) or another path. */
-static char *resolve_step_dir(const char *path, gk_err *err)
-{
-	char *p = NULL, commit[PATH_MAX];
-	uint64_t step;
-	snprintf(commit, sizeof(commit), "%s/COMMIT", path);
-	if (access(commit, F_OK) == 0)
-		return strdup(path);
-	int r = gk_ckpt_latest(path, &step, err);
-	if (r < 0)
-		return NULL;
-	if (r == 0)
-		return strdup(path);
-	if (asprintf(&p, "%s/step-%08" PRIu64, path, step) < 0)
-		return NULL;
-	return p;
-}
-
 /*
  * The model states (parameters, gradients, AdamW's moments of the model's
  * Psi parameters, the moments sharded over the world under ZeRO-1) as
@@ -214,7 +196,8 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 		struct stat st;
 		int found = stat(o->init_from, &st) == 0;
 		if (found && S_ISDIR(st.st_mode)) {
-			if (!(init = resolve_step_dir(o->init_from, err)))
+			/* a step directory, or a root's latest step */
+			if (gk_ckpt_resolve(o->init_from, &init, err) < 0)
 				return -1;
 			dir = init;
 		} else if (found && S_ISREG(st.st_mode)) {
@@ -228,7 +211,7 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 		}
 	}
 	if (dir) {
-		snprintf(path, sizeof(path), "%s/config.json", dir);
+		snprintf(path, sizeof(path), "%s/" GK_CKPT_CONFIG, dir);
 		if (access(path, F_OK) == 0) {
 			if (gk_nn_config_load(&from, path, err) < 0) {
 				free(init);
@@ -353,10 +336,8 @@ static int find_resume(gk_nn_trainer *t, char **dir, uint64_t *step, gk_err *err
 		int r = gk_ckpt_latest(o->ckpt_dir, step, err);
 		if (r < 0)
 			return -1;
-		if (r == 1 && asprintf(dir, "%s/step-%08" PRIu64, o->ckpt_dir, *step) < 0) {
-			*dir = NULL;
+		if (r == 1 && !(*dir = gk_ckpt_step_path(o->ckpt_dir, *step)))
 			return gk_err_sys(err, ENOMEM, "resume");
-		}
 	}
 	/* a training job's first run finds nothing to resume and starts;
 	 * an evaluation of nothing would print an untrained model's loss */
