@@ -1,0 +1,658 @@
+/*
+ * core_optable.c - option tables (core.h, "An option table"): getopt_long's
+ * list and short string against lists written here by hand, parsing
+ * through a real getopt_long loop into a struct against the values the
+ * arguments mean, range and error messages, defaults against parsing the
+ * same strings, the values ranks compare, and the --help summary against
+ * a text written by hand.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "tap.h"
+
+/* One field of each kind and C type a row may fill. */
+struct args {
+	int loud;          /* FLAG, set 1 */
+	int mode;          /* FLAG --fast sets 3, --slow 0 */
+	int batch;         /* INT int [1, 1024] */
+	int32_t eot;       /* INT int32_t [-1, INT32_MAX] */
+	int64_t offset;    /* INT int64_t, the whole range */
+	uint64_t seed;     /* INT uint64_t [0, INT64_MAX] */
+	uint64_t count;    /* UINT up to 1000 */
+	uint64_t big;      /* UINT, no bound */
+	float beta;        /* NUM float [0, 1] */
+	double lr;         /* NUM double [1e-9, 10] */
+	uint64_t mem;      /* SIZE uint64_t */
+	size_t bucket;     /* SIZE size_t */
+	const char *name;  /* STR, may be empty */
+	const char *out;   /* STR FILE, not empty */
+	const char *dir;   /* STR DIR, not empty */
+	const char *tag;   /* STR TAG, not empty */
+	int color;         /* ENUM */
+	double timeout;    /* CUSTOM into a double */
+	int level;         /* CUSTOM into an int */
+};
+
+static int parse_color(const char *s)
+{
+	return !strcmp(s, "red") ? 0 : !strcmp(s, "green") ? 1 : !strcmp(s, "blue") ? 2 : -1;
+}
+
+/* gpu-train's --timeout: 0 or at least a second, kept as a double */
+static int parse_timeout(const char *opt, const char *s, void *field, gk_err *err)
+{
+	double v;
+	if (gk_parse_double(s, 0, 1e9, &v, opt, err) < 0)
+		return -1;
+	if (v > 0 && v < 1)
+		return gk_errf(err, "%s '%s': 0 or at least 1 second", opt, s);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int parse_level(const char *opt, const char *s, void *field, gk_err *err)
+{
+	int v = !strcmp(s, "low") ? 1 : !strcmp(s, "high") ? 2 : -1;
+	if (v < 0)
+		return gk_errf(err, "%s '%s': low or high", opt, s);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+#define A(m) GK_OPTF(struct args, m)
+#define FIRST GK_OPT_FIRST_TOOL
+
+/* Row indices matter: a row without a short name has val FIRST + index. */
+static const gk_optdef table[] = {
+	/* 0 */ {.kind = GK_OPTK_SECTION, .help = "flags"},
+	/* 1 */ {.kind = GK_OPTK_FLAG, .name = "loud", .short_name = 'L', A(loud), .set = 1,
+		 .help = "say more"},
+	/* 2 */ {.kind = GK_OPTK_FLAG, .name = "fast", A(mode), .set = 3, .help = "mode 3"},
+	/* 3 */ {.kind = GK_OPTK_FLAG, .name = "slow", A(mode), .set = 0, .help = "mode 0"},
+	/* 4 */ {.kind = GK_OPTK_SECTION, .help = "numbers"},
+	/* 5 */ {.kind = GK_OPTK_INT, .name = "batch", .short_name = 'b', .arg = "B", A(batch),
+		 .imin = 1, .imax = 1024, .def = "4", .help = "sequences"},
+	/* 6 */ {.kind = GK_OPTK_INT, .name = "eot", .arg = "ID", A(eot), .imin = -1,
+		 .imax = INT32_MAX, .def = "-1", .help = "end of text"},
+	/* 7 */ {.kind = GK_OPTK_INT, .name = "offset", .arg = "N", A(offset), .imin = INT64_MIN,
+		 .imax = INT64_MAX, .def = "-9000000000", .help = "an int64_t"},
+	/* 8 */ {.kind = GK_OPTK_INT, .name = "seed", .arg = "N", A(seed), .imin = 0,
+		 .imax = INT64_MAX, .def = "1337", .help = "a uint64_t"},
+	/* 9 */ {.kind = GK_OPTK_UINT, .name = "count", .arg = "N", A(count), .max = 1000,
+		 .def = "10", .help = "up to 1000"},
+	/* 10 */ {.kind = GK_OPTK_UINT, .name = "big", .arg = "N", A(big), .max = 2e19,
+		  .def = "18446744073709551615", .help = "any uint64_t"},
+	/* 11 */ {.kind = GK_OPTK_NUM, .name = "beta", .arg = "X", A(beta), .min = 0, .max = 1,
+		  .def = "0.9", .help = "a float"},
+	/* 12 */ {.kind = GK_OPTK_NUM, .name = "lr", .short_name = 'r', .arg = "LR", A(lr),
+		  .min = 1e-9, .max = 10, .def = "6e-4", .help = "a double"},
+	/* 13 */ {.kind = GK_OPTK_SIZE, .name = "mem", .arg = "SIZE", A(mem), .def = "1GiB",
+		  .help = "a size"},
+	/* 14 */ {.kind = GK_OPTK_SIZE, .name = "bucket", .arg = "SIZE", A(bucket), .def = "25M",
+		  .help = "a size_t"},
+	/* 15 */ {.kind = GK_OPTK_SECTION, .help = "strings"},
+	/* 16 */ {.kind = GK_OPTK_STR, .name = "name", .arg = "S", A(name), .def = "",
+		  .help = "may be empty"},
+	/* 17 */ {.kind = GK_OPTK_STR, .name = "out", .short_name = 'o', .arg = "FILE", A(out),
+		  .set = 1, .help = "a file"},
+	/* 18 */ {.kind = GK_OPTK_STR, .name = "dir", .arg = "DIR", A(dir), .set = 1,
+		  .help = "a directory"},
+	/* 19 */ {.kind = GK_OPTK_STR, .name = "tag", .arg = "TAG", A(tag), .set = 1,
+		  .help = "a value"},
+	/* 20 */ {.kind = GK_OPTK_ENUM, .name = "color", .short_name = 'c', .arg = "C", A(color),
+		  .parse = parse_color, .names = "red, green or blue", .def = "green",
+		  .help = "an enum"},
+	/* 21 */ {.kind = GK_OPTK_CUSTOM, .name = "timeout", .arg = "S", A(timeout),
+		  .custom = parse_timeout, .def = "600", .help = "custom double"},
+	/* 22 */ {.kind = GK_OPTK_CUSTOM, .name = "level", .arg = "L", A(level),
+		  .custom = parse_level, .help = "custom int"},
+	{.kind = GK_OPTK_END},
+};
+
+/* ---- getopt_long's list ---------------------------------------------------------- */
+
+static void longopts(void)
+{
+	/* by hand from the table above: the common options, then each row
+	 * but the sections, val its short name or FIRST + its index */
+	static const struct {
+		const char *name;
+		int has_arg, val;
+	} want[] = {
+		{"help", no_argument, 'h'},       {"version", no_argument, GK_OPT_VERSION},
+		{"quiet", no_argument, 'q'},      {"verbose", no_argument, 'v'},
+		{"loud", no_argument, 'L'},       {"fast", no_argument, FIRST + 2},
+		{"slow", no_argument, FIRST + 3}, {"batch", required_argument, 'b'},
+		{"eot", required_argument, FIRST + 6},
+		{"offset", required_argument, FIRST + 7},
+		{"seed", required_argument, FIRST + 8},
+		{"count", required_argument, FIRST + 9},
+		{"big", required_argument, FIRST + 10},
+		{"beta", required_argument, FIRST + 11}, {"lr", required_argument, 'r'},
+		{"mem", required_argument, FIRST + 13},
+		{"bucket", required_argument, FIRST + 14},
+		{"name", required_argument, FIRST + 16}, {"out", required_argument, 'o'},
+		{"dir", required_argument, FIRST + 18},
+		{"tag", required_argument, FIRST + 19}, {"color", required_argument, 'c'},
+		{"timeout", required_argument, FIRST + 21},
+		{"level", required_argument, FIRST + 22},
+	};
+	size_t nw = GK_ARRAY_SIZE(want);
+	for (int json = 0; json <= 1; json++) {
+		char *shorts = NULL;
+		struct option *o = gk_optable_longopts(table, json, &shorts);
+		if (!ok(o && shorts, "longopts (json %d)", json))
+			return;
+		size_t n = 0;
+		while (o[n].name)
+			n++;
+		is_int(n, nw + json, json ? "  4 common, --json, 20 rows" : "  4 common, 20 rows");
+		int good = 1;
+		for (size_t i = 0, k = 0; i < n && k < nw; i++) {
+			if (json && i == 4) {
+				good &= !strcmp(o[i].name, "json") && o[i].has_arg == no_argument &&
+					o[i].flag == NULL && o[i].val == GK_OPT_JSON;
+				continue;
+			}
+			int g = !strcmp(o[i].name, want[k].name) && o[i].has_arg == want[k].has_arg &&
+				o[i].flag == NULL && o[i].val == want[k].val;
+			if (!g)
+				diag("entry %zu: {%s, %d, %#x}, want {%s, %d, %#x}", i, o[i].name,
+				     o[i].has_arg, o[i].val, want[k].name, want[k].has_arg, want[k].val);
+			good &= g;
+			k++;
+		}
+		ok(good, "  names, has_arg and val of every entry, in order%s",
+		   json ? ", --json fifth" : "");
+		ok(o[n].has_arg == 0 && o[n].flag == NULL && o[n].val == 0,
+		   "  ends with a zeroed entry");
+		is_str(shorts, "hqvLb:r:o:c:", "  shorts: hqv, then each short name, ':' with an argument");
+		free(o);
+		free(shorts);
+	}
+
+	/* gk_optable_find: every val back to its row */
+	int good = 1;
+	for (size_t i = 4; i < nw; i++) {
+		const gk_optdef *d = gk_optable_find(table, want[i].val);
+		good &= d && !strcmp(d->name, want[i].name);
+	}
+	ok(good, "find: each entry's val gives the row of its name");
+	ok(!gk_optable_find(table, 'h') && !gk_optable_find(table, 'q') &&
+	   !gk_optable_find(table, GK_OPT_VERSION) && !gk_optable_find(table, GK_OPT_JSON) &&
+	   !gk_optable_find(table, '?') && !gk_optable_find(table, 'x') &&
+	   !gk_optable_find(table, 0) && !gk_optable_find(table, FIRST + 23) &&
+	   !gk_optable_find(table, -1),
+	   "find: the common options, unknown letters and vals past the table: NULL");
+}
+
+/* ---- parsing through getopt_long ------------------------------------------------- */
+
+/*
+ * getopt_long over argv with the table's list, each table option set
+ * into *a; returns the first error (-1, err set), or 0. *other gets the
+ * last value getopt returned that is not a row (h, v, '?', ...), or 0;
+ * *rest the index of the first operand.
+ */
+static int parse(int json, int argc, char **argv, struct args *a, int *other, int *rest,
+		 gk_err *err)
+{
+	char *shorts;
+	struct option *lo = gk_optable_longopts(table, json, &shorts);
+	int c, rc = 0;
+	*other = 0;
+	optind = 0; /* glibc: start again, with a new argv */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+		const gk_optdef *d = gk_optable_find(table, c);
+		if (!d)
+			*other = c;
+		else if (rc == 0 && gk_optable_set(d, a, optarg, err) < 0)
+			rc = -1;
+	}
+	*rest = optind;
+	free(lo);
+	free(shorts);
+	return rc;
+}
+
+/* an argv array v, "prog" first and NULL last, and its argc */
+#define ARGV(v, ...) char *v[] = {"prog", __VA_ARGS__, NULL}
+#define ARGC(v) ((int)GK_ARRAY_SIZE(v) - 1)
+
+static void fill(struct args *a, int byte)
+{
+	memset(a, byte, sizeof(*a));
+}
+
+static void getopt_parsing(void)
+{
+	struct args a;
+	gk_err err = {0};
+	int other, rest;
+	ARGV(v, "--loud", "-b", "8", "--eot=-1", "--offset", "-9223372036854775808",
+			"--seed", "9223372036854775807", "--count", "1000", "--big",
+			"18446744073709551615", "--beta", "0.1", "-r", "3e-4", "--mem", "1.5K",
+			"--bucket=25M", "--name", "", "-o", "out.bin", "--dir", "/tmp/x", "--tag",
+			"t", "--color", "blue", "--timeout", "2.5", "--level", "high", "--fast",
+			"in1", "in2");
+	char *name_arg = v[21];
+	fill(&a, 0);
+	int rc = parse(0, ARGC(v), v, &a, &other, &rest, &err);
+	if (!ok(rc == 0 && other == 0, "a command line of every kind parses"))
+		diag("%s (other %d)", err.msg, other);
+	/* what each argument means, by hand */
+	ok(a.loud == 1 && a.mode == 3, "  flags: --loud 1, --fast 3");
+	ok(a.batch == 8 && a.eot == -1, "  -b 8 into an int, --eot=-1 into an int32_t");
+	ok(a.offset == INT64_MIN && a.seed == (uint64_t)INT64_MAX,
+	   "  int64_t minimum, uint64_t field at INT64_MAX");
+	ok(a.count == 1000 && a.big == UINT64_MAX, "  UINT at its max, and at 2^64 - 1");
+	ok(a.beta == 0.1f && a.lr == 3e-4, "  float 0.1f, double 3e-4");
+	ok(a.mem == 1536 && a.bucket == (size_t)25 << 20, "  sizes 1.5K and 25M");
+	ok(a.name == name_arg && a.name[0] == '\0',
+	   "  an empty string where allowed: the argument itself");
+	ok(a.out && !strcmp(a.out, "out.bin") && !strcmp(a.dir, "/tmp/x") && !strcmp(a.tag, "t"),
+	   "  strings");
+	ok(a.color == 2 && a.timeout == 2.5 && a.level == 2, "  enum blue 2, custom 2.5 and high 2");
+	ok(rest == ARGC(v) - 2 && !strcmp(v[rest], "in1") && !strcmp(v[rest + 1], "in2"),
+	   "  operands left from optind");
+
+	/* a second run over the same struct: short options bundled, a later
+	 * flag of the same field winning, an operand before options */
+	ARGV(w, "in0", "-Lb16", "-ofile", "-cred", "--slow", "--eot", "7");
+	fill(&a, 0);
+	rc = parse(0, ARGC(w), w, &a, &other, &rest, &err);
+	ok(rc == 0 && a.loud == 1 && a.batch == 16 && !strcmp(a.out, "file") && a.color == 0 &&
+		   a.mode == 0 && a.eot == 7 && rest == ARGC(w) - 1 && !strcmp(w[rest], "in0"),
+	   "optind reset: -Lb16 -ofile -cred bundled, --slow, operand permuted last");
+	ARGV(w2, "--slow", "--fast");
+	fill(&a, 0);
+	rc = parse(0, ARGC(w2), w2, &a, &other, &rest, &err);
+	ok(rc == 0 && a.mode == 3, "two flags of one field: the last wins");
+
+	/* what is not a row reaches the caller */
+	ARGV(h, "-h");
+	parse(0, ARGC(h), h, &a, &other, &rest, &err);
+	is_int(other, 'h', "-h is the caller's");
+	ARGV(ver, "--version");
+	parse(0, ARGC(ver), ver, &a, &other, &rest, &err);
+	is_int(other, GK_OPT_VERSION, "--version is the caller's");
+	ARGV(j, "--json");
+	parse(0, ARGC(j), j, &a, &other, &rest, &err);
+	is_int(other, '?', "--json without json: unknown");
+	ARGV(j1, "--json");
+	parse(1, ARGC(j1), j1, &a, &other, &rest, &err);
+	is_int(other, GK_OPT_JSON, "--json with json");
+	ARGV(u, "--nope");
+	parse(0, ARGC(u), u, &a, &other, &rest, &err);
+	is_int(other, '?', "an unknown option: '?'");
+	ARGV(m, "--batch");
+	parse(0, ARGC(m), m, &a, &other, &rest, &err);
+	is_int(other, '?', "a missing argument: '?'");
+	ARGV(fa, "--loud=1");
+	parse(0, ARGC(fa), fa, &a, &other, &rest, &err);
+	is_int(other, '?', "an argument to a flag: '?'");
+}
+
+/* ---- ranges and messages ---------------------------------------------------------- */
+
+static const gk_optdef *row(const char *name)
+{
+	for (size_t i = 0; table[i].kind != GK_OPTK_END; i++)
+		if (table[i].name && !strcmp(table[i].name, name))
+			return &table[i];
+	return NULL;
+}
+
+static void bad(const char *name, const char *s, const char *want)
+{
+	struct args a, keep;
+	gk_err err = {0};
+	fill(&a, 0x5a);
+	keep = a;
+	int rc = gk_optable_set(row(name), &a, s, &err);
+	ok(rc == -1, "--%s '%s' refused", name, s);
+	is_str(err.msg, want, "  message");
+	ok(memcmp(&a, &keep, sizeof(a)) == 0, "  the struct is left as it was");
+}
+
+static void good(const char *name, const char *s)
+{
+	struct args a;
+	gk_err err = {0};
+	fill(&a, 0);
+	int rc = gk_optable_set(row(name), &a, s, &err);
+	if (!ok(rc == 0, "--%s '%s' taken", name, s))
+		diag("%s", err.msg);
+}
+
+static void ranges(void)
+{
+	good("batch", "1");
+	good("batch", "1024");
+	bad("batch", "0", "--batch '0': out of range [1, 1024]");
+	bad("batch", "1025", "--batch '1025': out of range [1, 1024]");
+	bad("batch", "12x", "--batch '12x': not an integer");
+	bad("batch", "", "--batch '': not an integer");
+	bad("batch", "1.0", "--batch '1.0': not an integer");
+	good("eot", "2147483647");
+	bad("eot", "2147483648", "--eot '2147483648': out of range [-1, 2147483647]");
+	bad("eot", "-2", "--eot '-2': out of range [-1, 2147483647]");
+	bad("offset", "9223372036854775808",
+	    "--offset '9223372036854775808': out of range [-9223372036854775808, 9223372036854775807]");
+	bad("seed", "-1", "--seed '-1': out of range [0, 9223372036854775807]");
+	bad("count", "1001", "--count '1001': out of range [0, 1000]");
+	bad("count", "-1", "--count '-1': not a non-negative integer");
+	bad("count", "", "--count '': not a non-negative integer");
+	bad("big", "18446744073709551616",
+	    "--big '18446744073709551616': out of range [0, 18446744073709551615]");
+	good("beta", "0");
+	good("beta", "1");
+	bad("beta", "1.5", "--beta '1.5': out of range [0, 1]");
+	bad("beta", "-0.1", "--beta '-0.1': out of range [0, 1]");
+	bad("beta", "nan", "--beta 'nan': out of range [0, 1]");
+	bad("beta", "abc", "--beta 'abc': not a number");
+	bad("lr", "", "--lr '': not a number");
+	bad("lr", "0", "--lr '0': out of range [1e-09, 10]");
+	bad("lr", "1e-3x", "--lr '1e-3x': not a number");
+	bad("mem", "", "--mem '': not a size (e.g. 4096, 256M, 1GiB, 5GB)");
+	bad("mem", "12Q",
+	    "--mem '12Q': unknown unit 'Q' (B, K M G T P, KiB MiB GiB TiB PiB, KB MB GB TB PB)");
+	bad("out", "", "--out '': an empty file name");
+	bad("dir", "", "--dir '': an empty directory name");
+	bad("tag", "", "--tag '': an empty value");
+	good("name", "");
+	bad("color", "purple", "--color 'purple': red, green or blue");
+	bad("color", "", "--color '': red, green or blue");
+	bad("timeout", "0.5", "--timeout '0.5': 0 or at least 1 second");
+	bad("timeout", "x", "--timeout 'x': not a number");
+	bad("level", "mid", "--level 'mid': low or high");
+
+	/* the first error of a real command line is the one reported */
+	struct args a;
+	gk_err err = {0};
+	int other, rest;
+	ARGV(v, "-b", "8", "--beta", "2", "--batch", "0");
+	fill(&a, 0);
+	ok(parse(0, ARGC(v), v, &a, &other, &rest, &err) == -1 &&
+		   !strcmp(err.msg, "--beta '2': out of range [0, 1]") && a.batch == 8,
+	   "through getopt: the error names the option and its argument (%s)", err.msg);
+}
+
+/* ---- defaults ---------------------------------------------------------------------- */
+
+static void defaults(void)
+{
+	struct args d, p;
+	gk_err err = {0};
+	fill(&d, 0x77);
+	int rc = gk_optable_defaults(table, &d, &err);
+	if (!ok(rc == 0, "defaults of the table apply"))
+		diag("%s", err.msg);
+	/* by hand from the defs */
+	ok(d.batch == 4 && d.eot == -1 && d.offset == -9000000000LL && d.seed == 1337 &&
+		   d.count == 10 && d.big == UINT64_MAX && d.beta == 0.9f && d.lr == 6e-4 &&
+		   d.mem == 1ULL << 30 && d.bucket == (size_t)25 << 20 && d.name &&
+		   d.name[0] == 0 && d.color == 1 && d.timeout == 600,
+	   "  each default's value");
+	/* rows without a default are not touched */
+	struct args untouched;
+	fill(&untouched, 0x77);
+	ok(d.loud == untouched.loud && d.mode == untouched.mode &&
+		   !memcmp(&d.out, &untouched.out, sizeof(d.out)) &&
+		   !memcmp(&d.dir, &untouched.dir, sizeof(d.dir)) &&
+		   !memcmp(&d.tag, &untouched.tag, sizeof(d.tag)) && d.level == untouched.level,
+	   "  rows without one are left alone");
+
+	/* the same strings as a command line: "--NAME DEF" for each */
+	static char names[32][40];
+	char *argv[64];
+	int argc = 0, k = 0;
+	argv[argc++] = "prog";
+	for (size_t i = 0; table[i].kind != GK_OPTK_END; i++) {
+		if (!table[i].def)
+			continue;
+		snprintf(names[k], sizeof(names[k]), "--%s", table[i].name);
+		argv[argc++] = names[k++];
+		argv[argc++] = (char *)table[i].def;
+	}
+	argv[argc] = NULL;
+	int other;
+	int rest;
+	fill(&p, 0x77);
+	rc = parse(0, argc, argv, &p, &other, &rest, &err);
+	ok(rc == 0 && rest == argc, "the defaults as a command line parse (%d words)", argc);
+	ok(memcmp(&d, &p, sizeof(d)) == 0, "  into the same bytes as gk_optable_defaults");
+	int same = 1;
+	for (size_t i = 0; table[i].kind != GK_OPTK_END; i++)
+		if (table[i].def) /* the others' strings are 0x77 bytes, no pointers */
+			same &= gk_optable_value(&table[i], &d) == gk_optable_value(&table[i], &p);
+	ok(same, "  and the same value on every row with a default");
+
+	/* a default that does not parse: an error naming the option */
+	gk_optdef t2[] = {
+		table[5], table[20], table[11], {.kind = GK_OPTK_END},
+	};
+	t2[1].def = "purple";
+	gk_err_clear(&err);
+	fill(&d, 0);
+	is_int(gk_optable_defaults(t2, &d, &err), -1, "a bad enum default fails");
+	is_str(err.msg, "the default of --color: --color 'purple': red, green or blue",
+	       "  naming the option");
+	ok(d.batch == 4 && d.beta == 0.0f, "  rows before it applied, rows after it not");
+	t2[1].def = NULL;
+	t2[0].def = "0";
+	is_int(gk_optable_defaults(t2, &d, &err), -1, "a default out of range fails");
+	is_str(err.msg, "the default of --batch: --batch '0': out of range [1, 1024]",
+	       "  naming the option");
+	gk_optdef t3[] = {table[17], {.kind = GK_OPTK_END}};
+	t3[0].def = "";
+	is_int(gk_optable_defaults(t3, &d, &err), -1, "an empty default of a non-empty string fails");
+	is_str(err.msg, "the default of --out: --out '': an empty file name", "  naming the option");
+	gk_optdef none[] = {{.kind = GK_OPTK_END}};
+	is_int(gk_optable_defaults(none, &d, &err), 0, "an empty table: nothing to do");
+}
+
+/* ---- the values ranks compare ------------------------------------------------------- */
+
+static uint64_t dbits(double x)
+{
+	uint64_t b;
+	memcpy(&b, &x, sizeof(b));
+	return b;
+}
+
+static void values(void)
+{
+	/* per row: an argument, another spelling of the same setting, and
+	 * another setting (for flags: NULL, the field cleared instead) */
+	static const struct {
+		const char *name, *a, *same, *other;
+	} v[] = {
+		{"loud", NULL, NULL, NULL},
+		{"fast", NULL, NULL, "slow"},
+		{"batch", "8", "08", "9"},
+		{"eot", "-1", "-01", "0"},
+		{"offset", "-9000000000", "-9000000000", "9000000000"},
+		{"seed", "18", "+18", "19"},
+		{"count", "7", "007", "8"},
+		{"big", "18446744073709551615", "18446744073709551615", "0"},
+		/* 0.1000000001 rounds to the same float as 0.1 */
+		{"beta", "0.1", "0.1000000001", "0.2"},
+		{"lr", "6e-4", "0.0006", "6.01e-4"},
+		{"mem", "1K", "1024", "1025"},
+		{"bucket", "25M", "26214400", "24M"},
+		{"name", "abc", "abc", "abd"},
+		{"out", "x", "x", "y"},
+		{"dir", "d", "d", "e"},
+		{"tag", NULL, NULL, NULL}, /* NULL in both; changed to "" below */
+		{"color", "red", "red", "blue"},
+		{"timeout", "2.5", "2.50", "3"},
+		{"level", "high", "high", "low"},
+	};
+	struct args a, b;
+	gk_err err = {0};
+	/* other bytes differ: a row's value reads only its own field */
+	fill(&a, 0x00);
+	fill(&b, 0xa5);
+	int rc = 0;
+	char copy[GK_ARRAY_SIZE(v)][32];
+	for (size_t i = 0; i < GK_ARRAY_SIZE(v); i++) {
+		const gk_optdef *d = row(v[i].name);
+		if (!strcmp(v[i].name, "tag"))
+			continue;
+		/* the second from another buffer: strings compare by content */
+		snprintf(copy[i], sizeof(copy[i]), "%s", v[i].same ? v[i].same : "");
+		rc |= gk_optable_set(d, &a, v[i].a, &err);
+		rc |= gk_optable_set(d, &b, d->kind == GK_OPTK_FLAG ? NULL : copy[i], &err);
+	}
+	a.tag = b.tag = NULL;
+	if (!ok(rc == 0, "values: the settings parse"))
+		diag("%s", err.msg);
+	int eq = 1;
+	for (size_t i = 0; table[i].kind != GK_OPTK_END; i++) {
+		if (table[i].kind == GK_OPTK_SECTION)
+			continue;
+		int e = gk_optable_value(&table[i], &a) == gk_optable_value(&table[i], &b);
+		if (!e)
+			diag("--%s: %#llx and %#llx", table[i].name,
+			     (unsigned long long)gk_optable_value(&table[i], &a),
+			     (unsigned long long)gk_optable_value(&table[i], &b));
+		eq &= e;
+	}
+	ok(eq, "equal settings, other bytes around them: equal values on every row");
+
+	/* each row changed alone: its value differs, the others' do not */
+	int diff = 1;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(v); i++) {
+		struct args c = b;
+		const gk_optdef *d = row(v[i].name);
+		if (!strcmp(v[i].name, "loud"))
+			c.loud = 0;
+		else if (!strcmp(v[i].name, "tag"))
+			c.tag = "";
+		else if (gk_optable_set(d->kind == GK_OPTK_FLAG ? row(v[i].other) : d, &c,
+					v[i].other, &err) < 0)
+			diff = 0;
+		for (size_t k = 0; table[k].kind != GK_OPTK_END; k++) {
+			if (table[k].kind == GK_OPTK_SECTION)
+				continue;
+			int changed = gk_optable_value(&table[k], &b) != gk_optable_value(&table[k], &c);
+			int want = table[k].off == d->off;
+			if (changed != want)
+				diag("--%s changed: --%s's value %s", v[i].name, table[k].name,
+				     changed ? "changed" : "did not");
+			diff &= changed == want;
+		}
+	}
+	ok(diff, "each setting changed alone changes its row's value and no other");
+
+	/* the documented encodings, by hand */
+	const gk_optdef *tag = row("tag"), *beta = row("beta"), *eot = row("eot");
+	a.tag = NULL;
+	b.tag = "";
+	ok(gk_optable_value(tag, &a) == 0 && gk_optable_value(tag, &b) != 0,
+	   "a string: NULL is 0, the empty string is not");
+	a.beta = 0.1f;
+	ok(gk_optable_value(beta, &a) == dbits((double)0.1f) &&
+		   gk_optable_value(beta, &a) != dbits(0.1),
+	   "a float's value: the bits of its value as a double");
+	a.lr = 0.5;
+	a.beta = 0.5f;
+	ok(gk_optable_value(beta, &a) == gk_optable_value(row("lr"), &a),
+	   "a float and a double of one value: one value");
+	a.eot = -1;
+	ok(gk_optable_value(eot, &a) == (uint64_t)-1 && gk_optable_value(row("level"), &b) == 2,
+	   "integers as they are (int32_t -1 sign-extended; custom int)");
+	a.timeout = 2.5;
+	ok(gk_optable_value(row("timeout"), &a) == dbits(2.5), "a custom double: its bits");
+}
+
+/* ---- the summary of --help ------------------------------------------------------- */
+
+struct small {
+	int batch, loud;
+	double lr;
+	const char *out, *a, *b, *c;
+};
+#define S(m) GK_OPTF(struct small, m)
+
+static void usage(void)
+{
+	static const gk_optdef t[] = {
+		{.kind = GK_OPTK_SECTION, .help = "model"},
+		{.kind = GK_OPTK_INT, .name = "batch", .short_name = 'b', .arg = "B", S(batch),
+		 .imin = 1, .imax = 9, .def = "4", .help = "sequences per step"},
+		{.kind = GK_OPTK_FLAG, .name = "loud", S(loud), .set = 1, .help = "say more"},
+		{.kind = GK_OPTK_NUM, .name = "lr", .arg = "LR", S(lr), .min = 0, .max = 1,
+		 .def = "6e-4", .help = "peak rate\nthen cosine"},
+		{.kind = GK_OPTK_SECTION, .help = "output"},
+		{.kind = GK_OPTK_STR, .name = "out", .short_name = 'o', .arg = "FILE", S(out),
+		 .help = "where to write"},
+		/* left parts of 20 and 21 columns: the first still aligned, the
+		 * second two spaces on */
+		{.kind = GK_OPTK_STR, .name = "eighteen-chars-xyz", S(a), .help = "w20"},
+		{.kind = GK_OPTK_STR, .name = "nineteen-chars-wxyz", S(b), .help = "w21"},
+		{.kind = GK_OPTK_STR, .name = "a-rather-long-option-name", .arg = "FILE", S(c),
+		 .help = "long\nsecond line"},
+		{.kind = GK_OPTK_END},
+	};
+	/* by hand: help at column 25 (24 characters before it) */
+	const char *want =
+		"usage: prog [options] FILE...\n"
+		"model:\n"
+		"  -b, --batch B         sequences per step (default 4)\n"
+		"  --loud                say more\n"
+		"  --lr LR               peak rate\n"
+		"                        then cosine (default 6e-4)\n"
+		"output:\n"
+		"  -o, --out FILE        where to write\n"
+		"  --eighteen-chars-xyz  w20\n"
+		"  --nineteen-chars-wxyz  w21\n"
+		"  --a-rather-long-option-name FILE  long\n"
+		"                        second line\n"
+		"see prog(1)\n";
+	char *got = gk_optable_usage(t, "usage: prog [options] FILE...\n", "see prog(1)\n");
+	if (!ok(got && !strcmp(got, want), "the whole usage of a small table, as written by hand"))
+		diag("got:\n%s", got ? got : "(null)");
+	/* the same rule, line by line: where the help starts */
+	int col = 1;
+	for (const char *l = got; l && *l;) {
+		const char *nl = strchr(l, '\n');
+		size_t len = nl ? (size_t)(nl - l) : strlen(l);
+		if (len > 24 && !strncmp(l, "  ", 2) && l[2] != ' ') {
+			/* an option line: its help after the first run of 2+ spaces past the name */
+			const char *h = strstr(l + 2, "  ");
+			while (h && *h == ' ')
+				h++;
+			size_t at = (size_t)(h - l);
+			size_t left = (size_t)(strstr(l + 2, "  ") - l) - 2;
+			col &= left <= 20 ? at == 24 : at == left + 4;
+		} else if (len > 24 && !strncmp(l, "                        ", 24)) {
+			col &= l[24] != ' ';
+		}
+		l = nl ? nl + 1 : l + len;
+	}
+	ok(col, "every help at index 24, or two spaces after a left part over 20");
+	free(got);
+
+	char *e = gk_optable_usage((gk_optdef[]){{.kind = GK_OPTK_END}}, "S\n", "T\n");
+	is_str(e, "S\nT\n", "an empty table: synopsis and tail");
+	free(e);
+}
+
+int main(void)
+{
+	longopts();
+	getopt_parsing();
+	ranges();
+	defaults();
+	values();
+	usage();
+	return done_testing();
+}
