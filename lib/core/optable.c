@@ -88,13 +88,13 @@ char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tai
 			continue;
 		}
 		/* "  -b, --batch B" or "  --seed N", the help from column 24 */
-		char left[64] = "";
+		int w = 0;
 		if (d->short_name)
-			snprintf(left, sizeof(left), "-%c, ", d->short_name);
-		int w = (int)strlen(left);
-		w += snprintf(left + w, sizeof(left) - (size_t)w, "--%s%s%s", d->name,
-			      d->arg ? " " : "", d->arg ? d->arg : "");
-		fprintf(f, "  %s%*s", left, w < 21 ? 22 - w : 2, "");
+			w += fprintf(f, "  -%c, ", d->short_name) - 2;
+		else
+			fputs("  ", f);
+		w += fprintf(f, "--%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+		fprintf(f, "%*s", w < 21 ? 22 - w : 2, "");
 		/* continuation lines under the first */
 		const char *h = d->help;
 		for (const char *nl; (nl = strchr(h, '\n')); h = nl + 1)
@@ -221,6 +221,7 @@ uint64_t gk_optable_value(const gk_optdef *d, const void *base)
 		} else {
 			memcpy(&v, field, sizeof(v));
 		}
+		v = v == 0 ? 0 : v; /* -0 is the setting 0 */
 		memcpy(&b, &v, sizeof(b));
 		return b;
 	}

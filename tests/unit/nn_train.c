@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nn/nn.h"
+#include "nn/train.h"
 #include "tap.h"
 
 static char dir[] = "/tmp/gk-nn-train-XXXXXX";
@@ -434,20 +434,23 @@ static void trainer(int A, double clip)
 	/* by hand: wte 257*32, wpe 33*32, 2 blocks of 12*32^2 + 13*32, ln_f 2*32 */
 	is_u64(P, 257 * 32 + 33 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32,
 	       "  parameter count 34752");
-	ok(mem->parameters == 4 * P && mem->gradients == 4 * P && mem->optimizer == 8 * P,
+	const uint64_t *mb = mem->bytes;
+	ok(mb[GK_MEM_PARAMETERS] == 4 * P && mb[GK_MEM_GRADIENTS] == 4 * P &&
+		   mb[GK_MEM_OPTIMIZER] == 8 * P,
 	   "  memory: parameters 4P, gradients 4P, optimizer 8P (%llu %llu %llu)",
-	   (unsigned long long)mem->parameters, (unsigned long long)mem->gradients,
-	   (unsigned long long)mem->optimizer);
-	ok(mem->total == mem->parameters + mem->gradients + mem->optimizer + mem->activations +
-				 mem->workspace + mem->padding + mem->comm &&
-		   mem->comm == 0 && mem->activations > 0,
+	   (unsigned long long)mb[GK_MEM_PARAMETERS], (unsigned long long)mb[GK_MEM_GRADIENTS],
+	   (unsigned long long)mb[GK_MEM_OPTIMIZER]);
+	ok(mem->total == mb[GK_MEM_PARAMETERS] + mb[GK_MEM_GRADIENTS] + mb[GK_MEM_OPTIMIZER] +
+				 mb[GK_MEM_ACTIVATIONS] + mb[GK_MEM_WORKSPACE] +
+				 mb[GK_MEM_PADDING] + mb[GK_MEM_COMM] &&
+		   mb[GK_MEM_COMM] == 0 && mb[GK_MEM_ACTIVATIONS] > 0,
 	   "  memory: total is the sum of the categories, no comm");
 	/* the padded rows (384 - 257) of wte in parameters, gradients and
 	 * both moments, and their logit columns over B*T positions */
 	uint64_t pad = 127ull * 32 * 4 * 4 + 127ull * 2 * 16 * 4;
-	ok(mem->padding >= pad && mem->padding < pad + 256,
+	ok(mb[GK_MEM_PADDING] >= pad && mb[GK_MEM_PADDING] < pad + 256,
 	   "  memory: padding the vocabulary's 127 padded rows and columns (%llu, %llu)",
-	   (unsigned long long)mem->padding, (unsigned long long)pad);
+	   (unsigned long long)mb[GK_MEM_PADDING], (unsigned long long)pad);
 
 	/* evaluation: the mean of forward losses over the same micro-batches */
 	double loss = NAN;
