@@ -92,14 +92,6 @@ uint64_t gk_nn_data_identity(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);
 void gk_nn_data_close(gk_nn_data *d);
 
-/* A parsed .npy array (numpy/lib/format.py, versions 1 to 3). */
-typedef struct gk_nn_npy {
-	const unsigned char *data; /* inside the buffer given */
-	uint64_t count;            /* elements */
-	int itemsize, is_signed;   /* '<u2': 2, 0; '<i4': 4, 1 */
-} gk_nn_npy;
 
-/* Accepts 1-D, C order, '<u2' or '<i4', data filling the rest exactly. */
-int gk_nn_npy_parse(const void *buf, size_t len, gk_nn_npy *out, gk_err *err);
 
 #endif

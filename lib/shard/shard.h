@@ -632,4 +632,17 @@ int gk_shard_extract_file(int dirfd, const char *dirname, const char *name,
 int gk_shard_extract(const char *shard, int dirfd, const char *dirname,
 		     gk_err *err);
 
+/* ---- token members ------------------------------------------------------------ */
+
+/* A parsed .npy array (numpy/lib/format.py, versions 1 to 3): a sample's
+ * tokens, as data-pack and numpy write them (npy.c). */
+typedef struct gk_shard_npy {
+	const unsigned char *data; /* inside the buffer given */
+	uint64_t count;            /* elements */
+	int itemsize, is_signed;   /* '<u2': 2, 0; '<i4': 4, 1 */
+} gk_shard_npy;
+
+/* Accepts 1-D, C order, '<u2' or '<i4', data filling the rest exactly. */
+int gk_shard_npy_parse(const void *buf, size_t len, gk_shard_npy *out, gk_err *err);
+
 #endif

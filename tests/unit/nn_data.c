@@ -33,9 +33,9 @@ static void npy_tests(void)
 	char *b;
 	size_t n;
 	gk_err err = {0};
-	gk_nn_npy a;
+	gk_shard_npy a;
 	if (load("u2.npy", &b, &n) == 0) {
-		ok(gk_nn_npy_parse(b, n, &a, &err) == 0, "u2.npy parses");
+		ok(gk_shard_npy_parse(b, n, &a, &err) == 0, "u2.npy parses");
 		is_u64(a.count, 300, "u2.npy: 300 elements");
 		is_int(a.itemsize, 2, "u2.npy: 2-byte items");
 		int good = 1;
@@ -48,7 +48,7 @@ static void npy_tests(void)
 		free(b);
 	}
 	if (load("i4.npy", &b, &n) == 0) {
-		ok(gk_nn_npy_parse(b, n, &a, &err) == 0 && a.count == 100 && a.itemsize == 4 &&
+		ok(gk_shard_npy_parse(b, n, &a, &err) == 0 && a.count == 100 && a.itemsize == 4 &&
 			   a.is_signed, "i4.npy parses as 100 int32");
 		int32_t v;
 		memcpy(&v, a.data + 4 * 99, 4);
@@ -56,11 +56,11 @@ static void npy_tests(void)
 		free(b);
 	}
 	if (load("v2.npy", &b, &n) == 0) {
-		ok(gk_nn_npy_parse(b, n, &a, &err) == 0 && a.count == 10, "version 2.0 header");
+		ok(gk_shard_npy_parse(b, n, &a, &err) == 0 && a.count == 10, "version 2.0 header");
 		free(b);
 	}
 	if (load("empty.npy", &b, &n) == 0) {
-		ok(gk_nn_npy_parse(b, n, &a, &err) == 0 && a.count == 0, "empty array");
+		ok(gk_shard_npy_parse(b, n, &a, &err) == 0 && a.count == 0, "empty array");
 		free(b);
 	}
 	static const struct {
@@ -76,12 +76,12 @@ static void npy_tests(void)
 		if (load(bad[i].file, &b, &n) < 0)
 			continue;
 		err.msg[0] = 0;
-		int r = gk_nn_npy_parse(b, n, &a, &err);
+		int r = gk_shard_npy_parse(b, n, &a, &err);
 		ok(r < 0 && strstr(err.msg, bad[i].msg), "%s refused: %s", bad[i].file, err.msg);
 		free(b);
 	}
 	err.msg[0] = 0;
-	ok(gk_nn_npy_parse("\x93NUMPX\x01\x00\x00\x00", 10, &a, &err) < 0 &&
+	ok(gk_shard_npy_parse("\x93NUMPX\x01\x00\x00\x00", 10, &a, &err) < 0 &&
 		   strstr(err.msg, "magic"), "bad magic refused");
 }
 
