@@ -39,6 +39,9 @@ typedef struct args {
 	double temperature;
 	gk_comm_setting agree[96]; /* the table's rows with .agree, for the trainer */
 	char agree_names[96][32];
+	const char *agree_arg[96];  /* ... their arguments as given, or their defaults */
+	int agree_resume[96];       /* ... and their resume column */
+	const char *arg[128];       /* every row's argument as given, by row */
 } args;
 
 static int parse_shuffle(const char *s)
@@ -99,24 +102,34 @@ static int parse_bucket(const char *opt, const char *s, void *field, gk_err *err
 #define SECTION(title) {.kind = GK_OPTK_SECTION, .help = title}
 #define INT(nm, a, f, lo, hi, ag, d, h) \
 	{.kind = GK_OPTK_INT, .name = nm, .arg = a, GK_OPTF(args, f), .imin = lo, .imax = hi, \
-	 .agree = ag, .def = d, .help = h}
+	 RUN(ag), .def = d, .help = h}
 #define NUM(nm, a, f, lo, hi, ag, d, h) \
 	{.kind = GK_OPTK_NUM, .name = nm, .arg = a, GK_OPTF(args, f), .min = lo, .max = hi, \
-	 .agree = ag, .def = d, .help = h}
+	 RUN(ag), .def = d, .help = h}
 #define STR(nm, a, f, nonempty, ag, h) \
 	{.kind = GK_OPTK_STR, .name = nm, .arg = a, GK_OPTF(args, f), .set = nonempty, \
-	 .agree = ag, .help = h}
+	 RUN(ag), .help = h}
 #define ENUM(nm, a, f, fn, nms, ag, d, h) \
 	{.kind = GK_OPTK_ENUM, .name = nm, .arg = a, GK_OPTF(args, f), .parse = fn, \
-	 .names = nms, .agree = ag, .def = d, .help = h}
+	 .names = nms, RUN(ag), .def = d, .help = h}
 #define FLAG(nm, f, v, ag, h) \
-	{.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = v, .agree = ag, .help = h}
+	{.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = v, RUN(ag), .help = h}
 #define CUSTOM(nm, a, f, fn, ag, h) \
 	{.kind = GK_OPTK_CUSTOM, .name = nm, .arg = a, GK_OPTF(args, f), .custom = fn, \
-	 .agree = ag, .help = h}
+	 RUN(ag), .help = h}
+/*
+ * The run column: LOCAL options may differ between the ranks (they change
+ * no value and no collective, or only rank 0 acts on them); the others
+ * must agree, and a run that resumes a checkpoint may change them (AGREE),
+ * may change them with a note naming the old and new value (NOTE), or must
+ * keep them (KEEP: the data position counts in their terms).
+ */
+#define LOCAL 0
 #define AGREE 1
-#define LOCAL 0 /* may differ between the ranks: it changes no value and no collective,
-		 * or only rank 0 acts on it */
+#define NOTE 2
+#define KEEP 3
+#define RUN(ag) .agree = (ag) != LOCAL, \
+	.resume = (ag) == NOTE ? GK_OPT_RESUME_NOTE : (ag) == KEEP ? GK_OPT_RESUME_SAME : 0
 #define I64MAX (INT64_MAX / 2)
 
 /*
@@ -138,58 +151,58 @@ static const gk_optdef options[] = {
 	    "the longest sequence (n_positions)"),
 	STR("init-from", "CKPT", o.init_from, 0, AGREE,
 	    "start from a safetensors file, HF directory or step directory"),
-	INT("seed", "N", o.seed, 0, INT64_MAX, AGREE, "1337",
+	INT("seed", "N", o.seed, 0, INT64_MAX, KEEP, "1337",
 	    "initialisation, shuffle and sampling seed"),
 	SECTION("data"),
 	STR("data", "SRC", o.data, 0, AGREE,
 	    "shards ('train-{000000..000031}.tar', a manifest) or .bin token files"),
 	STR("val-data", "SRC", o.val_data, 0, AGREE, "data for --eval-every and the end of the run"),
-	ENUM("shuffle", "on|none", o.shuffle, parse_shuffle, "on or none", AGREE, "on",
+	ENUM("shuffle", "on|none", o.shuffle, parse_shuffle, "on or none", KEEP, "on",
 	     "shard and window shuffle"),
-	INT("eot", "ID", o.eot, 0, INT32_MAX, AGREE, NULL,
+	INT("eot", "ID", o.eot, 0, INT32_MAX, NOTE, NULL,
 	    "end-of-text token between documents (default vocab - 1)"),
-	ENUM("bad-sample", "stop|skip", o.skip_bad, parse_stop_skip, "not one of stop skip", AGREE,
+	ENUM("bad-sample", "stop|skip", o.skip_bad, parse_stop_skip, "not one of stop skip", NOTE,
 	     "stop", "a corrupt sample stops the run or is skipped and counted"),
 	INT("dump-data", "N", dump, 1, 1000000, LOCAL, NULL,
 	    "print each rank's first N micro-batches as JSON and exit"),
 	SECTION("step"),
 	{.kind = GK_OPTK_INT, .name = "batch", .short_name = 'b', .arg = "B", GK_OPTF(args, o.batch),
-	 .imin = 1, .imax = 1 << 20, .agree = AGREE, .def = "4",
+	 .imin = 1, .imax = 1 << 20, RUN(NOTE), .def = "4",
 	 .help = "sequences per micro-batch per rank"},
 	{.kind = GK_OPTK_INT, .name = "seq", .short_name = 't', .arg = "T", GK_OPTF(args, o.seq),
-	 .imin = 1, .imax = 1 << 20, .agree = AGREE,
+	 .imin = 1, .imax = 1 << 20, RUN(NOTE),
 	 .help = "tokens per sequence (default: the model's positions)"},
-	INT("grad-accum", "A", o.grad_accum, 1, 1 << 20, AGREE, "1", "micro-batches per step"),
+	INT("grad-accum", "A", o.grad_accum, 1, 1 << 20, NOTE, "1", "micro-batches per step"),
 	ENUM("recompute", "MODE", o.recompute, gk_nn_recompute_parse, "none, gelu or layer", LOCAL,
 	     "none", "recompute in backward: none, gelu or layer"),
 	INT("threads", "N", o.threads, 1, 4096, LOCAL, NULL,
 	    "compute threads (default: the CPUs this rank may use)"),
-	ENUM("device", "KIND", o.device, gk_nn_device_parse, "cpu, cuda or auto", AGREE, "cpu",
+	ENUM("device", "KIND", o.device, gk_nn_device_parse, "cpu, cuda or auto", NOTE, "cpu",
 	     "cpu, cuda or auto (cuda when every rank has a GPU)"),
-	ENUM("precision", "KIND", o.precision, gk_nn_precision_parse, "bf16, tf32 or fp32", AGREE,
+	ENUM("precision", "KIND", o.precision, gk_nn_precision_parse, "bf16, tf32 or fp32", NOTE,
 	     "bf16", "on a GPU: bf16, tf32 or fp32"),
 	SECTION("optimizer"),
-	INT("steps", "N", o.steps, 1, I64MAX, AGREE, "1000", "steps to train, the schedule's length"),
+	INT("steps", "N", o.steps, 1, I64MAX, NOTE, "1000", "steps to train, the schedule's length"),
 	INT("until", "N", o.until, 1, I64MAX, AGREE, NULL,
 	    "stop after step N (checkpointing), keeping the schedule"),
-	NUM("lr", "LR", o.sched.lr, 0, 10, AGREE, "6e-4", "peak learning rate"),
-	NUM("min-lr", "LR", o.sched.min_lr, 0, 10, AGREE, NULL,
+	NUM("lr", "LR", o.sched.lr, 0, 10, NOTE, "6e-4", "peak learning rate"),
+	NUM("min-lr", "LR", o.sched.min_lr, 0, 10, NOTE, NULL,
 	    "final learning rate of cosine/linear (default lr/10)"),
-	INT("warmup", "N", o.sched.warmup, 0, I64MAX, AGREE, "0", "linear warmup steps"),
+	INT("warmup", "N", o.sched.warmup, 0, I64MAX, NOTE, "0", "linear warmup steps"),
 	ENUM("schedule", "KIND", o.sched.kind, gk_nn_sched_parse, "cosine, linear or constant",
-	     AGREE, "cosine", "cosine, linear or constant"),
-	NUM("clip", "X", o.clip, 0, 1e30, AGREE, "1.0", "global gradient-norm clip, 0 off"),
-	NUM("beta1", "X", o.adamw.beta1, 0, 0.999999, AGREE, "0.9", "AdamW's beta1"),
-	NUM("beta2", "X", o.adamw.beta2, 0, 0.999999, AGREE, "0.95", "AdamW's beta2"),
-	NUM("eps", "X", o.adamw.eps, 0, 1, AGREE, "1e-8", "AdamW's epsilon, above 0"),
-	NUM("weight-decay", "X", o.adamw.weight_decay, 0, 10, AGREE, "0.1",
+	     NOTE, "cosine", "cosine, linear or constant"),
+	NUM("clip", "X", o.clip, 0, 1e30, NOTE, "1.0", "global gradient-norm clip, 0 off"),
+	NUM("beta1", "X", o.adamw.beta1, 0, 0.999999, NOTE, "0.9", "AdamW's beta1"),
+	NUM("beta2", "X", o.adamw.beta2, 0, 0.999999, NOTE, "0.95", "AdamW's beta2"),
+	NUM("eps", "X", o.adamw.eps, 0, 1, NOTE, "1e-8", "AdamW's epsilon, above 0"),
+	NUM("weight-decay", "X", o.adamw.weight_decay, 0, 10, NOTE, "0.1",
 	    "AdamW's decoupled weight decay (2-D tensors)"),
-	FLAG("skip-nonfinite", o.skip_nonfinite, 1, AGREE,
+	FLAG("skip-nonfinite", o.skip_nonfinite, 1, NOTE,
 	     "skip steps whose loss or gradient is NaN/Inf"),
 	SECTION("parallel"),
-	INT("zero", "0|1", o.zero, 0, 1, AGREE, "0", "1: shard the optimizer state over the ranks"),
+	INT("zero", "0|1", o.zero, 0, 1, NOTE, "0", "1: shard the optimizer state over the ranks"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
-	     AGREE, "none", "none, bf16, f16 or int8 gradients on the wire"),
+	     NOTE, "none", "none, bf16, f16 or int8 gradients on the wire"),
 	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
 	       "gradient bucket size (default 25M)"),
 	ENUM("overlap", "WHEN", o.overlap, parse_overlap, "auto, on or off", AGREE, "auto",
@@ -512,6 +525,7 @@ static void parse_args(int argc, char **argv, args *a)
 			gk_cli_usage_error(&cli, "unknown option");
 		if (gk_optable_set(d, a, optarg, &err) < 0)
 			gk_cli_usage_error(&cli, "%s", err.msg);
+		a->arg[d - options] = optarg ? optarg : "";
 	}
 	free(longopts);
 	free(shorts);
@@ -557,8 +571,12 @@ static void parse_args(int argc, char **argv, args *a)
 		size_t k = a->o.nagree++;
 		snprintf(a->agree_names[k], sizeof(a->agree_names[k]), "--%s", d->name);
 		a->agree[k] = (gk_comm_setting){a->agree_names[k], gk_optable_value(d, a)};
+		a->agree_arg[k] = a->arg[i] ? a->arg[i] : d->def ? d->def : "";
+		a->agree_resume[k] = d->resume;
 	}
 	a->o.agree = a->agree;
+	a->o.agree_arg = a->agree_arg;
+	a->o.agree_resume = a->agree_resume;
 }
 
 /*
@@ -602,6 +620,13 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
+	/* what changed since the checkpoint's run, a line each */
+	const char *rn = gk_nn_trainer_resume_notes(t);
+	for (const char *nl; rank == 0 && rn; rn = nl ? nl + 1 : NULL) {
+		nl = strchr(rn, '\n');
+		fprintf(stderr, "gpu-train: note: %.*s\n",
+			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
+	}
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
 	if (rank == 0 && r->threads > pl->share) {
 		char quota[64] = "";

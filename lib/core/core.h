@@ -506,9 +506,16 @@ typedef struct gk_optdef {
 	const char *names; /* GK_OPTK_ENUM: "cpu, cuda or auto" */
 	int (*custom)(const char *opt, const char *s, void *field, gk_err *err);
 	int agree;         /* every rank must be started with the same value */
+	int resume;        /* GK_OPT_RESUME_*: what a run that continues
+			    * another may do with it */
 	const char *def;   /* the default, as an argument, or NULL */
 	const char *help;  /* one line; "\n" continues it on the next */
 } gk_optdef;
+
+/* A row's resume column: a run that continues a checkpoint may change the
+ * option freely, change it with a note naming the old and the new value,
+ * or must keep it. */
+enum { GK_OPT_RESUME_FREE, GK_OPT_RESUME_NOTE, GK_OPT_RESUME_SAME };
 
 /* A row's field, for designated initialisers: {..., GK_OPTF(args, o.batch), ...} */
 #define GK_OPTF(type, member) .off = offsetof(type, member), .size = sizeof(((type *)0)->member)

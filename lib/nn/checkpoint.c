@@ -208,6 +208,16 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 	json_object_set_new(s, "warmup", json_integer(t->o.sched.warmup));
 	json_object_set_new(s, "steps", json_integer(t->o.sched.steps));
 	json_object_set_new(j, "schedule", s);
+	/* the settings a resumed run compares (gk_nn_train_opts.agree_arg) */
+	json_t *set = t->o.agree_arg ? json_object() : NULL;
+	for (size_t i = 0; set && i < t->o.nagree; i++) {
+		char v[24];
+		snprintf(v, sizeof(v), "%016" PRIx64, t->o.agree[i].v);
+		json_object_set_new(set, t->o.agree[i].name,
+				    json_pack("{s:s,s:s}", "value", v, "arg", t->o.agree_arg[i]));
+	}
+	if (set)
+		json_object_set_new(j, "settings", set);
 	for (int r = 0; r < t->world; r++)
 		json_array_append_new(d, json_loads(states + (size_t)r * slot, 0, NULL));
 	json_object_set_new(j, "data", d);

@@ -246,6 +246,80 @@ out:
 	return rc;
 }
 
+/* "" (a default the caller computes) as the user reads it */
+static const char *shown(const char *arg)
+{
+	return arg && *arg ? arg : "its default";
+}
+
+/* One more line of t->resume_notes. */
+static int add_note(gk_nn_trainer *t, const char *line, gk_err *err)
+{
+	char *n;
+	if (asprintf(&n, "%s%s%s", t->resume_notes ? t->resume_notes : "",
+		     t->resume_notes ? "\n" : "", line) < 0)
+		return gk_err_sys(err, ENOMEM, "resume");
+	free(t->resume_notes);
+	t->resume_notes = n;
+	return 0;
+}
+
+/*
+ * The settings the checkpoint's run was started with (trainer.json's
+ * "settings", absent in checkpoints of earlier versions) against this
+ * run's: a setting that must stay is refused, one that may change is
+ * noted. Every rank reads the same trainer.json, so every rank decides
+ * the same (a refusal is agreed, exit 2, said once).
+ */
+static int compare_settings(gk_nn_trainer *t, json_t *j, gk_err *err)
+{
+	const gk_nn_train_opts *o = &t->o;
+	json_t *set = json_object_get(j, "settings");
+	if (!json_is_object(set) || !o->agree_arg || !o->agree_resume)
+		return 0;
+	for (size_t i = 0; i < o->nagree; i++) {
+		json_t *e = json_object_get(set, o->agree[i].name);
+		const char *v = json_string_value(json_object_get(e, "value"));
+		const char *arg = json_string_value(json_object_get(e, "arg"));
+		char now[24];
+		snprintf(now, sizeof(now), "%016" PRIx64, o->agree[i].v);
+		if (!v || !strcmp(v, now) || o->agree_resume[i] == GK_OPT_RESUME_FREE)
+			continue;
+		char line[512];
+		if (o->agree_resume[i] == GK_OPT_RESUME_SAME) {
+			t->agreed = 2;
+			return gk_errf(err, "%s %s: the checkpoint's run has %s %s, and a resumed run "
+				       "keeps it (start a new run from its weights with --init-from)",
+				       o->agree[i].name, shown(o->agree_arg[i]), o->agree[i].name,
+				       shown(arg));
+		}
+		snprintf(line, sizeof(line), "resumed with %s %s (the checkpoint's run: %s)", o->agree[i].name,
+			 shown(o->agree_arg[i]), shown(arg));
+		if (add_note(t, line, err) < 0)
+			return -1;
+	}
+	/* the schedule as the checkpoint's run had it, at the next step */
+	json_t *js = json_object_get(j, "schedule");
+	const char *kind = json_string_value(json_object_get(js, "kind"));
+	int k = kind ? gk_nn_sched_parse(kind) : -1;
+	if (k < 0)
+		return 0;
+	gk_nn_sched old = {.kind = (gk_nn_sched_kind)k,
+			   .lr = json_number_value(json_object_get(js, "lr")),
+			   .min_lr = json_number_value(json_object_get(js, "min_lr")),
+			   .warmup = json_integer_value(json_object_get(js, "warmup")),
+			   .steps = json_integer_value(json_object_get(js, "steps"))};
+	int64_t next = json_integer_value(json_object_get(j, "step")) + 1;
+	double a = gk_nn_lr(&old, next), b = gk_nn_lr(&o->sched, next);
+	if (a != b) {
+		char line[256];
+		snprintf(line, sizeof(line), "the schedule changed: step %" PRId64 "'s learning "
+			 "rate is %.4g (the checkpoint's run: %.4g)", next, b, a);
+		return add_note(t, line, err);
+	}
+	return 0;
+}
+
 /* Resume from step directory dir, which lib/ckpt committed as step want. */
 int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_err *err)
 {
@@ -293,6 +367,8 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 		gk_errf(err, "read '%s': 'data' is not one state per rank", path);
 		goto out;
 	}
+	if (compare_settings(t, j, err) < 0)
+		goto out;
 	if (gk_nn_load(t->m, dir, err) < 0 || load_moments(t, dir, err) < 0)
 		goto out;
 	if (t->data) {

@@ -100,6 +100,15 @@ typedef struct gk_nn_train_opts {
 	 * they resolved to (the model's shape), in its first collective. */
 	const gk_comm_setting *agree;
 	size_t nagree;
+	/* For each of them, the argument as given or its default ("" for a
+	 * default computed later), and
+	 * what a resumed run may do with it (GK_OPT_RESUME_*, lib/core): each
+	 * checkpoint's trainer.json keeps the values and arguments, and
+	 * --resume refuses a setting that must stay and notes one that
+	 * changed (gk_nn_trainer_resume_notes), stating the learning rate a
+	 * changed schedule gives the next step. NULL: none kept. */
+	const char *const *agree_arg;
+	const int *agree_resume;
 } gk_nn_train_opts;
 
 /*
@@ -235,6 +244,13 @@ const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
 /* The gradients' communicator backend ("self", "mpi", "nccl"); *note
  * (if not NULL) is why --comm auto fell back to the host path, or NULL. */
 const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);
+/*
+ * What --resume found changed since the checkpoint's run, one line per
+ * setting ("resumed with --lr 1e-3 (the checkpoint's run: 6e-4)"), and
+ * the schedule's change at the next step, '\n'-separated; NULL when
+ * nothing changed.
+ */
+const char *gk_nn_trainer_resume_notes(const gk_nn_trainer *t);
 /* Rank 0: what --resume repaired in --ckpt-dir (latest moved on to the
  * step a killed run committed last), or NULL. */
 const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t);

@@ -57,6 +57,7 @@ struct gk_nn_trainer {
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
 	const char *init_asked; /* ... and as given */
 	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
+	char *resume_notes;        /* settings changed since the checkpoint's run */
 	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */
 	gk_nn_placement place;     /* this rank's CPUs (place.c) */
 };

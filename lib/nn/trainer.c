@@ -129,6 +129,11 @@ const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t)
 	return t->ckpt_note[0] ? t->ckpt_note : NULL;
 }
 
+const char *gk_nn_trainer_resume_notes(const gk_nn_trainer *t)
+{
+	return t->resume_notes;
+}
+
 const char *gk_nn_trainer_model_from(const gk_nn_trainer *t)
 {
 	return t->model_from[0] ? t->model_from : NULL;
@@ -482,5 +487,6 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
 	free(t->init_from);
+	free(t->resume_notes);
 	free(t);
 }

@@ -398,4 +398,39 @@ test_expect_success MPI 'states of 3 ranks on another shard list: refused on 2 r
 	test_cmp expect note
 '
 
+test_expect_success 'a resume names each setting it changes and the schedule it moves' '
+	gpu-train $A --steps 20 --until 10 --ckpt-dir chg >/dev/null 2>err0 &&
+	test_must_be_empty err0 &&
+	jq -e ".settings[\"--steps\"].arg == \"20\" and .settings[\"--seed\"].arg == \"1337\"" \
+		chg/latest/trainer.json &&
+	gpu-train $A --steps 20 --until 11 --ckpt-dir chg --resume >same.json 2>err1 &&
+	test_must_be_empty err1 &&
+	gpu-train $A --steps 40 --until 12 --ckpt-dir chg --resume >more.json 2>err2 &&
+	grep -Fx "gpu-train: note: resumed with --steps 40 (the checkpoint'"'"'s run: 20)" err2 &&
+	# the rate the note states is the one step 12 trains with, and the old
+	# one what the 20-step schedule gives step 12
+	gpu-train $A --steps 20 --until 12 >twenty.json &&
+	new=$(jq -r "select(.event == \"step\" and .step == 12) | .lr" more.json) &&
+	old=$(jq -r "select(.event == \"step\" and .step == 12) | .lr" twenty.json) &&
+	want=$(python3 -c "import sys; print(\"gpu-train: note: the schedule changed: step 12%ss learning rate is %.4g (the checkpoint%ss run: %.4g)\" % (chr(39), float(sys.argv[1]), chr(39), float(sys.argv[2])))" "$new" "$old") &&
+	grep -Fx "$want" err2 &&
+	test $(wc -l <err2) = 2
+'
+
+test_expect_success 'a resume that changes what the data position counts in is refused, exit 2' '
+	test_expect_code 2 gpu-train $A --steps 20 --ckpt-dir chg --resume --seed 5 >out 2>err &&
+	test_must_be_empty out &&
+	grep -Fx "gpu-train: resume from '"'"'chg/step-00000012'"'"': --seed 5: the checkpoint'"'"'s run has --seed 1337, and a resumed run keeps it (start a new run from its weights with --init-from)" err &&
+	test_expect_code 2 gpu-train $A --steps 20 --ckpt-dir chg --resume --shuffle none 2>err &&
+	grep "shuffle none: the checkpoint.s run has --shuffle on" err &&
+	test "$(readlink chg/latest)" = step-00000012 &&
+	gpu-train $A --steps 20 --until 13 --init-from chg --seed 5 >/dev/null
+'
+
+test_expect_success MPI 'two ranks refuse the same setting together: said once, no abort' '
+	test_expect_code 2 mpi 2 $A --steps 20 --ckpt-dir chg --resume --seed 6 >out 2>err &&
+	test $(grep -c "seed 6: the checkpoint.s run has --seed 1337" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 test_done
