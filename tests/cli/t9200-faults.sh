@@ -232,7 +232,8 @@ test_expect_success '--timeout: checking the checkpoint resumed longer than it i
 	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=2500 \
 		gpu-train $A --steps 3 --timeout 1 --ckpt-dir slow --resume : \
 		-np 1 gpu-train $A --steps 3 --timeout 1 --ckpt-dir slow --resume >r.json 2>r.err &&
-	test_must_be_empty r.err &&
+	# the notes of a resume with another --steps, and nothing else
+	! grep -v "^gpu-train: note: " r.err &&
 	test "$(readlink slow/latest)" = step-00000003
 '
 
@@ -316,7 +317,7 @@ test_expect_success TMPFS 'no room for the staging directory: continue warns and
 	grep "^gpu-train: the last checkpoint (step 12) was not written" i1.err &&
 	test "$(losses i1.json | wc -l)" = 8 &&
 	test "$(cat i2.rc)" = 1 &&
-	grep "^gpu-train: " i2.err >said &&
+	grep "^gpu-train: " i2.err | grep -v "^gpu-train: note: " >said &&
 	test "$(wc -l <said)" = 1 &&
 	grep "^gpu-train: create directory .noino/\.step-00000008\.tmp-.*: No space left on device$" said &&
 	! grep MPI_ABORT i2.err
