@@ -77,10 +77,11 @@ enum {
 };
 
 /*
- * Check the architecture fields (positive, heads divide hidden, kv_heads
- * divide heads, sizes below sane bounds so no product overflows) and
- * compute the exact parameter counts. Defaults first: kv_heads = heads,
- * ffn = 4*hidden (GPT-2, NeoX). For GK_MEM_ARCH_PARAMS only params is used.
+ * Check the architecture fields with lib/hf's shape rules
+ * (gk_hf_config_finish: positive, heads divide hidden, kv_heads divide
+ * heads, sizes below sane bounds so no product overflows) and compute the
+ * exact parameter counts. Defaults first: kv_heads = heads, ffn = 4*hidden
+ * (GPT-2, NeoX). For GK_MEM_ARCH_PARAMS only params is used.
  */
 int gk_mem_model_finish(gk_mem_model *m, gk_err *err);
 
@@ -98,10 +99,11 @@ int gk_mem_model_from_shape(gk_mem_model *m, gk_mem_arch arch, int tied,
 
 /*
  * Read a Hugging Face config.json (model_type gpt2, llama, mistral,
- * gpt_neox; gpu-train writes GPT-2's). Missing required keys and keys this
- * reader does not know are errors, so a config whose meaning we would guess
- * is refused; allow_unknown lists the unknown keys in *unknown (owned by
- * the caller, may be NULL) instead. Calls gk_mem_model_finish.
+ * gpt_neox; gpu-train writes GPT-2's) with lib/hf's gk_hf_config_parse,
+ * whose rules and messages these are: missing required keys and keys the
+ * reader does not know are errors, so a config whose meaning we would
+ * guess is refused; allow_unknown lists the unknown keys in *unknown
+ * (owned by the caller, may be NULL) instead. Then gk_mem_model_finish.
  */
 int gk_mem_model_from_config(gk_mem_model *m, const char *path,
 			     int allow_unknown, gk_strlist *unknown,

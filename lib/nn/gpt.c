@@ -14,7 +14,7 @@
 #include <jansson.h>
 
 #include "ckpt/ckpt.h"
-#include "mem/mem.h"
+#include "hf/hf.h"
 #include "nn/cuda_internal.h"
 
 int gk_nn_config_finish(gk_nn_config *c, gk_err *err)
@@ -64,80 +64,59 @@ int gk_nn_config_equal(const gk_nn_config *a, const gk_nn_config *b)
 	       a->vocab == b->vocab && a->positions == b->positions;
 }
 
-static int check_bool(const json_t *j, const char *path, const char *key,
-		      int want, gk_err *err)
+/*
+ * The keys lib/hf reads as stated and leaves to us: each value but the
+ * one this model computes changes GPT-2's arithmetic, so is refused.
+ */
+static int check_stated(const gk_hf_config *h, const char *path, gk_err *err)
 {
-	const json_t *v = json_object_get(j, key);
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_boolean(v) || json_is_true(v) != want)
-		return gk_errf(err, "config '%s': key '%s': only %s is "
-			       "supported", path, key, want ? "true" : "false");
+	if (isnan(h->ln_eps))
+		return gk_errf(err, "config '%s': key 'layer_norm_epsilon': "
+			       "not a number", path);
+	if (strcmp(h->activation, "gelu_new") != 0)
+		return gk_errf(err, "config '%s': key 'activation_function': only "
+			       "gelu_new is supported", path);
+	if (h->scale_attn_weights != 1)
+		return gk_errf(err, "config '%s': key 'scale_attn_weights': only "
+			       "true is supported", path);
+	if (h->scale_attn_by_inverse_layer_idx != 0)
+		return gk_errf(err, "config '%s': key "
+			       "'scale_attn_by_inverse_layer_idx': only false is "
+			       "supported", path);
 	return 0;
 }
 
 int gk_nn_config_load(gk_nn_config *c, const char *path, gk_err *err)
 {
-	json_t *j = gk_json_load_file(path, 1 << 24, err);
-	if (!j)
-		return -1;
-	int rc = -1;
-	/* before lib/mem's reader, whose message lists the architectures
-	 * mem-estimate knows, not the one this trainer builds */
-	const json_t *mt = json_object_get(j, "model_type");
-	if (json_is_string(mt) && strcmp(json_string_value(mt), "gpt2") != 0) {
-		gk_errf(err, "config '%s': model_type '%s': gpu-train builds gpt2 only",
-			path, json_string_value(mt));
-		goto out;
-	}
-	gk_mem_model mm;
+	gk_hf_config h;
 	/* unknown keys allowed: transformers adds keys from release to
 	 * release, and the ones that matter are checked below */
-	if (gk_mem_model_from_config(&mm, path, 1, NULL, err) < 0)
-		goto out;
-	if (mm.ffn != 4 * mm.hidden) {
-		gk_errf(err, "config '%s': key 'n_inner': only 4 * n_embd is supported", path);
-		goto out;
-	}
-	if (!mm.tied) {
-		gk_errf(err, "config '%s': key 'tie_word_embeddings': only true is supported",
-			path);
-		goto out;
-	}
+	int rc = gk_hf_config_load(&h, path, 1, NULL, err);
+	/* before lib/hf's own refusal, whose message lists the architectures
+	 * it reads, not the one this model builds */
+	if (h.arch != GK_HF_NONE && strcmp(h.model_type, "gpt2") != 0)
+		return gk_errf(err, "config '%s': model_type '%s': gpu-train "
+			       "builds gpt2 only", path, h.model_type);
+	if (rc < 0)
+		return -1;
+	if (h.ffn != 4 * h.hidden)
+		return gk_errf(err, "config '%s': key 'n_inner': only 4 * n_embd "
+			       "is supported", path);
+	if (!h.tied)
+		return gk_errf(err, "config '%s': key 'tie_word_embeddings': only "
+			       "true is supported", path);
+	if (check_stated(&h, path, err))
+		return -1;
 	memset(c, 0, sizeof(*c));
-	c->layers = mm.layers;
-	c->hidden = mm.hidden;
-	c->heads = mm.heads;
-	c->vocab = mm.vocab;
-	c->positions = mm.positions;
-	c->ln_eps = 1e-5f;
-	const json_t *v = json_object_get(j, "layer_norm_epsilon");
-	if (v) {
-		if (!json_is_number(v)) {
-			gk_errf(err, "config '%s': key 'layer_norm_epsilon': "
-				"not a number", path);
-			goto out;
-		}
-		c->ln_eps = (float)json_number_value(v);
-	}
-	v = json_object_get(j, "activation_function");
-	if (v && (!json_is_string(v) ||
-		  strcmp(json_string_value(v), "gelu_new") != 0)) {
-		gk_errf(err, "config '%s': key 'activation_function': only "
-			"gelu_new is supported", path);
-		goto out;
-	}
-	if (check_bool(j, path, "scale_attn_weights", 1, err) ||
-	    check_bool(j, path, "scale_attn_by_inverse_layer_idx", 0, err))
-		goto out;
-	if (gk_nn_config_finish(c, err) < 0) {
-		gk_err_prefix(err, "config '%s'", path);
-		goto out;
-	}
-	rc = 0;
-out:
-	json_decref(j);
-	return rc;
+	c->layers = h.layers;
+	c->hidden = h.hidden;
+	c->heads = h.heads;
+	c->vocab = h.vocab;
+	c->positions = h.positions;
+	c->ln_eps = (float)h.ln_eps;
+	if (gk_nn_config_finish(c, err) < 0)
+		return gk_err_prefix(err, "config '%s'", path);
+	return 0;
 }
 
 int gk_nn_config_save(const gk_nn_config *c, const char *path, gk_err *err)

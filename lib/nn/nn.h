@@ -81,7 +81,8 @@ int gk_nn_config_equal(const gk_nn_config *a, const gk_nn_config *b);
  * Read a GPT-2 config.json (the file transformers writes and mem-estimate
  * reads: n_layer, n_embd, n_head, vocab_size, n_positions,
  * layer_norm_epsilon; activation_function must be gelu_new and the model
- * GPT-2's). Calls gk_nn_config_finish.
+ * GPT-2's), through lib/hf's reader with unknown keys allowed. Calls
+ * gk_nn_config_finish.
  */
 int gk_nn_config_load(gk_nn_config *c, const char *path, gk_err *err);
 /* Write config.json in GPT-2's format (loads with GPT2Config.from_pretrained). */
