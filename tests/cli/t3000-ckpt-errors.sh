@@ -236,7 +236,7 @@ test_expect_success XXHSUM 'a COMMIT of another step is refused' '
 	! test -e other.safetensors
 '
 
-for t in ckpt-merge; do
+for t in ckpt-merge ckpt-shard; do
 	test_expect_success "the option table, --help and $t(1) name the same options" '
 		# --help is the table (bin/'$t'.c): every name at the start of its
 		# option lines, "-o, --output OUT" giving -o and --output; the man
