@@ -5,6 +5,7 @@
  * (src/util.cu writeResultHeader, writeBenchmarkLine*, writeResultFooter),
  * so scripts that read all_reduce_perf output read ours.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -15,55 +16,222 @@
 #include "comm/comm.h"
 #include "core/core.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: allreduce-bench [-b minbytes] [-e maxbytes] [-f factor | -i stepbytes]\n"
 	"                       [-n iters] [-w warmup] [-c check] [-d dtype|all]\n"
 	"                       [-o op|all] [-r root] [-z 0|1] [-a 0|1|2|3]\n"
 	"                       [--backend NAME] [--algo NAME|all]\n"
 	"                       [--compress bf16|f16|int8] [--collective NAME]\n"
 	"                       [--segment SIZE] [--timeout SECONDS] [--json | --csv]\n"
-	"                       [--metrics FILE]\n"
-	"  -b, -e      smallest and largest message in bytes (8, 32M)\n"
-	"  -f, -i      grow sizes by a factor (2) or by a step in bytes\n"
-	"  -n, -w      timed and warmup iterations (20, 5)\n"
-	"  -c          check results: 0 or the number of checked runs (1)\n"
-	"  -d, -o      float double half bfloat16 int32 | sum prod max min avg\n"
-	"  -z          wait and barrier after each iteration (0)\n"
-	"  -a          time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (1)\n"
-	"  --backend   auto self mpi nccl      --algo  auto native ring rd rabenseifner all\n"
-	"  --collective allreduce reducescatter allgather broadcast reduce\n"
-	"  --timeout   fail a call with no progress for this long, 0 off (600)\n"
-	"  --metrics FILE  write the results in Prometheus' text format at the end\n";
+	"                       [--metrics FILE]\n";
 
-enum { OPT_BACKEND = GK_OPT_FIRST_TOOL, OPT_ALGO, OPT_COMPRESS, OPT_COLL,
-       OPT_CSV, OPT_SEGMENT, OPT_METRICS, OPT_TIMEOUT };
+/* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
+static const char common[] =
+	"  --json                one JSON document: the configuration and every row\n"
+	"  -q, --quiet           accepted, as by every gpukit tool\n"
+	"  -v, --verbose         accepted, as by every gpukit tool\n"
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	GK_CLI_LONGOPT_JSON,
-	{"minbytes", required_argument, NULL, 'b'},
-	{"maxbytes", required_argument, NULL, 'e'},
-	{"stepfactor", required_argument, NULL, 'f'},
-	{"stepbytes", required_argument, NULL, 'i'},
-	{"iters", required_argument, NULL, 'n'},
-	{"warmup_iters", required_argument, NULL, 'w'},
-	{"check", required_argument, NULL, 'c'},
-	{"datatype", required_argument, NULL, 'd'},
-	{"op", required_argument, NULL, 'o'},
-	{"root", required_argument, NULL, 'r'},
-	{"blocking", required_argument, NULL, 'z'},
-	{"average", required_argument, NULL, 'a'},
-	{"backend", required_argument, NULL, OPT_BACKEND},
-	{"algo", required_argument, NULL, OPT_ALGO},
-	{"compress", required_argument, NULL, OPT_COMPRESS},
-	{"collective", required_argument, NULL, OPT_COLL},
-	{"csv", no_argument, NULL, OPT_CSV},
-	{"segment", required_argument, NULL, OPT_SEGMENT},
-	{"metrics", required_argument, NULL, OPT_METRICS},
-	{"timeout", required_argument, NULL, OPT_TIMEOUT},
-	{NULL, 0, NULL, 0},
+/* -i's size, and whether it was given: it then replaces -f whatever the order */
+typedef struct step {
+	uint64_t bytes;
+	int given;
+} step;
+
+/* What the command line asks for. */
+typedef struct args {
+	gk_comm_bench_opts o; /* from gk_comm_bench_defaults, then the flags */
+	gk_comm_config cfg;   /* --backend --segment --timeout */
+	step step;
+	int csv;
+	const char *metrics;
+} args;
+
+static gk_cli cli;
+
+/*
+ * The custom rows. -d, -o and --algo take a name or "all", which sweeps
+ * them all instead (their field is the whole of gk_comm_bench_opts);
+ * -i is remembered as given; --timeout's 0 means off.
+ */
+static int parse_dtype(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_comm_bench_opts *o = field;
+	if (strcmp(s, "all") == 0) {
+		o->all_types = 1;
+		return 0;
+	}
+	gk_dtype dt = gk_dtype_parse(s);
+	if (!gk_comm_dtype_ok(dt))
+		return gk_errf(err, "%s '%s': not one of float double half bfloat16 int32 all", opt,
+			       s);
+	o->dt = dt;
+	return 0;
+}
+
+static int parse_op(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_comm_bench_opts *o = field;
+	if (strcmp(s, "all") == 0) {
+		o->all_ops = 1;
+		return 0;
+	}
+	int v = gk_comm_op_parse(s);
+	if (v < 0)
+		return gk_errf(err, "%s '%s': not one of sum prod max min avg all", opt, s);
+	o->op = v;
+	return 0;
+}
+
+static int parse_algo(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_comm_bench_opts *o = field;
+	if (strcmp(s, "all") == 0) {
+		o->all_algos = 1;
+		return 0;
+	}
+	int v = gk_comm_algo_parse(s);
+	if (v < 0)
+		return gk_errf(err, "%s '%s': not one of auto native ring rd rabenseifner all", opt,
+			       s);
+	o->algo = v;
+	return 0;
+}
+
+static int parse_step(const char *opt, const char *s, void *field, gk_err *err)
+{
+	step *st = field;
+	if (gk_parse_size(s, &st->bytes, opt, err) < 0)
+		return -1;
+	st->given = 1;
+	return 0;
+}
+
+static int parse_timeout(const char *opt, const char *s, void *field, gk_err *err)
+{
+	double v;
+	if (gk_parse_double(s, 0, 1e9, &v, opt, err) < 0)
+		return -1;
+	v = v > 0 ? v : -1; /* the library reads 0 as its default and < 0 as off */
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+#define SECTION(title) {.kind = GK_OPTK_SECTION, .help = title}
+#define INT(nm, sh, a, f, lo, hi, h) \
+	{.kind = GK_OPTK_INT, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), \
+	 .imin = lo, .imax = hi, .help = h}
+#define SIZE(nm, sh, a, f, h) \
+	{.kind = GK_OPTK_SIZE, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), .help = h}
+#define ENUM(nm, a, f, fn, nms, h) \
+	{.kind = GK_OPTK_ENUM, .name = nm, .arg = a, GK_OPTF(args, f), .parse = fn, \
+	 .names = nms, .help = h}
+#define CUSTOM(nm, sh, a, f, fn, h) \
+	{.kind = GK_OPTK_CUSTOM, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), \
+	 .custom = fn, .help = h}
+#define STRINGIFY(x) #x
+#define XSTR(x) STRINGIFY(x)
+
+/*
+ * allreduce-bench's options, stated once: getopt's list (nccl-tests'
+ * letters and long names), the summary of --help and the parser of every
+ * argument. The defaults are nccl-tests', set by gk_comm_bench_defaults.
+ * allreduce-bench(1) documents each row (t6000 checks both ways).
+ */
+static const gk_optdef options[] = {
+	SECTION("sizes"),
+	SIZE("minbytes", 'b', "SIZE", o.minbytes, "smallest message in bytes (8)"),
+	SIZE("maxbytes", 'e', "SIZE", o.maxbytes, "largest message in bytes (32M)"),
+	INT("stepfactor", 'f', "N", o.factor, 1, 1 << 20, "grow sizes by this factor (2)"),
+	CUSTOM("stepbytes", 'i', "SIZE", step, parse_step, "grow sizes by this many bytes instead"),
+	SECTION("runs"),
+	INT("iters", 'n', "N", o.iters, 1, 1 << 24, "timed iterations (20)"),
+	INT("warmup_iters", 'w', "N", o.warmup, 0, 1 << 24, "warmup iterations (5)"),
+	INT("check", 'c', "N", o.check, 0, 1000, "checked runs per size, 0 none (1)"),
+	INT("blocking", 'z', "0|1", o.blocking, 0, 1, "wait and barrier after each iteration (0)"),
+	INT("average", 'a', "0-3", o.average, 0, 3,
+	    "time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (1)"),
+	SECTION("what is reduced"),
+	CUSTOM("datatype", 'd', "TYPE", o, parse_dtype,
+	       "float double half bfloat16 int32, or all (float)"),
+	CUSTOM("op", 'o', "OP", o, parse_op, "sum prod max min avg, or all (sum)"),
+	INT("root", 'r', "N", o.root, 0, 1 << 24, "root rank of broadcast and reduce (0)"),
+	ENUM("collective", "NAME", o.coll, gk_comm_coll_parse,
+	     "not one of allreduce reducescatter allgather broadcast reduce",
+	     "allreduce reducescatter allgather broadcast reduce"),
+	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse,
+	     "not one of none bf16 f16 int8",
+	     "none bf16 f16 int8: partial sums on the wire (none)"),
+	SECTION("communication"),
+	ENUM("backend", "NAME", cfg.backend, gk_comm_backend_parse, "not one of auto self mpi nccl",
+	     "auto self mpi nccl (auto)"),
+	CUSTOM("algo", 0, "NAME", o, parse_algo,
+	       "auto native ring rd rabenseifner, or all (auto)"),
+	SIZE("segment", 0, "SIZE", cfg.segment, "the ring's pipeline segment (1M)"),
+	CUSTOM("timeout", 0, "SECONDS", cfg.timeout, parse_timeout,
+	       "fail a call with no progress this long, 0 never ("
+	       XSTR(GK_COMM_DEFAULT_TIMEOUT) ")"),
+	SECTION("output"),
+	{.kind = GK_OPTK_FLAG, .name = "csv", GK_OPTF(args, csv), .set = 1,
+	 .help = "one line per size and algorithm, with a header line"},
+	{.kind = GK_OPTK_STR, .name = "metrics", .arg = "FILE", GK_OPTF(args, metrics), .set = 1,
+	 .help = "write the results in Prometheus' text format at the end"},
+	{.kind = GK_OPTK_END},
 };
 
+/*
+ * Parse argument s of option d into a. Messages name a short option by
+ * its letter, as nccl-tests' users type it (-b, not --minbytes).
+ */
+static void set_option(const gk_optdef *d, args *a, const char *s)
+{
+	gk_err err = {0};
+	char name[64];
+	if (gk_optable_set(d, a, s, &err) == 0)
+		return;
+	/* "--minbytes '12Q': ..." is "-b '12Q': ..." */
+	int n = snprintf(name, sizeof(name), "--%s", d->name);
+	if (d->short_name && strncmp(err.msg, name, (size_t)n) == 0)
+		gk_cli_usage_error(&cli, "-%c%s", d->short_name, err.msg + n);
+	gk_cli_usage_error(&cli, "%s", err.msg);
+}
+
+/* Parse the command line into a and refuse what no backend can run. */
+static void parse_args(int argc, char **argv, args *a)
+{
+	gk_err err = {0};
+	char *shorts = NULL;
+	memset(a, 0, sizeof(*a));
+	gk_comm_bench_defaults(&a->o);
+	a->cfg.device = -1;
+	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
+	if (!longopts) {
+		fprintf(stderr, "allreduce-bench: %s\n", strerror(ENOMEM));
+		exit(1);
+	}
+	int c;
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
+		if (gk_cli_common(&cli, c))
+			continue;
+		const gk_optdef *d = gk_optable_find(options, c);
+		if (!d)
+			gk_cli_usage_error(&cli, "unexpected option");
+		set_option(d, a, optarg);
+	}
+	free(longopts);
+	free(shorts);
+	if (optind < argc)
+		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+	if (cli.json && a->csv)
+		gk_cli_usage_error(&cli, "--json and --csv exclude each other");
+	if (a->step.given) {
+		a->o.stepbytes = a->step.bytes;
+		a->o.factor = 1;
+	}
+	if (gk_comm_bench_validate(&a->o, a->cfg.backend, &err) < 0)
+		gk_cli_usage_error(&cli, "%s", err.msg);
+}
 
 /* nccl-tests' getFloatStr: as many decimals as fit the width. */
 static char *fnum(double v, int width, char *s, size_t n)
@@ -193,174 +361,73 @@ static int on_end(void *ctx, const gk_comm_bench_summary *s)
 	return 0;
 }
 
-/* Name lookups that exit 2 with the accepted spellings. */
-#define PARSE(var, fn, what, names)                                          \
-	do {                                                                 \
-		int v_ = fn(optarg);                                         \
-		if (v_ < 0)                                                  \
-			gk_cli_usage_error(&cli, "%s '%s': not one of %s", what, \
-					   optarg, names);                   \
-		var = v_;                                                    \
-	} while (0)
-
-int main(int argc, char **argv)
+/*
+ * Rank 0's first lines: the JSON document to fill (returned; NULL
+ * otherwise), the CSV header, or nccl-tests' header.
+ */
+static json_t *header(const args *a, out *u, int n, const char *backend)
 {
-	gk_cli cli;
-	gk_err err = {0};
-	gk_comm_bench_opts o;
-	gk_comm_config cfg = {.device = -1};
-	int stepped = 0, csv = 0, c;
-	const char *metrics = NULL;
-	gk_comm_bench_defaults(&o);
-	gk_cli_init(&cli, "allreduce-bench", usage);
-
-	while ((c = getopt_long(argc, argv, "hqvb:e:f:i:n:w:c:d:o:r:z:a:", longopts,
-				NULL)) != -1) {
-		if (gk_cli_common(&cli, c))
-			continue;
-		switch (c) {
-		case 'b': o.minbytes = gk_cli_size(&cli, "-b", optarg); break;
-		case 'e': o.maxbytes = gk_cli_size(&cli, "-e", optarg); break;
-		case 'f': o.factor = (uint64_t)gk_cli_i64(&cli, "-f", optarg, 1, 1 << 20); break;
-		case 'i':
-			o.stepbytes = gk_cli_size(&cli, "-i", optarg);
-			stepped = 1;
-			break;
-		case 'n': o.iters = (int)gk_cli_i64(&cli, "-n", optarg, 1, 1 << 24); break;
-		case 'w': o.warmup = (int)gk_cli_i64(&cli, "-w", optarg, 0, 1 << 24); break;
-		case 'c': o.check = (int)gk_cli_i64(&cli, "-c", optarg, 0, 1000); break;
-		case 'r': o.root = (int)gk_cli_i64(&cli, "-r", optarg, 0, 1 << 24); break;
-		case 'z': o.blocking = (int)gk_cli_i64(&cli, "-z", optarg, 0, 1); break;
-		case 'a': o.average = (gk_comm_bench_avg)gk_cli_i64(&cli, "-a", optarg, 0, 3); break;
-		case 'd':
-			if (strcmp(optarg, "all") == 0)
-				o.all_types = 1;
-			else if (!gk_comm_dtype_ok(o.dt = gk_dtype_parse(optarg)))
-				gk_cli_usage_error(&cli, "-d '%s': not one of float double half bfloat16 int32 all", optarg);
-			break;
-		case 'o':
-			if (strcmp(optarg, "all") == 0)
-				o.all_ops = 1;
-			else
-				PARSE(o.op, gk_comm_op_parse, "-o", "sum prod max min avg all");
-			break;
-		case OPT_ALGO:
-			if (strcmp(optarg, "all") == 0)
-				o.all_algos = 1;
-			else
-				PARSE(o.algo, gk_comm_algo_parse, "--algo",
-				      "auto native ring rd rabenseifner all");
-			break;
-		case OPT_BACKEND:
-			PARSE(cfg.backend, gk_comm_backend_parse, "--backend", "auto self mpi nccl");
-			break;
-		case OPT_COMPRESS:
-			PARSE(o.compress, gk_comm_compress_parse, "--compress", "none bf16 f16 int8");
-			break;
-		case OPT_COLL:
-			PARSE(o.coll, gk_comm_coll_parse, "--collective",
-			      "allreduce reducescatter allgather broadcast reduce");
-			break;
-		case OPT_CSV: csv = 1; break;
-		case OPT_SEGMENT: cfg.segment = gk_cli_size(&cli, "--segment", optarg); break;
-		case OPT_METRICS:
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
-			metrics = optarg;
-			break;
-		case OPT_TIMEOUT: {
-			double v;
-			if (gk_parse_double(optarg, 0, 1e9, &v, "--timeout", &err) < 0)
-				gk_cli_usage_error(&cli, "%s", err.msg);
-			/* The library reads 0 as its default and < 0 as off. */
-			cfg.timeout = v > 0 ? v : -1;
-			break;
-		}
-		default: gk_cli_usage_error(&cli, "unexpected option");
-		}
+	const gk_comm_bench_opts *o = &a->o;
+	if (!u->me)
+		return NULL;
+	if (cli.json) {
+		json_t *jdoc = json_pack("{s:s,s:s,s:i,s:s,s:I,s:I,s:i,s:i,s:i,s:i}", "tool",
+			"allreduce-bench", "collective", gk_comm_coll_name(o->coll), "world", n,
+			"backend", backend, "minimum_bytes", (json_int_t)o->minbytes,
+			"maximum_bytes", (json_int_t)o->maxbytes, "warmup_iters", o->warmup,
+			"iterations", o->iters, "validation", o->check, "average", (int)o->average);
+		json_object_set_new(jdoc, "compress", json_string(gk_comm_compress_name(o->compress)));
+		json_object_set_new(jdoc, "memcpy_bw", u->mcbw > 0 ? json_real(u->mcbw) : json_null());
+		json_object_set_new(jdoc, "results", u->jres = json_array());
+		json_object_set_new(jdoc, "average_bus_bandwidth", u->javg = json_object());
+		return jdoc;
 	}
-	if (optind < argc)
-		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
-	if (cli.json && csv)
-		gk_cli_usage_error(&cli, "--json and --csv exclude each other");
-	if (stepped)
-		o.factor = 1;
-	if (gk_comm_bench_validate(&o, cfg.backend, &err) < 0)
-		gk_cli_usage_error(&cli, "%s", err.msg);
-
-	/*
-	 * Refuse sizes that cannot fit before touching anything; the ranks
-	 * of a node see the same figures, so its first rank speaks for it.
-	 */
-	gk_rank_info ri;
-	if (gk_rank_discover(&ri, &err) < 0)
-		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-	if (gk_comm_bench_fits(&o, ri.local_world, &err) < 0) {
-		if (ri.local_rank == 0)
-			gk_cli_fail(&cli, &err);
-		return gk_cli_finish(&cli, gk_cli_defer(&cli, 1));
-	}
-
-	gk_comm *comm;
-	if (gk_comm_open(&comm, &cfg, &err) < 0)
-		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-	int me = gk_comm_rank(comm) == 0;
-	/* Options every rank must share: on a difference all ranks stop, rank 0 says why. */
-	if (gk_comm_bench_agree(comm, &o, &err) < 0) {
-		if (me)
-			gk_cli_fail(&cli, &err);
-		gk_comm_close(comm);
-		return gk_cli_finish(&cli, 2);
-	}
-	if (o.root >= gk_comm_world(comm)) {
-		int n = gk_comm_world(comm);
-		gk_comm_close(comm);
-		gk_cli_usage_error(&cli, "-r %d: not a rank of a world of %d", o.root, n);
-	}
-
-	out u = {.cli = &cli, .o = &o, .me = me, .csv = csv, .err = &err};
-	size_t mcbytes;
-	if (gk_comm_bench_memcpy(comm, o.maxbytes, &u.mcbw, &mcbytes, &err) < 0)
-		goto fail;
-	if (metrics && me && (gk_metrics_check(metrics, &err) < 0 ||
-			      gk_comm_bench_metrics_new(&u.metrics, comm, &o, &err) < 0))
-		goto fail;
-	int n = gk_comm_world(comm);
-	const char *backend = gk_comm_backend_name(gk_comm_backend_of(comm));
-	json_t *jdoc = NULL;
-	if (me && cli.json) {
-		jdoc = json_pack("{s:s,s:s,s:i,s:s,s:I,s:I,s:i,s:i,s:i,s:i}", "tool", "allreduce-bench",
-				 "collective", gk_comm_coll_name(o.coll), "world", n,
-				 "backend", backend, "minimum_bytes", (json_int_t)o.minbytes,
-				 "maximum_bytes", (json_int_t)o.maxbytes, "warmup_iters", o.warmup,
-				 "iterations", o.iters, "validation", o.check, "average", (int)o.average);
-		json_object_set_new(jdoc, "compress", json_string(gk_comm_compress_name(o.compress)));
-		json_object_set_new(jdoc, "memcpy_bw", u.mcbw > 0 ? json_real(u.mcbw) : json_null());
-		json_object_set_new(jdoc, "results", u.jres = json_array());
-		json_object_set_new(jdoc, "average_bus_bandwidth", u.javg = json_object());
-	} else if (me && csv) {
+	if (a->csv) {
 		printf("algo,size,count,type,redop,root,time_oop,algbw_oop,busbw_oop,wrong_oop,"
 		       "time_ip,algbw_ip,busbw_ip,wrong_ip%s\n",
-		       o.compress ? ",max_abs_err,max_rel_err" : "");
-	} else if (me) {
-		printf("# allreduce-bench (gpukit) %s: %s, backend %s, %d rank%s%s%s\n", GK_VERSION,
-		       gk_comm_coll_name(o.coll), backend, n, n == 1 ? "" : "s",
-		       o.compress ? ", compress " : "",
-		       o.compress ? gk_comm_compress_name(o.compress) : "");
-		printf("# nThread 1 nGpus 1 minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
-		       (unsigned long long)o.minbytes, (unsigned long long)o.maxbytes,
-		       (unsigned long long)(o.factor > 1 ? o.factor : o.stepbytes),
-		       o.factor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check);
-		if (o.blocking)
-			printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-		printf("#\n");
+		       o->compress ? ",max_abs_err,max_rel_err" : "");
+		return NULL;
 	}
+	printf("# allreduce-bench (gpukit) %s: %s, backend %s, %d rank%s%s%s\n", GK_VERSION,
+	       gk_comm_coll_name(o->coll), backend, n, n == 1 ? "" : "s",
+	       o->compress ? ", compress " : "",
+	       o->compress ? gk_comm_compress_name(o->compress) : "");
+	printf("# nThread 1 nGpus 1 minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
+	       (unsigned long long)o->minbytes, (unsigned long long)o->maxbytes,
+	       (unsigned long long)(o->factor > 1 ? o->factor : o->stepbytes),
+	       o->factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
+	if (o->blocking)
+		printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+	printf("#\n");
+	return NULL;
+}
 
+/*
+ * The sweep on an open communicator whose ranks agree: 0 or 1 (wrong
+ * results, or a metrics file that could not be written), or -1 with the
+ * failure in err, after which the caller aborts the job.
+ */
+static int sweep(gk_comm *comm, const args *a, gk_err *err)
+{
+	const gk_comm_bench_opts *o = &a->o;
+	int me = gk_comm_rank(comm) == 0, n = gk_comm_world(comm);
+	out u = {.cli = &cli, .o = o, .me = me, .csv = a->csv, .err = err};
+	size_t mcbytes;
+	if (gk_comm_bench_memcpy(comm, o->maxbytes, &u.mcbw, &mcbytes, err) < 0)
+		return -1;
+	if (a->metrics && me && (gk_metrics_check(a->metrics, err) < 0 ||
+				 gk_comm_bench_metrics_new(&u.metrics, comm, o, err) < 0)) {
+		gk_metrics_free(u.metrics);
+		return -1;
+	}
+	const char *backend = gk_comm_backend_name(gk_comm_backend_of(comm));
+	json_t *jdoc = header(a, &u, n, backend);
 	int64_t wrong;
 	gk_comm_bench_sink sink = {&u, on_begin, on_row, on_end};
-	if (gk_comm_bench_sweep(comm, &o, &sink, &wrong, &err) < 0) {
+	if (gk_comm_bench_sweep(comm, o, &sink, &wrong, err) < 0) {
 		json_decref(jdoc);
-		goto fail;
+		gk_metrics_free(u.metrics);
+		return -1;
 	}
 	/*
 	 * A file that cannot be written fails the run, after the other ranks
@@ -368,39 +435,80 @@ int main(int argc, char **argv)
 	 */
 	int metrics_failed = 0;
 	if (u.metrics && (gk_comm_bench_metrics_run(u.metrics, n, u.mcbw, wrong,
-						    (double)time(NULL), &err) < 0 ||
-			  gk_metrics_write(u.metrics, metrics, &err) < 0)) {
-		gk_cli_fail(&cli, &err);
+						    (double)time(NULL), err) < 0 ||
+			  gk_metrics_write(u.metrics, a->metrics, err) < 0)) {
+		gk_cli_fail(&cli, err);
 		metrics_failed = 1;
 	}
 	gk_metrics_free(u.metrics);
-	u.metrics = NULL;
-	if (me && cli.json) {
+	if (jdoc) {
 		json_object_set_new(jdoc, "out_of_bounds", json_integer(wrong));
-		int rc = gk_json_dump(stdout, jdoc, 1, &err);
+		int rc = gk_json_dump(stdout, jdoc, 1, err);
 		json_decref(jdoc);
 		if (rc < 0)
-			goto fail;
-	} else if (me && !csv) {
+			return -1;
+	} else if (me && !a->csv) {
 		if (u.mcbw > 0)
 			printf("# %-20s : %.2f GB/s (host, %zu MiB, median of 9)\n",
 			       "memcpy bandwidth", u.mcbw, mcbytes >> 20);
-		printf("# Collective test concluded: %s\n", gk_comm_coll_name(o.coll));
+		printf("# Collective test concluded: %s\n", gk_comm_coll_name(o->coll));
 	}
 	/* every rank knows the total; rank 0 says it while the others wait in close */
 	if (wrong && me)
-		gk_cli_failf(&cli, "%lld wrong result%s", (long long)wrong,
-			     wrong == 1 ? "" : "s");
+		gk_cli_failf(&cli, "%lld wrong result%s", (long long)wrong, wrong == 1 ? "" : "s");
 	/* nccl: a failed teardown is a failed run */
-	if (gk_comm_finalize(comm, &err) < 0)
-		goto fail;
+	if (gk_comm_finalize(comm, err) < 0)
+		return -1;
+	return wrong || metrics_failed ? 1 : 0;
+}
+
+/* Open the communicator the options ask for, check them, sweep: the exit status. */
+static int bench(const args *a)
+{
+	gk_err err = {0};
+	/*
+	 * Refuse sizes that cannot fit before touching anything; the ranks
+	 * of a node see the same figures, so its first rank speaks for it.
+	 */
+	gk_rank_info ri;
+	if (gk_rank_discover(&ri, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	if (gk_comm_bench_fits(&a->o, ri.local_world, &err) < 0) {
+		if (ri.local_rank == 0)
+			gk_cli_fail(&cli, &err);
+		return gk_cli_defer(&cli, 1);
+	}
+	gk_comm *comm;
+	if (gk_comm_open(&comm, &a->cfg, &err) < 0)
+		return gk_cli_fail(&cli, &err);
+	/* Options every rank must share: on a difference all ranks stop, rank 0 says why. */
+	if (gk_comm_bench_agree(comm, &a->o, &err) < 0) {
+		if (gk_comm_rank(comm) == 0)
+			gk_cli_fail(&cli, &err);
+		gk_comm_close(comm);
+		return 2;
+	}
+	if (a->o.root >= gk_comm_world(comm)) {
+		int n = gk_comm_world(comm);
+		gk_comm_close(comm);
+		gk_cli_usage_error(&cli, "-r %d: not a rank of a world of %d", a->o.root, n);
+	}
+	int status = sweep(comm, a, &err);
+	if (status < 0) {
+		gk_cli_fail(&cli, &err);
+		gk_cli_flush(&cli);
+		gk_comm_abort(comm, 1);
+		status = 1;
+	}
 	gk_comm_close(comm);
-	return gk_cli_finish(&cli, wrong || metrics_failed ? 1 : 0);
-fail:
-	gk_metrics_free(u.metrics);
-	gk_cli_fail(&cli, &err);
-	gk_cli_flush(&cli);
-	gk_comm_abort(comm, 1);
-	gk_comm_close(comm);
-	return gk_cli_finish(&cli, 1);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	args a;
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "allreduce-bench", usage ? usage : synopsis);
+	parse_args(argc, argv, &a);
+	return gk_cli_finish(&cli, bench(&a));
 }

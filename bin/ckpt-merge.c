@@ -2,6 +2,7 @@
  * ckpt-merge - merge safetensors checkpoints (HF layout, rank shards, plain
  * files, step directories) into one file or another sharding.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -11,35 +12,93 @@
 
 #include "ckpt/ckpt.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: ckpt-merge [-qv] [--dtype TYPE] [--keep-f32 PATTERN]... [--max-size SIZE]\n"
 	"                  [--verify] -o OUT IN...\n"
 	"       ckpt-merge --check [-q] IN...\n"
-	"       ckpt-merge --list [--json] IN...\n"
-	"  -o, --output OUT      file (or - for stdout); a directory with --max-size\n"
-	"  --dtype TYPE          convert float tensors to bf16, f16 or f32 (round to nearest even)\n"
-	"  --keep-f32 PATTERN    tensors whose name matches the glob stay (or become) F32\n"
-	"  --max-size SIZE       write the Hugging Face sharded layout into OUT\n"
-	"  --verify              re-read the output and compare it with the inputs\n"
-	"  --check               validate the inputs only\n"
-	"  --list                print name, dtype, shape, bytes and file of every tensor\n"
+	"       ckpt-merge --list [--json] IN...\n";
+
+/* the options every tool has (GK_CLI_LONGOPTS), after the table's */
+static const char common[] =
 	"  --json                machine-readable --list\n"
 	"  -q, --quiet           no progress or summary\n"
-	"  -h, --help            this help; --version the version\n";
+	"  -v, --verbose         accepted, as by every gpukit tool\n"
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
-enum { OPT_DTYPE = GK_OPT_FIRST_TOOL, OPT_KEEP, OPT_MAX, OPT_CHECK, OPT_LIST, OPT_VERIFY };
+/* What the command line asks for. */
+typedef struct args {
+	gk_ckpt_reshard_opts o; /* --dtype --max-size --verify */
+	gk_strlist keep;        /* --keep-f32, each one */
+	const char *out;
+	int check, list;
+} args;
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	GK_CLI_LONGOPT_JSON,
-	{"output", required_argument, NULL, 'o'},
-	{"dtype", required_argument, NULL, OPT_DTYPE},
-	{"keep-f32", required_argument, NULL, OPT_KEEP},
-	{"max-size", required_argument, NULL, OPT_MAX},
-	{"check", no_argument, NULL, OPT_CHECK},
-	{"list", no_argument, NULL, OPT_LIST},
-	{"verify", no_argument, NULL, OPT_VERIFY},
-	{NULL, 0, NULL, 0},
+static gk_cli cli;
+
+/*
+ * The custom rows, ckpt-shard's too: -o refuses an empty path (else all
+ * the work is done before the rename fails), --dtype takes a float type,
+ * --keep-f32 adds a pattern each time, --max-size is more than 0.
+ */
+static int parse_output(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)opt;
+	if (!*s)
+		return gk_errf(err, "-o: empty path");
+	memcpy(field, &s, sizeof(s));
+	return 0;
+}
+
+static int parse_dtype(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_dtype dt;
+	if (gk_dtype_parse_float(s, opt, &dt, err))
+		return -1;
+	memcpy(field, &dt, sizeof(dt));
+	return 0;
+}
+
+static int parse_keep(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)opt;
+	return gk_strlist_push(field, s, err);
+}
+
+static int parse_max_size(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (!v)
+		return gk_errf(err, "%s: must be more than 0", opt);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+#define FLAG(nm, f, h) {.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = 1, .help = h}
+#define CUSTOM(nm, sh, a, f, fn, h) \
+	{.kind = GK_OPTK_CUSTOM, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), \
+	 .custom = fn, .help = h}
+
+/*
+ * ckpt-merge's options, stated once: getopt's list, the summary of --help
+ * and the parser of every argument. ckpt-merge(1) documents each row
+ * (t3000 checks both ways).
+ */
+static const gk_optdef options[] = {
+	CUSTOM("output", 'o', "OUT", out, parse_output,
+	       "file (or - for stdout); a directory with --max-size"),
+	CUSTOM("dtype", 0, "TYPE", o.dtype, parse_dtype,
+	       "convert float tensors to bf16, f16 or f32 (round to nearest even)"),
+	CUSTOM("keep-f32", 0, "PATTERN", keep, parse_keep,
+	       "tensors whose name matches the glob stay (or become) F32"),
+	CUSTOM("max-size", 0, "SIZE", o.max_size, parse_max_size,
+	       "write the Hugging Face sharded layout into OUT"),
+	FLAG("verify", o.verify, "re-read the output and compare it with the inputs"),
+	FLAG("check", check, "validate the inputs only"),
+	FLAG("list", list, "print name, dtype, shape, bytes and file of every tensor"),
+	{.kind = GK_OPTK_END},
 };
 
 /*
@@ -94,79 +153,75 @@ static void list(const gk_ckpt_set *s, int json)
 	}
 }
 
-int main(int argc, char **argv)
+/* Parse the command line into a; argv[*first...] are the inputs. */
+static void parse_args(int argc, char **argv, args *a, int *first)
 {
-	gk_cli cli;
 	gk_err err = {0};
-	const char *out = NULL;
-	gk_dtype dt = GK_DT_INVALID;
-	gk_strlist keep = {0};
-	uint64_t max = 0;
-	int check = 0, do_list = 0, verify = 0, opt;
-
-	gk_cli_init(&cli, "ckpt-merge", usage);
-	while ((opt = getopt_long(argc, argv, "hqvo:", longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, opt))
+	char *shorts = NULL;
+	memset(a, 0, sizeof(*a));
+	a->o.dtype = GK_DT_INVALID;
+	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
+	if (!longopts) {
+		fprintf(stderr, "ckpt-merge: %s\n", strerror(ENOMEM));
+		exit(1);
+	}
+	int c;
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
+		if (gk_cli_common(&cli, c))
 			continue;
-		switch (opt) {
-		case 'o':
-			/* else all the work is done before the rename fails */
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "-o: empty path");
-			out = optarg;
-			break;
-		case OPT_DTYPE:
-			if (gk_dtype_parse_float(optarg, "--dtype", &dt, &err))
-				gk_cli_usage_error(&cli, "%s", err.msg);
-			break;
-		case OPT_KEEP:
-			if (gk_strlist_push(&keep, optarg, &err))
-				return gk_cli_fail(&cli, &err);
-			break;
-		case OPT_MAX:
-			max = gk_cli_size(&cli, "--max-size", optarg);
-			if (!max)
-				gk_cli_usage_error(&cli, "--max-size: must be more than 0");
-			break;
-		case OPT_CHECK: check = 1; break;
-		case OPT_LIST: do_list = 1; break;
-		case OPT_VERIFY: verify = 1; break;
+		const gk_optdef *d = gk_optable_find(options, c);
+		if (!d)
+			gk_cli_usage_error(&cli, "unexpected option");
+		if (gk_optable_set(d, a, optarg, &err) < 0) {
+			if (err.sys) /* no memory: a failure, not bad usage */
+				exit(gk_cli_fail(&cli, &err));
+			gk_cli_usage_error(&cli, "%s", err.msg);
 		}
 	}
+	free(longopts);
+	free(shorts);
 	if (optind >= argc)
 		gk_cli_usage_error(&cli, "no input");
-	if (check + do_list > 1 || ((check || do_list) && out))
+	if (a->check + a->list > 1 || ((a->check || a->list) && a->out))
 		gk_cli_usage_error(&cli, "--check, --list and -o exclude each other");
-	if (!check && !do_list && !out)
+	if (!a->check && !a->list && !a->out)
 		gk_cli_usage_error(&cli, "no output (-o OUT)");
-	if (max && out && strcmp(out, "-") == 0)
+	if (a->o.max_size && a->out && strcmp(a->out, "-") == 0)
 		gk_cli_usage_error(&cli, "--max-size writes a directory, not standard output");
+	a->o.keep_f32 = a->keep.v;
+	a->o.nkeep = a->keep.n;
+	a->o.progress = !cli.quiet && a->out && strcmp(a->out, "-") != 0 ? "ckpt-merge" : NULL;
+	*first = optind;
+}
+
+int main(int argc, char **argv)
+{
+	gk_err err = {0};
+	args a;
+	int first;
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "ckpt-merge", usage ? usage : synopsis);
+	parse_args(argc, argv, &a, &first);
 
 	gk_ignore_sigxfsz();
 	gk_ckpt_set *s;
 	int status = 0;
-	if (gk_ckpt_open(&s, argv + optind, (size_t)(argc - optind), &err)) {
-		gk_strlist_free(&keep);
+	if (gk_ckpt_open(&s, argv + first, (size_t)(argc - first), &err)) {
+		gk_strlist_free(&a.keep);
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
-	if (check) {
+	if (a.check) {
 		if (gk_ckpt_verify_set(s, &err))
 			status = gk_cli_fail(&cli, &err);
 		if (!status && !cli.quiet)
 			printf("ok: %zu tensors, %" PRIu64 " bytes in %zu files\n", s->n, s->bytes,
 			       s->nfiles);
-	} else if (do_list) {
+	} else if (a.list) {
 		list(s, cli.json);
-	} else {
-		gk_ckpt_reshard_opts o = {
-			.dtype = dt, .keep_f32 = keep.v, .nkeep = keep.n,
-			.max_size = max, .verify = verify,
-			.progress = !cli.quiet && strcmp(out, "-") != 0 ? "ckpt-merge" : NULL,
-		};
-		if (gk_ckpt_reshard(s, &o, out, NULL, &err))
-			status = gk_cli_fail(&cli, &err);
+	} else if (gk_ckpt_reshard(s, &a.o, a.out, NULL, &err)) {
+		status = gk_cli_fail(&cli, &err);
 	}
 	gk_ckpt_close(s);
-	gk_strlist_free(&keep);
+	gk_strlist_free(&a.keep);
 	return gk_cli_finish(&cli, status);
 }

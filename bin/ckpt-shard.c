@@ -2,6 +2,7 @@
  * ckpt-shard - split a safetensors checkpoint by size (Hugging Face
  * layout), into N shards, or into rank shards (whole tensors or row slices).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -10,35 +11,93 @@
 
 #include "ckpt/ckpt.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: ckpt-shard [-qv] [--dry-run [--json]] [--dtype TYPE] [--keep-f32 PATTERN]...\n"
-	"                  -o DIR (--max-size SIZE | --shards N | --ranks N [--slice]) IN...\n"
-	"  -o, --output DIR      output directory (missing or empty)\n"
-	"  --max-size SIZE       Hugging Face shards of at most SIZE (5GB = 5e9, 5GiB = 5*2^30)\n"
-	"  --shards N            N shards of about equal size, same layout\n"
-	"  --ranks N             N rank files, whole tensors balanced by size\n"
-	"  --slice               with --ranks: split every tensor along dim 0\n"
-	"  --dtype TYPE          convert float tensors to bf16, f16 or f32\n"
-	"  --keep-f32 PATTERN    tensors whose name matches the glob stay (or become) F32\n"
-	"  --dry-run             print the plan, write nothing\n"
+	"                  -o DIR (--max-size SIZE | --shards N | --ranks N [--slice]) IN...\n";
+
+/* the options every tool has (GK_CLI_LONGOPTS), after the table's */
+static const char common[] =
 	"  --json                the plan as JSON\n"
 	"  -q, --quiet           no progress\n"
-	"  -h, --help            this help; --version the version\n";
+	"  -v, --verbose         accepted, as by every gpukit tool\n"
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
-enum { OPT_MAX = GK_OPT_FIRST_TOOL, OPT_SHARDS, OPT_RANKS, OPT_SLICE, OPT_DRY, OPT_DTYPE, OPT_KEEP };
+/* What the command line asks for. */
+typedef struct args {
+	gk_ckpt_reshard_opts o; /* the layout, --dtype, --dry-run */
+	gk_strlist keep;        /* --keep-f32, each one */
+	const char *out;
+} args;
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	GK_CLI_LONGOPT_JSON,
-	{"output", required_argument, NULL, 'o'},
-	{"max-size", required_argument, NULL, OPT_MAX},
-	{"shards", required_argument, NULL, OPT_SHARDS},
-	{"ranks", required_argument, NULL, OPT_RANKS},
-	{"slice", no_argument, NULL, OPT_SLICE},
-	{"dry-run", no_argument, NULL, OPT_DRY},
-	{"dtype", required_argument, NULL, OPT_DTYPE},
-	{"keep-f32", required_argument, NULL, OPT_KEEP},
-	{NULL, 0, NULL, 0},
+static gk_cli cli;
+
+/*
+ * The custom rows, ckpt-merge's too: -o refuses an empty path (else all
+ * the work is done before the rename fails), --dtype takes a float type,
+ * --keep-f32 adds a pattern each time, --max-size is more than 0.
+ */
+static int parse_output(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)opt;
+	if (!*s)
+		return gk_errf(err, "-o: empty path");
+	memcpy(field, &s, sizeof(s));
+	return 0;
+}
+
+static int parse_dtype(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_dtype dt;
+	if (gk_dtype_parse_float(s, opt, &dt, err))
+		return -1;
+	memcpy(field, &dt, sizeof(dt));
+	return 0;
+}
+
+static int parse_keep(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)opt;
+	return gk_strlist_push(field, s, err);
+}
+
+static int parse_max_size(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (!v)
+		return gk_errf(err, "%s: must be more than 0", opt);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+#define INT(nm, a, f, lo, hi, h) \
+	{.kind = GK_OPTK_INT, .name = nm, .arg = a, GK_OPTF(args, f), .imin = lo, .imax = hi, \
+	 .help = h}
+#define FLAG(nm, f, h) {.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = 1, .help = h}
+#define CUSTOM(nm, sh, a, f, fn, h) \
+	{.kind = GK_OPTK_CUSTOM, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), \
+	 .custom = fn, .help = h}
+
+/*
+ * ckpt-shard's options, stated once: getopt's list, the summary of --help
+ * and the parser of every argument. ckpt-shard(1) documents each row
+ * (t3000 checks both ways).
+ */
+static const gk_optdef options[] = {
+	CUSTOM("output", 'o', "DIR", out, parse_output, "output directory (missing or empty)"),
+	CUSTOM("max-size", 0, "SIZE", o.max_size, parse_max_size,
+	       "Hugging Face shards of at most SIZE (5GB = 5e9, 5GiB = 5*2^30)"),
+	INT("shards", "N", o.shards, 1, 99999, "N shards of about equal size, same layout"),
+	INT("ranks", "N", o.ranks, 1, 99999, "N rank files, whole tensors balanced by size"),
+	FLAG("slice", o.slice, "with --ranks: split every tensor along dim 0"),
+	CUSTOM("dtype", 0, "TYPE", o.dtype, parse_dtype,
+	       "convert float tensors to bf16, f16 or f32"),
+	CUSTOM("keep-f32", 0, "PATTERN", keep, parse_keep,
+	       "tensors whose name matches the glob stay (or become) F32"),
+	FLAG("dry-run", o.dry_run, "print the plan, write nothing"),
+	{.kind = GK_OPTK_END},
 };
 
 static void print_plan(const gk_ckpt_set *s, const gk_ckpt_plan *p, int json)
@@ -73,77 +132,72 @@ static void print_plan(const gk_ckpt_set *s, const gk_ckpt_plan *p, int json)
 		printf("%-44s %8zu %16" PRIu64 "\n", GK_CKPT_INDEX, s->n, p->total);
 }
 
-int main(int argc, char **argv)
+/* Parse the command line into a; argv[*first...] are the inputs. */
+static void parse_args(int argc, char **argv, args *a, int *first)
 {
-	gk_cli cli;
 	gk_err err = {0};
-	const char *out = NULL;
-	uint64_t max = 0;
-	int64_t shards = 0, ranks = 0;
-	int slice = 0, dry = 0, opt;
-	gk_dtype dt = GK_DT_INVALID;
-	gk_strlist keep = {0};
-
-	gk_cli_init(&cli, "ckpt-shard", usage);
-	while ((opt = getopt_long(argc, argv, "hqvo:", longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, opt))
+	char *shorts = NULL;
+	memset(a, 0, sizeof(*a));
+	a->o.dtype = GK_DT_INVALID;
+	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
+	if (!longopts) {
+		fprintf(stderr, "ckpt-shard: %s\n", strerror(ENOMEM));
+		exit(1);
+	}
+	int c;
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
+		if (gk_cli_common(&cli, c))
 			continue;
-		switch (opt) {
-		case 'o':
-			/* else all the work is done before the rename fails */
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "-o: empty path");
-			out = optarg;
-			break;
-		case OPT_MAX:
-			max = gk_cli_size(&cli, "--max-size", optarg);
-			if (!max)
-				gk_cli_usage_error(&cli, "--max-size: must be more than 0");
-			break;
-		case OPT_SHARDS: shards = gk_cli_i64(&cli, "--shards", optarg, 1, 99999); break;
-		case OPT_RANKS: ranks = gk_cli_i64(&cli, "--ranks", optarg, 1, 99999); break;
-		case OPT_SLICE: slice = 1; break;
-		case OPT_DRY: dry = 1; break;
-		case OPT_DTYPE:
-			if (gk_dtype_parse_float(optarg, "--dtype", &dt, &err))
-				gk_cli_usage_error(&cli, "%s", err.msg);
-			break;
-		case OPT_KEEP:
-			if (gk_strlist_push(&keep, optarg, &err))
-				return gk_cli_fail(&cli, &err);
-			break;
+		const gk_optdef *d = gk_optable_find(options, c);
+		if (!d)
+			gk_cli_usage_error(&cli, "unexpected option");
+		if (gk_optable_set(d, a, optarg, &err) < 0) {
+			if (err.sys) /* no memory: a failure, not bad usage */
+				exit(gk_cli_fail(&cli, &err));
+			gk_cli_usage_error(&cli, "%s", err.msg);
 		}
 	}
+	free(longopts);
+	free(shorts);
+	const gk_ckpt_reshard_opts *o = &a->o;
 	if (optind >= argc)
 		gk_cli_usage_error(&cli, "no input");
-	if ((max != 0) + (shards != 0) + (ranks != 0) != 1)
+	if ((o->max_size != 0) + (o->shards != 0) + (o->ranks != 0) != 1)
 		gk_cli_usage_error(&cli, "give one of --max-size, --shards and --ranks");
-	if (slice && !ranks)
+	if (o->slice && !o->ranks)
 		gk_cli_usage_error(&cli, "--slice needs --ranks");
-	if (!out && !dry)
+	if (!a->out && !o->dry_run)
 		gk_cli_usage_error(&cli, "no output directory (-o DIR)");
+	a->o.keep_f32 = a->keep.v;
+	a->o.nkeep = a->keep.n;
+	a->o.progress = cli.quiet ? NULL : "ckpt-shard";
+	*first = optind;
+}
+
+int main(int argc, char **argv)
+{
+	gk_err err = {0};
+	args a;
+	int first;
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "ckpt-shard", usage ? usage : synopsis);
+	parse_args(argc, argv, &a, &first);
 
 	gk_ignore_sigxfsz();
 	gk_ckpt_set *s;
 	gk_ckpt_plan p;
 	int status = 0;
-	if (gk_ckpt_open(&s, argv + optind, (size_t)(argc - optind), &err)) {
-		gk_strlist_free(&keep);
+	if (gk_ckpt_open(&s, argv + first, (size_t)(argc - first), &err)) {
+		gk_strlist_free(&a.keep);
 		return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
 	}
-	gk_ckpt_reshard_opts o = {
-		.dtype = dt, .keep_f32 = keep.v, .nkeep = keep.n,
-		.max_size = max, .shards = (size_t)shards, .ranks = (size_t)ranks,
-		.slice = slice, .dry_run = dry,
-		.progress = cli.quiet ? NULL : "ckpt-shard",
-	};
-	if (gk_ckpt_reshard(s, &o, out, &p, &err)) {
+	if (gk_ckpt_reshard(s, &a.o, a.out, &p, &err)) {
 		status = gk_cli_fail(&cli, &err);
-	} else if (dry) {
+	} else if (a.o.dry_run) {
 		print_plan(s, &p, cli.json);
 		gk_ckpt_plan_free(&p);
 	}
 	gk_ckpt_close(s);
-	gk_strlist_free(&keep);
+	gk_strlist_free(&a.keep);
 	return gk_cli_finish(&cli, status);
 }

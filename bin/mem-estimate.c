@@ -2,6 +2,7 @@
  * mem-estimate - per-GPU memory of transformer training and inference, and
  * the cheapest parallel configuration that fits a GPU.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 #include "core/core.h"
 #include "mem/mem.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: mem-estimate [--config config.json | --from FILE|DIR |\n"
 	"                    --params N | --layers L --hidden H --heads A ...]\n"
 	"                    [--precision f32|bf16|f16] [--optimizer NAME]\n"
@@ -20,81 +21,211 @@ static const char usage[] =
 	"                    [--offload none|optimizer|cpu]\n"
 	"                    [--fit SIZE | --gpu NAME] [--si] [--json] [--explain]\n"
 	"       mem-estimate --infer [--batch N] [--seq N] [--kv-dtype T] ...\n"
-	"       mem-estimate --list-gpus\n"
-	"Model: --arch gpt2|llama|neox --layers --hidden --heads --kv-heads --ffn\n"
-	"       --vocab --positions --head-dim --tied | --untied --largest-layer N\n"
-	"       --allow-unknown-keys (warn about config keys instead of failing)\n"
-	"Train: --optimizer adamw|sgd|adafactor|adam8bit --grad-f32\n"
-	"       --attn eager|flash --no-dropout --gpus-per-node N --bucket SIZE\n"
-	"       --reserve SIZE (CUDA context and workspaces, default 1GiB)\n"
-	"Fit:   --world N --global-batch N --top N --inter-bw GB/s (default 25)\n";
+	"       mem-estimate --list-gpus\n";
 
-enum {
-	O_PARAMS = GK_OPT_FIRST_TOOL, O_LAYERS, O_HIDDEN, O_HEADS, O_KVHEADS,
-	O_FFN, O_VOCAB, O_POS, O_HEADDIM, O_TIED, O_UNTIED, O_ARCH, O_CONFIG, O_FROM,
-	O_UNKNOWN, O_PREC, O_OPT, O_ZERO, O_FSDP, O_DP, O_TP, O_PP, O_SP,
-	O_ACCUM, O_RECOMP, O_OFFLOAD, O_GRADF32, O_FLASH, O_NODROP, O_GPN,
-	O_BUCKET, O_RESERVE, O_LARGEST, O_INFER, O_KVDT, O_SI, O_EXPLAIN,
-	O_FIT, O_GPU, O_WORLD, O_GBATCH, O_TOP, O_INTER, O_LIST
-};
+/* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
+static const char common[] =
+	"  --json                one JSON document, sizes in bytes\n"
+	"  -q, --quiet           no warnings about unknown config keys\n"
+	"  -v, --verbose         accepted, as by every gpukit tool\n"
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS, GK_CLI_LONGOPT_JSON,
-	{"params", required_argument, NULL, O_PARAMS},
-	{"layers", required_argument, NULL, O_LAYERS},
-	{"hidden", required_argument, NULL, O_HIDDEN},
-	{"heads", required_argument, NULL, O_HEADS},
-	{"kv-heads", required_argument, NULL, O_KVHEADS},
-	{"ffn", required_argument, NULL, O_FFN},
-	{"vocab", required_argument, NULL, O_VOCAB},
-	{"positions", required_argument, NULL, O_POS},
-	{"head-dim", required_argument, NULL, O_HEADDIM},
-	{"tied", no_argument, NULL, O_TIED},
-	{"untied", no_argument, NULL, O_UNTIED},
-	{"arch", required_argument, NULL, O_ARCH},
-	{"config", required_argument, NULL, O_CONFIG},
-	{"from", required_argument, NULL, O_FROM},
-	{"allow-unknown-keys", no_argument, NULL, O_UNKNOWN},
-	{"precision", required_argument, NULL, O_PREC},
-	{"optimizer", required_argument, NULL, O_OPT},
-	{"zero", required_argument, NULL, O_ZERO},
-	{"fsdp", no_argument, NULL, O_FSDP},
-	{"dp", required_argument, NULL, O_DP},
-	{"tp", required_argument, NULL, O_TP},
-	{"pp", required_argument, NULL, O_PP},
-	{"sp", no_argument, NULL, O_SP},
-	{"micro-batch", required_argument, NULL, 'b'},
-	{"batch", required_argument, NULL, 'b'},
-	{"seq", required_argument, NULL, 's'},
-	{"grad-accum", required_argument, NULL, O_ACCUM},
-	{"recompute", required_argument, NULL, O_RECOMP},
-	{"offload", required_argument, NULL, O_OFFLOAD},
-	{"grad-f32", no_argument, NULL, O_GRADF32},
-	{"attn", required_argument, NULL, O_FLASH},
-	{"no-dropout", no_argument, NULL, O_NODROP},
-	{"gpus-per-node", required_argument, NULL, O_GPN},
-	{"bucket", required_argument, NULL, O_BUCKET},
-	{"reserve", required_argument, NULL, O_RESERVE},
-	{"largest-layer", required_argument, NULL, O_LARGEST},
-	{"infer", no_argument, NULL, O_INFER},
-	{"kv-dtype", required_argument, NULL, O_KVDT},
-	{"si", no_argument, NULL, O_SI},
-	{"explain", no_argument, NULL, O_EXPLAIN},
-	{"fit", required_argument, NULL, O_FIT},
-	{"gpu", required_argument, NULL, O_GPU},
-	{"world", required_argument, NULL, O_WORLD},
-	{"global-batch", required_argument, NULL, O_GBATCH},
-	{"top", required_argument, NULL, O_TOP},
-	{"inter-bw", required_argument, NULL, O_INTER},
-	{"list-gpus", no_argument, NULL, O_LIST},
-	{NULL, 0, NULL, 0},
-};
-
+/* What the command line asks for. */
 typedef struct opts {
+	gk_mem_model m;     /* --params and the shape flags */
+	gk_mem_run r;       /* from gk_mem_run_default, then the flags */
 	const char *config, *from, *source;
-	int allow_unknown, si, explain, list_gpus, top, fit_set;
+	int arch;           /* --arch, -1: not given (GPT-2 for a shape) */
+	int tied;           /* --tied 1, --untied 0, -1: the architecture's */
+	int zero;           /* --zero or --fsdp, -1: not given */
+	int64_t largest;    /* --largest-layer, 0: computed */
+	int allow_unknown, si, explain, list_gpus, top;
 	gk_mem_fit_req req; /* --world --global-batch --fit --gpu --inter-bw */
 } opts;
+
+static gk_cli cli;
+
+/*
+ * The custom rows: arguments that lib/mem or lib/core parse with messages
+ * of their own (a count such as 7B, a float precision, a GPU of the
+ * table), a size that must not be 0, and --batch, an alias.
+ */
+static int parse_params(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_mem_parse_count(s, &v, opt, err))
+		return -1;
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int parse_precision(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_dtype dt;
+	if (gk_dtype_parse_float(s, opt, &dt, err))
+		return -1;
+	memcpy(field, &dt, sizeof(dt));
+	return 0;
+}
+
+/* --batch is --micro-batch's other name (inference's word); its messages
+ * have always named --micro-batch, as -b's do */
+static int parse_batch(const char *opt, const char *s, void *field, gk_err *err)
+{
+	int64_t v;
+	(void)opt;
+	if (gk_parse_i64(s, 1, 1 << 24, &v, "--micro-batch", err) < 0)
+		return -1;
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int parse_fit(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (v == 0)
+		return gk_errf(err, "%s '%s': a GPU holds more than 0 bytes", opt, s);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int parse_gpu(const char *opt, const char *s, void *field, gk_err *err)
+{
+	const gk_mem_gpu *g = gk_mem_gpu_find(s);
+	if (!g)
+		return gk_errf(err, "%s '%s': not in the table (see --list-gpus)", opt, s);
+	memcpy(field, &g, sizeof(g));
+	return 0;
+}
+
+static int parse_offload(const char *s)
+{
+	return !strcmp(s, "cpu") ? GK_MEM_OFFLOAD_ALL :
+	       !strcmp(s, "optimizer") ? GK_MEM_OFFLOAD_OPTIMIZER :
+	       !strcmp(s, "none") ? GK_MEM_OFFLOAD_NONE : -1;
+}
+
+static int parse_attn(const char *s)
+{
+	return !strcmp(s, "flash") ? 1 : !strcmp(s, "eager") ? 0 : -1;
+}
+
+/* any dtype with a size, for the KV cache (fp8 included) */
+static int parse_kv_dtype(const char *s)
+{
+	gk_dtype dt = gk_dtype_parse(s);
+	return dt && gk_dtype_bits(dt) ? (int)dt : -1;
+}
+
+#define SECTION(title) {.kind = GK_OPTK_SECTION, .help = title}
+#define INT(nm, sh, a, f, lo, hi, d, h) \
+	{.kind = GK_OPTK_INT, .name = nm, .short_name = sh, .arg = a, GK_OPTF(opts, f), \
+	 .imin = lo, .imax = hi, .def = d, .help = h}
+#define NUM(nm, a, f, lo, hi, h) \
+	{.kind = GK_OPTK_NUM, .name = nm, .arg = a, GK_OPTF(opts, f), .min = lo, .max = hi, \
+	 .help = h}
+#define SIZE(nm, a, f, h) {.kind = GK_OPTK_SIZE, .name = nm, .arg = a, GK_OPTF(opts, f), .help = h}
+#define STR(nm, a, f, h) {.kind = GK_OPTK_STR, .name = nm, .arg = a, GK_OPTF(opts, f), .help = h}
+#define ENUM(nm, a, f, fn, nms, h) \
+	{.kind = GK_OPTK_ENUM, .name = nm, .arg = a, GK_OPTF(opts, f), .parse = fn, \
+	 .names = nms, .help = h}
+#define FLAG(nm, f, v, h) {.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(opts, f), .set = v, .help = h}
+#define CUSTOM(nm, a, f, fn, h) \
+	{.kind = GK_OPTK_CUSTOM, .name = nm, .arg = a, GK_OPTF(opts, f), .custom = fn, .help = h}
+#define BIG (INT64_C(1) << 40)
+#define STRINGIFY(x) #x
+#define XSTR(x) STRINGIFY(x)
+
+/*
+ * mem-estimate's options, stated once: getopt's list, the summary of
+ * --help and the parser of every argument. The run's defaults are
+ * lib/mem's (gk_mem_run_default, gk_mem_fit), so the rows carry none
+ * but --top, the tool's own. mem-estimate(1) documents each row (t4000
+ * checks both ways).
+ */
+static const gk_optdef options[] = {
+	SECTION("model"),
+	STR("config", "FILE", config,
+	    "a Hugging Face config.json (gpt2, llama, mistral, gpt_neox)"),
+	FLAG("allow-unknown-keys", allow_unknown, 1,
+	     "warn about unknown config keys instead of failing"),
+	STR("from", "PATH", from,
+	    "a safetensors checkpoint: file, index, model directory, step or root"),
+	CUSTOM("params", "N", m.params, parse_params,
+	       "only a parameter count (7B, 124M, 1.5T): model states only"),
+	ENUM("arch", "NAME", arch, gk_mem_arch_parse, "not gpt2, llama or neox",
+	     "a model from flags: gpt2 (default), llama or neox"),
+	INT("layers", 0, "L", m.layers, 1, BIG, NULL, "blocks"),
+	INT("hidden", 0, "H", m.hidden, 1, BIG, NULL, "width"),
+	INT("heads", 0, "A", m.heads, 1, BIG, NULL, "attention heads"),
+	INT("kv-heads", 0, "N", m.kv_heads, 1, BIG, NULL,
+	    "key/value heads (grouped-query attention)"),
+	INT("ffn", 0, "N", m.ffn, 1, BIG, NULL, "MLP width"),
+	INT("vocab", 0, "N", m.vocab, 1, BIG, NULL, "vocabulary"),
+	INT("positions", 0, "N", m.positions, 1, BIG, NULL,
+	    "learned positions or the longest context"),
+	INT("head-dim", 0, "N", m.head_dim, 1, BIG, NULL,
+	    "width of a head, when not hidden / heads"),
+	FLAG("tied", tied, 1, "the LM head is the token embedding (GPT-2's default)"),
+	FLAG("untied", tied, 0, "the LM head is a matrix of its own (Llama's and NeoX's)"),
+	INT("largest-layer", 0, "N", largest, 1, BIG, NULL,
+	    "parameters of the largest module (ZeRO-3's gather buffer)"),
+	SECTION("training"),
+	CUSTOM("precision", "TYPE", r.precision, parse_precision,
+	       "bf16 or f16 (mixed, f32 master) or f32; with --infer the weights'"),
+	ENUM("optimizer", "NAME", r.opt, gk_mem_opt_parse, "not adamw, sgd, adafactor or adam8bit",
+	     "adamw, sgd, adafactor or adam8bit"),
+	INT("zero", 0, "0-3", zero, 0, 3, NULL, "ZeRO stage"),
+	FLAG("fsdp", zero, 3, "FSDP full sharding: --zero 3"),
+	INT("micro-batch", 'b', "N", r.micro_batch, 1, 1 << 24, NULL,
+	    "sequences per micro-batch per GPU"),
+	CUSTOM("batch", "N", r.micro_batch, parse_batch, "the same as --micro-batch"),
+	INT("seq", 's', "N", r.seq, 1, 100000000, NULL,
+	    "sequence length (default the model's positions, else 2048)"),
+	INT("grad-accum", 0, "N", r.grad_accum, 1, 1 << 24, NULL,
+	    "micro-batches per optimizer step"),
+	ENUM("recompute", "MODE", r.recompute, gk_mem_recompute_parse,
+	     "not none, selective, full or gelu", "none, selective, full or gelu"),
+	ENUM("offload", "WHAT", r.offload, parse_offload, "not none, optimizer or cpu",
+	     "none, optimizer or cpu: what lives in host RAM"),
+	FLAG("grad-f32", r.grad_f32, 1, "an f32 gradient buffer in mixed precision"),
+	ENUM("attn", "KIND", r.flash, parse_attn, "not eager or flash",
+	     "eager or flash (default: eager to train, flash with --infer)"),
+	FLAG("no-dropout", r.dropout, 0, "no dropout masks"),
+	SIZE("bucket", "SIZE", r.bucket, "gradient bucket size"),
+	SIZE("reserve", "SIZE", r.reserve, "CUDA context and workspaces (default 1GiB)"),
+	SECTION("parallelism"),
+	INT("dp", 0, "N", r.dp, 1, 1 << 24, NULL, "data-parallel degree"),
+	INT("tp", 0, "N", r.tp, 1, 1 << 16, NULL, "tensor-parallel degree"),
+	INT("pp", 0, "N", r.pp, 1, 1 << 16, NULL, "pipeline-parallel degree"),
+	FLAG("sp", r.sp, 1, "Megatron sequence parallelism"),
+	INT("gpus-per-node", 0, "N", r.gpus_per_node, 1, 1 << 16, NULL,
+	    "GPUs a node holds: host RAM is per node"),
+	SECTION("inference"),
+	FLAG("infer", r.infer, 1, "weights and KV cache, no training state"),
+	ENUM("kv-dtype", "TYPE", r.kv_dtype, parse_kv_dtype, "not a dtype",
+	     "the KV cache's element type (default the precision)"),
+	SECTION("fit"),
+	CUSTOM("fit", "SIZE", req.capacity, parse_fit,
+	       "rank the training configurations that fit SIZE per GPU"),
+	CUSTOM("gpu", "NAME", req.gpu, parse_gpu,
+	       "rank those that fit this GPU (see --list-gpus), costed on it;\n"
+	       "the cost model's GPU is otherwise " GK_MEM_FIT_GPU),
+	FLAG("list-gpus", list_gpus, 1, "the GPUs --gpu knows"),
+	INT("world", 0, "N", req.world, 1, 1 << 24, NULL, "GPUs in the job (default dp x tp x pp)"),
+	INT("global-batch", 0, "N", req.global_batch, 1, 1 << 24, NULL,
+	    "sequences per step (default dp x micro-batch x grad-accum)"),
+	INT("top", 0, "N", top, 1, 100, "5", "configurations printed"),
+	NUM("inter-bw", "GB/s", req.inter_gbs, 0.001, 1e6,
+	    "per-GPU network bandwidth between nodes (default " XSTR(GK_MEM_FIT_INTER_GBS) ")"),
+	SECTION("output"),
+	FLAG("si", si, 1, "sizes in GB (powers of 1000), not GiB"),
+	FLAG("explain", explain, 1, "each term's formula, with numbers, and its source"),
+	{.kind = GK_OPTK_END},
+};
 
 static double unit(const opts *o) { return o->si ? 1e9 : 1073741824.0; }
 static const char *uname(const opts *o) { return o->si ? "GB" : "GiB"; }
@@ -259,8 +390,7 @@ static json_t *est_json(const gk_mem_est *e, int explain)
 	return j;
 }
 
-static int do_fit(gk_cli *cli, opts *o, const gk_mem_model *m,
-		  gk_mem_run *r)
+static int do_fit(opts *o, const gk_mem_model *m, gk_mem_run *r)
 {
 	enum { MAXTOP = 100 };
 	gk_mem_cand out[MAXTOP];
@@ -269,11 +399,11 @@ static int do_fit(gk_cli *cli, opts *o, const gk_mem_model *m,
 	/* the capacity comes from --fit, else from --gpu's row of the table */
 	const gk_mem_gpu *named = o->req.gpu;
 	if (gk_mem_fit(m, r, &o->req, out, o->top, &nout, &tried, &fits, &err))
-		return gk_cli_fail(cli, &err);
+		return gk_cli_fail(&cli, &err);
 	uint64_t cap = o->req.capacity;
 	const gk_mem_gpu *gpu = o->req.gpu;
 	int64_t world = o->req.world, gb = o->req.global_batch;
-	if (cli->json) {
+	if (cli.json) {
 		json_t *c = json_array();
 		for (int i = 0; i < nout; i++) {
 			json_t *x = run_json(&out[i].run);
@@ -312,7 +442,7 @@ static int do_fit(gk_cli *cli, opts *o, const gk_mem_model *m,
 		gk_err_clear(&err);
 		gk_errf(&err, "fit: no configuration fits %.2f %s per GPU",
 			cap / unit(o), uname(o));
-		return gk_cli_fail(cli, &err);
+		return gk_cli_fail(&cli, &err);
 	}
 	printf("%4s %4s %3s %3s %4s %3s %-9s %5s %5s %9s %8s %8s %8s %8s %8s\n",
 	       "rank", "zero", "tp", "pp", "dp", "sp", "recompute", "mbs",
@@ -339,190 +469,131 @@ static void list_gpus(const opts *o)
 		       g->tflops, g->nvlink_gbs);
 }
 
-int main(int argc, char **argv)
+/* Parse the command line into o and refuse what cannot describe one run. */
+static void parse_args(int argc, char **argv, opts *o)
 {
-	gk_cli cli;
-	gk_cli_init(&cli, "mem-estimate", usage);
-	gk_mem_model m = {.arch = GK_MEM_ARCH_PARAMS};
-	gk_mem_run r;
-	gk_mem_run_default(&r);
-	opts o = {.top = 5, .source = "flags"};
-	int have_arch = 0, arch = GK_MEM_ARCH_GPT2, zero_set = 0, tied = -1;
-	int64_t largest = 0;
-	gk_err err;
+	gk_err err = {0};
+	char *shorts = NULL;
+	memset(o, 0, sizeof(*o));
+	gk_mem_run_default(&o->r);
+	o->m.arch = GK_MEM_ARCH_PARAMS;
+	o->source = "flags";
+	o->arch = o->tied = o->zero = -1;
+	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
+	if (!longopts || gk_optable_defaults(options, o, &err) < 0) {
+		fprintf(stderr, "mem-estimate: %s\n", longopts ? err.msg : strerror(ENOMEM));
+		exit(1);
+	}
 	int c;
-	const int64_t BIG = INT64_C(1) << 40;
-
-	while ((c = getopt_long(argc, argv, "hqvb:s:", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
 		if (gk_cli_common(&cli, c))
 			continue;
-		switch (c) {
-		case O_PARAMS:
-			if (gk_mem_parse_count(optarg, &m.params, "--params", &err))
-				gk_cli_usage_error(&cli, "%s", err.msg);
-			break;
-		case O_LAYERS: m.layers = gk_cli_i64(&cli, "--layers", optarg, 1, BIG); have_arch = 1; break;
-		case O_HIDDEN: m.hidden = gk_cli_i64(&cli, "--hidden", optarg, 1, BIG); have_arch = 1; break;
-		case O_HEADS: m.heads = gk_cli_i64(&cli, "--heads", optarg, 1, BIG); have_arch = 1; break;
-		case O_KVHEADS: m.kv_heads = gk_cli_i64(&cli, "--kv-heads", optarg, 1, BIG); break;
-		case O_FFN: m.ffn = gk_cli_i64(&cli, "--ffn", optarg, 1, BIG); break;
-		case O_VOCAB: m.vocab = gk_cli_i64(&cli, "--vocab", optarg, 1, BIG); break;
-		case O_POS: m.positions = gk_cli_i64(&cli, "--positions", optarg, 1, BIG); break;
-		case O_HEADDIM: m.head_dim = gk_cli_i64(&cli, "--head-dim", optarg, 1, BIG); break;
-		case O_TIED: tied = 1; have_arch = 1; break;
-		case O_UNTIED: tied = 0; have_arch = 1; break;
-		case O_ARCH:
-			if ((arch = gk_mem_arch_parse(optarg)) < 0)
-				gk_cli_usage_error(&cli, "--arch '%s': not gpt2, llama or neox", optarg);
-			have_arch = 1;
-			break;
-		case O_CONFIG: o.config = optarg; break;
-		case O_FROM: o.from = optarg; break;
-		case O_UNKNOWN: o.allow_unknown = 1; break;
-		case O_PREC:
-			if (gk_dtype_parse_float(optarg, "--precision", &r.precision, &err))
-				gk_cli_usage_error(&cli, "%s", err.msg);
-			break;
-		case O_OPT:
-			if ((c = gk_mem_opt_parse(optarg)) < 0)
-				gk_cli_usage_error(&cli, "--optimizer '%s': not adamw, sgd, adafactor or adam8bit", optarg);
-			r.opt = c;
-			break;
-		case O_ZERO: r.zero = gk_cli_i64(&cli, "--zero", optarg, 0, 3); zero_set = 1; break;
-		case O_FSDP: r.zero = 3; zero_set = 1; break;
-		case O_DP: r.dp = gk_cli_i64(&cli, "--dp", optarg, 1, 1 << 24); break;
-		case O_TP: r.tp = gk_cli_i64(&cli, "--tp", optarg, 1, 1 << 16); break;
-		case O_PP: r.pp = gk_cli_i64(&cli, "--pp", optarg, 1, 1 << 16); break;
-		case O_SP: r.sp = 1; break;
-		case 'b': r.micro_batch = gk_cli_i64(&cli, "--micro-batch", optarg, 1, 1 << 24); break;
-		case 's': r.seq = gk_cli_i64(&cli, "--seq", optarg, 1, 100000000); break;
-		case O_ACCUM: r.grad_accum = gk_cli_i64(&cli, "--grad-accum", optarg, 1, 1 << 24); break;
-		case O_RECOMP:
-			if ((c = gk_mem_recompute_parse(optarg)) < 0)
-				gk_cli_usage_error(&cli, "--recompute '%s': not none, selective, full or gelu", optarg);
-			r.recompute = c;
-			break;
-		case O_OFFLOAD:
-			if (strcmp(optarg, "cpu") == 0)
-				r.offload = GK_MEM_OFFLOAD_ALL;
-			else if (strcmp(optarg, "optimizer") == 0)
-				r.offload = GK_MEM_OFFLOAD_OPTIMIZER;
-			else if (strcmp(optarg, "none") == 0)
-				r.offload = GK_MEM_OFFLOAD_NONE;
-			else
-				gk_cli_usage_error(&cli, "--offload '%s': not none, optimizer or cpu", optarg);
-			break;
-		case O_GRADF32: r.grad_f32 = 1; break;
-		case O_FLASH:
-			if (strcmp(optarg, "flash") == 0)
-				r.flash = 1;
-			else if (strcmp(optarg, "eager") == 0)
-				r.flash = 0;
-			else
-				gk_cli_usage_error(&cli, "--attn '%s': not eager or flash", optarg);
-			break;
-		case O_NODROP: r.dropout = 0; break;
-		case O_GPN: r.gpus_per_node = gk_cli_i64(&cli, "--gpus-per-node", optarg, 1, 1 << 16); break;
-		case O_BUCKET: r.bucket = gk_cli_size(&cli, "--bucket", optarg); break;
-		case O_RESERVE: r.reserve = gk_cli_size(&cli, "--reserve", optarg); break;
-		case O_LARGEST: largest = gk_cli_i64(&cli, "--largest-layer", optarg, 1, BIG); break;
-		case O_INFER: r.infer = 1; break;
-		case O_KVDT:
-			r.kv_dtype = gk_dtype_parse(optarg);
-			if (!r.kv_dtype || !gk_dtype_bits(r.kv_dtype))
-				gk_cli_usage_error(&cli, "--kv-dtype '%s': not a dtype", optarg);
-			break;
-		case O_SI: o.si = 1; break;
-		case O_EXPLAIN: o.explain = 1; break;
-		case O_FIT:
-			o.req.capacity = gk_cli_size(&cli, "--fit", optarg);
-			if (o.req.capacity == 0)
-				gk_cli_usage_error(&cli, "--fit '%s': a GPU holds more than 0 bytes", optarg);
-			o.fit_set = 1;
-			break;
-		case O_GPU:
-			if (!(o.req.gpu = gk_mem_gpu_find(optarg)))
-				gk_cli_usage_error(&cli, "--gpu '%s': not in the table (see --list-gpus)", optarg);
-			break;
-		case O_WORLD: o.req.world = gk_cli_i64(&cli, "--world", optarg, 1, 1 << 24); break;
-		case O_GBATCH: o.req.global_batch = gk_cli_i64(&cli, "--global-batch", optarg, 1, 1 << 24); break;
-		case O_TOP: o.top = gk_cli_i64(&cli, "--top", optarg, 1, 100); break;
-		case O_INTER:
-			if (gk_parse_double(optarg, 0.001, 1e6, &o.req.inter_gbs, "--inter-bw", &err))
-				gk_cli_usage_error(&cli, "%s", err.msg);
-			break;
-		case O_LIST: o.list_gpus = 1; break;
-		default:
+		const gk_optdef *d = gk_optable_find(options, c);
+		if (!d)
 			gk_cli_usage_error(&cli, "unexpected option");
-		}
+		if (gk_optable_set(d, o, optarg, &err) < 0)
+			gk_cli_usage_error(&cli, "%s", err.msg);
 	}
+	free(longopts);
+	free(shorts);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+	if (o->list_gpus)
+		return; /* needs no model */
+	/* the flags that make a model of a shape (--kv-heads and the like
+	 * only refine one) */
+	int have_arch = o->m.layers || o->m.hidden || o->m.heads || o->tied >= 0 || o->arch >= 0;
+	int sources = !!o->config + !!o->from + !!o->m.params + have_arch;
+	if (sources == 0)
+		gk_cli_usage_error(&cli, "no model: give --config, --from, --params or the architecture");
+	if (o->config && have_arch)
+		gk_cli_usage_error(&cli, "--config and architecture flags both describe the model");
+	if (o->m.params && (o->config || have_arch))
+		gk_cli_usage_error(&cli, "--params and an architecture both give the parameter count");
+	if (o->m.params && o->from)
+		gk_cli_usage_error(&cli, "--params and --from both give the parameter count");
+	if (o->req.capacity && o->req.gpu)
+		gk_cli_usage_error(&cli, "--fit and --gpu both give the capacity");
+	if (o->zero >= 0 && o->r.infer)
+		gk_cli_usage_error(&cli, "--zero applies to training, not --infer");
+	if (o->zero >= 0)
+		o->r.zero = o->zero;
+	if (have_arch && o->arch < 0)
+		o->arch = GK_MEM_ARCH_GPT2;
+}
+
+/*
+ * The model of --config, the shape flags or --params, then --from's
+ * checkpoint over it: 0, or the exit status of a failure.
+ */
+static int load_model(opts *o)
+{
+	gk_err err;
+	gk_mem_model *m = &o->m;
+	if (o->config) {
+		gk_strlist unknown = {0};
+		if (gk_mem_model_from_config(m, o->config, o->allow_unknown, &unknown, &err))
+			return gk_cli_fail(&cli, &err);
+		for (size_t i = 0; i < unknown.n && !cli.quiet; i++)
+			gk_cli_warn(&cli, "config '%s': ignoring unknown key '%s'", o->config,
+				    unknown.v[i]);
+		gk_strlist_free(&unknown);
+		o->source = o->config;
+	} else if (o->arch >= 0) {
+		if (gk_mem_model_from_shape(m, o->arch, o->tied, o->r.seq, &err))
+			gk_cli_usage_error(&cli, "%s", err.msg);
+	} else if (m->params) {
+		if (gk_mem_model_finish(m, &err))
+			gk_cli_usage_error(&cli, "%s", err.msg);
+	}
+	if (o->from) {
+		if (gk_mem_model_add_checkpoint(m, o->from, &err))
+			return gk_cli_fail(&cli, &err);
+		if (!o->config && o->arch < 0)
+			o->source = o->from;
+	}
+	if (o->largest)
+		m->largest = o->largest;
+	return 0;
+}
+
+/* One run's estimate, as a table or a JSON document. */
+static int estimate(const opts *o)
+{
+	gk_err err;
+	gk_mem_est e;
+	if (gk_mem_estimate(&o->m, &o->r, o->explain || cli.json, &e, &err))
+		gk_cli_usage_error(&cli, "%s", err.msg);
+	if (!cli.json) {
+		print_text(o, &o->m, &o->r, &e);
+		return 0;
+	}
+	json_t *j = json_pack("{s:o s:o s:s}", "model", model_json(&o->m, o->source), "run",
+			      run_json(&o->r), "units", "bytes");
+	json_object_update_new(j, est_json(&e, o->explain));
+	int rc = gk_json_dump(stdout, j, 1, &err);
+	json_decref(j);
+	return rc ? gk_cli_fail(&cli, &err) : 0;
+}
+
+int main(int argc, char **argv)
+{
+	opts o;
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "mem-estimate", usage ? usage : synopsis);
+	parse_args(argc, argv, &o);
 	if (o.list_gpus) {
 		list_gpus(&o);
 		return gk_cli_finish(&cli, 0);
 	}
-	int sources = !!o.config + !!o.from + !!m.params + have_arch;
-	if (sources == 0)
-		gk_cli_usage_error(&cli, "no model: give --config, --from, --params or the architecture");
-	if (o.config && have_arch)
-		gk_cli_usage_error(&cli, "--config and architecture flags both describe the model");
-	if (m.params && (o.config || have_arch))
-		gk_cli_usage_error(&cli, "--params and an architecture both give the parameter count");
-	if (m.params && o.from)
-		gk_cli_usage_error(&cli, "--params and --from both give the parameter count");
-	if (o.fit_set && o.req.gpu)
-		gk_cli_usage_error(&cli, "--fit and --gpu both give the capacity");
-	if (zero_set && r.infer)
-		gk_cli_usage_error(&cli, "--zero applies to training, not --infer");
-
-	if (o.config) {
-		gk_strlist unknown = {0};
-		if (gk_mem_model_from_config(&m, o.config, o.allow_unknown,
-					     &unknown, &err))
-			return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-		for (size_t i = 0; i < unknown.n && !cli.quiet; i++)
-			gk_cli_warn(&cli, "config '%s': ignoring unknown key '%s'",
-				    o.config, unknown.v[i]);
-		gk_strlist_free(&unknown);
-		o.source = o.config;
-	} else if (have_arch) {
-		if (gk_mem_model_from_shape(&m, arch, tied, r.seq, &err))
-			gk_cli_usage_error(&cli, "%s", err.msg);
-	} else if (m.params) {
-		if (gk_mem_model_finish(&m, &err))
-			gk_cli_usage_error(&cli, "%s", err.msg);
-	}
-	if (o.from) {
-		if (gk_mem_model_add_checkpoint(&m, o.from, &err))
-			return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-		if (!o.config && !have_arch)
-			o.source = o.from;
-	}
-	if (largest)
-		m.largest = largest;
-	gk_mem_run_resolve(&r, &m);
-
-	if (o.fit_set || o.req.gpu) {
-		if (r.infer)
+	int status = load_model(&o);
+	if (status)
+		return gk_cli_finish(&cli, status);
+	gk_mem_run_resolve(&o.r, &o.m);
+	if (o.req.capacity || o.req.gpu) {
+		if (o.r.infer)
 			gk_cli_usage_error(&cli, "--fit searches training configurations; drop --infer");
-		return gk_cli_finish(&cli, do_fit(&cli, &o, &m, &r));
+		return gk_cli_finish(&cli, do_fit(&o, &o.m, &o.r));
 	}
-	gk_mem_est e;
-	if (gk_mem_estimate(&m, &r, o.explain || cli.json, &e, &err))
-		gk_cli_usage_error(&cli, "%s", err.msg);
-	if (cli.json) {
-		json_t *j = json_pack("{s:o s:o s:s}", "model",
-				      model_json(&m, o.source), "run",
-				      run_json(&r), "units", "bytes");
-		json_object_update_new(j, est_json(&e, o.explain));
-		if (gk_json_dump(stdout, j, 1, &err)) {
-			json_decref(j);
-			return gk_cli_finish(&cli, gk_cli_fail(&cli, &err));
-		}
-		json_decref(j);
-	} else {
-		print_text(&o, &m, &r, &e);
-	}
-	return gk_cli_finish(&cli, 0);
+	return gk_cli_finish(&cli, estimate(&o));
 }

@@ -200,7 +200,8 @@ test_expect_success MPIRUN '3 ranks: reduce to rank 2, every type and op, ring a
 	grep "^allreduce-bench: --algo .rd.: not available for reduce$" err &&
 	test_expect_code 2 allreduce-bench --collective foo 2>err &&
 	grep "allreduce reducescatter allgather broadcast reduce" err &&
-	allreduce-bench --help | grep -- "--collective allreduce reducescatter allgather broadcast reduce$"
+	allreduce-bench --help >help &&
+	grep -- "^  --collective NAME  *allreduce reducescatter allgather broadcast reduce$" help
 '
 
 test_expect_success MPIRUN '3 ranks: every type and op, every algorithm, odd sizes' '
@@ -278,6 +279,31 @@ test_expect_success MPIRUN,JQ '-a 0 1 2 3 (rank 0, mean, min, max of the ranks) 
 	for a in 0 1 2 3; do
 		mpi 2 allreduce-bench -b 1K -e 1K -n 2 -w 0 -a $a --json >a$a.json &&
 		test "$(jq -r .average a$a.json)" = $a || return 1
+	done
+'
+
+test_expect_success 'the option table, --help and allreduce-bench(1) name the same options' '
+	# --help is the table (bin/allreduce-bench.c): every name at the start
+	# of its option lines, "-b, --minbytes SIZE" giving -b and --minbytes;
+	# the man page: every Fl of an .It line of OPTIONS ("Fl Fl name")
+	allreduce-bench --help >help &&
+	grep "^  -" help | sed "s/^  //; s/\(--[a-z0-9_-]*\).*/\1/" | tr -s ", " "\n\n" |
+		sort -u >in-help &&
+	sed -n "/^\.Sh OPTIONS/,/^\.Sh /p" "$GK_TOP/man/man1/allreduce-bench.1" | grep "^\.It" |
+		sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
+		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9_-]*" | sed "s/^Fl /-/" | sort -u >in-man &&
+	test $(wc -l <in-help) -gt 35 &&
+	test_cmp in-help in-man &&
+	# and getopt takes an argument exactly for the rows whose help line
+	# shows one: a flag leaves the next word to be an unexpected argument
+	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9_-]*\) [A-Z0-9].*/\2/p" help); do
+		test_expect_code 2 allreduce-bench $o >out 2>err || return 1
+		grep -q "^allreduce-bench: option .$o. requires an argument" err || return 1
+	done &&
+	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9_-]*\)  .*/\2/p" help); do
+		case $o in --help | --version) continue ;; esac
+		test_expect_code 2 allreduce-bench $o word >out 2>err || return 1
+		grep -q "^allreduce-bench: unexpected argument .word.$" err || return 1
 	done
 '
 
