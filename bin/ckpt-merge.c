@@ -36,46 +36,6 @@ typedef struct args {
 
 static gk_cli cli;
 
-/*
- * The custom rows, ckpt-shard's too: -o refuses an empty path (else all
- * the work is done before the rename fails), --dtype takes a float type,
- * --keep-f32 adds a pattern each time, --max-size is more than 0.
- */
-static int parse_output(const char *opt, const char *s, void *field, gk_err *err)
-{
-	(void)opt;
-	if (!*s)
-		return gk_errf(err, "-o: empty path");
-	memcpy(field, &s, sizeof(s));
-	return 0;
-}
-
-static int parse_dtype(const char *opt, const char *s, void *field, gk_err *err)
-{
-	gk_dtype dt;
-	if (gk_dtype_parse_float(s, opt, &dt, err))
-		return -1;
-	memcpy(field, &dt, sizeof(dt));
-	return 0;
-}
-
-static int parse_keep(const char *opt, const char *s, void *field, gk_err *err)
-{
-	(void)opt;
-	return gk_strlist_push(field, s, err);
-}
-
-static int parse_max_size(const char *opt, const char *s, void *field, gk_err *err)
-{
-	uint64_t v;
-	if (gk_parse_size(s, &v, opt, err) < 0)
-		return -1;
-	if (!v)
-		return gk_errf(err, "%s: must be more than 0", opt);
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
 #define FLAG(nm, f, h) {.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = 1, .help = h}
 #define CUSTOM(nm, sh, a, f, fn, h) \
 	{.kind = GK_OPTK_CUSTOM, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), \
@@ -87,13 +47,13 @@ static int parse_max_size(const char *opt, const char *s, void *field, gk_err *e
  * (t3000 checks both ways).
  */
 static const gk_optdef options[] = {
-	CUSTOM("output", 'o', "OUT", out, parse_output,
+	CUSTOM("output", 'o', "OUT", out, gk_ckpt_opt_output,
 	       "file (or - for stdout); a directory with --max-size"),
-	CUSTOM("dtype", 0, "TYPE", o.dtype, parse_dtype,
+	CUSTOM("dtype", 0, "TYPE", o.dtype, gk_ckpt_opt_dtype,
 	       "convert float tensors to bf16, f16 or f32 (round to nearest even)"),
-	CUSTOM("keep-f32", 0, "PATTERN", keep, parse_keep,
+	CUSTOM("keep-f32", 0, "PATTERN", keep, gk_ckpt_opt_keep,
 	       "tensors whose name matches the glob stay (or become) F32"),
-	CUSTOM("max-size", 0, "SIZE", o.max_size, parse_max_size,
+	CUSTOM("max-size", 0, "SIZE", o.max_size, gk_ckpt_opt_max_size,
 	       "write the Hugging Face sharded layout into OUT"),
 	FLAG("verify", o.verify, "re-read the output and compare it with the inputs"),
 	FLAG("check", check, "validate the inputs only"),

@@ -32,46 +32,6 @@ typedef struct args {
 
 static gk_cli cli;
 
-/*
- * The custom rows, ckpt-merge's too: -o refuses an empty path (else all
- * the work is done before the rename fails), --dtype takes a float type,
- * --keep-f32 adds a pattern each time, --max-size is more than 0.
- */
-static int parse_output(const char *opt, const char *s, void *field, gk_err *err)
-{
-	(void)opt;
-	if (!*s)
-		return gk_errf(err, "-o: empty path");
-	memcpy(field, &s, sizeof(s));
-	return 0;
-}
-
-static int parse_dtype(const char *opt, const char *s, void *field, gk_err *err)
-{
-	gk_dtype dt;
-	if (gk_dtype_parse_float(s, opt, &dt, err))
-		return -1;
-	memcpy(field, &dt, sizeof(dt));
-	return 0;
-}
-
-static int parse_keep(const char *opt, const char *s, void *field, gk_err *err)
-{
-	(void)opt;
-	return gk_strlist_push(field, s, err);
-}
-
-static int parse_max_size(const char *opt, const char *s, void *field, gk_err *err)
-{
-	uint64_t v;
-	if (gk_parse_size(s, &v, opt, err) < 0)
-		return -1;
-	if (!v)
-		return gk_errf(err, "%s: must be more than 0", opt);
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
 #define INT(nm, a, f, lo, hi, h) \
 	{.kind = GK_OPTK_INT, .name = nm, .arg = a, GK_OPTF(args, f), .imin = lo, .imax = hi, \
 	 .help = h}
@@ -86,15 +46,15 @@ static int parse_max_size(const char *opt, const char *s, void *field, gk_err *e
  * (t3000 checks both ways).
  */
 static const gk_optdef options[] = {
-	CUSTOM("output", 'o', "DIR", out, parse_output, "output directory (missing or empty)"),
-	CUSTOM("max-size", 0, "SIZE", o.max_size, parse_max_size,
+	CUSTOM("output", 'o', "DIR", out, gk_ckpt_opt_output, "output directory (missing or empty)"),
+	CUSTOM("max-size", 0, "SIZE", o.max_size, gk_ckpt_opt_max_size,
 	       "Hugging Face shards of at most SIZE (5GB = 5e9, 5GiB = 5*2^30)"),
 	INT("shards", "N", o.shards, 1, 99999, "N shards of about equal size, same layout"),
 	INT("ranks", "N", o.ranks, 1, 99999, "N rank files, whole tensors balanced by size"),
 	FLAG("slice", o.slice, "with --ranks: split every tensor along dim 0"),
-	CUSTOM("dtype", 0, "TYPE", o.dtype, parse_dtype,
+	CUSTOM("dtype", 0, "TYPE", o.dtype, gk_ckpt_opt_dtype,
 	       "convert float tensors to bf16, f16 or f32"),
-	CUSTOM("keep-f32", 0, "PATTERN", keep, parse_keep,
+	CUSTOM("keep-f32", 0, "PATTERN", keep, gk_ckpt_opt_keep,
 	       "tensors whose name matches the glob stay (or become) F32"),
 	FLAG("dry-run", o.dry_run, "print the plan, write nothing"),
 	{.kind = GK_OPTK_END},

@@ -28,6 +28,7 @@ static const char synopsis[] =
 static const char common[] =
 	"  --json                one JSON object per line (start, steps, summary)\n"
 	"  -q, --quiet           no per-step lines\n"
+	"  -v, --verbose         accepted, as by every tool (nothing more to say yet)\n"
 	"  -h, --help            this help\n"
 	"  --version             the version\n";
 

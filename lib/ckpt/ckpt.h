@@ -188,6 +188,18 @@ typedef struct gk_ckpt_reshard_opts {
 int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
 		    const char *out, gk_ckpt_plan *plan, gk_err *err);
 
+/*
+ * The option-table rows (lib/core's GK_OPTK_CUSTOM) of the tools that
+ * reshard, ckpt-merge and ckpt-shard: -o refuses an empty path (else all
+ * the work is done before the rename fails) into a const char *; --dtype a
+ * float type into a gk_dtype; --keep-f32 adds a pattern to a gk_strlist
+ * each time; --max-size a size above 0 into a uint64_t.
+ */
+int gk_ckpt_opt_output(const char *opt, const char *s, void *field, gk_err *err);
+int gk_ckpt_opt_dtype(const char *opt, const char *s, void *field, gk_err *err);
+int gk_ckpt_opt_keep(const char *opt, const char *s, void *field, gk_err *err);
+int gk_ckpt_opt_max_size(const char *opt, const char *s, void *field, gk_err *err);
+
 /* ---- the Hugging Face index ------------------------------------------------- */
 
 /* Write dir/model.safetensors.index.json for the plan (sorted, indent 2). */

@@ -382,3 +382,38 @@ int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
 	gk_ckpt_plan_free(&p);
 	return rc;
 }
+
+int gk_ckpt_opt_output(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)opt;
+	if (!*s)
+		return gk_errf(err, "-o: empty path");
+	memcpy(field, &s, sizeof(s));
+	return 0;
+}
+
+int gk_ckpt_opt_dtype(const char *opt, const char *s, void *field, gk_err *err)
+{
+	gk_dtype dt;
+	if (gk_dtype_parse_float(s, opt, &dt, err))
+		return -1;
+	memcpy(field, &dt, sizeof(dt));
+	return 0;
+}
+
+int gk_ckpt_opt_keep(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)opt;
+	return gk_strlist_push(field, s, err);
+}
+
+int gk_ckpt_opt_max_size(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (!v)
+		return gk_errf(err, "%s: must be more than 0", opt);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
