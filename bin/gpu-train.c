@@ -565,6 +565,12 @@ static void parse_args(int argc, char **argv, args *a)
 				   a->o.sched.min_lr, a->o.sched.lr);
 	if (a->o.eval_every && !a->o.val_data)
 		gk_cli_usage_error(&cli, "--eval-every needs --val-data");
+	/* a stop meant to be resumed, with nothing kept to resume from */
+	if (a->o.until && a->o.until < a->o.steps && !a->o.ckpt_dir && !a->o.eval_only && !a->dump &&
+	    !cli.silent_usage)
+		gk_cli_warn(&cli, "--until %" PRId64 " without --ckpt-dir: the run stops at step %"
+			    PRId64 " of %" PRId64 " and keeps no checkpoint to resume from",
+			    a->o.until, a->o.until, a->o.steps);
 	for (size_t i = 0; options[i].kind != GK_OPTK_END; i++) {
 		const gk_optdef *d = &options[i];
 		if (d->kind == GK_OPTK_SECTION || !d->agree)
@@ -733,7 +739,13 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 		/* step 0: stopped before a first step, nothing to keep */
 		const char *why = s.stopped == 1 ? (a->o.ckpt_dir && !s.ckpt_lost && s.step > 0 ?
 						     "signal (checkpointed)" : "signal") :
-				  s.stopped == 2 ? "interrupt" : "done";
+				  s.stopped == 2 ? "interrupt" : s.steps == 0 ? "already done" : "done";
+		/* a resumed checkpoint at or past the end: not a run that trained */
+		int by_until = r->until > 0 && r->until < r->steps;
+		if (!s.stopped && s.steps == 0)
+			fprintf(stderr, "gpu-train: note: nothing to train: the checkpoint is at step %"
+				PRId64 ", and this run ends at step %" PRId64 " (%s)\n", s.step,
+				by_until ? r->until : r->steps, by_until ? "--until" : "--steps");
 		if (cli.json) {
 			json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
 					      "summary", "step", (json_int_t)s.step, "steps",

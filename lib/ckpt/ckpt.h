@@ -354,8 +354,10 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err);
 int gk_ckpt_resolve(const char *in, char **out, gk_err *err);
 /*
  * Check the COMMIT behind an input of gk_ckpt_open, resolved once: a step
- * directory's own, or the latest committed step's when in is a checkpoint
- * root. Other inputs (files, Hugging Face directories) have none: 0.
+ * directory's own, the latest committed step's when in is a checkpoint
+ * root, and a file's step when the file is in a step directory (checked
+ * as the whole step). Other inputs (files elsewhere, Hugging Face
+ * directories) have none: 0.
  */
 int gk_ckpt_verify_input(const char *in, gk_err *err);
 /*

@@ -813,7 +813,7 @@ static int has_commit(const char *dir)
 {
 	char path[2 * PATH_MAX];
 	struct stat st;
-	if (snprintf(path, sizeof(path), "%s/COMMIT", dir) >= (int)sizeof(path))
+	if (snprintf(path, sizeof(path), "%s/" GK_CKPT_COMMIT, dir) >= (int)sizeof(path))
 		return 0;
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
@@ -899,7 +899,21 @@ int gk_ckpt_verify_input(const char *in, gk_err *err)
 	char *r;
 	if (gk_ckpt_resolve(in, &r, err))
 		return -1;
-	int rc = has_commit(r) ? gk_ckpt_verify_step(r, err) : 0;
+	int rc = 0;
+	struct stat st;
+	if (has_commit(r)) {
+		rc = gk_ckpt_verify_step(r, err);
+	} else if (stat(r, &st) == 0 && S_ISREG(st.st_mode)) {
+		/* a file of a step directory is checked as its step: its
+		 * bytes against COMMIT's hash, and the step's other files */
+		char *slash = strrchr(r, '/');
+		char *dir = slash ? strndup(r, slash == r ? 1 : (size_t)(slash - r)) : strdup(".");
+		if (!dir)
+			rc = gk_err_sys(err, ENOMEM, "check '%s'", in);
+		else if (has_commit(dir))
+			rc = gk_ckpt_verify_step(dir, err);
+		free(dir);
+	}
 	free(r);
 	return rc;
 }

@@ -433,4 +433,21 @@ test_expect_success MPI 'two ranks refuse the same setting together: said once, 
 	! grep -q MPI_ABORT err
 '
 
+test_expect_success 'a checkpoint already at the end: said plainly, and the summary says so' '
+	gpu-train $A --steps 3 --ckpt-dir atend >/dev/null &&
+	gpu-train $A --steps 3 --ckpt-dir atend --resume >ae.json 2>ae.err &&
+	grep -Fx "gpu-train: note: nothing to train: the checkpoint is at step 3, and this run ends at step 3 (--steps)" ae.err &&
+	jq -e "select(.event == \"summary\") | .steps == 0 and .step == 3 and .stopped == \"already done\"" ae.json &&
+	gpu-train $A --steps 6 --until 2 --ckpt-dir atend --resume >/dev/null 2>ae2.err &&
+	grep -Fx "gpu-train: note: nothing to train: the checkpoint is at step 3, and this run ends at step 2 (--until)" ae2.err
+'
+
+test_expect_success '--until without --ckpt-dir: a warning that nothing is kept' '
+	gpu-train $A --steps 5 --until 2 >u.json 2>u.err &&
+	grep -Fx "gpu-train: warning: --until 2 without --ckpt-dir: the run stops at step 2 of 5 and keeps no checkpoint to resume from" u.err &&
+	test "$(losses u.json | wc -l)" = 2 &&
+	gpu-train $A --steps 5 --until 2 --ckpt-dir uk >/dev/null 2>u2.err &&
+	test_must_be_empty u2.err
+'
+
 test_done

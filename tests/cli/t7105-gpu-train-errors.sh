@@ -71,7 +71,11 @@ test_expect_success 'a checkpoint damaged after COMMIT is not resumed from or lo
 	test_expect_code 1 gpu-train $A --init-from ckd/latest 2>err &&
 	grep "^gpu-train: checkpoint .ckd/step-00000003.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
 	test_expect_code 1 gpu-train --eval-only --data train.bin --init-from ckd --seq 16 2>err &&
-	grep "does not match its XXH3 in COMMIT$" err
+	grep "does not match its XXH3 in COMMIT$" err &&
+	# a file of the step is checked as its step
+	test_expect_code 1 gpu-train $A --init-from ckd/step-00000003/model.safetensors 2>err &&
+	grep "^gpu-train: checkpoint .ckd/step-00000003.: .model.safetensors. does not match its XXH3 in COMMIT$" err &&
+	gpu-train $A -q --init-from ck/step-00000003/model.safetensors
 '
 
 test_expect_success 'a checkpoint with a tensor file added after COMMIT is not resumed from or loaded' '
