@@ -38,6 +38,7 @@ typedef struct binfile {
 	const uint16_t *tok; /* little-endian uint16 tokens */
 	uint64_t n;
 	int llmc;
+	uint64_t hash;       /* XXH3 of the tokens */
 } binfile;
 
 /* A sample whose tokens are (partly) in the buffer: the dataset state
@@ -65,6 +66,7 @@ struct gk_nn_data {
 	binfile *files;
 	size_t nfiles;
 	uint64_t total;   /* tokens in all files */
+	uint64_t bin_id;  /* the files' token counts and contents, in order */
 	uint64_t micro;   /* micro-batches this rank has taken in this epoch */
 	uint64_t epoch;
 	/* shards */
@@ -188,6 +190,13 @@ static int bin_open(gk_nn_data *d, const gk_strlist *paths, gk_err *err)
 				return gk_errf(err, "token file '%s' token %" PRIu64 ": id %u is not below the vocabulary size %" PRId64,
 					       f->path, j, f->tok[j], d->o.vocab);
 		d->total += f->n;
+		/* every token was just read: hashing them costs no more I/O */
+		f->hash = gk_xxh3(f->tok, (size_t)f->n * 2);
+	}
+	d->bin_id = gk_xxh3(&d->nfiles, sizeof(d->nfiles));
+	for (size_t i = 0; i < d->nfiles; i++) {
+		uint64_t v[3] = {d->bin_id, d->files[i].n, d->files[i].hash};
+		d->bin_id = gk_xxh3(v, sizeof(v));
 	}
 	uint64_t need = (uint64_t)d->o.batch * (uint64_t)d->o.seq * (uint64_t)d->o.world + 1;
 	if (d->total < need)
@@ -420,10 +429,11 @@ int gk_nn_data_state(const gk_nn_data *d, char *buf, size_t len)
 	if (d->bin)
 		return snprintf(buf, len,
 				"{\"kind\":\"bin\",\"epoch\":%" PRIu64 ",\"micro\":%" PRIu64
-				",\"rank\":%d,\"world\":%d,\"tokens\":%" PRIu64 "}",
+				",\"rank\":%d,\"world\":%d,\"tokens\":%" PRIu64
+				",\"files\":%zu,\"total\":%" PRIu64 ",\"id\":\"%016" PRIx64 "\"}",
 				d->epoch, d->micro, d->o.rank, d->o.world,
 				d->micro * (uint64_t)d->o.world * (uint64_t)d->o.batch *
-					(uint64_t)d->o.seq);
+					(uint64_t)d->o.seq, d->nfiles, d->total, d->bin_id);
 	gk_shard_state st;
 	int64_t skip = 0;
 	if (d->nq) {
@@ -549,6 +559,21 @@ int gk_nn_data_restore(gk_nn_data *d, const char *json, gk_err *err)
 			goto out;
 		if (epoch < 0 || tokens < 0) {
 			gk_errf(err, "data state: negative position");
+			goto out;
+		}
+		/* the same token files (checkpoints of earlier versions have no id) */
+		const char *id = json_string_value(json_object_get(j, "id"));
+		char mine[24];
+		snprintf(mine, sizeof(mine), "%016" PRIx64, d->bin_id);
+		if (id && strcmp(id, mine) != 0) {
+			json_int_t nf = json_integer_value(json_object_get(j, "files"));
+			json_int_t tot = json_integer_value(json_object_get(j, "total"));
+			gk_errf(err, "data state: saved for other token files (%lld file%s, %lld tokens; "
+				"this run reads %zu, %" PRIu64 " tokens%s): a resume continues the data "
+				"it was trained on (start a new run from its weights with --init-from)",
+				(long long)nf, nf == 1 ? "" : "s", (long long)tot, d->nfiles, d->total,
+				(uint64_t)tot == d->total && (size_t)nf == d->nfiles ?
+					", of other contents or in another order" : "");
 			goto out;
 		}
 		/*
@@ -706,12 +731,7 @@ uint64_t gk_nn_data_identity(const gk_nn_data *d)
 		gk_shard_dataset_state(d->ds, &st);
 		return st.list;
 	}
-	uint64_t id = gk_xxh3(&d->nfiles, sizeof(d->nfiles));
-	for (size_t i = 0; i < d->nfiles; i++) {
-		uint64_t v[2] = {id, d->files[i].n};
-		id = gk_xxh3(v, sizeof(v));
-	}
-	return id;
+	return d->bin_id;
 }
 
 int gk_nn_data_is_bin(const gk_nn_data *d)

@@ -86,7 +86,9 @@ uint64_t gk_nn_data_epoch(const gk_nn_data *d);
 /*
  * What d reads, as a number that ranks can compare: for shards the
  * list's names and sample counts (gk_shard_state.list), for token files
- * the token count of each. Equal on ranks that split the same data.
+ * the token count and the XXH3 of the tokens of each, in order (the state
+ * keeps it too, and a restore refuses other files). Equal on ranks that
+ * split the same data.
  */
 uint64_t gk_nn_data_identity(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);

@@ -450,4 +450,19 @@ test_expect_success '--until without --ckpt-dir: a warning that nothing is kept'
 	test_must_be_empty u2.err
 '
 
+test_expect_success 'token files: a resume on other files is refused, the same tokens under another name are not' '
+	python3 -c "import array; d = open(\"train.bin\", \"rb\").read(); t = array.array(\"H\", d[1024:]); t.reverse(); open(\"other.bin\", \"wb\").write(d[:1024] + t.tobytes())" &&
+	cp train.bin same.bin &&
+	gpu-train $A --steps 6 --until 3 --ckpt-dir tf >/dev/null &&
+	jq -e ".data[0].id | test(\"^[0-9a-f]{16}$\")" tf/latest/trainer.json &&
+	A2=$(echo "$A" | sed "s/train.bin/other.bin/") &&
+	test_expect_code 1 gpu-train $A2 --steps 6 --ckpt-dir tf --resume >out 2>err &&
+	test_must_be_empty out &&
+	grep -F "resume from '"'"'tf/step-00000003'"'"': data state: saved for other token files (1 file, 60000 tokens; this run reads 1, 60000 tokens, of other contents or in another order)" err &&
+	A3=$(echo "$A" | sed "s/train.bin/same.bin/") &&
+	gpu-train $A3 --steps 6 --ckpt-dir tf --resume >r.json &&
+	gpu-train $A --steps 6 >full6.json &&
+	losses full6.json | tail -n 3 >want6 && losses r.json >got6 && test_cmp want6 got6
+'
+
 test_done
