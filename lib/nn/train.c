@@ -226,6 +226,18 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 				       isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite");
 		skip = 1;
 		t->skipped++;
+		/* every step skipped: the model or the data is broken, and a
+		 * run that went on would end "done" and checkpoint it as if it
+		 * had trained */
+		if (++t->skip_run >= GK_NN_MAX_SKIPS) {
+			t->agreed = 1;
+			return gk_errf(err, "step %" PRId64 ": %d steps in a row skipped (the %s is %s): "
+				       "the model or the data is broken", step, GK_NN_MAX_SKIPS,
+				       isfinite(loss) ? "gradient norm" : "loss",
+				       isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite");
+		}
+	} else {
+		t->skip_run = 0;
 	}
 	/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
 	float sc = o->clip > 0 && norm > o->clip ? (float)(o->clip / (norm + 1e-6)) : 1.0f;

@@ -37,6 +37,9 @@
  * boundary and written by a thread; rank 0 commits once every rank has
  * written (agreed in the step's small allreduce).
  */
+/* Steps skipped in a row (skip_nonfinite) that end a run as broken. */
+#define GK_NN_MAX_SKIPS 10
+
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */
 	int have_config;
@@ -80,7 +83,8 @@ typedef struct gk_nn_train_opts {
 	int resume;             /* continue from ckpt_dir's latest, if any */
 	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
 	int eval_only;
-	int skip_nonfinite;
+	int skip_nonfinite;     /* skip (and count) a step whose loss or norm is not
+				 * finite; GK_NN_MAX_SKIPS in a row end the run */
 	int ckpt_continue;      /* a failed checkpoint: warn (hook) and train on */
 	int skip_bad;           /* gk_nn_data_opts' skip_bad */
 	void (*data_note)(void *ctx, const char *msg); /* and its note */

@@ -45,6 +45,7 @@ struct gk_nn_trainer {
 	int64_t step;         /* completed steps */
 	uint64_t tokens;
 	int64_t skipped;
+	int skip_run;         /* steps skipped in a row (non-finite) */
 	int64_t ckpt_lost;    /* the latest checkpoint tried failed: its step, else 0 */
 	char *snap;           /* the data position at the step's start */
 	ckpt_job *job;

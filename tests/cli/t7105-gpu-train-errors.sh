@@ -186,7 +186,12 @@ test_expect_success MPI 'a --ckpt-dir not shared by the ranks: refused before st
 test_expect_success '--skip-nonfinite skips and counts' '
 	gpu-train --init-from nan.safetensors $A --skip-nonfinite --json >s.json &&
 	jq -s -e "map(select(.event == \"summary\"))[0].skipped == 3" s.json &&
-	jq -s -e "map(select(.event == \"step\") | .skipped) | length == 3 and all" s.json
+	jq -s -e "map(select(.event == \"step\") | .skipped) | length == 3 and all" s.json &&
+	test_expect_code 1 gpu-train --init-from nan.safetensors $A --skip-nonfinite --steps 30 \
+		--ckpt-dir nanck --ckpt-every 5 --json >s30.json 2>err &&
+	grep -Fx "gpu-train: step 10: 10 steps in a row skipped (the loss is NaN): the model or the data is broken" err &&
+	test "$(jq -s "map(select(.event == \"step\")) | length" s30.json)" = 9 &&
+	test ! -e nanck/step-00000010
 '
 
 test_expect_success 'no data, bad numbers: usage errors' '
