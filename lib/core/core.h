@@ -392,8 +392,9 @@ int gk_metrics_format(const gk_metrics *m, FILE *fp);
  * 0 when path may be replaced by a metrics file: it does not exist, is not
  * a regular file (a pipe, /dev/stdout: written through), is empty, or is
  * a metrics file (it starts with "# HELP " or "# TYPE "). Anything else is
- * an error, so that a typo naming the training data or a checkpoint's
- * file does not destroy it; gk_metrics_write checks each time, and a
+ * an error (a directory too: no write to it could succeed), so that a
+ * typo naming the training data or a checkpoint's file does not destroy
+ * it; gk_metrics_write checks each time, and a
  * tool checks at its start too.
  */
 int gk_metrics_check(const char *path, gk_err *err);

@@ -260,6 +260,9 @@ int gk_metrics_format(const gk_metrics *m, FILE *fp)
 int gk_metrics_check(const char *path, gk_err *err)
 {
 	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return gk_errf(err, "metrics file '%s' is a directory (name a file in it, such "
+			       "as '%s/train.prom')", path, path);
 	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
 		return 0;
 	char head[8] = {0};

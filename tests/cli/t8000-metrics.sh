@@ -173,6 +173,10 @@ test_expect_success 'gpu-train: --metrics does not replace a file that is not me
 	cmp train.bin keep.bin &&
 	grep "^gpu-train: metrics file .train.bin. exists and holds something else" err &&
 	test "$(jq -s "map(select(.event == \"step\")) | length" out.json)" = 0 &&
+	mkdir -p mdir &&
+	test_expect_code 1 gpu-train $A --steps 2 --metrics mdir >out.json 2>err &&
+	grep -Fx "gpu-train: metrics file '"'"'mdir'"'"' is a directory (name a file in it, such as '"'"'mdir/train.prom'"'"')" err &&
+	test "$(jq -s "map(select(.event == \"step\")) | length" out.json)" = 0 &&
 	gpu-train $A --steps 2 -q --ckpt-dir mck &&
 	cp mck/latest/model.safetensors keep.st &&
 	test_expect_code 1 gpu-train $A --steps 3 -q --ckpt-dir mck --resume \
