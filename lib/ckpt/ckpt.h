@@ -283,7 +283,9 @@ void gk_ckpt_stage_free(gk_ckpt_stage *s);
 /*
  * Claim ROOT for one writer: create it (mkdir -p), take an exclusive
  * flock on ROOT/.lock (naming the holder, pid and host, in it), and then
- * remove the staging directories that killed writers left. Returns the
+ * remove the staging directories that killed writers left. A ROOT/latest
+ * that is not a symbolic link (a copy made with cp -rL) is refused, since
+ * no commit could replace it. Returns the
  * lock's fd, to keep open while writing (gk_ckpt_unlock), or -1: ROOT
  * cannot be created or written, or another process holds it. Where the
  * file system has no flock (some NFS mounts) it goes on unlocked.

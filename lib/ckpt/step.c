@@ -163,6 +163,22 @@ int gk_ckpt_lock(const char *root, gk_err *err)
 	}
 	if (d)
 		closedir(d);
+	/*
+	 * latest is replaced by a rename of a new link at every commit: a
+	 * real directory there (a copy made with cp -rL, rsync -L or an
+	 * object-store sync) would make every commit fail, after the steps
+	 * before it were trained. Refuse it now, with the repair.
+	 */
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/" GK_CKPT_LATEST, root);
+	if (lstat(path, &st) == 0 && !S_ISLNK(st.st_mode)) {
+		close(fd);
+		return gk_errf(err, "checkpoint directory '%s': '" GK_CKPT_LATEST "' is a %s, not a "
+			       "symbolic link (a copy made with cp -rL or rsync -L?), and a commit "
+			       "replaces it: remove it and link the step it copies (rm -r '%s' && "
+			       "ln -s step-NNNNNNNN '%s')", root,
+			       S_ISDIR(st.st_mode) ? "directory" : "file", path, path);
+	}
 	return fd;
 }
 

@@ -465,4 +465,15 @@ test_expect_success 'token files: a resume on other files is refused, the same t
 	losses full6.json | tail -n 3 >want6 && losses r.json >got6 && test_cmp want6 got6
 '
 
+test_expect_success 'a latest that is a copied directory is refused before step 1, with the repair' '
+	gpu-train $A --steps 2 --ckpt-dir lc >/dev/null &&
+	cp -rL lc lc2 &&
+	test_expect_code 1 gpu-train $A --steps 4 --ckpt-dir lc2 --resume >out 2>err &&
+	test_must_be_empty out &&
+	grep -Fx "gpu-train: checkpoint directory '"'"'lc2'"'"': '"'"'latest'"'"' is a directory, not a symbolic link (a copy made with cp -rL or rsync -L?), and a commit replaces it: remove it and link the step it copies (rm -r '"'"'lc2/latest'"'"' && ln -s step-NNNNNNNN '"'"'lc2/latest'"'"')" err &&
+	rm -r lc2/latest && ln -s step-00000002 lc2/latest &&
+	gpu-train $A --steps 4 --ckpt-dir lc2 --resume >r.json &&
+	test "$(readlink lc2/latest)" = step-00000004
+'
+
 test_done
