@@ -48,6 +48,20 @@ static int check_steps_ahead(gk_nn_trainer *t, gk_err *err)
 	r = gk_ckpt_next_after(root, start, &next, &is_committed, err);
 	if (r <= 0)
 		return r;
+	/* a step directory moved elsewhere and linked back is not read as one
+	 * (a link could name another run's step): say that, not "no COMMIT" */
+	char *sp = gk_ckpt_step_path(root, next), where[PATH_MAX];
+	struct stat st;
+	ssize_t wn = sp && lstat(sp, &st) == 0 && S_ISLNK(st.st_mode) ?
+			     readlink(sp, where, sizeof(where) - 1) : -1;
+	free(sp);
+	if (wn >= 0) {
+		where[wn] = '\0';
+		return gk_errf(err, "checkpoint directory '%s': " GK_CKPT_STEP_FMT " is a symbolic "
+			       "link (to '%s'), and step directories are read and written only as "
+			       "directories of their root: move it back into '%s' (or start from "
+			       "it with --init-from '%s')", root, next, where, root, where);
+	}
 	if (!t->o.resume && is_committed)
 		return gk_errf(err, "checkpoint directory '%s' holds another run's checkpoints "
 			       "(" GK_CKPT_STEP_FMT "): --resume continues it; or use another "

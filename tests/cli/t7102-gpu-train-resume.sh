@@ -476,4 +476,15 @@ test_expect_success 'a latest that is a copied directory is refused before step 
 	test "$(readlink lc2/latest)" = step-00000004
 '
 
+test_expect_success 'a step directory moved away and linked back: refused for what it is' '
+	gpu-train $A --steps 2 --ckpt-dir sl >/dev/null &&
+	mkdir -p moved && mv sl/step-00000002 moved/ &&
+	ln -s "$PWD/moved/step-00000002" sl/step-00000002 &&
+	test_expect_code 1 gpu-train $A --steps 4 --ckpt-dir sl --resume >out 2>err &&
+	grep -F "gpu-train: checkpoint directory '"'"'sl'"'"': step-00000002 is a symbolic link (to '"'"'$PWD/moved/step-00000002'"'"'), and step directories are read and written only as directories of their root" err &&
+	! grep "no COMMIT" err &&
+	rm sl/step-00000002 && mv moved/step-00000002 sl/ &&
+	gpu-train $A --steps 4 --ckpt-dir sl --resume >/dev/null
+'
+
 test_done
