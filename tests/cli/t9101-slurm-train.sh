@@ -170,4 +170,15 @@ test_expect_success 'a failing training job: its exit code and message reach the
 	grep "sbatch-train: gpu-train failed (exit 1)" bad.err
 '
 
+test_expect_success 'sbatch-train: a run that ends short of STEPS without a signal fails instead of requeueing' '
+	test_expect_code 1 timeout 120 env DATA=train.bin MODEL="$TINY" ARGS="--batch 4 --until 3" \
+		STEPS=6 BIND=0 CKPT="$PWD/ck-short" LOG=short.jsonl \
+		sbatch --wait -N 1 --ntasks-per-node 2 -o short.out -e short.err \
+		"$GK_TOP/scripts/sbatch-train" &&
+	cat short.err &&
+	grep -Fx "sbatch-train: gpu-train ended at step 3 of 6 (done; an --until in ARGS?): not requeueing" short.err &&
+	! grep requeueing short.err | grep -v "not requeueing" &&
+	test "$(jq -r .step ck-short/latest/COMMIT)" = 3
+'
+
 test_done
