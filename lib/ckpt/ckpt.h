@@ -250,6 +250,7 @@ typedef struct gk_ckpt_stage gk_ckpt_stage;
 #define GK_CKPT_CONFIG "config.json"
 #define GK_CKPT_TRAINER "trainer.json"
 #define GK_CKPT_OPTIM "optim" /* optim.safetensors, or gk_ckpt_rank_file's */
+#define GK_CKPT_FEEDBACK "feedback" /* a rank's error feedback: gk_ckpt_rank_file's */
 /* ROOT/step-NNNNNNNN, and dir/file: malloc'ed, NULL without memory. */
 char *gk_ckpt_step_path(const char *root, uint64_t step);
 char *gk_ckpt_join(const char *dir, const char *file);

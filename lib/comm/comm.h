@@ -328,6 +328,11 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err);
 int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err);
 size_t gk_comm_grads_buckets(const gk_comm_grads *g);
+/* The error-feedback residual of compressed buckets (n floats in the
+ * communicator's memory: device memory on nccl), or NULL; a trainer saves
+ * and restores it (gk_comm_to_host, gk_comm_to_device) so that a resume
+ * continues bit for bit. */
+float *gk_comm_grads_residual(gk_comm_grads *g);
 void gk_comm_grads_free(gk_comm_grads *g);
 
 /*

@@ -137,3 +137,8 @@ void gk_comm_grads_free(gk_comm_grads *g)
 		gk_comm_free(g->c, g->residual);
 	free(g);
 }
+
+float *gk_comm_grads_residual(gk_comm_grads *g)
+{
+	return g ? g->residual : NULL;
+}

@@ -35,6 +35,8 @@ typedef struct ckpt_job {
 	double t0;         /* when the copy of the state began */
 	float *params;     /* rank 0: a copy of the parameters */
 	float *m, *v;      /* copies of this rank's moments */
+	float *fb;         /* a copy of this rank's error feedback, nfb floats */
+	size_t nfb;
 	size_t lo, n;      /* the moments' range */
 	int write_moments; /* this rank writes an optimizer file */
 	char *trainer_json;
@@ -93,6 +95,21 @@ static int write_moments(const ckpt_job *j, const char *path, gk_err *err)
 	return gk_st_save(path, spec, data, 2, meta, nmeta, err);
 }
 
+/* This rank's error feedback (compressed communication), its own. */
+static int write_feedback(const ckpt_job *j, const char *path, gk_err *err)
+{
+	const gk_nn_trainer *t = j->t;
+	uint64_t shape[1] = {j->nfb};
+	gk_st_spec spec[1] = {{"residual", GK_DT_F32, 1, shape}};
+	const void *data[1] = {j->fb};
+	char rank[16], world[16];
+	snprintf(rank, sizeof(rank), "%d", t->rank);
+	snprintf(world, sizeof(world), "%d", t->world);
+	gk_st_kv meta[3] = {{"format", "pt"}, {GK_CKPT_META_RANK, rank},
+			    {GK_CKPT_META_WORLD, world}};
+	return gk_st_save(path, spec, data, 1, meta, 3, err);
+}
+
 static int job_write(ckpt_job *j, gk_err *err)
 {
 	gk_nn_trainer *t = j->t;
@@ -123,6 +140,14 @@ static int job_write(ckpt_job *j, gk_err *err)
 		if (!p || write_moments(j, p, err) < 0)
 			goto out;
 	}
+	if (j->fb) {
+		char *name = gk_ckpt_rank_file(GK_CKPT_FEEDBACK, t->rank, t->world);
+		free(p);
+		p = name ? gk_ckpt_stage_path(j->stage, name) : NULL;
+		free(name);
+		if (!p || write_feedback(j, p, err) < 0)
+			goto out;
+	}
 	rc = 0;
 out:
 	if (rc < 0 && !err->msg[0])
@@ -136,8 +161,8 @@ static void *job_main(void *arg)
 	ckpt_job *j = arg;
 	j->rc = job_write(j, &j->err);
 	/* written: the copies of the state can go now */
-	free(j->params), free(j->m), free(j->v), free(j->trainer_json);
-	j->params = j->m = j->v = NULL;
+	free(j->params), free(j->m), free(j->v), free(j->fb), free(j->trainer_json);
+	j->params = j->m = j->v = j->fb = NULL;
 	j->trainer_json = NULL;
 	if (j->rc < 0 || j->t->rank != 0) {
 		atomic_store(&j->state, j->rc < 0 ? JOB_FAILED : JOB_DONE);
@@ -176,6 +201,7 @@ static void job_free(ckpt_job *j)
 	free(j->params);
 	free(j->m);
 	free(j->v);
+	free(j->fb);
 	free(j->trainer_json);
 	free(j);
 }
@@ -351,8 +377,15 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 			memcpy(j->v, t->dp->vel, j->n * sizeof(float));
 		}
 	}
+	/* compression's error feedback, so that a resume continues bit for bit */
+	j->nfb = gk_nn_dp_feedback_len(t->dp);
+	if (j->nfb && (j->fb = malloc(j->nfb * sizeof(float))) &&
+	    gk_nn_dp_feedback_get(t->dp, j->fb, err) < 0) {
+		job_free(j);
+		return -1;
+	}
 	if ((t->rank == 0 && (!j->params || !j->trainer_json)) ||
-	    (j->write_moments && (!j->m || !j->v))) {
+	    (j->write_moments && (!j->m || !j->v)) || (j->nfb && !j->fb)) {
 		job_free(j);
 		return gk_err_sys(err, ENOMEM, "checkpoint: copy of the state");
 	}

@@ -306,3 +306,31 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 	}
 	return 0;
 }
+
+static float *feedback(gk_nn_dp *dp, size_t *n)
+{
+	float *r = dp->resid ? dp->resid : gk_comm_grads_residual(dp->grads);
+	*n = !r ? 0 : dp->resid ? dp->Np : dp->N;
+	return r;
+}
+
+size_t gk_nn_dp_feedback_len(gk_nn_dp *dp)
+{
+	size_t n;
+	feedback(dp, &n);
+	return n;
+}
+
+int gk_nn_dp_feedback_get(gk_nn_dp *dp, float *host, gk_err *err)
+{
+	size_t n;
+	float *r = feedback(dp, &n);
+	return r ? gk_comm_to_host(dp->gcomm, host, r, n * sizeof(float), err) : 0;
+}
+
+int gk_nn_dp_feedback_set(gk_nn_dp *dp, const float *host, gk_err *err)
+{
+	size_t n;
+	float *r = feedback(dp, &n);
+	return r ? gk_comm_to_device(dp->gcomm, r, host, n * sizeof(float), err) : 0;
+}

@@ -260,6 +260,53 @@ out:
 	return rc;
 }
 
+/*
+ * This rank's error feedback (compressed communication) from the
+ * checkpoint's run, when it had the same world and the same length of
+ * feedback: then the resume continues bit for bit. Otherwise, or from a
+ * checkpoint without it, compression starts from zero feedback, noted.
+ */
+static int add_note(gk_nn_trainer *t, const char *line, gk_err *err);
+
+static int load_feedback(gk_nn_trainer *t, const char *dir, int64_t world, gk_err *err)
+{
+	size_t n = gk_nn_dp_feedback_len(t->dp);
+	if (!n)
+		return 0;
+	char *name = gk_ckpt_rank_file(GK_CKPT_FEEDBACK, t->rank, t->world);
+	char *path = name ? gk_ckpt_join(dir, name) : NULL;
+	free(name);
+	if (!path)
+		return gk_err_sys(err, ENOMEM, "resume");
+	gk_st_file *f = NULL;
+	const gk_st_tensor *r = NULL;
+	struct stat st;
+	int rc = 0;
+	if (world == t->world && stat(path, &st) == 0) {
+		if (gk_st_open(&f, path, err) < 0) {
+			free(path);
+			return -1;
+		}
+		r = gk_st_find(f, "residual");
+		if (r && (r->dtype != GK_DT_F32 || r->ndim != 1 || r->shape[0] != n))
+			r = NULL;
+	}
+	float *buf = r ? malloc(n * sizeof(float)) : NULL;
+	if (r && !buf)
+		rc = gk_err_sys(err, ENOMEM, "resume");
+	else if (r && (gk_st_read(f, r, 0, buf, n * sizeof(float), err) < 0 ||
+		       gk_nn_dp_feedback_set(t->dp, buf, err) < 0))
+		rc = -1;
+	else if (!r && t->rank == 0)
+		rc = add_note(t, "compressed communication starts from zero error feedback (the "
+			      "checkpoint's run kept none for this world and layout): the resume "
+			      "is not bit for bit", err);
+	free(buf);
+	gk_st_close(f);
+	free(path);
+	return rc;
+}
+
 /* "" (a default the caller computes) as the user reads it */
 static const char *shown(const char *arg)
 {
@@ -383,7 +430,8 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 	}
 	if (compare_settings(t, j, err) < 0)
 		goto out;
-	if (gk_nn_load(t->m, dir, err) < 0 || load_moments(t, dir, err) < 0)
+	if (gk_nn_load(t->m, dir, err) < 0 || load_moments(t, dir, err) < 0 ||
+	    load_feedback(t, dir, world, err) < 0)
 		goto out;
 	if (t->data) {
 		json_t *mine = json_array_get(ds, world == t->world ? (size_t)t->rank : 0);

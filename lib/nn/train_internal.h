@@ -191,5 +191,14 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		    float grad_scale, double *exposed, gk_err *err);
 /* Bytes of the communication buffers (error feedback), for accounting. */
 uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp);
+/*
+ * The error feedback that compressed communication keeps across steps
+ * (this rank's own, n floats: N for ZeRO-0's buckets, Np for ZeRO-1's
+ * reduce-scatter), copied to or from host memory for a checkpoint; *n 0
+ * when the run keeps none.
+ */
+size_t gk_nn_dp_feedback_len(gk_nn_dp *dp);
+int gk_nn_dp_feedback_get(gk_nn_dp *dp, float *host, gk_err *err);
+int gk_nn_dp_feedback_set(gk_nn_dp *dp, const float *host, gk_err *err);
 
 #endif

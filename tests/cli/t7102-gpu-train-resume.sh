@@ -487,4 +487,22 @@ test_expect_success 'a step directory moved away and linked back: refused for wh
 	gpu-train $A --steps 4 --ckpt-dir sl --resume >/dev/null
 '
 
+test_expect_success MPI '--compress resumes bit for bit: each rank'"'"'s error feedback is checkpointed (ZeRO 0 and 1)' '
+	for z in 0 1; do
+		C="$A --steps 8 --compress int8 --zero $z" &&
+		rm -rf cf &&
+		mpi 2 $C >full.json &&
+		mpi 2 $C --until 4 --ckpt-dir cf >a.json &&
+		test -f cf/latest/feedback-rank-00001-of-00002.safetensors &&
+		ckpt-merge --check cf/latest &&
+		mpi 2 $C --ckpt-dir cf --resume >b.json 2>b.err &&
+		! grep "error feedback" b.err &&
+		losses full.json >f && { losses a.json && losses b.json; } >r &&
+		test_cmp f r || return 1
+	done &&
+	mpi 2 $A --steps 8 --until 4 --ckpt-dir cn >/dev/null &&
+	mpi 2 $A --steps 8 --compress int8 --ckpt-dir cn --resume >/dev/null 2>n.err &&
+	grep "^gpu-train: note: compressed communication starts from zero error feedback" n.err
+'
+
 test_done
