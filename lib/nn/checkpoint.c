@@ -407,6 +407,32 @@ void gk_nn_tr_ckpt_counts(const gk_nn_trainer *t, double c[3])
 }
 
 /*
+ * A failure nfail ranks met, this one (mine) or not: *err becomes on every
+ * rank the first failing rank's message, with the count when several
+ * failed (a full disk every rank writes to), for rank 0 to say once.
+ */
+static int first_says(gk_nn_trainer *t, int mine, double nfail, gk_err *err)
+{
+	if (t->world == 1)
+		return 0;
+	double first = mine ? t->rank : t->world;
+	if (gk_comm_host_allreduce_f64(t->comm, &first, 1, GK_COMM_MIN, err) < 0)
+		return -1;
+	if (first >= t->world)
+		return 0;
+	char msg[sizeof(err->msg) / 4 * 4];
+	snprintf(msg, sizeof(msg), "%s", err->msg);
+	if (gk_comm_broadcast(t->comm, msg, msg, sizeof(msg) / 4, GK_DT_I32, (int)first, err) < 0)
+		return -1;
+	msg[sizeof(msg) - 1] = '\0';
+	if (nfail > 1)
+		gk_errf(err, "%s (%g of %d ranks)", msg, nfail, t->world);
+	else
+		gk_errf(err, "%s", msg);
+	return 0;
+}
+
+/*
  * Move the pending checkpoint on, given c: how many ranks have written
  * their files, failed, and are done (ckpt_counts summed over the ranks,
  * so every rank takes the same turn). Once all have written, rank 0
@@ -446,8 +472,11 @@ int gk_nn_tr_ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hook
 	t->job = NULL;
 	t->ckpt_lost = rc < 0 || failed > 0 ? step : 0;
 	if ((rc < 0 || failed > 0) && t->o.ckpt_continue) {
-		/* Every rank agreed on the failure, so all go on. */
-		if (h && h->checkpoint_failed && (rc < 0 || t->rank == 0))
+		/* Every rank agreed on the failure, so all go on; rank 0 says
+		 * why, once, in the words of the first rank that failed */
+		if (first_says(t, rc < 0, failed, err) < 0)
+			return -1;
+		if (h && h->checkpoint_failed && t->rank == 0)
 			h->checkpoint_failed(step, err, h->ctx);
 		return 0;
 	}

@@ -164,8 +164,8 @@ typedef struct gk_nn_train_hooks {
 	/*
 	 * With ckpt_continue, checkpoint step failed (why says how; the
 	 * staging directory is removed, latest still names the previous
-	 * one) and training goes on. Called on the ranks that failed, and
-	 * on rank 0 when another rank did.
+	 * one) and training goes on. Called on rank 0 only, with the first
+	 * failing rank's reason (and how many failed, when several did).
 	 */
 	void (*checkpoint_failed)(int64_t step, const gk_err *why, void *ctx);
 } gk_nn_train_hooks;

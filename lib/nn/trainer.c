@@ -422,9 +422,22 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 			t->agreed = 1;
 			return resume_dir ? -1 : gk_nn_tr_init_gone(t, err);
 		}
-		if (resume_dir ? gk_nn_tr_resume_from(t, resume_dir, resume_step, err) < 0
-			       : gk_nn_load(t->m, o->init_from, err) < 0)
-			return resume_dir ? -1 : gk_nn_tr_init_gone(t, err);
+		int r = resume_dir ? gk_nn_tr_resume_from(t, resume_dir, resume_step, err)
+				   : gk_nn_load(t->m, o->init_from, err);
+		if (r < 0 && !resume_dir)
+			gk_nn_tr_init_gone(t, err);
+		/*
+		 * Every rank reads the same checkpoint, so a refusal (a setting
+		 * that must stay, another shard list, rows in no slice) is
+		 * usually every rank's: said once, with the count. A setting
+		 * refused is a usage error (2) on every rank.
+		 */
+		int usage = t->agreed == 2;
+		if (gk_nn_tr_agree_local(t, r, err) < 0) {
+			if (usage)
+				t->agreed = 2;
+			return -1;
+		}
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
 	} else {
 		gk_nn_init(t->m, o->seed);
