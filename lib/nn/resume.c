@@ -419,7 +419,9 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 	json_t *sk = json_object_get(j, "skipped");
 	if (json_is_integer(sk))
 		skipped = json_integer_value(sk);
-	if (step < 0 || (uint64_t)step != want || tokens < 0 || skipped < 0 || skipped > step) {
+	/* every step trains at least one token, and step 0 none */
+	if (step < 0 || (uint64_t)step != want || tokens < step || (step == 0 && tokens != 0) ||
+	    skipped < 0 || skipped > step) {
 		gk_errf(err, "read '%s': step %" PRId64 ", tokens %" PRId64 ", skipped %" PRId64
 			" do not describe checkpoint step %" PRIu64, path, step, tokens, skipped, want);
 		goto out;

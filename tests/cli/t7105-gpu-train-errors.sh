@@ -41,7 +41,7 @@ command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
 test_expect_success XXHSUM 'a resume from a trainer.json that contradicts its step directory' '
 	cp -R ck ckj &&
 	d=ckj/step-00000003 &&
-	for edit in ".step = -5" ".step = 4" ".tokens = -1" ".skipped = 7"; do
+	for edit in ".step = -5" ".step = 4" ".tokens = -1" ".tokens = 2" ".skipped = 7"; do
 		jq "$edit" ck/step-00000003/trainer.json >$d/trainer.json &&
 		h=$(xxhsum -H3 $d/trainer.json | sed "s/.* = //") &&
 		jq ".files[\"trainer.json\"] = {bytes: $(wc -c <$d/trainer.json), xxh3: \"$h\"}" \
