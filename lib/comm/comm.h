@@ -39,7 +39,10 @@
  * a message naming the operation, instead of hanging. On mpi every
  * message and collective is started non-blocking and waited on with the
  * same deadline (MPI_Testall polling), so a rank that stops making
- * progress fails the waiting ranks' call with "OP: no progress for N s".
+ * progress fails the waiting ranks' call with "OP: no progress for N s";
+ * every later wait on that communicator then fails at once (the calls
+ * queued behind it do not each wait out the deadline again), so a job
+ * ends about one timeout after the stall.
  *
  * Streams (nccl). Device buffers are written by kernels and copies on the
  * caller's CUDA stream; NCCL runs on the communicator's own stream. The

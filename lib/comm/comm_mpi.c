@@ -25,6 +25,8 @@ typedef struct mpi_state {
 	size_t tmp_cap, w1_cap, w2_cap, work_cap;
 	double timeout; /* seconds a wait may make no progress; 0: no limit */
 	const char *op; /* the collective under way, for the timeout message */
+	int stalled;    /* a wait timed out: the world is broken, and every
+			 * later wait fails at once (see mpi_wait) */
 } mpi_state;
 
 enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER };
@@ -65,6 +67,18 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 {
 	if (n == 0)
 		return 0;
+	/*
+	 * Once a wait has timed out, a peer is gone or the messages of the
+	 * stalled call are half delivered: no later call on this world can
+	 * complete. Waiting out the timeout again for each call still queued
+	 * (a step's gradient buckets, the failure's own agreement) would end
+	 * the job only after many timeouts; every later wait fails at once,
+	 * so the job ends about one timeout after the stall.
+	 */
+	if (st->stalled)
+		return gk_errf(err, "%s: not run: an earlier collective made no progress for %.0f s "
+			       "(a rank stopped or the network is down)", st->op ? st->op : "mpi",
+			       st->timeout);
 	if (st->timeout <= 0) {
 		int rc = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
 		return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, what);
@@ -78,9 +92,11 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 		if (done)
 			return 0;
 		double dt = gk_now() - t0;
-		if (dt > st->timeout)
+		if (dt > st->timeout) {
+			st->stalled = 1;
 			return gk_errf(err, "%s: no progress for %.0f s (a rank stopped or the network is down)",
 				       st->op ? st->op : "mpi", st->timeout);
+		}
 		if (dt >= 1e-3) {
 			struct timespec ts = {0, 100000};
 			nanosleep(&ts, NULL);

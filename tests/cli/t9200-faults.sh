@@ -237,6 +237,29 @@ test_expect_success '--timeout: checking the checkpoint resumed longer than it i
 	test "$(readlink slow/latest)" = step-00000003
 '
 
+# Each call queued behind a stalled one (a step's gradient buckets, ZeRO-1's
+# reduce per owner, the failure's own agreement) used to wait out the
+# timeout again: dozens of 4K buckets took minutes. Once one wait times
+# out every later one fails at once; 20 s is far below the old total and
+# far above timeout + 1 s on a loaded machine.
+test_expect_success '--timeout bounds the job, not each queued call (3 ranks, ZeRO-1, 4K buckets)' '
+	{ FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none $MCA -np 3 \
+		gpu-train $A --steps 100000 --zero 1 --bucket 4K --timeout 2 >w.json 2>w.err & } &&
+	job=$! &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		grep -q "\"event\":\"step\"" w.json 2>/dev/null && break
+		sleep 0.05
+	done &&
+	victim=$(rank_pid gpu-train 1) && test -n "$victim" &&
+	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
+	kill -STOP $victim &&
+	wait_job 120 &&
+	test $rc -ne 0 &&
+	grep "^gpu-train: .*no progress for 2 s (a rank stopped or the network is down)$" w.err &&
+	awk -v t="$took" "BEGIN { exit !(t < 20) }"
+'
+
 test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the collective' '
 	start_job b.out b.err allreduce-bench -b 64K -e 64K -n 10000000 -w 0 -c 0 --timeout 1 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
