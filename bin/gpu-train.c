@@ -239,6 +239,9 @@ static const gk_optdef options[] = {
 	    "rank 0 rewrites FILE in Prometheus' text format (at most 1/s)"),
 	{.kind = GK_OPTK_END},
 };
+_Static_assert(GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->arg) &&
+		       GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->agree),
+	       "args' per-row arrays hold every row of the table");
 
 static gk_cli cli;
 static volatile sig_atomic_t stop_flag, nothing_to_save;
