@@ -624,6 +624,7 @@ static void print_start(gk_nn_trainer *t)
 	const char *note, *device = gk_nn_trainer_device(t, &note);
 	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
 	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
+	const char *from = gk_nn_trainer_model_from(t); /* resumed or --init-from */
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
@@ -668,6 +669,11 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
+			if (from) {
+				json_object_set_new(j, "from", json_string(from));
+				json_object_set_new(j, "from_step",
+						    json_integer(gk_nn_trainer_step(t)));
+			}
 			print_mem(mem, j);
 			emit(j);
 		} else if (!cli.quiet) {
@@ -681,8 +687,17 @@ static void print_start(gk_nn_trainer *t)
 			       gk_nn_trainer_world(t) == 1 ? "" :
 			       r->overlap ? "; allreduce during backward" : "; allreduce after backward");
 			print_mem(mem, NULL);
+			if (from && r->resume && gk_nn_trainer_step(t) > 0)
+				printf("resumed from step %" PRId64 " of %s\n", gk_nn_trainer_step(t),
+				       from);
+			else if (from)
+				printf("parameters from %s\n", from);
 		}
 	}
+	/* someone at a terminal may expect a run to leave something behind */
+	if (rank == 0 && !r->ckpt_dir && !r->eval_only && isatty(STDERR_FILENO))
+		fprintf(stderr, "gpu-train: note: no --ckpt-dir: this run keeps no checkpoint, and its "
+			"model is gone at exit\n");
 }
 
 /* --eval-only: the mean loss of the model on the data. */

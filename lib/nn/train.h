@@ -261,6 +261,8 @@ const char *gk_nn_trainer_ckpt_note(const gk_nn_trainer *t);
 /* The checkpoint the model was loaded from (the step directory --resume
  * or --init-from resolved to), or NULL for the seeded initialisation. */
 const char *gk_nn_trainer_model_from(const gk_nn_trainer *t);
+/* Steps done before this run: the resumed checkpoint's step, else 0. */
+int64_t gk_nn_trainer_step(const gk_nn_trainer *t);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);

@@ -134,6 +134,11 @@ const char *gk_nn_trainer_resume_notes(const gk_nn_trainer *t)
 	return t->resume_notes;
 }
 
+int64_t gk_nn_trainer_step(const gk_nn_trainer *t)
+{
+	return t->step;
+}
+
 const char *gk_nn_trainer_model_from(const gk_nn_trainer *t)
 {
 	return t->model_from[0] ? t->model_from : NULL;

@@ -508,4 +508,18 @@ test_expect_success MPI '--compress resumes bit for bit: each rank'"'"'s error f
 	grep "^gpu-train: note: compressed communication starts from zero error feedback" n.err
 '
 
+test_expect_success 'the start says what a run continues from; a terminal hears when nothing is kept' '
+	gpu-train $A --steps 4 --until 2 --ckpt-dir from >/dev/null &&
+	gpu-train $A --steps 4 --ckpt-dir from --resume >fr.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .from == \"from/step-00000002\" and .from_step == 2" fr.json &&
+	P="--data train.bin $TINY --batch 4" &&
+	gpu-train $P --steps 4 --until 3 --ckpt-dir from2 >/dev/null &&
+	gpu-train $P --steps 4 --ckpt-dir from2 --resume >fr.txt &&
+	grep -Fx "resumed from step 3 of from2/step-00000003" fr.txt &&
+	gpu-train $A --steps 1 >plain.json 2>plain.err &&
+	test_must_be_empty plain.err &&
+	script -qec "gpu-train $A --steps 1 -q" /dev/null >tty.out &&
+	grep -F "gpu-train: note: no --ckpt-dir: this run keeps no checkpoint, and its model is gone at exit" tty.out
+'
+
 test_done
