@@ -180,47 +180,14 @@ static const gk_optdef options[] = {
 	{.kind = GK_OPTK_END},
 };
 
-/*
- * Parse argument s of option d into a. Messages name a short option by
- * its letter, as nccl-tests' users type it (-b, not --minbytes).
- */
-static void set_option(const gk_optdef *d, args *a, const char *s)
-{
-	gk_err err = {0};
-	char name[64];
-	if (gk_optable_set(d, a, s, &err) == 0)
-		return;
-	/* "--minbytes '12Q': ..." is "-b '12Q': ..." */
-	int n = snprintf(name, sizeof(name), "--%s", d->name);
-	if (d->short_name && strncmp(err.msg, name, (size_t)n) == 0)
-		gk_cli_usage_error(&cli, "-%c%s", d->short_name, err.msg + n);
-	gk_cli_usage_error(&cli, "%s", err.msg);
-}
-
 /* Parse the command line into a and refuse what no backend can run. */
 static void parse_args(int argc, char **argv, args *a)
 {
 	gk_err err = {0};
-	char *shorts = NULL;
 	memset(a, 0, sizeof(*a));
 	gk_comm_bench_defaults(&a->o);
 	a->cfg.device = -1;
-	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
-	if (!longopts) {
-		fprintf(stderr, "allreduce-bench: %s\n", strerror(ENOMEM));
-		exit(1);
-	}
-	int c;
-	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, c))
-			continue;
-		const gk_optdef *d = gk_optable_find(options, c);
-		if (!d)
-			gk_cli_usage_error(&cli, "unexpected option");
-		set_option(d, a, optarg);
-	}
-	free(longopts);
-	free(shorts);
+	optind = gk_optable_parse(&cli, options, GK_OPTABLE_SHORT_NAMES, a, argc, argv, NULL);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
 	if (cli.json && a->csv)

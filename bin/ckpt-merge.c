@@ -116,30 +116,9 @@ static void list(const gk_ckpt_set *s, int json)
 /* Parse the command line into a; argv[*first...] are the inputs. */
 static void parse_args(int argc, char **argv, args *a, int *first)
 {
-	gk_err err = {0};
-	char *shorts = NULL;
 	memset(a, 0, sizeof(*a));
 	a->o.dtype = GK_DT_INVALID;
-	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
-	if (!longopts) {
-		fprintf(stderr, "ckpt-merge: %s\n", strerror(ENOMEM));
-		exit(1);
-	}
-	int c;
-	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, c))
-			continue;
-		const gk_optdef *d = gk_optable_find(options, c);
-		if (!d)
-			gk_cli_usage_error(&cli, "unexpected option");
-		if (gk_optable_set(d, a, optarg, &err) < 0) {
-			if (err.sys) /* no memory: a failure, not bad usage */
-				exit(gk_cli_fail(&cli, &err));
-			gk_cli_usage_error(&cli, "%s", err.msg);
-		}
-	}
-	free(longopts);
-	free(shorts);
+	optind = gk_optable_parse(&cli, options, 0, a, argc, argv, NULL);
 	if (optind >= argc)
 		gk_cli_usage_error(&cli, "no input");
 	if (a->check + a->list > 1 || ((a->check || a->list) && a->out))

@@ -510,29 +510,10 @@ static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
  */
 static void parse_args(int argc, char **argv, args *a)
 {
-	gk_err err = {0};
-	char *shorts = NULL;
 	memset(a, 0, sizeof(*a));
 	a->o.eot = -1;          /* vocab - 1, once the vocabulary is known */
 	a->o.sched.min_lr = -1; /* lr / 10 */
-	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
-	if (!longopts || gk_optable_defaults(options, a, &err) < 0) {
-		fprintf(stderr, "gpu-train: %s\n", longopts ? err.msg : strerror(ENOMEM));
-		exit(1);
-	}
-	int c;
-	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, c))
-			continue;
-		const gk_optdef *d = gk_optable_find(options, c);
-		if (!d)
-			gk_cli_usage_error(&cli, "unknown option");
-		if (gk_optable_set(d, a, optarg, &err) < 0)
-			gk_cli_usage_error(&cli, "%s", err.msg);
-		a->arg[d - options] = optarg ? optarg : "";
-	}
-	free(longopts);
-	free(shorts);
+	optind = gk_optable_parse(&cli, options, 0, a, argc, argv, a->arg);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
 	const char *eval_src = a->o.val_data ? a->o.val_data : a->o.data;

@@ -472,30 +472,12 @@ static void list_gpus(const opts *o)
 /* Parse the command line into o and refuse what cannot describe one run. */
 static void parse_args(int argc, char **argv, opts *o)
 {
-	gk_err err = {0};
-	char *shorts = NULL;
 	memset(o, 0, sizeof(*o));
 	gk_mem_run_default(&o->r);
 	o->m.arch = GK_MEM_ARCH_PARAMS;
 	o->source = "flags";
 	o->arch = o->tied = o->zero = -1;
-	struct option *longopts = gk_optable_longopts(options, 1, &shorts);
-	if (!longopts || gk_optable_defaults(options, o, &err) < 0) {
-		fprintf(stderr, "mem-estimate: %s\n", longopts ? err.msg : strerror(ENOMEM));
-		exit(1);
-	}
-	int c;
-	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, c))
-			continue;
-		const gk_optdef *d = gk_optable_find(options, c);
-		if (!d)
-			gk_cli_usage_error(&cli, "unexpected option");
-		if (gk_optable_set(d, o, optarg, &err) < 0)
-			gk_cli_usage_error(&cli, "%s", err.msg);
-	}
-	free(longopts);
-	free(shorts);
+	optind = gk_optable_parse(&cli, options, 0, o, argc, argv, NULL);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
 	if (o->list_gpus)

@@ -534,6 +534,20 @@ struct option *gk_optable_longopts(const gk_optdef *t, int json, char **shorts);
 /* The usage: synopsis, then the summary of the table, then tail;
  * malloc'ed, NULL without memory. */
 char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tail);
+/*
+ * A tool's whole option parsing: every row's default (gk_optable_defaults),
+ * then getopt_long over argv with the table's list: the common options
+ * through gk_cli_common (--json among them), each row's argument through
+ * gk_optable_set into the struct at base. A bad argument is a usage error
+ * (exit 2); no memory, or a default that does not parse (a defect of the
+ * table), exit 1. With GK_OPTABLE_SHORT_NAMES a message names a row by its
+ * short name when it has one ("-b '12Q': ..."). args, when not NULL, gets
+ * each row's argument as given, by row index ("" for a flag; untouched
+ * for a row not given). Returns the index of the first operand.
+ */
+enum { GK_OPTABLE_SHORT_NAMES = 1 };
+int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int argc,
+		     char **argv, const char **args);
 /* Every row's default into the struct at base (-1 when one does not parse:
  * a defect of the table). */
 int gk_optable_defaults(const gk_optdef *t, void *base, gk_err *err);

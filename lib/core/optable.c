@@ -243,3 +243,38 @@ uint64_t gk_optable_value(const gk_optdef *d, const void *base)
 	}
 	}
 }
+
+int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int argc,
+		     char **argv, const char **args)
+{
+	gk_err err = {0};
+	char *shorts = NULL;
+	struct option *longopts = gk_optable_longopts(t, 1, &shorts);
+	if (!longopts)
+		gk_err_sys(&err, ENOMEM, "options");
+	if (!longopts || gk_optable_defaults(t, base, &err) < 0)
+		exit(gk_cli_fail(cli, &err));
+	int c;
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
+		if (gk_cli_common(cli, c))
+			continue;
+		const gk_optdef *d = gk_optable_find(t, c);
+		if (!d)
+			gk_cli_usage_error(cli, "unknown option");
+		if (gk_optable_set(d, base, optarg, &err) < 0) {
+			if (err.sys) /* no memory: a failure, not bad usage */
+				exit(gk_cli_fail(cli, &err));
+			char name[72];
+			int n = snprintf(name, sizeof(name), "--%s", d->name);
+			if ((flags & GK_OPTABLE_SHORT_NAMES) && d->short_name &&
+			    strncmp(err.msg, name, (size_t)n) == 0)
+				gk_cli_usage_error(cli, "-%c%s", d->short_name, err.msg + n);
+			gk_cli_usage_error(cli, "%s", err.msg);
+		}
+		if (args)
+			args[d - t] = optarg ? optarg : "";
+	}
+	free(longopts);
+	free(shorts);
+	return optind;
+}
