@@ -156,7 +156,7 @@ test_expect_success 'a step removed while it is read is reported as removed' '
 	rm -rf p && cp -R r p &&
 	ln -sfn step-00000001 p/latest &&
 	echo "ckpt-merge: checkpoint '\''p/step-00000001'\'': removed while being read (by ckpt-prune?)" >expect &&
-	test_expect_code 1 shimmed config.json \
+	test_expect_code 1 shimmed optim.safetensors \
 		"mv p/step-00000001 p/.deleting-step-00000001.1 && rm -r p/.deleting-step-00000001.1" \
 		ckpt-merge -q --check p/latest 2>err &&
 	test_cmp expect err
