@@ -143,8 +143,8 @@ test_expect_success 'a root is one step: the step read is the step checked' '
 '
 
 # Removed after opening COMMIT: found by gk_ckpt_open, which reads the
-# files COMMIT lists; after config.json (which only the check reads): by
-# the check.
+# files COMMIT lists; after optim.safetensors (which only the check reads):
+# by the check.
 test_expect_success 'a step removed while it is read is reported as removed' '
 	rm -rf p && cp -R r p &&
 	ln -sfn step-00000001 p/latest &&
