@@ -85,6 +85,8 @@ test $(grep -c "^rank .*=node0[1-4] slot=" ranks) = 32
 @ mpirun -np 32 --rankfile ranks gpu-train ...
 sed "s/=node0[1-4] /=$(hostname) /" ranks >here
 mpirun -np 32 --rankfile here gpu-train --data val.bin $TINY_RUN --steps 1
+@ gpu-topo --health -q --metrics /var/lib/node_exporter/textfile/gpu.prom
+if test -e /dev/nvidiactl; then gpu-topo --health -q --metrics gpu.prom; else ! gpu-topo --health -q --metrics gpu.prom 2>err; grep "no NVIDIA driver" err; fi
 
 ## allreduce-bench
 @ allreduce-bench -b 8 -e 64M -f 4
