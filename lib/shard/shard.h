@@ -475,12 +475,34 @@ typedef struct gk_shard_state {
 	size_t nnames;
 } gk_shard_state;
 
+/*
+ * The files a shard list names, appended to out in this order: the list
+ * is brace-expanded (gk_brace_expand), then each word is
+ *   a glob (it has *, ? or [): the files it matches, in byte order (not
+ *       the locale's: every rank must list the same order); a directory
+ *       it matches stands for its shards; no match is an error unless
+ *       the word names a file as it is;
+ *   a directory: the files in it named *.tar or *.tar.lz4 (not those in
+ *       its subdirectories), in byte order; a
+ *       manifest in it is not read (name the manifest for that); none is
+ *       an error that says what is there instead (a manifest, .bin token
+ *       files);
+ *   else the word as it is (a file, or a name that open will say is
+ *       missing).
+ * A manifest is not a list: gk_shard_dataset_open tells it by its .json.
+ */
+int gk_shard_list_expand(const char *source, gk_strlist *out, gk_err *err);
+/* 1 when a file name is a shard's (*.tar, *.tar.lz4). */
+int gk_shard_list_is_shard(const char *name);
+
 typedef struct gk_shard_dataset gk_shard_dataset;
 
 /*
- * source: a manifest (".json"), or a brace pattern of shard files
- * ("train-{000000..000031}.tar"), whose sample counts come from their
- * .idx files when present, else from reading each shard once.
+ * source: a manifest (".json"), or a list of shard files (brace
+ * patterns "train-{000000..000031}.tar", globs "shards/train-*.tar" and
+ * directories, as gk_shard_list_expand reads them), whose sample counts
+ * come from their .idx files when present, else from reading each shard
+ * once.
  */
 int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 			  const gk_shard_dataset_opts *o, gk_err *err);
