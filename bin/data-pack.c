@@ -196,7 +196,14 @@ static int create(const args *a, int argc, char **argv)
 	o.outputs = &outs;
 	if (gk_shard_writer_open(&w, &o, &err) < 0)
 		goto fail;
-	gk_progress_start(&prog, "data-pack", 0, 1, NULL, !cli.quiet);
+	/*
+	 * Files have sizes, so the line has a total and an ETA (one stat per
+	 * file, only when it is shown); a tar stream has none. In a log, a
+	 * line every 10 s, and none for a run that ends sooner.
+	 */
+	uint64_t total = !cli.quiet && !a->from_tar ? gk_shard_source_bytes(&src) : 0;
+	gk_progress_start(&prog, "data-pack", total, 1, NULL, !cli.quiet);
+	gk_progress_lines(&prog, !cli.quiet, 10.0);
 	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &a->naming, &prog, &err)
 			    : gk_shard_pack(w, &src, a->shuffle, a->seed, &prog, &err);
 	if (r == GK_SHARD_NO_KEY)

@@ -257,6 +257,18 @@ int gk_shard_source_name(gk_shard_source *src, const gk_shard_naming *nm,
 	return rc;
 }
 
+uint64_t gk_shard_source_bytes(const gk_shard_source *src)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < src->paths.n; i++) {
+		struct stat st;
+		if (stat(src->paths.v[i], &st) < 0 || !S_ISREG(st.st_mode))
+			return 0;
+		sum += (uint64_t)st.st_size;
+	}
+	return sum;
+}
+
 /* A sample to pack: its files, as indices into the source. */
 typedef struct group {
 	size_t first, n; /* in the sorted index array */

@@ -601,6 +601,13 @@ int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 			 gk_err *err);
 void gk_shard_source_free(gk_shard_source *src);
 /*
+ * The bytes of src's files, as stat says now (the total of a progress
+ * line, whose done is gk_shard_writer_bytes_in): 0, unknown, when one is
+ * not a regular file (a fifo's size is known when it ends) or cannot be
+ * stat'ed (packing will say why).
+ */
+uint64_t gk_shard_source_bytes(const gk_shard_source *src);
+/*
  * How a file's name becomes its member name, for names webdataset's rule
  * (the key ends at the first dot of the last component) cannot split:
  *   ext    given to a name whose last component has no dot: "README"
