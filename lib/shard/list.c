@@ -105,9 +105,20 @@ static int list_glob(const char *word, gk_strlist *out, gk_err *err)
 					 : gk_errf(err, "shard list '%s': cannot read a directory it names", word);
 	}
 	qsort(g.gl_pathv, g.gl_pathc, sizeof(*g.gl_pathv), by_bytes);
-	for (size_t i = 0; i < g.gl_pathc && rc == 0; i++)
-		rc = is_dir(g.gl_pathv[i]) ? list_dir(g.gl_pathv[i], out, err)
-					   : gk_strlist_push(out, g.gl_pathv[i], err);
+	for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+		const char *f = g.gl_pathv[i];
+		/*
+		 * A glob of every file of a folder of shards also matches
+		 * the indexes and the manifest beside them, which would be
+		 * read as tars: say so instead of "unrecognized archive
+		 * format".
+		 */
+		if (gk_str_ends(f, ".idx") || gk_str_ends(f, ".json"))
+			rc = gk_errf(err, "shard list: '%s' matches '%s', %s, not a shard (narrow it to the shards, e.g. '*.tar')",
+				     word, f, gk_str_ends(f, ".idx") ? "an index" : "a manifest or other JSON");
+		else
+			rc = is_dir(f) ? list_dir(f, out, err) : gk_strlist_push(out, f, err);
+	}
 	globfree(&g);
 	return rc;
 }

@@ -481,7 +481,8 @@ typedef struct gk_shard_state {
  *   a glob (it has *, ? or [): the files it matches, in byte order (not
  *       the locale's: every rank must list the same order); a directory
  *       it matches stands for its shards; no match is an error unless
- *       the word names a file as it is;
+ *       the word names a file as it is, and so is a match that is an
+ *       index (.idx) or a manifest (.json) beside the shards;
  *   a directory: the files in it named *.tar or *.tar.lz4 (not those in
  *       its subdirectories), in byte order; a
  *       manifest in it is not read (name the manifest for that); none is

@@ -887,6 +887,12 @@ static void test_list_expand(void)
 	is_str(r == 0 ? got : err.msg, "o/x[1].tar", "a name with '[' that matches nothing is itself");
 	gk_strlist_free(&l);
 
+	snprintf(src, sizeof(src), "%s/p-000*", dir);
+	r = gk_shard_list_expand(src, &l, &err);
+	snprintf(want, sizeof(want), "shard list: '%s/p-000*' matches '%s/p-000.idx', an index, not a shard (narrow it to the shards, e.g. '*.tar')", dir, dir);
+	is_str(r < 0 ? err.msg : "(no error)", want, "a glob that matches an index says so");
+	gk_strlist_free(&l);
+
 	/* Empty: errors that name the list and what is there instead. */
 	char e[300];
 	snprintf(e, sizeof(e), "%s/e", dir);
