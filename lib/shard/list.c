@@ -50,7 +50,7 @@ static int list_dir(const char *dir, gk_strlist *out, gk_err *err)
 {
 	struct dirent **v;
 	int n = scandir(dir, &v, NULL, by_name), rc = 0;
-	size_t found = 0, bins = 0;
+	size_t found = 0, bins = 0, others = 0;
 	const char *sep = gk_str_ends(dir, "/") ? "" : "/";
 	char *json = NULL;
 	if (n < 0)
@@ -66,6 +66,7 @@ static int list_dir(const char *dir, gk_strlist *out, gk_err *err)
 			free(path);
 		}
 		bins += gk_str_ends(d, ".bin");
+		others += d[0] != '.' && !gk_str_ends(d, ".bin") && !gk_str_ends(d, ".json");
 		if (!json && gk_str_ends(d, ".json"))
 			json = strdup(d);
 		free(v[i]);
@@ -79,6 +80,9 @@ static int list_dir(const char *dir, gk_strlist *out, gk_err *err)
 		else if (bins)
 			snprintf(hint, sizeof(hint), "; token files are listed by a glob, e.g. '%s%s*train*.bin'",
 				 dir, sep);
+		else if (others)
+			snprintf(hint, sizeof(hint), "; its files are no shards: pack them first (data-pack -c -o SHARDS/train-%%06d.tar %s)",
+				 dir);
 		rc = gk_errf(err, "shard list: directory '%s' holds no shards (*.tar, *.tar.lz4)%s",
 			     dir, hint);
 	}

@@ -487,7 +487,7 @@ typedef struct gk_shard_state {
  *       its subdirectories), in byte order; a
  *       manifest in it is not read (name the manifest for that); none is
  *       an error that says what is there instead (a manifest, .bin token
- *       files);
+ *       files, files to pack);
  *   else the word as it is (a file, or a name that open will say is
  *       missing).
  * A manifest is not a list: gk_shard_dataset_open tells it by its .json.
