@@ -53,6 +53,13 @@ allreduce-bench -b 8 -e 1M -f 2 -c 1
 data-pack -g raw/0042.json shards/train-000000.tar >got && cmp got raw/0042.json
 @ data-pack -x -C out/ shards/train-000000.tar
 mkdir out && data-pack -x -C out/ shards/train-000000.tar && diff -r raw out/raw
+@ data-pack -c -o docs/docs-%06d.tar --ext txt --name-as-key notes/
+mkdir notes && printf "read me" >notes/README && printf "MIT" >notes/LICENSE && printf "# a" >notes/a.md
+=
+data-pack -t docs/docs-000000.tar >list && cut -f 2,3 list >keys && printf "LICENSE\ttxt\nREADME\ttxt\na_md\ttxt\n" >want && cmp want keys
+@ data-pack -cf one.tar --ext txt notes/ && data-pack -tf one.tar
+data-pack -cf one.tar --ext txt notes/ && data-pack -tf one.tar >list
+printf "one.tar\tLICENSE\ttxt\t3\none.tar\tREADME\ttxt\t7\none.tar\ta\tmd\t3\n" >want && cmp want list
 
 ## gpu-train
 @ data-pack -c -o shards/train-%06d.tar --max-size 256M corpus/
