@@ -33,8 +33,8 @@ test $(wc -l <ranks) = 8
 =
 @ find raw/ -type f | data-pack -c -T - -o shards/train-%06d.tar --max-size 256M
 =
-@ mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-{000000..000031}.tar' --ckpt-dir ckpt
-mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-{000000..000000}.tar' --ckpt-dir ckpt $TINY_RUN
+@ mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt
+mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt $TINY_RUN
 @ allreduce-bench -b 8 -e 1G -f 2 -c 1
 allreduce-bench -b 8 -e 1M -f 2 -c 1
 @ ckpt-merge ckpt/latest -o model.safetensors
@@ -64,8 +64,8 @@ printf "one.tar\tLICENSE\ttxt\t3\none.tar\tREADME\ttxt\t7\none.tar\ta\tmd\t3\n" 
 ## gpu-train
 @ data-pack -c -o shards/train-%06d.tar --max-size 256M corpus/
 =
-@ mpirun -np 8 gpu-train --data 'shards/train-{000000..000031}.tar' --config config.json --batch 8 --seq 1024 --grad-accum 4 --lr 6e-4 --warmup 700 --steps 20000 --ckpt-dir ckpt --ckpt-every 1000 --resume --zero 1 --json > train.jsonl
-mpirun -np 8 gpu-train --data 'shards/train-{000000..000000}.tar' --config config.json --batch 2 --seq 64 --grad-accum 2 --lr 6e-4 --warmup 1 --steps 2 --ckpt-dir ckpt --ckpt-every 1 --resume --zero 1 --json > train.jsonl
+@ mpirun -np 8 gpu-train --data 'shards/train-*.tar' --config config.json --batch 8 --seq 1024 --grad-accum 4 --lr 6e-4 --warmup 700 --steps 20000 --ckpt-dir ckpt --ckpt-every 1000 --resume --zero 1 --json > train.jsonl
+mpirun -np 8 gpu-train --data 'shards/train-*.tar' --config config.json --batch 2 --seq 64 --grad-accum 2 --lr 6e-4 --warmup 1 --steps 2 --ckpt-dir ckpt --ckpt-every 1 --resume --zero 1 --json > train.jsonl
 test $(jq -s 'map(select(.event == "step")) | length' train.jsonl) = 2
 @ ckpt-merge ckpt/latest -o model/
 =
