@@ -48,6 +48,23 @@ test_expect_success 'install-deps --check agrees that nothing is missing' '
 	"$GK_TOP/scripts/install-deps" --check
 '
 
+# The commands the scripts run (sbatch-train binds ranks with numactl,
+# plot-loss draws with gnuplot and jq): each one's package is installed
+# by install-deps, not left for a user to find out on the cluster.
+if command -v dpkg >/dev/null 2>&1; then
+	test_set_prereq DPKG
+fi
+test_expect_success DPKG 'install-deps installs the commands the scripts need' '
+	"$GK_TOP/scripts/install-deps" --list | tr " " "\n" >pkgs &&
+	for c in numactl gnuplot jq srun sbatch munged; do
+		p=$(command -v "$c" || echo "/usr/sbin/$c") &&
+		pkg=$(dpkg -S "$(readlink -f "$p")" | sed "s/:.*//") &&
+		# slurm-wlm brings slurm-client, slurmctld and slurmd
+		case $pkg in slurm-client|slurmctld|slurmd) pkg=slurm-wlm ;; esac &&
+		{ grep -Fx "$pkg" pkgs || { echo "$c ($pkg) is not in install-deps"; return 1; }; } || return 1
+	done
+'
+
 test_expect_success 'every tool starts without a GPU' '
 	for t in "$GK_TOP"/bin/*.c; do
 		test -f "$t" || continue
