@@ -5,7 +5,9 @@
 #   make check SAN=1     the same under AddressSanitizer + UBSan
 #   make check-quick     unit tests, man lint, conventions, fuzz replay only
 #   make bench           benchmark drivers in tools/bench/ (slow, not in check)
-#   make demo            the README's main job on built-in data
+#   make demo            the README's main job on built-in data, kept in
+#                        ./gpukit-demo (DEMO_DIR=DIR DEMO_STEPS=N from the
+#                        command line or the environment)
 #   make install PREFIX=/usr/local DESTDIR=   (and uninstall, clean)
 #
 # Options: CUDA=0|1 MPI=0|1 (default: detect), CUDA_HOME, NCCL_HOME, MPI_HOME,
