@@ -66,6 +66,23 @@ test_expect_success 'the merged model is the last checkpoint, with its config.js
 	cmp "out dir/ckpt/latest/config.json" "out dir/model/config.json"
 '
 
+# The summary says transformers loads model/: where the test venv is
+# there (scripts/test-venv), load it and count its parameters against
+# gpu-train's.
+if test -x "$GK_PY" && "$GK_PY" -c "import transformers, torch" 2>/dev/null; then
+	test_set_prereq TRANSFORMERS
+fi
+test_expect_success TRANSFORMERS 'model/ loads as GPT2LMHeadModel, every parameter there' '
+	HF_HUB_OFFLINE=1 "$GK_PY" -c "
+import sys
+from transformers import GPT2LMHeadModel
+m = GPT2LMHeadModel.from_pretrained(sys.argv[1])
+print(sum(p.numel() for p in m.parameters()))
+" "$PWD/out dir/model" >actual &&
+	jq -r "select(.event == \"start\") | .params" "out dir/train.jsonl" >expect &&
+	test_cmp expect actual
+'
+
 test_expect_success 'the sample is the run'"'"'s sample' '
 	jq -r "select(.event == \"sample\") | .text" "out dir/train.jsonl" >expect &&
 	test -s expect &&
