@@ -16,12 +16,12 @@ test_need_python transformers
 
 # "## NAME" starts a README section (a fresh copy of the fixtures),
 # "@ CMD" is a README command and the lines after it what runs for it:
-# "=" the command itself, "skip: WHERE" for the two that another test or
-# the suite itself runs.
+# "=" the command itself, "skip: WHERE" for those another test runs (the
+# demo, a local Slurm cluster) or the suite itself.
 cat >examples <<'EOF'
 ## two-commands
 @ make demo
-skip: the demo runs in t8200
+skip: the demo runs in t8101
 @ make check
 skip: this is make check
 
@@ -130,6 +130,21 @@ mpirun --hostfile hosts -np 16 --bind-to none gpu-train --data val.bin $TINY_RUN
 @ mpirun -np 8 --rankfile ranks gpu-train ...
 gpu-topo --rankfile -n 8 > ranks
 mpirun -np 8 --rankfile ranks gpu-train --data val.bin $TINY_RUN
+
+## scripts
+@ gpu-train ... --json > train.jsonl
+gpu-train --data val.bin $TINY_RUN --steps 4 --json > train.jsonl
+@ scripts/plot-loss -o loss.png train.jsonl
+"$GK_TOP/scripts/plot-loss" -o loss.png train.jsonl
+head -c 8 loss.png | od -c | grep -q "P   N   G"
+@ eval "$(scripts/slurm-local start /tmp/slurm)"
+skip: t9100, t9101 and t9102 start local clusters (and need root)
+@ DATA='shards/train-{000000..000031}.tar' CONFIG=config.json sbatch scripts/sbatch-train
+skip: t9101 runs sbatch-train as documented on a local cluster
+@ MAX=64K sbatch -N 1 --ntasks-per-node 2 scripts/sbatch-fabric-check
+skip: t9100 runs sbatch-fabric-check with these settings on a local cluster
+@ scripts/slurm-local stop /tmp/slurm
+skip: t9100, t9101 and t9102 stop their clusters
 EOF
 
 # README.md's commands, one per line, in order.
