@@ -23,6 +23,7 @@ static const char synopsis[] =
 	"                 --heads N --vocab N --positions N] [--init-from CKPT] [--seed N]\n"
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
+	"       gpu-train --sample N [--prompt TEXT] {--init-from CKPT | --ckpt-dir DIR --resume}\n"
 	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
@@ -36,7 +37,7 @@ static const char common[] =
 /* What the command line asks for: the trainer's options and the tool's. */
 typedef struct args {
 	gk_nn_train_opts o;
-	const char *config, *metrics;
+	const char *config, *metrics, *prompt;
 	int64_t dump, sample, top_k;
 	double temperature;
 	gk_comm_setting agree[96]; /* the table's rows with .agree, for the trainer */
@@ -184,7 +185,8 @@ static const gk_optdef options[] = {
 	ENUM("precision", "KIND", o.precision, gk_nn_precision_parse, "bf16, tf32 or fp32", NOTE,
 	     "bf16", "on a GPU: bf16, tf32 or fp32"),
 	SECTION("optimizer"),
-	INT("steps", "N", o.steps, 1, I64MAX, NOTE, "1000", "steps to train, the schedule's length"),
+	INT("steps", "N", o.steps, 0, I64MAX, NOTE, "1000",
+	    "steps to train, the schedule's length (0: none)"),
 	INT("until", "N", o.until, 1, I64MAX, AGREE, NULL,
 	    "stop after step N (checkpointing), keeping the schedule"),
 	NUM("lr", "LR", o.sched.lr, 0, 10, NOTE, "6e-4", "peak learning rate"),
@@ -231,7 +233,9 @@ static const gk_optdef options[] = {
 	    "micro-batches per evaluation, 0 all"),
 	FLAG("eval-only", o.eval_only, 1, AGREE,
 	     "print the mean loss of the model on --val-data or --data"),
-	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL, "generate N tokens at the end"),
+	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL,
+	    "generate N tokens at the end (without --data: of a checkpoint)"),
+	STR("prompt", "TEXT", prompt, 1, LOCAL, "--sample after TEXT (its bytes)"),
 	NUM("temperature", "X", temperature, 0, 100, LOCAL, "1.0", "sampling temperature, 0 greedy"),
 	INT("top-k", "K", top_k, 0, 1 << 24, LOCAL, "0",
 	    "sample among the K most likely tokens, 0 all"),
@@ -646,8 +650,27 @@ static void parse_args(int argc, char **argv, args *a)
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
 	const char *eval_src = a->o.val_data ? a->o.val_data : a->o.data;
-	if (!a->o.data && !(a->o.eval_only && eval_src))
-		gk_cli_usage_error(&cli, "--data is required");
+	int steps_given = 0;
+	for (size_t i = 0; options[i].kind != GK_OPTK_END; i++)
+		steps_given |= options[i].name && !strcmp(options[i].name, "steps") && a->arg[i];
+	if (a->prompt && !a->sample)
+		gk_cli_usage_error(&cli, "--prompt starts the text of --sample: give --sample N");
+	/* a checkpoint's sample needs no data: nothing trains */
+	if (!a->o.data && !a->o.eval_only && a->sample && (a->o.init_from || a->o.resume)) {
+		if (steps_given && a->o.steps > 0)
+			gk_cli_usage_error(&cli, "--steps %" PRId64 " trains: it needs --data (without "
+					   "it, --sample samples the checkpoint)", a->o.steps);
+		a->o.steps = 0;
+	}
+	if (!a->o.data && !(a->o.eval_only && eval_src) && !(a->o.steps == 0 && a->sample))
+		gk_cli_usage_error(&cli, "--data is required%s", a->sample ? " (or a checkpoint to "
+				   "sample: --init-from CKPT, or --ckpt-dir DIR --resume)" : "");
+	if (a->o.steps == 0 && !a->o.eval_only && !a->dump && a->o.ckpt_dir && !a->o.resume)
+		gk_cli_usage_error(&cli, "--steps 0 trains nothing and writes no checkpoint: "
+				   "--ckpt-dir is read with --resume (or name a step with --init-from)");
+	if (a->o.steps == 0 && !a->o.eval_only && !a->dump && !a->sample && !a->o.val_data)
+		gk_cli_usage_error(&cli, "--steps 0 trains nothing: it evaluates --val-data, or "
+				   "samples with --sample N (or use --eval-only)");
 	if (a->o.resume && !a->o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
 	if (a->o.eval_only && a->o.init_from && a->o.resume)
@@ -664,9 +687,10 @@ static void parse_args(int argc, char **argv, args *a)
 		gk_cli_usage_error(&cli, "--dump-data prints the data from its start, without a "
 				   "model: not with %s", a->o.init_from ? "--init-from" :
 				   a->o.resume ? "--resume" : "--ckpt-dir");
-	if (a->metrics && (a->o.eval_only || a->dump))
+	if (a->metrics && (a->o.eval_only || a->dump || a->o.steps == 0))
 		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
-				   a->o.eval_only ? "--eval-only" : "--dump-data");
+				   a->o.eval_only ? "--eval-only" : a->dump ? "--dump-data" :
+				   "--steps 0");
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
@@ -761,8 +785,9 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
-	/* what changed since the checkpoint's run, a line each */
-	const char *rn = gk_nn_trainer_resume_notes(t);
+	/* what changed since the checkpoint's run, a line each (for a run
+	 * that trains) */
+	const char *rn = r->steps > 0 ? gk_nn_trainer_resume_notes(t) : NULL;
 	for (const char *nl; rank == 0 && rn; rn = nl ? nl + 1 : NULL) {
 		nl = strchr(rn, '\n');
 		fprintf(stderr, "gpu-train: note: %.*s\n",
@@ -825,7 +850,7 @@ static void print_start(gk_nn_trainer *t)
 		}
 	}
 	/* someone at a terminal may expect a run to leave something behind */
-	if (rank == 0 && !r->ckpt_dir && !r->eval_only && isatty(STDERR_FILENO))
+	if (rank == 0 && !r->ckpt_dir && !r->eval_only && r->steps > 0 && isatty(STDERR_FILENO))
 		fprintf(stderr, "gpu-train: note: no --ckpt-dir: this run keeps no checkpoint, and its "
 			"model is gone at exit\n");
 }
@@ -837,7 +862,7 @@ static int run_eval(gk_nn_trainer *t, const args *a, gk_err *err)
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	double loss;
 	int64_t nb;
-	const char *src = a->o.val_data ? a->o.val_data : a->o.data;
+	const char *src = a->o.val_data ? a->o.val_data : a->o.data; /* --steps 0: val_data */
 	if (gk_nn_trainer_eval(t, src, a->o.eval_batches, &loss, &nb, err) < 0)
 		return -1;
 	/* which checkpoint: a directory's latest may not be what the user thinks */
@@ -968,17 +993,30 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 	const gk_nn_config *cfg = gk_nn_trainer_config(t);
 	gk_nn_model *m = gk_nn_trainer_model(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
+	/* without a prompt, a sample starts as a document does: after an
+	 * end-of-text token, which it does not print */
+	int32_t *pr = NULL;
+	int np = 0;
+	size_t plen = a->prompt ? strlen(a->prompt) : 0;
+	if (a->prompt && (np = gk_nn_prompt_encode(cfg, a->prompt, plen, &pr, err)) < 0)
+		return gk_err_prefix(err, "--prompt");
 	int32_t *tok = malloc((size_t)a->sample * sizeof(int32_t));
-	if (!tok || gk_nn_sample(m, r->batch, r->seq, r->eot, (int)a->sample, a->temperature,
-				 (int)a->top_k, a->o.seed, tok, err) < 0) {
+	if (!tok || gk_nn_sample_prompt(m, r->batch, r->seq, pr ? pr : &r->eot, pr ? np : 1,
+					(int)a->sample, a->temperature, (int)a->top_k, a->o.seed,
+					tok, err) < 0) {
 		free(tok);
+		free(pr);
 		if (!err->msg[0])
 			gk_err_sys(err, ENOMEM, "sample");
 		return -1;
 	}
-	/* The byte vocabulary decodes to text; others print ids. */
-	char *txt = malloc((size_t)a->sample * 12 + 1);
+	/* The byte vocabulary decodes to text, after the prompt's; others
+	 * print ids. */
+	char *txt = malloc((size_t)a->sample * 12 + plen + 1);
 	size_t n = 0;
+	if (txt && plen)
+		memcpy(txt, a->prompt, plen);
+	n = plen;
 	for (int64_t i = 0; txt && i < a->sample; i++) {
 		if (cfg->vocab == GK_NN_BYTE_VOCAB)
 			txt[n++] = tok[i] == GK_NN_BYTE_EOT ? '\n' : (char)tok[i];
@@ -992,6 +1030,12 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 			for (int64_t i = 0; i < a->sample; i++)
 				json_array_append_new(ids, json_integer(tok[i]));
 			json_object_set_new(j, "tokens", ids);
+			if (pr) {
+				json_t *pids = json_array();
+				for (int i = 0; i < np; i++)
+					json_array_append_new(pids, json_integer(pr[i]));
+				json_object_set_new(j, "prompt", pids);
+			}
 			if (cfg->vocab == GK_NN_BYTE_VOCAB) {
 				/* bytes that are not UTF-8 become U+FFFD */
 				size_t ul;
@@ -1009,6 +1053,7 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 	}
 	free(txt);
 	free(tok);
+	free(pr);
 	return txt ? 0 : gk_err_sys(err, ENOMEM, "sample");
 }
 
@@ -1052,9 +1097,11 @@ int main(int argc, char **argv)
 		goto fail;
 	term.on = term.on && gk_nn_trainer_rank(t) == 0;
 	print_start(t);
-	if (a.o.eval_only) {
+	if (a.o.eval_only || a.o.steps == 0) {
+		/* --steps 0: the model as built or loaded, evaluated on
+		 * --val-data and sampled; nothing trained, nothing written */
 		nothing_to_save = 1;
-		if (run_eval(t, &a, &err) < 0)
+		if ((a.o.eval_only || a.o.val_data) && run_eval(t, &a, &err) < 0)
 			goto fail;
 	} else if (run_train(t, &a, &rc, &err) < 0) {
 		goto fail;

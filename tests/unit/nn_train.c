@@ -531,6 +531,37 @@ static void sampling(void)
 	/* top_k 1 keeps only the most likely: greedy at any temperature */
 	rc = gk_nn_sample(m, B, T, 10, N, 1.0, 1, 99, k1, &err);
 	ok(rc == 0 && memcmp(k1, g, sizeof(g)) == 0, "top_k 1 at temperature 1: greedy");
+
+	/* after a prompt: greedy against the same argmax loop from the
+	 * prompt's tokens, for a prompt within the window (the cache takes
+	 * it first) and one longer than the window (it slides at once) */
+	for (int plen = 5; plen <= T + 3; plen += T - 2) {
+		int32_t pr[T + 3], ph[T + 3 + N], pw[N], pg[N];
+		for (int i = 0; i < plen; i++)
+			pr[i] = (i * 37 + 11) % V;
+		memcpy(ph, pr, (size_t)plen * sizeof(int32_t));
+		len = plen;
+		rc = 0;
+		for (int i = 0; i < N && rc == 0; i++) {
+			int first = len > T ? len - T : 0;
+			const float *lg;
+			rc = gk_nn_forward_window(m, ph + first, len - first, &lg, &err);
+			int best = 0;
+			for (int v = 1; v < V; v++)
+				if (lg[v] > lg[best])
+					best = v;
+			pw[i] = best;
+			ph[len++] = best;
+		}
+		rc |= gk_nn_sample_prompt(m, B, T, pr, plen, N, 0.0, 0, 7, pg, &err);
+		ok(rc == 0 && memcmp(pw, pg, sizeof(pg)) == 0,
+		   "a prompt of %d tokens (window %d): greedy = the argmax of one-window forwards", plen,
+		   T);
+	}
+	int32_t bad[2] = {3, V};
+	ok(gk_nn_sample_prompt(m, B, T, bad, 2, N, 0.0, 0, 7, k1, &err) < 0 &&
+	   strstr(err.msg, "prompt token"), "a prompt token outside the vocabulary: refused (%s)",
+	   err.msg);
 	gk_nn_free(m);
 }
 
