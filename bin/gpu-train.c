@@ -29,7 +29,7 @@ static const char synopsis[] =
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =
 	"  --json                one JSON object per line (start, steps, summary)\n"
-	"  -q, --quiet           no per-step lines\n"
+	"  -q, --quiet           no per-step lines, no progress line on a terminal\n"
 	"  -v, --verbose         accepted, as by every tool (nothing more to say yet)\n"
 	"  -h, --help            this help\n"
 	"  --version             the version\n";
