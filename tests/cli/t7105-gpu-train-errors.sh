@@ -203,7 +203,8 @@ test_expect_success 'no data, bad numbers: usage errors' '
 '
 
 test_expect_success 'settings that cannot train: usage errors before step 1' '
-	test_expect_code 2 gpu-train $A --steps 0 &&
+	test_expect_code 2 gpu-train $A --steps 0 2>err &&
+	grep "^gpu-train: --steps 0 trains nothing: it evaluates --val-data, or samples" err &&
 	test_expect_code 2 gpu-train --eval-only --dump-data 1 --data train.bin $TINY &&
 	test_expect_code 2 gpu-train --dump-data 1 --data train.bin --seq 16 --ckpt-dir ck --resume 2>err &&
 	grep "^gpu-train: --dump-data prints the data from its start, without a model: not with --resume" err &&
