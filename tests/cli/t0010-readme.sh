@@ -72,6 +72,9 @@ test $(jq -s 'map(select(.event == "step")) | length' train.jsonl) = 2
 "$GK_PY" -c 'import transformers; transformers.GPT2LMHeadModel.from_pretrained("model")'
 @ gpu-train --eval-only --init-from ckpt --data val.bin --seq 1024
 gpu-train --eval-only --init-from ckpt --data val.bin --seq 64
+@ gpu-train --init-from ckpt --sample 200 --prompt 'int main(' --temperature 0
+gpu-train --init-from ckpt --sample 200 --prompt 'int main(' --temperature 0 >sample.txt
+grep "^int main(" sample.txt
 
 ## mem-estimate
 @ mem-estimate --config config.json --dp 8 --zero 3 --recompute selective --explain
