@@ -541,10 +541,11 @@ char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tai
  * gk_optable_set into the struct at base. A bad argument is a usage error
  * (exit 2); no memory, or a default that does not parse (a defect of the
  * table), exit 1. An unknown option names the nearest ones
- * (gk_optable_suggest). With GK_OPTABLE_SHORT_NAMES a message names a row by its
- * short name when it has one ("-b '12Q': ..."). args, when not NULL, gets
- * each row's argument as given, by row index ("" for a flag; untouched
- * for a row not given). Returns the index of the first operand.
+ * (gk_optable_suggest). With GK_OPTABLE_SHORT_NAMES a message names a
+ * row by its short name when it has one and the user typed it ("-b
+ * '12Q': ..."). args, when not NULL, gets each row's argument as given,
+ * by row index ("" for a flag; untouched for a row not given). Returns
+ * the index of the first operand.
  */
 enum { GK_OPTABLE_SHORT_NAMES = 1 };
 int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int argc,

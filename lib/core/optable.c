@@ -503,7 +503,11 @@ int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int
 				exit(gk_cli_fail(cli, &err));
 			char name[72];
 			int n = snprintf(name, sizeof(name), "--%s", d->name);
-			if ((flags & GK_OPTABLE_SHORT_NAMES) && d->short_name &&
+			/* the short name, unless the long one was typed */
+			int typed_long = strncmp(argv[optind - 1], "--", 2) == 0 ||
+					 (optind >= 2 && argv[optind - 1] == optarg &&
+					  strncmp(argv[optind - 2], "--", 2) == 0);
+			if ((flags & GK_OPTABLE_SHORT_NAMES) && d->short_name && !typed_long &&
 			    strncmp(err.msg, name, (size_t)n) == 0)
 				gk_cli_usage_error(cli, "-%c%s", d->short_name, err.msg + n);
 			gk_cli_usage_error(cli, "%s", err.msg);

@@ -54,4 +54,17 @@ test_expect_success 'allreduce-bench, ckpt-merge, ckpt-shard' '
 	expect_hint ckpt-shard --dryrun "unrecognized option '\''--dryrun'\''; did you mean --dry-run?"
 '
 
+test_expect_success 'a bad argument is named as it was typed, long or short' '
+	test_expect_code 2 allreduce-bench --minbytes 1Q 2>err &&
+	grep "^allreduce-bench: --minbytes .1Q.: unknown unit" err &&
+	test_expect_code 2 allreduce-bench --minbytes=1Q 2>err &&
+	grep "^allreduce-bench: --minbytes .1Q.: unknown unit" err &&
+	test_expect_code 2 allreduce-bench -b 1Q 2>err &&
+	grep "^allreduce-bench: -b .1Q.: unknown unit" err &&
+	test_expect_code 2 allreduce-bench -b1Q 2>err &&
+	grep "^allreduce-bench: -b .1Q.: unknown unit" err &&
+	test_expect_code 2 gpu-train --batch 0 2>err &&
+	grep "^gpu-train: --batch .0.: " err
+'
+
 test_done
