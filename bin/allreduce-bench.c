@@ -225,7 +225,7 @@ static const gk_optdef options[] = {
 	CUSTOM("timeout", 'T', "SECONDS", cfg.timeout, parse_timeout,
 	       "fail a call with no progress this long, 0 never ("
 	       XSTR(GK_COMM_DEFAULT_TIMEOUT) ")"),
-	SECTION("nccl-tests' other options: the values that mean what runs here"),
+	SECTION("nccl-tests' other options (only the values that mean what runs here)"),
 	NCCL_ONLY("nthreads", 't', "N", "only 1: one thread per rank"),
 	NCCL_ONLY("ngpus", 'g', "N", "only 1: one GPU per rank"),
 	NCCL_ONLY("agg_iters", 'm', "N", "only 1: one collective per iteration"),
