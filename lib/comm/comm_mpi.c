@@ -81,13 +81,13 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
 static void silent_ranks(mpi_state *st)
 {
 	int n = st->world, me = st->rank, left = n - 1;
-	MPI_Request *rq = calloc(2 * (size_t)n, sizeof *rq);
+	MPI_Request *rq = malloc(2 * (size_t)n * sizeof *rq);
 	st->silent[0] = '\0';
+	for (int p = 0; rq && p < 2 * n; p++)
+		rq[p] = MPI_REQUEST_NULL;
 	if (!rq || !st->heard || !st->hosts)
 		goto out;
 	st->token = me;
-	for (int p = 0; p < 2 * n; p++)
-		rq[p] = MPI_REQUEST_NULL;
 	for (int p = 0; p < n; p++)
 		if (p != me &&
 		    (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[p]) ||
