@@ -156,7 +156,7 @@ static const gk_optdef options[] = {
 	    "initialisation, shuffle and sampling seed"),
 	SECTION("data"),
 	STR("data", "SRC", o.data, 0, AGREE,
-	    "shards ('train-{000000..000031}.tar', a manifest) or .bin token files"),
+	    "shards ('train-{000000..000031}.tar', 'shards/*.tar', a directory, a manifest) or .bin token files"),
 	STR("val-data", "SRC", o.val_data, 0, AGREE, "data for --eval-every and the end of the run"),
 	ENUM("shuffle", "on|none", o.shuffle, parse_shuffle, "on or none", KEEP, "on",
 	     "shard and window shuffle"),

@@ -46,6 +46,15 @@ typedef struct gk_ckpt_set {
 	size_t n;
 	uint64_t bytes;   /* sum of entry bytes */
 	gk_strlist steps; /* the training step directories read (gk_ckpt_verify_set) */
+	/*
+	 * The model's config.json from the directories read (a step
+	 * directory, a Hugging Face directory): written beside a directory
+	 * output so that it loads with from_pretrained. NULL when none had
+	 * one; config_other names a second input's that differs (an error
+	 * only when a directory is written).
+	 */
+	char *config, *config_from, *config_other;
+	size_t config_len;
 } gk_ckpt_set;
 
 /*

@@ -291,11 +291,45 @@ out:
 	return rc;
 }
 
+/*
+ * Keep dir's config.json, if it has one: the first one read, and the name
+ * of another input's that differs from it.
+ */
+static int add_config(gk_ckpt_set *s, const char *dir, gk_err *err)
+{
+	char *p = join(dir, GK_CKPT_CONFIG), *c;
+	size_t len;
+	if (!p)
+		return gk_err_sys(err, ENOMEM, "open '%s'", dir);
+	if (access(p, F_OK) < 0 && errno == ENOENT) {
+		free(p);
+		return 0;
+	}
+	if (gk_read_file(p, 16u << 20, &c, &len, err)) {
+		free(p);
+		return -1;
+	}
+	if (!s->config) {
+		s->config = c;
+		s->config_len = len;
+		s->config_from = p;
+		return 0;
+	}
+	if (!s->config_other && (len != s->config_len || memcmp(c, s->config, len)))
+		s->config_other = p;
+	else
+		free(p);
+	free(c);
+	return 0;
+}
+
 static int add_input(builder *b, const char *in, gk_err *err)
 {
 	struct stat st;
 	if (stat(in, &st) < 0)
 		return gk_err_sys(err, errno, "open '%s'", in);
+	if (S_ISDIR(st.st_mode) && add_config(b->s, in, err))
+		return -1;
 	if (!S_ISDIR(st.st_mode)) {
 		size_t num;
 		if (gk_str_ends(in, ".json"))
@@ -331,7 +365,7 @@ static int add_input(builder *b, const char *in, gk_err *err)
 		snprintf(name, sizeof(name), GK_CKPT_STEP_FMT, step);
 		if (!(p = join(in, name)))
 			return gk_err_sys(err, ENOMEM, "open '%s'", in);
-		r = add_step_dir(b, p, err);
+		r = add_config(b->s, p, err) ? -1 : add_step_dir(b, p, err);
 		free(p);
 		return r;
 	}
@@ -893,6 +927,9 @@ void gk_ckpt_close(gk_ckpt_set *s)
 	for (size_t i = 0; i < s->nfiles; i++)
 		gk_st_close(s->files[i]);
 	gk_strlist_free(&s->steps);
+	free(s->config);
+	free(s->config_from);
+	free(s->config_other);
 	free(s->files);
 	free(s->e);
 	free(s);

@@ -284,6 +284,25 @@ static int dir_state(const char *dir, gk_err *err)
 	return 0;
 }
 
+/*
+ * The inputs' config.json beside the tensors, so that the directory loads
+ * with transformers' from_pretrained as it is. Inputs that disagree on it
+ * make no such directory: which model is it?
+ */
+static int write_config(const gk_ckpt_set *s, const char *stage, gk_err *err)
+{
+	if (s->config_other)
+		return gk_errf(err, "'%s' and '%s' differ: the inputs are not one model "
+			       "(merge into a file, or remove one config.json)",
+			       s->config_from, s->config_other);
+	char *path = gk_ckpt_join(stage, GK_CKPT_CONFIG);
+	if (!path)
+		return gk_err_sys(err, ENOMEM, "write config");
+	int rc = gk_atomic_write_file(path, s->config, s->config_len, 0666, err);
+	free(path);
+	return rc;
+}
+
 int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		      const char *dir, const gk_ckpt_write_opts *o,
 		      gk_err *err)
@@ -305,15 +324,15 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	 * Killed by a signal: the handler removes paths in slot order, so the
 	 * files are registered before the directory that holds them.
 	 */
-	int *slots = malloc((p->n + 2) * sizeof(int));
+	int *slots = malloc((p->n + 3) * sizeof(int));
 	if (!slots) {
 		rmdir(stage);
 		return gk_err_sys(err, ENOMEM, "output '%s'", dir);
 	}
 	size_t nslots = 0;
-	for (size_t k = 0; k <= p->n; k++) {
+	for (size_t k = 0; k <= p->n + 1; k++) {
 		snprintf(path, sizeof(path), "%s/%s", stage,
-			 k < p->n ? p->f[k].name : GK_CKPT_INDEX);
+			 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
 		slots[nslots++] = gk_cleanup_on_signal(path);
 	}
 	slots[nslots++] = gk_cleanup_on_signal(stage);
@@ -328,6 +347,11 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		rc = gk_ckpt_index_write(s, p, stage, err);
 		gk_cleanup_forget(extra);
 	}
+	if (!rc && s->config) {
+		int extra = gk_cleanup_on_signal(stage);
+		rc = write_config(s, stage, err);
+		gk_cleanup_forget(extra);
+	}
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/.", stage);
 		rc = gk_fsync_parent(path, err);
@@ -337,9 +361,9 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	if (!rc)
 		rc = gk_fsync_parent(dir, err);
 	if (rc) {
-		for (size_t k = 0; k <= p->n; k++) {
+		for (size_t k = 0; k <= p->n + 1; k++) {
 			snprintf(path, sizeof(path), "%s/%s", stage,
-				 k < p->n ? p->f[k].name : GK_CKPT_INDEX);
+				 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
 			unlink(path);
 		}
 		rmdir(stage);
@@ -361,6 +385,13 @@ int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
 
 	if (one && !out)
 		return gk_errf(err, "one output file: no name given");
+	/*
+	 * -o DIR/ (or an existing directory): a Hugging Face directory of one
+	 * file, model.safetensors, with the inputs' config.json.
+	 */
+	struct stat st;
+	int todir = one && strcmp(out, "-") &&
+		    (out[strlen(out) - 1] == '/' || (stat(out, &st) == 0 && S_ISDIR(st.st_mode)));
 	if (!o->dry_run && gk_ckpt_verify_set(s, err))
 		return -1;
 	if (gk_ckpt_set_dtype(s, o->dtype, o->keep_f32, o->nkeep, err))
@@ -368,7 +399,7 @@ int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
 	rc = o->max_size ? gk_ckpt_plan_size(s, o->max_size, &p, err)
 	     : o->shards ? gk_ckpt_plan_count(s, o->shards, &p, err)
 	     : o->ranks  ? gk_ckpt_plan_ranks(s, o->ranks, o->slice, &p, err)
-			 : gk_ckpt_plan_one(s, out, &p, err);
+			 : gk_ckpt_plan_one(s, todir ? GK_CKPT_SINGLE : out, &p, err);
 	if (rc)
 		return -1;
 	if (o->dry_run) {
@@ -376,7 +407,7 @@ int gk_ckpt_reshard(gk_ckpt_set *s, const gk_ckpt_reshard_opts *o,
 		return 0;
 	}
 	gk_progress_start(&pr, o->progress, s->bytes, 1, NULL, o->progress != NULL);
-	rc = one ? gk_ckpt_write_file(s, &p, 0, out, &wo, err)
+	rc = one && !todir ? gk_ckpt_write_file(s, &p, 0, out, &wo, err)
 		 : gk_ckpt_write_dir(s, &p, out, &wo, err);
 	gk_progress_finish(&pr);
 	gk_ckpt_plan_free(&p);

@@ -242,22 +242,38 @@ void gk_map_unwatch(const void *p);
 /* ---- progress ----------------------------------------------------------------- */
 
 /*
- * A one-line progress meter on stderr, redrawn at most 10 times a second:
+ * A one-line progress meter on stderr, redrawn in place at most 4 times a
+ * second, whatever the number of updates (GK_PROGRESS_REDRAW):
  *   "data-pack: 1.20 GiB / 4.00 GiB  30%  512 MiB/s  ETA 0:06"
  * Enabled only when `enabled` (the tool passes !quiet) and stderr is a tty.
  * total 0 means unknown (no percentage or ETA). bytes selects size units,
  * else items ("1200 / 4000 samples").
  */
+enum { GK_PROGRESS_TTY = 1, GK_PROGRESS_LINES = 2 };
+#define GK_PROGRESS_REDRAW 0.25 /* seconds between redraws on a terminal */
 typedef struct gk_progress {
 	const char *label, *unit; /* unit for items, e.g. "samples" */
 	uint64_t total, done;
-	int bytes, on;
+	int bytes, on;            /* on: 0, GK_PROGRESS_TTY or GK_PROGRESS_LINES */
 	double start, last;
+	double every;             /* GK_PROGRESS_LINES: seconds between lines */
+	int drawn;                /* lines or redraws so far */
+	FILE *out;                /* NULL: stderr */
 } gk_progress;
 
 void gk_progress_start(gk_progress *p, const char *label, uint64_t total,
 		       int bytes, const char *unit, int enabled);
+/*
+ * After start: when stderr is not a terminal (a log, a pipe), print the
+ * same text as plain lines, one every `every` seconds at most (the first
+ * after `every`), and a last one at finish when any was printed: a long
+ * job shows in its log, a short one leaves stderr empty. Nothing when
+ * start was not enabled.
+ */
+void gk_progress_lines(gk_progress *p, int enabled, double every);
 void gk_progress_update(gk_progress *p, uint64_t done);
+/* update at the given time (gk_now()'s clock); for tests. */
+void gk_progress_update_at(gk_progress *p, uint64_t done, double now);
 void gk_progress_finish(gk_progress *p);
 /* The text of the line for the given state (what update draws); for tests. */
 char *gk_progress_format(const gk_progress *p, uint64_t done, double elapsed,

@@ -143,8 +143,8 @@ test_expect_success 'a root is one step: the step read is the step checked' '
 '
 
 # Removed after opening COMMIT: found by gk_ckpt_open, which reads the
-# files COMMIT lists; after config.json (which only the check reads): by
-# the check.
+# files COMMIT lists; after optim.safetensors (which only the check reads):
+# by the check.
 test_expect_success 'a step removed while it is read is reported as removed' '
 	rm -rf p && cp -R r p &&
 	ln -sfn step-00000001 p/latest &&
@@ -156,7 +156,7 @@ test_expect_success 'a step removed while it is read is reported as removed' '
 	rm -rf p && cp -R r p &&
 	ln -sfn step-00000001 p/latest &&
 	echo "ckpt-merge: checkpoint '\''p/step-00000001'\'': removed while being read (by ckpt-prune?)" >expect &&
-	test_expect_code 1 shimmed config.json \
+	test_expect_code 1 shimmed optim.safetensors \
 		"mv p/step-00000001 p/.deleting-step-00000001.1 && rm -r p/.deleting-step-00000001.1" \
 		ckpt-merge -q --check p/latest 2>err &&
 	test_cmp expect err

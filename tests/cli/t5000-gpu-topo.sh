@@ -62,7 +62,7 @@ test_expect_success '-m, --matrix and nvidia-smi'\''s "topo -m" print the same m
 	gpu-topo -i "$T" topo -m >topo &&
 	test_cmp expect topo &&
 	test_expect_code 2 gpu-topo -i "$T" -m --json 2>err &&
-	grep "^gpu-topo: -m, --json, --pairs, --binding, --rankfile and --explain exclude each other$" err &&
+	grep "^gpu-topo: -m, --json, --pairs, --binding, --rankfile, --explain and --health exclude each other$" err &&
 	test_expect_code 2 gpu-topo -i "$T" topo --pairs 2>err &&
 	grep "^gpu-topo: .topo. is nvidia-smi.s word for the matrix: drop it, or use -m alone$" err &&
 	test_expect_code 2 gpu-topo -i "$T" topology 2>err &&

@@ -1,8 +1,9 @@
 #!/bin/sh
 test_description='gpu-train checkpoints in transformers
 
-A trained checkpoint, merged with ckpt-merge, loads as
-transformers.GPT2LMHeadModel with gpu-train'"'"'s config.json, and its mean
+A trained checkpoint, merged with ckpt-merge into a directory (-o hf/,
+which carries the step'"'"'s config.json), loads as
+transformers.GPT2LMHeadModel as it is, and its mean
 cross-entropy over the windows gpu-train(1) documents equals
 gpu-train --eval-only on the same tokens; a checkpoint written by
 transformers loads in gpu-train (--init-from) with the same loss.'
@@ -33,9 +34,35 @@ PYEOF
 test_expect_success 'train a little, merge the checkpoint' '
 	train_data &&
 	gpu-train --data train.bin $TINY --batch 4 --steps 8 -q --ckpt-dir ck &&
-	mkdir hf &&
-	ckpt-merge -q ck/latest -o hf/model.safetensors &&
-	cp ck/latest/config.json hf/
+	ckpt-merge -q ck/latest -o hf/ &&
+	ls hf >files &&
+	printf "%s\n" config.json model.safetensors >expect &&
+	test_cmp expect files &&
+	cmp ck/latest/config.json hf/config.json
+'
+
+test_expect_success 'sharded (--max-size) and rank (ckpt-shard --ranks) directories carry it too' '
+	ckpt-merge -q ck/latest --max-size 40K -o hfs &&
+	cmp ck/latest/config.json hfs/config.json &&
+	ckpt-shard -q ck/latest --ranks 2 -o ranks/ &&
+	cmp ck/latest/config.json ranks/config.json &&
+	"$GK_PY" -c "
+import sys, transformers
+for d in sys.argv[1:]:
+    transformers.GPT2LMHeadModel.from_pretrained(d)
+" hfs ranks
+'
+
+test_expect_success 'inputs with different config.json make no directory, a file is still made' '
+	cp -r hfs other &&
+	sed "s/\"n_layer\"/\"n_layer_changed\"/" hfs/config.json >other/config.json &&
+	! cmp hfs/config.json other/config.json &&
+	test_expect_code 1 ckpt-merge -q hfs other -o both/ 2>err &&
+	grep "config.json.* differ: the inputs are not one model" err &&
+	! test -e both &&
+	ckpt-merge -q hfs other -o both.safetensors &&
+	ckpt-merge -q hfs hfs -o same/ &&
+	cmp hfs/config.json same/config.json
 '
 
 test_expect_success 'GPT2LMHeadModel gives the loss gpu-train --eval-only gives' '

@@ -104,7 +104,8 @@ test_expect_success 'missing and corrupt shards' '
 	test_expect_code 1 gpu-train --data cut.tar $TINY --steps 1 2>err &&
 	grep "^gpu-train: .*cut.tar" err &&
 	test_expect_code 1 gpu-train --data corpus $TINY --steps 1 2>err &&
-	grep "^gpu-train: open .corpus.: Is a directory$" err &&
+	echo "gpu-train: shard list: directory '\''corpus'\'' holds no shards (*.tar, *.tar.lz4); its files are no shards: pack them first (data-pack -c -o SHARDS/train-%06d.tar corpus)" >want &&
+	test_cmp want err &&
 	test -f s.idx &&
 	test_expect_code 1 gpu-train --data s.idx $TINY --steps 1 2>err &&
 	echo "gpu-train: '"'"'s.idx'"'"' is a shard'"'"'s index, not a shard: name the shard beside it" >want &&
