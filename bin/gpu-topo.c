@@ -12,13 +12,15 @@
 #include "topo/topo.h"
 
 static const char usage[] =
-	"usage: gpu-topo [-qv] [-i file.xml] [--json | --pairs]\n"
+	"usage: gpu-topo [-qv] [-i file.xml] [-m | --json | --pairs]\n"
+	"       gpu-topo topo -m     (nvidia-smi's spelling of the matrix)\n"
 	"       gpu-topo [-i file.xml] --binding [-n ranks] [--rank r] [--env | --numactl]\n"
 	"       gpu-topo [-i file.xml] --rankfile [--hosts host,...] [-n ranks]\n"
 	"       gpu-topo [-i file.xml] --explain dev1 dev2\n"
 	"       gpu-topo --health [--metrics FILE]\n"
 	"\n"
 	"  -i, --input FILE        an hwloc XML topology (lstopo --of xml) instead of this machine\n"
+	"  -m, --matrix            the link matrix of nvidia-smi topo -m (the default)\n"
 	"      --json              devices, pairs, NUMA nodes and warnings as JSON\n"
 	"      --pairs             one TSV line per device pair\n"
 	"      --binding           GPU, NIC, NUMA node and cores for each local rank (TSV)\n"
@@ -45,6 +47,7 @@ static const struct option longopts[] = {
 	GK_CLI_LONGOPTS,
 	GK_CLI_LONGOPT_JSON,
 	{"input", required_argument, NULL, 'i'},
+	{"matrix", no_argument, NULL, 'm'},
 	{"pairs", no_argument, NULL, OPT_PAIRS},
 	{"binding", no_argument, NULL, OPT_BINDING},
 	{"ranks-per-node", required_argument, NULL, 'n'},
@@ -115,16 +118,17 @@ int main(int argc, char **argv)
 	gk_cli cli;
 	gk_err err;
 	const char *input = NULL, *hosts = NULL, *explain = NULL, *metrics = NULL;
-	int pairs = 0, binding = 0, rankfile = 0, fmt = GK_BIND_TSV, ranks = 0, rank = -1;
+	int matrix = 0, pairs = 0, binding = 0, rankfile = 0, fmt = GK_BIND_TSV, ranks = 0, rank = -1;
 	int check = 0;
 
 	gk_cli_init(&cli, "gpu-topo", usage);
 	int opt;
-	while ((opt = getopt_long(argc, argv, "hqvi:n:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "hqvi:mn:", longopts, NULL)) != -1) {
 		if (gk_cli_common(&cli, opt))
 			continue;
 		switch (opt) {
 		case 'i': input = optarg; break;
+		case 'm': matrix = 1; break;
 		case 'n': ranks = (int)gk_cli_i64(&cli, "--ranks-per-node", optarg, 1, 4096); break;
 		case OPT_PAIRS: pairs = 1; break;
 		case OPT_BINDING: binding = 1; break;
@@ -139,11 +143,19 @@ int main(int argc, char **argv)
 		default: gk_cli_usage_error(&cli, "unexpected option");
 		}
 	}
+	/* "gpu-topo topo -m": nvidia-smi's subcommand word, for the matrix alone */
+	if (!explain && optind < argc && strcmp(argv[optind], "topo") == 0) {
+		if (cli.json || pairs || binding || rankfile || check)
+			gk_cli_usage_error(&cli, "'topo' is nvidia-smi's word for the matrix: "
+					   "drop it, or use -m alone");
+		matrix = 1;
+		optind++;
+	}
 	if (explain ? argc - optind != 1 : optind != argc)
 		gk_cli_usage_error(&cli, explain ? "--explain needs two devices" : "unexpected argument '%s'",
 				   argv[optind]);
-	if (cli.json + pairs + binding + rankfile + !!explain + check > 1)
-		gk_cli_usage_error(&cli, "--json, --pairs, --binding, --rankfile, --explain and "
+	if (matrix + cli.json + pairs + binding + rankfile + !!explain + check > 1)
+		gk_cli_usage_error(&cli, "-m, --json, --pairs, --binding, --rankfile, --explain and "
 				   "--health exclude each other");
 	if (metrics && !check)
 		gk_cli_usage_error(&cli, "--metrics goes with --health");

@@ -556,14 +556,36 @@ char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tai
  * through gk_cli_common (--json among them), each row's argument through
  * gk_optable_set into the struct at base. A bad argument is a usage error
  * (exit 2); no memory, or a default that does not parse (a defect of the
- * table), exit 1. With GK_OPTABLE_SHORT_NAMES a message names a row by its
- * short name when it has one ("-b '12Q': ..."). args, when not NULL, gets
- * each row's argument as given, by row index ("" for a flag; untouched
- * for a row not given). Returns the index of the first operand.
+ * table), exit 1. An unknown option names the nearest ones
+ * (gk_optable_suggest). With GK_OPTABLE_SHORT_NAMES a message names a
+ * row by its short name when it has one and the user typed it ("-b
+ * '12Q': ..."). args, when not NULL, gets each row's argument as given,
+ * by row index ("" for a flag; untouched for a row not given). Returns
+ * the index of the first operand.
  */
 enum { GK_OPTABLE_SHORT_NAMES = 1 };
 int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int argc,
 		     char **argv, const char **args);
+/*
+ * What an unknown option was probably meant to be: given as typed
+ * ("--batch_size=8"); the names (without dashes, from the table and the
+ * common options) go to names, at most max; returns how many, 0 when
+ * nothing is near. The first rule that finds a name decides:
+ *   1. the same name once '_' is '-' and case is ignored (--grad_accum)
+ *   2. the names it abbreviates (an abbreviation of several: --s)
+ *   3. a name other tools (PyTorch, Hugging Face, Megatron-LM, nanoGPT,
+ *      llm.c) give the option, where the table has it (--learning-rate:
+ *      --lr; --n-embd: --hidden; --train-iters: --steps)
+ *   4. the longest name that is a whole run of its dash-separated words,
+ *      or its start (--batch-size: --batch; --num-layers: --layers;
+ *      --lr-rate: --lr; --micro-batch-size: --micro-batch)
+ *   5. the nearest names by edit distance (a letter inserted, deleted,
+ *      replaced, or two neighbours swapped), within 1 edit for up to 4
+ *      letters and 2 beyond, and fewer edits than the name has letters
+ * gk_optable_parse says them after an unknown option ("unrecognized option
+ * '--batch_size'; did you mean --batch?").
+ */
+int gk_optable_suggest(const gk_optdef *t, const char *given, const char **names, int max);
 /* Every row's default into the struct at base (-1 when one does not parse:
  * a defect of the table). */
 int gk_optable_defaults(const gk_optdef *t, void *base, gk_err *err);
