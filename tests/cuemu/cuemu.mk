@@ -1,0 +1,71 @@
+# cuemu.mk - the CUDA backend on the CPU (tests/cuemu; doc/DESIGN.md,
+# "Running the CUDA backend without a GPU"), included by the Makefile.
+#
+#   make check-cuemu    the device unit tests against the emulation, with
+#                       blocks and threads in forward and in reverse order
+#
+# The .cu files are compiled as host C++ by g++ after launch-rewrite has
+# turned their <<<>>> launches into calls; the rest of the library is this
+# configuration's own objects. The tests link libcuemu.so (the fake CUDA
+# runtime, cuBLASLt and NCCL, and the kernel executor) in place of the
+# static cudart; libcuda.so.1, libcublasLt.so.13 and libnccl.so.2 are
+# links to it next to it, which the library's dlopen calls find through
+# the tests' run path. Needs a CUDA build (CUDA=1: the toolkit's headers).
+
+CUEMU_B := $(B)/cuemu
+CUEMU_LIBDIR := $(CUEMU_B)/lib
+CUEMU_SO := $(CUEMU_LIBDIR)/libcuemu.so
+CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.13 libnccl.so.2)
+CUEMU_LIB := $(CUEMU_B)/libgpukit.a
+# The unit tests with device parts: they skip those without a GPU, and
+# run them here.
+CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
+CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS))
+CUEMU_SRC := $(wildcard tests/cuemu/*.cc)
+CUEMU_CXX ?= g++
+CUEMU_INC := -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+CUEMU_CXXFLAGS := -std=c++17 $(WARN) -D_GNU_SOURCE -ffp-contract=off $(CFLAGS) \
+	$(if $(filter 1,$(SAN)),$(SANFLAGS))
+ifeq ($(WERROR),1)
+CUEMU_CXXFLAGS += -Werror
+endif
+# the emulation's cuda_runtime.h first: it includes the toolkit's
+CUEMU_KFLAGS := $(CUEMU_CXXFLAGS) -Itests/cuemu/include -Ilib $(CUEMU_INC) -DGK_HAVE_CUDA=1 \
+	-DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0)
+CUEMU_KOBJ := $(patsubst %.cu,$(CUEMU_B)/%.cu.o,$(wildcard lib/*/*.cu))
+
+$(CUEMU_B)/%.cu.cc: %.cu tests/cuemu/launch-rewrite
+	@mkdir -p $(@D)
+	$(call quiet,GEN,$@)tests/cuemu/launch-rewrite $< > $@.tmp && mv $@.tmp $@
+
+$(CUEMU_B)/%.cu.o: $(CUEMU_B)/%.cu.cc tests/cuemu/cuemu.h tests/cuemu/include/cuda_runtime.h $(FLAGS_STAMP)
+	$(call quiet,CXX,$@)$(CUEMU_CXX) $(CUEMU_KFLAGS) -MMD -MP -c -o $@ $<
+
+$(CUEMU_SO): $(CUEMU_SRC) tests/cuemu/cuemu.h tests/cuemu/internal.h $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(call quiet,CXX,$@)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) $(CUEMU_INC) -fPIC -shared -Wl,-soname,libcuemu.so \
+		-o $@ $(CUEMU_SRC) -ldl
+
+$(CUEMU_LINKS): $(CUEMU_SO)
+	@ln -sf libcuemu.so $@
+
+$(CUEMU_LIB): $(filter-out %.cu.o,$(LIB_OBJ)) $(CUEMU_KOBJ)
+	@rm -f $@
+	$(QUIET_AR)$(AR) rcs $@ $^
+
+$(CUEMU_B)/tests/unit/%: $(B)/tests/unit/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	@mkdir -p $(@D)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
+
+-include $(CUEMU_KOBJ:.o=.d)
+
+.PHONY: check-cuemu
+ifeq ($(HAVE_CUDA),1)
+check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS)
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT)) emulated device tests in forward order)CUEMU_ORDER=forward $(PROVE) $(CUEMU_UNIT)
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT)) emulated device tests in reverse order)CUEMU_ORDER=reverse $(PROVE) $(CUEMU_UNIT)
+else
+check-cuemu:
+	@echo "check-cuemu: skipped: this configuration is built without CUDA (the emulation needs its headers)"
+endif
