@@ -20,7 +20,8 @@ CUEMU_LIB := $(CUEMU_B)/libgpukit.a
 # The unit tests with device parts: they skip those without a GPU, and
 # run them here.
 CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
-CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS))
+# and the emulation's own test of the defects it must catch
+CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) $(CUEMU_B)/tests/cuemu/selftest
 CUEMU_SRC := $(wildcard tests/cuemu/*.cc)
 CUEMU_CXX ?= g++
 CUEMU_INC := -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
@@ -58,7 +59,12 @@ $(CUEMU_B)/tests/unit/%: $(B)/tests/unit/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_
 	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
 		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
 
--include $(CUEMU_KOBJ:.o=.d)
+$(CUEMU_B)/tests/cuemu/selftest.cu.o: CUEMU_KFLAGS += -Itests/unit
+$(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO) | $(CUEMU_LINKS)
+	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
+		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR))
+
+-include $(CUEMU_KOBJ:.o=.d) $(CUEMU_B)/tests/cuemu/selftest.cu.d
 
 .PHONY: check-cuemu
 ifeq ($(HAVE_CUDA),1)

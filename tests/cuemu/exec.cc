@@ -105,8 +105,8 @@ struct block_run {
 #endif
 };
 
-thread_local block_run *running;
-thread_local std::vector<char *> stack_pool;
+thread_local block_run *running CUEMU_TLS;
+thread_local std::vector<char *> stack_pool CUEMU_TLS;
 
 char *stack_get()
 {
