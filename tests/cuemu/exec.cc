@@ -379,6 +379,7 @@ void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 		set_error(cudaErrorInvalidConfiguration);
 		return;
 	}
+	module_load((const void *)body, at.kernel);
 	launch_rec L = {at, grid, block, body, closure, destroy, shared_lo, shared_hi};
 	if (enqueue(s, [L]() {
 		    run_grid(L);

@@ -30,6 +30,17 @@ cudaError_t set_error(cudaError_t e);
  * a synchronisation needs it. what names it in messages. */
 cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what);
 
+/*
+ * Before the first launch of a kernel (key: one per kernel): the CUDA
+ * runtime loads kernels when first launched (CUDA_MODULE_LOADING=LAZY,
+ * the default since CUDA 12.2), and loading "might require context
+ * synchronization" (CUDA programming guide, "Lazy Loading"). Here it
+ * always does: the device is drained, and a host function queued on a
+ * stream (which may wait for the launching thread) is a deadlock on a
+ * GPU, reported as one.
+ */
+void module_load(const void *key, const char *kernel);
+
 /* 1 when [p, p+n) lies inside one live device allocation. */
 int device_range(const void *p, size_t n);
 /* 1 when p is inside a device allocation (any extent). */

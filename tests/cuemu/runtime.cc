@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "internal.h"
@@ -118,17 +119,16 @@ void drain_all()
 		run_until_empty(all[cuemu::permute(k, all.size(), 7)]);
 }
 
-struct host_fn_mark {};
-thread_local int host_fn_blocked;
+/* The name of a queued host function, which marks it: a query never
+ * runs one, and a lazy load finds it. */
+const char host_fn_mark[] = "cudaLaunchHostFunc";
 
 int step(CUstream_st *s, int stop_at_host)
 {
 	if (s->q.empty())
 		return 0;
-	if (stop_at_host && s->what.front() == (const char *)&host_fn_blocked) {
-		host_fn_blocked = 1;
+	if (stop_at_host && s->what.front() == host_fn_mark)
 		return 0;
-	}
 	std::function<void()> fn = std::move(s->q.front());
 	s->q.pop_front();
 	s->what.pop_front();
@@ -244,6 +244,25 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what)
 	st->q.push_back(std::move(fn));
 	st->what.push_back(what);
 	return cudaSuccess;
+}
+
+void module_load(const void *key, const char *kernel)
+{
+	static std::set<const void *> loaded;
+	std::lock_guard<std::recursive_mutex> g(mu);
+	if (!loaded.insert(key).second)
+		return;
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (CUstream_st *st : all)
+		for (const char *w : st->what)
+			if (w == host_fn_mark)
+				fail("the first launch of kernel %s loads it, which waits for the device "
+				     "(lazy loading, CUDA's default), while stream %llu holds a host "
+				     "function that may wait for this thread: a deadlock on a GPU "
+				     "(launch the kernel once before, or CUDA_MODULE_LOADING=EAGER)",
+				     kernel, (unsigned long long)st->id);
+	drain_all();
 }
 
 int device_range(const void *p, size_t n)
@@ -537,7 +556,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 	legacy_order(st);
 	st->q.push_back([=]() { fn(arg); });
 	/* marked, so that a query never runs it: it may wait for the host */
-	st->what.push_back((const char *)&host_fn_blocked);
+	st->what.push_back(host_fn_mark);
 	return cudaSuccess;
 }
 
@@ -592,7 +611,6 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 		return cudaSuccess;
 	/* progress, but never into a host function (it may be waiting for
 	 * this very thread) */
-	host_fn_blocked = 0;
 	if (reach(ev, ev->recorded, ev->stream, 1))
 		return cudaSuccess;
 	/* as the runtime does, the answer is also the thread's last error */
