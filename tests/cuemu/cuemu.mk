@@ -23,6 +23,7 @@ CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda 
 # and the emulation's own test of the defects it must catch
 CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) $(CUEMU_B)/tests/cuemu/selftest
 CUEMU_SRC := $(wildcard tests/cuemu/*.cc)
+CUEMU_PROVE = $(subst GK_BUILD=$(abspath $(B)) GK_BINDIR=$(abspath $(TOOLDIR)),GK_BUILD=$(abspath $(CUEMU_B)) GK_BINDIR=$(abspath $(CUEMU_B)/bin),$(PROVE))
 CUEMU_CXX ?= g++
 CUEMU_INC := -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
 CUEMU_CXXFLAGS := -std=c++17 $(WARN) -D_GNU_SOURCE -ffp-contract=off $(CFLAGS) \
@@ -64,13 +65,30 @@ $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO
 	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
 		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR))
 
+# The tools on the emulation, for the CLI tests of the CUDA backend: run
+# with GK_BUILD=$(CUEMU_B) (its config.mk is this build's) and
+# tests/cuemu/bin first on PATH (an nvidia-smi that lists the device).
+CUEMU_TOOLS := $(patsubst bin/%.c,$(CUEMU_B)/bin/%,$(wildcard bin/*.c))
+CUEMU_CLI := tests/cli/t7106-gpu-train-device.sh
+
+$(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	@mkdir -p $(@D)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
+
+$(CUEMU_B)/config.mk: $(CONFIG)
+	@mkdir -p $(@D)
+	@cp $< $@
+
 -include $(CUEMU_KOBJ:.o=.d) $(CUEMU_B)/tests/cuemu/selftest.cu.d
 
 .PHONY: check-cuemu
 ifeq ($(HAVE_CUDA),1)
-check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS)
-	$(call quiet,PROVE,$(words $(CUEMU_UNIT)) emulated device tests in forward order)CUEMU_ORDER=forward $(PROVE) $(CUEMU_UNIT)
-	$(call quiet,PROVE,$(words $(CUEMU_UNIT)) emulated device tests in reverse order)CUEMU_ORDER=reverse $(PROVE) $(CUEMU_UNIT)
+check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)CUEMU_ORDER=forward \
+		PATH=$(abspath tests/cuemu/bin):$$PATH $(CUEMU_PROVE) $(CUEMU_UNIT) $(CUEMU_CLI)
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in reverse order)CUEMU_ORDER=reverse \
+		PATH=$(abspath tests/cuemu/bin):$$PATH $(CUEMU_PROVE) $(CUEMU_UNIT) $(CUEMU_CLI)
 else
 check-cuemu:
 	@echo "check-cuemu: skipped: this configuration is built without CUDA (the emulation needs its headers)"
