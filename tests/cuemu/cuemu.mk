@@ -20,8 +20,10 @@ CUEMU_LIB := $(CUEMU_B)/libgpukit.a
 # The unit tests with device parts: they skip those without a GPU, and
 # run them here.
 CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
-# and the emulation's own test of the defects it must catch
-CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) $(CUEMU_B)/tests/cuemu/selftest
+# nn_cuda again at odd shapes, and the emulation's own test of the
+# defects it must catch
+CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) \
+	$(CUEMU_B)/tests/unit/nn_cuda_odd $(CUEMU_B)/tests/cuemu/selftest
 CUEMU_SRC := $(wildcard tests/cuemu/*.cc)
 CUEMU_PROVE = $(subst GK_BUILD=$(abspath $(B)) GK_BINDIR=$(abspath $(TOOLDIR)),GK_BUILD=$(abspath $(CUEMU_B)) GK_BINDIR=$(abspath $(CUEMU_B)/bin),$(PROVE))
 CUEMU_CXX ?= g++
@@ -60,6 +62,13 @@ $(CUEMU_B)/tests/unit/%: $(B)/tests/unit/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_
 	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
 		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
 
+$(CUEMU_B)/tests/unit/nn_cuda_odd.o: tests/unit/nn_cuda.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(QUIET_CC)$(CC) $(ALL_CFLAGS) -DGK_TEST_ODD_SHAPES -MMD -MP -c -o $@ $<
+$(CUEMU_B)/tests/unit/nn_cuda_odd: $(CUEMU_B)/tests/unit/nn_cuda_odd.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
+
 $(CUEMU_B)/tests/cuemu/selftest.cu.o: CUEMU_KFLAGS += -Itests/unit
 $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO) | $(CUEMU_LINKS)
 	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
@@ -80,7 +89,7 @@ $(CUEMU_B)/config.mk: $(CONFIG)
 	@mkdir -p $(@D)
 	@cp $< $@
 
--include $(CUEMU_KOBJ:.o=.d) $(CUEMU_B)/tests/cuemu/selftest.cu.d
+-include $(CUEMU_KOBJ:.o=.d) $(CUEMU_B)/tests/cuemu/selftest.cu.d $(CUEMU_B)/tests/unit/nn_cuda_odd.d
 
 .PHONY: check-cuemu
 ifeq ($(HAVE_CUDA),1)
