@@ -463,6 +463,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 		}
 	}
 	int tf = de.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+	std::vector<cuemu::access> touch;
+	for (int i = 0; i < 4; i++) {
+		if (i == 2 && beta == 0.0f)
+			continue;
+		uintptr_t lo = (uintptr_t)ptr[i];
+		touch.push_back({lo, lo + extent(*lay[i]) * type_size(lay[i]->type), i == 3});
+	}
+	if (de.epilogue == CUBLASLT_EPILOGUE_BIAS)
+		touch.push_back({(uintptr_t)de.bias, (uintptr_t)de.bias + d.rows * type_size(d.type), 0});
 	cudaError_t e = cuemu::enqueue(s, [=]() {
 		uint64_t m = d.rows, n = d.cols, k = de.transa ? a.rows : a.cols;
 		size_t ea = type_size(a.type), ec = type_size(c.type), ed = type_size(d.type);
@@ -489,7 +498,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 					store(pd, d.type, i + j * d.ld, r);
 				}
 		}
-	}, "cublasLtMatmul");
+	}, "cublasLtMatmul", touch);
 	return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS
 				: reject(CUBLAS_STATUS_EXECUTION_FAILED, "matmul on a dead stream");
 }

@@ -80,7 +80,19 @@ typedef void (*body_fn)(void *closure);
  */
 void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 	    cudaStream_t s, body_fn body, void *closure,
-	    void (*destroy)(void *), char *shared_lo, char *shared_hi);
+	    void (*destroy)(void *), char *shared_lo, char *shared_hi,
+	    const void *const *ptrs, const int *writes, int nptrs);
+
+/* A pointer argument of a launch: where the kernel may read (pointer to
+ * const) or write, for the runtime's check of races between streams. */
+template <typename T> inline void note_arg(const T &v, const void **p, int *w, int &n)
+{
+	if constexpr (std::is_pointer<T>::value) {
+		p[n] = (const void *)v;
+		w[n] = !std::is_const<typename std::remove_pointer<T>::type>::value;
+		n++;
+	}
+}
 
 void syncthreads();
 /* The lane's value of v after a warp collective over mask in which
@@ -118,8 +130,11 @@ template <typename F> struct launcher {
 	{
 		typedef closure<F, typename std::decay<A>::type...> C;
 		C *p = new C{f, std::tuple<typename std::decay<A>::type...>(std::forward<A>(a)...)};
+		const void *ptrs[sizeof...(A) + 1];
+		int wr[sizeof...(A) + 1], n = 0;
+		std::apply([&](const auto &...x) { (note_arg(x, ptrs, wr, n), ...); }, p->args);
 		submit(c.at, c.grid, c.block, c.shmem, c.stream, &run<C>, p, &destroy<C>,
-		       __start_cuemu_shared, __stop_cuemu_shared);
+		       __start_cuemu_shared, __stop_cuemu_shared, ptrs, wr, n);
 	}
 	template <typename C> static void run(void *p)
 	{

@@ -356,7 +356,8 @@ namespace cuemu {
 
 void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 	    cudaStream_t s, body_fn body, void *closure,
-	    void (*destroy)(void *), char *shared_lo, char *shared_hi)
+	    void (*destroy)(void *), char *shared_lo, char *shared_hi,
+	    const void *const *ptrs, const int *writes, int nptrs)
 {
 	/* sm_90: cudaDeviceProp's maxThreadsDim, maxGridSize,
 	 * maxThreadsPerBlock, sharedMemPerBlock (without opting in) */
@@ -381,10 +382,15 @@ void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 	}
 	module_load((const void *)body, at.kernel);
 	launch_rec L = {at, grid, block, body, closure, destroy, shared_lo, shared_hi};
+	/* a kernel's extent is unknown: its pointers' first bytes */
+	std::vector<access> acc;
+	for (int i = 0; i < nptrs; i++)
+		if (is_device(ptrs[i]))
+			acc.push_back({(uintptr_t)ptrs[i], (uintptr_t)ptrs[i] + 1, writes[i]});
 	if (enqueue(s, [L]() {
 		    run_grid(L);
 		    L.destroy(L.closure);
-	    }, at.kernel) != cudaSuccess)
+	    }, at.kernel, acc) != cudaSuccess)
 		destroy(closure);
 }
 

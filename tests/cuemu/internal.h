@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <functional>
+#include <vector>
 
 namespace cuemu {
 
@@ -26,9 +27,22 @@ uint64_t seed();
 /* Set the calling thread's last error (cudaGetLastError) and return e. */
 cudaError_t set_error(cudaError_t e);
 
-/* Queue fn on stream s (NULL: the legacy default stream), to run when
- * a synchronisation needs it. what names it in messages. */
-cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what);
+/* Device memory [lo, hi) an operation reads or writes. */
+struct access {
+	uintptr_t lo, hi;
+	int write;
+};
+
+/*
+ * Queue fn on stream s (NULL: the legacy default stream), to run when a
+ * synchronisation needs it. what names it in messages. acc: the device
+ * memory it touches. When it runs, an operation queued earlier on
+ * another stream that has not run yet is not ordered before it (it
+ * would have run first); if the two touch the same memory and either
+ * writes it, that is a race on a GPU, and reported as one.
+ */
+cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
+		    std::vector<access> acc = std::vector<access>());
 
 /*
  * Before the first launch of a kernel (key: one per kernel): the CUDA

@@ -84,8 +84,14 @@ ncclResult_t copy(ncclComm_t c, const void *send, void *recv, size_t n, ncclData
 			 "allocations", what, send, recv, n * es);
 		return bad(m);
 	}
-	if (send != recv &&
-	    cudaMemcpyAsync(recv, send, n * es, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+	/* queued even in place: it reads and writes the buffers */
+	size_t b = n * es;
+	std::vector<cuemu::access> acc = {{(uintptr_t)send, (uintptr_t)send + b, 0},
+					  {(uintptr_t)recv, (uintptr_t)recv + b, 1}};
+	if (cuemu::enqueue(s, [=]() {
+		    if (send != recv)
+			    memmove(recv, send, b);
+	    }, what, acc) != cudaSuccess)
 		return ncclUnhandledCudaError;
 	return ncclSuccess;
 }

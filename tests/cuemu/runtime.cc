@@ -38,9 +38,15 @@
 #include "internal.h"
 
 /* The CUDA handles are pointers to these. */
+struct cuemu_op {
+	std::function<void()> fn;
+	const char *what;
+	uint64_t seq; /* in the host's order of calls */
+	std::vector<cuemu::access> acc;
+};
+
 struct CUstream_st {
-	std::deque<std::function<void()>> q;
-	std::deque<const char *> what;
+	std::deque<cuemu_op> q;
 	unsigned flags;
 	uint64_t id;
 	int dead;
@@ -56,7 +62,8 @@ struct CUevent_st {
 namespace {
 
 std::recursive_mutex mu;
-CUstream_st legacy = {{}, {}, 0, 0, 0};
+CUstream_st legacy = {{}, 0, 0, 0};
+uint64_t next_seq = 1;
 std::vector<CUstream_st *> streams; /* live ones, legacy not among them */
 uint64_t next_stream_id = 1;
 std::map<uintptr_t, size_t> dev_mem, pinned_mem;
@@ -123,16 +130,44 @@ void drain_all()
  * runs one, and a lazy load finds it. */
 const char host_fn_mark[] = "cudaLaunchHostFunc";
 
+/* x is about to run on s: see enqueue in internal.h. */
+void check_races(CUstream_st *s, const cuemu_op &x)
+{
+	if (x.acc.empty())
+		return;
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (CUstream_st *o : all) {
+		if (o == s)
+			continue;
+		for (const cuemu_op &y : o->q) {
+			if (y.seq > x.seq)
+				break;
+			for (const cuemu::access &a : x.acc)
+				for (const cuemu::access &b : y.acc)
+					if (a.lo < b.hi && b.lo < a.hi && (a.write || b.write))
+						cuemu::fail("%s on stream %llu %s [%p, %p) while %s, queued "
+							    "before it on stream %llu and not ordered before it "
+							    "by any event, %s [%p, %p): a race on a GPU",
+							    x.what, (unsigned long long)s->id,
+							    a.write ? "writes" : "reads", (void *)a.lo,
+							    (void *)a.hi, y.what, (unsigned long long)o->id,
+							    b.write ? "writes" : "reads", (void *)b.lo,
+							    (void *)b.hi);
+		}
+	}
+}
+
 int step(CUstream_st *s, int stop_at_host)
 {
 	if (s->q.empty())
 		return 0;
-	if (stop_at_host && s->what.front() == host_fn_mark)
+	if (stop_at_host && s->q.front().what == host_fn_mark)
 		return 0;
-	std::function<void()> fn = std::move(s->q.front());
+	cuemu_op op = std::move(s->q.front());
 	s->q.pop_front();
-	s->what.pop_front();
-	fn();
+	check_races(s, op);
+	op.fn();
 	clock_ms += 0.001;
 	return 1;
 }
@@ -234,15 +269,15 @@ cudaError_t set_error(cudaError_t e)
 	return e;
 }
 
-cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what)
+cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
+		    std::vector<access> acc)
 {
 	std::lock_guard<std::recursive_mutex> g(mu);
 	CUstream_st *st = S(s);
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
-	st->q.push_back(std::move(fn));
-	st->what.push_back(what);
+	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc)});
 	return cudaSuccess;
 }
 
@@ -255,8 +290,8 @@ void module_load(const void *key, const char *kernel)
 	std::vector<CUstream_st *> all(streams);
 	all.push_back(&legacy);
 	for (CUstream_st *st : all)
-		for (const char *w : st->what)
-			if (w == host_fn_mark)
+		for (const cuemu_op &o : st->q)
+			if (o.what == host_fn_mark)
 				fail("the first launch of kernel %s loads it, which waits for the device "
 				     "(lazy loading, CUDA's default), while stream %llu holds a host "
 				     "function that may wait for this thread: a deadlock on a GPU "
@@ -428,7 +463,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 	if (!in(dev_mem, p, n))
 		cuemu::fail("cudaMemsetAsync(%p, %zu bytes): not inside one device allocation (%s memory)",
 			    p, n, mem_kind(p));
-	return cuemu::enqueue(s, [=]() { memset(p, v, n); }, "cudaMemsetAsync");
+	return cuemu::enqueue(s, [=]() { memset(p, v, n); }, "cudaMemsetAsync",
+			      {{(uintptr_t)p, (uintptr_t)p + n, 1}});
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
@@ -459,9 +495,15 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 	CUstream_st *st = S(s);
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
+	std::vector<cuemu::access> acc;
+	if (dd)
+		acc.push_back({(uintptr_t)dst, (uintptr_t)dst + n, 1});
+	if (sd)
+		acc.push_back({(uintptr_t)src, (uintptr_t)src + n, 0});
 	if (!dd && !dp) {
 		/* to pageable host memory: done when the call returns */
-		cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync to pageable");
+		cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync to pageable",
+			       acc);
 		run_until_empty(st);
 		return cudaSuccess;
 	}
@@ -470,9 +512,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 		std::shared_ptr<std::vector<char>> stage =
 			std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
 		return cuemu::enqueue(s, [=]() { memcpy(dst, stage->data(), n); },
-				      "cudaMemcpyAsync from pageable");
+				      "cudaMemcpyAsync from pageable", acc);
 	}
-	return cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync");
+	return cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync", acc);
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
@@ -554,9 +596,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
-	st->q.push_back([=]() { fn(arg); });
 	/* marked, so that a query never runs it: it may wait for the host */
-	st->what.push_back(host_fn_mark);
+	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}});
 	return cudaSuccess;
 }
 

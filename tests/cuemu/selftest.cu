@@ -172,6 +172,18 @@ static void run_partial_warp(void)
 	cudaDeviceSynchronize();
 }
 
+static void run_unordered(void)
+{
+	cudaStream_t a, b;
+	cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+	cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+	float *x = dev_floats(1), *y = dev_floats(1), hy = 0;
+	fill<<<1, 1, 0, a>>>(x, 3.0f);
+	cudaMemcpyAsync(y, x, 4, cudaMemcpyDeviceToDevice, b);
+	cudaMemcpyAsync(&hy, y, 4, cudaMemcpyDeviceToHost, b);
+	cudaDeviceSynchronize();
+}
+
 int main(void)
 {
 	char got[2048];
@@ -264,18 +276,19 @@ int main(void)
 	ok(cudaGetLastError() == cudaErrorInvalidConfiguration,
 	   "a grid y of 65536 is refused at launch");
 
-	/* streams: work nothing orders before a read does not run first */
+	/* streams: a read that nothing orders after a write is a race */
+	ok(dies_with(run_unordered, "a race on a GPU", got, sizeof got) &&
+		   strstr(got, "cudaMemcpyAsync on stream 2 reads") &&
+		   strstr(got, "fill, queued before it on stream 1"),
+	   "a copy on stream b not ordered after a kernel writing its source on stream a "
+	   "is a race");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
 	cudaStream_t a, b;
 	cudaEvent_t e;
 	cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
 	cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
 	cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
 	float *x = dev_floats(1), *y = dev_floats(1), hy = 0;
-	fill<<<1, 1, 0, a>>>(x, 3.0f);
-	cudaMemcpyAsync(y, x, 4, cudaMemcpyDeviceToDevice, b);
-	cudaMemcpyAsync(&hy, y, 4, cudaMemcpyDeviceToHost, b);
-	ok(hy != 3.0f, "a copy on stream b not ordered after a kernel on stream a reads the "
-	   "old value");
 	fill<<<1, 1, 0, a>>>(x, 5.0f);
 	cudaEventRecord(e, a);
 	cudaStreamWaitEvent(b, e, 0);
