@@ -25,6 +25,10 @@ CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda 
 CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) \
 	$(CUEMU_B)/tests/unit/nn_cuda_odd $(CUEMU_B)/tests/cuemu/selftest
 CUEMU_SRC := $(wildcard tests/cuemu/*.cc)
+# DT_RPATH, not DT_RUNPATH: the library's dlopen calls come through
+# ASan's interceptor under SAN=1, and only an RPATH of the executable
+# applies to those
+CUEMU_RPATH := -Wl,--disable-new-dtags,-rpath,$(abspath $(CUEMU_LIBDIR))
 CUEMU_PROVE = $(subst GK_BUILD=$(abspath $(B)) GK_BINDIR=$(abspath $(TOOLDIR)),GK_BUILD=$(abspath $(CUEMU_B)) GK_BINDIR=$(abspath $(CUEMU_B)/bin),$(PROVE))
 CUEMU_CXX ?= g++
 CUEMU_INC := -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
@@ -60,19 +64,19 @@ $(CUEMU_LIB): $(filter-out %.cu.o,$(LIB_OBJ)) $(CUEMU_KOBJ)
 $(CUEMU_B)/tests/unit/%: $(B)/tests/unit/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
 	@mkdir -p $(@D)
 	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
-		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
 
 $(CUEMU_B)/tests/unit/nn_cuda_odd.o: tests/unit/nn_cuda.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(QUIET_CC)$(CC) $(ALL_CFLAGS) -DGK_TEST_ODD_SHAPES -MMD -MP -c -o $@ $<
 $(CUEMU_B)/tests/unit/nn_cuda_odd: $(CUEMU_B)/tests/unit/nn_cuda_odd.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
 	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
-		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
 
 $(CUEMU_B)/tests/cuemu/selftest.cu.o: CUEMU_KFLAGS += -Itests/unit
 $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO) | $(CUEMU_LINKS)
 	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
-		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR))
+		$(CUEMU_RPATH)
 
 # The tools on the emulation, for the CLI tests of the CUDA backend: run
 # with GK_BUILD=$(CUEMU_B) (its config.mk is this build's) and
@@ -83,7 +87,7 @@ CUEMU_CLI := tests/cli/t7106-gpu-train-device.sh
 $(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
 	@mkdir -p $(@D)
 	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
-		-Wl,-rpath,$(abspath $(CUEMU_LIBDIR)) $(filter-out -lcudart_static,$(GK_LIBS))
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
 
 $(CUEMU_B)/config.mk: $(CONFIG)
 	@mkdir -p $(@D)
