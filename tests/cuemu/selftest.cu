@@ -172,6 +172,24 @@ static void run_partial_warp(void)
 	cudaDeviceSynchronize();
 }
 
+static void CUDART_CB spin(void *arg)
+{
+	while (!*(volatile int *)arg)
+		;
+}
+
+/* The first launch of a kernel while a host function holds a stream. */
+static void run_lazy_load(void)
+{
+	static int go;
+	cudaStream_t a;
+	cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+	cudaLaunchHostFunc(a, spin, &go);
+	full_shuffle<<<1, 32>>>(dev_floats(32));
+	go = 1;
+	cudaDeviceSynchronize();
+}
+
 static void run_unordered(void)
 {
 	cudaStream_t a, b;
@@ -282,6 +300,10 @@ int main(void)
 		   strstr(got, "fill, queued before it on stream 1"),
 	   "a copy on stream b not ordered after a kernel writing its source on stream a "
 	   "is a race");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_lazy_load, "lazy loading", got, sizeof got) &&
+		   strstr(got, "full_shuffle"),
+	   "a kernel's first launch while a host function holds a stream is a deadlock");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
 	cudaStream_t a, b;
 	cudaEvent_t e;
