@@ -64,9 +64,15 @@ namespace {
 std::recursive_mutex mu;
 CUstream_st legacy = {{}, 0, 0, 0};
 uint64_t next_seq = 1;
-std::vector<CUstream_st *> streams; /* live ones, legacy not among them */
+/*
+ * Made once and never destroyed: the leak checker of SAN=1 runs after
+ * the static destructors, and would find everything they let go.
+ */
+std::vector<CUstream_st *> &streams = *new std::vector<CUstream_st *>; /* live, not legacy */
+std::vector<CUstream_st *> &destroyed = *new std::vector<CUstream_st *>; /* events may name them */
 uint64_t next_stream_id = 1;
-std::map<uintptr_t, size_t> dev_mem, pinned_mem;
+std::map<uintptr_t, size_t> &dev_mem = *new std::map<uintptr_t, size_t>;
+std::map<uintptr_t, size_t> &pinned_mem = *new std::map<uintptr_t, size_t>;
 double clock_ms;
 int device;
 thread_local cudaError_t last_error = cudaSuccess;
@@ -283,7 +289,7 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
 
 void module_load(const void *key, const char *kernel)
 {
-	static std::set<const void *> loaded;
+	static std::set<const void *> &loaded = *new std::set<const void *>;
 	std::lock_guard<std::recursive_mutex> g(mu);
 	if (!loaded.insert(key).second)
 		return;
@@ -564,7 +570,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 	for (size_t i = 0; i < streams.size(); i++)
 		if (streams[i] == st)
 			streams.erase(streams.begin() + (long)i);
-	st->dead = 1; /* kept: events may still name it */
+	st->dead = 1;
+	st->q.clear();
+	destroyed.push_back(st);
 	return cudaSuccess;
 }
 
