@@ -80,11 +80,12 @@ $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO
 	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
 		$(CUEMU_RPATH)
 
-# The tools on the emulation, for the CLI tests of the CUDA backend: run
+# The tools on the emulation, for the CLI tests of the device paths
+# (allreduce-bench over NCCL, gpu-train on the CUDA backend): run
 # with GK_BUILD=$(CUEMU_B) (its config.mk is this build's) and
 # tests/cuemu/bin first on PATH (an nvidia-smi that lists the device).
 CUEMU_TOOLS := $(patsubst bin/%.c,$(CUEMU_B)/bin/%,$(wildcard bin/*.c))
-CUEMU_CLI := tests/cli/t7106-gpu-train-device.sh
+CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.sh
 
 $(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
 	@mkdir -p $(@D)
