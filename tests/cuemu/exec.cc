@@ -163,14 +163,12 @@ void yield_to_scheduler(fiber &f, int exiting)
 void fiber_main()
 {
 	block_run *b = running;
-	fiber &f = b->f[b->cur];
 #ifdef CUEMU_ASAN
 	__sanitizer_finish_switch_fiber(NULL, &b->sched_bottom, &b->sched_size);
 #endif
 	b->body(b->closure);
 	/* the same b: a fiber only runs inside its block */
 	fiber &g = b->f[b->cur];
-	(void)f;
 	g.state = F_DONE;
 	yield_to_scheduler(g, 1);
 	__builtin_unreachable();
