@@ -4,6 +4,7 @@
 #   make check           unit tests, CLI tests and man page lint through prove
 #   make check SAN=1     the same under AddressSanitizer + UBSan
 #   make check-quick     unit tests, man lint, conventions, fuzz replay only
+#   make check-cuemu     the CUDA unit tests on the CPU's emulation of CUDA (in check)
 #   make bench           benchmark drivers in tools/bench/ (slow, not in check)
 #   make demo            the README's main job on built-in data, kept in
 #                        ./gpukit-demo (DEMO_DIR=DIR DEMO_STEPS=N from the
@@ -238,6 +239,8 @@ ALL_OBJ := $(LIB_OBJ) $(patsubst bin/%.c,$(B)/bin/%.o,$(wildcard bin/*.c)) \
 	$(addsuffix .o,$(UNIT) $(BENCH_BIN) $(FUZZ_REPLAY)) $(B)/tools/fuzz/replay.o
 -include $(ALL_OBJ:.o=.d)
 
+include tests/cuemu/cuemu.mk
+
 # ---- check --------------------------------------------------------------------
 
 # Unit tests are executables and CLI tests are shell scripts; prove runs
@@ -253,6 +256,7 @@ check: all $(UNIT) $(FUZZ_REPLAY) test-tools
 	{ test "$(NEED_VENV)" = 1 && { echo "check: no Python venv (NEED_VENV=1)" >&2; exit 1; }; \
 	  echo "check: no Python venv; interop tests will skip" >&2; }
 	$(call quiet,PROVE,$(words $(UNIT) $(CLI)) test files)$(PROVE) $(UNIT) $(CLI)
+	@$(MAKE) --no-print-directory check-cuemu
 
 check-quick: all $(UNIT) $(FUZZ_REPLAY) test-tools
 	$(call quiet,PROVE,$(words $(UNIT) $(CLI_QUICK)) test files)$(PROVE) $(UNIT) $(CLI_QUICK)

@@ -148,8 +148,7 @@ HOT void gk_comm_pack(void *wire, const float *x, size_t n,
 		for (size_t i = 0; i < n; i++) {
 			w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
 			if (err_out)
-				err_out[i] = x[i] - (bf ? gk_bf16_to_f32(w[i])
-							: gk_f16_to_f32(w[i]));
+				err_out[i] = gk_w16_resid(x[i], w[i], bf);
 		}
 		return;
 	}
@@ -183,10 +182,8 @@ HOT void gk_comm_unpack(float *dst, const void *wire, size_t n,
 	if (cz == GK_COMM_COMPRESS_BF16 || cz == GK_COMM_COMPRESS_F16) {
 		const uint16_t *w = wire;
 		int bf = cz == GK_COMM_COMPRESS_BF16;
-		for (size_t i = 0; i < n; i++) {
-			float v = bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]);
-			dst[i] = add ? dst[i] + v : v;
-		}
+		for (size_t i = 0; i < n; i++)
+			dst[i] = add ? gk_w16_add(dst[i], w[i], bf) : gk_w16_f32(w[i], bf);
 		return;
 	}
 	if (cz == GK_COMM_COMPRESS_INT8) {

@@ -86,7 +86,7 @@ __global__ void pack16_kernel(uint16_t *w, const float *x, size_t n, int bf,
 	GK_CUDA_FOR_EACH(i, n) {
 		w[i] = bf ? gk_f32_to_bf16(x[i]) : gk_f32_to_f16(x[i]);
 		if (err_out)
-			err_out[i] = x[i] - (bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]));
+			err_out[i] = gk_w16_resid(x[i], w[i], bf);
 	}
 }
 
@@ -94,10 +94,7 @@ __global__ void unpack16_kernel(float *d, const uint16_t *w, size_t n, int bf,
 				int add)
 {
 	GK_CUDA_FOR_EACH(i, n)
-	{
-		float v = bf ? gk_bf16_to_f32(w[i]) : gk_f16_to_f32(w[i]);
-		d[i] = add ? GK_FADD(d[i], v) : v;
-	}
+		d[i] = add ? gk_w16_add(d[i], w[i], bf) : gk_w16_f32(w[i], bf);
 }
 
 /*

@@ -17,7 +17,16 @@
  * builds with -ffp-contract=off. Division on the device is IEEE-rounded
  * as long as nvcc keeps its default -prec-div=true (no --use_fast_math).
  * tests/unit/comm_cuda.c compares the kernels with the CPU loops bit for
- * bit on a GPU machine.
+ * bit on a GPU machine (and on the CPU's emulation of CUDA, tests/cuemu).
+ *
+ * NaN: the two sides disagree on the NaN an operation makes. x86 keeps
+ * the payload of a NaN operand and makes 0xffc00000 of inf - inf or
+ * 0 * inf; NVIDIA GPUs make 0x7fffffff for all of them. So every result
+ * here that can be NaN goes through gk_nan_f32 (gk_nan_f64), which gives
+ * the one quiet NaN 0x7fc00000 (bf16 0x7fc0, f16 0x7e00) whatever the
+ * operands were: a NaN in a gradient then packs, unpacks and reduces to
+ * the same bits on both. A NaN's payload carries nothing a reduction
+ * needs; that it is NaN is kept.
  */
 #ifndef GK_COMM_REDUCE_H
 #define GK_COMM_REDUCE_H
@@ -25,6 +34,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "core/half.h"
@@ -43,23 +53,37 @@
  */
 enum { GK_RED_SUM, GK_RED_PROD, GK_RED_MAX, GK_RED_MIN };
 
+/* x, or the canonical quiet NaN when x is a NaN (see above). */
+GK_HD float gk_nan_f32(float x)
+{
+	return x == x ? x : gk_bits_f32(0x7fc00000u);
+}
+
+GK_HD double gk_nan_f64(double x)
+{
+	uint64_t u = 0x7ff8000000000000ull;
+	double d;
+	memcpy(&d, &u, 8);
+	return x == x ? x : d;
+}
+
 GK_HD float gk_red_f32(int op, float a, float b)
 {
 	switch (op) {
-	case GK_RED_PROD: return a * b;
-	case GK_RED_MAX: return a > b ? a : b;
-	case GK_RED_MIN: return a < b ? a : b;
-	default: return a + b;
+	case GK_RED_PROD: return gk_nan_f32(a * b);
+	case GK_RED_MAX: return gk_nan_f32(a > b ? a : b);
+	case GK_RED_MIN: return gk_nan_f32(a < b ? a : b);
+	default: return gk_nan_f32(a + b);
 	}
 }
 
 GK_HD double gk_red_f64(int op, double a, double b)
 {
 	switch (op) {
-	case GK_RED_PROD: return a * b;
-	case GK_RED_MAX: return a > b ? a : b;
-	case GK_RED_MIN: return a < b ? a : b;
-	default: return a + b;
+	case GK_RED_PROD: return gk_nan_f64(a * b);
+	case GK_RED_MAX: return gk_nan_f64(a > b ? a : b);
+	case GK_RED_MIN: return gk_nan_f64(a < b ? a : b);
+	default: return gk_nan_f64(a + b);
 	}
 }
 
@@ -87,16 +111,33 @@ GK_HD uint16_t gk_red_f16(int op, uint16_t a, uint16_t b)
  * The final AVG step: x / n computed in f32 (f64 for F64) and rounded
  * once; integers divide toward zero.
  */
-GK_HD float gk_avg_f32(float x, int n) { return x / (float)n; }
-GK_HD double gk_avg_f64(double x, int n) { return x / (double)n; }
+GK_HD float gk_avg_f32(float x, int n) { return gk_nan_f32(x / (float)n); }
+GK_HD double gk_avg_f64(double x, int n) { return gk_nan_f64(x / (double)n); }
 GK_HD int32_t gk_avg_i32(int32_t x, int n) { return x / n; }
 GK_HD uint16_t gk_avg_bf16(uint16_t x, int n)
 {
-	return gk_f32_to_bf16(gk_bf16_to_f32(x) / (float)n);
+	return gk_f32_to_bf16(gk_avg_f32(gk_bf16_to_f32(x), n));
 }
 GK_HD uint16_t gk_avg_f16(uint16_t x, int n)
 {
-	return gk_f32_to_f16(gk_f16_to_f32(x) / (float)n);
+	return gk_f32_to_f16(gk_avg_f32(gk_f16_to_f32(x), n));
+}
+
+/*
+ * The 16-bit wire formats: w's value as f32, what packing x to w lost
+ * (the error feedback residual, x - unpacked), and unpack with add.
+ */
+GK_HD float gk_w16_f32(uint16_t w, int bf)
+{
+	return bf ? gk_bf16_to_f32(w) : gk_f16_to_f32(w);
+}
+GK_HD float gk_w16_resid(float x, uint16_t w, int bf)
+{
+	return gk_nan_f32(x - gk_w16_f32(w, bf));
+}
+GK_HD float gk_w16_add(float d, uint16_t w, int bf)
+{
+	return gk_nan_f32(GK_FADD(d, gk_w16_f32(w, bf)));
 }
 
 /*
@@ -128,7 +169,7 @@ GK_HD float gk_i8_amax(float m, float x)
 	return a > m ? a : m;
 }
 
-GK_HD float gk_i8_scale(float absmax) { return absmax / 127.0f; }
+GK_HD float gk_i8_scale(float absmax) { return gk_nan_f32(absmax / 127.0f); }
 
 /* 1/scale; 0 for an all-zero group and for a NaN scale (q are then 0). */
 GK_HD float gk_i8_inv(float scale) { return scale > 0 ? 1.0f / scale : 0.0f; }
@@ -143,12 +184,15 @@ GK_HD int8_t gk_i8_quant(float x, float inv_scale)
 	return (int8_t)q;
 }
 
-GK_HD float gk_i8_dequant(int8_t q, float scale) { return GK_FMUL((float)q, scale); }
+GK_HD float gk_i8_dequant(int8_t q, float scale)
+{
+	return gk_nan_f32(GK_FMUL((float)q, scale));
+}
 
 /* d + q*scale, rounded twice on both sides (never one fused rounding). */
 GK_HD float gk_i8_dequant_add(float d, int8_t q, float scale)
 {
-	return GK_FADD(d, gk_i8_dequant(q, scale));
+	return gk_nan_f32(GK_FADD(d, gk_i8_dequant(q, scale)));
 }
 
 /* The error feedback residual x - q*scale; 0 in a NaN-scaled group. */

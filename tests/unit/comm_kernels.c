@@ -8,6 +8,7 @@
  * int32 by 64-bit arithmetic reduced modulo 2^32.
  */
 #include <math.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "comm/internal.h"
@@ -151,6 +152,69 @@ static void test_wire(void)
 	ok(zero, "int8: an all-zero group stays zero (scale 0)");
 }
 
+/*
+ * Every NaN the element math makes is the one quiet NaN 0x7fc00000 (bf16
+ * 0x7fc0, f16 0x7e00), whatever the NaNs it was given: the CPU keeps an
+ * operand's payload (and makes 0xffc00000 of inf - inf) where a GPU
+ * makes 0x7fffffff, so the device kernels (reduce.cu, the same functions)
+ * could only match the CPU bit for bit this way.
+ */
+static void test_nan(void)
+{
+	enum { N = 300 }; /* a full int8 group and a short one */
+	static const uint32_t odd[] = {0x7fa00001u, 0xffc12345u, 0x7f800000u, 0xff800000u};
+	float x[N], acc[N], e[N], y[N];
+	unsigned char w[8 * N];
+	for (int i = 0; i < N; i++) {
+		x[i] = frand();
+		acc[i] = frand();
+	}
+	for (int k = 0; k < 4; k++)
+		x[10 + 70 * k] = gk_bits_f32(odd[k]);
+	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
+		gk_comm_pack(w, x, N, cz, e);
+		int resid = 1, sum = 1, wire = 1;
+		for (int i = 0; i < N; i++)
+			resid &= e[i] == e[i] || gk_f32_bits(e[i]) == 0x7fc00000u;
+		if (cz == GK_COMM_COMPRESS_INT8) {
+			float sc;
+			memcpy(&sc, w, 4);
+			wire = gk_f32_bits(sc) == 0x7fc00000u;
+		}
+		memcpy(y, acc, sizeof y);
+		gk_comm_unpack(y, w, N, cz, 1);
+		int nans = 0;
+		for (int i = 0; i < N; i++) {
+			nans += y[i] != y[i];
+			sum &= y[i] == y[i] || gk_f32_bits(y[i]) == 0x7fc00000u;
+		}
+		ok(resid && sum && wire && nans > 0,
+		   "%s: a NaN or infinity packs, unpacks and adds to the canonical NaN 0x7fc00000",
+		   gk_comm_compress_name(cz));
+	}
+	float a[4], b[4] = {1, 2, 3, 4}, inf = gk_bits_f32(0x7f800000u);
+	int good = 1;
+	for (int op = 0; op < GK_COMM_OP_COUNT; op++) {
+		for (int k = 0; k < 4; k++)
+			a[k] = gk_bits_f32(odd[k]);
+		if (op == GK_COMM_SUM)
+			a[2] = inf, b[2] = -inf; /* inf + -inf */
+		gk_comm_reduce_cpu(a, b, 4, GK_DT_F32, op);
+		for (int k = 0; k < 4; k++)
+			good &= a[k] == a[k] || gk_f32_bits(a[k]) == 0x7fc00000u;
+		b[2] = 3;
+	}
+	uint16_t h[2] = {0x7fa1, 0xffc3}, g[2] = {0x3f80, 0x3f80};
+	gk_comm_reduce_cpu(h, g, 2, GK_DT_BF16, GK_COMM_SUM);
+	good &= h[0] == 0x7fc0 && h[1] == 0x7fc0;
+	double d = gk_bits_f32(0xffc12345u), d1 = 1;
+	gk_comm_reduce_cpu(&d, &d1, 1, GK_DT_F64, GK_COMM_SUM);
+	uint64_t db;
+	memcpy(&db, &d, 8);
+	good &= db == 0x7ff8000000000000ull;
+	ok(good, "reductions of NaNs and inf - inf give the canonical NaN (f32, bf16, f64)");
+}
+
 static void test_bounds_names(void)
 {
 	double u = ldexp(1, -8);
@@ -240,6 +304,7 @@ int main(void)
 	test_pairwise();
 	test_loops();
 	test_wire();
+	test_nan();
 	test_bounds_names();
 	test_bench_opts();
 	return done_testing();

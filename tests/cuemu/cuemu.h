@@ -1,0 +1,248 @@
+/*
+ * cuemu.h - CUDA's execution model on the CPU, the device side: what nvcc
+ * gives a .cu file and g++ does not. Included by the emulation's
+ * cuda_runtime.h (tests/cuemu/include), after the toolkit's own header.
+ *
+ * A launch runs every block of the grid, one block at a time, in the
+ * order CUEMU_ORDER asks (forward, reverse, or shuffle with CUEMU_SEED),
+ * and within a block every thread as a fiber (exec.cc), in that order
+ * too. A thread runs until it reaches a barrier, a warp collective or
+ * its end. Checked, with an error naming the kernel and the block:
+ *   - __syncthreads reached by some threads of a block while others have
+ *     returned or wait elsewhere (a barrier in a divergent branch);
+ *   - a warp shuffle, vote or __syncwarp whose mask leaves out the
+ *     calling lane, disagrees with another lane's mask, reads a lane
+ *     outside it, or names a lane that never arrives;
+ *   - the launch limits of sm_90 (threads and dimensions of a block, the
+ *     grid's dimensions, dynamic shared memory).
+ * __shared__ variables live in one section that is filled with a new
+ * garbage pattern before every block, so a read before a write gives a
+ * different value from run to run and from block to block.
+ *
+ * It cannot see races within a warp (the lanes of a warp run one after
+ * the other between collectives), real timing, or the GPU's own
+ * arithmetic: float operations are the CPU's, except the __f*_rn
+ * intrinsics, which give the canonical NaN 0x7fffffff as the GPU does.
+ */
+#ifndef CUEMU_H
+#define CUEMU_H
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* Device code is host code here. */
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __shared__
+#define __global__ __attribute__((unused)) /* a kernel in a header need not be launched */
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__ static __attribute__((section("cuemu_shared"), aligned(16)))
+/* What the library's device code tests for (lib/comm/reduce.h). */
+#ifndef __CUDA_ARCH__
+#define __CUDA_ARCH__ 900
+#endif
+
+#define CUEMU_TLS __attribute__((tls_model("initial-exec")))
+extern thread_local uint3 threadIdx CUEMU_TLS;
+extern thread_local uint3 blockIdx CUEMU_TLS;
+extern thread_local dim3 blockDim CUEMU_TLS;
+extern thread_local dim3 gridDim CUEMU_TLS;
+static const int warpSize = 32;
+
+/* The section of the __shared__ variables (the linker names its ends). */
+extern "C" char __start_cuemu_shared[] __attribute__((weak));
+extern "C" char __stop_cuemu_shared[] __attribute__((weak));
+
+namespace cuemu {
+
+/* Where a launch was written, for the messages. */
+struct site {
+	const char *kernel, *file;
+	int line;
+};
+
+typedef void (*body_fn)(void *closure);
+
+/*
+ * Check the configuration and queue the launch on stream s (exec.cc); a
+ * bad configuration is the thread's last error, as for a real launch.
+ * Takes the closure; destroy frees it once the kernel has run.
+ */
+void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
+	    cudaStream_t s, body_fn body, void *closure,
+	    void (*destroy)(void *), char *shared_lo, char *shared_hi,
+	    const void *const *ptrs, const int *writes, int nptrs);
+
+/* A pointer argument of a launch: where the kernel may read (pointer to
+ * const) or write, for the runtime's check of races between streams. */
+template <typename T> inline void note_arg(const T &v, const void **p, int *w, int &n)
+{
+	if constexpr (std::is_pointer<T>::value) {
+		p[n] = (const void *)v;
+		w[n] = !std::is_const<typename std::remove_pointer<T>::type>::value;
+		n++;
+	}
+}
+
+void syncthreads();
+/* The lane's value of v after a warp collective over mask in which
+ * every lane names the lane it reads (src). */
+uint64_t warp_exchange(unsigned mask, uint64_t v, int src, const char *what);
+/* The ballot of pred over mask. */
+unsigned warp_vote(unsigned mask, int pred, const char *what);
+int lane();
+unsigned active_lanes();
+
+/*
+ * A launch: cuemu::launch_at("k", __FILE__, __LINE__, grid, block, shmem,
+ * stream) gives a launcher; .kernel(f) names the kernel as a callable f
+ * (a generic lambda calling k, so that a kernel template's arguments are
+ * deduced from the launch's arguments as nvcc does); then (args) copies
+ * the arguments, as a launch does, and queues the grid.
+ */
+template <typename F, typename... A> struct closure {
+	F f;
+	std::tuple<A...> args;
+};
+
+struct config {
+	site at;
+	dim3 grid, block;
+	size_t shmem;
+	cudaStream_t stream;
+};
+
+template <typename F> struct launcher {
+	config c;
+	F f;
+
+	template <typename... A> void operator()(A &&...a) const
+	{
+		typedef closure<F, typename std::decay<A>::type...> C;
+		C *p = new C{f, std::tuple<typename std::decay<A>::type...>(std::forward<A>(a)...)};
+		const void *ptrs[sizeof...(A) + 1];
+		int wr[sizeof...(A) + 1], n = 0;
+		std::apply([&](const auto &...x) { (note_arg(x, ptrs, wr, n), ...); }, p->args);
+		submit(c.at, c.grid, c.block, c.shmem, c.stream, &run<C>, p, &destroy<C>,
+		       __start_cuemu_shared, __stop_cuemu_shared, ptrs, wr, n);
+	}
+	template <typename C> static void run(void *p)
+	{
+		C *c = static_cast<C *>(p);
+		std::apply(c->f, c->args);
+	}
+	template <typename C> static void destroy(void *p)
+	{
+		delete static_cast<C *>(p);
+	}
+};
+
+struct pending {
+	config c;
+	template <typename F> launcher<F> kernel(F f) const
+	{
+		return launcher<F>{c, f};
+	}
+};
+
+/* k<<<grid, block, shmem, stream>>>(args) is rewritten (launch-rewrite) into
+ * cuemu::launch_at("k", __FILE__, __LINE__, grid, block, shmem, stream)
+ *	.kernel([](auto... p) { k(p...); })(args) */
+inline pending launch_at(const char *name, const char *file, int line, dim3 grid, dim3 block,
+			 size_t shmem = 0, cudaStream_t s = 0)
+{
+	return pending{{{name, file, line}, grid, block, shmem, s}};
+}
+
+template <typename T> inline T shfl(unsigned mask, T v, int src, const char *what)
+{
+	static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
+		      "a shuffle moves at most 8 bytes");
+	uint64_t b = 0;
+	memcpy(&b, &v, sizeof v);
+	b = warp_exchange(mask, b, src, what);
+	T r;
+	memcpy(&r, &b, sizeof r);
+	return r;
+}
+
+/* The GPU's arithmetic gives this NaN whatever the operands' payloads. */
+inline float gpu_nan(float r)
+{
+	if (r != r) {
+		uint32_t u = 0x7fffffffu;
+		memcpy(&r, &u, 4);
+	}
+	return r;
+}
+
+} /* namespace cuemu */
+
+inline void __syncthreads() { cuemu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+	cuemu::warp_vote(mask, 1, "__syncwarp");
+}
+inline unsigned __activemask() { return cuemu::active_lanes(); }
+inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+	return cuemu::warp_vote(mask, pred, "__ballot_sync");
+}
+inline int __all_sync(unsigned mask, int pred)
+{
+	return cuemu::warp_vote(mask, pred, "__all_sync") == mask;
+}
+inline int __any_sync(unsigned mask, int pred)
+{
+	return cuemu::warp_vote(mask, pred, "__any_sync") != 0;
+}
+
+/* Lanes past the caller's segment of width read their own value. */
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+{
+	int l = cuemu::lane(), src = l ^ lane_mask;
+	if (src / width != l / width)
+		src = l;
+	return cuemu::shfl(mask, v, src, "__shfl_xor_sync");
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32)
+{
+	int l = cuemu::lane();
+	return cuemu::shfl(mask, v, l / width * width + src_lane % width, "__shfl_sync");
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
+{
+	int l = cuemu::lane(), src = l + (int)delta;
+	if (src / width != l / width)
+		src = l;
+	return cuemu::shfl(mask, v, src, "__shfl_down_sync");
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
+{
+	int l = cuemu::lane(), src = l - (int)delta;
+	if (src < l / width * width)
+		src = l;
+	return cuemu::shfl(mask, v, src, "__shfl_up_sync");
+}
+
+inline float __fadd_rn(float a, float b) { return cuemu::gpu_nan(a + b); }
+inline float __fsub_rn(float a, float b) { return cuemu::gpu_nan(a - b); }
+inline float __fmul_rn(float a, float b) { return cuemu::gpu_nan(a * b); }
+inline float __fdiv_rn(float a, float b) { return cuemu::gpu_nan(a / b); }
+inline float __fmaf_rn(float a, float b, float c) { return cuemu::gpu_nan(fmaf(a, b, c)); }
+
+#endif

@@ -1,0 +1,119 @@
+# cuemu.mk - the CUDA backend on the CPU (tests/cuemu; doc/DESIGN.md,
+# "Running the CUDA backend without a GPU"), included by the Makefile.
+#
+#   make check-cuemu    the device unit tests against the emulation, with
+#                       blocks and threads in forward and in reverse order
+#                       (SAN=1: forward only; the sanitizers look for memory
+#                       errors, which the order does not change, at 3x the time)
+#
+# The .cu files are compiled as host C++ by g++ after launch-rewrite has
+# turned their <<<>>> launches into calls; the rest of the library is this
+# configuration's own objects. The tests link libcuemu.so (the fake CUDA
+# runtime, cuBLASLt and NCCL, and the kernel executor) in place of the
+# static cudart; libcuda.so.1, libcublasLt.so.13 and libnccl.so.2 are
+# links to it next to it, which the library's dlopen calls find through
+# the tests' run path. Needs a CUDA build (CUDA=1: the toolkit's headers).
+
+CUEMU_B := $(B)/cuemu
+CUEMU_LIBDIR := $(CUEMU_B)/lib
+CUEMU_SO := $(CUEMU_LIBDIR)/libcuemu.so
+CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.13 libnccl.so.2)
+CUEMU_LIB := $(CUEMU_B)/libgpukit.a
+# The unit tests with device parts: they skip those without a GPU, and
+# run them here.
+CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
+# nn_cuda again at odd shapes, and the emulation's own test of the
+# defects it must catch
+CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) \
+	$(CUEMU_B)/tests/unit/nn_cuda_odd $(CUEMU_B)/tests/cuemu/selftest
+CUEMU_SRC := $(wildcard tests/cuemu/*.cc)
+# DT_RPATH, not DT_RUNPATH: the library's dlopen calls come through
+# ASan's interceptor under SAN=1, and only an RPATH of the executable
+# applies to those
+CUEMU_RPATH := -Wl,--disable-new-dtags,-rpath,$(abspath $(CUEMU_LIBDIR))
+CUEMU_PROVE = $(subst GK_BUILD=$(abspath $(B)) GK_BINDIR=$(abspath $(TOOLDIR)),GK_BUILD=$(abspath $(CUEMU_B)) GK_BINDIR=$(abspath $(CUEMU_B)/bin),$(PROVE))
+CUEMU_CXX ?= g++
+CUEMU_INC := -I$(CUDA_HOME)/include -I$(NCCL_HOME)/include
+CUEMU_CXXFLAGS := -std=c++17 $(WARN) -D_GNU_SOURCE -ffp-contract=off $(CFLAGS) \
+	$(if $(filter 1,$(SAN)),$(SANFLAGS))
+ifeq ($(WERROR),1)
+CUEMU_CXXFLAGS += -Werror
+endif
+# the emulation's cuda_runtime.h first: it includes the toolkit's
+CUEMU_KFLAGS := $(CUEMU_CXXFLAGS) -Itests/cuemu/include -Ilib $(CUEMU_INC) -DGK_HAVE_CUDA=1 \
+	-DGK_HAVE_NCCL=$(or $(HAVE_NCCL),0)
+CUEMU_KOBJ := $(patsubst %.cu,$(CUEMU_B)/%.cu.o,$(wildcard lib/*/*.cu))
+
+$(CUEMU_B)/%.cu.cc: %.cu tests/cuemu/launch-rewrite
+	@mkdir -p $(@D)
+	$(call quiet,GEN,$@)tests/cuemu/launch-rewrite $< > $@.tmp && mv $@.tmp $@
+
+$(CUEMU_B)/%.cu.o: $(CUEMU_B)/%.cu.cc tests/cuemu/cuemu.h tests/cuemu/include/cuda_runtime.h $(FLAGS_STAMP)
+	$(call quiet,CXX,$@)$(CUEMU_CXX) $(CUEMU_KFLAGS) -MMD -MP -c -o $@ $<
+
+$(CUEMU_SO): $(CUEMU_SRC) tests/cuemu/cuemu.h tests/cuemu/internal.h $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(call quiet,CXX,$@)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) $(CUEMU_INC) -fPIC -shared -Wl,-soname,libcuemu.so \
+		-o $@ $(CUEMU_SRC) -ldl
+
+$(CUEMU_LINKS): $(CUEMU_SO)
+	@ln -sf libcuemu.so $@
+
+$(CUEMU_LIB): $(filter-out %.cu.o,$(LIB_OBJ)) $(CUEMU_KOBJ)
+	@rm -f $@
+	$(QUIET_AR)$(AR) rcs $@ $^
+
+$(CUEMU_B)/tests/unit/%: $(B)/tests/unit/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	@mkdir -p $(@D)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
+
+$(CUEMU_B)/tests/unit/nn_cuda_odd.o: tests/unit/nn_cuda.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(QUIET_CC)$(CC) $(ALL_CFLAGS) -DGK_TEST_ODD_SHAPES -MMD -MP -c -o $@ $<
+$(CUEMU_B)/tests/unit/nn_cuda_odd: $(CUEMU_B)/tests/unit/nn_cuda_odd.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
+
+$(CUEMU_B)/tests/cuemu/selftest.cu.o: CUEMU_KFLAGS += -Itests/unit
+$(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO) | $(CUEMU_LINKS)
+	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
+		$(CUEMU_RPATH)
+
+# The tools on the emulation, for the CLI tests of the device paths
+# (allreduce-bench over NCCL, gpu-train on the CUDA backend): run
+# with GK_BUILD=$(CUEMU_B) (its config.mk is this build's) and
+# tests/cuemu/bin first on PATH (an nvidia-smi that lists the device).
+CUEMU_TOOLS := $(patsubst bin/%.c,$(CUEMU_B)/bin/%,$(wildcard bin/*.c))
+CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.sh
+
+$(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	@mkdir -p $(@D)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
+
+$(CUEMU_B)/config.mk: $(CONFIG)
+	@mkdir -p $(@D)
+	@cp $< $@
+
+-include $(CUEMU_KOBJ:.o=.d) $(CUEMU_B)/tests/cuemu/selftest.cu.d $(CUEMU_B)/tests/unit/nn_cuda_odd.d
+
+.PHONY: check-cuemu
+# comm_cuda starts Open MPI (the nccl backend's bootstrap), whose leaks
+# the sanitizer's leak checker would report (tests/cli/lib.sh turns it
+# off for the same reason): it runs without the leak checker
+CUEMU_MPI := $(CUEMU_B)/tests/unit/comm_cuda
+CUEMU_RUN = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) $(CUEMU_PROVE) \
+	$(filter-out $(CUEMU_MPI),$(CUEMU_UNIT)) && \
+	PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) \
+	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} $(CUEMU_PROVE) $(CUEMU_MPI) $(CUEMU_CLI)
+ifeq ($(HAVE_CUDA),1)
+check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)$(call CUEMU_RUN,forward)
+ifneq ($(SAN),1)
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in reverse order)$(call CUEMU_RUN,reverse)
+endif
+else
+check-cuemu:
+	@echo "check-cuemu: skipped: this configuration is built without CUDA (the emulation needs its headers)"
+endif

@@ -1,0 +1,69 @@
+/*
+ * internal.h - what the pieces of libcuemu.so share: the fake runtime's
+ * streams and memory map (runtime.cc), the kernel executor (exec.cc), the
+ * fake cuBLASLt (cublaslt.cc) and NCCL (nccl.cc).
+ */
+#ifndef CUEMU_INTERNAL_H
+#define CUEMU_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <functional>
+#include <vector>
+
+namespace cuemu {
+
+/* The order of blocks, threads and ready streams: CUEMU_ORDER. */
+enum order_kind { ORDER_FORWARD, ORDER_REVERSE, ORDER_SHUFFLE };
+order_kind order();
+uint64_t seed();
+
+/* Print "cuemu: ..." and abort: a use of CUDA that a GPU would not
+ * report reliably (a hang, garbage), so the test run must stop here. */
+[[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Set the calling thread's last error (cudaGetLastError) and return e. */
+cudaError_t set_error(cudaError_t e);
+
+/* Device memory [lo, hi) an operation reads or writes. */
+struct access {
+	uintptr_t lo, hi;
+	int write;
+};
+
+/*
+ * Queue fn on stream s (NULL: the legacy default stream), to run when a
+ * synchronisation needs it. what names it in messages. acc: the device
+ * memory it touches. When it runs, an operation queued earlier on
+ * another stream that has not run yet is not ordered before it (it
+ * would have run first); if the two touch the same memory and either
+ * writes it, that is a race on a GPU, and reported as one.
+ */
+cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
+		    std::vector<access> acc = std::vector<access>());
+
+/*
+ * Before the first launch of a kernel (key: one per kernel): the CUDA
+ * runtime loads kernels when first launched (CUDA_MODULE_LOADING=LAZY,
+ * the default since CUDA 12.2), and loading "might require context
+ * synchronization" (CUDA programming guide, "Lazy Loading"). Here it
+ * always does: the device is drained, and a host function queued on a
+ * stream (which may wait for the launching thread) is a deadlock on a
+ * GPU, reported as one.
+ */
+void module_load(const void *key, const char *kernel);
+
+/* 1 when [p, p+n) lies inside one live device allocation. */
+int device_range(const void *p, size_t n);
+/* 1 when p is inside a device allocation (any extent). */
+int is_device(const void *p);
+
+/* A position in a permutation of n (the order of CUEMU_ORDER, salt
+ * varying it between uses). */
+uint64_t permute(uint64_t i, uint64_t n, uint64_t salt);
+
+} /* namespace cuemu */
+
+#endif

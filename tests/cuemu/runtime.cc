@@ -1,0 +1,707 @@
+/*
+ * runtime.cc - a strict fake of the CUDA runtime API for the emulation:
+ * one device whose memory is host memory, and streams that defer their
+ * work.
+ *
+ * Device memory is aligned host memory filled with a garbage pattern
+ * (uninitialised device memory is not zero). Every copy and memset is
+ * checked to lie inside one allocation.
+ *
+ * Work queued on a stream runs only when something needs it: a stream or
+ * event synchronisation, an event query, a wait of another stream that
+ * is being run, a copy to pageable host memory, cudaFree. Work on other
+ * streams that nothing has ordered before it stays queued, so a missing
+ * event between two streams shows as a wrong result rather than being
+ * hidden by an eager device. Copies follow the runtime's documented
+ * synchronisation rules ("API synchronization behavior"): from pageable
+ * host memory the source is read at the call; to pageable host memory
+ * the call returns once the stream has reached and done the copy; with
+ * pinned memory the copy is queued like a kernel.
+ *
+ * The legacy default stream (NULL) is ordered with blocking streams (flag
+ * 0) by running them before it and it before them; non-blocking streams
+ * (the library's) are not ordered with it at all.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "internal.h"
+
+/* The CUDA handles are pointers to these. */
+struct cuemu_op {
+	std::function<void()> fn;
+	const char *what;
+	uint64_t seq; /* in the host's order of calls */
+	std::vector<cuemu::access> acc;
+};
+
+struct CUstream_st {
+	std::deque<cuemu_op> q;
+	unsigned flags;
+	uint64_t id;
+	int dead;
+};
+
+struct CUevent_st {
+	unsigned flags;
+	uint64_t recorded, done; /* records made, and done */
+	CUstream_st *stream;     /* of the last record */
+	double time_ms;
+};
+
+namespace {
+
+std::recursive_mutex mu;
+CUstream_st legacy = {{}, 0, 0, 0};
+uint64_t next_seq = 1;
+/*
+ * Made once and never destroyed: the leak checker of SAN=1 runs after
+ * the static destructors, and would find everything they let go.
+ */
+std::vector<CUstream_st *> &streams = *new std::vector<CUstream_st *>; /* live, not legacy */
+std::vector<CUstream_st *> &destroyed = *new std::vector<CUstream_st *>; /* events may name them */
+uint64_t next_stream_id = 1;
+std::map<uintptr_t, size_t> &dev_mem = *new std::map<uintptr_t, size_t>;
+std::map<uintptr_t, size_t> &pinned_mem = *new std::map<uintptr_t, size_t>;
+double clock_ms;
+int device;
+thread_local cudaError_t last_error = cudaSuccess;
+
+CUstream_st *S(cudaStream_t s)
+{
+	return s ? (CUstream_st *)s : &legacy;
+}
+
+/* The allocation (base, size) holding p in m, or m.end(). */
+std::map<uintptr_t, size_t>::iterator find(std::map<uintptr_t, size_t> &m, const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	auto it = m.upper_bound(a);
+	if (it == m.begin())
+		return m.end();
+	--it;
+	return a < it->first + (it->second ? it->second : 1) ? it : m.end();
+}
+
+int in(std::map<uintptr_t, size_t> &m, const void *p, size_t n)
+{
+	auto it = find(m, p);
+	return it != m.end() && (uintptr_t)p + n <= it->first + it->second;
+}
+
+/* Run the front of s once; 0 when it was empty or blocked by a host
+ * function (stop_at_host). */
+int step(CUstream_st *s, int stop_at_host);
+
+void run_until_empty(CUstream_st *s)
+{
+	while (step(s, 0))
+		;
+}
+
+/* What a new operation on s is ordered after (the legacy stream's
+ * implicit synchronisation), done eagerly, which is always legal. */
+void legacy_order(CUstream_st *s)
+{
+	if (s == &legacy) {
+		for (CUstream_st *o : streams)
+			if (!(o->flags & cudaStreamNonBlocking))
+				run_until_empty(o);
+	} else if (!(s->flags & cudaStreamNonBlocking)) {
+		run_until_empty(&legacy);
+	}
+}
+
+void drain_all()
+{
+	/* in reverse or shuffled order too: only the streams' own order and
+	 * their waits hold */
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (size_t k = 0; k < all.size(); k++)
+		run_until_empty(all[cuemu::permute(k, all.size(), 7)]);
+}
+
+/* The name of a queued host function, which marks it: a query never
+ * runs one, and a lazy load finds it. */
+const char host_fn_mark[] = "cudaLaunchHostFunc";
+
+/* x is about to run on s: see enqueue in internal.h. */
+void check_races(CUstream_st *s, const cuemu_op &x)
+{
+	if (x.acc.empty())
+		return;
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (CUstream_st *o : all) {
+		if (o == s)
+			continue;
+		for (const cuemu_op &y : o->q) {
+			if (y.seq > x.seq)
+				break;
+			for (const cuemu::access &a : x.acc)
+				for (const cuemu::access &b : y.acc)
+					if (a.lo < b.hi && b.lo < a.hi && (a.write || b.write))
+						cuemu::fail("%s on stream %llu %s [%p, %p) while %s, queued "
+							    "before it on stream %llu and not ordered before it "
+							    "by any event, %s [%p, %p): a race on a GPU",
+							    x.what, (unsigned long long)s->id,
+							    a.write ? "writes" : "reads", (void *)a.lo,
+							    (void *)a.hi, y.what, (unsigned long long)o->id,
+							    b.write ? "writes" : "reads", (void *)b.lo,
+							    (void *)b.hi);
+		}
+	}
+}
+
+int step(CUstream_st *s, int stop_at_host)
+{
+	if (s->q.empty())
+		return 0;
+	if (stop_at_host && s->q.front().what == host_fn_mark)
+		return 0;
+	cuemu_op op = std::move(s->q.front());
+	s->q.pop_front();
+	check_races(s, op);
+	op.fn();
+	clock_ms += 0.001;
+	return 1;
+}
+
+/* Run the stream of e's record number gen until that record is done. */
+int reach(CUevent_st *e, uint64_t gen, CUstream_st *s, int stop_at_host)
+{
+	while (e->done < gen)
+		if (!step(s, stop_at_host))
+			return e->done >= gen;
+	return 1;
+}
+
+const char *mem_kind(const void *p)
+{
+	if (find(dev_mem, p) != dev_mem.end())
+		return "device";
+	if (find(pinned_mem, p) != pinned_mem.end())
+		return "pinned";
+	return "pageable";
+}
+
+} /* namespace */
+
+namespace cuemu {
+
+static order_kind ord_kind = ORDER_FORWARD;
+static uint64_t ord_seed = 1;
+
+__attribute__((constructor)) static void read_env()
+{
+	const char *o = getenv("CUEMU_ORDER"), *s = getenv("CUEMU_SEED");
+	if (o && !strcmp(o, "reverse"))
+		ord_kind = ORDER_REVERSE;
+	else if (o && !strcmp(o, "shuffle"))
+		ord_kind = ORDER_SHUFFLE;
+	else if (o && *o && strcmp(o, "forward")) {
+		fprintf(stderr, "cuemu: CUEMU_ORDER='%s': not forward, reverse or shuffle\n", o);
+		exit(2);
+	}
+	if (s && *s)
+		ord_seed = strtoull(s, NULL, 0);
+}
+
+order_kind order()
+{
+	return ord_kind;
+}
+
+uint64_t seed()
+{
+	return ord_seed;
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+uint64_t permute(uint64_t i, uint64_t n, uint64_t salt)
+{
+	switch (ord_kind) {
+	case ORDER_REVERSE:
+		return n - 1 - i;
+	case ORDER_SHUFFLE: {
+		/* i -> (a i + c) mod n with a prime to n: a permutation */
+		uint64_t h = (ord_seed + salt) * 0x9e3779b97f4a7c15ull;
+		uint64_t a = (h >> 17) % n + 1;
+		while (gcd(a, n) != 1)
+			a++;
+		uint64_t r = (uint64_t)((unsigned __int128)a * i % n) + (h >> 40) % n;
+		return r >= n ? r - n : r;
+	}
+	default:
+		return i;
+	}
+}
+
+void fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("cuemu: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	abort();
+}
+
+cudaError_t set_error(cudaError_t e)
+{
+	if (e != cudaSuccess)
+		last_error = e;
+	return e;
+}
+
+cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
+		    std::vector<access> acc)
+{
+	std::lock_guard<std::recursive_mutex> g(mu);
+	CUstream_st *st = S(s);
+	if (st->dead)
+		return set_error(cudaErrorInvalidResourceHandle);
+	legacy_order(st);
+	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc)});
+	return cudaSuccess;
+}
+
+void module_load(const void *key, const char *kernel)
+{
+	static std::set<const void *> &loaded = *new std::set<const void *>;
+	std::lock_guard<std::recursive_mutex> g(mu);
+	if (!loaded.insert(key).second)
+		return;
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (CUstream_st *st : all)
+		for (const cuemu_op &o : st->q)
+			if (o.what == host_fn_mark)
+				fail("the first launch of kernel %s loads it, which waits for the device "
+				     "(lazy loading, CUDA's default), while stream %llu holds a host "
+				     "function that may wait for this thread: a deadlock on a GPU "
+				     "(launch the kernel once before, or CUDA_MODULE_LOADING=EAGER)",
+				     kernel, (unsigned long long)st->id);
+	drain_all();
+}
+
+int device_range(const void *p, size_t n)
+{
+	std::lock_guard<std::recursive_mutex> g(mu);
+	return in(dev_mem, p, n);
+}
+
+int is_device(const void *p)
+{
+	std::lock_guard<std::recursive_mutex> g(mu);
+	return find(dev_mem, p) != dev_mem.end();
+}
+
+} /* namespace cuemu */
+
+using cuemu::set_error;
+
+#define LOCK std::lock_guard<std::recursive_mutex> lock_(mu)
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last_error;
+	last_error = cudaSuccess;
+	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+	return last_error;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "no error";
+	case cudaErrorInvalidValue: return "invalid argument";
+	case cudaErrorMemoryAllocation: return "out of memory";
+	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	case cudaErrorInvalidDevice: return "invalid device ordinal";
+	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+	case cudaErrorNotReady: return "device not ready";
+	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+	case cudaErrorInsufficientDriver:
+		return "CUDA driver version is insufficient for CUDA runtime version";
+	default: return "unknown error (cuemu)";
+	}
+}
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+	return cudaGetErrorString(e);
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+	*v = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+	*v = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	*n = vis && !*vis ? 0 : 1;
+	return *n ? cudaSuccess : set_error(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int d)
+{
+	int n;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n)
+		return set_error(cudaErrorInvalidDevice);
+	device = d;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+	*d = device;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+	LOCK;
+	drain_all();
+	return cudaSuccess;
+}
+
+/* ---- memory ---- */
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+	LOCK;
+	*p = NULL;
+	if (n == 0)
+		return cudaSuccess;
+	void *m = NULL;
+	if (n > ((size_t)1 << 40) || posix_memalign(&m, 256, n))
+		return set_error(cudaErrorMemoryAllocation);
+	/* not zero: a read before a write must not look initialised */
+	memset(m, 0xa5, n);
+	dev_mem[(uintptr_t)m] = n;
+	*p = m;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	LOCK;
+	if (!p)
+		return cudaSuccess;
+	/* cudaFree waits for the device: work queued on p must still see it */
+	drain_all();
+	auto it = dev_mem.find((uintptr_t)p);
+	if (it == dev_mem.end())
+		cuemu::fail("cudaFree(%p): not the start of a live device allocation (%s memory)",
+			    p, mem_kind(p));
+	dev_mem.erase(it);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n)
+{
+	LOCK;
+	void *m = NULL;
+	if (posix_memalign(&m, 4096, n ? n : 1))
+		return set_error(cudaErrorMemoryAllocation);
+	memset(m, 0x5a, n);
+	pinned_mem[(uintptr_t)m] = n;
+	*p = m;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+	LOCK;
+	if (!p)
+		return cudaSuccess;
+	drain_all();
+	auto it = pinned_mem.find((uintptr_t)p);
+	if (it == pinned_mem.end())
+		cuemu::fail("cudaFreeHost(%p): not from cudaMallocHost", p);
+	pinned_mem.erase(it);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
+	LOCK;
+	if (n == 0)
+		return cudaSuccess;
+	if (!in(dev_mem, p, n))
+		cuemu::fail("cudaMemsetAsync(%p, %zu bytes): not inside one device allocation (%s memory)",
+			    p, n, mem_kind(p));
+	return cuemu::enqueue(s, [=]() { memset(p, v, n); }, "cudaMemsetAsync",
+			      {{(uintptr_t)p, (uintptr_t)p + n, 1}});
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+			    cudaStream_t s)
+{
+	LOCK;
+	if (n == 0)
+		return cudaSuccess;
+	int dd = find(dev_mem, dst) != dev_mem.end(), sd = find(dev_mem, src) != dev_mem.end();
+	int dp = find(pinned_mem, dst) != pinned_mem.end();
+	int sp = find(pinned_mem, src) != pinned_mem.end();
+	if ((dd && !in(dev_mem, dst, n)) || (sd && !in(dev_mem, src, n)) ||
+	    (dp && !in(pinned_mem, dst, n)) || (sp && !in(pinned_mem, src, n)))
+		cuemu::fail("cudaMemcpyAsync(%p, %p, %zu bytes): past the end of an allocation",
+			    dst, src, n);
+	int ok;
+	switch (kind) {
+	case cudaMemcpyHostToDevice: ok = dd && !sd; break;
+	case cudaMemcpyDeviceToHost: ok = sd && !dd; break;
+	case cudaMemcpyDeviceToDevice: ok = sd && dd; break;
+	case cudaMemcpyHostToHost: ok = !sd && !dd; break;
+	case cudaMemcpyDefault: ok = 1; break;
+	default: ok = 0;
+	}
+	if (!ok)
+		cuemu::fail("cudaMemcpyAsync: kind %d does not match the pointers (dst %s, src %s)",
+			    (int)kind, mem_kind(dst), mem_kind(src));
+	CUstream_st *st = S(s);
+	if (st->dead)
+		return set_error(cudaErrorInvalidResourceHandle);
+	std::vector<cuemu::access> acc;
+	if (dd)
+		acc.push_back({(uintptr_t)dst, (uintptr_t)dst + n, 1});
+	if (sd)
+		acc.push_back({(uintptr_t)src, (uintptr_t)src + n, 0});
+	if (!dd && !dp) {
+		/* to pageable host memory: done when the call returns */
+		cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync to pageable",
+			       acc);
+		run_until_empty(st);
+		return cudaSuccess;
+	}
+	if (!sd && !sp) {
+		/* from pageable host memory: staged now */
+		std::shared_ptr<std::vector<char>> stage =
+			std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+		return cuemu::enqueue(s, [=]() { memcpy(dst, stage->data(), n); },
+				      "cudaMemcpyAsync from pageable", acc);
+	}
+	return cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync", acc);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
+{
+	LOCK;
+	cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, NULL);
+	if (e == cudaSuccess)
+		run_until_empty(&legacy);
+	return e;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+	LOCK;
+	cudaError_t e = cudaMemsetAsync(p, v, n, NULL);
+	if (e == cudaSuccess)
+		run_until_empty(&legacy);
+	return e;
+}
+
+/* ---- streams ---- */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+	LOCK;
+	CUstream_st *st = new CUstream_st();
+	st->flags = flags;
+	st->id = next_stream_id++;
+	streams.push_back(st);
+	*s = st;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+	return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	LOCK;
+	if (!s)
+		return set_error(cudaErrorInvalidResourceHandle);
+	CUstream_st *st = S(s);
+	/* its work still completes (the runtime lets it finish) */
+	run_until_empty(st);
+	for (size_t i = 0; i < streams.size(); i++)
+		if (streams[i] == st)
+			streams.erase(streams.begin() + (long)i);
+	st->dead = 1;
+	st->q.clear();
+	destroyed.push_back(st);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	LOCK;
+	CUstream_st *st = S(s);
+	if (st->dead)
+		return set_error(cudaErrorInvalidResourceHandle);
+	if (st == &legacy)
+		legacy_order(st);
+	run_until_empty(st);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+	LOCK;
+	CUstream_st *st = S(s);
+	while (step(st, 1))
+		;
+	return st->q.empty() ? cudaSuccess : set_error(cudaErrorNotReady);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
+{
+	LOCK;
+	CUstream_st *st = S(s);
+	if (st->dead)
+		return set_error(cudaErrorInvalidResourceHandle);
+	legacy_order(st);
+	/* marked, so that a query never runs it: it may wait for the host */
+	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}});
+	return cudaSuccess;
+}
+
+/* ---- events ---- */
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+	CUevent_st *ev = new CUevent_st();
+	ev->flags = flags;
+	*e = ev;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+	return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	LOCK;
+	if (!e)
+		return set_error(cudaErrorInvalidResourceHandle);
+	/* a record still queued refers to it: let the queues finish first */
+	drain_all();
+	delete (CUevent_st *)e;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	LOCK;
+	CUevent_st *ev = (CUevent_st *)e;
+	if (!ev)
+		return set_error(cudaErrorInvalidResourceHandle);
+	CUstream_st *st = S(s);
+	uint64_t gen = ++ev->recorded;
+	ev->stream = st;
+	return cuemu::enqueue(s, [=]() {
+		ev->done = gen;
+		ev->time_ms = clock_ms;
+	}, "cudaEventRecord");
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	LOCK;
+	CUevent_st *ev = (CUevent_st *)e;
+	if (!ev)
+		return set_error(cudaErrorInvalidResourceHandle);
+	if (ev->done >= ev->recorded)
+		return cudaSuccess;
+	/* progress, but never into a host function (it may be waiting for
+	 * this very thread) */
+	if (reach(ev, ev->recorded, ev->stream, 1))
+		return cudaSuccess;
+	/* as the runtime does, the answer is also the thread's last error */
+	return set_error(cudaErrorNotReady);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	LOCK;
+	CUevent_st *ev = (CUevent_st *)e;
+	if (!ev)
+		return set_error(cudaErrorInvalidResourceHandle);
+	reach(ev, ev->recorded, ev->stream, 0);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+	LOCK;
+	CUevent_st *ev = (CUevent_st *)e;
+	if (!ev || flags)
+		return set_error(ev ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
+	if (ev->recorded == 0)
+		return cudaSuccess; /* never recorded: nothing to wait for */
+	uint64_t gen = ev->recorded;
+	CUstream_st *from = ev->stream;
+	return cuemu::enqueue(s, [=]() { reach(ev, gen, from, 0); }, "cudaStreamWaitEvent");
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+	LOCK;
+	CUevent_st *x = (CUevent_st *)a, *y = (CUevent_st *)b;
+	if (!ms)
+		return set_error(cudaErrorInvalidValue);
+	if (!x || !y || !x->recorded || !y->recorded ||
+	    (x->flags & cudaEventDisableTiming) || (y->flags & cudaEventDisableTiming))
+		return set_error(cudaErrorInvalidResourceHandle);
+	if (x->done < x->recorded || y->done < y->recorded)
+		return set_error(cudaErrorNotReady);
+	*ms = (float)(y->time_ms - x->time_ms);
+	return cudaSuccess;
+}
+
+} /* extern "C" */
