@@ -209,8 +209,10 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 	uint64_t b = 0;
 	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE)
 		b += (uint64_t)dp->N * sizeof(float); /* the buckets' error feedback */
-	if (dp->resid)
-		b += (uint64_t)dp->Np * sizeof(float);
+	if (dp->resid) /* and, through the host, the ring's wire buffers */
+		b += (uint64_t)dp->Np * sizeof(float) +
+		     (gk_comm_on_device(dp->gcomm) ? 0
+		      : gk_comm_compress_scratch(dp->compress, dp->Np / (size_t)dp->world));
 	return b;
 }
 

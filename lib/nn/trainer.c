@@ -405,6 +405,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		(uint64_t)2 * (per + 1) * sizeof(float) +
 		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
 		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) + gk_nn_tr_ckpt_bytes(t, nflat, per, fb);
+	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
+		*host += gk_comm_compress_scratch(t->o.compress, per);
 	*dev = 0;
 	if (t->cuda) {
 		gk_mem_train mt = mem_train(t, rc, batch, zero);
