@@ -174,4 +174,31 @@ test_expect_success MPI 'ZeRO-1: --compress adds its accounted comm to the peak,
 	test $grow -lt $((comm * 6 / 5))
 '
 
+# The checkpoint's copy: gpu-train's category checkpoint is mem-estimate
+# --ckpt-copy's checkpoint_copy (a vocabulary of whole tiles, so that no
+# padded rows differ): rank 0's parameters and the moments it writes.
+test_expect_success 'the checkpoint copy: gpu-train and mem-estimate --ckpt-copy agree' '
+	gpu-train --data train.bin --layers 2 --hidden 64 --heads 4 --vocab 384 --positions 64 \
+		--seq 32 --batch 2 --steps 1 --threads 1 --ckpt-dir cc --json >cc.json &&
+	mem-estimate --config cc/latest/config.json --precision f32 -b 2 -s 32 --no-dropout \
+		--ckpt-copy --json >mc.json &&
+	g=$(jq -s "map(select(.event == \"start\"))[0].memory.checkpoint" cc.json) &&
+	m=$(jq ".bytes.checkpoint_copy" mc.json) &&
+	p=$(jq ".model.params" mc.json) &&
+	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
+	test "$g" = "$m" && test "$m" = $((12 * p))
+'
+
+test_expect_success MPI 'the checkpoint copy under ZeRO-1 over 2 ranks: 4 + 8/2 bytes a parameter' '
+	mpi 2 --data train.bin --config cc/latest/config.json --seq 32 --batch 2 --steps 1 \
+		--threads 1 --zero 1 --ckpt-dir cc2 --json >cc2.json &&
+	mem-estimate --config cc/latest/config.json --precision f32 -b 2 -s 32 --no-dropout \
+		--zero 1 --dp 2 --ckpt-copy --json >mc2.json &&
+	g=$(jq -s "map(select(.event == \"start\"))[0].memory.checkpoint" cc2.json) &&
+	m=$(jq ".bytes.checkpoint_copy" mc2.json) &&
+	p=$(jq ".model.params" mc2.json) &&
+	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
+	test "$g" = "$m" && test "$m" = $((8 * p))
+'
+
 test_done
