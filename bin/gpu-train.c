@@ -279,17 +279,18 @@ static unsigned stop_grace = STOP_GRACE_S;
  */
 static void on_signal(int sig)
 {
-	if (nothing_to_save)
-		_exit(128 + sig);
 	if (sig == SIGALRM) {
-		if (stop_seen || !first_sig)
-			return; /* the trainer is stopping: its checkpoint may take long */
+		/* the trainer is stopping (its checkpoint may take long), or done */
+		if (stop_seen || !first_sig || nothing_to_save)
+			return;
 		SAY("gpu-train: the step did not reach its end within the grace period after "
 		    "the signal: exiting without a checkpoint; the steps since the last one "
 		    "are lost\n");
 		gk_cleanup_now();
 		_exit(128 + first_sig);
 	}
+	if (nothing_to_save)
+		_exit(128 + sig);
 	if (sig == SIGINT || sig == SIGTERM) {
 		if (first_sig) {
 			SAY("gpu-train: a second signal: exiting now, without a checkpoint; the "
