@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -184,6 +185,8 @@ static const gk_optdef options[] = {
 	     "cpu, cuda or auto (cuda when every rank has a GPU)"),
 	ENUM("precision", "KIND", o.precision, gk_nn_precision_parse, "bf16, tf32 or fp32", NOTE,
 	     "bf16", "on a GPU: bf16, tf32 or fp32"),
+	FLAG("force", o.force, 1, AGREE,
+	     "allocate even when the memory check says the run does not fit"),
 	SECTION("optimizer"),
 	INT("steps", "N", o.steps, 0, I64MAX, NOTE, "1000",
 	    "steps to train, the schedule's length (0: none)"),
@@ -249,7 +252,24 @@ _Static_assert(GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->arg) &&
 	       "args' per-row arrays hold every row of the table");
 
 static gk_cli cli;
-static volatile sig_atomic_t stop_flag, nothing_to_save;
+static volatile sig_atomic_t stop_flag, stop_seen, nothing_to_save, first_sig;
+static volatile sig_atomic_t quiet_rank = 0; /* not rank 0: rank 0 says it for the job */
+
+/*
+ * How long a step may take, after SIGTERM or SIGINT, to reach the
+ * boundary where the trainer stops (and checkpoints, for SIGTERM). A step
+ * that cannot finish (an allocator failing forever under RLIMIT_AS, a
+ * hung library call) would otherwise ignore the signal until the
+ * launcher's SIGKILL. Long enough for a step of a large model on the CPU
+ * (one step of GPT-2 small at --seq 1024, batch 4, on 2 cores: about
+ * 20 s); a preemption's grace period is usually longer (Slurm's
+ * --signal 60 to 120 s, Kubernetes' 30 s end with SIGKILL anyway).
+ */
+enum { STOP_GRACE_S = 60 };
+static unsigned stop_grace = STOP_GRACE_S;
+
+/* async-signal-safe: write(2) of a constant string */
+#define SAY(s) ((void)!write(STDERR_FILENO, s, sizeof(s) - 1))
 
 /*
  * The terminal's line: on rank 0, with stderr a terminal and without -q,
@@ -344,22 +364,47 @@ static void term_end(void)
 
 /*
  * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
- * for a stop without one; a second SIGINT ends the process at once. The
- * handler only sets the flag the trainer polls between steps. Outside
- * training (--eval-only, --sample after the run) there is nothing to
- * save, and any of them ends the process at once, 128 + the signal.
+ * for a stop without one. The handler only sets the flag the trainer
+ * polls between steps, and after SIGTERM or SIGINT arms an alarm: a step
+ * that has not reached that boundary within stop_grace seconds (the
+ * trainer sets stop_seen when it acts) ends the process, and a second
+ * SIGTERM or SIGINT ends it at once; either way the steps since the last
+ * checkpoint are lost, and the exit status is 128 + the first signal.
+ * Outside training (--eval-only, --sample after the run) there is
+ * nothing to save, and any of them ends the process at once.
  */
 static void on_signal(int sig)
 {
+	if (sig == SIGALRM) {
+		/* the trainer is stopping (its checkpoint may take long), or done */
+		if (stop_seen || !first_sig || nothing_to_save)
+			return;
+		SAY("gpu-train: the step did not reach its end within the grace period after "
+		    "the signal: exiting without a checkpoint; the steps since the last one "
+		    "are lost\n");
+		gk_cleanup_now();
+		_exit(128 + first_sig);
+	}
 	if (nothing_to_save)
 		_exit(128 + sig);
-	if (sig == SIGINT) {
-		if (stop_flag == 2)
-			_exit(130);
-		stop_flag = 2;
-	} else if (stop_flag == 0) {
-		stop_flag = 1;
+	if (sig == SIGINT || sig == SIGTERM) {
+		if (first_sig) {
+			SAY("gpu-train: a second signal: exiting now, without a checkpoint; the "
+			    "steps since the last one are lost\n");
+			gk_cleanup_now();
+			_exit(128 + first_sig);
+		}
+		first_sig = sig;
+		alarm(stop_grace);
+		if (!quiet_rank)
+			SAY("gpu-train: stopping at the end of the step; a second signal, or a step "
+			    "that does not end within the grace period, ends the process without a "
+			    "checkpoint\n");
 	}
+	if (sig == SIGINT)
+		stop_flag = 2;
+	else if (stop_flag == 0)
+		stop_flag = 1;
 }
 
 /*
@@ -738,12 +783,24 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGALRM, &sa, NULL);
 	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
+	o->stop_seen = &stop_seen;
+	/* tests: a slow disk, a step that never ends, a shorter grace, the
+	 * tree the memory check reads /proc and /sys under */
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
-	if (delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
-				  "GK_TEST_CKPT_DELAY_MS", err) < 0)
+	const char *block = getenv("GK_TEST_BLOCK_STEP");
+	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
+	int g = STOP_GRACE_S;
+	if ((delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
+				   "GK_TEST_CKPT_DELAY_MS", err) < 0) ||
+	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
+				   "GK_TEST_BLOCK_STEP", err) < 0) ||
+	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0))
 		return -1;
+	stop_grace = (unsigned)g;
+	o->mem_root = getenv("GK_TEST_MEM_ROOT");
 	return 0;
 }
 
@@ -1096,6 +1153,7 @@ int main(int argc, char **argv)
 	if (gk_nn_trainer_new(&t, &a.o, &err) < 0)
 		goto fail;
 	term.on = term.on && gk_nn_trainer_rank(t) == 0;
+	quiet_rank = gk_nn_trainer_rank(t) != 0;
 	print_start(t);
 	if (a.o.eval_only || a.o.steps == 0) {
 		/* --steps 0: the model as built or loaded, evaluated on

@@ -195,6 +195,8 @@ static const gk_optdef options[] = {
 	ENUM("attn", "KIND", r.flash, parse_attn, "not eager or flash",
 	     "eager or flash (default: eager to train, flash with --infer)"),
 	FLAG("no-dropout", r.dropout, 0, "no dropout masks"),
+	FLAG("ckpt-copy", r.ckpt_copy, 1,
+	     "checkpoints written from a host copy of the state (gpu-train's)"),
 	SIZE("bucket", "SIZE", r.bucket, "gradient bucket size"),
 	SIZE("reserve", "SIZE", r.reserve, "CUDA context and workspaces (default 1GiB)"),
 	SECTION("parallelism"),

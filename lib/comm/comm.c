@@ -717,3 +717,9 @@ double gk_comm_busbw_factor(gk_comm_coll coll, int n)
 	default: return 1;
 	}
 }
+
+size_t gk_comm_compress_scratch(gk_comm_compress cz, size_t recvcount)
+{
+	/* ring_compressed's w1 and w2: the wire bytes of the largest block, + 1 */
+	return cz == GK_COMM_COMPRESS_NONE ? 0 : 2 * (gk_comm_wire_bytes(cz, recvcount + 1) + 1);
+}

@@ -260,6 +260,13 @@ typedef struct gk_comm_callopts {
 int gk_comm_allreduce(gk_comm *c, const void *send, void *recv, size_t count,
 		      gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
 		      gk_err *err);
+/*
+ * Scratch a compressed collective keeps on the host communicator (mpi)
+ * once it has run: two wire buffers of a ring block, for a reduce-scatter
+ * of recvcount floats per rank (allreduce: count / world). For callers
+ * that account for the memory they hold.
+ */
+size_t gk_comm_compress_scratch(gk_comm_compress cz, size_t recvcount);
 int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
 			   size_t recvcount, gk_dtype dt, gk_comm_op op,
 			   const gk_comm_callopts *o, gk_err *err);

@@ -838,18 +838,29 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 				"mpi: MPI_Reduce_scatter_block");
 		}
 	} else {
+		/*
+		 * The rings reduce in the buffer they are given. In place (recv
+		 * is this rank's slice of send, as ZeRO-1 calls it every step)
+		 * that is send itself, whose other slices are left undefined
+		 * as MPI's and NCCL's in-place forms leave them, and the result
+		 * lands where it belongs; out of place, a copy of send.
+		 */
 		size_t total = bytes * (size_t)n;
-		char *work = malloc(total + 1);
+		int in_place = (const char *)k->send + (size_t)r * bytes == (const char *)k->recv;
+		char *work = in_place ? (char *)(uintptr_t)k->send : malloc(total + 1);
 		if (!work)
 			return gk_errf(err, "mpi: out of memory for a %zu-byte buffer", total);
-		memcpy(work, k->send, total);
+		if (!in_place)
+			memcpy(work, k->send, total);
 		int rc = k->compress != GK_COMM_COMPRESS_NONE ?
 			ring_compressed(c, (float *)(void *)work, k->count * (size_t)n, k->compress,
 					k->residual, 0, err) :
 			ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, 0, err);
-		if (rc == 0)
-			memcpy(k->recv, work + (size_t)r * bytes, bytes);
-		free(work);
+		if (!in_place) {
+			if (rc == 0)
+				memcpy(k->recv, work + (size_t)r * bytes, bytes);
+			free(work);
+		}
 		if (rc < 0)
 			return -1;
 	}

@@ -205,6 +205,9 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
  */
 int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
+/* Remove them now: for a signal handler of the caller's own that ends
+ * the process with _exit (async-signal-safe: unlink and rmdir only). */
+void gk_cleanup_now(void);
 
 /*
  * Past the file size limit (`ulimit -f`, RLIMIT_FSIZE) a write fails with
@@ -344,6 +347,41 @@ void gk_cpu_set(cpu_set_t *set);
  * tests give a tree holding proc/self/cgroup, proc/self/mountinfo and
  * the cgroup files); 0 when there is none or nothing can be read. */
 double gk_cgroup_cpu_quota(const char *root);
+/*
+ * Each cgroup directory of the process's hierarchy for the v1 controller
+ * ctrl ("cpu", "memory") and of the v2 hierarchy, from the process's own
+ * cgroup up to the mount (paths under root, as above), to fn(root, dir,
+ * v2, ctx) until it returns non-zero, which is returned; 0 when it never
+ * did or nothing could be read.
+ */
+int gk_cgroup_walk(const char *root, const char *ctrl,
+		   int (*fn)(const char *root, const char *dir, int v2, void *ctx), void *ctx);
+
+/*
+ * What the host lets this process have (memlimit.c), every path read
+ * under root ("" for this system; tests give a tree holding
+ * proc/self/cgroup, proc/self/mountinfo, proc/self/limits,
+ * proc/self/status, proc/meminfo and the cgroup files). 0 in a field:
+ * no limit, or it could not be read.
+ *
+ * cgroup_max: the memory cgroup's limit (v2 memory.max, v1
+ *   memory.limit_in_bytes; "max" and v1's page-rounded LONG_MAX are no
+ *   limit) whose headroom is the smallest on the way from the process's
+ *   cgroup to the root, and cgroup_used that cgroup's usage (memory.current,
+ *   v1 memory.usage_in_bytes) less its page cache (memory.stat's file, v1
+ *   total_cache), which the kernel reclaims before it kills.
+ * cgroup_id: the inode of the process's own memory cgroup directory, to
+ *   tell which processes of one kernel share that limit.
+ * available: /proc/meminfo's MemAvailable.
+ * as_max: RLIMIT_AS's soft limit (/proc/self/limits' "Max address space");
+ *   as_used: the address space mapped now (/proc/self/status VmSize).
+ */
+typedef struct gk_host_mem {
+	uint64_t cgroup_max, cgroup_used, cgroup_id;
+	uint64_t available;
+	uint64_t as_max, as_used;
+} gk_host_mem;
+void gk_host_mem_read(const char *root, gk_host_mem *m);
 
 /* ---- hashing ----------------------------------------------------------------- */
 

@@ -71,10 +71,10 @@ static double dir_quota(const char *root, const char *dir, int v2)
 
 /*
  * The hierarchy's mount: for v2 the cgroup2 mount, for v1 the cgroup
- * mount whose options name the cpu controller. mnt gets its mount point,
+ * mount whose options name the controller. mnt gets its mount point,
  * top the cgroup path it shows (a container's namespace shows "/").
  */
-static int find_mount(const char *root, int v2, char *mnt, char *top)
+static int find_mount(const char *root, int v2, const char *ctrl, char *mnt, char *top)
 {
 	FILE *f = open_at(root, "/proc/self/mountinfo", "");
 	if (!f)
@@ -89,7 +89,7 @@ static int find_mount(const char *root, int v2, char *mnt, char *top)
 		    sscanf(dash + 3, "%63s %*s %1023s", type, opts) != 2)
 			continue;
 		if (v2 ? strcmp(type, "cgroup2") == 0
-		       : strcmp(type, "cgroup") == 0 && has_word(opts, "cpu")) {
+		       : strcmp(type, "cgroup") == 0 && has_word(opts, ctrl)) {
 			strcpy(mnt, m);
 			strcpy(top, r);
 			found = 0;
@@ -99,7 +99,8 @@ static int find_mount(const char *root, int v2, char *mnt, char *top)
 	return found;
 }
 
-double gk_cgroup_cpu_quota(const char *root)
+int gk_cgroup_walk(const char *root, const char *ctrl,
+		   int (*fn)(const char *root, const char *dir, int v2, void *ctx), void *ctx)
 {
 	FILE *f = open_at(root, "/proc/self/cgroup", "");
 	if (!f)
@@ -113,18 +114,18 @@ double gk_cgroup_cpu_quota(const char *root)
 		if (!c2 || strlen(c2 + 1) >= PATH_MAX)
 			continue;
 		*c1 = '\0', *c2 = '\0';
-		const char *ctrl = c1 + 1;
-		int v2 = strcmp(line, "0") == 0 && *ctrl == '\0';
-		if (v2 || has_word(ctrl, "cpu")) {
+		const char *ctrls = c1 + 1;
+		int v2 = strcmp(line, "0") == 0 && *ctrls == '\0';
+		if (v2 || has_word(ctrls, ctrl)) {
 			strcpy(path[v2], c2 + 1);
 			have[v2] = 1;
 		}
 	}
 	fclose(f);
-	double best = 0;
-	for (int v2 = 0; v2 < 2; v2++) {
+	int r = 0;
+	for (int v2 = 0; v2 < 2 && r == 0; v2++) {
 		char mnt[PATH_MAX], top[PATH_MAX], dir[PATH_MAX];
-		if (!have[v2] || find_mount(root, v2, mnt, top) < 0)
+		if (!have[v2] || find_mount(root, v2, ctrl, mnt, top) < 0)
 			continue;
 		/* the process's cgroup below the mount; the mount itself when
 		 * the path is outside what it shows */
@@ -138,18 +139,33 @@ double gk_cgroup_cpu_quota(const char *root)
 			rel = "";
 		if ((size_t)snprintf(dir, sizeof(dir), "%s%s", mnt, rel) >= sizeof(dir))
 			continue;
-		/* a limit anywhere on the way up applies: the smallest */
+		/* from the process's own cgroup up to the mount */
 		size_t stop = strlen(mnt);
 		for (;;) {
-			double q = dir_quota(root, dir, v2);
-			if (q > 0 && (best == 0 || q < best))
-				best = q;
+			if ((r = fn(root, dir, v2, ctx)) != 0)
+				break;
 			char *slash = strrchr(dir, '/');
 			if (!slash || (size_t)(slash - dir) < stop)
 				break;
 			*slash = '\0';
 		}
 	}
+	return r;
+}
+
+/* a limit anywhere on the way up applies: the smallest */
+static int quota_at(const char *root, const char *dir, int v2, void *ctx)
+{
+	double *best = ctx, q = dir_quota(root, dir, v2);
+	if (q > 0 && (*best == 0 || q < *best))
+		*best = q;
+	return 0;
+}
+
+double gk_cgroup_cpu_quota(const char *root)
+{
+	double best = 0;
+	gk_cgroup_walk(root, "cpu", quota_at, &best);
 	return best;
 }
 

@@ -360,6 +360,13 @@ int gk_cleanup_on_signal(const char *path)
 	return slot;
 }
 
+void gk_cleanup_now(void)
+{
+	int saved = errno;
+	remove_cleanup_paths();
+	errno = saved;
+}
+
 void gk_cleanup_forget(int handle)
 {
 	sigset_t old;

@@ -200,6 +200,9 @@ const char *gk_cuda_mem_kind_name(gk_cuda_mem_kind k);
 void *gk_cuda_alloc(size_t bytes, gk_cuda_mem_kind kind, gk_err *err);
 /* Free memory from gk_cuda_alloc (NULL is fine). */
 void gk_cuda_free(void *p);
+/* The current device's free and total bytes (cudaMemGetInfo), as the
+ * driver sees them: other processes' allocations are not free. */
+int gk_cuda_mem_info(uint64_t *free_bytes, uint64_t *total, gk_err *err);
 
 /*
  * Page-locked host memory (cudaMallocHost): what asynchronous copies need

@@ -232,6 +232,16 @@ void *gk_cuda_alloc(size_t bytes, gk_cuda_mem_kind kind, gk_err *err)
 	return p;
 }
 
+int gk_cuda_mem_info(uint64_t *free_bytes, uint64_t *total, gk_err *err)
+{
+	size_t f = 0, t = 0;
+	if (GK_CUDA_CHECK(cudaMemGetInfo(&f, &t), err) < 0)
+		return -1;
+	*free_bytes = f;
+	*total = t;
+	return 0;
+}
+
 void gk_cuda_free(void *p)
 {
 	if (!p)

@@ -153,23 +153,29 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *run,
 		return gk_errf(err, "fit: global batch '%lld': too large",
 			       (long long)global_batch);
 	gk_err e1;
-	for (int64_t tp = 1; tp <= base->gpus_per_node && tp <= world; tp *= 2) {
+	int64_t tp_max = req->tp_max > 0 ? req->tp_max : base->gpus_per_node;
+	int64_t pp_max = req->pp_max > 0 ? req->pp_max : m->layers;
+	int zero_max = req->zero_max > 0 && req->zero_max < 3 ? req->zero_max : 3;
+	unsigned rcs = req->recompute ? req->recompute
+				      : 1u << GK_MEM_RC_NONE | 1u << GK_MEM_RC_SELECTIVE |
+				       1u << GK_MEM_RC_FULL;
+	for (int64_t tp = 1; tp <= tp_max && tp <= world; tp *= 2) {
 		if (world % tp || m->heads % tp || m->kv_heads % tp)
 			continue;
-		for (int64_t pp = 1; pp <= m->layers && tp * pp <= world; pp++) {
+		for (int64_t pp = 1; pp <= pp_max && pp <= m->layers && tp * pp <= world; pp++) {
 			if (m->layers % pp || (world / tp) % pp)
 				continue;
 			int64_t dp = world / (tp * pp);
 			if (global_batch % dp)
 				continue;
-			for (int zero = 0; zero <= 3; zero++) {
+			for (int zero = 0; zero <= zero_max; zero++) {
 				if (zero > 0 && dp == 1)
 					continue;
 				for (int sp = 0; sp <= (tp > 1); sp++)
 				/* the strategies frameworks offer (not GELU) */
 				for (int rc = 0; rc <= GK_MEM_RC_FULL; rc++)
 				for (int64_t mb = 1; mb <= global_batch / dp; mb *= 2) {
-					if ((global_batch / dp) % mb)
+					if ((global_batch / dp) % mb || !(rcs & 1u << rc))
 						continue;
 					gk_mem_run r = *base;
 					r.tp = tp, r.pp = pp, r.dp = dp;

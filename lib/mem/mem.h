@@ -189,6 +189,9 @@ typedef struct gk_mem_run {
 	int64_t gpus_per_node; /* host RAM is per node */
 	uint64_t bucket;     /* gradient bucket bytes (each of 2 in flight) */
 	uint64_t reserve;    /* CUDA context, cuBLAS/NCCL workspaces */
+	int ckpt_copy;       /* checkpoints written while training goes on:
+				a host copy of the f32 parameters and this
+				rank's optimizer states ("checkpoint_copy") */
 } gk_mem_run;
 
 /*
@@ -214,7 +217,7 @@ int gk_mem_recompute_parse(const char *s);
 
 /* ---- the estimate ------------------------------------------------------------ */
 
-enum { GK_MEM_MAX_PARTS = 16 };
+enum { GK_MEM_MAX_PARTS = 20 };
 
 /*
  * The keys of the parts are an interface: mem-estimate --json prints them
@@ -223,7 +226,8 @@ enum { GK_MEM_MAX_PARTS = 16 };
  * "gradients", "optimizer", "grad_f32", "host_ram", "activations",
  * "recompute_working_set", "embedding_dropout", "logits", "final_norm",
  * "dp_buckets", "zero3_gather", "tp_buffers", "pp_buffers",
- * "cuda_reserve"; inference: "parameters", "kv_cache", "activations",
+ * "cuda_reserve", "checkpoint_copy" (host RAM, of the rank that writes
+ * the model); inference: "parameters", "kv_cache", "activations",
  * "logits", "tp_buffers", "cuda_reserve". A part that does not apply to a
  * run is absent rather than 0.
  */
@@ -272,10 +276,11 @@ const gk_mem_part *gk_mem_part_get(const gk_mem_est *e, const char *key);
  */
 typedef enum gk_mem_cat {
 	GK_MEM_PARAMETERS, GK_MEM_GRADIENTS, GK_MEM_OPTIMIZER, GK_MEM_ACTIVATIONS,
-	GK_MEM_WORKSPACE, GK_MEM_PADDING, GK_MEM_COMM, GK_MEM_NCAT
+	GK_MEM_WORKSPACE, GK_MEM_PADDING, GK_MEM_COMM, GK_MEM_CHECKPOINT, GK_MEM_NCAT
 } gk_mem_cat;
 /* "parameters", "gradients", "optimizer", "activations", "workspace",
- * "padding", "comm": the JSON keys and the Prometheus label values */
+ * "padding", "comm", "checkpoint" (the state's copy a checkpoint is
+ * written from): the JSON keys and the Prometheus label values */
 const char *gk_mem_cat_name(gk_mem_cat c);
 
 /*
@@ -301,6 +306,7 @@ typedef struct gk_mem_train {
 				       none, gelu and layer */
 	int eager, dropout;
 	int grad_f32;       /* bf16 with an f32 gradient buffer */
+	int ckpt_copy;      /* checkpoints from a copy (gk_mem_run's) */
 } gk_mem_train;
 
 /*
@@ -346,6 +352,14 @@ typedef struct gk_mem_fit_req {
 	uint64_t capacity;      /* bytes a GPU offers */
 	const gk_mem_gpu *gpu;  /* the cost model's GPU */
 	double inter_gbs;       /* per-GPU network bandwidth between nodes, GB/s */
+	/*
+	 * What the trainer can run (0: no bound): the largest TP and PP
+	 * degrees and ZeRO stage, and the recomputations, a mask of
+	 * 1 << gk_mem_recompute (0: none, selective and full).
+	 */
+	int64_t tp_max, pp_max;
+	int zero_max;
+	unsigned recompute;
 } gk_mem_fit_req;
 
 #define GK_MEM_FIT_GPU "H100-80"
@@ -375,5 +389,66 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base,
  */
 void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *r,
 		 const gk_mem_gpu *gpu, double inter_gbs, gk_mem_cand *c);
+
+/* ---- will it fit here ------------------------------------------------------------ */
+
+/*
+ * What limits a run on one machine, tightest first when several do. The
+ * host's limits are shared by the ranks that run there: the cgroup's by
+ * the ranks in it, MemAvailable by the ranks of the kernel, a device's
+ * free memory by the ranks on it; RLIMIT_AS is each process's own.
+ */
+typedef enum gk_mem_limit {
+	GK_MEM_LIMIT_NONE, GK_MEM_LIMIT_AS, GK_MEM_LIMIT_CGROUP, GK_MEM_LIMIT_AVAILABLE,
+	GK_MEM_LIMIT_DEVICE
+} gk_mem_limit;
+/* "RLIMIT_AS (ulimit -v)", "the cgroup's memory limit", "MemAvailable",
+ * "the device's free memory" */
+const char *gk_mem_limit_name(gk_mem_limit l);
+
+typedef struct gk_mem_room_req {
+	uint64_t host_need;   /* host bytes one rank allocates (its accounting) */
+	uint64_t dev_need;    /* device bytes one rank allocates; 0: none */
+	gk_host_mem host;     /* gk_host_mem_read's figures on this rank */
+	int host_ranks;       /* ranks on this kernel, this one included */
+	int cgroup_ranks;     /* ... and in its memory cgroup */
+	uint64_t dev_free;    /* the device's free bytes */
+	int dev_ranks;        /* ranks on the device */
+	int threads;          /* threads a rank computes with */
+} gk_mem_room_req;
+
+typedef struct gk_mem_room {
+	gk_mem_limit limit;   /* the tightest limit the run exceeds; NONE: it fits */
+	uint64_t need;        /* what the ranks under it need, margins included */
+	uint64_t avail;       /* what it leaves them */
+	int ranks;            /* how many ranks share it */
+} gk_mem_room;
+
+/*
+ * The margins over a rank's own accounting, bytes a process holds that
+ * no trainer counts. RSS: the libraries, the communication library's
+ * shared-memory segments and buffers, OpenBLAS's per-thread pack buffers
+ * touched (GK_MEM_RSS_MARGIN). Address space, which RLIMIT_AS bounds, is
+ * larger than the RSS: every thread maps a stack (8 MiB, RLIMIT_STACK's
+ * usual default) and, once it calls malloc, a 64 MiB glibc arena
+ * (HEAP_MAX_SIZE, reserved whole), and OpenBLAS maps a buffer per thread
+ * (64 MiB here); so the margin over the address space already mapped
+ * when the check runs, gk_mem_as_margin(threads), is 136 MiB a compute
+ * thread and 72 MiB for each of two service threads (data prefetch,
+ * checkpoint writer). Measured on gpu-train (2 layers x 64, seq 1024,
+ * the smallest `ulimit -v` that runs 2 steps): 137 MiB over the mapped
+ * space and the accounting with 1 thread, 269 MiB with 2; the margin
+ * says 280 and 416 MiB.
+ */
+#define GK_MEM_RSS_MARGIN (128ULL << 20)
+uint64_t gk_mem_as_margin(int threads);
+
+/*
+ * Whether one rank's host_need and dev_need fit under every limit of
+ * req, with the margins above: 1 when they do (out->limit NONE), 0 with
+ * the tightest limit exceeded in *out (the largest need over what is
+ * available).
+ */
+int gk_mem_room_check(const gk_mem_room_req *req, gk_mem_room *out);
 
 #endif

@@ -59,6 +59,7 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.flash = !t->eager;
 	r.dropout = !!t->dropout;
 	r.grad_f32 = !!t->grad_f32;
+	r.ckpt_copy = !!t->ckpt_copy;
 	gk_mem_run_resolve(&r, &m);
 	if (gk_mem_estimate(&m, &r, 0, e, err)) {
 		gk_err_prefix(err, "train");
@@ -73,6 +74,7 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 
 static const char *const cat_names[GK_MEM_NCAT] = {
 	"parameters", "gradients", "optimizer", "activations", "workspace", "padding", "comm",
+	"checkpoint",
 };
 
 const char *gk_mem_cat_name(gk_mem_cat c)

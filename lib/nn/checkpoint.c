@@ -397,6 +397,17 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	return 0;
 }
 
+uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t moments,
+			     size_t feedback)
+{
+	if (!t->o.ckpt_dir || t->o.eval_only)
+		return 0;
+	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
+	if (t->o.zero || t->rank == 0)
+		b += (uint64_t)2 * moments * sizeof(float);
+	return b + (uint64_t)feedback * sizeof(float);
+}
+
 /* This rank's part of the counts ckpt_progress takes, to be summed. */
 void gk_nn_tr_ckpt_counts(const gk_nn_trainer *t, double c[3])
 {

@@ -36,6 +36,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nn/train_internal.h"
 
@@ -65,6 +66,7 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->world = t->world;
 	dp->zero = t->o.zero;
 	dp->compress = t->o.compress;
+	dp->block_at = t->o.test_block_step;
 	dp->N = gk_nn_nparams(t->m);
 	if (dp->zero) {
 		dp->Np = (dp->N + (size_t)dp->world - 1) / (size_t)dp->world * (size_t)dp->world;
@@ -207,8 +209,10 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 	uint64_t b = 0;
 	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE)
 		b += (uint64_t)dp->N * sizeof(float); /* the buckets' error feedback */
-	if (dp->resid)
-		b += (uint64_t)dp->Np * sizeof(float);
+	if (dp->resid) /* and, through the host, the ring's wire buffers */
+		b += (uint64_t)dp->Np * sizeof(float) +
+		     (gk_comm_on_device(dp->gcomm) ? 0
+		      : gk_comm_compress_scratch(dp->compress, dp->Np / (size_t)dp->world));
 	return b;
 }
 
@@ -242,6 +246,11 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
 
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 {
+	/* tests: a step that cannot finish, as one spinning in an allocator
+	 * that fails forever; signals are still delivered, and return here */
+	if (dp->block_at && ++dp->reduces == dp->block_at)
+		for (;;)
+			pause();
 	if (dp->grads) {
 		if (dp->via_host && gk_nn_download(dp->m, GK_NN_GRADS, err) < 0)
 			return -1;

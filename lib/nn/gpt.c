@@ -223,11 +223,15 @@ static int build_table(gk_nn_model *m, gk_err *err)
  * zeroed, counted in *bytes (gk_nn_memory reports what was really
  * allocated).
  */
-static float *falloc(size_t n, uint64_t *bytes)
+static size_t fbytes(size_t n)
 {
 	size_t sz = (n * sizeof(float) + 63) / 64 * 64;
-	if (sz == 0)
-		sz = 64;
+	return sz ? sz : 64;
+}
+
+static float *falloc(size_t n, uint64_t *bytes)
+{
+	size_t sz = fbytes(n);
 	float *p = gk_alloc_big(sz);
 	if (p)
 		*bytes += sz;
@@ -247,20 +251,24 @@ static size_t r16(size_t n)
 	return (n + 15) / 16 * 16;
 }
 
-static int alloc_acts(gk_nn_model *m, gk_err *err)
+/*
+ * The pieces of the activation buffer (sz, in carve order) and of the
+ * backward workspace (ws) for batch B, sequence T and nt threads; the
+ * floats each buffer takes in *acts and *work. gk_nn_plan sizes a model
+ * with them before it exists.
+ */
+enum { NSZ = 18, NWS = 6 };
+static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t sz[NSZ],
+		      size_t ws[NWS], size_t *acts, size_t *work)
 {
-	size_t B = (size_t)m->o.batch, T = (size_t)m->o.seq;
-	size_t C = (size_t)m->c.hidden, NH = (size_t)m->c.heads;
-	size_t L = (size_t)m->c.layers, Vp = (size_t)m->c.vocab_pad;
+	size_t B = (size_t)o->batch, T = (size_t)o->seq;
+	size_t C = (size_t)c->hidden, NH = (size_t)c->heads;
+	size_t L = (size_t)c->layers, Vp = (size_t)c->vocab_pad;
 	size_t N = B * T;
-	gk_nn_recompute r = m->o.recompute;
-	m->per_layer = r != GK_NN_RECOMPUTE_LAYER;
-	m->fchg_per_layer = r == GK_NN_RECOMPUTE_NONE;
-	size_t kl = m->per_layer ? L : 1;
-	size_t kg = m->fchg_per_layer ? L : 1;
-
-	/* sizes of every piece, in carve order */
-	size_t sz[] = {
+	gk_nn_recompute r = o->recompute;
+	size_t kl = r != GK_NN_RECOMPUTE_LAYER ? L : 1;
+	size_t kg = r == GK_NN_RECOMPUTE_NONE ? L : 1;
+	size_t a[NSZ] = {
 		(L + 1) * N * C,     /* resid */
 		N * C, N, N,         /* lnf */
 		N * Vp, N,           /* logits, lse */
@@ -273,11 +281,29 @@ static int alloc_acts(gk_nn_model *m, gk_err *err)
 		kl * N * 4 * C,      /* fch */
 		kg * N * 4 * C,      /* fchg */
 	};
-	size_t total = 0;
-	for (size_t i = 0; i < GK_ARRAY_SIZE(sz); i++)
-		total += r16(sz[i]);
+	/* backward: dres, dln, datty (B,T,C); dqkv (B,T,3C); dfc (B,T,4C);
+	 * attention's scratch, per thread (a head's copies and a (T,T)) */
+	size_t w[NWS] = {N * C, N * C, N * C, N * 3 * C, N * 4 * C,
+			 (size_t)nt * gk_nn_cpu_attention_scratch((int)T, (int)(C / NH))};
+	memcpy(sz, a, sizeof(a));
+	memcpy(ws, w, sizeof(w));
+	*acts = *work = 0;
+	for (size_t i = 0; i < NSZ; i++)
+		*acts += r16(sz[i]);
 	/* tokens and targets, as floats' worth of int32 */
-	total += 2 * r16(N);
+	*acts += 2 * r16(N);
+	for (size_t i = 0; i < NWS; i++)
+		*work += r16(ws[i]);
+}
+
+static int alloc_acts(gk_nn_model *m, gk_err *err)
+{
+	size_t N = (size_t)m->o.batch * (size_t)m->o.seq;
+	gk_nn_recompute r = m->o.recompute;
+	m->per_layer = r != GK_NN_RECOMPUTE_LAYER;
+	m->fchg_per_layer = r == GK_NN_RECOMPUTE_NONE;
+	size_t sz[NSZ], ws[NWS], total, wtotal;
+	act_sizes(&m->c, &m->o, m->nt, sz, ws, &total, &wtotal);
 	m->acts_n = total;
 	m->acts = falloc(total, &m->mem.activations);
 	if (!m->acts)
@@ -305,14 +331,7 @@ static int alloc_acts(gk_nn_model *m, gk_err *err)
 	m->tokens = (int32_t *)carve(&cur, N);
 	m->targets = (int32_t *)carve(&cur, N);
 
-	/* backward: dres, dln, datty (B,T,C); dqkv (B,T,3C); dfc (B,T,4C);
-	 * attention's scratch, per thread (a head's copies and a (T,T)) */
-	size_t ws[] = {N * C, N * C, N * C, N * 3 * C, N * 4 * C,
-		       (size_t)m->nt *
-			       gk_nn_cpu_attention_scratch((int)T, (int)(C / NH))};
-	total = 0;
-	for (size_t i = 0; i < GK_ARRAY_SIZE(ws); i++)
-		total += r16(ws[i]);
+	total = wtotal;
 	m->ws_n = total;
 	m->ws = falloc(total, &m->mem.workspace);
 	if (!m->ws)
@@ -405,6 +424,32 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 fail:
 	gk_nn_free(m);
 	return -1;
+}
+
+int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err)
+{
+	memset(out, 0, sizeof(*out));
+	gk_nn_model m = {.c = *c, .o = *o};
+	if (gk_nn_config_finish(&m.c, err) < 0)
+		return -1;
+	if (o->batch < 1 || o->seq < 1 || o->seq > m.c.positions || o->flat_multiple < 0)
+		return gk_errf(err, "model batch %d x sequence %d: not a model's", o->batch, o->seq);
+	m.nt = o->threads > 0 ? o->threads : omp_get_max_threads();
+	int rc = build_table(&m, err);
+	if (rc == 0) {
+		size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
+		size_t nflat = (m.nparams + k - 1) / k * k;
+		out->parameters = out->gradients = fbytes(nflat);
+		if (o->device != GK_NN_CUDA) {
+			size_t sz[NSZ], ws[NWS], acts, work;
+			act_sizes(&m.c, o, m.nt, sz, ws, &acts, &work);
+			out->activations = fbytes(acts);
+			out->workspace = fbytes(work);
+		}
+	}
+	free(m.t);
+	free(m.blk);
+	return rc;
 }
 
 void gk_nn_free(gk_nn_model *m)

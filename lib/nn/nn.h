@@ -288,6 +288,13 @@ typedef struct gk_nn_mem {
 } gk_nn_mem;
 
 void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
+/*
+ * What gk_nn_new(c, o) allocates in host memory, by the same sizes,
+ * without allocating: on the CPU backend all of it, on CUDA the host
+ * copies of the parameters and gradients (the device's bytes are lib/mem's
+ * estimate). -1 with err for a shape gk_nn_new would refuse.
+ */
+int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err);
 
 /* ---- generation (sample.c) ---------------------------------------------------------- */
 

@@ -30,6 +30,7 @@
 typedef struct rank_place {
 	uint64_t kernel;                       /* hash of the boot id */
 	uint64_t host;                         /* hash of boot id and host name */
+	uint64_t cgroup;                       /* its memory cgroup (gk_host_mem) */
 	int32_t threads;                       /* --threads, 0: the default */
 	uint32_t cpus[CPU_SETSIZE / 32];       /* the CPU set, as bits */
 } rank_place;
@@ -67,6 +68,9 @@ int gk_nn_tr_place(gk_nn_trainer *t, gk_err *err)
 	gethostname(id + n + 1, sizeof(id) - n - 2);
 	me.host = gk_xxh3(id, strlen(id));
 	me.kernel = n > 0 ? gk_xxh3(id, n) : me.host;
+	gk_host_mem hm;
+	gk_host_mem_read("", &hm);
+	me.cgroup = hm.cgroup_id;
 	cpu_set_t set;
 	gk_cpu_set(&set);
 	for (int c = 0; c < CPU_SETSIZE; c++)
@@ -87,10 +91,14 @@ int gk_nn_tr_place(gk_nn_trainer *t, gk_err *err)
 	 */
 	gk_nn_placement *p = &t->place;
 	memset(p, 0, sizeof(*p));
+	t->kernel = me.kernel;
 	p->cpus = gk_cpus_usable(&p->quota);
 	int given = 0, defaults = 0;
 	for (int r = 0; r < t->world; r++) {
 		const rank_place *q = &all[r];
+		/* one kernel's ranks share its memory; a cgroup's, its limit */
+		p->host_ranks += q->kernel == me.kernel;
+		p->cgroup_ranks += q->kernel == me.kernel && q->cgroup == me.cgroup;
 		if (q->kernel == me.kernel && set_overlaps(q, &me)) {
 			p->sharing++;
 			given += q->threads;

@@ -104,6 +104,8 @@ static int agree_stop(gk_nn_trainer *t, gk_err *err)
 	double v[2] = {sig == 1, sig == 2};
 	if (gk_nn_tr_sum(t, v, 2, err) < 0)
 		return -1;
+	if ((v[0] > 0 || v[1] > 0) && t->o.stop_seen)
+		*t->o.stop_seen = 1; /* the stop is under way */
 	return v[1] > 0 ? 2 : v[0] > 0;
 }
 
@@ -292,6 +294,8 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		gk_nn_train_log lg = {.step = step, .val_loss = NAN};
 		if (update(t, step, lsum, v, &lg, err) < 0)
 			return -1;
+		if ((v[1] > 0 || v[2] > 0) && o->stop_seen)
+			*o->stop_seen = 1; /* the stop is under way */
 		t->step = step;
 		t->tokens += step_tokens;
 		double t1 = gk_now();

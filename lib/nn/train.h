@@ -92,6 +92,16 @@ typedef struct gk_nn_train_opts {
 	/* Set by the caller's signal handlers: 1 checkpoint and stop at the
 	 * next step boundary, 2 stop without a checkpoint. */
 	volatile sig_atomic_t *stop;
+	/* Set to 1 by the trainer once it acts on *stop (the ranks agreed to
+	 * stop at a step boundary), so that a caller that bounds the time a
+	 * signal waits (gpu-train) knows the stop is under way; may be NULL. */
+	volatile sig_atomic_t *stop_seen;
+	const char *mem_root;   /* tests: the tree the memory check reads /proc
+				 * and /sys under (gk_host_mem_read); NULL: "" */
+	int force;              /* allocate even when the memory check says the
+				 * run does not fit (gk_nn_trainer_new) */
+	int test_block_step;    /* tests: step N blocks in its reduction until
+				 * the process ends, as a step that cannot finish */
 	int ckpt_delay_ms;      /* tests: the writer sleeps before writing and
 				 * (rank 0) before committing, rank 0 before
 				 * checking a checkpoint it loads */
@@ -332,6 +342,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t);
  */
 typedef struct gk_nn_placement {
 	int cpus, sharing, share, spare, hosts;
+	int host_ranks, cgroup_ranks; /* ranks on this kernel, and in its memory cgroup */
 	double quota;
 } gk_nn_placement;
 const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);

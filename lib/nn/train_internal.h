@@ -62,6 +62,7 @@ struct gk_nn_trainer {
 	char *resume_notes;        /* settings changed since the checkpoint's run */
 	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */
 	gk_nn_placement place;     /* this rank's CPUs (place.c) */
+	uint64_t kernel;           /* ... and its kernel (boot id), as place.c hashes it */
 };
 
 /* ---- agree.c -------------------------------------------------------------------------- */
@@ -117,6 +118,15 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 
 /* Start writing checkpoint t->step from a thread (one in flight). */
 int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err);
+/*
+ * The host memory a checkpoint's copy of the state takes on this rank
+ * (0 without --ckpt-dir): rank 0's parameters (nparams floats), the
+ * moments it writes (moments floats each) and its error feedback
+ * (feedback floats). The writer thread writes from the copy while the
+ * next steps change the state; the trainer counts it as "checkpoint".
+ */
+uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t moments,
+			     size_t feedback);
 /* This rank's part of the counts gk_nn_tr_ckpt_progress takes, summed
  * over the ranks: written, failed, done. */
 void gk_nn_tr_ckpt_counts(const gk_nn_trainer *t, double c[3]);
@@ -163,6 +173,8 @@ struct gk_nn_dp {
 	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
 	gk_comm_grads *grads;
 	double comm_start;    /* first bucket of this step started */
+	int block_at, reduces; /* tests: reduction block_at never ends (gk_nn_train_opts'
+				* test_block_step); reductions so far */
 };
 
 /* Before the model: the multiple of the flat buffers' length (the world

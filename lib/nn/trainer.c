@@ -80,6 +80,8 @@ static void account(gk_nn_trainer *t)
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
 	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp); /* error feedback */
+	b[GK_MEM_CHECKPOINT] = gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
+						   gk_nn_dp_feedback_len(t->dp));
 	t->mem.total = 0;
 	for (int c = 0; c < GK_MEM_NCAT; c++)
 		t->mem.total += b[c];
@@ -360,6 +362,182 @@ static int find_resume(gk_nn_trainer *t, char **dir, uint64_t *step, gk_err *err
 	return 0;
 }
 
+/* The run as lib/mem states it (the model states' and the fit's base). */
+static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t batch, int zero)
+{
+	static const gk_mem_recompute rc[] = {
+		[GK_NN_RECOMPUTE_NONE] = GK_MEM_RC_NONE, [GK_NN_RECOMPUTE_GELU] = GK_MEM_RC_GELU,
+		[GK_NN_RECOMPUTE_LAYER] = GK_MEM_RC_FULL};
+	return (gk_mem_train){.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+			      .heads = t->cfg.heads, .vocab = t->cfg.vocab,
+			      .positions = t->cfg.positions, .seq = t->o.seq, .batch = batch,
+			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
+										 : GK_DT_F32,
+			      .zero = zero, .dp = t->world, .recompute = rc[recompute],
+			      /* the CPU's attention keeps its (T,T) scores */
+			      .eager = !t->cuda};
+}
+
+/*
+ * What a rank of this run would allocate with ZeRO zero, micro-batch
+ * batch and recomputation rc (lib/nn's), before allocating: on the host
+ * the model's buffers (gk_nn_plan), the moments, the batch, compression's
+ * error feedback (host memory on the CPU) and the checkpoint's copy; on a
+ * GPU lib/mem's estimate (the bytes mem-estimate states). -1 for a shape
+ * gk_nn_new refuses (it says why).
+ */
+static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t *host,
+		   uint64_t *dev)
+{
+	gk_nn_train_opts o = t->o;
+	o.zero = zero;
+	gk_nn_opts mo = {.batch = batch, .seq = t->o.seq, .recompute = rc,
+			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
+			 .precision = t->o.precision,
+			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->world)};
+	gk_nn_mem pl;
+	gk_err why;
+	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
+		return -1;
+	size_t nflat = pl.parameters / sizeof(float);
+	size_t per = zero && t->world > 1 ? nflat / (size_t)t->world : nflat;
+	size_t fb = t->world > 1 && t->o.compress != GK_COMM_COMPRESS_NONE ? nflat : 0;
+	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
+		(uint64_t)2 * (per + 1) * sizeof(float) +
+		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
+		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) + gk_nn_tr_ckpt_bytes(t, nflat, per, fb);
+	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
+		*host += gk_comm_compress_scratch(t->o.compress, per);
+	*dev = 0;
+	if (t->cuda) {
+		gk_mem_train mt = mem_train(t, rc, batch, zero);
+		gk_mem_est e;
+		if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &why) < 0)
+			return -1;
+		*dev = e.total;
+	}
+	return 0;
+}
+
+/*
+ * The cheapest configuration gpu-train can run here: lib/mem's search
+ * (mem-estimate --fit) bounded to what the trainer has (data parallelism
+ * only, ZeRO 0 or 1, recomputation none or layer, the global batch kept
+ * through --batch and --grad-accum) ranks the candidates that fit cap
+ * bytes a rank, and the first whose own need (need_of) passes the check
+ * q failed is the advice.
+ */
+static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_t cap,
+		       char *out, size_t len)
+{
+	gk_mem_train mt = mem_train(t, t->o.recompute, t->o.batch, t->o.zero);
+	gk_mem_model m;
+	gk_mem_run r;
+	gk_mem_est e;
+	gk_err err;
+	snprintf(out, len, "none by mem-estimate --fit: fewer ranks on the machine, a shorter --seq "
+		 "or a smaller model");
+	if (gk_mem_train_estimate(&mt, &e, &m, &r, &err) < 0)
+		return;
+	if (!t->cuda)
+		r.reserve = 0; /* no CUDA context in host memory */
+	gk_mem_fit_req req = {.world = t->world,
+			      .global_batch = (int64_t)t->world * t->o.batch * t->o.grad_accum,
+			      .capacity = cap, .tp_max = 1, .pp_max = 1, .zero_max = 1,
+			      .recompute = 1u << GK_MEM_RC_NONE | 1u << GK_MEM_RC_FULL};
+	enum { NCAND = 64 };
+	gk_mem_cand *c = calloc(NCAND, sizeof(*c));
+	int n = 0, tried, fits;
+	if (!c || gk_mem_fit(&m, &r, &req, c, NCAND, &n, &tried, &fits, &err) < 0)
+		n = 0;
+	for (int i = 0; i < n; i++) {
+		int rc = c[i].run.recompute == GK_MEM_RC_FULL ? GK_NN_RECOMPUTE_LAYER
+							      : GK_NN_RECOMPUTE_NONE;
+		gk_mem_room_req v = *q;
+		gk_mem_room room;
+		if (c[i].run.micro_batch > INT32_MAX ||
+		    need_of(t, c[i].run.zero, (int)c[i].run.micro_batch, rc, &v.host_need,
+			    &v.dev_need) < 0 ||
+		    !gk_mem_room_check(&v, &room))
+			continue;
+		/* the settings that change */
+		size_t k = 0;
+		char sz[32];
+		if (c[i].run.zero != t->o.zero)
+			k += (size_t)snprintf(out + k, len - k, "--zero %d ", c[i].run.zero);
+		if (rc != (int)t->o.recompute && k < len)
+			k += (size_t)snprintf(out + k, len - k, "--recompute %s ",
+					      rc == GK_NN_RECOMPUTE_LAYER ? "layer" : "none");
+		if (c[i].run.micro_batch != t->o.batch && k < len)
+			k += (size_t)snprintf(out + k, len - k, "--batch %" PRId64
+					      " --grad-accum %" PRId64 " ",
+					      c[i].run.micro_batch, c[i].run.grad_accum);
+		if (k < len)
+			snprintf(out + k, len - k, "(%s a rank, the same global batch; by "
+				 "mem-estimate --fit)",
+				 gk_format_size(t->cuda ? v.dev_need : v.host_need, 0, sz,
+						sizeof(sz)));
+		break;
+	}
+	free(c);
+}
+
+/*
+ * Before the model is allocated, whether this rank's accounting fits the
+ * limits of the machine it runs on, shared with the ranks that run
+ * there (lib/mem's gk_mem_room_check): a run that does not fit is killed
+ * by the kernel's OOM killer with no word, or spins in a library's
+ * allocator under RLIMIT_AS. Refused, said once with the figures and the
+ * cheapest fix, unless --force.
+ */
+static int check_memory(gk_nn_trainer *t, gk_err *err)
+{
+	gk_mem_room_req q = {.host_ranks = t->place.host_ranks,
+			     .cgroup_ranks = t->place.cgroup_ranks, .threads = t->o.threads};
+	gk_mem_room room = {.limit = GK_MEM_LIMIT_NONE};
+	gk_err why;
+	int planned = need_of(t, t->o.zero, t->o.batch, t->o.recompute, &q.host_need,
+			      &q.dev_need) == 0;
+	gk_host_mem_read(t->o.mem_root ? t->o.mem_root : "", &q.host);
+	if (t->cuda) {
+		/* the ranks of this kernel on this device share its memory */
+		uint64_t me[2] = {t->kernel, (uint64_t)t->dev}, *all, total;
+		if (!(all = calloc((size_t)t->world, sizeof(me))))
+			return gk_err_sys(err, ENOMEM, "memory check");
+		if (gk_nn_tr_gather(t, me, all, sizeof(me), err) < 0) {
+			free(all);
+			return -1;
+		}
+		for (int r = 0; r < t->world; r++)
+			q.dev_ranks += all[2 * r] == me[0] && all[2 * r + 1] == me[1];
+		free(all);
+		if (gk_cuda_mem_info(&q.dev_free, &total, &why) < 0)
+			q.dev_need = 0; /* gk_nn_new will say what is wrong */
+	}
+	int rc = 0;
+	if (planned && !gk_mem_room_check(&q, &room) && !t->o.force) {
+		char need[32], avail[32], each[32], fix[256];
+		fit_advice(t, &q, room.avail / (uint64_t)room.ranks, fix, sizeof(fix));
+		gk_format_size(room.limit == GK_MEM_LIMIT_DEVICE ? q.dev_need : q.host_need, 0,
+			       each, sizeof(each));
+		gk_format_size(room.need, 0, need, sizeof(need));
+		gk_format_size(room.avail, 0, avail, sizeof(avail));
+		const char *with = room.limit == GK_MEM_LIMIT_AS ? "the address-space margin"
+				   : room.limit == GK_MEM_LIMIT_DEVICE ? "nothing more"
+								       : "the process margin";
+		if (room.ranks == 1)
+			rc = gk_errf(err, "memory: a rank needs %s (%s with %s), more than the %s that "
+				     "%s leaves; cheapest fix: %s; or --force to allocate anyway",
+				     each, need, with, avail, gk_mem_limit_name(room.limit), fix);
+		else
+			rc = gk_errf(err, "memory: a rank needs %s and %d ranks share %s: %s with %s, "
+				     "more than the %s it leaves; cheapest fix: %s; or --force to "
+				     "allocate anyway", each, room.ranks, gk_mem_limit_name(room.limit),
+				     need, with, avail, fix);
+	}
+	return gk_nn_tr_agree_local(t, rc, err);
+}
+
 /*
  * The model's shape and device, the model, the gradient path and the
  * data, each failure agreed by the ranks.
@@ -392,7 +570,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
 			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world)};
-	if (gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
+	if (check_memory(t, err) < 0 ||
+	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);

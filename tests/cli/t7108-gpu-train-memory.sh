@@ -1,0 +1,147 @@
+#!/bin/sh
+test_description='gpu-train refuses a run that does not fit, and a signal ends a step that cannot
+
+Before allocating, each rank compares its accounting with the memory it
+may use: RLIMIT_AS (ulimit -v), the memory cgroup and MemAvailable
+(shared by the ranks of the machine), read under GK_TEST_MEM_ROOT here
+from fixture trees. A run that does not fit is refused once, with the
+figures and the cheapest fix that mem-estimate --fit finds, which then
+runs; --force allocates anyway. After SIGTERM or SIGINT a step that
+cannot reach its end (GK_TEST_BLOCK_STEP) ends the process after the
+grace period, and a second signal ends it at once.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+# /proc/meminfo's MemAvailable in KiB, nothing else to limit
+meminfo_root() {
+	mkdir -p "$1/proc" &&
+	printf "MemTotal: 100000000 kB\nMemAvailable: %s kB\n" "$2" >"$1/proc/meminfo"
+}
+
+test_expect_success 'setup: token data' '
+	train_data
+'
+
+# A sanitizer's shadow memory cannot be mapped under ulimit -v
+if sh -c "ulimit -v 3000000 && exec gpu-train --help" >/dev/null 2>&1; then
+	test_set_prereq ULIMIT_V
+fi
+
+# The issue's reproduction: --positions 8192 --seq 8192 under ulimit -v 3000000
+BIG="--layers 2 --hidden 64 --heads 4 --positions 8192 --seq 8192 --steps 1"
+
+test_expect_success ULIMIT_V 'ulimit -v: a run that cannot fit is refused at once, naming RLIMIT_AS and the fix' '
+	test_expect_code 1 sh -c "ulimit -v 3000000 && exec timeout 120 gpu-train --data train.bin $BIG" \
+		>out 2>err &&
+	test $(wc -l <err) = 1 &&
+	grep "^gpu-train: memory: a rank needs .* more than the .* that RLIMIT_AS (ulimit -v) leaves; cheapest fix: .*--recompute layer.*mem-estimate --fit.*--force" err &&
+	test_must_be_empty out
+'
+
+test_expect_success ULIMIT_V 'ulimit -v --force: the check is skipped and the allocation itself fails' '
+	test_expect_code 1 sh -c "ulimit -v 3000000 && exec timeout 120 gpu-train --data train.bin $BIG --force" \
+		>out 2>err &&
+	! grep "memory: a rank needs" err &&
+	grep "model activations.*Cannot allocate memory" err
+'
+
+test_expect_success 'a cgroup v2 memory.max too small: refused, naming the cgroup' '
+	mkdir -p cg/proc/self cg/sys/fs/cgroup/job &&
+	echo "0::/job" >cg/proc/self/cgroup &&
+	echo "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw" >cg/proc/self/mountinfo &&
+	echo 100000000 >cg/sys/fs/cgroup/job/memory.max &&
+	echo 0 >cg/sys/fs/cgroup/job/memory.current &&
+	test_expect_code 1 env GK_TEST_MEM_ROOT="$PWD/cg" gpu-train --data train.bin $TINY --steps 1 2>err &&
+	grep "more than the 95.4 MiB that the cgroup.s memory limit leaves" err &&
+	echo max >cg/sys/fs/cgroup/job/memory.max &&
+	GK_TEST_MEM_ROOT="$PWD/cg" gpu-train --data train.bin $TINY --steps 1 >out &&
+	grep "^summary: 1 steps" out
+'
+
+# Activations dominate (T = 512): the run needs more than the process
+# margin (128 MiB) plus 40 MiB, and a smaller micro-batch
+# brings it under.
+M="--layers 2 --hidden 64 --heads 4 --positions 512 --seq 512 --batch 4 --steps 1 --threads 1"
+
+test_expect_success 'MemAvailable too small: refused; the advice fits and runs; --force runs' '
+	meminfo_root mi $((168 * 1024)) &&
+	test_expect_code 1 env GK_TEST_MEM_ROOT="$PWD/mi" gpu-train --data train.bin $M 2>err &&
+	grep "more than the 168 MiB that MemAvailable leaves" err &&
+	fix=$(sed -n "s/.*cheapest fix: \(--[^(]*\) (.*/\1/p" err) &&
+	test -n "$fix" &&
+	GK_TEST_MEM_ROOT="$PWD/mi" gpu-train --data train.bin $M $fix >out &&
+	grep "^summary: 1 steps" out &&
+	GK_TEST_MEM_ROOT="$PWD/mi" gpu-train --data train.bin $M --force >out &&
+	grep "^summary: 1 steps" out
+'
+
+test_expect_success MPI '2 ranks share MemAvailable: refused once, with the count' '
+	need=$(gpu-train --data train.bin $M --json | jq -r "select(.event == \"start\") | .memory.total") &&
+	kib=$(( (need + 128 * 1048576) * 3 / 2 / 1024 )) &&
+	meminfo_root mi2 $kib &&
+	GK_TEST_MEM_ROOT="$PWD/mi2" gpu-train --data train.bin $M >out &&
+	grep "^summary" out &&
+	test_expect_code 1 env GK_TEST_MEM_ROOT="$PWD/mi2" \
+		timeout 300 mpirun --oversubscribe --bind-to none -x GK_TEST_MEM_ROOT -np 2 \
+		gpu-train --data train.bin $M >out 2>err &&
+	grep -c "memory: a rank needs" err >n &&
+	echo 1 >one &&
+	test_cmp one n &&
+	grep "2 ranks share MemAvailable.*(2 of 2 ranks)" err
+'
+
+# Wait until the log at $1 shows a step, at most 60 s.
+wait_step() {
+	for i in $(seq 1 600); do
+		grep -q "\"event\":\"step\"" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "no step in $1 after 60 s"
+	return 1
+}
+
+# Wait until process $1 has ended, at most 60 s, then reap it: its exit
+# status in rc. (Not under timeout(1), which sends a signal it forwards to
+# the process group as well, so the process would get it twice.)
+wait_exit() {
+	for i in $(seq 1 600); do
+		kill -0 "$1" 2>/dev/null || { wait "$1"; rc=$?; return 0; }
+		sleep 0.1
+	done
+	echo "process $1 still running after 60 s"
+	return 1
+}
+
+test_expect_success 'SIGTERM in a step that cannot finish: ended after the grace period, said so' '
+	{ GK_TEST_BLOCK_STEP=2 GK_TEST_STOP_GRACE_S=2 gpu-train --data train.bin \
+		$TINY --steps 100 --json --ckpt-dir ck >t.json 2>t.err & } &&
+	pid=$! &&
+	test_when_finished "kill -KILL \$pid 2>/dev/null || :" &&
+	wait_step t.json &&
+	kill -TERM $pid &&
+	wait_exit $pid &&
+	test $rc = 143 &&
+	grep "gpu-train: the step did not reach its end within the grace period after the signal: exiting without a checkpoint" t.err &&
+	! jq -e "select(.event == \"summary\")" t.json &&
+	! ls ck | grep -v -e "^step-" -e "^latest$"
+'
+
+test_expect_success 'a second signal ends the blocked step at once, 128 + the first' '
+	{ GK_TEST_BLOCK_STEP=2 GK_TEST_STOP_GRACE_S=3600 gpu-train --data train.bin \
+		$TINY --steps 100 --json >s.json 2>s.err & } &&
+	pid=$! &&
+	test_when_finished "kill -KILL \$pid 2>/dev/null || :" &&
+	wait_step s.json &&
+	kill -INT $pid &&
+	for i in $(seq 1 600); do
+		grep -q "gpu-train: stopping at the end of the step" s.err && break
+		sleep 0.1
+	done &&
+	grep "gpu-train: stopping at the end of the step; a second signal" s.err &&
+	kill -TERM $pid &&
+	wait_exit $pid &&
+	test $rc = 130 &&
+	grep "gpu-train: a second signal: exiting now, without a checkpoint" s.err
+'
+
+test_done
