@@ -419,6 +419,23 @@ cudaError_t cudaMalloc(void **p, size_t n)
 	return cudaSuccess;
 }
 
+/*
+ * The device's memory as the fake sees it: CUEMU_MEM_GIB (80 by default, an
+ * H100's) less what is allocated, so a caller checking free memory before
+ * it allocates (gpu-train's memory check) sees its own allocations.
+ */
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+	LOCK;
+	const char *g = getenv("CUEMU_MEM_GIB");
+	size_t total = (size_t)(g ? atof(g) * (1 << 30) : 80.0 * (1 << 30)), used = 0;
+	for (auto &m : dev_mem)
+		used += m.second;
+	*total_b = total;
+	*free_b = used < total ? total - used : 0;
+	return cudaSuccess;
+}
+
 cudaError_t cudaFree(void *p)
 {
 	LOCK;
