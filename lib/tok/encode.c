@@ -384,19 +384,27 @@ int gk_tok_encode(gk_tok_enc *e, const void *buf, size_t len, unsigned flags, gk
  * piece but the last two is final: the last may grow or split, and it may
  * turn the one before into a contraction ("'" "r" + "e" is "'re") or take
  * it in (an incomplete UTF-8 sequence is "other" until its last byte
- * comes). The end of the text is one of the continuations, so the pieces
- * of a prefix are final in the same way whatever follows the prefix: a
- * special token that more bytes could complete ends the segment before
- * it somewhere after limit, which is such a continuation of s[seg, limit).
+ * comes). A prefix cut there encodes alone as it does in the whole text
+ * unless it ends in white space: "\n\nint" is "\n" "\n" "int", but "\n\n"
+ * alone is one piece, so the cut never follows a piece of white space.
+ * The end of the text is one of the continuations, so the pieces of a
+ * prefix are final in the same way whatever follows the prefix: a special
+ * token that more bytes could complete ends the segment before it
+ * somewhere after limit, which is such a continuation of s[seg, limit).
  */
 static size_t stable_plain(const uint8_t *s, size_t from, size_t to)
 {
-	size_t last = from, before = from;
-	for (size_t i = from; i < to; i += gk_tok_piece(s + i, to - i)) {
-		before = last;
-		last = i;
+	/* good: the latest cut at or before the last piece's start, and at
+	 * or before the one before it */
+	size_t good_last = from, good_before = from;
+	int space = 0;
+	for (size_t i = from; i < to;) {
+		good_before = good_last;
+		if (!space)
+			good_last = i;
+		i += gk_tok_piece_kind(s + i, to - i, &space);
 	}
-	return before;
+	return good_before;
 }
 
 size_t gk_tok_stable(const gk_tok *t, const void *buf, size_t len, unsigned flags)

@@ -41,6 +41,8 @@ size_t gk_tok_char(const uint8_t *s, size_t n, int *cls);
  * \s+(?!\S)).
  */
 size_t gk_tok_piece(const uint8_t *s, size_t n);
+/* The same, and *space says whether the piece is white space. */
+size_t gk_tok_piece_kind(const uint8_t *s, size_t n, int *space);
 
 /* GPT-2's bytes_to_unicode: the code point that names byte b in vocab.json,
  * and back (-1 for a code point that names no byte). */

@@ -128,7 +128,14 @@ size_t gk_tok_char(const uint8_t *s, size_t n, int *cls)
 
 size_t gk_tok_piece(const uint8_t *s, size_t n)
 {
+	int space;
+	return gk_tok_piece_kind(s, n, &space);
+}
+
+size_t gk_tok_piece_kind(const uint8_t *s, size_t n, int *space)
+{
 	pthread_once(&cls_once, cls_init);
+	*space = 0;
 	/* 's|'t|'re|'ve|'m|'ll|'d: ASCII and case-sensitive, as in GPT-2. */
 	if (s[0] == '\'' && n >= 2) {
 		uint8_t a = s[1];
@@ -168,6 +175,7 @@ size_t gk_tok_piece(const uint8_t *s, size_t n)
 	 * through to \s+, which takes it.
 	 */
 	size_t last = 0;
+	*space = 1;
 	for (i = 0; i < n; i += len) {
 		int ci;
 		len = char_at(s + i, n - i, &ci);

@@ -5,7 +5,7 @@
  * merge loops against each other on a vocabulary trained here, round
  * trips, streaming against one call, and every malformed-file error.
  *
- * With arguments it is the driver of tests/cli/t2100-tok-exact.sh, which
+ * With arguments it is the driver of tests/cli/t1000-tok-exact.sh, which
  * compares it with Hugging Face tokenizers:
  *
  *   tok pieces FILE...                byte lengths of the pre-tokenizer's pieces
@@ -436,6 +436,49 @@ static int train(const char *dir, int nmerges)
 	return ntok + 1;
 }
 
+/* Piece starts of s[0, n) into starts (n + 1 room), returning the count. */
+static size_t piece_starts(const char *s, size_t n, size_t *starts)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i += gk_tok_piece((const uint8_t *)s + i, n - i))
+		starts[k++] = i;
+	starts[k] = n;
+	return k;
+}
+
+/*
+ * gk_tok_stable's promise, piece by piece (ids alone can hide a moved
+ * boundary where no merge spans it): for every prefix of the text read
+ * so far, the stable part cut alone has the same pieces as the whole
+ * text has up to there.
+ */
+static void check_stable(const gk_tok *t)
+{
+	static const char *const alpha[] = {"a", "b", " ", " ", "\n", "\t", "'", "s", "r", "e", "1",
+					    "!", "\xC2\xA0", "\xE3\x80\x80", "\xC3\xA9", "\xFF", "\xE2\x82"};
+	static char buf[400];
+	static size_t whole[401], part[401];
+	int good = 1;
+	for (int k = 0; k < 400 && good; k++) {
+		size_t n = 0;
+		while (n < sizeof(buf) - 4) {
+			const char *a = alpha[next32() % GK_ARRAY_SIZE(alpha)];
+			memcpy(buf + n, a, strlen(a));
+			n += strlen(a);
+		}
+		size_t nw = piece_starts(buf, n, whole);
+		for (size_t len = 0; len <= n && good; len++) {
+			size_t c = gk_tok_stable(t, buf, len, 0);
+			size_t np = piece_starts(buf, c, part);
+			good &= c <= len && np <= nw && whole[np] == c &&
+				!memcmp(part, whole, np * sizeof(*part));
+			if (!good)
+				diag("text %d, prefix %zu: cut at %zu is not a boundary of the whole", k, len, c);
+		}
+	}
+	ok(good, "gk_tok_stable: every stable prefix has the pieces the whole text has");
+}
+
 static void check_bpe(const char *dir)
 {
 	int nv = train(dir, 200);
@@ -499,6 +542,7 @@ static void check_bpe(const char *dir)
 		free(out);
 	}
 	ok(round, "decode(encode(x)) == x for 300 random byte strings");
+	check_stable(t);
 	ok(stream, "encoding in random chunks through gk_tok_stable == encoding at once");
 	ok(special, "<|endoftext|> is one token with GK_TOK_SPECIAL and text without it");
 
