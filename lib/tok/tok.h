@@ -112,6 +112,10 @@ void gk_tok_enc_free(gk_tok_enc *e);
  *     n = gk_tok_stable(t, buf, len, flags);
  *     gk_tok_encode(e, buf, n, flags, &ids, err);   ... keep buf[n..len)
  *
+ * gk_tok_stable reads all of buf, and one piece (a run of one letter, a
+ * long word) can hold it all back: read at least as much again as is
+ * pending before the next call, so that the work stays linear.
+ *
  * A tokenizer.json with ByteLevel's add_prefix_space puts a space in
  * front of every piece of text given to encode, so for it gk_tok_stable
  * is always 0 (encode each document in one call).
