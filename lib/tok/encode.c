@@ -17,7 +17,8 @@
 
 /* Pieces up to this many bytes are cached (long ones rarely repeat). */
 #define CACHE_PIECE 64
-/* The cache is emptied when it holds this many pieces (about 12 MiB). */
+/* Slots of the cache (6 MiB), half of which are used before it is
+ * emptied; with its keys and values an encoder holds 16 MiB. */
 #define CACHE_SLOTS (1u << 18)
 /* Pieces up to this many bytes use the quadratic merge loop. */
 #define SHORT_PIECE 48
@@ -297,14 +298,13 @@ static int encode_piece(gk_tok_enc *e, const uint8_t *s, size_t n, gk_tok_ids *o
 		return -1;
 	size_t m = bpe(t, e, s, n, dst, n > SHORT_PIECE);
 	out->n += m;
-	/* Half full (keys and values sized for it): start again. */
-	if (e->used >= CACHE_SLOTS / 2) {
+	/* Half the slots used, or the keys and values (sized for pieces of a
+	 * quarter of CACHE_PIECE on average) full: start again. */
+	if (e->used >= CACHE_SLOTS / 2 || e->nkeys + n > (size_t)CACHE_SLOTS / 2 * CACHE_PIECE / 4 ||
+	    e->nvals + m > (size_t)CACHE_SLOTS / 2 * CACHE_PIECE / 4) {
 		cache_clear(e);
 		i = (size_t)(h >> 40) & (CACHE_SLOTS - 1);
 	}
-	if (e->nkeys + n > (size_t)CACHE_SLOTS / 2 * CACHE_PIECE / 4 ||
-	    e->nvals + m > (size_t)CACHE_SLOTS / 2 * CACHE_PIECE / 4)
-		return 0; /* the arenas are full of long pieces: no room this time */
 	memcpy(e->keys + e->nkeys, s, n);
 	memcpy(e->vals + e->nvals, dst, m * sizeof(*dst));
 	e->slots[i] = (cache_slot){h, (uint32_t)e->nkeys, (uint32_t)n, (uint32_t)e->nvals, (uint32_t)m};

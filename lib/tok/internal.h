@@ -1,6 +1,6 @@
 /*
  * internal.h - lib/tok's shared internals (not part of the public API;
- * tests/unit/tok_pieces.c reaches in to check the pieces one by one).
+ * tests/unit/tok.c reaches in to check the pieces one by one).
  */
 #ifndef GK_TOK_INTERNAL_H
 #define GK_TOK_INTERNAL_H
@@ -100,7 +100,7 @@ static inline const gk_tok_merge *gk_tok_merge_find(const gk_tok *t, uint32_t a,
 /*
  * BPE of one piece of n bytes into out (room for n ids), returning the
  * count (0 when out of memory). heap chooses the O(n log n) algorithm that long pieces use; the
- * O(n^2) one is faster for short ones, and the two agree (tok_pieces.c).
+ * O(n^2) one is faster for short ones, and the two agree (tests/unit/tok.c).
  */
 size_t gk_tok_bpe(const gk_tok *t, gk_tok_enc *e, const uint8_t *s, size_t n,
 		  uint32_t *out, int heap);

@@ -481,6 +481,40 @@ static void check_stable(const gk_tok *t)
 	ok(good, "gk_tok_stable: every stable prefix has the pieces the whole text has");
 }
 
+/*
+ * More distinct pieces than the cache holds (it empties itself), encoded
+ * twice with one encoder: the ids of each piece's merges done afresh.
+ */
+static void check_cache(const gk_tok *t, gk_tok_enc *e)
+{
+	enum { WORDS = 300000 };
+	size_t n = 0;
+	char *text = malloc((size_t)WORDS * 16);
+	for (unsigned w = 0; w < WORDS; w++) {
+		text[n++] = ' ';
+		for (unsigned x = w + 1; x; x /= 3)
+			text[n++] = "abc"[x % 3];
+	}
+	gk_tok_ids want = {0}, got = {0};
+	gk_err err;
+	int good = 1;
+	for (size_t i = 0; i < n && good;) {
+		size_t l = gk_tok_piece((const uint8_t *)text + i, n - i);
+		good &= GK_GROW(want.v, want.cap, want.n + l, "ids", &err) == 0;
+		want.n += gk_tok_bpe(t, e, (const uint8_t *)text + i, l, want.v + want.n, 1);
+		i += l;
+	}
+	for (int k = 0; k < 2 && good; k++) {
+		got.n = 0;
+		good &= gk_tok_encode(e, text, n, 0, &got, &err) == 0 && got.n == want.n &&
+			!memcmp(got.v, want.v, got.n * sizeof(*got.v));
+	}
+	ok(good, "the cache, filled and emptied by %d distinct pieces, gives the ids of fresh merges", WORDS);
+	free(want.v);
+	free(got.v);
+	free(text);
+}
+
 static void check_bpe(const char *dir)
 {
 	int nv = train(dir, 200);
@@ -545,6 +579,7 @@ static void check_bpe(const char *dir)
 	}
 	ok(round, "decode(encode(x)) == x for 300 random byte strings");
 	check_stable(t);
+	check_cache(t, e);
 	ok(stream, "encoding in random chunks through gk_tok_stable == encoding at once");
 	ok(special, "<|endoftext|> is one token with GK_TOK_SPECIAL and text without it");
 
