@@ -134,7 +134,7 @@ static int driver(int argc, char **argv)
 				fprintf(stderr, "tok: %s\n", err.msg);
 				return 1;
 			}
-			int same = n == len && !memcmp(out, buf, n);
+			int same = n == len && (!n || !memcmp(out, buf, n));
 			printf("%s %s\n", argv[a], same ? "ok" : "DIFFERS");
 			rc |= !same;
 			free(out);
