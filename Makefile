@@ -5,7 +5,9 @@
 #   make check SAN=1     the same under AddressSanitizer + UBSan
 #   make check-quick     unit tests, man lint, conventions, fuzz replay only
 #   make bench           benchmark drivers in tools/bench/ (slow, not in check)
-#   make demo            the README's main job on built-in data
+#   make demo            the README's main job on built-in data, kept in
+#                        ./gpukit-demo (DEMO_DIR=DIR DEMO_STEPS=N from the
+#                        command line or the environment)
 #   make install PREFIX=/usr/local DESTDIR=   (and uninstall, clean)
 #
 # Options: CUDA=0|1 MPI=0|1 (default: detect), CUDA_HOME, NCCL_HOME, MPI_HOME,
@@ -31,6 +33,7 @@ PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 DOCDIR ?= $(PREFIX)/share/doc/gpukit
+DATADIR ?= $(PREFIX)/share/gpukit
 DESTDIR ?=
 
 CUDA ?= auto
@@ -289,15 +292,30 @@ demo: all
 # ---- install --------------------------------------------------------------------
 
 .PHONY: install uninstall clean help
+# Scripts: the commands a user runs by name (plot-loss, slurm-local) go to
+# BINDIR beside the tools; the Slurm job and scrontab templates are copied,
+# edited and submitted, never run from PATH, so they are data, as git's
+# contrib scripts are: DATADIR, PREFIX/share/gpukit (FHS: read-only,
+# architecture-independent). gpukit-slurm(7) documents them there.
+SCRIPTS_BIN := scripts/plot-loss scripts/slurm-local
+SCRIPTS_DATA := scripts/sbatch-train scripts/sbatch-fabric-check
+SCRIPTS_CONF := scripts/scrontab-ckpt-prune
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	$(if $(TOOLS),install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR))
+	install -m 755 $(SCRIPTS_BIN) $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(DATADIR)
+	install -m 755 $(SCRIPTS_DATA) $(DESTDIR)$(DATADIR)
+	install -m 644 $(SCRIPTS_CONF) $(DESTDIR)$(DATADIR)
 	$(if $(filter %.1,$(MAN)),install -m 644 $(filter %.1,$(MAN)) $(DESTDIR)$(MANDIR)/man1)
 	$(if $(filter %.5,$(MAN)),install -m 644 $(filter %.5,$(MAN)) $(DESTDIR)$(MANDIR)/man5)
 	$(if $(filter %.7,$(MAN)),install -m 644 $(filter %.7,$(MAN)) $(DESTDIR)$(MANDIR)/man7)
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS)))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS) $(SCRIPTS_BIN)))
+	rm -f $(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(SCRIPTS_DATA) $(SCRIPTS_CONF)))
+	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || :
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/,$(patsubst man/%,%,$(MAN)))
 
 clean:

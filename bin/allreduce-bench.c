@@ -39,11 +39,45 @@ typedef struct step {
 	int given;
 } step;
 
+/*
+ * nccl-tests' options (src/common.cu) that drive what one rank per GPU
+ * over lib/comm does not have: the values that mean what we do anyway are
+ * accepted, any other is refused with the reason (a user who pastes an
+ * all_reduce_perf command line learns what differs, not just "invalid").
+ */
+static const struct {
+	const char *name;
+	int64_t lo, hi;     /* the values accepted, with no effect; none when lo > hi */
+	const char *why;
+} nccl_only[] = {
+	{"nthreads", 1, 1, "one thread per rank here: start a rank per GPU (mpirun -np N)"},
+	{"ngpus", 1, 1, "one GPU per rank here: start a rank per GPU (mpirun -np N)"},
+	{"agg_iters", 1, 1, "lib/comm launches one collective at a time, never a group of them;"
+			    " -n sets the iterations"},
+	{"run_cycles", 1, 1, "one sweep per run here: run the command again"},
+	{"parallel_init", 0, 1, ""},
+	{"stream_null", 0, 0, "each communicator has a stream of its own"},
+	{"cudagraph", 0, 0, "lib/comm's collectives are not captured in CUDA graphs"},
+	{"report_cputime", 0, 0, "the times are the host's clock around synchronised iterations"},
+	{"report_timestamps", 0, 0, "no timestamps are printed; --json has the results"},
+	{"local_register", 0, 0, "lib/comm registers no buffers with NCCL"},
+	{"output_file", 1, 0, "--json prints allreduce-bench's own JSON on standard output"
+			      " (--json >FILE); its shape is not nccl-tests'"},
+	{"cta_policy", 1, 0, "lib/comm sets no NCCL CTA policy"},
+	{"device_implementation", 0, 0, "only NCCL's own implementation runs here"},
+	{"device_cta_count", 1, 0, "only NCCL's own implementation runs here"},
+	{"memory", 0, 0, "no memory report here: mem-estimate, or the tool's RSS"},
+	{"unalign", 0, 0, "buffers are always aligned here"},
+	{"per_iter_timing", 0, 0, "one time per size here, over the -n iterations"},
+	{"per_iter_skip", 0, 0, "one time per size here, over the -n iterations"},
+};
+
 /* What the command line asks for. */
 typedef struct args {
 	gk_comm_bench_opts o; /* from gk_comm_bench_defaults, then the flags */
 	gk_comm_config cfg;   /* --backend --segment --timeout */
 	step step;
+	int nccl_only;        /* the rows of nccl_only[] write here, and nothing reads it */
 	int csv;
 	const char *metrics;
 } args;
@@ -108,6 +142,24 @@ static int parse_step(const char *opt, const char *s, void *field, gk_err *err)
 	return 0;
 }
 
+/* a row of nccl_only[]: a number, then accepted or refused with its reason */
+static int parse_nccl_only(const char *opt, const char *s, void *field, gk_err *err)
+{
+	(void)field;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(nccl_only); i++) {
+		if (strcmp(opt + 2, nccl_only[i].name) != 0)
+			continue;
+		int64_t v = 0;
+		if (nccl_only[i].lo <= nccl_only[i].hi &&
+		    gk_parse_i64(s, INT32_MIN, INT32_MAX, &v, opt, err) < 0)
+			return -1;
+		if (v < nccl_only[i].lo || v > nccl_only[i].hi)
+			return gk_errf(err, "%s %s: not supported: %s", opt, s, nccl_only[i].why);
+		return 0;
+	}
+	return gk_errf(err, "%s: not an option", opt);
+}
+
 static int parse_timeout(const char *opt, const char *s, void *field, gk_err *err)
 {
 	double v;
@@ -130,6 +182,7 @@ static int parse_timeout(const char *opt, const char *s, void *field, gk_err *er
 #define CUSTOM(nm, sh, a, f, fn, h) \
 	{.kind = GK_OPTK_CUSTOM, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), \
 	 .custom = fn, .help = h}
+#define NCCL_ONLY(nm, sh, a, h) CUSTOM(nm, sh, a, nccl_only, parse_nccl_only, h)
 #define STRINGIFY(x) #x
 #define XSTR(x) STRINGIFY(x)
 
@@ -169,9 +222,28 @@ static const gk_optdef options[] = {
 	CUSTOM("algo", 0, "NAME", o, parse_algo,
 	       "auto native ring rd rabenseifner, or all (auto)"),
 	SIZE("segment", 0, "SIZE", cfg.segment, "the ring's pipeline segment (1M)"),
-	CUSTOM("timeout", 0, "SECONDS", cfg.timeout, parse_timeout,
+	CUSTOM("timeout", 'T', "SECONDS", cfg.timeout, parse_timeout,
 	       "fail a call with no progress this long, 0 never ("
 	       XSTR(GK_COMM_DEFAULT_TIMEOUT) ")"),
+	SECTION("nccl-tests' other options (only the values that mean what runs here)"),
+	NCCL_ONLY("nthreads", 't', "N", "only 1: one thread per rank"),
+	NCCL_ONLY("ngpus", 'g', "N", "only 1: one GPU per rank"),
+	NCCL_ONLY("agg_iters", 'm', "N", "only 1: one collective per iteration"),
+	NCCL_ONLY("run_cycles", 'N', "N", "only 1: one sweep"),
+	NCCL_ONLY("parallel_init", 'p', "N", "0 or 1: one thread, nothing to start in parallel"),
+	NCCL_ONLY("stream_null", 'y', "N", "only 0: the communicator's own stream"),
+	NCCL_ONLY("cudagraph", 'G', "N", "only 0: no CUDA graphs"),
+	NCCL_ONLY("report_cputime", 'C', "N", "only 0"),
+	NCCL_ONLY("report_timestamps", 'S', "N", "only 0"),
+	NCCL_ONLY("output_file", 'J', "FILE", "never: --json prints this tool's JSON instead"),
+	NCCL_ONLY("local_register", 'R', "N", "only 0: no registered buffers"),
+	NCCL_ONLY("cta_policy", 'x', "N", "never: NCCL's default CTA policy"),
+	NCCL_ONLY("device_implementation", 'D', "N", "only 0: NCCL's own implementation"),
+	NCCL_ONLY("device_cta_count", 'V', "N", "never: NCCL's own implementation only"),
+	NCCL_ONLY("memory", 'M', "N", "only 0: no memory report"),
+	NCCL_ONLY("unalign", 'u', "N", "only 0: aligned buffers"),
+	NCCL_ONLY("per_iter_timing", 'I', "N", "only 0: one time per size"),
+	NCCL_ONLY("per_iter_skip", 'K', "N", "only 0: one time per size"),
 	SECTION("output"),
 	{.kind = GK_OPTK_FLAG, .name = "csv", GK_OPTF(args, csv), .set = 1,
 	 .help = "one line per size and algorithm, with a header line"},

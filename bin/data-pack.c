@@ -17,7 +17,8 @@
 static const char usage[] =
 	"usage: data-pack -c -o PATTERN [--max-count N] [--max-size SIZE]\n"
 	"                 [--lz4[=LEVEL]] [--jobs N] [--shuffle SEED] [--no-index]\n"
-	"                 [--manifest FILE] [-T FILE | --from-tar FILE] [DIR ...]\n"
+	"                 [--ext EXT [--name-as-key]] [--manifest FILE]\n"
+	"                 [-T FILE | --from-tar FILE] [DIR | FILE ...]\n"
 	"       data-pack -t [--json] SHARD ...\n"
 	"       data-pack -x [-C DIR] SHARD ...\n"
 	"       data-pack --verify MANIFEST.json | SHARD ...\n"
@@ -25,6 +26,9 @@ static const char usage[] =
 	"       data-pack -g KEY[.EXT] SHARD\n"
 	"  -c            create shards from directories, -T list or --from-tar\n"
 	"  -o PATTERN    shard names, e.g. out/train-%06d.tar (.tar.lz4: LZ4)\n"
+	"  -f NAME       tar's spelling: -o for -c, the shard for -t and -x\n"
+	"  --ext EXT     extension for names without one: README -> README.EXT\n"
+	"  --name-as-key each file a sample keyed by its whole name (needs --ext)\n"
 	"  -t            list samples: shard, key, extensions, bytes\n"
 	"  -x            extract into -C DIR (default .), refusing unsafe names\n"
 	"  -g KEY[.EXT]  print one sample as a tar, or one member's bytes\n"
@@ -33,7 +37,7 @@ static const char usage[] =
 enum {
 	OPT_MAX_COUNT = GK_OPT_FIRST_TOOL,
 	OPT_MAX_SIZE, OPT_LZ4, OPT_JOBS, OPT_SHUFFLE, OPT_MANIFEST,
-	OPT_FROM_TAR, OPT_VERIFY, OPT_INDEX, OPT_NO_INDEX,
+	OPT_FROM_TAR, OPT_VERIFY, OPT_INDEX, OPT_NO_INDEX, OPT_EXT, OPT_NAME_AS_KEY,
 };
 
 static const struct option longopts[] = {
@@ -56,13 +60,18 @@ static const struct option longopts[] = {
 	{"verify", no_argument, NULL, OPT_VERIFY},
 	{"index", no_argument, NULL, OPT_INDEX},
 	{"no-index", no_argument, NULL, OPT_NO_INDEX},
+	{"ext", required_argument, NULL, OPT_EXT},
+	{"name-as-key", no_argument, NULL, OPT_NAME_AS_KEY},
+	{"file", required_argument, NULL, 'f'},
 	{NULL, 0, NULL, 0},
 };
 
 typedef struct args {
 	int mode; /* 'c' 't' 'x' 'g' 'V' (verify) 'I' (index) */
 	const char *out, *list, *dir, *manifest, *from_tar, *get;
+	const char *file; /* -f: tar's habit */
 	gk_shard_write_opts w;
+	gk_shard_naming naming;
 	int shuffle, no_index;
 	uint64_t seed;
 } args;
@@ -117,6 +126,33 @@ static void stale_tail(const args *a, unsigned written)
 	gk_strlist_free(&l);
 }
 
+/*
+ * A name without a key: the library says which; add the flags that pack
+ * it. name is the file's (NULL: a member of a tar stream).
+ */
+static void nokey_hint(const args *a, const char *name, gk_err *err)
+{
+	char hint[600], *whole = NULL;
+	gk_shard_naming w = {"EXT", 1};
+	if (name && gk_shard_member_name(name, &w, &whole, NULL) < 0)
+		whole = NULL;
+	const char *base = name ? strrchr(name, '/') : NULL;
+	base = base ? base + 1 : name;
+	if (base && *base == '.')
+		snprintf(hint, sizeof(hint), "--name-as-key --ext EXT packs it as '%s' (or leave it out of a -T list)",
+			 whole ? whole : "_NAME.EXT");
+	else if (a->naming.ext)
+		snprintf(hint, sizeof(hint), "--name-as-key packs it under its whole name");
+	else if (name)
+		snprintf(hint, sizeof(hint), "--ext EXT packs it as '%s.EXT'; --name-as-key --ext EXT makes every file a sample keyed by its whole name",
+			 name);
+	else
+		snprintf(hint, sizeof(hint), "--ext EXT gives such names an extension; --name-as-key --ext EXT makes every member a sample keyed by its whole name");
+	free(whole);
+	size_t n = strlen(err->msg);
+	snprintf(err->msg + n, sizeof(err->msg) - n, ": %s", hint);
+}
+
 static int create(const args *a, int argc, char **argv)
 {
 	gk_err err;
@@ -151,12 +187,27 @@ static int create(const args *a, int argc, char **argv)
 	for (size_t i = 0; i < skipped.n; i++)
 		gk_cli_warn(&cli, "'%s': an output of this run (-o or --manifest names it); not packed",
 			    skipped.v[i]);
+	size_t nokey;
+	int nr = gk_shard_source_name(&src, &a->naming, &nokey, &err);
+	if (nr == GK_SHARD_NO_KEY)
+		nokey_hint(a, src.names.v[nokey], &err);
+	if (nr < 0)
+		goto fail;
 	o.outputs = &outs;
 	if (gk_shard_writer_open(&w, &o, &err) < 0)
 		goto fail;
-	gk_progress_start(&prog, "data-pack", 0, 1, NULL, !cli.quiet);
-	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &prog, &err)
+	/*
+	 * Files have sizes, so the line has a total and an ETA (one stat per
+	 * file, only when it is shown); a tar stream has none. In a log, a
+	 * line every 10 s, and none for a run that ends sooner.
+	 */
+	uint64_t total = !cli.quiet && !a->from_tar ? gk_shard_source_bytes(&src) : 0;
+	gk_progress_start(&prog, "data-pack", total, 1, NULL, !cli.quiet);
+	gk_progress_lines(&prog, !cli.quiet, 10.0);
+	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &a->naming, &prog, &err)
 			    : gk_shard_pack(w, &src, a->shuffle, a->seed, &prog, &err);
+	if (r == GK_SHARD_NO_KEY)
+		nokey_hint(a, NULL, &err);
 	gk_progress_finish(&prog);
 	if (r < 0) {
 		gk_shard_writer_abort(w);
@@ -345,7 +396,7 @@ int main(int argc, char **argv)
 	a.w.lz4_level = 0;
 	a.w.jobs = 1;
 	gk_cli_init(&cli, "data-pack", usage);
-	while ((opt = getopt_long(argc, argv, "ctxg:o:T:C:hqv", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "ctxg:o:f:T:C:zjJhqv", longopts, NULL)) != -1) {
 		if (gk_cli_common(&cli, opt))
 			continue;
 		switch (opt) {
@@ -356,6 +407,13 @@ int main(int argc, char **argv)
 		case OPT_VERIFY: set_mode(&a, 'V'); break;
 		case OPT_INDEX: set_mode(&a, 'I'); break;
 		case 'o': a.out = optarg; break;
+		case 'f': a.file = optarg; break;
+		case 'z': case 'j': case 'J':
+			/* tar's habit: say why there is no such shard. */
+			gk_cli_usage_error(&cli, "-%c: shards are not %s-compressed, since readers seek in them; --lz4 compresses each sample (lz4 -dc x.tar.lz4 | tar t reads it)",
+					   opt, opt == 'z' ? "gzip" : opt == 'j' ? "bzip2" : "xz");
+		case OPT_EXT: a.naming.ext = optarg; break;
+		case OPT_NAME_AS_KEY: a.naming.whole = 1; break;
 		case 'T': a.list = optarg; break;
 		case 'C': a.dir = optarg; break;
 		case OPT_FROM_TAR: a.from_tar = optarg; break;
@@ -388,11 +446,35 @@ int main(int argc, char **argv)
 	argv += optind;
 	if (!a.mode)
 		gk_cli_usage_error(&cli, "no mode: give -c, -t, -x, -g, --verify or --index");
+	/*
+	 * -f is tar's name for the archive: for -c the shard written (what -o
+	 * names), for the other modes the shard read. tar -xf x.tar NAME
+	 * extracts one member; here operands are shards, so that spelling is
+	 * refused with the way to get a member.
+	 */
+	if (a.file && a.mode == 'c') {
+		if (a.out)
+			gk_cli_usage_error(&cli, "-f and -o both name the output: give one");
+		a.out = a.file;
+	} else if (a.file) {
+		if (argc > 0)
+			gk_cli_usage_error(&cli, "-f names the shard, and %s takes no member names (-g KEY.EXT prints one member; -t, -x and --verify take more shards as operands, without -f)",
+					   a.mode == 'x' ? "-x" : a.mode == 't' ? "-t" : "this mode");
+		argv = (char **)&a.file; /* the one shard operand */
+		argc = 1;
+	}
+	if (a.mode != 'c' && (a.naming.ext || a.naming.whole))
+		gk_cli_usage_error(&cli, "--ext and --name-as-key need -c");
 	if (a.mode == 'c') {
+		gk_err nerr;
+		if (a.naming.whole && !a.naming.ext)
+			gk_cli_usage_error(&cli, "--name-as-key needs --ext EXT (the extension every member gets)");
+		if (gk_shard_naming_check(&a.naming, &nerr) < 0)
+			gk_cli_usage_error(&cli, "--ext: %s", nerr.msg);
 		if (!a.out)
 			gk_cli_usage_error(&cli, "-c needs -o PATTERN");
 		if (!!a.from_tar + (a.list || argc > 0) != 1)
-			gk_cli_usage_error(&cli, "-c takes directories and/or -T FILE, or --from-tar FILE");
+			gk_cli_usage_error(&cli, "-c takes directories or files and/or -T FILE, or --from-tar FILE");
 		if (a.from_tar && a.shuffle)
 			gk_cli_usage_error(&cli, "--shuffle needs directories or -T (a stream cannot be shuffled)");
 		if (strcmp(a.out, "-") == 0 && (a.manifest || a.w.max_count || a.w.max_size))

@@ -12,12 +12,15 @@
 #include "topo/topo.h"
 
 static const char usage[] =
-	"usage: gpu-topo [-qv] [-i file.xml] [--json | --pairs]\n"
+	"usage: gpu-topo [-qv] [-i file.xml] [-m | --json | --pairs]\n"
+	"       gpu-topo topo -m     (nvidia-smi's spelling of the matrix)\n"
 	"       gpu-topo [-i file.xml] --binding [-n ranks] [--rank r] [--env | --numactl]\n"
 	"       gpu-topo [-i file.xml] --rankfile [--hosts host,...] [-n ranks]\n"
 	"       gpu-topo [-i file.xml] --explain dev1 dev2\n"
+	"       gpu-topo --health [--metrics FILE]\n"
 	"\n"
 	"  -i, --input FILE        an hwloc XML topology (lstopo --of xml) instead of this machine\n"
+	"  -m, --matrix            the link matrix of nvidia-smi topo -m (the default)\n"
 	"      --json              devices, pairs, NUMA nodes and warnings as JSON\n"
 	"      --pairs             one TSV line per device pair\n"
 	"      --binding           GPU, NIC, NUMA node and cores for each local rank (TSV)\n"
@@ -30,18 +33,21 @@ static const char usage[] =
 	"      --hosts LIST        host names, comma-separated; node{01..04} and\n"
 	"                          Slurm's node[01-04,07] expand\n"
 	"      --explain A B       the PCIe path between two devices (GPU0, NIC1, bus id, mlx5_0)\n"
+	"      --health            read every GPU's health from NVML; exit 1 if one is unhealthy\n"
+	"      --metrics FILE      with --health: write it for node_exporter's textfile collector\n"
 	"  -q, --quiet             no warnings\n"
 	"  -v, --verbose           also the NUMA nodes and allowed CPUs\n"
 	"  -h, --help              this help\n"
 	"      --version           the version\n";
 
 enum { OPT_PAIRS = GK_OPT_FIRST_TOOL, OPT_BINDING, OPT_RANK, OPT_ENV, OPT_NUMACTL,
-       OPT_RANKFILE, OPT_HOSTS, OPT_EXPLAIN };
+       OPT_RANKFILE, OPT_HOSTS, OPT_EXPLAIN, OPT_HEALTH, OPT_METRICS };
 
 static const struct option longopts[] = {
 	GK_CLI_LONGOPTS,
 	GK_CLI_LONGOPT_JSON,
 	{"input", required_argument, NULL, 'i'},
+	{"matrix", no_argument, NULL, 'm'},
 	{"pairs", no_argument, NULL, OPT_PAIRS},
 	{"binding", no_argument, NULL, OPT_BINDING},
 	{"ranks-per-node", required_argument, NULL, 'n'},
@@ -51,6 +57,8 @@ static const struct option longopts[] = {
 	{"rankfile", no_argument, NULL, OPT_RANKFILE},
 	{"hosts", required_argument, NULL, OPT_HOSTS},
 	{"explain", required_argument, NULL, OPT_EXPLAIN},
+	{"health", no_argument, NULL, OPT_HEALTH},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{NULL, 0, NULL, 0},
 };
 
@@ -73,20 +81,54 @@ static int hosts_get(const char *hosts, gk_strlist *out, gk_err *err)
 	return gk_hostlist_expand(hosts, 0, out, err);
 }
 
+/*
+ * --health: every GPU's health, the problems on stdout (what could not be
+ * read too, with -v), the samples into metrics. 1 when a GPU is unhealthy
+ * or none can be read.
+ */
+static int health(gk_cli *cli, const char *metrics)
+{
+	gk_err err;
+	gk_metrics *m;
+	gk_topo_health_report h;
+	if (gk_metrics_new(&m, NULL, &err) < 0)
+		return gk_cli_fail(cli, &err);
+	int rc = gk_topo_health(m, &h, &err);
+	if (rc == 0) {
+		for (size_t i = 0; i < h.problems.n; i++)
+			printf("%s\n", h.problems.v[i]);
+		for (size_t i = 0; cli->verbose && i < h.notes.n; i++)
+			gk_cli_warn(cli, "%s", h.notes.v[i]);
+		if (!cli->quiet)
+			printf(h.unhealthy ? "%d GPU%s, %d unhealthy\n" : "%d GPU%s, healthy\n",
+			       h.ngpus, h.ngpus == 1 ? "" : "s", h.unhealthy);
+	}
+	/* the samples read are written even when some GPU could not be */
+	if (metrics && gk_metrics_write(m, metrics, &err) < 0)
+		rc = -1;
+	int status = rc < 0 ? gk_cli_fail(cli, &err) : h.unhealthy ? 1 : 0;
+	if (rc == 0)
+		gk_topo_health_free(&h);
+	gk_metrics_free(m);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	gk_cli cli;
 	gk_err err;
-	const char *input = NULL, *hosts = NULL, *explain = NULL;
-	int pairs = 0, binding = 0, rankfile = 0, fmt = GK_BIND_TSV, ranks = 0, rank = -1;
+	const char *input = NULL, *hosts = NULL, *explain = NULL, *metrics = NULL;
+	int matrix = 0, pairs = 0, binding = 0, rankfile = 0, fmt = GK_BIND_TSV, ranks = 0, rank = -1;
+	int check = 0;
 
 	gk_cli_init(&cli, "gpu-topo", usage);
 	int opt;
-	while ((opt = getopt_long(argc, argv, "hqvi:n:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "hqvi:mn:", longopts, NULL)) != -1) {
 		if (gk_cli_common(&cli, opt))
 			continue;
 		switch (opt) {
 		case 'i': input = optarg; break;
+		case 'm': matrix = 1; break;
 		case 'n': ranks = (int)gk_cli_i64(&cli, "--ranks-per-node", optarg, 1, 4096); break;
 		case OPT_PAIRS: pairs = 1; break;
 		case OPT_BINDING: binding = 1; break;
@@ -96,14 +138,35 @@ int main(int argc, char **argv)
 		case OPT_RANKFILE: rankfile = 1; break;
 		case OPT_HOSTS: hosts = optarg; break;
 		case OPT_EXPLAIN: explain = optarg; break;
+		case OPT_HEALTH: check = 1; break;
+		case OPT_METRICS: metrics = optarg; break;
 		default: gk_cli_usage_error(&cli, "unexpected option");
 		}
+	}
+	/* "gpu-topo topo -m": nvidia-smi's subcommand word, for the matrix alone */
+	if (!explain && optind < argc && strcmp(argv[optind], "topo") == 0) {
+		if (cli.json || pairs || binding || rankfile || check)
+			gk_cli_usage_error(&cli, "'topo' is nvidia-smi's word for the matrix: "
+					   "drop it, or use -m alone");
+		matrix = 1;
+		optind++;
 	}
 	if (explain ? argc - optind != 1 : optind != argc)
 		gk_cli_usage_error(&cli, explain ? "--explain needs two devices" : "unexpected argument '%s'",
 				   argv[optind]);
-	if (cli.json + pairs + binding + rankfile + !!explain > 1)
-		gk_cli_usage_error(&cli, "--json, --pairs, --binding, --rankfile and --explain exclude each other");
+	if (matrix + cli.json + pairs + binding + rankfile + !!explain + check > 1)
+		gk_cli_usage_error(&cli, "-m, --json, --pairs, --binding, --rankfile, --explain and "
+				   "--health exclude each other");
+	if (metrics && !check)
+		gk_cli_usage_error(&cli, "--metrics goes with --health");
+	if (check && input)
+		gk_cli_usage_error(&cli, "--health reads this machine's GPUs, not -i's topology");
+	if (check) {
+		gk_err me;
+		if (metrics && gk_metrics_check(metrics, &me) < 0)
+			gk_cli_usage_error(&cli, "%s", me.msg);
+		return gk_cli_finish(&cli, health(&cli, metrics));
+	}
 	if (hosts && !rankfile)
 		gk_cli_usage_error(&cli, "--hosts goes with --rankfile");
 	if ((fmt != GK_BIND_TSV || rank >= 0) && !binding)

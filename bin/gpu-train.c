@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,12 +23,13 @@ static const char synopsis[] =
 	"                 --heads N --vocab N --positions N] [--init-from CKPT] [--seed N]\n"
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
+	"       gpu-train --sample N [--prompt TEXT] {--init-from CKPT | --ckpt-dir DIR --resume}\n"
 	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =
 	"  --json                one JSON object per line (start, steps, summary)\n"
-	"  -q, --quiet           no per-step lines\n"
+	"  -q, --quiet           no per-step lines, no progress line on a terminal\n"
 	"  -v, --verbose         accepted, as by every tool (nothing more to say yet)\n"
 	"  -h, --help            this help\n"
 	"  --version             the version\n";
@@ -35,7 +37,7 @@ static const char common[] =
 /* What the command line asks for: the trainer's options and the tool's. */
 typedef struct args {
 	gk_nn_train_opts o;
-	const char *config, *metrics;
+	const char *config, *metrics, *prompt;
 	int64_t dump, sample, top_k;
 	double temperature;
 	gk_comm_setting agree[96]; /* the table's rows with .agree, for the trainer */
@@ -156,7 +158,7 @@ static const gk_optdef options[] = {
 	    "initialisation, shuffle and sampling seed"),
 	SECTION("data"),
 	STR("data", "SRC", o.data, 0, AGREE,
-	    "shards ('train-{000000..000031}.tar', a manifest) or .bin token files"),
+	    "shards ('train-{000000..000031}.tar', 'shards/*.tar', a directory, a manifest) or .bin token files"),
 	STR("val-data", "SRC", o.val_data, 0, AGREE, "data for --eval-every and the end of the run"),
 	ENUM("shuffle", "on|none", o.shuffle, parse_shuffle, "on or none", KEEP, "on",
 	     "shard and window shuffle"),
@@ -183,7 +185,8 @@ static const gk_optdef options[] = {
 	ENUM("precision", "KIND", o.precision, gk_nn_precision_parse, "bf16, tf32 or fp32", NOTE,
 	     "bf16", "on a GPU: bf16, tf32 or fp32"),
 	SECTION("optimizer"),
-	INT("steps", "N", o.steps, 1, I64MAX, NOTE, "1000", "steps to train, the schedule's length"),
+	INT("steps", "N", o.steps, 0, I64MAX, NOTE, "1000",
+	    "steps to train, the schedule's length (0: none)"),
 	INT("until", "N", o.until, 1, I64MAX, AGREE, NULL,
 	    "stop after step N (checkpointing), keeping the schedule"),
 	NUM("lr", "LR", o.sched.lr, 0, 10, NOTE, "6e-4", "peak learning rate"),
@@ -230,7 +233,9 @@ static const gk_optdef options[] = {
 	    "micro-batches per evaluation, 0 all"),
 	FLAG("eval-only", o.eval_only, 1, AGREE,
 	     "print the mean loss of the model on --val-data or --data"),
-	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL, "generate N tokens at the end"),
+	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL,
+	    "generate N tokens at the end (without --data: of a checkpoint)"),
+	STR("prompt", "TEXT", prompt, 1, LOCAL, "--sample after TEXT (its bytes)"),
 	NUM("temperature", "X", temperature, 0, 100, LOCAL, "1.0", "sampling temperature, 0 greedy"),
 	INT("top-k", "K", top_k, 0, 1 << 24, LOCAL, "0",
 	    "sample among the K most likely tokens, 0 all"),
@@ -245,6 +250,97 @@ _Static_assert(GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->arg) &&
 
 static gk_cli cli;
 static volatile sig_atomic_t stop_flag, nothing_to_save;
+
+/*
+ * The terminal's line: on rank 0, with stderr a terminal and without -q,
+ * one line on stderr redrawn in place (what the run is doing before its
+ * first step, then the progress of gk_nn_progress_line) instead of a
+ * scroll of step lines. Whatever else is said while it shows clears it
+ * first (term_pause), then puts it back (term_resume); the data reader's
+ * notes come from its thread, hence the lock. Logs and pipes see none of
+ * it: their output is what it was.
+ */
+static struct {
+	int on;          /* drawing */
+	int out_tty;     /* stdout is a terminal too (the same one, in practice) */
+	int shown;       /* a line is on the terminal, without its newline */
+	int paused;      /* ... taken off by term_pause, to put back */
+	char line[512];  /* the line drawn last */
+	pthread_mutex_t mu;
+} term = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* s in place of the line, cut to the terminal's width (a line that wraps
+ * is not redrawn by a carriage return) */
+static void term_put(const char *s)
+{
+	struct winsize ws;
+	int w = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 511;
+	fprintf(stderr, "\r%.*s\033[K", w, s);
+	fflush(stderr);
+}
+
+static void term_draw(const char *s)
+{
+	if (!term.on)
+		return;
+	pthread_mutex_lock(&term.mu);
+	snprintf(term.line, sizeof(term.line), "%s", s);
+	term_put(term.line);
+	term.shown = 1;
+	pthread_mutex_unlock(&term.mu);
+}
+
+/* Off the terminal, for good (a line that said what the run was doing). */
+static void term_clear(void)
+{
+	if (!term.on)
+		return;
+	pthread_mutex_lock(&term.mu);
+	if (term.shown) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
+	term.shown = 0;
+	pthread_mutex_unlock(&term.mu);
+}
+
+/* Before a message to stderr (or to stdout when it is the terminal): the
+ * line off, and the lock held until term_resume draws it back. */
+static void term_pause(void)
+{
+	if (!term.on)
+		return;
+	pthread_mutex_lock(&term.mu);
+	term.paused = term.shown;
+	if (term.shown) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
+}
+
+static void term_resume(void)
+{
+	if (!term.on)
+		return;
+	fflush(stdout);
+	if (term.paused)
+		term_put(term.line);
+	term.paused = 0;
+	pthread_mutex_unlock(&term.mu);
+}
+
+/* The last line stays, with its newline: where the run ended. */
+static void term_end(void)
+{
+	if (!term.on)
+		return;
+	pthread_mutex_lock(&term.mu);
+	if (term.shown)
+		fputc('\n', stderr);
+	fflush(stderr);
+	term.shown = 0;
+	pthread_mutex_unlock(&term.mu);
+}
 
 /*
  * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
@@ -333,6 +429,8 @@ typedef struct out_ctx {
 	int stale;                 /* a step since then is not in the file */
 	gk_nn_ckpt_stats ckpt;     /* rank 0: the checkpoints so far */
 	int skip_bad; /* report bad_samples */
+	gk_nn_progress prog;       /* the terminal's line, when term.on */
+	int64_t drawn_step;        /* the step it shows */
 } out_ctx;
 
 static void emit(json_t *o)
@@ -360,8 +458,11 @@ static void write_metrics(out_ctx *c)
 	if (gk_nn_train_metrics(c->metrics, &c->last, c->mem, c->world, c->last_time, &err) < 0 ||
 	    gk_nn_train_ckpt_metrics(c->metrics, &c->ckpt, &err) < 0 ||
 	    gk_metrics_write(c->metrics, c->metrics_path, &err) < 0) {
-		if (!c->metrics_failing)
+		if (!c->metrics_failing) {
+			term_pause();
 			gk_cli_warn(&cli, "%s", err.msg);
+			term_resume();
+		}
 		c->metrics_failing = 1;
 		return;
 	}
@@ -374,9 +475,22 @@ static json_t *jnum(double x)
 	return isfinite(x) ? json_real(x) : json_null();
 }
 
+/* The progress line after step l, when it is due (at most 4 a second). */
+static void draw_progress(out_ctx *c, const gk_nn_train_log *l, int force)
+{
+	double now = gk_now();
+	char line[256];
+	if (!term.on || !(gk_nn_progress_due(&c->prog, l->step, now) || force))
+		return;
+	term_draw(gk_nn_progress_line(&c->prog, l, now, line, sizeof(line)));
+	c->drawn_step = l->step;
+}
+
 static void on_step(const gk_nn_train_log *l, void *ctx)
 {
 	out_ctx *c = ctx;
+	if (term.on)
+		gk_nn_progress_step(&c->prog, l);
 	double val = c->have_last ? c->last.val_loss : NAN; /* the last evaluation's */
 	c->last = *l;
 	if (isnan(l->val_loss))
@@ -399,11 +513,20 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 		if (c->skip_bad)
 			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		print_mem(c->mem, o);
+		if (term.out_tty)
+			term_clear();
 		emit(o);
+		draw_progress(c, l, 0);
 		return;
 	}
-	if (cli.quiet)
+	/* on a terminal the progress line stands for the step lines, but
+	 * for a step with news */
+	if (cli.quiet || (term.on && term.out_tty && isnan(l->val_loss) && !l->skipped)) {
+		draw_progress(c, l, 0);
 		return;
+	}
+	if (term.out_tty)
+		term_clear();
 	printf("step %5" PRId64 "/%" PRId64 "  loss %.4f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms"
 	       "  (comm %.1f, exposed %.1f)%s", l->step, c->steps, l->loss, l->lr, l->grad_norm,
 	       l->tokens_per_s, l->step_ms, l->comm_ms, l->exposed_comm_ms,
@@ -412,6 +535,7 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 		printf("  val %.4f", l->val_loss);
 	printf("\n");
 	gk_cli_flush(&cli);
+	draw_progress(c, l, 0);
 }
 
 static void on_ckpt(int64_t step, double seconds, void *ctx)
@@ -421,6 +545,8 @@ static void on_ckpt(int64_t step, double seconds, void *ctx)
 	c->ckpt.seconds = seconds;
 	c->ckpt.when = (double)time(NULL);
 	write_metrics(c);
+	if (term.out_tty)
+		term_pause();
 	if (cli.json) {
 		emit(json_pack("{s:s,s:I,s:f}", "event", "checkpoint", "step", (json_int_t)step,
 			       "seconds", seconds));
@@ -428,6 +554,8 @@ static void on_ckpt(int64_t step, double seconds, void *ctx)
 		printf("checkpoint step %" PRId64 " committed (%.2f s)\n", step, seconds);
 		gk_cli_flush(&cli);
 	}
+	if (term.out_tty)
+		term_resume();
 }
 
 static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
@@ -435,8 +563,10 @@ static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
 	out_ctx *c = ctx;
 	c->ckpt.failed++;
 	write_metrics(c);
+	term_pause();
 	gk_cli_warn(&cli, "checkpoint step %" PRId64 " not written, training goes on: %s",
 		    step, why->msg);
+	term_resume();
 }
 
 /*
@@ -460,8 +590,11 @@ static void data_note(void *ctx, const char *msg)
 	if (!seen)
 		given[n++ % GK_ARRAY_SIZE(given)] = h;
 	pthread_mutex_unlock(&mu);
-	if (!seen && !cli.silent_usage)
+	if (!seen && !cli.silent_usage) {
+		term_pause();
 		fprintf(stderr, "gpu-train: note: %s\n", msg);
+		term_resume();
+	}
 }
 
 /* --dump-data: what the trainer would read, per rank, without a model. */
@@ -517,8 +650,27 @@ static void parse_args(int argc, char **argv, args *a)
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
 	const char *eval_src = a->o.val_data ? a->o.val_data : a->o.data;
-	if (!a->o.data && !(a->o.eval_only && eval_src))
-		gk_cli_usage_error(&cli, "--data is required");
+	int steps_given = 0;
+	for (size_t i = 0; options[i].kind != GK_OPTK_END; i++)
+		steps_given |= options[i].name && !strcmp(options[i].name, "steps") && a->arg[i];
+	if (a->prompt && !a->sample)
+		gk_cli_usage_error(&cli, "--prompt starts the text of --sample: give --sample N");
+	/* a checkpoint's sample needs no data: nothing trains */
+	if (!a->o.data && !a->o.eval_only && a->sample && (a->o.init_from || a->o.resume)) {
+		if (steps_given && a->o.steps > 0)
+			gk_cli_usage_error(&cli, "--steps %" PRId64 " trains: it needs --data (without "
+					   "it, --sample samples the checkpoint)", a->o.steps);
+		a->o.steps = 0;
+	}
+	if (!a->o.data && !(a->o.eval_only && eval_src) && !(a->o.steps == 0 && a->sample))
+		gk_cli_usage_error(&cli, "--data is required%s", a->sample ? " (or a checkpoint to "
+				   "sample: --init-from CKPT, or --ckpt-dir DIR --resume)" : "");
+	if (a->o.steps == 0 && !a->o.eval_only && !a->dump && a->o.ckpt_dir && !a->o.resume)
+		gk_cli_usage_error(&cli, "--steps 0 trains nothing and writes no checkpoint: "
+				   "--ckpt-dir is read with --resume (or name a step with --init-from)");
+	if (a->o.steps == 0 && !a->o.eval_only && !a->dump && !a->sample && !a->o.val_data)
+		gk_cli_usage_error(&cli, "--steps 0 trains nothing: it evaluates --val-data, or "
+				   "samples with --sample N (or use --eval-only)");
 	if (a->o.resume && !a->o.ckpt_dir)
 		gk_cli_usage_error(&cli, "--resume needs --ckpt-dir");
 	if (a->o.eval_only && a->o.init_from && a->o.resume)
@@ -535,9 +687,10 @@ static void parse_args(int argc, char **argv, args *a)
 		gk_cli_usage_error(&cli, "--dump-data prints the data from its start, without a "
 				   "model: not with %s", a->o.init_from ? "--init-from" :
 				   a->o.resume ? "--resume" : "--ckpt-dir");
-	if (a->metrics && (a->o.eval_only || a->dump))
+	if (a->metrics && (a->o.eval_only || a->dump || a->o.steps == 0))
 		gk_cli_usage_error(&cli, "--metrics reports training: not with %s",
-				   a->o.eval_only ? "--eval-only" : "--dump-data");
+				   a->o.eval_only ? "--eval-only" : a->dump ? "--dump-data" :
+				   "--steps 0");
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
@@ -594,6 +747,25 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	return 0;
 }
 
+/* On the terminal, until the start lines: what the first seconds do. */
+static void say_building(const args *a)
+{
+	char what[300];
+	const gk_nn_train_opts *o = &a->o;
+	if (o->resume)
+		snprintf(what, sizeof(what), "gpu-train: building the model, to resume from %s...",
+			 o->ckpt_dir);
+	else if (o->init_from)
+		snprintf(what, sizeof(what), "gpu-train: loading the model from %s...", o->init_from);
+	else if (o->have_config)
+		snprintf(what, sizeof(what), "gpu-train: building the model (%" PRId64 " layers, "
+			 "hidden %" PRId64 ")%s...", o->cfg.layers, o->cfg.hidden,
+			 o->data && !o->eval_only ? " and opening the data" : "");
+	else
+		snprintf(what, sizeof(what), "gpu-train: building the model...");
+	term_draw(what);
+}
+
 /* Rank 0: the notes on stderr, the model and its memory on stdout. */
 static void print_start(gk_nn_trainer *t)
 {
@@ -606,14 +778,16 @@ static void print_start(gk_nn_trainer *t)
 	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
 	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
 	const char *from = gk_nn_trainer_model_from(t); /* resumed or --init-from */
+	term_clear(); /* "building the model..." */
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
-	/* what changed since the checkpoint's run, a line each */
-	const char *rn = gk_nn_trainer_resume_notes(t);
+	/* what changed since the checkpoint's run, a line each (for a run
+	 * that trains) */
+	const char *rn = r->steps > 0 ? gk_nn_trainer_resume_notes(t) : NULL;
 	for (const char *nl; rank == 0 && rn; rn = nl ? nl + 1 : NULL) {
 		nl = strchr(rn, '\n');
 		fprintf(stderr, "gpu-train: note: %.*s\n",
@@ -676,7 +850,7 @@ static void print_start(gk_nn_trainer *t)
 		}
 	}
 	/* someone at a terminal may expect a run to leave something behind */
-	if (rank == 0 && !r->ckpt_dir && !r->eval_only && isatty(STDERR_FILENO))
+	if (rank == 0 && !r->ckpt_dir && !r->eval_only && r->steps > 0 && isatty(STDERR_FILENO))
 		fprintf(stderr, "gpu-train: note: no --ckpt-dir: this run keeps no checkpoint, and its "
 			"model is gone at exit\n");
 }
@@ -688,7 +862,7 @@ static int run_eval(gk_nn_trainer *t, const args *a, gk_err *err)
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	double loss;
 	int64_t nb;
-	const char *src = a->o.val_data ? a->o.val_data : a->o.data;
+	const char *src = a->o.val_data ? a->o.val_data : a->o.data; /* --steps 0: val_data */
 	if (gk_nn_trainer_eval(t, src, a->o.eval_batches, &loss, &nb, err) < 0)
 		return -1;
 	/* which checkpoint: a directory's latest may not be what the user thinks */
@@ -728,7 +902,24 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 		return -1;
 	gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
 	gk_nn_train_summary s;
+	int64_t end = r->until > 0 && r->until < r->steps ? r->until : r->steps;
+	gk_nn_progress_start(&ctx.prog, end, (uint64_t)r->batch * (uint64_t)r->seq *
+			     (uint64_t)r->grad_accum * (uint64_t)ctx.world, 0.25, gk_now());
+	if (term.on) {
+		char first[128];
+		snprintf(first, sizeof(first), "step %" PRId64 "/%" PRId64 "  first step...",
+			 gk_nn_trainer_step(t), end);
+		term_draw(first);
+	}
 	int run = gk_nn_trainer_run(t, &h, &s, err);
+	/* the line as the run left it (a signal may have come between two
+	 * redraws), and its newline; nothing when no step was done */
+	if (ctx.have_last && ctx.drawn_step != ctx.last.step)
+		draw_progress(&ctx, &ctx.last, 1);
+	if (ctx.have_last)
+		term_end();
+	else
+		term_clear();
 	if (ctx.stale)
 		write_metrics(&ctx);
 	gk_metrics_free(ctx.metrics);
@@ -802,17 +993,30 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 	const gk_nn_config *cfg = gk_nn_trainer_config(t);
 	gk_nn_model *m = gk_nn_trainer_model(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
+	/* without a prompt, a sample starts as a document does: after an
+	 * end-of-text token, which it does not print */
+	int32_t *pr = NULL;
+	int np = 0;
+	size_t plen = a->prompt ? strlen(a->prompt) : 0;
+	if (a->prompt && (np = gk_nn_prompt_encode(cfg, a->prompt, plen, &pr, err)) < 0)
+		return gk_err_prefix(err, "--prompt");
 	int32_t *tok = malloc((size_t)a->sample * sizeof(int32_t));
-	if (!tok || gk_nn_sample(m, r->batch, r->seq, r->eot, (int)a->sample, a->temperature,
-				 (int)a->top_k, a->o.seed, tok, err) < 0) {
+	if (!tok || gk_nn_sample_prompt(m, r->batch, r->seq, pr ? pr : &r->eot, pr ? np : 1,
+					(int)a->sample, a->temperature, (int)a->top_k, a->o.seed,
+					tok, err) < 0) {
 		free(tok);
+		free(pr);
 		if (!err->msg[0])
 			gk_err_sys(err, ENOMEM, "sample");
 		return -1;
 	}
-	/* The byte vocabulary decodes to text; others print ids. */
-	char *txt = malloc((size_t)a->sample * 12 + 1);
+	/* The byte vocabulary decodes to text, after the prompt's; others
+	 * print ids. */
+	char *txt = malloc((size_t)a->sample * 12 + plen + 1);
 	size_t n = 0;
+	if (txt && plen)
+		memcpy(txt, a->prompt, plen);
+	n = plen;
 	for (int64_t i = 0; txt && i < a->sample; i++) {
 		if (cfg->vocab == GK_NN_BYTE_VOCAB)
 			txt[n++] = tok[i] == GK_NN_BYTE_EOT ? '\n' : (char)tok[i];
@@ -826,6 +1030,12 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 			for (int64_t i = 0; i < a->sample; i++)
 				json_array_append_new(ids, json_integer(tok[i]));
 			json_object_set_new(j, "tokens", ids);
+			if (pr) {
+				json_t *pids = json_array();
+				for (int i = 0; i < np; i++)
+					json_array_append_new(pids, json_integer(pr[i]));
+				json_object_set_new(j, "prompt", pids);
+			}
 			if (cfg->vocab == GK_NN_BYTE_VOCAB) {
 				/* bytes that are not UTF-8 become U+FFFD */
 				size_t ul;
@@ -843,6 +1053,7 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 	}
 	free(txt);
 	free(tok);
+	free(pr);
 	return txt ? 0 : gk_err_sys(err, ENOMEM, "sample");
 }
 
@@ -878,12 +1089,19 @@ int main(int argc, char **argv)
 	a.o.data_note = data_note;
 	gk_nn_trainer *t = NULL;
 	int rc = 0;
+	/* a GPT-2 small takes seconds to build, its first step more */
+	term.on = !cli.quiet && !cli.silent_usage && isatty(STDERR_FILENO);
+	term.out_tty = term.on && isatty(STDOUT_FILENO);
+	say_building(&a);
 	if (gk_nn_trainer_new(&t, &a.o, &err) < 0)
 		goto fail;
+	term.on = term.on && gk_nn_trainer_rank(t) == 0;
 	print_start(t);
-	if (a.o.eval_only) {
+	if (a.o.eval_only || a.o.steps == 0) {
+		/* --steps 0: the model as built or loaded, evaluated on
+		 * --val-data and sampled; nothing trained, nothing written */
 		nothing_to_save = 1;
-		if (run_eval(t, &a, &err) < 0)
+		if ((a.o.eval_only || a.o.val_data) && run_eval(t, &a, &err) < 0)
 			goto fail;
 	} else if (run_train(t, &a, &rc, &err) < 0) {
 		goto fail;
@@ -895,6 +1113,7 @@ int main(int argc, char **argv)
 	return gk_cli_finish(&cli, rc);
 fail:;
 	int report;
+	term_end();
 	rc = gk_nn_trainer_failed(t, &report);
 	if (report)
 		gk_cli_fail(&cli, &err);

@@ -26,7 +26,7 @@ static const char synopsis[] =
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =
 	"  --json                one JSON document, sizes in bytes\n"
-	"  -q, --quiet           no warnings about unknown config keys\n"
+	"  -q, --quiet           no warnings (unknown config keys, --seq past the positions)\n"
 	"  -v, --verbose         accepted, as by every gpukit tool\n"
 	"  -h, --help            this help\n"
 	"  --version             the version\n";
@@ -539,6 +539,29 @@ static int load_model(opts *o)
 	return 0;
 }
 
+/*
+ * A sequence longer than the model's positions: the figures still add
+ * up, but GPT-2's learned positions have no embedding past the last (no
+ * trainer can run the shape; gpu-train refuses it), and a RoPE model was
+ * not trained that far.
+ */
+static void seq_check(const opts *o)
+{
+	const gk_mem_model *m = &o->m;
+	long long seq = (long long)o->r.seq, pos = (long long)m->positions;
+	if (cli.quiet || pos <= 0 || seq <= pos)
+		return;
+	if (m->arch == GK_MEM_ARCH_GPT2)
+		gk_cli_warn(&cli, "--seq %lld exceeds the model's %lld positions: GPT-2's learned "
+			    "position embeddings end there, so no run has this shape (gpu-train "
+			    "refuses it); give --positions %lld, or --seq %lld or less",
+			    seq, pos, seq, pos);
+	else
+		gk_cli_warn(&cli, "--seq %lld exceeds the model's %lld positions "
+			    "(max_position_embeddings): it was not trained that far; the memory "
+			    "figures hold, the model's output may not", seq, pos);
+}
+
 /* One run's estimate, as a table or a JSON document. */
 static int estimate(const opts *o)
 {
@@ -572,6 +595,7 @@ int main(int argc, char **argv)
 	if (status)
 		return gk_cli_finish(&cli, status);
 	gk_mem_run_resolve(&o.r, &o.m);
+	seq_check(&o);
 	if (o.req.capacity || o.req.gpu) {
 		if (o.r.infer)
 			gk_cli_usage_error(&cli, "--fit searches training configurations; drop --infer");

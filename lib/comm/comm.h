@@ -39,10 +39,16 @@
  * a message naming the operation, instead of hanging. On mpi every
  * message and collective is started non-blocking and waited on with the
  * same deadline (MPI_Testall polling), so a rank that stops making
- * progress fails the waiting ranks' call with "OP: no progress for N s";
- * every later wait on that communicator then fails at once (the calls
- * queued behind it do not each wait out the deadline again), so a job
- * ends about one timeout after the stall.
+ * progress fails the waiting ranks' call with "OP: no progress for N s:
+ * rank R (on HOST) does not answer (...)": each rank that times out
+ * sends every other rank a small message on a communicator of its own
+ * and listens for a second; the ranks that stay silent are named, with
+ * the hosts gathered when the communicator opened (the peer of the
+ * stalled exchange would be wrong: in a ring it is often a live rank
+ * that itself waits). Every later wait on that communicator then fails
+ * at once (the calls queued behind it do not each wait out the deadline
+ * again), so a job ends about one timeout, plus that second, after the
+ * stall.
  *
  * Streams (nccl). Device buffers are written by kernels and copies on the
  * caller's CUDA stream; NCCL runs on the communicator's own stream. The
@@ -171,8 +177,9 @@ typedef struct gk_comm_config {
 			     * before the call fails (0: the default,
 			     * negative: wait forever). nccl then aborts the
 			     * communicator; mpi fails the call with
-			     * "OP: no progress for N s (...)" and the caller
-			     * ends the job with gk_comm_abort */
+			     * "OP: no progress for N s: rank R (on HOST)
+			     * does not answer (...)" and the caller ends
+			     * the job with gk_comm_abort */
 } gk_comm_config;
 
 /* PyTorch's default timeout for NCCL process groups, in seconds. */

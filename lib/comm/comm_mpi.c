@@ -27,9 +27,26 @@ typedef struct mpi_state {
 	const char *op; /* the collective under way, for the timeout message */
 	int stalled;    /* a wait timed out: the world is broken, and every
 			 * later wait fails at once (see mpi_wait) */
+	/*
+	 * For naming the rank a stalled wait waits for (silent_ranks): a
+	 * communicator of its own, every rank's host name (HOST_LEN bytes
+	 * each, gathered at open), the ranks that did not answer, and the
+	 * buffers of the probe's messages, which outlive a wait that gives
+	 * up on them.
+	 */
+	MPI_Comm probe;
+	int rank, world;
+	char *hosts;
+	char silent[512];
+	int token, *heard;
 } mpi_state;
 
-enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER };
+enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER, TAG_ALIVE };
+
+/* A host name as the stall message gives it (longer ones are cut). */
+#define HOST_LEN 64
+/* How long the survivors of a stall listen for each other. */
+#define PROBE_SECONDS 1.0
 
 /* The largest message we hand MPI at once (its counts are int). */
 #define MAX_MSG ((size_t)1 << 30)
@@ -49,6 +66,83 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
 		if (rc_ != MPI_SUCCESS)                      \
 			return mpi_fail(err, rc_, what);     \
 	} while (0)
+
+/*
+ * After this rank's first wait timed out: which ranks still answer. The
+ * stalled collective's own messages cannot tell (in a ring every rank
+ * waits on its left neighbour, alive or not, and MPI's collectives name
+ * no peer), so each rank that times out sends every other rank a small
+ * message on the probe communicator and listens for theirs for
+ * PROBE_SECONDS. The survivors time out within moments of each other,
+ * waiting on the same collective; a stopped rank, or one behind a dead
+ * link, never sends. Fills st->silent with "rank 1 (on node-a)" or
+ * "ranks 1 (on a) and 3 (on b)"; "" when every rank answered.
+ */
+static void silent_ranks(mpi_state *st)
+{
+	int n = st->world, me = st->rank, left = n - 1;
+	MPI_Request *rq = malloc(2 * (size_t)n * sizeof *rq);
+	st->silent[0] = '\0';
+	for (int p = 0; rq && p < 2 * n; p++)
+		rq[p] = MPI_REQUEST_NULL;
+	if (!rq || !st->heard || !st->hosts)
+		goto out;
+	st->token = me;
+	for (int p = 0; p < n; p++)
+		if (p != me &&
+		    (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[p]) ||
+		     MPI_Isend(&st->token, 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[n + p])))
+			goto out;
+	double t0 = gk_now();
+	while (left > 0 && gk_now() - t0 < PROBE_SECONDS) {
+		for (int p = 0; p < n; p++) {
+			int done = 0;
+			if (rq[p] == MPI_REQUEST_NULL)
+				continue;
+			if (MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+				goto out;
+			left -= done;
+		}
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	/* the ranks not heard from, as the message names them */
+	size_t w = 0;
+	int k = 0, count = 0;
+	for (int p = 0; p < n; p++)
+		count += rq[p] != MPI_REQUEST_NULL;
+	for (int p = 0; p < n && w < sizeof(st->silent); p++) {
+		if (rq[p] == MPI_REQUEST_NULL)
+			continue;
+		k++;
+		w += (size_t)snprintf(st->silent + w, sizeof(st->silent) - w, "%s%s %d (on %s)",
+				      k == 1 ? "" : k == count ? " and" : ",",
+				      k == 1 ? (count > 1 ? "ranks" : "rank") : "", p,
+				      st->hosts + (size_t)p * HOST_LEN);
+	}
+out:
+	/*
+	 * The unanswered receives are cancelled; the sends may go out when
+	 * their peer wakes, from buffers that stay in st until close.
+	 */
+	for (int p = 0; rq && p < 2 * n; p++) {
+		if (rq[p] == MPI_REQUEST_NULL)
+			continue;
+		if (p < n)
+			MPI_Cancel(&rq[p]);
+		MPI_Request_free(&rq[p]);
+	}
+	free(rq);
+}
+
+/* "rank 1 (on a) does not answer (stopped, or its network is down)", or the plural */
+static const char *silent_says(const mpi_state *st, char *buf, size_t n)
+{
+	int many = strncmp(st->silent, "ranks", 5) == 0;
+	snprintf(buf, n, "%s %s not answer (stopped, or %s network is down)", st->silent,
+		 many ? "do" : "does", many ? "their" : "its");
+	return buf;
+}
 
 /*
  * The watchdog. Every message and collective is started non-blocking and
@@ -75,6 +169,11 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 	 * the job only after many timeouts; every later wait fails at once,
 	 * so the job ends about one timeout after the stall.
 	 */
+	char says[640];
+	if (st->stalled && st->silent[0])
+		return gk_errf(err, "%s: not run: an earlier collective made no progress for %.0f s: %s",
+			       st->op ? st->op : "mpi", st->timeout,
+			       silent_says(st, says, sizeof says));
 	if (st->stalled)
 		return gk_errf(err, "%s: not run: an earlier collective made no progress for %.0f s "
 			       "(a rank stopped or the network is down)", st->op ? st->op : "mpi",
@@ -94,6 +193,11 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 		double dt = gk_now() - t0;
 		if (dt > st->timeout) {
 			st->stalled = 1;
+			silent_ranks(st);
+			if (st->silent[0])
+				return gk_errf(err, "%s: no progress for %.0f s: %s",
+					       st->op ? st->op : "mpi", st->timeout,
+					       silent_says(st, says, sizeof says));
 			return gk_errf(err, "%s: no progress for %.0f s (a rank stopped or the network is down)",
 				       st->op ? st->op : "mpi", st->timeout);
 		}
@@ -194,6 +298,31 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 	MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(st->comm, &c->rank);
 	MPI_Comm_size(st->comm, &c->world);
+	/*
+	 * What a stall message needs, known before anything can stall: a
+	 * communicator for the probe and every rank's host. Without memory
+	 * the message names no rank; nothing else changes.
+	 */
+	st->rank = c->rank;
+	st->world = c->world;
+	MPI_Comm_dup(st->comm, &st->probe);
+	MPI_Comm_set_errhandler(st->probe, MPI_ERRORS_RETURN);
+	char me[MPI_MAX_PROCESSOR_NAME + 1] = "", mine[HOST_LEN] = "";
+	int len = 0;
+	MPI_Get_processor_name(me, &len);
+	snprintf(mine, sizeof mine, "%s", me);
+	st->hosts = calloc((size_t)c->world, HOST_LEN);
+	st->heard = calloc((size_t)c->world, sizeof *st->heard);
+	int have = st->hosts && st->heard, all = 0;
+	MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, st->comm);
+	if (all)
+		MPI_Allgather(mine, HOST_LEN, MPI_CHAR, st->hosts, HOST_LEN, MPI_CHAR, st->comm);
+	if (!all) {
+		free(st->hosts);
+		free(st->heard);
+		st->hosts = NULL;
+		st->heard = NULL;
+	}
 	for (int t = 0; t < 2; t++)
 		for (int o = 0; o < 4; o++)
 			MPI_Op_create(op16_fn[t][o], 1, &st->op16[t][o]);
@@ -212,6 +341,7 @@ void gk_comm_mpi_close(gk_comm *c)
 	for (int t = 0; t < 2; t++)
 		for (int o = 0; o < 4; o++)
 			MPI_Op_free(&st->op16[t][o]);
+	MPI_Comm_free(&st->probe);
 	MPI_Comm_free(&st->comm);
 	if (st->owned)
 		MPI_Finalize();
@@ -219,6 +349,8 @@ void gk_comm_mpi_close(gk_comm *c)
 	free(st->w1);
 	free(st->w2);
 	free(st->work);
+	free(st->hosts);
+	free(st->heard);
 	free(st);
 	c->mpi = NULL;
 }

@@ -242,22 +242,38 @@ void gk_map_unwatch(const void *p);
 /* ---- progress ----------------------------------------------------------------- */
 
 /*
- * A one-line progress meter on stderr, redrawn at most 10 times a second:
+ * A one-line progress meter on stderr, redrawn in place at most 4 times a
+ * second, whatever the number of updates (GK_PROGRESS_REDRAW):
  *   "data-pack: 1.20 GiB / 4.00 GiB  30%  512 MiB/s  ETA 0:06"
  * Enabled only when `enabled` (the tool passes !quiet) and stderr is a tty.
  * total 0 means unknown (no percentage or ETA). bytes selects size units,
  * else items ("1200 / 4000 samples").
  */
+enum { GK_PROGRESS_TTY = 1, GK_PROGRESS_LINES = 2 };
+#define GK_PROGRESS_REDRAW 0.25 /* seconds between redraws on a terminal */
 typedef struct gk_progress {
 	const char *label, *unit; /* unit for items, e.g. "samples" */
 	uint64_t total, done;
-	int bytes, on;
+	int bytes, on;            /* on: 0, GK_PROGRESS_TTY or GK_PROGRESS_LINES */
 	double start, last;
+	double every;             /* GK_PROGRESS_LINES: seconds between lines */
+	int drawn;                /* lines or redraws so far */
+	FILE *out;                /* NULL: stderr */
 } gk_progress;
 
 void gk_progress_start(gk_progress *p, const char *label, uint64_t total,
 		       int bytes, const char *unit, int enabled);
+/*
+ * After start: when stderr is not a terminal (a log, a pipe), print the
+ * same text as plain lines, one every `every` seconds at most (the first
+ * after `every`), and a last one at finish when any was printed: a long
+ * job shows in its log, a short one leaves stderr empty. Nothing when
+ * start was not enabled.
+ */
+void gk_progress_lines(gk_progress *p, int enabled, double every);
 void gk_progress_update(gk_progress *p, uint64_t done);
+/* update at the given time (gk_now()'s clock); for tests. */
+void gk_progress_update_at(gk_progress *p, uint64_t done, double now);
 void gk_progress_finish(gk_progress *p);
 /* The text of the line for the given state (what update draws); for tests. */
 char *gk_progress_format(const gk_progress *p, uint64_t done, double elapsed,
@@ -540,14 +556,36 @@ char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tai
  * through gk_cli_common (--json among them), each row's argument through
  * gk_optable_set into the struct at base. A bad argument is a usage error
  * (exit 2); no memory, or a default that does not parse (a defect of the
- * table), exit 1. With GK_OPTABLE_SHORT_NAMES a message names a row by its
- * short name when it has one ("-b '12Q': ..."). args, when not NULL, gets
- * each row's argument as given, by row index ("" for a flag; untouched
- * for a row not given). Returns the index of the first operand.
+ * table), exit 1. An unknown option names the nearest ones
+ * (gk_optable_suggest). With GK_OPTABLE_SHORT_NAMES a message names a
+ * row by its short name when it has one and the user typed it ("-b
+ * '12Q': ..."). args, when not NULL, gets each row's argument as given,
+ * by row index ("" for a flag; untouched for a row not given). Returns
+ * the index of the first operand.
  */
 enum { GK_OPTABLE_SHORT_NAMES = 1 };
 int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int argc,
 		     char **argv, const char **args);
+/*
+ * What an unknown option was probably meant to be: given as typed
+ * ("--batch_size=8"); the names (without dashes, from the table and the
+ * common options) go to names, at most max; returns how many, 0 when
+ * nothing is near. The first rule that finds a name decides:
+ *   1. the same name once '_' is '-' and case is ignored (--grad_accum)
+ *   2. the names it abbreviates (an abbreviation of several: --s)
+ *   3. a name other tools (PyTorch, Hugging Face, Megatron-LM, nanoGPT,
+ *      llm.c) give the option, where the table has it (--learning-rate:
+ *      --lr; --n-embd: --hidden; --train-iters: --steps)
+ *   4. the longest name that is a whole run of its dash-separated words,
+ *      or its start (--batch-size: --batch; --num-layers: --layers;
+ *      --lr-rate: --lr; --micro-batch-size: --micro-batch)
+ *   5. the nearest names by edit distance (a letter inserted, deleted,
+ *      replaced, or two neighbours swapped), within 1 edit for up to 4
+ *      letters and 2 beyond, and fewer edits than the name has letters
+ * gk_optable_parse says them after an unknown option ("unrecognized option
+ * '--batch_size'; did you mean --batch?").
+ */
+int gk_optable_suggest(const gk_optdef *t, const char *given, const char **names, int max);
 /* Every row's default into the struct at base (-1 when one does not parse:
  * a defect of the table). */
 int gk_optable_defaults(const gk_optdef *t, void *base, gk_err *err);

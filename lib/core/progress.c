@@ -2,6 +2,7 @@
  * progress.c - the progress line on stderr.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,32 +66,64 @@ void gk_progress_start(gk_progress *p, const char *label, uint64_t total,
 	p->total = total;
 	p->done = 0;
 	p->bytes = bytes;
-	p->on = enabled && isatty(STDERR_FILENO);
+	p->on = enabled && isatty(STDERR_FILENO) ? GK_PROGRESS_TTY : 0;
 	p->start = gk_now();
-	p->last = 0;
+	p->last = p->start;
+	p->every = GK_PROGRESS_REDRAW;
+	p->drawn = 0;
+	p->out = NULL;
+}
+
+void gk_progress_lines(gk_progress *p, int enabled, double every)
+{
+	if (!enabled || p->on == GK_PROGRESS_TTY)
+		return;
+	p->on = GK_PROGRESS_LINES;
+	p->every = every;
+}
+
+static void draw(gk_progress *p, uint64_t done, double now)
+{
+	char line[256];
+	FILE *out = p->out ? p->out : stderr;
+	gk_progress_format(p, done, now - p->start, line, sizeof(line));
+	/* \r and erase-to-end-of-line redraw in place on any terminal. */
+	if (p->on == GK_PROGRESS_TTY)
+		fprintf(out, "\r%s\033[K", line);
+	else
+		fprintf(out, "%s\n", line);
+	p->last = now;
+	p->drawn++;
+}
+
+void gk_progress_update_at(gk_progress *p, uint64_t done, double now)
+{
+	p->done = done;
+	/*
+	 * A redraw per update flooded terminals (one per sample: thousands a
+	 * second) and, captured, logs: the clock alone decides, also when
+	 * the total is unknown. A terminal sees the first state at once.
+	 */
+	if (p->on && (now - p->last >= p->every || (p->on == GK_PROGRESS_TTY && !p->drawn)))
+		draw(p, done, now);
 }
 
 void gk_progress_update(gk_progress *p, uint64_t done)
 {
-	char line[256];
-	p->done = done;
-	if (!p->on)
-		return;
-	double now = gk_now();
-	if (now - p->last < 0.1 && done < p->total)
-		return;
-	p->last = now;
-	gk_progress_format(p, done, now - p->start, line, sizeof(line));
-	/* \r and erase-to-end-of-line redraw in place on any terminal. */
-	fprintf(stderr, "\r%s\033[K", line);
+	if (p->on)
+		gk_progress_update_at(p, done, gk_now());
+	else
+		p->done = done;
 }
 
 void gk_progress_finish(gk_progress *p)
 {
-	if (!p->on)
-		return;
-	p->last = 0;
-	gk_progress_update(p, p->done);
-	fputc('\n', stderr);
+	/* Plain lines end with the final state only when a line was
+	 * printed: a short run leaves a log empty. */
+	if (p->on == GK_PROGRESS_TTY || (p->on == GK_PROGRESS_LINES && p->drawn)) {
+		draw(p, p->done, gk_now());
+		if (p->on == GK_PROGRESS_TTY)
+			fputc('\n', p->out ? p->out : stderr);
+	}
 	p->on = 0;
 }

@@ -388,7 +388,11 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 		return gk_errf(err, "open data '%s': bad batch, sequence or vocabulary", source);
 	}
 	gk_strlist paths = {0};
-	if (gk_brace_expand(source, 0, &paths, err) < 0) {
+	/* The list as the dataset reads it (globs and directories too), to
+	 * tell token files from shards. */
+	int manifest = gk_str_ends(source, ".json");
+	if (!manifest && gk_shard_list_expand(source, &paths, err) < 0) {
+		gk_strlist_free(&paths);
 		free(d);
 		return -1;
 	}

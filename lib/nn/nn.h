@@ -323,6 +323,23 @@ int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
 int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 		 double temperature, int top_k, uint64_t seed, int32_t *out,
 		 gk_err *err);
+/*
+ * The same after the np >= 1 tokens of prompt (each in the vocabulary):
+ * the history starts with them, as transformers' generate() starts from
+ * its input_ids, and out gets the n tokens that follow.
+ */
+int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *prompt, int np,
+			int n, double temperature, int top_k, uint64_t seed, int32_t *out,
+			gk_err *err);
+/*
+ * The tokens of the len bytes of text, for a model of configuration c:
+ * the one place text becomes tokens (a tokenizer takes its place for
+ * other vocabularies). For the byte vocabulary (GK_NN_BYTE_VOCAB) each
+ * byte is its token. Returns the count (len) with *out malloc'ed (the
+ * caller frees), or -1 with err set: another vocabulary, no memory.
+ */
+int gk_nn_prompt_encode(const gk_nn_config *c, const char *text, size_t len, int32_t **out,
+			gk_err *err);
 
 /* ---- the step's other parts, wherever the model computes ----------------------------- */
 

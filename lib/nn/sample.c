@@ -1,5 +1,6 @@
 /*
- * decode.c - generation one token at a time with a key/value cache, on
+ * sample.c - text from a prompt, and generation one token at a time
+ * with a key/value cache, on
  * the CPU model: each new token runs the blocks over one row and attends
  * to the keys and values the earlier positions left in the cache, so n
  * sampled tokens cost n single-row passes instead of n full forwards of
@@ -12,6 +13,7 @@
  * checks position by position.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,14 +238,43 @@ static int32_t pick(const float *lg, int64_t vocab, double temperature, int top_
 	return (int32_t)vocab - 1;
 }
 
+int gk_nn_prompt_encode(const gk_nn_config *c, const char *text, size_t len, int32_t **out,
+			gk_err *err)
+{
+	*out = NULL;
+	if (c->vocab != GK_NN_BYTE_VOCAB)
+		return gk_errf(err, "a prompt is read as bytes, the tokens of a model of vocabulary %d; "
+			       "this model's is %" PRId64 " (its tokens need a tokenizer)",
+			       GK_NN_BYTE_VOCAB, c->vocab);
+	if (!(*out = malloc((len ? len : 1) * sizeof(int32_t))))
+		return gk_err_sys(err, ENOMEM, "prompt");
+	for (size_t i = 0; i < len; i++)
+		(*out)[i] = (unsigned char)text[i];
+	return (int)len;
+}
+
 int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 		 double temperature, int top_k, uint64_t seed, int32_t *out,
 		 gk_err *err)
 {
+	return gk_nn_sample_prompt(m, batch, seq, &start, 1, n, temperature, top_k, seed, out,
+				   err);
+}
+
+int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *prompt, int np,
+			int n, double temperature, int top_k, uint64_t seed, int32_t *out,
+			gk_err *err)
+{
 	const gk_nn_config *c = gk_nn_config_of(m);
+	if (np < 1)
+		return gk_errf(err, "sample: an empty prompt");
+	for (int i = 0; i < np; i++)
+		if (prompt[i] < 0 || prompt[i] >= c->vocab)
+			return gk_errf(err, "sample: prompt token %d at %d is not in 0..%" PRId64,
+				       prompt[i], i, c->vocab - 1);
 	int32_t *row = malloc((size_t)batch * (size_t)seq * sizeof(int32_t));
 	double *p = malloc((size_t)c->vocab * sizeof(double));
-	int32_t *hist = malloc(((size_t)n + 1) * sizeof(int32_t));
+	int32_t *hist = malloc(((size_t)n + (size_t)np) * sizeof(int32_t));
 	gk_nn_decoder *d = NULL;
 	gk_err why;
 	if (!row || !p || !hist) {
@@ -254,14 +285,15 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 	if (gk_nn_decoder_new(&d, m, &why) < 0)
 		d = NULL;
 	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	hist[0] = start;
-	int len = 1, rc = 0;
+	memcpy(hist, prompt, (size_t)np * sizeof(int32_t));
+	int len = np, rc = 0;
 	for (int i = 0; i < n && rc == 0; i++) {
-		const float *lg;
+		const float *lg = NULL;
 		if (d && len <= seq) {
-			/* the history is the window: positions 0..len-1, all but
-			 * the newest already in the cache */
-			rc = gk_nn_decode(d, hist[len - 1], &lg, err);
+			/* the history is the window: positions 0..len-1; the
+			 * cache takes those it lacks (the whole prompt first) */
+			while (rc == 0 && gk_nn_decoder_len(d) < len)
+				rc = gk_nn_decode(d, hist[gk_nn_decoder_len(d)], &lg, err);
 		} else if (d) {
 			int first = len > seq ? len - seq : 0;
 			rc = gk_nn_forward_window(m, hist + first, len - first, &lg, err);
@@ -269,7 +301,7 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 			/* the last seq tokens of the history in row 0 */
 			int first = len > seq ? len - seq : 0, w = len - first;
 			for (size_t k = 0; k < (size_t)batch * (size_t)seq; k++)
-				row[k] = start;
+				row[k] = hist[0];
 			memcpy(row, hist + first, (size_t)w * sizeof(int32_t));
 			rc = gk_nn_forward(m, row, NULL, NULL, err);
 			lg = rc == 0 ? gk_nn_logits(m, 0, w - 1) : NULL;

@@ -237,6 +237,44 @@ typedef struct gk_nn_ckpt_stats {
  * _checkpoint_timestamp_seconds. -1 with err set when m refuses a sample.
  */
 int gk_nn_train_ckpt_metrics(gk_metrics *m, const gk_nn_ckpt_stats *s, gk_err *err);
+
+/*
+ * The progress line of a run on a terminal (train_progress.c; the caller
+ * draws it, here are its text and its timing):
+ *
+ *   step 120/1000  12%  loss 3.4521  2480 tok/s  elapsed 4:02  ETA 29:37
+ *
+ * The rate behind tok/s and the ETA is the median time of the last
+ * GK_NN_PROGRESS_WINDOW steps, without the run's first step (allocation,
+ * page faults, a GPU's warm-up make it several times the others; it is
+ * used alone only until a second step is done): a slow step (an
+ * evaluation, a checkpoint's copy) moves it little. end is the run's last
+ * step (--until's or --steps'), step_tokens the tokens of one step over
+ * all ranks; times are gk_now()'s.
+ */
+#define GK_NN_PROGRESS_WINDOW 15
+typedef struct gk_nn_progress {
+	int64_t end;
+	uint64_t step_tokens;
+	double interval;        /* the least time between two redraws */
+	double start, drawn;    /* the run's start; the last redraw (0: none) */
+	double first;           /* the first step's seconds */
+	double recent[GK_NN_PROGRESS_WINDOW]; /* a ring of the later steps' */
+	int n, next;
+	int64_t steps;          /* steps seen */
+} gk_nn_progress;
+void gk_nn_progress_start(gk_nn_progress *p, int64_t end, uint64_t step_tokens, double interval,
+			  double now);
+/* Count the step l (its step_ms). */
+void gk_nn_progress_step(gk_nn_progress *p, const gk_nn_train_log *l);
+/* Seconds a step takes, as above; NaN before the first step. */
+double gk_nn_progress_step_seconds(const gk_nn_progress *p);
+/* 1 when the line should be redrawn after step: interval since the last
+ * redraw has passed, or step is the last (marked drawn now); else 0. */
+int gk_nn_progress_due(gk_nn_progress *p, int64_t step, double now);
+/* The line after step l at now, into buf (truncated to len); returns buf. */
+char *gk_nn_progress_line(const gk_nn_progress *p, const gk_nn_train_log *l, double now,
+			  char *buf, size_t len);
 const gk_nn_config *gk_nn_trainer_config(const gk_nn_trainer *t);
 /* The options as the trainer resolved them: seq from the model's
  * positions when it was 0, threads from the CPUs, grad_accum at least 1,

@@ -14,6 +14,7 @@
  *   checkpoint.c  checkpoints written by a thread and committed
  *   train.c     the loop and evaluation
  *   train_metrics.c  the Prometheus samples of a step and of checkpoints
+ *   train_progress.c the progress line of a run on a terminal
  */
 #ifndef GK_NN_TRAIN_INTERNAL_H
 #define GK_NN_TRAIN_INTERNAL_H

@@ -326,8 +326,9 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 	}
 	if (gk_nn_tr_place(t, err) < 0)
 		return -1;
-	/* --eval-only reads a checkpoint and writes none: nothing to claim */
-	if (o->ckpt_dir && !o->eval_only && gk_nn_tr_claim_ckpt_dir(t, err) < 0) {
+	/* --eval-only (and a run of 0 steps) reads a checkpoint and writes
+	 * none: nothing to claim */
+	if (o->ckpt_dir && !o->eval_only && o->steps > 0 && gk_nn_tr_claim_ckpt_dir(t, err) < 0) {
 		t->agreed = 1;
 		return -1;
 	}
@@ -351,10 +352,10 @@ static int find_resume(gk_nn_trainer *t, char **dir, uint64_t *step, gk_err *err
 	}
 	/* a training job's first run finds nothing to resume and starts;
 	 * an evaluation of nothing would print an untrained model's loss */
-	if (o->eval_only && o->resume && !*dir) {
+	if ((o->eval_only || o->steps == 0) && o->resume && !*dir) {
 		t->agreed = 1;
-		return gk_errf(err, "--eval-only --resume: no committed checkpoint in '%s'",
-			       o->ckpt_dir);
+		return gk_errf(err, "%s --resume: no committed checkpoint in '%s'",
+			       o->eval_only ? "--eval-only" : "--steps 0", o->ckpt_dir);
 	}
 	return 0;
 }
@@ -401,7 +402,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 		rc = gk_err_sys(err, ENOMEM, "optimizer state");
 	if (gk_nn_tr_agree_local(t, rc, err) < 0)
 		return -1;
-	if (!t->o.eval_only && t->o.data &&
+	if (!t->o.eval_only && t->o.steps > 0 && t->o.data &&
 	    (gk_nn_tr_agree_local(t, gk_nn_tr_data_open(t, &t->data, t->o.data, 1, t->o.shuffle,
 							err), err) < 0 ||
 	     gk_nn_tr_agree_data(t, t->data, t->o.data, err) < 0))

@@ -1,6 +1,6 @@
 /*
- * dataset_open.c - opening a dataset: the shard list from a brace pattern
- * or a manifest, each shard's sample count (from its index, else from
+ * dataset_open.c - opening a dataset: the shard list from a manifest or
+ * a list (list.c: brace patterns, globs, directories), each shard's sample count (from its index, else from
  * reading it), and the list's identity that a saved state is checked
  * against (dataset_resume.c).
  */
@@ -33,8 +33,10 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 		return 0;
 	}
 	gk_strlist l = {0};
-	if (gk_brace_expand(source, 0, &l, err) < 0)
+	if (gk_shard_list_expand(source, &l, err) < 0) {
+		gk_strlist_free(&l);
 		return -1;
+	}
 	d->files = l.v;
 	if (!d->files || !(d->idx = calloc(l.n + 1, sizeof(*d->idx))) ||
 	    !(d->idx_tried = calloc(l.n + 1, sizeof(int))) ||

@@ -74,6 +74,10 @@ void sh_reader_skip_data(gk_shard_reader *r, int skip);
  * files (directories are still skipped) and names without a key.
  */
 void sh_reader_pack(gk_shard_reader *r, int on);
+/* Repacking: member names by nm (gk_shard_member_name; NULL: as they are).
+ * nokey: 1 when the reader's last error was a name left without a key. */
+void sh_reader_pack_naming(gk_shard_reader *r, const gk_shard_naming *nm);
+int sh_reader_nokey(const gk_shard_reader *r);
 /*
  * Hand each member to fn as its header is read instead of keeping its
  * data: fn reads the data (size bytes) with sh_reader_read, which returns

@@ -3,7 +3,9 @@
  * checks the writer applies, and shard names from printf patterns.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -211,4 +213,74 @@ int gk_shard_utf8_valid(const char *s)
 		p += n;
 	}
 	return 1;
+}
+
+int gk_shard_naming_check(const gk_shard_naming *nm, gk_err *err)
+{
+	if (nm->whole && !nm->ext)
+		return gk_errf(err, "naming: a whole-name key needs an extension");
+	if (!nm->ext)
+		return 0;
+	/*
+	 * The extension is everything after the key's dot: "txt" or
+	 * "seg.png"; what the writer refuses in a name (whitespace, control
+	 * characters, empty components) it refuses here, said of the
+	 * extension once instead of every name.
+	 */
+	const char *e = nm->ext;
+	if (!*e)
+		return gk_errf(err, "extension '': empty");
+	if (strchr(e, '/'))
+		return gk_errf(err, "extension '%s': contains a '/' (it would be a directory of the key)", e);
+	if (e[0] == '.' || e[strlen(e) - 1] == '.' || strstr(e, ".."))
+		return gk_errf(err, "extension '%s': starts or ends with a dot, or has two in a row (give it without the leading dot: 'txt')", e);
+	char probe[512];
+	if (snprintf(probe, sizeof(probe), "k.%s", e) >= (int)sizeof(probe))
+		return gk_errf(err, "extension '%.32s...': too long", e);
+	gk_err why;
+	if (gk_shard_check_name(probe, &why) < 0) {
+		const char *w = strstr(why.msg, "': ");
+		return gk_errf(err, "extension '%s': %s", e, w ? w + 3 : why.msg);
+	}
+	return 0;
+}
+
+int gk_shard_member_name(const char *name, const gk_shard_naming *nm, char **out,
+			 gk_err *err)
+{
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	*out = NULL;
+	if (nm && nm->whole) {
+		/* The key ends at the first dot of the last component, so
+		 * its dots cannot stay: they become '_'. */
+		if (!*base)
+			return bad_name(err, name, "no file name after the last '/'");
+		if (asprintf(out, "%s.%s", name, nm->ext) < 0) {
+			*out = NULL;
+			return gk_err_sys(err, ENOMEM, "name");
+		}
+		for (char *c = *out + (base - name), *end = *out + strlen(name); c < end; c++)
+			if (*c == '.')
+				*c = '_';
+		return 0;
+	}
+	if (gk_shard_key_len(name) < 0) {
+		if (*base == '.') {
+			bad_name(err, name, "a hidden file: no KEY.EXT form, as its name starts with a dot (webdataset would skip it)");
+			return GK_SHARD_NO_KEY;
+		}
+		if (!nm || !nm->ext || !*base) {
+			bad_name(err, name, "no KEY.EXT form (webdataset would skip it)");
+			return GK_SHARD_NO_KEY;
+		}
+		if (asprintf(out, "%s.%s", name, nm->ext) < 0) {
+			*out = NULL;
+			return gk_err_sys(err, ENOMEM, "name");
+		}
+		return 0;
+	}
+	if (!(*out = strdup(name)))
+		return gk_err_sys(err, ENOMEM, "name");
+	return 0;
 }

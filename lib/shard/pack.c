@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,6 +80,19 @@ next:
 	return rc;
 }
 
+/* A path's member name as tar stores it: leading "/" and "./" removed. */
+static const char *tar_name(const char *path)
+{
+	for (;;) {
+		if (path[0] == '/')
+			path++;
+		else if (path[0] == '.' && path[1] == '/')
+			path += 2;
+		else
+			return path;
+	}
+}
+
 int gk_shard_source_walk(gk_shard_source *src, const char *dir, gk_err *err)
 {
 	struct stat st;
@@ -91,8 +105,10 @@ int gk_shard_source_walk(gk_shard_source *src, const char *dir, gk_err *err)
 	int rc;
 	if (stat(root, &st) < 0)
 		rc = gk_err_sys(err, errno, "stat '%s'", dir);
+	else if (S_ISREG(st.st_mode))
+		rc = add_file(src, dir, tar_name(dir), err);
 	else if (!S_ISDIR(st.st_mode))
-		rc = gk_errf(err, "walk '%s': not a directory", dir);
+		rc = gk_errf(err, "walk '%s': not a directory or a regular file", dir);
 	else
 		rc = walk(src, root, len + 1, err);
 	free(root);
@@ -116,16 +132,7 @@ int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 			line[--n] = '\0';
 		if (n == 0)
 			continue;
-		const char *name = line;
-		for (;;) {
-			if (name[0] == '/')
-				name++;
-			else if (name[0] == '.' && name[1] == '/')
-				name += 2;
-			else
-				break;
-		}
-		if (add_file(src, line, name, err) < 0) {
+		if (add_file(src, line, tar_name(line), err) < 0) {
 			free(line);
 			return -1;
 		}
@@ -187,6 +194,79 @@ int gk_shard_source_drop_outputs(gk_shard_source *src, const char *pattern,
 out:
 	gk_shard_outputs_free(&outs);
 	return rc;
+}
+
+static const gk_shard_source *name_src;
+
+static int by_member(const void *a, const void *b)
+{
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int c = strcmp(name_src->names.v[i], name_src->names.v[j]);
+	return c ? c : (i < j ? -1 : i > j);
+}
+
+int gk_shard_source_name(gk_shard_source *src, const gk_shard_naming *nm,
+			 size_t *nokey, gk_err *err)
+{
+	size_t n = src->names.n;
+	*nokey = SIZE_MAX;
+	for (size_t i = 0; i < n; i++) {
+		char *m;
+		int r = gk_shard_member_name(src->names.v[i], nm, &m, err);
+		if (r == GK_SHARD_NO_KEY)
+			*nokey = i;
+		if (r < 0)
+			return r;
+		free(src->names.v[i]);
+		src->names.v[i] = m;
+	}
+	/*
+	 * Two files under one member name would meet in one sample (the
+	 * writer refuses a repeated extension) or, renamed, hide each other:
+	 * name both, before anything is written.
+	 */
+	size_t *ix = malloc((n + 1) * sizeof(*ix));
+	if (!ix)
+		return gk_err_sys(err, ENOMEM, "pack");
+	for (size_t i = 0; i < n; i++)
+		ix[i] = i;
+	name_src = src;
+	qsort(ix, n, sizeof(*ix), by_member);
+	int rc = 0;
+	for (size_t i = 1; i < n && rc == 0; i++) {
+		const char *a = src->paths.v[ix[i - 1]], *b = src->paths.v[ix[i]];
+		const char *m = src->names.v[ix[i]];
+		if (strcmp(src->names.v[ix[i - 1]], m) != 0)
+			continue;
+		char *qa = gk_shard_name_quote(a), *qb = gk_shard_name_quote(b),
+		     *qm = gk_shard_name_quote(m);
+		if (strcmp(a, b) == 0)
+			rc = gk_errf(err, "file '%s' is given twice (member '%s')", qa ? qa : a,
+				     qm ? qm : m);
+		else
+			rc = gk_errf(err, "files '%s' and '%s' would both be member '%s'%s",
+				     qa ? qa : a, qb ? qb : b, qm ? qm : m,
+				     nm && nm->whole ? " (a whole-name key turns the dots of a name into '_')"
+				     : !gk_str_ends(a, m) || !gk_str_ends(b, m)
+				     ? " (a name without an extension was given one)" : "");
+		free(qa);
+		free(qb);
+		free(qm);
+	}
+	free(ix);
+	return rc;
+}
+
+uint64_t gk_shard_source_bytes(const gk_shard_source *src)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < src->paths.n; i++) {
+		struct stat st;
+		if (stat(src->paths.v[i], &st) < 0 || !S_ISREG(st.st_mode))
+			return 0;
+		sum += (uint64_t)st.st_size;
+	}
+	return sum;
 }
 
 /* A sample to pack: its files, as indices into the source. */
@@ -453,7 +533,7 @@ out:
 }
 
 int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
-		      gk_progress *progress, gk_err *err)
+		      const gk_shard_naming *nm, gk_progress *progress, gk_err *err)
 {
 	gk_shard_reader *r;
 	const gk_shard_sample *s;
@@ -461,6 +541,7 @@ int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
 	if (gk_shard_reader_open(&r, path, err) < 0)
 		return -1;
 	sh_reader_pack(r, 1);
+	sh_reader_pack_naming(r, nm);
 	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
 		const char *key = s->key;
 		while (key[0] == '.' && key[1] == '/')
@@ -472,6 +553,7 @@ int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
 		if (progress)
 			gk_progress_update(progress, gk_shard_writer_bytes_in(w));
 	}
+	int nokey = rc < 0 && sh_reader_nokey(r);
 	gk_shard_reader_close(r);
-	return rc < 0 ? -1 : 0;
+	return rc < 0 ? (nokey ? GK_SHARD_NO_KEY : -1) : 0;
 }

@@ -26,6 +26,8 @@ struct gk_shard_reader {
 	struct archive *a;
 	int fd, own_fd, strict, opened, eof, skip;
 	int pack;            /* repacking: say what would be dropped */
+	const gk_shard_naming *naming; /* repacking: member names (may be NULL) */
+	int nokey;           /* the error was a name without a key */
 	const void *mem;     /* reading a buffer instead of fd: mem_len bytes */
 	size_t mem_len;
 	size_t block;        /* bytes per read from fd */
@@ -135,6 +137,16 @@ int gk_shard_reader_open(gk_shard_reader **out, const char *path, gk_err *err)
 void gk_shard_reader_strict(gk_shard_reader *r, int strict)
 {
 	r->strict = strict;
+}
+
+void sh_reader_pack_naming(gk_shard_reader *r, const gk_shard_naming *nm)
+{
+	r->naming = nm;
+}
+
+int sh_reader_nokey(const gk_shard_reader *r)
+{
+	return r->nokey;
 }
 
 void sh_reader_pack(gk_shard_reader *r, int on)
@@ -284,13 +296,18 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		}
 		if (r->strict && gk_shard_check_name(name, err) < 0)
 			return gk_err_prefix(err, "shard '%s'", r->name);
-		if (gk_shard_key_len(name) < 0) {
+		char *mapped = NULL;
+		if (r->pack) {
 			/* As data-pack -T says it of a file. */
-			while (r->pack && name[0] == '.' && name[1] == '/')
+			while (name[0] == '.' && name[1] == '/')
 				name += 2;
-			if (r->pack)
-				return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)",
-					       name);
+			int m = gk_shard_member_name(name, r->naming, &mapped, err);
+			if (m < 0) {
+				r->nokey = m == GK_SHARD_NO_KEY;
+				return -1;
+			}
+			name = mapped;
+		} else if (gk_shard_key_len(name) < 0) {
 			continue; /* webdataset skips these too */
 		}
 		/*
@@ -299,11 +316,15 @@ static int read_ahead(gk_shard_reader *r, gk_err *err)
 		 * bytes are fewer, so the data is not at its offset and an
 		 * index could not point at it.
 		 */
-		if (archive_entry_sparse_count(e) > 0)
-			return gk_errf(err, "shard '%s': member '%s' is a sparse file (GNU tar --sparse), which shards do not support (archive it without --sparse)",
-				       r->name, name);
+		if (archive_entry_sparse_count(e) > 0) {
+			gk_errf(err, "shard '%s': member '%s' is a sparse file (GNU tar --sparse), which shards do not support (archive it without --sparse)",
+				r->name, name);
+			free(mapped);
+			return -1;
+		}
 		free(r->ahead_name);
-		if (!(r->ahead_name = strdup(name)))
+		r->ahead_name = mapped ? mapped : strdup(name);
+		if (!r->ahead_name)
 			return gk_err_sys(err, ENOMEM, "read '%s'", r->name);
 		r->ahead_size = (uint64_t)archive_entry_size(e);
 		r->ahead_off = gk_shard_reader_offset(r);

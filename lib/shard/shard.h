@@ -475,12 +475,35 @@ typedef struct gk_shard_state {
 	size_t nnames;
 } gk_shard_state;
 
+/*
+ * The files a shard list names, appended to out in this order: the list
+ * is brace-expanded (gk_brace_expand), then each word is
+ *   a glob (it has *, ? or [): the files it matches, in byte order (not
+ *       the locale's: every rank must list the same order); a directory
+ *       it matches stands for its shards; no match is an error unless
+ *       the word names a file as it is, and so is a match that is an
+ *       index (.idx) or a manifest (.json) beside the shards;
+ *   a directory: the files in it named *.tar or *.tar.lz4 (not those in
+ *       its subdirectories), in byte order; a
+ *       manifest in it is not read (name the manifest for that); none is
+ *       an error that says what is there instead (a manifest, .bin token
+ *       files, files to pack);
+ *   else the word as it is (a file, or a name that open will say is
+ *       missing).
+ * A manifest is not a list: gk_shard_dataset_open tells it by its .json.
+ */
+int gk_shard_list_expand(const char *source, gk_strlist *out, gk_err *err);
+/* 1 when a file name is a shard's (*.tar, *.tar.lz4). */
+int gk_shard_list_is_shard(const char *name);
+
 typedef struct gk_shard_dataset gk_shard_dataset;
 
 /*
- * source: a manifest (".json"), or a brace pattern of shard files
- * ("train-{000000..000031}.tar"), whose sample counts come from their
- * .idx files when present, else from reading each shard once.
+ * source: a manifest (".json"), or a list of shard files (brace
+ * patterns "train-{000000..000031}.tar", globs "shards/train-*.tar" and
+ * directories, as gk_shard_list_expand reads them), whose sample counts
+ * come from their .idx files when present, else from reading each shard
+ * once.
  */
 int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 			  const gk_shard_dataset_opts *o, gk_err *err);
@@ -565,7 +588,9 @@ typedef struct gk_shard_source {
 /*
  * Add every regular file under dir, walked in byte order of names,
  * named relative to dir (symlinks to files are followed; symlinks to
- * directories, devices and fifos are errors).
+ * directories, devices and fifos are errors). A regular file (or a
+ * symlink to one) given as dir is added itself, named by its path with
+ * leading "/" and "./" removed, as tar and gk_shard_source_list name it.
  */
 int gk_shard_source_walk(gk_shard_source *src, const char *dir, gk_err *err);
 /*
@@ -576,6 +601,55 @@ int gk_shard_source_walk(gk_shard_source *src, const char *dir, gk_err *err);
 int gk_shard_source_list(gk_shard_source *src, FILE *fp, const char *what,
 			 gk_err *err);
 void gk_shard_source_free(gk_shard_source *src);
+/*
+ * The bytes of src's files, as stat says now (the total of a progress
+ * line, whose done is gk_shard_writer_bytes_in): 0, unknown, when one is
+ * not a regular file (a fifo's size is known when it ends) or cannot be
+ * stat'ed (packing will say why).
+ */
+uint64_t gk_shard_source_bytes(const gk_shard_source *src);
+/*
+ * How a file's name becomes its member name, for names webdataset's rule
+ * (the key ends at the first dot of the last component) cannot split:
+ *   ext    given to a name whose last component has no dot: "README"
+ *          -> "README.txt" (key "README"); NULL: such a name is an error;
+ *   whole  every file is a sample of its own, keyed by its whole name:
+ *          the dots of the last component become '_' and ext (required)
+ *          is the extension: "notes.md" -> "notes_md.txt",
+ *          ".bashrc" -> "_bashrc.txt", "v1.2/x" -> "v1.2/x.txt".
+ * A name that is KEY.EXT already is kept as it is unless whole. The key
+ * is webdataset's in every case, so readers split the result as the
+ * writer did.
+ */
+typedef struct gk_shard_naming {
+	const char *ext;
+	int whole;
+} gk_shard_naming;
+
+/* The return of the calls below for a name that has no KEY.EXT form and
+ * gets none from the naming (no ext, or a hidden file without whole). */
+enum { GK_SHARD_NO_KEY = -2 };
+
+/* Is nm usable: ext a valid extension ("txt", "seg.png": no '/', no
+ * leading, trailing or double dot, what gk_shard_check_name allows),
+ * present when whole. */
+int gk_shard_naming_check(const gk_shard_naming *nm, gk_err *err);
+/*
+ * *out (malloc'ed) = the member name of file name `name` under nm (NULL:
+ * names are kept). GK_SHARD_NO_KEY with "name 'N': ..." in err for a name
+ * that stays without a key, -1 when out of memory.
+ */
+int gk_shard_member_name(const char *name, const gk_shard_naming *nm, char **out,
+			 gk_err *err);
+/*
+ * Give every file of src its member name (gk_shard_member_name) and check
+ * that no two files get one name ("files 'A' and 'B' would both be member
+ * 'M'", or a file given twice), before anything is packed.
+ * GK_SHARD_NO_KEY and *nokey = the file's number in src for a name
+ * without a key; -1 for the rest (*nokey = SIZE_MAX).
+ */
+int gk_shard_source_name(gk_shard_source *src, const gk_shard_naming *nm,
+			 size_t *nokey, gk_err *err);
 /*
  * Take out of src the files this run writes and replaces, as GNU tar
  * leaves out the archive it writes: every file the pattern names from
@@ -606,11 +680,12 @@ int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
  * consecutive members sharing a key make a sample; leading "./" is
  * dropped; directories are skipped. What webdataset would skip is an
  * error, as gk_shard_pack makes it for files: links (hard and symbolic),
- * devices, fifos, names without KEY.EXT. A stream cannot be read twice,
+ * devices, fifos, names left without KEY.EXT by nm (may be NULL:
+ * names as they are; GK_SHARD_NO_KEY then). A stream cannot be read twice,
  * so each sample is held in memory.
  */
 int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
-		      gk_progress *progress, gk_err *err);
+		      const gk_shard_naming *nm, gk_progress *progress, gk_err *err);
 
 /* ---- extraction ------------------------------------------------------------- */
 

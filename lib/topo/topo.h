@@ -169,4 +169,22 @@ int gk_topo_print_binding(FILE *fp, const gk_topo *t, const gk_topo_bind *b,
 int gk_topo_print_rankfile(FILE *fp, const gk_topo_bind *b, int nranks,
 			   const gk_strlist *hosts);
 
+/*
+ * GPU health (gpu-topo --health): one NVML read of every GPU of this node
+ * into m, as Prometheus samples (gpukit_gpu_*, labels gpu, uuid,
+ * pci_bus_id, model; health.c lists them with their dcgm-exporter
+ * fields), and the verdict by the rules of gpu-topo(1) HEALTH: each
+ * problem a line "GPU 1 (0000:3b:00.0, MODEL): what", and what could not
+ * be read (an old driver, an unreadable kernel log) in notes. -1 when
+ * nothing can be read (no driver, NVML does not start).
+ */
+typedef struct gk_topo_health_report {
+	int ngpus, unhealthy;
+	gk_strlist problems;
+	gk_strlist notes;
+} gk_topo_health_report;
+
+int gk_topo_health(gk_metrics *m, gk_topo_health_report *h, gk_err *err);
+void gk_topo_health_free(gk_topo_health_report *h);
+
 #endif

@@ -28,6 +28,26 @@ test_expect_success 'make install DESTDIR PREFIX=/usr, built in its own O=' '
 	test -f "$stage"/root/usr/share/man/man7/gpukit.7
 '
 
+# Commands run by name in bin/, the Slurm templates a user copies in
+# share/gpukit/ (gpukit-slurm(7)); every one documented in an installed page.
+test_expect_success 'install: plot-loss and slurm-local in bin, the Slurm templates in share/gpukit' '
+	r=$stage/root/usr &&
+	for s in plot-loss slurm-local; do
+		test -x "$r/bin/$s" && cmp "$GK_TOP/scripts/$s" "$r/bin/$s" &&
+		test -f "$r/share/man/man1/$s.1" || return 1
+	done &&
+	for s in sbatch-train sbatch-fabric-check; do
+		test -x "$r/share/gpukit/$s" && cmp "$GK_TOP/scripts/$s" "$r/share/gpukit/$s" || return 1
+	done &&
+	test -f "$r/share/gpukit/scrontab-ckpt-prune" && ! test -x "$r/share/gpukit/scrontab-ckpt-prune" &&
+	test -f "$r/share/man/man7/gpukit-slurm.7" &&
+	for s in sbatch-train sbatch-fabric-check scrontab-ckpt-prune; do
+		grep -q "share/gpukit/$s" "$r/share/man/man7/gpukit-slurm.7" || return 1
+	done &&
+	"$r/bin/plot-loss" --help | grep "^plot-loss: " &&
+	"$r/bin/slurm-local" --help | grep "^slurm-local: "
+'
+
 test_expect_success 'the nested build left the tested configuration alone' '
 	for t in "$GK_TOP"/bin/*.c; do
 		test -f "$t" || continue
@@ -46,6 +66,23 @@ test_expect_success 'make uninstall removes what install put there' '
 
 test_expect_success 'install-deps --check agrees that nothing is missing' '
 	"$GK_TOP/scripts/install-deps" --check
+'
+
+# The commands the scripts run (sbatch-train binds ranks with numactl,
+# plot-loss draws with gnuplot and jq): each one's package is installed
+# by install-deps, not left for a user to find out on the cluster.
+if command -v dpkg >/dev/null 2>&1; then
+	test_set_prereq DPKG
+fi
+test_expect_success DPKG 'install-deps installs the commands the scripts need' '
+	"$GK_TOP/scripts/install-deps" --list | tr " " "\n" >pkgs &&
+	for c in numactl gnuplot jq srun sbatch munged; do
+		p=$(command -v "$c" || echo "/usr/sbin/$c") &&
+		pkg=$(dpkg -S "$(readlink -f "$p")" | sed "s/:.*//") &&
+		# slurm-wlm brings slurm-client, slurmctld and slurmd
+		case $pkg in slurm-client|slurmctld|slurmd) pkg=slurm-wlm ;; esac &&
+		{ grep -Fx "$pkg" pkgs || { echo "$c ($pkg) is not in install-deps"; return 1; }; } || return 1
+	done
 '
 
 test_expect_success 'every tool starts without a GPU' '

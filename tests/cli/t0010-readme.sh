@@ -16,12 +16,12 @@ test_need_python transformers
 
 # "## NAME" starts a README section (a fresh copy of the fixtures),
 # "@ CMD" is a README command and the lines after it what runs for it:
-# "=" the command itself, "skip: WHERE" for the two that another test or
-# the suite itself runs.
+# "=" the command itself, "skip: WHERE" for those another test runs (the
+# demo, a local Slurm cluster) or the suite itself.
 cat >examples <<'EOF'
 ## two-commands
 @ make demo
-skip: the demo runs in t8200
+skip: the demo runs in t8101
 @ make check
 skip: this is make check
 
@@ -33,8 +33,8 @@ test $(wc -l <ranks) = 8
 =
 @ find raw/ -type f | data-pack -c -T - -o shards/train-%06d.tar --max-size 256M
 =
-@ mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-{000000..000031}.tar' --ckpt-dir ckpt
-mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-{000000..000000}.tar' --ckpt-dir ckpt $TINY_RUN
+@ mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt
+mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt $TINY_RUN
 @ allreduce-bench -b 8 -e 1G -f 2 -c 1
 allreduce-bench -b 8 -e 1M -f 2 -c 1
 @ ckpt-merge ckpt/latest -o model.safetensors
@@ -53,18 +53,28 @@ allreduce-bench -b 8 -e 1M -f 2 -c 1
 data-pack -g raw/0042.json shards/train-000000.tar >got && cmp got raw/0042.json
 @ data-pack -x -C out/ shards/train-000000.tar
 mkdir out && data-pack -x -C out/ shards/train-000000.tar && diff -r raw out/raw
+@ data-pack -c -o docs/docs-%06d.tar --ext txt --name-as-key notes/
+mkdir notes && printf "read me" >notes/README && printf "MIT" >notes/LICENSE && printf "# a" >notes/a.md
+=
+data-pack -t docs/docs-000000.tar >list && cut -f 2,3 list >keys && printf "LICENSE\ttxt\nREADME\ttxt\na_md\ttxt\n" >want && cmp want keys
+@ data-pack -cf one.tar --ext txt notes/ && data-pack -tf one.tar
+data-pack -cf one.tar --ext txt notes/ && data-pack -tf one.tar >list
+printf "one.tar\tLICENSE\ttxt\t3\none.tar\tREADME\ttxt\t7\none.tar\ta\tmd\t3\n" >want && cmp want list
 
 ## gpu-train
 @ data-pack -c -o shards/train-%06d.tar --max-size 256M corpus/
 =
-@ mpirun -np 8 gpu-train --data 'shards/train-{000000..000031}.tar' --config config.json --batch 8 --seq 1024 --grad-accum 4 --lr 6e-4 --warmup 700 --steps 20000 --ckpt-dir ckpt --ckpt-every 1000 --resume --zero 1 --json > train.jsonl
-mpirun -np 8 gpu-train --data 'shards/train-{000000..000000}.tar' --config config.json --batch 2 --seq 64 --grad-accum 2 --lr 6e-4 --warmup 1 --steps 2 --ckpt-dir ckpt --ckpt-every 1 --resume --zero 1 --json > train.jsonl
+@ mpirun -np 8 gpu-train --data 'shards/train-*.tar' --config config.json --batch 8 --seq 1024 --grad-accum 4 --lr 6e-4 --warmup 700 --steps 20000 --ckpt-dir ckpt --ckpt-every 1000 --resume --zero 1 --json > train.jsonl
+mpirun -np 8 gpu-train --data 'shards/train-*.tar' --config config.json --batch 2 --seq 64 --grad-accum 2 --lr 6e-4 --warmup 1 --steps 2 --ckpt-dir ckpt --ckpt-every 1 --resume --zero 1 --json > train.jsonl
 test $(jq -s 'map(select(.event == "step")) | length' train.jsonl) = 2
 @ ckpt-merge ckpt/latest -o model/
 =
 "$GK_PY" -c 'import transformers; transformers.GPT2LMHeadModel.from_pretrained("model")'
 @ gpu-train --eval-only --init-from ckpt --data val.bin --seq 1024
 gpu-train --eval-only --init-from ckpt --data val.bin --seq 64
+@ gpu-train --init-from ckpt --sample 200 --prompt 'int main(' --temperature 0
+gpu-train --init-from ckpt --sample 200 --prompt 'int main(' --temperature 0 >sample.txt
+grep "^int main(" sample.txt
 
 ## mem-estimate
 @ mem-estimate --config config.json --dp 8 --zero 3 --recompute selective --explain
@@ -85,6 +95,8 @@ test $(grep -c "^rank .*=node0[1-4] slot=" ranks) = 32
 @ mpirun -np 32 --rankfile ranks gpu-train ...
 sed "s/=node0[1-4] /=$(hostname) /" ranks >here
 mpirun -np 32 --rankfile here gpu-train --data val.bin $TINY_RUN --steps 1
+@ gpu-topo --health -q --metrics /var/lib/node_exporter/textfile/gpu.prom
+if test -e /dev/nvidiactl; then gpu-topo --health -q --metrics gpu.prom; else ! gpu-topo --health -q --metrics gpu.prom 2>err; grep "no NVIDIA driver" err; fi
 
 ## allreduce-bench
 @ allreduce-bench -b 8 -e 64M -f 4
@@ -121,6 +133,21 @@ mpirun --hostfile hosts -np 16 --bind-to none gpu-train --data val.bin $TINY_RUN
 @ mpirun -np 8 --rankfile ranks gpu-train ...
 gpu-topo --rankfile -n 8 > ranks
 mpirun -np 8 --rankfile ranks gpu-train --data val.bin $TINY_RUN
+
+## scripts
+@ gpu-train ... --json > train.jsonl
+gpu-train --data val.bin $TINY_RUN --steps 4 --json > train.jsonl
+@ scripts/plot-loss -o loss.png train.jsonl
+"$GK_TOP/scripts/plot-loss" -o loss.png train.jsonl
+head -c 8 loss.png | od -c | grep -q "P   N   G"
+@ eval "$(scripts/slurm-local start /tmp/slurm)"
+skip: t9100, t9101 and t9102 start local clusters (and need root)
+@ DATA='shards/train-{000000..000031}.tar' CONFIG=config.json sbatch scripts/sbatch-train
+skip: t9101 runs sbatch-train as documented on a local cluster
+@ MAX=64K sbatch -N 1 --ntasks-per-node 2 scripts/sbatch-fabric-check
+skip: t9100 runs sbatch-fabric-check with these settings on a local cluster
+@ scripts/slurm-local stop /tmp/slurm
+skip: t9100, t9101 and t9102 stop their clusters
 EOF
 
 # README.md's commands, one per line, in order.

@@ -219,4 +219,20 @@ test_expect_success 'the option table, --help and mem-estimate(1) name the same 
 	done
 '
 
+test_expect_success '--seq past the model'\''s positions: a warning, the estimate still made' '
+	mem-estimate --layers 2 --hidden 64 --heads 4 --positions 64 --seq 128 --json >long.json 2>err &&
+	echo "mem-estimate: warning: --seq 128 exceeds the model'\''s 64 positions: GPT-2'\''s learned position embeddings end there, so no run has this shape (gpu-train refuses it); give --positions 128, or --seq 64 or less" >expect &&
+	test_cmp expect err &&
+	test "$(jq .run.seq long.json)" = 128 &&
+	mem-estimate --config "$data/gpt2.json" --seq 2048 >/dev/null 2>err &&
+	grep "^mem-estimate: warning: --seq 2048 exceeds the model.s 1024 positions: GPT-2.s learned" err &&
+	mem-estimate --config "$data/llama-2-7b.json" --seq 8192 >/dev/null 2>err &&
+	echo "mem-estimate: warning: --seq 8192 exceeds the model'\''s 4096 positions (max_position_embeddings): it was not trained that far; the memory figures hold, the model'\''s output may not" >expect &&
+	test_cmp expect err &&
+	mem-estimate --config "$data/gpt2.json" --seq 1024 >/dev/null 2>err &&
+	test_must_be_empty err &&
+	mem-estimate -q --config "$data/gpt2.json" --seq 2048 >/dev/null 2>err &&
+	test_must_be_empty err
+'
+
 test_done

@@ -54,6 +54,21 @@ test_expect_success 'matrix in the nvidia-smi topo -m layout' '
 	test_must_be_empty err
 '
 
+test_expect_success '-m, --matrix and nvidia-smi'\''s "topo -m" print the same matrix' '
+	gpu-topo -i "$T" -m >m &&
+	test_cmp expect m &&
+	gpu-topo -i "$T" --matrix >matrix &&
+	test_cmp expect matrix &&
+	gpu-topo -i "$T" topo -m >topo &&
+	test_cmp expect topo &&
+	test_expect_code 2 gpu-topo -i "$T" -m --json 2>err &&
+	grep "^gpu-topo: -m, --json, --pairs, --binding, --rankfile, --explain and --health exclude each other$" err &&
+	test_expect_code 2 gpu-topo -i "$T" topo --pairs 2>err &&
+	grep "^gpu-topo: .topo. is nvidia-smi.s word for the matrix: drop it, or use -m alone$" err &&
+	test_expect_code 2 gpu-topo -i "$T" topology 2>err &&
+	grep "^gpu-topo: unexpected argument .topology.$" err
+'
+
 test_expect_success 'an awk reader of nvidia-smi output finds the PIX NIC of each GPU' '
 	awk "/^NIC Legend:/ { l = 1; next }
 	     l && /NIC[0-9]+:/ { sub(\":\", \"\", \$1); dev[\$1] = \$2; next }

@@ -282,6 +282,56 @@ test_expect_success MPIRUN,JQ '-a 0 1 2 3 (rank 0, mean, min, max of the ranks) 
 	done
 '
 
+# nccl-tests' options (src/common.cu at a0b82b2, the getopt string
+# "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:"), by hand
+test_expect_success 'every nccl-tests option letter and long name is an option here' '
+	allreduce-bench --help >help &&
+	for l in t g b e i f n m w N p I K c o d r z y T G C a R x D V J S M u; do
+		grep -q "^  -$l, --" help || { echo "no -$l"; return 1; }
+	done &&
+	for o in nthreads ngpus minbytes maxbytes stepbytes stepfactor iters agg_iters \
+		warmup_iters run_cycles parallel_init check op datatype root blocking \
+		stream_null timeout cudagraph report_cputime report_timestamps output_file \
+		average local_register cta_policy device_implementation device_cta_count \
+		memory unalign per_iter_timing per_iter_skip; do
+		grep -q "^  -., --$o " help || { echo "no --$o"; return 1; }
+	done
+'
+
+test_expect_success 'an all_reduce_perf command line with -g 1 -t 1 -m 1 -p 1 runs the same sweep' '
+	allreduce-bench -b 8 -e 1K -f 4 -n 2 -w 1 -c 1 --json >plain.json &&
+	allreduce-bench -b 8 -e 1K -f 4 -g 1 -t 1 -m 1 -p 1 -N 1 -n 2 -w 1 -c 1 -T 60 -y 0 \
+		-G 0 -C 0 -S 0 -R 0 -D 0 -M 0 -u 0 -I 0 -K 0 --json >nccl.json &&
+	jq -c "[.results[] | [.size, .count, .type, .redop, .out_of_place.nwrong]]" plain.json >want &&
+	jq -c "[.results[] | [.size, .count, .type, .redop, .out_of_place.nwrong]]" nccl.json >got &&
+	test_cmp want got &&
+	test "$(jq length got)" = 4
+'
+
+# OPTION VALUE, then the reason allreduce-bench gives for refusing it
+cat >refusals <<\EOF
+-t 8 one thread per rank here: start a rank per GPU (mpirun -np N)
+-g 2 one GPU per rank here: start a rank per GPU (mpirun -np N)
+-m 4 lib/comm launches one collective at a time, never a group of them; -n sets the iterations
+-N 0 one sweep per run here: run the command again
+-G 10 lib/comm's collectives are not captured in CUDA graphs
+-J out.json --json prints allreduce-bench's own JSON on standard output (--json >FILE); its shape is not nccl-tests'
+-x 1 lib/comm sets no NCCL CTA policy
+-R 1 lib/comm registers no buffers with NCCL
+EOF
+
+test_expect_success 'an nccl-tests value that means something else here: exit 2, not supported, why' '
+	while read -r opt val why; do
+		test_expect_code 2 allreduce-bench $opt $val >out 2>err || return 1
+		test_must_be_empty out &&
+		head -n 1 err >first &&
+		echo "allreduce-bench: $opt $val: not supported: $why" >expect &&
+		test_cmp expect first || return 1
+	done <refusals &&
+	test_expect_code 2 allreduce-bench -t many 2>err &&
+	grep "^allreduce-bench: -t .many.: not an integer" err
+'
+
 test_expect_success 'the option table, --help and allreduce-bench(1) name the same options' '
 	# --help is the table (bin/allreduce-bench.c): every name at the start
 	# of its option lines, "-b, --minbytes SIZE" giving -b and --minbytes;

@@ -214,4 +214,37 @@ test_expect_success 'a compressed shard is refused, with or without an index' '
 	test_cmp expect err
 '
 
+test_expect_success 'a glob and a directory list the shards in byte order, as the brace pattern' '
+	mkdir -p byglob &&
+	cp txt-00.tar byglob/b-1.tar && cp txt-01.tar byglob/b-0.tar && cp txt-02.tar byglob/B-2.tar &&
+	cp txt-00.idx byglob/b-1.idx && printf "{}" >byglob/m.json &&
+	python3 ref.py shard 0 1 3 7 5 256 byglob/B-2.tar byglob/b-0.tar byglob/b-1.tar >want &&
+	norm want &&
+	for src in "byglob/*.tar" byglob byglob/ "byglob/{B,b}-[0-2].tar"; do
+		gpu-train --dump-data 5 --data "$src" --batch 3 --seq 7 --shuffle none >out &&
+		norm out && test_cmp want.n out.n || return 1
+	done
+'
+
+test_expect_success 'token files: a glob of .bin files, as llm.c users write it' '
+	mkdir -p tok && cp a.bin tok/fw_train_000000.bin && cp b.bin tok/fw_train_000001.bin &&
+	cp b.bin tok/fw_val_000000.bin &&
+	gpu-train --dump-data 6 --data "tok/*train*.bin" --vocab 50257 --batch 4 --seq 9 >out &&
+	python3 ref.py bin 0 1 4 9 6 50256 a.bin b.bin >want &&
+	norm out && norm want && test_cmp want.n out.n
+'
+
+test_expect_success 'an empty glob or a directory without shards is an error that says what is there' '
+	test_expect_code 1 gpu-train --dump-data 1 --data "byglob/*.tar.lz4" --batch 1 --seq 4 2>err &&
+	echo "gpu-train: shard list: no file matches '\''byglob/*.tar.lz4'\''" >expect &&
+	test_cmp expect err &&
+	test_expect_code 1 gpu-train --dump-data 1 --data tok --batch 1 --seq 4 2>err &&
+	echo "gpu-train: shard list: directory '\''tok'\'' holds no shards (*.tar, *.tar.lz4); token files are listed by a glob, e.g. '\''tok/*train*.bin'\''" >expect &&
+	test_cmp expect err &&
+	mkdir -p none &&
+	test_expect_code 1 gpu-train --dump-data 1 --data none/ --batch 1 --seq 4 2>err &&
+	echo "gpu-train: shard list: directory '\''none/'\'' holds no shards (*.tar, *.tar.lz4)" >expect &&
+	test_cmp expect err
+'
+
 test_done

@@ -181,4 +181,76 @@ test_expect_success 'sbatch-train: a run that ends short of STEPS without a sign
 	test "$(jq -r .step ck-short/latest/COMMIT)" = 3
 '
 
+# The documented command as written (1 node x 2 tasks, the default ARGS,
+# ranks bound through gpu-topo and numactl), with a small config.json of
+# the --seq 1024 the default ARGS ask for, and 2 steps.
+test_expect_success 'sbatch-train as documented runs on the local cluster: defaults, numactl binding' '
+	cat >small.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+	 "vocab_size": 257, "n_positions": 1024}
+	EOF
+	mkdir doc && (
+		cd doc &&
+		DATA=../train.bin CONFIG=../small.json STEPS=2 \
+			timeout 300 sbatch --wait --parsable "$GK_TOP/scripts/sbatch-train" >jobid
+	) &&
+	job=$(cat doc/jobid) &&
+	cat doc/train-$job.out &&
+	test "$(jq -r .step doc/ckpt/latest/COMMIT)" = 2 &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .world == 2 and .seq == 1024" doc/train-$job.jsonl &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [1, 2]" doc/train-$job.jsonl &&
+	! grep -v "^gpu-train" doc/train-$job.out
+'
+
+# A node without numactl: a PATH of every command here but numactl.
+test_expect_success 'a node without numactl: the rank that cannot start is named, not gpu-train' '
+	mkdir nonuma &&
+	for d in "$GK_TOP/bin" /usr/local/bin /usr/bin /usr/sbin; do
+		for f in "$d"/*; do
+			test -x "$f" && ! test -d "$f" || continue
+			n=${f##*/}
+			test "$n" = numactl || test -e "nonuma/$n" || ln -s "$f" "nonuma/$n" || return 1
+		done
+	done &&
+	! PATH="$PWD/nonuma" command -v numactl &&
+	test_expect_code 127 env PATH="$PWD/nonuma" DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=4 \
+		CKPT="$PWD/ck-nonuma" LOG=nonuma.jsonl timeout 120 \
+		sbatch --wait -N 1 --ntasks-per-node 2 -o nonuma.out -e nonuma.err \
+		"$GK_TOP/scripts/sbatch-train" &&
+	cat nonuma.err &&
+	host=$(hostname -s) &&
+	grep -Fx "sbatch-train: the ranks did not start (srun exit 127): rank 0 on $host: numactl is not installed (scripts/install-deps installs it; BIND=0 leaves binding to Slurm)" nonuma.err &&
+	! grep "gpu-train failed" nonuma.err
+'
+
+test_expect_success 'srun that cannot launch the tasks is said as such, not as gpu-train failing' '
+	test_expect_code 1 env SRUN_MPI=no-such-plugin DATA=train.bin MODEL="$TINY" ARGS="--batch 4" \
+		STEPS=4 BIND=0 CKPT="$PWD/ck-nolaunch" LOG=nolaunch.jsonl timeout 120 \
+		sbatch --wait -N 1 --ntasks-per-node 2 -o nolaunch.out -e nolaunch.err \
+		"$GK_TOP/scripts/sbatch-train" &&
+	cat nolaunch.err &&
+	grep "^sbatch-train: the ranks did not start (srun exit 1): srun: error: .*no-such-plugin" nolaunch.err &&
+	! grep "gpu-train failed" nolaunch.err
+'
+
+# Slurm sends --signal'"'"'s USR1 up to 60 s before the lead: a limit within
+# LEAD + 60 s would stop and requeue every run at once, forever.
+test_expect_success 'sbatch-train: a --time within the --signal lead is refused, not requeued' '
+	test_expect_code 1 env DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=100000 BIND=0 \
+		CKPT="$PWD/ck-time" LOG=time.jsonl timeout 120 \
+		sbatch --wait --time=5 -N 1 --ntasks-per-node 2 -o time.out -e time.err \
+		"$GK_TOP/scripts/sbatch-train" &&
+	cat time.err &&
+	grep -Fx "sbatch-train: the time limit (5:00, 300 s) is not longer than the --signal lead (300 s, plus up to 60 s by which Slurm signals early): every run would checkpoint and requeue at once; give --time more than 360 s, or a shorter lead (--signal=B:USR1@N with LEAD=N)" time.err &&
+	! test -e time.jsonl
+'
+
+test_expect_success 'sbatch-train: a shorter lead given to sbatch and as LEAD lets a short job run' '
+	env LEAD=30 DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=3 BIND=0 \
+		CKPT="$PWD/ck-lead" LOG=lead.jsonl timeout 120 \
+		sbatch --wait --time=2 --signal=B:USR1@30 -N 1 --ntasks-per-node 2 -o lead.out -e lead.err \
+		"$GK_TOP/scripts/sbatch-train" &&
+	test "$(jq -r .step ck-lead/latest/COMMIT)" = 3
+'
+
 test_done

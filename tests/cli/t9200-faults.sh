@@ -7,7 +7,8 @@ a bound, non-zero, with a message naming the lost rank, and --resume
 continues from the last committed checkpoint with the losses of an
 uninterrupted run, bit for bit. A rank stopped with SIGSTOP makes the
 collective watchdog (--timeout) end gpu-train and allreduce-bench with a
-message naming the operation instead of hanging. A token file truncated under
+message naming the operation, the stopped rank and its host instead of
+hanging. A token file truncated under
 the job is named, exit 1, not a bus error. A disk that fills during
 a checkpoint leaves the previous one and latest intact, and stops the run
 or, with --ckpt-error continue, warns. A corrupt sample stops the run
@@ -25,6 +26,8 @@ A="--data train.bin $TINY --batch 4 --json"
 TAG="t9200-$$"
 # More mpirun options for start_job
 MCA=
+# The host a stall message names (MPI_Get_processor_name is gethostname)
+HOST=$(hostname)
 
 # start_job OUT ERR PROG ARGS...: mpirun -np 2 in the background, $job its pid
 start_job() {
@@ -118,7 +121,7 @@ test_expect_success '--timeout: a stopped rank ends gpu-train naming the collect
 	wait_job 60 &&
 	test $rc -eq 1 &&
 	# the step waits in the gradient allreduce or in the barrier before the loss allreduce
-	grep -E "^gpu-train: (allreduce|barrier): no progress for 2 s \(a rank stopped or the network is down\)$" s.err &&
+	grep -E "^gpu-train: (allreduce|barrier): no progress for 2 s: rank 1 \(on $HOST\) does not answer \(stopped, or its network is down\)$" s.err &&
 	awk "BEGIN { exit !($took >= 2 && $took < 30) }"
 '
 
@@ -256,7 +259,8 @@ test_expect_success '--timeout bounds the job, not each queued call (3 ranks, Ze
 	kill -STOP $victim &&
 	wait_job 120 &&
 	test $rc -ne 0 &&
-	grep "^gpu-train: .*no progress for 2 s (a rank stopped or the network is down)$" w.err &&
+	grep "^gpu-train: [a-z-]*: no progress for 2 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)$" w.err &&
+	! grep "rank [02] (on" w.err &&
 	awk -v t="$took" "BEGIN { exit !(t < 20) }"
 '
 
@@ -272,7 +276,30 @@ test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the c
 	kill -STOP $victim &&
 	wait_job 60 &&
 	test $rc -eq 1 &&
-	grep "^allreduce-bench: allreduce: no progress for 1 s (a rank stopped or the network is down)$" b.err
+	grep "^allreduce-bench: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)$" b.err
+'
+
+# In a ring every rank waits on its left neighbour: with rank 1 of 3
+# stopped, rank 0 waits on rank 2, which is alive (and itself waits on
+# rank 1). The message must name the rank that stopped, not the peer of
+# the exchange that stalled.
+test_expect_success '--timeout: 3 ranks on a ring, rank 1 stopped: rank 0 names rank 1, not its neighbour' '
+	{ FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none -np 3 \
+		allreduce-bench --algo ring -b 1M -e 1M -n 10000000 -w 0 -c 0 --timeout 1 \
+		>r3.out 2>r3.err & } &&
+	job=$! &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	for i in $(seq 1 600); do
+		grep -q "^# Algorithm: ring" r3.out 2>/dev/null && break
+		sleep 0.05
+	done &&
+	victim=$(rank_pid allreduce-bench 1) && test -n "$victim" &&
+	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
+	kill -STOP $victim &&
+	wait_job 60 &&
+	test $rc -eq 1 &&
+	grep "^allreduce-bench: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)$" r3.err &&
+	! grep "rank [02] (on" r3.err
 '
 
 # A small tmpfs of our own (a private mount namespace): full after one checkpoint.

@@ -120,6 +120,84 @@ static void test_progress(void)
 	is_str(buf, "x: 1 / 7200    0%  1/s  ETA 1:59:59", "hours in ETA");
 }
 
+/* Count c in the file's text; the text into buf. */
+static int count_in(FILE *f, int c, char *buf, size_t len)
+{
+	size_t n;
+	int k = 0;
+	fflush(f);
+	rewind(f);
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		k += buf[i] == c;
+	return k;
+}
+
+/*
+ * The redraw is rate-limited by the clock alone: thousands of updates a
+ * second (a sample each) draw a few times, with a total or without one
+ * (data-pack without a total redrew on every update). Plain lines for a
+ * log: one per interval, none for a short run.
+ */
+static void test_progress_rate(void)
+{
+	static char buf[1 << 16];
+	for (int known = 0; known <= 1; known++) {
+		gk_progress p;
+		FILE *f = tmpfile();
+		gk_progress_start(&p, "data-pack", known ? 1000000 : 0, 0, NULL, 0);
+		p.on = GK_PROGRESS_TTY; /* as isatty(2) would make it */
+		p.out = f;
+		p.start = p.last = 100.0;
+		/* 2000 updates in 0.2 s, then 1000 more over 2 s */
+		for (int i = 0; i < 2000; i++)
+			gk_progress_update_at(&p, (uint64_t)i * 100, 100.0 + i * 0.0001);
+		int early = count_in(f, '\r', buf, sizeof(buf));
+		for (int i = 0; i < 1000; i++)
+			gk_progress_update_at(&p, 200000 + (uint64_t)i * 100, 100.2 + (i + 1) * 0.002);
+		int later = count_in(f, '\r', buf, sizeof(buf));
+		ok(early == 1, "terminal, total %s: 2000 updates in 0.2 s draw once (%d)",
+		   known ? "known" : "unknown", early);
+		/* 0.25 s apart over 2.2 s: at most 1 + 2.2 / 0.25 */
+		ok(later >= 8 && later <= 9, "  and 1000 over 2 s draw every 0.25 s (%d)", later);
+		ok(strstr(buf, "\033[K") && !strchr(buf, '\n'), "  in place, no newline");
+		ok(!known || strstr(buf, "ETA "), "  with an ETA when the total is known");
+		fclose(f);
+	}
+
+	gk_progress p;
+	FILE *f = tmpfile();
+	gk_progress_start(&p, "data-pack", 1000, 0, NULL, 1);
+	gk_progress_lines(&p, 1, 10.0);
+	ok(p.on == GK_PROGRESS_LINES, "not a terminal: plain lines");
+	p.out = f;
+	p.start = p.last = 0;
+	for (int i = 0; i < 50; i++)
+		gk_progress_update_at(&p, (uint64_t)i, i * 0.5); /* 0 .. 24.5 s */
+	int lines = count_in(f, '\n', buf, sizeof(buf));
+	ok(lines == 2 && !strchr(buf, '\r') && !strchr(buf, '\033'),
+	   "  one line each 10 s, no control characters (%d)", lines);
+	is_str(buf, "data-pack: 20 / 1000    2%  2/s  ETA 8:10\n"
+	       "data-pack: 40 / 1000    4%  2/s  ETA 8:00\n", "  their text");
+	fclose(f);
+
+	f = tmpfile();
+	gk_progress_start(&p, "data-pack", 1000, 0, NULL, 1);
+	gk_progress_lines(&p, 1, 10.0);
+	p.out = f;
+	p.start = p.last = gk_now();
+	for (int i = 0; i < 100; i++)
+		gk_progress_update(&p, (uint64_t)i);
+	gk_progress_finish(&p);
+	ok(count_in(f, '\n', buf, sizeof(buf)) == 0, "  a short run prints nothing, not even at the end");
+	fclose(f);
+
+	gk_progress_start(&p, "data-pack", 1000, 0, NULL, 0);
+	gk_progress_lines(&p, 0, 10.0);
+	ok(p.on == 0, "quiet: neither");
+}
+
 static void test_strlist(void)
 {
 	gk_strlist l = {0};
@@ -180,6 +258,7 @@ int main(void)
 	test_xxh3();
 	test_json();
 	test_progress();
+	test_progress_rate();
 	test_strlist();
 	test_str_ends();
 	test_grow();

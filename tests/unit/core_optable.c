@@ -646,6 +646,99 @@ static void usage(void)
 	free(e);
 }
 
+/* ---- the nearest name to an unknown option ---------------------------------------- */
+
+/* A row of a name only: gk_optable_suggest reads nothing else. */
+#define N(nm) {.kind = GK_OPTK_FLAG, .name = nm}
+
+/* Names of gpu-train's, mem-estimate's and allreduce-bench's tables. */
+static const gk_optdef train_names[] = {
+	N("model"), N("config"), N("layers"), N("hidden"), N("heads"), N("vocab"),
+	N("positions"), N("init-from"), N("seed"), N("data"), N("val-data"), N("shuffle"),
+	N("eot"), N("batch"), N("seq"), N("grad-accum"), N("recompute"), N("threads"),
+	N("device"), N("precision"), N("steps"), N("until"), N("lr"), N("min-lr"),
+	N("warmup"), N("schedule"), N("clip"), N("beta1"), N("beta2"), N("eps"),
+	N("weight-decay"), N("zero"), N("compress"), N("bucket"), N("timeout"),
+	N("ckpt-dir"), N("ckpt-every"), N("resume"), N("eval-every"), N("eval-batches"),
+	N("eval-only"), N("sample"), N("top-k"), N("metrics"),
+	{.kind = GK_OPTK_END},
+};
+static const gk_optdef estimate_names[] = {
+	N("model"), N("layers"), N("hidden"), N("heads"), N("kv-heads"), N("ffn"), N("vocab"),
+	N("positions"), N("precision"), N("zero"), N("micro-batch"), N("batch"), N("seq"),
+	N("grad-accum"), N("recompute"), N("dp"), N("tp"), N("pp"), N("gpus-per-node"),
+	N("global-batch"), N("fit"), N("gpu"),
+	{.kind = GK_OPTK_END},
+};
+static const gk_optdef bench_names[] = {
+	N("minbytes"), N("maxbytes"), N("stepfactor"), N("stepbytes"), N("iters"),
+	N("warmup_iters"), N("check"), N("blocking"), N("average"), N("datatype"), N("op"),
+	N("root"), N("collective"), N("backend"), N("algo"), N("timeout"), N("csv"),
+	{.kind = GK_OPTK_END},
+};
+
+static void suggest(void)
+{
+	static const struct {
+		const gk_optdef *t;
+		const char *given, *want; /* want: the names, space-separated; "" none */
+	} cases[] = {
+		/* 1: _ for -, and case */
+		{train_names, "--grad_accum", "grad-accum"},
+		{train_names, "--Weight_Decay=0.1", "weight-decay"},
+		{bench_names, "--warmup-iters", "warmup_iters"},
+		/* 2: an abbreviation of several, the common options among them */
+		{train_names, "--eval", "eval-every eval-batches eval-only"},
+		{train_names, "--ver", "version verbose"},
+		/* 4: a name as whole words of it, or its start */
+		{train_names, "--batch_size", "batch"},
+		{train_names, "--lr-rate", "lr"},
+		{train_names, "--num-layers", "layers"},
+		{train_names, "--max_steps", "steps"},
+		{train_names, "--seqlen", "seq"},
+		{estimate_names, "--micro_batch_size", "micro-batch"},
+		{estimate_names, "--batch-size", "batch"},
+		{train_names, "--lr-warmup-iters", "warmup"},
+		/* 3: other tools' names, only where the table has the option */
+		{train_names, "--learning_rate", "lr"},
+		{train_names, "--n_embd", "hidden"},
+		{train_names, "--n-head", "heads"},
+		{train_names, "--max-position-embeddings", "positions"},
+		{train_names, "--train-iters", "steps"},
+		{train_names, "--gradient_accumulation_steps", "grad-accum"},
+		{train_names, "--save", "ckpt-dir"},
+		{estimate_names, "--tensor-model-parallel-size", "tp"},
+		{estimate_names, "--learning-rate", ""},
+		/* 5: spelling */
+		{train_names, "--lyers", "layers"},
+		{train_names, "--warmpu", "warmup"},
+		{train_names, "--stpes", "steps"},
+		{train_names, "--sead", "seed"},
+		{bench_names, "--maxbyte", "maxbytes"},
+		{bench_names, "--datatyp", "datatype"},
+		{bench_names, "--rot", "root"},
+		{train_names, "--seeq", "seed seq"},
+		/* nothing near */
+		{train_names, "--xyz", ""},
+		{train_names, "--qq", ""},
+		{train_names, "--", ""},
+		{bench_names, "--nthreads", ""},
+	};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(cases); i++) {
+		const char *got[8];
+		int n = gk_optable_suggest(cases[i].t, cases[i].given, got, 8);
+		char buf[256] = "";
+		for (int k = 0; k < n; k++)
+			snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s", k ? " " : "",
+				 got[k]);
+		is_str(buf, cases[i].want, cases[i].given);
+	}
+	const char *one[1];
+	is_int(gk_optable_suggest(train_names, "--eval", one, 1), 1,
+	       "at most max names (--eval, max 1)");
+	is_str(one[0], "eval-every", "  the first in the table");
+}
+
 int main(void)
 {
 	longopts();
@@ -654,5 +747,6 @@ int main(void)
 	defaults();
 	values();
 	usage();
+	suggest();
 	return done_testing();
 }

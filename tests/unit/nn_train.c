@@ -531,11 +531,97 @@ static void sampling(void)
 	/* top_k 1 keeps only the most likely: greedy at any temperature */
 	rc = gk_nn_sample(m, B, T, 10, N, 1.0, 1, 99, k1, &err);
 	ok(rc == 0 && memcmp(k1, g, sizeof(g)) == 0, "top_k 1 at temperature 1: greedy");
+
+	/* after a prompt: greedy against the same argmax loop from the
+	 * prompt's tokens, for a prompt within the window (the cache takes
+	 * it first) and one longer than the window (it slides at once) */
+	for (int plen = 5; plen <= T + 3; plen += T - 2) {
+		int32_t pr[T + 3], ph[T + 3 + N], pw[N], pg[N];
+		for (int i = 0; i < plen; i++)
+			pr[i] = (i * 37 + 11) % V;
+		memcpy(ph, pr, (size_t)plen * sizeof(int32_t));
+		len = plen;
+		rc = 0;
+		for (int i = 0; i < N && rc == 0; i++) {
+			int first = len > T ? len - T : 0;
+			const float *lg;
+			rc = gk_nn_forward_window(m, ph + first, len - first, &lg, &err);
+			int best = 0;
+			for (int v = 1; v < V; v++)
+				if (lg[v] > lg[best])
+					best = v;
+			pw[i] = best;
+			ph[len++] = best;
+		}
+		rc |= gk_nn_sample_prompt(m, B, T, pr, plen, N, 0.0, 0, 7, pg, &err);
+		ok(rc == 0 && memcmp(pw, pg, sizeof(pg)) == 0,
+		   "a prompt of %d tokens (window %d): greedy = the argmax of one-window forwards", plen,
+		   T);
+	}
+	int32_t bad[2] = {3, V};
+	ok(gk_nn_sample_prompt(m, B, T, bad, 2, N, 0.0, 0, 7, k1, &err) < 0 &&
+	   strstr(err.msg, "prompt token"), "a prompt token outside the vocabulary: refused (%s)",
+	   err.msg);
 	gk_nn_free(m);
+}
+
+/* ---- the progress line ---------------------------------------------------------- */
+
+static void progress(void)
+{
+	gk_nn_progress p;
+	gk_nn_train_log l = {.loss = 2.5};
+	char line[256];
+	/* 200 steps of 4 x 64 tokens; the first takes 30 s, then 0.5 s each,
+	 * with an evaluation's 20 s at step 5 */
+	gk_nn_progress_start(&p, 200, 256, 0.25, 1000.0);
+	ok(isnan(gk_nn_progress_step_seconds(&p)), "progress: no rate before a step");
+	l.step = 1;
+	l.step_ms = 30000;
+	gk_nn_progress_step(&p, &l);
+	ok(gk_nn_progress_step_seconds(&p) == 30.0, "progress: the first step alone is the rate");
+	for (l.step = 2; l.step <= 20; l.step++) {
+		l.step_ms = l.step == 5 ? 20000 : 500;
+		gk_nn_progress_step(&p, &l);
+	}
+	l.step = 20;
+	/* the last 15 steps (6..20) are all 0.5 s: 180 steps left, 90 s */
+	ok(gk_nn_progress_step_seconds(&p) == 0.5, "progress: the median ignores the first and a "
+	   "slow step (%g)", gk_nn_progress_step_seconds(&p));
+	gk_nn_progress_line(&p, &l, 1000.0 + 30 + 18 * 0.5 + 20, line, sizeof(line));
+	ok(strcmp(line, "step 20/200  10%  loss 2.5000  512 tok/s  elapsed 0:59  ETA 1:30") == 0,
+	   "progress: the line (%s)", line);
+	/* an even window: the mean of the middle two */
+	gk_nn_progress_start(&p, 10, 1, 0.25, 0);
+	double t[] = {9, 1, 4, 2, 3};
+	for (int i = 0; i < 5; i++) {
+		l.step_ms = t[i] * 1e3;
+		gk_nn_progress_step(&p, &l);
+	}
+	ok(gk_nn_progress_step_seconds(&p) == 2.5, "progress: median of 1 4 2 3 is 2.5");
+	/* 10,000 steps in 2 s: at most one redraw per 0.25 s, and the last */
+	gk_nn_progress_start(&p, 10000, 1, 0.25, 0);
+	int draws = 0, last = 0;
+	for (int64_t s = 1; s <= 10000; s++) {
+		int d = gk_nn_progress_due(&p, s, (double)s * 2e-4);
+		draws += d;
+		last = d;
+	}
+	ok(draws >= 8 && draws <= 10 && last, "progress: 10,000 steps in 2 s redraw %d times, "
+	   "the last step among them", draws);
+	/* past an hour */
+	gk_nn_progress_start(&p, 100000, 1, 0.25, 0);
+	l.step = 2;
+	l.step_ms = 100;
+	gk_nn_progress_step(&p, &l);
+	gk_nn_progress_step(&p, &l);
+	gk_nn_progress_line(&p, &l, 3725, line, sizeof(line));
+	ok(strstr(line, "elapsed 1:02:05  ETA 2:46:40") != NULL, "progress: hours (%s)", line);
 }
 
 int main(void)
 {
+	progress();
 	if (!mkdtemp(dir))
 		skip_all("no temporary directory");
 	snprintf(bin_path, sizeof(bin_path), "%s/train.bin", dir);

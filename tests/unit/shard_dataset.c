@@ -5,6 +5,7 @@
  * state giving the same tail as an uninterrupted run, for plain and LZ4
  * shards, with and without the prefetch thread.
  */
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -794,6 +795,151 @@ static void test_stale_index(void)
 	ok(rc == 0 && nnotes == 0, "x with y's index: no note");
 }
 
+/* The strings of l joined by '\n' with dir's prefix dropped. */
+static void joined(const gk_strlist *l, char *buf, size_t len)
+{
+	size_t n = 0, dl = strlen(dir) + 1;
+	buf[0] = '\0';
+	for (size_t i = 0; i < l->n && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "\n" : "",
+				      strncmp(l->v[i], dir, dl - 1) == 0 ? l->v[i] + dl : l->v[i]);
+}
+
+static void touch(const char *name)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *fp = fopen(path, "w");
+	if (fp)
+		fclose(fp);
+}
+
+/*
+ * Shard lists: a directory is its *.tar and *.tar.lz4 files and a glob its
+ * matches, both in byte order (checked under a locale that collates
+ * otherwise, when there is one), the same list as the brace pattern;
+ * empty ones are errors that say what is there.
+ */
+static void test_list_expand(void)
+{
+	char src[300], got[2048], want[2048];
+	gk_strlist l = {0}, b = {0};
+	gk_err err = {0};
+	int r;
+
+	snprintf(src, sizeof(src), "%s/p-{000..006}.tar", dir);
+	gk_brace_expand(src, 0, &b, &err);
+	joined(&b, want, sizeof(want));
+	gk_strlist_free(&b);
+	const char *same[] = {"DIR", "DIR/", "DIR/*.tar", "DIR/p-00[0-6].tar",
+			      "{DIR/p-{000..003}.tar,DIR/p-00[4-6].tar}"};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(same); i++) {
+		switch (i) {
+		case 0: snprintf(src, sizeof(src), "%s", dir); break;
+		case 1: snprintf(src, sizeof(src), "%s/", dir); break;
+		case 2: snprintf(src, sizeof(src), "%s/*.tar", dir); break;
+		case 3: snprintf(src, sizeof(src), "%s/p-00[0-6].tar", dir); break;
+		default: snprintf(src, sizeof(src), "{%s/p-{000..003}.tar,%s/p-00[4-6].tar}", dir, dir);
+		}
+		r = gk_shard_list_expand(src, &l, &err);
+		joined(&l, got, sizeof(got));
+		ok(r == 0 && strcmp(got, want) == 0, "list '%s' is the brace pattern's 7 shards",
+		   same[i]);
+		if (r < 0 || strcmp(got, want))
+			diag("%s", r < 0 ? err.msg : got);
+		gk_strlist_free(&l);
+	}
+	snprintf(src, sizeof(src), "%s/{n,z}/*-00[0-2].tar*", dir);
+	r = gk_shard_list_expand(src, &l, &err);
+	joined(&l, got, sizeof(got));
+	is_str(r == 0 ? got : err.msg, "n/p-000.tar\nn/p-001.tar\nn/p-002.tar\n"
+	       "z/l-000.tar.lz4\nz/l-001.tar.lz4\nz/l-002.tar.lz4", "braces, then a glob per word");
+	gk_strlist_free(&l);
+
+	/* Byte order, whatever the locale: '_' (0x5f) between 'B' and 'a'. */
+	char o[300];
+	snprintf(o, sizeof(o), "%s/o", dir);
+	mkdir(o, 0755);
+	touch("o/a.tar");
+	touch("o/B.tar");
+	touch("o/_.tar");
+	touch("o/x[1].tar");
+	touch("o/notes.txt");
+	const char *loc = setlocale(LC_ALL, "en_US.UTF-8");
+	if (!loc)
+		loc = setlocale(LC_ALL, "C.UTF-8");
+	diag("collation locale: %s", loc ? loc : "C");
+	for (int dirform = 0; dirform < 2; dirform++) {
+		if (dirform)
+			snprintf(src, sizeof(src), "%s/o", dir);
+		else
+			snprintf(src, sizeof(src), "%s/o/*.tar", dir);
+		r = gk_shard_list_expand(src, &l, &err);
+		joined(&l, got, sizeof(got));
+		is_str(r == 0 ? got : err.msg, "o/B.tar\no/_.tar\no/a.tar\no/x[1].tar",
+		       dirform ? "a directory: its shards in byte order" : "a glob: in byte order");
+		gk_strlist_free(&l);
+	}
+	setlocale(LC_ALL, "C");
+	snprintf(src, sizeof(src), "%s/o/x[1].tar", dir);
+	r = gk_shard_list_expand(src, &l, &err);
+	joined(&l, got, sizeof(got));
+	is_str(r == 0 ? got : err.msg, "o/x[1].tar", "a name with '[' that matches nothing is itself");
+	gk_strlist_free(&l);
+
+	snprintf(src, sizeof(src), "%s/p-000*", dir);
+	r = gk_shard_list_expand(src, &l, &err);
+	snprintf(want, sizeof(want), "shard list: '%s/p-000*' matches '%s/p-000.idx', an index, not a shard (narrow it to the shards, e.g. '*.tar')", dir, dir);
+	is_str(r < 0 ? err.msg : "(no error)", want, "a glob that matches an index says so");
+	gk_strlist_free(&l);
+
+	/* Empty: errors that name the list and what is there instead. */
+	char e[300];
+	snprintf(e, sizeof(e), "%s/e", dir);
+	mkdir(e, 0755);
+	snprintf(src, sizeof(src), "%s/e/*.tar", dir);
+	r = gk_shard_list_expand(src, &l, &err);
+	snprintf(want, sizeof(want), "shard list: no file matches '%s/e/*.tar'", dir);
+	ok(r < 0 && l.n == 0, "a glob that matches nothing is an error");
+	is_str(err.msg, want, "  message");
+	r = gk_shard_list_expand(e, &l, &err);
+	snprintf(want, sizeof(want), "shard list: directory '%s/e' holds no shards (*.tar, *.tar.lz4)", dir);
+	ok(r < 0 && l.n == 0, "a directory without shards is an error");
+	is_str(err.msg, want, "  message");
+	touch("e/train_000.bin");
+	r = gk_shard_list_expand(e, &l, &err);
+	snprintf(want, sizeof(want), "shard list: directory '%s/e' holds no shards (*.tar, *.tar.lz4); "
+		 "token files are listed by a glob, e.g. '%s/e/*train*.bin'", dir, dir);
+	is_str(r < 0 ? err.msg : "(no error)", want, "  with token files, the glob that lists them");
+	touch("e/m.json");
+	r = gk_shard_list_expand(e, &l, &err);
+	snprintf(want, sizeof(want), "shard list: directory '%s/e' holds no shards (*.tar, *.tar.lz4); "
+		 "a manifest is read when named: '%s/e/m.json'", dir, dir);
+	is_str(r < 0 ? err.msg : "(no error)", want, "  with a manifest, its name");
+	gk_strlist_free(&l);
+
+	/* The dataset: a directory is the same list as its brace pattern. */
+	gk_shard_dataset_opts opt = {0};
+	gk_shard_dataset *d1 = NULL, *d2 = NULL;
+	gk_shard_state s1, s2;
+	snprintf(src, sizeof(src), "%s/p-{000..006}.tar", dir);
+	int o1 = gk_shard_dataset_open(&d1, src, &opt, &err);
+	int o2 = gk_shard_dataset_open(&d2, dir, &opt, &err);
+	if (o1 == 0 && o2 == 0) {
+		gk_shard_dataset_state(d1, &s1);
+		gk_shard_dataset_state(d2, &s2);
+	}
+	ok(o1 == 0 && o2 == 0 && s1.files == s2.files && s1.list == s2.list &&
+	   gk_shard_dataset_manifest(d2)->samples == NSAMPLES,
+	   "dataset from the directory: the brace pattern's shards, counts and identity");
+	if (o1 == 0)
+		gk_shard_dataset_close(d1);
+	if (o2 == 0)
+		gk_shard_dataset_close(d2);
+	r = gk_shard_dataset_open(&d1, e, &opt, &err);
+	ok(r < 0 && strstr(err.msg, "holds no shards"), "dataset from an empty directory: %s", err.msg);
+}
+
 int main(void)
 {
 	char pat[256], man[256], pat4[256], man4[256], brace[256];
@@ -843,6 +989,7 @@ int main(void)
 	test_remap_next_epoch(man);
 	test_list(man, mann);
 	test_stale_index();
+	test_list_expand();
 
 	/* Sorting, not summing: [2,2,2,2,2] has the sum of a permutation. */
 	uint64_t fake[5] = {2, 2, 2, 2, 2};

@@ -1,0 +1,122 @@
+#!/bin/sh
+test_description='SIGTERM to the launcher: what Open MPI does, and the settings that keep the checkpoint
+
+Open MPI 4.1'\''s mpirun cannot forward SIGTERM (ess_base_forward_signals
+refuses it). On SIGTERM it sends the ranks SIGCONT, waits
+odls_base_sigkill_timeout seconds (1 by default), sends SIGTERM, waits as
+long again, then SIGKILL; while it waits it forwards no output. So with
+the default a checkpoint that takes longer than a second is lost; with
+--mca odls_base_sigkill_timeout N the ranks have N seconds to commit; a
+shell that turns SIGTERM into SIGUSR1 for mpirun (which mpirun forwards)
+stops at the next step with no launcher limit at all. gpu-train(1),
+SIGNALS, documents each.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+if ! test_have_prereq MPI; then
+	skip_all="no mpirun"
+	test_done
+fi
+
+A="--data train.bin $TINY --batch 4 --json --zero 1 --steps 1000000"
+
+# The jobs are not run under timeout(1): it passes a signal on to its
+# whole process group, mpirun's ranks included, which is not what a
+# signal to mpirun alone does. wait_pid bounds them instead, and each
+# test ends its job (mpirun, or the shell and its mpirun) when it ends.
+
+# wait_line FILE PATTERN: until FILE has a line matching PATTERN, at most 60 s
+wait_line() {
+	for i in $(seq 1 600); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "no '$2' in $1 after 60 s" >&2
+	return 1
+}
+
+# wait_pid PID LIMIT: wait for PID at most LIMIT seconds; $rc its status
+wait_pid() {
+	i=0
+	while kill -0 $1 2>/dev/null && test $i -lt $(($2 * 10)); do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	if kill -0 $1 2>/dev/null; then
+		echo "still running after $2 s" >&2
+		pkill -P $1 mpirun
+		kill $1
+		return 1
+	fi
+	wait $1
+	rc=$?
+}
+
+# committed DIR LOG: the summary of LOG says it stopped on a signal and
+# checkpointed, and DIR's latest is that step, committed
+committed() {
+	s=$(jq -r "select(.event == \"summary\") | .step" "$2") &&
+	test -n "$s" &&
+	jq -e "select(.event == \"summary\") | .stopped == \"signal (checkpointed)\"" "$2" &&
+	test "$(readlink "$1/latest")" = "$(printf step-%08d $s)" &&
+	ckpt-merge --check "$1" &&
+	jq -e ".step == $s" "$1/latest/trainer.json"
+}
+
+test_expect_success 'data' '
+	train_data
+'
+
+# Each rank writes its JSON lines to a file of its own: mpirun forwards no
+# output while it waits, and a rank whose lines filled the terminal or
+# pipe would block in write() until killed. The checkpoint's write is
+# slowed to 2 s (GK_TEST_CKPT_DELAY_MS): longer than Open MPI's default
+# second between SIGTERM and SIGKILL.
+RUN='exec gpu-train "$@" >$0.$OMPI_COMM_WORLD_RANK'
+
+test_expect_success 'kill -TERM mpirun, Open MPI'\''s default: SIGKILL 1 s after the ranks'\'' SIGTERM, no checkpoint' '
+	{ mpirun --oversubscribe --bind-to none -np 2 -x GK_TEST_CKPT_DELAY_MS=2000 \
+		sh -c "$RUN" d $A --ckpt-dir ckd 2>d.err & } &&
+	pid=$! &&
+	test_when_finished "pkill -P \$pid mpirun; kill \$pid 2>/dev/null || :" &&
+	wait_line d.0 "\"event\":\"step\"" &&
+	kill -TERM $pid &&
+	wait_pid $pid 60 &&
+	test $rc -ne 0 &&
+	! grep "\"event\":\"summary\"" d.0 &&
+	! test -e ckd/latest
+'
+
+test_expect_success 'kill -TERM mpirun with --mca odls_base_sigkill_timeout 8: a committed checkpoint' '
+	{ mpirun --oversubscribe --bind-to none -np 2 -x GK_TEST_CKPT_DELAY_MS=2000 \
+		--mca odls_base_sigkill_timeout 8 sh -c "$RUN" g $A --ckpt-dir ckg 2>g.err & } &&
+	pid=$! &&
+	test_when_finished "pkill -P \$pid mpirun; kill \$pid 2>/dev/null || :" &&
+	wait_line g.0 "\"event\":\"step\"" &&
+	kill -TERM $pid &&
+	wait_pid $pid 60 &&
+	committed ckg g.0 &&
+	jq -e "select(.event == \"summary\")" g.1 >/dev/null
+'
+
+# The recipe of gpu-train(1): a shell between the service manager and
+# mpirun turns SIGTERM into SIGUSR1, which mpirun forwards at once.
+# Output goes through mpirun as usual.
+WRAP='mpirun "$@" & pid=$!
+trap "kill -USR1 \$pid" TERM
+wait $pid
+wait $pid'
+
+test_expect_success 'kill -TERM of a shell that sends mpirun SIGUSR1: checkpoint at the next step, exit 0' '
+	{ sh -c "$WRAP" sh --oversubscribe --bind-to none -np 2 \
+		-x GK_TEST_CKPT_DELAY_MS=2000 gpu-train $A --ckpt-dir ckw >w.json 2>w.err & } &&
+	pid=$! &&
+	test_when_finished "pkill -P \$pid mpirun; kill \$pid 2>/dev/null || :" &&
+	wait_line w.json "\"event\":\"step\"" &&
+	kill -TERM $pid &&
+	wait_pid $pid 60 &&
+	test $rc -eq 0 &&
+	committed ckw w.json
+'
+
+test_done
