@@ -49,7 +49,7 @@ export ASAN_OPTIONS
 
 # Without --verbose sharness sends what the tests run print to /dev/null;
 # keep it in NAME.out beside the trash directories instead, so that a test
-# that failed under prove says why (.ci/run prints the end of it).
+# that failed under prove says why (tests/prove prints its part).
 if test "$verbose" != t; then
 	exec 3>"$SHARNESS_TEST_DIRECTORY/$this_test.out" 4>&3
 fi
