@@ -241,9 +241,8 @@ test_expect_success 'a killed packer leaves committed shards and nothing else' '
 	printf "kill/a.txt\nkill/b.txt\nkill/c.txt\n" >list &&
 	{ data-pack -c -T list -o k/x-%02d.tar --max-count 1 & } &&
 	pid=$! &&
-	i=0 && while ! ls -A k 2>/dev/null | grep -q "^\.x-01" && test $i -lt 200; do
-		sleep 0.05; i=$((i+1))
-	done &&
+	test_wait_for 300 "the staging file of shard x-01 in k/" \
+		sh -c "ls -A k 2>/dev/null | grep -q \"^\\.x-01\"" &&
 	ls -A k >before &&
 	kill -TERM $pid && { wait $pid; test $? -gt 128; } &&
 	grep "^\.x-01\.tar\.tmp-" before &&

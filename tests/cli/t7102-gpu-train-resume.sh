@@ -168,10 +168,7 @@ test_expect_success 'SIGTERM while the previous checkpoint is still written: sto
 		--ckpt-dir ckw >w.json & } &&
 	pid=$! &&
 	test_when_finished "kill \$pid 2>/dev/null || :" &&
-	for i in $(seq 1 300); do
-		grep -q "\"step\":40," w.json && break
-		sleep 0.05
-	done &&
+	test_wait_for 300 "step 40 in w.json" grep -q "\"step\":40," w.json &&
 	kill -TERM $pid &&
 	wait $pid &&
 	jq -s -e "map(select(.event == \"summary\"))[0] | .step == 40 and .stopped == \"signal (checkpointed)\"" w.json &&
