@@ -145,6 +145,20 @@ test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
 	jq -e ".step == $s" ck5/latest/trainer.json
 '
 
+# cpu_ticks PID: the CPU time PID has used (utime + stime, clock ticks)
+cpu_ticks() {
+	awk "{ print \$14 + \$15 }" /proc/$1/stat
+}
+
+# ran_on PID TICKS: PID has used more CPU time than TICKS, by 2 ticks
+ran_on() {
+	test "$(cpu_ticks $1)" -ge $(($2 + 2))
+}
+
+# The signal must come while step 2's 5,000 micro-batches are under way
+# (a second of CPU on an idle machine): once the run has used CPU time
+# after step 1's line, not after a sleep, which a loaded machine can
+# spend without running it at all.
 test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; the resume is exact' '
 	G="--grad-accum 5000 --steps 3" &&
 	gpu-train $A $G >gs.json &&
@@ -152,7 +166,8 @@ test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; t
 	pid=$! &&
 	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	wait_step g1.json &&
-	sleep 0.2 &&
+	c0=$(cpu_ticks $pid) &&
+	test_wait_for 300 "gpu-train to run on into step 2 (CPU time past $c0 ticks)" ran_on $pid $c0 &&
 	kill -TERM $pid &&
 	wait $pid &&
 	jq -e "select(.event == \"summary\") | .step == 1 and .stopped == \"signal (checkpointed)\" and .dropped_micro_batches > 0 and .dropped_micro_batches < 5000" g1.json &&
