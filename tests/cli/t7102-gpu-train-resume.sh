@@ -122,13 +122,9 @@ test_expect_success 'kill -9 while a checkpoint is written: previous one and lat
 	test "$(readlink ck4/latest)" = step-00000008
 '
 
-# Wait until the log at $1 shows a step, at most 60 s.
+# Wait until the log at $1 shows a step, at most 300 s.
 wait_step() {
-	for i in $(seq 1 600); do
-		grep -q "\"event\":\"step\"" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
+	test_wait_for 300 "a step in $1" grep -q "\"event\":\"step\"" "$1"
 }
 
 test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
