@@ -78,6 +78,43 @@ test_expect_success 'SIGTERM during merge cleans its temp file' '
 	test -z "$(ls -A | grep "\.t\.safetensors\.tmp-")"
 '
 
+# The test above sends SIGTERM 20 ms after the start; on a loaded machine
+# that can be the moment the output's temp file has just been created:
+# gk_atomic_open (lib/core/io.c) creates it with mkostemp and only then
+# installs the handler that removes it (gk_cleanup_on_signal), and a
+# signal between the two kills the tool with the temp file left behind.
+# A shim preloaded into ckpt-merge raises SIGTERM right after mkostemp
+# creates the output's temp file, to hit that moment every time.
+cat >term-shim.c <<\EOF
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <string.h>
+
+int mkostemp(char *tmpl, int flags)
+{
+	static int (*real)(char *, int);
+	if (!real)
+		real = (int (*)(char *, int))dlsym(RTLD_NEXT, "mkostemp");
+	int fd = real(tmpl, flags);
+	if (fd >= 0 && strstr(tmpl, ".w.safetensors.tmp-"))
+		raise(SIGTERM);
+	return fd;
+}
+EOF
+# LD_PRELOAD splits at spaces, and the trash directory's name has one.
+term_shim=$SHARNESS_TEST_DIRECTORY/t3002-term-shim.so
+${CC:-cc} -shared -fPIC -o "$term_shim" term-shim.c -ldl || error "cannot build the test shim"
+
+test_expect_failure 'SIGTERM just after the temp file is created: no temp file left' '
+	{ LD_PRELOAD=$term_shim \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		ckpt-merge in --dtype f16 -o w.safetensors; echo $? >rc; } &&
+	test "$(cat rc)" = 143 &&
+	! test -e w.safetensors &&
+	test -z "$(ls -A | grep "\.w\.safetensors\.tmp-")"
+'
+
 test_expect_success 'truncated input shard' '
 	cp -R in trunc && f=$(ls trunc/model-00002-*) &&
 	head -c 1000000 "$f" >x && mv x "$f" &&
