@@ -244,12 +244,13 @@ include tests/cuemu/cuemu.mk
 # ---- check --------------------------------------------------------------------
 
 # Unit tests are executables and CLI tests are shell scripts; prove runs
-# both (--exec '' runs each file directly). GK_BUILD and GK_BINDIR tell the
-# tests which configuration they test; --directives lists every skipped
-# test with its reason (CI counts them).
+# both, through tests/prove, which runs each file directly, keeps its TAP
+# and prints, after a failure, each failed test's TAP comments and log.
+# GK_BUILD and GK_BINDIR tell the tests which configuration they test;
+# --directives lists every skipped test with its reason (CI counts them).
 PROVE = GK_BUILD=$(abspath $(B)) GK_BINDIR=$(abspath $(TOOLDIR)) \
 	GK_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) WERROR=$(WERROR)" \
-	prove -j$(JOBS) --directives --exec ''
+	tests/prove -j$(JOBS) --directives
 .PHONY: check check-quick test-tools venv
 check: all $(UNIT) $(FUZZ_REPLAY) test-tools
 	@scripts/test-venv >/dev/null || \

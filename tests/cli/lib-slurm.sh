@@ -47,7 +47,7 @@ slurm_wait() {
 	i=0
 	while squeue -h -j "$1" 2>/dev/null | grep -q .; do
 		i=$((i + 1))
-		[ "$i" -lt 600 ] || return 1
+		[ "$i" -lt 600 ] || { echo "slurm_wait: job $1 still queued after 300 s" >&2; return 1; }
 		sleep 0.5
 	done
 }

@@ -12,6 +12,8 @@
 #                                 default to build/ and bin/
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
 #   test_commit DIR STEP          a COMMIT for step directory DIR (xxhsum)
+#   test_wait_for SECS WHAT CMD...  wait for an event: CMD to succeed, at
+#                                 most SECS, else say what was waited for
 #   test_gpu_prereqs VAR          GPU (a GPU that nvidia-smi lists, with the
 #                                 build's VAR, e.g. HAVE_CUDA, set to 1), GPUS
 #                                 (two or more) or NOGPU; GK_GPUS the count
@@ -49,7 +51,7 @@ export ASAN_OPTIONS
 
 # Without --verbose sharness sends what the tests run print to /dev/null;
 # keep it in NAME.out beside the trash directories instead, so that a test
-# that failed under prove says why (.ci/run prints the end of it).
+# that failed under prove says why (tests/prove prints its part).
 if test "$verbose" != t; then
 	exec 3>"$SHARNESS_TEST_DIRECTORY/$this_test.out" 4>&3
 fi
@@ -74,6 +76,23 @@ test_shared_dir() {
 		test_done
 	fi
 	echo "$d"
+}
+
+# test_wait_for SECONDS WHAT CMD...: run CMD every 0.1 s until it succeeds;
+# after SECONDS (a bound for a loaded machine, not a guess at how long it
+# takes) say on stderr what was waited for and fail. Tests wait for an
+# event (a file, a line, a process state) with it, never sleep and hope.
+test_wait_for() {
+	tw_secs=$1 tw_what=$2
+	tw_end=$(($(date +%s) + tw_secs))
+	shift 2
+	until "$@"; do
+		if [ "$(date +%s)" -ge "$tw_end" ]; then
+			echo "test_wait_for: gave up after $tw_secs s waiting for $tw_what" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
 }
 
 # test_commit DIR STEP: commit step directory DIR as gpu-train does, with a

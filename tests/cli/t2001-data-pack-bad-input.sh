@@ -236,15 +236,29 @@ test_expect_success 'a full disk (RLIMIT_FSIZE) leaves no shard and no temp file
 	ls -A fd >left && test_must_be_empty left
 '
 
+# fifo_blocked PID: PID waits to open a FIFO (for a writer that never
+# comes). wchan names where it sleeps; a kernel that does not say
+# (wchan "0") leaves the process state, S, interruptible sleep.
+fifo_blocked() {
+	w=$(cat /proc/$1/wchan 2>/dev/null) &&
+	case $w in
+	wait_for_partner) true ;;
+	0 | "") test "$(awk "{ print \$3 }" /proc/$1/stat)" = S ;;
+	*) false ;;
+	esac
+}
+
+# The packer stops opening kill/c.txt (a FIFO) while shard x-01 is being
+# written: the signal comes once it waits there, not as soon as x-01's
+# temp file appears, which is a moment before the packer has installed
+# the cleanup that removes it.
 test_expect_success 'a killed packer leaves committed shards and nothing else' '
 	mkdir -p kill && printf 1 >kill/a.txt && printf 2 >kill/b.txt &&
 	mkfifo kill/c.txt &&
 	printf "kill/a.txt\nkill/b.txt\nkill/c.txt\n" >list &&
 	{ data-pack -c -T list -o k/x-%02d.tar --max-count 1 & } &&
 	pid=$! &&
-	i=0 && while ! ls -A k 2>/dev/null | grep -q "^\.x-01" && test $i -lt 200; do
-		sleep 0.05; i=$((i+1))
-	done &&
+	test_wait_for 300 "data-pack to wait at the FIFO kill/c.txt" fifo_blocked $pid &&
 	ls -A k >before &&
 	kill -TERM $pid && { wait $pid; test $? -gt 128; } &&
 	grep "^\.x-01\.tar\.tmp-" before &&

@@ -71,11 +71,61 @@ test_expect_success 'kill -9 during shard: no final directory' '
 	done
 '
 
+# writing_or_done PID: ckpt-merge PID has written into its temp file for
+# t.safetensors (so its cleanup is in place), or has ended
+writing_or_done() {
+	tf=$(ls -A | grep "^\.t\.safetensors\.tmp-" | head -n 1) &&
+	test -n "$tf" && test -s "$tf" && return 0
+	! test -e /proc/$1 || test "$(awk "{ print \$3 }" /proc/$1/stat 2>/dev/null)" = Z
+}
+
+# The signal comes once the merge writes (a signal before its cleanup is
+# in place is the known breakage below), not 20 ms after the start, which
+# on a loaded machine can be that moment.
 test_expect_success 'SIGTERM during merge cleans its temp file' '
 	ckpt-merge in --dtype f16 -o t.safetensors & pid=$! &&
-	sleep 0.02; kill -TERM $pid; wait $pid;
+	test_wait_for 300 "ckpt-merge to write its temp file or end" writing_or_done $pid &&
+	kill -TERM $pid; wait $pid;
 	{ ! test -e t.safetensors || ckpt-merge --check -q t.safetensors; } &&
 	test -z "$(ls -A | grep "\.t\.safetensors\.tmp-")"
+'
+
+# A SIGTERM can come the moment the output's temp file has just been
+# created (the test above once sent it 20 ms after the start, which on a
+# loaded machine could be that moment): gk_atomic_open (lib/core/io.c)
+# creates it with mkostemp and only then installs the handler that
+# removes it (gk_cleanup_on_signal), and a signal between the two kills
+# the tool with the temp file left behind.
+# A shim preloaded into ckpt-merge raises SIGTERM right after mkostemp
+# creates the output's temp file, to hit that moment every time.
+cat >term-shim.c <<\EOF
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <string.h>
+
+int mkostemp(char *tmpl, int flags)
+{
+	static int (*real)(char *, int);
+	if (!real)
+		real = (int (*)(char *, int))dlsym(RTLD_NEXT, "mkostemp");
+	int fd = real(tmpl, flags);
+	if (fd >= 0 && strstr(tmpl, ".w.safetensors.tmp-"))
+		raise(SIGTERM);
+	return fd;
+}
+EOF
+# LD_PRELOAD splits at spaces, and the trash directory's name has one.
+term_shim=$SHARNESS_TEST_DIRECTORY/t3002-term-shim.so
+${CC:-cc} -shared -fPIC -o "$term_shim" term-shim.c -ldl || error "cannot build the test shim"
+
+test_expect_failure 'SIGTERM just after the temp file is created: no temp file left' '
+	{ LD_PRELOAD=$term_shim \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		ckpt-merge in --dtype f16 -o w.safetensors; echo $? >rc; } &&
+	test "$(cat rc)" = 143 &&
+	! test -e w.safetensors &&
+	test -z "$(ls -A | grep "\.w\.safetensors\.tmp-")"
 '
 
 test_expect_success 'truncated input shard' '

@@ -9,7 +9,7 @@ apart, and a run killed with SIGKILL in the middle of a removal.'
 
 # The removal is held, cut short by SIGKILL or made to fail by a shim
 # preloaded into ckpt-prune (it deletes through renameat and unlinkat):
-#   SHIM=hold  the first rename waits for $SHIM_DIR/go (20 s at most),
+#   SHIM=hold  the first rename waits for $SHIM_DIR/go (300 s at most),
 #              after creating $SHIM_DIR/started
 #   SHIM=kill  the first unlink deletes model.safetensors, then SIGKILL
 #   SHIM=fail  removing a directory .deleting-step-00000001* fails (EACCES)
@@ -37,7 +37,7 @@ int renameat(int a, const char *from, int b, const char *to)
 		snprintf(p, sizeof(p), "%s/started", getenv("SHIM_DIR"));
 		close(open(p, O_WRONLY | O_CREAT, 0644));
 		snprintf(p, sizeof(p), "%s/go", getenv("SHIM_DIR"));
-		for (int i = 0; i < 200 && access(p, F_OK) != 0; i++)
+		for (int i = 0; i < 3000 && access(p, F_OK) != 0; i++)
 			usleep(100000);
 	}
 	return real(a, from, b, to);
@@ -143,7 +143,7 @@ test_expect_success 'the lock is held while removing: a second run waits for not
 	test_when_finished ": >shim/go" &&
 	SHIM_DIR=$PWD/shim shimmed hold ckpt-prune --keep-last 1 l2 >first &
 	pid=$! &&
-	i=0 && while ! test -e shim/started && test $i -lt 200; do sleep 0.1; i=$((i + 1)); done &&
+	test_wait_for 300 "the first ckpt-prune to hold its lock (shim/started)" test -e shim/started &&
 	ckpt-prune --keep-last 1 l2 >out 2>err &&
 	test_must_be_empty out &&
 	grep "is being pruned by another ckpt-prune" err &&

@@ -122,13 +122,9 @@ test_expect_success 'kill -9 while a checkpoint is written: previous one and lat
 	test "$(readlink ck4/latest)" = step-00000008
 '
 
-# Wait until the log at $1 shows a step, at most 60 s.
+# Wait until the log at $1 shows a step, at most 300 s.
 wait_step() {
-	for i in $(seq 1 600); do
-		grep -q "\"event\":\"step\"" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
+	test_wait_for 300 "a step in $1" grep -q "\"event\":\"step\"" "$1"
 }
 
 test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
@@ -145,6 +141,20 @@ test_expect_success 'SIGTERM: a committed checkpoint at the next step, exit 0' '
 	jq -e ".step == $s" ck5/latest/trainer.json
 '
 
+# cpu_ticks PID: the CPU time PID has used (utime + stime, clock ticks)
+cpu_ticks() {
+	awk "{ print \$14 + \$15 }" /proc/$1/stat
+}
+
+# ran_on PID TICKS: PID has used more CPU time than TICKS, by 2 ticks
+ran_on() {
+	test "$(cpu_ticks $1)" -ge $(($2 + 2))
+}
+
+# The signal must come while step 2's 5,000 micro-batches are under way
+# (a second of CPU on an idle machine): once the run has used CPU time
+# after step 1's line, not after a sleep, which a loaded machine can
+# spend without running it at all.
 test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; the resume is exact' '
 	G="--grad-accum 5000 --steps 3" &&
 	gpu-train $A $G >gs.json &&
@@ -152,7 +162,8 @@ test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; t
 	pid=$! &&
 	test_when_finished "kill \$pid 2>/dev/null || :" &&
 	wait_step g1.json &&
-	sleep 0.2 &&
+	c0=$(cpu_ticks $pid) &&
+	test_wait_for 300 "gpu-train to run on into step 2 (CPU time past $c0 ticks)" ran_on $pid $c0 &&
 	kill -TERM $pid &&
 	wait $pid &&
 	jq -e "select(.event == \"summary\") | .step == 1 and .stopped == \"signal (checkpointed)\" and .dropped_micro_batches > 0 and .dropped_micro_batches < 5000" g1.json &&
@@ -168,10 +179,7 @@ test_expect_success 'SIGTERM while the previous checkpoint is still written: sto
 		--ckpt-dir ckw >w.json & } &&
 	pid=$! &&
 	test_when_finished "kill \$pid 2>/dev/null || :" &&
-	for i in $(seq 1 300); do
-		grep -q "\"step\":40," w.json && break
-		sleep 0.05
-	done &&
+	test_wait_for 300 "step 40 in w.json" grep -q "\"step\":40," w.json &&
 	kill -TERM $pid &&
 	wait $pid &&
 	jq -s -e "map(select(.event == \"summary\"))[0] | .step == 40 and .stopped == \"signal (checkpointed)\"" w.json &&

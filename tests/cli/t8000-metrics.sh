@@ -285,11 +285,12 @@ test_expect_success NODE_EXPORTER 'node_exporter serves both files' '
 		--collector.textfile.directory="$PWD/textfile" \
 		--web.listen-address=127.0.0.1:$port >ne.log 2>&1 & echo $! >ne.pid; } &&
 	test_when_finished "kill \$(cat ne.pid) 2>/dev/null; true" &&
-	for i in $(seq 50); do
+	for i in $(seq 600); do
 		curl -sf http://127.0.0.1:$port/metrics >scrape && break
 		kill -0 $(cat ne.pid) || { cat ne.log; return 1; }
 		sleep 0.2
 	done &&
+	{ test -s scrape || { echo "node_exporter did not answer on port $port in 120 s"; cat ne.log; false; }; } &&
 	test "$(prom scrape node_textfile_scrape_error)" = 0 &&
 	test "$(prom scrape gpukit_train_tokens_total)" = 192 &&
 	same "$(prom scrape gpukit_train_loss)" "$(prom train.prom gpukit_train_loss)" &&
@@ -310,11 +311,12 @@ test_expect_success NODE_EXPORTER 'node_exporter: two runs of one tool in one di
 		--collector.textfile.directory="$PWD/two" \
 		--web.listen-address=127.0.0.1:$port >ne2.log 2>&1 & echo $! >ne2.pid; } &&
 	test_when_finished "kill \$(cat ne2.pid) 2>/dev/null; true" &&
-	for i in $(seq 50); do
+	for i in $(seq 600); do
 		curl -sf http://127.0.0.1:$port/metrics >scrape2 && break
 		kill -0 $(cat ne2.pid) || { cat ne2.log; return 1; }
 		sleep 0.2
 	done &&
+	{ test -s scrape2 || { echo "node_exporter did not answer on port $port in 120 s"; cat ne2.log; false; }; } &&
 	test "$(prom scrape2 node_textfile_scrape_error)" = 0 &&
 	test "$(prom scrape2 gpukit_train_steps_total run=job-1)" = 2 &&
 	test "$(prom scrape2 gpukit_train_steps_total run=job-2)" = 3

@@ -64,7 +64,7 @@ ranks_catching() {
 			[ -n "$ok" ] && echo $pids && return 0
 		fi
 		i=$((i + 1))
-		[ "$i" -lt 1200 ] || return 1
+		[ "$i" -lt 1200 ] || { echo "ranks_catching: not 2 ranks catching USR1 after 60 s (pids: $pids)" >&2; return 1; }
 		sleep 0.05
 	done
 }
@@ -75,7 +75,7 @@ usr1_pending() {
 	for pid in $(ranks); do
 		until usr1_pending_in $pid; do
 			i=$((i + 1))
-			[ "$i" -lt 600 ] || return 1
+			[ "$i" -lt 600 ] || { echo "usr1_pending: USR1 not pending in rank $pid after 60 s" >&2; return 1; }
 			sleep 0.1
 		done
 	done
@@ -103,7 +103,7 @@ wait_requeued() {
 			scontrol release "$1" ;;
 		esac
 		i=$((i + 1))
-		[ "$i" -lt 600 ] || return 1
+		[ "$i" -lt 600 ] || { echo "wait_requeued: job $1 still queued after 300 s ($state)" >&2; return 1; }
 		sleep 0.5
 	done
 }
