@@ -471,16 +471,25 @@ int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
 	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
 	snprintf(a->tmp, len + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path,
 		 path + dirlen);
+	/*
+	 * A signal between creating the temp file and registering it for
+	 * removal would leave it behind: the signals that remove it wait
+	 * until it is registered.
+	 */
+	sigset_t old;
+	block_signals(&old);
 	a->fd = mkostemp(a->tmp, O_CLOEXEC);
+	int e = errno;
+	if (a->fd >= 0)
+		a->slot = gk_cleanup_on_signal(a->tmp);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (a->fd < 0) {
-		int e = errno;
 		gk_err_sys(err, e, "create '%s'", path);
 		free(a->path);
 		free(a->tmp);
 		free(a);
 		return -1;
 	}
-	a->slot = gk_cleanup_on_signal(a->tmp);
 	/*
 	 * mkostemp makes 0600. A file replaced keeps its permission bits, as
 	 * with sed -i and editors: a checkpoint someone made private stays
