@@ -253,6 +253,9 @@ _Static_assert(GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->arg) &&
 
 static gk_cli cli;
 static volatile sig_atomic_t stop_flag, stop_seen, nothing_to_save, first_sig;
+/* the run failed and is exiting with its own status: a launcher's SIGTERM
+ * to the other ranks, once one has exited, changes nothing and says nothing */
+static volatile sig_atomic_t failing;
 static volatile sig_atomic_t quiet_rank = 0; /* not rank 0: rank 0 says it for the job */
 
 /*
@@ -375,6 +378,8 @@ static void term_end(void)
  */
 static void on_signal(int sig)
 {
+	if (failing)
+		return;
 	if (sig == SIGALRM) {
 		/* the trainer is stopping (its checkpoint may take long), or done */
 		if (stop_seen || !first_sig || nothing_to_save)
@@ -1171,6 +1176,7 @@ int main(int argc, char **argv)
 	return gk_cli_finish(&cli, rc);
 fail:;
 	int report;
+	failing = 1;
 	term_end();
 	rc = gk_nn_trainer_failed(t, &report);
 	if (report)
