@@ -13,7 +13,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -275,97 +274,6 @@ static unsigned stop_grace = STOP_GRACE_S;
 #define SAY(s) ((void)!write(STDERR_FILENO, s, sizeof(s) - 1))
 
 /*
- * The terminal's line: on rank 0, with stderr a terminal and without -q,
- * one line on stderr redrawn in place (what the run is doing before its
- * first step, then the progress of gk_nn_progress_line) instead of a
- * scroll of step lines. Whatever else is said while it shows clears it
- * first (term_pause), then puts it back (term_resume); the data reader's
- * notes come from its thread, hence the lock. Logs and pipes see none of
- * it: their output is what it was.
- */
-static struct {
-	int on;          /* drawing */
-	int out_tty;     /* stdout is a terminal too (the same one, in practice) */
-	int shown;       /* a line is on the terminal, without its newline */
-	int paused;      /* ... taken off by term_pause, to put back */
-	char line[512];  /* the line drawn last */
-	pthread_mutex_t mu;
-} term = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* s in place of the line, cut to the terminal's width (a line that wraps
- * is not redrawn by a carriage return) */
-static void term_put(const char *s)
-{
-	struct winsize ws;
-	int w = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 511;
-	fprintf(stderr, "\r%.*s\033[K", w, s);
-	fflush(stderr);
-}
-
-static void term_draw(const char *s)
-{
-	if (!term.on)
-		return;
-	pthread_mutex_lock(&term.mu);
-	snprintf(term.line, sizeof(term.line), "%s", s);
-	term_put(term.line);
-	term.shown = 1;
-	pthread_mutex_unlock(&term.mu);
-}
-
-/* Off the terminal, for good (a line that said what the run was doing). */
-static void term_clear(void)
-{
-	if (!term.on)
-		return;
-	pthread_mutex_lock(&term.mu);
-	if (term.shown) {
-		fputs("\r\033[K", stderr);
-		fflush(stderr);
-	}
-	term.shown = 0;
-	pthread_mutex_unlock(&term.mu);
-}
-
-/* Before a message to stderr (or to stdout when it is the terminal): the
- * line off, and the lock held until term_resume draws it back. */
-static void term_pause(void)
-{
-	if (!term.on)
-		return;
-	pthread_mutex_lock(&term.mu);
-	term.paused = term.shown;
-	if (term.shown) {
-		fputs("\r\033[K", stderr);
-		fflush(stderr);
-	}
-}
-
-static void term_resume(void)
-{
-	if (!term.on)
-		return;
-	fflush(stdout);
-	if (term.paused)
-		term_put(term.line);
-	term.paused = 0;
-	pthread_mutex_unlock(&term.mu);
-}
-
-/* The last line stays, with its newline: where the run ended. */
-static void term_end(void)
-{
-	if (!term.on)
-		return;
-	pthread_mutex_lock(&term.mu);
-	if (term.shown)
-		fputc('\n', stderr);
-	fflush(stderr);
-	term.shown = 0;
-	pthread_mutex_unlock(&term.mu);
-}
-
-/*
  * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
  * for a stop without one. The handler only sets the flag the trainer
  * polls between steps, and after SIGTERM or SIGINT arms an alarm: a step
@@ -479,7 +387,7 @@ typedef struct out_ctx {
 	int stale;                 /* a step since then is not in the file */
 	gk_nn_ckpt_stats ckpt;     /* rank 0: the checkpoints so far */
 	int skip_bad; /* report bad_samples */
-	gk_nn_progress prog;       /* the terminal's line, when term.on */
+	gk_nn_progress prog;       /* the terminal's line, when gk_status_on() */
 	int64_t drawn_step;        /* the step it shows */
 } out_ctx;
 
@@ -509,9 +417,9 @@ static void write_metrics(out_ctx *c)
 	    gk_nn_train_ckpt_metrics(c->metrics, &c->ckpt, &err) < 0 ||
 	    gk_metrics_write(c->metrics, c->metrics_path, &err) < 0) {
 		if (!c->metrics_failing) {
-			term_pause();
+			gk_status_pause();
 			gk_cli_warn(&cli, "%s", err.msg);
-			term_resume();
+			gk_status_resume();
 		}
 		c->metrics_failing = 1;
 		return;
@@ -530,16 +438,16 @@ static void draw_progress(out_ctx *c, const gk_nn_train_log *l, int force)
 {
 	double now = gk_now();
 	char line[256];
-	if (!term.on || !(gk_nn_progress_due(&c->prog, l->step, now) || force))
+	if (!gk_status_on() || !(gk_nn_progress_due(&c->prog, l->step, now) || force))
 		return;
-	term_draw(gk_nn_progress_line(&c->prog, l, now, line, sizeof(line)));
+	gk_status_draw(gk_nn_progress_line(&c->prog, l, now, line, sizeof(line)));
 	c->drawn_step = l->step;
 }
 
 static void on_step(const gk_nn_train_log *l, void *ctx)
 {
 	out_ctx *c = ctx;
-	if (term.on)
+	if (gk_status_on())
 		gk_nn_progress_step(&c->prog, l);
 	double val = c->have_last ? c->last.val_loss : NAN; /* the last evaluation's */
 	c->last = *l;
@@ -563,20 +471,20 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 		if (c->skip_bad)
 			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		print_mem(c->mem, o);
-		if (term.out_tty)
-			term_clear();
+		if (gk_status_out_tty())
+			gk_status_clear();
 		emit(o);
 		draw_progress(c, l, 0);
 		return;
 	}
 	/* on a terminal the progress line stands for the step lines, but
 	 * for a step with news */
-	if (cli.quiet || (term.on && term.out_tty && isnan(l->val_loss) && !l->skipped)) {
+	if (cli.quiet || (gk_status_on() && gk_status_out_tty() && isnan(l->val_loss) && !l->skipped)) {
 		draw_progress(c, l, 0);
 		return;
 	}
-	if (term.out_tty)
-		term_clear();
+	if (gk_status_out_tty())
+		gk_status_clear();
 	printf("step %5" PRId64 "/%" PRId64 "  loss %.4f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms"
 	       "  (comm %.1f, exposed %.1f)%s", l->step, c->steps, l->loss, l->lr, l->grad_norm,
 	       l->tokens_per_s, l->step_ms, l->comm_ms, l->exposed_comm_ms,
@@ -595,8 +503,8 @@ static void on_ckpt(int64_t step, double seconds, void *ctx)
 	c->ckpt.seconds = seconds;
 	c->ckpt.when = (double)time(NULL);
 	write_metrics(c);
-	if (term.out_tty)
-		term_pause();
+	if (gk_status_out_tty())
+		gk_status_pause();
 	if (cli.json) {
 		emit(json_pack("{s:s,s:I,s:f}", "event", "checkpoint", "step", (json_int_t)step,
 			       "seconds", seconds));
@@ -604,8 +512,8 @@ static void on_ckpt(int64_t step, double seconds, void *ctx)
 		printf("checkpoint step %" PRId64 " committed (%.2f s)\n", step, seconds);
 		gk_cli_flush(&cli);
 	}
-	if (term.out_tty)
-		term_resume();
+	if (gk_status_out_tty())
+		gk_status_resume();
 }
 
 static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
@@ -613,10 +521,10 @@ static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
 	out_ctx *c = ctx;
 	c->ckpt.failed++;
 	write_metrics(c);
-	term_pause();
+	gk_status_pause();
 	gk_cli_warn(&cli, "checkpoint step %" PRId64 " not written, training goes on: %s",
 		    step, why->msg);
-	term_resume();
+	gk_status_resume();
 }
 
 /*
@@ -641,9 +549,9 @@ static void data_note(void *ctx, const char *msg)
 		given[n++ % GK_ARRAY_SIZE(given)] = h;
 	pthread_mutex_unlock(&mu);
 	if (!seen && !cli.silent_usage) {
-		term_pause();
+		gk_status_pause();
 		fprintf(stderr, "gpu-train: note: %s\n", msg);
-		term_resume();
+		gk_status_resume();
 	}
 }
 
@@ -825,7 +733,7 @@ static void say_building(const args *a)
 			 o->data && !o->eval_only ? " and opening the data" : "");
 	else
 		snprintf(what, sizeof(what), "gpu-train: building the model...");
-	term_draw(what);
+	gk_status_draw(what);
 }
 
 /* Rank 0: the notes on stderr, the model and its memory on stdout. */
@@ -840,7 +748,7 @@ static void print_start(gk_nn_trainer *t)
 	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
 	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
 	const char *from = gk_nn_trainer_model_from(t); /* resumed or --init-from */
-	term_clear(); /* "building the model..." */
+	gk_status_clear(); /* "building the model..." */
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
@@ -967,11 +875,11 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 	int64_t end = r->until > 0 && r->until < r->steps ? r->until : r->steps;
 	gk_nn_progress_start(&ctx.prog, end, (uint64_t)r->batch * (uint64_t)r->seq *
 			     (uint64_t)r->grad_accum * (uint64_t)ctx.world, 0.25, gk_now());
-	if (term.on) {
+	if (gk_status_on()) {
 		char first[128];
 		snprintf(first, sizeof(first), "step %" PRId64 "/%" PRId64 "  first step...",
 			 gk_nn_trainer_step(t), end);
-		term_draw(first);
+		gk_status_draw(first);
 	}
 	int run = gk_nn_trainer_run(t, &h, &s, err);
 	/* the line as the run left it (a signal may have come between two
@@ -979,9 +887,9 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 	if (ctx.have_last && ctx.drawn_step != ctx.last.step)
 		draw_progress(&ctx, &ctx.last, 1);
 	if (ctx.have_last)
-		term_end();
+		gk_status_end();
 	else
-		term_clear();
+		gk_status_clear();
 	if (ctx.stale)
 		write_metrics(&ctx);
 	gk_metrics_free(ctx.metrics);
@@ -1152,12 +1060,12 @@ int main(int argc, char **argv)
 	gk_nn_trainer *t = NULL;
 	int rc = 0;
 	/* a GPT-2 small takes seconds to build, its first step more */
-	term.on = !cli.quiet && !cli.silent_usage && isatty(STDERR_FILENO);
-	term.out_tty = term.on && isatty(STDOUT_FILENO);
+	gk_status_start(!cli.quiet && !cli.silent_usage);
 	say_building(&a);
 	if (gk_nn_trainer_new(&t, &a.o, &err) < 0)
 		goto fail;
-	term.on = term.on && gk_nn_trainer_rank(t) == 0;
+	if (gk_nn_trainer_rank(t) != 0)
+		gk_status_stop(); /* rank 0 draws it for the job */
 	quiet_rank = gk_nn_trainer_rank(t) != 0;
 	print_start(t);
 	if (a.o.eval_only || a.o.steps == 0) {
@@ -1177,7 +1085,7 @@ int main(int argc, char **argv)
 fail:;
 	int report;
 	failing = 1;
-	term_end();
+	gk_status_end();
 	rc = gk_nn_trainer_failed(t, &report);
 	if (report)
 		gk_cli_fail(&cli, &err);

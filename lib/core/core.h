@@ -283,6 +283,29 @@ char *gk_progress_format(const gk_progress *p, uint64_t done, double elapsed,
 			 char *buf, size_t len);
 double gk_now(void); /* monotonic seconds */
 
+/* ---- the status line ---------------------------------------------------------- */
+
+/*
+ * The terminal's status line: one line on stderr redrawn in place (what a
+ * long run is doing, then its progress), for one process. gk_status_start
+ * turns it on when enabled (the tool passes !quiet) and stderr is a
+ * terminal; every other call does nothing while it is off. Around any other
+ * message to the terminal, gk_status_pause takes the line off and holds its
+ * lock, and gk_status_resume puts it back: safe from several threads.
+ * gk_status_clear removes it for good, gk_status_end leaves the last line
+ * with its newline. gk_status_out_tty: stdout is that terminal too, so
+ * printing there needs the same care.
+ */
+void gk_status_start(int enabled);
+void gk_status_stop(void);
+int gk_status_on(void);
+int gk_status_out_tty(void);
+void gk_status_draw(const char *s);
+void gk_status_clear(void);
+void gk_status_pause(void);
+void gk_status_resume(void);
+void gk_status_end(void);
+
 /* ---- brace expansion ---------------------------------------------------------- */
 
 /*
