@@ -40,8 +40,12 @@ static uint64_t read_u64(const char *root, const char *dir, const char *name)
 	return v;
 }
 
-/* The value of "key N" in a flat-keyed file such as memory.stat; 0 without. */
-static uint64_t read_key(const char *root, const char *dir, const char *name, const char *key)
+/*
+ * The number after "KEY" and sep in a keyed file: "file N" in memory.stat
+ * (sep ' '), "MemAvailable:   N kB" in /proc/meminfo (sep ':'); 0 without.
+ */
+static uint64_t read_key(const char *root, const char *dir, const char *name, const char *key,
+			 char sep)
 {
 	FILE *f = open_at(root, dir, name);
 	if (!f)
@@ -50,8 +54,8 @@ static uint64_t read_key(const char *root, const char *dir, const char *name, co
 	size_t n = strlen(key);
 	unsigned long long v = 0;
 	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, key, n) == 0 && line[n] == ' ' &&
-		    sscanf(line + n, "%llu", &v) == 1)
+		if (strncmp(line, key, n) == 0 && line[n] == sep &&
+		    sscanf(line + n + 1, "%llu", &v) == 1)
 			break;
 	fclose(f);
 	return v;
@@ -78,10 +82,10 @@ static int limit_at(const char *root, const char *dir, int v2, void *ctx)
 	if (max == 0 || max >= NO_LIMIT)
 		return 0;
 	uint64_t used = read_u64(root, dir, v2 ? "/memory.current" : "/memory.usage_in_bytes");
-	uint64_t cache = v2 ? read_key(root, dir, "/memory.stat", "file")
-			    : read_key(root, dir, "/memory.stat", "total_cache");
+	uint64_t cache = v2 ? read_key(root, dir, "/memory.stat", "file", ' ')
+			    : read_key(root, dir, "/memory.stat", "total_cache", ' ');
 	if (!v2 && !cache)
-		cache = read_key(root, dir, "/memory.stat", "cache");
+		cache = read_key(root, dir, "/memory.stat", "cache", ' ');
 	used = used > cache ? used - cache : 0;
 	uint64_t room = max > used ? max - used : 0;
 	if (w->m->cgroup_max == 0 || room < w->room) {
@@ -95,18 +99,7 @@ static int limit_at(const char *root, const char *dir, int v2, void *ctx)
 /* "Key:   N kB" of /proc/meminfo or /proc/self/status, in bytes; 0 without */
 static uint64_t read_kb(const char *root, const char *file, const char *key)
 {
-	FILE *f = open_at(root, file, "");
-	if (!f)
-		return 0;
-	char line[256];
-	size_t n = strlen(key);
-	unsigned long long v = 0;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, key, n) == 0 && line[n] == ':' &&
-		    sscanf(line + n + 1, "%llu", &v) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)v * 1024;
+	return read_key(root, file, "", key, ':') * 1024;
 }
 
 /* /proc/self/limits: "Max address space   SOFT   HARD   bytes" */

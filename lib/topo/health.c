@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "topo/topo.h"
+#include "topo/topo_impl.h"
 
 /* nvml.h's values (r535) */
 enum {
@@ -45,17 +45,10 @@ enum {
 	NVML_PAGE_RETIREMENT_MULTIPLE_SBE = 0,
 	NVML_PAGE_RETIREMENT_DBE = 1,
 	NVML_FI_DEV_MEMORY_TEMP = 82,
-	NVML_NVLINK_MAX_LINKS = 18,
 };
 
-typedef void *nvml_dev;
 typedef struct { unsigned gpu, memory; } nvml_util;
 typedef struct { unsigned long long total, free, used; } nvml_mem;
-typedef struct {
-	char bus_id_legacy[16];
-	unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
-	char bus_id[32];
-} nvml_pci;
 typedef struct {
 	unsigned field, scope;
 	long long timestamp, latency;

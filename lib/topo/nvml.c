@@ -12,16 +12,6 @@
 
 #include "topo/topo_impl.h"
 
-#define NVML_NVLINK_MAX_LINKS 18 /* nvml.h, r535 */
-
-typedef struct {
-	char bus_id_legacy[16];
-	unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
-	char bus_id[32];
-} nvml_pci; /* nvmlPciInfo_t */
-
-typedef void *nvml_dev;
-
 struct nvml {
 	int (*init)(void);
 	int (*shutdown)(void);

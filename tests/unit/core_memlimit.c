@@ -13,33 +13,9 @@
 #include "core/core.h"
 #include "tap.h"
 
-static char top[] = "/tmp/gk-memlimit-XXXXXX";
-static int tree;
-static char root[256];
+#define FIXTURE_TOP "/tmp/gk-memlimit-XXXXXX"
+#include "fixture.h"
 
-static void put(const char *path, const char *text)
-{
-	char p[512];
-	snprintf(p, sizeof(p), "%s%s", root, path);
-	for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		mkdir(p, 0755);
-		*s = '/';
-	}
-	FILE *f = fopen(p, "w");
-	if (f) {
-		fputs(text, f);
-		fclose(f);
-	}
-}
-
-static void fresh(void)
-{
-	snprintf(root, sizeof(root), "%s/%d", top, ++tree);
-	mkdir(root, 0755);
-}
-
-#define V2_MOUNT "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
 #define V1_MOUNTS                                                                         \
 	"31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n"                      \
 	"33 31 0:30 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"     \
