@@ -205,6 +205,17 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
  */
 int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
+/*
+ * A temp path created and then registered leaves a window in which a
+ * signal kills the process with the path left behind: create and register
+ * it between gk_cleanup_hold and gk_cleanup_release, which hold back the
+ * signals that remove registered paths (SIGINT, SIGTERM, SIGHUP, SIGPIPE)
+ * and then deliver any that came. The pairs nest, per thread.
+ * Registered directories are removed after registered files, so the
+ * order of registration does not matter.
+ */
+void gk_cleanup_hold(void);
+void gk_cleanup_release(void);
 /* Remove them now: for a signal handler of the caller's own that ends
  * the process with _exit (async-signal-safe: unlink and rmdir only). */
 void gk_cleanup_now(void);
