@@ -793,6 +793,8 @@ static void print_start(gk_nn_trainer *t)
 			/* the flat buffer, with the padded vocabulary rows */
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			json_object_set_new(j, "threads", json_integer(r->threads));
+			if (gk_nn_trainer_device_desc(t))
+				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
@@ -811,6 +813,8 @@ static void print_start(gk_nn_trainer *t)
 			       gk_nn_trainer_world(t) > 1 ? " each" : "",
 			       gk_nn_trainer_world(t) == 1 ? "" :
 			       r->overlap ? "; allreduce during backward" : "; allreduce after backward");
+			if (gk_nn_trainer_device_desc(t))
+				printf("%s: %s\n", device, gk_nn_trainer_device_desc(t));
 			print_mem(mem, NULL);
 			if (from && r->resume && gk_nn_trainer_step(t) > 0)
 				printf("resumed from step %" PRId64 " of %s\n", gk_nn_trainer_step(t),
