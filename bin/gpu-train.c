@@ -653,6 +653,12 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
+	if (a->o.zero == 2 && a->o.compress != GK_COMM_COMPRESS_NONE)
+		gk_cli_usage_error(&cli, "--zero 2 does not compress its gradient buckets: --zero 1 "
+				   "with --compress, or --zero 2 without it");
+	if (a->o.zero == 2 && a->o.device == GK_NN_CUDA)
+		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
+				   "only: on a GPU use --zero 1");
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");

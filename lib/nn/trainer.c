@@ -581,9 +581,13 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (rc == 0 && t->o.seq > t->cfg.positions)
 		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
 			     " positions", t->o.seq, t->cfg.positions);
-	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0 ||
-	    gk_nn_tr_agree_local(t, gk_nn_dp_check(&t->o, t->world, t->cuda, err), err) < 0)
+	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
 		return -1;
+	/* --device auto found a GPU for a setting only the CPU runs: a usage error */
+	if (gk_nn_tr_agree_local(t, gk_nn_dp_check(&t->o, t->world, t->cuda, err), err) < 0) {
+		t->agreed = 2;
+		return -1;
+	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
