@@ -223,6 +223,30 @@ test_expect_success MPI,NOASAN 'ZeRO-2 over 2 ranks, GPT-2 vocabulary: peak RSS 
 	PY
 '
 
+# Wait until the log at $1 shows a step, at most 300 s.
+wait_step() {
+	test_wait_for 300 "a step in $1" grep -q "\"event\":\"step\"" "$1"
+}
+
+# Step 2 runs 2,000 micro-steps (seconds), each summing its buckets into
+# the shard: a signal sent as step 1's line appears lands inside it.
+test_expect_success MPI 'SIGUSR1 in a long accumulation: the micro-steps summed into the shard are dropped, the resume is exact' '
+	G="--batch 2 --grad-accum 2000 --steps 3 --zero 2" &&
+	mpi 2 $A $G >gs.json &&
+	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A $G --ckpt-dir cz >g1.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	wait_step g1.json &&
+	kill -USR1 $pid &&
+	wait $pid &&
+	jq -e "select(.event == \"summary\") | .step == 1 and .dropped_micro_batches > 0" g1.json &&
+	test "$(readlink cz/latest)" = step-00000001 &&
+	mpi 2 $A $G --ckpt-dir cz --resume >g2.json &&
+	{ losses g1.json && losses g2.json; } >g12 &&
+	losses gs.json >gs &&
+	test_cmp gs g12
+'
+
 test_expect_success MPI '--metrics with ZeRO-2: the memory by category, gradients the shard' '
 	mpi 2 $A --batch 4 --zero 2 --metrics zm.prom >/dev/null &&
 	g=$(jq -s "map(select(.event == \"start\"))[0].memory.gradients" z2.json) &&
