@@ -163,13 +163,15 @@ static int retire(gk_comm_grads *g, gk_err *err)
 	if (rc < 0)
 		return -1;
 	size_t a = lo + d[rank], e = lo + d[rank + 1];
-	float *dst = g->shard + (a - (size_t)rank * g->per);
-	const float *src = g->grad + a;
-	if (g->add)
-		for (size_t i = 0; i < e - a; i++)
-			dst[i] += src[i];
-	else if (e > a)
-		memcpy(dst, src, (e - a) * sizeof(float));
+	if (e > a) {
+		float *dst = g->shard + (a - (size_t)rank * g->per);
+		const float *src = g->grad + a;
+		if (g->add)
+			for (size_t i = 0; i < e - a; i++)
+				dst[i] += src[i];
+		else
+			memcpy(dst, src, (e - a) * sizeof(float));
+	}
 	if (g->done)
 		g->done(lo, hi, g->done_ctx);
 	return 0;
