@@ -329,9 +329,14 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 static int ready_cb(size_t off, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
+	double t0 = gk_now();
 	if (dp->comm_start == 0)
-		dp->comm_start = gk_now();
-	return gk_comm_grads_ready(dp->grads, off, err);
+		dp->comm_start = t0;
+	int rc = gk_comm_grads_ready(dp->grads, off, err);
+	/* ZeRO-2 waits here for the buckets it retires: backward stands still */
+	if (dp->zero2)
+		dp->bwd_wait += gk_now() - t0;
+	return rc;
 }
 
 gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last)
@@ -356,8 +361,12 @@ int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
 	 * shard and released, so that the next backward writes into zeros
 	 * (the last micro-step's finish is gk_nn_dp_reduce's, which divides).
 	 */
-	if (dp->zero2 && a < accum - 1)
-		return gk_comm_grads_finish(dp->grads, err);
+	if (dp->zero2 && a < accum - 1) {
+		double t0 = gk_now();
+		int rc = gk_comm_grads_finish(dp->grads, err);
+		dp->bwd_wait += gk_now() - t0;
+		return rc;
+	}
 	return 0;
 }
 

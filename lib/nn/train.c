@@ -253,7 +253,7 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	lg->grad_norm = norm;
 	lg->skipped = skip;
 	lg->comm_ms = dp->comm_start ? (tc - dp->comm_start) * 1e3 : 0;
-	lg->exposed_comm_ms = (exposed + gathered) * 1e3;
+	lg->exposed_comm_ms = (exposed + gathered + dp->bwd_wait) * 1e3;
 	return 0;
 }
 
@@ -275,6 +275,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		int64_t step = t->step + 1;
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
+		t->dp->bwd_wait = 0;
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);

@@ -176,6 +176,8 @@ struct gk_nn_dp {
 			       * (the model's buffer is lazy_grads) */
 	gk_comm_grads *grads;
 	double comm_start;    /* first bucket of this step started */
+	double bwd_wait;      /* ZeRO-2: seconds of this step's micro-steps spent in
+			       * the buckets' calls during backward (exposed) */
 	int block_at, reduces; /* tests: reduction block_at never ends (gk_nn_train_opts'
 				* test_block_step); reductions so far */
 };
