@@ -206,7 +206,8 @@ static const gk_optdef options[] = {
 	FLAG("skip-nonfinite", o.skip_nonfinite, 1, NOTE,
 	     "skip steps whose loss or gradient is NaN/Inf"),
 	SECTION("parallel"),
-	INT("zero", "0|1", o.zero, 0, 1, NOTE, "0", "1: shard the optimizer state over the ranks"),
+	INT("zero", "0|1|2", o.zero, 0, 2, NOTE, "0",
+	    "1: shard the optimizer state over the ranks; 2: and the gradients"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
 	     NOTE, "none", "none, bf16, f16 or int8 gradients on the wire"),
 	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
@@ -652,6 +653,12 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
+	if (a->o.zero == 2 && a->o.compress != GK_COMM_COMPRESS_NONE)
+		gk_cli_usage_error(&cli, "--zero 2 does not compress its gradient buckets: --zero 1 "
+				   "with --compress, or --zero 2 without it");
+	if (a->o.zero == 2 && a->o.device == GK_NN_CUDA)
+		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
+				   "only: on a GPU use --zero 1");
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");

@@ -517,6 +517,26 @@ int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
 	return run(c, &k, err);
 }
 
+int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
+			     gk_comm_op op, gk_comm_req **req, gk_err *err)
+{
+	gk_comm_call k;
+	if (!displ)
+		return gk_errf(err, "reduce-scatter: no pieces");
+	for (int i = 0; i < c->world; i++)
+		if (displ[i + 1] < displ[i])
+			return gk_errf(err, "reduce-scatter: piece %d ends before it starts", i);
+	size_t esz = gk_comm_dt_size(dt);
+	fill(&k, GK_COMM_REDUCE_SCATTER, buf, (char *)buf + displ[c->rank] * (esz ? esz : 1),
+	     displ[c->rank + 1] - displ[c->rank], dt, op, NULL);
+	k.displ = displ;
+	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	if (displ[c->world] > (size_t)1 << 54)
+		return gk_errf(err, "reduce-scatter of %zu elements: too large", displ[c->world]);
+	return start(c, &k, req, err);
+}
+
 int gk_comm_allgather(gk_comm *c, const void *send, void *recv,
 		      size_t sendcount, gk_dtype dt, const gk_comm_callopts *o,
 		      gk_err *err)

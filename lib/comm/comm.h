@@ -314,6 +314,21 @@ int gk_comm_iallreduce(gk_comm *c, const void *send, void *recv, size_t count,
 int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
 		    gk_dtype dt, gk_comm_op op, int root, const gk_comm_callopts *o,
 		    gk_comm_req **req, gk_err *err);
+/*
+ * Non-blocking reduce-scatter of unequal pieces, in place (MPI's
+ * MPI_Reduce_scatter with its recvcounts): buf holds displ[world]
+ * elements, rank q's piece [displ[q], displ[q + 1]); when the request
+ * completes, this rank's piece holds op over every rank's piece (AVG
+ * divides once), and the other pieces are left undefined. One collective
+ * for a range whose owners hold unequal parts of it (ZeRO-2's gradient
+ * buckets), instead of one reduce per owner. displ (world + 1 offsets,
+ * non-decreasing) and buf stay the caller's, untouched until the request
+ * completes. mpi: the ring, each piece one of its blocks (empty pieces
+ * send nothing); self: nothing to do; nccl: not available (NCCL's
+ * reduce-scatter takes equal counts), an error.
+ */
+int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
+			     gk_comm_op op, gk_comm_req **req, gk_err *err);
 /* *done = 1 when complete (the request stays valid until waited on). */
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 /* Wait for completion and free the request; returns the operation's status. */
@@ -352,6 +367,31 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
  * allreduce does. Not with compression.
  */
 int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
+/*
+ * ZeRO-2 (set before the first step, on a host communicator): rank r
+ * owns [r * per, (r + 1) * per) of the gradients and keeps only that,
+ * in shard (per floats, its own buffer, not grad's). Each bucket, as
+ * backward completes it, is one reduce-scatter of unequal pieces
+ * (gk_comm_ireduce_scatterv, SUM) in place in grad; when it completes,
+ * this rank's piece is copied into the shard (the first micro-step of a
+ * step) or added to it (the others: accumulation sums into the shard),
+ * and done(lo, hi, ctx) is told that grad's [lo, hi) is no longer needed
+ * (the caller may release its memory, which must read as zeros after).
+ * Bucket boundaries are rounded to multiples of align elements (the
+ * caller's page, counted from grad, which must be aligned to one) so a
+ * bucket's range is whole pages. At most depth buckets are in flight
+ * (their gradients in memory); a new one first retires the oldest; depth
+ * 0 waits for each as soon as it starts (no overlap with backward). The
+ * finish of a step's last micro-step divides the shard by the world
+ * once (AVG; gk_comm_grads_micro says which micro-step runs). Not with
+ * compression.
+ */
+typedef void (*gk_comm_grads_done_fn)(size_t lo, size_t hi, void *ctx);
+int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
+			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err);
+/* ZeRO-2: the next micro-step is a step's first (the shard is copied
+ * into, not added to) and/or its last (finish divides by the world). */
+void gk_comm_grads_micro(gk_comm_grads *g, int first, int last);
 int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err);
 int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err);
 size_t gk_comm_grads_buckets(const gk_comm_grads *g);

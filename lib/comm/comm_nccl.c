@@ -550,6 +550,9 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 				      nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_REDUCE_SCATTER:
+		if (k->displ)
+			return gk_errf(err, "nccl: a reduce-scatter of unequal pieces is not "
+				       "available (NCCL's takes equal counts)");
 		if (k->compress != GK_COMM_COMPRESS_NONE) {
 			if (compressed_rs(c, st, k, err) < 0)
 				return -1;

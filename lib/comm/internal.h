@@ -21,6 +21,8 @@ typedef struct gk_comm_call {
 	gk_comm_algo algo; /* resolved: never AUTO */
 	gk_comm_compress compress;
 	float *residual;
+	const size_t *displ; /* rs of unequal pieces: world + 1 offsets into send
+			      * (the caller's, valid until done); NULL: equal */
 } gk_comm_call;
 
 struct gk_comm_req {

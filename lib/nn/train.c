@@ -172,6 +172,7 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, gk_err *err)
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;
+		gk_nn_dp_micro_begin(t->dp, a, o->grad_accum);
 		int r = gk_nn_data_next(t->data, t->in, t->tg, err);
 		if (r == 0)
 			r = gk_errf(err, "data '%s': no more micro-batches", o->data);
@@ -179,8 +180,9 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, gk_err *err)
 			return -1;
 		*lsum += l;
 		int last = a == o->grad_accum - 1;
-		gk_nn_ready_fn cb = last ? gk_nn_dp_ready_fn(t->dp) : NULL;
-		if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t->dp, err) < 0)
+		gk_nn_ready_fn cb = gk_nn_dp_ready_fn(t->dp, last);
+		if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t->dp, err) < 0 ||
+		    gk_nn_dp_micro_end(t->dp, a, o->grad_accum, err) < 0)
 			return -1;
 		(*done)++;
 	}
@@ -251,7 +253,7 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	lg->grad_norm = norm;
 	lg->skipped = skip;
 	lg->comm_ms = dp->comm_start ? (tc - dp->comm_start) * 1e3 : 0;
-	lg->exposed_comm_ms = (exposed + gathered) * 1e3;
+	lg->exposed_comm_ms = (exposed + gathered + dp->bwd_wait) * 1e3;
 	return 0;
 }
 
@@ -273,6 +275,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		int64_t step = t->step + 1;
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
+		t->dp->bwd_wait = 0;
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);

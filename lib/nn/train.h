@@ -63,7 +63,7 @@ typedef struct gk_nn_train_opts {
 	double clip;            /* global-norm clip; 0: off */
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
-	int zero;               /* 0 or 1 */
+	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */
 	int overlap;            /* allreduce buckets during backward (1), after
