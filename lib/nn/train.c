@@ -273,6 +273,10 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		int64_t step = t->step + 1;
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
+		/* the flight recorder names each collective's step */
+		gk_comm_trace_step(t->comm, step);
+		if (t->dp->gcomm && t->dp->gcomm != t->comm)
+			gk_comm_trace_step(t->dp->gcomm, step);
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);
