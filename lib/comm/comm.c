@@ -400,6 +400,7 @@ static int start_entered(gk_comm *c, const gk_comm_call *k, gk_comm_req **out,
 	}
 	r->c = c;
 	r->call = *k;
+	r->call.queued = 1; /* when it runs there, its start is its own */
 	int queued = 0;
 	if (c->backend == GK_COMM_BACKEND_NCCL) {
 		gk_comm_trace_start(c, k);

@@ -26,6 +26,7 @@ typedef struct gk_comm_call {
 	float *residual;
 	uint64_t seq; /* the flight recorder's number (0: not recorded) */
 	int fault;    /* GK_TEST_COMM_FAULT's action for this call */
+	int queued;   /* started by the progress thread, not when called */
 } gk_comm_call;
 
 struct gk_comm_req {

@@ -188,7 +188,8 @@ void gk_comm_trace_start(gk_comm *c, const gk_comm_call *k)
 {
 	gk_comm_trace_rec *r = slot(c, k->seq);
 	if (r) {
-		r->t_start = now_ns();
+		/* run as it is called: one clock read for both */
+		r->t_start = k->queued ? now_ns() : r->t_enq;
 		atomic_store_explicit(&r->state, GK_TR_STARTED, memory_order_release);
 		atomic_store_explicit(&c->tr.running, k->seq, memory_order_relaxed);
 	}

@@ -312,6 +312,14 @@ static const trec *rec_at(const tdump *d, int64_t seq)
 	return d->at[seq - d->first];
 }
 
+/* How long t has been in flight at the dump, or was until it failed. */
+static double rec_age(const tdump *d, const trec *t)
+{
+	int64_t from = t->start ? t->start : t->enq;
+	int64_t to = t->state == GK_TR_FAILED && t->end ? t->end : d->mono;
+	return (double)(to - from) / 1e9;
+}
+
 static int same_op(const trec *a, const trec *b)
 {
 	return !strcmp(a->op, b->op) && a->bytes == b->bytes && !strcmp(a->dtype, b->dtype) &&
@@ -319,16 +327,22 @@ static int same_op(const trec *a, const trec *b)
 	       a->index == b->index && a->step == b->step;
 }
 
-/* The first operation of d not done: its seq (next when all are). */
+/*
+ * Where d is: 2 s when in operation s (its first not done), 2 next - 1
+ * when every operation it entered is done (short of the next one, and
+ * behind a rank in it). SEQ(p) is the operation, IN(p) whether entered.
+ */
 static int64_t position(const tdump *d)
 {
 	for (int64_t s = d->first; s < d->next; s++) {
 		const trec *t = d->at[s - d->first];
 		if (t && t->state != GK_TR_DONE)
-			return s;
+			return 2 * s;
 	}
-	return d->next;
+	return 2 * d->next - 1;
 }
+#define SEQ(p) (((p) + 1) / 2)
+#define IN(p) ((p) % 2 == 0)
 
 /* Any rank's record of seq, for naming an operation some rank never entered. */
 static const trec *any_at(const tcomm *c, int64_t seq)
@@ -339,6 +353,12 @@ static const trec *any_at(const tcomm *c, int64_t seq)
 			return t;
 	}
 	return NULL;
+}
+
+static int failed_at(const tdump *d, int64_t seq)
+{
+	const trec *t = rec_at(d, seq);
+	return t && t->state == GK_TR_FAILED;
 }
 
 /*
@@ -356,16 +376,17 @@ static void say_waiting(FILE *o, const tcomm *c, const int64_t *pos, const int *
 			return;
 		double oldest = 0;
 		for (int q = r; q < c->world; q++) {
-			if (!set[q] || mark[q] || pos[q] != pos[r])
+			if (!set[q] || mark[q] || pos[q] != pos[r] ||
+			    failed_at(&c->d[q], SEQ(pos[q])) != failed_at(&c->d[r], SEQ(pos[r])))
 				continue;
 			grp[q] = mark[q] = 1;
-			const trec *t = rec_at(&c->d[q], pos[q]);
+			const trec *t = IN(pos[q]) ? rec_at(&c->d[q], SEQ(pos[q])) : NULL;
 			if (t) {
-				double age = (double)(c->d[q].mono - (t->start ? t->start : t->enq)) / 1e9;
+				double age = rec_age(&c->d[q], t);
 				oldest = age > oldest ? age : oldest;
 			}
 		}
-		const trec *t = rec_at(&c->d[r], pos[r]);
+		const trec *t = IN(pos[r]) ? rec_at(&c->d[r], SEQ(pos[r])) : NULL;
 		int n = 0;
 		for (int q = 0; q < c->world; q++)
 			n += grp[q];
@@ -375,13 +396,18 @@ static void say_waiting(FILE *o, const tcomm *c, const int64_t *pos, const int *
 		say_ranks(o, grp, c->world);
 		if (n == 1)
 			say_host(o, c, r);
-		if (t) {
+		if (t && t->state == GK_TR_FAILED) {
+			fputs(" failed in ", o);
+			say_op(o, t);
+			fputs(" after ", o);
+			say_age(o, oldest);
+		} else if (t) {
 			fputs(n == 1 ? " waits in " : " wait in ", o);
 			say_op(o, t);
 			fputs(" since ", o);
 			say_age(o, oldest);
 		} else {
-			fprintf(o, " finished #%" PRId64 " and %s in no operation", pos[r] - 1,
+			fprintf(o, " finished #%" PRId64 " and %s in no operation", SEQ(pos[r]) - 1,
 				n == 1 ? "is" : "are");
 		}
 		free(grp);
@@ -502,13 +528,13 @@ static void analyse(FILE *o, const tcomm *c, int several)
 		double oldest = 0;
 		int entered = 0;
 		for (int r = 0; r < w; r++) {
-			if (!set[r])
+			if (!set[r] || !IN(p))
 				continue;
-			const trec *m = rec_at(&c->d[r], p);
+			const trec *m = rec_at(&c->d[r], SEQ(p));
 			if (m) {
 				entered = 1;
 				t = m;
-				double age = (double)(c->d[r].mono - (m->start ? m->start : m->enq)) / 1e9;
+				double age = rec_age(&c->d[r], m);
 				oldest = age > oldest ? age : oldest;
 			}
 		}
@@ -527,12 +553,12 @@ static void analyse(FILE *o, const tcomm *c, int several)
 			fputs(" since ", o);
 			say_age(o, oldest);
 		} else {
-			const trec *want = any_at(c, p), *last = rec_at(&c->d[one], p - 1);
+			const trec *want = any_at(c, SEQ(p)), *last = rec_at(&c->d[one], SEQ(p) - 1);
 			fprintf(o, " never entered ");
 			if (want)
 				say_op(o, want);
 			else
-				fprintf(o, "#%" PRId64, p);
+				fprintf(o, "#%" PRId64, SEQ(p));
 			if (last && n == 1) {
 				fputs(": its last operation, ", o);
 				say_op(o, last);
@@ -584,11 +610,11 @@ static void analyse(FILE *o, const tcomm *c, int several)
 	{
 		const trec *t = NULL;
 		double oldest = 0;
-		for (int r = 0; r < w; r++) {
-			const trec *m = rec_at(&c->d[r], p);
+		for (int r = 0; r < w && IN(p); r++) {
+			const trec *m = rec_at(&c->d[r], SEQ(p));
 			if (m) {
 				t = m;
-				double age = (double)(c->d[r].mono - (m->start ? m->start : m->enq)) / 1e9;
+				double age = rec_age(&c->d[r], m);
 				oldest = age > oldest ? age : oldest;
 			}
 		}
@@ -601,7 +627,7 @@ static void analyse(FILE *o, const tcomm *c, int several)
 			      "network, a device, or the library)\n", o);
 		} else {
 			fprintf(o, "no operation in flight: every rank finished #%" PRId64
-				" and entered no other\n", p - 1);
+				" and entered no other\n", SEQ(p) - 1);
 		}
 	}
 tail:
