@@ -24,7 +24,7 @@ static const char synopsis[] =
 	"                       [--backend NAME] [--algo NAME|all]\n"
 	"                       [--compress bf16|f16|int8] [--collective NAME]\n"
 	"                       [--segment SIZE] [--timeout SECONDS] [--json | --csv]\n"
-	"                       [--metrics FILE]\n";
+	"                       [--metrics FILE] [--trace-dir DIR]\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =

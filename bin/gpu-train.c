@@ -24,7 +24,8 @@ static const char synopsis[] =
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
 	"       gpu-train --sample N [--prompt TEXT] {--init-from CKPT | --ckpt-dir DIR --resume}\n"
-	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n";
+	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n"
+	"       gpu-train --trace-report DIR\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =
