@@ -417,7 +417,7 @@ static void say_waiting(FILE *o, const tcomm *c, const int64_t *pos, const int *
 /* One communicator's verdict, or nothing when it shows no problem. */
 static void analyse(FILE *o, const tcomm *c, int several)
 {
-	int w = c->world, dumped = 0;
+	int w = c->world, dumped = 0, said_missing = 0;
 	int64_t *pos = calloc((size_t)w, sizeof *pos);
 	int *set = calloc((size_t)w, sizeof *set), *mark = calloc((size_t)w, sizeof *mark);
 	int *missing = calloc((size_t)w, sizeof *missing);
@@ -576,6 +576,7 @@ static void analyse(FILE *o, const tcomm *c, int several)
 	}
 	if (nmissing || nsilent) {
 		/* every dump is at one place: the ranks without one, or that did not answer */
+		said_missing = 1;
 		memset(set, 0, (size_t)w * sizeof *set);
 		int one = -1;
 		for (int r = 0; r < w; r++)
@@ -631,6 +632,16 @@ static void analyse(FILE *o, const tcomm *c, int several)
 		}
 	}
 tail:
+	/* ranks without a dump the verdict did not name */
+	if (!said_missing) {
+		int n = 0;
+		for (int r = 0; r < w; r++)
+			n += missing[r];
+		if (n) {
+			say_ranks(o, missing, w);
+			fprintf(o, " left no dump\n");
+		}
+	}
 	/* what each dump says of itself */
 	for (int r = 0; r < w; r++) {
 		const tdump *d = &c->d[r];
