@@ -630,9 +630,10 @@ int gk_comm_barrier(gk_comm *c, gk_err *err)
 int gk_comm_host_allreduce_f64(gk_comm *c, double *v, size_t n, gk_comm_op op,
 			       gk_err *err)
 {
+	const char *tag = c->tr.tag;
+	c->tr.tag = NULL; /* the tag was for this call, whatever it does */
 	if (!c->mpi)
 		return 0;
-	const char *tag = c->tr.tag;
 	int64_t index = c->tr.index;
 	if (c->thread_on) {
 		/* Drain the queue first: MPI here is serialized, not concurrent. */

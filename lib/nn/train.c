@@ -212,6 +212,8 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	v[3] = ss;
 	v[4] = (double)gk_nn_data_bad(t->data);
 	gk_nn_tr_ckpt_counts(t, v + 5);
+	if (t->world > 1)
+		gk_comm_trace_tag(t->comm, "loss and norm", -1); /* for the flight recorder */
 	if (gk_nn_tr_sum(t, v, 8, err) < 0)
 		return -1;
 	double loss = v[0] / t->world, norm;
