@@ -410,7 +410,7 @@ double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum);
  * allocation (measured in tests/unit/comm_trace.c).
  *
  * With cfg.trace_dir, the ring is dumped as JSON Lines (gpu-train(1),
- * FLIGHT RECORDER DUMPS) to DIR/trace-cC-rRRRRR.jsonl (communicator C,
+ * HANGS, "Dump format") to DIR/trace-cC-rRRRRR.jsonl (communicator C,
  * rank R, five digits), through a temporary name and rename(2), so a
  * reader sees a whole dump or the previous one: at the first failed
  * operation (the watchdog's timeout is one), at gk_comm_abort, and when
