@@ -97,6 +97,25 @@ test_expect_success 'a rank killed in an allgather: rank 1 and the allgather nam
 	grep -E "^rank 1 (\(on $HOST\) )?left no dump.*; ranks 0 and 2 (wait|failed) in allgather #$s \(step [0-9]+, " kill.report
 '
 
+# GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
+# gradients' reduction (--overlap off: no bucket starts before it), while
+# ranks 0 and 2 wait in its first bucket. Rank 1 dumps when mpirun's
+# SIGTERM comes before its SIGKILL, which Open MPI does not promise: the
+# verdict names it either way.
+test_expect_success 'a rank that never enters the allreduce the others wait in' '
+	t0=$(date +%s) &&
+	B="$A --overlap off --trace-dir block" &&
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 1 gpu-train $B : \
+		-np 1 -x GK_TEST_BLOCK_STEP=3 gpu-train $B : -np 1 gpu-train $B >block.json 2>block.err &&
+	test $(($(date +%s) - t0)) -lt 30 &&
+	s=$(jq -r "select(.seq and .state != \"done\") | .seq" block/trace-c0-r00000.jsonl | head -n 1) &&
+	jq -e "select(.seq == $s) | .op == \"allreduce\" and .tag == \"bucket\" and .index == 0 and .step == 3" \
+		block/trace-c0-r00000.jsonl &&
+	gpu-train --trace-report block >block.report &&
+	cat block.report &&
+	grep -E "^rank 1 \(on $HOST\) (never entered allreduce #$s \(bucket 0, step 3, [^)]*\): its last operation, .* ended [0-9.]+ s before its dump|left no dump and did not answer the others. watchdog .*); ranks 0 and 2 (wait|failed) in allreduce #$s " block.report
+'
+
 # the header of rank 0 in b.out: the sweep has started (stdout line buffered)
 test_expect_success 'SIGUSR2 dumps a running job and it runs on' '
 	{ FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
