@@ -190,6 +190,10 @@ typedef struct gk_comm_config {
 			     * "OP: no progress for N s: rank R (on HOST)
 			     * does not answer (...)" and the caller ends
 			     * the job with gk_comm_abort */
+	size_t trace_size;  /* the flight recorder's ring: the last this many
+			     * operations (0: GK_COMM_TRACE_DEFAULT) */
+	const char *trace_dir; /* where the recorder is dumped (copied at
+				* open); NULL: never dumped */
 } gk_comm_config;
 
 /* PyTorch's default timeout for NCCL process groups, in seconds. */
@@ -441,6 +445,68 @@ int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
  * abs_sum is S_i (bf16, f16) or A_g (int8); n the world size.
  */
 double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum);
+
+/*
+ * The flight recorder. Every communicator keeps a ring of its last
+ * cfg.trace_size operations (collectives, barriers and the host
+ * reductions, in the order the caller started them): a sequence number
+ * per communicator (1, 2, ... the same on every rank when every rank
+ * calls the same collectives in the same order), the operation, its
+ * bytes per rank, dtype, reduction and root, the caller's tag ("bucket"
+ * 7) and step, the times it was called (enqueued), started and ended
+ * (CLOCK_MONOTONIC), its state (queued, started, done, failed) and, on
+ * mpi while in flight, the rank whose message it waits for. Recording
+ * costs a clock read and a dozen stores per operation, no lock and no
+ * allocation (measured in tests/unit/comm_trace.c).
+ *
+ * With cfg.trace_dir, the ring is dumped as JSON Lines (gpu-train(1),
+ * HANGS, "Dump format") to DIR/trace-cC-rRRRRR.jsonl (communicator C,
+ * rank R, five digits), through a temporary name and rename(2), so a
+ * reader sees a whole dump or the previous one: at the first failed
+ * operation (the watchdog's timeout is one), at gk_comm_abort, and when
+ * the program calls gk_comm_trace_dump. Communicators are numbered in
+ * the order a process opens them (0, 1, ...), the same on every rank.
+ */
+#define GK_COMM_TRACE_DEFAULT 2048
+
+/*
+ * Tag the next operation started on c (it applies to that one only):
+ * tag is a name of static storage ("bucket"), index a number (-1: none).
+ * Cheap: two stores.
+ */
+void gk_comm_trace_tag(gk_comm *c, const char *tag, int64_t index);
+/* The caller's step, recorded with every later operation (-1: none). */
+void gk_comm_trace_step(gk_comm *c, int64_t step);
+/*
+ * Dump c's ring now (reason: a short word of static storage, "SIGUSR2").
+ * Async-signal-safe: it formats by hand into a stack buffer and uses
+ * only clock_gettime, open, write, rename and close, with no lock and no
+ * allocation, so a signal handler may call it. An operation written at
+ * the moment of the signal is left out rather than torn. Returns 0, or
+ * -1 (no trace_dir, a dump already running, or an I/O error; errno).
+ */
+int gk_comm_trace_dump(gk_comm *c, const char *reason);
+/* The same for every communicator open in the process; async-signal-safe. */
+void gk_comm_trace_dump_all(const char *reason);
+/*
+ * For a tool's --trace-dir, before anything can hang: dir is made if it
+ * does not exist (its parent must), and must be a directory this process
+ * can write. 0, or -1 with a message naming dir and why.
+ */
+int gk_comm_trace_dir_check(const char *dir, gk_err *err);
+
+/*
+ * Read every rank's dumps in dir and say what the hang is: the first
+ * operation some ranks called and others did not (a rank that skipped
+ * one, or called another), else the rank that never returned from one,
+ * or never entered the one the others wait in, and the ranks that left
+ * no dump. *text (malloc'ed, the caller frees it) is a few lines, the
+ * verdict first: "rank 3 (on b) is in allreduce #1842 (bucket 7, step
+ * 230, 4.00 MiB) since 312 s; ranks 0-2 wait in allreduce #1843 ...".
+ * Returns 0, or -1 with a message (no dumps, a dump that does not parse:
+ * named with its line).
+ */
+int gk_comm_trace_report(const char *dir, char **text, gk_err *err);
 
 /* ---- the benchmark harness (allreduce-bench), as nccl-tests' common.cu ---- */
 

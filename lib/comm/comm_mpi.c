@@ -18,6 +18,7 @@
 #include "comm/reduce.h"
 
 typedef struct mpi_state {
+	gk_comm *c; /* for the flight recorder */
 	MPI_Comm comm;
 	int owned; /* we called MPI_Init_thread */
 	MPI_Op op16[2][4]; /* [bf16, f16][sum prod max min] */
@@ -115,6 +116,7 @@ static void silent_ranks(mpi_state *st)
 		if (rq[p] == MPI_REQUEST_NULL)
 			continue;
 		k++;
+		gk_comm_trace_silent(st->c, p, st->hosts + (size_t)p * HOST_LEN);
 		w += (size_t)snprintf(st->silent + w, sizeof(st->silent) - w, "%s%s %d (on %s)",
 				      k == 1 ? "" : k == count ? " and" : ",",
 				      k == 1 ? (count > 1 ? "ranks" : "rank") : "", p,
@@ -291,6 +293,7 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 		MPI_Query_thread(&provided);
 	}
 	(void)need_thread;
+	st->c = c;
 	/* Without it, non-blocking calls run at wait time on the caller's thread. */
 	c->thread_ok = provided >= MPI_THREAD_SERIALIZED;
 	/* Our own communicator: our tags never meet the caller's messages. */
@@ -381,6 +384,8 @@ static int xchg(mpi_state *st, const void *sbuf, size_t sbytes, int to,
 		seg = MAX_MSG;
 	size_t ns = (sbytes + seg - 1) / seg, nr = (rbytes + seg - 1) / seg;
 	size_t n = ns > nr ? ns : nr;
+	/* the flight recorder: whose message this rank waits for now */
+	gk_comm_trace_peer(st->c, from != MPI_PROC_NULL ? from : to);
 	if (ns == 1 && nr == 1) {
 		/* One segment each way: the cheapest call, for small messages. */
 		MPI_Request q[2];

@@ -194,6 +194,7 @@ static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 		for (size_t r = lo / g->per; r * g->per < hi; r++) {
 			size_t a = r * g->per > lo ? r * g->per : lo;
 			size_t e = (r + 1) * g->per < hi ? (r + 1) * g->per : hi;
+			gk_comm_trace_tag(g->c, "bucket", (int64_t)b);
 			if (gk_comm_ireduce(g->c, g->grad + a, g->dst + a, e - a, GK_DT_F32,
 					    GK_COMM_AVG, (int)r, NULL, &g->req[g->nreq], err) < 0)
 				return -1;
@@ -204,6 +205,7 @@ static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 	gk_comm_callopts o = g->o;
 	if (g->residual)
 		o.residual = g->residual + lo;
+	gk_comm_trace_tag(g->c, "bucket", (int64_t)b);
 	return gk_comm_iallreduce(g->c, g->grad + lo, g->grad + lo, hi - lo, GK_DT_F32,
 				  GK_COMM_AVG, &o, &g->req[g->nreq++], err);
 }

@@ -188,7 +188,7 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	if (want == GK_COMM_BACKEND_MPI || (want == GK_COMM_BACKEND_AUTO && dp->world == 1))
 		return 0;
 	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
-			     .timeout = t->o.timeout};
+			     .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
 	gk_comm *g = NULL;
 	gk_err why = {0};
 	int ok = gk_comm_open(&g, &cc, &why) == 0 &&

@@ -214,6 +214,8 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	v[3] = ss;
 	v[4] = (double)gk_nn_data_bad(t->data);
 	gk_nn_tr_ckpt_counts(t, v + 5);
+	if (t->world > 1)
+		gk_comm_trace_tag(t->comm, "loss and norm", -1); /* for the flight recorder */
 	if (gk_nn_tr_sum(t, v, 8, err) < 0)
 		return -1;
 	double loss = v[0] / t->world, norm;
@@ -276,6 +278,10 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
 		t->dp->bwd_wait = 0;
+		/* the flight recorder names each collective's step */
+		gk_comm_trace_step(t->comm, step);
+		if (t->dp->gcomm && t->dp->gcomm != t->comm)
+			gk_comm_trace_step(t->dp->gcomm, step);
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);

@@ -78,6 +78,7 @@ typedef struct gk_nn_train_opts {
 				 * memory), NCCL (required; in a world of one
 				 * too); on the CPU only AUTO and MPI */
 	double timeout;         /* collective watchdog, gk_comm_config's */
+	const char *trace_dir;  /* the flight recorder's dumps, gk_comm_config's */
 	const char *ckpt_dir;
 	int64_t ckpt_every;
 	int resume;             /* continue from ckpt_dir's latest, if any */

@@ -189,6 +189,9 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
 
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
 {
+	/* the gradients' own communicator (nccl) dumps its recorder too */
+	if (t && t->comm && !t->agreed && t->dp && t->dp->gcomm && t->dp->gcomm != t->comm)
+		gk_comm_trace_dump(t->dp->gcomm, "abort");
 	if (t && t->comm && !t->agreed)
 		gk_comm_abort(t->comm, code);
 }
@@ -334,7 +337,8 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 static int open_world(gk_nn_trainer *t, gk_err *err)
 {
 	const gk_nn_train_opts *o = &t->o;
-	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout};
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout,
+			     .trace_dir = o->trace_dir};
 	if (gk_comm_open(&t->comm, &cc, err) < 0)
 		return -1;
 	t->rank = gk_comm_rank(t->comm);

@@ -9,8 +9,10 @@
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "comm/internal.h"
@@ -158,7 +160,9 @@ static void test_nccl(void)
 {
 	gk_comm *c;
 	gk_err err = {0};
-	gk_comm_config cfg = {.backend = GK_COMM_BACKEND_NCCL, .device = -1};
+	char trdir[] = "/tmp/gk-comm-cuda-XXXXXX";
+	gk_comm_config cfg = {.backend = GK_COMM_BACKEND_NCCL, .device = -1,
+			      .trace_dir = mkdtemp(trdir)};
 	/* the versions: nccl.h's, and the library's own answer, which the
 	 * loader finds the same way the backend does */
 	int headers, library, lib2 = 0;
@@ -258,6 +262,42 @@ static void test_nccl(void)
 	ok(rc == 0 && memcmp(got, h, M * sizeof *got) == 0,
 	   "nccl compressed reduce-scatter, world 1: the input%s%s", rc ? ": " : "",
 	   rc ? err.msg : "");
+
+	/*
+	 * The flight recorder: every operation above, in order, ended once
+	 * the host saw it end (a blocking call's synchronisation, a wait).
+	 */
+	char path[128];
+	snprintf(path, sizeof path, "%s/trace-c%d-r00000.jsonl", trdir, c->tr.id);
+	ok(gk_comm_trace_dump(c, "test") == 0, "nccl: the flight recorder dumps");
+	FILE *f = fopen(path, "r");
+	char line[1024];
+	int n = 0, done = 0, buckets = 0;
+	int order = 1;
+	while (f && fgets(line, sizeof line, f)) {
+		json_t *j = json_loads(line, 0, NULL);
+		const char *op = json_string_value(json_object_get(j, "op"));
+		const char *st = json_string_value(json_object_get(j, "state"));
+		const char *tag = json_string_value(json_object_get(j, "tag"));
+		if (n > 0) {
+			done += st && !strcmp(st, "done");
+			if (tag && !strcmp(tag, "bucket") &&
+			    json_integer_value(json_object_get(j, "index")) == buckets)
+				buckets++;
+			/* 2 allreduces, 16 buckets, 1 compressed allreduce, 2 reduce-scatters */
+			order &= op && !strcmp(op, n <= 19 ? "allreduce" : "reducescatter") &&
+				 json_integer_value(json_object_get(j, "seq")) == n;
+		}
+		json_decref(j);
+		n++;
+	}
+	if (f)
+		fclose(f);
+	ok(n == 22 && done == 21 && buckets == 16 && order,
+	   "nccl: 21 operations recorded in order, all done, 16 buckets tagged (%d %d %d %d)",
+	   n - 1, done, buckets, order);
+	remove(path);
+	rmdir(trdir);
 
 	gk_comm_free(c, d), gk_comm_free(c, d2), gk_comm_free(c, db);
 	ok(gk_comm_finalize(c, &err) == 0, "nccl teardown reports success");
