@@ -207,6 +207,8 @@ static const gk_optdef options[] = {
 	     "skip steps whose loss or gradient is NaN/Inf"),
 	SECTION("parallel"),
 	INT("zero", "0|1", o.zero, 0, 1, NOTE, "0", "1: shard the optimizer state over the ranks"),
+	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
+	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
 	     NOTE, "none", "none, bf16, f16 or int8 gradients on the wire"),
 	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
@@ -652,6 +654,17 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
+	if (a->o.tp > 1) {
+		/* what tensor parallelism does not do (yet): said before any work */
+		const char *no = a->o.device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
+				 a->o.zero ? "--zero 1" :
+				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress" :
+				 a->sample ? "--sample" : a->dump ? "--dump-data" :
+				 a->o.ckpt_dir ? "--ckpt-dir (checkpoints of a tensor-parallel run "
+						 "are not written yet)" : NULL;
+		if (no)
+			gk_cli_usage_error(&cli, "--tp %d: not with %s", a->o.tp, no);
+	}
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");
@@ -764,6 +777,10 @@ static void print_start(gk_nn_trainer *t)
 			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
 	}
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
+	int tp = r->tp > 1 ? r->tp : 1;
+	char grid[48] = "";
+	if (tp > 1)
+		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
 	if (rank == 0 && r->threads > pl->share) {
 		char quota[64] = "";
 		if (pl->quota > 0)
@@ -793,6 +810,9 @@ static void print_start(gk_nn_trainer *t)
 			/* the flat buffer, with the padded vocabulary rows */
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			json_object_set_new(j, "threads", json_integer(r->threads));
+			/* the grid: world = dp x tp */
+			json_object_set_new(j, "tp", json_integer(tp));
+			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
@@ -803,10 +823,10 @@ static void print_start(gk_nn_trainer *t)
 			emit(j);
 		} else if (!cli.quiet) {
 			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
-			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s on %s (%s), "
+			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s%s on %s (%s), "
 			       "%d thread%s%s%s\n",
 			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
-			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", device,
+			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", grid, device,
 			       precision, r->threads, r->threads > 1 ? "s" : "",
 			       gk_nn_trainer_world(t) > 1 ? " each" : "",
 			       gk_nn_trainer_world(t) == 1 ? "" :

@@ -35,6 +35,7 @@ struct gk_nn_trainer {
 	gk_nn_config cfg;
 	gk_comm *comm;        /* the world's, over host memory */
 	int rank, world;
+	gk_nn_grid grid;      /* world = dp x tp (grid.c): its groups' communicators */
 	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
 	int agreed;           /* every rank failed together: the exit status */
 	int reporter;         /* ... and this rank says why (0 unless chosen) */
@@ -149,7 +150,9 @@ int gk_nn_tr_check_val_data(gk_nn_trainer *t, gk_err *err);
 /* ---- dp.c: the gradient path ------------------------------------------------------------ */
 
 /*
- * Data parallel over the world: every rank holds the whole model and its
+ * Data parallel over the grid's data-parallel group (the world without
+ * tensor parallelism): every rank holds the whole model, or its tensor
+ * slices, and its
  * gradients; after backward they are averaged (ZeRO-0: bucketed
  * allreduces, overlapped with backward) or each rank receives its own
  * range of them (ZeRO-1: reduce-scatter), the global norm is taken, AdamW

@@ -33,8 +33,8 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b)
 	gk_mem_train mt = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
-			   .precision = GK_DT_F32, .zero = t->dp->shard, .dp = t->world,
-			   .recompute = GK_MEM_RC_NONE};
+			   .precision = GK_DT_F32, .zero = t->dp->shard, .dp = t->grid.dp,
+			   .tp = t->grid.tp, .recompute = GK_MEM_RC_NONE};
 	gk_mem_est e;
 	gk_err err;
 	if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &err) < 0)
@@ -326,6 +326,19 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
+	/* the grid's sizes: every rank has the same options and world, so
+	 * every rank refuses together, before anything is read */
+	if (gk_nn_grid_layout(t->world, o->tp > 1 ? o->tp : 1, t->rank, &t->grid, err) < 0) {
+		t->agreed = 2;
+		return -1;
+	}
+	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE || o->ckpt_dir)) {
+		t->agreed = 2;
+		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero ? "ZeRO-1" :
+			       o->ckpt_dir ? "checkpoints" : "compressed gradients");
+	}
+	if (gk_nn_grid_open(&t->grid, t->comm, err) < 0)
+		return -1;
 	if (gk_nn_tr_place(t, err) < 0)
 		return -1;
 	/* --eval-only (and a run of 0 steps) reads a checkpoint and writes
@@ -373,7 +386,8 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .positions = t->cfg.positions, .seq = t->o.seq, .batch = batch,
 			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
 										 : GK_DT_F32,
-			      .zero = zero, .dp = t->world, .recompute = rc[recompute],
+			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
+			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores */
 			      .eager = !t->cuda};
 }
@@ -394,7 +408,7 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	gk_nn_opts mo = {.batch = batch, .seq = t->o.seq, .recompute = rc,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
-			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->world)};
+			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->grid.dp), .tp = t->grid.tp};
 	gk_nn_mem pl;
 	gk_err why;
 	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
@@ -556,6 +570,17 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			     " positions", t->o.seq, t->cfg.positions);
 	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
 		return -1;
+	/* a layout the model cannot take: refused with the numbers, before
+	 * anything is allocated (a usage error, as every rank's) */
+	if (t->grid.tp > 1) {
+		int r = t->cuda ? gk_errf(err, "tensor parallelism runs on the CPU backend only "
+					  "(this run is on %s)", t->device)
+				: gk_nn_tp_check(&t->cfg, t->grid.tp, err);
+		if (gk_nn_tr_agree_local(t, r, err) < 0) {
+			t->agreed = 2;
+			return -1;
+		}
+	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
@@ -569,7 +594,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
-			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world)};
+			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->grid.dp),
+			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
@@ -624,22 +650,26 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 			return -1;
 		}
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
-	} else {
-		gk_nn_init(t->m, o->seed);
+	} else if (gk_nn_tr_agree_local(t, gk_nn_init(t->m, o->seed) < 0 ?
+					 gk_err_sys(err, ENOMEM, "model initialisation") : 0, err) < 0) {
+		return -1;
 	}
 	/*
 	 * The initial broadcast, as PyTorch DDP's of its module states: each
 	 * rank loaded or initialised its own parameters, and one whose host
 	 * holds another copy of --init-from would train another model from
 	 * here on, its loss averaged in, without a word. Rank 0's go to all;
-	 * so do ZeRO-0's moments, replicated like them.
+	 * so do ZeRO-0's moments, replicated like them. Under tensor
+	 * parallelism each data-parallel group's rank 0 sends its slices to
+	 * the ranks that hold the same ones.
 	 */
 	float *p0 = gk_nn_params(t->m);
-	if (t->world > 1 &&
-	    (gk_comm_broadcast(t->comm, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
+	gk_comm *dc = t->grid.dpc;
+	if (t->grid.dp > 1 &&
+	    (gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
 	     (!o->zero && resume_dir &&
-	      (gk_comm_broadcast(t->comm, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
-	       gk_comm_broadcast(t->comm, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
+	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
+	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
 		return -1;
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
@@ -682,6 +712,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	free(t->in);
 	free(t->tg);
 	free(t->snap);
+	gk_nn_grid_close(&t->grid);
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
 	free(t->init_from);

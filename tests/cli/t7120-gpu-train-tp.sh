@@ -1,0 +1,120 @@
+#!/bin/sh
+test_description='gpu-train --tp: tensor parallelism (Megatron'"'"'s split) on the CPU
+
+On the same global batch, 20 steps of tp 2 (2 ranks), tp 2 x dp 2 (4
+ranks) and tp 4 give the losses and the global gradient norms of one
+rank within 1e-5 relative, step by step (a norm that counted the
+replicated LayerNorms and biases on every rank would be larger);
+--init-from loads a whole checkpoint into any layout; the per-rank model
+states equal mem-estimate --tp; layouts that cannot be run are refused
+before any work, with the numbers.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+S="--data train.bin --layers 2 --hidden 64 --heads 4 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2"
+A="$S --steps 20 --json --clip 1"
+
+norms() {
+	jq -r 'select(.event == "step") | .grad_norm' "$1"
+}
+
+test_expect_success 'data, and the run of one rank x batch 8' '
+	train_data &&
+	gpu-train $A --batch 8 >one.json &&
+	losses one.json >one && norms one.json >one.n &&
+	test $(wc -l <one) = 20
+'
+
+test_expect_success MPI 'tp 2 (2 ranks x batch 8) = one rank, losses and norms' '
+	mpi 2 $A --batch 8 --tp 2 >tp2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 1 and .world == 2" tp2.json &&
+	losses tp2.json >tp2 && norms tp2.json >tp2.n &&
+	close_to tp2 one 1e-5 &&
+	close_to tp2.n one.n 1e-5
+'
+
+test_expect_success MPI 'a rank of tp 2 holds about half the parameters' '
+	jq -s -e "(map(select(.event == \"start\"))[0].params_padded) as \$p |
+		\$p > 0 and \$p < 0.6 * ($(jq -s "map(select(.event == \"start\"))[0].params_padded" one.json))" tp2.json
+'
+
+test_expect_success MPI 'tp 2 x dp 2 (4 ranks x batch 4) = one rank x batch 8' '
+	mpi 4 $A --batch 4 --tp 2 >tp2dp2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2" tp2dp2.json &&
+	losses tp2dp2.json >tp2dp2 && norms tp2dp2.json >tp2dp2.n &&
+	close_to tp2dp2 one 1e-5 &&
+	close_to tp2dp2.n one.n 1e-5
+'
+
+test_expect_success MPI 'tp 4 (a rank whose vocabulary rows are all padding) = one rank' '
+	mpi 4 $A --batch 8 --tp 4 >tp4.json &&
+	losses tp4.json >tp4 &&
+	close_to tp4 one 1e-5
+'
+
+test_expect_success MPI '--init-from a whole checkpoint: tp 2 continues as one rank does' '
+	gpu-train $S --steps 3 --batch 8 --ckpt-dir ck >/dev/null &&
+	gpu-train $S --steps 5 --batch 8 --json --init-from ck/latest >i1.json &&
+	mpi 2 $S --steps 5 --batch 8 --json --tp 2 --init-from ck/latest >i2.json &&
+	losses i1.json >i1 && losses i2.json >i2 &&
+	test $(wc -l <i2) = 5 &&
+	close_to i2 i1 1e-5 &&
+	! close_to i2 one 1e-3
+'
+
+test_expect_success MPI 'per-rank model states = mem-estimate --tp 2' '
+	cat >cfg.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 3, "n_embd": 64, "n_head": 4,
+	 "vocab_size": 257, "n_positions": 64}
+	EOF
+	mpi 2 --data train.bin --config cfg.json --seq 48 --batch 3 --steps 1 --threads 1 \
+		--json --tp 2 >g.json &&
+	mem-estimate --config cfg.json --precision f32 -b 3 -s 48 --no-dropout --tp 2 \
+		--json >m.json &&
+	python3 - g.json m.json <<-\PY
+	import json, sys
+	g = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)["memory"]
+	m = json.load(open(sys.argv[2]))["bytes"]
+	for k in ("parameters", "gradients", "optimizer"):
+	    assert g[k] == m[k], (k, g[k], m[k])
+	PY
+'
+
+# refusals: a usage error (2) on every rank, before a step or a file
+test_expect_success 'what --tp does not do is refused at the command line' '
+	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" "--sample 5" \
+		"--ckpt-dir ckx" "--dump-data 1"; do
+		test_expect_code 2 gpu-train $A --batch 8 --tp 2 $o >out 2>err &&
+		grep -- "--tp 2: not with" err &&
+		test_must_be_empty out || return 1
+	done &&
+	! test -e ckx
+'
+
+test_expect_success 'a world that is not a multiple of --tp: refused with the numbers' '
+	test_expect_code 2 gpu-train $A --batch 8 --tp 2 >out 2>err &&
+	grep "groups of 2 ranks: the world.s 1 ranks do not divide" err &&
+	! grep "\"step\"" out
+'
+
+test_expect_success MPI '3 ranks, --tp 2: refused by rank 0 alone, before any step' '
+	test_expect_code 2 mpi 3 $A --batch 8 --tp 2 >out 2>err &&
+	test $(grep -c "world.s 3 ranks do not divide" err) = 1 &&
+	! grep "\"step\"" out
+'
+
+test_expect_success MPI 'heads that do not divide by --tp: refused with the numbers' '
+	test_expect_code 2 mpi 2 --data train.bin --layers 1 --hidden 48 --heads 3 --seq 16 \
+		--threads 1 --steps 3 --json --tp 2 >out 2>err &&
+	grep "the model.s 3 heads do not divide by 2" err &&
+	! grep "\"step\"" out
+'
+
+test_expect_success MPI 'a padded vocabulary that does not divide by --tp: refused with the numbers' '
+	test_expect_code 2 mpi 5 --data train.bin --layers 1 --hidden 40 --heads 5 --seq 16 \
+		--threads 1 --steps 3 --json --tp 5 >out 2>err &&
+	grep "padded vocabulary of 384 rows (vocab_size 257" err &&
+	! grep "\"step\"" out
+'
+
+test_done
