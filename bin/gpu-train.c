@@ -659,9 +659,7 @@ static void parse_args(int argc, char **argv, args *a)
 		const char *no = a->o.device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
 				 a->o.zero ? "--zero 1" :
 				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress" :
-				 a->sample ? "--sample" : a->dump ? "--dump-data" :
-				 a->o.ckpt_dir ? "--ckpt-dir (checkpoints of a tensor-parallel run "
-						 "are not written yet)" : NULL;
+				 a->sample ? "--sample" : a->dump ? "--dump-data" : NULL;
 		if (no)
 			gk_cli_usage_error(&cli, "--tp %d: not with %s", a->o.tp, no);
 	}

@@ -80,7 +80,10 @@ static void account(gk_nn_trainer *t)
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
 	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp); /* error feedback */
-	b[GK_MEM_CHECKPOINT] = gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
+	/* under tensor parallelism rank 0's copy is of the whole model */
+	size_t nf = gk_nn_full_nparams(t->m);
+	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
+			       gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
 						   gk_nn_dp_feedback_len(t->dp));
 	t->mem.total = 0;
 	for (int c = 0; c < GK_MEM_NCAT; c++)
@@ -332,10 +335,10 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
-	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE || o->ckpt_dir)) {
+	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
 		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero ? "ZeRO-1" :
-			       o->ckpt_dir ? "checkpoints" : "compressed gradients");
+			       "compressed gradients");
 	}
 	if (gk_nn_grid_open(&t->grid, t->comm, err) < 0)
 		return -1;
@@ -419,7 +422,10 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
 		(uint64_t)2 * (per + 1) * sizeof(float) +
 		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
-		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) + gk_nn_tr_ckpt_bytes(t, nflat, per, fb);
+		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +
+		/* tensor parallelism: rank 0 copies the whole model, at most tp
+		 * times its slices */
+		gk_nn_tr_ckpt_bytes(t, nflat * (size_t)t->grid.tp, per * (size_t)t->grid.tp, fb);
 	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
 		*host += gk_comm_compress_scratch(t->o.compress, per);
 	*dev = 0;
