@@ -141,6 +141,8 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 	gk_nn_data_close(d);
 	if (rc < 0)
 		return -1;
+	if (t->grid.tp_rank != 0) /* a tensor group's ranks evaluated the same batches */
+		acc[0] = acc[1] = 0;
 	if (gk_nn_tr_sum(t, acc, 2, err) < 0)
 		return -1;
 	if (acc[1] == 0)

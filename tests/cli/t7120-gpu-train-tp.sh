@@ -65,6 +65,16 @@ test_expect_success MPI '--init-from a whole checkpoint: tp 2 continues as one r
 	! close_to i2 one 1e-3
 '
 
+test_expect_success MPI '--eval-only under tp 2: the loss and the batches of one rank' '
+	E="--eval-only --data train.bin --init-from ck/latest --seq 16 --batch 4 --eval-batches 5 --threads 1 --json" &&
+	gpu-train $E >e1.json &&
+	mpi 2 $E --tp 2 >e2.json &&
+	jq -r "select(.event == \"eval\") | .loss" e1.json >e1 &&
+	jq -r "select(.event == \"eval\") | .loss" e2.json >e2 &&
+	close_to e2 e1 1e-5 &&
+	jq -s -e "map(select(.event == \"eval\"))[0].batches == 5" e2.json
+'
+
 # the whole-model checkpoint: every tensor in the Hugging Face shape,
 # and (after 10 steps) the values of the one-rank run within 1e-4
 cat >st.py <<'PYEOF'
