@@ -253,7 +253,8 @@ int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err);
 /* Logits of row b, position t after a forward: vocab_pad floats (the
- * padded ones are not meaningful; use the first vocab). Valid until the
+ * padded ones are not meaningful; use the first vocab); under tensor
+ * parallelism this rank's vocab_pad / tp, from row tp_rank * that. Valid until the
  * next backward, which turns them into their gradient in place. */
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
@@ -435,7 +436,9 @@ int gk_nn_params_changed(gk_nn_model *m, gk_err *err);
  */
 int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
-int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err); /* tp: collective
+								 * over the group, each
+								 * parameter once */
 
 /*
  * AdamW (gk_nn_adamw_step's arithmetic) on the working parameters

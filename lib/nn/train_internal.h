@@ -7,6 +7,8 @@
  *   agree.c     what the ranks agree on: small collectives, agreed
  *               failures, the options, work rank 0 does alone
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
+ *   grid.c      the process grid: world = dp x tp, its groups' communicators
+ *               (tensor parallelism itself is the model's: tp.c)
  *   dp.c        the gradient path: data parallel, ZeRO-0 and ZeRO-1 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)

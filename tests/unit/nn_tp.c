@@ -13,6 +13,7 @@
 
 #include "comm/comm.h"
 #include "nn/internal.h"
+#include "nn/train.h"
 #include "tap.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -366,9 +367,35 @@ static void test_model_slices(int tp)
 	gk_comm_close(self);
 }
 
+/* The grid's coordinates: tp innermost, every rank once. */
+static void test_grid(void)
+{
+	gk_err err = {0};
+	gk_nn_grid g;
+	int seen[12] = {0}, bad = 0;
+	for (int r = 0; r < 12; r++) {
+		if (gk_nn_grid_layout(12, 3, r, &g, &err) < 0) {
+			bad++;
+			continue;
+		}
+		bad += g.tp != 3 || g.dp != 4 || g.tp_rank != r % 3 || g.dp_rank != r / 3;
+		seen[g.dp_rank * 3 + g.tp_rank]++;
+	}
+	for (int r = 0; r < 12; r++)
+		bad += seen[r] != 1;
+	ok(!bad, "world 12, tp 3: rank r is tensor rank r %% 3 of data-parallel group r / 3, "
+	   "each place once");
+	ok(gk_nn_grid_layout(4, 3, 0, &g, &err) < 0 && strstr(err.msg, "groups of 3 ranks") &&
+	   strstr(err.msg, "world's 4 ranks"), "world 4, tp 3: refused with the numbers: %s",
+	   err.msg);
+	ok(gk_nn_grid_layout(5, 1, 4, &g, &err) == 0 && g.dp == 5 && g.dp_rank == 4 &&
+	   g.tp_rank == 0, "tp 1: data parallel over the whole world");
+}
+
 int main(void)
 {
 	test_check();
+	test_grid();
 	for (int tp = 1; tp <= 3; tp++) {
 		test_attention(tp);
 		test_mlp(tp == 3 ? 4 : tp);
