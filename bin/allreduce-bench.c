@@ -437,6 +437,11 @@ static json_t *header(const args *a, out *u, int n, const char *backend)
 	       o->factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
 	if (o->blocking)
 		printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+	int headers, library;
+	if (strcmp(backend, "nccl") == 0 && gk_comm_nccl_versions(&headers, &library) == 0)
+		printf("# nccl-headers=%d nccl-library=%d%s\n", headers, library,
+		       library < headers ? " (the library is older than the headers gpukit was "
+					   "built with)" : "");
 	printf("#\n");
 	return NULL;
 }

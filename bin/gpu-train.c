@@ -811,6 +811,8 @@ static void print_start(gk_nn_trainer *t)
 			/* the grid: world = dp x tp */
 			json_object_set_new(j, "tp", json_integer(tp));
 			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp));
+			if (gk_nn_trainer_device_desc(t))
+				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
@@ -829,6 +831,8 @@ static void print_start(gk_nn_trainer *t)
 			       gk_nn_trainer_world(t) > 1 ? " each" : "",
 			       gk_nn_trainer_world(t) == 1 ? "" :
 			       r->overlap ? "; allreduce during backward" : "; allreduce after backward");
+			if (gk_nn_trainer_device_desc(t))
+				printf("%s: %s\n", device, gk_nn_trainer_device_desc(t));
 			print_mem(mem, NULL);
 			if (from && r->resume && gk_nn_trainer_step(t) > 0)
 				printf("resumed from step %" PRId64 " of %s\n", gk_nn_trainer_step(t),

@@ -152,6 +152,16 @@ typedef enum gk_comm_coll {
 	GK_COMM_COLL_COUNT
 } gk_comm_coll;
 
+/*
+ * The NCCL gpukit was built with (nccl.h's NCCL_VERSION_CODE, 22703 =
+ * 2.27.3) and the libnccl.so.2 this process would load (ncclGetVersion);
+ * each 0 when unknown. Returns -1 when either is unknown (built without
+ * NCCL, no library). The backend needs 2.14 or later, and a library older
+ * than the headers may lack what they describe: tools say both, as
+ * nccl-tests does ("nccl-headers=22703 nccl-library=22703").
+ */
+int gk_comm_nccl_versions(int *headers, int *library);
+
 /* Names as the command line spells them; parsers return -1 when unknown. */
 const char *gk_comm_op_name(gk_comm_op op);        /* "sum" ... "avg" */
 const char *gk_comm_backend_name(gk_comm_backend b); /* "self" "mpi" "nccl" */

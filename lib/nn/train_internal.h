@@ -58,6 +58,7 @@ struct gk_nn_trainer {
 	int cuda;                  /* the model is on the GPU */
 	int dev;                   /* its CUDA device */
 	char device[32];           /* "cpu", "cuda:N" */
+	char device_desc[192];     /* on a GPU: its name and CUDA versions (gk_cuda_describe) */
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
 	const char *init_asked; /* ... and as given */

@@ -122,6 +122,11 @@ const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note)
 	return t->device;
 }
 
+const char *gk_nn_trainer_device_desc(const gk_nn_trainer *t)
+{
+	return t->cuda && t->device_desc[0] ? t->device_desc : NULL;
+}
+
 const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note)
 {
 	if (note)
@@ -298,6 +303,9 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 		return -1;
 	t->cuda = 1;
 	snprintf(t->device, sizeof(t->device), "cuda:%d", t->dev);
+	gk_err ignore;
+	if (gk_cuda_describe(t->dev, t->device_desc, sizeof(t->device_desc), &ignore) < 0)
+		t->device_desc[0] = '\0'; /* the start line goes without it */
 	return 0;
 }
 

@@ -7,6 +7,7 @@
  * skipped. With one, everything must work: a probe that does not find it,
  * or a communicator that fails to open, is a failure, not a skip.
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,10 @@
 #include "cuda/cuda.h"
 #include "tap.h"
 #include "gpu.h"
+
+#if GK_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #if GK_HAVE_CUDA
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -154,6 +159,23 @@ static void test_nccl(void)
 	gk_comm *c;
 	gk_err err = {0};
 	gk_comm_config cfg = {.backend = GK_COMM_BACKEND_NCCL, .device = -1};
+	/* the versions: nccl.h's, and the library's own answer, which the
+	 * loader finds the same way the backend does */
+	int headers, library, lib2 = 0;
+	int vrc = gk_comm_nccl_versions(&headers, &library);
+	void *so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	int (*get)(int *) = so ? (int (*)(int *))dlsym(so, "ncclGetVersion") : NULL;
+	if (get)
+		get(&lib2);
+	if (so)
+		dlclose(so);
+	diag("nccl-headers=%d nccl-library=%d", headers, library);
+#if GK_HAVE_NCCL
+	ok(headers == NCCL_VERSION_CODE && library == lib2 && (vrc == 0) == (lib2 > 0),
+	   "nccl versions: the headers' and the loaded library's");
+#else
+	ok(vrc < 0 && !headers && !library, "nccl versions: none without NCCL");
+#endif
 	if (!ok(gk_comm_open(&c, &cfg, &err) == 0, "nccl backend opens on a machine with a GPU")) {
 		diag("%s", err.msg);
 		return;
