@@ -779,6 +779,11 @@ static void print_start(gk_nn_trainer *t)
 	char grid[48] = "";
 	if (tp > 1)
 		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
+	if (rank == 0 && pl->tp_span > 0)
+		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
+			"layer's allreduces cross the network every step (a group is %d consecutive "
+			"ranks: place them on one host)\n", pl->tp_span, gk_nn_trainer_world(t) / tp,
+			tp);
 	if (rank == 0 && r->threads > pl->share) {
 		char quota[64] = "";
 		if (pl->quota > 0)

@@ -367,6 +367,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t);
 typedef struct gk_nn_placement {
 	int cpus, sharing, share, spare, hosts;
 	int host_ranks, cgroup_ranks; /* ranks on this kernel, and in its memory cgroup */
+	int tp_span;       /* tensor groups whose ranks are on more than one host */
 	double quota;
 } gk_nn_placement;
 const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);

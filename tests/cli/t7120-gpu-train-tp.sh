@@ -153,6 +153,28 @@ test_expect_success MPI 'per-rank model states = mem-estimate --tp 2' '
 	PY
 '
 
+# hosts faked with a UTS namespace per rank (the host is the boot id and
+# the host name): a tensor group on two hosts is warned about
+if unshare -u true 2>/dev/null; then
+	test_set_prereq UTS
+fi
+hosts_by() {
+	expr=$1
+	shift
+	timeout 300 mpirun --oversubscribe --bind-to none -np 4 sh -c \
+		"exec unshare -u sh -c 'hostname h\$(($expr)); exec gpu-train \"\$@\"' sh \"\$@\"" \
+		sh "$@"
+}
+
+test_expect_success MPI,UTS 'a tensor group across hosts is warned about, one per host is not' '
+	hosts_by "OMPI_COMM_WORLD_RANK % 2" $S --steps 1 --batch 4 --tp 2 --json >out 2>err &&
+	grep "warning: 2 of the 2 tensor groups span hosts" err &&
+	grep "\"step\"" out &&
+	hosts_by "OMPI_COMM_WORLD_RANK / 2" $S --steps 1 --batch 4 --tp 2 --json >out 2>err &&
+	! grep "span hosts" err &&
+	grep "\"step\"" out
+'
+
 # refusals: a usage error (2) on every rank, before a step or a file
 test_expect_success 'what --tp does not do is refused at the command line' '
 	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" "--sample 5" \
