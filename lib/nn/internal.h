@@ -78,6 +78,7 @@ struct gk_nn_model {
 	gk_nn_tensor *ft;
 	size_t nft, nfull;
 	float *tpx;
+	uint64_t tp_bytes;      /* sent into the group's allreduces so far */
 
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */

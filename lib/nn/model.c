@@ -32,8 +32,10 @@
  */
 static int tp_sum(gk_nn_model *m, float *x, size_t n, gk_err *err)
 {
-	return m->tp > 1 ? gk_comm_allreduce(m->tpc, x, x, n, GK_DT_F32, GK_COMM_SUM, NULL, err)
-			 : 0;
+	if (m->tp == 1)
+		return 0;
+	m->tp_bytes += n * sizeof(float);
+	return gk_comm_allreduce(m->tpc, x, x, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
 }
 
 /*
@@ -131,6 +133,7 @@ static int tp_xent_fwd(gk_nn_model *m, const int32_t *targets, double *sum, gk_e
 	vocab_slice(m, &v0, &nv, &ld);
 	float *mx = m->tpx, *part = m->tpx + N;
 	gk_nn_tp_xent_max(mx, m->logits, N, nv, ld, m->nt);
+	m->tp_bytes += (size_t)N * sizeof(float);
 	if (gk_comm_allreduce(m->tpc, mx, mx, (size_t)N, GK_DT_F32, GK_COMM_MAX, NULL, err) < 0)
 		return -1;
 	gk_nn_tp_xent_parts(part, m->logits, mx, targets, v0, N, nv, ld, m->nt);

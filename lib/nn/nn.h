@@ -240,6 +240,16 @@ void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local);
  * Collective over the group.
  */
 int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err);
+/*
+ * Bytes this rank has put into the tensor group's allreduces of
+ * activations and their gradients since the model was made (0 at tp 1):
+ * per micro-step, with L layers and N = B*T rows, the embedding's sum and
+ * 2 per layer forward (the g operators), 2 per layer backward (f) and
+ * the head's d lnf, each N x C floats, and the cross-entropy's 3 N:
+ * 4 ((4 L + 2) N C + 3 N), and 8 L N C more when backward recomputes each
+ * layer. The norm's one double is not counted.
+ */
+uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
 
 /* ---- the step ------------------------------------------------------------------ */
 

@@ -87,6 +87,11 @@ void gk_nn_tp_copy(const gk_nn_tensor *ft, const gk_nn_tensor *lt, size_t n, int
 	}
 }
 
+uint64_t gk_nn_tp_bytes(const gk_nn_model *m)
+{
+	return m->tp_bytes;
+}
+
 void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local)
 {
 	gk_nn_tp_copy(m->ft, m->t, m->nt_tensors, m->tp, m->tpr, (float *)full, local, 1);

@@ -283,6 +283,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 				return gk_err_sys(err, ENOMEM, "step %" PRId64, step);
 		}
 		double lsum;
+		uint64_t tpb = gk_nn_tp_bytes(t->m);
 		int done, cut = accumulate(t, &lsum, &done, err);
 		if (cut < 0)
 			return -1;
@@ -305,6 +306,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		if (gk_nn_tr_ckpt_progress(t, v + 5, h, err) < 0)
 			return -1;
 		lg.tokens = t->tokens;
+		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
 		lg.step_ms = (t1 - t0) * 1e3;
 		lg.bad_samples = (int64_t)v[4];
 		lg.tokens_per_s = step_tokens / (t1 - t0);

@@ -179,6 +179,8 @@ typedef struct gk_nn_train_log {
 	double loss, lr, grad_norm;
 	uint64_t tokens;        /* trained so far, all ranks */
 	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
+	uint64_t tp_bytes;      /* this rank's into its tensor group's allreduces
+				 * this step (gk_nn_tp_bytes); 0 without --tp */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */

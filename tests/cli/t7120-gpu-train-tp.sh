@@ -9,8 +9,9 @@ checkpoints hold the whole model in the Hugging Face layout, so --resume
 goes from tp 2 to one rank, from one rank to tp 2 and from tp 2 to
 tp 2 x dp 2, each continuing the losses of the run that never stopped,
 and --init-from loads one into any layout; the per-rank model states
-equal mem-estimate --tp; layouts that cannot be run are refused before
-any work, with the numbers.'
+equal mem-estimate --tp; a step'"'"'s tp_comm_bytes is the formula; a
+tensor group across hosts is warned about; layouts that cannot be run
+are refused before any work, with the numbers.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -73,6 +74,19 @@ test_expect_success MPI '--eval-only under tp 2: the loss and the batches of one
 	jq -r "select(.event == \"eval\") | .loss" e2.json >e2 &&
 	close_to e2 e1 1e-5 &&
 	jq -s -e "map(select(.event == \"eval\"))[0].batches == 5" e2.json
+'
+
+# L 2 layers, N = 4 x 16 rows, C 64, 2 micro-steps: per micro-step the
+# embedding, 2 per layer forward, 2 per layer backward and the head'"'"'s
+# d lnf (N x C floats each) and the cross-entropy'"'"'s 3 N floats
+test_expect_success MPI 'tp_comm_bytes: the formula, (4 L + 2) N C + 3 N floats a micro-step' '
+	mpi 2 $S --steps 2 --batch 4 --grad-accum 2 --tp 2 --json >v.json &&
+	want=$((2 * 4 * ((4 * 2 + 2) * 64 * 64 + 3 * 64))) &&
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" v.json | sort -u)" = "$want" &&
+	mpi 2 $S --steps 1 --batch 4 --grad-accum 2 --tp 2 --recompute layer --json >vr.json &&
+	want=$((want + 2 * 4 * 2 * 2 * 64 * 64)) &&
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" vr.json)" = "$want" &&
+	! jq -e "select(.event == \"step\") | .tp_comm_bytes" one.json
 '
 
 # the whole-model checkpoint: every tensor in the Hugging Face shape,
