@@ -209,6 +209,8 @@ static const gk_optdef options[] = {
 	SECTION("parallel"),
 	INT("zero", "0|1|2", o.zero, 0, 2, NOTE, "0",
 	    "1: shard the optimizer state over the ranks; 2: and the gradients"),
+	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
+	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
 	     NOTE, "none", "none, bf16, f16 or int8 gradients on the wire"),
 	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
@@ -488,6 +490,8 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_object_set_new(o, "val_loss", jnum(l->val_loss));
 		if (c->skip_bad)
 			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
+		if (l->tp_bytes)
+			json_object_set_new(o, "tp_comm_bytes", json_integer((json_int_t)l->tp_bytes));
 		print_mem(c->mem, o);
 		if (gk_status_out_tty())
 			gk_status_clear();
@@ -684,6 +688,17 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.zero == 2 && a->o.device == GK_NN_CUDA)
 		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
 				   "only: on a GPU use --zero 1");
+	if (a->o.tp > 1) {
+		/* what tensor parallelism does not do (yet): said before any work */
+		char zero[16];
+		snprintf(zero, sizeof(zero), "--zero %d", a->o.zero);
+		const char *no = a->o.device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
+				 a->o.zero ? zero :
+				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress" :
+				 a->sample ? "--sample" : a->dump ? "--dump-data" : NULL;
+		if (no)
+			gk_cli_usage_error(&cli, "--tp %d: not with %s", a->o.tp, no);
+	}
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");
@@ -804,6 +819,15 @@ static void print_start(gk_nn_trainer *t)
 			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
 	}
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
+	int tp = r->tp > 1 ? r->tp : 1;
+	char grid[48] = "";
+	if (tp > 1)
+		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
+	if (rank == 0 && pl->tp_span > 0)
+		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
+			"layer's allreduces cross the network every step (a group is %d consecutive "
+			"ranks: place them on one host)\n", pl->tp_span, gk_nn_trainer_world(t) / tp,
+			tp);
 	if (rank == 0 && r->threads > pl->share) {
 		char quota[64] = "";
 		if (pl->quota > 0)
@@ -833,6 +857,9 @@ static void print_start(gk_nn_trainer *t)
 			/* the flat buffer, with the padded vocabulary rows */
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			json_object_set_new(j, "threads", json_integer(r->threads));
+			/* the grid: world = dp x tp */
+			json_object_set_new(j, "tp", json_integer(tp));
+			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp));
 			if (gk_nn_trainer_device_desc(t))
 				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
@@ -845,10 +872,10 @@ static void print_start(gk_nn_trainer *t)
 			emit(j);
 		} else if (!cli.quiet) {
 			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
-			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s on %s (%s), "
+			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s%s on %s (%s), "
 			       "%d thread%s%s%s\n",
 			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
-			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", device,
+			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", grid, device,
 			       precision, r->threads, r->threads > 1 ? "s" : "",
 			       gk_nn_trainer_world(t) > 1 ? " each" : "",
 			       gk_nn_trainer_world(t) == 1 ? "" :

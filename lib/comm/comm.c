@@ -168,6 +168,38 @@ int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err)
 	return 0;
 }
 
+int gk_comm_split(gk_comm *parent, int color, int key, gk_comm **out, gk_err *err)
+{
+	*out = NULL;
+	if (parent->backend == GK_COMM_BACKEND_NCCL)
+		return gk_errf(err, "comm: split of an nccl communicator: not supported "
+			       "(split the host communicator and open nccl on each part)");
+	if (color < 0)
+		return gk_errf(err, "comm: split color %d: negative", color);
+	gk_comm *c = calloc(1, sizeof *c);
+	if (!c)
+		return gk_errf(err, "comm: out of memory");
+	c->cfg = parent->cfg;
+	c->backend = parent->backend;
+	c->rank = 0, c->world = 1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	if (parent->mpi && gk_comm_mpi_split(parent, c, color, key, err) < 0) {
+		pthread_mutex_destroy(&c->mu);
+		pthread_cond_destroy(&c->cv);
+		free(c);
+		return -1;
+	}
+	/* a group's operations are in the flight recorder too (every rank
+	 * splits in the same order, so the communicators' numbers agree) */
+	if (gk_comm_trace_open(c, err) < 0) {
+		gk_comm_close(c);
+		return -1;
+	}
+	*out = c;
+	return 0;
+}
+
 void gk_comm_close(gk_comm *c)
 {
 	if (!c)

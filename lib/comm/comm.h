@@ -230,6 +230,16 @@ int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
  * backend picks CUDA device local_rank % devices unless cfg->device says.
  */
 int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err);
+/*
+ * A communicator over the ranks of parent that pass the same color (>= 0),
+ * ranked by key (ties by parent's rank), as MPI_Comm_split: a process grid
+ * splits its world once per dimension. Collective over parent: every rank
+ * calls it, in the same order. The new communicator has parent's backend
+ * and settings (self stays a world of one); gk_comm_close releases it and
+ * leaves MPI to the parent. nccl communicators are refused: split the host
+ * one and open nccl on each part.
+ */
+int gk_comm_split(gk_comm *parent, int color, int key, gk_comm **out, gk_err *err);
 /* Waits for outstanding requests, stops the progress thread, finalises. */
 void gk_comm_close(gk_comm *c);
 /*

@@ -268,44 +268,23 @@ static MPI_Op mpi_op(mpi_state *st, gk_dtype dt, gk_comm_op op)
 	return ops[red];
 }
 
-int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
+/*
+ * A communicator of our own over base (MPI_COMM_WORLD, or a split of a
+ * parent's), with what a stall message needs, known before anything can
+ * stall: a communicator for the probe and every rank's host. Without
+ * memory the message names no rank; nothing else changes.
+ */
+static void setup(gk_comm *c, mpi_state *st, MPI_Comm base, int dup)
 {
-	mpi_state *st = calloc(1, sizeof *st);
-	if (!st)
-		return gk_errf(err, "mpi: out of memory");
-	int inited = 0, provided = 0;
-	MPI_Initialized(&inited);
-	if (!inited) {
-		int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-		if (rc != MPI_SUCCESS) {
-			free(st);
-			return gk_errf(err, "mpi: MPI_Init_thread failed");
-		}
-		st->owned = 1;
-		/*
-		 * Open MPI's UCX (the usual transport on InfiniBand) installs
-		 * its own SIGBUS handler when MPI_Init loads it, over the
-		 * tool's: a shard truncated under the job would be UCX's
-		 * backtrace and a bus error instead of a message naming it.
-		 */
-		gk_map_guard(NULL);
-	} else {
-		MPI_Query_thread(&provided);
-	}
-	(void)need_thread;
-	st->c = c;
-	/* Without it, non-blocking calls run at wait time on the caller's thread. */
-	c->thread_ok = provided >= MPI_THREAD_SERIALIZED;
+	st->c = c; /* for the flight recorder */
 	/* Our own communicator: our tags never meet the caller's messages. */
-	MPI_Comm_dup(MPI_COMM_WORLD, &st->comm);
+	if (dup)
+		MPI_Comm_dup(base, &st->comm);
+	else
+		st->comm = base;
 	MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(st->comm, &c->rank);
 	MPI_Comm_size(st->comm, &c->world);
-	/*
-	 * What a stall message needs, known before anything can stall: a
-	 * communicator for the probe and every rank's host. Without memory
-	 * the message names no rank; nothing else changes.
-	 */
 	st->rank = c->rank;
 	st->world = c->world;
 	MPI_Comm_dup(st->comm, &st->probe);
@@ -333,6 +312,53 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 	st->timeout = c->cfg.timeout > 0 ? c->cfg.timeout :
 		      c->cfg.timeout < 0 ? 0 : GK_COMM_DEFAULT_TIMEOUT;
 	c->mpi = st;
+}
+
+int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
+{
+	mpi_state *st = calloc(1, sizeof *st);
+	if (!st)
+		return gk_errf(err, "mpi: out of memory");
+	int inited = 0, provided = 0;
+	MPI_Initialized(&inited);
+	if (!inited) {
+		int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+		if (rc != MPI_SUCCESS) {
+			free(st);
+			return gk_errf(err, "mpi: MPI_Init_thread failed");
+		}
+		st->owned = 1;
+		/*
+		 * Open MPI's UCX (the usual transport on InfiniBand) installs
+		 * its own SIGBUS handler when MPI_Init loads it, over the
+		 * tool's: a shard truncated under the job would be UCX's
+		 * backtrace and a bus error instead of a message naming it.
+		 */
+		gk_map_guard(NULL);
+	} else {
+		MPI_Query_thread(&provided);
+	}
+	(void)need_thread;
+	/* Without it, non-blocking calls run at wait time on the caller's thread. */
+	c->thread_ok = provided >= MPI_THREAD_SERIALIZED;
+	setup(c, st, MPI_COMM_WORLD, 1);
+	return 0;
+}
+
+int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *err)
+{
+	mpi_state *ps = parent->mpi;
+	mpi_state *st = calloc(1, sizeof *st);
+	if (!st)
+		return gk_errf(err, "mpi: out of memory");
+	MPI_Comm sub;
+	int rc = MPI_Comm_split(ps->comm, color, key, &sub);
+	if (rc != MPI_SUCCESS) {
+		free(st);
+		return mpi_fail(err, rc, "mpi: MPI_Comm_split");
+	}
+	c->thread_ok = parent->thread_ok;
+	setup(c, st, sub, 0); /* owned: MPI stays the parent's to finalise */
 	return 0;
 }
 

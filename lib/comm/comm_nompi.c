@@ -10,6 +10,10 @@ static int nompi(gk_err *err)
 
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err) { return nompi(err); }
 void gk_comm_mpi_close(gk_comm *c) { (void)c; }
+int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *err)
+{
+	return nompi(err);
+}
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err) { return nompi(err); }
 void gk_comm_mpi_abort(gk_comm *c, int code) { (void)c, (void)code; }
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err) { return nompi(err); }

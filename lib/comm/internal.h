@@ -145,6 +145,8 @@ int gk_comm_sync(gk_comm *c, gk_err *err);
 /* ---- mpi backend (comm_mpi.c, or comm_nompi.c without MPI) ---- */
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err);
 void gk_comm_mpi_close(gk_comm *c);
+/* c (calloc'ed, cfg set) over the ranks of parent's communicator with this color */
+int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *err);
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err);
 void gk_comm_mpi_abort(gk_comm *c, int code);
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err);

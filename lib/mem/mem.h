@@ -302,6 +302,7 @@ typedef struct gk_mem_train {
 	gk_dtype precision; /* GK_DT_F32 or GK_DT_BF16 */
 	int zero;           /* 0, 1 or 2 */
 	int64_t dp;         /* data-parallel ranks */
+	int64_t tp;         /* tensor-parallel ranks (0: 1) */
 	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
 				       none, gelu and layer */
 	int eager, dropout;

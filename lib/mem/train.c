@@ -26,7 +26,8 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 		return gk_errf(err, "train: recomputation '%s': must be none, "
 			       "gelu or layer",
 			       gk_mem_recompute_name(t->recompute));
-	if (t->positions < 0 || t->seq < 0 || t->batch < 0 || t->dp < 0)
+	if (t->positions < 0 || t->seq < 0 || t->batch < 0 || t->dp < 0 ||
+	    t->tp < 0)
 		return gk_errf(err, "train: negative positions, sequence, batch "
 			       "or data-parallel degree");
 	if (t->seq && t->positions && t->seq > t->positions)
@@ -55,6 +56,8 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.zero = t->zero;
 	if (t->dp)
 		r.dp = t->dp;
+	if (t->tp)
+		r.tp = t->tp;
 	r.recompute = t->recompute;
 	r.flash = !t->eager;
 	r.dropout = !!t->dropout;

@@ -53,7 +53,8 @@ typedef struct ckpt_job {
 static int write_model(const ckpt_job *j, const char *path, gk_err *err)
 {
 	size_t n;
-	const gk_nn_tensor *tt = gk_nn_tensors(j->t->m, &n);
+	/* the whole model, whatever the layout of the run */
+	const gk_nn_tensor *tt = gk_nn_full_tensors(j->t->m, &n);
 	gk_st_spec *spec = calloc(n, sizeof(*spec));
 	const void **data = calloc(n, sizeof(*data));
 	uint64_t *shapes = calloc(2 * n, sizeof(uint64_t));
@@ -215,13 +216,17 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 	json_object_set_new(j, "step", json_integer(t->step));
 	json_object_set_new(j, "tokens", json_integer((json_int_t)t->tokens));
 	json_object_set_new(j, "skipped", json_integer(t->skipped));
-	json_object_set_new(j, "world", json_integer(t->world));
+	/* the data's world: the data-parallel groups (the ranks of a tensor
+	 * group read the same data), so that any layout of the same data
+	 * world resumes the same positions */
+	json_object_set_new(j, "world", json_integer(t->grid.dp));
+	json_object_set_new(j, "tp", json_integer(t->grid.tp));
 	json_object_set_new(j, "zero", json_integer(t->o.zero));
 	json_object_set_new(j, "batch", json_integer(t->o.batch));
 	json_object_set_new(j, "seq", json_integer(t->o.seq));
 	json_object_set_new(j, "grad_accum", json_integer(t->o.grad_accum));
 	json_object_set_new(j, "seed", json_integer((json_int_t)t->o.seed));
-	json_object_set_new(j, "nparams", json_integer((json_int_t)t->N));
+	json_object_set_new(j, "nparams", json_integer((json_int_t)gk_nn_full_nparams(t->m)));
 	json_object_set_new(c, "n_layer", json_integer(t->cfg.layers));
 	json_object_set_new(c, "n_embd", json_integer(t->cfg.hidden));
 	json_object_set_new(c, "n_head", json_integer(t->cfg.heads));
@@ -244,12 +249,50 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 	}
 	if (set)
 		json_object_set_new(j, "settings", set);
-	for (int r = 0; r < t->world; r++)
+	for (int r = 0; r < t->world; r += t->grid.tp) /* each group's first rank */
 		json_array_append_new(d, json_loads(states + (size_t)r * slot, 0, NULL));
 	json_object_set_new(j, "data", d);
 	char *out = json_dumps(j, JSON_INDENT(2));
 	json_decref(j);
 	return out;
+}
+
+/*
+ * Under tensor parallelism: the whole model and moments in the layout of
+ * one rank, gathered within rank 0's tensor group (the other groups hold
+ * the same slices) into rank 0's copies, so that any layout resumes from
+ * them. ZeRO-1 does not run with tensor parallelism: the moments are
+ * whole. Called by every rank (the buffers' allocation is agreed over
+ * the world first).
+ */
+static int ckpt_gather(gk_nn_trainer *t, ckpt_job *j, gk_err *err)
+{
+	size_t nf = gk_nn_full_nparams(t->m);
+	int in = t->grid.dp_rank == 0;
+	float *p = NULL, *m = NULL, *v = NULL;
+	int rc = 0;
+	if (in && (!(p = malloc(nf * sizeof(float))) || !(m = malloc(nf * sizeof(float))) ||
+		   !(v = malloc(nf * sizeof(float)))))
+		rc = gk_err_sys(err, ENOMEM, "checkpoint: the whole model's copy");
+	if (gk_nn_tr_agree_local(t, rc, err) < 0)
+		goto fail;
+	if (in && (gk_nn_tp_gather(t->m, gk_nn_params(t->m), p, err) < 0 ||
+		   gk_nn_tp_gather(t->m, t->dp->mom, m, err) < 0 ||
+		   gk_nn_tp_gather(t->m, t->dp->vel, v, err) < 0))
+		goto fail;
+	if (t->rank == 0) {
+		j->params = p, j->m = m, j->v = v;
+		j->lo = 0;
+		j->n = nf;
+		return 0;
+	}
+	rc = 0;
+	goto out;
+fail:
+	rc = -1;
+out:
+	free(p), free(m), free(v);
+	return rc;
 }
 
 /*
@@ -362,14 +405,20 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		job_free(j);
 		return -1;
 	}
-	if (t->rank == 0) {
-		j->params = malloc(t->N * sizeof(float));
+	if (t->rank == 0)
 		j->trainer_json = trainer_json(t, all, slot);
+	free(all);
+	if (t->grid.tp > 1) {
+		if (ckpt_gather(t, j, err) < 0) {
+			job_free(j);
+			return -1;
+		}
+	} else if (t->rank == 0) {
+		j->params = malloc(t->N * sizeof(float));
 		if (j->params)
 			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
 	}
-	free(all);
-	if (j->write_moments) {
+	if (j->write_moments && t->grid.tp == 1) {
 		j->m = malloc(j->n * sizeof(float) + 1);
 		j->v = malloc(j->n * sizeof(float) + 1);
 		if (j->m && j->v) {

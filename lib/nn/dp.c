@@ -142,9 +142,9 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	if (!dp)
 		return gk_err_sys(err, ENOMEM, "optimizer state");
 	dp->m = t->m;
-	dp->comm = dp->gcomm = t->comm;
-	dp->rank = t->rank;
-	dp->world = t->world;
+	dp->comm = dp->gcomm = t->grid.dpc;
+	dp->rank = t->grid.dp_rank;
+	dp->world = t->grid.dp;
 	dp->zero = t->o.zero;
 	dp->compress = t->o.compress;
 	dp->block_at = t->o.test_block_step;

@@ -177,7 +177,23 @@ static size_t add(gk_nn_tensor *t, size_t *n, size_t *off, const char *name,
 	return x->off;
 }
 
-static int build_table(gk_nn_model *m, gk_err *err)
+/*
+ * A tensor that tensor parallelism may split over tp ranks: the flat
+ * buffer holds its slice (numel / tp) when split, the whole otherwise;
+ * shape stays the whole tensor's.
+ */
+static size_t add_split(gk_nn_tensor *t, size_t *n, size_t *off, const char *name, int ndim,
+			int64_t d0, int64_t d1, size_t whole, int split, int groups, int tp)
+{
+	size_t numel = whole ? whole : (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	size_t o = add(t, n, off, name, ndim, d0, d1, split == GK_NN_SPLIT_NONE ? 0 : numel / (size_t)tp);
+	t[*n - 1].split = split;
+	t[*n - 1].groups = groups;
+	return o;
+}
+
+/* the table at tp ranks (1: the whole model) into m->t and m->blk */
+static int build_table_tp(gk_nn_model *m, int tp, gk_err *err)
 {
 	const gk_nn_config *c = &m->c;
 	int64_t C = c->hidden;
@@ -188,33 +204,62 @@ static int build_table(gk_nn_model *m, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "model parameter table");
 	size_t n = 0, off = 0;
 	char nm[64];
-	m->wte = add(m->t, &n, &off, "transformer.wte.weight", 2, c->vocab, C,
-		     (size_t)c->vocab_pad * (size_t)C);
+	m->wte = add_split(m->t, &n, &off, "transformer.wte.weight", 2, c->vocab, C,
+			   (size_t)c->vocab_pad * (size_t)C, GK_NN_SPLIT_ROWS, 1, tp);
 	m->wpe = add(m->t, &n, &off, "transformer.wpe.weight", 2, c->positions,
 		     C, 0);
 	for (size_t l = 0; l < L; l++) {
 		gk_nn_block_off *b = &m->blk[l];
-#define T(field, suffix, nd, d0, d1)                                         \
+#define T(field, suffix, nd, d0, d1, split, groups)                          \
 	snprintf(nm, sizeof(nm), "transformer.h.%zu.%s", l, suffix);         \
-	b->field = add(m->t, &n, &off, nm, nd, d0, d1, 0)
-		T(ln1w, "ln_1.weight", 1, C, 0);
-		T(ln1b, "ln_1.bias", 1, C, 0);
-		T(qkvw, "attn.c_attn.weight", 2, C, 3 * C);
-		T(qkvb, "attn.c_attn.bias", 1, 3 * C, 0);
-		T(attprojw, "attn.c_proj.weight", 2, C, C);
-		T(attprojb, "attn.c_proj.bias", 1, C, 0);
-		T(ln2w, "ln_2.weight", 1, C, 0);
-		T(ln2b, "ln_2.bias", 1, C, 0);
-		T(fcw, "mlp.c_fc.weight", 2, C, 4 * C);
-		T(fcb, "mlp.c_fc.bias", 1, 4 * C, 0);
-		T(fcprojw, "mlp.c_proj.weight", 2, 4 * C, C);
-		T(fcprojb, "mlp.c_proj.bias", 1, C, 0);
+	b->field = add_split(m->t, &n, &off, nm, nd, d0, d1, 0, split, groups, tp)
+		/* Megatron's split: c_attn and c_fc column-parallel (c_attn by
+		 * heads within each of Q, K and V), the projections
+		 * row-parallel with their biases whole */
+		T(ln1w, "ln_1.weight", 1, C, 0, GK_NN_SPLIT_NONE, 0);
+		T(ln1b, "ln_1.bias", 1, C, 0, GK_NN_SPLIT_NONE, 0);
+		T(qkvw, "attn.c_attn.weight", 2, C, 3 * C, GK_NN_SPLIT_COLS, 3);
+		T(qkvb, "attn.c_attn.bias", 1, 3 * C, 0, GK_NN_SPLIT_COLS, 3);
+		T(attprojw, "attn.c_proj.weight", 2, C, C, GK_NN_SPLIT_ROWS, 1);
+		T(attprojb, "attn.c_proj.bias", 1, C, 0, GK_NN_SPLIT_NONE, 0);
+		T(ln2w, "ln_2.weight", 1, C, 0, GK_NN_SPLIT_NONE, 0);
+		T(ln2b, "ln_2.bias", 1, C, 0, GK_NN_SPLIT_NONE, 0);
+		T(fcw, "mlp.c_fc.weight", 2, C, 4 * C, GK_NN_SPLIT_COLS, 1);
+		T(fcb, "mlp.c_fc.bias", 1, 4 * C, 0, GK_NN_SPLIT_COLS, 1);
+		T(fcprojw, "mlp.c_proj.weight", 2, 4 * C, C, GK_NN_SPLIT_ROWS, 1);
+		T(fcprojb, "mlp.c_proj.bias", 1, C, 0, GK_NN_SPLIT_NONE, 0);
 #undef T
 	}
 	m->lnfw = add(m->t, &n, &off, "transformer.ln_f.weight", 1, C, 0, 0);
 	m->lnfb = add(m->t, &n, &off, "transformer.ln_f.bias", 1, C, 0, 0);
 	m->nt_tensors = n;
 	m->nparams = off;
+	return 0;
+}
+
+/* this rank's table, and under tensor parallelism the whole model's too */
+static int build_table(gk_nn_model *m, gk_err *err)
+{
+	int tp = m->o.tp > 1 ? m->o.tp : 1;
+	if (tp > 1) {
+		gk_nn_model f = {.c = m->c};
+		if (build_table_tp(&f, 1, err) < 0) {
+			free(f.t);
+			free(f.blk);
+			return -1;
+		}
+		free(f.blk);
+		m->ft = f.t;
+		m->nft = f.nt_tensors;
+		m->nfull = f.nparams;
+	}
+	if (build_table_tp(m, tp, err) < 0)
+		return -1;
+	if (tp == 1) {
+		m->ft = m->t;
+		m->nft = m->nt_tensors;
+		m->nfull = m->nparams;
+	}
 	return 0;
 }
 
@@ -301,14 +346,18 @@ static size_t r16(size_t n)
  * floats each buffer takes in *acts and *work. gk_nn_plan sizes a model
  * with them before it exists.
  */
-enum { NSZ = 18, NWS = 6 };
+enum { NSZ = 18, NWS = 7 };
 static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t sz[NSZ],
 		      size_t ws[NWS], size_t *acts, size_t *work)
 {
 	size_t B = (size_t)o->batch, T = (size_t)o->seq;
-	size_t C = (size_t)c->hidden, NH = (size_t)c->heads;
-	size_t L = (size_t)c->layers, Vp = (size_t)c->vocab_pad;
+	size_t tp = o->tp > 1 ? (size_t)o->tp : 1;
+	size_t C = (size_t)c->hidden, NH = (size_t)c->heads / tp;
+	size_t L = (size_t)c->layers, Vp = (size_t)c->vocab_pad / tp;
 	size_t N = B * T;
+	/* a rank's heads and MLP columns (tp.c): Cq of attention's C, F of
+	 * the MLP's 4C */
+	size_t Cq = C / tp, F = 4 * C / tp;
 	gk_nn_recompute r = o->recompute;
 	size_t kl = r != GK_NN_RECOMPUTE_LAYER ? L : 1;
 	size_t kg = r == GK_NN_RECOMPUTE_NONE ? L : 1;
@@ -317,18 +366,21 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 		N * C, N, N,         /* lnf */
 		N * Vp, N,           /* logits, lse */
 		kl * N * C, kl * N, kl * N,   /* ln1 */
-		kl * N * 3 * C,      /* qkv */
+		kl * N * 3 * Cq,     /* qkv */
 		kl * B * NH * T * T, /* att */
-		kl * N * C,          /* atty */
+		kl * N * Cq,         /* atty */
 		kl * N * C,          /* res2 */
 		kl * N * C, kl * N, kl * N,   /* ln2 */
-		kl * N * 4 * C,      /* fch */
-		kg * N * 4 * C,      /* fchg */
+		kl * N * F,          /* fch */
+		kg * N * F,          /* fchg */
 	};
-	/* backward: dres, dln, datty (B,T,C); dqkv (B,T,3C); dfc (B,T,4C);
-	 * attention's scratch, per thread (a head's copies and a (T,T)) */
-	size_t w[NWS] = {N * C, N * C, N * C, N * 3 * C, N * 4 * C,
-			 (size_t)nt * gk_nn_cpu_attention_scratch((int)T, (int)(C / NH))};
+	/* backward: dres, dln (B,T,C); datty (B,T,Cq); dqkv (B,T,3Cq);
+	 * dfc (B,T,F); attention's scratch, per thread (a head's copies and
+	 * a (T,T)); under tensor parallelism the cross-entropy's per-row
+	 * max, sum of exponentials and target logit (3 N) */
+	size_t w[NWS] = {N * C, N * C, N * Cq, N * 3 * Cq, N * F,
+			 (size_t)nt * gk_nn_cpu_attention_scratch((int)T, (int)(Cq / NH)),
+			 tp > 1 ? 3 * N : 0};
 	memcpy(sz, a, sizeof(a));
 	memcpy(ws, w, sizeof(w));
 	*acts = *work = 0;
@@ -388,6 +440,7 @@ static int alloc_acts(gk_nn_model *m, gk_err *err)
 	m->dqkv = carve(&cur, ws[3]);
 	m->dfc = carve(&cur, ws[4]);
 	m->datt = carve(&cur, ws[5]);
+	m->tpx = carve(&cur, ws[6]);
 	return 0;
 }
 
@@ -395,6 +448,8 @@ void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a)
 {
 	size_t N = (size_t)m->o.batch * (size_t)m->o.seq;
 	size_t C = (size_t)m->c.hidden, T = (size_t)m->o.seq;
+	size_t tp = m->tp > 1 ? (size_t)m->tp : 1;
+	size_t Cq = C / tp, F = 4 * C / tp;
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t g = m->fchg_per_layer ? (size_t)l : 0;
 	a->in = m->resid + (size_t)l * N * C;
@@ -402,15 +457,15 @@ void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a)
 	a->ln1 = m->a_ln1 + k * N * C;
 	a->ln1m = m->a_ln1m + k * N;
 	a->ln1r = m->a_ln1r + k * N;
-	a->qkv = m->a_qkv + k * N * 3 * C;
-	a->att = m->a_att + k * (size_t)m->o.batch * (size_t)m->c.heads * T * T;
-	a->atty = m->a_atty + k * N * C;
+	a->qkv = m->a_qkv + k * N * 3 * Cq;
+	a->att = m->a_att + k * (size_t)m->o.batch * ((size_t)m->c.heads / tp) * T * T;
+	a->atty = m->a_atty + k * N * Cq;
 	a->res2 = m->a_res2 + k * N * C;
 	a->ln2 = m->a_ln2 + k * N * C;
 	a->ln2m = m->a_ln2m + k * N;
 	a->ln2r = m->a_ln2r + k * N;
-	a->fch = m->a_fch + k * N * 4 * C;
-	a->fchg = m->a_fchg + g * N * 4 * C;
+	a->fch = m->a_fch + k * N * F;
+	a->fchg = m->a_fchg + g * N * F;
 }
 
 int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
@@ -442,12 +497,24 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	if (o->flat_multiple < 0)
 		return gk_errf(err, "model flat_multiple %d: negative",
 			       o->flat_multiple);
+	if (o->tp > 1) {
+		if (gk_nn_tp_check(&cc, o->tp, err) < 0)
+			return -1;
+		if (o->tp_rank < 0 || o->tp_rank >= o->tp || !o->tp_comm)
+			return gk_errf(err, "model tensor-parallel rank %d of %d: no such rank "
+				       "or no communicator", o->tp_rank, o->tp);
+		if (o->device != GK_NN_CPU)
+			return gk_errf(err, "model: tensor parallelism runs on the CPU backend only");
+	}
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gk_err_sys(err, ENOMEM, "model");
 	m->c = cc;
 	m->o = *o;
 	m->nt = o->threads > 0 ? o->threads : omp_get_max_threads();
+	m->tp = o->tp > 1 ? o->tp : 1;
+	m->tpr = m->tp > 1 ? o->tp_rank : 0;
+	m->tpc = m->tp > 1 ? o->tp_comm : NULL;
 	if (build_table(m, err) < 0)
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
@@ -479,6 +546,8 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 		return -1;
 	if (o->batch < 1 || o->seq < 1 || o->seq > m.c.positions || o->flat_multiple < 0)
 		return gk_errf(err, "model batch %d x sequence %d: not a model's", o->batch, o->seq);
+	if (o->tp > 1 && gk_nn_tp_check(&m.c, o->tp, err) < 0)
+		return -1;
 	m.nt = o->threads > 0 ? o->threads : omp_get_max_threads();
 	int rc = build_table(&m, err);
 	if (rc == 0) {
@@ -494,6 +563,8 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 			out->workspace = fbytes(work);
 		}
 	}
+	if (m.ft != m.t)
+		free(m.ft);
 	free(m.t);
 	free(m.blk);
 	return rc;
@@ -504,6 +575,8 @@ void gk_nn_free(gk_nn_model *m)
 	if (!m)
 		return;
 	gk_nn_cuda_free(m);
+	if (m->ft != m->t)
+		free(m->ft);
 	free(m->t);
 	free(m->blk);
 	free(m->params);
@@ -543,7 +616,18 @@ size_t gk_nn_nflat(const gk_nn_model *m)
 
 size_t gk_nn_param_count(const gk_nn_model *m)
 {
-	return m->nparams - (size_t)(m->c.vocab_pad - m->c.vocab) * (size_t)m->c.hidden;
+	return m->nfull - (size_t)(m->c.vocab_pad - m->c.vocab) * (size_t)m->c.hidden;
+}
+
+const gk_nn_tensor *gk_nn_full_tensors(const gk_nn_model *m, size_t *n)
+{
+	*n = m->nft;
+	return m->ft;
+}
+
+size_t gk_nn_full_nparams(const gk_nn_model *m)
+{
+	return m->nfull;
 }
 
 const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n)
@@ -599,23 +683,24 @@ static void normal_fill(float *x, size_t n, float std, uint64_t *s)
  * through splitmix64, so a tensor's values do not depend on the sizes of
  * the ones before it and tensors can be filled in parallel.
  */
-void gk_nn_init(gk_nn_model *m, uint64_t seed)
+static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *params,
+		      int64_t layers, int nt, uint64_t seed)
 {
 	float std = 0.02f;
-	float resid_std = 0.02f / sqrtf(2.0f * (float)m->c.layers);
-	memset(m->params, 0, m->nparams * sizeof(float));
-#pragma omp parallel for schedule(dynamic) num_threads(m->nt)
-	for (size_t i = 0; i < m->nt_tensors; i++) {
-		const gk_nn_tensor *t = &m->t[i];
-		float *p = m->params + t->off;
+	float resid_std = 0.02f / sqrtf(2.0f * (float)layers);
+	memset(params, 0, nparams * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+	for (size_t i = 0; i < n; i++) {
+		const gk_nn_tensor *t = &tt[i];
+		float *p = params + t->off;
 		uint64_t s = seed ^ (0x6a09e667f3bcc909ull * (i + 1));
 		(void)splitmix64(&s);
 		if (t->ndim == 2) {
 			/* wte: the vocab rows only; padded rows stay zero */
-			size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
+			size_t k = (size_t)t->shape[0] * (size_t)t->shape[1];
 			int resid = gk_str_ends(t->name, "attn.c_proj.weight") ||
 				    gk_str_ends(t->name, "mlp.c_proj.weight");
-			normal_fill(p, n, resid ? resid_std : std, &s);
+			normal_fill(p, k, resid ? resid_std : std, &s);
 		} else if (gk_str_ends(t->name, "ln_1.weight") ||
 			   gk_str_ends(t->name, "ln_2.weight") ||
 			   gk_str_ends(t->name, "ln_f.weight")) {
@@ -623,6 +708,25 @@ void gk_nn_init(gk_nn_model *m, uint64_t seed)
 				p[k] = 1.0f;
 		}
 	}
+}
+
+/*
+ * Under tensor parallelism the whole model is drawn and this rank keeps
+ * its slices, so that every layout starts from the same parameters.
+ */
+int gk_nn_init(gk_nn_model *m, uint64_t seed)
+{
+	if (m->tp == 1) {
+		init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed);
+		return 0;
+	}
+	float *full = malloc(m->nfull * sizeof(float));
+	if (!full)
+		return -1;
+	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed);
+	gk_nn_tp_scatter(m, full, m->params);
+	free(full);
+	return 0;
 }
 
 /* ---- loading -------------------------------------------------------------------- */
@@ -777,12 +881,31 @@ int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err)
 	char *in[1] = {(char *)path};
 	if (gk_ckpt_open(&s, in, 1, err) < 0)
 		return -1;
+	/*
+	 * Under tensor parallelism the whole model is read (a checkpoint of
+	 * any layout holds it) and this rank keeps its slices.
+	 */
+	gk_nn_model whole = *m;
+	if (m->tp > 1) {
+		whole.t = m->ft;
+		whole.nt_tensors = m->nft;
+		whole.nparams = m->nfull;
+		whole.wte = 0;
+		if (!(whole.params = malloc(m->nfull * sizeof(float)))) {
+			gk_ckpt_close(s);
+			return gk_err_sys(err, ENOMEM, "load '%s'", path);
+		}
+	}
 	/* padded rows of wte stay zero; a failed load leaves zeros, not a
 	 * half-loaded model */
-	memset(m->params, 0, m->nparams * sizeof(float));
-	int rc = load_set(m, s, err);
+	memset(whole.params, 0, whole.nparams * sizeof(float));
+	int rc = load_set(&whole, s, err);
 	if (rc < 0)
 		memset(m->params, 0, m->nparams * sizeof(float));
+	else if (m->tp > 1)
+		gk_nn_tp_scatter(m, whole.params, m->params);
+	if (m->tp > 1)
+		free(whole.params);
 	gk_ckpt_close(s);
 	return rc;
 }

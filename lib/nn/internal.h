@@ -70,6 +70,17 @@ struct gk_nn_model {
 
 	struct gk_nn_cuda *cu;  /* the CUDA backend's state; NULL on the CPU */
 
+	/* tensor parallelism (tp.c): the group's size (1: none), this rank's
+	 * place in it and its communicator; the whole model's table (t itself
+	 * at tp 1) and its flat length; 3 N floats of the vocabulary-parallel
+	 * cross-entropy */
+	int tp, tpr;
+	struct gk_comm *tpc;
+	gk_nn_tensor *ft;
+	size_t nft, nfull;
+	float *tpx;
+	uint64_t tp_bytes;      /* sent into the group's allreduces so far */
+
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;
@@ -148,5 +159,54 @@ double gk_nn_cpu_xent_fwd(float *lse, const float *logits,
 void gk_nn_cpu_xent_bwd(float *logits, const float *lse,
 			const int32_t *targets, float dloss, int N, int V,
 			int Vp, int nt);
+
+/*
+ * ---- tensor-parallel layers (tp.c) ----
+ *
+ * Megatron-LM's split (Shoeybi et al., "Megatron-LM", 2019, section 3) as
+ * functions of one rank's slices, the collectives left to the caller
+ * between them, so that the unit tests can run every rank of a group in
+ * one process and compare with the unsharded kernels above. v0 is the
+ * first vocabulary row a rank holds, nv the real (unpadded) rows of its
+ * slice (0 for a slice wholly in the padding), ld its logits' row stride.
+ */
+/* out[i] = wte[tok[i] - v0] for the tokens this rank holds, else 0; the
+ * group's sum is the embedding (VocabParallelEmbedding's masked lookup) */
+void gk_nn_tp_embed_fwd(float *out, const int32_t *tok, const float *wte, int64_t v0, int nv,
+			int N, int C, int nt);
+/* dwte[tok[i] - v0] += dout[i] for the tokens this rank holds */
+void gk_nn_tp_embed_bwd(float *dwte, const float *dout, const int32_t *tok, int64_t v0,
+			int nv, int N, int C, int nt);
+/* out (B,T,C) += wpe[t] (after the embedding's allreduce) */
+void gk_nn_tp_add_pos(float *out, const float *wpe, int B, int T, int C, int nt);
+/* dwpe[t] += dout (B,T,C), as gk_nn_cpu_encoder_bwd does (the same bits) */
+void gk_nn_tp_pos_bwd(float *dwpe, const float *dout, int B, int T, int C, int nt);
+/* The global norm of a tensor-parallel model's gradients: each parameter
+ * once over the group (collective over it) */
+int gk_nn_tp_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+/* A row-parallel layer's end, after the allreduce of its partial sums in
+ * out (N,OC): out = res + bias + out, the bias added once */
+void gk_nn_tp_row_finish(float *out, const float *res, const float *bias, int N, int OC,
+			 int nt);
+/* Vocabulary-parallel cross-entropy, forward: mx[i] the row's largest
+ * logit of this rank (-inf when nv is 0), to be allreduced by MAX */
+void gk_nn_tp_xent_max(float *mx, const float *logits, int N, int nv, int ld, int nt);
+/* then with the group's mx: part[2i] = sum_j exp(x_ij - mx[i]), part[2i+1]
+ * = the target's logit when this rank holds it, else 0; allreduced by SUM */
+void gk_nn_tp_xent_parts(float *part, const float *logits, const float *mx,
+			 const int32_t *targets, int64_t v0, int N, int nv, int ld, int nt);
+/* then lse[i] = mx[i] + log(part[2i]), and the sum of lse - target logit
+ * over rows whose target is >= 0 (in double, rows in order) */
+double gk_nn_tp_xent_finish(float *lse, const float *mx, const float *part,
+			    const int32_t *targets, int N);
+/* backward: logits (this rank's columns) become d loss / d logits, with
+ * no collective (softmax_j - [j == target]) * dloss */
+void gk_nn_tp_xent_bwd(float *logits, const float *lse, const int32_t *targets, float dloss,
+		       int64_t v0, int N, int nv, int ld, int nt);
+/* Between the whole layout (ft, whole) and rank r of tp's (lt, local),
+ * tensor by tensor: to_local 1 copies r's slices out of whole, 0 puts
+ * them back in place */
+void gk_nn_tp_copy(const gk_nn_tensor *ft, const gk_nn_tensor *lt, size_t n, int tp, int r,
+		   float *whole, float *local, int to_local);
 
 #endif

@@ -23,12 +23,54 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "nn/cuda_internal.h"
 
-static void block_fwd(gk_nn_model *m, int l)
+/*
+ * Tensor parallelism's sum over the group of n floats in place (the g
+ * operator forward, f backward); nothing at tp 1.
+ */
+static int tp_sum(gk_nn_model *m, float *x, size_t n, gk_err *err)
+{
+	if (m->tp == 1)
+		return 0;
+	m->tp_bytes += n * sizeof(float);
+	return gk_comm_allreduce(m->tpc, x, x, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
+}
+
+/*
+ * A rank's widths under tensor parallelism (tp.c): Cq of attention's C
+ * and NHq of its heads, F of the MLP's 4C; the whole at tp 1.
+ */
+#define TP_WIDTHS(m)                                                           \
+	int Cq = (int)(m)->c.hidden / (m)->tp, NHq = (int)(m)->c.heads / (m)->tp; \
+	int F = 4 * (int)(m)->c.hidden / (m)->tp
+
+/*
+ * A projection onto the residual stream: out = res + inp @ w + b. Row-
+ * parallel under tensor parallelism: each rank's product of its rows,
+ * summed over the group, then the residual and the bias once.
+ */
+static int proj_fwd(gk_nn_model *m, float *out, const float *inp, const float *w,
+		    const float *b, const float *res, int N, int K, int OC, gk_err *err)
+{
+	if (m->tp == 1) {
+		/* onto the residual in place: no buffer for the product alone */
+		gk_nn_cpu_matmul_fwd(out, inp, w, b, res, NULL, 0, N, K, OC, m->nt);
+		return 0;
+	}
+	gk_nn_cpu_matmul_fwd(out, inp, w, NULL, NULL, NULL, 0, N, K, OC, m->nt);
+	if (tp_sum(m, out, (size_t)N * OC, err) < 0)
+		return -1;
+	gk_nn_tp_row_finish(out, res, b, N, OC, m->nt);
+	return 0;
+}
+
+static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 {
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden, NH = (int)m->c.heads;
+	int C = (int)m->c.hidden;
+	TP_WIDTHS(m);
 	const float *p = m->params;
 	const gk_nn_block_off *o = &m->blk[l];
 	gk_nn_acts a;
@@ -37,20 +79,68 @@ static void block_fwd(gk_nn_model *m, int l)
 	gk_nn_cpu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, p + o->ln1w,
 				p + o->ln1b, N, C, m->c.ln_eps, nt);
 	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL,
-			     NULL, 0, N, C, 3 * C, nt);
-	gk_nn_cpu_attention_fwd(a.atty, a.att, m->datt, a.qkv, B, T, C, NH,
+			     NULL, 0, N, C, 3 * Cq, nt);
+	gk_nn_cpu_attention_fwd(a.atty, a.att, m->datt, a.qkv, B, T, Cq, NHq,
 				nt);
-	/* the projections add onto the residual in place: no buffer for
-	 * their outputs alone */
-	gk_nn_cpu_matmul_fwd(a.res2, a.atty, p + o->attprojw, p + o->attprojb,
-			     a.in, NULL, 0, N, C, C, nt);
+	if (proj_fwd(m, a.res2, a.atty, p + o->attprojw, p + o->attprojb, a.in, N, Cq, C,
+		     err) < 0)
+		return -1;
 	gk_nn_cpu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, p + o->ln2w,
 				p + o->ln2b, N, C, m->c.ln_eps, nt);
 	gk_nn_cpu_matmul_fwd(a.fch, a.ln2, p + o->fcw, p + o->fcb, NULL, a.fchg,
 			     m->o.recompute != GK_NN_RECOMPUTE_GELU, N, C,
-			     4 * C, nt);
-	gk_nn_cpu_matmul_fwd(a.out, a.fchg, p + o->fcprojw, p + o->fcprojb,
-			     a.res2, NULL, 0, N, 4 * C, C, nt);
+			     F, nt);
+	return proj_fwd(m, a.out, a.fchg, p + o->fcprojw, p + o->fcprojb, a.res2, N, F, C, err);
+}
+
+/* The token embeddings: vocabulary-parallel under tensor parallelism. */
+static int embed_fwd(gk_nn_model *m, const int32_t *tokens, gk_err *err)
+{
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	const float *p = m->params;
+	if (m->tp == 1) {
+		gk_nn_cpu_encoder_fwd(m->resid, tokens, p + m->wte, p + m->wpe, B, T, C, m->nt);
+		return 0;
+	}
+	int64_t Vl = m->c.vocab_pad / m->tp, v0 = (int64_t)m->tpr * Vl;
+	gk_nn_tp_embed_fwd(m->resid, tokens, p + m->wte, v0, (int)Vl, B * T, C, m->nt);
+	if (tp_sum(m, m->resid, (size_t)B * T * C, err) < 0)
+		return -1;
+	gk_nn_tp_add_pos(m->resid, p + m->wpe, B, T, C, m->nt);
+	return 0;
+}
+
+/* This rank's vocabulary rows: the first v0, the real ones nv, all ld. */
+static void vocab_slice(const gk_nn_model *m, int64_t *v0, int *nv, int *ld)
+{
+	int64_t Vl = m->c.vocab_pad / m->tp;
+	*v0 = (int64_t)m->tpr * Vl;
+	int64_t real = m->c.vocab - *v0;
+	*nv = (int)(real < 0 ? 0 : real > Vl ? Vl : real);
+	*ld = (int)Vl;
+}
+
+/*
+ * The vocabulary-parallel cross-entropy's forward: the sum of the losses
+ * of rows with a target, lse set; logits stay split. Three numbers a row
+ * cross the group: the max, then the sum of exponentials and the target's
+ * logit together.
+ */
+static int tp_xent_fwd(gk_nn_model *m, const int32_t *targets, double *sum, gk_err *err)
+{
+	int N = m->o.batch * m->o.seq, nv, ld;
+	int64_t v0;
+	vocab_slice(m, &v0, &nv, &ld);
+	float *mx = m->tpx, *part = m->tpx + N;
+	gk_nn_tp_xent_max(mx, m->logits, N, nv, ld, m->nt);
+	m->tp_bytes += (size_t)N * sizeof(float);
+	if (gk_comm_allreduce(m->tpc, mx, mx, (size_t)N, GK_DT_F32, GK_COMM_MAX, NULL, err) < 0)
+		return -1;
+	gk_nn_tp_xent_parts(part, m->logits, mx, targets, v0, N, nv, ld, m->nt);
+	if (tp_sum(m, part, 2 * (size_t)N, err) < 0)
+		return -1;
+	*sum = gk_nn_tp_xent_finish(m->lse, mx, part, targets, N);
+	return 0;
 }
 
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
@@ -78,20 +168,29 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 	gk_nn_cpu_threads(nt);
 
 	const float *p = m->params;
-	gk_nn_cpu_encoder_fwd(m->resid, tokens, p + m->wte, p + m->wpe, B, T,
-			      C, nt);
+	if (embed_fwd(m, tokens, err) < 0)
+		return -1;
 	for (int l = 0; l < L; l++)
-		block_fwd(m, l);
+		if (block_fwd(m, l, err) < 0)
+			return -1;
 	const float *last = m->resid + (size_t)L * N * C;
 	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
 				p + m->lnfb, N, C, m->c.ln_eps, nt);
-	gk_nn_cpu_lmhead_fwd(m->logits, m->lnf, p + m->wte, N, C, V, Vp, nt);
+	/* under tensor parallelism, this rank's vocabulary columns */
+	int64_t v0;
+	int nv, ld;
+	vocab_slice(m, &v0, &nv, &ld);
+	if (nv > 0)
+		gk_nn_cpu_lmhead_fwd(m->logits, m->lnf, p + m->wte, N, C, nv, ld, nt);
 
 	m->have_targets = targets != NULL;
 	if (targets) {
 		memcpy(m->targets, targets, (size_t)N * sizeof(int32_t));
-		double s = gk_nn_cpu_xent_fwd(m->lse, m->logits, targets, N, V,
-					      Vp, nt);
+		double s;
+		if (m->tp == 1)
+			s = gk_nn_cpu_xent_fwd(m->lse, m->logits, targets, N, V, Vp, nt);
+		else if (tp_xent_fwd(m, targets, &s, err) < 0)
+			return -1;
 		double n = 0;
 		for (int i = 0; i < N; i++)
 			n += targets[i] >= 0;
@@ -107,7 +206,7 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t)
 {
-	return m->logits + ((size_t)b * m->o.seq + t) * m->c.vocab_pad;
+	return m->logits + ((size_t)b * m->o.seq + t) * (m->c.vocab_pad / m->tp);
 }
 
 void gk_nn_zero_grad(gk_nn_model *m)
@@ -140,40 +239,49 @@ static int block_bwd(gk_nn_model *m, int l, gk_nn_ready_fn ready, void *ctx,
 		     gk_err *err)
 {
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden, NH = (int)m->c.heads;
+	int C = (int)m->c.hidden;
+	TP_WIDTHS(m);
 	const float *p = m->params;
 	float *g = m->grads;
 	const gk_nn_block_off *o = &m->blk[l];
 	gk_nn_acts a;
 	gk_nn_layer_acts(m, l, &a);
 
-	if (m->o.recompute == GK_NN_RECOMPUTE_LAYER)
-		block_fwd(m, l);
-	else if (m->o.recompute == GK_NN_RECOMPUTE_GELU)
-		gk_nn_cpu_gelu_fwd(a.fchg, a.fch, (size_t)N * 4 * C, nt);
+	if (m->o.recompute == GK_NN_RECOMPUTE_LAYER) {
+		if (block_fwd(m, l, err) < 0)
+			return -1;
+	} else if (m->o.recompute == GK_NN_RECOMPUTE_GELU) {
+		gk_nn_cpu_gelu_fwd(a.fchg, a.fch, (size_t)N * F, nt);
+	}
 
-	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged */
+	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged (and
+	 * through g unchanged to every rank's rows of Wp) */
 	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, m->dres,
-			     a.fchg, p + o->fcprojw, N, 4 * C, C, nt);
+			     a.fchg, p + o->fcprojw, N, F, C, nt);
 	READY(o->fcprojw);
 	/* fch holds gelu' unless recomputed; fc's bias gradient is summed
 	 * in the same pass */
 	gk_nn_cpu_gelu_bwd(m->dfc, g + o->fcb, a.fch,
-			   m->o.recompute != GK_NN_RECOMPUTE_GELU, N, 4 * C, nt);
+			   m->o.recompute != GK_NN_RECOMPUTE_GELU, N, F, nt);
 	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, NULL, m->dfc, a.ln2,
-			     p + o->fcw, N, C, 4 * C, nt);
+			     p + o->fcw, N, C, F, nt);
+	/* f: each rank's columns gave a part of d ln2 */
+	if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
+		return -1;
 	READY(o->fcw);
 	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln2w, g + o->ln2b, m->dln,
 				a.res2, p + o->ln2w, a.ln2m, a.ln2r, N, C, nt);
 	READY(o->ln2w);
 	/* res2 = in + atty @ Wap + bap */
 	gk_nn_cpu_matmul_bwd(m->datty, g + o->attprojw, g + o->attprojb,
-			     m->dres, a.atty, p + o->attprojw, N, C, C, nt);
+			     m->dres, a.atty, p + o->attprojw, N, Cq, C, nt);
 	READY(o->attprojw);
 	gk_nn_cpu_attention_bwd(m->dqkv, m->datt, m->datty, a.qkv, a.att, B,
-				T, C, NH, nt);
+				T, Cq, NHq, nt);
 	gk_nn_cpu_matmul_bwd(m->dln, g + o->qkvw, g + o->qkvb, m->dqkv, a.ln1,
-			     p + o->qkvw, N, C, 3 * C, nt);
+			     p + o->qkvw, N, C, 3 * Cq, nt);
+	if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
+		return -1;
 	READY(o->qkvw);
 	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln1w, g + o->ln1b, m->dln,
 				a.in, p + o->ln1w, a.ln1m, a.ln1r, N, C, nt);
@@ -202,9 +310,25 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	 * gradient, so the sgemms accumulate with beta 1 and no pass over
 	 * the gradient buffer is needed */
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
-	gk_nn_cpu_xent_bwd(m->logits, m->lse, m->targets, dloss, N, V, Vp, nt);
-	gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
-			     N, C, V, Vp, nt);
+	if (m->tp == 1) {
+		gk_nn_cpu_xent_bwd(m->logits, m->lse, m->targets, dloss, N, V, Vp, nt);
+		gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
+				     N, C, V, Vp, nt);
+	} else {
+		/* this rank's vocabulary columns; f before the head: the
+		 * parts of d lnf summed over the group */
+		int64_t v0;
+		int nv, ld;
+		vocab_slice(m, &v0, &nv, &ld);
+		gk_nn_tp_xent_bwd(m->logits, m->lse, m->targets, dloss, v0, N, nv, ld, nt);
+		if (nv > 0)
+			gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
+					     N, C, nv, ld, nt);
+		else
+			memset(m->dln, 0, (size_t)N * C * sizeof(float));
+		if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
+			return -1;
+	}
 	const float *last = m->resid + (size_t)L * N * C;
 	memset(m->dres, 0, (size_t)N * C * sizeof(float));
 	gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,
@@ -214,8 +338,15 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	for (int l = L - 1; l >= 0; l--)
 		if (block_bwd(m, l, ready, ctx, err) < 0)
 			return -1;
-	gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T,
-			      C, nt);
+	if (m->tp == 1) {
+		gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T, C, nt);
+	} else {
+		int64_t v0;
+		int nv, ld;
+		vocab_slice(m, &v0, &nv, &ld);
+		gk_nn_tp_embed_bwd(g + m->wte, m->dres, m->tokens, v0, ld, N, C, nt);
+		gk_nn_tp_pos_bwd(g + m->wpe, m->dres, B, T, C, nt);
+	}
 	if (ready && ready(0, ctx, err) < 0)
 		return -1;
 	return 0;
@@ -278,6 +409,8 @@ int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 {
 	if (m->cu)
 		return gk_nn_cuda_grad_norm(m, norm, err);
+	if (m->tp > 1)
+		return gk_nn_tp_grad_norm(m, norm, err);
 	*norm = sqrt(gk_nn_sumsq(m->grads, m->nparams));
 	return 0;
 }

@@ -90,13 +90,28 @@ int gk_nn_config_save(const gk_nn_config *c, const char *path, gk_err *err);
 
 /* ---- the parameter table ---------------------------------------------------------- */
 
+/*
+ * How tensor parallelism (gk_nn_opts' tp) splits a tensor over the ranks
+ * of a tensor group (Megatron-LM's layout; lib/nn/tp.c):
+ *   NONE  replicated (LayerNorms, wpe, the row-parallel layers' biases)
+ *   COLS  the columns of each of `groups` equal groups: c_attn's [Q|K|V]
+ *         (3 groups, so each rank holds its heads of each), c_fc (1); the
+ *         biases likewise
+ *   ROWS  a block of rows: attn.c_proj and mlp.c_proj (row-parallel),
+ *         and wte's padded vocabulary (vocab_pad / tp rows a rank)
+ */
+enum { GK_NN_SPLIT_NONE, GK_NN_SPLIT_COLS, GK_NN_SPLIT_ROWS };
+
 typedef struct gk_nn_tensor {
 	char name[64];     /* Hugging Face name: "transformer.h.0.attn.c_attn.weight" */
 	int ndim;          /* 1 or 2 */
-	int64_t shape[2];  /* as the checkpoint stores it (wte: vocab, hidden) */
+	int64_t shape[2];  /* as the checkpoint stores it (wte: vocab, hidden),
+			    * whole: the same under tensor parallelism */
 	size_t off;        /* first element in the flat buffer */
-	size_t numel;      /* elements in the flat buffer (wte: vocab_pad * hidden) */
+	size_t numel;      /* elements in the flat buffer (wte: vocab_pad * hidden;
+			    * a rank's slice under tensor parallelism) */
 	int decay;         /* AdamW weight decay applies (2-D tensors) */
+	int split, groups; /* GK_NN_SPLIT_*, and COLS' groups (1 or 3) */
 } gk_nn_tensor;
 
 /* ---- the model ---------------------------------------------------------------- */
@@ -153,9 +168,19 @@ typedef struct gk_nn_opts {
 				       * (ZeRO-2, whose rank keeps only its
 				       * shard); gk_nn_memory and gk_nn_plan
 				       * count it 0 */
+	int tp, tp_rank;              /* tensor parallelism (tp.c): 0 or 1 none;
+				       * else this rank's place in a group of tp
+				       * ranks, each holding its slices of the
+				       * split tensors (gk_nn_tensor's split).
+				       * The CPU backend only; heads and vocab_pad
+				       * must divide by tp (gk_nn_tp_check) */
+	struct gk_comm *tp_comm;      /* the tensor group's communicator (tp > 1),
+				       * the caller's; every rank of the group
+				       * calls forward and backward together */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
+struct gk_comm;
 
 /* Allocate parameters, gradients and activations for opts' B x T. The
  * parameters are zero until gk_nn_init or gk_nn_load. */
@@ -168,9 +193,10 @@ const gk_nn_config *gk_nn_config_of(const gk_nn_model *m);
  * GPT-2's initialisation from seed: N(0, 0.02) for weights and
  * embeddings, zero biases, LayerNorm weights 1, and the residual
  * projections (attn.c_proj.weight, mlp.c_proj.weight) N(0, 0.02/sqrt(2L)).
- * The same seed gives the same parameters on every machine and rank.
+ * The same seed gives the same parameters on every machine and rank,
+ * and under tensor parallelism each rank's slices of them.
  */
-void gk_nn_init(gk_nn_model *m, uint64_t seed);
+int gk_nn_init(gk_nn_model *m, uint64_t seed); /* -1: no memory (tp's whole model) */
 /*
  * Load parameters from a checkpoint: anything gk_ckpt_open takes (a
  * .safetensors file, a Hugging Face directory or index, a training step
@@ -195,6 +221,43 @@ size_t gk_nn_param_count(const gk_nn_model *m);
 /* The table, in buffer order; *n tensors. */
 const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n);
 
+/* ---- tensor parallelism (tp.c) ---------------------------------------------------- */
+
+/*
+ * Whether tp ranks can split model c (heads and the padded vocabulary
+ * divisible by tp): 0, or -1 with the numbers in err.
+ */
+int gk_nn_tp_check(const gk_nn_config *c, int tp, gk_err *err);
+/*
+ * The whole model's layout (every rank's slices put together: the tensor
+ * table and flat buffer of the same model at tp 1), which checkpoints,
+ * gk_nn_init and gk_nn_load use whatever the layout of the run. At tp 1
+ * these are gk_nn_tensors and gk_nn_nparams.
+ */
+const gk_nn_tensor *gk_nn_full_tensors(const gk_nn_model *m, size_t *n);
+size_t gk_nn_full_nparams(const gk_nn_model *m);
+/* This rank's slices of a whole-layout flat buffer (full, full_nparams
+ * floats) into a local one (nparams floats). No communication. */
+void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local);
+/*
+ * The whole-layout buffer from every rank's local one (a buffer in the
+ * layout of the parameters: the parameters, AdamW's moments), over the
+ * tensor group: an allgather, then each rank's slices put in place. full
+ * (full_nparams floats) is written on every rank of the group.
+ * Collective over the group.
+ */
+int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err);
+/*
+ * Bytes this rank has put into the tensor group's allreduces of
+ * activations and their gradients since the model was made (0 at tp 1):
+ * per micro-step, with L layers and N = B*T rows, the embedding's sum and
+ * 2 per layer forward (the g operators), 2 per layer backward (f) and
+ * the head's d lnf, each N x C floats, and the cross-entropy's 3 N:
+ * 4 ((4 L + 2) N C + 3 N), and 8 L N C more when backward recomputes each
+ * layer. The norm's one double is not counted.
+ */
+uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
+
 /* ---- the step ------------------------------------------------------------------ */
 
 /*
@@ -207,7 +270,8 @@ const gk_nn_tensor *gk_nn_tensors(const gk_nn_model *m, size_t *n);
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err);
 /* Logits of row b, position t after a forward: vocab_pad floats (the
- * padded ones are not meaningful; use the first vocab). Valid until the
+ * padded ones are not meaningful; use the first vocab); under tensor
+ * parallelism this rank's vocab_pad / tp, from row tp_rank * that. Valid until the
  * next backward, which turns them into their gradient in place. */
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
@@ -399,7 +463,9 @@ int gk_nn_params_changed(gk_nn_model *m, gk_err *err);
  */
 int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
-int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err); /* tp: collective
+								 * over the group, each
+								 * parameter once */
 
 /*
  * AdamW (gk_nn_adamw_step's arithmetic) on the working parameters

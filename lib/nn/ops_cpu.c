@@ -258,11 +258,16 @@ void gk_nn_cpu_layernorm_bwd(float *dinp, float *dw, float *db,
  * (NULL + c) is unmapped: ten times slower than the store it feeds.
  */
 
-/* rows [i0, i1) of out (N,OC) = res + bias, or bias alone */
+/* rows [i0, i1) of out (N,OC) = res + bias, or bias alone, or zero (no
+ * bias: a row-parallel layer's partial product, tp.c) */
 GK_NN_SIMD_CLONES
 static void bias_rows(float *restrict out, const float *restrict res,
 		      const float *restrict bias, int i0, int i1, int OC)
 {
+	if (!bias && !res) {
+		memset(out + (size_t)i0 * OC, 0, (size_t)(i1 - i0) * OC * sizeof(float));
+		return;
+	}
 	for (int i = i0; i < i1; i++) {
 		float *o = out + (size_t)i * OC;
 		if (res) {

@@ -118,6 +118,17 @@ int gk_nn_tr_place(gk_nn_trainer *t, gk_err *err)
 		free(all);
 		return gk_err_sys(err, ENOMEM, "placement");
 	}
+	/*
+	 * Tensor groups (the grid's tp consecutive ranks) on more than one
+	 * host: every layer's allreduces of a step would cross the network.
+	 */
+	int tp = t->grid.tp > 1 ? t->grid.tp : 1;
+	for (int g = 0; tp > 1 && g + tp <= t->world; g += tp)
+		for (int r = g + 1; r < g + tp; r++)
+			if (all[r].host != all[g].host) {
+				p->tp_span++;
+				break;
+			}
 	for (int r = 0; r < t->world; r++)
 		hs[r] = all[r].host;
 	qsort(hs, (size_t)t->world, sizeof(*hs), cmp_u64);

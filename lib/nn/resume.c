@@ -231,17 +231,31 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	const char *names[2] = {"m", "v"};
 	const gk_nn_dp *o = t->dp;
 	float *dst[2] = {o->mom, o->vel};
-	size_t lo = o->lo, hi = gk_nn_dp_hi(o);
+	size_t lo = o->lo, hi = gk_nn_dp_hi(o), nf = gk_nn_full_nparams(t->m);
+	/*
+	 * The moments are stored in the whole model's layout; under tensor
+	 * parallelism they are read whole and this rank keeps its slices.
+	 */
+	float *whole = NULL;
+	if (t->grid.tp > 1) {
+		if (!(whole = malloc(nf * sizeof(float)))) {
+			gk_err_sys(err, ENOMEM, "resume");
+			goto out;
+		}
+		lo = 0;
+		hi = nf;
+	}
 	for (int k = 0; k < 2; k++) {
 		const gk_ckpt_entry *e = NULL;
 		for (size_t i = 0; i < s->n; i++)
 			if (!strcmp(s->e[i].name, names[k]))
 				e = &s->e[i];
-		if (!e || e->dtype != GK_DT_F32 || e->ndim != 1 || e->shape[0] != t->N) {
+		if (!e || e->dtype != GK_DT_F32 || e->ndim != 1 || e->shape[0] != nf) {
 			gk_errf(err, "checkpoint '%s': optimizer state '%s' is missing or not %zu f32 values (a checkpoint of another model?)",
-				dir, names[k], t->N);
+				dir, names[k], nf);
 			goto out;
 		}
+		float *to = whole ? whole : dst[k];
 		for (size_t p = 0; p < e->nparts; p++) {
 			const gk_ckpt_part *pt = &e->parts[p];
 			uint64_t a = pt->row0 > lo ? pt->row0 : lo;
@@ -249,12 +263,15 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 			if (a >= b)
 				continue;
 			if (gk_st_read(s->files[pt->file], pt->t, (a - pt->row0) * 4,
-				       dst[k] + (a - lo), (size_t)(b - a) * 4, err) < 0)
+				       to + (a - lo), (size_t)(b - a) * 4, err) < 0)
 				goto out;
 		}
+		if (whole)
+			gk_nn_tp_scatter(t->m, whole, dst[k]);
 	}
 	rc = 0;
 out:
+	free(whole);
 	gk_ckpt_close(s);
 	gk_strlist_free(&files);
 	return rc;
@@ -408,8 +425,9 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 			"'gpu-train' version 1)", path, format, version);
 		goto out;
 	}
-	if (np != (int64_t)t->N) {
-		gk_errf(err, "read '%s': %" PRId64 " parameters; this model has %zu", path, np, t->N);
+	if (np != (int64_t)gk_nn_full_nparams(t->m)) {
+		gk_errf(err, "read '%s': %" PRId64 " parameters; this model has %zu", path, np,
+			gk_nn_full_nparams(t->m));
 		goto out;
 	}
 	if (gk_json_get_int(j, "step", &step, err) < 0 ||
@@ -435,14 +453,15 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 	if (gk_nn_load(t->m, dir, err) < 0 || load_moments(t, dir, err) < 0 ||
 	    load_feedback(t, dir, world, err) < 0)
 		goto out;
+	/* world: the checkpoint's data-parallel groups (trainer.json's "world") */
 	if (t->data) {
-		json_t *mine = json_array_get(ds, world == t->world ? (size_t)t->rank : 0);
+		json_t *mine = json_array_get(ds, world == t->grid.dp ? (size_t)t->grid.dp_rank : 0);
 		char *s = json_dumps(mine, JSON_COMPACT);
 		if (!s) {
 			gk_err_sys(err, ENOMEM, "read '%s'", path);
 			goto out;
 		}
-		if (world != t->world && !gk_nn_data_is_bin(t->data)) {
+		if (world != t->grid.dp && !gk_nn_data_is_bin(t->data)) {
 			free(s);
 			const char **all = calloc((size_t)world, sizeof(*all));
 			char **own = calloc((size_t)world, sizeof(*own));
@@ -462,7 +481,7 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 			if (r < 0)
 				goto out;
 			snprintf(t->data_note, sizeof(t->data_note),
-				 "data position remapped from %" PRId64 " ranks to %d", world, t->world);
+				 "data position remapped from %" PRId64 " ranks to %d", world, t->grid.dp);
 		} else {
 			int r = gk_nn_data_restore(t->data, s, err);
 			free(s);

@@ -34,6 +34,9 @@ int gk_nn_decoder_new(gk_nn_decoder **out, gk_nn_model *m, gk_err *err)
 	*out = NULL;
 	if (m->cu)
 		return gk_errf(err, "decoding with a cache: the model is on the GPU");
+	if (m->tp > 1)
+		return gk_errf(err, "decoding with a cache: the model is split by tensor "
+			       "parallelism (it decodes whole)");
 	size_t C = (size_t)m->c.hidden, L = (size_t)m->c.layers;
 	size_t max = (size_t)m->c.positions;
 	gk_nn_decoder *d = calloc(1, sizeof(*d));
@@ -167,6 +170,9 @@ int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
 	int T = m->o.seq, B = m->o.batch;
 	if (m->cu)
 		return gk_errf(err, "forward of one window: the model is on the GPU");
+	if (m->tp > 1)
+		return gk_errf(err, "forward of one window: the model is split by tensor "
+			       "parallelism (it samples whole)");
 	if (w < 1 || w > T)
 		return gk_errf(err, "forward of one window: %d tokens, not 1..%d", w, T);
 	int32_t *row = malloc((size_t)T * sizeof(*row));

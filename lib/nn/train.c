@@ -50,8 +50,9 @@ int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int lo
 {
 	gk_nn_data_opts dop;
 	gk_nn_train_data_opts(&t->o, t->cfg.vocab, &dop);
-	dop.rank = t->rank;
-	dop.world = t->world;
+	/* the ranks of a tensor group read the same micro-batches */
+	dop.rank = t->grid.dp_rank;
+	dop.world = t->grid.dp;
 	dop.shuffle = shuffle;
 	dop.loop = loop;
 	return gk_nn_data_open(d, src, &dop, err);
@@ -140,6 +141,8 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 	gk_nn_data_close(d);
 	if (rc < 0)
 		return -1;
+	if (t->grid.tp_rank != 0) /* a tensor group's ranks evaluated the same batches */
+		acc[0] = acc[1] = 0;
 	if (gk_nn_tr_sum(t, acc, 2, err) < 0)
 		return -1;
 	if (acc[1] == 0)
@@ -212,7 +215,7 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	v[1] = sig == 1;
 	v[2] = sig == 2;
 	v[3] = ss;
-	v[4] = (double)gk_nn_data_bad(t->data);
+	v[4] = t->grid.tp_rank == 0 ? (double)gk_nn_data_bad(t->data) : 0; /* once a group */
 	gk_nn_tr_ckpt_counts(t, v + 5);
 	if (t->world > 1)
 		gk_comm_trace_tag(t->comm, "loss and norm", -1); /* for the flight recorder */
@@ -269,7 +272,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 	sum->min_loss = INFINITY;
 	double flops = gk_nn_flops(t->m);
 	uint64_t step_tokens = (uint64_t)o->batch * (uint64_t)o->seq *
-			       (uint64_t)o->grad_accum * (uint64_t)t->world;
+			       (uint64_t)o->grad_accum * (uint64_t)t->grid.dp;
 	double t_run = gk_now();
 	int64_t last_ckpt = -1;
 	int stop = 0;
@@ -289,6 +292,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 				return gk_err_sys(err, ENOMEM, "step %" PRId64, step);
 		}
 		double lsum;
+		uint64_t tpb = gk_nn_tp_bytes(t->m);
 		int done, cut = accumulate(t, &lsum, &done, err);
 		if (cut < 0)
 			return -1;
@@ -311,6 +315,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		if (gk_nn_tr_ckpt_progress(t, v + 5, h, err) < 0)
 			return -1;
 		lg.tokens = t->tokens;
+		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
 		lg.step_ms = (t1 - t0) * 1e3;
 		lg.bad_samples = (int64_t)v[4];
 		lg.tokens_per_s = step_tokens / (t1 - t0);

@@ -40,6 +40,24 @@
 /* Steps skipped in a row (skip_nonfinite) that end a run as broken. */
 #define GK_NN_MAX_SKIPS 10
 
+/*
+ * The process grid (grid.c): world = dp x tp, tp innermost, so rank r is
+ * tensor rank r % tp of data-parallel group r / tp. gk_nn_grid_layout
+ * checks the sizes and sets the coordinates (no communication);
+ * gk_nn_grid_open splits the world once per dimension (collective over
+ * it): tpc the tensor group's communicator (NULL at tp 1), dpc the
+ * data-parallel group's (the world itself at tp 1). gk_nn_grid_close
+ * closes what open made, before the world is closed.
+ */
+typedef struct gk_nn_grid {
+	int tp, dp;
+	int tp_rank, dp_rank;
+	gk_comm *world, *tpc, *dpc;
+} gk_nn_grid;
+int gk_nn_grid_layout(int world, int tp, int rank, gk_nn_grid *g, gk_err *err);
+int gk_nn_grid_open(gk_nn_grid *g, gk_comm *world, gk_err *err);
+void gk_nn_grid_close(gk_nn_grid *g);
+
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */
 	int have_config;
@@ -64,6 +82,8 @@ typedef struct gk_nn_train_opts {
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
 	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */
+	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
+				 * the CPU backend, ZeRO 0, no compression */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */
 	int overlap;            /* allreduce buckets during backward (1), after
@@ -160,6 +180,8 @@ typedef struct gk_nn_train_log {
 	double loss, lr, grad_norm;
 	uint64_t tokens;        /* trained so far, all ranks */
 	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
+	uint64_t tp_bytes;      /* this rank's into its tensor group's allreduces
+				 * this step (gk_nn_tp_bytes); 0 without --tp */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */
@@ -348,6 +370,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t);
 typedef struct gk_nn_placement {
 	int cpus, sharing, share, spare, hosts;
 	int host_ranks, cgroup_ranks; /* ranks on this kernel, and in its memory cgroup */
+	int tp_span;       /* tensor groups whose ranks are on more than one host */
 	double quota;
 } gk_nn_placement;
 const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);

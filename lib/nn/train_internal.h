@@ -7,6 +7,8 @@
  *   agree.c     what the ranks agree on: small collectives, agreed
  *               failures, the options, work rank 0 does alone
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
+ *   grid.c      the process grid: world = dp x tp, its groups' communicators
+ *               (tensor parallelism itself is the model's: tp.c)
  *   dp.c        the gradient path: data parallel, ZeRO-0, 1 and 2 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
@@ -35,6 +37,7 @@ struct gk_nn_trainer {
 	gk_nn_config cfg;
 	gk_comm *comm;        /* the world's, over host memory */
 	int rank, world;
+	gk_nn_grid grid;      /* world = dp x tp (grid.c): its groups' communicators */
 	int lock;             /* rank 0: the flock on --ckpt-dir, or -1 */
 	int agreed;           /* every rank failed together: the exit status */
 	int reporter;         /* ... and this rank says why (0 unless chosen) */
@@ -150,7 +153,9 @@ int gk_nn_tr_check_val_data(gk_nn_trainer *t, gk_err *err);
 /* ---- dp.c: the gradient path ------------------------------------------------------------ */
 
 /*
- * Data parallel over the world: every rank holds the whole model and its
+ * Data parallel over the grid's data-parallel group (the world without
+ * tensor parallelism): every rank holds the whole model, or its tensor
+ * slices, and its
  * gradients; after backward they are averaged (ZeRO-0: bucketed
  * allreduces, overlapped with backward) or each rank receives its own
  * range of them (ZeRO-1: reduce-scatter), the global norm is taken, AdamW

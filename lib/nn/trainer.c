@@ -34,8 +34,7 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b)
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
 			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
-			   .dp = t->world,
-			   .recompute = GK_MEM_RC_NONE};
+			   .dp = t->grid.dp, .tp = t->grid.tp, .recompute = GK_MEM_RC_NONE};
 	gk_mem_est e;
 	gk_err err;
 	if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &err) < 0)
@@ -94,13 +93,16 @@ static void account(gk_nn_trainer *t)
 	 */
 	uint64_t live = 0;
 	if (t->dp->zero2)
-		gk_nn_dp_zero2_bytes(t->dp->Np, t->world, zero2_head(t), t->o.bucket_bytes,
+		gk_nn_dp_zero2_bytes(t->dp->Np, t->grid.dp, zero2_head(t), t->o.bucket_bytes,
 				     t->dp->overlap, &mm.gradients, &live);
 	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
 	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live; /* error feedback */
-	b[GK_MEM_CHECKPOINT] = gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
+	/* under tensor parallelism rank 0's copy is of the whole model */
+	size_t nf = gk_nn_full_nparams(t->m);
+	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
+			       gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
 						   gk_nn_dp_feedback_len(t->dp));
 	t->mem.total = 0;
 	for (int c = 0; c < GK_MEM_NCAT; c++)
@@ -358,6 +360,19 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
+	/* the grid's sizes: every rank has the same options and world, so
+	 * every rank refuses together, before anything is read */
+	if (gk_nn_grid_layout(t->world, o->tp > 1 ? o->tp : 1, t->rank, &t->grid, err) < 0) {
+		t->agreed = 2;
+		return -1;
+	}
+	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
+		t->agreed = 2;
+		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero ? "ZeRO-1" :
+			       "compressed gradients");
+	}
+	if (gk_nn_grid_open(&t->grid, t->comm, err) < 0)
+		return -1;
 	if (gk_nn_tr_place(t, err) < 0)
 		return -1;
 	/* --eval-only (and a run of 0 steps) reads a checkpoint and writes
@@ -405,7 +420,8 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .positions = t->cfg.positions, .seq = t->o.seq, .batch = batch,
 			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
 										 : GK_DT_F32,
-			      .zero = zero, .dp = t->world, .recompute = rc[recompute],
+			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
+			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores */
 			      .eager = !t->cuda};
 }
@@ -426,8 +442,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	gk_nn_opts mo = {.batch = batch, .seq = t->o.seq, .recompute = rc,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
-			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->world),
-			 .lazy_grads = gk_nn_dp_lazy_grads(&o, t->world, t->cuda)};
+			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->grid.dp),
+			 .lazy_grads = gk_nn_dp_lazy_grads(&o, t->grid.dp, t->cuda), .tp = t->grid.tp};
 	gk_nn_mem pl;
 	gk_err why;
 	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
@@ -444,7 +460,10 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
 		(uint64_t)2 * (per + 1) * sizeof(float) +
 		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
-		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) + gk_nn_tr_ckpt_bytes(t, nflat, per, fb);
+		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +
+		/* tensor parallelism: rank 0 copies the whole model, at most tp
+		 * times its slices */
+		gk_nn_tr_ckpt_bytes(t, nflat * (size_t)t->grid.tp, per * (size_t)t->grid.tp, fb);
 	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
 		*host += gk_comm_compress_scratch(t->o.compress, per);
 	*dev = 0;
@@ -596,9 +615,20 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
 		return -1;
 	/* --device auto found a GPU for a setting only the CPU runs: a usage error */
-	if (gk_nn_tr_agree_local(t, gk_nn_dp_check(&t->o, t->world, t->cuda, err), err) < 0) {
+	if (gk_nn_tr_agree_local(t, gk_nn_dp_check(&t->o, t->grid.dp, t->cuda, err), err) < 0) {
 		t->agreed = 2;
 		return -1;
+	}
+	/* a layout the model cannot take: refused with the numbers, before
+	 * anything is allocated (a usage error, as every rank's) */
+	if (t->grid.tp > 1) {
+		int r = t->cuda ? gk_errf(err, "tensor parallelism runs on the CPU backend only "
+					  "(this run is on %s)", t->device)
+				: gk_nn_tp_check(&t->cfg, t->grid.tp, err);
+		if (gk_nn_tr_agree_local(t, r, err) < 0) {
+			t->agreed = 2;
+			return -1;
+		}
 	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
@@ -613,8 +643,9 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
-			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world),
-			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->world, t->cuda)};
+			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->grid.dp),
+			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda),
+			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
@@ -669,22 +700,26 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 			return -1;
 		}
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
-	} else {
-		gk_nn_init(t->m, o->seed);
+	} else if (gk_nn_tr_agree_local(t, gk_nn_init(t->m, o->seed) < 0 ?
+					 gk_err_sys(err, ENOMEM, "model initialisation") : 0, err) < 0) {
+		return -1;
 	}
 	/*
 	 * The initial broadcast, as PyTorch DDP's of its module states: each
 	 * rank loaded or initialised its own parameters, and one whose host
 	 * holds another copy of --init-from would train another model from
 	 * here on, its loss averaged in, without a word. Rank 0's go to all;
-	 * so do ZeRO-0's moments, replicated like them.
+	 * so do ZeRO-0's moments, replicated like them. Under tensor
+	 * parallelism each data-parallel group's rank 0 sends its slices to
+	 * the ranks that hold the same ones.
 	 */
 	float *p0 = gk_nn_params(t->m);
-	if (t->world > 1 &&
-	    (gk_comm_broadcast(t->comm, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
+	gk_comm *dc = t->grid.dpc;
+	if (t->grid.dp > 1 &&
+	    (gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
 	     (!o->zero && resume_dir &&
-	      (gk_comm_broadcast(t->comm, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
-	       gk_comm_broadcast(t->comm, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
+	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
+	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
 		return -1;
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
@@ -727,6 +762,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	free(t->in);
 	free(t->tg);
 	free(t->snap);
+	gk_nn_grid_close(&t->grid);
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
 	free(t->init_from);

@@ -733,6 +733,48 @@ static void test_launchers(void)
 		unsetenv(launcher_vars[i]);
 }
 
+/*
+ * gk_comm_split as a process grid uses it (tp innermost): the world cut
+ * into groups of k consecutive ranks and, across them, the ranks of the
+ * same place; each group's allreduce sums its own ranks only, against
+ * the sum computed from the ranks' numbers.
+ */
+static void test_split(void)
+{
+	gk_err err = {0};
+	int k = N % 2 == 0 ? 2 : 1;
+	gk_comm *inner = NULL, *outer = NULL;
+	int ok1 = gk_comm_split(C, R / k, R % k, &inner, &err) == 0 &&
+		  gk_comm_split(C, R % k, R / k, &outer, &err) == 0;
+	ok(all(ok1), "split into groups of %d: %s", k, ok1 ? "opened" : err.msg);
+	if (!ok1) {
+		gk_comm_close(inner);
+		gk_comm_close(outer);
+		return;
+	}
+	ok(all(gk_comm_world(inner) == k && gk_comm_rank(inner) == R % k &&
+	       gk_comm_world(outer) == N / k && gk_comm_rank(outer) == R / k),
+	   "split ranks and sizes: inner %d of %d, outer %d of %d", gk_comm_rank(inner),
+	   gk_comm_world(inner), gk_comm_rank(outer), gk_comm_world(outer));
+	double v[2] = {R + 1, R + 1}, want_in = 0, want_out = 0;
+	for (int r = 0; r < N; r++) {
+		if (r / k == R / k)
+			want_in += r + 1;
+		if (r % k == R % k)
+			want_out += r + 1;
+	}
+	int rc = gk_comm_allreduce(inner, v, v, 1, GK_DT_F64, GK_COMM_SUM, NULL, &err) == 0 &&
+		 gk_comm_allreduce(outer, v + 1, v + 1, 1, GK_DT_F64, GK_COMM_SUM, NULL, &err) == 0;
+	ok(all(rc && v[0] == want_in && v[1] == want_out),
+	   "an allreduce in each sums its own ranks: %g (want %g), %g (want %g)", v[0], want_in,
+	   v[1], want_out);
+	gk_comm *bad = NULL;
+	ok(gk_comm_split(C, -1, 0, &bad, &err) < 0 && strstr(err.msg, "negative") && !bad,
+	   "a negative color is refused: %s", err.msg);
+	gk_comm_close(inner);
+	gk_comm_close(outer);
+}
+
 int main(void)
 {
 	gk_err err = {0};
@@ -768,6 +810,7 @@ int main(void)
 	test_compressed();
 	test_compressed_rs();
 	test_errors();
+	test_split();
 	gk_comm_close(C);
 	return done_testing();
 }
