@@ -63,7 +63,8 @@ test_expect_success 'a rank stopped in an allreduce: the job ends, rank 1 and th
 	test -f stop/trace-c0-r00002.jsonl &&
 	s=$(nth_seq stop/trace-c0-r00000.jsonl allreduce 30) &&
 	test -n "$s" && test "$s" != null &&
-	jq -e "select(.seq == $s) | .state == \"failed\"" stop/trace-c0-r00000.jsonl &&
+	jq -s -e "map(select(.seq == $s)) | length == 1 and .[0].state == \"failed\"" \
+		stop/trace-c0-r00000.jsonl &&
 	gpu-train --trace-report stop >stop.report &&
 	cat stop.report &&
 	grep -E "^rank 1 \(on $HOST\) (left no dump and )?did not answer the others. watchdog \(stopped, (killed, )?or the network to it is down\); ranks 0 and 2 (wait|failed) in allreduce #$s " stop.report
@@ -109,7 +110,7 @@ test_expect_success 'a rank that never enters the allreduce the others wait in' 
 		-np 1 -x GK_TEST_BLOCK_STEP=3 gpu-train $B : -np 1 gpu-train $B >block.json 2>block.err &&
 	test $(($(date +%s) - t0)) -lt 30 &&
 	s=$(jq -r "select(.seq and .state != \"done\") | .seq" block/trace-c0-r00000.jsonl | head -n 1) &&
-	jq -e "select(.seq == $s) | .op == \"allreduce\" and .tag == \"bucket\" and .index == 0 and .step == 3" \
+	jq -s -e "map(select(.seq == $s)) | length == 1 and (.[0] | .op == \"allreduce\" and .tag == \"bucket\" and .index == 0 and .step == 3)" \
 		block/trace-c0-r00000.jsonl &&
 	gpu-train --trace-report block >block.report &&
 	cat block.report &&
