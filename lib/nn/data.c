@@ -416,6 +416,20 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 		if (rc == 0 && gk_shard_dataset_len(d->ds) == 0)
 			rc = gk_errf(err, "data '%s': no samples for rank %d of %d",
 				     source, d->o.rank, d->o.world);
+		/*
+		 * Tokenized shards end every document with their tokenizer's
+		 * end-of-text id, which the manifest records: it is the
+		 * stream's, unless another was asked for.
+		 */
+		const gk_shard_tok_info *tk = rc == 0 ? &gk_shard_dataset_manifest(d->ds)->tok : NULL;
+		if (tk && tk->present && o->eot < 0 && tk->eot >= d->o.vocab)
+			rc = gk_errf(err, "data '%s': the end-of-text token %" PRId64 " of its tokenizer is not below the vocabulary size %" PRId64,
+				     source, tk->eot, d->o.vocab);
+		else if (tk && tk->present && o->eot < 0)
+			d->o.eot = (int32_t)tk->eot;
+		else if (tk && tk->present && o->eot != tk->eot)
+			rc = gk_errf(err, "data '%s': its documents end with token %" PRId64 " (its manifest's end-of-text token), not the %" PRId32 " asked for",
+				     source, tk->eot, o->eot);
 	}
 	gk_strlist_free(&paths);
 	if (rc < 0) {

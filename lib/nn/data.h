@@ -36,8 +36,10 @@ typedef struct gk_nn_data_opts {
 	int shuffle;        /* shards: lib/shard's shard and window shuffle */
 	uint64_t seed;
 	int64_t vocab;      /* every token id must be below it */
-	int32_t eot;        /* end-of-text token; < 0: vocab - 1 (GPT-2's
-			     * 50256, the byte vocabulary's 256) */
+	int32_t eot;        /* end-of-text token; < 0: the one a manifest
+			     * of tokenized shards records, else vocab - 1
+			     * (GPT-2's 50256, the byte vocabulary's 256);
+			     * another than the manifest's is an error */
 	int batch, seq;     /* B, T */
 	int loop;           /* go on into the next epoch at the end */
 	int skip_bad;       /* shards: skip (and count) a sample that cannot

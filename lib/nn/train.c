@@ -98,6 +98,8 @@ int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int lo
 	dop.world = t->world;
 	dop.shuffle = shuffle;
 	dop.loop = loop;
+	if (!t->eot_asked)
+		dop.eot = -1; /* tokenized shards' own, else vocab - 1 */
 	if (gk_nn_data_open(d, src, &dop, err) < 0)
 		return -1;
 	/* Data tokenized with another vocabulary than the model's is refused. */

@@ -170,7 +170,7 @@ ssize_t sh_tokb_check(const gk_shard_tokenize *tz, const char *key, size_t n,
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (!gk_shard_tokenize_is_text(tz, m[i].ext)) {
 			char *e = gk_shard_name_quote(m[i].ext);
-			rc = gk_errf(err, "tokenize: member '%s.%s' is not text: tokenized samples are text documents (%s members)",
+			rc = gk_errf(err, "tokenize: member '%s.%s' is not text (the documents to tokenize are the %s members): leave it out of the input",
 				     k, e ? e : m[i].ext, exts);
 			free(e);
 		} else if (text >= 0) {
