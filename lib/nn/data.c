@@ -781,6 +781,11 @@ void gk_nn_data_close(gk_nn_data *d)
 	free(d);
 }
 
+int gk_nn_data_tokenized(const gk_nn_data *d)
+{
+	return d->ds && gk_shard_dataset_manifest(d->ds)->tok.present;
+}
+
 int gk_nn_data_check_tokenizer(const gk_nn_data *d, const uint64_t *fingerprint,
 			       const char *name, int64_t vocab, gk_err *err)
 {

@@ -107,6 +107,8 @@ int gk_nn_data_is_bin(const gk_nn_data *d);
  */
 int gk_nn_data_check_tokenizer(const gk_nn_data *d, const uint64_t *fingerprint,
 			       const char *name, int64_t vocab, gk_err *err);
+/* 1 when d's manifest records the tokenizer its shards were made with. */
+int gk_nn_data_tokenized(const gk_nn_data *d);
 void gk_nn_data_close(gk_nn_data *d);
 
 

@@ -103,6 +103,8 @@ int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int lo
 	if (gk_nn_data_open(d, src, &dop, err) < 0)
 		return -1;
 	/* Data tokenized with another vocabulary than the model's is refused. */
+	if (!gk_nn_data_tokenized(*d))
+		return 0;
 	uint64_t fp;
 	char name[1024];
 	int k = model_tokenizer(t, &fp, name, sizeof(name), err);

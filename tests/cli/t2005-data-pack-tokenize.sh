@@ -236,6 +236,18 @@ print(sum(len(np.load(io.BytesIO(s[\"npy\"]))) for s in wds.WebDataset(sorted(gl
 	test "$(jq -r ".tokenizer.files[].path" j.json)" = tokenizer.json
 '
 
+test_expect_success 'a manifest whose tokenizer record is malformed is refused' '
+	jq ".tokenizer.dtype = \"<f4\"" t1/m.json >t1/bad.json &&
+	test_expect_code 1 data-pack --verify t1/bad.json 2>err &&
+	echo "data-pack: manifest '"'"'t1/bad.json'"'"': tokenizer: dtype '"'"'<f4'"'"' is not <u2 or <i4" >expect &&
+	test_cmp expect err &&
+	jq "del(.tokenizer.fingerprint)" t1/m.json >t1/bad.json &&
+	test_expect_code 1 gpu-train --dump-data 1 --data t1/bad.json --vocab 1500 2>err &&
+	grep "^gpu-train: manifest .t1/bad.json.: tokenizer: .*fingerprint" err &&
+	jq "del(.tokenizer)" t1/m.json >t1/plain.json &&
+	data-pack --verify t1/plain.json
+'
+
 test_expect_success 'a vocabulary past 65536 ids: int32 ids, exact' '
 	data-pack -q -c --tokenize big --ext md -o big.tar --manifest big.json docs &&
 	"$GK_PY" ref.py check big "<i4" big.tar >counts &&
