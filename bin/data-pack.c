@@ -513,8 +513,10 @@ int main(int argc, char **argv)
 		argv = (char **)&a.file; /* the one shard operand */
 		argc = 1;
 	}
-	if (a.mode != 'c' && (a.naming.ext || a.naming.whole || a.tokenize))
-		gk_cli_usage_error(&cli, "--ext, --name-as-key and --tokenize need -c");
+	if (a.mode != 'c' && (a.naming.ext || a.naming.whole))
+		gk_cli_usage_error(&cli, "--ext and --name-as-key need -c");
+	if (a.mode != 'c' && a.tokenize)
+		gk_cli_usage_error(&cli, "--tokenize needs -c (it packs text)");
 	if (a.eot && !a.tokenize)
 		gk_cli_usage_error(&cli, "--eot needs --tokenize (it is the token ending each tokenized document)");
 	if (a.mode == 'c') {
