@@ -267,6 +267,17 @@ test_expect_success 'gpu-train reads every document once, one end-of-text token 
 	grep "^gpu-train: data .t1/m.json.: its documents end with token 0 (its manifest.s end-of-text token), not the 1499 asked for" err
 '
 
+test_expect_success 'a run resumed in the middle of a document trains on the same tokens' '
+	A="--data t1/m.json --vocab 1500 $TINY --batch 2 --shuffle none --json" &&
+	gpu-train $A --steps 12 >full.json &&
+	losses full.json >full &&
+	gpu-train $A --steps 12 --until 5 --ckpt-dir rs >a.json &&
+	gpu-train $A --steps 12 --ckpt-dir rs --resume >b.json &&
+	{ losses a.json && losses b.json; } >ab &&
+	test $(wc -l <ab) = 12 &&
+	test_cmp full ab
+'
+
 test_expect_success 'setup: models of the same size, with this tokenizer, the other, none' '
 	gpu-train $TINY --vocab 1500 --batch 2 --data t1/m.json --steps 1 --ckpt-dir ck -q &&
 	for m in same json other none; do
