@@ -18,6 +18,7 @@ static const char usage[] =
 	"usage: data-pack -c -o PATTERN [--max-count N] [--max-size SIZE]\n"
 	"                 [--lz4[=LEVEL]] [--jobs N] [--shuffle SEED] [--no-index]\n"
 	"                 [--ext EXT [--name-as-key]] [--manifest FILE]\n"
+	"                 [--tokenize TOKENIZER [--eot ID|TEXT]]\n"
 	"                 [-T FILE | --from-tar FILE] [DIR | FILE ...]\n"
 	"       data-pack -t [--json] SHARD ...\n"
 	"       data-pack -x [-C DIR] SHARD ...\n"
@@ -29,6 +30,8 @@ static const char usage[] =
 	"  -f NAME       tar's spelling: -o for -c, the shard for -t and -x\n"
 	"  --ext EXT     extension for names without one: README -> README.EXT\n"
 	"  --name-as-key each file a sample keyed by its whole name (needs --ext)\n"
+	"  --tokenize T  store text (.txt, --ext) as .npy token ids of tokenizer T\n"
+	"  --eot ID|TEXT the token ending every document (default <|endoftext|>)\n"
 	"  -t            list samples: shard, key, extensions, bytes\n"
 	"  -x            extract into -C DIR (default .), refusing unsafe names\n"
 	"  -g KEY[.EXT]  print one sample as a tar, or one member's bytes\n"
@@ -38,6 +41,7 @@ enum {
 	OPT_MAX_COUNT = GK_OPT_FIRST_TOOL,
 	OPT_MAX_SIZE, OPT_LZ4, OPT_JOBS, OPT_SHUFFLE, OPT_MANIFEST,
 	OPT_FROM_TAR, OPT_VERIFY, OPT_INDEX, OPT_NO_INDEX, OPT_EXT, OPT_NAME_AS_KEY,
+	OPT_TOKENIZE, OPT_EOT,
 };
 
 static const struct option longopts[] = {
@@ -62,6 +66,8 @@ static const struct option longopts[] = {
 	{"no-index", no_argument, NULL, OPT_NO_INDEX},
 	{"ext", required_argument, NULL, OPT_EXT},
 	{"name-as-key", no_argument, NULL, OPT_NAME_AS_KEY},
+	{"tokenize", required_argument, NULL, OPT_TOKENIZE},
+	{"eot", required_argument, NULL, OPT_EOT},
 	{"file", required_argument, NULL, 'f'},
 	{NULL, 0, NULL, 0},
 };
@@ -70,6 +76,7 @@ typedef struct args {
 	int mode; /* 'c' 't' 'x' 'g' 'V' (verify) 'I' (index) */
 	const char *out, *list, *dir, *manifest, *from_tar, *get;
 	const char *file; /* -f: tar's habit */
+	const char *tokenize, *eot;
 	gk_shard_write_opts w;
 	gk_shard_naming naming;
 	int shuffle, no_index;
@@ -153,8 +160,40 @@ static void nokey_hint(const args *a, const char *name, gk_err *err)
 	snprintf(err->msg + n, sizeof(err->msg) - n, ": %s", hint);
 }
 
+/*
+ * --tokenize: the tokenizer, and the token --eot names (an id, or a
+ * special token's text), by default its <|endoftext|>.
+ */
+static int open_tokenizer(const args *a, gk_tok **tok, gk_shard_tokenize *tz, gk_err *err)
+{
+	int64_t id = -1;
+	if (gk_tok_open(tok, a->tokenize, err) < 0)
+		return gk_err_prefix(err, "--tokenize");
+	uint32_t vocab = gk_tok_vocab_size(*tok);
+	if (!a->eot) {
+		id = gk_tok_special(*tok, "<|endoftext|>");
+		if (id < 0)
+			return gk_errf(err, "tokenizer '%s' has no <|endoftext|> token: give --eot ID or --eot TEXT (the token that ends every document)",
+				       a->tokenize);
+	} else if (*a->eot >= '0' && *a->eot <= '9') {
+		size_t len;
+		if (gk_parse_i64(a->eot, 0, (int64_t)vocab - 1, &id, "--eot", err) < 0)
+			return -1;
+		if (!gk_tok_token(*tok, (uint32_t)id, &len))
+			return gk_errf(err, "--eot %s: tokenizer '%s' has no token of that id",
+				       a->eot, a->tokenize);
+	} else if ((id = gk_tok_special(*tok, a->eot)) < 0) {
+		return gk_errf(err, "--eot '%s': tokenizer '%s' has no special token of that text (give its id)",
+			       a->eot, a->tokenize);
+	}
+	*tz = (gk_shard_tokenize){.tok = *tok, .eot = id, .ext = a->naming.ext, .jobs = a->w.jobs};
+	return 0;
+}
+
 static int create(const args *a, int argc, char **argv)
 {
+	gk_tok *tok = NULL;
+	gk_shard_tokenize tz = {0};
 	gk_err err;
 	gk_shard_source src = {0};
 	gk_shard_writer *w;
@@ -165,6 +204,8 @@ static int create(const args *a, int argc, char **argv)
 	gk_progress prog;
 	int rc = 1;
 
+	if (a->tokenize && open_tokenizer(a, &tok, &tz, &err) < 0)
+		goto fail;
 	for (int i = 0; i < argc; i++)
 		if (gk_shard_source_walk(&src, argv[i], &err) < 0)
 			goto fail;
@@ -204,8 +245,9 @@ static int create(const args *a, int argc, char **argv)
 	uint64_t total = !cli.quiet && !a->from_tar ? gk_shard_source_bytes(&src) : 0;
 	gk_progress_start(&prog, "data-pack", total, 1, NULL, !cli.quiet);
 	gk_progress_lines(&prog, !cli.quiet, 10.0);
-	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &a->naming, &prog, &err)
-			    : gk_shard_pack(w, &src, a->shuffle, a->seed, &prog, &err);
+	gk_shard_tokenize *tzp = tok ? &tz : NULL;
+	int r = a->from_tar ? gk_shard_pack_tar(w, a->from_tar, &a->naming, tzp, &prog, &err)
+			    : gk_shard_pack(w, &src, a->shuffle, a->seed, tzp, &prog, &err);
 	if (r == GK_SHARD_NO_KEY)
 		nokey_hint(a, NULL, &err);
 	gk_progress_finish(&prog);
@@ -214,6 +256,8 @@ static int create(const args *a, int argc, char **argv)
 		goto fail;
 	}
 	if (gk_shard_writer_close(w, &man, &err) < 0)
+		goto fail;
+	if (tok && gk_shard_tokenize_info(&tz, &man.tok, &err) < 0)
 		goto fail;
 	if (a->manifest) {
 		char what[4200];
@@ -227,6 +271,9 @@ static int create(const args *a, int argc, char **argv)
 		for (size_t i = 0; i < man.n; i++)
 			fprintf(stderr, "data-pack: %s: %" PRIu64 " samples, %" PRIu64 " bytes\n",
 				man.v[i].path, man.v[i].samples, man.v[i].bytes);
+	if (cli.verbose && tok)
+		fprintf(stderr, "data-pack: %" PRIu64 " tokens (%s)\n", tz.tokens,
+			man.tok.itemsize == 2 ? "uint16" : "int32");
 	rc = 0;
 	goto out;
 fail:
@@ -236,6 +283,7 @@ out:
 	gk_shard_outputs_free(&outs);
 	gk_strlist_free(&skipped);
 	gk_shard_source_free(&src);
+	gk_tok_close(tok);
 	return rc;
 }
 
@@ -414,6 +462,8 @@ int main(int argc, char **argv)
 					   opt, opt == 'z' ? "gzip" : opt == 'j' ? "bzip2" : "xz");
 		case OPT_EXT: a.naming.ext = optarg; break;
 		case OPT_NAME_AS_KEY: a.naming.whole = 1; break;
+		case OPT_TOKENIZE: a.tokenize = optarg; break;
+		case OPT_EOT: a.eot = optarg; break;
 		case 'T': a.list = optarg; break;
 		case 'C': a.dir = optarg; break;
 		case OPT_FROM_TAR: a.from_tar = optarg; break;
@@ -465,6 +515,10 @@ int main(int argc, char **argv)
 	}
 	if (a.mode != 'c' && (a.naming.ext || a.naming.whole))
 		gk_cli_usage_error(&cli, "--ext and --name-as-key need -c");
+	if (a.mode != 'c' && a.tokenize)
+		gk_cli_usage_error(&cli, "--tokenize needs -c (it packs text)");
+	if (a.eot && !a.tokenize)
+		gk_cli_usage_error(&cli, "--eot needs --tokenize (it is the token ending each tokenized document)");
 	if (a.mode == 'c') {
 		gk_err nerr;
 		if (a.naming.whole && !a.naming.ext)

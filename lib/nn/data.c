@@ -299,18 +299,23 @@ static int shard_fill(gk_nn_data *d, gk_err *err)
 						     shard, s->key, i, t, d->o.vocab));
 		o[i] = (int32_t)t;
 	}
-	o[n] = d->o.eot;
+	/*
+	 * One end-of-text token between documents: a sample packed with
+	 * data-pack --tokenize (or nanoGPT's way) ends with it already.
+	 */
+	if (!npy || n == 0 || o[n - 1] != d->o.eot)
+		o[n++] = d->o.eot;
 	int64_t k = cut_of(d, s->epoch, s->shard, s->index);
-	if (k > (int64_t)n + 1)
+	if (k > (int64_t)n)
 		return gk_errf(err, "shard '%s' sample '%s': resumed %" PRId64
 			       " tokens into it, but it has %" PRIu64
-			       " (a data state of other data?)", shard, s->key, k, n + 1);
-	if (k == (int64_t)n + 1)
+			       " (a data state of other data?)", shard, s->key, k, n);
+	if (k == (int64_t)n)
 		return 1; /* an earlier world trained all of it */
-	memmove(o, o + k, (size_t)((int64_t)n + 1 - k) * sizeof(*o));
-	d->q[d->nq++] = (pending){st, (int64_t)d->len, (int64_t)n + 1 - k, s->shard,
+	memmove(o, o + k, (size_t)((int64_t)n - k) * sizeof(*o));
+	d->q[d->nq++] = (pending){st, (int64_t)d->len, (int64_t)n - k, s->shard,
 				  s->index};
-	d->len += (size_t)((int64_t)n + 1 - k);
+	d->len += (size_t)((int64_t)n - k);
 	return 1;
 }
 
@@ -411,6 +416,20 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 		if (rc == 0 && gk_shard_dataset_len(d->ds) == 0)
 			rc = gk_errf(err, "data '%s': no samples for rank %d of %d",
 				     source, d->o.rank, d->o.world);
+		/*
+		 * Tokenized shards end every document with their tokenizer's
+		 * end-of-text id, which the manifest records: it is the
+		 * stream's, unless another was asked for.
+		 */
+		const gk_shard_tok_info *tk = rc == 0 ? &gk_shard_dataset_manifest(d->ds)->tok : NULL;
+		if (tk && tk->present && o->eot < 0 && tk->eot >= d->o.vocab)
+			rc = gk_errf(err, "data '%s': the end-of-text token %" PRId64 " of its tokenizer is not below the vocabulary size %" PRId64,
+				     source, tk->eot, d->o.vocab);
+		else if (tk && tk->present && o->eot < 0)
+			d->o.eot = (int32_t)tk->eot;
+		else if (tk && tk->present && o->eot != tk->eot)
+			rc = gk_errf(err, "data '%s': its documents end with token %" PRId64 " (its manifest's end-of-text token), not the %" PRId32 " asked for",
+				     source, tk->eot, o->eot);
 	}
 	gk_strlist_free(&paths);
 	if (rc < 0) {
@@ -760,4 +779,33 @@ void gk_nn_data_close(gk_nn_data *d)
 	free(d->q);
 	free(d->cuts);
 	free(d);
+}
+
+int gk_nn_data_tokenized(const gk_nn_data *d)
+{
+	return d->ds && gk_shard_dataset_manifest(d->ds)->tok.present;
+}
+
+int gk_nn_data_check_tokenizer(const gk_nn_data *d, const uint64_t *fingerprint,
+			       const char *name, int64_t vocab, gk_err *err)
+{
+	const gk_shard_tok_info *t = d->ds ? &gk_shard_dataset_manifest(d->ds)->tok : NULL;
+	if (!t || !t->present)
+		return 0;
+	char files[1024] = "", mine[17], theirs[17];
+	for (size_t i = 0, at = 0; i < t->nfiles && at < sizeof(files); i++) {
+		int r = snprintf(files + at, sizeof(files) - at, "%s'%s'", i ? ", " : "",
+				 t->files[i].path);
+		at += r > 0 ? (size_t)r : 0;
+	}
+	gk_xxh3_hex(t->fingerprint, theirs);
+	if (fingerprint && *fingerprint != t->fingerprint)
+		return gk_errf(err, "tokenized with another tokenizer than the model's: the data's is %s (fingerprint %s, %" PRIu64 " ids), the model's %s (fingerprint %s, %" PRId64 " ids); pack the text again with the model's tokenizer",
+			       files, theirs, t->vocab, name ? name : "?",
+			       gk_xxh3_hex(*fingerprint, mine), vocab);
+	if (t->vocab > (uint64_t)vocab)
+		return gk_errf(err, "tokenized with a vocabulary of %" PRIu64 " ids (tokenizer %s, fingerprint %s), more than the model's %" PRId64 "%s%s; pack the text again with the model's tokenizer",
+			       t->vocab, files, theirs, vocab, name ? " of tokenizer " : "",
+			       name ? name : "");
+	return 0;
 }

@@ -36,8 +36,10 @@ typedef struct gk_nn_data_opts {
 	int shuffle;        /* shards: lib/shard's shard and window shuffle */
 	uint64_t seed;
 	int64_t vocab;      /* every token id must be below it */
-	int32_t eot;        /* end-of-text token; < 0: vocab - 1 (GPT-2's
-			     * 50256, the byte vocabulary's 256) */
+	int32_t eot;        /* end-of-text token; < 0: the one a manifest
+			     * of tokenized shards records, else vocab - 1
+			     * (GPT-2's 50256, the byte vocabulary's 256);
+			     * another than the manifest's is an error */
 	int batch, seq;     /* B, T */
 	int loop;           /* go on into the next epoch at the end */
 	int skip_bad;       /* shards: skip (and count) a sample that cannot
@@ -92,6 +94,21 @@ uint64_t gk_nn_data_epoch(const gk_nn_data *d);
  */
 uint64_t gk_nn_data_identity(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);
+/*
+ * Was the data tokenized with the model's tokenizer? Shards read through
+ * a manifest that records their tokenizer (data-pack --tokenize) are
+ * refused when fingerprint (gk_tok_fingerprint of the model's tokenizer;
+ * NULL: unknown) differs from theirs, or, with it unknown, when their
+ * vocabulary is larger than vocab, the model's (a smaller one is not
+ * refused: models pad their vocabulary). name (may be NULL) names the
+ * model's tokenizer in the message, which names both. Data with no
+ * record (token files, shards listed without their manifest, untokenized
+ * shards) passes.
+ */
+int gk_nn_data_check_tokenizer(const gk_nn_data *d, const uint64_t *fingerprint,
+			       const char *name, int64_t vocab, gk_err *err);
+/* 1 when d's manifest records the tokenizer its shards were made with. */
+int gk_nn_data_tokenized(const gk_nn_data *d);
 void gk_nn_data_close(gk_nn_data *d);
 
 

@@ -62,6 +62,7 @@ struct gk_nn_trainer {
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
 	const char *init_asked; /* ... and as given */
+	int eot_asked;          /* --eot given: tokenized data must use it */
 	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
 	char *resume_notes;        /* settings changed since the checkpoint's run */
 	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */

@@ -607,6 +607,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 		gk_nn_tr_init_gone(t, err);
 	if (rc == 0 && t->o.seq <= 0)
 		t->o.seq = (int)t->cfg.positions;
+	t->eot_asked = t->o.eot >= 0;
 	if (rc == 0 && t->o.eot < 0)
 		t->o.eot = (int32_t)(t->cfg.vocab - 1);
 	if (rc == 0 && t->o.seq > t->cfg.positions)

@@ -134,4 +134,21 @@ int sh_index_check_ends(const gk_shard_index *idx, int fd, const char *shard,
 int sh_index_check_mem(const gk_shard_index *idx, size_t i, const void *p,
 		       const char *shard, const char *index, gk_err *err);
 
+/*
+ * Tokenizing (tokenize.c): a batch of documents between a source and the
+ * writer. sh_tokb_check: the number of a sample's one text member, or -1
+ * with the reason (a member that is not text, two text members).
+ * sh_tokb_add takes text (malloc'ed, freed by the batch, also on error);
+ * a full batch is encoded and written, the rest by sh_tokb_finish.
+ */
+typedef struct sh_tokb sh_tokb;
+int sh_tokb_new(sh_tokb **out, gk_shard_writer *w, gk_shard_tokenize *tz,
+		gk_progress *progress, gk_err *err);
+ssize_t sh_tokb_check(const gk_shard_tokenize *tz, const char *key, size_t n,
+		      const gk_shard_member *m, gk_err *err);
+int sh_tokb_add(sh_tokb *b, const char *key, unsigned char *text, size_t len,
+		gk_err *err);
+int sh_tokb_finish(sh_tokb *b, gk_err *err);
+void sh_tokb_free(sh_tokb *b);
+
 #endif

@@ -12,13 +12,87 @@
 
 #include "shard/internal.h"
 
+void gk_shard_tok_info_free(gk_shard_tok_info *t)
+{
+	for (size_t i = 0; i < t->nfiles; i++)
+		free(t->files[i].path);
+	free(t->files);
+	memset(t, 0, sizeof(*t));
+}
+
 void gk_shard_manifest_free(gk_shard_manifest *m)
 {
 	for (size_t i = 0; i < m->n; i++)
 		free(m->v[i].path);
 	free(m->v);
 	free(m->dir);
+	gk_shard_tok_info_free(&m->tok);
 	memset(m, 0, sizeof(*m));
+}
+
+/* The "tokenizer" object of a manifest (gpukit-shard(5)); NULL: no memory. */
+static json_t *tok_json(const gk_shard_tok_info *t)
+{
+	char hex[17];
+	json_t *files = json_array(), *o = json_object();
+	if (!files || !o) {
+		json_decref(files);
+		json_decref(o);
+		return NULL;
+	}
+	json_object_set_new(o, "fingerprint", json_string(gk_xxh3_hex(t->fingerprint, hex)));
+	json_object_set_new(o, "vocab_size", json_integer((json_int_t)t->vocab));
+	json_object_set_new(o, "eot", json_integer((json_int_t)t->eot));
+	json_object_set_new(o, "dtype", json_string(t->itemsize == 2 ? "<u2" : "<i4"));
+	json_object_set_new(o, "tokens", json_integer((json_int_t)t->tokens));
+	for (size_t i = 0; i < t->nfiles; i++)
+		json_array_append_new(files, json_pack("{s:s, s:s}", "path", t->files[i].path,
+						       "xxh3", gk_xxh3_hex(t->files[i].xxh3, hex)));
+	json_object_set_new(o, "files", files);
+	return o;
+}
+
+static int tok_load(const json_t *o, gk_shard_tok_info *t, gk_err *err)
+{
+	const char *fp, *dtype, *p, *hex;
+	int64_t vocab, eot, tokens;
+	json_t *files = json_object_get(o, "files");
+	if (!json_is_object(o))
+		return gk_errf(err, "not an object");
+	if (gk_json_get_str(o, "fingerprint", &fp, err) < 0 ||
+	    gk_xxh3_parse(fp, &t->fingerprint, err) < 0 ||
+	    gk_json_get_int(o, "vocab_size", &vocab, err) < 0 ||
+	    gk_json_get_int(o, "eot", &eot, err) < 0 ||
+	    gk_json_get_str(o, "dtype", &dtype, err) < 0 ||
+	    gk_json_get_int(o, "tokens", &tokens, err) < 0)
+		return -1;
+	if (vocab < 1 || vocab > (int64_t)GK_TOK_MAX_ID + 1 || eot < 0 || eot >= vocab ||
+	    tokens < 0)
+		return gk_errf(err, "vocab_size %lld, eot %lld or tokens %lld out of range",
+			       (long long)vocab, (long long)eot, (long long)tokens);
+	if (strcmp(dtype, "<u2") != 0 && strcmp(dtype, "<i4") != 0)
+		return gk_errf(err, "dtype '%s' is not <u2 or <i4", dtype);
+	if (!json_is_array(files))
+		return gk_errf(err, "'files' is not an array");
+	t->vocab = (uint64_t)vocab;
+	t->eot = eot;
+	t->itemsize = dtype[2] == '2' ? 2 : 4;
+	t->tokens = (uint64_t)tokens;
+	size_t n = json_array_size(files), cap = 0;
+	for (size_t i = 0; i < n; i++) {
+		json_t *f = json_array_get(files, i);
+		uint64_t h;
+		if (gk_json_get_str(f, "path", &p, err) < 0 ||
+		    gk_json_get_str(f, "xxh3", &hex, err) < 0 || gk_xxh3_parse(hex, &h, err) < 0)
+			return gk_err_prefix(err, "file %zu", i);
+		if (GK_GROW(t->files, cap, t->nfiles + 1, "manifest", err) < 0)
+			return -1;
+		if (!(t->files[t->nfiles].path = strdup(p)))
+			return gk_err_sys(err, ENOMEM, "manifest");
+		t->files[t->nfiles++].xxh3 = h;
+	}
+	t->present = 1;
+	return 0;
 }
 
 int gk_shard_manifest_add(gk_shard_manifest *m, const char *path,
@@ -119,6 +193,12 @@ int gk_shard_manifest_write(const char *path, const gk_shard_manifest *m,
 		json_array_append_new(shards, s);
 	}
 	json_object_set(root, "shards", shards);
+	if (m->tok.present) {
+		json_t *t = tok_json(&m->tok);
+		if (!t)
+			goto nomem;
+		json_object_set_new(root, "tokenizer", t);
+	}
 	int rc = gk_json_write_file(path, root, err);
 	json_decref(shards);
 	json_decref(root);
@@ -172,6 +252,11 @@ int gk_shard_manifest_load(const char *path, gk_shard_manifest *m, gk_err *err)
 		}
 		if (gk_shard_manifest_add(m, p, (uint64_t)samples, (uint64_t)bytes, h, err) < 0)
 			goto fail;
+	}
+	json_t *tok = json_object_get(root, "tokenizer");
+	if (tok && tok_load(tok, &m->tok, err) < 0) {
+		gk_err_prefix(err, "manifest '%s': tokenizer", path);
+		goto fail;
 	}
 	/* The totals are redundant: a disagreement means an edited or mixed manifest. */
 	if ((uint64_t)total_samples != m->samples || (uint64_t)total_bytes != m->bytes) {

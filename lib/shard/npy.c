@@ -146,3 +146,25 @@ int gk_shard_npy_parse(const void *buf, size_t len, gk_shard_npy *out, gk_err *e
 	return 0;
 }
 
+
+size_t gk_shard_npy_header(unsigned char *buf, int itemsize, uint64_t count)
+{
+	/*
+	 * reference: numpy/lib/_format_impl.py _write_array_header and
+	 * _wrap_header: the dictionary's repr with sorted keys, spaces for
+	 * the shape to grow to 21 digits, then spaces and a newline to a
+	 * multiple of ARRAY_ALIGN (64) bytes counted from the magic.
+	 */
+	char dict[GK_SHARD_NPY_HEADER_MAX], num[24];
+	int nd = snprintf(num, sizeof(num), "%" PRIu64, count);
+	int n = snprintf(dict, sizeof(dict), "{'descr': '%s', 'fortran_order': False, 'shape': (%s,), }%*s",
+			 itemsize == 2 ? "<u2" : "<i4", num, nd < 21 ? 21 - nd : 0, "");
+	size_t hlen = (size_t)n + 1, pad = 64 - (10 + hlen) % 64;
+	memcpy(buf, "\x93NUMPY\x01\x00", 8);
+	buf[8] = (unsigned char)((hlen + pad) & 0xff);
+	buf[9] = (unsigned char)((hlen + pad) >> 8);
+	memcpy(buf + 10, dict, (size_t)n);
+	memset(buf + 10 + n, ' ', pad);
+	buf[10 + (size_t)n + pad] = '\n';
+	return 10 + hlen + pad;
+}

@@ -472,9 +472,45 @@ out:
 	return rc;
 }
 
-int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
-		  uint64_t seed, gk_progress *progress, gk_err *err)
+/* A sample to tokenize: its one text file, read whole, to the batch. */
+static int tok_group(sh_tokb *b, const gk_shard_tokenize *tz,
+		     const gk_shard_source *src, const size_t *ix, const group *g,
+		     gk_shard_member *m, gk_err *err)
 {
+	const char *first = src->names.v[ix[g->first]];
+	ssize_t klen = gk_shard_key_len(first);
+	if (klen < 0)
+		return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)", first);
+	for (size_t i = 0; i < g->n; i++)
+		m[i] = (gk_shard_member){.ext = src->names.v[ix[g->first + i]] + klen + 1};
+	char *key = strndup(first, (size_t)klen);
+	if (!key)
+		return gk_err_sys(err, ENOMEM, "pack");
+	ssize_t t = sh_tokb_check(tz, key, g->n, m, err);
+	int rc = -1;
+	if (t >= 0) {
+		const char *path = src->paths.v[ix[g->first + (size_t)t]];
+		unsigned char *text = NULL;
+		uint64_t size = 0;
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			gk_err_sys(err, errno, "open '%s'", path);
+		} else {
+			rc = slurp(fd, path, &text, &size, err);
+			close(fd);
+			if (rc == 0)
+				rc = sh_tokb_add(b, key, text, (size_t)size, err);
+		}
+	}
+	free(key);
+	return rc;
+}
+
+int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
+		  uint64_t seed, gk_shard_tokenize *tz, gk_progress *progress,
+		  gk_err *err)
+{
+	sh_tokb *tb = NULL;
 	size_t n = src->names.n, ng = 0, maxn = 1;
 	size_t *ix = malloc((n + 1) * sizeof(*ix));
 	group *g = malloc((n + 1) * sizeof(*g));
@@ -514,17 +550,27 @@ int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
 	}
 	if (!(m = malloc(maxn * sizeof(*m))))
 		goto nomem;
+	if (tz && sh_tokb_new(&tb, w, tz, progress, err) < 0)
+		goto out;
 	for (size_t i = 0; i < ng; i++) {
+		if (tb) {
+			if (tok_group(tb, tz, src, ix, &g[i], m, err) < 0)
+				goto out;
+			continue;
+		}
 		if (pack_group(w, src, ix, &g[i], &data, m, err) < 0)
 			goto out;
 		if (progress)
 			gk_progress_update(progress, gk_shard_writer_bytes_in(w));
 	}
+	if (tb && sh_tokb_finish(tb, err) < 0)
+		goto out;
 	rc = 0;
 	goto out;
 nomem:
 	gk_err_sys(err, ENOMEM, "pack");
 out:
+	sh_tokb_free(tb);
 	free(ix);
 	free(g);
 	free(m);
@@ -532,28 +578,53 @@ out:
 	return rc;
 }
 
+/* A sample of a tar stream to tokenize: its text member, copied. */
+static int tok_sample(sh_tokb *b, const gk_shard_tokenize *tz, const char *key,
+		      const gk_shard_sample *s, gk_err *err)
+{
+	ssize_t t = sh_tokb_check(tz, key, s->n, s->m, err);
+	if (t < 0)
+		return -1;
+	size_t len = (size_t)s->m[t].size;
+	unsigned char *text = malloc(len ? len : 1);
+	if (!text)
+		return gk_err_sys(err, ENOMEM, "tokenize '%s'", key);
+	memcpy(text, s->m[t].data, len);
+	return sh_tokb_add(b, key, text, len, err);
+}
+
 int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
-		      const gk_shard_naming *nm, gk_progress *progress, gk_err *err)
+		      const gk_shard_naming *nm, gk_shard_tokenize *tz,
+		      gk_progress *progress, gk_err *err)
 {
 	gk_shard_reader *r;
 	const gk_shard_sample *s;
+	sh_tokb *tb = NULL;
 	int rc;
-	if (gk_shard_reader_open(&r, path, err) < 0)
+	if (tz && sh_tokb_new(&tb, w, tz, progress, err) < 0)
 		return -1;
+	if (gk_shard_reader_open(&r, path, err) < 0) {
+		sh_tokb_free(tb);
+		return -1;
+	}
 	sh_reader_pack(r, 1);
 	sh_reader_pack_naming(r, nm);
 	while ((rc = gk_shard_reader_next(r, &s, err)) == 1) {
 		const char *key = s->key;
 		while (key[0] == '.' && key[1] == '/')
 			key += 2;
-		if (gk_shard_writer_add(w, key, s->n, s->m, err) < 0) {
+		if (tb ? tok_sample(tb, tz, key, s, err) < 0
+		       : gk_shard_writer_add(w, key, s->n, s->m, err) < 0) {
 			rc = -1;
 			break;
 		}
-		if (progress)
+		if (progress && !tb)
 			gk_progress_update(progress, gk_shard_writer_bytes_in(w));
 	}
+	if (rc == 0 && tb && sh_tokb_finish(tb, err) < 0)
+		rc = -1;
 	int nokey = rc < 0 && sh_reader_nokey(r);
 	gk_shard_reader_close(r);
+	sh_tokb_free(tb);
 	return rc < 0 ? (nokey ? GK_SHARD_NO_KEY : -1) : 0;
 }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "tok/tok.h"
 
 /* ---- names ------------------------------------------------------------------ */
 
@@ -189,18 +190,49 @@ typedef struct gk_shard_info {
 	uint64_t samples, bytes, xxh3;
 } gk_shard_info;
 
+/* A file of the tokenizer shards were tokenized with, and its XXH3. */
+typedef struct gk_shard_tok_file {
+	char *path;    /* as given to the packer */
+	uint64_t xxh3; /* of the file's bytes */
+} gk_shard_tok_file;
+
+/*
+ * The tokenizer of tokenized shards (gk_shard_tokenize), as the manifest
+ * records it: the tokenizer's identity (gk_tok_fingerprint: equal for
+ * tokenizers that encode alike, whatever their files' format), its
+ * vocabulary size, the end-of-text id ending every document, the .npy
+ * element size (2: '<u2', 4: '<i4'), the ids written (end-of-text ids
+ * included) and the files it was read from. present is 0 for shards of
+ * other data.
+ */
+typedef struct gk_shard_tok_info {
+	int present;
+	uint64_t fingerprint;
+	uint64_t vocab;
+	int64_t eot;
+	int itemsize;
+	uint64_t tokens;
+	size_t nfiles;
+	gk_shard_tok_file *files;
+} gk_shard_tok_info;
+
 typedef struct gk_shard_manifest {
 	size_t n;
 	gk_shard_info *v;
 	size_t cap;              /* of v */
 	uint64_t samples, bytes; /* totals */
 	char *dir;               /* directory the paths are relative to */
+	gk_shard_tok_info tok;   /* tokenized shards: their tokenizer */
 } gk_shard_manifest;
 
 /*
  * JSON: {"format": "gpukit-shards", "version": 1, "samples": S,
- * "bytes": B, "shards": [{"path", "samples", "bytes", "xxh3"}...]}.
- * Paths under the manifest's directory are written relative to it.
+ * "bytes": B, "shards": [{"path", "samples", "bytes", "xxh3"}...]}, and
+ * for tokenized shards "tokenizer": {"fingerprint": HEX, "vocab_size": V,
+ * "eot": E, "dtype": "<u2" | "<i4", "tokens": N, "files": [{"path",
+ * "xxh3"}...]} (gpukit-shard(5)). Paths under the manifest's directory
+ * are written relative to it. A manifest without "tokenizer" loads with
+ * tok.present 0; a malformed one is an error.
  */
 int gk_shard_manifest_write(const char *path, const gk_shard_manifest *m,
 			    gk_err *err);
@@ -578,6 +610,42 @@ uint64_t gk_shard_mix(uint64_t x);
 /* Fisher-Yates permutation of 0..n-1 keyed on key. */
 void gk_shard_permute(uint64_t *v, size_t n, uint64_t key);
 
+/* ---- tokenizing --------------------------------------------------------------- */
+
+/*
+ * Packing text as token ids (data-pack --tokenize). Every sample of the
+ * input is one document: its one member must be text, that is have the
+ * extension "txt" or ext (any case, as webdataset lowercases them); it is
+ * encoded with tok (gk_tok_encode without special tokens: text that
+ * spells "<|endoftext|>" stays text), eot is appended, and the ids are
+ * stored as the member KEY.npy, '<u2' when the vocabulary has at most
+ * 65536 ids, else '<i4' (gk_shard_npy_header). Documents are encoded by
+ * jobs threads (OpenMP) in batches of some MiB and added to the writer
+ * in input order, so the shards are the same bytes whatever jobs is; a
+ * document is held in memory (its bytes and ids) while it is encoded.
+ */
+typedef struct gk_shard_tokenize {
+	const gk_tok *tok;
+	int64_t eot;     /* id appended to every document */
+	const char *ext; /* another text extension, or NULL: "txt" only */
+	int jobs;        /* encoding threads, <= 1: one */
+	uint64_t tokens; /* out: ids written so far, eot included */
+} gk_shard_tokenize;
+
+/* 1 when a member of extension ext is text for tz. */
+int gk_shard_tokenize_is_text(const gk_shard_tokenize *tz, const char *ext);
+/* The .npy element size for tz's vocabulary: 2 or 4. */
+int gk_shard_tokenize_itemsize(const gk_shard_tokenize *tz);
+/*
+ * tz's record for the manifest (*out is freed first, as
+ * gk_shard_tok_info_free does): the tokenizer's fingerprint, vocabulary,
+ * eot, element size, tokens so far, and its files' paths and XXH3 (each
+ * read again). -1 when a file cannot be read.
+ */
+int gk_shard_tokenize_info(const gk_shard_tokenize *tz, gk_shard_tok_info *out,
+			   gk_err *err);
+void gk_shard_tok_info_free(gk_shard_tok_info *t);
+
 /* ---- packing: inputs to the writer ------------------------------------------ */
 
 /* Files to pack: member names and the files they come from. */
@@ -671,10 +739,14 @@ int gk_shard_source_drop_outputs(gk_shard_source *src, const char *pattern,
  * bytes. Regular files are read for exactly the size fstat gave (a file
  * that shrinks or grows meanwhile is an error), a sample over 4 MiB is
  * streamed to the shard, so memory stays bounded whatever the file
- * sizes; other files (fifos) are read to their end into memory.
+ * sizes; other files (fifos) are read to their end into memory. With
+ * tz (may be NULL) every sample is a text document stored as token ids
+ * (gk_shard_tokenize; a file is then read whole), and tz->tokens counts
+ * the ids; progress is then updated with text bytes read.
  */
 int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
-		  uint64_t seed, gk_progress *progress, gk_err *err);
+		  uint64_t seed, gk_shard_tokenize *tz, gk_progress *progress,
+		  gk_err *err);
 /*
  * Repack a tar stream (any format and compression libarchive reads):
  * consecutive members sharing a key make a sample; leading "./" is
@@ -682,10 +754,11 @@ int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
  * error, as gk_shard_pack makes it for files: links (hard and symbolic),
  * devices, fifos, names left without KEY.EXT by nm (may be NULL:
  * names as they are; GK_SHARD_NO_KEY then). A stream cannot be read twice,
- * so each sample is held in memory.
+ * so each sample is held in memory. tz as for gk_shard_pack.
  */
 int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
-		      const gk_shard_naming *nm, gk_progress *progress, gk_err *err);
+		      const gk_shard_naming *nm, gk_shard_tokenize *tz,
+		      gk_progress *progress, gk_err *err);
 
 /* ---- extraction ------------------------------------------------------------- */
 
@@ -719,5 +792,16 @@ typedef struct gk_shard_npy {
 
 /* Accepts 1-D, C order, '<u2' or '<i4', data filling the rest exactly. */
 int gk_shard_npy_parse(const void *buf, size_t len, gk_shard_npy *out, gk_err *err);
+
+/*
+ * The header numpy's np.save writes before count elements of a 1-D
+ * array of itemsize 2 ('<u2') or 4 ('<i4'): format 1.0, the dictionary
+ * padded with numpy's growth room and to 64 bytes, so a member written
+ * as this header and the little-endian elements is byte for byte the
+ * file np.save makes. Writes at most GK_SHARD_NPY_HEADER_MAX bytes to
+ * buf and returns their number.
+ */
+enum { GK_SHARD_NPY_HEADER_MAX = 192 };
+size_t gk_shard_npy_header(unsigned char *buf, int itemsize, uint64_t count);
 
 #endif

@@ -60,6 +60,12 @@ data-pack -t docs/docs-000000.tar >list && cut -f 2,3 list >keys && printf "LICE
 @ data-pack -cf one.tar --ext txt notes/ && data-pack -tf one.tar
 data-pack -cf one.tar --ext txt notes/ && data-pack -tf one.tar >list
 printf "one.tar\tLICENSE\ttxt\t3\none.tar\tREADME\ttxt\t7\none.tar\ta\tmd\t3\n" >want && cmp want list
+@ data-pack -c -o text/text-%06d.tar --tokenize gpt2/ --manifest text/text.json books/
+mkdir books && cp raw/*.txt books/
+"$GK_PY" -c 'import glob, os, tokenizers; t = tokenizers.ByteLevelBPETokenizer(); t.train(sorted(glob.glob("books/*.txt")), vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False); os.makedirs("gpt2"); t.save_model("gpt2")'
+=
+test "$(jq -r '.samples, .tokenizer.dtype' text/text.json | tr '\n' ' ')" = "60 <u2 "
+test "$(data-pack -t text/text-000000.tar | cut -f 3 | sort -u)" = npy
 
 ## gpu-train
 @ data-pack -c -o shards/train-%06d.tar --max-size 256M corpus/

@@ -59,8 +59,12 @@ def main():
         per = len(s) // world
         toks = []
         for smp in s[rank * per:(rank + 1) * per]:
-            toks += npy_tokens(smp["npy"]) if "npy" in smp else list(smp["txt"])
-            toks.append(eot)
+            doc = npy_tokens(smp["npy"]) if "npy" in smp else list(smp["txt"])
+            toks += doc
+            # one end-of-text token between documents: a tokenized
+            # document (.npy) that ends with it gets no second one
+            if "npy" not in smp or not doc or doc[-1] != eot:
+                toks.append(eot)
         starts = [k * B * T for k in range(K)]
     for k, h in enumerate(starts):
         rows = [toks[h + b * T: h + b * T + T + 1] for b in range(B)]

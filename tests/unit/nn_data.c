@@ -83,6 +83,34 @@ static void npy_tests(void)
 	err.msg[0] = 0;
 	ok(gk_shard_npy_parse("\x93NUMPX\x01\x00\x00\x00", 10, &a, &err) < 0 &&
 		   strstr(err.msg, "magic"), "bad magic refused");
+	/* The writer's header: numpy's own bytes for the files numpy wrote. */
+	static const struct {
+		const char *file;
+		int itemsize;
+		uint64_t count;
+	} same[] = {{"u2.npy", 2, 300}, {"i4.npy", 4, 100}, {"empty.npy", 2, 0}};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(same); i++) {
+		if (load(same[i].file, &b, &n) < 0)
+			continue;
+		unsigned char h[GK_SHARD_NPY_HEADER_MAX];
+		size_t hl = gk_shard_npy_header(h, same[i].itemsize, same[i].count);
+		ok(hl % 64 == 0 && hl + same[i].count * (size_t)same[i].itemsize == n &&
+			   memcmp(h, b, hl) == 0, "%s: gk_shard_npy_header writes numpy's header",
+		   same[i].file);
+		free(b);
+	}
+	/* Any count: numpy's rule (growth room to 21 digits, 64-byte blocks). */
+	static const uint64_t counts[] = {1, 9, 10, 12345678, 99999999999ull, 1ull << 62,
+					  UINT64_MAX / 10};
+	int good = 1;
+	for (size_t i = 0; i < GK_ARRAY_SIZE(counts); i++) {
+		unsigned char h[GK_SHARD_NPY_HEADER_MAX + 8];
+		size_t hl = gk_shard_npy_header(h, 4, counts[i]);
+		gk_shard_npy p;
+		good &= hl % 64 == 0 && hl <= GK_SHARD_NPY_HEADER_MAX && h[hl - 1] == '\n' &&
+			gk_shard_npy_parse(h, hl, &p, &err) < 0 && strstr(err.msg, "data is 0 bytes");
+	}
+	ok(good, "headers for counts up to 2^64/10 parse and are numpy's size");
 }
 
 /* Token i of the synthetic token files: a pattern below vocab 257. */

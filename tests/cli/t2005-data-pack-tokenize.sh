@@ -1,0 +1,357 @@
+#!/bin/sh
+test_description='data-pack --tokenize: text documents as GPT-2 BPE token ids
+
+A byte-level BPE is trained here with Hugging Face tokenizers (vocab.json
++ merges.txt and tokenizer.json), and a directory of text is packed with
+--tokenize. Every sample, read with the webdataset package and numpy, is
+tokenizers'"'"' encoding of its file plus the end-of-text id, exactly, and
+byte for byte the file np.save writes; documents that are not UTF-8 (which
+tokenizers cannot take) decode back to their bytes. The shards are the
+same bytes at 1 and 3 threads, from either tokenizer file format and from
+a tar stream; a vocabulary past 65536 ids gives int32. The manifest
+records the tokenizer; gpu-train reads each document once with one
+end-of-text token after it, and refuses the data for a model whose
+tokenizer is another. Bad input fails with a clear message.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+test_need_python tokenizers numpy webdataset
+
+cat >ref.py <<'PYEOF'
+import glob
+import io
+import json
+import os
+import sys
+
+
+def byte_names():
+    # openai/gpt-2 encoder.py bytes_to_unicode
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+U2B = {c: b for b, c in byte_names().items()}
+
+DOCS = {
+    "hard/contractions.txt": "I'm here, you're not. It's 'S 'LL we'll they'd don't DON'T rock'n'roll",
+    "hard/scripts.txt": "Ελληνικά Кириллица עברית العربية हिन्दी 日本語 한국어 ٠١٢٣ ½ Ⅻ 1,000,000",
+    "hard/emoji.txt": "emoji 👨\u200d👩\u200d👧 👍🏽 🇫🇷 combining e\u0301 a\u0308\u0304",
+    "hard/spaces.txt": "a  b   c\n\n  e \n f\t\tg \u00a0x\u3000y trailing   ",
+    "hard/special.txt": "<|endoftext|>text that spells the end-of-text token<|endoftext|>",
+    "hard/long.txt": "supercalifragilistic" * 2000 + " " + "9" * 5000,
+    "hard/empty.txt": "",
+    "notes/README": "a file without an extension, packed with --ext md\n",
+    "notes/todo.md": "# a markdown file, text since --ext names md\n",
+}
+BYTES = {
+    "bytes/invalid.txt": b"invalid \xff\xfe bytes \xc3( \xe2\x82 x \xed\xa0\x80 \xc0\xaf z",
+    "bytes/nul.txt": b"nul\x00bytes \x00\x00 in\x00 text",
+}
+
+
+def setup(top):
+    from tokenizers import ByteLevelBPETokenizer
+    files = sorted(glob.glob(top + "/man/man*/*") + glob.glob(top + "/doc/*.md"))
+    t = ByteLevelBPETokenizer()
+    t.train(files, vocab_size=1500, min_frequency=2, special_tokens=["<|endoftext|>"],
+            show_progress=False)
+    os.makedirs("gpt2")
+    t.save_model("gpt2")
+    t.save("tokenizer.json")
+    # another tokenizer of the same size, from other text
+    o = ByteLevelBPETokenizer()
+    o.train(sorted(glob.glob(top + "/lib/core/*.c")), vocab_size=1500, min_frequency=2,
+            special_tokens=["<|endoftext|>"], show_progress=False)
+    os.makedirs("other")
+    o.save_model("other")
+    # one without <|endoftext|>
+    n = ByteLevelBPETokenizer()
+    n.train(files, vocab_size=600, min_frequency=2, show_progress=False)
+    os.makedirs("noeot")
+    n.save_model("noeot")
+    # the first one with every id past the byte tokens moved up by 70000:
+    # the same merges, ids that need int32
+    v = json.load(open("gpt2/vocab.json", encoding="utf-8"))
+    os.makedirs("big")
+    json.dump({k: i + 70000 if i >= 300 else i for k, i in v.items()},
+              open("big/vocab.json", "w", encoding="utf-8"), ensure_ascii=False)
+    open("big/merges.txt", "wb").write(open("gpt2/merges.txt", "rb").read())
+    # the documents: the tree's sources and pages, and made cases
+    srcs = sorted(glob.glob(top + "/lib/shard/*.[ch]") + glob.glob(top + "/man/man1/*") +
+                  glob.glob(top + "/doc/*.md"))
+    for i, f in enumerate(srcs):
+        os.makedirs("docs/tree", exist_ok=True)
+        open("docs/tree/%03d.txt" % i, "wb").write(open(f, "rb").read())
+    for name, text in DOCS.items():
+        os.makedirs(os.path.dirname("docs/" + name), exist_ok=True)
+        open("docs/" + name, "w", encoding="utf-8").write(text)
+    for name, data in BYTES.items():
+        os.makedirs(os.path.dirname("docs/" + name), exist_ok=True)
+        open("docs/" + name, "wb").write(data)
+
+
+def source_of(key):
+    """The file a sample came from (README got .md from --ext)."""
+    for ext in (".txt", ".md", ""):
+        if os.path.exists("docs/" + key + ext):
+            return "docs/" + key + ext
+    sys.exit("no document for sample %r" % key)
+
+
+def check(tokdir, dtype, *shards):
+    """Every sample against tokenizers, and every document packed once."""
+    import numpy as np
+    import webdataset as wds
+    from tokenizers import ByteLevelBPETokenizer
+    # Loaded from vocab.json + merges.txt, "<|endoftext|>" is no added
+    # token: text that spells it is ordinary text, as data-pack encodes it.
+    tok = ByteLevelBPETokenizer(tokdir + "/vocab.json", tokdir + "/merges.txt")
+    vocab = json.load(open(tokdir + "/vocab.json", encoding="utf-8"))
+    names = {i: k for k, i in vocab.items()}
+    eot = vocab["<|endoftext|>"]
+    seen, exact, decoded, wide = set(), 0, 0, 0
+    for s in wds.WebDataset(list(shards), shardshuffle=False):
+        key = s["__key__"]
+        if set(s) - {"__key__", "__url__", "npy", "__local_path__"}:
+            sys.exit("%s: members %r" % (key, sorted(s)))
+        raw = s["npy"]
+        a = np.load(io.BytesIO(raw))
+        if a.dtype != np.dtype(dtype) or a.ndim != 1:
+            sys.exit("%s: dtype %s shape %r, not %s" % (key, a.dtype, a.shape, dtype))
+        b = io.BytesIO()
+        np.save(b, a)
+        if b.getvalue() != raw:
+            sys.exit("%s: not the bytes np.save writes" % key)
+        ids = a.tolist()
+        data = open(source_of(key), "rb").read()
+        try:
+            want = tok.encode(data.decode("utf-8")).ids + [eot]
+            if ids != want:
+                sys.exit("%s: ids differ from tokenizers' at %d" %
+                         (key, next(i for i, (x, y) in enumerate(zip(ids + [None], want)) if x != y)))
+            exact += 1
+        except UnicodeDecodeError:
+            if ids[-1] != eot or b"".join(bytes(U2B[c] for c in names[i]) for i in ids[:-1]) != data:
+                sys.exit("%s: does not decode to its bytes" % key)
+            decoded += 1
+        wide += max(ids) > 65535
+        seen.add(key)
+    want = set()
+    for root, _, files in os.walk("docs"):
+        for f in files:
+            p = os.path.join(root, f)[5:]
+            want.add(p.rsplit(".", 1)[0] if "." in os.path.basename(p) else p)
+    if seen != want:
+        sys.exit("samples %r, documents %r" % (sorted(seen ^ want)[:5], len(want)))
+    print("exact %d decoded %d wide %d" % (exact, decoded, wide))
+
+
+def stream(tokdir, B, T, K, *shards):
+    """gpu-train's stream: the documents in order, one eot after each."""
+    import numpy as np
+    import webdataset as wds
+    toks = []
+    for s in wds.WebDataset(list(shards), shardshuffle=False):
+        toks += np.load(io.BytesIO(s["npy"])).tolist()
+    for k in range(K):
+        h = k * B * T
+        rows = [toks[h + b * T: h + b * T + T + 1] for b in range(B)]
+        print(json.dumps({"rank": 0, "micro": k, "rows": rows}, separators=(",", ":")))
+
+
+cmd = sys.argv[1]
+if cmd == "setup":
+    setup(sys.argv[2])
+elif cmd == "check":
+    check(*sys.argv[2:])
+elif cmd == "stream":
+    stream(sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:])
+PYEOF
+
+test_expect_success 'setup: tokenizers trains byte-level BPEs; a directory of text' '
+	"$GK_PY" ref.py setup "$GK_TOP" &&
+	test -s gpt2/vocab.json && test -s gpt2/merges.txt && test -s tokenizer.json &&
+	test $(find docs -type f | wc -l) -gt 40
+'
+
+test_expect_success 'every sample is tokenizers'"'"' ids plus <|endoftext|>, as uint16' '
+	data-pack -q -c --tokenize gpt2 --ext md -o t1/s-%03d.tar --max-size 64K \
+		--manifest t1/m.json --jobs 1 docs &&
+	test -f t1/s-001.tar &&
+	"$GK_PY" ref.py check gpt2 "<u2" t1/s-*.tar >counts &&
+	grep "^exact [1-9][0-9]* decoded 1 wide 0$" counts
+'
+
+test_expect_success 'the same shards at 3 threads, from tokenizer.json, and from a tar stream' '
+	data-pack -q -c --tokenize gpt2 --ext md -o t3/s-%03d.tar --max-size 64K \
+		--manifest t3/m.json --jobs 3 docs &&
+	data-pack -q -c --tokenize tokenizer.json --ext md -o tj/s-%03d.tar --max-size 64K \
+		--jobs 2 docs &&
+	data-pack -q -c --ext md -o plain.tar docs &&
+	data-pack -q -c --tokenize gpt2 --ext md -o tt/s-%03d.tar --max-size 64K \
+		--from-tar plain.tar &&
+	(cd t1 && ls s-*) >list1 &&
+	for d in t3 tj tt; do
+		(cd $d && ls s-*) >list &&
+		test_cmp list1 list &&
+		for f in $(cat list1); do
+			cmp t1/$f $d/$f || return 1
+		done || return 1
+	done &&
+	test_cmp t1/m.json t3/m.json
+'
+
+command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
+
+test_expect_success XXHSUM 'the manifest records the tokenizer: its files and their XXH3' '
+	jq -r ".tokenizer.files[] | .path + \" \" + .xxh3" t1/m.json >actual &&
+	for f in gpt2/vocab.json gpt2/merges.txt; do
+		echo "$f $(xxhsum -H3 $f | sed "s/.* = //")" >>expect || return 1
+	done &&
+	test_cmp expect actual
+'
+
+test_expect_success 'the manifest records vocabulary, eot, dtype, tokens; the fingerprint follows what encodes' '
+	jq -r ".tokenizer | .vocab_size, .eot, .dtype, .tokens" t1/m.json >actual &&
+	"$GK_PY" -c "import json, glob, io, numpy as np, webdataset as wds
+v = json.load(open(\"gpt2/vocab.json\", encoding=\"utf-8\"))
+print(len(v)); print(v[\"<|endoftext|>\"]); print(\"<u2\")
+print(sum(len(np.load(io.BytesIO(s[\"npy\"]))) for s in wds.WebDataset(sorted(glob.glob(\"t1/s-*.tar\")), shardshuffle=False)))" >expect &&
+	test_cmp expect actual &&
+	data-pack -q -c --tokenize tokenizer.json -o j.tar --manifest j.json docs/hard &&
+	data-pack -q -c --tokenize other -o o.tar --manifest o.json docs/hard &&
+	jq -r .tokenizer.fingerprint t1/m.json >fp.dir &&
+	jq -r .tokenizer.fingerprint j.json >fp.json &&
+	jq -r .tokenizer.fingerprint o.json >fp.other &&
+	grep "^[0-9a-f]\{16\}$" fp.dir &&
+	test_cmp fp.dir fp.json &&
+	! test_cmp fp.dir fp.other >/dev/null &&
+	test "$(jq -r ".tokenizer.files[].path" j.json)" = tokenizer.json
+'
+
+test_expect_success 'a manifest whose tokenizer record is malformed is refused' '
+	jq ".tokenizer.dtype = \"<f4\"" t1/m.json >t1/bad.json &&
+	test_expect_code 1 data-pack --verify t1/bad.json 2>err &&
+	echo "data-pack: manifest '"'"'t1/bad.json'"'"': tokenizer: dtype '"'"'<f4'"'"' is not <u2 or <i4" >expect &&
+	test_cmp expect err &&
+	jq "del(.tokenizer.fingerprint)" t1/m.json >t1/bad.json &&
+	test_expect_code 1 gpu-train --dump-data 1 --data t1/bad.json --vocab 1500 2>err &&
+	grep "^gpu-train: manifest .t1/bad.json.: tokenizer: .*fingerprint" err &&
+	jq "del(.tokenizer)" t1/m.json >t1/plain.json &&
+	data-pack --verify t1/plain.json
+'
+
+test_expect_success 'a vocabulary past 65536 ids: int32 ids, exact' '
+	data-pack -q -c --tokenize big --ext md -o big.tar --manifest big.json docs &&
+	"$GK_PY" ref.py check big "<i4" big.tar >counts &&
+	grep "^exact [1-9][0-9]* decoded 1 wide [1-9][0-9]*$" counts &&
+	test "$(jq -r .tokenizer.dtype big.json)" = "<i4"
+'
+
+test_expect_success 'gpu-train reads every document once, one end-of-text token after each' '
+	gpu-train --dump-data 6 --data t1/m.json --vocab 1500 --batch 2 --seq 32 \
+		--shuffle none >out &&
+	"$GK_PY" ref.py stream gpt2 2 32 6 t1/s-*.tar >want &&
+	test_cmp want out &&
+	gpu-train --dump-data 6 --data t1/m.json --vocab 1500 --batch 2 --seq 32 \
+		--shuffle none --eot 0 >out0 &&
+	test_cmp want out0 &&
+	test_expect_code 1 gpu-train --dump-data 1 --data t1/m.json --vocab 1500 --eot 1499 2>err &&
+	grep "^gpu-train: data .t1/m.json.: its documents end with token 0 (its manifest.s end-of-text token), not the 1499 asked for" err
+'
+
+test_expect_success 'a run resumed in the middle of a document trains on the same tokens' '
+	A="--data t1/m.json --vocab 1500 $TINY --batch 2 --shuffle none --json" &&
+	gpu-train $A --steps 12 >full.json &&
+	losses full.json >full &&
+	gpu-train $A --steps 12 --until 5 --ckpt-dir rs >a.json &&
+	gpu-train $A --steps 12 --ckpt-dir rs --resume >b.json &&
+	{ losses a.json && losses b.json; } >ab &&
+	test $(wc -l <ab) = 12 &&
+	test_cmp full ab
+'
+
+test_expect_success 'setup: models of the same size, with this tokenizer, the other, none' '
+	gpu-train $TINY --vocab 1500 --batch 2 --data t1/m.json --steps 1 --ckpt-dir ck -q &&
+	for m in same json other none; do
+		mkdir m-$m && cp ck/latest/config.json ck/latest/model.safetensors m-$m || return 1
+	done &&
+	cp gpt2/* m-same/ && cp tokenizer.json m-json/ && cp other/* m-other/
+'
+
+test_expect_success 'gpu-train trains a model of the same tokenizer, in either file format' '
+	gpu-train $TINY --batch 2 --init-from m-same --data t1/m.json --steps 1 -q &&
+	gpu-train $TINY --batch 2 --init-from m-json/model.safetensors --data t1/m.json --steps 1 -q &&
+	gpu-train $TINY --batch 2 --init-from m-none --data t1/m.json --steps 1 -q
+'
+
+test_expect_success 'gpu-train refuses data of another tokenizer, naming both' '
+	test_expect_code 1 gpu-train $TINY --batch 2 --init-from m-other --data t1/m.json \
+		--steps 1 -q 2>err &&
+	cat err &&
+	fp=$(jq -r .tokenizer.fingerprint t1/m.json) &&
+	grep "^gpu-train: data .t1/m.json.: tokenized with another tokenizer than the model.s: the data.s is .gpt2/vocab.json., .gpt2/merges.txt. (fingerprint $fp, 1500 ids), the model.s .m-other/vocab.json., .m-other/merges.txt. (fingerprint [0-9a-f]\{16\}" err &&
+	test_expect_code 1 gpu-train $TINY --batch 2 --init-from m-other --data t1/s-000.tar \
+		--val-data t1/m.json --steps 1 -q 2>err &&
+	grep "^gpu-train: data .t1/m.json.: tokenized with another tokenizer" err
+'
+
+test_expect_success 'gpu-train refuses data of a larger vocabulary than a model without tokenizer' '
+	test_expect_code 1 gpu-train $TINY --vocab 1000 --batch 2 --data t1/m.json --steps 1 \
+		-q 2>err &&
+	grep "^gpu-train: data .t1/m.json.: tokenized with a vocabulary of 1500 ids (tokenizer .gpt2/vocab.json., .gpt2/merges.txt., fingerprint [0-9a-f]\{16\}), more than the model.s 1000" err
+'
+
+test_expect_success 'a tokenizer without <|endoftext|> needs --eot; --eot ID and TEXT' '
+	test_expect_code 1 data-pack -c --tokenize noeot -o n.tar docs/hard 2>err &&
+	echo "data-pack: tokenizer '"'"'noeot'"'"' has no <|endoftext|> token: give --eot ID or --eot TEXT (the token that ends every document)" >expect &&
+	test_cmp expect err &&
+	! test -e n.tar &&
+	data-pack -c --tokenize noeot --eot 10 -o n.tar docs/hard &&
+	"$GK_PY" -c "import numpy as np, io, webdataset as wds
+print(sorted(set(int(np.load(io.BytesIO(s[\"npy\"]))[-1]) for s in wds.WebDataset(\"n.tar\", shardshuffle=False))))" >actual &&
+	echo "[10]" >expect &&
+	test_cmp expect actual &&
+	data-pack -c --tokenize gpt2 --eot "<|endoftext|>" -o e.tar docs/hard &&
+	data-pack -c --tokenize gpt2 -o d.tar docs/hard &&
+	cmp e.tar d.tar &&
+	test_expect_code 1 data-pack -c --tokenize gpt2 --eot "<|nope|>" -o x.tar docs/hard 2>err &&
+	grep "^data-pack: --eot .<|nope|>.: tokenizer .gpt2. has no special token of that text" err &&
+	test_expect_code 1 data-pack -c --tokenize gpt2 --eot 1500 -o x.tar docs/hard 2>err &&
+	grep "^data-pack: --eot .1500.: out of range \[0, 1499\]" err &&
+	test_expect_code 2 data-pack -c --eot 1 -o x.tar docs/hard 2>err &&
+	grep "^data-pack: --eot needs --tokenize" err &&
+	test_expect_code 2 data-pack -t --tokenize gpt2 t1/s-000.tar 2>err &&
+	grep "^data-pack: --tokenize needs -c" err &&
+	! test -e x.tar
+'
+
+test_expect_success 'a missing tokenizer, a corrupt vocab.json: errors naming the file' '
+	test_expect_code 1 data-pack -c --tokenize nowhere -o x.tar docs/hard 2>err &&
+	echo "data-pack: --tokenize: tokenizer '"'"'nowhere'"'"': No such file or directory" >expect &&
+	test_cmp expect err &&
+	mkdir cut && cp gpt2/merges.txt cut/ && head -c 3000 gpt2/vocab.json >cut/vocab.json &&
+	test_expect_code 1 data-pack -c --tokenize cut -o x.tar docs/hard 2>err &&
+	grep "^data-pack: --tokenize: parse .cut/vocab.json.: line 1 column [0-9]*: .* expected near end of file" err &&
+	! test -e x.tar
+'
+
+test_expect_success 'a member that is not text, two text members in a sample: errors, no shard' '
+	mkdir -p mixed && echo "some text" >mixed/a.txt && printf "\377\330" >mixed/b.jpg &&
+	test_expect_code 1 data-pack -c --tokenize gpt2 -o x.tar mixed 2>err &&
+	echo "data-pack: tokenize: member '"'"'b.jpg'"'"' is not text (the documents to tokenize are the .txt members): leave it out of the input" >expect &&
+	test_cmp expect err &&
+	mkdir -p two && echo one >two/a.txt && echo two >two/a.md &&
+	test_expect_code 1 data-pack -c --tokenize gpt2 --ext md -o x.tar two 2>err &&
+	grep "^data-pack: tokenize: sample .a. has two text members (.\.md. and .\.txt.): a tokenized sample is one document" err &&
+	! test -e x.tar
+'
+
+test_done
