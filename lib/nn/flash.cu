@@ -148,7 +148,7 @@ FL_UNROLL
 			l[rr] = l[rr] * corr + warp_sum(p);
 			m[rr] = mx;
 			sp[warp][lane] = p;
-			__syncwarp();
+			__syncwarp(); /* sp holds every p of the tile */
 FL_UNROLL
 			for (int c = 0; c < NJ; c++) {
 				int d = c * 32 + lane;
