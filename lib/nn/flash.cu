@@ -9,11 +9,13 @@
  * Forward, per (b, h), a block of BR query rows: Q's rows stay in shared
  * memory, K and V stream through it 32 keys a tile (the tiles the causal
  * mask leaves something of), and each row keeps the online softmax's
- * running maximum, sum and output (math.h, gk_nn_attn_*). One warp per
- * row at a time: lane j scores key j of the tile (a dot product over
- * the head), the warp's maximum and sum update the row, and then each
- * lane adds the tile's p v to the head dimensions it owns (d = lane,
- * lane + 32, ...), reading the 32 p from the warp's row of shared memory.
+ * running maximum, sum and output (math.h, gk_nn_attn_*). A warp takes
+ * RW rows together: lane j scores key j of the tile against each of them
+ * (one read of k_j from shared memory for RW products), the warp's
+ * maximum and sum update each row, and then each lane adds the tile's
+ * p v to the head dimensions it owns (d = lane, lane + 32, ...), one
+ * read of v for RW rows, the 32 p of a row read from the warp's rows of
+ * shared memory. The backward kernels are cut the same way.
  *
  * Backward (per row i, lse its logsumexp, D = sum_d dout o):
  *   p_ij = exp(scale q_i.k_j - lse_i)     dp_ij = dout_i.v_j
@@ -52,16 +54,16 @@
 
 /*
  * The compiled widths: HSP >= hs, a multiple of 32. NJ head dimensions a
- * lane owns; LD the row stride in shared memory (odd: lane j reading row
+ * lane owns; HSP + 1 the row stride in shared memory (odd: lane j reading row
  * j's element d hits bank (j + d) % 32, no conflicts); RW rows a warp
- * takes in turn, so a block's tile of K and V serves BR = 4 RW rows.
+ * takes together, so a block's tile of K and V serves BR = 4 RW rows.
  * Shared memory stays under the 48 KiB a block gets without opting in:
- * at HSP 128 the forward holds 16 + 2 x 32 rows of 129 floats (41 KiB),
- * the backward 8 + 2 x 32 (or 2 x 8 + 2 x 32) rows (42 KiB).
+ * at HSP 128 the forward holds 16 + 2 x 32 rows of 129 floats and the
+ * p of 16 rows (42 KiB), the backward 8 + 2 x 32 (or 2 x 8 + 2 x 32)
+ * rows and the p (and ds) of 8 (43 KiB); 41 KiB at most at HSP 64.
  */
 template <int HSP> struct fl_shape {
 	static constexpr int NJ = HSP / 32;
-	static constexpr int LD = HSP + 1;
 	static constexpr int RW_FWD = HSP <= 64 ? 8 : 4;
 	static constexpr int RW_BWD = HSP <= 64 ? 8 : 2;
 };
@@ -92,16 +94,6 @@ __device__ static inline void fl_load(float (*dst)[HSP + 1], int n,
 	}
 }
 
-/* The dot product of two rows of shared memory over the head. */
-template <int HSP>
-__device__ static inline float fl_dot(const float *x, const float *y, int hs)
-{
-	float s = 0.0f;
-	for (int d = 0; d < hs; d++)
-		s += x[d] * y[d];
-	return s;
-}
-
 /* blockIdx: x the (b, h) pair, y the tile of rows, last tiles first (they
  * have the most keys: the longest blocks start first) */
 #define FL_TILE() ((int)(gridDim.y - 1 - blockIdx.y))
@@ -113,11 +105,12 @@ __global__ static void flash_fwd(T *out, float *lse, const T *qkv, int T_,
 	typedef fl_shape<HSP> S;
 	constexpr int RW = S::RW_FWD, BR = FL_WARPS * RW, NJ = S::NJ;
 	__shared__ float sq[BR][HSP + 1], sk[FL_BC][HSP + 1];
-	__shared__ float sv[FL_BC][HSP + 1], sp[FL_WARPS][FL_BC];
+	__shared__ float sv[FL_BC][HSP + 1], sp[FL_WARPS][RW][FL_BC];
 	int C = NH * hs, C3 = 3 * C;
 	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
 	int r0 = FL_TILE() * BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int rend = r0 + BR < T_ ? r0 + BR : T_;
+	int t0 = r0 + warp * RW; /* the warp's rows: t0 .. t0 + RW - 1 */
 
 	fl_load<T, HSP>(sq, BR, qkv, b, r0, T_, C3, 0, h, hs);
 	float m[RW], l[RW], o[RW][NJ];
@@ -134,39 +127,61 @@ FL_UNROLL
 		fl_load<T, HSP>(sk, FL_BC, qkv, b, k0, T_, C3, C, h, hs);
 		fl_load<T, HSP>(sv, FL_BC, qkv, b, k0, T_, C3, 2 * C, h, hs);
 		__syncthreads();
+		if (t0 >= T_ || k0 > t0 + RW - 1) /* the mask hides the tile */
+			continue;
+		/* lane j's key against each of the warp's rows: one read
+		 * of k for RW products */
+		int j = k0 + lane;
+		float sc[RW], corr[RW];
+FL_UNROLL
+		for (int rr = 0; rr < RW; rr++)
+			sc[rr] = 0.0f;
+		for (int d = 0; d < hs; d++) {
+			float kd = sk[lane][d];
+FL_UNROLL
+			for (int rr = 0; rr < RW; rr++)
+				sc[rr] += sq[warp * RW + rr][d] * kd;
+		}
 FL_UNROLL
 		for (int rr = 0; rr < RW; rr++) {
-			int r = warp * RW + rr, t = r0 + r, j = k0 + lane;
-			if (t >= T_ || k0 > t) /* the whole warp: one row */
-				continue;
-			float s = j <= t ? fl_dot<HSP>(sq[r], sk[lane], hs) * scale
-					 : -INFINITY;
-			/* finite: lane 0's key k0 <= t is visible */
-			float mx = fmaxf(m[rr], warp_max(s));
-			float p = gk_nn_attn_p(s, mx, j <= t);
-			float corr = gk_nn_attn_rescale(m[rr], mx);
-			l[rr] = l[rr] * corr + warp_sum(p);
+			int t = t0 + rr, vis = j <= t && t < T_;
+			float x = vis ? sc[rr] * scale : -INFINITY;
+			/* -inf only while no key of the row was visible:
+			 * then p = 0 and corr = 0 */
+			float mx = fmaxf(m[rr], warp_max(x));
+			float p = gk_nn_attn_p(x, mx, vis);
+			corr[rr] = gk_nn_attn_rescale(m[rr], mx);
+			l[rr] = l[rr] * corr[rr] + warp_sum(p);
 			m[rr] = mx;
-			sp[warp][lane] = p;
-			__syncwarp(); /* sp holds every p of the tile */
-FL_UNROLL
-			for (int c = 0; c < NJ; c++) {
-				int d = c * 32 + lane;
-				float acc = o[rr][c] * corr;
-				if (d < hs)
-					for (int jj = 0; jj < FL_BC; jj++)
-						acc += sp[warp][jj] * sv[jj][d];
-				o[rr][c] = acc;
-			}
-			__syncwarp(); /* sp is read before the next row writes it */
+			sp[warp][rr][lane] = p;
 		}
+		__syncwarp(); /* sp holds every p of the tile */
+FL_UNROLL
+		for (int c = 0; c < NJ; c++) {
+			int d = c * 32 + lane;
+			float acc[RW];
+FL_UNROLL
+			for (int rr = 0; rr < RW; rr++)
+				acc[rr] = o[rr][c] * corr[rr];
+			if (d < hs)
+				for (int jj = 0; jj < FL_BC; jj++) {
+					float vd = sv[jj][d];
+FL_UNROLL
+					for (int rr = 0; rr < RW; rr++)
+						acc[rr] += sp[warp][rr][jj] * vd;
+				}
+FL_UNROLL
+			for (int rr = 0; rr < RW; rr++)
+				o[rr][c] = acc[rr];
+		}
+		__syncwarp(); /* sp is read before the next tile writes it */
 	}
 FL_UNROLL
 	for (int rr = 0; rr < RW; rr++) {
-		int t = r0 + warp * RW + rr;
+		int t = t0 + rr;
 		if (t >= T_)
 			continue;
-		float inv = 1.0f / l[rr];
+		float inv = 1.0f / l[rr]; /* > 0: key 0 is visible to every row */
 		T *y = out + fl_at(b, t, T_, C, 0, h, hs);
 FL_UNROLL
 		for (int c = 0; c < NJ; c++) {
@@ -190,29 +205,31 @@ __global__ static void flash_bwd_dq(T *dqkv, float *dsum, const T *dout,
 	constexpr int RW = S::RW_BWD, BR = FL_WARPS * RW, NJ = S::NJ;
 	__shared__ float sq[BR][HSP + 1], sdo[BR][HSP + 1];
 	__shared__ float sk[FL_BC][HSP + 1], sv[FL_BC][HSP + 1];
-	__shared__ float sp[FL_WARPS][FL_BC];
+	__shared__ float sp[FL_WARPS][RW][FL_BC];
 	int C = NH * hs, C3 = 3 * C;
 	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
 	int r0 = FL_TILE() * BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int rend = r0 + BR < T_ ? r0 + BR : T_;
+	int t0 = r0 + warp * RW;
 	const float *L = lse + (size_t)blockIdx.x * T_;
 
 	fl_load<T, HSP>(sq, BR, qkv, b, r0, T_, C3, 0, h, hs);
 	fl_load<T, HSP>(sdo, BR, dout, b, r0, T_, C, 0, h, hs);
 	__syncthreads();
-	float D[RW], dq[RW][NJ];
+	float D[RW], Lr[RW], dq[RW][NJ];
 FL_UNROLL
 	for (int rr = 0; rr < RW; rr++) {
-		int r = warp * RW + rr, t = r0 + r;
-		float s = 0.0f;
+		int r = warp * RW + rr, t = t0 + rr;
+		float x = 0.0f;
 FL_UNROLL
 		for (int c = 0; c < NJ; c++) {
 			int d = c * 32 + lane;
 			dq[rr][c] = 0.0f;
 			if (t < T_ && d < hs)
-				s += sdo[r][d] * ldf(out[fl_at(b, t, T_, C, 0, h, hs) + d]);
+				x += sdo[r][d] * ldf(out[fl_at(b, t, T_, C, 0, h, hs) + d]);
 		}
-		D[rr] = warp_sum(s);
+		D[rr] = warp_sum(x);
+		Lr[rr] = t < T_ ? L[t] : 0.0f;
 		if (t < T_ && lane == 0)
 			dsum[(size_t)blockIdx.x * T_ + t] = D[rr];
 	}
@@ -221,33 +238,48 @@ FL_UNROLL
 		fl_load<T, HSP>(sk, FL_BC, qkv, b, k0, T_, C3, C, h, hs);
 		fl_load<T, HSP>(sv, FL_BC, qkv, b, k0, T_, C3, 2 * C, h, hs);
 		__syncthreads();
+		if (t0 >= T_ || k0 > t0 + RW - 1)
+			continue;
+		int j = k0 + lane;
+		float sc[RW], dp[RW];
+FL_UNROLL
+		for (int rr = 0; rr < RW; rr++)
+			sc[rr] = dp[rr] = 0.0f;
+		for (int d = 0; d < hs; d++) {
+			float kd = sk[lane][d], vd = sv[lane][d];
+FL_UNROLL
+			for (int rr = 0; rr < RW; rr++) {
+				sc[rr] += sq[warp * RW + rr][d] * kd;
+				dp[rr] += sdo[warp * RW + rr][d] * vd;
+			}
+		}
 FL_UNROLL
 		for (int rr = 0; rr < RW; rr++) {
-			int r = warp * RW + rr, t = r0 + r, j = k0 + lane;
-			if (t >= T_ || k0 > t)
-				continue;
+			int t = t0 + rr;
 			float ds = 0.0f;
-			if (j <= t) {
-				float p = gk_nn_attn_p(fl_dot<HSP>(sq[r], sk[lane], hs) * scale,
-						       L[t], 1);
-				float dp = fl_dot<HSP>(sdo[r], sv[lane], hs);
-				ds = gk_nn_softmax_dpre(p, dp, D[rr], scale);
+			if (j <= t && t < T_) {
+				float p = gk_nn_attn_p(sc[rr] * scale, Lr[rr], 1);
+				ds = gk_nn_softmax_dpre(p, dp[rr], D[rr], scale);
 			}
-			sp[warp][lane] = ds;
-			__syncwarp();
-FL_UNROLL
-			for (int c = 0; c < NJ; c++) {
-				int d = c * 32 + lane;
-				if (d < hs)
-					for (int jj = 0; jj < FL_BC; jj++)
-						dq[rr][c] += sp[warp][jj] * sk[jj][d];
-			}
-			__syncwarp();
+			sp[warp][rr][lane] = ds;
 		}
+		__syncwarp(); /* sp holds every ds of the tile */
+FL_UNROLL
+		for (int c = 0; c < NJ; c++) {
+			int d = c * 32 + lane;
+			if (d < hs)
+				for (int jj = 0; jj < FL_BC; jj++) {
+					float kd = sk[jj][d];
+FL_UNROLL
+					for (int rr = 0; rr < RW; rr++)
+						dq[rr][c] += sp[warp][rr][jj] * kd;
+				}
+		}
+		__syncwarp();
 	}
 FL_UNROLL
 	for (int rr = 0; rr < RW; rr++) {
-		int t = r0 + warp * RW + rr;
+		int t = t0 + rr;
 		if (t >= T_)
 			continue;
 		T *y = dqkv + fl_at(b, t, T_, C3, 0, h, hs);
@@ -273,10 +305,11 @@ __global__ static void flash_bwd_dkv(T *dqkv, const float *dsum,
 	__shared__ float sk[BR][HSP + 1], sv[BR][HSP + 1];
 	__shared__ float sq[FL_BC][HSP + 1], sdo[FL_BC][HSP + 1];
 	__shared__ float sl[FL_BC], sd[FL_BC];
-	__shared__ float sp[FL_WARPS][FL_BC], sds[FL_WARPS][FL_BC];
+	__shared__ float sp[FL_WARPS][RW][FL_BC], sds[FL_WARPS][RW][FL_BC];
 	int C = NH * hs, C3 = 3 * C;
 	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
 	int c0 = FL_TILE() * BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int j0 = c0 + warp * RW; /* the warp's keys: j0 .. j0 + RW - 1 */
 	const float *L = lse + (size_t)blockIdx.x * T_;
 	const float *Dr = dsum + (size_t)blockIdx.x * T_;
 
@@ -298,37 +331,52 @@ FL_UNROLL
 			sd[threadIdx.x] = i < T_ ? Dr[i] : 0.0f;
 		}
 		__syncthreads();
+		if (j0 >= T_ || q0 + FL_BC - 1 < j0) /* no query of the tile sees them */
+			continue;
+		int i = q0 + lane;
+		float sc[RW], dp[RW];
+FL_UNROLL
+		for (int rr = 0; rr < RW; rr++)
+			sc[rr] = dp[rr] = 0.0f;
+		for (int d = 0; d < hs; d++) {
+			float qd = sq[lane][d], dod = sdo[lane][d];
+FL_UNROLL
+			for (int rr = 0; rr < RW; rr++) {
+				sc[rr] += qd * sk[warp * RW + rr][d];
+				dp[rr] += dod * sv[warp * RW + rr][d];
+			}
+		}
 FL_UNROLL
 		for (int rr = 0; rr < RW; rr++) {
-			int r = warp * RW + rr, j = c0 + r, i = q0 + lane;
-			if (j >= T_ || q0 + FL_BC - 1 < j) /* no query sees it */
-				continue;
+			int j = j0 + rr;
 			float p = 0.0f, ds = 0.0f;
-			if (i < T_ && i >= j) {
-				p = gk_nn_attn_p(fl_dot<HSP>(sq[lane], sk[r], hs) * scale,
-						 sl[lane], 1);
-				float dp = fl_dot<HSP>(sdo[lane], sv[r], hs);
-				ds = gk_nn_softmax_dpre(p, dp, sd[lane], scale);
+			if (i < T_ && i >= j && j < T_) {
+				p = gk_nn_attn_p(sc[rr] * scale, sl[lane], 1);
+				ds = gk_nn_softmax_dpre(p, dp[rr], sd[lane], scale);
 			}
-			sp[warp][lane] = p;
-			sds[warp][lane] = ds;
-			__syncwarp();
+			sp[warp][rr][lane] = p;
+			sds[warp][rr][lane] = ds;
+		}
+		__syncwarp(); /* sp and sds hold the tile's p and ds */
 FL_UNROLL
-			for (int c = 0; c < NJ; c++) {
-				int d = c * 32 + lane;
-				if (d >= hs)
-					continue;
-				for (int ii = 0; ii < FL_BC; ii++) {
-					dv[rr][c] += sp[warp][ii] * sdo[ii][d];
-					dk[rr][c] += sds[warp][ii] * sq[ii][d];
+		for (int c = 0; c < NJ; c++) {
+			int d = c * 32 + lane;
+			if (d >= hs)
+				continue;
+			for (int ii = 0; ii < FL_BC; ii++) {
+				float qd = sq[ii][d], dod = sdo[ii][d];
+FL_UNROLL
+				for (int rr = 0; rr < RW; rr++) {
+					dv[rr][c] += sp[warp][rr][ii] * dod;
+					dk[rr][c] += sds[warp][rr][ii] * qd;
 				}
 			}
-			__syncwarp();
 		}
+		__syncwarp();
 	}
 FL_UNROLL
 	for (int rr = 0; rr < RW; rr++) {
-		int j = c0 + warp * RW + rr;
+		int j = j0 + rr;
 		if (j >= T_)
 			continue;
 		T *yk = dqkv + fl_at(b, j, T_, C3, C, h, hs);

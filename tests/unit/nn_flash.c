@@ -55,7 +55,8 @@ static void close_enough(const char *what, const float *got, const float *ref, s
 {
 	size_t at = 0;
 	double w = worst(got, ref, n, tol, rel, &at);
-	if (!ok(w <= 1.0, "%s: %zu values within %g + %g|ref|", what, n, tol, rel))
+	if (!ok(w <= 1.0, "%s: %zu values within %g + %g|ref| (at worst %.2f of it)", what, n,
+		tol, rel, w))
 		diag("worst at %zu: got %.9g, want %.9g", at, got[at], ref[at]);
 }
 
@@ -126,9 +127,10 @@ static void round_to(float *x, gk_dtype dt, size_t n)
  * Tolerances, as ratios of the output's largest magnitude plus a part of
  * each value: fp32 differs in the order of the sums and in exp (1e-5 +
  * 1e-4|ref|; the backward's cancellations 2e-5 max|ref| + 1e-4|ref|);
- * bf16 rounds each output once (2^-9 relative) and dout's rounded copy
- * feeds the backward's products, while the CPU keeps fp32 (8e-3 max|ref|
- * + 8e-3|ref| forward, 1.6e-2 max|ref| + 1.6e-2|ref| backward).
+ * bf16 rounds each output once (2^-9 relative), and the backward's inputs
+ * include the forward's rounded output, where the CPU keeps fp32 (4e-3
+ * max|ref| + 4e-3|ref| forward, 8e-3 max|ref| + 8e-3|ref| backward; the
+ * emulation meets them with at least 40 % to spare).
  */
 static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 {
@@ -190,7 +192,7 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 	double mo = maxabs(ref, no);
 	char w2[200];
 	snprintf(w2, sizeof w2, "%s: forward output", what);
-	close_enough(w2, out, ref, no, bf ? 8e-3 * mo : 1e-5 * mo, bf ? 8e-3 : 1e-4);
+	close_enough(w2, out, ref, no, bf ? 4e-3 * mo : 1e-5 * mo, bf ? 4e-3 : 1e-4);
 	snprintf(w2, sizeof w2, "%s: logsumexp", what);
 	close_enough(w2, lse, lref, rows, 1e-5, bf ? 1e-5 : 1e-6);
 	static const char *part[3] = {"dq", "dk", "dv"};
@@ -203,7 +205,7 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 		}
 		double mg = maxabs(g2, no);
 		snprintf(w2, sizeof w2, "%s: backward %s", what, part[p]);
-		close_enough(w2, g1, g2, no, bf ? 1.6e-2 * mg : 2e-5 * mg, bf ? 1.6e-2 : 1e-4);
+		close_enough(w2, g1, g2, no, bf ? 8e-3 * mg : 2e-5 * mg, bf ? 8e-3 : 1e-4);
 		free(g1);
 		free(g2);
 	}
