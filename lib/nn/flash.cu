@@ -418,9 +418,9 @@ static int fl_check(const char *what, int B, int T_, int NH, int hs,
 		    gk_err *err)
 {
 	if (!gk_nn_flash_fits(hs))
-		return gk_errf(err, "%s: head size %d: the fused attention "
-			       "takes 1 to %d (GK_CUDA_ATTENTION=matmul runs "
-			       "the unfused path)", what, hs, GK_NN_FLASH_MAX_HS);
+		return gk_errf(err, "%s: head size %d: the kernels take 1 "
+			       "to %d (GK_CUDA_ATTENTION=matmul runs the "
+			       "matmul path)", what, hs, GK_NN_FLASH_MAX_HS);
 	if (B < 1 || T_ < 1 || NH < 1 || (int64_t)B * NH > INT32_MAX ||
 	    (T_ + FL_WARPS - 1) / FL_WARPS > 65535)
 		return gk_errf(err, "%s: batch %d, sequence %d, heads %d: "

@@ -276,7 +276,115 @@ static void test_memory(void)
 	       4 * R256((uint64_t)B * T * C * 2) + R256(rows * T * 2) - R256(rows * 4),
 	       "fused: workspace less the four head copies and the (T,T) gradient");
 }
+
+/*
+ * A model on each path (odd shapes: C 48, head size 12, T 37, B 3): one
+ * fp32 step gives the same loss within 1e-5 relative and every gradient
+ * within 1e-4 of its tensor's largest plus 1e-3 relative (the CPU
+ * backend's bounds in nn_cuda), and a bf16 step the same loss within
+ * 0.02 + 1 %. nn_cuda checks the default (fused) path against the CPU;
+ * this keeps the matmul path checked too.
+ */
+static void test_paths(void)
+{
+	enum { B = 3, T = 37 };
+	gk_nn_config c = {.layers = 2, .hidden = 48, .heads = 4, .vocab = 1000,
+			  .positions = 40, .ln_eps = 1e-5f};
+	int32_t tok[B * T], tgt[B * T];
+	for (int i = 0; i < B * T; i++) {
+		tok[i] = (i * 7 + 3) % 1000;
+		tgt[i] = (i * 13 + 5) % 1000;
+	}
+	for (int prec = GK_NN_FP32; prec >= GK_NN_BF16; prec -= 2) {
+		gk_nn_model *m[2] = {NULL, NULL};
+		float loss[2] = {0, 0};
+		gk_err err = {0};
+		int rc = 1;
+		for (int k = 0; k < 2 && rc; k++) {
+			gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA,
+					.precision = prec,
+					.attention = k ? GK_NN_ATTN_MATMUL : GK_NN_ATTN_FUSED};
+			rc = gk_nn_new(&m[k], &c, &o, &err) == 0;
+			if (rc) {
+				gk_nn_init(m[k], 11);
+				gk_nn_zero_grad(m[k]);
+				rc = gk_nn_cuda_upload(m[k], GK_NN_PARAMS, &err) == 0 &&
+				     gk_nn_forward(m[k], tok, tgt, &loss[k], &err) == 0 &&
+				     gk_nn_backward(m[k], 1.0f, NULL, NULL, &err) == 0 &&
+				     gk_nn_cuda_download(m[k], GK_NN_GRADS, &err) == 0;
+			}
+		}
+		const char *pn = prec == GK_NN_FP32 ? "fp32" : "bf16";
+		if (ok(rc, "%s: a step on each path%s%s", pn, err.msg[0] ? ": " : "", err.msg)) {
+			if (prec == GK_NN_FP32) {
+				ok(fabsf(loss[0] - loss[1]) <= 1e-5f * fabsf(loss[1]),
+				   "fp32: fused loss %.7f, matmul %.7f", loss[0], loss[1]);
+				size_t nt;
+				const gk_nn_tensor *t = gk_nn_tensors(m[0], &nt);
+				int bad = 0;
+				for (size_t i = 0; i < nt; i++) {
+					size_t at = 0;
+					const float *g0 = gk_nn_grads(m[0]) + t[i].off;
+					const float *g1 = gk_nn_grads(m[1]) + t[i].off;
+					double big = maxabs(g1, t[i].numel);
+					if (worst(g0, g1, t[i].numel, 1e-4 * big + 1e-9, 1e-3, &at) > 1.0) {
+						diag("%s[%zu]: fused %g, matmul %g", t[i].name, at, g0[at],
+						     g1[at]);
+						bad++;
+					}
+				}
+				ok(bad == 0, "fp32: every gradient of the fused path within 1e-4 "
+				   "max|g| + 1e-3|ref| of the matmul path's (%zu tensors)", nt);
+			} else {
+				ok(fabsf(loss[0] - loss[1]) <= 0.02f + 0.01f * fabsf(loss[1]),
+				   "bf16: fused loss %.5f, matmul %.5f", loss[0], loss[1]);
+			}
+		}
+		gk_nn_free(m[0]);
+		gk_nn_free(m[1]);
+	}
+}
 #endif
+
+/*
+ * Which attention a CUDA model gets (no device needed): fused up to head
+ * size 128, the matmul path past it unless fused is asked for, which is
+ * then refused saying why; GK_CUDA_ATTENTION chooses when the options
+ * leave it to the default, and an unknown name there is an error.
+ */
+static void test_choice(void)
+{
+	gk_nn_config c = {.layers = 1, .hidden = 768, .heads = 12, .vocab = 100,
+			  .positions = 64, .ln_eps = 1e-5f};
+	gk_nn_config big = c;
+	big.hidden = 1032, big.heads = 8; /* head size 129 */
+	gk_nn_opts o = {.batch = 1, .seq = 8, .device = GK_NN_CUDA};
+	gk_err err = {0};
+	unsetenv("GK_CUDA_ATTENTION");
+	is_int(gk_nn_attention_fused(&c, &o, &err), 1, "head size 64: fused by default");
+	is_int(gk_nn_attention_fused(&big, &o, &err), 0, "head size 129: the matmul path by default");
+	o.attention = GK_NN_ATTN_FUSED;
+	ok(gk_nn_attention_fused(&big, &o, &err) < 0 && strstr(err.msg, "head size 129") &&
+	   strstr(err.msg, "GK_CUDA_ATTENTION=matmul"), "head size 129, fused asked: refused (%s)",
+	   err.msg);
+	o.attention = GK_NN_ATTN_MATMUL;
+	is_int(gk_nn_attention_fused(&c, &o, &err), 0, "matmul asked: the matmul path");
+	o.attention = GK_NN_ATTN_AUTO;
+	setenv("GK_CUDA_ATTENTION", "matmul", 1);
+	is_int(gk_nn_attention_fused(&c, &o, &err), 0, "GK_CUDA_ATTENTION=matmul: the matmul path");
+	setenv("GK_CUDA_ATTENTION", "flash", 1);
+	ok(gk_nn_attention_fused(&big, &o, &err) < 0 && strstr(err.msg, "head size 129"),
+	   "GK_CUDA_ATTENTION=flash at head size 129: refused");
+	setenv("GK_CUDA_ATTENTION", "fast", 1);
+	ok(gk_nn_attention_fused(&c, &o, &err) < 0 &&
+	   strcmp(err.msg, "GK_CUDA_ATTENTION 'fast': must be fused (or flash) or matmul") == 0,
+	   "GK_CUDA_ATTENTION=fast: %s", err.msg);
+	gk_nn_mem p;
+	ok(gk_nn_plan_cuda(&c, &o, &p, &err) < 0, "and the plan is refused with it");
+	o.attention = GK_NN_ATTN_FUSED; /* the options' choice comes first */
+	is_int(gk_nn_attention_fused(&c, &o, &err), 1, "fused asked: the environment not read");
+	unsetenv("GK_CUDA_ATTENTION");
+}
 
 /*
  * GPT-2 124M at B 48, T 1024 in bf16 (gpu-train's default layout): what
@@ -330,6 +438,7 @@ static void test_figures(void)
 
 int main(void)
 {
+	test_choice();
 	test_figures();
 	gk_err err = {0};
 	int usable = gk_cuda_probe(NULL, &err) == 0;
@@ -348,6 +457,7 @@ int main(void)
 	check_shape(1, 80, 2, 64, GK_DT_BF16);
 	check_shape(1, 40, 1, 128, GK_DT_BF16); /* the largest */
 	test_memory();
+	test_paths();
 #endif
 	return done_testing();
 }
