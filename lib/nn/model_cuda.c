@@ -8,9 +8,11 @@
  * layout of nn.h (same offsets as the CPU backend), the working copy of
  * the parameters in the activation type (bf16, or the master itself in
  * fp32/TF32), activations laid out per layer as gpt.c's alloc_acts does
- * for the recompute mode, and one set of backward scratch. Host: pinned
- * staging for transfers, the logits of a forward without targets, the
- * token buckets of the embedding backward.
+ * for the recompute mode (attention's (T,T) matrix only on its matmul
+ * path: the fused kernels of flash.cu keep a float a row), and one set of
+ * backward scratch, sized and ordered by gk_nn_cuda_layout (launch.c).
+ * Host: pinned staging for transfers, the logits of a forward without
+ * targets, the token buckets of the embedding backward.
  *
  * Precision: activations and the working weights in dt; matmuls
  * accumulate in fp32 (TF32 tensor cores when asked); weight gradients
