@@ -195,6 +195,8 @@ static const gk_optdef options[] = {
 	ENUM("attn", "KIND", r.flash, parse_attn, "not eager or flash",
 	     "eager or flash (default: eager to train, flash with --infer)"),
 	FLAG("no-dropout", r.dropout, 0, "no dropout masks"),
+	FLAG("no-logits-f32", r.logits_f32, 0,
+	     "the loss read from 16-bit logits, no f32 copy (gpu-train's)"),
 	FLAG("ckpt-copy", r.ckpt_copy, 1,
 	     "checkpoints written from a host copy of the state (gpu-train's)"),
 	SIZE("bucket", "SIZE", r.bucket, "gradient bucket size"),
@@ -257,7 +259,7 @@ static void describe_run(const gk_mem_run *r, char *buf, size_t len)
 	else
 		snprintf(buf, len, "training %s%s, %s, ZeRO-%d, dp %lld tp %lld "
 			 "pp %lld%s, micro-batch %lld x seq %lld, %lld "
-			 "micro-batches/step, recompute %s%s%s%s",
+			 "micro-batches/step, recompute %s%s%s%s%s",
 			 gk_dtype_name(r->precision),
 			 r->precision == GK_DT_F32 ? "" : " mixed",
 			 gk_mem_opt_name(r->opt), r->zero, (long long)r->dp,
@@ -268,7 +270,8 @@ static void describe_run(const gk_mem_run *r, char *buf, size_t len)
 			 r->offload == GK_MEM_OFFLOAD_ALL ? ", offload cpu" :
 			 r->offload ? ", offload optimizer" : "",
 			 r->flash ? ", flash attention" : "",
-			 r->dropout ? "" : ", no dropout");
+			 r->dropout ? "" : ", no dropout",
+			 r->logits_f32 || r->precision == GK_DT_F32 ? "" : ", no f32 logits");
 }
 
 /* What of a checkpoint was not counted, so that its count can be checked. */
@@ -316,8 +319,9 @@ static void print_text(const opts *o, const gk_mem_model *m,
 	if (o->explain && !r->infer && m->arch != GK_MEM_ARCH_PARAMS)
 		printf("layout: %s attention, %s dropout masks. Korthikanti's "
 		       "figures assume eager attention with dropout;\n"
-		       "        gpu-train keeps no dropout masks and fuses "
-		       "attention: --no-dropout --attn flash\n",
+		       "        gpu-train keeps no dropout masks, fuses "
+		       "attention on a GPU and no f32 copy of the logits:\n"
+		       "        --no-dropout --attn flash --no-logits-f32\n",
 		       r->flash ? "fused (flash)" : "eager",
 		       r->dropout ? "with" : "without");
 	if (m->arch == GK_MEM_ARCH_PARAMS && !r->infer)
@@ -328,7 +332,7 @@ static void print_text(const opts *o, const gk_mem_model *m,
 static json_t *run_json(const gk_mem_run *r)
 {
 	return json_pack(
-		"{s:b s:s s:s s:i s:I s:I s:I s:b s:I s:I s:I s:s s:s s:b s:b s:b}",
+		"{s:b s:s s:s s:i s:I s:I s:I s:b s:I s:I s:I s:s s:s s:b s:b s:b s:b}",
 		"infer", r->infer, "precision", gk_dtype_name(r->precision),
 		"optimizer", gk_mem_opt_name(r->opt), "zero", r->zero, "dp",
 		(json_int_t)r->dp, "tp", (json_int_t)r->tp, "pp",
@@ -338,7 +342,7 @@ static json_t *run_json(const gk_mem_run *r)
 		gk_mem_recompute_name(r->recompute), "offload",
 		r->offload == GK_MEM_OFFLOAD_ALL ? "cpu" :
 		r->offload ? "optimizer" : "none", "grad_f32", r->grad_f32, "flash",
-		r->flash, "dropout", r->dropout);
+		r->flash, "dropout", r->dropout, "logits_f32", r->logits_f32);
 }
 
 static json_t *model_json(const gk_mem_model *m, const char *source)

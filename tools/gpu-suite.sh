@@ -7,7 +7,7 @@
 # CUDA device"); here those skips are failures. It builds with CUDA=1
 # (nvcc required), then:
 #   1. the device unit tests (tests/unit/{cuda_core,comm_cuda,core_half,
-#      nn_cuda}): every kernel against the CPU path (within the tolerance
+#      nn_cuda,nn_flash}): every kernel against the CPU path (within the tolerance
 #      each test states: sums run in another order on the device), the nccl
 #      backend in a world of one, lib/cuda's probe, streams, events and
 #      accounting, the model's CUDA backend against its CPU backend
@@ -49,7 +49,8 @@ nvidia-smi | sed -n 's/.*\(Driver Version: *[0-9.]*\).*\(CUDA Version: *[0-9.]*\
 step "build (CUDA=1)"
 if make -j"$(nproc)" CUDA=1 all >"$out/build.log" 2>&1 &&
    make -j"$(nproc)" CUDA=1 build/tests/unit/cuda_core build/tests/unit/comm_cuda \
-	build/tests/unit/core_half build/tests/unit/nn_cuda >>"$out/build.log" 2>&1; then
+	build/tests/unit/core_half build/tests/unit/nn_cuda build/tests/unit/nn_flash \
+	>>"$out/build.log" 2>&1; then
 	pass
 else
 	bad "see $out/build.log"
@@ -64,7 +65,7 @@ for s in compute-sanitizer "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"
 	fi
 done
 
-for t in cuda_core comm_cuda core_half nn_cuda; do
+for t in cuda_core comm_cuda core_half nn_cuda nn_flash; do
 	step "unit: $t"
 	if ! build/tests/unit/$t >"$out/$t.tap" 2>&1; then
 		bad "see $out/$t.tap"

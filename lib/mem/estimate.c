@@ -62,6 +62,7 @@ void gk_mem_run_default(gk_mem_run *r)
 	r->flash = -1; /* by the kind of run: gk_mem_run_resolve */
 	r->grad_accum = 1;
 	r->dropout = 1;
+	r->logits_f32 = 1;
 	r->gpus_per_node = 8;
 	r->bucket = 25 << 20; /* torch DDP bucket_cap_mb */
 	r->reserve = 1 << 30;
@@ -436,11 +437,12 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	}
 	if (stage == r->pp - 1) {
 		double lg = e * s * b * V / t;
-		add(c, "logits", lg + (e == 4 ? 0 : 4 * s * b * V / t), 0,
+		int f32 = e != 4 && r->logits_f32; /* the copy's 4 bytes */
+		add(c, "logits", lg + (f32 ? 4 * s * b * V / t : 0), 0,
 		    "Korthikanti et al. 2022 sec. 4.3 (output layer, cross "
 		    "entropy in f32)",
-		    e == 4 ? "4*sbV/t" : "e*sbV/t + 4*sbV/t (f32 copy for the loss)");
-		values(c, "(%g+%d)*%g*%g*%g/%g", e, e == 4 ? 0 : 4, s, b, V, t);
+		    f32 ? "e*sbV/t + 4*sbV/t (f32 copy for the loss)" : "e*sbV/t");
+		values(c, "(%g+%d)*%g*%g*%g/%g", e, f32 ? 4 : 0, s, b, V, t);
 		add(c, "final_norm", 2 * e * s * b * h / sp, 0,
 		    "Korthikanti et al. 2022 sec. 4.3",
 		    "2*e*sbh (final norm and LM-head inputs)");

@@ -186,6 +186,10 @@ typedef struct gk_mem_run {
 				fused for inference (as serving engines run),
 				eager for training (as Korthikanti counts) */
 	int dropout;         /* dropout masks kept (1 byte per element) */
+	int logits_f32;      /* 16-bit runs: an f32 copy of the logits for
+				the loss (torch's cross entropy); 0: the loss
+				read from the 16-bit logits in place, as
+				gpu-train's classifier does */
 	int64_t gpus_per_node; /* host RAM is per node */
 	uint64_t bucket;     /* gradient bucket bytes (each of 2 in flight) */
 	uint64_t reserve;    /* CUDA context, cuBLAS/NCCL workspaces */
@@ -306,6 +310,7 @@ typedef struct gk_mem_train {
 	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
 				       none, gelu and layer */
 	int eager, dropout;
+	int logits_f32;     /* an f32 copy of the logits (gpu-train keeps none) */
 	int grad_f32;       /* bf16 with an f32 gradient buffer */
 	int ckpt_copy;      /* checkpoints from a copy (gk_mem_run's) */
 } gk_mem_train;

@@ -61,6 +61,7 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.recompute = t->recompute;
 	r.flash = !t->eager;
 	r.dropout = !!t->dropout;
+	r.logits_f32 = !!t->logits_f32;
 	r.grad_f32 = !!t->grad_f32;
 	r.ckpt_copy = !!t->ckpt_copy;
 	gk_mem_run_resolve(&r, &m);

@@ -173,6 +173,26 @@ int gk_nn_cu_softmax_causal_bwd(void *datt, const void *att, gk_dtype dt,
 				uint64_t rows, int T, float scale,
 				gk_cuda_stream s, gk_err *err);
 
+/*
+ * flash.cu: causal self-attention fused into tiles, no (T,T) matrix.
+ * Forward: out (B,T,C) from qkv (B,T,3C), lse (B,NH,T) f32 each row's
+ * logsumexp. Backward: dqkv (B,T,3C), every element written, from dout
+ * (B,T,C), the forward's qkv, out and lse; dsum (B,NH,T) f32 is scratch.
+ * Head sizes 1 to GK_NN_FLASH_MAX_HS (gk_nn_flash_fits); others refused.
+ */
+#define GK_NN_FLASH_MAX_HS 128
+static inline int gk_nn_flash_fits(int hs)
+{
+	return hs >= 1 && hs <= GK_NN_FLASH_MAX_HS;
+}
+int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv, gk_dtype dt,
+		       int B, int T, int NH, int hs, gk_cuda_stream s,
+		       gk_err *err);
+int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
+		       const void *qkv, const void *out, const float *lse,
+		       gk_dtype dt, int B, int T, int NH, int hs,
+		       gk_cuda_stream s, gk_err *err);
+
 /* classifier.cu: per row, lse and loss = lse - logit[target] (0 where
  * the target is < 0); backward overwrites the logits with dlogits
  * (softmax - onehot) * dloss, zero on ignored rows and padded columns. */
@@ -196,6 +216,21 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
 		   gk_cuda_stream s, gk_err *err);
 
 /* ---- the model (model_cuda.c; model_nocuda.c without CUDA) ------------------- */
+
+/*
+ * The model's device buffers (launch.c, so gk_nn_plan_cuda works in
+ * every build): sz the activation pieces and ss the workspace's scratch
+ * pieces after the cuBLASLt workspace (GK_NN_CU_WS_BYTES, what llm.c
+ * gives it), each in bytes, in model_cuda.c's carve order, every piece
+ * rounded up to 256 bytes; out the bytes by category as lib/cuda will
+ * count them (the moments come later: optimizer 0). m needs its config,
+ * opts, nparams and nflat; fused: gk_nn_attention_fused's answer.
+ */
+#define GK_NN_CU_WS_BYTES ((size_t)32 << 20)
+enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 12 };
+void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
+		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
+		       gk_nn_mem *out);
 
 int gk_nn_cuda_new(gk_nn_model *m, gk_err *err);
 void gk_nn_cuda_free(gk_nn_model *m);

@@ -538,6 +538,33 @@ fail:
 	return -1;
 }
 
+int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err)
+{
+	int want = o->attention;
+	const char *env = getenv("GK_CUDA_ATTENTION");
+	if (want == GK_NN_ATTN_AUTO && env && *env) {
+		if (strcmp(env, "fused") == 0 || strcmp(env, "flash") == 0)
+			want = GK_NN_ATTN_FUSED;
+		else if (strcmp(env, "matmul") == 0)
+			want = GK_NN_ATTN_MATMUL;
+		else
+			return gk_errf(err, "GK_CUDA_ATTENTION '%s': must be fused "
+				       "(or flash) or matmul", env);
+	}
+	if (want < GK_NN_ATTN_AUTO || want > GK_NN_ATTN_MATMUL)
+		return gk_errf(err, "model attention %d: unknown", want);
+	int hs = c->heads > 0 ? (int)(c->hidden / c->heads) : 0;
+	if (want == GK_NN_ATTN_MATMUL)
+		return 0;
+	if (gk_nn_flash_fits(hs))
+		return 1;
+	if (want == GK_NN_ATTN_FUSED)
+		return gk_errf(err, "fused attention: head size %d: the kernels "
+			       "take 1 to %d (GK_CUDA_ATTENTION=matmul runs the "
+			       "matmul path)", hs, GK_NN_FLASH_MAX_HS);
+	return 0;
+}
+
 int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err)
 {
 	memset(out, 0, sizeof(*out));
@@ -565,6 +592,29 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 	}
 	if (m.ft != m.t)
 		free(m.ft);
+	free(m.t);
+	free(m.blk);
+	return rc;
+}
+
+int gk_nn_plan_cuda(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err)
+{
+	memset(out, 0, sizeof(*out));
+	gk_nn_model m = {.c = *c, .o = *o};
+	if (gk_nn_config_finish(&m.c, err) < 0)
+		return -1;
+	if (o->batch < 1 || o->seq < 1 || o->seq > m.c.positions || o->flat_multiple < 0)
+		return gk_errf(err, "model batch %d x sequence %d: not a model's", o->batch, o->seq);
+	int fused = gk_nn_attention_fused(&m.c, o, err);
+	if (fused < 0)
+		return -1;
+	int rc = build_table(&m, err);
+	if (rc == 0) {
+		size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
+		size_t sz[GK_NN_CU_NACT], ss[GK_NN_CU_NWS];
+		m.nflat = (m.nparams + k - 1) / k * k;
+		gk_nn_cuda_layout(&m, fused, sz, ss, out);
+	}
 	free(m.t);
 	free(m.blk);
 	return rc;

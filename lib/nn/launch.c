@@ -1,8 +1,8 @@
 /*
  * launch.c - the CUDA backend's launch arithmetic, in plain C so it is
  * built and tested on every machine (tests/unit/nn_cuda_launch.c): how
- * work is cut for the deterministic reductions, and the token buckets of
- * the embedding backward.
+ * work is cut for the deterministic reductions, the token buckets of
+ * the embedding backward, and the model's device buffers.
  */
 #include <string.h>
 
@@ -82,4 +82,61 @@ void gk_nn_lt_shape_of(const gk_nn_gemm *g, gk_nn_lt_shape *s)
 	s->d_cols = (uint64_t)g->M;
 	s->ldd = g->ldd;
 	s->sd = g->sD;
+}
+
+/* 256-byte pieces, so every matmul operand starts aligned for cuBLASLt. */
+static uint64_t r256(uint64_t bytes)
+{
+	return (bytes + 255) / 256 * 256;
+}
+
+void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
+		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
+		       gk_nn_mem *out)
+{
+	size_t B = (size_t)m->o.batch, T = (size_t)m->o.seq;
+	size_t C = (size_t)m->c.hidden, NH = (size_t)m->c.heads;
+	size_t L = (size_t)m->c.layers, Vp = (size_t)m->c.vocab_pad;
+	size_t N = B * T;
+	size_t es = m->o.precision == GK_NN_BF16 ? 2 : 4;
+	size_t kl = m->o.recompute != GK_NN_RECOMPUTE_LAYER ? L : 1;
+	size_t kg = m->o.recompute == GK_NN_RECOMPUTE_NONE ? L : 1;
+	/* attention's (T,T) matrices, or the fused kernels' one float a row */
+	size_t att = fused ? B * NH * T * 4 : B * NH * T * T * es;
+	size_t heads = fused ? 0 : N * C * es; /* q, k, v, y split by head */
+	size_t a[GK_NN_CU_NACT] = {
+		(L + 1) * N * C * es,         /* resid */
+		N * C * es, N * 4, N * 4,     /* lnf, mean, rstd */
+		N * Vp * es, N * 4, N * 4,    /* logits, lse, loss */
+		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln1 */
+		kl * N * 3 * C * es,          /* qkv */
+		kl * att,                     /* att */
+		kl * N * C * es,              /* atty */
+		kl * N * C * es,              /* res2 */
+		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln2 */
+		kl * N * 4 * C * es,          /* fch */
+		kg * N * 4 * C * es,          /* fchg */
+		N * 4, N * 4, N * 4, (N + 1) * 4, N * 4, /* tok tgt uniq start pos */
+	};
+	/* q k v y, then the backward's gradients: dres dln datty (B,T,C),
+	 * dqkv, dfc; datt (the matmul path's d scores, the fused one's
+	 * row sums: the size of att), the column sums, the norm's partials */
+	size_t w[GK_NN_CU_NWS] = {
+		heads, heads, heads, heads,
+		N * C * es, N * C * es, N * C * es, N * 3 * C * es,
+		N * 4 * C * es, att,
+		gk_nn_colsum_floats(N, C) * 4,
+		(GK_NN_SUM_BLOCKS + 1) * sizeof(double),
+	};
+	memcpy(sz, a, sizeof(a));
+	memcpy(ss, w, sizeof(w));
+	memset(out, 0, sizeof(*out));
+	out->parameters = (uint64_t)m->nflat * 4 +
+			  (es == 2 ? (uint64_t)m->nparams * es : 0);
+	out->gradients = (uint64_t)m->nflat * 4;
+	for (size_t i = 0; i < GK_NN_CU_NACT; i++)
+		out->activations += r256(sz[i]);
+	out->workspace = GK_NN_CU_WS_BYTES;
+	for (size_t i = 0; i < GK_NN_CU_NWS; i++)
+		out->workspace += r256(ss[i]);
 }

@@ -275,6 +275,30 @@ GK_HD float gk_nn_softmax_dpre(float a, float da, float s, float scale)
 }
 
 /*
+ * The online softmax of the fused attention (attention.cu's flash
+ * kernels; FlashAttention-2, Dao 2023, Algorithm 1): a row's scores
+ * arrive a tile at a time; m is the largest so far, l the sum of
+ * exp(score - m) so far, o the sum of exp(score - m) v so far. A tile
+ * whose largest score lifts m to m2 multiplies l and o by
+ * gk_nn_attn_rescale(m, m2) before adding its own terms, exp(s - m2)
+ * each (gk_nn_attn_p, 0 for a key the causal mask hides). At the end
+ * the row's output is o / l and its logsumexp m + log l, which is all
+ * the backward keeps: there p = exp(s - lse) is the softmax itself.
+ */
+GK_HD float gk_nn_attn_rescale(float m, float m2)
+{
+	return m == -INFINITY ? 0.0f : gk_nn_expf(m - m2);
+}
+GK_HD float gk_nn_attn_p(float s, float m, int visible)
+{
+	return visible ? gk_nn_expf(s - m) : 0.0f;
+}
+GK_HD float gk_nn_attn_lse(float m, float l)
+{
+	return m + logf(l);
+}
+
+/*
  * logsumexp of a row of logits, leaving them unchanged: the forward half
  * of the fused classifier. The loss of target y is lse - x[y].
  */

@@ -8,9 +8,11 @@
  * layout of nn.h (same offsets as the CPU backend), the working copy of
  * the parameters in the activation type (bf16, or the master itself in
  * fp32/TF32), activations laid out per layer as gpt.c's alloc_acts does
- * for the recompute mode, and one set of backward scratch. Host: pinned
- * staging for transfers, the logits of a forward without targets, the
- * token buckets of the embedding backward.
+ * for the recompute mode (attention's (T,T) matrix only on its matmul
+ * path: the fused kernels of flash.cu keep a float a row), and one set of
+ * backward scratch, sized and ordered by gk_nn_cuda_layout (launch.c).
+ * Host: pinned staging for transfers, the logits of a forward without
+ * targets, the token buckets of the embedding backward.
  *
  * Precision: activations and the working weights in dt; matmuls
  * accumulate in fp32 (TF32 tensor cores when asked); weight gradients
@@ -26,8 +28,7 @@
 
 #include "nn/cuda_internal.h"
 
-/* cuBLASLt workspace: what llm.c gives it (32 MiB) */
-#define WS_BYTES ((size_t)32 << 20)
+#define WS_BYTES GK_NN_CU_WS_BYTES
 #define MAX_ALLOCS 64
 
 /* A block's activations on the device (per layer or shared). */
@@ -39,6 +40,8 @@ typedef struct dacts {
 struct gk_nn_cuda {
 	gk_dtype dt;
 	size_t es;             /* bytes of one dt element */
+	int fused;             /* attention: flash.cu's kernels, else the
+				  matmul path (gk_nn_attention_fused) */
 	gk_cuda_stream s;
 	gk_nn_blas *blas;
 	void *ws;
@@ -55,7 +58,9 @@ struct gk_nn_cuda {
 	int32_t *tok, *tgt, *uniq, *start, *pos;
 	int nb;                /* distinct tokens of the last forward */
 
-	/* scratch: q, k, v, y per head (B,NH,T,hs); backward gradients */
+	/* scratch: q, k, v, y per head (B,NH,T,hs), matmul path only;
+	 * backward gradients; datt (B,NH,T,T), or the fused backward's
+	 * row sums D (B,NH,T f32) */
 	void *q, *k, *v, *y;
 	void *dres, *dln, *datty, *dqkv, *dfc, *datt;
 	float *colsum;
@@ -114,8 +119,10 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	a->ln1m = cu->a_ln1m + k * N;
 	a->ln1r = cu->a_ln1r + k * N;
 	a->qkv = (char *)cu->a_qkv + k * N * 3 * C * es;
-	a->att = (char *)cu->a_att +
-		 k * (size_t)m->o.batch * (size_t)m->c.heads * T * T * es;
+	/* att: the (T,T) probabilities of the matmul path, or the fused
+	 * kernels' logsumexp, one float a row */
+	size_t rows = (size_t)m->o.batch * (size_t)m->c.heads * T;
+	a->att = (char *)cu->a_att + k * (cu->fused ? rows * 4 : rows * T * es);
 	a->atty = (char *)cu->a_atty + k * N * C * es;
 	a->res2 = (char *)cu->a_res2 + k * N * C * es;
 	a->ln2 = (char *)cu->a_ln2 + k * N * C * es;
@@ -129,13 +136,13 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	size_t B = (size_t)m->o.batch, T = (size_t)m->o.seq;
-	size_t C = (size_t)m->c.hidden, NH = (size_t)m->c.heads;
-	size_t L = (size_t)m->c.layers, Vp = (size_t)m->c.vocab_pad;
-	size_t V = (size_t)m->c.vocab, N = B * T, es = cu->es;
+	size_t V = (size_t)m->c.vocab, N = B * T;
 	size_t P = m->nparams;
+	size_t sz[GK_NN_CU_NACT], ss[GK_NN_CU_NWS];
+	gk_nn_mem plan;
 	m->per_layer = m->o.recompute != GK_NN_RECOMPUTE_LAYER;
 	m->fchg_per_layer = m->o.recompute == GK_NN_RECOMPUTE_NONE;
-	size_t kl = m->per_layer ? L : 1, kg = m->fchg_per_layer ? L : 1;
+	gk_nn_cuda_layout(m, cu->fused, sz, ss, &plan);
 
 	/* nflat: the flat multiple's tail, zeroed at creation */
 	if (!(cu->p = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_PARAMS, err)) ||
@@ -143,28 +150,11 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 		return -1;
 	if (cu->dt == GK_DT_F32)
 		cu->pw = cu->p;
-	else if (!(cu->pw = dalloc(cu, P * es, GK_CUDA_MEM_PARAMS, err)))
+	else if (!(cu->pw = dalloc(cu, P * cu->es, GK_CUDA_MEM_PARAMS, err)))
 		return -1;
 
-	/* activations, in carve order */
-	size_t sz[] = {
-		(L + 1) * N * C * es,         /* resid */
-		N * C * es, N * 4, N * 4,     /* lnf, mean, rstd */
-		N * Vp * es, N * 4, N * 4,    /* logits, lse, loss */
-		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln1 */
-		kl * N * 3 * C * es,          /* qkv */
-		kl * B * NH * T * T * es,     /* att */
-		kl * N * C * es,              /* atty */
-		kl * N * C * es,              /* res2 */
-		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln2 */
-		kl * N * 4 * C * es,          /* fch */
-		kg * N * 4 * C * es,          /* fchg */
-		N * 4, N * 4, N * 4, (N + 1) * 4, N * 4, /* tok tgt uniq start pos */
-	};
-	size_t total = 0;
-	for (size_t i = 0; i < GK_ARRAY_SIZE(sz); i++)
-		total += r256(sz[i]);
-	char *cur = dalloc(cu, total, GK_CUDA_MEM_ACTS, err);
+	/* activations, in carve order (gk_nn_cuda_layout's) */
+	char *cur = dalloc(cu, plan.activations, GK_CUDA_MEM_ACTS, err);
 	if (!cur)
 		return -1;
 	size_t i = 0;
@@ -193,18 +183,8 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->start = carve(&cur, sz[i++]);
 	cu->pos = carve(&cur, sz[i++]);
 
-	/* scratch: q k v y, then the backward's gradients; datt (B,NH,T,T) */
-	size_t ss[] = {
-		N * C * es, N * C * es, N * C * es, N * C * es,
-		N * C * es, N * C * es, N * C * es, N * 3 * C * es,
-		N * 4 * C * es, B * NH * T * T * es,
-		gk_nn_colsum_floats(N, C) * 4,
-		(GK_NN_SUM_BLOCKS + 1) * sizeof(double),
-	};
-	total = WS_BYTES;
-	for (i = 0; i < GK_ARRAY_SIZE(ss); i++)
-		total += r256(ss[i]);
-	cur = dalloc(cu, total, GK_CUDA_MEM_WORKSPACE, err);
+	/* the cuBLASLt workspace, then the scratch */
+	cur = dalloc(cu, plan.workspace, GK_CUDA_MEM_WORKSPACE, err);
 	if (!cur)
 		return -1;
 	cu->ws = carve(&cur, WS_BYTES);
@@ -257,6 +237,8 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	m->cu = cu;
 	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
+	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0)
+		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if (gk_cuda_stream_new(&cu->s, err) < 0 || alloc_all(m, err) < 0 ||
 	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
 			   WS_BYTES, cu->s, err) < 0)
@@ -491,6 +473,9 @@ static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
 	int NH = (int)m->c.heads, hs = C / NH;
 	long long th = (long long)T * hs, tt = (long long)T * T;
 	float scale = 1.0f / sqrtf((float)hs);
+	if (cu->fused) /* a->att holds each row's logsumexp */
+		return gk_nn_cu_flash_fwd(a->atty, (float *)a->att, a->qkv,
+					  cu->dt, B, T, NH, hs, cu->s, err);
 	if (split_qkv(m, a->qkv, err) < 0 ||
 	    mm_heads(m, 0, 1, T, T, hs, scale, cu->q, hs, th, cu->k, hs, th,
 		     a->att, T, tt, err) < 0 ||
@@ -633,6 +618,11 @@ static int attention_bwd(gk_nn_model *m, const dacts *a, gk_err *err)
 	long long th = (long long)T * hs, tt = (long long)T * T;
 	float scale = 1.0f / sqrtf((float)hs);
 	gk_cuda_stream s = cu->s;
+	if (cu->fused) /* recomputed from q, k, v, out and lse */
+		return gk_nn_cu_flash_bwd(cu->dqkv, (float *)cu->datt,
+					  cu->datty, a->qkv, a->atty,
+					  (const float *)a->att, cu->dt, B, T,
+					  NH, hs, s, err);
 	/* dy in y; q, k, v again (later layers overwrote them). Reuse as
 	 * each is consumed (one stream keeps the order): dv into v after
 	 * datt, dq into y after dv, dk into k after dq. */

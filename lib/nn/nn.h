@@ -145,6 +145,18 @@ typedef enum gk_nn_precision {
 int gk_nn_precision_parse(const char *s);
 const char *gk_nn_precision_name(int p);
 
+/*
+ * Attention on the CUDA backend. AUTO (0): the fused kernels (flash.cu:
+ * tiles, online softmax, no (T,T) matrix; head sizes up to 128) when the
+ * head size allows, else the matmul path (cuBLASLt's products around a
+ * causal softmax, a (B,NH,T,T) matrix a layer), unless the environment's
+ * GK_CUDA_ATTENTION says "fused" or "matmul". FUSED refuses a head size
+ * it does not take. The CPU backend has one attention.
+ */
+typedef enum gk_nn_attention {
+	GK_NN_ATTN_AUTO, GK_NN_ATTN_FUSED, GK_NN_ATTN_MATMUL
+} gk_nn_attention;
+
 typedef struct gk_nn_opts {
 	int batch, seq;               /* B, T of every forward (T <= positions) */
 	gk_nn_recompute recompute;
@@ -154,6 +166,7 @@ typedef struct gk_nn_opts {
 	int device;                   /* GK_NN_CPU (0) | GK_NN_CUDA */
 	int precision;                /* GK_NN_BF16 (0) | GK_NN_TF32 | GK_NN_FP32;
 				       * CUDA only: the CPU computes in fp32 */
+	int attention;                /* gk_nn_attention (CUDA only) */
 	int flat_multiple;            /* 0 or 1: the flat parameter and gradient
 				       * buffers hold nparams floats; k: their
 				       * length rounded up to a multiple of k
@@ -181,6 +194,14 @@ typedef struct gk_nn_opts {
 
 typedef struct gk_nn_model gk_nn_model;
 struct gk_comm;
+
+/*
+ * 1 when a CUDA model of c and o uses the fused attention, 0 when the
+ * matmul path, -1 with the reason in err when o (or GK_CUDA_ATTENTION)
+ * asks for what cannot be: an unknown name, or the fused kernels at a
+ * head size they do not take.
+ */
+int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err);
 
 /* Allocate parameters, gradients and activations for opts' B x T. The
  * parameters are zero until gk_nn_init or gk_nn_load. */
@@ -376,6 +397,13 @@ void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
  * estimate). -1 with err for a shape gk_nn_new would refuse.
  */
 int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err);
+/*
+ * The device bytes by category a CUDA model of c and o will allocate
+ * (lib/cuda's accounting of gk_nn_new's buffers, the moments not yet:
+ * optimizer 0), in any build, without a device: the attention as
+ * gk_nn_attention_fused chooses it.
+ */
+int gk_nn_plan_cuda(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err);
 
 /* ---- generation (sample.c) ---------------------------------------------------------- */
 

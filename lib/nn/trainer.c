@@ -415,6 +415,8 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 	static const gk_mem_recompute rc[] = {
 		[GK_NN_RECOMPUTE_NONE] = GK_MEM_RC_NONE, [GK_NN_RECOMPUTE_GELU] = GK_MEM_RC_GELU,
 		[GK_NN_RECOMPUTE_LAYER] = GK_MEM_RC_FULL};
+	gk_nn_opts no = {.attention = GK_NN_ATTN_AUTO};
+	gk_err why;
 	return (gk_mem_train){.layers = t->cfg.layers, .hidden = t->cfg.hidden,
 			      .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			      .positions = t->cfg.positions, .seq = t->o.seq, .batch = batch,
@@ -422,8 +424,9 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 										 : GK_DT_F32,
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
 			      .recompute = rc[recompute],
-			      /* the CPU's attention keeps its (T,T) scores */
-			      .eager = !t->cuda};
+			      /* the CPU's attention keeps its (T,T) scores, and
+			       * so does the GPU's matmul path */
+			      .eager = !t->cuda || gk_nn_attention_fused(&t->cfg, &no, &why) != 1};
 }
 
 /*

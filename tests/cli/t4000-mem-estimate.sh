@@ -196,6 +196,22 @@ assert n - g == 12 * 4 * 1024 * 4 * 768 * 2, (n, g)
 "
 '
 
+test_expect_success '--no-logits-f32 drops the f32 copy of the logits: 4*s*b*V bytes in bf16, none in f32' '
+	mem-estimate --config "$data/gpt2.json" -b 4 --json >c.json &&
+	mem-estimate --config "$data/gpt2.json" -b 4 --no-logits-f32 --json >n.json &&
+	mem-estimate --config "$data/gpt2.json" -b 4 --precision f32 --json >fc.json &&
+	mem-estimate --config "$data/gpt2.json" -b 4 --precision f32 --no-logits-f32 --json >fn.json &&
+	python3 -c "
+import json
+c, n, fc, fn = (json.load(open(x)) for x in (\"c.json\", \"n.json\", \"fc.json\", \"fn.json\"))
+assert c[\"bytes\"][\"logits\"] == 6 * 1024 * 4 * 50257, c[\"bytes\"]
+assert n[\"bytes\"][\"logits\"] == 2 * 1024 * 4 * 50257, n[\"bytes\"]
+assert c[\"total\"] - n[\"total\"] == 4 * 1024 * 4 * 50257
+assert fc[\"bytes\"] == fn[\"bytes\"], (fc[\"bytes\"], fn[\"bytes\"])
+assert c[\"run\"][\"logits_f32\"] and not n[\"run\"][\"logits_f32\"]
+"
+'
+
 test_expect_success 'the option table, --help and mem-estimate(1) name the same options' '
 	# --help is the table (bin/mem-estimate.c): every name at the start of
 	# its option lines, "-b, --micro-batch N" giving -b and --micro-batch;

@@ -21,7 +21,7 @@ CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.13 libnc
 CUEMU_LIB := $(CUEMU_B)/libgpukit.a
 # The unit tests with device parts: they skip those without a GPU, and
 # run them here.
-CUEMU_TESTS := nn_cuda cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
+CUEMU_TESTS := nn_cuda nn_flash cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
 # nn_cuda again at odd shapes, and the emulation's own test of the
 # defects it must catch
 CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) \
@@ -80,6 +80,36 @@ $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO
 	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
 		$(CUEMU_RPATH)
 
+# nn_flash against lib/nn/flash.cu with a defect planted, a barrier taken
+# out: the block's barrier before a tile of K and V is overwritten, and
+# the warp's between writing a tile's p and reading them. nn_flash must
+# fail on each, in each order (check-cuemu), or its comparisons could
+# not see such a defect. The line is found by its comment; exactly one
+# must go, or the rule fails.
+CUEMU_PLANTS := syncthreads syncwarp
+CUEMU_PLANT_syncthreads := __syncthreads\(\); /\* the last tile
+CUEMU_PLANT_syncwarp := __syncwarp\(\); /\* sp holds every p
+CUEMU_PLANT_BIN := $(addprefix $(CUEMU_B)/plant/,$(addsuffix /nn_flash,$(CUEMU_PLANTS)))
+
+$(CUEMU_B)/plant/%/flash.cu: lib/nn/flash.cu tests/cuemu/cuemu.mk
+	@mkdir -p $(@D)
+	$(call quiet,GEN,$@)perl -e '$$re = shift; $$n = 0; while (<>) { if (/$$re/) { $$n++; next } print } exit($$n == 1 ? 0 : 1)' \
+		'$(CUEMU_PLANT_$*)' $< > $@.tmp && mv $@.tmp $@
+$(CUEMU_B)/plant/%/flash.cu.cc: $(CUEMU_B)/plant/%/flash.cu tests/cuemu/launch-rewrite
+	$(call quiet,GEN,$@)tests/cuemu/launch-rewrite $< > $@.tmp && mv $@.tmp $@
+$(CUEMU_B)/plant/%/flash.cu.o: $(CUEMU_B)/plant/%/flash.cu.cc tests/cuemu/cuemu.h $(FLAGS_STAMP)
+	$(call quiet,CXX,$@)$(CUEMU_CXX) $(CUEMU_KFLAGS) -c -o $@ $<
+# the planted object first: the archive's flash.cu.o is then never pulled in
+$(CUEMU_B)/plant/%/nn_flash: $(CUEMU_B)/plant/%/flash.cu.o $(B)/tests/unit/nn_flash.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $(B)/tests/unit/nn_flash.o $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
+		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
+CUEMU_PLANT_RUN = for t in $(CUEMU_PLANT_BIN); do \
+		if PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) $$t >$$t.$(1).out 2>&1; then \
+			echo "check-cuemu: $$t passed in $(1) order with a barrier taken out of lib/nn/flash.cu: nn_flash cannot see that defect" >&2; \
+			exit 1; \
+		fi; \
+	done
+
 # The tools on the emulation, for the CLI tests of the device paths
 # (allreduce-bench over NCCL, gpu-train on the CUDA backend): run
 # with GK_BUILD=$(CUEMU_B) (its config.mk is this build's) and
@@ -108,10 +138,12 @@ CUEMU_RUN = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) $(CUEMU_PROV
 	PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) \
 	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} $(CUEMU_PROVE) $(CUEMU_MPI) $(CUEMU_CLI)
 ifeq ($(HAVE_CUDA),1)
-check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk
+check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk $(CUEMU_PLANT_BIN)
 	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)$(call CUEMU_RUN,forward)
+	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in forward order)$(call CUEMU_PLANT_RUN,forward)
 ifneq ($(SAN),1)
 	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in reverse order)$(call CUEMU_RUN,reverse)
+	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in reverse order)$(call CUEMU_PLANT_RUN,reverse)
 endif
 else
 check-cuemu:

@@ -451,20 +451,25 @@ static void trainer(void)
 	ok(fabs(part(&e, "activations") -
 		12 * tensors(1024, 4, 768, 12, 1, 0, GK_MEM_RC_NONE, 2, 0, 1)) <= 0.5,
 	   "activations: the tensors of 12 fused layers without dropout");
-	is_u64(part(&e, "logits"), 6ULL * 1024 * 4 * 50257, "logits bf16 + f32");
+	is_u64(part(&e, "logits"), 2ULL * 1024 * 4 * 50257,
+	       "logits bf16 only (the classifier reads them in place, no f32 copy)");
 
-	/* mem-estimate's own path: config.json, --no-dropout --attn flash -b 4 */
+	/* mem-estimate's own path: its default keeps the f32 copy */
 	gk_mem_model g;
 	gk_mem_model_from_config(&g, "tests/data/mem/gpt2.json", 0, NULL, &err);
 	gk_mem_run_default(&r);
 	r.micro_batch = 4, r.flash = 1, r.dropout = 0;
+	gk_mem_estimate(&g, &r, 0, &c, &err);
+	is_u64(part(&c, "logits"), 6ULL * 1024 * 4 * 50257, "mem-estimate's default: logits bf16 + f32");
+	/* config.json, --no-dropout --attn flash --no-logits-f32 -b 4 */
+	r.logits_f32 = 0;
 	gk_mem_estimate(&g, &r, 0, &c, &err);
 	int same = c.nparts == e.nparts && c.total == e.total;
 	for (int i = 0; same && i < e.nparts; i++)
 		same = strcmp(c.part[i].key, e.part[i].key) == 0 &&
 		       c.part[i].bytes == e.part[i].bytes;
 	ok(same, "the same parts as mem-estimate --config gpt2.json -b 4 "
-	   "--no-dropout --attn flash");
+	   "--no-dropout --attn flash --no-logits-f32");
 
 	/* padded vocabulary, f32, ZeRO-1 over 8, layer recompute */
 	t.vocab = 50304, t.precision = GK_DT_F32, t.zero = 1, t.dp = 8;

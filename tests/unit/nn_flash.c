@@ -1,0 +1,463 @@
+/*
+ * nn_flash.c - the CUDA backend's fused attention (lib/nn/flash.cu)
+ * against the CPU's attention (attention_cpu.c: the whole (T,T) matrix,
+ * another algorithm), on a machine with a GPU or on the CUDA emulation
+ * (tests/cuemu, which runs it with blocks and threads in forward and in
+ * reverse order); skips without either.
+ *
+ *   - forward output and the per-row logsumexp, backward dq, dk, dv, at
+ *     every compiled width (head sizes 12, 16, 64, 128), at shapes that
+ *     are no multiple of a tile (T 37, B 3, NH 4 with head size 12) and
+ *     that span several tiles (T 80), in fp32 and in bf16, within the
+ *     tolerances stated at each comparison;
+ *   - two runs give the same bits; head sizes past the maximum refused;
+ *   - a model's device memory: the plan (gk_nn_plan_cuda) is what is
+ *     allocated, and the fused layout saves exactly the (T,T) buffers.
+ * The GPT-2 124M figures (B 48, T 1024) against mem-estimate's are in
+ * test_figures, without a device.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+#include "mem/mem.h"
+#include "nn/cuda_internal.h"
+#include "nn/nn.h"
+#include "tap.h"
+#include "gpu.h"
+
+static uint64_t rng = 99;
+static float frand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
+}
+
+/* Largest |got - ref| / (tol + rel |ref|); <= 1 passes. */
+static double worst(const float *got, const float *ref, size_t n, double tol,
+		    double rel, size_t *at)
+{
+	double w = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)got[i] - ref[i]);
+		double r = d == 0.0 ? 0.0 : isfinite(d) ? d / (tol + rel * fabs(ref[i])) : INFINITY;
+		if (r > w) {
+			w = r;
+			*at = i;
+		}
+	}
+	return w;
+}
+
+static void close_enough(const char *what, const float *got, const float *ref, size_t n,
+			 double tol, double rel)
+{
+	size_t at = 0;
+	double w = worst(got, ref, n, tol, rel, &at);
+	if (!ok(w <= 1.0, "%s: %zu values within %g + %g|ref| (at worst %.2f of it)", what, n,
+		tol, rel, w))
+		diag("worst at %zu: got %.9g, want %.9g", at, got[at], ref[at]);
+}
+
+static double maxabs(const float *x, size_t n)
+{
+	double m = 0.0;
+	for (size_t i = 0; i < n; i++)
+		m = fmax(m, fabs(x[i]));
+	return m;
+}
+
+#if GK_HAVE_CUDA
+static void *dev(const void *host, size_t bytes)
+{
+	gk_err err = {0};
+	void *d = gk_cuda_alloc(bytes, GK_CUDA_MEM_WORKSPACE, &err);
+	if (!d || (host && gk_cuda_copy(d, host, bytes, NULL, &err) < 0)) {
+		diag("device buffer: %s", err.msg);
+		exit(1);
+	}
+	return d;
+}
+
+static void back(void *host, const void *d, size_t bytes)
+{
+	gk_err err = {0};
+	if (gk_cuda_copy(host, d, bytes, NULL, &err) < 0) {
+		diag("copy back: %s", err.msg);
+		exit(1);
+	}
+}
+
+/* n floats of a device buffer of dt, as floats */
+static void back_f32(float *host, const void *d, gk_dtype dt, size_t n)
+{
+	size_t es = dt == GK_DT_BF16 ? 2 : 4;
+	void *tmp = malloc(n * es);
+	back(tmp, d, n * es);
+	gk_convert(host, GK_DT_F32, tmp, dt, n);
+	free(tmp);
+}
+
+/* a device buffer of dt holding x (n floats, rounded once) */
+static void *dev_of(const float *x, gk_dtype dt, size_t n)
+{
+	size_t es = dt == GK_DT_BF16 ? 2 : 4;
+	void *tmp = malloc(n * es);
+	gk_convert(tmp, dt, x, GK_DT_F32, n);
+	void *d = dev(tmp, n * es);
+	free(tmp);
+	return d;
+}
+
+/* x rounded to dt and back */
+static void round_to(float *x, gk_dtype dt, size_t n)
+{
+	if (dt != GK_DT_BF16)
+		return;
+	uint16_t *t = malloc(n * 2);
+	gk_convert(t, GK_DT_BF16, x, GK_DT_F32, n);
+	gk_convert(x, GK_DT_F32, t, GK_DT_BF16, n);
+	free(t);
+}
+
+/*
+ * One shape in one precision: the CPU's attention on the inputs as the
+ * device sees them (rounded to dt), the fused kernels on the device.
+ * Tolerances, as ratios of the output's largest magnitude plus a part of
+ * each value: fp32 differs in the order of the sums and in exp (1e-5 +
+ * 1e-4|ref|; the backward's cancellations 2e-5 max|ref| + 1e-4|ref|);
+ * bf16 rounds each output once (2^-9 relative), and the backward's inputs
+ * include the forward's rounded output, where the CPU keeps fp32 (4e-3
+ * max|ref| + 4e-3|ref| forward, 8e-3 max|ref| + 8e-3|ref| backward; the
+ * emulation meets them with at least 40 % to spare).
+ */
+static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
+{
+	int C = NH * hs, N = B * T;
+	size_t nq = (size_t)N * 3 * C, no = (size_t)N * C, rows = (size_t)B * NH * T;
+	const char *pn = dt == GK_DT_BF16 ? "bf16" : "fp32";
+	char what[160];
+	float *qkv = malloc(nq * 4), *dout = malloc(no * 4);
+	float *out = malloc(no * 4), *ref = malloc(no * 4), *got = malloc(nq * 4);
+	float *att = malloc(rows * T * 4), *dref = malloc(nq * 4);
+	float *scr = malloc(gk_nn_cpu_attention_scratch(T, hs) * 4);
+	float *lse = malloc(rows * 4), *lref = malloc(rows * 4);
+	/* scores up to about +-3 (q, k up to 1.7 with head size's scale) */
+	float amp = 1.7f * sqrtf(sqrtf((float)hs / 4.0f));
+	for (size_t i = 0; i < nq; i++)
+		qkv[i] = frand() * amp;
+	for (size_t i = 0; i < no; i++)
+		dout[i] = frand();
+	round_to(qkv, dt, nq);
+	round_to(dout, dt, no);
+
+	gk_nn_cpu_attention_fwd(ref, att, scr, qkv, B, T, C, NH, 1);
+	memset(dref, 0, nq * 4);
+	gk_nn_cpu_attention_bwd(dref, scr, dout, qkv, att, B, T, C, NH, 1);
+	/* logsumexp in double, from q and k directly */
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++)
+			for (int t = 0; t < T; t++) {
+				const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+				double s[1024], mx = -INFINITY, sum = 0.0;
+				for (int j = 0; j <= t; j++) {
+					const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+					double d = 0.0;
+					for (int x = 0; x < hs; x++)
+						d += (double)q[x] * k[x];
+					s[j] = d / sqrt((double)hs);
+					mx = fmax(mx, s[j]);
+				}
+				for (int j = 0; j <= t; j++)
+					sum += exp(s[j] - mx);
+				lref[((size_t)b * NH + h) * T + t] = (float)(mx + log(sum));
+			}
+
+	gk_err err = {0};
+	void *dq = dev_of(qkv, dt, nq), *ddo = dev_of(dout, dt, no);
+	size_t es = dt == GK_DT_BF16 ? 2 : 4;
+	void *dy = dev(NULL, no * es), *dg = dev(NULL, nq * es);
+	float *dl = dev(NULL, rows * 4), *dd = dev(NULL, rows * 4);
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_cuda_stream_sync(NULL, &err) == 0;
+	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s", B, T, NH, hs, pn);
+	if (!ok(rc, "%s: forward and backward ran%s%s", what, err.msg[0] ? ": " : "", err.msg))
+		goto out;
+	back_f32(out, dy, dt, no);
+	back(lse, dl, rows * 4);
+	back_f32(got, dg, dt, nq);
+	int bf = dt == GK_DT_BF16;
+	double mo = maxabs(ref, no);
+	char w2[200];
+	snprintf(w2, sizeof w2, "%s: forward output", what);
+	close_enough(w2, out, ref, no, bf ? 4e-3 * mo : 1e-5 * mo, bf ? 4e-3 : 1e-4);
+	snprintf(w2, sizeof w2, "%s: logsumexp", what);
+	close_enough(w2, lse, lref, rows, 1e-5, bf ? 1e-5 : 1e-6);
+	static const char *part[3] = {"dq", "dk", "dv"};
+	for (int p = 0; p < 3; p++) {
+		/* the part's columns [p C, (p + 1) C) of each row */
+		float *g1 = malloc(no * 4), *g2 = malloc(no * 4);
+		for (int i = 0; i < N; i++) {
+			memcpy(g1 + (size_t)i * C, got + (size_t)i * 3 * C + p * C, C * 4);
+			memcpy(g2 + (size_t)i * C, dref + (size_t)i * 3 * C + p * C, C * 4);
+		}
+		double mg = maxabs(g2, no);
+		snprintf(w2, sizeof w2, "%s: backward %s", what, part[p]);
+		close_enough(w2, g1, g2, no, bf ? 8e-3 * mg : 2e-5 * mg, bf ? 8e-3 : 1e-4);
+		free(g1);
+		free(g2);
+	}
+
+	/* again: the same bits (one thread sums each output, in order) */
+	float *out2 = malloc(no * 4), *got2 = malloc(nq * 4);
+	rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
+	     gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
+	     gk_cuda_stream_sync(NULL, &err) == 0;
+	if (rc) {
+		back_f32(out2, dy, dt, no);
+		back_f32(got2, dg, dt, nq);
+	}
+	ok(rc && memcmp(out, out2, no * 4) == 0 && memcmp(got, got2, nq * 4) == 0,
+	   "%s: a second run gives the same bits", what);
+	free(out2);
+	free(got2);
+out:
+	gk_cuda_free(dq), gk_cuda_free(ddo), gk_cuda_free(dy), gk_cuda_free(dg);
+	gk_cuda_free(dl), gk_cuda_free(dd);
+	free(qkv), free(dout), free(out), free(ref), free(got), free(att), free(dref);
+	free(scr), free(lse), free(lref);
+}
+
+static void test_refusals(void)
+{
+	gk_err err = {0};
+	int rc = gk_nn_cu_flash_fwd(NULL, NULL, NULL, GK_DT_BF16, 1, 16, 1, 129, NULL, &err);
+	ok(rc < 0 && strstr(err.msg, "head size 129") && strstr(err.msg, "1 to 128"),
+	   "head size 129 refused: %s", err.msg);
+	memset(&err, 0, sizeof err);
+	rc = gk_nn_cu_flash_bwd(NULL, NULL, NULL, NULL, NULL, NULL, GK_DT_F32, 1, 16, 1, 0, NULL,
+				&err);
+	ok(rc < 0 && strstr(err.msg, "head size 0"), "head size 0 refused: %s", err.msg);
+}
+
+/* A model's allocation is its plan, in both layouts; the fused one
+ * saves what the (T,T) buffers and the head copies took. */
+static void test_memory(void)
+{
+	enum { L = 2, B = 3, T = 37, C = 48, NH = 4 };
+	gk_nn_config c = {.layers = L, .hidden = C, .heads = NH, .vocab = 1000,
+			  .positions = 40, .ln_eps = 1e-5f};
+	gk_nn_mem got[2], plan[2];
+	for (int k = 0; k < 2; k++) {
+		gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA,
+				.precision = GK_NN_BF16,
+				.attention = k ? GK_NN_ATTN_MATMUL : GK_NN_ATTN_FUSED};
+		gk_nn_model *m = NULL;
+		gk_err err = {0};
+		if (!ok(gk_nn_new(&m, &c, &o, &err) == 0 && gk_nn_plan_cuda(&c, &o, &plan[k], &err) == 0,
+			"%s model and plan%s%s", k ? "matmul" : "fused", err.msg[0] ? ": " : "",
+			err.msg))
+			return;
+		gk_nn_memory(m, &got[k]);
+		gk_nn_free(m);
+		ok(memcmp(&got[k], &plan[k], sizeof got[k]) == 0,
+		   "%s: allocated what gk_nn_plan_cuda said (activations %llu, workspace %llu)",
+		   k ? "matmul" : "fused", (unsigned long long)got[k].activations,
+		   (unsigned long long)got[k].workspace);
+	}
+#define R256(x) (((uint64_t)(x) + 255) / 256 * 256)
+	uint64_t rows = (uint64_t)B * NH * T;
+	is_u64(got[1].activations - got[0].activations,
+	       R256(L * rows * T * 2) - R256(L * rows * 4),
+	       "fused: activations less the L (B,NH,T,T) bf16 matrices, plus a float a row");
+	is_u64(got[1].workspace - got[0].workspace,
+	       4 * R256((uint64_t)B * T * C * 2) + R256(rows * T * 2) - R256(rows * 4),
+	       "fused: workspace less the four head copies and the (T,T) gradient");
+}
+
+/*
+ * A model on each path (odd shapes: C 48, head size 12, T 37, B 3): one
+ * fp32 step gives the same loss within 1e-5 relative and every gradient
+ * within 1e-4 of its tensor's largest plus 1e-3 relative (the CPU
+ * backend's bounds in nn_cuda), and a bf16 step the same loss within
+ * 0.02 + 1 %. nn_cuda checks the default (fused) path against the CPU;
+ * this keeps the matmul path checked too.
+ */
+static void test_paths(void)
+{
+	enum { B = 3, T = 37 };
+	gk_nn_config c = {.layers = 2, .hidden = 48, .heads = 4, .vocab = 1000,
+			  .positions = 40, .ln_eps = 1e-5f};
+	int32_t tok[B * T], tgt[B * T];
+	for (int i = 0; i < B * T; i++) {
+		tok[i] = (i * 7 + 3) % 1000;
+		tgt[i] = (i * 13 + 5) % 1000;
+	}
+	for (int prec = GK_NN_FP32; prec >= GK_NN_BF16; prec -= 2) {
+		gk_nn_model *m[2] = {NULL, NULL};
+		float loss[2] = {0, 0};
+		gk_err err = {0};
+		int rc = 1;
+		for (int k = 0; k < 2 && rc; k++) {
+			gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA,
+					.precision = prec,
+					.attention = k ? GK_NN_ATTN_MATMUL : GK_NN_ATTN_FUSED};
+			rc = gk_nn_new(&m[k], &c, &o, &err) == 0;
+			if (rc) {
+				gk_nn_init(m[k], 11);
+				gk_nn_zero_grad(m[k]);
+				rc = gk_nn_cuda_upload(m[k], GK_NN_PARAMS, &err) == 0 &&
+				     gk_nn_forward(m[k], tok, tgt, &loss[k], &err) == 0 &&
+				     gk_nn_backward(m[k], 1.0f, NULL, NULL, &err) == 0 &&
+				     gk_nn_cuda_download(m[k], GK_NN_GRADS, &err) == 0;
+			}
+		}
+		const char *pn = prec == GK_NN_FP32 ? "fp32" : "bf16";
+		if (ok(rc, "%s: a step on each path%s%s", pn, err.msg[0] ? ": " : "", err.msg)) {
+			if (prec == GK_NN_FP32) {
+				ok(fabsf(loss[0] - loss[1]) <= 1e-5f * fabsf(loss[1]),
+				   "fp32: fused loss %.7f, matmul %.7f", loss[0], loss[1]);
+				size_t nt;
+				const gk_nn_tensor *t = gk_nn_tensors(m[0], &nt);
+				int bad = 0;
+				for (size_t i = 0; i < nt; i++) {
+					size_t at = 0;
+					const float *g0 = gk_nn_grads(m[0]) + t[i].off;
+					const float *g1 = gk_nn_grads(m[1]) + t[i].off;
+					double big = maxabs(g1, t[i].numel);
+					if (worst(g0, g1, t[i].numel, 1e-4 * big + 1e-9, 1e-3, &at) > 1.0) {
+						diag("%s[%zu]: fused %g, matmul %g", t[i].name, at, g0[at],
+						     g1[at]);
+						bad++;
+					}
+				}
+				ok(bad == 0, "fp32: every gradient of the fused path within 1e-4 "
+				   "max|g| + 1e-3|ref| of the matmul path's (%zu tensors)", nt);
+			} else {
+				ok(fabsf(loss[0] - loss[1]) <= 0.02f + 0.01f * fabsf(loss[1]),
+				   "bf16: fused loss %.5f, matmul %.5f", loss[0], loss[1]);
+			}
+		}
+		gk_nn_free(m[0]);
+		gk_nn_free(m[1]);
+	}
+}
+#endif
+
+/*
+ * Which attention a CUDA model gets (no device needed): fused up to head
+ * size 128, the matmul path past it unless fused is asked for, which is
+ * then refused saying why; GK_CUDA_ATTENTION chooses when the options
+ * leave it to the default, and an unknown name there is an error.
+ */
+static void test_choice(void)
+{
+	gk_nn_config c = {.layers = 1, .hidden = 768, .heads = 12, .vocab = 100,
+			  .positions = 64, .ln_eps = 1e-5f};
+	gk_nn_config big = c;
+	big.hidden = 1032, big.heads = 8; /* head size 129 */
+	gk_nn_opts o = {.batch = 1, .seq = 8, .device = GK_NN_CUDA};
+	gk_err err = {0};
+	unsetenv("GK_CUDA_ATTENTION");
+	is_int(gk_nn_attention_fused(&c, &o, &err), 1, "head size 64: fused by default");
+	is_int(gk_nn_attention_fused(&big, &o, &err), 0, "head size 129: the matmul path by default");
+	o.attention = GK_NN_ATTN_FUSED;
+	ok(gk_nn_attention_fused(&big, &o, &err) < 0 && strstr(err.msg, "head size 129") &&
+	   strstr(err.msg, "GK_CUDA_ATTENTION=matmul"), "head size 129, fused asked: refused (%s)",
+	   err.msg);
+	o.attention = GK_NN_ATTN_MATMUL;
+	is_int(gk_nn_attention_fused(&c, &o, &err), 0, "matmul asked: the matmul path");
+	o.attention = GK_NN_ATTN_AUTO;
+	setenv("GK_CUDA_ATTENTION", "matmul", 1);
+	is_int(gk_nn_attention_fused(&c, &o, &err), 0, "GK_CUDA_ATTENTION=matmul: the matmul path");
+	setenv("GK_CUDA_ATTENTION", "flash", 1);
+	ok(gk_nn_attention_fused(&big, &o, &err) < 0 && strstr(err.msg, "head size 129"),
+	   "GK_CUDA_ATTENTION=flash at head size 129: refused");
+	setenv("GK_CUDA_ATTENTION", "fast", 1);
+	ok(gk_nn_attention_fused(&c, &o, &err) < 0 &&
+	   strcmp(err.msg, "GK_CUDA_ATTENTION 'fast': must be fused (or flash) or matmul") == 0,
+	   "GK_CUDA_ATTENTION=fast: %s", err.msg);
+	gk_nn_mem p;
+	ok(gk_nn_plan_cuda(&c, &o, &p, &err) < 0, "and the plan is refused with it");
+	o.attention = GK_NN_ATTN_FUSED; /* the options' choice comes first */
+	is_int(gk_nn_attention_fused(&c, &o, &err), 1, "fused asked: the environment not read");
+	unsetenv("GK_CUDA_ATTENTION");
+}
+
+/*
+ * GPT-2 124M at B 48, T 1024 in bf16 (gpu-train's default layout): what
+ * the backend allocates by its plan, and what lib/mem estimates for the
+ * same run (gpu-train's memory check; mem-estimate --no-dropout --attn
+ * flash --no-logits-f32). The activations (lib/mem's activations, logits
+ * and final norm) within 2 %, the total (the moments added to the plan,
+ * the reserve to the estimate) within 5 %, in each layout.
+ */
+static void test_figures(void)
+{
+	gk_nn_config c = {.layers = 12, .hidden = 768, .heads = 12, .vocab = 50257,
+			  .positions = 1024, .ln_eps = 1e-5f};
+	uint64_t total[2] = {0, 0};
+	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "matmul" : "fused";
+		gk_nn_opts o = {.batch = 48, .seq = 1024, .device = GK_NN_CUDA,
+				.precision = GK_NN_BF16,
+				.attention = k ? GK_NN_ATTN_MATMUL : GK_NN_ATTN_FUSED};
+		gk_nn_mem p;
+		gk_err err = {0};
+		gk_mem_train t = {.layers = 12, .hidden = 768, .heads = 12, .vocab = 50304,
+				  .positions = 1024, .seq = 1024, .batch = 48,
+				  .precision = GK_DT_BF16, .eager = k};
+		gk_mem_est e;
+		if (!ok(gk_nn_plan_cuda(&c, &o, &p, &err) == 0 &&
+			gk_mem_train_estimate(&t, &e, NULL, NULL, &err) == 0,
+			"GPT-2 124M B 48 T 1024 %s: plan and estimate%s%s", name,
+			err.msg[0] ? ": " : "", err.msg))
+			return;
+		static const char *keys[] = {"activations", "logits", "final_norm"};
+		double act = 0.0;
+		for (int i = 0; i < 3; i++) {
+			const gk_mem_part *x = gk_mem_part_get(&e, keys[i]);
+			act += x ? (double)x->bytes : 0.0;
+		}
+		uint64_t alloc = p.parameters + p.gradients + p.activations + p.workspace +
+				 (uint64_t)2 * p.gradients; /* AdamW's two moments */
+		total[k] = alloc;
+		diag("%s: allocates %.2f GB (activations %.2f, workspace %.3f); "
+		     "estimate %.2f GB (activations %.2f)", name, alloc / 1e9,
+		     p.activations / 1e9, p.workspace / 1e9, e.total / 1e9, act / 1e9);
+		ok(fabs(act - p.activations) <= 0.02 * p.activations,
+		   "%s: the estimate's activations within 2%% of the plan's", name);
+		ok(fabs((double)e.total - alloc) <= 0.05 * alloc,
+		   "%s: the estimate within 5%% of what is allocated", name);
+	}
+	diag("the fused attention saves %.2f GB at this shape",
+	     (total[1] - total[0]) / 1e9);
+}
+
+int main(void)
+{
+	test_choice();
+	test_figures();
+	gk_err err = {0};
+	int usable = gk_cuda_probe(NULL, &err) == 0;
+	char why[256];
+	int run = gpu_expect(usable, err.msg, why, sizeof why);
+	if (run == 0)
+		gpu_skip("fused attention against the CPU's", why);
+	if (run <= 0)
+		return done_testing();
+#if GK_HAVE_CUDA
+	test_refusals();
+	check_shape(3, 37, 4, 12, GK_DT_F32);  /* no multiple of a tile */
+	check_shape(3, 37, 4, 12, GK_DT_BF16);
+	check_shape(2, 16, 4, 16, GK_DT_BF16); /* nn_cuda's default shape */
+	check_shape(1, 80, 2, 64, GK_DT_F32);  /* GPT-2's head size, 3 tiles */
+	check_shape(1, 80, 2, 64, GK_DT_BF16);
+	check_shape(1, 40, 1, 128, GK_DT_BF16); /* the largest */
+	test_memory();
+	test_paths();
+#endif
+	return done_testing();
+}
