@@ -23,10 +23,13 @@
  * (the library's) are not ordered with it at all.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <deque>
 #include <map>
@@ -43,6 +46,11 @@ struct cuemu_op {
 	const char *what;
 	uint64_t seq; /* in the host's order of calls */
 	std::vector<cuemu::access> acc;
+	/* instead of fn: an operation that may have to wait (a stream wait,
+	 * a collective), true once done; it stays at the front until then */
+	std::function<bool()> poll;
+	int remote;  /* poll waits for other processes (NCCL's ranks) */
+	int started; /* poll was called once (races checked) */
 };
 
 struct CUstream_st {
@@ -50,6 +58,7 @@ struct CUstream_st {
 	unsigned flags;
 	uint64_t id;
 	int dead;
+	int remote; /* queued operations that wait for other processes */
 };
 
 struct CUevent_st {
@@ -62,7 +71,7 @@ struct CUevent_st {
 namespace {
 
 std::recursive_mutex mu;
-CUstream_st legacy = {{}, 0, 0, 0};
+CUstream_st legacy = {{}, 0, 0, 0, 0};
 uint64_t next_seq = 1;
 /*
  * Made once and never destroyed: the leak checker of SAN=1 runs after
@@ -99,14 +108,33 @@ int in(std::map<uintptr_t, size_t> &m, const void *p, size_t n)
 	return it != m.end() && (uintptr_t)p + n <= it->first + it->second;
 }
 
-/* Run the front of s once; 0 when it was empty or blocked by a host
- * function (stop_at_host). */
+/* Run the front of s once; 0 when it was empty, blocked by a host
+ * function (stop_at_host) or by an operation that cannot complete yet
+ * (a collective waiting for other ranks). */
 int step(CUstream_st *s, int stop_at_host);
+
+/*
+ * The caller waits (a synchronisation) and s cannot go on: another
+ * process (a rank) has to get somewhere first. That takes its own
+ * time: sleep a little, holding the lock (this thread drives the
+ * streams meanwhile, the progress thread is not needed).
+ */
+void stall(unsigned *n)
+{
+	if (++*n < 64) {
+		sched_yield();
+	} else {
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+}
 
 void run_until_empty(CUstream_st *s)
 {
-	while (step(s, 0))
-		;
+	unsigned n = 0;
+	while (!s->q.empty())
+		if (!step(s, 0))
+			stall(&n);
 }
 
 /* What a new operation on s is ordered after (the legacy stream's
@@ -170,6 +198,21 @@ int step(CUstream_st *s, int stop_at_host)
 		return 0;
 	if (stop_at_host && s->q.front().what == host_fn_mark)
 		return 0;
+	if (s->q.front().poll) {
+		cuemu_op &f = s->q.front();
+		if (!f.started) {
+			check_races(s, f);
+			f.started = 1;
+		}
+		/* f stays valid: nothing pops s's front but this */
+		if (!f.poll())
+			return 0;
+		if (f.remote)
+			s->remote--;
+		s->q.pop_front();
+		clock_ms += 0.001;
+		return 1;
+	}
 	cuemu_op op = std::move(s->q.front());
 	s->q.pop_front();
 	check_races(s, op);
@@ -178,12 +221,19 @@ int step(CUstream_st *s, int stop_at_host)
 	return 1;
 }
 
-/* Run the stream of e's record number gen until that record is done. */
-int reach(CUevent_st *e, uint64_t gen, CUstream_st *s, int stop_at_host)
+/* Run the stream of e's record number gen until that record is done;
+ * block: wait for what cannot run yet, else return 0. */
+int reach(CUevent_st *e, uint64_t gen, CUstream_st *s, int stop_at_host, int block)
 {
-	while (e->done < gen)
-		if (!step(s, stop_at_host))
+	unsigned n = 0;
+	while (e->done < gen) {
+		if (step(s, stop_at_host))
+			continue;
+		if (e->done >= gen || !block || s->q.empty() ||
+		    (stop_at_host && s->q.front().what == host_fn_mark))
 			return e->done >= gen;
+		stall(&n);
+	}
 	return 1;
 }
 
@@ -283,8 +333,61 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
-	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc)});
+	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc), nullptr, 0, 0});
 	return cudaSuccess;
+}
+
+cudaError_t enqueue_poll(cudaStream_t s, std::function<bool()> fn, const char *what,
+			 std::vector<access> acc, int remote)
+{
+	std::lock_guard<std::recursive_mutex> g(mu);
+	CUstream_st *st = S(s);
+	if (st->dead)
+		return set_error(cudaErrorInvalidResourceHandle);
+	legacy_order(st);
+	cuemu_op op{nullptr, what, next_seq++, std::move(acc), std::move(fn), remote, 0};
+	st->q.push_back(std::move(op));
+	st->remote += remote;
+	return cudaSuccess;
+}
+
+/*
+ * The device's own progress, for work that waits on other processes: a
+ * GPU runs a collective whether or not its host thread waits for it,
+ * and the rank at the other end may be waiting for this one while this
+ * host is busy elsewhere (an MPI call). Every millisecond the thread
+ * runs each stream that holds such work, as far as it can without
+ * waiting, and never into a host function.
+ */
+static void *progress(void *)
+{
+	for (;;) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+		std::lock_guard<std::recursive_mutex> g(mu);
+		std::vector<CUstream_st *> all(streams);
+		all.push_back(&legacy);
+		for (CUstream_st *st : all)
+			while (st->remote > 0 && step(st, 1))
+				;
+	}
+	return NULL;
+}
+
+std::recursive_mutex &runtime_lock()
+{
+	return mu;
+}
+
+void progress_start()
+{
+	static std::once_flag once;
+	std::call_once(once, []() {
+		pthread_t t;
+		if (pthread_create(&t, NULL, progress, NULL) != 0)
+			fail("cannot start the progress thread of the NCCL ranks");
+		pthread_detach(t);
+	});
 }
 
 void module_load(const void *key, const char *kernel)
@@ -374,8 +477,11 @@ cudaError_t cudaDriverGetVersion(int *v)
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
-	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-	*n = vis && !*vis ? 0 : 1;
+	/* CUEMU_GPUS devices (1 by default), each with its own memory in
+	 * each process; "" in CUDA_VISIBLE_DEVICES hides them */
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES"), *g = getenv("CUEMU_GPUS");
+	int count = g && *g ? atoi(g) : 1;
+	*n = (vis && !*vis) || count < 0 ? 0 : count;
 	return *n ? cudaSuccess : set_error(cudaErrorNoDevice);
 }
 
@@ -622,7 +728,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
 	/* marked, so that a query never runs it: it may wait for the host */
-	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}});
+	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}, nullptr, 0, 0});
 	return cudaSuccess;
 }
 
@@ -677,7 +783,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 		return cudaSuccess;
 	/* progress, but never into a host function (it may be waiting for
 	 * this very thread) */
-	if (reach(ev, ev->recorded, ev->stream, 1))
+	if (reach(ev, ev->recorded, ev->stream, 1, 0))
 		return cudaSuccess;
 	/* as the runtime does, the answer is also the thread's last error */
 	return set_error(cudaErrorNotReady);
@@ -689,7 +795,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 	CUevent_st *ev = (CUevent_st *)e;
 	if (!ev)
 		return set_error(cudaErrorInvalidResourceHandle);
-	reach(ev, ev->recorded, ev->stream, 0);
+	reach(ev, ev->recorded, ev->stream, 0, 1);
 	return cudaSuccess;
 }
 
@@ -703,7 +809,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 		return cudaSuccess; /* never recorded: nothing to wait for */
 	uint64_t gen = ev->recorded;
 	CUstream_st *from = ev->stream;
-	return cuemu::enqueue(s, [=]() { reach(ev, gen, from, 0); }, "cudaStreamWaitEvent");
+	return cuemu::enqueue_poll(s, [=]() { return reach(ev, gen, from, 0, 0) != 0; },
+				   "cudaStreamWaitEvent", {}, 0);
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
