@@ -140,6 +140,14 @@ test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CP
 	awk "NR == 1 { a = \$1 } END { exit !(\$1 < a) }" g16.losses
 '
 
+test_expect_success GPU 'GPU, tf32: the ten losses within 1e-3 of the CPU'"'"'s' '
+	ref cpu gpu-train $A --device cpu &&
+	gpu-train $A --device cuda --precision tf32 >gt.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .precision == \"tf32\"" gt.json &&
+	losses gt.json >gt.losses &&
+	close_to gt.losses cpu.losses 1e-3
+'
+
 test_expect_success GPU 'GPU: a resume from the GPU'"'"'s checkpoint gives the same losses, bit for bit' '
 	ref g16 gpu-train $A --device cuda &&
 	rm -rf gck &&
@@ -207,6 +215,25 @@ test_expect_success 'GPUS,MPI' '2 GPUs: NCCL on the device, overlapped or not, g
 	losses gn3.json >gn3.losses &&
 	test_cmp gn2.losses gn3.losses &&
 	close_to gn2.losses g2.losses 1e-6
+'
+
+# The device paths of two ranks against the CPU'"'"'s two ranks, at each
+# precision'"'"'s tolerance (fp32 1e-4, tf32 1e-3, bf16 3%): the overlapped
+# buckets (three of 64 KiB) and ZeRO-1'"'"'s reduce to the owners.
+test_expect_success 'GPUS,MPI' '2 GPUs over NCCL, overlapped and ZeRO-1, at each precision: the losses of 2 CPU ranks' '
+	ref c2 mpi 2 $A --device cpu &&
+	mpi 2 $A --device cuda --precision fp32 --bucket 64K >n32.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" n32.json &&
+	losses n32.json >n32.losses &&
+	close_to n32.losses c2.losses 1e-4 &&
+	mpi 2 $A --device cuda --precision tf32 --bucket 64K --zero 1 >zt.json &&
+	losses zt.json >zt.losses &&
+	close_to zt.losses c2.losses 1e-3 &&
+	for z in 0 1; do
+		mpi 2 $A --device cuda --precision bf16 --bucket 64K --zero $z >z16$z.json &&
+		losses z16$z.json >z16$z.losses &&
+		close_to z16$z.losses c2.losses 0.03 || return 1
+	done
 '
 
 test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of ZeRO-0; its rank slices resume on one GPU' '
