@@ -14,6 +14,8 @@ two GPUs) give the losses of the path through host memory.'
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
 test_gpu_prereqs HAVE_CUDA
+# the CUDA emulation (tests/cuemu), whose fake NCCL fails a rank on demand
+test -n "$GK_CUEMU" && test_set_prereq CUEMU
 
 # TINY without its --threads (the device tests set their own)
 A="--data train.bin $TINY --batch 4 --steps 10 --json"
@@ -246,6 +248,31 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 	close_to gzz.losses gn2.first 1e-6 &&
 	gpu-train $A --device cuda --precision fp32 --batch 8 --ckpt-dir z2 --resume >gz1r.json &&
 	test $(losses gz1r.json | wc -l) = 4
+'
+
+# The watchdog and abort paths over the emulation's NCCL: a rank whose
+# collective never completes (CUEMU_NCCL_HANG), one that meets an
+# asynchronous error (CUEMU_NCCL_ERROR). Every rank ends, none hangs.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, a bucket'"'"'s allreduce hangs on one rank: --timeout aborts NCCL, the job exits 1 naming it' '
+	data &&
+	start=$(date +%s) &&
+	(export CUEMU_NCCL_HANG=1:5 &&
+	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --timeout 3 >hang.json 2>hang.err) &&
+	end=$(date +%s) &&
+	grep "^gpu-train: nccl: allreduce of [0-9]* F32 avg: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang.err &&
+	test $((end - start)) -ge 3 &&
+	test $((end - start)) -lt 120
+'
+
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: an asynchronous NCCL error ends the job at once, not at the watchdog' '
+	data &&
+	start=$(date +%s) &&
+	(export CUEMU_NCCL_ERROR=0:7 &&
+	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --zero 1 --timeout 600 \
+		>aerr.json 2>aerr.err) &&
+	end=$(date +%s) &&
+	grep "^gpu-train: nccl: reduce of [0-9]* F32 avg: unhandled system error: cuemu NCCL: an asynchronous error injected by CUEMU_NCCL_ERROR in ncclReduce (operation 7 of rank 0)$" aerr.err &&
+	test $((end - start)) -lt 120
 '
 
 test_done

@@ -416,13 +416,13 @@ int fault(ncclComm_t c)
 }
 
 /* The fault f at c's operation what: true when the operation is over. */
-bool faulted(ncclComm_t c, int f, const char *what)
+bool faulted(ncclComm_t c, int f, const char *what, uint64_t opn)
 {
 	if (f == 2 && c->async == ncclSuccess) {
 		c->async = ncclSystemError;
 		snprintf(c->err, sizeof c->err,
 			 "cuemu NCCL: an asynchronous error injected by CUEMU_NCCL_ERROR in %s "
-			 "(operation %llu of rank %d)", what, (unsigned long long)c->ops, c->rank);
+			 "(operation %llu of rank %d)", what, (unsigned long long)opn, c->rank);
 		c->h->r[c->rank].state.store(ST_ERROR);
 	}
 	return false; /* both: never done until an abort */
@@ -445,15 +445,16 @@ size_t posted_bytes(const coll_args &a, int nranks)
 	return a.coll == C_REDUCE_SCATTER ? b * (size_t)nranks : b;
 }
 
-/* The k-th collective of c on this rank, one step as far as it can. */
-bool coll_poll(ncclComm_t c, const coll_args &a, uint64_t k, int f, int *state)
+/* The k-th collective of c on this rank, its opn-th operation, one step
+ * as far as it can. */
+bool coll_poll(ncclComm_t c, const coll_args &a, uint64_t k, uint64_t opn, int f, int *state)
 {
 	if (c->aborted) {
 		done(c);
 		return true; /* an abort ends queued work */
 	}
 	if (f)
-		return faulted(c, f, coll_names[a.coll]);
+		return faulted(c, f, coll_names[a.coll], opn);
 	int n = c->nranks, me = c->rank;
 	shm_hdr *h = c->h;
 	if (*state == 0) {
@@ -573,9 +574,10 @@ ncclResult_t collective(ncclComm_t c, coll_args a, cudaStream_t s)
 	}
 	uint64_t k = ++c->coll_seq;
 	int f = fault(c);
+	uint64_t opn = c->ops;
 	auto state = std::make_shared<int>(0);
 	c->pending++;
-	if (cuemu::enqueue_poll(s, [=]() { return coll_poll(c, a, k, f, state.get()); }, what, acc,
+	if (cuemu::enqueue_poll(s, [=]() { return coll_poll(c, a, k, opn, f, state.get()); }, what, acc,
 				1) != cudaSuccess) {
 		c->pending--;
 		return ncclUnhandledCudaError;
@@ -585,14 +587,14 @@ ncclResult_t collective(ncclComm_t c, coll_args a, cudaStream_t s)
 }
 
 /* A send (to peer) or a receive (from peer), k-th on its channel. */
-bool p2p_poll(ncclComm_t c, p2p o, uint64_t k, int f)
+bool p2p_poll(ncclComm_t c, p2p o, uint64_t k, uint64_t opn, int f)
 {
 	if (c->aborted) {
 		done(c);
 		return true;
 	}
 	if (f)
-		return faulted(c, f, o.send ? "ncclSend" : "ncclRecv");
+		return faulted(c, f, o.send ? "ncclSend" : "ncclRecv", opn);
 	shm_chan *ch = o.send ? chan(c, c->rank, o.peer) : chan(c, o.peer, c->rank);
 	if (o.send) {
 		if (ch->acked.load(std::memory_order_acquire) + 1 < k)
@@ -625,11 +627,12 @@ ncclResult_t p2p_queue(const p2p &o)
 		return bad("a send of more than a slot (CUEMU_NCCL_SLOT_MIB)");
 	uint64_t k = o.send ? ++c->sent[(size_t)o.peer] : ++c->received[(size_t)o.peer];
 	int f = fault(c);
+	uint64_t opn = c->ops;
 	std::vector<cuemu::access> acc;
 	if (o.bytes)
 		acc.push_back({(uintptr_t)buf, (uintptr_t)buf + o.bytes, !o.send});
 	c->pending++;
-	if (cuemu::enqueue_poll(o.s, [=]() { return p2p_poll(c, o, k, f); },
+	if (cuemu::enqueue_poll(o.s, [=]() { return p2p_poll(c, o, k, opn, f); },
 				o.send ? "ncclSend" : "ncclRecv", acc, 1) != cudaSuccess) {
 		c->pending--;
 		return ncclUnhandledCudaError;

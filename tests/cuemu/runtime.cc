@@ -66,6 +66,8 @@ struct CUevent_st {
 	uint64_t recorded, done; /* records made, and done */
 	CUstream_st *stream;     /* of the last record */
 	double time_ms;
+	int waiters;             /* queued stream waits on it */
+	int dead;                /* destroyed, freed once nothing queued needs it */
 };
 
 namespace {
@@ -235,6 +237,13 @@ int reach(CUevent_st *e, uint64_t gen, CUstream_st *s, int stop_at_host, int blo
 		stall(&n);
 	}
 	return 1;
+}
+
+/* Free a destroyed event once no queued record or wait refers to it. */
+void release_event(CUevent_st *ev)
+{
+	if (ev->dead && ev->done >= ev->recorded && ev->waiters == 0)
+		delete ev;
 }
 
 const char *mem_kind(const void *p)
@@ -752,9 +761,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 	LOCK;
 	if (!e)
 		return set_error(cudaErrorInvalidResourceHandle);
-	/* a record still queued refers to it: let the queues finish first */
-	drain_all();
-	delete (CUevent_st *)e;
+	/* as the runtime does, the call returns at once; a record or wait
+	 * still queued keeps it until done (no drain here: one would wait
+	 * for a collective that a GPU leaves running) */
+	CUevent_st *ev = (CUevent_st *)e;
+	if (ev->dead)
+		cuemu::fail("cudaEventDestroy(%p): destroyed twice", e);
+	ev->dead = 1;
+	release_event(ev);
 	return cudaSuccess;
 }
 
@@ -767,9 +781,12 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 	CUstream_st *st = S(s);
 	uint64_t gen = ++ev->recorded;
 	ev->stream = st;
+	if (ev->dead)
+		cuemu::fail("cudaEventRecord(%p): a destroyed event", e);
 	return cuemu::enqueue(s, [=]() {
 		ev->done = gen;
 		ev->time_ms = clock_ms;
+		release_event(ev);
 	}, "cudaEventRecord");
 }
 
@@ -807,10 +824,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 		return set_error(ev ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
 	if (ev->recorded == 0)
 		return cudaSuccess; /* never recorded: nothing to wait for */
+	if (ev->dead)
+		cuemu::fail("cudaStreamWaitEvent(%p): a destroyed event", e);
 	uint64_t gen = ev->recorded;
 	CUstream_st *from = ev->stream;
-	return cuemu::enqueue_poll(s, [=]() { return reach(ev, gen, from, 0, 0) != 0; },
-				   "cudaStreamWaitEvent", {}, 0);
+	ev->waiters++;
+	return cuemu::enqueue_poll(s, [=]() {
+		if (!reach(ev, gen, from, 0, 0))
+			return false;
+		ev->waiters--;
+		release_event(ev);
+		return true;
+	}, "cudaStreamWaitEvent", {}, 0);
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
