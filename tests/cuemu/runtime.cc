@@ -40,6 +40,28 @@
 
 #include "internal.h"
 
+/*
+ * What is ordered before what: a vector clock, for each stream (by id)
+ * the last of its operations known to be done before (the host's, a
+ * stream's next operation's, an event's).
+ */
+typedef std::map<uint64_t, uint64_t> vclock;
+
+static void join(vclock &a, const vclock &b)
+{
+	for (const auto &kv : b) {
+		uint64_t &v = a[kv.first];
+		if (kv.second > v)
+			v = kv.second;
+	}
+}
+
+static uint64_t at(const vclock &a, uint64_t id)
+{
+	auto it = a.find(id);
+	return it == a.end() ? 0 : it->second;
+}
+
 /* The CUDA handles are pointers to these. */
 struct cuemu_op {
 	std::function<void()> fn;
@@ -51,6 +73,8 @@ struct cuemu_op {
 	std::function<bool()> poll;
 	int remote;  /* poll waits for other processes (NCCL's ranks) */
 	int started; /* poll was called once (races checked) */
+	uint64_t sid; /* its stream's id */
+	vclock vc;    /* what is ordered before it, itself included */
 };
 
 struct CUstream_st {
@@ -59,6 +83,7 @@ struct CUstream_st {
 	uint64_t id;
 	int dead;
 	int remote; /* queued operations that wait for other processes */
+	vclock vc;  /* what its next operation is ordered after */
 };
 
 struct CUevent_st {
@@ -66,6 +91,7 @@ struct CUevent_st {
 	uint64_t recorded, done; /* records made, and done */
 	CUstream_st *stream;     /* of the last record */
 	double time_ms;
+	vclock vc;               /* what its last record is ordered after */
 	int waiters;             /* queued stream waits on it */
 	int dead;                /* destroyed, freed once nothing queued needs it */
 };
@@ -73,7 +99,7 @@ struct CUevent_st {
 namespace {
 
 std::recursive_mutex mu;
-CUstream_st legacy = {{}, 0, 0, 0, 0};
+CUstream_st legacy = {{}, 0, 0, 0, 0, {}};
 uint64_t next_seq = 1;
 /*
  * Made once and never destroyed: the leak checker of SAN=1 runs after
@@ -109,6 +135,24 @@ int in(std::map<uintptr_t, size_t> &m, const void *p, size_t n)
 	auto it = find(m, p);
 	return it != m.end() && (uintptr_t)p + n <= it->first + it->second;
 }
+
+/*
+ * Device memory operations touched, by operations that have run and that
+ * the host has not yet seen done: an operation that runs later on
+ * another stream and touches the same memory (one of them writing) must
+ * be ordered after them, or it is a race whatever order this run took.
+ */
+struct touch {
+	uintptr_t lo, hi;
+	int write;
+	uint64_t sid, seq;
+	const char *what;
+};
+std::vector<touch> &touched = *new std::vector<touch>;
+vclock host; /* what the host has seen done */
+
+/* The operation op, about to be queued on s: what it is ordered after. */
+void stamp(CUstream_st *s, cuemu_op &op);
 
 /* Run the front of s once; 0 when it was empty, blocked by a host
  * function (stop_at_host) or by an operation that cannot complete yet
@@ -171,6 +215,21 @@ void check_races(CUstream_st *s, const cuemu_op &x)
 {
 	if (x.acc.empty())
 		return;
+	for (const touch &y : touched) {
+		if (y.sid == x.sid || at(x.vc, y.sid) >= y.seq)
+			continue;
+		for (const cuemu::access &a : x.acc)
+			if (a.lo < y.hi && y.lo < a.hi && (a.write || y.write))
+				cuemu::fail("%s on stream %llu %s [%p, %p) after %s on stream %llu %s "
+					    "[%p, %p), which no event or synchronisation orders before "
+					    "it: a race on a GPU (this run's order hid it)",
+					    x.what, (unsigned long long)s->id,
+					    a.write ? "writes" : "reads", (void *)a.lo, (void *)a.hi,
+					    y.what, (unsigned long long)y.sid,
+					    y.write ? "writes" : "reads", (void *)y.lo, (void *)y.hi);
+	}
+	for (const cuemu::access &a : x.acc)
+		touched.push_back({a.lo, a.hi, a.write, x.sid, x.seq, x.what});
 	std::vector<CUstream_st *> all(streams);
 	all.push_back(&legacy);
 	for (CUstream_st *o : all) {
@@ -192,6 +251,57 @@ void check_races(CUstream_st *s, const cuemu_op &x)
 							    (void *)b.hi);
 		}
 	}
+}
+
+/*
+ * The host has seen v done (a synchronisation): everything issued from
+ * now on is ordered after it, and a touch that every queued operation
+ * is also ordered after can be forgotten.
+ */
+void learn(const vclock &v)
+{
+	join(host, v);
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	size_t k = 0;
+	for (const touch &t : touched) {
+		int keep = at(host, t.sid) < t.seq;
+		for (size_t i = 0; !keep && i < all.size(); i++)
+			for (const cuemu_op &o : all[i]->q)
+				if (o.sid != t.sid && at(o.vc, t.sid) < t.seq) {
+					keep = 1;
+					break;
+				}
+		if (keep)
+			touched[k++] = t;
+	}
+	touched.resize(k);
+}
+
+void learn_all()
+{
+	vclock v;
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (CUstream_st *o : all)
+		join(v, o->vc);
+	learn(v);
+}
+
+void stamp(CUstream_st *s, cuemu_op &op)
+{
+	/* the legacy stream's implicit order with the blocking streams */
+	if (s == &legacy) {
+		for (CUstream_st *o : streams)
+			if (!(o->flags & cudaStreamNonBlocking))
+				join(s->vc, o->vc);
+	} else if (!(s->flags & cudaStreamNonBlocking)) {
+		join(s->vc, legacy.vc);
+	}
+	join(s->vc, host);
+	s->vc[s->id] = op.seq;
+	op.sid = s->id;
+	op.vc = s->vc;
 }
 
 int step(CUstream_st *s, int stop_at_host)
@@ -342,7 +452,8 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
-	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc), nullptr, 0, 0});
+	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc), nullptr, 0, 0, 0, {}});
+	stamp(st, st->q.back());
 	return cudaSuccess;
 }
 
@@ -354,8 +465,9 @@ cudaError_t enqueue_poll(cudaStream_t s, std::function<bool()> fn, const char *w
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
-	cuemu_op op{nullptr, what, next_seq++, std::move(acc), std::move(fn), remote, 0};
+	cuemu_op op{nullptr, what, next_seq++, std::move(acc), std::move(fn), remote, 0, 0, {}};
 	st->q.push_back(std::move(op));
+	stamp(st, st->q.back());
 	st->remote += remote;
 	return cudaSuccess;
 }
@@ -513,6 +625,7 @@ cudaError_t cudaDeviceSynchronize(void)
 {
 	LOCK;
 	drain_all();
+	learn_all();
 	return cudaSuccess;
 }
 
@@ -558,6 +671,7 @@ cudaError_t cudaFree(void *p)
 		return cudaSuccess;
 	/* cudaFree waits for the device: work queued on p must still see it */
 	drain_all();
+	learn_all();
 	auto it = dev_mem.find((uintptr_t)p);
 	if (it == dev_mem.end())
 		cuemu::fail("cudaFree(%p): not the start of a live device allocation (%s memory)",
@@ -585,6 +699,7 @@ cudaError_t cudaFreeHost(void *p)
 	if (!p)
 		return cudaSuccess;
 	drain_all();
+	learn_all();
 	auto it = pinned_mem.find((uintptr_t)p);
 	if (it == pinned_mem.end())
 		cuemu::fail("cudaFreeHost(%p): not from cudaMallocHost", p);
@@ -643,6 +758,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 		cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync to pageable",
 			       acc);
 		run_until_empty(st);
+		learn(st->vc);
 		return cudaSuccess;
 	}
 	if (!sd && !sp) {
@@ -659,8 +775,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 {
 	LOCK;
 	cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, NULL);
-	if (e == cudaSuccess)
+	if (e == cudaSuccess) {
 		run_until_empty(&legacy);
+		learn(legacy.vc);
+	}
 	return e;
 }
 
@@ -668,8 +786,10 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 {
 	LOCK;
 	cudaError_t e = cudaMemsetAsync(p, v, n, NULL);
-	if (e == cudaSuccess)
+	if (e == cudaSuccess) {
 		run_until_empty(&legacy);
+		learn(legacy.vc);
+	}
 	return e;
 }
 
@@ -717,6 +837,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 	if (st == &legacy)
 		legacy_order(st);
 	run_until_empty(st);
+	learn(st->vc);
 	return cudaSuccess;
 }
 
@@ -726,7 +847,10 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 	CUstream_st *st = S(s);
 	while (step(st, 1))
 		;
-	return st->q.empty() ? cudaSuccess : set_error(cudaErrorNotReady);
+	if (!st->q.empty())
+		return set_error(cudaErrorNotReady);
+	learn(st->vc);
+	return cudaSuccess;
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
@@ -737,7 +861,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
 	/* marked, so that a query never runs it: it may wait for the host */
-	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}, nullptr, 0, 0});
+	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}, nullptr, 0, 0, 0, {}});
+	stamp(st, st->q.back());
 	return cudaSuccess;
 }
 
@@ -783,11 +908,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 	ev->stream = st;
 	if (ev->dead)
 		cuemu::fail("cudaEventRecord(%p): a destroyed event", e);
-	return cuemu::enqueue(s, [=]() {
+	cudaError_t r = cuemu::enqueue(s, [=]() {
 		ev->done = gen;
 		ev->time_ms = clock_ms;
 		release_event(ev);
 	}, "cudaEventRecord");
+	if (r == cudaSuccess)
+		ev->vc = st->vc;
+	return r;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e)
@@ -796,12 +924,12 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 	CUevent_st *ev = (CUevent_st *)e;
 	if (!ev)
 		return set_error(cudaErrorInvalidResourceHandle);
-	if (ev->done >= ev->recorded)
-		return cudaSuccess;
 	/* progress, but never into a host function (it may be waiting for
 	 * this very thread) */
-	if (reach(ev, ev->recorded, ev->stream, 1, 0))
+	if (ev->done >= ev->recorded || reach(ev, ev->recorded, ev->stream, 1, 0)) {
+		learn(ev->vc);
 		return cudaSuccess;
+	}
 	/* as the runtime does, the answer is also the thread's last error */
 	return set_error(cudaErrorNotReady);
 }
@@ -813,6 +941,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 	if (!ev)
 		return set_error(cudaErrorInvalidResourceHandle);
 	reach(ev, ev->recorded, ev->stream, 0, 1);
+	learn(ev->vc);
 	return cudaSuccess;
 }
 
@@ -829,6 +958,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 	uint64_t gen = ev->recorded;
 	CUstream_st *from = ev->stream;
 	ev->waiters++;
+	join(S(s)->vc, ev->vc);
 	return cuemu::enqueue_poll(s, [=]() {
 		if (!reach(ev, gen, from, 0, 0))
 			return false;

@@ -194,9 +194,12 @@ static void run_lazy_load(void)
 /*
  * The gradients of a model stream reduced by NCCL on a communication
  * stream; with order, the communication stream waits for an event the
- * model stream recorded after the kernel.
+ * model stream recorded after the kernel. With hide, the host waits for
+ * the model stream before the collective runs: without the event the
+ * result is then right by luck, and a GPU may still run the collective
+ * first.
  */
-static float model_to_comm(int order)
+static float model_to_comm(int order, int hide)
 {
 	cudaStream_t model, comm;
 	cudaEvent_t e;
@@ -215,6 +218,8 @@ static float model_to_comm(int order)
 		cudaStreamWaitEvent(comm, e, 0);
 	}
 	ncclAllReduce(g, r, 64, ncclFloat32, ncclSum, c, comm);
+	if (hide)
+		cudaStreamSynchronize(model);
 	cudaMemcpyAsync(hr, r, sizeof hr, cudaMemcpyDeviceToHost, comm);
 	ncclCommDestroy(c);
 	float bad = 0;
@@ -225,7 +230,12 @@ static float model_to_comm(int order)
 
 static void run_missing_wait(void)
 {
-	model_to_comm(0);
+	model_to_comm(0, 0);
+}
+
+static void run_hidden_missing_wait(void)
+{
+	model_to_comm(0, 1);
 }
 
 static void run_unordered(void)
@@ -344,7 +354,12 @@ int main(void)
 	   "an allreduce on the communication stream without a wait for the model stream's "
 	   "event is a race");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
-	ok(model_to_comm(1) == 0, "with the event, the allreduce reduces the kernel's output");
+	ok(dies_with(run_hidden_missing_wait, "this run's order hid it", got, sizeof got) &&
+		   strstr(got, "ncclAllReduce on stream") && strstr(got, "after fill on stream"),
+	   "so is the same hole when the host's wait for the model stream ran the kernel first");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(model_to_comm(1, 0) == 0 && model_to_comm(1, 1) == 0,
+	   "with the event, the allreduce reduces the kernel's output");
 	ok(dies_with(run_lazy_load, "lazy loading", got, sizeof got) &&
 		   strstr(got, "full_shuffle"),
 	   "a kernel's first launch while a host function holds a stream is a deadlock");
