@@ -24,9 +24,9 @@
  * ncclInProgress to a few polls after its creation, and until every rank
  * has joined. Two ranks on one device are refused, as NCCL does.
  *
- * Faults on demand, for the watchdog and abort paths (R a rank, N the
- * N-th operation, collective, send or receive, that the rank issues;
- * 1 when left out):
+ * Faults on demand, for the watchdog and abort paths, in worlds of two
+ * or more (R a rank, N the N-th operation, collective, send or receive,
+ * that the rank issues; 1 when left out):
  *   CUEMU_NCCL_HANG=R[:N]    the operation never completes (a rank that
  *                            stopped); only ncclCommAbort ends it
  *   CUEMU_NCCL_ERROR=R[:N]   the communicator meets an asynchronous error
@@ -331,7 +331,13 @@ ncclResult_t attach(ncclComm_t c, const ncclUniqueId &id)
 		/* the creator sizes it: wait for that */
 		struct stat sb;
 		double t0 = now();
-		while (fstat(fd, &sb) == 0 && (size_t)sb.st_size < sizeof(shm_hdr)) {
+		for (;;) {
+			if (fstat(fd, &sb) != 0) {
+				close(fd);
+				return bad("fstat of the communicator's segment failed");
+			}
+			if ((size_t)sb.st_size >= sizeof(shm_hdr))
+				break;
 			if (now() - t0 > 60) {
 				close(fd);
 				return bad("the communicator's segment was never sized");
