@@ -17,6 +17,17 @@ fi
 
 test_gpu_prereqs HAVE_NCCL
 
+# Under the CUDA emulation (tests/cuemu, GK_CUEMU set) a kernel runs
+# about a thousand times slower than on a GPU: the sizes stop at a few
+# hundred KiB, which still span many blocks and the compressed ring's
+# uneven blocks. Its fake NCCL also fails a rank on demand, for the
+# watchdog and abort paths.
+big=4M huge=8M
+if test -n "$GK_CUEMU"; then
+	big=256K huge=256K
+	test_set_prereq CUEMU
+fi
+
 reason="backend .nccl.: \(no usable GPU: \|gpukit was built without \)"
 
 test_expect_success NOGPU 'no GPU, one process: exit 1 with the reason' '
@@ -48,7 +59,7 @@ test_expect_success GPU 'GPU: one process, every type and op checks out' '
 '
 
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: one rank per GPU, every type and op, avg exact' '
-	$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl -b 4 -e 4M -f 16 -d all -o all -n 3 -w 1 >out &&
+	$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl -b 4 -e $big -f 16 -d all -o all -n 3 -w 1 >out &&
 	grep "^# Out of bounds values : 0 OK$" out
 '
 
@@ -60,14 +71,14 @@ test_expect_success GPU 'GPU: reduce (as ZeRO-1 buckets use it) in one process, 
 
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce to the last rank, every type and op, checked at the root' '
 	$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl --collective reduce \
-		-r $(($GK_GPUS - 1)) -b 4 -e 4M -f 16 -d all -o all -n 2 -w 1 >out &&
+		-r $(($GK_GPUS - 1)) -b 4 -e $big -f 16 -d all -o all -n 2 -w 1 >out &&
 	grep "^# Out of bounds values : 0 OK$" out
 '
 
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '
 	for z in bf16 f16 int8; do
 		$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl --compress $z -o avg \
-			-b 1K -e 8M -f 8 -n 2 -w 1 >$z.out &&
+			-b 1K -e $huge -f 8 -n 2 -w 1 >$z.out &&
 		grep "^# Out of bounds values : 0 OK$" $z.out || return 1
 	done
 '
@@ -77,6 +88,28 @@ test_expect_success 'GPU,MPIRUN' 'GPU: a rank that sees no device ends the job a
 		-np 1 env CUDA_VISIBLE_DEVICES= allreduce-bench --backend nccl -e 64 >out 2>err &&
 	grep -e "^allreduce-bench: backend .nccl.: rank 1 failed to set up its GPU and NCCL" \
 		-e "^allreduce-bench: backend .nccl.: no usable GPU: the CUDA driver found no device (CUDA_VISIBLE_DEVICES=..)$" err
+'
+
+# A hung collective: the rank waiting for it gives up after --timeout
+# and aborts its communicator; the rank that stopped then sees its peer
+# gone. Every rank ends, none hangs; mpirun ends the rest.
+test_expect_success 'CUEMU,MPIRUN,GPUS' 'a rank whose allreduce never completes: the watchdog aborts, the job exits 1' '
+	start=$(date +%s) &&
+	test_expect_code 1 timeout 60 mpirun -np 2 -x CUEMU_NCCL_HANG=1:3 allreduce-bench \
+		--backend nccl -b 4 -e 64 -f 4 -n 3 -w 1 --timeout 3 >out 2>err &&
+	end=$(date +%s) &&
+	grep "^allreduce-bench: nccl: allreduce of 1 F32 sum: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" err &&
+	test $((end - start)) -ge 3 &&
+	test $((end - start)) -lt 45
+'
+
+test_expect_success 'CUEMU,MPIRUN,GPUS' 'an asynchronous NCCL error on one rank ends the job at once, long before the watchdog' '
+	start=$(date +%s) &&
+	test_expect_code 1 timeout 60 mpirun -np 2 -x CUEMU_NCCL_ERROR=0:5 allreduce-bench \
+		--backend nccl -b 4 -e 64 -f 4 -n 3 -w 1 --timeout 600 >out 2>err &&
+	end=$(date +%s) &&
+	grep "^allreduce-bench: nccl: allreduce of 1 F32 sum: unhandled system error: cuemu NCCL: an asynchronous error injected by CUEMU_NCCL_ERROR in ncclAllReduce (operation 5 of rank 0)$" err &&
+	test $((end - start)) -lt 45
 '
 
 test_expect_success MPIRUN 'avg at 5, 7 and 10 ranks (mpi): the sum divided once, exactly' '

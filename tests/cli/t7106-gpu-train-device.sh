@@ -14,6 +14,8 @@ two GPUs) give the losses of the path through host memory.'
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
 test_gpu_prereqs HAVE_CUDA
+# the CUDA emulation (tests/cuemu), whose fake NCCL fails a rank on demand
+test -n "$GK_CUEMU" && test_set_prereq CUEMU
 
 # TINY without its --threads (the device tests set their own)
 A="--data train.bin $TINY --batch 4 --steps 10 --json"
@@ -140,6 +142,14 @@ test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CP
 	awk "NR == 1 { a = \$1 } END { exit !(\$1 < a) }" g16.losses
 '
 
+test_expect_success GPU 'GPU, tf32: the ten losses within 1e-3 of the CPU'"'"'s' '
+	ref cpu gpu-train $A --device cpu &&
+	gpu-train $A --device cuda --precision tf32 >gt.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .precision == \"tf32\"" gt.json &&
+	losses gt.json >gt.losses &&
+	close_to gt.losses cpu.losses 1e-3
+'
+
 test_expect_success GPU 'GPU: a resume from the GPU'"'"'s checkpoint gives the same losses, bit for bit' '
 	ref g16 gpu-train $A --device cuda &&
 	rm -rf gck &&
@@ -209,6 +219,25 @@ test_expect_success 'GPUS,MPI' '2 GPUs: NCCL on the device, overlapped or not, g
 	close_to gn2.losses g2.losses 1e-6
 '
 
+# The device paths of two ranks against the CPU'"'"'s two ranks, at each
+# precision'"'"'s tolerance (fp32 1e-4, tf32 1e-3, bf16 3%): the overlapped
+# buckets (three of 64 KiB) and ZeRO-1'"'"'s reduce to the owners.
+test_expect_success 'GPUS,MPI' '2 GPUs over NCCL, overlapped and ZeRO-1, at each precision: the losses of 2 CPU ranks' '
+	ref c2 mpi 2 $A --device cpu &&
+	mpi 2 $A --device cuda --precision fp32 --bucket 64K >n32.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" n32.json &&
+	losses n32.json >n32.losses &&
+	close_to n32.losses c2.losses 1e-4 &&
+	mpi 2 $A --device cuda --precision tf32 --bucket 64K --zero 1 >zt.json &&
+	losses zt.json >zt.losses &&
+	close_to zt.losses c2.losses 1e-3 &&
+	for z in 0 1; do
+		mpi 2 $A --device cuda --precision bf16 --bucket 64K --zero $z >z16$z.json &&
+		losses z16$z.json >z16$z.losses &&
+		close_to z16$z.losses c2.losses 0.03 || return 1
+	done
+'
+
 test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of ZeRO-0; its rank slices resume on one GPU' '
 	ref gn2 mpi 2 $A --device cuda --precision fp32 --bucket 64K &&
 	rm -rf z2 &&
@@ -219,6 +248,31 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 	close_to gzz.losses gn2.first 1e-6 &&
 	gpu-train $A --device cuda --precision fp32 --batch 8 --ckpt-dir z2 --resume >gz1r.json &&
 	test $(losses gz1r.json | wc -l) = 4
+'
+
+# The watchdog and abort paths over the emulation's NCCL: a rank whose
+# collective never completes (CUEMU_NCCL_HANG), one that meets an
+# asynchronous error (CUEMU_NCCL_ERROR). Every rank ends, none hangs.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, a bucket'"'"'s allreduce hangs on one rank: --timeout aborts NCCL, the job exits 1 naming it' '
+	data &&
+	start=$(date +%s) &&
+	(export CUEMU_NCCL_HANG=1:5 &&
+	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --timeout 3 >hang.json 2>hang.err) &&
+	end=$(date +%s) &&
+	grep "^gpu-train: nccl: allreduce of [0-9]* F32 avg: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang.err &&
+	test $((end - start)) -ge 3 &&
+	test $((end - start)) -lt 120
+'
+
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: an asynchronous NCCL error ends the job at once, not at the watchdog' '
+	data &&
+	start=$(date +%s) &&
+	(export CUEMU_NCCL_ERROR=0:7 &&
+	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --zero 1 --timeout 600 \
+		>aerr.json 2>aerr.err) &&
+	end=$(date +%s) &&
+	grep "^gpu-train: nccl: reduce of [0-9]* F32 avg: unhandled system error: cuemu NCCL: an asynchronous error injected by CUEMU_NCCL_ERROR in ncclReduce (operation 7 of rank 0)$" aerr.err &&
+	test $((end - start)) -lt 120
 '
 
 test_done

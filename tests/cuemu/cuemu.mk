@@ -133,9 +133,13 @@ $(CUEMU_B)/config.mk: $(CONFIG)
 # the sanitizer's leak checker would report (tests/cli/lib.sh turns it
 # off for the same reason): it runs without the leak checker
 CUEMU_MPI := $(CUEMU_B)/tests/unit/comm_cuda
-CUEMU_RUN = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) $(CUEMU_PROVE) \
+# Two emulated devices (CUEMU_GPUS), so that the CLI tests' cases for
+# two GPUs run their two ranks over the fake NCCL; GK_CUEMU tells the
+# tests they run on the emulation (smaller sizes, its faults on demand).
+CUEMU_ENV = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_GPUS=2 GK_CUEMU=1
+CUEMU_RUN = $(CUEMU_ENV) CUEMU_ORDER=$(1) $(CUEMU_PROVE) \
 	$(filter-out $(CUEMU_MPI),$(CUEMU_UNIT)) && \
-	PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) \
+	$(CUEMU_ENV) CUEMU_ORDER=$(1) \
 	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} $(CUEMU_PROVE) $(CUEMU_MPI) $(CUEMU_CLI)
 ifeq ($(HAVE_CUDA),1)
 check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk $(CUEMU_PLANT_BIN)

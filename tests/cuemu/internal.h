@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <functional>
+#include <mutex>
 #include <vector>
 
 namespace cuemu {
@@ -43,6 +44,25 @@ struct access {
  */
 cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
 		    std::vector<access> acc = std::vector<access>());
+
+/*
+ * Queue an operation that may have to wait (a collective waiting for
+ * the other ranks): fn is called, when the stream gets to it, until it
+ * returns true; until then the stream goes no further, a
+ * synchronisation waits and a query answers not ready. remote: it
+ * waits for other processes, which the progress thread (see
+ * progress_start) must not leave waiting on this one.
+ */
+cudaError_t enqueue_poll(cudaStream_t s, std::function<bool()> fn, const char *what,
+			 std::vector<access> acc, int remote);
+
+/* The runtime's lock, held while operations run: the fakes take it
+ * where their state is shared with queued work. */
+std::recursive_mutex &runtime_lock();
+
+/* Start the thread that runs the streams holding remote work without
+ * the host (a GPU's independent progress); once per process. */
+void progress_start();
 
 /*
  * Before the first launch of a kernel (key: one per kernel): the CUDA

@@ -23,10 +23,13 @@
  * (the library's) are not ordered with it at all.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <deque>
 #include <map>
@@ -37,12 +40,41 @@
 
 #include "internal.h"
 
+/*
+ * What is ordered before what: a vector clock, for each stream (by id)
+ * the last of its operations known to be done before (the host's, a
+ * stream's next operation's, an event's).
+ */
+typedef std::map<uint64_t, uint64_t> vclock;
+
+static void join(vclock &a, const vclock &b)
+{
+	for (const auto &kv : b) {
+		uint64_t &v = a[kv.first];
+		if (kv.second > v)
+			v = kv.second;
+	}
+}
+
+static uint64_t at(const vclock &a, uint64_t id)
+{
+	auto it = a.find(id);
+	return it == a.end() ? 0 : it->second;
+}
+
 /* The CUDA handles are pointers to these. */
 struct cuemu_op {
 	std::function<void()> fn;
 	const char *what;
 	uint64_t seq; /* in the host's order of calls */
 	std::vector<cuemu::access> acc;
+	/* instead of fn: an operation that may have to wait (a stream wait,
+	 * a collective), true once done; it stays at the front until then */
+	std::function<bool()> poll;
+	int remote;  /* poll waits for other processes (NCCL's ranks) */
+	int started; /* poll was called once (races checked) */
+	uint64_t sid; /* its stream's id */
+	vclock vc;    /* what is ordered before it, itself included */
 };
 
 struct CUstream_st {
@@ -50,6 +82,8 @@ struct CUstream_st {
 	unsigned flags;
 	uint64_t id;
 	int dead;
+	int remote; /* queued operations that wait for other processes */
+	vclock vc;  /* what its next operation is ordered after */
 };
 
 struct CUevent_st {
@@ -57,12 +91,15 @@ struct CUevent_st {
 	uint64_t recorded, done; /* records made, and done */
 	CUstream_st *stream;     /* of the last record */
 	double time_ms;
+	vclock vc;               /* what its last record is ordered after */
+	int waiters;             /* queued stream waits on it */
+	int dead;                /* destroyed, freed once nothing queued needs it */
 };
 
 namespace {
 
 std::recursive_mutex mu;
-CUstream_st legacy = {{}, 0, 0, 0};
+CUstream_st legacy = {{}, 0, 0, 0, 0, {}};
 uint64_t next_seq = 1;
 /*
  * Made once and never destroyed: the leak checker of SAN=1 runs after
@@ -99,14 +136,51 @@ int in(std::map<uintptr_t, size_t> &m, const void *p, size_t n)
 	return it != m.end() && (uintptr_t)p + n <= it->first + it->second;
 }
 
-/* Run the front of s once; 0 when it was empty or blocked by a host
- * function (stop_at_host). */
+/*
+ * Device memory operations touched, by operations that have run and that
+ * the host has not yet seen done: an operation that runs later on
+ * another stream and touches the same memory (one of them writing) must
+ * be ordered after them, or it is a race whatever order this run took.
+ */
+struct touch {
+	uintptr_t lo, hi;
+	int write;
+	uint64_t sid, seq;
+	const char *what;
+};
+std::vector<touch> &touched = *new std::vector<touch>;
+vclock host; /* what the host has seen done */
+
+/* The operation op, about to be queued on s: what it is ordered after. */
+void stamp(CUstream_st *s, cuemu_op &op);
+
+/* Run the front of s once; 0 when it was empty, blocked by a host
+ * function (stop_at_host) or by an operation that cannot complete yet
+ * (a collective waiting for other ranks). */
 int step(CUstream_st *s, int stop_at_host);
+
+/*
+ * The caller waits (a synchronisation) and s cannot go on: another
+ * process (a rank) has to get somewhere first. That takes its own
+ * time: sleep a little, holding the lock (this thread drives the
+ * streams meanwhile, the progress thread is not needed).
+ */
+void stall(unsigned *n)
+{
+	if (++*n < 64) {
+		sched_yield();
+	} else {
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+}
 
 void run_until_empty(CUstream_st *s)
 {
-	while (step(s, 0))
-		;
+	unsigned n = 0;
+	while (!s->q.empty())
+		if (!step(s, 0))
+			stall(&n);
 }
 
 /* What a new operation on s is ordered after (the legacy stream's
@@ -141,6 +215,21 @@ void check_races(CUstream_st *s, const cuemu_op &x)
 {
 	if (x.acc.empty())
 		return;
+	for (const touch &y : touched) {
+		if (y.sid == x.sid || at(x.vc, y.sid) >= y.seq)
+			continue;
+		for (const cuemu::access &a : x.acc)
+			if (a.lo < y.hi && y.lo < a.hi && (a.write || y.write))
+				cuemu::fail("%s on stream %llu %s [%p, %p) after %s on stream %llu %s "
+					    "[%p, %p), which no event or synchronisation orders before "
+					    "it: a race on a GPU (this run's order hid it)",
+					    x.what, (unsigned long long)s->id,
+					    a.write ? "writes" : "reads", (void *)a.lo, (void *)a.hi,
+					    y.what, (unsigned long long)y.sid,
+					    y.write ? "writes" : "reads", (void *)y.lo, (void *)y.hi);
+	}
+	for (const cuemu::access &a : x.acc)
+		touched.push_back({a.lo, a.hi, a.write, x.sid, x.seq, x.what});
 	std::vector<CUstream_st *> all(streams);
 	all.push_back(&legacy);
 	for (CUstream_st *o : all) {
@@ -164,12 +253,78 @@ void check_races(CUstream_st *s, const cuemu_op &x)
 	}
 }
 
+/*
+ * The host has seen v done (a synchronisation): everything issued from
+ * now on is ordered after it, and a touch that every queued operation
+ * is also ordered after can be forgotten.
+ */
+void learn(const vclock &v)
+{
+	join(host, v);
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	size_t k = 0;
+	for (const touch &t : touched) {
+		int keep = at(host, t.sid) < t.seq;
+		for (size_t i = 0; !keep && i < all.size(); i++)
+			for (const cuemu_op &o : all[i]->q)
+				if (o.sid != t.sid && at(o.vc, t.sid) < t.seq) {
+					keep = 1;
+					break;
+				}
+		if (keep)
+			touched[k++] = t;
+	}
+	touched.resize(k);
+}
+
+void learn_all()
+{
+	vclock v;
+	std::vector<CUstream_st *> all(streams);
+	all.push_back(&legacy);
+	for (CUstream_st *o : all)
+		join(v, o->vc);
+	learn(v);
+}
+
+void stamp(CUstream_st *s, cuemu_op &op)
+{
+	/* the legacy stream's implicit order with the blocking streams */
+	if (s == &legacy) {
+		for (CUstream_st *o : streams)
+			if (!(o->flags & cudaStreamNonBlocking))
+				join(s->vc, o->vc);
+	} else if (!(s->flags & cudaStreamNonBlocking)) {
+		join(s->vc, legacy.vc);
+	}
+	join(s->vc, host);
+	s->vc[s->id] = op.seq;
+	op.sid = s->id;
+	op.vc = s->vc;
+}
+
 int step(CUstream_st *s, int stop_at_host)
 {
 	if (s->q.empty())
 		return 0;
 	if (stop_at_host && s->q.front().what == host_fn_mark)
 		return 0;
+	if (s->q.front().poll) {
+		cuemu_op &f = s->q.front();
+		if (!f.started) {
+			check_races(s, f);
+			f.started = 1;
+		}
+		/* f stays valid: nothing pops s's front but this */
+		if (!f.poll())
+			return 0;
+		if (f.remote)
+			s->remote--;
+		s->q.pop_front();
+		clock_ms += 0.001;
+		return 1;
+	}
 	cuemu_op op = std::move(s->q.front());
 	s->q.pop_front();
 	check_races(s, op);
@@ -178,13 +333,27 @@ int step(CUstream_st *s, int stop_at_host)
 	return 1;
 }
 
-/* Run the stream of e's record number gen until that record is done. */
-int reach(CUevent_st *e, uint64_t gen, CUstream_st *s, int stop_at_host)
+/* Run the stream of e's record number gen until that record is done;
+ * block: wait for what cannot run yet, else return 0. */
+int reach(CUevent_st *e, uint64_t gen, CUstream_st *s, int stop_at_host, int block)
 {
-	while (e->done < gen)
-		if (!step(s, stop_at_host))
+	unsigned n = 0;
+	while (e->done < gen) {
+		if (step(s, stop_at_host))
+			continue;
+		if (e->done >= gen || !block || s->q.empty() ||
+		    (stop_at_host && s->q.front().what == host_fn_mark))
 			return e->done >= gen;
+		stall(&n);
+	}
 	return 1;
+}
+
+/* Free a destroyed event once no queued record or wait refers to it. */
+void release_event(CUevent_st *ev)
+{
+	if (ev->dead && ev->done >= ev->recorded && ev->waiters == 0)
+		delete ev;
 }
 
 const char *mem_kind(const void *p)
@@ -283,8 +452,63 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
 	if (st->dead)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
-	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc)});
+	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc), nullptr, 0, 0, 0, {}});
+	stamp(st, st->q.back());
 	return cudaSuccess;
+}
+
+cudaError_t enqueue_poll(cudaStream_t s, std::function<bool()> fn, const char *what,
+			 std::vector<access> acc, int remote)
+{
+	std::lock_guard<std::recursive_mutex> g(mu);
+	CUstream_st *st = S(s);
+	if (st->dead)
+		return set_error(cudaErrorInvalidResourceHandle);
+	legacy_order(st);
+	cuemu_op op{nullptr, what, next_seq++, std::move(acc), std::move(fn), remote, 0, 0, {}};
+	st->q.push_back(std::move(op));
+	stamp(st, st->q.back());
+	st->remote += remote;
+	return cudaSuccess;
+}
+
+/*
+ * The device's own progress, for work that waits on other processes: a
+ * GPU runs a collective whether or not its host thread waits for it,
+ * and the rank at the other end may be waiting for this one while this
+ * host is busy elsewhere (an MPI call). Every millisecond the thread
+ * runs each stream that holds such work, as far as it can without
+ * waiting, and never into a host function.
+ */
+static void *progress(void *)
+{
+	for (;;) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+		std::lock_guard<std::recursive_mutex> g(mu);
+		std::vector<CUstream_st *> all(streams);
+		all.push_back(&legacy);
+		for (CUstream_st *st : all)
+			while (st->remote > 0 && step(st, 1))
+				;
+	}
+	return NULL;
+}
+
+std::recursive_mutex &runtime_lock()
+{
+	return mu;
+}
+
+void progress_start()
+{
+	static std::once_flag once;
+	std::call_once(once, []() {
+		pthread_t t;
+		if (pthread_create(&t, NULL, progress, NULL) != 0)
+			fail("cannot start the progress thread of the NCCL ranks");
+		pthread_detach(t);
+	});
 }
 
 void module_load(const void *key, const char *kernel)
@@ -374,8 +598,11 @@ cudaError_t cudaDriverGetVersion(int *v)
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
-	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-	*n = vis && !*vis ? 0 : 1;
+	/* CUEMU_GPUS devices (1 by default), each with its own memory in
+	 * each process; "" in CUDA_VISIBLE_DEVICES hides them */
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES"), *g = getenv("CUEMU_GPUS");
+	int count = g && *g ? atoi(g) : 1;
+	*n = (vis && !*vis) || count < 0 ? 0 : count;
 	return *n ? cudaSuccess : set_error(cudaErrorNoDevice);
 }
 
@@ -418,6 +645,7 @@ cudaError_t cudaDeviceSynchronize(void)
 {
 	LOCK;
 	drain_all();
+	learn_all();
 	return cudaSuccess;
 }
 
@@ -463,6 +691,7 @@ cudaError_t cudaFree(void *p)
 		return cudaSuccess;
 	/* cudaFree waits for the device: work queued on p must still see it */
 	drain_all();
+	learn_all();
 	auto it = dev_mem.find((uintptr_t)p);
 	if (it == dev_mem.end())
 		cuemu::fail("cudaFree(%p): not the start of a live device allocation (%s memory)",
@@ -490,6 +719,7 @@ cudaError_t cudaFreeHost(void *p)
 	if (!p)
 		return cudaSuccess;
 	drain_all();
+	learn_all();
 	auto it = pinned_mem.find((uintptr_t)p);
 	if (it == pinned_mem.end())
 		cuemu::fail("cudaFreeHost(%p): not from cudaMallocHost", p);
@@ -548,6 +778,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 		cuemu::enqueue(s, [=]() { memmove(dst, src, n); }, "cudaMemcpyAsync to pageable",
 			       acc);
 		run_until_empty(st);
+		learn(st->vc);
 		return cudaSuccess;
 	}
 	if (!sd && !sp) {
@@ -564,8 +795,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 {
 	LOCK;
 	cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, NULL);
-	if (e == cudaSuccess)
+	if (e == cudaSuccess) {
 		run_until_empty(&legacy);
+		learn(legacy.vc);
+	}
 	return e;
 }
 
@@ -573,8 +806,10 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 {
 	LOCK;
 	cudaError_t e = cudaMemsetAsync(p, v, n, NULL);
-	if (e == cudaSuccess)
+	if (e == cudaSuccess) {
 		run_until_empty(&legacy);
+		learn(legacy.vc);
+	}
 	return e;
 }
 
@@ -622,6 +857,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 	if (st == &legacy)
 		legacy_order(st);
 	run_until_empty(st);
+	learn(st->vc);
 	return cudaSuccess;
 }
 
@@ -631,7 +867,10 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 	CUstream_st *st = S(s);
 	while (step(st, 1))
 		;
-	return st->q.empty() ? cudaSuccess : set_error(cudaErrorNotReady);
+	if (!st->q.empty())
+		return set_error(cudaErrorNotReady);
+	learn(st->vc);
+	return cudaSuccess;
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
@@ -642,7 +881,8 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 		return set_error(cudaErrorInvalidResourceHandle);
 	legacy_order(st);
 	/* marked, so that a query never runs it: it may wait for the host */
-	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}});
+	st->q.push_back(cuemu_op{[=]() { fn(arg); }, host_fn_mark, next_seq++, {}, nullptr, 0, 0, 0, {}});
+	stamp(st, st->q.back());
 	return cudaSuccess;
 }
 
@@ -666,9 +906,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 	LOCK;
 	if (!e)
 		return set_error(cudaErrorInvalidResourceHandle);
-	/* a record still queued refers to it: let the queues finish first */
-	drain_all();
-	delete (CUevent_st *)e;
+	/* as the runtime does, the call returns at once; a record or wait
+	 * still queued keeps it until done (no drain here: one would wait
+	 * for a collective that a GPU leaves running) */
+	CUevent_st *ev = (CUevent_st *)e;
+	if (ev->dead)
+		cuemu::fail("cudaEventDestroy(%p): destroyed twice", e);
+	ev->dead = 1;
+	release_event(ev);
 	return cudaSuccess;
 }
 
@@ -681,10 +926,16 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 	CUstream_st *st = S(s);
 	uint64_t gen = ++ev->recorded;
 	ev->stream = st;
-	return cuemu::enqueue(s, [=]() {
+	if (ev->dead)
+		cuemu::fail("cudaEventRecord(%p): a destroyed event", e);
+	cudaError_t r = cuemu::enqueue(s, [=]() {
 		ev->done = gen;
 		ev->time_ms = clock_ms;
+		release_event(ev);
 	}, "cudaEventRecord");
+	if (r == cudaSuccess)
+		ev->vc = st->vc;
+	return r;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e)
@@ -693,12 +944,12 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 	CUevent_st *ev = (CUevent_st *)e;
 	if (!ev)
 		return set_error(cudaErrorInvalidResourceHandle);
-	if (ev->done >= ev->recorded)
-		return cudaSuccess;
 	/* progress, but never into a host function (it may be waiting for
 	 * this very thread) */
-	if (reach(ev, ev->recorded, ev->stream, 1))
+	if (ev->done >= ev->recorded || reach(ev, ev->recorded, ev->stream, 1, 0)) {
+		learn(ev->vc);
 		return cudaSuccess;
+	}
 	/* as the runtime does, the answer is also the thread's last error */
 	return set_error(cudaErrorNotReady);
 }
@@ -709,7 +960,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 	CUevent_st *ev = (CUevent_st *)e;
 	if (!ev)
 		return set_error(cudaErrorInvalidResourceHandle);
-	reach(ev, ev->recorded, ev->stream, 0);
+	reach(ev, ev->recorded, ev->stream, 0, 1);
+	learn(ev->vc);
 	return cudaSuccess;
 }
 
@@ -721,9 +973,19 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 		return set_error(ev ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
 	if (ev->recorded == 0)
 		return cudaSuccess; /* never recorded: nothing to wait for */
+	if (ev->dead)
+		cuemu::fail("cudaStreamWaitEvent(%p): a destroyed event", e);
 	uint64_t gen = ev->recorded;
 	CUstream_st *from = ev->stream;
-	return cuemu::enqueue(s, [=]() { reach(ev, gen, from, 0); }, "cudaStreamWaitEvent");
+	ev->waiters++;
+	join(S(s)->vc, ev->vc);
+	return cuemu::enqueue_poll(s, [=]() {
+		if (!reach(ev, gen, from, 0, 0))
+			return false;
+		ev->waiters--;
+		release_event(ev);
+		return true;
+	}, "cudaStreamWaitEvent", {}, 0);
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)

@@ -7,6 +7,7 @@
  * (tests/cuemu/cuemu.mk), in forward and reverse order.
  */
 #include <cuda_runtime.h>
+#include <nccl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +191,53 @@ static void run_lazy_load(void)
 	cudaDeviceSynchronize();
 }
 
+/*
+ * The gradients of a model stream reduced by NCCL on a communication
+ * stream; with order, the communication stream waits for an event the
+ * model stream recorded after the kernel. With hide, the host waits for
+ * the model stream before the collective runs: without the event the
+ * result is then right by luck, and a GPU may still run the collective
+ * first.
+ */
+static float model_to_comm(int order, int hide)
+{
+	cudaStream_t model, comm;
+	cudaEvent_t e;
+	cudaStreamCreateWithFlags(&model, cudaStreamNonBlocking);
+	cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking);
+	cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+	ncclUniqueId id;
+	ncclComm_t c;
+	ncclGetUniqueId(&id);
+	if (ncclCommInitRank(&c, 1, id, 0) != ncclSuccess)
+		return -1;
+	float *g = dev_floats(64), *r = dev_floats(64), hr[64];
+	fill<<<1, 64, 0, model>>>(g, 2.5f);
+	if (order) {
+		cudaEventRecord(e, model);
+		cudaStreamWaitEvent(comm, e, 0);
+	}
+	ncclAllReduce(g, r, 64, ncclFloat32, ncclSum, c, comm);
+	if (hide)
+		cudaStreamSynchronize(model);
+	cudaMemcpyAsync(hr, r, sizeof hr, cudaMemcpyDeviceToHost, comm);
+	ncclCommDestroy(c);
+	float bad = 0;
+	for (int i = 0; i < 64; i++)
+		bad += hr[i] != 2.5f;
+	return bad;
+}
+
+static void run_missing_wait(void)
+{
+	model_to_comm(0, 0);
+}
+
+static void run_hidden_missing_wait(void)
+{
+	model_to_comm(0, 1);
+}
+
 static void run_unordered(void)
 {
 	cudaStream_t a, b;
@@ -301,6 +349,17 @@ int main(void)
 	   "a copy on stream b not ordered after a kernel writing its source on stream a "
 	   "is a race");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_missing_wait, "a race on a GPU", got, sizeof got) &&
+		   strstr(got, "ncclAllReduce on stream") && strstr(got, "fill, queued before it"),
+	   "an allreduce on the communication stream without a wait for the model stream's "
+	   "event is a race");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_hidden_missing_wait, "this run's order hid it", got, sizeof got) &&
+		   strstr(got, "ncclAllReduce on stream") && strstr(got, "after fill on stream"),
+	   "so is the same hole when the host's wait for the model stream ran the kernel first");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(model_to_comm(1, 0) == 0 && model_to_comm(1, 1) == 0,
+	   "with the event, the allreduce reduces the kernel's output");
 	ok(dies_with(run_lazy_load, "lazy loading", got, sizeof got) &&
 		   strstr(got, "full_shuffle"),
 	   "a kernel's first launch while a host function holds a stream is a deadlock");
