@@ -388,6 +388,16 @@ cudaError_t cudaSetDevice(int d)
 	return cudaSuccess;
 }
 
+/* The one device's bus: the fake NVML's GPU 0 (tests/cli/fake-nvml.c). */
+cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int d)
+{
+	int n;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n || len < 13)
+		return set_error(cudaErrorInvalidValue);
+	snprintf(buf, (size_t)len, "0000:18:00.0");
+	return cudaSuccess;
+}
+
 cudaError_t cudaGetDevice(int *d)
 {
 	*d = device;
