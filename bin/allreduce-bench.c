@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,7 +24,7 @@ static const char synopsis[] =
 	"                       [--backend NAME] [--algo NAME|all]\n"
 	"                       [--compress bf16|f16|int8] [--collective NAME]\n"
 	"                       [--segment SIZE] [--timeout SECONDS] [--json | --csv]\n"
-	"                       [--metrics FILE]\n";
+	"                       [--metrics FILE] [--trace-dir DIR]\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =
@@ -225,6 +226,8 @@ static const gk_optdef options[] = {
 	CUSTOM("timeout", 'T', "SECONDS", cfg.timeout, parse_timeout,
 	       "fail a call with no progress this long, 0 never ("
 	       XSTR(GK_COMM_DEFAULT_TIMEOUT) ")"),
+	{.kind = GK_OPTK_STR, .name = "trace-dir", .arg = "DIR", GK_OPTF(args, cfg.trace_dir),
+	 .set = 1, .help = "dump the flight recorder here on a hang, a failure or SIGUSR2"},
 	SECTION("nccl-tests' other options (only the values that mean what runs here)"),
 	NCCL_ONLY("nthreads", 't', "N", "only 1: one thread per rank"),
 	NCCL_ONLY("ngpus", 'g', "N", "only 1: one GPU per rank"),
@@ -437,6 +440,11 @@ static json_t *header(const args *a, out *u, int n, const char *backend)
 	       o->factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
 	if (o->blocking)
 		printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+	int headers, library;
+	if (strcmp(backend, "nccl") == 0 && gk_comm_nccl_versions(&headers, &library) == 0)
+		printf("# nccl-headers=%d nccl-library=%d%s\n", headers, library,
+		       library < headers ? " (the library is older than the headers gpukit was "
+					   "built with)" : "");
 	printf("#\n");
 	return NULL;
 }
@@ -501,6 +509,40 @@ static int sweep(gk_comm *comm, const args *a, gk_err *err)
 	return wrong || metrics_failed ? 1 : 0;
 }
 
+/*
+ * --trace-dir: SIGUSR2 dumps the flight recorder and the run goes on;
+ * SIGTERM and SIGINT (a launcher ending the job once a rank died) dump
+ * it, then end the process as they would have. Both async-signal-safe.
+ */
+static void on_trace_signal(int sig)
+{
+	gk_comm_trace_dump_all(sig == SIGUSR2 ? "SIGUSR2" : sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	if (sig == SIGUSR2)
+		return;
+	gk_cleanup_now();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static int catch_trace_signals(const char *dir, gk_err *err)
+{
+	if (gk_comm_trace_dir_check(dir, err) < 0)
+		return gk_err_prefix(err, "--trace-dir");
+	/* lib/core's temp-file cleanup first, ours over it (we call it) */
+	gk_cleanup_forget(gk_cleanup_on_signal("/nonexistent"));
+	static const int sigs[] = {SIGUSR2, SIGTERM, SIGINT};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(sigs); i++) {
+		struct sigaction sa = {.sa_handler = on_trace_signal, .sa_flags = SA_RESTART};
+		struct sigaction prev;
+		sigaction(sigs[i], NULL, &prev);
+		if (sigs[i] != SIGUSR2 && prev.sa_handler == SIG_IGN)
+			continue; /* nohup's, a shell's background job's */
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+	return 0;
+}
+
 /* Open the communicator the options ask for, check them, sweep: the exit status. */
 static int bench(const args *a)
 {
@@ -517,6 +559,8 @@ static int bench(const args *a)
 			gk_cli_fail(&cli, &err);
 		return gk_cli_defer(&cli, 1);
 	}
+	if (a->cfg.trace_dir && catch_trace_signals(a->cfg.trace_dir, &err) < 0)
+		return gk_cli_fail(&cli, &err);
 	gk_comm *comm;
 	if (gk_comm_open(&comm, &a->cfg, &err) < 0)
 		return gk_cli_fail(&cli, &err);

@@ -3,7 +3,6 @@
  * safely enough to run from cron next to a running trainer. The policy
  * and its safety (lock, grace, rename-then-delete) are gk_ckpt_prune's.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +10,7 @@
 
 #include "ckpt/ckpt.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: ckpt-prune --keep-last N [--keep-every K] [--grace TIME]\n"
 	"                  [--lock FILE] [--metrics FILE] [-nqv] DIR\n"
 	"       ckpt-prune -h | --help | --version\n"
@@ -19,55 +18,71 @@ static const char usage[] =
 	"Remove old checkpoints (step-NNNNNNNN directories) from the checkpoint\n"
 	"root DIR. The newest committed checkpoint and the one 'latest' points to\n"
 	"are never removed.\n"
-	"\n"
-	"  --keep-last N   keep the N newest committed checkpoints (N >= 1)\n"
-	"  --keep-every K  also keep committed checkpoints whose step is a multiple of K\n"
-	"  --grace TIME    leave a checkpoint without COMMIT alone until nothing in it\n"
-	"                  has changed for TIME: seconds, or a number with s, m, h\n"
-	"                  or d (default 1h); after that it is removed as abandoned\n"
-	"  --lock FILE     lock FILE instead of DIR/.ckpt-prune.lock (for file\n"
-	"                  systems without flock, such as Lustre without -o flock)\n"
-	"  --metrics FILE  write what the run did in Prometheus' text format\n"
-	"                  (atomically, for node_exporter's textfile collector)\n"
-	"  -n, --dry-run   print what would be removed and change nothing\n"
-	"  -q, --quiet     log nothing but errors\n"
-	"  -v, --verbose   also log what is kept and why\n"
-	"  -h, --help      print this help\n"
-	"      --version   print the version\n";
+	"\n";
 
-enum { OPT_KEEP_LAST = GK_OPT_FIRST_TOOL, OPT_KEEP_EVERY, OPT_GRACE, OPT_LOCK, OPT_METRICS };
+/* the options every tool has (GK_CLI_LONGOPTS), after the table's */
+static const char common[] =
+	"  -q, --quiet           log nothing but errors\n"
+	"  -v, --verbose         also log what is kept and why\n"
+	"  -h, --help            print this help\n"
+	"  --version             print the version\n";
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	{"keep-last", required_argument, NULL, OPT_KEEP_LAST},
-	{"keep-every", required_argument, NULL, OPT_KEEP_EVERY},
-	{"grace", required_argument, NULL, OPT_GRACE},
-	{"lock", required_argument, NULL, OPT_LOCK},
-	{"metrics", required_argument, NULL, OPT_METRICS},
-	{"dry-run", no_argument, NULL, 'n'},
-	{NULL, 0, NULL, 0},
-};
+/* What the command line asks for. */
+typedef struct args {
+	gk_ckpt_prune_opts o;
+	const char *metrics;
+} args;
 
 #define MAX_GRACE 3153600000ull /* 36500 days */
 
-/* Seconds, or a number with s, m, h or d. */
-static uint64_t grace_arg(const gk_cli *cli, const char *s)
+/* --grace: seconds, or a number with s, m, h or d. */
+static int grace_arg(const char *opt, const char *s, void *field, gk_err *err)
 {
 	size_t n = strspn(s, "0123456789");
 	const char *unit = strchr("smhd", s[n]);
 	uint64_t mult = 1, v = 0;
 	if (n == 0 || (s[n] && (!unit || s[n + 1])))
-		gk_cli_usage_error(cli, "--grace '%s': not a duration (seconds, or a number with s, m, h or d)", s);
+		return gk_errf(err, "%s '%s': not a duration (seconds, or a number with s, m, h or d)",
+			       opt, s);
 	if (s[n])
 		mult = s[n] == 'd' ? 86400 : s[n] == 'h' ? 3600 : s[n] == 'm' ? 60 : 1;
 	for (size_t i = 0; i < n; i++)
 		if (gk_mul_overflow(v, 10, &v) || gk_add_overflow(v, (uint64_t)(s[i] - '0'), &v) ||
 		    v > MAX_GRACE)
-			gk_cli_usage_error(cli, "--grace '%s': out of range [0, 36500d]", s);
+			return gk_errf(err, "%s '%s': out of range [0, 36500d]", opt, s);
 	if (v * mult > MAX_GRACE)
-		gk_cli_usage_error(cli, "--grace '%s': out of range [0, 36500d]", s);
-	return v * mult;
+		return gk_errf(err, "%s '%s': out of range [0, 36500d]", opt, s);
+	v *= mult;
+	memcpy(field, &v, sizeof(v));
+	return 0;
 }
+
+/*
+ * ckpt-prune's options, stated once: getopt's list, the summary of --help
+ * and the parser of every argument. ckpt-prune(1) documents each row
+ * (t3100 checks both ways).
+ */
+static const gk_optdef options[] = {
+	{.kind = GK_OPTK_INT, .name = "keep-last", .arg = "N", GK_OPTF(args, o.keep_last),
+	 .imin = 1, .imax = 1000000000, .help = "keep the N newest committed checkpoints (N >= 1)"},
+	{.kind = GK_OPTK_INT, .name = "keep-every", .arg = "K", GK_OPTF(args, o.keep_every),
+	 .imin = 1, .imax = 1000000000,
+	 .help = "also keep committed checkpoints whose step is a multiple of K"},
+	{.kind = GK_OPTK_CUSTOM, .name = "grace", .arg = "TIME", GK_OPTF(args, o.grace),
+	 .custom = grace_arg, .def = "1h",
+	 .help = "leave a checkpoint without COMMIT alone until nothing in it\n"
+		 "has changed for TIME: seconds, or a number with s, m, h\n"
+		 "or d; after that it is removed as abandoned"},
+	{.kind = GK_OPTK_STR, .name = "lock", .arg = "FILE", GK_OPTF(args, o.lock), .set = 1,
+	 .help = "lock FILE instead of DIR/.ckpt-prune.lock (for file\n"
+		 "systems without flock, such as Lustre without -o flock)"},
+	{.kind = GK_OPTK_STR, .name = "metrics", .arg = "FILE", GK_OPTF(args, metrics), .set = 1,
+	 .help = "write what the run did in Prometheus' text format\n"
+		 "(atomically, for node_exporter's textfile collector)"},
+	{.kind = GK_OPTK_FLAG, .name = "dry-run", .short_name = 'n', GK_OPTF(args, o.dry_run),
+	 .set = 1, .help = "print what would be removed and change nothing"},
+	{.kind = GK_OPTK_END},
+};
 
 /* 1048576 KiB -> "1.0 GiB": a tenth, as a log line needs. */
 static char *human(uint64_t kib, char *buf, size_t len)
@@ -156,37 +171,15 @@ int main(int argc, char **argv)
 {
 	gk_cli cli;
 	gk_err err = {0};
-	gk_ckpt_prune_opts o = {0, 0, 3600, 0, NULL};
+	args a = {0};
 	gk_ckpt_prune_stats st = {0};
-	const char *metrics = NULL;
 	char size[32];
-	int opt;
 
-	gk_cli_init(&cli, "ckpt-prune", usage);
-	while ((opt = getopt_long(argc, argv, "nqvh", longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, opt))
-			continue;
-		switch (opt) {
-		case OPT_KEEP_LAST:
-			o.keep_last = (uint64_t)gk_cli_i64(&cli, "--keep-last", optarg, 1, 1000000000);
-			break;
-		case OPT_KEEP_EVERY:
-			o.keep_every = (uint64_t)gk_cli_i64(&cli, "--keep-every", optarg, 1, 1000000000);
-			break;
-		case OPT_GRACE: o.grace = grace_arg(&cli, optarg); break;
-		case OPT_LOCK:
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "--lock '': an empty file name");
-			o.lock = optarg;
-			break;
-		case OPT_METRICS:
-			if (!*optarg)
-				gk_cli_usage_error(&cli, "--metrics '': an empty file name");
-			metrics = optarg;
-			break;
-		case 'n': o.dry_run = 1; break;
-		}
-	}
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "ckpt-prune", usage ? usage : synopsis);
+	int optind = gk_optable_parse(&cli, options, 0, &a, argc, argv, NULL);
+	gk_ckpt_prune_opts o = a.o;
+	const char *metrics = a.metrics;
 	if (optind >= argc)
 		gk_cli_usage_error(&cli, "missing the checkpoint directory");
 	if (argc - optind > 1)

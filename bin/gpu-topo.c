@@ -3,7 +3,6 @@
  * to put the ranks of a job.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,55 +10,65 @@
 #include "core/core.h"
 #include "topo/topo.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: gpu-topo [-qv] [-i file.xml] [-m | --json | --pairs]\n"
 	"       gpu-topo topo -m     (nvidia-smi's spelling of the matrix)\n"
 	"       gpu-topo [-i file.xml] --binding [-n ranks] [--rank r] [--env | --numactl]\n"
 	"       gpu-topo [-i file.xml] --rankfile [--hosts host,...] [-n ranks]\n"
 	"       gpu-topo [-i file.xml] --explain dev1 dev2\n"
 	"       gpu-topo --health [--metrics FILE]\n"
-	"\n"
-	"  -i, --input FILE        an hwloc XML topology (lstopo --of xml) instead of this machine\n"
-	"  -m, --matrix            the link matrix of nvidia-smi topo -m (the default)\n"
-	"      --json              devices, pairs, NUMA nodes and warnings as JSON\n"
-	"      --pairs             one TSV line per device pair\n"
-	"      --binding           GPU, NIC, NUMA node and cores for each local rank (TSV)\n"
-	"  -n, --ranks-per-node N  ranks on each node (default: one per GPU)\n"
-	"      --rank R            only local rank R\n"
-	"      --env               the binding as environment assignments\n"
-	"      --numactl           the binding as numactl prefixes\n"
-	"      --rankfile          an Open MPI rankfile for --hosts (default: the Slurm\n"
-	"                          allocation's SLURM_JOB_NODELIST, else this host)\n"
-	"      --hosts LIST        host names, comma-separated; node{01..04} and\n"
-	"                          Slurm's node[01-04,07] expand\n"
-	"      --explain A B       the PCIe path between two devices (GPU0, NIC1, bus id, mlx5_0)\n"
-	"      --health            read every GPU's health from NVML; exit 1 if one is unhealthy\n"
-	"      --metrics FILE      with --health: write it for node_exporter's textfile collector\n"
-	"  -q, --quiet             no warnings\n"
-	"  -v, --verbose           also the NUMA nodes and allowed CPUs\n"
-	"  -h, --help              this help\n"
-	"      --version           the version\n";
+	"\n";
 
-enum { OPT_PAIRS = GK_OPT_FIRST_TOOL, OPT_BINDING, OPT_RANK, OPT_ENV, OPT_NUMACTL,
-       OPT_RANKFILE, OPT_HOSTS, OPT_EXPLAIN, OPT_HEALTH, OPT_METRICS };
+/* the options every tool has (GK_CLI_LONGOPTS), after the table's */
+static const char common[] =
+	"  --json                devices, pairs, NUMA nodes and warnings as JSON\n"
+	"  -q, --quiet           no warnings\n"
+	"  -v, --verbose         also the NUMA nodes and allowed CPUs\n"
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	GK_CLI_LONGOPT_JSON,
-	{"input", required_argument, NULL, 'i'},
-	{"matrix", no_argument, NULL, 'm'},
-	{"pairs", no_argument, NULL, OPT_PAIRS},
-	{"binding", no_argument, NULL, OPT_BINDING},
-	{"ranks-per-node", required_argument, NULL, 'n'},
-	{"rank", required_argument, NULL, OPT_RANK},
-	{"env", no_argument, NULL, OPT_ENV},
-	{"numactl", no_argument, NULL, OPT_NUMACTL},
-	{"rankfile", no_argument, NULL, OPT_RANKFILE},
-	{"hosts", required_argument, NULL, OPT_HOSTS},
-	{"explain", required_argument, NULL, OPT_EXPLAIN},
-	{"health", no_argument, NULL, OPT_HEALTH},
-	{"metrics", required_argument, NULL, OPT_METRICS},
-	{NULL, 0, NULL, 0},
+/* What the command line asks for. */
+typedef struct args {
+	const char *input, *hosts, *explain, *metrics;
+	int matrix, pairs, binding, rankfile, health, fmt, ranks, rank;
+} args;
+
+#define FLAG(nm, sh, f, v, h) \
+	{.kind = GK_OPTK_FLAG, .name = nm, .short_name = sh, GK_OPTF(args, f), .set = v, .help = h}
+#define STR(nm, sh, a, f, h) \
+	{.kind = GK_OPTK_STR, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), .set = 1, \
+	 .help = h}
+#define INT(nm, sh, a, f, lo, hi, h) \
+	{.kind = GK_OPTK_INT, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), .imin = lo, \
+	 .imax = hi, .help = h}
+
+/*
+ * gpu-topo's options, stated once: getopt's list, the summary of --help
+ * and the parser of every argument. gpu-topo(1) documents each row (t5000
+ * checks both ways).
+ */
+static const gk_optdef options[] = {
+	STR("input", 'i', "FILE", input,
+	    "an hwloc XML topology (lstopo --of xml) instead of this machine"),
+	FLAG("matrix", 'm', matrix, 1, "the link matrix of nvidia-smi topo -m (the default)"),
+	FLAG("pairs", 0, pairs, 1, "one TSV line per device pair"),
+	FLAG("binding", 0, binding, 1, "GPU, NIC, NUMA node and cores for each local rank (TSV)"),
+	INT("ranks-per-node", 'n', "N", ranks, 1, 4096, "ranks on each node (default: one per GPU)"),
+	INT("rank", 0, "R", rank, 0, 4095, "only local rank R"),
+	FLAG("env", 0, fmt, GK_BIND_ENV, "the binding as environment assignments"),
+	FLAG("numactl", 0, fmt, GK_BIND_NUMACTL, "the binding as numactl prefixes"),
+	FLAG("rankfile", 0, rankfile, 1,
+	     "an Open MPI rankfile for --hosts (default: the Slurm\n"
+	     "allocation's SLURM_JOB_NODELIST, else this host)"),
+	STR("hosts", 0, "LIST", hosts,
+	    "host names, comma-separated; node{01..04} and\n"
+	    "Slurm's node[01-04,07] expand"),
+	STR("explain", 0, "A B", explain,
+	    "the PCIe path between two devices (GPU0, NIC1, bus id, mlx5_0)"),
+	FLAG("health", 0, health, 1, "read every GPU's health from NVML; exit 1 if one is unhealthy"),
+	STR("metrics", 0, "FILE", metrics,
+	    "with --health: write it for node_exporter's textfile collector"),
+	{.kind = GK_OPTK_END},
 };
 
 /*
@@ -117,32 +126,14 @@ int main(int argc, char **argv)
 {
 	gk_cli cli;
 	gk_err err;
-	const char *input = NULL, *hosts = NULL, *explain = NULL, *metrics = NULL;
-	int matrix = 0, pairs = 0, binding = 0, rankfile = 0, fmt = GK_BIND_TSV, ranks = 0, rank = -1;
-	int check = 0;
+	args o = {.fmt = GK_BIND_TSV, .rank = -1};
 
-	gk_cli_init(&cli, "gpu-topo", usage);
-	int opt;
-	while ((opt = getopt_long(argc, argv, "hqvi:mn:", longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, opt))
-			continue;
-		switch (opt) {
-		case 'i': input = optarg; break;
-		case 'm': matrix = 1; break;
-		case 'n': ranks = (int)gk_cli_i64(&cli, "--ranks-per-node", optarg, 1, 4096); break;
-		case OPT_PAIRS: pairs = 1; break;
-		case OPT_BINDING: binding = 1; break;
-		case OPT_RANK: rank = (int)gk_cli_i64(&cli, "--rank", optarg, 0, 4095); break;
-		case OPT_ENV: fmt = GK_BIND_ENV; break;
-		case OPT_NUMACTL: fmt = GK_BIND_NUMACTL; break;
-		case OPT_RANKFILE: rankfile = 1; break;
-		case OPT_HOSTS: hosts = optarg; break;
-		case OPT_EXPLAIN: explain = optarg; break;
-		case OPT_HEALTH: check = 1; break;
-		case OPT_METRICS: metrics = optarg; break;
-		default: gk_cli_usage_error(&cli, "unexpected option");
-		}
-	}
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "gpu-topo", usage ? usage : synopsis);
+	int optind = gk_optable_parse(&cli, options, 0, &o, argc, argv, NULL);
+	const char *input = o.input, *hosts = o.hosts, *explain = o.explain, *metrics = o.metrics;
+	int matrix = o.matrix, pairs = o.pairs, binding = o.binding, rankfile = o.rankfile;
+	int fmt = o.fmt, ranks = o.ranks, rank = o.rank, check = o.health;
 	/* "gpu-topo topo -m": nvidia-smi's subcommand word, for the matrix alone */
 	if (!explain && optind < argc && strcmp(argv[optind], "topo") == 0) {
 		if (cli.json || pairs || binding || rankfile || check)

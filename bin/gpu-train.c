@@ -24,7 +24,8 @@ static const char synopsis[] =
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
 	"       gpu-train --sample N [--prompt TEXT] {--init-from CKPT | --ckpt-dir DIR --resume}\n"
-	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n";
+	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n"
+	"       gpu-train --trace-report DIR\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
 static const char common[] =
@@ -37,7 +38,7 @@ static const char common[] =
 /* What the command line asks for: the trainer's options and the tool's. */
 typedef struct args {
 	gk_nn_train_opts o;
-	const char *config, *metrics, *prompt;
+	const char *config, *metrics, *prompt, *trace_report;
 	int64_t dump, sample, top_k;
 	double temperature;
 	gk_comm_setting agree[96]; /* the table's rows with .agree, for the trainer */
@@ -208,7 +209,8 @@ static const gk_optdef options[] = {
 	FLAG("skip-nonfinite", o.skip_nonfinite, 1, NOTE,
 	     "skip steps whose loss or gradient is NaN/Inf"),
 	SECTION("parallel"),
-	INT("zero", "0|1", o.zero, 0, 1, NOTE, "0", "1: shard the optimizer state over the ranks"),
+	INT("zero", "0|1|2", o.zero, 0, 2, NOTE, "0",
+	    "1: shard the optimizer state over the ranks; 2: and the gradients"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
 	     NOTE, "none", "none, bf16, f16 or int8 gradients on the wire"),
 	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
@@ -222,6 +224,11 @@ static const gk_optdef options[] = {
 	     "more than one rank), nccl or mpi (through host memory)"),
 	CUSTOM("timeout", "SECONDS", o.timeout, parse_timeout, AGREE,
 	       "fail a collective with no progress for this long, 0 off (default 600)"),
+	STR("trace-dir", "DIR", o.trace_dir, 1, LOCAL,
+	    "dump each rank's last collectives here on a hang, a failure\n"
+	    "or SIGUSR2 (see HANGS in gpu-train(1))"),
+	STR("trace-report", "DIR", trace_report, 1, LOCAL,
+	    "read the dumps in DIR, say which rank and collective hang, exit"),
 	SECTION("checkpoints"),
 	STR("ckpt-dir", "DIR", o.ckpt_dir, 1, AGREE, "where step directories go"),
 	INT("ckpt-every", "N", o.ckpt_every, 1, I64MAX, AGREE, NULL,
@@ -263,6 +270,14 @@ static volatile sig_atomic_t stop_flag, stop_seen, nothing_to_save, first_sig;
  * to the other ranks, once one has exited, changes nothing and says nothing */
 static volatile sig_atomic_t failing;
 static volatile sig_atomic_t quiet_rank = 0; /* not rank 0: rank 0 says it for the job */
+static volatile sig_atomic_t tracing; /* --trace-dir: a signal dumps the flight recorder */
+
+/* SIGUSR2: dump the flight recorder and go on (the dump is async-signal-safe). */
+static void on_usr2(int sig)
+{
+	(void)sig;
+	gk_comm_trace_dump_all("SIGUSR2");
+}
 
 /*
  * How long a step may take, after SIGTERM or SIGINT, to reach the
@@ -295,6 +310,9 @@ static void on_signal(int sig)
 {
 	if (failing)
 		return;
+	/* a launcher's SIGTERM, once another rank died, may be all this rank gets */
+	if (tracing && (sig == SIGTERM || sig == SIGINT))
+		gk_comm_trace_dump_all(sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	if (sig == SIGALRM) {
 		/* the trainer is stopping (its checkpoint may take long), or done */
 		if (stop_seen || !first_sig || nothing_to_save)
@@ -641,6 +659,14 @@ static void parse_args(int argc, char **argv, args *a)
 	optind = gk_optable_parse(&cli, options, 0, a, argc, argv, a->arg);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+	if (a->trace_report) {
+		/* it reads dumps: nothing trains, and no other option means anything */
+		for (size_t i = 0; options[i].kind != GK_OPTK_END; i++)
+			if (a->arg[i] && strcmp(options[i].name, "trace-report") != 0)
+				gk_cli_usage_error(&cli, "--trace-report reads the dumps of a run: "
+						   "not with --%s", options[i].name);
+		return;
+	}
 	const char *eval_src = a->o.val_data ? a->o.val_data : a->o.data;
 	int steps_given = 0;
 	for (size_t i = 0; options[i].kind != GK_OPTK_END; i++)
@@ -686,6 +712,12 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
+	if (a->o.zero == 2 && a->o.compress != GK_COMM_COMPRESS_NONE)
+		gk_cli_usage_error(&cli, "--zero 2 does not compress its gradient buckets: --zero 1 "
+				   "with --compress, or --zero 2 without it");
+	if (a->o.zero == 2 && a->o.device == GK_NN_CUDA)
+		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
+				   "only: on a GPU use --zero 1");
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");
@@ -753,6 +785,14 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGALRM, &sa, NULL);
+	if (o->trace_dir) {
+		if (gk_comm_trace_dir_check(o->trace_dir, err) < 0)
+			return gk_err_prefix(err, "--trace-dir");
+		struct sigaction su = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
+		sigemptyset(&su.sa_mask);
+		sigaction(SIGUSR2, &su, NULL);
+		tracing = 1;
+	}
 	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
 	o->stop_seen = &stop_seen;
@@ -849,6 +889,8 @@ static void print_start(gk_nn_trainer *t)
 			/* the flat buffer, with the padded vocabulary rows */
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			json_object_set_new(j, "threads", json_integer(r->threads));
+			if (gk_nn_trainer_device_desc(t))
+				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
@@ -867,6 +909,8 @@ static void print_start(gk_nn_trainer *t)
 			       gk_nn_trainer_world(t) > 1 ? " each" : "",
 			       gk_nn_trainer_world(t) == 1 ? "" :
 			       r->overlap ? "; allreduce during backward" : "; allreduce after backward");
+			if (gk_nn_trainer_device_desc(t))
+				printf("%s: %s\n", device, gk_nn_trainer_device_desc(t));
 			print_mem(mem, NULL);
 			if (from && r->resume && gk_nn_trainer_step(t) > 0)
 				printf("resumed from step %" PRId64 " of %s\n", gk_nn_trainer_step(t),
@@ -1090,6 +1134,14 @@ int main(int argc, char **argv)
 	char *usage = gk_optable_usage(options, synopsis, common);
 	gk_cli_init(&cli, "gpu-train", usage ? usage : synopsis);
 	parse_args(argc, argv, &a);
+	if (a.trace_report) {
+		char *text;
+		if (gk_comm_trace_report(a.trace_report, &text, &err) < 0)
+			return gk_cli_fail(&cli, &err);
+		fputs(text, stdout);
+		free(text);
+		return gk_cli_finish(&cli, 0);
+	}
 	/* the trainer makes a failure here the whole job's */
 	gk_err early = {0};
 	int r = gk_nn_train_resolve(&a.o, a.config, &early);

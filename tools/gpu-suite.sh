@@ -41,6 +41,10 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >"$out/gpus" 2>&1;
 	exit 1
 fi
 sed 's/^/# /' "$out/gpus"
+# the versions a result depends on: the driver (and the CUDA it supports),
+# the toolkit built with, the NCCL headers and the library found at run time
+nvidia-smi | sed -n 's/.*\(Driver Version: *[0-9.]*\).*\(CUDA Version: *[0-9.]*\).*/# \1, \2/p'
+"${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version 2>/dev/null | sed -n 's/^Cuda compilation tools, /# nvcc: /p'
 
 step "build (CUDA=1)"
 if make -j"$(nproc)" CUDA=1 all >"$out/build.log" 2>&1 &&

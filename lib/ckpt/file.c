@@ -48,15 +48,25 @@ int ck_read_regular(const char *path, size_t max, char **out, size_t *len,
 	return ck_read_regular_at(AT_FDCWD, path, path, max, out, len, err);
 }
 
-int ck_mkdtemp(char *tmpl, gk_err *err)
+int ck_mkdtemp(char *tmpl, int *slot, gk_err *err)
 {
-	if (!mkdtemp(tmpl))
-		return gk_err_sys(err, errno, "create directory '%s'", tmpl);
+	gk_cleanup_hold();
+	char *made = mkdtemp(tmpl);
+	int e = errno;
+	if (made && slot)
+		*slot = gk_cleanup_on_signal(tmpl);
+	gk_cleanup_release();
+	if (!made)
+		return gk_err_sys(err, e, "create directory '%s'", tmpl);
 	mode_t mask = umask(0);
 	umask(mask);
 	if (chmod(tmpl, 0777 & ~mask) < 0) {
-		int e = errno;
+		e = errno;
 		rmdir(tmpl);
+		if (slot) {
+			gk_cleanup_forget(*slot);
+			*slot = -1;
+		}
 		return gk_err_sys(err, e, "chmod '%s'", tmpl);
 	}
 	return 0;

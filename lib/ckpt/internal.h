@@ -22,9 +22,11 @@ int ck_read_regular_at(int dfd, const char *name, const char *path, size_t max,
 
 /*
  * mkdtemp(3) makes the directory 0700; a staging directory renamed into
- * place must end up as mkdir(2) would have made it: 0777 & ~umask.
+ * place must end up as mkdir(2) would have made it: 0777 & ~umask. With
+ * slot, the directory is registered for removal on a signal as it is made
+ * (gk_cleanup_on_signal's handle, for gk_cleanup_forget).
  */
-int ck_mkdtemp(char *tmpl, gk_err *err);
+int ck_mkdtemp(char *tmpl, int *slot, gk_err *err);
 
 /*
  * A step directory's name, spelled as the writer spells it: "step-%08llu"

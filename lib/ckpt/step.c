@@ -50,7 +50,7 @@ int gk_ckpt_stage_begin(gk_ckpt_stage **out, const char *root, uint64_t step,
 	if (snprintf(path, sizeof(path), "%s/." GK_CKPT_STEP_FMT ".tmp-XXXXXX", root,
 		     step) >= (int)sizeof(path))
 		return gk_errf(err, "checkpoint '%s': path too long", root);
-	if (ck_mkdtemp(path, err))
+	if (ck_mkdtemp(path, NULL, err))
 		return -1;
 	return stage_new(out, root, step, strrchr(path, '/') + 1, 1, err);
 }

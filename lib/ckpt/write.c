@@ -318,40 +318,33 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		return gk_errf(err, "output '%s': path too long", dir);
 	if (dir_state(dir, err))
 		return -1;
-	if (ck_mkdtemp(stage, err))
-		return -1;
 	/*
-	 * Killed by a signal: the handler removes paths in slot order, so the
-	 * files are registered before the directory that holds them.
+	 * Registered for removal on a signal as it is made, and its files
+	 * before each is created: a SIGTERM at any moment leaves nothing.
 	 */
 	int *slots = malloc((p->n + 3) * sizeof(int));
-	if (!slots) {
-		rmdir(stage);
+	if (!slots)
 		return gk_err_sys(err, ENOMEM, "output '%s'", dir);
+	size_t nslots = 1;
+	if (ck_mkdtemp(stage, &slots[0], err)) {
+		free(slots);
+		return -1;
 	}
-	size_t nslots = 0;
 	for (size_t k = 0; k <= p->n + 1; k++) {
 		snprintf(path, sizeof(path), "%s/%s", stage,
 			 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
 		slots[nslots++] = gk_cleanup_on_signal(path);
 	}
-	slots[nslots++] = gk_cleanup_on_signal(stage);
 	int rc = 0;
 	uint64_t base = 0;
 	for (size_t k = 0; k < p->n && !rc; k++) {
 		snprintf(path, sizeof(path), "%s/%s", stage, p->f[k].name);
 		rc = write_one(s, p, k, path, o, &base, stage, err);
 	}
-	if (!rc && p->index) {
-		int extra = gk_cleanup_on_signal(stage);
+	if (!rc && p->index)
 		rc = gk_ckpt_index_write(s, p, stage, err);
-		gk_cleanup_forget(extra);
-	}
-	if (!rc && s->config) {
-		int extra = gk_cleanup_on_signal(stage);
+	if (!rc && s->config)
 		rc = write_config(s, stage, err);
-		gk_cleanup_forget(extra);
-	}
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/.", stage);
 		rc = gk_fsync_parent(path, err);

@@ -151,6 +151,13 @@ int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err)
 		if (rc < 0)
 			gk_comm_mpi_close(c);
 	}
+	if (rc == 0 && gk_comm_trace_open(c, err) < 0) {
+		if (b == GK_COMM_BACKEND_NCCL)
+			gk_comm_nccl_close(c);
+		if (c->mpi)
+			gk_comm_mpi_close(c);
+		rc = -1;
+	}
 	if (rc < 0) {
 		pthread_mutex_destroy(&c->mu);
 		pthread_cond_destroy(&c->cv);
@@ -172,6 +179,7 @@ void gk_comm_close(gk_comm *c)
 		pthread_mutex_unlock(&c->mu);
 		pthread_join(c->thread, NULL);
 	}
+	gk_comm_trace_close(c);
 	if (c->backend == GK_COMM_BACKEND_NCCL)
 		gk_comm_nccl_close(c);
 	if (c->mpi)
@@ -183,6 +191,8 @@ void gk_comm_close(gk_comm *c)
 
 void gk_comm_abort(gk_comm *c, int code)
 {
+	if (c && c->tr.dir)
+		gk_comm_trace_dump(c, "abort");
 	if (c && c->mpi && c->world > 1)
 		gk_comm_mpi_abort(c, code);
 }
@@ -303,7 +313,7 @@ static int self_run(gk_comm *c, const gk_comm_call *k)
 
 /* ---- running a call: directly, or through the progress thread ---- */
 
-static int run_now(gk_comm *c, const gk_comm_call *k, gk_err *err)
+static int run_backend(gk_comm *c, const gk_comm_call *k, gk_err *err)
 {
 	switch (c->backend) {
 	case GK_COMM_BACKEND_MPI:
@@ -320,6 +330,14 @@ static int run_now(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	default:
 		return self_run(c, k);
 	}
+}
+
+static int run_now(gk_comm *c, const gk_comm_call *k, gk_err *err)
+{
+	gk_comm_trace_start(c, k);
+	int st = run_backend(c, k, err);
+	gk_comm_trace_end(c, k->seq, st, err);
+	return st;
 }
 
 /*
@@ -371,19 +389,27 @@ static int enqueue(gk_comm *c, gk_comm_req *r, gk_err *err)
 	return 0;
 }
 
-static int start(gk_comm *c, const gk_comm_call *k, gk_comm_req **out,
-		 gk_err *err)
+/* Start a call already entered in the flight recorder. */
+static int start_entered(gk_comm *c, const gk_comm_call *k, gk_comm_req **out,
+			 gk_err *err)
 {
 	gk_comm_req *r = calloc(1, sizeof *r);
-	if (!r)
+	if (!r) {
+		gk_comm_trace_end(c, k->seq, -1, NULL);
 		return gk_errf(err, "comm: out of memory");
+	}
 	r->c = c;
 	r->call = *k;
+	r->call.queued = 1; /* when it runs there, its start is its own */
 	int queued = 0;
 	if (c->backend == GK_COMM_BACKEND_NCCL) {
+		gk_comm_trace_start(c, k);
 		r->status = gk_comm_nccl_run(c, k, &r->event, &r->err);
+		if (r->status < 0)
+			gk_comm_trace_end(c, k->seq, -1, &r->err);
 	} else if (c->backend == GK_COMM_BACKEND_MPI && c->thread_ok) {
 		if (enqueue(c, r, err) < 0) {
+			gk_comm_trace_end(c, k->seq, -1, err);
 			free(r);
 			return -1;
 		}
@@ -403,12 +429,29 @@ static int start(gk_comm *c, const gk_comm_call *k, gk_comm_req **out,
 	return 0;
 }
 
+static int start(gk_comm *c, gk_comm_call *k, gk_comm_req **out, gk_err *err)
+{
+	if (gk_comm_trace_enter(c, k) == GK_TR_FAULT_SKIP) {
+		/* the test hook: as if the caller had not called it */
+		gk_comm_req *r = calloc(1, sizeof *r);
+		if (!r)
+			return gk_errf(err, "comm: out of memory");
+		r->c = c;
+		r->done = 1;
+		*out = r;
+		return 0;
+	}
+	return start_entered(c, k, out, err);
+}
+
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err)
 {
 	gk_comm *c = r->c;
 	if (r->event) {
 		if (gk_comm_nccl_event_query(c, r->event, done, err) < 0)
 			return -1;
+		if (*done)
+			gk_comm_trace_end(c, r->call.seq, 0, NULL);
 		return 0;
 	}
 	pthread_mutex_lock(&c->mu);
@@ -423,6 +466,7 @@ int gk_comm_wait(gk_comm_req *r, gk_err *err)
 	int st;
 	if (r->event) {
 		st = r->status < 0 ? -1 : gk_comm_nccl_event_wait(c, r->event, &r->err);
+		gk_comm_trace_end(c, r->call.seq, st, &r->err);
 	} else {
 		pthread_mutex_lock(&c->mu);
 		while (!r->done)
@@ -437,12 +481,14 @@ int gk_comm_wait(gk_comm_req *r, gk_err *err)
 }
 
 /* A blocking call: queued behind outstanding ones when the thread runs. */
-static int run(gk_comm *c, const gk_comm_call *k, gk_err *err)
+static int run(gk_comm *c, gk_comm_call *k, gk_err *err)
 {
+	if (gk_comm_trace_enter(c, k) == GK_TR_FAULT_SKIP)
+		return 0; /* the test hook: as if the caller had not called it */
 	if (!c->thread_on)
 		return run_now(c, k, err);
 	gk_comm_req *r;
-	if (start(c, k, &r, err) < 0)
+	if (start_entered(c, k, &r, err) < 0)
 		return -1;
 	return gk_comm_wait(r, err);
 }
@@ -517,6 +563,26 @@ int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
 	return run(c, &k, err);
 }
 
+int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
+			     gk_comm_op op, gk_comm_req **req, gk_err *err)
+{
+	gk_comm_call k;
+	if (!displ)
+		return gk_errf(err, "reduce-scatter: no pieces");
+	for (int i = 0; i < c->world; i++)
+		if (displ[i + 1] < displ[i])
+			return gk_errf(err, "reduce-scatter: piece %d ends before it starts", i);
+	size_t esz = gk_comm_dt_size(dt);
+	fill(&k, GK_COMM_REDUCE_SCATTER, buf, (char *)buf + displ[c->rank] * (esz ? esz : 1),
+	     displ[c->rank + 1] - displ[c->rank], dt, op, NULL);
+	k.displ = displ;
+	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	if (displ[c->world] > (size_t)1 << 54)
+		return gk_errf(err, "reduce-scatter of %zu elements: too large", displ[c->world]);
+	return start(c, &k, req, err);
+}
+
 int gk_comm_allgather(gk_comm *c, const void *send, void *recv,
 		      size_t sendcount, gk_dtype dt, const gk_comm_callopts *o,
 		      gk_err *err)
@@ -549,16 +615,28 @@ int gk_comm_post(gk_comm *c, gk_comm_coll coll, const void *send, void *recv,
 	gk_comm_algo a = o && coll != GK_COMM_BROADCAST ? o->algo : GK_COMM_ALGO_AUTO;
 	if (check_call(c, &k, a, err) < 0)
 		return -1;
-	if (c->backend == GK_COMM_BACKEND_NCCL)
-		return gk_comm_nccl_run(c, &k, NULL, err);
-	return run(c, &k, err);
+	if (c->backend != GK_COMM_BACKEND_NCCL)
+		return run(c, &k, err);
+	if (gk_comm_trace_enter(c, &k) == GK_TR_FAULT_SKIP)
+		return 0;
+	gk_comm_trace_start(c, &k);
+	if (gk_comm_nccl_run(c, &k, NULL, err) < 0) {
+		gk_comm_trace_end(c, k.seq, -1, err);
+		return -1;
+	}
+	return 0;
 }
 
 int gk_comm_sync(gk_comm *c, gk_err *err)
 {
-	if (c->backend == GK_COMM_BACKEND_NCCL)
-		return gk_comm_nccl_sync(c, err);
-	return 0;
+	if (c->backend != GK_COMM_BACKEND_NCCL)
+		return 0;
+	int rc = gk_comm_nccl_sync(c, err);
+	if (rc == 0)
+		gk_comm_trace_end_all(c);
+	else
+		gk_comm_trace_end(c, atomic_load(&c->tr.running), -1, err);
+	return rc;
 }
 
 int gk_comm_barrier(gk_comm *c, gk_err *err)
@@ -572,14 +650,25 @@ int gk_comm_barrier(gk_comm *c, gk_err *err)
 int gk_comm_host_allreduce_f64(gk_comm *c, double *v, size_t n, gk_comm_op op,
 			       gk_err *err)
 {
+	const char *tag = c->tr.tag;
+	c->tr.tag = NULL; /* the tag was for this call, whatever it does */
 	if (!c->mpi)
 		return 0;
+	int64_t index = c->tr.index;
 	if (c->thread_on) {
 		/* Drain the queue first: MPI here is serialized, not concurrent. */
 		if (gk_comm_barrier(c, err) < 0)
 			return -1;
 	}
-	return gk_comm_mpi_host_allreduce_f64(c, v, n, op, err);
+	gk_comm_call k;
+	fill(&k, GK_COMM_ALLREDUCE, v, v, n, GK_DT_F64, op, NULL);
+	gk_comm_trace_tag(c, tag, index); /* the caller's, not the barrier's */
+	if (gk_comm_trace_enter(c, &k) == GK_TR_FAULT_SKIP)
+		return 0;
+	gk_comm_trace_start(c, &k);
+	int rc = gk_comm_mpi_host_allreduce_f64(c, v, n, op, err);
+	gk_comm_trace_end(c, k.seq, rc, err);
+	return rc;
 }
 
 /* ---- memory ---- */
@@ -642,8 +731,10 @@ int gk_comm_agree(gk_comm *c, const gk_comm_setting *s, size_t n,
 		lo[2 * i + 1] = hi[2 * i + 1] = (double)(s[i].v & UINT32_MAX);
 	}
 	int rc = 0;
+	gk_comm_trace_tag(c, "agree", -1);
 	if (gk_comm_host_allreduce_f64(c, lo, 2 * n, GK_COMM_MIN, err) < 0 ||
-	    gk_comm_host_allreduce_f64(c, hi, 2 * n, GK_COMM_MAX, err) < 0) {
+	    (gk_comm_trace_tag(c, "agree", -1),
+	     gk_comm_host_allreduce_f64(c, hi, 2 * n, GK_COMM_MAX, err) < 0)) {
 		rc = -1;
 	} else {
 		char which[256] = "";

@@ -152,6 +152,16 @@ typedef enum gk_comm_coll {
 	GK_COMM_COLL_COUNT
 } gk_comm_coll;
 
+/*
+ * The NCCL gpukit was built with (nccl.h's NCCL_VERSION_CODE, 22703 =
+ * 2.27.3) and the libnccl.so.2 this process would load (ncclGetVersion);
+ * each 0 when unknown. Returns -1 when either is unknown (built without
+ * NCCL, no library). The backend needs 2.14 or later, and a library older
+ * than the headers may lack what they describe: tools say both, as
+ * nccl-tests does ("nccl-headers=22703 nccl-library=22703").
+ */
+int gk_comm_nccl_versions(int *headers, int *library);
+
 /* Names as the command line spells them; parsers return -1 when unknown. */
 const char *gk_comm_op_name(gk_comm_op op);        /* "sum" ... "avg" */
 const char *gk_comm_backend_name(gk_comm_backend b); /* "self" "mpi" "nccl" */
@@ -180,6 +190,10 @@ typedef struct gk_comm_config {
 			     * "OP: no progress for N s: rank R (on HOST)
 			     * does not answer (...)" and the caller ends
 			     * the job with gk_comm_abort */
+	size_t trace_size;  /* the flight recorder's ring: the last this many
+			     * operations (0: GK_COMM_TRACE_DEFAULT) */
+	const char *trace_dir; /* where the recorder is dumped (copied at
+				* open); NULL: never dumped */
 } gk_comm_config;
 
 /* PyTorch's default timeout for NCCL process groups, in seconds. */
@@ -304,6 +318,21 @@ int gk_comm_iallreduce(gk_comm *c, const void *send, void *recv, size_t count,
 int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
 		    gk_dtype dt, gk_comm_op op, int root, const gk_comm_callopts *o,
 		    gk_comm_req **req, gk_err *err);
+/*
+ * Non-blocking reduce-scatter of unequal pieces, in place (MPI's
+ * MPI_Reduce_scatter with its recvcounts): buf holds displ[world]
+ * elements, rank q's piece [displ[q], displ[q + 1]); when the request
+ * completes, this rank's piece holds op over every rank's piece (AVG
+ * divides once), and the other pieces are left undefined. One collective
+ * for a range whose owners hold unequal parts of it (ZeRO-2's gradient
+ * buckets), instead of one reduce per owner. displ (world + 1 offsets,
+ * non-decreasing) and buf stay the caller's, untouched until the request
+ * completes. mpi: the ring, each piece one of its blocks (empty pieces
+ * send nothing); self: nothing to do; nccl: not available (NCCL's
+ * reduce-scatter takes equal counts), an error.
+ */
+int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
+			     gk_comm_op op, gk_comm_req **req, gk_err *err);
 /* *done = 1 when complete (the request stays valid until waited on). */
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 /* Wait for completion and free the request; returns the operation's status. */
@@ -342,6 +371,31 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
  * allreduce does. Not with compression.
  */
 int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
+/*
+ * ZeRO-2 (set before the first step, on a host communicator): rank r
+ * owns [r * per, (r + 1) * per) of the gradients and keeps only that,
+ * in shard (per floats, its own buffer, not grad's). Each bucket, as
+ * backward completes it, is one reduce-scatter of unequal pieces
+ * (gk_comm_ireduce_scatterv, SUM) in place in grad; when it completes,
+ * this rank's piece is copied into the shard (the first micro-step of a
+ * step) or added to it (the others: accumulation sums into the shard),
+ * and done(lo, hi, ctx) is told that grad's [lo, hi) is no longer needed
+ * (the caller may release its memory, which must read as zeros after).
+ * Bucket boundaries are rounded to multiples of align elements (the
+ * caller's page, counted from grad, which must be aligned to one) so a
+ * bucket's range is whole pages. At most depth buckets are in flight
+ * (their gradients in memory); a new one first retires the oldest; depth
+ * 0 waits for each as soon as it starts (no overlap with backward). The
+ * finish of a step's last micro-step divides the shard by the world
+ * once (AVG; gk_comm_grads_micro says which micro-step runs). Not with
+ * compression.
+ */
+typedef void (*gk_comm_grads_done_fn)(size_t lo, size_t hi, void *ctx);
+int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
+			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err);
+/* ZeRO-2: the next micro-step is a step's first (the shard is copied
+ * into, not added to) and/or its last (finish divides by the world). */
+void gk_comm_grads_micro(gk_comm_grads *g, int first, int last);
 int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err);
 int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err);
 size_t gk_comm_grads_buckets(const gk_comm_grads *g);
@@ -391,6 +445,68 @@ int gk_comm_to_host(gk_comm *c, void *dst, const void *src, size_t bytes,
  * abs_sum is S_i (bf16, f16) or A_g (int8); n the world size.
  */
 double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum);
+
+/*
+ * The flight recorder. Every communicator keeps a ring of its last
+ * cfg.trace_size operations (collectives, barriers and the host
+ * reductions, in the order the caller started them): a sequence number
+ * per communicator (1, 2, ... the same on every rank when every rank
+ * calls the same collectives in the same order), the operation, its
+ * bytes per rank, dtype, reduction and root, the caller's tag ("bucket"
+ * 7) and step, the times it was called (enqueued), started and ended
+ * (CLOCK_MONOTONIC), its state (queued, started, done, failed) and, on
+ * mpi while in flight, the rank whose message it waits for. Recording
+ * costs a clock read and a dozen stores per operation, no lock and no
+ * allocation (measured in tests/unit/comm_trace.c).
+ *
+ * With cfg.trace_dir, the ring is dumped as JSON Lines (gpu-train(1),
+ * HANGS, "Dump format") to DIR/trace-cC-rRRRRR.jsonl (communicator C,
+ * rank R, five digits), through a temporary name and rename(2), so a
+ * reader sees a whole dump or the previous one: at the first failed
+ * operation (the watchdog's timeout is one), at gk_comm_abort, and when
+ * the program calls gk_comm_trace_dump. Communicators are numbered in
+ * the order a process opens them (0, 1, ...), the same on every rank.
+ */
+#define GK_COMM_TRACE_DEFAULT 2048
+
+/*
+ * Tag the next operation started on c (it applies to that one only):
+ * tag is a name of static storage ("bucket"), index a number (-1: none).
+ * Cheap: two stores.
+ */
+void gk_comm_trace_tag(gk_comm *c, const char *tag, int64_t index);
+/* The caller's step, recorded with every later operation (-1: none). */
+void gk_comm_trace_step(gk_comm *c, int64_t step);
+/*
+ * Dump c's ring now (reason: a short word of static storage, "SIGUSR2").
+ * Async-signal-safe: it formats by hand into a stack buffer and uses
+ * only clock_gettime, open, write, rename and close, with no lock and no
+ * allocation, so a signal handler may call it. An operation written at
+ * the moment of the signal is left out rather than torn. Returns 0, or
+ * -1 (no trace_dir, a dump already running, or an I/O error; errno).
+ */
+int gk_comm_trace_dump(gk_comm *c, const char *reason);
+/* The same for every communicator open in the process; async-signal-safe. */
+void gk_comm_trace_dump_all(const char *reason);
+/*
+ * For a tool's --trace-dir, before anything can hang: dir is made if it
+ * does not exist (its parent must), and must be a directory this process
+ * can write. 0, or -1 with a message naming dir and why.
+ */
+int gk_comm_trace_dir_check(const char *dir, gk_err *err);
+
+/*
+ * Read every rank's dumps in dir and say what the hang is: the first
+ * operation some ranks called and others did not (a rank that skipped
+ * one, or called another), else the rank that never returned from one,
+ * or never entered the one the others wait in, and the ranks that left
+ * no dump. *text (malloc'ed, the caller frees it) is a few lines, the
+ * verdict first: "rank 3 (on b) is in allreduce #1842 (bucket 7, step
+ * 230, 4.00 MiB) since 312 s; ranks 0-2 wait in allreduce #1843 ...".
+ * Returns 0, or -1 with a message (no dumps, a dump that does not parse:
+ * named with its line).
+ */
+int gk_comm_trace_report(const char *dir, char **text, gk_err *err);
 
 /* ---- the benchmark harness (allreduce-bench), as nccl-tests' common.cu ---- */
 

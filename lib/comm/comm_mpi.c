@@ -18,6 +18,7 @@
 #include "comm/reduce.h"
 
 typedef struct mpi_state {
+	gk_comm *c; /* for the flight recorder */
 	MPI_Comm comm;
 	int owned; /* we called MPI_Init_thread */
 	MPI_Op op16[2][4]; /* [bf16, f16][sum prod max min] */
@@ -115,6 +116,7 @@ static void silent_ranks(mpi_state *st)
 		if (rq[p] == MPI_REQUEST_NULL)
 			continue;
 		k++;
+		gk_comm_trace_silent(st->c, p, st->hosts + (size_t)p * HOST_LEN);
 		w += (size_t)snprintf(st->silent + w, sizeof(st->silent) - w, "%s%s %d (on %s)",
 				      k == 1 ? "" : k == count ? " and" : ",",
 				      k == 1 ? (count > 1 ? "ranks" : "rank") : "", p,
@@ -291,6 +293,7 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 		MPI_Query_thread(&provided);
 	}
 	(void)need_thread;
+	st->c = c;
 	/* Without it, non-blocking calls run at wait time on the caller's thread. */
 	c->thread_ok = provided >= MPI_THREAD_SERIALIZED;
 	/* Our own communicator: our tags never meet the caller's messages. */
@@ -381,6 +384,8 @@ static int xchg(mpi_state *st, const void *sbuf, size_t sbytes, int to,
 		seg = MAX_MSG;
 	size_t ns = (sbytes + seg - 1) / seg, nr = (rbytes + seg - 1) / seg;
 	size_t n = ns > nr ? ns : nr;
+	/* the flight recorder: whose message this rank waits for now */
+	gk_comm_trace_peer(st->c, from != MPI_PROC_NULL ? from : to);
 	if (ns == 1 && nr == 1) {
 		/* One segment each way: the cheapest call, for small messages. */
 		MPI_Request q[2];
@@ -499,13 +504,17 @@ static size_t seg_bytes(const gk_comm *c, size_t esz)
  * Step s: send block r-s-1 (reduced s times so far), receive block r-s-2
  * from the left and fold it in as segments arrive.
  */
-static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
-		   gk_dtype dt, gk_comm_op op, int divide, gk_err *err)
+static int ring_rsv(gk_comm *c, const char *src, char *buf, size_t count,
+		    const size_t *displ, gk_dtype dt, gk_comm_op op, int divide, gk_err *err)
 {
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
-	size_t esz = gk_comm_dt_size(dt);
-	char *tmp = grow(&st->tmp, &st->tmp_cap, blen(count, n, 0) * esz + 1, err);
+	size_t esz = gk_comm_dt_size(dt), most = 0;
+#define BO(i) (displ ? displ[i] : boff(count, n, i))
+#define BL(i) (displ ? displ[(i) + 1] - displ[i] : blen(count, n, i))
+	for (int i = 0; i < n; i++)
+		most = BL(i) > most ? BL(i) : most;
+	char *tmp = grow(&st->tmp, &st->tmp_cap, most * esz + 1, err);
 	if (!tmp)
 		return -1;
 	for (int s = 0; s < n - 1; s++) {
@@ -515,14 +524,22 @@ static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
 		 * reduction reads src, so the input is never copied as a whole.
 		 */
 		const char *from = s == 0 ? src : buf;
-		red_ctx rc = {buf + boff(count, n, rb) * esz, src + boff(count, n, rb) * esz,
+		red_ctx rc = {buf + BO(rb) * esz, src + BO(rb) * esz,
 			      tmp, dt, op, esz, divide && s == n - 2 ? n : 0};
-		if (xchg(st, from + boff(count, n, sb) * esz, blen(count, n, sb) * esz,
-			 mod(r + 1, n), tmp, blen(count, n, rb) * esz, mod(r - 1, n),
+		if (xchg(st, from + BO(sb) * esz, BL(sb) * esz,
+			 mod(r + 1, n), tmp, BL(rb) * esz, mod(r - 1, n),
 			 seg_bytes(c, esz), TAG_RS, red_seg, &rc, err) < 0)
 			return -1;
 	}
+#undef BO
+#undef BL
 	return 0;
+}
+
+static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
+		   gk_dtype dt, gk_comm_op op, int divide, gk_err *err)
+{
+	return ring_rsv(c, src, buf, count, NULL, dt, op, divide, err);
 }
 
 /* Allgather in place: rank r starts with block r, ends with all. */
@@ -817,6 +834,19 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
 	size_t esz = gk_comm_dt_size(k->dt), bytes = k->count * esz;
+	if (k->displ) {
+		/*
+		 * Unequal pieces, in place (gk_comm_ireduce_scatterv): the ring
+		 * with the caller's blocks, whatever the algorithm (a piece of
+		 * zero elements costs no message, both ends knowing its length).
+		 */
+		if (ring_rsv(c, k->send, (char *)(uintptr_t)k->send, k->displ[n], k->displ,
+			     k->dt, k->op, 0, err) < 0)
+			return -1;
+		if (k->op == GK_COMM_AVG)
+			gk_comm_avg_cpu(k->recv, k->count, k->dt, n);
+		return 0;
+	}
 	if (k->algo == GK_COMM_ALGO_NATIVE) {
 		if (k->count > INT_MAX)
 			return gk_errf(err, "mpi: reduce-scatter of %zu elements per rank: more than MPI's int count",

@@ -108,6 +108,21 @@ static int load(nccl_api *a, gk_err *err)
 	return 0;
 }
 
+int gk_comm_nccl_versions(int *headers, int *library)
+{
+	*headers = NCCL_VERSION_CODE;
+	*library = 0;
+	void *so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	if (!so)
+		return -1;
+	__typeof__(&ncclGetVersion) get;
+	*(void **)&get = dlsym(so, "ncclGetVersion");
+	if (!get || get(library) != ncclSuccess)
+		*library = 0;
+	dlclose(so);
+	return *library ? 0 : -1;
+}
+
 int gk_comm_nccl_available(void)
 {
 	if (gk_cuda_probe(NULL, NULL) < 0)
@@ -535,6 +550,9 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 				      nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_REDUCE_SCATTER:
+		if (k->displ)
+			return gk_errf(err, "nccl: a reduce-scatter of unequal pieces is not "
+				       "available (NCCL's takes equal counts)");
 		if (k->compress != GK_COMM_COMPRESS_NONE) {
 			if (compressed_rs(c, st, k, err) < 0)
 				return -1;

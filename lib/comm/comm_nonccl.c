@@ -11,6 +11,11 @@ static int nonccl(gk_err *err)
 }
 
 int gk_comm_nccl_available(void) { return 0; }
+int gk_comm_nccl_versions(int *headers, int *library)
+{
+	*headers = *library = 0;
+	return -1;
+}
 int gk_comm_nccl_open(gk_comm *c, gk_err *err) { return nonccl(err); }
 void gk_comm_nccl_close(gk_comm *c) { (void)c; }
 int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,

@@ -13,12 +13,22 @@ struct gk_comm_grads {
 	gk_comm *c;
 	float *grad;
 	size_t n, nb;
+	size_t bucket;      /* elements of a bucket, as asked */
 	size_t *lo;         /* bucket b is [lo[b], lo[b-1]) counting from the end; lo[-1] = n */
 	gk_comm_req **req;  /* in flight: nreq of them */
 	size_t nreq;
 	size_t started;     /* buckets 0..started-1 are in flight */
 	float *dst;         /* ZeRO-1: owned averages go here (else in place) */
 	size_t per;         /* ... rank r owning [r * per, (r + 1) * per) */
+	/* ZeRO-2 (gk_comm_grads_partition): each bucket one reduce-scatter of
+	 * unequal pieces, its own piece summed into shard when it completes */
+	float *shard;
+	size_t *displ;      /* bucket b's pieces: displ + b * (world + 1) */
+	size_t retired;     /* buckets 0..retired-1 are summed and released */
+	size_t depth;       /* at most this many in flight; 0: each waited at once */
+	int add, divide;    /* this micro-step adds (else copies); finish divides */
+	gk_comm_grads_done_fn done;
+	void *done_ctx;
 	gk_comm_callopts o;
 	float *residual;    /* n floats when compressing */
 };
@@ -33,7 +43,7 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
 	gk_comm_grads *g = calloc(1, sizeof *g);
 	if (!g)
 		return gk_errf(err, "comm: out of memory");
-	g->c = c, g->grad = grad, g->n = n;
+	g->c = c, g->grad = grad, g->n = n, g->bucket = per;
 	g->nb = n ? (n + per - 1) / per : 0;
 	g->lo = calloc(g->nb + 1, sizeof *g->lo);
 	g->req = calloc(g->nb + 1, sizeof *g->req);
@@ -82,14 +92,109 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err)
 	return 0;
 }
 
+int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
+			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err)
+{
+	int world = gk_comm_world(g->c);
+	if (g->residual)
+		return gk_errf(err, "comm: partitioned gradient buckets do not compress");
+	if (!shard || per == 0 || per > SIZE_MAX / (size_t)world || per * (size_t)world < g->n)
+		return gk_errf(err, "comm: %d ranks of %zu gradients each cannot own %zu",
+			       world, per, g->n);
+	if (align == 0)
+		align = 1;
+	/*
+	 * Buckets again, each starting on a multiple of align elements (the
+	 * caller's pages), so that a bucket's range can be released whole
+	 * once its reduction is summed: of bucket_bytes rounded up to align.
+	 */
+	size_t bper = (g->bucket + align - 1) / align * align, nb = 0;
+	size_t *lo = realloc(g->lo, ((g->n + bper - 1) / bper + 2) * sizeof *lo);
+	if (!lo)
+		return gk_errf(err, "comm: out of memory for gradient buckets");
+	g->lo = lo;
+	for (size_t hi = g->n; hi > 0; nb++) {
+		size_t want = hi > bper ? hi - bper : 0;
+		hi = lo[nb] = want / align * align;
+	}
+	g->nb = nb;
+	free(g->displ);
+	gk_comm_req **req = realloc(g->req, (nb + 1) * sizeof *req);
+	g->displ = calloc(nb * ((size_t)world + 1) + 1, sizeof *g->displ);
+	if (req)
+		g->req = req;
+	if (!req || !g->displ)
+		return gk_errf(err, "comm: out of memory for %zu gradient buckets", nb);
+	for (size_t b = 0; b < nb; b++) {
+		size_t bhi = b ? lo[b - 1] : g->n, blo = lo[b];
+		size_t *d = g->displ + b * ((size_t)world + 1);
+		for (int q = 0; q <= world; q++) {
+			size_t at = (size_t)q * per;
+			d[q] = (at < blo ? blo : at > bhi ? bhi : at) - blo;
+		}
+	}
+	g->shard = shard, g->per = per, g->depth = depth;
+	g->done = done, g->done_ctx = ctx;
+	g->add = 0, g->divide = 1;
+	return 0;
+}
+
+void gk_comm_grads_micro(gk_comm_grads *g, int first, int last)
+{
+	g->add = !first;
+	g->divide = last;
+}
+
+/*
+ * ZeRO-2: bucket b's reduction has been started; wait for it, put this
+ * rank's piece into the shard (copied on a micro-step's first pass over
+ * the shard, added after), and hand the bucket's range back to the
+ * caller, whose gradients there are no longer needed.
+ */
+static int retire(gk_comm_grads *g, gk_err *err)
+{
+	size_t b = g->retired;
+	size_t hi = b ? g->lo[b - 1] : g->n, lo = g->lo[b];
+	int world = gk_comm_world(g->c), rank = gk_comm_rank(g->c);
+	const size_t *d = g->displ + b * ((size_t)world + 1);
+	int rc = gk_comm_wait(g->req[b], err);
+	g->req[b] = NULL;
+	g->retired++;
+	if (rc < 0)
+		return -1;
+	size_t a = lo + d[rank], e = lo + d[rank + 1];
+	if (e > a) {
+		float *dst = g->shard + (a - (size_t)rank * g->per);
+		const float *src = g->grad + a;
+		if (g->add)
+			for (size_t i = 0; i < e - a; i++)
+				dst[i] += src[i];
+		else
+			memcpy(dst, src, (e - a) * sizeof(float));
+	}
+	if (g->done)
+		g->done(lo, hi, g->done_ctx);
+	return 0;
+}
+
 static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 {
 	size_t hi = b ? g->lo[b - 1] : g->n, lo = g->lo[b];
+	if (g->shard) {
+		size_t depth = g->depth ? g->depth : 1;
+		while (g->started - g->retired >= depth)
+			if (retire(g, err) < 0)
+				return -1;
+		size_t *d = g->displ + b * ((size_t)gk_comm_world(g->c) + 1);
+		return gk_comm_ireduce_scatterv(g->c, g->grad + lo, d, GK_DT_F32, GK_COMM_SUM,
+						&g->req[b], err);
+	}
 	if (g->dst) {
 		/* one reduce to each rank owning part of [lo, hi) */
 		for (size_t r = lo / g->per; r * g->per < hi; r++) {
 			size_t a = r * g->per > lo ? r * g->per : lo;
 			size_t e = (r + 1) * g->per < hi ? (r + 1) * g->per : hi;
+			gk_comm_trace_tag(g->c, "bucket", (int64_t)b);
 			if (gk_comm_ireduce(g->c, g->grad + a, g->dst + a, e - a, GK_DT_F32,
 					    GK_COMM_AVG, (int)r, NULL, &g->req[g->nreq], err) < 0)
 				return -1;
@@ -100,6 +205,7 @@ static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 	gk_comm_callopts o = g->o;
 	if (g->residual)
 		o.residual = g->residual + lo;
+	gk_comm_trace_tag(g->c, "bucket", (int64_t)b);
 	return gk_comm_iallreduce(g->c, g->grad + lo, g->grad + lo, hi - lo, GK_DT_F32,
 				  GK_COMM_AVG, &o, &g->req[g->nreq++], err);
 }
@@ -110,12 +216,37 @@ int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err)
 		if (start_bucket(g, g->started, err) < 0)
 			return -1;
 		g->started++;
+		if (g->shard && g->depth == 0 && retire(g, err) < 0)
+			return -1;
 	}
 	return 0;
 }
 
+static int finish_partition(gk_comm_grads *g, gk_err *err)
+{
+	int rc = gk_comm_grads_ready(g, 0, err);
+	while (g->retired < g->started)
+		if (rc < 0) /* the communicator is broken: collect the rest */
+			(void)gk_comm_wait(g->req[g->retired++], NULL);
+		else if (retire(g, err) < 0)
+			rc = -1;
+	g->started = g->retired = 0;
+	if (rc == 0 && g->divide) {
+		/* AVG's division, once, on the sums of every micro-step */
+		int world = gk_comm_world(g->c);
+		size_t n = g->per;
+		if ((size_t)(gk_comm_rank(g->c) + 1) * g->per > g->n)
+			n = (size_t)gk_comm_rank(g->c) * g->per >= g->n ? 0
+				: g->n - (size_t)gk_comm_rank(g->c) * g->per;
+		gk_comm_avg_cpu(g->shard, n, GK_DT_F32, world);
+	}
+	return rc;
+}
+
 int gk_comm_grads_finish(gk_comm_grads *g, gk_err *err)
 {
+	if (g->shard)
+		return finish_partition(g, err);
 	int rc = gk_comm_grads_ready(g, 0, err);
 	for (size_t i = 0; i < g->nreq; i++)
 		if (gk_comm_wait(g->req[i], rc < 0 ? NULL : err) < 0)
@@ -133,6 +264,7 @@ void gk_comm_grads_free(gk_comm_grads *g)
 		return;
 	free(g->lo);
 	free(g->req);
+	free(g->displ);
 	if (g->residual)
 		gk_comm_free(g->c, g->residual);
 	free(g);

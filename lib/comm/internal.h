@@ -6,6 +6,9 @@
 #define GK_COMM_INTERNAL_H
 
 #include <pthread.h>
+#ifndef __cplusplus
+#include <stdatomic.h>
+#endif
 
 #include "comm/comm.h"
 
@@ -21,6 +24,11 @@ typedef struct gk_comm_call {
 	gk_comm_algo algo; /* resolved: never AUTO */
 	gk_comm_compress compress;
 	float *residual;
+	const size_t *displ; /* rs of unequal pieces: world + 1 offsets into send
+			      * (the caller's, valid until done); NULL: equal */
+	uint64_t seq; /* the flight recorder's number (0: not recorded) */
+	int fault;    /* GK_TEST_COMM_FAULT's action for this call */
+	int queued;   /* started by the progress thread, not when called */
 } gk_comm_call;
 
 struct gk_comm_req {
@@ -31,6 +39,53 @@ struct gk_comm_req {
 	void *event; /* nccl: the cudaEvent_t recorded after the call */
 	struct gk_comm_req *next;
 };
+
+/*
+ * The flight recorder (trace.c). One slot per operation, at seq % cap.
+ * The caller's thread fills a slot when the operation is called; the
+ * thread that runs it (the caller's, or the progress thread) sets the
+ * start, end, state and peer. The slot's seq is cleared first and stored
+ * last (release), so that a dump, which may interrupt the writer (a
+ * signal handler), reads seq, the fields, and seq again, and leaves out
+ * a slot whose two reads differ (a seqlock without the retry).
+ */
+enum { GK_TR_QUEUED = 1, GK_TR_STARTED, GK_TR_DONE, GK_TR_FAILED };
+#ifndef __cplusplus /* the .cu files (C++) use none of it; C11's atomics are C's */
+#define GK_TR_HOST_LEN 64
+
+typedef struct gk_comm_trace_rec {
+	_Atomic uint64_t seq; /* 0: empty or being written */
+	uint64_t bytes;       /* per rank: count times the element size */
+	const char *tag;      /* static storage, or NULL */
+	int64_t index, step;
+	int64_t t_enq, t_start, t_end; /* CLOCK_MONOTONIC ns, 0: not yet */
+	int32_t root, peer;
+	uint8_t coll, dt, op;
+	_Atomic uint8_t state;
+} gk_comm_trace_rec;
+
+typedef struct gk_comm_trace {
+	gk_comm_trace_rec *ring;
+	size_t cap;
+	uint64_t next;       /* the next operation's seq (the first is 1) */
+	_Atomic uint64_t running; /* the operation the backend runs now */
+	const char *tag;     /* for the next operation */
+	int64_t index, step;
+	int id;              /* the communicator's number in the process */
+	char *dir, *tmp;     /* the dump's path and temporary path; NULL: never dumped */
+	char host[GK_TR_HOST_LEN];
+	atomic_flag busy;    /* a dump is being written */
+	_Atomic int failed_dumped;
+	/* the ranks the watchdog's probe did not hear from (mpi), -1 ended */
+	int silent[16];
+	char silent_host[16][GK_TR_HOST_LEN];
+	/* GK_TEST_COMM_FAULT: on rank fault_rank, the fault_n-th call of
+	 * fault_coll (counted in fault_seen) gets fault_act */
+	int fault_act, fault_rank, fault_coll;
+	int64_t fault_n, fault_seen;
+	char error[256];     /* the first failure's message */
+} gk_comm_trace;
+#endif
 
 struct gk_comm {
 	gk_comm_backend backend;
@@ -46,7 +101,33 @@ struct gk_comm {
 	int thread_ok; /* MPI allows calls from the progress thread */
 	int thread_on, stopping;
 	gk_comm_req *head, *tail;
+
+#ifndef __cplusplus
+	gk_comm_trace tr; /* last: the C++ view of the struct ends before it */
+#endif
 };
+
+/* ---- the flight recorder (trace.c) ---- */
+enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL };
+/* At open (after the backend knows rank and world) and close. */
+int gk_comm_trace_open(gk_comm *c, gk_err *err);
+void gk_comm_trace_close(gk_comm *c);
+/*
+ * An operation called: fills k->seq (and k->fault). Returns
+ * GK_TR_FAULT_SKIP when the test hook says the call is to be skipped
+ * (nothing recorded, nothing run), else 0.
+ */
+int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k);
+/* It starts running (and the test hook's stop or kill happens here). */
+void gk_comm_trace_start(gk_comm *c, const gk_comm_call *k);
+/* It ended with status st (a failure dumps the ring, once). */
+void gk_comm_trace_end(gk_comm *c, uint64_t seq, int st, const gk_err *err);
+/* Everything started up to now has ended (nccl: the stream was synchronised). */
+void gk_comm_trace_end_all(gk_comm *c);
+/* The backend waits for rank peer's message (-1: for MPI's own collective). */
+void gk_comm_trace_peer(gk_comm *c, int peer);
+/* The watchdog's probe heard nothing from these ranks (on these hosts). */
+void gk_comm_trace_silent(gk_comm *c, int rank, const char *host);
 
 /* ---- for the benchmark harness (bench.c) ---- */
 /* gk_comm_algo_supported for a backend not yet opened. */

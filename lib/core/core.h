@@ -205,6 +205,17 @@ int gk_atomic_write_file(const char *path, const void *buf, size_t n, int mode,
  */
 int gk_cleanup_on_signal(const char *path);
 void gk_cleanup_forget(int handle);
+/*
+ * A temp path created and then registered leaves a window in which a
+ * signal kills the process with the path left behind: create and register
+ * it between gk_cleanup_hold and gk_cleanup_release, which hold back the
+ * signals that remove registered paths (SIGINT, SIGTERM, SIGHUP, SIGPIPE)
+ * and then deliver any that came. The pairs nest, per thread.
+ * Registered directories are removed after registered files, so the
+ * order of registration does not matter.
+ */
+void gk_cleanup_hold(void);
+void gk_cleanup_release(void);
 /* Remove them now: for a signal handler of the caller's own that ends
  * the process with _exit (async-signal-safe: unlink and rmdir only). */
 void gk_cleanup_now(void);
@@ -245,8 +256,8 @@ void gk_map_unwatch(const void *p);
 /* ---- progress ----------------------------------------------------------------- */
 
 /*
- * A one-line progress meter on stderr, redrawn in place at most 4 times a
- * second, whatever the number of updates (GK_PROGRESS_REDRAW):
+ * A one-line progress meter on stderr, the status line below, redrawn at
+ * most 4 times a second, whatever the number of updates (GK_PROGRESS_REDRAW):
  *   "data-pack: 1.20 GiB / 4.00 GiB  30%  512 MiB/s  ETA 0:06"
  * Enabled only when `enabled` (the tool passes !quiet) and stderr is a tty.
  * total 0 means unknown (no percentage or ETA). bytes selects size units,
@@ -261,7 +272,8 @@ typedef struct gk_progress {
 	double start, last;
 	double every;             /* GK_PROGRESS_LINES: seconds between lines */
 	int drawn;                /* lines or redraws so far */
-	FILE *out;                /* NULL: stderr */
+	int own;                  /* started the status line (gk_status_*) */
+	FILE *out;                /* NULL: the status line, or stderr; tests set a file */
 } gk_progress;
 
 void gk_progress_start(gk_progress *p, const char *label, uint64_t total,

@@ -195,11 +195,21 @@ int gk_mkdir_p(const char *path, gk_err *err)
 static char *volatile cleanup_paths[CLEANUP_SLOTS];
 static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 
+/*
+ * Files first, then directories: a directory registered before the files
+ * it holds (it is created first) is empty by the second pass, whatever
+ * the order of the slots.
+ */
 static void remove_cleanup_paths(void)
 {
 	for (int i = 0; i < CLEANUP_SLOTS; i++) {
 		char *p = cleanup_paths[i];
-		if (p && unlink(p) < 0 && errno == EISDIR)
+		if (p)
+			unlink(p);
+	}
+	for (int i = 0; i < CLEANUP_SLOTS; i++) {
+		char *p = cleanup_paths[i];
+		if (p)
 			rmdir(p);
 	}
 }
@@ -214,13 +224,24 @@ static void cleanup_handler(int sig)
 	errno = saved;
 }
 
-static void block_signals(sigset_t *old)
+static _Thread_local int hold_depth;
+static _Thread_local sigset_t hold_mask;
+
+void gk_cleanup_hold(void)
 {
+	if (hold_depth++)
+		return;
 	sigset_t set;
 	sigemptyset(&set);
 	for (size_t i = 0; i < GK_ARRAY_SIZE(cleanup_signals); i++)
 		sigaddset(&set, cleanup_signals[i]);
-	pthread_sigmask(SIG_BLOCK, &set, old);
+	pthread_sigmask(SIG_BLOCK, &set, &hold_mask);
+}
+
+void gk_cleanup_release(void)
+{
+	if (hold_depth > 0 && --hold_depth == 0)
+		pthread_sigmask(SIG_SETMASK, &hold_mask, NULL);
 }
 
 /*
@@ -326,13 +347,12 @@ void gk_map_unwatch(const void *p)
 int gk_cleanup_on_signal(const char *path)
 {
 	static int installed;
-	sigset_t old;
 	char *copy = strdup(path);
 	int slot = -1;
 
 	if (!copy)
 		return -1;
-	block_signals(&old);
+	gk_cleanup_hold();
 	if (!installed) {
 		for (size_t i = 0; i < GK_ARRAY_SIZE(cleanup_signals); i++) {
 			struct sigaction sa, prev;
@@ -354,7 +374,7 @@ int gk_cleanup_on_signal(const char *path)
 			break;
 		}
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	gk_cleanup_release();
 	if (slot < 0)
 		free(copy);
 	return slot;
@@ -369,13 +389,12 @@ void gk_cleanup_now(void)
 
 void gk_cleanup_forget(int handle)
 {
-	sigset_t old;
 	if (handle < 0 || handle >= CLEANUP_SLOTS)
 		return;
-	block_signals(&old);
+	gk_cleanup_hold();
 	char *p = cleanup_paths[handle];
 	cleanup_paths[handle] = NULL;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	gk_cleanup_release();
 	free(p);
 }
 
@@ -476,13 +495,12 @@ int gk_atomic_open(gk_atomic **out, const char *path, int mode, gk_err *err)
 	 * removal would leave it behind: the signals that remove it wait
 	 * until it is registered.
 	 */
-	sigset_t old;
-	block_signals(&old);
+	gk_cleanup_hold();
 	a->fd = mkostemp(a->tmp, O_CLOEXEC);
 	int e = errno;
 	if (a->fd >= 0)
 		a->slot = gk_cleanup_on_signal(a->tmp);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	gk_cleanup_release();
 	if (a->fd < 0) {
 		gk_err_sys(err, e, "create '%s'", path);
 		free(a->path);

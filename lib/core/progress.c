@@ -1,5 +1,7 @@
 /*
- * progress.c - the progress line on stderr.
+ * progress.c - the progress of a job of known or unknown size: on a
+ * terminal, the status line (status.c) redrawn at most every
+ * GK_PROGRESS_REDRAW seconds; in a log, a plain line every so often.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -66,7 +68,12 @@ void gk_progress_start(gk_progress *p, const char *label, uint64_t total,
 	p->total = total;
 	p->done = 0;
 	p->bytes = bytes;
-	p->on = enabled && isatty(STDERR_FILENO) ? GK_PROGRESS_TTY : 0;
+	/* The process's one status line: started here unless the tool has it
+	 * on already, and then left to the tool at finish. */
+	p->own = enabled && !gk_status_on();
+	if (p->own)
+		gk_status_start(1);
+	p->on = enabled && gk_status_on() ? GK_PROGRESS_TTY : 0;
 	p->start = gk_now();
 	p->last = p->start;
 	p->every = GK_PROGRESS_REDRAW;
@@ -85,13 +92,13 @@ void gk_progress_lines(gk_progress *p, int enabled, double every)
 static void draw(gk_progress *p, uint64_t done, double now)
 {
 	char line[256];
-	FILE *out = p->out ? p->out : stderr;
 	gk_progress_format(p, done, now - p->start, line, sizeof(line));
-	/* \r and erase-to-end-of-line redraw in place on any terminal. */
-	if (p->on == GK_PROGRESS_TTY)
-		fprintf(out, "\r%s\033[K", line);
+	if (p->on == GK_PROGRESS_TTY && !p->out)
+		gk_status_draw(line);
+	else if (p->on == GK_PROGRESS_TTY)
+		fprintf(p->out, "\r%s\033[K", line); /* as the status line draws it */
 	else
-		fprintf(out, "%s\n", line);
+		fprintf(p->out ? p->out : stderr, "%s\n", line);
 	p->last = now;
 	p->drawn++;
 }
@@ -122,8 +129,10 @@ void gk_progress_finish(gk_progress *p)
 	 * printed: a short run leaves a log empty. */
 	if (p->on == GK_PROGRESS_TTY || (p->on == GK_PROGRESS_LINES && p->drawn)) {
 		draw(p, p->done, gk_now());
-		if (p->on == GK_PROGRESS_TTY)
-			fputc('\n', p->out ? p->out : stderr);
+		if (p->on == GK_PROGRESS_TTY && p->own) {
+			gk_status_end();
+			gk_status_stop();
+		}
 	}
 	p->on = 0;
 }

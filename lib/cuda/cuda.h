@@ -129,6 +129,13 @@ int gk_cuda_device_resolve(gk_cuda_want want, int *note, gk_err *err);
  */
 int gk_cuda_driver_ok(int driver_version, int runtime_version);
 
+/*
+ * Device dev as a start line names it, with the versions that decide
+ * what runs on it: "NVIDIA H200 (sm_90, 139.8 GiB); driver for CUDA 13.0,
+ * runtime CUDA 13.0". -1 when the device cannot be asked (err says why).
+ */
+int gk_cuda_describe(int dev, char *buf, size_t n, gk_err *err);
+
 /* Number of usable devices: 0 (why, if not NULL, gets a short reason). */
 int gk_cuda_device_count(const char **why);
 

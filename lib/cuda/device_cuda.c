@@ -98,6 +98,23 @@ out:
 	return rc;
 }
 
+int gk_cuda_describe(int dev, char *buf, size_t n, gk_err *err)
+{
+	struct cudaDeviceProp p;
+	int drv = 0, rt = 0;
+	char have[16], built[16];
+	if (GK_CUDA_CHECK(cudaGetDeviceProperties(&p, dev), err) < 0)
+		return -1;
+	cudaDriverGetVersion(&drv);
+	cudaRuntimeGetVersion(&rt);
+	version_text(drv, have, sizeof have);
+	version_text(rt, built, sizeof built);
+	p.name[sizeof(p.name) - 1] = '\0';
+	snprintf(buf, n, "%s (sm_%d%d, %.1f GiB); driver for CUDA %s, runtime CUDA %s", p.name,
+		 p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), have, built);
+	return 0;
+}
+
 int gk_cuda_device_count(const char **why)
 {
 	static const char *const reasons[] = {

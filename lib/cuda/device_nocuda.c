@@ -36,6 +36,14 @@ int gk_cuda_probe(gk_cuda_info *info, gk_err *err)
 	return gk_errf(err, NOT_BUILT);
 }
 
+int gk_cuda_describe(int dev, char *buf, size_t n, gk_err *err)
+{
+	(void)dev;
+	if (n)
+		*buf = '\0';
+	return gk_errf(err, NOT_BUILT);
+}
+
 int gk_cuda_device_count(const char **why)
 {
 	if (why)

@@ -287,7 +287,7 @@ const char *gk_mem_cat_name(gk_mem_cat c);
  * A GPT-2 training run as a trainer states it (gpu-train's settings), for
  * checking its own memory accounting against the model by category. Zero
  * fields take the defaults: seq = positions, batch 1, precision bf16
- * (mixed, f32 master weights), dp 1. The optimizer is AdamW; ZeRO 0 or 1.
+ * (mixed, f32 master weights), dp 1. The optimizer is AdamW; ZeRO 0, 1 or 2.
  * The default layout is gpu-train's: fused attention (eager = 1 keeps the
  * s^2 scores) and no dropout masks (dropout = 1 keeps them).
  */
@@ -300,7 +300,7 @@ typedef struct gk_mem_train {
 	int64_t seq;        /* tokens per sequence; at most positions */
 	int64_t batch;      /* sequences per micro-batch on each rank */
 	gk_dtype precision; /* GK_DT_F32 or GK_DT_BF16 */
-	int zero;           /* 0 or 1 */
+	int zero;           /* 0, 1 or 2 */
 	int64_t dp;         /* data-parallel ranks */
 	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
 				       none, gelu and layer */

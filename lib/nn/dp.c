@@ -1,8 +1,9 @@
 /*
  * dp.c - the gradient path of data parallelism: the world's gradients
  * averaged after backward (ZeRO-0) or each range reduced to the rank
- * that owns it (ZeRO-1), the global norm, AdamW on this rank's range of
- * the parameters, and ZeRO-1's allgather of the updated ranges.
+ * that owns it (ZeRO-1, and ZeRO-2, which keeps only that range), the
+ * global norm, AdamW on this rank's range of the parameters, and the
+ * allgather of the updated ranges.
  *
  * ZeRO-0 (reference: PyTorch DDP's reducer): the flat gradient buffer is
  * cut into buckets from its end, and backward's ready callback starts each
@@ -23,6 +24,44 @@
  * error feedback, Np floats, in host memory on the CPU and in device memory
  * from the gradients' communicator on a GPU (counted as comm memory).
  *
+ * ZeRO-2 (--zero 2, the CPU backend) keeps ZeRO-1's ownership, rank r's
+ * contiguous range [r per, (r + 1) per) of the flat buffer padded to Np,
+ * so its moments and checkpoints are ZeRO-1's (any stage and world
+ * resumes from any other through the same optim-rank files), and shards
+ * the gradients too: each bucket, as backward completes it, is one
+ * reduce-scatter of unequal pieces (each owner's part of the bucket;
+ * lib/comm's gk_comm_ireduce_scatterv, the ring with the owners' blocks)
+ * instead of ZeRO-1's reduce per owner, and when it lands the rank adds
+ * its piece into its own shard (Np / world floats) and gives the bucket's
+ * pages back. DeepSpeed's stage 2 (stage_1_and_2.py, average_tensor)
+ * keeps the same contiguous partitions but reduces a bucket with one
+ * dist.reduce per owner (its comment calls a bucket contiguous with
+ * respect to ranks a future optimisation); PyTorch FSDP's SHARD_GRAD_OP
+ * gets one reduce-scatter per unit by padding each unit's flat parameter
+ * to the world and giving every rank a slice of every unit, which would
+ * scatter a rank's optimizer state over every bucket and tie the
+ * checkpoint's layout to the bucket size. One collective of unequal
+ * pieces gives both: one call per bucket and ZeRO-1's layout.
+ *
+ * The model's backward writes into a full-size gradient buffer (its
+ * kernels accumulate with beta 1), so under ZeRO-2 that buffer is mapped
+ * lazily (gk_nn_opts.lazy_grads): a page takes memory when backward
+ * first writes it and goes back (MADV_DONTNEED) once its bucket is summed
+ * into the shard, reading as zeros for the next micro-step. Every
+ * micro-step's buckets are reduced during its own backward (SUM, copied
+ * into the shard on a step's first micro-step and added after), and the
+ * division by the world runs once on the last, so accumulation sums into
+ * the shard rather than into a full buffer; at most two buckets are in
+ * flight while backward fills the next (one, waited at once, without
+ * overlap). What the full buffer still holds: the tied embedding's rows,
+ * which the LM head writes first and the token embedding last, for the
+ * whole of backward, and those buckets (the accounting's comm).
+ * Without accumulation the sums are ZeRO-1's element for element where
+ * the reduction order is (2 ranks: a sum of two is the same in any
+ * order); with it, the sum over micro-steps of the world's sums instead
+ * of the world's sum of the micro-steps' sums, equal within fp32
+ * rounding.
+ *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
  * device's gradient buffer, and each bucket is queued on NCCL's stream
@@ -40,9 +79,51 @@
 
 #include "nn/train_internal.h"
 
+/* ZeRO-2's gradient buckets in flight while backward runs */
+#define ZERO2_DEPTH 2
+
 int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world)
 {
 	return o->zero ? world : 1;
+}
+
+int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
+{
+	return o->zero == 2 && world > 1 && !cuda;
+}
+
+int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
+{
+	if (o->zero != 2 || world == 1)
+		return 0;
+	if (cuda)
+		return gk_errf(err, "--zero 2 partitions the gradients on the CPU backend only "
+			       "(NCCL's reduce-scatter takes equal pieces, and a bucket's owners "
+			       "hold unequal ones): on a GPU use --zero 1");
+	if (o->compress != GK_COMM_COMPRESS_NONE)
+		return gk_errf(err, "--zero 2 does not compress its gradient buckets: use --zero 1 "
+			       "with --compress, or --zero 2 without it");
+	return 0;
+}
+
+/*
+ * ZeRO-2's gradient memory on a rank: its shard (per floats, kept across
+ * the step) and what the full buffer holds at most during backward
+ * (transient): the tied embedding's rows, which the LM head writes first
+ * and the token embedding last, so that they live through the whole of
+ * backward (head floats from the buffer's start), and the buckets: depth
+ * in flight and the one backward fills; never more than the buffer.
+ */
+void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_bytes,
+			  int overlap, uint64_t *shard, uint64_t *transient)
+{
+	size_t pg = gk_nn_grad_page(), per = nflat / (size_t)world;
+	size_t bucket = (bucket_bytes ? bucket_bytes : (size_t)25 << 20) / sizeof(float);
+	bucket = (bucket + pg - 1) / pg * pg;
+	uint64_t all = (nflat + pg - 1) / pg * pg;
+	uint64_t live = (head + pg - 1) / pg * pg + (uint64_t)(overlap ? ZERO2_DEPTH + 1 : 1) * bucket;
+	*shard = ((uint64_t)per * sizeof(float) + 63) / 64 * 64;
+	*transient = (live < all ? live : all) * sizeof(float);
 }
 
 size_t gk_nn_dp_lo(const gk_nn_dp *dp)
@@ -107,7 +188,7 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	if (want == GK_COMM_BACKEND_MPI || (want == GK_COMM_BACKEND_AUTO && dp->world == 1))
 		return 0;
 	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
-			     .timeout = t->o.timeout};
+			     .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
 	gk_comm *g = NULL;
 	gk_err why = {0};
 	int ok = gk_comm_open(&g, &cc, &why) == 0 &&
@@ -140,6 +221,21 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 static float *flat_grads(gk_nn_dp *dp)
 {
 	return dp->dev_grads ? gk_nn_work_grads(dp->m) : gk_nn_grads(dp->m);
+}
+
+/* ZeRO-2: a bucket's gradients are reduced and summed into the shard:
+ * their pages go back to the kernel */
+static void release_cb(size_t lo, size_t hi, void *ctx)
+{
+	gk_nn_dp *dp = ctx;
+	gk_nn_grads_release(dp->m, lo, hi);
+}
+
+/* this rank's range of the reduced gradients: ZeRO-2's shard, or where
+ * ZeRO-1 reduces it in the flat buffer */
+static float *shard_grads(gk_nn_dp *dp)
+{
+	return dp->gshard ? dp->gshard : flat_grads(dp) + dp->lo;
 }
 
 /* ZeRO-1 with --compress: the error feedback, Np floats, zero. */
@@ -176,13 +272,26 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * error feedback runs over the whole padded buffer).
 	 */
 	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
+	size_t per = dp->Np / (size_t)dp->world;
+	dp->zero2 = dp->shard && dp->zero == 2;
+	if (dp->zero2 && !(dp->gshard = gk_alloc_big(per * sizeof(float))))
+		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded)) {
 		gk_comm_callopts co = {.compress = dp->compress};
 		float *g = flat_grads(dp);
 		if (gk_comm_grads_new(&dp->grads, dp->gcomm, g, dp->N, t->o.bucket_bytes, &co,
-				      err) < 0 ||
-		    (sharded && gk_comm_grads_shard(dp->grads, g, dp->Np / (size_t)dp->world,
-						    err) < 0))
+				      err) < 0)
+			return -1;
+		/*
+		 * ZeRO-2: two buckets in flight while backward fills the next
+		 * (mem-estimate's dp_buckets), or each reduced as soon as
+		 * it is complete when communication does not overlap.
+		 */
+		if (dp->zero2 ? gk_comm_grads_partition(dp->grads, dp->gshard, per,
+							gk_nn_grad_page(),
+							dp->overlap ? ZERO2_DEPTH : 0,
+							release_cb, dp, err) < 0
+			      : sharded && gk_comm_grads_shard(dp->grads, g, per, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -201,6 +310,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 		gk_comm_close(dp->gcomm); /* before the model's stream goes */
 	free(dp->mom);
 	free(dp->vel);
+	free(dp->gshard);
 	free(dp);
 }
 
@@ -219,14 +329,45 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 static int ready_cb(size_t off, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
+	double t0 = gk_now();
 	if (dp->comm_start == 0)
-		dp->comm_start = gk_now();
-	return gk_comm_grads_ready(dp->grads, off, err);
+		dp->comm_start = t0;
+	int rc = gk_comm_grads_ready(dp->grads, off, err);
+	/* ZeRO-2 waits here for the buckets it retires: backward stands still */
+	if (dp->zero2)
+		dp->bwd_wait += gk_now() - t0;
+	return rc;
 }
 
-gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp)
+gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last)
 {
-	return dp->grads && dp->overlap && !dp->via_host ? ready_cb : NULL;
+	/* ZeRO-2 reduces every micro-step's buckets during its backward (with
+	 * or without overlap): the full gradients never exist at once */
+	if (dp->zero2)
+		return ready_cb;
+	return last && dp->grads && dp->overlap && !dp->via_host ? ready_cb : NULL;
+}
+
+void gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum)
+{
+	if (dp->zero2)
+		gk_comm_grads_micro(dp->grads, a == 0, a == accum - 1);
+}
+
+int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
+{
+	/*
+	 * ZeRO-2 before another micro-step: every bucket summed into the
+	 * shard and released, so that the next backward writes into zeros
+	 * (the last micro-step's finish is gk_nn_dp_reduce's, which divides).
+	 */
+	if (dp->zero2 && a < accum - 1) {
+		double t0 = gk_now();
+		int rc = gk_comm_grads_finish(dp->grads, err);
+		dp->bwd_wait += gk_now() - t0;
+		return rc;
+	}
+	return 0;
 }
 
 /*
@@ -276,7 +417,7 @@ int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
 	if (!dp->shard)
 		return 0;
 	size_t lo = gk_nn_dp_lo(dp);
-	return gk_nn_work_sumsq(dp->m, flat_grads(dp) + dp->lo, gk_nn_dp_hi(dp) - lo, ss, err);
+	return gk_nn_work_sumsq(dp->m, shard_grads(dp), gk_nn_dp_hi(dp) - lo, ss, err);
 }
 
 int gk_nn_dp_norm(gk_nn_dp *dp, double ss_sum, double *norm, gk_err *err)
@@ -303,7 +444,7 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		    float grad_scale, double *exposed, gk_err *err)
 {
 	size_t lo = gk_nn_dp_lo(dp), hi = gk_nn_dp_hi(dp);
-	const float *g = dp->shard ? flat_grads(dp) + dp->lo : NULL;
+	const float *g = dp->shard ? shard_grads(dp) : NULL;
 	if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel, err) < 0)
 		return -1;
 	*exposed = 0;

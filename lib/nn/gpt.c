@@ -10,6 +10,8 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -238,6 +240,48 @@ static float *falloc(size_t n, uint64_t *bytes)
 	return p;
 }
 
+/*
+ * ZeRO-2's gradients: a private anonymous mapping, reserved but not
+ * committed (MAP_NORESERVE), so that only the pages backward writes take
+ * memory and gk_nn_grads_release can return them whole; small pages
+ * (MADV_NOHUGEPAGE), since a bucket released inside a huge page would
+ * only split it. NULL on failure.
+ */
+static size_t lazy_bytes(const gk_nn_model *m)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	return (m->nflat * sizeof(float) + pg - 1) / pg * pg + pg;
+}
+
+static float *lazy_alloc(gk_nn_model *m)
+{
+	void *p = mmap(NULL, lazy_bytes(m), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+#ifdef MADV_NOHUGEPAGE
+	(void)madvise(p, lazy_bytes(m), MADV_NOHUGEPAGE);
+#endif
+	m->lazy = 1;
+	return p;
+}
+
+size_t gk_nn_grad_page(void)
+{
+	return (size_t)sysconf(_SC_PAGESIZE) / sizeof(float);
+}
+
+void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi)
+{
+	if (!m->lazy)
+		return;
+	size_t pg = gk_nn_grad_page();
+	size_t a = (lo + pg - 1) / pg * pg;
+	size_t e = hi >= m->nparams ? lazy_bytes(m) / sizeof(float) : hi / pg * pg;
+	if (e > a)
+		(void)madvise(m->grads + a, (e - a) * sizeof(float), MADV_DONTNEED);
+}
+
 /* Carve consecutive pieces of one buffer, each rounded to 16 floats. */
 static float *carve(float **cur, size_t n)
 {
@@ -409,7 +453,8 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 	m->nflat = (m->nparams + k - 1) / k * k;
 	m->params = falloc(m->nflat, &m->mem.parameters);
-	m->grads = falloc(m->nflat, &m->mem.gradients);
+	m->grads = o->lazy_grads && o->device != GK_NN_CUDA ? lazy_alloc(m) :
+		   falloc(m->nflat, &m->mem.gradients);
 	if (!m->params || !m->grads) {
 		gk_err_sys(err, ENOMEM, "model parameters (%zu MiB)",
 			   m->nparams * 4 >> 20);
@@ -440,6 +485,8 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 		size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 		size_t nflat = (m.nparams + k - 1) / k * k;
 		out->parameters = out->gradients = fbytes(nflat);
+		if (o->lazy_grads && o->device != GK_NN_CUDA)
+			out->gradients = 0;
 		if (o->device != GK_NN_CUDA) {
 			size_t sz[NSZ], ws[NWS], acts, work;
 			act_sizes(&m.c, o, m.nt, sz, ws, &acts, &work);
@@ -460,7 +507,10 @@ void gk_nn_free(gk_nn_model *m)
 	free(m->t);
 	free(m->blk);
 	free(m->params);
-	free(m->grads);
+	if (m->lazy)
+		munmap(m->grads, lazy_bytes(m));
+	else
+		free(m->grads);
 	free(m->acts);
 	free(m->ws);
 	free(m);

@@ -47,6 +47,7 @@ struct gk_nn_model {
 	size_t wte, wpe, lnfw, lnfb;
 	gk_nn_block_off *blk;   /* layers entries */
 	float *params, *grads;
+	int lazy;               /* grads is lazy_grads' mapping (gpt.c) */
 
 	/* activations (one allocation; see gpt.c's layout) */
 	float *acts;

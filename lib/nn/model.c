@@ -117,7 +117,10 @@ void gk_nn_zero_grad(gk_nn_model *m)
 		gk_nn_cuda_zero_grad(m, NULL);
 		return;
 	}
-	memset(m->grads, 0, m->nparams * sizeof(float));
+	if (m->lazy)
+		gk_nn_grads_release(m, 0, m->nparams);
+	else
+		memset(m->grads, 0, m->nparams * sizeof(float));
 }
 
 /*

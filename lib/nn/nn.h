@@ -146,6 +146,13 @@ typedef struct gk_nn_opts {
 				       * written by the model, so k ranks' equal
 				       * ZeRO-1 ranges reduce-scatter and
 				       * allgather in place in them */
+	int lazy_grads;               /* CPU: the gradient buffer is mapped, not
+				       * allocated: a page takes memory when
+				       * backward first writes it, and
+				       * gk_nn_grads_release gives pages back
+				       * (ZeRO-2, whose rank keeps only its
+				       * shard); gk_nn_memory and gk_nn_plan
+				       * count it 0 */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
@@ -204,8 +211,18 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
  * next backward, which turns them into their gradient in place. */
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
-/* Zero the gradient buffer (before the first micro-step of a step). */
+/* Zero the gradient buffer (before the first micro-step of a step);
+ * with lazy_grads, release all of it. */
 void gk_nn_zero_grad(gk_nn_model *m);
+/*
+ * lazy_grads: the whole pages of gradient elements [lo, hi) (up to the
+ * buffer's end when hi is nparams or more) go back to the kernel and read
+ * as zeros after (madvise MADV_DONTNEED on a private anonymous mapping);
+ * a page the range shares with its neighbours stays. Nothing otherwise.
+ * GK_NN_GRAD_PAGE: the floats of a page, which the caller aligns ranges to.
+ */
+void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi);
+size_t gk_nn_grad_page(void);
 
 /*
  * Called during backward when the gradients of elements [off, nparams)

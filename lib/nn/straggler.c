@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -273,14 +272,11 @@ json_t *gk_nn_straggler_json(const gk_nn_straggler_report *r)
 
 /* ---- the trainer's side ------------------------------------------------------------------ */
 
-enum { HOST_MAX = 64 };
-
 struct gk_nn_straggler {
 	double sum[GK_NN_NPARTS];   /* this rank's, since the last exchange */
 	int64_t steps;
 	gk_nn_rank_times *all;      /* world */
-	char (*host)[HOST_MAX];     /* world */
-	const char **hostp;         /* world, into host */
+	const char **hostp;         /* world, into the trainer's hosts */
 	int *run;                   /* rank 0: world */
 	int64_t reports, warnings;
 	gk_topo_gpu *gpu;           /* this rank's GPU, or NULL */
@@ -309,26 +305,21 @@ static void open_gpu(gk_nn_trainer *t, gk_nn_straggler *s)
 
 int gk_nn_tr_straggler_open(gk_nn_trainer *t, gk_err *err)
 {
-	if (t->o.straggler_every <= 0 || t->world < 2)
+	if (t->o.straggler_every <= 0 || t->world < 2 || !t->hosts)
 		return 0;
+	/*
+	 * A rank without memory for this fails alone, as place.c's does (the
+	 * job ends through the launcher): agreeing on it would cost every
+	 * run one more collective.
+	 */
 	gk_nn_straggler *s = calloc(1, sizeof(*s));
 	size_t w = (size_t)t->world;
-	int rc = 0;
 	t->strag = s;
-	if (!s || !(s->all = calloc(w, sizeof(*s->all))) || !(s->host = calloc(w, HOST_MAX)) ||
+	if (!s || !(s->all = calloc(w, sizeof(*s->all))) ||
 	    !(s->hostp = calloc(w, sizeof(*s->hostp))) || !(s->run = calloc(w, sizeof(*s->run))))
-		rc = gk_err_sys(err, ENOMEM, "straggler reports");
-	if (gk_nn_tr_agree_local(t, rc, err) < 0)
-		return -1;
-	char me[HOST_MAX] = "";
-	if (gethostname(me, sizeof(me) - 1) < 0)
-		snprintf(me, sizeof(me), "?");
-	if (gk_nn_tr_gather(t, me, s->host, HOST_MAX, err) < 0)
-		return -1;
-	for (size_t k = 0; k < w; k++) {
-		s->host[k][HOST_MAX - 1] = '\0';
-		s->hostp[k] = s->host[k];
-	}
+		return gk_err_sys(err, ENOMEM, "straggler reports");
+	for (size_t k = 0; k < w; k++)
+		s->hostp[k] = t->hosts[k];
 	open_gpu(t, s);
 	return 0;
 }
@@ -340,7 +331,6 @@ void gk_nn_tr_straggler_free(gk_nn_trainer *t)
 		return;
 	gk_topo_gpu_close(s->gpu);
 	free(s->all);
-	free(s->host);
 	free(s->hostp);
 	free(s->run);
 	free(s);

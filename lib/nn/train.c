@@ -184,6 +184,7 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;
+		gk_nn_dp_micro_begin(t->dp, a, o->grad_accum);
 		double ta = gk_now();
 		test_slow(t, GK_NN_PART_DATA);
 		int r = gk_nn_data_next(t->data, t->in, t->tg, err);
@@ -196,8 +197,9 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 			return -1;
 		*lsum += l;
 		int last = a == o->grad_accum - 1;
-		gk_nn_ready_fn cb = last ? gk_nn_dp_ready_fn(t->dp) : NULL;
-		if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t->dp, err) < 0)
+		gk_nn_ready_fn cb = gk_nn_dp_ready_fn(t->dp, last);
+		if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t->dp, err) < 0 ||
+		    gk_nn_dp_micro_end(t->dp, a, o->grad_accum, err) < 0)
 			return -1;
 		part[GK_NN_PART_COMPUTE] += gk_now() - tb;
 		(*done)++;
@@ -232,6 +234,8 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	v[3] = ss;
 	v[4] = (double)gk_nn_data_bad(t->data);
 	gk_nn_tr_ckpt_counts(t, v + 5);
+	if (t->world > 1)
+		gk_comm_trace_tag(t->comm, "loss and norm", -1); /* for the flight recorder */
 	if (gk_nn_tr_sum(t, v, 8, err) < 0)
 		return -1;
 	double loss = v[0] / t->world, norm;
@@ -268,13 +272,15 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	if (!skip && gk_nn_dp_update(dp, &o->adamw, (float)lr, step, sc, &gathered, err) < 0)
 		return -1;
 	part[GK_NN_PART_OPTIMIZER] += gk_now() - tu - gathered;
-	part[GK_NN_PART_COMM] += exposed + gathered;
+	/* ZeRO-2's waits for its buckets stood inside backward's time */
+	part[GK_NN_PART_COMM] += exposed + gathered + dp->bwd_wait;
+	part[GK_NN_PART_COMPUTE] -= dp->bwd_wait;
 	lg->loss = loss;
 	lg->lr = lr;
 	lg->grad_norm = norm;
 	lg->skipped = skip;
 	lg->comm_ms = dp->comm_start ? (tc - dp->comm_start) * 1e3 : 0;
-	lg->exposed_comm_ms = (exposed + gathered) * 1e3;
+	lg->exposed_comm_ms = (exposed + gathered + dp->bwd_wait) * 1e3;
 	return 0;
 }
 
@@ -296,6 +302,11 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		int64_t step = t->step + 1;
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
+		t->dp->bwd_wait = 0;
+		/* the flight recorder names each collective's step */
+		gk_comm_trace_step(t->comm, step);
+		if (t->dp->gcomm && t->dp->gcomm != t->comm)
+			gk_comm_trace_step(t->dp->gcomm, step);
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);

@@ -63,7 +63,7 @@ typedef struct gk_nn_train_opts {
 	double clip;            /* global-norm clip; 0: off */
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
-	int zero;               /* 0 or 1 */
+	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */
 	int overlap;            /* allreduce buckets during backward (1), after
@@ -78,6 +78,7 @@ typedef struct gk_nn_train_opts {
 				 * memory), NCCL (required; in a world of one
 				 * too); on the CPU only AUTO and MPI */
 	double timeout;         /* collective watchdog, gk_comm_config's */
+	const char *trace_dir;  /* the flight recorder's dumps, gk_comm_config's */
 	const char *ckpt_dir;
 	int64_t ckpt_every;
 	int resume;             /* continue from ckpt_dir's latest, if any */
@@ -419,6 +420,10 @@ const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t);
 /* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
  * or NULL. */
 const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
+/* On a GPU, the device and the CUDA driver's and runtime's versions
+ * ("NVIDIA H200 (sm_90, 139.8 GiB); driver for CUDA 13.0, runtime CUDA
+ * 13.0"); NULL on the CPU. */
+const char *gk_nn_trainer_device_desc(const gk_nn_trainer *t);
 /* The gradients' communicator backend ("self", "mpi", "nccl"); *note
  * (if not NULL) is why --comm auto fell back to the host path, or NULL. */
 const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note);

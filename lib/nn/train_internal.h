@@ -7,7 +7,7 @@
  *   agree.c     what the ranks agree on: small collectives, agreed
  *               failures, the options, work rank 0 does alone
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
- *   dp.c        the gradient path: data parallel, ZeRO-0 and ZeRO-1 (the
+ *   dp.c        the gradient path: data parallel, ZeRO-0, 1 and 2 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
  *   resume.c    the checkpoint directory's claim, --init-from, resume
@@ -31,6 +31,7 @@
 typedef struct gk_nn_dp gk_nn_dp;
 typedef struct ckpt_job ckpt_job;
 typedef struct gk_nn_straggler gk_nn_straggler;
+#define GK_NN_HOST_MAX 64 /* a host name kept for reports, its '\0' included */
 
 struct gk_nn_trainer {
 	gk_nn_train_opts o;
@@ -57,6 +58,7 @@ struct gk_nn_trainer {
 	int cuda;                  /* the model is on the GPU */
 	int dev;                   /* its CUDA device */
 	char device[32];           /* "cpu", "cuda:N" */
+	char device_desc[192];     /* on a GPU: its name and CUDA versions (gk_cuda_describe) */
 	char device_note[sizeof(((gk_err *)0)->msg) + 32];
 	char *init_from;      /* --init-from as rank 0 resolved it, once */
 	const char *init_asked; /* ... and as given */
@@ -66,6 +68,8 @@ struct gk_nn_trainer {
 	gk_nn_placement place;     /* this rank's CPUs (place.c) */
 	uint64_t kernel;           /* ... and its kernel (boot id), as place.c hashes it */
 	gk_nn_straggler *strag;    /* straggler.c's state, or NULL: no exchanges */
+	char (*hosts)[GK_NN_HOST_MAX]; /* each rank's host name (place.c), with
+				    * --straggler-every in a world of several */
 };
 
 /* ---- agree.c -------------------------------------------------------------------------- */
@@ -142,8 +146,9 @@ void gk_nn_tr_ckpt_cancel(gk_nn_trainer *t);
 
 /* ---- straggler.c ---------------------------------------------------------------------- */
 
-/* With --straggler-every in a world of several ranks: every rank's host
- * (one allgather) and this rank's GPU through NVML; else nothing. */
+/* With --straggler-every in a world of several ranks: its state and this
+ * rank's GPU through NVML (no collective: place.c gathered the host
+ * names); else nothing. */
 int gk_nn_tr_straggler_open(gk_nn_trainer *t, gk_err *err);
 void gk_nn_tr_straggler_free(gk_nn_trainer *t);
 /* Add one step's parts (seconds, gk_nn_part). */
@@ -187,8 +192,13 @@ struct gk_nn_dp {
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
 	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
+	int zero2;            /* ZeRO-2 runs: zero 2, CPU, world > 1 */
+	float *gshard;        /* ... this rank's reduced gradients, Np / world floats
+			       * (the model's buffer is lazy_grads) */
 	gk_comm_grads *grads;
 	double comm_start;    /* first bucket of this step started */
+	double bwd_wait;      /* ZeRO-2: seconds of this step's micro-steps spent in
+			       * the buckets' calls during backward (exposed) */
 	int block_at, reduces; /* tests: reduction block_at never ends (gk_nn_train_opts'
 				* test_block_step); reductions so far */
 };
@@ -196,6 +206,19 @@ struct gk_nn_dp {
 /* Before the model: the multiple of the flat buffers' length (the world
  * under ZeRO-1, so that equal ranges exist on every rank). */
 int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world);
+/* Before the model: whether its gradient buffer is lazy_grads (ZeRO-2);
+ * whether the options can run here (-1 with the reason). */
+int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda);
+int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err);
+/*
+ * ZeRO-2's gradient bytes on a rank of a model of nflat floats (padded to
+ * the world) whose tied embedding takes the first head floats: the shard
+ * it keeps, and the most the lazily mapped buffer holds during backward
+ * (the embedding's rows, which live through all of it, and the buckets
+ * in flight and being filled).
+ */
+void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_bytes,
+			  int overlap, uint64_t *shard, uint64_t *transient);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
 /* Once the device is chosen: the gradients' communicator (--comm),
@@ -205,8 +228,13 @@ void gk_nn_dp_free(gk_nn_dp *dp);
 /* This rank's optimizer range of the N parameters (not the padding). */
 size_t gk_nn_dp_lo(const gk_nn_dp *dp);
 size_t gk_nn_dp_hi(const gk_nn_dp *dp);
-/* backward's ready callback on the last micro-step, or NULL */
-gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp);
+/* backward's ready callback for a micro-step (the step's last or not), or NULL */
+gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last);
+/* Around micro-step a of accum: before its forward, and after its
+ * backward (ZeRO-2 finishes the micro-step's buckets there, but the
+ * last's, which gk_nn_dp_reduce finishes). */
+void gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum);
+int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err);
 /* After backward (at time now): the gradients averaged, or this rank's
  * range of them. */
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err);

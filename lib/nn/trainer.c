@@ -33,7 +33,8 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b)
 	gk_mem_train mt = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
-			   .precision = GK_DT_F32, .zero = t->dp->shard, .dp = t->world,
+			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
+			   .dp = t->world,
 			   .recompute = GK_MEM_RC_NONE};
 	gk_mem_est e;
 	gk_err err;
@@ -48,6 +49,13 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b)
 	b[GK_MEM_GRADIENTS] = g->bytes;
 	b[GK_MEM_OPTIMIZER] = o->bytes;
 	return 0;
+}
+
+/* The tied embedding's floats, at the flat buffer's start (ZeRO-2's
+ * gradient that lives through backward) */
+static size_t zero2_head(const gk_nn_trainer *t)
+{
+	return (size_t)t->cfg.vocab_pad * (size_t)t->cfg.hidden;
 }
 
 /*
@@ -76,10 +84,22 @@ static void account(gk_nn_trainer *t)
 	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
 	b[GK_MEM_WORKSPACE] = mm.workspace +
 		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
+	/*
+	 * ZeRO-2: the gradients a rank keeps are its shard (lib/mem's 4 Psi /
+	 * N); the lazily mapped full buffer holds, during backward, the
+	 * tied embedding's rows (the head writes them first, the embedding
+	 * last: they live through all of backward, which mem-estimate's
+	 * ZeRO-2 does not count) and the buckets in flight (its dp_buckets):
+	 * counted as comm.
+	 */
+	uint64_t live = 0;
+	if (t->dp->zero2)
+		gk_nn_dp_zero2_bytes(t->dp->Np, t->world, zero2_head(t), t->o.bucket_bytes,
+				     t->dp->overlap, &mm.gradients, &live);
 	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
-	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp); /* error feedback */
+	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live; /* error feedback */
 	b[GK_MEM_CHECKPOINT] = gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
 						   gk_nn_dp_feedback_len(t->dp));
 	t->mem.total = 0;
@@ -117,6 +137,11 @@ const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note)
 	if (note)
 		*note = t->device_note[0] ? t->device_note : NULL;
 	return t->device;
+}
+
+const char *gk_nn_trainer_device_desc(const gk_nn_trainer *t)
+{
+	return t->cuda && t->device_desc[0] ? t->device_desc : NULL;
 }
 
 const char *gk_nn_trainer_comm(const gk_nn_trainer *t, const char **note)
@@ -164,6 +189,9 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
 
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
 {
+	/* the gradients' own communicator (nccl) dumps its recorder too */
+	if (t && t->comm && !t->agreed && t->dp && t->dp->gcomm && t->dp->gcomm != t->comm)
+		gk_comm_trace_dump(t->dp->gcomm, "abort");
 	if (t && t->comm && !t->agreed)
 		gk_comm_abort(t->comm, code);
 }
@@ -295,6 +323,9 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 		return -1;
 	t->cuda = 1;
 	snprintf(t->device, sizeof(t->device), "cuda:%d", t->dev);
+	gk_err ignore;
+	if (gk_cuda_describe(t->dev, t->device_desc, sizeof(t->device_desc), &ignore) < 0)
+		t->device_desc[0] = '\0'; /* the start line goes without it */
 	return 0;
 }
 
@@ -306,7 +337,8 @@ static int choose_device(gk_nn_trainer *t, gk_err *err)
 static int open_world(gk_nn_trainer *t, gk_err *err)
 {
 	const gk_nn_train_opts *o = &t->o;
-	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout};
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_AUTO, .timeout = o->timeout,
+			     .trace_dir = o->trace_dir};
 	if (gk_comm_open(&t->comm, &cc, err) < 0)
 		return -1;
 	t->rank = gk_comm_rank(t->comm);
@@ -394,13 +426,20 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	gk_nn_opts mo = {.batch = batch, .seq = t->o.seq, .recompute = rc,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
-			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->world)};
+			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->world),
+			 .lazy_grads = gk_nn_dp_lazy_grads(&o, t->world, t->cuda)};
 	gk_nn_mem pl;
 	gk_err why;
 	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
 		return -1;
 	size_t nflat = pl.parameters / sizeof(float);
 	size_t per = zero && t->world > 1 ? nflat / (size_t)t->world : nflat;
+	if (mo.lazy_grads) {
+		uint64_t shard, live;
+		gk_nn_dp_zero2_bytes(nflat, t->world, zero2_head(t), t->o.bucket_bytes,
+				     t->o.overlap != 0, &shard, &live);
+		pl.gradients = shard + live;
+	}
 	size_t fb = t->world > 1 && t->o.compress != GK_COMM_COMPRESS_NONE ? nflat : 0;
 	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
 		(uint64_t)2 * (per + 1) * sizeof(float) +
@@ -556,6 +595,11 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			     " positions", t->o.seq, t->cfg.positions);
 	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
 		return -1;
+	/* --device auto found a GPU for a setting only the CPU runs: a usage error */
+	if (gk_nn_tr_agree_local(t, gk_nn_dp_check(&t->o, t->world, t->cuda, err), err) < 0) {
+		t->agreed = 2;
+		return -1;
+	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
@@ -569,7 +613,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	gk_nn_opts mo = {.batch = t->o.batch, .seq = t->o.seq, .recompute = t->o.recompute,
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
-			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world)};
+			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->world),
+			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->world, t->cuda)};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
@@ -678,6 +723,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 		return;
 	gk_nn_tr_ckpt_cancel(t);
 	gk_nn_tr_straggler_free(t);
+	free(t->hosts);
 	gk_nn_dp_free(t->dp); /* its communicator before the model's stream */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);

@@ -79,25 +79,33 @@ static int extract(int dirfd, const char *dirname, const char *name,
 		*slash = '/';
 		comp = slash + 1;
 	}
+	/*
+	 * The temp file is created and registered for removal on a signal as
+	 * one step: a SIGTERM between the two would leave it behind.
+	 */
+	gk_cleanup_hold();
 	for (int tries = 0; tfd < 0 && tries < 100; tries++) {
 		snprintf(tmp, sizeof(tmp), ".gk-extract.%ld.%d", (long)getpid(), rand());
 		tfd = openat(fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 		if (tfd < 0 && errno != EEXIST)
 			break;
 	}
-	if (tfd < 0) {
-		gk_err_sys(err, errno, "extract '%s'", name);
-		goto out;
-	}
-	/* The temp file's path, for removal if a signal ends the process. */
-	if (asprintf(&full, "%s/%.*s%s", dirname, (int)(comp - copy), name, tmp) < 0) {
+	int e = errno, slot = -1;
+	if (tfd >= 0 &&
+	    asprintf(&full, "%s/%.*s%s", dirname, (int)(comp - copy), name, tmp) < 0) {
 		full = NULL;
 		unlinkat(fd, tmp, 0);
 		close(tfd);
-		gk_err_sys(err, ENOMEM, "extract '%s'", name);
+		tfd = -1;
+		e = ENOMEM;
+	}
+	if (tfd >= 0)
+		slot = gk_cleanup_on_signal(full);
+	gk_cleanup_release();
+	if (tfd < 0) {
+		gk_err_sys(err, e, "extract '%s'", name);
 		goto out;
 	}
-	int slot = gk_cleanup_on_signal(full);
 	int wr = copy_out(tfd, next, ctx, dirname, name, err);
 	if (close(tfd) < 0 && wr == 0)
 		wr = gk_err_sys(err, errno, "write '%s/%s'", dirname, name);

@@ -128,6 +128,37 @@ test_expect_success 'SIGTERM just after the temp file is created: no temp file l
 	test -z "$(ls -A | grep "\.w\.safetensors\.tmp-")"
 '
 
+# The same moment for a directory output: the staging directory is made
+# with mkdtemp and must be removed by a SIGTERM that comes right after.
+cat >dirterm-shim.c <<\EOF
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <string.h>
+
+char *mkdtemp(char *tmpl)
+{
+	static char *(*real)(char *);
+	if (!real)
+		real = (char *(*)(char *))dlsym(RTLD_NEXT, "mkdtemp");
+	char *made = real(tmpl);
+	if (made && strstr(tmpl, ".wd.tmp-"))
+		raise(SIGTERM);
+	return made;
+}
+EOF
+dirterm_shim=$SHARNESS_TEST_DIRECTORY/t3002-dirterm-shim.so
+${CC:-cc} -shared -fPIC -o "$dirterm_shim" dirterm-shim.c -ldl || error "cannot build the test shim"
+
+test_expect_success 'SIGTERM just after the staging directory is made: nothing left' '
+	{ LD_PRELOAD=$dirterm_shim \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		ckpt-shard in --shards 2 -o wd; echo $? >rc; } &&
+	test "$(cat rc)" = 143 &&
+	! test -e wd &&
+	test -z "$(ls -A | grep "\.wd\.tmp-")"
+'
+
 test_expect_success 'truncated input shard' '
 	cp -R in trunc && f=$(ls trunc/model-00002-*) &&
 	head -c 1000000 "$f" >x && mv x "$f" &&

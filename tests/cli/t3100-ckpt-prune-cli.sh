@@ -83,7 +83,7 @@ test_expect_success '--grace takes seconds or s/m/h/d and nothing else' '
 test_expect_success 'a missing argument to an option' '
 	test_expect_code 2 ckpt-prune ckpt --keep-last 2>err &&
 	head -n 1 err >first &&
-	echo "ckpt-prune: option '\''--keep-last'\'' requires an argument" >expect &&
+	echo "ckpt-prune: option '\''--keep-last'\'' requires an argument: --keep-last N" >expect &&
 	test_cmp expect first
 '
 test_expect_success 'exactly one checkpoint directory' '
@@ -147,6 +147,26 @@ test_expect_success 'installed as a user tool, and runs from a copy' '
 	test_cmp expect actual &&
 	env PATH=/usr/bin:/bin copy/ckpt-prune --keep-last 1 -q copy-root &&
 	! test -e copy-root/step-00000001
+'
+
+test_expect_success 'the option table, --help and ckpt-prune(1) name the same options' '
+	# --help is the table (bin/ckpt-prune.c): every name at the start of its
+	# option lines, "-n, --dry-run" giving -n and --dry-run; the man
+	# page: every Fl of an .It line of OPTIONS ("Fl Fl name")
+	ckpt-prune --help >help &&
+	grep "^  -" help | sed "s/^  //; s/\(--[a-z0-9-]*\).*/\1/" | tr -s ", " "\n\n" |
+		sort -u >in-help &&
+	sed -n "/^\.Sh OPTIONS/,/^\.Sh /p" "$GK_TOP/man/man1/ckpt-prune.1" | grep "^\.It" |
+		sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
+		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9-]*" | sed "s/^Fl /-/" | sort -u >in-man &&
+	test $(wc -l <in-help) -gt 8 &&
+	test_cmp in-help in-man &&
+	# and getopt takes an argument exactly for the rows whose help line
+	# shows one
+	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9-]*\) [A-Z].*/\2/p" help); do
+		test_expect_code 2 ckpt-prune $o >out 2>err || return 1
+		grep -q "^ckpt-prune: option .$o. requires an argument" err || return 1
+	done
 '
 
 test_done

@@ -398,6 +398,27 @@ cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int d)
 	return cudaSuccess;
 }
 
+/* One sm_90 device (the launch limits the emulation checks), its memory
+ * what cudaMemGetInfo reports. */
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+	int n;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n)
+		return set_error(cudaErrorInvalidDevice);
+	size_t free_b, total_b;
+	cudaMemGetInfo(&free_b, &total_b);
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "CPU emulation of CUDA (cuemu)");
+	p->major = 9;
+	p->minor = 0;
+	p->totalGlobalMem = total_b;
+	p->warpSize = 32;
+	p->maxThreadsPerBlock = 1024;
+	p->sharedMemPerBlock = 48 << 10;
+	p->pciBusID = 0x18; /* as cudaDeviceGetPCIBusId says */
+	return cudaSuccess;
+}
+
 cudaError_t cudaGetDevice(int *d)
 {
 	*d = device;

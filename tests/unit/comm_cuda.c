@@ -7,9 +7,12 @@
  * skipped. With one, everything must work: a probe that does not find it,
  * or a communicator that fails to open, is a failure, not a skip.
  */
+#include <dlfcn.h>
 #include <math.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "comm/internal.h"
@@ -17,6 +20,10 @@
 #include "cuda/cuda.h"
 #include "tap.h"
 #include "gpu.h"
+
+#if GK_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #if GK_HAVE_CUDA
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -153,7 +160,26 @@ static void test_nccl(void)
 {
 	gk_comm *c;
 	gk_err err = {0};
-	gk_comm_config cfg = {.backend = GK_COMM_BACKEND_NCCL, .device = -1};
+	char trdir[] = "/tmp/gk-comm-cuda-XXXXXX";
+	gk_comm_config cfg = {.backend = GK_COMM_BACKEND_NCCL, .device = -1,
+			      .trace_dir = mkdtemp(trdir)};
+	/* the versions: nccl.h's, and the library's own answer, which the
+	 * loader finds the same way the backend does */
+	int headers, library, lib2 = 0;
+	int vrc = gk_comm_nccl_versions(&headers, &library);
+	void *so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	int (*get)(int *) = so ? (int (*)(int *))dlsym(so, "ncclGetVersion") : NULL;
+	if (get)
+		get(&lib2);
+	if (so)
+		dlclose(so);
+	diag("nccl-headers=%d nccl-library=%d", headers, library);
+#if GK_HAVE_NCCL
+	ok(headers == NCCL_VERSION_CODE && library == lib2 && (vrc == 0) == (lib2 > 0),
+	   "nccl versions: the headers' and the loaded library's");
+#else
+	ok(vrc < 0 && !headers && !library, "nccl versions: none without NCCL");
+#endif
 	if (!ok(gk_comm_open(&c, &cfg, &err) == 0, "nccl backend opens on a machine with a GPU")) {
 		diag("%s", err.msg);
 		return;
@@ -236,6 +262,42 @@ static void test_nccl(void)
 	ok(rc == 0 && memcmp(got, h, M * sizeof *got) == 0,
 	   "nccl compressed reduce-scatter, world 1: the input%s%s", rc ? ": " : "",
 	   rc ? err.msg : "");
+
+	/*
+	 * The flight recorder: every operation above, in order, ended once
+	 * the host saw it end (a blocking call's synchronisation, a wait).
+	 */
+	char path[128];
+	snprintf(path, sizeof path, "%s/trace-c%d-r00000.jsonl", trdir, c->tr.id);
+	ok(gk_comm_trace_dump(c, "test") == 0, "nccl: the flight recorder dumps");
+	FILE *f = fopen(path, "r");
+	char line[1024];
+	int n = 0, done = 0, buckets = 0;
+	int order = 1;
+	while (f && fgets(line, sizeof line, f)) {
+		json_t *j = json_loads(line, 0, NULL);
+		const char *op = json_string_value(json_object_get(j, "op"));
+		const char *st = json_string_value(json_object_get(j, "state"));
+		const char *tag = json_string_value(json_object_get(j, "tag"));
+		if (n > 0) {
+			done += st && !strcmp(st, "done");
+			if (tag && !strcmp(tag, "bucket") &&
+			    json_integer_value(json_object_get(j, "index")) == buckets)
+				buckets++;
+			/* 2 allreduces, 16 buckets, 1 compressed allreduce, 2 reduce-scatters */
+			order &= op && !strcmp(op, n <= 19 ? "allreduce" : "reducescatter") &&
+				 json_integer_value(json_object_get(j, "seq")) == n;
+		}
+		json_decref(j);
+		n++;
+	}
+	if (f)
+		fclose(f);
+	ok(n == 22 && done == 21 && buckets == 16 && order,
+	   "nccl: 21 operations recorded in order, all done, 16 buckets tagged (%d %d %d %d)",
+	   n - 1, done, buckets, order);
+	remove(path);
+	rmdir(trdir);
 
 	gk_comm_free(c, d), gk_comm_free(c, d2), gk_comm_free(c, db);
 	ok(gk_comm_finalize(c, &err) == 0, "nccl teardown reports success");

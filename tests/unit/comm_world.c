@@ -370,6 +370,137 @@ static void test_grads(void)
 	free(ref);
 }
 
+/*
+ * Reduce-scatter of unequal pieces (ZeRO-2's buckets): each rank's piece
+ * of the in-place buffer against MPI's sum of the whole, SUM and AVG, in
+ * layouts every rank draws alike (their own generator) with empty pieces,
+ * one rank holding all, and pieces that are not the ring's equal blocks.
+ */
+static void test_scatterv(void)
+{
+	enum { L = 6 };
+	uint64_t lr = 12345;
+	int good = 1;
+	size_t *displ = malloc(((size_t)N + 1) * sizeof *displ);
+	for (int l = 0; l < L; l++) {
+		displ[0] = 0;
+		for (int q = 0; q < N; q++) {
+			lr ^= lr << 13, lr ^= lr >> 7, lr ^= lr << 17;
+			size_t c = l == 0 ? 0 : l == 1 ? (q == N - 1 ? 5000 : 0) :
+				   l == 2 ? 1 : (size_t)(lr >> 20) % (l == 5 ? 30000 : 3000);
+			if (l >= 3 && q % 3 == 1)
+				c = 0;
+			displ[q + 1] = displ[q] + c;
+		}
+		size_t n = displ[N];
+		for (int opi = 0; opi < 2; opi++) {
+			gk_comm_op op = opi ? GK_COMM_AVG : GK_COMM_SUM;
+			float *b = malloc(n * 4 + 4);
+			double *ref = malloc(n * 8 + 8);
+			fill(b, n, GK_DT_F32, GK_COMM_SUM);
+			reference(b, ref, n, GK_DT_F32, op);
+			gk_comm_req *rq;
+			if (gk_comm_ireduce_scatterv(C, b, displ, GK_DT_F32, op, &rq, NULL) < 0 ||
+			    gk_comm_wait(rq, NULL) < 0)
+				good = 0;
+			for (size_t i = displ[R]; i < displ[R + 1]; i++)
+				good &= b[i] == (float)ref[i];
+			free(b);
+			free(ref);
+		}
+	}
+	gk_err err = {0};
+	displ[0] = 5, displ[1] = 2;
+	gk_comm_req *rq;
+	float x[8];
+	good &= N == 1 || (gk_comm_ireduce_scatterv(C, x, displ, GK_DT_F32, GK_COMM_SUM, &rq,
+						    &err) < 0 && strstr(err.msg, "ends before"));
+	free(displ);
+	ok(all(good), "reduce-scatter of unequal pieces (empty, one rank's, uneven): each rank's "
+	   "piece the world's sum and average, world %d", N);
+}
+
+/* what ZeRO-2's buckets hand back, in order */
+typedef struct {
+	size_t next, align, calls;
+	int good;
+	float *g;
+} done_log;
+
+static void partition_done(size_t lo, size_t hi, void *ctx)
+{
+	done_log *d = ctx;
+	d->good &= hi == d->next && lo < hi && lo % d->align == 0;
+	d->next = lo;
+	d->calls++;
+	for (size_t i = lo; i < hi; i++)
+		d->g[i] = 0; /* released: reads as zeros */
+}
+
+/*
+ * ZeRO-2's partitioned buckets over three micro-steps, twice: buckets
+ * on multiples of align (300, not dividing the bucket), handed back from
+ * the end down to 0 exactly once a micro-step, and the shard the sum of
+ * every micro-step's world sums divided by the world once (small
+ * integers: exact), with two in flight and with each waited at once.
+ */
+static void test_partition(void)
+{
+	size_t n = 10007, per = (n + (size_t)N - 1) / (size_t)N;
+	float *g = malloc(n * 4), *shard = malloc(per * 4);
+	double *ref = malloc(n * 8), *tot = malloc(n * 8);
+	for (size_t depth = 0; depth <= 2; depth += 2) {
+		gk_comm_grads *gr;
+		done_log d = {.align = 300, .good = 1, .g = g};
+		int good = gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0 &&
+			   gk_comm_grads_partition(gr, shard, per, 300, depth, partition_done, &d,
+						   NULL) == 0;
+		for (int step = 0; good && step < 2; step++) {
+			for (size_t i = 0; i < n; i++)
+				tot[i] = 0;
+			for (size_t i = 0; i < per; i++)
+				shard[i] = -1000;
+			for (int a = 0; a < 3; a++) {
+				gk_comm_grads_micro(gr, a == 0, a == 2);
+				fill(g, n, GK_DT_F32, GK_COMM_SUM);
+				reference(g, ref, n, GK_DT_F32, GK_COMM_SUM);
+				for (size_t i = 0; i < n; i++)
+					tot[i] += ref[i];
+				d.next = n, d.calls = 0;
+				for (size_t layer = n; layer > 0; layer = layer > 777 ? layer - 777 : 0)
+					good &= gk_comm_grads_ready(gr, layer, NULL) == 0;
+				good &= gk_comm_grads_finish(gr, NULL) == 0;
+				good &= d.next == 0 && d.calls == gk_comm_grads_buckets(gr);
+				for (size_t i = 0; i < n; i++)
+					good &= g[i] == 0;
+			}
+			for (size_t i = (size_t)R * per; i < (size_t)(R + 1) * per && i < n; i++)
+				good &= shard[i - (size_t)R * per] == (float)tot[i] / (float)N;
+		}
+		good &= d.good && gk_comm_grads_buckets(gr) >= n / 1200;
+		gk_comm_grads_free(gr);
+		ok(all(good), "ZeRO-2 buckets (depth %zu): released once each, from the end, on "
+		   "multiples of 300; the shard the sum of 3 micro-steps over the world / %d",
+		   depth, N);
+	}
+	gk_err err = {0};
+	gk_comm_grads *gr;
+	gk_comm_callopts co = {.compress = GK_COMM_COMPRESS_BF16};
+	int good = gk_comm_grads_new(&gr, C, g, n, 4096, &co, NULL) == 0 &&
+		   gk_comm_grads_partition(gr, shard, per, 1, 2, NULL, NULL, &err) < 0 &&
+		   strstr(err.msg, "do not compress") != NULL;
+	gk_comm_grads_free(gr);
+	good &= gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0 &&
+		gk_comm_grads_partition(gr, shard, per / 2, 1, 2, NULL, NULL, &err) < 0 &&
+		strstr(err.msg, "cannot own");
+	gk_comm_grads_free(gr);
+	ok(all(good), "ZeRO-2 buckets refuse compression and ranges that miss gradients");
+	free(g);
+	free(shard);
+	free(ref);
+	free(tot);
+}
+
 /* Fractional inputs of varied scale; bounds from comm.h. */
 /*
  * The compressed tests' input: n floats over six binades, and in double
@@ -632,6 +763,8 @@ int main(void)
 	test_reduce();
 	test_nonblocking();
 	test_grads();
+	test_scatterv();
+	test_partition();
 	test_compressed();
 	test_compressed_rs();
 	test_errors();

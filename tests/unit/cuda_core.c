@@ -33,6 +33,9 @@ static void test_probe(void)
 	ok(rc == 0 || strncmp(err.msg, "no usable GPU: ", 15) == 0,
 	   "probe: the reason starts 'no usable GPU: '");
 	if (!gk_cuda_built()) {
+		char desc[16] = "x";
+		ok(gk_cuda_describe(0, desc, sizeof(desc), &err) < 0 && !desc[0],
+		   "describe: built without CUDA, an error and an empty text");
 		ok(info.state == GK_CUDA_NOT_BUILT, "probe: built without CUDA says so");
 		is_str(err.msg, "no usable GPU: gpukit was built without CUDA", "probe: message");
 		return;
@@ -53,6 +56,23 @@ static void test_probe(void)
 	const char *why = NULL;
 	is_int(gk_cuda_device_count(&why), info.devices, "device_count agrees with the probe");
 	ok(info.devices > 0 || (why && *why), "device_count gives a reason for 0");
+	/* The start line's description: the name, the compute capability and
+	 * memory, and the versions the probe read, in its spelling. */
+	char desc[192], want[64];
+	gk_err derr = {0};
+	int drc = gk_cuda_describe(0, desc, sizeof(desc), &derr);
+	if (info.devices > 0) {
+		snprintf(want, sizeof(want), "; driver for CUDA %d.%d, runtime CUDA %d.%d",
+			 info.driver_version / 1000, info.driver_version % 1000 / 10,
+			 info.runtime_version / 1000, info.runtime_version % 1000 / 10);
+		diag("describe: %s", drc == 0 ? desc : derr.msg);
+		ok(drc == 0 && strstr(desc, " (sm_") && strstr(desc, " GiB)") &&
+		   gk_str_ends(desc, want), "describe: name (sm_XY, memory)%s", want);
+	} else {
+		ok(drc < 0, "describe: no device, an error");
+	}
+	ok(gk_cuda_describe(info.devices, desc, sizeof(desc), &derr) < 0,
+	   "describe: a device past the last is an error");
 	/* A second probe gives the same answer (the runtime caches the driver). */
 	gk_cuda_info again;
 	gk_cuda_probe(&again, NULL);

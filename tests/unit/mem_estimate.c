@@ -478,10 +478,16 @@ static void trainer(void)
 	       "layer recompute keeps each layer's f32 input");
 	ok(part(&e, "dp_buckets") == 2ULL * 25 * 1024 * 1024, "two DP buckets");
 
+	/* gpu-train's ZeRO-2 (the CPU backend): the gradients sharded too */
+	gk_mem_train z2 = t;
+	z2.zero = 2;
+	ok(gk_mem_train_estimate(&z2, &e, NULL, NULL, &err) == 0, "ZeRO-2 estimated");
+	is_u64(part(&e, "gradients"), 4 * P / 8, "ZeRO-2: f32 gradients sharded 8 ways");
+	is_u64(part(&e, "optimizer"), 8 * P / 8, "ZeRO-2: Adam m and v sharded 8 ways");
 	gk_mem_train bad = t;
-	bad.zero = 2;
+	bad.zero = 3;
 	ok(gk_mem_train_estimate(&bad, &e, NULL, NULL, &err) < 0 &&
-	   strstr(err.msg, "must be 0 or 1"), "ZeRO-2 refused: %s", err.msg);
+	   strstr(err.msg, "must be 0, 1 or 2"), "ZeRO-3 refused: %s", err.msg);
 	bad = t, bad.recompute = GK_MEM_RC_SELECTIVE;
 	ok(gk_mem_train_estimate(&bad, &e, NULL, NULL, &err) < 0 &&
 	   strstr(err.msg, "gelu or layer"), "selective refused: %s", err.msg);

@@ -19,7 +19,9 @@
 #                    same for ZeRO-1's bucketed reduces
 #   peak RSS         of rank 0 (GNU time) against gpu-train's own total
 #                    (target <= 1.2x), and with ZeRO-1 (half the moments
-#                    a rank, and nothing added for its collectives)
+#                    a rank, and nothing added for its collectives) and
+#                    ZeRO-2 (half the gradients too, less the buckets in
+#                    flight and the tied embedding's rows)
 # torch and transformers come from the test venv (scripts/test-venv);
 # without them the DDP column says n/a.
 set -eu
@@ -95,6 +97,13 @@ zrss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
 zexp_on=$(steps "$tmp/z_on.json" exposed_comm_ms | med)
 zexp_off=$(steps "$tmp/z_off.json" exposed_comm_ms | med)
 ztok=$(steps "$tmp/z_on.json" tokens_per_s | med)
+ours --zero 2 --overlap on >"$tmp/z2_on.json"
+z2rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
+ours --zero 2 --overlap off >"$tmp/z2_off.json"
+z2exp_on=$(steps "$tmp/z2_on.json" exposed_comm_ms | med)
+z2exp_off=$(steps "$tmp/z2_off.json" exposed_comm_ms | med)
+z2tok=$(steps "$tmp/z2_on.json" tokens_per_s | med)
+z2tok_off=$(steps "$tmp/z2_off.json" tokens_per_s | med)
 total=$(jq -r 'select(.event == "start") | .memory.total' "$tmp/on.json")
 ours >/dev/null
 rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
@@ -114,3 +123,6 @@ printf '%-34s %12s\n' "ZeRO-1 exposed ms, --overlap on" "$(num %.1f "$zexp_on")"
 printf '%-34s %12s\n' "ZeRO-1 exposed ms, --overlap off" "$(num %.1f "$zexp_off")"
 awk -v r="$rss" -v t="$total" 'BEGIN { printf "%-34s %12.1f MiB vs accounted %.1f MiB: %.2fx  (target <= 1.2)\n", "peak RSS rank 0", r / 1024, t / 1048576, r * 1024 / t }'
 awk -v z="$zrss" -v r="$rss" 'BEGIN { printf "%-34s %12.1f MiB (%+.1f MiB)\n", "ZeRO-1 peak RSS rank 0", z / 1024, (z - r) / 1024 }'
+printf '%-34s %12s / %s\n' "ZeRO-2 tok/s, --overlap on / off" "$(num %.0f "$z2tok")" "$(num %.0f "$z2tok_off")"
+printf '%-34s %12s / %s\n' "ZeRO-2 exposed ms, on / off" "$(num %.1f "$z2exp_on")" "$(num %.1f "$z2exp_off")"
+awk -v z="$z2rss" -v r="$rss" 'BEGIN { printf "%-34s %12.1f MiB (%+.1f MiB)\n", "ZeRO-2 peak RSS rank 0", z / 1024, (z - r) / 1024 }'

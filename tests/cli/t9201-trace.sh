@@ -1,0 +1,158 @@
+#!/bin/sh
+test_description='the flight recorder on real hangs: a stopped rank, a skipped
+collective, a killed rank
+
+Three ranks of gpu-train under mpirun, with the collective watchdog at 2 s
+and --trace-dir. A test hook (GK_TEST_COMM_FAULT=ACTION:RANK:OP:N) makes
+rank 1 stop itself (SIGSTOP) once its N-th allreduce has started, skip its
+N-th allreduce as if the trainer had not called it, or die (SIGKILL) in
+its N-th allgather (ZeRO-1 gathers the parameters every step). Each job
+ends within the watchdog bound; every rank that can leaves a dump, and
+gpu-train --trace-report names rank 1 and the collective, whose number is
+read independently from rank 0'"'"'s dump (the N-th allreduce or allgather
+there: every rank calls the same ones). SIGUSR2 dumps a running job
+without stopping it.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+if ! test_have_prereq MPI; then
+	skip_all="no mpirun"
+	test_done
+fi
+
+A="--data train.bin $TINY --batch 4 --json --steps 100000 --timeout 2"
+TAG="t9201-$$"
+HOST=$(hostname)
+
+# hang NAME FAULT ARGS...: 3 ranks of gpu-train with the hook, dumps in NAME/;
+# $rc its status, $took its seconds
+hang() {
+	name=$1 fault=$2
+	shift 2
+	t0=$(date +%s)
+	FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 3 \
+		-x GK_TEST_COMM_FAULT=$fault gpu-train $A --trace-dir $name "$@" \
+		>$name.json 2>$name.err
+	rc=$?
+	took=$(($(date +%s) - t0))
+	echo "ended after $took s, status $rc" >&2
+	# a stopped rank the launcher did not end
+	for p in $(pgrep -x gpu-train); do
+		if tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
+			kill -CONT $p 2>/dev/null
+			kill -9 $p 2>/dev/null
+		fi
+	done
+	:
+}
+
+# nth_seq DUMP OP N: the sequence number of the N-th OP in DUMP
+nth_seq() {
+	jq -s -r "map(select(.op == \"$2\")) | .[$3 - 1].seq" "$1"
+}
+
+test_expect_success 'data' '
+	train_data
+'
+
+test_expect_success 'a rank stopped in an allreduce: the job ends, rank 1 and the allreduce named' '
+	hang stop stop:1:allreduce:30 --bucket 8K &&
+	test $rc -eq 1 &&
+	test $took -lt 30 &&
+	test -f stop/trace-c0-r00000.jsonl &&
+	test -f stop/trace-c0-r00002.jsonl &&
+	s=$(nth_seq stop/trace-c0-r00000.jsonl allreduce 30) &&
+	test -n "$s" && test "$s" != null &&
+	jq -e "select(.seq == $s) | .state == \"failed\"" stop/trace-c0-r00000.jsonl &&
+	gpu-train --trace-report stop >stop.report &&
+	cat stop.report &&
+	grep -E "^rank 1 \(on $HOST\) (left no dump and )?did not answer the others. watchdog \(stopped, (killed, )?or the network to it is down\); ranks 0 and 2 (wait|failed) in allreduce #$s " stop.report
+'
+
+test_expect_success 'a rank that skips an allreduce: rank 1 and the one it skipped named' '
+	hang skip skip:1:allreduce:40 --bucket 8K &&
+	test $rc -ne 0 &&
+	test $took -lt 30 &&
+	for r in 0 1 2; do test -f skip/trace-c0-r0000$r.jsonl || return 1; done &&
+	s=$(nth_seq skip/trace-c0-r00000.jsonl allreduce 40) &&
+	test -n "$s" && test "$s" != null &&
+	what=$(jq -r "select(.seq == $s) | if .tag then \"\(.tag) \(.index), step \(.step)\" else \"step \(.step)\" end" \
+		skip/trace-c0-r00000.jsonl) &&
+	gpu-train --trace-report skip >skip.report &&
+	cat skip.report &&
+	grep "^rank 1 (on $HOST) skipped allreduce #$s ($what, [0-9.]* [KM]*i*B): its #$s is the others. #$((s + 1)); " skip.report
+'
+
+test_expect_success 'a rank killed in an allgather: rank 1 and the allgather named' '
+	hang kill kill:1:allgather:6 --zero 1 &&
+	test $rc -ne 0 &&
+	test $took -lt 30 &&
+	! test -f kill/trace-c0-r00001.jsonl &&
+	test -f kill/trace-c0-r00000.jsonl &&
+	test -f kill/trace-c0-r00002.jsonl &&
+	s=$(nth_seq kill/trace-c0-r00000.jsonl allgather 6) &&
+	test -n "$s" && test "$s" != null &&
+	gpu-train --trace-report kill >kill.report &&
+	cat kill.report &&
+	grep -E "^rank 1 (\(on $HOST\) )?left no dump.*; ranks 0 and 2 (wait|failed) in allgather #$s \(step [0-9]+, " kill.report
+'
+
+# GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
+# gradients' reduction (--overlap off: no bucket starts before it), while
+# ranks 0 and 2 wait in its first bucket. Rank 1 dumps when mpirun's
+# SIGTERM comes before its SIGKILL, which Open MPI does not promise: the
+# verdict names it either way.
+test_expect_success 'a rank that never enters the allreduce the others wait in' '
+	t0=$(date +%s) &&
+	B="$A --overlap off --trace-dir block" &&
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 1 gpu-train $B : \
+		-np 1 -x GK_TEST_BLOCK_STEP=3 gpu-train $B : -np 1 gpu-train $B >block.json 2>block.err &&
+	test $(($(date +%s) - t0)) -lt 30 &&
+	s=$(jq -r "select(.seq and .state != \"done\") | .seq" block/trace-c0-r00000.jsonl | head -n 1) &&
+	jq -e "select(.seq == $s) | .op == \"allreduce\" and .tag == \"bucket\" and .index == 0 and .step == 3" \
+		block/trace-c0-r00000.jsonl &&
+	gpu-train --trace-report block >block.report &&
+	cat block.report &&
+	grep -E "^rank 1 \(on $HOST\) (never entered allreduce #$s \(bucket 0, step 3, [^)]*\): its last operation, .* ended [0-9.]+ s before its dump|left no dump and did not answer the others. watchdog .*); ranks 0 and 2 (wait|failed) in allreduce #$s " block.report
+'
+
+# the header of rank 0 in b.out: the sweep has started (stdout line buffered)
+test_expect_success 'SIGUSR2 dumps a running job and it runs on' '
+	{ FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+		env ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0" stdbuf -oL \
+		allreduce-bench -b 4K -e 4K -n 10000000 -w 0 -c 0 --trace-dir usr2 \
+		>b.out 2>b.err & } &&
+	job=$! &&
+	test_when_finished "kill \$job 2>/dev/null; wait \$job; :" &&
+	test_wait_for 120 "the header of rank 0 in b.out" grep -q "^# allreduce-bench" b.out &&
+	for p in $(pgrep -x allreduce-bench); do
+		tr "\0" "\n" <"/proc/$p/environ" >env.$p 2>/dev/null || continue
+		if grep -qx "FAULT_TAG=$TAG" env.$p && grep -qx "OMPI_COMM_WORLD_RANK=0" env.$p; then
+			victim=$p
+		fi
+		rm -f env.$p
+	done &&
+	test -n "$victim" &&
+	kill -USR2 $victim &&
+	test_wait_for 60 "rank 0 dump in usr2/" test -f usr2/trace-c0-r00000.jsonl &&
+	jq -e -s ".[0].reason == \"SIGUSR2\" and .[0].rank == 0 and .[0].world == 2 and
+		(.[1:] | length) >= ([.[0].next - .[0].first, .[0].capacity] | min) - 1 and
+		(.[1:] | map(.op) | unique) - [\"allreduce\", \"barrier\"] == []" \
+		usr2/trace-c0-r00000.jsonl &&
+	kill -0 $victim &&
+	! test -f usr2/trace-c0-r00001.jsonl
+'
+
+test_expect_success 'bad uses: --trace-report alone, a missing directory, a file for --trace-dir' '
+	test_expect_code 2 gpu-train --trace-report stop --data train.bin 2>e1 &&
+	grep "^gpu-train: --trace-report reads the dumps of a run: not with --data$" e1 &&
+	test_expect_code 1 gpu-train --trace-report nowhere 2>e2 &&
+	grep "^gpu-train: open directory .nowhere.: No such file or directory$" e2 &&
+	mkdir empty &&
+	test_expect_code 1 gpu-train --trace-report empty 2>e3 &&
+	grep "^gpu-train: .empty.: no flight-recorder dumps (trace-cN-rNNNNN.jsonl) in it$" e3 &&
+	test_expect_code 1 gpu-train $A --steps 1 --trace-dir train.bin 2>e4 &&
+	grep "^gpu-train: --trace-dir: .train.bin.: not a directory$" e4
+'
+
+test_done
