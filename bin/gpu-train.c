@@ -135,6 +135,8 @@ static int parse_bucket(const char *opt, const char *s, void *field, gk_err *err
 #define RUN(ag) .agree = (ag) != LOCAL, \
 	.resume = (ag) == NOTE ? GK_OPT_RESUME_NOTE : (ag) == KEEP ? GK_OPT_RESUME_SAME : 0
 #define I64MAX (INT64_MAX / 2)
+#define XSTR_(x) #x
+#define XSTR(x) XSTR_(x) /* a library default, as the table's text */
 
 /*
  * gpu-train's options, stated once: this table is getopt's list, the
@@ -253,6 +255,11 @@ static const gk_optdef options[] = {
 	SECTION("output"),
 	STR("metrics", "FILE", metrics, 1, LOCAL,
 	    "rank 0 rewrites FILE in Prometheus' text format (at most 1/s)"),
+	INT("straggler-every", "N", o.straggler_every, 0, I64MAX, AGREE, XSTR(GK_NN_STRAGGLER_EVERY),
+	    "compare the ranks' step times every N steps, 0 never"),
+	NUM("straggler-factor", "X", o.straggler_factor, 1.01, 100, LOCAL,
+	    XSTR(GK_NN_STRAGGLER_FACTOR),
+	    "warn of a rank this many times slower than the median"),
 	{.kind = GK_OPTK_END},
 };
 _Static_assert(GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->arg) &&
@@ -549,6 +556,33 @@ static void on_ckpt_failed(int64_t step, const gk_err *why, void *ctx)
 	gk_status_resume();
 }
 
+/* An exchange of the step's parts: its JSON line, its metrics, and the
+ * warning of a straggler. */
+static void on_stragglers(const gk_nn_straggler_report *r, void *ctx)
+{
+	out_ctx *c = ctx;
+	gk_err err = {0};
+	if (c->metrics && gk_nn_straggler_metrics(c->metrics, r, &err) < 0 && !c->metrics_failing) {
+		gk_cli_warn(&cli, "%s", err.msg);
+		c->metrics_failing = 1;
+	}
+	c->stale = 1;
+	if (cli.json) {
+		json_t *o = gk_nn_straggler_json(r);
+		if (o) {
+			if (gk_status_out_tty())
+				gk_status_clear();
+			emit(o);
+		}
+	}
+	if (r->slow >= 0) {
+		char w[512];
+		gk_status_pause();
+		gk_cli_warn(&cli, "%s", gk_nn_straggler_warning(r, w, sizeof(w)));
+		gk_status_resume();
+	}
+}
+
 /*
  * A problem in the shards the data reader worked around (an index that is
  * not its shard's, a shard without its end blocks): every rank reads the
@@ -729,6 +763,28 @@ static void parse_args(int argc, char **argv, args *a)
 }
 
 /*
+ * tests: GK_TEST_STRAGGLER=RANK:PART:MS, that rank spends MS more in that
+ * part (data, compute, comm, optimizer, checkpoint) of every step;
+ * GK_TEST_GPU_BUS=BUS,BUS,..., the GPU each rank of a CPU run reports
+ * (through NVML, the fake one of the tests).
+ */
+static int test_straggler(gk_nn_train_opts *o, gk_err *err)
+{
+	const char *s = getenv("GK_TEST_STRAGGLER");
+	o->test_gpu_bus = getenv("GK_TEST_GPU_BUS");
+	if (!s)
+		return 0;
+	char part[32];
+	int n = 0;
+	if (sscanf(s, "%d:%31[a-z]:%d%n", &o->test_slow_rank, part, &o->test_slow_ms, &n) != 3 ||
+	    s[n] || o->test_slow_rank < 0 || o->test_slow_ms < 0 ||
+	    (o->test_slow_part = gk_nn_part_parse(part)) < 0)
+		return gk_errf(err, "GK_TEST_STRAGGLER '%s': not RANK:PART:MS (PART data, compute, "
+			       "comm, optimizer or checkpoint)", s);
+	return 0;
+}
+
+/*
  * lib/core removes temp files when a signal kills the process, with
  * handlers it installs on first use; install them now and ours over
  * them, so a signal always reaches the trainer (which stops cleanly and
@@ -769,7 +825,7 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 		return -1;
 	stop_grace = (unsigned)g;
 	o->mem_root = getenv("GK_TEST_MEM_ROOT");
-	return 0;
+	return test_straggler(o, err);
 }
 
 /* On the terminal, until the start lines: what the first seconds do. */
@@ -941,7 +997,7 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 		       .metrics_path = a->metrics, .skip_bad = a->o.skip_bad};
 	if (a->metrics && rank == 0 && gk_metrics_new(&ctx.metrics, NULL, err) < 0)
 		return -1;
-	gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed};
+	gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed, on_stragglers};
 	gk_nn_train_summary s;
 	int64_t end = r->until > 0 && r->until < r->steps ? r->until : r->steps;
 	gk_nn_progress_start(&ctx.prog, end, (uint64_t)r->batch * (uint64_t)r->seq *

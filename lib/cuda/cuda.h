@@ -154,6 +154,9 @@ int gk_cuda_device_pick(int want, int local_rank, int ndev, int *dev,
 int gk_cuda_device_select(int want, int *dev, gk_err *err);
 /* Make dev current for the calling thread (CUDA keeps it per thread). */
 int gk_cuda_set_device(int dev, gk_err *err);
+/* Device dev's PCI bus id ("0000:3b:00.0", cudaDeviceGetPCIBusId), the
+ * name NVML finds it by (CUDA's device numbers are not NVML's). */
+int gk_cuda_pci_bus_id(int dev, char *buf, size_t len, gk_err *err);
 
 /* ---- streams and events ---------------------------------------------------------- */
 

@@ -139,6 +139,11 @@ int gk_cuda_set_device(int dev, gk_err *err)
 	return GK_CUDA_CHECK(cudaSetDevice(dev), err);
 }
 
+int gk_cuda_pci_bus_id(int dev, char *buf, size_t len, gk_err *err)
+{
+	return GK_CUDA_CHECK(cudaDeviceGetPCIBusId(buf, (int)len, dev), err);
+}
+
 int gk_cuda_device_select(int want, int *dev, gk_err *err)
 {
 	gk_cuda_info i;

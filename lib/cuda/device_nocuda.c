@@ -91,6 +91,13 @@ void *gk_cuda_alloc(size_t bytes, gk_cuda_mem_kind kind, gk_err *err)
 	return NULL;
 }
 void gk_cuda_free(void *p) { (void)p; }
+int gk_cuda_pci_bus_id(int dev, char *buf, size_t len, gk_err *err)
+{
+	(void)dev;
+	if (len)
+		buf[0] = '\0';
+	return gk_errf(err, NOT_BUILT);
+}
 int gk_cuda_mem_info(uint64_t *free_bytes, uint64_t *total, gk_err *err)
 {
 	*free_bytes = *total = 0;

@@ -33,6 +33,7 @@ typedef struct rank_place {
 	uint64_t cgroup;                       /* its memory cgroup (gk_host_mem) */
 	int32_t threads;                       /* --threads, 0: the default */
 	uint32_t cpus[CPU_SETSIZE / 32];       /* the CPU set, as bits */
+	char name[GK_NN_HOST_MAX];             /* the host name, for reports */
 } rank_place;
 
 static int set_overlaps(const rank_place *a, const rank_place *b)
@@ -66,6 +67,7 @@ int gk_nn_tr_place(gk_nn_trainer *t, gk_err *err)
 	size_t n = strcspn(id, "\n");
 	id[n] = '\n';
 	gethostname(id + n + 1, sizeof(id) - n - 2);
+	snprintf(me.name, sizeof(me.name), "%s", id + n + 1);
 	me.host = gk_xxh3(id, strlen(id));
 	me.kernel = n > 0 ? gk_xxh3(id, n) : me.host;
 	gk_host_mem hm;
@@ -135,6 +137,16 @@ int gk_nn_tr_place(gk_nn_trainer *t, gk_err *err)
 	for (int r = 0; r < t->world; r++)
 		p->hosts += r == 0 || hs[r] != hs[r - 1];
 	free(hs);
+	/* the host names, kept for the straggler reports (straggler.c) */
+	if (t->o.straggler_every > 0 && t->world > 1) {
+		if (!(t->hosts = calloc((size_t)t->world, sizeof(*t->hosts)))) {
+			free(all);
+			return gk_err_sys(err, ENOMEM, "placement");
+		}
+		for (int r = 0; r < t->world; r++)
+			snprintf(t->hosts[r], sizeof(t->hosts[r]), "%.*s", GK_NN_HOST_MAX - 1,
+				 all[r].name);
+	}
 	free(all);
 	return 0;
 }

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nn/train_internal.h"
@@ -221,13 +222,24 @@ int gk_nn_trainer_eval(gk_nn_trainer *t, const char *src, int64_t batches,
 	return eval_loss(t, src, batches, loss, nbatches, err);
 }
 
+/* tests: the rank of --test_slow_rank spends test_slow_ms more in part */
+static void test_slow(const gk_nn_trainer *t, int part)
+{
+	const gk_nn_train_opts *o = &t->o;
+	if (o->test_slow_ms <= 0 || o->test_slow_rank != t->rank || o->test_slow_part != part)
+		return;
+	struct timespec ts = {o->test_slow_ms / 1000, (o->test_slow_ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 /*
  * The micro-steps of one step: forward and backward(1/A) of each, the
  * last one with the gradient path's ready callback, which starts the
  * buckets while backward runs. Returns 0, or the stop a signal asked for
  * between micro-steps (1 or 2; *done of them ran), or -1.
  */
-static int accumulate(gk_nn_trainer *t, double *lsum, int *done, gk_err *err)
+static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, gk_err *err)
 {
 	const gk_nn_train_opts *o = &t->o;
 	int cut;
@@ -238,9 +250,14 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, gk_err *err)
 			return cut;
 		float l;
 		gk_nn_dp_micro_begin(t->dp, a, o->grad_accum);
+		double ta = gk_now();
+		test_slow(t, GK_NN_PART_DATA);
 		int r = gk_nn_data_next(t->data, t->in, t->tg, err);
 		if (r == 0)
 			r = gk_errf(err, "data '%s': no more micro-batches", o->data);
+		double tb = gk_now();
+		part[GK_NN_PART_DATA] += tb - ta;
+		test_slow(t, GK_NN_PART_COMPUTE);
 		if (r < 0 || gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0)
 			return -1;
 		*lsum += l;
@@ -249,6 +266,7 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, gk_err *err)
 		if (gk_nn_backward(t->m, 1.0f / (float)o->grad_accum, cb, t->dp, err) < 0 ||
 		    gk_nn_dp_micro_end(t->dp, a, o->grad_accum, err) < 0)
 			return -1;
+		part[GK_NN_PART_COMPUTE] += gk_now() - tb;
 		(*done)++;
 	}
 	return 0;
@@ -259,13 +277,15 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, gk_err *err)
  * v = [loss, checkpoint signal, stop signal, ZeRO-1's sum of squares, bad
  * samples, and in v[5..7] the checkpoint's counts], the global norm, the
  * clip and the update (unless the step is skipped). Fills lg's loss, lr,
- * norm, skipped and communication times.
+ * norm, skipped and communication times, and part's communication and
+ * optimizer.
  */
 static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
-		  gk_nn_train_log *lg, gk_err *err)
+		  gk_nn_train_log *lg, double *part, gk_err *err)
 {
 	const gk_nn_train_opts *o = &t->o;
 	gk_nn_dp *dp = t->dp;
+	test_slow(t, GK_NN_PART_COMM);
 	double tb = gk_now();
 	if (gk_nn_dp_reduce(dp, tb, err) < 0)
 		return -1;
@@ -312,9 +332,14 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	}
 	/* torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1 */
 	float sc = o->clip > 0 && norm > o->clip ? (float)(o->clip / (norm + 1e-6)) : 1.0f;
-	double gathered = 0;
+	double gathered = 0, tu = gk_now();
+	test_slow(t, GK_NN_PART_OPTIMIZER);
 	if (!skip && gk_nn_dp_update(dp, &o->adamw, (float)lr, step, sc, &gathered, err) < 0)
 		return -1;
+	part[GK_NN_PART_OPTIMIZER] += gk_now() - tu - gathered;
+	/* ZeRO-2's waits for its buckets stood inside backward's time */
+	part[GK_NN_PART_COMM] += exposed + gathered + dp->bwd_wait;
+	part[GK_NN_PART_COMPUTE] -= dp->bwd_wait;
 	lg->loss = loss;
 	lg->lr = lr;
 	lg->grad_norm = norm;
@@ -353,9 +378,9 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 			if (!(t->snap = gk_nn_tr_data_state(t->data)))
 				return gk_err_sys(err, ENOMEM, "step %" PRId64, step);
 		}
-		double lsum;
+		double lsum, part[GK_NN_NPARTS] = {0};
 		uint64_t tpb = gk_nn_tp_bytes(t->m);
-		int done, cut = accumulate(t, &lsum, &done, err);
+		int done, cut = accumulate(t, &lsum, &done, part, err);
 		if (cut < 0)
 			return -1;
 		if (cut) {
@@ -367,15 +392,17 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		}
 		double v[8];
 		gk_nn_train_log lg = {.step = step, .val_loss = NAN};
-		if (update(t, step, lsum, v, &lg, err) < 0)
+		if (update(t, step, lsum, v, &lg, part, err) < 0)
 			return -1;
 		if ((v[1] > 0 || v[2] > 0) && o->stop_seen)
 			*o->stop_seen = 1; /* the stop is under way */
 		t->step = step;
 		t->tokens += step_tokens;
 		double t1 = gk_now();
+		test_slow(t, GK_NN_PART_CHECKPOINT);
 		if (gk_nn_tr_ckpt_progress(t, v + 5, h, err) < 0)
 			return -1;
+		part[GK_NN_PART_CHECKPOINT] += gk_now() - t1;
 		lg.tokens = t->tokens;
 		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
 		lg.step_ms = (t1 - t0) * 1e3;
@@ -401,14 +428,22 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		}
 		int want = o->ckpt_dir && ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || v[1] > 0);
 		if (want) {
+			double tk = gk_now();
 			/* One checkpoint in flight: an older one must be done first. */
 			if (gk_nn_tr_ckpt_finish(t, h, err) < 0 || gk_nn_tr_ckpt_start(t, h, err) < 0)
 				return -1;
+			part[GK_NN_PART_CHECKPOINT] += gk_now() - tk;
 			last_ckpt = step;
 			/* a signal during that wait stops at this checkpoint, not the next step's */
 			if (v[1] == 0 && o->stop && (stop = agree_stop(t, err)) != 0)
 				break;
 		}
+		/* the step's parts; evaluation and rank 0's output are in none */
+		part[GK_NN_PART_STEP] = t1 - t0 + part[GK_NN_PART_CHECKPOINT];
+		part[GK_NN_PART_BUSY] = part[GK_NN_PART_STEP] - part[GK_NN_PART_COMM];
+		gk_nn_tr_straggler_step(t, part);
+		if (gk_nn_tr_straggler_exchange(t, step, h, err) < 0)
+			return -1;
 		if (v[1] > 0) {
 			stop = 1;
 			break;

@@ -123,6 +123,17 @@ typedef struct gk_nn_train_opts {
 				 * run does not fit (gk_nn_trainer_new) */
 	int test_block_step;    /* tests: step N blocks in its reduction until
 				 * the process ends, as a step that cannot finish */
+	int64_t straggler_every; /* exchange the step's parts every N steps
+				  * (straggler.c); 0: never, and no collective */
+	double straggler_factor; /* a rank whose busy time is this many times
+				  * the median's is slow (<= 1: the default) */
+	int test_slow_rank;     /* tests: with test_slow_ms > 0, this rank
+				 * sleeps test_slow_ms in part test_slow_part
+				 * of each step (gk_nn_part) */
+	int test_slow_part, test_slow_ms;
+	const char *test_gpu_bus; /* tests: a CPU run samples these GPUs through
+				   * NVML, one PCI bus id per rank, ','-separated
+				   * (a rank past the list: none) */
 	int ckpt_delay_ms;      /* tests: the writer sleeps before writing and
 				 * (rank 0) before committing, rank 0 before
 				 * checking a checkpoint it loads */
@@ -187,6 +198,8 @@ typedef struct gk_nn_train_log {
 	double val_loss;        /* NaN unless evaluated at this step */
 } gk_nn_train_log;
 
+typedef struct gk_nn_straggler_report gk_nn_straggler_report; /* below */
+
 /* Called on rank 0 only; the caller prints. */
 typedef struct gk_nn_train_hooks {
 	void (*step)(const gk_nn_train_log *l, void *ctx);
@@ -201,6 +214,9 @@ typedef struct gk_nn_train_hooks {
 	 * failing rank's reason (and how many failed, when several did).
 	 */
 	void (*checkpoint_failed)(int64_t step, const gk_err *why, void *ctx);
+	/* After an exchange of the step's parts (--straggler-every), on
+	 * rank 0; may be NULL. */
+	void (*stragglers)(const gk_nn_straggler_report *r, void *ctx);
 } gk_nn_train_hooks;
 
 typedef struct gk_nn_train_summary {
@@ -255,6 +271,116 @@ const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
 int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 			const gk_nn_train_mem *mem, int world, double now,
 			gk_err *err);
+
+/*
+ * Stragglers (straggler.c, gpu-train(1) "STRAGGLERS"). Every
+ * straggler_every steps the ranks exchange what their steps took since
+ * the last exchange, by part, in one allgather on the same steps
+ * everywhere; rank 0 states the spread and names a rank whose busy time
+ * (its steps less the communication it waited for) stayed factor times
+ * the median's or more for GK_NN_STRAGGLER_REPORTS exchanges in a row.
+ * In synchronous data parallelism every rank's step lasts as long as the
+ * slowest's: the others wait in the gradients' reduction, so their
+ * exposed communication grows and a straggler's is the smallest. Busy
+ * time is what tells them apart.
+ *
+ * The parts are host times: on a GPU the forward's loss read waits for
+ * its kernels, and backward's last kernels finish inside the reduction's
+ * wait (counted as communication), so a slow GPU shows in compute by its
+ * forward.
+ */
+#define GK_NN_STRAGGLER_EVERY 50     /* --straggler-every's default */
+#define GK_NN_STRAGGLER_FACTOR 1.3   /* --straggler-factor's default */
+#define GK_NN_STRAGGLER_REPORTS 3    /* exchanges in a row before a warning */
+
+typedef enum gk_nn_part {
+	GK_NN_PART_DATA,        /* waiting for the next micro-batch */
+	GK_NN_PART_COMPUTE,     /* forward and backward */
+	GK_NN_PART_COMM,        /* communication not hidden behind compute */
+	GK_NN_PART_OPTIMIZER,   /* norm, clip, AdamW */
+	GK_NN_PART_CHECKPOINT,  /* a checkpoint's copy, start and commit */
+	GK_NN_PART_BUSY,        /* all but GK_NN_PART_COMM */
+	GK_NN_PART_STEP,        /* the whole step, wall time */
+	GK_NN_NPARTS
+} gk_nn_part;
+/* "data", "compute", "comm", "optimizer", "checkpoint", "busy", "step";
+ * and back (-1: not a part). What parse accepts: the first five. */
+const char *gk_nn_part_name(int part);
+int gk_nn_part_parse(const char *s);
+
+/* What one rank sends: seconds per step of each part, means over the
+ * steps since the last exchange; its GPU as NVML read it just before. */
+typedef struct gk_nn_rank_times {
+	double part[GK_NN_NPARTS];
+	double sm_hz, temp_c;   /* NaN: not read (no GPU, no NVML) */
+	uint64_t reasons;       /* nvmlClocksEventReasons bits, when have_reasons */
+	int32_t gpu;            /* NVML's index of its GPU, -1: none */
+	int32_t have_reasons;
+} gk_nn_rank_times;
+
+/* The spread of one value over the ranks: the median of an even count is
+ * the mean of the two middle values; an extreme held by several ranks is
+ * the lowest rank's. */
+typedef struct gk_nn_spread {
+	double min, median, max;
+	int min_rank, max_rank;
+} gk_nn_spread;
+/* Over v[0], v[stride], ... (n values, n >= 1; stride in doubles). */
+void gk_nn_spread_of(const double *v, int n, size_t stride, gk_nn_spread *s);
+
+struct gk_nn_straggler_report {
+	int64_t step, steps;    /* this exchange's step, steps it covers */
+	int world;
+	gk_nn_spread part[GK_NN_NPARTS];
+	const gk_nn_rank_times *ranks;   /* world of them */
+	const char *const *hosts;        /* each rank's host name */
+	const int *run;         /* each rank's exchanges in a row found slow */
+	double factor;
+	int slow;               /* a rank that reached GK_NN_STRAGGLER_REPORTS
+				 * at this exchange (warn), else -1 */
+	int slow_part;          /* its part furthest above that part's median */
+	int64_t warnings;       /* warnings so far */
+	int64_t reports;        /* exchanges so far */
+};
+
+/*
+ * Rank 0's side, for tests without ranks: judge one exchange's times
+ * (world of them) with run (world counters, zero at first) carried from
+ * the previous exchange. A rank is slow when its busy time is at least
+ * factor times the median's; run counts each rank's exchanges in a row
+ * found slow, and r->slow is a rank whose count reached reports now
+ * (the lowest rank of several; -1: none). Fills r but for ranks, hosts,
+ * step, steps, warnings and reports.
+ */
+void gk_nn_straggler_judge(gk_nn_straggler_report *r, const gk_nn_rank_times *t, int world,
+			   int *run, double factor, int reports);
+/*
+ * The warning for r->slow, one line without "gpu-train: warning: ":
+ * "rank 1 on host b: busy 2.31x the median (152.0 ms a step against
+ * 65.8 ms) for 3 exchanges in a row, most of it in data (+98.1 ms);
+ * GPU 3 is power-capped (SM 1410 MHz, 81 C)". Returns buf.
+ */
+char *gk_nn_straggler_warning(const gk_nn_straggler_report *r, char *buf, size_t len);
+/*
+ * Into m: gpukit_train_straggler_seconds{part,stat} (min, median, max of
+ * each part's seconds a step), gpukit_train_straggler_rank{part,stat} (the
+ * rank of the min and the max), gpukit_train_straggler_skew_ratio{part}
+ * (max / median), gpukit_train_straggler_slow_ranks (ranks slow in this
+ * exchange), gpukit_train_straggler_reports_total,
+ * gpukit_train_straggler_warnings_total, and with GPUs
+ * gpukit_train_gpu_sm_clock_hertz{stat} and gpukit_train_gpu_slowed_ranks
+ * (ranks whose GPU a power or thermal limit slows). A label per rank
+ * would put world x parts series in one file; these are bounded.
+ */
+int gk_nn_straggler_metrics(gk_metrics *m, const gk_nn_straggler_report *r, gk_err *err);
+/*
+ * The report as gpu-train's JSON line (event "stragglers", gpu-train(1)
+ * STRAGGLERS): each part's min/median/max in ms with the rank and host of
+ * the extremes, the ranks slow at this exchange with their GPUs, and
+ * "straggler" with the warning's text when r->slow >= 0. A new
+ * reference, or NULL without memory.
+ */
+struct json_t *gk_nn_straggler_json(const gk_nn_straggler_report *r);
 
 /* What rank 0 knows of this run's checkpoints (from the hooks). */
 typedef struct gk_nn_ckpt_stats {

@@ -16,6 +16,7 @@
  *   checkpoint.c  checkpoints written by a thread and committed
  *   train.c     the loop and evaluation
  *   train_metrics.c  the Prometheus samples of a step and of checkpoints
+ *   straggler.c the step's parts exchanged every few steps, stragglers named
  *   train_progress.c the progress line of a run on a terminal
  */
 #ifndef GK_NN_TRAIN_INTERNAL_H
@@ -31,6 +32,8 @@
 
 typedef struct gk_nn_dp gk_nn_dp;
 typedef struct ckpt_job ckpt_job;
+typedef struct gk_nn_straggler gk_nn_straggler;
+#define GK_NN_HOST_MAX 64 /* a host name kept for reports, its '\0' included */
 
 struct gk_nn_trainer {
 	gk_nn_train_opts o;
@@ -68,6 +71,9 @@ struct gk_nn_trainer {
 	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */
 	gk_nn_placement place;     /* this rank's CPUs (place.c) */
 	uint64_t kernel;           /* ... and its kernel (boot id), as place.c hashes it */
+	gk_nn_straggler *strag;    /* straggler.c's state, or NULL: no exchanges */
+	char (*hosts)[GK_NN_HOST_MAX]; /* each rank's host name (place.c), with
+				    * --straggler-every in a world of several */
 };
 
 /* ---- agree.c -------------------------------------------------------------------------- */
@@ -141,6 +147,20 @@ int gk_nn_tr_ckpt_progress(gk_nn_trainer *t, const double c[3], gk_nn_train_hook
 int gk_nn_tr_ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err);
 /* Stop the writer and drop what it did not commit (gk_nn_trainer_free). */
 void gk_nn_tr_ckpt_cancel(gk_nn_trainer *t);
+
+/* ---- straggler.c ---------------------------------------------------------------------- */
+
+/* With --straggler-every in a world of several ranks: its state and this
+ * rank's GPU through NVML (no collective: place.c gathered the host
+ * names); else nothing. */
+int gk_nn_tr_straggler_open(gk_nn_trainer *t, gk_err *err);
+void gk_nn_tr_straggler_free(gk_nn_trainer *t);
+/* Add one step's parts (seconds, gk_nn_part). */
+void gk_nn_tr_straggler_step(gk_nn_trainer *t, const double part[GK_NN_NPARTS]);
+/* At every straggler_every-th step (the same on every rank): the
+ * exchange, and on rank 0 the judgement and h->stragglers. */
+int gk_nn_tr_straggler_exchange(gk_nn_trainer *t, int64_t step, gk_nn_train_hooks *h,
+				gk_err *err);
 
 /* ---- train.c -------------------------------------------------------------------------- */
 

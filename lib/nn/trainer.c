@@ -747,7 +747,8 @@ int gk_nn_trainer_new(gk_nn_trainer **out, const gk_nn_train_opts *o,
 	uint64_t resume_step = 0;
 	int rc = open_world(t, err) < 0 || find_resume(t, &resume_dir, &resume_step, err) < 0 ||
 		 build(t, resume_dir, err) < 0 ||
-		 start_from(t, resume_dir, resume_step, err) < 0 ? -1 : 0;
+		 start_from(t, resume_dir, resume_step, err) < 0 ||
+		 (!o->eval_only && o->steps > 0 && gk_nn_tr_straggler_open(t, err) < 0) ? -1 : 0;
 	free(resume_dir);
 	if (rc == 0)
 		account(t);
@@ -760,6 +761,8 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	if (!t)
 		return;
 	gk_nn_tr_ckpt_cancel(t);
+	gk_nn_tr_straggler_free(t);
+	free(t->hosts);
 	gk_nn_dp_free(t->dp); /* its communicator before the model's stream */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);

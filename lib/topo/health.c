@@ -35,6 +35,7 @@
 enum {
 	NVML_SUCCESS = 0,
 	NVML_ERROR_INSUFFICIENT_SIZE = 7,
+	NVML_ERROR_GPU_IS_LOST = 15,
 	NVML_CLOCK_SM = 1,
 	NVML_CLOCK_MEM = 2,
 	NVML_TEMPERATURE_GPU = 0,
@@ -545,4 +546,89 @@ void gk_topo_health_free(gk_topo_health_report *h)
 {
 	gk_strlist_free(&h->problems);
 	gk_strlist_free(&h->notes);
+}
+
+/* ---- one GPU's clocks, between a trainer's steps ---------------------------------------- */
+
+struct gk_topo_gpu {
+	nvml n;
+	nvml_dev dev;
+	int index;
+};
+
+int gk_topo_gpu_open(gk_topo_gpu **out, const char *bus, gk_err *err)
+{
+	unsigned dom, b, d, count;
+	*out = NULL;
+	if (parse_bus(bus, &dom, &b, &d) < 0)
+		return gk_errf(err, "GPU '%s': not a PCI bus id (0000:3b:00.0)", bus);
+	gk_topo_gpu *g = calloc(1, sizeof(*g));
+	if (!g)
+		return gk_err_sys(err, ENOMEM, "GPU '%s'", bus);
+	if (nvml_open(&g->n, err) < 0) {
+		free(g);
+		return -1;
+	}
+	if (!g->n.pci || g->n.count(&count) != NVML_SUCCESS)
+		count = 0;
+	for (unsigned i = 0; i < count; i++) {
+		nvml_pci p;
+		if (g->n.handle(i, &g->dev) == NVML_SUCCESS && g->n.pci(g->dev, &p) == NVML_SUCCESS &&
+		    p.domain == dom && p.bus == b && p.device == d) {
+			g->index = (int)i;
+			*out = g;
+			return 0;
+		}
+	}
+	nvml_close(&g->n);
+	free(g);
+	return gk_errf(err, "GPU '%s': NVML has no GPU at that PCI bus id", bus);
+}
+
+int gk_topo_gpu_read(gk_topo_gpu *g, gk_topo_gpu_clocks *c, gk_err *err)
+{
+	unsigned v;
+	unsigned long long r;
+	*c = (gk_topo_gpu_clocks){.index = g->index, .sm_hz = NAN, .temp_c = NAN};
+	if (g->n.clock) {
+		int rc = g->n.clock(g->dev, NVML_CLOCK_SM, &v);
+		if (rc == NVML_SUCCESS)
+			c->sm_hz = v * 1e6;
+		else if (rc == NVML_ERROR_GPU_IS_LOST)
+			return gk_errf(err, "GPU %d: NVML cannot reach it (fallen off the bus?)",
+				       g->index);
+	}
+	if (g->n.temp && g->n.temp(g->dev, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS)
+		c->temp_c = v;
+	if (g->n.reasons && g->n.reasons(g->dev, &r) == NVML_SUCCESS) {
+		c->reasons = r;
+		c->have_reasons = 1;
+	}
+	return 0;
+}
+
+void gk_topo_gpu_close(gk_topo_gpu *g)
+{
+	if (!g)
+		return;
+	nvml_close(&g->n);
+	free(g);
+}
+
+char *gk_topo_slowdown_text(uint64_t bits, char *buf, size_t len)
+{
+	static const struct { uint64_t bit; const char *what; } w[] = {
+		{0x4, "power-capped"},
+		{0x80, "power-braked"},
+		{0x20, "thermally slowed"},
+		{0x40, "thermally slowed (hardware)"},
+		{0x8, "slowed by the hardware (power or temperature)"},
+	};
+	size_t k = 0;
+	if (len)
+		buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+		if ((bits & w[i].bit) && k < len)
+			k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? ", " : "", w[i].what);
+	return buf;
 }

@@ -187,4 +187,32 @@ typedef struct gk_topo_health_report {
 int gk_topo_health(gk_metrics *m, gk_topo_health_report *h, gk_err *err);
 void gk_topo_health_free(gk_topo_health_report *h);
 
+/*
+ * One GPU's clocks, as a trainer samples them between steps (gpu-train's
+ * straggler reports), through the same run-time NVML as --health. open
+ * finds the GPU at PCI bus id bus ("0000:3b:00.0" as CUDA writes it, or
+ * NVML's "00000000:3B:00.0"): -1 with err when there is no driver or no
+ * such GPU. read fills what the driver answers (NaN, have_reasons 0 for
+ * the rest); -1 only when NVML cannot reach the GPU.
+ */
+typedef struct gk_topo_gpu_clocks {
+	int index;              /* NVML's index (nvidia-smi's) */
+	double sm_hz, temp_c;   /* NaN when unread */
+	uint64_t reasons;       /* nvmlClocksEventReasons bits */
+	int have_reasons;
+} gk_topo_gpu_clocks;
+typedef struct gk_topo_gpu gk_topo_gpu;
+int gk_topo_gpu_open(gk_topo_gpu **out, const char *bus, gk_err *err);
+int gk_topo_gpu_read(gk_topo_gpu *g, gk_topo_gpu_clocks *c, gk_err *err);
+void gk_topo_gpu_close(gk_topo_gpu *g);
+/*
+ * The reasons among bits that slow a GPU below the clocks it was set to
+ * (a power cap or brake, a thermal or hardware slowdown; not idling or
+ * an application's clock setting) as words, "power-capped, thermally
+ * slowed (hardware)", into buf; "" when none. Returns buf.
+ */
+char *gk_topo_slowdown_text(uint64_t bits, char *buf, size_t len);
+/* The bits gk_topo_slowdown_text names. */
+#define GK_TOPO_SLOWDOWN_BITS 0xecull
+
 #endif

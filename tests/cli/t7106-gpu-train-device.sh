@@ -202,6 +202,38 @@ test_expect_success 'GPU,MPI' 'GPU, 2 ranks through the host: the losses of one 
 	close_to g2.losses g1.losses 1e-4
 '
 
+# Straggler reports on the device (gpu-train(1) STRAGGLERS): each rank
+# finds its GPU in NVML by the PCI bus id CUDA gives. Under the emulation
+# that is the fake driver's GPU 0 (tests/cli/fake-nvml.c: 1980 MHz, 40 C,
+# power-capped here), loaded as the real one is; on a GPU, the driver's.
+# An emulated step takes about 0.3 s of busy time at this size, so the slow
+# rank sleeps 500 ms in each (of two ranks, busy is then about 1.9 times the
+# median, their mean).
+test_expect_success 'GPU,MPI' 'GPU, 2 ranks: a slow rank is named with its GPU'"'"'s clocks from NVML' '
+	data &&
+	nv= &&
+	if nvidia-smi -L | grep -q "CUDA emulation"; then
+		mkdir -p fake &&
+		${CC:-cc} -shared -fPIC -o fake/libnvidia-ml.so.1 "$GK_TOP/tests/cli/fake-nvml.c" &&
+		nv="-x LD_LIBRARY_PATH -x FAKE_NVML_GPUS=1 -x FAKE_NVML_REASONS_0=0x4"
+	fi &&
+	(
+		if test -n "$nv"; then
+			LD_LIBRARY_PATH="$PWD/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" &&
+			export LD_LIBRARY_PATH
+		fi &&
+		timeout 300 mpirun --oversubscribe --bind-to none -np 2 $nv \
+			-x GK_TEST_STRAGGLER=1:compute:500 gpu-train $A --device cuda --comm mpi \
+			--batch 1 --seq 4 --steps 3 --straggler-every 1 >sg.json 2>sg.err
+	) &&
+	grep "^gpu-train: warning: rank 1 on host .*most of it in compute (+[0-9.]* ms); GPU [0-9]" sg.err &&
+	jq -c "select(.event == \"stragglers\") | .straggler // empty" sg.json >sgs.json &&
+	jq -e ".gpu >= 0 and .sm_clock_hz > 0 and .temperature_c > 0" sgs.json &&
+	if test -n "$nv"; then
+		grep "GPU 0 is power-capped (SM 1980 MHz, 40 C)$" sg.err
+	fi
+'
+
 test_expect_success 'GPU,MPI' 'GPU, 2 ranks: --zero 1 with --comm mpi is refused' '
 	data &&
 	test_expect_code 1 mpi 2 $A --device cuda --zero 1 --comm mpi 2>err &&

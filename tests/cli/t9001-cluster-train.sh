@@ -43,6 +43,21 @@ test_expect_success UTS 'overlap auto: on across 2 hosts, off when 2 ranks take 
 	jq -s -e "map(select(.event == \"start\"))[0].overlap == ($(nproc) > 2)" onehost.json
 '
 
+# A straggler on the second host (GK_TEST_STRAGGLER, gpu-train(1)
+# STRAGGLERS): the warning and the JSON name that host, by its own name
+# (host 0's ranks, started by mpirun itself, keep this machine's).
+test_expect_success UTS 'a rank slow on host 1: named with that host' '
+	netns_mpirun -H $A:2,$B:2 -np 4 -x GK_TEST_STRAGGLER=3:optimizer:40 gpu-train $W \
+		--batch 2 --steps 15 --straggler-every 5 >st.json 2>st.err &&
+	grep "^gpu-train: warning: rank 3 on host ${NETNS_PREFIX}h1: .*most of it in optimizer" st.err &&
+	jq -c "select(.event == \"stragglers\")" st.json >stx.json &&
+	test "$(jq -r ".straggler.host // empty" stx.json)" = "${NETNS_PREFIX}h1" &&
+	test "$(jq -r ".parts.optimizer | [.max_rank, .max_host] | @tsv" stx.json | sort -u)" = \
+		"$(printf "3\t%sh1" "$NETNS_PREFIX")" &&
+	jq -r ".parts[] | .min_host, .max_host" stx.json | sort -u >hosts &&
+	! grep -v -x -e "$(hostname)" -e "${NETNS_PREFIX}h1" hosts
+'
+
 test_expect_success '2 hosts, ZeRO-1: close to 1 x 8; checkpoint at step 6 in 4 optimizer slices' '
 	netns_mpirun -H $A:2,$B:2 -np 4 gpu-train $W --batch 2 --zero 1 --steps 12 \
 		>z4.json &&

@@ -615,6 +615,16 @@ cudaError_t cudaSetDevice(int d)
 	return cudaSuccess;
 }
 
+/* The one device's bus: the fake NVML's GPU 0 (tests/cli/fake-nvml.c). */
+cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int d)
+{
+	int n;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n || len < 13)
+		return set_error(cudaErrorInvalidValue);
+	snprintf(buf, (size_t)len, "0000:18:00.0");
+	return cudaSuccess;
+}
+
 /* One sm_90 device (the launch limits the emulation checks), its memory
  * what cudaMemGetInfo reports. */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
@@ -632,6 +642,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 	p->warpSize = 32;
 	p->maxThreadsPerBlock = 1024;
 	p->sharedMemPerBlock = 48 << 10;
+	p->pciBusID = 0x18; /* as cudaDeviceGetPCIBusId says */
 	return cudaSuccess;
 }
 
