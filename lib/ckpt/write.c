@@ -303,6 +303,38 @@ static int write_config(const gk_ckpt_set *s, const char *stage, gk_err *err)
 	return rc;
 }
 
+/*
+ * The inputs' tokenizer files beside it too, so that transformers'
+ * AutoTokenizer and gpu-train --init-from find them; inputs whose
+ * tokenizers differ make no such directory either.
+ */
+static int write_tokenizer(const gk_ckpt_set *s, const char *stage, gk_err *err)
+{
+	if (s->tok_other)
+		return gk_errf(err, "the tokenizer files of '%s' and '%s' differ: the inputs are not "
+			       "one model (merge into a file, or remove one's tokenizer files)",
+			       s->tok_from, s->tok_other);
+	for (size_t i = 0; i < GK_ARRAY_SIZE(s->tok); i++) {
+		if (!s->tok[i].buf)
+			continue;
+		char *path = gk_ckpt_join(stage, gk_ckpt_tok_names[i]);
+		int rc = path ? gk_atomic_write_file(path, s->tok[i].buf, s->tok[i].len, 0666, err)
+			      : gk_err_sys(err, ENOMEM, "write tokenizer");
+		free(path);
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+/* The name of a directory output's k-th file: the plan's, the index,
+ * config.json, the tokenizer's. */
+static const char *out_name(const gk_ckpt_plan *p, size_t k)
+{
+	return k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : k == p->n + 1 ? GK_CKPT_CONFIG
+											 : gk_ckpt_tok_names[k - p->n - 2];
+}
+
 int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		      const char *dir, const gk_ckpt_write_opts *o,
 		      gk_err *err)
@@ -324,15 +356,15 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	 * Killed by a signal: the handler removes paths in slot order, so the
 	 * files are registered before the directory that holds them.
 	 */
-	int *slots = malloc((p->n + 3) * sizeof(int));
+	size_t nout = p->n + 2 + GK_ARRAY_SIZE(gk_ckpt_tok_names);
+	int *slots = malloc((nout + 1) * sizeof(int));
 	if (!slots) {
 		rmdir(stage);
 		return gk_err_sys(err, ENOMEM, "output '%s'", dir);
 	}
 	size_t nslots = 0;
-	for (size_t k = 0; k <= p->n + 1; k++) {
-		snprintf(path, sizeof(path), "%s/%s", stage,
-			 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
+	for (size_t k = 0; k < nout; k++) {
+		snprintf(path, sizeof(path), "%s/%s", stage, out_name(p, k));
 		slots[nslots++] = gk_cleanup_on_signal(path);
 	}
 	slots[nslots++] = gk_cleanup_on_signal(stage);
@@ -352,6 +384,11 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		rc = write_config(s, stage, err);
 		gk_cleanup_forget(extra);
 	}
+	if (!rc && s->tok_from) {
+		int extra = gk_cleanup_on_signal(stage);
+		rc = write_tokenizer(s, stage, err);
+		gk_cleanup_forget(extra);
+	}
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/.", stage);
 		rc = gk_fsync_parent(path, err);
@@ -361,9 +398,8 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	if (!rc)
 		rc = gk_fsync_parent(dir, err);
 	if (rc) {
-		for (size_t k = 0; k <= p->n + 1; k++) {
-			snprintf(path, sizeof(path), "%s/%s", stage,
-				 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
+		for (size_t k = 0; k < nout; k++) {
+			snprintf(path, sizeof(path), "%s/%s", stage, out_name(p, k));
 			unlink(path);
 		}
 		rmdir(stage);

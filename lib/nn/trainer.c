@@ -222,6 +222,10 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			dir = init;
 		}
 	}
+	if (dir && !(t->model_dir = strdup(dir))) {
+		free(init);
+		return gk_err_sys(err, ENOMEM, "read '%s'", dir);
+	}
 	if (dir) {
 		snprintf(path, sizeof(path), "%s/" GK_CKPT_CONFIG, dir);
 		if (access(path, F_OK) == 0) {
@@ -549,6 +553,14 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 		gk_nn_tr_init_gone(t, err);
 	if (rc == 0 && t->o.seq <= 0)
 		t->o.seq = (int)t->cfg.positions;
+	/* before any work: a tokenizer the model cannot take is refused */
+	if (rc == 0)
+		rc = gk_nn_tr_tok_resolve(t, err);
+	if (rc == 0 && t->o.eot < 0 && t->tok) {
+		int64_t eot = gk_tok_special(t->tok, "<|endoftext|>");
+		if (eot >= 0)
+			t->o.eot = (int32_t)eot;
+	}
 	if (rc == 0 && t->o.eot < 0)
 		t->o.eot = (int32_t)(t->cfg.vocab - 1);
 	if (rc == 0 && t->o.seq > t->cfg.positions)
@@ -685,6 +697,8 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
 	free(t->init_from);
+	free(t->model_dir);
+	gk_nn_tr_tok_free(t);
 	free(t->resume_notes);
 	free(t);
 }
