@@ -323,40 +323,6 @@ static void on_signal(int sig)
 		stop_flag = 1;
 }
 
-/*
- * buf as UTF-8 with each maximal ill-formed subpart replaced by U+FFFD
- * (Unicode's practice, and Python's errors="replace"); malloc'ed, its
- * length in *len.
- */
-static char *utf8_lossy(const char *buf, size_t n, size_t *len)
-{
-	const unsigned char *b = (const unsigned char *)buf;
-	char *out = malloc(3 * n + 1);
-	size_t o = 0;
-	for (size_t i = 0; out && i < n;) {
-		unsigned c = b[i];
-		size_t want = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3 :
-			      c >= 0xf0 && c < 0xf5 ? 4 : 0;
-		/* the second byte's range excludes overlongs, surrogates, > U+10FFFF */
-		unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-		unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-		size_t k = 1;
-		while (want && k < want && i + k < n &&
-		       b[i + k] >= (k == 1 ? lo : 0x80) && b[i + k] <= (k == 1 ? hi : 0xbf))
-			k++;
-		if (want && k == want) {
-			memcpy(out + o, b + i, k);
-			o += k;
-		} else {
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-		}
-		i += k;
-	}
-	*len = o;
-	return out;
-}
-
 static void print_mem(const gk_nn_train_mem *m, json_t *into)
 {
 	char b[32];
@@ -1018,7 +984,7 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 			if (text) {
 				/* bytes that are not UTF-8 become U+FFFD */
 				size_t ul;
-				char *u = utf8_lossy(txt ? txt : "", n, &ul);
+				char *u = gk_utf8_lossy(txt ? txt : "", n, &ul);
 				json_t *tx = u ? json_stringn(u, ul) : NULL;
 				if (tx)
 					json_object_set_new(j, "text", tx);
