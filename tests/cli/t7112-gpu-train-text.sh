@@ -138,6 +138,21 @@ test_expect_success 'the merged directory loads in AutoTokenizer; both sample as
 	test_cmp ft-theirs ft-ours2
 '
 
+test_expect_success 'ckpt-merge: inputs whose tokenizer files differ make no directory' '
+	cp -r merged other &&
+	cp tj/tokenizer.json other/ &&
+	test_expect_code 1 ckpt-merge -q merged other -o both/ 2>err &&
+	echo "ckpt-merge: the tokenizer files of '"'"'merged'"'"' and '"'"'other'"'"' differ: the inputs are not one model (merge into a file, or remove one'"'"'s tokenizer files)" >expect &&
+	test_cmp expect err &&
+	! test -e both &&
+	ckpt-merge -q merged other -o both.safetensors &&
+	mkdir notok &&
+	cp merged/config.json merged/model.safetensors notok/ &&
+	ckpt-merge -q notok merged -o one/ &&
+	cmp merged/vocab.json one/vocab.json &&
+	cmp merged/merges.txt one/merges.txt
+'
+
 test_expect_success 'a run on --tokenizer tokenizer.json checkpoints it as tokenizer.json' '
 	gpu-train --data tok.bin --init-from bare --tokenizer tj/tokenizer.json --steps 2 \
 		--seq 32 --ckpt-dir ckj -q &&
