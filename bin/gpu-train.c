@@ -722,6 +722,9 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
+	const char *tok_note, *tok = gk_nn_trainer_tok_from(t, &tok_note);
+	if (rank == 0 && tok_note)
+		fprintf(stderr, "gpu-train: note: %s\n", tok_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
 	/* what changed since the checkpoint's run, a line each (for a run
@@ -764,7 +767,7 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
 			if (gk_nn_trainer_tok(t))
-				json_object_set_new(j, "tokenizer", json_string(gk_nn_trainer_tok_from(t)));
+				json_object_set_new(j, "tokenizer", json_string(tok));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
 				json_object_set_new(j, "from_step",
@@ -774,7 +777,6 @@ static void print_start(gk_nn_trainer *t)
 			emit(j);
 		} else if (!cli.quiet) {
 			/* what text is to the model: its tokenizer, or bytes */
-			const char *tok = gk_nn_trainer_tok_from(t);
 			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
 			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s on %s (%s), "
 			       "%d thread%s%s%s; %s%s\n",

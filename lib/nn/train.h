@@ -324,12 +324,14 @@ gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
  * none (the byte vocabulary, or bare ids). Its vocabulary fits the
  * model's (gk_nn_trainer_new refuses one that does not), it sets the
  * default end-of-text token (its <|endoftext|>), and every checkpoint the
- * run writes carries its files. _from is the path it was read from;
- * _fingerprint is gk_tok_fingerprint's, or 0 without a tokenizer, what a
- * manifest of tokenized shards is checked against.
+ * run writes carries its files. _from is the path it was read from, and
+ * *note (if not NULL) says when the tokenizer option replaced a
+ * checkpoint's own that encodes otherwise, else NULL; _fingerprint is
+ * gk_tok_fingerprint's, or 0 without a tokenizer, what a manifest of
+ * tokenized shards is checked against.
  */
 const gk_tok *gk_nn_trainer_tok(const gk_nn_trainer *t);
-const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t);
+const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t, const char **note);
 uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);

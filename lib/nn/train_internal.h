@@ -67,6 +67,7 @@ struct gk_nn_trainer {
 				    * from (resumed, or --init-from's), or NULL */
 	gk_tok *tok;               /* the run's tokenizer (train_tok.c), or NULL */
 	char *tok_from;            /* ... what it was read from */
+	char tok_note[2 * PATH_MAX + 160]; /* --tokenizer replaced the checkpoint's, or "" */
 	struct gk_nn_tok_file {
 		const char *name;  /* its name in a step directory */
 		char *buf;

@@ -75,6 +75,16 @@ int gk_nn_tr_tok_resolve(gk_nn_trainer *t, gk_err *err)
 			 "the model's tokenizer with --tokenizer)");
 		return -1;
 	}
+	/* the checkpoint's own, replaced by another: said, in case it is a slip */
+	gk_tok *own = NULL;
+	gk_err why;
+	if (!beside && t->model_dir && has_tok_files(t->model_dir) &&
+	    gk_tok_open(&own, t->model_dir, &why) == 0 &&
+	    gk_tok_fingerprint(own) != gk_tok_fingerprint(t->tok))
+		snprintf(t->tok_note, sizeof(t->tok_note), "--tokenizer '%s' is not the tokenizer "
+			 "of checkpoint '%s' (it encodes text otherwise); the run uses '%s', and so do "
+			 "its checkpoints", from, t->model_dir, from);
+	gk_tok_close(own);
 	uint32_t n = gk_tok_vocab_size(t->tok);
 	if ((int64_t)n > t->cfg.vocab)
 		return gk_errf(err, "tokenizer '%s': %" PRIu32 " tokens, more than the model's "
@@ -111,8 +121,10 @@ const gk_tok *gk_nn_trainer_tok(const gk_nn_trainer *t)
 	return t ? t->tok : NULL;
 }
 
-const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t)
+const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t, const char **note)
 {
+	if (note)
+		*note = t && t->tok_note[0] ? t->tok_note : NULL;
 	return t && t->tok ? t->tok_from : NULL;
 }
 

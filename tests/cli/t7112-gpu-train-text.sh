@@ -11,7 +11,9 @@ transformers'"'"' AutoTokenizer + generate(do_sample=False). A fine-tune on
 token data carries the tokenizer into every checkpoint (listed in COMMIT),
 ckpt-merge -o DIR/ carries it on, AutoTokenizer loads that directory, and
 both sample as transformers does. A tokenizer larger than the model, and
-missing or corrupt tokenizer files, are refused before any work.'
+missing or corrupt tokenizer files, are refused before any work; a
+--tokenizer that encodes otherwise than the checkpoint'"'"'s own is noted (the
+same vocabulary as tokenizer.json is not).'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 test_need_python torch transformers tokenizers
@@ -37,6 +39,11 @@ transformers.GPT2LMHeadModel(c).save_pretrained(out)
 t.save_model(out)
 os.makedirs("tj")
 t.save("tj/tokenizer.json")
+s = ByteLevelBPETokenizer()
+s.train(files, vocab_size=300, min_frequency=2, special_tokens=["<|endoftext|>"],
+        show_progress=False)
+os.makedirs("small")
+s.save_model("small")
 eot = t.token_to_id("<|endoftext|>")
 ids = []
 for p in sorted(glob.glob(top + "/lib/core/*.c"))[:6]:
@@ -106,6 +113,18 @@ test_expect_success '--tokenizer names a tokenizer.json for a model without one'
 	head -n 1 none.txt | grep "; no tokenizer: token ids\$" &&
 	test_expect_code 1 gpu-train --init-from bare --sample 3 --prompt "$P" 2>err &&
 	grep -F "gpu-train: --prompt: a prompt is read as bytes" err
+'
+
+test_expect_success '--tokenizer over the checkpoint'"'"'s own: a note when it encodes otherwise' '
+	gpu-train --init-from hf --tokenizer small --sample 3 --prompt "$P" >out 2>err &&
+	echo "gpu-train: note: --tokenizer '"'"'small'"'"' is not the tokenizer of checkpoint '"'"'hf'"'"' (it encodes text otherwise); the run uses '"'"'small'"'"', and so do its checkpoints" >expect &&
+	test_cmp expect err &&
+	head -n 1 out | grep "; tokenizer small\$" &&
+	gpu-train --init-from hf --tokenizer tj/tokenizer.json --sample 40 --prompt "$P" \
+		--temperature 0 --json >same.json 2>err &&
+	test_must_be_empty err &&
+	sample_of same.json >ours-same &&
+	test_cmp theirs ours-same
 '
 
 test_expect_success 'a fine-tune on token data: each checkpoint carries the tokenizer, listed in COMMIT' '
