@@ -766,7 +766,7 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
-			if (gk_nn_trainer_tok(t))
+			if (tok)
 				json_object_set_new(j, "tokenizer", json_string(tok));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
