@@ -23,7 +23,8 @@ static const char synopsis[] =
 	"                 --heads N --vocab N --positions N] [--init-from CKPT] [--seed N]\n"
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
-	"       gpu-train --sample N [--prompt TEXT] {--init-from CKPT | --ckpt-dir DIR --resume}\n"
+	"       gpu-train --sample N [--prompt TEXT] [--tokenizer PATH]\n"
+	"                 {--init-from CKPT | --ckpt-dir DIR --resume}\n"
 	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n";
 
 /* the options every tool has (GK_CLI_LONGOPTS), at the end of "output" */
