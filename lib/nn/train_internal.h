@@ -157,6 +157,8 @@ void gk_nn_tr_ckpt_cancel(gk_nn_trainer *t);
  * vocabulary must fit the model's; its files are read into t->tok_files.
  */
 int gk_nn_tr_tok_resolve(gk_nn_trainer *t, gk_err *err);
+/* The ranks resolved the same tokenizer (or none), by fingerprint. */
+int gk_nn_tr_tok_agree(gk_nn_trainer *t, gk_err *err);
 /* Rank 0: the tokenizer's files into a checkpoint's staging directory. */
 int gk_nn_tr_tok_save(const gk_nn_trainer *t, gk_ckpt_stage *s, gk_err *err);
 void gk_nn_tr_tok_free(gk_nn_trainer *t);

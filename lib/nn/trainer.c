@@ -566,7 +566,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (rc == 0 && t->o.seq > t->cfg.positions)
 		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
 			     " positions", t->o.seq, t->cfg.positions);
-	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
+	if (gk_nn_tr_agree_local(t, rc, err) < 0 || gk_nn_tr_tok_agree(t, err) < 0 ||
+	    choose_device(t, err) < 0)
 		return -1;
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'

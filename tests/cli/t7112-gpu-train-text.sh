@@ -13,7 +13,8 @@ ckpt-merge -o DIR/ carries it on, AutoTokenizer loads that directory, and
 both sample as transformers does. A tokenizer larger than the model, and
 missing or corrupt tokenizer files, are refused before any work; a
 --tokenizer that encodes otherwise than the checkpoint'"'"'s own is noted (the
-same vocabulary as tokenizer.json is not).'
+same vocabulary as tokenizer.json is not); ranks that find different
+tokenizers are refused together.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 test_need_python torch transformers tokenizers
@@ -212,6 +213,22 @@ test_expect_success 'missing or corrupt tokenizer files: refused, naming the fil
 		--json >nm.json &&
 	sample_of nm.json >ours-nm &&
 	test_cmp theirs ours-nm
+'
+
+test_expect_success MPI 'ranks that find different tokenizers: refused together, said once' '
+	mkdir r0 r1 &&
+	cp -r hf r0/ && cp -r hf r1/ &&
+	cp small/vocab.json small/merges.txt r1/hf/ &&
+	test_expect_code 1 timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+		sh -c "cd r\$OMPI_COMM_WORLD_RANK && exec gpu-train --init-from hf --sample 3 --threads 1" \
+		>out 2>err &&
+	grep -Fx "gpu-train: the ranks read different tokenizers (or some none): every rank must find the same tokenizer files (--tokenizer, or beside the checkpoint)" err >said &&
+	test $(wc -l <said) = 1 &&
+	cp small/vocab.json small/merges.txt r0/hf/ &&
+	timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+		sh -c "cd r\$OMPI_COMM_WORLD_RANK && exec gpu-train --init-from hf --sample 3 --threads 1" \
+		>out 2>err &&
+	head -n 1 out | grep "; tokenizer hf\$"
 '
 
 test_expect_success 'without a tokenizer a byte model says so and samples bytes' '
