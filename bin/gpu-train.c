@@ -23,7 +23,8 @@ static const char synopsis[] =
 	"                 --heads N --vocab N --positions N] [--init-from CKPT] [--seed N]\n"
 	"                 [--batch B] [--seq T] [--grad-accum A] [--steps N] [--lr LR] ...\n"
 	"       gpu-train --eval-only --data SRC [--init-from CKPT | --ckpt-dir DIR --resume]\n"
-	"       gpu-train --sample N [--prompt TEXT] {--init-from CKPT | --ckpt-dir DIR --resume}\n"
+	"       gpu-train --sample N [--prompt TEXT] [--tokenizer PATH]\n"
+	"                 {--init-from CKPT | --ckpt-dir DIR --resume}\n"
 	"       gpu-train --dump-data N --data SRC [--batch B] [--seq T] [--vocab N]\n"
 	"       gpu-train --trace-report DIR\n";
 
@@ -157,6 +158,8 @@ static const gk_optdef options[] = {
 	    "the longest sequence (n_positions)"),
 	STR("init-from", "CKPT", o.init_from, 0, AGREE,
 	    "start from a safetensors file, HF directory or step directory"),
+	STR("tokenizer", "PATH", o.tokenizer, 1, AGREE,
+	    "GPT-2 BPE: tokenizer.json or a directory (default: the checkpoint's)"),
 	INT("seed", "N", o.seed, 0, INT64_MAX, KEEP, "1337",
 	    "initialisation, shuffle and sampling seed"),
 	SECTION("data"),
@@ -248,7 +251,8 @@ static const gk_optdef options[] = {
 	     "print the mean loss of the model on --val-data or --data"),
 	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL,
 	    "generate N tokens at the end (without --data: of a checkpoint)"),
-	STR("prompt", "TEXT", prompt, 1, LOCAL, "--sample after TEXT (its bytes)"),
+	STR("prompt", "TEXT", prompt, 1, LOCAL,
+	    "--sample after TEXT (encoded by the tokenizer, or its bytes)"),
 	NUM("temperature", "X", temperature, 0, 100, LOCAL, "1.0", "sampling temperature, 0 greedy"),
 	INT("top-k", "K", top_k, 0, 1 << 24, LOCAL, "0",
 	    "sample among the K most likely tokens, 0 all"),
@@ -345,40 +349,6 @@ static void on_signal(int sig)
 		stop_flag = 2;
 	else if (stop_flag == 0)
 		stop_flag = 1;
-}
-
-/*
- * buf as UTF-8 with each maximal ill-formed subpart replaced by U+FFFD
- * (Unicode's practice, and Python's errors="replace"); malloc'ed, its
- * length in *len.
- */
-static char *utf8_lossy(const char *buf, size_t n, size_t *len)
-{
-	const unsigned char *b = (const unsigned char *)buf;
-	char *out = malloc(3 * n + 1);
-	size_t o = 0;
-	for (size_t i = 0; out && i < n;) {
-		unsigned c = b[i];
-		size_t want = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3 :
-			      c >= 0xf0 && c < 0xf5 ? 4 : 0;
-		/* the second byte's range excludes overlongs, surrogates, > U+10FFFF */
-		unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-		unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-		size_t k = 1;
-		while (want && k < want && i + k < n &&
-		       b[i + k] >= (k == 1 ? lo : 0x80) && b[i + k] <= (k == 1 ? hi : 0xbf))
-			k++;
-		if (want && k == want) {
-			memcpy(out + o, b + i, k);
-			o += k;
-		} else {
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-		}
-		i += k;
-	}
-	*len = o;
-	return out;
 }
 
 static void print_mem(const gk_nn_train_mem *m, json_t *into)
@@ -864,6 +834,9 @@ static void print_start(gk_nn_trainer *t)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
+	const char *tok_note, *tok = gk_nn_trainer_tok_from(t, &tok_note);
+	if (rank == 0 && tok_note)
+		fprintf(stderr, "gpu-train: note: %s\n", tok_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
 		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
 	/* what changed since the checkpoint's run, a line each (for a run
@@ -919,6 +892,8 @@ static void print_start(gk_nn_trainer *t)
 			if (gk_nn_trainer_device_desc(t))
 				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
+			if (tok)
+				json_object_set_new(j, "tokenizer", json_string(tok));
 			if (from) {
 				json_object_set_new(j, "from", json_string(from));
 				json_object_set_new(j, "from_step",
@@ -927,15 +902,18 @@ static void print_start(gk_nn_trainer *t)
 			print_mem(mem, j);
 			emit(j);
 		} else if (!cli.quiet) {
+			/* what text is to the model: its tokenizer, or bytes */
 			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
 			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s%s on %s (%s), "
-			       "%d thread%s%s%s\n",
+			       "%d thread%s%s%s; %s%s\n",
 			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
 			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", grid, device,
 			       precision, r->threads, r->threads > 1 ? "s" : "",
 			       gk_nn_trainer_world(t) > 1 ? " each" : "",
 			       gk_nn_trainer_world(t) == 1 ? "" :
-			       r->overlap ? "; allreduce during backward" : "; allreduce after backward");
+			       r->overlap ? "; allreduce during backward" : "; allreduce after backward",
+			       tok ? "tokenizer " : "no tokenizer: ",
+			       tok ? tok : cfg->vocab == GK_NN_BYTE_VOCAB ? "bytes" : "token ids");
 			if (gk_nn_trainer_device_desc(t))
 				printf("%s: %s\n", device, gk_nn_trainer_device_desc(t));
 			print_mem(mem, NULL);
@@ -1084,10 +1062,12 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 	return 0;
 }
 
-/* --sample: rank 0 generates and prints, as text for the byte vocabulary. */
+/* --sample: rank 0 generates and prints, as text when the model has a
+ * tokenizer or the byte vocabulary, else as ids. */
 static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 {
 	const gk_nn_config *cfg = gk_nn_trainer_config(t);
+	const gk_tok *tok = gk_nn_trainer_tok(t);
 	gk_nn_model *m = gk_nn_trainer_model(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
 	/* without a prompt, a sample starts as a document does: after an
@@ -1095,48 +1075,46 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 	int32_t *pr = NULL;
 	int np = 0;
 	size_t plen = a->prompt ? strlen(a->prompt) : 0;
-	if (a->prompt && (np = gk_nn_prompt_encode(cfg, a->prompt, plen, &pr, err)) < 0)
+	if (a->prompt && (np = gk_nn_prompt_encode(cfg, tok, a->prompt, plen, &pr, err)) < 0)
 		return gk_err_prefix(err, "--prompt");
-	int32_t *tok = malloc((size_t)a->sample * sizeof(int32_t));
-	if (!tok || gk_nn_sample_prompt(m, r->batch, r->seq, pr ? pr : &r->eot, pr ? np : 1,
+	int32_t *ids = malloc((size_t)a->sample * sizeof(int32_t));
+	if (!ids || gk_nn_sample_prompt(m, r->batch, r->seq, pr ? pr : &r->eot, pr ? np : 1,
 					(int)a->sample, a->temperature, (int)a->top_k, a->o.seed,
-					tok, err) < 0) {
-		free(tok);
+					ids, err) < 0) {
+		free(ids);
 		free(pr);
 		if (!err->msg[0])
 			gk_err_sys(err, ENOMEM, "sample");
 		return -1;
 	}
-	/* The byte vocabulary decodes to text, after the prompt's; others
-	 * print ids. */
-	char *txt = malloc((size_t)a->sample * 12 + plen + 1);
-	size_t n = 0;
-	if (txt && plen)
+	/* the prompt as given, then the sample's text */
+	int text = tok || cfg->vocab == GK_NN_BYTE_VOCAB;
+	char *txt = NULL;
+	size_t n = 0, cap = 0;
+	int rc = plen ? GK_GROW(txt, cap, plen, "sample", err) : 0;
+	if (rc == 0 && plen) {
 		memcpy(txt, a->prompt, plen);
-	n = plen;
-	for (int64_t i = 0; txt && i < a->sample; i++) {
-		if (cfg->vocab == GK_NN_BYTE_VOCAB)
-			txt[n++] = tok[i] == GK_NN_BYTE_EOT ? '\n' : (char)tok[i];
-		else
-			n += (size_t)sprintf(txt + n, "%s%d", i ? " " : "", tok[i]);
+		n = plen;
 	}
-	if (txt) {
+	if (rc == 0)
+		rc = gk_nn_sample_text(cfg, tok, ids, (size_t)a->sample, &txt, &n, &cap, err);
+	if (rc == 0) {
 		if (cli.json) {
-			json_t *j = json_object(), *ids = json_array();
+			json_t *j = json_object(), *jids = json_array();
 			json_object_set_new(j, "event", json_string("sample"));
 			for (int64_t i = 0; i < a->sample; i++)
-				json_array_append_new(ids, json_integer(tok[i]));
-			json_object_set_new(j, "tokens", ids);
+				json_array_append_new(jids, json_integer(ids[i]));
+			json_object_set_new(j, "tokens", jids);
 			if (pr) {
 				json_t *pids = json_array();
 				for (int i = 0; i < np; i++)
 					json_array_append_new(pids, json_integer(pr[i]));
 				json_object_set_new(j, "prompt", pids);
 			}
-			if (cfg->vocab == GK_NN_BYTE_VOCAB) {
+			if (text) {
 				/* bytes that are not UTF-8 become U+FFFD */
 				size_t ul;
-				char *u = utf8_lossy(txt, n, &ul);
+				char *u = gk_utf8_lossy(txt ? txt : "", n, &ul);
 				json_t *tx = u ? json_stringn(u, ul) : NULL;
 				if (tx)
 					json_object_set_new(j, "text", tx);
@@ -1144,14 +1122,15 @@ static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 			}
 			emit(j);
 		} else {
-			fwrite(txt, 1, n, stdout);
+			if (n)
+				fwrite(txt, 1, n, stdout);
 			putchar('\n');
 		}
 	}
 	free(txt);
-	free(tok);
+	free(ids);
 	free(pr);
-	return txt ? 0 : gk_err_sys(err, ENOMEM, "sample");
+	return rc;
 }
 
 int main(int argc, char **argv)

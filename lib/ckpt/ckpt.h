@@ -55,7 +55,20 @@ typedef struct gk_ckpt_set {
 	 */
 	char *config, *config_from, *config_other;
 	size_t config_len;
+	/*
+	 * The same for a tokenizer's files (GK_CKPT_TOK_*, in that order,
+	 * NULL where absent): those of the first directory that has any
+	 * (tok_from), and the name of another input directory whose files
+	 * differ (tok_other).
+	 */
+	struct gk_ckpt_tok_file {
+		char *buf;
+		size_t len;
+	} tok[3];
+	char *tok_from, *tok_other;
 } gk_ckpt_set;
+/* The names of gk_ckpt_set's tok[] files, in order. */
+extern const char *const gk_ckpt_tok_names[3];
 
 /*
  * Open inputs as one checkpoint. Each input is a safetensors file, an index
@@ -260,6 +273,14 @@ typedef struct gk_ckpt_stage gk_ckpt_stage;
 #define GK_CKPT_TRAINER "trainer.json"
 #define GK_CKPT_OPTIM "optim" /* optim.safetensors, or gk_ckpt_rank_file's */
 #define GK_CKPT_FEEDBACK "feedback" /* a rank's error feedback: gk_ckpt_rank_file's */
+/*
+ * A tokenizer beside the model, in Hugging Face's names: tokenizer.json,
+ * or vocab.json and merges.txt (gpukit-tok(5)). A step directory, and a
+ * directory ckpt-merge writes, carry them as they carry config.json.
+ */
+#define GK_CKPT_TOK_JSON "tokenizer.json"
+#define GK_CKPT_TOK_VOCAB "vocab.json"
+#define GK_CKPT_TOK_MERGES "merges.txt"
 /* ROOT/step-NNNNNNNN, and dir/file: malloc'ed, NULL without memory. */
 char *gk_ckpt_step_path(const char *root, uint64_t step);
 char *gk_ckpt_join(const char *dir, const char *file);

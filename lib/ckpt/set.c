@@ -291,9 +291,49 @@ out:
 	return rc;
 }
 
+const char *const gk_ckpt_tok_names[3] = {GK_CKPT_TOK_JSON, GK_CKPT_TOK_VOCAB,
+					   GK_CKPT_TOK_MERGES};
+
+/*
+ * Keep dir's tokenizer files, if it has any, as add_config keeps its
+ * config.json: the first directory's, and the name of another whose
+ * files differ (one more or fewer, or other bytes).
+ */
+static int add_tokenizer(gk_ckpt_set *s, const char *dir, gk_err *err)
+{
+	struct gk_ckpt_tok_file f[3] = {{0}};
+	int any = 0, same = 1, rc = 0;
+	for (size_t i = 0; i < 3 && !rc; i++) {
+		char *p = join(dir, gk_ckpt_tok_names[i]);
+		if (!p)
+			rc = gk_err_sys(err, ENOMEM, "open '%s'", dir);
+		else if (access(p, F_OK) == 0 || errno != ENOENT)
+			rc = gk_read_file(p, 256u << 20, &f[i].buf, &f[i].len, err);
+		any |= f[i].buf != NULL;
+		free(p);
+	}
+	if (!rc && any && !s->tok_from) {
+		if (!(s->tok_from = strdup(dir)))
+			rc = gk_err_sys(err, ENOMEM, "open '%s'", dir);
+		else
+			memcpy(s->tok, f, sizeof(f));
+		if (!rc)
+			return 0;
+	}
+	for (size_t i = 0; i < 3; i++)
+		same &= !f[i].buf == !s->tok[i].buf &&
+			(!f[i].buf || (f[i].len == s->tok[i].len &&
+				       !memcmp(f[i].buf, s->tok[i].buf, f[i].len)));
+	if (!rc && any && !same && !s->tok_other && !(s->tok_other = strdup(dir)))
+		rc = gk_err_sys(err, ENOMEM, "open '%s'", dir);
+	for (size_t i = 0; i < 3; i++)
+		free(f[i].buf);
+	return rc;
+}
+
 /*
  * Keep dir's config.json, if it has one: the first one read, and the name
- * of another input's that differs from it.
+ * of another input's that differs from it; and its tokenizer's files.
  */
 static int add_config(gk_ckpt_set *s, const char *dir, gk_err *err)
 {
@@ -303,7 +343,7 @@ static int add_config(gk_ckpt_set *s, const char *dir, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "open '%s'", dir);
 	if (access(p, F_OK) < 0 && errno == ENOENT) {
 		free(p);
-		return 0;
+		return add_tokenizer(s, dir, err);
 	}
 	if (gk_read_file(p, 16u << 20, &c, &len, err)) {
 		free(p);
@@ -313,14 +353,14 @@ static int add_config(gk_ckpt_set *s, const char *dir, gk_err *err)
 		s->config = c;
 		s->config_len = len;
 		s->config_from = p;
-		return 0;
+		return add_tokenizer(s, dir, err);
 	}
 	if (!s->config_other && (len != s->config_len || memcmp(c, s->config, len)))
 		s->config_other = p;
 	else
 		free(p);
 	free(c);
-	return 0;
+	return add_tokenizer(s, dir, err);
 }
 
 static int add_input(builder *b, const char *in, gk_err *err)
@@ -930,6 +970,10 @@ void gk_ckpt_close(gk_ckpt_set *s)
 	free(s->config);
 	free(s->config_from);
 	free(s->config_other);
+	for (size_t i = 0; i < 3; i++)
+		free(s->tok[i].buf);
+	free(s->tok_from);
+	free(s->tok_other);
 	free(s->files);
 	free(s->e);
 	free(s);

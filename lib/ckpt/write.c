@@ -303,6 +303,38 @@ static int write_config(const gk_ckpt_set *s, const char *stage, gk_err *err)
 	return rc;
 }
 
+/*
+ * The inputs' tokenizer files beside it too, so that transformers'
+ * AutoTokenizer and gpu-train --init-from find them; inputs whose
+ * tokenizers differ make no such directory either.
+ */
+static int write_tokenizer(const gk_ckpt_set *s, const char *stage, gk_err *err)
+{
+	if (s->tok_other)
+		return gk_errf(err, "the tokenizer files of '%s' and '%s' differ: the inputs are not "
+			       "one model (merge into a file, or remove one's tokenizer files)",
+			       s->tok_from, s->tok_other);
+	for (size_t i = 0; i < GK_ARRAY_SIZE(s->tok); i++) {
+		if (!s->tok[i].buf)
+			continue;
+		char *path = gk_ckpt_join(stage, gk_ckpt_tok_names[i]);
+		int rc = path ? gk_atomic_write_file(path, s->tok[i].buf, s->tok[i].len, 0666, err)
+			      : gk_err_sys(err, ENOMEM, "write tokenizer");
+		free(path);
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+/* The name of a directory output's k-th file: the plan's, the index,
+ * config.json, the tokenizer's. */
+static const char *out_name(const gk_ckpt_plan *p, size_t k)
+{
+	return k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : k == p->n + 1 ? GK_CKPT_CONFIG
+											 : gk_ckpt_tok_names[k - p->n - 2];
+}
+
 int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		      const char *dir, const gk_ckpt_write_opts *o,
 		      gk_err *err)
@@ -322,7 +354,8 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	 * Registered for removal on a signal as it is made, and its files
 	 * before each is created: a SIGTERM at any moment leaves nothing.
 	 */
-	int *slots = malloc((p->n + 3) * sizeof(int));
+	size_t nout = p->n + 2 + GK_ARRAY_SIZE(gk_ckpt_tok_names);
+	int *slots = malloc((nout + 1) * sizeof(int));
 	if (!slots)
 		return gk_err_sys(err, ENOMEM, "output '%s'", dir);
 	size_t nslots = 1;
@@ -330,9 +363,8 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		free(slots);
 		return -1;
 	}
-	for (size_t k = 0; k <= p->n + 1; k++) {
-		snprintf(path, sizeof(path), "%s/%s", stage,
-			 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
+	for (size_t k = 0; k < nout; k++) {
+		snprintf(path, sizeof(path), "%s/%s", stage, out_name(p, k));
 		slots[nslots++] = gk_cleanup_on_signal(path);
 	}
 	int rc = 0;
@@ -345,6 +377,8 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 		rc = gk_ckpt_index_write(s, p, stage, err);
 	if (!rc && s->config)
 		rc = write_config(s, stage, err);
+	if (!rc && s->tok_from)
+		rc = write_tokenizer(s, stage, err);
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/.", stage);
 		rc = gk_fsync_parent(path, err);
@@ -354,9 +388,8 @@ int gk_ckpt_write_dir(const gk_ckpt_set *s, const gk_ckpt_plan *p,
 	if (!rc)
 		rc = gk_fsync_parent(dir, err);
 	if (rc) {
-		for (size_t k = 0; k <= p->n + 1; k++) {
-			snprintf(path, sizeof(path), "%s/%s", stage,
-				 k < p->n ? p->f[k].name : k == p->n ? GK_CKPT_INDEX : GK_CKPT_CONFIG);
+		for (size_t k = 0; k < nout; k++) {
+			snprintf(path, sizeof(path), "%s/%s", stage, out_name(p, k));
 			unlink(path);
 		}
 		rmdir(stage);

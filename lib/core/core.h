@@ -70,6 +70,14 @@ void gk_strlist_free(gk_strlist *l);
 int gk_str_ends(const char *s, const char *suffix);
 
 /*
+ * The n bytes of buf as UTF-8, each ill-formed part replaced by U+FFFD as
+ * Unicode's "maximal subpart" practice and Python's errors="replace" do:
+ * malloc'ed and NUL-terminated (the text may hold NULs: use *len), or
+ * NULL when out of memory.
+ */
+char *gk_utf8_lossy(const char *buf, size_t n, size_t *len);
+
+/*
  * Growing arrays (git's ALLOC_GROW): make room for at least need elements
  * in the array *pp of *cap elements of size bytes each. The capacity grows
  * by half again (at least to need, at least 16), so pushing n elements

@@ -131,6 +131,9 @@ static int job_write(ckpt_job *j, gk_err *err)
 			goto out;
 		free(p);
 		p = NULL;
+		/* the run's tokenizer: the step decodes and encodes as it did */
+		if (gk_nn_tr_tok_save(t, j->stage, err) < 0)
+			goto out;
 	}
 	if (j->write_moments) {
 		char *name = gk_ckpt_optim_file(t->o.zero && t->world > 1, t->rank, t->world);

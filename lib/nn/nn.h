@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "tok/tok.h"
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -448,14 +449,28 @@ int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *promp
 			int n, double temperature, int top_k, uint64_t seed, int32_t *out,
 			gk_err *err);
 /*
- * The tokens of the len bytes of text, for a model of configuration c:
- * the one place text becomes tokens (a tokenizer takes its place for
- * other vocabularies). For the byte vocabulary (GK_NN_BYTE_VOCAB) each
- * byte is its token. Returns the count (len) with *out malloc'ed (the
- * caller frees), or -1 with err set: another vocabulary, no memory.
+ * The tokens of the len bytes of text, for a model of configuration c
+ * and its tokenizer tok (NULL: none): the one place text becomes tokens.
+ * With a tokenizer, its encoding, special tokens ("<|endoftext|>") in the
+ * text recognised as transformers' tokenizer(text) does, each id within
+ * the model's vocabulary. Without one only the byte vocabulary
+ * (GK_NN_BYTE_VOCAB) reads text: each byte is its token. Returns the
+ * count with *out malloc'ed (the caller frees), or -1 with err set:
+ * another vocabulary without a tokenizer, an id the model lacks, no memory.
  */
-int gk_nn_prompt_encode(const gk_nn_config *c, const char *text, size_t len, int32_t **out,
-			gk_err *err);
+int gk_nn_prompt_encode(const gk_nn_config *c, const gk_tok *tok, const char *text, size_t len,
+			int32_t **out, gk_err *err);
+/*
+ * The text of n generated tokens, appended to *buf (realloc'ed; *len and
+ * *cap updated, not NUL-terminated): with a tokenizer each token's bytes,
+ * an id the tokenizer lacks (the model's vocabulary may be larger) as
+ * U+FFFD; for the byte vocabulary each byte, its end-of-text token as a
+ * newline; for another vocabulary the ids in decimal, space-separated.
+ * The bytes need not be UTF-8 (a token may end inside a character):
+ * print them as they are. -1 only when out of memory.
+ */
+int gk_nn_sample_text(const gk_nn_config *c, const gk_tok *tok, const int32_t *ids, size_t n,
+		      char **buf, size_t *len, size_t *cap, gk_err *err);
 
 /* ---- the step's other parts, wherever the model computes ----------------------------- */
 

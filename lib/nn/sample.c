@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,19 +245,76 @@ static int32_t pick(const float *lg, int64_t vocab, double temperature, int top_
 	return (int32_t)vocab - 1;
 }
 
-int gk_nn_prompt_encode(const gk_nn_config *c, const char *text, size_t len, int32_t **out,
-			gk_err *err)
+int gk_nn_prompt_encode(const gk_nn_config *c, const gk_tok *tok, const char *text, size_t len,
+			int32_t **out, gk_err *err)
 {
 	*out = NULL;
+	if (tok) {
+		gk_tok_enc *e = gk_tok_enc_new(tok);
+		gk_tok_ids ids = {0};
+		int rc = e ? gk_tok_encode(e, text, len, GK_TOK_SPECIAL, &ids, err)
+			   : gk_err_sys(err, ENOMEM, "prompt");
+		gk_tok_enc_free(e);
+		if (rc == 0 && ids.n > INT_MAX)
+			rc = gk_errf(err, "a prompt of %zu tokens", ids.n);
+		for (size_t i = 0; rc == 0 && i < ids.n; i++)
+			if (ids.v[i] >= c->vocab)
+				rc = gk_errf(err, "token %" PRIu32 " of the prompt is not in the model's "
+					     "vocabulary of %" PRId64, ids.v[i], c->vocab);
+		if (rc == 0 && !(*out = malloc((ids.n ? ids.n : 1) * sizeof(int32_t))))
+			rc = gk_err_sys(err, ENOMEM, "prompt");
+		for (size_t i = 0; rc == 0 && i < ids.n; i++)
+			(*out)[i] = (int32_t)ids.v[i];
+		free(ids.v);
+		return rc < 0 ? -1 : (int)ids.n;
+	}
 	if (c->vocab != GK_NN_BYTE_VOCAB)
 		return gk_errf(err, "a prompt is read as bytes, the tokens of a model of vocabulary %d; "
 			       "this model's is %" PRId64 " (its tokens need a tokenizer)",
 			       GK_NN_BYTE_VOCAB, c->vocab);
+	if (len > INT_MAX)
+		return gk_errf(err, "a prompt of %zu bytes", len);
 	if (!(*out = malloc((len ? len : 1) * sizeof(int32_t))))
 		return gk_err_sys(err, ENOMEM, "prompt");
 	for (size_t i = 0; i < len; i++)
 		(*out)[i] = (unsigned char)text[i];
 	return (int)len;
+}
+
+/* Append n bytes to *buf, growing it. */
+static int put(char **buf, size_t *len, size_t *cap, const char *s, size_t n, gk_err *err)
+{
+	if (GK_GROW(*buf, *cap, *len + n, "sample text", err))
+		return -1;
+	memcpy(*buf + *len, s, n);
+	*len += n;
+	return 0;
+}
+
+int gk_nn_sample_text(const gk_nn_config *c, const gk_tok *tok, const int32_t *ids, size_t n,
+		      char **buf, size_t *len, size_t *cap, gk_err *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		char one[16];
+		const char *s = one;
+		size_t l;
+		if (tok) {
+			/* U+FFFD, as a decoder's errors="replace" prints a byte it
+			 * cannot read */
+			if (ids[i] < 0 || !(s = gk_tok_token(tok, (uint32_t)ids[i], &l))) {
+				s = "\xef\xbf\xbd";
+				l = 3;
+			}
+		} else if (c->vocab == GK_NN_BYTE_VOCAB) {
+			one[0] = ids[i] == GK_NN_BYTE_EOT ? '\n' : (char)ids[i];
+			l = 1;
+		} else {
+			l = (size_t)snprintf(one, sizeof(one), "%s%d", i ? " " : "", ids[i]);
+		}
+		if (put(buf, len, cap, s, l, err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,

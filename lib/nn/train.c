@@ -29,9 +29,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "nn/train_internal.h"
 #include "tok/tok.h"
@@ -51,42 +49,21 @@ char *gk_nn_tr_data_state(const gk_nn_data *d)
 
 /*
  * The model's tokenizer, which tokenized data must have been made with:
- * the one in the --init-from directory (or beside its file) when it has
- * tokenizer files (tokenizer.json, or vocab.json and merges.txt). 1 and
- * its fingerprint and name, 0 when none is known, -1 when its files do
- * not read.
+ * the run's (train_tok.c: --tokenizer, else the checkpoint's own). 1 and
+ * its fingerprint and name, 0 when the run has none.
  */
-static int model_tokenizer(const gk_nn_trainer *t, uint64_t *fp, char *name,
-			   size_t len, gk_err *err)
+static int model_tokenizer(const gk_nn_trainer *t, uint64_t *fp, char *name, size_t len)
 {
-	const char *from = t->o.init_from;
-	struct stat st;
-	char dir[4096], a[4200], b[4200];
-	if (!from || stat(from, &st) < 0)
+	if (!t->tok)
 		return 0;
-	if (S_ISDIR(st.st_mode)) {
-		snprintf(dir, sizeof(dir), "%s", from);
-	} else {
-		const char *slash = strrchr(from, '/');
-		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - from + (slash == from)) : 1,
-			 slash ? from : ".");
-	}
-	snprintf(a, sizeof(a), "%s/tokenizer.json", dir);
-	snprintf(b, sizeof(b), "%s/vocab.json", dir);
-	if (access(a, F_OK) < 0 && access(b, F_OK) < 0)
-		return 0;
-	gk_tok *tok;
-	if (gk_tok_open(&tok, dir, err) < 0)
-		return gk_err_prefix(err, "the tokenizer of '%s'", from);
-	*fp = gk_tok_fingerprint(tok);
-	const char *const *paths = gk_tok_paths(tok);
+	*fp = gk_tok_fingerprint(t->tok);
+	const char *const *paths = gk_tok_paths(t->tok);
 	size_t at = 0;
 	name[0] = '\0';
 	for (size_t i = 0; paths && paths[i] && at < len; i++) {
 		int r = snprintf(name + at, len - at, "%s'%s'", i ? ", " : "", paths[i]);
 		at += r > 0 ? (size_t)r : 0;
 	}
-	gk_tok_close(tok);
 	return 1;
 }
 
@@ -109,11 +86,10 @@ int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int lo
 		return 0;
 	uint64_t fp;
 	char name[1024];
-	int k = model_tokenizer(t, &fp, name, sizeof(name), err);
-	if (k < 0 || gk_nn_data_check_tokenizer(*d, k ? &fp : NULL, k ? name : NULL,
-						t->cfg.vocab, err) < 0) {
-		if (k >= 0)
-			gk_err_prefix(err, "data '%s'", src);
+	int k = model_tokenizer(t, &fp, name, sizeof(name));
+	if (gk_nn_data_check_tokenizer(*d, k ? &fp : NULL, k ? name : NULL, t->cfg.vocab,
+				       err) < 0) {
+		gk_err_prefix(err, "data '%s'", src);
 		gk_nn_data_close(*d);
 		*d = NULL;
 		return -1;

@@ -16,6 +16,7 @@
 #include "mem/mem.h"
 #include "nn/data.h"
 #include "nn/nn.h"
+#include "tok/tok.h"
 
 /*
  * gpu-train's loop. Ranks come from gk_rank_discover through lib/comm
@@ -66,6 +67,8 @@ typedef struct gk_nn_train_opts {
 				 * from the flags alone (no --config) */
 	int cfg_from_flags;
 	const char *init_from;  /* checkpoint to start from (fine-tuning) */
+	const char *tokenizer;  /* a tokenizer (gk_tok_open's path), or NULL:
+				 * the files beside the checkpoint, if any */
 	uint64_t seed;          /* init, shuffle and sampling */
 	const char *data, *val_data;
 	int shuffle;
@@ -465,6 +468,24 @@ const char *gk_nn_trainer_model_from(const gk_nn_trainer *t);
 /* Steps done before this run: the resumed checkpoint's step, else 0. */
 int64_t gk_nn_trainer_step(const gk_nn_trainer *t);
 gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
+/*
+ * The run's tokenizer, resolved once before the data is opened: the
+ * tokenizer option, else the tokenizer files (tokenizer.json, or
+ * vocab.json and merges.txt) in the checkpoint directory the model comes
+ * from (the resumed step, or --init-from's step or Hugging Face
+ * directory, or the one holding its safetensors file); NULL when there is
+ * none (the byte vocabulary, or bare ids). Its vocabulary fits the
+ * model's (gk_nn_trainer_new refuses one that does not), it sets the
+ * default end-of-text token (its <|endoftext|>), and every checkpoint the
+ * run writes carries its files. _from is the path it was read from, and
+ * *note (if not NULL) says when the tokenizer option replaced a
+ * checkpoint's own that encodes otherwise, else NULL; _fingerprint is
+ * gk_tok_fingerprint's, or 0 without a tokenizer, what a manifest of
+ * tokenized shards is checked against.
+ */
+const gk_tok *gk_nn_trainer_tok(const gk_nn_trainer *t);
+const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t, const char **note);
+uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
 /*

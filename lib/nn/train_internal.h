@@ -14,6 +14,7 @@
  *               splitting the work are its siblings)
  *   resume.c    the checkpoint directory's claim, --init-from, resume
  *   checkpoint.c  checkpoints written by a thread and committed
+ *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints
  *   train.c     the loop and evaluation
  *   train_metrics.c  the Prometheus samples of a step and of checkpoints
  *   straggler.c the step's parts exchanged every few steps, stragglers named
@@ -29,6 +30,7 @@
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
 #include "nn/train.h"
+#include "tok/tok.h"
 
 typedef struct gk_nn_dp gk_nn_dp;
 typedef struct ckpt_job ckpt_job;
@@ -69,6 +71,16 @@ struct gk_nn_trainer {
 	char ckpt_note[PATH_MAX + 192]; /* rank 0: latest repaired, or "" */
 	char *resume_notes;        /* settings changed since the checkpoint's run */
 	char model_from[PATH_MAX]; /* the checkpoint loaded, or "" */
+	char *model_dir;           /* the checkpoint directory the shape came
+				    * from (resumed, or --init-from's), or NULL */
+	gk_tok *tok;               /* the run's tokenizer (train_tok.c), or NULL */
+	char *tok_from;            /* ... what it was read from */
+	char tok_note[2 * PATH_MAX + 160]; /* --tokenizer replaced the checkpoint's, or "" */
+	struct gk_nn_tok_file {
+		const char *name;  /* its name in a step directory */
+		char *buf;
+		size_t len;
+	} tok_files[2];            /* ... and its files' bytes, for checkpoints */
 	gk_nn_placement place;     /* this rank's CPUs (place.c) */
 	uint64_t kernel;           /* ... and its kernel (boot id), as place.c hashes it */
 	gk_nn_straggler *strag;    /* straggler.c's state, or NULL: no exchanges */
@@ -161,6 +173,20 @@ void gk_nn_tr_straggler_step(gk_nn_trainer *t, const double part[GK_NN_NPARTS]);
  * exchange, and on rank 0 the judgement and h->stragglers. */
 int gk_nn_tr_straggler_exchange(gk_nn_trainer *t, int64_t step, gk_nn_train_hooks *h,
 				gk_err *err);
+
+/* ---- train_tok.c ---------------------------------------------------------------------- */
+
+/*
+ * The run's tokenizer, once the model's shape is known: --tokenizer, else
+ * the tokenizer files of t->model_dir (none there: the run has none). Its
+ * vocabulary must fit the model's; its files are read into t->tok_files.
+ */
+int gk_nn_tr_tok_resolve(gk_nn_trainer *t, gk_err *err);
+/* The ranks resolved the same tokenizer (or none), by fingerprint. */
+int gk_nn_tr_tok_agree(gk_nn_trainer *t, gk_err *err);
+/* Rank 0: the tokenizer's files into a checkpoint's staging directory. */
+int gk_nn_tr_tok_save(const gk_nn_trainer *t, gk_ckpt_stage *s, gk_err *err);
+void gk_nn_tr_tok_free(gk_nn_trainer *t);
 
 /* ---- train.c -------------------------------------------------------------------------- */
 

@@ -252,6 +252,10 @@ static int choose_config(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			dir = init;
 		}
 	}
+	if (dir && !(t->model_dir = strdup(dir))) {
+		free(init);
+		return gk_err_sys(err, ENOMEM, "read '%s'", dir);
+	}
 	if (dir) {
 		snprintf(path, sizeof(path), "%s/" GK_CKPT_CONFIG, dir);
 		if (access(path, F_OK) == 0) {
@@ -611,12 +615,21 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (rc == 0 && t->o.seq <= 0)
 		t->o.seq = (int)t->cfg.positions;
 	t->eot_asked = t->o.eot >= 0;
+	/* before any work: a tokenizer the model cannot take is refused */
+	if (rc == 0)
+		rc = gk_nn_tr_tok_resolve(t, err);
+	if (rc == 0 && t->o.eot < 0 && t->tok) {
+		int64_t eot = gk_tok_special(t->tok, "<|endoftext|>");
+		if (eot >= 0)
+			t->o.eot = (int32_t)eot;
+	}
 	if (rc == 0 && t->o.eot < 0)
 		t->o.eot = (int32_t)(t->cfg.vocab - 1);
 	if (rc == 0 && t->o.seq > t->cfg.positions)
 		rc = gk_errf(err, "sequence length %d is longer than the model's %" PRId64
 			     " positions", t->o.seq, t->cfg.positions);
-	if (gk_nn_tr_agree_local(t, rc, err) < 0 || choose_device(t, err) < 0)
+	if (gk_nn_tr_agree_local(t, rc, err) < 0 || gk_nn_tr_tok_agree(t, err) < 0 ||
+	    choose_device(t, err) < 0)
 		return -1;
 	/* --device auto found a GPU for a setting only the CPU runs: a usage error */
 	if (gk_nn_tr_agree_local(t, gk_nn_dp_check(&t->o, t->grid.dp, t->cuda, err), err) < 0) {
@@ -773,6 +786,8 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	gk_comm_close(t->comm);
 	gk_ckpt_unlock(t->lock);
 	free(t->init_from);
+	free(t->model_dir);
+	gk_nn_tr_tok_free(t);
 	free(t->resume_notes);
 	free(t);
 }

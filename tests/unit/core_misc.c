@@ -223,6 +223,60 @@ static void test_str_ends(void)
 	ok(!gk_str_ends("", "a"), "the empty string ends with no letter");
 }
 
+/* gk_utf8_lossy(in) is want; both n bytes long */
+static int lossy_is(const char *in, size_t n, const char *want, size_t wn)
+{
+	size_t len = 0;
+	char *got = gk_utf8_lossy(in, n, &len);
+	int same = got && len == wn && !memcmp(got, want, wn) && got[len] == '\0';
+	free(got);
+	return same;
+}
+
+#define R "\xef\xbf\xbd" /* U+FFFD */
+#define LOSSY(in, want, name) \
+	ok(lossy_is(in, sizeof(in) - 1, want, sizeof(want) - 1), "utf8_lossy: %s", name)
+
+static void test_utf8_lossy(void)
+{
+	/* The Unicode Standard, Table 3-8 (U+FFFD for maximal subparts) */
+	LOSSY("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64",
+	      "a" R R R "b" R "c" R R "d", "Unicode's Table 3-8");
+	LOSSY("\xed\xa0\x80", R R R, "a surrogate: three");
+	LOSSY("\xc0\xaf", R R, "an overlong: two");
+	LOSSY("\xe0\x80\xaf", R R R, "an overlong of three bytes: three");
+	LOSSY("\xf4\x90\x80\x80", R R R R, "past U+10FFFF: four");
+	LOSSY("x\xe2\x82", "x" R, "truncated at the end: one");
+	LOSSY("\xf0\x9f\x98x", R "x", "truncated before ASCII: one");
+	LOSSY("\xff\xfe", R R, "bytes that start nothing");
+	LOSSY("a\0b", "a\0b", "NUL is text");
+	LOSSY("", "", "empty");
+	/* every scalar value passes unchanged, one after another */
+	char *all = malloc(4 * 0x110000), *p = all;
+	for (uint32_t c = 0; all && c < 0x110000; c++) {
+		if (c >= 0xd800 && c < 0xe000)
+			continue;
+		if (c < 0x80) {
+			*p++ = (char)c;
+		} else if (c < 0x800) {
+			*p++ = (char)(0xc0 | c >> 6);
+			*p++ = (char)(0x80 | (c & 0x3f));
+		} else if (c < 0x10000) {
+			*p++ = (char)(0xe0 | c >> 12);
+			*p++ = (char)(0x80 | (c >> 6 & 0x3f));
+			*p++ = (char)(0x80 | (c & 0x3f));
+		} else {
+			*p++ = (char)(0xf0 | c >> 18);
+			*p++ = (char)(0x80 | (c >> 12 & 0x3f));
+			*p++ = (char)(0x80 | (c >> 6 & 0x3f));
+			*p++ = (char)(0x80 | (c & 0x3f));
+		}
+	}
+	ok(all && lossy_is(all, (size_t)(p - all), all, (size_t)(p - all)),
+	   "utf8_lossy: every scalar value unchanged");
+	free(all);
+}
+
 static void test_grow(void)
 {
 	gk_err err;
@@ -261,6 +315,7 @@ int main(void)
 	test_progress_rate();
 	test_strlist();
 	test_str_ends();
+	test_utf8_lossy();
 	test_grow();
 	return done_testing();
 }

@@ -3,7 +3,8 @@
  * double-precision formulas, config.json in and out (and mem-estimate's
  * reader of the same file), the parameter table against GPT-2's published
  * count, initialisation statistics, load errors, the schedules, the
- * gradient against finite differences of the loss.
+ * gradient against finite differences of the loss, text in and out of a
+ * model (bytes, ids, a tokenizer).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "nn/train.h"
 #include "st/st.h"
 #include "tap.h"
+#include "tok/internal.h"
 
 static double dgelu(double x)
 {
@@ -605,6 +607,85 @@ static void decoding(void)
 	gk_nn_free(m);
 }
 
+/* dir/name holding len bytes of text */
+static void put_file(const char *dir, const char *name, const char *text, size_t len)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	if (f) {
+		fwrite(text, 1, len, f);
+		fclose(f);
+	}
+}
+
+/*
+ * Text in and out of a model (gk_nn_prompt_encode, gk_nn_sample_text):
+ * bytes for the byte vocabulary, ids for another without a tokenizer, and
+ * a tokenizer of the 256 byte tokens (id = byte) and "hi" (256) from the
+ * merge "h i".
+ */
+static void text(void)
+{
+	gk_err err = {0};
+	gk_nn_config c = {.vocab = GK_NN_BYTE_VOCAB};
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	int32_t bytes[] = {'h', 'i', GK_NN_BYTE_EOT, 0xff};
+	ok(gk_nn_sample_text(&c, NULL, bytes, 4, &buf, &len, &cap, &err) == 0 && len == 4 &&
+	   !memcmp(buf, "hi\n\xff", 4), "the byte vocabulary: each byte as it is, end-of-text a newline");
+	c.vocab = 300;
+	len = 0;
+	int32_t ids[] = {1, 22, 299};
+	ok(gk_nn_sample_text(&c, NULL, ids, 3, &buf, &len, &cap, &err) == 0 && len == 8 &&
+	   !memcmp(buf, "1 22 299", 8), "another vocabulary without a tokenizer: the ids");
+	int32_t *p = NULL;
+	ok(gk_nn_prompt_encode(&c, NULL, "hi", 2, &p, &err) < 0 && strstr(err.msg, "need a tokenizer"),
+	   "a prompt for it: refused (%s)", err.msg);
+
+	char dir[] = "/tmp/gk-nn-text-XXXXXX", v[8192], *q = v;
+	ok(mkdtemp(dir) != NULL, "a directory for the tokenizer");
+	*q++ = '{';
+	for (int b = 0; b < 256; b++) {
+		uint32_t cp = gk_tok_byte_cp((uint8_t)b);
+		q += sprintf(q, "\"");
+		if (cp == '"' || cp == '\\')
+			q += sprintf(q, "\\%c", (char)cp);
+		else if (cp < 0x80)
+			*q++ = (char)cp;
+		else
+			q += sprintf(q, "\\u%04x", cp);
+		q += sprintf(q, "\": %d, ", b);
+	}
+	q += sprintf(q, "\"hi\": 256}");
+	put_file(dir, "vocab.json", v, (size_t)(q - v));
+	put_file(dir, "merges.txt", "h i\n", 4);
+	gk_tok *t = NULL;
+	err.msg[0] = '\0';
+	ok(gk_tok_open(&t, dir, &err) == 0, "open it%s%s", err.msg[0] ? ": " : "", err.msg);
+	int n = t ? gk_nn_prompt_encode(&c, t, "hi hi!", 6, &p, &err) : -1;
+	ok(n == 4 && p[0] == 256 && p[1] == ' ' && p[2] == 256 && p[3] == '!',
+	   "a prompt through the tokenizer: hi, space, hi, !");
+	free(p);
+	p = NULL;
+	gk_nn_config small = {.vocab = 256};
+	ok(t && gk_nn_prompt_encode(&small, t, "hi", 2, &p, &err) < 0 &&
+	   strstr(err.msg, "token 256 of the prompt is not in the model's vocabulary of 256"),
+	   "an id past the model's vocabulary: refused (%s)", err.msg);
+	len = 0;
+	int32_t gen[] = {256, 299, '!'};
+	ok(t && gk_nn_sample_text(&c, t, gen, 3, &buf, &len, &cap, &err) == 0 && len == 6 &&
+	   !memcmp(buf, "hi\xef\xbf\xbd!", 6), "the sample's text; an id the tokenizer lacks as U+FFFD");
+	gk_tok_close(t);
+	free(buf);
+	char path[600];
+	snprintf(path, sizeof(path), "%s/vocab.json", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/merges.txt", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const char *top = getenv("GK_TOP") ? getenv("GK_TOP") : ".";
@@ -618,5 +699,6 @@ int main(void)
 	schedules();
 	sumsq();
 	decoding();
+	text();
 	return done_testing();
 }

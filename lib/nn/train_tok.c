@@ -1,0 +1,157 @@
+/*
+ * train_tok.c - the run's tokenizer: which one (--tokenizer, else the
+ * files beside the checkpoint the model comes from), whether the model
+ * can take its ids, and its files in every checkpoint the run writes, so
+ * that a step directory, ckpt-merge's directory of it and a later
+ * --init-from of either decode and encode text as this run did.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/train_internal.h"
+
+/* The largest tokenizer file read (GPT-2's tokenizer.json is 1.4 MB). */
+#define TOK_FILE_MAX ((size_t)256 << 20)
+
+/* 1 when dir holds a tokenizer file of any of its names. */
+static int has_tok_files(const char *dir)
+{
+	static const char *const names[] = {GK_CKPT_TOK_JSON, GK_CKPT_TOK_VOCAB,
+					    GK_CKPT_TOK_MERGES};
+	for (size_t i = 0; i < GK_ARRAY_SIZE(names); i++) {
+		char *p = gk_ckpt_join(dir, names[i]);
+		int found = p && access(p, F_OK) == 0;
+		free(p);
+		if (found)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * The bytes of the files the tokenizer came from, under the names a
+ * step directory gives them: one file is a tokenizer.json (whatever it was
+ * called), two are vocab.json and merges.txt, in gk_tok_paths' order.
+ */
+static int read_files(gk_nn_trainer *t, gk_err *err)
+{
+	const char *const *paths = gk_tok_paths(t->tok);
+	size_t n = 0;
+	while (paths[n])
+		n++;
+	if (n < 1 || n > GK_ARRAY_SIZE(t->tok_files))
+		return gk_errf(err, "tokenizer '%s': read from %zu files", t->tok_from, n);
+	for (size_t i = 0; i < n; i++) {
+		struct gk_nn_tok_file *f = &t->tok_files[i];
+		f->name = n == 1 ? GK_CKPT_TOK_JSON : i == 0 ? GK_CKPT_TOK_VOCAB : GK_CKPT_TOK_MERGES;
+		if (gk_read_file(paths[i], TOK_FILE_MAX, &f->buf, &f->len, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int gk_nn_tr_tok_resolve(gk_nn_trainer *t, gk_err *err)
+{
+	const char *from = t->o.tokenizer;
+	int beside = 0;
+	if (!from && t->model_dir && has_tok_files(t->model_dir)) {
+		from = t->model_dir;
+		beside = 1;
+	}
+	if (!from)
+		return 0;
+	if (!(t->tok_from = strdup(from)))
+		return gk_err_sys(err, ENOMEM, "tokenizer");
+	if (gk_tok_open(&t->tok, from, err) < 0) {
+		if (!beside)
+			return -1;
+		gk_err_prefix(err, "the tokenizer of checkpoint '%s'", from);
+		size_t l = strlen(err->msg);
+		snprintf(err->msg + l, sizeof(err->msg) - l, " (put its files back, or name "
+			 "the model's tokenizer with --tokenizer)");
+		return -1;
+	}
+	/* the checkpoint's own, replaced by another: said, in case it is a slip */
+	gk_tok *own = NULL;
+	gk_err why;
+	if (!beside && t->model_dir && has_tok_files(t->model_dir) &&
+	    gk_tok_open(&own, t->model_dir, &why) == 0 &&
+	    gk_tok_fingerprint(own) != gk_tok_fingerprint(t->tok))
+		snprintf(t->tok_note, sizeof(t->tok_note), "--tokenizer '%s' is not the tokenizer "
+			 "of checkpoint '%s' (it encodes text otherwise); the run uses '%s', and so do "
+			 "its checkpoints", from, t->model_dir, from);
+	gk_tok_close(own);
+	uint32_t n = gk_tok_vocab_size(t->tok);
+	if ((int64_t)n > t->cfg.vocab)
+		return gk_errf(err, "tokenizer '%s': %" PRIu32 " tokens, more than the model's "
+			       "vocabulary of %" PRId64 " (the ids from %" PRId64 " on have no "
+			       "embedding): is it the model's tokenizer?", from, n, t->cfg.vocab,
+			       t->cfg.vocab);
+	return read_files(t, err);
+}
+
+/*
+ * Every rank reads the tokenizer for itself, as it reads config.json: a
+ * host with other files (a stale copy, none at all) would check shards
+ * against another vocabulary than rank 0 samples and checkpoints with.
+ * The fingerprints' smallest and largest over the ranks, in two halves
+ * of 32 bits (exact in a double), must be equal.
+ */
+int gk_nn_tr_tok_agree(gk_nn_trainer *t, gk_err *err)
+{
+	if (t->world == 1)
+		return 0;
+	uint64_t id = gk_nn_trainer_tok_fingerprint(t);
+	double lo[2] = {(double)(id >> 32), (double)(id & UINT32_MAX)}, hi[2] = {lo[0], lo[1]};
+	if (gk_comm_host_allreduce_f64(t->comm, lo, 2, GK_COMM_MIN, err) < 0 ||
+	    gk_comm_host_allreduce_f64(t->comm, hi, 2, GK_COMM_MAX, err) < 0)
+		return -1;
+	if (lo[0] == hi[0] && lo[1] == hi[1])
+		return 0;
+	t->agreed = 1;
+	return gk_errf(err, "the ranks read different tokenizers (or some none): every rank must "
+		       "find the same tokenizer files (--tokenizer, or beside the checkpoint)");
+}
+
+int gk_nn_tr_tok_save(const gk_nn_trainer *t, gk_ckpt_stage *s, gk_err *err)
+{
+	for (size_t i = 0; i < GK_ARRAY_SIZE(t->tok_files) && t->tok_files[i].name; i++) {
+		const struct gk_nn_tok_file *f = &t->tok_files[i];
+		char *p = gk_ckpt_stage_path(s, f->name);
+		int rc = p ? gk_atomic_write_file(p, f->buf, f->len, 0644, err)
+			   : gk_err_sys(err, ENOMEM, "checkpoint");
+		free(p);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
+void gk_nn_tr_tok_free(gk_nn_trainer *t)
+{
+	gk_tok_close(t->tok);
+	free(t->tok_from);
+	for (size_t i = 0; i < GK_ARRAY_SIZE(t->tok_files); i++)
+		free(t->tok_files[i].buf);
+}
+
+const gk_tok *gk_nn_trainer_tok(const gk_nn_trainer *t)
+{
+	return t ? t->tok : NULL;
+}
+
+const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t, const char **note)
+{
+	if (note)
+		*note = t && t->tok_note[0] ? t->tok_note : NULL;
+	return t && t->tok ? t->tok_from : NULL;
+}
+
+uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t)
+{
+	return t && t->tok ? gk_tok_fingerprint(t->tok) : 0;
+}
