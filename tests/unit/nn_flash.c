@@ -27,6 +27,7 @@
 #include "tap.h"
 #include "gpu.h"
 
+#if GK_HAVE_CUDA
 static uint64_t rng = 99;
 static float frand(void)
 {
@@ -68,7 +69,6 @@ static double maxabs(const float *x, size_t n)
 	return m;
 }
 
-#if GK_HAVE_CUDA
 static void *dev(const void *host, size_t bytes)
 {
 	gk_err err = {0};
