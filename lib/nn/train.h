@@ -445,9 +445,9 @@ const gk_nn_train_opts *gk_nn_trainer_opts(const gk_nn_trainer *t);
 /* "cpu" or "cuda:N"; *note (if not NULL) is why GK_NN_AUTO chose the CPU,
  * or NULL. */
 const char *gk_nn_trainer_device(const gk_nn_trainer *t, const char **note);
-/* On a GPU, the device and the CUDA driver's and runtime's versions
- * ("NVIDIA H200 (sm_90, 139.8 GiB); driver for CUDA 13.0, runtime CUDA
- * 13.0"); NULL on the CPU. */
+/* On a GPU, the device, the CUDA driver's and runtime's versions and the
+ * attention the model runs ("NVIDIA H200 (sm_90, 139.8 GiB); driver for
+ * CUDA 13.0, runtime CUDA 13.0; fused attention"); NULL on the CPU. */
 const char *gk_nn_trainer_device_desc(const gk_nn_trainer *t);
 /* The gradients' communicator backend ("self", "mpi", "nccl"); *note
  * (if not NULL) is why --comm auto fell back to the host path, or NULL. */

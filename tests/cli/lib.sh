@@ -143,3 +143,28 @@ test_gpu_prereqs() {
 	fi
 	say "nvidia-smi GPUs: $GK_GPUS, build's $1: ${have:-unknown}"
 }
+
+# node_exporter_scrape DIR OUT: serve DIR through node_exporter's textfile
+# collector on a free loopback port, write one scrape of /metrics to OUT,
+# and stop it; fails when the exporter does not answer within 120 s or
+# reports a file of DIR it could not read (node_textfile_scrape_error).
+# Behind the NODE_EXPORTER prerequisite.
+command -v prometheus-node-exporter >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 &&
+	test_set_prereq NODE_EXPORTER
+node_exporter_scrape() {
+	ne_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') ||
+		return 1
+	prometheus-node-exporter --collector.disable-defaults --collector.textfile \
+		--collector.textfile.directory="$PWD/$1" \
+		--web.listen-address=127.0.0.1:$ne_port >"$2.log" 2>&1 &
+	ne_pid=$!
+	for i in $(seq 600); do
+		curl -sf http://127.0.0.1:$ne_port/metrics >"$2" && break
+		kill -0 $ne_pid 2>/dev/null || break
+		sleep 0.2
+	done
+	kill $ne_pid 2>/dev/null
+	wait $ne_pid 2>/dev/null
+	test -s "$2" || { echo "node_exporter did not answer on port $ne_port in 120 s"; cat "$2.log"; return 1; }
+	grep "^node_textfile_scrape_error 0$" "$2"
+}

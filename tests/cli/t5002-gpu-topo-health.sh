@@ -68,6 +68,12 @@ test_expect_success PROMTOOL 'promtool accepts the file' '
 	promtool check metrics <h.prom
 '
 
+test_expect_success NODE_EXPORTER 'node_exporter serves the file' '
+	mkdir tf && cp h.prom tf/ &&
+	node_exporter_scrape tf scrape &&
+	grep "^gpukit_gpu_utilization_ratio{gpu=\"1\",model=\"NVIDIA H100 80GB HBM3\",pci_bus_id=\"0000:38:00.0\",run=\"h\",uuid=\"GPU-00000000-0000-0000-0000-000000000001\"} 0.51$" scrape
+'
+
 test_expect_success 'each metric names the dcgm-exporter field it matches' '
 	grep "^# HELP " h.prom >help &&
 	test "$(grep -vc "DCGM_FI_DEV_\|gpukit_gpu_healthy \|gpukit_gpu_clock_event_reason " help)" = 0

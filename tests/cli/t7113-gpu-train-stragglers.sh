@@ -102,6 +102,16 @@ test_expect_success PROMTOOL,MPI 'promtool accepts the metrics' '
 	promtool check metrics <s.prom
 '
 
+test_expect_success NODE_EXPORTER,MPI 'node_exporter serves them: the slow rank and the skew' '
+	mkdir tf && cp s.prom tf/ &&
+	node_exporter_scrape tf scrape &&
+	grep "^gpukit_train_straggler_rank{part=\"data\",run=\"s\",stat=\"max\"} 1$" scrape &&
+	skew=$(sed -n "s/^gpukit_train_straggler_skew_ratio{run=\"s\",part=\"data\"} //p" s.prom) &&
+	served=$(sed -n "s/^gpukit_train_straggler_skew_ratio{part=\"data\",run=\"s\"} //p" scrape) &&
+	test -n "$skew" && test -n "$served" &&
+	awk -v a="$skew" -v b="$served" "BEGIN { d = a - b; exit !(d * d <= 1e-18 * a * a) }"
+'
+
 test_expect_success MPI 'two exchanges: slow twice, no warning yet' '
 	ranks 3 -x GK_TEST_STRAGGLER=1:data:40 gpu-train $A --steps 10 >two.json 2>two.err &&
 	test "$(jq -r "select(.event == \"stragglers\") | .slow[0].exchanges" two.json | tr "\n" ,)" = \

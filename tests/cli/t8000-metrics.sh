@@ -12,8 +12,6 @@ runs'"'"' files in one directory (each sample carries run="FILE less .prom").'
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
 command -v promtool >/dev/null 2>&1 && test_set_prereq PROMTOOL
-command -v prometheus-node-exporter >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 &&
-	test_set_prereq NODE_EXPORTER
 
 # prom.py FILE NAME [LABEL=VALUE...]: the value of the one sample of NAME
 # carrying those labels (others allowed); fails on none or several.
@@ -280,18 +278,7 @@ test_expect_success 'allreduce-bench: --metrics does not replace a file that is 
 test_expect_success NODE_EXPORTER 'node_exporter serves both files' '
 	mkdir textfile &&
 	cp train.prom ab.prom textfile/ &&
-	port=$(python3 -c "import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])") &&
-	{ prometheus-node-exporter --collector.disable-defaults --collector.textfile \
-		--collector.textfile.directory="$PWD/textfile" \
-		--web.listen-address=127.0.0.1:$port >ne.log 2>&1 & echo $! >ne.pid; } &&
-	test_when_finished "kill \$(cat ne.pid) 2>/dev/null; true" &&
-	for i in $(seq 600); do
-		curl -sf http://127.0.0.1:$port/metrics >scrape && break
-		kill -0 $(cat ne.pid) || { cat ne.log; return 1; }
-		sleep 0.2
-	done &&
-	{ test -s scrape || { echo "node_exporter did not answer on port $port in 120 s"; cat ne.log; false; }; } &&
-	test "$(prom scrape node_textfile_scrape_error)" = 0 &&
+	node_exporter_scrape textfile scrape &&
 	test "$(prom scrape gpukit_train_tokens_total)" = 192 &&
 	same "$(prom scrape gpukit_train_loss)" "$(prom train.prom gpukit_train_loss)" &&
 	test "$(prom scrape gpukit_train_memory_bytes category=optimizer)" = \
@@ -306,18 +293,7 @@ test_expect_success NODE_EXPORTER 'node_exporter: two runs of one tool in one di
 	mkdir two &&
 	gpu-train $A --steps 2 --metrics two/job-1.prom >/dev/null &&
 	gpu-train $A --steps 3 --metrics two/job-2.prom >/dev/null &&
-	port=$(python3 -c "import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])") &&
-	{ prometheus-node-exporter --collector.disable-defaults --collector.textfile \
-		--collector.textfile.directory="$PWD/two" \
-		--web.listen-address=127.0.0.1:$port >ne2.log 2>&1 & echo $! >ne2.pid; } &&
-	test_when_finished "kill \$(cat ne2.pid) 2>/dev/null; true" &&
-	for i in $(seq 600); do
-		curl -sf http://127.0.0.1:$port/metrics >scrape2 && break
-		kill -0 $(cat ne2.pid) || { cat ne2.log; return 1; }
-		sleep 0.2
-	done &&
-	{ test -s scrape2 || { echo "node_exporter did not answer on port $port in 120 s"; cat ne2.log; false; }; } &&
-	test "$(prom scrape2 node_textfile_scrape_error)" = 0 &&
+	node_exporter_scrape two scrape2 &&
 	test "$(prom scrape2 gpukit_train_steps_total run=job-1)" = 2 &&
 	test "$(prom scrape2 gpukit_train_steps_total run=job-2)" = 3
 '
