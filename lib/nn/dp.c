@@ -94,6 +94,9 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 
 int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
 {
+	if (o->offload_dir && cuda)
+		return gk_errf(err, "optimizer offload to a directory runs on the CPU backend only "
+			       "(on a GPU the moments stay in device memory)");
 	if (o->zero != 2 || world == 1)
 		return 0;
 	if (cuda)
@@ -142,6 +145,7 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	if (!dp)
 		return gk_err_sys(err, ENOMEM, "optimizer state");
 	dp->m = t->m;
+	dp->t = t;
 	dp->comm = dp->gcomm = t->grid.dpc;
 	dp->rank = t->grid.dp_rank;
 	dp->world = t->grid.dp;
@@ -159,6 +163,10 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 		dp->lo = 0;
 		dp->hi = dp->N;
 	}
+	/* --offload optimizer:DIR: the moments in a file, streamed (offload.c) */
+	if (t->o.offload_dir)
+		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, dp->hi - dp->lo,
+					  t->o.offload_chunk, err);
 	dp->mom = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
 	dp->vel = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
 	return dp->mom && dp->vel ? 0 : gk_err_sys(err, ENOMEM, "optimizer state");
@@ -310,6 +318,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 		gk_comm_close(dp->gcomm); /* before the model's stream goes */
 	free(dp->mom);
 	free(dp->vel);
+	gk_nn_offload_close(dp->off);
 	free(dp->gshard);
 	free(dp);
 }
@@ -445,8 +454,20 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 {
 	size_t lo = gk_nn_dp_lo(dp), hi = gk_nn_dp_hi(dp);
 	const float *g = dp->shard ? shard_grads(dp) : NULL;
-	if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel, err) < 0)
+	if (dp->off) {
+		/*
+		 * A file that fails (an I/O error, the disk gone) fails one
+		 * rank: every rank learns it before the gather, which the
+		 * others would otherwise wait in for it.
+		 */
+		int rc = gk_nn_offload_update(dp->off, dp->m, c, lr, step, grad_scale, lo, hi, g,
+					      err);
+		if (gk_nn_tr_agree_local(dp->t, rc, err) < 0)
+			return -1;
+	} else if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel,
+				err) < 0) {
 		return -1;
+	}
 	*exposed = 0;
 	if (dp->shard) {
 		double ta = gk_now();
