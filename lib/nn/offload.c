@@ -77,7 +77,7 @@ int gk_nn_offload_open(gk_nn_offload **out, const char *dir, int rank, size_t n,
 	if (statvfs(dir, &vf) == 0 && (uint64_t)vf.f_bavail * vf.f_frsize < need) {
 		char a[32], b[32];
 		return gk_errf(err, "optimizer offload directory '%s': %s free, and this rank's "
-			       "optimizer state needs %s", dir,
+			       "optimizer state needs %s (free space there, or name another directory)", dir,
 			       gk_format_size((uint64_t)vf.f_bavail * vf.f_frsize, 0, a, sizeof(a)),
 			       gk_format_size(need, 0, b, sizeof(b)));
 	}
