@@ -380,10 +380,15 @@ static void print_mem(const gk_nn_train_mem *m, json_t *into)
 		json_object_set_new(into, "memory", o);
 		if (m->offload_file)
 			json_object_set_new(into, "offload",
-					    json_pack("{s:s, s:I, s:I, s:I}", "file", m->offload_path,
+					    json_pack("{s:s, s:s, s:I, s:I, s:I}", "where", "file",
+						      "file", m->offload_path,
 						      "state", (json_int_t)m->offload_state,
 						      "file_bytes", (json_int_t)m->offload_file,
 						      "buffer", (json_int_t)m->offload_buffer));
+		else if (m->offload_state)
+			json_object_set_new(into, "offload",
+					    json_pack("{s:s, s:I}", "where", "host",
+						      "state", (json_int_t)m->offload_state));
 		return;
 	}
 	printf("memory per rank:");
@@ -396,6 +401,9 @@ static void print_mem(const gk_nn_train_mem *m, json_t *into)
 		printf("optimizer state offloaded: %s in '%s', through a buffer of %s\n",
 		       gk_format_size(m->offload_file, 0, f, sizeof(f)), m->offload_path,
 		       gk_format_size(m->offload_buffer, 0, b, sizeof(b)));
+	} else if (m->offload_state) {
+		printf("optimizer state offloaded: %s in host memory, the update on the CPU\n",
+		       gk_format_size(m->offload_state, 0, b, sizeof(b)));
 	}
 }
 
@@ -723,16 +731,18 @@ static void parse_args(int argc, char **argv, args *a)
 		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
 				   "only: on a GPU use --zero 1");
 	if (a->offload && strcmp(a->offload, "none")) {
+		if (!strcmp(a->offload, "optimizer") && a->o.device == GK_NN_CPU)
+			gk_cli_usage_error(&cli, "--offload optimizer moves a GPU's optimizer state to "
+					   "host memory, where the CPU backend already keeps it: give "
+					   "optimizer:DIR for files under DIR");
 		if (!strcmp(a->offload, "optimizer"))
-			gk_cli_usage_error(&cli, "--offload optimizer keeps the optimizer state in host "
-					   "memory, where the CPU backend already keeps it (and on a "
-					   "GPU it is not implemented yet): give optimizer:DIR for "
-					   "files under DIR");
-		if (strncmp(a->offload, "optimizer:", 10) || !a->offload[10])
-			gk_cli_usage_error(&cli, "--offload '%s': not none or optimizer:DIR",
+			a->o.offload_host = 1;
+		else if (strncmp(a->offload, "optimizer:", 10) || !a->offload[10])
+			gk_cli_usage_error(&cli, "--offload '%s': not none, optimizer or optimizer:DIR",
 					   a->offload);
-		a->o.offload_dir = a->offload + 10;
-		if (a->o.device == GK_NN_CUDA)
+		else
+			a->o.offload_dir = a->offload + 10;
+		if (a->o.offload_dir && a->o.device == GK_NN_CUDA)
 			gk_cli_usage_error(&cli, "--offload optimizer:DIR runs on the CPU backend only "
 					   "(on a GPU the moments stay in device memory)");
 		if (a->o.tp > 1)

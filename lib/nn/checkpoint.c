@@ -402,7 +402,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	j->n = gk_nn_dp_hi(t->dp) - j->lo;
 	j->write_moments = t->o.zero ? 1 : t->rank == 0;
 	if ((t->rank == 0 && gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
-	    (j->write_moments &&
+	    (j->write_moments && !t->dp->host_update &&
 	     gk_nn_moments_sync(t->m, j->lo, j->lo + j->n, t->dp->mom, t->dp->vel, 0, err) < 0)) {
 		free(all);
 		job_free(j);

@@ -86,6 +86,8 @@ typedef struct gk_nn_train_opts {
 				  * directory (offload.c), or NULL: in memory */
 	size_t offload_chunk;   /* bytes of each moment an update reads at a
 				 * time; 0: GK_NN_OFFLOAD_CHUNK */
+	int offload_host;       /* on a GPU: the moments in host memory and the
+				 * update on the CPU (ZeRO-Offload) */
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
 	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */

@@ -259,6 +259,8 @@ struct gk_nn_dp {
 	float *mom, *vel;     /* hi - lo each (host; mirrors on a GPU); NULL with off */
 	gk_nn_offload *off;   /* --offload optimizer:DIR: the moments in a file */
 	gk_nn_trainer *t;     /* the trainer, for its agreed failures */
+	int host_update;      /* a GPU's update on the CPU, the moments in host
+			       * memory (--offload optimizer) */
 	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */

@@ -35,7 +35,7 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_s
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
 			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
 			   .dp = t->grid.dp, .tp = t->grid.tp, .recompute = GK_MEM_RC_NONE,
-			   .offload = t->dp->off != NULL};
+			   .offload = t->dp->off || t->dp->host_update};
 	gk_mem_est e;
 	gk_mem_run r;
 	gk_err err;
@@ -45,9 +45,9 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_s
 	const gk_mem_part *h = gk_mem_part_get(&e, "host_ram");
 	int64_t world = r.dp * r.tp * r.pp;
 	int64_t local = world < r.gpus_per_node ? world : r.gpus_per_node;
-	if (t->dp->off && (!h || local < 1))
+	if (mt.offload && (!h || local < 1))
 		return -1;
-	*offload_state = t->dp->off ? h->bytes / (uint64_t)local : 0;
+	*offload_state = mt.offload ? h->bytes / (uint64_t)local : 0;
 	const gk_mem_part *p = gk_mem_part_get(&e, "parameters"),
 			  *g = gk_mem_part_get(&e, "gradients"),
 			  *o = gk_mem_part_get(&e, "optimizer");
@@ -81,14 +81,20 @@ static void account(gk_nn_trainer *t)
 	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
-	/* offloaded, the moments are in a file: none in memory */
-	uint64_t moments = t->dp->off ? 0 : (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
+	/* offloaded, the moments are in a file or (a GPU's) host memory:
+	 * none where the model computes */
+	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
+			   (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters */
 		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
 		b[GK_MEM_GRADIENTS] = 4 * psi;
 		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->world)
 						   : 8 * psi;
+		/* offloaded: in host memory, none on the device */
+		t->mem.offload_state = t->dp->host_update ? b[GK_MEM_OPTIMIZER] : 0;
+		if (t->dp->host_update)
+			b[GK_MEM_OPTIMIZER] = 0;
 	}
 	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
 	b[GK_MEM_WORKSPACE] = mm.workspace +
@@ -445,6 +451,7 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
 										 : GK_DT_F32,
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
+			      .offload = t->o.offload_host,
 			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores, and
 			       * so does the GPU's matmul path */
@@ -768,7 +775,7 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	    gk_nn_tr_agree_local(t, gk_nn_offload_broadcast(dp->off, dc, 0, err), err) < 0)
 		return -1;
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
-	    (resume_dir && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
+	    (resume_dir && !dp->host_update && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
 					      dp->vel, 1, err) < 0))
 		return -1;
 	return 0;

@@ -165,7 +165,7 @@ test_expect_success 'usage: optimizer without DIR, DIR empty, a GPU, a chunk wit
 	test_expect_code 2 gpu-train $A --offload optimizer 2>err &&
 	grep "optimizer:DIR" err &&
 	test_expect_code 2 gpu-train $A --offload optimizer: 2>err &&
-	grep "not none or optimizer:DIR" err &&
+	grep "not none, optimizer or optimizer:DIR" err &&
 	test_expect_code 2 gpu-train $A --offload optimizer:off --device cuda 2>err &&
 	grep "CPU backend only" err &&
 	test_expect_code 2 gpu-train $A --offload-chunk 4K 2>err &&
