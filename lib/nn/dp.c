@@ -168,8 +168,9 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 		dp->lo = 0;
 		dp->hi = dp->N;
 	}
-	/* --offload optimizer:DIR: the moments in a file, streamed (offload.c) */
-	if (t->o.offload_dir)
+	/* --offload optimizer:DIR: the moments in a file, streamed (offload.c);
+	 * a run that trains nothing (--eval-only, --steps 0) makes none */
+	if (t->o.offload_dir && !t->o.eval_only && t->o.steps > 0)
 		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, dp->hi - dp->lo,
 					  t->o.offload_chunk, err);
 	dp->mom = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));

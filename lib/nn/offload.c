@@ -23,10 +23,13 @@
  * AdamW on the chunk in memory (gk_nn_adamw_step on the chunk's range,
  * which walks tensors and threads as over the whole range: each element's
  * arithmetic is independent of the others, so the result is the same bit
- * for bit), pwrite both back. The buffer is 2 chunk floats; the reads and
- * writes are not overlapped with the arithmetic (the update is a small
- * part of a step on the CPU backend, and the page cache already reads
- * ahead and writes behind).
+ * for bit), pwrite both back. The buffer is 2 chunk floats. The I/O
+ * overlaps the arithmetic through the page cache rather than a second
+ * buffer and a thread: before a chunk is computed the next one's reads
+ * are announced (POSIX_FADV_WILLNEED starts them in the background), and
+ * the writes return once the data is in the cache, which writes it back
+ * behind (the file is scratch: nothing needs it on the disk before the
+ * run ends).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -174,6 +177,12 @@ int gk_nn_offload_update(gk_nn_offload *o, gk_nn_model *m, const gk_nn_adamw *c,
 	float *mm = o->buf, *vv = o->buf + o->chunk;
 	for (size_t a = lo; a < hi; a += o->chunk) {
 		size_t n = hi - a < o->chunk ? hi - a : o->chunk;
+		/* the next chunk, read ahead while this one computes (advice:
+		 * nothing to check) */
+		size_t a2 = a + n, n2 = hi - a2 < o->chunk ? hi - a2 : o->chunk;
+		for (int k = 0; k < 2 && a2 < hi; k++)
+			(void)posix_fadvise(o->fd, where(o, k, a2 - lo),
+					    (off_t)(n2 * sizeof(float)), POSIX_FADV_WILLNEED);
 		if (gk_nn_offload_read(o, 0, a - lo, n, mm, err) < 0 ||
 		    gk_nn_offload_read(o, 1, a - lo, n, vv, err) < 0 ||
 		    gk_nn_update(m, c, lr, t, grad_scale, a, a + n, g ? g + (a - lo) : NULL, mm, vv,

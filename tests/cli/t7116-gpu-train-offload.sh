@@ -161,6 +161,40 @@ test_expect_success NOASAN 'the moments leave memory: peak RSS falls by them, th
 	}
 '
 
+# the offload file of a run in progress, and its steps so far
+has_file() {
+	test -n "$(ls -A off)"
+}
+stepped() {
+	grep -q "\"event\":\"step\"" "$1"
+}
+
+test_expect_success 'SIGTERM: the run checkpoints and stops, its file removed' '
+	gpu-train $A --steps 100000 --ckpt-dir sig $OFF >sig.json 2>sig.err &
+	pid=$! &&
+	test_wait_for 60 "a step of the offloaded run" stepped sig.json &&
+	has_file &&
+	kill -TERM $pid &&
+	wait $pid &&
+	test -f sig/latest/COMMIT &&
+	off_empty
+'
+
+test_expect_success 'SIGKILL leaves the file, and the next run neither reads it nor minds it' '
+	gpu-train $A --steps 100000 $OFF >kill.json 2>kill.err &
+	pid=$! &&
+	test_wait_for 60 "a step of the offloaded run" stepped kill.json &&
+	kill -KILL $pid &&
+	{ wait $pid; test $? = 137; } &&
+	stale=$(ls -A off) &&
+	test -n "$stale" &&
+	gpu-train $A --grad-accum 2 $OFF >after.json &&
+	steps after.json >after.steps && steps n1.json >n1.steps.again &&
+	test_cmp n1.steps.again after.steps &&
+	test "$(ls -A off)" = "$stale" &&
+	rm -f off/$stale
+'
+
 test_expect_success 'usage: optimizer without DIR, DIR empty, a GPU, a chunk without offload' '
 	test_expect_code 2 gpu-train $A --offload optimizer 2>err &&
 	grep "optimizer:DIR" err &&
@@ -175,11 +209,13 @@ test_expect_success 'usage: optimizer without DIR, DIR empty, a GPU, a chunk wit
 	gpu-train $A --offload none --steps 1 >none.json
 '
 
-test_expect_success 'a missing DIR, or a file: refused before step 1, naming it' '
+test_expect_success 'a missing DIR, or a file: refused before step 1, naming it (a run that trains nothing makes no file)' '
 	test_expect_code 1 gpu-train $A --offload optimizer:nowhere 2>err &&
 	grep "optimizer offload directory '"'"'nowhere'"'"': No such file or directory" err &&
 	test_expect_code 1 gpu-train $A --offload optimizer:train.bin 2>err &&
-	grep "'"'"'train.bin'"'"': not a directory" err
+	grep "'"'"'train.bin'"'"': not a directory" err &&
+	gpu-train --eval-only --data train.bin --init-from n1/latest --offload optimizer:nowhere \
+		>eval.out
 '
 
 # The shim: GK_SHIM_FREE=BYTES makes statvfs report that much free space;
