@@ -329,7 +329,7 @@ test_expect_success 'shards named without their manifest: the manifest beside th
 	grep "^gpu-train: data .t1.: its documents end with token 0 (its manifest.s end-of-text token), not the 1499 asked for" err
 '
 
-test_expect_success 'shards of two tokenizers, a shard no manifest lists, one that changed: errors' '
+test_expect_success 'shards of two tokenizers, one listed by two, one no manifest lists, one changed: errors' '
 	fp=$(jq -r .tokenizer.fingerprint t1/m.json) &&
 	ofp=$(jq -r .tokenizer.fingerprint o.json) &&
 	test_expect_code 1 gpu-train --dump-data 1 --data "{t1/s-000.tar,o.tar}" --vocab 1500 2>err &&
@@ -337,7 +337,11 @@ test_expect_success 'shards of two tokenizers, a shard no manifest lists, one th
 	mkdir c1 && cp t1/s-* t1/m.json c1/ && cp c1/s-000.tar c1/x.tar &&
 	test_expect_code 1 gpu-train --dump-data 1 --data c1 --vocab 1500 2>err &&
 	grep -F "gpu-train: shard '"'"'c1/x.tar'"'"' is in no manifest beside it that records a tokenizer, while '"'"'c1/s-000.tar'"'"' was tokenized with fingerprint $fp, 1500 ids, end-of-text 0 (manifest '"'"'c1/m.json'"'"')" err &&
-	rm c1/x.tar c1/s-001.idx && echo >>c1/s-001.tar &&
+	rm c1/x.tar &&
+	jq ".tokenizer.fingerprint = \"0123456789abcdef\"" c1/m.json >c1/z.json &&
+	test_expect_code 1 gpu-train --dump-data 1 --data c1 --vocab 1500 2>err &&
+	grep -F "gpu-train: shard '"'"'c1/s-000.tar'"'"' is listed by manifests '"'"'c1/m.json'"'"' (fingerprint $fp, 1500 ids, end-of-text 0) and '"'"'c1/z.json'"'"' (fingerprint 0123456789abcdef, 1500 ids, end-of-text 0), of different tokenizers" err &&
+	rm c1/z.json c1/s-001.idx && echo >>c1/s-001.tar &&
 	test_expect_code 1 gpu-train --dump-data 1 --data c1 --vocab 1500 2>err &&
 	size=$(wc -c <c1/s-001.tar) &&
 	grep -F "gpu-train: shard '"'"'c1/s-001.tar'"'"' is $size bytes, manifest '"'"'c1/m.json'"'"' beside it lists it with $((size - 1)): it changed since it was packed" err
