@@ -98,21 +98,13 @@ int gk_nn_tr_tok_resolve(gk_nn_trainer *t, gk_err *err)
  * Every rank reads the tokenizer for itself, as it reads config.json: a
  * host with other files (a stale copy, none at all) would check shards
  * against another vocabulary than rank 0 samples and checkpoints with.
- * The fingerprints' smallest and largest over the ranks, in two halves
- * of 32 bits (exact in a double), must be equal.
+ * Their fingerprints must agree.
  */
 int gk_nn_tr_tok_agree(gk_nn_trainer *t, gk_err *err)
 {
-	if (t->world == 1)
-		return 0;
-	uint64_t id = gk_nn_trainer_tok_fingerprint(t);
-	double lo[2] = {(double)(id >> 32), (double)(id & UINT32_MAX)}, hi[2] = {lo[0], lo[1]};
-	if (gk_comm_host_allreduce_f64(t->comm, lo, 2, GK_COMM_MIN, err) < 0 ||
-	    gk_comm_host_allreduce_f64(t->comm, hi, 2, GK_COMM_MAX, err) < 0)
-		return -1;
-	if (lo[0] == hi[0] && lo[1] == hi[1])
-		return 0;
-	t->agreed = 1;
+	int rc = gk_nn_tr_agree_id(t, gk_nn_trainer_tok_fingerprint(t), err);
+	if (rc <= 0)
+		return rc;
 	return gk_errf(err, "the ranks read different tokenizers (or some none): every rank must "
 		       "find the same tokenizer files (--tokenizer, or beside the checkpoint)");
 }
