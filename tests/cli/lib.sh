@@ -11,6 +11,9 @@
 #                                 sets them (make O=DIR), by hand they
 #                                 default to build/ and bin/
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
+#   test_term_shim NAME           build term-shim.c (SIGTERM right after a
+#                                 temp file named GK_TERM_AFTER is made) as
+#                                 $term_shim, for LD_PRELOAD
 #   test_commit DIR STEP          a COMMIT for step directory DIR (xxhsum)
 #   test_wait_for SECS WHAT CMD...  wait for an event: CMD to succeed, at
 #                                 most SECS, else say what was waited for
@@ -67,6 +70,13 @@ test_need_python() {
 			test_done
 		fi
 	done
+}
+
+# LD_PRELOAD splits at spaces, and the trash directory's name has one: the
+# shim goes beside it, NAME-term-shim.so.
+test_term_shim() {
+	term_shim=$SHARNESS_TEST_DIRECTORY/$1-term-shim.so
+	${CC:-cc} -shared -fPIC -o "$term_shim" "$GK_TOP/tests/cli/term-shim.c" -ldl
 }
 
 test_shared_dir() {
