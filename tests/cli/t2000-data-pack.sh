@@ -248,11 +248,8 @@ test_expect_success 'the option table, --help and data-pack(1) name the same opt
 	# option lines, "-c, --create" giving -c and --create; the man page:
 	# every Fl of an .It line of DESCRIPTION (the modes) and OPTIONS
 	data-pack --help >help &&
-	grep "^  -" help | sed "s/^  //; s/\(--[a-z0-9-]*\).*/\1/" | tr -s ", " "\n\n" |
-		sort -u >in-help &&
-	sed -n "/^\.Sh DESCRIPTION/,/^\.Sh ENVIRONMENT/p" "$GK_TOP/man/man1/data-pack.1" |
-		grep "^\.It" | sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
-		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9-]*" | sed "s/^Fl /-/" | sort -u >in-man &&
+	test_help_options help >in-help &&
+	test_man_options "$GK_TOP/man/man1/data-pack.1" DESCRIPTION >in-man &&
 	test $(wc -l <in-help) -gt 30 &&
 	test_cmp in-help in-man &&
 	# getopt takes an argument exactly for the rows whose help line shows

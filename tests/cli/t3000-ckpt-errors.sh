@@ -242,11 +242,8 @@ for t in ckpt-merge ckpt-shard; do
 		# option lines, "-o, --output OUT" giving -o and --output; the man
 		# page: every Fl of an .It line of OPTIONS ("Fl Fl name")
 		'$t' --help >help &&
-		grep "^  -" help | sed "s/^  //; s/\(--[a-z0-9-]*\).*/\1/" | tr -s ", " "\n\n" |
-			sort -u >in-help &&
-		sed -n "/^\.Sh OPTIONS/,/^\.Sh /p" "$GK_TOP/man/man1/'$t'.1" | grep "^\.It" |
-			sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
-			grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9-]*" | sed "s/^Fl /-/" | sort -u >in-man &&
+		test_help_options help >in-help &&
+		test_man_options "$GK_TOP/man/man1/'$t'.1" >in-man &&
 		test $(wc -l <in-help) -gt 12 &&
 		test_cmp in-help in-man &&
 		# and getopt takes an argument exactly for the rows whose help
