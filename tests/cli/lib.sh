@@ -13,6 +13,8 @@
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
 #   test_help_options HELP        the options a --help output names
 #   test_man_options PAGE [FROM]  the options a man page's .It lines name
+#   test_options_take_args HELP TOOL [ARG...]  the rows --help shows with an
+#                                 argument refuse to go without one
 #   test_term_shim NAME           build term-shim.c (SIGTERM right after a
 #                                 temp file named GK_TERM_AFTER is made) as
 #                                 $term_shim, for LD_PRELOAD
@@ -94,6 +96,21 @@ test_man_options() {
 	fi
 	sed -n "$2" "$1" | grep "^\.It" | sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
 		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9_-]*" | sed "s/^Fl /-/" | sort -u
+}
+
+# getopt takes an argument for every row whose line in the --help output
+# HELP shows one ("--batch B"): "TOOL ARG... --batch" exits 2 with
+# "option '--batch' requires an argument".
+test_options_take_args() {
+	_help=$1
+	shift
+	for _o in $(sed -n "s/^  \(-[a-zA-Z], \)\{0,1\}\(--[a-z0-9_-]*\) [A-Z0-9].*/\2/p" "$_help"); do
+		test_expect_code 2 "$@" $_o >opt-out 2>opt-err &&
+		grep -q "^${1##*/}: option .$_o. requires an argument" opt-err || {
+			echo "$* $_o: $(head -n 1 opt-err)"
+			return 1
+		}
+	done
 }
 
 # LD_PRELOAD splits at spaces, and the trash directory's name has one: the

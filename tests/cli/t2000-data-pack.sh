@@ -254,10 +254,7 @@ test_expect_success 'the option table, --help and data-pack(1) name the same opt
 	test_cmp in-help in-man &&
 	# getopt takes an argument exactly for the rows whose help line shows
 	# one, and --lz4 (shown --lz4[=LEVEL]) takes one only attached
-	for o in $(sed -n "s/^  \(-[a-zA-Z], \)\{0,1\}\(--[a-z0-9-]*\) [A-Z].*/\2/p" help); do
-		test_expect_code 2 data-pack $o >stdout 2>err || return 1
-		grep -q "^data-pack: option .$o. requires an argument" err || return 1
-	done &&
+	test_options_take_args help data-pack &&
 	grep -q "^  --lz4\[=LEVEL\] " help &&
 	test_expect_code 2 data-pack -c --lz4=13 -o x.tar.lz4 raw 2>err &&
 	echo "data-pack: --lz4 '\''13'\'': out of range [0, 12]" >expect &&

@@ -314,10 +314,7 @@ test_expect_success 'the option table, --help and gpu-topo(1) name the same opti
 	test_cmp in-help in-man &&
 	# and getopt takes an argument exactly for the rows whose help line
 	# shows one
-	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9-]*\) [A-Z].*/\2/p" help); do
-		test_expect_code 2 gpu-topo $o >out 2>err || return 1
-		grep -q "^gpu-topo: option .$o. requires an argument" err || return 1
-	done
+	test_options_take_args help gpu-topo
 '
 
 test_done
