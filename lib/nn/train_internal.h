@@ -14,7 +14,8 @@
  *               splitting the work are its siblings)
  *   resume.c    the checkpoint directory's claim, --init-from, resume
  *   checkpoint.c  checkpoints written by a thread and committed
- *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints
+ *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints;
+ *               --sample's text (gk_nn_trainer_sample)
  *   train.c     the loop and evaluation
  *   train_metrics.c  the Prometheus samples of a step and of checkpoints
  *   straggler.c the step's parts exchanged every few steps, stragglers named
