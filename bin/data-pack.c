@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -14,7 +13,7 @@
 #include "core/core.h"
 #include "shard/shard.h"
 
-static const char usage[] =
+static const char synopsis[] =
 	"usage: data-pack -c -o PATTERN [--max-count N] [--max-size SIZE]\n"
 	"                 [--lz4[=LEVEL]] [--jobs N] [--shuffle SEED] [--no-index]\n"
 	"                 [--ext EXT [--name-as-key]] [--manifest FILE]\n"
@@ -24,53 +23,15 @@ static const char usage[] =
 	"       data-pack -x [-C DIR] SHARD ...\n"
 	"       data-pack --verify MANIFEST.json | SHARD ...\n"
 	"       data-pack --index SHARD ...\n"
-	"       data-pack -g KEY[.EXT] SHARD\n"
-	"  -c            create shards from directories, -T list or --from-tar\n"
-	"  -o PATTERN    shard names, e.g. out/train-%06d.tar (.tar.lz4: LZ4)\n"
-	"  -f NAME       tar's spelling: -o for -c, the shard for -t and -x\n"
-	"  --ext EXT     extension for names without one: README -> README.EXT\n"
-	"  --name-as-key each file a sample keyed by its whole name (needs --ext)\n"
-	"  --tokenize T  store text (.txt, --ext) as .npy token ids of tokenizer T\n"
-	"  --eot ID|TEXT the token ending every document (default <|endoftext|>)\n"
-	"  -t            list samples: shard, key, extensions, bytes\n"
-	"  -x            extract into -C DIR (default .), refusing unsafe names\n"
-	"  -g KEY[.EXT]  print one sample as a tar, or one member's bytes\n"
-	"  -q, -v, --json, -h, --version as in every gpukit tool\n";
+	"       data-pack -g KEY[.EXT] SHARD\n";
 
-enum {
-	OPT_MAX_COUNT = GK_OPT_FIRST_TOOL,
-	OPT_MAX_SIZE, OPT_LZ4, OPT_JOBS, OPT_SHUFFLE, OPT_MANIFEST,
-	OPT_FROM_TAR, OPT_VERIFY, OPT_INDEX, OPT_NO_INDEX, OPT_EXT, OPT_NAME_AS_KEY,
-	OPT_TOKENIZE, OPT_EOT,
-};
-
-static const struct option longopts[] = {
-	GK_CLI_LONGOPTS,
-	GK_CLI_LONGOPT_JSON,
-	{"create", no_argument, NULL, 'c'},
-	{"list", no_argument, NULL, 't'},
-	{"extract", no_argument, NULL, 'x'},
-	{"get", required_argument, NULL, 'g'},
-	{"output", required_argument, NULL, 'o'},
-	{"files-from", required_argument, NULL, 'T'},
-	{"directory", required_argument, NULL, 'C'},
-	{"max-count", required_argument, NULL, OPT_MAX_COUNT},
-	{"max-size", required_argument, NULL, OPT_MAX_SIZE},
-	{"lz4", optional_argument, NULL, OPT_LZ4},
-	{"jobs", required_argument, NULL, OPT_JOBS},
-	{"shuffle", required_argument, NULL, OPT_SHUFFLE},
-	{"manifest", required_argument, NULL, OPT_MANIFEST},
-	{"from-tar", required_argument, NULL, OPT_FROM_TAR},
-	{"verify", no_argument, NULL, OPT_VERIFY},
-	{"index", no_argument, NULL, OPT_INDEX},
-	{"no-index", no_argument, NULL, OPT_NO_INDEX},
-	{"ext", required_argument, NULL, OPT_EXT},
-	{"name-as-key", no_argument, NULL, OPT_NAME_AS_KEY},
-	{"tokenize", required_argument, NULL, OPT_TOKENIZE},
-	{"eot", required_argument, NULL, OPT_EOT},
-	{"file", required_argument, NULL, 'f'},
-	{NULL, 0, NULL, 0},
-};
+/* the options every tool has (GK_CLI_LONGOPTS), after the table's */
+static const char common[] =
+	"  --json                -t: one JSON object per sample\n"
+	"  -q, --quiet           no progress line\n"
+	"  -v, --verbose         report each shard written or verified\n"
+	"  -h, --help            this help\n"
+	"  --version             the version\n";
 
 typedef struct args {
 	int mode; /* 'c' 't' 'x' 'g' 'V' (verify) 'I' (index) */
@@ -81,16 +42,86 @@ typedef struct args {
 	gk_shard_naming naming;
 	int shuffle, no_index;
 	uint64_t seed;
+	int tarz; /* -z, -j or -J: tar's, refused with the reason */
+	const char *arg[32]; /* every row's argument as given, by row */
 } args;
 
-static gk_cli cli;
-
-static void set_mode(args *a, int m)
+/* One meaning across the tools: no limit is no flag. */
+static int parse_max_size(const char *opt, const char *s, void *field, gk_err *err)
 {
-	if (a->mode && a->mode != m)
-		gk_cli_usage_error(&cli, "only one of -c, -t, -x, -g, --verify, --index");
-	a->mode = m;
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (v == 0)
+		return gk_errf(err, "%s: must be more than 0 (leave it out for no limit)", opt);
+	memcpy(field, &v, sizeof(v));
+	return 0;
 }
+
+#define MODE(nm, sh, v, h) \
+	{.kind = GK_OPTK_FLAG, .name = nm, .short_name = sh, GK_OPTF(args, mode), .set = v, \
+	 .excl = 1, .help = h}
+#define FLAG(nm, f, h) {.kind = GK_OPTK_FLAG, .name = nm, GK_OPTF(args, f), .set = 1, .help = h}
+#define STR(nm, sh, a, f, h) \
+	{.kind = GK_OPTK_STR, .name = nm, .short_name = sh, .arg = a, GK_OPTF(args, f), .help = h}
+#define INT(nm, a, f, lo, hi, h) \
+	{.kind = GK_OPTK_INT, .name = nm, .arg = a, GK_OPTF(args, f), .imin = lo, .imax = hi, \
+	 .help = h}
+/* tar's compression flags: no summary line, refused with the reason */
+#define TARZ(nm, sh) {.kind = GK_OPTK_FLAG, .name = nm, .short_name = sh, GK_OPTF(args, tarz), \
+		      .set = sh}
+
+/*
+ * data-pack's options, stated once: getopt's list, the summary of --help
+ * and the parser of every argument; the modes exclude each other.
+ * data-pack(1) documents each row (t2000 checks both ways).
+ */
+static const gk_optdef options[] = {
+	{.kind = GK_OPTK_SECTION, .help = "modes"},
+	MODE("create", 'c', 'c', "create shards from directories, -T list or --from-tar"),
+	MODE("list", 't', 't', "list samples: shard, key, extensions, bytes"),
+	MODE("extract", 'x', 'x', "extract into -C DIR, refusing unsafe names"),
+	{.kind = GK_OPTK_STR, .name = "get", .short_name = 'g', .arg = "KEY[.EXT]",
+	 GK_OPTF(args, get), .excl = 1, .help = "print one sample as a tar, or one member's bytes"},
+	MODE("verify", 0, 'V', "check shards against a manifest or their indexes"),
+	MODE("index", 0, 'I', "write each shard's index"),
+	{.kind = GK_OPTK_SECTION, .help = "options"},
+	STR("output", 'o', "PATTERN", out, "shard names, e.g. out/train-%06d.tar (.tar.lz4: LZ4)"),
+	STR("file", 'f', "NAME", file, "tar's spelling: -o for -c, the shard for -t and -x"),
+	STR("ext", 0, "EXT", naming.ext, "extension for names without one: README -> README.EXT"),
+	FLAG("name-as-key", naming.whole, "each file a sample keyed by its whole name (needs --ext)"),
+	STR("tokenize", 0, "TOKENIZER", tokenize,
+	    "store text (.txt, --ext) as .npy token ids of TOKENIZER"),
+	STR("eot", 0, "ID|TEXT", eot, "the token ending every document (default <|endoftext|>)"),
+	STR("files-from", 'T', "FILE", list, "the files to pack, one a line (-: standard input)"),
+	STR("from-tar", 0, "FILE", from_tar, "repack a tar stream (-: standard input)"),
+	INT("max-count", "N", w.max_count, 1, INT64_MAX, "at most N samples per shard"),
+	{.kind = GK_OPTK_CUSTOM, .name = "max-size", .arg = "SIZE", GK_OPTF(args, w.max_size),
+	 .custom = parse_max_size, .help = "at most SIZE bytes per shard"},
+	{.kind = GK_OPTK_INT, .name = "lz4", .arg = "LEVEL", GK_OPTF(args, w.lz4_level), .imin = 0,
+	 .imax = 12, .optional = 1,
+	 .help = "compress each sample, LEVEL 0 fast (the default), 3 to 12 high"},
+	INT("jobs", "N", w.jobs, 1, 1024, "compress and tokenize with N threads (default 1)"),
+	INT("shuffle", "SEED", seed, 0, INT64_MAX, "write the samples in an order shuffled by SEED"),
+	FLAG("no-index", no_index, "write no index beside the shards"),
+	STR("manifest", 0, "FILE", manifest, "write the dataset manifest (JSON)"),
+	STR("directory", 'C', "DIR", dir, "where -x extracts (default .)"),
+	TARZ("gzip", 'z'),
+	TARZ("bzip2", 'j'),
+	TARZ("xz", 'J'),
+	{.kind = GK_OPTK_END},
+};
+
+/* 1 when the row of that name was given */
+static int given(const args *a, const char *name)
+{
+	for (size_t i = 0; options[i].kind != GK_OPTK_END; i++)
+		if (options[i].name && !strcmp(options[i].name, name))
+			return a->arg[i] != NULL;
+	return 0;
+}
+
+static gk_cli cli;
 
 static int64_t source_date_epoch(void)
 {
@@ -439,63 +470,28 @@ static int get(const char *what, const char *shard)
 int main(int argc, char **argv)
 {
 	args a = {0};
-	int opt, status;
+	int status;
+	char *usage = gk_optable_usage(options, synopsis, common);
+	gk_cli_init(&cli, "data-pack", usage ? usage : synopsis);
 	a.dir = ".";
 	a.w.lz4_level = 0;
 	a.w.jobs = 1;
-	gk_cli_init(&cli, "data-pack", usage);
-	while ((opt = getopt_long(argc, argv, "ctxg:o:f:T:C:zjJhqv", longopts, NULL)) != -1) {
-		if (gk_cli_common(&cli, opt))
-			continue;
-		switch (opt) {
-		case 'c': set_mode(&a, 'c'); break;
-		case 't': set_mode(&a, 't'); break;
-		case 'x': set_mode(&a, 'x'); break;
-		case 'g': set_mode(&a, 'g'); a.get = optarg; break;
-		case OPT_VERIFY: set_mode(&a, 'V'); break;
-		case OPT_INDEX: set_mode(&a, 'I'); break;
-		case 'o': a.out = optarg; break;
-		case 'f': a.file = optarg; break;
-		case 'z': case 'j': case 'J':
-			/* tar's habit: say why there is no such shard. */
-			gk_cli_usage_error(&cli, "-%c: shards are not %s-compressed, since readers seek in them; --lz4 compresses each sample (lz4 -dc x.tar.lz4 | tar t reads it)",
-					   opt, opt == 'z' ? "gzip" : opt == 'j' ? "bzip2" : "xz");
-		case OPT_EXT: a.naming.ext = optarg; break;
-		case OPT_NAME_AS_KEY: a.naming.whole = 1; break;
-		case OPT_TOKENIZE: a.tokenize = optarg; break;
-		case OPT_EOT: a.eot = optarg; break;
-		case 'T': a.list = optarg; break;
-		case 'C': a.dir = optarg; break;
-		case OPT_FROM_TAR: a.from_tar = optarg; break;
-		case OPT_MANIFEST: a.manifest = optarg; break;
-		case OPT_NO_INDEX: a.no_index = 1; break;
-		case OPT_MAX_COUNT:
-			a.w.max_count = (uint64_t)gk_cli_i64(&cli, "--max-count", optarg, 1, INT64_MAX);
-			break;
-		case OPT_MAX_SIZE:
-			/* One meaning across the tools: no limit is no flag. */
-			a.w.max_size = gk_cli_size(&cli, "--max-size", optarg);
-			if (a.w.max_size == 0)
-				gk_cli_usage_error(&cli, "--max-size: must be more than 0 (leave it out for no limit)");
-			break;
-		case OPT_LZ4:
-			a.w.lz4 = 1;
-			if (optarg)
-				a.w.lz4_level = (int)gk_cli_i64(&cli, "--lz4", optarg, 0, 12);
-			break;
-		case OPT_JOBS: a.w.jobs = (int)gk_cli_i64(&cli, "--jobs", optarg, 1, 1024); break;
-		case OPT_SHUFFLE:
-			a.shuffle = 1;
-			a.seed = (uint64_t)gk_cli_i64(&cli, "--shuffle", optarg, 0, INT64_MAX);
-			break;
-		default:
-			gk_cli_usage_error(&cli, "unexpected option");
-		}
+	int first = gk_optable_parse(&cli, options, GK_OPTABLE_SHORT_NAMES, &a, argc, argv, a.arg);
+	/* tar's habit: say why there is no such shard. */
+	if (a.tarz)
+		gk_cli_usage_error(&cli, "-%c: shards are not %s-compressed, since readers seek in them; --lz4 compresses each sample (lz4 -dc x.tar.lz4 | tar t reads it)",
+				   a.tarz, a.tarz == 'z' ? "gzip" : a.tarz == 'j' ? "bzip2" : "xz");
+	if (a.get)
+		a.mode = 'g';
+	a.w.lz4 = given(&a, "lz4");
+	a.shuffle = given(&a, "shuffle");
+	argc -= first;
+	argv += first;
+	if (!a.mode) {
+		char modes[128];
+		gk_cli_usage_error(&cli, "no mode: give %s",
+				   gk_optable_group(options, 1, " or ", modes, sizeof(modes)));
 	}
-	argc -= optind;
-	argv += optind;
-	if (!a.mode)
-		gk_cli_usage_error(&cli, "no mode: give -c, -t, -x, -g, --verify or --index");
 	/*
 	 * -f is tar's name for the archive: for -c the shard written (what -o
 	 * names), for the other modes the shard read. tar -xf x.tar NAME
@@ -558,5 +554,6 @@ int main(int argc, char **argv)
 		default: status = get(a.get, argv[0]); break;
 		}
 	}
+	free(usage);
 	return gk_cli_finish(&cli, status);
 }

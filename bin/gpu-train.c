@@ -1125,71 +1125,39 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
  * tokenizer or the byte vocabulary, else as ids. */
 static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 {
-	const gk_nn_config *cfg = gk_nn_trainer_config(t);
-	const gk_tok *tok = gk_nn_trainer_tok(t);
-	gk_nn_model *m = gk_nn_trainer_model(t);
-	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
-	/* without a prompt, a sample starts as a document does: after an
-	 * end-of-text token, which it does not print */
-	int32_t *pr = NULL;
-	int np = 0;
-	size_t plen = a->prompt ? strlen(a->prompt) : 0;
-	if (a->prompt && (np = gk_nn_prompt_encode(cfg, tok, a->prompt, plen, &pr, err)) < 0)
-		return gk_err_prefix(err, "--prompt");
-	int32_t *ids = malloc((size_t)a->sample * sizeof(int32_t));
-	if (!ids || gk_nn_sample_prompt(m, r->batch, r->seq, pr ? pr : &r->eot, pr ? np : 1,
-					(int)a->sample, a->temperature, (int)a->top_k, a->o.seed,
-					ids, err) < 0) {
-		free(ids);
-		free(pr);
-		if (!err->msg[0])
-			gk_err_sys(err, ENOMEM, "sample");
+	gk_nn_trainer_sampled s;
+	if (gk_nn_trainer_sample(t, a->prompt, (int)a->sample, a->temperature, (int)a->top_k, &s,
+				 err) < 0)
 		return -1;
-	}
-	/* the prompt as given, then the sample's text */
-	int text = tok || cfg->vocab == GK_NN_BYTE_VOCAB;
-	char *txt = NULL;
-	size_t n = 0, cap = 0;
-	int rc = plen ? GK_GROW(txt, cap, plen, "sample", err) : 0;
-	if (rc == 0 && plen) {
-		memcpy(txt, a->prompt, plen);
-		n = plen;
-	}
-	if (rc == 0)
-		rc = gk_nn_sample_text(cfg, tok, ids, (size_t)a->sample, &txt, &n, &cap, err);
-	if (rc == 0) {
-		if (cli.json) {
-			json_t *j = json_object(), *jids = json_array();
-			json_object_set_new(j, "event", json_string("sample"));
-			for (int64_t i = 0; i < a->sample; i++)
-				json_array_append_new(jids, json_integer(ids[i]));
-			json_object_set_new(j, "tokens", jids);
-			if (pr) {
-				json_t *pids = json_array();
-				for (int i = 0; i < np; i++)
-					json_array_append_new(pids, json_integer(pr[i]));
-				json_object_set_new(j, "prompt", pids);
-			}
-			if (text) {
-				/* bytes that are not UTF-8 become U+FFFD */
-				size_t ul;
-				char *u = gk_utf8_lossy(txt ? txt : "", n, &ul);
-				json_t *tx = u ? json_stringn(u, ul) : NULL;
-				if (tx)
-					json_object_set_new(j, "text", tx);
-				free(u);
-			}
-			emit(j);
-		} else {
-			if (n)
-				fwrite(txt, 1, n, stdout);
-			putchar('\n');
+	if (cli.json) {
+		json_t *j = json_object(), *jids = json_array();
+		json_object_set_new(j, "event", json_string("sample"));
+		for (size_t i = 0; i < s.n; i++)
+			json_array_append_new(jids, json_integer(s.ids[i]));
+		json_object_set_new(j, "tokens", jids);
+		if (s.prompt) {
+			json_t *pids = json_array();
+			for (int i = 0; i < s.nprompt; i++)
+				json_array_append_new(pids, json_integer(s.prompt[i]));
+			json_object_set_new(j, "prompt", pids);
 		}
+		if (s.is_text) {
+			/* bytes that are not UTF-8 become U+FFFD */
+			size_t ul;
+			char *u = gk_utf8_lossy(s.text ? s.text : "", s.len, &ul);
+			json_t *tx = u ? json_stringn(u, ul) : NULL;
+			if (tx)
+				json_object_set_new(j, "text", tx);
+			free(u);
+		}
+		emit(j);
+	} else {
+		if (s.len)
+			fwrite(s.text, 1, s.len, stdout);
+		putchar('\n');
 	}
-	free(txt);
-	free(ids);
-	free(pr);
-	return rc;
+	gk_nn_trainer_sample_free(&s);
+	return 0;
 }
 
 int main(int argc, char **argv)

@@ -585,6 +585,14 @@ int gk_cli_finish(const gk_cli *cli, int status);
  * is the section's title); the table ends with a row of kind GK_OPTK_END.
  * A row's def, when set, is its default: parsed into the field by
  * gk_optable_defaults as an argument would be, and shown in the summary.
+ * A row without help is left out of the summary (another tool's spelling
+ * that the tool refuses with a reason, such as tar's -z).
+ *
+ * A row with optional set takes its argument only attached (--lz4=9,
+ * -L9; the summary shows --lz4[=LEVEL]): without one the field keeps its
+ * value, and args (gk_optable_parse) records the row as given.
+ * Rows with the same excl > 0 exclude each other (a tool's modes): at
+ * most one of them is given, the same row any number of times.
  */
 typedef enum gk_optkind {
 	GK_OPTK_END, GK_OPTK_SECTION, GK_OPTK_FLAG, GK_OPTK_INT, GK_OPTK_UINT, GK_OPTK_NUM,
@@ -607,7 +615,10 @@ typedef struct gk_optdef {
 	int resume;        /* GK_OPT_RESUME_*: what a run that continues
 			    * another may do with it */
 	const char *def;   /* the default, as an argument, or NULL */
-	const char *help;  /* one line; "\n" continues it on the next */
+	const char *help;  /* one line; "\n" continues it on the next; NULL: not
+			    * in the summary */
+	int optional;      /* the argument may be left out (see above) */
+	int excl;          /* rows of the same excl > 0 exclude each other */
 } gk_optdef;
 
 /* A row's resume column: a run that continues a checkpoint may change the
@@ -624,7 +635,8 @@ const gk_optdef *gk_optable_find(const gk_optdef *t, int opt);
  * getopt_long's list for table t: the common options (GK_CLI_LONGOPTS,
  * and --json when json), then the rows, each with val = its short name or
  * GK_OPT_FIRST_TOOL + its index; and the short options string in *shorts
- * ("hqv" and each short name with ':' when it takes an argument).
+ * ("hqv" and each short name with ':' when it takes an argument, "::"
+ * when optionally).
  * malloc'ed both, NULL without memory.
  */
 struct option *gk_optable_longopts(const gk_optdef *t, int json, char **shorts);
@@ -667,6 +679,21 @@ int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int
  * '--batch_size'; did you mean --batch?").
  */
 int gk_optable_suggest(const gk_optdef *t, const char *given, const char **names, int max);
+/*
+ * Rows of the same excl group: when row d is given after a row of its
+ * group that args (as gk_optable_parse fills it) records as given, that
+ * row; else NULL. gk_optable_parse refuses the pair ("only one of -c, -t,
+ * --verify").
+ */
+const gk_optdef *gk_optable_excluded(const gk_optdef *t, const char *const *args,
+				     const gk_optdef *d);
+/*
+ * The names of group excl's rows in table order, each as the user
+ * types it (its short name when it has one: "-c", else "--verify"),
+ * separated by ", " and the last by last (" or ", or ", "), into buf
+ * (truncated to n); returns buf.
+ */
+char *gk_optable_group(const gk_optdef *t, int excl, const char *last, char *buf, size_t n);
 /* Every row's default into the struct at base (-1 when one does not parse:
  * a defect of the table). */
 int gk_optable_defaults(const gk_optdef *t, void *base, gk_err *err);

@@ -47,7 +47,7 @@ struct option *gk_optable_longopts(const gk_optdef *t, int json, char **shorts)
 	static const struct option common[] = {GK_CLI_LONGOPTS, GK_CLI_LONGOPT_JSON};
 	size_t n = rows(t), ncommon = GK_ARRAY_SIZE(common) - !json, k = 0;
 	struct option *o = calloc(ncommon + n + 1, sizeof(*o));
-	char *sh = malloc(3 + 2 * n + 1), *p = sh;
+	char *sh = malloc(3 + 3 * n + 1), *p = sh;
 	if (!o || !sh) {
 		free(o);
 		free(sh);
@@ -59,12 +59,16 @@ struct option *gk_optable_longopts(const gk_optdef *t, int json, char **shorts)
 	for (size_t i = 0; i < n; i++) {
 		if (t[i].kind == GK_OPTK_SECTION)
 			continue;
-		o[k++] = (struct option){t[i].name, takes_arg(&t[i]) ? required_argument : no_argument,
-					 NULL, t[i].short_name ? t[i].short_name
-							       : GK_OPT_FIRST_TOOL + (int)i};
+		int has = !takes_arg(&t[i]) ? no_argument :
+			  t[i].optional ? optional_argument : required_argument;
+		o[k++] = (struct option){t[i].name, has, NULL,
+					 t[i].short_name ? t[i].short_name
+							 : GK_OPT_FIRST_TOOL + (int)i};
 		if (t[i].short_name) {
 			*p++ = t[i].short_name;
-			if (takes_arg(&t[i]))
+			if (has != no_argument)
+				*p++ = ':';
+			if (has == optional_argument)
 				*p++ = ':';
 		}
 	}
@@ -87,13 +91,18 @@ char *gk_optable_usage(const gk_optdef *t, const char *synopsis, const char *tai
 			fprintf(f, "%s:\n", d->help);
 			continue;
 		}
+		if (!d->help)
+			continue;
 		/* "  -b, --batch B" or "  --seed N", the help from column 24 */
 		int w = 0;
 		if (d->short_name)
 			w += fprintf(f, "  -%c, ", d->short_name) - 2;
 		else
 			fputs("  ", f);
-		w += fprintf(f, "--%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+		if (d->optional)
+			w += fprintf(f, "--%s[=%s]", d->name, d->arg ? d->arg : "ARG");
+		else
+			w += fprintf(f, "--%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
 		fprintf(f, "%*s", w < 21 ? 22 - w : 2, "");
 		/* continuation lines under the first */
 		const char *h = d->help;
@@ -143,6 +152,8 @@ int gk_optable_set(const gk_optdef *d, void *base, const char *s, gk_err *err)
 	char opt[64];
 	void *field = (char *)base + d->off;
 	snprintf(opt, sizeof(opt), "--%s", d->name);
+	if (!s && d->optional)
+		return 0; /* --name alone: the field as it is */
 	switch (d->kind) {
 	case GK_OPTK_FLAG:
 		put_int(field, d->size, d->set);
@@ -200,6 +211,36 @@ int gk_optable_set(const gk_optdef *d, void *base, const char *s, gk_err *err)
 	default:
 		return gk_errf(err, "%s: not an option", opt);
 	}
+}
+
+const gk_optdef *gk_optable_excluded(const gk_optdef *t, const char *const *args,
+				     const gk_optdef *d)
+{
+	for (size_t i = 0; d->excl > 0 && t[i].kind != GK_OPTK_END; i++)
+		if (&t[i] != d && t[i].kind != GK_OPTK_SECTION && t[i].excl == d->excl && args[i])
+			return &t[i];
+	return NULL;
+}
+
+char *gk_optable_group(const gk_optdef *t, int excl, const char *last, char *buf, size_t n)
+{
+	size_t m = 0, w = 0;
+	for (size_t i = 0; t[i].kind != GK_OPTK_END; i++)
+		m += t[i].kind != GK_OPTK_SECTION && excl > 0 && t[i].excl == excl;
+	buf[0] = '\0';
+	for (size_t i = 0, k = 0; t[i].kind != GK_OPTK_END && w < n; i++) {
+		const gk_optdef *d = &t[i];
+		if (d->kind == GK_OPTK_SECTION || excl <= 0 || d->excl != excl)
+			continue;
+		const char *sep = k == 0 ? "" : k + 1 == m ? last : ", ";
+		int r = d->short_name ? snprintf(buf + w, n - w, "%s-%c", sep, d->short_name)
+				      : snprintf(buf + w, n - w, "%s--%s", sep, d->name);
+		if (r < 0)
+			break;
+		w += (size_t)r;
+		k++;
+	}
+	return buf;
 }
 
 uint64_t gk_optable_value(const gk_optdef *d, const void *base)
@@ -489,6 +530,12 @@ int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int
 	optstring[0] = ':';
 	strcpy(optstring + 1, shorts);
 	opterr = 0;
+	/* which rows were given, for excl: the caller's args, or ours */
+	const char **given = args ? args : calloc(rows(t) + 1, sizeof(*given));
+	if (!given) {
+		gk_err_sys(&err, ENOMEM, "options");
+		exit(gk_cli_fail(cli, &err));
+	}
 	int c;
 	while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
 		if (c == '?' || c == ':')
@@ -498,6 +545,11 @@ int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int
 		const gk_optdef *d = gk_optable_find(t, c);
 		if (!d)
 			gk_cli_usage_error(cli, "unknown option");
+		if (gk_optable_excluded(t, given, d)) {
+			char names[256];
+			gk_cli_usage_error(cli, "only one of %s",
+					   gk_optable_group(t, d->excl, ", ", names, sizeof(names)));
+		}
 		if (gk_optable_set(d, base, optarg, &err) < 0) {
 			if (err.sys) /* no memory: a failure, not bad usage */
 				exit(gk_cli_fail(cli, &err));
@@ -512,9 +564,10 @@ int gk_optable_parse(gk_cli *cli, const gk_optdef *t, int flags, void *base, int
 				gk_cli_usage_error(cli, "-%c%s", d->short_name, err.msg + n);
 			gk_cli_usage_error(cli, "%s", err.msg);
 		}
-		if (args)
-			args[d - t] = optarg ? optarg : "";
+		given[d - t] = optarg ? optarg : "";
 	}
+	if (!args)
+		free(given);
 	free(longopts);
 	free(shorts);
 	free(optstring);

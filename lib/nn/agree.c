@@ -80,6 +80,26 @@ int gk_nn_tr_agree_local(gk_nn_trainer *t, int rc, gk_err *err)
 }
 
 /*
+ * Whether every rank holds the same 64-bit identity: its smallest and
+ * largest over the ranks, in two halves of 32 bits (exact in a double),
+ * must be equal. When they are not, every rank knows (1, t->agreed set)
+ * and the caller says what differs.
+ */
+int gk_nn_tr_agree_id(gk_nn_trainer *t, uint64_t id, gk_err *err)
+{
+	if (t->world == 1)
+		return 0;
+	double lo[2] = {(double)(id >> 32), (double)(id & UINT32_MAX)}, hi[2] = {lo[0], lo[1]};
+	if (gk_comm_host_allreduce_f64(t->comm, lo, 2, GK_COMM_MIN, err) < 0 ||
+	    gk_comm_host_allreduce_f64(t->comm, hi, 2, GK_COMM_MAX, err) < 0)
+		return -1;
+	if (lo[0] == hi[0] && lo[1] == hi[1])
+		return 0;
+	t->agreed = 1;
+	return 1;
+}
+
+/*
  * --data (and --val-data) is the same string on every rank
  * (agree_options), but hosts with copies of their own may hold other
  * files under it: ranks that see other shard lists or token files of
@@ -88,16 +108,9 @@ int gk_nn_tr_agree_local(gk_nn_trainer *t, int rc, gk_err *err)
  */
 int gk_nn_tr_agree_data(gk_nn_trainer *t, const gk_nn_data *d, const char *src, gk_err *err)
 {
-	if (t->world == 1)
-		return 0;
-	uint64_t id = gk_nn_data_identity(d);
-	double lo[2] = {(double)(id >> 32), (double)(id & UINT32_MAX)}, hi[2] = {lo[0], lo[1]};
-	if (gk_comm_host_allreduce_f64(t->comm, lo, 2, GK_COMM_MIN, err) < 0 ||
-	    gk_comm_host_allreduce_f64(t->comm, hi, 2, GK_COMM_MAX, err) < 0)
-		return -1;
-	if (lo[0] == hi[0] && lo[1] == hi[1])
-		return 0;
-	t->agreed = 1;
+	int rc = gk_nn_tr_agree_id(t, gk_nn_data_identity(d), err);
+	if (rc <= 0)
+		return rc;
 	return gk_errf(err, "data '%s': the ranks see different files (shard names or sample "
 		       "counts, or token file lengths): every rank must read the same data", src);
 }

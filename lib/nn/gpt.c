@@ -565,22 +565,51 @@ int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *er
 	return 0;
 }
 
-int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err)
+/*
+ * What gk_nn_plan and gk_nn_plan_cuda share: *m as c and o make it,
+ * finished, its batch and sequence checked; plan_table then builds its
+ * table (m->nflat padded to o->flat_multiple) and plan_free frees it.
+ */
+static int plan_model(gk_nn_model *m, const gk_nn_config *c, const gk_nn_opts *o,
+		      gk_nn_mem *out, gk_err *err)
 {
 	memset(out, 0, sizeof(*out));
-	gk_nn_model m = {.c = *c, .o = *o};
-	if (gk_nn_config_finish(&m.c, err) < 0)
+	*m = (gk_nn_model){.c = *c, .o = *o};
+	if (gk_nn_config_finish(&m->c, err) < 0)
 		return -1;
-	if (o->batch < 1 || o->seq < 1 || o->seq > m.c.positions || o->flat_multiple < 0)
+	if (o->batch < 1 || o->seq < 1 || o->seq > m->c.positions || o->flat_multiple < 0)
 		return gk_errf(err, "model batch %d x sequence %d: not a model's", o->batch, o->seq);
+	return 0;
+}
+
+static int plan_table(gk_nn_model *m, gk_err *err)
+{
+	if (build_table(m, err) < 0)
+		return -1;
+	size_t k = m->o.flat_multiple > 1 ? (size_t)m->o.flat_multiple : 1;
+	m->nflat = (m->nparams + k - 1) / k * k;
+	return 0;
+}
+
+static void plan_free(gk_nn_model *m)
+{
+	if (m->ft != m->t)
+		free(m->ft);
+	free(m->t);
+	free(m->blk);
+}
+
+int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err)
+{
+	gk_nn_model m;
+	if (plan_model(&m, c, o, out, err) < 0)
+		return -1;
 	if (o->tp > 1 && gk_nn_tp_check(&m.c, o->tp, err) < 0)
 		return -1;
 	m.nt = o->threads > 0 ? o->threads : omp_get_max_threads();
-	int rc = build_table(&m, err);
+	int rc = plan_table(&m, err);
 	if (rc == 0) {
-		size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
-		size_t nflat = (m.nparams + k - 1) / k * k;
-		out->parameters = out->gradients = fbytes(nflat);
+		out->parameters = out->gradients = fbytes(m.nflat);
 		if (o->lazy_grads && o->device != GK_NN_CUDA)
 			out->gradients = 0;
 		if (o->device != GK_NN_CUDA) {
@@ -590,33 +619,24 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 			out->workspace = fbytes(work);
 		}
 	}
-	if (m.ft != m.t)
-		free(m.ft);
-	free(m.t);
-	free(m.blk);
+	plan_free(&m);
 	return rc;
 }
 
 int gk_nn_plan_cuda(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_err *err)
 {
-	memset(out, 0, sizeof(*out));
-	gk_nn_model m = {.c = *c, .o = *o};
-	if (gk_nn_config_finish(&m.c, err) < 0)
+	gk_nn_model m;
+	if (plan_model(&m, c, o, out, err) < 0)
 		return -1;
-	if (o->batch < 1 || o->seq < 1 || o->seq > m.c.positions || o->flat_multiple < 0)
-		return gk_errf(err, "model batch %d x sequence %d: not a model's", o->batch, o->seq);
 	int fused = gk_nn_attention_fused(&m.c, o, err);
 	if (fused < 0)
 		return -1;
-	int rc = build_table(&m, err);
+	int rc = plan_table(&m, err);
 	if (rc == 0) {
-		size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 		size_t sz[GK_NN_CU_NACT], ss[GK_NN_CU_NWS];
-		m.nflat = (m.nparams + k - 1) / k * k;
 		gk_nn_cuda_layout(&m, fused, sz, ss, out);
 	}
-	free(m.t);
-	free(m.blk);
+	plan_free(&m);
 	return rc;
 }
 

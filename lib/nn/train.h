@@ -501,6 +501,30 @@ gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t);
 const gk_tok *gk_nn_trainer_tok(const gk_nn_trainer *t);
 const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t, const char **note);
 uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t);
+/*
+ * A sample of the trained (or loaded) model, for --sample: n tokens
+ * generated after prompt (its bytes encoded by gk_nn_prompt_encode; NULL:
+ * after an end-of-text token, as a document starts, which the text leaves
+ * out) with the run's batch, seq, eot and seed (gk_nn_sample_prompt). out
+ * gets the prompt's tokens (NULL without one), the sampled ids, and the
+ * text: the prompt as given, then the ids' (gk_nn_sample_text), not
+ * NUL-terminated; is_text is 1 when that is text (a tokenizer or the byte
+ * vocabulary), 0 when it is ids in decimal. -1 with err set: a prompt the
+ * model cannot read (said as "--prompt: ..."), no memory, a failed
+ * generation. gk_nn_trainer_sample_free frees out's buffers.
+ */
+typedef struct gk_nn_trainer_sampled {
+	int32_t *prompt;
+	int nprompt;
+	int32_t *ids;
+	size_t n;
+	char *text;
+	size_t len;
+	int is_text;
+} gk_nn_trainer_sampled;
+int gk_nn_trainer_sample(gk_nn_trainer *t, const char *prompt, int n, double temperature,
+			 int top_k, gk_nn_trainer_sampled *out, gk_err *err);
+void gk_nn_trainer_sample_free(gk_nn_trainer_sampled *s);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
 /*

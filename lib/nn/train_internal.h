@@ -14,7 +14,8 @@
  *               splitting the work are its siblings)
  *   resume.c    the checkpoint directory's claim, --init-from, resume
  *   checkpoint.c  checkpoints written by a thread and committed
- *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints
+ *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints;
+ *               --sample's text (gk_nn_trainer_sample)
  *   train.c     the loop and evaluation
  *   train_metrics.c  the Prometheus samples of a step and of checkpoints
  *   straggler.c the step's parts exchanged every few steps, stragglers named
@@ -107,6 +108,9 @@ int gk_nn_tr_agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
 /* After work each rank does alone (rc < 0 with err: it failed): whether
  * any rank failed, said once for the job. */
 int gk_nn_tr_agree_local(gk_nn_trainer *t, int rc, gk_err *err);
+/* Whether every rank holds the same id: 0 yes, 1 no (t->agreed set; the
+ * caller says what differs), -1 when the collective failed. */
+int gk_nn_tr_agree_id(gk_nn_trainer *t, uint64_t id, gk_err *err);
 /* The ranks opened the same data (d read from src). */
 int gk_nn_tr_agree_data(gk_nn_trainer *t, const gk_nn_data *d, const char *src,
 			gk_err *err);

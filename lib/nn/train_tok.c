@@ -3,7 +3,8 @@
  * files beside the checkpoint the model comes from), whether the model
  * can take its ids, and its files in every checkpoint the run writes, so
  * that a step directory, ckpt-merge's directory of it and a later
- * --init-from of either decode and encode text as this run did.
+ * --init-from of either decode and encode text as this run did; and
+ * --sample's text, from the prompt's tokens to the sampled ones'.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -98,21 +99,13 @@ int gk_nn_tr_tok_resolve(gk_nn_trainer *t, gk_err *err)
  * Every rank reads the tokenizer for itself, as it reads config.json: a
  * host with other files (a stale copy, none at all) would check shards
  * against another vocabulary than rank 0 samples and checkpoints with.
- * The fingerprints' smallest and largest over the ranks, in two halves
- * of 32 bits (exact in a double), must be equal.
+ * Their fingerprints must agree.
  */
 int gk_nn_tr_tok_agree(gk_nn_trainer *t, gk_err *err)
 {
-	if (t->world == 1)
-		return 0;
-	uint64_t id = gk_nn_trainer_tok_fingerprint(t);
-	double lo[2] = {(double)(id >> 32), (double)(id & UINT32_MAX)}, hi[2] = {lo[0], lo[1]};
-	if (gk_comm_host_allreduce_f64(t->comm, lo, 2, GK_COMM_MIN, err) < 0 ||
-	    gk_comm_host_allreduce_f64(t->comm, hi, 2, GK_COMM_MAX, err) < 0)
-		return -1;
-	if (lo[0] == hi[0] && lo[1] == hi[1])
-		return 0;
-	t->agreed = 1;
+	int rc = gk_nn_tr_agree_id(t, gk_nn_trainer_tok_fingerprint(t), err);
+	if (rc <= 0)
+		return rc;
 	return gk_errf(err, "the ranks read different tokenizers (or some none): every rank must "
 		       "find the same tokenizer files (--tokenizer, or beside the checkpoint)");
 }
@@ -154,4 +147,52 @@ const char *gk_nn_trainer_tok_from(const gk_nn_trainer *t, const char **note)
 uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t)
 {
 	return t && t->tok ? gk_tok_fingerprint(t->tok) : 0;
+}
+
+int gk_nn_trainer_sample(gk_nn_trainer *t, const char *prompt, int n, double temperature,
+			 int top_k, gk_nn_trainer_sampled *out, gk_err *err)
+{
+	const gk_nn_config *cfg = &t->cfg;
+	const gk_nn_train_opts *r = &t->o;
+	memset(out, 0, sizeof(*out));
+	size_t plen = prompt ? strlen(prompt) : 0;
+	int np = 0;
+	if (prompt && (np = gk_nn_prompt_encode(cfg, t->tok, prompt, plen, &out->prompt, err)) < 0)
+		return gk_err_prefix(err, "--prompt");
+	out->nprompt = np;
+	out->ids = malloc((size_t)n * sizeof(int32_t));
+	if (!out->ids)
+		goto nomem;
+	/* without a prompt, a sample starts as a document does: after an
+	 * end-of-text token, which it does not print */
+	if (gk_nn_sample_prompt(t->m, r->batch, r->seq, out->prompt ? out->prompt : &r->eot,
+				out->prompt ? np : 1, n, temperature, top_k, r->seed, out->ids,
+				err) < 0)
+		goto fail;
+	out->n = (size_t)n;
+	out->is_text = t->tok || cfg->vocab == GK_NN_BYTE_VOCAB;
+	/* the prompt as given, then the sample's text */
+	size_t cap = 0;
+	if (plen) {
+		if (GK_GROW(out->text, cap, plen, "sample", err) < 0)
+			goto fail;
+		memcpy(out->text, prompt, plen);
+		out->len = plen;
+	}
+	if (gk_nn_sample_text(cfg, t->tok, out->ids, out->n, &out->text, &out->len, &cap, err) < 0)
+		goto fail;
+	return 0;
+nomem:
+	gk_err_sys(err, ENOMEM, "sample");
+fail:
+	gk_nn_trainer_sample_free(out);
+	return -1;
+}
+
+void gk_nn_trainer_sample_free(gk_nn_trainer_sampled *s)
+{
+	free(s->prompt);
+	free(s->ids);
+	free(s->text);
+	memset(s, 0, sizeof(*s));
 }

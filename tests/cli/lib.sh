@@ -11,6 +11,13 @@
 #                                 sets them (make O=DIR), by hand they
 #                                 default to build/ and bin/
 #   test_shared_dir NAME          ../shared/NAME, or skip_all when absent
+#   test_help_options HELP        the options a --help output names
+#   test_man_options PAGE [FROM]  the options a man page's .It lines name
+#   test_options_take_args HELP TOOL [ARG...]  the rows --help shows with an
+#                                 argument refuse to go without one
+#   test_term_shim NAME           build term-shim.c (SIGTERM right after a
+#                                 temp file named GK_TERM_AFTER is made) as
+#                                 $term_shim, for LD_PRELOAD
 #   test_commit DIR STEP          a COMMIT for step directory DIR (xxhsum)
 #   test_wait_for SECS WHAT CMD...  wait for an event: CMD to succeed, at
 #                                 most SECS, else say what was waited for
@@ -67,6 +74,50 @@ test_need_python() {
 			test_done
 		fi
 	done
+}
+
+# The options --help's summary in file HELP names, one a line, sorted:
+# every name at the start of its option lines ("-b, --batch B" giving -b
+# and --batch). With test_man_options, what the checks that a tool's
+# option table and its man page agree compare.
+test_help_options() {
+	grep "^  -" "$1" | sed "s/^  //; s/\(--[a-z0-9_-]*\).*/\1/" | tr -s ", " "\n\n" | sort -u
+}
+
+# The options the man page PAGE documents, one a line, sorted: every Fl
+# of an .It line ("Fl Fl name", "Fl \-name", "Fl b") of OPTIONS, or of
+# every section from FROM to ENVIRONMENT (a tool whose modes are in
+# DESCRIPTION).
+test_man_options() {
+	if test -n "$2"; then
+		set -- "$1" "/^\.Sh $2/,/^\.Sh ENVIRONMENT/p"
+	else
+		set -- "$1" "/^\.Sh OPTIONS/,/^\.Sh /p"
+	fi
+	sed -n "$2" "$1" | grep "^\.It" | sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
+		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9_-]*" | sed "s/^Fl /-/" | sort -u
+}
+
+# getopt takes an argument for every row whose line in the --help output
+# HELP shows one ("--batch B"): "TOOL ARG... --batch" exits 2 with
+# "option '--batch' requires an argument".
+test_options_take_args() {
+	_help=$1
+	shift
+	for _o in $(sed -n "s/^  \(-[a-zA-Z], \)\{0,1\}\(--[a-z0-9_-]*\) [A-Z0-9].*/\2/p" "$_help"); do
+		test_expect_code 2 "$@" $_o >opt-out 2>opt-err &&
+		grep -q "^${1##*/}: option .$_o. requires an argument" opt-err || {
+			echo "$* $_o: $(head -n 1 opt-err)"
+			return 1
+		}
+	done
+}
+
+# LD_PRELOAD splits at spaces, and the trash directory's name has one: the
+# shim goes beside it, NAME-term-shim.so.
+test_term_shim() {
+	term_shim=$SHARNESS_TEST_DIRECTORY/$1-term-shim.so
+	${CC:-cc} -shared -fPIC -o "$term_shim" "$GK_TOP/tests/cli/term-shim.c" -ldl
 }
 
 test_shared_dir() {

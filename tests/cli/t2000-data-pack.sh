@@ -243,4 +243,36 @@ test_expect_success PYTHON 'webdataset yields exactly our samples (plain and pip
 	EOF
 '
 
+test_expect_success 'the option table, --help and data-pack(1) name the same options' '
+	# --help is the table (bin/data-pack.c): every name at the start of its
+	# option lines, "-c, --create" giving -c and --create; the man page:
+	# every Fl of an .It line of DESCRIPTION (the modes) and OPTIONS
+	data-pack --help >help &&
+	test_help_options help >in-help &&
+	test_man_options "$GK_TOP/man/man1/data-pack.1" DESCRIPTION >in-man &&
+	test $(wc -l <in-help) -gt 30 &&
+	test_cmp in-help in-man &&
+	# getopt takes an argument exactly for the rows whose help line shows
+	# one, and --lz4 (shown --lz4[=LEVEL]) takes one only attached
+	test_options_take_args help data-pack &&
+	grep -q "^  --lz4\[=LEVEL\] " help &&
+	test_expect_code 2 data-pack -c --lz4=13 -o x.tar.lz4 raw 2>err &&
+	echo "data-pack: --lz4 '\''13'\'': out of range [0, 12]" >expect &&
+	head -n 1 err >actual && test_cmp expect actual &&
+	! test -e x.tar.lz4
+'
+
+test_expect_success 'the modes exclude each other, as the table says' '
+	for m in "-c -t" "-t --verify" "-x -g k" "--index -c" "-g k --index"; do
+		test_expect_code 2 data-pack $m out/train-0000.tar 2>err &&
+		echo "data-pack: only one of -c, -t, -x, -g, --verify, --index" >expect &&
+		head -n 1 err >actual && test_cmp expect actual || return 1
+	done &&
+	test_expect_code 2 data-pack out/train-0000.tar 2>err &&
+	echo "data-pack: no mode: give -c, -t, -x, -g, --verify or --index" >expect &&
+	head -n 1 err >actual && test_cmp expect actual &&
+	data-pack -t -t out/train-0000.tar >twice && data-pack -t out/train-0000.tar >once &&
+	test_cmp once twice
+'
+
 test_done

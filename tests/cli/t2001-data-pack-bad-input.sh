@@ -266,40 +266,14 @@ test_expect_success 'a killed packer leaves committed shards and nothing else' '
 '
 
 # A SIGTERM the moment -x has created a member's temp file (the shim
-# raises it right after the openat that creates it) must not leave it.
-cat >xterm-shim.c <<\EOF
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <string.h>
-
-int openat(int dfd, const char *path, int flags, ...)
-{
-	static int (*real)(int, const char *, int, ...);
-	if (!real)
-		real = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
-	mode_t mode = 0;
-	if (flags & O_CREAT) {
-		va_list ap;
-		va_start(ap, flags);
-		mode = va_arg(ap, mode_t);
-		va_end(ap);
-	}
-	int fd = real(dfd, path, flags, mode);
-	if (fd >= 0 && (flags & O_CREAT) && strstr(path, ".gk-extract."))
-		raise(SIGTERM);
-	return fd;
-}
-EOF
-xterm_shim=$SHARNESS_TEST_DIRECTORY/t2001-xterm-shim.so
-${CC:-cc} -shared -fPIC -o "$xterm_shim" xterm-shim.c -ldl || error "cannot build the test shim"
+# (tests/cli/term-shim.c) raises it right after the openat that creates
+# it) must not leave it.
+test_term_shim t2001 || error "cannot build the test shim"
 
 test_expect_success 'SIGTERM just after -x creates a temp file: nothing left' '
 	mkdir -p xt && printf hello >xt/a.txt && data-pack -c -o xt.tar xt &&
 	mkdir xout &&
-	{ LD_PRELOAD=$xterm_shim \
+	{ GK_TERM_AFTER=.gk-extract. LD_PRELOAD=$term_shim \
 		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
 		data-pack -x -C xout xt.tar; echo $? >rc; } &&
 	test "$(cat rc)" = 143 &&

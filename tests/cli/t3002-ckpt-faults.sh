@@ -96,31 +96,13 @@ test_expect_success 'SIGTERM during merge cleans its temp file' '
 # creates it with mkostemp and only then installs the handler that
 # removes it (gk_cleanup_on_signal), and a signal between the two kills
 # the tool with the temp file left behind.
-# A shim preloaded into ckpt-merge raises SIGTERM right after mkostemp
-# creates the output's temp file, to hit that moment every time.
-cat >term-shim.c <<\EOF
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <signal.h>
-#include <string.h>
-
-int mkostemp(char *tmpl, int flags)
-{
-	static int (*real)(char *, int);
-	if (!real)
-		real = (int (*)(char *, int))dlsym(RTLD_NEXT, "mkostemp");
-	int fd = real(tmpl, flags);
-	if (fd >= 0 && strstr(tmpl, ".w.safetensors.tmp-"))
-		raise(SIGTERM);
-	return fd;
-}
-EOF
-# LD_PRELOAD splits at spaces, and the trash directory's name has one.
-term_shim=$SHARNESS_TEST_DIRECTORY/t3002-term-shim.so
-${CC:-cc} -shared -fPIC -o "$term_shim" term-shim.c -ldl || error "cannot build the test shim"
+# The shim (tests/cli/term-shim.c) raises SIGTERM in ckpt-merge right
+# after mkostemp creates the output's temp file, to hit that moment every
+# time.
+test_term_shim t3002 || error "cannot build the test shim"
 
 test_expect_success 'SIGTERM just after the temp file is created: no temp file left' '
-	{ LD_PRELOAD=$term_shim \
+	{ GK_TERM_AFTER=.w.safetensors.tmp- LD_PRELOAD=$term_shim \
 		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
 		ckpt-merge in --dtype f16 -o w.safetensors; echo $? >rc; } &&
 	test "$(cat rc)" = 143 &&
@@ -130,28 +112,9 @@ test_expect_success 'SIGTERM just after the temp file is created: no temp file l
 
 # The same moment for a directory output: the staging directory is made
 # with mkdtemp and must be removed by a SIGTERM that comes right after.
-cat >dirterm-shim.c <<\EOF
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <signal.h>
-#include <string.h>
-
-char *mkdtemp(char *tmpl)
-{
-	static char *(*real)(char *);
-	if (!real)
-		real = (char *(*)(char *))dlsym(RTLD_NEXT, "mkdtemp");
-	char *made = real(tmpl);
-	if (made && strstr(tmpl, ".wd.tmp-"))
-		raise(SIGTERM);
-	return made;
-}
-EOF
-dirterm_shim=$SHARNESS_TEST_DIRECTORY/t3002-dirterm-shim.so
-${CC:-cc} -shared -fPIC -o "$dirterm_shim" dirterm-shim.c -ldl || error "cannot build the test shim"
 
 test_expect_success 'SIGTERM just after the staging directory is made: nothing left' '
-	{ LD_PRELOAD=$dirterm_shim \
+	{ GK_TERM_AFTER=.wd.tmp- LD_PRELOAD=$term_shim \
 		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
 		ckpt-shard in --shards 2 -o wd; echo $? >rc; } &&
 	test "$(cat rc)" = 143 &&

@@ -217,19 +217,13 @@ test_expect_success 'the option table, --help and mem-estimate(1) name the same 
 	# its option lines, "-b, --micro-batch N" giving -b and --micro-batch;
 	# the man page: every Fl of an .It line of OPTIONS
 	mem-estimate --help >help &&
-	grep "^  -" help | sed "s/^  //; s/\(--[a-z0-9-]*\).*/\1/" | tr -s ", " "\n\n" |
-		sort -u >in-help &&
-	sed -n "/^\.Sh OPTIONS/,/^\.Sh /p" "$GK_TOP/man/man1/mem-estimate.1" | grep "^\.It" |
-		sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
-		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9-]*" | sed "s/^Fl /-/" | sort -u >in-man &&
+	test_help_options help >in-help &&
+	test_man_options "$GK_TOP/man/man1/mem-estimate.1" >in-man &&
 	test $(wc -l <in-help) -gt 50 &&
 	test_cmp in-help in-man &&
 	# and getopt takes an argument exactly for the rows whose help line
 	# shows one (--list-gpus needs no model, so a flag alone is accepted)
-	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9-]*\) [A-Z0-9].*/\2/p" help); do
-		test_expect_code 2 mem-estimate --list-gpus $o >out 2>err || return 1
-		grep -q "^mem-estimate: option .$o. requires an argument" err || return 1
-	done &&
+	test_options_take_args help mem-estimate --list-gpus &&
 	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9-]*\)  .*/\2/p" help); do
 		mem-estimate --list-gpus $o >out 2>err || return 1
 	done

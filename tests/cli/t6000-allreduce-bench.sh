@@ -337,19 +337,13 @@ test_expect_success 'the option table, --help and allreduce-bench(1) name the sa
 	# of its option lines, "-b, --minbytes SIZE" giving -b and --minbytes;
 	# the man page: every Fl of an .It line of OPTIONS ("Fl Fl name")
 	allreduce-bench --help >help &&
-	grep "^  -" help | sed "s/^  //; s/\(--[a-z0-9_-]*\).*/\1/" | tr -s ", " "\n\n" |
-		sort -u >in-help &&
-	sed -n "/^\.Sh OPTIONS/,/^\.Sh /p" "$GK_TOP/man/man1/allreduce-bench.1" | grep "^\.It" |
-		sed "s/Fl Fl /Fl -/g; s/Fl \\\\-/Fl -/g" |
-		grep -o "Fl -\{0,1\}[a-zA-Z0-9][a-zA-Z0-9_-]*" | sed "s/^Fl /-/" | sort -u >in-man &&
+	test_help_options help >in-help &&
+	test_man_options "$GK_TOP/man/man1/allreduce-bench.1" >in-man &&
 	test $(wc -l <in-help) -gt 35 &&
 	test_cmp in-help in-man &&
 	# and getopt takes an argument exactly for the rows whose help line
 	# shows one: a flag leaves the next word to be an unexpected argument
-	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9_-]*\) [A-Z0-9].*/\2/p" help); do
-		test_expect_code 2 allreduce-bench $o >out 2>err || return 1
-		grep -q "^allreduce-bench: option .$o. requires an argument" err || return 1
-	done &&
+	test_options_take_args help allreduce-bench &&
 	for o in $(sed -n "s/^  \(-[a-z], \)\{0,1\}\(--[a-z0-9_-]*\)  .*/\2/p" help); do
 		case $o in --help | --version) continue ;; esac
 		test_expect_code 2 allreduce-bench $o word >out 2>err || return 1

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "tap.h"
@@ -646,6 +648,197 @@ static void usage(void)
 	free(e);
 }
 
+/* ---- optional arguments, rows left out of the summary, excluding rows ------------- */
+
+/* data-pack's shape: modes that exclude each other, --lz4[=LEVEL], tar's -z */
+struct modes {
+	int mode, level, tarz;
+	const char *get, *out;
+};
+#define M(m) GK_OPTF(struct modes, m)
+
+static const gk_optdef mtable[] = {
+	/* 0 */ {.kind = GK_OPTK_FLAG, .name = "create", .short_name = 'c', M(mode), .set = 'c',
+		 .excl = 1, .help = "create"},
+	/* 1 */ {.kind = GK_OPTK_FLAG, .name = "list", .short_name = 't', M(mode), .set = 't',
+		 .excl = 1, .help = "list"},
+	/* 2 */ {.kind = GK_OPTK_STR, .name = "get", .short_name = 'g', .arg = "KEY", M(get),
+		 .excl = 1, .help = "one sample"},
+	/* 3 */ {.kind = GK_OPTK_FLAG, .name = "verify", M(mode), .set = 'V', .excl = 1,
+		 .help = "verify"},
+	/* 4 */ {.kind = GK_OPTK_SECTION, .help = "create"},
+	/* 5 */ {.kind = GK_OPTK_STR, .name = "output", .short_name = 'o', .arg = "PATTERN",
+		 M(out), .help = "shard names"},
+	/* 6 */ {.kind = GK_OPTK_INT, .name = "lz4", .short_name = 'L', .arg = "LEVEL", M(level),
+		 .imin = 0, .imax = 12, .optional = 1, .def = "0", .help = "compress"},
+	/* 7 */ {.kind = GK_OPTK_FLAG, .name = "gzip", .short_name = 'z', M(tarz), .set = 'z'},
+	{.kind = GK_OPTK_END},
+};
+
+/*
+ * gk_optable_parse in a child (it exits on a usage error): 0 with *m
+ * and args (8 rows) filled, or the exit status with the first line of
+ * stderr in line.
+ */
+static void exit_now(int status, void *arg)
+{
+	(void)arg;
+	fflush(NULL);
+	_exit(status);
+}
+
+static int run_parse(int argc, char **argv, struct modes *m, const char **args, char *line,
+		     size_t n)
+{
+	int pfd[2], ofd[2];
+	line[0] = '\0';
+	if (pipe(pfd) < 0 || pipe(ofd) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		gk_cli cli;
+		close(pfd[0]);
+		close(ofd[0]);
+		dup2(pfd[1], STDERR_FILENO);
+		/* a usage error exits holding what parsing allocated, as the tools
+		 * do (their CLI tests turn LeakSanitizer's check off): exit as
+		 * asked before that check runs, under SAN=1 */
+		on_exit(exit_now, NULL);
+		gk_cli_init(&cli, "prog", "usage: prog\n");
+		optind = 0;
+		memset(m, 0, sizeof(*m));
+		gk_optable_parse(&cli, mtable, 0, m, argc, argv, args);
+		/* pointers into argv (and "") mean the same in the parent, a copy */
+		if (write(ofd[1], m, sizeof(*m)) < 0 || write(ofd[1], args, 8 * sizeof(*args)) < 0)
+			_exit(9);
+		_exit(0);
+	}
+	close(pfd[1]);
+	close(ofd[1]);
+	FILE *f = fdopen(pfd[0], "r");
+	if (!f || !fgets(line, (int)n, f))
+		line[0] = '\0';
+	line[strcspn(line, "\n")] = '\0';
+	struct modes got;
+	const char *a8[8];
+	ssize_t r1 = read(ofd[0], &got, sizeof(got));
+	ssize_t r2 = read(ofd[0], a8, sizeof(a8));
+	int st;
+	waitpid(pid, &st, 0);
+	if (f)
+		fclose(f);
+	close(ofd[0]);
+	if (!WIFEXITED(st))
+		return -1;
+	if (WEXITSTATUS(st) != 0)
+		return WEXITSTATUS(st);
+	if (r1 != (ssize_t)sizeof(got) || r2 != (ssize_t)sizeof(a8))
+		return -1;
+	*m = got;
+	memcpy(args, a8, sizeof(a8));
+	return 0;
+}
+
+static void optional_excl(void)
+{
+	/* getopt's list: optional_argument for --lz4, "::" after its letter */
+	char *shorts = NULL;
+	struct option *o = gk_optable_longopts(mtable, 0, &shorts);
+	int lz4 = -1, gz = -1;
+	for (int i = 0; o && o[i].name; i++) {
+		if (!strcmp(o[i].name, "lz4"))
+			lz4 = o[i].has_arg;
+		if (!strcmp(o[i].name, "gzip"))
+			gz = o[i].has_arg;
+	}
+	ok(lz4 == optional_argument && gz == no_argument,
+	   "longopts: --lz4 optional_argument, --gzip no_argument");
+	is_str(shorts, "hqvctg:o:L::z", "shorts: '::' after an optional argument's letter");
+	free(o);
+	free(shorts);
+
+	/* the summary: --lz4[=LEVEL]; --gzip (no help) not shown */
+	char *u = gk_optable_usage(mtable, "usage: prog\n", "");
+	const char *want = "usage: prog\n"
+			   "  -c, --create          create\n"
+			   "  -t, --list            list\n"
+			   "  -g, --get KEY         one sample\n"
+			   "  --verify              verify\n"
+			   "create:\n"
+			   "  -o, --output PATTERN  shard names\n"
+			   "  -L, --lz4[=LEVEL]     compress (default 0)\n";
+	if (!ok(u && !strcmp(u, want), "usage: [=ARG] for an optional argument, rows without help left out"))
+		diag("got:\n%s", u ? u : "(null)");
+	free(u);
+
+	/* gk_optable_set: no argument leaves the field, one is parsed and checked */
+	struct modes m = {.level = 7};
+	gk_err err = {0};
+	ok(gk_optable_set(&mtable[6], &m, NULL, &err) == 0 && m.level == 7,
+	   "set: an optional argument left out keeps the field");
+	ok(gk_optable_set(&mtable[6], &m, "12", &err) == 0 && m.level == 12, "set: --lz4=12");
+	ok(gk_optable_set(&mtable[6], &m, "13", &err) < 0 && !strncmp(err.msg, "--lz4 '13'", 10),
+	   "set: --lz4=13 out of range, named");
+
+	/* gk_optable_excluded over args as gk_optable_parse fills them */
+	const char *given[9] = {0};
+	ok(!gk_optable_excluded(mtable, given, &mtable[0]), "excluded: nothing given, nothing");
+	given[0] = "";
+	ok(!gk_optable_excluded(mtable, given, &mtable[0]), "excluded: the same row again is fine");
+	ok(gk_optable_excluded(mtable, given, &mtable[3]) == &mtable[0],
+	   "excluded: --verify after -c names -c");
+	ok(gk_optable_excluded(mtable, given, &mtable[2]) == &mtable[0],
+	   "excluded: a row with an argument is in its group too");
+	ok(!gk_optable_excluded(mtable, given, &mtable[5]) &&
+	   !gk_optable_excluded(mtable, given, &mtable[6]),
+	   "excluded: rows outside the group (excl 0) exclude nothing");
+
+	char b[128];
+	is_str(gk_optable_group(mtable, 1, ", ", b, sizeof(b)), "-c, -t, -g, --verify",
+	       "group: short names where there are, in table order");
+	is_str(gk_optable_group(mtable, 1, " or ", b, sizeof(b)), "-c, -t, -g or --verify",
+	       "group: the last separator");
+	is_str(gk_optable_group(mtable, 2, " or ", b, sizeof(b)), "", "group: an empty group");
+	is_str(gk_optable_group(mtable, 1, ", ", b, 8), "-c, -t,", "group: truncated to the buffer");
+
+	/* gk_optable_parse itself, in a child */
+	char line[512];
+	const char *args[9];
+	memset(args, 0, sizeof(args));
+	ARGV(v1, "-c", "--lz4", "-o", "x.tar", "dir");
+	int rc = run_parse(ARGC(v1), v1, &m, args, line, sizeof(line));
+	ok(rc == 0 && m.mode == 'c' && m.level == 0 && args[6] && !args[6][0] && m.out &&
+	   !strcmp(m.out, "x.tar"), "parse: -c --lz4 -o x.tar: a bare --lz4 is given, its level the default");
+	memset(args, 0, sizeof(args));
+	ARGV(v2, "-c", "--lz4=9", "-L3", "-c", "dir");
+	rc = run_parse(ARGC(v2), v2, &m, args, line, sizeof(line));
+	ok(rc == 0 && m.mode == 'c' && m.level == 3, "parse: --lz4=9 then -L3; -c twice is one mode");
+	memset(args, 0, sizeof(args));
+	ARGV(v3, "--lz4", "9", "-c");
+	rc = run_parse(ARGC(v3), v3, &m, args, line, sizeof(line));
+	ok(rc == 0 && m.level == 0 && args[6] && !args[6][0],
+	   "parse: --lz4 9 (detached) leaves 9 an operand, as getopt does");
+	memset(args, 0, sizeof(args));
+	ARGV(v4, "-c", "-o", "x", "--verify");
+	rc = run_parse(ARGC(v4), v4, &m, args, line, sizeof(line));
+	is_int(rc, 2, "parse: -c then --verify: a usage error");
+	is_str(line, "prog: only one of -c, -t, -g, --verify", "  the message names the group");
+	memset(args, 0, sizeof(args));
+	ARGV(v5, "-g", "k", "-t");
+	rc = run_parse(ARGC(v5), v5, &m, args, line, sizeof(line));
+	ok(rc == 2 && !strcmp(line, "prog: only one of -c, -t, -g, --verify"),
+	   "parse: -g KEY then -t: the same");
+	memset(args, 0, sizeof(args));
+	ARGV(v6, "--lz4=x");
+	rc = run_parse(ARGC(v6), v6, &m, args, line, sizeof(line));
+	ok(rc == 2 && !strncmp(line, "prog: --lz4 'x'", 15), "parse: --lz4=x: the row's message");
+	memset(args, 0, sizeof(args));
+	ARGV(v7, "-cz");
+	rc = run_parse(ARGC(v7), v7, &m, args, line, sizeof(line));
+	ok(rc == 0 && m.tarz == 'z' && m.mode == 'c',
+	   "parse: a row without help still parses (-cz)");
+}
+
 /* ---- the nearest name to an unknown option ---------------------------------------- */
 
 /* A row of a name only: gk_optable_suggest reads nothing else. */
@@ -747,6 +940,7 @@ int main(void)
 	defaults();
 	values();
 	usage();
+	optional_excl();
 	suggest();
 	return done_testing();
 }

@@ -20,6 +20,7 @@
  *	    test has been printed; run nothing that needs the device.
  *   gpu_skip(what, why)      "ok N # SKIP no CUDA device (WHY)"
  *   gpu_skip_all(why)        "1..0 # SKIP no CUDA device (WHY)", and exit
+ *   gpu_dev, gpu_back        device buffers to and from the host (CUDA builds)
  *
  * So a broken probe on a GPU machine is a failure, not every device test
  * quietly skipped. The skip reads "no CUDA device (...)" with nothing
@@ -120,5 +121,35 @@ static inline void gpu_skip_all(const char *why)
 	snprintf(line, sizeof line, "no CUDA device (%.256s)", why);
 	skip_all(line);
 }
+
+#if GK_HAVE_CUDA
+#include "cuda/cuda.h"
+
+/*
+ * The device tests' buffers: bytes of device memory holding host's bytes
+ * (host NULL: as allocated), and a device buffer's bytes back to the
+ * host. A failure is said (diag) and ends the test program: nothing after
+ * it can run.
+ */
+static inline void *gpu_dev(const void *host, size_t bytes)
+{
+	gk_err err = {0};
+	void *d = gk_cuda_alloc(bytes, GK_CUDA_MEM_WORKSPACE, &err);
+	if (!d || (host && gk_cuda_copy(d, host, bytes, NULL, &err) < 0)) {
+		diag("device buffer: %s", err.msg);
+		exit(1);
+	}
+	return d;
+}
+
+static inline void gpu_back(void *host, const void *d, size_t bytes)
+{
+	gk_err err = {0};
+	if (gk_cuda_copy(host, d, bytes, NULL, &err) < 0) {
+		diag("copy back: %s", err.msg);
+		exit(1);
+	}
+}
+#endif
 
 #endif

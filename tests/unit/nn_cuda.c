@@ -90,28 +90,6 @@ static void close_enough(const char *what, const float *got, const float *ref,
 		diag("worst at %zu: got %.9g, want %.9g", at, got[at], ref[at]);
 }
 
-/* ---- device buffers -------------------------------------------------------------- */
-
-static void *dev_of(const void *host, size_t bytes)
-{
-	gk_err err = {0};
-	void *d = gk_cuda_alloc(bytes, GK_CUDA_MEM_WORKSPACE, &err);
-	if (!d || (host && gk_cuda_copy(d, host, bytes, NULL, &err) < 0)) {
-		diag("device buffer: %s", err.msg);
-		exit(1);
-	}
-	return d;
-}
-
-static void host_of(void *host, const void *dev, size_t bytes)
-{
-	gk_err err = {0};
-	if (gk_cuda_copy(host, dev, bytes, NULL, &err) < 0) {
-		diag("copy back: %s", err.msg);
-		exit(1);
-	}
-}
-
 /* ---- kernels against the CPU kernels ------------------------------------------------ */
 
 static void test_kernels(void)
@@ -126,16 +104,16 @@ static void test_kernels(void)
 		tok[i] = (i * 37) % 11; /* repeats, so the buckets matter */
 		tgt[i] = i % 5 == 4 ? -1 : (i * 13) % V;
 	}
-	int32_t *dtok = dev_of(tok, sizeof(tok)), *dtgt = dev_of(tgt, sizeof(tgt));
+	int32_t *dtok = gpu_dev(tok, sizeof(tok)), *dtgt = gpu_dev(tgt, sizeof(tgt));
 
 	/* encoder: forward exact (one addition), backward by buckets */
 	fill(w, (size_t)V * C, 1.0f);
 	fill(wp, (size_t)T * C, 1.0f);
-	float *dw = dev_of(w, sizeof(w)), *dwp = dev_of(wp, sizeof(wp));
-	float *dout = dev_of(NULL, sizeof(a));
+	float *dw = gpu_dev(w, sizeof(w)), *dwp = gpu_dev(wp, sizeof(wp));
+	float *dout = gpu_dev(NULL, sizeof(a));
 	gk_nn_cpu_encoder_fwd(ref, tok, w, wp, B, T, C, 1);
 	gk_nn_cu_encoder_fwd(dout, dtok, dw, dwp, GK_DT_F32, B, T, C, NULL, &err);
-	host_of(got, dout, (size_t)N * C * 4);
+	gpu_back(got, dout, (size_t)N * C * 4);
 	close_enough("encoder forward", got, ref, (size_t)N * C, 0, 0);
 
 	fill(a, (size_t)N * C, 1.0f);
@@ -146,15 +124,15 @@ static void test_kernels(void)
 	gk_nn_cpu_encoder_bwd(g1, pe1, a, tok, B, T, C, 1);
 	int32_t uniq[N], start[N + 1], pos[N], count[V];
 	int nb = gk_nn_token_buckets(tok, N, V, uniq, start, pos, count);
-	int32_t *du = dev_of(uniq, sizeof(uniq)), *ds = dev_of(start, sizeof(start));
-	int32_t *dp = dev_of(pos, sizeof(pos));
+	int32_t *du = gpu_dev(uniq, sizeof(uniq)), *ds = gpu_dev(start, sizeof(start));
+	int32_t *dp = gpu_dev(pos, sizeof(pos));
 	memset(pe2, 0, sizeof(pe2));
-	float *dgw = dev_of(g2, sizeof(g2)), *dgp = dev_of(pe2, sizeof(pe2));
-	float *din = dev_of(a, (size_t)N * C * 4);
+	float *dgw = gpu_dev(g2, sizeof(g2)), *dgp = gpu_dev(pe2, sizeof(pe2));
+	float *din = gpu_dev(a, (size_t)N * C * 4);
 	gk_nn_cu_encoder_bwd(dgw, dgp, din, GK_DT_F32, du, ds, dp, nb, B, T, C,
 			     NULL, &err);
-	host_of(g2, dgw, sizeof(g2));
-	host_of(pe2, dgp, sizeof(pe2));
+	gpu_back(g2, dgw, sizeof(g2));
+	gpu_back(pe2, dgp, sizeof(pe2));
 	close_enough("encoder backward: wte", g2, g1, (size_t)Vp * C, 1e-6, 1e-6);
 	close_enough("encoder backward: wpe", pe2, pe1, (size_t)T * C, 1e-6, 1e-6);
 
@@ -164,13 +142,13 @@ static void test_kernels(void)
 		a[i] += 2.0f; /* a mean away from 0 */
 	fill(w, 2 * C, 1.0f);
 	gk_nn_cpu_layernorm_fwd(ref, mean, rstd, a, w, w + C, N, C, 1e-5f, 1);
-	float *dx = dev_of(a, (size_t)N * C * 4), *dlw = dev_of(w, 2 * C * 4);
-	float *dm = dev_of(NULL, N * 4), *dr = dev_of(NULL, N * 4);
+	float *dx = gpu_dev(a, (size_t)N * C * 4), *dlw = gpu_dev(w, 2 * C * 4);
+	float *dm = gpu_dev(NULL, N * 4), *dr = gpu_dev(NULL, N * 4);
 	gk_nn_cu_layernorm_fwd(dout, dm, dr, dx, dlw, dlw + C, GK_DT_F32, N, C,
 			       1e-5f, NULL, &err);
-	host_of(got, dout, (size_t)N * C * 4);
-	host_of(dmean, dm, N * 4);
-	host_of(drstd, dr, N * 4);
+	gpu_back(got, dout, (size_t)N * C * 4);
+	gpu_back(dmean, dm, N * 4);
+	gpu_back(drstd, dr, N * 4);
 	close_enough("layernorm forward", got, ref, (size_t)N * C, 1e-5, 1e-5);
 	close_enough("layernorm forward: mean", dmean, mean, N, 1e-6, 1e-5);
 	close_enough("layernorm forward: rstd", drstd, rstd, N, 1e-6, 1e-5);
@@ -181,15 +159,15 @@ static void test_kernels(void)
 	float gw1[2 * C], gw2[2 * C];
 	fill(gw1, 2 * C, 1.0f);
 	memcpy(gw2, gw1, sizeof(gw1));
-	float *ddin = dev_of(got, (size_t)N * C * 4), *ddo = dev_of(b, (size_t)N * C * 4);
-	float *dgl = dev_of(gw2, sizeof(gw2));
+	float *ddin = gpu_dev(got, (size_t)N * C * 4), *ddo = gpu_dev(b, (size_t)N * C * 4);
+	float *dgl = gpu_dev(gw2, sizeof(gw2));
 	/* column-sum scratch: chunks x the widest sum (4C) */
-	float *scr = dev_of(NULL, (size_t)gk_nn_colsum_chunks(N) * 4 * C * 4);
+	float *scr = gpu_dev(NULL, (size_t)gk_nn_colsum_chunks(N) * 4 * C * 4);
 	gk_nn_cpu_layernorm_bwd(ref, gw1, gw1 + C, b, a, w, mean, rstd, N, C, 1);
 	gk_nn_cu_layernorm_bwd(ddin, dgl, dgl + C, scr, ddo, dx, dlw, dm, dr,
 			       GK_DT_F32, N, C, NULL, &err);
-	host_of(got, ddin, (size_t)N * C * 4);
-	host_of(gw2, dgl, sizeof(gw2));
+	gpu_back(got, ddin, (size_t)N * C * 4);
+	gpu_back(gw2, dgl, sizeof(gw2));
 	close_enough("layernorm backward: dinp", got, ref, (size_t)N * C, 1e-5, 1e-4);
 	close_enough("layernorm backward: dw, db", gw2, gw1, 2 * C, 1e-5, 1e-4);
 
@@ -198,9 +176,9 @@ static void test_kernels(void)
 	fill(a, (size_t)N * 4 * C, 1.0f);
 	fill(cb1, 4 * C, 1.0f);
 	memcpy(cb2, cb1, sizeof(cb1));
-	float *dcs = dev_of(a, (size_t)N * 4 * C * 4), *dcb = dev_of(cb2, sizeof(cb2));
+	float *dcs = gpu_dev(a, (size_t)N * 4 * C * 4), *dcb = gpu_dev(cb2, sizeof(cb2));
 	gk_nn_cu_colsum(dcb, scr, dcs, GK_DT_F32, N, 4 * C, NULL, &err);
-	host_of(cb2, dcb, sizeof(cb2));
+	gpu_back(cb2, dcb, sizeof(cb2));
 	for (int c = 0; c < 4 * C; c++)
 		for (int i = 0; i < N; i++)
 			cb1[c] += a[(size_t)i * 4 * C + c];
@@ -210,27 +188,27 @@ static void test_kernels(void)
 	size_t n = (size_t)N * 4 * C;
 	fill(a, n, 6.0f);
 	gk_nn_cpu_gelu_fwd(ref, a, n, 1);
-	float *dg = dev_of(a, n * 4);
+	float *dg = gpu_dev(a, n * 4);
 	gk_nn_cu_gelu_fwd(dout, dg, GK_DT_F32, n, NULL, &err);
-	host_of(got, dout, n * 4);
+	gpu_back(got, dout, n * 4);
 	close_enough("gelu forward", got, ref, n, 1e-6, 1e-6);
 	fill(b, n, 1.0f);
 	memcpy(ref, b, n * 4);
 	gk_nn_cpu_gelu_bwd(ref, NULL, a, 0, N, 4 * C, 1);
 	gk_cuda_copy(dout, b, n * 4, NULL, &err);
 	gk_nn_cu_gelu_bwd(dout, dg, GK_DT_F32, n, NULL, &err);
-	host_of(got, dout, n * 4);
+	gpu_back(got, dout, n * 4);
 	close_enough("gelu backward", got, ref, n, 1e-6, 1e-5);
 
 	/* classifier: lse and loss, then dlogits in place */
 	fill(a, (size_t)N * Vp, 4.0f);
 	float lse1[N], lse2[N], loss2[N];
 	double s1 = gk_nn_cpu_xent_fwd(lse1, a, tgt, N, V, Vp, 1);
-	float *dl = dev_of(a, (size_t)N * Vp * 4), *dlse = dev_of(NULL, N * 4);
-	float *dloss = dev_of(NULL, N * 4);
+	float *dl = gpu_dev(a, (size_t)N * Vp * 4), *dlse = gpu_dev(NULL, N * 4);
+	float *dloss = gpu_dev(NULL, N * 4);
 	gk_nn_cu_xent_fwd(dlse, dloss, dl, dtgt, GK_DT_F32, N, V, Vp, NULL, &err);
-	host_of(lse2, dlse, N * 4);
-	host_of(loss2, dloss, N * 4);
+	gpu_back(lse2, dlse, N * 4);
+	gpu_back(loss2, dloss, N * 4);
 	double s2 = 0;
 	for (int i = 0; i < N; i++)
 		s2 += tgt[i] >= 0 ? loss2[i] : 0.0;
@@ -240,7 +218,7 @@ static void test_kernels(void)
 	memcpy(ref, a, (size_t)N * Vp * 4);
 	gk_nn_cpu_xent_bwd(ref, lse1, tgt, 0.03f, N, V, Vp, 1);
 	gk_nn_cu_xent_bwd(dl, dlse, dtgt, GK_DT_F32, 0.03f, N, V, Vp, NULL, &err);
-	host_of(got, dl, (size_t)N * Vp * 4);
+	gpu_back(got, dl, (size_t)N * Vp * 4);
 	close_enough("classifier backward: dlogits (padded and ignored rows 0)",
 		     got, ref, (size_t)N * Vp, 1e-7, 1e-4);
 
@@ -254,24 +232,24 @@ static void test_kernels(void)
 	gk_nn_adamw_k k;
 	float decay;
 	gk_nn_adamw_consts(&c, 1e-3f, 3, &k, &decay);
-	float *dpp = dev_of(p1, np * 4), *dgg = dev_of(gg, np * 4);
-	float *dmm = dev_of(m1, np * 4), *dvv = dev_of(v1, np * 4);
+	float *dpp = gpu_dev(p1, np * 4), *dgg = gpu_dev(gg, np * 4);
+	float *dmm = gpu_dev(m1, np * 4), *dvv = gpu_dev(v1, np * 4);
 	for (size_t i = 0; i < np; i++)
 		gk_nn_adamw_elem(&p1[i], gg[i] * 0.5f, &m1[i], &v1[i], &k, decay);
 	gk_nn_cu_adamw(dpp, NULL, GK_DT_F32, dgg, 0.5f, dmm, dvv, np, &k, decay,
 		       NULL, &err);
-	host_of(p2, dpp, np * 4);
-	host_of(m2, dmm, np * 4);
-	host_of(v2, dvv, np * 4);
+	gpu_back(p2, dpp, np * 4);
+	gpu_back(m2, dmm, np * 4);
+	gpu_back(v2, dvv, np * 4);
 	close_enough("adamw: parameters", p2, p1, np, 1e-7, 1e-6);
 	close_enough("adamw: first moments", m2, m1, np, 1e-9, 1e-6);
 	close_enough("adamw: second moments", v2, v1, np, 1e-12, 1e-6);
 
 	/* gradient norm: two-pass double sums against the CPU's */
-	double *dn = dev_of(NULL, (GK_NN_SUM_BLOCKS + 1) * sizeof(double));
+	double *dn = gpu_dev(NULL, (GK_NN_SUM_BLOCKS + 1) * sizeof(double));
 	double sq;
 	gk_nn_cu_sumsq(dn + GK_NN_SUM_BLOCKS, dn, dgg, np, NULL, &err);
-	host_of(&sq, dn + GK_NN_SUM_BLOCKS, sizeof(sq));
+	gpu_back(&sq, dn + GK_NN_SUM_BLOCKS, sizeof(sq));
 	double want = gk_nn_sumsq(gg, np);
 	ok(fabs(sq - want) <= 1e-12 * want, "sum of squares: %.17g, CPU %.17g", sq, want);
 	ok(err.msg[0] == 0, "kernels: no launch error%s%s", err.msg[0] ? ": " : "", err.msg);

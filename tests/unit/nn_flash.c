@@ -69,32 +69,12 @@ static double maxabs(const float *x, size_t n)
 	return m;
 }
 
-static void *dev(const void *host, size_t bytes)
-{
-	gk_err err = {0};
-	void *d = gk_cuda_alloc(bytes, GK_CUDA_MEM_WORKSPACE, &err);
-	if (!d || (host && gk_cuda_copy(d, host, bytes, NULL, &err) < 0)) {
-		diag("device buffer: %s", err.msg);
-		exit(1);
-	}
-	return d;
-}
-
-static void back(void *host, const void *d, size_t bytes)
-{
-	gk_err err = {0};
-	if (gk_cuda_copy(host, d, bytes, NULL, &err) < 0) {
-		diag("copy back: %s", err.msg);
-		exit(1);
-	}
-}
-
 /* n floats of a device buffer of dt, as floats */
 static void back_f32(float *host, const void *d, gk_dtype dt, size_t n)
 {
 	size_t es = dt == GK_DT_BF16 ? 2 : 4;
 	void *tmp = malloc(n * es);
-	back(tmp, d, n * es);
+	gpu_back(tmp, d, n * es);
 	gk_convert(host, GK_DT_F32, tmp, dt, n);
 	free(tmp);
 }
@@ -105,7 +85,7 @@ static void *dev_of(const float *x, gk_dtype dt, size_t n)
 	size_t es = dt == GK_DT_BF16 ? 2 : 4;
 	void *tmp = malloc(n * es);
 	gk_convert(tmp, dt, x, GK_DT_F32, n);
-	void *d = dev(tmp, n * es);
+	void *d = gpu_dev(tmp, n * es);
 	free(tmp);
 	return d;
 }
@@ -177,8 +157,8 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 	gk_err err = {0};
 	void *dq = dev_of(qkv, dt, nq), *ddo = dev_of(dout, dt, no);
 	size_t es = dt == GK_DT_BF16 ? 2 : 4;
-	void *dy = dev(NULL, no * es), *dg = dev(NULL, nq * es);
-	float *dl = dev(NULL, rows * 4), *dd = dev(NULL, rows * 4);
+	void *dy = gpu_dev(NULL, no * es), *dg = gpu_dev(NULL, nq * es);
+	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
 	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
@@ -186,7 +166,7 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 	if (!ok(rc, "%s: forward and backward ran%s%s", what, err.msg[0] ? ": " : "", err.msg))
 		goto out;
 	back_f32(out, dy, dt, no);
-	back(lse, dl, rows * 4);
+	gpu_back(lse, dl, rows * 4);
 	back_f32(got, dg, dt, nq);
 	int bf = dt == GK_DT_BF16;
 	double mo = maxabs(ref, no);
