@@ -567,9 +567,10 @@ int gk_cli_finish(const gk_cli *cli, int status);
 /*
  * An option table: one row per long option, which drives getopt_long's
  * option list, the option summary of --help, the parsing of the argument
- * into a field of one struct, and the list of settings every rank of a job
- * must share (gk_optable_agree). A row's field is at `off` in the struct
- * the caller parses into, `size` bytes (GK_OPTF gives both).
+ * into a field of one struct, and (its .agree) the settings every rank of a
+ * job must share, which the caller collects from the rows. A row's field
+ * is at `off` in the struct the caller parses into, `size` bytes (GK_OPTF
+ * gives both).
  *
  *   GK_OPTK_FLAG    no argument: the field (int) is set to `set`
  *   GK_OPTK_INT     an integer in [imin, imax] (an int, int32_t, int64_t or uint64_t)
