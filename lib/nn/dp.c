@@ -89,21 +89,38 @@ int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world)
 
 int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
-	return o->zero == 2 && world > 1 && !cuda;
+	return o->zero >= 2 && world > 1 && !cuda;
+}
+
+int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
+{
+	return o->zero == 3 && world > 1 && !cuda;
 }
 
 int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
 {
-	if (o->zero != 2 || world == 1)
+	if (o->zero < 2 || world == 1)
 		return 0;
 	if (cuda)
-		return gk_errf(err, "--zero 2 partitions the gradients on the CPU backend only "
-			       "(NCCL's reduce-scatter takes equal pieces, and a bucket's owners "
-			       "hold unequal ones): on a GPU use --zero 1");
+		return gk_errf(err, "--zero %d partitions the %s on the CPU backend only "
+			       "(NCCL's collectives take equal pieces, and a bucket's or a block's "
+			       "owners hold unequal ones): on a GPU use --zero 1", o->zero,
+			       o->zero == 3 ? "parameters and gradients" : "gradients");
 	if (o->compress != GK_COMM_COMPRESS_NONE)
-		return gk_errf(err, "--zero 2 does not compress its gradient buckets: use --zero 1 "
-			       "with --compress, or --zero 2 without it");
+		return gk_errf(err, "--zero %d does not compress its gradient buckets: use --zero 1 "
+			       "with --compress, or --zero %d without it", o->zero, o->zero);
 	return 0;
+}
+
+void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block,
+			  uint64_t *shard, uint64_t *transient)
+{
+	size_t pg = gk_nn_grad_page(), per = nflat / (size_t)world;
+	uint64_t all = (nflat + pg - 1) / pg * pg;
+	/* a unit's pages, and the pages it shares with its neighbours */
+	uint64_t live = (edge + pg - 1) / pg * pg + 2 * ((block + pg - 1) / pg * pg) + 4 * pg;
+	*shard = ((uint64_t)per * sizeof(float) + 63) / 64 * 64;
+	*transient = (live < all ? live : all) * sizeof(float);
 }
 
 /*
@@ -256,6 +273,154 @@ static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
 	return rc;
 }
 
+/* ---- ZeRO-3: the parameters' units, gathered and released ---- */
+
+/* unit u's pieces: what each owner holds of [ulo, uhi), from ulo */
+static void unit_displ(gk_nn_dp *dp, int u)
+{
+	size_t per = dp->Np / (size_t)dp->world, a = dp->ulo[u], b = dp->uhi[u];
+	size_t *d = dp->udispl + (size_t)u * ((size_t)dp->world + 1);
+	for (int q = 0; q <= dp->world; q++) {
+		size_t x = (size_t)q * per;
+		d[q] = (x < a ? a : x > b ? b : x) - a;
+	}
+}
+
+static int unit_issue(gk_nn_dp *dp, int u, gk_err *err)
+{
+	if (dp->ustate[u] != 0)
+		return 0;
+	float *p = gk_nn_params(dp->m) + dp->ulo[u];
+	if (gk_comm_iallgatherv(dp->comm, p, dp->udispl + (size_t)u * ((size_t)dp->world + 1),
+				GK_DT_F32, &dp->ureq[u], err) < 0)
+		return -1;
+	dp->ustate[u] = 1;
+	return 0;
+}
+
+/* unit u present: its gather started if it was not, and waited for (the
+ * wait is exposed communication, counted with ZeRO-2's bucket waits) */
+static int unit_wait(gk_nn_dp *dp, int u, gk_err *err)
+{
+	if (dp->ustate[u] == 2)
+		return 0;
+	double t0 = gk_now();
+	if (unit_issue(dp, u, err) < 0)
+		return -1;
+	gk_comm_req *r = dp->ureq[u];
+	dp->ureq[u] = NULL;
+	int rc = gk_comm_wait(r, err);
+	dp->bwd_wait += gk_now() - t0;
+	if (rc < 0)
+		return -1;
+	dp->ustate[u] = 2;
+	return 0;
+}
+
+/* unit u's pages outside this rank's range go back (whole pages only:
+ * one shared with a neighbouring unit or the range stays) */
+static void unit_release(gk_nn_dp *dp, int u)
+{
+	size_t a = dp->ulo[u], b = dp->uhi[u];
+	if (dp->ustate[u] != 2)
+		return;
+	size_t e = b < dp->lo ? b : dp->lo;
+	if (e >= dp->N) /* the release of the buffer's end would take the range */
+		e = dp->N - 1;
+	if (a < e)
+		gk_nn_params_release(dp->m, a, e);
+	size_t s = a > dp->hi ? a : dp->hi;
+	if (s < b)
+		gk_nn_params_release(dp->m, s, b);
+	dp->ustate[u] = 0;
+}
+
+/*
+ * The model's calls around block l (unit l + 1): before its forward, its
+ * gather waited for and the next block's started (prefetch); after, it is
+ * released (reshard), but the last block, which backward needs at once;
+ * before its backward, gathered again and the previous block's started;
+ * after, released.
+ */
+static int param_cb(int phase, int l, void *ctx, gk_err *err)
+{
+	gk_nn_dp *dp = ctx;
+	int u = l + 1, L = dp->nunits - 2;
+	switch (phase) {
+	case GK_NN_FWD_PRE:
+		if (unit_wait(dp, u, err) < 0)
+			return -1;
+		return dp->prefetch && l + 1 < L ? unit_issue(dp, u + 1, err) : 0;
+	case GK_NN_FWD_POST:
+		if (dp->reshard && l + 1 < L)
+			unit_release(dp, u);
+		return 0;
+	case GK_NN_BWD_PRE:
+		if (unit_wait(dp, u, err) < 0)
+			return -1;
+		return dp->prefetch && l > 0 ? unit_issue(dp, u - 1, err) : 0;
+	default:
+		unit_release(dp, u);
+		return 0;
+	}
+}
+
+static int zero3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
+{
+	int L = (int)t->cfg.layers, n = L + 2;
+	dp->nunits = n;
+	dp->reshard = !t->o.keep_gathered;
+	dp->prefetch = 0;
+	dp->ulo = calloc((size_t)n, sizeof(size_t));
+	dp->uhi = calloc((size_t)n, sizeof(size_t));
+	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
+	dp->ureq = calloc((size_t)n, sizeof(*dp->ureq));
+	dp->ustate = calloc((size_t)n, 1);
+	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate)
+		return gk_err_sys(err, ENOMEM, "ZeRO-3 parameter units");
+	size_t lo, hi;
+	for (int l = 0; l < L; l++) {
+		gk_nn_block_range(dp->m, l, &lo, &hi);
+		dp->ulo[l + 1] = lo;
+		dp->uhi[l + 1] = hi;
+	}
+	dp->ulo[0] = 0;
+	dp->uhi[0] = dp->ulo[1];
+	dp->ulo[n - 1] = dp->uhi[L];
+	dp->uhi[n - 1] = dp->Np;
+	for (int u = 0; u < n; u++)
+		unit_displ(dp, u);
+	gk_nn_set_param_fn(dp->m, param_cb, dp);
+	return 0;
+}
+
+int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->zero3)
+		return 0;
+	for (int u = 0; u < dp->nunits; u++) /* nothing in flight, as between steps */
+		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
+			return -1;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_params(dp->m);
+	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	memset(dp->ustate, 2, (size_t)dp->nunits);
+	gk_nn_set_param_fn(dp->m, NULL, NULL);
+	return 0;
+}
+
+void gk_nn_dp_params_shard(gk_nn_dp *dp)
+{
+	if (!dp->zero3)
+		return;
+	for (int u = 0; u < dp->nunits; u++) {
+		dp->ustate[u] = dp->ustate[u] == 1 ? 1 : 2;
+		unit_release(dp, u);
+	}
+	gk_nn_set_param_fn(dp->m, param_cb, dp);
+}
+
 int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 {
 	if (open_grad_comm(dp, t, err) < 0)
@@ -273,7 +438,10 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 */
 	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
 	size_t per = dp->Np / (size_t)dp->world;
-	dp->zero2 = dp->shard && dp->zero == 2;
+	dp->zero2 = dp->shard && dp->zero >= 2;
+	dp->zero3 = dp->shard && dp->zero == 3;
+	if (dp->zero3 && zero3_open(dp, t, err) < 0)
+		return -1;
 	if (dp->zero2 && !(dp->gshard = gk_alloc_big(per * sizeof(float))))
 		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded)) {
@@ -311,6 +479,11 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->mom);
 	free(dp->vel);
 	free(dp->gshard);
+	free(dp->ulo);
+	free(dp->uhi);
+	free(dp->udispl);
+	free(dp->ureq);
+	free(dp->ustate);
 	free(dp);
 }
 
@@ -348,10 +521,23 @@ gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last)
 	return last && dp->grads && dp->overlap && !dp->via_host ? ready_cb : NULL;
 }
 
-void gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum)
+int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err)
 {
 	if (dp->zero2)
 		gk_comm_grads_micro(dp->grads, a == 0, a == accum - 1);
+	if (!dp->zero3)
+		return 0;
+	/*
+	 * ZeRO-3: the embeddings and the final norm with the tied head, used
+	 * first and last by every micro-step, are gathered for the whole
+	 * step (released after its last backward); the first block's gather
+	 * starts with them.
+	 */
+	int last = dp->nunits - 1;
+	if (unit_issue(dp, 0, err) < 0 || unit_issue(dp, last, err) < 0 ||
+	    (dp->prefetch && unit_issue(dp, 1, err) < 0))
+		return -1;
+	return unit_wait(dp, 0, err) < 0 || unit_wait(dp, last, err) < 0 ? -1 : 0;
 }
 
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
@@ -403,6 +589,10 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
 		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
+		if (dp->zero3) { /* the step's last backward is done */
+			unit_release(dp, 0);
+			unit_release(dp, dp->nunits - 1);
+		}
 	} else if (dp->shard) {
 		dp->comm_start = now;
 		if (shard_reduce(dp, err) < 0)
@@ -448,7 +638,9 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 	if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel, err) < 0)
 		return -1;
 	*exposed = 0;
-	if (dp->shard) {
+	/* ZeRO-3: each rank's updated range reaches the others in the next
+	 * step's gathers */
+	if (dp->shard && !dp->zero3) {
 		double ta = gk_now();
 		if (shard_gather(dp, err) < 0)
 			return -1;

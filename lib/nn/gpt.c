@@ -298,7 +298,7 @@ static size_t lazy_bytes(const gk_nn_model *m)
 	return (m->nflat * sizeof(float) + pg - 1) / pg * pg + pg;
 }
 
-static float *lazy_alloc(gk_nn_model *m)
+static float *lazy_alloc(gk_nn_model *m, int *flag)
 {
 	void *p = mmap(NULL, lazy_bytes(m), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -307,7 +307,7 @@ static float *lazy_alloc(gk_nn_model *m)
 #ifdef MADV_NOHUGEPAGE
 	(void)madvise(p, lazy_bytes(m), MADV_NOHUGEPAGE);
 #endif
-	m->lazy = 1;
+	*flag = 1;
 	return p;
 }
 
@@ -316,15 +316,37 @@ size_t gk_nn_grad_page(void)
 	return (size_t)sysconf(_SC_PAGESIZE) / sizeof(float);
 }
 
-void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi)
+static void lazy_release(const gk_nn_model *m, float *buf, size_t lo, size_t hi)
 {
-	if (!m->lazy)
-		return;
 	size_t pg = gk_nn_grad_page();
 	size_t a = (lo + pg - 1) / pg * pg;
 	size_t e = hi >= m->nparams ? lazy_bytes(m) / sizeof(float) : hi / pg * pg;
 	if (e > a)
-		(void)madvise(m->grads + a, (e - a) * sizeof(float), MADV_DONTNEED);
+		(void)madvise(buf + a, (e - a) * sizeof(float), MADV_DONTNEED);
+}
+
+void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi)
+{
+	if (m->lazy)
+		lazy_release(m, m->grads, lo, hi);
+}
+
+void gk_nn_params_release(gk_nn_model *m, size_t lo, size_t hi)
+{
+	if (m->lazy_p)
+		lazy_release(m, m->params, lo, hi);
+}
+
+void gk_nn_set_param_fn(gk_nn_model *m, gk_nn_param_fn fn, void *ctx)
+{
+	m->pfn = fn;
+	m->pctx = ctx;
+}
+
+void gk_nn_block_range(const gk_nn_model *m, int l, size_t *lo, size_t *hi)
+{
+	*lo = m->blk[l].ln1w;
+	*hi = l + 1 < (int)m->c.layers ? m->blk[l + 1].ln1w : m->lnfw;
 }
 
 /* Carve consecutive pieces of one buffer, each rounded to 16 floats. */
@@ -519,8 +541,9 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 	m->nflat = (m->nparams + k - 1) / k * k;
-	m->params = falloc(m->nflat, &m->mem.parameters);
-	m->grads = o->lazy_grads && o->device != GK_NN_CUDA ? lazy_alloc(m) :
+	m->params = o->lazy_params && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy_p) :
+		    falloc(m->nflat, &m->mem.parameters);
+	m->grads = o->lazy_grads && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy) :
 		   falloc(m->nflat, &m->mem.gradients);
 	if (!m->params || !m->grads) {
 		gk_err_sys(err, ENOMEM, "model parameters (%zu MiB)",
@@ -629,7 +652,10 @@ void gk_nn_free(gk_nn_model *m)
 		free(m->ft);
 	free(m->t);
 	free(m->blk);
-	free(m->params);
+	if (m->lazy_p)
+		munmap(m->params, lazy_bytes(m));
+	else
+		free(m->params);
 	if (m->lazy)
 		munmap(m->grads, lazy_bytes(m));
 	else

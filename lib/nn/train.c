@@ -160,8 +160,10 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 		return -1;
 	}
 	double acc[2] = {0, 0};
-	int rc = 0;
-	for (int64_t k = 0; batches <= 0 || k < batches; k++) {
+	/* ZeRO-3: the whole model, once: the ranks may hold different numbers
+	 * of batches, and a gather per block would need the same on all */
+	int rc = gk_nn_dp_params_full(t->dp, err);
+	for (int64_t k = 0; rc == 0 && (batches <= 0 || k < batches); k++) {
 		int r = gk_nn_data_next(d, t->in, t->tg, err);
 		if (r < 0) {
 			rc = -1;
@@ -178,6 +180,7 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 		acc[1] += 1;
 	}
 	gk_nn_data_close(d);
+	gk_nn_dp_params_shard(t->dp);
 	if (rc < 0)
 		return -1;
 	if (t->grid.tp_rank != 0) /* a tensor group's ranks evaluated the same batches */
@@ -225,7 +228,8 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;
-		gk_nn_dp_micro_begin(t->dp, a, o->grad_accum);
+		if (gk_nn_dp_micro_begin(t->dp, a, o->grad_accum, err) < 0)
+			return -1;
 		double ta = gk_now();
 		test_slow(t, GK_NN_PART_DATA);
 		int r = gk_nn_data_next(t->data, t->in, t->tg, err);

@@ -84,7 +84,11 @@ typedef struct gk_nn_train_opts {
 	double clip;            /* global-norm clip; 0: off */
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
-	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */
+	int zero;               /* 0, 1, 2 (gradients sharded too) or 3 (and the
+				 * parameters): 2 and 3 on the CPU backend */
+	int keep_gathered;      /* ZeRO-3: a block's parameters stay from its
+				 * forward to its backward (--reshard-after-forward
+				 * no); 0 releases them after the forward */
 	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
 				 * the CPU backend, ZeRO 0, no compression */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's

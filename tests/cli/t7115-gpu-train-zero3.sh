@@ -1,0 +1,167 @@
+#!/bin/sh
+test_description='gpu-train --zero 3: parameters sharded over the ranks
+
+Outside its own range of the flat buffer a rank holds no parameters
+between uses: each block is gathered (one all-gather of unequal pieces
+over its owners) before its forward and again before its backward, and
+released after; the embeddings and the final norm with the tied head stay
+gathered for the step. Gradients go as ZeRO-2'"'"'s. The parameters a rank
+computes with are the owners'"'"' bits, and the gradient path is ZeRO-2'"'"'s,
+so ZeRO-3 equals ZeRO-2 bit for bit (losses, gradient norms, the model
+file and every moment file) at 2 and 3 ranks, with accumulation, with
+the blocks released after forward or kept until backward; at 2 ranks
+ZeRO-1 too. Checkpoints resume across stages and worlds, its memory is
+mem-estimate'"'"'s --zero 3, and what it cannot do is refused.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+A="--data train.bin $TINY --steps 6 --json --clip 1 --bucket 16K"
+
+norms() {
+	jq -r 'select(.event == "step") | .grad_norm' "$1"
+}
+
+# losses, norms, model and moment files of runs $2.. (--ckpt-dir each's
+# name) all equal, bit for bit, at world $1
+same_runs() {
+	w=$1 &&
+	shift &&
+	ref=$1 &&
+	losses $ref.json >$ref.l && norms $ref.json >$ref.n &&
+	test $(wc -l <$ref.l) = 6 &&
+	for x in "$@"; do
+		losses $x.json >$x.l && norms $x.json >$x.n &&
+		test_cmp $ref.l $x.l && test_cmp $ref.n $x.n &&
+		cmp $ref/latest/model.safetensors $x/latest/model.safetensors &&
+		r=0 &&
+		while test $r -lt $w; do
+			f=$(printf "optim-rank-%05d-of-%05d.safetensors" $r $w) &&
+			cmp $ref/latest/$f $x/latest/$f &&
+			r=$((r + 1)) || return 1
+		done || return 1
+	done
+}
+
+test_expect_success 'data' '
+	train_data
+'
+
+test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit, released after forward or kept until backward' '
+	mpi 2 $A --batch 4 --zero 1 --ckpt-dir a1 >a1.json &&
+	mpi 2 $A --batch 4 --zero 2 --ckpt-dir a2 >a2.json &&
+	mpi 2 $A --batch 4 --zero 3 --ckpt-dir a3 >a3.json &&
+	mpi 2 $A --batch 4 --zero 3 --reshard-after-forward no --ckpt-dir a3k >a3k.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .reshard_after_forward" a3.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].reshard_after_forward == false" a3k.json &&
+	same_runs 2 a2 a1 a3 a3k
+'
+
+test_expect_success MPI '3 ranks (parameters not divisible by 3): ZeRO-3 = ZeRO-2 bit for bit' '
+	mpi 3 $A --batch 2 --zero 2 --ckpt-dir b2 >b2.json &&
+	mpi 3 $A --batch 2 --zero 3 --ckpt-dir b3 >b3.json &&
+	mpi 3 $A --batch 2 --zero 3 --reshard-after-forward no --ckpt-dir b3k >b3k.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].params_padded % 3 != 0" b3.json &&
+	same_runs 3 b2 b3 b3k
+'
+
+test_expect_success MPI '--grad-accum 2 at 2 and 3 ranks: ZeRO-3 = ZeRO-2 bit for bit' '
+	mpi 2 $A --batch 2 --grad-accum 2 --zero 2 --ckpt-dir c2 >c2.json &&
+	mpi 2 $A --batch 2 --grad-accum 2 --zero 3 --ckpt-dir c3 >c3.json &&
+	mpi 2 $A --batch 2 --grad-accum 2 --zero 3 --reshard-after-forward no --ckpt-dir c3k >c3k.json &&
+	same_runs 2 c2 c3 c3k &&
+	mpi 3 $A --batch 2 --grad-accum 2 --zero 2 --ckpt-dir d2 >d2.json &&
+	mpi 3 $A --batch 2 --grad-accum 2 --zero 3 --ckpt-dir d3 >d3.json &&
+	same_runs 3 d2 d3
+'
+
+test_expect_success MPI '--recompute layer and evaluation (every rank gathers the whole model): ZeRO-3 = ZeRO-2' '
+	V="--recompute layer --val-data val.bin --eval-every 3 --eval-batches 2" &&
+	mpi 2 $A --batch 4 --zero 2 $V >e2.json &&
+	mpi 2 $A --batch 4 --zero 3 $V >e3.json &&
+	losses e2.json >e2.l && losses e3.json >e3.l && test_cmp e2.l e3.l &&
+	jq -r "select(.event == \"step\" and .val_loss != null) | .val_loss" e2.json >e2.v &&
+	jq -r "select(.event == \"step\" and .val_loss != null) | .val_loss" e3.json >e3.v &&
+	test $(wc -l <e3.v) = 2 && test_cmp e2.v e3.v
+'
+
+test_expect_success MPI 'resume across stages: ZeRO-3 on 2 -> ZeRO-3 on 2 and -> ZeRO-0 on 1, bit for bit' '
+	mpi 2 $A --batch 4 --zero 3 --steps 8 >f.json &&
+	losses f.json >lf &&
+	mpi 2 $A --batch 4 --zero 3 --steps 8 --until 4 --ckpt-dir s33 >p.json &&
+	mpi 2 $A --batch 4 --zero 3 --steps 8 --ckpt-dir s33 --resume >q.json &&
+	{ losses p.json && losses q.json; } >l33 &&
+	test_cmp lf l33 &&
+	test -f s33/step-00000004/optim-rank-00001-of-00002.safetensors &&
+	mpi 2 $A --batch 4 --zero 1 --steps 8 --until 4 --ckpt-dir s13 >p1.json &&
+	mpi 2 $A --batch 4 --zero 3 --steps 8 --ckpt-dir s13 --resume >q1.json &&
+	{ losses p1.json && losses q1.json; } >l13 &&
+	test_cmp lf l13 &&
+	mpi 2 $A --batch 4 --zero 3 --steps 8 --until 3 --ckpt-dir s30 >g3.json &&
+	gpu-train $A --batch 8 --steps 8 --ckpt-dir s30 --resume >h3.json &&
+	mpi 2 $A --batch 4 --zero 2 --steps 8 --until 3 --ckpt-dir s20 >g2.json &&
+	gpu-train $A --batch 8 --steps 8 --ckpt-dir s20 --resume >h2.json &&
+	cmp s30/step-00000003/model.safetensors s20/step-00000003/model.safetensors &&
+	{ losses g3.json && losses h3.json; } >l30 &&
+	{ losses g2.json && losses h2.json; } >l20 &&
+	test $(wc -l <l30) = 8 &&
+	test_cmp l20 l30 &&
+	cmp s30/latest/model.safetensors s20/latest/model.safetensors &&
+	close_to l30 lf 1e-5
+'
+
+cat >cmp.py <<'PYEOF'
+import json, sys
+start = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
+est = json.load(open(sys.argv[2]))
+g, m = start["memory"], est["bytes"]
+for k in ("parameters", "gradients", "optimizer"):
+    if g[k] != m[k]:
+        sys.exit("%s: gpu-train %d, mem-estimate %d" % (k, g[k], m[k]))
+# comm: what the lazily mapped buffers hold during a step: at least the
+# embeddings (parameters, and the tied gradient rows) and at most both
+# whole padded buffers
+emb = 4 * start["vocab"] * start["hidden"]
+full = 4 * start["params_padded"]
+if not 2 * emb <= g["comm"] <= 2 * full + 8 * 4096:
+    sys.exit("comm %d: not between twice the embedding %d and the buffers %d" % (g["comm"], emb, full))
+print("ok", g["parameters"], g["comm"])
+PYEOF
+
+for n in 2 3; do
+	test_expect_success MPI "memory over $n ranks: parameters, gradients and optimizer = mem-estimate --zero 3 --dp $n" "
+		test -f a1/latest/config.json &&
+		mpi $n --data train.bin --config a1/latest/config.json --seq 16 --batch 3 \
+			--steps 1 --threads 1 --json --zero 3 >mg$n.json &&
+		mem-estimate --config a1/latest/config.json --precision f32 -b 3 -s 16 \
+			--no-dropout --zero 3 --dp $n --json >me$n.json &&
+		python3 cmp.py mg$n.json me$n.json
+	"
+done
+
+# Each rank's peak RSS (VmHWM), through a wrapper that runs it as a child.
+cat >rss.py <<'PYEOF'
+import os, resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+with open(sys.argv[1] + "." + os.environ.get("OMPI_COMM_WORLD_RANK", "0"), "w") as f:
+    f.write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)
+PYEOF
+
+if ! ldd "$(command -v gpu-train)" 2>/dev/null | grep -q libasan; then
+	test_set_prereq NOASAN
+fi
+
+test_expect_success 'refused: --zero 3 with --compress, on a GPU, with --sample or --tp (usage errors)' '
+	test_expect_code 2 gpu-train $A --zero 3 --compress bf16 2>err &&
+	grep "^gpu-train: --zero 3 does not compress its gradient buckets: --zero 1 with --compress" err &&
+	test_expect_code 2 gpu-train $A --zero 3 --device cuda 2>err &&
+	grep "^gpu-train: --zero 3 partitions the parameters on the CPU backend only: on a GPU use --zero 1" err &&
+	test_expect_code 2 gpu-train $A --zero 3 --sample 4 2>err &&
+	grep "^gpu-train: --zero 3 does not gather the parameters for --sample: sample the run.s checkpoint afterwards" err &&
+	test_expect_code 2 gpu-train $A --zero 3 --tp 2 2>err &&
+	grep "^gpu-train: --tp 2: not with --zero 3" err &&
+	test_expect_code 2 gpu-train $A --zero 3 --reshard-after-forward maybe 2>err &&
+	grep "reshard-after-forward" err
+'
+
+test_done
