@@ -479,6 +479,11 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		if (l->tp_bytes)
 			json_object_set_new(o, "tp_comm_bytes", json_integer((json_int_t)l->tp_bytes));
+		if (l->gathers) {
+			json_object_set_new(o, "param_gathers", json_integer((json_int_t)l->gathers));
+			json_object_set_new(o, "param_prefetched",
+					    json_integer((json_int_t)l->prefetched));
+		}
 		print_mem(c->mem, o);
 		if (gk_status_out_tty())
 			gk_status_clear();

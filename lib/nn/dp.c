@@ -305,6 +305,8 @@ static int unit_wait(gk_nn_dp *dp, int u, gk_err *err)
 	if (dp->ustate[u] == 2)
 		return 0;
 	double t0 = gk_now();
+	dp->gathers++;
+	dp->prefetched += dp->ustate[u] == 1;
 	if (unit_issue(dp, u, err) < 0)
 		return -1;
 	gk_comm_req *r = dp->ureq[u];
@@ -370,7 +372,7 @@ static int zero3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	int L = (int)t->cfg.layers, n = L + 2;
 	dp->nunits = n;
 	dp->reshard = !t->o.keep_gathered;
-	dp->prefetch = 0;
+	dp->prefetch = dp->overlap;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
@@ -534,10 +536,9 @@ int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err)
 	 * starts with them.
 	 */
 	int last = dp->nunits - 1;
-	if (unit_issue(dp, 0, err) < 0 || unit_issue(dp, last, err) < 0 ||
-	    (dp->prefetch && unit_issue(dp, 1, err) < 0))
+	if (unit_wait(dp, 0, err) < 0 || unit_wait(dp, last, err) < 0)
 		return -1;
-	return unit_wait(dp, 0, err) < 0 || unit_wait(dp, last, err) < 0 ? -1 : 0;
+	return dp->prefetch ? unit_issue(dp, 1, err) : 0;
 }
 
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)

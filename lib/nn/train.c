@@ -348,6 +348,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
 		t->dp->bwd_wait = 0;
+		t->dp->gathers = t->dp->prefetched = 0;
 		/* the flight recorder names each collective's step */
 		gk_comm_trace_step(t->comm, step);
 		if (t->dp->gcomm && t->dp->gcomm != t->comm)
@@ -385,6 +386,8 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		part[GK_NN_PART_CHECKPOINT] += gk_now() - t1;
 		lg.tokens = t->tokens;
 		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
+		lg.gathers = t->dp->gathers;
+		lg.prefetched = t->dp->prefetched;
 		lg.step_ms = (t1 - t0) * 1e3;
 		lg.bad_samples = (int64_t)v[4];
 		lg.tokens_per_s = step_tokens / (t1 - t0);

@@ -200,6 +200,10 @@ typedef struct gk_nn_train_log {
 	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
 	uint64_t tp_bytes;      /* this rank's into its tensor group's allreduces
 				 * this step (gk_nn_tp_bytes); 0 without --tp */
+	int64_t gathers;        /* ZeRO-3: parameter gathers waited for this step
+				 * (0 otherwise) ... */
+	int64_t prefetched;     /* ... of which started before their use (during
+				 * the previous block) */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */

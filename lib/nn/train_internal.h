@@ -243,6 +243,7 @@ struct gk_nn_dp {
 	size_t *ulo, *uhi, *udispl;
 	gk_comm_req **ureq;
 	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
+	int64_t gathers, prefetched; /* this step's: waited for, started before */
 	double comm_start;    /* first bucket of this step started */
 	double bwd_wait;      /* ZeRO-2: seconds of this step's micro-steps spent in
 			       * the buckets' calls during backward (exposed) */

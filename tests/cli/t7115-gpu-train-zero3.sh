@@ -42,32 +42,53 @@ same_runs() {
 	done
 }
 
+# every step's parameter gathers as ZeRO-3 makes them, in $1 run with
+# --grad-accum $2, blocks released after forward ($3 = 1) or not, and the
+# next block's gather started during the current one ($4 = 1) or not:
+# the embeddings and the final norm once a step, each micro-step's
+# forward every block, its backward every block but the last again when
+# released after forward; each block's gather prefetched, or none
+gathers() {
+	jq -s -e --argjson a $2 --argjson r $3 --argjson p $4 "
+		(map(select(.event == \"start\"))[0].layers) as \$l |
+		(\$a * (\$l + \$r * (\$l - 1))) as \$blocks |
+		map(select(.event == \"step\")) | length > 0 and
+		all(.param_gathers == 2 + \$blocks and .param_prefetched == \$p * \$blocks)" "$1" || {
+		echo "$1: gathers $(jq -c "select(.event == \"step\") | [.param_gathers, .param_prefetched]" "$1" | sort -u)"
+		false
+	}
+}
+
 test_expect_success 'data' '
 	train_data
 '
 
-test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit, released after forward or kept until backward' '
+test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit, released after forward or kept until backward, prefetched or not' '
 	mpi 2 $A --batch 4 --zero 1 --ckpt-dir a1 >a1.json &&
 	mpi 2 $A --batch 4 --zero 2 --ckpt-dir a2 >a2.json &&
-	mpi 2 $A --batch 4 --zero 3 --ckpt-dir a3 >a3.json &&
-	mpi 2 $A --batch 4 --zero 3 --reshard-after-forward no --ckpt-dir a3k >a3k.json &&
+	mpi 2 $A --batch 4 --zero 3 --overlap on --ckpt-dir a3 >a3.json &&
+	mpi 2 $A --batch 4 --zero 3 --no-overlap --ckpt-dir a3off >a3off.json &&
+	mpi 2 $A --batch 4 --zero 3 --reshard-after-forward no --overlap on --ckpt-dir a3k >a3k.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .reshard_after_forward" a3.json &&
 	jq -s -e "map(select(.event == \"start\"))[0].reshard_after_forward == false" a3k.json &&
-	same_runs 2 a2 a1 a3 a3k
+	gathers a3.json 1 1 1 && gathers a3off.json 1 1 0 && gathers a3k.json 1 0 1 &&
+	same_runs 2 a2 a1 a3 a3off a3k
 '
 
 test_expect_success MPI '3 ranks (parameters not divisible by 3): ZeRO-3 = ZeRO-2 bit for bit' '
 	mpi 3 $A --batch 2 --zero 2 --ckpt-dir b2 >b2.json &&
-	mpi 3 $A --batch 2 --zero 3 --ckpt-dir b3 >b3.json &&
-	mpi 3 $A --batch 2 --zero 3 --reshard-after-forward no --ckpt-dir b3k >b3k.json &&
+	mpi 3 $A --batch 2 --zero 3 --overlap on --ckpt-dir b3 >b3.json &&
+	mpi 3 $A --batch 2 --zero 3 --reshard-after-forward no --no-overlap --ckpt-dir b3k >b3k.json &&
 	jq -s -e "map(select(.event == \"start\"))[0].params_padded % 3 != 0" b3.json &&
 	same_runs 3 b2 b3 b3k
 '
 
 test_expect_success MPI '--grad-accum 2 at 2 and 3 ranks: ZeRO-3 = ZeRO-2 bit for bit' '
 	mpi 2 $A --batch 2 --grad-accum 2 --zero 2 --ckpt-dir c2 >c2.json &&
-	mpi 2 $A --batch 2 --grad-accum 2 --zero 3 --ckpt-dir c3 >c3.json &&
-	mpi 2 $A --batch 2 --grad-accum 2 --zero 3 --reshard-after-forward no --ckpt-dir c3k >c3k.json &&
+	mpi 2 $A --batch 2 --grad-accum 2 --zero 3 --overlap on --ckpt-dir c3 >c3.json &&
+	mpi 2 $A --batch 2 --grad-accum 2 --zero 3 --reshard-after-forward no --no-overlap \
+		--ckpt-dir c3k >c3k.json &&
+	gathers c3.json 2 1 1 && gathers c3k.json 2 0 0 &&
 	same_runs 2 c2 c3 c3k &&
 	mpi 3 $A --batch 2 --grad-accum 2 --zero 2 --ckpt-dir d2 >d2.json &&
 	mpi 3 $A --batch 2 --grad-accum 2 --zero 3 --ckpt-dir d3 >d3.json &&
