@@ -760,11 +760,13 @@ static void normal_fill(float *x, size_t n, float std, uint64_t *s)
  * the ones before it and tensors can be filled in parallel.
  */
 static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *params,
-		      int64_t layers, int nt, uint64_t seed)
+		      int64_t layers, int nt, uint64_t seed, const gk_nn_model *keep,
+		      size_t lo, size_t hi)
 {
 	float std = 0.02f;
 	float resid_std = 0.02f / sqrtf(2.0f * (float)layers);
-	memset(params, 0, nparams * sizeof(float));
+	if (!keep)
+		memset(params, 0, nparams * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
 	for (size_t i = 0; i < n; i++) {
 		const gk_nn_tensor *t = &tt[i];
@@ -783,6 +785,15 @@ static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *p
 			for (size_t k = 0; k < t->numel; k++)
 				p[k] = 1.0f;
 		}
+		/* keep: the tensor's pages outside [lo, hi) go back at once
+		 * (whole pages of this tensor only: no other thread's) */
+		if (keep) {
+			size_t a = t->off, b = t->off + t->numel;
+			if (a < lo)
+				lazy_release(keep, params, a, b < lo ? b : lo);
+			if (b > hi && b < keep->nparams)
+				lazy_release(keep, params, a > hi ? a : hi, b);
+		}
 	}
 }
 
@@ -793,15 +804,25 @@ static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *p
 int gk_nn_init(gk_nn_model *m, uint64_t seed)
 {
 	if (m->tp == 1) {
-		init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed);
+		init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed,
+			  NULL, 0, 0);
 		return 0;
 	}
 	float *full = malloc(m->nfull * sizeof(float));
 	if (!full)
 		return -1;
-	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed);
+	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed, NULL, 0, 0);
 	gk_nn_tp_scatter(m, full, m->params);
 	free(full);
+	return 0;
+}
+
+int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi)
+{
+	if (!m->lazy_p || m->tp > 1)
+		return gk_nn_init(m, seed);
+	init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed, m, lo,
+		  hi);
 	return 0;
 }
 

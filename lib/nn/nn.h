@@ -224,6 +224,9 @@ const gk_nn_config *gk_nn_config_of(const gk_nn_model *m);
  * and under tensor parallelism each rank's slices of them.
  */
 int gk_nn_init(gk_nn_model *m, uint64_t seed); /* -1: no memory (tp's whole model) */
+/* lazy_params: the same values in [lo, hi), and no memory taken for the
+ * others (each tensor's pages outside it released as it is drawn) */
+int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi);
 /*
  * Load parameters from a checkpoint: anything gk_ckpt_open takes (a
  * .safetensors file, a Hugging Face directory or index, a training step

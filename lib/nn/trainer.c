@@ -755,7 +755,9 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 			return -1;
 		}
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
-	} else if (gk_nn_tr_agree_local(t, gk_nn_init(t->m, o->seed) < 0 ?
+	} else if (gk_nn_tr_agree_local(t, (dp->zero3 ? gk_nn_init_range(t->m, o->seed, dp->lo,
+									 dp->hi)
+						       : gk_nn_init(t->m, o->seed)) < 0 ?
 					 gk_err_sys(err, ENOMEM, "model initialisation") : 0, err) < 0) {
 		return -1;
 	}
@@ -770,8 +772,14 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	 */
 	float *p0 = gk_nn_params(t->m);
 	gk_comm *dc = t->grid.dpc;
+	/*
+	 * ZeRO-3 initialised draws only its own range and holds no replica:
+	 * every parameter has one copy, its owner's, so there is nothing to
+	 * make equal (and a broadcast would fill the whole buffer).
+	 */
+	int fresh3 = dp->zero3 && !resume_dir && !o->init_from;
 	if (t->grid.dp > 1 &&
-	    (gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
+	    ((!fresh3 && gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0) ||
 	     (!o->zero && resume_dir &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
