@@ -112,13 +112,16 @@ int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
 	return 0;
 }
 
-void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block,
-			  uint64_t *shard, uint64_t *transient)
+void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
+			  int keep, uint64_t *shard, uint64_t *transient)
 {
 	size_t pg = gk_nn_grad_page(), per = nflat / (size_t)world;
 	uint64_t all = (nflat + pg - 1) / pg * pg;
-	/* a unit's pages, and the pages it shares with its neighbours */
-	uint64_t live = (edge + pg - 1) / pg * pg + 2 * ((block + pg - 1) / pg * pg) + 4 * pg;
+	/* a unit's pages, and the pages it shares with its neighbours; kept
+	 * until backward, every block is present at the end of forward */
+	uint64_t blocks = keep ? (uint64_t)layers : 2;
+	uint64_t live = (edge + pg - 1) / pg * pg + blocks * ((block + pg - 1) / pg * pg) +
+			(blocks + 2) * pg;
 	*shard = ((uint64_t)per * sizeof(float) + 63) / 64 * 64;
 	*transient = (live < all ? live : all) * sizeof(float);
 }

@@ -274,10 +274,11 @@ int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda);
  * the world): the range it owns (shard), and the most the lazily mapped
  * buffer holds besides it during a step (transient): the embeddings and
  * the final norm (edge floats, kept for the step) and two blocks (the
- * one in use and the next, prefetched; block floats the largest).
+ * one in use and the next, prefetched; block floats the largest), or
+ * with keep (--reshard-after-forward no) all layers of them.
  */
-void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block,
-			  uint64_t *shard, uint64_t *transient);
+void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
+			  int keep, uint64_t *shard, uint64_t *transient);
 /* ZeRO-3: every parameter present (evaluation, a checkpoint's copy; no
  * gathers around the blocks meanwhile), then this rank's range only
  * again. Nothing under other stages. */

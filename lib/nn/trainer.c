@@ -58,7 +58,7 @@ static size_t zero2_head(const gk_nn_trainer *t)
 }
 
 /* ZeRO-3's units (dp.c): the embeddings and the final norm, kept for a
- * step, and a block (the largest unit gathered and released) */
+ * step, and a block (the unit gathered and released) */
 static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
 {
 	size_t C = (size_t)t->cfg.hidden;
@@ -116,7 +116,8 @@ static void account(gk_nn_trainer *t)
 		size_t edge, block;
 		uint64_t plive;
 		zero3_units(t, &edge, &block);
-		gk_nn_dp_zero3_bytes(t->dp->Np, t->grid.dp, edge, block, &mm.parameters, &plive);
+		gk_nn_dp_zero3_bytes(t->dp->Np, t->grid.dp, edge, block, (int)t->cfg.layers,
+				     t->o.keep_gathered, &mm.parameters, &plive);
 		live += plive;
 	}
 	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
@@ -485,7 +486,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		size_t edge, block;
 		uint64_t shard, live;
 		zero3_units(t, &edge, &block);
-		gk_nn_dp_zero3_bytes(nflat, t->world, edge, block, &shard, &live);
+		gk_nn_dp_zero3_bytes(nflat, t->world, edge, block, (int)t->cfg.layers,
+				     t->o.keep_gathered, &shard, &live);
 		pl.parameters = shard + live;
 	}
 	if (mo.lazy_grads) {
