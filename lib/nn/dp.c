@@ -1,7 +1,8 @@
 /*
  * dp.c - the gradient path of data parallelism: the world's gradients
  * averaged after backward (ZeRO-0) or each range reduced to the rank
- * that owns it (ZeRO-1, and ZeRO-2, which keeps only that range), the
+ * that owns it (ZeRO-1, and ZeRO-2 and 3, which keep only that range;
+ * ZeRO-3 the parameters' too, gathered around each block's use), the
  * global norm, AdamW on this rank's range of the parameters, and the
  * allgather of the updated ranges.
  *
@@ -61,6 +62,28 @@
  * order); with it, the sum over micro-steps of the world's sums instead
  * of the world's sum of the micro-steps' sums, equal within fp32
  * rounding.
+ *
+ * ZeRO-3 (--zero 3, the CPU backend) shards the parameters on the same
+ * ranges: a rank keeps only [lo, hi) of them, the model's parameter
+ * buffer mapped lazily as ZeRO-2's gradients are (gk_nn_opts.lazy_params).
+ * The flat buffer is cut into units: the embeddings (wte, wpe), each
+ * block, and the final norm with the padding. Each is gathered by one
+ * all-gather of unequal pieces over its owners (gk_comm_iallgatherv, the
+ * sibling of the reduce-scatterv) where the model says it is about to be
+ * used (gk_nn_set_param_fn) and released (MADV_DONTNEED outside [lo, hi))
+ * after: a block before its forward and again before its backward, or
+ * kept in between with --reshard-after-forward no (FSDP's
+ * reshard_after_forward=False); the last block, whose backward follows at
+ * once, is kept. With overlap the next block's gather is started before
+ * the current block computes (forward: l + 1, backward: l - 1), as
+ * FSDP's forward and backward prefetch do. The embeddings and the final
+ * norm, which the tied head uses at both ends of every micro-step, are
+ * gathered before a step's first micro-step and released after its last
+ * backward. Flat ranges rather than FSDP2's dim-0 shards of each tensor
+ * keep the moments and checkpoints ZeRO-1's. Gradients go as ZeRO-2's;
+ * the update is of [lo, hi) only, and no allgather follows it: the next
+ * step's gathers read the owners' updated ranges. Evaluation and
+ * checkpoints gather the whole model once (gk_nn_dp_params_full).
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the

@@ -228,8 +228,6 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;
-		if (gk_nn_dp_micro_begin(t->dp, a, o->grad_accum, err) < 0)
-			return -1;
 		double ta = gk_now();
 		test_slow(t, GK_NN_PART_DATA);
 		int r = gk_nn_data_next(t->data, t->in, t->tg, err);
@@ -238,7 +236,10 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		double tb = gk_now();
 		part[GK_NN_PART_DATA] += tb - ta;
 		test_slow(t, GK_NN_PART_COMPUTE);
-		if (r < 0 || gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0)
+		/* ZeRO-3's gathers before forward are the compute's, less
+		 * their waits (bwd_wait), as those during it */
+		if (r < 0 || gk_nn_dp_micro_begin(t->dp, a, o->grad_accum, err) < 0 ||
+		    gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0)
 			return -1;
 		*lsum += l;
 		int last = a == o->grad_accum - 1;

@@ -9,7 +9,7 @@
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
  *   grid.c      the process grid: world = dp x tp, its groups' communicators
  *               (tensor parallelism itself is the model's: tp.c)
- *   dp.c        the gradient path: data parallel, ZeRO-0, 1 and 2 (the
+ *   dp.c        the gradient path: data parallel, ZeRO-0, 1, 2 and 3 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
  *   resume.c    the checkpoint directory's claim, --init-from, resume
