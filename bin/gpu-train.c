@@ -69,6 +69,12 @@ static int parse_overlap(const char *s)
 	return !strcmp(s, "on") ? 1 : !strcmp(s, "off") ? 0 : !strcmp(s, "auto") ? GK_NN_AUTO : -1;
 }
 
+/* --reshard-after-forward: whether a block's parameters stay gathered */
+static int parse_keep(const char *s)
+{
+	return !strcmp(s, "yes") ? 0 : !strcmp(s, "no") ? 1 : -1;
+}
+
 /* the gradients' communicator: lib/comm's backends less self */
 static int parse_comm(const char *s)
 {
@@ -230,8 +236,12 @@ static const gk_optdef options[] = {
 	CUSTOM("offload-chunk", "SIZE", o.offload_chunk, parse_chunk, LOCAL,
 	       "bytes of each moment an offloaded update holds (default 4M)"),
 	SECTION("parallel"),
-	INT("zero", "0|1|2", o.zero, 0, 2, NOTE, "0",
-	    "1: shard the optimizer state over the ranks; 2: and the gradients"),
+	INT("zero", "0|1|2|3", o.zero, 0, 3, NOTE, "0",
+	    "1: shard the optimizer state over the ranks; 2: and the\n"
+	    "gradients; 3: and the parameters"),
+	ENUM("reshard-after-forward", "yes|no", o.keep_gathered, parse_keep, "yes or no", AGREE,
+	     "yes", "--zero 3: release a block's parameters after its forward\n"
+	     "(yes) or keep them until its backward (no)"),
 	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
 	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
@@ -507,6 +517,11 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		if (l->tp_bytes)
 			json_object_set_new(o, "tp_comm_bytes", json_integer((json_int_t)l->tp_bytes));
+		if (l->gathers) {
+			json_object_set_new(o, "param_gathers", json_integer((json_int_t)l->gathers));
+			json_object_set_new(o, "param_prefetched",
+					    json_integer((json_int_t)l->prefetched));
+		}
 		print_mem(c->mem, o);
 		if (gk_status_out_tty())
 			gk_status_clear();
@@ -724,12 +739,17 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
-	if (a->o.zero == 2 && a->o.compress != GK_COMM_COMPRESS_NONE)
-		gk_cli_usage_error(&cli, "--zero 2 does not compress its gradient buckets: --zero 1 "
-				   "with --compress, or --zero 2 without it");
-	if (a->o.zero == 2 && a->o.device == GK_NN_CUDA)
-		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
-				   "only: on a GPU use --zero 1");
+	if (a->o.zero >= 2 && a->o.compress != GK_COMM_COMPRESS_NONE)
+		gk_cli_usage_error(&cli, "--zero %d does not compress its gradient buckets: --zero 1 "
+				   "with --compress, or --zero %d without it", a->o.zero, a->o.zero);
+	if (a->o.zero >= 2 && a->o.device == GK_NN_CUDA)
+		gk_cli_usage_error(&cli, "--zero %d partitions the %s on the CPU backend "
+				   "only: on a GPU use --zero 1", a->o.zero,
+				   a->o.zero == 3 ? "parameters" : "gradients");
+	if (a->o.zero == 3 && a->sample)
+		gk_cli_usage_error(&cli, "--zero 3 does not gather the parameters for --sample: "
+				   "sample the run's checkpoint afterwards (--init-from DIR --sample N, "
+				   "one rank)");
 	if (a->offload && strcmp(a->offload, "none")) {
 		if (!strcmp(a->offload, "optimizer") && a->o.device == GK_NN_CPU)
 			gk_cli_usage_error(&cli, "--offload optimizer moves a GPU's optimizer state to "
@@ -951,6 +971,9 @@ static void print_start(gk_nn_trainer *t)
 			if (gk_nn_trainer_device_desc(t))
 				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));
+			if (r->zero == 3)
+				json_object_set_new(j, "reshard_after_forward",
+						    json_boolean(!r->keep_gathered));
 			if (tok)
 				json_object_set_new(j, "tokenizer", json_string(tok));
 			if (from) {

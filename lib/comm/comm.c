@@ -615,6 +615,34 @@ int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtyp
 	return start(c, &k, req, err);
 }
 
+/* displ: world + 1 non-decreasing offsets, not too many elements */
+static int check_displ(gk_comm *c, const size_t *displ, const char *what, gk_err *err)
+{
+	if (!displ)
+		return gk_errf(err, "%s: no pieces", what);
+	for (int i = 0; i < c->world; i++)
+		if (displ[i + 1] < displ[i])
+			return gk_errf(err, "%s: piece %d ends before it starts", what, i);
+	if (displ[c->world] > (size_t)1 << 54)
+		return gk_errf(err, "%s of %zu elements: too large", what, displ[c->world]);
+	return 0;
+}
+
+int gk_comm_iallgatherv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
+			gk_comm_req **req, gk_err *err)
+{
+	gk_comm_call k;
+	if (check_displ(c, displ, "allgather", err) < 0)
+		return -1;
+	size_t esz = gk_comm_dt_size(dt);
+	fill(&k, GK_COMM_ALLGATHER, (char *)buf + displ[c->rank] * (esz ? esz : 1), buf,
+	     displ[c->rank + 1] - displ[c->rank], dt, GK_COMM_SUM, NULL);
+	k.displ = displ;
+	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
+		return -1;
+	return start(c, &k, req, err);
+}
+
 int gk_comm_allgather(gk_comm *c, const void *send, void *recv,
 		      size_t sendcount, gk_dtype dt, const gk_comm_callopts *o,
 		      gk_err *err)

@@ -343,6 +343,20 @@ int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
  */
 int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
 			     gk_comm_op op, gk_comm_req **req, gk_err *err);
+/*
+ * Non-blocking all-gather of unequal pieces, in place (MPI's
+ * MPI_Allgatherv with the pieces where they belong): buf holds
+ * displ[world] elements, rank q's piece [displ[q], displ[q + 1]) its own
+ * input; when the request completes every rank holds every piece. The
+ * sibling of gk_comm_ireduce_scatterv: ZeRO-3's parameters, a range whose
+ * owners hold unequal parts of it, gathered in one collective. displ and
+ * buf stay the caller's, untouched (but for this rank's piece, read) until
+ * the request completes. mpi: the ring, each piece one of its blocks
+ * (empty pieces send nothing); self: nothing to do; nccl: not available,
+ * an error.
+ */
+int gk_comm_iallgatherv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
+			gk_comm_req **req, gk_err *err);
 /* *done = 1 when complete (the request stays valid until waited on). */
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 /* Wait for completion and free the request; returns the operation's status. */

@@ -568,20 +568,30 @@ static int ring_rs(gk_comm *c, const char *src, char *buf, size_t count,
 	return ring_rsv(c, src, buf, count, NULL, dt, op, divide, err);
 }
 
-/* Allgather in place: rank r starts with block r, ends with all. */
-static int ring_ag(gk_comm *c, char *buf, size_t count, size_t esz, gk_err *err)
+/* Allgather in place: rank r starts with block r, ends with all; the
+ * blocks the ring's equal ones, or the caller's (displ). */
+static int ring_agv(gk_comm *c, char *buf, size_t count, const size_t *displ, size_t esz,
+		    gk_err *err)
 {
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
+#define BO(i) (displ ? displ[i] : boff(count, n, i))
+#define BL(i) (displ ? displ[(i) + 1] - displ[i] : blen(count, n, i))
 	for (int s = 0; s < n - 1; s++) {
 		int sb = mod(r - s, n), rb = mod(r - s - 1, n);
-		if (xchg(st, buf + boff(count, n, sb) * esz, blen(count, n, sb) * esz,
-			 mod(r + 1, n), buf + boff(count, n, rb) * esz,
-			 blen(count, n, rb) * esz, mod(r - 1, n), seg_bytes(c, esz),
+		if (xchg(st, buf + BO(sb) * esz, BL(sb) * esz, mod(r + 1, n),
+			 buf + BO(rb) * esz, BL(rb) * esz, mod(r - 1, n), seg_bytes(c, esz),
 			 TAG_AG, NULL, NULL, err) < 0)
 			return -1;
 	}
+#undef BO
+#undef BL
 	return 0;
+}
+
+static int ring_ag(gk_comm *c, char *buf, size_t count, size_t esz, gk_err *err)
+{
+	return ring_agv(c, buf, count, NULL, esz, err);
 }
 
 static int ring_allreduce(gk_comm *c, const char *src, char *buf, size_t count,
@@ -931,6 +941,10 @@ static int allgather(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	int n = c->world, r = c->rank;
 	size_t esz = gk_comm_dt_size(k->dt), bytes = k->count * esz;
 	char *mine = (char *)k->recv + (size_t)r * bytes;
+	/* unequal pieces, in place (gk_comm_iallgatherv): the ring with the
+	 * caller's blocks, whatever the algorithm */
+	if (k->displ)
+		return ring_agv(c, k->recv, k->displ[n], k->displ, esz, err);
 	if (k->algo == GK_COMM_ALGO_NATIVE) {
 		if (k->count > INT_MAX / 2)
 			return gk_errf(err, "mpi: allgather of %zu elements per rank: more than MPI's int count",

@@ -562,6 +562,9 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 					  nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_ALLGATHER:
+		if (k->displ)
+			return gk_errf(err, "nccl: an allgather of unequal pieces is not "
+				       "available (NCCL's takes equal counts)");
 		r = st->api.AllGather(k->send, k->recv, k->count, nccl_dt(k->dt),
 				      st->comm, s);
 		break;

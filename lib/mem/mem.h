@@ -304,7 +304,7 @@ typedef struct gk_mem_train {
 	int64_t seq;        /* tokens per sequence; at most positions */
 	int64_t batch;      /* sequences per micro-batch on each rank */
 	gk_dtype precision; /* GK_DT_F32 or GK_DT_BF16 */
-	int zero;           /* 0, 1 or 2 */
+	int zero;           /* 0 to 3 */
 	int64_t dp;         /* data-parallel ranks */
 	int64_t tp;         /* tensor-parallel ranks (0: 1) */
 	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's

@@ -14,8 +14,8 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	gk_mem_model m = {0};
 	gk_mem_run r;
 
-	if (t->zero < 0 || t->zero > 2)
-		return gk_errf(err, "train: ZeRO stage '%d': must be 0, 1 or 2",
+	if (t->zero < 0 || t->zero > 3)
+		return gk_errf(err, "train: ZeRO stage '%d': must be 0 to 3",
 			       t->zero);
 	if (t->precision != GK_DT_INVALID && t->precision != GK_DT_F32 &&
 	    t->precision != GK_DT_BF16)

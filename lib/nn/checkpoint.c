@@ -416,10 +416,15 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 			job_free(j);
 			return -1;
 		}
-	} else if (t->rank == 0) {
-		j->params = malloc(t->N * sizeof(float));
-		if (j->params)
+	} else {
+		/* ZeRO-3: every rank's range gathered, for rank 0's copy */
+		if (gk_nn_dp_params_full(t->dp, err) < 0) {
+			job_free(j);
+			return -1;
+		}
+		if (t->rank == 0 && (j->params = malloc(t->N * sizeof(float))))
 			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
+		gk_nn_dp_params_shard(t->dp);
 	}
 	if (j->write_moments && t->grid.tp == 1) {
 		j->m = malloc(j->n * sizeof(float) + 1);
@@ -462,6 +467,9 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 	if (!t->o.ckpt_dir || t->o.eval_only)
 		return 0;
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
+	/* ZeRO-3: while rank 0 copies them, every rank holds every parameter */
+	if (gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) && nparams > moments)
+		b += (uint64_t)(nparams - moments) * sizeof(float);
 	if (t->o.zero || t->rank == 0)
 		b += (uint64_t)2 * moments * sizeof(float);
 	return b + (uint64_t)feedback * sizeof(float);

@@ -1,7 +1,8 @@
 /*
  * dp.c - the gradient path of data parallelism: the world's gradients
  * averaged after backward (ZeRO-0) or each range reduced to the rank
- * that owns it (ZeRO-1, and ZeRO-2, which keeps only that range), the
+ * that owns it (ZeRO-1, and ZeRO-2 and 3, which keep only that range;
+ * ZeRO-3 the parameters' too, gathered around each block's use), the
  * global norm, AdamW on this rank's range of the parameters, and the
  * allgather of the updated ranges.
  *
@@ -62,6 +63,28 @@
  * of the world's sum of the micro-steps' sums, equal within fp32
  * rounding.
  *
+ * ZeRO-3 (--zero 3, the CPU backend) shards the parameters on the same
+ * ranges: a rank keeps only [lo, hi) of them, the model's parameter
+ * buffer mapped lazily as ZeRO-2's gradients are (gk_nn_opts.lazy_params).
+ * The flat buffer is cut into units: the embeddings (wte, wpe), each
+ * block, and the final norm with the padding. Each is gathered by one
+ * all-gather of unequal pieces over its owners (gk_comm_iallgatherv, the
+ * sibling of the reduce-scatterv) where the model says it is about to be
+ * used (gk_nn_set_param_fn) and released (MADV_DONTNEED outside [lo, hi))
+ * after: a block before its forward and again before its backward, or
+ * kept in between with --reshard-after-forward no (FSDP's
+ * reshard_after_forward=False); the last block, whose backward follows at
+ * once, is kept. With overlap the next block's gather is started before
+ * the current block computes (forward: l + 1, backward: l - 1), as
+ * FSDP's forward and backward prefetch do. The embeddings and the final
+ * norm, which the tied head uses at both ends of every micro-step, are
+ * gathered before a step's first micro-step and released after its last
+ * backward. Flat ranges rather than FSDP2's dim-0 shards of each tensor
+ * keep the moments and checkpoints ZeRO-1's. Gradients go as ZeRO-2's;
+ * the update is of [lo, hi) only, and no allgather follows it: the next
+ * step's gathers read the owners' updated ranges. Evaluation and
+ * checkpoints gather the whole model once (gk_nn_dp_params_full).
+ *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
  * device's gradient buffer, and each bucket is queued on NCCL's stream
@@ -89,7 +112,12 @@ int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world)
 
 int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
-	return o->zero == 2 && world > 1 && !cuda;
+	return o->zero >= 2 && world > 1 && !cuda;
+}
+
+int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
+{
+	return o->zero == 3 && world > 1 && !cuda;
 }
 
 int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
@@ -101,16 +129,31 @@ int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
 		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
 			       "memory, and this run is on the CPU, which keeps it there: give "
 			       "optimizer:DIR for files under DIR");
-	if (o->zero != 2 || world == 1)
+	if (o->zero < 2 || world == 1)
 		return 0;
 	if (cuda)
-		return gk_errf(err, "--zero 2 partitions the gradients on the CPU backend only "
-			       "(NCCL's reduce-scatter takes equal pieces, and a bucket's owners "
-			       "hold unequal ones): on a GPU use --zero 1");
+		return gk_errf(err, "--zero %d partitions the %s on the CPU backend only "
+			       "(NCCL's collectives take equal pieces, and a bucket's or a block's "
+			       "owners hold unequal ones): on a GPU use --zero 1", o->zero,
+			       o->zero == 3 ? "parameters and gradients" : "gradients");
 	if (o->compress != GK_COMM_COMPRESS_NONE)
-		return gk_errf(err, "--zero 2 does not compress its gradient buckets: use --zero 1 "
-			       "with --compress, or --zero 2 without it");
+		return gk_errf(err, "--zero %d does not compress its gradient buckets: use --zero 1 "
+			       "with --compress, or --zero %d without it", o->zero, o->zero);
 	return 0;
+}
+
+void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
+			  int keep, uint64_t *shard, uint64_t *transient)
+{
+	size_t pg = gk_nn_grad_page(), per = nflat / (size_t)world;
+	uint64_t all = (nflat + pg - 1) / pg * pg;
+	/* a unit's pages, and the pages it shares with its neighbours; kept
+	 * until backward, every block is present at the end of forward */
+	uint64_t blocks = keep ? (uint64_t)layers : 2;
+	uint64_t live = (edge + pg - 1) / pg * pg + blocks * ((block + pg - 1) / pg * pg) +
+			(blocks + 2) * pg;
+	*shard = ((uint64_t)per * sizeof(float) + 63) / 64 * 64;
+	*transient = (live < all ? live : all) * sizeof(float);
 }
 
 /*
@@ -270,6 +313,156 @@ static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
 	return rc;
 }
 
+/* ---- ZeRO-3: the parameters' units, gathered and released ---- */
+
+/* unit u's pieces: what each owner holds of [ulo, uhi), from ulo */
+static void unit_displ(gk_nn_dp *dp, int u)
+{
+	size_t per = dp->Np / (size_t)dp->world, a = dp->ulo[u], b = dp->uhi[u];
+	size_t *d = dp->udispl + (size_t)u * ((size_t)dp->world + 1);
+	for (int q = 0; q <= dp->world; q++) {
+		size_t x = (size_t)q * per;
+		d[q] = (x < a ? a : x > b ? b : x) - a;
+	}
+}
+
+static int unit_issue(gk_nn_dp *dp, int u, gk_err *err)
+{
+	if (dp->ustate[u] != 0)
+		return 0;
+	float *p = gk_nn_params(dp->m) + dp->ulo[u];
+	if (gk_comm_iallgatherv(dp->comm, p, dp->udispl + (size_t)u * ((size_t)dp->world + 1),
+				GK_DT_F32, &dp->ureq[u], err) < 0)
+		return -1;
+	dp->ustate[u] = 1;
+	return 0;
+}
+
+/* unit u present: its gather started if it was not, and waited for (the
+ * wait is exposed communication, counted with ZeRO-2's bucket waits) */
+static int unit_wait(gk_nn_dp *dp, int u, gk_err *err)
+{
+	if (dp->ustate[u] == 2)
+		return 0;
+	double t0 = gk_now();
+	dp->gathers++;
+	dp->prefetched += dp->ustate[u] == 1;
+	if (unit_issue(dp, u, err) < 0)
+		return -1;
+	gk_comm_req *r = dp->ureq[u];
+	dp->ureq[u] = NULL;
+	int rc = gk_comm_wait(r, err);
+	dp->bwd_wait += gk_now() - t0;
+	if (rc < 0)
+		return -1;
+	dp->ustate[u] = 2;
+	return 0;
+}
+
+/* unit u's pages outside this rank's range go back (whole pages only:
+ * one shared with a neighbouring unit or the range stays) */
+static void unit_release(gk_nn_dp *dp, int u)
+{
+	size_t a = dp->ulo[u], b = dp->uhi[u];
+	if (dp->ustate[u] != 2)
+		return;
+	size_t e = b < dp->lo ? b : dp->lo;
+	if (e >= dp->N) /* the release of the buffer's end would take the range */
+		e = dp->N - 1;
+	if (a < e)
+		gk_nn_params_release(dp->m, a, e);
+	size_t s = a > dp->hi ? a : dp->hi;
+	if (s < b)
+		gk_nn_params_release(dp->m, s, b);
+	dp->ustate[u] = 0;
+}
+
+/*
+ * The model's calls around block l (unit l + 1): before its forward, its
+ * gather waited for and the next block's started (prefetch); after, it is
+ * released (reshard), but the last block, which backward needs at once;
+ * before its backward, gathered again and the previous block's started;
+ * after, released.
+ */
+static int param_cb(int phase, int l, void *ctx, gk_err *err)
+{
+	gk_nn_dp *dp = ctx;
+	int u = l + 1, L = dp->nunits - 2;
+	switch (phase) {
+	case GK_NN_FWD_PRE:
+		if (unit_wait(dp, u, err) < 0)
+			return -1;
+		return dp->prefetch && l + 1 < L ? unit_issue(dp, u + 1, err) : 0;
+	case GK_NN_FWD_POST:
+		if (dp->reshard && l + 1 < L)
+			unit_release(dp, u);
+		return 0;
+	case GK_NN_BWD_PRE:
+		if (unit_wait(dp, u, err) < 0)
+			return -1;
+		return dp->prefetch && l > 0 ? unit_issue(dp, u - 1, err) : 0;
+	default:
+		unit_release(dp, u);
+		return 0;
+	}
+}
+
+static int zero3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
+{
+	int L = (int)t->cfg.layers, n = L + 2;
+	dp->nunits = n;
+	dp->reshard = !t->o.keep_gathered;
+	dp->prefetch = dp->overlap;
+	dp->ulo = calloc((size_t)n, sizeof(size_t));
+	dp->uhi = calloc((size_t)n, sizeof(size_t));
+	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
+	dp->ureq = calloc((size_t)n, sizeof(*dp->ureq));
+	dp->ustate = calloc((size_t)n, 1);
+	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate)
+		return gk_err_sys(err, ENOMEM, "ZeRO-3 parameter units");
+	size_t lo, hi;
+	for (int l = 0; l < L; l++) {
+		gk_nn_block_range(dp->m, l, &lo, &hi);
+		dp->ulo[l + 1] = lo;
+		dp->uhi[l + 1] = hi;
+	}
+	dp->ulo[0] = 0;
+	dp->uhi[0] = dp->ulo[1];
+	dp->ulo[n - 1] = dp->uhi[L];
+	dp->uhi[n - 1] = dp->Np;
+	for (int u = 0; u < n; u++)
+		unit_displ(dp, u);
+	gk_nn_set_param_fn(dp->m, param_cb, dp);
+	return 0;
+}
+
+int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->zero3)
+		return 0;
+	for (int u = 0; u < dp->nunits; u++) /* nothing in flight, as between steps */
+		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
+			return -1;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_params(dp->m);
+	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	memset(dp->ustate, 2, (size_t)dp->nunits);
+	gk_nn_set_param_fn(dp->m, NULL, NULL);
+	return 0;
+}
+
+void gk_nn_dp_params_shard(gk_nn_dp *dp)
+{
+	if (!dp->zero3)
+		return;
+	for (int u = 0; u < dp->nunits; u++) {
+		dp->ustate[u] = dp->ustate[u] == 1 ? 1 : 2;
+		unit_release(dp, u);
+	}
+	gk_nn_set_param_fn(dp->m, param_cb, dp);
+}
+
 int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 {
 	if (open_grad_comm(dp, t, err) < 0)
@@ -287,7 +480,10 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 */
 	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
 	size_t per = dp->Np / (size_t)dp->world;
-	dp->zero2 = dp->shard && dp->zero == 2;
+	dp->zero2 = dp->shard && dp->zero >= 2;
+	dp->zero3 = dp->shard && dp->zero == 3;
+	if (dp->zero3 && zero3_open(dp, t, err) < 0)
+		return -1;
 	if (dp->zero2 && !(dp->gshard = gk_alloc_big(per * sizeof(float))))
 		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded)) {
@@ -326,6 +522,11 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->vel);
 	gk_nn_offload_close(dp->off);
 	free(dp->gshard);
+	free(dp->ulo);
+	free(dp->uhi);
+	free(dp->udispl);
+	free(dp->ureq);
+	free(dp->ustate);
 	free(dp);
 }
 
@@ -363,10 +564,22 @@ gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last)
 	return last && dp->grads && dp->overlap && !dp->via_host ? ready_cb : NULL;
 }
 
-void gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum)
+int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err)
 {
 	if (dp->zero2)
 		gk_comm_grads_micro(dp->grads, a == 0, a == accum - 1);
+	if (!dp->zero3)
+		return 0;
+	/*
+	 * ZeRO-3: the embeddings and the final norm with the tied head, used
+	 * first and last by every micro-step, are gathered for the whole
+	 * step (released after its last backward); the first block's gather
+	 * starts with them.
+	 */
+	int last = dp->nunits - 1;
+	if (unit_wait(dp, 0, err) < 0 || unit_wait(dp, last, err) < 0)
+		return -1;
+	return dp->prefetch ? unit_issue(dp, 1, err) : 0;
 }
 
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
@@ -418,6 +631,10 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
 		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
+		if (dp->zero3) { /* the step's last backward is done */
+			unit_release(dp, 0);
+			unit_release(dp, dp->nunits - 1);
+		}
 	} else if (dp->shard) {
 		dp->comm_start = now;
 		if (shard_reduce(dp, err) < 0)
@@ -505,7 +722,9 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		return -1;
 	}
 	*exposed = 0;
-	if (dp->shard) {
+	/* ZeRO-3: each rank's updated range reaches the others in the next
+	 * step's gathers */
+	if (dp->shard && !dp->zero3) {
 		double ta = gk_now();
 		if (shard_gather(dp, err) < 0)
 			return -1;

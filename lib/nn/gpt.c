@@ -298,7 +298,7 @@ static size_t lazy_bytes(const gk_nn_model *m)
 	return (m->nflat * sizeof(float) + pg - 1) / pg * pg + pg;
 }
 
-static float *lazy_alloc(gk_nn_model *m)
+static float *lazy_alloc(gk_nn_model *m, int *flag)
 {
 	void *p = mmap(NULL, lazy_bytes(m), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -307,7 +307,7 @@ static float *lazy_alloc(gk_nn_model *m)
 #ifdef MADV_NOHUGEPAGE
 	(void)madvise(p, lazy_bytes(m), MADV_NOHUGEPAGE);
 #endif
-	m->lazy = 1;
+	*flag = 1;
 	return p;
 }
 
@@ -316,15 +316,37 @@ size_t gk_nn_grad_page(void)
 	return (size_t)sysconf(_SC_PAGESIZE) / sizeof(float);
 }
 
-void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi)
+static void lazy_release(const gk_nn_model *m, float *buf, size_t lo, size_t hi)
 {
-	if (!m->lazy)
-		return;
 	size_t pg = gk_nn_grad_page();
 	size_t a = (lo + pg - 1) / pg * pg;
 	size_t e = hi >= m->nparams ? lazy_bytes(m) / sizeof(float) : hi / pg * pg;
 	if (e > a)
-		(void)madvise(m->grads + a, (e - a) * sizeof(float), MADV_DONTNEED);
+		(void)madvise(buf + a, (e - a) * sizeof(float), MADV_DONTNEED);
+}
+
+void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi)
+{
+	if (m->lazy)
+		lazy_release(m, m->grads, lo, hi);
+}
+
+void gk_nn_params_release(gk_nn_model *m, size_t lo, size_t hi)
+{
+	if (m->lazy_p)
+		lazy_release(m, m->params, lo, hi);
+}
+
+void gk_nn_set_param_fn(gk_nn_model *m, gk_nn_param_fn fn, void *ctx)
+{
+	m->pfn = fn;
+	m->pctx = ctx;
+}
+
+void gk_nn_block_range(const gk_nn_model *m, int l, size_t *lo, size_t *hi)
+{
+	*lo = m->blk[l].ln1w;
+	*hi = l + 1 < (int)m->c.layers ? m->blk[l + 1].ln1w : m->lnfw;
 }
 
 /* Carve consecutive pieces of one buffer, each rounded to 16 floats. */
@@ -519,8 +541,9 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 	m->nflat = (m->nparams + k - 1) / k * k;
-	m->params = falloc(m->nflat, &m->mem.parameters);
-	m->grads = o->lazy_grads && o->device != GK_NN_CUDA ? lazy_alloc(m) :
+	m->params = o->lazy_params && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy_p) :
+		    falloc(m->nflat, &m->mem.parameters);
+	m->grads = o->lazy_grads && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy) :
 		   falloc(m->nflat, &m->mem.gradients);
 	if (!m->params || !m->grads) {
 		gk_err_sys(err, ENOMEM, "model parameters (%zu MiB)",
@@ -649,7 +672,10 @@ void gk_nn_free(gk_nn_model *m)
 		free(m->ft);
 	free(m->t);
 	free(m->blk);
-	free(m->params);
+	if (m->lazy_p)
+		munmap(m->params, lazy_bytes(m));
+	else
+		free(m->params);
 	if (m->lazy)
 		munmap(m->grads, lazy_bytes(m));
 	else
@@ -754,11 +780,13 @@ static void normal_fill(float *x, size_t n, float std, uint64_t *s)
  * the ones before it and tensors can be filled in parallel.
  */
 static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *params,
-		      int64_t layers, int nt, uint64_t seed)
+		      int64_t layers, int nt, uint64_t seed, const gk_nn_model *keep,
+		      size_t lo, size_t hi)
 {
 	float std = 0.02f;
 	float resid_std = 0.02f / sqrtf(2.0f * (float)layers);
-	memset(params, 0, nparams * sizeof(float));
+	if (!keep)
+		memset(params, 0, nparams * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
 	for (size_t i = 0; i < n; i++) {
 		const gk_nn_tensor *t = &tt[i];
@@ -777,6 +805,15 @@ static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *p
 			for (size_t k = 0; k < t->numel; k++)
 				p[k] = 1.0f;
 		}
+		/* keep: the tensor's pages outside [lo, hi) go back at once
+		 * (whole pages of this tensor only: no other thread's) */
+		if (keep) {
+			size_t a = t->off, b = t->off + t->numel;
+			if (a < lo)
+				lazy_release(keep, params, a, b < lo ? b : lo);
+			if (b > hi && b < keep->nparams)
+				lazy_release(keep, params, a > hi ? a : hi, b);
+		}
 	}
 }
 
@@ -787,15 +824,25 @@ static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *p
 int gk_nn_init(gk_nn_model *m, uint64_t seed)
 {
 	if (m->tp == 1) {
-		init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed);
+		init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed,
+			  NULL, 0, 0);
 		return 0;
 	}
 	float *full = malloc(m->nfull * sizeof(float));
 	if (!full)
 		return -1;
-	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed);
+	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed, NULL, 0, 0);
 	gk_nn_tp_scatter(m, full, m->params);
 	free(full);
+	return 0;
+}
+
+int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi)
+{
+	if (!m->lazy_p || m->tp > 1)
+		return gk_nn_init(m, seed);
+	init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed, m, lo,
+		  hi);
 	return 0;
 }
 

@@ -48,6 +48,10 @@ struct gk_nn_model {
 	gk_nn_block_off *blk;   /* layers entries */
 	float *params, *grads;
 	int lazy;               /* grads is lazy_grads' mapping (gpt.c) */
+	int lazy_p;             /* params is lazy_params' mapping (gpt.c) */
+	gk_nn_param_fn pfn;     /* ZeRO-3: told around each block's use of its
+				 * parameters (gk_nn_set_param_fn), or NULL */
+	void *pctx;
 
 	/* activations (one allocation; see gpt.c's layout) */
 	float *acts;

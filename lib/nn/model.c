@@ -143,6 +143,12 @@ static int tp_xent_fwd(gk_nn_model *m, const int32_t *targets, double *sum, gk_e
 	return 0;
 }
 
+/* ZeRO-3's parameters around block l's use of them (gk_nn_set_param_fn) */
+static int param_use(gk_nn_model *m, int phase, int l, gk_err *err)
+{
+	return m->pfn ? m->pfn(phase, l, m->pctx, err) : 0;
+}
+
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err)
 {
@@ -171,7 +177,8 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 	if (embed_fwd(m, tokens, err) < 0)
 		return -1;
 	for (int l = 0; l < L; l++)
-		if (block_fwd(m, l, err) < 0)
+		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
+		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
 	const float *last = m->resid + (size_t)L * N * C;
 	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
@@ -336,7 +343,9 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	if (ready && ready(m->lnfw, ctx, err) < 0)
 		return -1;
 	for (int l = L - 1; l >= 0; l--)
-		if (block_bwd(m, l, ready, ctx, err) < 0)
+		if (param_use(m, GK_NN_BWD_PRE, l, err) < 0 ||
+		    block_bwd(m, l, ready, ctx, err) < 0 ||
+		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
 	if (m->tp == 1) {
 		gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T, C, nt);

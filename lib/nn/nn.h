@@ -191,6 +191,11 @@ typedef struct gk_nn_opts {
 	struct gk_comm *tp_comm;      /* the tensor group's communicator (tp > 1),
 				       * the caller's; every rank of the group
 				       * calls forward and backward together */
+	int lazy_params;              /* CPU: the parameter buffer is mapped like
+				       * lazy_grads' (ZeRO-3, whose rank keeps
+				       * only its range between a block's uses);
+				       * gk_nn_params_release gives pages back,
+				       * gk_nn_memory counts it 0 */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
@@ -219,6 +224,9 @@ const gk_nn_config *gk_nn_config_of(const gk_nn_model *m);
  * and under tensor parallelism each rank's slices of them.
  */
 int gk_nn_init(gk_nn_model *m, uint64_t seed); /* -1: no memory (tp's whole model) */
+/* lazy_params: the same values in [lo, hi), and no memory taken for the
+ * others (each tensor's pages outside it released as it is drawn) */
+int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi);
 /*
  * Load parameters from a checkpoint: anything gk_ckpt_open takes (a
  * .safetensors file, a Hugging Face directory or index, a training step
@@ -308,6 +316,8 @@ void gk_nn_zero_grad(gk_nn_model *m);
  * GK_NN_GRAD_PAGE: the floats of a page, which the caller aligns ranges to.
  */
 void gk_nn_grads_release(gk_nn_model *m, size_t lo, size_t hi);
+/* lazy_params: the same for the parameters' whole pages in [lo, hi) */
+void gk_nn_params_release(gk_nn_model *m, size_t lo, size_t hi);
 size_t gk_nn_grad_page(void);
 
 /*
@@ -317,6 +327,21 @@ size_t gk_nn_grad_page(void);
  * The trainer starts bucket allreduces there.
  */
 typedef int (*gk_nn_ready_fn)(size_t off, void *ctx, gk_err *err);
+
+/*
+ * ZeRO-3 (the CPU): fn hears of each block's use of its parameters, in
+ * the order forward and backward use them: GK_NN_FWD_PRE before block
+ * l's forward reads them, GK_NN_FWD_POST after, GK_NN_BWD_PRE before its
+ * backward (and its recomputation) reads them, GK_NN_BWD_POST after. fn
+ * makes them present (gathers them) and may release them after. The
+ * embeddings, the final norm and the tied head, used around the blocks,
+ * are the caller's to keep present. NULL: no calls.
+ */
+enum { GK_NN_FWD_PRE, GK_NN_FWD_POST, GK_NN_BWD_PRE, GK_NN_BWD_POST };
+typedef int (*gk_nn_param_fn)(int phase, int layer, void *ctx, gk_err *err);
+void gk_nn_set_param_fn(gk_nn_model *m, gk_nn_param_fn fn, void *ctx);
+/* block l's parameters: elements [*lo, *hi) of the flat buffer */
+void gk_nn_block_range(const gk_nn_model *m, int l, size_t *lo, size_t *hi);
 
 /*
  * Backward of the last forward (which had targets), accumulating into the

@@ -160,8 +160,10 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 		return -1;
 	}
 	double acc[2] = {0, 0};
-	int rc = 0;
-	for (int64_t k = 0; batches <= 0 || k < batches; k++) {
+	/* ZeRO-3: the whole model, once: the ranks may hold different numbers
+	 * of batches, and a gather per block would need the same on all */
+	int rc = gk_nn_dp_params_full(t->dp, err);
+	for (int64_t k = 0; rc == 0 && (batches <= 0 || k < batches); k++) {
 		int r = gk_nn_data_next(d, t->in, t->tg, err);
 		if (r < 0) {
 			rc = -1;
@@ -178,6 +180,7 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 		acc[1] += 1;
 	}
 	gk_nn_data_close(d);
+	gk_nn_dp_params_shard(t->dp);
 	if (rc < 0)
 		return -1;
 	if (t->grid.tp_rank != 0) /* a tensor group's ranks evaluated the same batches */
@@ -225,7 +228,6 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;
-		gk_nn_dp_micro_begin(t->dp, a, o->grad_accum);
 		double ta = gk_now();
 		test_slow(t, GK_NN_PART_DATA);
 		int r = gk_nn_data_next(t->data, t->in, t->tg, err);
@@ -234,7 +236,10 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		double tb = gk_now();
 		part[GK_NN_PART_DATA] += tb - ta;
 		test_slow(t, GK_NN_PART_COMPUTE);
-		if (r < 0 || gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0)
+		/* ZeRO-3's gathers before forward are the compute's, less
+		 * their waits (bwd_wait), as those during it */
+		if (r < 0 || gk_nn_dp_micro_begin(t->dp, a, o->grad_accum, err) < 0 ||
+		    gk_nn_forward(t->m, t->in, t->tg, &l, err) < 0)
 			return -1;
 		*lsum += l;
 		int last = a == o->grad_accum - 1;
@@ -344,6 +349,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		double t0 = gk_now();
 		t->dp->comm_start = 0;
 		t->dp->bwd_wait = 0;
+		t->dp->gathers = t->dp->prefetched = 0;
 		/* the flight recorder names each collective's step */
 		gk_comm_trace_step(t->comm, step);
 		if (t->dp->gcomm && t->dp->gcomm != t->comm)
@@ -381,6 +387,8 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		part[GK_NN_PART_CHECKPOINT] += gk_now() - t1;
 		lg.tokens = t->tokens;
 		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
+		lg.gathers = t->dp->gathers;
+		lg.prefetched = t->dp->prefetched;
 		lg.step_ms = (t1 - t0) * 1e3;
 		lg.bad_samples = (int64_t)v[4];
 		lg.tokens_per_s = step_tokens / (t1 - t0);

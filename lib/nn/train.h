@@ -90,7 +90,11 @@ typedef struct gk_nn_train_opts {
 				 * update on the CPU (ZeRO-Offload) */
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
-	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */
+	int zero;               /* 0, 1, 2 (gradients sharded too) or 3 (and the
+				 * parameters): 2 and 3 on the CPU backend */
+	int keep_gathered;      /* ZeRO-3: a block's parameters stay from its
+				 * forward to its backward (--reshard-after-forward
+				 * no); 0 releases them after the forward */
 	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
 				 * the CPU backend, ZeRO 0, no compression */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
@@ -211,6 +215,10 @@ typedef struct gk_nn_train_log {
 	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
 	uint64_t tp_bytes;      /* this rank's into its tensor group's allreduces
 				 * this step (gk_nn_tp_bytes); 0 without --tp */
+	int64_t gathers;        /* ZeRO-3: parameter gathers waited for this step
+				 * (0 otherwise) ... */
+	int64_t prefetched;     /* ... of which started before their use (during
+				 * the previous block) */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */

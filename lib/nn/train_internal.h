@@ -9,7 +9,7 @@
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
  *   grid.c      the process grid: world = dp x tp, its groups' communicators
  *               (tensor parallelism itself is the model's: tp.c)
- *   dp.c        the gradient path: data parallel, ZeRO-0, 1 and 2 (the
+ *   dp.c        the gradient path: data parallel, ZeRO-0, 1, 2 and 3 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
  *   resume.c    the checkpoint directory's claim, --init-from, resume
@@ -273,6 +273,22 @@ struct gk_nn_dp {
 	float *gshard;        /* ... this rank's reduced gradients, Np / world floats
 			       * (the model's buffer is lazy_grads) */
 	gk_comm_grads *grads;
+	/*
+	 * ZeRO-3 (zero 3, CPU, world > 1): the parameters are sharded too.
+	 * Units: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the
+	 * final norm and the padding; each [ulo, uhi) of the flat buffer,
+	 * gathered over its owners (udispl: world + 1 offsets a unit) into
+	 * the lazily mapped parameters and released outside [lo, hi) after.
+	 */
+	int zero3;
+	int reshard;          /* release a block after its forward (else after
+			       * its backward) */
+	int prefetch;         /* the next block's gather during this one (overlap) */
+	int nunits;
+	size_t *ulo, *uhi, *udispl;
+	gk_comm_req **ureq;
+	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
+	int64_t gathers, prefetched; /* this step's: waited for, started before */
 	double comm_start;    /* first bucket of this step started */
 	double bwd_wait;      /* ZeRO-2: seconds of this step's micro-steps spent in
 			       * the buckets' calls during backward (exposed) */
@@ -296,6 +312,23 @@ int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err);
  */
 void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_bytes,
 			  int overlap, uint64_t *shard, uint64_t *transient);
+/* Before the model: whether its parameter buffer is lazy_params (ZeRO-3) */
+int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda);
+/*
+ * ZeRO-3's parameter bytes on a rank of a model of nflat floats (padded to
+ * the world): the range it owns (shard), and the most the lazily mapped
+ * buffer holds besides it during a step (transient): the embeddings and
+ * the final norm (edge floats, kept for the step) and two blocks (the
+ * one in use and the next, prefetched; block floats the largest), or
+ * with keep (--reshard-after-forward no) all layers of them.
+ */
+void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
+			  int keep, uint64_t *shard, uint64_t *transient);
+/* ZeRO-3: every parameter present (evaluation, a checkpoint's copy; no
+ * gathers around the blocks meanwhile), then this rank's range only
+ * again. Nothing under other stages. */
+int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
+void gk_nn_dp_params_shard(gk_nn_dp *dp);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
 /* Once the device is chosen: the gradients' communicator (--comm),
@@ -309,8 +342,9 @@ size_t gk_nn_dp_hi(const gk_nn_dp *dp);
 gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last);
 /* Around micro-step a of accum: before its forward, and after its
  * backward (ZeRO-2 finishes the micro-step's buckets there, but the
- * last's, which gk_nn_dp_reduce finishes). */
-void gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum);
+ * last's, which gk_nn_dp_reduce finishes). ZeRO-3 gathers the
+ * embeddings and the final norm before a micro-step. */
+int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err);
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err);
 /* After backward (at time now): the gradients averaged, or this rank's
  * range of them. */

@@ -66,6 +66,15 @@ static size_t zero2_head(const gk_nn_trainer *t)
 	return (size_t)t->cfg.vocab_pad * (size_t)t->cfg.hidden;
 }
 
+/* ZeRO-3's units (dp.c): the embeddings and the final norm, kept for a
+ * step, and a block (the unit gathered and released) */
+static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
+{
+	size_t C = (size_t)t->cfg.hidden;
+	*edge = ((size_t)t->cfg.vocab_pad + (size_t)t->cfg.positions + 2) * C;
+	*block = 12 * C * C + 13 * C;
+}
+
 /*
  * Bytes by lib/mem's categories. What exists only because the embedding is
  * padded to vocab_pad rows (those rows in the parameters, gradients and
@@ -119,6 +128,22 @@ static void account(gk_nn_trainer *t)
 	if (t->dp->zero2)
 		gk_nn_dp_zero2_bytes(t->dp->Np, t->grid.dp, zero2_head(t), t->o.bucket_bytes,
 				     t->dp->overlap, &mm.gradients, &live);
+	/*
+	 * ZeRO-3: the parameters a rank keeps are its range (lib/mem's 4 Psi
+	 * / N); the lazily mapped full buffer holds, during a step, the
+	 * embeddings and the final norm with the tied head, and two blocks
+	 * (the one in use and the one prefetched): counted as comm, as
+	 * ZeRO-2's live gradients are. mem-estimate's zero3_gather prices
+	 * two of the largest tensor instead.
+	 */
+	if (t->dp->zero3) {
+		size_t edge, block;
+		uint64_t plive;
+		zero3_units(t, &edge, &block);
+		gk_nn_dp_zero3_bytes(t->dp->Np, t->grid.dp, edge, block, (int)t->cfg.layers,
+				     t->o.keep_gathered, &mm.parameters, &plive);
+		live += plive;
+	}
 	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
@@ -482,6 +507,14 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		return -1;
 	size_t nflat = pl.parameters / sizeof(float);
 	size_t per = zero && t->world > 1 ? nflat / (size_t)t->world : nflat;
+	if (gk_nn_dp_lazy_params(&o, t->grid.dp, t->cuda)) {
+		size_t edge, block;
+		uint64_t shard, live;
+		zero3_units(t, &edge, &block);
+		gk_nn_dp_zero3_bytes(nflat, t->world, edge, block, (int)t->cfg.layers,
+				     t->o.keep_gathered, &shard, &live);
+		pl.parameters = shard + live;
+	}
 	if (mo.lazy_grads) {
 		uint64_t shard, live;
 		gk_nn_dp_zero2_bytes(nflat, t->world, zero2_head(t), t->o.bucket_bytes,
@@ -688,6 +721,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .precision = t->o.precision,
 			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->grid.dp),
 			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda),
+			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda),
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
@@ -749,7 +783,9 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 			return -1;
 		}
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
-	} else if (gk_nn_tr_agree_local(t, gk_nn_init(t->m, o->seed) < 0 ?
+	} else if (gk_nn_tr_agree_local(t, (dp->zero3 ? gk_nn_init_range(t->m, o->seed, dp->lo,
+									 dp->hi)
+						       : gk_nn_init(t->m, o->seed)) < 0 ?
 					 gk_err_sys(err, ENOMEM, "model initialisation") : 0, err) < 0) {
 		return -1;
 	}
@@ -764,8 +800,14 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	 */
 	float *p0 = gk_nn_params(t->m);
 	gk_comm *dc = t->grid.dpc;
+	/*
+	 * ZeRO-3 initialised draws only its own range and holds no replica:
+	 * every parameter has one copy, its owner's, so there is nothing to
+	 * make equal (and a broadcast would fill the whole buffer).
+	 */
+	int fresh3 = dp->zero3 && !resume_dir && !o->init_from;
 	if (t->grid.dp > 1 &&
-	    (gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
+	    ((!fresh3 && gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0) ||
 	     (!o->zero && resume_dir && !dp->off &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
@@ -774,6 +816,8 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	if (t->grid.dp > 1 && !o->zero && resume_dir && dp->off &&
 	    gk_nn_tr_agree_local(t, gk_nn_offload_broadcast(dp->off, dc, 0, err), err) < 0)
 		return -1;
+	/* ZeRO-3: each rank keeps its own range of what it loaded */
+	gk_nn_dp_params_shard(dp);
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && !dp->host_update && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
 					      dp->vel, 1, err) < 0))

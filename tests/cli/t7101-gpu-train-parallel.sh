@@ -209,7 +209,7 @@ test_expect_success MPI 'ranks whose --init-from names other weights on their ho
 '
 
 test_expect_success 'usage errors exit 2' '
-	test_expect_code 2 gpu-train $A --zero 3 &&
+	test_expect_code 2 gpu-train $A --zero 4 &&
 	test_expect_code 2 gpu-train --layers 2 &&
 	test_expect_code 2 gpu-train $A --recompute some
 '

@@ -5,7 +5,7 @@ AdamW'"'"'s moments of each rank'"'"'s range live in a file under DIR and
 the update streams them through a buffer of --offload-chunk bytes of each.
 Losses, gradient norms, the model and the moments of a checkpoint equal
 the same run'"'"'s without offload bit for bit, at 1, 2 and 3 ranks and
-ZeRO 0, 1 and 2, with accumulation and clipping; runs resume into and
+ZeRO 0 to 3, with accumulation and clipping; runs resume into and
 out of offload bit for bit. The accounting says optimizer 0 (mem-estimate
 --offload optimizer) and the state mem-estimate puts in host_ram, and the
 peak RSS falls by the moments. A directory missing, not a directory or
@@ -52,7 +52,7 @@ test_expect_success 'one rank: the same losses, model and moments as without off
 	jq -se "map(select(.event == \"start\"))[0] | .offload.file | startswith(\"off/.gpu-train-optim-rank-00000.tmp-\")" o1.json
 '
 
-for z in 0 1 2; do
+for z in 0 1 2 3; do
 	test_expect_success MPI "2 ranks, --zero $z, accumulation: bit for bit with and without offload" "
 		mpi 2 $A --grad-accum 2 --zero $z --ckpt-dir n2z$z >n2z$z.json &&
 		mpi 2 $A --grad-accum 2 --zero $z --ckpt-dir o2z$z $OFF >o2z$z.json &&

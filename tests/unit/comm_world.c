@@ -420,6 +420,53 @@ static void test_scatterv(void)
 	   "piece the world's sum and average, world %d", N);
 }
 
+/*
+ * The all-gather of unequal pieces (ZeRO-3's parameters): every rank's
+ * piece, written by its owner alone, in every rank's buffer, in the same
+ * layouts as the reduce-scatter's (empty pieces, one rank holding all,
+ * uneven), and a buffer whose other pieces held garbage before.
+ */
+static void test_allgatherv(void)
+{
+	enum { L = 6 };
+	uint64_t lr = 54321;
+	int good = 1;
+	size_t *displ = malloc(((size_t)N + 1) * sizeof *displ);
+	for (int l = 0; l < L; l++) {
+		displ[0] = 0;
+		for (int q = 0; q < N; q++) {
+			lr ^= lr << 13, lr ^= lr >> 7, lr ^= lr << 17;
+			size_t c = l == 0 ? 0 : l == 1 ? (q == N - 1 ? 5000 : 0) :
+				   l == 2 ? 1 : (size_t)(lr >> 20) % (l == 5 ? 30000 : 3000);
+			if (l >= 3 && q % 3 == 1)
+				c = 0;
+			displ[q + 1] = displ[q] + c;
+		}
+		size_t n = displ[N];
+		float *b = malloc(n * 4 + 4);
+		for (size_t i = 0; i < n; i++)
+			b[i] = -1.0f - (float)R; /* garbage but this rank's piece */
+		for (size_t i = displ[R]; i < displ[R + 1]; i++)
+			b[i] = (float)(i % 65521) * 0.5f + 1.0f;
+		gk_comm_req *rq;
+		if (gk_comm_iallgatherv(C, b, displ, GK_DT_F32, &rq, NULL) < 0 ||
+		    gk_comm_wait(rq, NULL) < 0)
+			good = 0;
+		for (size_t i = 0; i < n; i++)
+			good &= b[i] == (float)(i % 65521) * 0.5f + 1.0f;
+		free(b);
+	}
+	gk_err err = {0};
+	displ[0] = 5, displ[1] = 2;
+	gk_comm_req *rq;
+	float x[8];
+	good &= N == 1 || (gk_comm_iallgatherv(C, x, displ, GK_DT_F32, &rq, &err) < 0 &&
+			   strstr(err.msg, "ends before"));
+	free(displ);
+	ok(all(good), "allgather of unequal pieces (empty, one rank's, uneven): every rank "
+	   "holds every piece, world %d", N);
+}
+
 /* what ZeRO-2's buckets hand back, in order */
 typedef struct {
 	size_t next, align, calls;
@@ -806,6 +853,7 @@ int main(void)
 	test_nonblocking();
 	test_grads();
 	test_scatterv();
+	test_allgatherv();
 	test_partition();
 	test_compressed();
 	test_compressed_rs();

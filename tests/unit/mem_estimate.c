@@ -489,10 +489,17 @@ static void trainer(void)
 	ok(gk_mem_train_estimate(&z2, &e, NULL, NULL, &err) == 0, "ZeRO-2 estimated");
 	is_u64(part(&e, "gradients"), 4 * P / 8, "ZeRO-2: f32 gradients sharded 8 ways");
 	is_u64(part(&e, "optimizer"), 8 * P / 8, "ZeRO-2: Adam m and v sharded 8 ways");
+	/* and ZeRO-3 (the CPU backend): the parameters sharded too */
+	gk_mem_train z3 = t;
+	z3.zero = 3;
+	ok(gk_mem_train_estimate(&z3, &e, NULL, NULL, &err) == 0, "ZeRO-3 estimated");
+	is_u64(part(&e, "parameters"), 4 * P / 8, "ZeRO-3: f32 parameters sharded 8 ways");
+	is_u64(part(&e, "gradients"), 4 * P / 8, "ZeRO-3: f32 gradients sharded 8 ways");
+	is_u64(part(&e, "optimizer"), 8 * P / 8, "ZeRO-3: Adam m and v sharded 8 ways");
 	gk_mem_train bad = t;
-	bad.zero = 3;
+	bad.zero = 4;
 	ok(gk_mem_train_estimate(&bad, &e, NULL, NULL, &err) < 0 &&
-	   strstr(err.msg, "must be 0, 1 or 2"), "ZeRO-3 refused: %s", err.msg);
+	   strstr(err.msg, "must be 0 to 3"), "ZeRO-4 refused: %s", err.msg);
 	bad = t, bad.recompute = GK_MEM_RC_SELECTIVE;
 	ok(gk_mem_train_estimate(&bad, &e, NULL, NULL, &err) < 0 &&
 	   strstr(err.msg, "gelu or layer"), "selective refused: %s", err.msg);
