@@ -506,6 +506,16 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		if (o->device != GK_NN_CPU)
 			return gk_errf(err, "model: tensor parallelism runs on the CPU backend only");
 	}
+	int l0 = 0, l1 = (int)cc.layers;
+	if (o->pp > 1) {
+		if (o->pp_rank < 0 || o->pp_rank >= o->pp)
+			return gk_errf(err, "model pipeline stage %d of %d: no such stage",
+				       o->pp_rank, o->pp);
+		if (gk_nn_pp_layers(cc.layers, o->pp, o->pp_rank, &l0, &l1, err) < 0)
+			return -1;
+		if (o->device != GK_NN_CPU)
+			return gk_errf(err, "model: pipeline parallelism runs on the CPU backend only");
+	}
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gk_err_sys(err, ENOMEM, "model");
@@ -515,6 +525,10 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->tp = o->tp > 1 ? o->tp : 1;
 	m->tpr = m->tp > 1 ? o->tp_rank : 0;
 	m->tpc = m->tp > 1 ? o->tp_comm : NULL;
+	m->pp = o->pp > 1 ? o->pp : 1;
+	m->ppr = m->pp > 1 ? o->pp_rank : 0;
+	m->l0 = l0;
+	m->l1 = l1;
 	if (build_table(m, err) < 0)
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;

@@ -81,6 +81,10 @@ struct gk_nn_model {
 	float *tpx;
 	uint64_t tp_bytes;      /* sent into the group's allreduces so far */
 
+	/* pipeline parallelism (pp.c): pp stages (1: none), this rank's, and
+	 * its layers [l0, l1) */
+	int pp, ppr, l0, l1;
+
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;

@@ -366,9 +366,17 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 	}
 	/* the grid's sizes: every rank has the same options and world, so
 	 * every rank refuses together, before anything is read */
-	if (gk_nn_grid_layout(t->world, o->tp > 1 ? o->tp : 1, t->rank, &t->grid, err) < 0) {
+	if (gk_nn_grid_layout_pp(t->world, o->tp > 1 ? o->tp : 1, o->pp > 1 ? o->pp : 1, t->rank,
+				 &t->grid, err) < 0) {
 		t->agreed = 2;
 		return -1;
+	}
+	if (t->grid.pp > 1 && (t->grid.tp > 1 || o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
+		t->agreed = 2;
+		return gk_errf(err, "pipeline parallelism: not with %s yet (pipeline and data "
+			       "parallel compose: --pp with more ranks, ZeRO 0, no compression)",
+			       t->grid.tp > 1 ? "tensor parallelism" : o->zero ? "ZeRO" :
+			       "compressed gradients");
 	}
 	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
@@ -647,6 +655,20 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			return -1;
 		}
 	}
+	if (t->grid.pp > 1) {
+		int l0, l1;
+		int r = t->cuda ? gk_errf(err, "pipeline parallelism runs on the CPU backend only "
+					  "(this run is on %s)", t->device)
+				: gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0,
+						  &l1, err);
+		if (gk_nn_tr_agree_local(t, r, err) < 0) {
+			t->agreed = 2;
+			return -1;
+		}
+		/* the data-parallel sync after the last micro-batch's backward,
+		 * with no bucket in flight during the schedule's messages */
+		t->o.overlap = 0;
+	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
@@ -662,7 +684,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .precision = t->o.precision,
 			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->grid.dp),
 			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda),
-			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc};
+			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
+			 .pp = t->grid.pp, .pp_rank = t->grid.pp_rank};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
@@ -785,6 +808,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	gk_nn_dp_free(t->dp); /* its communicator before the model's stream */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);
+	gk_nn_tr_pp_free(t);
 	free(t->in);
 	free(t->tg);
 	free(t->snap);
