@@ -473,6 +473,10 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_object_set_new(o, "bad_samples", json_integer(l->bad_samples));
 		if (l->tp_bytes)
 			json_object_set_new(o, "tp_comm_bytes", json_integer((json_int_t)l->tp_bytes));
+		if (!isnan(l->pp_bubble)) {
+			json_object_set_new(o, "pp_comm_bytes", json_integer((json_int_t)l->pp_bytes));
+			json_object_set_new(o, "pp_bubble", jnum(l->pp_bubble));
+		}
 		print_mem(c->mem, o);
 		if (gk_status_out_tty())
 			gk_status_clear();

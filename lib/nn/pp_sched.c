@@ -62,6 +62,8 @@ struct gk_nn_pp {
 	int nsq;
 	int cur;            /* the micro-batch of the model's activations, or -1 */
 	double wait;        /* seconds waiting for receives this step */
+	double span;        /* ... of the schedule's seconds */
+	uint64_t bytes;     /* sent this step */
 };
 
 void gk_nn_tr_pp_free(gk_nn_trainer *t)
@@ -118,6 +120,7 @@ static int recv_wait(gk_nn_trainer *t, float *buf, int peer, gk_err *err)
 static int send(gk_nn_trainer *t, const float *buf, int peer, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
+	p->bytes += p->NC * sizeof(float);
 	return gk_comm_isend(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &p->sq[p->nsq++], err);
 }
 
@@ -177,6 +180,7 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	*lsum = 0;
 	p->nsq = 0;
 	p->wait = 0;
+	p->bytes = 0;
 	double ta = gk_now();
 	for (int k = 0; k < p->M; k++) {
 		int r = gk_nn_data_next(t->data, p->in + (size_t)k * p->BT, p->tg + (size_t)k * p->BT,
@@ -214,14 +218,16 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 			return gk_err_prefix(err, "pipeline stage %d", p->s);
 	p->nsq = 0;
 	p->wait += gk_now() - tw;
-	part[GK_NN_PART_COMPUTE] += gk_now() - tb - p->wait;
+	p->span = gk_now() - tb;
+	part[GK_NN_PART_COMPUTE] += p->span - p->wait;
 	part[GK_NN_PART_COMM] += p->wait;
 	return 0;
 }
 
-double gk_nn_tr_pp_wait(const gk_nn_trainer *t)
+void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble)
 {
-	return t->pp ? t->pp->wait : 0;
+	*bytes = t->pp ? t->pp->bytes : 0;
+	*bubble = t->pp && t->pp->span > 0 ? t->pp->wait / t->pp->span : NAN;
 }
 
 int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)

@@ -209,6 +209,10 @@ typedef struct gk_nn_train_log {
 	double tokens_per_s, step_ms, comm_ms, exposed_comm_ms, gflops;
 	uint64_t tp_bytes;      /* this rank's into its tensor group's allreduces
 				 * this step (gk_nn_tp_bytes); 0 without --tp */
+	uint64_t pp_bytes;      /* this rank's pipeline messages sent this step
+				 * (activations, gradients); 0 without --pp */
+	double pp_bubble;       /* --pp: the part of this rank's schedule spent
+				 * waiting for messages (measured); NaN without */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */

@@ -185,6 +185,9 @@ int gk_nn_tr_straggler_exchange(gk_nn_trainer *t, int64_t step, gk_nn_train_hook
  * and backward by the schedule; *lsum the last stage's sum of losses (0
  * on the others); part's data, compute and communication. */
 int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err);
+/* The last step's messages: bytes sent, and the part of the schedule
+ * spent waiting for receives (NaN before a step). */
+void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble);
 /* The tied embedding's gradient summed over the first and last stage. */
 int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err);
 /* The global gradient norm, each parameter counted once over the stages. */

@@ -53,6 +53,13 @@ test_expect_success MPI 'pp 2 (2 ranks) = one rank: step 1 bit for bit, then wit
 	! grep warning err
 '
 
+# rank 0 (stage 0) sends each of the 4 micro-batches' activations,
+# B x T x C = 4 x 16 x 32 floats: 4 x 4 x 16 x 32 x 4 bytes a step
+test_expect_success MPI 'a step'"'"'s pp_comm_bytes: M B T C floats from stage 0; pp_bubble a fraction' '
+	jq -s -e "map(select(.event == \"step\")) | length == 8 and
+		all(.pp_comm_bytes == 4 * 4 * 16 * 32 * 4 and .pp_bubble >= 0 and .pp_bubble <= 1)" pp2.json
+'
+
 test_expect_success MPI 'GPipe and 1F1B: the same bits' '
 	mpi 2 $A --batch 4 --pp 2 --pp-schedule gpipe >gpipe.json &&
 	jq -s -e "map(select(.event == \"start\"))[0].pp_schedule == \"gpipe\"" gpipe.json &&
