@@ -715,7 +715,6 @@ static void parse_args(int argc, char **argv, args *a)
 		/* what pipeline parallelism does not do (yet): said before any work */
 		const char *no = a->o.device != GK_NN_CPU ?
 				 "--device cuda or auto (the CPU only: --device cpu)" :
-				 a->o.tp > 1 ? "--tp (one of them: --pp, or --tp)" :
 				 a->o.zero ? "--zero (ZeRO 0: leave --zero out)" :
 				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
 				 a->sample ? "--sample (sample from its checkpoint in a run without --pp)" :
@@ -877,8 +876,10 @@ static void print_start(gk_nn_trainer *t)
 		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
 	if (pp > 1) {
 		/* the stages' layers and the schedule's expected bubble */
-		int n = snprintf(grid, sizeof(grid), " (dp %d x pp %d: layers",
-				 gk_nn_trainer_world(t) / pp, pp);
+		int n = tp > 1 ? snprintf(grid, sizeof(grid), " (dp %d x pp %d x tp %d: layers",
+					  gk_nn_trainer_world(t) / pp / tp, pp, tp)
+			       : snprintf(grid, sizeof(grid), " (dp %d x pp %d: layers",
+					  gk_nn_trainer_world(t) / pp, pp);
 		for (int s = 0; s < pp && n < (int)sizeof(grid); s++) {
 			int l0 = 0, l1 = 0;
 			gk_err ignore;

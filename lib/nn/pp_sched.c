@@ -243,11 +243,21 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 
 int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
 {
-	/* the stage's own range: wte counted on the first stage only */
+	/* the stage's own range (wte counted on the first stage only); under
+	 * tensor parallelism its split tensors' slices from every rank of the
+	 * tensor group, the replicated ones from its rank 0 alone */
 	size_t lo, hi, shared;
 	gk_nn_pp_range(t->m, t->grid.pp_rank, &lo, &hi, &shared);
-	double ss = gk_nn_sumsq(gk_nn_grads(t->m) + lo, hi - lo);
-	if (gk_comm_allreduce(t->grid.ppc, &ss, &ss, 1, GK_DT_F64, GK_COMM_SUM, NULL, err) < 0)
+	const gk_nn_model *m = t->m;
+	double ss = 0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *x = &m->t[i];
+		if (x->off >= lo && x->off < hi && (x->split != GK_NN_SPLIT_NONE || m->tpr == 0))
+			ss += gk_nn_sumsq(m->grads + x->off, x->numel);
+	}
+	if ((t->grid.tpc &&
+	     gk_comm_allreduce(t->grid.tpc, &ss, &ss, 1, GK_DT_F64, GK_COMM_SUM, NULL, err) < 0) ||
+	    gk_comm_allreduce(t->grid.ppc, &ss, &ss, 1, GK_DT_F64, GK_COMM_SUM, NULL, err) < 0)
 		return -1;
 	*norm = sqrt(ss);
 	return 0;

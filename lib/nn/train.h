@@ -98,7 +98,7 @@ typedef struct gk_nn_train_opts {
 	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
 				 * the CPU backend, ZeRO 0, no compression */
 	int pp;                 /* pipeline stages (0 or 1: none): the CPU
-				 * backend, ZeRO 0, no compression, tp 1 */
+				 * backend, ZeRO 0, no compression */
 	int pp_sched;           /* GK_NN_PP_1F1B or GK_NN_PP_GPIPE */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */

@@ -371,12 +371,11 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
-	if (t->grid.pp > 1 && (t->grid.tp > 1 || o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
+	if (t->grid.pp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
-		return gk_errf(err, "pipeline parallelism: not with %s yet (pipeline and data "
-			       "parallel compose: --pp with more ranks, ZeRO 0, no compression)",
-			       t->grid.tp > 1 ? "tensor parallelism" : o->zero ? "ZeRO" :
-			       "compressed gradients");
+		return gk_errf(err, "pipeline parallelism: not with %s yet (it composes with data "
+			       "and tensor parallelism: ZeRO 0, no compression)",
+			       o->zero ? "ZeRO" : "compressed gradients");
 	}
 	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;

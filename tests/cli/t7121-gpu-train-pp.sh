@@ -3,7 +3,8 @@ test_description='gpu-train --pp: pipeline parallelism on the CPU
 
 On the same global batch, pp 2 (2 ranks), pp 2 x dp 2 (4 ranks), pp 3 on
 a model of 3 layers and pp 3 on one of 4 (stages of 2, 1 and 1 layers)
-give the losses and global gradient norms of one rank within 1e-5
+and tp 2 x pp 2 (4 ranks) give the losses and global gradient norms of
+one rank within 1e-5
 relative, step by step. Step 1 is bit for bit: every stage computes the
 same kernels on the same inputs as one rank. Later steps differ in the
 last bits because the tied embedding'"'"'s gradient is summed in another
@@ -14,7 +15,8 @@ sums (and the norm'"'"'s sum of squares is summed per stage). The GPipe
 and 1F1B schedules run each stage'"'"'s backwards in the same order: the
 same bits. Checkpoints hold the whole model (each stage'"'"'s layers from
 the stage that trained them), so --resume goes from pp 2 to one rank and
-from one rank to pp 3, each continuing the run that never stopped. A
+from one rank to pp 3 and from tp 2 x pp 2 to pp 2, each continuing the
+run that never stopped. A
 rank that stops mid-step ends the whole grid with one message naming it;
 layouts and options --pp does not take are refused with the numbers or
 the alternative.'
@@ -74,6 +76,14 @@ test_expect_success MPI 'pp 2 x dp 2 (4 ranks x batch 2) = one rank x batch 4' '
 	losses pp2dp2.json >pp2dp2 && norms pp2dp2.json >pp2dp2.n &&
 	close_to pp2dp2 one 1e-5 &&
 	close_to pp2dp2.n one.n 1e-5
+'
+
+test_expect_success MPI 'tp 2 x pp 2 (4 ranks x batch 4) = one rank' '
+	mpi 4 $A --batch 4 --pp 2 --tp 2 >tp2pp2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .tp == 2 and .dp == 1" tp2pp2.json &&
+	losses tp2pp2.json >tp2pp2 && norms tp2pp2.json >tp2pp2.n &&
+	close_to tp2pp2 one 1e-5 &&
+	close_to tp2pp2.n one.n 1e-5
 '
 
 test_expect_success MPI 'pp 3 on 3 layers, and on 4 (stages of 2, 1, 1 layers) = one rank' '
@@ -147,6 +157,17 @@ test_expect_success MPI '--resume from one rank under pp 3 = the run that never 
 	close_to r13 one3.tail 1e-5
 '
 
+test_expect_success MPI 'tp 2 x pp 2 checkpoints the whole model; --resume from it under pp 2 continues' '
+	mpi 4 $B --pp 2 --tp 2 --until 4 --ckpt-dir ck4 >/dev/null &&
+	jq -e ".world == 1 and .pp == 2 and .tp == 2" ck4/latest/trainer.json &&
+	python3 st.py ck4/latest/model.safetensors ck1/latest/model.safetensors &&
+	mpi 2 $B --pp 2 --ckpt-dir ck4 --resume >r42.json 2>err &&
+	grep "resumed with --tp 1 (the checkpoint.s run: 2)" err &&
+	losses r42.json >r42 &&
+	test $(wc -l <r42) = 4 &&
+	close_to r42 one3.tail 1e-5
+'
+
 TAG="t7121-$$"
 test_expect_success MPI 'a rank that stops mid-step: the grid ends with one message naming it' '
 	t0=$(date +%s) &&
@@ -171,7 +192,7 @@ test_expect_success MPI 'a rank that stops mid-step: the grid ends with one mess
 
 # refusals: a usage error (2), before a step or a file
 test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
-	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" "--tp 2" \
+	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" \
 		"--sample 5" "--dump-data 1" "--eval-only" "--val-data val.bin"; do
 		test_expect_code 2 gpu-train $A --batch 4 --pp 2 $o >out 2>err &&
 		grep -- "--pp 2: not with --[a-z-]*[ a-z]* (.*)$" err &&
