@@ -17,7 +17,8 @@ same bits. Checkpoints hold the whole model (each stage'"'"'s layers from
 the stage that trained them), so --resume goes from pp 2 to one rank and
 from one rank to pp 3 and from tp 2 x pp 2 to pp 2, each continuing the
 run that never stopped. A
-rank that stops mid-step ends the whole grid with one message naming it;
+rank that stops mid-step ends the whole grid with one message naming it
+(the watchdog of --timeout), one killed ends it through the launcher;
 layouts and options --pp does not take are refused with the numbers or
 the alternative.'
 . "$(dirname "$0")/lib.sh"
@@ -188,6 +189,21 @@ test_expect_success MPI 'a rank that stops mid-step: the grid ends with one mess
 	test $rc = 1 && test $took -lt 60 &&
 	test $(grep -c "^gpu-train: " stop.err) = 1 &&
 	grep "^gpu-train: pipeline stage 0, micro-batch [0-9]*: the gradient: point-to-point message: no progress for 2 s: rank 1 (on [^)]*) does not answer" stop.err
+'
+
+test_expect_success MPI 'a rank killed mid-step: the launcher ends the grid, naming it, without a wait' '
+	t0=$(date +%s) &&
+	{
+		timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+			-x GK_TEST_COMM_FAULT=kill:1:send:3 gpu-train $B --steps 1000 --pp 2 \
+			>kill.json 2>kill.err
+		rc=$?
+	} &&
+	took=$(($(date +%s) - t0)) &&
+	echo "status $rc after $took s" &&
+	test $rc != 0 && test $rc != 124 && test $took -lt 60 &&
+	test $(grep -c "process rank 1 .* exited on signal 9" kill.err) = 1 &&
+	! grep "\"event\":\"summary\"" kill.json
 '
 
 # refusals: a usage error (2), before a step or a file
