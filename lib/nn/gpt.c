@@ -648,9 +648,61 @@ void gk_nn_free(gk_nn_model *m)
 		munmap(m->grads, lazy_bytes(m));
 	else
 		free(m->grads);
+	if (m->slot_base) {
+		gk_nn_pp_use_slot(m, 0); /* acts' own pointers back */
+		for (int i = 1; i < m->nslots; i++)
+			free(m->slot_base[i]);
+	}
+	free(m->slot_base);
+	free(m->slot_state);
 	free(m->acts);
 	free(m->ws);
 	free(m);
+}
+
+int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err)
+{
+	if (m->cu)
+		return gk_errf(err, "model: activation slots on the CPU backend only");
+	if (m->slot_base || n < 1)
+		return gk_errf(err, "model: %d activation slots (once, at least 1)", n);
+	m->slot_base = calloc((size_t)n, sizeof *m->slot_base);
+	m->slot_state = calloc((size_t)n, sizeof *m->slot_state);
+	if (!m->slot_base || !m->slot_state)
+		return gk_err_sys(err, ENOMEM, "model activation slots");
+	m->nslots = 1;
+	m->slot = 0;
+	m->slot_base[0] = m->acts;
+	for (int i = 1; i < n; i++) {
+		if (!(m->slot_base[i] = falloc(m->acts_n, &m->mem.activations)))
+			return gk_err_sys(err, ENOMEM, "model activations of %d micro-batches "
+					  "(%zu MiB)", n, (size_t)n * m->acts_n * 4 >> 20);
+		m->nslots++;
+	}
+	return 0;
+}
+
+void gk_nn_pp_use_slot(gk_nn_model *m, int i)
+{
+	if (!m->slot_base || i == m->slot || i < 0 || i >= m->nslots)
+		return;
+	struct gk_nn_slot_state *was = &m->slot_state[m->slot], *now = &m->slot_state[i];
+	*was = (struct gk_nn_slot_state){m->have_fwd, m->have_targets, m->nvalid, m->loss};
+	/* every activation pointer is acts plus an offset (alloc_acts) */
+	ptrdiff_t d = m->slot_base[i] - m->acts;
+	float **f[] = {&m->resid, &m->lnf, &m->lnfm, &m->lnfr, &m->logits, &m->lse,
+		       &m->a_ln1, &m->a_ln1m, &m->a_ln1r, &m->a_qkv, &m->a_att, &m->a_atty,
+		       &m->a_res2, &m->a_ln2, &m->a_ln2m, &m->a_ln2r, &m->a_fch, &m->a_fchg};
+	for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+		*f[k] += d;
+	m->tokens = (int32_t *)((float *)m->tokens + d);
+	m->targets = (int32_t *)((float *)m->targets + d);
+	m->acts = m->slot_base[i];
+	m->slot = i;
+	m->have_fwd = now->have_fwd;
+	m->have_targets = now->have_targets;
+	m->nvalid = now->nvalid;
+	m->loss = now->loss;
 }
 
 const gk_nn_config *gk_nn_config_of(const gk_nn_model *m)

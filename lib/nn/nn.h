@@ -311,6 +311,16 @@ int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err);
  * stage's range starts at wte, the last's ends at ln_f), and the last
  * stage (when not the first) shares wte: *shared gets its length, else 0.
  */
+/*
+ * A stage's micro-batches in flight (1F1B keeps up to pp - stage of
+ * them, GPipe all): gk_nn_pp_slots gives the model n sets of activations
+ * (the one it has and n - 1 more, counted in gk_nn_memory's
+ * activations), gk_nn_pp_use_slot makes set i the one forward and
+ * backward use, each set keeping its own forward (a backward of set i
+ * differentiates set i's last forward). The CPU backend only.
+ */
+int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err);
+void gk_nn_pp_use_slot(gk_nn_model *m, int i);
 float *gk_nn_pp_input(gk_nn_model *m);
 float *gk_nn_pp_output(gk_nn_model *m);
 float *gk_nn_pp_grad(gk_nn_model *m);

@@ -17,12 +17,11 @@
  *          cool-down): at most S - s micro-batches in flight on stage s
  * Each stage runs its backwards in micro-batch order 0 .. M-1 under both,
  * so both accumulate the same gradients in the same order: the same
- * bits. A stage keeps each micro-batch's input (what it received, B x T
- * x C floats) and one micro-batch's activations: a backward whose
- * micro-batch is not the one of the stage's last forward first redoes
- * that forward from the kept input (the same kernels on the same input:
- * the same bits, as --recompute layer). The last stage under 1F1B runs
- * each backward right after its forward and redoes nothing.
+ * bits. A stage keeps the activations of its micro-batches in flight, in
+ * the model's slots (gk_nn_pp_slots): micro-batch k in slot k mod the
+ * slots, min(M, S - s) of them under 1F1B (in flight on stage s are at
+ * most the warm-up's S - 1 - s and the one of the steady state), M under
+ * GPipe.
  *
  * Messages: activations forward, their gradients backward, each a
  * non-blocking send from a buffer of its own that is waited for only at
@@ -56,11 +55,10 @@ struct gk_nn_pp {
 	int M, S, s;
 	size_t BT, NC;
 	int32_t *in, *tg;   /* M micro-batches of B x T tokens and targets */
-	float *x;           /* M stage inputs (not on the first stage) */
+	int slots;          /* the model's activation slots */
 	float *sa, *sg;     /* M activations and M gradients being sent */
 	gk_comm_req **sq;   /* the sends outstanding */
 	int nsq;
-	int cur;            /* the micro-batch of the model's activations, or -1 */
 	double wait;        /* seconds waiting for receives this step */
 	double span;        /* ... of the schedule's seconds */
 	uint64_t bytes;     /* sent this step */
@@ -73,7 +71,6 @@ void gk_nn_tr_pp_free(gk_nn_trainer *t)
 		return;
 	free(p->in);
 	free(p->tg);
-	free(p->x);
 	free(p->sa);
 	free(p->sg);
 	free(p->sq);
@@ -81,7 +78,7 @@ void gk_nn_tr_pp_free(gk_nn_trainer *t)
 	t->pp = NULL;
 }
 
-static int pp_alloc(gk_nn_trainer *t, gk_err *err)
+int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_pp *p = calloc(1, sizeof *p);
 	if (!p)
@@ -95,15 +92,13 @@ static int pp_alloc(gk_nn_trainer *t, gk_err *err)
 	size_t M = (size_t)p->M;
 	p->in = malloc(M * p->BT * sizeof(int32_t));
 	p->tg = malloc(M * p->BT * sizeof(int32_t));
-	p->x = p->s > 0 ? malloc(M * p->NC * sizeof(float)) : NULL;
 	p->sa = p->s < p->S - 1 ? malloc(M * p->NC * sizeof(float)) : NULL;
 	p->sg = p->s > 0 ? malloc(M * p->NC * sizeof(float)) : NULL;
 	p->sq = calloc(2 * M, sizeof(*p->sq));
-	if (!p->in || !p->tg || (p->s > 0 && (!p->x || !p->sg)) ||
-	    (p->s < p->S - 1 && !p->sa) || !p->sq)
+	if (!p->in || !p->tg || (p->s > 0 && !p->sg) || (p->s < p->S - 1 && !p->sa) || !p->sq)
 		return gk_errf(err, "pipeline: out of memory for %zu micro-batches' buffers", M);
-	p->cur = -1;
-	return 0;
+	p->slots = t->o.pp_sched == GK_NN_PP_GPIPE || p->M < p->S - p->s ? p->M : p->S - p->s;
+	return gk_nn_pp_slots(t->m, p->slots, err);
 }
 
 static int recv_wait(gk_nn_trainer *t, float *buf, int peer, gk_err *err)
@@ -124,57 +119,46 @@ static int send(gk_nn_trainer *t, const float *buf, int peer, gk_err *err)
 	return gk_comm_isend(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &p->sq[p->nsq++], err);
 }
 
-/* Micro-batch k's forward on this stage (again: without messages). */
-static int forward(gk_nn_trainer *t, int k, int again, double *lsum, gk_err *err)
+/* Micro-batch k's forward on this stage, in its slot. */
+static int forward(gk_nn_trainer *t, int k, double *lsum, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
 	int first = p->s == 0, last = p->s == p->S - 1;
-	float *x = first ? NULL : p->x + (size_t)k * p->NC;
-	if (!first && !again && recv_wait(t, x, p->s - 1, err) < 0)
+	gk_nn_pp_use_slot(t->m, k % p->slots);
+	if (!first && recv_wait(t, gk_nn_pp_input(t->m), p->s - 1, err) < 0)
 		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the input", p->s, k);
-	if (x)
-		memcpy(gk_nn_pp_input(t->m), x, p->NC * sizeof(float));
 	float l = 0;
 	if (gk_nn_forward(t->m, p->in + (size_t)k * p->BT, last ? p->tg + (size_t)k * p->BT : NULL,
 			  &l, err) < 0)
 		return -1;
-	p->cur = k;
-	if (again)
-		return 0;
-	if (last)
+	if (last) {
 		*lsum += l;
-	else {
-		float *a = p->sa + (size_t)k * p->NC;
-		memcpy(a, gk_nn_pp_output(t->m), p->NC * sizeof(float));
-		if (send(t, a, p->s + 1, err) < 0)
-			return -1;
+		return 0;
 	}
-	return 0;
+	float *a = p->sa + (size_t)k * p->NC;
+	memcpy(a, gk_nn_pp_output(t->m), p->NC * sizeof(float));
+	return send(t, a, p->s + 1, err);
 }
 
 static int backward(gk_nn_trainer *t, int k, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
 	int first = p->s == 0, last = p->s == p->S - 1;
-	if (p->cur != k && forward(t, k, 1, NULL, err) < 0)
-		return -1;
+	gk_nn_pp_use_slot(t->m, k % p->slots);
 	if (!last && recv_wait(t, gk_nn_pp_grad(t->m), p->s + 1, err) < 0)
 		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the gradient", p->s, k);
 	if (gk_nn_backward(t->m, 1.0f / (float)p->M, NULL, NULL, err) < 0)
 		return -1;
-	p->cur = -1;
-	if (!first) {
-		float *g = p->sg + (size_t)k * p->NC;
-		memcpy(g, gk_nn_pp_grad(t->m), p->NC * sizeof(float));
-		if (send(t, g, p->s - 1, err) < 0)
-			return -1;
-	}
-	return 0;
+	if (first)
+		return 0;
+	float *g = p->sg + (size_t)k * p->NC;
+	memcpy(g, gk_nn_pp_grad(t->m), p->NC * sizeof(float));
+	return send(t, g, p->s - 1, err);
 }
 
 int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err)
 {
-	if (!t->pp && pp_alloc(t, err) < 0)
+	if (!t->pp && gk_nn_tr_pp_open(t, err) < 0)
 		return -1;
 	gk_nn_pp *p = t->pp;
 	*lsum = 0;
@@ -195,15 +179,15 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	int rc = 0, M = p->M;
 	if (t->o.pp_sched == GK_NN_PP_GPIPE) {
 		for (int k = 0; rc == 0 && k < M; k++)
-			rc = forward(t, k, 0, lsum, err);
+			rc = forward(t, k, lsum, err);
 		for (int k = 0; rc == 0 && k < M; k++)
 			rc = backward(t, k, err);
 	} else {
 		int warm = p->S - 1 - p->s < M ? p->S - 1 - p->s : M;
 		for (int k = 0; rc == 0 && k < warm; k++)
-			rc = forward(t, k, 0, lsum, err);
+			rc = forward(t, k, lsum, err);
 		for (int i = 0; rc == 0 && i < M - warm; i++) {
-			rc = forward(t, warm + i, 0, lsum, err);
+			rc = forward(t, warm + i, lsum, err);
 			if (rc == 0)
 				rc = backward(t, i, err);
 		}

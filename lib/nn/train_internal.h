@@ -181,6 +181,8 @@ int gk_nn_tr_straggler_exchange(gk_nn_trainer *t, int64_t step, gk_nn_train_hook
 
 /* ---- pp_sched.c ---------------------------------------------------------------------- */
 
+/* The schedule's buffers and the model's activation slots (--pp). */
+int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err);
 /* A step's micro-batches through the pipeline (--pp): read, then forward
  * and backward by the schedule; *lsum the last stage's sum of losses (0
  * on the others); part's data, compute and communication. */

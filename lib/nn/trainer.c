@@ -696,6 +696,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 gk_nn_attention_fused(&t->cfg, &mo, &ignore) == 1 ? "fused" : "matmul");
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
+	if (rc == 0 && t->grid.pp > 1)
+		rc = gk_nn_tr_pp_open(t, err);
 	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	t->tg = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	if (rc == 0 && (!t->in || !t->tg))

@@ -8,7 +8,9 @@
  * must be the same bits; only the tied wte's gradient comes in two parts
  * (the first stage's embedding, the last's head) whose sum is compared
  * within rounding. The layer split and the ranges are checked against
- * formulas written here.
+ * formulas written here. With activation slots (gk_nn_pp_slots), every
+ * micro-batch's forward runs before the first backward, each backward
+ * differentiating its own slot's forward.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -63,9 +65,12 @@ static double maxrel(const float *a, const float *b, size_t n)
 
 /*
  * S stages of a model of L layers against the whole one, over M
- * micro-batches accumulated (scale 1/M), with the stages' ranges.
+ * micro-batches accumulated (scale 1/M), with the stages' ranges. gpipe:
+ * each stage keeps M activation slots, and every micro-batch's forward
+ * runs through the pipeline before the first backward (the whole model
+ * runs each micro-batch's forward and backward in turn).
  */
-static void test_stages(int L, int S, int M)
+static void test_stages(int L, int S, int M, int gpipe)
 {
 	gk_err err = {0};
 	gk_nn_config c = {.layers = L, .hidden = 32, .heads = 2, .vocab = 257, .positions = 16,
@@ -92,6 +97,10 @@ static void test_stages(int L, int S, int M)
 		}
 		memcpy(gk_nn_params(st[s]), gk_nn_params(whole), n * sizeof(float));
 		gk_nn_zero_grad(st[s]);
+		if (gpipe && gk_nn_pp_slots(st[s], M, &err) < 0) {
+			made = 0;
+			break;
+		}
 	}
 	if (!ok(made, "%d stages of %d layers: made", S, L)) {
 		gk_nn_free(whole);
@@ -122,28 +131,39 @@ static void test_stages(int L, int S, int M)
 	tg[3] = -1; /* an ignored target */
 	float *x = malloc(NC * sizeof(float));
 	int same_loss = 1, rc = 0;
-	for (int k = 0; k < M && rc == 0; k++) {
-		const int32_t *tk = tok + (size_t)k * N, *gk = tg + (size_t)k * N;
-		float lw, ls = NAN;
-		rc = gk_nn_forward(whole, tk, gk, &lw, &err) < 0 ||
+	float lw[8], ls[8];
+	for (int k = 0; k < M && rc == 0; k++)
+		rc = gk_nn_forward(whole, tok + (size_t)k * N, tg + (size_t)k * N, &lw[k], &err) < 0 ||
 		     gk_nn_backward(whole, 1.0f / M, NULL, NULL, &err) < 0;
+	/* forwards: all first under gpipe, else each before its backward */
+	for (int j = 0; j < M && rc == 0; j++) {
 		for (int s = 0; s < S && rc == 0; s++) {
+			if (gpipe)
+				gk_nn_pp_use_slot(st[s], j);
 			if (s > 0)
 				memcpy(gk_nn_pp_input(st[s]), x, NC * sizeof(float));
-			rc = gk_nn_forward(st[s], tk, s == S - 1 ? gk : NULL, &ls, &err) < 0;
+			rc = gk_nn_forward(st[s], tok + (size_t)j * N,
+					   s == S - 1 ? tg + (size_t)j * N : NULL, &ls[j], &err) < 0;
 			if (s < S - 1)
 				memcpy(x, gk_nn_pp_output(st[s]), NC * sizeof(float));
 		}
-		same_loss = same_loss && !memcmp(&ls, &lw, sizeof ls);
-		for (int s = S - 1; s >= 0 && rc == 0; s--) {
-			if (s < S - 1)
-				memcpy(gk_nn_pp_grad(st[s]), x, NC * sizeof(float));
-			rc = gk_nn_backward(st[s], 1.0f / M, NULL, NULL, &err) < 0;
-			if (s > 0)
-				memcpy(x, gk_nn_pp_grad(st[s]), NC * sizeof(float));
+		if (gpipe && j < M - 1)
+			continue;
+		for (int k = gpipe ? 0 : j; k <= j && rc == 0; k++) {
+			same_loss = same_loss && !memcmp(&ls[k], &lw[k], sizeof ls[k]);
+			for (int s = S - 1; s >= 0 && rc == 0; s--) {
+				if (gpipe)
+					gk_nn_pp_use_slot(st[s], k);
+				if (s < S - 1)
+					memcpy(gk_nn_pp_grad(st[s]), x, NC * sizeof(float));
+				rc = gk_nn_backward(st[s], 1.0f / M, NULL, NULL, &err) < 0;
+				if (s > 0)
+					memcpy(x, gk_nn_pp_grad(st[s]), NC * sizeof(float));
+			}
 		}
 	}
-	ok(rc == 0, "%d micro-batches through %d stages: %s", M, S, rc ? err.msg : "ran");
+	ok(rc == 0, "%d micro-batches through %d stages%s: %s", M, S,
+	   gpipe ? ", every forward first, each in its slot" : "", rc ? err.msg : "ran");
 	ok(same_loss, "the last stage's loss: the whole model's, bit for bit");
 	/* each stage's own range, wte aside: the whole model's gradients bit
 	 * for bit; wte: the first stage's part plus the last's */
@@ -182,8 +202,9 @@ static void test_stages(int L, int S, int M)
 int main(void)
 {
 	test_layers();
-	test_stages(2, 2, 1);
-	test_stages(3, 3, 3);
-	test_stages(4, 3, 2);
+	test_stages(2, 2, 1, 0);
+	test_stages(3, 3, 3, 0);
+	test_stages(4, 3, 2, 0);
+	test_stages(3, 3, 4, 1);
 	return done_testing();
 }
