@@ -355,6 +355,16 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	size_t C = (size_t)c->hidden, NH = (size_t)c->heads / tp;
 	size_t L = (size_t)c->layers, Vp = (size_t)c->vocab_pad / tp;
 	size_t N = B * T;
+	/* a pipeline stage: its layers only, and the head's buffers on the
+	 * last stage alone */
+	int head = 1;
+	if (o->pp > 1) {
+		int l0 = 0, l1 = (int)L;
+		gk_err ignore;
+		if (gk_nn_pp_layers(c->layers, o->pp, o->pp_rank, &l0, &l1, &ignore) == 0)
+			L = (size_t)(l1 - l0);
+		head = o->pp_rank == o->pp - 1;
+	}
 	/* a rank's heads and MLP columns (tp.c): Cq of attention's C, F of
 	 * the MLP's 4C */
 	size_t Cq = C / tp, F = 4 * C / tp;
@@ -363,8 +373,8 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	size_t kg = r == GK_NN_RECOMPUTE_NONE ? L : 1;
 	size_t a[NSZ] = {
 		(L + 1) * N * C,     /* resid */
-		N * C, N, N,         /* lnf */
-		N * Vp, N,           /* logits, lse */
+		head * N * C, head * N, head * N, /* lnf */
+		head * N * Vp, head * N,          /* logits, lse */
 		kl * N * C, kl * N, kl * N,   /* ln1 */
 		kl * N * 3 * Cq,     /* qkv */
 		kl * B * NH * T * T, /* att */
@@ -450,6 +460,8 @@ void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a)
 	size_t C = (size_t)m->c.hidden, T = (size_t)m->o.seq;
 	size_t tp = m->tp > 1 ? (size_t)m->tp : 1;
 	size_t Cq = C / tp, F = 4 * C / tp;
+	/* a pipeline stage holds its layers l0 .. l1-1 only */
+	l -= m->l0;
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t g = m->fchg_per_layer ? (size_t)l : 0;
 	a->in = m->resid + (size_t)l * N * C;

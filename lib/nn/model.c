@@ -147,7 +147,7 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err)
 {
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden, L = (int)m->c.layers;
+	int C = (int)m->c.hidden;
 	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
 	m->have_fwd = 0;
 	for (int i = 0; i < N; i++)
@@ -180,7 +180,7 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		m->have_fwd = 1;
 		return 0;
 	}
-	const float *last = m->resid + (size_t)L * N * C;
+	const float *last = m->resid + (size_t)(m->l1 - m->l0) * N * C;
 	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
 				p + m->lnfb, N, C, m->c.ln_eps, nt);
 	/* under tensor parallelism, this rank's vocabulary columns */
@@ -306,7 +306,7 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	if (m->cu)
 		return gk_nn_cuda_backward(m, scale, ready, ctx, err);
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden, L = (int)m->c.layers;
+	int C = (int)m->c.hidden;
 	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
 	const float *p = m->params;
 	float *g = m->grads;
@@ -341,7 +341,7 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 			return -1;
 	}
 	if (lastst) {
-		const float *last = m->resid + (size_t)L * N * C;
+		const float *last = m->resid + (size_t)(m->l1 - m->l0) * N * C;
 		memset(m->dres, 0, (size_t)N * C * sizeof(float));
 		gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,
 					last, p + m->lnfw, m->lnfm, m->lnfr, N, C, nt);

@@ -33,14 +33,15 @@ static size_t rows(const gk_nn_model *m)
 	return (size_t)m->o.batch * (size_t)m->o.seq * (size_t)m->c.hidden;
 }
 
+/* a stage's residual stream holds its layers' inputs and its output */
 float *gk_nn_pp_input(gk_nn_model *m)
 {
-	return m->resid + (size_t)m->l0 * rows(m);
+	return m->resid;
 }
 
 float *gk_nn_pp_output(gk_nn_model *m)
 {
-	return m->resid + (size_t)m->l1 * rows(m);
+	return m->resid + (size_t)(m->l1 - m->l0) * rows(m);
 }
 
 float *gk_nn_pp_grad(gk_nn_model *m)

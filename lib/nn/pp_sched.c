@@ -208,6 +208,11 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	return 0;
 }
 
+int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t)
+{
+	return t->pp && t->grid.pp_rank == t->grid.pp - 1 ? t->pp->slots : 0;
+}
+
 void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble)
 {
 	*bytes = t->pp ? t->pp->bytes : 0;

@@ -190,6 +190,9 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 /* The last step's messages: bytes sent, and the part of the schedule
  * spent waiting for receives (NaN before a step). */
 void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble);
+/* The sets of logits this rank holds: the activation slots on the last
+ * stage, none on the others. */
+int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t);
 /* The tied embedding's gradient summed over the first and last stage. */
 int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err);
 /* The global gradient norm, each parameter counted once over the stages. */

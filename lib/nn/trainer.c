@@ -72,6 +72,8 @@ static void account(gk_nn_trainer *t)
 	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	if (t->grid.pp > 1) /* the last stage's logits, one set a micro-batch in flight */
+		logit_pad *= (uint64_t)gk_nn_tr_pp_head_sets(t);
 	uint64_t moments = (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
 	if (model_states(t, b) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters */
