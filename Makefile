@@ -305,6 +305,9 @@ demo: all
 SCRIPTS_BIN := scripts/plot-loss scripts/slurm-local
 SCRIPTS_DATA := scripts/sbatch-train scripts/sbatch-fabric-check
 SCRIPTS_CONF := scripts/scrontab-ckpt-prune
+# The demo's byte-level BPE tokenizer (data/tokenizer/README), for
+# data-pack --tokenize and gpu-train --tokenizer: DATADIR/tokenizer.
+TOKENIZER := data/tokenizer/vocab.json data/tokenizer/merges.txt data/tokenizer/README
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
@@ -313,6 +316,8 @@ install: all
 	install -d $(DESTDIR)$(DATADIR)
 	install -m 755 $(SCRIPTS_DATA) $(DESTDIR)$(DATADIR)
 	install -m 644 $(SCRIPTS_CONF) $(DESTDIR)$(DATADIR)
+	install -d $(DESTDIR)$(DATADIR)/tokenizer
+	install -m 644 $(TOKENIZER) $(DESTDIR)$(DATADIR)/tokenizer
 	$(if $(filter %.1,$(MAN)),install -m 644 $(filter %.1,$(MAN)) $(DESTDIR)$(MANDIR)/man1)
 	$(if $(filter %.5,$(MAN)),install -m 644 $(filter %.5,$(MAN)) $(DESTDIR)$(MANDIR)/man5)
 	$(if $(filter %.7,$(MAN)),install -m 644 $(filter %.7,$(MAN)) $(DESTDIR)$(MANDIR)/man7)
@@ -320,6 +325,8 @@ install: all
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS) $(SCRIPTS_BIN)))
 	rm -f $(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(SCRIPTS_DATA) $(SCRIPTS_CONF)))
+	rm -f $(addprefix $(DESTDIR)$(DATADIR)/tokenizer/,$(notdir $(TOKENIZER)))
+	rmdir $(DESTDIR)$(DATADIR)/tokenizer 2>/dev/null || :
 	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || :
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/,$(patsubst man/%,%,$(MAN)))
 

@@ -39,7 +39,7 @@ static const char common[] =
 /* What the command line asks for: the trainer's options and the tool's. */
 typedef struct args {
 	gk_nn_train_opts o;
-	const char *config, *metrics, *prompt, *trace_report;
+	const char *config, *metrics, *prompt, *trace_report, *offload;
 	int64_t dump, sample, top_k;
 	double temperature;
 	gk_comm_setting agree[96]; /* the table's rows with .agree, for the trainer */
@@ -99,6 +99,19 @@ static int parse_bucket(const char *opt, const char *s, void *field, gk_err *err
 	if (v < 1024)
 		return gk_errf(err, "%s '%s': %" PRIu64 " bytes, below 1K (a size takes a suffix: 25M)",
 			       opt, s, v);
+	size_t b = (size_t)v;
+	memcpy(field, &b, sizeof(b));
+	return 0;
+}
+
+/* bytes of each moment an offloaded update reads at a time */
+static int parse_chunk(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (v < 1024 || v > ((uint64_t)1 << 40))
+		return gk_errf(err, "%s '%s': %" PRIu64 " bytes, not between 1K and 1T", opt, s, v);
 	size_t b = (size_t)v;
 	memcpy(field, &b, sizeof(b));
 	return 0;
@@ -211,6 +224,11 @@ static const gk_optdef options[] = {
 	    "AdamW's decoupled weight decay (2-D tensors)"),
 	FLAG("skip-nonfinite", o.skip_nonfinite, 1, NOTE,
 	     "skip steps whose loss or gradient is NaN/Inf"),
+	STR("offload", "WHAT", offload, 1, LOCAL,
+	    "optimizer:DIR: AdamW's moments in files under DIR, streamed\n"
+	    "through the update (none: in memory)"),
+	CUSTOM("offload-chunk", "SIZE", o.offload_chunk, parse_chunk, LOCAL,
+	       "bytes of each moment an offloaded update holds (default 4M)"),
 	SECTION("parallel"),
 	INT("zero", "0|1|2", o.zero, 0, 2, NOTE, "0",
 	    "1: shard the optimizer state over the ranks; 2: and the gradients"),
@@ -364,6 +382,17 @@ static void print_mem(const gk_nn_train_mem *m, json_t *into)
 			json_object_set_new(o, gk_mem_cat_name(c), json_integer((json_int_t)m->bytes[c]));
 		json_object_set_new(o, "total", json_integer((json_int_t)m->total));
 		json_object_set_new(into, "memory", o);
+		if (m->offload_file)
+			json_object_set_new(into, "offload",
+					    json_pack("{s:s, s:s, s:I, s:I, s:I}", "where", "file",
+						      "file", m->offload_path,
+						      "state", (json_int_t)m->offload_state,
+						      "file_bytes", (json_int_t)m->offload_file,
+						      "buffer", (json_int_t)m->offload_buffer));
+		else if (m->offload_state)
+			json_object_set_new(into, "offload",
+					    json_pack("{s:s, s:I}", "where", "host",
+						      "state", (json_int_t)m->offload_state));
 		return;
 	}
 	printf("memory per rank:");
@@ -371,6 +400,15 @@ static void print_mem(const gk_nn_train_mem *m, json_t *into)
 		printf("%s %s %s", c ? "," : "", gk_mem_cat_name(c),
 		       gk_format_size(m->bytes[c], 0, b, sizeof(b)));
 	printf(", total %s\n", gk_format_size(m->total, 0, b, sizeof(b)));
+	if (m->offload_file) {
+		char f[32];
+		printf("optimizer state offloaded: %s in '%s', through a buffer of %s\n",
+		       gk_format_size(m->offload_file, 0, f, sizeof(f)), m->offload_path,
+		       gk_format_size(m->offload_buffer, 0, b, sizeof(b)));
+	} else if (m->offload_state) {
+		printf("optimizer state offloaded: %s in host memory, the update on the CPU\n",
+		       gk_format_size(m->offload_state, 0, b, sizeof(b)));
+	}
 }
 
 typedef struct out_ctx {
@@ -700,6 +738,30 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.zero == 2 && a->o.device == GK_NN_CUDA)
 		gk_cli_usage_error(&cli, "--zero 2 partitions the gradients on the CPU backend "
 				   "only: on a GPU use --zero 1");
+	if (a->offload && strcmp(a->offload, "none")) {
+		if (!strcmp(a->offload, "optimizer") && a->o.device == GK_NN_CPU)
+			gk_cli_usage_error(&cli, "--offload optimizer moves a GPU's optimizer state to "
+					   "host memory, where the CPU backend already keeps it: give "
+					   "optimizer:DIR for files under DIR");
+		if (!strcmp(a->offload, "optimizer"))
+			a->o.offload_host = 1;
+		else if (strncmp(a->offload, "optimizer:", 10) || !a->offload[10])
+			gk_cli_usage_error(&cli, "--offload '%s': not none, optimizer or optimizer:DIR",
+					   a->offload);
+		else
+			a->o.offload_dir = a->offload + 10;
+		if (a->o.offload_dir && a->o.device == GK_NN_CUDA)
+			gk_cli_usage_error(&cli, "--offload optimizer:DIR runs on the CPU backend only "
+					   "(on a GPU the moments stay in device memory)");
+		if (a->o.tp > 1)
+			gk_cli_usage_error(&cli, "--offload: not with --tp %d", a->o.tp);
+		if (a->o.pp > 1)
+			gk_cli_usage_error(&cli, "--offload: not with --pp %d (a stage's moments "
+					   "stay in memory: leave --offload out)", a->o.pp);
+	}
+	if (a->o.offload_chunk && !a->o.offload_dir)
+		gk_cli_usage_error(&cli, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
+				   "give that too");
 	if (a->o.tp > 1) {
 		/* what tensor parallelism does not do (yet): said before any work */
 		char zero[16];

@@ -313,6 +313,8 @@ typedef struct gk_mem_train {
 	int logits_f32;     /* an f32 copy of the logits (gpu-train keeps none) */
 	int grad_f32;       /* bf16 with an f32 gradient buffer */
 	int ckpt_copy;      /* checkpoints from a copy (gk_mem_run's) */
+	int offload;        /* the optimizer state off the device (gk_mem_run's
+			       GK_MEM_OFFLOAD_OPTIMIZER) */
 } gk_mem_train;
 
 /*

@@ -64,6 +64,7 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.logits_f32 = !!t->logits_f32;
 	r.grad_f32 = !!t->grad_f32;
 	r.ckpt_copy = !!t->ckpt_copy;
+	r.offload = t->offload ? GK_MEM_OFFLOAD_OPTIMIZER : GK_MEM_OFFLOAD_NONE;
 	gk_mem_run_resolve(&r, &m);
 	if (gk_mem_estimate(&m, &r, 0, e, err)) {
 		gk_err_prefix(err, "train");

@@ -413,7 +413,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	j->n = gk_nn_dp_hi(t->dp) - j->lo;
 	j->write_moments = t->o.zero ? 1 : t->rank == 0;
 	if ((t->rank == 0 && gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
-	    (j->write_moments &&
+	    (j->write_moments && !t->dp->host_update &&
 	     gk_nn_moments_sync(t->m, j->lo, j->lo + j->n, t->dp->mom, t->dp->vel, 0, err) < 0)) {
 		free(all);
 		job_free(j);
@@ -435,7 +435,14 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (j->write_moments && t->grid.tp == 1) {
 		j->m = malloc(j->n * sizeof(float) + 1);
 		j->v = malloc(j->n * sizeof(float) + 1);
-		if (j->m && j->v) {
+		if (j->m && j->v && t->dp->off) {
+			/* offloaded: read back, so the file is the one written without */
+			if (gk_nn_offload_read(t->dp->off, 0, 0, j->n, j->m, err) < 0 ||
+			    gk_nn_offload_read(t->dp->off, 1, 0, j->n, j->v, err) < 0) {
+				job_free(j);
+				return -1;
+			}
+		} else if (j->m && j->v) {
 			memcpy(j->m, t->dp->mom, j->n * sizeof(float));
 			memcpy(j->v, t->dp->vel, j->n * sizeof(float));
 		}

@@ -82,6 +82,8 @@ struct gk_nn_data {
 	uint64_t bad_epoch; /* the epoch the run of skipped samples began in */
 	cut *cuts;        /* this rank's partly used samples (remap) */
 	size_t ncuts, cutcap;
+	int listed;       /* the shards were named without their manifest */
+	int npy_noted;    /* and their unchecked token ids were noted */
 };
 
 static cut *find_cut(const gk_nn_data *d, uint64_t epoch, uint64_t shard,
@@ -267,6 +269,16 @@ static int shard_fill(gk_nn_data *d, gk_err *err)
 					     shard, s->key));
 	gk_shard_npy a = {0};
 	uint64_t n;
+	/*
+	 * Token ids of shards named without their manifest, and none beside
+	 * them records their tokenizer: said once (by the first rank), not
+	 * refused.
+	 */
+	if (npy && d->listed && !man->tok.present && !d->npy_noted) {
+		d->npy_noted = 1;
+		if (d->o.rank == 0 && d->o.note)
+			d->o.note(d->o.note_ctx, "the shards hold .npy token ids and no manifest beside them records their tokenizer: their vocabulary could not be checked against the model's (data-pack --tokenize --manifest writes one beside the shards)");
+	}
 	if (npy) {
 		if (gk_shard_npy_parse(npy->data, npy->size, &a, err) < 0)
 			return bad_sample(d, gk_err_prefix(err, "shard '%s' sample '%s'", shard,
@@ -413,6 +425,7 @@ int gk_nn_data_open(gk_nn_data **out, const char *source,
 					    .prefetch = 64, .loop = d->o.loop,
 					    .note = d->o.note, .note_ctx = d->o.note_ctx};
 		rc = gk_shard_dataset_open(&d->ds, source, &so, err);
+		d->listed = !manifest;
 		if (rc == 0 && gk_shard_dataset_len(d->ds) == 0)
 			rc = gk_errf(err, "data '%s': no samples for rank %d of %d",
 				     source, d->o.rank, d->o.world);

@@ -96,14 +96,15 @@ uint64_t gk_nn_data_identity(const gk_nn_data *d);
 int gk_nn_data_is_bin(const gk_nn_data *d);
 /*
  * Was the data tokenized with the model's tokenizer? Shards read through
- * a manifest that records their tokenizer (data-pack --tokenize) are
+ * a manifest that records their tokenizer (data-pack --tokenize), or
+ * listed with such a manifest beside them (gk_shard_dataset_open), are
  * refused when fingerprint (gk_tok_fingerprint of the model's tokenizer;
  * NULL: unknown) differs from theirs, or, with it unknown, when their
  * vocabulary is larger than vocab, the model's (a smaller one is not
  * refused: models pad their vocabulary). name (may be NULL) names the
  * model's tokenizer in the message, which names both. Data with no
- * record (token files, shards listed without their manifest, untokenized
- * shards) passes.
+ * record (token files, untokenized shards, shards listed without a
+ * manifest beside them that records a tokenizer) passes.
  */
 int gk_nn_data_check_tokenizer(const gk_nn_data *d, const uint64_t *fingerprint,
 			       const char *name, int64_t vocab, gk_err *err);

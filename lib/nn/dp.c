@@ -94,6 +94,13 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 
 int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
 {
+	if (o->offload_dir && cuda)
+		return gk_errf(err, "optimizer offload to a directory runs on the CPU backend only "
+			       "(on a GPU the moments stay in device memory)");
+	if (o->offload_host && !cuda)
+		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
+			       "memory, and this run is on the CPU, which keeps it there: give "
+			       "optimizer:DIR for files under DIR");
 	if (o->zero != 2 || world == 1)
 		return 0;
 	if (cuda)
@@ -142,6 +149,8 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	if (!dp)
 		return gk_err_sys(err, ENOMEM, "optimizer state");
 	dp->m = t->m;
+	dp->t = t;
+	dp->host_update = t->cuda && t->o.offload_host;
 	dp->comm = dp->gcomm = t->grid.dpc;
 	dp->pp_stage = t->grid.pp > 1 ? t->grid.pp_rank : -1;
 	dp->rank = t->grid.dp_rank;
@@ -160,6 +169,11 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 		dp->lo = 0;
 		dp->hi = dp->N;
 	}
+	/* --offload optimizer:DIR: the moments in a file, streamed (offload.c);
+	 * a run that trains nothing (--eval-only, --steps 0) makes none */
+	if (t->o.offload_dir && !t->o.eval_only && t->o.steps > 0)
+		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, dp->hi - dp->lo,
+					  t->o.offload_chunk, err);
 	dp->mom = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
 	dp->vel = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
 	return dp->mom && dp->vel ? 0 : gk_err_sys(err, ENOMEM, "optimizer state");
@@ -311,6 +325,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 		gk_comm_close(dp->gcomm); /* before the model's stream goes */
 	free(dp->mom);
 	free(dp->vel);
+	gk_nn_offload_close(dp->off);
 	free(dp->gshard);
 	free(dp);
 }
@@ -441,6 +456,33 @@ static int shard_gather(gk_nn_dp *dp, gk_err *err)
 	return gk_nn_params_changed(dp->m, err);
 }
 
+/*
+ * ZeRO-Offload (Ren et al., "ZeRO-Offload", USENIX ATC 2021): a GPU's
+ * update on the CPU, its moments in host memory. The parameters and the
+ * (reduced) gradients come down through the model's pinned staging, AdamW
+ * runs on this rank's range on the host (gk_nn_adamw_step, the kernel's
+ * per-element arithmetic, math.h), and the parameters go back up (the
+ * bf16 working copy converted from them); ZeRO-1's gather then sends each
+ * rank's range to all on the device, as without offload. The whole model
+ * crosses the bus each way, not only the range: simpler, and the range's
+ * own transfer is a refinement for later.
+ */
+static int host_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
+		       float grad_scale, size_t lo, size_t hi, gk_err *err)
+{
+	gk_nn_model *m = dp->m;
+	if (gk_nn_download(m, GK_NN_PARAMS | GK_NN_GRADS, err) < 0)
+		return -1;
+	float *g = gk_nn_grads(m);
+	if (dp->shard)
+		g = dp->gshard ? dp->gshard : g + lo;
+	else
+		g += lo;
+	gk_nn_adamw_step(m, c, lr, step, lo, hi, gk_nn_params(m) + lo, g, grad_scale, dp->mom,
+			 dp->vel);
+	return gk_nn_upload(m, GK_NN_PARAMS, err);
+}
+
 int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		    float grad_scale, double *exposed, gk_err *err)
 {
@@ -460,8 +502,23 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		*exposed = 0;
 		return 0;
 	}
-	if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel, err) < 0)
+	if (dp->host_update) {
+		if (host_update(dp, c, lr, step, grad_scale, lo, hi, err) < 0)
+			return -1;
+	} else if (dp->off) {
+		/*
+		 * A file that fails (an I/O error, the disk gone) fails one
+		 * rank: every rank learns it before the gather, which the
+		 * others would otherwise wait in for it.
+		 */
+		int rc = gk_nn_offload_update(dp->off, dp->m, c, lr, step, grad_scale, lo, hi, g,
+					      err);
+		if (gk_nn_tr_agree_local(dp->t, rc, err) < 0)
+			return -1;
+	} else if (gk_nn_update(dp->m, c, lr, step, grad_scale, lo, hi, g, dp->mom, dp->vel,
+				err) < 0) {
 		return -1;
+	}
 	*exposed = 0;
 	if (dp->shard) {
 		double ta = gk_now();

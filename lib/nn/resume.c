@@ -262,6 +262,20 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 			uint64_t b = pt->row0 + pt->rows < hi ? pt->row0 + pt->rows : hi;
 			if (a >= b)
 				continue;
+			if (o->off) {
+				/* offloaded: through the update's buffer, a chunk at a time */
+				size_t cap;
+				float *buf = gk_nn_offload_buffer(o->off, &cap);
+				for (uint64_t c = a; c < b; c += cap) {
+					size_t n = b - c < cap ? (size_t)(b - c) : cap;
+					if (gk_st_read(s->files[pt->file], pt->t, (c - pt->row0) * 4,
+						       buf, n * 4, err) < 0 ||
+					    gk_nn_offload_write(o->off, k, (size_t)(c - lo), n, buf,
+								err) < 0)
+						goto out;
+				}
+				continue;
+			}
 			if (gk_st_read(s->files[pt->file], pt->t, (a - pt->row0) * 4,
 				       to + (a - lo), (size_t)(b - a) * 4, err) < 0)
 				goto out;

@@ -92,6 +92,12 @@ typedef struct gk_nn_train_opts {
 	gk_nn_sched sched;
 	gk_nn_adamw adamw;
 	double clip;            /* global-norm clip; 0: off */
+	const char *offload_dir; /* the AdamW moments in a file under this
+				  * directory (offload.c), or NULL: in memory */
+	size_t offload_chunk;   /* bytes of each moment an update reads at a
+				 * time; 0: GK_NN_OFFLOAD_CHUNK */
+	int offload_host;       /* on a GPU: the moments in host memory and the
+				 * update on the CPU (ZeRO-Offload) */
 	int64_t steps;          /* the schedule's length and the last step */
 	int64_t until;          /* > 0: stop after this step (checkpointing) */
 	int zero;               /* 0, 1 or 2 (gradients sharded too: the CPU backend) */
@@ -200,6 +206,15 @@ void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_
 typedef struct gk_nn_train_mem {
 	uint64_t bytes[GK_MEM_NCAT];
 	uint64_t total;
+	/*
+	 * --offload optimizer:DIR (optimizer is then 0, as mem-estimate
+	 * --offload optimizer states it): the state offloaded (lib/mem's
+	 * figure, its host_ram part for one rank), the file's bytes (the
+	 * padding's moments too) and the update's buffer (counted in
+	 * workspace); all 0 without offload.
+	 */
+	uint64_t offload_state, offload_file, offload_buffer;
+	const char *offload_path;
 } gk_nn_train_mem;
 
 typedef struct gk_nn_train_log {

@@ -225,6 +225,43 @@ char *gk_nn_tr_data_state(const gk_nn_data *d);
 /* --val-data holds a micro-batch on every rank, before step 1. */
 int gk_nn_tr_check_val_data(gk_nn_trainer *t, gk_err *err);
 
+/* ---- offload.c: the optimizer state in a file (--offload optimizer:DIR) ----------------- */
+
+/* the default bytes of each moment an update chunk holds */
+#define GK_NN_OFFLOAD_CHUNK ((size_t)4 << 20)
+
+typedef struct gk_nn_offload gk_nn_offload;
+/* The floats of each moment a chunk takes, of n (chunk_bytes 0: the
+ * default), and the buffer's bytes (both moments' chunks). */
+size_t gk_nn_offload_chunk(size_t chunk_bytes, size_t n);
+uint64_t gk_nn_offload_buffer_bytes(size_t chunk_bytes, size_t n);
+/*
+ * This rank's file of 2 n floats (the moments, zero) under dir, its space
+ * allocated, and the chunk buffer. Fails (naming dir or the file) when dir
+ * is missing or unwritable, has less free space than the state, or the
+ * file cannot take its size (a full disk, `ulimit -f`).
+ */
+int gk_nn_offload_open(gk_nn_offload **out, const char *dir, int rank, size_t n,
+		       size_t chunk_bytes, gk_err *err);
+/* Removes the file. */
+void gk_nn_offload_close(gk_nn_offload *o);
+const char *gk_nn_offload_path(const gk_nn_offload *o);
+uint64_t gk_nn_offload_file_bytes(const gk_nn_offload *o);
+/* n floats of moment k (0: m, 1: v) from element a of the range. */
+int gk_nn_offload_read(gk_nn_offload *o, int k, size_t a, size_t n, float *dst, gk_err *err);
+int gk_nn_offload_write(gk_nn_offload *o, int k, size_t a, size_t n, const float *src,
+			gk_err *err);
+/* gk_nn_update of [lo, hi) (the file's range), chunk by chunk. */
+int gk_nn_offload_update(gk_nn_offload *o, gk_nn_model *m, const gk_nn_adamw *c, float lr,
+			 int64_t t, float grad_scale, size_t lo, size_t hi, const float *g,
+			 gk_err *err);
+/* root's moments to every rank of comm, a chunk at a time (ZeRO-0's
+ * replicated moments on resume); a failure to read or write is this
+ * rank's, returned after every chunk was sent. */
+int gk_nn_offload_broadcast(gk_nn_offload *o, gk_comm *comm, int root, gk_err *err);
+/* the chunk buffer (2 chunk floats), for staging a resume's moments */
+float *gk_nn_offload_buffer(gk_nn_offload *o, size_t *floats);
+
 /* ---- dp.c: the gradient path ------------------------------------------------------------ */
 
 /*
@@ -248,7 +285,11 @@ struct gk_nn_dp {
 	int pp_stage;         /* a pipeline stage (pp_sched.c), or -1 */
 	int zero;
 	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
-	float *mom, *vel;     /* hi - lo each (host; mirrors on a GPU) */
+	float *mom, *vel;     /* hi - lo each (host; mirrors on a GPU); NULL with off */
+	gk_nn_offload *off;   /* --offload optimizer:DIR: the moments in a file */
+	gk_nn_trainer *t;     /* the trainer, for its agreed failures */
+	int host_update;      /* a GPU's update on the CPU, the moments in host
+			       * memory (--offload optimizer) */
 	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */

@@ -26,7 +26,7 @@
  * gradients, optionally beside f32 ones) does not describe; there the
  * bytes allocated are counted as they are (-1 here).
  */
-static int model_states(const gk_nn_trainer *t, uint64_t *b)
+static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_state)
 {
 	if (t->cuda && t->o.precision == GK_NN_BF16)
 		return -1;
@@ -34,11 +34,20 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b)
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
 			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
-			   .dp = t->grid.dp, .tp = t->grid.tp, .recompute = GK_MEM_RC_NONE};
+			   .dp = t->grid.dp, .tp = t->grid.tp, .recompute = GK_MEM_RC_NONE,
+			   .offload = t->dp->off || t->dp->host_update};
 	gk_mem_est e;
+	gk_mem_run r;
 	gk_err err;
-	if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &err) < 0)
+	if (gk_mem_train_estimate(&mt, &e, NULL, &r, &err) < 0)
 		return -1;
+	/* offloaded: host_ram is the state of every rank of a node */
+	const gk_mem_part *h = gk_mem_part_get(&e, "host_ram");
+	int64_t world = r.dp * r.tp * r.pp;
+	int64_t local = world < r.gpus_per_node ? world : r.gpus_per_node;
+	if (mt.offload && (!h || local < 1))
+		return -1;
+	*offload_state = mt.offload ? h->bytes / (uint64_t)local : 0;
 	const gk_mem_part *p = gk_mem_part_get(&e, "parameters"),
 			  *g = gk_mem_part_get(&e, "gradients"),
 			  *o = gk_mem_part_get(&e, "optimizer");
@@ -74,17 +83,32 @@ static void account(gk_nn_trainer *t)
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
 	if (t->grid.pp > 1) /* the last stage's logits, one set a micro-batch in flight */
 		logit_pad *= (uint64_t)gk_nn_tr_pp_head_sets(t);
-	uint64_t moments = (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
-	if (model_states(t, b) < 0) {
+	/* offloaded, the moments are in a file or (a GPU's) host memory:
+	 * none where the model computes */
+	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
+			   (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
+	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters */
 		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
 		b[GK_MEM_GRADIENTS] = 4 * psi;
 		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->world)
 						   : 8 * psi;
+		/* offloaded: in host memory, none on the device */
+		t->mem.offload_state = t->dp->host_update ? b[GK_MEM_OPTIMIZER] : 0;
+		if (t->dp->host_update)
+			b[GK_MEM_OPTIMIZER] = 0;
 	}
 	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
 	b[GK_MEM_WORKSPACE] = mm.workspace +
 		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
+	if (t->dp->off) {
+		/* the offloaded update's buffer, what it holds of the moments */
+		t->mem.offload_buffer = gk_nn_offload_buffer_bytes(t->o.offload_chunk,
+								   t->dp->hi - t->dp->lo);
+		t->mem.offload_file = gk_nn_offload_file_bytes(t->dp->off);
+		t->mem.offload_path = gk_nn_offload_path(t->dp->off);
+		b[GK_MEM_WORKSPACE] += t->mem.offload_buffer;
+	}
 	/*
 	 * ZeRO-2: the gradients a rank keeps are its shard (lib/mem's 4 Psi /
 	 * N); the lazily mapped full buffer holds, during backward, the
@@ -436,6 +460,7 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
 										 : GK_DT_F32,
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
+			      .offload = t->o.offload_host,
 			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores, and
 			       * so does the GPU's matmul path */
@@ -474,7 +499,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	}
 	size_t fb = t->world > 1 && t->o.compress != GK_COMM_COMPRESS_NONE ? nflat : 0;
 	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
-		(uint64_t)2 * (per + 1) * sizeof(float) +
+		(t->o.offload_dir ? gk_nn_offload_buffer_bytes(t->o.offload_chunk, per)
+				  : (uint64_t)2 * (per + 1) * sizeof(float)) +
 		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
 		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +
 		/* tensor parallelism: rank 0 copies the whole model, at most tp
@@ -766,12 +792,16 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	gk_comm *dc = t->grid.dpc;
 	if (t->grid.dp > 1 &&
 	    (gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0 ||
-	     (!o->zero && resume_dir &&
+	     (!o->zero && resume_dir && !dp->off &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
 		return -1;
+	/* offloaded, a chunk at a time through the files */
+	if (t->grid.dp > 1 && !o->zero && resume_dir && dp->off &&
+	    gk_nn_tr_agree_local(t, gk_nn_offload_broadcast(dp->off, dc, 0, err), err) < 0)
+		return -1;
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
-	    (resume_dir && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
+	    (resume_dir && !dp->host_update && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
 					      dp->vel, 1, err) < 0))
 		return -1;
 	return 0;

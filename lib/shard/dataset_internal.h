@@ -8,6 +8,8 @@
  *   dataset_resume.c  a state saved and restored, on the same or another
  *                     world size
  *   dataset_state.c   a state as JSON text
+ *   beside.c          the tokenizer of listed shards, from the manifests
+ *                     beside them
  */
 #ifndef GK_SHARD_DATASET_INTERNAL_H
 #define GK_SHARD_DATASET_INTERNAL_H
@@ -78,6 +80,11 @@ enum { SH_IDX_NOT_TRIED, SH_IDX_FILE, SH_IDX_BUILT };
 /* One line for the caller (o.note), when the dataset works around a
  * problem in the data and goes on. */
 void sh_dataset_note(const gk_shard_dataset *d, const char *fmt, ...) GK_PRINTF(2, 3);
+/*
+ * A dataset opened from a list (not a manifest): the tokenizer record of
+ * the manifests beside its shards, into d->man.tok (beside.c).
+ */
+int sh_dataset_beside(gk_shard_dataset *d, gk_err *err);
 /*
  * Say that a shard ends without the two zero blocks of a proper end
  * (end_blocks 0 or 1, from sh_index_build or sh_index_load_for) and that

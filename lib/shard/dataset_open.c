@@ -78,7 +78,7 @@ static int load_counts(gk_shard_dataset *d, const char *source, gk_err *err)
 			return -1;
 		}
 	}
-	return 0;
+	return sh_dataset_beside(d, err);
 }
 
 static const char *base_name(const char *path)

@@ -535,7 +535,15 @@ typedef struct gk_shard_dataset gk_shard_dataset;
  * patterns "train-{000000..000031}.tar", globs "shards/train-*.tar" and
  * directories, as gk_shard_list_expand reads them), whose sample counts
  * come from their .idx files when present, else from reading each shard
- * once.
+ * once. A list's tokenizer (gk_shard_dataset_manifest's tok) is that of
+ * the manifests beside its shards: in each directory a shard comes from,
+ * the .json files that are gpukit-shards manifests recording a tokenizer
+ * (the format named in their first 4 KiB; a malformed one is noted and
+ * skipped). Every shard must then be a file one of them lists, at the
+ * size it lists (the file itself, found by device and inode: a name and
+ * a size, no hash of the shard's bytes), and all must agree on the
+ * tokenizer (fingerprint and end-of-text id); otherwise the open fails
+ * naming the shard and the manifests. No such manifest: tok.present 0.
  */
 int gk_shard_dataset_open(gk_shard_dataset **out, const char *source,
 			  const gk_shard_dataset_opts *o, gk_err *err);

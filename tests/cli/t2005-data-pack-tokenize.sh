@@ -11,7 +11,11 @@ same bytes at 1 and 3 threads, from either tokenizer file format and from
 a tar stream; a vocabulary past 65536 ids gives int32. The manifest
 records the tokenizer; gpu-train reads each document once with one
 end-of-text token after it, and refuses the data for a model whose
-tokenizer is another. Bad input fails with a clear message.'
+tokenizer is another, also when the shards are named by a glob, a
+directory or a brace list with the manifest beside them (shards of two
+tokenizers, a shard the manifest does not list or lists at another size
+are refused; token ids with no manifest beside them are noted once). Bad
+input fails with a clear message.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 test_need_python tokenizers numpy webdataset
@@ -298,9 +302,59 @@ test_expect_success 'gpu-train refuses data of another tokenizer, naming both' '
 	cat err &&
 	fp=$(jq -r .tokenizer.fingerprint t1/m.json) &&
 	grep "^gpu-train: data .t1/m.json.: tokenized with another tokenizer than the model.s: the data.s is .gpt2/vocab.json., .gpt2/merges.txt. (fingerprint $fp, 1500 ids), the model.s .m-other/vocab.json., .m-other/merges.txt. (fingerprint [0-9a-f]\{16\}" err &&
-	test_expect_code 1 gpu-train $TINY --batch 2 --init-from m-other --data t1/s-000.tar \
+	mkdir -p loose && cp t1/s-000.tar loose/ &&
+	test_expect_code 1 gpu-train $TINY --batch 2 --init-from m-other --data loose/s-000.tar \
 		--val-data t1/m.json --steps 1 -q 2>err &&
 	grep "^gpu-train: data .t1/m.json.: tokenized with another tokenizer" err
+'
+
+# data-pack writes the manifest beside the shards: shards named by a
+# glob, a directory or a brace list are checked against the manifests in
+# their directories (t1/ also holds plain.json, a manifest without a
+# tokenizer record, and bad.json, a malformed one: noted, not read).
+test_expect_success 'shards named without their manifest: the manifest beside them is read' '
+	fp=$(jq -r .tokenizer.fingerprint t1/m.json) &&
+	for src in "t1/s-*.tar" t1 "t1/s-{000..001}.tar"; do
+		test_expect_code 1 gpu-train $TINY --batch 2 --init-from m-other --data "$src" \
+			--steps 1 -q 2>err &&
+		grep -F "gpu-train: data '"'"'$src'"'"': tokenized with another tokenizer than the model'"'"'s: the data'"'"'s is '"'"'gpt2/vocab.json'"'"', '"'"'gpt2/merges.txt'"'"' (fingerprint $fp, 1500 ids)" err ||
+		return 1
+	done &&
+	grep -Fx "gpu-train: note: manifest '"'"'t1/bad.json'"'"': tokenizer: JSON key '"'"'fingerprint'"'"': missing: its shards'"'"' tokenizer is not checked from it" err &&
+	gpu-train $TINY --batch 2 --init-from m-same --data "t1/s-*.tar" --steps 1 -q &&
+	gpu-train --dump-data 6 --data "t1/s-*.tar" --vocab 1500 --batch 2 --seq 32 \
+		--shuffle none >out 2>err &&
+	test_cmp want out &&
+	test_expect_code 1 gpu-train --dump-data 1 --data t1 --vocab 1500 --eot 1499 2>err &&
+	grep "^gpu-train: data .t1.: its documents end with token 0 (its manifest.s end-of-text token), not the 1499 asked for" err
+'
+
+test_expect_success 'shards of two tokenizers, one listed by two, one no manifest lists, one changed: errors' '
+	fp=$(jq -r .tokenizer.fingerprint t1/m.json) &&
+	ofp=$(jq -r .tokenizer.fingerprint o.json) &&
+	test_expect_code 1 gpu-train --dump-data 1 --data "{t1/s-000.tar,o.tar}" --vocab 1500 2>err &&
+	grep -F "gpu-train: shards '"'"'t1/s-000.tar'"'"' and '"'"'o.tar'"'"' were tokenized with different tokenizers: manifest '"'"'t1/m.json'"'"' records fingerprint $fp, 1500 ids, end-of-text 0, manifest '"'"'o.json'"'"' fingerprint $ofp, 1500 ids, end-of-text 0" err &&
+	mkdir c1 && cp t1/s-* t1/m.json c1/ && cp c1/s-000.tar c1/x.tar &&
+	test_expect_code 1 gpu-train --dump-data 1 --data c1 --vocab 1500 2>err &&
+	grep -F "gpu-train: shard '"'"'c1/x.tar'"'"' is in no manifest beside it that records a tokenizer, while '"'"'c1/s-000.tar'"'"' was tokenized with fingerprint $fp, 1500 ids, end-of-text 0 (manifest '"'"'c1/m.json'"'"')" err &&
+	rm c1/x.tar &&
+	jq ".tokenizer.fingerprint = \"0123456789abcdef\"" c1/m.json >c1/z.json &&
+	test_expect_code 1 gpu-train --dump-data 1 --data c1 --vocab 1500 2>err &&
+	grep -F "gpu-train: shard '"'"'c1/s-000.tar'"'"' is listed by manifests '"'"'c1/m.json'"'"' (fingerprint $fp, 1500 ids, end-of-text 0) and '"'"'c1/z.json'"'"' (fingerprint 0123456789abcdef, 1500 ids, end-of-text 0), of different tokenizers" err &&
+	rm c1/z.json c1/s-001.idx && echo >>c1/s-001.tar &&
+	test_expect_code 1 gpu-train --dump-data 1 --data c1 --vocab 1500 2>err &&
+	size=$(wc -c <c1/s-001.tar) &&
+	grep -F "gpu-train: shard '"'"'c1/s-001.tar'"'"' is $size bytes, manifest '"'"'c1/m.json'"'"' beside it lists it with $((size - 1)): it changed since it was packed" err
+'
+
+test_expect_success 'token ids with no manifest beside them: said once, not refused' '
+	cp t1/s-*.tar loose/ &&
+	gpu-train --dump-data 20 --data loose --vocab 1500 --batch 2 --seq 32 >out 2>err &&
+	test $(wc -l <out) = 20 &&
+	echo "gpu-train: note: the shards hold .npy token ids and no manifest beside them records their tokenizer: their vocabulary could not be checked against the model'"'"'s (data-pack --tokenize --manifest writes one beside the shards)" >expect &&
+	test_cmp expect err &&
+	gpu-train --dump-data 2 --data "c1/s-000.tar" --vocab 1500 --batch 2 --seq 32 >out 2>err &&
+	test_must_be_empty err
 '
 
 test_expect_success 'gpu-train refuses data of a larger vocabulary than a model without tokenizer' '

@@ -314,4 +314,58 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: an asynchronous NCCL error
 	test $((end - start)) -lt 120
 '
 
+# --offload optimizer on a GPU (ZeRO-Offload): the moments in host memory
+# and AdamW on the CPU, with the kernel's per-element arithmetic (math.h;
+# no FMA contraction on either side): the losses and the checkpoint of the
+# update on the device, bit for bit, at bf16 (f32 master on the device) and
+# fp32; the device accounts no optimizer state, and the host's is
+# mem-estimate --offload optimizer's host_ram.
+test_expect_success GPU 'GPU: --offload optimizer updates on the CPU, bit for bit with the device'"'"'s update' '
+	data &&
+	for p in bf16 fp32; do
+		gpu-train $A --steps 4 --device cuda --precision $p --ckpt-dir od$p >od$p.json &&
+		gpu-train $A --steps 4 --device cuda --precision $p --ckpt-dir oh$p \
+			--offload optimizer >oh$p.json &&
+		losses od$p.json >od$p.losses && losses oh$p.json >oh$p.losses &&
+		test_cmp od$p.losses oh$p.losses &&
+		cmp od$p/latest/model.safetensors oh$p/latest/model.safetensors &&
+		cmp od$p/latest/optim.safetensors oh$p/latest/optim.safetensors || return 1
+	done &&
+	mem-estimate --config odfp32/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--offload optimizer --gpus-per-node 1 --json >ohme.json &&
+	python3 - <<-\PY
+	import json
+	def start(p):
+	    return next(json.loads(l) for l in open(p) if "\"start\"" in l)
+	off, dev = start("ohfp32.json"), start("odfp32.json")
+	me = json.load(open("ohme.json"))["bytes"]
+	assert off["memory"]["optimizer"] == me["optimizer"] == 0, (off["memory"], me)
+	assert off["offload"] == {"where": "host", "state": me["host_ram"]}, (off, me)
+	assert dev["memory"]["optimizer"] == me["host_ram"], (dev["memory"], me)
+	assert "offload" not in dev
+	PY
+'
+
+test_expect_success NOGPU 'no GPU: --offload optimizer with --device auto on the CPU is refused, pointing to optimizer:DIR' '
+	data &&
+	test_expect_code 2 gpu-train $A --device auto --offload optimizer >out 2>err &&
+	grep "^gpu-train: --offload optimizer moves a GPU.s optimizer state to host memory, and this run is on the CPU, which keeps it there: give optimizer:DIR" err
+'
+
+# two ranks under ZeRO-1: two steps on the device, a checkpoint, two more
+# with the update on the CPU, as four on the device
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-1: a resume into --offload optimizer continues bit for bit' '
+	data &&
+	Z="$A --steps 4 --device cuda --precision fp32 --zero 1" &&
+	mpi 2 $Z --ckpt-dir oz0 >oz0.json &&
+	mpi 2 $Z --ckpt-dir oz1 --until 2 >oz1a.json &&
+	mpi 2 $Z --ckpt-dir oz1 --resume --offload optimizer >oz1.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and .offload.where == \"host\"" oz1.json &&
+	losses oz0.json | tail -n 2 >oz0.losses && losses oz1.json >oz1.losses &&
+	test_cmp oz0.losses oz1.losses &&
+	for f in oz0/latest/*.safetensors; do
+		cmp "$f" "oz1/latest/${f##*/}" || return 1
+	done
+'
+
 test_done

@@ -5,8 +5,12 @@ The demo (shortened with DEMO_STEPS) leaves its shards, checkpoints,
 merged model, loss plot and sample in the directory it is given, shows
 the training as it runs and the loss curve in the terminal, prunes
 checkpoints it made, keeps each step short and ends with a summary whose
-every path exists. A previous demo directory is reused; any other
-non-empty directory is refused untouched.'
+every path exists. Its text is token ids of the tokenizer the project
+ships (data/tokenizer): the manifest records those files, the sample is
+text after the prompt, and where the test venv is there transformers
+loads the merged directory, its AutoTokenizer encodes the prompt to the
+sample'"'"'s ids and decodes them to its text. A previous demo directory is
+reused; any other non-empty directory is refused untouched.'
 . "$(dirname "$0")/lib.sh"
 
 for c in gnuplot jq; do
@@ -33,9 +37,42 @@ test_expect_success 'the demo runs and keeps its directory' '
 
 test_expect_success 'shards: verified, and the corpus packed' '
 	data-pack -q --verify "out dir/shards/manifest.json" &&
+	data-pack -q --verify "out dir/corpus-shards/manifest.json" &&
 	test $(ls "out dir"/shards/*.tar | wc -l) = 3 &&
 	test $(ls "out dir"/corpus-shards/*.tar | wc -l) -ge 1 &&
 	grep "^corpus-shards/: " out
+'
+
+# The shipped tokenizer: what the manifest records of it (its files'"'"'
+# XXH3 by xxhsum, its size and <|endoftext|> by jq, the fingerprint that
+# data-pack gives it packing anew), and every corpus sample is .npy ids.
+command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
+test_expect_success XXHSUM 'the corpus is token ids of the tokenizer in data/tokenizer' '
+	m="out dir/corpus-shards/manifest.json" &&
+	jq -r ".tokenizer.files[] | (.path | split(\"/\") | .[-2:] | join(\"/\")) + \" \" + .xxh3" "$m" >actual &&
+	for f in vocab.json merges.txt; do
+		echo "tokenizer/$f $(xxhsum -H3 "$GK_TOP/data/tokenizer/$f" | sed "s/.* = //")" || return 1
+	done >expect &&
+	test_cmp expect actual &&
+	jq -r ".tokenizer | .vocab_size, .eot" "$m" >actual &&
+	jq -r "length, .[\"<|endoftext|>\"]" "$GK_TOP/data/tokenizer/vocab.json" >expect &&
+	test_cmp expect actual &&
+	test $(jq -r .tokenizer.vocab_size "$m") = 4096 &&
+	mkdir one && echo "int x;" >one/a.txt &&
+	data-pack -q -c --tokenize "$GK_TOP/data/tokenizer" -o one.tar --manifest one.json one &&
+	test "$(jq -r .tokenizer.fingerprint one.json)" = "$(jq -r .tokenizer.fingerprint "$m")" &&
+	for t in "out dir"/corpus-shards/*.tar; do data-pack -t "$t" >>members || return 1; done &&
+	cut -f 3 members | sort -u >exts &&
+	echo npy >expect && test_cmp expect exts &&
+	test "$(jq -r "select(.event == \"start\") | .tokenizer" "out dir/train.jsonl")" = "$GK_TOP/data/tokenizer"
+'
+
+test_expect_success 'the sample is text: the prompt, then 120 tokens decoded' '
+	jq -c "select(.event == \"sample\") | [(.prompt | length > 0), (.tokens | length)]" \
+		"out dir/train.jsonl" >actual &&
+	echo "[true,120]" >expect && test_cmp expect actual &&
+	head -c 11 "out dir/sample.txt" >actual && printf "static int " >expect && test_cmp expect actual &&
+	grep -F "the trained model'"'"'s text after the prompt '"'"'static int '"'"': 120 tokens" out
 '
 
 test_expect_success 'training: every step in the log, progress on the screen as it ran' '
@@ -72,6 +109,21 @@ test_expect_success 'the merged model is the last checkpoint, with its config.js
 if test -x "$GK_PY" && "$GK_PY" -c "import transformers, torch" 2>/dev/null; then
 	test_set_prereq TRANSFORMERS
 fi
+test_expect_success TRANSFORMERS 'model/ has the tokenizer; AutoTokenizer encodes the prompt and decodes the sample as gpu-train did' '
+	cmp "$GK_TOP/data/tokenizer/vocab.json" "out dir/model/vocab.json" &&
+	cmp "$GK_TOP/data/tokenizer/merges.txt" "out dir/model/merges.txt" &&
+	HF_HUB_OFFLINE=1 "$GK_PY" -c "
+import json, sys
+from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(sys.argv[1])
+s = [e for e in map(json.loads, open(sys.argv[2])) if e[\"event\"] == \"sample\"][0]
+for f, v in ((\"ours\", s), (\"theirs\", {\"prompt\": t(\"static int \").input_ids,
+                                      \"text\": t.decode(s[\"prompt\"] + s[\"tokens\"])})):
+    open(f, \"w\").write(json.dumps([v[\"prompt\"], v[\"text\"]]) + \"\\n\")
+" "$PWD/out dir/model" "out dir/train.jsonl" &&
+	test_cmp ours theirs
+'
+
 test_expect_success TRANSFORMERS 'model/ loads as GPT2LMHeadModel, every parameter there' '
 	HF_HUB_OFFLINE=1 "$GK_PY" -c "
 import sys

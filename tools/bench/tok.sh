@@ -10,6 +10,10 @@
 # the encode calls only (files are read first). The run fails when
 # tokenizers' token count differs from gpukit's (tiktoken merges by token
 # rank, not by merge list, so its count is shown, not required to agree).
+# Then data-pack --tokenize packs the same documents (-T, one .txt sample
+# a file) at --jobs 1 and 2, timed around the whole command (reading,
+# encoding, writing the shards; best of the runs), and prints its
+# 2/1-thread ratio; the shards of both must be the same bytes.
 #
 # Vocabulary: GK_BENCH_TOK (a directory or tokenizer.json, e.g. GPT-2's
 # own files) or one trained here with tokenizers (GK_BENCH_VOCAB tokens,
@@ -154,3 +158,31 @@ for threads in 1 2; do
 	fi
 done
 echo "ratio: MB/s over gpukit's at 1 thread"
+
+# data-pack --tokenize as a user runs it (reading the files, encoding on
+# --jobs threads, writing .npy shards), at 1 and 2 jobs: the thread
+# scaling that gpukit-tok(5) may state only as measured. The shards of
+# both runs must be the same bytes.
+pack() {
+	best=
+	i=0
+	while [ $i -lt "$runs" ]; do
+		rm -rf "$w/pack-$1"
+		t0=$(date +%s.%N)
+		"${GK_BINDIR:-$top/bin}/data-pack" -q -c -T "$docs" --ext txt --name-as-key --tokenize "$tok" \
+			--jobs "$1" --max-size 256M -o "$w/pack-$1/s-%06d.tar"
+		t=$(echo "$(date +%s.%N) - $t0" | bc -l)
+		if [ -z "$best" ] || [ "$(echo "$t < $best" | bc -l)" = 1 ]; then best=$t; fi
+		i=$((i + 1))
+	done
+	echo "$best"
+}
+p1=$(pack 1)
+p2=$(pack 2)
+for f in "$w"/pack-1/*; do
+	cmp "$f" "$w/pack-2/${f##*/}" || { echo "tok.sh: data-pack --jobs 2 wrote other shards than --jobs 1" >&2; exit 1; }
+done
+r1=$(echo "$ob / $p1 / 1000000" | bc -l)
+r2=$(echo "$ob / $p2 / 1000000" | bc -l)
+printf 'data-pack --tokenize: %.2f MB/s at --jobs 1, %.2f MB/s at --jobs 2: 2/1-thread ratio %.2f (2.00 is linear)\n' \
+	"$r1" "$r2" "$(echo "$r2 / $r1" | bc -l)"
