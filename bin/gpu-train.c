@@ -244,6 +244,10 @@ static const gk_optdef options[] = {
 	     "(yes) or keep them until its backward (no)"),
 	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
 	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
+	INT("pp", "N", o.pp, 1, 1 << 16, NOTE, "1",
+	    "pipeline stages, contiguous blocks of layers (the CPU)"),
+	ENUM("pp-schedule", "KIND", o.pp_sched, gk_nn_pp_sched_parse, "1f1b or gpipe", NOTE,
+	     "1f1b", "the pipeline's schedule: 1f1b or gpipe"),
 	ENUM("compress", "KIND", o.compress, gk_comm_compress_parse, "none, bf16, f16 or int8",
 	     NOTE, "none", "none, bf16, f16 or int8 gradients on the wire"),
 	CUSTOM("bucket", "SIZE", o.bucket_bytes, parse_bucket, AGREE,
@@ -522,6 +526,10 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_object_set_new(o, "param_prefetched",
 					    json_integer((json_int_t)l->prefetched));
 		}
+		if (!isnan(l->pp_bubble)) {
+			json_object_set_new(o, "pp_comm_bytes", json_integer((json_int_t)l->pp_bytes));
+			json_object_set_new(o, "pp_bubble", jnum(l->pp_bubble));
+		}
 		print_mem(c->mem, o);
 		if (gk_status_out_tty())
 			gk_status_clear();
@@ -767,6 +775,9 @@ static void parse_args(int argc, char **argv, args *a)
 					   "(on a GPU the moments stay in device memory)");
 		if (a->o.tp > 1)
 			gk_cli_usage_error(&cli, "--offload: not with --tp %d", a->o.tp);
+		if (a->o.pp > 1)
+			gk_cli_usage_error(&cli, "--offload: not with --pp %d (a stage's moments "
+					   "stay in memory: leave --offload out)", a->o.pp);
 	}
 	if (a->o.offload_chunk && !a->o.offload_dir)
 		gk_cli_usage_error(&cli, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
@@ -781,6 +792,20 @@ static void parse_args(int argc, char **argv, args *a)
 				 a->sample ? "--sample" : a->dump ? "--dump-data" : NULL;
 		if (no)
 			gk_cli_usage_error(&cli, "--tp %d: not with %s", a->o.tp, no);
+	}
+	if (a->o.pp > 1) {
+		/* what pipeline parallelism does not do (yet): said before any work */
+		const char *no = a->o.device != GK_NN_CPU ?
+				 "--device cuda or auto (the CPU only: --device cpu)" :
+				 a->o.zero ? "--zero (ZeRO 0: leave --zero out)" :
+				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
+				 a->sample ? "--sample (sample from its checkpoint in a run without --pp)" :
+				 a->dump ? "--dump-data (run it without --pp)" :
+				 a->o.eval_only ? "--eval-only (evaluate its checkpoint without --pp)" :
+				 a->o.val_data ? "--val-data (evaluate its checkpoints with --eval-only, "
+						 "without --pp)" : NULL;
+		if (no)
+			gk_cli_usage_error(&cli, "--pp %d: not with %s", a->o.pp, no);
 	}
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
@@ -927,10 +952,33 @@ static void print_start(gk_nn_trainer *t)
 			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
 	}
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
-	int tp = r->tp > 1 ? r->tp : 1;
-	char grid[48] = "";
+	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
+	char grid[320] = "";
 	if (tp > 1)
 		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
+	if (pp > 1) {
+		/* the stages' layers and the schedule's expected bubble */
+		int n = tp > 1 ? snprintf(grid, sizeof(grid), " (dp %d x pp %d x tp %d: layers",
+					  gk_nn_trainer_world(t) / pp / tp, pp, tp)
+			       : snprintf(grid, sizeof(grid), " (dp %d x pp %d: layers",
+					  gk_nn_trainer_world(t) / pp, pp);
+		for (int s = 0; s < pp && n < (int)sizeof(grid); s++) {
+			int l0 = 0, l1 = 0;
+			gk_err ignore;
+			gk_nn_pp_layers(cfg->layers, pp, s, &l0, &l1, &ignore);
+			n += snprintf(grid + n, sizeof(grid) - n, "%s%d-%d", s ? ", " : " ", l0,
+				      l1 - 1);
+		}
+		if (n < (int)sizeof(grid))
+			snprintf(grid + n, sizeof(grid) - n, "; %s over %d micro-batches, "
+				 "bubble (%d-1)/%d = %.3g)", gk_nn_pp_sched_name(r->pp_sched),
+				 r->grad_accum, pp, r->grad_accum, (double)(pp - 1) / r->grad_accum);
+	}
+	if (rank == 0 && pp > r->grad_accum)
+		fprintf(stderr, "gpu-train: warning: --pp %d with --grad-accum %d: fewer micro-batches "
+			"than stages leave stages idle most of each step (the bubble, (%d-1)/%d, "
+			"is %.0f%%); use --grad-accum %d or more\n", pp, r->grad_accum, pp,
+			r->grad_accum, 100.0 * (pp - 1) / r->grad_accum, 4 * pp);
 	if (rank == 0 && pl->tp_span > 0)
 		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
 			"layer's allreduces cross the network every step (a group is %d consecutive "
@@ -967,7 +1015,14 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			/* the grid: world = dp x tp */
 			json_object_set_new(j, "tp", json_integer(tp));
-			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp));
+			json_object_set_new(j, "pp", json_integer(pp));
+			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp / pp));
+			if (pp > 1) {
+				json_object_set_new(j, "pp_schedule",
+						    json_string(gk_nn_pp_sched_name(r->pp_sched)));
+				json_object_set_new(j, "pp_bubble",
+						    json_real((double)(pp - 1) / r->grad_accum));
+			}
 			if (gk_nn_trainer_device_desc(t))
 				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
 			json_object_set_new(j, "overlap", json_boolean(r->overlap));

@@ -11,7 +11,7 @@
 #include "comm/internal.h"
 
 /* Internal collective code for a queued barrier. */
-#define COLL_BARRIER GK_COMM_COLL_COUNT
+#define COLL_BARRIER GK_COMM_CALL_BARRIER
 
 /* ---- names ---- */
 
@@ -30,6 +30,11 @@ const char *gk_comm_backend_name(gk_comm_backend b) { return NAME(backend_names,
 const char *gk_comm_algo_name(gk_comm_algo a) { return NAME(algo_names, a); }
 const char *gk_comm_compress_name(gk_comm_compress c) { return NAME(compress_names, c); }
 const char *gk_comm_coll_name(gk_comm_coll c) { return NAME(coll_names, c); }
+const char *gk_comm_call_name(int coll)
+{
+	return coll == GK_COMM_CALL_BARRIER ? "barrier" : coll == GK_COMM_CALL_SEND ? "send" :
+	       coll == GK_COMM_CALL_RECV ? "recv" : gk_comm_coll_name((gk_comm_coll)coll);
+}
 
 static int lookup(const char *const *tab, size_t n, const char *s)
 {
@@ -479,6 +484,13 @@ static int start(gk_comm *c, gk_comm_call *k, gk_comm_req **out, gk_err *err)
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err)
 {
 	gk_comm *c = r->c;
+	if (r->p2p) {
+		if (gk_comm_mpi_p2p_test(c, r->p2p, done, err) < 0)
+			return -1;
+		if (*done)
+			gk_comm_trace_end(c, r->call.seq, 0, NULL);
+		return 0;
+	}
 	if (r->event) {
 		if (gk_comm_nccl_event_query(c, r->event, done, err) < 0)
 			return -1;
@@ -496,7 +508,10 @@ int gk_comm_wait(gk_comm_req *r, gk_err *err)
 {
 	gk_comm *c = r->c;
 	int st;
-	if (r->event) {
+	if (r->p2p) {
+		st = gk_comm_mpi_p2p_wait(c, r->p2p, &r->err);
+		gk_comm_trace_end(c, r->call.seq, st, &r->err);
+	} else if (r->event) {
 		st = r->status < 0 ? -1 : gk_comm_nccl_event_wait(c, r->event, &r->err);
 		gk_comm_trace_end(c, r->call.seq, st, &r->err);
 	} else {

@@ -357,6 +357,30 @@ int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtyp
  */
 int gk_comm_iallgatherv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
 			gk_comm_req **req, gk_err *err);
+/*
+ * Point-to-point messages (a pipeline's activations and their gradients
+ * between stages): send count elements of buf to rank peer of c, or
+ * receive them from it, without waiting; gk_comm_wait (or gk_comm_test)
+ * completes the request, and buf stays untouched until then. A receive
+ * matches the peer's send of the same bytes; messages between two ranks
+ * arrive in the order they were sent. They start at once on the caller's
+ * thread (after this communicator's queued collectives), so a rank may
+ * have a send and a receive outstanding with the same peer, each
+ * waiting for the other's, without deadlock. mpi: MPI_Isend and
+ * MPI_Irecv, waited for under the communicator's timeout (a peer that
+ * stopped fails the wait, naming the ranks that do not answer); nccl:
+ * ncclSend and ncclRecv on the communicator's stream (device memory, the
+ * stream contract above); self (a world of one): refused, there is no
+ * peer. The flight recorder shows each as "send" or "recv" with its peer.
+ * On mpi, while a message is outstanding no other communicator of the
+ * process may have a non-blocking collective in flight (MPI is opened
+ * MPI_THREAD_SERIALIZED: the progress thread and the caller must not
+ * call MPI at once).
+ */
+int gk_comm_isend(gk_comm *c, const void *buf, size_t count, gk_dtype dt, int peer,
+		  gk_comm_req **req, gk_err *err);
+int gk_comm_irecv(gk_comm *c, void *buf, size_t count, gk_dtype dt, int peer,
+		  gk_comm_req **req, gk_err *err);
 /* *done = 1 when complete (the request stays valid until waited on). */
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 /* Wait for completion and free the request; returns the operation's status. */

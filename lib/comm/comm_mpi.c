@@ -1076,3 +1076,18 @@ int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err)
 	MPI_RUN(MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, st->comm, &q_), "mpi: MPI_Bcast");
 	return 0;
 }
+
+/* ---- for p2p_mpi.c ---- */
+
+int gk_comm_mpi_waitall(gk_comm *c, int n, void *rq, const char *what, gk_err *err)
+{
+	mpi_state *st = c->mpi;
+	st->op = what;
+	return mpi_wait(st, n, rq, what, err);
+}
+
+void gk_comm_mpi_handle(gk_comm *c, void *out)
+{
+	mpi_state *st = c->mpi;
+	*(MPI_Comm *)out = st->comm;
+}

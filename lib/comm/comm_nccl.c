@@ -523,7 +523,7 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	int reduces = k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ||
 		      k->coll == GK_COMM_REDUCE;
 	snprintf(st->last, sizeof st->last, "%s of %zu %s%s%s",
-		 gk_comm_coll_name(k->coll), k->count, gk_dtype_name(k->dt),
+		 gk_comm_call_name(k->coll), k->count, gk_dtype_name(k->dt),
 		 reduces ? " " : "", reduces ? gk_comm_op_name(k->op) : "");
 	if (gk_cuda_set_device(st->device, err) < 0)
 		return -1;
@@ -533,7 +533,13 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		return -1;
 	ncclResult_t r = ncclSuccess;
 	cudaStream_t s = st->stream;
-	switch (k->coll) {
+	switch ((int)k->coll) {
+	case GK_COMM_CALL_SEND: /* p2p.c: the peer in root */
+		r = st->api.Send(k->send, k->count, nccl_dt(k->dt), k->root, st->comm, s);
+		break;
+	case GK_COMM_CALL_RECV:
+		r = st->api.Recv(k->recv, k->count, nccl_dt(k->dt), k->root, st->comm, s);
+		break;
 	case GK_COMM_ALLREDUCE:
 		if (k->compress != GK_COMM_COMPRESS_NONE) {
 			size_t bytes = k->count * sizeof(float);

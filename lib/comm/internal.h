@@ -31,12 +31,24 @@ typedef struct gk_comm_call {
 	int queued;   /* started by the progress thread, not when called */
 } gk_comm_call;
 
+/*
+ * Call codes beyond gk_comm_coll's collectives: a queued barrier
+ * (comm.c) and point-to-point messages (p2p.c), whose peer is the call's
+ * root field.
+ */
+#define GK_COMM_CALL_BARRIER ((int)GK_COMM_COLL_COUNT)
+#define GK_COMM_CALL_SEND (GK_COMM_CALL_BARRIER + 1)
+#define GK_COMM_CALL_RECV (GK_COMM_CALL_BARRIER + 2)
+/* "allreduce" ... "barrier" "send" "recv": a call's name in dumps and messages */
+const char *gk_comm_call_name(int coll);
+
 struct gk_comm_req {
 	gk_comm *c;
 	gk_comm_call call;
 	int done, status;
 	gk_err err;
 	void *event; /* nccl: the cudaEvent_t recorded after the call */
+	void *p2p;   /* mpi: a send's or receive's MPI requests (p2p_mpi.c) */
 	struct gk_comm_req *next;
 };
 
@@ -152,6 +164,19 @@ void gk_comm_mpi_abort(gk_comm *c, int code);
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err);
 int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 				   gk_comm_op op, gk_err *err);
+/*
+ * Point-to-point (p2p_mpi.c): start k (GK_COMM_CALL_SEND or _RECV, peer
+ * in k->root) on the caller's thread, *h its MPI requests; wait for them
+ * (freeing *h) under the communicator's watchdog, or test them.
+ */
+int gk_comm_mpi_p2p_start(gk_comm *c, const gk_comm_call *k, void **h, gk_err *err);
+int gk_comm_mpi_p2p_wait(gk_comm *c, void *h, gk_err *err);
+int gk_comm_mpi_p2p_test(gk_comm *c, void *h, int *done, gk_err *err);
+void gk_comm_mpi_p2p_free(void *h);
+/* comm_mpi.c's watchdog wait (mpi_wait) over n MPI_Requests at rq, for p2p_mpi.c */
+int gk_comm_mpi_waitall(gk_comm *c, int n, void *rq, const char *what, gk_err *err);
+/* ... and the communicator's MPI_Comm, into *out (an MPI_Comm) */
+void gk_comm_mpi_handle(gk_comm *c, void *out);
 /* For the nccl bootstrap: broadcast bytes from rank 0 over MPI_COMM_WORLD. */
 int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err);
 

@@ -57,10 +57,12 @@ static int parse_fault(gk_comm_trace *t, const char *s, gk_err *err)
 		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': not ACTION:RANK:OP:N", s);
 	t->fault_act = !strcmp(act, "skip") ? GK_TR_FAULT_SKIP : !strcmp(act, "stop") ?
 		GK_TR_FAULT_STOP : !strcmp(act, "kill") ? GK_TR_FAULT_KILL : 0;
-	t->fault_coll = !strcmp(op, "barrier") ? GK_COMM_COLL_COUNT : gk_comm_coll_parse(op);
+	t->fault_coll = !strcmp(op, "barrier") ? GK_COMM_CALL_BARRIER :
+			!strcmp(op, "send") ? GK_COMM_CALL_SEND :
+			!strcmp(op, "recv") ? GK_COMM_CALL_RECV : gk_comm_coll_parse(op);
 	if (!t->fault_act || t->fault_coll < 0)
 		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop or kill, OP a "
-			       "collective or barrier", s);
+			       "collective, barrier, send or recv", s);
 	t->fault_rank = rank;
 	t->fault_n = n;
 	return 0;
@@ -162,7 +164,9 @@ int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k)
 	r->dt = (uint8_t)k->dt;
 	r->op = (uint8_t)k->op;
 	r->root = k->coll == GK_COMM_BROADCAST || k->coll == GK_COMM_REDUCE ? k->root : -1;
-	r->peer = -1;
+	/* a message's peer is known when it is called; a collective's
+	 * when the backend waits for one (gk_comm_trace_peer) */
+	r->peer = k->coll == GK_COMM_CALL_SEND || k->coll == GK_COMM_CALL_RECV ? k->root : -1;
 	r->bytes = (uint64_t)k->count * gk_comm_dt_size(k->dt);
 	r->tag = t->tag;
 	r->index = t->tag ? t->index : -1;
@@ -344,11 +348,11 @@ static void w_rec(wbuf *w, const gk_comm_trace_rec *r, uint64_t seq)
 	w_s(w, "{\"seq\":");
 	w_i(w, (int64_t)seq);
 	w_key(w, "op");
-	w_str(w, r->coll < GK_COMM_COLL_COUNT ? gk_comm_coll_name(r->coll) : "barrier");
+	w_str(w, gk_comm_call_name(r->coll));
 	w_key(w, "bytes");
 	w_i(w, (int64_t)r->bytes);
 	w_key(w, "dtype");
-	w_str(w, r->coll < GK_COMM_COLL_COUNT ? gk_dtype_name(r->dt) : NULL);
+	w_str(w, r->coll != GK_COMM_CALL_BARRIER ? gk_dtype_name(r->dt) : NULL);
 	int reduces = r->coll == GK_COMM_ALLREDUCE || r->coll == GK_COMM_REDUCE_SCATTER ||
 		      r->coll == GK_COMM_REDUCE;
 	w_key(w, "redop");

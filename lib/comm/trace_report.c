@@ -276,6 +276,10 @@ static void say_op(FILE *o, const trec *t)
 	char size[32];
 	int any = 0;
 	fprintf(o, "%s #%" PRId64, t->op, t->seq);
+	if (t->peer >= 0 && !strcmp(t->op, "send"))
+		fprintf(o, " to rank %d", t->peer);
+	else if (t->peer >= 0 && !strcmp(t->op, "recv"))
+		fprintf(o, " from rank %d", t->peer);
 	if (t->tag[0]) {
 		fprintf(o, " (%s", t->tag);
 		if (t->index >= 0)
@@ -437,8 +441,19 @@ static void analyse(FILE *o, const tcomm *c, int several)
 	if (several)
 		fprintf(o, "communicator %d (%s): ", c->id, c->backend);
 
+	/*
+	 * Point-to-point messages (a pipeline's stages): the ranks send and
+	 * receive in orders of their own, so their operations and positions
+	 * do not align by number; each rank's own wait is said, with its
+	 * peer, after the ranks that left no dump or did not answer.
+	 */
+	int p2p = 0;
+	for (int r = 0; r < w && !p2p; r++)
+		for (size_t i = 0; i < c->d[r].n && !p2p; i++)
+			p2p = !strcmp(c->d[r].recs[i].op, "send") || !strcmp(c->d[r].recs[i].op, "recv");
+
 	/* the first operation the ranks disagree on */
-	for (int64_t s = lo; dumped > 1 && s < hi; s++) {
+	for (int64_t s = lo; dumped > 1 && !p2p && s < hi; s++) {
 		int *grp = mark; /* grp[r]: the group of rank r's operation at s, 1-based */
 		memset(grp, 0, (size_t)w * sizeof *grp);
 		const trec *rep[64];
@@ -521,6 +536,17 @@ static void analyse(FILE *o, const tcomm *c, int several)
 	if (!dumped) {
 		fputs("no rank left a dump\n", o);
 		goto out;
+	}
+	if (p2p) {
+		ahead = 0;
+		if (!nmissing && !nsilent) {
+			memset(mark, 0, (size_t)w * sizeof *mark);
+			for (int r = 0; r < w; r++)
+				set[r] = c->d[r].have;
+			say_waiting(o, c, pos, set, mark, 1);
+			fputc('\n', o);
+			goto tail;
+		}
 	}
 	if (ahead) {
 		/* the ranks behind: in the operation, or short of it */

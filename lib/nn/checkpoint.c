@@ -224,6 +224,7 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 	 * world resumes the same positions */
 	json_object_set_new(j, "world", json_integer(t->grid.dp));
 	json_object_set_new(j, "tp", json_integer(t->grid.tp));
+	json_object_set_new(j, "pp", json_integer(t->grid.pp));
 	json_object_set_new(j, "zero", json_integer(t->o.zero));
 	json_object_set_new(j, "batch", json_integer(t->o.batch));
 	json_object_set_new(j, "seq", json_integer(t->o.seq));
@@ -252,7 +253,8 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
 	}
 	if (set)
 		json_object_set_new(j, "settings", set);
-	for (int r = 0; r < t->world; r += t->grid.tp) /* each group's first rank */
+	/* each data-parallel group's first rank (tp innermost, then pp) */
+	for (int r = 0; r < t->world; r += t->grid.tp * t->grid.pp)
 		json_array_append_new(d, json_loads(states + (size_t)r * slot, 0, NULL));
 	json_object_set_new(j, "data", d);
 	char *out = json_dumps(j, JSON_INDENT(2));
@@ -394,6 +396,15 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	int g = gk_nn_tr_gather(t, mine, all, slot, err);
 	free(mine);
 	if (g < 0) {
+		free(all);
+		job_free(j);
+		return -1;
+	}
+	/* a pipeline: each stage's parameters and moments from the stage that
+	 * keeps them current, into rank 0's copy (every stage's, in place) */
+	if (t->grid.pp > 1 &&
+	    (gk_nn_tr_pp_sync(t, gk_nn_params(t->m), err) < 0 ||
+	     gk_nn_tr_pp_sync(t, t->dp->mom, err) < 0 || gk_nn_tr_pp_sync(t, t->dp->vel, err) < 0)) {
 		free(all);
 		job_free(j);
 		return -1;

@@ -195,6 +195,7 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->t = t;
 	dp->host_update = t->cuda && t->o.offload_host;
 	dp->comm = dp->gcomm = t->grid.dpc;
+	dp->pp_stage = t->grid.pp > 1 ? t->grid.pp_rank : -1;
 	dp->rank = t->grid.dp_rank;
 	dp->world = t->grid.dp;
 	dp->zero = t->o.zero;
@@ -704,6 +705,20 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 {
 	size_t lo = gk_nn_dp_lo(dp), hi = gk_nn_dp_hi(dp);
 	const float *g = dp->shard ? shard_grads(dp) : NULL;
+	if (dp->pp_stage >= 0) {
+		/* a pipeline stage updates its own range, and the last stage
+		 * the tied wte it shares with the first (the same gradients
+		 * and moments there: the same update) */
+		size_t a, b, shared;
+		gk_nn_pp_range(dp->m, dp->pp_stage, &a, &b, &shared);
+		if (gk_nn_update(dp->m, c, lr, step, grad_scale, a, b, NULL, dp->mom + a,
+				 dp->vel + a, err) < 0 ||
+		    (shared && gk_nn_update(dp->m, c, lr, step, grad_scale, 0, shared, NULL,
+					    dp->mom, dp->vel, err) < 0))
+			return -1;
+		*exposed = 0;
+		return 0;
+	}
 	if (dp->host_update) {
 		if (host_update(dp, c, lr, step, grad_scale, lo, hi, err) < 0)
 			return -1;

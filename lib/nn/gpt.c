@@ -377,6 +377,16 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	size_t C = (size_t)c->hidden, NH = (size_t)c->heads / tp;
 	size_t L = (size_t)c->layers, Vp = (size_t)c->vocab_pad / tp;
 	size_t N = B * T;
+	/* a pipeline stage: its layers only, and the head's buffers on the
+	 * last stage alone */
+	int head = 1;
+	if (o->pp > 1) {
+		int l0 = 0, l1 = (int)L;
+		gk_err ignore;
+		if (gk_nn_pp_layers(c->layers, o->pp, o->pp_rank, &l0, &l1, &ignore) == 0)
+			L = (size_t)(l1 - l0);
+		head = o->pp_rank == o->pp - 1;
+	}
 	/* a rank's heads and MLP columns (tp.c): Cq of attention's C, F of
 	 * the MLP's 4C */
 	size_t Cq = C / tp, F = 4 * C / tp;
@@ -385,8 +395,8 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	size_t kg = r == GK_NN_RECOMPUTE_NONE ? L : 1;
 	size_t a[NSZ] = {
 		(L + 1) * N * C,     /* resid */
-		N * C, N, N,         /* lnf */
-		N * Vp, N,           /* logits, lse */
+		head * N * C, head * N, head * N, /* lnf */
+		head * N * Vp, head * N,          /* logits, lse */
 		kl * N * C, kl * N, kl * N,   /* ln1 */
 		kl * N * 3 * Cq,     /* qkv */
 		kl * B * NH * T * T, /* att */
@@ -472,6 +482,8 @@ void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a)
 	size_t C = (size_t)m->c.hidden, T = (size_t)m->o.seq;
 	size_t tp = m->tp > 1 ? (size_t)m->tp : 1;
 	size_t Cq = C / tp, F = 4 * C / tp;
+	/* a pipeline stage holds its layers l0 .. l1-1 only */
+	l -= m->l0;
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t g = m->fchg_per_layer ? (size_t)l : 0;
 	a->in = m->resid + (size_t)l * N * C;
@@ -528,6 +540,16 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		if (o->device != GK_NN_CPU)
 			return gk_errf(err, "model: tensor parallelism runs on the CPU backend only");
 	}
+	int l0 = 0, l1 = (int)cc.layers;
+	if (o->pp > 1) {
+		if (o->pp_rank < 0 || o->pp_rank >= o->pp)
+			return gk_errf(err, "model pipeline stage %d of %d: no such stage",
+				       o->pp_rank, o->pp);
+		if (gk_nn_pp_layers(cc.layers, o->pp, o->pp_rank, &l0, &l1, err) < 0)
+			return -1;
+		if (o->device != GK_NN_CPU)
+			return gk_errf(err, "model: pipeline parallelism runs on the CPU backend only");
+	}
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gk_err_sys(err, ENOMEM, "model");
@@ -537,6 +559,10 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->tp = o->tp > 1 ? o->tp : 1;
 	m->tpr = m->tp > 1 ? o->tp_rank : 0;
 	m->tpc = m->tp > 1 ? o->tp_comm : NULL;
+	m->pp = o->pp > 1 ? o->pp : 1;
+	m->ppr = m->pp > 1 ? o->pp_rank : 0;
+	m->l0 = l0;
+	m->l1 = l1;
 	if (build_table(m, err) < 0)
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
@@ -680,9 +706,61 @@ void gk_nn_free(gk_nn_model *m)
 		munmap(m->grads, lazy_bytes(m));
 	else
 		free(m->grads);
+	if (m->slot_base) {
+		gk_nn_pp_use_slot(m, 0); /* acts' own pointers back */
+		for (int i = 1; i < m->nslots; i++)
+			free(m->slot_base[i]);
+	}
+	free(m->slot_base);
+	free(m->slot_state);
 	free(m->acts);
 	free(m->ws);
 	free(m);
+}
+
+int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err)
+{
+	if (m->cu)
+		return gk_errf(err, "model: activation slots on the CPU backend only");
+	if (m->slot_base || n < 1)
+		return gk_errf(err, "model: %d activation slots (once, at least 1)", n);
+	m->slot_base = calloc((size_t)n, sizeof *m->slot_base);
+	m->slot_state = calloc((size_t)n, sizeof *m->slot_state);
+	if (!m->slot_base || !m->slot_state)
+		return gk_err_sys(err, ENOMEM, "model activation slots");
+	m->nslots = 1;
+	m->slot = 0;
+	m->slot_base[0] = m->acts;
+	for (int i = 1; i < n; i++) {
+		if (!(m->slot_base[i] = falloc(m->acts_n, &m->mem.activations)))
+			return gk_err_sys(err, ENOMEM, "model activations of %d micro-batches "
+					  "(%zu MiB)", n, (size_t)n * m->acts_n * 4 >> 20);
+		m->nslots++;
+	}
+	return 0;
+}
+
+void gk_nn_pp_use_slot(gk_nn_model *m, int i)
+{
+	if (!m->slot_base || i == m->slot || i < 0 || i >= m->nslots)
+		return;
+	struct gk_nn_slot_state *was = &m->slot_state[m->slot], *now = &m->slot_state[i];
+	*was = (struct gk_nn_slot_state){m->have_fwd, m->have_targets, m->nvalid, m->loss};
+	/* every activation pointer is acts plus an offset (alloc_acts) */
+	ptrdiff_t d = m->slot_base[i] - m->acts;
+	float **f[] = {&m->resid, &m->lnf, &m->lnfm, &m->lnfr, &m->logits, &m->lse,
+		       &m->a_ln1, &m->a_ln1m, &m->a_ln1r, &m->a_qkv, &m->a_att, &m->a_atty,
+		       &m->a_res2, &m->a_ln2, &m->a_ln2m, &m->a_ln2r, &m->a_fch, &m->a_fchg};
+	for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+		*f[k] += d;
+	m->tokens = (int32_t *)((float *)m->tokens + d);
+	m->targets = (int32_t *)((float *)m->targets + d);
+	m->acts = m->slot_base[i];
+	m->slot = i;
+	m->have_fwd = now->have_fwd;
+	m->have_targets = now->have_targets;
+	m->nvalid = now->nvalid;
+	m->loss = now->loss;
 }
 
 const gk_nn_config *gk_nn_config_of(const gk_nn_model *m)

@@ -1,44 +1,77 @@
 /*
- * grid.c - the process grid: the world cut once into data-parallel and
- * tensor-parallel groups, tp innermost (the tp consecutive ranks of a
- * group sit on one host when the launcher fills hosts in order), as
- * Megatron-LM's parallel_state and picotron's process_group_manager do.
- * Every parallel path takes its communicator from here.
+ * grid.c - the process grid: the world cut once into data-parallel,
+ * pipeline and tensor-parallel groups, tp innermost (the tp consecutive
+ * ranks of a group sit on one host when the launcher fills hosts in
+ * order), then pp, as Megatron-LM's parallel_state and picotron's
+ * process_group_manager do. Every parallel path takes its communicator
+ * from here.
  */
 #include "nn/train.h"
 
-int gk_nn_grid_layout(int world, int tp, int rank, gk_nn_grid *g, gk_err *err)
+int gk_nn_grid_layout_pp(int world, int tp, int pp, int rank, gk_nn_grid *g, gk_err *err)
 {
-	*g = (gk_nn_grid){.tp = 1, .dp = world};
+	*g = (gk_nn_grid){.tp = 1, .pp = 1, .dp = world};
 	if (tp < 1)
 		return gk_errf(err, "tensor-parallel groups of %d ranks: not a group size", tp);
-	if (world % tp)
-		return gk_errf(err, "tensor-parallel groups of %d ranks: the world's %d ranks do "
-			       "not divide into them (world = data-parallel x tensor-parallel)",
-			       tp, world);
+	if (pp < 1)
+		return gk_errf(err, "a pipeline of %d stages: not a number of stages", pp);
+	if (world % ((int64_t)tp * pp)) {
+		if (pp == 1)
+			return gk_errf(err, "tensor-parallel groups of %d ranks: the world's %d "
+				       "ranks do not divide into them (world = data-parallel x "
+				       "tensor-parallel)", tp, world);
+		return gk_errf(err, "pipelines of %d stages x %d tensor-parallel ranks: the "
+			       "world's %d ranks do not divide into them (world = data-parallel "
+			       "x pipeline x tensor-parallel; run %d x %d x K ranks)", pp, tp, world,
+			       pp, tp);
+	}
 	g->tp = tp;
-	g->dp = world / tp;
+	g->pp = pp;
+	g->dp = world / (tp * pp);
 	g->tp_rank = rank % tp;
-	g->dp_rank = rank / tp;
+	g->pp_rank = rank / tp % pp;
+	g->dp_rank = rank / (tp * pp);
 	return 0;
+}
+
+int gk_nn_grid_layout(int world, int tp, int rank, gk_nn_grid *g, gk_err *err)
+{
+	return gk_nn_grid_layout_pp(world, tp, 1, rank, g, err);
 }
 
 int gk_nn_grid_open(gk_nn_grid *g, gk_comm *world, gk_err *err)
 {
 	g->world = world;
-	g->tpc = g->dpc = NULL;
-	if (g->tp == 1) {
+	g->tpc = g->dpc = g->ppc = g->embc = NULL;
+	if (g->tp == 1 && g->pp == 1) {
 		g->dpc = world; /* data parallel over the world, as without a grid */
 		return 0;
 	}
-	/* the same calls in the same order on every rank: tensor groups, then
-	 * data-parallel groups */
-	if (gk_comm_split(world, g->dp_rank, g->tp_rank, &g->tpc, err) < 0 ||
-	    gk_comm_split(world, g->tp_rank, g->dp_rank, &g->dpc, err) < 0) {
-		gk_nn_grid_close(g);
-		return -1;
-	}
+	/* the same calls in the same order on every rank: tensor groups,
+	 * pipelines, the embedding's groups, then data-parallel groups */
+	int in_pipe = g->dp_rank * g->tp + g->tp_rank;   /* which pipeline */
+	int in_dp = g->pp_rank * g->tp + g->tp_rank;     /* which data-parallel group */
+	int ends = g->pp_rank == 0 || g->pp_rank == g->pp - 1;
+	gk_comm *emb = NULL;
+	if (g->tp > 1 &&
+	    gk_comm_split(world, g->dp_rank * g->pp + g->pp_rank, g->tp_rank, &g->tpc, err) < 0)
+		goto fail;
+	if (g->pp > 1 &&
+	    (gk_comm_split(world, in_pipe, g->pp_rank, &g->ppc, err) < 0 ||
+	     /* the stages between the ends get a group of their own, unused */
+	     gk_comm_split(world, ends ? in_pipe : g->dp * g->tp + gk_comm_rank(world),
+			   g->pp_rank, &emb, err) < 0))
+		goto fail;
+	if (ends)
+		g->embc = emb;
+	else
+		gk_comm_close(emb);
+	if (gk_comm_split(world, in_dp, g->dp_rank, &g->dpc, err) < 0)
+		goto fail;
 	return 0;
+fail:
+	gk_nn_grid_close(g);
+	return -1;
 }
 
 void gk_nn_grid_close(gk_nn_grid *g)
@@ -46,6 +79,8 @@ void gk_nn_grid_close(gk_nn_grid *g)
 	if (g->dpc != g->world)
 		gk_comm_close(g->dpc);
 	gk_comm_close(g->tpc);
-	g->tpc = NULL;
+	gk_comm_close(g->ppc);
+	gk_comm_close(g->embc);
+	g->tpc = g->ppc = g->embc = NULL;
 	g->dpc = g->world;
 }

@@ -85,6 +85,19 @@ struct gk_nn_model {
 	float *tpx;
 	uint64_t tp_bytes;      /* sent into the group's allreduces so far */
 
+	/* pipeline parallelism (pp.c): pp stages (1: none), this rank's, and
+	 * its layers [l0, l1); the activations of micro-batches in flight:
+	 * nslots buffers like acts (slot_base[0] is acts' own), the one in
+	 * use, and each one's forward state */
+	int pp, ppr, l0, l1;
+	int nslots, slot;
+	float **slot_base;
+	struct gk_nn_slot_state {
+		int have_fwd, have_targets;
+		double nvalid;
+		float loss;
+	} *slot_state;
+
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;

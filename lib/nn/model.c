@@ -153,7 +153,7 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err)
 {
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden, L = (int)m->c.layers;
+	int C = (int)m->c.hidden;
 	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
 	m->have_fwd = 0;
 	for (int i = 0; i < N; i++)
@@ -174,13 +174,20 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 	gk_nn_cpu_threads(nt);
 
 	const float *p = m->params;
-	if (embed_fwd(m, tokens, err) < 0)
+	/* a pipeline stage: the embedding on the first, its layers, the head
+	 * on the last (the others leave their output for the next stage) */
+	if (m->ppr == 0 && embed_fwd(m, tokens, err) < 0)
 		return -1;
-	for (int l = 0; l < L; l++)
+	for (int l = m->l0; l < m->l1; l++)
 		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
 		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
-	const float *last = m->resid + (size_t)L * N * C;
+	if (m->ppr < m->pp - 1) {
+		m->have_targets = 0;
+		m->have_fwd = 1;
+		return 0;
+	}
+	const float *last = m->resid + (size_t)(m->l1 - m->l0) * N * C;
 	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
 				p + m->lnfb, N, C, m->c.ln_eps, nt);
 	/* under tensor parallelism, this rank's vocabulary columns */
@@ -299,13 +306,14 @@ static int block_bwd(gk_nn_model *m, int l, gk_nn_ready_fn ready, void *ctx,
 int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		   void *ctx, gk_err *err)
 {
-	if (!m->have_fwd || !m->have_targets)
+	int lastst = m->ppr == m->pp - 1;
+	if (!m->have_fwd || (lastst && !m->have_targets))
 		return gk_errf(err, "backward: no forward with targets to "
 			       "differentiate");
 	if (m->cu)
 		return gk_nn_cuda_backward(m, scale, ready, ctx, err);
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden, L = (int)m->c.layers;
+	int C = (int)m->c.hidden;
 	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
 	const float *p = m->params;
 	float *g = m->grads;
@@ -317,7 +325,10 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	 * gradient, so the sgemms accumulate with beta 1 and no pass over
 	 * the gradient buffer is needed */
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
-	if (m->tp == 1) {
+	if (!lastst) {
+		/* a pipeline stage before the last: dres holds d output (the
+		 * caller's, gk_nn_pp_grad) */
+	} else if (m->tp == 1) {
 		gk_nn_cpu_xent_bwd(m->logits, m->lse, m->targets, dloss, N, V, Vp, nt);
 		gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
 				     N, C, V, Vp, nt);
@@ -336,18 +347,22 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
 			return -1;
 	}
-	const float *last = m->resid + (size_t)L * N * C;
-	memset(m->dres, 0, (size_t)N * C * sizeof(float));
-	gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,
-				last, p + m->lnfw, m->lnfm, m->lnfr, N, C, nt);
-	if (ready && ready(m->lnfw, ctx, err) < 0)
-		return -1;
-	for (int l = L - 1; l >= 0; l--)
+	if (lastst) {
+		const float *last = m->resid + (size_t)(m->l1 - m->l0) * N * C;
+		memset(m->dres, 0, (size_t)N * C * sizeof(float));
+		gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,
+					last, p + m->lnfw, m->lnfm, m->lnfr, N, C, nt);
+		if (ready && ready(m->lnfw, ctx, err) < 0)
+			return -1;
+	}
+	for (int l = m->l1 - 1; l >= m->l0; l--)
 		if (param_use(m, GK_NN_BWD_PRE, l, err) < 0 ||
 		    block_bwd(m, l, ready, ctx, err) < 0 ||
 		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
-	if (m->tp == 1) {
+	if (m->ppr > 0) {
+		/* dres is d input, for the previous stage */
+	} else if (m->tp == 1) {
 		gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T, C, nt);
 	} else {
 		int64_t v0;

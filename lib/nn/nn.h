@@ -196,6 +196,10 @@ typedef struct gk_nn_opts {
 				       * only its range between a block's uses);
 				       * gk_nn_params_release gives pages back,
 				       * gk_nn_memory counts it 0 */
+	int pp, pp_rank;              /* pipeline parallelism (pp.c): 0 or 1 none;
+				       * else this rank is stage pp_rank of pp and
+				       * forward and backward run its layers only
+				       * (gk_nn_pp_layers). The CPU backend only */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
@@ -287,6 +291,48 @@ int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err
  * layer. The norm's one double is not counted.
  */
 uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
+
+/* ---- pipeline parallelism (pp.c) ------------------------------------------------- */
+
+/*
+ * Stage s of pp's layers [*l0, *l1) of L: contiguous blocks, L / pp each
+ * and one more on each of the first L % pp stages (the embedding is on
+ * the first stage, the final LayerNorm and the head on the last). -1 with
+ * the numbers in err when pp < 1 or pp > L (a stage without a layer).
+ */
+int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err);
+/*
+ * A stage's model (gk_nn_opts' pp > 1) holds the whole flat buffers, but
+ * forward and backward touch only its layers:
+ *   forward   the first stage embeds tokens; any other reads its input,
+ *             B x T x C floats, from gk_nn_pp_input (the previous stage's
+ *             output, put there by the caller). The last stage runs the
+ *             head and the loss (targets); the others leave their output
+ *             in gk_nn_pp_output and take no targets (NULL).
+ *   backward  the last stage starts from the loss; any other from d
+ *             output, which the caller puts in gk_nn_pp_grad before the
+ *             call. After it, a stage other than the first has d input in
+ *             gk_nn_pp_grad. The wte gradient of the last stage is the
+ *             head's part only, of the first the embedding's: the
+ *             trainer sums them (the tied embedding's group).
+ * The parameters of the stage are [*lo, *hi) of the flat buffer (the first
+ * stage's range starts at wte, the last's ends at ln_f), and the last
+ * stage (when not the first) shares wte: *shared gets its length, else 0.
+ */
+/*
+ * A stage's micro-batches in flight (1F1B keeps up to pp - stage of
+ * them, GPipe all): gk_nn_pp_slots gives the model n sets of activations
+ * (the one it has and n - 1 more, counted in gk_nn_memory's
+ * activations), gk_nn_pp_use_slot makes set i the one forward and
+ * backward use, each set keeping its own forward (a backward of set i
+ * differentiates set i's last forward). The CPU backend only.
+ */
+int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err);
+void gk_nn_pp_use_slot(gk_nn_model *m, int i);
+float *gk_nn_pp_input(gk_nn_model *m);
+float *gk_nn_pp_output(gk_nn_model *m);
+float *gk_nn_pp_grad(gk_nn_model *m);
+void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared);
 
 /* ---- the step ------------------------------------------------------------------ */
 

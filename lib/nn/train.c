@@ -224,6 +224,14 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 	int cut;
 	*lsum = 0;
 	*done = 0;
+	if (t->grid.pp > 1) {
+		/* the pipeline's schedule: its micro-batches are in flight
+		 * together, and a signal waits for the step's end */
+		if (gk_nn_tr_pp_accumulate(t, lsum, part, err) < 0)
+			return -1;
+		*done = o->grad_accum;
+		return 0;
+	}
 	for (int a = 0; a < o->grad_accum; a++) {
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
@@ -270,22 +278,28 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	double tb = gk_now();
 	if (gk_nn_dp_reduce(dp, tb, err) < 0)
 		return -1;
+	/* a pipeline: the tied embedding's two parts summed (first and last stage) */
+	if (t->grid.pp > 1 && gk_nn_tr_pp_embed_sum(t, err) < 0)
+		return -1;
 	double tc = gk_now(), exposed = tc - tb, ss;
 	if (gk_nn_dp_local_sumsq(dp, &ss, err) < 0)
 		return -1;
 	int sig = o->stop ? (int)*o->stop : 0;
-	v[0] = lsum / o->grad_accum;
+	/* the loss is the last stage's (the others' lsum is 0) */
+	v[0] = t->grid.pp_rank == t->grid.pp - 1 ? lsum / o->grad_accum : 0;
 	v[1] = sig == 1;
 	v[2] = sig == 2;
 	v[3] = ss;
-	v[4] = t->grid.tp_rank == 0 ? (double)gk_nn_data_bad(t->data) : 0; /* once a group */
+	v[4] = t->grid.tp_rank == 0 && t->grid.pp_rank == 0 ? /* once a group */
+	       (double)gk_nn_data_bad(t->data) : 0;
 	gk_nn_tr_ckpt_counts(t, v + 5);
 	if (t->world > 1)
 		gk_comm_trace_tag(t->comm, "loss and norm", -1); /* for the flight recorder */
 	if (gk_nn_tr_sum(t, v, 8, err) < 0)
 		return -1;
-	double loss = v[0] / t->world, norm;
-	if (gk_nn_dp_norm(dp, v[3], &norm, err) < 0)
+	double loss = v[0] / (t->world / t->grid.pp), norm;
+	if (t->grid.pp > 1 ? gk_nn_tr_pp_norm(t, &norm, err) < 0 :
+			     gk_nn_dp_norm(dp, v[3], &norm, err) < 0)
 		return -1;
 	exposed += gk_now() - tc;
 	double lr = gk_nn_lr(&o->sched, step);
@@ -389,6 +403,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
 		lg.gathers = t->dp->gathers;
 		lg.prefetched = t->dp->prefetched;
+		gk_nn_tr_pp_log(t, &lg.pp_bytes, &lg.pp_bubble);
 		lg.step_ms = (t1 - t0) * 1e3;
 		lg.bad_samples = (int64_t)v[4];
 		lg.tokens_per_s = step_tokens / (t1 - t0);

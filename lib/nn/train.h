@@ -38,24 +38,34 @@
  * boundary and written by a thread; rank 0 commits once every rank has
  * written (agreed in the step's small allreduce).
  */
+/* The pipeline's schedules (pp_sched.c). */
+enum { GK_NN_PP_1F1B, GK_NN_PP_GPIPE };
+int gk_nn_pp_sched_parse(const char *s);
+const char *gk_nn_pp_sched_name(int k);
+
 /* Steps skipped in a row (skip_nonfinite) that end a run as broken. */
 #define GK_NN_MAX_SKIPS 10
 
 /*
- * The process grid (grid.c): world = dp x tp, tp innermost, so rank r is
- * tensor rank r % tp of data-parallel group r / tp. gk_nn_grid_layout
- * checks the sizes and sets the coordinates (no communication);
- * gk_nn_grid_open splits the world once per dimension (collective over
- * it): tpc the tensor group's communicator (NULL at tp 1), dpc the
- * data-parallel group's (the world itself at tp 1). gk_nn_grid_close
- * closes what open made, before the world is closed.
+ * The process grid (grid.c): world = dp x pp x tp, tp innermost, so rank
+ * r is tensor rank r % tp of pipeline stage (r / tp) % pp of
+ * data-parallel group r / (tp pp). gk_nn_grid_layout (pp 1) and
+ * gk_nn_grid_layout_pp check the sizes and set the coordinates (no
+ * communication); gk_nn_grid_open splits the world once per dimension
+ * (collective over it): tpc the tensor group's communicator (NULL at tp
+ * 1), ppc the pipeline's (NULL at pp 1), embc the tied embedding's group,
+ * the pipeline's first and last stage (NULL at pp 1, and on the stages
+ * between), dpc the data-parallel group's (the world itself when tp and
+ * pp are 1). gk_nn_grid_close closes what open made, before the world is
+ * closed.
  */
 typedef struct gk_nn_grid {
-	int tp, dp;
-	int tp_rank, dp_rank;
-	gk_comm *world, *tpc, *dpc;
+	int tp, dp, pp;
+	int tp_rank, dp_rank, pp_rank;
+	gk_comm *world, *tpc, *dpc, *ppc, *embc;
 } gk_nn_grid;
 int gk_nn_grid_layout(int world, int tp, int rank, gk_nn_grid *g, gk_err *err);
+int gk_nn_grid_layout_pp(int world, int tp, int pp, int rank, gk_nn_grid *g, gk_err *err);
 int gk_nn_grid_open(gk_nn_grid *g, gk_comm *world, gk_err *err);
 void gk_nn_grid_close(gk_nn_grid *g);
 
@@ -97,6 +107,9 @@ typedef struct gk_nn_train_opts {
 				 * no); 0 releases them after the forward */
 	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
 				 * the CPU backend, ZeRO 0, no compression */
+	int pp;                 /* pipeline stages (0 or 1: none): the CPU
+				 * backend, ZeRO 0, no compression */
+	int pp_sched;           /* GK_NN_PP_1F1B or GK_NN_PP_GPIPE */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */
 	int overlap;            /* allreduce buckets during backward (1), after
@@ -219,6 +232,10 @@ typedef struct gk_nn_train_log {
 				 * (0 otherwise) ... */
 	int64_t prefetched;     /* ... of which started before their use (during
 				 * the previous block) */
+	uint64_t pp_bytes;      /* this rank's pipeline messages sent this step
+				 * (activations, gradients); 0 without --pp */
+	double pp_bubble;       /* --pp: the part of this rank's schedule spent
+				 * waiting for messages (measured); NaN without */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */

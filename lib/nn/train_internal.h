@@ -7,8 +7,11 @@
  *   agree.c     what the ranks agree on: small collectives, agreed
  *               failures, the options, work rank 0 does alone
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
- *   grid.c      the process grid: world = dp x tp, its groups' communicators
- *               (tensor parallelism itself is the model's: tp.c)
+ *   grid.c      the process grid: world = dp x pp x tp, its groups'
+ *               communicators (tensor parallelism itself is the model's:
+ *               tp.c; a pipeline stage's layers too: pp.c)
+ *   pp_sched.c  the pipeline's schedule, its embedding group, norm and
+ *               the stages' state put together for checkpoints
  *   dp.c        the gradient path: data parallel, ZeRO-0, 1, 2 and 3 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
@@ -36,6 +39,7 @@
 typedef struct gk_nn_dp gk_nn_dp;
 typedef struct ckpt_job ckpt_job;
 typedef struct gk_nn_straggler gk_nn_straggler;
+typedef struct gk_nn_pp gk_nn_pp;
 #define GK_NN_HOST_MAX 64 /* a host name kept for reports, its '\0' included */
 
 struct gk_nn_trainer {
@@ -85,6 +89,7 @@ struct gk_nn_trainer {
 	gk_nn_placement place;     /* this rank's CPUs (place.c) */
 	uint64_t kernel;           /* ... and its kernel (boot id), as place.c hashes it */
 	gk_nn_straggler *strag;    /* straggler.c's state, or NULL: no exchanges */
+	gk_nn_pp *pp;              /* pp_sched.c's buffers (--pp), made by the first step */
 	char (*hosts)[GK_NN_HOST_MAX]; /* each rank's host name (place.c), with
 				    * --straggler-every in a world of several */
 };
@@ -178,6 +183,29 @@ void gk_nn_tr_straggler_step(gk_nn_trainer *t, const double part[GK_NN_NPARTS]);
 int gk_nn_tr_straggler_exchange(gk_nn_trainer *t, int64_t step, gk_nn_train_hooks *h,
 				gk_err *err);
 
+/* ---- pp_sched.c ---------------------------------------------------------------------- */
+
+/* The schedule's buffers and the model's activation slots (--pp). */
+int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err);
+/* A step's micro-batches through the pipeline (--pp): read, then forward
+ * and backward by the schedule; *lsum the last stage's sum of losses (0
+ * on the others); part's data, compute and communication. */
+int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err);
+/* The last step's messages: bytes sent, and the part of the schedule
+ * spent waiting for receives (NaN before a step). */
+void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble);
+/* The sets of logits this rank holds: the activation slots on the last
+ * stage, none on the others. */
+int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t);
+/* The tied embedding's gradient summed over the first and last stage. */
+int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err);
+/* The global gradient norm, each parameter counted once over the stages. */
+int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err);
+/* buf (the flat layout: parameters or a moment) with each stage's range
+ * from its owner, on every stage of the pipeline. */
+int gk_nn_tr_pp_sync(gk_nn_trainer *t, float *buf, gk_err *err);
+void gk_nn_tr_pp_free(gk_nn_trainer *t);
+
 /* ---- train_tok.c ---------------------------------------------------------------------- */
 
 /*
@@ -258,6 +286,7 @@ struct gk_nn_dp {
 	int via_host;         /* a GPU's gradients reduced through host memory */
 	char note[sizeof(((gk_err *)0)->msg) + 64]; /* why --comm auto chose the host */
 	int rank, world;
+	int pp_stage;         /* a pipeline stage (pp_sched.c), or -1 */
 	int zero;
 	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
 	float *mom, *vel;     /* hi - lo each (host; mirrors on a GPU); NULL with off */

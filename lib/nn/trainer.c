@@ -90,6 +90,8 @@ static void account(gk_nn_trainer *t)
 	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
 	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	if (t->grid.pp > 1) /* the last stage's logits, one set a micro-batch in flight */
+		logit_pad *= (uint64_t)gk_nn_tr_pp_head_sets(t);
 	/* offloaded, the moments are in a file or (a GPU's) host memory:
 	 * none where the model computes */
 	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
@@ -415,9 +417,16 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 	}
 	/* the grid's sizes: every rank has the same options and world, so
 	 * every rank refuses together, before anything is read */
-	if (gk_nn_grid_layout(t->world, o->tp > 1 ? o->tp : 1, t->rank, &t->grid, err) < 0) {
+	if (gk_nn_grid_layout_pp(t->world, o->tp > 1 ? o->tp : 1, o->pp > 1 ? o->pp : 1, t->rank,
+				 &t->grid, err) < 0) {
 		t->agreed = 2;
 		return -1;
+	}
+	if (t->grid.pp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
+		t->agreed = 2;
+		return gk_errf(err, "pipeline parallelism: not with %s yet (it composes with data "
+			       "and tensor parallelism: ZeRO 0, no compression)",
+			       o->zero ? "ZeRO" : "compressed gradients");
 	}
 	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
@@ -706,6 +715,20 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			return -1;
 		}
 	}
+	if (t->grid.pp > 1) {
+		int l0, l1;
+		int r = t->cuda ? gk_errf(err, "pipeline parallelism runs on the CPU backend only "
+					  "(this run is on %s)", t->device)
+				: gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0,
+						  &l1, err);
+		if (gk_nn_tr_agree_local(t, r, err) < 0) {
+			t->agreed = 2;
+			return -1;
+		}
+		/* the data-parallel sync after the last micro-batch's backward,
+		 * with no bucket in flight during the schedule's messages */
+		t->o.overlap = 0;
+	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'
 	 * own cores: while backward computes on every core, running it beside
@@ -722,7 +745,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->grid.dp),
 			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda),
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda),
-			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc};
+			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
+			 .pp = t->grid.pp, .pp_rank = t->grid.pp_rank};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
@@ -734,6 +758,8 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 gk_nn_attention_fused(&t->cfg, &mo, &ignore) == 1 ? "fused" : "matmul");
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
+	if (rc == 0 && t->grid.pp > 1)
+		rc = gk_nn_tr_pp_open(t, err);
 	t->in = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	t->tg = malloc((size_t)t->o.batch * (size_t)t->o.seq * sizeof(int32_t));
 	if (rc == 0 && (!t->in || !t->tg))
@@ -859,6 +885,7 @@ void gk_nn_trainer_free(gk_nn_trainer *t)
 	gk_nn_dp_free(t->dp); /* its communicator before the model's stream */
 	gk_nn_data_close(t->data);
 	gk_nn_free(t->m);
+	gk_nn_tr_pp_free(t);
 	free(t->in);
 	free(t->tg);
 	free(t->snap);

@@ -338,6 +338,52 @@ static void test_missing(void)
 		      "a rank without a dump");
 }
 
+/* A message: op() with the peer. */
+static void msg(char *out, size_t n, int seq, const char *name, int peer, const char *state,
+		double start, double end)
+{
+	size_t len = strlen(out);
+	snprintf(out + len, n - len,
+		 "{\"seq\":%d,\"op\":\"%s\",\"bytes\":4096,\"dtype\":\"F32\",\"redop\":null,"
+		 "\"root\":-1,\"tag\":null,\"index\":-1,\"step\":7,\"state\":\"%s\","
+		 "\"enqueued_ns\":%.0f,\"started_ns\":%.0f,\"ended_ns\":%.0f,\"peer\":%d}\n",
+		 seq, name, state, start * 1e9, start * 1e9, end * 1e9, peer);
+}
+
+/*
+ * A pipeline of three stages: rank 2 stopped and left no dump (rank 1's
+ * watchdog named it); rank 0 sent two activations and waits for a
+ * gradient from rank 1, which waits for one from rank 2. The ranks'
+ * numbers do not align (rank 0's #1 is a send, rank 1's a receive): not
+ * a disagreement, and each rank's wait is said with its peer.
+ */
+static void test_p2p(void)
+{
+	const char *dir = fresh("p2p");
+	char buf[4096];
+	header(buf, sizeof buf, 0, 3, "a", 1, 4, 60, NULL, NULL);
+	msg(buf, sizeof buf, 1, "send", 1, "done", 10, 10.1);
+	msg(buf, sizeof buf, 2, "send", 1, "done", 11, 11.1);
+	msg(buf, sizeof buf, 3, "recv", 1, "started", 60 - 4, 0);
+	put(dir, "trace-c0-r00000.jsonl", buf);
+	buf[0] = 0;
+	header(buf, sizeof buf, 1, 3, "b", 1, 6, 60, "{\"rank\":2,\"host\":\"c\"}",
+	       "\"point-to-point message: no progress for 2 s\"");
+	msg(buf, sizeof buf, 1, "recv", 0, "done", 10, 10.2);
+	msg(buf, sizeof buf, 2, "send", 2, "done", 10.3, 10.4);
+	msg(buf, sizeof buf, 3, "recv", 0, "done", 11, 11.2);
+	msg(buf, sizeof buf, 4, "send", 2, "done", 11.3, 11.4);
+	msg(buf, sizeof buf, 5, "recv", 2, "failed", 60 - 3, 60);
+	put(dir, "trace-c0-r00001.jsonl", buf);
+	expect_report(dir,
+		      "rank 2 (on c) left no dump and did not answer the others' watchdog (stopped, "
+		      "killed, or the network to it is down); rank 0 (on a) waits in recv #3 from "
+		      "rank 1 (step 7, 4.00 KiB) since 4.0 s; rank 1 (on b) failed in recv #5 from "
+		      "rank 2 (step 7, 4.00 KiB) after 3.0 s\n"
+		      "rank 1's first failure: point-to-point message: no progress for 2 s\n",
+		      "a pipeline's messages: each rank's wait, with its peer");
+}
+
 /* Two ranks: rank 1 finished #4 and never entered #5 (a hung kernel, a slow disk). */
 static void test_never_entered(void)
 {
@@ -397,6 +443,7 @@ int main(void)
 	test_skip();
 	test_missing();
 	test_never_entered();
+	test_p2p();
 	test_bad_input();
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -8,6 +8,12 @@
  * Inputs are small random integers, so every correct order of reduction
  * gives the same exact result and any difference is a bug. Rank 0 prints
  * the TAP; each check is the AND over all ranks.
+ *
+ * Point-to-point messages (gk_comm_isend, gk_comm_irecv): refused in a
+ * world of one; in a world of several, a ring where every rank starts its
+ * send before its receive, with messages larger than MPI's eager limit
+ * (so a send completes only once its receive is posted), a pipeline's
+ * both directions at once, and the flight recorder's entries.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +23,7 @@
 #endif
 
 #include "comm/comm.h"
+#include "comm/internal.h" /* the flight recorder's ring, for test_p2p */
 #include "core/half.h"
 #include "tap.h"
 
@@ -822,6 +829,88 @@ static void test_split(void)
 	gk_comm_close(outer);
 }
 
+/* The newest record of c's flight recorder. */
+static const gk_comm_trace_rec *last_rec(gk_comm *c, uint64_t back)
+{
+	if (!c->tr.ring || c->tr.next <= back + 1)
+		return NULL;
+	return &c->tr.ring[(c->tr.next - 1 - back) % c->tr.cap];
+}
+
+static void test_p2p(void)
+{
+	gk_err err = {0};
+	gk_comm_req *rq = NULL;
+	float one = 1.0f;
+	if (N == 1) {
+		ok(gk_comm_isend(C, &one, 1, GK_DT_F32, 0, &rq, &err) < 0 && !rq &&
+		   strstr(err.msg, "no peer"), "send in a world of one: refused (%s)", err.msg);
+		ok(gk_comm_irecv(C, &one, 1, GK_DT_F32, 1, &rq, &err) < 0 && !rq,
+		   "receive in a world of one: refused (%s)", err.msg);
+		return;
+	}
+	ok(all(gk_comm_isend(C, &one, 1, GK_DT_F32, R, &rq, &err) < 0 && !rq &&
+	       strstr(err.msg, "not another rank")),
+	   "a send to oneself: refused (%s)", err.msg);
+	ok(all(gk_comm_irecv(C, &one, 1, GK_DT_F32, N, &rq, &err) < 0 && !rq),
+	   "a receive from rank %d of %d: refused (%s)", N, N, err.msg);
+
+	/* a ring, each rank's send started first: 1 MiB is above the eager
+	 * limit, so a send that waited for its receive before the rank's own
+	 * receive started would deadlock */
+	size_t n = (size_t)1 << 18;
+	int next = (R + 1) % N, prev = (R + N - 1) % N;
+	float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		s[i] = (float)(R * 1000003 + (int)(i % 9973)), r[i] = -1.0f;
+	gk_comm_req *sq = NULL, *rcq = NULL;
+	int rc = gk_comm_isend(C, s, n, GK_DT_F32, next, &sq, &err) == 0 &&
+		 gk_comm_irecv(C, r, n, GK_DT_F32, prev, &rcq, &err) == 0;
+	const gk_comm_trace_rec *ts = last_rec(C, 1), *tr = last_rec(C, 0);
+	int rec = ts && tr && ts->coll == GK_COMM_CALL_SEND && ts->peer == next &&
+		  ts->bytes == n * sizeof(float) && tr->coll == GK_COMM_CALL_RECV &&
+		  tr->peer == prev;
+	rc = rc && gk_comm_wait(rcq, &err) == 0 && gk_comm_wait(sq, &err) == 0;
+	int good = rc;
+	for (size_t i = 0; good && i < n; i++)
+		good = r[i] == (float)(prev * 1000003 + (int)(i % 9973));
+	ok(all(good), "a ring of 1 MiB messages, sends started before receives: %s",
+	   rc ? "each rank has its predecessor's" : err.msg);
+	ok(all(rec && ts->state == GK_TR_DONE && tr->state == GK_TR_DONE),
+	   "the flight recorder has the send (peer %d) and the receive (peer %d), done", next,
+	   prev);
+
+	/* a pipeline's two directions between ranks 0 and 1: two forward
+	 * messages in a row arrive in order; the backward one meets them */
+	if (R < 2) {
+		float a[2][3] = {{1, 2, 3}, {4, 5, 6}}, got[2][3] = {{0}}, g = 0, gb = 7;
+		gk_comm_req *q[3];
+		rc = 1;
+		if (R == 0)
+			rc = gk_comm_isend(C, a[0], 3, GK_DT_F32, 1, &q[0], &err) == 0 &&
+			     gk_comm_isend(C, a[1], 3, GK_DT_F32, 1, &q[1], &err) == 0 &&
+			     gk_comm_irecv(C, &g, 1, GK_DT_F32, 1, &q[2], &err) == 0;
+		else
+			rc = gk_comm_isend(C, &gb, 1, GK_DT_F32, 0, &q[2], &err) == 0 &&
+			     gk_comm_irecv(C, got[0], 3, GK_DT_F32, 0, &q[0], &err) == 0 &&
+			     gk_comm_irecv(C, got[1], 3, GK_DT_F32, 0, &q[1], &err) == 0;
+		for (int i = 0; i < 3; i++)
+			rc = gk_comm_wait(q[i], &err) == 0 && rc;
+		good = rc && (R == 0 ? g == 7 : !memcmp(got, a, sizeof a));
+	} else {
+		good = 1;
+	}
+	ok(all(good), "between ranks 0 and 1: two messages arrive in order, one comes back");
+	/* an empty message completes */
+	rc = 1;
+	if (R < 2)
+		rc = gk_comm_isend(C, NULL, 0, GK_DT_F32, 1 - R, &sq, &err) == 0 &&
+		     gk_comm_wait(sq, &err) == 0;
+	ok(all(rc), "an empty message: nothing to wait for");
+	free(s);
+	free(r);
+}
+
 int main(void)
 {
 	gk_err err = {0};
@@ -859,6 +948,7 @@ int main(void)
 	test_compressed_rs();
 	test_errors();
 	test_split();
+	test_p2p();
 	gk_comm_close(C);
 	return done_testing();
 }

@@ -1,0 +1,63 @@
+/*
+ * pp.c - pipeline parallelism, the model's side: which layers a stage
+ * runs, where its input, output and their gradients are, and which
+ * range of the flat buffer is its own. The schedule that moves
+ * micro-batches between the stages is the trainer's (pp_sched.c).
+ *
+ * reference: Huang et al., "GPipe", 2019; Narayanan et al., "Efficient
+ * Large-Scale Language Model Training on GPU Clusters Using
+ * Megatron-LM", 2021, section 2.2 (1F1B); Megatron-LM's
+ * megatron/core/pipeline_parallel.
+ */
+#include "nn/internal.h"
+
+int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err)
+{
+	if (pp < 1)
+		return gk_errf(err, "pipeline parallelism over %d stages: not a number of stages",
+			       pp);
+	if (pp > L)
+		return gk_errf(err, "pipeline parallelism over %d stages: the model has %lld "
+			       "layer%s, and each stage needs one at least (use --pp %lld or fewer)",
+			       pp, (long long)L, L == 1 ? "" : "s", (long long)L);
+	if (s < 0 || s >= pp)
+		return gk_errf(err, "pipeline stage %d of %d: no such stage", s, pp);
+	int64_t q = L / pp, r = L % pp;
+	*l0 = (int)(s * q + (s < r ? s : r));
+	*l1 = (int)(*l0 + q + (s < r));
+	return 0;
+}
+
+static size_t rows(const gk_nn_model *m)
+{
+	return (size_t)m->o.batch * (size_t)m->o.seq * (size_t)m->c.hidden;
+}
+
+/* a stage's residual stream holds its layers' inputs and its output */
+float *gk_nn_pp_input(gk_nn_model *m)
+{
+	return m->resid;
+}
+
+float *gk_nn_pp_output(gk_nn_model *m)
+{
+	return m->resid + (size_t)(m->l1 - m->l0) * rows(m);
+}
+
+float *gk_nn_pp_grad(gk_nn_model *m)
+{
+	return m->dres;
+}
+
+void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared)
+{
+	int l0 = 0, l1 = (int)m->c.layers;
+	gk_err ignore;
+	if (m->pp > 1)
+		gk_nn_pp_layers(m->c.layers, m->pp, s, &l0, &l1, &ignore);
+	int L = (int)m->c.layers;
+	/* the flat buffer is wte, wpe, h.0 ... h.(L-1), ln_f (gpt.c) */
+	*lo = s == 0 ? 0 : m->blk[l0].ln1w;
+	*hi = l1 == L ? m->nparams : m->blk[l1].ln1w;
+	*shared = s > 0 && s == m->pp - 1 ? m->wpe - m->wte : 0;
+}

@@ -1,0 +1,266 @@
+/*
+ * pp_sched.c - pipeline parallelism, the trainer's side: the schedule
+ * that moves a step's micro-batches through the stages (GPipe, or 1F1B),
+ * the tied embedding's gradient summed between the first and the last
+ * stage, the global norm with each parameter once, and the stages'
+ * parameters and moments put together for a checkpoint.
+ *
+ * Every stage of a pipeline reads the same micro-batches (the first
+ * needs the tokens, the last the targets), as the ranks of a tensor
+ * group do; the data is split over the data-parallel groups only.
+ *
+ * The schedules (Narayanan et al. 2021, section 2.2; --grad-accum M is
+ * the number of micro-batches, S the stages, s this one):
+ *   gpipe  all M forwards, then all M backwards
+ *   1f1b   min(S - 1 - s, M) forwards (the warm-up), then one forward
+ *          and one backward in turn, then the backwards left (the
+ *          cool-down): at most S - s micro-batches in flight on stage s
+ * Each stage runs its backwards in micro-batch order 0 .. M-1 under both,
+ * so both accumulate the same gradients in the same order: the same
+ * bits. A stage keeps the activations of its micro-batches in flight, in
+ * the model's slots (gk_nn_pp_slots): micro-batch k in slot k mod the
+ * slots, min(M, S - s) of them under 1F1B (in flight on stage s are at
+ * most the warm-up's S - 1 - s and the one of the steady state), M under
+ * GPipe.
+ *
+ * Messages: activations forward, their gradients backward, each a
+ * non-blocking send from a buffer of its own that is waited for only at
+ * the end of the schedule, and a receive waited for when its value is
+ * needed. A stage thus blocks only on receives, and the schedules' order
+ * of receives has no cycle: no deadlock whatever the message sizes.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/internal.h"
+#include "nn/train_internal.h"
+
+static const char *const sched_names[] = {"1f1b", "gpipe"};
+
+int gk_nn_pp_sched_parse(const char *s)
+{
+	for (int i = 0; i < 2; i++)
+		if (!strcmp(s, sched_names[i]))
+			return i;
+	return -1;
+}
+
+const char *gk_nn_pp_sched_name(int k)
+{
+	return k >= 0 && k < 2 ? sched_names[k] : "?";
+}
+
+struct gk_nn_pp {
+	int M, S, s;
+	size_t BT, NC;
+	int32_t *in, *tg;   /* M micro-batches of B x T tokens and targets */
+	int slots;          /* the model's activation slots */
+	float *sa, *sg;     /* M activations and M gradients being sent */
+	gk_comm_req **sq;   /* the sends outstanding */
+	int nsq;
+	double wait;        /* seconds waiting for receives this step */
+	double span;        /* ... of the schedule's seconds */
+	uint64_t bytes;     /* sent this step */
+};
+
+void gk_nn_tr_pp_free(gk_nn_trainer *t)
+{
+	gk_nn_pp *p = t->pp;
+	if (!p)
+		return;
+	free(p->in);
+	free(p->tg);
+	free(p->sa);
+	free(p->sg);
+	free(p->sq);
+	free(p);
+	t->pp = NULL;
+}
+
+int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
+{
+	gk_nn_pp *p = calloc(1, sizeof *p);
+	if (!p)
+		return gk_errf(err, "pipeline: out of memory");
+	t->pp = p;
+	p->M = t->o.grad_accum;
+	p->S = t->grid.pp;
+	p->s = t->grid.pp_rank;
+	p->BT = (size_t)t->o.batch * (size_t)t->o.seq;
+	p->NC = p->BT * (size_t)t->cfg.hidden;
+	size_t M = (size_t)p->M;
+	p->in = malloc(M * p->BT * sizeof(int32_t));
+	p->tg = malloc(M * p->BT * sizeof(int32_t));
+	p->sa = p->s < p->S - 1 ? malloc(M * p->NC * sizeof(float)) : NULL;
+	p->sg = p->s > 0 ? malloc(M * p->NC * sizeof(float)) : NULL;
+	p->sq = calloc(2 * M, sizeof(*p->sq));
+	if (!p->in || !p->tg || (p->s > 0 && !p->sg) || (p->s < p->S - 1 && !p->sa) || !p->sq)
+		return gk_errf(err, "pipeline: out of memory for %zu micro-batches' buffers", M);
+	p->slots = t->o.pp_sched == GK_NN_PP_GPIPE || p->M < p->S - p->s ? p->M : p->S - p->s;
+	return gk_nn_pp_slots(t->m, p->slots, err);
+}
+
+static int recv_wait(gk_nn_trainer *t, float *buf, int peer, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	gk_comm_req *q;
+	double t0 = gk_now();
+	int rc = gk_comm_irecv(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &q, err) < 0 ? -1 :
+		 gk_comm_wait(q, err);
+	p->wait += gk_now() - t0;
+	return rc;
+}
+
+static int send(gk_nn_trainer *t, const float *buf, int peer, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	p->bytes += p->NC * sizeof(float);
+	return gk_comm_isend(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &p->sq[p->nsq++], err);
+}
+
+/* Micro-batch k's forward on this stage, in its slot. */
+static int forward(gk_nn_trainer *t, int k, double *lsum, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int first = p->s == 0, last = p->s == p->S - 1;
+	gk_nn_pp_use_slot(t->m, k % p->slots);
+	if (!first && recv_wait(t, gk_nn_pp_input(t->m), p->s - 1, err) < 0)
+		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the input", p->s, k);
+	float l = 0;
+	if (gk_nn_forward(t->m, p->in + (size_t)k * p->BT, last ? p->tg + (size_t)k * p->BT : NULL,
+			  &l, err) < 0)
+		return -1;
+	if (last) {
+		*lsum += l;
+		return 0;
+	}
+	float *a = p->sa + (size_t)k * p->NC;
+	memcpy(a, gk_nn_pp_output(t->m), p->NC * sizeof(float));
+	return send(t, a, p->s + 1, err);
+}
+
+static int backward(gk_nn_trainer *t, int k, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int first = p->s == 0, last = p->s == p->S - 1;
+	gk_nn_pp_use_slot(t->m, k % p->slots);
+	if (!last && recv_wait(t, gk_nn_pp_grad(t->m), p->s + 1, err) < 0)
+		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the gradient", p->s, k);
+	if (gk_nn_backward(t->m, 1.0f / (float)p->M, NULL, NULL, err) < 0)
+		return -1;
+	if (first)
+		return 0;
+	float *g = p->sg + (size_t)k * p->NC;
+	memcpy(g, gk_nn_pp_grad(t->m), p->NC * sizeof(float));
+	return send(t, g, p->s - 1, err);
+}
+
+int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err)
+{
+	if (!t->pp && gk_nn_tr_pp_open(t, err) < 0)
+		return -1;
+	gk_nn_pp *p = t->pp;
+	*lsum = 0;
+	p->nsq = 0;
+	p->wait = 0;
+	p->bytes = 0;
+	double ta = gk_now();
+	for (int k = 0; k < p->M; k++) {
+		int r = gk_nn_data_next(t->data, p->in + (size_t)k * p->BT, p->tg + (size_t)k * p->BT,
+					err);
+		if (r == 0)
+			r = gk_errf(err, "data '%s': no more micro-batches", t->o.data);
+		if (r < 0)
+			return -1;
+	}
+	double tb = gk_now();
+	part[GK_NN_PART_DATA] += tb - ta;
+	int rc = 0, M = p->M;
+	if (t->o.pp_sched == GK_NN_PP_GPIPE) {
+		for (int k = 0; rc == 0 && k < M; k++)
+			rc = forward(t, k, lsum, err);
+		for (int k = 0; rc == 0 && k < M; k++)
+			rc = backward(t, k, err);
+	} else {
+		int warm = p->S - 1 - p->s < M ? p->S - 1 - p->s : M;
+		for (int k = 0; rc == 0 && k < warm; k++)
+			rc = forward(t, k, lsum, err);
+		for (int i = 0; rc == 0 && i < M - warm; i++) {
+			rc = forward(t, warm + i, lsum, err);
+			if (rc == 0)
+				rc = backward(t, i, err);
+		}
+		for (int i = M - warm; rc == 0 && i < M; i++)
+			rc = backward(t, i, err);
+	}
+	if (rc < 0)
+		return -1; /* the sends are left to MPI: the job ends */
+	double tw = gk_now();
+	for (int i = 0; i < p->nsq; i++)
+		if (gk_comm_wait(p->sq[i], err) < 0)
+			return gk_err_prefix(err, "pipeline stage %d", p->s);
+	p->nsq = 0;
+	p->wait += gk_now() - tw;
+	p->span = gk_now() - tb;
+	part[GK_NN_PART_COMPUTE] += p->span - p->wait;
+	part[GK_NN_PART_COMM] += p->wait;
+	return 0;
+}
+
+int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t)
+{
+	return t->pp && t->grid.pp_rank == t->grid.pp - 1 ? t->pp->slots : 0;
+}
+
+void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble)
+{
+	*bytes = t->pp ? t->pp->bytes : 0;
+	*bubble = t->pp && t->pp->span > 0 ? t->pp->wait / t->pp->span : NAN;
+}
+
+int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
+{
+	/* Megatron's embedding group: the head's part of wte's gradient (the
+	 * last stage's) and the embedding's (the first's), summed on both */
+	if (!t->grid.embc)
+		return 0;
+	float *g = gk_nn_grads(t->m) + t->m->wte;
+	size_t n = t->m->wpe - t->m->wte;
+	return gk_comm_allreduce(t->grid.embc, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
+}
+
+int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
+{
+	/* the stage's own range (wte counted on the first stage only); under
+	 * tensor parallelism its split tensors' slices from every rank of the
+	 * tensor group, the replicated ones from its rank 0 alone */
+	size_t lo, hi, shared;
+	gk_nn_pp_range(t->m, t->grid.pp_rank, &lo, &hi, &shared);
+	const gk_nn_model *m = t->m;
+	double ss = 0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *x = &m->t[i];
+		if (x->off >= lo && x->off < hi && (x->split != GK_NN_SPLIT_NONE || m->tpr == 0))
+			ss += gk_nn_sumsq(m->grads + x->off, x->numel);
+	}
+	if ((t->grid.tpc &&
+	     gk_comm_allreduce(t->grid.tpc, &ss, &ss, 1, GK_DT_F64, GK_COMM_SUM, NULL, err) < 0) ||
+	    gk_comm_allreduce(t->grid.ppc, &ss, &ss, 1, GK_DT_F64, GK_COMM_SUM, NULL, err) < 0)
+		return -1;
+	*norm = sqrt(ss);
+	return 0;
+}
+
+int gk_nn_tr_pp_sync(gk_nn_trainer *t, float *buf, gk_err *err)
+{
+	/* each stage's range from the stage that owns it, in place */
+	for (int s = 0; s < t->grid.pp; s++) {
+		size_t lo, hi, shared;
+		gk_nn_pp_range(t->m, s, &lo, &hi, &shared);
+		if (gk_comm_broadcast(t->grid.ppc, buf + lo, buf + lo, hi - lo, GK_DT_F32, s,
+				      err) < 0)
+			return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,254 @@
+#!/bin/sh
+test_description='gpu-train --pp: pipeline parallelism on the CPU
+
+On the same global batch, pp 2 (2 ranks), pp 2 x dp 2 (4 ranks), pp 3 on
+a model of 3 layers and pp 3 on one of 4 (stages of 2, 1 and 1 layers)
+and tp 2 x pp 2 (4 ranks) give the losses and global gradient norms of
+one rank within 1e-5
+relative, step by step. Step 1 is bit for bit: every stage computes the
+same kernels on the same inputs as one rank. Later steps differ in the
+last bits because the tied embedding'"'"'s gradient is summed in another
+order: one rank adds the head'"'"'s and the embedding'"'"'s parts of each
+micro-batch into one buffer in turn, a pipeline accumulates the head'"'"'s
+on the last stage and the embedding'"'"'s on the first and adds the two
+sums (and the norm'"'"'s sum of squares is summed per stage). The GPipe
+and 1F1B schedules run each stage'"'"'s backwards in the same order: the
+same bits. Checkpoints hold the whole model (each stage'"'"'s layers from
+the stage that trained them), so --resume goes from pp 2 to one rank and
+from one rank to pp 3 and from tp 2 x pp 2 to pp 2, each continuing the
+run that never stopped. A
+rank that stops mid-step ends the whole grid with one message naming it
+(the watchdog of --timeout), one killed ends it through the launcher;
+layouts and options --pp does not take are refused with the numbers or
+the alternative.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+S="--data train.bin --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2 --clip 1"
+A="$S --layers 2 --steps 8 --json --grad-accum 4"
+
+norms() {
+	jq -r 'select(.event == "step") | .grad_norm' "$1"
+}
+
+steps() {
+	jq -c 'select(.event == "step") | [.loss, .grad_norm]' "$1"
+}
+
+test_expect_success 'data, and the runs of one rank (2, 3 and 4 layers, batch 4 x 4 micro-batches)' '
+	train_data &&
+	gpu-train $A --batch 4 >one.json &&
+	losses one.json >one && norms one.json >one.n &&
+	test $(wc -l <one) = 8 &&
+	gpu-train $S --layers 3 --steps 8 --json --grad-accum 4 --batch 4 >one3.json &&
+	gpu-train $S --layers 4 --steps 8 --json --grad-accum 4 --batch 4 >one4.json &&
+	losses one3.json >one3 && losses one4.json >one4
+'
+
+test_expect_success MPI 'pp 2 (2 ranks) = one rank: step 1 bit for bit, then within 1e-5' '
+	mpi 2 $A --batch 4 --pp 2 >pp2.json 2>err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 1 and .tp == 1 and
+		.world == 2 and .pp_schedule == \"1f1b\" and .pp_bubble == 0.25" pp2.json &&
+	losses pp2.json >pp2 && norms pp2.json >pp2.n &&
+	test "$(head -n 1 pp2)" = "$(head -n 1 one)" &&
+	close_to pp2 one 1e-5 &&
+	close_to pp2.n one.n 1e-5 &&
+	! grep warning err
+'
+
+# rank 0 (stage 0) sends each of the 4 micro-batches' activations,
+# B x T x C = 4 x 16 x 32 floats: 4 x 4 x 16 x 32 x 4 bytes a step
+test_expect_success MPI 'a step'"'"'s pp_comm_bytes: M B T C floats from stage 0; pp_bubble a fraction' '
+	jq -s -e "map(select(.event == \"step\")) | length == 8 and
+		all(.pp_comm_bytes == 4 * 4 * 16 * 32 * 4 and .pp_bubble >= 0 and .pp_bubble <= 1)" pp2.json
+'
+
+test_expect_success MPI 'GPipe and 1F1B: the same bits' '
+	mpi 2 $A --batch 4 --pp 2 --pp-schedule gpipe >gpipe.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].pp_schedule == \"gpipe\"" gpipe.json &&
+	steps gpipe.json >gpipe.steps && steps pp2.json >pp2.steps &&
+	test $(wc -l <gpipe.steps) = 8 &&
+	test_cmp pp2.steps gpipe.steps
+'
+
+# stage 0 of 2 keeps the activations of its micro-batches in flight: 2
+# under 1F1B (the warm-up's one and the steady state's), all 4 under
+# GPipe; a set holds its one layer and no head, less than one rank's
+test_expect_success MPI 'rank 0'"'"'s activations: 2 micro-batches'"'"' under 1F1B, 4 under GPipe' '
+	act() { jq -s "map(select(.event == \"start\"))[0].memory.activations" "$1"; } &&
+	a1=$(act one.json) && a2=$(act pp2.json) && a4=$(act gpipe.json) &&
+	echo "one rank $a1, 1f1b $a2, gpipe $a4" &&
+	set=$((a2 / 2)) &&
+	test $a2 = $((2 * set)) && test $a4 = $((4 * set)) &&
+	test $set -lt $((a1 * 3 / 4))
+'
+
+test_expect_success MPI 'pp 2 x dp 2 (4 ranks x batch 2) = one rank x batch 4' '
+	mpi 4 $A --batch 2 --pp 2 >pp2dp2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2" pp2dp2.json &&
+	losses pp2dp2.json >pp2dp2 && norms pp2dp2.json >pp2dp2.n &&
+	close_to pp2dp2 one 1e-5 &&
+	close_to pp2dp2.n one.n 1e-5
+'
+
+test_expect_success MPI 'tp 2 x pp 2 (4 ranks x batch 4) = one rank' '
+	mpi 4 $A --batch 4 --pp 2 --tp 2 >tp2pp2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .tp == 2 and .dp == 1" tp2pp2.json &&
+	losses tp2pp2.json >tp2pp2 && norms tp2pp2.json >tp2pp2.n &&
+	close_to tp2pp2 one 1e-5 &&
+	close_to tp2pp2.n one.n 1e-5
+'
+
+test_expect_success MPI 'pp 3 on 3 layers, and on 4 (stages of 2, 1, 1 layers) = one rank' '
+	mpi 3 $S --layers 3 --steps 8 --json --grad-accum 4 --batch 4 --pp 3 >pp3.json &&
+	losses pp3.json >pp3 && close_to pp3 one3 1e-5 &&
+	mpi 3 $S --layers 4 --steps 1 --grad-accum 4 --batch 4 --pp 3 >pp34.out &&
+	grep "3 ranks (dp 1 x pp 3: layers 0-1, 2-2, 3-3; 1f1b over 4 micro-batches, bubble (3-1)/4 = 0.5)" pp34.out &&
+	mpi 3 $S --layers 4 --steps 8 --json --grad-accum 4 --batch 4 --pp 3 >pp34.json &&
+	losses pp34.json >pp34 && close_to pp34 one4 1e-5
+'
+
+test_expect_success MPI 'fewer micro-batches than stages: warned about, and still the same losses' '
+	gpu-train $S --layers 3 --steps 3 --json --grad-accum 2 --batch 4 >m2.json &&
+	mpi 3 $S --layers 3 --steps 3 --json --grad-accum 2 --batch 4 --pp 3 >m2pp.json 2>err &&
+	test $(grep -c "warning: --pp 3 with --grad-accum 2: fewer micro-batches than stages" err) = 1 &&
+	losses m2.json >m2 && losses m2pp.json >m2pp &&
+	close_to m2pp m2 1e-5
+'
+
+cat >st.py <<\PYEOF
+import array, json, struct, sys
+def read(path):
+    f = open(path, "rb")
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+    base = 8 + n
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        f.seek(base + v["data_offsets"][0])
+        a = array.array("f")
+        a.frombytes(f.read(v["data_offsets"][1] - v["data_offsets"][0]))
+        out[k] = (v["shape"], a)
+    return out
+a, b = read(sys.argv[1]), read(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+assert a["transformer.h.2.attn.c_attn.weight"][0] == [32, 96]
+worst = 0.0
+for k in a:
+    assert a[k][0] == b[k][0], (k, a[k][0], b[k][0])
+    for x, y in zip(a[k][1], b[k][1]):
+        worst = max(worst, abs(x - y) / (1 + abs(y)))
+assert worst < 1e-4, worst
+print("largest difference", worst)
+PYEOF
+
+B="$S --layers 3 --steps 8 --json --grad-accum 4 --batch 4"
+
+test_expect_success MPI 'pp 2 checkpoints the whole model (the last stage'"'"'s layers too), within 1e-4 of one rank' '
+	gpu-train $B --until 4 --ckpt-dir ck1 >/dev/null &&
+	mpi 2 $B --pp 2 --until 4 --ckpt-dir ck2 >/dev/null &&
+	jq -e ".world == 1 and .pp == 2 and .tp == 1" ck2/latest/trainer.json &&
+	python3 st.py ck2/latest/model.safetensors ck1/latest/model.safetensors
+'
+
+test_expect_success MPI '--resume from pp 2 on one rank = the run that never stopped' '
+	cp -R ck2 ck21 &&
+	gpu-train $B --ckpt-dir ck21 --resume >r21.json 2>err &&
+	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
+	losses r21.json >r21 && tail -n 4 one3 >one3.tail &&
+	test $(wc -l <r21) = 4 &&
+	close_to r21 one3.tail 1e-5
+'
+
+test_expect_success MPI '--resume from one rank under pp 3 = the run that never stopped' '
+	cp -R ck1 ck13 &&
+	mpi 3 $B --pp 3 --ckpt-dir ck13 --resume >r13.json &&
+	losses r13.json >r13 &&
+	test $(wc -l <r13) = 4 &&
+	close_to r13 one3.tail 1e-5
+'
+
+test_expect_success MPI 'tp 2 x pp 2 checkpoints the whole model; --resume from it under pp 2 continues' '
+	mpi 4 $B --pp 2 --tp 2 --until 4 --ckpt-dir ck4 >/dev/null &&
+	jq -e ".world == 1 and .pp == 2 and .tp == 2" ck4/latest/trainer.json &&
+	python3 st.py ck4/latest/model.safetensors ck1/latest/model.safetensors &&
+	mpi 2 $B --pp 2 --ckpt-dir ck4 --resume >r42.json 2>err &&
+	grep "resumed with --tp 1 (the checkpoint.s run: 2)" err &&
+	losses r42.json >r42 &&
+	test $(wc -l <r42) = 4 &&
+	close_to r42 one3.tail 1e-5
+'
+
+TAG="t7121-$$"
+test_expect_success MPI 'a rank that stops mid-step: the grid ends with one message naming it' '
+	t0=$(date +%s) &&
+	{
+		FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+			-x GK_TEST_COMM_FAULT=stop:1:send:3 gpu-train $B --steps 1000 --timeout 2 \
+			--pp 2 >stop.json 2>stop.err
+		rc=$?
+	} &&
+	took=$(($(date +%s) - t0)) &&
+	for p in $(pgrep -x gpu-train); do
+		if tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
+			kill -CONT $p 2>/dev/null
+			kill -9 $p 2>/dev/null
+		fi
+	done &&
+	echo "status $rc after $took s" &&
+	test $rc = 1 && test $took -lt 60 &&
+	test $(grep -c "^gpu-train: " stop.err) = 1 &&
+	grep "^gpu-train: pipeline stage 0, micro-batch [0-9]*: the gradient: point-to-point message: no progress for 2 s: rank 1 (on [^)]*) does not answer" stop.err
+'
+
+test_expect_success MPI 'a rank killed mid-step: the launcher ends the grid, naming it, without a wait' '
+	t0=$(date +%s) &&
+	{
+		timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+			-x GK_TEST_COMM_FAULT=kill:1:send:3 gpu-train $B --steps 1000 --pp 2 \
+			>kill.json 2>kill.err
+		rc=$?
+	} &&
+	took=$(($(date +%s) - t0)) &&
+	echo "status $rc after $took s" &&
+	test $rc != 0 && test $rc != 124 && test $took -lt 60 &&
+	test $(grep -c "process rank 1 .* exited on signal 9" kill.err) = 1 &&
+	! grep "\"event\":\"summary\"" kill.json
+'
+
+# refusals: a usage error (2), before a step or a file
+test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
+	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" \
+		"--sample 5" "--dump-data 1" "--eval-only" "--val-data val.bin"; do
+		test_expect_code 2 gpu-train $A --batch 4 --pp 2 $o >out 2>err &&
+		grep -- "--pp 2: not with --[a-z-]*[ a-z]* (.*)$" err &&
+		test_must_be_empty out || return 1
+	done
+'
+
+test_expect_success '--offload with --pp: refused, with the alternative' '
+	test_expect_code 2 gpu-train $A --batch 4 --pp 2 --offload optimizer:off >out 2>err &&
+	grep -- "--offload: not with --pp 2 (a stage.s moments stay in memory: leave --offload out)" err &&
+	test_must_be_empty out
+'
+
+test_expect_success 'a world that is not a multiple of --pp: refused with the numbers' '
+	test_expect_code 2 gpu-train $A --batch 4 --pp 2 >out 2>err &&
+	grep "pipelines of 2 stages x 1 tensor-parallel ranks: the world.s 1 ranks do not divide" err &&
+	! grep "\"step\"" out
+'
+
+test_expect_success MPI 'more stages than layers: refused with the numbers, once' '
+	test_expect_code 2 mpi 3 $A --batch 4 --pp 3 >out 2>err &&
+	test $(grep -c "over 3 stages: the model has 2 layers, and each stage needs one at least (use --pp 2 or fewer)" err) = 1 &&
+	! grep "\"step\"" out
+'
+
+test_expect_success '--pp-schedule takes 1f1b or gpipe' '
+	test_expect_code 2 gpu-train $A --batch 4 --pp-schedule zb >out 2>err &&
+	grep "1f1b or gpipe" err
+'
+
+test_done

@@ -1,0 +1,210 @@
+/*
+ * nn_pp.c - pipeline parallelism's stages (lib/nn/pp.c and the model's
+ * stage forward and backward) against the whole model: every stage of a
+ * pipeline run in one process, the activations and their gradients
+ * copied here from one stage's model to the next, as the trainer's
+ * messages carry them. A stage computes the same kernels on the same
+ * inputs as the whole model, so its loss and the gradients of its layers
+ * must be the same bits; only the tied wte's gradient comes in two parts
+ * (the first stage's embedding, the last's head) whose sum is compared
+ * within rounding. The layer split and the ranges are checked against
+ * formulas written here. With activation slots (gk_nn_pp_slots), every
+ * micro-batch's forward runs before the first backward, each backward
+ * differentiating its own slot's forward.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/internal.h"
+#include "nn/train.h"
+#include "tap.h"
+
+static void test_layers(void)
+{
+	gk_err err = {0};
+	/* L / S each, one more on each of the first L % S stages */
+	static const struct {
+		int L, S, want[4][2];
+	} cases[] = {
+		{2, 2, {{0, 1}, {1, 2}}},
+		{3, 3, {{0, 1}, {1, 2}, {2, 3}}},
+		{4, 3, {{0, 2}, {2, 3}, {3, 4}}},
+		{5, 3, {{0, 2}, {2, 4}, {4, 5}}},
+		{12, 4, {{0, 3}, {3, 6}, {6, 9}, {9, 12}}},
+		{7, 1, {{0, 7}}},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int good = 1;
+		for (int s = 0; s < cases[i].S; s++) {
+			int l0 = -1, l1 = -1;
+			good = good && gk_nn_pp_layers(cases[i].L, cases[i].S, s, &l0, &l1, &err) == 0 &&
+			       l0 == cases[i].want[s][0] && l1 == cases[i].want[s][1];
+		}
+		ok(good, "%d layers on %d stages: blocks as balanced as they go, the longer first",
+		   cases[i].L, cases[i].S);
+	}
+	int l0, l1;
+	ok(gk_nn_pp_layers(2, 3, 0, &l0, &l1, &err) < 0 && strstr(err.msg, "has 2 layers") &&
+	   strstr(err.msg, "--pp 2 or fewer"), "more stages than layers: refused (%s)", err.msg);
+	ok(gk_nn_pp_layers(4, 0, 0, &l0, &l1, &err) < 0, "0 stages: refused (%s)", err.msg);
+	ok(gk_nn_pp_layers(4, 2, 2, &l0, &l1, &err) < 0, "stage 2 of 2: refused (%s)", err.msg);
+}
+
+/* the largest |a - b| / (1 + |b|) */
+static double maxrel(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - b[i]) / (1.0 + fabs((double)b[i]));
+		if (!(d <= m))
+			m = isnan(d) ? INFINITY : d;
+	}
+	return m;
+}
+
+/*
+ * S stages of a model of L layers against the whole one, over M
+ * micro-batches accumulated (scale 1/M), with the stages' ranges. gpipe:
+ * each stage keeps M activation slots, and every micro-batch's forward
+ * runs through the pipeline before the first backward (the whole model
+ * runs each micro-batch's forward and backward in turn).
+ */
+static void test_stages(int L, int S, int M, int gpipe)
+{
+	gk_err err = {0};
+	gk_nn_config c = {.layers = L, .hidden = 32, .heads = 2, .vocab = 257, .positions = 16,
+			  .ln_eps = 1e-5f};
+	gk_nn_config_finish(&c, &err);
+	int B = 2, T = 8, N = B * T;
+	size_t NC = (size_t)N * 32;
+	gk_nn_opts o = {.batch = B, .seq = T, .threads = 1};
+	gk_nn_model *whole = NULL, *st[4] = {NULL};
+	if (gk_nn_new(&whole, &c, &o, &err) < 0) {
+		ok(0, "whole model: %s", err.msg);
+		return;
+	}
+	gk_nn_init(whole, 7);
+	size_t n = gk_nn_nparams(whole);
+	int made = 1;
+	for (int s = 0; s < S; s++) {
+		gk_nn_opts os = o;
+		os.pp = S;
+		os.pp_rank = s;
+		if (gk_nn_new(&st[s], &c, &os, &err) < 0) {
+			made = 0;
+			break;
+		}
+		memcpy(gk_nn_params(st[s]), gk_nn_params(whole), n * sizeof(float));
+		gk_nn_zero_grad(st[s]);
+		if (gpipe && gk_nn_pp_slots(st[s], M, &err) < 0) {
+			made = 0;
+			break;
+		}
+	}
+	if (!ok(made, "%d stages of %d layers: made", S, L)) {
+		gk_nn_free(whole);
+		for (int s = 0; s < S; s++)
+			gk_nn_free(st[s]);
+		return;
+	}
+	gk_nn_zero_grad(whole);
+
+	/* the ranges: contiguous, covering the buffer once, the last stage's
+	 * shared wte its first rows */
+	size_t at = 0, lo, hi, shared;
+	int ranges = 1;
+	for (int s = 0; s < S; s++) {
+		gk_nn_pp_range(st[s], s, &lo, &hi, &shared);
+		ranges = ranges && lo == at && hi > lo &&
+			 shared == (s == S - 1 && S > 1 ? (size_t)c.vocab_pad * 32 : 0);
+		at = hi;
+	}
+	ok(ranges && at == n, "the stages' ranges cover the %zu parameters once, in order", n);
+
+	int32_t *tok = malloc((size_t)M * N * sizeof(int32_t));
+	int32_t *tg = malloc((size_t)M * N * sizeof(int32_t));
+	for (int i = 0; i < M * N; i++) {
+		tok[i] = (int32_t)((i * 37 + 11) % 257);
+		tg[i] = (int32_t)((i * 53 + 5) % 257);
+	}
+	tg[3] = -1; /* an ignored target */
+	float *x = malloc(NC * sizeof(float));
+	int same_loss = 1, rc = 0;
+	float lw[8], ls[8];
+	for (int k = 0; k < M && rc == 0; k++)
+		rc = gk_nn_forward(whole, tok + (size_t)k * N, tg + (size_t)k * N, &lw[k], &err) < 0 ||
+		     gk_nn_backward(whole, 1.0f / M, NULL, NULL, &err) < 0;
+	/* forwards: all first under gpipe, else each before its backward */
+	for (int j = 0; j < M && rc == 0; j++) {
+		for (int s = 0; s < S && rc == 0; s++) {
+			if (gpipe)
+				gk_nn_pp_use_slot(st[s], j);
+			if (s > 0)
+				memcpy(gk_nn_pp_input(st[s]), x, NC * sizeof(float));
+			rc = gk_nn_forward(st[s], tok + (size_t)j * N,
+					   s == S - 1 ? tg + (size_t)j * N : NULL, &ls[j], &err) < 0;
+			if (s < S - 1)
+				memcpy(x, gk_nn_pp_output(st[s]), NC * sizeof(float));
+		}
+		if (gpipe && j < M - 1)
+			continue;
+		for (int k = gpipe ? 0 : j; k <= j && rc == 0; k++) {
+			same_loss = same_loss && !memcmp(&ls[k], &lw[k], sizeof ls[k]);
+			for (int s = S - 1; s >= 0 && rc == 0; s--) {
+				if (gpipe)
+					gk_nn_pp_use_slot(st[s], k);
+				if (s < S - 1)
+					memcpy(gk_nn_pp_grad(st[s]), x, NC * sizeof(float));
+				rc = gk_nn_backward(st[s], 1.0f / M, NULL, NULL, &err) < 0;
+				if (s > 0)
+					memcpy(x, gk_nn_pp_grad(st[s]), NC * sizeof(float));
+			}
+		}
+	}
+	ok(rc == 0, "%d micro-batches through %d stages%s: %s", M, S,
+	   gpipe ? ", every forward first, each in its slot" : "", rc ? err.msg : "ran");
+	ok(same_loss, "the last stage's loss: the whole model's, bit for bit");
+	/* each stage's own range, wte aside: the whole model's gradients bit
+	 * for bit; wte: the first stage's part plus the last's */
+	size_t V = (size_t)c.vocab_pad * 32;
+	int bits = 1, untouched = 1;
+	for (int s = 0; s < S; s++) {
+		gk_nn_pp_range(st[s], s, &lo, &hi, &shared);
+		size_t a = s == 0 ? V : lo;
+		const float *g = gk_nn_grads(st[s]), *w = gk_nn_grads(whole);
+		bits = bits && !memcmp(g + a, w + a, (hi - a) * sizeof(float));
+		/* a stage writes no gradient outside its range (but the head's wte) */
+		for (size_t i = 0; i < n; i++)
+			if ((i < lo || i >= hi) && !(s == S - 1 && i < V) && g[i] != 0.0f) {
+				untouched = 0;
+				break;
+			}
+	}
+	ok(bits, "every stage's layers: the whole model's gradients, bit for bit");
+	ok(untouched, "no stage writes a gradient outside its range");
+	float *wte = malloc(V * sizeof(float));
+	const float *g0 = gk_nn_grads(st[0]), *gl = gk_nn_grads(st[S - 1]);
+	for (size_t i = 0; i < V; i++)
+		wte[i] = g0[i] + gl[i];
+	double d = maxrel(wte, gk_nn_grads(whole), V);
+	ok(d < 1e-6, "wte: the embedding's part plus the head's = the whole model's within "
+	   "rounding (%.2g)", d);
+	free(wte);
+	free(x);
+	free(tok);
+	free(tg);
+	gk_nn_free(whole);
+	for (int s = 0; s < S; s++)
+		gk_nn_free(st[s]);
+}
+
+int main(void)
+{
+	test_layers();
+	test_stages(2, 2, 1, 0);
+	test_stages(3, 3, 3, 0);
+	test_stages(4, 3, 2, 0);
+	test_stages(3, 3, 4, 1);
+	return done_testing();
+}
