@@ -22,7 +22,7 @@ CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.13 libnc
 CUEMU_LIB := $(CUEMU_B)/libgpukit.a
 # The unit tests with device parts: they skip those without a GPU, and
 # run them here.
-CUEMU_TESTS := nn_cuda nn_flash cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
+CUEMU_TESTS := nn_cuda nn_xent nn_flash cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
 # nn_cuda again at odd shapes, and the emulation's own test of the
 # defects it must catch
 CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) \
