@@ -11,7 +11,7 @@ refused; the table has a row for every kernel and the step at GPT-2 124M'
 test -n "$GK_CUEMU" && test_set_prereq CUEMU
 
 roofline="$GK_TOP/tools/bench/roofline.sh"
-shape="L=2 C=64 NH=4 V=256 T=16 B=2"
+shape="LAYERS=2 HIDDEN=64 HEADS=4 VOCAB=256 SEQ=16 BATCH=2"
 
 test_expect_success CUEMU 'one step on the emulation: its manifest is the modelled GEMMs' '
 	train_data &&
@@ -27,7 +27,7 @@ test_expect_success CUEMU 'one step on the emulation: its manifest is the modell
 '
 
 test_expect_success CUEMU 'a manifest of another model, or with a GEMM missing, is refused' '
-	test_expect_code 1 env L=3 C=64 NH=4 V=256 T=16 B=2 "$roofline" --manifest gemm.log 2>err &&
+	test_expect_code 1 env LAYERS=3 HIDDEN=64 HEADS=4 VOCAB=256 SEQ=16 BATCH=2 "$roofline" --manifest gemm.log 2>err &&
 	grep "^roofline.sh: the manifest.s GEMMs are not the modelled ones" err &&
 	sed 1d gemm.log >short.log &&
 	test_expect_code 1 env $shape "$roofline" --manifest short.log 2>err &&

@@ -5,9 +5,9 @@
 #
 #   roofline.sh [--manifest FILE]
 #
-# Shapes from the environment: L C NH V T B (GPT-2 124M by default: 12
-# layers, d 768, 12 heads, vocabulary 50257 padded to 50304, T 1024,
-# batch 8), bf16 activations, fp32 master weights and gradients of the
+# Shapes from the environment: LAYERS HIDDEN HEADS VOCAB SEQ BATCH
+# (GPT-2 124M by default: 12 layers, d 768, 12 heads, vocabulary 50257
+# padded to 50304, T 1024, batch 8), bf16 activations, fp32 master weights and gradients of the
 # weights (as gpu-train --precision bf16 keeps them), no recompute. Peaks: PEAK_TFLOPS
 # (dense bf16) and PEAK_GBS (memory bandwidth), by default those of an
 # H100 SXM (989, 3350) or, with GPU naming an H200, 989 and 4800.
@@ -17,7 +17,7 @@
 # The GEMM rows are the cuBLASLt calls the backend issues, as the CUDA
 # emulation's manifest lists them (m n k in cuBLASLt's column-major
 # terms); --manifest FILE, a CUEMU_GEMM_LOG of one step (gpu-train
-# --steps 1 on the emulation at the same L C NH V T B), is checked to
+# --steps 1 on the emulation at the same shapes), is checked to
 # hold the same calls, and a difference fails. The other rows are the
 # kernels of lib/nn modelled from their loops: bytes of the tensors they
 # read and write once each, FLOPs of their arithmetic (the attention's
@@ -33,7 +33,7 @@ if [ -n "$manifest" ] && [ ! -r "$manifest" ]; then
 	echo "roofline.sh: cannot read the manifest '$manifest'" >&2
 	exit 2
 fi
-L=${L:-12} C=${C:-768} NH=${NH:-12} V=${V:-50257} T=${T:-1024} B=${B:-8}
+L=${LAYERS:-12} C=${HIDDEN:-768} NH=${HEADS:-12} V=${VOCAB:-50257} T=${SEQ:-1024} B=${BATCH:-8}
 case ${GPU:-} in *H200*) gbs=4800 ;; *) gbs=3350 ;; esac
 PEAK_TFLOPS=${PEAK_TFLOPS:-989} PEAK_GBS=${PEAK_GBS:-$gbs}
 

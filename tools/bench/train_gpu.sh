@@ -97,4 +97,4 @@ awk -v o="$ours" -v t="$theirs" -v g="$gflops" -v p="$peak" 'BEGIN {
 # bytes and FLOPs from the shapes; its GEMMs checked against the CUDA
 # emulation's manifest by t7109)
 step_ms=$(awk -v o="$ours" -v b="$BATCH" 'BEGIN { if (o > 0) printf "%.3f", b * 1024 / o * 1000 }')
-B=$BATCH T=1024 GPU="$gpu" STEP_MS=$step_ms PEAK_TFLOPS=${peak:-989} "$top/tools/bench/roofline.sh"
+BATCH=$BATCH SEQ=1024 GPU="$gpu" STEP_MS=$step_ms PEAK_TFLOPS=${peak:-989} "$top/tools/bench/roofline.sh"
