@@ -1,9 +1,11 @@
 /*
  * classifier.cu - the fused classifier: softmax, cross-entropy and
  * dlogits without ever storing the probabilities. Forward keeps each
- * row's logsumexp and loss; backward overwrites the logits in place with
- * gk_nn_xent_grad (the CPU's function). One block per row, reductions in
- * a fixed tree (block_reduce), so the loss is the same bits every run.
+ * row's logsumexp and loss, in one pass over the row (online softmax,
+ * gk_nn_msum in nn/math.h); backward overwrites the logits in place with
+ * gk_nn_xent_grad (the CPU's function). Both read and write 16 bytes at
+ * a time where the rows allow. One block per row, states merged in a
+ * fixed tree, so the loss is the same bits every run.
  *
  * reference: llm.c llmc/fused_classifier.cuh.
  */
@@ -11,23 +13,81 @@
 
 #define XENT_THREADS 256
 
+/* 16 bytes of a row at a time where its rows allow (xent_vec): 4 floats
+ * or 8 bf16 a load, as llm.c's x128 */
+__device__ __forceinline__ void ld16(float *v, const float *p)
+{
+	float4 q = *(const float4 *)p;
+	v[0] = q.x;
+	v[1] = q.y;
+	v[2] = q.z;
+	v[3] = q.w;
+}
+__device__ __forceinline__ void ld16(float *v, const uint16_t *p)
+{
+	uint4 q = *(const uint4 *)p;
+	uint32_t w[4] = {q.x, q.y, q.z, q.w};
+	for (int k = 0; k < 4; k++) { /* little-endian: the lower half first */
+		v[2 * k] = ldf((uint16_t)(w[k] & 0xffffu));
+		v[2 * k + 1] = ldf((uint16_t)(w[k] >> 16));
+	}
+}
+__device__ __forceinline__ void st16(float *p, const float *v)
+{
+	*(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void st16(uint16_t *p, const float *v)
+{
+	uint32_t w[4];
+	for (int k = 0; k < 4; k++)
+		w[k] = (uint32_t)stf<uint16_t>(v[2 * k]) |
+		       (uint32_t)stf<uint16_t>(v[2 * k + 1]) << 16;
+	*(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* The block's states merged in a fixed tree: the same bits every run. */
+__device__ __forceinline__ gk_nn_msum block_merge(gk_nn_msum a, gk_nn_msum *sh)
+{
+	sh[threadIdx.x] = a;
+	__syncthreads();
+	for (int w = XENT_THREADS / 2; w > 0; w >>= 1) {
+		if ((int)threadIdx.x < w)
+			sh[threadIdx.x] = gk_nn_msum_merge(sh[threadIdx.x], sh[threadIdx.x + w]);
+		__syncthreads();
+	}
+	gk_nn_msum r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+/*
+ * One pass over each row (online softmax): every thread folds its
+ * 16-byte chunks (vec) or single values into a state, the block merges
+ * them. The tail past the last full chunk of V goes value by value.
+ */
 template <typename T>
 __global__ static void xent_fwd(float *lse, float *loss, const T *logits,
-				const int32_t *targets, int N, int V, int Vp)
+				const int32_t *targets, int N, int V, int Vp,
+				int vec)
 {
-	__shared__ float sh[XENT_THREADS];
+	enum { W = 16 / sizeof(T) };
+	__shared__ gk_nn_msum sh[XENT_THREADS];
 	for (int i = blockIdx.x; i < N; i += gridDim.x) {
 		const T *x = logits + (size_t)i * Vp;
-		float mx = -INFINITY;
-		for (int j = threadIdx.x; j < V; j += XENT_THREADS)
-			mx = fmaxf(mx, ldf(x[j]));
-		mx = block_reduce<XENT_THREADS, float>(mx, sh, true);
-		float s = 0.0f;
-		for (int j = threadIdx.x; j < V; j += XENT_THREADS)
-			s += gk_nn_expf(ldf(x[j]) - mx);
-		s = block_reduce<XENT_THREADS, float>(s, sh, false);
+		gk_nn_msum a = gk_nn_msum_empty();
+		int full = vec ? V / W : 0;
+		for (int k = threadIdx.x; k < full; k += XENT_THREADS) {
+			float v[W];
+			ld16(v, x + (size_t)k * W);
+			a = gk_nn_msum_chunk(a, v, W);
+		}
+		for (int j = full * W + threadIdx.x; j < V; j += XENT_THREADS) {
+			float v = ldf(x[j]);
+			a = gk_nn_msum_chunk(a, &v, 1);
+		}
+		a = block_merge(a, sh);
 		if (threadIdx.x == 0) {
-			float l = mx + logf(s);
+			float l = gk_nn_msum_lse(a);
 			int y = targets ? targets[i] : -1;
 			lse[i] = l;
 			loss[i] = y >= 0 ? l - ldf(x[y]) : 0.0f;
@@ -38,12 +98,26 @@ __global__ static void xent_fwd(float *lse, float *loss, const T *logits,
 template <typename T>
 __global__ static void xent_bwd(T *logits, const float *lse,
 				const int32_t *targets, float dloss, int N,
-				int V, int Vp)
+				int V, int Vp, int vec)
 {
+	enum { W = 16 / sizeof(T) };
 	for (int i = blockIdx.x; i < N; i += gridDim.x) {
 		T *x = logits + (size_t)i * Vp;
 		int y = targets[i];
 		float l = lse[i];
+		if (vec) {
+			for (int k = threadIdx.x; k < Vp / W; k += blockDim.x) {
+				float v[W];
+				ld16(v, x + (size_t)k * W);
+				for (int e = 0; e < W; e++) {
+					int j = k * W + e;
+					v[e] = y >= 0 && j < V ? gk_nn_xent_grad(v[e], l, j == y, dloss)
+							       : 0.0f;
+				}
+				st16(x + (size_t)k * W, v);
+			}
+			continue;
+		}
 		for (int j = threadIdx.x; j < Vp; j += blockDim.x)
 			x[j] = stf<T>(y >= 0 && j < V ? gk_nn_xent_grad(
 							       ldf(x[j]), l,
@@ -52,13 +126,21 @@ __global__ static void xent_bwd(T *logits, const float *lse,
 	}
 }
 
+/* 16-byte loads: rows that start on 16 bytes, as every row does when
+ * the first does and a row is a whole number of 16-byte chunks. */
+static int xent_vec(const void *logits, gk_dtype dt, int Vp)
+{
+	int w = dt == GK_DT_F32 ? 4 : 8;
+	return (uintptr_t)logits % 16 == 0 && Vp % w == 0;
+}
+
 extern "C" int gk_nn_cu_xent_fwd(float *lse, float *loss, const void *logits,
 				 const int32_t *targets, gk_dtype dt, int N,
 				 int V, int Vp, gk_cuda_stream s, gk_err *err)
 {
 	WITH_T(dt, xent_fwd<T><<<gk_cuda_grid((uint64_t)N, 1), XENT_THREADS, 0,
 				 s>>>(lse, loss, (const T *)logits, targets, N,
-				      V, Vp));
+				      V, Vp, xent_vec(logits, dt, Vp)));
 	return GK_CUDA_LAUNCHED("classifier forward", err);
 }
 
@@ -69,6 +151,6 @@ extern "C" int gk_nn_cu_xent_bwd(void *logits, const float *lse,
 {
 	WITH_T(dt, xent_bwd<T><<<gk_cuda_grid((uint64_t)N, 1), GK_CUDA_BLOCK, 0,
 				 s>>>((T *)logits, lse, targets, dloss, N, V,
-				      Vp));
+				      Vp, xent_vec(logits, dt, Vp)));
 	return GK_CUDA_LAUNCHED("classifier backward", err);
 }

@@ -316,6 +316,55 @@ GK_HD float gk_nn_logsumexp(const float *x, int n)
 }
 
 /*
+ * Online softmax, the forward half in one pass over a row: the state is
+ * (m, s), the largest value seen and the sum of exp(x - m) over the
+ * values seen. A chunk of values takes one exp each and one rescale of
+ * the sum (gk_nn_msum_chunk), and the states of parts of a row merge
+ * (gk_nn_msum_merge): the CUDA classifier's threads each take a strided
+ * part of a row in 16-byte chunks and merge in a fixed tree, so the
+ * result is the same bits every run. logsumexp = m + log(s).
+ */
+typedef struct gk_nn_msum {
+	float m, s;
+} gk_nn_msum;
+
+GK_HD gk_nn_msum gk_nn_msum_empty(void)
+{
+	gk_nn_msum r = {-INFINITY, 0.0f};
+	return r;
+}
+
+GK_HD gk_nn_msum gk_nn_msum_chunk(gk_nn_msum a, const float *x, int n)
+{
+	float m = a.m;
+	for (int i = 0; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	/* an empty state has no sum to rescale (exp(-inf - -inf) is NaN) */
+	float s = a.m == -INFINITY ? 0.0f : a.s * gk_nn_expf(a.m - m);
+	for (int i = 0; i < n; i++)
+		s += gk_nn_expf(x[i] - m);
+	gk_nn_msum r = {m, s};
+	return r;
+}
+
+GK_HD gk_nn_msum gk_nn_msum_merge(gk_nn_msum a, gk_nn_msum b)
+{
+	if (b.m > a.m) {
+		gk_nn_msum t = a;
+		a = b;
+		b = t;
+	}
+	if (b.m != -INFINITY)
+		a.s += b.s * gk_nn_expf(b.m - a.m);
+	return a;
+}
+
+GK_HD float gk_nn_msum_lse(gk_nn_msum a)
+{
+	return a.m + logf(a.s);
+}
+
+/*
  * The backward half: d loss / d logit i = (softmax_i - [i == y]) * dloss,
  * with softmax_i = exp(x_i - lse), so the probabilities are never stored.
  */

@@ -2,9 +2,10 @@
 # "Running the CUDA backend without a GPU"), included by the Makefile.
 #
 #   make check-cuemu    the device unit tests against the emulation, with
-#                       blocks and threads in forward and in reverse order
-#                       (SAN=1: forward only; the sanitizers look for memory
-#                       errors, which the order does not change, at 3x the time)
+#                       blocks and threads in forward, reverse and shuffled
+#                       order (see "The orders" below; SAN=1: forward only;
+#                       the sanitizers look for memory errors, which the
+#                       order does not change, at 3x the time)
 #
 # The .cu files are compiled as host C++ by g++ after launch-rewrite has
 # turned their <<<>>> launches into calls; the rest of the library is this
@@ -21,7 +22,7 @@ CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.13 libnc
 CUEMU_LIB := $(CUEMU_B)/libgpukit.a
 # The unit tests with device parts: they skip those without a GPU, and
 # run them here.
-CUEMU_TESTS := nn_cuda nn_flash cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
+CUEMU_TESTS := nn_cuda nn_xent nn_flash cuda_core cuda_launch nn_cuda_launch core_half comm_cuda cuda_reduce
 # nn_cuda again at odd shapes, and the emulation's own test of the
 # defects it must catch
 CUEMU_UNIT := $(addprefix $(CUEMU_B)/tests/unit/,$(CUEMU_TESTS)) \
@@ -115,7 +116,8 @@ CUEMU_PLANT_RUN = for t in $(CUEMU_PLANT_BIN); do \
 # with GK_BUILD=$(CUEMU_B) (its config.mk is this build's) and
 # tests/cuemu/bin first on PATH (an nvidia-smi that lists the device).
 CUEMU_TOOLS := $(patsubst bin/%.c,$(CUEMU_B)/bin/%,$(wildcard bin/*.c))
-CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.sh
+CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.sh \
+	tests/cli/t7109-gpu-train-roofline.sh
 
 $(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
 	@mkdir -p $(@D)
@@ -136,18 +138,39 @@ CUEMU_MPI := $(CUEMU_B)/tests/unit/comm_cuda
 # Two emulated devices (CUEMU_GPUS), so that the CLI tests' cases for
 # two GPUs run their two ranks over the fake NCCL; GK_CUEMU tells the
 # tests they run on the emulation (smaller sizes, its faults on demand).
-CUEMU_ENV = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_GPUS=2 GK_CUEMU=1
-CUEMU_RUN = $(CUEMU_ENV) CUEMU_ORDER=$(1) $(CUEMU_PROVE) \
-	$(filter-out $(CUEMU_MPI),$(CUEMU_UNIT)) && \
-	$(CUEMU_ENV) CUEMU_ORDER=$(1) \
+#
+# The orders (CUEMU_ORDER): forward runs everything. Reverse runs the
+# unit tests, the ones that compare every kernel with its CPU
+# counterpart: with forward, every pair of blocks and every pair of
+# threads between two barriers has run both ways round, so a result
+# that depends on one such pair's order differs in one of the two
+# passes, for certain. Shuffled order (a permutation of blocks and
+# threads drawn per launch, streams interleaved one operation at a time
+# and run early at random, see tests/cuemu/runtime.cc) runs what is
+# between streams and processes: comm_cuda and the CLI cases (gpu-train
+# with its model and communication streams on one and two ranks); what
+# reverse order showed of them, its kernels, the unit tests show, and
+# of their streams, the shuffle draws both orders of two streams many
+# times a run. A seed per run, printed; CUEMU_SEED=N replays one (the
+# host's choices; the progress thread of NCCL's ranks keeps its timing).
+ifeq ($(CUEMU_SEED),)
+CUEMU_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+CUEMU_ENV = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_GPUS=2 GK_CUEMU=1 CUEMU_SEED=$(CUEMU_SEED)
+CUEMU_RUN_UNIT = $(CUEMU_ENV) CUEMU_ORDER=$(1) $(CUEMU_PROVE) \
+	$(filter-out $(CUEMU_MPI),$(CUEMU_UNIT))
+CUEMU_RUN_CLI = $(CUEMU_ENV) CUEMU_ORDER=$(1) \
 	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} $(CUEMU_PROVE) $(CUEMU_MPI) $(CUEMU_CLI)
+CUEMU_RUN = $(call CUEMU_RUN_UNIT,$(1)) && $(call CUEMU_RUN_CLI,$(1))
 ifeq ($(HAVE_CUDA),1)
 check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk $(CUEMU_PLANT_BIN)
+	@echo "check-cuemu: CUEMU_SEED=$(CUEMU_SEED) (make check-cuemu CUEMU_SEED=$(CUEMU_SEED) replays this run's shuffled orders)"
 	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)$(call CUEMU_RUN,forward)
 	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in forward order)$(call CUEMU_PLANT_RUN,forward)
 ifneq ($(SAN),1)
-	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in reverse order)$(call CUEMU_RUN,reverse)
+	$(call quiet,PROVE,$(words $(filter-out $(CUEMU_MPI),$(CUEMU_UNIT))) emulated unit tests in reverse order)$(call CUEMU_RUN_UNIT,reverse)
 	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in reverse order)$(call CUEMU_PLANT_RUN,reverse)
+	$(call quiet,PROVE,$(words $(CUEMU_MPI) $(CUEMU_CLI)) emulated device tests across streams and ranks in shuffled order (CUEMU_SEED=$(CUEMU_SEED)))$(call CUEMU_RUN_CLI,shuffle)
 endif
 else
 check-cuemu:

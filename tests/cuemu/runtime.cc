@@ -18,6 +18,13 @@
  * the call returns once the stream has reached and done the copy; with
  * pinned memory the copy is queued like a kernel.
  *
+ * With CUEMU_ORDER=shuffle the converse happens too: a GPU runs work as
+ * soon as it can, so after an operation is queued a stream drawn from
+ * CUEMU_SEED may run some of its work early, and a drain of the device
+ * interleaves the streams' operations one at a time (eager_progress,
+ * drain_interleaved). Either way only the streams' own order, events
+ * and waits hold.
+ *
  * The legacy default stream (NULL) is ordered with blocking streams (flag
  * 0) by running them before it and it before them; non-blocking streams
  * (the library's) are not ordered with it at all.
@@ -196,14 +203,75 @@ void legacy_order(CUstream_st *s)
 	}
 }
 
+int stepping; /* inside step: no eager progress from there */
+
+/*
+ * Shuffled order: the streams' operations interleaved, one at a time
+ * from a stream drawn among those with work, until all are empty. A
+ * stream whose front cannot run yet (a wait, a collective) gives way to
+ * the others.
+ */
+void drain_interleaved()
+{
+	unsigned n = 0;
+	for (;;) {
+		std::vector<CUstream_st *> live;
+		for (CUstream_st *o : streams)
+			if (!o->q.empty())
+				live.push_back(o);
+		if (!legacy.q.empty())
+			live.push_back(&legacy);
+		if (live.empty())
+			return;
+		size_t first = (size_t)(cuemu::draw() % live.size()), k;
+		for (k = 0; k < live.size(); k++)
+			if (step(live[(first + k) % live.size()], 0))
+				break;
+		if (k == live.size())
+			stall(&n);
+	}
+}
+
 void drain_all()
 {
 	/* in reverse or shuffled order too: only the streams' own order and
 	 * their waits hold */
+	if (cuemu::order() == cuemu::ORDER_SHUFFLE) {
+		drain_interleaved();
+		return;
+	}
 	std::vector<CUstream_st *> all(streams);
 	all.push_back(&legacy);
 	for (size_t k = 0; k < all.size(); k++)
 		run_until_empty(all[cuemu::permute(k, all.size(), 7)]);
+}
+
+/*
+ * Shuffled order, after an operation is queued: a GPU may run queued
+ * work at any moment, so every other time or so a stream with work,
+ * drawn at random, runs one to four of its operations early (never a
+ * host function, which may wait for this thread, nor a wait or a
+ * collective, whose polls may run another stream's host function).
+ */
+void eager_progress()
+{
+	if (cuemu::order() != cuemu::ORDER_SHUFFLE || stepping)
+		return;
+	uint64_t r = cuemu::draw();
+	if (r % 2)
+		return;
+	std::vector<CUstream_st *> ready;
+	for (CUstream_st *o : streams)
+		if (!o->q.empty())
+			ready.push_back(o);
+	if (!legacy.q.empty())
+		ready.push_back(&legacy);
+	if (ready.empty())
+		return;
+	CUstream_st *s = ready[(size_t)(r >> 8) % ready.size()];
+	for (uint64_t k = (r >> 32) % 4 + 1; k > 0 && !s->q.empty() && !s->q.front().poll &&
+					       step(s, 1); k--)
+		;
 }
 
 /* The name of a queued host function, which marks it: a query never
@@ -304,7 +372,17 @@ void stamp(CUstream_st *s, cuemu_op &op)
 	op.vc = s->vc;
 }
 
+int step_once(CUstream_st *s, int stop_at_host);
+
 int step(CUstream_st *s, int stop_at_host)
+{
+	stepping++;
+	int r = step_once(s, stop_at_host);
+	stepping--;
+	return r;
+}
+
+int step_once(CUstream_st *s, int stop_at_host)
 {
 	if (s->q.empty())
 		return 0;
@@ -397,14 +475,42 @@ uint64_t seed()
 	return ord_seed;
 }
 
-static uint64_t gcd(uint64_t a, uint64_t b)
+static uint64_t mix(uint64_t x)
 {
-	while (b) {
-		uint64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
+	/* splitmix64's finaliser */
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/*
+ * A permutation of [0, n) drawn by (seed, salt): four rounds of a Feistel
+ * network over the smallest even power of two at least n, walked until
+ * it lands inside [0, n) (a bijection of the larger domain restricted to
+ * its cycle through i). Neighbours land anywhere, unlike an affine map
+ * (a i + c mod n), which keeps them a fixed stride apart and has only
+ * a few orders of n; nothing is stored, so a grid of any size costs a
+ * few hashes a block.
+ */
+static uint64_t feistel(uint64_t i, uint64_t n, uint64_t key)
+{
+	int half = 1;
+	while (half < 32 && (1ull << (2 * half)) < n)
+		half++;
+	uint64_t mask = (1ull << half) - 1;
+	uint64_t x = i;
+	do {
+		uint64_t l = x >> half, r = x & mask;
+		for (uint64_t round = 0; round < 4; round++) {
+			uint64_t t = l ^ (mix(r ^ key ^ round * 0x9e3779b97f4a7c15ull) & mask);
+			l = r;
+			r = t;
+		}
+		x = l << half | r;
+	} while (x >= n);
+	return x;
 }
 
 uint64_t permute(uint64_t i, uint64_t n, uint64_t salt)
@@ -412,18 +518,17 @@ uint64_t permute(uint64_t i, uint64_t n, uint64_t salt)
 	switch (ord_kind) {
 	case ORDER_REVERSE:
 		return n - 1 - i;
-	case ORDER_SHUFFLE: {
-		/* i -> (a i + c) mod n with a prime to n: a permutation */
-		uint64_t h = (ord_seed + salt) * 0x9e3779b97f4a7c15ull;
-		uint64_t a = (h >> 17) % n + 1;
-		while (gcd(a, n) != 1)
-			a++;
-		uint64_t r = (uint64_t)((unsigned __int128)a * i % n) + (h >> 40) % n;
-		return r >= n ? r - n : r;
-	}
+	case ORDER_SHUFFLE:
+		return n < 2 ? 0 : feistel(i, n, mix(ord_seed * 0x9e3779b97f4a7c15ull + salt));
 	default:
 		return i;
 	}
+}
+
+uint64_t draw(void)
+{
+	static uint64_t k;
+	return mix(mix(ord_seed) + ++k);
 }
 
 void fail(const char *fmt, ...)
@@ -432,6 +537,9 @@ void fail(const char *fmt, ...)
 	va_start(ap, fmt);
 	fputs("cuemu: ", stderr);
 	vfprintf(stderr, fmt, ap);
+	if (ord_kind == ORDER_SHUFFLE)
+		fprintf(stderr, " [CUEMU_ORDER=shuffle CUEMU_SEED=%llu replays this run's orders]",
+			(unsigned long long)ord_seed);
 	fputc('\n', stderr);
 	va_end(ap);
 	abort();
@@ -454,6 +562,7 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char *what,
 	legacy_order(st);
 	st->q.push_back(cuemu_op{std::move(fn), what, next_seq++, std::move(acc), nullptr, 0, 0, 0, {}});
 	stamp(st, st->q.back());
+	eager_progress();
 	return cudaSuccess;
 }
 
@@ -469,6 +578,7 @@ cudaError_t enqueue_poll(cudaStream_t s, std::function<bool()> fn, const char *w
 	st->q.push_back(std::move(op));
 	stamp(st, st->q.back());
 	st->remote += remote;
+	eager_progress();
 	return cudaSuccess;
 }
 

@@ -4,7 +4,8 @@
  * the emulation must stop it with a message naming the kernel and the
  * defect; correct kernels (a block tree, butterfly shuffles, votes) must
  * give the right values in every order. Built and run by check-cuemu
- * (tests/cuemu/cuemu.mk), in forward and reverse order.
+ * (tests/cuemu/cuemu.mk) in each order; the tests of the orders
+ * themselves run this program again as children with CUEMU_ORDER set.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -110,6 +111,228 @@ __global__ void read_before_write(unsigned *out)
 __global__ void fill(float *x, float v)
 {
 	x[threadIdx.x] = v;
+}
+
+/* ---- orders (CUEMU_ORDER) ---- */
+
+/* The order blocks and the threads of each block run in: blocks run
+ * one at a time here and threads without a barrier one after another,
+ * so a plain counter numbers them (a race on a GPU, a record here). */
+__global__ void record_order(unsigned *blocks, unsigned *threads, unsigned *n)
+{
+	if (threadIdx.x == 0)
+		blocks[blockIdx.x] = n[0]++;
+	if (blockIdx.x == 0)
+		threads[threadIdx.x] = n[1]++;
+}
+
+/* A planted defect: block b reads what block b-1 wrote, an order CUDA
+ * never promises (it holds in forward order only). */
+__global__ void chain(float *x)
+{
+	x[blockIdx.x] = blockIdx.x ? x[blockIdx.x - 1] + 1.0f : 0.0f;
+}
+
+__global__ void copy_floats(float *y, const float *x, int off)
+{
+	y[threadIdx.x] = x[off + threadIdx.x];
+}
+
+/*
+ * A planted defect the race check cannot see: stream a copies the top
+ * half of x, and stream b then overwrites it without waiting for a
+ * (a write after a read). The copy is given x and an offset, the
+ * overwrite x + 32, and the check knows a kernel's accesses by its
+ * pointers' first element only: to it they touch different bytes. The host waits for a first: with the work
+ * deferred (forward or reverse order), a runs before b has run at all
+ * and the copy is right by luck; a GPU may run b first, as the shuffled
+ * order's early runs do for some seeds.
+ */
+static int war_hidden(int wait)
+{
+	cudaStream_t a, b;
+	cudaEvent_t e;
+	cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+	cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+	cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+	void *px = NULL, *py = NULL;
+	cudaMalloc(&px, 64 * sizeof(float));
+	cudaMalloc(&py, 32 * sizeof(float));
+	float *x = (float *)px, *y = (float *)py, h[32];
+	fill<<<1, 64>>>(x, 1.0f);
+	cudaDeviceSynchronize();
+	copy_floats<<<1, 32, 0, a>>>(y, x, 32);
+	if (wait) {
+		cudaEventRecord(e, a);
+		cudaStreamWaitEvent(b, e, 0);
+	}
+	fill<<<1, 32, 0, b>>>(x + 32, 2.0f);
+	cudaStreamSynchronize(a);
+	cudaMemcpy(h, y, sizeof h, cudaMemcpyDeviceToHost);
+	cudaDeviceSynchronize();
+	cudaStreamDestroy(a);
+	cudaStreamDestroy(b);
+	cudaEventDestroy(e);
+	cudaFree(px);
+	cudaFree(py);
+	int wrong = 0;
+	for (int i = 0; i < 32; i++)
+		wrong += h[i] != 1.0f;
+	return wrong;
+}
+
+/* The child's side of the order tests (argv[1] "orders"), run with
+ * CUEMU_ORDER and CUEMU_SEED set: one line of block and thread orders
+ * for two launches, then whether chain and war_hidden went wrong. */
+static int child_orders(void)
+{
+	void *pb = NULL, *pt = NULL, *pn = NULL, *pc = NULL;
+	cudaMalloc(&pb, 2 * 16 * sizeof(unsigned));
+	cudaMalloc(&pt, 2 * 64 * sizeof(unsigned));
+	cudaMalloc(&pn, 2 * sizeof(unsigned));
+	cudaMalloc(&pc, 16 * sizeof(float));
+	unsigned *b = (unsigned *)pb, *t = (unsigned *)pt, hb[32], ht[128];
+	for (int launch = 0; launch < 2; launch++) {
+		cudaMemset(pn, 0, 2 * sizeof(unsigned));
+		record_order<<<16, 64>>>(b + 16 * launch, t + 64 * launch, (unsigned *)pn);
+	}
+	cudaMemcpy(hb, b, sizeof hb, cudaMemcpyDeviceToHost);
+	cudaMemcpy(ht, t, sizeof ht, cudaMemcpyDeviceToHost);
+	for (int i = 0; i < 32; i++)
+		printf("%u ", hb[i]);
+	for (int i = 0; i < 128; i++)
+		printf("%u ", ht[i]);
+	float c[16];
+	chain<<<16, 1>>>((float *)pc);
+	cudaMemcpy(c, pc, sizeof c, cudaMemcpyDeviceToHost);
+	int wrong = 0;
+	for (int i = 0; i < 16; i++)
+		wrong += c[i] != (float)i;
+	printf("chain %d war %d war_waited %d\n", wrong, war_hidden(0), war_hidden(1));
+	return 0;
+}
+
+struct orders {
+	unsigned blocks[2][16], threads[2][64];
+	int chain, war, war_waited;
+};
+
+/* Run this program's child_orders with order and seed; 1 when it
+ * printed a full line. */
+static int run_orders(const char *order, unsigned seed, struct orders *o)
+{
+	char cmd[512], line[4096];
+	snprintf(cmd, sizeof cmd, "CUEMU_ORDER=%s CUEMU_SEED=%u /proc/%d/exe orders", order, seed,
+		 (int)getpid());
+	fflush(stdout);
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	int got = fgets(line, sizeof line, f) != NULL;
+	int st = pclose(f);
+	if (!got || st != 0)
+		return 0;
+	char *p = line, *end;
+	for (int i = 0; i < 32 + 128; i++) {
+		unsigned long v = strtoul(p, &end, 10);
+		if (end == p)
+			return 0;
+		if (i < 32)
+			o->blocks[i / 16][i % 16] = (unsigned)v;
+		else
+			o->threads[(i - 32) / 64][(i - 32) % 64] = (unsigned)v;
+		p = end;
+	}
+	return sscanf(p, " chain %d war %d war_waited %d", &o->chain, &o->war, &o->war_waited) == 3;
+}
+
+/* 1 when v[0..n) holds each of 0..n-1 once. */
+static int is_perm(const unsigned *v, int n)
+{
+	unsigned char seen[64] = {0};
+	for (int i = 0; i < n; i++) {
+		if (v[i] >= (unsigned)n || seen[v[i]])
+			return 0;
+		seen[v[i]] = 1;
+	}
+	return 1;
+}
+
+/* 0 forward (v[i] = i), 1 reverse, 2 neither. */
+static int direction(const unsigned *v, int n)
+{
+	int fwd = 1, rev = 1;
+	for (int i = 0; i < n; i++) {
+		fwd &= v[i] == (unsigned)i;
+		rev &= v[i] == (unsigned)(n - 1 - i);
+	}
+	return fwd ? 0 : rev ? 1 : 2;
+}
+
+static void test_orders(void)
+{
+	struct orders f, r, s1, s2, s3;
+	const char *env = getenv("CUEMU_SEED");
+	/* the pass's seed (check-cuemu prints it), else a fixed one */
+	unsigned seed = env && *env ? (unsigned)strtoul(env, NULL, 0) : 12345u;
+	int okf = run_orders("forward", 0, &f), okr = run_orders("reverse", 0, &r);
+	int ok1 = run_orders("shuffle", seed, &s1), ok2 = run_orders("shuffle", seed, &s2);
+	int ok3 = run_orders("shuffle", seed + 1, &s3);
+	ok(okf && okr && ok1 && ok2 && ok3, "the order children ran (seed %u)", seed);
+	if (!(okf && okr && ok1 && ok2 && ok3))
+		return;
+	ok(direction(f.blocks[0], 16) == 0 && direction(f.threads[0], 64) == 0 &&
+		   direction(r.blocks[0], 16) == 1 && direction(r.threads[0], 64) == 1,
+	   "forward and reverse run blocks and threads in their order");
+	int perms = 1, neither = 1;
+	for (int l = 0; l < 2; l++) {
+		perms &= is_perm(s1.blocks[l], 16) && is_perm(s1.threads[l], 64);
+		neither &= direction(s1.blocks[l], 16) == 2 && direction(s1.threads[l], 64) == 2;
+	}
+	ok(perms && neither, "shuffled, every block and thread runs once, in neither forward "
+	   "nor reverse order");
+	/* an affine order (a i + c mod n) keeps neighbours a fixed stride
+	 * apart: n of its n! orders, every pair of neighbours alike */
+	int strides = 0;
+	for (int l = 0; l < 2; l++) {
+		unsigned d0 = (s1.threads[l][1] + 64 - s1.threads[l][0]) % 64;
+		for (int i = 2; i < 64; i++)
+			if ((s1.threads[l][i] + 64 - s1.threads[l][i - 1]) % 64 != d0) {
+				strides++;
+				break;
+			}
+	}
+	ok(strides == 2, "shuffled threads are not an affine order (neighbours at varying strides)");
+	ok(memcmp(s1.blocks[0], s1.blocks[1], sizeof s1.blocks[0]) != 0 &&
+		   memcmp(s1.threads[0], s1.threads[1], sizeof s1.threads[0]) != 0,
+	   "each launch draws its own order");
+	ok(memcmp(s1.blocks, s2.blocks, sizeof s1.blocks) == 0 &&
+		   memcmp(s1.threads, s2.threads, sizeof s1.threads) == 0,
+	   "the same seed replays the same orders");
+	ok(memcmp(s1.blocks, s3.blocks, sizeof s1.blocks) != 0 ||
+		   memcmp(s1.threads, s3.threads, sizeof s1.threads) != 0,
+	   "another seed draws other orders");
+	ok(f.chain == 0 && r.chain > 0 && s1.chain > 0,
+	   "a kernel whose blocks depend on the block before is right in forward order only "
+	   "(wrong blocks: reverse %d, shuffled %d of 16)", r.chain, s1.chain);
+
+	/* the write after a read that the race check cannot see: hidden by
+	 * deferred work in forward and reverse order, shown by an early run
+	 * for some seeds; with the event it is right for every seed */
+	int caught = 0, waited_wrong = f.war_waited + r.war_waited, seeds = 0;
+	for (unsigned k = 1; k <= 24; k++) {
+		struct orders x;
+		if (!run_orders("shuffle", k, &x))
+			break;
+		seeds++;
+		caught += x.war > 0;
+		waited_wrong += x.war_waited;
+	}
+	ok(seeds == 24 && f.war == 0 && r.war == 0 && caught > 0,
+	   "a missing stream wait the race check cannot see: hidden in forward and reverse "
+	   "order, wrong for %d of seeds 1 to 24 shuffled", caught);
+	ok(seeds == 24 && waited_wrong == 0,
+	   "with the wait, right in every order and for every seed");
 }
 
 /* Run f in a child; 1 when it died by abort with `want` in its stderr. */
@@ -250,9 +473,11 @@ static void run_unordered(void)
 	cudaDeviceSynchronize();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	char got[2048];
+	if (argc > 1 && !strcmp(argv[1], "orders"))
+		return child_orders();
 	static float h[4096];
 	float *din = dev_floats(4096), *dout = dev_floats(16);
 	for (int i = 0; i < 4096; i++)
@@ -342,20 +567,28 @@ int main(void)
 	ok(cudaGetLastError() == cudaErrorInvalidConfiguration,
 	   "a grid y of 65536 is refused at launch");
 
-	/* streams: a read that nothing orders after a write is a race */
+	/* streams: a read that nothing orders after a write is a race;
+	 * shuffled, the writer may have run early (then the report says
+	 * the run's order hid it), or the reader early (the other form) */
+	int shuffled = order && !strcmp(order, "shuffle");
 	ok(dies_with(run_unordered, "a race on a GPU", got, sizeof got) &&
 		   strstr(got, "cudaMemcpyAsync on stream 2 reads") &&
-		   strstr(got, "fill, queued before it on stream 1"),
+		   (strstr(got, "fill, queued before it on stream 1") ||
+		    (shuffled && strstr(got, "after fill on stream 1"))),
 	   "a copy on stream b not ordered after a kernel writing its source on stream a "
 	   "is a race");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
 	ok(dies_with(run_missing_wait, "a race on a GPU", got, sizeof got) &&
-		   strstr(got, "ncclAllReduce on stream") && strstr(got, "fill, queued before it"),
+		   strstr(got, "ncclAllReduce on stream") &&
+		   (strstr(got, "fill, queued before it") ||
+		    (shuffled && strstr(got, "after fill on stream"))),
 	   "an allreduce on the communication stream without a wait for the model stream's "
 	   "event is a race");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
-	ok(dies_with(run_hidden_missing_wait, "this run's order hid it", got, sizeof got) &&
-		   strstr(got, "ncclAllReduce on stream") && strstr(got, "after fill on stream"),
+	ok(dies_with(run_hidden_missing_wait, "a race on a GPU", got, sizeof got) &&
+		   strstr(got, "ncclAllReduce on stream") &&
+		   ((strstr(got, "this run's order hid it") && strstr(got, "after fill on stream")) ||
+		    (shuffled && strstr(got, "fill, queued before it"))),
 	   "so is the same hole when the host's wait for the model stream ran the kernel first");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
 	ok(model_to_comm(1, 0) == 0 && model_to_comm(1, 1) == 0,
@@ -379,5 +612,6 @@ int main(void)
 	cudaStreamDestroy(a);
 	cudaStreamDestroy(b);
 	cudaEventDestroy(e);
+	test_orders();
 	return done_testing();
 }

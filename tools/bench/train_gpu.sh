@@ -11,6 +11,9 @@
 #           and backward of the matmuls and attention) over the GPU's
 #           dense bf16 peak: 989 TFLOP/s for H100 and H200 (SXM), or
 #           PEAK_TFLOPS from the environment for another GPU
+# then tools/bench/roofline.sh's table: per kernel, the bytes and FLOPs of
+# a step from the shapes and the least time each can take at the GPU's
+# peaks, and the measured step as a fraction of the roofline's time.
 # BATCH defaults to the largest of 64, 48, 32, 16 and 8 whose memory
 # mem-estimate puts within 90 % of the GPU's (its bf16 with --grad-f32
 # counts 2 bytes a parameter more than gpu-train keeps: gpu-train(1)).
@@ -89,3 +92,9 @@ awk -v o="$ours" -v t="$theirs" -v g="$gflops" -v p="$peak" 'BEGIN {
 	else
 		printf "%-28s %12s  (set PEAK_TFLOPS)\n", "MFU", "n/a"
 }'
+
+# the step against its roofline, kernel by kernel (tools/bench/roofline.sh:
+# bytes and FLOPs from the shapes; its GEMMs checked against the CUDA
+# emulation's manifest by t7109)
+step_ms=$(awk -v o="$ours" -v b="$BATCH" 'BEGIN { if (o > 0) printf "%.3f", b * 1024 / o * 1000 }')
+BATCH=$BATCH SEQ=1024 GPU="$gpu" STEP_MS=$step_ms PEAK_TFLOPS=${peak:-989} "$top/tools/bench/roofline.sh"

@@ -1,0 +1,46 @@
+#!/bin/sh
+test_description='tools/bench/roofline.sh: the GEMMs it models are the ones
+gpu-train --device cuda issues, as the CUDA emulation'"'"'s manifest
+(CUEMU_GEMM_LOG) lists them for one step, and a manifest that differs is
+refused; the table has a row for every kernel and the step at GPT-2 124M'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+# the CUDA emulation's manifest of GEMMs: make check-cuemu runs this
+# test again on the emulation, where the first two cases run
+test -n "$GK_CUEMU" && test_set_prereq CUEMU
+
+roofline="$GK_TOP/tools/bench/roofline.sh"
+shape="LAYERS=2 HIDDEN=64 HEADS=4 VOCAB=256 SEQ=16 BATCH=2"
+
+test_expect_success CUEMU 'one step on the emulation: its manifest is the modelled GEMMs' '
+	train_data &&
+	CUEMU_GEMM_LOG=$PWD/gemm.log gpu-train --device cuda --precision bf16 --data train.bin \
+		--layers 2 --hidden 64 --heads 4 --vocab 256 --positions 32 --seq 16 --batch 2 \
+		--steps 1 --json >one.json &&
+	test $(wc -l <gemm.log) = 27 &&
+	env $shape "$roofline" --manifest gemm.log >table &&
+	grep "^manifest: 27 GEMMs, the modelled ones" table &&
+	grep "^gemm.fwd  *8 " table && grep "^gemm.bwd.head.dw  *1 " table &&
+	grep "^flash.bwd  *2 " table && grep "^classifier.fwd  *1 " table &&
+	grep "^roofline step: " table
+'
+
+test_expect_success CUEMU 'a manifest of another model, or with a GEMM missing, is refused' '
+	test_expect_code 1 env LAYERS=3 HIDDEN=64 HEADS=4 VOCAB=256 SEQ=16 BATCH=2 "$roofline" --manifest gemm.log 2>err &&
+	grep "^roofline.sh: the manifest.s GEMMs are not the modelled ones" err &&
+	sed 1d gemm.log >short.log &&
+	test_expect_code 1 env $shape "$roofline" --manifest short.log 2>err &&
+	grep "^< \|^> " err &&
+	test_expect_code 2 "$roofline" --manifest nothing.log 2>err &&
+	grep "cannot read the manifest" err
+'
+
+test_expect_success 'GPT-2 124M on an H200: a measured step is read against the roofline' '
+	GPU="NVIDIA H200" STEP_MS=20 "$roofline" >big &&
+	grep "989 TFLOP/s, 4800 GB/s" big &&
+	awk "\$1 == \"step\" { f = \$2 } END { exit !(f > 6000 && f < 7500) }" big &&
+	grep "^measured step: 20.00 ms, " big
+'
+
+test_done
