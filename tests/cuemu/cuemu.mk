@@ -2,7 +2,8 @@
 # "Running the CUDA backend without a GPU"), included by the Makefile.
 #
 #   make check-cuemu    the device unit tests against the emulation, with
-#                       blocks and threads in forward and in reverse order
+#                       blocks and threads in forward and in reverse order,
+#                       and the device CLI tests in forward order
 #                       (SAN=1: forward only; the sanitizers look for memory
 #                       errors, which the order does not change, at 3x the time)
 #
@@ -137,16 +138,21 @@ CUEMU_MPI := $(CUEMU_B)/tests/unit/comm_cuda
 # two GPUs run their two ranks over the fake NCCL; GK_CUEMU tells the
 # tests they run on the emulation (smaller sizes, its faults on demand).
 CUEMU_ENV = PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_GPUS=2 GK_CUEMU=1
+# The unit tests run in both orders (a kernel that depends on the order of
+# its blocks or threads gives another answer in one of them); the CLI tests
+# in the forward order only (CUEMU_RUN's second argument): they run the
+# same kernels, through the tools, and ask of them the losses and sums the
+# unit tests check in both orders.
 CUEMU_RUN = $(CUEMU_ENV) CUEMU_ORDER=$(1) $(CUEMU_PROVE) \
 	$(filter-out $(CUEMU_MPI),$(CUEMU_UNIT)) && \
 	$(CUEMU_ENV) CUEMU_ORDER=$(1) \
-	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} $(CUEMU_PROVE) $(CUEMU_MPI) $(CUEMU_CLI)
+	ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0} $(CUEMU_PROVE) $(CUEMU_MPI) $(2)
 ifeq ($(HAVE_CUDA),1)
 check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk $(CUEMU_PLANT_BIN)
-	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)$(call CUEMU_RUN,forward)
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)$(call CUEMU_RUN,forward,$(CUEMU_CLI))
 	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in forward order)$(call CUEMU_PLANT_RUN,forward)
 ifneq ($(SAN),1)
-	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in reverse order)$(call CUEMU_RUN,reverse)
+	$(call quiet,PROVE,$(words $(CUEMU_UNIT)) emulated device unit tests in reverse order)$(call CUEMU_RUN,reverse)
 	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in reverse order)$(call CUEMU_PLANT_RUN,reverse)
 endif
 else
