@@ -885,11 +885,13 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
 	o->stop_seen = &stop_seen;
-	/* tests: a slow disk, a step that never ends, a shorter grace, the
-	 * tree the memory check reads /proc and /sys under */
+	/* tests: a slow disk, a step that never ends, a shorter grace, a
+	 * wait for a signal after MICRO micro-steps of step STEP, the tree
+	 * the memory check reads /proc and /sys under */
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
 	const char *block = getenv("GK_TEST_BLOCK_STEP");
 	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
+	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
 	int g = STOP_GRACE_S;
 	if ((delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
 				   "GK_TEST_CKPT_DELAY_MS", err) < 0) ||
@@ -897,6 +899,10 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 				   "GK_TEST_BLOCK_STEP", err) < 0) ||
 	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0))
 		return -1;
+	int n = 0;
+	if (wait && (sscanf(wait, "%" SCNd64 ":%d%n", &o->test_wait_step, &o->test_wait_micro, &n) != 2 ||
+		     wait[n] || o->test_wait_step < 1 || o->test_wait_micro < 1))
+		return gk_errf(err, "GK_TEST_WAIT_SIGNAL '%s': not STEP:MICRO (both 1 or more)", wait);
 	stop_grace = (unsigned)g;
 	o->mem_root = getenv("GK_TEST_MEM_ROOT");
 	return test_straggler(o, err);

@@ -212,6 +212,15 @@ static void test_slow(const gk_nn_trainer *t, int part)
 		;
 }
 
+/* tests: until a signal handler sets *stop, every 10 ms */
+static void test_wait_signal(volatile sig_atomic_t *stop)
+{
+	while (!*stop) {
+		struct timespec ts = {0, 10000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /*
  * The micro-steps of one step: forward and backward(1/A) of each, the
  * last one with the gradient path's ready callback, which starts the
@@ -233,6 +242,8 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		return 0;
 	}
 	for (int a = 0; a < o->grad_accum; a++) {
+		if (a > 0 && a == o->test_wait_micro && t->step + 1 == o->test_wait_step && o->stop)
+			test_wait_signal(o->stop);
 		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;

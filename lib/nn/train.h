@@ -149,6 +149,11 @@ typedef struct gk_nn_train_opts {
 				 * run does not fit (gk_nn_trainer_new) */
 	int test_block_step;    /* tests: step N blocks in its reduction until
 				 * the process ends, as a step that cannot finish */
+	int64_t test_wait_step; /* tests: with test_wait_micro > 0, after that
+				 * many micro-steps of step test_wait_step the
+				 * run waits for *stop, so that a signal lands
+				 * inside that accumulation, never after it */
+	int test_wait_micro;
 	int64_t straggler_every; /* exchange the step's parts every N steps
 				  * (straggler.c); 0: never, and no collective */
 	double straggler_factor; /* a rank whose busy time is this many times

@@ -6,7 +6,8 @@ joined, trailing comments dropped) are listed below in the order the
 README gives them, each with what runs here in its place: "=" for the
 command as written, else the command with what this machine needs
 instead (a small model and few steps for GPT-2 and 20000, the
-local host for a cluster'"'"'s, fixtures for a user'"'"'s files). The
+local host for a cluster'"'"'s and 2 to 4 of its ranks for 8 to 32, the
+first ones of its rank file, fixtures for a user'"'"'s files). The
 first test fails when the README and the list differ, so an example
 cannot change without running; each section of the README runs in a
 directory of its own, its examples in order, as a reader would.'
@@ -34,7 +35,7 @@ test $(wc -l <ranks) = 8
 @ find raw/ -type f | data-pack -c -T - -o shards/train-%06d.tar --max-size 256M
 =
 @ mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt
-mpirun -np 8 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt $TINY_RUN
+mpirun -np 2 --rankfile ranks gpu-train --data 'shards/train-*.tar' --ckpt-dir ckpt $TINY_RUN
 @ allreduce-bench -b 8 -e 1G -f 2 -c 1
 allreduce-bench -b 8 -e 1M -f 2 -c 1
 @ ckpt-merge ckpt/latest -o model.safetensors
@@ -71,7 +72,7 @@ test "$(data-pack -t text/text-000000.tar | cut -f 3 | sort -u)" = npy
 @ data-pack -c -o shards/train-%06d.tar --max-size 256M corpus/
 =
 @ mpirun -np 8 gpu-train --data 'shards/train-*.tar' --config config.json --batch 8 --seq 1024 --grad-accum 4 --lr 6e-4 --warmup 700 --steps 20000 --ckpt-dir ckpt --ckpt-every 1000 --resume --zero 1 --json > train.jsonl
-mpirun -np 8 gpu-train --data 'shards/train-*.tar' --config config.json --batch 2 --seq 64 --grad-accum 2 --lr 6e-4 --warmup 1 --steps 2 --ckpt-dir ckpt --ckpt-every 1 --resume --zero 1 --json > train.jsonl
+mpirun -np 2 gpu-train --data 'shards/train-*.tar' --config config.json --batch 2 --seq 64 --grad-accum 2 --lr 6e-4 --warmup 1 --steps 2 --ckpt-dir ckpt --ckpt-every 1 --resume --zero 1 --json > train.jsonl
 test $(jq -s 'map(select(.event == "step")) | length' train.jsonl) = 2
 @ ckpt-merge ckpt/latest -o model/
 =
@@ -100,7 +101,7 @@ cat "$GK_TOP/tests/data/topo/two-socket-switches.xml" | gpu-topo -i -
 test $(grep -c "^rank .*=node0[1-4] slot=" ranks) = 32
 @ mpirun -np 32 --rankfile ranks gpu-train ...
 sed "s/=node0[1-4] /=$(hostname) /" ranks >here
-mpirun -np 32 --rankfile here gpu-train --data val.bin $TINY_RUN --steps 1
+mpirun -np 4 --rankfile here gpu-train --data val.bin $TINY_RUN --steps 1
 @ gpu-topo --health -q --metrics /var/lib/node_exporter/textfile/gpu.prom
 if test -e /dev/nvidiactl; then gpu-topo --health -q --metrics gpu.prom; else ! gpu-topo --health -q --metrics gpu.prom 2>err; grep "no NVIDIA driver" err; fi
 
@@ -135,10 +136,10 @@ test $(ls -d ckpt/step-* | wc -l) = 3
 ## cluster
 @ mpirun --hostfile hosts -np 16 --bind-to none gpu-train ... --ckpt-dir /shared/ckpt --resume
 echo "$(hostname) slots=16" >hosts
-mpirun --hostfile hosts -np 16 --bind-to none gpu-train --data val.bin $TINY_RUN --ckpt-dir shared/ckpt --resume
+mpirun --hostfile hosts -np 2 --bind-to none gpu-train --data val.bin $TINY_RUN --ckpt-dir shared/ckpt --resume
 @ mpirun -np 8 --rankfile ranks gpu-train ...
 gpu-topo --rankfile -n 8 > ranks
-mpirun -np 8 --rankfile ranks gpu-train --data val.bin $TINY_RUN
+mpirun -np 2 --rankfile ranks gpu-train --data val.bin $TINY_RUN
 
 ## scripts
 @ gpu-train ... --json > train.jsonl

@@ -79,22 +79,23 @@ def load(path):
 
 
 def encode(tok, data, special):
-    ids = []
-    for p in pieces(tok.pre_tokenizer, data):
-        ids += [t.id for t in tok.model.tokenize("".join(B2U[b] for b in p))]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
+    if special:
+        # the whole pipeline, special tokens and all
+        if text is None:
+            sys.exit("reference: -s needs UTF-8 documents")
+        return tok.encode(text, add_special_tokens=False).ids
+    ids = []
+    for p in pieces(tok.pre_tokenizer, data):
+        ids += [t.id for t in tok.model.tokenize("".join(B2U[b] for b in p))]
     if text is not None:
         # the whole pipeline must agree with its parts
         full = tok.encode(text, add_special_tokens=False).ids
-        if special:
-            return full
         if "<|endoftext|>" not in text and full != ids:
             sys.exit("reference: tokenizers' encode and its parts disagree")
-    elif special:
-        sys.exit("reference: -s needs UTF-8 documents")
     return ids
 
 

@@ -173,27 +173,29 @@ static void scatter(const gk_nn_model *m, const float *flat, float *dst)
 	}
 }
 
-static void one_case(const casedef *c)
+/* A case's directory, and the loss transformers must give on the model we
+ * wrote there (checked once one Python has computed every case's). */
+typedef struct casedir {
+	char dir[64];
+	int pending, wrote; /* one_case got to the loss; wrote the files */
+	float loss;
+} casedir;
+
+static void one_case(const casedef *c, casedir *cd, int made)
 {
-	char dir[] = "/tmp/gk-nn-model-XXXXXX";
-	if (!mkdtemp(dir)) {
-		ok(0, "mkdtemp");
-		return;
-	}
+	const char *dir = cd->dir;
 	diag("case %s: L %d C %d NH %d V %d POS %d B %d T %d", c->why, c->L,
 	     c->C, c->NH, c->V, c->POS, c->B, c->T);
-	int rc = run("'%s' '%s/tests/unit/nn_ref.py' make '%s' %d %d %d %d %d "
-		     "%d %d %d", py, top, dir, c->L, c->C, c->NH, c->V, c->POS,
-		     c->B, c->T, c->seed);
-	if (!ok(rc == 0, "%s: nn_ref.py make", c->why))
-		goto out;
 	char path[1200];
 	snprintf(path, sizeof(path), "%s/ref.safetensors", dir);
+	if (!ok(made && access(path, F_OK) == 0, "%s: nn_ref.py make", c->why))
+		return;
+	int rc;
 	gk_st_file *ref = NULL;
 	gk_err err = {0};
 	if (gk_st_open(&ref, path, &err) < 0) {
 		ok(0, "%s: open reference: %s", c->why, err.msg);
-		goto out;
+		return;
 	}
 	int32_t *tok = get(ref, "tokens", GK_DT_I32, NULL);
 	int32_t *tgt = get(ref, "targets", GK_DT_I32, NULL);
@@ -421,7 +423,7 @@ static void one_case(const casedef *c)
 
 	/* our config.json and tensors load in transformers, same loss */
 	memcpy(p, p0, np * sizeof(float));
-	char d2[1200], tf[1200], lf[1200];
+	char d2[1200], tf[1200];
 	char path2[1400];
 	snprintf(d2, sizeof(d2), "%s/ours", dir);
 	mkdir(d2, 0777);
@@ -447,20 +449,10 @@ static void one_case(const casedef *c)
 	snprintf(tf, sizeof(tf), "%s/tokens.safetensors", dir);
 	if (rc == 0)
 		rc = gk_st_save(tf, ts, td, 2, NULL, 0, &err);
-	snprintf(lf, sizeof(lf), "%s/loss.txt", dir);
-	if (rc == 0)
-		rc = run("'%s' '%s/tests/unit/nn_ref.py' loss '%s' '%s' '%s'",
-			 py, top, d2, tf, lf);
-	float hf = NAN;
-	FILE *f = fopen(lf, "r");
-	if (f) {
-		if (fscanf(f, "%f", &hf) != 1)
-			hf = NAN;
-		fclose(f);
-	}
-	ok(rc == 0 && fabsf(hf - loss) <= 1e-6f + 1e-5f * fabsf(loss),
-	   "%s: config.json and tensors we write load in transformers "
-	   "(loss %.7g, ours %.7g)", c->why, hf, loss);
+	/* dir/ours, dir/tokens.safetensors: check_losses runs nn_ref.py loss */
+	cd->pending = 1;
+	cd->wrote = rc == 0;
+	cd->loss = loss;
 	free(spec);
 	free(data);
 	free(shape);
@@ -477,9 +469,39 @@ out2:
 	free(rloss);
 	free(rsteps);
 	gk_st_close(ref);
-out:
-	if (!getenv("GK_NN_KEEP"))
-		run("rm -rf '%s'", dir);
+}
+
+/* Each pending case: transformers' loss on the model we wrote, ours. */
+static void check_losses(const casedef *cases, casedir *cd, size_t n)
+{
+	char cmd[4096];
+	size_t k = (size_t)snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/unit/nn_ref.py' loss",
+				    py, top);
+	int any = 0;
+	for (size_t i = 0; i < n; i++)
+		if (cd[i].pending && cd[i].wrote && k < sizeof(cmd)) {
+			k += (size_t)snprintf(cmd + k, sizeof(cmd) - k,
+					      " '%s/ours' '%s/tokens.safetensors' '%s/loss.txt'",
+					      cd[i].dir, cd[i].dir, cd[i].dir);
+			any = 1;
+		}
+	int rc = any && k < sizeof(cmd) ? run("%s", cmd) : -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!cd[i].pending)
+			continue;
+		char lf[320];
+		snprintf(lf, sizeof(lf), "%s/loss.txt", cd[i].dir);
+		float hf = NAN, loss = cd[i].loss;
+		FILE *f = fopen(lf, "r");
+		if (f) {
+			if (fscanf(f, "%f", &hf) != 1)
+				hf = NAN;
+			fclose(f);
+		}
+		ok(rc == 0 && cd[i].wrote && fabsf(hf - loss) <= 1e-6f + 1e-5f * fabsf(loss),
+		   "%s: config.json and tensors we write load in transformers "
+		   "(loss %.7g, ours %.7g)", cases[i].why, hf, loss);
+	}
 }
 
 int main(void)
@@ -500,7 +522,31 @@ int main(void)
 		 * padded copies and output tiles */
 		{2, 36, 3, 300, 40, 2, 39, 3, "narrow heads"},
 	};
-	for (size_t i = 0; i < GK_ARRAY_SIZE(cases); i++)
-		one_case(&cases[i]);
+	/* one Python makes every case's reference, one computes the losses */
+	enum { NCASES = GK_ARRAY_SIZE(cases) };
+	casedir cd[NCASES] = {0};
+	char cmd[4096];
+	size_t k = (size_t)snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/unit/nn_ref.py' make",
+				    py, top);
+	int made = 1;
+	for (size_t i = 0; i < NCASES; i++) {
+		const casedef *c = &cases[i];
+		snprintf(cd[i].dir, sizeof(cd[i].dir), "/tmp/gk-nn-model-XXXXXX");
+		if (!mkdtemp(cd[i].dir)) {
+			ok(0, "mkdtemp");
+			return done_testing();
+		}
+		k += (size_t)snprintf(cmd + k, k < sizeof(cmd) ? sizeof(cmd) - k : 0,
+				      " '%s' %d %d %d %d %d %d %d %d", cd[i].dir, c->L, c->C,
+				      c->NH, c->V, c->POS, c->B, c->T, c->seed);
+	}
+	if (k >= sizeof(cmd) || run("%s", cmd) != 0)
+		made = 0;
+	for (size_t i = 0; i < NCASES; i++)
+		one_case(&cases[i], &cd[i], made);
+	check_losses(cases, cd, NCASES);
+	for (size_t i = 0; i < NCASES; i++)
+		if (!getenv("GK_NN_KEEP"))
+			run("rm -rf '%s'", cd[i].dir);
 	return done_testing();
 }

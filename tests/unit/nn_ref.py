@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference values for tests/unit/nn_model.c from transformers' GPT2LMHeadModel.
 
-    nn_ref.py make OUT L C NH V POS B T SEED
+    nn_ref.py make OUT L C NH V POS B T SEED [OUT L ... SEED]...
         OUT/model/        save_pretrained (config.json, model.safetensors)
         OUT/ref.safetensors
             tokens, targets (B,T) int32 (some targets -100: ignored)
@@ -9,10 +9,13 @@
             adamw_loss [10]: loss before each of 10 AdamW steps on the batch
             opt.g1..opt.g3, opt.NAME: AdamW alone, 3 steps with random
             gradients from the saved parameters (lr 1e-3, 2e-3, 3e-3)
-    nn_ref.py loss DIR TOKENS OUT
+    nn_ref.py loss DIR TOKENS OUT [DIR TOKENS OUT]...
         load DIR with GPT2LMHeadModel.from_pretrained, write the loss on the
         (B,T) int32 tokens of safetensors file TOKENS (next-token targets
         in the file too) to OUT as text.
+
+Each command takes several cases (each make seeds torch afresh): one
+Python, whose imports of torch and transformers cost seconds, for them all.
 
 AdamW: betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the 2-D tensors
 only, as gpu-train builds its groups; dropout 0.
@@ -122,9 +125,12 @@ def loss_of(d, tokfile, out):
 if __name__ == "__main__":
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    if sys.argv[1] == "make":
-        make(sys.argv[2], *map(int, sys.argv[3:11]))
-    elif sys.argv[1] == "loss":
-        loss_of(sys.argv[2], sys.argv[3], sys.argv[4])
+    args = sys.argv[2:]
+    if sys.argv[1] == "make" and args and len(args) % 9 == 0:
+        for i in range(0, len(args), 9):
+            make(args[i], *map(int, args[i + 1:i + 9]))
+    elif sys.argv[1] == "loss" and args and len(args) % 3 == 0:
+        for i in range(0, len(args), 3):
+            loss_of(*args[i:i + 3])
     else:
-        sys.exit("nn_ref.py: unknown command " + sys.argv[1])
+        sys.exit("nn_ref.py: unknown command or a partial case: " + " ".join(sys.argv[1:]))
