@@ -267,6 +267,12 @@ void gk_comm_abort(gk_comm *c, int code);
 
 int gk_comm_rank(const gk_comm *c);
 int gk_comm_world(const gk_comm *c);
+/*
+ * The rank in the world (gk_comm_open's communicator) of rank r of c, or
+ * of this process when r < 0: a split numbers its ranks 0.. of its own,
+ * and every message and dump names world ranks.
+ */
+int gk_comm_world_rank(const gk_comm *c, int r);
 gk_comm_backend gk_comm_backend_of(const gk_comm *c);
 /* 1 when buffers are device memory (nccl), 0 for host memory. */
 int gk_comm_on_device(const gk_comm *c);
