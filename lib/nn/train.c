@@ -384,6 +384,11 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		gk_comm_trace_step(t->comm, step);
 		if (t->dp->gcomm && t->dp->gcomm != t->comm)
 			gk_comm_trace_step(t->dp->gcomm, step);
+		/* and the grid's groups' (a split's stall says its step too) */
+		gk_comm *grp[] = {t->grid.tpc, t->grid.ppc, t->grid.embc, t->grid.dpc};
+		for (size_t i = 0; i < GK_ARRAY_SIZE(grp); i++)
+			if (grp[i] && grp[i] != t->comm && grp[i] != t->dp->gcomm)
+				gk_comm_trace_step(grp[i], step);
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);

@@ -256,7 +256,7 @@ test_expect_success MPI 'tp 2 x dp 2, world rank 3 stopped: the watchdog and the
 	gpu-train --trace-report tr >report &&
 	cat report &&
 	grep "^communicator 1 (mpi, the group of ranks 2 and 3): rank 3 (on [^)]*) did not answer" report &&
-	grep "rank 2 (on [^)]*) failed in allreduce #40" report
+	grep "rank 2 (on [^)]*) failed in allreduce #40 (step [1-9][0-9]*, 16.0 KiB)" report
 '
 
 # the same stall from outside: world rank 3 stopped (SIGSTOP) while the
