@@ -739,9 +739,13 @@ out:
 	free(missing);
 }
 
+/* by number, then a split's groups by their first world rank */
 static int by_id(const void *a, const void *b)
 {
-	return ((const tcomm *)a)->id - ((const tcomm *)b)->id;
+	const tcomm *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id - y->id;
+	return (x->wr ? x->wr[0] : 0) - (y->wr ? y->wr[0] : 0);
 }
 
 int gk_comm_trace_report(const char *dir, char **text, gk_err *err)
