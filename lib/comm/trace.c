@@ -141,10 +141,9 @@ void gk_comm_trace_step(gk_comm *c, int64_t step) { c->tr.step = step; }
  * The test hook (GK_TEST_COMM_FAULT=ACTION:RANK:OP:N): on world rank RANK
  * (whatever its numbers in the communicators split from the world), the
  * N-th call of OP on a communicator (each counts its own from its open)
- * is skipped as if
- * the caller had not made it (nothing recorded, nothing run: its later
- * calls pair with the others' earlier ones), or the rank stops (SIGSTOP)
- * or dies (SIGKILL) once the call has started.
+ * is skipped as if the caller had not made it (nothing recorded, nothing
+ * run: its later calls pair with the others' earlier ones), or the rank
+ * stops (SIGSTOP) or dies (SIGKILL) once the call has started.
  */
 int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k)
 {
