@@ -91,7 +91,7 @@ typedef struct gk_comm_trace {
 	/* the ranks the watchdog's probe did not hear from (mpi), -1 ended */
 	int silent[16];
 	char silent_host[16][GK_TR_HOST_LEN];
-	/* GK_TEST_COMM_FAULT: on rank fault_rank, the fault_n-th call of
+	/* GK_TEST_COMM_FAULT: on world rank fault_rank, the fault_n-th call of
 	 * fault_coll (counted in fault_seen) gets fault_act */
 	int fault_act, fault_rank, fault_coll;
 	int64_t fault_n, fault_seen;
