@@ -1121,8 +1121,7 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 	gk_nn_train_hooks h = {on_step, on_ckpt, &ctx, on_ckpt_failed, on_stragglers};
 	gk_nn_train_summary s;
 	int64_t end = r->until > 0 && r->until < r->steps ? r->until : r->steps;
-	gk_nn_progress_start(&ctx.prog, end, (uint64_t)r->batch * (uint64_t)r->seq *
-			     (uint64_t)r->grad_accum * (uint64_t)ctx.world, 0.25, gk_now());
+	gk_nn_progress_start(&ctx.prog, end, gk_nn_trainer_step_tokens(t), 0.25, gk_now());
 	if (gk_status_on()) {
 		char first[128];
 		snprintf(first, sizeof(first), "step %" PRId64 "/%" PRId64 "  first step...",

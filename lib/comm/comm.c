@@ -156,6 +156,7 @@ int gk_comm_open(gk_comm **out, const gk_comm_config *cfg, gk_err *err)
 		if (rc < 0)
 			gk_comm_mpi_close(c);
 	}
+	c->world_rank = c->rank;
 	if (rc == 0 && gk_comm_trace_open(c, err) < 0) {
 		if (b == GK_COMM_BACKEND_NCCL)
 			gk_comm_nccl_close(c);
@@ -187,6 +188,7 @@ int gk_comm_split(gk_comm *parent, int color, int key, gk_comm **out, gk_err *er
 	c->cfg = parent->cfg;
 	c->backend = parent->backend;
 	c->rank = 0, c->world = 1;
+	c->world_rank = parent->world_rank;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	if (parent->mpi && gk_comm_mpi_split(parent, c, color, key, err) < 0) {
@@ -223,6 +225,7 @@ void gk_comm_close(gk_comm *c)
 		gk_comm_mpi_close(c);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
+	free(c->wranks);
 	free(c);
 }
 
@@ -236,6 +239,7 @@ void gk_comm_abort(gk_comm *c, int code)
 
 int gk_comm_rank(const gk_comm *c) { return c->rank; }
 int gk_comm_world(const gk_comm *c) { return c->world; }
+int gk_comm_world_rank(const gk_comm *c, int r) { return gk_comm_wrank(c, r < 0 ? c->rank : r); }
 gk_comm_backend gk_comm_backend_of(const gk_comm *c) { return c->backend; }
 int gk_comm_on_device(const gk_comm *c) { return c->backend == GK_COMM_BACKEND_NCCL; }
 

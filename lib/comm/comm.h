@@ -267,6 +267,12 @@ void gk_comm_abort(gk_comm *c, int code);
 
 int gk_comm_rank(const gk_comm *c);
 int gk_comm_world(const gk_comm *c);
+/*
+ * The rank in the world (gk_comm_open's communicator) of rank r of c, or
+ * of this process when r < 0: a split numbers its ranks 0.. of its own,
+ * and every message and dump names world ranks.
+ */
+int gk_comm_world_rank(const gk_comm *c, int r);
 gk_comm_backend gk_comm_backend_of(const gk_comm *c);
 /* 1 when buffers are device memory (nccl), 0 for host memory. */
 int gk_comm_on_device(const gk_comm *c);
@@ -509,7 +515,8 @@ double gk_comm_compress_bound(gk_comm_compress cz, int n, double abs_sum);
  *
  * With cfg.trace_dir, the ring is dumped as JSON Lines (gpu-train(1),
  * HANGS, "Dump format") to DIR/trace-cC-rRRRRR.jsonl (communicator C,
- * rank R, five digits), through a temporary name and rename(2), so a
+ * world rank R, five digits: each group of a split has its own rank 0;
+ * the header gives both, and a group's world ranks), through a temporary name and rename(2), so a
  * reader sees a whole dump or the previous one: at the first failed
  * operation (the watchdog's timeout is one), at gk_comm_abort, and when
  * the program calls gk_comm_trace_dump. Communicators are numbered in
@@ -548,7 +555,9 @@ int gk_comm_trace_dir_check(const char *dir, gk_err *err);
  * operation some ranks called and others did not (a rank that skipped
  * one, or called another), else the rank that never returned from one,
  * or never entered the one the others wait in, and the ranks that left
- * no dump. *text (malloc'ed, the caller frees it) is a few lines, the
+ * no dump, each communicator (and each group of a split) on lines of
+ * its own, every rank by its world rank. *text (malloc'ed, the caller
+ * frees it) is a few lines, the
  * verdict first: "rank 3 (on b) is in allreduce #1842 (bucket 7, step
  * 230, 4.00 MiB) since 312 s; ranks 0-2 wait in allreduce #1843 ...".
  * Returns 0, or -1 with a message (no dumps, a dump that does not parse:

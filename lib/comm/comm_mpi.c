@@ -37,6 +37,8 @@ typedef struct mpi_state {
 	 */
 	MPI_Comm probe;
 	int rank, world;
+	char group[96]; /* " among ranks 2 and 3": a split's, by world ranks
+			 * (its own numbers name no process); "": the world */
 	char *hosts;
 	char silent[512];
 	int token, *heard;
@@ -117,9 +119,11 @@ static void silent_ranks(mpi_state *st)
 			continue;
 		k++;
 		gk_comm_trace_silent(st->c, p, st->hosts + (size_t)p * HOST_LEN);
+		/* the world's number: a split's own numbers name no process */
 		w += (size_t)snprintf(st->silent + w, sizeof(st->silent) - w, "%s%s %d (on %s)",
 				      k == 1 ? "" : k == count ? " and" : ",",
-				      k == 1 ? (count > 1 ? "ranks" : "rank") : "", p,
+				      k == 1 ? (count > 1 ? "ranks" : "rank") : "",
+				      gk_comm_wrank(st->c, p),
 				      st->hosts + (size_t)p * HOST_LEN);
 	}
 out:
@@ -173,13 +177,13 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 	 */
 	char says[640];
 	if (st->stalled && st->silent[0])
-		return gk_errf(err, "%s: not run: an earlier collective made no progress for %.0f s: %s",
-			       st->op ? st->op : "mpi", st->timeout,
+		return gk_errf(err, "%s%s: not run: an earlier collective made no progress for %.0f s: %s",
+			       st->op ? st->op : "mpi", st->group, st->timeout,
 			       silent_says(st, says, sizeof says));
 	if (st->stalled)
-		return gk_errf(err, "%s: not run: an earlier collective made no progress for %.0f s "
+		return gk_errf(err, "%s%s: not run: an earlier collective made no progress for %.0f s "
 			       "(a rank stopped or the network is down)", st->op ? st->op : "mpi",
-			       st->timeout);
+			       st->group, st->timeout);
 	if (st->timeout <= 0) {
 		int rc = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
 		return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, what);
@@ -197,11 +201,11 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 			st->stalled = 1;
 			silent_ranks(st);
 			if (st->silent[0])
-				return gk_errf(err, "%s: no progress for %.0f s: %s",
-					       st->op ? st->op : "mpi", st->timeout,
+				return gk_errf(err, "%s%s: no progress for %.0f s: %s",
+					       st->op ? st->op : "mpi", st->group, st->timeout,
 					       silent_says(st, says, sizeof says));
-			return gk_errf(err, "%s: no progress for %.0f s (a rank stopped or the network is down)",
-				       st->op ? st->op : "mpi", st->timeout);
+			return gk_errf(err, "%s%s: no progress for %.0f s (a rank stopped or the network is down)",
+				       st->op ? st->op : "mpi", st->group, st->timeout);
 		}
 		if (dt >= 1e-3) {
 			struct timespec ts = {0, 100000};
@@ -345,6 +349,50 @@ int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err)
 	return 0;
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/*
+ * " among ranks 2 and 3", " among ranks 0-3", " among ranks 0, 8, 16 and
+ * 24" of a split's world ranks, cut with ", ..." where it would not fit
+ */
+static void group_words(mpi_state *st, const int *ranks, int n)
+{
+	size_t cap = sizeof st->group, w = 0;
+	int runs = 0, done = 0;
+	int *wr = malloc((size_t)n * sizeof *wr);
+	if (!wr)
+		return; /* the message names no group; nothing else changes */
+	memcpy(wr, ranks, (size_t)n * sizeof *wr);
+	qsort(wr, (size_t)n, sizeof *wr, cmp_int);
+	for (int i = 0; i < n; i++)
+		runs += i == 0 || wr[i] != wr[i - 1] + 1;
+	w += (size_t)snprintf(st->group, cap, " among ranks ");
+	for (int i = 0; i < n && w < cap;) {
+		int e = i;
+		while (e + 1 < n && wr[e + 1] == wr[e] + 1)
+			e++;
+		char one[32];
+		const char *sep = ++done == 1 ? "" : done == runs ? " and " : ", ";
+		if (e == i)
+			snprintf(one, sizeof one, "%s%d", sep, wr[i]);
+		else if (e == i + 1)
+			snprintf(one, sizeof one, "%s%d%s%d", sep, wr[i], runs == 1 ? " and " : ", ",
+				 wr[e]);
+		else
+			snprintf(one, sizeof one, "%s%d-%d", sep, wr[i], wr[e]);
+		if (w + strlen(one) + 6 >= cap) {
+			snprintf(st->group + w, cap - w, ", ...");
+			break;
+		}
+		w += (size_t)snprintf(st->group + w, cap - w, "%s", one);
+		i = e + 1;
+	}
+	free(wr);
+}
+
 int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *err)
 {
 	mpi_state *ps = parent->mpi;
@@ -359,6 +407,23 @@ int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *e
 	}
 	c->thread_ok = parent->thread_ok;
 	setup(c, st, sub, 0); /* owned: MPI stays the parent's to finalise */
+	/* the world rank of each of its ranks, for messages and dumps */
+	c->wranks = calloc((size_t)c->world, sizeof *c->wranks);
+	if (!c->wranks) {
+		gk_comm_mpi_close(c);
+		return gk_errf(err, "mpi: out of memory");
+	}
+	rc = MPI_Allgather(&parent->world_rank, 1, MPI_INT, c->wranks, 1, MPI_INT, st->comm);
+	if (rc != MPI_SUCCESS) {
+		gk_comm_mpi_close(c);
+		free(c->wranks);
+		c->wranks = NULL;
+		return mpi_fail(err, rc, "mpi: MPI_Allgather");
+	}
+	int all = 0;
+	MPI_Comm_size(MPI_COMM_WORLD, &all);
+	if (c->world < all)
+		group_words(st, c->wranks, c->world);
 	return 0;
 }
 

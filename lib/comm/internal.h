@@ -91,7 +91,7 @@ typedef struct gk_comm_trace {
 	/* the ranks the watchdog's probe did not hear from (mpi), -1 ended */
 	int silent[16];
 	char silent_host[16][GK_TR_HOST_LEN];
-	/* GK_TEST_COMM_FAULT: on rank fault_rank, the fault_n-th call of
+	/* GK_TEST_COMM_FAULT: on world rank fault_rank, the fault_n-th call of
 	 * fault_coll (counted in fault_seen) gets fault_act */
 	int fault_act, fault_rank, fault_coll;
 	int64_t fault_n, fault_seen;
@@ -103,6 +103,14 @@ struct gk_comm {
 	gk_comm_backend backend;
 	gk_comm_config cfg;
 	int rank, world;
+	/*
+	 * This process's rank in the world (the communicator gk_comm_open
+	 * made), and the world rank of each rank here (world of them), for
+	 * messages and dumps: a split's rank numbers are its own, which no
+	 * one outside it can find. NULL: the same numbers (the world itself).
+	 */
+	int world_rank;
+	int *wranks;
 	void *mpi;  /* comm_mpi.c's state */
 	void *nccl; /* comm_nccl.c's state */
 
@@ -118,6 +126,12 @@ struct gk_comm {
 	gk_comm_trace tr; /* last: the C++ view of the struct ends before it */
 #endif
 };
+
+/* The world rank of rank r of c. */
+static inline int gk_comm_wrank(const gk_comm *c, int r)
+{
+	return c->wranks && r >= 0 && r < c->world ? c->wranks[r] : r;
+}
 
 /* ---- the flight recorder (trace.c) ---- */
 enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL };

@@ -46,7 +46,7 @@ int gk_comm_mpi_p2p_start(gk_comm *c, const gk_comm_call *k, void **h, gk_err *e
 			/* what started is left to MPI: the world is about to end */
 			free(p);
 			return gk_errf(err, "mpi: %s rank %d: %s", send ? "send to" : "receive from",
-				       k->root, s);
+				       gk_comm_wrank(c, k->root), s);
 		}
 		p->n++;
 	}

@@ -94,10 +94,13 @@ int gk_comm_trace_open(gk_comm *c, gk_err *err)
 			t->ring = NULL;
 			return gk_errf(err, "comm: out of memory");
 		}
-		/* the final and the temporary name, made now: the dump formats nothing it can avoid */
-		snprintf(t->dir, n, "%s/trace-c%d-r%05d.jsonl", c->cfg.trace_dir, t->id, c->rank);
+		/* the final and the temporary name, made now: the dump formats
+		 * nothing it can avoid; the world rank, which is one process's
+		 * in every group of a split (a split's rank 0 is in each) */
+		snprintf(t->dir, n, "%s/trace-c%d-r%05d.jsonl", c->cfg.trace_dir, t->id,
+			 c->world_rank);
 		snprintf(t->dir + n, n, "%s/.trace-c%d-r%05d.jsonl.tmp", c->cfg.trace_dir, t->id,
-			 c->rank);
+			 c->world_rank);
 		t->tmp = t->dir + n;
 	}
 	for (int i = 0; i < MAX_OPEN; i++) {
@@ -135,18 +138,19 @@ void gk_comm_trace_tag(gk_comm *c, const char *tag, int64_t index)
 void gk_comm_trace_step(gk_comm *c, int64_t step) { c->tr.step = step; }
 
 /*
- * The test hook (GK_TEST_COMM_FAULT=ACTION:RANK:OP:N): on rank RANK, the
- * N-th call of OP (counted on that rank from the open) is skipped as if
- * the caller had not made it (nothing recorded, nothing run: its later
- * calls pair with the others' earlier ones), or the rank stops (SIGSTOP)
- * or dies (SIGKILL) once the call has started.
+ * The test hook (GK_TEST_COMM_FAULT=ACTION:RANK:OP:N): on world rank RANK
+ * (whatever its numbers in the communicators split from the world), the
+ * N-th call of OP on a communicator (each counts its own from its open)
+ * is skipped as if the caller had not made it (nothing recorded, nothing
+ * run: its later calls pair with the others' earlier ones), or the rank
+ * stops (SIGSTOP) or dies (SIGKILL) once the call has started.
  */
 int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k)
 {
 	gk_comm_trace *t = &c->tr;
 	k->seq = 0;
 	k->fault = 0;
-	if (t->fault_act && (int)k->coll == t->fault_coll && c->rank == t->fault_rank &&
+	if (t->fault_act && (int)k->coll == t->fault_coll && c->world_rank == t->fault_rank &&
 	    ++t->fault_seen == t->fault_n) {
 		if (t->fault_act == GK_TR_FAULT_SKIP) {
 			t->tag = NULL;
@@ -407,6 +411,20 @@ int gk_comm_trace_dump(gk_comm *c, const char *reason)
 	w_i(&w, c->rank);
 	w_key(&w, "world");
 	w_i(&w, c->world);
+	/* a split's numbers are its own: this process's in the world, and
+	 * its ranks' (the report names world ranks) */
+	w_key(&w, "world_rank");
+	w_i(&w, c->world_rank);
+	if (c->wranks) {
+		w_key(&w, "ranks");
+		w_ch(&w, '[');
+		for (int i = 0; i < c->world; i++) {
+			if (i)
+				w_ch(&w, ',');
+			w_i(&w, c->wranks[i]);
+		}
+		w_ch(&w, ']');
+	}
 	w_key(&w, "host");
 	w_str(&w, t->host);
 	w_key(&w, "pid");

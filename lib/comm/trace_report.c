@@ -42,6 +42,8 @@ typedef struct tdump {
 
 typedef struct tcomm {
 	int id, world;
+	int *wr;           /* the world rank of each rank (the headers' "ranks"
+			    * of a split's group), NULL: the world itself */
 	char backend[16];
 	tdump *d;          /* world of them */
 	char (*host)[GK_TR_HOST_LEN]; /* hosts the others' watchdogs named */
@@ -64,6 +66,7 @@ static void report_free(report *rp)
 		free(c->d);
 		free(c->host);
 		free(c->silent);
+		free(c->wr);
 	}
 	free(rp->c);
 }
@@ -85,11 +88,30 @@ static int bad(gk_err *err, const char *path, size_t line, const char *why)
 	return gk_errf(err, "'%s' line %zu: %s (not a gpukit flight-recorder dump?)", path, line, why);
 }
 
-static tcomm *comm_for(report *rp, int id, int world, const char *backend, gk_err *err)
+/*
+ * The communicator of a header: its number and, for a split's groups
+ * (every group has the number), which group, by the world ranks of its
+ * ranks (ranks, NULL for the world), which must be those of the other
+ * dumps of the group.
+ */
+static tcomm *comm_for(report *rp, int id, int world, const char *backend, json_t *ranks,
+		       const char *path, gk_err *err)
 {
-	for (size_t i = 0; i < rp->n; i++)
-		if (rp->c[i].id == id)
-			return &rp->c[i];
+	int lead = json_is_array(ranks) ? (int)json_integer_value(json_array_get(ranks, 0)) : 0;
+	if (ranks && (!json_is_array(ranks) || json_array_size(ranks) != (size_t)world))
+		return gk_errf(err, "'%s': its ranks are not %d world ranks (not a gpukit "
+			       "flight-recorder dump?)", path, world), NULL;
+	for (size_t i = 0; i < rp->n; i++) {
+		tcomm *c = &rp->c[i];
+		if (c->id != id || (c->wr ? c->wr[0] : 0) != lead)
+			continue;
+		for (int r = 0; c->wr && r < world && r < c->world; r++)
+			if (c->wr[r] != (int)json_integer_value(json_array_get(ranks, (size_t)r)))
+				return gk_errf(err, "'%s': its group of communicator %d is not the "
+					       "other dumps' (dumps of two runs in one directory?)", path,
+					       id), NULL;
+		return c;
+	}
 	tcomm *c = realloc(rp->c, (rp->n + 1) * sizeof *c);
 	if (!c)
 		return gk_errf(err, "trace report: out of memory"), NULL;
@@ -102,8 +124,11 @@ static tcomm *comm_for(report *rp, int id, int world, const char *backend, gk_er
 	c->d = calloc((size_t)world, sizeof *c->d);
 	c->host = calloc((size_t)world, sizeof *c->host);
 	c->silent = calloc((size_t)world, sizeof *c->silent);
+	if (ranks && (c->wr = calloc((size_t)world, sizeof *c->wr)))
+		for (int r = 0; r < world; r++)
+			c->wr[r] = (int)json_integer_value(json_array_get(ranks, (size_t)r));
 	rp->n++;
-	if (!c->d || !c->host || !c->silent)
+	if (!c->d || !c->host || !c->silent || (ranks && !c->wr))
 		return gk_errf(err, "trace report: out of memory"), NULL;
 	return c;
 }
@@ -139,7 +164,8 @@ static int read_dump(report *rp, const char *path, gk_err *err)
 			}
 			char backend[16];
 			copy_str(backend, sizeof backend, json_object_get(o, "backend"));
-			c = comm_for(rp, (int)jint(o, "comm", 0), world, backend, err);
+			c = comm_for(rp, (int)jint(o, "comm", 0), world, backend,
+				     json_object_get(o, "ranks"), path, err);
 			if (!c) {
 				json_decref(o);
 				goto out;
@@ -236,32 +262,50 @@ out:
 
 /* ---- words ---- */
 
-/* "rank 3", "ranks 0 and 2", "ranks 0-2, 5 and 7" of the ranks set in in[] */
-static void say_ranks(FILE *o, const int *in, int world)
+/* The world rank of rank r of c. */
+static int wr(const tcomm *c, int r)
 {
-	int count = 0, groups = 0, done = 0;
-	for (int r = 0; r < world; r++)
-		count += in[r] != 0;
-	for (int r = 0; r < world; r++)
-		if (in[r] && (r == 0 || !in[r - 1]))
-			groups++;
-	fputs(count == 1 ? "rank " : "ranks ", o);
-	for (int r = 0; r < world; r++) {
-		if (!in[r] || (r > 0 && in[r - 1]))
-			continue;
-		int e = r;
-		while (e + 1 < world && in[e + 1])
+	return c->wr && r >= 0 && r < c->world ? c->wr[r] : r;
+}
+
+static int by_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/*
+ * "rank 3", "ranks 0 and 2", "ranks 0-2, 5 and 7" of the ranks set in
+ * in[], by their world ranks (a split's own numbers name no process)
+ */
+static void say_ranks(FILE *o, const tcomm *c, const int *in)
+{
+	int n = 0, groups = 0, done = 0;
+	int *v = malloc((size_t)c->world * sizeof *v);
+	if (!v)
+		return;
+	for (int r = 0; r < c->world; r++)
+		if (in[r])
+			v[n++] = wr(c, r);
+	qsort(v, (size_t)n, sizeof *v, by_int);
+	for (int i = 0; i < n; i++)
+		groups += i == 0 || v[i] != v[i - 1] + 1;
+	fputs(n == 1 ? "rank " : "ranks ", o);
+	for (int i = 0; i < n;) {
+		int e = i;
+		while (e + 1 < n && v[e + 1] == v[e] + 1)
 			e++;
 		done++;
 		if (done > 1)
 			fputs(done == groups ? " and " : ", ", o);
-		if (e == r)
-			fprintf(o, "%d", r);
-		else if (e == r + 1)
-			fprintf(o, "%d%s%d", r, done == groups && groups == 1 ? " and " : ", ", e);
+		if (e == i)
+			fprintf(o, "%d", v[i]);
+		else if (e == i + 1)
+			fprintf(o, "%d%s%d", v[i], done == groups && groups == 1 ? " and " : ", ", v[e]);
 		else
-			fprintf(o, "%d-%d", r, e);
+			fprintf(o, "%d-%d", v[i], v[e]);
+		i = e + 1;
 	}
+	free(v);
 }
 
 static void say_host(FILE *o, const tcomm *c, int r)
@@ -271,15 +315,15 @@ static void say_host(FILE *o, const tcomm *c, int r)
 }
 
 /* "allreduce #1842 (bucket 7, step 230, 4.00 MiB)" */
-static void say_op(FILE *o, const trec *t)
+static void say_op(FILE *o, const tcomm *c, const trec *t)
 {
 	char size[32];
 	int any = 0;
 	fprintf(o, "%s #%" PRId64, t->op, t->seq);
 	if (t->peer >= 0 && !strcmp(t->op, "send"))
-		fprintf(o, " to rank %d", t->peer);
+		fprintf(o, " to rank %d", wr(c, t->peer));
 	else if (t->peer >= 0 && !strcmp(t->op, "recv"))
-		fprintf(o, " from rank %d", t->peer);
+		fprintf(o, " from rank %d", wr(c, t->peer));
 	if (t->tag[0]) {
 		fprintf(o, " (%s", t->tag);
 		if (t->index >= 0)
@@ -291,7 +335,7 @@ static void say_op(FILE *o, const trec *t)
 		any = 1;
 	}
 	if (t->root >= 0) {
-		fprintf(o, "%sroot %d", any ? ", " : " (", t->root);
+		fprintf(o, "%sroot %d", any ? ", " : " (", wr(c, t->root));
 		any = 1;
 	}
 	if (t->bytes) {
@@ -397,17 +441,17 @@ static void say_waiting(FILE *o, const tcomm *c, const int64_t *pos, const int *
 		if (!lead)
 			fputs("; ", o);
 		lead = 0;
-		say_ranks(o, grp, c->world);
+		say_ranks(o, c, grp);
 		if (n == 1)
 			say_host(o, c, r);
 		if (t && t->state == GK_TR_FAILED) {
 			fputs(" failed in ", o);
-			say_op(o, t);
+			say_op(o, c, t);
 			fputs(" after ", o);
 			say_age(o, oldest);
 		} else if (t) {
 			fputs(n == 1 ? " waits in " : " wait in ", o);
-			say_op(o, t);
+			say_op(o, c, t);
 			fputs(" since ", o);
 			say_age(o, oldest);
 		} else {
@@ -438,8 +482,20 @@ static void analyse(FILE *o, const tcomm *c, int several)
 		lo = d->first > lo ? d->first : lo;
 		hi = d->next < hi ? d->next : hi;
 	}
-	if (several)
+	if (several && c->wr) {
+		/* a split's group: which one, by its world ranks */
+		int *all = malloc((size_t)w * sizeof *all);
+		if (all) {
+			for (int r = 0; r < w; r++)
+				all[r] = 1;
+			fprintf(o, "communicator %d (%s, the group of ", c->id, c->backend);
+			say_ranks(o, c, all);
+			fputs("): ", o);
+			free(all);
+		}
+	} else if (several) {
 		fprintf(o, "communicator %d (%s): ", c->id, c->backend);
+	}
 
 	/*
 	 * Point-to-point messages (a pipeline's stages): the ranks send and
@@ -493,23 +549,23 @@ static void analyse(FILE *o, const tcomm *c, int several)
 					other = r;
 			const trec *theirs_next = rec_at(&c->d[other], s + 1);
 			const trec *mine_next = rec_at(&c->d[first], s + 1);
-			say_ranks(o, set, w);
+			say_ranks(o, c, set);
 			if (size[g] == 1)
 				say_host(o, c, first);
 			if (theirs_next && same_op(rep[g], theirs_next)) {
 				fputs(" skipped ", o);
-				say_op(o, rep[big]);
+				say_op(o, c, rep[big]);
 				fprintf(o, ": %s #%" PRId64 " is the others' #%" PRId64, size[g] == 1 ?
 					"its" : "their", s, s + 1);
 			} else if (mine_next && same_op(rep[big], mine_next)) {
 				fputs(" called an operation the others did not: ", o);
-				say_op(o, rep[g]);
+				say_op(o, c, rep[g]);
 				fprintf(o, ", before the others' #%" PRId64, s);
 			} else {
 				fputs(" called ", o);
-				say_op(o, rep[g]);
+				say_op(o, c, rep[g]);
 				fputs(" where the others called ", o);
-				say_op(o, rep[big]);
+				say_op(o, c, rep[big]);
 			}
 			fputs("; the ranks' operations differ from there on\n", o);
 		}
@@ -570,24 +626,24 @@ static void analyse(FILE *o, const tcomm *c, int several)
 				one = one < 0 ? r : one;
 				n++;
 			}
-		say_ranks(o, set, w);
+		say_ranks(o, c, set);
 		if (n == 1)
 			say_host(o, c, one);
 		if (entered) {
 			fprintf(o, " %s in ", n == 1 ? "is" : "are");
-			say_op(o, t);
+			say_op(o, c, t);
 			fputs(" since ", o);
 			say_age(o, oldest);
 		} else {
 			const trec *want = any_at(c, SEQ(p)), *last = rec_at(&c->d[one], SEQ(p) - 1);
 			fprintf(o, " never entered ");
 			if (want)
-				say_op(o, want);
+				say_op(o, c, want);
 			else
 				fprintf(o, "#%" PRId64, SEQ(p));
 			if (last && n == 1) {
 				fputs(": its last operation, ", o);
-				say_op(o, last);
+				say_op(o, c, last);
 				fputs(", ended ", o);
 				say_age(o, (double)(c->d[one].mono - last->end) / 1e9);
 				fputs(" before its dump", o);
@@ -610,7 +666,7 @@ static void analyse(FILE *o, const tcomm *c, int several)
 				set[r] = 1;
 				one = one < 0 ? r : one;
 			}
-		say_ranks(o, set, w);
+		say_ranks(o, c, set);
 		if (nmissing + nsilent == 1 || (nmissing == 1 && nsilent == 1 && c->silent[one]))
 			say_host(o, c, one);
 		int both = 1;
@@ -647,7 +703,7 @@ static void analyse(FILE *o, const tcomm *c, int several)
 		}
 		if (t) {
 			fputs("every rank is in ", o);
-			say_op(o, t);
+			say_op(o, c, t);
 			fputs(" since ", o);
 			say_age(o, oldest);
 			fputs(": none is behind another; the operation itself does not finish (the "
@@ -664,7 +720,7 @@ tail:
 		for (int r = 0; r < w; r++)
 			n += missing[r];
 		if (n) {
-			say_ranks(o, missing, w);
+			say_ranks(o, c, missing);
 			fprintf(o, " left no dump\n");
 		}
 	}
@@ -672,7 +728,7 @@ tail:
 	for (int r = 0; r < w; r++) {
 		const tdump *d = &c->d[r];
 		if (d->have && d->error[0]) {
-			fprintf(o, "rank %d's first failure: %s\n", r, d->error);
+			fprintf(o, "rank %d's first failure: %s\n", wr(c, r), d->error);
 			break;
 		}
 	}
@@ -683,9 +739,13 @@ out:
 	free(missing);
 }
 
+/* by number, then a split's groups by their first world rank */
 static int by_id(const void *a, const void *b)
 {
-	return ((const tcomm *)a)->id - ((const tcomm *)b)->id;
+	const tcomm *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id - y->id;
+	return (x->wr ? x->wr[0] : 0) - (y->wr ? y->wr[0] : 0);
 }
 
 int gk_comm_trace_report(const char *dir, char **text, gk_err *err)

@@ -355,6 +355,12 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	return 0;
 }
 
+uint64_t gk_nn_trainer_step_tokens(const gk_nn_trainer *t)
+{
+	return (uint64_t)t->o.batch * (uint64_t)t->o.seq * (uint64_t)t->o.grad_accum *
+	       (uint64_t)t->grid.dp;
+}
+
 int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		      gk_nn_train_summary *sum, gk_err *err)
 {
@@ -364,8 +370,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 	sum->data_note = t->data_note[0] ? t->data_note : NULL;
 	sum->min_loss = INFINITY;
 	double flops = gk_nn_flops(t->m);
-	uint64_t step_tokens = (uint64_t)o->batch * (uint64_t)o->seq *
-			       (uint64_t)o->grad_accum * (uint64_t)t->grid.dp;
+	uint64_t step_tokens = gk_nn_trainer_step_tokens(t);
 	double t_run = gk_now();
 	int64_t last_ckpt = -1;
 	int stop = 0;
@@ -379,6 +384,11 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		gk_comm_trace_step(t->comm, step);
 		if (t->dp->gcomm && t->dp->gcomm != t->comm)
 			gk_comm_trace_step(t->dp->gcomm, step);
+		/* and the grid's groups' (a split's stall says its step too) */
+		gk_comm *grp[] = {t->grid.tpc, t->grid.ppc, t->grid.embc, t->grid.dpc};
+		for (size_t i = 0; i < GK_ARRAY_SIZE(grp); i++)
+			if (grp[i] && grp[i] != t->comm && grp[i] != t->dp->gcomm)
+				gk_comm_trace_step(grp[i], step);
 		gk_nn_zero_grad(t->m);
 		if (o->grad_accum > 1 && o->stop) {
 			free(t->snap);

@@ -558,6 +558,14 @@ void gk_nn_trainer_sample_free(gk_nn_trainer_sampled *s);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
 /*
+ * The tokens of one optimizer step, the global batch's once: batch x seq
+ * x grad_accum x the data-parallel groups (the ranks of a tensor group or
+ * a pipeline read the same tokens, so the world size would count them
+ * tp x pp times). The rate of the step lines, the summary and the
+ * terminal's line divide it by time.
+ */
+uint64_t gk_nn_trainer_step_tokens(const gk_nn_trainer *t);
+/*
  * After gk_nn_trainer_new or gk_nn_trainer_run failed (t may be NULL): the
  * exit status, and in *report whether this rank says why. A failure
  * every rank met together is reported by rank 0 alone and each rank ends

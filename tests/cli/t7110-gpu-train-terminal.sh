@@ -5,7 +5,10 @@ With standard error a terminal (a pseudo-terminal here, through Python'"'"'s
 pty module), gpu-train says what it does before its first step, then
 draws one line (step/total, loss, tok/s, elapsed, ETA) redrawn in place
 at most 4 times a second, clears it before any other message, and ends
-it with a newline. Logs and pipes get the step lines they always got.'
+it with a newline. Logs and pipes get the step lines they always got.
+Under --tp 2 and --pp 2 its tok/s, the JSON lines'"'"' and the metrics'"'"'
+count the global batch'"'"'s tokens once (not once per rank of a tensor
+group or a pipeline).'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -100,6 +103,60 @@ test_expect_success '-q on a terminal, and any run into files: no line, no escap
 test_expect_success '--until: the line counts to the step the run stops at' '
 	python3 onpty.py out4 tty4 0 gpu-train --data train.bin $TINY --steps 100000 --until 700 >secs4 &&
 	python3 check.py tty4 $(cat secs4) 700
+'
+
+# rate.py TTY JSON METRICS TOKENS: every redraw's tok/s is TOKENS (the
+# global batch x seq, counted once whatever the grid) over the median of
+# the step times the line's window held (the JSON step lines' step_ms of
+# the 15 steps up to it, the first step left out), within the rounding;
+# the JSON lines and the metrics count the same tokens
+cat >rate.py <<'EOF'
+import json, re, statistics, sys
+t = open(sys.argv[1], "rb").read().decode()
+steps = [json.loads(l) for l in open(sys.argv[2])]
+steps = [s for s in steps if s.get("event") == "step"]
+want = int(sys.argv[4])
+by = {s["step"]: s for s in steps}
+for s in steps:
+    assert s["tokens"] == want * s["step"], (s["step"], s["tokens"], want)
+    r = want / (s["step_ms"] / 1e3)
+    assert abs(s["tokens_per_s"] - r) <= 1e-6 * r, (s["tokens_per_s"], r)
+draws = re.findall(r"\rstep (\d+)/\d+  \d+%  loss \S+  (\d+) tok/s", t)
+assert draws, repr(t[-300:])
+for k, rate in set(draws):
+    k = int(k)
+    win = [by[i]["step_ms"] / 1e3 for i in range(max(2, k - 14), k + 1)] or [by[1]["step_ms"] / 1e3]
+    r = want / statistics.median(win)
+    assert abs(int(rate) - r) <= 1, "step %d: %s tok/s on the line, %.1f the tokens a step trains" % (k, rate, r)
+m = dict((l.split("{")[0], l.split()[-1]) for l in open(sys.argv[3])
+         if l[0] != "#" and "category=" not in l)
+last = steps[-1]
+assert float(m["gpukit_train_tokens_total"]) == last["tokens"], m["gpukit_train_tokens_total"]
+r = float(m["gpukit_train_tokens_per_second"])
+assert abs(r - last["tokens_per_s"]) <= 1e-6 * r, (r, last["tokens_per_s"])
+print(len(draws), "lines, the last", draws[-1][1], "tok/s")
+EOF
+
+# each rank's standard error on a terminal of its own (rank 0 draws)
+mpi_onpty() {
+	n=$1
+	shift
+	timeout 300 mpirun --oversubscribe --bind-to none -np "$n" sh -c \
+		'r=$OMPI_COMM_WORLD_RANK; exec python3 onpty.py out$r tty$r 0 gpu-train "$@"' \
+		sh "$@" >/dev/null
+}
+
+G="--data train.bin --layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2 --steps 40 --json --metrics m.prom"
+
+test_expect_success MPI '--tp 2: the line counts the global batch once (8 x 16 tokens a step, not twice that)' '
+	mpi_onpty 2 $G --batch 8 --tp 2 &&
+	python3 rate.py tty0 out0 m.prom $((8 * 16)) &&
+	test_must_be_empty out1
+'
+
+test_expect_success MPI '--pp 2: the same, 4 x 16 x 2 micro-batches a step' '
+	mpi_onpty 2 $G --batch 4 --grad-accum 2 --pp 2 &&
+	python3 rate.py tty0 out0 m.prom $((4 * 16 * 2))
 '
 
 test_done

@@ -10,8 +10,12 @@ goes from tp 2 to one rank, from one rank to tp 2 and from tp 2 to
 tp 2 x dp 2, each continuing the losses of the run that never stopped,
 and --init-from loads one into any layout; the per-rank model states
 equal mem-estimate --tp; a step'"'"'s tp_comm_bytes is the formula; a
-tensor group across hosts is warned about; layouts that cannot be run
-are refused before any work, with the numbers.'
+tensor group across hosts is warned about; a rank stopped in a tp 2 x
+dp 2 grid is named by its world rank, not by its number in its tensor
+or data-parallel group, in the watchdogs'"'"' messages (which say the
+group they waited in), the flight recorder'"'"'s dumps and its report;
+layouts that cannot be run are refused before any work, with the
+numbers.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -187,6 +191,95 @@ test_expect_success MPI,UTS 'a tensor group across hosts is warned about, one pe
 	hosts_by "OMPI_COMM_WORLD_RANK / 2" $S --steps 1 --batch 4 --tp 2 --json >out 2>err &&
 	! grep "span hosts" err &&
 	grep "\"step\"" out
+'
+
+# named.py FILE...: the watchdogs' messages (the ranks' standard error,
+# and their dumps' first failures: a rank's line may be lost when the
+# launcher ends the job on another's) of a tp 2 x dp 2 grid whose world
+# rank 3 stopped. Each says the group it waited in by world ranks ("among
+# ranks 2 and 3"; none: the world's) and names ranks of that group only,
+# by world rank: rank 3 wherever it is a member (its own number in its
+# tensor and data-parallel groups is 1); a rank blocked on rank 3 in
+# another group may be named too (it answers no other group's probe), and
+# rank 3 itself, woken by the launcher's SIGCONT as the job ends, may
+# name the rest of its group
+cat >named.py <<'EOF'
+import fileinput, re
+said = 0
+for l in fileinput.input():
+    m = re.match(r"(?:gpu-train: )?allreduce(?: among ranks ([0-9, and]+))?: no progress .*?: (ranks? .*) do", l)
+    if not m:
+        continue
+    group = {int(n) for n in re.findall(r"\d+", m.group(1))} if m.group(1) else {0, 1, 2, 3}
+    assert group in ({0, 1}, {2, 3}, {0, 2}, {1, 3}, {0, 1, 2, 3}), l
+    named = {int(n) for n in re.findall(r"(\d+) \(on ", m.group(2))}
+    # rank 3's own, once the launcher's SIGCONT before its SIGTERM woke
+    # it: the others of its group, gone
+    if 3 in group and named == group - {3}:
+        continue
+    assert named and named <= group and (3 in named or 3 not in group), l
+    said += 3 in named
+assert said, "no message names rank 3"
+print(said, "messages name rank 3")
+EOF
+
+# world rank 3 (dp 1, tp 1) stops in its 40th tensor-parallel allreduce:
+# its group's rank 1, which every message and dump must name by its world
+# rank (a split's own numbers, 0 and 1 in each group, name no process)
+TAG="t7120-$$"
+test_expect_success MPI 'tp 2 x dp 2, world rank 3 stopped: the watchdog and the dumps name rank 3' '
+	t0=$(date +%s) &&
+	{
+		FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 4 \
+			-x FAULT_TAG -x GK_TEST_COMM_FAULT=stop:3:allreduce:40 gpu-train $S \
+			--batch 4 --tp 2 --steps 1000 --timeout 2 --trace-dir tr --json \
+			>stop.json 2>stop.err
+		rc=$?
+	} &&
+	took=$(($(date +%s) - t0)) &&
+	for p in $(pgrep -x gpu-train); do
+		if tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
+			kill -CONT $p 2>/dev/null
+			kill -9 $p 2>/dev/null
+		fi
+	done &&
+	echo "status $rc after $took s" && cat stop.err &&
+	test $rc = 1 && test $took -lt 60 &&
+	# a dump per communicator and process, named by the world rank
+	test -f tr/trace-c1-r00002.jsonl && test -f tr/trace-c1-r00003.jsonl &&
+	head -n 1 tr/trace-c1-r00002.jsonl >h2 &&
+	jq -e ".error | test(\"^allreduce among ranks 2 and 3: no progress for 2 s: rank 3 \\\\(on \")" h2 &&
+	cat tr/trace-* | jq -r "select(.gk_trace) | .error // empty" >errors &&
+	python3 named.py stop.err errors &&
+	jq -e ".world_rank == 2 and .rank == 0 and
+		.ranks == [2, 3] and .silent == [{\"rank\": 1, \"host\": .host}]" h2 &&
+	gpu-train --trace-report tr >report &&
+	cat report &&
+	grep "^communicator 1 (mpi, the group of ranks 2 and 3): rank 3 (on [^)]*) did not answer" report &&
+	grep "rank 2 (on [^)]*) failed in allreduce #40 (step [1-9][0-9]*, 16.0 KiB)" report
+'
+
+# the same stall from outside: world rank 3 stopped (SIGSTOP) while the
+# grid trains; its tensor-group peer (rank 2), its data-parallel peer
+# (rank 1) or the world's collectives wait on it, and each watchdog names
+# it by its world rank, whichever communicator it waits in
+test_expect_success MPI 'tp 2 x dp 2, world rank 3 stopped by SIGSTOP: the watchdogs name it by its world rank' '
+	rm -rf pid.* sig.json trs &&
+	{
+		timeout 120 mpirun --oversubscribe --bind-to none -np 4 sh -c \
+			"echo \$\$ >pid.\$OMPI_COMM_WORLD_RANK; exec gpu-train \"\$@\"" sh $S \
+			--batch 4 --tp 2 --steps 100000 --timeout 2 --trace-dir trs --json \
+			>sig.json 2>sig.err &
+	} &&
+	run=$! &&
+	test_wait_for 60 "a step of the grid" grep -q "\"event\":\"step\"" sig.json &&
+	kill -STOP $(cat pid.3) &&
+	{ wait $run; rc=$?; } &&
+	{ kill -CONT $(cat pid.3) 2>/dev/null; kill -9 $(cat pid.3) 2>/dev/null; true; } &&
+	echo "status $rc" && cat sig.err &&
+	test $rc = 1 &&
+	cat trs/trace-* | jq -r "select(.gk_trace) | .error // empty" >errors &&
+	python3 named.py sig.err errors
 '
 
 # refusals: a usage error (2) on every rank, before a step or a file

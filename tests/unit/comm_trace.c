@@ -384,6 +384,64 @@ static void test_p2p(void)
 		      "a pipeline's messages: each rank's wait, with its peer");
 }
 
+/*
+ * A split (comm 1): the tensor groups of a tp 2 x dp 2 grid, world ranks
+ * 0 and 1, and 2 and 3, each group numbering its ranks 0 and 1. World
+ * rank 3 (its group's rank 1) stopped and left no dump; world rank 2's
+ * watchdog named it (silent: its group's rank 1) and failed in #40. The
+ * report keeps the two groups apart (one communicator number, two
+ * groups) and names every rank by its world rank.
+ */
+static void gheader(char *out, size_t n, int rank, const char *ranks, const char *silent,
+		    const char *error, int next)
+{
+	snprintf(out, n,
+		 "{\"gk_trace\":1,\"comm\":1,\"backend\":\"mpi\",\"rank\":%d,\"world\":2,"
+		 "\"world_rank\":%d,\"ranks\":[%s],\"host\":\"b\",\"pid\":1,\"reason\":\"failure\","
+		 "\"error\":%s,\"unix_ns\":1,\"mono_ns\":%.0f,\"capacity\":64,\"first\":1,"
+		 "\"next\":%d,\"step\":4,\"silent\":[%s]}\n",
+		 rank, (ranks[0] - '0') + rank, ranks, error ? error : "null", 50 * 1e9, next,
+		 silent ? silent : "");
+}
+
+static void test_groups(void)
+{
+	const char *dir = fresh("groups");
+	char buf[16384], name[64];
+	for (int w = 0; w < 3; w++) {
+		int g = w % 2;
+		gheader(buf, sizeof buf, g, w < 2 ? "0,1" : "2,3",
+			w == 2 ? "{\"rank\":1,\"host\":\"b\"}" : NULL,
+			w == 2 ? "\"allreduce among ranks 2 and 3: no progress for 2 s: rank 3 (on b) "
+				 "does not answer\"" : NULL, w < 2 ? 52 : 41);
+		for (int s = 1; s < (w < 2 ? 52 : 40); s++)
+			op(buf, sizeof buf, s, "allreduce", 16384, NULL, -1, 4, "done", s * 0.1,
+			   s * 0.1 + 0.05);
+		if (w == 2)
+			op(buf, sizeof buf, 40, "allreduce", 16384, NULL, -1, 4, "failed", 47, 50);
+		snprintf(name, sizeof name, "trace-c1-r%05d.jsonl", w);
+		put(dir, name, buf);
+	}
+	expect_report(dir,
+		      "communicator 1 (mpi, the group of ranks 0 and 1): no operation in flight: "
+		      "every rank finished #51 and entered no other\n"
+		      "communicator 1 (mpi, the group of ranks 2 and 3): rank 3 (on b) left no dump "
+		      "and did not answer the others' watchdog (stopped, killed, or the network to "
+		      "it is down); rank 2 (on b) failed in allreduce #40 (step 4, 16.0 KiB) after "
+		      "3.0 s\n"
+		      "rank 2's first failure: allreduce among ranks 2 and 3: no progress for 2 s: "
+		      "rank 3 (on b) does not answer\n",
+		      "a split's two groups apart, by world ranks");
+	/* a dump that says another group for the same lead rank: two runs */
+	gheader(buf, sizeof buf, 1, "2,4", NULL, NULL, 1);
+	put(dir, "trace-c1-r00004.jsonl", buf);
+	char *text = NULL;
+	gk_err err = {0};
+	ok(gk_comm_trace_report(dir, &text, &err) < 0 && !text &&
+	   strstr(err.msg, "is not the other dumps'"), "a group that differs: an error (%s)",
+	   err.msg);
+}
+
 /* Two ranks: rank 1 finished #4 and never entered #5 (a hung kernel, a slow disk). */
 static void test_never_entered(void)
 {
@@ -444,6 +502,7 @@ int main(void)
 	test_missing();
 	test_never_entered();
 	test_p2p();
+	test_groups();
 	test_bad_input();
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -810,6 +810,14 @@ static void test_split(void)
 	       gk_comm_world(outer) == N / k && gk_comm_rank(outer) == R / k),
 	   "split ranks and sizes: inner %d of %d, outer %d of %d", gk_comm_rank(inner),
 	   gk_comm_world(inner), gk_comm_rank(outer), gk_comm_world(outer));
+	/* each group's ranks by their world ranks, as messages and dumps name them */
+	int wr_ok = gk_comm_world_rank(inner, -1) == R && gk_comm_world_rank(outer, -1) == R &&
+		    gk_comm_world_rank(C, -1) == R;
+	for (int r = 0; r < gk_comm_world(inner); r++)
+		wr_ok &= gk_comm_world_rank(inner, r) == R / k * k + r;
+	for (int r = 0; r < gk_comm_world(outer); r++)
+		wr_ok &= gk_comm_world_rank(outer, r) == r * k + R % k;
+	ok(all(wr_ok), "each group's ranks map to their world ranks");
 	double v[2] = {R + 1, R + 1}, want_in = 0, want_out = 0;
 	for (int r = 0; r < N; r++) {
 		if (r / k == R / k)
