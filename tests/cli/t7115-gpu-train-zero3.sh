@@ -11,7 +11,9 @@ so ZeRO-3 equals ZeRO-2 bit for bit (losses, gradient norms, the model
 file and every moment file) at 2 and 3 ranks, with accumulation, with
 the blocks released after forward or kept until backward; at 2 ranks
 ZeRO-1 too. Checkpoints resume across stages and worlds, its memory is
-mem-estimate'"'"'s --zero 3, and what it cannot do is refused.'
+mem-estimate'"'"'s --zero 3, and what it cannot do is refused. --sample
+gathers the whole model to rank 0, after training or from a checkpoint,
+and samples what ZeRO-1 and one rank sample.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -66,11 +68,20 @@ test_expect_success 'data' '
 # evaluation: every rank gathers the whole model once (the ranks may
 # hold different numbers of batches)
 V="--val-data val.bin --eval-every 3 --eval-batches 2"
+# --sample after training (seeded, temperature 1): rank 0 alone gathers
+# the whole model and samples
+S="--sample 24 --prompt int"
+
+# the sample event of a --json log
+sample_of() {
+	jq -c "select(.event == \"sample\") | {prompt, tokens, text}" "$1" >"$1.s" &&
+	test $(jq -r ".tokens | length" "$1.s") = 24
+}
 
 test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit (and the validation losses), released after forward or kept until backward, prefetched or not' '
-	mpi 2 $A --batch 4 --zero 1 --ckpt-dir a1 >a1.json &&
+	mpi 2 $A --batch 4 --zero 1 $S --ckpt-dir a1 >a1.json &&
 	mpi 2 $A --batch 4 --zero 2 $V --ckpt-dir a2 >a2.json &&
-	mpi 2 $A --batch 4 --zero 3 $V --overlap on --ckpt-dir a3 >a3.json &&
+	mpi 2 $A --batch 4 --zero 3 $V $S --overlap on --ckpt-dir a3 >a3.json &&
 	mpi 2 $A --batch 4 --zero 3 --no-overlap --ckpt-dir a3off >a3off.json &&
 	mpi 2 $A --batch 4 --zero 3 --reshard-after-forward no --overlap on --ckpt-dir a3k >a3k.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .reshard_after_forward" a3.json &&
@@ -79,17 +90,38 @@ test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit (and the 
 	same_runs 2 a2 a1 a3 a3off a3k &&
 	jq -r "select(.event == \"step\" and .val_loss != null) | .val_loss" a2.json >a2.v &&
 	jq -r "select(.event == \"step\" and .val_loss != null) | .val_loss" a3.json >a3.v &&
-	test $(wc -l <a3.v) = 2 && test_cmp a2.v a3.v
+	test $(wc -l <a3.v) = 2 && test_cmp a2.v a3.v &&
+	sample_of a1.json && sample_of a3.json && test_cmp a1.json.s a3.json.s
 '
 
 test_expect_success MPI '3 ranks (parameters not divisible by 3), --recompute layer: ZeRO-3 = ZeRO-2 bit for bit' '
 	R="--batch 2 --recompute layer" &&
-	mpi 3 $A $R --zero 2 --ckpt-dir b2 >b2.json &&
-	mpi 3 $A $R --zero 3 --overlap on --ckpt-dir b3 >b3.json &&
+	mpi 3 $A $R --zero 2 $S --ckpt-dir b2 >b2.json &&
+	mpi 3 $A $R --zero 3 $S --overlap on --ckpt-dir b3 >b3.json &&
 	mpi 3 $A $R --zero 3 --reshard-after-forward no --no-overlap --ckpt-dir b3k >b3k.json &&
 	gathers b3.json 1 1 1 && gathers b3k.json 1 0 0 &&
 	jq -s -e "map(select(.event == \"start\"))[0].params_padded % 3 != 0" b3.json &&
-	same_runs 3 b2 b3 b3k
+	same_runs 3 b2 b3 b3k &&
+	sample_of b2.json && sample_of b3.json && test_cmp b2.json.s b3.json.s
+'
+
+test_expect_success MPI '--sample from a checkpoint (--init-from, --resume) at 2 and 3 ranks: one rank'"'"'s sample' '
+	T="--sample 24 --prompt int --temperature 0 --json" &&
+	gpu-train --init-from a1/latest $T >i1.json &&
+	mpi 2 --init-from a1/latest --zero 3 $T >i2.json &&
+	mpi 3 --init-from a1/latest --zero 3 $T >i3.json &&
+	sample_of i1.json && sample_of i2.json && sample_of i3.json &&
+	test_cmp i1.json.s i2.json.s && test_cmp i1.json.s i3.json.s &&
+	gpu-train --ckpt-dir b3 --resume --zero 3 $S --json >r1.json &&
+	mpi 3 --ckpt-dir b3 --resume --zero 3 $S --json >r3.json &&
+	sample_of r1.json && sample_of r3.json && test_cmp r1.json.s r3.json.s
+'
+
+test_expect_success MPI '--sample at --zero 3 with a prompt rank 0 cannot read: the job fails once, no hang' '
+	gpu-train --data train.bin $TINY --vocab 300 --steps 1 --ckpt-dir v300 -q &&
+	test_expect_code 1 mpi 2 --init-from v300 --zero 3 --sample 5 --prompt int 2>err &&
+	grep -c "^gpu-train: --prompt: a prompt is read as bytes" err >n &&
+	echo 1 >one && test_cmp one n
 '
 
 test_expect_success MPI '--grad-accum 2 at 2 and 3 ranks: ZeRO-3 = ZeRO-2 bit for bit' '
@@ -195,13 +227,11 @@ test_expect_success MPI,NOASAN 'ZeRO-3 over 2 ranks: parameters halve in the acc
 	done
 '
 
-test_expect_success 'refused: --zero 3 with --compress, on a GPU, with --sample or --tp (usage errors)' '
+test_expect_success 'refused: --zero 3 with --compress, on a GPU, or with --tp (usage errors)' '
 	test_expect_code 2 gpu-train $A --zero 3 --compress bf16 2>err &&
 	grep "^gpu-train: --zero 3 does not compress its gradient buckets: --zero 1 with --compress" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --device cuda 2>err &&
 	grep "^gpu-train: --zero 3 partitions the parameters on the CPU backend only: on a GPU use --zero 1" err &&
-	test_expect_code 2 gpu-train $A --zero 3 --sample 4 2>err &&
-	grep "^gpu-train: --zero 3 does not gather the parameters for --sample: sample the run.s checkpoint afterwards" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --tp 2 2>err &&
 	grep "^gpu-train: --tp 2: not with --zero 3" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --reshard-after-forward maybe 2>err &&
