@@ -10,8 +10,9 @@ computes with are the owners'"'"' bits, and the gradient path is ZeRO-2'"'"'s,
 so ZeRO-3 equals ZeRO-2 bit for bit (losses, gradient norms, the model
 file and every moment file) at 2 and 3 ranks, with accumulation, with
 the blocks released after forward or kept until backward; at 2 ranks
-ZeRO-1 too. Checkpoints resume across stages and worlds, its memory is
-mem-estimate'"'"'s --zero 3, and what it cannot do is refused. --sample
+ZeRO-1 too. Checkpoints resume across stages and worlds, a rank reading
+only its range of each tensor, its memory is mem-estimate'"'"'s --zero 3,
+and what it cannot do is refused. --sample
 gathers the whole model to rank 0, after training or from a checkpoint,
 and samples what ZeRO-1 and one rank sample.'
 . "$(dirname "$0")/lib.sh"
@@ -159,6 +160,16 @@ test_expect_success MPI 'resume across stages: ZeRO-3 on 2 -> ZeRO-3 on 2 and ->
 	close_to l30 lf 1e-5
 '
 
+# A rank reads only its range of each tensor from the checkpoint: at 3
+# ranks the ranges cut tensors in the middle.
+test_expect_success MPI '--init-from at 3 ranks: ZeRO-3 = ZeRO-2 bit for bit' '
+	mpi 3 $A --batch 2 --steps 2 --zero 2 --init-from b2/latest --ckpt-dir g2 >g2.json &&
+	mpi 3 $A --batch 2 --steps 2 --zero 3 --init-from b2/latest --ckpt-dir g3 >g3.json &&
+	losses g2.json >g2.l && losses g3.json >g3.l &&
+	test $(wc -l <g2.l) = 2 && test_cmp g2.l g3.l &&
+	cmp g2/latest/model.safetensors g3/latest/model.safetensors
+'
+
 cat >cmp.py <<'PYEOF'
 import json, sys
 start = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
@@ -199,6 +210,8 @@ if ! ldd "$(command -v gpu-train)" 2>/dev/null | grep -q libasan; then
 	test_set_prereq NOASAN
 fi
 
+BIG="--layers 12 --hidden 256 --heads 4 --positions 16 --seq 16 --threads 1"
+
 # 12 blocks of hidden 256 (9.5M parameters, 38 MB, nearly all in the
 # blocks): a rank keeps half of them and holds the embeddings and two
 # blocks besides (6.5 MB), about 12 MB less than ZeRO-2 by the
@@ -207,8 +220,7 @@ fi
 test_expect_success MPI,NOASAN 'ZeRO-3 over 2 ranks: parameters halve in the accounting and peak RSS falls below ZeRO-2'"'"'s' '
 	for z in 2 3; do
 		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
-			python3 rss.py rss$z gpu-train --data train.bin --layers 12 --hidden 256 \
-			--heads 4 --positions 16 --seq 16 --batch 1 --steps 2 --threads 1 \
+			python3 rss.py rss$z gpu-train --data train.bin $BIG --batch 1 --steps 2 \
 			--bucket 1M --json --zero $z >y$z.json || return 1
 	done &&
 	python3 - y2.json y3.json <<-\PY &&
@@ -222,6 +234,28 @@ test_expect_success MPI,NOASAN 'ZeRO-3 over 2 ranks: parameters halve in the acc
 	for r in 0 1; do
 		test $(cat rss3.$r) -lt $(($(cat rss2.$r) - 6 * 1024)) || {
 			echo "rank $r: peak RSS $(cat rss3.$r) KiB with ZeRO-3, $(cat rss2.$r) with ZeRO-2"
+			return 1
+		}
+	done
+'
+
+# Loading that model'"'"'s checkpoint (--steps 0, --sample 1: rank 0
+# gathers the model to sample, rank 1 keeps its range): rank 1 reads
+# only its half of each tensor, 19 MB, where ZeRO-2'"'"'s reads the whole
+# model.
+test_expect_success MPI,NOASAN 'ZeRO-3 --init-from and --resume: rank 1'"'"'s peak RSS is its half of the model, not the whole' '
+	mpi 2 --data train.bin $BIG --batch 1 --steps 1 --bucket 1M --zero 3 --ckpt-dir y3 -q &&
+	for z in 2 3; do
+		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+			python3 rss.py rssi$z gpu-train --init-from y3/latest $BIG --sample 1 \
+			--zero $z >/dev/null &&
+		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+			python3 rss.py rssr$z gpu-train --ckpt-dir y3 --resume $BIG --sample 1 \
+			--zero $z >/dev/null || return 1
+	done &&
+	for k in i r; do
+		test $(cat rss${k}3.1) -lt $(($(cat rss${k}2.1) - 12 * 1024)) || {
+			echo "--init-from/--resume ($k): rank 1 peak RSS $(cat rss${k}3.1) KiB with ZeRO-3, $(cat rss${k}2.1) with ZeRO-2"
 			return 1
 		}
 	done
