@@ -754,10 +754,6 @@ static void parse_args(int argc, char **argv, args *a)
 		gk_cli_usage_error(&cli, "--zero %d partitions the %s on the CPU backend "
 				   "only: on a GPU use --zero 1", a->o.zero,
 				   a->o.zero == 3 ? "parameters" : "gradients");
-	if (a->o.zero == 3 && a->sample)
-		gk_cli_usage_error(&cli, "--zero 3 does not gather the parameters for --sample: "
-				   "sample the run's checkpoint afterwards (--init-from DIR --sample N, "
-				   "one rank)");
 	if (a->offload && strcmp(a->offload, "none")) {
 		if (!strcmp(a->offload, "optimizer") && a->o.device == GK_NN_CPU)
 			gk_cli_usage_error(&cli, "--offload optimizer moves a GPU's optimizer state to "
@@ -1205,13 +1201,16 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 }
 
 /* --sample: rank 0 generates and prints, as text when the model has a
- * tokenizer or the byte vocabulary, else as ids. */
+ * tokenizer or the byte vocabulary, else as ids; every rank calls it
+ * (ZeRO-3's ranks send rank 0 their parameters). */
 static int print_sample(gk_nn_trainer *t, const args *a, gk_err *err)
 {
 	gk_nn_trainer_sampled s;
 	if (gk_nn_trainer_sample(t, a->prompt, (int)a->sample, a->temperature, (int)a->top_k, &s,
 				 err) < 0)
 		return -1;
+	if (gk_nn_trainer_rank(t) != 0)
+		return 0;
 	if (cli.json) {
 		json_t *j = json_object(), *jids = json_array();
 		json_object_set_new(j, "event", json_string("sample"));
@@ -1302,7 +1301,7 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	nothing_to_save = 1;
-	if (a.sample && gk_nn_trainer_rank(t) == 0 && rc == 0 && print_sample(t, &a, &err) < 0)
+	if (a.sample && rc == 0 && print_sample(t, &a, &err) < 0)
 		goto fail;
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);

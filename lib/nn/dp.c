@@ -83,7 +83,10 @@
  * keep the moments and checkpoints ZeRO-1's. Gradients go as ZeRO-2's;
  * the update is of [lo, hi) only, and no allgather follows it: the next
  * step's gathers read the owners' updated ranges. Evaluation and
- * checkpoints gather the whole model once (gk_nn_dp_params_full).
+ * checkpoints gather the whole model once (gk_nn_dp_params_full), and
+ * --sample to rank 0 alone (gk_nn_dp_params_root), which generates with
+ * it: rank 0 holds the whole model (4 bytes a parameter) while it
+ * samples, the others their range.
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
@@ -447,6 +450,38 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 	size_t per = dp->Np / (size_t)dp->world;
 	float *p = gk_nn_params(dp->m);
 	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	memset(dp->ustate, 2, (size_t)dp->nunits);
+	gk_nn_set_param_fn(dp->m, NULL, NULL);
+	return 0;
+}
+
+/*
+ * --sample: the whole model on rank 0 alone, which generates; each other
+ * rank sends it its range (one message each, received in place) and
+ * keeps only that range, as between steps.
+ */
+int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->zero3)
+		return 0;
+	for (int u = 0; u < dp->nunits; u++) /* nothing in flight, as between steps */
+		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
+			return -1;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_params(dp->m);
+	if (dp->rank != 0) {
+		gk_comm_req *r;
+		return gk_comm_isend(dp->comm, p + dp->lo, per, GK_DT_F32, 0, &r, err) < 0 ? -1 :
+		       gk_comm_wait(r, err);
+	}
+	int rc = 0;
+	for (int q = 1; q < dp->world && rc == 0; q++) {
+		gk_comm_req *r;
+		rc = gk_comm_irecv(dp->comm, p + (size_t)q * per, per, GK_DT_F32, q, &r, err) < 0 ?
+			     -1 : gk_comm_wait(r, err);
+	}
+	if (rc < 0)
 		return -1;
 	memset(dp->ustate, 2, (size_t)dp->nunits);
 	gk_nn_set_param_fn(dp->m, NULL, NULL);

@@ -940,9 +940,13 @@ static const gk_nn_tensor *find_tensor(const gk_nn_model *m, const char *name)
 	return NULL;
 }
 
-/* Read entry e (all its row parts) as f32 into dst (numel floats). */
+/*
+ * Read elements [lo, hi) of entry e (numel floats, in however many row
+ * parts) as f32 into dst (hi - lo floats): nothing else of the entry is
+ * read.
+ */
 static int read_entry(const gk_ckpt_set *s, const gk_ckpt_entry *e,
-		      float *dst, uint64_t numel, gk_err *err)
+		      float *dst, uint64_t numel, uint64_t lo, uint64_t hi, gk_err *err)
 {
 	if (!gk_dtype_is_float(e->dtype))
 		return gk_errf(err, "load tensor '%s': dtype %s: not a float "
@@ -961,17 +965,18 @@ static int read_entry(const gk_ckpt_set *s, const gk_ckpt_entry *e,
 	for (size_t k = 0; k < e->nparts && rc == 0; k++) {
 		const gk_ckpt_part *p = &e->parts[k];
 		const gk_st_file *f = s->files[p->file];
-		uint64_t n = p->rows * row;
-		float *d = dst + p->row0 * row;
-		for (uint64_t i = 0; i < n && rc == 0;) {
-			uint64_t c = n - i < PIECE ? n - i : PIECE;
+		/* the part's elements of the entry, and what of them is wanted */
+		uint64_t p0 = p->row0 * row, p1 = p0 + p->rows * row;
+		uint64_t a = p0 > lo ? p0 : lo, b = p1 < hi ? p1 : hi;
+		for (uint64_t i = a; i < b && rc == 0;) {
+			uint64_t c = b - i < PIECE ? b - i : PIECE;
 			if (e->dtype == GK_DT_F32) {
-				rc = gk_st_read(f, p->t, i * 4, d + i, c * 4, err);
+				rc = gk_st_read(f, p->t, (i - p0) * 4, dst + (i - lo), c * 4, err);
 			} else {
-				rc = gk_st_read(f, p->t, i * esz, tmp, c * esz,
+				rc = gk_st_read(f, p->t, (i - p0) * esz, tmp, c * esz,
 						err);
 				if (rc == 0)
-					gk_convert(d + i, GK_DT_F32, tmp,
+					gk_convert(dst + (i - lo), GK_DT_F32, tmp,
 						   e->dtype, c);
 			}
 			i += c;
@@ -1000,7 +1005,9 @@ static void shape_str(const gk_nn_tensor *t, char *buf, size_t n)
 			 (long long)t->shape[1]);
 }
 
-static int load_set(gk_nn_model *m, gk_ckpt_set *s, gk_err *err)
+/* Load the elements [lo, hi) of m's flat buffer from s; every tensor's
+ * name and shape checked, and lm_head.weight against wte in that range. */
+static int load_set(gk_nn_model *m, gk_ckpt_set *s, size_t lo, size_t hi, gk_err *err)
 {
 	unsigned char *seen = calloc(m->nt_tensors, 1);
 	const gk_ckpt_entry *head = NULL;
@@ -1029,10 +1036,10 @@ static int load_set(gk_nn_model *m, gk_ckpt_set *s, gk_err *err)
 				"is %s", e->name, got, want);
 			goto out;
 		}
-		if (read_entry(s, e, m->params + t->off,
-			       (uint64_t)t->shape[0] *
-				       (uint64_t)(t->ndim == 2 ? t->shape[1] : 1),
-			       err) < 0)
+		uint64_t numel = (uint64_t)t->shape[0] * (uint64_t)(t->ndim == 2 ? t->shape[1] : 1);
+		size_t a = lo > t->off ? lo - t->off : 0;
+		size_t b = hi < t->off + numel ? (hi > t->off ? hi - t->off : 0) : numel;
+		if (a < b && read_entry(s, e, m->params + t->off + a, numel, a, b, err) < 0)
 			goto out;
 		seen[t - m->t] = 1;
 	}
@@ -1048,14 +1055,19 @@ static int load_set(gk_nn_model *m, gk_ckpt_set *s, gk_err *err)
 				"differs from wte (the head must be tied)");
 			goto out;
 		}
+		/* its elements [a, b), those of wte that were loaded */
 		size_t n = (size_t)wte->shape[0] * (size_t)wte->shape[1];
-		float *h = malloc(n * sizeof(float));
+		size_t a = lo > m->wte ? lo - m->wte : 0;
+		size_t b = hi < m->wte + n ? (hi > m->wte ? hi - m->wte : 0) : n;
+		if (a > b)
+			a = b;
+		float *h = malloc((b - a + 1) * sizeof(float));
 		if (!h) {
 			gk_err_sys(err, ENOMEM, "load tensor 'lm_head.weight'");
 			goto out;
 		}
-		int r = read_entry(s, head, h, n, err);
-		if (r == 0 && memcmp(h, m->params + m->wte, n * sizeof(float))) {
+		int r = a < b ? read_entry(s, head, h, n, a, b, err) : 0;
+		if (r == 0 && memcmp(h, m->params + m->wte + a, (b - a) * sizeof(float))) {
 			gk_errf(err, "load tensor 'lm_head.weight': differs "
 				"from wte (only a tied head is supported)");
 			r = -1;
@@ -1094,13 +1106,35 @@ int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err)
 	/* padded rows of wte stay zero; a failed load leaves zeros, not a
 	 * half-loaded model */
 	memset(whole.params, 0, whole.nparams * sizeof(float));
-	int rc = load_set(&whole, s, err);
+	int rc = load_set(&whole, s, 0, whole.nparams, err);
 	if (rc < 0)
 		memset(m->params, 0, m->nparams * sizeof(float));
 	else if (m->tp > 1)
 		gk_nn_tp_scatter(m, whole.params, m->params);
 	if (m->tp > 1)
 		free(whole.params);
+	gk_ckpt_close(s);
+	return rc;
+}
+
+int gk_nn_load_range(gk_nn_model *m, const char *path, size_t lo, size_t hi, gk_err *err)
+{
+	if (m->tp > 1)
+		return gk_errf(err, "load '%s': a range of a model split by tensor parallelism",
+			       path);
+	if (hi > m->nparams)
+		hi = m->nparams;
+	if (lo > hi)
+		lo = hi;
+	gk_ckpt_set *s = NULL;
+	char *in[1] = {(char *)path};
+	if (gk_ckpt_open(&s, in, 1, err) < 0)
+		return -1;
+	/* as gk_nn_load, in the range: padded rows zero, a failure zeros */
+	memset(m->params + lo, 0, (hi - lo) * sizeof(float));
+	int rc = load_set(m, s, lo, hi, err);
+	if (rc < 0)
+		memset(m->params + lo, 0, (hi - lo) * sizeof(float));
 	gk_ckpt_close(s);
 	return rc;
 }

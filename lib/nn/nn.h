@@ -241,6 +241,15 @@ int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi);
  * missing tensor or one of another shape is an error naming it.
  */
 int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err);
+/*
+ * The same for the elements [lo, hi) of the flat buffer only (ZeRO-3's
+ * range of the parameters, lazy_params): each tensor's part in the range
+ * read from its safetensors slices and no more, nothing outside the
+ * range written (its pages untouched); every tensor's name and shape
+ * checked, lm_head.weight against wte in the range. Not under tensor
+ * parallelism.
+ */
+int gk_nn_load_range(gk_nn_model *m, const char *path, size_t lo, size_t hi, gk_err *err);
 
 float *gk_nn_params(gk_nn_model *m);
 float *gk_nn_grads(gk_nn_model *m);

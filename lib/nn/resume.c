@@ -464,7 +464,10 @@ int gk_nn_tr_resume_from(gk_nn_trainer *t, const char *dir, uint64_t want, gk_er
 	}
 	if (compare_settings(t, j, err) < 0)
 		goto out;
-	if (gk_nn_load(t->m, dir, err) < 0 || load_moments(t, dir, err) < 0 ||
+	/* ZeRO-3: this rank's range of the parameters, as of the moments */
+	if ((t->dp->zero3 ? gk_nn_load_range(t->m, dir, t->dp->lo, t->dp->hi, err)
+			  : gk_nn_load(t->m, dir, err)) < 0 ||
+	    load_moments(t, dir, err) < 0 ||
 	    load_feedback(t, dir, world, err) < 0)
 		goto out;
 	/* world: the checkpoint's data-parallel groups (trainer.json's "world") */

@@ -541,7 +541,11 @@ uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t);
  * NUL-terminated; is_text is 1 when that is text (a tokenizer or the byte
  * vocabulary), 0 when it is ids in decimal. -1 with err set: a prompt the
  * model cannot read (said as "--prompt: ..."), no memory, a failed
- * generation. gk_nn_trainer_sample_free frees out's buffers.
+ * generation. gk_nn_trainer_sample_free frees out's buffers. Every rank
+ * calls it: rank 0 generates, the others return 0 with out empty (under
+ * ZeRO-3 once they have sent rank 0 their range of the parameters, which
+ * it holds whole while it samples and releases after; a prompt it cannot
+ * read is then the job's failure, agreed).
  */
 typedef struct gk_nn_trainer_sampled {
 	int32_t *prompt;

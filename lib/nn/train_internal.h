@@ -357,6 +357,10 @@ void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, in
  * gathers around the blocks meanwhile), then this rank's range only
  * again. Nothing under other stages. */
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
+/* ZeRO-3: every parameter present on rank 0 alone (--sample), each other
+ * rank's range sent to it; gk_nn_dp_params_shard after, on rank 0. Every
+ * rank calls it. Nothing under other stages. */
+int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err);
 void gk_nn_dp_params_shard(gk_nn_dp *dp);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);

@@ -155,19 +155,34 @@ int gk_nn_trainer_sample(gk_nn_trainer *t, const char *prompt, int n, double tem
 	const gk_nn_config *cfg = &t->cfg;
 	const gk_nn_train_opts *r = &t->o;
 	memset(out, 0, sizeof(*out));
+	/* ZeRO-3: every rank sends rank 0 its range of the parameters */
+	int z3 = t->dp && t->dp->zero3;
+	if (t->rank != 0 && !z3)
+		return 0;
 	size_t plen = prompt ? strlen(prompt) : 0;
-	int np = 0;
-	if (prompt && (np = gk_nn_prompt_encode(cfg, t->tok, prompt, plen, &out->prompt, err)) < 0)
-		return gk_err_prefix(err, "--prompt");
-	out->nprompt = np;
-	out->ids = malloc((size_t)n * sizeof(int32_t));
-	if (!out->ids)
-		goto nomem;
+	int np = 0, rc = 0;
+	if (t->rank == 0) {
+		if (prompt &&
+		    (np = gk_nn_prompt_encode(cfg, t->tok, prompt, plen, &out->prompt, err)) < 0)
+			rc = gk_err_prefix(err, "--prompt");
+		else if (!(out->ids = malloc((size_t)n * sizeof(int32_t))))
+			rc = gk_err_sys(err, ENOMEM, "sample");
+		out->nprompt = np > 0 ? np : 0;
+	}
+	/* a prompt rank 0 cannot read fails the job before the parameters move */
+	if (z3 && (gk_nn_tr_agree_local(t, rc, err) < 0 || gk_nn_dp_params_root(t->dp, err) < 0))
+		goto fail;
+	if (rc < 0)
+		goto fail;
+	if (t->rank != 0)
+		return 0;
 	/* without a prompt, a sample starts as a document does: after an
 	 * end-of-text token, which it does not print */
-	if (gk_nn_sample_prompt(t->m, r->batch, r->seq, out->prompt ? out->prompt : &r->eot,
-				out->prompt ? np : 1, n, temperature, top_k, r->seed, out->ids,
-				err) < 0)
+	rc = gk_nn_sample_prompt(t->m, r->batch, r->seq, out->prompt ? out->prompt : &r->eot,
+				 out->prompt ? np : 1, n, temperature, top_k, r->seed, out->ids, err);
+	if (z3) /* rank 0 keeps its own range again */
+		gk_nn_dp_params_shard(t->dp);
+	if (rc < 0)
 		goto fail;
 	out->n = (size_t)n;
 	out->is_text = t->tok || cfg->vocab == GK_NN_BYTE_VOCAB;
@@ -182,8 +197,6 @@ int gk_nn_trainer_sample(gk_nn_trainer *t, const char *prompt, int n, double tem
 	if (gk_nn_sample_text(cfg, t->tok, out->ids, out->n, &out->text, &out->len, &cap, err) < 0)
 		goto fail;
 	return 0;
-nomem:
-	gk_err_sys(err, ENOMEM, "sample");
 fail:
 	gk_nn_trainer_sample_free(out);
 	return -1;

@@ -792,8 +792,10 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 			t->agreed = 1;
 			return resume_dir ? -1 : gk_nn_tr_init_gone(t, err);
 		}
-		int r = resume_dir ? gk_nn_tr_resume_from(t, resume_dir, resume_step, err)
-				   : gk_nn_load(t->m, o->init_from, err);
+		/* ZeRO-3 reads its own range of each tensor, and no more */
+		int r = resume_dir ? gk_nn_tr_resume_from(t, resume_dir, resume_step, err) :
+			dp->zero3 ? gk_nn_load_range(t->m, o->init_from, dp->lo, dp->hi, err) :
+				    gk_nn_load(t->m, o->init_from, err);
 		if (r < 0 && !resume_dir)
 			gk_nn_tr_init_gone(t, err);
 		/*
@@ -827,13 +829,12 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	float *p0 = gk_nn_params(t->m);
 	gk_comm *dc = t->grid.dpc;
 	/*
-	 * ZeRO-3 initialised draws only its own range and holds no replica:
+	 * ZeRO-3 draws or loads only its own range and holds no replica:
 	 * every parameter has one copy, its owner's, so there is nothing to
 	 * make equal (and a broadcast would fill the whole buffer).
 	 */
-	int fresh3 = dp->zero3 && !resume_dir && !o->init_from;
 	if (t->grid.dp > 1 &&
-	    ((!fresh3 && gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0) ||
+	    ((!dp->zero3 && gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0) ||
 	     (!o->zero && resume_dir && !dp->off &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
@@ -842,7 +843,7 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	if (t->grid.dp > 1 && !o->zero && resume_dir && dp->off &&
 	    gk_nn_tr_agree_local(t, gk_nn_offload_broadcast(dp->off, dc, 0, err), err) < 0)
 		return -1;
-	/* ZeRO-3: each rank keeps its own range of what it loaded */
+	/* ZeRO-3: each rank's units as between steps, its own range present */
 	gk_nn_dp_params_shard(dp);
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && !dp->host_update && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,

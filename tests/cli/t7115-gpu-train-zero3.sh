@@ -10,8 +10,11 @@ computes with are the owners'"'"' bits, and the gradient path is ZeRO-2'"'"'s,
 so ZeRO-3 equals ZeRO-2 bit for bit (losses, gradient norms, the model
 file and every moment file) at 2 and 3 ranks, with accumulation, with
 the blocks released after forward or kept until backward; at 2 ranks
-ZeRO-1 too. Checkpoints resume across stages and worlds, its memory is
-mem-estimate'"'"'s --zero 3, and what it cannot do is refused.'
+ZeRO-1 too. Checkpoints resume across stages and worlds, a rank reading
+only its range of each tensor, its memory is mem-estimate'"'"'s --zero 3,
+and what it cannot do is refused. --sample
+gathers the whole model to rank 0, after training or from a checkpoint,
+and samples what ZeRO-1 and one rank sample.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -66,11 +69,20 @@ test_expect_success 'data' '
 # evaluation: every rank gathers the whole model once (the ranks may
 # hold different numbers of batches)
 V="--val-data val.bin --eval-every 3 --eval-batches 2"
+# --sample after training (seeded, temperature 1): rank 0 alone gathers
+# the whole model and samples
+S="--sample 24 --prompt int"
+
+# the sample event of a --json log
+sample_of() {
+	jq -c "select(.event == \"sample\") | {prompt, tokens, text}" "$1" >"$1.s" &&
+	test $(jq -r ".tokens | length" "$1.s") = 24
+}
 
 test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit (and the validation losses), released after forward or kept until backward, prefetched or not' '
-	mpi 2 $A --batch 4 --zero 1 --ckpt-dir a1 >a1.json &&
+	mpi 2 $A --batch 4 --zero 1 $S --ckpt-dir a1 >a1.json &&
 	mpi 2 $A --batch 4 --zero 2 $V --ckpt-dir a2 >a2.json &&
-	mpi 2 $A --batch 4 --zero 3 $V --overlap on --ckpt-dir a3 >a3.json &&
+	mpi 2 $A --batch 4 --zero 3 $V $S --overlap on --ckpt-dir a3 >a3.json &&
 	mpi 2 $A --batch 4 --zero 3 --no-overlap --ckpt-dir a3off >a3off.json &&
 	mpi 2 $A --batch 4 --zero 3 --reshard-after-forward no --overlap on --ckpt-dir a3k >a3k.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .reshard_after_forward" a3.json &&
@@ -79,17 +91,38 @@ test_expect_success MPI '2 ranks: ZeRO-3 = ZeRO-2 = ZeRO-1 bit for bit (and the 
 	same_runs 2 a2 a1 a3 a3off a3k &&
 	jq -r "select(.event == \"step\" and .val_loss != null) | .val_loss" a2.json >a2.v &&
 	jq -r "select(.event == \"step\" and .val_loss != null) | .val_loss" a3.json >a3.v &&
-	test $(wc -l <a3.v) = 2 && test_cmp a2.v a3.v
+	test $(wc -l <a3.v) = 2 && test_cmp a2.v a3.v &&
+	sample_of a1.json && sample_of a3.json && test_cmp a1.json.s a3.json.s
 '
 
 test_expect_success MPI '3 ranks (parameters not divisible by 3), --recompute layer: ZeRO-3 = ZeRO-2 bit for bit' '
 	R="--batch 2 --recompute layer" &&
-	mpi 3 $A $R --zero 2 --ckpt-dir b2 >b2.json &&
-	mpi 3 $A $R --zero 3 --overlap on --ckpt-dir b3 >b3.json &&
+	mpi 3 $A $R --zero 2 $S --ckpt-dir b2 >b2.json &&
+	mpi 3 $A $R --zero 3 $S --overlap on --ckpt-dir b3 >b3.json &&
 	mpi 3 $A $R --zero 3 --reshard-after-forward no --no-overlap --ckpt-dir b3k >b3k.json &&
 	gathers b3.json 1 1 1 && gathers b3k.json 1 0 0 &&
 	jq -s -e "map(select(.event == \"start\"))[0].params_padded % 3 != 0" b3.json &&
-	same_runs 3 b2 b3 b3k
+	same_runs 3 b2 b3 b3k &&
+	sample_of b2.json && sample_of b3.json && test_cmp b2.json.s b3.json.s
+'
+
+test_expect_success MPI '--sample from a checkpoint (--init-from, --resume) at 2 and 3 ranks: one rank'"'"'s sample' '
+	T="--sample 24 --prompt int --temperature 0 --json" &&
+	gpu-train --init-from a1/latest $T >i1.json &&
+	mpi 2 --init-from a1/latest --zero 3 $T >i2.json &&
+	mpi 3 --init-from a1/latest --zero 3 $T >i3.json &&
+	sample_of i1.json && sample_of i2.json && sample_of i3.json &&
+	test_cmp i1.json.s i2.json.s && test_cmp i1.json.s i3.json.s &&
+	gpu-train --ckpt-dir b3 --resume --zero 3 $S --json >r1.json &&
+	mpi 3 --ckpt-dir b3 --resume --zero 3 $S --json >r3.json &&
+	sample_of r1.json && sample_of r3.json && test_cmp r1.json.s r3.json.s
+'
+
+test_expect_success MPI '--sample at --zero 3 with a prompt rank 0 cannot read: the job fails once, no hang' '
+	gpu-train --data train.bin $TINY --vocab 300 --steps 1 --ckpt-dir v300 -q &&
+	test_expect_code 1 mpi 2 --init-from v300 --zero 3 --sample 5 --prompt int 2>err &&
+	grep -c "^gpu-train: --prompt: a prompt is read as bytes" err >n &&
+	echo 1 >one && test_cmp one n
 '
 
 test_expect_success MPI '--grad-accum 2 at 2 and 3 ranks: ZeRO-3 = ZeRO-2 bit for bit' '
@@ -125,6 +158,16 @@ test_expect_success MPI 'resume across stages: ZeRO-3 on 2 -> ZeRO-3 on 2 and ->
 	cmp s30/latest/optim.safetensors s10/latest/optim.safetensors &&
 	{ losses p.json && cat lh3; } >l30 &&
 	close_to l30 lf 1e-5
+'
+
+# A rank reads only its range of each tensor from the checkpoint: at 3
+# ranks the ranges cut tensors in the middle.
+test_expect_success MPI '--init-from at 3 ranks: ZeRO-3 = ZeRO-2 bit for bit' '
+	mpi 3 $A --batch 2 --steps 2 --zero 2 --init-from b2/latest --ckpt-dir g2 >g2.json &&
+	mpi 3 $A --batch 2 --steps 2 --zero 3 --init-from b2/latest --ckpt-dir g3 >g3.json &&
+	losses g2.json >g2.l && losses g3.json >g3.l &&
+	test $(wc -l <g2.l) = 2 && test_cmp g2.l g3.l &&
+	cmp g2/latest/model.safetensors g3/latest/model.safetensors
 '
 
 cat >cmp.py <<'PYEOF'
@@ -167,6 +210,8 @@ if ! ldd "$(command -v gpu-train)" 2>/dev/null | grep -q libasan; then
 	test_set_prereq NOASAN
 fi
 
+BIG="--layers 12 --hidden 256 --heads 4 --positions 16 --seq 16 --threads 1"
+
 # 12 blocks of hidden 256 (9.5M parameters, 38 MB, nearly all in the
 # blocks): a rank keeps half of them and holds the embeddings and two
 # blocks besides (6.5 MB), about 12 MB less than ZeRO-2 by the
@@ -175,8 +220,7 @@ fi
 test_expect_success MPI,NOASAN 'ZeRO-3 over 2 ranks: parameters halve in the accounting and peak RSS falls below ZeRO-2'"'"'s' '
 	for z in 2 3; do
 		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
-			python3 rss.py rss$z gpu-train --data train.bin --layers 12 --hidden 256 \
-			--heads 4 --positions 16 --seq 16 --batch 1 --steps 2 --threads 1 \
+			python3 rss.py rss$z gpu-train --data train.bin $BIG --batch 1 --steps 2 \
 			--bucket 1M --json --zero $z >y$z.json || return 1
 	done &&
 	python3 - y2.json y3.json <<-\PY &&
@@ -195,13 +239,33 @@ test_expect_success MPI,NOASAN 'ZeRO-3 over 2 ranks: parameters halve in the acc
 	done
 '
 
-test_expect_success 'refused: --zero 3 with --compress, on a GPU, with --sample or --tp (usage errors)' '
+# Loading that model'"'"'s checkpoint (--steps 0, --sample 1: rank 0
+# gathers the model to sample, rank 1 keeps its range): rank 1 reads
+# only its half of each tensor, 19 MB, where ZeRO-2'"'"'s reads the whole
+# model.
+test_expect_success MPI,NOASAN 'ZeRO-3 --init-from and --resume: rank 1'"'"'s peak RSS is its half of the model, not the whole' '
+	mpi 2 --data train.bin $BIG --batch 1 --steps 1 --bucket 1M --zero 3 --ckpt-dir y3 -q &&
+	for z in 2 3; do
+		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+			python3 rss.py rssi$z gpu-train --init-from y3/latest $BIG --sample 1 \
+			--zero $z >/dev/null &&
+		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+			python3 rss.py rssr$z gpu-train --ckpt-dir y3 --resume $BIG --sample 1 \
+			--zero $z >/dev/null || return 1
+	done &&
+	for k in i r; do
+		test $(cat rss${k}3.1) -lt $(($(cat rss${k}2.1) - 12 * 1024)) || {
+			echo "--init-from/--resume ($k): rank 1 peak RSS $(cat rss${k}3.1) KiB with ZeRO-3, $(cat rss${k}2.1) with ZeRO-2"
+			return 1
+		}
+	done
+'
+
+test_expect_success 'refused: --zero 3 with --compress, on a GPU, or with --tp (usage errors)' '
 	test_expect_code 2 gpu-train $A --zero 3 --compress bf16 2>err &&
 	grep "^gpu-train: --zero 3 does not compress its gradient buckets: --zero 1 with --compress" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --device cuda 2>err &&
 	grep "^gpu-train: --zero 3 partitions the parameters on the CPU backend only: on a GPU use --zero 1" err &&
-	test_expect_code 2 gpu-train $A --zero 3 --sample 4 2>err &&
-	grep "^gpu-train: --zero 3 does not gather the parameters for --sample: sample the run.s checkpoint afterwards" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --tp 2 2>err &&
 	grep "^gpu-train: --tp 2: not with --zero 3" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --reshard-after-forward maybe 2>err &&
