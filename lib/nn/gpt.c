@@ -957,6 +957,8 @@ int gk_nn_init_stage(gk_nn_model *m, uint64_t seed)
 	gk_nn_pp_range(m, m->ppr, &lo, &hi, &shared);
 	init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed, m, lo,
 		  hi, shared);
+	/* the pages small tensors share with their neighbours, whole now */
+	gk_nn_pp_release(m);
 	return 0;
 }
 
