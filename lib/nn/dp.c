@@ -85,6 +85,14 @@
  * step's gathers read the owners' updated ranges. Evaluation and
  * checkpoints gather the whole model once (gk_nn_dp_params_full).
  *
+ * A pipeline stage (--pp, ZeRO 0) owns [lo, hi), its range of the flat
+ * buffer (gk_nn_pp_range), and the last stage also wte, [0, head), which
+ * it shares with the first: its moments are those (hi - lo + head floats,
+ * wte's after the range's), its update is of those, and the data-parallel
+ * average is of its range's buckets and of wte by one allreduce. The
+ * model maps its parameters and gradients lazily, so the stage's memory
+ * is its range's.
+ *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
  * device's gradient buffer, and each bucket is queued on NCCL's stream

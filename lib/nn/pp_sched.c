@@ -3,7 +3,9 @@
  * that moves a step's micro-batches through the stages (GPipe, or 1F1B),
  * the tied embedding's gradient summed between the first and the last
  * stage, the global norm with each parameter once, and the stages'
- * parameters and moments put together for a checkpoint.
+ * parameters and moments put together for a checkpoint (a stage holds
+ * only its own range of them and the tied wte: the model's buffers are
+ * mapped lazily, and the moments are the range's, dp.c).
  *
  * Every stage of a pipeline reads the same micro-batches (the first
  * needs the tokens, the last the targets), as the ranks of a tensor
