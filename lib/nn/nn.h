@@ -363,7 +363,8 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
 /* Zero the gradient buffer (before the first micro-step of a step);
- * with lazy_grads, release all of it. */
+ * with lazy_grads, release all of it; a pipeline stage zeroes its range
+ * and wte only (gk_nn_pp_range), all its backward writes. */
 void gk_nn_zero_grad(gk_nn_model *m);
 /*
  * lazy_grads: the whole pages of gradient elements [lo, hi) (up to the
