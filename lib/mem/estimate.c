@@ -555,6 +555,19 @@ static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
 	return 0;
 }
 
+int gk_mem_estimate_stage(const gk_mem_model *m, const gk_mem_run *run, int stage,
+			  int explain, gk_mem_est *e, gk_err *err)
+{
+	gk_mem_run rr = *run, *r = &rr;
+	gk_mem_run_resolve(r, m);
+	if (check_run(m, r, err))
+		return -1;
+	if (stage < 0 || stage >= r->pp)
+		return gk_errf(err, "pipeline stage %d: not one of the %lld stages", stage,
+			       (long long)r->pp);
+	return estimate_stage(m, r, stage, explain, e, err);
+}
+
 int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *run,
 		    int explain, gk_mem_est *e, gk_err *err)
 {

@@ -264,6 +264,11 @@ typedef struct gk_mem_est {
 int gk_mem_estimate(const gk_mem_model *m, const gk_mem_run *r, int explain,
 		    gk_mem_est *e, gk_err *err);
 
+/* The same for one pipeline stage (0 .. pp - 1), whichever is the most
+ * loaded: what a rank of that stage holds. */
+int gk_mem_estimate_stage(const gk_mem_model *m, const gk_mem_run *r, int stage,
+			  int explain, gk_mem_est *e, gk_err *err);
+
 /* The part named key, or NULL when the estimate has none. */
 const gk_mem_part *gk_mem_part_get(const gk_mem_est *e, const char *key);
 
@@ -307,6 +312,11 @@ typedef struct gk_mem_train {
 	int zero;           /* 0 to 3 */
 	int64_t dp;         /* data-parallel ranks */
 	int64_t tp;         /* tensor-parallel ranks (0: 1) */
+	int64_t pp;         /* pipeline stages (0: 1); with more than one,
+			       the estimate is of stage's ranks
+			       (gk_mem_estimate_stage), and the layers must
+			       divide by pp */
+	int stage;
 	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
 				       none, gelu and layer */
 	int eager, dropout;

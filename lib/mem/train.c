@@ -58,6 +58,8 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 		r.dp = t->dp;
 	if (t->tp)
 		r.tp = t->tp;
+	if (t->pp)
+		r.pp = t->pp;
 	r.recompute = t->recompute;
 	r.flash = !t->eager;
 	r.dropout = !!t->dropout;
@@ -66,7 +68,8 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.ckpt_copy = !!t->ckpt_copy;
 	r.offload = t->offload ? GK_MEM_OFFLOAD_OPTIMIZER : GK_MEM_OFFLOAD_NONE;
 	gk_mem_run_resolve(&r, &m);
-	if (gk_mem_estimate(&m, &r, 0, e, err)) {
+	if (r.pp > 1 ? gk_mem_estimate_stage(&m, &r, t->stage, 0, e, err)
+		     : gk_mem_estimate(&m, &r, 0, e, err)) {
 		gk_err_prefix(err, "train");
 		return -1;
 	}

@@ -270,10 +270,11 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
  * whole. Called by every rank (the buffers' allocation is agreed over
  * the world first).
  */
-static int ckpt_gather(gk_nn_trainer *t, ckpt_job *j, gk_err *err)
+static int ckpt_gather(gk_nn_trainer *t, ckpt_job *j, float *const src[3], gk_err *err)
 {
 	size_t nf = gk_nn_full_nparams(t->m);
-	int in = t->grid.dp_rank == 0;
+	/* a pipeline's: the first stage's group, which src holds the stages' in */
+	int in = t->grid.dp_rank == 0 && t->grid.pp_rank == 0;
 	float *p = NULL, *m = NULL, *v = NULL;
 	int rc = 0;
 	if (in && (!(p = malloc(nf * sizeof(float))) || !(m = malloc(nf * sizeof(float))) ||
@@ -281,9 +282,9 @@ static int ckpt_gather(gk_nn_trainer *t, ckpt_job *j, gk_err *err)
 		rc = gk_err_sys(err, ENOMEM, "checkpoint: the whole model's copy");
 	if (gk_nn_tr_agree_local(t, rc, err) < 0)
 		goto fail;
-	if (in && (gk_nn_tp_gather(t->m, gk_nn_params(t->m), p, err) < 0 ||
-		   gk_nn_tp_gather(t->m, t->dp->mom, m, err) < 0 ||
-		   gk_nn_tp_gather(t->m, t->dp->vel, v, err) < 0))
+	if (in && (gk_nn_tp_gather(t->m, src[0], p, err) < 0 ||
+		   gk_nn_tp_gather(t->m, src[1], m, err) < 0 ||
+		   gk_nn_tp_gather(t->m, src[2], v, err) < 0))
 		goto fail;
 	if (t->rank == 0) {
 		j->params = p, j->m = m, j->v = v;
@@ -401,20 +402,17 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		return -1;
 	}
 	/* a pipeline: each stage's parameters and moments from the stage that
-	 * keeps them current, into rank 0's copy (every stage's, in place) */
-	if (t->grid.pp > 1 &&
-	    (gk_nn_tr_pp_sync(t, gk_nn_params(t->m), err) < 0 ||
-	     gk_nn_tr_pp_sync(t, t->dp->mom, err) < 0 || gk_nn_tr_pp_sync(t, t->dp->vel, err) < 0)) {
-		free(all);
-		job_free(j);
-		return -1;
-	}
-	j->lo = gk_nn_dp_lo(t->dp);
-	j->n = gk_nn_dp_hi(t->dp) - j->lo;
+	 * keeps them current, put together on its first stage (rank 0's copy,
+	 * or under tensor parallelism what rank 0's group gathers from) */
+	float *pc[3] = {NULL, NULL, NULL};
+	int pp = t->grid.pp > 1;
+	j->lo = pp ? 0 : gk_nn_dp_lo(t->dp);
+	j->n = pp ? t->N : gk_nn_dp_hi(t->dp) - j->lo;
 	j->write_moments = t->o.zero ? 1 : t->rank == 0;
 	if ((t->rank == 0 && gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
 	    (j->write_moments && !t->dp->host_update &&
-	     gk_nn_moments_sync(t->m, j->lo, j->lo + j->n, t->dp->mom, t->dp->vel, 0, err) < 0)) {
+	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(t->dp), gk_nn_dp_hi(t->dp), t->dp->mom,
+				t->dp->vel, 0, err) < 0)) {
 		free(all);
 		job_free(j);
 		return -1;
@@ -422,11 +420,22 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (t->rank == 0)
 		j->trainer_json = trainer_json(t, all, slot);
 	free(all);
+	if (pp && gk_nn_tr_pp_collect(t, pc, err) < 0) {
+		free(pc[0]), free(pc[1]), free(pc[2]);
+		job_free(j);
+		return -1;
+	}
 	if (t->grid.tp > 1) {
-		if (ckpt_gather(t, j, err) < 0) {
+		float *own[3] = {gk_nn_params(t->m), t->dp->mom, t->dp->vel};
+		int r = ckpt_gather(t, j, pp ? pc : own, err);
+		free(pc[0]), free(pc[1]), free(pc[2]);
+		if (r < 0) {
 			job_free(j);
 			return -1;
 		}
+	} else if (pp) {
+		/* rank 0's copies are the collected ones */
+		j->params = pc[0], j->m = pc[1], j->v = pc[2];
 	} else {
 		/* ZeRO-3: every rank's range gathered, for rank 0's copy */
 		if (gk_nn_dp_params_full(t->dp, err) < 0) {
@@ -437,7 +446,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
 		gk_nn_dp_params_shard(t->dp);
 	}
-	if (j->write_moments && t->grid.tp == 1) {
+	if (j->write_moments && t->grid.tp == 1 && !pp) {
 		j->m = malloc(j->n * sizeof(float) + 1);
 		j->v = malloc(j->n * sizeof(float) + 1);
 		if (j->m && j->v && t->dp->off) {

@@ -88,6 +88,14 @@
  * it: rank 0 holds the whole model (4 bytes a parameter) while it
  * samples, the others their range.
  *
+ * A pipeline stage (--pp, ZeRO 0) owns [lo, hi), its range of the flat
+ * buffer (gk_nn_pp_range), and the last stage also wte, [0, head), which
+ * it shares with the first: its moments are those (hi - lo + head floats,
+ * wte's after the range's), its update is of those, and the data-parallel
+ * average is of its range's buckets and of wte by one allreduce. The
+ * model maps its parameters and gradients lazily, so the stage's memory
+ * is its range's.
+ *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
  * device's gradient buffer, and each bucket is queued on NCCL's stream
@@ -210,6 +218,11 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 		size_t per = dp->Np / (size_t)dp->world;
 		dp->lo = (size_t)dp->rank * per;
 		dp->hi = dp->lo + per;
+	} else if (dp->pp_stage >= 0) {
+		/* a pipeline stage: its own range, and the last stage the wte
+		 * it shares with the first, are all its update touches */
+		dp->Np = dp->N;
+		gk_nn_pp_range(t->m, dp->pp_stage, &dp->lo, &dp->hi, &dp->head);
 	} else {
 		dp->Np = dp->N;
 		dp->lo = 0;
@@ -220,8 +233,8 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	if (t->o.offload_dir && !t->o.eval_only && t->o.steps > 0)
 		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, dp->hi - dp->lo,
 					  t->o.offload_chunk, err);
-	dp->mom = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
-	dp->vel = gk_alloc_big((dp->hi - dp->lo + 1) * sizeof(float));
+	dp->mom = gk_alloc_big((dp->hi - dp->lo + dp->head + 1) * sizeof(float));
+	dp->vel = gk_alloc_big((dp->hi - dp->lo + dp->head + 1) * sizeof(float));
 	return dp->mom && dp->vel ? 0 : gk_err_sys(err, ENOMEM, "optimizer state");
 }
 
@@ -525,7 +538,10 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded)) {
 		gk_comm_callopts co = {.compress = dp->compress};
 		float *g = flat_grads(dp);
-		if (gk_comm_grads_new(&dp->grads, dp->gcomm, g, dp->N, t->o.bucket_bytes, &co,
+		/* a pipeline stage's range only (the last stage's wte after) */
+		size_t g0 = dp->pp_stage >= 0 ? dp->lo : 0;
+		size_t gn = dp->pp_stage >= 0 ? dp->hi - dp->lo : dp->N;
+		if (gk_comm_grads_new(&dp->grads, dp->gcomm, g + g0, gn, t->o.bucket_bytes, &co,
 				      err) < 0)
 			return -1;
 		/*
@@ -667,6 +683,11 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
 		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
+		/* a pipeline's last stage: the head's part of wte, averaged as
+		 * the buckets are */
+		if (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
+						  dp->head, GK_DT_F32, GK_COMM_AVG, NULL, err) < 0)
+			return -1;
 		if (dp->zero3) { /* the step's last backward is done */
 			unit_release(dp, 0);
 			unit_release(dp, dp->nunits - 1);
@@ -744,12 +765,11 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		/* a pipeline stage updates its own range, and the last stage
 		 * the tied wte it shares with the first (the same gradients
 		 * and moments there: the same update) */
-		size_t a, b, shared;
-		gk_nn_pp_range(dp->m, dp->pp_stage, &a, &b, &shared);
-		if (gk_nn_update(dp->m, c, lr, step, grad_scale, a, b, NULL, dp->mom + a,
-				 dp->vel + a, err) < 0 ||
-		    (shared && gk_nn_update(dp->m, c, lr, step, grad_scale, 0, shared, NULL,
-					    dp->mom, dp->vel, err) < 0))
+		size_t n = dp->hi - dp->lo;
+		if (gk_nn_update(dp->m, c, lr, step, grad_scale, dp->lo, dp->hi, NULL, dp->mom,
+				 dp->vel, err) < 0 ||
+		    (dp->head && gk_nn_update(dp->m, c, lr, step, grad_scale, 0, dp->head, NULL,
+					      dp->mom + n, dp->vel + n, err) < 0))
 			return -1;
 		*exposed = 0;
 		return 0;

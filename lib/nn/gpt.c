@@ -576,6 +576,11 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 			   m->nparams * 4 >> 20);
 		goto fail;
 	}
+	/* a pipeline stage's mappings take its own range's pages only */
+	if (m->pp > 1 && m->lazy_p)
+		m->mem.parameters = fbytes(gk_nn_pp_floats(m));
+	if (m->pp > 1 && m->lazy)
+		m->mem.gradients = fbytes(gk_nn_pp_floats(m));
 	if ((o->device == GK_NN_CUDA ? gk_nn_cuda_new(m, err)
 				     : alloc_acts(m, err)) < 0)
 		goto fail;
@@ -661,6 +666,16 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 		out->parameters = out->gradients = fbytes(m.nflat);
 		if (o->lazy_grads && o->device != GK_NN_CUDA)
 			out->gradients = 0;
+		if (o->pp > 1 && o->device != GK_NN_CUDA) {
+			/* a stage's range (gk_nn_new's accounting of its mappings) */
+			m.pp = o->pp;
+			m.ppr = o->pp_rank;
+			size_t n = gk_nn_pp_floats(&m);
+			if (o->lazy_params)
+				out->parameters = fbytes(n);
+			if (o->lazy_grads)
+				out->gradients = fbytes(n);
+		}
 		if (o->device != GK_NN_CUDA) {
 			size_t sz[NSZ], ws[NWS], acts, work;
 			act_sizes(&m.c, o, m.nt, sz, ws, &acts, &work);
@@ -859,7 +874,7 @@ static void normal_fill(float *x, size_t n, float std, uint64_t *s)
  */
 static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *params,
 		      int64_t layers, int nt, uint64_t seed, const gk_nn_model *keep,
-		      size_t lo, size_t hi)
+		      size_t lo, size_t hi, size_t head)
 {
 	float std = 0.02f;
 	float resid_std = 0.02f / sqrtf(2.0f * (float)layers);
@@ -883,11 +898,14 @@ static void init_into(const gk_nn_tensor *tt, size_t n, size_t nparams, float *p
 			for (size_t k = 0; k < t->numel; k++)
 				p[k] = 1.0f;
 		}
-		/* keep: the tensor's pages outside [lo, hi) go back at once
-		 * (whole pages of this tensor only: no other thread's) */
+		/* keep: the tensor's pages outside [0, head) and [lo, hi) go
+		 * back at once (whole pages of this tensor only: no other
+		 * thread's) */
 		if (keep) {
 			size_t a = t->off, b = t->off + t->numel;
-			if (a < lo)
+			if (a < head)
+				a = head < b ? head : b;
+			if (a < lo && a < b)
 				lazy_release(keep, params, a, b < lo ? b : lo);
 			if (b > hi && b < keep->nparams)
 				lazy_release(keep, params, a > hi ? a : hi, b);
@@ -903,13 +921,13 @@ int gk_nn_init(gk_nn_model *m, uint64_t seed)
 {
 	if (m->tp == 1) {
 		init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed,
-			  NULL, 0, 0);
+			  NULL, 0, 0, 0);
 		return 0;
 	}
 	float *full = malloc(m->nfull * sizeof(float));
 	if (!full)
 		return -1;
-	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed, NULL, 0, 0);
+	init_into(m->ft, m->nft, m->nfull, full, m->c.layers, m->nt, seed, NULL, 0, 0, 0);
 	gk_nn_tp_scatter(m, full, m->params);
 	free(full);
 	return 0;
@@ -920,7 +938,27 @@ int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi)
 	if (!m->lazy_p || m->tp > 1)
 		return gk_nn_init(m, seed);
 	init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed, m, lo,
-		  hi);
+		  hi, 0);
+	return 0;
+}
+
+int gk_nn_init_stage(gk_nn_model *m, uint64_t seed)
+{
+	size_t lo, hi, shared;
+	if (m->pp == 1)
+		return gk_nn_init(m, seed);
+	if (!m->lazy_p || m->tp > 1) {
+		/* tensor parallelism draws the whole model: the rest goes back after */
+		if (gk_nn_init(m, seed) < 0)
+			return -1;
+		gk_nn_pp_release(m);
+		return 0;
+	}
+	gk_nn_pp_range(m, m->ppr, &lo, &hi, &shared);
+	init_into(m->t, m->nt_tensors, m->nparams, m->params, m->c.layers, m->nt, seed, m, lo,
+		  hi, shared);
+	/* the pages small tensors share with their neighbours, whole now */
+	gk_nn_pp_release(m);
 	return 0;
 }
 

@@ -230,10 +230,18 @@ void gk_nn_zero_grad(gk_nn_model *m)
 		gk_nn_cuda_zero_grad(m, NULL);
 		return;
 	}
-	if (m->lazy)
+	if (m->pp > 1) {
+		/* a pipeline stage writes its range and wte only: the pages
+		 * of a lazy buffer outside them are never touched */
+		size_t lo, hi, shared;
+		gk_nn_pp_range(m, m->ppr, &lo, &hi, &shared);
+		memset(m->grads + lo, 0, (hi - lo) * sizeof(float));
+		memset(m->grads, 0, shared * sizeof(float));
+	} else if (m->lazy) {
 		gk_nn_grads_release(m, 0, m->nparams);
-	else
+	} else {
 		memset(m->grads, 0, m->nparams * sizeof(float));
+	}
 }
 
 /*

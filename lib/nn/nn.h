@@ -181,7 +181,8 @@ typedef struct gk_nn_opts {
 				       * gk_nn_grads_release gives pages back
 				       * (ZeRO-2, whose rank keeps only its
 				       * shard); gk_nn_memory and gk_nn_plan
-				       * count it 0 */
+				       * count it 0, or under pp the stage's
+				       * range (a pipeline stage's gradients) */
 	int tp, tp_rank;              /* tensor parallelism (tp.c): 0 or 1 none;
 				       * else this rank's place in a group of tp
 				       * ranks, each holding its slices of the
@@ -195,7 +196,8 @@ typedef struct gk_nn_opts {
 				       * lazy_grads' (ZeRO-3, whose rank keeps
 				       * only its range between a block's uses);
 				       * gk_nn_params_release gives pages back,
-				       * gk_nn_memory counts it 0 */
+				       * gk_nn_memory counts it 0, or under pp
+				       * the stage's range (gk_nn_pp_floats) */
 	int pp, pp_rank;              /* pipeline parallelism (pp.c): 0 or 1 none;
 				       * else this rank is stage pp_rank of pp and
 				       * forward and backward run its layers only
@@ -231,6 +233,9 @@ int gk_nn_init(gk_nn_model *m, uint64_t seed); /* -1: no memory (tp's whole mode
 /* lazy_params: the same values in [lo, hi), and no memory taken for the
  * others (each tensor's pages outside it released as it is drawn) */
 int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi);
+/* ... a pipeline stage's: its range and, on the last stage, the wte it
+ * shares with the first (gk_nn_pp_range) */
+int gk_nn_init_stage(gk_nn_model *m, uint64_t seed);
 /*
  * Load parameters from a checkpoint: anything gk_ckpt_open takes (a
  * .safetensors file, a Hugging Face directory or index, a training step
@@ -311,8 +316,9 @@ uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
  */
 int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err);
 /*
- * A stage's model (gk_nn_opts' pp > 1) holds the whole flat buffers, but
- * forward and backward touch only its layers:
+ * A stage's model (gk_nn_opts' pp > 1) maps the whole flat buffers, but
+ * forward and backward touch only its layers (with lazy_params and
+ * lazy_grads only the stage's pages take memory):
  *   forward   the first stage embeds tokens; any other reads its input,
  *             B x T x C floats, from gk_nn_pp_input (the previous stage's
  *             output, put there by the caller). The last stage runs the
@@ -342,6 +348,11 @@ float *gk_nn_pp_input(gk_nn_model *m);
 float *gk_nn_pp_output(gk_nn_model *m);
 float *gk_nn_pp_grad(gk_nn_model *m);
 void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared);
+/* this stage's parameters: its range and the shared wte */
+size_t gk_nn_pp_floats(const gk_nn_model *m);
+/* lazy_params: the pages outside this stage's range and wte given back
+ * (after a load or a checkpoint that filled them); nothing at pp 1 */
+void gk_nn_pp_release(gk_nn_model *m);
 
 /* ---- the step ------------------------------------------------------------------ */
 
@@ -361,7 +372,8 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
 /* Zero the gradient buffer (before the first micro-step of a step);
- * with lazy_grads, release all of it. */
+ * with lazy_grads, release all of it; a pipeline stage zeroes its range
+ * and wte only (gk_nn_pp_range), all its backward writes. */
 void gk_nn_zero_grad(gk_nn_model *m);
 /*
  * lazy_grads: the whole pages of gradient elements [lo, hi) (up to the

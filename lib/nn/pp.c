@@ -61,3 +61,23 @@ void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t 
 	*hi = l1 == L ? m->nparams : m->blk[l1].ln1w;
 	*shared = s > 0 && s == m->pp - 1 ? m->wpe - m->wte : 0;
 }
+
+size_t gk_nn_pp_floats(const gk_nn_model *m)
+{
+	size_t lo, hi, shared;
+	gk_nn_pp_range(m, m->ppr, &lo, &hi, &shared);
+	return hi - lo + shared;
+}
+
+void gk_nn_pp_release(gk_nn_model *m)
+{
+	size_t lo, hi, shared;
+	if (m->pp == 1)
+		return;
+	gk_nn_pp_range(m, m->ppr, &lo, &hi, &shared);
+	/* whole pages only: those shared with the range stay */
+	if (lo > shared)
+		gk_nn_params_release(m, shared, lo);
+	if (hi < m->nparams)
+		gk_nn_params_release(m, hi, m->nparams);
+}

@@ -3,7 +3,9 @@
  * that moves a step's micro-batches through the stages (GPipe, or 1F1B),
  * the tied embedding's gradient summed between the first and the last
  * stage, the global norm with each parameter once, and the stages'
- * parameters and moments put together for a checkpoint.
+ * parameters and moments put together for a checkpoint (a stage holds
+ * only its own range of them and the tied wte: the model's buffers are
+ * mapped lazily, and the moments are the range's, dp.c).
  *
  * Every stage of a pipeline reads the same micro-batches (the first
  * needs the tokens, the last the targets), as the ranks of a tensor
@@ -29,6 +31,7 @@
  * needed. A stage thus blocks only on receives, and the schedules' order
  * of receives has no cycle: no deadlock whatever the message sizes.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,15 +255,55 @@ int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
 	return 0;
 }
 
-int gk_nn_tr_pp_sync(gk_nn_trainer *t, float *buf, gk_err *err)
+/*
+ * The whole model's parameters and moments, in the flat buffer's layout,
+ * put together on the first stage of the first data-parallel group's
+ * pipelines (a checkpoint's copy, the only time a rank holds them all):
+ * each later stage sends its range of the parameters and of its moments
+ * (those of the last stage's shared wte are the first stage's too, the
+ * same update on the same gradients). The other pipelines hold replicas
+ * and send nothing.
+ */
+int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 {
-	/* each stage's range from the stage that owns it, in place */
-	for (int s = 0; s < t->grid.pp; s++) {
+	const gk_nn_dp *dp = t->dp;
+	size_t N = gk_nn_nparams(t->m), n = dp->hi - dp->lo;
+	int in = t->grid.dp_rank == 0, rc = 0;
+	out[0] = out[1] = out[2] = NULL;
+	for (int k = 0; in && t->grid.pp_rank == 0 && k < 3; k++)
+		if (!(out[k] = malloc(N * sizeof(float) + 1)))
+			rc = gk_err_sys(err, ENOMEM, "checkpoint: the whole model's copy");
+	/* agreed before any message, which would wait for ever otherwise */
+	if (gk_nn_tr_agree_local(t, rc, err) < 0) {
+		for (int k = 0; k < 3; k++)
+			free(out[k]), out[k] = NULL;
+		return -1;
+	}
+	if (!in)
+		return 0;
+	const float *mine[3] = {gk_nn_params(t->m) + dp->lo, dp->mom, dp->vel};
+	if (t->grid.pp_rank > 0) {
+		gk_comm_req *q[3];
+		for (int k = 0; k < 3; k++)
+			if (gk_comm_isend(t->grid.ppc, mine[k], n, GK_DT_F32, 0, &q[k], err) < 0)
+				return -1;
+		for (int k = 0; k < 3; k++)
+			if (gk_comm_wait(q[k], err) < 0)
+				return -1;
+		return 0;
+	}
+	for (int k = 0; k < 3; k++)
+		memcpy(out[k] + dp->lo, mine[k], n * sizeof(float));
+	for (int s = 1; s < t->grid.pp; s++) {
 		size_t lo, hi, shared;
 		gk_nn_pp_range(t->m, s, &lo, &hi, &shared);
-		if (gk_comm_broadcast(t->grid.ppc, buf + lo, buf + lo, hi - lo, GK_DT_F32, s,
-				      err) < 0)
-			return -1;
+		for (int k = 0; k < 3; k++) {
+			gk_comm_req *q;
+			if (gk_comm_irecv(t->grid.ppc, out[k] + lo, hi - lo, GK_DT_F32, s, &q,
+					  err) < 0 ||
+			    gk_comm_wait(q, err) < 0)
+				return -1; /* out[] freed by the caller */
+		}
 	}
 	return 0;
 }

@@ -236,8 +236,15 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	 * The moments are stored in the whole model's layout; under tensor
 	 * parallelism they are read whole and this rank keeps its slices.
 	 */
-	float *whole = NULL;
-	if (t->grid.tp > 1) {
+	/* a pipeline stage keeps its range and (the last) wte, read whole
+	 * too and copied out: resuming holds one model's moments a while */
+	int pp = t->grid.pp > 1;
+	float *whole = NULL, *local = NULL;
+	if (pp && t->grid.tp > 1 && !(local = malloc(gk_nn_nparams(t->m) * sizeof(float)))) {
+		gk_err_sys(err, ENOMEM, "resume");
+		goto out;
+	}
+	if (t->grid.tp > 1 || pp) {
 		if (!(whole = malloc(nf * sizeof(float)))) {
 			gk_err_sys(err, ENOMEM, "resume");
 			goto out;
@@ -280,12 +287,23 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 				       to + (a - lo), (size_t)(b - a) * 4, err) < 0)
 				goto out;
 		}
-		if (whole)
+		if (whole && !pp) {
 			gk_nn_tp_scatter(t->m, whole, dst[k]);
+		} else if (pp) {
+			const float *l = whole;
+			if (local) {
+				gk_nn_tp_scatter(t->m, whole, local);
+				l = local;
+			}
+			size_t n = o->hi - o->lo;
+			memcpy(dst[k], l + o->lo, n * sizeof(float));
+			memcpy(dst[k] + n, l, o->head * sizeof(float));
+		}
 	}
 	rc = 0;
 out:
 	free(whole);
+	free(local);
 	gk_ckpt_close(s);
 	gk_strlist_free(&files);
 	return rc;

@@ -201,9 +201,11 @@ int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t);
 int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err);
 /* The global gradient norm, each parameter counted once over the stages. */
 int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err);
-/* buf (the flat layout: parameters or a moment) with each stage's range
- * from its owner, on every stage of the pipeline. */
-int gk_nn_tr_pp_sync(gk_nn_trainer *t, float *buf, gk_err *err);
+/* For a checkpoint: out[0..2] the whole model's parameters and moments
+ * (the flat layout, malloc'ed) on the first stage of data-parallel group
+ * 0's pipelines, each stage's range from it; NULL elsewhere. Called by
+ * every rank. */
+int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err);
 void gk_nn_tr_pp_free(gk_nn_trainer *t);
 
 /* ---- train_tok.c ---------------------------------------------------------------------- */
@@ -289,7 +291,10 @@ struct gk_nn_dp {
 	int pp_stage;         /* a pipeline stage (pp_sched.c), or -1 */
 	int zero;
 	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
-	float *mom, *vel;     /* hi - lo each (host; mirrors on a GPU); NULL with off */
+	size_t head;          /* a pipeline's last stage: the wte it shares with
+			       * the first, [0, head), its moments after [lo, hi)'s */
+	float *mom, *vel;     /* hi - lo (+ head) each (host; mirrors on a GPU);
+			       * NULL with off */
 	gk_nn_offload *off;   /* --offload optimizer:DIR: the moments in a file */
 	gk_nn_trainer *t;     /* the trainer, for its agreed failures */
 	int host_update;      /* a GPU's update on the CPU, the moments in host

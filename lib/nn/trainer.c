@@ -34,7 +34,8 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_s
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
 			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
-			   .dp = t->grid.dp, .tp = t->grid.tp, .recompute = GK_MEM_RC_NONE,
+			   .dp = t->grid.dp, .tp = t->grid.tp, .pp = t->grid.pp,
+			   .stage = t->grid.pp_rank, .recompute = GK_MEM_RC_NONE,
 			   .offload = t->dp->off || t->dp->host_update};
 	gk_mem_est e;
 	gk_mem_run r;
@@ -95,7 +96,16 @@ static void account(gk_nn_trainer *t)
 	/* offloaded, the moments are in a file or (a GPU's) host memory:
 	 * none where the model computes */
 	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
-			   (uint64_t)2 * (t->dp->hi - t->dp->lo) * sizeof(float);
+			   (uint64_t)2 * (t->dp->hi - t->dp->lo + t->dp->head) * sizeof(float);
+	/* a pipeline stage: the parameters of its range (wte on the first
+	 * and last, with its padding rows) */
+	if (t->grid.pp > 1) {
+		int ends = (t->grid.pp_rank == 0) + (t->grid.pp_rank == t->grid.pp - 1);
+		psi = gk_nn_pp_floats(t->m) -
+		      (uint64_t)ends * pad_rows * (uint64_t)t->cfg.hidden / (uint64_t)t->grid.tp;
+	}
+	/* lib/mem's figures, or where it takes no such run (bf16 on a GPU,
+	 * layers that do not divide by the stages) the model's own count */
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters */
 		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
@@ -152,7 +162,8 @@ static void account(gk_nn_trainer *t)
 	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live; /* error feedback */
 	/* under tensor parallelism rank 0's copy is of the whole model */
 	size_t nf = gk_nn_full_nparams(t->m);
-	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
+	/* ... and so is a pipeline's (rank 0 puts the stages' ranges together) */
+	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 || t->grid.pp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
 			       gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
 						   gk_nn_dp_feedback_len(t->dp));
 	t->mem.total = 0;
@@ -514,8 +525,22 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	gk_err why;
 	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
 		return -1;
-	size_t nflat = pl.parameters / sizeof(float);
+	size_t nflat = pl.parameters / sizeof(float), whole = nflat;
 	size_t per = zero && t->world > 1 ? nflat / (size_t)t->world : nflat;
+	if (t->grid.pp > 1) {
+		/* a stage: its range's parameters, gradients and moments; rank
+		 * 0's checkpoint copy is of the whole model */
+		gk_nn_mem st;
+		gk_nn_opts so = mo;
+		so.pp = t->grid.pp;
+		so.pp_rank = t->grid.pp_rank;
+		so.lazy_params = so.lazy_grads = 1;
+		if (gk_nn_plan(&t->cfg, &so, &st, &why) < 0)
+			return -1;
+		pl.parameters = st.parameters;
+		pl.gradients = st.gradients;
+		per = st.parameters / sizeof(float);
+	}
 	if (gk_nn_dp_lazy_params(&o, t->grid.dp, t->cuda)) {
 		size_t edge, block;
 		uint64_t shard, live;
@@ -538,7 +563,10 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +
 		/* tensor parallelism: rank 0 copies the whole model, at most tp
 		 * times its slices */
-		gk_nn_tr_ckpt_bytes(t, nflat * (size_t)t->grid.tp, per * (size_t)t->grid.tp, fb);
+		(t->grid.pp > 1 ? gk_nn_tr_ckpt_bytes(t, whole * (size_t)t->grid.tp,
+						      whole * (size_t)t->grid.tp, fb)
+				: gk_nn_tr_ckpt_bytes(t, nflat * (size_t)t->grid.tp,
+						      per * (size_t)t->grid.tp, fb));
 	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
 		*host += gk_comm_compress_scratch(t->o.compress, per);
 	*dev = 0;
@@ -743,8 +771,11 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
 			 .flat_multiple = gk_nn_dp_flat_multiple(&t->o, t->grid.dp),
-			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda),
-			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda),
+			 /* a pipeline stage maps both and touches its range only */
+			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda) ||
+				       t->grid.pp > 1,
+			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
+					t->grid.pp > 1,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
 			 .pp = t->grid.pp, .pp_rank = t->grid.pp_rank};
 	if (check_memory(t, err) < 0 ||
@@ -813,6 +844,7 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 		snprintf(t->model_from, sizeof(t->model_from), "%s", from);
 	} else if (gk_nn_tr_agree_local(t, (dp->zero3 ? gk_nn_init_range(t->m, o->seed, dp->lo,
 									 dp->hi)
+						       : t->grid.pp > 1 ? gk_nn_init_stage(t->m, o->seed)
 						       : gk_nn_init(t->m, o->seed)) < 0 ?
 					 gk_err_sys(err, ENOMEM, "model initialisation") : 0, err) < 0) {
 		return -1;
@@ -833,7 +865,22 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	 * every parameter has one copy, its owner's, so there is nothing to
 	 * make equal (and a broadcast would fill the whole buffer).
 	 */
-	if (t->grid.dp > 1 &&
+	/* a pipeline stage: what it loaded of its range and wte is all it
+	 * keeps (the rest of the mapping goes back) and all it sends */
+	int stage = t->grid.pp > 1;
+	if (stage)
+		gk_nn_pp_release(t->m);
+	if (stage && t->grid.dp > 1 &&
+	    ((dp->head && gk_comm_broadcast(dc, p0, p0, dp->head, GK_DT_F32, 0, err) < 0) ||
+	     gk_comm_broadcast(dc, p0 + dp->lo, p0 + dp->lo, dp->hi - dp->lo, GK_DT_F32, 0,
+			       err) < 0 ||
+	     (resume_dir &&
+	      (gk_comm_broadcast(dc, dp->mom, dp->mom, dp->hi - dp->lo + dp->head, GK_DT_F32, 0,
+				 err) < 0 ||
+	       gk_comm_broadcast(dc, dp->vel, dp->vel, dp->hi - dp->lo + dp->head, GK_DT_F32, 0,
+				 err) < 0))))
+		return -1;
+	if (!stage && t->grid.dp > 1 &&
 	    ((!dp->zero3 && gk_comm_broadcast(dc, p0, p0, t->N, GK_DT_F32, 0, err) < 0) ||
 	     (!o->zero && resume_dir && !dp->off &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
@@ -846,8 +893,9 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	/* ZeRO-3: each rank's units as between steps, its own range present */
 	gk_nn_dp_params_shard(dp);
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
-	    (resume_dir && !dp->host_update && gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom,
-					      dp->vel, 1, err) < 0))
+	    (resume_dir && !dp->host_update &&
+	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom, dp->vel, 1,
+				err) < 0))
 		return -1;
 	return 0;
 }

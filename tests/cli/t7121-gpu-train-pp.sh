@@ -16,7 +16,10 @@ and 1F1B schedules run each stage'"'"'s backwards in the same order: the
 same bits. Checkpoints hold the whole model (each stage'"'"'s layers from
 the stage that trained them), so --resume goes from pp 2 to one rank and
 from one rank to pp 3 and from tp 2 x pp 2 to pp 2, each continuing the
-run that never stopped. A
+run that never stopped. A stage holds only its range of the
+parameters, gradients and moments: rank 0'"'"'s accounting is mem-estimate
+--pp'"'"'s (and --tp 2 --pp 2'"'"'s) and the flat layout'"'"'s, and a stage of
+2 on a larger model peaks 48 MB below a rank of --pp 1. A
 rank that stops mid-step ends the whole grid with one message naming it
 (the watchdog of --timeout), one killed ends it through the launcher;
 layouts and options --pp does not take are refused with the numbers or
@@ -114,6 +117,87 @@ test_expect_success MPI 'fewer micro-batches than stages: warned about, and stil
 	test $(grep -c "warning: --pp 3 with --grad-accum 2: fewer micro-batches than stages" err) = 1 &&
 	losses m2.json >m2 && losses m2pp.json >m2pp &&
 	close_to m2pp m2 1e-5
+'
+
+# the accounting of rank 0 (stage 0: wte, wpe and its layers) against
+# mem-estimate --pp, which reports the most loaded stage, the first; and
+# against the flat layout: each float of the stage's range is 4 bytes of
+# parameters, 4 of gradients and 8 of moments, those of the padded
+# vocabulary rows in padding
+cat >cfg.py <<\PYEOF
+import json, sys
+st = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
+json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
+           "n_head": st["heads"], "vocab_size": st["vocab"],
+           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
+PYEOF
+cat >pcmp.py <<\PYEOF
+import json, sys
+st = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
+est = json.load(open(sys.argv[2]))
+g, m = st["memory"], est["bytes"]
+assert est["stage"] == 0, est["stage"]
+for k in ("parameters", "gradients", "optimizer"):
+    if g[k] != m[k]:
+        sys.exit("%s: gpu-train %d, mem-estimate --pp %d" % (k, g[k], m[k]))
+if st["tp"] == 1:
+    C, L, S = st["hidden"], st["layers"], st["pp"]
+    l0 = L // S + (L % S > 0)  # the first stage's layers
+    floats = st["params_padded"] - (L - l0) * (12 * C * C + 13 * C) - 2 * C
+    whole = 2 * ((4 * floats + 63) // 64 * 64) + 8 * floats
+    got = g["parameters"] + g["gradients"] + g["optimizer"] + g["padding"]
+    if got != whole:
+        sys.exit("stage 0 holds %d floats: %d bytes, accounted %d" % (floats, whole, got))
+print("stage 0:", g["parameters"], g["gradients"], g["optimizer"])
+PYEOF
+
+test_expect_success MPI 'memory of stage 0: parameters, gradients and optimizer = mem-estimate --pp 2 (and --tp 2 --pp 2)' '
+	python3 cfg.py pp2.json cfg.json &&
+	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --grad-accum 4 \
+		--no-dropout --pp 2 --json >me.json &&
+	python3 pcmp.py pp2.json me.json &&
+	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --grad-accum 4 \
+		--no-dropout --pp 2 --tp 2 --json >me4.json &&
+	python3 pcmp.py tp2pp2.json me4.json
+'
+
+# Each rank's peak RSS (VmHWM), through a wrapper that runs it as a child.
+cat >rss.py <<\PYEOF
+import os, resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+with open(sys.argv[1] + "." + os.environ.get("OMPI_COMM_WORLD_RANK", "0"), "w") as f:
+    f.write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)
+PYEOF
+
+if ! ldd "$(command -v gpu-train)" 2>/dev/null | grep -q libasan; then
+	test_set_prereq NOASAN
+fi
+
+# 12 blocks of hidden 256 (9.5M parameters, 152 MB of parameters,
+# gradients and moments, nearly all in the blocks): a stage of 2 holds
+# half of them, 76 MB less than a rank of --pp 1 (2 data-parallel ranks)
+# by the accounting; its peak RSS must show at least 48 MB of it
+test_expect_success MPI,NOASAN 'a stage of 2 holds half the model: the accounting halves and peak RSS falls by 48 MB' '
+	for p in 1 2; do
+		timeout 300 mpirun --oversubscribe --bind-to none -np 2 \
+			python3 rss.py rss$p gpu-train --data train.bin --layers 12 --hidden 256 \
+			--heads 4 --positions 16 --seq 16 --batch 1 --grad-accum 2 --steps 1 \
+			--threads 1 --json --pp $p >y$p.json || return 1
+	done &&
+	python3 - y1.json y2.json <<-\PY &&
+	import json, sys
+	y1, y2 = (next(json.loads(l) for l in open(f) if "\"start\"" in l)["memory"]
+	          for f in sys.argv[1:])
+	s1 = y1["parameters"] + y1["gradients"] + y1["optimizer"]
+	s2 = y2["parameters"] + y2["gradients"] + y2["optimizer"]
+	assert 0.45 * s1 < s2 < 0.55 * s1, (y1, y2)
+	assert y1["total"] - y2["total"] >= 70 << 20, (y1["total"], y2["total"])
+	PY
+	for r in 0 1; do
+		echo "rank $r: peak RSS $(cat rss2.$r) KiB under --pp 2, $(cat rss1.$r) under --pp 1" &&
+		test $(cat rss2.$r) -lt $(($(cat rss1.$r) - 48 * 1024)) || return 1
+	done
 '
 
 cat >st.py <<\PYEOF

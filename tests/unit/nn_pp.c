@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "nn/internal.h"
 #include "nn/train.h"
@@ -199,9 +200,86 @@ static void test_stages(int L, int S, int M, int gpipe)
 		gk_nn_free(st[s]);
 }
 
+/* pages of [a, b) floats of buf resident (mincore), whole pages only */
+static size_t resident(const float *buf, size_t a, size_t b)
+{
+	size_t pg = gk_nn_grad_page(), n = 0;
+	a = (a + pg - 1) / pg * pg;
+	b = b / pg * pg;
+	unsigned char v;
+	for (size_t i = a; i + pg <= b; i += pg)
+		if (mincore((void *)(buf + i), pg * sizeof(float), &v) == 0 && (v & 1))
+			n++;
+	return n;
+}
+
+/*
+ * A stage mapped lazily: gk_nn_init_stage draws the values the whole
+ * model's gk_nn_init draws in the stage's range and wte (the last
+ * stage), and leaves no page outside them resident; gk_nn_pp_release
+ * gives back what a whole initialisation (a load) filled. gk_nn_memory
+ * and gk_nn_plan count the stage's floats.
+ */
+static void test_lazy_stage(int L, int S)
+{
+	gk_err err = {0};
+	gk_nn_config c = {.layers = L, .hidden = 64, .heads = 2, .vocab = 1000, .positions = 16,
+			  .ln_eps = 1e-5f};
+	gk_nn_config_finish(&c, &err);
+	gk_nn_opts o = {.batch = 1, .seq = 8, .threads = 1};
+	gk_nn_model *whole = NULL;
+	if (gk_nn_new(&whole, &c, &o, &err) < 0) {
+		ok(0, "whole model: %s", err.msg);
+		return;
+	}
+	gk_nn_init(whole, 11);
+	size_t n = gk_nn_nparams(whole);
+	const float *w = gk_nn_params(whole);
+	for (int s = 0; s < S; s++) {
+		gk_nn_opts os = o;
+		os.pp = S;
+		os.pp_rank = s;
+		os.lazy_params = os.lazy_grads = 1;
+		gk_nn_model *m = NULL;
+		if (!ok(gk_nn_new(&m, &c, &os, &err) == 0, "stage %d of %d, mapped lazily", s, S))
+			continue;
+		size_t lo, hi, sh;
+		gk_nn_pp_range(m, s, &lo, &hi, &sh);
+		gk_nn_init_stage(m, 11);
+		const float *p = gk_nn_params(m);
+		int same = !memcmp(p + lo, w + lo, (hi - lo) * sizeof(float)) &&
+			   !memcmp(p, w, sh * sizeof(float));
+		size_t out = resident(p, sh, lo) + resident(p, hi, n);
+		ok(same && out == 0, "stage %d of %d: its range [%zu, %zu) and wte [0, %zu) drawn "
+		   "as the whole model's, %zu pages outside resident", s, S, lo, hi, sh, out);
+		gk_nn_init(m, 11); /* as a load: the whole buffer */
+		size_t full = resident(p, hi, n) + resident(p, sh, lo);
+		gk_nn_pp_release(m);
+		out = resident(p, sh, lo) + resident(p, hi, n);
+		same = !memcmp(p + lo, w + lo, (hi - lo) * sizeof(float)) &&
+		       !memcmp(p, w, sh * sizeof(float));
+		ok(full > 0 && out == 0 && same, "stage %d of %d: gk_nn_pp_release gives back the "
+		   "%zu pages a whole initialisation filled outside it, and keeps its own", s, S,
+		   full);
+		gk_nn_mem mm, pl;
+		gk_nn_memory(m, &mm);
+		size_t want = ((hi - lo + sh) * sizeof(float) + 63) / 64 * 64;
+		int planned = gk_nn_plan(&c, &os, &pl, &err) == 0;
+		ok(gk_nn_pp_floats(m) == hi - lo + sh && mm.parameters == want &&
+		   mm.gradients == want && planned && pl.parameters == want && pl.gradients == want,
+		   "stage %d of %d: %zu bytes of parameters and of gradients, by gk_nn_memory and "
+		   "gk_nn_plan (%llu, %llu)", s, S, want, (unsigned long long)mm.parameters,
+		   (unsigned long long)pl.parameters);
+		gk_nn_free(m);
+	}
+	gk_nn_free(whole);
+}
+
 int main(void)
 {
 	test_layers();
+	test_lazy_stage(4, 2);
+	test_lazy_stage(4, 3);
 	test_stages(2, 2, 1, 0);
 	test_stages(3, 3, 3, 0);
 	test_stages(4, 3, 2, 0);
