@@ -462,6 +462,16 @@ static void say_waiting(FILE *o, const tcomm *c, const int64_t *pos, const int *
 	}
 }
 
+/* every rank that left a dump, each with what it waits in */
+static void say_all_waiting(FILE *o, const tcomm *c, const int64_t *pos, int *set, int *mark)
+{
+	memset(mark, 0, (size_t)c->world * sizeof *mark);
+	for (int r = 0; r < c->world; r++)
+		set[r] = c->d[r].have;
+	say_waiting(o, c, pos, set, mark, 1);
+	fputc('\n', o);
+}
+
 /* One communicator's verdict, or nothing when it shows no problem. */
 static void analyse(FILE *o, const tcomm *c, int several)
 {
@@ -569,11 +579,7 @@ static void analyse(FILE *o, const tcomm *c, int several)
 			}
 			fputs("; the ranks' operations differ from there on\n", o);
 		}
-		memset(mark, 0, (size_t)w * sizeof *mark);
-		for (int r = 0; r < w; r++)
-			set[r] = c->d[r].have;
-		say_waiting(o, c, pos, set, mark, 1);
-		fputc('\n', o);
+		say_all_waiting(o, c, pos, set, mark);
 		goto tail;
 	}
 
@@ -596,11 +602,7 @@ static void analyse(FILE *o, const tcomm *c, int several)
 	if (p2p) {
 		ahead = 0;
 		if (!nmissing && !nsilent) {
-			memset(mark, 0, (size_t)w * sizeof *mark);
-			for (int r = 0; r < w; r++)
-				set[r] = c->d[r].have;
-			say_waiting(o, c, pos, set, mark, 1);
-			fputc('\n', o);
+			say_all_waiting(o, c, pos, set, mark);
 			goto tail;
 		}
 	}

@@ -453,13 +453,21 @@ static int zero3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	return 0;
 }
 
+/* the gathers in flight waited for: nothing in flight, as between steps */
+static int units_settle(gk_nn_dp *dp, gk_err *err)
+{
+	for (int u = 0; u < dp->nunits; u++)
+		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
+			return -1;
+	return 0;
+}
+
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
 		return 0;
-	for (int u = 0; u < dp->nunits; u++) /* nothing in flight, as between steps */
-		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
-			return -1;
+	if (units_settle(dp, err) < 0)
+		return -1;
 	size_t per = dp->Np / (size_t)dp->world;
 	float *p = gk_nn_params(dp->m);
 	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
@@ -478,9 +486,8 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
 		return 0;
-	for (int u = 0; u < dp->nunits; u++) /* nothing in flight, as between steps */
-		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
-			return -1;
+	if (units_settle(dp, err) < 0)
+		return -1;
 	size_t per = dp->Np / (size_t)dp->world;
 	float *p = gk_nn_params(dp->m);
 	if (dp->rank != 0) {
