@@ -23,13 +23,28 @@ P="<|endoftext|>static int gk_err_sys(gk_err *err, int n) { // it's the 2nd"
 
 # the tokenizer, the model (weights wider than GPT-2's init, so that the
 # greedy choices lead by far more than two implementations' rounding) and
-# token data: the project's C sources, an end-of-text token after each
+# token data: C-like documents drawn from a seed, an end-of-text token after each
 cat >make_hf.py <<'EOF'
-import glob, os, struct, sys
+import glob, os, random, struct, sys
 import torch, transformers
 from tokenizers import ByteLevelBPETokenizer
 top, out = sys.argv[1], sys.argv[2]
-files = sorted(glob.glob(top + "/lib/core/*.c") + glob.glob(top + "/man/man1/*.1"))
+# C-like documents drawn from a fixed seed, not the tree's own files: an
+# edit anywhere in the sources would train another tokenizer, and another
+# random model could have a greedy step whose top two logits tie
+r = random.Random(20240520)
+words = ("static int void char const size_t return if for while else gk_err err gk_errf "
+         "gk_err_sys errno NULL sizeof struct buf len rc fd path name n i out in free "
+         "malloc memcpy strlen open read write close the a file not found it's 2nd of "
+         "to is and or 0 1 2 16 100").split()
+punct = [" ", " ", " ", " ", "(", ")", ";\n", ", ", " = ", " { ", " }\n", " // ", " *", "\n\t"]
+os.makedirs("corpus")
+files = []
+for k in range(60):
+    f = "corpus/doc-%02d.txt" % k
+    with open(f, "w") as o:
+        o.write("".join(r.choice(words) + r.choice(punct) for _ in range(1500)))
+    files.append(f)
 t = ByteLevelBPETokenizer()
 t.train(files, vocab_size=400, min_frequency=2, special_tokens=["<|endoftext|>"],
         show_progress=False)
@@ -47,7 +62,7 @@ os.makedirs("small")
 s.save_model("small")
 eot = t.token_to_id("<|endoftext|>")
 ids = []
-for p in sorted(glob.glob(top + "/lib/core/*.c"))[:6]:
+for p in files[:6]:
     ids += t.encode(open(p).read()).ids + [eot]
 h = [20240520, 1, len(ids)] + [0] * 253
 open("tok.bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(ids), *ids))
