@@ -281,7 +281,7 @@ static const gk_optdef options[] = {
 	    "micro-batches per evaluation, 0 all"),
 	FLAG("eval-only", o.eval_only, 1, AGREE,
 	     "print the mean loss of the model on --val-data or --data"),
-	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL,
+	INT("sample", "N", sample, 1, 1 << 20, AGREE, NULL,
 	    "generate N tokens at the end (without --data: of a checkpoint)"),
 	STR("prompt", "TEXT", prompt, 1, LOCAL,
 	    "--sample after TEXT (encoded by the tokenizer, or its bytes)"),
