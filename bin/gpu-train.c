@@ -281,7 +281,7 @@ static const gk_optdef options[] = {
 	    "micro-batches per evaluation, 0 all"),
 	FLAG("eval-only", o.eval_only, 1, AGREE,
 	     "print the mean loss of the model on --val-data or --data"),
-	INT("sample", "N", sample, 1, 1 << 20, LOCAL, NULL,
+	INT("sample", "N", sample, 1, 1 << 20, AGREE, NULL,
 	    "generate N tokens at the end (without --data: of a checkpoint)"),
 	STR("prompt", "TEXT", prompt, 1, LOCAL,
 	    "--sample after TEXT (encoded by the tokenizer, or its bytes)"),
@@ -747,62 +747,21 @@ static void parse_args(int argc, char **argv, args *a)
 	if (a->o.comm == GK_COMM_BACKEND_NCCL && a->o.device == GK_NN_CPU)
 		gk_cli_usage_error(&cli, "--comm nccl reduces a GPU's gradients: it needs "
 				   "--device cuda or auto");
-	if (a->o.zero >= 2 && a->o.compress != GK_COMM_COMPRESS_NONE)
-		gk_cli_usage_error(&cli, "--zero %d does not compress its gradient buckets: --zero 1 "
-				   "with --compress, or --zero %d without it", a->o.zero, a->o.zero);
-	if (a->o.zero >= 2 && a->o.device == GK_NN_CUDA)
-		gk_cli_usage_error(&cli, "--zero %d partitions the %s on the CPU backend "
-				   "only: on a GPU use --zero 1", a->o.zero,
-				   a->o.zero == 3 ? "parameters" : "gradients");
-	if (a->offload && strcmp(a->offload, "none")) {
-		if (!strcmp(a->offload, "optimizer") && a->o.device == GK_NN_CPU)
-			gk_cli_usage_error(&cli, "--offload optimizer moves a GPU's optimizer state to "
-					   "host memory, where the CPU backend already keeps it: give "
-					   "optimizer:DIR for files under DIR");
-		if (!strcmp(a->offload, "optimizer"))
-			a->o.offload_host = 1;
-		else if (strncmp(a->offload, "optimizer:", 10) || !a->offload[10])
+	if (a->offload && !strcmp(a->offload, "optimizer"))
+		a->o.offload_host = 1;
+	else if (a->offload && strcmp(a->offload, "none")) {
+		if (strncmp(a->offload, "optimizer:", 10) || !a->offload[10])
 			gk_cli_usage_error(&cli, "--offload '%s': not none, optimizer or optimizer:DIR",
 					   a->offload);
-		else
-			a->o.offload_dir = a->offload + 10;
-		if (a->o.offload_dir && a->o.device == GK_NN_CUDA)
-			gk_cli_usage_error(&cli, "--offload optimizer:DIR runs on the CPU backend only "
-					   "(on a GPU the moments stay in device memory)");
-		if (a->o.tp > 1)
-			gk_cli_usage_error(&cli, "--offload: not with --tp %d", a->o.tp);
-		if (a->o.pp > 1)
-			gk_cli_usage_error(&cli, "--offload: not with --pp %d (a stage's moments "
-					   "stay in memory: leave --offload out)", a->o.pp);
+		a->o.offload_dir = a->offload + 10;
 	}
-	if (a->o.offload_chunk && !a->o.offload_dir)
-		gk_cli_usage_error(&cli, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
-				   "give that too");
-	if (a->o.tp > 1) {
-		/* what tensor parallelism does not do (yet): said before any work */
-		char zero[16];
-		snprintf(zero, sizeof(zero), "--zero %d", a->o.zero);
-		const char *no = a->o.device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
-				 a->o.zero ? zero :
-				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress" :
-				 a->sample ? "--sample" : a->dump ? "--dump-data" : NULL;
-		if (no)
-			gk_cli_usage_error(&cli, "--tp %d: not with %s", a->o.tp, no);
-	}
-	if (a->o.pp > 1) {
-		/* what pipeline parallelism does not do (yet): said before any work */
-		const char *no = a->o.device != GK_NN_CPU ?
-				 "--device cuda or auto (the CPU only: --device cpu)" :
-				 a->o.zero ? "--zero (ZeRO 0: leave --zero out)" :
-				 a->o.compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
-				 a->sample ? "--sample (sample from its checkpoint in a run without --pp)" :
-				 a->dump ? "--dump-data (run it without --pp)" :
-				 a->o.eval_only ? "--eval-only (evaluate its checkpoint without --pp)" :
-				 a->o.val_data ? "--val-data (evaluate its checkpoints with --eval-only, "
-						 "without --pp)" : NULL;
-		if (no)
-			gk_cli_usage_error(&cli, "--pp %d: not with %s", a->o.pp, no);
-	}
+	/* which parallelism and offload settings go together (the trainer
+	 * checks again once --device auto has chosen) */
+	gk_err err = {0};
+	int cuda = a->o.device == GK_NN_AUTO ? -1 : a->o.device == GK_NN_CUDA;
+	if (gk_nn_train_check(&a->o, cuda, -1, (a->sample ? GK_NN_CHECK_SAMPLE : 0) |
+			      (a->dump ? GK_NN_CHECK_DUMP : 0), &err) < 0)
+		gk_cli_usage_error(&cli, "%s", err.msg);
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
 				   "a gradient is updated by 0/0");

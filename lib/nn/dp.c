@@ -131,28 +131,6 @@ int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
 	return o->zero == 3 && world > 1 && !cuda;
 }
 
-int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err)
-{
-	if (o->offload_dir && cuda)
-		return gk_errf(err, "optimizer offload to a directory runs on the CPU backend only "
-			       "(on a GPU the moments stay in device memory)");
-	if (o->offload_host && !cuda)
-		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
-			       "memory, and this run is on the CPU, which keeps it there: give "
-			       "optimizer:DIR for files under DIR");
-	if (o->zero < 2 || world == 1)
-		return 0;
-	if (cuda)
-		return gk_errf(err, "--zero %d partitions the %s on the CPU backend only "
-			       "(NCCL's collectives take equal pieces, and a bucket's or a block's "
-			       "owners hold unequal ones): on a GPU use --zero 1", o->zero,
-			       o->zero == 3 ? "parameters and gradients" : "gradients");
-	if (o->compress != GK_COMM_COMPRESS_NONE)
-		return gk_errf(err, "--zero %d does not compress its gradient buckets: use --zero 1 "
-			       "with --compress, or --zero %d without it", o->zero, o->zero);
-	return 0;
-}
-
 void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
 			  int keep, uint64_t *shard, uint64_t *transient)
 {

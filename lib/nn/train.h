@@ -205,6 +205,21 @@ int gk_nn_train_resolve(gk_nn_train_opts *o, const char *config_path, gk_err *er
 void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_opts *d);
 
 /*
+ * Whether the parallelism and offload settings of o go together: ZeRO's
+ * stages with --compress and the device, --offload's forms with the
+ * device, --tp and --pp, --offload-chunk. cuda: 1 on a GPU, 0 on the CPU,
+ * -1 not known yet (--device auto before every rank looked: the rules of
+ * a device are left to the run's check); world: the data-parallel ranks,
+ * -1 not known yet. tool: what else the run does (GK_NN_CHECK_*, which
+ * --tp and --pp refuse). 0, or -1 with err saying which options and what
+ * to give instead (the caller's usage error). gpu-train calls it on its
+ * command line (cuda from --device, or -1), the trainer once the device
+ * is chosen.
+ */
+enum { GK_NN_CHECK_SAMPLE = 1, GK_NN_CHECK_DUMP = 2 };
+int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err);
+
+/*
  * Bytes this rank allocated, by lib/mem's categories (gk_mem_cat).
  * parameters, gradients and optimizer count the model's own parameters
  * (mem-estimate's Psi, AdamW; optimizer divided by the world under ZeRO-1)

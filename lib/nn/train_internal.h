@@ -333,10 +333,8 @@ struct gk_nn_dp {
 /* Before the model: the multiple of the flat buffers' length (the world
  * under ZeRO-1, so that equal ranges exist on every rank). */
 int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world);
-/* Before the model: whether its gradient buffer is lazy_grads (ZeRO-2);
- * whether the options can run here (-1 with the reason). */
+/* Before the model: whether its gradient buffer is lazy_grads (ZeRO-2). */
 int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda);
-int gk_nn_dp_check(const gk_nn_train_opts *o, int world, int cuda, gk_err *err);
 /*
  * ZeRO-2's gradient bytes on a rank of a model of nflat floats (padded to
  * the world) whose tied embedding takes the first head floats: the shard

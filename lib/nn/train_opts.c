@@ -5,6 +5,8 @@
  * reader's options. gpu-train's command line and the trainer both call
  * these.
  */
+#include <stdio.h>
+
 #include "nn/train_internal.h"
 
 int gk_nn_train_resolve(gk_nn_train_opts *o, const char *config_path, gk_err *err)
@@ -40,4 +42,68 @@ void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_
 			       .vocab = vocab, .eot = o->eot, .batch = o->batch, .seq = o->seq,
 			       .skip_bad = o->skip_bad, .note = o->data_note,
 			       .note_ctx = o->data_note_ctx};
+}
+
+/*
+ * Which parallelism and offload settings go together, stated once. A
+ * device given on the command line is said as given; one --device auto
+ * chose, as the run's.
+ */
+int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err)
+{
+	int given = o->device != GK_NN_AUTO, sample = tool & GK_NN_CHECK_SAMPLE,
+	    dump = tool & GK_NN_CHECK_DUMP;
+	if (o->zero >= 2 && o->compress != GK_COMM_COMPRESS_NONE)
+		return gk_errf(err, "--zero %d does not compress its gradient buckets: --zero 1 "
+			       "with --compress, or --zero %d without it", o->zero, o->zero);
+	/* one data-parallel rank shards nothing: any device runs it */
+	if (o->zero >= 2 && cuda == 1 && world != 1)
+		return gk_errf(err, "--zero %d partitions the %s on the CPU backend only%s: on a "
+			       "GPU use --zero 1", o->zero, o->zero == 2 ? "gradients" :
+			       given ? "parameters" : "parameters and gradients",
+			       given ? "" : " (NCCL's collectives take equal pieces, and a "
+			       "bucket's or a block's owners hold unequal ones)");
+	if (o->offload_host && cuda == 0)
+		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
+			       "memory, %s: give optimizer:DIR for files under DIR",
+			       given ? "where the CPU backend already keeps it" :
+			       "and this run is on the CPU, which keeps it there");
+	if (o->offload_dir && cuda == 1)
+		return gk_errf(err, "%s runs on the CPU backend only (on a GPU the moments stay "
+			       "in device memory)", given ? "--offload optimizer:DIR" :
+			       "optimizer offload to a directory");
+	if ((o->offload_host || o->offload_dir) && o->tp > 1)
+		return gk_errf(err, "--offload: not with --tp %d", o->tp);
+	if ((o->offload_host || o->offload_dir) && o->pp > 1)
+		return gk_errf(err, "--offload: not with --pp %d (a stage's moments stay in "
+			       "memory: leave --offload out)", o->pp);
+	if (o->offload_chunk && !o->offload_dir)
+		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
+			       "give that too");
+	if (o->tp > 1) {
+		/* what tensor parallelism does not do (yet): said before any work */
+		char zero[16];
+		snprintf(zero, sizeof(zero), "--zero %d", o->zero);
+		const char *no = o->device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
+				 o->zero ? zero :
+				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
+				 sample ? "--sample" : dump ? "--dump-data" : NULL;
+		if (no)
+			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
+	}
+	if (o->pp > 1) {
+		/* what pipeline parallelism does not do (yet): said before any work */
+		const char *no = o->device != GK_NN_CPU ?
+				 "--device cuda or auto (the CPU only: --device cpu)" :
+				 o->zero ? "--zero (ZeRO 0: leave --zero out)" :
+				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
+				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
+				 dump ? "--dump-data (run it without --pp)" :
+				 o->eval_only ? "--eval-only (evaluate its checkpoint without --pp)" :
+				 o->val_data ? "--val-data (evaluate its checkpoints with --eval-only, "
+					       "without --pp)" : NULL;
+		if (no)
+			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
+	}
+	return 0;
 }

@@ -163,7 +163,8 @@ test_expect_success '--eval-every: val_loss at its steps; the last equals --eval
 '
 
 test_expect_success MPI 'ranks started with different options: exit 2, rank 0 names them, no collective runs' '
-	for opt in "--hidden 64" "--compress int8" "--lr 1e-2" "--grad-accum 2" "--ckpt-dir dx"; do
+	for opt in "--hidden 64" "--compress int8" "--lr 1e-2" "--grad-accum 2" "--ckpt-dir dx" \
+		   "--sample 2"; do
 		test_expect_code 2 timeout 60 mpirun --oversubscribe --bind-to none \
 			-np 1 gpu-train $A --batch 4 : -np 1 gpu-train $A --batch 4 $opt >out 2>err &&
 		test_must_be_empty out &&

@@ -3,7 +3,8 @@
  * (lib/comm's self backend, no launcher): what gk_nn_train_resolve makes
  * of the options, the shape and name helpers, the whole trainer against
  * the same steps written here with the model API, evaluation, the memory
- * it accounts, and sampling.
+ * it accounts, sampling, and which parallelism and offload settings
+ * gk_nn_train_check accepts.
  *
  * The references are independent of the code under test: values worked
  * out by hand from the documentation (GPT-2 small's shape, the cosine
@@ -22,6 +23,71 @@
 
 static char dir[] = "/tmp/gk-nn-train-XXXXXX";
 static char bin_path[600], cfg_path[600];
+
+/* ---- gk_nn_train_check ---------------------------------------------------------- */
+
+/* gk_nn_train_check's message for o, "" when it accepts them */
+static const char *check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool)
+{
+	static gk_err err;
+	memset(&err, 0, sizeof(err));
+	int rc = gk_nn_train_check(o, cuda, world, tool, &err);
+	return rc < 0 ? (err.msg[0] ? err.msg : "(-1 without a message)") : rc ? "(not 0 or -1)" : "";
+}
+
+/*
+ * The rules, with the texts gpu-train(1) and the CLI tests state: a device
+ * given on the command line (cuda from --device, the world not known), and
+ * one --device auto chose (the run's words, a world of one shards nothing,
+ * and nothing of the device said before it is known).
+ */
+static void checks(void)
+{
+	gk_nn_train_opts o = {.zero = 2, .device = GK_NN_CUDA};
+	is_str(check(&o, 1, -1, 0), "--zero 2 partitions the gradients on the CPU backend only: "
+	       "on a GPU use --zero 1", "check: --zero 2 --device cuda");
+	o.device = GK_NN_AUTO;
+	o.zero = 3;
+	is_str(check(&o, 1, 2, 0), "--zero 3 partitions the parameters and gradients on the CPU "
+	       "backend only (NCCL's collectives take equal pieces, and a bucket's or a block's "
+	       "owners hold unequal ones): on a GPU use --zero 1", "check: --zero 3, auto chose a GPU");
+	is_str(check(&o, 1, 1, 0), "", "check: --zero 3 on one GPU");
+	is_str(check(&o, -1, -1, 0), "", "check: --zero 3 --device auto, before the device is known");
+	is_str(check(&o, 0, 2, 0), "", "check: --zero 3, auto chose the CPU");
+	o.compress = GK_COMM_COMPRESS_F16;
+	is_str(check(&o, -1, -1, 0), "--zero 3 does not compress its gradient buckets: --zero 1 "
+	       "with --compress, or --zero 3 without it", "check: --zero 3 --compress");
+	o = (gk_nn_train_opts){.device = GK_NN_AUTO, .offload_host = 1};
+	is_str(check(&o, 0, 1, 0), "--offload optimizer moves a GPU's optimizer state to host "
+	       "memory, and this run is on the CPU, which keeps it there: give optimizer:DIR for "
+	       "files under DIR", "check: --offload optimizer, auto chose the CPU");
+	is_str(check(&o, -1, -1, 0), "", "check: --offload optimizer --device auto");
+	o.device = GK_NN_CPU;
+	is_str(check(&o, 0, -1, 0), "--offload optimizer moves a GPU's optimizer state to host "
+	       "memory, where the CPU backend already keeps it: give optimizer:DIR for files "
+	       "under DIR", "check: --offload optimizer --device cpu");
+	o = (gk_nn_train_opts){.device = GK_NN_AUTO, .offload_dir = "d"};
+	is_str(check(&o, 1, 1, 0), "optimizer offload to a directory runs on the CPU backend only "
+	       "(on a GPU the moments stay in device memory)", "check: optimizer:DIR, auto chose a GPU");
+	o.offload_dir = NULL;
+	o.offload_chunk = 4096;
+	is_str(check(&o, -1, -1, 0), "--offload-chunk sizes the reads of --offload optimizer:DIR: "
+	       "give that too", "check: --offload-chunk alone");
+	o = (gk_nn_train_opts){.device = GK_NN_CPU, .tp = 2};
+	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 on the CPU");
+	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "--tp 2: not with --sample", "check: --tp --sample");
+	is_str(check(&o, 0, -1, GK_NN_CHECK_DUMP), "--tp 2: not with --dump-data",
+	       "check: --tp --dump-data");
+	o.device = GK_NN_AUTO;
+	is_str(check(&o, -1, -1, 0), "--tp 2: not with --device cuda or auto (the CPU only)",
+	       "check: --tp --device auto");
+	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
+	is_str(check(&o, 0, -1, 0), "--pp 3: not with --val-data (evaluate its checkpoints with "
+	       "--eval-only, without --pp)", "check: --pp --val-data");
+	o.offload_dir = "d";
+	is_str(check(&o, 0, -1, 0), "--offload: not with --pp 3 (a stage's moments stay in memory: "
+	       "leave --offload out)", "check: --pp --offload");
+}
 
 /* ---- gk_nn_train_resolve ------------------------------------------------------- */
 
@@ -628,6 +694,7 @@ int main(void)
 	snprintf(cfg_path, sizeof(cfg_path), "%s/config.json", dir);
 	resolve();
 	names();
+	checks();
 	if (ok(write_data() == 0, "llm.c token file of %d tokens", TOKENS)) {
 		trainer(1, 1.0);
 		trainer(2, 1.0);
