@@ -226,4 +226,9 @@ void gk_nn_tp_xent_bwd(float *logits, const float *lse, const int32_t *targets, 
 void gk_nn_tp_copy(const gk_nn_tensor *ft, const gk_nn_tensor *lt, size_t n, int tp, int r,
 		   float *whole, float *local, int to_local);
 
+/* gpt.c: give back the pages of buf (a lazily mapped parameter or
+ * gradient buffer of m) wholly inside [lo, hi) of the flat buffer; from
+ * hi = nparams on, the mapping's tail too (weights.c's stage init) */
+void gk_nn_lazy_release(const gk_nn_model *m, float *buf, size_t lo, size_t hi);
+
 #endif
