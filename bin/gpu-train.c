@@ -244,6 +244,9 @@ static const gk_optdef options[] = {
 	     "(yes) or keep them until its backward (no)"),
 	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
 	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
+	FLAG("sequence-parallel", o.seq_par, 1, AGREE,
+	     "--tp: split the LayerNorm and residual regions' activations\n"
+	     "by sequence positions over the tensor group"),
 	INT("pp", "N", o.pp, 1, 1 << 16, NOTE, "1",
 	    "pipeline stages, contiguous blocks of layers (the CPU)"),
 	ENUM("pp-schedule", "KIND", o.pp_sched, gk_nn_pp_sched_parse, "1f1b or gpipe", NOTE,

@@ -248,7 +248,7 @@ static void test_vocab(int tp)
 			mx[i] = m[i] > mx[i] ? m[i] : mx[i];
 		free(o), free(dw), free(lr), free(m);
 	}
-	gk_nn_tp_add_pos(sum, wpe, B, T, C, nt);
+	gk_nn_tp_add_pos(sum, wpe, B, T, 0, C, nt);
 	ok(maxrel(sum, emb, (size_t)N * C) == 0,
 	   "tp %d: the masked lookups summed, then positions = the embedding bit for bit", tp);
 	ok(e_dwte == 0, "tp %d: each rank's rows of d wte = the whole's", tp);
