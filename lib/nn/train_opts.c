@@ -100,11 +100,14 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		if (o->pp > 1)
 			return gk_errf(err, "--sequence-parallel: not with --pp %d", o->pp);
 		int lo = o->seq / o->tp * o->tp;
+		char alt[24] = "";
+		if (lo > 0)
+			snprintf(alt, sizeof(alt), "%d or ", lo);
 		if (o->seq > 0 && o->seq % o->tp)
 			return gk_errf(err, "--sequence-parallel with --tp %d: the sequence length "
 				       "%d does not divide by %d (each rank keeps %d/%d positions "
-				       "of each sequence): --seq %d or %d", o->tp, o->seq, o->tp,
-				       o->seq, o->tp, lo > 0 ? lo : o->tp, lo + o->tp);
+				       "of each sequence): --seq %s%d", o->tp, o->seq, o->tp,
+				       o->seq, o->tp, alt, lo + o->tp);
 	}
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */
