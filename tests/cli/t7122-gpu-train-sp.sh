@@ -124,7 +124,7 @@ test_expect_success MPI 'tp 2 x dp 2 --sequence-parallel (4 ranks x batch 4) = o
 # head's) N C floats each, the all-gathers N C / t (2 a layer forward,
 # 4 backward, lnf forward and again backward, d embedding), the
 # cross-entropy'"'"'s 3 N, the LayerNorms'"'"' gradients 2 C (2 a layer, lnf)
-test_expect_success MPI 'tp_comm_bytes under --sequence-parallel: the formula of its collectives' '
+test_expect_success MPI 'tp_comm_bytes under --sequence-parallel: the formula of its collectives (and --recompute layer the same step)' '
 	N=64 C=64 L=2 &&
 	mpi 2 $S --steps 2 --batch 4 --grad-accum 2 --tp 2 --sequence-parallel --json >v.json &&
 	want=$((2 * 4 * ((4 * L + 2) * N * C + (6 * L + 3) * N * C / 2 + 3 * N + (4 * L + 2) * C))) &&
@@ -132,7 +132,10 @@ test_expect_success MPI 'tp_comm_bytes under --sequence-parallel: the formula of
 	mpi 2 $S --steps 1 --batch 4 --grad-accum 2 --tp 2 --sequence-parallel --recompute layer \
 		--json >vr.json &&
 	want=$((want + 2 * 4 * L * (2 * N * C + 2 * N * C / 2))) &&
-	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" vr.json)" = "$want"
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" vr.json)" = "$want" &&
+	# recomputing each layer (its collectives again) gives the same bits
+	test "$(losses vr.json)" = "$(losses v.json | head -n 1)" &&
+	test "$(norms vr.json)" = "$(norms v.json | head -n 1)"
 '
 
 # The accounting: gpu-train'"'"'s activations at tp 2 with and without
