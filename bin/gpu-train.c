@@ -919,7 +919,8 @@ static void print_start(gk_nn_trainer *t)
 	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
 	char grid[320] = "";
 	if (tp > 1)
-		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
+		snprintf(grid, sizeof(grid), " (dp %d x tp %d%s)", gk_nn_trainer_world(t) / tp, tp,
+			 r->seq_par ? ", sequence-parallel" : "");
 	if (pp > 1) {
 		/* the stages' layers and the schedule's expected bubble */
 		int n = tp > 1 ? snprintf(grid, sizeof(grid), " (dp %d x pp %d x tp %d: layers",
@@ -979,6 +980,9 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			/* the grid: world = dp x tp */
 			json_object_set_new(j, "tp", json_integer(tp));
+			if (tp > 1)
+				json_object_set_new(j, "sequence_parallel",
+						    json_boolean(r->seq_par != 0));
 			json_object_set_new(j, "pp", json_integer(pp));
 			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp / pp));
 			if (pp > 1) {

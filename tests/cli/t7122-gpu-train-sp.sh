@@ -49,6 +49,8 @@ test_expect_success MPI 'tp 2 --sequence-parallel = tp 2 (1e-6) = one rank (1e-5
 	losses tp.json >tp && norms tp.json >tp.n &&
 	losses sp.json >sp && norms sp.json >sp.n &&
 	test $(wc -l <sp) = 2 &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .sequence_parallel == true and .tp == 2" sp.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .sequence_parallel == false" tp.json &&
 	close_to sp tp 1e-6 && close_to sp.n tp.n 1e-6 &&
 	close_to sp one.2 1e-5 && close_to sp.n one.n2 1e-5
 '
