@@ -6,7 +6,7 @@ give the losses and gradient norms of tp 2 without it within 1e-6
 relative and of one rank within 1e-5, step by step; their checkpoints
 are the same Hugging Face layout with the values of tp 2 within 1e-6
 and of one rank within 1e-5, and one resumes on one rank as the run
-that never stopped; a step'"'"'s
+that never stopped; --eval-only gives the loss of tp 2; a step'"'"'s
 tp_comm_bytes is the formula of its collectives; the activations it
 accounts for drop by what mem-estimate --sp says, and mem-estimate'"'"'s
 own drop is Korthikanti'"'"'s (4e + 2d) sbh (1 - 1/t) a layer; a sequence
@@ -112,6 +112,15 @@ test_expect_success MPI '--resume from a --sequence-parallel run on one rank = t
 	grep "resumed with --tp 1 (the checkpoint.s run: 2)" err &&
 	losses r1.json >r1 &&
 	close_to r1 one.tail 1e-5
+'
+
+test_expect_success MPI '--eval-only under --sequence-parallel: the loss and batches of tp 2 alone' '
+	E="--eval-only --data train.bin --init-from ck1r/latest --seq 16 --batch 4 --eval-batches 3 --threads 1 --json --tp 2" &&
+	mpi 2 $E >e0.json && mpi 2 $E --sequence-parallel >e1.json &&
+	jq -r "select(.event == \"eval\") | .loss" e0.json >e0 &&
+	jq -r "select(.event == \"eval\") | .loss" e1.json >e1 &&
+	close_to e1 e0 1e-6 &&
+	jq -s -e "map(select(.event == \"eval\"))[0].batches == 3" e1.json
 '
 
 test_expect_success MPI 'tp 2 x dp 2 --sequence-parallel (4 ranks x batch 4) = one rank x batch 8' '
