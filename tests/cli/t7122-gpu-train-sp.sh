@@ -1,9 +1,10 @@
 #!/bin/sh
 test_description='gpu-train --sequence-parallel: Megatron'"'"'s sequence parallelism under --tp
 
-On the same global batch, tp 2 and tp 2 x dp 2 with --sequence-parallel
-give the losses and gradient norms of tp 2 without it within 1e-6
-relative and of one rank within 1e-5, step by step; their checkpoints
+On the same global batch, tp 2, tp 2 x dp 2, tp 4 and tp 2 with
+gradient accumulation under --sequence-parallel
+give the losses and gradient norms of one rank within 1e-5 (tp 2: of
+tp 2 without it within 1e-6), step by step; their checkpoints
 are the same Hugging Face layout with the values of tp 2 within 1e-6
 and of one rank within 1e-5, and one resumes on one rank as the run
 that never stopped; --eval-only gives the loss of tp 2; a step'"'"'s
@@ -128,6 +129,15 @@ test_expect_success MPI 'tp 2 x dp 2 --sequence-parallel (4 ranks x batch 4) = o
 	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2" spdp.json &&
 	losses spdp.json >spdp && norms spdp.json >spdp.n &&
 	close_to spdp one 1e-5 && close_to spdp.n one.n 1e-5
+'
+
+test_expect_success MPI 'tp 4 --sequence-parallel (4 positions a rank) and tp 2 x --grad-accum 2 = one rank' '
+	mpi 4 $A --batch 8 --tp 4 --sequence-parallel >sp4.json &&
+	mpi 2 $A --batch 4 --grad-accum 2 --tp 2 --sequence-parallel >spga.json &&
+	losses sp4.json >sp4 && norms sp4.json >sp4.n &&
+	losses spga.json >spga && norms spga.json >spga.n &&
+	close_to sp4 one 1e-5 && close_to sp4.n one.n 1e-5 &&
+	close_to spga one 1e-5 && close_to spga.n one.n 1e-5
 '
 
 # per micro-step, N = 4 x 16 rows, C 64, L 2, t 2 (lib/nn/nn.h): the
