@@ -185,8 +185,7 @@ int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err)
 	if (seq % tp)
 		return gk_errf(err, "sequence parallelism over %d ranks: the sequence length %d "
 			       "does not divide by %d (each rank takes %d/%d positions; a "
-			       "sequence of %d or %d does)", tp, seq, tp, seq, tp,
-			       seq / tp * tp > 0 ? seq / tp * tp : tp, (seq / tp + 1) * tp);
+			       "sequence of %d does)", tp, seq, tp, seq, tp, (seq / tp + 1) * tp);
 	if (pp > 1)
 		return gk_errf(err, "sequence parallelism: not with %d pipeline stages (the "
 			       "stages pass whole sequences)", pp);
