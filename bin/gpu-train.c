@@ -244,6 +244,9 @@ static const gk_optdef options[] = {
 	     "(yes) or keep them until its backward (no)"),
 	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
 	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
+	FLAG("sequence-parallel", o.seq_par, 1, AGREE,
+	     "--tp: split the LayerNorm and residual regions' activations\n"
+	     "by sequence positions over the tensor group"),
 	INT("pp", "N", o.pp, 1, 1 << 16, NOTE, "1",
 	    "pipeline stages, contiguous blocks of layers (the CPU)"),
 	ENUM("pp-schedule", "KIND", o.pp_sched, gk_nn_pp_sched_parse, "1f1b or gpipe", NOTE,
@@ -916,7 +919,8 @@ static void print_start(gk_nn_trainer *t)
 	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
 	char grid[320] = "";
 	if (tp > 1)
-		snprintf(grid, sizeof(grid), " (dp %d x tp %d)", gk_nn_trainer_world(t) / tp, tp);
+		snprintf(grid, sizeof(grid), " (dp %d x tp %d%s)", gk_nn_trainer_world(t) / tp, tp,
+			 r->seq_par ? ", sequence-parallel" : "");
 	if (pp > 1) {
 		/* the stages' layers and the schedule's expected bubble */
 		int n = tp > 1 ? snprintf(grid, sizeof(grid), " (dp %d x pp %d x tp %d: layers",
@@ -976,6 +980,9 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			/* the grid: world = dp x tp */
 			json_object_set_new(j, "tp", json_integer(tp));
+			if (tp > 1)
+				json_object_set_new(j, "sequence_parallel",
+						    json_boolean(r->seq_par != 0));
 			json_object_set_new(j, "pp", json_integer(pp));
 			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp / pp));
 			if (pp > 1) {

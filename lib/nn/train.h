@@ -107,6 +107,9 @@ typedef struct gk_nn_train_opts {
 				 * no); 0 releases them after the forward */
 	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
 				 * the CPU backend, ZeRO 0, no compression */
+	int seq_par;            /* sequence parallelism over the tensor group
+				 * (gk_nn_opts' seq_par): tp > 1, seq a
+				 * multiple of tp, no pipeline */
 	int pp;                 /* pipeline stages (0 or 1: none): the CPU
 				 * backend, ZeRO 0, no compression */
 	int pp_sched;           /* GK_NN_PP_1F1B or GK_NN_PP_GPIPE */

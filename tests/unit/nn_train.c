@@ -78,6 +78,29 @@ static void checks(void)
 	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "--tp 2: not with --sample", "check: --tp --sample");
 	is_str(check(&o, 0, -1, GK_NN_CHECK_DUMP), "--tp 2: not with --dump-data",
 	       "check: --tp --dump-data");
+	o.seq_par = 1;
+	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 --sequence-parallel, the length not known");
+	o.seq = 16;
+	is_str(check(&o, 0, 2, 0), "", "check: --tp 2 --sequence-parallel --seq 16");
+	o.seq = 33;
+	is_str(check(&o, 0, 2, 0), "--sequence-parallel with --tp 2: the sequence length 33 does "
+	       "not divide by 2 (each rank keeps 33/2 positions of each sequence): --seq 32 or 34",
+	       "check: --sequence-parallel, a length that does not divide");
+	o.tp = 4;
+	o.seq = 3;
+	is_str(check(&o, 0, 2, 0), "--sequence-parallel with --tp 4: the sequence length 3 does "
+	       "not divide by 4 (each rank keeps 3/4 positions of each sequence): --seq 4",
+	       "check: --sequence-parallel, a length shorter than the group");
+	o.seq = 16;
+	o.pp = 2;
+	is_str(check(&o, 0, -1, 0), "--sequence-parallel: not with --pp 2",
+	       "check: --sequence-parallel --pp");
+	o.pp = 0;
+	o.tp = 1;
+	is_str(check(&o, 0, -1, 0), "--sequence-parallel splits the sequence over a tensor group: "
+	       "give --tp N (2 or more) too", "check: --sequence-parallel without --tp");
+	o.seq_par = 0;
+	o.tp = 2;
 	o.device = GK_NN_AUTO;
 	is_str(check(&o, -1, -1, 0), "--tp 2: not with --device cuda or auto (the CPU only)",
 	       "check: --tp --device auto");
