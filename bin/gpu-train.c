@@ -274,6 +274,9 @@ static const gk_optdef options[] = {
 	INT("ckpt-every", "N", o.ckpt_every, 1, I64MAX, AGREE, NULL,
 	    "checkpoint every N steps (and always at the end)"),
 	FLAG("resume", o.resume, 1, AGREE, "continue from DIR's latest checkpoint, if there is one"),
+	FLAG("ckpt-gather", o.ckpt_gather, 1, AGREE,
+	     "--zero 3: rank 0 gathers and writes model.safetensors\n"
+	     "(default: each rank writes its shard; see ckpt-merge)"),
 	ENUM("ckpt-error", "stop|continue", o.ckpt_continue, parse_stop_continue,
 	     "not one of stop continue", AGREE, "stop",
 	     "a failed checkpoint (disk full) stops the run, or training goes on"),
@@ -886,6 +889,13 @@ static void say_building(const args *a)
 }
 
 /* Rank 0: the notes on stderr, the model and its memory on stdout. */
+/* whether each rank writes its shard of the model at a checkpoint */
+static int sharded_ckpt(gk_nn_trainer *t, const gk_nn_train_opts *r)
+{
+	return r->ckpt_dir && r->zero == 3 && !r->ckpt_gather && !r->eval_only &&
+	       gk_nn_trainer_world(t) > 1;
+}
+
 static void print_start(gk_nn_trainer *t)
 {
 	int rank = gk_nn_trainer_rank(t);
@@ -997,6 +1007,8 @@ static void print_start(gk_nn_trainer *t)
 			if (r->zero == 3)
 				json_object_set_new(j, "reshard_after_forward",
 						    json_boolean(!r->keep_gathered));
+			if (sharded_ckpt(t, r))
+				json_object_set_new(j, "ckpt_sharded", json_true());
 			if (tok)
 				json_object_set_new(j, "tokenizer", json_string(tok));
 			if (from) {
@@ -1027,6 +1039,10 @@ static void print_start(gk_nn_trainer *t)
 				       from);
 			else if (from)
 				printf("parameters from %s\n", from);
+			if (sharded_ckpt(t, r))
+				printf("checkpoints: each rank writes its shard of the model (--zero 3); "
+				       "transformers loads what 'ckpt-merge %s/latest -o DIR' makes\n",
+				       r->ckpt_dir);
 		}
 	}
 	/* someone at a terminal may expect a run to leave something behind */

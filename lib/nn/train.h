@@ -34,7 +34,10 @@
  * "m" and "v" over the flat parameter buffer: optim.safetensors whole, or
  * with ZeRO-1 one optim-rank-R-of-W.safetensors per rank holding its
  * range as a row slice (gpukit.slice metadata), so any world resumes
- * from any other. The state is copied to host buffers at the step
+ * from any other. Under ZeRO-3 each rank writes its range of the
+ * parameters too, model-rank-R-of-W.safetensors (tensors whole, or cut
+ * as flat slices: gpukit.flat metadata), and no rank the whole model
+ * unless ckpt_gather. The state is copied to host buffers at the step
  * boundary and written by a thread; rank 0 commits once every rank has
  * written (agreed in the step's small allreduce).
  */
@@ -131,6 +134,9 @@ typedef struct gk_nn_train_opts {
 	const char *ckpt_dir;
 	int64_t ckpt_every;
 	int resume;             /* continue from ckpt_dir's latest, if any */
+	int ckpt_gather;        /* ZeRO-3: gather the model to rank 0, which
+				 * writes model.safetensors, instead of each
+				 * rank writing its range (model-rank-*) */
 	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
 	int eval_only;
 	int skip_nonfinite;     /* skip (and count) a step whose loss or norm is not

@@ -53,6 +53,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 {
 	int given = o->device != GK_NN_AUTO, sample = tool & GK_NN_CHECK_SAMPLE,
 	    dump = tool & GK_NN_CHECK_DUMP;
+	if (o->ckpt_gather && o->zero != 3)
+		return gk_errf(err, "--ckpt-gather: only --zero 3 shards the model in its checkpoints "
+			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
 	if (o->zero >= 2 && o->compress != GK_COMM_COMPRESS_NONE)
 		return gk_errf(err, "--zero %d does not compress its gradient buckets: --zero 1 "
 			       "with --compress, or --zero %d without it", o->zero, o->zero);

@@ -57,6 +57,12 @@ static void checks(void)
 	o.compress = GK_COMM_COMPRESS_F16;
 	is_str(check(&o, -1, -1, 0), "--zero 3 does not compress its gradient buckets: --zero 1 "
 	       "with --compress, or --zero 3 without it", "check: --zero 3 --compress");
+	o = (gk_nn_train_opts){.device = GK_NN_CPU, .zero = 3, .ckpt_gather = 1};
+	is_str(check(&o, 0, 2, 0), "", "check: --zero 3 --ckpt-gather");
+	o.zero = 2;
+	is_str(check(&o, 0, 2, 0), "--ckpt-gather: only --zero 3 shards the model in its "
+	       "checkpoints (--zero 2 writes model.safetensors whole): leave it out",
+	       "check: --zero 2 --ckpt-gather");
 	o = (gk_nn_train_opts){.device = GK_NN_AUTO, .offload_host = 1};
 	is_str(check(&o, 0, 1, 0), "--offload optimizer moves a GPU's optimizer state to host "
 	       "memory, and this run is on the CPU, which keeps it there: give optimizer:DIR for "
