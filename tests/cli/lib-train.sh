@@ -5,6 +5,8 @@
 #   TINY                   a small model and step shape for fast runs
 #   losses FILE            the losses of the step lines of a --json log
 #   close_to A B TOL       every line of A within TOL (relative) of B's
+#   stcmp A B TOL [...]    two safetensors files' tensors within TOL
+#                          (tests/cli/stcmp.py: its options and metric)
 #   mpi N ARGS...          gpu-train under mpirun with N ranks
 
 TINY="--layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2"
@@ -19,6 +21,10 @@ train_data() {
 	v = list(b"".join(open(p, "rb").read() for p in sorted(glob.glob(sys.argv[1] + "/lib/st/*.c")))[:4000])
 	open("val.bin", "wb").write(struct.pack("<%dH" % len(v), *v))
 	EOF
+}
+
+stcmp() {
+	python3 "$GK_TOP/tests/cli/stcmp.py" "$@"
 }
 
 losses() {
