@@ -472,7 +472,11 @@ out:
 	return rc;
 }
 
-/* A sample to tokenize: its one text file, read whole, to the batch. */
+/*
+ * A sample to tokenize: its one text file to the batch. A regular file
+ * is read by an encoding thread; any other (a fifo, /dev/stdin) here,
+ * now, in input order, as its writer may feed several in that order.
+ */
 static int tok_group(sh_tokb *b, const gk_shard_tokenize *tz,
 		     const gk_shard_source *src, const size_t *ix, const group *g,
 		     gk_shard_member *m, gk_err *err)
@@ -492,8 +496,13 @@ static int tok_group(sh_tokb *b, const gk_shard_tokenize *tz,
 		const char *path = src->paths.v[ix[g->first + (size_t)t]];
 		unsigned char *text = NULL;
 		uint64_t size = 0;
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
+		struct stat st;
+		int fd;
+		if (stat(path, &st) < 0) {
+			gk_err_sys(err, errno, "open '%s'", path);
+		} else if (S_ISREG(st.st_mode)) {
+			rc = sh_tokb_add_file(b, key, path, (uint64_t)st.st_size, err);
+		} else if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 			gk_err_sys(err, errno, "open '%s'", path);
 		} else {
 			rc = slurp(fd, path, &text, &size, err);
