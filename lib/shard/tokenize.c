@@ -70,6 +70,7 @@ struct sh_tokb {
 	uint64_t read;        /* text bytes written, for progress */
 	size_t fail_at;       /* first failing document of the batch encoded, or SIZE_MAX */
 	gk_err fail;          /* why it failed */
+	int failed;           /* a flush failed: the batches are no longer to be written */
 };
 
 int gk_shard_tokenize_is_text(const gk_shard_tokenize *tz, const char *ext)
@@ -373,12 +374,9 @@ static int flush(sh_tokb *b, gk_err *err)
 			}
 		}
 	}
-	if (wrc < 0) {
-		*err = werr;
-		return -1;
-	}
-	if (b->fail_at != SIZE_MAX) {
-		*err = b->fail;
+	if (wrc < 0 || b->fail_at != SIZE_MAX) {
+		*err = wrc < 0 ? werr : b->fail;
+		b->failed = 1;
 		return -1;
 	}
 	batch t = b->done;
@@ -418,7 +416,22 @@ int sh_tokb_add_file(sh_tokb *b, const char *key, const char *path, uint64_t siz
 
 int sh_tokb_finish(sh_tokb *b, gk_err *err)
 {
+	if (b->failed)
+		return gk_errf(err, "tokenize: an earlier error stopped it");
 	if (b->fill.n && flush(b, err) < 0)
 		return -1;
-	return write_batch(b, &b->done, err);
+	if (write_batch(b, &b->done, err) < 0) {
+		b->failed = 1;
+		return -1;
+	}
+	return 0;
+}
+
+int sh_tokb_error(sh_tokb *b, gk_err *err)
+{
+	gk_err e;
+	if (b->failed || sh_tokb_finish(b, &e) == 0)
+		return 0;
+	*err = e;
+	return 1;
 }
