@@ -9,13 +9,15 @@
  * costly part), and its .npy bytes made. Meanwhile one of the threads
  * adds the previous batch's members to the writer (which encodes the tar
  * entries, hashes, compresses and writes them), in input order, then
- * joins the encoding: nothing but stat and bookkeeping is left to one
- * thread alone, so the work scales with the threads. The writer sees the
- * same samples in the same order whatever the thread count, so the shards
- * are the same bytes: threads change only when the work is done. And the
- * error reported is that of the first document, in input order, that
- * fails (documents after it are skipped, those before it all run), so
- * it too is the same at any thread count.
+ * joins the encoding. Of the work here, only listing the documents (a
+ * stat each) and reading a tar stream or a fifo are left to one thread,
+ * so the rest scales with the threads. The writer sees the same samples
+ * in the same order whatever the thread count, so the shards are the
+ * same bytes: threads change only when the work is done. And the error
+ * reported is that of the first document, in input order, that fails
+ * (documents after it are skipped, those before it all run; a source
+ * that fails on a document first finishes those before it, see
+ * sh_tokb_error), so it too is the same at any thread count.
  *
  * Memory: the batch being encoded (its text, then its ids) and the one
  * being written, each some MiB per thread, plus the writer's buffer.
