@@ -139,7 +139,16 @@ int sh_index_check_mem(const gk_shard_index *idx, size_t i, const void *p,
  * writer. sh_tokb_check: the number of a sample's one text member, or -1
  * with the reason (a member that is not text, two text members).
  * sh_tokb_add takes text (malloc'ed, freed by the batch, also on error);
- * a full batch is encoded and written, the rest by sh_tokb_finish.
+ * sh_tokb_add_file a regular file of size bytes, read whole by one of the
+ * encoding threads (path must outlive the batch: until sh_tokb_finish or
+ * sh_tokb_free). A full batch is encoded while the one before it is
+ * written; the rest by sh_tokb_finish. An error of either (the first
+ * document in input order that failed) is returned by a later add or by
+ * finish; the threads have all returned by then. sh_tokb_error: a source
+ * failed on a document before adding it (err says why); the documents
+ * before it are encoded and written first, and when one of them fails,
+ * its error, earlier in input order, replaces err (1; else 0), so the
+ * error does not depend on where the batches end.
  */
 typedef struct sh_tokb sh_tokb;
 int sh_tokb_new(sh_tokb **out, gk_shard_writer *w, gk_shard_tokenize *tz,
@@ -148,7 +157,10 @@ ssize_t sh_tokb_check(const gk_shard_tokenize *tz, const char *key, size_t n,
 		      const gk_shard_member *m, gk_err *err);
 int sh_tokb_add(sh_tokb *b, const char *key, unsigned char *text, size_t len,
 		gk_err *err);
+int sh_tokb_add_file(sh_tokb *b, const char *key, const char *path, uint64_t size,
+		     gk_err *err);
 int sh_tokb_finish(sh_tokb *b, gk_err *err);
+int sh_tokb_error(sh_tokb *b, gk_err *err);
 void sh_tokb_free(sh_tokb *b);
 
 #endif

@@ -472,38 +472,60 @@ out:
 	return rc;
 }
 
-/* A sample to tokenize: its one text file, read whole, to the batch. */
+/*
+ * A sample to tokenize: its one text file to the batch. A regular file
+ * is read by an encoding thread; any other (a fifo, /dev/stdin) here,
+ * now, in input order, as its writer may feed several in that order.
+ */
 static int tok_group(sh_tokb *b, const gk_shard_tokenize *tz,
 		     const gk_shard_source *src, const size_t *ix, const group *g,
 		     gk_shard_member *m, gk_err *err)
 {
 	const char *first = src->names.v[ix[g->first]];
 	ssize_t klen = gk_shard_key_len(first);
-	if (klen < 0)
-		return gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)", first);
+	char *key = NULL;
+	ssize_t t;
+	if (klen < 0) {
+		gk_errf(err, "name '%s': no KEY.EXT form (webdataset would skip it)", first);
+		goto fail;
+	}
 	for (size_t i = 0; i < g->n; i++)
 		m[i] = (gk_shard_member){.ext = src->names.v[ix[g->first + i]] + klen + 1};
-	char *key = strndup(first, (size_t)klen);
-	if (!key)
-		return gk_err_sys(err, ENOMEM, "pack");
-	ssize_t t = sh_tokb_check(tz, key, g->n, m, err);
-	int rc = -1;
-	if (t >= 0) {
-		const char *path = src->paths.v[ix[g->first + (size_t)t]];
-		unsigned char *text = NULL;
-		uint64_t size = 0;
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
+	if (!(key = strndup(first, (size_t)klen))) {
+		gk_err_sys(err, ENOMEM, "pack");
+		goto fail;
+	}
+	if ((t = sh_tokb_check(tz, key, g->n, m, err)) < 0)
+		goto fail;
+	const char *path = src->paths.v[ix[g->first + (size_t)t]];
+	unsigned char *text = NULL;
+	uint64_t size = 0;
+	struct stat st;
+	int fd, rc;
+	if (stat(path, &st) < 0) {
+		gk_err_sys(err, errno, "open '%s'", path);
+		goto fail;
+	}
+	if (S_ISREG(st.st_mode)) {
+		rc = sh_tokb_add_file(b, key, path, (uint64_t)st.st_size, err);
+	} else {
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 			gk_err_sys(err, errno, "open '%s'", path);
-		} else {
-			rc = slurp(fd, path, &text, &size, err);
-			close(fd);
-			if (rc == 0)
-				rc = sh_tokb_add(b, key, text, (size_t)size, err);
+			goto fail;
 		}
+		rc = slurp(fd, path, &text, &size, err);
+		close(fd);
+		if (rc < 0)
+			goto fail;
+		rc = sh_tokb_add(b, key, text, (size_t)size, err);
 	}
 	free(key);
 	return rc;
+fail:
+	/* An earlier document's error, if any, comes first. */
+	sh_tokb_error(b, err);
+	free(key);
+	return -1;
 }
 
 int gk_shard_pack(gk_shard_writer *w, const gk_shard_source *src, int shuffle,
@@ -624,6 +646,9 @@ int gk_shard_pack_tar(gk_shard_writer *w, const char *path,
 	if (rc == 0 && tb && sh_tokb_finish(tb, err) < 0)
 		rc = -1;
 	int nokey = rc < 0 && sh_reader_nokey(r);
+	/* A sample failed: an error of the documents before it comes first. */
+	if (rc < 0 && tb && sh_tokb_error(tb, err))
+		nokey = 0;
 	gk_shard_reader_close(r);
 	sh_tokb_free(tb);
 	return rc < 0 ? (nokey ? GK_SHARD_NO_KEY : -1) : 0;

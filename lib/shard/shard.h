@@ -627,10 +627,13 @@ void gk_shard_permute(uint64_t *v, size_t n, uint64_t key);
  * encoded with tok (gk_tok_encode without special tokens: text that
  * spells "<|endoftext|>" stays text), eot is appended, and the ids are
  * stored as the member KEY.npy, '<u2' when the vocabulary has at most
- * 65536 ids, else '<i4' (gk_shard_npy_header). Documents are encoded by
- * jobs threads (OpenMP) in batches of some MiB and added to the writer
- * in input order, so the shards are the same bytes whatever jobs is; a
- * document is held in memory (its bytes and ids) while it is encoded.
+ * 65536 ids, else '<i4' (gk_shard_npy_header). Documents are read (files)
+ * and encoded by jobs threads (OpenMP) in batches of some MiB, and added
+ * to the writer in input order by one of them while the others encode
+ * the next batch, so the shards are the same bytes whatever jobs is, and
+ * so is the error of a failing run (the first document in input order
+ * that fails); a document is held in memory (its bytes and ids) while it
+ * is encoded, two batches at most.
  */
 typedef struct gk_shard_tokenize {
 	const gk_tok *tok;

@@ -4,17 +4,30 @@
  * under a GPT-2 byte-level BPE (lib/tok) and the end-of-text id.
  *
  * The sources (files, a tar stream) hand documents to a batch; a full
- * batch is encoded by the threads, one document per task (the costly
- * part), each thread with its own encoder, and the .npy members are then
- * added to the writer in input order. The writer sees the same samples
- * in the same order whatever the thread count, so the shards are the same
- * bytes: threads change only when the work is done.
+ * batch is done by the threads, one document per task, each thread with
+ * its own encoder: a document given as a file is read there, encoded (the
+ * costly part), and its .npy bytes made. Meanwhile one of the threads
+ * adds the previous batch's members to the writer (which encodes the tar
+ * entries, hashes, compresses and writes them), in input order, then
+ * joins the encoding. Of the work here, only listing the documents (a
+ * stat each) and reading a tar stream or a fifo are left to one thread,
+ * so the rest scales with the threads. The writer sees the same samples
+ * in the same order whatever the thread count, so the shards are the
+ * same bytes: threads change only when the work is done. And the error
+ * reported is that of the first document, in input order, that fails
+ * (documents after it are skipped, those before it all run; a source
+ * that fails on a document first finishes those before it, see
+ * sh_tokb_error), so it too is the same at any thread count.
+ *
+ * Memory: the batch being encoded (its text, then its ids) and the one
+ * being written, each some MiB per thread, plus the writer's buffer.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -23,32 +36,43 @@
 #include "shard/internal.h"
 
 /*
- * A batch is flushed past this many bytes of text per thread, or this
- * many documents per thread: enough work to share out (documents vary in
+ * A batch is full past this many bytes of text per thread, or this many
+ * documents per thread: enough work to share out (documents vary in
  * length), little enough memory.
  */
 enum { BATCH_BYTES = 4 << 20, BATCH_DOCS = 512 };
 
 typedef struct doc {
 	char *key;
+	const char *path;     /* a regular file a thread reads, or NULL: text given */
+	uint64_t want;        /* bytes it counts for in the batch (its stat size) */
 	unsigned char *text;  /* len bytes, owned */
 	size_t len;
 	unsigned char *npy;   /* the member, made by a thread */
 	size_t size;
 	uint64_t ids;         /* in it, eot included */
-	int failed;           /* out of memory */
 } doc;
+
+typedef struct batch {
+	doc *d;
+	size_t n, cap;
+	uint64_t bytes;       /* of text, read or to read */
+} batch;
 
 struct sh_tokb {
 	gk_shard_writer *w;
 	gk_shard_tokenize *tz;
 	gk_progress *progress;
 	int jobs, itemsize;
+	size_t batch_docs;    /* per thread */
 	gk_tok_enc **enc;     /* one per thread */
 	gk_tok_ids *ids;      /* one per thread, reused */
-	doc *d;
-	size_t n, cap, bytes; /* documents and text bytes held */
+	batch fill;           /* the sources add to it */
+	batch done;           /* encoded, to be written */
 	uint64_t read;        /* text bytes written, for progress */
+	size_t fail_at;       /* first failing document of the batch encoded, or SIZE_MAX */
+	gk_err fail;          /* why it failed */
+	int failed;           /* a flush failed: the batches are no longer to be written */
 };
 
 int gk_shard_tokenize_is_text(const gk_shard_tokenize *tz, const char *ext)
@@ -120,6 +144,15 @@ int sh_tokb_new(sh_tokb **out, gk_shard_writer *w, gk_shard_tokenize *tz,
 	b->progress = progress;
 	b->jobs = tz->jobs > 1 ? tz->jobs : 1;
 	b->itemsize = gk_shard_tokenize_itemsize(tz);
+	/*
+	 * GK_TEST_TOK_BATCH: documents per thread in a batch, so that tests
+	 * reach many batches (the overlap of encoding and writing, an error
+	 * after batches were written) with a few hundred small documents.
+	 */
+	const char *tb = getenv("GK_TEST_TOK_BATCH");
+	char *end;
+	long v = tb ? strtol(tb, &end, 10) : 0;
+	b->batch_docs = tb && *end == '\0' && v > 0 && v <= BATCH_DOCS ? (size_t)v : BATCH_DOCS;
 	b->enc = calloc((size_t)b->jobs, sizeof(*b->enc));
 	b->ids = calloc((size_t)b->jobs, sizeof(*b->ids));
 	if (!b->enc || !b->ids)
@@ -142,13 +175,22 @@ static void doc_free(doc *d)
 	memset(d, 0, sizeof(*d));
 }
 
+static void batch_clear(batch *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		doc_free(&t->d[i]);
+	t->n = 0;
+	t->bytes = 0;
+}
+
 void sh_tokb_free(sh_tokb *b)
 {
 	if (!b)
 		return;
-	for (size_t i = 0; i < b->n; i++)
-		doc_free(&b->d[i]);
-	free(b->d);
+	batch_clear(&b->fill);
+	batch_clear(&b->done);
+	free(b->fill.d);
+	free(b->done.d);
 	for (int i = 0; b->enc && i < b->jobs; i++)
 		gk_tok_enc_free(b->enc[i]);
 	for (int i = 0; b->ids && i < b->jobs; i++)
@@ -184,25 +226,71 @@ ssize_t sh_tokb_check(const gk_shard_tokenize *tz, const char *key, size_t n,
 	return rc < 0 ? -1 : text;
 }
 
-/* Document i: encode, append eot, make its .npy bytes (on any thread). */
-static void encode_doc(sh_tokb *b, doc *d, int t)
+/*
+ * A document's file, read whole (to its end, whatever its size was when
+ * the source saw it) into one buffer of the size fstat gives, grown if
+ * the file grew.
+ */
+static int read_text(doc *d, gk_err *err)
+{
+	int fd = open(d->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gk_err_sys(err, errno, "open '%s'", d->path);
+	struct stat st;
+	size_t cap = fstat(fd, &st) == 0 && st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
+	unsigned char *p = malloc(cap);
+	int rc = -1;
+	if (!p) {
+		gk_err_sys(err, ENOMEM, "read '%s'", d->path);
+		goto out;
+	}
+	for (;;) {
+		if (n == cap) {
+			unsigned char *q = realloc(p, cap * 2);
+			if (!q) {
+				gk_err_sys(err, ENOMEM, "read '%s'", d->path);
+				goto out;
+			}
+			p = q;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, p + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			gk_err_sys(err, errno, "read '%s'", d->path);
+			goto out;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	d->text = p;
+	d->len = n;
+	p = NULL;
+	rc = 0;
+out:
+	free(p);
+	close(fd);
+	return rc;
+}
+
+/* A document, on thread t: read, encode, append eot, make its .npy bytes. */
+static int encode_doc(sh_tokb *b, doc *d, int t, gk_err *err)
 {
 	gk_tok_ids *ids = &b->ids[t];
-	gk_err e;
+	if (d->path && read_text(d, err) < 0)
+		return -1;
 	ids->n = 0;
-	if (gk_tok_encode(b->enc[t], d->text, d->len, 0, ids, &e) < 0 ||
-	    GK_GROW(ids->v, ids->cap, ids->n + 1, "tokenize", &e) < 0) {
-		d->failed = 1;
-		return;
-	}
+	if (gk_tok_encode(b->enc[t], d->text, d->len, 0, ids, err) < 0 ||
+	    GK_GROW(ids->v, ids->cap, ids->n + 1, "tokenize", err) < 0)
+		return gk_err_prefix(err, "tokenize '%s'", d->key);
 	ids->v[ids->n++] = (uint32_t)b->tz->eot;
 	unsigned char hdr[GK_SHARD_NPY_HEADER_MAX];
 	size_t h = gk_shard_npy_header(hdr, b->itemsize, ids->n);
 	d->size = h + ids->n * (size_t)b->itemsize;
-	if (!(d->npy = malloc(d->size))) {
-		d->failed = 1;
-		return;
-	}
+	if (!(d->npy = malloc(d->size)))
+		return gk_err_sys(err, ENOMEM, "tokenize '%s'", d->key);
 	memcpy(d->npy, hdr, h);
 	unsigned char *p = d->npy + h;
 	/* .npy data is little-endian ('<'), whatever the host is. */
@@ -218,26 +306,15 @@ static void encode_doc(sh_tokb *b, doc *d, int t)
 	d->ids = ids->n;
 	free(d->text);
 	d->text = NULL;
+	return 0;
 }
 
-static int flush(sh_tokb *b, gk_err *err)
+/* The encoded batch's members to the writer, in order; the batch is emptied. */
+static int write_batch(sh_tokb *b, batch *t, gk_err *err)
 {
-	size_t n = b->n;
 	int rc = 0;
-#pragma omp parallel for num_threads(b->jobs) schedule(dynamic) if (b->jobs > 1 && n > 1)
-	for (size_t i = 0; i < n; i++) {
-		int t = 0;
-#ifdef _OPENMP
-		t = omp_get_thread_num();
-#endif
-		encode_doc(b, &b->d[i], t);
-	}
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		doc *d = &b->d[i];
-		if (d->failed) {
-			rc = gk_err_sys(err, ENOMEM, "tokenize '%s'", d->key);
-			break;
-		}
+	for (size_t i = 0; i < t->n && rc == 0; i++) {
+		doc *d = &t->d[i];
 		gk_shard_member m = {.ext = "npy", .data = d->npy, .size = d->size};
 		rc = gk_shard_writer_add(b->w, d->key, 1, &m, err);
 		b->tz->tokens += d->ids;
@@ -247,29 +324,116 @@ static int flush(sh_tokb *b, gk_err *err)
 		if (b->progress)
 			gk_progress_update(b->progress, b->read);
 	}
-	for (size_t i = 0; i < n; i++)
-		doc_free(&b->d[i]);
-	b->n = b->bytes = 0;
+	batch_clear(t);
 	return rc;
+}
+
+/*
+ * Encode the filled batch while the previous one is written; then the
+ * filled one waits in done for the next flush (or sh_tokb_finish). The
+ * threads all return before this does, also on error.
+ */
+static int flush(sh_tokb *b, gk_err *err)
+{
+	batch *in = &b->fill;
+	size_t n = in->n;
+	size_t stop = SIZE_MAX; /* documents past it are skipped */
+	int wrc = 0;
+	gk_err werr;
+	b->fail_at = SIZE_MAX;
+#pragma omp parallel num_threads(b->jobs) if (b->jobs > 1)
+	{
+		int t = 0;
+#ifdef _OPENMP
+		t = omp_get_thread_num();
+#endif
+#pragma omp single nowait
+		{
+			if (write_batch(b, &b->done, &werr) < 0) {
+				wrc = -1;
+#pragma omp atomic write
+				stop = 0;
+			}
+		}
+#pragma omp for schedule(dynamic) nowait
+		for (size_t i = 0; i < n; i++) {
+			size_t s;
+#pragma omp atomic read
+			s = stop;
+			if (i > s)
+				continue;
+			gk_err e;
+			if (encode_doc(b, &in->d[i], t, &e) < 0) {
+#pragma omp critical(sh_tokb_fail)
+				{
+					if (i < b->fail_at) {
+						b->fail_at = i;
+						b->fail = e;
+#pragma omp atomic write
+						stop = i;
+					}
+				}
+			}
+		}
+	}
+	if (wrc < 0 || b->fail_at != SIZE_MAX) {
+		*err = wrc < 0 ? werr : b->fail;
+		b->failed = 1;
+		return -1;
+	}
+	batch t = b->done;
+	b->done = *in;
+	*in = t;
+	return 0;
+}
+
+static int add(sh_tokb *b, const char *key, const char *path, uint64_t want,
+	       unsigned char *text, size_t len, gk_err *err)
+{
+	batch *t = &b->fill;
+	char *k = strdup(key);
+	if (!k || GK_GROW(t->d, t->cap, t->n + 1, "tokenize", err) < 0) {
+		free(k);
+		free(text);
+		return k ? -1 : gk_err_sys(err, ENOMEM, "tokenize");
+	}
+	t->d[t->n++] = (doc){.key = k, .path = path, .want = want, .text = text, .len = len};
+	t->bytes += want;
+	if (t->bytes >= (uint64_t)b->jobs * BATCH_BYTES || t->n >= (size_t)b->jobs * b->batch_docs)
+		return flush(b, err);
+	return 0;
 }
 
 int sh_tokb_add(sh_tokb *b, const char *key, unsigned char *text, size_t len,
 		gk_err *err)
 {
-	char *k = strdup(key);
-	if (!k || GK_GROW(b->d, b->cap, b->n + 1, "tokenize", err) < 0) {
-		free(k);
-		free(text);
-		return k ? -1 : gk_err_sys(err, ENOMEM, "tokenize");
-	}
-	b->d[b->n++] = (doc){.key = k, .text = text, .len = len};
-	b->bytes += len;
-	if (b->bytes >= (size_t)b->jobs * BATCH_BYTES || b->n >= (size_t)b->jobs * BATCH_DOCS)
-		return flush(b, err);
-	return 0;
+	return add(b, key, NULL, len, text, len, err);
+}
+
+int sh_tokb_add_file(sh_tokb *b, const char *key, const char *path, uint64_t size,
+		     gk_err *err)
+{
+	return add(b, key, path, size, NULL, 0, err);
 }
 
 int sh_tokb_finish(sh_tokb *b, gk_err *err)
 {
-	return b->n ? flush(b, err) : 0;
+	if (b->failed)
+		return gk_errf(err, "tokenize: an earlier error stopped it");
+	if (b->fill.n && flush(b, err) < 0)
+		return -1;
+	if (write_batch(b, &b->done, err) < 0) {
+		b->failed = 1;
+		return -1;
+	}
+	return 0;
+}
+
+int sh_tokb_error(sh_tokb *b, gk_err *err)
+{
+	gk_err e;
+	if (b->failed || sh_tokb_finish(b, &e) == 0)
+		return 0;
+	*err = e;
+	return 1;
 }

@@ -170,11 +170,67 @@ def stream(tokdir, B, T, K, *shards):
         print(json.dumps({"rank": 0, "micro": k, "rows": rows}, separators=(",", ":")))
 
 
+def corpus(n, seed, root):
+    """n documents of words drawn from seed: scripts, digits, punctuation,
+    whitespace runs, some empty, some not UTF-8, some long."""
+    import random
+    r = random.Random(int(seed))
+    words = ["the", "It's", "don't", "GPU", "shard", "x86_64", "42", "3.14", "1,000",
+             "na\u00efve", "\u0395\u03bb\u03bb\u03ac\u03b4\u03b1", "\u65e5\u672c\u8a9e",
+             "\U0001f44d\U0001f3fd", "e\u0301", "\u00a0", "--", "(){}", "<|endoftext|>",
+             "  ", "\t", "\n", "\n\n", "supercalifragilistic"]
+    os.makedirs(root)
+    for i in range(int(n)):
+        k = r.choice([0, 1, 5, 40, 200, 200, 200, 3000])
+        text = "".join(r.choice(words) + r.choice([" ", "", "\n", "  "]) for _ in range(k))
+        data = text.encode("utf-8")
+        if i % 37 == 5:
+            data += b" \xff\xc3( \xed\xa0\x80"
+        open(os.path.join(root, "d%03d.txt" % i), "wb").write(data)
+
+
+def roundtrip(tokdir, root, *shards):
+    """The samples are root's documents in order, each decoding back to
+    its bytes with one end-of-text id after it, and tokenizers' ids for
+    the documents that are UTF-8."""
+    import numpy as np
+    import webdataset as wds
+    from tokenizers import ByteLevelBPETokenizer
+    tok = ByteLevelBPETokenizer(tokdir + "/vocab.json", tokdir + "/merges.txt")
+    vocab = json.load(open(tokdir + "/vocab.json", encoding="utf-8"))
+    names = {i: k for k, i in vocab.items()}
+    eot = vocab["<|endoftext|>"]
+    keys = []
+    for s in wds.WebDataset(list(shards), shardshuffle=False):
+        key = s["__key__"]
+        ids = np.load(io.BytesIO(s["npy"])).tolist()
+        data = open(os.path.join(root, key + ".txt"), "rb").read()
+        if not ids or ids[-1] != eot or eot in ids[:-1]:
+            sys.exit("%s: not one end-of-text id, at the end" % key)
+        if b"".join(bytes(U2B[c] for c in names[i]) for i in ids[:-1]) != data:
+            sys.exit("%s: does not decode to its bytes" % key)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and tok.encode(text).ids + [eot] != ids:
+            sys.exit("%s: ids differ from tokenizers'" % key)
+        keys.append(key)
+    want = sorted(f[:-4] for f in os.listdir(root))
+    if keys != want:
+        sys.exit("samples %d, documents %d: not each once, in order" % (len(keys), len(want)))
+    print("documents %d" % len(keys))
+
+
 cmd = sys.argv[1]
 if cmd == "setup":
     setup(sys.argv[2])
 elif cmd == "check":
     check(*sys.argv[2:])
+elif cmd == "corpus":
+    corpus(*sys.argv[2:])
+elif cmd == "roundtrip":
+    roundtrip(*sys.argv[2:])
 elif cmd == "stream":
     stream(sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:])
 PYEOF
@@ -210,6 +266,85 @@ test_expect_success 'the same shards at 3 threads, from tokenizer.json, and from
 		done || return 1
 	done &&
 	test_cmp t1/m.json t3/m.json
+'
+
+# --jobs N: N threads read, encode and write in a pipeline, in batches
+# (GK_TEST_TOK_BATCH=3: three documents per thread, so that a few hundred
+# make many batches, each encoded while the one before it is written).
+test_expect_success 'a few hundred documents at 1, 2 and 3 threads: the same shards, decoding to the text' '
+	"$GK_PY" ref.py corpus 300 7 many &&
+	for j in 1 2 3; do
+		GK_TEST_TOK_BATCH=3 data-pack -q -c --tokenize gpt2 -o m$j/s-%03d.tar \
+			--max-size 96K --jobs $j many || return 1
+	done &&
+	data-pack -q -c --tokenize gpt2 -o md/s-%03d.tar --max-size 96K --jobs 2 many &&
+	(cd m1 && ls) >list1 &&
+	test $(wc -l <list1) -gt 4 &&
+	for d in m2 m3 md; do
+		(cd $d && ls) >list &&
+		test_cmp list1 list &&
+		for f in $(cat list1); do
+			cmp m1/$f $d/$f || return 1
+		done || return 1
+	done &&
+	"$GK_PY" ref.py roundtrip gpt2 many m1/s-*.tar >out &&
+	echo "documents 300" >expect-many &&
+	test_cmp expect-many out &&
+	GK_TEST_TOK_BATCH=3 data-pack -q -c --tokenize gpt2 -o z1/s-%03d.tar.lz4 \
+		--max-size 96K --jobs 1 many &&
+	GK_TEST_TOK_BATCH=3 data-pack -q -c --tokenize gpt2 -o z3/s-%03d.tar.lz4 \
+		--max-size 96K --jobs 3 many &&
+	(cd z1 && ls) >listz1 && (cd z3 && ls) >listz3 &&
+	test_cmp listz1 listz3 &&
+	for f in $(cat listz1); do
+		cmp z1/$f z3/$f || return 1
+	done
+'
+
+# An unreadable file: chmod 000 stops a user; root needs its capabilities
+# to override file permissions dropped (setpriv).
+if test "$(id -u)" != 0; then
+	noread() { "$@"; }
+	test_set_prereq NOREAD
+elif setpriv --bounding-set=-dac_override,-dac_read_search true 2>/dev/null; then
+	noread() { setpriv --bounding-set=-dac_override,-dac_read_search "$@"; }
+	test_set_prereq NOREAD
+fi
+
+# Later in the input, d200 has an image beside its text, an error found
+# as the files are listed, before its batch is encoded: the unreadable
+# d150 before it must still be the one named, wherever the batches end.
+# The shards finished before the error stay (each whole: the same bytes as
+# the run without unreadable files); the one being written is removed.
+test_expect_success NOREAD 'an unreadable document in the middle of a batch: the first error in input order, at any thread count' '
+	cp -R many bad &&
+	chmod 000 bad/d150.txt bad/d151.txt bad/d240.txt &&
+	printf "\377\330" >bad/d200.jpg &&
+	echo "data-pack: open '"'"'bad/d150.txt'"'"': Permission denied" >expect-bad &&
+	for j in 1 2 3; do
+		test_expect_code 1 noread env GK_TEST_TOK_BATCH=3 data-pack -q -c --tokenize gpt2 \
+			-o b$j/s-%03d.tar --max-size 96K --jobs $j bad 2>err &&
+		test_cmp expect-bad err &&
+		(cd b$j && ls -A) >written &&
+		test $(wc -l <written) -lt $(wc -l <list1) &&
+		for f in $(cat written); do
+			cmp b$j/$f m1/$f || return 1
+		done &&
+		rm -rf b$j &&
+		test_expect_code 1 noread data-pack -q -c --tokenize gpt2 \
+			-o b$j/s-%03d.tar --max-size 96K --jobs $j bad 2>err &&
+		test_cmp expect-bad err &&
+		{ ! test -e b$j || test -z "$(ls -A b$j)"; } || return 1
+	done
+'
+
+test_expect_success 'a full disk while the threads encode: an error, exit 1' '
+	for j in 1 3; do
+		test_expect_code 1 env GK_TEST_TOK_BATCH=3 data-pack -q -c --tokenize gpt2 \
+			-o - --jobs $j many >/dev/full 2>err &&
+		echo "data-pack: write '"'"'-'"'"': No space left on device" >expect-full &&
+		test_cmp expect-full err || return 1
+	done
 '
 
 command -v xxhsum >/dev/null 2>&1 && test_set_prereq XXHSUM
