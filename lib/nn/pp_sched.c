@@ -230,6 +230,11 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 		return 0;
 	float *g = gk_nn_grads(t->m) + t->m->wte;
 	size_t n = t->m->wpe - t->m->wte;
+	if (t->dp->ppshard) {
+		/* ZeRO-1: this rank's piece of it, the same on both stages */
+		g = gk_nn_grads(t->m) + t->dp->own[1][0];
+		n = t->dp->own[1][1] - t->dp->own[1][0];
+	}
 	return gk_comm_allreduce(t->grid.embc, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
 }
 
@@ -256,13 +261,60 @@ int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
 }
 
 /*
+ * ZeRO-1: every rank's pieces of the moments (a stage's range, and the
+ * first stage's of wte, which the last stage's equal) to the collector,
+ * world rank tp_rank (the first stage of the first data-parallel group),
+ * over the world's communicator; out[1..2] the collector's, else NULL.
+ */
+static int collect_pieces(gk_nn_trainer *t, float *out[3], gk_err *err)
+{
+	const gk_nn_dp *dp = t->dp;
+	int tp = t->grid.tp, pp = t->grid.pp, root = t->grid.tp_rank;
+	gk_comm_req *q[4];
+	int nq = 0;
+	if (t->rank != root) {
+		for (int k = 0; k < (t->grid.pp_rank == 0 ? 2 : 1); k++) {
+			size_t n = dp->own[k][1] - dp->own[k][0], at = k ? dp->per[0] : 0;
+			for (int v = 0; n && v < 2; v++)
+				if (gk_comm_isend(t->comm, (v ? dp->vel : dp->mom) + at, n, GK_DT_F32,
+						  root, &q[nq++], err) < 0)
+					return -1;
+		}
+		for (int i = 0; i < nq; i++)
+			if (gk_comm_wait(q[i], err) < 0)
+				return -1;
+		return 0;
+	}
+	for (int s = 0; s < pp; s++)
+		for (int r = 0; r < t->grid.dp; r++)
+			for (int k = 0; k < (s == 0 ? 2 : 1); k++) {
+				size_t a, b;
+				int w = r * tp * pp + s * tp + root;
+				gk_nn_dp_pp_piece(dp, s, r, k, &a, &b);
+				for (int v = 0; a < b && v < 2; v++) {
+					float *to = out[1 + v] + a;
+					gk_comm_req *rq;
+					if (w == t->rank)
+						memcpy(to, (v ? dp->vel : dp->mom) + (k ? dp->per[0] : 0),
+						       (b - a) * sizeof(float));
+					else if (gk_comm_irecv(t->comm, to, b - a, GK_DT_F32, w, &rq,
+							       err) < 0 ||
+						 gk_comm_wait(rq, err) < 0)
+						return -1;
+				}
+			}
+	return 0;
+}
+
+/*
  * The whole model's parameters and moments, in the flat buffer's layout,
  * put together on the first stage of the first data-parallel group's
  * pipelines (a checkpoint's copy, the only time a rank holds them all):
  * each later stage sends its range of the parameters and of its moments
  * (those of the last stage's shared wte are the first stage's too, the
  * same update on the same gradients). The other pipelines hold replicas
- * and send nothing.
+ * and send nothing, but under ZeRO-1, where every rank sends its pieces of
+ * the moments (collect_pieces).
  */
 int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 {
@@ -279,25 +331,27 @@ int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 			free(out[k]), out[k] = NULL;
 		return -1;
 	}
+	/* ZeRO-1: the moments are pieces, from every rank */
+	int K = dp->ppshard ? 1 : 3;
 	if (!in)
-		return 0;
+		return dp->ppshard ? collect_pieces(t, out, err) : 0;
 	const float *mine[3] = {gk_nn_params(t->m) + dp->lo, dp->mom, dp->vel};
 	if (t->grid.pp_rank > 0) {
 		gk_comm_req *q[3];
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < K; k++)
 			if (gk_comm_isend(t->grid.ppc, mine[k], n, GK_DT_F32, 0, &q[k], err) < 0)
 				return -1;
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < K; k++)
 			if (gk_comm_wait(q[k], err) < 0)
 				return -1;
-		return 0;
+		return dp->ppshard ? collect_pieces(t, out, err) : 0;
 	}
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < K; k++)
 		memcpy(out[k] + dp->lo, mine[k], n * sizeof(float));
 	for (int s = 1; s < t->grid.pp; s++) {
 		size_t lo, hi, shared;
 		gk_nn_pp_range(t->m, s, &lo, &hi, &shared);
-		for (int k = 0; k < 3; k++) {
+		for (int k = 0; k < K; k++) {
 			gk_comm_req *q;
 			if (gk_comm_irecv(t->grid.ppc, out[k] + lo, hi - lo, GK_DT_F32, s, &q,
 					  err) < 0 ||
@@ -305,5 +359,5 @@ int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 				return -1; /* out[] freed by the caller */
 		}
 	}
-	return 0;
+	return dp->ppshard ? collect_pieces(t, out, err) : 0;
 }

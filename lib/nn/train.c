@@ -309,7 +309,8 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	if (gk_nn_tr_sum(t, v, 8, err) < 0)
 		return -1;
 	double loss = v[0] / (t->world / t->grid.pp), norm;
-	if (t->grid.pp > 1 ? gk_nn_tr_pp_norm(t, &norm, err) < 0 :
+	/* a sharded stage's pieces are in v[3], the world's sum */
+	if (t->grid.pp > 1 && !dp->ppshard ? gk_nn_tr_pp_norm(t, &norm, err) < 0 :
 			     gk_nn_dp_norm(dp, v[3], &norm, err) < 0)
 		return -1;
 	exposed += gk_now() - tc;
