@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,18 @@ int gk_nn_pp_sched_parse(const char *s)
 const char *gk_nn_pp_sched_name(int k)
 {
 	return k >= 0 && k < 2 ? sched_names[k] : "?";
+}
+
+int gk_nn_pp_warning(char *buf, size_t len, int pp, int grad_accum)
+{
+	buf[0] = '\0';
+	if (pp <= grad_accum)
+		return 0;
+	snprintf(buf, len, "--pp %d with --grad-accum %d: fewer micro-batches than stages leave "
+		 "stages idle most of each step (the bubble, (%d-1)/%d, is %.0f%%); use "
+		 "--grad-accum %d or more", pp, grad_accum, pp, grad_accum,
+		 100.0 * (pp - 1) / grad_accum, 4 * pp);
+	return 1;
 }
 
 struct gk_nn_pp {

@@ -42,6 +42,12 @@
 enum { GK_NN_PP_1F1B, GK_NN_PP_GPIPE };
 int gk_nn_pp_sched_parse(const char *s);
 const char *gk_nn_pp_sched_name(int k);
+/*
+ * A pipeline of pp stages with fewer micro-batches (grad_accum) than
+ * stages leaves them idle most of each step: the warning's text (without
+ * the tool's name) into buf, 1; else 0 and buf "".
+ */
+int gk_nn_pp_warning(char *buf, size_t len, int pp, int grad_accum);
 
 /* Steps skipped in a row (skip_nonfinite) that end a run as broken. */
 #define GK_NN_MAX_SKIPS 10
@@ -68,6 +74,15 @@ int gk_nn_grid_layout(int world, int tp, int rank, gk_nn_grid *g, gk_err *err);
 int gk_nn_grid_layout_pp(int world, int tp, int pp, int rank, gk_nn_grid *g, gk_err *err);
 int gk_nn_grid_open(gk_nn_grid *g, gk_comm *world, gk_err *err);
 void gk_nn_grid_close(gk_nn_grid *g);
+/*
+ * The grid of a run of world ranks as its start line says it, into buf:
+ * "" without tensor or pipeline parallelism, " (dp D x tp T)", or with a
+ * pipeline " (dp D x pp P[ x tp T]: layers a-b, ...; SCHED over M
+ * micro-batches, bubble (P-1)/M = x)", each stage's layers of the model's
+ * layers (gk_nn_pp_layers) and the schedule's expected bubble.
+ */
+void gk_nn_grid_describe(char *buf, size_t len, int world, int tp, int pp, int64_t layers,
+			 int sched, int grad_accum);
 
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */
