@@ -917,7 +917,7 @@ static void print_start(gk_nn_trainer *t)
 	char grid[320], warn[256];
 	gk_nn_grid_describe(grid, sizeof(grid), gk_nn_trainer_world(t), tp, pp, cfg->layers,
 			    r->pp_sched, r->grad_accum);
-	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), pp, r->grad_accum))
+	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), r))
 		fprintf(stderr, "gpu-train: warning: %s\n", warn);
 	if (rank == 0 && pl->tp_span > 0)
 		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "

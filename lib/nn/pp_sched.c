@@ -55,10 +55,11 @@ const char *gk_nn_pp_sched_name(int k)
 	return k >= 0 && k < 2 ? sched_names[k] : "?";
 }
 
-int gk_nn_pp_warning(char *buf, size_t len, int pp, int grad_accum)
+int gk_nn_pp_warning(char *buf, size_t len, const gk_nn_train_opts *o)
 {
+	int pp = o->pp, grad_accum = o->grad_accum;
 	buf[0] = '\0';
-	if (pp <= grad_accum)
+	if (pp <= grad_accum || o->eval_only || o->steps <= 0)
 		return 0;
 	snprintf(buf, len, "--pp %d with --grad-accum %d: fewer micro-batches than stages leave "
 		 "stages idle most of each step (the bubble, (%d-1)/%d, is %.0f%%); use "
@@ -221,6 +222,40 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	p->span = gk_now() - tb;
 	part[GK_NN_PART_COMPUTE] += p->span - p->wait;
 	part[GK_NN_PART_COMM] += p->wait;
+	return 0;
+}
+
+int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
+		     gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int first = p->s == 0, last = p->s == p->S - 1;
+	/* the slot of micro-batch 0, whose activations the next step makes anew */
+	gk_nn_pp_use_slot(t->m, 0);
+	for (int64_t k = 0; batches <= 0 || k < batches; k++) {
+		/* every stage of the pipeline reads the same batches, and ends
+		 * at the same one */
+		int r = gk_nn_data_next(d, t->in, t->tg, err);
+		if (r <= 0)
+			return r;
+		if (!first && recv_wait(t, gk_nn_pp_input(t->m), p->s - 1, err) < 0)
+			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld: the input",
+					     p->s, (long long)k);
+		float l = 0;
+		if (gk_nn_forward(t->m, t->in, last ? t->tg : NULL, &l, err) < 0)
+			return -1;
+		if (last) {
+			acc[0] += l;
+			acc[1] += 1;
+			continue;
+		}
+		gk_comm_req *q;
+		if (gk_comm_isend(t->grid.ppc, gk_nn_pp_output(t->m), p->NC, GK_DT_F32, p->s + 1,
+				  &q, err) < 0 ||
+		    gk_comm_wait(q, err) < 0)
+			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld",
+					     p->s, (long long)k);
+	}
 	return 0;
 }
 

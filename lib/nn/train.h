@@ -42,12 +42,14 @@
 enum { GK_NN_PP_1F1B, GK_NN_PP_GPIPE };
 int gk_nn_pp_sched_parse(const char *s);
 const char *gk_nn_pp_sched_name(int k);
+struct gk_nn_train_opts;
 /*
- * A pipeline of pp stages with fewer micro-batches (grad_accum) than
- * stages leaves them idle most of each step: the warning's text (without
- * the tool's name) into buf, 1; else 0 and buf "".
+ * A pipeline (o->pp stages) that trains with fewer micro-batches
+ * (o->grad_accum) than stages leaves them idle most of each step: the
+ * warning's text (without the tool's name) into buf, 1; else 0 and buf
+ * "" (evaluation sends one batch at a time whatever --grad-accum says).
  */
-int gk_nn_pp_warning(char *buf, size_t len, int pp, int grad_accum);
+int gk_nn_pp_warning(char *buf, size_t len, const struct gk_nn_train_opts *o);
 
 /* Steps skipped in a row (skip_nonfinite) that end a run as broken. */
 #define GK_NN_MAX_SKIPS 10

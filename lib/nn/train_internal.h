@@ -191,6 +191,13 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err);
  * and backward by the schedule; *lsum the last stage's sum of losses (0
  * on the others); part's data, compute and communication. */
 int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err);
+/*
+ * Evaluation through the pipeline, forward only: batches of d (all with
+ * batches <= 0) through the stages, the last one's losses summed into
+ * acc[0] and counted in acc[1] (the other stages add nothing).
+ */
+int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
+		     gk_err *err);
 /* The last step's messages: bytes sent, and the part of the schedule
  * spent waiting for receives (NaN before a step). */
 void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble);

@@ -101,10 +101,7 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 				 o->zero > 1 ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
 				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
-				 dump ? "--dump-data (run it without --pp)" :
-				 o->eval_only ? "--eval-only (evaluate its checkpoint without --pp)" :
-				 o->val_data ? "--val-data (evaluate its checkpoints with --eval-only, "
-					       "without --pp)" : NULL;
+				 dump ? "--dump-data (run it without --pp)" : NULL;
 		if (no)
 			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
 	}

@@ -310,6 +310,38 @@ test_expect_success MPI 'tp 2 x pp 2 checkpoints the whole model; --resume from 
 	close_to r42 one3.tail 1e-5
 '
 
+# evaluation runs the pipeline forward only, a batch at a time; the last
+# stage has the loss and every rank learns it
+evl() {
+	jq -r "select(.event == \"eval\") | .loss" "$1"
+}
+
+# (pp 2 x dp 2 at batch 2 is dp 2'"'"'s batches, each rank'"'"'s sum added to
+# the other'"'"'s: the sums of one rank at batch 4 are of other batches)
+test_expect_success MPI '--eval-only through the pipeline: pp 2 = one rank and pp 2 x dp 2 = dp 2, bit for bit' '
+	E="$S --layers 3 --json --eval-only --data val.bin --init-from ck1/latest" &&
+	gpu-train $E --batch 4 >e1.json &&
+	mpi 2 $E --batch 4 --pp 2 >e2.json 2>err &&
+	mpi 2 $E --batch 2 >d2.json &&
+	mpi 4 $E --batch 2 --pp 2 >e4.json &&
+	evl e1.json >e1 && evl e2.json >e2 && evl d2.json >d2 && evl e4.json >e4 &&
+	test $(wc -l <e2) = 1 &&
+	test_cmp e1 e2 && test_cmp d2 e4 &&
+	jq -s -e "map(select(.event == \"eval\"))[0].batches == 62" e2.json &&
+	test_must_be_empty err
+'
+
+test_expect_success MPI '--val-data with --pp 2: the validation losses of one rank within 1e-5' '
+	V="$S --layers 3 --steps 2 --json --grad-accum 2 --batch 4 --val-data val.bin --eval-every 1 --eval-batches 4" &&
+	gpu-train $V >v1.json &&
+	mpi 2 $V --pp 2 --metrics v2.prom >v2.json &&
+	jq -r "select(.event == \"step\") | .val_loss" v1.json >v1 &&
+	jq -r "select(.event == \"step\") | .val_loss" v2.json >v2 &&
+	test $(wc -l <v2) = 2 &&
+	close_to v2 v1 1e-5 &&
+	grep "^gpukit_train_val_loss{run=\"v2\"} $(tail -n 1 v2 | cut -c1-6)" v2.prom
+'
+
 TAG="t7121-$$"
 test_expect_success MPI 'a rank that stops mid-step: the grid ends with one message naming it' '
 	t0=$(date +%s) &&
@@ -350,7 +382,7 @@ test_expect_success MPI 'a rank killed mid-step: the launcher ends the grid, nam
 # refusals: a usage error (2), before a step or a file
 test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
 	for o in "--zero 2" "--zero 3" "--compress bf16" "--device cuda" "--device auto" \
-		"--sample 5" "--dump-data 1" "--eval-only" "--val-data val.bin"; do
+		"--sample 5" "--dump-data 1"; do
 		test_expect_code 2 gpu-train $A --batch 4 --pp 2 $o >out 2>err &&
 		grep -- "--pp 2: not with --[a-z-]*[ a-z0-9]* (.*)$" err &&
 		test_must_be_empty out || return 1
