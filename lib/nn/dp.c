@@ -95,10 +95,10 @@
  * average is of its range's buckets and of wte by one allreduce. The
  * model maps its parameters and gradients lazily, so the stage's memory
  * is its range's. Under ZeRO-1 the stage's segments (its range, and wte
-apart on the first and last stage) are cut over its data-parallel group
-(gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
-into their owners after the schedule, the update is of this rank's
-pieces, and each one all-gather of unequal pieces after it.
+ * apart on the first and last stage) are cut over its data-parallel group
+ * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
+ * into their owners after the schedule, the update is of this rank's
+ * pieces, and each one all-gather of unequal pieces after it.
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
