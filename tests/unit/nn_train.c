@@ -103,6 +103,35 @@ static void checks(void)
 	       "leave --offload out)", "check: --pp --offload");
 }
 
+/* The start line's grid and the pipeline's warning, as gpu-train prints them. */
+static void grid_texts(void)
+{
+	char buf[320];
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 1, 1, 2, GK_NN_PP_1F1B, 4);
+	is_str(buf, "", "grid: data parallel alone says nothing");
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, 1, 2, GK_NN_PP_1F1B, 4);
+	is_str(buf, " (dp 2 x tp 2)", "grid: dp x tp");
+	gk_nn_grid_describe(buf, sizeof(buf), 3, 1, 3, 4, GK_NN_PP_1F1B, 4);
+	is_str(buf, " (dp 1 x pp 3: layers 0-1, 2-2, 3-3; 1f1b over 4 micro-batches, bubble "
+	       "(3-1)/4 = 0.5)", "grid: pp 3 on 4 layers");
+	gk_nn_grid_describe(buf, sizeof(buf), 8, 2, 2, 2, GK_NN_PP_GPIPE, 3);
+	is_str(buf, " (dp 2 x pp 2 x tp 2: layers 0-0, 1-1; gpipe over 3 micro-batches, bubble "
+	       "(2-1)/3 = 0.333)", "grid: dp x pp x tp");
+	gk_nn_grid_describe(buf, 24, 3, 1, 3, 4, GK_NN_PP_1F1B, 4);
+	ok(strlen(buf) == 23, "grid: cut to the buffer");
+	gk_nn_train_opts o = {.pp = 3, .grad_accum = 2, .steps = 10};
+	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 1, "warning: --pp 3 --grad-accum 2");
+	is_str(buf, "--pp 3 with --grad-accum 2: fewer micro-batches than stages leave stages idle "
+	       "most of each step (the bubble, (3-1)/2, is 100%); use --grad-accum 12 or more",
+	       "warning: its text");
+	o.eval_only = 1;
+	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 0 && !buf[0], "warning: none for --eval-only");
+	o.eval_only = 0;
+	o.grad_accum = 3;
+	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 0 && !buf[0],
+	   "warning: none with as many micro-batches as stages");
+}
+
 /* ---- gk_nn_train_resolve ------------------------------------------------------- */
 
 static gk_nn_train_opts base(void)
@@ -709,6 +738,7 @@ int main(void)
 	resolve();
 	names();
 	checks();
+	grid_texts();
 	if (ok(write_data() == 0, "llm.c token file of %d tokens", TOKENS)) {
 		trainer(1, 1.0);
 		trainer(2, 1.0);
