@@ -23,7 +23,8 @@ parameters, gradients and moments: rank 0'"'"'s accounting is mem-estimate
 ZeRO-1 at pp 2 x dp 2 (each stage'"'"'s moments cut over its
 data-parallel group) gives the losses, parameters and moments of ZeRO-0
 bit for bit and half the moments on rank 0, and its checkpoint resumes
-on one rank and at dp 4 under ZeRO-1, continuing the run. A
+on one rank and at dp 4 under ZeRO-1, continuing the run (in its own
+layout, bit for bit). A
 rank that stops mid-step ends the whole grid with one message naming it
 (the watchdog of --timeout), one killed ends it through the launcher;
 layouts and options --pp does not take are refused with the numbers or
@@ -190,11 +191,16 @@ test_expect_success MPI 'pp 2 x dp 2 --zero 1 = --zero 0 bit for bit (losses, pa
 	test $(jq .bytes.optimizer mez.json) = $(opt z1.json)
 '
 
-test_expect_success MPI 'a pp 2 x dp 2 --zero 1 checkpoint resumes on one rank (ZeRO-0) and at dp 4 (ZeRO-1), continuing the run' '
+test_expect_success MPI 'a pp 2 x dp 2 --zero 1 checkpoint resumes on one rank (ZeRO-0) and at dp 4 (ZeRO-1), continuing the run, and in its own layout bit for bit' '
 	R="$S --layers 2 --steps 4 --json --grad-accum 2" &&
 	gpu-train $R --batch 4 >zone.json &&
-	mpi 4 $R --batch 2 --pp 2 --zero 1 --until 2 --ckpt-dir zr >/dev/null &&
-	cp -R zr zr4 &&
+	mpi 4 $R --batch 2 --pp 2 --zero 1 >zfull.json &&
+	mpi 4 $R --batch 2 --pp 2 --zero 1 --until 2 --ckpt-dir zr >zr0.json &&
+	cp -R zr zr4 && cp -R zr zr2 &&
+	mpi 4 $R --batch 2 --pp 2 --zero 1 --ckpt-dir zr2 --resume >zr2.json &&
+	steps zfull.json >zfull.s && { steps zr0.json && steps zr2.json; } >zr2.s &&
+	test $(wc -l <zr2.s) = 4 &&
+	test_cmp zfull.s zr2.s &&
 	gpu-train $R --batch 4 --ckpt-dir zr --resume >zr1.json 2>err &&
 	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
 	grep "resumed with --zero 0 (the checkpoint.s run: 1)" err &&
