@@ -244,6 +244,9 @@ static const gk_optdef options[] = {
 	     "(yes) or keep them until its backward (no)"),
 	INT("tp", "N", o.tp, 1, GK_NN_MAX_HEADS, NOTE, "1",
 	    "tensor-parallel ranks per group (Megatron's split; the CPU)"),
+	FLAG("sequence-parallel", o.seq_par, 1, AGREE,
+	     "--tp: split the LayerNorm and residual regions' activations\n"
+	     "by sequence positions over the tensor group"),
 	INT("pp", "N", o.pp, 1, 1 << 16, NOTE, "1",
 	    "pipeline stages, contiguous blocks of layers (the CPU)"),
 	ENUM("pp-schedule", "KIND", o.pp_sched, gk_nn_pp_sched_parse, "1f1b or gpipe", NOTE,
@@ -271,6 +274,9 @@ static const gk_optdef options[] = {
 	INT("ckpt-every", "N", o.ckpt_every, 1, I64MAX, AGREE, NULL,
 	    "checkpoint every N steps (and always at the end)"),
 	FLAG("resume", o.resume, 1, AGREE, "continue from DIR's latest checkpoint, if there is one"),
+	FLAG("ckpt-gather", o.ckpt_gather, 1, AGREE,
+	     "--zero 3: rank 0 gathers and writes model.safetensors\n"
+	     "(default: each rank writes its shard; see ckpt-merge)"),
 	ENUM("ckpt-error", "stop|continue", o.ckpt_continue, parse_stop_continue,
 	     "not one of stop continue", AGREE, "stop",
 	     "a failed checkpoint (disk full) stops the run, or training goes on"),
@@ -883,6 +889,13 @@ static void say_building(const args *a)
 }
 
 /* Rank 0: the notes on stderr, the model and its memory on stdout. */
+/* whether each rank writes its shard of the model at a checkpoint */
+static int sharded_ckpt(gk_nn_trainer *t, const gk_nn_train_opts *r)
+{
+	return r->ckpt_dir && r->zero == 3 && !r->ckpt_gather && !r->eval_only &&
+	       gk_nn_trainer_world(t) > 1;
+}
+
 static void print_start(gk_nn_trainer *t)
 {
 	int rank = gk_nn_trainer_rank(t);
@@ -915,8 +928,7 @@ static void print_start(gk_nn_trainer *t)
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
 	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
 	char grid[320], warn[256];
-	gk_nn_grid_describe(grid, sizeof(grid), gk_nn_trainer_world(t), tp, pp, cfg->layers,
-			    r->pp_sched, r->grad_accum);
+	gk_nn_grid_describe(grid, sizeof(grid), gk_nn_trainer_world(t), cfg->layers, r);
 	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), r))
 		fprintf(stderr, "gpu-train: warning: %s\n", warn);
 	if (rank == 0 && pl->tp_span > 0)
@@ -955,6 +967,9 @@ static void print_start(gk_nn_trainer *t)
 			json_object_set_new(j, "threads", json_integer(r->threads));
 			/* the grid: world = dp x tp */
 			json_object_set_new(j, "tp", json_integer(tp));
+			if (tp > 1)
+				json_object_set_new(j, "sequence_parallel",
+						    json_boolean(r->seq_par != 0));
 			json_object_set_new(j, "pp", json_integer(pp));
 			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp / pp));
 			if (pp > 1) {
@@ -969,6 +984,8 @@ static void print_start(gk_nn_trainer *t)
 			if (r->zero == 3)
 				json_object_set_new(j, "reshard_after_forward",
 						    json_boolean(!r->keep_gathered));
+			if (sharded_ckpt(t, r))
+				json_object_set_new(j, "ckpt_sharded", json_true());
 			if (tok)
 				json_object_set_new(j, "tokenizer", json_string(tok));
 			if (from) {
@@ -999,6 +1016,10 @@ static void print_start(gk_nn_trainer *t)
 				       from);
 			else if (from)
 				printf("parameters from %s\n", from);
+			if (sharded_ckpt(t, r))
+				printf("checkpoints: each rank writes its shard of the model (--zero 3); "
+				       "transformers loads what 'ckpt-merge %s/latest -o DIR' makes\n",
+				       r->ckpt_dir);
 		}
 	}
 	/* someone at a terminal may expect a run to leave something behind */

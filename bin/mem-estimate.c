@@ -206,6 +206,7 @@ static const gk_optdef options[] = {
 	INT("tp", 0, "N", r.tp, 1, 1 << 16, NULL, "tensor-parallel degree"),
 	INT("pp", 0, "N", r.pp, 1, 1 << 16, NULL, "pipeline-parallel degree"),
 	FLAG("sp", r.sp, 1, "Megatron sequence parallelism"),
+	FLAG("sequence-parallel", r.sp, 1, "--sp (gpu-train's name)"),
 	INT("gpus-per-node", 0, "N", r.gpus_per_node, 1, 1 << 16, NULL,
 	    "GPUs a node holds: host RAM is per node"),
 	SECTION("inference"),

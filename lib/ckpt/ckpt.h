@@ -19,14 +19,24 @@
 #define GK_CKPT_META_RANK "gpukit.rank"
 #define GK_CKPT_META_WORLD "gpukit.world"
 #define GK_CKPT_META_SLICE "gpukit.slice." /* + tensor name: "START:STOP/ROWS" */
+/* + tensor name: "START:STOP/D0,D1,...", elements of a tensor of that shape
+ * (row-major), stored 1-D: a ZeRO-3 rank's flat range cuts tensors anywhere */
+#define GK_CKPT_META_FLAT "gpukit.flat."
+#define GK_CKPT_FLAT_DIMS 8 /* the most dimensions a flat slice's shape has */
 
 /* ---- a set of input files seen as one checkpoint -------------------------- */
 
-/* Rows [row0, row0+rows) of an entry, held by tensor t of file. */
+/*
+ * Elements [el0, el0+nel) of an entry (row-major), held by tensor t of
+ * file. A whole tensor or a row slice holds whole rows, [row0, row0+rows);
+ * a flat slice may start and end inside a row, and row0/rows are then
+ * the rows it touches.
+ */
 typedef struct gk_ckpt_part {
 	size_t file;
 	const gk_st_tensor *t;
 	uint64_t row0, rows;
+	uint64_t el0, nel;
 } gk_ckpt_part;
 
 typedef struct gk_ckpt_entry {
@@ -35,7 +45,7 @@ typedef struct gk_ckpt_entry {
 	int ndim;
 	uint64_t *shape;           /* the whole tensor */
 	uint64_t bytes, out_bytes;
-	gk_ckpt_part *parts;       /* sorted by row0, covering dim 0 exactly */
+	gk_ckpt_part *parts;       /* sorted by el0, covering the elements exactly */
 	size_t nparts;
 } gk_ckpt_entry;
 
@@ -82,8 +92,8 @@ extern const char *const gk_ckpt_tok_names[3];
  * Checks: every file valid; index paths relative without "..", every
  * indexed tensor in its file and every file tensor in the index,
  * metadata.total_size equal to the tensor bytes; a tensor in several
- * files is either row slices (gpukit.slice.* metadata) that cover dim 0
- * exactly once, or identical copies (compared by XXH3) kept once;
+ * files is either slices (gpukit.slice.* rows, gpukit.flat.* elements)
+ * that cover it exactly once, or identical copies (compared by XXH3) kept once;
  * anything else is an error naming both files.
  */
 int gk_ckpt_open(gk_ckpt_set **out, char *const *inputs, size_t n,

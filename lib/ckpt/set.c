@@ -280,6 +280,9 @@ static int add_step_dir(builder *b, const char *dir, gk_err *err)
 			goto out;
 		}
 		int r = indexed ? add_index(b, p, err) : add_file(b, p, &num, err);
+		if (r && access(p, F_OK) < 0 && errno == ENOENT && !access(dir, F_OK))
+			gk_errf(err, "read '%s': incomplete checkpoint: '%s', listed in its COMMIT, "
+				"is missing", dir, n);
 		free(p);
 		if (r)
 			goto out;
@@ -431,6 +434,10 @@ typedef struct occ {
 	const gk_st_tensor *t;
 	int sliced;
 	uint64_t start, stop, rows;
+	/* a flat slice (gpukit.flat.NAME): elements [start, stop) of a tensor
+	 * of shape fshape[0..fndim) */
+	int flat, fndim;
+	uint64_t fshape[GK_CKPT_FLAT_DIMS];
 } occ;
 
 static int by_name_seq(const void *a, const void *b)
@@ -484,6 +491,47 @@ static const char *parse_slice(const char *v, occ *o)
 	return NULL;
 }
 
+/*
+ * "START:STOP/D0,D1,..." (gpukit-ckpt(5)): elements START up to STOP of a
+ * tensor of that shape in row-major order, 1 to GK_CKPT_FLAT_DIMS
+ * dimensions; the same rules for numbers as parse_slice's. Returns NULL
+ * or why it is bad.
+ */
+static const char *parse_flat(const char *v, occ *o)
+{
+	uint64_t n[2], numel = 1;
+	const char *p = v;
+	for (int i = 0; i < 2; i++) {
+		int r = slice_num(&p, &n[i]);
+		if (r == -2)
+			return "a number does not fit 64 bits";
+		if (r || *p != (i == 0 ? ':' : '/'))
+			return "expected START:STOP/D0,D1,...";
+		p++;
+	}
+	o->fndim = 0;
+	for (;;) {
+		if (o->fndim == GK_CKPT_FLAT_DIMS)
+			return "too many dimensions";
+		int r = slice_num(&p, &o->fshape[o->fndim]);
+		if (r == -2)
+			return "a number does not fit 64 bits";
+		if (r || (*p != ',' && *p != '\0'))
+			return "expected START:STOP/D0,D1,...";
+		if (gk_mul_overflow(numel, o->fshape[o->fndim++], &numel))
+			return "the shape's size does not fit 64 bits";
+		if (!*p++)
+			break;
+	}
+	if (n[0] > n[1])
+		return "START is past STOP";
+	if (n[1] > numel)
+		return "STOP is past the tensor's elements";
+	o->start = n[0];
+	o->stop = n[1];
+	return NULL;
+}
+
 /* The slice metadata of one file, sorted by tensor name for bsearch. */
 typedef struct slice_kv {
 	const char *name, *value;
@@ -494,14 +542,14 @@ static int by_slice_name(const void *a, const void *b)
 	return strcmp(((const slice_kv *)a)->name, ((const slice_kv *)b)->name);
 }
 
-static slice_kv *file_slices(const gk_st_file *f, size_t *n)
+static slice_kv *file_slices(const gk_st_file *f, const char *prefix, size_t *n)
 {
-	size_t pl = strlen(GK_CKPT_META_SLICE), k = 0;
+	size_t pl = strlen(prefix), k = 0;
 	slice_kv *v = malloc((f->nmeta + 1) * sizeof(*v));
 	if (!v)
 		return NULL;
 	for (size_t i = 0; i < f->nmeta; i++)
-		if (strncmp(f->meta[i].key, GK_CKPT_META_SLICE, pl) == 0)
+		if (strncmp(f->meta[i].key, prefix, pl) == 0)
 			v[k++] = (slice_kv){f->meta[i].key + pl, f->meta[i].value};
 	if (k)
 		qsort(v, k, sizeof(*v), by_slice_name);
@@ -526,6 +574,8 @@ static int same_shape(const gk_st_tensor *a, const gk_st_tensor *b, int from)
 	return 1;
 }
 
+static int make_flat_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k, gk_err *err);
+
 /* Build one entry from the occurrences [o, o+k) of one name. */
 static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
 		      gk_err *err)
@@ -540,6 +590,9 @@ static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
 		return gk_err_sys(err, ENOMEM, "merge");
 	if (e->ndim)
 		memcpy(e->shape, o[0].t->shape, (size_t)e->ndim * sizeof(uint64_t));
+	for (size_t i = 0; i < k; i++)
+		if (o[i].flat)
+			return make_flat_entry(s, e, o, k, err);
 	for (size_t i = 1; i < k; i++)
 		if (o[i].sliced != o[0].sliced)
 			return gk_errf(err, "tensor '%s': a row slice in '%s' but whole in '%s'",
@@ -563,8 +616,8 @@ static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
 				return gk_errf(err, "tensor '%s': conflicting copies in '%s' and '%s' (contents differ)",
 					       e->name, fa, fb);
 		}
-		e->parts[0] = (gk_ckpt_part){o[0].file, o[0].t, 0,
-					    e->ndim ? e->shape[0] : 1};
+		e->parts[0] = (gk_ckpt_part){o[0].file, o[0].t, 0, e->ndim ? e->shape[0] : 1,
+					    0, 0};
 		e->nparts = 1;
 	} else {
 		/* Row slices: sort by start; they must tile [0, rows) exactly. */
@@ -591,17 +644,104 @@ static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
 			at = o[i].stop;
 			if (o[i].stop > o[i].start)
 				e->parts[e->nparts++] = (gk_ckpt_part){
-					o[i].file, o[i].t, o[i].start, o[i].stop - o[i].start};
+					o[i].file, o[i].t, o[i].start, o[i].stop - o[i].start, 0, 0};
 		}
 		if (at != o[0].rows)
 			return gk_errf(err, "tensor '%s': rows %" PRIu64 " to %" PRIu64 " are in no slice",
 				       e->name, at, o[0].rows);
 	}
-	uint64_t nel = 1;
+	/* each part's elements, now that the shape is known */
+	uint64_t nel = 1, rowel = 1;
 	for (int d = 0; d < e->ndim; d++)
 		if (gk_mul_overflow(nel, e->shape[d], &nel))
 			return gk_errf(err, "tensor '%s': size overflows", e->name);
 	if (gk_st_nbytes(e->dtype, nel, &e->bytes))
+		return gk_errf(err, "tensor '%s': size overflows", e->name);
+	e->out_bytes = e->bytes;
+	for (int d = 1; d < e->ndim; d++)
+		rowel *= e->shape[d];
+	for (size_t i = 0; i < e->nparts; i++) {
+		e->parts[i].el0 = e->parts[i].row0 * rowel;
+		e->parts[i].nel = e->parts[i].rows * rowel;
+	}
+	return 0;
+}
+
+/*
+ * An entry some of whose occurrences are flat slices: every occurrence a
+ * flat or a row slice (a row slice is the run of elements its rows
+ * hold), all of one dtype and whole shape, together covering the
+ * tensor's elements exactly once.
+ */
+static int make_flat_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k, gk_err *err)
+{
+	const occ *f0 = NULL;
+	for (size_t i = 0; i < k && !f0; i++)
+		if (o[i].flat)
+			f0 = &o[i];
+	/* the whole tensor's shape, from the first flat slice */
+	free(e->shape);
+	e->ndim = f0->fndim;
+	if (!(e->shape = calloc((size_t)e->ndim + 1, sizeof(uint64_t))))
+		return gk_err_sys(err, ENOMEM, "merge");
+	memcpy(e->shape, f0->fshape, (size_t)e->ndim * sizeof(uint64_t));
+	uint64_t numel = 1, rowel = 1, bits = gk_dtype_bits(e->dtype);
+	for (int d = 0; d < e->ndim; d++)
+		numel *= e->shape[d];
+	for (int d = 1; d < e->ndim; d++)
+		rowel *= e->shape[d];
+	for (size_t i = 0; i < k; i++) {
+		occ *c = &o[i];
+		const char *fb = s->files[c->file]->path;
+		int same = c->t->dtype == e->dtype;
+		if (!c->sliced && !c->flat)
+			return gk_errf(err, "tensor '%s': a flat slice in '%s' but whole in '%s'",
+				       e->name, s->files[f0->file]->path, fb);
+		if (c->flat) {
+			same = same && c->fndim == e->ndim &&
+			       !memcmp(c->fshape, e->shape, (size_t)e->ndim * sizeof(uint64_t));
+		} else {
+			/* a row slice: its rows' elements of the same whole shape */
+			same = same && c->t->ndim == e->ndim && c->rows == e->shape[0] &&
+			       same_shape(c->t, &(gk_st_tensor){.ndim = e->ndim, .shape = e->shape}, 1);
+			c->start *= rowel;
+			c->stop *= rowel;
+		}
+		if (!same)
+			return gk_errf(err, "tensor '%s': slices in '%s' and '%s' disagree on dtype or shape",
+				       e->name, s->files[f0->file]->path, fb);
+		/* copied and read in whole bytes */
+		if (c->start * bits % 8 || c->stop * bits % 8)
+			return gk_errf(err, "read '%s': tensor '%s': a flat slice of %s must start and "
+				       "end on a byte", fb, e->name, gk_dtype_name(e->dtype));
+	}
+	for (size_t i = 1; i < k; i++)
+		for (size_t j = i; j > 0 && o[j].start < o[j - 1].start; j--) {
+			occ t = o[j];
+			o[j] = o[j - 1];
+			o[j - 1] = t;
+		}
+	uint64_t at = 0;
+	for (size_t i = 0; i < k; i++) {
+		const char *fb = s->files[o[i].file]->path;
+		if (o[i].start < at)
+			return gk_errf(err, "tensor '%s': slices overlap at element %" PRIu64 " ('%s')",
+				       e->name, o[i].start, fb);
+		if (o[i].start > at)
+			return gk_errf(err, "tensor '%s': elements %" PRIu64 " to %" PRIu64
+				       " are in no slice", e->name, at, o[i].start);
+		at = o[i].stop;
+		if (o[i].stop > o[i].start) {
+			uint64_t r0 = rowel ? o[i].start / rowel : 0;
+			uint64_t r1 = rowel ? (o[i].stop + rowel - 1) / rowel : 0;
+			e->parts[e->nparts++] = (gk_ckpt_part){o[i].file, o[i].t, r0, r1 - r0,
+							       o[i].start, o[i].stop - o[i].start};
+		}
+	}
+	if (at != numel)
+		return gk_errf(err, "tensor '%s': elements %" PRIu64 " to %" PRIu64 " are in no slice",
+			       e->name, at, numel);
+	if (gk_st_nbytes(e->dtype, numel, &e->bytes))
 		return gk_errf(err, "tensor '%s': size overflows", e->name);
 	e->out_bytes = e->bytes;
 	return 0;
@@ -666,9 +806,12 @@ static int group(gk_ckpt_set *s, gk_err *err)
 		return gk_err_sys(err, ENOMEM, "merge");
 	for (size_t i = 0; i < s->nfiles; i++) {
 		const gk_st_file *f = s->files[i];
-		size_t nsl;
-		slice_kv *sl_kv = file_slices(f, &nsl);
-		if (!sl_kv) {
+		size_t nsl, nfl;
+		slice_kv *sl_kv = file_slices(f, GK_CKPT_META_SLICE, &nsl);
+		slice_kv *fl_kv = file_slices(f, GK_CKPT_META_FLAT, &nfl);
+		if (!sl_kv || !fl_kv) {
+			free(sl_kv);
+			free(fl_kv);
 			free(o);
 			return gk_err_sys(err, ENOMEM, "merge");
 		}
@@ -695,8 +838,25 @@ static int group(gk_ckpt_set *s, gk_err *err)
 				}
 				c->sliced = 1;
 			}
+			const char *fl = find_slice(fl_kv, nfl, c->name);
+			if (fl) {
+				const char *why = sl ? "a tensor is a row slice or a flat one, not both" :
+						       parse_flat(fl, c);
+				if (!why && (f->t[t].ndim != 1 || f->t[t].shape[0] != c->stop - c->start))
+					why = "the tensor is not 1-D of STOP - START elements";
+				if (why) {
+					gk_errf(err, "read '%s': tensor '%s': bad flat slice metadata '%s': %s",
+						f->path, c->name, fl, why);
+					free(sl_kv);
+					free(fl_kv);
+					free(o);
+					return -1;
+				}
+				c->flat = 1;
+			}
 		}
 		free(sl_kv);
+		free(fl_kv);
 	}
 	qsort(o, n, sizeof(*o), by_name_seq);
 	s->e = calloc(n + 1, sizeof(*s->e));

@@ -777,6 +777,9 @@ int gk_ckpt_verify_step(const char *dir, gk_err *err)
 		if (fd < 0) {
 			if (missing(dfd, k) && step_gone(dfd, dir))
 				rc = gone_error(dir, err);
+			else if (missing(dfd, k))
+				rc = gk_errf(err, "checkpoint '%s': incomplete: '%s', listed in its "
+					     "COMMIT, is missing", dir, k);
 			else
 				rc = gk_err_prefix(err, "checkpoint '%s'", dir);
 			break;

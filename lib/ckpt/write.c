@@ -109,22 +109,23 @@ static int put_rows(const gk_ckpt_set *s, gk_st_writer *w,
 	uint64_t rowel = 1, bits = gk_dtype_bits(e->dtype);
 	for (int d = 1; d < e->ndim; d++)
 		rowel *= e->shape[d];
+	/* the rows' elements, from each part (row or flat slice) holding some */
+	uint64_t a = row0 * rowel, b = (row0 + rows) * rowel;
 	for (size_t i = 0; i < e->nparts; i++) {
 		const gk_ckpt_part *pt = &e->parts[i];
-		uint64_t lo = row0 > pt->row0 ? row0 : pt->row0;
-		uint64_t hi = row0 + rows < pt->row0 + pt->rows ? row0 + rows
-							       : pt->row0 + pt->rows;
+		uint64_t lo = a > pt->el0 ? a : pt->el0;
+		uint64_t hi = b < pt->el0 + pt->nel ? b : pt->el0 + pt->nel;
 		if (lo >= hi)
 			continue;
 		const gk_st_file *f = s->files[pt->file];
-		uint64_t off = f->data_off + pt->t->begin + (lo - pt->row0) * rowel * bits / 8;
-		uint64_t len = (hi - lo) * rowel * bits / 8;
-		if (lo == pt->row0 && hi == pt->row0 + pt->rows)
+		uint64_t off = f->data_off + pt->t->begin + (lo - pt->el0) * bits / 8;
+		uint64_t len = (hi - lo) * bits / 8;
+		if (lo == pt->el0 && hi == pt->el0 + pt->nel)
 			len = pt->t->end - pt->t->begin;
 		int rc = e->out_dtype == e->dtype
 				 ? gk_st_writer_copy(w, f->fd, off, len, f->path, err)
-				 : gk_st_writer_convert(w, f->fd, off, e->dtype,
-							(hi - lo) * rowel, f->path, err);
+				 : gk_st_writer_convert(w, f->fd, off, e->dtype, hi - lo, f->path,
+							err);
 		if (rc)
 			return -1;
 	}

@@ -282,12 +282,17 @@ static void model_states(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	if (r->ckpt_copy && !r->infer) {
 		/* what gpu-train's writer thread writes from while the next
 		 * steps change the state: the f32 parameters (rank 0 writes
-		 * the model) and the optimizer states the rank holds */
-		add(c, "checkpoint_copy", 4 * P + states / d1, 1,
+		 * the model; under ZeRO-3 each rank its shard of it) and the
+		 * optimizer states the rank holds */
+		add(c, "checkpoint_copy", 4 * P / d3 + states / d1, 1,
 		    "assumption: an asynchronous checkpoint copies the state to host RAM", "");
 		fmt(c, c->e->part[c->e->nparts - 1].formula,
-		    sizeof(c->e->part[0].formula), "4*Psi + S*Psi%s (rank 0)", nz1);
-		values(c, "4*%llu + %g/%g", (unsigned long long)psi, states, d1);
+		    sizeof(c->e->part[0].formula), "4*Psi%s + S*Psi%s (%s)", nz3, nz1,
+		    z >= 3 ? "each rank" : "rank 0");
+		if (z >= 3)
+			values(c, "4*%llu/%g + %g/%g", (unsigned long long)psi, d3, states, d1);
+		else
+			values(c, "4*%llu + %g/%g", (unsigned long long)psi, states, d1);
 	}
 	if (r->offload) {
 		/* ranks on one node: a node is full unless the job is smaller */

@@ -312,6 +312,7 @@ typedef struct gk_mem_train {
 	int zero;           /* 0 to 3 */
 	int64_t dp;         /* data-parallel ranks */
 	int64_t tp;         /* tensor-parallel ranks (0: 1) */
+	int sp;             /* sequence parallelism over them (gk_mem_run's) */
 	int64_t pp;         /* pipeline stages (0: 1); with more than one,
 			       the estimate is of stage's ranks
 			       (gk_mem_estimate_stage), and the layers must

@@ -58,6 +58,7 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 		r.dp = t->dp;
 	if (t->tp)
 		r.tp = t->tp;
+	r.sp = t->sp && r.tp > 1;
 	if (t->pp)
 		r.pp = t->pp;
 	r.recompute = t->recompute;

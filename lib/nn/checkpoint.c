@@ -34,6 +34,8 @@ typedef struct ckpt_job {
 	int64_t step;
 	double t0;         /* when the copy of the state began */
 	float *params;     /* rank 0: a copy of the parameters */
+	float *shard;      /* ZeRO-3: a copy of this rank's range [slo, slo+sn) */
+	size_t slo, sn;
 	float *m, *v;      /* copies of this rank's moments */
 	float *fb;         /* a copy of this rank's error feedback, nfb floats */
 	size_t nfb;
@@ -82,6 +84,68 @@ static int write_model(const ckpt_job *j, const char *path, gk_err *err)
 	return rc;
 }
 
+/*
+ * ZeRO-3: this rank's range of the flat buffer, each tensor it meets in
+ * its Hugging Face name: whole where the range holds all of it, else the
+ * piece it holds as a 1-D flat slice (gpukit.flat.NAME "A:B/ROWS,COLS",
+ * the tensor's elements [A, B) in row-major order), which the range cuts
+ * anywhere, inside rows too. The rank files of a step put together
+ * (lib/ckpt, ckpt-merge) are the model model.safetensors holds.
+ */
+static int write_shard(const ckpt_job *j, const char *path, gk_err *err)
+{
+	const gk_nn_trainer *t = j->t;
+	size_t n, k = 0, m = 0;
+	const gk_nn_tensor *tt = gk_nn_full_tensors(t->m, &n);
+	gk_st_spec *spec = calloc(n + 1, sizeof(*spec));
+	const void **data = calloc(n + 1, sizeof(*data));
+	uint64_t *shapes = calloc(2 * n + 1, sizeof(uint64_t));
+	gk_st_kv *meta = calloc(n + 3, sizeof(*meta));
+	char *text = calloc(n + 1, 2 * NAME_BYTES);
+	char rank[16], world[16];
+	int rc = -1;
+	if (!spec || !data || !shapes || !meta || !text) {
+		gk_err_sys(err, ENOMEM, "write '%s'", path);
+		goto out;
+	}
+	snprintf(rank, sizeof(rank), "%d", t->rank);
+	snprintf(world, sizeof(world), "%d", t->world);
+	meta[m++] = (gk_st_kv){"format", "pt"};
+	meta[m++] = (gk_st_kv){GK_CKPT_META_RANK, rank};
+	meta[m++] = (gk_st_kv){GK_CKPT_META_WORLD, world};
+	for (size_t i = 0; i < n; i++) {
+		/* wte: the first vocab rows; the padded rows are no tensor's */
+		uint64_t rows = (uint64_t)tt[i].shape[0];
+		uint64_t cols = tt[i].ndim == 2 ? (uint64_t)tt[i].shape[1] : 1;
+		size_t lo = tt[i].off, hi = tt[i].off + (size_t)(rows * cols);
+		size_t a = lo > j->slo ? lo : j->slo, b = hi < j->slo + j->sn ? hi : j->slo + j->sn;
+		if (a >= b)
+			continue;
+		data[k] = j->shard + (a - j->slo);
+		if (a == lo && b == hi) {
+			shapes[2 * k] = rows;
+			shapes[2 * k + 1] = cols;
+			spec[k] = (gk_st_spec){tt[i].name, GK_DT_F32, tt[i].ndim, shapes + 2 * k};
+		} else {
+			char *key = text + 2 * NAME_BYTES * k, *val = key + NAME_BYTES;
+			shapes[2 * k] = b - a;
+			spec[k] = (gk_st_spec){tt[i].name, GK_DT_F32, 1, shapes + 2 * k};
+			snprintf(key, NAME_BYTES, GK_CKPT_META_FLAT "%s", tt[i].name);
+			if (tt[i].ndim == 2)
+				snprintf(val, NAME_BYTES, "%zu:%zu/%" PRIu64 ",%" PRIu64, a - lo,
+					 b - lo, rows, cols);
+			else
+				snprintf(val, NAME_BYTES, "%zu:%zu/%" PRIu64, a - lo, b - lo, rows);
+			meta[m++] = (gk_st_kv){key, val};
+		}
+		k++;
+	}
+	rc = gk_st_save(path, spec, data, k, meta, m, err);
+out:
+	free(spec), free(data), free(shapes), free(meta), free(text);
+	return rc;
+}
+
 static int write_moments(const ckpt_job *j, const char *path, gk_err *err)
 {
 	const gk_nn_trainer *t = j->t;
@@ -125,8 +189,18 @@ static int job_write(ckpt_job *j, gk_err *err)
 	int rc = -1;
 	if (t->o.ckpt_delay_ms > 0)
 		usleep((useconds_t)t->o.ckpt_delay_ms * 1000);
-	if (j->params) {
-		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_SINGLE)) || write_model(j, p, err) < 0)
+	if (j->shard) {
+		char *name = gk_ckpt_rank_file("model", t->rank, t->world);
+		p = name ? gk_ckpt_stage_path(j->stage, name) : NULL;
+		free(name);
+		if (!p || write_shard(j, p, err) < 0)
+			goto out;
+		free(p);
+		p = NULL;
+	}
+	if (t->rank == 0) {
+		if (j->params && (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_SINGLE)) ||
+				  write_model(j, p, err) < 0))
 			goto out;
 		free(p);
 		if (!(p = gk_ckpt_stage_path(j->stage, GK_CKPT_CONFIG)) ||
@@ -172,8 +246,9 @@ static void *job_main(void *arg)
 	ckpt_job *j = arg;
 	j->rc = job_write(j, &j->err);
 	/* written: the copies of the state can go now */
-	free(j->params), free(j->m), free(j->v), free(j->fb), free(j->trainer_json);
-	j->params = j->m = j->v = j->fb = NULL;
+	free(j->params), free(j->shard), free(j->m), free(j->v), free(j->fb);
+	free(j->trainer_json);
+	j->params = j->shard = j->m = j->v = j->fb = NULL;
 	j->trainer_json = NULL;
 	if (j->rc < 0 || j->t->rank != 0) {
 		atomic_store(&j->state, j->rc < 0 ? JOB_FAILED : JOB_DONE);
@@ -210,6 +285,7 @@ static void job_free(ckpt_job *j)
 	pthread_mutex_destroy(&j->mu);
 	pthread_cond_destroy(&j->cv);
 	free(j->params);
+	free(j->shard);
 	free(j->m);
 	free(j->v);
 	free(j->fb);
@@ -443,8 +519,15 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	} else if (pp) {
 		/* rank 0's copies are the collected ones */
 		j->params = pc[0], j->m = pc[1], j->v = pc[2];
+	} else if (t->dp->zero3 && !t->o.ckpt_gather) {
+		/* ZeRO-3: each rank writes its own range, no gather */
+		j->slo = gk_nn_dp_lo(t->dp);
+		j->sn = gk_nn_dp_hi(t->dp) - j->slo;
+		if ((j->shard = malloc(j->sn * sizeof(float) + 1)))
+			memcpy(j->shard, gk_nn_params(t->m) + j->slo, j->sn * sizeof(float));
 	} else {
-		/* ZeRO-3: every rank's range gathered, for rank 0's copy */
+		/* ZeRO-3 with --ckpt-gather: every rank's range gathered, for
+		 * rank 0's copy */
 		if (gk_nn_dp_params_full(t->dp, err) < 0) {
 			job_free(j);
 			return -1;
@@ -475,7 +558,9 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		job_free(j);
 		return -1;
 	}
-	if ((t->rank == 0 && (!j->params || !j->trainer_json)) ||
+	int sharded = t->dp->zero3 && !t->o.ckpt_gather && t->grid.tp == 1 && !pp;
+	if ((t->rank == 0 && ((!sharded && !j->params) || !j->trainer_json)) ||
+	    (sharded && !j->shard) ||
 	    (j->write_moments && (!j->m || !j->v)) || (j->nfb && !j->fb)) {
 		job_free(j);
 		return gk_err_sys(err, ENOMEM, "checkpoint: copy of the state");
@@ -493,9 +578,14 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 {
 	if (!t->o.ckpt_dir || t->o.eval_only)
 		return 0;
+	int z3 = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda);
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
-	/* ZeRO-3: while rank 0 copies them, every rank holds every parameter */
-	if (gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) && nparams > moments)
+	if (z3 && !t->o.ckpt_gather)
+		/* ZeRO-3: each rank copies its range, that of its moments */
+		b = (uint64_t)moments * sizeof(float);
+	else if (z3 && nparams > moments)
+		/* --ckpt-gather: while rank 0 copies them, every rank holds
+		 * every parameter */
 		b += (uint64_t)(nparams - moments) * sizeof(float);
 	if ((t->o.zero && t->grid.pp == 1) || t->rank == 0)
 		b += (uint64_t)2 * moments * sizeof(float);

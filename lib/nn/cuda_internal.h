@@ -72,7 +72,7 @@ int gk_nn_token_buckets(const int32_t *tok, int N, int V, int32_t *uniq,
 
 typedef struct gk_nn_blas gk_nn_blas;
 
-/* Load libcublasLt.so.13 (once per process) and make a handle. */
+/* Load libcublasLt.so.N, N the toolkit's major version (once per process) and make a handle. */
 int gk_nn_blas_new(gk_nn_blas **out, gk_nn_precision prec, void *ws,
 		   size_t ws_bytes, gk_cuda_stream s, gk_err *err);
 void gk_nn_blas_free(gk_nn_blas *b);
@@ -249,7 +249,7 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out);
  * the current device: fp32 master parameters and gradients in the flat
  * layout above (the same order and offsets, so checkpoints interchange
  * with the CPU backend), a working copy of the parameters in the
- * precision's type, activations, a cuBLASLt workspace. libcublasLt.so.13
+ * precision's type, activations, a cuBLASLt workspace. libcublasLt.so.N
  * is loaded with dlopen when the first CUDA model is made, so binaries
  * still start on machines without it. Built without CUDA, gk_nn_new says
  * "built without CUDA".

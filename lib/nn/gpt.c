@@ -368,7 +368,7 @@ static size_t r16(size_t n)
  * floats each buffer takes in *acts and *work. gk_nn_plan sizes a model
  * with them before it exists.
  */
-enum { NSZ = 18, NWS = 7 };
+enum { NSZ = 18, NWS = 10 };
 static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t sz[NSZ],
 		      size_t ws[NWS], size_t *acts, size_t *work)
 {
@@ -377,6 +377,9 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	size_t C = (size_t)c->hidden, NH = (size_t)c->heads / tp;
 	size_t L = (size_t)c->layers, Vp = (size_t)c->vocab_pad / tp;
 	size_t N = B * T;
+	/* sequence parallelism: R rows in the LayerNorm and residual regions,
+	 * a rank's T/tp positions of each sequence (model.c) */
+	size_t sp = o->seq_par && tp > 1, R = sp ? N / tp : N;
 	/* a pipeline stage: its layers only, and the head's buffers on the
 	 * last stage alone */
 	int head = 1;
@@ -394,25 +397,26 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	size_t kl = r != GK_NN_RECOMPUTE_LAYER ? L : 1;
 	size_t kg = r == GK_NN_RECOMPUTE_NONE ? L : 1;
 	size_t a[NSZ] = {
-		(L + 1) * N * C,     /* resid */
-		head * N * C, head * N, head * N, /* lnf */
+		(L + 1) * R * C,     /* resid */
+		head * R * C, head * R, head * R, /* lnf */
 		head * N * Vp, head * N,          /* logits, lse */
-		kl * N * C, kl * N, kl * N,   /* ln1 */
+		kl * R * C, kl * R, kl * R,   /* ln1 */
 		kl * N * 3 * Cq,     /* qkv */
 		kl * B * NH * T * T, /* att */
 		kl * N * Cq,         /* atty */
-		kl * N * C,          /* res2 */
-		kl * N * C, kl * N, kl * N,   /* ln2 */
+		kl * R * C,          /* res2 */
+		kl * R * C, kl * R, kl * R,   /* ln2 */
 		kl * N * F,          /* fch */
 		kg * N * F,          /* fchg */
 	};
 	/* backward: dres, dln (B,T,C); datty (B,T,Cq); dqkv (B,T,3Cq);
 	 * dfc (B,T,F); attention's scratch, per thread (a head's copies and
 	 * a (T,T)); under tensor parallelism the cross-entropy's per-row
-	 * max, sum of exponentials and target logit (3 N) */
-	size_t w[NWS] = {N * C, N * C, N * Cq, N * 3 * Cq, N * F,
+	 * max, sum of exponentials and target logit (3 N); under sequence
+	 * parallelism dres of R rows, and spg, sps and spln (internal.h) */
+	size_t w[NWS] = {R * C, N * C, N * Cq, N * 3 * Cq, N * F,
 			 (size_t)nt * gk_nn_cpu_attention_scratch((int)T, (int)(Cq / NH)),
-			 tp > 1 ? 3 * N : 0};
+			 tp > 1 ? 3 * N : 0, sp * N * C, sp * N * C, sp * 2 * C};
 	memcpy(sz, a, sizeof(a));
 	memcpy(ws, w, sizeof(w));
 	*acts = *work = 0;
@@ -473,6 +477,9 @@ static int alloc_acts(gk_nn_model *m, gk_err *err)
 	m->dfc = carve(&cur, ws[4]);
 	m->datt = carve(&cur, ws[5]);
 	m->tpx = carve(&cur, ws[6]);
+	m->spg = carve(&cur, ws[7]);
+	m->sps = carve(&cur, ws[8]);
+	m->spln = carve(&cur, ws[9]);
 	return 0;
 }
 
@@ -482,22 +489,24 @@ void gk_nn_layer_acts(const gk_nn_model *m, int l, gk_nn_acts *a)
 	size_t C = (size_t)m->c.hidden, T = (size_t)m->o.seq;
 	size_t tp = m->tp > 1 ? (size_t)m->tp : 1;
 	size_t Cq = C / tp, F = 4 * C / tp;
+	/* the LayerNorm and residual regions' rows (act_sizes) */
+	size_t R = m->sp ? N / tp : N;
 	/* a pipeline stage holds its layers l0 .. l1-1 only */
 	l -= m->l0;
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t g = m->fchg_per_layer ? (size_t)l : 0;
-	a->in = m->resid + (size_t)l * N * C;
-	a->out = m->resid + (size_t)(l + 1) * N * C;
-	a->ln1 = m->a_ln1 + k * N * C;
-	a->ln1m = m->a_ln1m + k * N;
-	a->ln1r = m->a_ln1r + k * N;
+	a->in = m->resid + (size_t)l * R * C;
+	a->out = m->resid + (size_t)(l + 1) * R * C;
+	a->ln1 = m->a_ln1 + k * R * C;
+	a->ln1m = m->a_ln1m + k * R;
+	a->ln1r = m->a_ln1r + k * R;
 	a->qkv = m->a_qkv + k * N * 3 * Cq;
 	a->att = m->a_att + k * (size_t)m->o.batch * ((size_t)m->c.heads / tp) * T * T;
 	a->atty = m->a_atty + k * N * Cq;
-	a->res2 = m->a_res2 + k * N * C;
-	a->ln2 = m->a_ln2 + k * N * C;
-	a->ln2m = m->a_ln2m + k * N;
-	a->ln2r = m->a_ln2r + k * N;
+	a->res2 = m->a_res2 + k * R * C;
+	a->ln2 = m->a_ln2 + k * R * C;
+	a->ln2m = m->a_ln2m + k * R;
+	a->ln2r = m->a_ln2r + k * R;
 	a->fch = m->a_fch + k * N * F;
 	a->fchg = m->a_fchg + g * N * F;
 }
@@ -540,6 +549,8 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		if (o->device != GK_NN_CPU)
 			return gk_errf(err, "model: tensor parallelism runs on the CPU backend only");
 	}
+	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, o->pp, err) < 0)
+		return -1;
 	int l0 = 0, l1 = (int)cc.layers;
 	if (o->pp > 1) {
 		if (o->pp_rank < 0 || o->pp_rank >= o->pp)
@@ -559,6 +570,7 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->tp = o->tp > 1 ? o->tp : 1;
 	m->tpr = m->tp > 1 ? o->tp_rank : 0;
 	m->tpc = m->tp > 1 ? o->tp_comm : NULL;
+	m->sp = o->seq_par != 0;
 	m->pp = o->pp > 1 ? o->pp : 1;
 	m->ppr = m->pp > 1 ? o->pp_rank : 0;
 	m->l0 = l0;
@@ -659,6 +671,8 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 	if (plan_model(&m, c, o, out, err) < 0)
 		return -1;
 	if (o->tp > 1 && gk_nn_tp_check(&m.c, o->tp, err) < 0)
+		return -1;
+	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, o->pp, err) < 0)
 		return -1;
 	m.nt = o->threads > 0 ? o->threads : omp_get_max_threads();
 	int rc = plan_table(&m, err);

@@ -87,14 +87,15 @@ void gk_nn_grid_close(gk_nn_grid *g)
 	g->dpc = g->world;
 }
 
-void gk_nn_grid_describe(char *buf, size_t len, int world, int tp, int pp, int64_t layers,
-			 int sched, int grad_accum)
+void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
+			 const gk_nn_train_opts *o)
 {
-	tp = tp > 1 ? tp : 1;
-	pp = pp > 1 ? pp : 1;
+	int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
+	int sched = o->pp_sched, grad_accum = o->grad_accum;
 	buf[0] = '\0';
 	if (tp > 1 && pp == 1)
-		snprintf(buf, len, " (dp %d x tp %d)", world / tp, tp);
+		snprintf(buf, len, " (dp %d x tp %d%s)", world / tp, tp,
+			 o->seq_par ? ", sequence-parallel" : "");
 	if (pp == 1)
 		return;
 	/* the stages' layers and the schedule's expected bubble */

@@ -83,7 +83,15 @@ struct gk_nn_model {
 	gk_nn_tensor *ft;
 	size_t nft, nfull;
 	float *tpx;
-	uint64_t tp_bytes;      /* sent into the group's allreduces so far */
+	uint64_t tp_bytes;      /* sent into the group's collectives so far */
+	/* sequence parallelism (model.c): 1 when the LayerNorm and residual
+	 * regions (resid, ln1, res2, ln2, their statistics, lnf, dres) hold
+	 * this rank's (B, T/tp, C) positions only; then spg (B,T,C) the
+	 * gathered whole or a partial sum before its reduce-scatter, sps
+	 * (tp, B,T/tp,C) the collectives' rank-major order, spln (2C) a
+	 * LayerNorm's parameter gradients before their sum over the group */
+	int sp;
+	float *spg, *sps, *spln;
 
 	/* pipeline parallelism (pp.c): pp stages (1: none), this rank's, and
 	 * its layers [l0, l1); the activations of micro-batches in flight:
@@ -194,8 +202,19 @@ void gk_nn_tp_embed_fwd(float *out, const int32_t *tok, const float *wte, int64_
 /* dwte[tok[i] - v0] += dout[i] for the tokens this rank holds */
 void gk_nn_tp_embed_bwd(float *dwte, const float *dout, const int32_t *tok, int64_t v0,
 			int nv, int N, int C, int nt);
-/* out (B,T,C) += wpe[t] (after the embedding's allreduce) */
-void gk_nn_tp_add_pos(float *out, const float *wpe, int B, int T, int C, int nt);
+/* out (B,T,C) += wpe[t0 + t] (after the embedding's allreduce); T the
+ * positions of each sequence out holds, from t0 (sequence parallelism: a
+ * rank's T/tp from tp_rank T/tp; else all, from 0) */
+void gk_nn_tp_add_pos(float *out, const float *wpe, int B, int T, int t0, int C, int nt);
+/*
+ * Sequence parallelism's reorderings around the group's all-gather and
+ * reduce-scatter, which take one contiguous block a rank: rank r holds
+ * positions [r T/tp, (r+1) T/tp) of each of the B sequences, so the
+ * blocks' order is (tp, B, T/tp, C) and the model's (B, T, C).
+ * to_ranks: (B,T,C) src into (tp,B,T/tp,C) dst; from_ranks: back.
+ */
+void gk_nn_sp_to_ranks(float *dst, const float *src, int B, int T, int tp, int C, int nt);
+void gk_nn_sp_from_ranks(float *dst, const float *src, int B, int T, int tp, int C, int nt);
 /* dwpe[t] += dout (B,T,C), as gk_nn_cpu_encoder_bwd does (the same bits) */
 void gk_nn_tp_pos_bwd(float *dwpe, const float *dout, int B, int T, int C, int nt);
 /* The global norm of a tensor-parallel model's gradients: each parameter

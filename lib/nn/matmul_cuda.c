@@ -4,10 +4,12 @@
  * epilogue and the residual as the C operand, in bf16 (fp32
  * accumulation), TF32 or fp32.
  *
- * libcublasLt.so.13 is opened with dlopen, not linked: the toolkit ships
+ * libcublasLt.so.N is opened with dlopen, not linked: the toolkit ships
  * it only as a shared library, and a linked one would stop every binary
  * from starting on a machine without it (the reason lib/comm loads NCCL
- * and lib/topo loads NVML this way).
+ * and lib/topo loads NVML this way). N is the major version of the
+ * toolkit built with (its cublas_api.h): a CUDA 12 build loads
+ * libcublasLt.so.12, whose ABI its header describes.
  *
  * Row-major to cuBLASLt's column-major is gk_nn_lt_shape_of (launch.c,
  * tested on the host); the bias (one value per column of our D) is per
@@ -25,7 +27,9 @@
 
 #include "nn/cuda_internal.h"
 
-#define LT_SO "libcublasLt.so.13"
+#define LT_STR_(v) #v
+#define LT_STR(v) LT_STR_(v)
+#define LT_SO "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR)
 
 static struct lt_api {
 	__typeof__(cublasLtCreate) *Create;

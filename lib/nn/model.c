@@ -39,6 +39,88 @@ static int tp_sum(gk_nn_model *m, float *x, size_t n, gk_err *err)
 }
 
 /*
+ * Sequence parallelism (tp.c): the LayerNorm and residual regions hold
+ * R = N/tp rows, this rank's T/tp positions of each sequence, in the
+ * order (B, T/tp, C). sp_gather puts the group's together into full
+ * (B,T,C) (f forward, g backward: an all-gather); sp_reduce sums the
+ * group's partial (B,T,C) full and keeps this rank's rows in local (g
+ * forward, f backward: a reduce-scatter; local may be full itself).
+ */
+static int sp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err)
+{
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	size_t n = (size_t)B * T / (size_t)m->tp * C;
+	m->tp_bytes += n * sizeof(float);
+	if (gk_comm_allgather(m->tpc, local, m->sps, n, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	gk_nn_sp_from_ranks(full, m->sps, B, T, m->tp, C, m->nt);
+	return 0;
+}
+
+static int sp_reduce(gk_nn_model *m, const float *full, float *local, gk_err *err)
+{
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	size_t n = (size_t)B * T / (size_t)m->tp * C;
+	gk_nn_sp_to_ranks(m->sps, full, B, T, m->tp, C, m->nt);
+	m->tp_bytes += n * (size_t)m->tp * sizeof(float);
+	return gk_comm_reduce_scatter(m->tpc, m->sps, local, n, GK_DT_F32, GK_COMM_SUM, NULL,
+				      err);
+}
+
+/*
+ * The input of a column-parallel layer (f's forward): x itself, or under
+ * sequence parallelism the group's rows gathered into spg. Megatron-LM
+ * keeps only the local rows of a LayerNorm's output and gathers them
+ * again for the weight's gradient in backward; so does this.
+ */
+static const float *f_input(gk_nn_model *m, const float *x, gk_err *err)
+{
+	if (!m->sp)
+		return x;
+	return sp_gather(m, x, m->spg, err) < 0 ? NULL : m->spg;
+}
+
+/* d of a column-parallel layer's input (f's backward), in dln (N,C): the
+ * group's sum, and under sequence parallelism this rank's rows of it */
+static int f_grad(gk_nn_model *m, gk_err *err)
+{
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	return m->sp ? sp_reduce(m, m->dln, m->dln, err) : tp_sum(m, m->dln, (size_t)N * C, err);
+}
+
+/*
+ * A LayerNorm's backward over the rows this rank holds: dinp += d input,
+ * the gradients of its weight and bias (at w and b of the flat buffers)
+ * += theirs.
+ * Under sequence parallelism a rank's rows give part of those sums: they
+ * are summed over the group before they join the gradient buffer, so
+ * that every rank holds the same replicated gradient (Megatron-LM
+ * allreduces its sequence_parallel parameters' gradients likewise).
+ */
+static int ln_bwd(gk_nn_model *m, float *dinp, size_t w, size_t b, const float *dout,
+		  const float *inp, const float *mean, const float *rstd, gk_err *err)
+{
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	if (!m->sp) {
+		gk_nn_cpu_layernorm_bwd(dinp, m->grads + w, m->grads + b, dout, inp,
+					m->params + w, mean, rstd, N, C, m->nt);
+		return 0;
+	}
+	float *s = m->spln;
+	memset(s, 0, 2 * (size_t)C * sizeof(float));
+	gk_nn_cpu_layernorm_bwd(dinp, s, s + C, dout, inp, m->params + w, mean, rstd,
+				N / m->tp, C, m->nt);
+	if (tp_sum(m, s, 2 * (size_t)C, err) < 0)
+		return -1;
+	float *dw = m->grads + w, *db = m->grads + b;
+	for (int c = 0; c < C; c++) {
+		dw[c] += s[c];
+		db[c] += s[C + c];
+	}
+	return 0;
+}
+
+/*
  * A rank's widths under tensor parallelism (tp.c): Cq of attention's C
  * and NHq of its heads, F of the MLP's 4C; the whole at tp 1.
  */
@@ -49,7 +131,9 @@ static int tp_sum(gk_nn_model *m, float *x, size_t n, gk_err *err)
 /*
  * A projection onto the residual stream: out = res + inp @ w + b. Row-
  * parallel under tensor parallelism: each rank's product of its rows,
- * summed over the group, then the residual and the bias once.
+ * summed over the group, then the residual and the bias once; under
+ * sequence parallelism the product is made in spg, and out and res hold
+ * this rank's rows of the sum.
  */
 static int proj_fwd(gk_nn_model *m, float *out, const float *inp, const float *w,
 		    const float *b, const float *res, int N, int K, int OC, gk_err *err)
@@ -57,6 +141,13 @@ static int proj_fwd(gk_nn_model *m, float *out, const float *inp, const float *w
 	if (m->tp == 1) {
 		/* onto the residual in place: no buffer for the product alone */
 		gk_nn_cpu_matmul_fwd(out, inp, w, b, res, NULL, 0, N, K, OC, m->nt);
+		return 0;
+	}
+	if (m->sp) {
+		gk_nn_cpu_matmul_fwd(m->spg, inp, w, NULL, NULL, NULL, 0, N, K, OC, m->nt);
+		if (sp_reduce(m, m->spg, out, err) < 0)
+			return -1;
+		gk_nn_tp_row_finish(out, res, b, N / m->tp, OC, m->nt);
 		return 0;
 	}
 	gk_nn_cpu_matmul_fwd(out, inp, w, NULL, NULL, NULL, 0, N, K, OC, m->nt);
@@ -69,16 +160,19 @@ static int proj_fwd(gk_nn_model *m, float *out, const float *inp, const float *w
 static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 {
 	int B = m->o.batch, T = m->o.seq, N = B * T, nt = m->nt;
-	int C = (int)m->c.hidden;
+	int C = (int)m->c.hidden, R = m->sp ? N / m->tp : N;
 	TP_WIDTHS(m);
 	const float *p = m->params;
 	const gk_nn_block_off *o = &m->blk[l];
 	gk_nn_acts a;
 	gk_nn_layer_acts(m, l, &a);
+	const float *x;
 
 	gk_nn_cpu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, p + o->ln1w,
-				p + o->ln1b, N, C, m->c.ln_eps, nt);
-	gk_nn_cpu_matmul_fwd(a.qkv, a.ln1, p + o->qkvw, p + o->qkvb, NULL,
+				p + o->ln1b, R, C, m->c.ln_eps, nt);
+	if (!(x = f_input(m, a.ln1, err)))
+		return -1;
+	gk_nn_cpu_matmul_fwd(a.qkv, x, p + o->qkvw, p + o->qkvb, NULL,
 			     NULL, 0, N, C, 3 * Cq, nt);
 	gk_nn_cpu_attention_fwd(a.atty, a.att, m->datt, a.qkv, B, T, Cq, NHq,
 				nt);
@@ -86,8 +180,10 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 		     err) < 0)
 		return -1;
 	gk_nn_cpu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, p + o->ln2w,
-				p + o->ln2b, N, C, m->c.ln_eps, nt);
-	gk_nn_cpu_matmul_fwd(a.fch, a.ln2, p + o->fcw, p + o->fcb, NULL, a.fchg,
+				p + o->ln2b, R, C, m->c.ln_eps, nt);
+	if (!(x = f_input(m, a.ln2, err)))
+		return -1;
+	gk_nn_cpu_matmul_fwd(a.fch, x, p + o->fcw, p + o->fcb, NULL, a.fchg,
 			     m->o.recompute != GK_NN_RECOMPUTE_GELU, N, C,
 			     F, nt);
 	return proj_fwd(m, a.out, a.fchg, p + o->fcprojw, p + o->fcprojb, a.res2, N, F, C, err);
@@ -103,10 +199,20 @@ static int embed_fwd(gk_nn_model *m, const int32_t *tokens, gk_err *err)
 		return 0;
 	}
 	int64_t Vl = m->c.vocab_pad / m->tp, v0 = (int64_t)m->tpr * Vl;
+	if (m->sp) {
+		/* the masked lookups' sum scattered by positions (Megatron-LM's
+		 * reduce_scatter_embeddings), then each row's position */
+		int Tl = T / m->tp;
+		gk_nn_tp_embed_fwd(m->spg, tokens, p + m->wte, v0, (int)Vl, B * T, C, m->nt);
+		if (sp_reduce(m, m->spg, m->resid, err) < 0)
+			return -1;
+		gk_nn_tp_add_pos(m->resid, p + m->wpe, B, Tl, m->tpr * Tl, C, m->nt);
+		return 0;
+	}
 	gk_nn_tp_embed_fwd(m->resid, tokens, p + m->wte, v0, (int)Vl, B * T, C, m->nt);
 	if (tp_sum(m, m->resid, (size_t)B * T * C, err) < 0)
 		return -1;
-	gk_nn_tp_add_pos(m->resid, p + m->wpe, B, T, C, m->nt);
+	gk_nn_tp_add_pos(m->resid, p + m->wpe, B, T, 0, C, m->nt);
 	return 0;
 }
 
@@ -187,15 +293,20 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		m->have_fwd = 1;
 		return 0;
 	}
-	const float *last = m->resid + (size_t)(m->l1 - m->l0) * N * C;
+	int R = m->sp ? N / m->tp : N;
+	const float *last = m->resid + (size_t)(m->l1 - m->l0) * R * C;
 	gk_nn_cpu_layernorm_fwd(m->lnf, m->lnfm, m->lnfr, last, p + m->lnfw,
-				p + m->lnfb, N, C, m->c.ln_eps, nt);
-	/* under tensor parallelism, this rank's vocabulary columns */
+				p + m->lnfb, R, C, m->c.ln_eps, nt);
+	/* under tensor parallelism, this rank's vocabulary columns (of every
+	 * row: under sequence parallelism the group's lnf gathered) */
 	int64_t v0;
 	int nv, ld;
 	vocab_slice(m, &v0, &nv, &ld);
+	const float *x = f_input(m, m->lnf, err);
+	if (!x)
+		return -1;
 	if (nv > 0)
-		gk_nn_cpu_lmhead_fwd(m->logits, m->lnf, p + m->wte, N, C, nv, ld, nt);
+		gk_nn_cpu_lmhead_fwd(m->logits, x, p + m->wte, N, C, nv, ld, nt);
 
 	m->have_targets = targets != NULL;
 	if (targets) {
@@ -268,6 +379,10 @@ static int block_bwd(gk_nn_model *m, int l, gk_nn_ready_fn ready, void *ctx,
 	const gk_nn_block_off *o = &m->blk[l];
 	gk_nn_acts a;
 	gk_nn_layer_acts(m, l, &a);
+	/* d of the row-parallel outputs, and the column-parallel inputs: the
+	 * group's rows gathered under sequence parallelism (g's backward and
+	 * the gather again of f's input), else dres and the LayerNorms' own */
+	const float *dy, *x;
 
 	if (m->o.recompute == GK_NN_RECOMPUTE_LAYER) {
 		if (block_fwd(m, l, err) < 0)
@@ -277,36 +392,47 @@ static int block_bwd(gk_nn_model *m, int l, gk_nn_ready_fn ready, void *ctx,
 	}
 
 	/* out = res2 + fchg @ Wp + bp: dres passes to res2 unchanged (and
-	 * through g unchanged to every rank's rows of Wp) */
-	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, m->dres,
+	 * through g unchanged to every rank's rows of Wp; the bias's
+	 * gradient from every row, the same on each rank) */
+	if (!(dy = f_input(m, m->dres, err)))
+		return -1;
+	gk_nn_cpu_matmul_bwd(m->dfc, g + o->fcprojw, g + o->fcprojb, dy,
 			     a.fchg, p + o->fcprojw, N, F, C, nt);
 	READY(o->fcprojw);
 	/* fch holds gelu' unless recomputed; fc's bias gradient is summed
 	 * in the same pass */
 	gk_nn_cpu_gelu_bwd(m->dfc, g + o->fcb, a.fch,
 			   m->o.recompute != GK_NN_RECOMPUTE_GELU, N, F, nt);
-	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, NULL, m->dfc, a.ln2,
+	if (!(x = f_input(m, a.ln2, err)))
+		return -1;
+	gk_nn_cpu_matmul_bwd(m->dln, g + o->fcw, NULL, m->dfc, x,
 			     p + o->fcw, N, C, F, nt);
 	/* f: each rank's columns gave a part of d ln2 */
-	if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
+	if (f_grad(m, err) < 0)
 		return -1;
 	READY(o->fcw);
-	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln2w, g + o->ln2b, m->dln,
-				a.res2, p + o->ln2w, a.ln2m, a.ln2r, N, C, nt);
+	if (ln_bwd(m, m->dres, o->ln2w, o->ln2b, m->dln, a.res2, a.ln2m, a.ln2r,
+		   err) < 0)
+		return -1;
 	READY(o->ln2w);
 	/* res2 = in + atty @ Wap + bap */
+	if (!(dy = f_input(m, m->dres, err)))
+		return -1;
 	gk_nn_cpu_matmul_bwd(m->datty, g + o->attprojw, g + o->attprojb,
-			     m->dres, a.atty, p + o->attprojw, N, Cq, C, nt);
+			     dy, a.atty, p + o->attprojw, N, Cq, C, nt);
 	READY(o->attprojw);
 	gk_nn_cpu_attention_bwd(m->dqkv, m->datt, m->datty, a.qkv, a.att, B,
 				T, Cq, NHq, nt);
-	gk_nn_cpu_matmul_bwd(m->dln, g + o->qkvw, g + o->qkvb, m->dqkv, a.ln1,
+	if (!(x = f_input(m, a.ln1, err)))
+		return -1;
+	gk_nn_cpu_matmul_bwd(m->dln, g + o->qkvw, g + o->qkvb, m->dqkv, x,
 			     p + o->qkvw, N, C, 3 * Cq, nt);
-	if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
+	if (f_grad(m, err) < 0)
 		return -1;
 	READY(o->qkvw);
-	gk_nn_cpu_layernorm_bwd(m->dres, g + o->ln1w, g + o->ln1b, m->dln,
-				a.in, p + o->ln1w, a.ln1m, a.ln1r, N, C, nt);
+	if (ln_bwd(m, m->dres, o->ln1w, o->ln1b, m->dln, a.in, a.ln1m, a.ln1r,
+		   err) < 0)
+		return -1;
 	READY(o->ln1w);
 	return 0;
 }
@@ -347,19 +473,24 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		int nv, ld;
 		vocab_slice(m, &v0, &nv, &ld);
 		gk_nn_tp_xent_bwd(m->logits, m->lse, m->targets, dloss, v0, N, nv, ld, nt);
+		const float *x = f_input(m, m->lnf, err);
+		if (!x)
+			return -1;
 		if (nv > 0)
-			gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, m->lnf, p + m->wte,
+			gk_nn_cpu_lmhead_bwd(m->dln, g + m->wte, m->logits, x, p + m->wte,
 					     N, C, nv, ld, nt);
 		else
 			memset(m->dln, 0, (size_t)N * C * sizeof(float));
-		if (tp_sum(m, m->dln, (size_t)N * C, err) < 0)
+		if (f_grad(m, err) < 0)
 			return -1;
 	}
+	int R = m->sp ? N / m->tp : N;
 	if (lastst) {
-		const float *last = m->resid + (size_t)(m->l1 - m->l0) * N * C;
-		memset(m->dres, 0, (size_t)N * C * sizeof(float));
-		gk_nn_cpu_layernorm_bwd(m->dres, g + m->lnfw, g + m->lnfb, m->dln,
-					last, p + m->lnfw, m->lnfm, m->lnfr, N, C, nt);
+		const float *last = m->resid + (size_t)(m->l1 - m->l0) * R * C;
+		memset(m->dres, 0, (size_t)R * C * sizeof(float));
+		if (ln_bwd(m, m->dres, m->lnfw, m->lnfb, m->dln, last, m->lnfm, m->lnfr,
+			   err) < 0)
+			return -1;
 		if (ready && ready(m->lnfw, ctx, err) < 0)
 			return -1;
 	}
@@ -373,11 +504,16 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	} else if (m->tp == 1) {
 		gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T, C, nt);
 	} else {
+		/* every row's d embedding (the reduce-scatter's backward
+		 * under sequence parallelism: the group's rows gathered) */
 		int64_t v0;
 		int nv, ld;
 		vocab_slice(m, &v0, &nv, &ld);
-		gk_nn_tp_embed_bwd(g + m->wte, m->dres, m->tokens, v0, ld, N, C, nt);
-		gk_nn_tp_pos_bwd(g + m->wpe, m->dres, B, T, C, nt);
+		const float *dy = f_input(m, m->dres, err);
+		if (!dy)
+			return -1;
+		gk_nn_tp_embed_bwd(g + m->wte, dy, m->tokens, v0, ld, N, C, nt);
+		gk_nn_tp_pos_bwd(g + m->wpe, dy, B, T, C, nt);
 	}
 	if (ready && ready(0, ctx, err) < 0)
 		return -1;

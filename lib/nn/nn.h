@@ -192,6 +192,12 @@ typedef struct gk_nn_opts {
 	struct gk_comm *tp_comm;      /* the tensor group's communicator (tp > 1),
 				       * the caller's; every rank of the group
 				       * calls forward and backward together */
+	int seq_par;                  /* sequence parallelism over the tensor
+				       * group (tp > 1; Korthikanti et al. 2022):
+				       * the LayerNorm and residual regions hold
+				       * rank tp_rank's seq / tp positions of each
+				       * sequence; seq must divide by tp, and no
+				       * pipeline (gk_nn_sp_check) */
 	int lazy_params;              /* CPU: the parameter buffer is mapped like
 				       * lazy_grads' (ZeRO-3, whose rank keeps
 				       * only its range between a block's uses);
@@ -305,6 +311,17 @@ int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err
  * layer. The norm's one double is not counted.
  */
 uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
+/*
+ * Whether sequence parallelism (gk_nn_opts' seq_par) can run over tp ranks
+ * at sequence length seq and pp pipeline stages: 0, or -1 with the numbers
+ * in err. Under it, gk_nn_tp_bytes counts what this rank puts into each
+ * collective: N x C floats a reduce-scatter (the g operator forward, f
+ * backward), N/tp x C an all-gather (f forward; g backward; the
+ * LayerNorm outputs and lnf gathered again in backward, as Megatron-LM
+ * does instead of keeping them whole), 2 C a LayerNorm's parameter
+ * gradients (summed over the group: each rank's come from its positions).
+ */
+int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err);
 
 /* ---- pipeline parallelism (pp.c) ------------------------------------------------- */
 

@@ -265,8 +265,8 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 		float *to = whole ? whole : dst[k];
 		for (size_t p = 0; p < e->nparts; p++) {
 			const gk_ckpt_part *pt = &e->parts[p];
-			uint64_t a = pt->row0 > lo ? pt->row0 : lo;
-			uint64_t b = pt->row0 + pt->rows < hi ? pt->row0 + pt->rows : hi;
+			uint64_t a = pt->el0 > lo ? pt->el0 : lo;
+			uint64_t b = pt->el0 + pt->nel < hi ? pt->el0 + pt->nel : hi;
 			if (a >= b)
 				continue;
 			if (o->off) {
@@ -275,7 +275,7 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 				float *buf = gk_nn_offload_buffer(o->off, &cap);
 				for (uint64_t c = a; c < b; c += cap) {
 					size_t n = b - c < cap ? (size_t)(b - c) : cap;
-					if (gk_st_read(s->files[pt->file], pt->t, (c - pt->row0) * 4,
+					if (gk_st_read(s->files[pt->file], pt->t, (c - pt->el0) * 4,
 						       buf, n * 4, err) < 0 ||
 					    gk_nn_offload_write(o->off, k, (size_t)(c - lo), n, buf,
 								err) < 0)
@@ -283,7 +283,7 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 				}
 				continue;
 			}
-			if (gk_st_read(s->files[pt->file], pt->t, (a - pt->row0) * 4,
+			if (gk_st_read(s->files[pt->file], pt->t, (a - pt->el0) * 4,
 				       to + (a - lo), (size_t)(b - a) * 4, err) < 0)
 				goto out;
 		}

@@ -22,6 +22,16 @@
  *       bias once, after the sum; identity backward
  *   the MLP the same way: f, c_fc_r, GeLU local, mlp.c_proj_r, g
  *
+ * Sequence parallelism (Korthikanti et al., "Reducing Activation
+ * Recomputation in Large Transformer Models", 2022, section 4.2.2;
+ * Megatron-LM's mappings.py, gather_from_sequence_parallel_region and
+ * reduce_scatter_to_sequence_parallel_region): what the above keeps
+ * replicated between a g and the next f (the residual stream, the
+ * LayerNorms, the biases' sums) each rank keeps for its T/tp positions of
+ * every sequence only. g becomes a reduce-scatter (identity backward
+ * becomes an all-gather), f an all-gather (allreduce backward becomes a
+ * reduce-scatter), model.c around the same layers.
+ *
  * The embedding and the LM head it is tied to are split by vocabulary
  * rows (vocab_pad / tp a rank): the lookup is a masked lookup summed over
  * the group; the logits stay split, and the cross-entropy needs three
@@ -154,15 +164,61 @@ void gk_nn_tp_embed_bwd(float *dwte, const float *dout, const int32_t *tok, int6
 	}
 }
 
-void gk_nn_tp_add_pos(float *out, const float *wpe, int B, int T, int C, int nt)
+void gk_nn_tp_add_pos(float *out, const float *wpe, int B, int T, int t0, int C, int nt)
 {
 #pragma omp parallel for num_threads(nt) schedule(static)
 	for (int i = 0; i < B * T; i++) {
-		const float *p = wpe + (size_t)(i % T) * C;
+		const float *p = wpe + (size_t)(t0 + i % T) * C;
 		float *o = out + (size_t)i * C;
 		for (int c = 0; c < C; c++)
 			o[c] += p[c];
 	}
+}
+
+/* ---- sequence parallelism ------------------------------------------------------- */
+
+int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err)
+{
+	if (tp < 2)
+		return gk_errf(err, "sequence parallelism splits the sequence over a tensor "
+			       "group: not over one rank");
+	if (seq % tp)
+		return gk_errf(err, "sequence parallelism over %d ranks: the sequence length %d "
+			       "does not divide by %d (each rank takes %d/%d positions; a "
+			       "sequence of %d does)", tp, seq, tp, seq, tp, (seq / tp + 1) * tp);
+	if (pp > 1)
+		return gk_errf(err, "sequence parallelism: not with %d pipeline stages (the "
+			       "stages pass whole sequences)", pp);
+	return 0;
+}
+
+/*
+ * Row (b, t) of (B,T,C) is row (r, b, t - r Tl) of (tp,B,Tl,C), with Tl =
+ * T/tp and r = t / Tl: a copy of whole rows of C floats either way.
+ */
+static void sp_move(float *dst, const float *src, int B, int T, int tp, int C, int nt,
+		    int to_ranks)
+{
+	int Tl = T / tp;
+#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int i = 0; i < B * T; i++) {
+		int b = i / T, t = i % T, r = t / Tl;
+		size_t j = ((size_t)r * B + b) * Tl + (size_t)(t - r * Tl);
+		if (to_ranks)
+			memcpy(dst + j * C, src + (size_t)i * C, (size_t)C * sizeof(float));
+		else
+			memcpy(dst + (size_t)i * C, src + j * C, (size_t)C * sizeof(float));
+	}
+}
+
+void gk_nn_sp_to_ranks(float *dst, const float *src, int B, int T, int tp, int C, int nt)
+{
+	sp_move(dst, src, B, T, tp, C, nt, 1);
+}
+
+void gk_nn_sp_from_ranks(float *dst, const float *src, int B, int T, int tp, int C, int nt)
+{
+	sp_move(dst, src, B, T, tp, C, nt, 0);
 }
 
 void gk_nn_tp_pos_bwd(float *dwpe, const float *dout, int B, int T, int C, int nt)

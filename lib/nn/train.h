@@ -34,7 +34,10 @@
  * "m" and "v" over the flat parameter buffer: optim.safetensors whole, or
  * with ZeRO-1 one optim-rank-R-of-W.safetensors per rank holding its
  * range as a row slice (gpukit.slice metadata), so any world resumes
- * from any other. The state is copied to host buffers at the step
+ * from any other. Under ZeRO-3 each rank writes its range of the
+ * parameters too, model-rank-R-of-W.safetensors (tensors whole, or cut
+ * as flat slices: gpukit.flat metadata), and no rank the whole model
+ * unless ckpt_gather. The state is copied to host buffers at the step
  * boundary and written by a thread; rank 0 commits once every rank has
  * written (agreed in the step's small allreduce).
  */
@@ -77,14 +80,17 @@ int gk_nn_grid_layout_pp(int world, int tp, int pp, int rank, gk_nn_grid *g, gk_
 int gk_nn_grid_open(gk_nn_grid *g, gk_comm *world, gk_err *err);
 void gk_nn_grid_close(gk_nn_grid *g);
 /*
- * The grid of a run of world ranks as its start line says it, into buf:
- * "" without tensor or pipeline parallelism, " (dp D x tp T)", or with a
- * pipeline " (dp D x pp P[ x tp T]: layers a-b, ...; SCHED over M
- * micro-batches, bubble (P-1)/M = x)", each stage's layers of the model's
- * layers (gk_nn_pp_layers) and the schedule's expected bubble.
+ * The grid of a run of world ranks with o's --tp, --pp, --pp-schedule,
+ * --grad-accum and --sequence-parallel, as its start line says it, into
+ * buf: "" without tensor or pipeline parallelism, " (dp D x tp T[,
+ * sequence-parallel])", or with a pipeline " (dp D x pp P[ x tp T]:
+ * layers a-b, ...; SCHED over M micro-batches, bubble (P-1)/M = x)", each
+ * stage's layers of the model's layers (gk_nn_pp_layers) and the
+ * schedule's expected bubble.
  */
-void gk_nn_grid_describe(char *buf, size_t len, int world, int tp, int pp, int64_t layers,
-			 int sched, int grad_accum);
+struct gk_nn_train_opts;
+void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
+			 const struct gk_nn_train_opts *o);
 
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */
@@ -124,6 +130,9 @@ typedef struct gk_nn_train_opts {
 				 * no); 0 releases them after the forward */
 	int tp;                 /* tensor-parallel ranks per group (0 or 1: none):
 				 * the CPU backend, ZeRO 0, no compression */
+	int seq_par;            /* sequence parallelism over the tensor group
+				 * (gk_nn_opts' seq_par): tp > 1, seq a
+				 * multiple of tp, no pipeline */
 	int pp;                 /* pipeline stages (0 or 1: none): the CPU
 				 * backend, ZeRO 0, no compression */
 	int pp_sched;           /* GK_NN_PP_1F1B or GK_NN_PP_GPIPE */
@@ -145,6 +154,9 @@ typedef struct gk_nn_train_opts {
 	const char *ckpt_dir;
 	int64_t ckpt_every;
 	int resume;             /* continue from ckpt_dir's latest, if any */
+	int ckpt_gather;        /* ZeRO-3: gather the model to rank 0, which
+				 * writes model.safetensors, instead of each
+				 * rank writing its range (model-rank-*) */
 	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
 	int eval_only;
 	int skip_nonfinite;     /* skip (and count) a step whose loss or norm is not

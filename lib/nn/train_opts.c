@@ -53,6 +53,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 {
 	int given = o->device != GK_NN_AUTO, sample = tool & GK_NN_CHECK_SAMPLE,
 	    dump = tool & GK_NN_CHECK_DUMP;
+	if (o->ckpt_gather && o->zero != 3)
+		return gk_errf(err, "--ckpt-gather: only --zero 3 shards the model in its checkpoints "
+			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
 	if (o->zero >= 2 && o->compress != GK_COMM_COMPRESS_NONE)
 		return gk_errf(err, "--zero %d does not compress its gradient buckets: --zero 1 "
 			       "with --compress, or --zero %d without it", o->zero, o->zero);
@@ -91,6 +94,24 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
 			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
+	}
+	if (o->seq_par) {
+		/* the sequence splits over the tensor group: a length that
+		 * divides (0: the model's positions, checked once known) */
+		if (o->tp < 2)
+			return gk_errf(err, "--sequence-parallel splits the sequence over a "
+				       "tensor group: give --tp N (2 or more) too");
+		if (o->pp > 1)
+			return gk_errf(err, "--sequence-parallel: not with --pp %d", o->pp);
+		int lo = o->seq / o->tp * o->tp;
+		char alt[24] = "";
+		if (lo > 0)
+			snprintf(alt, sizeof(alt), "%d or ", lo);
+		if (o->seq > 0 && o->seq % o->tp)
+			return gk_errf(err, "--sequence-parallel with --tp %d: the sequence length "
+				       "%d does not divide by %d (each rank keeps %d/%d positions "
+				       "of each sequence): --seq %s%d", o->tp, o->seq, o->tp,
+				       o->seq, o->tp, alt, lo + o->tp);
 	}
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */

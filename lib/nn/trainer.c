@@ -34,7 +34,7 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_s
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
 			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
-			   .dp = t->grid.dp, .tp = t->grid.tp, .pp = t->grid.pp,
+			   .dp = t->grid.dp, .tp = t->grid.tp, .sp = t->o.seq_par, .pp = t->grid.pp,
 			   .stage = t->grid.pp_rank, .recompute = GK_MEM_RC_NONE,
 			   .offload = t->dp->off || t->dp->host_update};
 	gk_mem_est e;
@@ -498,7 +498,7 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
 										 : GK_DT_F32,
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
-			      .offload = t->o.offload_host,
+			      .sp = t->o.seq_par, .offload = t->o.offload_host,
 			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores, and
 			       * so does the GPU's matmul path */
@@ -522,7 +522,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
 			 .precision = t->o.precision,
 			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->grid.dp),
-			 .lazy_grads = gk_nn_dp_lazy_grads(&o, t->grid.dp, t->cuda), .tp = t->grid.tp};
+			 .lazy_grads = gk_nn_dp_lazy_grads(&o, t->grid.dp, t->cuda), .tp = t->grid.tp,
+			 .seq_par = t->o.seq_par};
 	gk_nn_mem pl;
 	gk_err why;
 	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
@@ -779,7 +780,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
 					t->grid.pp > 1,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
-			 .pp = t->grid.pp, .pp_rank = t->grid.pp_rank};
+			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;

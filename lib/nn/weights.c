@@ -161,12 +161,12 @@ static const gk_nn_tensor *find_tensor(const gk_nn_model *m, const char *name)
 }
 
 /*
- * Read elements [lo, hi) of entry e (numel floats, in however many row
- * parts) as f32 into dst (hi - lo floats): nothing else of the entry is
+ * Read elements [lo, hi) of entry e (in however many parts:
+ * row or flat slices) as f32 into dst (hi - lo floats): nothing else of the entry is
  * read.
  */
 static int read_entry(const gk_ckpt_set *s, const gk_ckpt_entry *e,
-		      float *dst, uint64_t numel, uint64_t lo, uint64_t hi, gk_err *err)
+		      float *dst, uint64_t lo, uint64_t hi, gk_err *err)
 {
 	if (!gk_dtype_is_float(e->dtype))
 		return gk_errf(err, "load tensor '%s': dtype %s: not a float "
@@ -175,7 +175,6 @@ static int read_entry(const gk_ckpt_set *s, const gk_ckpt_entry *e,
 	if (gk_st_nbytes(e->dtype, 1, &esz) < 0 || esz == 0)
 		return gk_errf(err, "load tensor '%s': dtype %s", e->name,
 			       gk_dtype_name(e->dtype));
-	uint64_t row = e->ndim > 0 && e->shape[0] ? numel / e->shape[0] : numel;
 	/* converted in pieces so memory stays bounded for big tensors */
 	enum { PIECE = 1 << 20 };
 	void *tmp = NULL;
@@ -186,7 +185,7 @@ static int read_entry(const gk_ckpt_set *s, const gk_ckpt_entry *e,
 		const gk_ckpt_part *p = &e->parts[k];
 		const gk_st_file *f = s->files[p->file];
 		/* the part's elements of the entry, and what of them is wanted */
-		uint64_t p0 = p->row0 * row, p1 = p0 + p->rows * row;
+		uint64_t p0 = p->el0, p1 = p0 + p->nel;
 		uint64_t a = p0 > lo ? p0 : lo, b = p1 < hi ? p1 : hi;
 		for (uint64_t i = a; i < b && rc == 0;) {
 			uint64_t c = b - i < PIECE ? b - i : PIECE;
@@ -259,7 +258,7 @@ static int load_set(gk_nn_model *m, gk_ckpt_set *s, size_t lo, size_t hi, gk_err
 		uint64_t numel = (uint64_t)t->shape[0] * (uint64_t)(t->ndim == 2 ? t->shape[1] : 1);
 		size_t a = lo > t->off ? lo - t->off : 0;
 		size_t b = hi < t->off + numel ? (hi > t->off ? hi - t->off : 0) : numel;
-		if (a < b && read_entry(s, e, m->params + t->off + a, numel, a, b, err) < 0)
+		if (a < b && read_entry(s, e, m->params + t->off + a, a, b, err) < 0)
 			goto out;
 		seen[t - m->t] = 1;
 	}
@@ -286,7 +285,7 @@ static int load_set(gk_nn_model *m, gk_ckpt_set *s, size_t lo, size_t hi, gk_err
 			gk_err_sys(err, ENOMEM, "load tensor 'lm_head.weight'");
 			goto out;
 		}
-		int r = a < b ? read_entry(s, head, h, n, a, b, err) : 0;
+		int r = a < b ? read_entry(s, head, h, a, b, err) : 0;
 		if (r == 0 && memcmp(h, m->params + m->wte + a, (b - a) * sizeof(float))) {
 			gk_errf(err, "load tensor 'lm_head.weight': differs "
 				"from wte (only a tied head is supported)");

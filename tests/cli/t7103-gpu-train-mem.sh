@@ -206,4 +206,16 @@ test_expect_success MPI 'the checkpoint copy under ZeRO-1 over 2 ranks: 4 + 8/2 
 	test "$g" = "$m" && test "$m" = $((8 * p))
 '
 
+test_expect_success MPI 'the checkpoint copy under ZeRO-3 over 2 ranks: each rank its shard, (4 + 8)/2 bytes a parameter' '
+	mpi 2 --data train.bin --config cc/latest/config.json --seq 32 --batch 2 --steps 1 \
+		--threads 1 --zero 3 --ckpt-dir cc3 --json >cc3.json &&
+	mem-estimate --config cc/latest/config.json --precision f32 -b 2 -s 32 --no-dropout \
+		--zero 3 --dp 2 --ckpt-copy --json >mc3.json &&
+	g=$(jq -s "map(select(.event == \"start\"))[0].memory.checkpoint" cc3.json) &&
+	m=$(jq ".bytes.checkpoint_copy" mc3.json) &&
+	p=$(jq ".model.params" mc3.json) &&
+	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
+	test "$g" = "$m" && test "$m" = $((6 * p))
+'
+
 test_done

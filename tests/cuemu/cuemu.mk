@@ -11,14 +11,14 @@
 # turned their <<<>>> launches into calls; the rest of the library is this
 # configuration's own objects. The tests link libcuemu.so (the fake CUDA
 # runtime, cuBLASLt and NCCL, and the kernel executor) in place of the
-# static cudart; libcuda.so.1, libcublasLt.so.13 and libnccl.so.2 are
-# links to it next to it, which the library's dlopen calls find through
+# static cudart; libcuda.so.1, libcublasLt.so.12 and .13 (the library
+# loads its toolkit's major) and libnccl.so.2 are links to it next to it, which the library's dlopen calls find through
 # the tests' run path. Needs a CUDA build (CUDA=1: the toolkit's headers).
 
 CUEMU_B := $(B)/cuemu
 CUEMU_LIBDIR := $(CUEMU_B)/lib
 CUEMU_SO := $(CUEMU_LIBDIR)/libcuemu.so
-CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.13 libnccl.so.2)
+CUEMU_LINKS := $(addprefix $(CUEMU_LIBDIR)/,libcuda.so.1 libcublasLt.so.12 libcublasLt.so.13 libnccl.so.2)
 CUEMU_LIB := $(CUEMU_B)/libgpukit.a
 # The unit tests with device parts: they skip those without a GPU, and
 # run them here.

@@ -248,7 +248,7 @@ static void test_vocab(int tp)
 			mx[i] = m[i] > mx[i] ? m[i] : mx[i];
 		free(o), free(dw), free(lr), free(m);
 	}
-	gk_nn_tp_add_pos(sum, wpe, B, T, C, nt);
+	gk_nn_tp_add_pos(sum, wpe, B, T, 0, C, nt);
 	ok(maxrel(sum, emb, (size_t)N * C) == 0,
 	   "tp %d: the masked lookups summed, then positions = the embedding bit for bit", tp);
 	ok(e_dwte == 0, "tp %d: each rank's rows of d wte = the whole's", tp);
@@ -392,9 +392,57 @@ static void test_grid(void)
 	   g.tp_rank == 0, "tp 1: data parallel over the whole world");
 }
 
+/*
+ * Sequence parallelism's reorderings: rank r's block of (tp, B, T/tp, C)
+ * holds positions [r T/tp, (r+1) T/tp) of each sequence, by the index
+ * formula written here; from_ranks undoes to_ranks; and the check's
+ * refusals name the numbers.
+ */
+static void test_sp(int tp)
+{
+	enum { B = 3, T = 12, C = 5 };
+	int Tl = T / tp;
+	float *x = randv((size_t)B * T * C, 1.0f);
+	float *r = calloc((size_t)B * T * C, sizeof(float));
+	float *back = calloc((size_t)B * T * C, sizeof(float));
+	gk_nn_sp_to_ranks(r, x, B, T, tp, C, 2);
+	int bad = 0;
+	for (int k = 0; k < tp; k++)
+		for (int b = 0; b < B; b++)
+			for (int t = 0; t < Tl; t++)
+				for (int c = 0; c < C; c++)
+					bad += r[(((size_t)k * B + b) * Tl + t) * C + c] !=
+					       x[((size_t)b * T + k * Tl + t) * C + c];
+	ok(bad == 0, "sp tp %d: rank k's block is positions [k T/tp, (k+1) T/tp) of each "
+	   "sequence (%d wrong)", tp, bad);
+	gk_nn_sp_from_ranks(back, r, B, T, tp, C, 2);
+	ok(memcmp(back, x, (size_t)B * T * C * sizeof(float)) == 0,
+	   "sp tp %d: from_ranks undoes to_ranks", tp);
+	free(x);
+	free(r);
+	free(back);
+}
+
+static void test_sp_check(void)
+{
+	gk_err err = {0};
+	ok(gk_nn_sp_check(2, 16, 1, &err) == 0 && gk_nn_sp_check(4, 12, 0, &err) == 0,
+	   "sp check: 16 over 2, 12 over 4");
+	ok(gk_nn_sp_check(2, 15, 1, &err) < 0 && strstr(err.msg, "length 15 does not divide by 2"),
+	   "sp check: 15 over 2 refused: %s", err.msg);
+	ok(gk_nn_sp_check(1, 16, 1, &err) < 0 && strstr(err.msg, "not over one rank"),
+	   "sp check: one rank refused: %s", err.msg);
+	ok(gk_nn_sp_check(2, 16, 2, &err) < 0 && strstr(err.msg, "2 pipeline stages"),
+	   "sp check: a pipeline refused: %s", err.msg);
+}
+
 int main(void)
 {
 	test_check();
+	test_sp(2);
+	test_sp(3);
+	test_sp(4);
+	test_sp_check();
 	test_grid();
 	for (int tp = 1; tp <= 3; tp++) {
 		test_attention(tp);

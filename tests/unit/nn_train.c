@@ -57,6 +57,12 @@ static void checks(void)
 	o.compress = GK_COMM_COMPRESS_F16;
 	is_str(check(&o, -1, -1, 0), "--zero 3 does not compress its gradient buckets: --zero 1 "
 	       "with --compress, or --zero 3 without it", "check: --zero 3 --compress");
+	o = (gk_nn_train_opts){.device = GK_NN_CPU, .zero = 3, .ckpt_gather = 1};
+	is_str(check(&o, 0, 2, 0), "", "check: --zero 3 --ckpt-gather");
+	o.zero = 2;
+	is_str(check(&o, 0, 2, 0), "--ckpt-gather: only --zero 3 shards the model in its "
+	       "checkpoints (--zero 2 writes model.safetensors whole): leave it out",
+	       "check: --zero 2 --ckpt-gather");
 	o = (gk_nn_train_opts){.device = GK_NN_AUTO, .offload_host = 1};
 	is_str(check(&o, 0, 1, 0), "--offload optimizer moves a GPU's optimizer state to host "
 	       "memory, and this run is on the CPU, which keeps it there: give optimizer:DIR for "
@@ -78,6 +84,29 @@ static void checks(void)
 	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "--tp 2: not with --sample", "check: --tp --sample");
 	is_str(check(&o, 0, -1, GK_NN_CHECK_DUMP), "--tp 2: not with --dump-data",
 	       "check: --tp --dump-data");
+	o.seq_par = 1;
+	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 --sequence-parallel, the length not known");
+	o.seq = 16;
+	is_str(check(&o, 0, 2, 0), "", "check: --tp 2 --sequence-parallel --seq 16");
+	o.seq = 33;
+	is_str(check(&o, 0, 2, 0), "--sequence-parallel with --tp 2: the sequence length 33 does "
+	       "not divide by 2 (each rank keeps 33/2 positions of each sequence): --seq 32 or 34",
+	       "check: --sequence-parallel, a length that does not divide");
+	o.tp = 4;
+	o.seq = 3;
+	is_str(check(&o, 0, 2, 0), "--sequence-parallel with --tp 4: the sequence length 3 does "
+	       "not divide by 4 (each rank keeps 3/4 positions of each sequence): --seq 4",
+	       "check: --sequence-parallel, a length shorter than the group");
+	o.seq = 16;
+	o.pp = 2;
+	is_str(check(&o, 0, -1, 0), "--sequence-parallel: not with --pp 2",
+	       "check: --sequence-parallel --pp");
+	o.pp = 0;
+	o.tp = 1;
+	is_str(check(&o, 0, -1, 0), "--sequence-parallel splits the sequence over a tensor group: "
+	       "give --tp N (2 or more) too", "check: --sequence-parallel without --tp");
+	o.seq_par = 0;
+	o.tp = 2;
 	o.device = GK_NN_AUTO;
 	is_str(check(&o, -1, -1, 0), "--tp 2: not with --device cuda or auto (the CPU only)",
 	       "check: --tp --device auto");
@@ -107,18 +136,25 @@ static void checks(void)
 static void grid_texts(void)
 {
 	char buf[320];
-	gk_nn_grid_describe(buf, sizeof(buf), 4, 1, 1, 2, GK_NN_PP_1F1B, 4);
+	gk_nn_train_opts g = {.tp = 1, .pp = 1, .grad_accum = 4};
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, &g);
 	is_str(buf, "", "grid: data parallel alone says nothing");
-	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, 1, 2, GK_NN_PP_1F1B, 4);
+	g.tp = 2;
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, &g);
 	is_str(buf, " (dp 2 x tp 2)", "grid: dp x tp");
-	gk_nn_grid_describe(buf, sizeof(buf), 3, 1, 3, 4, GK_NN_PP_1F1B, 4);
+	g.seq_par = 1;
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, &g);
+	is_str(buf, " (dp 2 x tp 2, sequence-parallel)", "grid: dp x tp, sequence-parallel");
+	g = (gk_nn_train_opts){.tp = 1, .pp = 3, .grad_accum = 4};
+	gk_nn_grid_describe(buf, sizeof(buf), 3, 4, &g);
 	is_str(buf, " (dp 1 x pp 3: layers 0-1, 2-2, 3-3; 1f1b over 4 micro-batches, bubble "
 	       "(3-1)/4 = 0.5)", "grid: pp 3 on 4 layers");
-	gk_nn_grid_describe(buf, sizeof(buf), 8, 2, 2, 2, GK_NN_PP_GPIPE, 3);
+	gk_nn_grid_describe(buf, 24, 3, 4, &g);
+	ok(strlen(buf) == 23, "grid: cut to the buffer");
+	g = (gk_nn_train_opts){.tp = 2, .pp = 2, .grad_accum = 3, .pp_sched = GK_NN_PP_GPIPE};
+	gk_nn_grid_describe(buf, sizeof(buf), 8, 2, &g);
 	is_str(buf, " (dp 2 x pp 2 x tp 2: layers 0-0, 1-1; gpipe over 3 micro-batches, bubble "
 	       "(2-1)/3 = 0.333)", "grid: dp x pp x tp");
-	gk_nn_grid_describe(buf, 24, 3, 1, 3, 4, GK_NN_PP_1F1B, 4);
-	ok(strlen(buf) == 23, "grid: cut to the buffer");
 	gk_nn_train_opts o = {.pp = 3, .grad_accum = 2, .steps = 10};
 	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 1, "warning: --pp 3 --grad-accum 2");
 	is_str(buf, "--pp 3 with --grad-accum 2: fewer micro-batches than stages leave stages idle "
