@@ -927,33 +927,10 @@ static void print_start(gk_nn_trainer *t)
 	}
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
 	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
-	char grid[320] = "";
-	if (tp > 1)
-		snprintf(grid, sizeof(grid), " (dp %d x tp %d%s)", gk_nn_trainer_world(t) / tp, tp,
-			 r->seq_par ? ", sequence-parallel" : "");
-	if (pp > 1) {
-		/* the stages' layers and the schedule's expected bubble */
-		int n = tp > 1 ? snprintf(grid, sizeof(grid), " (dp %d x pp %d x tp %d: layers",
-					  gk_nn_trainer_world(t) / pp / tp, pp, tp)
-			       : snprintf(grid, sizeof(grid), " (dp %d x pp %d: layers",
-					  gk_nn_trainer_world(t) / pp, pp);
-		for (int s = 0; s < pp && n < (int)sizeof(grid); s++) {
-			int l0 = 0, l1 = 0;
-			gk_err ignore;
-			gk_nn_pp_layers(cfg->layers, pp, s, &l0, &l1, &ignore);
-			n += snprintf(grid + n, sizeof(grid) - n, "%s%d-%d", s ? ", " : " ", l0,
-				      l1 - 1);
-		}
-		if (n < (int)sizeof(grid))
-			snprintf(grid + n, sizeof(grid) - n, "; %s over %d micro-batches, "
-				 "bubble (%d-1)/%d = %.3g)", gk_nn_pp_sched_name(r->pp_sched),
-				 r->grad_accum, pp, r->grad_accum, (double)(pp - 1) / r->grad_accum);
-	}
-	if (rank == 0 && pp > r->grad_accum)
-		fprintf(stderr, "gpu-train: warning: --pp %d with --grad-accum %d: fewer micro-batches "
-			"than stages leave stages idle most of each step (the bubble, (%d-1)/%d, "
-			"is %.0f%%); use --grad-accum %d or more\n", pp, r->grad_accum, pp,
-			r->grad_accum, 100.0 * (pp - 1) / r->grad_accum, 4 * pp);
+	char grid[320], warn[256];
+	gk_nn_grid_describe(grid, sizeof(grid), gk_nn_trainer_world(t), cfg->layers, r);
+	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), r))
+		fprintf(stderr, "gpu-train: warning: %s\n", warn);
 	if (rank == 0 && pl->tp_span > 0)
 		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
 			"layer's allreduces cross the network every step (a group is %d consecutive "

@@ -52,6 +52,13 @@ typedef struct ckpt_job {
 	gk_err err;
 } ckpt_job;
 
+/* every rank writes its range of the moments (ZeRO over data parallelism
+ * alone; a pipeline's are put together on rank 0 whatever its ZeRO) */
+static int sharded_moments(const gk_nn_trainer *t)
+{
+	return t->o.zero && t->world > 1 && t->grid.pp == 1;
+}
+
 static int write_model(const ckpt_job *j, const char *path, gk_err *err)
 {
 	size_t n;
@@ -148,7 +155,7 @@ static int write_moments(const ckpt_job *j, const char *path, gk_err *err)
 	char rank[16], world[16], slice[64];
 	gk_st_kv meta[5] = {{"format", "pt"}};
 	size_t nmeta = 1;
-	if (t->o.zero && t->world > 1) {
+	if (sharded_moments(t)) {
 		snprintf(rank, sizeof(rank), "%d", t->rank);
 		snprintf(world, sizeof(world), "%d", t->world);
 		snprintf(slice, sizeof(slice), "%zu:%zu/%zu", j->lo, j->lo + j->n, t->N);
@@ -210,7 +217,7 @@ static int job_write(ckpt_job *j, gk_err *err)
 			goto out;
 	}
 	if (j->write_moments) {
-		char *name = gk_ckpt_optim_file(t->o.zero && t->world > 1, t->rank, t->world);
+		char *name = gk_ckpt_optim_file(sharded_moments(t), t->rank, t->world);
 		if (!name)
 			goto out;
 		p = gk_ckpt_stage_path(j->stage, name);
@@ -484,7 +491,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	int pp = t->grid.pp > 1;
 	j->lo = pp ? 0 : gk_nn_dp_lo(t->dp);
 	j->n = pp ? t->N : gk_nn_dp_hi(t->dp) - j->lo;
-	j->write_moments = t->o.zero ? 1 : t->rank == 0;
+	j->write_moments = sharded_moments(t) || t->rank == 0;
 	if ((t->rank == 0 && gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
 	    (j->write_moments && !t->dp->host_update &&
 	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(t->dp), gk_nn_dp_hi(t->dp), t->dp->mom,
@@ -580,7 +587,7 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 		/* --ckpt-gather: while rank 0 copies them, every rank holds
 		 * every parameter */
 		b += (uint64_t)(nparams - moments) * sizeof(float);
-	if (t->o.zero || t->rank == 0)
+	if ((t->o.zero && t->grid.pp == 1) || t->rank == 0)
 		b += (uint64_t)2 * moments * sizeof(float);
 	return b + (uint64_t)feedback * sizeof(float);
 }

@@ -94,7 +94,11 @@
  * wte's after the range's), its update is of those, and the data-parallel
  * average is of its range's buckets and of wte by one allreduce. The
  * model maps its parameters and gradients lazily, so the stage's memory
- * is its range's.
+ * is its range's. Under ZeRO-1 the stage's segments (its range, and wte
+ * apart on the first and last stage) are cut over its data-parallel group
+ * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
+ * into their owners after the schedule, the update is of this rank's
+ * pieces, and each one all-gather of unequal pieces after it.
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
@@ -175,6 +179,53 @@ size_t gk_nn_dp_hi(const gk_nn_dp *dp)
 	return dp->hi < dp->N ? dp->hi : dp->N;
 }
 
+/*
+ * A pipeline stage's segments (the comment of gk_nn_dp's seg): under
+ * ZeRO-1 wte is a segment of its own on the first stage as on the last,
+ * cut the same way on both, so that the tied embedding's two gradients
+ * are summed piece by piece between the same data-parallel ranks of the
+ * two stages (their embedding group) and both updates stay the same.
+ * Each segment's pieces are equal (the last one shorter, its moments
+ * padded), ZeRO-1's ranges over a stage's own parameters.
+ */
+void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b)
+{
+	size_t lo, hi, head, W = (size_t)dp->world;
+	gk_nn_pp_range(dp->m, s, &lo, &hi, &head);
+	size_t s0 = k == 0 ? lo : 0, s1 = k == 0 ? hi : head;
+	if (dp->ppshard && s == 0) {
+		if (k == 0)
+			s0 = dp->wte;
+		else
+			s1 = dp->wte;
+	}
+	size_t len = s1 - s0, per = dp->ppshard ? (len + W - 1) / W : len;
+	size_t q = dp->ppshard ? (size_t)r : 0;
+	*a = s0 + (q * per < len ? q * per : len);
+	*b = s0 + ((q + 1) * per < len ? (q + 1) * per : len);
+}
+
+static int pp_segments(gk_nn_dp *dp, int pp)
+{
+	size_t a, b;
+	gk_nn_pp_range(dp->m, pp - 1, &a, &b, &dp->wte);
+	dp->ppshard = dp->zero && dp->world > 1;
+	for (int k = 0; k < 2; k++) {
+		gk_nn_dp_pp_piece(dp, dp->pp_stage, 0, k, &dp->seg[k][0], &a);
+		gk_nn_dp_pp_piece(dp, dp->pp_stage, dp->world - 1, k, &b, &dp->seg[k][1]);
+		gk_nn_dp_pp_piece(dp, dp->pp_stage, dp->rank, k, &dp->own[k][0], &dp->own[k][1]);
+		size_t len = dp->seg[k][1] - dp->seg[k][0], W = (size_t)dp->world;
+		dp->per[k] = dp->ppshard ? (len + W - 1) / W : len;
+		if (!dp->ppshard)
+			continue;
+		if (!(dp->displ[k] = calloc(W + 1, sizeof(size_t))))
+			return -1;
+		for (size_t q = 0; q <= W; q++)
+			dp->displ[k][q] = q * dp->per[k] < len ? q * dp->per[k] : len;
+	}
+	return 0;
+}
+
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_dp *dp = *out = calloc(1, sizeof(*dp));
@@ -191,16 +242,18 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->compress = t->o.compress;
 	dp->block_at = t->o.test_block_step;
 	dp->N = gk_nn_nparams(t->m);
-	if (dp->zero) {
-		dp->Np = (dp->N + (size_t)dp->world - 1) / (size_t)dp->world * (size_t)dp->world;
-		size_t per = dp->Np / (size_t)dp->world;
-		dp->lo = (size_t)dp->rank * per;
-		dp->hi = dp->lo + per;
-	} else if (dp->pp_stage >= 0) {
+	if (dp->pp_stage >= 0) {
 		/* a pipeline stage: its own range, and the last stage the wte
 		 * it shares with the first, are all its update touches */
 		dp->Np = dp->N;
 		gk_nn_pp_range(t->m, dp->pp_stage, &dp->lo, &dp->hi, &dp->head);
+		if (pp_segments(dp, t->grid.pp) < 0)
+			return gk_err_sys(err, ENOMEM, "optimizer state");
+	} else if (dp->zero) {
+		dp->Np = (dp->N + (size_t)dp->world - 1) / (size_t)dp->world * (size_t)dp->world;
+		size_t per = dp->Np / (size_t)dp->world;
+		dp->lo = (size_t)dp->rank * per;
+		dp->hi = dp->lo + per;
 	} else {
 		dp->Np = dp->N;
 		dp->lo = 0;
@@ -211,8 +264,9 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	if (t->o.offload_dir && !t->o.eval_only && t->o.steps > 0)
 		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, dp->hi - dp->lo,
 					  t->o.offload_chunk, err);
-	dp->mom = gk_alloc_big((dp->hi - dp->lo + dp->head + 1) * sizeof(float));
-	dp->vel = gk_alloc_big((dp->hi - dp->lo + dp->head + 1) * sizeof(float));
+	size_t nm = dp->pp_stage >= 0 ? dp->per[0] + dp->per[1] : dp->hi - dp->lo;
+	dp->mom = gk_alloc_big((nm + 1) * sizeof(float));
+	dp->vel = gk_alloc_big((nm + 1) * sizeof(float));
 	return dp->mom && dp->vel ? 0 : gk_err_sys(err, ENOMEM, "optimizer state");
 }
 
@@ -520,7 +574,8 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		return -1;
 	if (dp->zero2 && !(dp->gshard = gk_alloc_big(per * sizeof(float))))
 		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
-	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded)) {
+	/* a sharded pipeline stage reduces its segments after the schedule */
+	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded) && !dp->ppshard) {
 		gk_comm_callopts co = {.compress = dp->compress};
 		float *g = flat_grads(dp);
 		/* a pipeline stage's range only (the last stage's wte after) */
@@ -564,6 +619,8 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->udispl);
 	free(dp->ureq);
 	free(dp->ustate);
+	free(dp->displ[0]);
+	free(dp->displ[1]);
 	free(dp);
 }
 
@@ -650,6 +707,41 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
 				      GK_DT_F32, GK_COMM_AVG, &co, err);
 }
 
+/*
+ * A sharded pipeline stage: each segment's pieces averaged into their
+ * owners over the data-parallel group, in place (one reduce-scatter of
+ * unequal pieces a segment; at 2 ranks each sum is ZeRO-0's allreduce's,
+ * a sum of two in either order).
+ */
+static int pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
+{
+	float *g = gk_nn_grads(dp->m);
+	for (int k = 0; k < 2; k++) {
+		gk_comm_req *q;
+		if (dp->seg[k][1] > dp->seg[k][0] &&
+		    (gk_comm_ireduce_scatterv(dp->comm, g + dp->seg[k][0], dp->displ[k], GK_DT_F32,
+					      GK_COMM_AVG, &q, err) < 0 ||
+		     gk_comm_wait(q, err) < 0))
+			return -1;
+	}
+	return 0;
+}
+
+/* ... and after the update, each owner's pieces of the parameters to all */
+static int pp_shard_gather(gk_nn_dp *dp, gk_err *err)
+{
+	float *p = gk_nn_params(dp->m);
+	for (int k = 0; k < 2; k++) {
+		gk_comm_req *q;
+		if (dp->seg[k][1] > dp->seg[k][0] &&
+		    (gk_comm_iallgatherv(dp->comm, p + dp->seg[k][0], dp->displ[k], GK_DT_F32, &q,
+					 err) < 0 ||
+		     gk_comm_wait(q, err) < 0))
+			return -1;
+	}
+	return gk_nn_params_changed(dp->m, err);
+}
+
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 {
 	/* tests: a step that cannot finish, as one spinning in an allocator
@@ -657,6 +749,10 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 	if (dp->block_at && ++dp->reduces == dp->block_at)
 		for (;;)
 			pause();
+	if (dp->ppshard) {
+		dp->comm_start = now;
+		return pp_shard_reduce(dp, err);
+	}
 	if (dp->grads) {
 		if (dp->via_host && gk_nn_download(dp->m, GK_NN_GRADS, err) < 0)
 			return -1;
@@ -688,6 +784,12 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
 {
 	*ss = 0;
+	if (dp->ppshard) {
+		/* the stage's pieces; wte's on the first stage only */
+		for (int k = 0; k < (dp->pp_stage == 0 ? 2 : 1); k++)
+			*ss += gk_nn_pp_sumsq(dp->m, dp->own[k][0], dp->own[k][1]);
+		return 0;
+	}
 	if (!dp->shard)
 		return 0;
 	size_t lo = gk_nn_dp_lo(dp);
@@ -749,14 +851,23 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 	if (dp->pp_stage >= 0) {
 		/* a pipeline stage updates its own range, and the last stage
 		 * the tied wte it shares with the first (the same gradients
-		 * and moments there: the same update) */
-		size_t n = dp->hi - dp->lo;
-		if (gk_nn_update(dp->m, c, lr, step, grad_scale, dp->lo, dp->hi, NULL, dp->mom,
-				 dp->vel, err) < 0 ||
-		    (dp->head && gk_nn_update(dp->m, c, lr, step, grad_scale, 0, dp->head, NULL,
-					      dp->mom + n, dp->vel + n, err) < 0))
+		 * and moments there: the same update); under ZeRO-1 its
+		 * pieces of them, gathered after */
+		size_t n = dp->per[0];
+		if ((dp->own[0][1] > dp->own[0][0] &&
+		     gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[0][0], dp->own[0][1], NULL,
+				  dp->mom, dp->vel, err) < 0) ||
+		    (dp->own[1][1] > dp->own[1][0] &&
+		     gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[1][0], dp->own[1][1], NULL,
+				  dp->mom + n, dp->vel + n, err) < 0))
 			return -1;
 		*exposed = 0;
+		if (dp->ppshard) {
+			double ta = gk_now();
+			if (pp_shard_gather(dp, err) < 0)
+				return -1;
+			*exposed = gk_now() - ta;
+		}
 		return 0;
 	}
 	if (dp->host_update) {

@@ -6,6 +6,8 @@
  * process_group_manager do. Every parallel path takes its communicator
  * from here.
  */
+#include <stdio.h>
+
 #include "nn/train.h"
 
 int gk_nn_grid_layout_pp(int world, int tp, int pp, int rank, gk_nn_grid *g, gk_err *err)
@@ -83,4 +85,31 @@ void gk_nn_grid_close(gk_nn_grid *g)
 	gk_comm_close(g->embc);
 	g->tpc = g->ppc = g->embc = NULL;
 	g->dpc = g->world;
+}
+
+void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
+			 const gk_nn_train_opts *o)
+{
+	int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
+	int sched = o->pp_sched, grad_accum = o->grad_accum;
+	buf[0] = '\0';
+	if (tp > 1 && pp == 1)
+		snprintf(buf, len, " (dp %d x tp %d%s)", world / tp, tp,
+			 o->seq_par ? ", sequence-parallel" : "");
+	if (pp == 1)
+		return;
+	/* the stages' layers and the schedule's expected bubble */
+	int n = tp > 1 ? snprintf(buf, len, " (dp %d x pp %d x tp %d: layers", world / pp / tp, pp,
+				  tp)
+		       : snprintf(buf, len, " (dp %d x pp %d: layers", world / pp, pp);
+	for (int s = 0; s < pp && n >= 0 && (size_t)n < len; s++) {
+		int l0 = 0, l1 = 0;
+		gk_err ignore;
+		gk_nn_pp_layers(layers, pp, s, &l0, &l1, &ignore);
+		n += snprintf(buf + n, len - (size_t)n, "%s%d-%d", s ? ", " : " ", l0, l1 - 1);
+	}
+	if (n >= 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, "; %s over %d micro-batches, bubble (%d-1)/%d = "
+			 "%.3g)", gk_nn_pp_sched_name(sched), grad_accum, pp, grad_accum,
+			 (double)(pp - 1) / grad_accum);
 }

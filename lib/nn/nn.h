@@ -370,6 +370,13 @@ size_t gk_nn_pp_floats(const gk_nn_model *m);
 /* lazy_params: the pages outside this stage's range and wte given back
  * (after a load or a checkpoint that filled them); nothing at pp 1 */
 void gk_nn_pp_release(gk_nn_model *m);
+/*
+ * The sum of squares of the gradients in [lo, hi) of the flat buffer that
+ * this rank counts towards the global norm (pieces of tensors included,
+ * as a ZeRO-1 stage owns them): under tensor parallelism its split
+ * tensors' slices, and the replicated tensors on tensor rank 0 only.
+ */
+double gk_nn_pp_sumsq(const gk_nn_model *m, size_t lo, size_t hi);
 
 /* ---- the step ------------------------------------------------------------------ */
 

@@ -81,3 +81,16 @@ void gk_nn_pp_release(gk_nn_model *m)
 	if (hi < m->nparams)
 		gk_nn_params_release(m, hi, m->nparams);
 }
+
+double gk_nn_pp_sumsq(const gk_nn_model *m, size_t lo, size_t hi)
+{
+	double ss = 0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *x = &m->t[i];
+		size_t a = x->off > lo ? x->off : lo, b = x->off + x->numel;
+		b = b < hi ? b : hi;
+		if (a < b && (x->split != GK_NN_SPLIT_NONE || m->tpr == 0))
+			ss += gk_nn_sumsq(m->grads + a, b - a);
+	}
+	return ss;
+}

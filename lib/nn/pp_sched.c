@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,19 @@ int gk_nn_pp_sched_parse(const char *s)
 const char *gk_nn_pp_sched_name(int k)
 {
 	return k >= 0 && k < 2 ? sched_names[k] : "?";
+}
+
+int gk_nn_pp_warning(char *buf, size_t len, const gk_nn_train_opts *o)
+{
+	int pp = o->pp, grad_accum = o->grad_accum;
+	buf[0] = '\0';
+	if (pp <= grad_accum || o->eval_only || o->steps <= 0)
+		return 0;
+	snprintf(buf, len, "--pp %d with --grad-accum %d: fewer micro-batches than stages leave "
+		 "stages idle most of each step (the bubble, (%d-1)/%d, is %.0f%%); use "
+		 "--grad-accum %d or more", pp, grad_accum, pp, grad_accum,
+		 100.0 * (pp - 1) / grad_accum, 4 * pp);
+	return 1;
 }
 
 struct gk_nn_pp {
@@ -211,6 +225,40 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	return 0;
 }
 
+int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
+		     gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int first = p->s == 0, last = p->s == p->S - 1;
+	/* the slot of micro-batch 0, whose activations the next step makes anew */
+	gk_nn_pp_use_slot(t->m, 0);
+	for (int64_t k = 0; batches <= 0 || k < batches; k++) {
+		/* every stage of the pipeline reads the same batches, and ends
+		 * at the same one */
+		int r = gk_nn_data_next(d, t->in, t->tg, err);
+		if (r <= 0)
+			return r;
+		if (!first && recv_wait(t, gk_nn_pp_input(t->m), p->s - 1, err) < 0)
+			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld: the input",
+					     p->s, (long long)k);
+		float l = 0;
+		if (gk_nn_forward(t->m, t->in, last ? t->tg : NULL, &l, err) < 0)
+			return -1;
+		if (last) {
+			acc[0] += l;
+			acc[1] += 1;
+			continue;
+		}
+		gk_comm_req *q;
+		if (gk_comm_isend(t->grid.ppc, gk_nn_pp_output(t->m), p->NC, GK_DT_F32, p->s + 1,
+				  &q, err) < 0 ||
+		    gk_comm_wait(q, err) < 0)
+			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld",
+					     p->s, (long long)k);
+	}
+	return 0;
+}
+
 int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t)
 {
 	return t->pp && t->grid.pp_rank == t->grid.pp - 1 ? t->pp->slots : 0;
@@ -230,6 +278,11 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 		return 0;
 	float *g = gk_nn_grads(t->m) + t->m->wte;
 	size_t n = t->m->wpe - t->m->wte;
+	if (t->dp->ppshard) {
+		/* ZeRO-1: this rank's piece of it, the same on both stages */
+		g = gk_nn_grads(t->m) + t->dp->own[1][0];
+		n = t->dp->own[1][1] - t->dp->own[1][0];
+	}
 	return gk_comm_allreduce(t->grid.embc, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
 }
 
@@ -256,13 +309,60 @@ int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
 }
 
 /*
+ * ZeRO-1: every rank's pieces of the moments (a stage's range, and the
+ * first stage's of wte, which the last stage's equal) to the collector,
+ * world rank tp_rank (the first stage of the first data-parallel group),
+ * over the world's communicator; out[1..2] the collector's, else NULL.
+ */
+static int collect_pieces(gk_nn_trainer *t, float *out[3], gk_err *err)
+{
+	const gk_nn_dp *dp = t->dp;
+	int tp = t->grid.tp, pp = t->grid.pp, root = t->grid.tp_rank;
+	gk_comm_req *q[4];
+	int nq = 0;
+	if (t->rank != root) {
+		for (int k = 0; k < (t->grid.pp_rank == 0 ? 2 : 1); k++) {
+			size_t n = dp->own[k][1] - dp->own[k][0], at = k ? dp->per[0] : 0;
+			for (int v = 0; n && v < 2; v++)
+				if (gk_comm_isend(t->comm, (v ? dp->vel : dp->mom) + at, n, GK_DT_F32,
+						  root, &q[nq++], err) < 0)
+					return -1;
+		}
+		for (int i = 0; i < nq; i++)
+			if (gk_comm_wait(q[i], err) < 0)
+				return -1;
+		return 0;
+	}
+	for (int s = 0; s < pp; s++)
+		for (int r = 0; r < t->grid.dp; r++)
+			for (int k = 0; k < (s == 0 ? 2 : 1); k++) {
+				size_t a, b;
+				int w = r * tp * pp + s * tp + root;
+				gk_nn_dp_pp_piece(dp, s, r, k, &a, &b);
+				for (int v = 0; a < b && v < 2; v++) {
+					float *to = out[1 + v] + a;
+					gk_comm_req *rq;
+					if (w == t->rank)
+						memcpy(to, (v ? dp->vel : dp->mom) + (k ? dp->per[0] : 0),
+						       (b - a) * sizeof(float));
+					else if (gk_comm_irecv(t->comm, to, b - a, GK_DT_F32, w, &rq,
+							       err) < 0 ||
+						 gk_comm_wait(rq, err) < 0)
+						return -1;
+				}
+			}
+	return 0;
+}
+
+/*
  * The whole model's parameters and moments, in the flat buffer's layout,
  * put together on the first stage of the first data-parallel group's
  * pipelines (a checkpoint's copy, the only time a rank holds them all):
  * each later stage sends its range of the parameters and of its moments
  * (those of the last stage's shared wte are the first stage's too, the
  * same update on the same gradients). The other pipelines hold replicas
- * and send nothing.
+ * and send nothing, but under ZeRO-1, where every rank sends its pieces of
+ * the moments (collect_pieces).
  */
 int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 {
@@ -279,25 +379,27 @@ int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 			free(out[k]), out[k] = NULL;
 		return -1;
 	}
+	/* ZeRO-1: the moments are pieces, from every rank */
+	int K = dp->ppshard ? 1 : 3;
 	if (!in)
-		return 0;
+		return dp->ppshard ? collect_pieces(t, out, err) : 0;
 	const float *mine[3] = {gk_nn_params(t->m) + dp->lo, dp->mom, dp->vel};
 	if (t->grid.pp_rank > 0) {
 		gk_comm_req *q[3];
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < K; k++)
 			if (gk_comm_isend(t->grid.ppc, mine[k], n, GK_DT_F32, 0, &q[k], err) < 0)
 				return -1;
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < K; k++)
 			if (gk_comm_wait(q[k], err) < 0)
 				return -1;
-		return 0;
+		return dp->ppshard ? collect_pieces(t, out, err) : 0;
 	}
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < K; k++)
 		memcpy(out[k] + dp->lo, mine[k], n * sizeof(float));
 	for (int s = 1; s < t->grid.pp; s++) {
 		size_t lo, hi, shared;
 		gk_nn_pp_range(t->m, s, &lo, &hi, &shared);
-		for (int k = 0; k < 3; k++) {
+		for (int k = 0; k < K; k++) {
 			gk_comm_req *q;
 			if (gk_comm_irecv(t->grid.ppc, out[k] + lo, hi - lo, GK_DT_F32, s, &q,
 					  err) < 0 ||
@@ -305,5 +407,5 @@ int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 				return -1; /* out[] freed by the caller */
 		}
 	}
-	return 0;
+	return dp->ppshard ? collect_pieces(t, out, err) : 0;
 }

@@ -295,9 +295,10 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 				gk_nn_tp_scatter(t->m, whole, local);
 				l = local;
 			}
-			size_t n = o->hi - o->lo;
-			memcpy(dst[k], l + o->lo, n * sizeof(float));
-			memcpy(dst[k] + n, l, o->head * sizeof(float));
+			/* its pieces under ZeRO-1 (else the range and wte) */
+			for (int g = 0; g < 2; g++)
+				memcpy(dst[k] + (g ? o->per[0] : 0), l + o->own[g][0],
+				       (o->own[g][1] - o->own[g][0]) * sizeof(float));
 		}
 	}
 	rc = 0;

@@ -163,7 +163,10 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 	/* ZeRO-3: the whole model, once: the ranks may hold different numbers
 	 * of batches, and a gather per block would need the same on all */
 	int rc = gk_nn_dp_params_full(t->dp, err);
-	for (int64_t k = 0; rc == 0 && (batches <= 0 || k < batches); k++) {
+	/* a pipeline: forward through its stages, the loss on the last */
+	if (t->grid.pp > 1)
+		rc = gk_nn_tr_pp_eval(t, d, batches, acc, err);
+	for (int64_t k = 0; rc == 0 && t->grid.pp == 1 && (batches <= 0 || k < batches); k++) {
 		int r = gk_nn_data_next(d, t->in, t->tg, err);
 		if (r < 0) {
 			rc = -1;
@@ -309,7 +312,8 @@ static int update(gk_nn_trainer *t, int64_t step, double lsum, double v[8],
 	if (gk_nn_tr_sum(t, v, 8, err) < 0)
 		return -1;
 	double loss = v[0] / (t->world / t->grid.pp), norm;
-	if (t->grid.pp > 1 ? gk_nn_tr_pp_norm(t, &norm, err) < 0 :
+	/* a sharded stage's pieces are in v[3], the world's sum */
+	if (t->grid.pp > 1 && !dp->ppshard ? gk_nn_tr_pp_norm(t, &norm, err) < 0 :
 			     gk_nn_dp_norm(dp, v[3], &norm, err) < 0)
 		return -1;
 	exposed += gk_now() - tc;

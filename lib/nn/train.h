@@ -45,6 +45,14 @@
 enum { GK_NN_PP_1F1B, GK_NN_PP_GPIPE };
 int gk_nn_pp_sched_parse(const char *s);
 const char *gk_nn_pp_sched_name(int k);
+struct gk_nn_train_opts;
+/*
+ * A pipeline (o->pp stages) that trains with fewer micro-batches
+ * (o->grad_accum) than stages leaves them idle most of each step: the
+ * warning's text (without the tool's name) into buf, 1; else 0 and buf
+ * "" (evaluation sends one batch at a time whatever --grad-accum says).
+ */
+int gk_nn_pp_warning(char *buf, size_t len, const struct gk_nn_train_opts *o);
 
 /* Steps skipped in a row (skip_nonfinite) that end a run as broken. */
 #define GK_NN_MAX_SKIPS 10
@@ -71,6 +79,18 @@ int gk_nn_grid_layout(int world, int tp, int rank, gk_nn_grid *g, gk_err *err);
 int gk_nn_grid_layout_pp(int world, int tp, int pp, int rank, gk_nn_grid *g, gk_err *err);
 int gk_nn_grid_open(gk_nn_grid *g, gk_comm *world, gk_err *err);
 void gk_nn_grid_close(gk_nn_grid *g);
+/*
+ * The grid of a run of world ranks with o's --tp, --pp, --pp-schedule,
+ * --grad-accum and --sequence-parallel, as its start line says it, into
+ * buf: "" without tensor or pipeline parallelism, " (dp D x tp T[,
+ * sequence-parallel])", or with a pipeline " (dp D x pp P[ x tp T]:
+ * layers a-b, ...; SCHED over M micro-batches, bubble (P-1)/M = x)", each
+ * stage's layers of the model's layers (gk_nn_pp_layers) and the
+ * schedule's expected bubble.
+ */
+struct gk_nn_train_opts;
+void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
+			 const struct gk_nn_train_opts *o);
 
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */

@@ -191,6 +191,13 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err);
  * and backward by the schedule; *lsum the last stage's sum of losses (0
  * on the others); part's data, compute and communication. */
 int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err);
+/*
+ * Evaluation through the pipeline, forward only: batches of d (all with
+ * batches <= 0) through the stages, the last one's losses summed into
+ * acc[0] and counted in acc[1] (the other stages add nothing).
+ */
+int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
+		     gk_err *err);
 /* The last step's messages: bytes sent, and the part of the schedule
  * spent waiting for receives (NaN before a step). */
 void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble);
@@ -293,8 +300,20 @@ struct gk_nn_dp {
 	size_t N, Np, lo, hi; /* parameters, padded, this rank's optimizer range */
 	size_t head;          /* a pipeline's last stage: the wte it shares with
 			       * the first, [0, head), its moments after [lo, hi)'s */
-	float *mom, *vel;     /* hi - lo (+ head) each (host; mirrors on a GPU);
-			       * NULL with off */
+	/*
+	 * A pipeline stage's segments of the flat buffer: seg[0] its range
+	 * (without wte under ZeRO-1 on the first stage), seg[1] the tied wte
+	 * on the last stage (and under ZeRO-1 on the first). Under ZeRO-1
+	 * (ppshard) each is cut over the data-parallel group in pieces of
+	 * per[k] floats, own[k] this rank's, displ[k] the owners' offsets in
+	 * the segment (world + 1 each); else own[k] is seg[k]. The moments
+	 * hold per[0] floats for own[0], then own[1]'s.
+	 */
+	int ppshard;
+	size_t seg[2][2], own[2][2], per[2], *displ[2];
+	size_t wte;           /* ... the tied wte's floats, [0, wte) */
+	float *mom, *vel;     /* hi - lo (+ head) each, or a stage's per[0] +
+			       * per[1] (host; mirrors on a GPU); NULL with off */
 	gk_nn_offload *off;   /* --offload optimizer:DIR: the moments in a file */
 	gk_nn_trainer *t;     /* the trainer, for its agreed failures */
 	int host_update;      /* a GPU's update on the CPU, the moments in host
@@ -365,6 +384,9 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
  * rank calls it. Nothing under other stages. */
 int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err);
 void gk_nn_dp_params_shard(gk_nn_dp *dp);
+/* A pipeline's stage s, data-parallel rank r: its piece [*a, *b) of
+ * segment k (gk_nn_dp's seg; the whole segment without ZeRO-1) */
+void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
 /* Once the device is chosen: the gradients' communicator (--comm),

@@ -85,10 +85,11 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			       "give that too");
 	if (o->tp > 1) {
 		/* what tensor parallelism does not do (yet): said before any work */
-		char zero[16];
-		snprintf(zero, sizeof(zero), "--zero %d", o->zero);
+		char zero[80];
+		snprintf(zero, sizeof(zero), "--zero %d%s", o->zero,
+			 o->zero == 1 ? " (ZeRO-1 shards the stages of a pipeline: with --pp)" : "");
 		const char *no = o->device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
-				 o->zero ? zero :
+				 o->zero && !(o->zero == 1 && o->pp > 1) ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
@@ -114,15 +115,14 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	}
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */
+		char zero[48];
+		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0 or 1)", o->zero);
 		const char *no = o->device != GK_NN_CPU ?
 				 "--device cuda or auto (the CPU only: --device cpu)" :
-				 o->zero ? "--zero (ZeRO 0: leave --zero out)" :
+				 o->zero > 1 ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
 				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
-				 dump ? "--dump-data (run it without --pp)" :
-				 o->eval_only ? "--eval-only (evaluate its checkpoint without --pp)" :
-				 o->val_data ? "--val-data (evaluate its checkpoints with --eval-only, "
-					       "without --pp)" : NULL;
+				 dump ? "--dump-data (run it without --pp)" : NULL;
 		if (no)
 			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
 	}

@@ -96,6 +96,7 @@ static void account(gk_nn_trainer *t)
 	/* offloaded, the moments are in a file or (a GPU's) host memory:
 	 * none where the model computes */
 	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
+			   t->grid.pp > 1 ? (uint64_t)2 * (t->dp->per[0] + t->dp->per[1]) * sizeof(float) :
 			   (uint64_t)2 * (t->dp->hi - t->dp->lo + t->dp->head) * sizeof(float);
 	/* a pipeline stage: the parameters of its range (wte on the first
 	 * and last, with its padding rows) */
@@ -110,7 +111,7 @@ static void account(gk_nn_trainer *t)
 		/* a GPU's working copy (bf16) counts as parameters */
 		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
 		b[GK_MEM_GRADIENTS] = 4 * psi;
-		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->world)
+		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->grid.dp)
 						   : 8 * psi;
 		/* offloaded: in host memory, none on the device */
 		t->mem.offload_state = t->dp->host_update ? b[GK_MEM_OPTIMIZER] : 0;
@@ -433,13 +434,14 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
-	if (t->grid.pp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
+	if (t->grid.pp > 1 && (o->zero > 1 || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
 		return gk_errf(err, "pipeline parallelism: not with %s yet (it composes with data "
-			       "and tensor parallelism: ZeRO 0, no compression)",
-			       o->zero ? "ZeRO" : "compressed gradients");
+			       "and tensor parallelism: ZeRO 0 or 1, no compression)",
+			       o->zero > 1 ? "ZeRO-2 or 3" : "compressed gradients");
 	}
-	if (t->grid.tp > 1 && (o->zero || o->compress != GK_COMM_COMPRESS_NONE)) {
+	if (t->grid.tp > 1 && ((o->zero && t->grid.pp == 1) || o->zero > 1 ||
+				o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
 		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero ? "ZeRO-1" :
 			       "compressed gradients");
@@ -871,11 +873,12 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	int stage = t->grid.pp > 1;
 	if (stage)
 		gk_nn_pp_release(t->m);
+	/* (ZeRO-1's moments are each rank's own pieces, read by each) */
 	if (stage && t->grid.dp > 1 &&
 	    ((dp->head && gk_comm_broadcast(dc, p0, p0, dp->head, GK_DT_F32, 0, err) < 0) ||
 	     gk_comm_broadcast(dc, p0 + dp->lo, p0 + dp->lo, dp->hi - dp->lo, GK_DT_F32, 0,
 			       err) < 0 ||
-	     (resume_dir &&
+	     (resume_dir && !dp->ppshard &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, dp->hi - dp->lo + dp->head, GK_DT_F32, 0,
 				 err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, dp->hi - dp->lo + dp->head, GK_DT_F32, 0,

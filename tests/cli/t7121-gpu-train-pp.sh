@@ -19,7 +19,12 @@ from one rank to pp 3 and from tp 2 x pp 2 to pp 2, each continuing the
 run that never stopped. A stage holds only its range of the
 parameters, gradients and moments: rank 0'"'"'s accounting is mem-estimate
 --pp'"'"'s (and --tp 2 --pp 2'"'"'s) and the flat layout'"'"'s, and a stage of
-2 on a larger model peaks 48 MB below a rank of --pp 1. A
+2 on a larger model peaks 48 MB below a rank of --pp 1.
+ZeRO-1 at pp 2 x dp 2 (each stage'"'"'s moments cut over its
+data-parallel group) gives the losses, parameters and moments of ZeRO-0
+bit for bit and half the moments on rank 0, and its checkpoint resumes
+on one rank and at dp 4 under ZeRO-1, continuing the run (in its own
+layout, bit for bit). A
 rank that stops mid-step ends the whole grid with one message naming it
 (the watchdog of --timeout), one killed ends it through the launcher;
 layouts and options --pp does not take are refused with the numbers or
@@ -161,6 +166,52 @@ test_expect_success MPI 'memory of stage 0: parameters, gradients and optimizer 
 	python3 pcmp.py tp2pp2.json me4.json
 '
 
+# ZeRO-1 over a pipeline: each stage's moments cut over its data-parallel
+# group (wte a piece of its own on both ends), the gradients reduced and
+# the parameters gathered by the pieces; at 2 data-parallel ranks every
+# sum is a sum of two, in either order the same: ZeRO-0's bits
+Z="$S --layers 2 --steps 2 --json --grad-accum 2 --batch 2 --pp 2"
+
+test_expect_success MPI 'pp 2 x dp 2 --zero 1 = --zero 0 bit for bit (losses, parameters, moments); rank 0 holds half the moments, as mem-estimate says' '
+	mpi 4 $Z --ckpt-dir z0 >z0.json &&
+	mpi 4 $Z --zero 1 --ckpt-dir z1 >z1.json &&
+	losses z0.json >z0.l && losses z1.json >z1.l &&
+	test $(wc -l <z1.l) = 2 &&
+	test_cmp z0.l z1.l &&
+	norms z0.json >z0.n && norms z1.json >z1.n &&
+	close_to z1.n z0.n 1e-12 &&
+	cmp z0/latest/model.safetensors z1/latest/model.safetensors &&
+	cmp z0/latest/optim.safetensors z1/latest/optim.safetensors &&
+	jq -e ".zero == 1 and .pp == 2 and .world == 2" z1/latest/trainer.json &&
+	opt() { jq -s "map(select(.event == \"start\"))[0].memory.optimizer" "$1"; } &&
+	test $(opt z1.json) = $(($(opt z0.json) / 2)) &&
+	python3 cfg.py z1.json cfgz.json &&
+	mem-estimate --config cfgz.json --precision f32 -b 2 -s 16 --grad-accum 2 \
+		--no-dropout --pp 2 --dp 2 --zero 1 --json >mez.json &&
+	test $(jq .bytes.optimizer mez.json) = $(opt z1.json)
+'
+
+test_expect_success MPI 'a pp 2 x dp 2 --zero 1 checkpoint resumes on one rank (ZeRO-0) and at dp 4 (ZeRO-1), continuing the run, and in its own layout bit for bit' '
+	R="$S --layers 2 --steps 4 --json --grad-accum 2" &&
+	gpu-train $R --batch 4 >zone.json &&
+	mpi 4 $R --batch 2 --pp 2 --zero 1 >zfull.json &&
+	mpi 4 $R --batch 2 --pp 2 --zero 1 --until 2 --ckpt-dir zr >zr0.json &&
+	cp -R zr zr4 && cp -R zr zr2 &&
+	mpi 4 $R --batch 2 --pp 2 --zero 1 --ckpt-dir zr2 --resume >zr2.json &&
+	steps zfull.json >zfull.s && { steps zr0.json && steps zr2.json; } >zr2.s &&
+	test $(wc -l <zr2.s) = 4 &&
+	test_cmp zfull.s zr2.s &&
+	gpu-train $R --batch 4 --ckpt-dir zr --resume >zr1.json 2>err &&
+	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
+	grep "resumed with --zero 0 (the checkpoint.s run: 1)" err &&
+	mpi 4 $R --batch 1 --zero 1 --ckpt-dir zr4 --resume >zr4.json &&
+	losses zone.json >zone && tail -n 2 zone >zone.tail &&
+	losses zr1.json >zr1.l && losses zr4.json >zr4.l &&
+	test $(wc -l <zr1.l) = 2 && test $(wc -l <zr4.l) = 2 &&
+	close_to zr1.l zone.tail 1e-5 &&
+	close_to zr4.l zone.tail 1e-5
+'
+
 # Each rank's peak RSS (VmHWM), through a wrapper that runs it as a child.
 cat >rss.py <<\PYEOF
 import os, resource, subprocess, sys
@@ -265,6 +316,38 @@ test_expect_success MPI 'tp 2 x pp 2 checkpoints the whole model; --resume from 
 	close_to r42 one3.tail 1e-5
 '
 
+# evaluation runs the pipeline forward only, a batch at a time; the last
+# stage has the loss and every rank learns it
+evl() {
+	jq -r "select(.event == \"eval\") | .loss" "$1"
+}
+
+# (pp 2 x dp 2 at batch 2 is dp 2'"'"'s batches, each rank'"'"'s sum added to
+# the other'"'"'s: the sums of one rank at batch 4 are of other batches)
+test_expect_success MPI '--eval-only through the pipeline: pp 2 = one rank and pp 2 x dp 2 = dp 2, bit for bit' '
+	E="$S --layers 3 --json --eval-only --data val.bin --eval-batches 8 --init-from ck1/latest" &&
+	gpu-train $E --batch 4 >e1.json &&
+	mpi 2 $E --batch 4 --pp 2 >e2.json 2>err &&
+	mpi 2 $E --batch 2 >d2.json &&
+	mpi 4 $E --batch 2 --pp 2 >e4.json &&
+	evl e1.json >e1 && evl e2.json >e2 && evl d2.json >d2 && evl e4.json >e4 &&
+	test $(wc -l <e2) = 1 &&
+	test_cmp e1 e2 && test_cmp d2 e4 &&
+	jq -s -e "map(select(.event == \"eval\"))[0].batches == 8" e2.json &&
+	test_must_be_empty err
+'
+
+test_expect_success MPI '--val-data with --pp 2: the validation losses of one rank within 1e-5' '
+	V="$S --layers 3 --steps 2 --json --grad-accum 2 --batch 4 --val-data val.bin --eval-every 1 --eval-batches 4" &&
+	gpu-train $V >v1.json &&
+	mpi 2 $V --pp 2 --metrics v2.prom >v2.json &&
+	jq -r "select(.event == \"step\") | .val_loss" v1.json >v1 &&
+	jq -r "select(.event == \"step\") | .val_loss" v2.json >v2 &&
+	test $(wc -l <v2) = 2 &&
+	close_to v2 v1 1e-5 &&
+	grep "^gpukit_train_val_loss{run=\"v2\"} $(tail -n 1 v2 | cut -c1-6)" v2.prom
+'
+
 TAG="t7121-$$"
 test_expect_success MPI 'a rank that stops mid-step: the grid ends with one message naming it' '
 	t0=$(date +%s) &&
@@ -304,10 +387,10 @@ test_expect_success MPI 'a rank killed mid-step: the launcher ends the grid, nam
 
 # refusals: a usage error (2), before a step or a file
 test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
-	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" \
-		"--sample 5" "--dump-data 1" "--eval-only" "--val-data val.bin"; do
+	for o in "--zero 2" "--zero 3" "--compress bf16" "--device cuda" "--device auto" \
+		"--sample 5" "--dump-data 1"; do
 		test_expect_code 2 gpu-train $A --batch 4 --pp 2 $o >out 2>err &&
-		grep -- "--pp 2: not with --[a-z-]*[ a-z]* (.*)$" err &&
+		grep -- "--pp 2: not with --[a-z-]*[ a-z0-9]* (.*)$" err &&
 		test_must_be_empty out || return 1
 	done
 '

@@ -191,6 +191,17 @@ static void test_stages(int L, int S, int M, int gpipe)
 	double d = maxrel(wte, gk_nn_grads(whole), V);
 	ok(d < 1e-6, "wte: the embedding's part plus the head's = the whole model's within "
 	   "rounding (%.2g)", d);
+	/* gk_nn_pp_sumsq: pieces cut anywhere (through tensors, as ZeRO-1's
+	 * pieces of a stage are) add up to a plain loop's sum of squares */
+	const float *wg = gk_nn_grads(whole);
+	double ref = 0, parts = 0;
+	for (size_t i = 0; i < n; i++)
+		ref += (double)wg[i] * wg[i];
+	size_t cut[4] = {0, n / 3 + 1, 2 * n / 3 + 7, n};
+	for (int i = 0; i < 3; i++)
+		parts += gk_nn_pp_sumsq(whole, cut[i], cut[i + 1]);
+	ok(ref > 0 && fabs(parts - ref) <= 1e-12 * ref, "the sum of squares by pieces: a plain "
+	   "loop's within 1e-12 (%.17g, %.17g)", parts, ref);
 	free(wte);
 	free(x);
 	free(tok);

@@ -110,12 +110,62 @@ static void checks(void)
 	o.device = GK_NN_AUTO;
 	is_str(check(&o, -1, -1, 0), "--tp 2: not with --device cuda or auto (the CPU only)",
 	       "check: --tp --device auto");
+	o.device = GK_NN_CPU;
+	o.zero = 1;
+	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 1 (ZeRO-1 shards the stages of a "
+	       "pipeline: with --pp)", "check: --tp --zero 1 without --pp");
+	o.pp = 2;
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 1");
+	o.zero = 2;
+	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 2", "check: --tp --pp --zero 2");
+	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .zero = 1};
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 1");
+	o.zero = 3;
+	is_str(check(&o, 0, -1, 0), "--pp 3: not with --zero 3 (ZeRO 0 or 1)",
+	       "check: --pp --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
-	is_str(check(&o, 0, -1, 0), "--pp 3: not with --val-data (evaluate its checkpoints with "
-	       "--eval-only, without --pp)", "check: --pp --val-data");
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --val-data");
+	o.eval_only = 1;
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --eval-only");
 	o.offload_dir = "d";
 	is_str(check(&o, 0, -1, 0), "--offload: not with --pp 3 (a stage's moments stay in memory: "
 	       "leave --offload out)", "check: --pp --offload");
+}
+
+/* The start line's grid and the pipeline's warning, as gpu-train prints them. */
+static void grid_texts(void)
+{
+	char buf[320];
+	gk_nn_train_opts g = {.tp = 1, .pp = 1, .grad_accum = 4};
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, &g);
+	is_str(buf, "", "grid: data parallel alone says nothing");
+	g.tp = 2;
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, &g);
+	is_str(buf, " (dp 2 x tp 2)", "grid: dp x tp");
+	g.seq_par = 1;
+	gk_nn_grid_describe(buf, sizeof(buf), 4, 2, &g);
+	is_str(buf, " (dp 2 x tp 2, sequence-parallel)", "grid: dp x tp, sequence-parallel");
+	g = (gk_nn_train_opts){.tp = 1, .pp = 3, .grad_accum = 4};
+	gk_nn_grid_describe(buf, sizeof(buf), 3, 4, &g);
+	is_str(buf, " (dp 1 x pp 3: layers 0-1, 2-2, 3-3; 1f1b over 4 micro-batches, bubble "
+	       "(3-1)/4 = 0.5)", "grid: pp 3 on 4 layers");
+	gk_nn_grid_describe(buf, 24, 3, 4, &g);
+	ok(strlen(buf) == 23, "grid: cut to the buffer");
+	g = (gk_nn_train_opts){.tp = 2, .pp = 2, .grad_accum = 3, .pp_sched = GK_NN_PP_GPIPE};
+	gk_nn_grid_describe(buf, sizeof(buf), 8, 2, &g);
+	is_str(buf, " (dp 2 x pp 2 x tp 2: layers 0-0, 1-1; gpipe over 3 micro-batches, bubble "
+	       "(2-1)/3 = 0.333)", "grid: dp x pp x tp");
+	gk_nn_train_opts o = {.pp = 3, .grad_accum = 2, .steps = 10};
+	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 1, "warning: --pp 3 --grad-accum 2");
+	is_str(buf, "--pp 3 with --grad-accum 2: fewer micro-batches than stages leave stages idle "
+	       "most of each step (the bubble, (3-1)/2, is 100%); use --grad-accum 12 or more",
+	       "warning: its text");
+	o.eval_only = 1;
+	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 0 && !buf[0], "warning: none for --eval-only");
+	o.eval_only = 0;
+	o.grad_accum = 3;
+	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 0 && !buf[0],
+	   "warning: none with as many micro-batches as stages");
 }
 
 /* ---- gk_nn_train_resolve ------------------------------------------------------- */
@@ -724,6 +774,7 @@ int main(void)
 	resolve();
 	names();
 	checks();
+	grid_texts();
 	if (ok(write_data() == 0, "llm.c token file of %d tokens", TOKENS)) {
 		trainer(1, 1.0);
 		trainer(2, 1.0);
