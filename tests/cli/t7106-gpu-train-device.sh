@@ -9,7 +9,8 @@ backend trains: fp32 losses close to the CPU'"'"'s, bf16 losses falling
 and near them, an exact resume from a checkpoint the GPU wrote, and such a
 checkpoint evaluated on the CPU with the GPU'"'"'s loss. --comm: the
 gradients through NCCL on the device (a world of one, and two ranks with
-two GPUs) give the losses of the path through host memory.'
+two GPUs) give the losses of the path through host memory; ZeRO-1 and
+ZeRO-2 over NCCL give ZeRO-0'"'"'s and ZeRO-1'"'"'s.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -287,6 +288,46 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 	close_to gzz.losses gn2.first 1e-6 &&
 	gpu-train $A --device cuda --precision fp32 --batch 8 --ckpt-dir z2 --resume >gz1r.json &&
 	test $(losses gz1r.json | wc -l) = 4
+'
+
+# ZeRO-2 over NCCL (lib/comm's comm_nccl.c): each bucket one group of
+# ncclReduce calls, one to each owner of a piece, summed into a shard in
+# device memory. Without accumulation that is ZeRO-1's reduce to each
+# owner in the same order, then the one division: the same bits (losses,
+# gradient norms, model and moment files), overlapped or not. With
+# accumulation the micro-steps'"'"' reduced sums are added in the shard
+# instead of the micro-steps'"'"' gradients in the buffer before one
+# reduction: within fp32 rounding (1e-6, as t7112 states on the CPU). The
+# device keeps the model'"'"'s full gradient buffer: ZeRO-1'"'"'s memory, and
+# the shard (params_padded / 2 floats) as comm.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, norms and checkpoint bit for bit; with accumulation within 1e-6' '
+	data &&
+	Z="$A --steps 4 --device cuda --precision fp32 --bucket 64K" &&
+	mpi 2 $Z --zero 1 --ckpt-dir g2z1 >g2z1.json &&
+	mpi 2 $Z --zero 2 --ckpt-dir g2z2 >g2z2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 2 and .comm == \"nccl\"" g2z2.json &&
+	for z in z1 z2; do
+		jq -c "select(.event == \"step\") | [.loss, .grad_norm]" g2$z.json >g2$z.steps || return 1
+	done &&
+	test $(wc -l <g2z2.steps) = 4 &&
+	test_cmp g2z1.steps g2z2.steps &&
+	for f in g2z1/latest/*.safetensors; do
+		cmp "$f" "g2z2/latest/${f##*/}" || return 1
+	done &&
+	python3 - <<-\PY &&
+	import json
+	def start(p):
+	    return next(json.loads(l) for l in open(p) if "\"start\"" in l)
+	z1, z2 = start("g2z1.json"), start("g2z2.json")
+	shard = (z2["params_padded"] // z2["dp"] * 4 + 63) // 64 * 64
+	m1, m2 = z1["memory"], z2["memory"]
+	assert m2["comm"] - m1["comm"] == shard and m2["total"] - m1["total"] == shard, (m1, m2)
+	assert all(m1[k] == m2[k] for k in m1 if k not in ("comm", "total")), (m1, m2)
+	PY
+	mpi 2 $Z --zero 1 --grad-accum 2 >g2a1.json &&
+	mpi 2 $Z --zero 2 --grad-accum 2 --no-overlap >g2a2.json &&
+	losses g2a1.json >g2a1.losses && losses g2a2.json >g2a2.losses &&
+	close_to g2a2.losses g2a1.losses 1e-6
 '
 
 # The watchdog and abort paths over the emulation's NCCL: a rank whose
