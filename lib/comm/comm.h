@@ -428,8 +428,9 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
  */
 int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 /*
- * ZeRO-2 (set before the first step): rank r owns [r * per, (r + 1) * per) of the gradients and keeps only that,
- * in shard (per floats, its own buffer, not grad's). Each bucket, as
+ * ZeRO-2 (set before the first step): rank r owns [r * per, (r + 1) *
+ * per) of the gradients and keeps only that, in shard (per floats, its
+ * own buffer, not grad's). Each bucket, as
  * backward completes it, is one reduce-scatter of unequal pieces
  * (gk_comm_ireduce_scatterv, SUM) in place in grad; when it completes,
  * this rank's piece is copied into the shard (the first micro-step of a

@@ -25,8 +25,8 @@
  * error feedback, Np floats, in host memory on the CPU and in device memory
  * from the gradients' communicator on a GPU (counted as comm memory).
  *
- * ZeRO-2 (--zero 2, on the CPU and over NCCL) keeps ZeRO-1's ownership, rank r's
- * contiguous range [r per, (r + 1) per) of the flat buffer padded to Np,
+ * ZeRO-2 (--zero 2, on the CPU and over NCCL) keeps ZeRO-1's ownership,
+ * rank r's contiguous range [r per, (r + 1) per) of the flat buffer padded to Np,
  * so its moments and checkpoints are ZeRO-1's (any stage and world
  * resumes from any other through the same optim-rank files), and shards
  * the gradients too: each bucket, as backward completes it, is one

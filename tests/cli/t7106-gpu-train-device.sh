@@ -299,8 +299,9 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 # instead of the micro-steps'"'"' gradients in the buffer before one
 # reduction: within fp32 rounding (1e-6, as t7112 states on the CPU). The
 # device keeps the model'"'"'s full gradient buffer: ZeRO-1'"'"'s memory, and
-# the shard (params_padded / 2 floats) as comm.
-test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, norms and checkpoint bit for bit; with accumulation within 1e-6' '
+# the shard (params_padded / 2 floats) as comm. --offload optimizer
+# updates on the host from the shard copied down: the same files.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, norms and checkpoint bit for bit, also offloaded; with accumulation within 1e-6' '
 	data &&
 	Z="$A --steps 4 --device cuda --precision fp32 --bucket 64K" &&
 	mpi 2 $Z --zero 1 --ckpt-dir g2z1 >g2z1.json &&
@@ -324,6 +325,10 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, n
 	assert m2["comm"] - m1["comm"] == shard and m2["total"] - m1["total"] == shard, (m1, m2)
 	assert all(m1[k] == m2[k] for k in m1 if k not in ("comm", "total")), (m1, m2)
 	PY
+	mpi 2 $Z --zero 2 --offload optimizer --ckpt-dir g2o >g2o.json &&
+	for f in g2z2/latest/*.safetensors; do
+		cmp "$f" "g2o/latest/${f##*/}" || return 1
+	done &&
 	mpi 2 $Z --zero 1 --grad-accum 2 >g2a1.json &&
 	mpi 2 $Z --zero 2 --grad-accum 2 --no-overlap >g2a2.json &&
 	losses g2a1.json >g2a1.losses && losses g2a2.json >g2a2.losses &&

@@ -367,8 +367,9 @@ static void test_nccl_pieces(gk_comm *c)
 				bad += memcmp(&got[i], &want, sizeof want) != 0;
 			}
 			ok(rc == 0 && bad == 0, "reduce-scatterv %s over nccl, world %d, %s pieces: "
-			   "this rank's piece is the sum%s%s", avg ? "avg" : "sum", W,
-			   shape_name[shape], rc ? ": " : "", rc ? err.msg : "");
+			   "this rank's piece is the %s%s%s", avg ? "avg" : "sum", W,
+			   shape_name[shape], avg ? "sum divided once" : "sum", rc ? ": " : "",
+			   rc ? err.msg : "");
 		}
 		/* every piece its owner's, the rest of the buffer garbage */
 		for (size_t i = 0; i < NP; i++)

@@ -51,7 +51,8 @@ static void checks(void)
 	       "on a GPU use --zero 2", "check: --zero 3 --device cuda");
 	o.device = GK_NN_AUTO;
 	is_str(check(&o, 1, 2, 0), "--zero 3 partitions the parameters on the CPU backend only, "
-	       "and this run is on a GPU: --zero 2 there, or --device cpu", "check: --zero 3, auto chose a GPU");
+	       "and this run is on a GPU: --zero 2 there, or --device cpu",
+	       "check: --zero 3, auto chose a GPU");
 	is_str(check(&o, 1, 1, 0), "", "check: --zero 3 on one GPU");
 	is_str(check(&o, -1, -1, 0), "", "check: --zero 3 --device auto, before the device is known");
 	is_str(check(&o, 0, 2, 0), "", "check: --zero 3, auto chose the CPU");
