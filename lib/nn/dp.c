@@ -112,8 +112,8 @@
  * beside the shard: the buckets' ranges are zeroed after their reduction
  * instead of released, and the memory is ZeRO-1's plus the shard (the
  * accounting says so). Without accumulation the sums are ZeRO-1's,
- * element for element: the same reduce to each owner, then the one
- * division.
+ * a reduce to each owner and the one division: bit for bit on 2 ranks,
+ * on more as NCCL orders a piece's sum (its order may follow the count).
  */
 #include <errno.h>
 #include <math.h>

@@ -293,12 +293,13 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 # ZeRO-2 over NCCL (lib/comm's comm_nccl.c): each bucket one group of
 # ncclReduce calls, one to each owner of a piece, summed into a shard in
 # device memory. Without accumulation that is ZeRO-1's reduce to each
-# owner in the same order, then the one division: the same bits (losses,
-# gradient norms, model and moment files), overlapped or not. With
-# accumulation the micro-steps'"'"' reduced sums are added in the shard
-# instead of the micro-steps'"'"' gradients in the buffer before one
+# owner (a sum of two), then the one division: the same bits (losses,
+# gradient norms, model and moment files). With accumulation (and
+# without overlap, each bucket reduced as soon as it is complete) the
+# micro-steps' reduced sums are added in the shard
+# instead of the micro-steps' gradients in the buffer before one
 # reduction: within fp32 rounding (1e-6, as t7112 states on the CPU). The
-# device keeps the model'"'"'s full gradient buffer: ZeRO-1'"'"'s memory, and
+# device keeps the model's full gradient buffer: ZeRO-1's memory, and
 # the shard (params_padded / 2 floats) as comm. --offload optimizer
 # updates on the host from the shard copied down: the same files.
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, norms and checkpoint bit for bit, also offloaded; with accumulation within 1e-6' '
