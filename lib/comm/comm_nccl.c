@@ -274,6 +274,27 @@ static int agree(gk_comm *c, int ok, const char *stage, gk_err *err)
 	return -1;
 }
 
+/*
+ * The kernels this backend queues behind its collectives (AVG's division,
+ * ZeRO-2's sum into a shard) launched once now, while nothing is in
+ * flight: a kernel's first launch loads its module, which under CUDA's
+ * lazy loading (the default since CUDA 12.2) waits for the work the
+ * device is running, so a first launch behind a collective that never
+ * completes (a peer that stopped) would block the host inside the launch,
+ * where no watchdog sees it.
+ */
+static int preload(nccl_state *st, gk_err *err)
+{
+	float *x = gk_cuda_alloc(sizeof(float), GK_CUDA_MEM_COMM, err);
+	int rc = x && GK_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float), st->stream), err) == 0 &&
+		 gk_comm_cuda_avg(x, 1, GK_DT_F32, 2, st->stream, err) == 0 &&
+		 gk_comm_cuda_reduce(x, x, 1, GK_DT_F32, GK_COMM_SUM, st->stream, err) == 0 &&
+		 gk_cuda_event_record(st->idle, st->stream, err) == 0 &&
+		 wait_event(st, st->idle, "loading the communication kernels", err) == 0 ? 0 : -1;
+	gk_cuda_free(x);
+	return rc;
+}
+
 int gk_comm_nccl_open(gk_comm *c, gk_err *err)
 {
 	nccl_state *st = calloc(1, sizeof *st);
@@ -299,6 +320,8 @@ int gk_comm_nccl_open(gk_comm *c, gk_err *err)
 		st->comm = NULL; /* nothing to poll or abort */
 	ok = st->comm ? settle(st, r, "ncclCommInitRank", err) == 0
 		      : fail(st, r, "ncclCommInitRank", err) == 0;
+	if (ok && preload(st, err) < 0)
+		ok = 0;
 	if (agree(c, ok, "ncclCommInitRank", err) < 0)
 		goto fail;
 	return 0;

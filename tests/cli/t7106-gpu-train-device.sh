@@ -350,6 +350,21 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, a bucket'"'"'s allreduce hangs on 
 	test $((end - start)) -lt 120
 '
 
+# ZeRO-2's first division and sum into the shard are kernels queued
+# behind a bucket's reduce: their first launch must not wait for it (the
+# module's load under lazy loading waits for the device, outside any
+# watchdog), so the nccl backend loads them when it opens.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-2: a bucket'"'"'s grouped reduce hangs on one rank: --timeout aborts NCCL, the job exits 1 naming it' '
+	data &&
+	start=$(date +%s) &&
+	(export CUEMU_NCCL_HANG=1:2 &&
+	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --zero 2 --timeout 3 \
+		>hang2.json 2>hang2.err) &&
+	end=$(date +%s) &&
+	grep "^gpu-train: nccl: reducescatterv of [0-9]* F32 sum: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang2.err &&
+	test $((end - start)) -lt 120
+'
+
 test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: an asynchronous NCCL error ends the job at once, not at the watchdog' '
 	data &&
 	start=$(date +%s) &&
