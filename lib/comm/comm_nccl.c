@@ -278,10 +278,11 @@ static int agree(gk_comm *c, int ok, const char *stage, gk_err *err)
  * The kernels this backend queues behind its collectives (AVG's division,
  * ZeRO-2's sum into a shard) launched once now, while nothing is in
  * flight: a kernel's first launch loads its module, which under CUDA's
- * lazy loading (the default since CUDA 12.2) waits for the work the
- * device is running, so a first launch behind a collective that never
- * completes (a peer that stopped) would block the host inside the launch,
- * where no watchdog sees it.
+ * lazy loading (the default since CUDA 12.2) may synchronize the context
+ * (the programming guide's "Lazy Loading", and the emulation does), so a
+ * first launch behind a collective that never completes (a peer that
+ * stopped) could block the host inside the launch, where no watchdog
+ * sees it.
  */
 static int preload(nccl_state *st, gk_err *err)
 {
