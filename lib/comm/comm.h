@@ -344,8 +344,9 @@ int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
  * buckets), instead of one reduce per owner. displ (world + 1 offsets,
  * non-decreasing) and buf stay the caller's, untouched until the request
  * completes. mpi: the ring, each piece one of its blocks (empty pieces
- * send nothing); self: nothing to do; nccl: not available (NCCL's
- * reduce-scatter takes equal counts), an error.
+ * send nothing); self: nothing to do; nccl: one ncclReduce rooted at
+ * each owner of a non-empty piece, in place, in one group (NCCL's
+ * reduce-scatter takes equal counts; comm_nccl.c says why not padding).
  */
 int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
 			     gk_comm_op op, gk_comm_req **req, gk_err *err);
@@ -358,8 +359,9 @@ int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtyp
  * owners hold unequal parts of it, gathered in one collective. displ and
  * buf stay the caller's, untouched (but for this rank's piece, read) until
  * the request completes. mpi: the ring, each piece one of its blocks
- * (empty pieces send nothing); self: nothing to do; nccl: not available,
- * an error.
+ * (empty pieces send nothing); self: nothing to do; nccl: one
+ * ncclBroadcast rooted at each owner of a non-empty piece, in place, in
+ * one group.
  */
 int gk_comm_iallgatherv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
 			gk_comm_req **req, gk_err *err);
@@ -426,9 +428,9 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
  */
 int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 /*
- * ZeRO-2 (set before the first step, on a host communicator): rank r
- * owns [r * per, (r + 1) * per) of the gradients and keeps only that,
- * in shard (per floats, its own buffer, not grad's). Each bucket, as
+ * ZeRO-2 (set before the first step): rank r owns [r * per, (r + 1) *
+ * per) of the gradients and keeps only that, in shard (per floats, its
+ * own buffer, not grad's). Each bucket, as
  * backward completes it, is one reduce-scatter of unequal pieces
  * (gk_comm_ireduce_scatterv, SUM) in place in grad; when it completes,
  * this rank's piece is copied into the shard (the first micro-step of a
@@ -442,7 +444,12 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
  * 0 waits for each as soon as it starts (no overlap with backward). The
  * finish of a step's last micro-step divides the shard by the world
  * once (AVG; gk_comm_grads_micro says which micro-step runs). Not with
- * compression.
+ * compression. On nccl, grad and shard are device memory, and the copy or
+ * sum into the shard, AVG's division and the zeroing of each retired
+ * bucket's range of grad (device memory has no pages to give back: done
+ * is still told, after) run on the communicator's stream behind each
+ * bucket's reduction, with no wait on the host until finish, which makes
+ * the caller's stream wait for them before it returns.
  */
 typedef void (*gk_comm_grads_done_fn)(size_t lo, size_t hi, void *ctx);
 int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,

@@ -55,6 +55,7 @@ typedef struct nccl_state {
 	gk_cuda_stream user;   /* the caller's: NULL, the legacy default */
 	gk_cuda_event ready;   /* recorded on user before each collective */
 	gk_cuda_event idle;    /* recorded on stream for blocking waits */
+	gk_cuda_event fence;   /* recorded on stream for the caller's to wait on */
 	int device;
 	double timeout;
 	int broken;            /* aborted: every later call fails */
@@ -239,7 +240,8 @@ static int setup(gk_comm *c, nccl_state *st, ncclUniqueId *id, gk_err *err)
 		return -1;
 	if (gk_cuda_stream_new(&st->stream, err) < 0 ||
 	    gk_cuda_event_new(&st->ready, 0, err) < 0 ||
-	    gk_cuda_event_new(&st->idle, 0, err) < 0)
+	    gk_cuda_event_new(&st->idle, 0, err) < 0 ||
+	    gk_cuda_event_new(&st->fence, 0, err) < 0)
 		return gk_err_prefix(err, "backend 'nccl': CUDA device %d", st->device);
 	if (c->rank == 0) {
 		ncclResult_t r = st->api.GetUniqueId(id);
@@ -272,6 +274,28 @@ static int agree(gk_comm *c, int ok, const char *stage, gk_err *err)
 	return -1;
 }
 
+/*
+ * The kernels this backend queues behind its collectives (AVG's division,
+ * ZeRO-2's sum into a shard) launched once now, while nothing is in
+ * flight: a kernel's first launch loads its module, which under CUDA's
+ * lazy loading (the default since CUDA 12.2) may synchronize the context
+ * (the programming guide's "Lazy Loading", and the emulation does), so a
+ * first launch behind a collective that never completes (a peer that
+ * stopped) could block the host inside the launch, where no watchdog
+ * sees it.
+ */
+static int preload(nccl_state *st, gk_err *err)
+{
+	float *x = gk_cuda_alloc(sizeof(float), GK_CUDA_MEM_COMM, err);
+	int rc = x && GK_CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(float), st->stream), err) == 0 &&
+		 gk_comm_cuda_avg(x, 1, GK_DT_F32, 2, st->stream, err) == 0 &&
+		 gk_comm_cuda_reduce(x, x, 1, GK_DT_F32, GK_COMM_SUM, st->stream, err) == 0 &&
+		 gk_cuda_event_record(st->idle, st->stream, err) == 0 &&
+		 wait_event(st, st->idle, "loading the communication kernels", err) == 0 ? 0 : -1;
+	gk_cuda_free(x);
+	return rc;
+}
+
 int gk_comm_nccl_open(gk_comm *c, gk_err *err)
 {
 	nccl_state *st = calloc(1, sizeof *st);
@@ -297,6 +321,8 @@ int gk_comm_nccl_open(gk_comm *c, gk_err *err)
 		st->comm = NULL; /* nothing to poll or abort */
 	ok = st->comm ? settle(st, r, "ncclCommInitRank", err) == 0
 		      : fail(st, r, "ncclCommInitRank", err) == 0;
+	if (ok && preload(st, err) < 0)
+		ok = 0;
 	if (agree(c, ok, "ncclCommInitRank", err) < 0)
 		goto fail;
 	return 0;
@@ -305,6 +331,7 @@ fail:
 		st->api.CommAbort(st->comm);
 	gk_cuda_event_free(st->ready);
 	gk_cuda_event_free(st->idle);
+	gk_cuda_event_free(st->fence);
 	gk_cuda_stream_free(st->stream);
 	if (st->api.so)
 		dlclose(st->api.so);
@@ -339,6 +366,7 @@ static int teardown(gk_comm *c, gk_err *err)
 	gk_cuda_free(st->work);
 	gk_cuda_event_free(st->ready);
 	gk_cuda_event_free(st->idle);
+	gk_cuda_event_free(st->fence);
 	gk_cuda_stream_free(st->stream);
 	dlclose(st->api.so);
 	free(st);
@@ -514,6 +542,52 @@ static ncclRedOp_t nccl_op(gk_comm_op op)
 	return ops[op];
 }
 
+/*
+ * Unequal pieces, in place (gk_comm_ireduce_scatterv, gk_comm_iallgatherv:
+ * ZeRO-2's gradient buckets, ZeRO-3's parameter units): one ncclReduce
+ * (ncclBroadcast) rooted at each rank whose piece is not empty, over that
+ * piece where it lies, all inside one ncclGroupStart/End, which NCCL
+ * issues as one operation. NCCL's ncclReduceScatter and ncclAllGather take
+ * equal counts, and the pieces are the owners' parts of a bucket of the
+ * flat buffer, whose ownership is ZeRO-1's contiguous range per rank (so
+ * moments and checkpoints are those of every stage, backend and world).
+ * Making them equal instead, by padding each bucket to world equal pieces
+ * as FSDP pads its flat parameters, would give every rank a slice of
+ * every bucket: another ownership, tying the optimizer state and the
+ * checkpoints to the bucket size. Padding each piece to the largest one
+ * would keep the ownership but stage world times the largest piece (a
+ * bucket inside one owner's range, the common case, sent world times).
+ * A bucket spans one owner or two (three and more only when it is larger
+ * than a range), so the group holds one or two calls; each moves its
+ * piece once, as a reduce-scatter of the bucket would move it.
+ */
+static int pieces(gk_comm *c, nccl_state *st, const gk_comm_call *k, gk_err *err)
+{
+	int reduce = k->coll == GK_COMM_REDUCE_SCATTER;
+	char *buf = reduce ? (char *)(uintptr_t)k->send : (char *)k->recv;
+	size_t esz = gk_comm_dt_size(k->dt);
+	ncclResult_t bad = ncclSuccess, g = st->api.GroupStart();
+	if (g != ncclSuccess)
+		return fail(st, g, st->last, err);
+	for (int q = 0; q < c->world; q++) {
+		size_t n = k->displ[q + 1] - k->displ[q];
+		void *p = buf + k->displ[q] * esz;
+		if (n == 0)
+			continue;
+		ncclResult_t r = reduce ? st->api.Reduce(p, p, n, nccl_dt(k->dt), nccl_op(k->op),
+							 q, st->comm, st->stream)
+					: st->api.Broadcast(p, p, n, nccl_dt(k->dt), q, st->comm,
+							    st->stream);
+		if (r != ncclSuccess && r != ncclInProgress && bad == ncclSuccess)
+			bad = r;
+	}
+	/* the group is closed whatever its calls said */
+	g = st->api.GroupEnd();
+	if (bad != ncclSuccess && (g == ncclSuccess || g == ncclInProgress))
+		g = bad;
+	return settle(st, g, st->last, err);
+}
+
 int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		     gk_err *err)
 {
@@ -522,8 +596,9 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		return -1;
 	int reduces = k->coll == GK_COMM_ALLREDUCE || k->coll == GK_COMM_REDUCE_SCATTER ||
 		      k->coll == GK_COMM_REDUCE;
-	snprintf(st->last, sizeof st->last, "%s of %zu %s%s%s",
-		 gk_comm_call_name(k->coll), k->count, gk_dtype_name(k->dt),
+	snprintf(st->last, sizeof st->last, "%s%s of %zu %s%s%s",
+		 gk_comm_call_name(k->coll), k->displ ? "v" : "",
+		 k->displ ? k->displ[c->world] : k->count, gk_dtype_name(k->dt),
 		 reduces ? " " : "", reduces ? gk_comm_op_name(k->op) : "");
 	if (gk_cuda_set_device(st->device, err) < 0)
 		return -1;
@@ -556,9 +631,11 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 				      nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_REDUCE_SCATTER:
-		if (k->displ)
-			return gk_errf(err, "nccl: a reduce-scatter of unequal pieces is not "
-				       "available (NCCL's takes equal counts)");
+		if (k->displ) {
+			if (pieces(c, st, k, err) < 0)
+				return -1;
+			break;
+		}
 		if (k->compress != GK_COMM_COMPRESS_NONE) {
 			if (compressed_rs(c, st, k, err) < 0)
 				return -1;
@@ -568,9 +645,11 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 					  nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_ALLGATHER:
-		if (k->displ)
-			return gk_errf(err, "nccl: an allgather of unequal pieces is not "
-				       "available (NCCL's takes equal counts)");
+		if (k->displ) {
+			if (pieces(c, st, k, err) < 0)
+				return -1;
+			break;
+		}
 		r = st->api.AllGather(k->send, k->recv, k->count, nccl_dt(k->dt),
 				      st->comm, s);
 		break;
@@ -645,6 +724,55 @@ int gk_comm_nccl_event_wait(gk_comm *c, void *event, gk_err *err)
 	gk_cuda_event_free(p->ev);
 	free(p);
 	return rc;
+}
+
+/* ---- the communicator's own work on its stream (grads.c's ZeRO-2) ---- */
+
+/* Work of the caller's on NCCL's stream, after what is queued there. */
+static int own_work(gk_comm *c, gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	return usable(st, err) < 0 || gk_cuda_set_device(st->device, err) < 0 ? -1 : 0;
+}
+
+int gk_comm_nccl_accum(gk_comm *c, float *dst, const float *src, size_t n, int add,
+		       gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	if (n == 0)
+		return 0;
+	if (own_work(c, err) < 0)
+		return -1;
+	if (add)
+		return gk_comm_cuda_reduce(dst, src, n, GK_DT_F32, GK_COMM_SUM, st->stream, err);
+	return GK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float),
+					     cudaMemcpyDeviceToDevice, st->stream), err);
+}
+
+int gk_comm_nccl_zero(gk_comm *c, void *buf, size_t bytes, gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	if (bytes == 0)
+		return 0;
+	if (own_work(c, err) < 0)
+		return -1;
+	return GK_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, st->stream), err);
+}
+
+int gk_comm_nccl_avg(gk_comm *c, float *buf, size_t n, gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	if (own_work(c, err) < 0)
+		return -1;
+	return gk_comm_cuda_avg(buf, n, GK_DT_F32, c->world, st->stream, err);
+}
+
+int gk_comm_nccl_fence(gk_comm *c, gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	if (own_work(c, err) < 0 || gk_cuda_event_record(st->fence, st->stream, err) < 0)
+		return -1;
+	return gk_cuda_stream_wait(st->user, st->fence, err);
 }
 
 /* ---- memory ---- */

@@ -150,22 +150,37 @@ void gk_comm_grads_micro(gk_comm_grads *g, int first, int last)
  * rank's piece into the shard (copied on a micro-step's first pass over
  * the shard, added after), and hand the bucket's range back to the
  * caller, whose gradients there are no longer needed.
+ *
+ * On a device communicator the host waits for nothing here: the copy or
+ * sum and the zeroing of the bucket's range (device memory has no pages
+ * to give back; the next micro-step's backward adds into zeros) are
+ * queued on the communicator's stream behind the reduction, and the
+ * request stays for finish to wait on, so backward's kernels keep being
+ * queued while the buckets reduce.
  */
 static int retire(gk_comm_grads *g, gk_err *err)
 {
 	size_t b = g->retired;
 	size_t hi = b ? g->lo[b - 1] : g->n, lo = g->lo[b];
 	int world = gk_comm_world(g->c), rank = gk_comm_rank(g->c);
+	int dev = gk_comm_on_device(g->c);
 	const size_t *d = g->displ + b * ((size_t)world + 1);
-	int rc = gk_comm_wait(g->req[b], err);
-	g->req[b] = NULL;
+	int rc = 0;
+	if (!dev) {
+		rc = gk_comm_wait(g->req[b], err);
+		g->req[b] = NULL;
+	}
 	g->retired++;
 	if (rc < 0)
 		return -1;
 	size_t a = lo + d[rank], e = lo + d[rank + 1];
-	if (e > a) {
-		float *dst = g->shard + (a - (size_t)rank * g->per);
-		const float *src = g->grad + a;
+	float *dst = e > a ? g->shard + (a - (size_t)rank * g->per) : g->shard;
+	const float *src = g->grad + a;
+	if (dev) {
+		if (gk_comm_nccl_accum(g->c, dst, src, e - a, g->add, err) < 0 ||
+		    gk_comm_nccl_zero(g->c, g->grad + lo, (hi - lo) * sizeof(float), err) < 0)
+			return -1;
+	} else if (e > a) {
 		if (g->add)
 			for (size_t i = 0; i < e - a; i++)
 				dst[i] += src[i];
@@ -224,10 +239,11 @@ int gk_comm_grads_ready(gk_comm_grads *g, size_t off, gk_err *err)
 
 static int finish_partition(gk_comm_grads *g, gk_err *err)
 {
-	int rc = gk_comm_grads_ready(g, 0, err);
+	int rc = gk_comm_grads_ready(g, 0, err), dev = gk_comm_on_device(g->c);
+	size_t nb = g->started;
 	while (g->retired < g->started)
 		if (rc < 0) /* the communicator is broken: collect the rest */
-			(void)gk_comm_wait(g->req[g->retired++], NULL);
+			g->retired++;
 		else if (retire(g, err) < 0)
 			rc = -1;
 	g->started = g->retired = 0;
@@ -238,8 +254,23 @@ static int finish_partition(gk_comm_grads *g, gk_err *err)
 		if ((size_t)(gk_comm_rank(g->c) + 1) * g->per > g->n)
 			n = (size_t)gk_comm_rank(g->c) * g->per >= g->n ? 0
 				: g->n - (size_t)gk_comm_rank(g->c) * g->per;
-		gk_comm_avg_cpu(g->shard, n, GK_DT_F32, world);
+		if (!dev)
+			gk_comm_avg_cpu(g->shard, n, GK_DT_F32, world);
+		else if (gk_comm_nccl_avg(g->c, g->shard, n, err) < 0)
+			rc = -1;
 	}
+	/* a device's shard and zeroed buckets: the caller's stream waits for
+	 * them (the optimizer, the next backward) */
+	if (rc == 0 && dev && gk_comm_nccl_fence(g->c, err) < 0)
+		rc = -1;
+	/* what is still in flight: a device's requests, or a broken
+	 * communicator's, collected (their status is the first failure's) */
+	for (size_t b = 0; b < nb; b++)
+		if (g->req[b]) {
+			if (gk_comm_wait(g->req[b], rc < 0 ? NULL : err) < 0)
+				rc = -1;
+			g->req[b] = NULL;
+		}
 	return rc;
 }
 

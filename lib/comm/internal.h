@@ -209,6 +209,17 @@ void gk_comm_nccl_free(gk_comm *c, void *p);
 int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,
 		      int to_device, gk_err *err);
 int gk_comm_nccl_available(void); /* a device and libnccl.so.2 */
+/*
+ * The communicator's own work on its stream, queued after its collectives
+ * (device memory): dst = src (add 0) or dst += src (add 1), n floats;
+ * bytes of zeros; AVG's division of n floats by the world. fence: the
+ * caller's stream (gk_comm_set_stream) waits for all of it, on the device.
+ */
+int gk_comm_nccl_accum(gk_comm *c, float *dst, const float *src, size_t n, int add,
+		       gk_err *err);
+int gk_comm_nccl_zero(gk_comm *c, void *buf, size_t bytes, gk_err *err);
+int gk_comm_nccl_avg(gk_comm *c, float *buf, size_t n, gk_err *err);
+int gk_comm_nccl_fence(gk_comm *c, gk_err *err);
 
 /* ---- CPU loops over reduce.h (kernels.c) ---- */
 size_t gk_comm_dt_size(gk_dtype dt);

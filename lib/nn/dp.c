@@ -25,8 +25,8 @@
  * error feedback, Np floats, in host memory on the CPU and in device memory
  * from the gradients' communicator on a GPU (counted as comm memory).
  *
- * ZeRO-2 (--zero 2, the CPU backend) keeps ZeRO-1's ownership, rank r's
- * contiguous range [r per, (r + 1) per) of the flat buffer padded to Np,
+ * ZeRO-2 (--zero 2, on the CPU and over NCCL) keeps ZeRO-1's ownership,
+ * rank r's contiguous range [r per, (r + 1) per) of the flat buffer padded to Np,
  * so its moments and checkpoints are ZeRO-1's (any stage and world
  * resumes from any other through the same optim-rank files), and shards
  * the gradients too: each bucket, as backward completes it, is one
@@ -107,7 +107,17 @@
  * --comm mpi (or no usable NCCL, under --comm auto) sends them through
  * the host instead: downloaded after backward, allreduced by the same
  * buckets, uploaded. ZeRO-1 on GPUs runs over the NCCL communicator, on
- * the device's buffers.
+ * the device's buffers, and so does ZeRO-2: each bucket's reduce-scatter
+ * of unequal pieces is one group of ncclReduce calls, one per owner, in
+ * place (comm_nccl.c says why not padded equal pieces), and the piece is
+ * summed into the shard in device memory on NCCL's stream. The model's
+ * backward still writes a full gradient buffer in device memory (its
+ * kernels accumulate into it), so on a GPU ZeRO-2 keeps that buffer
+ * beside the shard: the buckets' ranges are zeroed after their reduction
+ * instead of released, and the memory is ZeRO-1's plus the shard (the
+ * accounting says so). Without accumulation the sums are ZeRO-1's,
+ * a reduce to each owner and the one division: bit for bit on 2 ranks,
+ * on more as NCCL orders a piece's sum (its order may follow the count).
  */
 #include <errno.h>
 #include <math.h>
@@ -290,7 +300,8 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		return 0;
 	}
 	if (want == GK_COMM_BACKEND_MPI && dp->zero && dp->world > 1)
-		return gk_errf(err, "--zero 1 on a GPU shards over NCCL: not with --comm mpi");
+		return gk_errf(err, "--zero %d on a GPU shards over NCCL: not with --comm mpi",
+			       dp->zero);
 	if (want == GK_COMM_BACKEND_MPI || (want == GK_COMM_BACKEND_AUTO && dp->world == 1))
 		return 0;
 	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
@@ -316,7 +327,8 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	if (want == GK_COMM_BACKEND_NCCL)
 		return gk_errf(err, "--comm nccl: %s", why.msg);
 	if (dp->zero)
-		return gk_errf(err, "--zero 1 on a GPU shards over NCCL, and %s", why.msg);
+		return gk_errf(err, "--zero %d on a GPU shards over NCCL, and %s", dp->zero,
+			       why.msg);
 	snprintf(dp->note, sizeof(dp->note),
 		 "%s; gradients go through host memory over MPI", why.msg);
 	return 0;
@@ -551,6 +563,29 @@ void gk_nn_dp_params_shard(gk_nn_dp *dp)
 	gk_nn_set_param_fn(dp->m, param_cb, dp);
 }
 
+/*
+ * ZeRO-2's gradient shard: host memory on the CPU; on a GPU device memory
+ * of the gradients' communicator, zeroed (the range past the N
+ * parameters is never written), and the host copy --offload optimizer
+ * updates from.
+ */
+static int zero2_shard(gk_nn_dp *dp, size_t per, gk_err *err)
+{
+	size_t bytes = per * sizeof(float);
+	if (!dp->dev_grads)
+		return (dp->gshard = gk_alloc_big(bytes)) ? 0 :
+			gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
+	float *zero = calloc(per, sizeof(float));
+	if (!zero)
+		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
+	int rc = (dp->gshard = gk_comm_alloc(dp->gcomm, bytes, err)) &&
+		 gk_comm_to_device(dp->gcomm, dp->gshard, zero, bytes, err) == 0 ? 0 : -1;
+	free(zero);
+	if (rc == 0 && dp->host_update && !(dp->hshard = gk_alloc_big(bytes)))
+		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard on the host");
+	return rc;
+}
+
 int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 {
 	if (open_grad_comm(dp, t, err) < 0)
@@ -572,8 +607,8 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	dp->zero3 = dp->shard && dp->zero == 3;
 	if (dp->zero3 && zero3_open(dp, t, err) < 0)
 		return -1;
-	if (dp->zero2 && !(dp->gshard = gk_alloc_big(per * sizeof(float))))
-		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient shard");
+	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
+		return -1;
 	/* a sharded pipeline stage reduces its segments after the schedule */
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded) && !dp->ppshard) {
 		gk_comm_callopts co = {.compress = dp->compress};
@@ -608,12 +643,16 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 		gk_comm_free(dp->gcomm, dp->resid);
 	else
 		free(dp->resid);
+	if (dp->dev_grads && dp->gshard)
+		gk_comm_free(dp->gcomm, dp->gshard);
+	else
+		free(dp->gshard);
+	free(dp->hshard);
 	if (dp->gcomm != dp->comm)
 		gk_comm_close(dp->gcomm); /* before the model's stream goes */
 	free(dp->mom);
 	free(dp->vel);
 	gk_nn_offload_close(dp->off);
-	free(dp->gshard);
 	free(dp->ulo);
 	free(dp->uhi);
 	free(dp->udispl);
@@ -834,10 +873,15 @@ static int host_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t ste
 	if (gk_nn_download(m, GK_NN_PARAMS | GK_NN_GRADS, err) < 0)
 		return -1;
 	float *g = gk_nn_grads(m);
-	if (dp->shard)
+	if (dp->hshard) { /* ZeRO-2: the shard from the device */
+		g = dp->hshard;
+		if (gk_comm_to_host(dp->gcomm, g, dp->gshard, (hi - lo) * sizeof(float), err) < 0)
+			return -1;
+	} else if (dp->shard) {
 		g = dp->gshard ? dp->gshard : g + lo;
-	else
+	} else {
 		g += lo;
+	}
 	gk_nn_adamw_step(m, c, lr, step, lo, hi, gk_nn_params(m) + lo, g, grad_scale, dp->mom,
 			 dp->vel);
 	return gk_nn_upload(m, GK_NN_PARAMS, err);

@@ -322,9 +322,11 @@ struct gk_nn_dp {
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
 	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
-	int zero2;            /* ZeRO-2 runs: zero 2, CPU, world > 1 */
+	int zero2;            /* ZeRO-2 runs: zero >= 2 and shard */
 	float *gshard;        /* ... this rank's reduced gradients, Np / world floats
-			       * (the model's buffer is lazy_grads) */
+			       * (CPU: the model's buffer is lazy_grads; GPU: device
+			       * memory of gcomm's, beside the model's full buffer) */
+	float *hshard;        /* ... a GPU's, copied to the host for --offload optimizer */
 	gk_comm_grads *grads;
 	/*
 	 * ZeRO-3 (zero 3, CPU, world > 1): the parameters are sharded too.

@@ -17,6 +17,17 @@
 #include "nn/train_internal.h"
 
 /*
+ * The ZeRO stage whose model states a rank holds: a GPU's ZeRO-2 reduces
+ * into its shard, but its model's backward writes the full gradient
+ * buffer in device memory, which stays (ZeRO-1's states; the shard is
+ * counted as comm).
+ */
+static int zero_kept(const gk_nn_trainer *t)
+{
+	return t->cuda && t->o.zero == 2 ? 1 : t->o.zero;
+}
+
+/*
  * The model states (parameters, gradients, AdamW's moments of the model's
  * Psi parameters, the moments sharded over the world under ZeRO-1) as
  * lib/mem computes them for this run, so that gpu-train and mem-estimate
@@ -33,7 +44,7 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_s
 	gk_mem_train mt = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
-			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
+			   .precision = GK_DT_F32, .zero = t->dp->shard ? zero_kept(t) : 0,
 			   .dp = t->grid.dp, .tp = t->grid.tp, .sp = t->o.seq_par, .pp = t->grid.pp,
 			   .stage = t->grid.pp_rank, .recompute = GK_MEM_RC_NONE,
 			   .offload = t->dp->off || t->dp->host_update};
@@ -138,7 +149,9 @@ static void account(gk_nn_trainer *t)
 	 * counted as comm.
 	 */
 	uint64_t live = 0;
-	if (t->dp->zero2)
+	if (t->dp->zero2 && t->cuda) /* the shard, beside the full buffer (zero_kept) */
+		live = ((uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float) + 63) / 64 * 64;
+	else if (t->dp->zero2)
 		gk_nn_dp_zero2_bytes(t->dp->Np, t->grid.dp, zero2_head(t), t->o.bucket_bytes,
 				     t->dp->overlap, &mm.gradients, &live);
 	/*
@@ -574,11 +587,13 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		*host += gk_comm_compress_scratch(t->o.compress, per);
 	*dev = 0;
 	if (t->cuda) {
-		gk_mem_train mt = mem_train(t, rc, batch, zero);
+		/* ZeRO-2 on a GPU: ZeRO-1's states and the shard (zero_kept) */
+		int z2 = zero == 2 && t->grid.dp > 1;
+		gk_mem_train mt = mem_train(t, rc, batch, z2 ? 1 : zero);
 		gk_mem_est e;
 		if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &why) < 0)
 			return -1;
-		*dev = e.total;
+		*dev = e.total + (z2 ? (uint64_t)(nflat / (size_t)t->grid.dp) * sizeof(float) : 0);
 	}
 	return 0;
 }

@@ -75,6 +75,21 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce to the last rank, every type 
 	grep "^# Out of bounds values : 0 OK$" out
 '
 
+# lib/comm's collectives of unequal pieces over NCCL (ZeRO-2's gradient
+# buckets, ZeRO-3's units: a group of ncclReduce or ncclBroadcast, one per
+# owner) and ZeRO-2's partitioned buckets on the device: comm_cuda's own
+# checks against the host's sums, one rank per GPU, every rank passing.
+test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce-scatter and allgather of unequal pieces, ZeRO-2 buckets, one rank per GPU' '
+	prog="$GK_BUILD/tests/unit/comm_cuda" &&
+	rm -f pieces.* &&
+	$T mpirun -np '"$GK_GPUS"' sh -c "exec \"$prog\" pieces >pieces.\$OMPI_COMM_WORLD_RANK" &&
+	for r in $(seq 0 $(($GK_GPUS - 1))); do
+		grep "^1\.\.16$" pieces.$r &&
+		grep "^ok 15 - partitioned gradient buckets over nccl, world $GK_GPUS," pieces.$r &&
+		test $(grep -c "^ok" pieces.$r) = 16 || return 1
+	done
+'
+
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '
 	for z in bf16 f16 int8; do
 		$T mpirun -np '"$GK_GPUS"' allreduce-bench --backend nccl --compress $z -o avg \

@@ -9,7 +9,8 @@ backend trains: fp32 losses close to the CPU'"'"'s, bf16 losses falling
 and near them, an exact resume from a checkpoint the GPU wrote, and such a
 checkpoint evaluated on the CPU with the GPU'"'"'s loss. --comm: the
 gradients through NCCL on the device (a world of one, and two ranks with
-two GPUs) give the losses of the path through host memory.'
+two GPUs) give the losses of the path through host memory; ZeRO-1 and
+ZeRO-2 over NCCL give ZeRO-0'"'"'s and ZeRO-1'"'"'s.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -289,6 +290,52 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 	test $(losses gz1r.json | wc -l) = 4
 '
 
+# ZeRO-2 over NCCL (lib/comm's comm_nccl.c): each bucket one group of
+# ncclReduce calls, one to each owner of a piece, summed into a shard in
+# device memory. Without accumulation that is ZeRO-1's reduce to each
+# owner (a sum of two), then the one division: the same bits (losses,
+# gradient norms, model and moment files). With accumulation (and
+# without overlap, each bucket reduced as soon as it is complete) the
+# micro-steps' reduced sums are added in the shard
+# instead of the micro-steps' gradients in the buffer before one
+# reduction: within fp32 rounding (1e-6, as t7112 states on the CPU). The
+# device keeps the model's full gradient buffer: ZeRO-1's memory, and
+# the shard (params_padded / 2 floats) as comm. --offload optimizer
+# updates on the host from the shard copied down: the same files.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, norms and checkpoint bit for bit, also offloaded; with accumulation within 1e-6' '
+	data &&
+	Z="$A --steps 4 --device cuda --precision fp32 --bucket 64K" &&
+	mpi 2 $Z --zero 1 --ckpt-dir g2z1 >g2z1.json &&
+	mpi 2 $Z --zero 2 --ckpt-dir g2z2 >g2z2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 2 and .comm == \"nccl\"" g2z2.json &&
+	for z in z1 z2; do
+		jq -c "select(.event == \"step\") | [.loss, .grad_norm]" g2$z.json >g2$z.steps || return 1
+	done &&
+	test $(wc -l <g2z2.steps) = 4 &&
+	test_cmp g2z1.steps g2z2.steps &&
+	for f in g2z1/latest/*.safetensors; do
+		cmp "$f" "g2z2/latest/${f##*/}" || return 1
+	done &&
+	python3 - <<-\PY &&
+	import json
+	def start(p):
+	    return next(json.loads(l) for l in open(p) if "\"start\"" in l)
+	z1, z2 = start("g2z1.json"), start("g2z2.json")
+	shard = (z2["params_padded"] // z2["dp"] * 4 + 63) // 64 * 64
+	m1, m2 = z1["memory"], z2["memory"]
+	assert m2["comm"] - m1["comm"] == shard and m2["total"] - m1["total"] == shard, (m1, m2)
+	assert all(m1[k] == m2[k] for k in m1 if k not in ("comm", "total")), (m1, m2)
+	PY
+	mpi 2 $Z --zero 2 --offload optimizer --ckpt-dir g2o >g2o.json &&
+	for f in g2z2/latest/*.safetensors; do
+		cmp "$f" "g2o/latest/${f##*/}" || return 1
+	done &&
+	mpi 2 $Z --zero 1 --grad-accum 2 >g2a1.json &&
+	mpi 2 $Z --zero 2 --grad-accum 2 --no-overlap >g2a2.json &&
+	losses g2a1.json >g2a1.losses && losses g2a2.json >g2a2.losses &&
+	close_to g2a2.losses g2a1.losses 1e-6
+'
+
 # The watchdog and abort paths over the emulation's NCCL: a rank whose
 # collective never completes (CUEMU_NCCL_HANG), one that meets an
 # asynchronous error (CUEMU_NCCL_ERROR). Every rank ends, none hangs.
@@ -300,6 +347,21 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, a bucket'"'"'s allreduce hangs on 
 	end=$(date +%s) &&
 	grep "^gpu-train: nccl: allreduce of [0-9]* F32 avg: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang.err &&
 	test $((end - start)) -ge 3 &&
+	test $((end - start)) -lt 120
+'
+
+# ZeRO-2's first division and sum into the shard are kernels queued
+# behind a bucket's reduce: their first launch must not wait for it (the
+# module's load under lazy loading waits for the device, outside any
+# watchdog), so the nccl backend loads them when it opens.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-2: a bucket'"'"'s grouped reduce hangs on one rank: --timeout aborts NCCL, the job exits 1 naming it' '
+	data &&
+	start=$(date +%s) &&
+	(export CUEMU_NCCL_HANG=1:2 &&
+	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --zero 2 --timeout 3 \
+		>hang2.json 2>hang2.err) &&
+	end=$(date +%s) &&
+	grep "^gpu-train: nccl: reducescatterv of [0-9]* F32 sum: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang2.err &&
 	test $((end - start)) -lt 120
 '
 

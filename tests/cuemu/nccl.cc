@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -123,6 +124,8 @@ struct p2p {
 	int peer;
 };
 thread_local std::vector<p2p> group_ops;
+/* collectives called inside a group, issued at its ncclGroupEnd */
+thread_local std::vector<std::function<ncclResult_t()>> group_colls;
 thread_local char last_error[256];
 
 const char *const coll_names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
@@ -521,7 +524,11 @@ bool coll_poll(ncclComm_t c, const coll_args &a, uint64_t k, uint64_t opn, int f
 	return true;
 }
 
-/* A collective on s: checks, then the copy (one rank) or the exchange. */
+ncclResult_t issue(ncclComm_t c, const coll_args &a, cudaStream_t s,
+		   const std::vector<cuemu::access> &acc, size_t out_b);
+
+/* A collective on s: checks, then the copy (one rank) or the exchange,
+ * at once or at the end of the group it is called in. */
 ncclResult_t collective(ncclComm_t c, coll_args a, cudaStream_t s)
 {
 	LOCK;
@@ -563,6 +570,28 @@ ncclResult_t collective(ncclComm_t c, coll_args a, cudaStream_t s)
 		acc.push_back({(uintptr_t)a.send, (uintptr_t)a.send + in_b, 0});
 	if (writes)
 		acc.push_back({(uintptr_t)a.recv, (uintptr_t)a.recv + out_b, 1});
+	/*
+	 * Inside a group NCCL launches nothing until ncclGroupEnd: an event
+	 * recorded or a stream waited on between the call and the group's
+	 * end does not cover it, and an operation that waits for it before
+	 * then would hang on a GPU.
+	 */
+	if (group_depth) {
+		group_colls.push_back([=]() { return issue(c, a, s, acc, out_b); });
+		return ncclSuccess;
+	}
+	return issue(c, a, s, acc, out_b);
+}
+
+/* A checked collective onto its stream: the copy (one rank) or the exchange. */
+ncclResult_t issue(ncclComm_t c, const coll_args &a, cudaStream_t s,
+		   const std::vector<cuemu::access> &acc, size_t out_b)
+{
+	LOCK;
+	const char *what = coll_names[a.coll];
+	ncclResult_t r = usable(c);
+	if (r != ncclSuccess)
+		return r;
 	if (!c->h) {
 		/* a world of one: the output is the input (avg, sum, ... of one) */
 		if (cuemu::enqueue(s, [=]() {
@@ -882,6 +911,14 @@ ncclResult_t ncclGroupEnd(void)
 		return ncclSuccess;
 	std::vector<p2p> ops;
 	ops.swap(group_ops);
+	std::vector<std::function<ncclResult_t()>> colls;
+	colls.swap(group_colls);
+	/* the group's collectives in the order called, as every rank calls them */
+	for (auto &issue_one : colls) {
+		ncclResult_t r = issue_one();
+		if (r != ncclSuccess)
+			return r;
+	}
 	/* a world of one: the k-th send to oneself meets the k-th receive */
 	std::vector<p2p> sends, recvs;
 	for (const p2p &o : ops)

@@ -1,7 +1,9 @@
 /*
  * comm_cuda.c - lib/comm on the device: the reduce.cu kernels against the
  * CPU loops of kernels.c (the same reduce.h math, so results must be bit
- * for bit the same), and the nccl backend in a world of one.
+ * for bit the same), and the nccl backend in a world of one. With the
+ * argument "pieces", under mpirun (one rank a GPU), only the collectives
+ * of unequal pieces and ZeRO-2's partitioned buckets, at the world's size.
  *
  * Without a GPU (asked of the system, tests/unit/gpu.h) the whole file is
  * skipped. With one, everything must work: a probe that does not find it,
@@ -156,6 +158,8 @@ static void test_pack_unpack(void)
 	free(x), free(acc), free(want), free(got), free(hw), free(dw_host), free(resid);
 }
 
+static void test_nccl_pieces(gk_comm *c);
+
 static void test_nccl(void)
 {
 	gk_comm *c;
@@ -298,6 +302,9 @@ static void test_nccl(void)
 	   n - 1, done, buckets, order);
 	remove(path);
 	rmdir(trdir);
+	/* a second communicator would open MPI again after the first's close
+	 * finalized it: the pieces on this one */
+	test_nccl_pieces(c);
 
 	gk_comm_free(c, d), gk_comm_free(c, d2), gk_comm_free(c, db);
 	ok(gk_comm_finalize(c, &err) == 0, "nccl teardown reports success");
@@ -305,10 +312,153 @@ static void test_nccl(void)
 	gk_cuda_stream_free(us);
 	free(h), free(got), free(hb);
 }
+
+/*
+ * Unequal pieces over NCCL, in place (gk_comm_ireduce_scatterv and
+ * gk_comm_iallgatherv: a group of ncclReduce or ncclBroadcast rooted at
+ * each owner of a piece): the shapes a bucket or a unit has (all in one
+ * owner's piece, an even split with a remainder, the first and the last
+ * piece empty), against the host's sums. The values are small integers,
+ * so every order of summing gives the same floats; AVG is that sum
+ * divided once, as gk_comm_avg_cpu divides.
+ */
+static void pieces_of(int shape, int world, size_t n, size_t *displ)
+{
+	for (int q = 0; q <= world; q++) {
+		size_t even = n * (size_t)q / (size_t)world;
+		displ[q] = shape == 0 ? (q ? n : 0) :
+			   shape == 1 ? even :
+			   shape == 2 ? (q == 0 ? 0 : n * (size_t)(q - 1) / (size_t)(world > 1 ? world - 1 : 1)) :
+			   (q == world ? n : n * (size_t)q / (size_t)(world > 1 ? world - 1 : 1));
+		if (displ[q] > n)
+			displ[q] = n;
+	}
+	displ[world] = n;
+}
+
+static void test_nccl_pieces(gk_comm *c)
+{
+	enum { NP = 1000 };
+	int W = gk_comm_world(c), R = gk_comm_rank(c);
+	size_t *displ = calloc((size_t)W + 1, sizeof *displ);
+	float *h = malloc(NP * sizeof *h), *got = malloc(NP * sizeof *got);
+	gk_err err = {0};
+	float *d = gk_comm_alloc(c, NP * sizeof *d, &err);
+	if (!ok(displ && h && got && d, "pieces: buffers")) {
+		diag("%s", err.msg);
+		return;
+	}
+	static const char *const shape_name[] = {"one owner", "even", "first empty",
+						 "last empty"};
+	for (int shape = 0; shape < 4; shape++) {
+		pieces_of(shape, W, NP, displ);
+		for (int avg = 0; avg < 2; avg++) {
+			for (size_t i = 0; i < NP; i++)
+				h[i] = (float)((R + 1) * ((int)(i % 13) - 6));
+			gk_comm_req *rq = NULL;
+			int rc = gk_comm_to_device(c, d, h, NP * sizeof *h, &err);
+			if (rc == 0)
+				rc = gk_comm_ireduce_scatterv(c, d, displ, GK_DT_F32,
+							      avg ? GK_COMM_AVG : GK_COMM_SUM, &rq, &err);
+			if (rc == 0)
+				rc = gk_comm_wait(rq, &err);
+			if (rc == 0)
+				rc = gk_comm_to_host(c, got, d, NP * sizeof *got, &err);
+			size_t bad = 0;
+			for (size_t i = displ[R]; rc == 0 && i < displ[R + 1]; i++) {
+				float want = (float)(((int)(i % 13) - 6) * W * (W + 1) / 2);
+				if (avg)
+					want = want / (float)W;
+				bad += memcmp(&got[i], &want, sizeof want) != 0;
+			}
+			ok(rc == 0 && bad == 0, "reduce-scatterv %s over nccl, world %d, %s pieces: "
+			   "this rank's piece is the %s%s%s", avg ? "avg" : "sum", W,
+			   shape_name[shape], avg ? "sum divided once" : "sum", rc ? ": " : "",
+			   rc ? err.msg : "");
+		}
+		/* every piece its owner's, the rest of the buffer garbage */
+		for (size_t i = 0; i < NP; i++)
+			h[i] = i >= displ[R] && i < displ[R + 1] ? (float)(R * 10000 + (int)i) : -1;
+		gk_comm_req *rq = NULL;
+		int rc = gk_comm_to_device(c, d, h, NP * sizeof *h, &err);
+		if (rc == 0)
+			rc = gk_comm_iallgatherv(c, d, displ, GK_DT_F32, &rq, &err);
+		if (rc == 0)
+			rc = gk_comm_wait(rq, &err);
+		if (rc == 0)
+			rc = gk_comm_to_host(c, got, d, NP * sizeof *got, &err);
+		size_t bad = 0;
+		for (int q = 0; rc == 0 && q < W; q++)
+			for (size_t i = displ[q]; i < displ[q + 1]; i++)
+				bad += got[i] != (float)(q * 10000 + (int)i);
+		ok(rc == 0 && bad == 0, "allgatherv over nccl, world %d, %s pieces: every piece "
+		   "its owner's%s%s", W, shape_name[shape], rc ? ": " : "", rc ? err.msg : "");
+	}
+
+	/*
+	 * ZeRO-2's partitioned buckets on the device: two micro-steps, the
+	 * second adding into the shard, the division once; each rank owns per
+	 * of the NP gradients (the last rank fewer), buckets of 96 floats
+	 * aligned to 32, two in flight. After the first micro-step the
+	 * buckets' ranges read as zeros (the next backward adds into them).
+	 */
+	size_t per = (NP + (size_t)W - 1) / (size_t)W;
+	float *shard = gk_comm_alloc(c, per * sizeof *shard, &err);
+	gk_comm_grads *g = NULL;
+	int rc = shard ? gk_comm_grads_new(&g, c, d, NP, 96 * sizeof(float), NULL, &err) : -1;
+	if (rc == 0)
+		rc = gk_comm_grads_partition(g, shard, per, 32, 2, NULL, NULL, &err);
+	size_t zeros = 0;
+	for (int a = 0; rc == 0 && a < 2; a++) {
+		for (size_t i = 0; i < NP; i++)
+			h[i] = (float)((R + 1) * ((int)(i % 7) - 3 + a));
+		gk_comm_grads_micro(g, a == 0, a == 1);
+		rc = gk_comm_to_device(c, d, h, NP * sizeof *h, &err);
+		for (size_t off = NP; rc == 0 && off > 0; off = off > 100 ? off - 100 : 0)
+			rc = gk_comm_grads_ready(g, off > 100 ? off - 100 : 0, &err);
+		if (rc == 0)
+			rc = gk_comm_grads_finish(g, &err);
+		if (rc == 0 && a == 0 && (rc = gk_comm_to_host(c, got, d, NP * sizeof *got, &err)) == 0)
+			for (size_t i = 0; i < NP; i++)
+				zeros += got[i] == 0;
+	}
+	size_t mine = (size_t)R * per >= NP ? 0 : (size_t)R * per + per > NP ? NP - (size_t)R * per : per;
+	if (rc == 0)
+		rc = gk_comm_to_host(c, got, shard, mine * sizeof *got, &err);
+	size_t bad = 0;
+	for (size_t k = 0; rc == 0 && k < mine; k++) {
+		size_t i = (size_t)R * per + k;
+		float want = (float)((((int)(i % 7) - 3) * 2 + 1) * W * (W + 1) / 2) / (float)W;
+		bad += memcmp(&got[k], &want, sizeof want) != 0;
+	}
+	ok(rc == 0 && bad == 0 && zeros == NP,
+	   "partitioned gradient buckets over nccl, world %d, 2 micro-steps: the shard is the "
+	   "average of their sums, the buffer zeros between them (%zu wrong, %zu of %d zeros)%s%s",
+	   W, bad, zeros, NP, rc ? ": " : "", rc ? err.msg : "");
+	gk_comm_grads_free(g);
+	gk_comm_free(c, shard);
+	gk_comm_free(c, d);
+	free(displ), free(h), free(got);
+}
+
+static void test_nccl_world(void)
+{
+	gk_comm *c;
+	gk_err err = {0};
+	gk_comm_config cfg = {.backend = GK_COMM_BACKEND_NCCL, .device = -1};
+	if (!ok(gk_comm_open(&c, &cfg, &err) == 0, "nccl backend opens for the pieces")) {
+		diag("%s", err.msg);
+		return;
+	}
+	test_nccl_pieces(c);
+	ok(gk_comm_finalize(c, &err) == 0, "nccl teardown after the pieces reports success");
+	gk_comm_close(c);
+}
 #endif
 
-int main(void)
+int main(int argc, char **argv)
 {
+	(void)argc, (void)argv;
 	gk_err err = {0};
 	char why[256];
 	int run = gpu_expect(gk_cuda_probe(NULL, &err) == 0, err.msg, why, sizeof why);
@@ -317,6 +467,12 @@ int main(void)
 	if (run < 0)
 		return done_testing();
 #if GK_HAVE_CUDA
+#if GK_HAVE_NCCL
+	if (argc > 1 && !strcmp(argv[1], "pieces")) {
+		test_nccl_world();
+		return done_testing();
+	}
+#endif
 	test_reduce_avg();
 	test_pack_unpack();
 #if GK_HAVE_NCCL

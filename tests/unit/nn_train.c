@@ -44,13 +44,15 @@ static const char *check(const gk_nn_train_opts *o, int cuda, int world, unsigne
 static void checks(void)
 {
 	gk_nn_train_opts o = {.zero = 2, .device = GK_NN_CUDA};
-	is_str(check(&o, 1, -1, 0), "--zero 2 partitions the gradients on the CPU backend only: "
-	       "on a GPU use --zero 1", "check: --zero 2 --device cuda");
-	o.device = GK_NN_AUTO;
+	is_str(check(&o, 1, -1, 0), "", "check: --zero 2 --device cuda (over NCCL)");
+	is_str(check(&o, 1, 2, 0), "", "check: --zero 2 --device cuda, 2 ranks");
 	o.zero = 3;
-	is_str(check(&o, 1, 2, 0), "--zero 3 partitions the parameters and gradients on the CPU "
-	       "backend only (NCCL's collectives take equal pieces, and a bucket's or a block's "
-	       "owners hold unequal ones): on a GPU use --zero 1", "check: --zero 3, auto chose a GPU");
+	is_str(check(&o, 1, -1, 0), "--zero 3 partitions the parameters on the CPU backend only: "
+	       "on a GPU use --zero 2", "check: --zero 3 --device cuda");
+	o.device = GK_NN_AUTO;
+	is_str(check(&o, 1, 2, 0), "--zero 3 partitions the parameters on the CPU backend only, "
+	       "and this run is on a GPU: --zero 2 there, or --device cpu",
+	       "check: --zero 3, auto chose a GPU");
 	is_str(check(&o, 1, 1, 0), "", "check: --zero 3 on one GPU");
 	is_str(check(&o, -1, -1, 0), "", "check: --zero 3 --device auto, before the device is known");
 	is_str(check(&o, 0, 2, 0), "", "check: --zero 3, auto chose the CPU");
