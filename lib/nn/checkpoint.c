@@ -701,7 +701,11 @@ int gk_nn_tr_ckpt_finish(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		 * once every rank has written */
 		int st = atomic_load(&j->state);
 		int busy = st == JOB_WRITING || (st == JOB_WRITTEN && j->agreed);
-		for (int i = 0; i < 100 && busy && atomic_load(&j->state) == st; i++)
+		/* 100 ms by the clock, not 100 sleeps of 1 ms: on a loaded
+		 * host each wake-up can wait for a CPU for tens of ms, and 100
+		 * of them outlasted --timeout 2 while the others waited */
+		double until = gk_now() + 0.1;
+		while (busy && atomic_load(&j->state) == st && gk_now() < until)
 			usleep(1000);
 		double c[3];
 		gk_nn_tr_ckpt_counts(t, c);
