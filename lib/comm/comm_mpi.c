@@ -41,7 +41,7 @@ typedef struct mpi_state {
 			 * (its own numbers name no process); "": the world */
 	char *hosts;
 	char silent[512];
-	int token, *heard;
+	int token, done, *heard; /* PROBE_ALIVE, PROBE_DONE; one a rank */
 } mpi_state;
 
 enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER, TAG_ALIVE };
@@ -80,42 +80,92 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
  * waiting on the same collective; a stopped rank, or one behind a dead
  * link, never sends. Fills st->silent with "rank 1 (on node-a)" or
  * "ranks 1 (on a) and 3 (on b)"; "" when every rank answered.
+ *
+ * A rank that is only late (descheduled on a loaded host for a little
+ * longer than the timeout) is no failure: the stalled call's own
+ * requests (n of them in rq) are tested throughout the probe, and when
+ * they complete the probe ends and we return 1 with nothing named.
+ * Our probe message then reaches the late rank's queue, where a probe of
+ * its own, in a later stall, would take it for an answer: so a rank
+ * whose call completed follows it with PROBE_DONE, and a receiver takes
+ * each peer's messages in order (MPI does not reorder one sender's
+ * messages on one tag), a PROBE_DONE cancelling the PROBE_ALIVE before
+ * it. A peer counts as answering when its last message is PROBE_ALIVE.
+ * Returns 1 when the stalled call completed, 0 when it did not, -1 (with
+ * *rc) when testing it failed.
  */
-static void silent_ranks(mpi_state *st)
+enum { PROBE_ALIVE = 1, PROBE_DONE = 2 };
+
+static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 {
-	int n = st->world, me = st->rank, left = n - 1;
+	int n = st->world, me = st->rank, ret = 0;
 	MPI_Request *rq = malloc(2 * (size_t)n * sizeof *rq);
+	char *alive = calloc((size_t)n, 1);
 	st->silent[0] = '\0';
 	for (int p = 0; rq && p < 2 * n; p++)
 		rq[p] = MPI_REQUEST_NULL;
-	if (!rq || !st->heard || !st->hosts)
+	if (!rq || !alive || !st->heard || !st->hosts)
 		goto out;
-	st->token = me;
+	st->token = PROBE_ALIVE;
+	st->done = PROBE_DONE;
 	for (int p = 0; p < n; p++)
 		if (p != me &&
 		    (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[p]) ||
 		     MPI_Isend(&st->token, 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[n + p])))
 			goto out;
 	double t0 = gk_now();
-	while (left > 0 && gk_now() - t0 < PROBE_SECONDS) {
-		for (int p = 0; p < n; p++) {
-			int done = 0;
-			if (rq[p] == MPI_REQUEST_NULL)
-				continue;
-			if (MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-				goto out;
-			left -= done;
+	int left = n - 1;
+	while (gk_now() - t0 < PROBE_SECONDS) {
+		int done = 0;
+		*rc = MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE);
+		if (*rc != MPI_SUCCESS) {
+			ret = -1;
+			goto out;
 		}
+		if (done) {
+			ret = 1;
+			break;
+		}
+		int got = 0;
+		for (int p = 0; p < n; p++) {
+			if (p == me)
+				continue;
+			for (;;) { /* every message of p's already here, in order */
+				done = 0;
+				if (MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+					goto out;
+				if (!done)
+					break;
+				got = 1;
+				left += alive[p] - (st->heard[p] == PROBE_ALIVE);
+				alive[p] = st->heard[p] == PROBE_ALIVE;
+				if (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe,
+					      &rq[p]))
+					goto out;
+			}
+		}
+		if (left == 0 && !got)
+			break;
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
+	}
+	if (ret == 1) {
+		/* our probe message is stale: say so to every rank it went to */
+		for (int p = 0; p < n; p++) {
+			MPI_Request q;
+			if (p != me &&
+			    MPI_Isend(&st->done, 1, MPI_INT, p, TAG_ALIVE, st->probe, &q) == MPI_SUCCESS)
+				MPI_Request_free(&q);
+		}
+		goto out;
 	}
 	/* the ranks not heard from, as the message names them */
 	size_t w = 0;
 	int k = 0, count = 0;
 	for (int p = 0; p < n; p++)
-		count += rq[p] != MPI_REQUEST_NULL;
+		count += p != me && !alive[p];
 	for (int p = 0; p < n && w < sizeof(st->silent); p++) {
-		if (rq[p] == MPI_REQUEST_NULL)
+		if (p == me || alive[p])
 			continue;
 		k++;
 		gk_comm_trace_silent(st->c, p, st->hosts + (size_t)p * HOST_LEN);
@@ -128,7 +178,7 @@ static void silent_ranks(mpi_state *st)
 	}
 out:
 	/*
-	 * The unanswered receives are cancelled; the sends may go out when
+	 * The pending receives are cancelled; the sends may go out when
 	 * their peer wakes, from buffers that stay in st until close.
 	 */
 	for (int p = 0; rq && p < 2 * n; p++) {
@@ -139,6 +189,8 @@ out:
 		MPI_Request_free(&rq[p]);
 	}
 	free(rq);
+	free(alive);
+	return ret;
 }
 
 /* "rank 1 (on a) does not answer (stopped, or its network is down)", or the plural */
@@ -160,7 +212,10 @@ static const char *silent_says(const mpi_state *st, char *buf, size_t n)
  * first millisecond we test back to back (as MPI_Wait spins; yielding
  * there cost 5 us per small allreduce on a busy host), then sleep 100 us
  * between tests so that a stuck wait does not take a core from the ranks
- * that share the machine.
+ * that share the machine. A timed-out wait goes on testing its requests
+ * while it probes the other ranks (silent_ranks): a rank late by less
+ * than the timeout and PROBE_SECONDS together (a host that descheduled
+ * it) fails nothing.
  */
 static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 		    gk_err *err)
@@ -198,8 +253,13 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 			return 0;
 		double dt = gk_now() - t0;
 		if (dt > st->timeout) {
+			/* late by less than the probe: done, nothing named */
+			int r = silent_ranks(st, n, rq, &rc);
+			if (r < 0)
+				return mpi_fail(err, rc, what);
+			if (r > 0)
+				return 0;
 			st->stalled = 1;
-			silent_ranks(st);
 			if (st->silent[0])
 				return gk_errf(err, "%s%s: no progress for %.0f s: %s",
 					       st->op ? st->op : "mpi", st->group, st->timeout,

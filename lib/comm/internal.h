@@ -92,8 +92,10 @@ typedef struct gk_comm_trace {
 	int silent[16];
 	char silent_host[16][GK_TR_HOST_LEN];
 	/* GK_TEST_COMM_FAULT: on world rank fault_rank, the fault_n-th call of
-	 * fault_coll (counted in fault_seen) gets fault_act */
+	 * fault_coll (counted in fault_seen) gets fault_act (a delay's
+	 * seconds in fault_delay) */
 	int fault_act, fault_rank, fault_coll;
+	double fault_delay;
 	int64_t fault_n, fault_seen;
 	char error[256];     /* the first failure's message */
 } gk_comm_trace;
@@ -134,7 +136,7 @@ static inline int gk_comm_wrank(const gk_comm *c, int r)
 }
 
 /* ---- the flight recorder (trace.c) ---- */
-enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL };
+enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL, GK_TR_FAULT_DELAY };
 /* At open (after the backend knows rank and world) and close. */
 int gk_comm_trace_open(gk_comm *c, gk_err *err);
 void gk_comm_trace_close(gk_comm *c);

@@ -53,15 +53,23 @@ static int parse_fault(gk_comm_trace *t, const char *s, gk_err *err)
 {
 	char act[16], op[32];
 	int rank, n;
-	if (sscanf(s, "%15[a-z]:%d:%31[a-z-]:%d", act, &rank, op, &n) != 4 || n < 1 || rank < 0)
+	double delay = 0;
+	/* delay=SECONDS:RANK:OP:N, or ACTION:RANK:OP:N */
+	if (sscanf(s, "delay=%lf:%d:%31[a-z-]:%d", &delay, &rank, op, &n) == 4)
+		snprintf(act, sizeof act, "%s", delay > 0 && delay < 3600 ? "delay" : "");
+	else if (sscanf(s, "%15[a-z]:%d:%31[a-z-]:%d", act, &rank, op, &n) != 4)
+		n = 0;
+	if (n < 1 || rank < 0)
 		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': not ACTION:RANK:OP:N", s);
 	t->fault_act = !strcmp(act, "skip") ? GK_TR_FAULT_SKIP : !strcmp(act, "stop") ?
-		GK_TR_FAULT_STOP : !strcmp(act, "kill") ? GK_TR_FAULT_KILL : 0;
+		GK_TR_FAULT_STOP : !strcmp(act, "kill") ? GK_TR_FAULT_KILL :
+		!strcmp(act, "delay") ? GK_TR_FAULT_DELAY : 0;
+	t->fault_delay = delay;
 	t->fault_coll = !strcmp(op, "barrier") ? GK_COMM_CALL_BARRIER :
 			!strcmp(op, "send") ? GK_COMM_CALL_SEND :
 			!strcmp(op, "recv") ? GK_COMM_CALL_RECV : gk_comm_coll_parse(op);
 	if (!t->fault_act || t->fault_coll < 0)
-		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop or kill, OP a "
+		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop, kill or delay=SECONDS, OP a "
 			       "collective, barrier, send or recv", s);
 	t->fault_rank = rank;
 	t->fault_n = n;
@@ -143,7 +151,8 @@ void gk_comm_trace_step(gk_comm *c, int64_t step) { c->tr.step = step; }
  * N-th call of OP on a communicator (each counts its own from its open)
  * is skipped as if the caller had not made it (nothing recorded, nothing
  * run: its later calls pair with the others' earlier ones), or the rank
- * stops (SIGSTOP) or dies (SIGKILL) once the call has started.
+ * stops (SIGSTOP), dies (SIGKILL) or sleeps SECONDS (delay=SECONDS: a
+ * late rank, as a loaded host makes one) once the call has started.
  */
 int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k)
 {
@@ -205,6 +214,12 @@ void gk_comm_trace_start(gk_comm *c, const gk_comm_call *k)
 		raise(SIGSTOP);
 	else if (k->fault == GK_TR_FAULT_KILL)
 		raise(SIGKILL);
+	else if (k->fault == GK_TR_FAULT_DELAY) {
+		double s = c->tr.fault_delay;
+		struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 }
 
 void gk_comm_trace_peer(gk_comm *c, int peer)

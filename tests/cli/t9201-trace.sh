@@ -98,6 +98,27 @@ test_expect_success 'a rank killed in an allgather: rank 1 and the allgather nam
 	grep -E "^rank 1 (\(on $HOST\) )?left no dump.*; ranks 0 and 2 (wait|failed) in allgather #$s \(step [0-9]+, " kill.report
 '
 
+# delay=S: rank 1 sleeps S seconds once its 5th allreduce has started. With
+# --timeout 1 the others time out at 1 s and probe the ranks for 1 s more:
+# rank 1, late by 1.5 s, enters during the probe, and the allreduce
+# completes, so the job succeeds, silent, with the losses of a run without
+# the delay. Late by 4 s, after the probe, it is named as before.
+test_expect_success 'a rank late by less than --timeout and the probe is no failure' '
+	L="--data train.bin $TINY --batch 4 --json --steps 8 --timeout 1 --bucket 8K" &&
+	mpirun --oversubscribe --bind-to none -np 2 gpu-train $L >ontime.json 2>ontime.err &&
+	test_must_be_empty ontime.err &&
+	FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+		-x GK_TEST_COMM_FAULT=delay=1.5:1:allreduce:5 gpu-train $L >late.json 2>late.err &&
+	test_must_be_empty late.err &&
+	jq -c "select(.event == \"step\") | [.step, .loss]" ontime.json >ontime.loss &&
+	jq -c "select(.event == \"step\") | [.step, .loss]" late.json >late.loss &&
+	test $(wc -l <late.loss) -eq 8 &&
+	test_cmp ontime.loss late.loss &&
+	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+		-x GK_TEST_COMM_FAULT=delay=4:1:allreduce:5 gpu-train $L >toolate.json 2>toolate.err &&
+	grep "no progress for 1 s: rank 1 (on $HOST) does not answer" toolate.err
+'
+
 # GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
 # gradients' reduction (--overlap off: no bucket starts before it), while
 # ranks 0 and 2 wait in its first bucket. Rank 1 dumps when mpirun's
