@@ -91,12 +91,15 @@ typedef struct gk_comm_trace {
 	/* the ranks the watchdog's probe did not hear from (mpi), -1 ended */
 	int silent[16];
 	char silent_host[16][GK_TR_HOST_LEN];
-	/* GK_TEST_COMM_FAULT: on world rank fault_rank, the fault_n-th call of
-	 * fault_coll (counted in fault_seen) gets fault_act (a delay's
-	 * seconds in fault_delay) */
-	int fault_act, fault_rank, fault_coll;
+	/* GK_TEST_COMM_FAULT, up to two: on world rank rank, the n-th call
+	 * of coll (counted in seen) gets act (a delay's seconds in delay);
+	 * fault_delay: the delay of the call under way */
+	struct {
+		int act, rank, coll;
+		double delay;
+		int64_t n, seen;
+	} fault[2];
 	double fault_delay;
-	int64_t fault_n, fault_seen;
 	char error[256];     /* the first failure's message */
 } gk_comm_trace;
 #endif

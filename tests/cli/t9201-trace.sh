@@ -119,6 +119,19 @@ test_expect_success 'a rank late by less than --timeout and the probe is no fail
 	grep "no progress for 1 s: rank 1 (on $HOST) does not answer" toolate.err
 '
 
+# The late rank of the first case, then rank 0 stopped for good: ranks 1
+# and 2 find in their queues the probe messages ranks 0 and 2 sent while
+# rank 1 was late, each followed by the word that it was stale, and still
+# name rank 0.
+test_expect_success 'a stale probe from a late rank counts no stopped rank as alive' '
+	hang stale delay=1.5:1:allreduce:5,stop:0:allreduce:12 --timeout 1 --bucket 8K &&
+	test $rc -eq 1 &&
+	test $took -lt 30 &&
+	grep "no progress for 1 s: rank 0 (on $HOST) does not answer" stale.err &&
+	! grep "does not answer" stale.err | grep -v "rank 0 (on $HOST) does not answer" &&
+	! grep "a rank stopped or the network is down" stale.err
+'
+
 # GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
 # gradients' reduction (--overlap off: no bucket starts before it), while
 # ranks 0 and 2 wait in its first bucket. Rank 1 dumps when mpirun's
