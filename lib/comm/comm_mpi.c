@@ -113,10 +113,18 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 		    (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[p]) ||
 		     MPI_Isend(&st->token, 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[n + p])))
 			goto out;
+	/*
+	 * The whole window, even once every peer has answered: a stale
+	 * PROBE_ALIVE may come before its PROBE_DONE is matched, and a call
+	 * whose every rank is alive may still complete. The pass that finds
+	 * the window over tests the call and takes the answers once more: a
+	 * rank descheduled across the window's end (a loaded host) would
+	 * otherwise name ranks whose answers, or whose arrival in the call,
+	 * wait for it in its queue.
+	 */
 	double t0 = gk_now();
-	int left = n - 1;
-	while (gk_now() - t0 < PROBE_SECONDS) {
-		int done = 0;
+	for (;;) {
+		int last = gk_now() - t0 >= PROBE_SECONDS, done = 0;
 		*rc = MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE);
 		if (*rc != MPI_SUCCESS) {
 			ret = -1;
@@ -126,7 +134,6 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 			ret = 1;
 			break;
 		}
-		int got = 0;
 		for (int p = 0; p < n; p++) {
 			if (p == me)
 				continue;
@@ -136,15 +143,13 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 					goto out;
 				if (!done)
 					break;
-				got = 1;
-				left += alive[p] - (st->heard[p] == PROBE_ALIVE);
 				alive[p] = st->heard[p] == PROBE_ALIVE;
 				if (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe,
 					      &rq[p]))
 					goto out;
 			}
 		}
-		if (left == 0 && !got)
+		if (last)
 			break;
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
@@ -1200,6 +1205,32 @@ int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err)
 	st->op = "broadcast";
 	MPI_RUN(MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, st->comm, &q_), "mpi: MPI_Bcast");
 	return 0;
+}
+
+/*
+ * GK_TEST_COMM_FAULT's late (trace.c): wait until every other rank of c
+ * has sent this rank its probe message, which a rank sends once its wait
+ * timed out, at most bound seconds. The messages stay queued for the
+ * probes to come. Returns 1 when they came, 0 when the bound passed.
+ */
+int gk_comm_mpi_probed(gk_comm *c, double bound)
+{
+	mpi_state *st = c->mpi;
+	double t0 = gk_now();
+	for (int p = 0; st && p < st->world;) {
+		int here = p == st->rank;
+		if (!here && MPI_Iprobe(p, TAG_ALIVE, st->probe, &here, MPI_STATUS_IGNORE))
+			return 0;
+		if (here) {
+			p++;
+			continue;
+		}
+		if (gk_now() - t0 > bound)
+			return 0;
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return 1;
 }
 
 /* ---- for p2p_mpi.c ---- */

@@ -139,7 +139,8 @@ static inline int gk_comm_wrank(const gk_comm *c, int r)
 }
 
 /* ---- the flight recorder (trace.c) ---- */
-enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL, GK_TR_FAULT_DELAY };
+enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL, GK_TR_FAULT_DELAY,
+       GK_TR_FAULT_LATE };
 /* At open (after the backend knows rank and world) and close. */
 int gk_comm_trace_open(gk_comm *c, gk_err *err);
 void gk_comm_trace_close(gk_comm *c);
@@ -196,6 +197,12 @@ void gk_comm_mpi_p2p_free(void *h);
 int gk_comm_mpi_waitall(gk_comm *c, int n, void *rq, const char *what, gk_err *err);
 /* ... and the communicator's MPI_Comm, into *out (an MPI_Comm) */
 void gk_comm_mpi_handle(gk_comm *c, void *out);
+/*
+ * For GK_TEST_COMM_FAULT's late: wait until every other rank of c has
+ * sent its watchdog's probe (its wait timed out), at most bound seconds;
+ * 1 when they have, 0 when the bound passed (or no mpi backend)
+ */
+int gk_comm_mpi_probed(gk_comm *c, double bound);
 /* For the nccl bootstrap: broadcast bytes from rank 0 over MPI_COMM_WORLD. */
 int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err);
 

@@ -68,14 +68,15 @@ static int parse_fault(gk_comm_trace *t, const char *all, gk_err *err)
 			return gk_errf(err, "GK_TEST_COMM_FAULT '%s': not ACTION:RANK:OP:N[,...]", all);
 		t->fault[i].act = !strcmp(act, "skip") ? GK_TR_FAULT_SKIP : !strcmp(act, "stop") ?
 			GK_TR_FAULT_STOP : !strcmp(act, "kill") ? GK_TR_FAULT_KILL :
-			!strcmp(act, "delay") ? GK_TR_FAULT_DELAY : 0;
+			!strcmp(act, "delay") ? GK_TR_FAULT_DELAY :
+			!strcmp(act, "late") ? GK_TR_FAULT_LATE : 0;
 		t->fault[i].delay = delay;
 		t->fault[i].coll = !strcmp(op, "barrier") ? GK_COMM_CALL_BARRIER :
 				   !strcmp(op, "send") ? GK_COMM_CALL_SEND :
 				   !strcmp(op, "recv") ? GK_COMM_CALL_RECV : gk_comm_coll_parse(op);
 		if (!t->fault[i].act || t->fault[i].coll < 0)
-			return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop, kill or "
-				       "delay=SECONDS, OP a collective, barrier, send or recv", all);
+			return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop, kill, late "
+				       "or delay=SECONDS, OP a collective, barrier, send or recv", all);
 		t->fault[i].rank = rank;
 		t->fault[i].n = n;
 		s = strchr(s, ',');
@@ -164,7 +165,13 @@ void gk_comm_trace_step(gk_comm *c, int64_t step) { c->tr.step = step; }
  * is skipped as if the caller had not made it (nothing recorded, nothing
  * run: its later calls pair with the others' earlier ones), or the rank
  * stops (SIGSTOP), dies (SIGKILL) or sleeps SECONDS (delay=SECONDS: a
- * late rank, as a loaded host makes one) once the call has started.
+ * late rank, as a loaded host makes one) once the call has started; or,
+ * late, the call waits until the watchdog of every other rank has timed
+ * out and probes it (the mpi backend's probe messages are in its queue,
+ * at most 60 s, said on stderr when they did not come), then runs: a
+ * rank late by the timeout and not by the probe's window, whatever the
+ * load on the host (a sleep of a fixed length can be too short, or too
+ * long, by the time the others take to time out).
  */
 int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k)
 {
@@ -234,6 +241,9 @@ void gk_comm_trace_start(gk_comm *c, const gk_comm_call *k)
 		struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
+	} else if (k->fault == GK_TR_FAULT_LATE && !gk_comm_mpi_probed(c, 60)) {
+		fprintf(stderr, "GK_TEST_COMM_FAULT: late: rank %d saw no probe from every other rank "
+			"within 60 s (no --timeout, or not the mpi backend?)\n", c->world_rank);
 	}
 }
 

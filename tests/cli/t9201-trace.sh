@@ -98,33 +98,36 @@ test_expect_success 'a rank killed in an allgather: rank 1 and the allgather nam
 	grep -E "^rank 1 (\(on $HOST\) )?left no dump.*; ranks 0 and 2 (wait|failed) in allgather #$s \(step [0-9]+, " kill.report
 '
 
-# delay=S: rank 1 sleeps S seconds once its 5th allreduce has started. With
-# --timeout 1 the others time out at 1 s and probe the ranks for 1 s more:
-# rank 1, late by 1.5 s, enters during the probe, and the allreduce
-# completes, so the job succeeds, silent, with the losses of a run without
-# the delay. Late by 4 s, after the probe, it is named as before.
+# late:1:allreduce:5: rank 1's 5th allreduce starts only once the
+# watchdog of every other rank has timed out in it (--timeout 1) and sent
+# rank 1 its probe: rank 1 is late by the timeout, not by the probe's
+# second, however loaded the host (a sleep of a fixed length raced the
+# others' timeout and probe on one). The allreduce completes within the
+# probe: the job succeeds, silent, with the losses of a run without the
+# fault. A rank late by far more than the probe (delay=30) is named.
 test_expect_success 'a rank late by less than --timeout and the probe is no failure' '
 	L="--data train.bin $TINY --batch 4 --json --steps 8 --timeout 1 --bucket 8K" &&
 	mpirun --oversubscribe --bind-to none -np 2 gpu-train $L >ontime.json 2>ontime.err &&
 	test_must_be_empty ontime.err &&
 	FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
-		-x GK_TEST_COMM_FAULT=delay=1.5:1:allreduce:5 gpu-train $L >late.json 2>late.err &&
+		-x GK_TEST_COMM_FAULT=late:1:allreduce:5 gpu-train $L >late.json 2>late.err &&
 	test_must_be_empty late.err &&
 	jq -c "select(.event == \"step\") | [.step, .loss]" ontime.json >ontime.loss &&
 	jq -c "select(.event == \"step\") | [.step, .loss]" late.json >late.loss &&
 	test $(wc -l <late.loss) -eq 8 &&
 	test_cmp ontime.loss late.loss &&
 	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
-		-x GK_TEST_COMM_FAULT=delay=4:1:allreduce:5 gpu-train $L >toolate.json 2>toolate.err &&
+		-x GK_TEST_COMM_FAULT=delay=30:1:allreduce:5 gpu-train $L >toolate.json 2>toolate.err &&
 	grep "no progress for 1 s: rank 1 (on $HOST) does not answer" toolate.err
 '
 
 # The late rank of the first case, then rank 0 stopped for good: ranks 1
-# and 2 find in their queues the probe messages ranks 0 and 2 sent while
-# rank 1 was late, each followed by the word that it was stale, and still
-# name rank 0.
+# and 2 find in their queues the probe messages rank 0 (and rank 2, in
+# rank 1's) sent while rank 1 was late, each followed by the word that it
+# was stale, and still name rank 0, alone.
 test_expect_success 'a stale probe from a late rank counts no stopped rank as alive' '
-	hang stale delay=1.5:1:allreduce:5,stop:0:allreduce:12 --timeout 1 --bucket 8K &&
+	hang stale late:1:allreduce:5,stop:0:allreduce:12 --timeout 1 --bucket 8K &&
+	cat stale.err &&
 	test $rc -eq 1 &&
 	test $took -lt 30 &&
 	grep "no progress for 1 s: rank 0 (on $HOST) does not answer" stale.err &&
