@@ -40,8 +40,8 @@ typedef struct mpi_state {
 	char group[96]; /* " among ranks 2 and 3": a split's, by world ranks
 			 * (its own numbers name no process); "": the world */
 	char *hosts;
-	char silent[512];
-	int token, done, *heard; /* PROBE_ALIVE, PROBE_DONE; one a rank */
+	char why[640]; /* the end of the stall's message (silent_ranks) */
+	int token, done, gone, *heard; /* PROBE_*; one a rank */
 } mpi_state;
 
 enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER, TAG_ALIVE };
@@ -78,8 +78,7 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
  * message on the probe communicator and listens for theirs for
  * PROBE_SECONDS. The survivors time out within moments of each other,
  * waiting on the same collective; a stopped rank, or one behind a dead
- * link, never sends. Fills st->silent with "rank 1 (on node-a)" or
- * "ranks 1 (on a) and 3 (on b)"; "" when every rank answered.
+ * link, never sends.
  *
  * A rank that is only late (descheduled on a loaded host for a little
  * longer than the timeout) is no failure: the stalled call's own
@@ -87,27 +86,60 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
  * they complete the probe ends and we return 1 with nothing named.
  * Our probe message then reaches the late rank's queue, where a probe of
  * its own, in a later stall, would take it for an answer: so a rank
- * whose call completed follows it with PROBE_DONE, and a receiver takes
- * each peer's messages in order (MPI does not reorder one sender's
- * messages on one tag), a PROBE_DONE cancelling the PROBE_ALIVE before
- * it. A peer counts as answering when its last message is PROBE_ALIVE.
+ * ends every probe with a word to every rank its message went to,
+ * PROBE_DONE when its call completed (the message is stale), PROBE_GONE
+ * when it gave up (it fails the call and exits). A receiver takes each
+ * peer's messages in order (MPI does not reorder one sender's messages
+ * on one tag): a peer answered when its last word is PROBE_ALIVE, or
+ * PROBE_GONE after an answer (it gave up while we listened). A
+ * PROBE_GONE already in our queue when we start to listen means the
+ * peer gave up on this call before we timed out in it: we were the late
+ * one (stopped, and continued by the launcher's SIGCONT before its
+ * SIGTERM, or descheduled), and say that instead of calling the ranks
+ * that waited for us silent, or the stall nameless.
+ *
+ * Fills st->why with the end of the message: "rank 1 (on a) does not
+ * answer (...)", "ranks 1 (on a) and 2 (on b) gave up on it first (...)",
+ * or "" when every rank answered and the call still did not complete.
  * Returns 1 when the stalled call completed, 0 when it did not, -1 (with
  * *rc) when testing it failed.
  */
-enum { PROBE_ALIVE = 1, PROBE_DONE = 2 };
+enum { PROBE_ALIVE = 1, PROBE_DONE = 2, PROBE_GONE = 3 };
+enum { HEARD_NOTHING, HEARD_ANSWER, HEARD_STALE, HEARD_GONE_BEFORE };
+
+/* "rank 1 (on a)", "ranks 1 (on a) and 3 (on b)": the ranks p with is[p] == v */
+static void rank_list(const mpi_state *st, const char *is, char v, char *buf, size_t cap)
+{
+	size_t w = 0;
+	int k = 0, count = 0;
+	buf[0] = '\0';
+	for (int p = 0; p < st->world; p++)
+		count += p != st->rank && is[p] == v;
+	for (int p = 0; p < st->world && w < cap; p++) {
+		if (p == st->rank || is[p] != v)
+			continue;
+		k++;
+		/* the world's number: a split's own numbers name no process */
+		w += (size_t)snprintf(buf + w, cap - w, "%s%s %d (on %s)",
+				      k == 1 ? "" : k == count ? " and" : ",",
+				      k == 1 ? (count > 1 ? "ranks" : "rank") : "",
+				      gk_comm_wrank(st->c, p), st->hosts + (size_t)p * HOST_LEN);
+	}
+}
 
 static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 {
 	int n = st->world, me = st->rank, ret = 0;
 	MPI_Request *rq = malloc(2 * (size_t)n * sizeof *rq);
-	char *alive = calloc((size_t)n, 1);
-	st->silent[0] = '\0';
+	char *heard = calloc((size_t)n, 1); /* HEARD_*, a rank */
+	st->why[0] = '\0';
 	for (int p = 0; rq && p < 2 * n; p++)
 		rq[p] = MPI_REQUEST_NULL;
-	if (!rq || !alive || !st->heard || !st->hosts)
+	if (!rq || !heard || !st->heard || !st->hosts)
 		goto out;
 	st->token = PROBE_ALIVE;
 	st->done = PROBE_DONE;
+	st->gone = PROBE_GONE;
 	for (int p = 0; p < n; p++)
 		if (p != me &&
 		    (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[p]) ||
@@ -123,8 +155,8 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 	 * wait for it in its queue.
 	 */
 	double t0 = gk_now();
-	for (;;) {
-		int last = gk_now() - t0 >= PROBE_SECONDS, done = 0;
+	for (int first = 1;; first = 0) {
+		int last = gk_now() - t0 >= PROBE_SECONDS, done = 0, waiting = 0;
 		*rc = MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE);
 		if (*rc != MPI_SUCCESS) {
 			ret = -1;
@@ -143,44 +175,50 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 					goto out;
 				if (!done)
 					break;
-				alive[p] = st->heard[p] == PROBE_ALIVE;
+				int w = st->heard[p];
+				heard[p] = w == PROBE_ALIVE ? HEARD_ANSWER :
+					   w == PROBE_DONE ? HEARD_STALE :
+					   heard[p] == HEARD_ANSWER && !first ? HEARD_ANSWER :
+					   HEARD_GONE_BEFORE;
 				if (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe,
 					      &rq[p]))
 					goto out;
 			}
+			waiting += heard[p] != HEARD_GONE_BEFORE;
 		}
-		if (last)
+		/* every peer gave up before we timed out: no one left to hear */
+		if (last || !waiting)
 			break;
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
-	if (ret == 1) {
-		/* our probe message is stale: say so to every rank it went to */
-		for (int p = 0; p < n; p++) {
-			MPI_Request q;
-			if (p != me &&
-			    MPI_Isend(&st->done, 1, MPI_INT, p, TAG_ALIVE, st->probe, &q) == MPI_SUCCESS)
-				MPI_Request_free(&q);
+	/* our probe message is stale, or we give up: say so to every rank it went to */
+	for (int p = 0; p < n; p++) {
+		MPI_Request q;
+		if (p != me && MPI_Isend(ret == 1 ? &st->done : &st->gone, 1, MPI_INT, p, TAG_ALIVE,
+					 st->probe, &q) == MPI_SUCCESS)
+			MPI_Request_free(&q);
+	}
+	if (ret == 1)
+		goto out;
+	/* the ranks not heard from, as the message names them */
+	char list[512];
+	for (int p = 0; p < n; p++)
+		if (p != me && (heard[p] == HEARD_NOTHING || heard[p] == HEARD_STALE)) {
+			heard[p] = HEARD_NOTHING;
+			gk_comm_trace_silent(st->c, p, st->hosts + (size_t)p * HOST_LEN);
 		}
+	rank_list(st, heard, HEARD_NOTHING, list, sizeof list);
+	if (list[0]) {
+		int many = list[4] == 's';
+		snprintf(st->why, sizeof st->why, ": %s %s not answer (stopped, or %s network is down)",
+			 list, many ? "do" : "does", many ? "their" : "its");
 		goto out;
 	}
-	/* the ranks not heard from, as the message names them */
-	size_t w = 0;
-	int k = 0, count = 0;
-	for (int p = 0; p < n; p++)
-		count += p != me && !alive[p];
-	for (int p = 0; p < n && w < sizeof(st->silent); p++) {
-		if (p == me || alive[p])
-			continue;
-		k++;
-		gk_comm_trace_silent(st->c, p, st->hosts + (size_t)p * HOST_LEN);
-		/* the world's number: a split's own numbers name no process */
-		w += (size_t)snprintf(st->silent + w, sizeof(st->silent) - w, "%s%s %d (on %s)",
-				      k == 1 ? "" : k == count ? " and" : ",",
-				      k == 1 ? (count > 1 ? "ranks" : "rank") : "",
-				      gk_comm_wrank(st->c, p),
-				      st->hosts + (size_t)p * HOST_LEN);
-	}
+	rank_list(st, heard, HEARD_GONE_BEFORE, list, sizeof list);
+	if (list[0])
+		snprintf(st->why, sizeof st->why, ": %s gave up on it first (this rank was stopped, "
+			 "or late by more than the timeout)", list);
 out:
 	/*
 	 * The pending receives are cancelled; the sends may go out when
@@ -194,17 +232,8 @@ out:
 		MPI_Request_free(&rq[p]);
 	}
 	free(rq);
-	free(alive);
+	free(heard);
 	return ret;
-}
-
-/* "rank 1 (on a) does not answer (stopped, or its network is down)", or the plural */
-static const char *silent_says(const mpi_state *st, char *buf, size_t n)
-{
-	int many = strncmp(st->silent, "ranks", 5) == 0;
-	snprintf(buf, n, "%s %s not answer (stopped, or %s network is down)", st->silent,
-		 many ? "do" : "does", many ? "their" : "its");
-	return buf;
 }
 
 /*
@@ -235,15 +264,10 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 	 * the job only after many timeouts; every later wait fails at once,
 	 * so the job ends about one timeout after the stall.
 	 */
-	char says[640];
-	if (st->stalled && st->silent[0])
-		return gk_errf(err, "%s%s: not run: an earlier collective made no progress for %.0f s: %s",
-			       st->op ? st->op : "mpi", st->group, st->timeout,
-			       silent_says(st, says, sizeof says));
 	if (st->stalled)
-		return gk_errf(err, "%s%s: not run: an earlier collective made no progress for %.0f s "
-			       "(a rank stopped or the network is down)", st->op ? st->op : "mpi",
-			       st->group, st->timeout);
+		return gk_errf(err, "%s%s: not run: an earlier collective made no progress for %.0f s%s",
+			       st->op ? st->op : "mpi", st->group, st->timeout,
+			       st->why[0] ? st->why : " (a rank stopped or the network is down)");
 	if (st->timeout <= 0) {
 		int rc = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
 		return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, what);
@@ -265,12 +289,9 @@ static int mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 			if (r > 0)
 				return 0;
 			st->stalled = 1;
-			if (st->silent[0])
-				return gk_errf(err, "%s%s: no progress for %.0f s: %s",
-					       st->op ? st->op : "mpi", st->group, st->timeout,
-					       silent_says(st, says, sizeof says));
-			return gk_errf(err, "%s%s: no progress for %.0f s (a rank stopped or the network is down)",
-				       st->op ? st->op : "mpi", st->group, st->timeout);
+			return gk_errf(err, "%s%s: no progress for %.0f s%s", st->op ? st->op : "mpi",
+				       st->group, st->timeout,
+				       st->why[0] ? st->why : " (a rank stopped or the network is down)");
 		}
 		if (dt >= 1e-3) {
 			struct timespec ts = {0, 100000};

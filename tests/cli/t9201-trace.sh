@@ -36,9 +36,14 @@ hang() {
 	rc=$?
 	took=$(($(date +%s) - t0))
 	echo "ended after $took s, status $rc" >&2
-	# a stopped rank the launcher did not end
+	kill_tagged
+}
+
+# kill_tagged: a stopped rank the launcher did not end
+kill_tagged() {
 	for p in $(pgrep -x gpu-train); do
-		if tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
+		# (a rank that exited meanwhile has no environ)
+		if { tr "\0" "\n" <"/proc/$p/environ"; } 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
 			kill -CONT $p 2>/dev/null
 			kill -9 $p 2>/dev/null
 		fi
@@ -133,6 +138,28 @@ test_expect_success 'a stale probe from a late rank counts no stopped rank as al
 	grep "no progress for 1 s: rank 0 (on $HOST) does not answer" stale.err &&
 	! grep "does not answer" stale.err | grep -v "rank 0 (on $HOST) does not answer" &&
 	! grep "a rank stopped or the network is down" stale.err
+'
+
+# Rank 1 stopped in its 5th allreduce, and continued once rank 0 gave up
+# on it (Open MPI sends SIGCONT before SIGTERM, then SIGKILL after
+# odls_base_sigkill_timeout, 3 s here rather than 1 so that a loaded host
+# cannot kill it before it speaks): it finds in its queue rank 0's probe
+# followed by the word that rank 0 gave up, and says so, once. It took
+# the probe for an answer before, and said that no rank was silent ("a
+# rank stopped or the network is down"), which named no one.
+test_expect_success 'a stopped rank continued after the others gave up on it says they did' '
+	L="--data train.bin $TINY --batch 4 --json --steps 100 --timeout 1" &&
+	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --mca odls_base_sigkill_timeout 3 \
+		--oversubscribe --bind-to none -np 2 -x GK_TEST_COMM_FAULT=stop:1:allreduce:5 \
+		gpu-train $L >cont.json 2>cont.err &&
+	kill_tagged &&
+	cat cont.err &&
+	grep "^gpu-train: " cont.err | sort >said &&
+	cat >want <<-EOF &&
+	gpu-train: allreduce: no progress for 1 s: rank 0 (on $HOST) gave up on it first (this rank was stopped, or late by more than the timeout)
+	gpu-train: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)
+	EOF
+	test_cmp want said
 '
 
 # GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
