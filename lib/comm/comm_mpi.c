@@ -10,6 +10,7 @@
  */
 #include <limits.h>
 #include <mpi.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -45,6 +46,14 @@ typedef struct mpi_state {
 } mpi_state;
 
 enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER, TAG_ALIVE };
+
+/*
+ * The world rank that says a stall for the job (silent_ranks), -1 while
+ * no wait of this process has stalled. Of the survivors of a stall the
+ * lowest is the reporter: the others fail quietly (gk_comm_stall_reporter)
+ * and leave the job's end to its abort (gk_comm_mpi_abort).
+ */
+static _Atomic int stall_reporter = -1;
 
 /* A host name as the stall message gives it (longer ones are cut). */
 #define HOST_LEN 64
@@ -201,6 +210,23 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 	}
 	if (ret == 1)
 		goto out;
+	/*
+	 * The reporter: the lowest of this rank and those that answered; or,
+	 * when some gave up before we timed out, the lowest of those (they
+	 * said it). Every survivor that answered a lower one stays quiet,
+	 * and the lowest answered no lower one, so one of them speaks.
+	 */
+	int rep = gk_comm_wrank(st->c, me), before = 0;
+	for (int p = 0; p < n; p++)
+		before |= p != me && heard[p] == HEARD_GONE_BEFORE;
+	if (before)
+		rep = INT_MAX;
+	for (int p = 0; p < n; p++)
+		if (p != me && heard[p] == (before ? HEARD_GONE_BEFORE : HEARD_ANSWER) &&
+		    gk_comm_wrank(st->c, p) < rep)
+			rep = gk_comm_wrank(st->c, p);
+	int none = -1;
+	atomic_compare_exchange_strong(&stall_reporter, &none, rep);
 	/* the ranks not heard from, as the message names them */
 	char list[512];
 	for (int p = 0; p < n; p++)
@@ -1190,10 +1216,30 @@ int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err)
 	}
 }
 
+/*
+ * After a stall that another rank reports: its abort ends the job once it
+ * has said why. Ours first could have the launcher kill it before it
+ * does, so we wait for the launcher to end us, and abort ourselves only
+ * after a bound far above the moments that takes on a loaded host.
+ */
+#define REPORTER_WAIT_SECONDS 10.0
+
 void gk_comm_mpi_abort(gk_comm *c, int code)
 {
 	mpi_state *st = c->mpi;
+	int rep = atomic_load(&stall_reporter);
+	if (rep >= 0 && rep != c->world_rank) {
+		double t0 = gk_now();
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		while (gk_now() - t0 < REPORTER_WAIT_SECONDS)
+			nanosleep(&ts, NULL);
+	}
 	MPI_Abort(st->comm, code);
+}
+
+int gk_comm_stall_reporter(void)
+{
+	return atomic_load(&stall_reporter);
 }
 
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err)

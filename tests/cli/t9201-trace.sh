@@ -60,10 +60,15 @@ test_expect_success 'data' '
 	train_data
 '
 
+# Said once for the job: by rank 0, the lowest of the ranks that answered
+# each other's probes (rank 2 said it too before).
 test_expect_success 'a rank stopped in an allreduce: the job ends, rank 1 and the allreduce named' '
 	hang stop stop:1:allreduce:30 --bucket 8K &&
 	test $rc -eq 1 &&
 	test $took -lt 30 &&
+	grep "^gpu-train: " stop.err >said &&
+	echo "gpu-train: allreduce: no progress for 2 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)" >want &&
+	test_cmp want said &&
 	test -f stop/trace-c0-r00000.jsonl &&
 	test -f stop/trace-c0-r00002.jsonl &&
 	s=$(nth_seq stop/trace-c0-r00000.jsonl allreduce 30) &&
@@ -143,22 +148,36 @@ test_expect_success 'a stale probe from a late rank counts no stopped rank as al
 # Rank 1 stopped in its 5th allreduce, and continued once rank 0 gave up
 # on it (Open MPI sends SIGCONT before SIGTERM, then SIGKILL after
 # odls_base_sigkill_timeout, 3 s here rather than 1 so that a loaded host
-# cannot kill it before it speaks): it finds in its queue rank 0's probe
-# followed by the word that rank 0 gave up, and says so, once. It took
-# the probe for an answer before, and said that no rank was silent ("a
-# rank stopped or the network is down"), which named no one.
-test_expect_success 'a stopped rank continued after the others gave up on it says they did' '
+# cannot kill it before it would speak): it finds in its queue rank 0's
+# probe followed by the word that rank 0 gave up, and leaves the job's
+# message to rank 0 (its own, in its dump, says that rank 0 gave up on it
+# first). It took the probe for an answer before, and said that no rank
+# was silent ("a rank stopped or the network is down"), naming no one.
+test_expect_success 'a stopped rank continued after the others gave up on it leaves the message to them' '
 	L="--data train.bin $TINY --batch 4 --json --steps 100 --timeout 1" &&
 	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --mca odls_base_sigkill_timeout 3 \
 		--oversubscribe --bind-to none -np 2 -x GK_TEST_COMM_FAULT=stop:1:allreduce:5 \
-		gpu-train $L >cont.json 2>cont.err &&
+		gpu-train $L --trace-dir cont >cont.json 2>cont.err &&
 	kill_tagged &&
 	cat cont.err &&
-	grep "^gpu-train: " cont.err | sort >said &&
-	cat >want <<-EOF &&
-	gpu-train: allreduce: no progress for 1 s: rank 0 (on $HOST) gave up on it first (this rank was stopped, or late by more than the timeout)
-	gpu-train: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)
-	EOF
+	grep "^gpu-train: " cont.err >said &&
+	echo "gpu-train: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)" >want &&
+	test_cmp want said &&
+	jq -r "select(.reason) | .error" cont/trace-c0-r00001.jsonl >why1 &&
+	echo "allreduce: no progress for 1 s: rank 0 (on $HOST) gave up on it first (this rank was stopped, or late by more than the timeout)" >want1 &&
+	test_cmp want1 why1
+'
+
+# A grid's stall in a collective of the whole world (here in the setup's,
+# before the first step) is said once too, by the lowest survivor.
+test_expect_success 'a stopped rank of a --tp 2 --pp 2 grid: said once' '
+	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 4 \
+		-x GK_TEST_COMM_FAULT=stop:2:allreduce:5 gpu-train --data train.bin $TINY --batch 4 \
+		--json --steps 4 --grad-accum 2 --tp 2 --pp 2 --timeout 1 >grid.json 2>grid.err &&
+	kill_tagged &&
+	cat grid.err &&
+	grep "^gpu-train: " grid.err >said &&
+	echo "gpu-train: allreduce: no progress for 1 s: rank 2 (on $HOST) does not answer (stopped, or its network is down)" >want &&
 	test_cmp want said
 '
 
