@@ -100,7 +100,8 @@ static int mpi_fail(gk_err *err, int rc, const char *what)
  * when it gave up (it fails the call and exits). A receiver takes each
  * peer's messages in order (MPI does not reorder one sender's messages
  * on one tag): a peer answered when its last word is PROBE_ALIVE, or
- * PROBE_GONE after an answer (it gave up while we listened). A
+ * PROBE_GONE after an answer (it gave up while we listened, and we give
+ * up with it: the job fails, whatever our call does next). A
  * PROBE_GONE already in our queue when we start to listen means the
  * peer gave up on this call before we timed out in it: we were the late
  * one (stopped, and continued by the launcher's SIGCONT before its
@@ -165,16 +166,7 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 	 */
 	double t0 = gk_now();
 	for (int first = 1;; first = 0) {
-		int last = gk_now() - t0 >= PROBE_SECONDS, done = 0, waiting = 0;
-		*rc = MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE);
-		if (*rc != MPI_SUCCESS) {
-			ret = -1;
-			goto out;
-		}
-		if (done) {
-			ret = 1;
-			break;
-		}
+		int last = gk_now() - t0 >= PROBE_SECONDS, done = 0, gone = 0;
 		for (int p = 0; p < n; p++) {
 			if (p == me)
 				continue;
@@ -185,6 +177,7 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 				if (!done)
 					break;
 				int w = st->heard[p];
+				gone |= w == PROBE_GONE;
 				heard[p] = w == PROBE_ALIVE ? HEARD_ANSWER :
 					   w == PROBE_DONE ? HEARD_STALE :
 					   heard[p] == HEARD_ANSWER && !first ? HEARD_ANSWER :
@@ -193,10 +186,26 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 					      &rq[p]))
 					goto out;
 			}
-			waiting += heard[p] != HEARD_GONE_BEFORE;
 		}
-		/* every peer gave up before we timed out: no one left to hear */
-		if (last || !waiting)
+		/*
+		 * A rank that gave up fails the job: its abort continues a
+		 * stopped rank (the launcher's SIGCONT) whose arrival would
+		 * complete our call after the job failed, leaving us the one
+		 * rank that went on. So we give up too, before testing the call
+		 * (its word came before anything the abort set off).
+		 */
+		if (gone)
+			break;
+		*rc = MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE);
+		if (*rc != MPI_SUCCESS) {
+			ret = -1;
+			goto out;
+		}
+		if (done) {
+			ret = 1;
+			break;
+		}
+		if (last)
 			break;
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
