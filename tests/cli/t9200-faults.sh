@@ -214,29 +214,29 @@ bad_commit() {
 	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=1500 \
 		gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 : \
 		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 \
-		>bad.json 2>bad.err & } &&
+		>bad-$1.json 2>bad-$1.err & } &&
 	job=$! &&
 	test_wait_for 300 "the staging directory of step 2 in bad/" staged bad 00000002 &&
 	mkdir "$st/not-a-file" &&
 	{ wait $job; rc=$?; } &&
-	cat bad.err
+	cat bad-$1.err
 }
 
 test_expect_success 'a commit that fails: --ckpt-error continue warns once and trains on' '
 	bad_commit continue &&
 	test $rc = 0 &&
-	grep "^gpu-train: warning: checkpoint step 2 not written, training goes on: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file$" bad.err &&
-	test $(grep -c "^gpu-train:" bad.err) = 1 &&
-	jq -s -e "[.[] | select(.event == \"checkpoint\") | .step] == [4]" bad.json &&
+	grep "^gpu-train: warning: checkpoint step 2 not written, training goes on: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file$" bad-continue.err &&
+	test $(grep -c "^gpu-train:" bad-continue.err) = 1 &&
+	jq -s -e "[.[] | select(.event == \"checkpoint\") | .step] == [4]" bad-continue.json &&
 	test "$(readlink bad/latest)" = step-00000004
 '
 
 test_expect_success 'a commit that fails: --ckpt-error stop exits 1, said once' '
 	bad_commit stop &&
 	test $rc = 1 &&
-	grep "^gpu-train: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file (1 of 2 ranks)$" bad.err &&
-	test $(grep -c "^gpu-train:" bad.err) = 1 &&
-	! grep MPI_ABORT bad.err &&
+	grep "^gpu-train: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file (1 of 2 ranks)$" bad-stop.err &&
+	test $(grep -c "^gpu-train:" bad-stop.err) = 1 &&
+	! grep MPI_ABORT bad-stop.err &&
 	! test -e bad/latest
 '
 
