@@ -578,7 +578,10 @@ static int bench(const args *a)
 	}
 	int status = sweep(comm, a, &err);
 	if (status < 0) {
-		gk_cli_fail(&cli, &err);
+		/* a stall is said once for the job, by the rank the watchdog chose */
+		int rep = gk_comm_stall_reporter();
+		if (rep < 0 || rep == gk_comm_world_rank(comm, -1))
+			gk_cli_fail(&cli, &err);
 		gk_cli_flush(&cli);
 		gk_comm_abort(comm, 1);
 		status = 1;

@@ -1236,6 +1236,9 @@ int main(int argc, char **argv)
 		gk_nn_train_data_opts(&a.o, a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB, &d);
 		return gk_cli_finish(&cli, dump_data(a.o.data, &d, a.dump));
 	}
+	/* the launcher's first rank says a signal's note for the job, from
+	 * the start (the trainer's setup has collectives a rank can die in) */
+	quiet_rank = cli.silent_usage;
 	if (catch_signals(&a.o, &err) < 0)
 		return gk_cli_fail(&cli, &err);
 	a.o.data_note = data_note;

@@ -264,6 +264,13 @@ int gk_comm_set_stream(gk_comm *c, void *stream, gk_err *err);
  * MPI's default error handler. Returns only for a world of one.
  */
 void gk_comm_abort(gk_comm *c, int code);
+/*
+ * After a wait of this process timed out (the mpi backend's watchdog):
+ * the world rank that says why for the job, the lowest of the ranks that
+ * survived the stall; -1 before any. The others fail without a word, and
+ * their gk_comm_abort leaves the job's end to the reporter's.
+ */
+int gk_comm_stall_reporter(void);
 
 int gk_comm_rank(const gk_comm *c);
 int gk_comm_world(const gk_comm *c);

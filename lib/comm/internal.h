@@ -91,10 +91,15 @@ typedef struct gk_comm_trace {
 	/* the ranks the watchdog's probe did not hear from (mpi), -1 ended */
 	int silent[16];
 	char silent_host[16][GK_TR_HOST_LEN];
-	/* GK_TEST_COMM_FAULT: on world rank fault_rank, the fault_n-th call of
-	 * fault_coll (counted in fault_seen) gets fault_act */
-	int fault_act, fault_rank, fault_coll;
-	int64_t fault_n, fault_seen;
+	/* GK_TEST_COMM_FAULT, up to two: on world rank rank, the n-th call
+	 * of coll (counted in seen) gets act (a delay's seconds in delay);
+	 * fault_delay: the delay of the call under way */
+	struct {
+		int act, rank, coll;
+		double delay;
+		int64_t n, seen;
+	} fault[2];
+	double fault_delay;
 	char error[256];     /* the first failure's message */
 } gk_comm_trace;
 #endif
@@ -134,7 +139,8 @@ static inline int gk_comm_wrank(const gk_comm *c, int r)
 }
 
 /* ---- the flight recorder (trace.c) ---- */
-enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL };
+enum { GK_TR_FAULT_NONE, GK_TR_FAULT_SKIP, GK_TR_FAULT_STOP, GK_TR_FAULT_KILL, GK_TR_FAULT_DELAY,
+       GK_TR_FAULT_LATE };
 /* At open (after the backend knows rank and world) and close. */
 int gk_comm_trace_open(gk_comm *c, gk_err *err);
 void gk_comm_trace_close(gk_comm *c);
@@ -191,6 +197,12 @@ void gk_comm_mpi_p2p_free(void *h);
 int gk_comm_mpi_waitall(gk_comm *c, int n, void *rq, const char *what, gk_err *err);
 /* ... and the communicator's MPI_Comm, into *out (an MPI_Comm) */
 void gk_comm_mpi_handle(gk_comm *c, void *out);
+/*
+ * For GK_TEST_COMM_FAULT's late: wait until every other rank of c has
+ * sent its watchdog's probe (its wait timed out), at most bound seconds;
+ * 1 when they have, 0 when the bound passed (or no mpi backend)
+ */
+int gk_comm_mpi_probed(gk_comm *c, double bound);
 /* For the nccl bootstrap: broadcast bytes from rank 0 over MPI_COMM_WORLD. */
 int gk_comm_mpi_bcast_bytes(gk_comm *c, void *buf, size_t n, gk_err *err);
 

@@ -48,23 +48,43 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* GK_TEST_COMM_FAULT=ACTION:RANK:OP:N (tests only): see gk_comm_trace_enter. */
-static int parse_fault(gk_comm_trace *t, const char *s, gk_err *err)
+/*
+ * GK_TEST_COMM_FAULT=ACTION:RANK:OP:N[,ACTION:RANK:OP:N] (tests only):
+ * see gk_comm_trace_enter.
+ */
+static int parse_fault(gk_comm_trace *t, const char *all, gk_err *err)
 {
-	char act[16], op[32];
-	int rank, n;
-	if (sscanf(s, "%15[a-z]:%d:%31[a-z-]:%d", act, &rank, op, &n) != 4 || n < 1 || rank < 0)
-		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': not ACTION:RANK:OP:N", s);
-	t->fault_act = !strcmp(act, "skip") ? GK_TR_FAULT_SKIP : !strcmp(act, "stop") ?
-		GK_TR_FAULT_STOP : !strcmp(act, "kill") ? GK_TR_FAULT_KILL : 0;
-	t->fault_coll = !strcmp(op, "barrier") ? GK_COMM_CALL_BARRIER :
-			!strcmp(op, "send") ? GK_COMM_CALL_SEND :
-			!strcmp(op, "recv") ? GK_COMM_CALL_RECV : gk_comm_coll_parse(op);
-	if (!t->fault_act || t->fault_coll < 0)
-		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop or kill, OP a "
-			       "collective, barrier, send or recv", s);
-	t->fault_rank = rank;
-	t->fault_n = n;
+	const char *s = all;
+	for (int i = 0; i < 2 && s; i++) {
+		char act[16], op[32];
+		int rank = -1, n = 0;
+		double delay = 0;
+		/* delay=SECONDS:RANK:OP:N, or ACTION:RANK:OP:N */
+		if (sscanf(s, "delay=%lf:%d:%31[a-z-]:%d", &delay, &rank, op, &n) == 4)
+			snprintf(act, sizeof act, "%s", delay > 0 && delay < 3600 ? "delay" : "");
+		else if (sscanf(s, "%15[a-z]:%d:%31[a-z-]:%d", act, &rank, op, &n) != 4)
+			n = 0;
+		if (n < 1 || rank < 0)
+			return gk_errf(err, "GK_TEST_COMM_FAULT '%s': not ACTION:RANK:OP:N[,...]", all);
+		t->fault[i].act = !strcmp(act, "skip") ? GK_TR_FAULT_SKIP : !strcmp(act, "stop") ?
+			GK_TR_FAULT_STOP : !strcmp(act, "kill") ? GK_TR_FAULT_KILL :
+			!strcmp(act, "delay") ? GK_TR_FAULT_DELAY :
+			!strcmp(act, "late") ? GK_TR_FAULT_LATE : 0;
+		t->fault[i].delay = delay;
+		t->fault[i].coll = !strcmp(op, "barrier") ? GK_COMM_CALL_BARRIER :
+				   !strcmp(op, "send") ? GK_COMM_CALL_SEND :
+				   !strcmp(op, "recv") ? GK_COMM_CALL_RECV : gk_comm_coll_parse(op);
+		if (!t->fault[i].act || t->fault[i].coll < 0)
+			return gk_errf(err, "GK_TEST_COMM_FAULT '%s': ACTION is skip, stop, kill, late "
+				       "or delay=SECONDS, OP a collective, barrier, send or recv", all);
+		t->fault[i].rank = rank;
+		t->fault[i].n = n;
+		s = strchr(s, ',');
+		if (s)
+			s++;
+	}
+	if (s)
+		return gk_errf(err, "GK_TEST_COMM_FAULT '%s': at most two faults", all);
 	return 0;
 }
 
@@ -138,25 +158,36 @@ void gk_comm_trace_tag(gk_comm *c, const char *tag, int64_t index)
 void gk_comm_trace_step(gk_comm *c, int64_t step) { c->tr.step = step; }
 
 /*
- * The test hook (GK_TEST_COMM_FAULT=ACTION:RANK:OP:N): on world rank RANK
+ * The test hook (GK_TEST_COMM_FAULT=ACTION:RANK:OP:N, or two of them
+ * joined by a comma): on world rank RANK
  * (whatever its numbers in the communicators split from the world), the
  * N-th call of OP on a communicator (each counts its own from its open)
  * is skipped as if the caller had not made it (nothing recorded, nothing
  * run: its later calls pair with the others' earlier ones), or the rank
- * stops (SIGSTOP) or dies (SIGKILL) once the call has started.
+ * stops (SIGSTOP), dies (SIGKILL) or sleeps SECONDS (delay=SECONDS: a
+ * late rank, as a loaded host makes one) once the call has started; or,
+ * late, the call waits until the watchdog of every other rank has timed
+ * out and probes it (the mpi backend's probe messages are in its queue,
+ * at most 60 s, said on stderr when they did not come), then runs: a
+ * rank late by the timeout and not by the probe's window, whatever the
+ * load on the host (a sleep of a fixed length can be too short, or too
+ * long, by the time the others take to time out).
  */
 int gk_comm_trace_enter(gk_comm *c, gk_comm_call *k)
 {
 	gk_comm_trace *t = &c->tr;
 	k->seq = 0;
 	k->fault = 0;
-	if (t->fault_act && (int)k->coll == t->fault_coll && c->world_rank == t->fault_rank &&
-	    ++t->fault_seen == t->fault_n) {
-		if (t->fault_act == GK_TR_FAULT_SKIP) {
+	for (int i = 0; i < 2; i++) {
+		if (!t->fault[i].act || (int)k->coll != t->fault[i].coll ||
+		    c->world_rank != t->fault[i].rank || ++t->fault[i].seen != t->fault[i].n)
+			continue;
+		if (t->fault[i].act == GK_TR_FAULT_SKIP) {
 			t->tag = NULL;
 			return GK_TR_FAULT_SKIP;
 		}
-		k->fault = t->fault_act;
+		k->fault = t->fault[i].act;
+		t->fault_delay = t->fault[i].delay;
 	}
 	if (!t->ring)
 		return 0;
@@ -205,6 +236,15 @@ void gk_comm_trace_start(gk_comm *c, const gk_comm_call *k)
 		raise(SIGSTOP);
 	else if (k->fault == GK_TR_FAULT_KILL)
 		raise(SIGKILL);
+	else if (k->fault == GK_TR_FAULT_DELAY) {
+		double s = c->tr.fault_delay;
+		struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	} else if (k->fault == GK_TR_FAULT_LATE && !gk_comm_mpi_probed(c, 60)) {
+		fprintf(stderr, "GK_TEST_COMM_FAULT: late: rank %d saw no probe from every other rank "
+			"within 60 s (no --timeout, or not the mpi backend?)\n", c->world_rank);
+	}
 }
 
 void gk_comm_trace_peer(gk_comm *c, int peer)

@@ -261,7 +261,10 @@ gk_nn_model *gk_nn_trainer_model(gk_nn_trainer *t)
 
 int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
 {
-	*report = !t || !t->agreed || t->rank == t->reporter;
+	/* a failure the ranks agreed on, or a stall, is said by one rank */
+	int stall = gk_comm_stall_reporter();
+	*report = !t ? 1 : t->agreed ? t->rank == t->reporter :
+		  stall < 0 || stall == gk_comm_world_rank(t->comm, -1);
 	return t && t->agreed ? t->agreed : 1;
 }
 

@@ -29,12 +29,18 @@ MCA=
 # The host a stall message names (MPI_Get_processor_name is gethostname)
 HOST=$(hostname)
 
-# start_job OUT ERR PROG ARGS...: mpirun -np 2 in the background, $job its pid
+# start_job OUT ERR PROG ARGS...: mpirun -np $NP (default 2) in the
+# background, $job its pid. OUT and ERR are removed first: the tests wait
+# for a line in OUT, and the job's shell truncates it only once it runs,
+# which on a loaded machine comes after the first look for the line (a
+# file an earlier test left there then showed a step at once).
+NP=2
 start_job() {
 	out=$1 err=$2
 	shift 2
-	FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none $MCA -np 2 "$@" \
-		>"$out" 2>"$err" &
+	rm -f "$out" "$err" &&
+	{ FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none $MCA -np $NP "$@" \
+		>"$out" 2>"$err" & } &&
 	job=$!
 }
 
@@ -208,29 +214,29 @@ bad_commit() {
 	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=1500 \
 		gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 : \
 		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 \
-		>bad.json 2>bad.err & } &&
+		>bad-$1.json 2>bad-$1.err & } &&
 	job=$! &&
 	test_wait_for 300 "the staging directory of step 2 in bad/" staged bad 00000002 &&
 	mkdir "$st/not-a-file" &&
 	{ wait $job; rc=$?; } &&
-	cat bad.err
+	cat bad-$1.err
 }
 
 test_expect_success 'a commit that fails: --ckpt-error continue warns once and trains on' '
 	bad_commit continue &&
 	test $rc = 0 &&
-	grep "^gpu-train: warning: checkpoint step 2 not written, training goes on: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file$" bad.err &&
-	test $(grep -c "^gpu-train:" bad.err) = 1 &&
-	jq -s -e "[.[] | select(.event == \"checkpoint\") | .step] == [4]" bad.json &&
+	grep "^gpu-train: warning: checkpoint step 2 not written, training goes on: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file$" bad-continue.err &&
+	test $(grep -c "^gpu-train:" bad-continue.err) = 1 &&
+	jq -s -e "[.[] | select(.event == \"checkpoint\") | .step] == [4]" bad-continue.json &&
 	test "$(readlink bad/latest)" = step-00000004
 '
 
 test_expect_success 'a commit that fails: --ckpt-error stop exits 1, said once' '
 	bad_commit stop &&
 	test $rc = 1 &&
-	grep "^gpu-train: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file (1 of 2 ranks)$" bad.err &&
-	test $(grep -c "^gpu-train:" bad.err) = 1 &&
-	! grep MPI_ABORT bad.err &&
+	grep "^gpu-train: read .bad/\.step-00000002\.tmp-.*/not-a-file.: not a regular file (1 of 2 ranks)$" bad-stop.err &&
+	test $(grep -c "^gpu-train:" bad-stop.err) = 1 &&
+	! grep MPI_ABORT bad-stop.err &&
 	! test -e bad/latest
 '
 
@@ -251,18 +257,18 @@ test_expect_success '--timeout: checking the checkpoint resumed longer than it i
 # out every later one fails at once; 20 s is far below the old total and
 # far above timeout + 1 s on a loaded machine.
 test_expect_success '--timeout bounds the job, not each queued call (3 ranks, ZeRO-1, 4K buckets)' '
-	{ FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none $MCA -np 3 \
-		gpu-train $A --steps 100000 --zero 1 --bucket 4K --timeout 2 >w.json 2>w.err & } &&
-	job=$! &&
+	NP=3 &&
+	test_when_finished "NP=2" &&
+	start_job zero1.json zero1.err gpu-train $A --steps 100000 --zero 1 --bucket 4K --timeout 2 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
-	test_wait_for 300 "a step in w.json" stepped w.json &&
+	test_wait_for 300 "a step in zero1.json" stepped zero1.json &&
 	victim=$(rank_pid gpu-train 1) && test -n "$victim" &&
 	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
 	kill -STOP $victim &&
 	wait_job 120 &&
 	test $rc -ne 0 &&
-	grep "^gpu-train: [a-z-]*: no progress for 2 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)$" w.err &&
-	! grep "rank [02] (on" w.err &&
+	grep "^gpu-train: [a-z-]*: no progress for 2 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)$" zero1.err &&
+	! grep "rank [02] (on" zero1.err &&
 	awk -v t="$took" "BEGIN { exit !(t < 20) }"
 '
 
@@ -289,15 +295,12 @@ test_expect_success '--timeout: a stopped rank ends allreduce-bench naming the c
 # rank 1). The message must name the rank that stopped, not the peer of
 # the exchange that stalled.
 test_expect_success '--timeout: 3 ranks on a ring, rank 1 stopped: rank 0 names rank 1, not its neighbour' '
-	{ FAULT_TAG=$TAG timeout 300 mpirun --oversubscribe --bind-to none -np 3 \
-		allreduce-bench --algo ring -b 1M -e 1M -n 10000000 -w 0 -c 0 --timeout 1 \
-		>r3.out 2>r3.err & } &&
-	job=$! &&
+	NP=3 &&
+	test_when_finished "NP=2" &&
+	start_job r3.out r3.err allreduce-bench --algo ring -b 1M -e 1M -n 10000000 -w 0 -c 0 \
+		--timeout 1 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
-	for i in $(seq 1 600); do
-		grep -q "^# Algorithm: ring" r3.out 2>/dev/null && break
-		sleep 0.05
-	done &&
+	test_wait_for 300 "the header of rank 0 in r3.out" grep -q "^# Algorithm: ring" r3.out &&
 	victim=$(rank_pid allreduce-bench 1) && test -n "$victim" &&
 	test_when_finished "kill -CONT $victim 2>/dev/null; kill -9 $victim 2>/dev/null || :" &&
 	kill -STOP $victim &&

@@ -36,9 +36,14 @@ hang() {
 	rc=$?
 	took=$(($(date +%s) - t0))
 	echo "ended after $took s, status $rc" >&2
-	# a stopped rank the launcher did not end
+	kill_tagged
+}
+
+# kill_tagged: a stopped rank the launcher did not end
+kill_tagged() {
 	for p in $(pgrep -x gpu-train); do
-		if tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
+		# (a rank that exited meanwhile has no environ)
+		if { tr "\0" "\n" <"/proc/$p/environ"; } 2>/dev/null | grep -qx "FAULT_TAG=$TAG"; then
 			kill -CONT $p 2>/dev/null
 			kill -9 $p 2>/dev/null
 		fi
@@ -55,10 +60,15 @@ test_expect_success 'data' '
 	train_data
 '
 
+# Said once for the job: by rank 0, the lowest of the ranks that answered
+# each other's probes (rank 2 said it too before).
 test_expect_success 'a rank stopped in an allreduce: the job ends, rank 1 and the allreduce named' '
 	hang stop stop:1:allreduce:30 --bucket 8K &&
 	test $rc -eq 1 &&
 	test $took -lt 30 &&
+	grep "^gpu-train: " stop.err >said &&
+	echo "gpu-train: allreduce: no progress for 2 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)" >want &&
+	test_cmp want said &&
 	test -f stop/trace-c0-r00000.jsonl &&
 	test -f stop/trace-c0-r00002.jsonl &&
 	s=$(nth_seq stop/trace-c0-r00000.jsonl allreduce 30) &&
@@ -84,6 +94,11 @@ test_expect_success 'a rank that skips an allreduce: rank 1 and the one it skipp
 	grep "^rank 1 (on $HOST) skipped allreduce #$s ($what, [0-9.]* [KM]*i*B): its #$s is the others. #$((s + 1)); " skip.report
 '
 
+# The survivors dump when their watchdog fails the allgather (failed) or
+# when the launcher's SIGTERM comes first (waits): on a loaded host one
+# of them can be seconds ahead of the others, and time out before rank 1
+# even enters the allgather, while the other is ended still waiting; the
+# report then says each rank's state apart.
 test_expect_success 'a rank killed in an allgather: rank 1 and the allgather named' '
 	hang kill kill:1:allgather:6 --zero 1 &&
 	test $rc -ne 0 &&
@@ -95,7 +110,81 @@ test_expect_success 'a rank killed in an allgather: rank 1 and the allgather nam
 	test -n "$s" && test "$s" != null &&
 	gpu-train --trace-report kill >kill.report &&
 	cat kill.report &&
-	grep -E "^rank 1 (\(on $HOST\) )?left no dump.*; ranks 0 and 2 (wait|failed) in allgather #$s \(step [0-9]+, " kill.report
+	in="in allgather #$s \(step [0-9]+, " &&
+	grep -E "^rank 1 (\(on $HOST\) )?left no dump.*; (ranks 0 and 2 (wait|failed) $in|rank 0 \(on $HOST\) (waits|failed) $in.*; rank 2 \(on $HOST\) (waits|failed) $in)" kill.report
+'
+
+# late:1:allreduce:5: rank 1's 5th allreduce starts only once the
+# watchdog of every other rank has timed out in it (--timeout 1) and sent
+# rank 1 its probe: rank 1 is late by the timeout, not by the probe's
+# second, however loaded the host (a sleep of a fixed length raced the
+# others' timeout and probe on one). The allreduce completes within the
+# probe: the job succeeds, silent, with the losses of a run without the
+# fault. A rank late by far more than the probe (delay=30) is named.
+test_expect_success 'a rank late by less than --timeout and the probe is no failure' '
+	L="--data train.bin $TINY --batch 4 --json --steps 8 --timeout 1 --bucket 8K" &&
+	mpirun --oversubscribe --bind-to none -np 2 gpu-train $L >ontime.json 2>ontime.err &&
+	test_must_be_empty ontime.err &&
+	FAULT_TAG=$TAG timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+		-x GK_TEST_COMM_FAULT=late:1:allreduce:5 gpu-train $L >late.json 2>late.err &&
+	test_must_be_empty late.err &&
+	jq -c "select(.event == \"step\") | [.step, .loss]" ontime.json >ontime.loss &&
+	jq -c "select(.event == \"step\") | [.step, .loss]" late.json >late.loss &&
+	test $(wc -l <late.loss) -eq 8 &&
+	test_cmp ontime.loss late.loss &&
+	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 \
+		-x GK_TEST_COMM_FAULT=delay=30:1:allreduce:5 gpu-train $L >toolate.json 2>toolate.err &&
+	grep "no progress for 1 s: rank 1 (on $HOST) does not answer" toolate.err
+'
+
+# The late rank of the first case, then rank 0 stopped for good: ranks 1
+# and 2 find in their queues the probe messages rank 0 (and rank 2, in
+# rank 1's) sent while rank 1 was late, each followed by the word that it
+# was stale, and still name rank 0, alone.
+test_expect_success 'a stale probe from a late rank counts no stopped rank as alive' '
+	hang stale late:1:allreduce:5,stop:0:allreduce:12 --timeout 1 --bucket 8K &&
+	cat stale.err &&
+	test $rc -eq 1 &&
+	test $took -lt 30 &&
+	grep "no progress for 1 s: rank 0 (on $HOST) does not answer" stale.err &&
+	! grep "does not answer" stale.err | grep -v "rank 0 (on $HOST) does not answer" &&
+	! grep "a rank stopped or the network is down" stale.err
+'
+
+# Rank 1 stopped in its 5th allreduce, and continued once rank 0 gave up
+# on it (Open MPI sends SIGCONT before SIGTERM, then SIGKILL after
+# odls_base_sigkill_timeout, 3 s here rather than 1 so that a loaded host
+# cannot kill it before it would speak): it finds in its queue rank 0's
+# probe followed by the word that rank 0 gave up, and leaves the job's
+# message to rank 0 (its own, in its dump, says that rank 0 gave up on it
+# first). It took the probe for an answer before, and said that no rank
+# was silent ("a rank stopped or the network is down"), naming no one.
+test_expect_success 'a stopped rank continued after the others gave up on it leaves the message to them' '
+	L="--data train.bin $TINY --batch 4 --json --steps 100 --timeout 1" &&
+	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --mca odls_base_sigkill_timeout 3 \
+		--oversubscribe --bind-to none -np 2 -x GK_TEST_COMM_FAULT=stop:1:allreduce:5 \
+		gpu-train $L --trace-dir cont >cont.json 2>cont.err &&
+	kill_tagged &&
+	cat cont.err &&
+	grep "^gpu-train: " cont.err >said &&
+	echo "gpu-train: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down)" >want &&
+	test_cmp want said &&
+	jq -r "select(.reason) | .error" cont/trace-c0-r00001.jsonl >why1 &&
+	echo "allreduce: no progress for 1 s: rank 0 (on $HOST) gave up on it first (this rank was stopped, or late by more than the timeout)" >want1 &&
+	test_cmp want1 why1
+'
+
+# A grid's stall in a collective of the whole world (here in the setup's,
+# before the first step) is said once too, by the lowest survivor.
+test_expect_success 'a stopped rank of a --tp 2 --pp 2 grid: said once' '
+	FAULT_TAG=$TAG test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 4 \
+		-x GK_TEST_COMM_FAULT=stop:2:allreduce:5 gpu-train --data train.bin $TINY --batch 4 \
+		--json --steps 4 --grad-accum 2 --tp 2 --pp 2 --timeout 1 >grid.json 2>grid.err &&
+	kill_tagged &&
+	cat grid.err &&
+	grep "^gpu-train: " grid.err >said &&
+	echo "gpu-train: allreduce: no progress for 1 s: rank 2 (on $HOST) does not answer (stopped, or its network is down)" >want &&
+	test_cmp want said
 '
 
 # GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
