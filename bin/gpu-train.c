@@ -846,16 +846,19 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
 	o->stop_seen = &stop_seen;
-	/* tests: a slow disk, a step that never ends, a shorter grace, a
+	/* tests: a slow disk (writing, checking), a step that never ends, a shorter grace, a
 	 * wait for a signal after MICRO micro-steps of step STEP, the tree
 	 * the memory check reads /proc and /sys under */
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
+	const char *check = getenv("GK_TEST_CKPT_CHECK_DELAY_MS");
 	const char *block = getenv("GK_TEST_BLOCK_STEP");
 	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
 	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
 	int g = STOP_GRACE_S;
 	if ((delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
 				   "GK_TEST_CKPT_DELAY_MS", err) < 0) ||
+	    (check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
+				   "GK_TEST_CKPT_CHECK_DELAY_MS", err) < 0) ||
 	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
 				   "GK_TEST_BLOCK_STEP", err) < 0) ||
 	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0))
@@ -889,13 +892,6 @@ static void say_building(const args *a)
 }
 
 /* Rank 0: the notes on stderr, the model and its memory on stdout. */
-/* whether each rank writes its shard of the model at a checkpoint */
-static int sharded_ckpt(gk_nn_trainer *t, const gk_nn_train_opts *r)
-{
-	return r->ckpt_dir && r->zero == 3 && !r->ckpt_gather && !r->eval_only &&
-	       gk_nn_trainer_world(t) > 1;
-}
-
 static void print_start(gk_nn_trainer *t)
 {
 	int rank = gk_nn_trainer_rank(t);
@@ -984,7 +980,7 @@ static void print_start(gk_nn_trainer *t)
 			if (r->zero == 3)
 				json_object_set_new(j, "reshard_after_forward",
 						    json_boolean(!r->keep_gathered));
-			if (sharded_ckpt(t, r))
+			if (gk_nn_trainer_ckpt_sharded(t))
 				json_object_set_new(j, "ckpt_sharded", json_true());
 			if (tok)
 				json_object_set_new(j, "tokenizer", json_string(tok));
@@ -1016,7 +1012,7 @@ static void print_start(gk_nn_trainer *t)
 				       from);
 			else if (from)
 				printf("parameters from %s\n", from);
-			if (sharded_ckpt(t, r))
+			if (gk_nn_trainer_ckpt_sharded(t))
 				printf("checkpoints: each rank writes its shard of the model (--zero 3); "
 				       "transformers loads what 'ckpt-merge %s/latest -o DIR' makes\n",
 				       r->ckpt_dir);

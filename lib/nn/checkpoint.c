@@ -59,6 +59,18 @@ static int sharded_moments(const gk_nn_trainer *t)
 	return t->o.zero && t->world > 1 && t->grid.pp == 1;
 }
 
+/* ZeRO-3 without --ckpt-gather: every rank writes its range of the
+ * model, no rank the whole (write_shard) */
+static int sharded_model(const gk_nn_trainer *t)
+{
+	return t->dp->zero3 && !t->o.ckpt_gather && t->grid.tp == 1 && t->grid.pp == 1;
+}
+
+int gk_nn_trainer_ckpt_sharded(const gk_nn_trainer *t)
+{
+	return t->o.ckpt_dir && !t->o.eval_only && sharded_model(t);
+}
+
 static int write_model(const ckpt_job *j, const char *path, gk_err *err)
 {
 	size_t n;
@@ -519,7 +531,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	} else if (pp) {
 		/* rank 0's copies are the collected ones */
 		j->params = pc[0], j->m = pc[1], j->v = pc[2];
-	} else if (t->dp->zero3 && !t->o.ckpt_gather) {
+	} else if (sharded_model(t)) {
 		/* ZeRO-3: each rank writes its own range, no gather */
 		j->slo = gk_nn_dp_lo(t->dp);
 		j->sn = gk_nn_dp_hi(t->dp) - j->slo;
@@ -558,7 +570,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		job_free(j);
 		return -1;
 	}
-	int sharded = t->dp->zero3 && !t->o.ckpt_gather && t->grid.tp == 1 && !pp;
+	int sharded = sharded_model(t);
 	if ((t->rank == 0 && ((!sharded && !j->params) || !j->trainer_json)) ||
 	    (sharded && !j->shard) ||
 	    (j->write_moments && (!j->m || !j->v)) || (j->nfb && !j->fb)) {

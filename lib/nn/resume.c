@@ -175,8 +175,8 @@ int gk_nn_tr_init_gone(const gk_nn_trainer *t, gk_err *err)
 
 static int verify_input(gk_nn_trainer *t, const char *in, gk_err *err)
 {
-	if (t->o.ckpt_delay_ms > 0) /* tests: a slow filesystem */
-		usleep((useconds_t)t->o.ckpt_delay_ms * 1000);
+	if (t->o.ckpt_check_delay_ms > 0) /* tests: a slow filesystem */
+		usleep((useconds_t)t->o.ckpt_check_delay_ms * 1000);
 	return gk_ckpt_verify_input(in, err);
 }
 

@@ -195,8 +195,9 @@ typedef struct gk_nn_train_opts {
 				   * NVML, one PCI bus id per rank, ','-separated
 				   * (a rank past the list: none) */
 	int ckpt_delay_ms;      /* tests: the writer sleeps before writing and
-				 * (rank 0) before committing, rank 0 before
-				 * checking a checkpoint it loads */
+				 * (rank 0) before committing */
+	int ckpt_check_delay_ms; /* tests: rank 0 sleeps before checking a
+				  * checkpoint it loads */
 	const gk_err *failed;   /* an error this rank met before the trainer
 				 * (its --config unreadable on this node), or
 				 * NULL: gk_nn_trainer_new opens the world only
@@ -605,6 +606,9 @@ int gk_nn_trainer_sample(gk_nn_trainer *t, const char *prompt, int n, double tem
 void gk_nn_trainer_sample_free(gk_nn_trainer_sampled *s);
 int gk_nn_trainer_rank(const gk_nn_trainer *t);
 int gk_nn_trainer_world(const gk_nn_trainer *t);
+/* 1 when each rank writes its shard of the model at a checkpoint (ZeRO-3
+ * without --ckpt-gather: ckpt-merge makes the Hugging Face directory) */
+int gk_nn_trainer_ckpt_sharded(const gk_nn_trainer *t);
 /*
  * The tokens of one optimizer step, the global batch's once: batch x seq
  * x grad_accum x the data-parallel groups (the ranks of a tensor group or

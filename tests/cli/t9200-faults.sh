@@ -240,10 +240,10 @@ test_expect_success 'a commit that fails: --ckpt-error stop exits 1, said once' 
 	! test -e bad/latest
 '
 
-# The same hook slows rank 0's check of the checkpoint it resumes from,
-# which the other ranks wait for.
+# GK_TEST_CKPT_CHECK_DELAY_MS slows rank 0's check of the checkpoint it
+# resumes from, which the other ranks wait for.
 test_expect_success '--timeout: checking the checkpoint resumed longer than it is not a stopped rank' '
-	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=4500 \
+	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_CHECK_DELAY_MS=4500 \
 		gpu-train $A --steps 3 --timeout 2 --ckpt-dir slow --resume : \
 		-np 1 gpu-train $A --steps 3 --timeout 2 --ckpt-dir slow --resume >r.json 2>r.err &&
 	# the notes of a resume with another --steps, and nothing else
