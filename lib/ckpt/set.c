@@ -440,6 +440,17 @@ typedef struct occ {
 	uint64_t fshape[GK_CKPT_FLAT_DIMS];
 } occ;
 
+/* Pieces in order of their start (few: an insertion sort, stable). */
+static void sort_by_start(occ *o, size_t k)
+{
+	for (size_t i = 1; i < k; i++)
+		for (size_t j = i; j > 0 && o[j].start < o[j - 1].start; j--) {
+			occ t = o[j];
+			o[j] = o[j - 1];
+			o[j - 1] = t;
+		}
+}
+
 static int by_name_seq(const void *a, const void *b)
 {
 	const occ *x = a, *y = b;
@@ -621,12 +632,7 @@ static int make_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k,
 		e->nparts = 1;
 	} else {
 		/* Row slices: sort by start; they must tile [0, rows) exactly. */
-		for (size_t i = 1; i < k; i++)
-			for (size_t j = i; j > 0 && o[j].start < o[j - 1].start; j--) {
-				occ t = o[j];
-				o[j] = o[j - 1];
-				o[j - 1] = t;
-			}
+		sort_by_start(o, k);
 		uint64_t at = 0;
 		e->shape[0] = o[0].rows;
 		for (size_t i = 0; i < k; i++) {
@@ -715,12 +721,7 @@ static int make_flat_entry(gk_ckpt_set *s, gk_ckpt_entry *e, occ *o, size_t k, g
 			return gk_errf(err, "read '%s': tensor '%s': a flat slice of %s must start and "
 				       "end on a byte", fb, e->name, gk_dtype_name(e->dtype));
 	}
-	for (size_t i = 1; i < k; i++)
-		for (size_t j = i; j > 0 && o[j].start < o[j - 1].start; j--) {
-			occ t = o[j];
-			o[j] = o[j - 1];
-			o[j - 1] = t;
-		}
+	sort_by_start(o, k);
 	uint64_t at = 0;
 	for (size_t i = 0; i < k; i++) {
 		const char *fb = s->files[o[i].file]->path;
