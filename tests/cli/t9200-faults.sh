@@ -5,7 +5,8 @@ a corrupt sample
 kill -9 of one rank of mpirun -np 2 gpu-train ends the whole job within
 a bound, non-zero, with a message naming the lost rank, and --resume
 continues from the last committed checkpoint with the losses of an
-uninterrupted run, bit for bit. A rank stopped with SIGSTOP makes the
+uninterrupted run, bit for bit; killed inside a ZeRO-3 parameter gather, the
+job ends within the watchdog bound with the dead rank named once. A rank stopped with SIGSTOP makes the
 collective watchdog (--timeout) end gpu-train and allreduce-bench with a
 message naming the operation, the stopped rank and its host instead of
 hanging. A token file truncated under
@@ -122,6 +123,39 @@ test_expect_success 'kill -9: --resume continues from the last commit with the s
 	jq -r "select(.event == \"step\" and .step > $at) | .loss" full.json >want &&
 	losses r.json >got &&
 	test_cmp want got
+'
+
+# ZeRO-3 gathers a block's parameters before its forward and again before
+# its backward, and the embeddings and the final norm once a step: with 2
+# blocks (reshard after forward, the last block kept) 5 gathers a step,
+# and no other allgather without evaluation, checkpoint or --sample. The
+# hook stops rank 1 once its 8th allgather has started (step 2's fourth
+# gather: rank 0 has logged step 1 and no other); the test waits for that
+# state and kills it. The launcher ends the job, well within --timeout
+# (the watchdog never has to), and the dead rank is named once.
+# stopped_in_gather: rank 1 of this test's job is stopped (state T); $victim its pid
+stopped_in_gather() {
+	victim=$(rank_pid gpu-train 1) &&
+	test -n "$victim" &&
+	grep -q "^State:[[:space:]]*T" /proc/$victim/status 2>/dev/null
+}
+
+test_expect_success 'kill -9 of a rank inside a ZeRO-3 parameter gather: the job ends within the watchdog bound, rank 1 named once' '
+	start_job z3.json z3.err env GK_TEST_COMM_FAULT=stop:1:allgather:8 \
+		gpu-train $A --steps 100000 --zero 3 --timeout 15 &&
+	test_when_finished "kill \$job 2>/dev/null || :" &&
+	test_wait_for 300 "rank 1 stopped in its 8th allgather" stopped_in_gather &&
+	test_when_finished "kill -9 $victim 2>/dev/null || :" &&
+	kill -9 $victim &&
+	wait_job 60 &&
+	test $rc -ne 0 &&
+	awk "BEGIN { exit !($took < 15) }" &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [1] and
+		(map(select(.event == \"step\"))[0].param_gathers == 5)" z3.json &&
+	grep "rank 1" z3.err >named &&
+	test $(wc -l <named) = 1 &&
+	grep "rank 1 .*signal 9" named &&
+	! grep -E "no progress|does not answer|MPI_ABORT" z3.err
 '
 
 test_expect_success '--timeout: a stopped rank ends gpu-train naming the collective' '
