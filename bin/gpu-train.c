@@ -110,6 +110,19 @@ static int parse_bucket(const char *opt, const char *s, void *field, gk_err *err
 	return 0;
 }
 
+/* --mem-limit: at least 1M (a bare number is bytes) */
+static int parse_mem_limit(const char *opt, const char *s, void *field, gk_err *err)
+{
+	uint64_t v;
+	if (gk_parse_size(s, &v, opt, err) < 0)
+		return -1;
+	if (v < ((uint64_t)1 << 20))
+		return gk_errf(err, "%s '%s': %" PRIu64 " bytes, below 1M (a size takes a suffix: 8G)",
+			       opt, s, v);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
 /* bytes of each moment an offloaded update reads at a time */
 static int parse_chunk(const char *opt, const char *s, void *field, gk_err *err)
 {
@@ -211,6 +224,8 @@ static const gk_optdef options[] = {
 	     "bf16", "on a GPU: bf16, tf32 or fp32"),
 	FLAG("force", o.force, 1, AGREE,
 	     "allocate even when the memory check says the run does not fit"),
+	CUSTOM("mem-limit", "SIZE", o.mem_limit, parse_mem_limit, LOCAL,
+	       "refuse a run whose accounting exceeds SIZE a rank"),
 	SECTION("optimizer"),
 	INT("steps", "N", o.steps, 0, I64MAX, NOTE, "1000",
 	    "steps to train, the schedule's length (0: none)"),

@@ -19,6 +19,8 @@ const char *gk_mem_limit_name(gk_mem_limit l)
 		return "MemAvailable";
 	case GK_MEM_LIMIT_DEVICE:
 		return "the device's free memory";
+	case GK_MEM_LIMIT_RANK:
+		return "--mem-limit";
 	default:
 		return "no limit";
 	}
@@ -73,5 +75,8 @@ int gk_mem_room_check(const gk_mem_room_req *q, gk_mem_room *out)
 		int n = q->dev_ranks > 0 ? q->dev_ranks : 1;
 		consider(out, &worst, GK_MEM_LIMIT_DEVICE, q->dev_need * (uint64_t)n, q->dev_free, n);
 	}
+	if (q->rank_limit)
+		consider(out, &worst, GK_MEM_LIMIT_RANK, q->dev_need ? q->dev_need : q->host_need,
+			 q->rank_limit, 1);
 	return out->limit == GK_MEM_LIMIT_NONE;
 }

@@ -415,14 +415,17 @@ void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *r,
  * What limits a run on one machine, tightest first when several do. The
  * host's limits are shared by the ranks that run there: the cgroup's by
  * the ranks in it, MemAvailable by the ranks of the kernel, a device's
- * free memory by the ranks on it; RLIMIT_AS is each process's own.
+ * free memory by the ranks on it; RLIMIT_AS is each process's own, and
+ * so is a limit the caller sets (gpu-train --mem-limit), which bounds the
+ * rank's accounting alone, with no margin: the figure mem-estimate's
+ * model gives, as a device's capacity bounds it.
  */
 typedef enum gk_mem_limit {
 	GK_MEM_LIMIT_NONE, GK_MEM_LIMIT_AS, GK_MEM_LIMIT_CGROUP, GK_MEM_LIMIT_AVAILABLE,
-	GK_MEM_LIMIT_DEVICE
+	GK_MEM_LIMIT_DEVICE, GK_MEM_LIMIT_RANK
 } gk_mem_limit;
 /* "RLIMIT_AS (ulimit -v)", "the cgroup's memory limit", "MemAvailable",
- * "the device's free memory" */
+ * "the device's free memory", "--mem-limit" */
 const char *gk_mem_limit_name(gk_mem_limit l);
 
 typedef struct gk_mem_room_req {
@@ -434,6 +437,8 @@ typedef struct gk_mem_room_req {
 	uint64_t dev_free;    /* the device's free bytes */
 	int dev_ranks;        /* ranks on the device */
 	int threads;          /* threads a rank computes with */
+	uint64_t rank_limit;  /* bytes the rank's accounting may reach (the
+			       * device's on a GPU, else the host's); 0: none */
 } gk_mem_room_req;
 
 typedef struct gk_mem_room {

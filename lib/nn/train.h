@@ -176,6 +176,8 @@ typedef struct gk_nn_train_opts {
 				 * and /sys under (gk_host_mem_read); NULL: "" */
 	int force;              /* allocate even when the memory check says the
 				 * run does not fit (gk_nn_trainer_new) */
+	uint64_t mem_limit;     /* --mem-limit: bytes a rank's accounting may
+				 * reach (the device's on a GPU); 0: none */
 	int test_block_step;    /* tests: step N blocks in its reduction until
 				 * the process ends, as a step that cannot finish */
 	int64_t test_wait_step; /* tests: with test_wait_micro > 0, after that

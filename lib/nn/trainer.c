@@ -604,10 +604,10 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 /*
  * The cheapest configuration gpu-train can run here: lib/mem's search
  * (mem-estimate --fit) bounded to what the trainer has (data parallelism
- * only, ZeRO 0 or 1, recomputation none or layer, the global batch kept
- * through --batch and --grad-accum) ranks the candidates that fit cap
- * bytes a rank, and the first whose own need (need_of) passes the check
- * q failed is the advice.
+ * only, ZeRO 0 to 3 on the CPU and 0 or 1 elsewhere, recomputation none
+ * or layer, the global batch kept through --batch and --grad-accum) ranks
+ * the candidates that fit cap bytes a rank, and the first whose own need
+ * (need_of) passes the check q failed is the advice.
  */
 static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_t cap,
 		       char *out, size_t len)
@@ -623,9 +623,13 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 		return;
 	if (!t->cuda)
 		r.reserve = 0; /* no CUDA context in host memory */
+	if (t->o.bucket_bytes)
+		r.bucket = t->o.bucket_bytes; /* the run's, not torch DDP's 25M */
 	gk_mem_fit_req req = {.world = t->world,
 			      .global_batch = (int64_t)t->world * t->o.batch * t->o.grad_accum,
-			      .capacity = cap, .tp_max = 1, .pp_max = 1, .zero_max = 1,
+			      .capacity = cap, .tp_max = 1, .pp_max = 1,
+			      /* ZeRO-2 and 3 shard on the CPU, without --tp or --pp */
+			      .zero_max = !t->cuda && t->grid.tp == 1 && t->grid.pp == 1 ? 3 : 1,
 			      .recompute = 1u << GK_MEM_RC_NONE | 1u << GK_MEM_RC_FULL};
 	enum { NCAND = 64 };
 	gk_mem_cand *c = calloc(NCAND, sizeof(*c));
@@ -675,7 +679,8 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 static int check_memory(gk_nn_trainer *t, gk_err *err)
 {
 	gk_mem_room_req q = {.host_ranks = t->place.host_ranks,
-			     .cgroup_ranks = t->place.cgroup_ranks, .threads = t->o.threads};
+			     .cgroup_ranks = t->place.cgroup_ranks, .threads = t->o.threads,
+			     .rank_limit = t->o.mem_limit};
 	gk_mem_room room = {.limit = GK_MEM_LIMIT_NONE};
 	gk_err why;
 	int planned = need_of(t, t->o.zero, t->o.batch, t->o.recompute, &q.host_need,
@@ -700,14 +705,22 @@ static int check_memory(gk_nn_trainer *t, gk_err *err)
 	if (planned && !gk_mem_room_check(&q, &room) && !t->o.force) {
 		char need[32], avail[32], each[32], fix[256];
 		fit_advice(t, &q, room.avail / (uint64_t)room.ranks, fix, sizeof(fix));
-		gk_format_size(room.limit == GK_MEM_LIMIT_DEVICE ? q.dev_need : q.host_need, 0,
-			       each, sizeof(each));
+		/* --mem-limit bounds the device's bytes on a GPU */
+		uint64_t mine = room.limit == GK_MEM_LIMIT_DEVICE ||
+						(room.limit == GK_MEM_LIMIT_RANK && q.dev_need)
+					? q.dev_need
+					: q.host_need;
+		gk_format_size(mine, 0, each, sizeof(each));
 		gk_format_size(room.need, 0, need, sizeof(need));
 		gk_format_size(room.avail, 0, avail, sizeof(avail));
 		const char *with = room.limit == GK_MEM_LIMIT_AS ? "the address-space margin"
 				   : room.limit == GK_MEM_LIMIT_DEVICE ? "nothing more"
 								       : "the process margin";
-		if (room.ranks == 1)
+		if (room.limit == GK_MEM_LIMIT_RANK)
+			rc = gk_errf(err, "memory: a rank needs %s (%" PRIu64 " bytes by its accounting, "
+				     "mem-estimate's model), more than --mem-limit %s; cheapest fix: "
+				     "%s; or --force to allocate anyway", each, mine, avail, fix);
+		else if (room.ranks == 1)
 			rc = gk_errf(err, "memory: a rank needs %s (%s with %s), more than the %s that "
 				     "%s leaves; cheapest fix: %s; or --force to allocate anyway",
 				     each, need, with, avail, gk_mem_limit_name(room.limit), fix);

@@ -4,9 +4,9 @@ test_description='gpu-train refuses a run that does not fit, and a signal ends a
 Before allocating, each rank compares its accounting with the memory it
 may use: RLIMIT_AS (ulimit -v), the memory cgroup and MemAvailable
 (shared by the ranks of the machine), read under GK_TEST_MEM_ROOT here
-from fixture trees. A run that does not fit is refused once, with the
-figures and the cheapest fix that mem-estimate --fit finds, which then
-runs; --force allocates anyway. After SIGTERM or SIGINT a step that
+from fixture trees, and --mem-limit, a limit of each rank alone. A run
+that does not fit is refused once, with the figures and the cheapest fix
+that mem-estimate --fit finds, which then runs; --force allocates anyway. After SIGTERM or SIGINT a step that
 cannot reach its end (GK_TEST_BLOCK_STEP) ends the process after the
 grace period, and a second signal ends it at once.'
 . "$(dirname "$0")/lib.sh"
@@ -88,6 +88,50 @@ test_expect_success MPI '2 ranks share MemAvailable: refused once, with the coun
 	echo 1 >one &&
 	test_cmp one n &&
 	grep "2 ranks share MemAvailable.*(2 of 2 ranks)" err
+'
+
+# --mem-limit: a rank's own limit on its accounting, with no margin. 4
+# blocks of hidden 128 over 4 ranks: ZeRO-0 accounts 13.5 MiB a rank
+# (the whole model's parameters, gradients and moments), ZeRO-3 8.8 MiB
+# (a quarter of each, and the blocks gathered in turn); 12M lies between.
+# The figure refused is the accounting of the same run made without the
+# limit (the start line's total, whose parameters, gradients and
+# optimizer are mem-estimate's), but for the spare float the check counts
+# in each moment's buffer.
+L="--data train.bin --layers 4 --hidden 128 --heads 4 --positions 16 --seq 16 --threads 1
+	--batch 1 --steps 2 --bucket 16K --json"
+
+test_expect_success MPI '--mem-limit: ZeRO-0 over 4 ranks refused up front with the figure it needs; --zero 3 trains under it' '
+	mpi 4 $L >nl.json &&
+	jq -s "map(select(.event == \"start\"))[0].memory" nl.json >nl.mem &&
+	total=$(jq .total nl.mem) &&
+	test $total -gt $((12 << 20)) &&
+	test_expect_code 1 mpi 4 $L --mem-limit 12M >ml.json 2>ml.err &&
+	cat ml.err &&
+	grep -c "memory: a rank needs" ml.err >n &&
+	echo 1 >one && test_cmp one n &&
+	need=$(sed -n "s/^gpu-train: memory: a rank needs 13.5 MiB (\([0-9]*\) bytes by its accounting, mem-estimate.s model), more than --mem-limit 12.0 MiB; cheapest fix: .* (4 of 4 ranks)$/\1/p" ml.err) &&
+	test -n "$need" &&
+	test $need -ge $total && test $need -le $((total + 16)) &&
+	! grep "\"event\"" ml.json &&
+	mpi 4 $L --zero 3 --mem-limit 12M >z3.json &&
+	jq -s -e "(map(select(.event == \"start\"))[0].memory.total < 12 * 1048576) and
+		(map(select(.event == \"step\")) | length == 2)" z3.json &&
+	fix=$(sed -n "s/.*cheapest fix: \(--[^(]*\) (.*/\1/p" ml.err) &&
+	test -n "$fix" &&
+	mpi 4 $L --mem-limit 12M $fix --ckpt-dir fx >fix.json &&
+	jq -s -e "map(select(.event == \"step\")) | length == 2" fix.json &&
+	mem-estimate --config fx/latest/config.json --precision f32 -b 1 -s 16 --no-dropout \
+		--zero 0 --dp 4 --json >me0.json &&
+	jq -e -s ".[0].parameters == .[1].bytes.parameters and .[0].gradients == .[1].bytes.gradients and
+		.[0].optimizer == .[1].bytes.optimizer" nl.mem me0.json
+'
+
+test_expect_success '--mem-limit: below 1M, or not a size, is a usage error' '
+	test_expect_code 2 gpu-train $L --mem-limit 512 2>err &&
+	grep "^gpu-train: --mem-limit .512.: 512 bytes, below 1M (a size takes a suffix: 8G)$" err &&
+	test_expect_code 2 gpu-train $L --mem-limit lots 2>err &&
+	grep "^gpu-train: .*--mem-limit" err
 '
 
 # Wait until the log at $1 shows a step, at most 60 s.

@@ -78,6 +78,21 @@ int main(void)
 	ok(!fits && r.limit == GK_MEM_LIMIT_DEVICE && r.ranks == 3 && r.need == 90 * GIB,
 	   "3 ranks of 30 GiB: the device refuses");
 
+	/* --mem-limit: the rank's own accounting, no margin, the device's on a GPU */
+	q = (gk_mem_room_req){.host_need = 12 * MIB, .host_ranks = 4, .cgroup_ranks = 4,
+			      .threads = 1, .host.available = 64 * GIB, .rank_limit = 12 * MIB};
+	r = check(&q, &fits);
+	ok(fits, "--mem-limit 12M, an accounting of exactly 12 MiB: fits (no margin)");
+	q.host_need += 1;
+	r = check(&q, &fits);
+	ok(!fits && r.limit == GK_MEM_LIMIT_RANK && r.ranks == 1 && r.need == 12 * MIB + 1 &&
+		   r.avail == 12 * MIB,
+	   "one byte more: --mem-limit refuses, this rank alone");
+	q.dev_need = 2 * MIB, q.dev_free = 80 * GIB, q.dev_ranks = 1;
+	r = check(&q, &fits);
+	ok(fits, "on a GPU it bounds the device's 2 MiB, not the host's");
+	is_str(gk_mem_limit_name(GK_MEM_LIMIT_RANK), "--mem-limit", "its name");
+
 	/* several exceeded: the tightest (need over available) is named */
 	q = (gk_mem_room_req){.host_need = 10 * GIB, .host_ranks = 1, .cgroup_ranks = 1,
 			      .threads = 1, .host.available = 9 * GIB,
