@@ -134,8 +134,10 @@ test_expect_success 'kill -9: --resume continues from the last commit with the s
 # state and kills it. The launcher ends the job, well within --timeout
 # (the watchdog never has to), and the dead rank is named once, by it;
 # rank 0 notes the SIGTERM the launcher ends it with, and nothing else.
-# stopped_in_gather: rank 1 of this test's job is stopped (state T); $victim its pid
+# stopped_in_gather: rank 1 of this test's job is stopped (state T),
+# $victim its pid; or the job has ended (it failed: no use waiting)
 stopped_in_gather() {
+	kill -0 $job 2>/dev/null || return 0
 	victim=$(rank_pid gpu-train 1) &&
 	test -n "$victim" &&
 	grep -q "^State:[[:space:]]*T" /proc/$victim/status 2>/dev/null
@@ -146,6 +148,7 @@ test_expect_success 'kill -9 of a rank inside a ZeRO-3 parameter gather: the job
 		gpu-train $A --steps 100000 --zero 3 --timeout 15 &&
 	test_when_finished "kill \$job 2>/dev/null || :" &&
 	test_wait_for 300 "rank 1 stopped in its 8th allgather" stopped_in_gather &&
+	{ kill -0 $job || { cat z3.err; false; }; } &&
 	test_when_finished "kill -9 $victim 2>/dev/null || :" &&
 	kill -9 $victim &&
 	wait_job 60 &&
