@@ -1270,6 +1270,9 @@ fail:;
 	rc = gk_nn_trainer_failed(t, &report);
 	if (report)
 		gk_cli_fail(&cli, &err);
+	gk_err why;
+	if (!report && gk_nn_trainer_await_reporter(t, &why) < 0)
+		gk_cli_failf(&cli, "%s; %s", err.msg, why.msg); /* it died before it could */
 	gk_nn_trainer_abort(t, rc);
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);

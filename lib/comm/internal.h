@@ -181,6 +181,8 @@ void gk_comm_mpi_close(gk_comm *c);
 int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *err);
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err);
 void gk_comm_mpi_abort(gk_comm *c, int code);
+/* gk_comm_await_reporter on the mpi backend (watchdog_mpi.c) */
+int gk_comm_mpi_await_reporter(gk_comm *c, gk_err *err);
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err);
 int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 				   gk_comm_op op, gk_err *err);

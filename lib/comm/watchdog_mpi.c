@@ -4,7 +4,8 @@
  * that makes no progress for the timeout; the probe that then finds the
  * ranks that still answer and names the others (silent_ranks); and the
  * rule that one rank, the lowest survivor, says a stall for the job
- * while the others wait for its abort (gk_comm_mpi_abort).
+ * while the others wait for its abort, and say so when it does not come
+ * (gk_comm_mpi_await_reporter).
  */
 #include <limits.h>
 #include <stdatomic.h>
@@ -286,19 +287,65 @@ int gk_comm_mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
  * has said why. Ours first could have the launcher kill it before it
  * does, so we wait for the launcher to end us, and abort ourselves only
  * after a bound far above the moments that takes on a loaded host.
+ * When the bound passes, the reporter died or hangs before its abort
+ * (a launcher that does not end the job when one rank dies, as srun
+ * without --kill-on-bad-exit, leaves us waiting): we say so, through the
+ * caller (gk_comm_await_reporter), rather than end the job with the
+ * launcher's words alone. The wait runs once: gk_comm_mpi_abort after
+ * it aborts at once. GK_TEST_REPORTER_WAIT_S (tests only) shortens it,
+ * for a test whose reporter is known to be dead.
  */
 #define REPORTER_WAIT_SECONDS 10.0
+static _Atomic int reporter_waited;
+
+static double reporter_wait(void)
+{
+	const char *s = getenv("GK_TEST_REPORTER_WAIT_S");
+	char *end;
+	double v = s ? strtod(s, &end) : 0;
+	return s && end != s && !*end && v > 0 && v <= 3600 ? v : REPORTER_WAIT_SECONDS;
+}
+
+/*
+ * dump: first write the flight recorder's dump that gk_comm_abort would
+ * (the launcher may end us while we wait)
+ */
+static int await_reporter(gk_comm *c, int dump, gk_err *err)
+{
+	mpi_state *st = c->mpi;
+	int rep = atomic_load(&stall_reporter);
+	if (rep < 0 || rep == c->world_rank || atomic_exchange(&reporter_waited, 1))
+		return 0;
+	if (dump && c->tr.dir)
+		gk_comm_trace_dump(c, "abort");
+	double t0 = gk_now(), bound = reporter_wait();
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	while (gk_now() - t0 < bound)
+		nanosleep(&ts, NULL);
+	/* its host, where this communicator has it (the world's number may
+	 * be no rank of a split's) */
+	const char *host = NULL;
+	for (int p = 0; st && st->hosts && p < st->world; p++)
+		if (gk_comm_wrank(c, p) == rep)
+			host = st->hosts + (size_t)p * HOST_LEN;
+	char on[HOST_LEN + 8] = "";
+	if (host)
+		snprintf(on, sizeof on, " (on %s)", host);
+	return gk_errf(err, "rank %d%s, which was to report the stall and end the job, did not "
+		       "within %g s (it died or hangs): rank %d aborts it", rep, on, bound,
+		       c->world_rank);
+}
+
+int gk_comm_mpi_await_reporter(gk_comm *c, gk_err *err)
+{
+	return await_reporter(c, 1, err);
+}
 
 void gk_comm_mpi_abort(gk_comm *c, int code)
 {
 	mpi_state *st = c->mpi;
-	int rep = atomic_load(&stall_reporter);
-	if (rep >= 0 && rep != c->world_rank) {
-		double t0 = gk_now();
-		struct timespec ts = {0, 50 * 1000 * 1000};
-		while (gk_now() - t0 < REPORTER_WAIT_SECONDS)
-			nanosleep(&ts, NULL);
-	}
+	gk_err err;
+	await_reporter(c, 0, &err); /* gk_comm_abort has dumped */
 	MPI_Abort(st->comm, code);
 }
 

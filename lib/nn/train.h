@@ -631,6 +631,13 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
  * world has more than one rank, unless every rank met the failure
  * together (gk_nn_trainer_failed); returns for a world of one. */
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
+/*
+ * Before gk_nn_trainer_abort on a rank that does not report the failure
+ * (gk_nn_trainer_failed): gk_comm_await_reporter, 0 when there is no
+ * reporter to wait for; -1 with err when the rank that was to report a
+ * stall did not end the job in time, for the caller to say.
+ */
+int gk_nn_trainer_await_reporter(gk_nn_trainer *t, gk_err *err);
 void gk_nn_trainer_free(gk_nn_trainer *t);
 
 /*
