@@ -580,9 +580,13 @@ static int bench(const args *a)
 	if (status < 0) {
 		/* a stall is said once for the job, by the rank the watchdog chose */
 		int rep = gk_comm_stall_reporter();
+		gk_err why;
 		if (rep < 0 || rep == gk_comm_world_rank(comm, -1))
 			gk_cli_fail(&cli, &err);
 		gk_cli_flush(&cli);
+		/* ... unless that rank died before it could */
+		if (gk_comm_await_reporter(comm, &why) < 0)
+			gk_cli_failf(&cli, "%s; %s", err.msg, why.msg);
 		gk_comm_abort(comm, 1);
 		status = 1;
 	}

@@ -404,44 +404,6 @@ static void on_signal(int sig)
 		stop_flag = 1;
 }
 
-static void print_mem(const gk_nn_train_mem *m, json_t *into)
-{
-	char b[32];
-	if (into) {
-		json_t *o = json_object();
-		for (int c = 0; c < GK_MEM_NCAT; c++)
-			json_object_set_new(o, gk_mem_cat_name(c), json_integer((json_int_t)m->bytes[c]));
-		json_object_set_new(o, "total", json_integer((json_int_t)m->total));
-		json_object_set_new(into, "memory", o);
-		if (m->offload_file)
-			json_object_set_new(into, "offload",
-					    json_pack("{s:s, s:s, s:I, s:I, s:I}", "where", "file",
-						      "file", m->offload_path,
-						      "state", (json_int_t)m->offload_state,
-						      "file_bytes", (json_int_t)m->offload_file,
-						      "buffer", (json_int_t)m->offload_buffer));
-		else if (m->offload_state)
-			json_object_set_new(into, "offload",
-					    json_pack("{s:s, s:I}", "where", "host",
-						      "state", (json_int_t)m->offload_state));
-		return;
-	}
-	printf("memory per rank:");
-	for (int c = 0; c < GK_MEM_NCAT; c++)
-		printf("%s %s %s", c ? "," : "", gk_mem_cat_name(c),
-		       gk_format_size(m->bytes[c], 0, b, sizeof(b)));
-	printf(", total %s\n", gk_format_size(m->total, 0, b, sizeof(b)));
-	if (m->offload_file) {
-		char f[32];
-		printf("optimizer state offloaded: %s in '%s', through a buffer of %s\n",
-		       gk_format_size(m->offload_file, 0, f, sizeof(f)), m->offload_path,
-		       gk_format_size(m->offload_buffer, 0, b, sizeof(b)));
-	} else if (m->offload_state) {
-		printf("optimizer state offloaded: %s in host memory, the update on the CPU\n",
-		       gk_format_size(m->offload_state, 0, b, sizeof(b)));
-	}
-}
-
 typedef struct out_ctx {
 	const gk_nn_train_mem *mem;
 	int64_t steps;
@@ -551,7 +513,7 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_object_set_new(o, "pp_comm_bytes", json_integer((json_int_t)l->pp_bytes));
 			json_object_set_new(o, "pp_bubble", jnum(l->pp_bubble));
 		}
-		print_mem(c->mem, o);
+		gk_nn_report_mem(NULL, c->mem, o);
 		if (gk_status_out_tty())
 			gk_status_clear();
 		emit(o);
@@ -910,20 +872,17 @@ static void say_building(const args *a)
 static void print_start(gk_nn_trainer *t)
 {
 	int rank = gk_nn_trainer_rank(t);
-	const gk_nn_config *cfg = gk_nn_trainer_config(t);
-	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
-	gk_nn_model *m = gk_nn_trainer_model(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
-	const char *note, *device = gk_nn_trainer_device(t, &note);
-	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
-	const char *comm_note, *comm = gk_nn_trainer_comm(t, &comm_note);
-	const char *from = gk_nn_trainer_model_from(t); /* resumed or --init-from */
+	const char *note, *comm_note;
+	gk_nn_trainer_device(t, &note);
+	gk_nn_trainer_comm(t, &comm_note);
 	gk_status_clear(); /* "building the model..." */
 	if (rank == 0 && note)
 		fprintf(stderr, "gpu-train: %s\n", note);
 	if (rank == 0 && comm_note)
 		fprintf(stderr, "gpu-train: %s\n", comm_note);
-	const char *tok_note, *tok = gk_nn_trainer_tok_from(t, &tok_note);
+	const char *tok_note;
+	gk_nn_trainer_tok_from(t, &tok_note);
 	if (rank == 0 && tok_note)
 		fprintf(stderr, "gpu-train: note: %s\n", tok_note);
 	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
@@ -937,9 +896,8 @@ static void print_start(gk_nn_trainer *t)
 			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
 	}
 	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
-	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
-	char grid[320], warn[256];
-	gk_nn_grid_describe(grid, sizeof(grid), gk_nn_trainer_world(t), cfg->layers, r);
+	int tp = r->tp > 1 ? r->tp : 1;
+	char warn[256];
 	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), r))
 		fprintf(stderr, "gpu-train: warning: %s\n", warn);
 	if (rank == 0 && pl->tp_span > 0)
@@ -962,75 +920,12 @@ static void print_start(gk_nn_trainer *t)
 				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "", quota);
 	}
 	if (rank == 0) {
-		size_t np = gk_nn_param_count(m);
 		if (cli.json) {
-			json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
-					      "event", "start", "device", device, "precision", precision,
-					      "comm", comm,
-					      "layers", (json_int_t)cfg->layers,
-					      "hidden", (json_int_t)cfg->hidden, "heads",
-					      (json_int_t)cfg->heads, "vocab", (json_int_t)cfg->vocab,
-					      "positions", (json_int_t)cfg->positions, "params",
-					      (json_int_t)np, "world", gk_nn_trainer_world(t), "batch",
-					      r->batch, "seq", r->seq, "grad_accum", r->grad_accum, "zero", r->zero);
-			/* the flat buffer, with the padded vocabulary rows */
-			json_object_set_new(j, "params_padded", json_integer((json_int_t)gk_nn_nparams(m)));
-			json_object_set_new(j, "threads", json_integer(r->threads));
-			/* the grid: world = dp x tp */
-			json_object_set_new(j, "tp", json_integer(tp));
-			if (tp > 1)
-				json_object_set_new(j, "sequence_parallel",
-						    json_boolean(r->seq_par != 0));
-			json_object_set_new(j, "pp", json_integer(pp));
-			json_object_set_new(j, "dp", json_integer(gk_nn_trainer_world(t) / tp / pp));
-			if (pp > 1) {
-				json_object_set_new(j, "pp_schedule",
-						    json_string(gk_nn_pp_sched_name(r->pp_sched)));
-				json_object_set_new(j, "pp_bubble",
-						    json_real((double)(pp - 1) / r->grad_accum));
-			}
-			if (gk_nn_trainer_device_desc(t))
-				json_object_set_new(j, "gpu", json_string(gk_nn_trainer_device_desc(t)));
-			json_object_set_new(j, "overlap", json_boolean(r->overlap));
-			if (r->zero == 3)
-				json_object_set_new(j, "reshard_after_forward",
-						    json_boolean(!r->keep_gathered));
-			if (gk_nn_trainer_ckpt_sharded(t))
-				json_object_set_new(j, "ckpt_sharded", json_true());
-			if (tok)
-				json_object_set_new(j, "tokenizer", json_string(tok));
-			if (from) {
-				json_object_set_new(j, "from", json_string(from));
-				json_object_set_new(j, "from_step",
-						    json_integer(gk_nn_trainer_step(t)));
-			}
-			print_mem(mem, j);
-			emit(j);
+			json_t *j = gk_nn_report_start_json(t);
+			if (j)
+				emit(j);
 		} else if (!cli.quiet) {
-			/* what text is to the model: its tokenizer, or bytes */
-			printf("gpu-train: %" PRId64 " layers, hidden %" PRId64 ", %" PRId64
-			       " heads, vocab %" PRId64 ", %" PRId64 " positions: %zu parameters; %d rank%s%s on %s (%s), "
-			       "%d thread%s%s%s; %s%s\n",
-			       cfg->layers, cfg->hidden, cfg->heads, cfg->vocab, cfg->positions, np,
-			       gk_nn_trainer_world(t), gk_nn_trainer_world(t) > 1 ? "s" : "", grid, device,
-			       precision, r->threads, r->threads > 1 ? "s" : "",
-			       gk_nn_trainer_world(t) > 1 ? " each" : "",
-			       gk_nn_trainer_world(t) == 1 ? "" :
-			       r->overlap ? "; allreduce during backward" : "; allreduce after backward",
-			       tok ? "tokenizer " : "no tokenizer: ",
-			       tok ? tok : cfg->vocab == GK_NN_BYTE_VOCAB ? "bytes" : "token ids");
-			if (gk_nn_trainer_device_desc(t))
-				printf("%s: %s\n", device, gk_nn_trainer_device_desc(t));
-			print_mem(mem, NULL);
-			if (from && r->resume && gk_nn_trainer_step(t) > 0)
-				printf("resumed from step %" PRId64 " of %s\n", gk_nn_trainer_step(t),
-				       from);
-			else if (from)
-				printf("parameters from %s\n", from);
-			if (gk_nn_trainer_ckpt_sharded(t))
-				printf("checkpoints: each rank writes its shard of the model (--zero 3); "
-				       "transformers loads what 'ckpt-merge %s/latest -o DIR' makes\n",
-				       r->ckpt_dir);
+			gk_nn_report_start_text(stdout, t);
 		}
 	}
 	/* someone at a terminal may expect a run to leave something behind */
@@ -1109,10 +1004,6 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 	if (run < 0)
 		return -1;
 	if (rank == 0) {
-		/* step 0: stopped before a first step, nothing to keep */
-		const char *why = s.stopped == 1 ? (a->o.ckpt_dir && !s.ckpt_lost && s.step > 0 ?
-						     "signal (checkpointed)" : "signal") :
-				  s.stopped == 2 ? "interrupt" : s.steps == 0 ? "already done" : "done";
 		/* a resumed checkpoint at or past the end: not a run that trained */
 		int by_until = r->until > 0 && r->until < r->steps;
 		if (!s.stopped && s.steps == 0)
@@ -1120,40 +1011,11 @@ static int run_train(gk_nn_trainer *t, args *a, int *rc, gk_err *err)
 				PRId64 ", and this run ends at step %" PRId64 " (%s)\n", s.step,
 				by_until ? r->until : r->steps, by_until ? "--until" : "--steps");
 		if (cli.json) {
-			json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:f,s:o,s:s,s:I}", "event",
-					      "summary", "step", (json_int_t)s.step, "steps",
-					      (json_int_t)s.steps, "tokens", (json_int_t)s.tokens,
-					      "seconds", s.seconds, "loss", jnum(s.last_loss), "stopped",
-					      why, "skipped", (json_int_t)s.skipped);
-			if (!isnan(s.min_loss))
-				json_object_set_new(j, "min_loss", jnum(s.min_loss));
-			if (s.val_loss != 0)
-				json_object_set_new(j, "val_loss", jnum(s.val_loss));
-			if (s.data_note)
-				json_object_set_new(j, "note", json_string(s.data_note));
-			if (a->o.skip_bad)
-				json_object_set_new(j, "bad_samples", json_integer(s.bad_samples));
-			if (s.dropped)
-				json_object_set_new(j, "dropped_micro_batches",
-						    json_integer(s.dropped));
-			emit(j);
+			json_t *j = gk_nn_report_summary_json(t, &s);
+			if (j)
+				emit(j);
 		} else if (!cli.quiet) {
-			char loss[32] = "-"; /* no step this run, no loss */
-			if (s.steps > 0)
-				snprintf(loss, sizeof(loss), "%.4f", s.last_loss);
-			printf("summary: %" PRId64 " steps (to step %" PRId64 ") in %.1f s, %.0f tok/s, "
-			       "loss %s, skipped %" PRId64 ", %s\n", s.steps, s.step, s.seconds,
-			       s.tokens_per_s, loss, s.skipped, why);
-			if (s.val_loss != 0)
-				printf("val loss %.4f\n", s.val_loss);
-			if (s.data_note)
-				printf("note: %s\n", s.data_note);
-			if (s.dropped)
-				printf("step %" PRId64 " stopped after %d of %d micro-batches: "
-				       "dropped, to be trained again on resume\n", s.step + 1,
-				       s.dropped, r->grad_accum);
-			if (s.bad_samples)
-				printf("skipped %" PRId64 " corrupt samples\n", s.bad_samples);
+			gk_nn_report_summary_text(stdout, t, &s);
 		}
 	}
 	*rc = s.stopped == 2 ? 130 : 0;
@@ -1285,6 +1147,9 @@ fail:;
 	rc = gk_nn_trainer_failed(t, &report);
 	if (report)
 		gk_cli_fail(&cli, &err);
+	gk_err why;
+	if (!report && gk_nn_trainer_await_reporter(t, &why) < 0)
+		gk_cli_failf(&cli, "%s; %s", err.msg, why.msg); /* it died before it could */
 	gk_nn_trainer_abort(t, rc);
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);

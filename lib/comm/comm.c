@@ -237,6 +237,11 @@ void gk_comm_abort(gk_comm *c, int code)
 		gk_comm_mpi_abort(c, code);
 }
 
+int gk_comm_await_reporter(gk_comm *c, gk_err *err)
+{
+	return c && c->mpi && c->world > 1 ? gk_comm_mpi_await_reporter(c, err) : 0;
+}
+
 int gk_comm_rank(const gk_comm *c) { return c->rank; }
 int gk_comm_world(const gk_comm *c) { return c->world; }
 int gk_comm_world_rank(const gk_comm *c, int r) { return gk_comm_wrank(c, r < 0 ? c->rank : r); }

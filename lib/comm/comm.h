@@ -271,6 +271,21 @@ void gk_comm_abort(gk_comm *c, int code);
  * their gk_comm_abort leaves the job's end to the reporter's.
  */
 int gk_comm_stall_reporter(void);
+/*
+ * On a rank that leaves a stall's message to another (gk_comm_stall_reporter
+ * names a rank other than this one), before gk_comm_abort: wait for the
+ * reporter's abort to end the job (this rank's first could have the
+ * launcher kill the reporter before it has said why), at most 10 s, far
+ * above the moments that takes on a loaded host; the flight recorder's
+ * dump, when there is one, is written first. Returns 0 at once when
+ * there is nothing to wait for (no stall, this rank is the reporter, a
+ * world of one, another backend). When the bound passes the reporter
+ * died or hangs, and the job would end with the launcher's words alone:
+ * -1, with err naming the rank this one waited for and saying that it
+ * aborts the job; the caller says so, then calls gk_comm_abort, which
+ * then aborts at once (without this call it waits the same bound, silent).
+ */
+int gk_comm_await_reporter(gk_comm *c, gk_err *err);
 
 int gk_comm_rank(const gk_comm *c);
 int gk_comm_world(const gk_comm *c);

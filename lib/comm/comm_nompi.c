@@ -16,6 +16,7 @@ int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *e
 }
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err) { return nompi(err); }
 void gk_comm_mpi_abort(gk_comm *c, int code) { (void)c, (void)code; }
+int gk_comm_mpi_await_reporter(gk_comm *c, gk_err *err) { (void)c, (void)err; return 0; }
 int gk_comm_mpi_probed(gk_comm *c, double bound) { (void)c, (void)bound; return 0; }
 int gk_comm_stall_reporter(void) { return -1; }
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err) { return nompi(err); }

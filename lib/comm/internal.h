@@ -174,13 +174,15 @@ int gk_comm_post(gk_comm *c, gk_comm_coll coll, const void *send, void *recv,
 		 const gk_comm_callopts *o, gk_err *err);
 int gk_comm_sync(gk_comm *c, gk_err *err);
 
-/* ---- mpi backend (comm_mpi.c, or comm_nompi.c without MPI) ---- */
+/* ---- mpi backend (comm_mpi.c and watchdog_mpi.c, or comm_nompi.c without MPI) ---- */
 int gk_comm_mpi_open(gk_comm *c, int need_thread, gk_err *err);
 void gk_comm_mpi_close(gk_comm *c);
 /* c (calloc'ed, cfg set) over the ranks of parent's communicator with this color */
 int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *err);
 int gk_comm_mpi_run(gk_comm *c, const gk_comm_call *k, gk_err *err);
 void gk_comm_mpi_abort(gk_comm *c, int code);
+/* gk_comm_await_reporter on the mpi backend (watchdog_mpi.c) */
+int gk_comm_mpi_await_reporter(gk_comm *c, gk_err *err);
 int gk_comm_mpi_barrier(gk_comm *c, gk_err *err);
 int gk_comm_mpi_host_allreduce_f64(gk_comm *c, double *v, size_t n,
 				   gk_comm_op op, gk_err *err);
@@ -193,7 +195,7 @@ int gk_comm_mpi_p2p_start(gk_comm *c, const gk_comm_call *k, void **h, gk_err *e
 int gk_comm_mpi_p2p_wait(gk_comm *c, void *h, gk_err *err);
 int gk_comm_mpi_p2p_test(gk_comm *c, void *h, int *done, gk_err *err);
 void gk_comm_mpi_p2p_free(void *h);
-/* comm_mpi.c's watchdog wait (mpi_wait) over n MPI_Requests at rq, for p2p_mpi.c */
+/* watchdog_mpi.c's wait (gk_comm_mpi_wait) over n MPI_Requests at rq, for p2p_mpi.c */
 int gk_comm_mpi_waitall(gk_comm *c, int n, void *rq, const char *what, gk_err *err);
 /* ... and the communicator's MPI_Comm, into *out (an MPI_Comm) */
 void gk_comm_mpi_handle(gk_comm *c, void *out);

@@ -1,7 +1,7 @@
 /*
  * p2p_mpi.c - point-to-point messages on the mpi backend (p2p.c): one
  * MPI_Isend or MPI_Irecv a piece of at most 1 GiB (MPI's counts are
- * int), waited for under the communicator's watchdog (comm_mpi.c), so a
+ * int), waited for under the communicator's watchdog (watchdog_mpi.c), so a
  * peer that stopped fails the wait with the ranks that do not answer
  * instead of hanging. Messages between two ranks arrive in the order
  * they were sent (MPI's non-overtaking rule, one tag).

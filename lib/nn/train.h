@@ -11,6 +11,8 @@
 #define GK_NN_TRAIN_H
 
 #include <signal.h>
+#include <stdio.h>
+#include <stdio.h>
 
 #include "comm/comm.h"
 #include "mem/mem.h"
@@ -633,6 +635,13 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report);
  * world has more than one rank, unless every rank met the failure
  * together (gk_nn_trainer_failed); returns for a world of one. */
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code);
+/*
+ * Before gk_nn_trainer_abort on a rank that does not report the failure
+ * (gk_nn_trainer_failed): gk_comm_await_reporter, 0 when there is no
+ * reporter to wait for; -1 with err when the rank that was to report a
+ * stall did not end the job in time, for the caller to say.
+ */
+int gk_nn_trainer_await_reporter(gk_nn_trainer *t, gk_err *err);
 void gk_nn_trainer_free(gk_nn_trainer *t);
 
 /*
@@ -652,5 +661,24 @@ typedef struct gk_nn_placement {
 	double quota;
 } gk_nn_placement;
 const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);
+
+/*
+ * What gpu-train says of a run (report.c), on the rank the caller picks:
+ * at the start, the model, its grid and device, the memory per rank and
+ * where the parameters came from; at the end, the summary of
+ * gk_nn_trainer_run. The _json functions return the --json event, a new
+ * object the caller prints and releases (NULL without memory); the
+ * _text ones write the lines for a person to out.
+ */
+struct json_t *gk_nn_report_start_json(gk_nn_trainer *t);
+void gk_nn_report_start_text(FILE *out, gk_nn_trainer *t);
+struct json_t *gk_nn_report_summary_json(const gk_nn_trainer *t, const gk_nn_train_summary *s);
+void gk_nn_report_summary_text(FILE *out, const gk_nn_trainer *t, const gk_nn_train_summary *s);
+/*
+ * The memory per rank (and the optimizer state's offload): into an
+ * event's "memory" and "offload" members when into is not NULL (a step's
+ * too), else a line or two to out.
+ */
+void gk_nn_report_mem(FILE *out, const gk_nn_train_mem *m, struct json_t *into);
 
 #endif

@@ -23,6 +23,8 @@
  *   train_metrics.c  the Prometheus samples of a step and of checkpoints
  *   straggler.c the step's parts exchanged every few steps, stragglers named
  *   train_progress.c the progress line of a run on a terminal
+ *   report.c    what gpu-train says at a run's start and end (the model,
+ *               the memory per rank, the summary), as text or --json
  */
 #ifndef GK_NN_TRAIN_INTERNAL_H
 #define GK_NN_TRAIN_INTERNAL_H

@@ -268,6 +268,18 @@ int gk_nn_trainer_failed(const gk_nn_trainer *t, int *report)
 	return t && t->agreed ? t->agreed : 1;
 }
 
+int gk_nn_trainer_await_reporter(gk_nn_trainer *t, gk_err *err)
+{
+	int rep = gk_comm_stall_reporter();
+	if (!t || !t->comm || t->agreed || rep < 0 || rep == gk_comm_world_rank(t->comm, -1))
+		return 0;
+	/* gk_nn_trainer_abort's dump of the gradients' own communicator,
+	 * before a wait the launcher may end */
+	if (t->dp && t->dp->gcomm && t->dp->gcomm != t->comm)
+		gk_comm_trace_dump(t->dp->gcomm, "abort");
+	return gk_comm_await_reporter(t->comm, err);
+}
+
 void gk_nn_trainer_abort(gk_nn_trainer *t, int code)
 {
 	/* the gradients' own communicator (nccl) dumps its recorder too */

@@ -10,8 +10,9 @@ its N-th allgather (ZeRO-1 gathers the parameters every step). Each job
 ends within the watchdog bound; every rank that can leaves a dump, and
 gpu-train --trace-report names rank 1 and the collective, whose number is
 read independently from rank 0'"'"'s dump (the N-th allreduce or allgather
-there: every rank calls the same ones). SIGUSR2 dumps a running job
-without stopping it.'
+there: every rank calls the same ones). A rank that was to report a
+stall and died before it could leaves the message to the next survivor.
+SIGUSR2 dumps a running job without stopping it.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -185,6 +186,34 @@ test_expect_success 'a stopped rank of a --tp 2 --pp 2 grid: said once' '
 	grep "^gpu-train: " grid.err >said &&
 	echo "gpu-train: allreduce: no progress for 1 s: rank 2 (on $HOST) does not answer (stopped, or its network is down)" >want &&
 	test_cmp want said
+'
+
+# Rank 1 stopped in its 30th allreduce; rank 0, the lowest survivor and
+# so the rank to report the stall, killed in its 31st, which it starts
+# once the 30th has failed, after the probe that made it the reporter.
+# Under a launcher that lets a job run on when a rank dies (Slurm's srun
+# without --kill-on-bad-exit; mpirun's orte_enable_recovery here) rank 2
+# waited for rank 0's abort and then aborted the job with Open MPI's
+# banner alone. It now says the stall itself, with the rank it waited
+# for, and ends the job. GK_TEST_REPORTER_WAIT_S=2 shortens its wait
+# (10 s) for a reporter this test knows to be dead. In recovery mode
+# mpirun exits 0 whatever its ranks did: the status is not checked.
+test_expect_success 'the rank to report a stall killed before it does: the next says it and ends the job' '
+	t0=$(date +%s) &&
+	FAULT_TAG=$TAG timeout 120 mpirun --mca orte_enable_recovery 1 --oversubscribe \
+		--bind-to none -np 3 -x GK_TEST_COMM_FAULT=stop:1:allreduce:30,kill:0:allreduce:31 \
+		-x GK_TEST_REPORTER_WAIT_S=2 gpu-train --data train.bin $TINY --batch 4 --json \
+		--steps 100000 --timeout 1 --bucket 8K --trace-dir dead >dead.json 2>dead.err
+	took=$(($(date +%s) - t0)) &&
+	kill_tagged &&
+	cat dead.err &&
+	test $took -lt 30 &&
+	grep "^gpu-train: " dead.err >said &&
+	echo "gpu-train: allreduce: no progress for 1 s: rank 1 (on $HOST) does not answer (stopped, or its network is down); rank 0 (on $HOST), which was to report the stall and end the job, did not within 2 s (it died or hangs): rank 2 aborts it" >want &&
+	test_cmp want said &&
+	jq -r "select(.reason) | .reason" dead/trace-c0-r00002.jsonl >why2 &&
+	echo abort >want2 &&
+	test_cmp want2 why2
 '
 
 # GK_TEST_BLOCK_STEP=3 on rank 1 alone: its step 3 never reaches the
