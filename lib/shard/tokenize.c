@@ -24,10 +24,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -73,7 +76,59 @@ struct sh_tokb {
 	size_t fail_at;       /* first failing document of the batch encoded, or SIZE_MAX */
 	gk_err fail;          /* why it failed */
 	int failed;           /* a flush failed: the batches are no longer to be written */
+	gk_shard_tokclock queue; /* the source's time since it last handed a document */
 };
+
+/* ---- where the time goes ---------------------------------------------------- */
+
+void gk_shard_tokclock_start(gk_shard_tokclock *c)
+{
+	struct timespec ts;
+	c->wall = gk_now();
+	c->cpu = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0
+		       ? (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 : 0;
+}
+
+void gk_shard_tokstats_begin(gk_shard_tokstats *s, gk_shard_tokclock *c)
+{
+	memset(s, 0, sizeof(*s));
+	gk_shard_tokclock_start(c);
+	s->start = c->wall;
+}
+
+void gk_shard_tokstats_add(gk_shard_tokstats *s, int stage, gk_shard_tokclock *c,
+			   int serial)
+{
+	if (!s)
+		return;
+	gk_shard_tokclock now;
+	gk_shard_tokclock_start(&now);
+	s->wall[stage] += now.wall - c->wall;
+	s->cpu[stage] += now.cpu - c->cpu;
+	if (serial)
+		s->serial[stage] += now.wall - c->wall;
+	*c = now;
+}
+
+void gk_shard_tokstats_print(const gk_shard_tokstats *s, const char *prefix, FILE *fp)
+{
+	static const char *const name[GK_TOKST_N] = {
+		"load", "list", "queue", "read", "encode", "npy", "write", "wait", "close",
+	};
+	double total = gk_now() - s->start, serial = total - s->parallel, known = 0;
+	fprintf(fp, "%s: tokenize: %.3f s, %" PRIu64 " documents, %" PRIu64 " batch%s, %d thread%s\n",
+		prefix, total, s->docs, s->batches, s->batches == 1 ? "" : "es", s->jobs,
+		s->jobs == 1 ? "" : "s");
+	fprintf(fp, "%s: %-8s %9s %9s %9s\n", prefix, "stage", "wall s", "cpu s", "serial s");
+	for (int i = 0; i < GK_TOKST_N; i++) {
+		fprintf(fp, "%s: %-8s %9.3f %9.3f %9.3f\n", prefix, name[i], s->wall[i], s->cpu[i],
+			s->serial[i]);
+		known += s->serial[i];
+	}
+	fprintf(fp, "%s: %-8s %9s %9s %9.3f\n", prefix, "other", "", "", serial - known);
+	fprintf(fp, "%s: serial path %.3f s of %.3f s (%.1f%%)\n", prefix, serial, total,
+		total > 0 ? 100 * serial / total : 0.0);
+}
 
 int gk_shard_tokenize_is_text(const gk_shard_tokenize *tz, const char *ext)
 {
@@ -160,6 +215,9 @@ int sh_tokb_new(sh_tokb **out, gk_shard_writer *w, gk_shard_tokenize *tz,
 	for (int i = 0; i < b->jobs; i++)
 		if (!(b->enc[i] = gk_tok_enc_new(tz->tok)))
 			goto nomem;
+	if (tz->stats)
+		tz->stats->jobs = b->jobs;
+	gk_shard_tokclock_start(&b->queue);
 	*out = b;
 	return 0;
 nomem:
@@ -275,16 +333,36 @@ out:
 	return rc;
 }
 
-/* A document, on thread t: read, encode, append eot, make its .npy bytes. */
-static int encode_doc(sh_tokb *b, doc *d, int t, gk_err *err)
+/* A thread's share of a batch's time: its stages, and what it did last. */
+typedef struct tclock {
+	gk_shard_tokstats part;
+	gk_shard_tokclock c;
+	int last;
+} tclock;
+
+static void tick(tclock *tc, int stage)
+{
+	if (tc) {
+		gk_shard_tokstats_add(&tc->part, stage, &tc->c, 0);
+		tc->last = stage;
+	}
+}
+
+/*
+ * A document, on thread t: read, encode, append eot, make its .npy bytes.
+ * tc: the thread's clock, or NULL.
+ */
+static int encode_doc(sh_tokb *b, doc *d, int t, tclock *tc, gk_err *err)
 {
 	gk_tok_ids *ids = &b->ids[t];
 	if (d->path && read_text(d, err) < 0)
 		return -1;
+	tick(tc, GK_TOKST_READ);
 	ids->n = 0;
 	if (gk_tok_encode(b->enc[t], d->text, d->len, 0, ids, err) < 0 ||
 	    GK_GROW(ids->v, ids->cap, ids->n + 1, "tokenize", err) < 0)
 		return gk_err_prefix(err, "tokenize '%s'", d->key);
+	tick(tc, GK_TOKST_ENCODE);
 	ids->v[ids->n++] = (uint32_t)b->tz->eot;
 	unsigned char hdr[GK_SHARD_NPY_HEADER_MAX];
 	size_t h = gk_shard_npy_header(hdr, b->itemsize, ids->n);
@@ -306,6 +384,7 @@ static int encode_doc(sh_tokb *b, doc *d, int t, gk_err *err)
 	d->ids = ids->n;
 	free(d->text);
 	d->text = NULL;
+	tick(tc, GK_TOKST_NPY);
 	return 0;
 }
 
@@ -340,6 +419,13 @@ static int flush(sh_tokb *b, gk_err *err)
 	size_t stop = SIZE_MAX; /* documents past it are skipped */
 	int wrc = 0;
 	gk_err werr;
+	gk_shard_tokstats *st = b->tz->stats;
+	/* the region's start, when its first thread ran out of work, its threads' idle time */
+	double t0 = 0, first_idle = DBL_MAX, last_idle = -DBL_MAX, idle = 0;
+	int idlers = 0, last_stage = GK_TOKST_ENCODE;
+	gk_shard_tokstats_add(st, GK_TOKST_QUEUE, &b->queue, 1);
+	if (st)
+		t0 = b->queue.wall;
 	b->fail_at = SIZE_MAX;
 #pragma omp parallel num_threads(b->jobs) if (b->jobs > 1)
 	{
@@ -347,6 +433,13 @@ static int flush(sh_tokb *b, gk_err *err)
 #ifdef _OPENMP
 		t = omp_get_thread_num();
 #endif
+		tclock tcs, *tc = NULL;
+		if (st) {
+			memset(&tcs, 0, sizeof(tcs));
+			tc = &tcs;
+			gk_shard_tokclock_start(&tc->c);
+			tc->last = -1;
+		}
 #pragma omp single nowait
 		{
 			if (write_batch(b, &b->done, &werr) < 0) {
@@ -354,6 +447,7 @@ static int flush(sh_tokb *b, gk_err *err)
 #pragma omp atomic write
 				stop = 0;
 			}
+			tick(tc, GK_TOKST_WRITE);
 		}
 #pragma omp for schedule(dynamic) nowait
 		for (size_t i = 0; i < n; i++) {
@@ -363,7 +457,7 @@ static int flush(sh_tokb *b, gk_err *err)
 			if (i > s)
 				continue;
 			gk_err e;
-			if (encode_doc(b, &in->d[i], t, &e) < 0) {
+			if (encode_doc(b, &in->d[i], t, tc, &e) < 0) {
 #pragma omp critical(sh_tokb_fail)
 				{
 					if (i < b->fail_at) {
@@ -375,6 +469,32 @@ static int flush(sh_tokb *b, gk_err *err)
 				}
 			}
 		}
+		if (tc) {
+#pragma omp critical(sh_tokb_stats)
+			{
+				for (int k = 0; k < GK_TOKST_N; k++) {
+					st->wall[k] += tc->part.wall[k];
+					st->cpu[k] += tc->part.cpu[k];
+				}
+				first_idle = tc->c.wall < first_idle ? tc->c.wall : first_idle;
+				if (tc->c.wall > last_idle && tc->last >= 0) {
+					last_idle = tc->c.wall;
+					last_stage = tc->last;
+				}
+				idle -= tc->c.wall;
+				idlers++;
+			}
+		}
+	}
+	if (st) {
+		/* After the first thread ran out of work, the others ran alone. */
+		gk_shard_tokclock_start(&b->queue);
+		double end = b->queue.wall, tail = end - first_idle;
+		st->wall[GK_TOKST_WAIT] += idle + idlers * end;
+		st->serial[last_stage] += tail;
+		st->parallel += first_idle - t0;
+		st->batches++;
+		st->docs += n;
 	}
 	if (wrc < 0 || b->fail_at != SIZE_MAX) {
 		*err = wrc < 0 ? werr : b->fail;
@@ -422,7 +542,11 @@ int sh_tokb_finish(sh_tokb *b, gk_err *err)
 		return gk_errf(err, "tokenize: an earlier error stopped it");
 	if (b->fill.n && flush(b, err) < 0)
 		return -1;
-	if (write_batch(b, &b->done, err) < 0) {
+	gk_shard_tokstats_add(b->tz->stats, GK_TOKST_QUEUE, &b->queue, 1);
+	int rc = write_batch(b, &b->done, err);
+	/* the last batch is written alone */
+	gk_shard_tokstats_add(b->tz->stats, GK_TOKST_WRITE, &b->queue, 1);
+	if (rc < 0) {
 		b->failed = 1;
 		return -1;
 	}
