@@ -650,7 +650,8 @@ typedef struct gk_shard_tokenize {
  * the stages run on them), and its serial seconds: the wall time it took
  * while no other thread could work (on the one thread outside the
  * batches' parallel regions, or the tail of a region, after the first
- * thread ran out of work, charged to what the last thread was doing).
+ * thread ran out of work, charged to write when the last thread was the
+ * writer, else to encode).
  * The serial path is the whole run's wall time less the parallel
  * regions' wall time up to their tails: at one thread it is the part
  * that more threads cannot shorten (Amdahl).

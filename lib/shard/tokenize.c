@@ -56,6 +56,12 @@ typedef struct doc {
 	uint64_t ids;         /* in it, eot included */
 } doc;
 
+/* A document of a batch: its number and size, to sort. */
+struct rank {
+	uint64_t want;
+	size_t i;
+};
+
 typedef struct batch {
 	doc *d;
 	size_t n, cap;
@@ -72,6 +78,8 @@ struct sh_tokb {
 	gk_tok_ids *ids;      /* one per thread, reused */
 	batch fill;           /* the sources add to it */
 	batch done;           /* encoded, to be written */
+	struct rank *order;   /* the filled batch's documents, largest first */
+	size_t order_cap;
 	uint64_t read;        /* text bytes written, for progress */
 	size_t fail_at;       /* first failing document of the batch encoded, or SIZE_MAX */
 	gk_err fail;          /* why it failed */
@@ -261,6 +269,7 @@ void sh_tokb_free(sh_tokb *b)
 		free(b->ids[i].v);
 	free(b->enc);
 	free(b->ids);
+	free(b->order);
 	free(b);
 }
 
@@ -339,7 +348,7 @@ out:
 	return rc;
 }
 
-/* A thread's share of a batch's time: its stages, and what it did last. */
+/* A thread's share of a batch's time: its stages, and what it did last (write or encode). */
 typedef struct tclock {
 	gk_shard_tokstats part;
 	gk_shard_tokclock c;
@@ -350,7 +359,7 @@ static void tick(tclock *tc, int stage)
 {
 	if (tc) {
 		gk_shard_tokstats_add(&tc->part, stage, &tc->c, 0);
-		tc->last = stage;
+		tc->last = stage == GK_TOKST_WRITE ? stage : GK_TOKST_ENCODE;
 	}
 }
 
@@ -409,8 +418,19 @@ static int write_batch(sh_tokb *b, batch *t, gk_err *err)
 		if (b->progress)
 			gk_progress_update(b->progress, b->read);
 	}
+	/* beside the encoding: less for the fsync that ends the shard */
+	if (rc == 0 && t->n)
+		sh_writer_writeback(b->w);
 	batch_clear(t);
 	return rc;
+}
+
+/* Largest first, then in input order (qsort is not stable). */
+static int by_size(const void *a, const void *b)
+{
+	const struct rank *x = a, *y = b;
+	return x->want != y->want ? (x->want < y->want) - (x->want > y->want)
+				  : (x->i > y->i) - (x->i < y->i);
 }
 
 /*
@@ -429,6 +449,22 @@ static int flush(sh_tokb *b, gk_err *err)
 	/* the region's start, when its first thread ran out of work, its threads' idle time */
 	double t0 = 0, first_idle = DBL_MAX, last_idle = -DBL_MAX, idle = 0;
 	int idlers = 0, last_stage = GK_TOKST_ENCODE;
+	/*
+	 * The threads take the documents largest first: the batch ends with
+	 * the small ones, so that no thread is left encoding a long document
+	 * alone while the others wait at its end (the writer, done with the
+	 * previous batch, joins in for the small ones). The ids still reach
+	 * the writer in input order, and the error reported is still that of
+	 * the first failing document in input order: a document runs unless
+	 * an earlier one failed.
+	 */
+	if (GK_GROW(b->order, b->order_cap, n + 1, "tokenize", err) < 0) {
+		b->failed = 1;
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		b->order[i] = (struct rank){in->d[i].want, i};
+	qsort(b->order, n, sizeof(*b->order), by_size);
 	gk_shard_tokstats_add(st, GK_TOKST_QUEUE, &b->queue, 1);
 	if (st)
 		t0 = b->queue.wall;
@@ -456,8 +492,8 @@ static int flush(sh_tokb *b, gk_err *err)
 			tick(tc, GK_TOKST_WRITE);
 		}
 #pragma omp for schedule(dynamic) nowait
-		for (size_t i = 0; i < n; i++) {
-			size_t s;
+		for (size_t k = 0; k < n; k++) {
+			size_t i = b->order[k].i, s;
 #pragma omp atomic read
 			s = stop;
 			if (i > s)
