@@ -379,6 +379,24 @@ test_expect_success NOREAD 'an unreadable document in the middle of a batch: the
 	done
 '
 
+# The threads take a batch's documents largest first: here the
+# unreadable d030, 200 KB, fails before the small unreadable d010 that
+# comes before it in the input is tried, and d010 is still the error.
+test_expect_success NOREAD 'a large unreadable document tried first: the earlier small one is named' '
+	mkdir order &&
+	for i in $(seq 10 39); do
+		printf "document %s, short.\n" $i >order/d0$i.txt || return 1
+	done &&
+	"$GK_PY" -c "open(\"order/d030.txt\", \"w\").write(\"GPU shard it is \" * 12800)" &&
+	chmod 000 order/d010.txt order/d030.txt &&
+	echo "data-pack: open '"'"'order/d010.txt'"'"': Permission denied" >expect-order &&
+	for j in 1 2 3; do
+		test_expect_code 1 noread data-pack -q -c --tokenize gpt2 -o o$j.tar \
+			--jobs $j order 2>err &&
+		test_cmp expect-order err || return 1
+	done
+'
+
 test_expect_success 'a full disk while the threads encode: an error, exit 1' '
 	for j in 1 3; do
 		test_expect_code 1 env GK_TEST_TOK_BATCH=3 data-pack -q -c --tokenize gpt2 \
