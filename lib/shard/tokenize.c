@@ -4,12 +4,14 @@
  * under a GPT-2 byte-level BPE (lib/tok) and the end-of-text id.
  *
  * The sources (files, a tar stream) hand documents to a batch; a full
- * batch is done by the threads, one document per task, each thread with
- * its own encoder: a document given as a file is read there, encoded (the
- * costly part), and its .npy bytes made. Meanwhile one of the threads
- * adds the previous batch's members to the writer (which encodes the tar
- * entries, hashes, compresses and writes them), in input order, then
- * joins the encoding. Of the work here, only listing the documents (a
+ * batch is done by the threads, one document per task, largest first (so
+ * that a batch ends with short tasks, not one thread alone on a long
+ * one), each thread with its own encoder: a document given as a file is
+ * read there, encoded (the costly part), and its .npy bytes made.
+ * Meanwhile one of the threads adds the previous batch's members to the
+ * writer (which encodes the tar entries, hashes, compresses and writes
+ * them, and starts the disk on them), in input order, then joins the
+ * encoding. Of the work here, only listing the documents (a
  * stat each) and reading a tar stream or a fifo are left to one thread,
  * so the rest scales with the threads. The writer sees the same samples
  * in the same order whatever the thread count, so the shards are the
