@@ -233,10 +233,17 @@ static int create(const args *a, int argc, char **argv)
 	gk_shard_write_opts o = a->w;
 	gk_strlist skipped = {0};
 	gk_progress prog;
+	gk_shard_tokstats stats;
+	gk_shard_tokclock clock;
+	gk_shard_tokstats *st = a->tokenize && cli.verbose >= 2 ? &stats : NULL;
 	int rc = 1;
 
+	if (st)
+		gk_shard_tokstats_begin(st, &clock);
 	if (a->tokenize && open_tokenizer(a, &tok, &tz, &err) < 0)
 		goto fail;
+	tz.stats = st;
+	gk_shard_tokstats_add(st, GK_TOKST_LOAD, &clock, 1);
 	for (int i = 0; i < argc; i++)
 		if (gk_shard_source_walk(&src, argv[i], &err) < 0)
 			goto fail;
@@ -265,6 +272,7 @@ static int create(const args *a, int argc, char **argv)
 		nokey_hint(a, src.names.v[nokey], &err);
 	if (nr < 0)
 		goto fail;
+	gk_shard_tokstats_add(st, GK_TOKST_LIST, &clock, 1);
 	o.outputs = &outs;
 	if (gk_shard_writer_open(&w, &o, &err) < 0)
 		goto fail;
@@ -286,6 +294,8 @@ static int create(const args *a, int argc, char **argv)
 		gk_shard_writer_abort(w);
 		goto fail;
 	}
+	if (st)
+		gk_shard_tokclock_start(&clock);
 	if (gk_shard_writer_close(w, &man, &err) < 0)
 		goto fail;
 	if (tok && gk_shard_tokenize_info(&tz, &man.tok, &err) < 0)
@@ -297,6 +307,7 @@ static int create(const args *a, int argc, char **argv)
 		    gk_shard_manifest_write(a->manifest, &man, &err) < 0)
 			goto fail;
 	}
+	gk_shard_tokstats_add(st, GK_TOKST_CLOSE, &clock, 1);
 	stale_tail(a, (unsigned)man.n);
 	if (cli.verbose)
 		for (size_t i = 0; i < man.n; i++)
@@ -305,6 +316,8 @@ static int create(const args *a, int argc, char **argv)
 	if (cli.verbose && tok)
 		fprintf(stderr, "data-pack: %" PRIu64 " tokens (%s)\n", tz.tokens,
 			man.tok.itemsize == 2 ? "uint16" : "int32");
+	if (st)
+		gk_shard_tokstats_print(st, "data-pack", stderr);
 	rc = 0;
 	goto out;
 fail:

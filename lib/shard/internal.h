@@ -162,5 +162,7 @@ int sh_tokb_add_file(sh_tokb *b, const char *key, const char *path, uint64_t siz
 int sh_tokb_finish(sh_tokb *b, gk_err *err);
 int sh_tokb_error(sh_tokb *b, gk_err *err);
 void sh_tokb_free(sh_tokb *b);
+/* writer.c: start writing back the open shard's bytes, not waiting. */
+void sh_writer_writeback(gk_shard_writer *w);
 
 #endif

@@ -641,7 +641,55 @@ typedef struct gk_shard_tokenize {
 	const char *ext; /* another text extension, or NULL: "txt" only */
 	int jobs;        /* encoding threads, <= 1: one */
 	uint64_t tokens; /* out: ids written so far, eot included */
+	struct gk_shard_tokstats *stats; /* where the time goes, or NULL */
 } gk_shard_tokenize;
+
+/*
+ * Where a --tokenize run's time goes (data-pack -vv): for each stage the
+ * wall and thread-CPU seconds spent in it (summed over the threads for
+ * the stages run on them), and its serial seconds: the wall time it took
+ * while no other thread could work (on the one thread outside the
+ * batches' parallel regions, or the tail of a region, after the first
+ * thread ran out of work, charged to write when the last thread was the
+ * writer, else to encode).
+ * The serial path is the whole run's wall time less the parallel
+ * regions' wall time up to their tails: at one thread it is the part
+ * that more threads cannot shorten (Amdahl).
+ */
+enum {
+	GK_TOKST_LOAD,   /* opening the tokenizer (the caller's) */
+	GK_TOKST_LIST,   /* listing and naming the input (the caller's) */
+	GK_TOKST_QUEUE,  /* documents to batches, a stat each (the source's thread) */
+	GK_TOKST_READ,   /* reading documents' files (threads) */
+	GK_TOKST_ENCODE, /* gk_tok_encode (threads) */
+	GK_TOKST_NPY,    /* making the .npy members (threads) */
+	GK_TOKST_WRITE,  /* the writer: tar entries, hashes, LZ4, writing */
+	GK_TOKST_WAIT,   /* threads idle at a batch's end */
+	GK_TOKST_CLOSE,  /* closing the writer and the manifest (the caller's) */
+	GK_TOKST_N
+};
+typedef struct gk_shard_tokstats {
+	double wall[GK_TOKST_N], cpu[GK_TOKST_N], serial[GK_TOKST_N];
+	double start;     /* gk_now() when the run started */
+	double parallel;  /* wall seconds of parallel regions before their tails */
+	uint64_t batches, docs;
+	int jobs;
+} gk_shard_tokstats;
+/* A stage's stopwatch: wall (gk_now) and this thread's CPU seconds. */
+typedef struct gk_shard_tokclock {
+	double wall, cpu;
+} gk_shard_tokclock;
+/* s zeroed, its start now; c started. */
+void gk_shard_tokstats_begin(gk_shard_tokstats *s, gk_shard_tokclock *c);
+void gk_shard_tokclock_start(gk_shard_tokclock *c);
+/*
+ * The time since c to stage (all of it serial when serial is 1), and c
+ * restarted. Nothing when s is NULL. Not for concurrent use.
+ */
+void gk_shard_tokstats_add(gk_shard_tokstats *s, int stage, gk_shard_tokclock *c,
+			   int serial);
+/* The table, lines "prefix: ...", the run's wall time up to now. */
+void gk_shard_tokstats_print(const gk_shard_tokstats *s, const char *prefix, FILE *fp);
 
 /* 1 when a member of extension ext is text for tz. */
 int gk_shard_tokenize_is_text(const gk_shard_tokenize *tz, const char *ext);

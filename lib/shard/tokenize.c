@@ -4,12 +4,14 @@
  * under a GPT-2 byte-level BPE (lib/tok) and the end-of-text id.
  *
  * The sources (files, a tar stream) hand documents to a batch; a full
- * batch is done by the threads, one document per task, each thread with
- * its own encoder: a document given as a file is read there, encoded (the
- * costly part), and its .npy bytes made. Meanwhile one of the threads
- * adds the previous batch's members to the writer (which encodes the tar
- * entries, hashes, compresses and writes them), in input order, then
- * joins the encoding. Of the work here, only listing the documents (a
+ * batch is done by the threads, one document per task, largest first (so
+ * that a batch ends with short tasks, not one thread alone on a long
+ * one), each thread with its own encoder: a document given as a file is
+ * read there, encoded (the costly part), and its .npy bytes made.
+ * Meanwhile one of the threads adds the previous batch's members to the
+ * writer (which encodes the tar entries, hashes, compresses and writes
+ * them, and starts the disk on them), in input order, then joins the
+ * encoding. Of the work here, only listing the documents (a
  * stat each) and reading a tar stream or a fifo are left to one thread,
  * so the rest scales with the threads. The writer sees the same samples
  * in the same order whatever the thread count, so the shards are the
@@ -24,10 +26,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -53,6 +58,12 @@ typedef struct doc {
 	uint64_t ids;         /* in it, eot included */
 } doc;
 
+/* A document of a batch: its number and size, to sort. */
+struct rank {
+	uint64_t want;
+	size_t i;
+};
+
 typedef struct batch {
 	doc *d;
 	size_t n, cap;
@@ -69,11 +80,71 @@ struct sh_tokb {
 	gk_tok_ids *ids;      /* one per thread, reused */
 	batch fill;           /* the sources add to it */
 	batch done;           /* encoded, to be written */
+	struct rank *order;   /* the filled batch's documents, largest first */
+	size_t order_cap;
 	uint64_t read;        /* text bytes written, for progress */
 	size_t fail_at;       /* first failing document of the batch encoded, or SIZE_MAX */
 	gk_err fail;          /* why it failed */
 	int failed;           /* a flush failed: the batches are no longer to be written */
+	gk_shard_tokclock queue; /* the source's time since it last handed a document */
 };
+
+/* ---- where the time goes ---------------------------------------------------- */
+
+/*
+ * The thread's CPU clock is a system call, where a busy machine often
+ * preempts the thread: read it first, so that such a wait is charged to
+ * the stage that ends, not to the next one (whose wall time it made 20
+ * times its CPU time).
+ */
+void gk_shard_tokclock_start(gk_shard_tokclock *c)
+{
+	struct timespec ts;
+	c->cpu = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0
+		       ? (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 : 0;
+	c->wall = gk_now();
+}
+
+void gk_shard_tokstats_begin(gk_shard_tokstats *s, gk_shard_tokclock *c)
+{
+	memset(s, 0, sizeof(*s));
+	gk_shard_tokclock_start(c);
+	s->start = c->wall;
+}
+
+void gk_shard_tokstats_add(gk_shard_tokstats *s, int stage, gk_shard_tokclock *c,
+			   int serial)
+{
+	if (!s)
+		return;
+	gk_shard_tokclock now;
+	gk_shard_tokclock_start(&now);
+	s->wall[stage] += now.wall - c->wall;
+	s->cpu[stage] += now.cpu - c->cpu;
+	if (serial)
+		s->serial[stage] += now.wall - c->wall;
+	*c = now;
+}
+
+void gk_shard_tokstats_print(const gk_shard_tokstats *s, const char *prefix, FILE *fp)
+{
+	static const char *const name[GK_TOKST_N] = {
+		"load", "list", "queue", "read", "encode", "npy", "write", "wait", "close",
+	};
+	double total = gk_now() - s->start, serial = total - s->parallel, known = 0;
+	fprintf(fp, "%s: tokenize: %.3f s, %" PRIu64 " documents, %" PRIu64 " batch%s, %d thread%s\n",
+		prefix, total, s->docs, s->batches, s->batches == 1 ? "" : "es", s->jobs,
+		s->jobs == 1 ? "" : "s");
+	fprintf(fp, "%s: %-8s %9s %9s %9s\n", prefix, "stage", "wall s", "cpu s", "serial s");
+	for (int i = 0; i < GK_TOKST_N; i++) {
+		fprintf(fp, "%s: %-8s %9.3f %9.3f %9.3f\n", prefix, name[i], s->wall[i], s->cpu[i],
+			s->serial[i]);
+		known += s->serial[i];
+	}
+	fprintf(fp, "%s: %-8s %9s %9s %9.3f\n", prefix, "other", "", "", serial - known);
+	fprintf(fp, "%s: serial path %.3f s of %.3f s (%.1f%%)\n", prefix, serial, total,
+		total > 0 ? 100 * serial / total : 0.0);
+}
 
 int gk_shard_tokenize_is_text(const gk_shard_tokenize *tz, const char *ext)
 {
@@ -160,6 +231,9 @@ int sh_tokb_new(sh_tokb **out, gk_shard_writer *w, gk_shard_tokenize *tz,
 	for (int i = 0; i < b->jobs; i++)
 		if (!(b->enc[i] = gk_tok_enc_new(tz->tok)))
 			goto nomem;
+	if (tz->stats)
+		tz->stats->jobs = b->jobs;
+	gk_shard_tokclock_start(&b->queue);
 	*out = b;
 	return 0;
 nomem:
@@ -197,6 +271,7 @@ void sh_tokb_free(sh_tokb *b)
 		free(b->ids[i].v);
 	free(b->enc);
 	free(b->ids);
+	free(b->order);
 	free(b);
 }
 
@@ -275,16 +350,36 @@ out:
 	return rc;
 }
 
-/* A document, on thread t: read, encode, append eot, make its .npy bytes. */
-static int encode_doc(sh_tokb *b, doc *d, int t, gk_err *err)
+/* A thread's share of a batch's time: its stages, and what it did last (write or encode). */
+typedef struct tclock {
+	gk_shard_tokstats part;
+	gk_shard_tokclock c;
+	int last;
+} tclock;
+
+static void tick(tclock *tc, int stage)
+{
+	if (tc) {
+		gk_shard_tokstats_add(&tc->part, stage, &tc->c, 0);
+		tc->last = stage == GK_TOKST_WRITE ? stage : GK_TOKST_ENCODE;
+	}
+}
+
+/*
+ * A document, on thread t: read, encode, append eot, make its .npy bytes.
+ * tc: the thread's clock, or NULL.
+ */
+static int encode_doc(sh_tokb *b, doc *d, int t, tclock *tc, gk_err *err)
 {
 	gk_tok_ids *ids = &b->ids[t];
 	if (d->path && read_text(d, err) < 0)
 		return -1;
+	tick(tc, GK_TOKST_READ);
 	ids->n = 0;
 	if (gk_tok_encode(b->enc[t], d->text, d->len, 0, ids, err) < 0 ||
 	    GK_GROW(ids->v, ids->cap, ids->n + 1, "tokenize", err) < 0)
 		return gk_err_prefix(err, "tokenize '%s'", d->key);
+	tick(tc, GK_TOKST_ENCODE);
 	ids->v[ids->n++] = (uint32_t)b->tz->eot;
 	unsigned char hdr[GK_SHARD_NPY_HEADER_MAX];
 	size_t h = gk_shard_npy_header(hdr, b->itemsize, ids->n);
@@ -306,6 +401,7 @@ static int encode_doc(sh_tokb *b, doc *d, int t, gk_err *err)
 	d->ids = ids->n;
 	free(d->text);
 	d->text = NULL;
+	tick(tc, GK_TOKST_NPY);
 	return 0;
 }
 
@@ -324,8 +420,19 @@ static int write_batch(sh_tokb *b, batch *t, gk_err *err)
 		if (b->progress)
 			gk_progress_update(b->progress, b->read);
 	}
+	/* beside the encoding: less for the fsync that ends the shard */
+	if (rc == 0 && t->n)
+		sh_writer_writeback(b->w);
 	batch_clear(t);
 	return rc;
+}
+
+/* Largest first, then in input order (qsort is not stable). */
+static int by_size(const void *a, const void *b)
+{
+	const struct rank *x = a, *y = b;
+	return x->want != y->want ? (x->want < y->want) - (x->want > y->want)
+				  : (x->i > y->i) - (x->i < y->i);
 }
 
 /*
@@ -340,6 +447,29 @@ static int flush(sh_tokb *b, gk_err *err)
 	size_t stop = SIZE_MAX; /* documents past it are skipped */
 	int wrc = 0;
 	gk_err werr;
+	gk_shard_tokstats *st = b->tz->stats;
+	/* the region's start, when its first thread ran out of work, its threads' idle time */
+	double t0 = 0, first_idle = DBL_MAX, last_idle = -DBL_MAX, idle = 0;
+	int idlers = 0, last_stage = GK_TOKST_ENCODE;
+	/*
+	 * The threads take the documents largest first: the batch ends with
+	 * the small ones, so that no thread is left encoding a long document
+	 * alone while the others wait at its end (the writer, done with the
+	 * previous batch, joins in for the small ones). The ids still reach
+	 * the writer in input order, and the error reported is still that of
+	 * the first failing document in input order: a document runs unless
+	 * an earlier one failed.
+	 */
+	if (GK_GROW(b->order, b->order_cap, n + 1, "tokenize", err) < 0) {
+		b->failed = 1;
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		b->order[i] = (struct rank){in->d[i].want, i};
+	qsort(b->order, n, sizeof(*b->order), by_size);
+	gk_shard_tokstats_add(st, GK_TOKST_QUEUE, &b->queue, 1);
+	if (st)
+		t0 = b->queue.wall;
 	b->fail_at = SIZE_MAX;
 #pragma omp parallel num_threads(b->jobs) if (b->jobs > 1)
 	{
@@ -347,6 +477,13 @@ static int flush(sh_tokb *b, gk_err *err)
 #ifdef _OPENMP
 		t = omp_get_thread_num();
 #endif
+		tclock tcs, *tc = NULL;
+		if (st) {
+			memset(&tcs, 0, sizeof(tcs));
+			tc = &tcs;
+			gk_shard_tokclock_start(&tc->c);
+			tc->last = -1;
+		}
 #pragma omp single nowait
 		{
 			if (write_batch(b, &b->done, &werr) < 0) {
@@ -354,16 +491,17 @@ static int flush(sh_tokb *b, gk_err *err)
 #pragma omp atomic write
 				stop = 0;
 			}
+			tick(tc, GK_TOKST_WRITE);
 		}
 #pragma omp for schedule(dynamic) nowait
-		for (size_t i = 0; i < n; i++) {
-			size_t s;
+		for (size_t k = 0; k < n; k++) {
+			size_t i = b->order[k].i, s;
 #pragma omp atomic read
 			s = stop;
 			if (i > s)
 				continue;
 			gk_err e;
-			if (encode_doc(b, &in->d[i], t, &e) < 0) {
+			if (encode_doc(b, &in->d[i], t, tc, &e) < 0) {
 #pragma omp critical(sh_tokb_fail)
 				{
 					if (i < b->fail_at) {
@@ -375,6 +513,32 @@ static int flush(sh_tokb *b, gk_err *err)
 				}
 			}
 		}
+		if (tc) {
+#pragma omp critical(sh_tokb_stats)
+			{
+				for (int k = 0; k < GK_TOKST_N; k++) {
+					st->wall[k] += tc->part.wall[k];
+					st->cpu[k] += tc->part.cpu[k];
+				}
+				first_idle = tc->c.wall < first_idle ? tc->c.wall : first_idle;
+				if (tc->c.wall > last_idle && tc->last >= 0) {
+					last_idle = tc->c.wall;
+					last_stage = tc->last;
+				}
+				idle -= tc->c.wall;
+				idlers++;
+			}
+		}
+	}
+	if (st) {
+		/* After the first thread ran out of work, the others ran alone. */
+		gk_shard_tokclock_start(&b->queue);
+		double end = b->queue.wall, tail = end - first_idle;
+		st->wall[GK_TOKST_WAIT] += idle + idlers * end;
+		st->serial[last_stage] += tail;
+		st->parallel += first_idle - t0;
+		st->batches++;
+		st->docs += n;
 	}
 	if (wrc < 0 || b->fail_at != SIZE_MAX) {
 		*err = wrc < 0 ? werr : b->fail;
@@ -422,7 +586,11 @@ int sh_tokb_finish(sh_tokb *b, gk_err *err)
 		return gk_errf(err, "tokenize: an earlier error stopped it");
 	if (b->fill.n && flush(b, err) < 0)
 		return -1;
-	if (write_batch(b, &b->done, err) < 0) {
+	gk_shard_tokstats_add(b->tz->stats, GK_TOKST_QUEUE, &b->queue, 1);
+	int rc = write_batch(b, &b->done, err);
+	/* the last batch is written alone */
+	gk_shard_tokstats_add(b->tz->stats, GK_TOKST_WRITE, &b->queue, 1);
+	if (rc < 0) {
 		b->failed = 1;
 		return -1;
 	}

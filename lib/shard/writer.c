@@ -21,6 +21,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <locale.h>
 #include <lz4frame.h>
 #include <stdlib.h>
@@ -420,6 +421,23 @@ static int shard_end(gk_shard_writer *w, gk_err *err)
 		return -1;
 	w->number++;
 	return 0;
+}
+
+/*
+ * Start the disk writing what the shard has so far (Linux's
+ * sync_file_range, without waiting for it), so that its fsync at the end
+ * waits for less. For a caller that writes beside other work (tokenizing:
+ * between batches, while the threads encode); an error here is fsync's
+ * to report.
+ */
+void sh_writer_writeback(gk_shard_writer *w)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+	if (w->open && w->out)
+		(void)sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#else
+	(void)w;
+#endif
 }
 
 /* ---- samples --------------------------------------------------------------- */

@@ -301,6 +301,47 @@ test_expect_success 'a few hundred documents at 1, 2 and 3 threads: the same sha
 	done
 '
 
+# -vv: where the time went, per stage. 300 documents, 10 per thread in a
+# batch at 2 threads: 15 batches. A stage run only on the one thread
+# (load, list, queue, close) is serial for all its wall time; the serial
+# rows and "other" add up to the serial path; no thread's CPU time
+# exceeds its wall time; and the shards are the same bytes as without it.
+test_expect_success 'data-pack -vv --tokenize: the time of each stage and the serial path' '
+	GK_TEST_TOK_BATCH=10 data-pack -vv -q -c --tokenize gpt2 -o mv/s-%03d.tar \
+		--max-size 96K --jobs 2 many 2>stats &&
+	for f in $(cat list1); do
+		cmp m1/$f mv/$f || return 1
+	done &&
+	grep "^data-pack: tokenize: [0-9.]* s, 300 documents, 15 batches, 2 threads$" stats &&
+	"$GK_PY" - stats <<-\EOF &&
+	import re, sys
+	rows, path = {}, None
+	for line in open(sys.argv[1]):
+	    m = re.match(r"data-pack: (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", line)
+	    if m:
+	        rows[m[1]] = [float(x) for x in m.groups()[1:]]
+	    m = re.match(r"data-pack: other +(-?[0-9.]+)$", line)
+	    if m:
+	        other = float(m[1])
+	    m = re.match(r"data-pack: serial path ([0-9.]+) s of ([0-9.]+) s \(([0-9.]+)%\)$", line)
+	    if m:
+	        path, total, pct = map(float, m.groups())
+	stages = "load list queue read encode npy write wait close".split()
+	assert sorted(rows) == sorted(stages), rows
+	for s in "load", "list", "queue", "close":
+	    assert rows[s][2] == rows[s][0], (s, rows[s])
+	for s in stages:
+	    assert rows[s][1] <= rows[s][0] + 0.002, (s, rows[s])
+	assert rows["encode"][0] > 0 and rows["encode"][1] > 0, rows["encode"]
+	assert abs(sum(r[2] for r in rows.values()) + other - path) < 0.006, (rows, other, path)
+	assert 0 < path <= total and abs(100 * path / total - pct) < 0.1, (path, total, pct)
+	EOF
+	data-pack -v -q -c --tokenize gpt2 -o v1.tar --jobs 2 many 2>v1 &&
+	! grep -e "serial" -e "tokenize:" v1 &&
+	data-pack -vv -q -c -o v2.tar many 2>v2 &&
+	! grep -e "serial" -e "tokenize:" v2
+'
+
 # An unreadable file: chmod 000 stops a user; root needs its capabilities
 # to override file permissions dropped (setpriv).
 if test "$(id -u)" != 0; then
@@ -335,6 +376,24 @@ test_expect_success NOREAD 'an unreadable document in the middle of a batch: the
 			-o b$j/s-%03d.tar --max-size 96K --jobs $j bad 2>err &&
 		test_cmp expect-bad err &&
 		{ ! test -e b$j || test -z "$(ls -A b$j)"; } || return 1
+	done
+'
+
+# The threads take a batch's documents largest first: here the
+# unreadable d030, 200 KB, fails before the small unreadable d010 that
+# comes before it in the input is tried, and d010 is still the error.
+test_expect_success NOREAD 'a large unreadable document tried first: the earlier small one is named' '
+	mkdir order &&
+	for i in $(seq 10 39); do
+		printf "document %s, short.\n" $i >order/d0$i.txt || return 1
+	done &&
+	"$GK_PY" -c "open(\"order/d030.txt\", \"w\").write(\"GPU shard it is \" * 12800)" &&
+	chmod 000 order/d010.txt order/d030.txt &&
+	echo "data-pack: open '"'"'order/d010.txt'"'"': Permission denied" >expect-order &&
+	for j in 1 2 3; do
+		test_expect_code 1 noread data-pack -q -c --tokenize gpt2 -o o$j.tar \
+			--jobs $j order 2>err &&
+		test_cmp expect-order err || return 1
 	done
 '
 
