@@ -470,9 +470,11 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
  * stays allowed, and below itself always is. A bucket then holds as many
  * whole pieces as fit in bucket_bytes, and one piece when it alone is
  * larger. After partition: at(lo, ctx) says where the bucket starting at
- * element lo has its gradients (grad is then not read), and each retired
- * bucket's zeroing makes the caller's stream wait (on nccl), so that the
- * caller may reuse that memory for a later bucket. gk_comm_grads_bucket
+ * element lo has its gradients (grad is then not read), and the caller
+ * may reuse a bucket's memory for a later bucket once it is retired: on
+ * nccl the host then waits for each bucket's reduction when it retires
+ * it, and the copy or sum into the shard, the zeroing and AVG's division
+ * run on the caller's stream, in its order. gk_comm_grads_bucket
  * gives bucket b's range [lo, hi) (b from 0, the last elements, to
  * gk_comm_grads_buckets - 1).
  */

@@ -200,6 +200,8 @@ void gk_comm_grads_place(gk_comm_grads *g, gk_comm_grads_at_fn at, void *ctx)
 {
 	g->at = at;
 	g->at_ctx = ctx;
+	if (gk_comm_on_device(g->c))
+		gk_comm_nccl_own_on_user(g->c, at != NULL);
 }
 
 /* where bucket [lo, ...)'s gradients are */
@@ -225,7 +227,14 @@ void gk_comm_grads_micro(gk_comm_grads *g, int first, int last)
  * to give back; the next micro-step's backward adds into zeros) are
  * queued on the communicator's stream behind the reduction, and the
  * request stays for finish to wait on, so backward's kernels keep being
- * queued while the buckets reduce.
+ * queued while the buckets reduce. Placed (gk_comm_grads_place), the
+ * bucket's memory is a later bucket's, which the caller's stream writes:
+ * the host waits for the reduction (under the communicator's watchdog),
+ * and the copy or sum and the zeroing go on the caller's stream, before
+ * that bucket's kernels. A fence of the caller's stream on the
+ * communicator's would instead also wait for the buckets started after
+ * this one, and a hang among them would stop the caller's stream, whose
+ * synchronisation no watchdog ends.
  */
 static int retire(gk_comm_grads *g, gk_err *err)
 {
@@ -235,7 +244,7 @@ static int retire(gk_comm_grads *g, gk_err *err)
 	int dev = gk_comm_on_device(g->c);
 	const size_t *d = g->displ + b * ((size_t)world + 1);
 	int rc = 0;
-	if (!dev) {
+	if (!dev || g->at) {
 		rc = gk_comm_wait(g->req[b], err);
 		g->req[b] = NULL;
 	}
@@ -247,11 +256,8 @@ static int retire(gk_comm_grads *g, gk_err *err)
 	float *base = bucket_at(g, lo);
 	const float *src = base + (a - lo);
 	if (dev) {
-		/* placed: the bucket's memory is the next one's, which the
-		 * caller's stream writes only after this zeroing */
 		if (gk_comm_nccl_accum(g->c, dst, src, e - a, g->add, err) < 0 ||
-		    gk_comm_nccl_zero(g->c, base, (hi - lo) * sizeof(float), err) < 0 ||
-		    (g->at && gk_comm_nccl_fence(g->c, err) < 0))
+		    gk_comm_nccl_zero(g->c, base, (hi - lo) * sizeof(float), err) < 0)
 			return -1;
 	} else if (e > a) {
 		if (g->add)

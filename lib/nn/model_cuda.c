@@ -228,6 +228,34 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	return 0;
 }
 
+/*
+ * The embedding's backward launched once now, on scratch, while nothing
+ * is in flight. A kernel's first launch loads its module, which under
+ * CUDA's lazy loading may synchronize the context (lib/comm's
+ * comm_nccl.c, preload, says more; the emulation does): the encoder's
+ * backward is the last kernel of the first backward, and with buckets cut
+ * at layers (ZeRO-2 on a GPU) the blocks' buckets are in flight behind
+ * it, so its first launch would wait for them, where no watchdog sees a
+ * peer that stopped. Every other kernel of backward has run once before
+ * the first bucket is complete.
+ */
+static int preload(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	size_t C = (size_t)m->c.hidden;
+	cu->h_start[0] = 0;
+	cu->h_start[1] = 1;
+	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, C * cu->es, cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->uniq, 0, sizeof(int32_t), cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->pos, 0, sizeof(int32_t), cu->s), err) < 0 ||
+	    gk_cuda_copy(cu->start, cu->h_start, 2 * sizeof(int32_t), cu->s, err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->colsum, 0, 2 * C * sizeof(float), cu->s), err) < 0)
+		return -1;
+	/* one token at one position, into the column sums' scratch */
+	return gk_nn_cu_encoder_bwd(cu->colsum, cu->colsum + C, cu->dres, cu->dt, cu->uniq,
+				    cu->start, cu->pos, 1, 1, 1, (int)C, cu->s, err);
+}
+
 int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 {
 	if (gk_cuda_probe(NULL, err) < 0) {
@@ -252,7 +280,7 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
 				    err) < 0) ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, m->nflat * 4, cu->s),
-			  err) < 0)
+			  err) < 0 || preload(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
