@@ -110,14 +110,23 @@
  * the device's buffers, and so does ZeRO-2: each bucket's reduce-scatter
  * of unequal pieces is one group of ncclReduce calls, one per owner, in
  * place (comm_nccl.c says why not padded equal pieces), and the piece is
- * summed into the shard in device memory on NCCL's stream. The model's
- * backward still writes a full gradient buffer in device memory (its
- * kernels accumulate into it), so on a GPU ZeRO-2 keeps that buffer
- * beside the shard: the buckets' ranges are zeroed after their reduction
- * instead of released, and the memory is ZeRO-1's plus the shard (the
- * accounting says so). Without accumulation the sums are ZeRO-1's,
- * a reduce to each owner and the one division: bit for bit on 2 ranks,
- * on more as NCCL orders a piece's sum (its order may follow the count).
+ * summed into the shard in device memory. Device memory has no pages to
+ * map lazily, so the GPU model is made without a full gradient buffer
+ * (gk_nn_opts.bucket_grads) and backward writes into the buffers
+ * gk_nn_grad_buckets makes for the buckets: the embeddings' [0, head),
+ * written first by the tied head and last by the encoder, for the whole
+ * of backward (the CPU's buffer holds them so too), and above it
+ * ZERO2_DEPTH + 1 bucket buffers used in turn (one without overlap). A
+ * kernel writes a whole tensor into one buffer, so the buckets above the
+ * embeddings are cut at layers (gk_comm_grads_cuts: as many whole blocks
+ * as fit in the bucket size, or one), and the buffer of bucket b is b's
+ * turn in the ring. Before backward writes a bucket into a buffer, the
+ * one before it there is retired: the host waits for its reduction (the
+ * watchdog's wait) and its sum into the shard and its zeroing go on the
+ * model's stream (lib/comm's gk_comm_grads_place). Without accumulation
+ * the sums are ZeRO-1's, a reduce to each owner and the one division:
+ * bit for bit on 2 ranks, on more as NCCL orders a piece's sum (its
+ * order may follow the count).
  */
 #include <errno.h>
 #include <math.h>
