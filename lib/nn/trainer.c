@@ -110,7 +110,9 @@ static void account(gk_nn_trainer *t)
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters */
 		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
-		b[GK_MEM_GRADIENTS] = 4 * psi;
+		/* ZeRO-2 keeps its shard of the f32 gradients */
+		b[GK_MEM_GRADIENTS] = t->dp->zero2 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
+						   : 4 * psi;
 		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->grid.dp)
 						   : 8 * psi;
 		/* offloaded: in host memory, none on the device */
@@ -595,12 +597,11 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	*dev = 0;
 	if (t->cuda) {
 		/*
-		 * ZeRO-2 on a GPU: lib/mem's states (the shard) and its two
-		 * buckets, and besides them the embeddings' gradients (and
-		 * the final norm's) and a bucket buffer more than that, each
-		 * of a bucket or a block,
-		 * whichever is larger (gk_nn_grad_buckets: at least what the
-		 * run allocates)
+		 * ZeRO-2 on a GPU: lib/mem's figures (the shard, two buckets)
+		 * and the model's gradient buffers besides (gk_nn_grad_buckets):
+		 * the embeddings' (with the final norm's, an upper bound) and
+		 * three buffers, one without overlap, each of a bucket or a
+		 * block, whichever is larger: at least what the run allocates
 		 */
 		gk_mem_train mt = mem_train(t, rc, batch, zero);
 		gk_mem_est e;
