@@ -476,6 +476,28 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 typedef void (*gk_comm_grads_done_fn)(size_t lo, size_t hi, void *ctx);
 int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
 			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err);
+/*
+ * ZeRO-2 where the caller keeps no buffer of all n gradients (a GPU's
+ * backward writing into a few bucket-sized buffers). Before partition:
+ * cuts lists (ascending) the only boundaries a bucket may have at or
+ * above below (the edges of what the caller writes as one piece, whose
+ * elements must lie in one buffer); under below any multiple of align
+ * stays allowed, and below itself always is. A bucket then holds as many
+ * whole pieces as fit in bucket_bytes, and one piece when it alone is
+ * larger. After partition: at(lo, ctx) says where the bucket starting at
+ * element lo has its gradients (grad is then not read), and the caller
+ * may reuse a bucket's memory for a later bucket once it is retired: on
+ * nccl the host then waits for each bucket's reduction when it retires
+ * it, and the copy or sum into the shard, the zeroing and AVG's division
+ * run on the caller's stream, in its order. gk_comm_grads_bucket
+ * gives bucket b's range [lo, hi) (b from 0, the last elements, to
+ * gk_comm_grads_buckets - 1).
+ */
+typedef float *(*gk_comm_grads_at_fn)(size_t lo, void *ctx);
+int gk_comm_grads_cuts(gk_comm_grads *g, const size_t *cuts, size_t ncuts, size_t below,
+		       gk_err *err);
+void gk_comm_grads_place(gk_comm_grads *g, gk_comm_grads_at_fn at, void *ctx);
+void gk_comm_grads_bucket(const gk_comm_grads *g, size_t b, size_t *lo, size_t *hi);
 /* ZeRO-2: the next micro-step is a step's first (the shard is copied
  * into, not added to) and/or its last (finish divides by the world). */
 void gk_comm_grads_micro(gk_comm_grads *g, int first, int last);

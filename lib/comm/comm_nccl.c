@@ -56,6 +56,7 @@ typedef struct nccl_state {
 	gk_cuda_event ready;   /* recorded on user before each collective */
 	gk_cuda_event idle;    /* recorded on stream for blocking waits */
 	gk_cuda_event fence;   /* recorded on stream for the caller's to wait on */
+	int own_user;          /* gk_comm_nccl_own_on_user: own work on user */
 	int device;
 	double timeout;
 	int broken;            /* aborted: every later call fails */
@@ -735,6 +736,18 @@ static int own_work(gk_comm *c, gk_err *err)
 	return usable(st, err) < 0 || gk_cuda_set_device(st->device, err) < 0 ? -1 : 0;
 }
 
+/* where the communicator's own work runs */
+static gk_cuda_stream own_stream(const nccl_state *st)
+{
+	return st->own_user ? st->user : st->stream;
+}
+
+void gk_comm_nccl_own_on_user(gk_comm *c, int on)
+{
+	nccl_state *st = c->nccl;
+	st->own_user = on;
+}
+
 int gk_comm_nccl_accum(gk_comm *c, float *dst, const float *src, size_t n, int add,
 		       gk_err *err)
 {
@@ -744,9 +757,9 @@ int gk_comm_nccl_accum(gk_comm *c, float *dst, const float *src, size_t n, int a
 	if (own_work(c, err) < 0)
 		return -1;
 	if (add)
-		return gk_comm_cuda_reduce(dst, src, n, GK_DT_F32, GK_COMM_SUM, st->stream, err);
+		return gk_comm_cuda_reduce(dst, src, n, GK_DT_F32, GK_COMM_SUM, own_stream(st), err);
 	return GK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float),
-					     cudaMemcpyDeviceToDevice, st->stream), err);
+					     cudaMemcpyDeviceToDevice, own_stream(st)), err);
 }
 
 int gk_comm_nccl_zero(gk_comm *c, void *buf, size_t bytes, gk_err *err)
@@ -756,7 +769,7 @@ int gk_comm_nccl_zero(gk_comm *c, void *buf, size_t bytes, gk_err *err)
 		return 0;
 	if (own_work(c, err) < 0)
 		return -1;
-	return GK_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, st->stream), err);
+	return GK_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, own_stream(st)), err);
 }
 
 int gk_comm_nccl_avg(gk_comm *c, float *buf, size_t n, gk_err *err)
@@ -764,7 +777,7 @@ int gk_comm_nccl_avg(gk_comm *c, float *buf, size_t n, gk_err *err)
 	nccl_state *st = c->nccl;
 	if (own_work(c, err) < 0)
 		return -1;
-	return gk_comm_cuda_avg(buf, n, GK_DT_F32, c->world, st->stream, err);
+	return gk_comm_cuda_avg(buf, n, GK_DT_F32, c->world, own_stream(st), err);
 }
 
 int gk_comm_nccl_fence(gk_comm *c, gk_err *err)

@@ -29,6 +29,13 @@ struct gk_comm_grads {
 	int add, divide;    /* this micro-step adds (else copies); finish divides */
 	gk_comm_grads_done_fn done;
 	void *done_ctx;
+	/* gk_comm_grads_cuts: the boundaries a bucket may have above below
+	 * (sorted, ncut of them), any multiple of align under it */
+	size_t *cut, ncut, below;
+	/* gk_comm_grads_place: where bucket b's gradients are, when not in
+	 * grad (reused memory: each retire fences the caller's stream) */
+	gk_comm_grads_at_fn at;
+	void *at_ctx;
 	gk_comm_callopts o;
 	float *residual;    /* n floats when compressing */
 };
@@ -92,6 +99,49 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err)
 	return 0;
 }
 
+int gk_comm_grads_cuts(gk_comm_grads *g, const size_t *cut, size_t ncut, size_t below,
+		       gk_err *err)
+{
+	free(g->cut);
+	g->cut = NULL;
+	g->ncut = 0;
+	g->below = below;
+	if (ncut == 0)
+		return 0;
+	if (!(g->cut = malloc(ncut * sizeof *g->cut)))
+		return gk_errf(err, "comm: out of memory for %zu bucket boundaries", ncut);
+	memcpy(g->cut, cut, ncut * sizeof *g->cut);
+	g->ncut = ncut;
+	for (size_t i = 1; i < ncut; i++)
+		if (cut[i] <= cut[i - 1])
+			return gk_errf(err, "comm: bucket boundaries not ascending at %zu", i);
+	return 0;
+}
+
+/*
+ * The low end of the bucket below hi, wanting it at want (< hi): under
+ * below any multiple of align; above it, of the allowed boundaries in
+ * [want, hi) the lowest, or when none lies there the highest under want
+ * (a bucket of one piece between two boundaries, larger than asked).
+ */
+static size_t cut_at(const gk_comm_grads *g, size_t want, size_t hi, size_t align)
+{
+	if (!g->cut || want < g->below) {
+		size_t lo = want / align * align;
+		return g->cut && lo < g->below && hi > g->below ? g->below : lo;
+	}
+	size_t best = g->below;
+	for (size_t i = 0; i < g->ncut; i++) {
+		if (g->cut[i] >= hi)
+			break;
+		if (g->cut[i] >= want)
+			return g->cut[i];
+		if (g->cut[i] > best)
+			best = g->cut[i];
+	}
+	return best;
+}
+
 int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
 			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err)
 {
@@ -109,13 +159,14 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
 	 * once its reduction is summed: of bucket_bytes rounded up to align.
 	 */
 	size_t bper = (g->bucket + align - 1) / align * align, nb = 0;
-	size_t *lo = realloc(g->lo, ((g->n + bper - 1) / bper + 2) * sizeof *lo);
+	/* a boundary can end a bucket short of bper: one more each */
+	size_t *lo = realloc(g->lo, ((g->n + bper - 1) / bper + 2 + g->ncut) * sizeof *lo);
 	if (!lo)
 		return gk_errf(err, "comm: out of memory for gradient buckets");
 	g->lo = lo;
 	for (size_t hi = g->n; hi > 0; nb++) {
 		size_t want = hi > bper ? hi - bper : 0;
-		hi = lo[nb] = want / align * align;
+		hi = lo[nb] = cut_at(g, want, hi, align);
 	}
 	g->nb = nb;
 	free(g->displ);
@@ -139,6 +190,26 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
 	return 0;
 }
 
+void gk_comm_grads_bucket(const gk_comm_grads *g, size_t b, size_t *lo, size_t *hi)
+{
+	*lo = g->lo[b];
+	*hi = b ? g->lo[b - 1] : g->n;
+}
+
+void gk_comm_grads_place(gk_comm_grads *g, gk_comm_grads_at_fn at, void *ctx)
+{
+	g->at = at;
+	g->at_ctx = ctx;
+	if (gk_comm_on_device(g->c))
+		gk_comm_nccl_own_on_user(g->c, at != NULL);
+}
+
+/* where bucket [lo, ...)'s gradients are */
+static float *bucket_at(const gk_comm_grads *g, size_t lo)
+{
+	return g->at ? g->at(lo, g->at_ctx) : g->grad + lo;
+}
+
 void gk_comm_grads_micro(gk_comm_grads *g, int first, int last)
 {
 	g->add = !first;
@@ -156,7 +227,14 @@ void gk_comm_grads_micro(gk_comm_grads *g, int first, int last)
  * to give back; the next micro-step's backward adds into zeros) are
  * queued on the communicator's stream behind the reduction, and the
  * request stays for finish to wait on, so backward's kernels keep being
- * queued while the buckets reduce.
+ * queued while the buckets reduce. Placed (gk_comm_grads_place), the
+ * bucket's memory is a later bucket's, which the caller's stream writes:
+ * the host waits for the reduction (under the communicator's watchdog),
+ * and the copy or sum and the zeroing go on the caller's stream, before
+ * that bucket's kernels. A fence of the caller's stream on the
+ * communicator's would instead also wait for the buckets started after
+ * this one, and a hang among them would stop the caller's stream, whose
+ * synchronisation no watchdog ends.
  */
 static int retire(gk_comm_grads *g, gk_err *err)
 {
@@ -166,7 +244,7 @@ static int retire(gk_comm_grads *g, gk_err *err)
 	int dev = gk_comm_on_device(g->c);
 	const size_t *d = g->displ + b * ((size_t)world + 1);
 	int rc = 0;
-	if (!dev) {
+	if (!dev || g->at) {
 		rc = gk_comm_wait(g->req[b], err);
 		g->req[b] = NULL;
 	}
@@ -175,10 +253,11 @@ static int retire(gk_comm_grads *g, gk_err *err)
 		return -1;
 	size_t a = lo + d[rank], e = lo + d[rank + 1];
 	float *dst = e > a ? g->shard + (a - (size_t)rank * g->per) : g->shard;
-	const float *src = g->grad + a;
+	float *base = bucket_at(g, lo);
+	const float *src = base + (a - lo);
 	if (dev) {
 		if (gk_comm_nccl_accum(g->c, dst, src, e - a, g->add, err) < 0 ||
-		    gk_comm_nccl_zero(g->c, g->grad + lo, (hi - lo) * sizeof(float), err) < 0)
+		    gk_comm_nccl_zero(g->c, base, (hi - lo) * sizeof(float), err) < 0)
 			return -1;
 	} else if (e > a) {
 		if (g->add)
@@ -201,7 +280,7 @@ static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 			if (retire(g, err) < 0)
 				return -1;
 		size_t *d = g->displ + b * ((size_t)gk_comm_world(g->c) + 1);
-		return gk_comm_ireduce_scatterv(g->c, g->grad + lo, d, GK_DT_F32, GK_COMM_SUM,
+		return gk_comm_ireduce_scatterv(g->c, bucket_at(g, lo), d, GK_DT_F32, GK_COMM_SUM,
 						&g->req[b], err);
 	}
 	if (g->dst) {
@@ -296,6 +375,7 @@ void gk_comm_grads_free(gk_comm_grads *g)
 	free(g->lo);
 	free(g->req);
 	free(g->displ);
+	free(g->cut);
 	if (g->residual)
 		gk_comm_free(g->c, g->residual);
 	free(g);

@@ -234,6 +234,12 @@ int gk_comm_nccl_accum(gk_comm *c, float *dst, const float *src, size_t n, int a
 int gk_comm_nccl_zero(gk_comm *c, void *buf, size_t bytes, gk_err *err);
 int gk_comm_nccl_avg(gk_comm *c, float *buf, size_t n, gk_err *err);
 int gk_comm_nccl_fence(gk_comm *c, gk_err *err);
+/*
+ * on 1: that own work runs on the caller's stream instead, in its order
+ * (the caller has waited on the host for the collectives it reads);
+ * fence then has nothing of it to wait for.
+ */
+void gk_comm_nccl_own_on_user(gk_comm *c, int on);
 
 /* ---- CPU loops over reduce.h (kernels.c) ---- */
 size_t gk_comm_dt_size(gk_dtype dt);

@@ -228,6 +228,8 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
  */
 #define GK_NN_CU_WS_BYTES ((size_t)32 << 20)
 enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 12 };
+/* bucket_grads: at most this many bucket buffers (lib/nn's ZeRO-2 depth + 1) */
+#define GK_NN_CU_SLOTS 4
 void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
 		       gk_nn_mem *out);
@@ -288,6 +290,10 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
  * from backward's ready callback. NULL on a CPU model.
  */
 float *gk_nn_cuda_grads(gk_nn_model *m);
+/* gk_nn_grad_buckets and gk_nn_grad_at on a GPU model (nn.h) */
+int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
+			    size_t nslot, gk_err *err);
+float *gk_nn_cuda_grad_at(gk_nn_model *m, size_t off);
 void *gk_nn_cuda_stream(const gk_nn_model *m);
 
 /*

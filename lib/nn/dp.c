@@ -110,14 +110,23 @@
  * the device's buffers, and so does ZeRO-2: each bucket's reduce-scatter
  * of unequal pieces is one group of ncclReduce calls, one per owner, in
  * place (comm_nccl.c says why not padded equal pieces), and the piece is
- * summed into the shard in device memory on NCCL's stream. The model's
- * backward still writes a full gradient buffer in device memory (its
- * kernels accumulate into it), so on a GPU ZeRO-2 keeps that buffer
- * beside the shard: the buckets' ranges are zeroed after their reduction
- * instead of released, and the memory is ZeRO-1's plus the shard (the
- * accounting says so). Without accumulation the sums are ZeRO-1's,
- * a reduce to each owner and the one division: bit for bit on 2 ranks,
- * on more as NCCL orders a piece's sum (its order may follow the count).
+ * summed into the shard in device memory. Device memory has no pages to
+ * map lazily, so the GPU model is made without a full gradient buffer
+ * (gk_nn_opts.bucket_grads) and backward writes into the buffers
+ * gk_nn_grad_buckets makes for the buckets: the embeddings' [0, head),
+ * written first by the tied head and last by the encoder, for the whole
+ * of backward (the CPU's buffer holds them so too), and above it
+ * ZERO2_DEPTH + 1 bucket buffers used in turn (one without overlap). A
+ * kernel writes a whole tensor into one buffer, so the buckets above the
+ * embeddings are cut at layers (gk_comm_grads_cuts: as many whole blocks
+ * as fit in the bucket size, or one), and the buffer of bucket b is b's
+ * turn in the ring. Before backward writes a bucket into a buffer, the
+ * one before it there is retired: the host waits for its reduction (the
+ * watchdog's wait) and its sum into the shard and its zeroing go on the
+ * model's stream (lib/comm's gk_comm_grads_place). Without accumulation
+ * the sums are ZeRO-1's, a reduce to each owner and the one division:
+ * bit for bit on 2 ranks, on more as NCCL orders a piece's sum (its
+ * order may follow the count).
  */
 #include <errno.h>
 #include <math.h>
@@ -138,6 +147,13 @@ int gk_nn_dp_flat_multiple(const gk_nn_train_opts *o, int world)
 int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
 	return o->zero >= 2 && world > 1 && !cuda;
+}
+
+int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda)
+{
+	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm) */
+	return o->zero == 2 && cuda &&
+	       (world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL);
 }
 
 int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
@@ -347,6 +363,58 @@ static void release_cb(size_t lo, size_t hi, void *ctx)
 {
 	gk_nn_dp *dp = ctx;
 	gk_nn_grads_release(dp->m, lo, hi);
+}
+
+/* ZeRO-2 on a GPU: where a bucket's gradients are (the model's buffers) */
+static float *bucket_at(size_t lo, void *ctx)
+{
+	gk_nn_dp *dp = ctx;
+	return gk_nn_grad_at(dp->m, lo);
+}
+
+/*
+ * ZeRO-2 on a GPU (bucket_grads): the buckets above the embeddings hold
+ * whole layers (the final norm's, each block's edges), so that every
+ * tensor backward writes lies in one bucket buffer; the model's buffers
+ * are then made for them: the embeddings' [0, head), which backward
+ * writes first and last, and one buffer for each bucket in flight and the
+ * one being filled (or one, without overlap), used in turn.
+ */
+static int device_buckets(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
+{
+	int L = (int)t->cfg.layers;
+	size_t *cut = calloc((size_t)L + 2, sizeof(*cut)), head, hi, n = 0;
+	if (!cut)
+		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient buckets");
+	gk_nn_block_range(dp->m, 0, &head, &hi);
+	for (int l = 0; l < L; l++)
+		gk_nn_block_range(dp->m, l, &cut[n++], &hi);
+	cut[n++] = hi; /* the final norm's start */
+	if (dp->N > hi)
+		cut[n++] = dp->N;
+	int rc = gk_comm_grads_cuts(dp->grads, cut, n, head, err);
+	free(cut);
+	return rc;
+}
+
+static int device_buffers(gk_nn_dp *dp, gk_err *err)
+{
+	size_t nb = gk_comm_grads_buckets(dp->grads), hi, head, x;
+	size_t *lo = calloc(nb ? nb : 1, sizeof(*lo)), above = 0;
+	if (!lo)
+		return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient buckets");
+	gk_nn_block_range(dp->m, 0, &head, &x);
+	for (size_t b = 0; b < nb; b++) {
+		gk_comm_grads_bucket(dp->grads, b, &lo[b], &hi);
+		above += lo[b] >= head;
+	}
+	size_t nslot = dp->overlap ? ZERO2_DEPTH + 1 : 1;
+	int rc = gk_nn_grad_buckets(dp->m, head, lo, nb, nslot < above ? nslot : above ? above : 1,
+				    err);
+	free(lo);
+	if (rc == 0)
+		gk_comm_grads_place(dp->grads, bucket_at, dp);
+	return rc;
 }
 
 /* this rank's range of the reduced gradients: ZeRO-2's shard, or where
@@ -624,11 +692,16 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		 * (mem-estimate's dp_buckets), or each reduced as soon as
 		 * it is complete when communication does not overlap.
 		 */
+		int dev = dp->zero2 && gk_nn_dp_bucket_grads(&t->o, dp->world, t->cuda);
+		if (dev && device_buckets(dp, t, err) < 0)
+			return -1;
 		if (dp->zero2 ? gk_comm_grads_partition(dp->grads, dp->gshard, per,
 							gk_nn_grad_page(),
 							dp->overlap ? ZERO2_DEPTH : 0,
 							release_cb, dp, err) < 0
 			      : sharded && gk_comm_grads_shard(dp->grads, g, per, err) < 0)
+			return -1;
+		if (dev && device_buffers(dp, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -870,7 +943,8 @@ static int host_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t ste
 		       float grad_scale, size_t lo, size_t hi, gk_err *err)
 {
 	gk_nn_model *m = dp->m;
-	if (gk_nn_download(m, GK_NN_PARAMS | GK_NN_GRADS, err) < 0)
+	/* ZeRO-2's gradients are the shard: the model has no others */
+	if (gk_nn_download(m, GK_NN_PARAMS | (dp->hshard ? 0 : GK_NN_GRADS), err) < 0)
 		return -1;
 	float *g = gk_nn_grads(m);
 	if (dp->hshard) { /* ZeRO-2: the shard from the device */

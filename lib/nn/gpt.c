@@ -581,7 +581,9 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->nflat = (m->nparams + k - 1) / k * k;
 	m->params = o->lazy_params && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy_p) :
 		    falloc(m->nflat, &m->mem.parameters);
-	m->grads = o->lazy_grads && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy) :
+	/* a GPU's bucket_grads: the host mirror is never written either */
+	m->grads = (o->device != GK_NN_CUDA ? o->lazy_grads : o->bucket_grads) ?
+		   lazy_alloc(m, &m->lazy) :
 		   falloc(m->nflat, &m->mem.gradients);
 	if (!m->params || !m->grads) {
 		gk_err_sys(err, ENOMEM, "model parameters (%zu MiB)",

@@ -538,6 +538,19 @@ float *gk_nn_work_grads(gk_nn_model *m)
 	return m->cu ? gk_nn_cuda_grads(m) : m->grads;
 }
 
+int gk_nn_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb, size_t nslot,
+		       gk_err *err)
+{
+	if (!m->cu)
+		return gk_errf(err, "gradient buckets: the model is on the CPU (lazy_grads)");
+	return gk_nn_cuda_grad_buckets(m, head, lo, nb, nslot, err);
+}
+
+float *gk_nn_grad_at(gk_nn_model *m, size_t off)
+{
+	return m->cu ? gk_nn_cuda_grad_at(m, off) : m->grads + off;
+}
+
 void *gk_nn_stream(const gk_nn_model *m)
 {
 	return m->cu ? gk_nn_cuda_stream(m) : NULL;

@@ -47,6 +47,11 @@ struct gk_nn_cuda {
 	void *ws;
 
 	float *p, *g;          /* master parameters, gradients (f32) */
+	/* bucket_grads (gk_nn_cuda_grad_buckets): g holds [0, ghead) only,
+	 * and bucket b above it, [blo[b], blo[b - 1]), is in slot[b % nslot] */
+	size_t ghead, nbk, nslot, slot_len;
+	size_t *blo;
+	float *slot[GK_NN_CU_SLOTS];
 	void *pw;              /* working copy in dt (== p in f32) */
 	float *mom, *vel;      /* AdamW moments, from the first update */
 	size_t mlo, mhi;       /* the parameters they cover */
@@ -144,9 +149,10 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	m->fchg_per_layer = m->o.recompute == GK_NN_RECOMPUTE_NONE;
 	gk_nn_cuda_layout(m, cu->fused, sz, ss, &plan);
 
-	/* nflat: the flat multiple's tail, zeroed at creation */
+	/* nflat: the flat multiple's tail, zeroed at creation; bucket_grads:
+	 * no gradients until gk_nn_cuda_grad_buckets */
 	if (!(cu->p = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_PARAMS, err)) ||
-	    !(cu->g = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err)))
+	    (!m->o.bucket_grads && !(cu->g = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err))))
 		return -1;
 	if (cu->dt == GK_DT_F32)
 		cu->pw = cu->p;
@@ -222,6 +228,34 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	return 0;
 }
 
+/*
+ * The embedding's backward launched once now, on scratch, while nothing
+ * is in flight. A kernel's first launch loads its module, which under
+ * CUDA's lazy loading may synchronize the context (lib/comm's
+ * comm_nccl.c, preload, says more; the emulation does): the encoder's
+ * backward is the last kernel of the first backward, and with buckets cut
+ * at layers (ZeRO-2 on a GPU) the blocks' buckets are in flight behind
+ * it, so its first launch would wait for them, where no watchdog sees a
+ * peer that stopped. Every other kernel of backward has run once before
+ * the first bucket is complete.
+ */
+static int preload(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	size_t C = (size_t)m->c.hidden;
+	cu->h_start[0] = 0;
+	cu->h_start[1] = 1;
+	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, C * cu->es, cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->uniq, 0, sizeof(int32_t), cu->s), err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->pos, 0, sizeof(int32_t), cu->s), err) < 0 ||
+	    gk_cuda_copy(cu->start, cu->h_start, 2 * sizeof(int32_t), cu->s, err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->colsum, 0, 2 * C * sizeof(float), cu->s), err) < 0)
+		return -1;
+	/* one token at one position, into the column sums' scratch */
+	return gk_nn_cu_encoder_bwd(cu->colsum, cu->colsum + C, cu->dres, cu->dt, cu->uniq,
+				    cu->start, cu->pos, 1, 1, 1, (int)C, cu->s, err);
+}
+
 int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 {
 	if (gk_cuda_probe(NULL, err) < 0) {
@@ -243,10 +277,10 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
 			   WS_BYTES, cu->s, err) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
-	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
-			  err) < 0 ||
+	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
+				    err) < 0) ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, m->nflat * 4, cu->s),
-			  err) < 0)
+			  err) < 0 || preload(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
@@ -269,6 +303,7 @@ void gk_nn_cuda_free(gk_nn_model *m)
 	free(cu->h_pos);
 	free(cu->h_count);
 	free(cu->h_loss);
+	free(cu->blo);
 	free(m->logits);
 	free(m->tokens);
 	free(m->targets);
@@ -291,6 +326,89 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
 	out->optimizer = cu->bytes[GK_CUDA_MEM_OPTIM];
 }
 
+/* ---- gradients in buckets (bucket_grads) ----------------------------------------- */
+
+static int no_full_grads(gk_err *err)
+{
+	return gk_errf(err, "the model's gradients on the GPU are in buckets (ZeRO-2): "
+		       "there is no buffer of all of them to copy, sum or update from");
+}
+
+/*
+ * What a kernel of backward may write as one piece lies in one buffer:
+ * the buckets above head are cut at layers (gk_nn_grad_buckets), so a
+ * tensor's start says its bucket and the whole tensor is in it.
+ */
+float *gk_nn_cuda_grad_at(gk_nn_model *m, size_t off)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu->blo || off < cu->ghead)
+		return cu->g + off;
+	size_t b = 0;
+	while (b + 1 < cu->nbk && cu->blo[b] > off)
+		b++;
+	return cu->slot[b % cu->nslot] + (off - cu->blo[b]);
+}
+
+/* is x an edge a bucket above head may have: a layer's, the final norm's, the end */
+static int layer_edge(const gk_nn_model *m, size_t x)
+{
+	if (x == m->nparams || x == m->lnfw)
+		return 1;
+	for (int l = 0; l < (int)m->c.layers; l++) {
+		size_t lo, hi;
+		gk_nn_block_range(m, l, &lo, &hi);
+		if (x == lo || x == hi)
+			return 1;
+	}
+	return 0;
+}
+
+int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
+			    size_t nslot, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!m->o.bucket_grads || cu->blo)
+		return gk_errf(err, "gradient buckets on the GPU: the model was not made for "
+			       "them (bucket_grads), or has them already");
+	if (nslot < 1 || nslot > GK_NN_CU_SLOTS || nb == 0 || head > m->nparams)
+		return gk_errf(err, "gradient buckets on the GPU: %zu buffers (1 to %d) for %zu "
+			       "buckets over %zu of %zu gradients", nslot, GK_NN_CU_SLOTS, nb,
+			       head, m->nparams);
+	size_t len = 0;
+	for (size_t b = 0; b < nb; b++) {
+		size_t hi = b ? lo[b - 1] : m->nparams;
+		if (lo[b] >= hi || (b + 1 == nb && lo[b] != 0))
+			return gk_errf(err, "gradient buckets on the GPU: bucket %zu, [%zu, %zu), "
+				       "does not continue the ones above it down to 0", b, lo[b],
+				       hi);
+		if (lo[b] < head && hi > head)
+			return gk_errf(err, "gradient buckets on the GPU: bucket %zu, [%zu, %zu), "
+				       "crosses the embeddings' end %zu", b, lo[b], hi, head);
+		if (lo[b] >= head && (!layer_edge(m, lo[b]) || !layer_edge(m, hi)))
+			return gk_errf(err, "gradient buckets on the GPU: bucket %zu, [%zu, %zu), "
+				       "cuts a layer", b, lo[b], hi);
+		if (lo[b] >= head && hi - lo[b] > len)
+			len = hi - lo[b];
+	}
+	if (!(cu->blo = malloc(nb * sizeof(*cu->blo))))
+		return gk_err_sys(err, ENOMEM, "gradient buckets on the GPU");
+	memcpy(cu->blo, lo, nb * sizeof(*cu->blo));
+	cu->nbk = nb;
+	cu->ghead = head;
+	cu->nslot = len ? nslot : 0;
+	cu->slot_len = len;
+	/* at least one float, so that g is never NULL */
+	if (!(cu->g = dalloc(cu, (head ? head : 1) * 4, GK_CUDA_MEM_GRADS, err)))
+		return -1;
+	for (size_t k = 0; k < cu->nslot; k++)
+		if (!(cu->slot[k] = dalloc(cu, len * 4, GK_CUDA_MEM_GRADS, err)))
+			return -1;
+	if (cu->nslot == 0)
+		cu->nslot = 1, cu->slot[0] = cu->g; /* every bucket under head */
+	return gk_nn_cuda_zero_grad(m, err) < 0 ? -1 : gk_cuda_stream_sync(cu->s, err);
+}
+
 /* ---- transfers ----------------------------------------------------------------- */
 
 int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
@@ -299,6 +417,8 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 	if (!cu)
 		return 0;
 	size_t n = m->nparams;
+	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
+		return no_full_grads(err);
 	if (what & GK_NN_GRADS) {
 		memcpy(cu->pin, m->grads, n * 4);
 		if (gk_cuda_copy(cu->g, cu->pin, n * 4, cu->s, err) < 0)
@@ -323,6 +443,8 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	if (!cu)
 		return 0;
 	size_t n = m->nparams * 4;
+	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
+		return no_full_grads(err);
 	if (what & GK_NN_PARAMS) {
 		if (gk_cuda_copy(cu->pin, cu->p, n, cu->s, err) < 0)
 			return -1;
@@ -656,7 +778,6 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
 	const char *p = cu->pw;
-	float *g = cu->g;
 	size_t es = cu->es;
 	dacts a;
 	layer_acts(m, l, &a);
@@ -670,26 +791,28 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 			return -1;
 	}
 #define W(off) (p + (off) * es)
-	if (mm_bwd(m, cu->dfc, g + o->fcprojw, g + o->fcprojb, cu->dres,
+#define G(off) gk_nn_cuda_grad_at(m, off)
+	if (mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), cu->dres,
 		   a.fchg, W(o->fcprojw), N, 4 * C, C, err) < 0 ||
 	    gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
 			      err) < 0 ||
-	    mm_bwd(m, cu->dln, g + o->fcw, g + o->fcb, cu->dfc, a.ln2,
+	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, a.ln2,
 		   W(o->fcw), N, C, 4 * C, err) < 0 ||
-	    gk_nn_cu_layernorm_bwd(cu->dres, g + o->ln2w, g + o->ln2b,
+	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln2w), G(o->ln2b),
 				   cu->colsum, cu->dln, a.res2, W(o->ln2w),
 				   a.ln2m, a.ln2r, cu->dt, N, C, cu->s,
 				   err) < 0 ||
-	    mm_bwd(m, cu->datty, g + o->attprojw, g + o->attprojb, cu->dres,
+	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), cu->dres,
 		   a.atty, W(o->attprojw), N, C, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
-	    mm_bwd(m, cu->dln, g + o->qkvw, g + o->qkvb, cu->dqkv, a.ln1,
+	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, a.ln1,
 		   W(o->qkvw), N, C, 3 * C, err) < 0 ||
-	    gk_nn_cu_layernorm_bwd(cu->dres, g + o->ln1w, g + o->ln1b,
+	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln1w), G(o->ln1b),
 				   cu->colsum, cu->dln, a.in, W(o->ln1w),
 				   a.ln1m, a.ln1r, cu->dt, N, C, cu->s,
 				   err) < 0)
 		return -1;
+#undef G
 #undef W
 	return 0;
 }
@@ -715,16 +838,16 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
 	const char *p = cu->pw;
-	float *g = cu->g;
 	m->have_fwd = 0; /* the logits become dlogits */
 
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
 	gk_nn_gemm gi = {.M = N, .N = C, .K = Vp, .A = cu->logits, .lda = Vp,
 			 .B = p + m->wte * es, .ldb = C, .D = cu->dln, .ldd = C,
 			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+	float *gwte = gk_nn_cuda_grad_at(m, m->wte);
 	gk_nn_gemm gw = {.ta = 1, .M = Vp, .N = C, .K = N, .A = cu->logits,
-			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = g + m->wte,
-			 .ldd = C, .C = g + m->wte, .alpha = 1.0f, .batch = 1,
+			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = gwte,
+			 .ldd = C, .C = gwte, .alpha = 1.0f, .batch = 1,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
 	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
 	if (gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt, dloss, N,
@@ -733,7 +856,8 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)N * C * es,
 					  cu->s), err) < 0 ||
-	    gk_nn_cu_layernorm_bwd(cu->dres, g + m->lnfw, g + m->lnfb,
+	    gk_nn_cu_layernorm_bwd(cu->dres, gk_nn_cuda_grad_at(m, m->lnfw),
+				   gk_nn_cuda_grad_at(m, m->lnfb),
 				   cu->colsum, cu->dln, last, p + m->lnfw * es,
 				   cu->lnfm, cu->lnfr, cu->dt, N, C, cu->s,
 				   err) < 0 ||
@@ -743,7 +867,7 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		if (block_bwd(m, l, err) < 0 ||
 		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0)
 			return -1;
-	if (gk_nn_cu_encoder_bwd(g + m->wte, g + m->wpe, cu->dres, cu->dt,
+	if (gk_nn_cu_encoder_bwd(gwte, gk_nn_cuda_grad_at(m, m->wpe), cu->dres, cu->dt,
 				 cu->uniq, cu->start, cu->pos, cu->nb, B, T, C,
 				 cu->s, err) < 0 ||
 	    notify(m, ready, ctx, 0, err) < 0)
@@ -763,8 +887,19 @@ void *gk_nn_cuda_stream(const gk_nn_model *m)
 
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
 {
-	return GK_CUDA_CHECK(cudaMemsetAsync(m->cu->g, 0, m->nparams * 4,
-					     m->cu->s), err);
+	struct gk_nn_cuda *cu = m->cu;
+	if (!m->o.bucket_grads)
+		return GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nparams * 4, cu->s), err);
+	if (!cu->blo) /* no buckets yet */
+		return 0;
+	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, (cu->ghead ? cu->ghead : 1) * 4, cu->s),
+			  err) < 0)
+		return -1;
+	for (size_t k = 0; k < cu->nslot && cu->slot_len; k++)
+		if (GK_CUDA_CHECK(cudaMemsetAsync(cu->slot[k], 0, cu->slot_len * 4, cu->s),
+				  err) < 0)
+			return -1;
+	return 0;
 }
 
 /* ---- the optimizer step -------------------------------------------------------- */
@@ -788,6 +923,8 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 		return gk_errf(err, "gradient norm on the GPU: the model is on "
 			       "the CPU (gk_nn_sumsq)");
 	double s;
+	if (m->o.bucket_grads)
+		return no_full_grads(err);
 	if (gk_nn_cuda_sumsq(m, m->cu->g, m->nparams, &s, err) < 0)
 		return -1;
 	*norm = sqrt(s);
@@ -804,6 +941,8 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 			       "(gk_nn_adamw_step)");
 	if (moments_alloc(m, lo, hi, err) < 0)
 		return -1;
+	if (!g && m->o.bucket_grads)
+		return no_full_grads(err);
 	if (!g)
 		g = cu->g + lo;
 	gk_nn_adamw_k k;

@@ -53,6 +53,17 @@ float *gk_nn_cuda_grads(gk_nn_model *m)
 	return NULL;
 }
 
+int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
+			    size_t nslot, gk_err *err)
+{
+	return gk_errf(err, "gradient buckets on the GPU: gpukit was built without CUDA");
+}
+
+float *gk_nn_cuda_grad_at(gk_nn_model *m, size_t off)
+{
+	return NULL;
+}
+
 void *gk_nn_cuda_stream(const gk_nn_model *m)
 {
 	return NULL;

@@ -183,6 +183,13 @@ typedef struct gk_nn_opts {
 				       * shard); gk_nn_memory and gk_nn_plan
 				       * count it 0, or under pp the stage's
 				       * range (a pipeline stage's gradients) */
+	int bucket_grads;             /* CUDA: no gradient buffer of the whole
+				       * model on the device (ZeRO-2, whose rank
+				       * keeps only its shard): backward writes
+				       * into the buffers gk_nn_grad_buckets
+				       * makes, which must be called before the
+				       * first backward; the host mirror is
+				       * mapped and never written */
 	int tp, tp_rank;              /* tensor parallelism (tp.c): 0 or 1 none;
 				       * else this rank's place in a group of tp
 				       * ranks, each holding its slices of the
@@ -607,6 +614,25 @@ int gk_nn_upload(gk_nn_model *m, int what, gk_err *err);
 int gk_nn_download(gk_nn_model *m, int what, gk_err *err);
 float *gk_nn_work_params(gk_nn_model *m);
 float *gk_nn_work_grads(gk_nn_model *m);
+/*
+ * A GPU model made with bucket_grads: where backward writes the gradients.
+ * [0, head) (the embeddings, which backward writes first through the tied
+ * head and last in the encoder) stays in one buffer for the whole of
+ * backward; above it bucket b, [lo[b], lo[b - 1]) (lo[-1] the model's
+ * nparams; b from 0, the last elements, as lib/comm's gradient buckets
+ * count them, descending), is in buffer b % nslot of nslot, each of the
+ * largest such bucket. A bucket above head must hold whole layers (its
+ * edges among gk_nn_block_range's, the final norm's start, nparams), so
+ * that every tensor backward writes lies in one buffer; the buffers start
+ * zero, and whoever reduces a bucket zeroes it before its buffer's next
+ * bucket is written (lib/comm's retire does). Counted as the model's
+ * gradients. gk_nn_grad_at gives where element off of the flat layout
+ * is written (a bucket's start for the reduction). -1 on a CPU model or
+ * bad buckets.
+ */
+int gk_nn_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb, size_t nslot,
+		       gk_err *err);
+float *gk_nn_grad_at(gk_nn_model *m, size_t off);
 /* The stream (a cudaStream_t) every kernel of a GPU model runs on, for a
  * communicator that orders its work after backward's (comm.h, "Streams");
  * NULL on the CPU. */

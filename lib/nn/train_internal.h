@@ -367,6 +367,9 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda);
  */
 void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_bytes,
 			  int overlap, uint64_t *shard, uint64_t *transient);
+/* Before the model: whether a GPU model has its gradients in buckets
+ * (bucket_grads: ZeRO-2 over NCCL, no buffer of all of them) */
+int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda);
 /* Before the model: whether its parameter buffer is lazy_params (ZeRO-3) */
 int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda);
 /*

@@ -17,17 +17,6 @@
 #include "nn/train_internal.h"
 
 /*
- * The ZeRO stage whose model states a rank holds: a GPU's ZeRO-2 reduces
- * into its shard, but its model's backward writes the full gradient
- * buffer in device memory, which stays (ZeRO-1's states; the shard is
- * counted as comm).
- */
-static int zero_kept(const gk_nn_trainer *t)
-{
-	return t->cuda && t->o.zero == 2 ? 1 : t->o.zero;
-}
-
-/*
  * The model states (parameters, gradients, AdamW's moments of the model's
  * Psi parameters, the moments sharded over the world under ZeRO-1) as
  * lib/mem computes them for this run, so that gpu-train and mem-estimate
@@ -44,7 +33,7 @@ static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_s
 	gk_mem_train mt = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
 			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
 			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
-			   .precision = GK_DT_F32, .zero = t->dp->shard ? zero_kept(t) : 0,
+			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
 			   .dp = t->grid.dp, .tp = t->grid.tp, .sp = t->o.seq_par, .pp = t->grid.pp,
 			   .stage = t->grid.pp_rank, .recompute = GK_MEM_RC_NONE,
 			   .offload = t->dp->off || t->dp->host_update};
@@ -121,7 +110,9 @@ static void account(gk_nn_trainer *t)
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters */
 		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
-		b[GK_MEM_GRADIENTS] = 4 * psi;
+		/* ZeRO-2 keeps its shard of the f32 gradients */
+		b[GK_MEM_GRADIENTS] = t->dp->zero2 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
+						   : 4 * psi;
 		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->grid.dp)
 						   : 8 * psi;
 		/* offloaded: in host memory, none on the device */
@@ -149,11 +140,26 @@ static void account(gk_nn_trainer *t)
 	 * counted as comm.
 	 */
 	uint64_t live = 0;
-	if (t->dp->zero2 && t->cuda) /* the shard, beside the full buffer (zero_kept) */
-		live = ((uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float) + 63) / 64 * 64;
-	else if (t->dp->zero2)
+	if (t->dp->zero2 && t->cuda) {
+		/*
+		 * A GPU's: the model's bucket buffers (the embeddings' and
+		 * those in flight, gk_nn_grad_buckets) are the live pages, and
+		 * the shard, from the gradients' communicator, what it keeps;
+		 * offloaded, lib/mem streams the gradients to the host, and
+		 * the shard on the device is comm too.
+		 */
+		uint64_t shard = ((uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float) + 63) /
+				 64 * 64;
+		live = mm.gradients;
+		mm.gradients = shard;
+		if (t->dp->host_update) {
+			live += shard;
+			mm.gradients = b[GK_MEM_GRADIENTS];
+		}
+	} else if (t->dp->zero2) {
 		gk_nn_dp_zero2_bytes(t->dp->Np, t->grid.dp, zero2_head(t), t->o.bucket_bytes,
 				     t->dp->overlap, &mm.gradients, &live);
+	}
 	/*
 	 * ZeRO-3: the parameters a rank keeps are its range (lib/mem's 4 Psi
 	 * / N); the lazily mapped full buffer holds, during a step, the
@@ -602,13 +608,27 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		*host += gk_comm_compress_scratch(t->o.compress, per);
 	*dev = 0;
 	if (t->cuda) {
-		/* ZeRO-2 on a GPU: ZeRO-1's states and the shard (zero_kept) */
-		int z2 = zero == 2 && t->grid.dp > 1;
-		gk_mem_train mt = mem_train(t, rc, batch, z2 ? 1 : zero);
+		/*
+		 * ZeRO-2 on a GPU: lib/mem's figures (the shard, two buckets)
+		 * and the model's gradient buffers besides (gk_nn_grad_buckets):
+		 * the embeddings' (with the final norm's, an upper bound) and
+		 * three buffers, one without overlap, each of a bucket or a
+		 * block, whichever is larger: at least what the run allocates
+		 */
+		gk_mem_train mt = mem_train(t, rc, batch, zero);
 		gk_mem_est e;
 		if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &why) < 0)
 			return -1;
-		*dev = e.total + (z2 ? (uint64_t)(nflat / (size_t)t->grid.dp) * sizeof(float) : 0);
+		*dev = e.total;
+		if (gk_nn_dp_bucket_grads(&o, t->grid.dp, t->cuda)) {
+			size_t edge, block, bucket = t->o.bucket_bytes ? t->o.bucket_bytes
+								       : (size_t)25 << 20;
+			zero3_units(t, &edge, &block);
+			*dev += (uint64_t)edge * sizeof(float) +
+				(uint64_t)(block * sizeof(float) > bucket ? block * sizeof(float)
+									  : bucket) *
+					(t->o.overlap ? 3 : 1);
+		}
 	}
 	return 0;
 }
@@ -826,6 +846,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 /* a pipeline stage maps both and touches its range only */
 			 .lazy_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda) ||
 				       t->grid.pp > 1,
+			 .bucket_grads = gk_nn_dp_bucket_grads(&t->o, t->grid.dp, t->cuda),
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
 					t->grid.pp > 1,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,

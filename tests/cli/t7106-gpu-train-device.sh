@@ -299,9 +299,11 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 # micro-steps' reduced sums are added in the shard
 # instead of the micro-steps' gradients in the buffer before one
 # reduction: within fp32 rounding (1e-6, as t7112 states on the CPU). The
-# device keeps the model's full gradient buffer: ZeRO-1's memory, and
-# the shard (params_padded / 2 floats) as comm. --offload optimizer
-# updates on the host from the shard copied down: the same files.
+# model writes its gradients into bucket buffers (the next case says how
+# many): the accounting's gradients are the shard (params_padded / 2
+# floats), its comm those buffers, and the other parts are ZeRO-1's.
+# --offload optimizer updates on the host from the shard copied down: the
+# same files.
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, norms and checkpoint bit for bit, also offloaded; with accumulation within 1e-6' '
 	data &&
 	Z="$A --steps 4 --device cuda --precision fp32 --bucket 64K" &&
@@ -321,10 +323,11 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, n
 	def start(p):
 	    return next(json.loads(l) for l in open(p) if "\"start\"" in l)
 	z1, z2 = start("g2z1.json"), start("g2z2.json")
-	shard = (z2["params_padded"] // z2["dp"] * 4 + 63) // 64 * 64
 	m1, m2 = z1["memory"], z2["memory"]
-	assert m2["comm"] - m1["comm"] == shard and m2["total"] - m1["total"] == shard, (m1, m2)
-	assert all(m1[k] == m2[k] for k in m1 if k not in ("comm", "total")), (m1, m2)
+	assert m2["gradients"] == 4 * z2["params"] // 2, (m1, m2)
+	assert m1["comm"] == 0 < m2["comm"], (m1, m2)
+	assert all(m1[k] == m2[k] for k in m1
+	           if k not in ("gradients", "padding", "comm", "total")), (m1, m2)
 	PY
 	mpi 2 $Z --zero 2 --offload optimizer --ckpt-dir g2o >g2o.json &&
 	for f in g2z2/latest/*.safetensors; do
@@ -334,6 +337,66 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, n
 	mpi 2 $Z --zero 2 --grad-accum 2 --no-overlap >g2a2.json &&
 	losses g2a1.json >g2a1.losses && losses g2a2.json >g2a2.losses &&
 	close_to g2a2.losses g2a1.losses 1e-6
+'
+
+# ZeRO-2's device memory: no buffer of the whole model's gradients
+# (lib/nn/dp.c, gk_nn_grad_buckets). At --bucket 64K (16384 floats) each of
+# the twelve blocks (12704 floats) is a bucket, the last with the final
+# norm's 64, and three buffers of the largest are used in turn (two
+# buckets in flight and one being filled; one without overlap); the
+# embeddings' gradients (wte's 384 rows and wpe's 33 of 32), which
+# backward writes first (the tied head) and last (the encoder), have one
+# of their own. The sizes below are counted from the shapes, not read
+# from the run. What the emulation's runtime counts (CUEMU_MEM_LOG: each
+# rank's most device memory at once) falls from ZeRO-1's by the whole
+# buffer less the shard and those buffers, as the start line accounts
+# (gradients: the shard, mem-estimate --zero 2's; comm: the buffers);
+# ZeRO-0's losses and model file, bit for bit (2 ranks: a sum of two, in
+# any order). On a GPU only the losses are compared.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2: bucket buffers in device memory, not the whole gradient, as accounted; ZeRO-0'"'"'s losses and model bit for bit' '
+	data &&
+	Z="$A --layers 12 --steps 2 --device cuda --precision fp32 --bucket 64K" &&
+	for z in 0 1 2 2n; do
+		o= && test $z != 2n || o=--no-overlap &&
+		rm -rf mem$z.* b2z$z &&
+		(CUEMU_MEM_LOG=$PWD/mem$z && export CUEMU_MEM_LOG &&
+		 mpi 2 $Z --zero ${z%n} $o --ckpt-dir b2z$z >b2z$z.json) &&
+		losses b2z$z.json >b2z$z.losses || return 1
+	done &&
+	test $(wc -l <b2z2.losses) = 2 &&
+	test_cmp b2z0.losses b2z2.losses &&
+	test_cmp b2z0.losses b2z2n.losses &&
+	cmp b2z0/latest/model.safetensors b2z2/latest/model.safetensors &&
+	mem-estimate --config b2z2/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--zero 2 --dp 2 --bucket 64K --json >b2me.json &&
+	python3 - "$GK_CUEMU" <<-\PY
+	import glob, json, sys
+	def start(p):
+	    return next(json.loads(l) for l in open(p) if "\"start\"" in l)
+	C, L, block = 32, 12, 12 * 32 * 32 + 13 * 32
+	head = (384 + 33) * C                 # wte (vocab 257 padded) and wpe
+	n = head + L * block + 2 * C          # and the final norm
+	z1, z2, zn = start("b2z1.json"), start("b2z2.json"), start("b2z2n.json")
+	assert z2["params_padded"] == n and n % 2 == 0, (z2, n)
+	largest = block + 2 * C               # the last block with the final norm
+	bufs = {"b2z2": 4 * (head + 3 * largest), "b2z2n": 4 * (head + largest)}
+	shard = 4 * n // 2
+	me = json.load(open("b2me.json"))["bytes"]
+	for z, s in (("b2z2", z2), ("b2z2n", zn)):
+	    m1, m2 = z1["memory"], s["memory"]
+	    assert m2["gradients"] == me["gradients"] == 4 * s["params"] // 2, (m2, me)
+	    assert m2["comm"] == bufs[z], (z, m2, bufs[z])
+	    saved = 4 * n - shard - bufs[z]
+	    assert m1["total"] - m2["total"] == saved + m1["checkpoint"] - m2["checkpoint"], (m1, m2)
+	    if sys.argv[1]:
+	        # each rank of ZeRO-1 against the same rank of ZeRO-2: the
+	        # ranks allocate alike (their ranges are equal)
+	        peak = lambda p: sorted(int(open(f).read().split()[1]) for f in glob.glob(p + ".*"))
+	        p1, p2 = peak("mem1"), peak("mem" + z[3:])
+	        assert len(p1) == len(p2) == 2, (p1, p2)
+	        assert all(a - b == saved for a, b in zip(p1, p2)), (p1, p2, saved)
+	        assert saved > 0
+	PY
 '
 
 # The watchdog and abort paths over the emulation's NCCL: a rank whose

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <deque>
 #include <map>
@@ -772,6 +773,31 @@ cudaError_t cudaDeviceSynchronize(void)
 
 /* ---- memory ---- */
 
+/*
+ * CUEMU_MEM_LOG=PATH: the most device memory this process has held at once
+ * (cudaMalloc's bytes, as asked), written to PATH.<pid> at each new high,
+ * so that a test can compare what a run allocates with what it accounts.
+ */
+static size_t dev_used, dev_peak;
+
+static void mem_high(void)
+{
+	if (dev_used <= dev_peak)
+		return;
+	dev_peak = dev_used;
+	const char *log = getenv("CUEMU_MEM_LOG");
+	if (!log || !*log)
+		return;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s.%ld", log, (long)getpid());
+	FILE *f = fopen(path, "w");
+	if (!f)
+		cuemu::fail("CUEMU_MEM_LOG: cannot write '%s'", path);
+	fprintf(f, "peak %zu\n", dev_peak);
+	if (fclose(f) != 0)
+		cuemu::fail("CUEMU_MEM_LOG: cannot write '%s'", path);
+}
+
 cudaError_t cudaMalloc(void **p, size_t n)
 {
 	LOCK;
@@ -784,6 +810,8 @@ cudaError_t cudaMalloc(void **p, size_t n)
 	/* not zero: a read before a write must not look initialised */
 	memset(m, 0xa5, n);
 	dev_mem[(uintptr_t)m] = n;
+	dev_used += n;
+	mem_high();
 	*p = m;
 	return cudaSuccess;
 }
@@ -817,6 +845,7 @@ cudaError_t cudaFree(void *p)
 	if (it == dev_mem.end())
 		cuemu::fail("cudaFree(%p): not the start of a live device allocation (%s memory)",
 			    p, mem_kind(p));
+	dev_used -= it->second;
 	dev_mem.erase(it);
 	free(p);
 	return cudaSuccess;

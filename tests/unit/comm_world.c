@@ -474,6 +474,77 @@ static void test_allgatherv(void)
 	   "holds every piece, world %d", N);
 }
 
+/*
+ * ZeRO-2 with no buffer of all the gradients (gk_comm_grads_cuts and
+ * _place, a GPU's bucket buffers): buckets above below only at the
+ * allowed boundaries (as many pieces as fit in the bucket, or one piece
+ * larger than it), below it on multiples of align, never across it; each
+ * bucket's gradients read where at() puts them (a ring of two buffers
+ * above below, reused as soon as the bucket two before is retired), and
+ * the shard the world's sum / N, exactly (small integers).
+ */
+typedef struct {
+	size_t below, *lo, nb, n;
+	float *head, *ring[2];
+} placed;
+
+static float *placed_at(size_t lo, void *ctx)
+{
+	placed *p = ctx;
+	if (lo < p->below)
+		return p->head + lo;
+	size_t b = 0;
+	while (p->lo[b] != lo)
+		b++;
+	return p->ring[b % 2];
+}
+
+static void test_placed(void)
+{
+	enum { n = 1000 };
+	static const size_t cut1[] = {200, 450, 460, 700, 1000}, want1[] = {700, 450, 200, 0};
+	static const size_t cut2[] = {100, 600, 1000}, want2[] = {600, 100, 0};
+	const size_t *cuts[2] = {cut1, cut2}, ncut[2] = {5, 3}, *want[2] = {want1, want2};
+	const size_t nwant[2] = {4, 3};
+	size_t per = (n + (size_t)N - 1) / (size_t)N;
+	float *shard = malloc(per * 4), *ring = malloc(2 * n * 4), *head = malloc(n * 4);
+	for (int k = 0; k < 2; k++) {
+		gk_comm_grads *gr;
+		placed p = {.below = cuts[k][0], .n = n, .head = head, .ring = {ring, ring + n}};
+		int good = shard && ring && head &&
+			   gk_comm_grads_new(&gr, C, NULL, n, 300 * 4, NULL, NULL) == 0 &&
+			   gk_comm_grads_cuts(gr, cuts[k], ncut[k], cuts[k][0], NULL) == 0 &&
+			   gk_comm_grads_partition(gr, shard, per, 50, 1, NULL, NULL, NULL) == 0;
+		size_t nb = good ? gk_comm_grads_buckets(gr) : 0, lo[8], hi;
+		good &= nb == nwant[k];
+		for (size_t b = 0; good && b < nb; b++) {
+			gk_comm_grads_bucket(gr, b, &lo[b], &hi);
+			good &= lo[b] == want[k][b] && hi == (b ? lo[b - 1] : n);
+		}
+		p.lo = lo, p.nb = nb;
+		if (good)
+			gk_comm_grads_place(gr, placed_at, &p);
+		/* backward: each bucket written where at() says, as it comes */
+		for (size_t b = 0; good && b < nb; b++) {
+			hi = b ? lo[b - 1] : n;
+			float *w = placed_at(lo[b], &p);
+			for (size_t i = lo[b]; i < hi; i++)
+				w[i - lo[b]] = (float)((R + 1) * (int)(i % 11));
+			good &= gk_comm_grads_ready(gr, lo[b], NULL) == 0;
+		}
+		good &= good && gk_comm_grads_finish(gr, NULL) == 0;
+		for (size_t i = (size_t)R * per; good && i < (size_t)(R + 1) * per && i < n; i++)
+			good &= shard[i - (size_t)R * per] ==
+				(float)((int)(i % 11) * N * (N + 1) / 2) / (float)N;
+		if (nb)
+			gk_comm_grads_free(gr);
+		ok(all(good), "placed ZeRO-2 buckets (cuts %s): at the allowed boundaries, read "
+		   "from a ring of two buffers, the shard the world's sum / %d",
+		   k ? "wider than a bucket" : "within a bucket", N);
+	}
+	free(shard), free(ring), free(head);
+}
+
 /* what ZeRO-2's buckets hand back, in order */
 typedef struct {
 	size_t next, align, calls;
@@ -949,6 +1020,7 @@ int main(void)
 	test_reduce();
 	test_nonblocking();
 	test_grads();
+	test_placed();
 	test_scatterv();
 	test_allgatherv();
 	test_partition();

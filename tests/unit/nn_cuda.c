@@ -559,6 +559,102 @@ out:
 }
 
 /*
+ * bucket_grads (ZeRO-2 on a GPU): backward writes into the embeddings'
+ * buffer and one bucket buffer, reused by each block's bucket in turn; a
+ * ready callback plays lib/comm's retire, copying each bucket out and
+ * zeroing its buffer as soon as its layers are done. The gradients so
+ * collected are those of a model with the full buffer, bit for bit (the
+ * same kernels on the same inputs), on two steps (the second finding
+ * zeros where the first wrote), and the memory is the buffers'.
+ */
+typedef struct collect {
+	gk_nn_model *m;
+	const size_t *lo;
+	size_t nb, next, n;
+	float *out;
+	const float *zero;
+	int rc;
+} collect;
+
+static int collect_cb(size_t off, void *ctx, gk_err *err)
+{
+	collect *c = ctx;
+	for (; c->next < c->nb && c->lo[c->next] >= off; c->next++) {
+		size_t a = c->lo[c->next], e = c->next ? c->lo[c->next - 1] : c->n;
+		float *d = gk_nn_grad_at(c->m, a);
+		if (gk_cuda_copy(c->out + a, d, (e - a) * 4, gk_nn_cuda_stream(c->m), err) < 0 ||
+		    gk_cuda_copy(d, c->zero, (e - a) * 4, gk_nn_cuda_stream(c->m), err) < 0 ||
+		    gk_cuda_stream_sync(gk_nn_cuda_stream(c->m), err) < 0)
+			return c->rc = -1;
+	}
+	return 0;
+}
+
+static void test_buckets(void)
+{
+	gk_err err = {0};
+	gk_nn_config c = cfg();
+	gk_nn_opts o = {.batch = B, .seq = T, .threads = 1, .device = GK_NN_CUDA,
+			.precision = GK_NN_FP32, .bucket_grads = 1};
+	gk_nn_model *full = model(GK_NN_CUDA, GK_NN_FP32, &err), *bk = NULL;
+	if (!ok(full && gk_nn_new(&bk, &c, &o, &err) == 0, "a model with bucket_grads%s%s",
+		err.msg[0] ? ": " : "", err.msg))
+		goto out;
+	gk_nn_init(bk, 7);
+	size_t n = gk_nn_nparams(bk), head, b1, x;
+	gk_nn_block_range(bk, 0, &head, &b1);
+	gk_nn_block_range(bk, 1, &b1, &x);
+	gk_nn_mem mem;
+	gk_nn_memory(bk, &mem);
+	ok(mem.gradients == 0, "no gradients on the device before the buckets (%llu bytes)",
+	   (unsigned long long)mem.gradients);
+	gk_err e2 = {0};
+	size_t cut[3] = {b1, head + 16, 0};
+	ok(gk_nn_grad_buckets(bk, head, cut, 3, 1, &e2) < 0 && strstr(e2.msg, "cuts a layer"),
+	   "a bucket that cuts a layer refused: %s", e2.msg);
+	e2.msg[0] = 0;
+	ok(gk_nn_grad_buckets(full, head, cut, 3, 1, &e2) < 0 &&
+	   strstr(e2.msg, "not made for them"), "buckets for a full buffer refused: %s", e2.msg);
+	/* block 1 with the final norm, block 0, the embeddings: one buffer */
+	size_t lo[3] = {b1, head, 0};
+	float *out = calloc(n, 4), *zero = calloc(n, 4), *ref = NULL;
+	int rc = gk_nn_cuda_upload(bk, GK_NN_PARAMS, &err) == 0 &&
+		 gk_nn_grad_buckets(bk, head, lo, 3, 1, &err) == 0;
+	gk_nn_memory(bk, &mem);
+	ok(rc && mem.gradients == 4 * (head + (n - b1)),
+	   "the device holds the embeddings' and one bucket's gradients (%llu bytes of %zu)%s%s",
+	   (unsigned long long)mem.gradients, 4 * n, err.msg[0] ? ": " : "", err.msg);
+	for (int step = 0; step < 2 && rc; step++) {
+		int32_t tok[B * T], tgt[B * T];
+		float l1, l2;
+		collect cc = {.m = bk, .lo = lo, .nb = 3, .n = n, .out = out, .zero = zero};
+		batch(tok, tgt, step);
+		gk_nn_zero_grad(full);
+		rc = gk_nn_forward(full, tok, tgt, &l1, &err) == 0 &&
+		     gk_nn_backward(full, 1.0f, NULL, NULL, &err) == 0 &&
+		     gk_nn_cuda_download(full, GK_NN_GRADS, &err) == 0 &&
+		     gk_nn_forward(bk, tok, tgt, &l2, &err) == 0 &&
+		     gk_nn_backward(bk, 1.0f, collect_cb, &cc, &err) == 0 && cc.rc == 0 &&
+		     cc.next == 3;
+		ref = gk_nn_grads(full);
+		size_t bad = 0;
+		for (size_t i = 0; rc && i < n; i++)
+			bad += memcmp(&out[i], &ref[i], 4) != 0;
+		ok(rc && l1 == l2 && bad == 0,
+		   "step %d: the buckets' gradients are the full buffer's, bit for bit (%zu differ)%s%s",
+		   step + 1, bad, err.msg[0] ? ": " : "", err.msg);
+	}
+	e2.msg[0] = 0;
+	ok(gk_nn_cuda_download(bk, GK_NN_GRADS, &e2) < 0 && strstr(e2.msg, "in buckets"),
+	   "no full gradients to download: %s", e2.msg);
+	free(out);
+	free(zero);
+out:
+	gk_nn_free(full);
+	gk_nn_free(bk);
+}
+
+/*
  * Without a usable device (or without CUDA in the build), a CUDA model is
  * refused with the probe's reason, nothing crashes, and a CPU model
  * treats the transfers as no-ops and refuses the device-only calls.
@@ -623,5 +719,6 @@ int main(void)
 #endif
 	test_model();
 	test_ranges();
+	test_buckets();
 	return done_testing();
 }
