@@ -846,9 +846,10 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
 	o->stop_seen = &stop_seen;
-	/* tests: a slow disk (writing, checking), a step that never ends, a shorter grace, a
-	 * wait for a signal after MICRO micro-steps of step STEP, the tree
-	 * the memory check reads /proc and /sys under */
+	/* tests: a slow disk (writing, checking), a commit held until a file
+	 * exists, a step that never ends, a shorter grace, a wait for a
+	 * signal after MICRO micro-steps of step STEP, the tree the memory
+	 * check reads /proc and /sys under */
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
 	const char *check = getenv("GK_TEST_CKPT_CHECK_DELAY_MS");
 	const char *block = getenv("GK_TEST_BLOCK_STEP");
@@ -869,6 +870,7 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 		return gk_errf(err, "GK_TEST_WAIT_SIGNAL '%s': not STEP:MICRO (both 1 or more)", wait);
 	stop_grace = (unsigned)g;
 	o->mem_root = getenv("GK_TEST_MEM_ROOT");
+	o->ckpt_commit_wait = getenv("GK_TEST_CKPT_COMMIT_WAIT");
 	return test_straggler(o, err);
 }
 

@@ -198,6 +198,8 @@ typedef struct gk_nn_train_opts {
 				 * (rank 0) before committing */
 	int ckpt_check_delay_ms; /* tests: rank 0 sleeps before checking a
 				  * checkpoint it loads */
+	const char *ckpt_commit_wait; /* tests: rank 0 waits before committing
+				       * a checkpoint until this path exists */
 	const gk_err *failed;   /* an error this rank met before the trainer
 				 * (its --config unreadable on this node), or
 				 * NULL: gk_nn_trainer_new opens the world only

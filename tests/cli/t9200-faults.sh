@@ -205,19 +205,22 @@ test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
 '
 
 # A commit that fails: a directory dropped into step 2's staging
-# directory while rank 0's write and commit are slowed (hashing refuses
-# anything but regular files). Every rank learns it from the step's
-# reduction: --ckpt-error continue warns once and trains on; stop ends
-# the job with one message, the failing rank's, and no MPI_ABORT.
+# directory, whose commit rank 0 holds until the directory is there
+# (GK_TEST_CKPT_COMMIT_WAIT; hashing refuses anything but regular files).
+# Every rank learns it from the step's reduction: --ckpt-error continue
+# warns once and trains on; stop ends the job with one message, the
+# failing rank's, and no MPI_ABORT.
 bad_commit() {
-	rm -rf bad &&
-	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=1500 \
+	rm -rf bad bad.go &&
+	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_COMMIT_WAIT=bad.go \
 		gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 : \
 		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 \
 		>bad-$1.json 2>bad-$1.err & } &&
 	job=$! &&
+	test_when_finished "touch bad.go; kill \$job 2>/dev/null || :" &&
 	test_wait_for 300 "the staging directory of step 2 in bad/" staged bad 00000002 &&
 	mkdir "$st/not-a-file" &&
+	touch bad.go &&
 	{ wait $job; rc=$?; } &&
 	cat bad-$1.err
 }
