@@ -856,16 +856,20 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
 	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
 	int g = STOP_GRACE_S;
-	/* WRITE[:COMMIT] milliseconds; COMMIT defaults to WRITE */
-	char write[32] = "";
-	const char *commit = delay ? strchr(delay, ':') : NULL;
-	if (delay)
-		snprintf(write, sizeof(write), "%.*s", (int)(commit ? commit - delay : 31), delay);
-	if ((delay && (gk_parse_int(write, 0, 3600000, &o->ckpt_delay_ms,
-				    "GK_TEST_CKPT_DELAY_MS", err) < 0 ||
-		       gk_parse_int(commit ? commit + 1 : write, 0, 3600000,
-				    &o->ckpt_commit_delay_ms, "GK_TEST_CKPT_DELAY_MS", err) < 0)) ||
-	    (check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
+	if (delay) {
+		/* WRITE[:COMMIT] milliseconds; COMMIT defaults to WRITE */
+		char write[32];
+		const char *commit = strchr(delay, ':');
+		size_t n = commit ? (size_t)(commit - delay) : strlen(delay);
+		snprintf(write, sizeof(write), "%.*s", (int)(n < sizeof(write) ? n : 0), delay);
+		if (n >= sizeof(write) ||
+		    gk_parse_int(write, 0, 3600000, &o->ckpt_delay_ms, "GK_TEST_CKPT_DELAY_MS", err) < 0 ||
+		    gk_parse_int(commit ? commit + 1 : write, 0, 3600000, &o->ckpt_commit_delay_ms,
+				 "GK_TEST_CKPT_DELAY_MS", err) < 0)
+			return gk_errf(err, "GK_TEST_CKPT_DELAY_MS '%s': not MS or WRITE_MS:COMMIT_MS "
+				       "(each 0 to 3600000)", delay);
+	}
+	if ((check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
 				   "GK_TEST_CKPT_CHECK_DELAY_MS", err) < 0) ||
 	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
 				   "GK_TEST_BLOCK_STEP", err) < 0) ||
