@@ -823,18 +823,30 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
 	o->stop = &stop_flag;
 	o->stop_seen = &stop_seen;
-	/* tests: a slow disk (writing, checking), a step that never ends, a shorter grace, a
-	 * wait for a signal after MICRO micro-steps of step STEP, the tree
-	 * the memory check reads /proc and /sys under */
+	/* tests: a slow disk (writing, checking), a commit held until a file
+	 * exists, a step that never ends, a shorter grace, a wait for a
+	 * signal after MICRO micro-steps of step STEP, the tree the memory
+	 * check reads /proc and /sys under */
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
 	const char *check = getenv("GK_TEST_CKPT_CHECK_DELAY_MS");
 	const char *block = getenv("GK_TEST_BLOCK_STEP");
 	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
 	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
 	int g = STOP_GRACE_S;
-	if ((delay && gk_parse_int(delay, 0, 3600000, &o->ckpt_delay_ms,
-				   "GK_TEST_CKPT_DELAY_MS", err) < 0) ||
-	    (check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
+	if (delay) {
+		/* WRITE[:COMMIT] milliseconds; COMMIT defaults to WRITE */
+		char write[32];
+		const char *commit = strchr(delay, ':');
+		size_t n = commit ? (size_t)(commit - delay) : strlen(delay);
+		snprintf(write, sizeof(write), "%.*s", (int)(n < sizeof(write) ? n : 0), delay);
+		if (n >= sizeof(write) ||
+		    gk_parse_int(write, 0, 3600000, &o->ckpt_delay_ms, "GK_TEST_CKPT_DELAY_MS", err) < 0 ||
+		    gk_parse_int(commit ? commit + 1 : write, 0, 3600000, &o->ckpt_commit_delay_ms,
+				 "GK_TEST_CKPT_DELAY_MS", err) < 0)
+			return gk_errf(err, "GK_TEST_CKPT_DELAY_MS '%s': not MS or WRITE_MS:COMMIT_MS "
+				       "(each 0 to 3600000)", delay);
+	}
+	if ((check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
 				   "GK_TEST_CKPT_CHECK_DELAY_MS", err) < 0) ||
 	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
 				   "GK_TEST_BLOCK_STEP", err) < 0) ||
@@ -846,6 +858,7 @@ static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 		return gk_errf(err, "GK_TEST_WAIT_SIGNAL '%s': not STEP:MICRO (both 1 or more)", wait);
 	stop_grace = (unsigned)g;
 	o->mem_root = getenv("GK_TEST_MEM_ROOT");
+	o->ckpt_commit_wait = getenv("GK_TEST_CKPT_COMMIT_WAIT");
 	return test_straggler(o, err);
 }
 

@@ -274,8 +274,12 @@ static void *job_main(void *arg)
 	int go = j->go_commit;
 	pthread_mutex_unlock(&j->mu);
 	if (go > 0) {
-		if (j->t->o.ckpt_delay_ms > 0) /* tests: a slow filesystem */
-			usleep((useconds_t)j->t->o.ckpt_delay_ms * 1000);
+		if (j->t->o.ckpt_commit_delay_ms > 0) /* tests: a slow filesystem */
+			usleep((useconds_t)j->t->o.ckpt_commit_delay_ms * 1000);
+		/* tests: the staging directory stays as it is until the test
+		 * has done what it does to it */
+		while (j->t->o.ckpt_commit_wait && access(j->t->o.ckpt_commit_wait, F_OK) < 0)
+			usleep(10000);
 		j->rc = gk_ckpt_stage_commit(j->stage, &j->err);
 		if (j->rc == 0)
 			j->stage = NULL;

@@ -198,10 +198,12 @@ typedef struct gk_nn_train_opts {
 	const char *test_gpu_bus; /* tests: a CPU run samples these GPUs through
 				   * NVML, one PCI bus id per rank, ','-separated
 				   * (a rank past the list: none) */
-	int ckpt_delay_ms;      /* tests: the writer sleeps before writing and
-				 * (rank 0) before committing */
+	int ckpt_delay_ms;      /* tests: the writer sleeps before writing */
+	int ckpt_commit_delay_ms; /* tests: rank 0 sleeps before committing */
 	int ckpt_check_delay_ms; /* tests: rank 0 sleeps before checking a
 				  * checkpoint it loads */
+	const char *ckpt_commit_wait; /* tests: rank 0 waits before committing
+				       * a checkpoint until this path exists */
 	const gk_err *failed;   /* an error this rank met before the trainer
 				 * (its --config unreadable on this node), or
 				 * NULL: gk_nn_trainer_new opens the world only

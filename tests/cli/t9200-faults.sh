@@ -214,12 +214,13 @@ test_expect_success UCX 'the same under UCX: named, exit 1, no bus error' '
 '
 
 # Rank 0 writes the whole model, the others nothing: its write alone is
-# slowed (GK_TEST_CKPT_DELAY_MS), past --timeout (more than twice it).
+# slowed (GK_TEST_CKPT_DELAY_MS=WRITE:COMMIT), past --timeout (more than
+# twice it), and its commit not at all.
 # --timeout 2, not 1: the ranks agree on the write's progress every
 # 100 ms, and a loaded machine has delayed one of those by over a second
 # (the watchdog then rightly names the rank as not answering).
 test_expect_success '--timeout: a checkpoint write longer than it is not a stopped rank' '
-	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=4500 \
+	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=4500:0 \
 		gpu-train $A --steps 2 --timeout 2 --ckpt-dir slow : \
 		-np 1 gpu-train $A --steps 2 --timeout 2 --ckpt-dir slow >w.json 2>w.err &&
 	test_must_be_empty w.err &&
@@ -228,12 +229,12 @@ test_expect_success '--timeout: a checkpoint write longer than it is not a stopp
 '
 
 # Then rank 0 alone commits it (COMMIT hashes every rank's files): a
-# commit slowed past --timeout (the hook sleeps before it too) while the
-# other rank goes on to step 4's checkpoint, whose collectives wait for
-# rank 0, is not a stopped rank either. Each checkpoint's event comes
+# commit slowed past --timeout (its write not) while the other rank goes
+# on to step 4's checkpoint, whose collectives wait for rank 0, is not a
+# stopped rank either. Each checkpoint's event comes
 # once, in order.
 test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
-	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=4500 \
+	timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=0:4500 \
 		gpu-train $A --steps 4 --ckpt-every 2 --timeout 2 --ckpt-dir slowc : \
 		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --timeout 2 --ckpt-dir slowc \
 		>c.json 2>c.err &&
@@ -245,19 +246,22 @@ test_expect_success '--timeout: a commit longer than it is not a stopped rank' '
 '
 
 # A commit that fails: a directory dropped into step 2's staging
-# directory while rank 0's write and commit are slowed (hashing refuses
-# anything but regular files). Every rank learns it from the step's
-# reduction: --ckpt-error continue warns once and trains on; stop ends
-# the job with one message, the failing rank's, and no MPI_ABORT.
+# directory, whose commit rank 0 holds until the directory is there
+# (GK_TEST_CKPT_COMMIT_WAIT; hashing refuses anything but regular files).
+# Every rank learns it from the step's reduction: --ckpt-error continue
+# warns once and trains on; stop ends the job with one message, the
+# failing rank's, and no MPI_ABORT.
 bad_commit() {
-	rm -rf bad &&
-	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_DELAY_MS=1500 \
+	rm -rf bad bad.go &&
+	{ timeout 300 mpirun --bind-to none -np 1 -x GK_TEST_CKPT_COMMIT_WAIT=bad.go \
 		gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 : \
 		-np 1 gpu-train $A --steps 4 --ckpt-every 2 --ckpt-dir bad --ckpt-error $1 \
 		>bad-$1.json 2>bad-$1.err & } &&
 	job=$! &&
+	test_when_finished "touch bad.go; kill \$job 2>/dev/null || :" &&
 	test_wait_for 300 "the staging directory of step 2 in bad/" staged bad 00000002 &&
 	mkdir "$st/not-a-file" &&
+	touch bad.go &&
 	{ wait $job; rc=$?; } &&
 	cat bad-$1.err
 }
