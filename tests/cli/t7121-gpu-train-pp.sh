@@ -359,6 +359,20 @@ test_expect_success MPI 'a rank killed mid-step: the launcher ends the grid, nam
 	! grep "\"event\":\"summary\"" kill.json
 '
 
+test_expect_success MPI 'tp 2 x pp 2, a file one rank lacks: said once, naming it by its world rank and coordinates' '
+	cat >cfg0.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+	 "vocab_size": 257, "n_positions": 33}
+	EOF
+	cp cfg0.json cfg1.json && cp cfg0.json cfg2.json &&
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 4 sh -c \
+		"exec gpu-train --data train.bin --config cfg\$OMPI_COMM_WORLD_RANK.json --seq 16 --steps 1 --tp 2 --pp 2" 2>err &&
+	cat err &&
+	test $(grep -c "^gpu-train: open .cfg3.json.: No such file or directory (1 of 4 ranks; rank 3 (dp 0, pp 1, tp 1))$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 # refusals: a usage error (2), before a step or a file
 test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
 	for o in "--zero 2" "--zero 3" "--compress bf16" "--device cuda" "--device auto" \
