@@ -107,7 +107,7 @@ static void account(gk_nn_trainer *t)
 	/* offloaded, the moments are in a file or (a GPU's) host memory:
 	 * none where the model computes */
 	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
-			   t->grid.pp > 1 ? (uint64_t)2 * (t->dp->per[0] + t->dp->per[1]) * sizeof(float) :
+			   t->dp->pp_stage >= 0 ? (uint64_t)2 * (t->dp->per[0] + t->dp->per[1]) * sizeof(float) :
 			   (uint64_t)2 * (t->dp->hi - t->dp->lo + t->dp->head) * sizeof(float);
 	/* a pipeline stage: the parameters of its range (wte on the first
 	 * and last, with its padding rows) */
@@ -456,11 +456,10 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 			       "and tensor parallelism: ZeRO 0 or 1, no compression)",
 			       o->zero > 1 ? "ZeRO-2 or 3" : "compressed gradients");
 	}
-	if (t->grid.tp > 1 && ((o->zero && t->grid.pp == 1) || o->zero > 1 ||
-				o->compress != GK_COMM_COMPRESS_NONE)) {
+	if (t->grid.tp > 1 && (o->zero > 1 || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
-		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero ? "ZeRO-1" :
-			       "compressed gradients");
+		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero > 1 ?
+			       "ZeRO-2 or 3" : "compressed gradients");
 	}
 	if (gk_nn_grid_open(&t->grid, t->comm, err) < 0)
 		return -1;
