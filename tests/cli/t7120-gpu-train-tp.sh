@@ -195,6 +195,22 @@ test_expect_success MPI 'a tp 2 x dp 2 --zero 1 checkpoint resumes in its own la
 	close_to zr1.l zone.tail 1e-5
 '
 
+test_expect_success MPI 'tp 2 x dp 2 --zero 2 = --zero 1 bit for bit (losses, parameters, moments); gradients mem-estimate --zero 2'"'"'s, the total ZeRO-1'"'"'s' '
+	mpi 4 $Z --zero 2 --bucket 4K --ckpt-dir z2 >z2.json &&
+	losses z2.json >z2.l && norms z2.json >z2.n &&
+	test_cmp z1.l z2.l && test_cmp z1.n z2.n &&
+	stcmp z2/latest/model.safetensors z1/latest/model.safetensors 0 &&
+	stcmp z2/latest/optim.safetensors z1/latest/optim.safetensors 0 &&
+	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
+	test $(mem z2.json gradients) = $(($(mem z1.json gradients) / 2)) &&
+	test $(mem z2.json total) = $(mem z1.json total) &&
+	mem-estimate --config z2/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--tp 2 --dp 2 --zero 2 --json >mez2.json &&
+	for k in parameters gradients optimizer; do
+		test $(jq .bytes.$k mez2.json) = $(mem z2.json $k) || return 1
+	done
+'
+
 # hosts faked with a UTS namespace per rank (the host is the boot id and
 # the host name): a tensor group on two hosts is warned about
 if unshare -u true 2>/dev/null; then
