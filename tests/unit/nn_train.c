@@ -114,16 +114,23 @@ static void checks(void)
 	       "check: --tp --device auto");
 	o.device = GK_NN_CPU;
 	o.zero = 1;
-	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 1 (ZeRO-1 shards the stages of a "
-	       "pipeline: with --pp)", "check: --tp --zero 1 without --pp");
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 1 without --pp");
+	o.zero = 2;
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 2 without --pp");
 	o.pp = 2;
+	o.zero = 1;
 	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 1");
 	o.zero = 2;
-	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 2", "check: --tp --pp --zero 2");
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 2");
+	o.zero = 3;
+	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 3 (ZeRO 0, 1 or 2)",
+	       "check: --tp --pp --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .zero = 1};
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 1");
+	o.zero = 2;
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 2");
 	o.zero = 3;
-	is_str(check(&o, 0, -1, 0), "--pp 3: not with --zero 3 (ZeRO 0 or 1)",
+	is_str(check(&o, 0, -1, 0), "--pp 3: not with --zero 3 (ZeRO 0, 1 or 2)",
 	       "check: --pp --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --val-data");
