@@ -362,9 +362,9 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
  * Under tensor parallelism: the whole model and moments in the layout of
  * one rank, gathered within rank 0's tensor group (the other groups hold
  * the same slices) into rank 0's copies, so that any layout resumes from
- * them. Under ZeRO-1 the moments of src are those its tensor rank's
- * pieces were put together into (gk_nn_tr_pp_collect). Called by every rank (the buffers' allocation is agreed over
- * the world first).
+ * them. Under ZeRO the moments of src are those its tensor rank's pieces
+ * were put together into (gk_nn_tr_pp_collect). Called by every rank (the
+ * buffers' allocation is agreed over the world first).
  */
 static int ckpt_gather(gk_nn_trainer *t, ckpt_job *j, float *const src[3], gk_err *err)
 {
@@ -501,7 +501,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	 * keeps them current, put together on its first stage (rank 0's copy,
 	 * or under tensor parallelism what rank 0's group gathers from) */
 	float *pc[3] = {NULL, NULL, NULL};
-	/* (a tensor group under ZeRO-1: a pipeline of one stage, dp.c) */
+	/* (a tensor group under ZeRO: a pipeline of one stage, dp.c) */
 	int pp = t->dp->pp_stage >= 0;
 	j->lo = pp ? 0 : gk_nn_dp_lo(t->dp);
 	j->n = pp ? t->N : gk_nn_dp_hi(t->dp) - j->lo;

@@ -98,9 +98,11 @@
  * apart on the first and last stage) are cut over its data-parallel group
  * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
  * into their owners after the schedule, the update is of this rank's
- * pieces, and each one all-gather of unequal pieces after it. A
- * tensor-parallel run without --pp under ZeRO-1 is a pipeline of one
- * stage: one segment, its tensor rank's slices, cut the same way.
+ * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
+ * same in buckets, each bucket's pages outside the rank's pieces given
+ * back once it is reduced (pp_shard_reduce). A tensor-parallel run
+ * without --pp under ZeRO-1 or 2 is a pipeline of one stage: one segment,
+ * its tensor rank's slices, cut the same way.
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
@@ -247,8 +249,8 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->t = t;
 	dp->host_update = t->cuda && t->o.offload_host;
 	dp->comm = dp->gcomm = t->grid.dpc;
-	/* a tensor-parallel run under ZeRO-1 is the one stage of a pipeline
-	 * of one: its slices cut over its data-parallel group by the same
+	/* a tensor-parallel run under ZeRO-1 or 2 is the one stage of a
+	 * pipeline of one: its slices cut over its data-parallel group by the same
 	 * pieces (gk_nn_dp_pp_piece), reduced, updated, gathered, put together
 	 * for a checkpoint and read back as a pipeline stage's are */
 	dp->pp_stage = t->grid.pp > 1 ? t->grid.pp_rank : t->grid.tp > 1 && t->o.zero ? 0 : -1;

@@ -9,7 +9,13 @@ checkpoints hold the whole model in the Hugging Face layout, so --resume
 goes from tp 2 to one rank, from one rank to tp 2 and from tp 2 to
 tp 2 x dp 2, each continuing the losses of the run that never stopped,
 and --init-from loads one into any layout; the per-rank model states
-equal mem-estimate --tp; a step'"'"'s tp_comm_bytes is the formula; a
+equal mem-estimate --tp; ZeRO-1 at tp 2 x dp 2 (each tensor rank'"'"'s
+slices cut over its data-parallel group) gives ZeRO-0'"'"'s losses,
+parameters and moments bit for bit and mem-estimate'"'"'s model states, and
+its checkpoint resumes in its own layout bit for bit and at dp 2 and on
+one rank within 1e-5; ZeRO-2 there gives ZeRO-1'"'"'s bits, half its
+gradients and its total; a file some ranks lack is said once, naming the
+first by its world rank and grid coordinates; a step'"'"'s tp_comm_bytes is the formula; a
 tensor group across hosts is warned about; a rank stopped in a tp 2 x
 dp 2 grid is named by its world rank, not by its number in its tensor
 or data-parallel group, in the watchdogs'"'"' messages (which say the

@@ -24,9 +24,14 @@ ZeRO-1 at pp 2 x dp 2 (each stage'"'"'s moments cut over its
 data-parallel group) gives the losses, parameters and moments of ZeRO-0
 bit for bit and half the moments on rank 0, and its checkpoint resumes
 on one rank and at dp 4 under ZeRO-1, continuing the run (in its own
-layout, bit for bit). A
+layout, bit for bit); ZeRO-2 there (ZeRO-1'"'"'s pieces reduce-scattered
+in buckets after the schedule, the rest of the gradients given back)
+gives ZeRO-1'"'"'s bits, mem-estimate --zero 2'"'"'s model states and ZeRO-1'"'"'s
+total, and its checkpoint resumes on one rank. A
 rank that stops mid-step ends the whole grid with one message naming it
-(the watchdog of --timeout), one killed ends it through the launcher;
+(the watchdog of --timeout), one killed ends it through the launcher, a
+file one rank of a tp 2 x pp 2 grid lacks is said once with its world
+rank and coordinates;
 layouts and options --pp does not take are refused with the numbers or
 the alternative.'
 . "$(dirname "$0")/lib.sh"
