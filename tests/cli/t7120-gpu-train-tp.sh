@@ -12,8 +12,8 @@ and --init-from loads one into any layout; the per-rank model states
 equal mem-estimate --tp; ZeRO-1 at tp 2 x dp 2 (each tensor rank'"'"'s
 slices cut over its data-parallel group) gives ZeRO-0'"'"'s losses,
 parameters and moments bit for bit and mem-estimate'"'"'s model states, and
-its checkpoint resumes in its own layout bit for bit and at dp 2 and on
-one rank within 1e-5; ZeRO-2 there gives ZeRO-1'"'"'s bits, half its
+its checkpoint resumes in its own layout bit for bit and at dp 2 (ZeRO-0)
+within 1e-5; ZeRO-2 there gives ZeRO-1'"'"'s bits, half its
 gradients and its total; a file some ranks lack is said once, naming the
 first by its world rank and grid coordinates; a step'"'"'s tp_comm_bytes is the formula; a
 tensor group across hosts is warned about; a rank stopped in a tp 2 x
@@ -180,25 +180,22 @@ test_expect_success MPI 'tp 2 x dp 2 --zero 1 = --zero 0 bit for bit (losses, pa
 	PY
 '
 
-test_expect_success MPI 'a tp 2 x dp 2 --zero 1 checkpoint resumes in its own layout bit for bit, and at dp 2 and on one rank within 1e-5' '
+test_expect_success MPI 'a tp 2 x dp 2 --zero 1 checkpoint resumes in its own layout bit for bit, and at dp 2 within 1e-5' '
 	R="$S --steps 4 --json" &&
-	gpu-train $R --batch 8 >zone.json &&
 	mpi 4 $R --batch 4 --tp 2 --zero 1 >zfull.json &&
 	mpi 4 $R --batch 4 --tp 2 --zero 1 --until 2 --ckpt-dir zr >zr0.json &&
-	cp -R zr zr2 && cp -R zr zr1 &&
+	cp -R zr zr2 &&
 	mpi 4 $R --batch 4 --tp 2 --zero 1 --ckpt-dir zr --resume >zr4.json &&
 	jq -c "select(.event == \"step\") | [.loss, .grad_norm]" zfull.json >zfull.s &&
 	jq -c "select(.event == \"step\") | [.loss, .grad_norm]" zr0.json zr4.json >zr4.s &&
 	test $(wc -l <zr4.s) = 4 &&
 	test_cmp zfull.s zr4.s &&
-	mpi 2 $R --batch 4 --zero 1 --ckpt-dir zr2 --resume >zr2.json 2>err &&
+	mpi 2 $R --batch 4 --ckpt-dir zr2 --resume >zr2.json 2>err &&
 	grep "resumed with --tp 1 (the checkpoint.s run: 2)" err &&
-	gpu-train $R --batch 8 --ckpt-dir zr1 --resume >zr1.json &&
-	losses zone.json >zone && tail -n 2 zone >zone.tail &&
-	losses zr2.json >zr2.l && losses zr1.json >zr1.l &&
-	test $(wc -l <zr2.l) = 2 && test $(wc -l <zr1.l) = 2 &&
-	close_to zr2.l zone.tail 1e-5 &&
-	close_to zr1.l zone.tail 1e-5
+	grep "resumed with --zero 0 (the checkpoint.s run: 1)" err &&
+	losses zfull.json | tail -n 2 >zfull.tail && losses zr2.json >zr2.l &&
+	test $(wc -l <zr2.l) = 2 &&
+	close_to zr2.l zfull.tail 1e-5
 '
 
 test_expect_success MPI 'tp 2 x dp 2 --zero 2 = --zero 1 bit for bit (losses, parameters, moments); gradients mem-estimate --zero 2'"'"'s, the total ZeRO-1'"'"'s' '
