@@ -455,7 +455,7 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	}
 }
 
-static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
+static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t psi)
 {
 	double e = r->precision == GK_DT_F32 ? 4 : 2;
 	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
@@ -465,6 +465,17 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
 		    "(torch DDP bucket_cap_mb, DeepSpeed reduce_bucket_size)",
 		    "2*bucket");
 		values(c, "2*%llu", (unsigned long long)r->bucket);
+	}
+	if (r->pp > 1 && r->zero == 2 && r->dp > 1 && !r->infer && !r->offload) {
+		/* ZeRO-2 over a pipeline: no collective while the schedule's
+		 * messages are in flight, so the stage's gradients are reduced
+		 * after its last micro-batch and live whole until then */
+		double pb = r->precision == GK_DT_F32 ? 4 : 2, N = r->dp;
+		add(c, "pp_zero2_grads", pb * psi * (N - 1) / N, 0,
+		    "gpu-train --pp --zero 2: the stage's gradients reduce-scattered "
+		    "after the schedule (DeepSpeed refuses ZeRO-2 with pipelines)",
+		    "pb*Psi*(N-1)/N");
+		values(c, "%g*%llu*(%g-1)/%g", pb, (unsigned long long)psi, N, N);
 	}
 	if (r->zero == 3 && r->dp > 1 && !r->infer && m->largest) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2;
@@ -536,12 +547,12 @@ static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
 	e->inflight = 1;
 	if (r->infer) {
 		inference(&c, m, r, psi);
-		buffers(&c, m, r);
+		buffers(&c, m, r, psi);
 	} else {
 		model_states(&c, m, r, psi);
 		if (m->arch != GK_MEM_ARCH_PARAMS)
 			activations(&c, m, r, stage);
-		buffers(&c, m, r);
+		buffers(&c, m, r, psi);
 	}
 	add(&c, "cuda_reserve", r->reserve, 0,
 	    "assumption: CUDA context (~0.5 GiB), cuBLAS and NCCL workspaces",

@@ -40,7 +40,9 @@ int gk_nn_tr_sum(gk_nn_trainer *t, double *v, size_t n, gk_err *err)
 /*
  * A failure that nfail ranks met (every rank knows nfail; mine is this
  * rank's error, or NULL): every rank fails with it and exits cleanly,
- * and the first failing rank says why, once for the job.
+ * and the first failing rank says why, once for the job; in a grid (--tp,
+ * --pp) naming itself by its world rank and coordinates, which the count
+ * alone leaves to guess.
  */
 int gk_nn_tr_agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
 			  gk_err *err)
@@ -53,6 +55,12 @@ int gk_nn_tr_agreed_failure(gk_nn_trainer *t, double nfail, const gk_err *mine,
 	t->reporter = (int)first;
 	if (!mine)
 		return gk_errf(err, "rank %d failed", t->reporter);
+	if (t->world > 1 && (t->o.tp > 1 || t->o.pp > 1)) {
+		char at[64];
+		gk_nn_grid_where(at, sizeof(at), t->world, t->reporter, &t->o);
+		return gk_errf(err, "%s (%g of %d ranks; %s%s)", mine->msg, nfail, t->world,
+			       nfail > 1 ? "the first: " : "", at);
+	}
 	if (t->world > 1)
 		return gk_errf(err, "%s (%g of %d ranks)", mine->msg, nfail, t->world);
 	return gk_errf(err, "%s", mine->msg);

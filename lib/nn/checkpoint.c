@@ -53,10 +53,11 @@ typedef struct ckpt_job {
 } ckpt_job;
 
 /* every rank writes its range of the moments (ZeRO over data parallelism
- * alone; a pipeline's are put together on rank 0 whatever its ZeRO) */
+ * alone; a pipeline's, and a tensor group's, are put together on rank 0
+ * whatever its ZeRO) */
 static int sharded_moments(const gk_nn_trainer *t)
 {
-	return t->o.zero && t->world > 1 && t->grid.pp == 1;
+	return t->o.zero && t->world > 1 && t->grid.pp == 1 && t->grid.tp == 1;
 }
 
 /* ZeRO-3 without --ckpt-gather: every rank writes its range of the
@@ -365,9 +366,9 @@ static char *trainer_json(gk_nn_trainer *t, const char *states, size_t slot)
  * Under tensor parallelism: the whole model and moments in the layout of
  * one rank, gathered within rank 0's tensor group (the other groups hold
  * the same slices) into rank 0's copies, so that any layout resumes from
- * them. ZeRO-1 does not run with tensor parallelism: the moments are
- * whole. Called by every rank (the buffers' allocation is agreed over
- * the world first).
+ * them. Under ZeRO the moments of src are those its tensor rank's pieces
+ * were put together into (gk_nn_tr_pp_collect). Called by every rank (the
+ * buffers' allocation is agreed over the world first).
  */
 static int ckpt_gather(gk_nn_trainer *t, ckpt_job *j, float *const src[3], gk_err *err)
 {
@@ -504,7 +505,8 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	 * keeps them current, put together on its first stage (rank 0's copy,
 	 * or under tensor parallelism what rank 0's group gathers from) */
 	float *pc[3] = {NULL, NULL, NULL};
-	int pp = t->grid.pp > 1;
+	/* (a tensor group under ZeRO: a pipeline of one stage, dp.c) */
+	int pp = t->dp->pp_stage >= 0;
 	j->lo = pp ? 0 : gk_nn_dp_lo(t->dp);
 	j->n = pp ? t->N : gk_nn_dp_hi(t->dp) - j->lo;
 	j->write_moments = sharded_moments(t) || t->rank == 0;
@@ -603,7 +605,7 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 		/* --ckpt-gather: while rank 0 copies them, every rank holds
 		 * every parameter */
 		b += (uint64_t)(nparams - moments) * sizeof(float);
-	if ((t->o.zero && t->grid.pp == 1) || t->rank == 0)
+	if (sharded_moments(t) || t->rank == 0)
 		b += (uint64_t)2 * moments * sizeof(float);
 	return b + (uint64_t)feedback * sizeof(float);
 }

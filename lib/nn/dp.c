@@ -98,7 +98,11 @@
  * apart on the first and last stage) are cut over its data-parallel group
  * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
  * into their owners after the schedule, the update is of this rank's
- * pieces, and each one all-gather of unequal pieces after it.
+ * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
+ * same in buckets, each bucket's pages outside the rank's pieces given
+ * back once it is reduced (pp_shard_reduce). A tensor-parallel run
+ * without --pp under ZeRO-1 or 2 is a pipeline of one stage: one segment,
+ * its tensor rank's slices, cut the same way.
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
@@ -261,7 +265,11 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->t = t;
 	dp->host_update = t->cuda && t->o.offload_host;
 	dp->comm = dp->gcomm = t->grid.dpc;
-	dp->pp_stage = t->grid.pp > 1 ? t->grid.pp_rank : -1;
+	/* a tensor-parallel run under ZeRO-1 or 2 is the one stage of a
+	 * pipeline of one: its slices cut over its data-parallel group by the same
+	 * pieces (gk_nn_dp_pp_piece), reduced, updated, gathered, put together
+	 * for a checkpoint and read back as a pipeline stage's are */
+	dp->pp_stage = t->grid.pp > 1 ? t->grid.pp_rank : t->grid.tp > 1 && t->o.zero ? 0 : -1;
 	dp->rank = t->grid.dp_rank;
 	dp->world = t->grid.dp;
 	dp->zero = t->o.zero;
@@ -671,8 +679,17 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 */
 	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
 	size_t per = dp->Np / (size_t)dp->world;
-	dp->zero2 = dp->shard && dp->zero >= 2;
-	dp->zero3 = dp->shard && dp->zero == 3;
+	/* (a sharded pipeline stage's ZeRO-2 is its own: pp_shard_reduce) */
+	dp->zero2 = dp->shard && dp->zero >= 2 && !dp->ppshard;
+	dp->zero3 = dp->shard && dp->zero == 3 && !dp->ppshard;
+	if (dp->ppshard) {
+		size_t pg = gk_nn_grad_page();
+		dp->ppbucket = (t->o.bucket_bytes ? t->o.bucket_bytes : (size_t)25 << 20) /
+			       sizeof(float);
+		dp->ppbucket = (dp->ppbucket + pg - 1) / pg * pg;
+		if (!(dp->bdispl = calloc((size_t)dp->world + 1, sizeof(size_t))))
+			return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient buckets");
+	}
 	if (dp->zero3 && zero3_open(dp, t, err) < 0)
 		return -1;
 	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
@@ -733,6 +750,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->ustate);
 	free(dp->displ[0]);
 	free(dp->displ[1]);
+	free(dp->bdispl);
 	free(dp);
 }
 
@@ -823,18 +841,43 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
  * A sharded pipeline stage: each segment's pieces averaged into their
  * owners over the data-parallel group, in place (one reduce-scatter of
  * unequal pieces a segment; at 2 ranks each sum is ZeRO-0's allreduce's,
- * a sum of two in either order).
+ * a sum of two in either order). Under ZeRO-2 a segment goes in buckets
+ * of --bucket floats (each one reduce-scatter of its owners' parts), and
+ * once a bucket is reduced its pages outside this rank's piece go back:
+ * between the reduction and the next step's backwards the rank holds its
+ * pieces of the gradients only (the schedule's messages forbid a
+ * collective during it, so the whole stage's gradients still live from
+ * its first backward to here). Each element's sum is ZeRO-1's.
  */
 static int pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 {
 	float *g = gk_nn_grads(dp->m);
+	int z2 = dp->zero >= 2;
 	for (int k = 0; k < 2; k++) {
-		gk_comm_req *q;
-		if (dp->seg[k][1] > dp->seg[k][0] &&
-		    (gk_comm_ireduce_scatterv(dp->comm, g + dp->seg[k][0], dp->displ[k], GK_DT_F32,
-					      GK_COMM_AVG, &q, err) < 0 ||
-		     gk_comm_wait(q, err) < 0))
-			return -1;
+		size_t s0 = dp->seg[k][0], s1 = dp->seg[k][1], b1;
+		for (size_t b0 = s0; b0 < s1; b0 = b1) {
+			b1 = z2 && s1 - b0 > dp->ppbucket ? b0 + dp->ppbucket : s1;
+			const size_t *d = dp->displ[k];
+			if (z2) { /* the owners' parts of [b0, b1), from b0 */
+				for (int q = 0; q <= dp->world; q++) {
+					size_t x = s0 + dp->displ[k][q];
+					dp->bdispl[q] = (x < b0 ? b0 : x > b1 ? b1 : x) - b0;
+				}
+				d = dp->bdispl;
+			}
+			gk_comm_req *q;
+			if (gk_comm_ireduce_scatterv(dp->comm, g + b0, d, GK_DT_F32, GK_COMM_AVG, &q,
+						     err) < 0 ||
+			    gk_comm_wait(q, err) < 0)
+				return -1;
+			if (!z2)
+				continue;
+			size_t o0 = dp->own[k][0], o1 = dp->own[k][1];
+			if (b0 < o0)
+				gk_nn_grads_release(dp->m, b0, b1 < o0 ? b1 : o0);
+			if (b1 > o1)
+				gk_nn_grads_release(dp->m, b0 > o1 ? b0 : o1, b1);
+		}
 	}
 	return 0;
 }

@@ -113,3 +113,15 @@ void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
 			 "%.3g)", gk_nn_pp_sched_name(sched), grad_accum, pp, grad_accum,
 			 (double)(pp - 1) / grad_accum);
 }
+
+void gk_nn_grid_where(char *buf, size_t len, int world, int rank, const gk_nn_train_opts *o)
+{
+	gk_nn_grid g;
+	gk_err ignore;
+	int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
+	if ((tp == 1 && pp == 1) || gk_nn_grid_layout_pp(world, tp, pp, rank, &g, &ignore) < 0)
+		snprintf(buf, len, "rank %d", rank);
+	else
+		snprintf(buf, len, "rank %d (dp %d, pp %d, tp %d)", rank, g.dp_rank, g.pp_rank,
+			 g.tp_rank);
+}

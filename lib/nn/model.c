@@ -334,6 +334,20 @@ const float *gk_nn_logits(const gk_nn_model *m, int b, int t)
 	return m->logits + ((size_t)b * m->o.seq + t) * (m->c.vocab_pad / m->tp);
 }
 
+/* gradients [lo, hi) zero: their whole pages given back (they read as
+ * zeros), the parts of pages at the ends they share zeroed */
+static void zero_release(gk_nn_model *m, size_t lo, size_t hi)
+{
+	size_t pg = gk_nn_grad_page(), a = (lo + pg - 1) / pg * pg, b = hi / pg * pg;
+	if (a >= b) {
+		memset(m->grads + lo, 0, (hi - lo) * sizeof(float));
+		return;
+	}
+	memset(m->grads + lo, 0, (a - lo) * sizeof(float));
+	gk_nn_grads_release(m, a, b);
+	memset(m->grads + b, 0, (hi - b) * sizeof(float));
+}
+
 void gk_nn_zero_grad(gk_nn_model *m)
 {
 	/* a failure on the device shows at the next call that syncs */
@@ -346,6 +360,11 @@ void gk_nn_zero_grad(gk_nn_model *m)
 		 * of a lazy buffer outside them are never touched */
 		size_t lo, hi, shared;
 		gk_nn_pp_range(m, m->ppr, &lo, &hi, &shared);
+		if (m->lazy && m->o.release_grads) {
+			zero_release(m, lo, hi);
+			zero_release(m, 0, shared);
+			return;
+		}
 		memset(m->grads + lo, 0, (hi - lo) * sizeof(float));
 		memset(m->grads, 0, shared * sizeof(float));
 	} else if (m->lazy) {

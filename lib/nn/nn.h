@@ -215,6 +215,11 @@ typedef struct gk_nn_opts {
 				       * else this rank is stage pp_rank of pp and
 				       * forward and backward run its layers only
 				       * (gk_nn_pp_layers). The CPU backend only */
+	int release_grads;            /* pp > 1 with lazy_grads: gk_nn_zero_grad
+				       * gives the stage's whole pages back
+				       * instead of zeroing them (ZeRO-2 over a
+				       * pipeline, whose rank keeps only its
+				       * pieces between steps) */
 } gk_nn_opts;
 
 typedef struct gk_nn_model gk_nn_model;
@@ -404,7 +409,8 @@ const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
 /* Zero the gradient buffer (before the first micro-step of a step);
  * with lazy_grads, release all of it; a pipeline stage zeroes its range
- * and wte only (gk_nn_pp_range), all its backward writes. */
+ * and wte only (gk_nn_pp_range), all its backward writes (with
+ * release_grads, their whole pages released and the ends zeroed). */
 void gk_nn_zero_grad(gk_nn_model *m);
 /*
  * lazy_grads: the whole pages of gradient elements [lo, hi) (up to the

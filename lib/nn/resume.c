@@ -238,7 +238,8 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	 */
 	/* a pipeline stage keeps its range and (the last) wte, read whole
 	 * too and copied out: resuming holds one model's moments a while */
-	int pp = t->grid.pp > 1;
+	/* (a tensor group under ZeRO: a pipeline of one stage, dp.c) */
+	int pp = o->pp_stage >= 0;
 	float *whole = NULL, *local = NULL;
 	if (pp && t->grid.tp > 1 && !(local = malloc(gk_nn_nparams(t->m) * sizeof(float)))) {
 		gk_err_sys(err, ENOMEM, "resume");

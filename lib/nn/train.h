@@ -93,6 +93,13 @@ void gk_nn_grid_close(gk_nn_grid *g);
 struct gk_nn_train_opts;
 void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
 			 const struct gk_nn_train_opts *o);
+/*
+ * World rank rank's coordinates in the grid of the options' --tp and --pp
+ * over world ranks, into buf: "rank R (dp D, pp P, tp T)", or "rank R"
+ * without tensor or pipeline parallelism (or a world they do not divide).
+ */
+void gk_nn_grid_where(char *buf, size_t len, int world, int rank,
+		      const struct gk_nn_train_opts *o);
 
 typedef struct gk_nn_train_opts {
 	gk_nn_config cfg;       /* used when have_config */

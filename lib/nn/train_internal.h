@@ -313,6 +313,8 @@ struct gk_nn_dp {
 	 */
 	int ppshard;
 	size_t seg[2][2], own[2][2], per[2], *displ[2];
+	size_t ppbucket, *bdispl; /* ppshard under ZeRO-2: its buckets' floats, and
+				   * the owners' parts of one (world + 1) */
 	size_t wte;           /* ... the tied wte's floats, [0, wte) */
 	float *mom, *vel;     /* hi - lo (+ head) each, or a stage's per[0] +
 			       * per[1] (host; mirrors on a GPU); NULL with off */

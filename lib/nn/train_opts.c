@@ -88,11 +88,10 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			       "give that too");
 	if (o->tp > 1) {
 		/* what tensor parallelism does not do (yet): said before any work */
-		char zero[80];
-		snprintf(zero, sizeof(zero), "--zero %d%s", o->zero,
-			 o->zero == 1 ? " (ZeRO-1 shards the stages of a pipeline: with --pp)" : "");
+		char zero[48];
+		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0, 1 or 2)", o->zero);
 		const char *no = o->device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
-				 o->zero && !(o->zero == 1 && o->pp > 1) ? zero :
+				 o->zero > 2 ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
@@ -119,10 +118,10 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */
 		char zero[48];
-		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0 or 1)", o->zero);
+		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0, 1 or 2)", o->zero);
 		const char *no = o->device != GK_NN_CPU ?
 				 "--device cuda or auto (the CPU only: --device cpu)" :
-				 o->zero > 1 ? zero :
+				 o->zero > 2 ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
 				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
 				 dump ? "--dump-data (run it without --pp)" : NULL;

@@ -96,7 +96,7 @@ static void account(gk_nn_trainer *t)
 	/* offloaded, the moments are in a file or (a GPU's) host memory:
 	 * none where the model computes */
 	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
-			   t->grid.pp > 1 ? (uint64_t)2 * (t->dp->per[0] + t->dp->per[1]) * sizeof(float) :
+			   t->dp->pp_stage >= 0 ? (uint64_t)2 * (t->dp->per[0] + t->dp->per[1]) * sizeof(float) :
 			   (uint64_t)2 * (t->dp->hi - t->dp->lo + t->dp->head) * sizeof(float);
 	/* a pipeline stage: the parameters of its range (wte on the first
 	 * and last, with its padding rows) */
@@ -140,7 +140,17 @@ static void account(gk_nn_trainer *t)
 	 * counted as comm.
 	 */
 	uint64_t live = 0;
-	if (t->dp->zero2 && t->cuda) {
+	if (t->dp->ppshard && t->dp->zero >= 2) {
+		/*
+		 * ZeRO-2 over a pipeline (or a tensor group): the rank keeps
+		 * its pieces; the rest of the stage's gradients lives from its
+		 * first backward to the reduction after the schedule (comm)
+		 */
+		uint64_t all = ((uint64_t)gk_nn_pp_floats(t->m) * sizeof(float) + 63) / 64 * 64;
+		mm.gradients = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /
+			       64 * 64;
+		live = all - mm.gradients;
+	} else if (t->dp->zero2 && t->cuda) {
 		/*
 		 * A GPU's: the model's bucket buffers (the embeddings' and
 		 * those in flight, gk_nn_grad_buckets) are the live pages, and
@@ -468,17 +478,16 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
-	if (t->grid.pp > 1 && (o->zero > 1 || o->compress != GK_COMM_COMPRESS_NONE)) {
+	if (t->grid.pp > 1 && (o->zero > 2 || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
 		return gk_errf(err, "pipeline parallelism: not with %s yet (it composes with data "
-			       "and tensor parallelism: ZeRO 0 or 1, no compression)",
-			       o->zero > 1 ? "ZeRO-2 or 3" : "compressed gradients");
+			       "and tensor parallelism: ZeRO 0, 1 or 2, no compression)",
+			       o->zero > 2 ? "ZeRO-3" : "compressed gradients");
 	}
-	if (t->grid.tp > 1 && ((o->zero && t->grid.pp == 1) || o->zero > 1 ||
-				o->compress != GK_COMM_COMPRESS_NONE)) {
+	if (t->grid.tp > 1 && (o->zero > 2 || o->compress != GK_COMM_COMPRESS_NONE)) {
 		t->agreed = 2;
-		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero ? "ZeRO-1" :
-			       "compressed gradients");
+		return gk_errf(err, "tensor parallelism: not with %s yet", o->zero > 2 ?
+			       "ZeRO-3" : "compressed gradients");
 	}
 	if (gk_nn_grid_open(&t->grid, t->comm, err) < 0)
 		return -1;
@@ -586,7 +595,9 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 				     t->o.keep_gathered, &shard, &live);
 		pl.parameters = shard + live;
 	}
-	if (mo.lazy_grads) {
+	/* (ZeRO-2 over a pipeline or a tensor group: the stage's whole
+	 * gradients until the reduction after the schedule) */
+	if (mo.lazy_grads && t->grid.pp == 1 && t->grid.tp == 1) {
 		uint64_t shard, live;
 		gk_nn_dp_zero2_bytes(nflat, t->world, zero2_head(t), t->o.bucket_bytes,
 				     t->o.overlap != 0, &shard, &live);
@@ -850,7 +861,10 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
 					t->grid.pp > 1,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
-			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank};
+			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank,
+			 /* ZeRO-2 over a pipeline: a stage's gradients taken
+			  * back between steps (dp.c) */
+			 .release_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda)};
 	if (check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;

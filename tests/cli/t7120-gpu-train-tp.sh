@@ -9,7 +9,13 @@ checkpoints hold the whole model in the Hugging Face layout, so --resume
 goes from tp 2 to one rank, from one rank to tp 2 and from tp 2 to
 tp 2 x dp 2, each continuing the losses of the run that never stopped,
 and --init-from loads one into any layout; the per-rank model states
-equal mem-estimate --tp; a step'"'"'s tp_comm_bytes is the formula; a
+equal mem-estimate --tp; ZeRO-1 at tp 2 x dp 2 (each tensor rank'"'"'s
+slices cut over its data-parallel group) gives ZeRO-0'"'"'s losses,
+parameters and moments bit for bit and mem-estimate'"'"'s model states, and
+its checkpoint resumes in its own layout (ZeRO-0'"'"'s losses bit for
+bit) and at dp 2 (ZeRO-0) within 1e-5; ZeRO-2 there gives ZeRO-1'"'"'s bits, half its
+gradients and its total; a file some ranks lack is said once, naming the
+first by its world rank and grid coordinates; a step'"'"'s tp_comm_bytes is the formula; a
 tensor group across hosts is warned about; a rank stopped in a tp 2 x
 dp 2 grid is named by its world rank, not by its number in its tensor
 or data-parallel group, in the watchdogs'"'"' messages (which say the
@@ -143,6 +149,70 @@ test_expect_success MPI 'per-rank model states = mem-estimate --tp 2' '
 	PY
 '
 
+# ZeRO-1 over a tensor group's data-parallel groups: each tensor rank's
+# slices cut over its data-parallel group (a pipeline of one stage, the
+# pieces of --pp --zero 1), the gradients reduced and the parameters
+# gathered by the pieces; at 2 data-parallel ranks every sum is a sum of
+# two, in either order the same: ZeRO-0's bits. One ZeRO-0 run of 4 steps
+# (checkpoints at 2 and 4) is the reference of ZeRO-1 and 2 stopped at
+# step 2 and of their resumes.
+Z="$S --steps 4 --json --batch 4 --tp 2"
+
+test_expect_success MPI 'tp 2 x dp 2 --zero 1 = --zero 0 bit for bit (losses, parameters, moments); each rank holds half its moments, as mem-estimate says' '
+	mpi 4 $Z --ckpt-every 2 --ckpt-dir z0 >z0.json &&
+	mpi 4 $Z --zero 1 --until 2 --ckpt-dir z1 >z1.json &&
+	losses z0.json >z0.l && head -n 2 z0.l >z0.l2 && losses z1.json >z1.l &&
+	test $(wc -l <z0.l) = 4 &&
+	test_cmp z0.l2 z1.l &&
+	norms z0.json | head -n 2 >z0.n && norms z1.json >z1.n &&
+	close_to z1.n z0.n 1e-12 &&
+	stcmp z1/latest/model.safetensors z0/step-00000002/model.safetensors 0 &&
+	stcmp z1/latest/optim.safetensors z0/step-00000002/optim.safetensors 0 &&
+	jq -e ".zero == 1 and .tp == 2 and .world == 2" z1/latest/trainer.json &&
+	opt() { jq -s "map(select(.event == \"start\"))[0].memory.optimizer" "$1"; } &&
+	test $(opt z1.json) = $(($(opt z0.json) / 2)) &&
+	mem-estimate --config z1/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--tp 2 --dp 2 --zero 1 --json >mez.json &&
+	python3 - z1.json mez.json <<-\PY
+	import json, sys
+	g = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)["memory"]
+	m = json.load(open(sys.argv[2]))["bytes"]
+	for k in ("parameters", "gradients", "optimizer"):
+	    assert g[k] == m[k], (k, g[k], m[k])
+	PY
+'
+
+test_expect_success MPI 'a tp 2 x dp 2 --zero 1 checkpoint resumes in its own layout (ZeRO-0'"'"'s losses bit for bit), and at dp 2 within 1e-5' '
+	cp -R z1 zr && cp -R z1 zr2 &&
+	mpi 4 $Z --zero 1 --ckpt-dir zr --resume >zr4.json &&
+	tail -n 2 z0.l >z0.tail && losses zr4.json >zr4.l &&
+	test_cmp z0.tail zr4.l &&
+	norms z0.json | tail -n 2 >z0.ntail && norms zr4.json >zr4.n &&
+	close_to zr4.n z0.ntail 1e-12 &&
+	mpi 2 $S --steps 4 --json --batch 4 --ckpt-dir zr2 --resume >zr2.json 2>err &&
+	grep "resumed with --tp 1 (the checkpoint.s run: 2)" err &&
+	grep "resumed with --zero 0 (the checkpoint.s run: 1)" err &&
+	losses zr2.json >zr2.l &&
+	test $(wc -l <zr2.l) = 2 &&
+	close_to zr2.l z0.tail 1e-5
+'
+
+test_expect_success MPI 'tp 2 x dp 2 --zero 2 = --zero 1 bit for bit (losses, parameters, moments); gradients mem-estimate --zero 2'"'"'s, the total ZeRO-1'"'"'s' '
+	mpi 4 $Z --zero 2 --until 2 --bucket 4K --ckpt-dir z2 >z2.json &&
+	losses z2.json >z2.l && norms z2.json >z2.n &&
+	test_cmp z1.l z2.l && test_cmp z1.n z2.n &&
+	stcmp z2/latest/model.safetensors z1/latest/model.safetensors 0 &&
+	stcmp z2/latest/optim.safetensors z1/latest/optim.safetensors 0 &&
+	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
+	test $(mem z2.json gradients) = $(($(mem z1.json gradients) / 2)) &&
+	test $(mem z2.json total) = $(mem z1.json total) &&
+	mem-estimate --config z2/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--tp 2 --dp 2 --zero 2 --json >mez2.json &&
+	for k in parameters gradients optimizer; do
+		test $(jq .bytes.$k mez2.json) = $(mem z2.json $k) || return 1
+	done
+'
+
 # hosts faked with a UTS namespace per rank (the host is the boot id and
 # the host name): a tensor group on two hosts is warned about
 if unshare -u true 2>/dev/null; then
@@ -254,9 +324,25 @@ test_expect_success MPI 'tp 2 x dp 2, world rank 3 stopped by SIGSTOP: the watch
 	python3 named.py sig.err errors
 '
 
+# a failure the ranks agree on (here a --config that ranks 1 and 3 lack)
+# is said once, by the first failing rank, with its coordinates
+test_expect_success MPI 'tp 2 x dp 2, a file two ranks lack: said once, naming the first by its world rank and coordinates' '
+	cat >cfg0.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+	 "vocab_size": 257, "n_positions": 33}
+	EOF
+	cp cfg0.json cfg2.json &&
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 4 sh -c \
+		"exec gpu-train --data train.bin --config cfg\$OMPI_COMM_WORLD_RANK.json --seq 16 --steps 1 --tp 2" 2>err &&
+	cat err &&
+	test $(grep -c "^gpu-train: open .cfg1.json.: No such file or directory (2 of 4 ranks; the first: rank 1 (dp 0, pp 0, tp 1))$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 # refusals: a usage error (2) on every rank, before a step or a file
 test_expect_success 'what --tp does not do is refused at the command line' '
-	for o in "--zero 1" "--compress bf16" "--device cuda" "--device auto" "--sample 5" \
+	for o in "--zero 3" "--compress bf16" "--device cuda" "--device auto" "--sample 5" \
 		"--dump-data 1"; do
 		test_expect_code 2 gpu-train $A --batch 8 --tp 2 $o >out 2>err &&
 		grep -- "--tp 2: not with" err &&

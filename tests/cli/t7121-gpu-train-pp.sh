@@ -24,9 +24,14 @@ ZeRO-1 at pp 2 x dp 2 (each stage'"'"'s moments cut over its
 data-parallel group) gives the losses, parameters and moments of ZeRO-0
 bit for bit and half the moments on rank 0, and its checkpoint resumes
 on one rank and at dp 4 under ZeRO-1, continuing the run (in its own
-layout, bit for bit). A
+layout, bit for bit); ZeRO-2 there (ZeRO-1'"'"'s pieces reduce-scattered
+in buckets after the schedule, the rest of the gradients given back)
+gives ZeRO-1'"'"'s bits, mem-estimate --zero 2'"'"'s model states and ZeRO-1'"'"'s
+total, and its checkpoint resumes on one rank. A
 rank that stops mid-step ends the whole grid with one message naming it
-(the watchdog of --timeout), one killed ends it through the launcher;
+(the watchdog of --timeout), one killed ends it through the launcher, a
+file one rank of a tp 2 x pp 2 grid lacks is said once with its world
+rank and coordinates;
 layouts and options --pp does not take are refused with the numbers or
 the alternative.'
 . "$(dirname "$0")/lib.sh"
@@ -212,6 +217,45 @@ test_expect_success MPI 'a pp 2 x dp 2 --zero 1 checkpoint resumes on one rank (
 	close_to zr4.l zone.tail 1e-5
 '
 
+# ZeRO-2 over a pipeline: ZeRO-1's pieces, each segment reduce-scattered
+# in buckets after the schedule (here of 1024 floats: several a stage)
+# and the pages outside the rank's pieces given back; its sums are
+# ZeRO-1's, its model states mem-estimate --zero 2's, and the rest of the
+# stage's gradients, live from its first backward to the reduction, is
+# counted as comm: the total is ZeRO-1's, and the comm is mem-estimate's
+# pp_zero2_grads and half the padded vocabulary rows' (127 rows of 32),
+# which mem-estimate leaves out
+test_expect_success MPI 'pp 2 x dp 2 --zero 2 = --zero 1 bit for bit (losses, parameters, moments); gradients mem-estimate --zero 2'"'"'s, the total ZeRO-1'"'"'s' '
+	mpi 4 $Z --zero 2 --bucket 4K --ckpt-dir z2 >z2.json &&
+	losses z2.json >z2.l &&
+	test_cmp z1.l z2.l &&
+	norms z2.json >z2.n &&
+	test_cmp z1.n z2.n &&
+	stcmp z2/latest/model.safetensors z1/latest/model.safetensors 0 &&
+	stcmp z2/latest/optim.safetensors z1/latest/optim.safetensors 0 &&
+	jq -e ".zero == 2 and .pp == 2" z2/latest/trainer.json &&
+	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
+	test $(mem z2.json gradients) = $(($(mem z1.json gradients) / 2)) &&
+	test $(mem z2.json total) = $(mem z1.json total) &&
+	test $(mem z2.json comm) -gt 0 &&
+	mem-estimate --config z2/latest/config.json --precision f32 -b 2 -s 16 --grad-accum 2 \
+		--no-dropout --pp 2 --dp 2 --zero 2 --json >mez2.json &&
+	for k in parameters gradients optimizer; do
+		test $(jq .bytes.$k mez2.json) = $(mem z2.json $k) || return 1
+	done &&
+	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json))) = $((127 * 32 * 4 / 2))
+'
+
+test_expect_success MPI 'a pp 2 x dp 2 --zero 2 checkpoint resumes on one rank, continuing the run within 1e-5' '
+	R="$S --layers 2 --steps 4 --json --grad-accum 2" &&
+	mpi 4 $R --batch 2 --pp 2 --zero 2 --until 2 --ckpt-dir z2r >/dev/null &&
+	gpu-train $R --batch 4 --ckpt-dir z2r --resume >z2r1.json 2>err &&
+	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
+	losses z2r1.json >z2r1.l &&
+	test $(wc -l <z2r1.l) = 2 &&
+	close_to z2r1.l zone.tail 1e-5
+'
+
 # Each rank's peak RSS (VmHWM), through a wrapper that runs it as a child.
 cat >rss.py <<\PYEOF
 import os, resource, subprocess, sys
@@ -359,9 +403,23 @@ test_expect_success MPI 'a rank killed mid-step: the launcher ends the grid, nam
 	! grep "\"event\":\"summary\"" kill.json
 '
 
+test_expect_success MPI 'tp 2 x pp 2, a file one rank lacks: said once, naming it by its world rank and coordinates' '
+	cat >cfg0.json <<-\EOF &&
+	{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+	 "vocab_size": 257, "n_positions": 33}
+	EOF
+	cp cfg0.json cfg1.json && cp cfg0.json cfg2.json &&
+	test_expect_code 1 timeout 120 mpirun --oversubscribe --bind-to none -np 4 sh -c \
+		"exec gpu-train --data train.bin --config cfg\$OMPI_COMM_WORLD_RANK.json --seq 16 --steps 1 --tp 2 --pp 2" 2>err &&
+	cat err &&
+	test $(grep -c "^gpu-train: open .cfg3.json.: No such file or directory (1 of 4 ranks; rank 3 (dp 0, pp 1, tp 1))$" err) = 1 &&
+	test $(grep -c "^gpu-train:" err) = 1 &&
+	! grep -q MPI_ABORT err
+'
+
 # refusals: a usage error (2), before a step or a file
 test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
-	for o in "--zero 2" "--zero 3" "--compress bf16" "--device cuda" "--device auto" \
+	for o in "--zero 3" "--compress bf16" "--device cuda" "--device auto" \
 		"--sample 5" "--dump-data 1"; do
 		test_expect_code 2 gpu-train $A --batch 4 --pp 2 $o >out 2>err &&
 		grep -- "--pp 2: not with --[a-z-]*[ a-z0-9]* (.*)$" err &&

@@ -114,16 +114,23 @@ static void checks(void)
 	       "check: --tp --device auto");
 	o.device = GK_NN_CPU;
 	o.zero = 1;
-	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 1 (ZeRO-1 shards the stages of a "
-	       "pipeline: with --pp)", "check: --tp --zero 1 without --pp");
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 1 without --pp");
+	o.zero = 2;
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 2 without --pp");
 	o.pp = 2;
+	o.zero = 1;
 	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 1");
 	o.zero = 2;
-	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 2", "check: --tp --pp --zero 2");
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 2");
+	o.zero = 3;
+	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 3 (ZeRO 0, 1 or 2)",
+	       "check: --tp --pp --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .zero = 1};
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 1");
+	o.zero = 2;
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 2");
 	o.zero = 3;
-	is_str(check(&o, 0, -1, 0), "--pp 3: not with --zero 3 (ZeRO 0 or 1)",
+	is_str(check(&o, 0, -1, 0), "--pp 3: not with --zero 3 (ZeRO 0, 1 or 2)",
 	       "check: --pp --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --val-data");
@@ -157,6 +164,19 @@ static void grid_texts(void)
 	gk_nn_grid_describe(buf, sizeof(buf), 8, 2, &g);
 	is_str(buf, " (dp 2 x pp 2 x tp 2: layers 0-0, 1-1; gpipe over 3 micro-batches, bubble "
 	       "(2-1)/3 = 0.333)", "grid: dp x pp x tp");
+	/* an agreed failure's reporter: world rank = (dp pp + pp) tp + tp rank */
+	gk_nn_grid_where(buf, sizeof(buf), 8, 7, &g);
+	is_str(buf, "rank 7 (dp 1, pp 1, tp 1)", "where: dp x pp x tp, the last rank");
+	gk_nn_grid_where(buf, sizeof(buf), 8, 2, &g);
+	is_str(buf, "rank 2 (dp 0, pp 1, tp 0)", "where: pp varies after tp");
+	g.pp = 1;
+	gk_nn_grid_where(buf, sizeof(buf), 8, 5, &g);
+	is_str(buf, "rank 5 (dp 2, pp 0, tp 1)", "where: dp x tp");
+	gk_nn_grid_where(buf, sizeof(buf), 7, 5, &g);
+	is_str(buf, "rank 5", "where: a world --tp does not divide: the rank alone");
+	g.tp = 1;
+	gk_nn_grid_where(buf, sizeof(buf), 8, 5, &g);
+	is_str(buf, "rank 5", "where: data parallel alone: the rank alone");
 	gk_nn_train_opts o = {.pp = 3, .grad_accum = 2, .steps = 10};
 	ok(gk_nn_pp_warning(buf, sizeof(buf), &o) == 1, "warning: --pp 3 --grad-accum 2");
 	is_str(buf, "--pp 3 with --grad-accum 2: fewer micro-batches than stages leave stages idle "
