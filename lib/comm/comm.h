@@ -17,11 +17,16 @@
  *
  * Element types F32 F64 F16 BF16 I32. F16 and BF16 are reduced in f32 and
  * rounded once per pairwise reduction. AVG divides the sum by the world
- * size once at the end (integer division toward zero for I32), on every
- * backend: nccl runs ncclSum and then one division kernel (the same
- * reduce.h function as the CPU path), not ncclAvg, which multiplies each
- * input by 1/n first for floating types and so rounds differently when n
- * is not a power of two. The ring and Rabenseifner allreduces divide each
+ * size once at the end (integer division toward zero for I32) on the
+ * host backends. nccl runs NCCL's ncclAvg (NCCL 2.10 and later; no
+ * division pass behind the collective), which divides I32 the same way
+ * but multiplies each floating input by 1/n rounded to its type before
+ * the sum: the same bits where n is a power of two (outside the
+ * subnormals), else within (n + 2) epsilons of the type times the mean
+ * of |x| of the mean. Built against older headers, and for compressed
+ * collectives (which sum in their own ring), it runs ncclSum and then
+ * one division kernel, the same reduce.h function as the CPU path. The
+ * ring and Rabenseifner allreduces divide each
  * rank's block as its last reduction lands, before the allgather: the
  * same bits as dividing after it, on an n-th of the data, while it is in
  * cache (16 MiB in place on 2 ranks: 2.77 -> 2.37 ms).
