@@ -451,7 +451,11 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
  * floats, device memory on nccl); grad itself is left as backward made
  * it. Each bucket is reduced to the ranks owning its elements (one reduce
  * per owner it spans), so the reduce-scatter overlaps backward as the
- * allreduce does. Not with compression.
+ * allreduce does. On a device communicator with dst == grad (in place),
+ * each bucket is instead one gk_comm_ireduce_scatterv of its owners'
+ * pieces: one NCCL operation (a group of those reduces, or one
+ * ncclReduceScatter where the pieces are equal), one request, and grad
+ * is left undefined outside this rank's pieces. Not with compression.
  */
 int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 /*

@@ -584,6 +584,20 @@ static int pieces(gk_comm *c, nccl_state *st, const gk_comm_call *k, gk_err *err
 	int reduce = k->coll == GK_COMM_REDUCE_SCATTER;
 	char *buf = reduce ? (char *)(uintptr_t)k->send : (char *)k->recv;
 	size_t esz = gk_comm_dt_size(k->dt);
+	/* equal pieces (a bucket that spans every rank's whole range): NCCL's
+	 * own collective, in place (recv is this rank's block of send) */
+	size_t cnt = k->displ[1] - k->displ[0];
+	int equal = k->displ[0] == 0 && cnt > 0;
+	for (int q = 1; equal && q <= c->world; q++)
+		equal = k->displ[q] - k->displ[q - 1] == cnt;
+	if (equal) {
+		void *mine = buf + (size_t)c->rank * cnt * esz;
+		ncclResult_t r = reduce ? st->api.ReduceScatter(buf, mine, cnt, nccl_dt(k->dt),
+								nccl_op(k->op), st->comm, st->stream)
+					: st->api.AllGather(mine, buf, cnt, nccl_dt(k->dt), st->comm,
+							    st->stream);
+		return settle(st, r, st->last, err);
+	}
 	ncclResult_t bad = ncclSuccess, g = st->api.GroupStart();
 	if (g != ncclSuccess)
 		return fail(st, g, st->last, err);
