@@ -528,6 +528,46 @@ static void test_nccl_avg(gk_comm *c)
 	free(h), free(f), free(g), free(hb), free(fb), free(gb), free(mean), free(mabs);
 }
 
+/*
+ * NCCL's reductions at the API, a world of one: ncclAvg is one of them
+ * (NCCL 2.10 and later), and an op past ncclNumOps that no
+ * ncclRedOpCreatePreMulSum made, or a negative one, is refused with
+ * ncclInvalidArgument, as NCCL refuses it (the emulation's NCCL too).
+ */
+static void test_nccl_ops(void)
+{
+	void *so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	__typeof__(&ncclGetUniqueId) uid = so ? (__typeof__(&ncclGetUniqueId))dlsym(so, "ncclGetUniqueId") : NULL;
+	__typeof__(&ncclCommInitRank) init = so ? (__typeof__(&ncclCommInitRank))dlsym(so, "ncclCommInitRank") : NULL;
+	__typeof__(&ncclAllReduce) ar = so ? (__typeof__(&ncclAllReduce))dlsym(so, "ncclAllReduce") : NULL;
+	__typeof__(&ncclCommDestroy) destroy = so ? (__typeof__(&ncclCommDestroy))dlsym(so, "ncclCommDestroy") : NULL;
+	gk_err err = {0};
+	ncclUniqueId id;
+	ncclComm_t comm = NULL;
+	float h[4] = {1.5f, -2, 3, 0.25f}, got[4] = {0};
+	float *d = gk_cuda_alloc(sizeof h, GK_CUDA_MEM_COMM, &err);
+	if (!ok(uid && init && ar && destroy && d && uid(&id) == ncclSuccess &&
+		init(&comm, 1, id, 0) == ncclSuccess, "nccl ops: a communicator of one")) {
+		diag("%s", err.msg);
+		gk_cuda_free(d);
+		if (so)
+			dlclose(so);
+		return;
+	}
+	int rc = gk_cuda_copy(d, h, sizeof h, NULL, &err);
+	ncclResult_t avg = rc ? ncclSystemError : ar(d, d, 4, ncclFloat32, ncclAvg, comm, NULL);
+	if (rc == 0 && avg == ncclSuccess)
+		rc = gk_cuda_copy(got, d, sizeof got, NULL, &err);
+	ok(rc == 0 && avg == ncclSuccess && memcmp(got, h, sizeof h) == 0,
+	   "nccl ops: ncclAvg over one rank is the input");
+	ok(ar(d, d, 4, ncclFloat32, ncclNumOps, comm, NULL) == ncclInvalidArgument &&
+	   ar(d, d, 4, ncclFloat32, (ncclRedOp_t)-1, comm, NULL) == ncclInvalidArgument,
+	   "nccl ops: ncclNumOps and -1 are refused (ncclInvalidArgument)");
+	destroy(comm);
+	gk_cuda_free(d);
+	dlclose(so);
+}
+
 static void test_nccl_world(void)
 {
 	gk_comm *c;
@@ -563,6 +603,7 @@ int main(int argc, char **argv)
 	test_reduce_avg();
 	test_pack_unpack();
 #if GK_HAVE_NCCL
+	test_nccl_ops();
 	test_nccl();
 #else
 	printf("ok %d # SKIP nccl backend: built without NCCL\n", ++tap_n);
