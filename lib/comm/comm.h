@@ -17,11 +17,16 @@
  *
  * Element types F32 F64 F16 BF16 I32. F16 and BF16 are reduced in f32 and
  * rounded once per pairwise reduction. AVG divides the sum by the world
- * size once at the end (integer division toward zero for I32), on every
- * backend: nccl runs ncclSum and then one division kernel (the same
- * reduce.h function as the CPU path), not ncclAvg, which multiplies each
- * input by 1/n first for floating types and so rounds differently when n
- * is not a power of two. The ring and Rabenseifner allreduces divide each
+ * size once at the end (integer division toward zero for I32) on the
+ * host backends. nccl runs NCCL's ncclAvg (NCCL 2.10 and later; no
+ * division pass behind the collective), which divides I32 the same way
+ * but multiplies each floating input by 1/n rounded to its type before
+ * the sum: the same bits where n is a power of two (outside the
+ * subnormals), else within (n + 2) epsilons of the type times the mean
+ * of |x| of the mean. Built against older headers, and for compressed
+ * collectives (which sum in their own ring), it runs ncclSum and then
+ * one division kernel, the same reduce.h function as the CPU path. The
+ * ring and Rabenseifner allreduces divide each
  * rank's block as its last reduction lands, before the allgather: the
  * same bits as dividing after it, on an n-th of the data, while it is in
  * cache (16 MiB in place on 2 ranks: 2.77 -> 2.37 ms).
@@ -446,7 +451,11 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
  * floats, device memory on nccl); grad itself is left as backward made
  * it. Each bucket is reduced to the ranks owning its elements (one reduce
  * per owner it spans), so the reduce-scatter overlaps backward as the
- * allreduce does. Not with compression.
+ * allreduce does. On a device communicator with dst == grad (in place),
+ * each bucket is instead one gk_comm_ireduce_scatterv of its owners'
+ * pieces: one NCCL operation (a group of those reduces, or one
+ * ncclReduceScatter where the pieces are equal), one request, and grad
+ * is left undefined outside this rank's pieces. Not with compression.
  */
 int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
 /*

@@ -536,10 +536,28 @@ static ncclDataType_t nccl_dt(gk_dtype dt)
 	}
 }
 
-/* AVG is SUM here; the division follows as a kernel (comm.h). */
+/*
+ * AVG is NCCL's own ncclAvg where the headers have it (NCCL 2.10 and
+ * later): no division pass behind the collective (comm.h says how it
+ * rounds). Older headers: SUM, and the division follows as a kernel.
+ * Compressed collectives sum in their own ring and divide after it.
+ */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+#define NATIVE_AVG 1
+#define AVG_OP ncclAvg
+#else
+#define NATIVE_AVG 0
+#define AVG_OP ncclSum
+#endif
+
+int gk_comm_nccl_native_avg(void)
+{
+	return NATIVE_AVG;
+}
+
 static ncclRedOp_t nccl_op(gk_comm_op op)
 {
-	static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclSum};
+	static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, AVG_OP};
 	return ops[op];
 }
 
@@ -567,6 +585,20 @@ static int pieces(gk_comm *c, nccl_state *st, const gk_comm_call *k, gk_err *err
 	int reduce = k->coll == GK_COMM_REDUCE_SCATTER;
 	char *buf = reduce ? (char *)(uintptr_t)k->send : (char *)k->recv;
 	size_t esz = gk_comm_dt_size(k->dt);
+	/* equal pieces (a bucket that spans every rank's whole range): NCCL's
+	 * own collective, in place (recv is this rank's block of send) */
+	size_t cnt = k->displ[1] - k->displ[0];
+	int equal = k->displ[0] == 0 && cnt > 0;
+	for (int q = 1; equal && q <= c->world; q++)
+		equal = k->displ[q] - k->displ[q - 1] == cnt;
+	if (equal) {
+		void *mine = buf + (size_t)c->rank * cnt * esz;
+		ncclResult_t r = reduce ? st->api.ReduceScatter(buf, mine, cnt, nccl_dt(k->dt),
+								nccl_op(k->op), st->comm, st->stream)
+					: st->api.AllGather(mine, buf, cnt, nccl_dt(k->dt), st->comm,
+							    st->stream);
+		return settle(st, r, st->last, err);
+	}
 	ncclResult_t bad = ncclSuccess, g = st->api.GroupStart();
 	if (g != ncclSuccess)
 		return fail(st, g, st->last, err);
@@ -667,6 +699,7 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	if (settle(st, r, st->last, err) < 0)
 		return -1;
 	if (k->op == GK_COMM_AVG && reduces &&
+	    (!NATIVE_AVG || (k->compress != GK_COMM_COMPRESS_NONE && !k->displ)) &&
 	    (k->coll != GK_COMM_REDUCE || c->rank == k->root) &&
 	    gk_comm_cuda_avg(k->recv, k->count, k->dt, c->world, st->stream, err) < 0)
 		return -1;

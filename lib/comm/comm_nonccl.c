@@ -11,6 +11,7 @@ static int nonccl(gk_err *err)
 }
 
 int gk_comm_nccl_available(void) { return 0; }
+int gk_comm_nccl_native_avg(void) { return 0; }
 int gk_comm_nccl_versions(int *headers, int *library)
 {
 	*headers = *library = 0;

@@ -96,6 +96,29 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err)
 		return gk_errf(err, "comm: out of memory for %zu requests", g->nb + (size_t)world);
 	g->req = req;
 	g->dst = dst, g->per = per;
+	if (!gk_comm_on_device(g->c) || dst != g->grad)
+		return 0;
+	/*
+	 * On a device communicator, in place: each bucket is one
+	 * reduce-scatter of its owners' pieces (gk_comm_ireduce_scatterv:
+	 * one group of a reduce per owner, issued as one NCCL operation and
+	 * waited on as one request; one ncclReduceScatter where the pieces
+	 * are equal, a bucket spanning every rank's whole range) instead of
+	 * a collective per owner. The host backends keep the reduce per
+	 * owner, whose sums the CPU's tests hold bit for bit.
+	 */
+	free(g->displ);
+	g->displ = calloc(g->nb * ((size_t)world + 1) + 1, sizeof *g->displ);
+	if (!g->displ)
+		return gk_errf(err, "comm: out of memory for %zu gradient buckets", g->nb);
+	for (size_t b = 0; b < g->nb; b++) {
+		size_t bhi = b ? g->lo[b - 1] : g->n, blo = g->lo[b];
+		size_t *d = g->displ + b * ((size_t)world + 1);
+		for (int q = 0; q <= world; q++) {
+			size_t at = (size_t)q * per;
+			d[q] = (at < blo ? blo : at > bhi ? bhi : at) - blo;
+		}
+	}
 	return 0;
 }
 
@@ -282,6 +305,12 @@ static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 		size_t *d = g->displ + b * ((size_t)gk_comm_world(g->c) + 1);
 		return gk_comm_ireduce_scatterv(g->c, bucket_at(g, lo), d, GK_DT_F32, GK_COMM_SUM,
 						&g->req[b], err);
+	}
+	if (g->dst && g->displ) {
+		size_t *d = g->displ + b * ((size_t)gk_comm_world(g->c) + 1);
+		gk_comm_trace_tag(g->c, "bucket", (int64_t)b);
+		return gk_comm_ireduce_scatterv(g->c, g->grad + lo, d, GK_DT_F32, GK_COMM_AVG,
+						&g->req[g->nreq++], err);
 	}
 	if (g->dst) {
 		/* one reduce to each rank owning part of [lo, hi) */

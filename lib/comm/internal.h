@@ -223,6 +223,9 @@ void gk_comm_nccl_free(gk_comm *c, void *p);
 int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,
 		      int to_device, gk_err *err);
 int gk_comm_nccl_available(void); /* a device and libnccl.so.2 */
+/* 1 when AVG runs as NCCL's ncclAvg (built with NCCL 2.10 or later): the
+ * floating types multiplied by 1/world before the sum (comm.h) */
+int gk_comm_nccl_native_avg(void);
 /*
  * The communicator's own work on its stream, queued after its collectives
  * (device memory): dst = src (add 0) or dst += src (add 1), n floats;

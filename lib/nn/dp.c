@@ -111,7 +111,9 @@
  * --comm mpi (or no usable NCCL, under --comm auto) sends them through
  * the host instead: downloaded after backward, allreduced by the same
  * buckets, uploaded. ZeRO-1 on GPUs runs over the NCCL communicator, on
- * the device's buffers, and so does ZeRO-2: each bucket's reduce-scatter
+ * the device's buffers (each bucket one reduce-scatter of its owners'
+ * pieces, as ZeRO-2's without the shard: gk_comm_grads_shard), and so
+ * does ZeRO-2: each bucket's reduce-scatter
  * of unequal pieces is one group of ncclReduce calls, one per owner, in
  * place (comm_nccl.c says why not padded equal pieces), and the piece is
  * summed into the shard in device memory. Device memory has no pages to

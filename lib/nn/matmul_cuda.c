@@ -85,12 +85,39 @@ static void lt_load(void)
 #undef SYM
 }
 
+/*
+ * The heuristic's choice, cached per problem: everything the query is
+ * given (the shapes, types, strides, transposes and epilogue, the
+ * workspace and the operands' alignments; the compute type is the
+ * handle's). A model issues a few dozen distinct GEMMs a step, each
+ * queried once per handle instead of every step (the query is host
+ * work of microseconds to milliseconds), and a run keeps one algorithm
+ * per shape, so its steps run the same kernels.
+ */
+typedef struct algo_key {
+	int32_t dt, ddt, trans_a, trans_b, bias, batch;
+	uint64_t a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
+	int64_t lda, ldb, ldd;
+	long long sa, sb, sd;
+	uint64_t ws;
+	uint32_t align[4];
+} algo_key;
+
+#define ALGO_CACHE_MAX 256
+
+typedef struct algo_entry {
+	algo_key key;
+	cublasLtMatmulAlgo_t algo;
+} algo_entry;
+
 struct gk_nn_blas {
 	cublasLtHandle_t h;
 	cublasComputeType_t compute;
 	void *ws;
 	size_t ws_bytes;
 	cudaStream_t s;
+	algo_entry *algos;     /* the heuristic's answers so far */
+	size_t nalgos, cap;
 };
 
 int gk_nn_blas_new(gk_nn_blas **out, gk_nn_precision prec, void *ws,
@@ -121,6 +148,7 @@ void gk_nn_blas_free(gk_nn_blas *b)
 	if (!b)
 		return;
 	lt.Destroy(b->h);
+	free(b->algos);
 	free(b);
 }
 
@@ -240,27 +268,56 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 		(uintptr_t)(g->C ? g->C : g->D) |
 			(batch > 1 ? (uintptr_t)g->sD * eds : 0),
 		(uintptr_t)g->D | (batch > 1 ? (uintptr_t)g->sD * eds : 0)};
-	for (int i = 0; i < 4; i++) {
-		uint32_t a = align_of(ptr[i]);
-		if (GK_CUBLAS_CHECK(lt.PrefSet(pref, al[i], &a, sizeof(a)),
-				    err) < 0)
-			goto out;
-	}
+	algo_key key;
+	memset(&key, 0, sizeof key); /* the padding too: keys compare bytewise */
+	key.dt = g->dt, key.ddt = g->ddt, key.trans_a = sh.trans_a, key.trans_b = sh.trans_b;
+	key.bias = g->bias != NULL, key.batch = batch;
+	key.a_rows = sh.a_rows, key.a_cols = sh.a_cols, key.b_rows = sh.b_rows;
+	key.b_cols = sh.b_cols, key.d_rows = sh.d_rows, key.d_cols = sh.d_cols;
+	key.lda = sh.lda, key.ldb = sh.ldb, key.ldd = sh.ldd;
+	key.sa = batch > 1 ? sh.sa : 0, key.sb = batch > 1 ? sh.sb : 0;
+	key.sd = batch > 1 ? sh.sd : 0;
+	key.ws = ws_bytes;
+	for (int i = 0; i < 4; i++)
+		key.align[i] = align_of(ptr[i]);
+	const cublasLtMatmulAlgo_t *algo = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
-	int found = 0;
-	if (GK_CUBLAS_CHECK(lt.Heuristic(b->h, desc, la, lb, ld, ld, pref, 1,
-					 &heur, &found), err) < 0)
-		goto out;
-	if (found == 0) {
-		gk_errf(err, "matmul (%d x %d x %d, batch %d, %s): cuBLASLt has "
-			"no algorithm for it", g->M, g->N, g->K, batch,
-			gk_dtype_name(g->dt));
-		goto out;
+	for (size_t i = 0; i < b->nalgos && !algo; i++)
+		if (!memcmp(&b->algos[i].key, &key, sizeof key))
+			algo = &b->algos[i].algo;
+	if (!algo) {
+		for (int i = 0; i < 4; i++)
+			if (GK_CUBLAS_CHECK(lt.PrefSet(pref, al[i], &key.align[i],
+						       sizeof(key.align[i])), err) < 0)
+				goto out;
+		int found = 0;
+		if (GK_CUBLAS_CHECK(lt.Heuristic(b->h, desc, la, lb, ld, ld, pref, 1,
+						 &heur, &found), err) < 0)
+			goto out;
+		if (found == 0) {
+			gk_errf(err, "matmul (%d x %d x %d, batch %d, %s): cuBLASLt has "
+				"no algorithm for it", g->M, g->N, g->K, batch,
+				gk_dtype_name(g->dt));
+			goto out;
+		}
+		algo = &heur.algo;
+		/* kept while there are few (sampling's growing sequence
+		 * would add its attention shapes at every length) */
+		if (b->nalgos == b->cap && b->cap < ALGO_CACHE_MAX) {
+			size_t cap = b->cap ? 2 * b->cap : 32;
+			algo_entry *e = realloc(b->algos, cap * sizeof *e);
+			if (e)
+				b->algos = e, b->cap = cap;
+		}
+		if (b->nalgos < b->cap) {
+			b->algos[b->nalgos] = (algo_entry){key, heur.algo};
+			algo = &b->algos[b->nalgos++].algo;
+		}
 	}
 	float alpha = g->alpha, beta = g->C ? 1.0f : 0.0f;
 	const void *c = g->C ? g->C : g->D;
 	rc = GK_CUBLAS_CHECK(lt.Matmul(b->h, desc, &alpha, sh.a, la, sh.b, lb,
-				       &beta, c, ld, g->D, ld, &heur.algo, b->ws,
+				       &beta, c, ld, g->D, ld, algo, b->ws,
 				       ws_bytes, b->s), err);
 out:
 	if (pref)

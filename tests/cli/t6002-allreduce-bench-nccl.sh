@@ -84,10 +84,42 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce-scatter and allgather of uneq
 	rm -f pieces.* &&
 	$T mpirun -np '"$GK_GPUS"' sh -c "exec \"$prog\" pieces >pieces.\$OMPI_COMM_WORLD_RANK" &&
 	for r in $(seq 0 $(($GK_GPUS - 1))); do
-		grep "^1\.\.16$" pieces.$r &&
+		grep "^1\.\.19$" pieces.$r &&
 		grep "^ok 15 - partitioned gradient buckets over nccl, world $GK_GPUS," pieces.$r &&
-		test $(grep -c "^ok" pieces.$r) = 16 || return 1
+		grep "^ok 18 - allreduce avg BF16 over nccl, world $GK_GPUS: within" pieces.$r &&
+		test $(grep -c "^ok" pieces.$r) = 19 || return 1
 	done
+'
+
+# AVG over NCCL is ncclAvg (no division pass behind it): the fake NCCL's
+# log of the collectives called shows op 4 (ncclAvg) on every averaging
+# call, and comm_cuda's AVG cases pass against the sum-and-divide path
+# and the mean at 2 ranks (the same bits) and at 3 (within bounds; the
+# emulation's NCCL multiplies by 1/3 first, as NCCL does).
+test_expect_success 'CUEMU,MPIRUN,GPUS' 'avg is ncclAvg, at 2 and 3 ranks against the sum-and-divide path and the mean' '
+	prog="$GK_BUILD/tests/unit/comm_cuda" &&
+	for n in 2 3; do
+		rm -f avg.* nccl.log &&
+		CUEMU_GPUS=$n CUEMU_NCCL_LOG=$PWD/nccl.log $T mpirun -np $n \
+			sh -c "exec \"$prog\" pieces >avg.\$OMPI_COMM_WORLD_RANK" &&
+		for r in $(seq 0 $(($n - 1))); do
+			grep "^ok 17 - allreduce avg F32 over nccl, world $n: within" avg.$r &&
+			grep "^ok 18 - allreduce avg BF16 over nccl, world $n: within" avg.$r &&
+			test $(grep -c "^ok" avg.$r) = 19 &&
+			# the 2 allreduces and 4 reduce-scatterv groups of AVG:
+			# ncclAvg; SUM and the rest op 0
+			test $(grep -c "^rank $r ncclAllReduce .* op 4 " nccl.log) = 2 &&
+			test $(grep -c "^rank $r ncclAllReduce .* op 0 " nccl.log) = 2 &&
+			grep "^rank $r ncclReduce .* op 4 " nccl.log &&
+			test $(grep -c "^rank $r .* op [1-35-9]" nccl.log) = 0 || return 1
+		done
+	done &&
+	# allreduce-bench checks ncclAvg at 3 ranks within its bound, the
+	# integers exactly (NCCL divides their sum)
+	CUEMU_GPUS=3 $T mpirun -np 3 allreduce-bench --backend nccl -b 4 -e 4K -f 4 -d all \
+		-o avg -n 1 -w 0 >avg3.out &&
+	grep "^# Out of bounds values : 0 OK$" avg3.out &&
+	test $(grep -vc "^#" avg3.out) = 30
 '
 
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: compressed bf16, f16 and int8 on the device, within their bounds' '

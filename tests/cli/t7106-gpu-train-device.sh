@@ -300,6 +300,46 @@ test_expect_success 'GPUS,MPI' '2 GPUs: ZeRO-1 on the device gives the losses of
 	test $(losses gz1r.json | wc -l) = $((N - half))
 '
 
+# ZeRO-1 over NCCL: each bucket one reduce-scatter of its owners' pieces
+# with ncclAvg (lib/comm's grads.c): one group of a reduce per owner,
+# one NCCL operation, where the pieces are unequal (buckets of 64 KiB
+# inside ZeRO-1's ranges), and one ncclReduceScatter where they are
+# equal (a bucket of the whole model); then the one all-gather of the
+# updated ranges. The emulation's NCCL logs each collective called
+# (CUEMU_NCCL_LOG); the losses are ZeRO-0's bit for bit (a sum of two,
+# halved exactly, in either order).
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: one reduce-scatter a bucket (a group of reduces, or ncclReduceScatter), ZeRO-0'"'"'s losses' '
+	data &&
+	Z="$A --steps 2 --device cuda --precision fp32" &&
+	mpi 2 $Z --bucket 64K --zero 0 >z0.json &&
+	losses z0.json >z0.losses &&
+	test $(wc -l <z0.losses) = 2 &&
+	for b in 64K 1M; do
+		rm -f z1$b.log &&
+		CUEMU_NCCL_LOG=$PWD/z1$b.log mpi 2 $Z --bucket $b --zero 1 >z1$b.json &&
+		losses z1$b.json >z1$b.losses &&
+		test_cmp z0.losses z1$b.losses || return 1
+	done &&
+	n=$(jq -s "map(select(.event == \"start\"))[0].params_padded" z164K.json) &&
+	buckets=$(( (n + 16383) / 16384 )) &&
+	test $buckets -ge 2 &&
+	for r in 0 1; do
+		# 64 KiB: every reduce is ncclAvg inside a group, one group a
+		# bucket and step; one all-gather a step
+		grep "^rank $r " z164K.log >r$r.64K &&
+		test $(grep -c " ncclReduce .* op 4 .* group [1-9]" r$r.64K) -ge $((2 * buckets)) &&
+		test $(grep -c " ncclReduce " r$r.64K) = $(grep -c " ncclReduce .* op 4 .* group [1-9]" r$r.64K) &&
+		test $(grep " ncclReduce " r$r.64K | sed "s/.* group //" | sort -u | wc -l) = $((2 * buckets)) &&
+		test $(grep -c " ncclAllGather " r$r.64K) = 2 &&
+		test $(grep -c " ncclReduceScatter " r$r.64K) = 0 &&
+		# the whole model in one bucket, equal pieces: ncclReduceScatter
+		grep "^rank $r " z11M.log >r$r.1M &&
+		test $(grep -c " ncclReduceScatter count $((n / 2)) type 7 op 4 .* group 0$" r$r.1M) = 2 &&
+		test $(grep -c " ncclAllGather " r$r.1M) = 2 &&
+		test $(wc -l <r$r.1M) = 4 || return 1
+	done
+'
+
 # ZeRO-2 over NCCL (lib/comm's comm_nccl.c): each bucket one group of
 # ncclReduce calls, one to each owner of a piece, summed into a shard in
 # device memory. Without accumulation that is ZeRO-1's reduce to each
@@ -445,7 +485,7 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: an asynchronous NCCL error
 	 test_expect_code 1 mpi 2 $A --device cuda --bucket 64K --zero 1 --timeout 600 \
 		>aerr.json 2>aerr.err) &&
 	end=$(date +%s) &&
-	grep "^gpu-train: nccl: reduce of [0-9]* F32 avg: unhandled system error: cuemu NCCL: an asynchronous error injected by CUEMU_NCCL_ERROR in ncclReduce (operation 7 of rank 0)$" aerr.err &&
+	grep "^gpu-train: nccl: reducescatterv of [0-9]* F32 avg: unhandled system error: cuemu NCCL: an asynchronous error injected by CUEMU_NCCL_ERROR in ncclReduce (operation 7 of rank 0)$" aerr.err &&
 	test $((end - start)) -lt 120
 '
 

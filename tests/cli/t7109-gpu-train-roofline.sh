@@ -36,6 +36,23 @@ test_expect_success CUEMU 'a manifest of another model, or with a GEMM missing, 
 	grep "cannot read the manifest" err
 '
 
+# cuBLASLt's heuristic is asked once per distinct problem (shape,
+# types, alignments, workspace) and its answer kept (matmul_cuda.c):
+# over three steps the emulation's cuBLASLt logs each query
+# (CUEMU_LT_HEURISTIC_LOG), none twice, fewer than a step's GEMMs, while
+# the GEMMs are issued every step.
+test_expect_success CUEMU 'three steps: one heuristic query per distinct GEMM problem, not one per GEMM' '
+	rm -f heur.log gemm3.log &&
+	CUEMU_LT_HEURISTIC_LOG=$PWD/heur.log CUEMU_GEMM_LOG=$PWD/gemm3.log gpu-train --device cuda \
+		--precision bf16 --data train.bin --layers 2 --hidden 64 --heads 4 --vocab 256 \
+		--positions 32 --seq 16 --batch 2 --steps 3 --json >three.json &&
+	test $(wc -l <gemm3.log) = 81 &&
+	test $(wc -l <heur.log) -ge 1 &&
+	test $(sort heur.log | uniq -d | wc -l) = 0 &&
+	test $(wc -l <heur.log) -lt 27 &&
+	test $(sed "s/ beta .*//" gemm3.log | sort -u | wc -l) -le $(wc -l <heur.log)
+'
+
 test_expect_success 'GPT-2 124M on an H200: a measured step is read against the roofline' '
 	GPU="NVIDIA H200" STEP_MS=20 "$roofline" >big &&
 	grep "989 TFLOP/s, 4800 GB/s" big &&

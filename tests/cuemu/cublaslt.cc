@@ -10,7 +10,10 @@
  *
  * A rejected call returns the status cuBLASLt documents and says why on
  * stderr. CUEMU_GEMM_LOG=FILE appends one line per GEMM issued (shape,
- * types, batch), the manifest of the shapes a model runs.
+ * types, batch), the manifest of the shapes a model runs;
+ * CUEMU_LT_HEURISTIC_LOG=FILE one line per heuristic query (the problem,
+ * the alignments and the workspace it was told), for the tests that
+ * count them.
  *
  * reference: cuBLAS documentation, "cublasLtMatmul", "cublasLtMatmulDescAttributes_t",
  * "cublasLtMatrixLayoutAttribute_t", "cublasLtMatmulPreferenceAttributes_t".
@@ -382,6 +385,19 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 	for (int i = 0; i < 4; i++)
 		if (!p->align[i] || (p->align[i] & (p->align[i] - 1)))
 			return reject(CUBLAS_STATUS_INVALID_VALUE, "minimum alignment %u", p->align[i]);
+	if (const char *log = getenv("CUEMU_LT_HEURISTIC_LOG")) {
+		if (FILE *f = fopen(log, "a")) {
+			const layout *la = (const layout *)a, *ld = (const layout *)d;
+			fprintf(f, "m %llu n %llu k %llu transa %d transb %d batch %d A %s D %s "
+				"bias %d align %u %u %u %u workspace %llu\n",
+				(unsigned long long)ld->rows, (unsigned long long)ld->cols,
+				(unsigned long long)(de->transa ? la->rows : la->cols), de->transa,
+				de->transb, ld->batch, type_name(la->type), type_name(ld->type),
+				de->epilogue == CUBLASLT_EPILOGUE_BIAS, p->align[0], p->align[1],
+				p->align[2], p->align[3], (unsigned long long)p->ws);
+			fclose(f);
+		}
+	}
 	memset(res, 0, sizeof *res);
 	res->algo.data[0] = MAGIC;
 	res->algo.data[1] = problem_hash(de, (layout *)a, (layout *)b, (layout *)c, (layout *)d);

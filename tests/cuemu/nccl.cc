@@ -34,6 +34,11 @@
  *                            on R, ncclRemoteError on the other ranks once
  *                            they wait for R)
  * CUEMU_NCCL_SLOT_MIB (default 64): the largest message, per rank.
+ * CUEMU_NCCL_LOG=FILE appends one line per collective called, as it is
+ * called (a group's calls each): "rank R NAME count N type T op O root
+ * Q group G" (the ncclDataType_t and ncclRedOp_t numbers; G numbers the
+ * process's groups from 1, 0 outside one), for the tests that count the
+ * collectives of a step by kind and op, and the groups.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -114,6 +119,7 @@ struct ncclComm {
 namespace {
 
 thread_local int group_depth;
+thread_local unsigned long group_serial; /* the groups begun, for CUEMU_NCCL_LOG */
 struct p2p {
 	int send;
 	const void *sbuf;
@@ -200,7 +206,12 @@ void done(ncclComm_t c)
 		release(c);
 }
 
-/* ---- reductions, in rank order, rounding to the type at each step ---- */
+/* ---- reductions, in rank order, rounding to the type at each step ----
+ *
+ * ncclAvg as NCCL computes it (its enqueue.cc, hostToDevRedOp): for the
+ * floating types a sum of each input multiplied first by 1/nranks
+ * rounded to the type (ncclDevPreMulSum), for the integers the sum
+ * divided at the end (ncclDevSumPostDiv). */
 
 template <class T> T red(T a, T b, ncclRedOp_t op)
 {
@@ -212,14 +223,22 @@ template <class T> T red(T a, T b, ncclRedOp_t op)
 	}
 }
 
+template <class T> constexpr bool floating() { return (T)0.5 != (T)0; }
+
 template <class T> void reduce_t(T *out, const char *const *in, int n, size_t off, size_t count,
 				 ncclRedOp_t op)
 {
+	const bool pre = op == ncclAvg && floating<T>();
+	const T s = (T)(1.0 / n);
 	for (size_t i = 0; i < count; i++) {
 		T acc = ((const T *)in[0])[off + i];
-		for (int r = 1; r < n; r++)
-			acc = red(acc, ((const T *)in[r])[off + i], op);
-		if (op == ncclAvg)
+		if (pre)
+			acc = (T)(acc * s);
+		for (int r = 1; r < n; r++) {
+			T x = ((const T *)in[r])[off + i];
+			acc = red(acc, pre ? (T)(x * s) : x, op);
+		}
+		if (op == ncclAvg && !pre)
 			acc = (T)(acc / (T)n);
 		out[i] = acc;
 	}
@@ -230,11 +249,17 @@ template <class T> void reduce_t(T *out, const char *const *in, int n, size_t of
 template <class T, class W> void reduce_w(T *out, const char *const *in, int n, size_t off,
 					  size_t count, ncclRedOp_t op)
 {
+	const bool pre = op == ncclAvg && floating<T>();
+	const T s = (T)(float)(1.0 / n);
 	for (size_t i = 0; i < count; i++) {
 		T acc = ((const T *)in[0])[off + i];
-		for (int r = 1; r < n; r++)
-			acc = (T)red((W)acc, (W)((const T *)in[r])[off + i], op);
-		if (op == ncclAvg)
+		if (pre)
+			acc = (T)((W)acc * (W)s);
+		for (int r = 1; r < n; r++) {
+			T x = ((const T *)in[r])[off + i];
+			acc = (T)red((W)acc, pre ? (W)(T)((W)x * (W)s) : (W)x, op);
+		}
+		if (op == ncclAvg && !pre)
 			acc = (T)((W)acc / (W)n);
 		out[i] = acc;
 	}
@@ -261,12 +286,16 @@ uint16_t f_bf16(float f)
 void reduce_bf16(uint16_t *out, const char *const *in, int n, size_t off, size_t count,
 		 ncclRedOp_t op)
 {
+	const bool pre = op == ncclAvg;
+	const float s = bf16_f(f_bf16((float)(1.0 / n)));
 	for (size_t i = 0; i < count; i++) {
 		float acc = bf16_f(((const uint16_t *)in[0])[off + i]);
-		for (int r = 1; r < n; r++)
-			acc = bf16_f(f_bf16(red(acc, bf16_f(((const uint16_t *)in[r])[off + i]), op)));
-		if (op == ncclAvg)
-			acc = acc / (float)n;
+		if (pre)
+			acc = bf16_f(f_bf16(acc * s));
+		for (int r = 1; r < n; r++) {
+			float x = bf16_f(((const uint16_t *)in[r])[off + i]);
+			acc = bf16_f(f_bf16(red(acc, pre ? bf16_f(f_bf16(x * s)) : x, op)));
+		}
 		out[i] = f_bf16(acc);
 	}
 }
@@ -562,6 +591,21 @@ ncclResult_t collective(ncclComm_t c, coll_args a, cudaStream_t s)
 			 "device allocations", what, a.send, reads ? in_b : 0, a.recv,
 			 writes ? out_b : 0);
 		return bad(m);
+	}
+	if (const char *log = getenv("CUEMU_NCCL_LOG")) {
+		char line[160];
+		int len = snprintf(line, sizeof line,
+				   "rank %d %s count %zu type %d op %d root %d group %lu\n", c->rank,
+				   what, a.count, (int)a.t, (int)a.op, a.root,
+				   group_depth ? group_serial : 0ul);
+		int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			/* one write per line: the ranks' lines never interleave */
+			if (write(fd, line, (size_t)len) != len)
+				fprintf(stderr, "cuemu: nccl: CUEMU_NCCL_LOG %s: %s\n", log,
+					strerror(errno));
+			close(fd);
+		}
 	}
 	if (in_b == 0)
 		return ncclSuccess;
@@ -899,7 +943,8 @@ ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_
 
 ncclResult_t ncclGroupStart(void)
 {
-	group_depth++;
+	if (group_depth++ == 0)
+		group_serial++;
 	return ncclSuccess;
 }
 

@@ -10,6 +10,7 @@
  * or a communicator that fails to open, is a failure, not a skip.
  */
 #include <dlfcn.h>
+#include <float.h>
 #include <math.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -336,6 +337,8 @@ static void pieces_of(int shape, int world, size_t n, size_t *displ)
 	displ[world] = n;
 }
 
+static void test_nccl_avg(gk_comm *c);
+
 static void test_nccl_pieces(gk_comm *c)
 {
 	enum { NP = 1000 };
@@ -364,17 +367,25 @@ static void test_nccl_pieces(gk_comm *c)
 				rc = gk_comm_wait(rq, &err);
 			if (rc == 0)
 				rc = gk_comm_to_host(c, got, d, NP * sizeof *got, &err);
+			/* ncclAvg multiplies each input by 1/world first: the sum
+			 * divided once, exactly where the world is a power of two,
+			 * else within (world + 2) epsilons of the mean of |x| */
+			int pow2 = (W & (W - 1)) == 0;
 			size_t bad = 0;
 			for (size_t i = displ[R]; rc == 0 && i < displ[R + 1]; i++) {
 				float want = (float)(((int)(i % 13) - 6) * W * (W + 1) / 2);
 				if (avg)
 					want = want / (float)W;
-				bad += memcmp(&got[i], &want, sizeof want) != 0;
+				if (!avg || pow2)
+					bad += memcmp(&got[i], &want, sizeof want) != 0;
+				else
+					bad += !(fabsf(got[i] - want) <=
+						 (float)(W + 2) * FLT_EPSILON * fabsf(want));
 			}
 			ok(rc == 0 && bad == 0, "reduce-scatterv %s over nccl, world %d, %s pieces: "
 			   "this rank's piece is the %s%s%s", avg ? "avg" : "sum", W,
-			   shape_name[shape], avg ? "sum divided once" : "sum", rc ? ": " : "",
-			   rc ? err.msg : "");
+			   shape_name[shape], avg ? pow2 ? "sum divided once" : "mean within bounds" : "sum",
+			   rc ? ": " : "", rc ? err.msg : "");
 		}
 		/* every piece its owner's, the rest of the buffer garbage */
 		for (size_t i = 0; i < NP; i++)
@@ -439,6 +450,121 @@ static void test_nccl_pieces(gk_comm *c)
 	gk_comm_free(c, shard);
 	gk_comm_free(c, d);
 	free(displ), free(h), free(got);
+	test_nccl_avg(c);
+}
+
+/*
+ * AVG allreduce over NCCL (ncclAvg where the headers have it: each input
+ * times 1/world, then summed, for the floating types) against the
+ * fallback it replaces (SUM, then the division kernel) and against the
+ * mean in double. At world 2 the two are the same bits (a product by
+ * 1/2 is exact); at any world each lies within (world + 2) epsilons of
+ * the type times the mean of |x| of the mean, which a division done
+ * twice or left out (a factor of the world) is far from.
+ */
+static void test_nccl_avg(gk_comm *c)
+{
+	enum { NA = 777 };
+	int W = gk_comm_world(c), R = gk_comm_rank(c);
+	gk_err err = {0};
+	float *h = malloc(NA * sizeof *h), *f = malloc(NA * sizeof *f), *g = malloc(NA * sizeof *g);
+	uint16_t *hb = malloc(NA * sizeof *hb), *fb = malloc(NA * sizeof *fb), *gb = malloc(NA * sizeof *gb);
+	double *mean = malloc(NA * sizeof *mean), *mabs = malloc(NA * sizeof *mabs);
+	void *d = gk_comm_alloc(c, NA * sizeof(float), &err);
+	if (!ok(h && f && g && hb && fb && gb && mean && mabs && d, "avg: buffers")) {
+		diag("%s", err.msg);
+		return;
+	}
+	/* rank r's x[i], the same function on every rank */
+#define AVG_X(r, i) ((float)((((r) * 7919 + (int)(i) * 104729) % 2001) - 1000) / 1000.0f * \
+		     ldexpf(1, (int)(i) % 5 - 2))
+	static const gk_dtype dts[] = {GK_DT_F32, GK_DT_BF16};
+	for (int t = 0; t < 2; t++) {
+		int bf = dts[t] == GK_DT_BF16;
+		size_t bytes = NA * (bf ? 2 : 4);
+		for (size_t i = 0; i < NA; i++) {
+			h[i] = AVG_X(R, i), hb[i] = gk_f32_to_bf16(h[i]);
+			mean[i] = mabs[i] = 0;
+			for (int r = 0; r < W; r++) {
+				double x = bf ? gk_bf16_to_f32(gk_f32_to_bf16(AVG_X(r, i))) : AVG_X(r, i);
+				mean[i] += x / W, mabs[i] += fabs(x) / W;
+			}
+		}
+		const void *src = bf ? (void *)hb : (void *)h;
+		void *nat = bf ? (void *)fb : (void *)f, *fall = bf ? (void *)gb : (void *)g;
+		int rc = gk_comm_to_device(c, d, src, bytes, &err);
+		if (rc == 0)
+			rc = gk_comm_allreduce(c, d, d, NA, dts[t], GK_COMM_AVG, NULL, &err);
+		if (rc == 0)
+			rc = gk_comm_to_host(c, nat, d, bytes, &err);
+		if (rc == 0)
+			rc = gk_comm_to_device(c, d, src, bytes, &err);
+		if (rc == 0)
+			rc = gk_comm_allreduce(c, d, d, NA, dts[t], GK_COMM_SUM, NULL, &err);
+		if (rc == 0)
+			rc = gk_comm_cuda_avg(d, NA, dts[t], W, NULL, &err);
+		if (rc == 0)
+			rc = gk_comm_to_host(c, fall, d, bytes, &err);
+		double eps = bf ? ldexp(1, -7) : FLT_EPSILON, worst = 0;
+		size_t far = 0, differ = 0;
+		for (size_t i = 0; rc == 0 && i < NA; i++) {
+			double a = bf ? gk_bf16_to_f32(fb[i]) : f[i];
+			double b = bf ? gk_bf16_to_f32(gb[i]) : g[i];
+			double bound = (W + 2) * eps * mabs[i];
+			far += !(fabs(a - mean[i]) <= bound) + !(fabs(b - mean[i]) <= bound);
+			differ += bf ? fb[i] != gb[i] : memcmp(&f[i], &g[i], sizeof *f) != 0;
+			if (mabs[i] > 0 && fabs(a - mean[i]) / mabs[i] > worst)
+				worst = fabs(a - mean[i]) / mabs[i];
+		}
+		ok(rc == 0 && far == 0 && (W != 2 || differ == 0),
+		   "allreduce avg %s over nccl, world %d: within (world + 2) eps of the mean, as SUM "
+		   "and the division kernel are%s (%zu out of bounds, %zu differ from the fallback, "
+		   "worst %.2g eps)%s%s", gk_dtype_name(dts[t]), W,
+		   W == 2 ? ", and the same bits as they" : "", far, differ, worst / eps,
+		   rc ? ": " : "", rc ? err.msg : "");
+	}
+#undef AVG_X
+	gk_comm_free(c, d);
+	free(h), free(f), free(g), free(hb), free(fb), free(gb), free(mean), free(mabs);
+}
+
+/*
+ * NCCL's reductions at the API, a world of one: ncclAvg is one of them
+ * (NCCL 2.10 and later), and ncclNumOps, which no
+ * ncclRedOpCreatePreMulSum made, is refused with ncclInvalidArgument, as
+ * NCCL refuses it (the emulation's NCCL too).
+ */
+static void test_nccl_ops(void)
+{
+	void *so = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	__typeof__(&ncclGetUniqueId) uid = so ? (__typeof__(&ncclGetUniqueId))dlsym(so, "ncclGetUniqueId") : NULL;
+	__typeof__(&ncclCommInitRank) init = so ? (__typeof__(&ncclCommInitRank))dlsym(so, "ncclCommInitRank") : NULL;
+	__typeof__(&ncclAllReduce) ar = so ? (__typeof__(&ncclAllReduce))dlsym(so, "ncclAllReduce") : NULL;
+	__typeof__(&ncclCommDestroy) destroy = so ? (__typeof__(&ncclCommDestroy))dlsym(so, "ncclCommDestroy") : NULL;
+	gk_err err = {0};
+	ncclUniqueId id;
+	ncclComm_t comm = NULL;
+	float h[4] = {1.5f, -2, 3, 0.25f}, got[4] = {0};
+	float *d = gk_cuda_alloc(sizeof h, GK_CUDA_MEM_COMM, &err);
+	if (!ok(uid && init && ar && destroy && d && uid(&id) == ncclSuccess &&
+		init(&comm, 1, id, 0) == ncclSuccess, "nccl ops: a communicator of one")) {
+		diag("%s", err.msg);
+		gk_cuda_free(d);
+		if (so)
+			dlclose(so);
+		return;
+	}
+	int rc = gk_cuda_copy(d, h, sizeof h, NULL, &err);
+	ncclResult_t avg = rc ? ncclSystemError : ar(d, d, 4, ncclFloat32, ncclAvg, comm, NULL);
+	if (rc == 0 && avg == ncclSuccess)
+		rc = gk_cuda_copy(got, d, sizeof got, NULL, &err);
+	ok(rc == 0 && avg == ncclSuccess && memcmp(got, h, sizeof h) == 0,
+	   "nccl ops: ncclAvg over one rank is the input");
+	ok(ar(d, d, 4, ncclFloat32, ncclNumOps, comm, NULL) == ncclInvalidArgument,
+	   "nccl ops: ncclNumOps is refused (ncclInvalidArgument)");
+	destroy(comm);
+	gk_cuda_free(d);
+	dlclose(so);
 }
 
 static void test_nccl_world(void)
@@ -476,6 +602,7 @@ int main(int argc, char **argv)
 	test_reduce_avg();
 	test_pack_unpack();
 #if GK_HAVE_NCCL
+	test_nccl_ops();
 	test_nccl();
 #else
 	printf("ok %d # SKIP nccl backend: built without NCCL\n", ++tap_n);
