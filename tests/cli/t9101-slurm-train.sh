@@ -69,13 +69,28 @@ ranks_catching() {
 	done
 }
 
+# What a failed wait shows: each rank's and srun's state and signal masks,
+# the step as Slurm sees it, and what the script said.
+usr1_states() {
+	for pid in $(ranks) $(pgrep -f "^srun .*--ckpt-dir $PWD/ck "); do
+		echo "pid $pid: $(tr '\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-60)"
+		grep -E "^(State|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt):" /proc/$pid/status 2>/dev/null
+	done >&2
+	scontrol show step "$(cat jobid).0" >&2 2>&1 || :
+	cat job.err >&2 2>/dev/null || :
+}
+
 # Wait until USR1 is pending in every rank.
 usr1_pending() {
 	i=0
 	for pid in $(ranks); do
 		until usr1_pending_in $pid; do
 			i=$((i + 1))
-			[ "$i" -lt 600 ] || { echo "usr1_pending: USR1 not pending in rank $pid after 60 s" >&2; return 1; }
+			[ "$i" -lt 600 ] || {
+				echo "usr1_pending: USR1 not pending in rank $pid after 60 s" >&2
+				usr1_states
+				return 1
+			}
 			sleep 0.1
 		done
 	done
