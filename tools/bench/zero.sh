@@ -129,6 +129,10 @@ printf '%-34s %12s  (overlap %s)\n' "gpu-train ZeRO-0 2 ranks tok/s" "$(num %.0f
 printf '%-34s %12s\n' "ZeRO-3 prefetch tok/s" "$(num %.0f "$z3")"
 printf '%-34s %12s\n' "ZeRO-3 no prefetch tok/s" "$(num %.0f "$z3off")"
 printf '%-34s %12s  (%s)\n' "PyTorch FSDP/gloo 2 procs tok/s" "$(num %.0f "$fsdp")" "$impl"
+echo "per round tok/s, ZeRO-0 / ZeRO-3 prefetch / ZeRO-3 no pf / FSDP:"
+paste "$tmp/z0.txt" "$tmp/z3.txt" "$tmp/z3off.txt" "$tmp/fsdp.txt" |
+	awk -F '\t' '{ printf "  round %d  %s  %s  %s  %s\n", NR, $1, $2, $3, $4 == "" ? "n/a" : $4 }' |
+	sed 's/\([0-9]\)\.[0-9]*/\1/g'
 printf '%-34s %12s  (target >= 0.85)\n' "ratio ZeRO-3 prefetch / ZeRO-0" "$(ratio "$z3" "$z0")"
 printf '%-34s %12s\n' "ratio ZeRO-3 no prefetch / ZeRO-0" "$(ratio "$z3off" "$z0")"
 printf '%-34s %12s  (target >= 1.25)\n' "ratio ZeRO-3 prefetch / FSDP" "$(ratio "$z3" "$fsdp")"
