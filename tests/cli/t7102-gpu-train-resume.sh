@@ -164,17 +164,24 @@ test_expect_success 'SIGTERM in a long accumulation stops between micro-steps; t
 	test_cmp gs g12
 '
 
-# Step 2 waits for step 1's checkpoint, slowed to 2 s, before it starts its
-# own: the signal sent when step 2's line appears comes during that wait
-# (with 20 steps between the checkpoints, a loaded machine could spend the
-# 2 s on them, and stop a step later).
+# Step 2 waits for step 1's checkpoint before it starts its own, and rank 0
+# holds step 1's commit until the file go exists
+# (GK_TEST_CKPT_COMMIT_WAIT): the signal, sent when step 2's line appears,
+# comes during that wait however slowly a loaded machine runs, and the
+# test lets the commit go only once gpu-train says it has the signal (a
+# checkpoint slowed to 2 s + 2 s instead left a window: a signal sent
+# after it stopped a step later).
 test_expect_success 'SIGTERM while the previous checkpoint is still written: stop at the checkpoint in hand' '
-	{ GK_TEST_CKPT_DELAY_MS=2000 gpu-train $A --steps 1000000 --ckpt-every 1 \
-		--ckpt-dir ckw >w.json & } &&
+	{ GK_TEST_CKPT_COMMIT_WAIT=go gpu-train $A --steps 1000000 --ckpt-every 1 \
+		--ckpt-dir ckw >w.json 2>w.err & } &&
 	pid=$! &&
-	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	test_when_finished "touch go; kill \$pid 2>/dev/null || :" &&
 	test_wait_for 300 "step 2 in w.json" grep -q "\"step\":2," w.json &&
+	test ! -e ckw/step-00000001 &&
 	kill -TERM $pid &&
+	test_wait_for 300 "gpu-train to take the SIGTERM (w.err)" \
+		grep -q "stopping at the end of the step" w.err &&
+	touch go &&
 	wait $pid &&
 	jq -s -e "map(select(.event == \"summary\"))[0] | .step == 2 and .stopped == \"signal (checkpointed)\"" w.json &&
 	jq -s -e "map(select(.event == \"checkpoint\") | .step) == [1, 2]" w.json &&

@@ -11,24 +11,36 @@ transformers loads in gpu-train (--init-from) with the same loss.'
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 test_need_python torch transformers numpy
 
-cat >hf_loss.py <<'PYEOF'
-import sys
+# transformers' references, in one process (importing torch and
+# transformers takes seconds): the --max-size and --ranks directories load
+# as GPT2LMHeadModel; the mean cross-entropy of hf over val.bin's windows
+# (theirs); a model transformers initializes and saves (saved) and its own
+# (theirs2).
+cat >hf_refs.py <<'PYEOF'
 import numpy as np
 import torch
 import transformers
 
-model, data, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-m = transformers.GPT2LMHeadModel.from_pretrained(model).eval()
-t = np.fromfile(data, dtype="<u2").astype(np.int64)
-ls = []
-for k in range((len(t) - 1) // (B * T)):
-    w = np.stack([t[k * B * T + b * T: k * B * T + b * T + T + 1] for b in range(B)])
-    x = torch.from_numpy(w)
-    with torch.no_grad():
-        lg = m(x[:, :T]).logits
-    ls.append(torch.nn.functional.cross_entropy(
-        lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1)).item())
-print("%.9g" % (sum(ls) / len(ls)))
+def hf_loss(model, data, B, T):
+    m = transformers.GPT2LMHeadModel.from_pretrained(model).eval()
+    t = np.fromfile(data, dtype="<u2").astype(np.int64)
+    ls = []
+    for k in range((len(t) - 1) // (B * T)):
+        w = np.stack([t[k * B * T + b * T: k * B * T + b * T + T + 1] for b in range(B)])
+        x = torch.from_numpy(w)
+        with torch.no_grad():
+            lg = m(x[:, :T]).logits
+        ls.append(torch.nn.functional.cross_entropy(
+            lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1)).item())
+    return "%.9g\n" % (sum(ls) / len(ls))
+
+for d in ("hfs", "ranks"):
+    transformers.GPT2LMHeadModel.from_pretrained(d)
+open("theirs", "w").write(hf_loss("hf", "val.bin", 4, 16))
+torch.manual_seed(0)
+c = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=257, n_positions=33)
+transformers.GPT2LMHeadModel(c).save_pretrained("saved")
+open("theirs2", "w").write(hf_loss("saved", "val.bin", 4, 16))
 PYEOF
 
 test_expect_success 'train a little, merge the checkpoint' '
@@ -46,11 +58,7 @@ test_expect_success 'sharded (--max-size) and rank (ckpt-shard --ranks) director
 	cmp ck/latest/config.json hfs/config.json &&
 	ckpt-shard -q ck/latest --ranks 2 -o ranks/ &&
 	cmp ck/latest/config.json ranks/config.json &&
-	"$GK_PY" -c "
-import sys, transformers
-for d in sys.argv[1:]:
-    transformers.GPT2LMHeadModel.from_pretrained(d)
-" hfs ranks
+	"$GK_PY" hf_refs.py
 '
 
 test_expect_success 'inputs with different config.json make no directory, a file is still made' '
@@ -68,20 +76,12 @@ test_expect_success 'inputs with different config.json make no directory, a file
 test_expect_success 'GPT2LMHeadModel gives the loss gpu-train --eval-only gives' '
 	gpu-train --eval-only --init-from ck --data val.bin --seq 16 --batch 4 --json >e.json &&
 	jq -r "select(.event == \"eval\") | .loss" e.json >ours &&
-	"$GK_PY" hf_loss.py hf val.bin 4 16 >theirs &&
 	close_to ours theirs 1e-5
 '
 
 test_expect_success 'a model transformers saved fine-tunes in gpu-train' '
-	"$GK_PY" -c "
-import transformers, torch
-torch.manual_seed(0)
-c = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=257, n_positions=33)
-transformers.GPT2LMHeadModel(c).save_pretrained(\"saved\")
-" &&
 	gpu-train --eval-only --init-from saved --data val.bin --seq 16 --batch 4 --json >e2.json &&
 	jq -r "select(.event == \"eval\") | .loss" e2.json >ours2 &&
-	"$GK_PY" hf_loss.py saved val.bin 4 16 >theirs2 &&
 	close_to ours2 theirs2 1e-5 &&
 	gpu-train --eval-only --init-from saved/model.safetensors --data val.bin --seq 16 \
 		--batch 4 --json >e3.json &&

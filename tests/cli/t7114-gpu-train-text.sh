@@ -23,11 +23,15 @@ P="<|endoftext|>static int gk_err_sys(gk_err *err, int n) { // it's the 2nd"
 
 # the tokenizer, the model (weights wider than GPT-2's init, so that the
 # greedy choices lead by far more than two implementations' rounding) and
-# token data: C-like documents drawn from a seed, an end-of-text token after each
+# token data: C-like documents drawn from a seed, an end-of-text token after each;
+# then, in the same process (importing torch and transformers takes seconds),
+# the model's greedy continuation of PROMPT (hf_greedy.py) into the file GREEDY
+#   make_hf.py TOP OUT PROMPT N GREEDY
 cat >make_hf.py <<'EOF'
 import glob, os, random, struct, sys
 import torch, transformers
 from tokenizers import ByteLevelBPETokenizer
+from hf_greedy import greedy
 top, out = sys.argv[1], sys.argv[2]
 # C-like documents drawn from a fixed seed, not the tree's own files: an
 # edit anywhere in the sources would train another tokenizer, and another
@@ -66,6 +70,7 @@ for p in files[:6]:
     ids += t.encode(open(p).read()).ids + [eot]
 h = [20240520, 1, len(ids)] + [0] * 253
 open("tok.bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(ids), *ids))
+open(sys.argv[5], "w").write(greedy(out, sys.argv[3], int(sys.argv[4])) + "\n")
 EOF
 
 # transformers' greedy continuation of the prompt with the directory's own
@@ -74,20 +79,24 @@ EOF
 # either way)
 cat >hf_greedy.py <<'EOF'
 import json, sys, torch, transformers
-d, p, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tok = transformers.AutoTokenizer.from_pretrained(d)
-m = transformers.AutoModelForCausalLM.from_pretrained(d).eval()
-ids = tok(p).input_ids
-x = torch.tensor([ids])
-with torch.no_grad():
-    out = m.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
-                     pad_token_id=0)
-    lg = m(out).logits[0]
-for i in range(len(ids) - 1, out.shape[1] - 1):
-    top = lg[i].topk(2).values
-    assert top[0] - top[1] > 1e-3, "step %d: the top two logits tie" % i
-print(json.dumps({"prompt": ids, "tokens": out[0, len(ids):].tolist(),
-                  "text": tok.decode(out[0].tolist())}))
+
+def greedy(d, p, n):
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    m = transformers.AutoModelForCausalLM.from_pretrained(d).eval()
+    ids = tok(p).input_ids
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        out = m.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
+                         pad_token_id=0)
+        lg = m(out).logits[0]
+    for i in range(len(ids) - 1, out.shape[1] - 1):
+        top = lg[i].topk(2).values
+        assert top[0] - top[1] > 1e-3, "step %d: the top two logits tie" % i
+    return json.dumps({"prompt": ids, "tokens": out[0, len(ids):].tolist(),
+                       "text": tok.decode(out[0].tolist())})
+
+if __name__ == "__main__":
+    print(greedy(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 EOF
 
 # the sample event of a --json log, as hf_greedy.py prints it
@@ -96,9 +105,8 @@ sample_of() {
 }
 
 test_expect_success 'setup: a Hugging Face directory with its tokenizer, and token data' '
-	"$GK_PY" make_hf.py "$GK_TOP" hf >make.out 2>&1 &&
+	"$GK_PY" make_hf.py "$GK_TOP" hf "$P" 40 theirs.raw >make.out 2>&1 &&
 	test -f hf/vocab.json && test -f hf/merges.txt && test -f hf/model.safetensors &&
-	"$GK_PY" hf_greedy.py hf "$P" 40 >theirs.raw 2>hf.err &&
 	jq -c "{prompt, tokens, text}" theirs.raw >theirs &&
 	test $(jq ".tokens | length" theirs) = 40
 '
