@@ -41,11 +41,14 @@ model_of() {
 	fi
 }
 
-test_expect_success 'data and the uninterrupted run: ZeRO-3 on 4 ranks' '
+test_expect_success 'data and the uninterrupted run: ZeRO-3 on 4 ranks, prefetching' '
 	train_data &&
 	mkdir off &&
 	mpi 4 $A --batch 3 --zero 3 --ckpt-dir ref >ref.json &&
 	test "$(losses ref.json | wc -l)" = 8 &&
+	# --overlap auto prefetches under ZeRO-3, on every core or not
+	jq -s -e "map(select(.event == \"start\"))[0].overlap == true" ref.json &&
+	jq -s -e "map(select(.event == \"step\") | .param_prefetched) | min > 0" ref.json &&
 	model_of ref/latest ref.model
 '
 
