@@ -463,7 +463,8 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
 			size_t *nbuckets, gk_err *err)
 {
-	if (layers < 1 || layers > (1 << 20) || hidden < 1 || hidden > (1 << 20) || vocab < 1 ||
+	/* gpu-train's bounds (lib/nn's GK_NN_MAX_*) and then some */
+	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
 	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32))
 		return gk_errf(err, "ZeRO-2 gradient buffers: a GPT-2 of %lld layers, width "
 			       "%lld, %lld tokens and %lld positions is out of bounds",
