@@ -200,6 +200,11 @@ static const gk_optdef options[] = {
 	FLAG("ckpt-copy", r.ckpt_copy, 1,
 	     "checkpoints written from a host copy of the state (gpu-train's)"),
 	SIZE("bucket", "SIZE", r.bucket, "gradient bucket size"),
+	FLAG("overlap", r.overlap, 1,
+	     "gradient buckets reduced while backward runs (default; gpu-train's)"),
+	FLAG("no-overlap", r.overlap, 0,
+	     "each bucket reduced before the next fills: gpu-train --zero 2\n"
+	     "on GPUs keeps one bucket buffer, not three"),
 	SIZE("reserve", "SIZE", r.reserve, "CUDA context and workspaces (default 1GiB)"),
 	SECTION("parallelism"),
 	INT("dp", 0, "N", r.dp, 1, 1 << 24, NULL, "data-parallel degree"),

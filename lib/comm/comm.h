@@ -503,6 +503,17 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
  * gk_comm_grads_buckets - 1).
  */
 typedef float *(*gk_comm_grads_at_fn)(size_t lo, void *ctx);
+/*
+ * The buckets partition makes of n elements, with no communicator: the
+ * rule above (bucket_bytes, 0 for 25 MiB, rounded up to align elements;
+ * the ncut boundaries cut, ascending, at or above below, none: any
+ * multiple of align). Writes each bucket's low end into lo, when not
+ * NULL, from the last elements' bucket down to 0, and returns how many
+ * there are (call it with lo NULL for the count). lib/mem prices a GPU's
+ * ZeRO-2 gradient buffers with it (gk_mem_zero2_device).
+ */
+size_t gk_comm_grads_plan(size_t n, size_t bucket_bytes, size_t align, const size_t *cut,
+			  size_t ncut, size_t below, size_t *lo);
 int gk_comm_grads_cuts(gk_comm_grads *g, const size_t *cuts, size_t ncuts, size_t below,
 		       gk_err *err);
 void gk_comm_grads_place(gk_comm_grads *g, gk_comm_grads_at_fn at, void *ctx);

@@ -147,22 +147,43 @@ int gk_comm_grads_cuts(gk_comm_grads *g, const size_t *cut, size_t ncut, size_t 
  * [want, hi) the lowest, or when none lies there the highest under want
  * (a bucket of one piece between two boundaries, larger than asked).
  */
-static size_t cut_at(const gk_comm_grads *g, size_t want, size_t hi, size_t align)
+static size_t cut_at(const size_t *cut, size_t ncut, size_t below, size_t want, size_t hi,
+		     size_t align)
 {
-	if (!g->cut || want < g->below) {
+	if (!cut || want < below) {
 		size_t lo = want / align * align;
-		return g->cut && lo < g->below && hi > g->below ? g->below : lo;
+		return cut && lo < below && hi > below ? below : lo;
 	}
-	size_t best = g->below;
-	for (size_t i = 0; i < g->ncut; i++) {
-		if (g->cut[i] >= hi)
+	size_t best = below;
+	for (size_t i = 0; i < ncut; i++) {
+		if (cut[i] >= hi)
 			break;
-		if (g->cut[i] >= want)
-			return g->cut[i];
-		if (g->cut[i] > best)
-			best = g->cut[i];
+		if (cut[i] >= want)
+			return cut[i];
+		if (cut[i] > best)
+			best = cut[i];
 	}
 	return best;
+}
+
+size_t gk_comm_grads_plan(size_t n, size_t bucket_bytes, size_t align, const size_t *cut,
+			  size_t ncut, size_t below, size_t *lo)
+{
+	size_t per = (bucket_bytes ? bucket_bytes : (size_t)25 << 20) / sizeof(float), nb = 0;
+	if (per == 0)
+		per = 1;
+	if (align == 0)
+		align = 1;
+	if (!ncut)
+		cut = NULL;
+	size_t bper = (per + align - 1) / align * align;
+	for (size_t hi = n; hi > 0; nb++) {
+		size_t want = hi > bper ? hi - bper : 0;
+		hi = cut_at(cut, ncut, below, want, hi, align);
+		if (lo)
+			lo[nb] = hi;
+	}
+	return nb;
 }
 
 int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
@@ -179,18 +200,16 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
 	/*
 	 * Buckets again, each starting on a multiple of align elements (the
 	 * caller's pages), so that a bucket's range can be released whole
-	 * once its reduction is summed: of bucket_bytes rounded up to align.
+	 * once its reduction is summed: of bucket_bytes rounded up to align
+	 * (gk_comm_grads_plan, which lib/mem's estimate calls too).
 	 */
-	size_t bper = (g->bucket + align - 1) / align * align, nb = 0;
-	/* a boundary can end a bucket short of bper: one more each */
-	size_t *lo = realloc(g->lo, ((g->n + bper - 1) / bper + 2 + g->ncut) * sizeof *lo);
+	size_t bytes = g->bucket * sizeof(float);
+	size_t nb = gk_comm_grads_plan(g->n, bytes, align, g->cut, g->ncut, g->below, NULL);
+	size_t *lo = realloc(g->lo, (nb + 1) * sizeof *lo);
 	if (!lo)
 		return gk_errf(err, "comm: out of memory for gradient buckets");
 	g->lo = lo;
-	for (size_t hi = g->n; hi > 0; nb++) {
-		size_t want = hi > bper ? hi - bper : 0;
-		hi = lo[nb] = cut_at(g, want, hi, align);
-	}
+	gk_comm_grads_plan(g->n, bytes, align, g->cut, g->ncut, g->below, lo);
 	g->nb = nb;
 	free(g->displ);
 	gk_comm_req **req = realloc(g->req, (nb + 1) * sizeof *req);

@@ -10,8 +10,11 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "comm/comm.h"
 #include "mem/mem.h"
 
 #define ZERO_SRC "ZeRO (Rajbhandari et al. 2020) sec. 3.1 and 5.1"
@@ -65,6 +68,7 @@ void gk_mem_run_default(gk_mem_run *r)
 	r->logits_f32 = 1;
 	r->gpus_per_node = 8;
 	r->bucket = 25 << 20; /* torch DDP bucket_cap_mb */
+	r->overlap = 1;
 	r->reserve = 1 << 30;
 }
 
@@ -455,11 +459,104 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	}
 }
 
+int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
+			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
+			size_t *nbuckets, gk_err *err)
+{
+	/* gpu-train's bounds (lib/nn's GK_NN_MAX_*) and then some */
+	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
+	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32))
+		return gk_errf(err, "ZeRO-2 gradient buffers: a GPT-2 of %lld layers, width "
+			       "%lld, %lld tokens and %lld positions is out of bounds",
+			       (long long)layers, (long long)hidden, (long long)vocab,
+			       (long long)positions);
+	/* gpu-train's flat layout: wte (padded rows), wpe, the blocks
+	 * (ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: 12 C^2 + 13 C),
+	 * ln_f; a block's edges and the final norm's start are the cuts */
+	size_t C = (size_t)hidden, L = (size_t)layers;
+	size_t vp = ((size_t)vocab + GK_MEM_VOCAB_TILE - 1) / GK_MEM_VOCAB_TILE * GK_MEM_VOCAB_TILE;
+	size_t below = (vp + (size_t)positions) * C, block = 12 * C * C + 13 * C;
+	size_t n = below + L * block + 2 * C;
+	size_t *cut = calloc(L + 2, sizeof(*cut)), *lo = NULL, nb = 0, above = 0, len = 0;
+	if (!cut)
+		return gk_errf(err, "ZeRO-2 gradient buffers: out of memory");
+	for (size_t l = 0; l <= L; l++)
+		cut[l] = below + l * block;
+	cut[L + 1] = n;
+	/* the trainer's align: its gradients' page (lib/nn's gk_nn_grad_page) */
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t align = pg > 0 ? (size_t)pg / sizeof(float) : 1024;
+	nb = gk_comm_grads_plan(n, bucket, align, cut, L + 2, below, NULL);
+	if (!(lo = calloc(nb + 1, sizeof(*lo)))) {
+		free(cut);
+		return gk_errf(err, "ZeRO-2 gradient buffers: out of memory");
+	}
+	gk_comm_grads_plan(n, bucket, align, cut, L + 2, below, lo);
+	for (size_t i = 0; i < nb; i++) {
+		size_t hi = i ? lo[i - 1] : n;
+		if (lo[i] >= below) {
+			above++;
+			if (hi - lo[i] > len)
+				len = hi - lo[i];
+		}
+	}
+	size_t nslot = overlap ? 3 : 1;
+	if (nslot > above)
+		nslot = above;
+	*head = (uint64_t)below * sizeof(float);
+	*ring = (uint64_t)nslot * len * sizeof(float);
+	if (nbuckets)
+		*nbuckets = above;
+	free(lo);
+	free(cut);
+	return 0;
+}
+
+/*
+ * gpu-train's ZeRO-2 on GPUs is what the estimate's gradient buckets are
+ * for a GPT-2 it trains (tied, a 4h MLP, no grouped heads) without
+ * tensor or pipeline parallelism or offload: 0 when it applies
+ */
+static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *head,
+			uint64_t *ring, size_t *nb)
+{
+	if (r->zero != 2 || r->dp < 2 || r->infer || r->tp > 1 || r->pp > 1 || r->offload ||
+	    r->host_backend ||
+	    m->arch != GK_MEM_ARCH_GPT2 || !m->tied || m->layers < 1 || m->ffn != 4 * m->hidden ||
+	    (m->kv_heads && m->kv_heads != m->heads) ||
+	    (m->head_dim && m->head_dim * m->heads != m->hidden))
+		return -1;
+	gk_err err;
+	return gk_mem_zero2_device(m->layers, m->hidden, m->vocab, m->positions, r->bucket,
+				   r->overlap, head, ring, nb, &err);
+}
+
 static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t psi)
 {
 	double e = r->precision == GK_DT_F32 ? 4 : 2;
 	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
-	if (r->dp > 1 && !r->infer) {
+	uint64_t zhead, zring;
+	size_t znb;
+	if (zero2_device(m, r, &zhead, &zring, &znb) == 0) {
+		add(c, "dp_buckets", (double)zring, 0,
+		    "gpu-train --zero 2 on GPUs: a ring of buffers of its largest bucket, "
+		    "cut at layers (lib/comm's gk_comm_grads_plan)",
+		    r->overlap ? "3*largest_bucket (2 in flight, 1 filling)"
+			       : "largest_bucket (--no-overlap)");
+		size_t ns = r->overlap ? 3 : 1;
+		ns = ns < znb ? ns : znb;
+		values(c, "%zu*%llu (the largest of %zu buckets, f32; --bucket %llu)", ns,
+		       (unsigned long long)(ns ? zring / ns : 0), znb,
+		       (unsigned long long)r->bucket);
+		add(c, "zero2_embedding_grads", (double)zhead, 0,
+		    "gpu-train --zero 2 on GPUs: wte (padded rows) and wpe, written first by "
+		    "the tied head and last by the encoder",
+		    "4*(Vpad+positions)*h");
+		values(c, "4*(%lld+%lld)*%lld",
+		       (long long)((m->vocab + GK_MEM_VOCAB_TILE - 1) / GK_MEM_VOCAB_TILE *
+				   GK_MEM_VOCAB_TILE),
+		       (long long)m->positions, (long long)m->hidden);
+	} else if (r->dp > 1 && !r->infer) {
 		add(c, "dp_buckets", 2.0 * r->bucket, 0,
 		    "assumption: 2 gradient buckets in flight "
 		    "(torch DDP bucket_cap_mb, DeepSpeed reduce_bucket_size)",

@@ -191,7 +191,12 @@ typedef struct gk_mem_run {
 				read from the 16-bit logits in place, as
 				gpu-train's classifier does */
 	int64_t gpus_per_node; /* host RAM is per node */
-	uint64_t bucket;     /* gradient bucket bytes (each of 2 in flight) */
+	uint64_t bucket;     /* gradient bucket bytes (each of 2 in flight;
+				gpu-train's ZeRO-2 on a GPU: gk_mem_zero2_device) */
+	int overlap;         /* gradient buckets reduced while backward runs
+				(1, the default); 0: gpu-train --no-overlap */
+	int host_backend;    /* gpu-train's CPU backend (gk_mem_train without
+				cuda): ZeRO-2's buckets are not its GPU ring */
 	uint64_t reserve;    /* CUDA context, cuBLAS/NCCL workspaces */
 	int ckpt_copy;       /* checkpoints written while training goes on:
 				a host copy of the f32 parameters and this
@@ -219,6 +224,25 @@ int gk_mem_opt_parse(const char *s);
 const char *gk_mem_recompute_name(gk_mem_recompute rc);
 int gk_mem_recompute_parse(const char *s);
 
+/*
+ * gpu-train's ZeRO-2 gradient buffers on a GPU (lib/nn/dp.c), for a GPT-2
+ * of layers blocks of width hidden, vocab tokens (its wte padded to a
+ * multiple of GK_MEM_VOCAB_TILE rows, as gpu-train holds it) and
+ * positions learned positions: f32, backward writes the embeddings' into
+ * one buffer of their own (*head bytes: the tied head writes them first
+ * and the encoder last), and the rest into a ring of buffers each of the
+ * largest bucket (*ring bytes: 3, two in flight and one filling; 1
+ * without overlap; never more than there are buckets), the buckets cut
+ * at layer edges by lib/comm's rule (gk_comm_grads_plan: as many whole
+ * blocks as fit in bucket bytes, 0 for 25 MiB, or one block when it alone
+ * is larger). *nbuckets (may be NULL): the buckets above the embeddings.
+ * -1 (err) for a shape out of bounds.
+ */
+#define GK_MEM_VOCAB_TILE 128
+int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
+			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
+			size_t *nbuckets, gk_err *err);
+
 /* ---- the estimate ------------------------------------------------------------ */
 
 enum { GK_MEM_MAX_PARTS = 20 };
@@ -229,7 +253,8 @@ enum { GK_MEM_MAX_PARTS = 20 };
  * never changes its meaning or its name. Training: "parameters",
  * "gradients", "optimizer", "grad_f32", "host_ram", "activations",
  * "recompute_working_set", "embedding_dropout", "logits", "final_norm",
- * "dp_buckets", "zero3_gather", "tp_buffers", "pp_buffers",
+ * "dp_buckets", "zero2_embedding_grads" (gpu-train --zero 2 on GPUs),
+ * "zero3_gather", "tp_buffers", "pp_buffers",
  * "cuda_reserve", "checkpoint_copy" (host RAM, of the rank that writes
  * the model); inference: "parameters", "kv_cache", "activations",
  * "logits", "tp_buffers", "cuda_reserve". A part that does not apply to a
@@ -326,6 +351,10 @@ typedef struct gk_mem_train {
 	int ckpt_copy;      /* checkpoints from a copy (gk_mem_run's) */
 	int offload;        /* the optimizer state off the device (gk_mem_run's
 			       GK_MEM_OFFLOAD_OPTIMIZER) */
+	uint64_t bucket;    /* gradient bucket bytes (0: gk_mem_run's default) */
+	int no_overlap;     /* gk_mem_run's overlap 0 */
+	int cuda;           /* the CUDA backend (else the CPU's: gk_mem_run's
+			       host_backend) */
 } gk_mem_train;
 
 /*

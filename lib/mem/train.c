@@ -68,6 +68,10 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.grad_f32 = !!t->grad_f32;
 	r.ckpt_copy = !!t->ckpt_copy;
 	r.offload = t->offload ? GK_MEM_OFFLOAD_OPTIMIZER : GK_MEM_OFFLOAD_NONE;
+	if (t->bucket)
+		r.bucket = t->bucket;
+	r.overlap = !t->no_overlap;
+	r.host_backend = !t->cuda;
 	gk_mem_run_resolve(&r, &m);
 	if (r.pp > 1 ? gk_mem_estimate_stage(&m, &r, t->stage, 0, e, err)
 		     : gk_mem_estimate(&m, &r, 0, e, err)) {

@@ -542,6 +542,8 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 										 : GK_DT_F32,
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
 			      .sp = t->o.seq_par, .offload = t->o.offload_host,
+			      .cuda = t->cuda, .bucket = t->o.bucket_bytes,
+			      .no_overlap = !t->o.overlap,
 			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores, and
 			       * so does the GPU's matmul path */
@@ -620,18 +622,22 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	*dev = 0;
 	if (t->cuda) {
 		/*
-		 * ZeRO-2 on a GPU: lib/mem's figures (the shard, two buckets)
-		 * and the model's gradient buffers besides (gk_nn_grad_buckets):
-		 * the embeddings' (with the final norm's, an upper bound) and
-		 * three buffers, one without overlap, each of a bucket or a
-		 * block, whichever is larger: at least what the run allocates
+		 * ZeRO-2 on a GPU: lib/mem's figures (the shard, and the
+		 * model's gradient buffers, gk_nn_grad_buckets: the
+		 * embeddings' and the ring of layer-cut buckets,
+		 * gk_mem_zero2_device); where lib/mem does not price them (a
+		 * world of one over NCCL), the embeddings' (with the final
+		 * norm's, an upper bound) and three buffers, one without
+		 * overlap, each of a bucket or a block, whichever is larger:
+		 * at least what the run allocates
 		 */
 		gk_mem_train mt = mem_train(t, rc, batch, zero);
 		gk_mem_est e;
 		if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &why) < 0)
 			return -1;
 		*dev = e.total;
-		if (gk_nn_dp_bucket_grads(&o, t->grid.dp, t->cuda)) {
+		if (gk_nn_dp_bucket_grads(&o, t->grid.dp, t->cuda) &&
+		    !gk_mem_part_get(&e, "zero2_embedding_grads")) {
 			size_t edge, block, bucket = t->o.bucket_bytes ? t->o.bucket_bytes
 								       : (size_t)25 << 20;
 			zero3_units(t, &edge, &block);

@@ -396,29 +396,51 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 over NCCL: ZeRO-1'"'"'s losses, n
 # buckets in flight and one being filled; one without overlap); the
 # embeddings' gradients (wte's 384 rows and wpe's 33 of 32), which
 # backward writes first (the tied head) and last (the encoder), have one
-# of their own. The sizes below are counted from the shapes, not read
-# from the run. What the emulation's runtime counts (CUEMU_MEM_LOG: each
-# rank's most device memory at once) falls from ZeRO-1's by the whole
-# buffer less the shard and those buffers, as the start line accounts
-# (gradients: the shard, mem-estimate --zero 2's; comm: the buffers);
+# of their own. At --bucket 16K (4096 floats, less than a block) a bucket
+# is one block (and the final norm one of its own); at 160K (40960
+# floats) three blocks, the top three with the final norm (three such
+# buffers hold more than ZeRO-1's whole buffer less the shard). The sizes
+# below are counted from the shapes, not read from the run. What the
+# emulation's runtime counts (CUEMU_MEM_LOG: each rank's most device
+# memory at once) falls from ZeRO-1's by the whole buffer less the shard
+# and those buffers, as the start line accounts (gradients: the shard,
+# mem-estimate --zero 2's; comm: the buffers, mem-estimate's dp_buckets
+# and zero2_embedding_grads for the same --bucket and --no-overlap);
 # ZeRO-0's losses and model file, bit for bit (2 ranks: a sum of two, in
 # any order). On a GPU only the losses are compared.
-test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2: bucket buffers in device memory, not the whole gradient, as accounted; ZeRO-0'"'"'s losses and model bit for bit' '
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2: bucket buffers in device memory, not the whole gradient, as accounted and as mem-estimate states; ZeRO-0'"'"'s losses and model bit for bit' '
 	data &&
-	Z="$A --layers 12 --steps 2 --device cuda --precision fp32 --bucket 64K" &&
-	for z in 0 1 2 2n; do
-		o= && test $z != 2n || o=--no-overlap &&
+	Z="$A --layers 12 --device cuda --precision fp32" &&
+	for z in 0 1 2 2n 2s 2l; do
+		o= && b=64K && s=2 &&
+		case $z in
+		2n) o=--no-overlap ;;
+		2s) b=16K s=1 ;;
+		2l) b=160K s=1 ;;
+		esac &&
 		rm -rf mem$z.* b2z$z &&
 		(CUEMU_MEM_LOG=$PWD/mem$z && export CUEMU_MEM_LOG &&
-		 mpi 2 $Z --zero ${z%n} $o --ckpt-dir b2z$z >b2z$z.json) &&
+		 mpi 2 $Z --steps $s --bucket $b --zero ${z%[nsl]} $o --ckpt-dir b2z$z \
+			>b2z$z.json) &&
 		losses b2z$z.json >b2z$z.losses || return 1
 	done &&
 	test $(wc -l <b2z2.losses) = 2 &&
 	test_cmp b2z0.losses b2z2.losses &&
 	test_cmp b2z0.losses b2z2n.losses &&
+	head -n 1 b2z0.losses >b2z0.first &&
+	test_cmp b2z0.first b2z2s.losses &&
+	test_cmp b2z0.first b2z2l.losses &&
 	cmp b2z0/latest/model.safetensors b2z2/latest/model.safetensors &&
-	mem-estimate --config b2z2/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
-		--zero 2 --dp 2 --bucket 64K --json >b2me.json &&
+	for z in 2 2n 2s 2l; do
+		o= && b=64K &&
+		case $z in
+		2n) o=--no-overlap ;;
+		2s) b=16K ;;
+		2l) b=160K ;;
+		esac &&
+		mem-estimate --config b2z2/latest/config.json --precision f32 -b 4 -s 16 \
+			--no-dropout --zero 2 --dp 2 --bucket $b $o --json >b2me$z.json || return 1
+	done &&
 	python3 - "$GK_CUEMU" <<-\PY
 	import glob, json, sys
 	def start(p):
@@ -426,26 +448,34 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2: bucket buffers in device memory,
 	C, L, block = 32, 12, 12 * 32 * 32 + 13 * 32
 	head = (384 + 33) * C                 # wte (vocab 257 padded) and wpe
 	n = head + L * block + 2 * C          # and the final norm
-	z1, z2, zn = start("b2z1.json"), start("b2z2.json"), start("b2z2n.json")
-	assert z2["params_padded"] == n and n % 2 == 0, (z2, n)
-	largest = block + 2 * C               # the last block with the final norm
-	bufs = {"b2z2": 4 * (head + 3 * largest), "b2z2n": 4 * (head + largest)}
+	z1 = start("b2z1.json")
+	runs = {z: start("b2z%s.json" % z) for z in ("2", "2n", "2s", "2l")}
+	assert runs["2"]["params_padded"] == n and n % 2 == 0, (runs["2"], n)
+	# the largest bucket: at 64K the last block with the final norm; at
+	# 16K one block (the final norm alone above it); at 160K the last
+	# three blocks with the final norm
+	bufs = {"2": 4 * (head + 3 * (block + 2 * C)), "2n": 4 * (head + block + 2 * C),
+	        "2s": 4 * (head + 3 * block), "2l": 4 * (head + 3 * (3 * block + 2 * C))}
 	shard = 4 * n // 2
-	me = json.load(open("b2me.json"))["bytes"]
-	for z, s in (("b2z2", z2), ("b2z2n", zn)):
+	for z, s in runs.items():
 	    m1, m2 = z1["memory"], s["memory"]
+	    me = json.load(open("b2me%s.json" % z))["bytes"]
 	    assert m2["gradients"] == me["gradients"] == 4 * s["params"] // 2, (m2, me)
 	    assert m2["comm"] == bufs[z], (z, m2, bufs[z])
+	    assert me["dp_buckets"] + me["zero2_embedding_grads"] == m2["comm"], (z, me, m2)
+	    assert me["zero2_embedding_grads"] == 4 * head, (z, me)
 	    saved = 4 * n - shard - bufs[z]
 	    assert m1["total"] - m2["total"] == saved + m1["checkpoint"] - m2["checkpoint"], (m1, m2)
 	    if sys.argv[1]:
 	        # each rank of ZeRO-1 against the same rank of ZeRO-2: the
 	        # ranks allocate alike (their ranges are equal)
 	        peak = lambda p: sorted(int(open(f).read().split()[1]) for f in glob.glob(p + ".*"))
-	        p1, p2 = peak("mem1"), peak("mem" + z[3:])
+	        p1, p2 = peak("mem1"), peak("mem" + z)
 	        assert len(p1) == len(p2) == 2, (p1, p2)
-	        assert all(a - b == saved for a, b in zip(p1, p2)), (p1, p2, saved)
-	        assert saved > 0
+	        assert all(a - b == saved for a, b in zip(p1, p2)), (z, p1, p2, saved)
+	        # at 160K three buffers of three blocks outweigh what the
+	        # shard saves of this small model: ZeRO-2 holds more
+	        assert (saved > 0) == (z != "2l"), (z, saved)
 	PY
 '
 

@@ -489,6 +489,30 @@ static void trainer(void)
 	ok(gk_mem_train_estimate(&z2, &e, NULL, NULL, &err) == 0, "ZeRO-2 estimated");
 	is_u64(part(&e, "gradients"), 4 * P / 8, "ZeRO-2: f32 gradients sharded 8 ways");
 	is_u64(part(&e, "optimizer"), 8 * P / 8, "ZeRO-2: Adam m and v sharded 8 ways");
+	ok(part(&e, "dp_buckets") == 2ULL * 25 * 1024 * 1024 &&
+	   !gk_mem_part_get(&e, "zero2_embedding_grads"),
+	   "ZeRO-2 on the CPU backend: two buckets of --bucket, as before");
+	/*
+	 * gpu-train's ZeRO-2 on GPUs: the embeddings' buffer, 4 (Vpad +
+	 * positions) C, and a ring of the largest layer-cut bucket. GPT-2
+	 * small (block 12 C^2 + 13 C = 7087872 floats, final norm 1536) at
+	 * 25 MiB (6553600 floats): a block alone is larger, so each bucket
+	 * is one block, and the final norm one of its own; at 64 MiB
+	 * (16777216 floats) two blocks, the top two with the final norm.
+	 */
+	gk_mem_train zg = z2;
+	zg.cuda = 1, zg.vocab = 50257, zg.positions = 1024;
+	uint64_t gblk = 12ULL * 768 * 768 + 13 * 768, emb = 4ULL * (50304 + 1024) * 768;
+	ok(gk_mem_train_estimate(&zg, &e, NULL, NULL, &err) == 0, "ZeRO-2 on GPUs estimated");
+	is_u64(part(&e, "zero2_embedding_grads"), emb, "GPU ZeRO-2: the embeddings' buffer");
+	is_u64(part(&e, "dp_buckets"), 3 * 4 * gblk, "GPU ZeRO-2: three buffers of a block");
+	zg.no_overlap = 1;
+	ok(gk_mem_train_estimate(&zg, &e, NULL, NULL, &err) == 0, "no overlap estimated");
+	is_u64(part(&e, "dp_buckets"), 4 * gblk, "GPU ZeRO-2 without overlap: one buffer");
+	zg.no_overlap = 0, zg.bucket = 64ULL << 20;
+	ok(gk_mem_train_estimate(&zg, &e, NULL, NULL, &err) == 0, "64 MiB estimated");
+	is_u64(part(&e, "dp_buckets"), 3 * 4 * (2 * gblk + 2 * 768),
+	       "GPU ZeRO-2 at 64 MiB: three buffers of two blocks and the final norm");
 	/* and ZeRO-3 (the CPU backend): the parameters sharded too */
 	gk_mem_train z3 = t;
 	z3.zero = 3;
