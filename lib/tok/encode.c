@@ -17,9 +17,15 @@
 
 /* Pieces up to this many bytes are cached (long ones rarely repeat). */
 #define CACHE_PIECE 64
-/* Slots of the cache (6 MiB), half of which are used before it is
- * emptied; with its keys and values an encoder holds 16 MiB. */
-#define CACHE_SLOTS (1u << 18)
+/*
+ * Slots of the cache (1.5 MiB), half of which are used before it is
+ * emptied; with its keys and values an encoder holds 4 MiB. Merging a
+ * short piece again costs little; the cache's size in the shared L3 costs
+ * more once several threads encode: at 2 threads, 2^18 slots (16 MiB an
+ * encoder) took more CPU time in all than this size, which is as fast
+ * for one thread though it merges more.
+ */
+#define CACHE_SLOTS (1u << 16)
 /* Pieces up to this many bytes use the quadratic merge loop. */
 #define SHORT_PIECE 48
 
