@@ -425,7 +425,11 @@ typedef struct out_ctx {
 
 static void emit(json_t *o)
 {
-	gk_json_dump(stdout, o, 0, NULL);
+	/* a line buffered stdout (a terminal, a launcher's pty) writes in
+	 * the dump: keep that error's errno for gk_cli_finish's message */
+	gk_err err;
+	if (gk_json_dump(stdout, o, 0, &err) < 0 && !cli.out_errno)
+		cli.out_errno = err.sys;
 	gk_cli_flush(&cli);
 	json_decref(o);
 }
@@ -806,7 +810,15 @@ static int test_straggler(gk_nn_train_opts *o, gk_err *err)
 static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 {
 	gk_cleanup_forget(gk_cleanup_on_signal("/nonexistent"));
-	struct sigaction sa = {.sa_handler = on_signal};
+	/* SA_RESTART: the handler only sets flags the trainer polls, and a
+	 * write it interrupts must go on. Under mpirun a rank's stdout is a
+	 * pipe or pty its daemon drains when it can; on a loaded machine a
+	 * line's write blocks there, and without SA_RESTART the forwarded
+	 * signal failed it with EINTR: the line was lost and the run ended
+	 * with "write standard output" and exit 1 instead of its checkpoint.
+	 * Waits that must see the signal poll the flags (nanosleep, pause()
+	 * return EINTR whatever the flag says). */
+	struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -188,6 +188,41 @@ test_expect_success 'SIGTERM while the previous checkpoint is still written: sto
 	test "$(readlink ckw/latest)" = step-00000002
 '
 
+# Under mpirun a rank's stdout is a pipe or pty that the launcher's daemon
+# drains when it gets to it: on a loaded machine a line's write blocks,
+# and the stop signal, forwarded to every rank, came during it. It must
+# not fail that write (a handler without SA_RESTART made it fail with
+# EINTR: the line was lost and gpu-train exited 1 with "write standard
+# output: Input/output error"). Here the pipe stays full until the main
+# thread sleeps in write(1, ...) (/proc's syscall), then the signal, then
+# the pipe is drained: every step's line must be there, and the stop
+# must be the checkpointed one.
+blocked_in_write() {
+	read -r nr fd rest <"/proc/$1/syscall" &&
+	test "$nr $fd" = "1 0x1"
+}
+# (write is syscall 1 on x86_64)
+test "$(uname -m)" = x86_64 && test -r /proc/self/syscall && test_set_prereq WRITE_SYSCALL
+
+test_expect_success WRITE_SYSCALL 'SIGUSR1 while a write to stdout blocks: the write goes on, no line lost' '
+	rm -f fifo && mkfifo fifo &&
+	{ gpu-train $A --steps 1000000 --ckpt-dir ckp >fifo 2>p.err & } &&
+	pid=$! &&
+	test_when_finished "exec 7<&-; kill \$pid 2>/dev/null || :" &&
+	exec 7<fifo &&
+	test_wait_for 300 "gpu-train to block writing to the full pipe (/proc/$pid/syscall)" \
+		blocked_in_write $pid &&
+	kill -USR1 $pid &&
+	cat <&7 >p.json &&
+	exec 7<&- &&
+	wait $pid &&
+	test_must_be_empty p.err &&
+	s=$(jq -r "select(.event == \"summary\") | .step" p.json) &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [range(1; $s + 1)]" p.json &&
+	jq -e "select(.event == \"summary\") | .stopped == \"signal (checkpointed)\"" p.json &&
+	test "$(readlink ckp/latest)" = "$(printf step-%08d $s)"
+'
+
 test_expect_success MPI 'SIGUSR1 to mpirun: every rank stops at the same step, checkpointed' '
 	{ mpirun --oversubscribe --bind-to none -np 2 gpu-train $A --zero 1 \
 		--steps 1000000 --ckpt-dir ck6 >u.json & } &&
