@@ -59,17 +59,39 @@ void gk_nn_report_mem(FILE *out, const gk_nn_train_mem *m, json_t *into)
 	}
 }
 
+/* What both forms of the start line say, read once from the trainer. */
+typedef struct start_facts {
+	const gk_nn_config *cfg;
+	const gk_nn_train_mem *mem;
+	gk_nn_model *m;
+	const gk_nn_train_opts *r;
+	const char *device, *precision;
+	const char *from; /* resumed or --init-from */
+	const char *tok;
+	size_t np;
+} start_facts;
+
+static start_facts start_of(gk_nn_trainer *t)
+{
+	start_facts f = {.cfg = gk_nn_trainer_config(t), .mem = gk_nn_trainer_mem(t),
+			 .m = gk_nn_trainer_model(t), .r = gk_nn_trainer_opts(t),
+			 .device = gk_nn_trainer_device(t, NULL),
+			 .from = gk_nn_trainer_model_from(t),
+			 .tok = gk_nn_trainer_tok_from(t, NULL)};
+	f.precision = strcmp(f.device, "cpu") ? gk_nn_precision_name(f.r->precision) : "fp32";
+	f.np = gk_nn_param_count(f.m);
+	return f;
+}
+
 json_t *gk_nn_report_start_json(gk_nn_trainer *t)
 {
-	const gk_nn_config *cfg = gk_nn_trainer_config(t);
-	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
-	gk_nn_model *m = gk_nn_trainer_model(t);
-	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
-	const char *device = gk_nn_trainer_device(t, NULL);
-	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
-	const char *from = gk_nn_trainer_model_from(t); /* resumed or --init-from */
-	const char *tok = gk_nn_trainer_tok_from(t, NULL);
-	size_t np = gk_nn_param_count(m);
+	start_facts f = start_of(t);
+	const gk_nn_config *cfg = f.cfg;
+	const gk_nn_train_mem *mem = f.mem;
+	gk_nn_model *m = f.m;
+	const gk_nn_train_opts *r = f.r;
+	const char *device = f.device, *precision = f.precision, *from = f.from, *tok = f.tok;
+	size_t np = f.np;
 	const char *comm = gk_nn_trainer_comm(t, NULL);
 	int tp = r->tp > 1 ? r->tp : 1, pp = r->pp > 1 ? r->pp : 1;
 	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i}",
@@ -118,15 +140,12 @@ json_t *gk_nn_report_start_json(gk_nn_trainer *t)
 
 void gk_nn_report_start_text(FILE *out, gk_nn_trainer *t)
 {
-	const gk_nn_config *cfg = gk_nn_trainer_config(t);
-	const gk_nn_train_mem *mem = gk_nn_trainer_mem(t);
-	gk_nn_model *m = gk_nn_trainer_model(t);
-	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
-	const char *device = gk_nn_trainer_device(t, NULL);
-	const char *precision = strcmp(device, "cpu") ? gk_nn_precision_name(r->precision) : "fp32";
-	const char *from = gk_nn_trainer_model_from(t); /* resumed or --init-from */
-	const char *tok = gk_nn_trainer_tok_from(t, NULL);
-	size_t np = gk_nn_param_count(m);
+	start_facts f = start_of(t);
+	const gk_nn_config *cfg = f.cfg;
+	const gk_nn_train_mem *mem = f.mem;
+	const gk_nn_train_opts *r = f.r;
+	const char *device = f.device, *precision = f.precision, *from = f.from, *tok = f.tok;
+	size_t np = f.np;
 	char grid[320];
 	gk_nn_grid_describe(grid, sizeof(grid), gk_nn_trainer_world(t), cfg->layers, r);
 	/* what text is to the model: its tokenizer, or bytes */
