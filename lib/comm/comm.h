@@ -514,6 +514,13 @@ typedef float *(*gk_comm_grads_at_fn)(size_t lo, void *ctx);
  */
 size_t gk_comm_grads_plan(size_t n, size_t bucket_bytes, size_t align, const size_t *cut,
 			  size_t ncut, size_t below, size_t *lo);
+/*
+ * The align the trainer gives the plan and its shards, in 4-byte elements:
+ * one page, so that a rank can hand the pages of gradients it does not
+ * own back to the system (ZeRO-2's and ZeRO-3's release). lib/nn cuts its
+ * gradient buffer by it and lib/mem prices those cuts by it.
+ */
+size_t gk_comm_grads_align(void);
 int gk_comm_grads_cuts(gk_comm_grads *g, const size_t *cuts, size_t ncuts, size_t below,
 		       gk_err *err);
 void gk_comm_grads_place(gk_comm_grads *g, gk_comm_grads_at_fn at, void *ctx);

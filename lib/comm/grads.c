@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/internal.h"
 
@@ -164,6 +165,12 @@ static size_t cut_at(const size_t *cut, size_t ncut, size_t below, size_t want, 
 			best = cut[i];
 	}
 	return best;
+}
+
+size_t gk_comm_grads_align(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	return pg > 0 ? (size_t)pg / sizeof(float) : 1024;
 }
 
 size_t gk_comm_grads_plan(size_t n, size_t bucket_bytes, size_t align, const size_t *cut,

@@ -117,6 +117,18 @@ void gk_hf_config_init(gk_hf_config *c, gk_hf_arch arch);
 int gk_hf_config_finish(gk_hf_config *c, gk_err *err);
 
 /*
+ * The vocabulary as gpukit's trainer holds it: the rows of the embedding
+ * and the tied LM head padded to whole tiles of GK_HF_VOCAB_TILE (llm.c's
+ * padded vocabulary: whole SIMD and tensor-core tiles). lib/nn builds its
+ * model by this rule and lib/mem prices it by the same one.
+ */
+#define GK_HF_VOCAB_TILE 128
+static inline int64_t gk_hf_vocab_padded(int64_t vocab)
+{
+	return (vocab + GK_HF_VOCAB_TILE - 1) / GK_HF_VOCAB_TILE * GK_HF_VOCAB_TILE;
+}
+
+/*
  * Read a config.json from buf (len bytes; name is what messages call it)
  * into c: model_type gpt2, llama, mistral or gpt_neox, with its config
  * class's keys. Refused, each with its own message: JSON that does not

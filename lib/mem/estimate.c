@@ -12,9 +12,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
+#include "hf/hf.h"
 #include "mem/mem.h"
 
 #define ZERO_SRC "ZeRO (Rajbhandari et al. 2020) sec. 3.1 and 5.1"
@@ -474,7 +474,7 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 	 * (ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: 12 C^2 + 13 C),
 	 * ln_f; a block's edges and the final norm's start are the cuts */
 	size_t C = (size_t)hidden, L = (size_t)layers;
-	size_t vp = ((size_t)vocab + GK_MEM_VOCAB_TILE - 1) / GK_MEM_VOCAB_TILE * GK_MEM_VOCAB_TILE;
+	size_t vp = (size_t)gk_hf_vocab_padded(vocab);
 	size_t below = (vp + (size_t)positions) * C, block = 12 * C * C + 13 * C;
 	size_t n = below + L * block + 2 * C;
 	size_t *cut = calloc(L + 2, sizeof(*cut)), *lo = NULL, nb = 0, above = 0, len = 0;
@@ -483,9 +483,7 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 	for (size_t l = 0; l <= L; l++)
 		cut[l] = below + l * block;
 	cut[L + 1] = n;
-	/* the trainer's align: its gradients' page (lib/nn's gk_nn_grad_page) */
-	long pg = sysconf(_SC_PAGESIZE);
-	size_t align = pg > 0 ? (size_t)pg / sizeof(float) : 1024;
+	size_t align = gk_comm_grads_align();
 	nb = gk_comm_grads_plan(n, bucket, align, cut, L + 2, below, NULL);
 	if (!(lo = calloc(nb + 1, sizeof(*lo)))) {
 		free(cut);
@@ -553,8 +551,7 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		    "the tied head and last by the encoder",
 		    "4*(Vpad+positions)*h");
 		values(c, "4*(%lld+%lld)*%lld",
-		       (long long)((m->vocab + GK_MEM_VOCAB_TILE - 1) / GK_MEM_VOCAB_TILE *
-				   GK_MEM_VOCAB_TILE),
+		       (long long)gk_hf_vocab_padded(m->vocab),
 		       (long long)m->positions, (long long)m->hidden);
 	} else if (r->dp > 1 && !r->infer) {
 		add(c, "dp_buckets", 2.0 * r->bucket, 0,

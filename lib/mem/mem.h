@@ -227,7 +227,7 @@ int gk_mem_recompute_parse(const char *s);
 /*
  * gpu-train's ZeRO-2 gradient buffers on a GPU (lib/nn/dp.c), for a GPT-2
  * of layers blocks of width hidden, vocab tokens (its wte padded to a
- * multiple of GK_MEM_VOCAB_TILE rows, as gpu-train holds it) and
+ * multiple of GK_HF_VOCAB_TILE rows, as gpu-train holds it) and
  * positions learned positions: f32, backward writes the embeddings' into
  * one buffer of their own (*head bytes: the tied head writes them first
  * and the encoder last), and the rest into a ring of buffers each of the
@@ -238,7 +238,6 @@ int gk_mem_recompute_parse(const char *s);
  * is larger). *nbuckets (may be NULL): the buckets above the embeddings.
  * -1 (err) for a shape out of bounds.
  */
-#define GK_MEM_VOCAB_TILE 128
 int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
 			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
 			size_t *nbuckets, gk_err *err);

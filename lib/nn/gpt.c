@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "ckpt/ckpt.h"
+#include "comm/comm.h"
 #include "hf/hf.h"
 #include "nn/cuda_internal.h"
 
@@ -41,8 +42,7 @@ int gk_nn_config_finish(gk_nn_config *c, gk_err *err)
 	if (!(c->ln_eps > 0.0f && c->ln_eps < 1.0f))
 		return gk_errf(err, "model config 'layer_norm_epsilon': %g: "
 			       "not in (0, 1)", (double)c->ln_eps);
-	/* 128: rows of the LM head in whole SIMD/tensor-core tiles (llm.c) */
-	c->vocab_pad = (c->vocab + 127) / 128 * 128;
+	c->vocab_pad = gk_hf_vocab_padded(c->vocab);
 	return 0;
 }
 
@@ -313,7 +313,7 @@ static float *lazy_alloc(gk_nn_model *m, int *flag)
 
 size_t gk_nn_grad_page(void)
 {
-	return (size_t)sysconf(_SC_PAGESIZE) / sizeof(float);
+	return gk_comm_grads_align();
 }
 
 void gk_nn_lazy_release(const gk_nn_model *m, float *buf, size_t lo, size_t hi)
