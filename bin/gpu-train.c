@@ -789,52 +789,9 @@ static void print_start(gk_nn_trainer *t)
 {
 	int rank = gk_nn_trainer_rank(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
-	const char *note, *comm_note;
-	gk_nn_trainer_device(t, &note);
-	gk_nn_trainer_comm(t, &comm_note);
 	gk_status_clear(); /* "building the model..." */
-	if (rank == 0 && note)
-		fprintf(stderr, "gpu-train: %s\n", note);
-	if (rank == 0 && comm_note)
-		fprintf(stderr, "gpu-train: %s\n", comm_note);
-	const char *tok_note;
-	gk_nn_trainer_tok_from(t, &tok_note);
-	if (rank == 0 && tok_note)
-		fprintf(stderr, "gpu-train: note: %s\n", tok_note);
-	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
-		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
-	/* what changed since the checkpoint's run, a line each (for a run
-	 * that trains) */
-	const char *rn = r->steps > 0 ? gk_nn_trainer_resume_notes(t) : NULL;
-	for (const char *nl; rank == 0 && rn; rn = nl ? nl + 1 : NULL) {
-		nl = strchr(rn, '\n');
-		fprintf(stderr, "gpu-train: note: %.*s\n",
-			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
-	}
-	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
-	int tp = r->tp > 1 ? r->tp : 1;
-	char warn[256];
-	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), r))
-		fprintf(stderr, "gpu-train: warning: %s\n", warn);
-	if (rank == 0 && pl->tp_span > 0)
-		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
-			"layer's allreduces cross the network every step (a group is %d consecutive "
-			"ranks: place them on one host)\n", pl->tp_span, gk_nn_trainer_world(t) / tp,
-			tp);
-	if (rank == 0 && r->threads > pl->share) {
-		char quota[64] = "";
-		if (pl->quota > 0)
-			snprintf(quota, sizeof(quota), ", its cgroup's CPU quota %.3g", pl->quota);
-		if (pl->sharing > 1)
-			fprintf(stderr, "gpu-train: warning: --threads %d is more than this rank's share "
-				"of its CPUs, %d (%d CPUs%s, shared by %d ranks of the host); threads "
-				"that share a CPU make every step slower\n",
-				r->threads, pl->share, pl->cpus, quota, pl->sharing);
-		else
-			fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPU%s this "
-				"rank may use%s; threads that share a CPU make every step slower\n",
-				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "", quota);
-	}
+	if (rank == 0)
+		gk_nn_report_notes(stderr, t);
 	if (rank == 0) {
 		if (cli.json) {
 			json_t *j = gk_nn_report_start_json(t);

@@ -681,6 +681,11 @@ const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);
  */
 struct json_t *gk_nn_report_start_json(gk_nn_trainer *t);
 void gk_nn_report_start_text(FILE *out, gk_nn_trainer *t);
+/* The notes and warnings before the start's report: why the CPU, the
+ * communicator, the tokenizer, --ckpt-dir's repair, what changed since
+ * the checkpoint's run, the pipeline's layout, tensor groups across
+ * hosts, more threads than CPUs; a line each to out. */
+void gk_nn_report_notes(FILE *out, const gk_nn_trainer *t);
 struct json_t *gk_nn_report_summary_json(const gk_nn_trainer *t, const gk_nn_train_summary *s);
 void gk_nn_report_summary_text(FILE *out, const gk_nn_trainer *t, const gk_nn_train_summary *s);
 /*
