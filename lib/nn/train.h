@@ -263,6 +263,16 @@ enum { GK_NN_CHECK_SAMPLE = 1, GK_NN_CHECK_DUMP = 2 };
 int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err);
 
 /*
+ * The tests' hooks of o from the environment (GK_TEST_CKPT_DELAY_MS,
+ * GK_TEST_CKPT_CHECK_DELAY_MS, GK_TEST_BLOCK_STEP, GK_TEST_WAIT_SIGNAL,
+ * GK_TEST_MEM_ROOT, GK_TEST_CKPT_COMMIT_WAIT, GK_TEST_STRAGGLER,
+ * GK_TEST_GPU_BUS), and GK_TEST_STOP_GRACE_S's seconds into *grace_s
+ * (unchanged when unset; stop.h's grace period). -1 with err naming the
+ * variable when one is malformed.
+ */
+int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err);
+
+/*
  * Bytes this rank allocated, by lib/mem's categories (gk_mem_cat).
  * parameters, gradients and optimizer count the model's own parameters
  * (mem-estimate's Psi, AdamW; optimizer divided by the world under ZeRO-1)
