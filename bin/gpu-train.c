@@ -7,15 +7,14 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "nn/stop.h"
 #include "nn/train.h"
 
 static const char synopsis[] =
@@ -324,85 +323,6 @@ _Static_assert(GK_ARRAY_SIZE(options) <= GK_ARRAY_SIZE(((args *)0)->arg) &&
 	       "args' per-row arrays hold every row of the table");
 
 static gk_cli cli;
-static volatile sig_atomic_t stop_flag, stop_seen, nothing_to_save, first_sig;
-/* the run failed and is exiting with its own status: a launcher's SIGTERM
- * to the other ranks, once one has exited, changes nothing and says nothing */
-static volatile sig_atomic_t failing;
-static volatile sig_atomic_t quiet_rank = 0; /* not rank 0: rank 0 says it for the job */
-static volatile sig_atomic_t tracing; /* --trace-dir: a signal dumps the flight recorder */
-
-/* SIGUSR2: dump the flight recorder and go on (the dump is async-signal-safe). */
-static void on_usr2(int sig)
-{
-	(void)sig;
-	gk_comm_trace_dump_all("SIGUSR2");
-}
-
-/*
- * How long a step may take, after SIGTERM or SIGINT, to reach the
- * boundary where the trainer stops (and checkpoints, for SIGTERM). A step
- * that cannot finish (an allocator failing forever under RLIMIT_AS, a
- * hung library call) would otherwise ignore the signal until the
- * launcher's SIGKILL. Long enough for a step of a large model on the CPU
- * (one step of GPT-2 small at --seq 1024, batch 4, on 2 cores: about
- * 20 s); a preemption's grace period is usually longer (Slurm's
- * --signal 60 to 120 s, Kubernetes' 30 s end with SIGKILL anyway).
- */
-enum { STOP_GRACE_S = 60 };
-static unsigned stop_grace = STOP_GRACE_S;
-
-/* async-signal-safe: write(2) of a constant string */
-#define SAY(s) ((void)!write(STDERR_FILENO, s, sizeof(s) - 1))
-
-/*
- * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
- * for a stop without one. The handler only sets the flag the trainer
- * polls between steps, and after SIGTERM or SIGINT arms an alarm: a step
- * that has not reached that boundary within stop_grace seconds (the
- * trainer sets stop_seen when it acts) ends the process, and a second
- * SIGTERM or SIGINT ends it at once; either way the steps since the last
- * checkpoint are lost, and the exit status is 128 + the first signal.
- * Outside training (--eval-only, --sample after the run) there is
- * nothing to save, and any of them ends the process at once.
- */
-static void on_signal(int sig)
-{
-	if (failing)
-		return;
-	/* a launcher's SIGTERM, once another rank died, may be all this rank gets */
-	if (tracing && (sig == SIGTERM || sig == SIGINT))
-		gk_comm_trace_dump_all(sig == SIGTERM ? "SIGTERM" : "SIGINT");
-	if (sig == SIGALRM) {
-		/* the trainer is stopping (its checkpoint may take long), or done */
-		if (stop_seen || !first_sig || nothing_to_save)
-			return;
-		SAY("gpu-train: the step did not reach its end within the grace period after "
-		    "the signal: exiting without a checkpoint; the steps since the last one "
-		    "are lost\n");
-		gk_cleanup_now();
-		_exit(128 + first_sig);
-	}
-	if (nothing_to_save)
-		_exit(128 + sig);
-	if (sig == SIGINT || sig == SIGTERM) {
-		if (first_sig) {
-			SAY("gpu-train: a second signal: exiting now, without a checkpoint; the "
-			    "steps since the last one are lost\n");
-			gk_cleanup_now();
-			_exit(128 + first_sig);
-		}
-		first_sig = sig;
-		alarm(stop_grace);
-		if (!quiet_rank)
-			SAY("gpu-train: stopping at the end of the step; a second signal, or a step "
-			    "that does not end within the grace period, ends the process without a "
-			    "checkpoint\n");
-	}
-	if (sig == SIGINT)
-		stop_flag = 2;
-	else if (stop_flag == 0)
-		stop_flag = 1;
-}
 
 typedef struct out_ctx {
 	const gk_nn_train_mem *mem;
@@ -778,100 +698,15 @@ static void parse_args(int argc, char **argv, args *a)
 	a->o.agree_resume = a->agree_resume;
 }
 
-/*
- * tests: GK_TEST_STRAGGLER=RANK:PART:MS, that rank spends MS more in that
- * part (data, compute, comm, optimizer, checkpoint) of every step;
- * GK_TEST_GPU_BUS=BUS,BUS,..., the GPU each rank of a CPU run reports
- * (through NVML, the fake one of the tests).
- */
-static int test_straggler(gk_nn_train_opts *o, gk_err *err)
-{
-	const char *s = getenv("GK_TEST_STRAGGLER");
-	o->test_gpu_bus = getenv("GK_TEST_GPU_BUS");
-	if (!s)
-		return 0;
-	char part[32];
-	int n = 0;
-	if (sscanf(s, "%d:%31[a-z]:%d%n", &o->test_slow_rank, part, &o->test_slow_ms, &n) != 3 ||
-	    s[n] || o->test_slow_rank < 0 || o->test_slow_ms < 0 ||
-	    (o->test_slow_part = gk_nn_part_parse(part)) < 0)
-		return gk_errf(err, "GK_TEST_STRAGGLER '%s': not RANK:PART:MS (PART data, compute, "
-			       "comm, optimizer or checkpoint)", s);
-	return 0;
-}
-
-/*
- * lib/core removes temp files when a signal kills the process, with
- * handlers it installs on first use; install them now and ours over
- * them, so a signal always reaches the trainer (which stops cleanly and
- * leaves no temp files). A shell starts background jobs with SIGINT
- * ignored: a handler undoes that too.
- */
+/* The stop protocol (lib/nn/stop.c), and the tests' hooks. */
 static int catch_signals(gk_nn_train_opts *o, gk_err *err)
 {
-	gk_cleanup_forget(gk_cleanup_on_signal("/nonexistent"));
-	/* SA_RESTART: the handler only sets flags the trainer polls, and a
-	 * write it interrupts must go on. Under mpirun a rank's stdout is a
-	 * pipe or pty its daemon drains when it can; on a loaded machine a
-	 * line's write blocks there, and without SA_RESTART the forwarded
-	 * signal failed it with EINTR: the line was lost and the run ended
-	 * with "write standard output" and exit 1 instead of its checkpoint.
-	 * Waits that must see the signal poll the flags (nanosleep, pause()
-	 * return EINTR whatever the flag says). */
-	struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGUSR1, &sa, NULL);
-	sigaction(SIGALRM, &sa, NULL);
-	if (o->trace_dir) {
-		if (gk_comm_trace_dir_check(o->trace_dir, err) < 0)
-			return gk_err_prefix(err, "--trace-dir");
-		struct sigaction su = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
-		sigemptyset(&su.sa_mask);
-		sigaction(SIGUSR2, &su, NULL);
-		tracing = 1;
-	}
-	gk_ignore_sigxfsz(); /* a write past `ulimit -f` fails: --ckpt-error handles it */
-	o->stop = &stop_flag;
-	o->stop_seen = &stop_seen;
-	/* tests: a slow disk (writing, checking), a commit held until a file
-	 * exists, a step that never ends, a shorter grace, a wait for a
-	 * signal after MICRO micro-steps of step STEP, the tree the memory
-	 * check reads /proc and /sys under */
-	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
-	const char *check = getenv("GK_TEST_CKPT_CHECK_DELAY_MS");
-	const char *block = getenv("GK_TEST_BLOCK_STEP");
-	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
-	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
-	int g = STOP_GRACE_S;
-	if (delay) {
-		/* WRITE[:COMMIT] milliseconds; COMMIT defaults to WRITE */
-		char write[32];
-		const char *commit = strchr(delay, ':');
-		size_t n = commit ? (size_t)(commit - delay) : strlen(delay);
-		snprintf(write, sizeof(write), "%.*s", (int)(n < sizeof(write) ? n : 0), delay);
-		if (n >= sizeof(write) ||
-		    gk_parse_int(write, 0, 3600000, &o->ckpt_delay_ms, "GK_TEST_CKPT_DELAY_MS", err) < 0 ||
-		    gk_parse_int(commit ? commit + 1 : write, 0, 3600000, &o->ckpt_commit_delay_ms,
-				 "GK_TEST_CKPT_DELAY_MS", err) < 0)
-			return gk_errf(err, "GK_TEST_CKPT_DELAY_MS '%s': not MS or WRITE_MS:COMMIT_MS "
-				       "(each 0 to 3600000)", delay);
-	}
-	if ((check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
-				   "GK_TEST_CKPT_CHECK_DELAY_MS", err) < 0) ||
-	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
-				   "GK_TEST_BLOCK_STEP", err) < 0) ||
-	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0))
+	if (gk_nn_stop_catch(o, err) < 0)
 		return -1;
-	int n = 0;
-	if (wait && (sscanf(wait, "%" SCNd64 ":%d%n", &o->test_wait_step, &o->test_wait_micro, &n) != 2 ||
-		     wait[n] || o->test_wait_step < 1 || o->test_wait_micro < 1))
-		return gk_errf(err, "GK_TEST_WAIT_SIGNAL '%s': not STEP:MICRO (both 1 or more)", wait);
-	stop_grace = (unsigned)g;
-	o->mem_root = getenv("GK_TEST_MEM_ROOT");
-	o->ckpt_commit_wait = getenv("GK_TEST_CKPT_COMMIT_WAIT");
-	return test_straggler(o, err);
+	int g = GK_NN_STOP_GRACE_S;
+	int rc = gk_nn_train_test_env(o, &g, err);
+	gk_nn_stop_grace((unsigned)g);
+	return rc;
 }
 
 /* On the terminal, until the start lines: what the first seconds do. */
@@ -898,52 +733,9 @@ static void print_start(gk_nn_trainer *t)
 {
 	int rank = gk_nn_trainer_rank(t);
 	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
-	const char *note, *comm_note;
-	gk_nn_trainer_device(t, &note);
-	gk_nn_trainer_comm(t, &comm_note);
 	gk_status_clear(); /* "building the model..." */
-	if (rank == 0 && note)
-		fprintf(stderr, "gpu-train: %s\n", note);
-	if (rank == 0 && comm_note)
-		fprintf(stderr, "gpu-train: %s\n", comm_note);
-	const char *tok_note;
-	gk_nn_trainer_tok_from(t, &tok_note);
-	if (rank == 0 && tok_note)
-		fprintf(stderr, "gpu-train: note: %s\n", tok_note);
-	if (rank == 0 && gk_nn_trainer_ckpt_note(t))
-		fprintf(stderr, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
-	/* what changed since the checkpoint's run, a line each (for a run
-	 * that trains) */
-	const char *rn = r->steps > 0 ? gk_nn_trainer_resume_notes(t) : NULL;
-	for (const char *nl; rank == 0 && rn; rn = nl ? nl + 1 : NULL) {
-		nl = strchr(rn, '\n');
-		fprintf(stderr, "gpu-train: note: %.*s\n",
-			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
-	}
-	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
-	int tp = r->tp > 1 ? r->tp : 1;
-	char warn[256];
-	if (rank == 0 && gk_nn_pp_warning(warn, sizeof(warn), r))
-		fprintf(stderr, "gpu-train: warning: %s\n", warn);
-	if (rank == 0 && pl->tp_span > 0)
-		fprintf(stderr, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
-			"layer's allreduces cross the network every step (a group is %d consecutive "
-			"ranks: place them on one host)\n", pl->tp_span, gk_nn_trainer_world(t) / tp,
-			tp);
-	if (rank == 0 && r->threads > pl->share) {
-		char quota[64] = "";
-		if (pl->quota > 0)
-			snprintf(quota, sizeof(quota), ", its cgroup's CPU quota %.3g", pl->quota);
-		if (pl->sharing > 1)
-			fprintf(stderr, "gpu-train: warning: --threads %d is more than this rank's share "
-				"of its CPUs, %d (%d CPUs%s, shared by %d ranks of the host); threads "
-				"that share a CPU make every step slower\n",
-				r->threads, pl->share, pl->cpus, quota, pl->sharing);
-		else
-			fprintf(stderr, "gpu-train: warning: --threads %d is more than the %d CPU%s this "
-				"rank may use%s; threads that share a CPU make every step slower\n",
-				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "", quota);
-	}
+	if (rank == 0)
+		gk_nn_report_notes(stderr, t);
 	if (rank == 0) {
 		if (cli.json) {
 			json_t *j = gk_nn_report_start_json(t);
@@ -1136,7 +928,7 @@ int main(int argc, char **argv)
 	}
 	/* the launcher's first rank says a signal's note for the job, from
 	 * the start (the trainer's setup has collectives a rank can die in) */
-	quiet_rank = cli.silent_usage;
+	gk_nn_stop_quiet(cli.silent_usage);
 	if (catch_signals(&a.o, &err) < 0)
 		return gk_cli_fail(&cli, &err);
 	a.o.data_note = data_note;
@@ -1149,25 +941,25 @@ int main(int argc, char **argv)
 		goto fail;
 	if (gk_nn_trainer_rank(t) != 0)
 		gk_status_stop(); /* rank 0 draws it for the job */
-	quiet_rank = gk_nn_trainer_rank(t) != 0;
+	gk_nn_stop_quiet(gk_nn_trainer_rank(t) != 0);
 	print_start(t);
 	if (a.o.eval_only || a.o.steps == 0) {
 		/* --steps 0: the model as built or loaded, evaluated on
 		 * --val-data and sampled; nothing trained, nothing written */
-		nothing_to_save = 1;
+		gk_nn_stop_nothing_to_save();
 		if ((a.o.eval_only || a.o.val_data) && run_eval(t, &a, &err) < 0)
 			goto fail;
 	} else if (run_train(t, &a, &rc, &err) < 0) {
 		goto fail;
 	}
-	nothing_to_save = 1;
+	gk_nn_stop_nothing_to_save();
 	if (a.sample && rc == 0 && print_sample(t, &a, &err) < 0)
 		goto fail;
 	gk_nn_trainer_free(t);
 	return gk_cli_finish(&cli, rc);
 fail:;
 	int report;
-	failing = 1;
+	gk_nn_stop_failing();
 	gk_status_end();
 	rc = gk_nn_trainer_failed(t, &report);
 	if (report)

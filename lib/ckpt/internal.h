@@ -21,6 +21,14 @@ int ck_read_regular_at(int dfd, const char *name, const char *path, size_t max,
 		       char **out, size_t *len, gk_err *err);
 
 /*
+ * pieces.c: the entries of s (s->e, s->n, s->bytes) from the tensors of
+ * its files, grouped by name: copies checked identical, row and flat
+ * slices checked to cover each tensor exactly once; in the order each
+ * name first appears.
+ */
+int ck_group(gk_ckpt_set *s, gk_err *err);
+
+/*
  * mkdtemp(3) makes the directory 0700; a staging directory renamed into
  * place must end up as mkdir(2) would have made it: 0777 & ~umask. With
  * slot, the directory is registered for removal on a signal as it is made

@@ -1,9 +1,10 @@
 /*
  * report.c - what gpu-train says of a run at its start and its end: the
- * model, its grid and device, the memory per rank and where the
- * parameters came from; the summary once training ends. Each is a --json
- * event (a new object for the caller to print and release) or lines for
- * a person on the stream the caller gives. Which rank speaks, and when,
+ * notes and warnings before it starts, the model, its grid and device,
+ * the memory per rank and where the parameters came from; the summary
+ * once training ends. Each is a --json event (a new object for the
+ * caller to print and release) or lines for a person on the stream the
+ * caller gives (the notes are lines only). Which rank speaks, and when,
  * is the caller's: the trainer's accessors (train.h) are all this reads.
  */
 #include <inttypes.h>
@@ -172,6 +173,56 @@ void gk_nn_report_start_text(FILE *out, gk_nn_trainer *t)
 		fprintf(out, "checkpoints: each rank writes its shard of the model (--zero 3); "
 			     "transformers loads what 'ckpt-merge %s/latest -o DIR' makes\n",
 			     r->ckpt_dir);
+}
+
+void gk_nn_report_notes(FILE *out, const gk_nn_trainer *t)
+{
+	const gk_nn_train_opts *r = gk_nn_trainer_opts(t);
+	const char *note, *comm_note;
+	gk_nn_trainer_device(t, &note);
+	gk_nn_trainer_comm(t, &comm_note);
+	if (note)
+		fprintf(out, "gpu-train: %s\n", note);
+	if (comm_note)
+		fprintf(out, "gpu-train: %s\n", comm_note);
+	const char *tok_note;
+	gk_nn_trainer_tok_from(t, &tok_note);
+	if (tok_note)
+		fprintf(out, "gpu-train: note: %s\n", tok_note);
+	if (gk_nn_trainer_ckpt_note(t))
+		fprintf(out, "gpu-train: %s\n", gk_nn_trainer_ckpt_note(t));
+	/* what changed since the checkpoint's run, a line each (for a run
+	 * that trains) */
+	const char *rn = r->steps > 0 ? gk_nn_trainer_resume_notes(t) : NULL;
+	for (const char *nl; rn; rn = nl ? nl + 1 : NULL) {
+		nl = strchr(rn, '\n');
+		fprintf(out, "gpu-train: note: %.*s\n",
+			nl ? (int)(nl - rn) : (int)strlen(rn), rn);
+	}
+	const gk_nn_placement *pl = gk_nn_trainer_placement(t);
+	int tp = r->tp > 1 ? r->tp : 1;
+	char warn[256];
+	if (gk_nn_pp_warning(warn, sizeof(warn), r))
+		fprintf(out, "gpu-train: warning: %s\n", warn);
+	if (pl->tp_span > 0)
+		fprintf(out, "gpu-train: warning: %d of the %d tensor groups span hosts: each "
+			"layer's allreduces cross the network every step (a group is %d consecutive "
+			"ranks: place them on one host)\n", pl->tp_span, gk_nn_trainer_world(t) / tp,
+			tp);
+	if (r->threads > pl->share) {
+		char quota[64] = "";
+		if (pl->quota > 0)
+			snprintf(quota, sizeof(quota), ", its cgroup's CPU quota %.3g", pl->quota);
+		if (pl->sharing > 1)
+			fprintf(out, "gpu-train: warning: --threads %d is more than this rank's share "
+				"of its CPUs, %d (%d CPUs%s, shared by %d ranks of the host); threads "
+				"that share a CPU make every step slower\n",
+				r->threads, pl->share, pl->cpus, quota, pl->sharing);
+		else
+			fprintf(out, "gpu-train: warning: --threads %d is more than the %d CPU%s this "
+				"rank may use%s; threads that share a CPU make every step slower\n",
+				r->threads, pl->cpus, pl->cpus > 1 ? "s" : "", quota);
+	}
 }
 
 /* the summary's "stopped": how the run ended */

@@ -263,6 +263,16 @@ enum { GK_NN_CHECK_SAMPLE = 1, GK_NN_CHECK_DUMP = 2 };
 int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err);
 
 /*
+ * The tests' hooks of o from the environment (GK_TEST_CKPT_DELAY_MS,
+ * GK_TEST_CKPT_CHECK_DELAY_MS, GK_TEST_BLOCK_STEP, GK_TEST_WAIT_SIGNAL,
+ * GK_TEST_MEM_ROOT, GK_TEST_CKPT_COMMIT_WAIT, GK_TEST_STRAGGLER,
+ * GK_TEST_GPU_BUS), and GK_TEST_STOP_GRACE_S's seconds into *grace_s
+ * (unchanged when unset; stop.h's grace period). -1 with err naming the
+ * variable when one is malformed.
+ */
+int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err);
+
+/*
  * Bytes this rank allocated, by lib/mem's categories (gk_mem_cat).
  * parameters, gradients and optimizer count the model's own parameters
  * (mem-estimate's Psi, AdamW; optimizer divided by the world under ZeRO-1)
@@ -681,6 +691,11 @@ const gk_nn_placement *gk_nn_trainer_placement(const gk_nn_trainer *t);
  */
 struct json_t *gk_nn_report_start_json(gk_nn_trainer *t);
 void gk_nn_report_start_text(FILE *out, gk_nn_trainer *t);
+/* The notes and warnings before the start's report: why the CPU, the
+ * communicator, the tokenizer, --ckpt-dir's repair, what changed since
+ * the checkpoint's run, the pipeline's layout, tensor groups across
+ * hosts, more threads than CPUs; a line each to out. */
+void gk_nn_report_notes(FILE *out, const gk_nn_trainer *t);
 struct json_t *gk_nn_report_summary_json(const gk_nn_trainer *t, const gk_nn_train_summary *s);
 void gk_nn_report_summary_text(FILE *out, const gk_nn_trainer *t, const gk_nn_train_summary *s);
 /*

@@ -3,7 +3,9 @@
  * lib/nn reads: the trainer's state and each room's entry points.
  *
  *   trainer.c   set-up (gk_nn_trainer_new), the model's shape and device,
- *               memory accounting, accessors, free
+ *               accessors, free
+ *   train_mem.c memory accounting, and the check before the model that a
+ *               rank's memory fits the machine (with its advice)
  *   agree.c     what the ranks agree on: small collectives, agreed
  *               failures, the options, work rank 0 does alone
  *   place.c     where the ranks run (CPU sets, hosts, --threads' default)
@@ -95,6 +97,15 @@ struct gk_nn_trainer {
 	char (*hosts)[GK_NN_HOST_MAX]; /* each rank's host name (place.c), with
 				    * --straggler-every in a world of several */
 };
+
+/* ---- train_mem.c ---------------------------------------------------------------------- */
+
+/* Before the model is allocated: whether this rank's memory fits the
+ * machine, refused with the figures and the cheapest fix unless --force
+ * (every rank agrees). */
+int gk_nn_tr_check_memory(gk_nn_trainer *t, gk_err *err);
+/* Once the run is built: t->mem, the bytes by lib/mem's categories. */
+void gk_nn_tr_account(gk_nn_trainer *t);
 
 /* ---- agree.c -------------------------------------------------------------------------- */
 

@@ -3,9 +3,12 @@
  * once: the schedule's defaults, the model's shape from a config.json and
  * the shape flags (over GPT-2 small), the sequence length, and the data
  * reader's options. gpu-train's command line and the trainer both call
- * these.
+ * these. And the tests' hooks, from the environment.
  */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "nn/train_internal.h"
 
@@ -129,4 +132,67 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
 	}
 	return 0;
+}
+
+/*
+ * tests: GK_TEST_STRAGGLER=RANK:PART:MS, that rank spends MS more in that
+ * part (data, compute, comm, optimizer, checkpoint) of every step;
+ * GK_TEST_GPU_BUS=BUS,BUS,..., the GPU each rank of a CPU run reports
+ * (through NVML, the fake one of the tests).
+ */
+static int test_straggler(gk_nn_train_opts *o, gk_err *err)
+{
+	const char *s = getenv("GK_TEST_STRAGGLER");
+	o->test_gpu_bus = getenv("GK_TEST_GPU_BUS");
+	if (!s)
+		return 0;
+	char part[32];
+	int n = 0;
+	if (sscanf(s, "%d:%31[a-z]:%d%n", &o->test_slow_rank, part, &o->test_slow_ms, &n) != 3 ||
+	    s[n] || o->test_slow_rank < 0 || o->test_slow_ms < 0 ||
+	    (o->test_slow_part = gk_nn_part_parse(part)) < 0)
+		return gk_errf(err, "GK_TEST_STRAGGLER '%s': not RANK:PART:MS (PART data, compute, "
+			       "comm, optimizer or checkpoint)", s);
+	return 0;
+}
+
+int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err)
+{
+	/* tests: a slow disk (writing, checking), a commit held until a file
+	 * exists, a step that never ends, a shorter grace, a wait for a
+	 * signal after MICRO micro-steps of step STEP, the tree the memory
+	 * check reads /proc and /sys under */
+	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
+	const char *check = getenv("GK_TEST_CKPT_CHECK_DELAY_MS");
+	const char *block = getenv("GK_TEST_BLOCK_STEP");
+	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
+	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
+	int g = *grace_s;
+	if (delay) {
+		/* WRITE[:COMMIT] milliseconds; COMMIT defaults to WRITE */
+		char write[32];
+		const char *commit = strchr(delay, ':');
+		size_t n = commit ? (size_t)(commit - delay) : strlen(delay);
+		snprintf(write, sizeof(write), "%.*s", (int)(n < sizeof(write) ? n : 0), delay);
+		if (n >= sizeof(write) ||
+		    gk_parse_int(write, 0, 3600000, &o->ckpt_delay_ms, "GK_TEST_CKPT_DELAY_MS", err) < 0 ||
+		    gk_parse_int(commit ? commit + 1 : write, 0, 3600000, &o->ckpt_commit_delay_ms,
+				 "GK_TEST_CKPT_DELAY_MS", err) < 0)
+			return gk_errf(err, "GK_TEST_CKPT_DELAY_MS '%s': not MS or WRITE_MS:COMMIT_MS "
+				       "(each 0 to 3600000)", delay);
+	}
+	if ((check && gk_parse_int(check, 0, 3600000, &o->ckpt_check_delay_ms,
+				   "GK_TEST_CKPT_CHECK_DELAY_MS", err) < 0) ||
+	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
+				   "GK_TEST_BLOCK_STEP", err) < 0) ||
+	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0))
+		return -1;
+	int n = 0;
+	if (wait && (sscanf(wait, "%" SCNd64 ":%d%n", &o->test_wait_step, &o->test_wait_micro, &n) != 2 ||
+		     wait[n] || o->test_wait_step < 1 || o->test_wait_micro < 1))
+		return gk_errf(err, "GK_TEST_WAIT_SIGNAL '%s': not STEP:MICRO (both 1 or more)", wait);
+	*grace_s = g;
+	o->mem_root = getenv("GK_TEST_MEM_ROOT");
+	o->ckpt_commit_wait = getenv("GK_TEST_CKPT_COMMIT_WAIT");
+	return test_straggler(o, err);
 }

@@ -1,0 +1,465 @@
+/*
+ * train_mem.c - the trainer's memory: what a rank of the run allocates,
+ * by lib/mem's categories (accounted once the model exists), and the
+ * check before the model is allocated that it fits the machine, refused
+ * with the figures and the cheapest configuration that fits.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "cuda/cuda.h"
+#include "mem/mem.h"
+#include "nn/train_internal.h"
+
+/*
+ * The model states (parameters, gradients, AdamW's moments of the model's
+ * Psi parameters, the moments sharded over the world under ZeRO-1) as
+ * lib/mem computes them for this run, so that gpu-train and mem-estimate
+ * agree because they are one computation. f32 runs only: a GPU's bf16
+ * run keeps f32 master weights, a bf16 working copy and f32 gradients
+ * with no bf16 gradient buffer, a layout lib/mem's mixed precision (bf16
+ * gradients, optionally beside f32 ones) does not describe; there the
+ * bytes allocated are counted as they are (-1 here).
+ */
+static int model_states(const gk_nn_trainer *t, uint64_t *b, uint64_t *offload_state)
+{
+	if (t->cuda && t->o.precision == GK_NN_BF16)
+		return -1;
+	gk_mem_train mt = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+			   .heads = t->cfg.heads, .vocab = t->cfg.vocab,
+			   .positions = t->cfg.positions, .seq = t->o.seq, .batch = t->o.batch,
+			   .precision = GK_DT_F32, .zero = t->dp->shard ? t->o.zero : 0,
+			   .dp = t->grid.dp, .tp = t->grid.tp, .sp = t->o.seq_par, .pp = t->grid.pp,
+			   .stage = t->grid.pp_rank, .recompute = GK_MEM_RC_NONE,
+			   .offload = t->dp->off || t->dp->host_update};
+	gk_mem_est e;
+	gk_mem_run r;
+	gk_err err;
+	if (gk_mem_train_estimate(&mt, &e, NULL, &r, &err) < 0)
+		return -1;
+	/* offloaded: host_ram is the state of every rank of a node */
+	const gk_mem_part *h = gk_mem_part_get(&e, "host_ram");
+	int64_t world = r.dp * r.tp * r.pp;
+	int64_t local = world < r.gpus_per_node ? world : r.gpus_per_node;
+	if (mt.offload && (!h || local < 1))
+		return -1;
+	*offload_state = mt.offload ? h->bytes / (uint64_t)local : 0;
+	const gk_mem_part *p = gk_mem_part_get(&e, "parameters"),
+			  *g = gk_mem_part_get(&e, "gradients"),
+			  *o = gk_mem_part_get(&e, "optimizer");
+	if (!p || !g || !o)
+		return -1;
+	b[GK_MEM_PARAMETERS] = p->bytes;
+	b[GK_MEM_GRADIENTS] = g->bytes;
+	b[GK_MEM_OPTIMIZER] = o->bytes;
+	return 0;
+}
+
+/* The tied embedding's floats, at the flat buffer's start (ZeRO-2's
+ * gradient that lives through backward) */
+static size_t zero2_head(const gk_nn_trainer *t)
+{
+	return (size_t)t->cfg.vocab_pad * (size_t)t->cfg.hidden;
+}
+
+/* ZeRO-3's units (dp.c): the embeddings and the final norm, kept for a
+ * step, and a block (the unit gathered and released) */
+static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
+{
+	size_t C = (size_t)t->cfg.hidden;
+	*edge = ((size_t)t->cfg.vocab_pad + (size_t)t->cfg.positions + 2) * C;
+	*block = 12 * C * C + 13 * C;
+}
+
+/*
+ * Bytes by lib/mem's categories. What exists only because the embedding is
+ * padded to vocab_pad rows (those rows in the parameters, gradients and
+ * moments, the logits' extra columns) and ZeRO-1's rounding of the flat
+ * buffer is "padding".
+ */
+void gk_nn_tr_account(gk_nn_trainer *t)
+{
+	gk_nn_mem mm;
+	gk_nn_memory(t->m, &mm);
+	uint64_t *b = t->mem.bytes;
+	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
+	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
+	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
+	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
+	if (t->grid.pp > 1) /* the last stage's logits, one set a micro-batch in flight */
+		logit_pad *= (uint64_t)gk_nn_tr_pp_head_sets(t);
+	/* offloaded, the moments are in a file or (a GPU's) host memory:
+	 * none where the model computes */
+	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
+			   t->dp->pp_stage >= 0 ? (uint64_t)2 * (t->dp->per[0] + t->dp->per[1]) * sizeof(float) :
+			   (uint64_t)2 * (t->dp->hi - t->dp->lo + t->dp->head) * sizeof(float);
+	/* a pipeline stage: the parameters of its range (wte on the first
+	 * and last, with its padding rows) */
+	if (t->grid.pp > 1) {
+		int ends = (t->grid.pp_rank == 0) + (t->grid.pp_rank == t->grid.pp - 1);
+		psi = gk_nn_pp_floats(t->m) -
+		      (uint64_t)ends * pad_rows * (uint64_t)t->cfg.hidden / (uint64_t)t->grid.tp;
+	}
+	/* lib/mem's figures, or where it takes no such run (bf16 on a GPU,
+	 * layers that do not divide by the stages) the model's own count */
+	if (model_states(t, b, &t->mem.offload_state) < 0) {
+		/* a GPU's working copy (bf16) counts as parameters */
+		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
+		/* ZeRO-2 keeps its shard of the f32 gradients */
+		b[GK_MEM_GRADIENTS] = t->dp->zero2 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
+						   : 4 * psi;
+		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->grid.dp)
+						   : 8 * psi;
+		/* offloaded: in host memory, none on the device */
+		t->mem.offload_state = t->dp->host_update ? b[GK_MEM_OPTIMIZER] : 0;
+		if (t->dp->host_update)
+			b[GK_MEM_OPTIMIZER] = 0;
+	}
+	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
+	b[GK_MEM_WORKSPACE] = mm.workspace +
+		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
+	if (t->dp->off) {
+		/* the offloaded update's buffer, what it holds of the moments */
+		t->mem.offload_buffer = gk_nn_offload_buffer_bytes(t->o.offload_chunk,
+								   t->dp->hi - t->dp->lo);
+		t->mem.offload_file = gk_nn_offload_file_bytes(t->dp->off);
+		t->mem.offload_path = gk_nn_offload_path(t->dp->off);
+		b[GK_MEM_WORKSPACE] += t->mem.offload_buffer;
+	}
+	/*
+	 * ZeRO-2: the gradients a rank keeps are its shard (lib/mem's 4 Psi /
+	 * N); the lazily mapped full buffer holds, during backward, the
+	 * tied embedding's rows (the head writes them first, the embedding
+	 * last: they live through all of backward, which mem-estimate's
+	 * ZeRO-2 does not count) and the buckets in flight (its dp_buckets):
+	 * counted as comm.
+	 */
+	uint64_t live = 0;
+	if (t->dp->ppshard && t->dp->zero >= 2) {
+		/*
+		 * ZeRO-2 over a pipeline (or a tensor group): the rank keeps
+		 * its pieces; the rest of the stage's gradients lives from its
+		 * first backward to the reduction after the schedule (comm)
+		 */
+		uint64_t all = ((uint64_t)gk_nn_pp_floats(t->m) * sizeof(float) + 63) / 64 * 64;
+		mm.gradients = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /
+			       64 * 64;
+		live = all - mm.gradients;
+	} else if (t->dp->zero2 && t->cuda) {
+		/*
+		 * A GPU's: the model's bucket buffers (the embeddings' and
+		 * those in flight, gk_nn_grad_buckets) are the live pages, and
+		 * the shard, from the gradients' communicator, what it keeps;
+		 * offloaded, lib/mem streams the gradients to the host, and
+		 * the shard on the device is comm too.
+		 */
+		uint64_t shard = ((uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float) + 63) /
+				 64 * 64;
+		live = mm.gradients;
+		mm.gradients = shard;
+		if (t->dp->host_update) {
+			live += shard;
+			mm.gradients = b[GK_MEM_GRADIENTS];
+		}
+	} else if (t->dp->zero2) {
+		gk_nn_dp_zero2_bytes(t->dp->Np, t->grid.dp, zero2_head(t), t->o.bucket_bytes,
+				     t->dp->overlap, &mm.gradients, &live);
+	}
+	/*
+	 * ZeRO-3: the parameters a rank keeps are its range (lib/mem's 4 Psi
+	 * / N); the lazily mapped full buffer holds, during a step, the
+	 * embeddings and the final norm with the tied head, and two blocks
+	 * (the one in use and the one prefetched): counted as comm, as
+	 * ZeRO-2's live gradients are. mem-estimate's zero3_gather prices
+	 * two of the largest tensor instead.
+	 */
+	if (t->dp->zero3) {
+		size_t edge, block;
+		uint64_t plive;
+		zero3_units(t, &edge, &block);
+		gk_nn_dp_zero3_bytes(t->dp->Np, t->grid.dp, edge, block, (int)t->cfg.layers,
+				     t->o.keep_gathered, &mm.parameters, &plive);
+		live += plive;
+	}
+	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
+			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
+			    logit_pad;
+	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live; /* error feedback */
+	/* under tensor parallelism rank 0's copy is of the whole model */
+	size_t nf = gk_nn_full_nparams(t->m);
+	/* ... and so is a pipeline's (rank 0 puts the stages' ranges together) */
+	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 || t->grid.pp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
+			       gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
+						   gk_nn_dp_feedback_len(t->dp));
+	t->mem.total = 0;
+	for (int c = 0; c < GK_MEM_NCAT; c++)
+		t->mem.total += b[c];
+}
+
+const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
+{
+	return &t->mem;
+}
+
+/* The run as lib/mem states it (the model states' and the fit's base). */
+static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t batch, int zero)
+{
+	static const gk_mem_recompute rc[] = {
+		[GK_NN_RECOMPUTE_NONE] = GK_MEM_RC_NONE, [GK_NN_RECOMPUTE_GELU] = GK_MEM_RC_GELU,
+		[GK_NN_RECOMPUTE_LAYER] = GK_MEM_RC_FULL};
+	gk_nn_opts no = {.attention = GK_NN_ATTN_AUTO};
+	gk_err why;
+	return (gk_mem_train){.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+			      .heads = t->cfg.heads, .vocab = t->cfg.vocab,
+			      .positions = t->cfg.positions, .seq = t->o.seq, .batch = batch,
+			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
+										 : GK_DT_F32,
+			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
+			      .sp = t->o.seq_par, .offload = t->o.offload_host,
+			      .cuda = t->cuda, .bucket = t->o.bucket_bytes,
+			      .no_overlap = !t->o.overlap,
+			      .recompute = rc[recompute],
+			      /* the CPU's attention keeps its (T,T) scores, and
+			       * so does the GPU's matmul path */
+			      .eager = !t->cuda || gk_nn_attention_fused(&t->cfg, &no, &why) != 1};
+}
+
+/*
+ * What a rank of this run would allocate with ZeRO zero, micro-batch
+ * batch and recomputation rc (lib/nn's), before allocating: on the host
+ * the model's buffers (gk_nn_plan), the moments, the batch, compression's
+ * error feedback (host memory on the CPU) and the checkpoint's copy; on a
+ * GPU lib/mem's estimate (the bytes mem-estimate states). -1 for a shape
+ * gk_nn_new refuses (it says why).
+ */
+static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t *host,
+		   uint64_t *dev)
+{
+	gk_nn_train_opts o = t->o;
+	o.zero = zero;
+	gk_nn_opts mo = {.batch = batch, .seq = t->o.seq, .recompute = rc,
+			 .threads = t->o.threads, .device = t->cuda ? GK_NN_CUDA : GK_NN_CPU,
+			 .precision = t->o.precision,
+			 .flat_multiple = gk_nn_dp_flat_multiple(&o, t->grid.dp),
+			 .lazy_grads = gk_nn_dp_lazy_grads(&o, t->grid.dp, t->cuda), .tp = t->grid.tp,
+			 .seq_par = t->o.seq_par};
+	gk_nn_mem pl;
+	gk_err why;
+	if (gk_nn_plan(&t->cfg, &mo, &pl, &why) < 0)
+		return -1;
+	size_t nflat = pl.parameters / sizeof(float), whole = nflat;
+	size_t per = zero && t->world > 1 ? nflat / (size_t)t->world : nflat;
+	if (t->grid.pp > 1) {
+		/* a stage: its range's parameters, gradients and moments; rank
+		 * 0's checkpoint copy is of the whole model */
+		gk_nn_mem st;
+		gk_nn_opts so = mo;
+		so.pp = t->grid.pp;
+		so.pp_rank = t->grid.pp_rank;
+		so.lazy_params = so.lazy_grads = 1;
+		if (gk_nn_plan(&t->cfg, &so, &st, &why) < 0)
+			return -1;
+		pl.parameters = st.parameters;
+		pl.gradients = st.gradients;
+		per = st.parameters / sizeof(float);
+	}
+	if (gk_nn_dp_lazy_params(&o, t->grid.dp, t->cuda)) {
+		size_t edge, block;
+		uint64_t shard, live;
+		zero3_units(t, &edge, &block);
+		gk_nn_dp_zero3_bytes(nflat, t->world, edge, block, (int)t->cfg.layers,
+				     t->o.keep_gathered, &shard, &live);
+		pl.parameters = shard + live;
+	}
+	/* (ZeRO-2 over a pipeline or a tensor group: the stage's whole
+	 * gradients until the reduction after the schedule) */
+	if (mo.lazy_grads && t->grid.pp == 1 && t->grid.tp == 1) {
+		uint64_t shard, live;
+		gk_nn_dp_zero2_bytes(nflat, t->world, zero2_head(t), t->o.bucket_bytes,
+				     t->o.overlap != 0, &shard, &live);
+		pl.gradients = shard + live;
+	}
+	size_t fb = t->world > 1 && t->o.compress != GK_COMM_COMPRESS_NONE ? nflat : 0;
+	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
+		(t->o.offload_dir ? gk_nn_offload_buffer_bytes(t->o.offload_chunk, per)
+				  : (uint64_t)2 * (per + 1) * sizeof(float)) +
+		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
+		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +
+		/* tensor parallelism: rank 0 copies the whole model, at most tp
+		 * times its slices */
+		(t->grid.pp > 1 ? gk_nn_tr_ckpt_bytes(t, whole * (size_t)t->grid.tp,
+						      whole * (size_t)t->grid.tp, fb)
+				: gk_nn_tr_ckpt_bytes(t, nflat * (size_t)t->grid.tp,
+						      per * (size_t)t->grid.tp, fb));
+	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
+		*host += gk_comm_compress_scratch(t->o.compress, per);
+	*dev = 0;
+	if (t->cuda) {
+		/*
+		 * ZeRO-2 on a GPU: lib/mem's figures (the shard, and the
+		 * model's gradient buffers, gk_nn_grad_buckets: the
+		 * embeddings' and the ring of layer-cut buckets,
+		 * gk_mem_zero2_device); where lib/mem does not price them (a
+		 * world of one over NCCL), the embeddings' (with the final
+		 * norm's, an upper bound) and three buffers, one without
+		 * overlap, each of a bucket or a block, whichever is larger:
+		 * at least what the run allocates
+		 */
+		gk_mem_train mt = mem_train(t, rc, batch, zero);
+		gk_mem_est e;
+		if (gk_mem_train_estimate(&mt, &e, NULL, NULL, &why) < 0)
+			return -1;
+		*dev = e.total;
+		if (gk_nn_dp_bucket_grads(&o, t->grid.dp, t->cuda) &&
+		    !gk_mem_part_get(&e, "zero2_embedding_grads")) {
+			size_t edge, block, bucket = t->o.bucket_bytes ? t->o.bucket_bytes
+								       : (size_t)25 << 20;
+			zero3_units(t, &edge, &block);
+			*dev += (uint64_t)edge * sizeof(float) +
+				(uint64_t)(block * sizeof(float) > bucket ? block * sizeof(float)
+									  : bucket) *
+					(t->o.overlap ? 3 : 1);
+		}
+	}
+	return 0;
+}
+
+/*
+ * The cheapest configuration gpu-train can run here: lib/mem's search
+ * (mem-estimate --fit) bounded to what the trainer has (data parallelism
+ * only, ZeRO 0 to 3 on the CPU and 0 or 1 elsewhere, recomputation none
+ * or layer, the global batch kept through --batch and --grad-accum) ranks
+ * the candidates that fit cap bytes a rank, and the first whose own need
+ * (need_of) passes the check q failed is the advice.
+ */
+static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_t cap,
+		       char *out, size_t len)
+{
+	gk_mem_train mt = mem_train(t, t->o.recompute, t->o.batch, t->o.zero);
+	gk_mem_model m;
+	gk_mem_run r;
+	gk_mem_est e;
+	gk_err err;
+	snprintf(out, len, "none by mem-estimate --fit: fewer ranks on the machine, a shorter --seq "
+		 "or a smaller model");
+	if (gk_mem_train_estimate(&mt, &e, &m, &r, &err) < 0)
+		return;
+	if (!t->cuda)
+		r.reserve = 0; /* no CUDA context in host memory */
+	if (t->o.bucket_bytes)
+		r.bucket = t->o.bucket_bytes; /* the run's, not torch DDP's 25M */
+	gk_mem_fit_req req = {.world = t->world,
+			      .global_batch = (int64_t)t->world * t->o.batch * t->o.grad_accum,
+			      .capacity = cap, .tp_max = 1, .pp_max = 1,
+			      /* ZeRO-2 and 3 shard on the CPU, without --tp or --pp */
+			      .zero_max = !t->cuda && t->grid.tp == 1 && t->grid.pp == 1 ? 3 : 1,
+			      .recompute = 1u << GK_MEM_RC_NONE | 1u << GK_MEM_RC_FULL};
+	enum { NCAND = 64 };
+	gk_mem_cand *c = calloc(NCAND, sizeof(*c));
+	int n = 0, tried, fits;
+	if (!c || gk_mem_fit(&m, &r, &req, c, NCAND, &n, &tried, &fits, &err) < 0)
+		n = 0;
+	for (int i = 0; i < n; i++) {
+		int rc = c[i].run.recompute == GK_MEM_RC_FULL ? GK_NN_RECOMPUTE_LAYER
+							      : GK_NN_RECOMPUTE_NONE;
+		gk_mem_room_req v = *q;
+		gk_mem_room room;
+		/* a stage the run's other options refuse (ZeRO-2 or 3 with
+		 * --compress) is no advice */
+		gk_nn_train_opts o = t->o;
+		o.zero = c[i].run.zero;
+		if (gk_nn_train_check(&o, t->cuda, t->grid.dp, 0, &err) < 0)
+			continue;
+		if (c[i].run.micro_batch > INT32_MAX ||
+		    need_of(t, c[i].run.zero, (int)c[i].run.micro_batch, rc, &v.host_need,
+			    &v.dev_need) < 0 ||
+		    !gk_mem_room_check(&v, &room))
+			continue;
+		/* the settings that change */
+		size_t k = 0;
+		char sz[32];
+		if (c[i].run.zero != t->o.zero)
+			k += (size_t)snprintf(out + k, len - k, "--zero %d ", c[i].run.zero);
+		if (rc != (int)t->o.recompute && k < len)
+			k += (size_t)snprintf(out + k, len - k, "--recompute %s ",
+					      rc == GK_NN_RECOMPUTE_LAYER ? "layer" : "none");
+		if (c[i].run.micro_batch != t->o.batch && k < len)
+			k += (size_t)snprintf(out + k, len - k, "--batch %" PRId64
+					      " --grad-accum %" PRId64 " ",
+					      c[i].run.micro_batch, c[i].run.grad_accum);
+		if (k < len)
+			snprintf(out + k, len - k, "(%s a rank, the same global batch; by "
+				 "mem-estimate --fit)",
+				 gk_format_size(t->cuda ? v.dev_need : v.host_need, 0, sz,
+						sizeof(sz)));
+		break;
+	}
+	free(c);
+}
+
+/*
+ * Before the model is allocated, whether this rank's accounting fits the
+ * limits of the machine it runs on, shared with the ranks that run
+ * there (lib/mem's gk_mem_room_check): a run that does not fit is killed
+ * by the kernel's OOM killer with no word, or spins in a library's
+ * allocator under RLIMIT_AS. Refused, said once with the figures and the
+ * cheapest fix, unless --force.
+ */
+int gk_nn_tr_check_memory(gk_nn_trainer *t, gk_err *err)
+{
+	gk_mem_room_req q = {.host_ranks = t->place.host_ranks,
+			     .cgroup_ranks = t->place.cgroup_ranks, .threads = t->o.threads,
+			     .rank_limit = t->o.mem_limit};
+	gk_mem_room room = {.limit = GK_MEM_LIMIT_NONE};
+	gk_err why;
+	int planned = need_of(t, t->o.zero, t->o.batch, t->o.recompute, &q.host_need,
+			      &q.dev_need) == 0;
+	gk_host_mem_read(t->o.mem_root ? t->o.mem_root : "", &q.host);
+	if (t->cuda) {
+		/* the ranks of this kernel on this device share its memory */
+		uint64_t me[2] = {t->kernel, (uint64_t)t->dev}, *all, total;
+		if (!(all = calloc((size_t)t->world, sizeof(me))))
+			return gk_err_sys(err, ENOMEM, "memory check");
+		if (gk_nn_tr_gather(t, me, all, sizeof(me), err) < 0) {
+			free(all);
+			return -1;
+		}
+		for (int r = 0; r < t->world; r++)
+			q.dev_ranks += all[2 * r] == me[0] && all[2 * r + 1] == me[1];
+		free(all);
+		if (gk_cuda_mem_info(&q.dev_free, &total, &why) < 0)
+			q.dev_need = 0; /* gk_nn_new will say what is wrong */
+	}
+	int rc = 0;
+	if (planned && !gk_mem_room_check(&q, &room) && !t->o.force) {
+		char need[32], avail[32], each[32], fix[256];
+		fit_advice(t, &q, room.avail / (uint64_t)room.ranks, fix, sizeof(fix));
+		/* --mem-limit bounds the device's bytes on a GPU */
+		uint64_t mine = room.limit == GK_MEM_LIMIT_DEVICE ||
+						(room.limit == GK_MEM_LIMIT_RANK && q.dev_need)
+					? q.dev_need
+					: q.host_need;
+		gk_format_size(mine, 0, each, sizeof(each));
+		gk_format_size(room.need, 0, need, sizeof(need));
+		gk_format_size(room.avail, 0, avail, sizeof(avail));
+		const char *with = room.limit == GK_MEM_LIMIT_AS ? "the address-space margin"
+				   : room.limit == GK_MEM_LIMIT_DEVICE ? "nothing more"
+								       : "the process margin";
+		if (room.limit == GK_MEM_LIMIT_RANK)
+			rc = gk_errf(err, "memory: a rank needs %s (%" PRIu64 " bytes by its accounting, "
+				     "mem-estimate's model), more than --mem-limit %s; cheapest fix: "
+				     "%s; or --force to allocate anyway", each, mine, avail, fix);
+		else if (room.ranks == 1)
+			rc = gk_errf(err, "memory: a rank needs %s (%s with %s), more than the %s that "
+				     "%s leaves; cheapest fix: %s; or --force to allocate anyway",
+				     each, need, with, avail, gk_mem_limit_name(room.limit), fix);
+		else
+			rc = gk_errf(err, "memory: a rank needs %s and %d ranks share %s: %s with %s, "
+				     "more than the %s it leaves; cheapest fix: %s; or --force to "
+				     "allocate anyway", each, room.ranks, gk_mem_limit_name(room.limit),
+				     need, with, avail, fix);
+	}
+	return gk_nn_tr_agree_local(t, rc, err);
+}
