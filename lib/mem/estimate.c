@@ -513,12 +513,12 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 /*
  * gpu-train's ZeRO-2 on GPUs is what the estimate's gradient buckets are
  * for a GPT-2 it trains (tied, a 4h MLP, no grouped heads) without
- * tensor or pipeline parallelism or offload: 0 when it applies
+ * tensor or pipeline parallelism, offloaded or not: 0 when it applies
  */
 static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *head,
 			uint64_t *ring, size_t *nb)
 {
-	if (r->zero != 2 || r->dp < 2 || r->infer || r->tp > 1 || r->pp > 1 || r->offload ||
+	if (r->zero != 2 || r->dp < 2 || r->infer || r->tp > 1 || r->pp > 1 ||
 	    r->host_backend ||
 	    m->arch != GK_MEM_ARCH_GPT2 || !m->tied || m->layers < 1 || m->ffn != 4 * m->hidden ||
 	    (m->kv_heads && m->kv_heads != m->heads) ||
@@ -553,6 +553,16 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		values(c, "4*(%lld+%lld)*%lld",
 		       (long long)gk_hf_vocab_padded(m->vocab),
 		       (long long)m->positions, (long long)m->hidden);
+		if (r->offload) {
+			/* the reduce-scatter's output stays on the device until
+			 * the host's update copies it down */
+			add(c, "zero2_grad_shard", 4.0 * (double)psi / (double)r->dp, 0,
+			    "gpu-train --zero 2 --offload on GPUs: the rank's shard of the "
+			    "reduced f32 gradients, on the device until the host's update "
+			    "copies it down",
+			    "4*Psi/N");
+			values(c, "4*%llu/%lld", (unsigned long long)psi, (long long)r->dp);
+		}
 	} else if (r->dp > 1 && !r->infer) {
 		add(c, "dp_buckets", 2.0 * r->bucket, 0,
 		    "assumption: 2 gradient buckets in flight "

@@ -112,10 +112,14 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 						   : 4 * psi;
 		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->grid.dp)
 						   : 8 * psi;
-		/* offloaded: in host memory, none on the device */
+		/* offloaded: in host memory, none on the device; ZeRO-2's
+		 * gradients streamed there too (lib/mem's rule), their shard
+		 * on the device counted as comm below */
 		t->mem.offload_state = t->dp->host_update ? b[GK_MEM_OPTIMIZER] : 0;
 		if (t->dp->host_update)
 			b[GK_MEM_OPTIMIZER] = 0;
+		if (t->dp->host_update && t->dp->zero2)
+			b[GK_MEM_GRADIENTS] = 0;
 	}
 	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
 	b[GK_MEM_WORKSPACE] = mm.workspace +
@@ -151,17 +155,21 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 		/*
 		 * A GPU's: the model's bucket buffers (the embeddings' and
 		 * those in flight, gk_nn_grad_buckets) are the live pages, and
-		 * the shard, from the gradients' communicator, what it keeps;
-		 * offloaded, lib/mem streams the gradients to the host, and
-		 * the shard on the device is comm too.
+		 * the shard, from the gradients' communicator, what it keeps.
+		 * Offloaded, lib/mem streams the gradients to the host (none
+		 * kept on the device), and the shard, on the device until the
+		 * update copies it down, is comm too: mem-estimate's
+		 * zero2_grad_shard, 4 Psi / N; its part of the vocabulary's
+		 * padding rows stays padding.
 		 */
 		uint64_t shard = ((uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float) + 63) /
 				 64 * 64;
 		live = mm.gradients;
 		mm.gradients = shard;
 		if (t->dp->host_update) {
-			live += shard;
-			mm.gradients = b[GK_MEM_GRADIENTS];
+			uint64_t psi_shard = (uint64_t)llround(4.0 * (double)psi / t->grid.dp);
+			live += psi_shard;
+			mm.gradients = b[GK_MEM_GRADIENTS] + (shard - psi_shard);
 		}
 	} else if (t->dp->zero2) {
 		gk_nn_dp_zero2_bytes(t->dp->Np, t->grid.dp, zero2_head(t), t->o.bucket_bytes,

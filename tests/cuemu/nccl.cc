@@ -415,7 +415,7 @@ ncclResult_t attach(ncclComm_t c, const ncclUniqueId &id)
 			snprintf(last_error, sizeof last_error,
 				 "cuemu NCCL: rank %d and rank %d both use device %d (one GPU per rank)",
 				 r, c->rank, dev);
-			fprintf(stderr, "cuemu: NCCL: %s\n", last_error + 13);
+			fprintf(stderr, "cuemu: NCCL: %s\n", last_error + strlen("cuemu NCCL: "));
 			return ncclInvalidUsage;
 		}
 	c->h->r[c->rank].device.store(dev);
