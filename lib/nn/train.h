@@ -395,7 +395,10 @@ const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
  * learning_rate, grad_norm, step_seconds, comm_seconds,
  * exposed_comm_seconds, tokens_per_second, step_skipped, world_size,
  * last_step_timestamp_seconds at now (Unix time), val_loss once evaluated,
- * memory_bytes{category} from mem), replacing the previous step's.
+ * memory_bytes{category} from mem; tp_comm_bytes under --tp; under --pp
+ * pp_bubble_ratio and, labelled by stage, pp_stage_bubble_ratio,
+ * pp_stage_idle_seconds, pp_comm_bytes and pp_stage_tp_comm_bytes),
+ * replacing the previous step's.
  * -1 with err set when m refuses a sample.
  */
 int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,

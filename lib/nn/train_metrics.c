@@ -19,7 +19,7 @@ static int pp_metrics(gk_metrics *m, const gk_nn_train_log *l, gk_err *err)
 			   "Bytes rank 0 put into its tensor group's collectives in the last step.",
 			   NULL, (double)l->tp_bytes, err) < 0)
 		return -1;
-	if (isnan(l->pp_bubble))
+	if (l->pp_stages == 0)
 		return 0;
 	if (gk_metrics_set(m, "gpukit_train_pp_bubble_ratio", GK_METRIC_GAUGE,
 			   "Pipeline bubble of the last step: the stages' idle time over their busy time.",
