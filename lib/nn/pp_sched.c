@@ -199,6 +199,7 @@ static int stages_of(gk_nn_trainer *t, gk_err *err)
 	x[4 * p->s + 1] = p->span;
 	x[4 * p->s + 2] = (double)p->bytes;
 	x[4 * p->s + 3] = (double)(gk_nn_tp_bytes(t->m) - p->tp0);
+	gk_comm_trace_tag(t->grid.ppc, "stage times", -1); /* for the flight recorder */
 	if (gk_comm_allreduce(t->grid.ppc, x, x, 4 * (size_t)p->S, GK_DT_F64, GK_COMM_SUM, NULL,
 			      err) < 0)
 		return gk_err_prefix(err, "pipeline stage %d: the stages' times", p->s);

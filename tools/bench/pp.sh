@@ -22,9 +22,13 @@
 # cores shared fairly, messages free (tools/bench/pp_sim.py), and "ratio"
 # is measured over (N-1)/m when N <= cores, over "shared" otherwise. Only
 # N <= cores measures the schedule as dedicated devices would run it.
-# Other load on the machine works the other way: each message's receiver
-# waits to be scheduled again, idle time on its clock, more so the
-# shorter the stages' compute; the load average is printed.
+# Other load on the machine breaks both references: with more runnable
+# processes than cores, a rank's share of a core depends little on how
+# many of the stages compute (toward (N-1)/m again), each message's
+# receiver waits to be scheduled again (idle time on its clock, more so
+# the shorter the stages' compute), and preemption in the middle of a
+# stage's compute spreads its busy time from step to step; the load
+# average is printed, and the figures are comparable only at a low one.
 #
 # Tensor parallel: --tp 2 on LAYERS layers, 2 micro-batches, and tp 2 x
 # pp 2 per stage: the step line's tp_comm_bytes (rank 0's) and each
