@@ -19,9 +19,9 @@
 # faster than the steady state, when all compete, so the idle time of the
 # ramps shrinks against the busy time and the bubble is below (N-1)/m:
 # the column "shared" is what the same schedule gives on this machine's
-# cores shared fairly, messages free (tools/bench/pp_sim.py), and "ratio"
-# is measured over (N-1)/m when N <= cores, over "shared" otherwise. Only
-# N <= cores measures the schedule as dedicated devices would run it.
+# cores shared fairly, messages free (tools/bench/pp_sim.py), beside
+# "ratio", measured over (N-1)/m (the target's); only N <= cores measures
+# the schedule as dedicated devices would run it.
 # Other load on the machine breaks both references: with more runnable
 # processes than cores, a rank's share of a core depends little on how
 # many of the stages compute (toward (N-1)/m again), each message's
@@ -85,13 +85,11 @@ for n in $PPS; do
 		done
 		share=
 		shared=-
-		ref=$want
 		if [ "$n" -gt "$cores" ]; then
 			shared=$(python3 "$top/tools/bench/pp_sim.py" "$n" "$m" "$cores")
-			ref=$shared
-			share="  ($n ranks on $cores cores: ratio to shared)"
+			share="  ($n ranks on $cores cores: $(ratio "$got" "$shared") x shared)"
 		fi
-		r=$(ratio "$got" "$ref")
+		r=$(ratio "$got" "$want")
 		within=$(awk -v r="$r" 'BEGIN { if (r ~ /^[0-9.]+$/) print (r >= 0.8 && r <= 1.2) ? "within 20 %" : "OUTSIDE 20 %"; else print "n/a" }')
 		printf '  %-4s %-3s %9s %9s %9s %7s  %-9s%s  %s%s\n' "$n" "$m" "$want" "$shared" "$(num %.4f "$got")" \
 			"$r" "$(num %.0f "$ms")" "$per" "$within" "$share"
