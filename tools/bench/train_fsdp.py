@@ -20,7 +20,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-import train_ddp
+sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
+import train_ddp  # noqa: E402
 
 
 def fsdp2(model):
