@@ -197,7 +197,8 @@ CLI := $(sort $(wildcard tests/cli/t[0-9]*.sh))
 CLI_QUICK := tests/cli/t0001-man-lint.sh tests/cli/t0002-conventions.sh \
 	tests/cli/t0004-fuzz-replay.sh tests/cli/t0005-gpu-prereqs.sh
 BENCH_BIN := $(patsubst tools/bench/%.c,$(B)/tools/bench/%,$(wildcard tools/bench/*.c))
-BENCH := $(sort $(wildcard tools/bench/*.sh))
+# lib.sh is what the drivers source, not a driver
+BENCH := $(sort $(filter-out tools/bench/lib.sh,$(wildcard tools/bench/*.sh)))
 FUZZ_SRC := $(filter-out tools/fuzz/replay.c,$(wildcard tools/fuzz/*.c))
 FUZZ_REPLAY := $(patsubst tools/fuzz/%.c,$(B)/tools/fuzz/%,$(FUZZ_SRC))
 MAN := $(wildcard man/man1/*.1 man/man5/*.5 man/man7/*.7)

@@ -436,6 +436,19 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 		if (!isnan(l->pp_bubble)) {
 			json_object_set_new(o, "pp_comm_bytes", json_integer((json_int_t)l->pp_bytes));
 			json_object_set_new(o, "pp_bubble", jnum(l->pp_bubble));
+			json_t *st = json_array();
+			for (int k = 0; k < l->pp_stages; k++) {
+				const gk_nn_pp_stage *g = &l->pp_stage[k];
+				json_t *e = json_pack("{s:i,s:f,s:f,s:o,s:I}", "stage", k, "busy_ms",
+						      g->busy_ms, "idle_ms", g->idle_ms, "bubble",
+						      jnum(g->bubble), "pp_comm_bytes",
+						      (json_int_t)g->pp_bytes);
+				if (l->tp_bytes)
+					json_object_set_new(e, "tp_comm_bytes",
+							    json_integer((json_int_t)g->tp_bytes));
+				json_array_append_new(st, e);
+			}
+			json_object_set_new(o, "pp_stages", st);
 		}
 		gk_nn_report_mem(NULL, c->mem, o);
 		if (gk_status_out_tty())

@@ -79,6 +79,12 @@ struct gk_nn_pp {
 	double wait;        /* seconds waiting for receives this step */
 	double span;        /* ... of the schedule's seconds */
 	uint64_t bytes;     /* sent this step */
+	uint64_t tp0;       /* gk_nn_tp_bytes at the schedule's start */
+	double *ex;         /* the stages' wait, span, bytes and tensor-group
+			     * bytes, 4 a stage, exchanged after the schedule */
+	gk_nn_pp_stage *st; /* ... and what the log makes of them */
+	double bubble;      /* the pipeline's (gk_nn_pp_stage) */
+	int have;           /* a step's figures are in st */
 };
 
 void gk_nn_tr_pp_free(gk_nn_trainer *t)
@@ -91,6 +97,8 @@ void gk_nn_tr_pp_free(gk_nn_trainer *t)
 	free(p->sa);
 	free(p->sg);
 	free(p->sq);
+	free(p->ex);
+	free(p->st);
 	free(p);
 	t->pp = NULL;
 }
@@ -112,7 +120,10 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	p->sa = p->s < p->S - 1 ? malloc(M * p->NC * sizeof(float)) : NULL;
 	p->sg = p->s > 0 ? malloc(M * p->NC * sizeof(float)) : NULL;
 	p->sq = calloc(2 * M, sizeof(*p->sq));
-	if (!p->in || !p->tg || (p->s > 0 && !p->sg) || (p->s < p->S - 1 && !p->sa) || !p->sq)
+	p->ex = calloc(4 * (size_t)p->S, sizeof(*p->ex));
+	p->st = calloc((size_t)p->S, sizeof(*p->st));
+	if (!p->in || !p->tg || (p->s > 0 && !p->sg) || (p->s < p->S - 1 && !p->sa) || !p->sq ||
+	    !p->ex || !p->st)
 		return gk_errf(err, "pipeline: out of memory for %zu micro-batches' buffers", M);
 	p->slots = t->o.pp_sched == GK_NN_PP_GPIPE || p->M < p->S - p->s ? p->M : p->S - p->s;
 	return gk_nn_pp_slots(t->m, p->slots, err);
@@ -173,6 +184,45 @@ static int backward(gk_nn_trainer *t, int k, gk_err *err)
 	return send(t, g, p->s - 1, err);
 }
 
+/*
+ * The stages' figures of the step (gk_nn_pp_stage), every stage's own
+ * clocks summed over the pipeline after its schedule (one allreduce of 4
+ * doubles a stage, outside the spans it measures): each rank of the
+ * pipeline learns every stage's, so rank 0's log has them all.
+ */
+static int stages_of(gk_nn_trainer *t, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	double *x = p->ex;
+	memset(x, 0, 4 * (size_t)p->S * sizeof(*x));
+	x[4 * p->s] = p->wait;
+	x[4 * p->s + 1] = p->span;
+	x[4 * p->s + 2] = (double)p->bytes;
+	x[4 * p->s + 3] = (double)(gk_nn_tp_bytes(t->m) - p->tp0);
+	gk_comm_trace_tag(t->grid.ppc, "stage times", -1); /* for the flight recorder */
+	if (gk_comm_allreduce(t->grid.ppc, x, x, 4 * (size_t)p->S, GK_DT_F64, GK_COMM_SUM, NULL,
+			      err) < 0)
+		return gk_err_prefix(err, "pipeline stage %d: the stages' times", p->s);
+	double P = 0, idle = 0, busy = 0;
+	for (int s = 0; s < p->S; s++)
+		if (x[4 * s + 1] > P)
+			P = x[4 * s + 1];
+	for (int s = 0; s < p->S; s++) {
+		gk_nn_pp_stage *g = &p->st[s];
+		double b = x[4 * s + 1] - x[4 * s];
+		g->busy_ms = b * 1e3;
+		g->idle_ms = (P - b) * 1e3;
+		g->bubble = b > 0 ? (P - b) / b : NAN;
+		g->pp_bytes = (uint64_t)x[4 * s + 2];
+		g->tp_bytes = (uint64_t)x[4 * s + 3];
+		idle += P - b;
+		busy += b;
+	}
+	p->bubble = busy > 0 ? idle / busy : NAN;
+	p->have = 1;
+	return 0;
+}
+
 int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err *err)
 {
 	if (!t->pp && gk_nn_tr_pp_open(t, err) < 0)
@@ -182,6 +232,8 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	p->nsq = 0;
 	p->wait = 0;
 	p->bytes = 0;
+	p->have = 0;
+	p->tp0 = gk_nn_tp_bytes(t->m);
 	double ta = gk_now();
 	for (int k = 0; k < p->M; k++) {
 		int r = gk_nn_data_next(t->data, p->in + (size_t)k * p->BT, p->tg + (size_t)k * p->BT,
@@ -222,7 +274,7 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	p->span = gk_now() - tb;
 	part[GK_NN_PART_COMPUTE] += p->span - p->wait;
 	part[GK_NN_PART_COMM] += p->wait;
-	return 0;
+	return stages_of(t, err);
 }
 
 int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
@@ -264,10 +316,14 @@ int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t)
 	return t->pp && t->grid.pp_rank == t->grid.pp - 1 ? t->pp->slots : 0;
 }
 
-void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble)
+void gk_nn_tr_pp_log(const gk_nn_trainer *t, gk_nn_train_log *lg)
 {
-	*bytes = t->pp ? t->pp->bytes : 0;
-	*bubble = t->pp && t->pp->span > 0 ? t->pp->wait / t->pp->span : NAN;
+	const gk_nn_pp *p = t->pp;
+	int have = p && p->have;
+	lg->pp_bytes = p ? p->bytes : 0;
+	lg->pp_bubble = have ? p->bubble : NAN;
+	lg->pp_stages = have ? p->S : 0;
+	lg->pp_stage = have ? p->st : NULL;
 }
 
 int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)

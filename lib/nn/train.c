@@ -428,7 +428,7 @@ int gk_nn_trainer_run(gk_nn_trainer *t, gk_nn_train_hooks *h,
 		lg.tp_bytes = gk_nn_tp_bytes(t->m) - tpb;
 		lg.gathers = t->dp->gathers;
 		lg.prefetched = t->dp->prefetched;
-		gk_nn_tr_pp_log(t, &lg.pp_bytes, &lg.pp_bubble);
+		gk_nn_tr_pp_log(t, &lg);
 		lg.step_ms = (t1 - t0) * 1e3;
 		lg.bad_samples = (int64_t)v[4];
 		lg.tokens_per_s = step_tokens / (t1 - t0);

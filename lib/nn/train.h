@@ -294,6 +294,25 @@ typedef struct gk_nn_train_mem {
 	const char *offload_path;
 } gk_nn_train_mem;
 
+/*
+ * A pipeline stage's step (--pp), from the trainer's clocks on that
+ * stage, exchanged within the pipeline after the schedule. A stage's
+ * schedule runs from the end of its step's data reads to its last send's
+ * completion; busy is that span less the time blocked in receives and
+ * in the final waits for its sends (its forwards, backwards and the
+ * copies of what it sends). The pipeline's time is the longest stage's
+ * span, and a stage is idle for the rest of it: idle = pipeline time -
+ * busy, and bubble = idle / busy, the measure of (S-1)/m, the idle time
+ * of the 1F1B or GPipe schedule over its work (Narayanan et al. 2021,
+ * section 2.2).
+ */
+typedef struct gk_nn_pp_stage {
+	double busy_ms, idle_ms, bubble;
+	uint64_t pp_bytes;      /* sent to its neighbour stages */
+	uint64_t tp_bytes;      /* put into its tensor group's collectives
+				 * (gk_nn_tp_bytes; 0 without --tp) */
+} gk_nn_pp_stage;
+
 typedef struct gk_nn_train_log {
 	int64_t step;
 	double loss, lr, grad_norm;
@@ -307,8 +326,13 @@ typedef struct gk_nn_train_log {
 				 * the previous block) */
 	uint64_t pp_bytes;      /* this rank's pipeline messages sent this step
 				 * (activations, gradients); 0 without --pp */
-	double pp_bubble;       /* --pp: the part of this rank's schedule spent
-				 * waiting for messages (measured); NaN without */
+	double pp_bubble;       /* --pp: the measured bubble of this rank's
+				 * pipeline, its stages' idle time over their
+				 * busy time (gk_nn_pp_stage); NaN without */
+	int pp_stages;          /* --pp: the stages of this rank's pipeline ... */
+	const gk_nn_pp_stage *pp_stage; /* ... and each one's figures this step
+				 * (the trainer's, overwritten by the next
+				 * step); 0 and NULL without */
 	int skipped;            /* the update was skipped (non-finite) */
 	int64_t bad_samples;    /* skipped corrupt samples so far, all ranks */
 	double val_loss;        /* NaN unless evaluated at this step */
@@ -381,7 +405,10 @@ const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t);
  * learning_rate, grad_norm, step_seconds, comm_seconds,
  * exposed_comm_seconds, tokens_per_second, step_skipped, world_size,
  * last_step_timestamp_seconds at now (Unix time), val_loss once evaluated,
- * memory_bytes{category} from mem), replacing the previous step's.
+ * memory_bytes{category} from mem; tp_comm_bytes under --tp; under --pp
+ * pp_bubble_ratio and, labelled by stage, pp_stage_bubble_ratio,
+ * pp_stage_idle_seconds, pp_comm_bytes and pp_stage_tp_comm_bytes),
+ * replacing the previous step's.
  * -1 with err set when m refuses a sample.
  */
 int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,

@@ -211,9 +211,10 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
  */
 int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
 		     gk_err *err);
-/* The last step's messages: bytes sent, and the part of the schedule
- * spent waiting for receives (NaN before a step). */
-void gk_nn_tr_pp_log(const gk_nn_trainer *t, uint64_t *bytes, double *bubble);
+/* The last step's pipeline figures into lg: this rank's bytes sent, its
+ * pipeline's bubble and stages (gk_nn_pp_stage); NaN and none without
+ * --pp or before a step. */
+void gk_nn_tr_pp_log(const gk_nn_trainer *t, gk_nn_train_log *lg);
 /* The sets of logits this rank holds: the activation slots on the last
  * stage, none on the others. */
 int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t);

@@ -3,8 +3,51 @@
  * Prometheus samples (gpu-train --metrics).
  */
 #include <math.h>
+#include <stdio.h>
 
 #include "nn/train.h"
+
+/*
+ * Model parallelism's figures of the last step: what rank 0 put into its
+ * tensor group's collectives, and under --pp its pipeline's bubble and
+ * each stage's (gk_nn_pp_stage), labelled by stage.
+ */
+static int pp_metrics(gk_metrics *m, const gk_nn_train_log *l, gk_err *err)
+{
+	if (l->tp_bytes &&
+	    gk_metrics_set(m, "gpukit_train_tp_comm_bytes", GK_METRIC_GAUGE,
+			   "Bytes rank 0 put into its tensor group's collectives in the last step.",
+			   NULL, (double)l->tp_bytes, err) < 0)
+		return -1;
+	if (l->pp_stages == 0)
+		return 0;
+	if (gk_metrics_set(m, "gpukit_train_pp_bubble_ratio", GK_METRIC_GAUGE,
+			   "Pipeline bubble of the last step: the stages' idle time over their busy time.",
+			   NULL, l->pp_bubble, err) < 0)
+		return -1;
+	for (int k = 0; k < l->pp_stages; k++) {
+		const gk_nn_pp_stage *g = &l->pp_stage[k];
+		char s[16];
+		snprintf(s, sizeof(s), "%d", k);
+		const char *lab[] = {"stage", s, NULL};
+		if (gk_metrics_set(m, "gpukit_train_pp_stage_bubble_ratio", GK_METRIC_GAUGE,
+				   "A pipeline stage's idle time over its busy time, the last step.",
+				   lab, g->bubble, err) < 0 ||
+		    gk_metrics_set(m, "gpukit_train_pp_stage_idle_seconds", GK_METRIC_GAUGE,
+				   "A pipeline stage's idle time in the last step's schedule.",
+				   lab, g->idle_ms / 1e3, err) < 0 ||
+		    gk_metrics_set(m, "gpukit_train_pp_comm_bytes", GK_METRIC_GAUGE,
+				   "Bytes a pipeline stage sent to its neighbours in the last step.",
+				   lab, (double)g->pp_bytes, err) < 0)
+			return -1;
+		if (l->tp_bytes &&
+		    gk_metrics_set(m, "gpukit_train_pp_stage_tp_comm_bytes", GK_METRIC_GAUGE,
+				   "Bytes a pipeline stage put into its tensor group's collectives, "
+				   "the last step.", lab, (double)g->tp_bytes, err) < 0)
+			return -1;
+	}
+	return 0;
+}
 
 /*
  * Names by Prometheus' conventions (https://prometheus.io/docs/practices/naming/):
@@ -55,6 +98,8 @@ int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 	    gk_metrics_set(m, "gpukit_train_val_loss", GK_METRIC_GAUGE,
 			   "Loss on the validation data at the last evaluation.", NULL,
 			   l->val_loss, err) < 0)
+		return -1;
+	if (pp_metrics(m, l, err) < 0)
 		return -1;
 	for (int c = 0; c < GK_MEM_NCAT; c++) {
 		const char *lab[] = {"category", gk_mem_cat_name(c), NULL};

@@ -70,10 +70,28 @@ test_expect_success MPI 'pp 2 (2 ranks) = one rank: step 1 bit for bit, then wit
 '
 
 # rank 0 (stage 0) sends each of the 4 micro-batches' activations,
-# B x T x C = 4 x 16 x 32 floats: 4 x 4 x 16 x 32 x 4 bytes a step
-test_expect_success MPI 'a step'"'"'s pp_comm_bytes: M B T C floats from stage 0; pp_bubble a fraction' '
+# B x T x C = 4 x 16 x 32 floats: 4 x 4 x 16 x 32 x 4 bytes a step, and
+# the last stage as many gradients back
+test_expect_success MPI 'a step'"'"'s pp_comm_bytes: M B T C floats from stage 0, as many back from stage 1' '
 	jq -s -e "map(select(.event == \"step\")) | length == 8 and
-		all(.pp_comm_bytes == 4 * 4 * 16 * 32 * 4 and .pp_bubble >= 0 and .pp_bubble <= 1)" pp2.json
+		all(.pp_comm_bytes == 4 * 4 * 16 * 32 * 4 and
+		    (.pp_stages | map(.pp_comm_bytes)) == [32768, 32768])" pp2.json
+'
+
+# the pipeline's time P is the longest stage's span, so busy + idle is P
+# on every stage; a stage's bubble is idle / busy, the pipeline's the
+# sums' (the measure of the start line's (S-1)/m)
+pp_bubble_defined() {
+	jq -s -e --argjson S "$2" "map(select(.event == \"step\")) | length > 0 and all(
+		(.pp_stages | length == \$S and all(.busy_ms > 0 and .idle_ms >= 0) and
+		 map(.busy_ms + .idle_ms) as \$p | (\$p | max) - (\$p | min) <= 1e-9 * (\$p | max) and
+		 all(((.bubble - .idle_ms / .busy_ms) | fabs) <= 1e-9 * (1 + .bubble))) and
+		(.pp_bubble - ((.pp_stages | map(.idle_ms) | add) / (.pp_stages | map(.busy_ms) | add)) | fabs)
+			<= 1e-9 * (1 + .pp_bubble))" "$1"
+}
+
+test_expect_success MPI 'pp_bubble: the stages'"'"' idle time over their busy time in the pipeline'"'"'s time' '
+	pp_bubble_defined pp2.json 2
 '
 
 test_expect_success MPI 'GPipe and 1F1B: the same bits' '
@@ -105,16 +123,46 @@ test_expect_success MPI 'pp 2 x dp 2 (4 ranks x batch 2) = one rank x batch 4' '
 '
 
 test_expect_success MPI 'tp 2 x pp 2 (4 ranks x batch 4) = one rank' '
-	mpi 4 $A --batch 4 --pp 2 --tp 2 >tp2pp2.json &&
+	mpi 4 $A --batch 4 --pp 2 --tp 2 --metrics tp2pp2.prom >tp2pp2.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .tp == 2 and .dp == 1" tp2pp2.json &&
 	losses tp2pp2.json >tp2pp2 && norms tp2pp2.json >tp2pp2.n &&
 	close_to tp2pp2 one 1e-5 &&
 	close_to tp2pp2.n one.n 1e-5
 '
 
+# N = B x T = 64 rows, C 32, one layer a stage, 4 micro-batches: per
+# micro-batch stage 0 sums the vocabulary-parallel embedding (N C
+# floats) and its layer'"'"'s 2 allreduces forward and 2 backward (4 N C),
+# stage 1 its layer'"'"'s 4 N C, the head'"'"'s d lnf backward (N C) and the
+# cross-entropy'"'"'s max, target logit and sum of exponentials (3 N)
+test_expect_success MPI 'tp 2 x pp 2: each stage'"'"'s tp_comm_bytes is the formula of its layers, embedding and head' '
+	jq -s -e "map(select(.event == \"step\")) | length == 8 and all(
+		.tp_comm_bytes == 4 * 4 * 5 * 64 * 32 and
+		(.pp_stages | map(.tp_comm_bytes)) == [4 * 4 * 5 * 64 * 32, 4 * 4 * (5 * 64 * 32 + 3 * 64)])" tp2pp2.json &&
+	pp_bubble_defined tp2pp2.json 2
+'
+
+test_expect_success MPI '--metrics: the last step'"'"'s pp_bubble, each stage'"'"'s figures and the tensor-parallel bytes' '
+	jq -r "select(.event == \"step\") | \"gpukit_train_tp_comm_bytes{run=\\\"tp2pp2\\\"} \(.tp_comm_bytes)\",
+		\"gpukit_train_pp_bubble_ratio{run=\\\"tp2pp2\\\"} \(.pp_bubble)\",
+		(.pp_stages[] | \"gpukit_train_pp_stage_bubble_ratio{run=\\\"tp2pp2\\\",stage=\\\"\(.stage)\\\"} \(.bubble)\",
+			\"gpukit_train_pp_comm_bytes{run=\\\"tp2pp2\\\",stage=\\\"\(.stage)\\\"} \(.pp_comm_bytes)\",
+			\"gpukit_train_pp_stage_tp_comm_bytes{run=\\\"tp2pp2\\\",stage=\\\"\(.stage)\\\"} \(.tp_comm_bytes)\")" \
+		tp2pp2.json | tail -n 8 | sort >want.prom &&
+	grep -E "^gpukit_train_(tp_comm_bytes|pp_bubble_ratio|pp_stage_bubble_ratio|pp_comm_bytes|pp_stage_tp_comm_bytes)" \
+		tp2pp2.prom | sort >got.prom &&
+	cat got.prom &&
+	test $(wc -l <got.prom) = 8 &&
+	awk "NR == FNR { w[\$1] = \$2; next } !(\$1 in w) || (\$2 - w[\$1]) ^ 2 > 1e-20 * (1 + w[\$1] ^ 2) { bad = 1; print \"differs: \" \$0 } END { exit bad }" \
+		want.prom got.prom
+'
+
 test_expect_success MPI 'pp 3 on 3 layers, and on 4 (stages of 2, 1, 1 layers) = one rank' '
 	mpi 3 $S --layers 3 --steps 8 --json --grad-accum 4 --batch 4 --pp 3 >pp3.json &&
 	losses pp3.json >pp3 && close_to pp3 one3 1e-5 &&
+	pp_bubble_defined pp3.json 3 &&
+	jq -s -e "map(select(.event == \"step\")) | all((.pp_stages | map(.pp_comm_bytes)) ==
+		[32768, 65536, 32768])" pp3.json &&
 	mpi 3 $S --layers 4 --steps 1 --grad-accum 4 --batch 4 --pp 3 >pp34.out &&
 	grep "3 ranks (dp 1 x pp 3: layers 0-1, 2-2, 3-3; 1f1b over 4 micro-batches, bubble (3-1)/4 = 0.5)" pp34.out &&
 	mpi 3 $S --layers 4 --steps 8 --json --grad-accum 4 --batch 4 --pp 3 >pp34.json &&

@@ -29,38 +29,18 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 B=${GK_BUILD:-build}
 STEPS=${STEPS:-30}
 ROUNDS=${ROUNDS:-3}
-OMPI_ALLOW_RUN_AS_ROOT=1
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
-command -v mpirun >/dev/null 2>&1 || { echo "train.sh: no mpirun; skipped"; exit 0; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gk-train-bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+. "$top/tools/bench/lib.sh"
+bench_setup train.sh
+bench_tokens "$tmp/train.bin"
 
-# Token data: the project's own sources as bytes, llm.c's format.
-python3 - "$top" "$tmp/train.bin" <<'PY'
-import glob, struct, sys
-b = b"".join(open(p, "rb").read() for p in sorted(glob.glob(sys.argv[1] + "/lib/*/*.c")))
-h = [20240520, 1, len(b)] + [0] * 253
-open(sys.argv[2], "wb").write(struct.pack("<256i", *h) + b"".join(struct.pack("<H", c) for c in b))
-PY
-
-med() {
-	sort -g | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "nan" }'
-}
-
-args="--data $tmp/train.bin --layers 4 --hidden 256 --heads 4 --positions 128 --seq 128
-	--batch 8 --steps $STEPS --schedule constant --lr 3e-4 --clip 0 --threads 1 --bucket 1M --json"
+args="--data $tmp/train.bin $anchor --steps $STEPS"
 ours() {
 	mpirun --oversubscribe --bind-to none -np 2 \
 		sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec /usr/bin/time -f "rss_kb=%M" -o "$0" "$@"; else exec "$@"; fi' \
 		"$tmp/rss" "$top/bin/gpu-train" $args "$@"
 }
 
-steps() { jq -r "select(.event == \"step\" and .step > 2) | .$2" "$1"; }
-py=$("$top/scripts/test-venv" 2>/dev/null) || py=
-if [ -n "$py" ] && ! "$py" -c 'import torch.distributed as d, transformers; assert d.is_gloo_available()' 2>/dev/null; then
-	py=
-fi
+bench_torch
 
 # gpu-train and DDP alternate, ROUNDS times each, so that
 # both meet the same load as it drifts on a shared machine; each side's
@@ -108,9 +88,7 @@ total=$(jq -r 'select(.event == "start") | .memory.total' "$tmp/on.json")
 ours >/dev/null
 rss=$(sed -n 's/rss_kb=//p' "$tmp/rss")
 
-num() { awk -v x="$2" -v f="$1" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf f, x; else printf "%s", x }'; }
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
-echo "machine: ${cpu:-unknown CPU}, $(getconf _NPROCESSORS_ONLN) CPUs"
+machine_line
 printf '%-34s %12s  (overlap %s)\n' "gpu-train 2 ranks tok/s" "$(num %.0f "$tok")" "$overlap"
 printf '%-34s %12s\n' "PyTorch DDP/gloo 2 procs tok/s" "$(num %.0f "$ddp")"
 [ "$ddp" != n/a ] && awk -v a="$tok" -v b="$ddp" 'BEGIN { printf "%-34s %12.2f  (target >= 1.5)\n", "ratio", a / b }'

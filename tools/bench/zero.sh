@@ -42,38 +42,17 @@ STEPS=${STEPS:-30}
 ROUNDS=${ROUNDS:-3}
 LOSS_TOL=${LOSS_TOL:-0.03}
 NLOSS=5
-OMPI_ALLOW_RUN_AS_ROOT=1
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
-command -v mpirun >/dev/null 2>&1 || { echo "zero.sh: no mpirun; skipped"; exit 0; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gk-zero-bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-load0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+. "$top/tools/bench/lib.sh"
+bench_setup zero.sh
+bench_tokens "$tmp/train.bin"
 
-# Token data: the project's own sources as bytes, llm.c's format.
-python3 - "$top" "$tmp/train.bin" <<'PY'
-import glob, struct, sys
-b = b"".join(open(p, "rb").read() for p in sorted(glob.glob(sys.argv[1] + "/lib/*/*.c")))
-h = [20240520, 1, len(b)] + [0] * 253
-open(sys.argv[2], "wb").write(struct.pack("<256i", *h) + b"".join(struct.pack("<H", c) for c in b))
-PY
-
-med() {
-	sort -g | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "nan" }'
-}
-
-args="--data $tmp/train.bin --layers 4 --hidden 256 --heads 4 --positions 128 --seq 128
-	--batch 8 --steps $STEPS --schedule constant --lr 3e-4 --clip 0 --threads 1 --bucket 1M --json"
+args="--data $tmp/train.bin $anchor --steps $STEPS"
 ours() {
 	mpirun --oversubscribe --bind-to none -np 2 "$top/bin/gpu-train" $args "$@"
 }
 
-steps() { jq -r "select(.event == \"step\" and .step > 2) | .$2" "$1"; }
 losses() { jq -r "select(.event == \"step\" and .step <= $NLOSS) | .loss" "$1"; }
-py=$("$top/scripts/test-venv" 2>/dev/null) || py=
-if [ -n "$py" ] && ! "$py" -c 'import torch.distributed as d, transformers; assert d.is_gloo_available()' 2>/dev/null; then
-	py=
-fi
+bench_torch
 
 # The anchor: FSDP2 if it trains on the CPU over gloo, else FSDP1; the
 # first failure's last line says why.
@@ -119,11 +98,8 @@ fsdp=n/a
 [ -s "$tmp/fsdp.txt" ] && fsdp=$(med <"$tmp/fsdp.txt")
 overlap=$(jq -r 'select(.event == "start") | if .overlap then "on" else "off" end' "$tmp/z0.json")
 
-num() { awk -v x="$2" -v f="$1" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf f, x; else printf "%s", x }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.eE+-]+$/ && b ~ /^[0-9.eE+-]+$/ && b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
-echo "machine: ${cpu:-unknown CPU}, $(getconf _NPROCESSORS_ONLN) CPUs"
-echo "load average: $load0 before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after"
+machine_line
+load_line
 echo "rounds: $ROUNDS, steps: $STEPS (medians of steps 3..$STEPS, then of rounds)"
 printf '%-34s %12s  (overlap %s)\n' "gpu-train ZeRO-0 2 ranks tok/s" "$(num %.0f "$z0")" "$overlap"
 printf '%-34s %12s\n' "ZeRO-3 prefetch tok/s" "$(num %.0f "$z3")"
