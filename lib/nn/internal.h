@@ -109,6 +109,7 @@ struct gk_nn_model {
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;
+	int eval;               /* gk_nn_set_eval */
 	gk_nn_mem mem;
 };
 
