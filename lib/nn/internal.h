@@ -110,6 +110,7 @@ struct gk_nn_model {
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;
 	int eval;               /* gk_nn_set_eval */
+	float gscale;           /* gk_nn_set_grad_scale (0: not set) */
 	gk_nn_mem mem;
 };
 

@@ -77,9 +77,10 @@ struct gk_nn_cuda {
 	float *h_loss;
 	int uploaded;
 	/* the classifier (gk_nn_set_eval): the scale a training forward
-	 * folds into the dlogits it writes, the last backward's (1 before
-	 * the first), and that of the dlogits the last forward wrote over
-	 * the logits (0: none, the logits are there) */
+	 * folds into the dlogits it writes when gk_nn_set_grad_scale has
+	 * not said, the last backward's (1 before the first), and that of
+	 * the dlogits the last forward wrote over the logits (0: none, the
+	 * logits are there) */
 	float xscale, xfused;
 
 	void *allocs[MAX_ALLOCS];
@@ -721,14 +722,16 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	for (int i = 0; i < N; i++)
 		n += targets[i] >= 0;
 	/* training: loss and dlogits in one kernel, with backward's dloss
-	 * for the scale it is expected to be given (the last one's; it
-	 * rescales the head's GEMMs if it is given another) */
-	cu->xfused = m->eval ? 0.0f : cu->xscale;
+	 * for the scale it is expected to be given (gk_nn_set_grad_scale's,
+	 * else the last one's; it rescales the head's GEMMs if it is given
+	 * another) */
+	float xs = m->gscale != 0.0f ? m->gscale : cu->xscale;
+	cu->xfused = m->eval ? 0.0f : xs;
 	if ((m->eval ? gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits,
 					 cu->tgt, cu->dt, N, V, Vp, cu->s, err)
 		     : gk_nn_cu_xent_fused(cu->lse, cu->loss, cu->logits,
 					   cu->tgt, cu->dt,
-					   n > 0 ? (float)(cu->xscale / n) : 0.0f,
+					   n > 0 ? (float)(xs / n) : 0.0f,
 					   N, V, Vp, cu->s, err)) < 0 ||
 	    gk_cuda_copy(cu->h_loss, cu->loss, (size_t)N * 4, cu->s, err) < 0)
 		return -1;

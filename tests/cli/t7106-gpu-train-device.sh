@@ -189,6 +189,20 @@ test_expect_success GPU 'GPU: a checkpoint the GPU wrote evaluates on the CPU wi
 	close_to ge.loss ce.loss 1e-4
 '
 
+# The classifier's kernel of a training step writes the logits' gradient
+# for backward's scale, 1/3 with --grad-accum 3, from the first
+# micro-step on: a resumed run is the uninterrupted one, bit for bit.
+test_expect_success GPU 'GPU: with --grad-accum 3, a resume from the checkpoint gives the same losses, bit for bit' '
+	data && rm -rf ack &&
+	gpu-train $A --device cuda --grad-accum 3 >acc.json &&
+	gpu-train $A --device cuda --grad-accum 3 --until $half --ckpt-dir ack >acca.json &&
+	gpu-train $A --device cuda --grad-accum 3 --ckpt-dir ack --resume >accb.json &&
+	losses acc.json >acc.losses &&
+	{ losses acca.json && losses accb.json; } >accab.losses &&
+	test $(wc -l <acc.losses) = $N &&
+	test_cmp acc.losses accab.losses
+'
+
 # The classifier (lib/nn/classifier.cu) as the emulation's launch log
 # (CUEMU_LAUNCH_LOG) lists it: a training micro-step runs one kernel for
 # the loss and the logits' gradient, evaluation (--eval-every's and
