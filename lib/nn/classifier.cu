@@ -119,29 +119,36 @@ __device__ __forceinline__ float xent_d(float x, float l, int j, int y, int V,
 	return y >= 0 && j < V ? gk_nn_xent_grad(x, l, j == y, dloss) : 0.0f;
 }
 
+/* Pass two over a row: its dlogits over it, in place, the block's
+ * threads striding over it 16 bytes (vec) or one value at a time. */
+template <typename T>
+__device__ __forceinline__ void row_grad(T *x, float l, int y, float dloss,
+					 int V, int Vp, int vec)
+{
+	enum { W = 16 / sizeof(T) };
+	if (vec) {
+		for (int k = threadIdx.x; k < Vp / W; k += blockDim.x) {
+			float v[W];
+			ld16(v, x + (size_t)k * W);
+			for (int e = 0; e < W; e++)
+				v[e] = xent_d(v[e], l, k * W + e, y, V, dloss);
+			st16(x + (size_t)k * W, v);
+		}
+		return;
+	}
+	for (int j = threadIdx.x; j < Vp; j += blockDim.x)
+		x[j] = stf<T>(xent_d(ldf(x[j]), l, j, y, V, dloss));
+}
+
+/* a backward after an evaluation forward: pass two, from its lse */
 template <typename T>
 __global__ static void xent_bwd(T *logits, const float *lse,
 				const int32_t *targets, float dloss, int N,
 				int V, int Vp, int vec)
 {
-	enum { W = 16 / sizeof(T) };
-	for (int i = blockIdx.x; i < N; i += gridDim.x) {
-		T *x = logits + (size_t)i * Vp;
-		int y = targets[i];
-		float l = lse[i];
-		if (vec) {
-			for (int k = threadIdx.x; k < Vp / W; k += blockDim.x) {
-				float v[W];
-				ld16(v, x + (size_t)k * W);
-				for (int e = 0; e < W; e++)
-					v[e] = xent_d(v[e], l, k * W + e, y, V, dloss);
-				st16(x + (size_t)k * W, v);
-			}
-			continue;
-		}
-		for (int j = threadIdx.x; j < Vp; j += blockDim.x)
-			x[j] = stf<T>(xent_d(ldf(x[j]), l, j, y, V, dloss));
-	}
+	for (int i = blockIdx.x; i < N; i += gridDim.x)
+		row_grad(logits + (size_t)i * Vp, lse[i], targets[i], dloss, V,
+			 Vp, vec);
 }
 
 /*
@@ -158,7 +165,6 @@ __global__ static void xent_fused(float *lse, float *loss, T *logits,
 				  const int32_t *targets, float dloss, int N,
 				  int V, int Vp, int vec)
 {
-	enum { W = 16 / sizeof(T) };
 	__shared__ gk_nn_msum sh[XENT_THREADS];
 	for (int i = blockIdx.x; i < N; i += gridDim.x) {
 		T *x = logits + (size_t)i * Vp;
@@ -169,18 +175,7 @@ __global__ static void xent_fused(float *lse, float *loss, T *logits,
 			lse[i] = l;
 			loss[i] = y >= 0 ? l - xy : 0.0f;
 		}
-		if (vec) {
-			for (int k = threadIdx.x; k < Vp / W; k += XENT_THREADS) {
-				float v[W];
-				ld16(v, x + (size_t)k * W);
-				for (int e = 0; e < W; e++)
-					v[e] = xent_d(v[e], l, k * W + e, y, V, dloss);
-				st16(x + (size_t)k * W, v);
-			}
-			continue;
-		}
-		for (int j = threadIdx.x; j < Vp; j += XENT_THREADS)
-			x[j] = stf<T>(xent_d(ldf(x[j]), l, j, y, V, dloss));
+		row_grad(x, l, y, dloss, V, Vp, vec);
 	}
 }
 
