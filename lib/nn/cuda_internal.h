@@ -195,13 +195,18 @@ int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 
 /* classifier.cu: per row, lse and loss = lse - logit[target] (0 where
  * the target is < 0); backward overwrites the logits with dlogits
- * (softmax - onehot) * dloss, zero on ignored rows and padded columns. */
+ * (softmax - onehot) * dloss, zero on ignored rows and padded columns;
+ * fused, both in one kernel (a training step's): the same lse, loss and
+ * dlogits, bit for bit, from one launch. */
 int gk_nn_cu_xent_fwd(float *lse, float *loss, const void *logits,
 		      const int32_t *targets, gk_dtype dt, int N, int V,
 		      int Vp, gk_cuda_stream s, gk_err *err);
 int gk_nn_cu_xent_bwd(void *logits, const float *lse, const int32_t *targets,
 		      gk_dtype dt, float dloss, int N, int V, int Vp,
 		      gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_xent_fused(float *lse, float *loss, void *logits,
+			const int32_t *targets, gk_dtype dt, float dloss, int N,
+			int V, int Vp, gk_cuda_stream s, gk_err *err);
 
 /* adamw.cu: p, g, m, v f32 (n each); pw, when not NULL, the working copy
  * in dt, rounded from the updated p. */

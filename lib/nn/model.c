@@ -249,6 +249,17 @@ static int tp_xent_fwd(gk_nn_model *m, const int32_t *targets, double *sum, gk_e
 	return 0;
 }
 
+void gk_nn_set_eval(gk_nn_model *m, int on)
+{
+	m->eval = on != 0;
+}
+
+void gk_nn_set_grad_scale(gk_nn_model *m, float scale)
+{
+	if (scale != 0.0f && isfinite(scale))
+		m->gscale = scale;
+}
+
 /* ZeRO-3's parameters around block l's use of them (gk_nn_set_param_fn) */
 static int param_use(gk_nn_model *m, int phase, int l, gk_err *err)
 {

@@ -76,6 +76,12 @@ struct gk_nn_cuda {
 	int32_t *h_uniq, *h_start, *h_pos, *h_count;
 	float *h_loss;
 	int uploaded;
+	/* the classifier (gk_nn_set_eval): the scale a training forward
+	 * folds into the dlogits it writes when gk_nn_set_grad_scale has
+	 * not said, the last backward's (1 before the first), and that of
+	 * the dlogits the last forward wrote over the logits (0: none, the
+	 * logits are there) */
+	float xscale, xfused;
 
 	void *allocs[MAX_ALLOCS];
 	int nallocs;
@@ -271,6 +277,7 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	m->cu = cu;
 	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
+	cu->xscale = 1.0f;
 	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if (gk_cuda_stream_new(&cu->s, err) < 0 || alloc_all(m, err) < 0 ||
@@ -711,17 +718,28 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 		m->have_fwd = 1;
 		return 0;
 	}
-	if (gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits, cu->tgt, cu->dt,
-			      N, V, Vp, cu->s, err) < 0 ||
+	double n = 0.0;
+	for (int i = 0; i < N; i++)
+		n += targets[i] >= 0;
+	/* training: loss and dlogits in one kernel, with backward's dloss
+	 * for the scale it is expected to be given (gk_nn_set_grad_scale's,
+	 * else the last one's; it rescales the head's GEMMs if it is given
+	 * another) */
+	float xs = m->gscale != 0.0f ? m->gscale : cu->xscale;
+	cu->xfused = m->eval ? 0.0f : xs;
+	if ((m->eval ? gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits,
+					 cu->tgt, cu->dt, N, V, Vp, cu->s, err)
+		     : gk_nn_cu_xent_fused(cu->lse, cu->loss, cu->logits,
+					   cu->tgt, cu->dt,
+					   n > 0 ? (float)(xs / n) : 0.0f,
+					   N, V, Vp, cu->s, err)) < 0 ||
 	    gk_cuda_copy(cu->h_loss, cu->loss, (size_t)N * 4, cu->s, err) < 0)
 		return -1;
 	/* rows in order, in double, as gk_nn_cpu_xent_fwd */
-	double s = 0.0, n = 0.0;
+	double s = 0.0;
 	for (int i = 0; i < N; i++)
-		if (targets[i] >= 0) {
+		if (targets[i] >= 0)
 			s += cu->h_loss[i];
-			n += 1.0;
-		}
 	m->nvalid = n;
 	m->loss = n > 0 ? (float)(s / n) : NAN;
 	if (loss)
@@ -841,17 +859,24 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	m->have_fwd = 0; /* the logits become dlogits */
 
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
+	/* dlogits the forward wrote for another scale: the head's GEMMs
+	 * make up the difference (1 when it is the expected one) */
+	float alpha = cu->xfused != 0.0f ? scale / cu->xfused : 1.0f;
+	int unfused = cu->xfused == 0.0f;
+	cu->xfused = 0.0f;
+	if (scale != 0.0f && isfinite(scale))
+		cu->xscale = scale;
 	gk_nn_gemm gi = {.M = N, .N = C, .K = Vp, .A = cu->logits, .lda = Vp,
 			 .B = p + m->wte * es, .ldb = C, .D = cu->dln, .ldd = C,
-			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+			 .alpha = alpha, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	float *gwte = gk_nn_cuda_grad_at(m, m->wte);
 	gk_nn_gemm gw = {.ta = 1, .M = Vp, .N = C, .K = N, .A = cu->logits,
 			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = gwte,
-			 .ldd = C, .C = gwte, .alpha = 1.0f, .batch = 1,
+			 .ldd = C, .C = gwte, .alpha = alpha, .batch = 1,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
 	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
-	if (gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt, dloss, N,
-			      V, Vp, cu->s, err) < 0 ||
+	if ((unfused && gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
+					  dloss, N, V, Vp, cu->s, err) < 0) ||
 	    gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)N * C * es,

@@ -401,10 +401,33 @@ double gk_nn_pp_sumsq(const gk_nn_model *m, size_t lo, size_t hi);
  */
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err);
+/*
+ * Evaluation (on) or training (off, the default): whether the forwards
+ * with targets that follow are followed by a backward. Results are the
+ * same either way; what differs is the work: in training, the CUDA
+ * backend's forward computes the loss and the logits' gradient in one
+ * kernel over the logits (the gradient written over them, for the scale
+ * the backward is expected to be given), and backward starts from it;
+ * in evaluation, forward only reads the logits for the loss, and a
+ * backward that follows all the same computes the gradient there. The
+ * CPU backend does the same work either way.
+ */
+void gk_nn_set_eval(gk_nn_model *m, int on);
+/*
+ * Training: the scale the backwards that follow will be given (with k
+ * micro-steps of accumulation, 1/k); until it is set, the last
+ * backward's, 1 before the first. A backward given another scale is
+ * right all the same, within rounding (the CUDA backend rescales the
+ * head's products); with the one expected, its bits do not depend on
+ * what came before (a resumed run's first step is the uninterrupted
+ * run's).
+ */
+void gk_nn_set_grad_scale(gk_nn_model *m, float scale);
 /* Logits of row b, position t after a forward: vocab_pad floats (the
  * padded ones are not meaningful; use the first vocab); under tensor
  * parallelism this rank's vocab_pad / tp, from row tp_rank * that. Valid until the
- * next backward, which turns them into their gradient in place. */
+ * next backward, which turns them into their gradient in place. On a GPU,
+ * only a forward without targets brings them to the host. */
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
 /* Zero the gradient buffer (before the first micro-step of a step);

@@ -8,6 +8,11 @@
  * call). Stacks come from a pool and go back to it when their thread
  * returns, so a kernel without barriers runs its threads one after the
  * other on one warm stack.
+ *
+ * CUEMU_LAUNCH_LOG=FILE appends one line per launch accepted, in the
+ * order the host issued them: "KERNEL grid X Y Z block X Y Z", the
+ * kernel as its launch names it (xent_fused<T>), for the tests that
+ * count which kernels a step runs.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -377,6 +382,13 @@ void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 		destroy(closure);
 		set_error(cudaErrorInvalidConfiguration);
 		return;
+	}
+	if (const char *log = getenv("CUEMU_LAUNCH_LOG")) {
+		if (FILE *f = fopen(log, "a")) {
+			fprintf(f, "%s grid %u %u %u block %u %u %u\n", at.kernel, grid.x, grid.y,
+				grid.z, block.x, block.y, block.z);
+			fclose(f);
+		}
 	}
 	module_load((const void *)body, at.kernel);
 	launch_rec L = {at, grid, block, body, closure, destroy, shared_lo, shared_hi};

@@ -6,8 +6,13 @@
  *   - each kernel on the same inputs as the CPU kernel, fp32 storage,
  *     |gpu - cpu| <= tol + rel*|cpu| with tol and rel stated per kernel
  *     (the GPU sums rows in another order and contracts to FMA);
+ *   - the fused classifier of a training step at the model's shapes (B*T
+ *     rows of its vocabulary, padded to 128) against the CPU's forward and
+ *     backward, fp32 and bf16;
  *   - one full training step, CPU vs GPU in fp32 (loss and every gradient)
- *     and in bf16 (loss);
+ *     and in bf16 (loss); the same loss and gradients, bit for bit, from a
+ *     backward after an evaluation forward (gk_nn_set_eval) and after a
+ *     training forward that wrote dlogits for another scale;
  *   - ten AdamW steps: the GPU's bf16 loss curve within bf16 tolerance of
  *     the CPU's fp32 curve;
  *   - determinism: the same seed twice gives the same losses and
@@ -91,6 +96,71 @@ static void close_enough(const char *what, const float *got, const float *ref,
 }
 
 /* ---- kernels against the CPU kernels ------------------------------------------------ */
+
+/*
+ * The fused classifier at the model's shapes: B*T rows of cfg()'s
+ * vocabulary in rows padded to 128 (gpt.c's vocab_pad), every 7th
+ * target ignored, against the CPU backend's forward (lse, loss sum) and
+ * backward (dlogits; padded columns and ignored rows 0), fp32 and bf16
+ * (the CPU on the bf16-rounded logits).
+ */
+static void test_classifier(void)
+{
+	const int V = (int)cfg().vocab, Vp = (V + 127) / 128 * 128, N = B * T;
+	const float dl = 1.0f / (float)N;
+	size_t n = (size_t)N * Vp;
+	float *x = malloc(n * 4), *ref = malloc(n * 4), *got = malloc(n * 4);
+	void *raw = malloc(n * 4);
+	float *lse1 = malloc(N * 4), *lse2 = malloc(N * 4), *loss2 = malloc(N * 4);
+	int32_t *tgt = malloc(N * 4);
+	for (int i = 0; i < N; i++)
+		tgt[i] = i % 7 == 3 ? -1 : (int32_t)((i * 131 + 5) % V);
+	int32_t *dtgt = gpu_dev(tgt, N * 4);
+	float *dlse = gpu_dev(NULL, N * 4), *dloss = gpu_dev(NULL, N * 4);
+	for (int k = 0; k < 2; k++) {
+		gk_dtype dt = k ? GK_DT_BF16 : GK_DT_F32;
+		size_t es = k ? 2 : 4;
+		gk_err err = {0};
+		fill(x, n, 5.0f);
+		gk_convert(raw, dt, x, GK_DT_F32, n);
+		gk_convert(x, GK_DT_F32, raw, dt, n); /* what the device holds */
+		double s1 = gk_nn_cpu_xent_fwd(lse1, x, tgt, N, V, Vp, 1);
+		memcpy(ref, x, n * 4);
+		gk_nn_cpu_xent_bwd(ref, lse1, tgt, dl, N, V, Vp, 1);
+		void *dx = gpu_dev(raw, n * es);
+		int rc = gk_nn_cu_xent_fused(dlse, dloss, dx, dtgt, dt, dl, N, V, Vp, NULL, &err);
+		ok(rc == 0, "classifier fused %s: launched%s%s", k ? "bf16" : "fp32",
+		   err.msg[0] ? ": " : "", err.msg);
+		gpu_back(lse2, dlse, N * 4);
+		gpu_back(loss2, dloss, N * 4);
+		gpu_back(raw, dx, n * es);
+		gk_convert(got, GK_DT_F32, raw, dt, n);
+		double s2 = 0;
+		for (int i = 0; i < N; i++)
+			s2 += tgt[i] >= 0 ? loss2[i] : 0.0;
+		close_enough(k ? "classifier fused bf16: logsumexp" : "classifier fused fp32: logsumexp",
+			     lse2, lse1, N, 1e-5, 1e-6);
+		ok(fabs(s2 - s1) <= 1e-4 + 1e-6 * fabs(s1),
+		   "classifier fused %s: %d rows of %d (in %d), loss sum %.9g, CPU %.9g",
+		   k ? "bf16" : "fp32", N, V, Vp, s2, s1);
+		/* bf16: the CPU's float rounded once more, half an ulp of 2^-8 */
+		close_enough(k ? "classifier fused bf16: dlogits (padded and ignored rows 0)"
+			       : "classifier fused fp32: dlogits (padded and ignored rows 0)",
+			     got, ref, n, 1e-9, k ? 8e-3 : 1e-4);
+		gk_cuda_free(dx);
+	}
+	gk_cuda_free(dtgt);
+	gk_cuda_free(dlse);
+	gk_cuda_free(dloss);
+	free(x);
+	free(ref);
+	free(got);
+	free(raw);
+	free(lse1);
+	free(lse2);
+	free(loss2);
+	free(tgt);
+}
 
 static void test_kernels(void)
 {
@@ -308,6 +378,68 @@ static int train(gk_nn_model *m, int cuda, float *losses, gk_err *err)
 	return rc;
 }
 
+/* Forward (evaluation or training, gk_nn_set_eval) and backward(scale)
+ * from zero gradients: loss and gradients into *l, g. */
+static int step_as(gk_nn_model *m, int eval, float scale, const int32_t *tok,
+		   const int32_t *tgt, float *l, float *g, size_t n, gk_err *err)
+{
+	gk_nn_set_eval(m, eval);
+	gk_nn_zero_grad(m);
+	int rc = gk_nn_forward(m, tok, tgt, l, err) == 0 &&
+		 gk_nn_backward(m, scale, NULL, NULL, err) == 0 &&
+		 gk_nn_cuda_download(m, GK_NN_GRADS, err) == 0;
+	gk_nn_set_eval(m, 0);
+	if (rc)
+		memcpy(g, gk_nn_grads(m), n * 4);
+	return rc;
+}
+
+/*
+ * The classifier's two paths through a step (fp32, model m after a
+ * training step at scale 1 whose loss and gradients were l0, g0): a
+ * training forward writes dlogits for the scale of the backward before
+ * it (one kernel), an evaluation forward leaves the logits and backward
+ * computes them (two kernels). The same loss and gradients, bit for bit,
+ * where the scales agree; a backward at a scale other than the
+ * forward's rescales the head's GEMMs: by 1/4, exactly the gradients
+ * times 1/4; by 1/3 from 1/4, within fp32 rounding of the direct path,
+ * which gk_nn_set_grad_scale(1/3) takes.
+ */
+static void classifier_paths(gk_nn_model *m, const int32_t *tok, const int32_t *tgt,
+			     float l0, const float *g0, size_t n)
+{
+	gk_err err = {0};
+	float *ge = malloc(n * 4), *gq = malloc(n * 4), *gt = malloc(n * 4);
+	float le, lt, lq;
+	int rc = step_as(m, 1, 1.0f, tok, tgt, &le, ge, n, &err);
+	ok(rc && le == l0 && memcmp(g0, ge, n * 4) == 0,
+	   "classifier: an evaluation forward then backward, the training step's loss and "
+	   "gradients, bit for bit%s%s", err.msg[0] ? ": " : "", err.msg);
+	/* training forward at 1 (the last backward's), backward at 1/4 */
+	rc = rc && step_as(m, 0, 0.25f, tok, tgt, &lq, gq, n, &err);
+	int quarter = rc && lq == l0;
+	for (size_t i = 0; quarter && i < n; i++)
+		quarter = gq[i] == 0.25f * g0[i];
+	ok(quarter, "classifier: dlogits for scale 1, backward at 1/4: the gradients times 1/4, "
+	   "bit for bit");
+	/* the last backward's 1/4 expected, then 1/3 as set */
+	float third = 1.0f / 3.0f;
+	rc = rc && step_as(m, 0, third, tok, tgt, &lq, gq, n, &err);
+	gk_nn_set_grad_scale(m, third);
+	rc = rc && step_as(m, 0, third, tok, tgt, &lt, gt, n, &err) &&
+	     step_as(m, 1, third, tok, tgt, &le, ge, n, &err);
+	double big = 0;
+	for (size_t i = 0; rc && i < n; i++)
+		big = fmax(big, fabs(ge[i]));
+	ok(rc && lq == l0 && lt == l0 && le == l0 && memcmp(gt, ge, n * 4) == 0 &&
+		   worst(gq, ge, n, 1e-6 * big, 1e-5, NULL) <= 1.0,
+	   "classifier: scale 1/3 set (gk_nn_set_grad_scale), the evaluation path's bits; 1/3 "
+	   "where 1/4 was expected within 1e-6 max|g| + 1e-5|ref| of them");
+	free(ge);
+	free(gq);
+	free(gt);
+}
+
 static void test_model(void)
 {
 	gk_err err = {0};
@@ -398,6 +530,7 @@ static void test_model(void)
 	} else {
 		ok(0, "recompute LAYER model: %s", err.msg);
 	}
+	classifier_paths(g32, tok, tgt, l2, gref, n);
 	free(gref);
 
 	/* bf16: one step's loss */
@@ -716,6 +849,7 @@ int main(void)
 		return done_testing();
 #if GK_HAVE_CUDA
 	test_kernels();
+	test_classifier();
 #endif
 	test_model();
 	test_ranges();

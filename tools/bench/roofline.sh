@@ -7,7 +7,8 @@
 #
 # Shapes from the environment: LAYERS HIDDEN HEADS VOCAB SEQ BATCH
 # (GPT-2 124M by default: 12 layers, d 768, 12 heads, vocabulary 50257
-# padded to 50304, T 1024, batch 8), bf16 activations, fp32 master weights and gradients of the
+# padded to 50304, a multiple of 128 as lib/nn/gpt.c pads it, T 1024,
+# batch 8), bf16 activations, fp32 master weights and gradients of the
 # weights (as gpu-train --precision bf16 keeps them), no recompute. Peaks: PEAK_TFLOPS
 # (dense bf16) and PEAK_GBS (memory bandwidth), by default those of an
 # H100 SXM (989, 3350) or, with GPU naming an H200, 989 and 4800.
@@ -42,7 +43,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # One line per GEMM of a step: m n k D-type beta bias.
 awk -v L="$L" -v C="$C" -v V="$V" -v T="$T" -v B="$B" 'BEGIN {
-	N = B * T; Vp = int((V + 63) / 64) * 64
+	N = B * T; Vp = int((V + 127) / 128) * 128
 	# the linear layers: in, out, bias, beta (the residual added in place)
 	nl = split("qkv attproj fc fcproj", name, " ")
 	ic["qkv"] = C; oc["qkv"] = 3 * C; be["qkv"] = 0
@@ -89,7 +90,7 @@ FNR == NR {
 	next
 }
 END {
-	N = B * T; Vp = int((V + 63) / 64) * 64; hs = C / NH; es = 2
+	N = B * T; Vp = int((V + 127) / 128) * 128; hs = C / NH; es = 2
 	P = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 	# attention: causal, so half of the T x T scores; backward recomputes
 	# them and takes 7 score products to forward 2 (doc/DESIGN.md)
@@ -106,8 +107,12 @@ END {
 	row("colsum", L, N * C, N * C * es + C * 4 * 2)
 	row("colsum", L, 4 * N * C, 4 * N * C * es + 4 * C * 4 * 2)
 	row("colsum", L, N * C, N * C * es + C * 4 * 2)
-	row("classifier.fwd", 1, 5 * N * V, N * Vp * es + 12 * N)
-	row("classifier.bwd", 1, 5 * N * V, 2 * N * Vp * es + 8 * N)
+	# the classifier, one kernel (xent_fused): a row read for its
+	# logsumexp and loss, then read again for dlogits written over it;
+	# the second read, of a row the block has just read (100 KB at the
+	# vocabulary of GPT-2), counted as served by L2, as the
+	# fused_classifier of llm.c counts on (from memory: N * Vp * es more)
+	row("classifier", 1, 10 * N * V, 2 * N * Vp * es + 12 * N)
 	row("adamw", 1, 12 * P, 30 * P)
 	printf "roofline: L %d C %d NH %d V %d (rows of %d) T %d B %d, bf16; %g TFLOP/s, %g GB/s\n",
 		L, C, NH, V, Vp, T, B, pf, pb
