@@ -102,6 +102,17 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src, const char *what);
 unsigned warp_vote(unsigned mask, int pred, const char *what);
 int lane();
 unsigned active_lanes();
+/* A collective of the whole warp named what (nvcuda::wmma's _sync
+ * functions, include/mma.h): every lane of the warp arrives with arg,
+ * checked as the shuffles' full mask is; the last calls op with the 32
+ * lanes' args in lane order, the others wait for it. */
+void warp_all(const char *what, void *arg, void (*op)(void *const *args));
+/* Stop the run with a message naming the running kernel and block. */
+[[noreturn]] void kernel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* This run's layout of a kind of WMMA fragment: element e (lane e / 8,
+ * x[e % 8]) holds the matrix's element at row tab[e] / 16, column
+ * tab[e] % 16 (a permutation by CUEMU_SEED). */
+const uint16_t *wmma_layout(unsigned kind);
 
 /*
  * A launch: cuemu::launch_at("k", __FILE__, __LINE__, grid, block, shmem,
