@@ -428,7 +428,7 @@ FL_UNROLL
 #define TC_BR (16 * TC_WARPS) /* rows a block: 16 a warp */
 #define TC_BC 32              /* keys (forward, dq) or queries (dkv) a tile */
 #define TC_SS (TC_BC + 4)     /* row stride of a warp's fp32 scores (16 bytes) */
-#define TC_SP (TC_BC + 16)    /* row stride of a warp's bf16 p (32 bytes) */
+#define TC_SP (TC_BC + 8)     /* row stride of a warp's bf16 p (16 bytes) */
 static_assert(TC_BR == 2 * TC_BC, "a block's rows are staged in the two tiles' rows");
 
 namespace tcw = nvcuda::wmma;
@@ -444,15 +444,17 @@ __device__ static inline const __nv_bfloat16 *tc_bf(const uint16_t *p)
 }
 
 /* rows [r0, r0 + n) of (b, h) at column off of src (B,T,ld) into dst (n
- * rows of HSP + 16 bf16: 32-byte aligned rows for the fragments' loads),
- * rows at or past T and head dimensions at or past hs as 0 */
+ * rows of HSP + 8 bf16: a fragment's first element, at a row that is a
+ * multiple of 16 and a column that is a multiple of 16, is then 32-byte
+ * aligned as WMMA's loads require), rows at or past T and head
+ * dimensions at or past hs as 0 */
 template <int HSP>
 __device__ static inline void tc_load(uint16_t *dst, int n, const uint16_t *src, int b,
 				      int r0, int T_, int ld, int off, int h, int hs)
 {
 	for (int x = threadIdx.x; x < n * HSP; x += blockDim.x) {
 		int r = x / HSP, d = x % HSP, t = r0 + r;
-		dst[r * (HSP + 16) + d] =
+		dst[r * (HSP + 8) + d] =
 			t < T_ && d < hs ? src[fl_at(b, t, T_, ld, off, h, hs) + d] : (uint16_t)0;
 	}
 }
@@ -484,7 +486,7 @@ template <int HSP>
 __global__ static void tc_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T_,
 			      int NH, int hs, float scale)
 {
-	constexpr int NF = HSP / 16, LD = HSP + 16, NK = TC_BC / 16;
+	constexpr int NF = HSP / 16, LD = HSP + 8, NK = TC_BC / 16;
 	/* the block's rows of Q, then a tile of K (rows 0..31) and V */
 	__shared__ __align__(32) uint16_t skv[2 * TC_BC * LD];
 	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS];
@@ -587,7 +589,7 @@ __global__ static void tc_bwd_dq(uint16_t *dqkv, float *dsum, const uint16_t *do
 				 const uint16_t *qkv, const uint16_t *out, const float *lse,
 				 int T_, int NH, int hs, float scale)
 {
-	constexpr int NF = HSP / 16, LD = HSP + 16, NK = TC_BC / 16;
+	constexpr int NF = HSP / 16, LD = HSP + 8, NK = TC_BC / 16;
 	__shared__ __align__(32) uint16_t skv[2 * TC_BC * LD];
 	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS], sdp[TC_WARPS][16 * TC_SS];
 	__shared__ __align__(32) uint16_t sds[TC_WARPS][16 * TC_SP];
@@ -688,7 +690,7 @@ __global__ static void tc_bwd_dkv(uint16_t *dqkv, const float *dsum, const uint1
 				  const uint16_t *qkv, const float *lse, int T_, int NH, int hs,
 				  float scale)
 {
-	constexpr int NF = HSP / 16, LD = HSP + 16, NK = TC_BC / 16;
+	constexpr int NF = HSP / 16, LD = HSP + 8, NK = TC_BC / 16;
 	/* the block's rows of K, then of V; then a tile of Q (rows 0..31)
 	 * and of dout */
 	__shared__ __align__(32) uint16_t sqd[2 * TC_BC * LD];

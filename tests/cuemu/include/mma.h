@@ -95,8 +95,7 @@ struct mem_arg {
 };
 
 /* The arguments every lane of the warp must agree on, and the rules on
- * them: mptr 32-byte aligned, ldm a multiple of 16 bytes and at least a
- * row (or column) of the fragment. */
+ * them: mptr 32-byte aligned, ldm a multiple of 16 bytes. */
 inline void check_mem(void *const *args, const char *what, size_t esize)
 {
 	const mem_arg *a0 = (const mem_arg *)args[0];
@@ -110,9 +109,9 @@ inline void check_mem(void *const *args, const char *what, size_t esize)
 	}
 	if ((uintptr_t)a0->mptr % 32)
 		kernel_fail("%s: mptr %p is not 256-bit (32-byte) aligned", what, a0->mptr);
-	if (a0->ldm * esize % 16 || a0->ldm < 16)
-		kernel_fail("%s: ldm %u (%zu-byte elements) is not a multiple of 16 bytes of "
-			    "at least 16 elements", what, a0->ldm, esize);
+	if (a0->ldm * esize % 16)
+		kernel_fail("%s: ldm %u (%zu-byte elements) is not a multiple of 16 bytes", what,
+			    a0->ldm, esize);
 }
 
 /* element (r, c) of a matrix in memory */
