@@ -33,7 +33,9 @@
  * probabilities are never rounded to bf16 as the matmul path's att is.
  * Head sizes 1 to GK_NN_FLASH_MAX_HS, in three compiled widths (32, 64,
  * 128: the head dimensions a lane owns are registers); others are refused.
- * No tensor cores: the products are the CUDA cores' fp32 FMAs.
+ * These kernels' products are the CUDA cores' fp32 FMAs; in bf16 at head
+ * sizes that are a multiple of 16 the tensor cores' kernels below (tc_*)
+ * run instead (gk_nn_flash_tc).
  *
  * references: Dao, "FlashAttention-2: Faster Attention with Better
  * Parallelism and Work Partitioning", 2023, Algorithms 1 and 2; llm.c's

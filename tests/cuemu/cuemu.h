@@ -13,6 +13,8 @@
  *   - a warp shuffle, vote or __syncwarp whose mask leaves out the
  *     calling lane, disagrees with another lane's mask, reads a lane
  *     outside it, or names a lane that never arrives;
+ *   - nvcuda::wmma's collectives (include/mma.h) not called by the whole
+ *     warp with the same arguments, or with a misaligned pointer or ldm;
  *   - the launch limits of sm_90 (threads and dimensions of a block, the
  *     grid's dimensions, dynamic shared memory).
  * __shared__ variables live in one section that is filled with a new
