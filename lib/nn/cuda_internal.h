@@ -188,7 +188,9 @@ static inline int gk_nn_flash_fits(int hs)
 /*
  * Which kernels run: in bf16 at head sizes that are a multiple of 16 the
  * tensor cores' (WMMA, bf16 products with fp32 sums, the softmax in
- * fp32), elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs.
+ * fp32), elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs;
+ * also those where qkv, out or dout is not 16-byte aligned (cudaMalloc's
+ * pointers and the model's buffers are).
  */
 static inline int gk_nn_flash_tc(gk_dtype dt, int hs)
 {

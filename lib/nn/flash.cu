@@ -449,15 +449,20 @@ __device__ static inline const __nv_bfloat16 *tc_bf(const uint16_t *p)
  * rows of HSP + 8 bf16: a fragment's first element, at a row that is a
  * multiple of 16 and a column that is a multiple of 16, is then 32-byte
  * aligned as WMMA's loads require), rows at or past T and head
- * dimensions at or past hs as 0 */
+ * dimensions at or past hs as 0. 8 bf16 (16 bytes) a load: hs, ld and
+ * off are multiples of 16 and src 16-byte aligned (gk_nn_cu_flash_*
+ * check it), so a group of 8 is all inside hs or all past it. */
 template <int HSP>
 __device__ static inline void tc_load(uint16_t *dst, int n, const uint16_t *src, int b,
 				      int r0, int T_, int ld, int off, int h, int hs)
 {
-	for (int x = threadIdx.x; x < n * HSP; x += blockDim.x) {
-		int r = x / HSP, d = x % HSP, t = r0 + r;
-		dst[r * (HSP + 8) + d] =
-			t < T_ && d < hs ? src[fl_at(b, t, T_, ld, off, h, hs) + d] : (uint16_t)0;
+	constexpr int G = HSP / 8;
+	for (int x = threadIdx.x; x < n * G; x += blockDim.x) {
+		int r = x / G, d = x % G * 8, t = r0 + r;
+		uint4 v = make_uint4(0, 0, 0, 0);
+		if (t < T_ && d < hs)
+			v = *reinterpret_cast<const uint4 *>(src + fl_at(b, t, T_, ld, off, h, hs) + d);
+		*reinterpret_cast<uint4 *>(dst + r * (HSP + 8) + d) = v;
 	}
 }
 
@@ -832,6 +837,14 @@ static dim3 fl_grid(int B, int T_, int NH, int rw)
 		}                                                            \
 	} while (0)
 
+/* 16-byte aligned, for the tensor cores' kernels' loads (cudaMalloc's
+ * 256 bytes, and the model's buffers, are; a tensor that is not runs the
+ * scalar kernels) */
+static int fl_aligned(const void *p)
+{
+	return (uintptr_t)p % 16 == 0;
+}
+
 static int fl_check(const char *what, int B, int T_, int NH, int hs,
 		    gk_err *err)
 {
@@ -853,7 +866,7 @@ extern "C" int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv,
 	if (fl_check("fused attention", B, T_, NH, hs, err) < 0)
 		return -1;
 	float scale = 1.0f / sqrtf((float)hs);
-	if (gk_nn_flash_tc(dt, hs)) {
+	if (gk_nn_flash_tc(dt, hs) && fl_aligned(qkv)) {
 		WITH_HSP_TC(hs, tc_fwd<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
 					(uint16_t *)out, lse, (const uint16_t *)qkv, T_, NH, hs,
 					scale));
@@ -875,7 +888,7 @@ extern "C" int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 	if (fl_check("fused attention backward", B, T_, NH, hs, err) < 0)
 		return -1;
 	float scale = 1.0f / sqrtf((float)hs);
-	if (gk_nn_flash_tc(dt, hs)) {
+	if (gk_nn_flash_tc(dt, hs) && fl_aligned(qkv) && fl_aligned(dout) && fl_aligned(out)) {
 		WITH_HSP_TC(hs, tc_bwd_dq<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
 					(uint16_t *)dqkv, dsum, (const uint16_t *)dout,
 					(const uint16_t *)qkv, (const uint16_t *)out, lse, T_,
