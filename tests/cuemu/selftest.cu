@@ -611,7 +611,10 @@ static int run_wmma_child(unsigned seed, float *map, float *rows)
 		float v = strtof(p, &end);
 		if (end == p)
 			return 0;
-		(i < 256 ? map : rows)[i % 256] = v;
+		if (i < 256)
+			map[i] = v;
+		else
+			rows[i - 256] = v;
 		p = end;
 	}
 	return 1;
@@ -701,7 +704,9 @@ static void test_wmma(void)
 				perm &= v >= 0 && v < 256 && !seen[v];
 				if (v >= 0 && v < 256)
 					seen[v] = 1;
-				rows_wrong += rows[s][i] != (float)i * (float)(i / 16 + 1);
+				if (rows[s][i] != (float)i * (float)(i / 16 + 1) && !rows_wrong++)
+					diag("seed %u: row-scaled element %d is %g, want %g", seed + s, i,
+					     rows[s][i], (float)i * (float)(i / 16 + 1));
 			}
 		}
 		for (int i = 0; i < 256; i++)
