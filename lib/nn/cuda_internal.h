@@ -185,6 +185,21 @@ static inline int gk_nn_flash_fits(int hs)
 {
 	return hs >= 1 && hs <= GK_NN_FLASH_MAX_HS;
 }
+/*
+ * Which kernels run: in bf16 at head sizes that are a multiple of 16 the
+ * tensor cores' (WMMA, bf16 products with fp32 sums, the softmax in
+ * fp32), elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs;
+ * also those where qkv, out or dout is not 16-byte aligned (cudaMalloc's
+ * pointers and the model's buffers are).
+ */
+static inline int gk_nn_flash_tc(gk_dtype dt, int hs)
+{
+	return dt == GK_DT_BF16 && hs % 16 == 0 && gk_nn_flash_fits(hs);
+}
+static inline const char *gk_nn_flash_path(gk_dtype dt, int hs)
+{
+	return gk_nn_flash_tc(dt, hs) ? "tensor cores (wmma)" : "cuda cores";
+}
 int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv, gk_dtype dt,
 		       int B, int T, int NH, int hs, gk_cuda_stream s,
 		       gk_err *err);

@@ -93,7 +93,9 @@ END {
 	N = B * T; Vp = int((V + 127) / 128) * 128; hs = C / NH; es = 2
 	P = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 	# attention: causal, so half of the T x T scores; backward recomputes
-	# them and takes 7 score products to forward 2 (doc/DESIGN.md)
+	# them and takes 7 score products to forward 2 (doc/DESIGN.md), on
+	# the tensor cores (bf16, head size a multiple of 16: the bf16 peak
+	# applies; the CUDA-core kernels of other head sizes are slower)
 	att = 2 * B * NH * T * T * hs
 	row("flash.fwd", L, att, 4 * N * C * es + 4 * N * NH)
 	row("flash.bwd", L, 3.5 * att, 8 * N * C * es + 8 * N * NH)
