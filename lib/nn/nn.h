@@ -232,6 +232,13 @@ struct gk_comm;
  * head size they do not take.
  */
 int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err);
+/*
+ * What the start line calls a CUDA model's attention: "fused attention on
+ * tensor cores" (bf16 at head sizes a multiple of 16), "fused attention"
+ * (the CUDA cores' kernels), "matmul attention"; NULL where
+ * gk_nn_attention_fused refuses.
+ */
+const char *gk_nn_attention_desc(const gk_nn_config *c, const gk_nn_opts *o);
 
 /* Allocate parameters, gradients and activations for opts' B x T. The
  * parameters are zero until gk_nn_init or gk_nn_load. */

@@ -428,12 +428,12 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (gk_nn_tr_check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
-	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION) */
-	gk_err ignore;
+	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION,
+	 * the precision and the head size) */
 	size_t dl = strlen(t->device_desc);
-	if (t->cuda && dl)
-		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s attention",
-			 gk_nn_attention_fused(&t->cfg, &mo, &ignore) == 1 ? "fused" : "matmul");
+	const char *attn = gk_nn_attention_desc(&t->cfg, &mo);
+	if (t->cuda && dl && attn)
+		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s", attn);
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
 	if (rc == 0 && t->grid.pp > 1)
