@@ -15,6 +15,8 @@
  *   dp.c        the gradient path: data parallel, ZeRO-0, 1, 2 and 3 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
+ *   zero3.c     ZeRO-3's parameter units, gathered and released
+ *   pp_shard.c  a pipeline stage's segments, reduced and gathered
  *   resume.c    the checkpoint directory's claim, --init-from, resume
  *   checkpoint.c  checkpoints written by a thread and committed
  *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints;
@@ -396,6 +398,18 @@ void gk_nn_dp_params_shard(gk_nn_dp *dp);
 /* A pipeline's stage s, data-parallel rank r: its piece [*a, *b) of
  * segment k (gk_nn_dp's seg; the whole segment without ZeRO-1) */
 void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b);
+/* zero3.c, for dp.c: the units made (dp->zero3), and unit u gathered
+ * (issue: started; wait: present) and released outside [lo, hi) */
+int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err);
+int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
+int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
+void gk_nn_z3_release(gk_nn_dp *dp, int u);
+/* pp_shard.c, for dp.c: a stage's segments of a pipeline of pp stages
+ * (gk_nn_dp's seg, own, per, displ), its pieces averaged into their owners
+ * after the schedule, and gathered to all after the update */
+int gk_nn_pp_segments(gk_nn_dp *dp, int pp);
+int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err);
+int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
 /* Once the device is chosen: the gradients' communicator (--comm),
