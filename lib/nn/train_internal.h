@@ -346,6 +346,9 @@ struct gk_nn_dp {
 			       * its backward) */
 	int prefetch;         /* the next block's gather during this one (overlap) */
 	int nunits;
+	int units;            /* on a GPU: the model's unit buffers (unit_params),
+			       * gathered over gcomm in the working copy's type */
+	int nuslot;           /* ... its buffers of a block, used in turn */
 	size_t *ulo, *uhi, *udispl;
 	gk_comm_req **ureq;
 	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
@@ -376,6 +379,9 @@ void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_by
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda);
 /* Before the model: whether its parameter buffer is lazy_params (ZeRO-3) */
 int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda);
+/* Before a GPU model: its unit_params (ZeRO-3 over NCCL: a block's buffers,
+ * all layers with --reshard-after-forward no, 2 with prefetch, else 1), or 0 */
+int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers);
 /*
  * ZeRO-3's parameter bytes on a rank of a model of nflat floats (padded to
  * the world): the range it owns (shard), and the most the lazily mapped

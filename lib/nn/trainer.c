@@ -108,8 +108,10 @@ static void account(gk_nn_trainer *t)
 	/* lib/mem's figures, or where it takes no such run (bf16 on a GPU,
 	 * layers that do not divide by the stages) the model's own count */
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
-		/* a GPU's working copy (bf16) counts as parameters */
-		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
+		/* a GPU's working copy (bf16) counts as parameters; ZeRO-3's
+		 * units are comm */
+		b[GK_MEM_PARAMETERS] = t->dp->zero3 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
+				     : 4 * psi + (logit_es == 2 ? 2 * psi : 0);
 		/* ZeRO-2 keeps its shard of the f32 gradients */
 		b[GK_MEM_GRADIENTS] = t->dp->zero2 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
 						   : 4 * psi;
@@ -178,7 +180,13 @@ static void account(gk_nn_trainer *t)
 	 * ZeRO-2's live gradients are. mem-estimate's zero3_gather prices
 	 * two of the largest tensor instead.
 	 */
-	if (t->dp->zero3) {
+	if (t->dp->zero3 && t->dp->units) {
+		/* a GPU's: its range of the fp32 parameters, and the model's
+		 * unit buffers (gk_nn_opts' unit_params) live (comm) */
+		uint64_t shard = (uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float);
+		live += mm.parameters - shard;
+		mm.parameters = shard;
+	} else if (t->dp->zero3) {
 		size_t edge, block;
 		uint64_t plive;
 		zero3_units(t, &edge, &block);
@@ -872,6 +880,9 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .bucket_grads = gk_nn_dp_bucket_grads(&t->o, t->grid.dp, t->cuda),
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
 					t->grid.pp > 1,
+			 .unit_params = gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda,
+							     (int)t->cfg.layers),
+			 .shard_rank = t->grid.dp_rank,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
 			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank,
 			 /* ZeRO-2 over a pipeline: a stage's gradients taken

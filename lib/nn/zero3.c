@@ -38,6 +38,15 @@ int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
 	return o->zero == 3 && world > 1 && !cuda;
 }
 
+int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers)
+{
+	/* kept from forward to backward, every block; else the one in use
+	 * and, with prefetch, the next */
+	if (o->zero != 3 || world < 2 || !cuda || o->comm == GK_COMM_BACKEND_MPI)
+		return 0;
+	return o->keep_gathered ? layers : o->overlap ? 2 : 1;
+}
+
 void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
 			  int keep, uint64_t *shard, uint64_t *transient)
 {
@@ -63,13 +72,39 @@ static void unit_displ(gk_nn_dp *dp, int u)
 	}
 }
 
+/*
+ * On a GPU (units): unit u's buffer, and this rank's piece of it written
+ * from its fp32 range on the model's stream, which the gather waits for
+ * (comm.h's stream contract), as it waits for the kernels that last read
+ * the buffer. A block's buffer is shared with the blocks nslot apart: one
+ * of them still in use there is a fault of the schedule, said, not a
+ * silent overwrite.
+ */
+static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
+{
+	int L = dp->nunits - 2;
+	if (u >= 1 && u <= L)
+		for (int v = 1; v <= L; v++)
+			if (v != u && (v - u) % dp->nuslot == 0 && dp->ustate[v] != 0)
+				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
+					       "gathered over block %d's, still in use", u - 1,
+					       v - 1);
+	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
+	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
+	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
+	return a < b ? gk_nn_params_own(dp->m, a, b, err) : 0;
+}
+
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err)
 {
 	if (dp->ustate[u] != 0)
 		return 0;
-	float *p = gk_nn_params(dp->m) + dp->ulo[u];
-	if (gk_comm_iallgatherv(dp->comm, p, dp->udispl + (size_t)u * ((size_t)dp->world + 1),
-				GK_DT_F32, &dp->ureq[u], err) < 0)
+	void *p = gk_nn_params(dp->m) + dp->ulo[u];
+	if (dp->units && unit_fill(dp, u, &p, err) < 0)
+		return -1;
+	if (gk_comm_iallgatherv(dp->units ? dp->gcomm : dp->comm, p,
+				dp->udispl + (size_t)u * ((size_t)dp->world + 1),
+				gk_nn_param_dtype(dp->m), &dp->ureq[u], err) < 0)
 		return -1;
 	dp->ustate[u] = 1;
 	return 0;
@@ -103,6 +138,10 @@ void gk_nn_z3_release(gk_nn_dp *dp, int u)
 	size_t a = dp->ulo[u], b = dp->uhi[u];
 	if (dp->ustate[u] != 2)
 		return;
+	if (dp->units) { /* its buffer is the next one's of the ring */
+		dp->ustate[u] = 0;
+		return;
+	}
 	size_t e = b < dp->lo ? b : dp->lo;
 	if (e >= dp->N) /* the release of the buffer's end would take the range */
 		e = dp->N - 1;
@@ -150,6 +189,8 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	dp->nunits = n;
 	dp->reshard = !t->o.keep_gathered;
 	dp->prefetch = dp->overlap;
+	dp->nuslot = gk_nn_dp_unit_params(&t->o, dp->world, t->cuda, L);
+	dp->units = dp->nuslot > 0;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
@@ -186,11 +227,15 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
 		return 0;
-	if (units_settle(dp, err) < 0)
+	/* on a GPU through the host, whose copy checkpoints read: this
+	 * rank's range down, the world's gathered, and the whole working
+	 * copy up from it (lib/nn's gk_nn_params_whole) */
+	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
 		return -1;
 	size_t per = dp->Np / (size_t)dp->world;
 	float *p = gk_nn_params(dp->m);
-	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0 ||
+	    gk_nn_params_whole(dp->m, 1, err) < 0)
 		return -1;
 	memset(dp->ustate, 2, (size_t)dp->nunits);
 	gk_nn_set_param_fn(dp->m, NULL, NULL);
@@ -206,7 +251,7 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
 		return 0;
-	if (units_settle(dp, err) < 0)
+	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
 		return -1;
 	size_t per = dp->Np / (size_t)dp->world;
 	float *p = gk_nn_params(dp->m);
@@ -221,7 +266,7 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 		rc = gk_comm_irecv(dp->comm, p + (size_t)q * per, per, GK_DT_F32, q, &r, err) < 0 ?
 			     -1 : gk_comm_wait(r, err);
 	}
-	if (rc < 0)
+	if (rc < 0 || gk_nn_params_whole(dp->m, 1, err) < 0)
 		return -1;
 	memset(dp->ustate, 2, (size_t)dp->nunits);
 	gk_nn_set_param_fn(dp->m, NULL, NULL);
@@ -232,6 +277,10 @@ void gk_nn_dp_params_shard(gk_nn_dp *dp)
 {
 	if (!dp->zero3)
 		return;
+	/* a GPU's whole working copy freed; no failure to report (only the
+	 * stream's wait could fail, and the next step's first call says so) */
+	gk_err ignore;
+	gk_nn_params_whole(dp->m, 0, &ignore);
 	for (int u = 0; u < dp->nunits; u++) {
 		dp->ustate[u] = dp->ustate[u] == 1 ? 1 : 2;
 		gk_nn_z3_release(dp, u);
