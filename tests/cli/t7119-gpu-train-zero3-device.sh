@@ -6,11 +6,12 @@ working copy of a block is all-gathered before its forward and again
 before its backward into a ring of block buffers (the next block'"'"'s
 gather prefetched while one computes), the embeddings and the final norm
 with the tied head into buffers of their own for the step; gradients go
-as ZeRO-2'"'"'s. The losses, norms and the model written are ZeRO-1'"'"'s bit
-for bit (its reduction, a reduce to each owner, is the same), with and
-without prefetch and reshard, at 2 and 3 ranks; with accumulation
-within 1e-6 (ZeRO-2'"'"'s sums); the CPU backend'"'"'s ZeRO-3 within 1e-4
-(t7106'"'"'s fp32 bound). The device memory falls from ZeRO-2'"'"'s by the
+as ZeRO-2'"'"'s. On 2 ranks the losses, norms and the model written are
+ZeRO-1'"'"'s bit for bit (a reduce to each owner, a sum of two), with and
+without prefetch and reshard, in fp32 and bf16, and so are evaluation
+and --sample, which gather the whole model; on 3 ranks ZeRO-2'"'"'s, with
+accumulation too; the CPU backend'"'"'s ZeRO-3 within 1e-4 (t7106'"'"'s fp32
+bound). The device memory falls from ZeRO-2'"'"'s by the
 whole parameters less the shard and the unit buffers, as accounted and
 as mem-estimate states. Checkpoints: each rank writes its shard, and
 device and CPU ZeRO-3 resume from each other.'
@@ -88,25 +89,24 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and m
 
 # 3 ranks: the flat buffer padded to 3, ranges that cut tensors and
 # units anywhere (a unit with a piece of one owner only, or of three).
-# The gradients are ZeRO-2'"'"'s: summed, then divided by 3 once in the
-# shard, where ZeRO-1'"'"'s reduce averages (ncclAvg), which rounds
-# differently at 3 (at 2 both are exact): ZeRO-2'"'"'s losses and norms bit
-# for bit, ZeRO-1'"'"'s within 1e-6. The emulation holds three devices.
-test_expect_success 'CUEMU,MPI' '3 GPUs, ZeRO-3: ZeRO-2'"'"'s losses and norms bit for bit, ZeRO-1'"'"'s within 1e-6, with accumulation too' '
+# The gradients are ZeRO-2'"'"'s (summed, then divided by 3 once in the
+# shard, where ZeRO-1'"'"'s reduce averages with ncclAvg, which rounds
+# differently at 3 ranks; at 2 both are exact): ZeRO-2'"'"'s losses and
+# norms bit for bit, with accumulation too (the micro-steps'"'"' sums added in
+# the shard alike). The emulation holds three devices.
+test_expect_success 'CUEMU,MPI' '3 GPUs, ZeRO-3: ZeRO-2'"'"'s losses and norms bit for bit, with accumulation too' '
 	(CUEMU_GPUS=3 && export CUEMU_GPUS &&
-	 mpi 3 $Z --zero 1 >t1.json &&
 	 mpi 3 $Z --zero 2 >t2.json &&
 	 mpi 3 $Z --zero 3 >t3.json &&
-	 mpi 3 $Z --zero 1 --grad-accum 2 >t1a.json &&
+	 mpi 3 $Z --zero 2 --grad-accum 2 --no-overlap >t2a.json &&
 	 mpi 3 $Z --zero 3 --grad-accum 2 --no-overlap >t3a.json) &&
-	steps t2.json >t2.steps && steps t3.json >t3.steps &&
+	for f in t2 t3 t2a t3a; do
+		steps $f.json >$f.steps || return 1
+	done &&
 	test $(wc -l <t3.steps) = $short &&
 	test_cmp t2.steps t3.steps &&
-	for f in t1 t3 t1a t3a; do
-		jq -r "select(.event == \"step\") | .loss, .grad_norm" $f.json >$f.values || return 1
-	done &&
-	close_to t3.values t1.values 1e-6 &&
-	close_to t3a.values t1a.values 1e-6
+	test $(wc -l <t3a.steps) = $short &&
+	test_cmp t2a.steps t3a.steps
 '
 
 # Evaluation and --sample read the whole model: gathered through the host
