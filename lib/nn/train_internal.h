@@ -335,7 +335,7 @@ struct gk_nn_dp {
 	float *hshard;        /* ... a GPU's, copied to the host for --offload optimizer */
 	gk_comm_grads *grads;
 	/*
-	 * ZeRO-3 (zero 3, CPU, world > 1): the parameters are sharded too.
+	 * ZeRO-3 (zero 3, world > 1; a GPU's over NCCL): the parameters are sharded too.
 	 * Units: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the
 	 * final norm and the padding; each [ulo, uhi) of the flat buffer,
 	 * gathered over its owners (udispl: world + 1 offsets a unit) into

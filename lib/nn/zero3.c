@@ -26,6 +26,22 @@
  * --sample to rank 0 alone (gk_nn_dp_params_root), which generates with
  * it: rank 0 holds the whole model (4 bytes a parameter) while it
  * samples, the others their range.
+ *
+ * On GPUs (over NCCL, world > 1) the units are the model's buffers of its
+ * working copy (gk_nn_opts.unit_params: device memory has no pages to
+ * map lazily): the model keeps only [lo, hi) of the fp32 parameters, the
+ * embeddings and the final norm have a buffer each, and the blocks share
+ * a ring of them, block l in buffer l mod its length (2 with prefetch, 1
+ * without, every block kept with --reshard-after-forward no); releasing
+ * a unit frees its buffer for the next. A gather writes this rank's piece
+ * from its fp32 range (gk_nn_params_own) on the model's stream, then is one
+ * all-gather of unequal pieces in the working copy's type over the
+ * gradients' NCCL communicator, whose stream waits for that piece and for
+ * the kernels that last read the buffer (comm.h's stream contract); the
+ * host waits for the gather (gk_comm_wait, under the watchdog) before the
+ * unit's kernels are queued. Evaluation and --sample gather the whole
+ * model through the host into a whole working copy (gk_nn_params_whole),
+ * freed by gk_nn_dp_params_shard.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -19,7 +19,8 @@ device and CPU ZeRO-3 resume from each other.'
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
 test_gpu_prereqs HAVE_CUDA
-test -n "$GK_CUEMU" && test_set_prereq CUEMU
+# three ranks on three GPUs (the emulation makes them: CUEMU_GPUS below)
+{ test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 3; } && test_have_prereq GPUS && test_set_prereq GPUS3
 
 # TINY without its --threads; 2 steps (the second updates with the
 # moments the first left), a resume from step 1 (4 steps on a GPU, from 2)
@@ -93,9 +94,9 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and m
 # shard, where ZeRO-1'"'"'s reduce averages with ncclAvg, which rounds
 # differently at 3 ranks; at 2 both are exact): ZeRO-2'"'"'s losses and
 # norms bit for bit, with accumulation too (the micro-steps'"'"' sums added in
-# the shard alike). The emulation holds three devices.
-test_expect_success 'CUEMU,MPI' '3 GPUs, ZeRO-3: ZeRO-2'"'"'s losses and norms bit for bit, with accumulation too' '
-	(CUEMU_GPUS=3 && export CUEMU_GPUS &&
+# the shard alike).
+test_expect_success 'GPUS3,MPI' '3 GPUs, ZeRO-3: ZeRO-2'"'"'s losses and norms bit for bit, with accumulation too' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=3 && export CUEMU_GPUS; fi &&
 	 mpi 3 $Z --zero 2 >t2.json &&
 	 mpi 3 $Z --zero 3 >t3.json &&
 	 mpi 3 $Z --zero 2 --grad-accum 2 --no-overlap >t2a.json &&
