@@ -91,14 +91,14 @@ for t in cuda_core comm_cuda core_half nn_cuda nn_flash; do
 	fi
 done
 
-# The CLI tests with device runs: only the no-GPU tests, and the
-# multi-GPU ones on a one-GPU machine, may skip.
+# The CLI tests with device runs: only the no-GPU tests, the multi-GPU
+# ones on a one-GPU machine, and the emulation's own fault cases may skip.
 for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device; do
 	step "cli: $t"
 	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
 		bad "see $out/$t.log"
 	elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/$t.log" |
-		tr , '\n' | grep -qvx 'NOGPU\|GPUS\|GPUS3'; then
+		tr , '\n' | grep -qvx 'NOGPU\|GPUS\|GPUS3\|CUEMU'; then
 		bad "device tests skipped: $(grep -m1 '# skip' "$out/$t.log")"
 	else
 		pass

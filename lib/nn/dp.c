@@ -572,10 +572,8 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		if (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
 						  dp->head, GK_DT_F32, GK_COMM_AVG, NULL, err) < 0)
 			return -1;
-		if (dp->zero3) { /* the step's last backward is done */
-			gk_nn_z3_release(dp, 0);
-			gk_nn_z3_release(dp, dp->nunits - 1);
-		}
+		if (dp->zero3) /* the step's last backward is done */
+			gk_nn_z3_step_done(dp);
 	} else if (dp->shard) {
 		dp->comm_start = now;
 		if (shard_reduce(dp, err) < 0)

@@ -410,6 +410,9 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err);
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
 void gk_nn_z3_release(gk_nn_dp *dp, int u);
+/* a step's last backward done: the edge units released, and prefetch on
+ * from here where it waited for the first step (on a GPU) */
+void gk_nn_z3_step_done(gk_nn_dp *dp);
 /* pp_shard.c, for dp.c: a stage's segments of a pipeline of pp stages
  * (gk_nn_dp's seg, own, per, displ), its pieces averaged into their owners
  * after the schedule, and gathered to all after the update */

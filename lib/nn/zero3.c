@@ -204,9 +204,17 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	int L = (int)t->cfg.layers, n = L + 2;
 	dp->nunits = n;
 	dp->reshard = !t->o.keep_gathered;
-	dp->prefetch = dp->overlap;
 	dp->nuslot = gk_nn_dp_unit_params(&t->o, dp->world, t->cuda, L);
 	dp->units = dp->nuslot > 0;
+	/*
+	 * On a GPU not in the first step: a kernel's first launch loads its
+	 * module, which under CUDA's lazy loading waits for the whole device
+	 * (the model's preload says more), and a gather in flight then, whose
+	 * peer has stopped, would hold it where no watchdog looks; the first
+	 * step launches every kernel of forward and backward with no gather in
+	 * flight, and prefetch starts after it (gk_nn_z3_step_done).
+	 */
+	dp->prefetch = dp->overlap && !dp->units;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
@@ -228,6 +236,13 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		unit_displ(dp, u);
 	gk_nn_set_param_fn(dp->m, param_cb, dp);
 	return 0;
+}
+
+void gk_nn_z3_step_done(gk_nn_dp *dp)
+{
+	gk_nn_z3_release(dp, 0);
+	gk_nn_z3_release(dp, dp->nunits - 1);
+	dp->prefetch = dp->overlap;
 }
 
 /* the gathers in flight waited for: nothing in flight, as between steps */

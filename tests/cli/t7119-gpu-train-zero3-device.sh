@@ -19,7 +19,10 @@ device and CPU ZeRO-3 resume from each other.'
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
 test_gpu_prereqs HAVE_CUDA
-# three ranks on three GPUs (the emulation makes them: CUEMU_GPUS below)
+# the CUDA emulation (tests/cuemu), whose fake NCCL hangs a rank on
+# demand; three ranks on three GPUs (the emulation makes them:
+# CUEMU_GPUS below)
+test -n "$GK_CUEMU" && test_set_prereq CUEMU
 { test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 3; } && test_have_prereq GPUS && test_set_prereq GPUS3
 
 # TINY without its --threads; 2 steps (the second updates with the
@@ -59,7 +62,8 @@ test_expect_success 'data' '
 # kept into backward) and block 0 again before its backward: 5; with
 # prefetch 3 of them were started before they were needed (block 0 with
 # the edges, block 1 during block 0, block 0 during block 1'"'"'s backward);
-# kept (--reshard-after-forward no), 4, 2 prefetched.
+# kept (--reshard-after-forward no), 4, 2 prefetched. The first step
+# prefetches nothing (the hang case below says why).
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and model bit for bit, with and without prefetch and reshard; the CPU'"'"'s ZeRO-3 within 1e-4' '
 	mpi 2 $Z --zero 1 --ckpt-dir d1 >d1.json &&
 	steps d1.json >d1.steps &&
@@ -78,7 +82,8 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and m
 		fi &&
 		jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .comm == \"nccl\"" d3$o.json &&
 		test_cmp d1.steps d3$o.steps &&
-		jq -e -s "map(select(.event == \"step\")) | all(.param_gathers == $g and .param_prefetched == $f)" d3$o.json &&
+		jq -e -s "map(select(.event == \"step\")) | all(.param_gathers == $g) and
+			.[0].param_prefetched == 0 and (.[1:] | all(.param_prefetched == $f))" d3$o.json &&
 		! test -e d3$o/latest/model.safetensors &&
 		ckpt-merge d3$o/latest -o d3$o.safetensors &&
 		cmp d3$o.safetensors d1/latest/model.safetensors || return 1
@@ -150,6 +155,28 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 checkpoints: resumed on the GPU f
 	steps rgg.json >rgg.steps &&
 	tail -n $((short - half)) d3p.steps >d3p.tail &&
 	test_cmp d3p.tail rgg.steps
+'
+
+# A gather that never completes on one rank (the emulation's
+# CUEMU_NCCL_HANG): the watchdog aborts NCCL and every rank ends, naming
+# it. Rank 1's operations in a step at 2 layers: the embeddings' gather
+# (one broadcast), the final norm'"'"'s (one), block 0'"'"'s (two: both ranks own
+# a piece), block 1'"'"'s (one), block 0'"'"'s again (two), then the gradient
+# buckets'"'"' reduces. Operation 4 is block 0'"'"'s in the first step, queued
+# with nothing else in flight (the first step prefetches nothing: its
+# kernels'"'"' first launches wait for the whole device, where no watchdog
+# sees a stopped peer); 16, in the second step, block 0'"'"'s before its
+# backward, prefetched during block 1'"'"'s.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs on one rank, also a prefetched one: --timeout aborts NCCL, the job exits 1 naming it' '
+	for op in 4 16; do
+		start=$(date +%s) &&
+		(CUEMU_NCCL_HANG=1:$op && export CUEMU_NCCL_HANG &&
+		 test_expect_code 1 mpi 2 $Z --zero 3 --timeout 3 >hang$op.json 2>hang$op.err) &&
+		end=$(date +%s) &&
+		grep "^gpu-train: nccl: allgatherv of 12704 F32: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang$op.err &&
+		test $((end - start)) -ge 3 &&
+		test $((end - start)) -lt 120 || return 1
+	done
 '
 
 # Device memory at 12 layers of width 32 (the emulation's CUEMU_MEM_LOG:
