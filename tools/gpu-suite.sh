@@ -18,7 +18,8 @@
 #      no device ending the job at setup instead of hanging it; and
 #      tests/cli/t7106 (gpu-train --device cuda): fp32 and bf16 losses
 #      against the CPU's, an exact resume, NCCL on the device in a world
-#      of one, 2 ranks through the host and (2 GPUs) over NCCL;
+#      of one, 2 ranks through the host and (2 GPUs) over NCCL; and
+#      tests/cli/t7119 (gpu-train --zero 3 over NCCL, 2 GPUs; 3 for one case);
 #   3. make check, the whole suite, on this machine;
 #   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
 #      against PyTorch) and allreduce-bench against all_reduce_perf.
@@ -90,14 +91,14 @@ for t in cuda_core comm_cuda core_half nn_cuda nn_flash; do
 	fi
 done
 
-# The CLI tests with device runs: only the no-GPU tests, and the
-# multi-GPU ones on a one-GPU machine, may skip.
-for t in t6002-allreduce-bench-nccl t7106-gpu-train-device; do
+# The CLI tests with device runs: only the no-GPU tests, the multi-GPU
+# ones on a one-GPU machine, and the emulation's own fault cases may skip.
+for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device; do
 	step "cli: $t"
 	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
 		bad "see $out/$t.log"
 	elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/$t.log" |
-		tr , '\n' | grep -qvx 'NOGPU\|GPUS'; then
+		tr , '\n' | grep -qvx 'NOGPU\|GPUS\|GPUS3\|CUEMU'; then
 		bad "device tests skipped: $(grep -m1 '# skip' "$out/$t.log")"
 	else
 		pass

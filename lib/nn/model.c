@@ -581,6 +581,26 @@ float *gk_nn_grad_at(gk_nn_model *m, size_t off)
 	return m->cu ? gk_nn_cuda_grad_at(m, off) : m->grads + off;
 }
 
+void *gk_nn_param_at(gk_nn_model *m, size_t off)
+{
+	return m->cu ? gk_nn_cuda_param_at(m, off) : m->params + off;
+}
+
+gk_dtype gk_nn_param_dtype(const gk_nn_model *m)
+{
+	return m->cu ? gk_nn_cuda_param_dtype(m) : GK_DT_F32;
+}
+
+int gk_nn_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_params_own(m, a, b, err) : 0;
+}
+
+int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_params_whole(m, on, err) : 0;
+}
+
 void *gk_nn_stream(const gk_nn_model *m)
 {
 	return m->cu ? gk_nn_cuda_stream(m) : NULL;

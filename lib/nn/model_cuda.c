@@ -52,7 +52,13 @@ struct gk_nn_cuda {
 	size_t ghead, nbk, nslot, slot_len;
 	size_t *blo;
 	float *slot[GK_NN_CU_SLOTS];
-	void *pw;              /* working copy in dt (== p in f32) */
+	void *pw;              /* working copy in dt (== p in f32); NULL with units */
+	/* unit_params (ZeRO-3): p holds [plo, phi) only, and the working copy
+	 * is in units: [0, uhead) in ue[0], [utail, nflat) in ue[1], block l
+	 * in uslot[l % nuslot] (each ulen elements); whole, when not NULL, a
+	 * working copy of the whole model that replaces them */
+	size_t plo, phi, uhead, utail, ulen, nuslot;
+	void *ue[2], **uslot, *whole;
 	float *mom, *vel;      /* AdamW moments, from the first update */
 	size_t mlo, mhi;       /* the parameters they cover */
 
@@ -143,6 +149,31 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	a->fchg = (char *)cu->a_fchg + gl * N * 4 * C * es;
 }
 
+/*
+ * unit_params: the working copy's units, in dt: the embeddings (wte, wpe)
+ * and the final norm with the flat buffer's tail, each of its own, and
+ * unit_params buffers of a block, block l in buffer l % unit_params.
+ */
+static int alloc_units(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	size_t hi, x;
+	int L = (int)m->c.layers;
+	gk_nn_block_range(m, 0, &cu->uhead, &hi);
+	cu->ulen = hi - cu->uhead;
+	gk_nn_block_range(m, L - 1, &x, &cu->utail);
+	cu->nuslot = (size_t)m->o.unit_params;
+	if (!(cu->uslot = calloc(cu->nuslot, sizeof(*cu->uslot))))
+		return gk_err_sys(err, ENOMEM, "model on the GPU: parameter units");
+	if (!(cu->ue[0] = dalloc(cu, cu->uhead * cu->es, GK_CUDA_MEM_PARAMS, err)) ||
+	    !(cu->ue[1] = dalloc(cu, (m->nflat - cu->utail) * cu->es, GK_CUDA_MEM_PARAMS, err)))
+		return -1;
+	for (size_t k = 0; k < cu->nuslot; k++)
+		if (!(cu->uslot[k] = dalloc(cu, cu->ulen * cu->es, GK_CUDA_MEM_PARAMS, err)))
+			return -1;
+	return 0;
+}
+
 static int alloc_all(gk_nn_model *m, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
@@ -157,13 +188,17 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 
 	/* nflat: the flat multiple's tail, zeroed at creation; bucket_grads:
 	 * no gradients until gk_nn_cuda_grad_buckets */
-	if (!(cu->p = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_PARAMS, err)) ||
+	if (!(cu->p = dalloc(cu, (cu->phi - cu->plo) * 4, GK_CUDA_MEM_PARAMS, err)) ||
 	    (!m->o.bucket_grads && !(cu->g = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err))))
 		return -1;
-	if (cu->dt == GK_DT_F32)
+	if (m->o.unit_params) {
+		if (alloc_units(m, err) < 0)
+			return -1;
+	} else if (cu->dt == GK_DT_F32) {
 		cu->pw = cu->p;
-	else if (!(cu->pw = dalloc(cu, P * cu->es, GK_CUDA_MEM_PARAMS, err)))
+	} else if (!(cu->pw = dalloc(cu, P * cu->es, GK_CUDA_MEM_PARAMS, err))) {
 		return -1;
+	}
 
 	/* activations, in carve order (gk_nn_cuda_layout's) */
 	char *cur = dalloc(cu, plan.activations, GK_CUDA_MEM_ACTS, err);
@@ -278,6 +313,17 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
 	cu->xscale = 1.0f;
+	cu->phi = m->nflat;
+	if (m->o.unit_params) {
+		size_t k = m->o.flat_multiple > 1 ? (size_t)m->o.flat_multiple : 1;
+		if (m->o.unit_params < 1 || m->o.unit_params > (int)m->c.layers ||
+		    m->o.shard_rank < 0 || (size_t)m->o.shard_rank >= k)
+			return gk_errf(err, "model on the GPU: %d parameter units for %lld "
+				       "blocks, rank %d of %zu", m->o.unit_params,
+				       (long long)m->c.layers, m->o.shard_rank, k);
+		cu->plo = (size_t)m->o.shard_rank * (m->nflat / k);
+		cu->phi = cu->plo + m->nflat / k;
+	}
 	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if (gk_cuda_stream_new(&cu->s, err) < 0 || alloc_all(m, err) < 0 ||
@@ -286,7 +332,7 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
 				    err) < 0) ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, m->nflat * 4, cu->s),
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, (cu->phi - cu->plo) * 4, cu->s),
 			  err) < 0 || preload(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
@@ -311,6 +357,8 @@ void gk_nn_cuda_free(gk_nn_model *m)
 	free(cu->h_count);
 	free(cu->h_loss);
 	free(cu->blo);
+	free(cu->uslot);
+	gk_cuda_free(cu->whole);
 	free(m->logits);
 	free(m->tokens);
 	free(m->targets);
@@ -432,10 +480,12 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 			return -1;
 	}
 	if (what & GK_NN_PARAMS) {
-		memcpy(cu->pin, m->params, n * 4);
-		if (gk_cuda_copy(cu->p, cu->pin, n * 4, cu->s, err) < 0)
+		/* (unit_params: this rank's range, of which the padding is zero) */
+		size_t k = cu->phi < n ? cu->phi - cu->plo : cu->plo < n ? n - cu->plo : 0;
+		memcpy(cu->pin, m->params + cu->plo, k * 4);
+		if (gk_cuda_copy(cu->p, cu->pin, k * 4, cu->s, err) < 0)
 			return -1;
-		if (cu->dt != GK_DT_F32 &&
+		if (cu->pw && cu->dt != GK_DT_F32 &&
 		    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
 		     gk_cuda_stream_sync(cu->s, err) < 0))
 			return -1;
@@ -453,9 +503,11 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (what & GK_NN_PARAMS) {
-		if (gk_cuda_copy(cu->pin, cu->p, n, cu->s, err) < 0)
+		size_t k = cu->phi * 4 < n ? (cu->phi - cu->plo) * 4 :
+			   cu->plo * 4 < n ? n - cu->plo * 4 : 0;
+		if (gk_cuda_copy(cu->pin, cu->p, k, cu->s, err) < 0)
 			return -1;
-		memcpy(m->params, cu->pin, n);
+		memcpy(m->params + cu->plo, cu->pin, k);
 	}
 	if (what & GK_NN_GRADS) {
 		if (gk_cuda_copy(cu->pin, cu->g, n, cu->s, err) < 0)
@@ -524,13 +576,89 @@ int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return gk_errf(err, "parameters on the GPU: the model is on the CPU");
-	if (cu->dt != GK_DT_F32 &&
+	/* (units are filled from the master at each gather) */
+	if (cu->pw && cu->dt != GK_DT_F32 &&
 	    gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, m->nparams, cu->s, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
 
+/* ---- the working copy in units (unit_params) ------------------------------------ */
+
+void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off)
+{
+	const struct gk_nn_cuda *cu = m->cu;
+	if (cu->whole || !cu->uslot)
+		return (char *)(cu->whole ? cu->whole : cu->pw) + off * cu->es;
+	if (off < cu->uhead)
+		return (char *)cu->ue[0] + off * cu->es;
+	if (off >= cu->utail)
+		return (char *)cu->ue[1] + (off - cu->utail) * cu->es;
+	size_t l = (off - cu->uhead) / cu->ulen;
+	return (char *)cu->uslot[l % cu->nuslot] + (off - cu->uhead - l * cu->ulen) * cu->es;
+}
+
+gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m)
+{
+	return m->cu->dt;
+}
+
+int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (a < cu->plo || b > cu->phi || a > b)
+		return gk_errf(err, "parameters on the GPU: [%zu, %zu) is not in this rank's "
+			       "[%zu, %zu)", a, b, cu->plo, cu->phi);
+	void *dst = gk_nn_cuda_param_at(m, a);
+	const float *src = cu->p + (a - cu->plo);
+	if (a == b)
+		return 0;
+	if (cu->dt == GK_DT_F32)
+		return GK_CUDA_CHECK(cudaMemcpyAsync(dst, src, (b - a) * 4,
+						     cudaMemcpyDeviceToDevice, cu->s), err);
+	return gk_cuda_convert(dst, cu->dt, src, GK_DT_F32, b - a, cu->s, err);
+}
+
+int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!on || cu->whole) {
+		if (gk_cuda_stream_sync(cu->s, err) < 0)
+			return -1;
+		gk_cuda_free(cu->whole);
+		cu->whole = NULL;
+		if (!on)
+			return 0;
+	}
+	size_t n = m->nparams;
+	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
+		return -1;
+	/* from the host's fp32 copy, through the staging, a piece at a time
+	 * in dt's bytes (the staging holds nparams floats) */
+	float *tmp = cu->dt == GK_DT_F32 ? NULL : gk_cuda_alloc(n * 4, GK_CUDA_MEM_PARAMS, err);
+	if (cu->dt != GK_DT_F32 && !tmp)
+		return -1;
+	memcpy(cu->pin, m->params, n * 4);
+	int rc = gk_cuda_copy(tmp ? (void *)tmp : cu->whole, cu->pin, n * 4, cu->s, err);
+	if (rc == 0 && tmp)
+		rc = gk_cuda_convert(cu->whole, cu->dt, tmp, GK_DT_F32, n, cu->s, err);
+	if (rc == 0)
+		rc = gk_cuda_stream_sync(cu->s, err);
+	gk_cuda_free(tmp);
+	return rc;
+}
+
 /* ---- forward ------------------------------------------------------------------- */
+
+/* the working copy of element off (unit_params: in its unit's buffer) */
+#define P(off) ((const char *)gk_nn_cuda_param_at(m, off))
+
+/* ZeRO-3's units around block l's use of them (gk_nn_set_param_fn): the
+ * caller's gathers, which it waits for before a kernel reads the unit */
+static int param_use(gk_nn_model *m, int phase, int l, gk_err *err)
+{
+	return m->pfn ? m->pfn(phase, l, m->pctx, err) : 0;
+}
 
 /* out (N,OC) = inp (N,IC) @ w (IC,OC) [+ bias] [+ res] */
 static int mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
@@ -623,12 +751,10 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
-	const char *p = cu->pw;
-	size_t es = cu->es;
 	float eps = m->c.ln_eps;
 	dacts a;
 	layer_acts(m, l, &a);
-#define W(off) (p + (off) * es)
+#define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 	if (gk_nn_cu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, W(o->ln1w),
 				   W(o->ln1b), cu->dt, N, C, eps, cu->s,
 				   err) < 0 ||
@@ -659,7 +785,6 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	int L = (int)m->c.layers, V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
-	const char *p = cu->pw;
 
 	if (!cu->uploaded)
 		return gk_errf(err, "forward on the GPU: the parameters were "
@@ -681,20 +806,21 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 				 err) < 0)
 			return -1;
 	}
-	if (gk_nn_cu_encoder_fwd(cu->resid, cu->tok, p + m->wte * es,
-				 p + m->wpe * es, cu->dt, B, T, C, cu->s,
+	if (gk_nn_cu_encoder_fwd(cu->resid, cu->tok, P(m->wte),
+				 P(m->wpe), cu->dt, B, T, C, cu->s,
 				 err) < 0)
 		return -1;
 	for (int l = 0; l < L; l++)
-		if (block_fwd(m, l, err) < 0)
+		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
+		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
 	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
 	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vp, .K = C, .A = cu->lnf,
-			   .lda = C, .B = p + m->wte * es, .ldb = C,
+			   .lda = C, .B = P(m->wte), .ldb = C,
 			   .D = cu->logits, .ldd = Vp, .alpha = 1.0f,
 			   .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	if (gk_nn_cu_layernorm_fwd(cu->lnf, cu->lnfm, cu->lnfr, last,
-				   p + m->lnfw * es, p + m->lnfb * es, cu->dt,
+				   P(m->lnfw), P(m->lnfb), cu->dt,
 				   N, C, m->c.ln_eps, cu->s, err) < 0 ||
 	    gk_nn_blas_gemm(cu->blas, &head, err) < 0)
 		return -1;
@@ -795,8 +921,6 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
-	const char *p = cu->pw;
-	size_t es = cu->es;
 	dacts a;
 	layer_acts(m, l, &a);
 
@@ -808,7 +932,7 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 				      cu->s, err) < 0)
 			return -1;
 	}
-#define W(off) (p + (off) * es)
+#define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 #define G(off) gk_nn_cuda_grad_at(m, off)
 	if (mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), cu->dres,
 		   a.fchg, W(o->fcprojw), N, 4 * C, C, err) < 0 ||
@@ -855,7 +979,6 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	int L = (int)m->c.layers, V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
-	const char *p = cu->pw;
 	m->have_fwd = 0; /* the logits become dlogits */
 
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
@@ -867,7 +990,7 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	if (scale != 0.0f && isfinite(scale))
 		cu->xscale = scale;
 	gk_nn_gemm gi = {.M = N, .N = C, .K = Vp, .A = cu->logits, .lda = Vp,
-			 .B = p + m->wte * es, .ldb = C, .D = cu->dln, .ldd = C,
+			 .B = P(m->wte), .ldb = C, .D = cu->dln, .ldd = C,
 			 .alpha = alpha, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	float *gwte = gk_nn_cuda_grad_at(m, m->wte);
 	gk_nn_gemm gw = {.ta = 1, .M = Vp, .N = C, .K = N, .A = cu->logits,
@@ -883,14 +1006,15 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 					  cu->s), err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, gk_nn_cuda_grad_at(m, m->lnfw),
 				   gk_nn_cuda_grad_at(m, m->lnfb),
-				   cu->colsum, cu->dln, last, p + m->lnfw * es,
+				   cu->colsum, cu->dln, last, P(m->lnfw),
 				   cu->lnfm, cu->lnfr, cu->dt, N, C, cu->s,
 				   err) < 0 ||
 	    notify(m, ready, ctx, m->lnfw, err) < 0)
 		return -1;
 	for (int l = L - 1; l >= 0; l--)
-		if (block_bwd(m, l, err) < 0 ||
-		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0)
+		if (param_use(m, GK_NN_BWD_PRE, l, err) < 0 || block_bwd(m, l, err) < 0 ||
+		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0 ||
+		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
 	if (gk_nn_cu_encoder_bwd(gwte, gk_nn_cuda_grad_at(m, m->wpe), cu->dres, cu->dt,
 				 cu->uniq, cu->start, cu->pos, cu->nb, B, T, C,
@@ -966,6 +1090,9 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 			       "(gk_nn_adamw_step)");
 	if (moments_alloc(m, lo, hi, err) < 0)
 		return -1;
+	if (lo < cu->plo || hi > cu->phi)
+		return gk_errf(err, "AdamW on the GPU of [%zu, %zu): this rank holds the "
+			       "parameters [%zu, %zu)", lo, hi, cu->plo, cu->phi);
 	if (!g && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (!g)
@@ -981,8 +1108,9 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 		size_t b = x->off + x->numel < hi ? x->off + x->numel : hi;
 		if (a >= b)
 			continue;
-		void *pw = cu->dt == GK_DT_F32 ? NULL : (char *)cu->pw + a * cu->es;
-		if (gk_nn_cu_adamw(cu->p + a, pw, cu->dt, g + (a - lo), grad_scale,
+		/* (units: no working copy to keep, the next gather converts) */
+		void *pw = cu->dt == GK_DT_F32 || !cu->pw ? NULL : (char *)cu->pw + a * cu->es;
+		if (gk_nn_cu_adamw(cu->p + (a - cu->plo), pw, cu->dt, g + (a - lo), grad_scale,
 				   cu->mom + (a - lo), cu->vel + (a - lo), b - a, &k,
 				   x->decay ? decay : 1.0f, cu->s, err) < 0)
 			return -1;

@@ -205,6 +205,21 @@ typedef struct gk_nn_opts {
 				       * rank tp_rank's seq / tp positions of each
 				       * sequence; seq must divide by tp, and no
 				       * pipeline (gk_nn_sp_check) */
+	int unit_params;              /* CUDA: ZeRO-3, with unit_params buffers
+				       * of a block (1 to layers): the device
+				       * holds this rank's range of the fp32
+				       * parameters only, [shard_rank * per,
+				       * + per) with per = nflat / flat_multiple
+				       * (updates are of it; upload and download
+				       * copy it), and the working copy in units:
+				       * the embeddings [0, block 0), the final
+				       * norm [block L-1's end, nflat), and block
+				       * l in buffer l % unit_params. The caller
+				       * fills a unit (gk_nn_param_at,
+				       * gk_nn_params_own) before its kernels
+				       * read it: gk_nn_set_param_fn hears of each
+				       * block's use */
+	int shard_rank;
 	int lazy_params;              /* CPU: the parameter buffer is mapped like
 				       * lazy_grads' (ZeRO-3, whose rank keeps
 				       * only its range between a block's uses);
@@ -669,6 +684,22 @@ float *gk_nn_work_grads(gk_nn_model *m);
 int gk_nn_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb, size_t nslot,
 		       gk_err *err);
 float *gk_nn_grad_at(gk_nn_model *m, size_t off);
+/*
+ * The working copy of the parameters where forward and backward read
+ * them: element off (of the flat layout) in gk_nn_param_dtype's type, on
+ * the device for a GPU model (with unit_params in its unit's buffer, the
+ * whole unit from there on), the host's parameters on the CPU.
+ * gk_nn_params_own writes the working copy of [a, b), inside this rank's
+ * range and one unit, from the fp32 parameters, on the model's stream
+ * (nothing on the CPU). gk_nn_params_whole (on 1) makes a working copy of
+ * the whole model from the host's parameters (every nflat of them) that
+ * the kernels read instead of the units, until it is called with 0
+ * (evaluation, --sample under ZeRO-3); nothing on the CPU.
+ */
+void *gk_nn_param_at(gk_nn_model *m, size_t off);
+gk_dtype gk_nn_param_dtype(const gk_nn_model *m);
+int gk_nn_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err);
+int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err);
 /* The stream (a cudaStream_t) every kernel of a GPU model runs on, for a
  * communicator that orders its work after backward's (comm.h, "Streams");
  * NULL on the CPU. */
