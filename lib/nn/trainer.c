@@ -428,12 +428,16 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (gk_nn_tr_check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
-	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION) */
+	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION)
+	 * and where the MLP's GELU runs (GK_CUDA_GELU) */
 	gk_err ignore;
 	size_t dl = strlen(t->device_desc);
 	if (t->cuda && dl)
-		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s attention",
-			 gk_nn_attention_fused(&t->cfg, &mo, &ignore) == 1 ? "fused" : "matmul");
+		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl,
+			 "; %s attention; GELU %s",
+			 gk_nn_attention_fused(&t->cfg, &mo, &ignore) == 1 ? "fused" : "matmul",
+			 gk_nn_gelu_epilogue(&t->cfg, &mo, &ignore) == 1 ? "in the matmul epilogue"
+									  : "kernels");
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
 	if (rc == 0 && t->grid.pp > 1)
