@@ -619,6 +619,35 @@ static void test_gelu_epilogue(void)
 		free(g[0]);
 		free(g[1]);
 	}
+
+	/* --recompute gelu with the epilogue: the forward's GELU in the
+	 * epilogue, backward's again by the kernel from the kept input */
+	setenv("GK_CUDA_GELU", "epilogue", 1);
+	gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA, .precision = GK_NN_FP32,
+			.recompute = GK_NN_RECOMPUTE_GELU};
+	gk_nn_model *rg = NULL;
+	float lr = 0;
+	int rc = gk_nn_new(&rg, &c, &o, &err) == 0;
+	if (rc) {
+		gk_nn_init(rg, 7);
+		rc = gk_nn_cuda_upload(rg, GK_NN_PARAMS, &err) == 0 &&
+		     gk_nn_forward(rg, tok, tgt, &lr, &err) == 0 &&
+		     gk_nn_backward(rg, 1.0f, NULL, NULL, &err) == 0 &&
+		     gk_nn_cuda_download(rg, GK_NN_GRADS, &err) == 0;
+	}
+	int bad = 0;
+	for (size_t i = 0; rc && i < nt; i++) {
+		double big = 0;
+		size_t at = 0;
+		for (size_t j = 0; j < t[i].numel; j++)
+			big = fmax(big, fabs(gk_nn_grads(cpu)[t[i].off + j]));
+		bad += worst(gk_nn_grads(rg) + t[i].off, gk_nn_grads(cpu) + t[i].off, t[i].numel,
+			     1e-4 * big + 1e-9, 1e-3, &at) > 1.0;
+	}
+	ok(rc && bad == 0 && fabsf(lr - lc) <= 1e-5f * fabsf(lc),
+	   "GELU fp32 epilogue, recompute gelu: loss %.7f and every gradient as the CPU's%s%s", lr,
+	   err.msg[0] ? ": " : "", err.msg);
+	gk_nn_free(rg);
 	unsetenv("GK_CUDA_GELU");
 	gk_nn_free(cpu);
 }
