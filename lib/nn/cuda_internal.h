@@ -85,7 +85,16 @@ void gk_nn_blas_free(gk_nn_blas *b);
  * (dt, or F32 for weight gradients). C, when set, has D's layout and is
  * added with beta 1 (C == D accumulates); bias (N values of type dt, only
  * when batch is 1) goes through cuBLASLt's bias epilogue.
+ *
+ * gelu (batch 1, dt == ddt, ldaux a multiple of 8, aux aligned to its
+ * elements): GK_NN_GEMM_GELU makes D = gelu(op(A) op(B) + bias) and
+ * writes the pre-activation op(A) op(B) + bias to aux (M,N), leading
+ * dimension ldaux, cuBLASLt's GELU_AUX_BIAS (GELU_AUX without a bias);
+ * GK_NN_GEMM_DGELU makes D = (op(A) op(B)) * gelu'(aux), aux the
+ * pre-activation the forward wrote (cuBLASLt's DGELU).
  */
+enum { GK_NN_GEMM_PLAIN, GK_NN_GEMM_GELU, GK_NN_GEMM_DGELU };
+
 typedef struct gk_nn_gemm {
 	int ta, tb;
 	int M, N, K;
@@ -97,6 +106,8 @@ typedef struct gk_nn_gemm {
 	float alpha;
 	int batch;
 	gk_dtype dt, ddt;
+	int gelu;              /* GK_NN_GEMM_*; PLAIN (0) unless set */
+	void *aux; int ldaux;  /* the GELU's pre-activation (M,N) */
 } gk_nn_gemm;
 
 int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err);

@@ -42,6 +42,9 @@ struct gk_nn_cuda {
 	size_t es;             /* bytes of one dt element */
 	int fused;             /* attention: flash.cu's kernels, else the
 				  matmul path (gk_nn_attention_fused) */
+	int gelu_epi;          /* the MLP's GELU in c_fc's and c_proj's
+				  matmul epilogues, else gelu.cu's kernels
+				  (gk_nn_gelu_epilogue) */
 	gk_cuda_stream s;
 	gk_nn_blas *blas;
 	void *ws;
@@ -324,7 +327,8 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 		cu->plo = (size_t)m->o.shard_rank * (m->nflat / k);
 		cu->phi = cu->plo + m->nflat / k;
 	}
-	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0)
+	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0 ||
+	    (cu->gelu_epi = gk_nn_gelu_epilogue(&m->c, &m->o, err)) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if (gk_cuda_stream_new(&cu->s, err) < 0 || alloc_all(m, err) < 0 ||
 	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
@@ -673,15 +677,33 @@ static int mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
 	return gk_nn_blas_gemm(cu->blas, &g, err);
 }
 
-/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; db += column sums */
+/* The MLP's c_fc with the GELU in the epilogue: out (N,OC) =
+ * gelu(inp @ w + bias), pre (N,OC) = inp @ w + bias (GELU_AUX_BIAS). */
+static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
+		       const void *w, const void *bias, int N, int IC, int OC,
+		       gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	gk_nn_gemm g = {.M = N, .N = OC, .K = IC, .A = inp, .lda = IC,
+			.B = w, .ldb = OC, .D = out, .ldd = OC, .bias = bias,
+			.alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
+			.gelu = GK_NN_GEMM_GELU, .aux = pre, .ldaux = OC};
+	return gk_nn_blas_gemm(cu->blas, &g, err);
+}
+
+/* dinp (N,IC) = dout @ w^T, times gelu'(pre) when pre is given (c_proj's
+ * DGELU epilogue: pre the (N,IC) input of the GELU whose output was
+ * inp); dw (IC,OC) += inp^T @ dout; db += column sums */
 static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
-		  const void *dout, const void *inp, const void *w, int N,
-		  int IC, int OC, gk_err *err)
+		  const void *dout, const void *inp, const void *w,
+		  const void *pre, int N, int IC, int OC, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	gk_nn_gemm gi = {.tb = 1, .M = N, .N = IC, .K = OC, .A = dout,
 			 .lda = OC, .B = w, .ldb = OC, .D = dinp, .ldd = IC,
-			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
+			 .gelu = pre ? GK_NN_GEMM_DGELU : GK_NN_GEMM_PLAIN,
+			 .aux = (void *)pre, .ldaux = IC};
 	gk_nn_gemm gw = {.ta = 1, .M = IC, .N = OC, .K = N, .A = inp,
 			 .lda = IC, .B = dout, .ldb = OC, .D = dw, .ldd = OC,
 			 .C = dw, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
@@ -746,6 +768,20 @@ static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
 				    cu->s, err);
 }
 
+/* fchg = gelu(ln2 @ c_fc + b), fch the GELU's input: in the matmul's
+ * epilogue, or the plain matmul and gelu.cu's kernel */
+static int mlp_fc_fwd(gk_nn_model *m, const dacts *a, const void *w,
+		      const void *b, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	if (cu->gelu_epi)
+		return mm_fwd_gelu(m, a->fchg, a->fch, a->ln2, w, b, N, C, 4 * C, err);
+	if (mm_fwd(m, a->fch, a->ln2, w, b, NULL, N, C, 4 * C, err) < 0)
+		return -1;
+	return gk_nn_cu_gelu_fwd(a->fchg, a->fch, cu->dt, (size_t)N * 4 * C, cu->s, err);
+}
+
 static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
@@ -766,10 +802,7 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 	    gk_nn_cu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, W(o->ln2w),
 				   W(o->ln2b), cu->dt, N, C, eps, cu->s,
 				   err) < 0 ||
-	    mm_fwd(m, a.fch, a.ln2, W(o->fcw), W(o->fcb), NULL, N, C, 4 * C,
-		   err) < 0 ||
-	    gk_nn_cu_gelu_fwd(a.fchg, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
-			      err) < 0 ||
+	    mlp_fc_fwd(m, &a, W(o->fcw), W(o->fcb), err) < 0 ||
 	    mm_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
 		   4 * C, C, err) < 0)
 		return -1;
@@ -934,21 +967,25 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	}
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 #define G(off) gk_nn_cuda_grad_at(m, off)
+	/* dfc: d(c_proj's input) times gelu'(fch), in the epilogue or by
+	 * gelu.cu's kernel */
 	if (mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), cu->dres,
-		   a.fchg, W(o->fcprojw), N, 4 * C, C, err) < 0 ||
-	    gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
-			      err) < 0 ||
+		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, N, 4 * C,
+		   C, err) < 0 ||
+	    (!cu->gelu_epi &&
+	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
+			       err) < 0) ||
 	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, a.ln2,
-		   W(o->fcw), N, C, 4 * C, err) < 0 ||
+		   W(o->fcw), NULL, N, C, 4 * C, err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln2w), G(o->ln2b),
 				   cu->colsum, cu->dln, a.res2, W(o->ln2w),
 				   a.ln2m, a.ln2r, cu->dt, N, C, cu->s,
 				   err) < 0 ||
 	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), cu->dres,
-		   a.atty, W(o->attprojw), N, C, C, err) < 0 ||
+		   a.atty, W(o->attprojw), NULL, N, C, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
 	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, a.ln1,
-		   W(o->qkvw), N, C, 3 * C, err) < 0 ||
+		   W(o->qkvw), NULL, N, C, 3 * C, err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln1w), G(o->ln1b),
 				   cu->colsum, cu->dln, a.in, W(o->ln1w),
 				   a.ln1m, a.ln1r, cu->dt, N, C, cu->s,

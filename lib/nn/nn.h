@@ -255,6 +255,17 @@ int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *er
  */
 const char *gk_nn_attention_desc(const gk_nn_config *c, const gk_nn_opts *o);
 
+/*
+ * 1 when a CUDA model of c and o runs the MLP's GELU in cuBLASLt's
+ * epilogues (c_fc's GELU_AUX_BIAS forward, c_proj's DGELU backward), 0
+ * when as gelu.cu's kernels between the matmuls. GK_CUDA_GELU chooses:
+ * "epilogue", "kernel", or unset (the epilogue where cuBLASLt takes it:
+ * the aux matrix's leading dimension 4 * hidden a multiple of 8, so an
+ * odd hidden size runs the kernels); -1 with the reason in err for an
+ * unknown name or the epilogue asked for where it cannot run.
+ */
+int gk_nn_gelu_epilogue(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err);
+
 /* Allocate parameters, gradients and activations for opts' B x T. The
  * parameters are zero until gk_nn_init or gk_nn_load. */
 int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,

@@ -432,11 +432,15 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
 	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION,
-	 * the precision and the head size) */
+	 * the precision and the head size) and where the MLP's GELU runs
+	 * (GK_CUDA_GELU) */
+	gk_err ignore;
 	size_t dl = strlen(t->device_desc);
 	const char *attn = gk_nn_attention_desc(&t->cfg, &mo);
 	if (t->cuda && dl && attn)
-		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s", attn);
+		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s; GELU %s", attn,
+			 gk_nn_gelu_epilogue(&t->cfg, &mo, &ignore) == 1 ? "in the matmul epilogue"
+									  : "kernels");
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
 	if (rc == 0 && t->grid.pp > 1)

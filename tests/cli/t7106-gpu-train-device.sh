@@ -146,17 +146,17 @@ test_expect_success GPU 'GPU, fp32: the losses within 1e-4 of the CPU'"'"'s' '
 	close_to g32.losses cpu.losses 1e-4
 '
 
-test_expect_success GPU 'GPU: the start names the device, the CUDA versions and the attention (tensor cores in bf16)' '
+test_expect_success GPU 'GPU: the start names the device, the CUDA versions, the attention (tensor cores in bf16) and the GELU' '
 	rm -f gs.launch gf.launch &&
 	CUEMU_LAUNCH_LOG=$PWD/gs.launch gpu-train ${A% --json} --device cuda --steps 1 >gs.txt &&
-	grep -E "^cuda:0: .* \(sm_[0-9]+, [0-9.]+ GiB\); driver for CUDA [0-9]+\.[0-9]+, runtime CUDA [0-9]+\.[0-9]+; fused attention on tensor cores$" gs.txt &&
+	grep -E "^cuda:0: .* \(sm_[0-9]+, [0-9.]+ GiB\); driver for CUDA [0-9]+\.[0-9]+, runtime CUDA [0-9]+\.[0-9]+; fused attention on tensor cores; GELU in the matmul epilogue$" gs.txt &&
 	CUEMU_LAUNCH_LOG=$PWD/gf.launch gpu-train ${A% --json} --device cuda --precision fp32 \
 		--steps 1 >gf.txt &&
-	grep -E "^cuda:0: .*; fused attention$" gf.txt &&
+	grep -E "^cuda:0: .*; fused attention; GELU in the matmul epilogue$" gf.txt &&
 	# on the emulation: the kernels the line names are the ones launched
 	{ test -z "$GK_CUEMU" || { grep "^tc_fwd" gs.launch && ! grep "^tc_" gf.launch; }; } &&
-	GK_CUDA_ATTENTION=matmul gpu-train $A --device cuda --steps 1 --json >gm.json &&
-	jq -s -e "map(select(.event == \"start\"))[0] | .gpu | endswith(\"; matmul attention\")" gm.json
+	GK_CUDA_ATTENTION=matmul GK_CUDA_GELU=kernel gpu-train $A --device cuda --steps 1 --json >gm.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .gpu | endswith(\"; matmul attention; GELU kernels\")" gm.json
 '
 
 test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CPU'"'"'s' '

@@ -6,9 +6,13 @@
  * give the right values in every order. Built and run by check-cuemu
  * (tests/cuemu/cuemu.mk) in each order; the tests of the orders
  * themselves run this program again as children with CUEMU_ORDER set.
+ * The fake cuBLASLt's GELU epilogues: their values against a double
+ * reference, and the descriptors cublasLt.h's rules forbid refused.
  */
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <mma.h>
 #include <nccl.h>
 #include <signal.h>
@@ -456,6 +460,159 @@ static float *dev_floats(size_t n)
 	return (float *)p;
 }
 
+/*
+ * One fp32 GEMM through the fake cuBLASLt, column-major: D (M,N) = A (M,K)
+ * B (K,N) with an epilogue; aux (leading dimension auxld, type auxtype
+ * unless -1) and bias set when given. aux_at_heur: the aux pointer the
+ * heuristic sees, when it differs from the matmul's. Returns the first
+ * status that is not success.
+ */
+enum { LM = 16, LN = 3, LK = 5 };
+
+static cublasStatus_t lt_gemm(uint32_t epi, float *D, const float *A, const float *Bm,
+			      void *bias, void *aux, int64_t auxld, int32_t auxtype,
+			      void *aux_at_heur)
+{
+	cublasLtHandle_t h;
+	cublasLtMatmulDesc_t d;
+	cublasLtMatrixLayout_t la, lb, ld;
+	cublasLtMatmulPreference_t pr;
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	cublasStatus_t st;
+	cublasLtCreate(&h);
+	cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, LM, LK, LM);
+	cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, LK, LN, LK);
+	cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, LM, LN, LM);
+	cublasLtMatmulPreferenceCreate(&pr);
+	float alpha = 1.0f, beta = 0.0f;
+	void *heur_aux = aux_at_heur ? aux_at_heur : aux;
+	if ((st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+						 sizeof epi)) ||
+	    (bias && (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+							  &bias, sizeof bias))) ||
+	    (heur_aux && (st = cublasLtMatmulDescSetAttribute(d,
+					CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &heur_aux,
+					sizeof heur_aux))) ||
+	    (auxld && (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+							   &auxld, sizeof auxld))) ||
+	    (auxtype != -1 && (st = cublasLtMatmulDescSetAttribute(d,
+					CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxtype,
+					sizeof auxtype))) ||
+	    (st = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, ld, ld, pr, 1, &res, &found)))
+		goto out;
+	if (aux_at_heur &&
+	    (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+						 &aux, sizeof aux)))
+		goto out;
+	st = cublasLtMatmul(h, d, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &res.algo, NULL, 0,
+			    NULL);
+	cudaDeviceSynchronize();
+out:
+	cublasLtMatmulPreferenceDestroy(pr);
+	cublasLtMatrixLayoutDestroy(la);
+	cublasLtMatrixLayoutDestroy(lb);
+	cublasLtMatrixLayoutDestroy(ld);
+	cublasLtMatmulDescDestroy(d);
+	cublasLtDestroy(h);
+	return st;
+}
+
+/* GPT-2's gelu_new and its derivative in double, written from the formula. */
+static double gelu_ref(double x)
+{
+	double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+	return 0.5 * x * (1.0 + tanh(u));
+}
+
+static double gelu_grad_ref(double x)
+{
+	double h = 1e-4; /* central difference: a second way to the derivative */
+	return (gelu_ref(x + h) - gelu_ref(x - h)) / (2 * h);
+}
+
+static void test_lt_gelu(void)
+{
+	static float ha[LM * LK], hb[LK * LN], hbias[LM], hd[LM * LN], haux[LM * LN], hg[LM];
+	double pre[LM * LN], prod[LM * LN];
+	for (int i = 0; i < LM * LK; i++)
+		ha[i] = (float)((i * 7) % 11 - 5) * 0.125f;
+	for (int i = 0; i < LK * LN; i++)
+		hb[i] = (float)((i * 5) % 7 - 3) * 0.25f;
+	for (int i = 0; i < LM; i++)
+		hbias[i] = (float)(i % 5 - 2) * 0.5f;
+	for (int j = 0; j < LN; j++)
+		for (int i = 0; i < LM; i++) {
+			double acc = 0;
+			for (int p = 0; p < LK; p++)
+				acc += (double)ha[i + p * LM] * hb[p + j * LK];
+			prod[i + j * LM] = acc;
+			pre[i + j * LM] = acc + hbias[i];
+		}
+	float *A = dev_floats(LM * LK), *Bm = dev_floats(LK * LN), *bias = dev_floats(LM);
+	float *D = dev_floats(LM * LN), *aux = dev_floats(LM * LN + 64);
+	cudaMemcpy(A, ha, sizeof ha, cudaMemcpyHostToDevice);
+	cudaMemcpy(Bm, hb, sizeof hb, cudaMemcpyHostToDevice);
+	cudaMemcpy(bias, hbias, sizeof hbias, cudaMemcpyHostToDevice);
+
+	/* forward: D = gelu(AB + bias), aux = AB + bias */
+	cublasStatus_t st = lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, D, A, Bm, bias, aux, LM, -1,
+				    NULL);
+	cudaMemcpy(hd, D, sizeof hd, cudaMemcpyDeviceToHost);
+	cudaMemcpy(haux, aux, sizeof haux, cudaMemcpyDeviceToHost);
+	double wd = 0, wa = 0;
+	for (int i = 0; i < LM * LN; i++) {
+		wd = fmax(wd, fabs(hd[i] - gelu_ref(pre[i])));
+		wa = fmax(wa, fabs(haux[i] - pre[i]));
+	}
+	ok(st == CUBLAS_STATUS_SUCCESS && wd < 1e-5 && wa < 1e-6,
+	   "cuBLASLt GELU_AUX_BIAS: D is gelu_new(AB + bias) (off by %.2g), aux AB + bias (%.2g)",
+	   wd, wa);
+
+	/* backward: D = AB * gelu'(aux), the bias gradient its row sums */
+	st = lt_gemm(CUBLASLT_EPILOGUE_DGELU_BGRAD, D, A, Bm, bias, aux, LM, -1, NULL);
+	cudaMemcpy(hd, D, sizeof hd, cudaMemcpyDeviceToHost);
+	cudaMemcpy(hg, bias, sizeof hg, cudaMemcpyDeviceToHost);
+	double wg = 0, wb = 0;
+	for (int i = 0; i < LM; i++) {
+		double sum = 0;
+		for (int j = 0; j < LN; j++) {
+			double want = prod[i + j * LM] * gelu_grad_ref(pre[i + j * LM]);
+			wg = fmax(wg, fabs(hd[i + j * LM] - want));
+			sum += want;
+		}
+		wb = fmax(wb, fabs(hg[i] - sum));
+	}
+	ok(st == CUBLAS_STATUS_SUCCESS && wg < 1e-5 && wb < 1e-5,
+	   "cuBLASLt DGELU_BGRAD: D is AB * gelu'(aux) (off by %.2g), the bias gradient its row "
+	   "sums (%.2g)", wg, wb);
+
+	/* what cublasLt.h's rules forbid */
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, D, A, Bm, bias, aux, 20, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX_BIAS: an aux leading dimension of 20 (no multiple of 8) is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_DGELU, D, A, Bm, NULL, aux, 8, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt DGELU: an aux leading dimension of 8 below D's 16 rows is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, NULL, LM, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX: without an aux pointer it is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, aux, LM, CUDA_R_16BF, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX: a bf16 aux matrix with an fp32 D is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_DGELU_BGRAD, D, A, Bm, NULL, aux, LM, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt DGELU_BGRAD: without the bias gradient's pointer it is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, aux + 1, LM, -1, aux) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX: an aux pointer less aligned than the heuristic's is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU, D, A, Bm, NULL, NULL, 0, -1, NULL) ==
+		   CUBLAS_STATUS_SUCCESS,
+	   "cuBLASLt GELU (no aux) needs no aux pointer");
+	cudaFree(A), cudaFree(Bm), cudaFree(bias), cudaFree(D), cudaFree(aux);
+}
+
 static void run_divergent(void)
 {
 	divergent_barrier<<<1, 32>>>(dev_floats(32));
@@ -774,6 +931,7 @@ int main(int argc, char **argv)
 	for (int l = 0; l < 32; l++)
 		good &= s[l] == 496.0f && bal[l] == 0x49249249u && down[l] == (l < 31 ? l + 1 : 31);
 	ok(good, "butterfly sum, ballot and shuffle down over a warp");
+	test_lt_gelu();
 
 	ok(dies_with(run_divergent, "__syncthreads reached by 16 threads while 16 have returned", got,
 		     sizeof got) && strstr(got, "divergent_barrier"),

@@ -18,11 +18,18 @@
  *   - determinism: the same seed twice gives the same losses and
  *     parameters, bit for bit;
  *   - parameters round-trip host -> device -> host unchanged (checkpoints
- *     interchange), and memory by category matches what was allocated.
+ *     interchange), and memory by category matches what was allocated;
+ *   - the MLP's GELU in cuBLASLt's epilogues and as gelu.cu's kernels
+ *     (GK_CUDA_GELU): one step in fp32, TF32 and bf16 each way against
+ *     the CPU, the two ways within the same tolerances of each other,
+ *     the same memory, and on the emulation the GEMMs' epilogues as its
+ *     manifest (CUEMU_GEMM_LOG) lists them.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/cuda.h"
 #include "nn/cuda_internal.h"
@@ -618,6 +625,166 @@ static void test_model(void)
 	gk_nn_free(cpu);
 }
 
+/* Lines of the emulation's GEMM manifest naming an epilogue. */
+static int manifest_count(const char *path, const char *epilogue)
+{
+	FILE *f = fopen(path, "r");
+	char line[512], want[64];
+	int n = 0;
+	snprintf(want, sizeof want, " epilogue %s\n", epilogue);
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		size_t ll = strlen(line), wl = strlen(want);
+		n += ll >= wl && strcmp(line + ll - wl, want) == 0;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
+ * GK_CUDA_GELU=epilogue and =kernel at each precision: one step's loss
+ * against the CPU's (fp32 and TF32 also every gradient, fp32 within the
+ * one-step test's bounds, TF32 within 1e-2 max|g| + 2e-2|ref|, inputs
+ * rounded to 10 bits), the epilogue's gradients against the kernels'
+ * within the same bounds, the same device memory both ways. On the
+ * emulation (GK_CUEMU) its manifest shows the epilogues: c_fc's forward
+ * GELU_AUX_BIAS and c_proj's input gradient DGELU once per layer, and
+ * none of either from the kernel path.
+ */
+static void test_gelu_epilogue(void)
+{
+	static const struct { int prec; const char *name; double abs, rel; } P[] = {
+		{GK_NN_FP32, "fp32", 1e-4, 1e-3},
+		{GK_NN_TF32, "tf32", 1e-2, 2e-2},
+		{GK_NN_BF16, "bf16", 0, 0},
+	};
+	static const char *const way[2] = {"kernel", "epilogue"};
+	gk_err err = {0};
+	gk_nn_config c = cfg();
+	const char *cuemu = getenv("GK_CUEMU");
+	char log[64];
+	snprintf(log, sizeof log, "nn_cuda-gemm.%d.log", (int)getpid());
+	int32_t tok[B * T], tgt[B * T];
+	batch(tok, tgt, 0);
+	gk_nn_model *cpu = model(GK_NN_CPU, 0, &err);
+	float lc;
+	if (!ok(cpu && gk_nn_forward(cpu, tok, tgt, &lc, &err) == 0 &&
+		gk_nn_backward(cpu, 1.0f, NULL, NULL, &err) == 0,
+		"GELU: CPU reference step%s%s", err.msg[0] ? ": " : "", err.msg))
+		return;
+	size_t n = gk_nn_nparams(cpu), nt;
+	const gk_nn_tensor *t = gk_nn_tensors(cpu, &nt);
+	for (size_t p = 0; p < sizeof P / sizeof P[0]; p++) {
+		float loss[2] = {0, 0};
+		float *g[2] = {malloc(n * 4), malloc(n * 4)};
+		gk_nn_mem mem[2];
+		memset(mem, 0, sizeof mem);
+		for (int w = 0; w < 2; w++) {
+			setenv("GK_CUDA_GELU", way[w], 1);
+			gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA,
+					.precision = P[p].prec};
+			ok(gk_nn_gelu_epilogue(&c, &o, &err) == w,
+			   "GELU %s %s: the model's choice", P[p].name, way[w]);
+			remove(log);
+			if (cuemu)
+				setenv("CUEMU_GEMM_LOG", log, 1);
+			gk_nn_model *m = model(GK_NN_CUDA, P[p].prec, &err);
+			int rc = m && gk_nn_forward(m, tok, tgt, &loss[w], &err) == 0 &&
+				 gk_nn_backward(m, 1.0f, NULL, NULL, &err) == 0 &&
+				 gk_nn_cuda_download(m, GK_NN_GRADS, &err) == 0;
+			unsetenv("CUEMU_GEMM_LOG");
+			if (!ok(rc, "GELU %s %s: one step%s%s", P[p].name, way[w],
+				err.msg[0] ? ": " : "", err.msg)) {
+				gk_nn_free(m);
+				continue;
+			}
+			memcpy(g[w], gk_nn_grads(m), n * 4);
+			gk_nn_memory(m, &mem[w]);
+			gk_nn_free(m);
+			if (P[p].prec == GK_NN_BF16)
+				ok(fabsf(loss[w] - lc) <= 0.02f + 0.01f * fabsf(lc),
+				   "GELU bf16 %s: loss %.5f, CPU fp32 %.5f (within 0.02 + 1%%)",
+				   way[w], loss[w], lc);
+			else
+				ok(fabsf(loss[w] - lc) <= (P[p].prec == GK_NN_FP32 ? 1e-5f : 1e-3f) *
+								  fabsf(lc),
+				   "GELU %s %s: loss %.7f, CPU %.7f", P[p].name, way[w], loss[w], lc);
+			if (cuemu) {
+				int L = (int)c.layers;
+				int fwd = manifest_count(log, "GELU_AUX_BIAS");
+				int bwd = manifest_count(log, "DGELU");
+				ok(w ? fwd == L && bwd == L : fwd == 0 && bwd == 0,
+				   "GELU %s %s: the manifest has %d GELU_AUX_BIAS and %d DGELU "
+				   "GEMMs (want %d each)", P[p].name, way[w], fwd, bwd, w ? L : 0);
+			}
+		}
+		remove(log);
+		ok(mem[1].activations == mem[0].activations && mem[1].workspace == mem[0].workspace,
+		   "GELU %s: the same activations (%llu bytes) and scratch (%llu) both ways",
+		   P[p].name, (unsigned long long)mem[1].activations,
+		   (unsigned long long)mem[1].workspace);
+		if (P[p].prec != GK_NN_BF16) {
+			/* each way against the CPU, and the two against each other */
+			const float *ref[3] = {gk_nn_grads(cpu), gk_nn_grads(cpu), g[0]};
+			const float *got[3] = {g[0], g[1], g[1]};
+			static const char *const what[3] = {"kernel vs CPU", "epilogue vs CPU",
+							    "epilogue vs kernel"};
+			for (int k = 0; k < 3; k++) {
+				int bad = 0;
+				for (size_t i = 0; i < nt; i++) {
+					double big = 0;
+					size_t at = 0;
+					for (size_t j = 0; j < t[i].numel; j++)
+						big = fmax(big, fabs(ref[k][t[i].off + j]));
+					if (worst(got[k] + t[i].off, ref[k] + t[i].off, t[i].numel,
+						  P[p].abs * big + 1e-9, P[p].rel, &at) > 1.0) {
+						diag("%s %s: %s[%zu]: got %g want %g", P[p].name, what[k],
+						     t[i].name, at, got[k][t[i].off + at],
+						     ref[k][t[i].off + at]);
+						bad++;
+					}
+				}
+				ok(bad == 0, "GELU %s, %s: every gradient within %g max|g| + %g|ref|",
+				   P[p].name, what[k], P[p].abs, P[p].rel);
+			}
+		}
+		free(g[0]);
+		free(g[1]);
+	}
+
+	/* --recompute gelu with the epilogue: the forward's GELU in the
+	 * epilogue, backward's again by the kernel from the kept input */
+	setenv("GK_CUDA_GELU", "epilogue", 1);
+	gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA, .precision = GK_NN_FP32,
+			.recompute = GK_NN_RECOMPUTE_GELU};
+	gk_nn_model *rg = NULL;
+	float lr = 0;
+	int rc = gk_nn_new(&rg, &c, &o, &err) == 0;
+	if (rc) {
+		gk_nn_init(rg, 7);
+		rc = gk_nn_cuda_upload(rg, GK_NN_PARAMS, &err) == 0 &&
+		     gk_nn_forward(rg, tok, tgt, &lr, &err) == 0 &&
+		     gk_nn_backward(rg, 1.0f, NULL, NULL, &err) == 0 &&
+		     gk_nn_cuda_download(rg, GK_NN_GRADS, &err) == 0;
+	}
+	int bad = 0;
+	for (size_t i = 0; rc && i < nt; i++) {
+		double big = 0;
+		size_t at = 0;
+		for (size_t j = 0; j < t[i].numel; j++)
+			big = fmax(big, fabs(gk_nn_grads(cpu)[t[i].off + j]));
+		bad += worst(gk_nn_grads(rg) + t[i].off, gk_nn_grads(cpu) + t[i].off, t[i].numel,
+			     1e-4 * big + 1e-9, 1e-3, &at) > 1.0;
+	}
+	ok(rc && bad == 0 && fabsf(lr - lc) <= 1e-5f * fabsf(lc),
+	   "GELU fp32 epilogue, recompute gelu: loss %.7f and every gradient as the CPU's%s%s", lr,
+	   err.msg[0] ? ": " : "", err.msg);
+	gk_nn_free(rg);
+	unsetenv("GK_CUDA_GELU");
+	gk_nn_free(cpu);
+}
+
 /*
  * ZeRO-1 on the device (gpu-train --zero 1): AdamW over two ranges of the
  * flat buffer, cut inside a tensor, on two models with the same
@@ -834,6 +1001,28 @@ static void test_refusals(int usable, const char *why)
 	gk_nn_memory(m, &mem);
 	is_u64(mem.optimizer, 0, "CPU model: no optimizer memory of its own");
 	gk_nn_free(m);
+
+	/* the GELU's way: named, or chosen by the aux matrix's leading
+	 * dimension (4 x hidden, a multiple of 8 for cuBLASLt) */
+	gk_nn_config odd = c;
+	odd.hidden = 45, odd.heads = 5;
+	gk_nn_opts oc = o;
+	oc.device = GK_NN_CUDA;
+	unsetenv("GK_CUDA_GELU");
+	is_int(gk_nn_gelu_epilogue(&c, &oc, &err), 1, "GELU: the epilogue by default");
+	is_int(gk_nn_gelu_epilogue(&odd, &oc, &err), 0,
+	       "GELU: the kernels at hidden 45 (aux leading dimension 180)");
+	setenv("GK_CUDA_GELU", "epilogue", 1);
+	ok(gk_nn_gelu_epilogue(&odd, &oc, &err) < 0 &&
+	   strstr(err.msg, "multiple of 8") && strstr(err.msg, "GK_CUDA_GELU=kernel"),
+	   "GELU: the epilogue asked for at hidden 45 is refused (%s)", err.msg);
+	setenv("GK_CUDA_GELU", "fused", 1);
+	ok(gk_nn_gelu_epilogue(&c, &oc, &err) < 0 &&
+	   strstr(err.msg, "GK_CUDA_GELU 'fused': must be epilogue or kernel"),
+	   "GELU: an unknown way is refused (%s)", err.msg);
+	setenv("GK_CUDA_GELU", "kernel", 1);
+	is_int(gk_nn_gelu_epilogue(&c, &oc, &err), 0, "GELU: the kernels when asked");
+	unsetenv("GK_CUDA_GELU");
 }
 
 int main(void)
@@ -852,6 +1041,7 @@ int main(void)
 	test_classifier();
 #endif
 	test_model();
+	test_gelu_epilogue();
 	test_ranges();
 	test_buckets();
 	return done_testing();
