@@ -237,6 +237,38 @@ test_expect_success 'sbatch-train: USR1 while it runs, checkpoint, requeue, resu
 	test_cmp ref.last job.last
 '
 
+# A stop that comes before the ranks start (the script's first command,
+# squeue, signals the batch shell once, as scancel --signal=USR1 --batch
+# would; not its $PPID: with traps set, bash runs a command substitution's
+# command in a subshell of its own)
+# used to kill the script, and the job with it, with no requeue: the run
+# now does not start, the job is requeued and its next run trains.
+test_expect_success 'sbatch-train: USR1 before the ranks start requeues the job, which then runs' '
+	mkdir early &&
+	cat >early/squeue <<-EOF &&
+	#!/bin/sh
+	if mkdir "$PWD/early/signalled" 2>/dev/null; then
+		kill -USR1 \$(pgrep -o -f "/job0*\$SLURM_JOB_ID/slurm_script")
+	fi
+	exec $(command -v squeue) "\$@"
+	EOF
+	chmod +x early/squeue &&
+	PATH="$PWD/early:$PATH" DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=4 BIND=0 \
+		CKPT="$PWD/ck-early" LOG=early.jsonl \
+		sbatch --parsable -N 1 --ntasks-per-node 2 -o early.out -e early.err \
+		"$GK_TOP/scripts/sbatch-train" >jobid-early &&
+	job=$(cat jobid-early) &&
+	test_when_finished "scancel $job 2>/dev/null || :" &&
+	wait_requeued $job &&
+	cat early.err &&
+	test -d early/signalled &&
+	grep -Fx "sbatch-train: stopped (USR1 or TERM) before the ranks started: requeueing" early.err &&
+	scontrol show job $job >show-early &&
+	grep -E "Restarts=1( |$)" show-early &&
+	grep "JobState=COMPLETED" show-early &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [1, 2, 3, 4]" early.jsonl
+'
+
 test_expect_success 'a failing training job: its exit code and message reach the user' '
 	test_expect_code 1 timeout 120 env DATA=missing.bin MODEL="$TINY" ARGS="--batch 4" \
 		STEPS=4 BIND=0 CKPT="$PWD/ck-bad" LOG=bad.jsonl \
