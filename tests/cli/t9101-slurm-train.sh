@@ -17,7 +17,8 @@ fi
 slurm_start
 
 # The ranks are stopped (SIGSTOP) as soon as both have their signal
-# handlers in, and continued once USR1 is pending in each, so the signal
+# handlers in, USR1 is sent once both are stopped, and they are
+# continued once it is pending in each, so the signal
 # lands before the run ends however slowly srun, scancel and slurmctld act
 # and however loaded the machine is. (The test once waited for the
 # periodic checkpoint of step 500 instead: under a loaded CI its commit,
@@ -78,6 +79,64 @@ usr1_states() {
 	done >&2
 	scontrol show step "$(cat jobid).0" >&2 2>&1 || :
 	cat job.err >&2 2>/dev/null || :
+}
+
+# Wait until each rank has stopped. kill -STOP only queues the signal: a
+# rank acts on it when it next runs, and a USR1 that reaches it before
+# that is handled first (the kernel takes the lower signal number first),
+# so its handler runs, the rank then stops with nothing pending, and the
+# wait below never ends. A loaded machine once kept a rank off the CPU
+# for the whole of scancel's way to it. Once the rank is stopped (State T)
+# a USR1 stays pending until SIGCONT.
+ranks_stopped() {
+	i=0
+	for pid in "$@"; do
+		until grep -q "^State:[[:space:]]*T" /proc/$pid/status 2>/dev/null; do
+			i=$((i + 1))
+			[ "$i" -lt 600 ] || {
+				echo "ranks_stopped: rank $pid not stopped 60 s after SIGSTOP" >&2
+				usr1_states
+				return 1
+			}
+			sleep 0.1
+		done
+	done
+}
+
+# GK_T9101_FREEZER=DIR (a cgroup v1 freezer directory, as root) widens
+# that window to all of it: the ranks are frozen before the SIGSTOP and
+# thawed once USR1 is pending in both (or after 3 s, when it is not sent
+# before they stop), and the test goes on once they are thawed.
+freeze_ranks() {
+	thawer=
+	[ -n "${GK_T9101_FREEZER:-}" ] || return 0
+	mkdir -p "$GK_T9101_FREEZER" || return 1
+	for pid in "$@"; do
+		for t in /proc/$pid/task/*; do
+			echo "${t##*/}" >"$GK_T9101_FREEZER/tasks" || return 1
+		done
+	done
+	echo FROZEN >"$GK_T9101_FREEZER/freezer.state" || return 1
+	test_wait_for 30 "the ranks frozen" grep -q FROZEN "$GK_T9101_FREEZER/freezer.state" ||
+		return 1
+	(
+		i=0
+		while [ $i -lt 30 ]; do
+			n=0
+			for pid in "$@"; do
+				usr1_pending_in $pid && n=$((n + 1))
+			done
+			[ $n = $# ] && break
+			i=$((i + 1))
+			sleep 0.1
+		done
+		echo THAWED >"$GK_T9101_FREEZER/freezer.state"
+	) &
+	thawer=$!
+}
+
+thawed() {
+	[ -z "$thawer" ] || wait $thawer
 }
 
 # Wait until USR1 is pending in every rank.
@@ -152,9 +211,12 @@ test_expect_success 'sbatch-train: USR1 while it runs, checkpoint, requeue, resu
 	job=$(cat jobid) &&
 	test_when_finished "scancel $job 2>/dev/null || :" &&
 	pids=$(ranks_catching) &&
+	freeze_ranks $pids &&
 	kill -STOP $pids &&
 	test_when_finished cont_ranks &&
+	ranks_stopped $pids &&
 	scancel --signal=USR1 --batch $job &&
+	thawed &&
 	usr1_pending &&
 	kill -CONT $(ranks) &&
 	wait_requeued $job &&
@@ -173,6 +235,38 @@ test_expect_success 'sbatch-train: USR1 while it runs, checkpoint, requeue, resu
 	test -f ck/step-$(printf %08d $at)/COMMIT &&
 	losses train.jsonl | tail -n 1 >job.last &&
 	test_cmp ref.last job.last
+'
+
+# A stop that comes before the ranks start (the script's first command,
+# squeue, signals the batch shell once, as scancel --signal=USR1 --batch
+# would; not its $PPID: with traps set, bash runs a command substitution's
+# command in a subshell of its own)
+# used to kill the script, and the job with it, with no requeue: the run
+# now does not start, the job is requeued and its next run trains.
+test_expect_success 'sbatch-train: USR1 before the ranks start requeues the job, which then runs' '
+	mkdir early &&
+	cat >early/squeue <<-EOF &&
+	#!/bin/sh
+	if mkdir "$PWD/early/signalled" 2>/dev/null; then
+		kill -USR1 \$(pgrep -o -f "/job0*\$SLURM_JOB_ID/slurm_script")
+	fi
+	exec $(command -v squeue) "\$@"
+	EOF
+	chmod +x early/squeue &&
+	PATH="$PWD/early:$PATH" DATA=train.bin MODEL="$TINY" ARGS="--batch 4" STEPS=4 BIND=0 \
+		CKPT="$PWD/ck-early" LOG=early.jsonl \
+		sbatch --parsable -N 1 --ntasks-per-node 2 -o early.out -e early.err \
+		"$GK_TOP/scripts/sbatch-train" >jobid-early &&
+	job=$(cat jobid-early) &&
+	test_when_finished "scancel $job 2>/dev/null || :" &&
+	wait_requeued $job &&
+	cat early.err &&
+	test -d early/signalled &&
+	grep -Fx "sbatch-train: stopped (USR1 or TERM) before the ranks started: requeueing" early.err &&
+	scontrol show job $job >show-early &&
+	grep -E "Restarts=1( |$)" show-early &&
+	grep "JobState=COMPLETED" show-early &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [1, 2, 3, 4]" early.jsonl
 '
 
 test_expect_success 'a failing training job: its exit code and message reach the user' '
