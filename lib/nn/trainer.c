@@ -382,10 +382,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	}
 	if (t->grid.pp > 1) {
 		int l0, l1;
-		int r = t->cuda ? gk_errf(err, "pipeline parallelism runs on the CPU backend only "
-					  "(this run is on %s)", t->device)
-				: gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0,
-						  &l1, err);
+		int r = gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0, &l1, err);
 		if (gk_nn_tr_agree_local(t, r, err) < 0) {
 			t->agreed = 2;
 			return -1;
