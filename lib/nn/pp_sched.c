@@ -421,6 +421,11 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 {
 	/* Megatron's embedding group: the head's part of wte's gradient (the
 	 * last stage's) and the embedding's (the first's), summed on both */
+	/* on GPUs with the data-parallel average through host memory (dp.c's
+	 * via_host), the last stage's wte is averaged on the host after the
+	 * range went back up: up again, so that the device has it too */
+	if (t->cuda && t->dp->via_host && t->dp->head && gk_nn_upload(t->m, GK_NN_GRADS, err) < 0)
+		return -1;
 	if (!t->grid.embc)
 		return 0;
 	/* on GPUs the device's gradients, over the group's NCCL */
@@ -433,6 +438,20 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 		n = t->dp->own[1][1] - t->dp->own[1][0];
 	}
 	return gk_comm_allreduce(c, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
+}
+
+int gk_nn_tr_pp_moments(gk_nn_trainer *t, int upload, gk_err *err)
+{
+	gk_nn_dp *dp = t->dp;
+	/* the host's layout: the range's pieces, then wte's (dp.c) */
+	for (int k = 0; k < 2; k++) {
+		size_t at = k ? dp->per[0] : 0;
+		if (dp->own[k][1] > dp->own[k][0] &&
+		    gk_nn_moments_sync(t->m, dp->own[k][0], dp->own[k][1], dp->mom + at,
+				       dp->vel + at, upload, err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)

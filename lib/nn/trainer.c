@@ -539,8 +539,9 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	gk_nn_dp_params_shard(dp);
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && !dp->host_update &&
-	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom, dp->vel, 1,
-				err) < 0))
+	     (dp->pp_stage >= 0 ? gk_nn_tr_pp_moments(t, 1, err) :
+	      gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom, dp->vel, 1,
+				 err)) < 0))
 		return -1;
 	return 0;
 }
