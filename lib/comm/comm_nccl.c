@@ -729,9 +729,13 @@ int gk_comm_nccl_pair(gk_comm *c, const gk_comm_call *s, const gk_comm_call *r, 
 	nccl_state *st = c->nccl;
 	if (usable(st, err) < 0)
 		return -1;
-	snprintf(st->last, sizeof st->last, "send of %zu %s to %d with receive from %d",
-		 s ? s->count : 0, gk_dtype_name((s ? s : r)->dt), s ? s->root : -1,
-		 r ? r->root : -1);
+	const gk_comm_call *k = s ? s : r;
+	if (s && r)
+		snprintf(st->last, sizeof st->last, "send of %zu %s to %d with receive from %d",
+			 k->count, gk_dtype_name(k->dt), s->root, r->root);
+	else
+		snprintf(st->last, sizeof st->last, "%s of %zu %s %s %d", s ? "send" : "receive",
+			 k->count, gk_dtype_name(k->dt), s ? "to" : "from", k->root);
 	if (gk_cuda_set_device(st->device, err) < 0 ||
 	    gk_cuda_event_record(st->ready, st->user, err) < 0 ||
 	    gk_cuda_stream_wait(st->stream, st->ready, err) < 0)
