@@ -7,7 +7,8 @@ activations and their gradients go between the stages over NCCL (send
 and receive in groups on a communicator of the pipeline), the tied
 embedding'"'"'s two gradients are summed over NCCL. Against one GPU on the
 same global batch the losses are the same bits (the same kernels in the
-same order on each micro-batch), fp32 and bf16, 1F1B and GPipe; against the
+same order on each micro-batch), fp32 and bf16, 1F1B and GPipe, and so is
+the validation loss of the pipeline forward; against the
 CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). A
 stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
 checkpoint resumes on one GPU (the same bits as the run that never
@@ -27,16 +28,22 @@ test_gpu_prereqs HAVE_CUDA
 N=3
 A="--data train.bin $TINY --batch 4 --grad-accum 3 --steps $N --json"
 G="$A --device cuda --precision fp32"
+# evaluation at the last step: the pipeline forward only
+E="--val-data val.bin --eval-every $N --eval-batches 2"
 
-test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses of one GPU bit for bit, 1F1B and GPipe, and of the CPU pipeline within 1e-4' '
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, and of the CPU pipeline within 1e-4' '
 	train_data &&
-	gpu-train $G >one.json &&
+	gpu-train $G $E >one.json &&
 	losses one.json >one &&
 	test $(wc -l <one) = $N &&
-	mpi 2 $G --pp 2 >pp.json &&
+	mpi 2 $G $E --pp 2 >pp.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | (.device | startswith(\"cuda:\")) and .pp == 2 and .dp == 1" pp.json &&
 	losses pp.json >pp &&
 	test_cmp one pp &&
+	jq -r "select(.event == \"summary\") | .val_loss" one.json >one.val &&
+	jq -r "select(.event == \"summary\") | .val_loss" pp.json >pp.val &&
+	grep "^[0-9]" one.val &&
+	test_cmp one.val pp.val &&
 	mpi 2 $G --pp 2 --pp-schedule gpipe >gp.json &&
 	losses gp.json >gp &&
 	test_cmp one gp &&
