@@ -18,7 +18,8 @@
 #      no device ending the job at setup instead of hanging it; and
 #      tests/cli/t7106 (gpu-train --device cuda): fp32 and bf16 losses
 #      against the CPU's, an exact resume, NCCL on the device in a world
-#      of one, 2 ranks through the host and (2 GPUs) over NCCL;
+#      of one, 2 ranks through the host and (2 GPUs) over NCCL; and
+#      tests/cli/t7119 (gpu-train --zero 3 over NCCL, 2 GPUs; 3 for one case);
 #      tests/cli/t7123 (gpu-train --pp on GPUs, 2 GPUs): a pipeline's
 #      losses against one GPU's and the CPU pipeline's, its checkpoint
 #      resumed on one GPU and on the CPU, pp 2 x dp 2;
@@ -93,14 +94,14 @@ for t in cuda_core comm_cuda core_half nn_cuda nn_flash; do
 	fi
 done
 
-# The CLI tests with device runs: only the no-GPU tests, and the
-# multi-GPU ones on a one-GPU machine, may skip.
-for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7123-gpu-train-pp-device; do
+# The CLI tests with device runs: only the no-GPU tests, the multi-GPU
+# ones on a one-GPU machine, and the emulation's own fault cases may skip.
+for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device t7123-gpu-train-pp-device; do
 	step "cli: $t"
 	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
 		bad "see $out/$t.log"
 	elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/$t.log" |
-		tr , '\n' | grep -qvx 'NOGPU\|GPUS'; then
+		tr , '\n' | grep -qvx 'NOGPU\|GPUS\|GPUS3\|CUEMU'; then
 		bad "device tests skipped: $(grep -m1 '# skip' "$out/$t.log")"
 	else
 		pass

@@ -510,19 +510,66 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 	return 0;
 }
 
+int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
+			int world, int es, int nslot, uint64_t *edge, uint64_t *ring, gk_err *err)
+{
+	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
+	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32) ||
+	    world < 1 || (es != 2 && es != 4) || nslot < 1 || nslot > layers)
+		return gk_errf(err, "ZeRO-3 parameter units: a GPT-2 of %lld layers, width %lld, "
+			       "%lld tokens and %lld positions over %d ranks, %d-byte elements, "
+			       "%d block buffers is out of bounds", (long long)layers,
+			       (long long)hidden, (long long)vocab, (long long)positions, world,
+			       es, nslot);
+	/* gpu-train's flat layout (gk_mem_zero2_device's), padded to the world */
+	uint64_t C = (uint64_t)hidden, L = (uint64_t)layers, W = (uint64_t)world;
+	uint64_t vp = (uint64_t)gk_hf_vocab_padded(vocab);
+	uint64_t below = (vp + (uint64_t)positions) * C, block = 12 * C * C + 13 * C;
+	uint64_t n = below + L * block + 2 * C, nflat = (n + W - 1) / W * W;
+	*edge = (uint64_t)es * (below + nflat - (below + L * block));
+	*ring = (uint64_t)es * (uint64_t)nslot * block;
+	return 0;
+}
+
+/* gpu-train's GPT-2 shape on a GPU (tied, a 4h MLP, no grouped heads) */
+static int gpt2_device(const gk_mem_model *m, const gk_mem_run *r)
+{
+	return !(r->dp < 2 || r->infer || r->tp > 1 || r->pp > 1 || r->host_backend ||
+		 m->arch != GK_MEM_ARCH_GPT2 || !m->tied || m->layers < 1 ||
+		 m->ffn != 4 * m->hidden || (m->kv_heads && m->kv_heads != m->heads) ||
+		 (m->head_dim && m->head_dim * m->heads != m->hidden));
+}
+
 /*
- * gpu-train's ZeRO-2 on GPUs is what the estimate's gradient buckets are
- * for a GPT-2 it trains (tied, a 4h MLP, no grouped heads) without
- * tensor or pipeline parallelism, offloaded or not: 0 when it applies
+ * gpu-train's ZeRO-3 on GPUs: its parameter units (gk_mem_zero3_device),
+ * block buffers as gpu-train uses them (2 with overlap, the next
+ * prefetched; 1 without; mem-estimate has no --reshard-after-forward,
+ * whose "no" keeps every block): 0 when it applies
+ */
+static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *edge,
+			uint64_t *ring)
+{
+	if (r->zero != 3 || !gpt2_device(m, r))
+		return -1;
+	int nslot = r->overlap ? 2 : 1;
+	if (nslot > m->layers)
+		nslot = (int)m->layers;
+	gk_err err;
+	return gk_mem_zero3_device(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp,
+				   r->precision == GK_DT_F32 ? 4 : 2, nslot, edge, ring, &err);
+}
+
+/*
+ * gpu-train's ZeRO-2 (and ZeRO-3's gradients) on GPUs is what the
+ * estimate's gradient buckets are for a GPT-2 it trains (tied, a 4h MLP,
+ * no grouped heads) without tensor or pipeline parallelism, offloaded
+ * or not (ZeRO-2 only): 0 when it applies
  */
 static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *head,
 			uint64_t *ring, size_t *nb)
 {
-	if (r->zero != 2 || r->dp < 2 || r->infer || r->tp > 1 || r->pp > 1 ||
-	    r->host_backend ||
-	    m->arch != GK_MEM_ARCH_GPT2 || !m->tied || m->layers < 1 || m->ffn != 4 * m->hidden ||
-	    (m->kv_heads && m->kv_heads != m->heads) ||
-	    (m->head_dim && m->head_dim * m->heads != m->hidden))
+	/* (ZeRO-3's gradients are ZeRO-2's; offloaded, ZeRO-2's only) */
+	if (r->zero < 2 || (r->offload && r->zero > 2) || !gpt2_device(m, r))
 		return -1;
 	gk_err err;
 	return gk_mem_zero2_device(m->layers, m->hidden, m->vocab, m->positions, r->bucket,
@@ -581,7 +628,16 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		    "pb*Psi*(N-1)/N");
 		values(c, "%g*%llu*(%g-1)/%g", pb, (unsigned long long)psi, N, N);
 	}
-	if (r->zero == 3 && r->dp > 1 && !r->infer && m->largest) {
+	uint64_t uedge, uring;
+	if (zero3_device(m, r, &uedge, &uring) == 0) {
+		add(c, "zero3_units", (double)(uedge + uring), 0,
+		    "gpu-train --zero 3 on GPUs: the working copy gathered in units, the "
+		    "embeddings and final norm for the step and a ring of block buffers "
+		    "(lib/nn/zero3.c)",
+		    r->overlap ? "pb*(edges + 2*block) (one in use, one prefetched)"
+			       : "pb*(edges + block) (--no-overlap)");
+		values(c, "%llu+%llu", (unsigned long long)uedge, (unsigned long long)uring);
+	} else if (r->zero == 3 && r->dp > 1 && !r->infer && m->largest) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2;
 		add(c, "zero3_gather", 2 * pb * cdiv(m->largest, r->tp), 0,
 		    "DeepSpeed stage3.py: largest_layer_memory "

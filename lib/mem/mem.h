@@ -242,6 +242,18 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
 			size_t *nbuckets, gk_err *err);
 
+/*
+ * gpu-train's ZeRO-3 parameter units on a GPU (lib/nn/zero3.c), for the
+ * same GPT-2 over world ranks, es bytes an element of the working copy (4
+ * fp32/tf32, 2 bf16): *edge the embeddings' unit (wte's padded rows and
+ * wpe) with the final norm's (and the flat buffer's padding to the
+ * world), held for a step; *ring nslot buffers of one block. gpu-train
+ * allocates these (gk_nn_opts' unit_params) and counts them as comm.
+ * -1 (err) for a shape out of bounds.
+ */
+int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
+			int world, int es, int nslot, uint64_t *edge, uint64_t *ring, gk_err *err);
+
 /* ---- the estimate ------------------------------------------------------------ */
 
 /* more than lib/mem/estimate.c's add()s, none of which runs twice */

@@ -1,11 +1,14 @@
 /*
  * classifier.cu - the fused classifier: softmax, cross-entropy and
- * dlogits without ever storing the probabilities. Forward keeps each
- * row's logsumexp and loss, in one pass over the row (online softmax,
- * gk_nn_msum in nn/math.h); backward overwrites the logits in place with
- * gk_nn_xent_grad (the CPU's function). Both read and write 16 bytes at
- * a time where the rows allow. One block per row, states merged in a
- * fixed tree, so the loss is the same bits every run.
+ * dlogits without ever storing the probabilities. A training step runs
+ * xent_fused: one kernel per step that takes each row's logsumexp and
+ * loss in one pass (online softmax, gk_nn_msum in nn/math.h) and then
+ * overwrites the row in place with its dlogits, gk_nn_xent_grad (the
+ * CPU's function) scaled by dloss. Evaluation runs xent_fwd, the same
+ * first pass alone, and xent_bwd is the second pass alone, for a
+ * backward after an evaluation forward. All read and write 16 bytes at a
+ * time where the rows allow. One block per row, states merged in a fixed
+ * tree, so the loss is the same bits every run and in every kernel.
  *
  * reference: llm.c llmc/fused_classifier.cuh.
  */
@@ -61,31 +64,45 @@ __device__ __forceinline__ gk_nn_msum block_merge(gk_nn_msum a, gk_nn_msum *sh)
 }
 
 /*
- * One pass over each row (online softmax): every thread folds its
- * 16-byte chunks (vec) or single values into a state, the block merges
- * them. The tail past the last full chunk of V goes value by value.
+ * Pass one over a row (online softmax): every thread folds its 16-byte
+ * chunks (vec) or single values into a state, the block merges them.
+ * The tail past the last full chunk of V goes value by value. Each
+ * thread walks its part from the row's end to its start, so that pass
+ * two of the fused kernel, which walks it forwards, starts on what was
+ * read last (still in L2, as llm.c's prepare_softmax_blockwide3). Both
+ * kernels fold the same way: training's and evaluation's losses are the
+ * same bits.
  */
+template <typename T>
+__device__ __forceinline__ gk_nn_msum row_state(const T *x, int V, int vec,
+						 gk_nn_msum *sh)
+{
+	enum { W = 16 / sizeof(T) };
+	gk_nn_msum a = gk_nn_msum_empty();
+	int full = vec ? V / W : 0;
+	for (int j = full * W + threadIdx.x; j < V; j += XENT_THREADS) {
+		float v = ldf(x[j]);
+		a = gk_nn_msum_chunk(a, &v, 1);
+	}
+	int mine = full > (int)threadIdx.x ? (full - 1 - (int)threadIdx.x) / XENT_THREADS + 1 : 0;
+	for (int r = mine - 1; r >= 0; r--) {
+		float v[W];
+		ld16(v, x + (size_t)(threadIdx.x + r * XENT_THREADS) * W);
+		a = gk_nn_msum_chunk(a, v, W);
+	}
+	return block_merge(a, sh);
+}
+
+/* evaluation: lse and loss per row, the logits left as they are */
 template <typename T>
 __global__ static void xent_fwd(float *lse, float *loss, const T *logits,
 				const int32_t *targets, int N, int V, int Vp,
 				int vec)
 {
-	enum { W = 16 / sizeof(T) };
 	__shared__ gk_nn_msum sh[XENT_THREADS];
 	for (int i = blockIdx.x; i < N; i += gridDim.x) {
 		const T *x = logits + (size_t)i * Vp;
-		gk_nn_msum a = gk_nn_msum_empty();
-		int full = vec ? V / W : 0;
-		for (int k = threadIdx.x; k < full; k += XENT_THREADS) {
-			float v[W];
-			ld16(v, x + (size_t)k * W);
-			a = gk_nn_msum_chunk(a, v, W);
-		}
-		for (int j = full * W + threadIdx.x; j < V; j += XENT_THREADS) {
-			float v = ldf(x[j]);
-			a = gk_nn_msum_chunk(a, &v, 1);
-		}
-		a = block_merge(a, sh);
+		gk_nn_msum a = row_state(x, V, vec, sh);
 		if (threadIdx.x == 0) {
 			float l = gk_nn_msum_lse(a);
 			int y = targets ? targets[i] : -1;
@@ -95,34 +112,70 @@ __global__ static void xent_fwd(float *lse, float *loss, const T *logits,
 	}
 }
 
+/* dlogits of one value: zero on padded columns and ignored rows */
+__device__ __forceinline__ float xent_d(float x, float l, int j, int y, int V,
+					float dloss)
+{
+	return y >= 0 && j < V ? gk_nn_xent_grad(x, l, j == y, dloss) : 0.0f;
+}
+
+/* Pass two over a row: its dlogits over it, in place, the block's
+ * threads striding over it 16 bytes (vec) or one value at a time. */
+template <typename T>
+__device__ __forceinline__ void row_grad(T *x, float l, int y, float dloss,
+					 int V, int Vp, int vec)
+{
+	enum { W = 16 / sizeof(T) };
+	if (vec) {
+		for (int k = threadIdx.x; k < Vp / W; k += blockDim.x) {
+			float v[W];
+			ld16(v, x + (size_t)k * W);
+			for (int e = 0; e < W; e++)
+				v[e] = xent_d(v[e], l, k * W + e, y, V, dloss);
+			st16(x + (size_t)k * W, v);
+		}
+		return;
+	}
+	for (int j = threadIdx.x; j < Vp; j += blockDim.x)
+		x[j] = stf<T>(xent_d(ldf(x[j]), l, j, y, V, dloss));
+}
+
+/* a backward after an evaluation forward: pass two, from its lse */
 template <typename T>
 __global__ static void xent_bwd(T *logits, const float *lse,
 				const int32_t *targets, float dloss, int N,
 				int V, int Vp, int vec)
 {
-	enum { W = 16 / sizeof(T) };
+	for (int i = blockIdx.x; i < N; i += gridDim.x)
+		row_grad(logits + (size_t)i * Vp, lse[i], targets[i], dloss, V,
+			 Vp, vec);
+}
+
+/*
+ * Training: forward and backward in one kernel (llm.c's
+ * fused_classifier). Pass one is xent_fwd's, so lse and loss are its
+ * bits; the target's logit is read before the block's merge, whose
+ * barriers order it before any thread overwrites the row; pass two
+ * reads the row again (from L2, mostly) and writes xent_bwd's dlogits
+ * over it in place, 16 bytes at a time where the rows allow, with the
+ * same values, bit for bit.
+ */
+template <typename T>
+__global__ static void xent_fused(float *lse, float *loss, T *logits,
+				  const int32_t *targets, float dloss, int N,
+				  int V, int Vp, int vec)
+{
+	__shared__ gk_nn_msum sh[XENT_THREADS];
 	for (int i = blockIdx.x; i < N; i += gridDim.x) {
 		T *x = logits + (size_t)i * Vp;
 		int y = targets[i];
-		float l = lse[i];
-		if (vec) {
-			for (int k = threadIdx.x; k < Vp / W; k += blockDim.x) {
-				float v[W];
-				ld16(v, x + (size_t)k * W);
-				for (int e = 0; e < W; e++) {
-					int j = k * W + e;
-					v[e] = y >= 0 && j < V ? gk_nn_xent_grad(v[e], l, j == y, dloss)
-							       : 0.0f;
-				}
-				st16(x + (size_t)k * W, v);
-			}
-			continue;
+		float xy = threadIdx.x == 0 && y >= 0 ? ldf(x[y]) : 0.0f;
+		float l = gk_nn_msum_lse(row_state((const T *)x, V, vec, sh));
+		if (threadIdx.x == 0) {
+			lse[i] = l;
+			loss[i] = y >= 0 ? l - xy : 0.0f;
 		}
-		for (int j = threadIdx.x; j < Vp; j += blockDim.x)
-			x[j] = stf<T>(y >= 0 && j < V ? gk_nn_xent_grad(
-							       ldf(x[j]), l,
-							       j == y, dloss)
-						      : 0.0f);
+		row_grad(x, l, y, dloss, V, Vp, vec);
 	}
 }
 
@@ -153,4 +206,16 @@ extern "C" int gk_nn_cu_xent_bwd(void *logits, const float *lse,
 				 s>>>((T *)logits, lse, targets, dloss, N, V,
 				      Vp, xent_vec(logits, dt, Vp)));
 	return GK_CUDA_LAUNCHED("classifier backward", err);
+}
+
+extern "C" int gk_nn_cu_xent_fused(float *lse, float *loss, void *logits,
+				   const int32_t *targets, gk_dtype dt,
+				   float dloss, int N, int V, int Vp,
+				   gk_cuda_stream s, gk_err *err)
+{
+	WITH_T(dt, xent_fused<T><<<gk_cuda_grid((uint64_t)N, 1), XENT_THREADS,
+				   0, s>>>(lse, loss, (T *)logits, targets,
+					   dloss, N, V, Vp,
+					   xent_vec(logits, dt, Vp)));
+	return GK_CUDA_LAUNCHED("classifier", err);
 }

@@ -85,7 +85,16 @@ void gk_nn_blas_free(gk_nn_blas *b);
  * (dt, or F32 for weight gradients). C, when set, has D's layout and is
  * added with beta 1 (C == D accumulates); bias (N values of type dt, only
  * when batch is 1) goes through cuBLASLt's bias epilogue.
+ *
+ * gelu (batch 1, dt == ddt, ldaux a multiple of 8, aux aligned to its
+ * elements): GK_NN_GEMM_GELU makes D = gelu(op(A) op(B) + bias) and
+ * writes the pre-activation op(A) op(B) + bias to aux (M,N), leading
+ * dimension ldaux, cuBLASLt's GELU_AUX_BIAS (GELU_AUX without a bias);
+ * GK_NN_GEMM_DGELU makes D = (op(A) op(B)) * gelu'(aux), aux the
+ * pre-activation the forward wrote (cuBLASLt's DGELU).
  */
+enum { GK_NN_GEMM_PLAIN, GK_NN_GEMM_GELU, GK_NN_GEMM_DGELU };
+
 typedef struct gk_nn_gemm {
 	int ta, tb;
 	int M, N, K;
@@ -97,6 +106,8 @@ typedef struct gk_nn_gemm {
 	float alpha;
 	int batch;
 	gk_dtype dt, ddt;
+	int gelu;              /* GK_NN_GEMM_*; PLAIN (0) unless set */
+	void *aux; int ldaux;  /* the GELU's pre-activation (M,N) */
 } gk_nn_gemm;
 
 int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err);
@@ -185,6 +196,21 @@ static inline int gk_nn_flash_fits(int hs)
 {
 	return hs >= 1 && hs <= GK_NN_FLASH_MAX_HS;
 }
+/*
+ * Which kernels run: in bf16 at head sizes that are a multiple of 16 the
+ * tensor cores' (WMMA, bf16 products with fp32 sums, the softmax in
+ * fp32), elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs;
+ * also those where qkv, out or dout is not 16-byte aligned (cudaMalloc's
+ * pointers and the model's buffers are).
+ */
+static inline int gk_nn_flash_tc(gk_dtype dt, int hs)
+{
+	return dt == GK_DT_BF16 && hs % 16 == 0 && gk_nn_flash_fits(hs);
+}
+static inline const char *gk_nn_flash_path(gk_dtype dt, int hs)
+{
+	return gk_nn_flash_tc(dt, hs) ? "tensor cores (wmma)" : "cuda cores";
+}
 int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv, gk_dtype dt,
 		       int B, int T, int NH, int hs, gk_cuda_stream s,
 		       gk_err *err);
@@ -195,13 +221,18 @@ int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 
 /* classifier.cu: per row, lse and loss = lse - logit[target] (0 where
  * the target is < 0); backward overwrites the logits with dlogits
- * (softmax - onehot) * dloss, zero on ignored rows and padded columns. */
+ * (softmax - onehot) * dloss, zero on ignored rows and padded columns;
+ * fused, both in one kernel (a training step's): the same lse, loss and
+ * dlogits, bit for bit, from one launch. */
 int gk_nn_cu_xent_fwd(float *lse, float *loss, const void *logits,
 		      const int32_t *targets, gk_dtype dt, int N, int V,
 		      int Vp, gk_cuda_stream s, gk_err *err);
 int gk_nn_cu_xent_bwd(void *logits, const float *lse, const int32_t *targets,
 		      gk_dtype dt, float dloss, int N, int V, int Vp,
 		      gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_xent_fused(float *lse, float *loss, void *logits,
+			const int32_t *targets, gk_dtype dt, float dloss, int N,
+			int V, int Vp, gk_cuda_stream s, gk_err *err);
 
 /* adamw.cu: p, g, m, v f32 (n each); pw, when not NULL, the working copy
  * in dt, rounded from the updated p. */
@@ -306,6 +337,12 @@ float *gk_nn_cuda_grads(gk_nn_model *m);
 int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
 			    size_t nslot, gk_err *err);
 float *gk_nn_cuda_grad_at(gk_nn_model *m, size_t off);
+/* gk_nn_param_at, gk_nn_param_dtype, gk_nn_params_own and
+ * gk_nn_params_whole on a GPU model (nn.h) */
+void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off);
+gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m);
+int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err);
+int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err);
 void *gk_nn_cuda_stream(const gk_nn_model *m);
 
 /*

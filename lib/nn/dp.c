@@ -63,46 +63,8 @@
  * of the world's sum of the micro-steps' sums, equal within fp32
  * rounding.
  *
- * ZeRO-3 (--zero 3, the CPU backend) shards the parameters on the same
- * ranges: a rank keeps only [lo, hi) of them, the model's parameter
- * buffer mapped lazily as ZeRO-2's gradients are (gk_nn_opts.lazy_params).
- * The flat buffer is cut into units: the embeddings (wte, wpe), each
- * block, and the final norm with the padding. Each is gathered by one
- * all-gather of unequal pieces over its owners (gk_comm_iallgatherv, the
- * sibling of the reduce-scatterv) where the model says it is about to be
- * used (gk_nn_set_param_fn) and released (MADV_DONTNEED outside [lo, hi))
- * after: a block before its forward and again before its backward, or
- * kept in between with --reshard-after-forward no (FSDP's
- * reshard_after_forward=False); the last block, whose backward follows at
- * once, is kept. With overlap the next block's gather is started before
- * the current block computes (forward: l + 1, backward: l - 1), as
- * FSDP's forward and backward prefetch do. The embeddings and the final
- * norm, which the tied head uses at both ends of every micro-step, are
- * gathered before a step's first micro-step and released after its last
- * backward. Flat ranges rather than FSDP2's dim-0 shards of each tensor
- * keep the moments and checkpoints ZeRO-1's. Gradients go as ZeRO-2's;
- * the update is of [lo, hi) only, and no allgather follows it: the next
- * step's gathers read the owners' updated ranges. Evaluation and
- * checkpoints gather the whole model once (gk_nn_dp_params_full), and
- * --sample to rank 0 alone (gk_nn_dp_params_root), which generates with
- * it: rank 0 holds the whole model (4 bytes a parameter) while it
- * samples, the others their range.
- *
- * A pipeline stage (--pp, ZeRO 0) owns [lo, hi), its range of the flat
- * buffer (gk_nn_pp_range), and the last stage also wte, [0, head), which
- * it shares with the first: its moments are those (hi - lo + head floats,
- * wte's after the range's), its update is of those, and the data-parallel
- * average is of its range's buckets and of wte by one allreduce. The
- * model maps its parameters and gradients lazily, so the stage's memory
- * is its range's. Under ZeRO-1 the stage's segments (its range, and wte
- * apart on the first and last stage) are cut over its data-parallel group
- * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
- * into their owners after the schedule, the update is of this rank's
- * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
- * same in buckets, each bucket's pages outside the rank's pieces given
- * back once it is reduced (pp_shard_reduce). A tensor-parallel run
- * without --pp under ZeRO-1 or 2 is a pipeline of one stage: one segment,
- * its tensor rank's slices, cut the same way.
+ * ZeRO-3's parameter units are zero3.c's, a sharded pipeline stage's
+ * reduction and gather pp_shard.c's.
  *
  * On a GPU with more than one rank the gradients are reduced where they
  * are: a second communicator, of lib/comm's nccl backend, takes the
@@ -158,27 +120,8 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
 	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm) */
-	return o->zero == 2 && cuda &&
+	return o->zero >= 2 && cuda &&
 	       (world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL);
-}
-
-int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
-{
-	return o->zero == 3 && world > 1 && !cuda;
-}
-
-void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
-			  int keep, uint64_t *shard, uint64_t *transient)
-{
-	size_t pg = gk_nn_grad_page(), per = nflat / (size_t)world;
-	uint64_t all = (nflat + pg - 1) / pg * pg;
-	/* a unit's pages, and the pages it shares with its neighbours; kept
-	 * until backward, every block is present at the end of forward */
-	uint64_t blocks = keep ? (uint64_t)layers : 2;
-	uint64_t live = (edge + pg - 1) / pg * pg + blocks * ((block + pg - 1) / pg * pg) +
-			(blocks + 2) * pg;
-	*shard = ((uint64_t)per * sizeof(float) + 63) / 64 * 64;
-	*transient = (live < all ? live : all) * sizeof(float);
 }
 
 /*
@@ -210,54 +153,6 @@ size_t gk_nn_dp_hi(const gk_nn_dp *dp)
 {
 	return dp->hi < dp->N ? dp->hi : dp->N;
 }
-
-/*
- * A pipeline stage's segments (the comment of gk_nn_dp's seg): under
- * ZeRO-1 wte is a segment of its own on the first stage as on the last,
- * cut the same way on both, so that the tied embedding's two gradients
- * are summed piece by piece between the same data-parallel ranks of the
- * two stages (their embedding group) and both updates stay the same.
- * Each segment's pieces are equal (the last one shorter, its moments
- * padded), ZeRO-1's ranges over a stage's own parameters.
- */
-void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b)
-{
-	size_t lo, hi, head, W = (size_t)dp->world;
-	gk_nn_pp_range(dp->m, s, &lo, &hi, &head);
-	size_t s0 = k == 0 ? lo : 0, s1 = k == 0 ? hi : head;
-	if (dp->ppshard && s == 0) {
-		if (k == 0)
-			s0 = dp->wte;
-		else
-			s1 = dp->wte;
-	}
-	size_t len = s1 - s0, per = dp->ppshard ? (len + W - 1) / W : len;
-	size_t q = dp->ppshard ? (size_t)r : 0;
-	*a = s0 + (q * per < len ? q * per : len);
-	*b = s0 + ((q + 1) * per < len ? (q + 1) * per : len);
-}
-
-static int pp_segments(gk_nn_dp *dp, int pp)
-{
-	size_t a, b;
-	gk_nn_pp_range(dp->m, pp - 1, &a, &b, &dp->wte);
-	dp->ppshard = dp->zero && dp->world > 1;
-	for (int k = 0; k < 2; k++) {
-		gk_nn_dp_pp_piece(dp, dp->pp_stage, 0, k, &dp->seg[k][0], &a);
-		gk_nn_dp_pp_piece(dp, dp->pp_stage, dp->world - 1, k, &b, &dp->seg[k][1]);
-		gk_nn_dp_pp_piece(dp, dp->pp_stage, dp->rank, k, &dp->own[k][0], &dp->own[k][1]);
-		size_t len = dp->seg[k][1] - dp->seg[k][0], W = (size_t)dp->world;
-		dp->per[k] = dp->ppshard ? (len + W - 1) / W : len;
-		if (!dp->ppshard)
-			continue;
-		if (!(dp->displ[k] = calloc(W + 1, sizeof(size_t))))
-			return -1;
-		for (size_t q = 0; q <= W; q++)
-			dp->displ[k][q] = q * dp->per[k] < len ? q * dp->per[k] : len;
-	}
-	return 0;
-}
-
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_dp *dp = *out = calloc(1, sizeof(*dp));
@@ -283,7 +178,7 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 		 * it shares with the first, are all its update touches */
 		dp->Np = dp->N;
 		gk_nn_pp_range(t->m, dp->pp_stage, &dp->lo, &dp->hi, &dp->head);
-		if (pp_segments(dp, t->grid.pp) < 0)
+		if (gk_nn_pp_segments(dp, t->grid.pp) < 0)
 			return gk_err_sys(err, ENOMEM, "optimizer state");
 	} else if (dp->zero) {
 		dp->Np = (dp->N + (size_t)dp->world - 1) / (size_t)dp->world * (size_t)dp->world;
@@ -452,195 +347,6 @@ static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
 	return rc;
 }
 
-/* ---- ZeRO-3: the parameters' units, gathered and released ---- */
-
-/* unit u's pieces: what each owner holds of [ulo, uhi), from ulo */
-static void unit_displ(gk_nn_dp *dp, int u)
-{
-	size_t per = dp->Np / (size_t)dp->world, a = dp->ulo[u], b = dp->uhi[u];
-	size_t *d = dp->udispl + (size_t)u * ((size_t)dp->world + 1);
-	for (int q = 0; q <= dp->world; q++) {
-		size_t x = (size_t)q * per;
-		d[q] = (x < a ? a : x > b ? b : x) - a;
-	}
-}
-
-static int unit_issue(gk_nn_dp *dp, int u, gk_err *err)
-{
-	if (dp->ustate[u] != 0)
-		return 0;
-	float *p = gk_nn_params(dp->m) + dp->ulo[u];
-	if (gk_comm_iallgatherv(dp->comm, p, dp->udispl + (size_t)u * ((size_t)dp->world + 1),
-				GK_DT_F32, &dp->ureq[u], err) < 0)
-		return -1;
-	dp->ustate[u] = 1;
-	return 0;
-}
-
-/* unit u present: its gather started if it was not, and waited for (the
- * wait is exposed communication, counted with ZeRO-2's bucket waits) */
-static int unit_wait(gk_nn_dp *dp, int u, gk_err *err)
-{
-	if (dp->ustate[u] == 2)
-		return 0;
-	double t0 = gk_now();
-	dp->gathers++;
-	dp->prefetched += dp->ustate[u] == 1;
-	if (unit_issue(dp, u, err) < 0)
-		return -1;
-	gk_comm_req *r = dp->ureq[u];
-	dp->ureq[u] = NULL;
-	int rc = gk_comm_wait(r, err);
-	dp->bwd_wait += gk_now() - t0;
-	if (rc < 0)
-		return -1;
-	dp->ustate[u] = 2;
-	return 0;
-}
-
-/* unit u's pages outside this rank's range go back (whole pages only:
- * one shared with a neighbouring unit or the range stays) */
-static void unit_release(gk_nn_dp *dp, int u)
-{
-	size_t a = dp->ulo[u], b = dp->uhi[u];
-	if (dp->ustate[u] != 2)
-		return;
-	size_t e = b < dp->lo ? b : dp->lo;
-	if (e >= dp->N) /* the release of the buffer's end would take the range */
-		e = dp->N - 1;
-	if (a < e)
-		gk_nn_params_release(dp->m, a, e);
-	size_t s = a > dp->hi ? a : dp->hi;
-	if (s < b)
-		gk_nn_params_release(dp->m, s, b);
-	dp->ustate[u] = 0;
-}
-
-/*
- * The model's calls around block l (unit l + 1): before its forward, its
- * gather waited for and the next block's started (prefetch); after, it is
- * released (reshard), but the last block, which backward needs at once;
- * before its backward, gathered again and the previous block's started;
- * after, released.
- */
-static int param_cb(int phase, int l, void *ctx, gk_err *err)
-{
-	gk_nn_dp *dp = ctx;
-	int u = l + 1, L = dp->nunits - 2;
-	switch (phase) {
-	case GK_NN_FWD_PRE:
-		if (unit_wait(dp, u, err) < 0)
-			return -1;
-		return dp->prefetch && l + 1 < L ? unit_issue(dp, u + 1, err) : 0;
-	case GK_NN_FWD_POST:
-		if (dp->reshard && l + 1 < L)
-			unit_release(dp, u);
-		return 0;
-	case GK_NN_BWD_PRE:
-		if (unit_wait(dp, u, err) < 0)
-			return -1;
-		return dp->prefetch && l > 0 ? unit_issue(dp, u - 1, err) : 0;
-	default:
-		unit_release(dp, u);
-		return 0;
-	}
-}
-
-static int zero3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
-{
-	int L = (int)t->cfg.layers, n = L + 2;
-	dp->nunits = n;
-	dp->reshard = !t->o.keep_gathered;
-	dp->prefetch = dp->overlap;
-	dp->ulo = calloc((size_t)n, sizeof(size_t));
-	dp->uhi = calloc((size_t)n, sizeof(size_t));
-	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
-	dp->ureq = calloc((size_t)n, sizeof(*dp->ureq));
-	dp->ustate = calloc((size_t)n, 1);
-	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate)
-		return gk_err_sys(err, ENOMEM, "ZeRO-3 parameter units");
-	size_t lo, hi;
-	for (int l = 0; l < L; l++) {
-		gk_nn_block_range(dp->m, l, &lo, &hi);
-		dp->ulo[l + 1] = lo;
-		dp->uhi[l + 1] = hi;
-	}
-	dp->ulo[0] = 0;
-	dp->uhi[0] = dp->ulo[1];
-	dp->ulo[n - 1] = dp->uhi[L];
-	dp->uhi[n - 1] = dp->Np;
-	for (int u = 0; u < n; u++)
-		unit_displ(dp, u);
-	gk_nn_set_param_fn(dp->m, param_cb, dp);
-	return 0;
-}
-
-/* the gathers in flight waited for: nothing in flight, as between steps */
-static int units_settle(gk_nn_dp *dp, gk_err *err)
-{
-	for (int u = 0; u < dp->nunits; u++)
-		if (dp->ustate[u] == 1 && unit_wait(dp, u, err) < 0)
-			return -1;
-	return 0;
-}
-
-int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
-{
-	if (!dp->zero3)
-		return 0;
-	if (units_settle(dp, err) < 0)
-		return -1;
-	size_t per = dp->Np / (size_t)dp->world;
-	float *p = gk_nn_params(dp->m);
-	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
-		return -1;
-	memset(dp->ustate, 2, (size_t)dp->nunits);
-	gk_nn_set_param_fn(dp->m, NULL, NULL);
-	return 0;
-}
-
-/*
- * --sample: the whole model on rank 0 alone, which generates; each other
- * rank sends it its range (one message each, received in place) and
- * keeps only that range, as between steps.
- */
-int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
-{
-	if (!dp->zero3)
-		return 0;
-	if (units_settle(dp, err) < 0)
-		return -1;
-	size_t per = dp->Np / (size_t)dp->world;
-	float *p = gk_nn_params(dp->m);
-	if (dp->rank != 0) {
-		gk_comm_req *r;
-		return gk_comm_isend(dp->comm, p + dp->lo, per, GK_DT_F32, 0, &r, err) < 0 ? -1 :
-		       gk_comm_wait(r, err);
-	}
-	int rc = 0;
-	for (int q = 1; q < dp->world && rc == 0; q++) {
-		gk_comm_req *r;
-		rc = gk_comm_irecv(dp->comm, p + (size_t)q * per, per, GK_DT_F32, q, &r, err) < 0 ?
-			     -1 : gk_comm_wait(r, err);
-	}
-	if (rc < 0)
-		return -1;
-	memset(dp->ustate, 2, (size_t)dp->nunits);
-	gk_nn_set_param_fn(dp->m, NULL, NULL);
-	return 0;
-}
-
-void gk_nn_dp_params_shard(gk_nn_dp *dp)
-{
-	if (!dp->zero3)
-		return;
-	for (int u = 0; u < dp->nunits; u++) {
-		dp->ustate[u] = dp->ustate[u] == 1 ? 1 : 2;
-		unit_release(dp, u);
-	}
-	gk_nn_set_param_fn(dp->m, param_cb, dp);
-}
-
 /*
  * ZeRO-2's gradient shard: host memory on the CPU; on a GPU device memory
  * of the gradients' communicator, zeroed (the range past the N
@@ -692,7 +398,7 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		if (!(dp->bdispl = calloc((size_t)dp->world + 1, sizeof(size_t))))
 			return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient buckets");
 	}
-	if (dp->zero3 && zero3_open(dp, t, err) < 0)
+	if (dp->zero3 && gk_nn_z3_open(dp, t, err) < 0)
 		return -1;
 	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
 		return -1;
@@ -803,9 +509,9 @@ int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err)
 	 * starts with them.
 	 */
 	int last = dp->nunits - 1;
-	if (unit_wait(dp, 0, err) < 0 || unit_wait(dp, last, err) < 0)
+	if (gk_nn_z3_wait(dp, 0, err) < 0 || gk_nn_z3_wait(dp, last, err) < 0)
 		return -1;
-	return dp->prefetch ? unit_issue(dp, 1, err) : 0;
+	return dp->prefetch ? gk_nn_z3_issue(dp, 1, err) : 0;
 }
 
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
@@ -839,66 +545,6 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
 				      GK_DT_F32, GK_COMM_AVG, &co, err);
 }
 
-/*
- * A sharded pipeline stage: each segment's pieces averaged into their
- * owners over the data-parallel group, in place (one reduce-scatter of
- * unequal pieces a segment; at 2 ranks each sum is ZeRO-0's allreduce's,
- * a sum of two in either order). Under ZeRO-2 a segment goes in buckets
- * of --bucket floats (each one reduce-scatter of its owners' parts), and
- * once a bucket is reduced its pages outside this rank's piece go back:
- * between the reduction and the next step's backwards the rank holds its
- * pieces of the gradients only (the schedule's messages forbid a
- * collective during it, so the whole stage's gradients still live from
- * its first backward to here). Each element's sum is ZeRO-1's.
- */
-static int pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
-{
-	float *g = gk_nn_grads(dp->m);
-	int z2 = dp->zero >= 2;
-	for (int k = 0; k < 2; k++) {
-		size_t s0 = dp->seg[k][0], s1 = dp->seg[k][1], b1;
-		for (size_t b0 = s0; b0 < s1; b0 = b1) {
-			b1 = z2 && s1 - b0 > dp->ppbucket ? b0 + dp->ppbucket : s1;
-			const size_t *d = dp->displ[k];
-			if (z2) { /* the owners' parts of [b0, b1), from b0 */
-				for (int q = 0; q <= dp->world; q++) {
-					size_t x = s0 + dp->displ[k][q];
-					dp->bdispl[q] = (x < b0 ? b0 : x > b1 ? b1 : x) - b0;
-				}
-				d = dp->bdispl;
-			}
-			gk_comm_req *q;
-			if (gk_comm_ireduce_scatterv(dp->comm, g + b0, d, GK_DT_F32, GK_COMM_AVG, &q,
-						     err) < 0 ||
-			    gk_comm_wait(q, err) < 0)
-				return -1;
-			if (!z2)
-				continue;
-			size_t o0 = dp->own[k][0], o1 = dp->own[k][1];
-			if (b0 < o0)
-				gk_nn_grads_release(dp->m, b0, b1 < o0 ? b1 : o0);
-			if (b1 > o1)
-				gk_nn_grads_release(dp->m, b0 > o1 ? b0 : o1, b1);
-		}
-	}
-	return 0;
-}
-
-/* ... and after the update, each owner's pieces of the parameters to all */
-static int pp_shard_gather(gk_nn_dp *dp, gk_err *err)
-{
-	float *p = gk_nn_params(dp->m);
-	for (int k = 0; k < 2; k++) {
-		gk_comm_req *q;
-		if (dp->seg[k][1] > dp->seg[k][0] &&
-		    (gk_comm_iallgatherv(dp->comm, p + dp->seg[k][0], dp->displ[k], GK_DT_F32, &q,
-					 err) < 0 ||
-		     gk_comm_wait(q, err) < 0))
-			return -1;
-	}
-	return gk_nn_params_changed(dp->m, err);
-}
-
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 {
 	/* tests: a step that cannot finish, as one spinning in an allocator
@@ -908,7 +554,7 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 			pause();
 	if (dp->ppshard) {
 		dp->comm_start = now;
-		return pp_shard_reduce(dp, err);
+		return gk_nn_pp_shard_reduce(dp, err);
 	}
 	if (dp->grads) {
 		if (dp->via_host && gk_nn_download(dp->m, GK_NN_GRADS, err) < 0)
@@ -926,10 +572,8 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		if (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
 						  dp->head, GK_DT_F32, GK_COMM_AVG, NULL, err) < 0)
 			return -1;
-		if (dp->zero3) { /* the step's last backward is done */
-			unit_release(dp, 0);
-			unit_release(dp, dp->nunits - 1);
-		}
+		if (dp->zero3) /* the step's last backward is done */
+			gk_nn_z3_step_done(dp);
 	} else if (dp->shard) {
 		dp->comm_start = now;
 		if (shard_reduce(dp, err) < 0)
@@ -1027,7 +671,7 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		*exposed = 0;
 		if (dp->ppshard) {
 			double ta = gk_now();
-			if (pp_shard_gather(dp, err) < 0)
+			if (gk_nn_pp_shard_gather(dp, err) < 0)
 				return -1;
 			*exposed = gk_now() - ta;
 		}

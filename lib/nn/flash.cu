@@ -33,12 +33,17 @@
  * probabilities are never rounded to bf16 as the matmul path's att is.
  * Head sizes 1 to GK_NN_FLASH_MAX_HS, in three compiled widths (32, 64,
  * 128: the head dimensions a lane owns are registers); others are refused.
- * No tensor cores: the products are the CUDA cores' fp32 FMAs.
+ * These kernels' products are the CUDA cores' fp32 FMAs; in bf16 at head
+ * sizes that are a multiple of 16 the tensor cores' kernels below (tc_*)
+ * run instead (gk_nn_flash_tc).
  *
  * references: Dao, "FlashAttention-2: Faster Attention with Better
  * Parallelism and Work Partitioning", 2023, Algorithms 1 and 2; llm.c's
  * dev/cuda/attention_forward.cu (the tiles of its simple flash kernel).
  */
+#include <cuda_bf16.h>
+#include <mma.h>
+
 #include "nn/kernels.cuh"
 
 /* nvcc unrolls the loops over a warp's rows and a lane's head
@@ -392,6 +397,405 @@ FL_UNROLL
 	}
 }
 
+
+/* ---- the tensor-core path: bf16, head sizes a multiple of 16 ----
+ *
+ * The same algorithm and the same grid of (b, h) by row tiles, with the
+ * products of the tiles on the tensor cores through WMMA (16 x 16 x 16
+ * fragments, bf16 operands, fp32 sums): a block's four warps take 16
+ * rows each (TC_BR = 64 a block) and K/V (or Q/dout) stream through
+ * shared memory in bf16, TC_BC = 32 a tile. Per tile a warp computes
+ * its 16 x 32 scores (and dp) as fragments, stores them to its part of
+ * shared memory, and there two lanes a row run the online softmax in
+ * fp32 exactly as the scalar kernels do (gk_nn_attn_*); the p (ds) they
+ * write as bf16 are the next product's matrix_a. The output, dq, dk and
+ * dv stay fp32 accumulator fragments across the tiles, written once at
+ * the end through the same staging rows.
+ *
+ * WMMA leaves the mapping of a fragment's elements to threads
+ * unspecified, and nothing here depends on it: every element a thread
+ * reads or writes as a number passes through shared memory
+ * (store_matrix_sync, load_matrix_sync), except the forward's rescaling
+ * of the output rows by exp(m - m'), which learns each element's row
+ * from a fragment loaded from a matrix of row numbers (rowid: element x[i]
+ * of every accumulator fragment is at the same position, the guide's
+ * elementwise x[i] of two fragments relies on the same).
+ *
+ * Precision against the scalar path: q.k and dout.v are exact products
+ * of the bf16 inputs summed in fp32, as there; p (forward, dkv) and ds
+ * are rounded to bf16 as the operands of the second products (2^-9
+ * relative each), the running sums l and the logsumexp stay fp32.
+ */
+#define TC_WARPS 4
+#define TC_BR (16 * TC_WARPS) /* rows a block: 16 a warp */
+#define TC_BC 32              /* keys (forward, dq) or queries (dkv) a tile */
+#define TC_SS (TC_BC + 4)     /* row stride of a warp's fp32 scores (16 bytes) */
+#define TC_SP (TC_BC + 8)     /* row stride of a warp's bf16 p (16 bytes) */
+static_assert(TC_BR == 2 * TC_BC, "a block's rows are staged in the two tiles' rows");
+
+namespace tcw = nvcuda::wmma;
+typedef tcw::fragment<tcw::matrix_a, 16, 16, 16, __nv_bfloat16, tcw::row_major> tc_a;
+typedef tcw::fragment<tcw::matrix_b, 16, 16, 16, __nv_bfloat16, tcw::row_major> tc_brow;
+typedef tcw::fragment<tcw::matrix_b, 16, 16, 16, __nv_bfloat16, tcw::col_major> tc_bcol;
+typedef tcw::fragment<tcw::accumulator, 16, 16, 16, float> tc_acc;
+
+/* bf16 bits in shared memory as WMMA's element type */
+__device__ static inline const __nv_bfloat16 *tc_bf(const uint16_t *p)
+{
+	return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
+/* rows [r0, r0 + n) of (b, h) at column off of src (B,T,ld) into dst (n
+ * rows of HSP + 8 bf16: a fragment's first element, at a row that is a
+ * multiple of 16 and a column that is a multiple of 16, is then 32-byte
+ * aligned as WMMA's loads require), rows at or past T and head
+ * dimensions at or past hs as 0. 8 bf16 (16 bytes) a load: hs, ld and
+ * off are multiples of 16 and src 16-byte aligned (gk_nn_cu_flash_*
+ * check it), so a group of 8 is all inside hs or all past it. */
+template <int HSP>
+__device__ static inline void tc_load(uint16_t *dst, int n, const uint16_t *src, int b,
+				      int r0, int T_, int ld, int off, int h, int hs)
+{
+	constexpr int G = HSP / 8;
+	for (int x = threadIdx.x; x < n * G; x += blockDim.x) {
+		int r = x / G, d = x % G * 8, t = r0 + r;
+		uint4 v = make_uint4(0, 0, 0, 0);
+		if (t < T_ && d < hs)
+			v = *reinterpret_cast<const uint4 *>(src + fl_at(b, t, T_, ld, off, h, hs) + d);
+		*reinterpret_cast<uint4 *>(dst + r * (HSP + 8) + d) = v;
+	}
+}
+
+/* The warp's 16 rows of f[0..NF) times mul into row t's y[0..hs) (y NULL
+ * past T), through S, two fragments (32 columns) at a time: lanes 2r and
+ * 2r + 1 write row r, 16 columns each. */
+template <int NF>
+__device__ static inline void tc_write(const tc_acc *f, float *S, int r, int hf,
+				       uint16_t *y, int hs, float mul)
+{
+	for (int c0 = 0; c0 < NF; c0 += 2) {
+		tcw::store_matrix_sync(S, f[c0], TC_SS, tcw::mem_row_major);
+		if (c0 + 1 < NF)
+			tcw::store_matrix_sync(S + 16, f[c0 + 1], TC_SS, tcw::mem_row_major);
+		__syncwarp();
+		int c = c0 + hf;
+		if (y && c < NF)
+			for (int e = 0; e < 16; e++) {
+				int d = c * 16 + e;
+				if (d < hs)
+					y[d] = stf<uint16_t>(S[r * TC_SS + hf * 16 + e] * mul);
+			}
+		__syncwarp(); /* S is read before the next fragments overwrite it */
+	}
+}
+
+template <int HSP>
+__global__ static void tc_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int T_,
+			      int NH, int hs, float scale)
+{
+	constexpr int NF = HSP / 16, LD = HSP + 8, NK = TC_BC / 16;
+	/* the block's rows of Q, then a tile of K (rows 0..31) and V */
+	__shared__ __align__(32) uint16_t skv[2 * TC_BC * LD];
+	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS];
+	__shared__ __align__(32) uint16_t sp[TC_WARPS][16 * TC_SP];
+	__shared__ __align__(32) float srow[256];
+	__shared__ float scorr[TC_WARPS][16];
+	int C = NH * hs, C3 = 3 * C;
+	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
+	int r0 = FL_TILE() * TC_BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int rend = r0 + TC_BR < T_ ? r0 + TC_BR : T_;
+	int t0 = r0 + warp * 16; /* the warp's rows: t0 .. t0 + 15 */
+	int r = lane / 2, hf = lane % 2, t = t0 + r; /* the row of this lane's softmax */
+	const uint16_t *sk = skv, *sv = skv + TC_BC * LD;
+	float *S = ss[warp];
+
+	tc_load<HSP>(skv, TC_BR, qkv, b, r0, T_, C3, 0, h, hs);
+	for (int x = threadIdx.x; x < 256; x += blockDim.x)
+		srow[x] = (float)(x / 16);
+	__syncthreads();
+	tc_a qa[NF];
+	tc_acc o[NF], rowid;
+FL_UNROLL
+	for (int kk = 0; kk < NF; kk++) {
+		tcw::load_matrix_sync(qa[kk], tc_bf(skv + warp * 16 * LD + kk * 16), LD);
+		tcw::fill_fragment(o[kk], 0.0f);
+	}
+	tcw::load_matrix_sync(rowid, srow, 16, tcw::mem_row_major);
+	float m = -INFINITY, l = 0.0f;
+	for (int k0 = 0; k0 < rend; k0 += TC_BC) {
+		__syncthreads(); /* Q's fragments loaded, the last tile's readers done */
+		tc_load<HSP>(skv, TC_BC, qkv, b, k0, T_, C3, C, h, hs);
+		tc_load<HSP>(skv + TC_BC * LD, TC_BC, qkv, b, k0, T_, C3, 2 * C, h, hs);
+		__syncthreads();
+		if (t0 >= T_ || k0 > t0 + 15) /* the mask hides the tile */
+			continue;
+		/* S = Q K^T: K's rows are K^T's columns */
+FL_UNROLL
+		for (int n = 0; n < NK; n++) {
+			tc_acc s;
+			tcw::fill_fragment(s, 0.0f);
+FL_UNROLL
+			for (int kk = 0; kk < NF; kk++) {
+				tc_bcol kb;
+				tcw::load_matrix_sync(kb, tc_bf(sk + n * 16 * LD + kk * 16), LD);
+				tcw::mma_sync(s, qa[kk], kb, s);
+			}
+			tcw::store_matrix_sync(S + n * 16, s, TC_SS, tcw::mem_row_major);
+		}
+		__syncwarp();
+		/* the online softmax of row r, keys hf * 16 .. + 15 here */
+		float x[16], mx = -INFINITY, sum = 0.0f;
+FL_UNROLL
+		for (int e = 0; e < 16; e++) {
+			int c = hf * 16 + e, vis = k0 + c <= t && t < T_;
+			x[e] = vis ? S[r * TC_SS + c] * scale : -INFINITY;
+			mx = fmaxf(mx, x[e]);
+		}
+		mx = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+FL_UNROLL
+		for (int e = 0; e < 16; e++) {
+			int c = hf * 16 + e, vis = k0 + c <= t && t < T_;
+			float p = gk_nn_attn_p(x[e], mx, vis);
+			sum += p;
+			sp[warp][r * TC_SP + c] = stf<uint16_t>(p);
+		}
+		float corr = gk_nn_attn_rescale(m, mx);
+		l = l * corr + (sum + __shfl_xor_sync(0xffffffffu, sum, 1));
+		m = mx;
+		if (!hf)
+			scorr[warp][r] = corr;
+		__syncwarp(); /* sp and scorr hold the tile's p and rescaling */
+FL_UNROLL
+		for (int c = 0; c < NF; c++)
+FL_UNROLL
+			for (int i = 0; i < o[c].num_elements; i++)
+				o[c].x[i] *= scorr[warp][(int)rowid.x[i]];
+		tc_a pa[NK];
+FL_UNROLL
+		for (int kk = 0; kk < NK; kk++)
+			tcw::load_matrix_sync(pa[kk], tc_bf(sp[warp] + kk * 16), TC_SP);
+FL_UNROLL
+		for (int c = 0; c < NF; c++)
+FL_UNROLL
+			for (int kk = 0; kk < NK; kk++) {
+				tc_brow vb;
+				tcw::load_matrix_sync(vb, tc_bf(sv + kk * 16 * LD + c * 16), LD);
+				tcw::mma_sync(o[c], pa[kk], vb, o[c]);
+			}
+	}
+	/* l > 0 for a row before T: key 0 is visible to every row */
+	tc_write<NF>(o, S, r, hf, t < T_ ? out + fl_at(b, t, T_, C, 0, h, hs) : NULL, hs,
+		     1.0f / l);
+	if (t < T_ && !hf)
+		lse[(size_t)blockIdx.x * T_ + t] = gk_nn_attn_lse(m, l);
+}
+
+/* dq, and D = sum_d dout o for each row (into dsum, for tc_bwd_dkv) */
+template <int HSP>
+__global__ static void tc_bwd_dq(uint16_t *dqkv, float *dsum, const uint16_t *dout,
+				 const uint16_t *qkv, const uint16_t *out, const float *lse,
+				 int T_, int NH, int hs, float scale)
+{
+	constexpr int NF = HSP / 16, LD = HSP + 8, NK = TC_BC / 16;
+	__shared__ __align__(32) uint16_t skv[2 * TC_BC * LD];
+	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS], sdp[TC_WARPS][16 * TC_SS];
+	__shared__ __align__(32) uint16_t sds[TC_WARPS][16 * TC_SP];
+	int C = NH * hs, C3 = 3 * C;
+	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
+	int r0 = FL_TILE() * TC_BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int rend = r0 + TC_BR < T_ ? r0 + TC_BR : T_;
+	int t0 = r0 + warp * 16;
+	int r = lane / 2, hf = lane % 2, t = t0 + r;
+	const uint16_t *sk = skv, *sv = skv + TC_BC * LD;
+	float *S = ss[warp], *DP = sdp[warp];
+
+	tc_a qa[NF], da[NF];
+	tc_acc dq[NF];
+	tc_load<HSP>(skv, TC_BR, qkv, b, r0, T_, C3, 0, h, hs);
+	__syncthreads();
+FL_UNROLL
+	for (int kk = 0; kk < NF; kk++)
+		tcw::load_matrix_sync(qa[kk], tc_bf(skv + warp * 16 * LD + kk * 16), LD);
+	__syncthreads();
+	tc_load<HSP>(skv, TC_BR, dout, b, r0, T_, C, 0, h, hs);
+	__syncthreads();
+FL_UNROLL
+	for (int kk = 0; kk < NF; kk++) {
+		tcw::load_matrix_sync(da[kk], tc_bf(skv + warp * 16 * LD + kk * 16), LD);
+		tcw::fill_fragment(dq[kk], 0.0f);
+	}
+	/* D of row r, hf of its head dimensions a lane */
+	float D = 0.0f, L = 0.0f;
+	if (t < T_) {
+		size_t at = fl_at(b, t, T_, C, 0, h, hs);
+		for (int d = hf; d < hs; d += 2)
+			D += ldf(dout[at + d]) * ldf(out[at + d]);
+		L = lse[(size_t)blockIdx.x * T_ + t];
+	}
+	D += __shfl_xor_sync(0xffffffffu, D, 1);
+	if (t < T_ && !hf)
+		dsum[(size_t)blockIdx.x * T_ + t] = D;
+	for (int k0 = 0; k0 < rend; k0 += TC_BC) {
+		__syncthreads(); /* dout's fragments loaded, the last tile's readers done */
+		tc_load<HSP>(skv, TC_BC, qkv, b, k0, T_, C3, C, h, hs);
+		tc_load<HSP>(skv + TC_BC * LD, TC_BC, qkv, b, k0, T_, C3, 2 * C, h, hs);
+		__syncthreads();
+		if (t0 >= T_ || k0 > t0 + 15)
+			continue;
+		/* S = Q K^T, dP = dout V^T */
+FL_UNROLL
+		for (int n = 0; n < NK; n++) {
+			tc_acc s, dp;
+			tcw::fill_fragment(s, 0.0f);
+			tcw::fill_fragment(dp, 0.0f);
+FL_UNROLL
+			for (int kk = 0; kk < NF; kk++) {
+				tc_bcol kb, vb;
+				tcw::load_matrix_sync(kb, tc_bf(sk + n * 16 * LD + kk * 16), LD);
+				tcw::mma_sync(s, qa[kk], kb, s);
+				tcw::load_matrix_sync(vb, tc_bf(sv + n * 16 * LD + kk * 16), LD);
+				tcw::mma_sync(dp, da[kk], vb, dp);
+			}
+			tcw::store_matrix_sync(S + n * 16, s, TC_SS, tcw::mem_row_major);
+			tcw::store_matrix_sync(DP + n * 16, dp, TC_SS, tcw::mem_row_major);
+		}
+		__syncwarp();
+FL_UNROLL
+		for (int e = 0; e < 16; e++) {
+			int c = hf * 16 + e;
+			float ds = 0.0f;
+			if (k0 + c <= t && t < T_) {
+				float p = gk_nn_attn_p(S[r * TC_SS + c] * scale, L, 1);
+				ds = gk_nn_softmax_dpre(p, DP[r * TC_SS + c], D, scale);
+			}
+			sds[warp][r * TC_SP + c] = stf<uint16_t>(ds);
+		}
+		__syncwarp(); /* sds holds the tile's ds */
+		tc_a dsa[NK];
+FL_UNROLL
+		for (int kk = 0; kk < NK; kk++)
+			tcw::load_matrix_sync(dsa[kk], tc_bf(sds[warp] + kk * 16), TC_SP);
+		/* dq += dS K */
+FL_UNROLL
+		for (int c = 0; c < NF; c++)
+FL_UNROLL
+			for (int kk = 0; kk < NK; kk++) {
+				tc_brow kb;
+				tcw::load_matrix_sync(kb, tc_bf(sk + kk * 16 * LD + c * 16), LD);
+				tcw::mma_sync(dq[c], dsa[kk], kb, dq[c]);
+			}
+	}
+	tc_write<NF>(dq, S, r, hf, t < T_ ? dqkv + fl_at(b, t, T_, C3, 0, h, hs) : NULL, hs,
+		     1.0f);
+}
+
+/* dk and dv: a block of TC_BR key rows (16 a warp, lane pair r on key
+ * j0 + r), the query rows i >= its first key streamed through shared
+ * memory with their lse and D; the products transposed (S^T = K Q^T). */
+template <int HSP>
+__global__ static void tc_bwd_dkv(uint16_t *dqkv, const float *dsum, const uint16_t *dout,
+				  const uint16_t *qkv, const float *lse, int T_, int NH, int hs,
+				  float scale)
+{
+	constexpr int NF = HSP / 16, LD = HSP + 8, NK = TC_BC / 16;
+	/* the block's rows of K, then of V; then a tile of Q (rows 0..31)
+	 * and of dout */
+	__shared__ __align__(32) uint16_t sqd[2 * TC_BC * LD];
+	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS], sdp[TC_WARPS][16 * TC_SS];
+	__shared__ __align__(32) uint16_t sp[TC_WARPS][16 * TC_SP], sds[TC_WARPS][16 * TC_SP];
+	__shared__ float sl[TC_BC], sd[TC_BC];
+	int C = NH * hs, C3 = 3 * C;
+	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
+	int c0 = FL_TILE() * TC_BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int j0 = c0 + warp * 16; /* the warp's keys: j0 .. j0 + 15 */
+	int r = lane / 2, hf = lane % 2, j = j0 + r;
+	const float *L = lse + (size_t)blockIdx.x * T_;
+	const float *Dr = dsum + (size_t)blockIdx.x * T_;
+	const uint16_t *sq = sqd, *sdo = sqd + TC_BC * LD;
+	float *S = ss[warp], *DP = sdp[warp];
+
+	tc_a ka[NF], va[NF];
+	tc_acc dk[NF], dv[NF];
+	tc_load<HSP>(sqd, TC_BR, qkv, b, c0, T_, C3, C, h, hs);
+	__syncthreads();
+FL_UNROLL
+	for (int kk = 0; kk < NF; kk++)
+		tcw::load_matrix_sync(ka[kk], tc_bf(sqd + warp * 16 * LD + kk * 16), LD);
+	__syncthreads();
+	tc_load<HSP>(sqd, TC_BR, qkv, b, c0, T_, C3, 2 * C, h, hs);
+	__syncthreads();
+FL_UNROLL
+	for (int kk = 0; kk < NF; kk++) {
+		tcw::load_matrix_sync(va[kk], tc_bf(sqd + warp * 16 * LD + kk * 16), LD);
+		tcw::fill_fragment(dk[kk], 0.0f);
+		tcw::fill_fragment(dv[kk], 0.0f);
+	}
+	for (int q0 = c0 / TC_BC * TC_BC; q0 < T_; q0 += TC_BC) {
+		__syncthreads(); /* V's fragments loaded, the last tile's readers done */
+		tc_load<HSP>(sqd, TC_BC, qkv, b, q0, T_, C3, 0, h, hs);
+		tc_load<HSP>(sqd + TC_BC * LD, TC_BC, dout, b, q0, T_, C, 0, h, hs);
+		if ((int)threadIdx.x < TC_BC) {
+			int i = q0 + threadIdx.x;
+			sl[threadIdx.x] = i < T_ ? L[i] : 0.0f;
+			sd[threadIdx.x] = i < T_ ? Dr[i] : 0.0f;
+		}
+		__syncthreads();
+		if (j0 >= T_ || q0 + TC_BC - 1 < j0) /* no query of the tile sees them */
+			continue;
+		/* S^T = K Q^T, dP^T = V dout^T */
+FL_UNROLL
+		for (int n = 0; n < NK; n++) {
+			tc_acc s, dp;
+			tcw::fill_fragment(s, 0.0f);
+			tcw::fill_fragment(dp, 0.0f);
+FL_UNROLL
+			for (int kk = 0; kk < NF; kk++) {
+				tc_bcol qb, ob;
+				tcw::load_matrix_sync(qb, tc_bf(sq + n * 16 * LD + kk * 16), LD);
+				tcw::mma_sync(s, ka[kk], qb, s);
+				tcw::load_matrix_sync(ob, tc_bf(sdo + n * 16 * LD + kk * 16), LD);
+				tcw::mma_sync(dp, va[kk], ob, dp);
+			}
+			tcw::store_matrix_sync(S + n * 16, s, TC_SS, tcw::mem_row_major);
+			tcw::store_matrix_sync(DP + n * 16, dp, TC_SS, tcw::mem_row_major);
+		}
+		__syncwarp();
+FL_UNROLL
+		for (int e = 0; e < 16; e++) {
+			int c = hf * 16 + e, i = q0 + c;
+			float p = 0.0f, ds = 0.0f;
+			if (i < T_ && i >= j && j < T_) {
+				p = gk_nn_attn_p(S[r * TC_SS + c] * scale, sl[c], 1);
+				ds = gk_nn_softmax_dpre(p, DP[r * TC_SS + c], sd[c], scale);
+			}
+			sp[warp][r * TC_SP + c] = stf<uint16_t>(p);
+			sds[warp][r * TC_SP + c] = stf<uint16_t>(ds);
+		}
+		__syncwarp(); /* sp and sds hold the tile's p and ds */
+		tc_a pa[NK], dsa[NK];
+FL_UNROLL
+		for (int kk = 0; kk < NK; kk++) {
+			tcw::load_matrix_sync(pa[kk], tc_bf(sp[warp] + kk * 16), TC_SP);
+			tcw::load_matrix_sync(dsa[kk], tc_bf(sds[warp] + kk * 16), TC_SP);
+		}
+		/* dv += P^T dout, dk += dS^T Q */
+FL_UNROLL
+		for (int c = 0; c < NF; c++)
+FL_UNROLL
+			for (int kk = 0; kk < NK; kk++) {
+				tc_brow ob, qb;
+				tcw::load_matrix_sync(ob, tc_bf(sdo + kk * 16 * LD + c * 16), LD);
+				tcw::mma_sync(dv[c], pa[kk], ob, dv[c]);
+				tcw::load_matrix_sync(qb, tc_bf(sq + kk * 16 * LD + c * 16), LD);
+				tcw::mma_sync(dk[c], dsa[kk], qb, dk[c]);
+			}
+	}
+	tc_write<NF>(dk, S, r, hf, j < T_ ? dqkv + fl_at(b, j, T_, C3, C, h, hs) : NULL, hs,
+		     1.0f);
+	tc_write<NF>(dv, S, r, hf, j < T_ ? dqkv + fl_at(b, j, T_, C3, 2 * C, h, hs) : NULL,
+		     hs, 1.0f);
+}
+
 /* The grid of a kernel of rw rows a warp: (b, h) pairs by row tiles. */
 static dim3 fl_grid(int B, int T_, int NH, int rw)
 {
@@ -414,6 +818,33 @@ static dim3 fl_grid(int B, int T_, int NH, int rw)
 		}                                                            \
 	} while (0)
 
+/* The tensor-core kernels' widths: 16, 32, 64, 128 (hs a multiple of 16
+ * up to the width, the columns past it zeros). */
+#define WITH_HSP_TC(hs, ...)                                                 \
+	do {                                                                 \
+		if ((hs) <= 16) {                                            \
+			enum { HSP = 16 };                                   \
+			__VA_ARGS__;                                         \
+		} else if ((hs) <= 32) {                                     \
+			enum { HSP = 32 };                                   \
+			__VA_ARGS__;                                         \
+		} else if ((hs) <= 64) {                                     \
+			enum { HSP = 64 };                                   \
+			__VA_ARGS__;                                         \
+		} else {                                                     \
+			enum { HSP = 128 };                                  \
+			__VA_ARGS__;                                         \
+		}                                                            \
+	} while (0)
+
+/* 16-byte aligned, for the tensor cores' kernels' loads (cudaMalloc's
+ * 256 bytes, and the model's buffers, are; a tensor that is not runs the
+ * scalar kernels) */
+static int fl_aligned(const void *p)
+{
+	return (uintptr_t)p % 16 == 0;
+}
+
 static int fl_check(const char *what, int B, int T_, int NH, int hs,
 		    gk_err *err)
 {
@@ -435,6 +866,12 @@ extern "C" int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv,
 	if (fl_check("fused attention", B, T_, NH, hs, err) < 0)
 		return -1;
 	float scale = 1.0f / sqrtf((float)hs);
+	if (gk_nn_flash_tc(dt, hs) && fl_aligned(qkv)) {
+		WITH_HSP_TC(hs, tc_fwd<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
+					(uint16_t *)out, lse, (const uint16_t *)qkv, T_, NH, hs,
+					scale));
+		return GK_CUDA_LAUNCHED("fused attention (tensor cores)", err);
+	}
 	WITH_T(dt, WITH_HSP(hs,
 		flash_fwd<T, HSP><<<fl_grid(B, T_, NH, fl_shape<HSP>::RW_FWD),
 				    32 * FL_WARPS, 0, s>>>(
@@ -451,6 +888,18 @@ extern "C" int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 	if (fl_check("fused attention backward", B, T_, NH, hs, err) < 0)
 		return -1;
 	float scale = 1.0f / sqrtf((float)hs);
+	if (gk_nn_flash_tc(dt, hs) && fl_aligned(qkv) && fl_aligned(dout) && fl_aligned(out)) {
+		WITH_HSP_TC(hs, tc_bwd_dq<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
+					(uint16_t *)dqkv, dsum, (const uint16_t *)dout,
+					(const uint16_t *)qkv, (const uint16_t *)out, lse, T_,
+					NH, hs, scale));
+		if (GK_CUDA_LAUNCHED("fused attention backward (dq, tensor cores)", err) < 0)
+			return -1;
+		WITH_HSP_TC(hs, tc_bwd_dkv<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
+					(uint16_t *)dqkv, dsum, (const uint16_t *)dout,
+					(const uint16_t *)qkv, lse, T_, NH, hs, scale));
+		return GK_CUDA_LAUNCHED("fused attention backward (dk, dv, tensor cores)", err);
+	}
 	WITH_T(dt, WITH_HSP(hs,
 		flash_bwd_dq<T, HSP><<<fl_grid(B, T_, NH, fl_shape<HSP>::RW_BWD),
 				       32 * FL_WARPS, 0, s>>>(

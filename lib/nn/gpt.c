@@ -631,6 +631,42 @@ int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *er
 	return 0;
 }
 
+const char *gk_nn_attention_desc(const gk_nn_config *c, const gk_nn_opts *o)
+{
+	gk_err ignore;
+	int fused = gk_nn_attention_fused(c, o, &ignore);
+	int hs = c->heads > 0 ? (int)(c->hidden / c->heads) : 0;
+	gk_dtype dt = o->precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
+	return fused < 0 ? NULL : !fused ? "matmul attention" :
+	       gk_nn_flash_tc(dt, hs) ? "fused attention on tensor cores" : "fused attention";
+}
+
+int gk_nn_gelu_epilogue(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err)
+{
+	(void)o;
+	const char *env = getenv("GK_CUDA_GELU");
+	int want = -1; /* auto */
+	if (env && *env) {
+		if (strcmp(env, "epilogue") == 0)
+			want = 1;
+		else if (strcmp(env, "kernel") == 0)
+			want = 0;
+		else
+			return gk_errf(err, "GK_CUDA_GELU '%s': must be epilogue or "
+				       "kernel", env);
+	}
+	if (want == 0)
+		return 0;
+	/* cuBLASLt's EPILOGUE_AUX_LD: a multiple of 8 elements */
+	int fits = (4 * (uint64_t)c->hidden) % 8 == 0;
+	if (!fits && want == 1)
+		return gk_errf(err, "GELU epilogue: hidden size %lld: cuBLASLt takes "
+			       "the aux matrix's leading dimension (4 x hidden) "
+			       "only as a multiple of 8 (GK_CUDA_GELU=kernel runs "
+			       "the GELU as a kernel)", (long long)c->hidden);
+	return fits;
+}
+
 /*
  * What gk_nn_plan and gk_nn_plan_cuda share: *m as c and o make it,
  * finished, its batch and sequence checked; plan_table then builds its

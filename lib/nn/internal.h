@@ -109,6 +109,8 @@ struct gk_nn_model {
 	int have_fwd, have_targets;
 	double nvalid;          /* targets >= 0 in the last forward */
 	float loss;
+	int eval;               /* gk_nn_set_eval */
+	float gscale;           /* gk_nn_set_grad_scale (0: not set) */
 	gk_nn_mem mem;
 };
 

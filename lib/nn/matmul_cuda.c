@@ -15,6 +15,15 @@
  * tested on the host); the bias (one value per column of our D) is per
  * row of cuBLASLt's D, which is what CUBLASLT_EPILOGUE_BIAS adds.
  *
+ * The MLP's GELU runs in the epilogue where the model asks
+ * (gk_nn_gelu_epilogue): c_fc's forward with GELU_AUX_BIAS (D the GELU's
+ * output, the aux matrix its input, which backward needs), c_proj's
+ * input gradient with DGELU (the product times gelu' of the aux). The
+ * aux matrix has D's type, layout and shape (cuBLASLt's default
+ * EPILOGUE_AUX_DATA_TYPE), its leading dimension a multiple of 8 no less
+ * than D's rows (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), its pointer given
+ * before the heuristic, which reads its alignment from it.
+ *
  * reference: llm.c llmc/matmul.cuh (matmul_cublaslt), the cuBLASLt API
  * documentation (cublasLtMatmul, "Epilogue", "Data types").
  */
@@ -95,12 +104,12 @@ static void lt_load(void)
  * per shape, so its steps run the same kernels.
  */
 typedef struct algo_key {
-	int32_t dt, ddt, trans_a, trans_b, bias, batch;
+	int32_t dt, ddt, trans_a, trans_b, bias, batch, epi;
 	uint64_t a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
-	int64_t lda, ldb, ldd;
+	int64_t lda, ldb, ldd, ldaux;
 	long long sa, sb, sd;
 	uint64_t ws;
-	uint32_t align[4];
+	uint32_t align[5]; /* A B C D, and the GELU's aux */
 } algo_key;
 
 #define ALGO_CACHE_MAX 256
@@ -204,9 +213,31 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	cublasOperation_t opb = sh.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS
 					 : CUBLASLT_EPILOGUE_DEFAULT;
+	if (g->gelu == GK_NN_GEMM_GELU)
+		epi = g->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+			      : CUBLASLT_EPILOGUE_GELU_AUX;
+	else if (g->gelu == GK_NN_GEMM_DGELU)
+		epi = CUBLASLT_EPILOGUE_DGELU;
 
 	if (g->bias && batch > 1)
 		return gk_errf(err, "matmul: a bias with a batch of %d", batch);
+	if (g->gelu != GK_NN_GEMM_PLAIN) {
+		size_t es = gk_dtype_bits(g->ddt) / 8;
+		if (g->gelu != GK_NN_GEMM_GELU && g->gelu != GK_NN_GEMM_DGELU)
+			return gk_errf(err, "matmul: GELU epilogue %d unknown", g->gelu);
+		if (batch > 1 || g->dt != g->ddt || (g->gelu == GK_NN_GEMM_DGELU && g->bias))
+			return gk_errf(err, "matmul: the GELU epilogue takes one "
+				       "matrix, D of the operands' type and (in "
+				       "backward) no bias");
+		if (!g->aux || (uintptr_t)g->aux % es || g->ldaux < g->N ||
+		    g->ldaux % 8)
+			return gk_errf(err, "matmul: the GELU epilogue's aux matrix "
+				       "(%d columns, leading dimension %d) must be "
+				       "aligned to its elements, its leading "
+				       "dimension a multiple of 8 no less than its "
+				       "columns (GK_CUDA_GELU=kernel runs the GELU "
+				       "as a kernel)", g->N, g->ldaux);
+	}
 	/* cuBLASLt takes no alignment preference for the bias and may pick
 	 * a kernel that assumes 16 bytes; a bias at an odd place in the flat
 	 * parameters (C * element size not a multiple of 16) is copied to
@@ -240,6 +271,13 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	    GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 				       &bias, sizeof(bias)), err) < 0)
 		goto out;
+	int64_t ldaux = g->ldaux;
+	if (g->gelu != GK_NN_GEMM_PLAIN &&
+	    (GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+					&g->aux, sizeof(g->aux)), err) < 0 ||
+	     GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+					&ldaux, sizeof(ldaux)), err) < 0))
+		goto out;
 	if (layout(&la, g->dt, sh.a_rows, sh.a_cols, sh.lda, batch, sh.sa,
 		   err) < 0 ||
 	    layout(&lb, g->dt, sh.b_rows, sh.b_cols, sh.ldb, batch, sh.sb,
@@ -271,15 +309,17 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	algo_key key;
 	memset(&key, 0, sizeof key); /* the padding too: keys compare bytewise */
 	key.dt = g->dt, key.ddt = g->ddt, key.trans_a = sh.trans_a, key.trans_b = sh.trans_b;
-	key.bias = g->bias != NULL, key.batch = batch;
+	key.bias = g->bias != NULL, key.batch = batch, key.epi = (int32_t)epi;
 	key.a_rows = sh.a_rows, key.a_cols = sh.a_cols, key.b_rows = sh.b_rows;
 	key.b_cols = sh.b_cols, key.d_rows = sh.d_rows, key.d_cols = sh.d_cols;
 	key.lda = sh.lda, key.ldb = sh.ldb, key.ldd = sh.ldd;
+	key.ldaux = g->gelu != GK_NN_GEMM_PLAIN ? ldaux : 0;
 	key.sa = batch > 1 ? sh.sa : 0, key.sb = batch > 1 ? sh.sb : 0;
 	key.sd = batch > 1 ? sh.sd : 0;
 	key.ws = ws_bytes;
 	for (int i = 0; i < 4; i++)
 		key.align[i] = align_of(ptr[i]);
+	key.align[4] = g->gelu != GK_NN_GEMM_PLAIN ? align_of((uintptr_t)g->aux) : 0;
 	const cublasLtMatmulAlgo_t *algo = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
 	for (size_t i = 0; i < b->nalgos && !algo; i++)

@@ -249,6 +249,17 @@ static int tp_xent_fwd(gk_nn_model *m, const int32_t *targets, double *sum, gk_e
 	return 0;
 }
 
+void gk_nn_set_eval(gk_nn_model *m, int on)
+{
+	m->eval = on != 0;
+}
+
+void gk_nn_set_grad_scale(gk_nn_model *m, float scale)
+{
+	if (scale != 0.0f && isfinite(scale))
+		m->gscale = scale;
+}
+
 /* ZeRO-3's parameters around block l's use of them (gk_nn_set_param_fn) */
 static int param_use(gk_nn_model *m, int phase, int l, gk_err *err)
 {
@@ -568,6 +579,26 @@ int gk_nn_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
 float *gk_nn_grad_at(gk_nn_model *m, size_t off)
 {
 	return m->cu ? gk_nn_cuda_grad_at(m, off) : m->grads + off;
+}
+
+void *gk_nn_param_at(gk_nn_model *m, size_t off)
+{
+	return m->cu ? gk_nn_cuda_param_at(m, off) : m->params + off;
+}
+
+gk_dtype gk_nn_param_dtype(const gk_nn_model *m)
+{
+	return m->cu ? gk_nn_cuda_param_dtype(m) : GK_DT_F32;
+}
+
+int gk_nn_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_params_own(m, a, b, err) : 0;
+}
+
+int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_params_whole(m, on, err) : 0;
 }
 
 void *gk_nn_stream(const gk_nn_model *m)

@@ -43,6 +43,9 @@ struct gk_nn_cuda {
 	size_t es;             /* bytes of one dt element */
 	int fused;             /* attention: flash.cu's kernels, else the
 				  matmul path (gk_nn_attention_fused) */
+	int gelu_epi;          /* the MLP's GELU in c_fc's and c_proj's
+				  matmul epilogues, else gelu.cu's kernels
+				  (gk_nn_gelu_epilogue) */
 	gk_cuda_stream s;
 	gk_nn_blas *blas;
 	void *ws;
@@ -53,7 +56,13 @@ struct gk_nn_cuda {
 	size_t ghead, nbk, nslot, slot_len;
 	size_t *blo;
 	float *slot[GK_NN_CU_SLOTS];
-	void *pw;              /* working copy in dt (== p in f32) */
+	void *pw;              /* working copy in dt (== p in f32); NULL with units */
+	/* unit_params (ZeRO-3): p holds [plo, phi) only, and the working copy
+	 * is in units: [0, uhead) in ue[0], [utail, nflat) in ue[1], block l
+	 * in uslot[l % nuslot] (each ulen elements); whole, when not NULL, a
+	 * working copy of the whole model that replaces them */
+	size_t plo, phi, uhead, utail, ulen, nuslot;
+	void *ue[2], **uslot, *whole;
 	/* AdamW moments, from the first update, of up to two ranges of the
 	 * parameters (a pipeline's last stage: its own and the tied wte) */
 	float *mom[2], *vel[2];
@@ -80,6 +89,12 @@ struct gk_nn_cuda {
 	int32_t *h_uniq, *h_start, *h_pos, *h_count;
 	float *h_loss;
 	int uploaded;
+	/* the classifier (gk_nn_set_eval): the scale a training forward
+	 * folds into the dlogits it writes when gk_nn_set_grad_scale has
+	 * not said, the last backward's (1 before the first), and that of
+	 * the dlogits the last forward wrote over the logits (0: none, the
+	 * logits are there) */
+	float xscale, xfused;
 
 	/* a pipeline stage's activation slots (gk_nn_pp_slots): slot i's
 	 * activations at abase[i], the tokens' count of its last forward */
@@ -148,6 +163,31 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	a->fchg = (char *)cu->a_fchg + gl * N * 4 * C * es;
 }
 
+/*
+ * unit_params: the working copy's units, in dt: the embeddings (wte, wpe)
+ * and the final norm with the flat buffer's tail, each of its own, and
+ * unit_params buffers of a block, block l in buffer l % unit_params.
+ */
+static int alloc_units(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	size_t hi, x;
+	int L = (int)m->c.layers;
+	gk_nn_block_range(m, 0, &cu->uhead, &hi);
+	cu->ulen = hi - cu->uhead;
+	gk_nn_block_range(m, L - 1, &x, &cu->utail);
+	cu->nuslot = (size_t)m->o.unit_params;
+	if (!(cu->uslot = calloc(cu->nuslot, sizeof(*cu->uslot))))
+		return gk_err_sys(err, ENOMEM, "model on the GPU: parameter units");
+	if (!(cu->ue[0] = dalloc(cu, cu->uhead * cu->es, GK_CUDA_MEM_PARAMS, err)) ||
+	    !(cu->ue[1] = dalloc(cu, (m->nflat - cu->utail) * cu->es, GK_CUDA_MEM_PARAMS, err)))
+		return -1;
+	for (size_t k = 0; k < cu->nuslot; k++)
+		if (!(cu->uslot[k] = dalloc(cu, cu->ulen * cu->es, GK_CUDA_MEM_PARAMS, err)))
+			return -1;
+	return 0;
+}
+
 static int alloc_all(gk_nn_model *m, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
@@ -162,13 +202,17 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 
 	/* nflat: the flat multiple's tail, zeroed at creation; bucket_grads:
 	 * no gradients until gk_nn_cuda_grad_buckets */
-	if (!(cu->p = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_PARAMS, err)) ||
+	if (!(cu->p = dalloc(cu, (cu->phi - cu->plo) * 4, GK_CUDA_MEM_PARAMS, err)) ||
 	    (!m->o.bucket_grads && !(cu->g = dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err))))
 		return -1;
-	if (cu->dt == GK_DT_F32)
+	if (m->o.unit_params) {
+		if (alloc_units(m, err) < 0)
+			return -1;
+	} else if (cu->dt == GK_DT_F32) {
 		cu->pw = cu->p;
-	else if (!(cu->pw = dalloc(cu, P * cu->es, GK_CUDA_MEM_PARAMS, err)))
+	} else if (!(cu->pw = dalloc(cu, P * cu->es, GK_CUDA_MEM_PARAMS, err))) {
 		return -1;
+	}
 
 	/* activations, in carve order (gk_nn_cuda_layout's) */
 	char *cur = dalloc(cu, plan.activations, GK_CUDA_MEM_ACTS, err);
@@ -284,7 +328,20 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	m->cu = cu;
 	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
-	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0)
+	cu->xscale = 1.0f;
+	cu->phi = m->nflat;
+	if (m->o.unit_params) {
+		size_t k = m->o.flat_multiple > 1 ? (size_t)m->o.flat_multiple : 1;
+		if (m->o.unit_params < 1 || m->o.unit_params > (int)m->c.layers ||
+		    m->o.shard_rank < 0 || (size_t)m->o.shard_rank >= k)
+			return gk_errf(err, "model on the GPU: %d parameter units for %lld "
+				       "blocks, rank %d of %zu", m->o.unit_params,
+				       (long long)m->c.layers, m->o.shard_rank, k);
+		cu->plo = (size_t)m->o.shard_rank * (m->nflat / k);
+		cu->phi = cu->plo + m->nflat / k;
+	}
+	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0 ||
+	    (cu->gelu_epi = gk_nn_gelu_epilogue(&m->c, &m->o, err)) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if (gk_cuda_stream_new(&cu->s, err) < 0 || alloc_all(m, err) < 0 ||
 	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
@@ -292,7 +349,7 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
 				    err) < 0) ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, m->nflat * 4, cu->s),
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, (cu->phi - cu->plo) * 4, cu->s),
 			  err) < 0 || preload(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
@@ -317,6 +374,8 @@ void gk_nn_cuda_free(gk_nn_model *m)
 	free(cu->h_count);
 	free(cu->h_loss);
 	free(cu->blo);
+	free(cu->uslot);
+	gk_cuda_free(cu->whole);
 	free(m->logits);
 	free(m->tokens);
 	free(m->targets);
@@ -438,10 +497,12 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 			return -1;
 	}
 	if (what & GK_NN_PARAMS) {
-		memcpy(cu->pin, m->params, n * 4);
-		if (gk_cuda_copy(cu->p, cu->pin, n * 4, cu->s, err) < 0)
+		/* (unit_params: this rank's range, of which the padding is zero) */
+		size_t k = cu->phi < n ? cu->phi - cu->plo : cu->plo < n ? n - cu->plo : 0;
+		memcpy(cu->pin, m->params + cu->plo, k * 4);
+		if (gk_cuda_copy(cu->p, cu->pin, k * 4, cu->s, err) < 0)
 			return -1;
-		if (cu->dt != GK_DT_F32 &&
+		if (cu->pw && cu->dt != GK_DT_F32 &&
 		    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
 		     gk_cuda_stream_sync(cu->s, err) < 0))
 			return -1;
@@ -459,9 +520,11 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (what & GK_NN_PARAMS) {
-		if (gk_cuda_copy(cu->pin, cu->p, n, cu->s, err) < 0)
+		size_t k = cu->phi * 4 < n ? (cu->phi - cu->plo) * 4 :
+			   cu->plo * 4 < n ? n - cu->plo * 4 : 0;
+		if (gk_cuda_copy(cu->pin, cu->p, k, cu->s, err) < 0)
 			return -1;
-		memcpy(m->params, cu->pin, n);
+		memcpy(m->params + cu->plo, cu->pin, k);
 	}
 	if (what & GK_NN_GRADS) {
 		if (gk_cuda_copy(cu->pin, cu->g, n, cu->s, err) < 0)
@@ -541,13 +604,89 @@ int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return gk_errf(err, "parameters on the GPU: the model is on the CPU");
-	if (cu->dt != GK_DT_F32 &&
+	/* (units are filled from the master at each gather) */
+	if (cu->pw && cu->dt != GK_DT_F32 &&
 	    gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, m->nparams, cu->s, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
 
+/* ---- the working copy in units (unit_params) ------------------------------------ */
+
+void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off)
+{
+	const struct gk_nn_cuda *cu = m->cu;
+	if (cu->whole || !cu->uslot)
+		return (char *)(cu->whole ? cu->whole : cu->pw) + off * cu->es;
+	if (off < cu->uhead)
+		return (char *)cu->ue[0] + off * cu->es;
+	if (off >= cu->utail)
+		return (char *)cu->ue[1] + (off - cu->utail) * cu->es;
+	size_t l = (off - cu->uhead) / cu->ulen;
+	return (char *)cu->uslot[l % cu->nuslot] + (off - cu->uhead - l * cu->ulen) * cu->es;
+}
+
+gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m)
+{
+	return m->cu->dt;
+}
+
+int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (a < cu->plo || b > cu->phi || a > b)
+		return gk_errf(err, "parameters on the GPU: [%zu, %zu) is not in this rank's "
+			       "[%zu, %zu)", a, b, cu->plo, cu->phi);
+	void *dst = gk_nn_cuda_param_at(m, a);
+	const float *src = cu->p + (a - cu->plo);
+	if (a == b)
+		return 0;
+	if (cu->dt == GK_DT_F32)
+		return GK_CUDA_CHECK(cudaMemcpyAsync(dst, src, (b - a) * 4,
+						     cudaMemcpyDeviceToDevice, cu->s), err);
+	return gk_cuda_convert(dst, cu->dt, src, GK_DT_F32, b - a, cu->s, err);
+}
+
+int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!on || cu->whole) {
+		if (gk_cuda_stream_sync(cu->s, err) < 0)
+			return -1;
+		gk_cuda_free(cu->whole);
+		cu->whole = NULL;
+		if (!on)
+			return 0;
+	}
+	size_t n = m->nparams;
+	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
+		return -1;
+	/* from the host's fp32 copy, through the staging, a piece at a time
+	 * in dt's bytes (the staging holds nparams floats) */
+	float *tmp = cu->dt == GK_DT_F32 ? NULL : gk_cuda_alloc(n * 4, GK_CUDA_MEM_PARAMS, err);
+	if (cu->dt != GK_DT_F32 && !tmp)
+		return -1;
+	memcpy(cu->pin, m->params, n * 4);
+	int rc = gk_cuda_copy(tmp ? (void *)tmp : cu->whole, cu->pin, n * 4, cu->s, err);
+	if (rc == 0 && tmp)
+		rc = gk_cuda_convert(cu->whole, cu->dt, tmp, GK_DT_F32, n, cu->s, err);
+	if (rc == 0)
+		rc = gk_cuda_stream_sync(cu->s, err);
+	gk_cuda_free(tmp);
+	return rc;
+}
+
 /* ---- forward ------------------------------------------------------------------- */
+
+/* the working copy of element off (unit_params: in its unit's buffer) */
+#define P(off) ((const char *)gk_nn_cuda_param_at(m, off))
+
+/* ZeRO-3's units around block l's use of them (gk_nn_set_param_fn): the
+ * caller's gathers, which it waits for before a kernel reads the unit */
+static int param_use(gk_nn_model *m, int phase, int l, gk_err *err)
+{
+	return m->pfn ? m->pfn(phase, l, m->pctx, err) : 0;
+}
 
 /* out (N,OC) = inp (N,IC) @ w (IC,OC) [+ bias] [+ res] */
 static int mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
@@ -562,15 +701,33 @@ static int mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
 	return gk_nn_blas_gemm(cu->blas, &g, err);
 }
 
-/* dinp (N,IC) = dout @ w^T; dw (IC,OC) += inp^T @ dout; db += column sums */
+/* The MLP's c_fc with the GELU in the epilogue: out (N,OC) =
+ * gelu(inp @ w + bias), pre (N,OC) = inp @ w + bias (GELU_AUX_BIAS). */
+static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
+		       const void *w, const void *bias, int N, int IC, int OC,
+		       gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	gk_nn_gemm g = {.M = N, .N = OC, .K = IC, .A = inp, .lda = IC,
+			.B = w, .ldb = OC, .D = out, .ldd = OC, .bias = bias,
+			.alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
+			.gelu = GK_NN_GEMM_GELU, .aux = pre, .ldaux = OC};
+	return gk_nn_blas_gemm(cu->blas, &g, err);
+}
+
+/* dinp (N,IC) = dout @ w^T, times gelu'(pre) when pre is given (c_proj's
+ * DGELU epilogue: pre the (N,IC) input of the GELU whose output was
+ * inp); dw (IC,OC) += inp^T @ dout; db += column sums */
 static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
-		  const void *dout, const void *inp, const void *w, int N,
-		  int IC, int OC, gk_err *err)
+		  const void *dout, const void *inp, const void *w,
+		  const void *pre, int N, int IC, int OC, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	gk_nn_gemm gi = {.tb = 1, .M = N, .N = IC, .K = OC, .A = dout,
 			 .lda = OC, .B = w, .ldb = OC, .D = dinp, .ldd = IC,
-			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
+			 .gelu = pre ? GK_NN_GEMM_DGELU : GK_NN_GEMM_PLAIN,
+			 .aux = (void *)pre, .ldaux = IC};
 	gk_nn_gemm gw = {.ta = 1, .M = IC, .N = OC, .K = N, .A = inp,
 			 .lda = IC, .B = dout, .ldb = OC, .D = dw, .ldd = OC,
 			 .C = dw, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
@@ -635,17 +792,29 @@ static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
 				    cu->s, err);
 }
 
+/* fchg = gelu(ln2 @ c_fc + b), fch the GELU's input: in the matmul's
+ * epilogue, or the plain matmul and gelu.cu's kernel */
+static int mlp_fc_fwd(gk_nn_model *m, const dacts *a, const void *w,
+		      const void *b, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	if (cu->gelu_epi)
+		return mm_fwd_gelu(m, a->fchg, a->fch, a->ln2, w, b, N, C, 4 * C, err);
+	if (mm_fwd(m, a->fch, a->ln2, w, b, NULL, N, C, 4 * C, err) < 0)
+		return -1;
+	return gk_nn_cu_gelu_fwd(a->fchg, a->fch, cu->dt, (size_t)N * 4 * C, cu->s, err);
+}
+
 static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
-	const char *p = cu->pw;
-	size_t es = cu->es;
 	float eps = m->c.ln_eps;
 	dacts a;
 	layer_acts(m, l, &a);
-#define W(off) (p + (off) * es)
+#define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 	if (gk_nn_cu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, W(o->ln1w),
 				   W(o->ln1b), cu->dt, N, C, eps, cu->s,
 				   err) < 0 ||
@@ -657,10 +826,7 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 	    gk_nn_cu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, W(o->ln2w),
 				   W(o->ln2b), cu->dt, N, C, eps, cu->s,
 				   err) < 0 ||
-	    mm_fwd(m, a.fch, a.ln2, W(o->fcw), W(o->fcb), NULL, N, C, 4 * C,
-		   err) < 0 ||
-	    gk_nn_cu_gelu_fwd(a.fchg, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
-			      err) < 0 ||
+	    mlp_fc_fwd(m, &a, W(o->fcw), W(o->fcb), err) < 0 ||
 	    mm_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
 		   4 * C, C, err) < 0)
 		return -1;
@@ -676,7 +842,6 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	int V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
-	const char *p = cu->pw;
 
 	if (!cu->uploaded)
 		return gk_errf(err, "forward on the GPU: the parameters were "
@@ -706,12 +871,13 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	/* a pipeline stage: the embedding on the first, its layers, the head
 	 * on the last (the others leave their output for the next stage in
 	 * gk_nn_pp_output; a later one's input is in gk_nn_pp_input) */
-	if (m->ppr == 0 && gk_nn_cu_encoder_fwd(cu->resid, cu->tok, p + m->wte * es,
-						p + m->wpe * es, cu->dt, B, T, C, cu->s,
+	if (m->ppr == 0 && gk_nn_cu_encoder_fwd(cu->resid, cu->tok, P(m->wte),
+						P(m->wpe), cu->dt, B, T, C, cu->s,
 						err) < 0)
 		return -1;
 	for (int l = m->l0; l < m->l1; l++)
-		if (block_fwd(m, l, err) < 0)
+		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
+		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
 	if (m->ppr < m->pp - 1) {
 		m->have_targets = 0;
@@ -720,11 +886,11 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	}
 	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
 	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vp, .K = C, .A = cu->lnf,
-			   .lda = C, .B = p + m->wte * es, .ldb = C,
+			   .lda = C, .B = P(m->wte), .ldb = C,
 			   .D = cu->logits, .ldd = Vp, .alpha = 1.0f,
 			   .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	if (gk_nn_cu_layernorm_fwd(cu->lnf, cu->lnfm, cu->lnfr, last,
-				   p + m->lnfw * es, p + m->lnfb * es, cu->dt,
+				   P(m->lnfw), P(m->lnfb), cu->dt,
 				   N, C, m->c.ln_eps, cu->s, err) < 0 ||
 	    gk_nn_blas_gemm(cu->blas, &head, err) < 0)
 		return -1;
@@ -748,17 +914,28 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 		m->have_fwd = 1;
 		return 0;
 	}
-	if (gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits, cu->tgt, cu->dt,
-			      N, V, Vp, cu->s, err) < 0 ||
+	double n = 0.0;
+	for (int i = 0; i < N; i++)
+		n += targets[i] >= 0;
+	/* training: loss and dlogits in one kernel, with backward's dloss
+	 * for the scale it is expected to be given (gk_nn_set_grad_scale's,
+	 * else the last one's; it rescales the head's GEMMs if it is given
+	 * another) */
+	float xs = m->gscale != 0.0f ? m->gscale : cu->xscale;
+	cu->xfused = m->eval ? 0.0f : xs;
+	if ((m->eval ? gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits,
+					 cu->tgt, cu->dt, N, V, Vp, cu->s, err)
+		     : gk_nn_cu_xent_fused(cu->lse, cu->loss, cu->logits,
+					   cu->tgt, cu->dt,
+					   n > 0 ? (float)(xs / n) : 0.0f,
+					   N, V, Vp, cu->s, err)) < 0 ||
 	    gk_cuda_copy(cu->h_loss, cu->loss, (size_t)N * 4, cu->s, err) < 0)
 		return -1;
 	/* rows in order, in double, as gk_nn_cpu_xent_fwd */
-	double s = 0.0, n = 0.0;
+	double s = 0.0;
 	for (int i = 0; i < N; i++)
-		if (targets[i] >= 0) {
+		if (targets[i] >= 0)
 			s += cu->h_loss[i];
-			n += 1.0;
-		}
 	m->nvalid = n;
 	m->loss = n > 0 ? (float)(s / n) : NAN;
 	if (loss)
@@ -814,8 +991,6 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
-	const char *p = cu->pw;
-	size_t es = cu->es;
 	dacts a;
 	layer_acts(m, l, &a);
 
@@ -827,23 +1002,27 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 				      cu->s, err) < 0)
 			return -1;
 	}
-#define W(off) (p + (off) * es)
+#define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 #define G(off) gk_nn_cuda_grad_at(m, off)
+	/* dfc: d(c_proj's input) times gelu'(fch), in the epilogue or by
+	 * gelu.cu's kernel */
 	if (mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), cu->dres,
-		   a.fchg, W(o->fcprojw), N, 4 * C, C, err) < 0 ||
-	    gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
-			      err) < 0 ||
+		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, N, 4 * C,
+		   C, err) < 0 ||
+	    (!cu->gelu_epi &&
+	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
+			       err) < 0) ||
 	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, a.ln2,
-		   W(o->fcw), N, C, 4 * C, err) < 0 ||
+		   W(o->fcw), NULL, N, C, 4 * C, err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln2w), G(o->ln2b),
 				   cu->colsum, cu->dln, a.res2, W(o->ln2w),
 				   a.ln2m, a.ln2r, cu->dt, N, C, cu->s,
 				   err) < 0 ||
 	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), cu->dres,
-		   a.atty, W(o->attprojw), N, C, C, err) < 0 ||
+		   a.atty, W(o->attprojw), NULL, N, C, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
 	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, a.ln1,
-		   W(o->qkvw), N, C, 3 * C, err) < 0 ||
+		   W(o->qkvw), NULL, N, C, 3 * C, err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln1w), G(o->ln1b),
 				   cu->colsum, cu->dln, a.in, W(o->ln1w),
 				   a.ln1m, a.ln1r, cu->dt, N, C, cu->s,
@@ -874,40 +1053,47 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	int V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
-	const char *p = cu->pw;
 	m->have_fwd = 0; /* the logits become dlogits */
 
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
+	/* dlogits the forward wrote for another scale: the head's GEMMs
+	 * make up the difference (1 when it is the expected one) */
+	float alpha = cu->xfused != 0.0f ? scale / cu->xfused : 1.0f;
+	int unfused = cu->xfused == 0.0f;
+	cu->xfused = 0.0f;
+	if (scale != 0.0f && isfinite(scale))
+		cu->xscale = scale;
 	gk_nn_gemm gi = {.M = N, .N = C, .K = Vp, .A = cu->logits, .lda = Vp,
-			 .B = p + m->wte * es, .ldb = C, .D = cu->dln, .ldd = C,
-			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+			 .B = P(m->wte), .ldb = C, .D = cu->dln, .ldd = C,
+			 .alpha = alpha, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	float *gwte = gk_nn_cuda_grad_at(m, m->wte);
 	gk_nn_gemm gw = {.ta = 1, .M = Vp, .N = C, .K = N, .A = cu->logits,
 			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = gwte,
-			 .ldd = C, .C = gwte, .alpha = 1.0f, .batch = 1,
+			 .ldd = C, .C = gwte, .alpha = alpha, .batch = 1,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
 	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
 	/* a pipeline stage before the last: dres holds d output (the
 	 * caller's, gk_nn_pp_grad) */
 	if (m->ppr < m->pp - 1)
 		goto blocks;
-	if (gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt, dloss, N,
-			      V, Vp, cu->s, err) < 0 ||
+	if ((unfused && gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
+					  dloss, N, V, Vp, cu->s, err) < 0) ||
 	    gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)N * C * es,
 					  cu->s), err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, gk_nn_cuda_grad_at(m, m->lnfw),
 				   gk_nn_cuda_grad_at(m, m->lnfb),
-				   cu->colsum, cu->dln, last, p + m->lnfw * es,
+				   cu->colsum, cu->dln, last, P(m->lnfw),
 				   cu->lnfm, cu->lnfr, cu->dt, N, C, cu->s,
 				   err) < 0 ||
 	    notify(m, ready, ctx, m->lnfw, err) < 0)
 		return -1;
 blocks:
 	for (int l = m->l1 - 1; l >= m->l0; l--)
-		if (block_bwd(m, l, err) < 0 ||
-		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0)
+		if (param_use(m, GK_NN_BWD_PRE, l, err) < 0 || block_bwd(m, l, err) < 0 ||
+		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0 ||
+		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
 	/* a later stage: dres is d input, for the previous stage */
 	if (m->ppr > 0)
@@ -1048,6 +1234,9 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 	int j;
 	if (moments_alloc(m, lo, hi, &j, err) < 0)
 		return -1;
+	if (lo < cu->plo || hi > cu->phi)
+		return gk_errf(err, "AdamW on the GPU of [%zu, %zu): this rank holds the "
+			       "parameters [%zu, %zu)", lo, hi, cu->plo, cu->phi);
 	if (!g && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (!g)
@@ -1063,8 +1252,9 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 		size_t b = x->off + x->numel < hi ? x->off + x->numel : hi;
 		if (a >= b)
 			continue;
-		void *pw = cu->dt == GK_DT_F32 ? NULL : (char *)cu->pw + a * cu->es;
-		if (gk_nn_cu_adamw(cu->p + a, pw, cu->dt, g + (a - lo), grad_scale,
+		/* (units: no working copy to keep, the next gather converts) */
+		void *pw = cu->dt == GK_DT_F32 || !cu->pw ? NULL : (char *)cu->pw + a * cu->es;
+		if (gk_nn_cu_adamw(cu->p + (a - cu->plo), pw, cu->dt, g + (a - lo), grad_scale,
 				   cu->mom[j] + (a - lo), cu->vel[j] + (a - lo), b - a, &k,
 				   x->decay ? decay : 1.0f, cu->s, err) < 0)
 			return -1;

@@ -98,6 +98,26 @@ void *gk_nn_cuda_stream(const gk_nn_model *m)
 	return NULL;
 }
 
+void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off)
+{
+	return NULL;
+}
+
+gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m)
+{
+	return GK_DT_F32;
+}
+
+int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
+{
+	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");
+}
+
+int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
+{
+	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");
+}
+
 int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 		       float *vel, int upload, gk_err *err)
 {

@@ -205,6 +205,21 @@ typedef struct gk_nn_opts {
 				       * rank tp_rank's seq / tp positions of each
 				       * sequence; seq must divide by tp, and no
 				       * pipeline (gk_nn_sp_check) */
+	int unit_params;              /* CUDA: ZeRO-3, with unit_params buffers
+				       * of a block (1 to layers): the device
+				       * holds this rank's range of the fp32
+				       * parameters only, [shard_rank * per,
+				       * + per) with per = nflat / flat_multiple
+				       * (updates are of it; upload and download
+				       * copy it), and the working copy in units:
+				       * the embeddings [0, block 0), the final
+				       * norm [block L-1's end, nflat), and block
+				       * l in buffer l % unit_params. The caller
+				       * fills a unit (gk_nn_param_at,
+				       * gk_nn_params_own) before its kernels
+				       * read it: gk_nn_set_param_fn hears of each
+				       * block's use */
+	int shard_rank;
 	int lazy_params;              /* CPU: the parameter buffer is mapped like
 				       * lazy_grads' (ZeRO-3, whose rank keeps
 				       * only its range between a block's uses);
@@ -232,6 +247,24 @@ struct gk_comm;
  * head size they do not take.
  */
 int gk_nn_attention_fused(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err);
+/*
+ * What the start line calls a CUDA model's attention: "fused attention on
+ * tensor cores" (bf16 at head sizes a multiple of 16), "fused attention"
+ * (the CUDA cores' kernels), "matmul attention"; NULL where
+ * gk_nn_attention_fused refuses.
+ */
+const char *gk_nn_attention_desc(const gk_nn_config *c, const gk_nn_opts *o);
+
+/*
+ * 1 when a CUDA model of c and o runs the MLP's GELU in cuBLASLt's
+ * epilogues (c_fc's GELU_AUX_BIAS forward, c_proj's DGELU backward), 0
+ * when as gelu.cu's kernels between the matmuls. GK_CUDA_GELU chooses:
+ * "epilogue", "kernel", or unset (the epilogue where cuBLASLt takes it:
+ * the aux matrix's leading dimension 4 * hidden a multiple of 8, so an
+ * odd hidden size runs the kernels); -1 with the reason in err for an
+ * unknown name or the epilogue asked for where it cannot run.
+ */
+int gk_nn_gelu_epilogue(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err);
 
 /* Allocate parameters, gradients and activations for opts' B x T. The
  * parameters are zero until gk_nn_init or gk_nn_load. */
@@ -407,10 +440,33 @@ double gk_nn_pp_sumsq(const gk_nn_model *m, size_t lo, size_t hi);
  */
 int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 		  const int32_t *targets, float *loss, gk_err *err);
+/*
+ * Evaluation (on) or training (off, the default): whether the forwards
+ * with targets that follow are followed by a backward. Results are the
+ * same either way; what differs is the work: in training, the CUDA
+ * backend's forward computes the loss and the logits' gradient in one
+ * kernel over the logits (the gradient written over them, for the scale
+ * the backward is expected to be given), and backward starts from it;
+ * in evaluation, forward only reads the logits for the loss, and a
+ * backward that follows all the same computes the gradient there. The
+ * CPU backend does the same work either way.
+ */
+void gk_nn_set_eval(gk_nn_model *m, int on);
+/*
+ * Training: the scale the backwards that follow will be given (with k
+ * micro-steps of accumulation, 1/k); until it is set, the last
+ * backward's, 1 before the first. A backward given another scale is
+ * right all the same, within rounding (the CUDA backend rescales the
+ * head's products); with the one expected, its bits do not depend on
+ * what came before (a resumed run's first step is the uninterrupted
+ * run's).
+ */
+void gk_nn_set_grad_scale(gk_nn_model *m, float scale);
 /* Logits of row b, position t after a forward: vocab_pad floats (the
  * padded ones are not meaningful; use the first vocab); under tensor
  * parallelism this rank's vocab_pad / tp, from row tp_rank * that. Valid until the
- * next backward, which turns them into their gradient in place. */
+ * next backward, which turns them into their gradient in place. On a GPU,
+ * only a forward without targets brings them to the host. */
 const float *gk_nn_logits(const gk_nn_model *m, int b, int t);
 
 /* Zero the gradient buffer (before the first micro-step of a step);
@@ -645,6 +701,22 @@ float *gk_nn_work_grads(gk_nn_model *m);
 int gk_nn_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb, size_t nslot,
 		       gk_err *err);
 float *gk_nn_grad_at(gk_nn_model *m, size_t off);
+/*
+ * The working copy of the parameters where forward and backward read
+ * them: element off (of the flat layout) in gk_nn_param_dtype's type, on
+ * the device for a GPU model (with unit_params in its unit's buffer, the
+ * whole unit from there on), the host's parameters on the CPU.
+ * gk_nn_params_own writes the working copy of [a, b), inside this rank's
+ * range and one unit, from the fp32 parameters, on the model's stream
+ * (nothing on the CPU). gk_nn_params_whole (on 1) makes a working copy of
+ * the whole model from the host's parameters (every nflat of them) that
+ * the kernels read instead of the units, until it is called with 0
+ * (evaluation, --sample under ZeRO-3); nothing on the CPU.
+ */
+void *gk_nn_param_at(gk_nn_model *m, size_t off);
+gk_dtype gk_nn_param_dtype(const gk_nn_model *m);
+int gk_nn_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err);
+int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err);
 /* The stream (a cudaStream_t) every kernel of a GPU model runs on, for a
  * communicator that orders its work after backward's (comm.h, "Streams");
  * NULL on the CPU. */

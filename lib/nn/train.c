@@ -163,6 +163,7 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 	/* ZeRO-3: the whole model, once: the ranks may hold different numbers
 	 * of batches, and a gather per block would need the same on all */
 	int rc = gk_nn_dp_params_full(t->dp, err);
+	gk_nn_set_eval(t->m, 1); /* no backward follows: a GPU reads the logits once */
 	/* a pipeline: forward through its stages, the loss on the last */
 	if (t->grid.pp > 1)
 		rc = gk_nn_tr_pp_eval(t, d, batches, acc, err);
@@ -182,6 +183,7 @@ static int eval_loss(gk_nn_trainer *t, const char *src, int64_t batches,
 		acc[0] += l;
 		acc[1] += 1;
 	}
+	gk_nn_set_eval(t->m, 0);
 	gk_nn_data_close(d);
 	gk_nn_dp_params_shard(t->dp);
 	if (rc < 0)
@@ -244,6 +246,8 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		*done = o->grad_accum;
 		return 0;
 	}
+	/* the scale of every backward below: a GPU's forward folds it in */
+	gk_nn_set_grad_scale(t->m, 1.0f / (float)o->grad_accum);
 	for (int a = 0; a < o->grad_accum; a++) {
 		if (a > 0 && a == o->test_wait_micro && t->step + 1 == o->test_wait_step && o->stop)
 			test_wait_signal(o->stop);

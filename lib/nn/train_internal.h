@@ -17,6 +17,8 @@
  *   dp.c        the gradient path: data parallel, ZeRO-0, 1, 2 and 3 (the
  *               object the loop calls after backward; other ways of
  *               splitting the work are its siblings)
+ *   zero3.c     ZeRO-3's parameter units, gathered and released
+ *   pp_shard.c  a pipeline stage's segments, reduced and gathered
  *   resume.c    the checkpoint directory's claim, --init-from, resume
  *   checkpoint.c  checkpoints written by a thread and committed
  *   train_tok.c the run's tokenizer: found, checked, carried in checkpoints;
@@ -349,7 +351,7 @@ struct gk_nn_dp {
 	float *hshard;        /* ... a GPU's, copied to the host for --offload optimizer */
 	gk_comm_grads *grads;
 	/*
-	 * ZeRO-3 (zero 3, CPU, world > 1): the parameters are sharded too.
+	 * ZeRO-3 (zero 3, world > 1; a GPU's over NCCL): the parameters are sharded too.
 	 * Units: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the
 	 * final norm and the padding; each [ulo, uhi) of the flat buffer,
 	 * gathered over its owners (udispl: world + 1 offsets a unit) into
@@ -360,6 +362,9 @@ struct gk_nn_dp {
 			       * its backward) */
 	int prefetch;         /* the next block's gather during this one (overlap) */
 	int nunits;
+	int units;            /* on a GPU: the model's unit buffers (unit_params),
+			       * gathered over gcomm in the working copy's type */
+	int nuslot;           /* ... its buffers of a block, used in turn */
 	size_t *ulo, *uhi, *udispl;
 	gk_comm_req **ureq;
 	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
@@ -390,6 +395,9 @@ void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_by
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda);
 /* Before the model: whether its parameter buffer is lazy_params (ZeRO-3) */
 int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda);
+/* Before a GPU model: its unit_params (ZeRO-3 over NCCL: a block's buffers,
+ * all layers with --reshard-after-forward no, 2 with prefetch, else 1), or 0 */
+int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers);
 /*
  * ZeRO-3's parameter bytes on a rank of a model of nflat floats (padded to
  * the world): the range it owns (shard), and the most the lazily mapped
@@ -412,6 +420,21 @@ void gk_nn_dp_params_shard(gk_nn_dp *dp);
 /* A pipeline's stage s, data-parallel rank r: its piece [*a, *b) of
  * segment k (gk_nn_dp's seg; the whole segment without ZeRO-1) */
 void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b);
+/* zero3.c, for dp.c: the units made (dp->zero3), and unit u gathered
+ * (issue: started; wait: present) and released outside [lo, hi) */
+int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err);
+int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
+int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
+void gk_nn_z3_release(gk_nn_dp *dp, int u);
+/* a step's last backward done: the edge units released, and prefetch on
+ * from here where it waited for the first step (on a GPU) */
+void gk_nn_z3_step_done(gk_nn_dp *dp);
+/* pp_shard.c, for dp.c: a stage's segments of a pipeline of pp stages
+ * (gk_nn_dp's seg, own, per, displ), its pieces averaged into their owners
+ * after the schedule, and gathered to all after the update */
+int gk_nn_pp_segments(gk_nn_dp *dp, int pp);
+int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err);
+int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
 /* Once the device is chosen: the gradients' communicator (--comm),

@@ -105,8 +105,10 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	/* lib/mem's figures, or where it takes no such run (bf16 on a GPU,
 	 * layers that do not divide by the stages) the model's own count */
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
-		/* a GPU's working copy (bf16) counts as parameters */
-		b[GK_MEM_PARAMETERS] = 4 * psi + (logit_es == 2 ? 2 * psi : 0);
+		/* a GPU's working copy (bf16) counts as parameters; ZeRO-3's
+		 * units are comm */
+		b[GK_MEM_PARAMETERS] = t->dp->zero3 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
+				     : 4 * psi + (logit_es == 2 ? 2 * psi : 0);
 		/* ZeRO-2 keeps its shard of the f32 gradients */
 		b[GK_MEM_GRADIENTS] = t->dp->zero2 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
 						   : 4 * psi;
@@ -183,7 +185,13 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	 * ZeRO-2's live gradients are. mem-estimate's zero3_gather prices
 	 * two of the largest tensor instead.
 	 */
-	if (t->dp->zero3) {
+	if (t->dp->zero3 && t->dp->units) {
+		/* a GPU's: its range of the fp32 parameters, and the model's
+		 * unit buffers (gk_nn_opts' unit_params) live (comm) */
+		uint64_t shard = (uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float);
+		live += mm.parameters - shard;
+		mm.parameters = shard;
+	} else if (t->dp->zero3) {
 		size_t edge, block;
 		uint64_t plive;
 		zero3_units(t, &edge, &block);

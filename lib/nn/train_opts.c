@@ -63,15 +63,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "--zero %d does not compress its gradient buckets: --zero 1 "
 			       "with --compress, or --zero %d without it", o->zero, o->zero);
 	/*
-	 * ZeRO-2 partitions the gradients on both backends (a GPU's over
-	 * NCCL); ZeRO-3's gathers of the parameters are the CPU's only (a
-	 * GPU's model holds its parameters and their working copy whole).
-	 * One data-parallel rank shards nothing: any device runs it.
+	 * ZeRO-2 and 3 partition on both backends (a GPU's over NCCL: dp.c
+	 * refuses --comm mpi there, zero3.c gathers the units).
 	 */
-	if (o->zero == 3 && cuda == 1 && world != 1)
-		return gk_errf(err, "--zero 3 partitions the parameters on the CPU backend only%s",
-			       given ? ": on a GPU use --zero 2" :
-			       ", and this run is on a GPU: --zero 2 there, or --device cpu");
 	if (o->offload_host && cuda == 0)
 		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
 			       "memory, %s: give optimizer:DIR for files under DIR",

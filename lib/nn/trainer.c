@@ -417,6 +417,9 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .bucket_grads = gk_nn_dp_bucket_grads(&t->o, t->grid.dp, t->cuda),
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
 					t->grid.pp > 1,
+			 .unit_params = gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda,
+							     (int)t->cfg.layers),
+			 .shard_rank = t->grid.dp_rank,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
 			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank,
 			 /* ZeRO-2 over a pipeline: a stage's gradients taken
@@ -425,12 +428,16 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (gk_nn_tr_check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
 		return -1;
-	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION) */
+	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION,
+	 * the precision and the head size) and where the MLP's GELU runs
+	 * (GK_CUDA_GELU) */
 	gk_err ignore;
 	size_t dl = strlen(t->device_desc);
-	if (t->cuda && dl)
-		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s attention",
-			 gk_nn_attention_fused(&t->cfg, &mo, &ignore) == 1 ? "fused" : "matmul");
+	const char *attn = gk_nn_attention_desc(&t->cfg, &mo);
+	if (t->cuda && dl && attn)
+		snprintf(t->device_desc + dl, sizeof(t->device_desc) - dl, "; %s; GELU %s", attn,
+			 gk_nn_gelu_epilogue(&t->cfg, &mo, &ignore) == 1 ? "in the matmul epilogue"
+									  : "kernels");
 	t->N = gk_nn_nparams(t->m);
 	rc = gk_nn_dp_new(&t->dp, t, err);
 	if (rc == 0 && t->grid.pp > 1)

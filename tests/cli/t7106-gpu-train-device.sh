@@ -146,11 +146,17 @@ test_expect_success GPU 'GPU, fp32: the losses within 1e-4 of the CPU'"'"'s' '
 	close_to g32.losses cpu.losses 1e-4
 '
 
-test_expect_success GPU 'GPU: the start names the device, the CUDA versions and the attention' '
-	gpu-train ${A% --json} --device cuda --steps 1 >gs.txt &&
-	grep -E "^cuda:0: .* \(sm_[0-9]+, [0-9.]+ GiB\); driver for CUDA [0-9]+\.[0-9]+, runtime CUDA [0-9]+\.[0-9]+; fused attention$" gs.txt &&
-	GK_CUDA_ATTENTION=matmul gpu-train $A --device cuda --steps 1 --json >gm.json &&
-	jq -s -e "map(select(.event == \"start\"))[0] | .gpu | endswith(\"; matmul attention\")" gm.json
+test_expect_success GPU 'GPU: the start names the device, the CUDA versions, the attention (tensor cores in bf16) and the GELU' '
+	rm -f gs.launch gf.launch &&
+	CUEMU_LAUNCH_LOG=$PWD/gs.launch gpu-train ${A% --json} --device cuda --steps 1 >gs.txt &&
+	grep -E "^cuda:0: .* \(sm_[0-9]+, [0-9.]+ GiB\); driver for CUDA [0-9]+\.[0-9]+, runtime CUDA [0-9]+\.[0-9]+; fused attention on tensor cores; GELU in the matmul epilogue$" gs.txt &&
+	CUEMU_LAUNCH_LOG=$PWD/gf.launch gpu-train ${A% --json} --device cuda --precision fp32 \
+		--steps 1 >gf.txt &&
+	grep -E "^cuda:0: .*; fused attention; GELU in the matmul epilogue$" gf.txt &&
+	# on the emulation: the kernels the line names are the ones launched
+	{ test -z "$GK_CUEMU" || { grep "^tc_fwd" gs.launch && ! grep "^tc_" gf.launch; }; } &&
+	GK_CUDA_ATTENTION=matmul GK_CUDA_GELU=kernel gpu-train $A --device cuda --steps 1 --json >gm.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .gpu | endswith(\"; matmul attention; GELU kernels\")" gm.json
 '
 
 test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CPU'"'"'s' '
@@ -187,6 +193,40 @@ test_expect_success GPU 'GPU: a checkpoint the GPU wrote evaluates on the CPU wi
 	jq -r "select(.event == \"eval\") | .loss" ge.json >ge.loss &&
 	jq -r "select(.event == \"eval\") | .loss" ce.json >ce.loss &&
 	close_to ge.loss ce.loss 1e-4
+'
+
+# The classifier's kernel of a training step writes the logits' gradient
+# for backward's scale, 1/3 with --grad-accum 3, from the first
+# micro-step on: a resumed run is the uninterrupted one, bit for bit.
+test_expect_success GPU 'GPU: with --grad-accum 3, a resume from the checkpoint gives the same losses, bit for bit' '
+	data && rm -rf ack &&
+	G="$A --device cuda --grad-accum 3 --steps 3" &&
+	gpu-train $G >acc.json &&
+	gpu-train $G --until 1 --ckpt-dir ack >acca.json &&
+	gpu-train $G --ckpt-dir ack --resume >accb.json &&
+	losses acc.json >acc.losses &&
+	{ losses acca.json && losses accb.json; } >accab.losses &&
+	test $(wc -l <acc.losses) = 3 &&
+	test_cmp acc.losses accab.losses
+'
+
+# The classifier (lib/nn/classifier.cu) as the emulation's launch log
+# (CUEMU_LAUNCH_LOG) lists it: a training micro-step runs one kernel for
+# the loss and the logits' gradient, evaluation (--eval-every's and
+# --eval-only's) the forward-only kernel, one a batch.
+test_expect_success CUEMU 'GPU: one classifier kernel a training micro-step, the forward-only one a batch of evaluation' '
+	data && rm -rf xck xl.log xe.log &&
+	CUEMU_LAUNCH_LOG=$PWD/xl.log gpu-train --data train.bin $TINY --batch 4 --steps 2 \
+		--grad-accum 2 --val-data train.bin --eval-every 2 --eval-batches 2 \
+		--ckpt-dir xck --device cuda --json >xl.json &&
+	test $(jq -s "map(select(.event == \"step\" and .val_loss != null)) | length" xl.json) = 1 &&
+	test $(grep -c "^xent_fused<T> grid " xl.log) = 4 &&
+	test $(grep -c "^xent_fwd<T> grid " xl.log) = 2 &&
+	! grep "^xent_bwd<T> " xl.log &&
+	CUEMU_LAUNCH_LOG=$PWD/xe.log gpu-train --eval-only --init-from xck/latest --data train.bin \
+		--seq 16 --batch 4 --eval-batches 3 --device cuda --json >xe.json &&
+	test $(grep -c "^xent_fwd<T> grid " xe.log) = 3 &&
+	! grep "^xent_fused<T> \|^xent_bwd<T> " xe.log
 '
 
 test_expect_success GPU 'GPU: ZeRO-1 over NCCL in a world of one gives the bits of ZeRO-0; its checkpoint resumes' '

@@ -21,9 +21,28 @@ test_expect_success CUEMU 'one step on the emulation: its manifest is the modell
 	test $(wc -l <gemm.log) = 27 &&
 	env $shape "$roofline" --manifest gemm.log >table &&
 	grep "^manifest: 27 GEMMs, the modelled ones" table &&
-	grep "^gemm.fwd  *8 " table && grep "^gemm.bwd.head.dw  *1 " table &&
-	grep "^flash.bwd  *2 " table && grep "^classifier.fwd  *1 " table &&
+	grep "^gemm.fwd  *6 " table && grep "^gemm.bwd.head.dw  *1 " table &&
+	grep "^gemm.fwd.gelu  *2 " table && grep "^gemm.bwd.dinp.dgelu  *2 " table &&
+	grep "^flash.bwd  *2 " table && grep "^classifier  *1 " table &&
+	! grep "^gelu\." table &&
 	grep "^roofline step: " table
+'
+
+# GK_CUDA_GELU=kernel: plain c_fc and c_proj GEMMs and gelu.cu's two
+# kernels, the model's GELU=kernel; either manifest against the other
+# model is refused on the epilogues
+test_expect_success CUEMU 'the GELU as kernels: its manifest is GELU=kernel'"'"'s model, not the epilogue'"'"'s' '
+	GK_CUDA_GELU=kernel CUEMU_GEMM_LOG=$PWD/gemmk.log gpu-train --device cuda --precision bf16 \
+		--data train.bin --layers 2 --hidden 64 --heads 4 --vocab 256 --positions 32 --seq 16 \
+		--batch 2 --steps 1 --json >k.json &&
+	test $(wc -l <gemmk.log) = 27 && ! grep GELU gemmk.log &&
+	env $shape GELU=kernel "$roofline" --manifest gemmk.log >tablek &&
+	grep "^gemm.fwd  *8 " tablek && grep "^gelu.fwd  *2 " tablek && grep "^gelu.bwd  *2 " tablek &&
+	test_expect_code 1 env $shape "$roofline" --manifest gemmk.log 2>err &&
+	grep "^< .* BIAS$" err && grep "^> .* GELU_AUX_BIAS$" err &&
+	test_expect_code 1 env $shape GELU=kernel "$roofline" --manifest gemm.log 2>err &&
+	test_expect_code 2 env GELU=both "$roofline" 2>err &&
+	grep "GELU .both.: epilogue or kernel" err
 '
 
 test_expect_success CUEMU 'a manifest of another model, or with a GEMM missing, is refused' '

@@ -8,6 +8,23 @@
  * heuristic was told), then the GEMM runs on the stream as a plain triple
  * loop in fp32 (TF32 compute rounds the inputs to TF32 first).
  *
+ * The GELU epilogues (GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU,
+ * DGELU_BGRAD) as cublasLt.h documents them: the aux ones need
+ * CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER and _AUX_LD, the leading
+ * dimension a multiple of 8 and no less than D's rows, the aux matrix of
+ * D's type (EPILOGUE_AUX_DATA_TYPE's default; another type is for fp8
+ * only), inside one device allocation and as aligned as the pointer the
+ * heuristic saw; DGELU_BGRAD writes the bias gradient, of D's type, to
+ * the bias pointer. The fake has no batched aux (AUX_BATCH_STRIDE) and
+ * refuses a batched GELU epilogue.
+ *
+ * The GELU is the tanh approximation GPT-2 uses (gelu_new). cuBLASLt
+ * does not document which formula its epilogue computes (tanh form, erf
+ * form, or its own approximation of either): the emulation cannot tell,
+ * and the real-GPU suite (tools/gpu-suite.sh, nn_cuda there) is where
+ * the epilogue's values are checked against the CPU's within the tests'
+ * tolerances.
+ *
  * A rejected call returns the status cuBLASLt documents and says why on
  * stderr. CUEMU_GEMM_LOG=FILE appends one line per GEMM issued (shape,
  * types, batch), the manifest of the shapes a model runs;
@@ -37,6 +54,10 @@ struct desc {
 	uint32_t epilogue;
 	const void *bias;
 	int32_t bias_type;
+	const void *aux;
+	int64_t aux_ld;
+	int32_t aux_type;
+	int64_t aux_stride;
 };
 
 struct layout {
@@ -83,6 +104,64 @@ const char *type_name(cudaDataType_t t)
 	case CUDA_R_16F: return "16F";
 	default: return "unsupported";
 	}
+}
+
+/* The epilogues the fake knows, by what they do. */
+enum { EP_BIAS = 1, EP_GELU = 2, EP_AUX_OUT = 4, EP_DGELU = 8, EP_BGRAD = 16 };
+
+int epilogue_does(uint32_t e)
+{
+	switch (e) {
+	case CUBLASLT_EPILOGUE_DEFAULT: return 0;
+	case CUBLASLT_EPILOGUE_BIAS: return EP_BIAS;
+	case CUBLASLT_EPILOGUE_GELU: return EP_GELU;
+	case CUBLASLT_EPILOGUE_GELU_BIAS: return EP_BIAS | EP_GELU;
+	case CUBLASLT_EPILOGUE_GELU_AUX: return EP_GELU | EP_AUX_OUT;
+	case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return EP_BIAS | EP_GELU | EP_AUX_OUT;
+	case CUBLASLT_EPILOGUE_DGELU: return EP_DGELU;
+	case CUBLASLT_EPILOGUE_DGELU_BGRAD: return EP_DGELU | EP_BGRAD;
+	default: return -1;
+	}
+}
+
+const char *epilogue_name(uint32_t e)
+{
+	switch (e) {
+	case CUBLASLT_EPILOGUE_DEFAULT: return "DEFAULT";
+	case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+	case CUBLASLT_EPILOGUE_GELU: return "GELU";
+	case CUBLASLT_EPILOGUE_GELU_BIAS: return "GELU_BIAS";
+	case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+	case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+	case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+	case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+	default: return "unknown";
+	}
+}
+
+/* gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its
+ * derivative (see the file's comment on what the real library computes). */
+const float GELU_S = 0.7978845608028654f; /* sqrt(2 / pi) */
+
+float gelu(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+}
+
+float gelu_grad(float x)
+{
+	float t = tanhf(GELU_S * (x + 0.044715f * x * x * x));
+	return 0.5f * (1.0f + t) +
+	       0.5f * x * (1.0f - t * t) * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* Largest power of two, up to 256, dividing a. */
+uint64_t align_of(uintptr_t a)
+{
+	uint64_t r = 256;
+	while (r > 1 && a % r)
+		r >>= 1;
+	return r;
 }
 
 /* cublasLtMatmul's table of supported types, the rows we can meet. */
@@ -166,6 +245,7 @@ uint64_t problem_hash(const desc *d, const layout *a, const layout *b, const lay
 	mix(&d->compute, sizeof d->compute);
 	mix(&d->transa, 8);
 	mix(&d->epilogue, sizeof d->epilogue);
+	mix(&d->aux_ld, sizeof d->aux_ld);
 	for (const layout *l : {a, b, c, dd}) {
 		mix(&l->type, sizeof l->type);
 		mix(&l->rows, 16);
@@ -200,20 +280,40 @@ cublasStatus_t check(const desc *d, const layout *a, const layout *b, const layo
 	if (a->batch != dd->batch || b->batch != dd->batch || c->batch != dd->batch)
 		return reject(CUBLAS_STATUS_INVALID_VALUE, "batch counts A %d B %d C %d D %d differ",
 			      a->batch, b->batch, c->batch, dd->batch);
-	if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
-		return reject(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u: the fake knows DEFAULT and BIAS",
-			      d->epilogue);
-	if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+	int ep = epilogue_does(d->epilogue);
+	if (ep < 0)
+		return reject(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u: the fake knows DEFAULT, "
+			      "BIAS and the GELU ones", d->epilogue);
+	const char *en = epilogue_name(d->epilogue);
+	if (ep & (EP_BIAS | EP_BGRAD)) {
 		if (!d->bias)
 			return reject(CUBLAS_STATUS_INVALID_VALUE,
-				      "BIAS epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+				      "%s epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER", en);
+		/* a bias gradient is of the output's type (cublasLt.h) */
 		if (d->bias_type != -1 && d->bias_type != (int32_t)dd->type)
 			return reject(CUBLAS_STATUS_NOT_SUPPORTED, "bias type %d with D of type %s",
 				      d->bias_type, type_name(dd->type));
 		if (dd->batch > 1)
 			return reject(CUBLAS_STATUS_NOT_SUPPORTED,
-				      "BIAS epilogue over a batch of %d without a bias batch stride",
-				      dd->batch);
+				      "%s epilogue over a batch of %d without a bias batch stride",
+				      en, dd->batch);
+	}
+	if (ep & (EP_AUX_OUT | EP_DGELU)) {
+		if (!d->aux)
+			return reject(CUBLAS_STATUS_INVALID_VALUE, "%s epilogue without "
+				      "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", en);
+		if (d->aux_ld % 8 || d->aux_ld < (int64_t)dd->rows)
+			return reject(CUBLAS_STATUS_INVALID_VALUE, "%s epilogue: aux leading "
+				      "dimension %lld (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) must be a "
+				      "multiple of 8 and no less than D's %llu rows", en,
+				      (long long)d->aux_ld, (unsigned long long)dd->rows);
+		if (d->aux_type != -1 && d->aux_type != (int32_t)dd->type)
+			return reject(CUBLAS_STATUS_INVALID_VALUE, "%s epilogue: aux type %d with D "
+				      "of type %s (another type than D's is for fp8 only)", en,
+				      d->aux_type, type_name(dd->type));
+		if (dd->batch > 1)
+			return reject(CUBLAS_STATUS_NOT_SUPPORTED, "%s epilogue over a batch of %d: "
+				      "the fake has no batched aux matrix", en, dd->batch);
 	}
 	return CUBLAS_STATUS_SUCCESS;
 }
@@ -242,6 +342,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *out, cublasCompute
 	d->scale = scale;
 	d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
 	d->bias_type = -1;
+	d->aux_type = -1;
 	*out = (cublasLtMatmulDesc_t)d;
 	return CUBLAS_STATUS_SUCCESS;
 }
@@ -265,6 +366,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dp,
 	case CUBLASLT_MATMUL_DESC_EPILOGUE: want = 4, field = &d->epilogue; break;
 	case CUBLASLT_MATMUL_DESC_BIAS_POINTER: want = sizeof(void *), field = &d->bias; break;
 	case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: want = 4, field = &d->bias_type; break;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: want = sizeof(void *), field = &d->aux; break;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: want = 8, field = &d->aux_ld; break;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: want = 4, field = &d->aux_type; break;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: want = 8, field = &d->aux_stride; break;
 	default:
 		return reject(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d: "
 			      "not one the fake checks", (int)attr);
@@ -389,12 +494,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 		if (FILE *f = fopen(log, "a")) {
 			const layout *la = (const layout *)a, *ld = (const layout *)d;
 			fprintf(f, "m %llu n %llu k %llu transa %d transb %d batch %d A %s D %s "
-				"bias %d align %u %u %u %u workspace %llu\n",
+				"bias %d align %u %u %u %u workspace %llu epilogue %s\n",
 				(unsigned long long)ld->rows, (unsigned long long)ld->cols,
 				(unsigned long long)(de->transa ? la->rows : la->cols), de->transa,
 				de->transb, ld->batch, type_name(la->type), type_name(ld->type),
 				de->epilogue == CUBLASLT_EPILOGUE_BIAS, p->align[0], p->align[1],
-				p->align[2], p->align[3], (unsigned long long)p->ws);
+				p->align[2], p->align[3], (unsigned long long)p->ws,
+				epilogue_name(de->epilogue));
 			fclose(f);
 		}
 	}
@@ -406,6 +512,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 	/* some workspace when allowed, so that its pointer gets checked */
 	res->workspaceSize = p->ws < (1u << 20) ? p->ws : (1u << 20);
 	res->algo.data[6] = res->workspaceSize;
+	/* the aux pointer's alignment, as the heuristic reads it from the
+	 * descriptor (cublasLt.h, EPILOGUE_AUX_POINTER) */
+	res->algo.data[7] = de->aux ? align_of((uintptr_t)de->aux) : 1;
 	res->state = CUBLAS_STATUS_SUCCESS;
 	res->wavesCount = 1.0f;
 	*found = 1;
@@ -454,12 +563,28 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: %s at %p is not aligned "
 				      "to its %zu-byte elements", nm[i], ptr[i], es);
 	}
-	if (de.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+	int ep = epilogue_does(de.epilogue);
+	if (ep & (EP_BIAS | EP_BGRAD)) {
 		size_t es = type_size(d.type);
 		if (!cuemu::device_range(de.bias, d.rows * es) || (uintptr_t)de.bias % es)
 			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: the bias (%p, %llu values) "
 				      "is not an aligned piece of one device allocation", de.bias,
 				      (unsigned long long)d.rows);
+	}
+	layout aux = d;
+	aux.ld = de.aux_ld;
+	if (ep & (EP_AUX_OUT | EP_DGELU)) {
+		size_t es = type_size(d.type);
+		if (!cuemu::device_range(de.aux, extent(aux) * es))
+			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: the aux matrix (%p, "
+				      "%llux%llu, ld %lld) is not inside one device allocation",
+				      de.aux, (unsigned long long)d.rows, (unsigned long long)d.cols,
+				      (long long)de.aux_ld);
+		if ((uintptr_t)de.aux % es || (uintptr_t)de.aux % algo->data[7])
+			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: the aux matrix at %p is "
+				      "not aligned to its %zu-byte elements and the %llu bytes of the "
+				      "pointer the heuristic saw", de.aux, es,
+				      (unsigned long long)algo->data[7]);
 	}
 	if (ws_bytes < algo->data[6])
 		return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: %zu bytes of workspace, the "
@@ -470,11 +595,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 	if (const char *log = getenv("CUEMU_GEMM_LOG")) {
 		if (FILE *f = fopen(log, "a")) {
 			fprintf(f, "m %llu n %llu k %llu transa %d transb %d batch %d A %s D %s "
-				"compute %d bias %d beta %g\n", (unsigned long long)d.rows,
+				"compute %d bias %d beta %g epilogue %s\n", (unsigned long long)d.rows,
 				(unsigned long long)d.cols,
 				(unsigned long long)(de.transa ? a.rows : a.cols), de.transa,
 				de.transb, d.batch, type_name(a.type), type_name(d.type),
-				(int)de.compute, de.epilogue == CUBLASLT_EPILOGUE_BIAS, beta);
+				(int)de.compute, (ep & EP_BIAS) != 0, beta, epilogue_name(de.epilogue));
 			fclose(f);
 		}
 	}
@@ -486,11 +611,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 		uintptr_t lo = (uintptr_t)ptr[i];
 		touch.push_back({lo, lo + extent(*lay[i]) * type_size(lay[i]->type), i == 3});
 	}
-	if (de.epilogue == CUBLASLT_EPILOGUE_BIAS)
-		touch.push_back({(uintptr_t)de.bias, (uintptr_t)de.bias + d.rows * type_size(d.type), 0});
+	if (ep & (EP_BIAS | EP_BGRAD))
+		touch.push_back({(uintptr_t)de.bias, (uintptr_t)de.bias + d.rows * type_size(d.type),
+				 (ep & EP_BGRAD) != 0});
+	if (ep & (EP_AUX_OUT | EP_DGELU))
+		touch.push_back({(uintptr_t)de.aux, (uintptr_t)de.aux + extent(aux) * type_size(d.type),
+				 (ep & EP_AUX_OUT) != 0});
 	cudaError_t e = cuemu::enqueue(s, [=]() {
 		uint64_t m = d.rows, n = d.cols, k = de.transa ? a.rows : a.cols;
 		size_t ea = type_size(a.type), ec = type_size(c.type), ed = type_size(d.type);
+		std::vector<float> bgrad((ep & EP_BGRAD) ? m : 0, 0.0f);
 		for (int bt = 0; bt < d.batch; bt++) {
 			const char *pa = (const char *)A + (size_t)bt * a.stride * ea;
 			const char *pb = (const char *)B + (size_t)bt * b.stride * ea;
@@ -509,11 +639,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 					float r = alpha * acc;
 					if (beta != 0.0f)
 						r += beta * load(pc, c.type, i + j * c.ld);
-					if (de.epilogue == CUBLASLT_EPILOGUE_BIAS)
+					if (ep & EP_BIAS)
 						r += load(de.bias, d.type, i);
+					if (ep & EP_AUX_OUT)
+						store((void *)de.aux, d.type, i + j * de.aux_ld, r);
+					if (ep & EP_GELU)
+						r = gelu(r);
+					if (ep & EP_DGELU)
+						r *= gelu_grad(load(de.aux, d.type, i + j * de.aux_ld));
+					if (ep & EP_BGRAD)
+						bgrad[i] += r;
 					store(pd, d.type, i + j * d.ld, r);
 				}
 		}
+		for (uint64_t i = 0; i < bgrad.size(); i++)
+			store((void *)de.bias, d.type, i, bgrad[i]);
 	}, "cublasLtMatmul", touch);
 	return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS
 				: reject(CUBLAS_STATUS_EXECUTION_FAILED, "matmul on a dead stream");

@@ -13,6 +13,8 @@
  *   - a warp shuffle, vote or __syncwarp whose mask leaves out the
  *     calling lane, disagrees with another lane's mask, reads a lane
  *     outside it, or names a lane that never arrives;
+ *   - nvcuda::wmma's collectives (include/mma.h) not called by the whole
+ *     warp with the same arguments, or with a misaligned pointer or ldm;
  *   - the launch limits of sm_90 (threads and dimensions of a block, the
  *     grid's dimensions, dynamic shared memory).
  * __shared__ variables live in one section that is filled with a new
@@ -102,6 +104,17 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src, const char *what);
 unsigned warp_vote(unsigned mask, int pred, const char *what);
 int lane();
 unsigned active_lanes();
+/* A collective of the whole warp named what (nvcuda::wmma's _sync
+ * functions, include/mma.h): every lane of the warp arrives with arg,
+ * checked as the shuffles' full mask is; the last calls op with the 32
+ * lanes' args in lane order, the others wait for it. */
+void warp_all(const char *what, void *arg, void (*op)(void *const *args));
+/* Stop the run with a message naming the running kernel and block. */
+[[noreturn]] void kernel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* This run's layout of a kind of WMMA fragment: element e (lane e / 8,
+ * x[e % 8]) holds the matrix's element at row tab[e] / 16, column
+ * tab[e] % 16 (a permutation by CUEMU_SEED). */
+const uint16_t *wmma_layout(unsigned kind);
 
 /*
  * A launch: cuemu::launch_at("k", __FILE__, __LINE__, grid, block, shmem,

@@ -83,13 +83,19 @@ $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO
 
 # nn_flash against lib/nn/flash.cu with a defect planted, a barrier taken
 # out: the block's barrier before a tile of K and V is overwritten, and
-# the warp's between writing a tile's p and reading them. nn_flash must
+# the warp's between writing a tile's p and reading them, in the scalar
+# and in the tensor cores' kernels. nn_flash must
 # fail on each, in each order (check-cuemu), or its comparisons could
 # not see such a defect. The line is found by its comment; exactly one
 # must go, or the rule fails.
-CUEMU_PLANTS := syncthreads syncwarp
+CUEMU_PLANTS := syncthreads syncwarp tcsyncwarp tcsyncthreads
 CUEMU_PLANT_syncthreads := __syncthreads\(\); /\* the last tile
 CUEMU_PLANT_syncwarp := __syncwarp\(\); /\* sp holds every p
+# the tensor cores' kernels: the warp's barrier between writing a tile's
+# p and its rescaling and reading them, the block's before the tiles
+# overwrite the rows Q was staged in
+CUEMU_PLANT_tcsyncwarp := __syncwarp\(\); /\* sp and scorr hold
+CUEMU_PLANT_tcsyncthreads := __syncthreads\(\); /\* Q.s fragments loaded
 CUEMU_PLANT_BIN := $(addprefix $(CUEMU_B)/plant/,$(addsuffix /nn_flash,$(CUEMU_PLANTS)))
 
 $(CUEMU_B)/plant/%/flash.cu: lib/nn/flash.cu tests/cuemu/cuemu.mk
@@ -117,6 +123,7 @@ CUEMU_PLANT_RUN = for t in $(CUEMU_PLANT_BIN); do \
 # tests/cuemu/bin first on PATH (an nvidia-smi that lists the device).
 CUEMU_TOOLS := $(patsubst bin/%.c,$(CUEMU_B)/bin/%,$(wildcard bin/*.c))
 CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.sh \
+	tests/cli/t7119-gpu-train-zero3-device.sh \
 	tests/cli/t7123-gpu-train-pp-device.sh \
 	tests/cli/t7109-gpu-train-roofline.sh
 

@@ -8,6 +8,11 @@
  * call). Stacks come from a pool and go back to it when their thread
  * returns, so a kernel without barriers runs its threads one after the
  * other on one warm stack.
+ *
+ * CUEMU_LAUNCH_LOG=FILE appends one line per launch accepted, in the
+ * order the host issued them: "KERNEL grid X Y Z block X Y Z", the
+ * kernel as its launch names it (xent_fused<T>), for the tests that
+ * count which kernels a step runs.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <mutex>
 #include <vector>
 
 #include "cuemu.h"
@@ -75,6 +81,7 @@ struct fiber {
 	uint3 tid;
 	uint64_t xval, xres;
 	int xsrc, xpred;
+	void *xarg;
 #ifdef CUEMU_ASAN
 	void *fake;
 #endif
@@ -378,6 +385,13 @@ void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 		set_error(cudaErrorInvalidConfiguration);
 		return;
 	}
+	if (const char *log = getenv("CUEMU_LAUNCH_LOG")) {
+		if (FILE *f = fopen(log, "a")) {
+			fprintf(f, "%s grid %u %u %u block %u %u %u\n", at.kernel, grid.x, grid.y,
+				grid.z, block.x, block.y, block.z);
+			fclose(f);
+		}
+	}
 	module_load((const void *)body, at.kernel);
 	launch_rec L = {at, grid, block, body, closure, destroy, shared_lo, shared_hi};
 	/* a kernel's extent is unknown: its pointers' first bytes */
@@ -425,7 +439,8 @@ unsigned active_lanes()
  * computes everyone's result (so no lane can overwrite its value before
  * the others have read it), the others wait. */
 static uint64_t collective(unsigned mask, uint64_t v, int src, int pred, int vote,
-			   const char *what)
+			   const char *what, void *arg = NULL,
+			   void (*op)(void *const *args) = NULL)
 {
 	block_run *b = running;
 	if (!b)
@@ -446,11 +461,19 @@ static uint64_t collective(unsigned mask, uint64_t v, int src, int pred, int vot
 	f.xval = v;
 	f.xsrc = src;
 	f.xpred = pred != 0;
+	f.xarg = arg;
 	w.arrived |= 1u << l;
 	if (w.arrived != mask) {
 		f.state = F_WARP;
 		yield_to_scheduler(f, 0);
 		return b->f[b->cur].xres;
+	}
+	if (op) {
+		/* every lane's argument, in lane order, to the last one */
+		void *args[32];
+		for (unsigned k = 0; k < 32; k++)
+			args[k] = b->f[wi * 32 + k].xarg;
+		op(args);
 	}
 	unsigned ballot = 0;
 	for (unsigned k = 0; k < 32; k++)
@@ -483,6 +506,42 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src, const char *what)
 unsigned warp_vote(unsigned mask, int pred, const char *what)
 {
 	return (unsigned)collective(mask, 0, 0, pred, 1, what);
+}
+
+void warp_all(const char *what, void *arg, void (*op)(void *const *args))
+{
+	collective(0xffffffffu, 0, 0, 1, 1, what, arg, op);
+}
+
+void kernel_fail(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	kfail("%s", msg);
+}
+
+/*
+ * The layout of a kind of WMMA fragment in this run: a permutation of
+ * its 256 elements drawn from CUEMU_SEED whatever the order, one per
+ * kind, the same for every fragment of the kind (as on a GPU, where it
+ * is the architecture's and the fragment type's).
+ */
+const uint16_t *wmma_layout(unsigned kind)
+{
+	enum { KINDS = 16 };
+	static uint16_t tab[KINDS][256];
+	static std::once_flag once;
+	std::call_once(once, [] {
+		for (unsigned k = 0; k < KINDS; k++)
+			for (unsigned e = 0; e < 256; e++)
+				tab[k][e] = (uint16_t)seeded_permute(e, 256, 0x77a11ull + k);
+	});
+	if (kind >= KINDS)
+		fail("wmma_layout: kind %u", kind);
+	return tab[kind];
 }
 
 } /* namespace cuemu */

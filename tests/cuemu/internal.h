@@ -84,6 +84,10 @@ int is_device(const void *p);
  * varying it between uses). */
 uint64_t permute(uint64_t i, uint64_t n, uint64_t salt);
 
+/* A permutation of [0, n) drawn by (CUEMU_SEED, salt) whatever the
+ * order: the layouts of WMMA fragments (exec.cc). */
+uint64_t seeded_permute(uint64_t i, uint64_t n, uint64_t salt);
+
 /* The next of a sequence of draws from CUEMU_SEED (the runtime's lock
  * held): which stream goes next in shuffled order. */
 uint64_t draw(void);

@@ -526,6 +526,11 @@ uint64_t permute(uint64_t i, uint64_t n, uint64_t salt)
 	}
 }
 
+uint64_t seeded_permute(uint64_t i, uint64_t n, uint64_t salt)
+{
+	return n < 2 ? 0 : feistel(i, n, mix(ord_seed * 0x9e3779b97f4a7c15ull + salt));
+}
+
 uint64_t draw(void)
 {
 	static uint64_t k;

@@ -6,8 +6,14 @@
  * give the right values in every order. Built and run by check-cuemu
  * (tests/cuemu/cuemu.mk) in each order; the tests of the orders
  * themselves run this program again as children with CUEMU_ORDER set.
+ * The fake cuBLASLt's GELU epilogues: their values against a double
+ * reference, and the descriptors cublasLt.h's rules forbid refused.
  */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <math.h>
+#include <mma.h>
 #include <nccl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -111,6 +117,91 @@ __global__ void read_before_write(unsigned *out)
 __global__ void fill(float *x, float v)
 {
 	x[threadIdx.x] = v;
+}
+
+
+/* ---- WMMA (include/mma.h) ---- */
+
+namespace wmma = nvcuda::wmma;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
+
+static __device__ const __nv_bfloat16 *as_bf(const uint16_t *p)
+{
+	return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
+/* c (32 x 32, row major) = a b on one warp: a row major, b row major
+ * (bt null) or given as its transpose bt (col_major fragments); c
+ * stored column major when col */
+__global__ void wmma_gemm(float *c, const uint16_t *a, const uint16_t *b, const uint16_t *bt,
+			  int col)
+{
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++) {
+			acc_frag f;
+			wmma::fill_fragment(f, 0.0f);
+			for (int k = 0; k < 2; k++) {
+				wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+				wmma::load_matrix_sync(fa, as_bf(a + i * 16 * 32 + k * 16), 32);
+				if (bt) {
+					wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
+						       wmma::col_major> fb;
+					wmma::load_matrix_sync(fb, as_bf(bt + j * 16 * 32 + k * 16), 32);
+					wmma::mma_sync(f, fa, fb, f);
+				} else {
+					wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
+						       wmma::row_major> fb;
+					wmma::load_matrix_sync(fb, as_bf(b + k * 16 * 32 + j * 16), 32);
+					wmma::mma_sync(f, fa, fb, f);
+				}
+			}
+			if (col)
+				wmma::store_matrix_sync(c + j * 16 * 32 + i * 16, f, 32, wmma::mem_col_major);
+			else
+				wmma::store_matrix_sync(c + i * 16 * 32 + j * 16, f, 32, wmma::mem_row_major);
+		}
+}
+
+/* A planted defect: the elements of an accumulator taken to be where
+ * sm_80 puts them (lane l's x[i] at row l / 4 + 8 (i / 2 % 2), column
+ * 2 (l % 4) + i % 2 + 8 (i / 4)), which the guide leaves unspecified. */
+__global__ void wmma_mapping(float *out, const float *m)
+{
+	acc_frag f;
+	wmma::load_matrix_sync(f, m, 16, wmma::mem_row_major);
+	int l = threadIdx.x % 32;
+	for (int i = 0; i < f.num_elements; i++)
+		out[(l / 4 + 8 * (i / 2 % 2)) * 16 + 2 * (l % 4) + i % 2 + 8 * (i / 4)] = f.x[i];
+}
+
+/* The legal way to an element's row: a fragment loaded from a matrix of
+ * row numbers has each x[i] where every accumulator has it. Row r of m
+ * times scale[r]. */
+__global__ void wmma_rows(float *out, const float *m, const float *rows, const float *scale)
+{
+	acc_frag f, rowid;
+	wmma::load_matrix_sync(f, m, 16, wmma::mem_row_major);
+	wmma::load_matrix_sync(rowid, rows, 16, wmma::mem_row_major);
+	for (int i = 0; i < f.num_elements; i++)
+		f.x[i] *= scale[(int)rowid.x[i]];
+	wmma::store_matrix_sync(out, f, 16, wmma::mem_row_major);
+}
+
+/* planted: half a warp in a load (off 0), an ldm of 12 bf16 (24 bytes,
+ * off 1), a pointer 16 bytes past 32-byte alignment (off 2), lanes
+ * passing different pointers (off 3) */
+__global__ void wmma_bad(float *out, const uint16_t *a, int what)
+{
+	wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+	if (what == 0 && threadIdx.x < 16)
+		wmma::load_matrix_sync(fa, as_bf(a), 16);
+	else if (what == 1)
+		wmma::load_matrix_sync(fa, as_bf(a), 12);
+	else if (what == 2)
+		wmma::load_matrix_sync(fa, as_bf(a + 8), 16);
+	else if (what == 3)
+		wmma::load_matrix_sync(fa, as_bf(a + (threadIdx.x / 16) * 256), 16);
+	out[threadIdx.x] = 1.0f;
 }
 
 /* ---- orders (CUEMU_ORDER) ---- */
@@ -369,6 +460,159 @@ static float *dev_floats(size_t n)
 	return (float *)p;
 }
 
+/*
+ * One fp32 GEMM through the fake cuBLASLt, column-major: D (M,N) = A (M,K)
+ * B (K,N) with an epilogue; aux (leading dimension auxld, type auxtype
+ * unless -1) and bias set when given. aux_at_heur: the aux pointer the
+ * heuristic sees, when it differs from the matmul's. Returns the first
+ * status that is not success.
+ */
+enum { LM = 16, LN = 3, LK = 5 };
+
+static cublasStatus_t lt_gemm(uint32_t epi, float *D, const float *A, const float *Bm,
+			      void *bias, void *aux, int64_t auxld, int32_t auxtype,
+			      void *aux_at_heur)
+{
+	cublasLtHandle_t h;
+	cublasLtMatmulDesc_t d;
+	cublasLtMatrixLayout_t la, lb, ld;
+	cublasLtMatmulPreference_t pr;
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	cublasStatus_t st;
+	cublasLtCreate(&h);
+	cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, LM, LK, LM);
+	cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, LK, LN, LK);
+	cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, LM, LN, LM);
+	cublasLtMatmulPreferenceCreate(&pr);
+	float alpha = 1.0f, beta = 0.0f;
+	void *heur_aux = aux_at_heur ? aux_at_heur : aux;
+	if ((st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+						 sizeof epi)) ||
+	    (bias && (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+							  &bias, sizeof bias))) ||
+	    (heur_aux && (st = cublasLtMatmulDescSetAttribute(d,
+					CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &heur_aux,
+					sizeof heur_aux))) ||
+	    (auxld && (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+							   &auxld, sizeof auxld))) ||
+	    (auxtype != -1 && (st = cublasLtMatmulDescSetAttribute(d,
+					CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxtype,
+					sizeof auxtype))) ||
+	    (st = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, ld, ld, pr, 1, &res, &found)))
+		goto out;
+	if (aux_at_heur &&
+	    (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+						 &aux, sizeof aux)))
+		goto out;
+	st = cublasLtMatmul(h, d, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &res.algo, NULL, 0,
+			    NULL);
+	cudaDeviceSynchronize();
+out:
+	cublasLtMatmulPreferenceDestroy(pr);
+	cublasLtMatrixLayoutDestroy(la);
+	cublasLtMatrixLayoutDestroy(lb);
+	cublasLtMatrixLayoutDestroy(ld);
+	cublasLtMatmulDescDestroy(d);
+	cublasLtDestroy(h);
+	return st;
+}
+
+/* GPT-2's gelu_new and its derivative in double, written from the formula. */
+static double gelu_ref(double x)
+{
+	double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+	return 0.5 * x * (1.0 + tanh(u));
+}
+
+static double gelu_grad_ref(double x)
+{
+	double h = 1e-4; /* central difference: a second way to the derivative */
+	return (gelu_ref(x + h) - gelu_ref(x - h)) / (2 * h);
+}
+
+static void test_lt_gelu(void)
+{
+	static float ha[LM * LK], hb[LK * LN], hbias[LM], hd[LM * LN], haux[LM * LN], hg[LM];
+	double pre[LM * LN], prod[LM * LN];
+	for (int i = 0; i < LM * LK; i++)
+		ha[i] = (float)((i * 7) % 11 - 5) * 0.125f;
+	for (int i = 0; i < LK * LN; i++)
+		hb[i] = (float)((i * 5) % 7 - 3) * 0.25f;
+	for (int i = 0; i < LM; i++)
+		hbias[i] = (float)(i % 5 - 2) * 0.5f;
+	for (int j = 0; j < LN; j++)
+		for (int i = 0; i < LM; i++) {
+			double acc = 0;
+			for (int p = 0; p < LK; p++)
+				acc += (double)ha[i + p * LM] * hb[p + j * LK];
+			prod[i + j * LM] = acc;
+			pre[i + j * LM] = acc + hbias[i];
+		}
+	float *A = dev_floats(LM * LK), *Bm = dev_floats(LK * LN), *bias = dev_floats(LM);
+	float *D = dev_floats(LM * LN), *aux = dev_floats(LM * LN + 64);
+	cudaMemcpy(A, ha, sizeof ha, cudaMemcpyHostToDevice);
+	cudaMemcpy(Bm, hb, sizeof hb, cudaMemcpyHostToDevice);
+	cudaMemcpy(bias, hbias, sizeof hbias, cudaMemcpyHostToDevice);
+
+	/* forward: D = gelu(AB + bias), aux = AB + bias */
+	cublasStatus_t st = lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, D, A, Bm, bias, aux, LM, -1,
+				    NULL);
+	cudaMemcpy(hd, D, sizeof hd, cudaMemcpyDeviceToHost);
+	cudaMemcpy(haux, aux, sizeof haux, cudaMemcpyDeviceToHost);
+	double wd = 0, wa = 0;
+	for (int i = 0; i < LM * LN; i++) {
+		wd = fmax(wd, fabs(hd[i] - gelu_ref(pre[i])));
+		wa = fmax(wa, fabs(haux[i] - pre[i]));
+	}
+	ok(st == CUBLAS_STATUS_SUCCESS && wd < 1e-5 && wa < 1e-6,
+	   "cuBLASLt GELU_AUX_BIAS: D is gelu_new(AB + bias) (off by %.2g), aux AB + bias (%.2g)",
+	   wd, wa);
+
+	/* backward: D = AB * gelu'(aux), the bias gradient its row sums */
+	st = lt_gemm(CUBLASLT_EPILOGUE_DGELU_BGRAD, D, A, Bm, bias, aux, LM, -1, NULL);
+	cudaMemcpy(hd, D, sizeof hd, cudaMemcpyDeviceToHost);
+	cudaMemcpy(hg, bias, sizeof hg, cudaMemcpyDeviceToHost);
+	double wg = 0, wb = 0;
+	for (int i = 0; i < LM; i++) {
+		double sum = 0;
+		for (int j = 0; j < LN; j++) {
+			double want = prod[i + j * LM] * gelu_grad_ref(pre[i + j * LM]);
+			wg = fmax(wg, fabs(hd[i + j * LM] - want));
+			sum += want;
+		}
+		wb = fmax(wb, fabs(hg[i] - sum));
+	}
+	ok(st == CUBLAS_STATUS_SUCCESS && wg < 1e-5 && wb < 1e-5,
+	   "cuBLASLt DGELU_BGRAD: D is AB * gelu'(aux) (off by %.2g), the bias gradient its row "
+	   "sums (%.2g)", wg, wb);
+
+	/* what cublasLt.h's rules forbid */
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, D, A, Bm, bias, aux, 20, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX_BIAS: an aux leading dimension of 20 (no multiple of 8) is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_DGELU, D, A, Bm, NULL, aux, 8, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt DGELU: an aux leading dimension of 8 below D's 16 rows is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, NULL, LM, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX: without an aux pointer it is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, aux, LM, CUDA_R_16BF, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX: a bf16 aux matrix with an fp32 D is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_DGELU_BGRAD, D, A, Bm, NULL, aux, LM, -1, NULL) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt DGELU_BGRAD: without the bias gradient's pointer it is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, aux + 1, LM, -1, aux) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt GELU_AUX: an aux pointer less aligned than the heuristic's is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU, D, A, Bm, NULL, NULL, 0, -1, NULL) ==
+		   CUBLAS_STATUS_SUCCESS,
+	   "cuBLASLt GELU (no aux) needs no aux pointer");
+	cudaFree(A), cudaFree(Bm), cudaFree(bias), cudaFree(D), cudaFree(aux);
+}
+
 static void run_divergent(void)
 {
 	divergent_barrier<<<1, 32>>>(dev_floats(32));
@@ -473,11 +717,188 @@ static void run_unordered(void)
 	cudaDeviceSynchronize();
 }
 
+
+/* The child's side of the WMMA layout test (argv[1] "wmma"), run with
+ * CUEMU_SEED set: wmma_mapping's and wmma_rows's 256 values on a line. */
+static int child_wmma(void)
+{
+	float h[256], rows[256], scale[16], o[256];
+	for (int i = 0; i < 256; i++) {
+		h[i] = (float)i;
+		rows[i] = (float)(i / 16);
+	}
+	for (int r = 0; r < 16; r++)
+		scale[r] = (float)(r + 1);
+	void *dm, *dr, *ds, *dout;
+	cudaMalloc(&dm, sizeof h);
+	cudaMalloc(&dr, sizeof rows);
+	cudaMalloc(&ds, sizeof scale);
+	cudaMalloc(&dout, sizeof o);
+	cudaMemcpy(dm, h, sizeof h, cudaMemcpyHostToDevice);
+	cudaMemcpy(dr, rows, sizeof rows, cudaMemcpyHostToDevice);
+	cudaMemcpy(ds, scale, sizeof scale, cudaMemcpyHostToDevice);
+	wmma_mapping<<<1, 32>>>((float *)dout, (const float *)dm);
+	cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost);
+	for (int i = 0; i < 256; i++)
+		printf("%g ", o[i]);
+	wmma_rows<<<1, 32>>>((float *)dout, (const float *)dm, (const float *)dr,
+			     (const float *)ds);
+	cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost);
+	for (int i = 0; i < 256; i++)
+		printf("%g ", o[i]);
+	printf("\n");
+	return 0;
+}
+
+/* this program's child_wmma under seed: the two kernels' values */
+static int run_wmma_child(unsigned seed, float *map, float *rows)
+{
+	char cmd[512];
+	static char line[16384];
+	snprintf(cmd, sizeof cmd, "CUEMU_SEED=%u /proc/%d/exe wmma", seed, (int)getpid());
+	fflush(stdout);
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	int got = fgets(line, sizeof line, f) != NULL;
+	if (pclose(f) != 0 || !got)
+		return 0;
+	char *p = line, *end;
+	for (int i = 0; i < 512; i++) {
+		float v = strtof(p, &end);
+		if (end == p)
+			return 0;
+		if (i < 256)
+			map[i] = v;
+		else
+			rows[i - 256] = v;
+		p = end;
+	}
+	return 1;
+}
+
+static void run_wmma_half(void)
+{
+	wmma_bad<<<1, 32>>>(dev_floats(32), (const uint16_t *)dev_floats(512), 0);
+	cudaDeviceSynchronize();
+}
+static void run_wmma_ldm(void)
+{
+	wmma_bad<<<1, 32>>>(dev_floats(32), (const uint16_t *)dev_floats(512), 1);
+	cudaDeviceSynchronize();
+}
+static void run_wmma_align(void)
+{
+	wmma_bad<<<1, 32>>>(dev_floats(32), (const uint16_t *)dev_floats(512), 2);
+	cudaDeviceSynchronize();
+}
+static void run_wmma_ptrs(void)
+{
+	wmma_bad<<<1, 32>>>(dev_floats(32), (const uint16_t *)dev_floats(512), 3);
+	cudaDeviceSynchronize();
+}
+
+/* bf16 bits of small integers (exact) */
+static uint16_t bf_int(int v)
+{
+	float f = (float)v;
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16);
+}
+
+static void test_wmma(void)
+{
+	char got[2048];
+	static uint16_t a[1024], b[1024], bt[1024];
+	for (int i = 0; i < 32; i++)
+		for (int k = 0; k < 32; k++) {
+			a[i * 32 + k] = bf_int((i * 7 + k * 3) % 9 - 4);
+			b[i * 32 + k] = bf_int((i * 5 + k * 11) % 7 - 3);
+			bt[k * 32 + i] = b[i * 32 + k];
+		}
+	void *da, *db, *dbt;
+	cudaMalloc(&da, sizeof a);
+	cudaMalloc(&db, sizeof b);
+	cudaMalloc(&dbt, sizeof bt);
+	cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+	cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+	cudaMemcpy(dbt, bt, sizeof bt, cudaMemcpyHostToDevice);
+	float *dc = dev_floats(1024);
+	static float c[1024];
+	for (int v = 0; v < 3; v++) {
+		/* b row major, row-major c; b as its transpose (col_major);
+		 * column-major c */
+		wmma_gemm<<<1, 32>>>(dc, (const uint16_t *)da, (const uint16_t *)db,
+				     v == 1 ? (const uint16_t *)dbt : NULL, v == 2);
+		cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost);
+		int wrong = 0;
+		for (int i = 0; i < 32; i++)
+			for (int j = 0; j < 32; j++) {
+				int want = 0;
+				for (int k = 0; k < 32; k++)
+					want += ((i * 7 + k * 3) % 9 - 4) * ((k * 5 + j * 11) % 7 - 3);
+				wrong += (v == 2 ? c[j * 32 + i] : c[i * 32 + j]) != (float)want;
+			}
+		ok(wrong == 0, "wmma: a 32 x 32 x 32 product of small integers in bf16 is exact "
+		   "(%s, %s-major result)", v == 1 ? "matrix_b col_major" : "matrix_b row_major",
+		   v == 2 ? "column" : "row");
+	}
+
+	/* the layout: a mapping assumed is caught, one learned is not */
+	const char *env = getenv("CUEMU_SEED");
+	unsigned seed = env && *env ? (unsigned)strtoul(env, NULL, 0) : 12345u;
+	static float map[2][256], rows[2][256];
+	int ran = run_wmma_child(seed, map[0], rows[0]) && run_wmma_child(seed + 1, map[1], rows[1]);
+	ok(ran, "the wmma children ran (seeds %u, %u)", seed, seed + 1);
+	if (ran) {
+		int wrong[2] = {0, 0}, differ = 0, perm = 1, rows_wrong = 0;
+		for (int s = 0; s < 2; s++) {
+			unsigned char seen[256] = {0};
+			for (int i = 0; i < 256; i++) {
+				wrong[s] += map[s][i] != (float)i;
+				int v = (int)map[s][i];
+				perm &= v >= 0 && v < 256 && !seen[v];
+				if (v >= 0 && v < 256)
+					seen[v] = 1;
+				if (rows[s][i] != (float)i * (float)(i / 16 + 1) && !rows_wrong++)
+					diag("seed %u: row-scaled element %d is %g, want %g", seed + s, i,
+					     rows[s][i], (float)i * (float)(i / 16 + 1));
+			}
+		}
+		for (int i = 0; i < 256; i++)
+			differ += map[0][i] != map[1][i];
+		ok(wrong[0] > 200 && wrong[1] > 200 && differ > 200 && perm,
+		   "wmma: a kernel assuming sm_80's element-to-thread mapping misplaces %d and %d of "
+		   "256 elements, differently under two seeds (%d differ)", wrong[0], wrong[1],
+		   differ);
+		ok(rows_wrong == 0, "wmma: rows learned from a fragment of row numbers are right "
+		   "under both seeds");
+	}
+
+	ok(dies_with(run_wmma_half, "wmma::load_matrix_sync with mask 0xffffffff", got,
+		     sizeof got) && strstr(got, "has returned") && strstr(got, "wmma_bad"),
+	   "a wmma load reached by half a warp stops the kernel, named");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_wmma_ldm, "ldm 12", got, sizeof got) &&
+		   strstr(got, "multiple of 16 bytes"),
+	   "a wmma load with ldm 12 bf16 (24 bytes) stops the kernel");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_wmma_align, "not 256-bit (32-byte) aligned", got, sizeof got),
+	   "a wmma load 16 bytes past 32-byte alignment stops the kernel");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_wmma_ptrs, "all lanes of the warp must pass the same", got, sizeof got),
+	   "lanes of one wmma load passing different pointers stop the kernel");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+}
+
 int main(int argc, char **argv)
 {
 	char got[2048];
 	if (argc > 1 && !strcmp(argv[1], "orders"))
 		return child_orders();
+	if (argc > 1 && !strcmp(argv[1], "wmma"))
+		return child_wmma();
 	static float h[4096];
 	float *din = dev_floats(4096), *dout = dev_floats(16);
 	for (int i = 0; i < 4096; i++)
@@ -510,6 +931,7 @@ int main(int argc, char **argv)
 	for (int l = 0; l < 32; l++)
 		good &= s[l] == 496.0f && bal[l] == 0x49249249u && down[l] == (l < 31 ? l + 1 : 31);
 	ok(good, "butterfly sum, ballot and shuffle down over a warp");
+	test_lt_gelu();
 
 	ok(dies_with(run_divergent, "__syncthreads reached by 16 threads while 16 have returned", got,
 		     sizeof got) && strstr(got, "divergent_barrier"),
@@ -613,5 +1035,6 @@ int main(int argc, char **argv)
 	cudaStreamDestroy(b);
 	cudaEventDestroy(e);
 	test_orders();
+	test_wmma();
 	return done_testing();
 }

@@ -520,6 +520,35 @@ static void trainer(void)
 	is_u64(part(&e, "parameters"), 4 * P / 8, "ZeRO-3: f32 parameters sharded 8 ways");
 	is_u64(part(&e, "gradients"), 4 * P / 8, "ZeRO-3: f32 gradients sharded 8 ways");
 	is_u64(part(&e, "optimizer"), 8 * P / 8, "ZeRO-3: Adam m and v sharded 8 ways");
+	/*
+	 * gpu-train's ZeRO-3 on GPUs: ZeRO-2's gradient buffers, and the
+	 * working copy in units: the embeddings (Vpad + positions) C and the
+	 * final norm 2 C (GPT-2 small's flat buffer, 124475904 floats,
+	 * divides by 8: no padding), and two buffers of a block, one without
+	 * overlap; DeepSpeed's largest layer no more
+	 */
+	gk_mem_train zg3 = zg;
+	zg3.zero = 3, zg3.bucket = 0;
+	uint64_t below = (50304ULL + 1024) * 768;
+	ok(gk_mem_train_estimate(&zg3, &e, NULL, NULL, &err) == 0, "ZeRO-3 on GPUs estimated");
+	is_u64(part(&e, "zero3_units"), 4 * (below + 2 * 768 + 2 * gblk),
+	       "GPU ZeRO-3: the edges and two block buffers");
+	is_u64(part(&e, "zero2_embedding_grads"), emb, "GPU ZeRO-3: ZeRO-2's embedding gradients");
+	is_u64(part(&e, "dp_buckets"), 3 * 4 * gblk, "GPU ZeRO-3: ZeRO-2's three bucket buffers");
+	ok(!gk_mem_part_get(&e, "zero3_gather"), "GPU ZeRO-3: no largest-layer gather");
+	zg3.no_overlap = 1;
+	ok(gk_mem_train_estimate(&zg3, &e, NULL, NULL, &err) == 0, "no overlap estimated");
+	is_u64(part(&e, "zero3_units"), 4 * (below + 2 * 768 + gblk),
+	       "GPU ZeRO-3 without overlap: one block buffer");
+	/* over 5 ranks the flat buffer is padded by one float, in the final
+	 * norm's unit; bf16 units, 2 bytes an element */
+	uint64_t edge, ring;
+	ok(gk_mem_zero3_device(12, 768, 50257, 1024, 5, 2, 2, &edge, &ring, &err) == 0,
+	   "ZeRO-3 units over 5 ranks");
+	is_u64(edge, 2 * (below + 2 * 768 + 1), "... the edges and the padding, bf16");
+	is_u64(ring, 2 * 2 * gblk, "... two bf16 block buffers");
+	ok(gk_mem_zero3_device(12, 768, 50257, 1024, 5, 2, 13, &edge, &ring, &err) < 0 &&
+	   strstr(err.msg, "out of bounds"), "13 block buffers for 12 blocks refused: %s", err.msg);
 	/* a pipeline stage's own figures (gpu-train --pp): 12 layers over 3
 	 * stages, f32, ZeRO 0; a block is 12 C^2 + 13 C, the embeddings on
 	 * the first, the final norm and the tied head's copy on the last */

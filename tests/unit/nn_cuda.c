@@ -6,18 +6,30 @@
  *   - each kernel on the same inputs as the CPU kernel, fp32 storage,
  *     |gpu - cpu| <= tol + rel*|cpu| with tol and rel stated per kernel
  *     (the GPU sums rows in another order and contracts to FMA);
+ *   - the fused classifier of a training step at the model's shapes (B*T
+ *     rows of its vocabulary, padded to 128) against the CPU's forward and
+ *     backward, fp32 and bf16;
  *   - one full training step, CPU vs GPU in fp32 (loss and every gradient)
- *     and in bf16 (loss);
+ *     and in bf16 (loss); the same loss and gradients, bit for bit, from a
+ *     backward after an evaluation forward (gk_nn_set_eval) and after a
+ *     training forward that wrote dlogits for another scale;
  *   - ten AdamW steps: the GPU's bf16 loss curve within bf16 tolerance of
  *     the CPU's fp32 curve;
  *   - determinism: the same seed twice gives the same losses and
  *     parameters, bit for bit;
  *   - parameters round-trip host -> device -> host unchanged (checkpoints
- *     interchange), and memory by category matches what was allocated.
+ *     interchange), and memory by category matches what was allocated;
+ *   - the MLP's GELU in cuBLASLt's epilogues and as gelu.cu's kernels
+ *     (GK_CUDA_GELU): one step in fp32, TF32 and bf16 each way against
+ *     the CPU, the two ways within the same tolerances of each other,
+ *     the same memory, and on the emulation the GEMMs' epilogues as its
+ *     manifest (CUEMU_GEMM_LOG) lists them.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/cuda.h"
 #include "nn/cuda_internal.h"
@@ -91,6 +103,71 @@ static void close_enough(const char *what, const float *got, const float *ref,
 }
 
 /* ---- kernels against the CPU kernels ------------------------------------------------ */
+
+/*
+ * The fused classifier at the model's shapes: B*T rows of cfg()'s
+ * vocabulary in rows padded to 128 (gpt.c's vocab_pad), every 7th
+ * target ignored, against the CPU backend's forward (lse, loss sum) and
+ * backward (dlogits; padded columns and ignored rows 0), fp32 and bf16
+ * (the CPU on the bf16-rounded logits).
+ */
+static void test_classifier(void)
+{
+	const int V = (int)cfg().vocab, Vp = (V + 127) / 128 * 128, N = B * T;
+	const float dl = 1.0f / (float)N;
+	size_t n = (size_t)N * Vp;
+	float *x = malloc(n * 4), *ref = malloc(n * 4), *got = malloc(n * 4);
+	void *raw = malloc(n * 4);
+	float *lse1 = malloc(N * 4), *lse2 = malloc(N * 4), *loss2 = malloc(N * 4);
+	int32_t *tgt = malloc(N * 4);
+	for (int i = 0; i < N; i++)
+		tgt[i] = i % 7 == 3 ? -1 : (int32_t)((i * 131 + 5) % V);
+	int32_t *dtgt = gpu_dev(tgt, N * 4);
+	float *dlse = gpu_dev(NULL, N * 4), *dloss = gpu_dev(NULL, N * 4);
+	for (int k = 0; k < 2; k++) {
+		gk_dtype dt = k ? GK_DT_BF16 : GK_DT_F32;
+		size_t es = k ? 2 : 4;
+		gk_err err = {0};
+		fill(x, n, 5.0f);
+		gk_convert(raw, dt, x, GK_DT_F32, n);
+		gk_convert(x, GK_DT_F32, raw, dt, n); /* what the device holds */
+		double s1 = gk_nn_cpu_xent_fwd(lse1, x, tgt, N, V, Vp, 1);
+		memcpy(ref, x, n * 4);
+		gk_nn_cpu_xent_bwd(ref, lse1, tgt, dl, N, V, Vp, 1);
+		void *dx = gpu_dev(raw, n * es);
+		int rc = gk_nn_cu_xent_fused(dlse, dloss, dx, dtgt, dt, dl, N, V, Vp, NULL, &err);
+		ok(rc == 0, "classifier fused %s: launched%s%s", k ? "bf16" : "fp32",
+		   err.msg[0] ? ": " : "", err.msg);
+		gpu_back(lse2, dlse, N * 4);
+		gpu_back(loss2, dloss, N * 4);
+		gpu_back(raw, dx, n * es);
+		gk_convert(got, GK_DT_F32, raw, dt, n);
+		double s2 = 0;
+		for (int i = 0; i < N; i++)
+			s2 += tgt[i] >= 0 ? loss2[i] : 0.0;
+		close_enough(k ? "classifier fused bf16: logsumexp" : "classifier fused fp32: logsumexp",
+			     lse2, lse1, N, 1e-5, 1e-6);
+		ok(fabs(s2 - s1) <= 1e-4 + 1e-6 * fabs(s1),
+		   "classifier fused %s: %d rows of %d (in %d), loss sum %.9g, CPU %.9g",
+		   k ? "bf16" : "fp32", N, V, Vp, s2, s1);
+		/* bf16: the CPU's float rounded once more, half an ulp of 2^-8 */
+		close_enough(k ? "classifier fused bf16: dlogits (padded and ignored rows 0)"
+			       : "classifier fused fp32: dlogits (padded and ignored rows 0)",
+			     got, ref, n, 1e-9, k ? 8e-3 : 1e-4);
+		gk_cuda_free(dx);
+	}
+	gk_cuda_free(dtgt);
+	gk_cuda_free(dlse);
+	gk_cuda_free(dloss);
+	free(x);
+	free(ref);
+	free(got);
+	free(raw);
+	free(lse1);
+	free(lse2);
+	free(loss2);
+	free(tgt);
+}
 
 static void test_kernels(void)
 {
@@ -308,6 +385,68 @@ static int train(gk_nn_model *m, int cuda, float *losses, gk_err *err)
 	return rc;
 }
 
+/* Forward (evaluation or training, gk_nn_set_eval) and backward(scale)
+ * from zero gradients: loss and gradients into *l, g. */
+static int step_as(gk_nn_model *m, int eval, float scale, const int32_t *tok,
+		   const int32_t *tgt, float *l, float *g, size_t n, gk_err *err)
+{
+	gk_nn_set_eval(m, eval);
+	gk_nn_zero_grad(m);
+	int rc = gk_nn_forward(m, tok, tgt, l, err) == 0 &&
+		 gk_nn_backward(m, scale, NULL, NULL, err) == 0 &&
+		 gk_nn_cuda_download(m, GK_NN_GRADS, err) == 0;
+	gk_nn_set_eval(m, 0);
+	if (rc)
+		memcpy(g, gk_nn_grads(m), n * 4);
+	return rc;
+}
+
+/*
+ * The classifier's two paths through a step (fp32, model m after a
+ * training step at scale 1 whose loss and gradients were l0, g0): a
+ * training forward writes dlogits for the scale of the backward before
+ * it (one kernel), an evaluation forward leaves the logits and backward
+ * computes them (two kernels). The same loss and gradients, bit for bit,
+ * where the scales agree; a backward at a scale other than the
+ * forward's rescales the head's GEMMs: by 1/4, exactly the gradients
+ * times 1/4; by 1/3 from 1/4, within fp32 rounding of the direct path,
+ * which gk_nn_set_grad_scale(1/3) takes.
+ */
+static void classifier_paths(gk_nn_model *m, const int32_t *tok, const int32_t *tgt,
+			     float l0, const float *g0, size_t n)
+{
+	gk_err err = {0};
+	float *ge = malloc(n * 4), *gq = malloc(n * 4), *gt = malloc(n * 4);
+	float le, lt, lq;
+	int rc = step_as(m, 1, 1.0f, tok, tgt, &le, ge, n, &err);
+	ok(rc && le == l0 && memcmp(g0, ge, n * 4) == 0,
+	   "classifier: an evaluation forward then backward, the training step's loss and "
+	   "gradients, bit for bit%s%s", err.msg[0] ? ": " : "", err.msg);
+	/* training forward at 1 (the last backward's), backward at 1/4 */
+	rc = rc && step_as(m, 0, 0.25f, tok, tgt, &lq, gq, n, &err);
+	int quarter = rc && lq == l0;
+	for (size_t i = 0; quarter && i < n; i++)
+		quarter = gq[i] == 0.25f * g0[i];
+	ok(quarter, "classifier: dlogits for scale 1, backward at 1/4: the gradients times 1/4, "
+	   "bit for bit");
+	/* the last backward's 1/4 expected, then 1/3 as set */
+	float third = 1.0f / 3.0f;
+	rc = rc && step_as(m, 0, third, tok, tgt, &lq, gq, n, &err);
+	gk_nn_set_grad_scale(m, third);
+	rc = rc && step_as(m, 0, third, tok, tgt, &lt, gt, n, &err) &&
+	     step_as(m, 1, third, tok, tgt, &le, ge, n, &err);
+	double big = 0;
+	for (size_t i = 0; rc && i < n; i++)
+		big = fmax(big, fabs(ge[i]));
+	ok(rc && lq == l0 && lt == l0 && le == l0 && memcmp(gt, ge, n * 4) == 0 &&
+		   worst(gq, ge, n, 1e-6 * big, 1e-5, NULL) <= 1.0,
+	   "classifier: scale 1/3 set (gk_nn_set_grad_scale), the evaluation path's bits; 1/3 "
+	   "where 1/4 was expected within 1e-6 max|g| + 1e-5|ref| of them");
+	free(ge);
+	free(gq);
+	free(gt);
+}
+
 static void test_model(void)
 {
 	gk_err err = {0};
@@ -398,6 +537,7 @@ static void test_model(void)
 	} else {
 		ok(0, "recompute LAYER model: %s", err.msg);
 	}
+	classifier_paths(g32, tok, tgt, l2, gref, n);
 	free(gref);
 
 	/* bf16: one step's loss */
@@ -482,6 +622,166 @@ static void test_model(void)
 	gk_nn_free(cont);
 	gk_nn_free(again);
 	gk_nn_free(b16);
+	gk_nn_free(cpu);
+}
+
+/* Lines of the emulation's GEMM manifest naming an epilogue. */
+static int manifest_count(const char *path, const char *epilogue)
+{
+	FILE *f = fopen(path, "r");
+	char line[512], want[64];
+	int n = 0;
+	snprintf(want, sizeof want, " epilogue %s\n", epilogue);
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		size_t ll = strlen(line), wl = strlen(want);
+		n += ll >= wl && strcmp(line + ll - wl, want) == 0;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
+ * GK_CUDA_GELU=epilogue and =kernel at each precision: one step's loss
+ * against the CPU's (fp32 and TF32 also every gradient, fp32 within the
+ * one-step test's bounds, TF32 within 1e-2 max|g| + 2e-2|ref|, inputs
+ * rounded to 10 bits), the epilogue's gradients against the kernels'
+ * within the same bounds, the same device memory both ways. On the
+ * emulation (GK_CUEMU) its manifest shows the epilogues: c_fc's forward
+ * GELU_AUX_BIAS and c_proj's input gradient DGELU once per layer, and
+ * none of either from the kernel path.
+ */
+static void test_gelu_epilogue(void)
+{
+	static const struct { int prec; const char *name; double abs, rel; } P[] = {
+		{GK_NN_FP32, "fp32", 1e-4, 1e-3},
+		{GK_NN_TF32, "tf32", 1e-2, 2e-2},
+		{GK_NN_BF16, "bf16", 0, 0},
+	};
+	static const char *const way[2] = {"kernel", "epilogue"};
+	gk_err err = {0};
+	gk_nn_config c = cfg();
+	const char *cuemu = getenv("GK_CUEMU");
+	char log[64];
+	snprintf(log, sizeof log, "nn_cuda-gemm.%d.log", (int)getpid());
+	int32_t tok[B * T], tgt[B * T];
+	batch(tok, tgt, 0);
+	gk_nn_model *cpu = model(GK_NN_CPU, 0, &err);
+	float lc;
+	if (!ok(cpu && gk_nn_forward(cpu, tok, tgt, &lc, &err) == 0 &&
+		gk_nn_backward(cpu, 1.0f, NULL, NULL, &err) == 0,
+		"GELU: CPU reference step%s%s", err.msg[0] ? ": " : "", err.msg))
+		return;
+	size_t n = gk_nn_nparams(cpu), nt;
+	const gk_nn_tensor *t = gk_nn_tensors(cpu, &nt);
+	for (size_t p = 0; p < sizeof P / sizeof P[0]; p++) {
+		float loss[2] = {0, 0};
+		float *g[2] = {malloc(n * 4), malloc(n * 4)};
+		gk_nn_mem mem[2];
+		memset(mem, 0, sizeof mem);
+		for (int w = 0; w < 2; w++) {
+			setenv("GK_CUDA_GELU", way[w], 1);
+			gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA,
+					.precision = P[p].prec};
+			ok(gk_nn_gelu_epilogue(&c, &o, &err) == w,
+			   "GELU %s %s: the model's choice", P[p].name, way[w]);
+			remove(log);
+			if (cuemu)
+				setenv("CUEMU_GEMM_LOG", log, 1);
+			gk_nn_model *m = model(GK_NN_CUDA, P[p].prec, &err);
+			int rc = m && gk_nn_forward(m, tok, tgt, &loss[w], &err) == 0 &&
+				 gk_nn_backward(m, 1.0f, NULL, NULL, &err) == 0 &&
+				 gk_nn_cuda_download(m, GK_NN_GRADS, &err) == 0;
+			unsetenv("CUEMU_GEMM_LOG");
+			if (!ok(rc, "GELU %s %s: one step%s%s", P[p].name, way[w],
+				err.msg[0] ? ": " : "", err.msg)) {
+				gk_nn_free(m);
+				continue;
+			}
+			memcpy(g[w], gk_nn_grads(m), n * 4);
+			gk_nn_memory(m, &mem[w]);
+			gk_nn_free(m);
+			if (P[p].prec == GK_NN_BF16)
+				ok(fabsf(loss[w] - lc) <= 0.02f + 0.01f * fabsf(lc),
+				   "GELU bf16 %s: loss %.5f, CPU fp32 %.5f (within 0.02 + 1%%)",
+				   way[w], loss[w], lc);
+			else
+				ok(fabsf(loss[w] - lc) <= (P[p].prec == GK_NN_FP32 ? 1e-5f : 1e-3f) *
+								  fabsf(lc),
+				   "GELU %s %s: loss %.7f, CPU %.7f", P[p].name, way[w], loss[w], lc);
+			if (cuemu) {
+				int L = (int)c.layers;
+				int fwd = manifest_count(log, "GELU_AUX_BIAS");
+				int bwd = manifest_count(log, "DGELU");
+				ok(w ? fwd == L && bwd == L : fwd == 0 && bwd == 0,
+				   "GELU %s %s: the manifest has %d GELU_AUX_BIAS and %d DGELU "
+				   "GEMMs (want %d each)", P[p].name, way[w], fwd, bwd, w ? L : 0);
+			}
+		}
+		remove(log);
+		ok(mem[1].activations == mem[0].activations && mem[1].workspace == mem[0].workspace,
+		   "GELU %s: the same activations (%llu bytes) and scratch (%llu) both ways",
+		   P[p].name, (unsigned long long)mem[1].activations,
+		   (unsigned long long)mem[1].workspace);
+		if (P[p].prec != GK_NN_BF16) {
+			/* each way against the CPU, and the two against each other */
+			const float *ref[3] = {gk_nn_grads(cpu), gk_nn_grads(cpu), g[0]};
+			const float *got[3] = {g[0], g[1], g[1]};
+			static const char *const what[3] = {"kernel vs CPU", "epilogue vs CPU",
+							    "epilogue vs kernel"};
+			for (int k = 0; k < 3; k++) {
+				int bad = 0;
+				for (size_t i = 0; i < nt; i++) {
+					double big = 0;
+					size_t at = 0;
+					for (size_t j = 0; j < t[i].numel; j++)
+						big = fmax(big, fabs(ref[k][t[i].off + j]));
+					if (worst(got[k] + t[i].off, ref[k] + t[i].off, t[i].numel,
+						  P[p].abs * big + 1e-9, P[p].rel, &at) > 1.0) {
+						diag("%s %s: %s[%zu]: got %g want %g", P[p].name, what[k],
+						     t[i].name, at, got[k][t[i].off + at],
+						     ref[k][t[i].off + at]);
+						bad++;
+					}
+				}
+				ok(bad == 0, "GELU %s, %s: every gradient within %g max|g| + %g|ref|",
+				   P[p].name, what[k], P[p].abs, P[p].rel);
+			}
+		}
+		free(g[0]);
+		free(g[1]);
+	}
+
+	/* --recompute gelu with the epilogue: the forward's GELU in the
+	 * epilogue, backward's again by the kernel from the kept input */
+	setenv("GK_CUDA_GELU", "epilogue", 1);
+	gk_nn_opts o = {.batch = B, .seq = T, .device = GK_NN_CUDA, .precision = GK_NN_FP32,
+			.recompute = GK_NN_RECOMPUTE_GELU};
+	gk_nn_model *rg = NULL;
+	float lr = 0;
+	int rc = gk_nn_new(&rg, &c, &o, &err) == 0;
+	if (rc) {
+		gk_nn_init(rg, 7);
+		rc = gk_nn_cuda_upload(rg, GK_NN_PARAMS, &err) == 0 &&
+		     gk_nn_forward(rg, tok, tgt, &lr, &err) == 0 &&
+		     gk_nn_backward(rg, 1.0f, NULL, NULL, &err) == 0 &&
+		     gk_nn_cuda_download(rg, GK_NN_GRADS, &err) == 0;
+	}
+	int bad = 0;
+	for (size_t i = 0; rc && i < nt; i++) {
+		double big = 0;
+		size_t at = 0;
+		for (size_t j = 0; j < t[i].numel; j++)
+			big = fmax(big, fabs(gk_nn_grads(cpu)[t[i].off + j]));
+		bad += worst(gk_nn_grads(rg) + t[i].off, gk_nn_grads(cpu) + t[i].off, t[i].numel,
+			     1e-4 * big + 1e-9, 1e-3, &at) > 1.0;
+	}
+	ok(rc && bad == 0 && fabsf(lr - lc) <= 1e-5f * fabsf(lc),
+	   "GELU fp32 epilogue, recompute gelu: loss %.7f and every gradient as the CPU's%s%s", lr,
+	   err.msg[0] ? ": " : "", err.msg);
+	gk_nn_free(rg);
+	unsetenv("GK_CUDA_GELU");
 	gk_nn_free(cpu);
 }
 
@@ -717,6 +1017,28 @@ static void test_refusals(int usable, const char *why)
 	gk_nn_memory(m, &mem);
 	is_u64(mem.optimizer, 0, "CPU model: no optimizer memory of its own");
 	gk_nn_free(m);
+
+	/* the GELU's way: named, or chosen by the aux matrix's leading
+	 * dimension (4 x hidden, a multiple of 8 for cuBLASLt) */
+	gk_nn_config odd = c;
+	odd.hidden = 45, odd.heads = 5;
+	gk_nn_opts oc = o;
+	oc.device = GK_NN_CUDA;
+	unsetenv("GK_CUDA_GELU");
+	is_int(gk_nn_gelu_epilogue(&c, &oc, &err), 1, "GELU: the epilogue by default");
+	is_int(gk_nn_gelu_epilogue(&odd, &oc, &err), 0,
+	       "GELU: the kernels at hidden 45 (aux leading dimension 180)");
+	setenv("GK_CUDA_GELU", "epilogue", 1);
+	ok(gk_nn_gelu_epilogue(&odd, &oc, &err) < 0 &&
+	   strstr(err.msg, "multiple of 8") && strstr(err.msg, "GK_CUDA_GELU=kernel"),
+	   "GELU: the epilogue asked for at hidden 45 is refused (%s)", err.msg);
+	setenv("GK_CUDA_GELU", "fused", 1);
+	ok(gk_nn_gelu_epilogue(&c, &oc, &err) < 0 &&
+	   strstr(err.msg, "GK_CUDA_GELU 'fused': must be epilogue or kernel"),
+	   "GELU: an unknown way is refused (%s)", err.msg);
+	setenv("GK_CUDA_GELU", "kernel", 1);
+	is_int(gk_nn_gelu_epilogue(&c, &oc, &err), 0, "GELU: the kernels when asked");
+	unsetenv("GK_CUDA_GELU");
 }
 
 int main(void)
@@ -732,8 +1054,10 @@ int main(void)
 		return done_testing();
 #if GK_HAVE_CUDA
 	test_kernels();
+	test_classifier();
 #endif
 	test_model();
+	test_gelu_epilogue();
 	test_ranges();
 	test_buckets();
 	return done_testing();

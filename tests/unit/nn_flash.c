@@ -9,7 +9,12 @@
  *     every compiled width (head sizes 12, 16, 64, 128), at shapes that
  *     are no multiple of a tile (T 37, B 3, NH 4 with head size 12) and
  *     that span several tiles (T 80), in fp32 and in bf16, within the
- *     tolerances stated at each comparison;
+ *     tolerances stated at each comparison; bf16 at head sizes that are
+ *     a multiple of 16 runs the tensor cores' kernels (WMMA), checked at
+ *     head sizes 16, 32, 48 (padded to 64), 64 and 128 and at T 37 and
+ *     70, the rest the scalar kernels;
+ *   - the tensor-core backward against finite differences of the CPU's
+ *     forward;
  *   - two runs give the same bits; head sizes past the maximum refused;
  *   - a model's device memory: the plan (gk_nn_plan_cuda) is what is
  *     allocated, and the fused layout saves exactly the (T,T) buffers.
@@ -79,15 +84,29 @@ static void back_f32(float *host, const void *d, gk_dtype dt, size_t n)
 	free(tmp);
 }
 
-/* a device buffer of dt holding x (n floats, rounded once) */
+/* check_shape's device tensors start this many elements past an
+ * allocation (1: 2 bytes in bf16, no 16-byte alignment) */
+static size_t skew;
+
+/* a device buffer of dt holding x (n floats, rounded once), skew
+ * elements into its allocation (gk_cuda_free(unskew(p, dt))) */
 static void *dev_of(const float *x, gk_dtype dt, size_t n)
 {
 	size_t es = dt == GK_DT_BF16 ? 2 : 4;
-	void *tmp = malloc(n * es);
-	gk_convert(tmp, dt, x, GK_DT_F32, n);
-	void *d = gpu_dev(tmp, n * es);
+	char *tmp = calloc(n + skew, es);
+	gk_convert(tmp + skew * es, dt, x, GK_DT_F32, n);
+	char *d = gpu_dev(tmp, (n + skew) * es);
 	free(tmp);
-	return d;
+	return d + skew * es;
+}
+static void *dev_new(gk_dtype dt, size_t n)
+{
+	size_t es = dt == GK_DT_BF16 ? 2 : 4;
+	return (char *)gpu_dev(NULL, (n + skew) * es) + skew * es;
+}
+static void *unskew(void *p, gk_dtype dt)
+{
+	return (char *)p - skew * (dt == GK_DT_BF16 ? 2 : 4);
 }
 
 /* x rounded to dt and back */
@@ -110,7 +129,8 @@ static void round_to(float *x, gk_dtype dt, size_t n)
  * bf16 rounds each output once (2^-9 relative), and the backward's inputs
  * include the forward's rounded output, where the CPU keeps fp32 (4e-3
  * max|ref| + 4e-3|ref| forward, 8e-3 max|ref| + 8e-3|ref| backward; the
- * emulation meets them with at least 40 % to spare).
+ * emulation meets them with at least 40 % to spare on the scalar kernels,
+ * 25 % on the tensor cores' kernels, which round p and ds to bf16 too).
  */
 static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 {
@@ -156,13 +176,14 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 
 	gk_err err = {0};
 	void *dq = dev_of(qkv, dt, nq), *ddo = dev_of(dout, dt, no);
-	size_t es = dt == GK_DT_BF16 ? 2 : 4;
-	void *dy = gpu_dev(NULL, no * es), *dg = gpu_dev(NULL, nq * es);
+	void *dy = dev_new(dt, no), *dg = dev_new(dt, nq);
 	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
 	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
-	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s", B, T, NH, hs, pn);
+	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s (%s)%s", B, T, NH, hs, pn,
+		 skew ? "cuda cores" : gk_nn_flash_path(dt, hs),
+		 skew ? ", tensors 2 bytes off 16-byte alignment" : "");
 	if (!ok(rc, "%s: forward and backward ran%s%s", what, err.msg[0] ? ": " : "", err.msg))
 		goto out;
 	back_f32(out, dy, dt, no);
@@ -204,10 +225,81 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 	free(out2);
 	free(got2);
 out:
-	gk_cuda_free(dq), gk_cuda_free(ddo), gk_cuda_free(dy), gk_cuda_free(dg);
+	gk_cuda_free(unskew(dq, dt)), gk_cuda_free(unskew(ddo, dt));
+	gk_cuda_free(unskew(dy, dt)), gk_cuda_free(unskew(dg, dt));
 	gk_cuda_free(dl), gk_cuda_free(dd);
 	free(qkv), free(dout), free(out), free(ref), free(got), free(att), free(dref);
 	free(scr), free(lse), free(lref);
+}
+
+/*
+ * The gradient of the tensor-core kernels against finite differences of
+ * the CPU's forward (not its backward): for f(qkv) = sum dout . out, the
+ * device's dqkv along a direction d of q's, k's or v's columns only
+ * (each part on its own, so a wrong dk cannot hide behind a right dq)
+ * against (f(qkv + e d) - f(qkv - e d)) / 2e, e = 1e-2, f in double over
+ * the CPU's fp32 forward. Within 2 % of the difference plus the bf16
+ * noise of the dot product's terms (the kernels round p and ds to bf16
+ * for their second products, about 2^-9 each, and the gradient to bf16
+ * at the end; the difference's own error, e^2 times the third derivative
+ * and fp32's rounding over e, is below 0.1 %).
+ */
+static void check_gradient(int B, int T, int NH, int hs)
+{
+	int C = NH * hs, N = B * T;
+	size_t nq = (size_t)N * 3 * C, no = (size_t)N * C, rows = (size_t)B * NH * T;
+	float *qkv = malloc(nq * 4), *dout = malloc(no * 4), *g = malloc(nq * 4);
+	float *x = malloc(nq * 4), *y = malloc(no * 4), *dir = malloc(nq * 4);
+	float *att = malloc(rows * T * 4), *scr = malloc(gk_nn_cpu_attention_scratch(T, hs) * 4);
+	float amp = 1.7f * sqrtf(sqrtf((float)hs / 4.0f));
+	for (size_t i = 0; i < nq; i++)
+		qkv[i] = frand() * amp;
+	for (size_t i = 0; i < no; i++)
+		dout[i] = frand();
+	round_to(qkv, GK_DT_BF16, nq);
+	round_to(dout, GK_DT_BF16, no);
+	gk_err err = {0};
+	void *dq = dev_of(qkv, GK_DT_BF16, nq), *ddo = dev_of(dout, GK_DT_BF16, no);
+	void *dy = gpu_dev(NULL, no * 2), *dg = gpu_dev(NULL, nq * 2);
+	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, GK_DT_BF16, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, GK_DT_BF16, B, T, NH, hs, NULL,
+				    &err) == 0 &&
+		 gk_cuda_stream_sync(NULL, &err) == 0;
+	if (!ok(rc, "gradient check B %d T %d NH %d hs %d: ran%s%s", B, T, NH, hs,
+		err.msg[0] ? ": " : "", err.msg))
+		goto out;
+	back_f32(g, dg, GK_DT_BF16, nq);
+	static const char *part[3] = {"q", "k", "v"};
+	const double e = 1e-2;
+	for (int p = 0; p < 3; p++) {
+		double dot = 0.0, sq = 0.0, f[2];
+		for (size_t i = 0; i < nq; i++) {
+			dir[i] = (int)(i % (3 * C)) / C == p ? frand() : 0.0f;
+			dot += (double)g[i] * dir[i];
+			sq += (double)g[i] * dir[i] * g[i] * dir[i];
+		}
+		for (int sgn = 0; sgn < 2; sgn++) {
+			for (size_t i = 0; i < nq; i++)
+				x[i] = (float)(qkv[i] + (sgn ? -e : e) * dir[i]);
+			gk_nn_cpu_attention_fwd(y, att, scr, x, B, T, C, NH, 1);
+			f[sgn] = 0.0;
+			for (size_t i = 0; i < no; i++)
+				f[sgn] += (double)dout[i] * y[i];
+		}
+		double fd = (f[0] - f[1]) / (2 * e);
+		/* 2 %, and four times bf16's half ulp of the terms' root sum
+		 * of squares (their roundings are independent: where the
+		 * terms cancel, the sum's relative error grows) */
+		ok(fabs(dot - fd) <= 0.02 * fabs(fd) + 4 * 0x1p-9 * sqrt(sq) && fabs(fd) > 1.0,
+		   "B %d T %d NH %d hs %d (%s): the backward's d%s along a direction %.5f, "
+		   "finite differences of the CPU's forward %.5f", B, T, NH, hs,
+		   gk_nn_flash_path(GK_DT_BF16, hs), part[p], dot, fd);
+	}
+out:
+	gk_cuda_free(dq), gk_cuda_free(ddo), gk_cuda_free(dy), gk_cuda_free(dg);
+	gk_cuda_free(dl), gk_cuda_free(dd);
+	free(qkv), free(dout), free(g), free(x), free(y), free(dir), free(att), free(scr);
 }
 
 static void test_refusals(void)
@@ -334,6 +426,15 @@ static void test_paths(void)
  */
 static void test_choice(void)
 {
+	is_str(gk_nn_flash_path(GK_DT_BF16, 64), "tensor cores (wmma)",
+	       "bf16, head size 64: the tensor cores' kernels");
+	is_str(gk_nn_flash_path(GK_DT_BF16, 16), "tensor cores (wmma)",
+	       "bf16, head size 16: the tensor cores' kernels");
+	is_str(gk_nn_flash_path(GK_DT_BF16, 12), "cuda cores",
+	       "bf16, head size 12 (no multiple of 16): the scalar kernels");
+	is_str(gk_nn_flash_path(GK_DT_BF16, 129), "cuda cores",
+	       "bf16, head size 129 (past the widths): not the tensor cores'");
+	is_str(gk_nn_flash_path(GK_DT_F32, 64), "cuda cores", "fp32: the scalar kernels");
 	gk_nn_config c = {.layers = 1, .hidden = 768, .heads = 12, .vocab = 100,
 			  .positions = 64, .ln_eps = 1e-5f};
 	gk_nn_config big = c;
@@ -436,6 +537,19 @@ int main(void)
 	check_shape(1, 80, 2, 64, GK_DT_F32);  /* GPT-2's head size, 3 tiles */
 	check_shape(1, 80, 2, 64, GK_DT_BF16);
 	check_shape(1, 40, 1, 128, GK_DT_BF16); /* the largest */
+	/* the tensor cores' kernels where nothing tiles: T 37 and 70 (no
+	 * multiple of 16 or of a block's 64 rows), B 3, head size 48 (the
+	 * width 64 with 16 columns of zeros) */
+	check_shape(3, 37, 4, 16, GK_DT_BF16);
+	check_shape(3, 37, 2, 48, GK_DT_BF16);
+	check_shape(2, 70, 2, 32, GK_DT_BF16);
+	/* tensors off 16-byte alignment, which the tensor cores' loads
+	 * need: the scalar kernels run them */
+	skew = 1;
+	check_shape(1, 37, 2, 16, GK_DT_BF16);
+	skew = 0;
+	check_gradient(1, 37, 2, 16);
+	check_gradient(1, 70, 1, 64);
 	test_memory();
 	test_paths();
 #endif

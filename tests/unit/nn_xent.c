@@ -12,7 +12,9 @@
  *     padded columns and ignored rows 0) against the CPU backend's, fp32
  *     and bf16, at vocabularies that are no multiple of 32 (1, 7, 31, 100,
  *     1000, 2053), with rows padded to 64 (16-byte loads) and unpadded or
- *     misaligned (value by value).
+ *     misaligned (value by value); and the fused kernel of a training
+ *     step (both in one launch) against the two: the same lse, loss and
+ *     dlogits, bit for bit.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -134,7 +136,7 @@ static void xent_case(int V, int Vp, size_t off, gk_dtype dt)
 	gk_err err = {0};
 	size_t es = dt == GK_DT_F32 ? 4 : 2, n = (size_t)N * Vp;
 	float *x = malloc(n * 4), *ref = malloc(n * 4), *got = malloc(n * 4);
-	void *raw = malloc(n * es);
+	void *raw = malloc(n * es), *raw0 = malloc(n * es), *fraw = malloc(n * es);
 	int32_t tgt[N];
 	for (size_t i = 0; i < n; i++)
 		x[i] = frand() * 6.0f + (i / Vp == 2 ? 300.0f : 0.0f);
@@ -142,7 +144,8 @@ static void xent_case(int V, int Vp, size_t off, gk_dtype dt)
 		tgt[i] = i == 3 ? -1 : (int32_t)((unsigned)(i * 7919 + 3) % (unsigned)V);
 	gk_convert(raw, dt, x, GK_DT_F32, n);
 	gk_convert(x, GK_DT_F32, raw, dt, n); /* the values the device sees */
-	float lse1[N], lse2[N], loss2[N];
+	memcpy(raw0, raw, n * es);
+	float lse1[N], lse2[N], loss2[N], lse3[N], loss3[N];
 	double s1 = gk_nn_cpu_xent_fwd(lse1, x, tgt, N, V, Vp, 1);
 	memcpy(ref, x, n * 4);
 	gk_nn_cpu_xent_bwd(ref, lse1, tgt, 0.05f, N, V, Vp, 1);
@@ -158,7 +161,13 @@ static void xent_case(int V, int Vp, size_t off, gk_dtype dt)
 	    gk_cuda_copy(lse2, dlse, sizeof lse2, NULL, &err) < 0 ||
 	    gk_cuda_copy(loss2, dloss, sizeof loss2, NULL, &err) < 0 ||
 	    gk_nn_cu_xent_bwd(buf + off, dlse, dtgt, dt, 0.05f, N, V, Vp, NULL, &err) < 0 ||
-	    gk_cuda_copy(raw, buf + off, n * es, NULL, &err) < 0) {
+	    gk_cuda_copy(raw, buf + off, n * es, NULL, &err) < 0 ||
+	    /* the fused kernel on the same logits */
+	    gk_cuda_copy(buf + off, raw0, n * es, NULL, &err) < 0 ||
+	    gk_nn_cu_xent_fused(dlse, dloss, buf + off, dtgt, dt, 0.05f, N, V, Vp, NULL, &err) < 0 ||
+	    gk_cuda_copy(lse3, dlse, sizeof lse3, NULL, &err) < 0 ||
+	    gk_cuda_copy(loss3, dloss, sizeof loss3, NULL, &err) < 0 ||
+	    gk_cuda_copy(fraw, buf + off, n * es, NULL, &err) < 0) {
 		ok(0, "classifier V %d Vp %d: %s", V, Vp, err.msg);
 		goto out;
 	}
@@ -178,6 +187,18 @@ static void xent_case(int V, int Vp, size_t off, gk_dtype dt)
 		Vp, how, s2, s1, rel))
 		diag("worst lse %.3g, dlogits %.3g at %zu: got %.9g, want %.9g", wl, wg, at, got[at],
 		     ref[at]);
+	size_t bad = n;
+	for (size_t i = 0; i < n * es && bad == n; i++)
+		if (((unsigned char *)fraw)[i] != ((unsigned char *)raw)[i])
+			bad = i / es;
+	int lsame = 1;
+	for (int i = 0; i < N; i++)
+		lsame &= memcmp(&lse3[i], &lse2[i], 4) == 0 &&
+			 (tgt[i] < 0 || memcmp(&loss3[i], &loss2[i], 4) == 0);
+	if (!ok(lsame && bad == n, "classifier fused %s V %d in rows of %d, %s: lse, loss and "
+		"dlogits the two kernels', bit for bit", dt == GK_DT_F32 ? "fp32" : "bf16", V, Vp,
+		how))
+		diag("lse/loss the same: %d; first dlogit that differs: %zu of %zu", lsame, bad, n);
 out:
 	gk_cuda_free(buf);
 	gk_cuda_free(dlse);
@@ -187,6 +208,8 @@ out:
 	free(ref);
 	free(got);
 	free(raw);
+	free(raw0);
+	free(fraw);
 }
 
 static void test_device(void)

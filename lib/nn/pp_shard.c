@@ -1,0 +1,131 @@
+/*
+ * pp_shard.c - a pipeline stage's gradient path: its segments of the
+ * flat buffer, cut over its data-parallel group, reduced into their
+ * owners and gathered after the update (dp.c calls them).
+ *
+ * A pipeline stage (--pp, ZeRO 0) owns [lo, hi), its range of the flat
+ * buffer (gk_nn_pp_range), and the last stage also wte, [0, head), which
+ * it shares with the first: its moments are those (hi - lo + head floats,
+ * wte's after the range's), its update is of those, and the data-parallel
+ * average is of its range's buckets and of wte by one allreduce. The
+ * model maps its parameters and gradients lazily, so the stage's memory
+ * is its range's. Under ZeRO-1 the stage's segments (its range, and wte
+ * apart on the first and last stage) are cut over its data-parallel group
+ * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
+ * into their owners after the schedule, the update is of this rank's
+ * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
+ * same in buckets, each bucket's pages outside the rank's pieces given
+ * back once it is reduced (pp_shard_reduce). A tensor-parallel run
+ * without --pp under ZeRO-1 or 2 is a pipeline of one stage: one segment,
+ * its tensor rank's slices, cut the same way.
+ */
+#include <stdlib.h>
+
+#include "nn/train_internal.h"
+
+/*
+ * A pipeline stage's segments (the comment of gk_nn_dp's seg): under
+ * ZeRO-1 wte is a segment of its own on the first stage as on the last,
+ * cut the same way on both, so that the tied embedding's two gradients
+ * are summed piece by piece between the same data-parallel ranks of the
+ * two stages (their embedding group) and both updates stay the same.
+ * Each segment's pieces are equal (the last one shorter, its moments
+ * padded), ZeRO-1's ranges over a stage's own parameters.
+ */
+void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b)
+{
+	size_t lo, hi, head, W = (size_t)dp->world;
+	gk_nn_pp_range(dp->m, s, &lo, &hi, &head);
+	size_t s0 = k == 0 ? lo : 0, s1 = k == 0 ? hi : head;
+	if (dp->ppshard && s == 0) {
+		if (k == 0)
+			s0 = dp->wte;
+		else
+			s1 = dp->wte;
+	}
+	size_t len = s1 - s0, per = dp->ppshard ? (len + W - 1) / W : len;
+	size_t q = dp->ppshard ? (size_t)r : 0;
+	*a = s0 + (q * per < len ? q * per : len);
+	*b = s0 + ((q + 1) * per < len ? (q + 1) * per : len);
+}
+
+int gk_nn_pp_segments(gk_nn_dp *dp, int pp)
+{
+	size_t a, b;
+	gk_nn_pp_range(dp->m, pp - 1, &a, &b, &dp->wte);
+	dp->ppshard = dp->zero && dp->world > 1;
+	for (int k = 0; k < 2; k++) {
+		gk_nn_dp_pp_piece(dp, dp->pp_stage, 0, k, &dp->seg[k][0], &a);
+		gk_nn_dp_pp_piece(dp, dp->pp_stage, dp->world - 1, k, &b, &dp->seg[k][1]);
+		gk_nn_dp_pp_piece(dp, dp->pp_stage, dp->rank, k, &dp->own[k][0], &dp->own[k][1]);
+		size_t len = dp->seg[k][1] - dp->seg[k][0], W = (size_t)dp->world;
+		dp->per[k] = dp->ppshard ? (len + W - 1) / W : len;
+		if (!dp->ppshard)
+			continue;
+		if (!(dp->displ[k] = calloc(W + 1, sizeof(size_t))))
+			return -1;
+		for (size_t q = 0; q <= W; q++)
+			dp->displ[k][q] = q * dp->per[k] < len ? q * dp->per[k] : len;
+	}
+	return 0;
+}
+
+/*
+ * A sharded pipeline stage: each segment's pieces averaged into their
+ * owners over the data-parallel group, in place (one reduce-scatter of
+ * unequal pieces a segment; at 2 ranks each sum is ZeRO-0's allreduce's,
+ * a sum of two in either order). Under ZeRO-2 a segment goes in buckets
+ * of --bucket floats (each one reduce-scatter of its owners' parts), and
+ * once a bucket is reduced its pages outside this rank's piece go back:
+ * between the reduction and the next step's backwards the rank holds its
+ * pieces of the gradients only (the schedule's messages forbid a
+ * collective during it, so the whole stage's gradients still live from
+ * its first backward to here). Each element's sum is ZeRO-1's.
+ */
+int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
+{
+	float *g = gk_nn_grads(dp->m);
+	int z2 = dp->zero >= 2;
+	for (int k = 0; k < 2; k++) {
+		size_t s0 = dp->seg[k][0], s1 = dp->seg[k][1], b1;
+		for (size_t b0 = s0; b0 < s1; b0 = b1) {
+			b1 = z2 && s1 - b0 > dp->ppbucket ? b0 + dp->ppbucket : s1;
+			const size_t *d = dp->displ[k];
+			if (z2) { /* the owners' parts of [b0, b1), from b0 */
+				for (int q = 0; q <= dp->world; q++) {
+					size_t x = s0 + dp->displ[k][q];
+					dp->bdispl[q] = (x < b0 ? b0 : x > b1 ? b1 : x) - b0;
+				}
+				d = dp->bdispl;
+			}
+			gk_comm_req *q;
+			if (gk_comm_ireduce_scatterv(dp->comm, g + b0, d, GK_DT_F32, GK_COMM_AVG, &q,
+						     err) < 0 ||
+			    gk_comm_wait(q, err) < 0)
+				return -1;
+			if (!z2)
+				continue;
+			size_t o0 = dp->own[k][0], o1 = dp->own[k][1];
+			if (b0 < o0)
+				gk_nn_grads_release(dp->m, b0, b1 < o0 ? b1 : o0);
+			if (b1 > o1)
+				gk_nn_grads_release(dp->m, b0 > o1 ? b0 : o1, b1);
+		}
+	}
+	return 0;
+}
+
+/* ... and after the update, each owner's pieces of the parameters to all */
+int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err)
+{
+	float *p = gk_nn_params(dp->m);
+	for (int k = 0; k < 2; k++) {
+		gk_comm_req *q;
+		if (dp->seg[k][1] > dp->seg[k][0] &&
+		    (gk_comm_iallgatherv(dp->comm, p + dp->seg[k][0], dp->displ[k], GK_DT_F32, &q,
+					 err) < 0 ||
+		     gk_comm_wait(q, err) < 0))
+			return -1;
+	}
+	return gk_nn_params_changed(dp->m, err);
+}

@@ -1,0 +1,320 @@
+/*
+ * zero3.c - ZeRO-3's parameter units: gathered before their use,
+ * released after, the next one prefetched (dp.c's gradient path calls them).
+ *
+ * ZeRO-3 (--zero 3, the CPU backend) shards the parameters on the same
+ * ranges: a rank keeps only [lo, hi) of them, the model's parameter
+ * buffer mapped lazily as ZeRO-2's gradients are (gk_nn_opts.lazy_params).
+ * The flat buffer is cut into units: the embeddings (wte, wpe), each
+ * block, and the final norm with the padding. Each is gathered by one
+ * all-gather of unequal pieces over its owners (gk_comm_iallgatherv, the
+ * sibling of the reduce-scatterv) where the model says it is about to be
+ * used (gk_nn_set_param_fn) and released (MADV_DONTNEED outside [lo, hi))
+ * after: a block before its forward and again before its backward, or
+ * kept in between with --reshard-after-forward no (FSDP's
+ * reshard_after_forward=False); the last block, whose backward follows at
+ * once, is kept. With overlap the next block's gather is started before
+ * the current block computes (forward: l + 1, backward: l - 1), as
+ * FSDP's forward and backward prefetch do. The embeddings and the final
+ * norm, which the tied head uses at both ends of every micro-step, are
+ * gathered before a step's first micro-step and released after its last
+ * backward. Flat ranges rather than FSDP2's dim-0 shards of each tensor
+ * keep the moments and checkpoints ZeRO-1's. Gradients go as ZeRO-2's;
+ * the update is of [lo, hi) only, and no allgather follows it: the next
+ * step's gathers read the owners' updated ranges. Evaluation and
+ * checkpoints gather the whole model once (gk_nn_dp_params_full), and
+ * --sample to rank 0 alone (gk_nn_dp_params_root), which generates with
+ * it: rank 0 holds the whole model (4 bytes a parameter) while it
+ * samples, the others their range.
+ *
+ * On GPUs (over NCCL, world > 1) the units are the model's buffers of its
+ * working copy (gk_nn_opts.unit_params: device memory has no pages to
+ * map lazily): the model keeps only [lo, hi) of the fp32 parameters, the
+ * embeddings and the final norm have a buffer each, and the blocks share
+ * a ring of them, block l in buffer l mod its length (2 with prefetch, 1
+ * without, every block kept with --reshard-after-forward no); releasing
+ * a unit frees its buffer for the next. A gather writes this rank's piece
+ * from its fp32 range (gk_nn_params_own) on the model's stream, then is one
+ * all-gather of unequal pieces in the working copy's type over the
+ * gradients' NCCL communicator, whose stream waits for that piece and for
+ * the kernels that last read the buffer (comm.h's stream contract); the
+ * host waits for the gather (gk_comm_wait, under the watchdog) before the
+ * unit's kernels are queued. Evaluation and --sample gather the whole
+ * model through the host into a whole working copy (gk_nn_params_whole),
+ * freed by gk_nn_dp_params_shard.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/train_internal.h"
+
+int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
+{
+	return o->zero == 3 && world > 1 && !cuda;
+}
+
+int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers)
+{
+	/* kept from forward to backward, every block; else the one in use
+	 * and, with prefetch, the next */
+	if (o->zero != 3 || world < 2 || !cuda || o->comm == GK_COMM_BACKEND_MPI)
+		return 0;
+	return o->keep_gathered ? layers : o->overlap ? 2 : 1;
+}
+
+void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
+			  int keep, uint64_t *shard, uint64_t *transient)
+{
+	size_t pg = gk_nn_grad_page(), per = nflat / (size_t)world;
+	uint64_t all = (nflat + pg - 1) / pg * pg;
+	/* a unit's pages, and the pages it shares with its neighbours; kept
+	 * until backward, every block is present at the end of forward */
+	uint64_t blocks = keep ? (uint64_t)layers : 2;
+	uint64_t live = (edge + pg - 1) / pg * pg + blocks * ((block + pg - 1) / pg * pg) +
+			(blocks + 2) * pg;
+	*shard = ((uint64_t)per * sizeof(float) + 63) / 64 * 64;
+	*transient = (live < all ? live : all) * sizeof(float);
+}
+
+/* unit u's pieces: what each owner holds of [ulo, uhi), from ulo */
+static void unit_displ(gk_nn_dp *dp, int u)
+{
+	size_t per = dp->Np / (size_t)dp->world, a = dp->ulo[u], b = dp->uhi[u];
+	size_t *d = dp->udispl + (size_t)u * ((size_t)dp->world + 1);
+	for (int q = 0; q <= dp->world; q++) {
+		size_t x = (size_t)q * per;
+		d[q] = (x < a ? a : x > b ? b : x) - a;
+	}
+}
+
+/*
+ * On a GPU (units): unit u's buffer, and this rank's piece of it written
+ * from its fp32 range on the model's stream, which the gather waits for
+ * (comm.h's stream contract), as it waits for the kernels that last read
+ * the buffer. A block's buffer is shared with the blocks nslot apart: one
+ * of them still in use there is a fault of the schedule, said, not a
+ * silent overwrite.
+ */
+static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
+{
+	int L = dp->nunits - 2;
+	if (u >= 1 && u <= L)
+		for (int v = 1; v <= L; v++)
+			if (v != u && (v - u) % dp->nuslot == 0 && dp->ustate[v] != 0)
+				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
+					       "gathered over block %d's, still in use", u - 1,
+					       v - 1);
+	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
+	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
+	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
+	return a < b ? gk_nn_params_own(dp->m, a, b, err) : 0;
+}
+
+int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err)
+{
+	if (dp->ustate[u] != 0)
+		return 0;
+	void *p = gk_nn_params(dp->m) + dp->ulo[u];
+	if (dp->units && unit_fill(dp, u, &p, err) < 0)
+		return -1;
+	if (gk_comm_iallgatherv(dp->units ? dp->gcomm : dp->comm, p,
+				dp->udispl + (size_t)u * ((size_t)dp->world + 1),
+				gk_nn_param_dtype(dp->m), &dp->ureq[u], err) < 0)
+		return -1;
+	dp->ustate[u] = 1;
+	return 0;
+}
+
+/* unit u present: its gather started if it was not, and waited for (the
+ * wait is exposed communication, counted with ZeRO-2's bucket waits) */
+int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err)
+{
+	if (dp->ustate[u] == 2)
+		return 0;
+	double t0 = gk_now();
+	dp->gathers++;
+	dp->prefetched += dp->ustate[u] == 1;
+	if (gk_nn_z3_issue(dp, u, err) < 0)
+		return -1;
+	gk_comm_req *r = dp->ureq[u];
+	dp->ureq[u] = NULL;
+	int rc = gk_comm_wait(r, err);
+	dp->bwd_wait += gk_now() - t0;
+	if (rc < 0)
+		return -1;
+	dp->ustate[u] = 2;
+	return 0;
+}
+
+/* unit u's pages outside this rank's range go back (whole pages only:
+ * one shared with a neighbouring unit or the range stays) */
+void gk_nn_z3_release(gk_nn_dp *dp, int u)
+{
+	size_t a = dp->ulo[u], b = dp->uhi[u];
+	if (dp->ustate[u] != 2)
+		return;
+	if (dp->units) { /* its buffer is the next one's of the ring */
+		dp->ustate[u] = 0;
+		return;
+	}
+	size_t e = b < dp->lo ? b : dp->lo;
+	if (e >= dp->N) /* the release of the buffer's end would take the range */
+		e = dp->N - 1;
+	if (a < e)
+		gk_nn_params_release(dp->m, a, e);
+	size_t s = a > dp->hi ? a : dp->hi;
+	if (s < b)
+		gk_nn_params_release(dp->m, s, b);
+	dp->ustate[u] = 0;
+}
+
+/*
+ * The model's calls around block l (unit l + 1): before its forward, its
+ * gather waited for and the next block's started (prefetch); after, it is
+ * released (reshard), but the last block, which backward needs at once;
+ * before its backward, gathered again and the previous block's started;
+ * after, released.
+ */
+static int param_cb(int phase, int l, void *ctx, gk_err *err)
+{
+	gk_nn_dp *dp = ctx;
+	int u = l + 1, L = dp->nunits - 2;
+	switch (phase) {
+	case GK_NN_FWD_PRE:
+		if (gk_nn_z3_wait(dp, u, err) < 0)
+			return -1;
+		return dp->prefetch && l + 1 < L ? gk_nn_z3_issue(dp, u + 1, err) : 0;
+	case GK_NN_FWD_POST:
+		if (dp->reshard && l + 1 < L)
+			gk_nn_z3_release(dp, u);
+		return 0;
+	case GK_NN_BWD_PRE:
+		if (gk_nn_z3_wait(dp, u, err) < 0)
+			return -1;
+		return dp->prefetch && l > 0 ? gk_nn_z3_issue(dp, u - 1, err) : 0;
+	default:
+		gk_nn_z3_release(dp, u);
+		return 0;
+	}
+}
+
+int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
+{
+	int L = (int)t->cfg.layers, n = L + 2;
+	dp->nunits = n;
+	dp->reshard = !t->o.keep_gathered;
+	dp->nuslot = gk_nn_dp_unit_params(&t->o, dp->world, t->cuda, L);
+	dp->units = dp->nuslot > 0;
+	/*
+	 * On a GPU not in the first step: a kernel's first launch loads its
+	 * module, which under CUDA's lazy loading waits for the whole device
+	 * (the model's preload says more), and a gather in flight then, whose
+	 * peer has stopped, would hold it where no watchdog looks; the first
+	 * step launches every kernel of forward and backward with no gather in
+	 * flight, and prefetch starts after it (gk_nn_z3_step_done).
+	 */
+	dp->prefetch = dp->overlap && !dp->units;
+	dp->ulo = calloc((size_t)n, sizeof(size_t));
+	dp->uhi = calloc((size_t)n, sizeof(size_t));
+	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
+	dp->ureq = calloc((size_t)n, sizeof(*dp->ureq));
+	dp->ustate = calloc((size_t)n, 1);
+	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate)
+		return gk_err_sys(err, ENOMEM, "ZeRO-3 parameter units");
+	size_t lo, hi;
+	for (int l = 0; l < L; l++) {
+		gk_nn_block_range(dp->m, l, &lo, &hi);
+		dp->ulo[l + 1] = lo;
+		dp->uhi[l + 1] = hi;
+	}
+	dp->ulo[0] = 0;
+	dp->uhi[0] = dp->ulo[1];
+	dp->ulo[n - 1] = dp->uhi[L];
+	dp->uhi[n - 1] = dp->Np;
+	for (int u = 0; u < n; u++)
+		unit_displ(dp, u);
+	gk_nn_set_param_fn(dp->m, param_cb, dp);
+	return 0;
+}
+
+void gk_nn_z3_step_done(gk_nn_dp *dp)
+{
+	gk_nn_z3_release(dp, 0);
+	gk_nn_z3_release(dp, dp->nunits - 1);
+	dp->prefetch = dp->overlap;
+}
+
+/* the gathers in flight waited for: nothing in flight, as between steps */
+static int units_settle(gk_nn_dp *dp, gk_err *err)
+{
+	for (int u = 0; u < dp->nunits; u++)
+		if (dp->ustate[u] == 1 && gk_nn_z3_wait(dp, u, err) < 0)
+			return -1;
+	return 0;
+}
+
+int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->zero3)
+		return 0;
+	/* on a GPU through the host, whose copy checkpoints read: this
+	 * rank's range down, the world's gathered, and the whole working
+	 * copy up from it (lib/nn's gk_nn_params_whole) */
+	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
+		return -1;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_params(dp->m);
+	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0 ||
+	    gk_nn_params_whole(dp->m, 1, err) < 0)
+		return -1;
+	memset(dp->ustate, 2, (size_t)dp->nunits);
+	gk_nn_set_param_fn(dp->m, NULL, NULL);
+	return 0;
+}
+
+/*
+ * --sample: the whole model on rank 0 alone, which generates; each other
+ * rank sends it its range (one message each, received in place) and
+ * keeps only that range, as between steps.
+ */
+int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->zero3)
+		return 0;
+	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
+		return -1;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_params(dp->m);
+	if (dp->rank != 0) {
+		gk_comm_req *r;
+		return gk_comm_isend(dp->comm, p + dp->lo, per, GK_DT_F32, 0, &r, err) < 0 ? -1 :
+		       gk_comm_wait(r, err);
+	}
+	int rc = 0;
+	for (int q = 1; q < dp->world && rc == 0; q++) {
+		gk_comm_req *r;
+		rc = gk_comm_irecv(dp->comm, p + (size_t)q * per, per, GK_DT_F32, q, &r, err) < 0 ?
+			     -1 : gk_comm_wait(r, err);
+	}
+	if (rc < 0 || gk_nn_params_whole(dp->m, 1, err) < 0)
+		return -1;
+	memset(dp->ustate, 2, (size_t)dp->nunits);
+	gk_nn_set_param_fn(dp->m, NULL, NULL);
+	return 0;
+}
+
+void gk_nn_dp_params_shard(gk_nn_dp *dp)
+{
+	if (!dp->zero3)
+		return;
+	/* a GPU's whole working copy freed; no failure to report (only the
+	 * stream's wait could fail, and the next step's first call says so) */
+	gk_err ignore;
+	gk_nn_params_whole(dp->m, 0, &ignore);
+	for (int u = 0; u < dp->nunits; u++) {
+		dp->ustate[u] = dp->ustate[u] == 1 ? 1 : 2;
+		gk_nn_z3_release(dp, u);
+	}
+	gk_nn_set_param_fn(dp->m, param_cb, dp);
+}

@@ -1,0 +1,232 @@
+#!/bin/sh
+test_description='gpu-train --zero 3 on GPUs (over NCCL)
+
+Each rank keeps its range of the fp32 parameters in device memory; the
+working copy of a block is all-gathered before its forward and again
+before its backward into a ring of block buffers (the next block'"'"'s
+gather prefetched while one computes), the embeddings and the final norm
+with the tied head into buffers of their own for the step; gradients go
+as ZeRO-2'"'"'s. On 2 ranks the losses, norms and the model written are
+ZeRO-1'"'"'s bit for bit (a reduce to each owner, a sum of two), with and
+without prefetch and reshard, in fp32 and bf16, and so are evaluation
+and --sample, which gather the whole model; on 3 ranks ZeRO-2'"'"'s, with
+accumulation too; the CPU backend'"'"'s ZeRO-3 within 1e-4 (t7106'"'"'s fp32
+bound). The device memory falls from ZeRO-2'"'"'s by the
+whole parameters less the shard and the unit buffers, as accounted and
+as mem-estimate states. Checkpoints: each rank writes its shard, and
+device and CPU ZeRO-3 resume from each other.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+test_gpu_prereqs HAVE_CUDA
+# the CUDA emulation (tests/cuemu), whose fake NCCL hangs a rank on
+# demand; three ranks on three GPUs (the emulation makes them:
+# CUEMU_GPUS below)
+test -n "$GK_CUEMU" && test_set_prereq CUEMU
+{ test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 3; } && test_have_prereq GPUS && test_set_prereq GPUS3
+
+# TINY without its --threads; 2 steps (the second updates with the
+# moments the first left), a resume from step 1 (4 steps on a GPU, from 2)
+short=4
+test -n "$GK_CUEMU" && short=2
+half=$((short / 2))
+A="--data train.bin $TINY --batch 4 --json"
+Z="$A --steps $short --device cuda --precision fp32"
+
+steps() {
+	jq -c 'select(.event == "step") | [.loss, .grad_norm]' "$1"
+}
+
+# the CPU backend's ZeRO-3 over 2 ranks ($short steps), and the device's
+# (its losses and norms in d3p.steps), made by the first case that needs
+# them and kept only whole
+cpu3() {
+	test -f c3.losses || {
+		mpi 2 $A --steps $short --threads 1 --precision fp32 --zero 3 >c3.json+ &&
+		losses c3.json+ >c3.losses+ && mv c3.json+ c3.json && mv c3.losses+ c3.losses
+	}
+}
+dev3() {
+	test -f d3p.steps || {
+		mpi 2 $Z --zero 3 --ckpt-dir d3p >d3p.json+ &&
+		steps d3p.json+ >d3p.steps+ && mv d3p.json+ d3p.json && mv d3p.steps+ d3p.steps
+	}
+}
+
+test_expect_success 'data' '
+	train_data
+'
+
+# Units at 2 layers: the embeddings, the final norm, 2 blocks. A step
+# gathers the two edge units, each block before its forward (the last is
+# kept into backward) and block 0 again before its backward: 5; with
+# prefetch 3 of them were started before they were needed (block 0 with
+# the edges, block 1 during block 0, block 0 during block 1'"'"'s backward);
+# kept (--reshard-after-forward no), 4, 2 prefetched. The first step
+# prefetches nothing (the hang case below says why).
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and model bit for bit, with and without prefetch and reshard; the CPU'"'"'s ZeRO-3 within 1e-4' '
+	mpi 2 $Z --zero 1 --ckpt-dir d1 >d1.json &&
+	steps d1.json >d1.steps &&
+	test $(wc -l <d1.steps) = $short &&
+	for o in p n k; do
+		case $o in
+		p) opt= g=5 f=3 ;;
+		n) opt=--no-overlap g=5 f=0 ;;
+		k) opt="--reshard-after-forward no" g=4 f=2 ;;
+		esac &&
+		if test $o = p; then
+			rm -rf d3p d3p.steps && dev3
+		else
+			mpi 2 $Z --zero 3 $opt --ckpt-dir d3$o >d3$o.json &&
+			steps d3$o.json >d3$o.steps
+		fi &&
+		jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .comm == \"nccl\"" d3$o.json &&
+		test_cmp d1.steps d3$o.steps &&
+		jq -e -s "map(select(.event == \"step\")) | all(.param_gathers == $g) and
+			.[0].param_prefetched == 0 and (.[1:] | all(.param_prefetched == $f))" d3$o.json &&
+		! test -e d3$o/latest/model.safetensors &&
+		ckpt-merge d3$o/latest -o d3$o.safetensors &&
+		cmp d3$o.safetensors d1/latest/model.safetensors || return 1
+	done &&
+	cpu3 &&
+	losses d3p.json >d3p.losses &&
+	close_to d3p.losses c3.losses 1e-4
+'
+
+# 3 ranks: the flat buffer padded to 3, ranges that cut tensors and
+# units anywhere (a unit with a piece of one owner only, or of three).
+# The gradients are ZeRO-2'"'"'s (summed, then divided by 3 once in the
+# shard, where ZeRO-1'"'"'s reduce averages with ncclAvg, which rounds
+# differently at 3 ranks; at 2 both are exact): ZeRO-2'"'"'s losses and
+# norms bit for bit, with accumulation too (the micro-steps'"'"' sums added in
+# the shard alike), and ZeRO-1'"'"'s within 1e-6.
+test_expect_success 'GPUS3,MPI' '3 GPUs, ZeRO-3: ZeRO-2'"'"'s losses and norms bit for bit, with accumulation too; ZeRO-1'"'"'s within 1e-6' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=3 && export CUEMU_GPUS; fi &&
+	 mpi 3 $Z --zero 1 >t1.json &&
+	 mpi 3 $Z --zero 2 >t2.json &&
+	 mpi 3 $Z --zero 3 >t3.json &&
+	 mpi 3 $Z --zero 2 --grad-accum 2 --no-overlap >t2a.json &&
+	 mpi 3 $Z --zero 3 --grad-accum 2 --no-overlap >t3a.json) &&
+	for f in t2 t3 t2a t3a; do
+		steps $f.json >$f.steps || return 1
+	done &&
+	test $(wc -l <t3.steps) = $short &&
+	test_cmp t2.steps t3.steps &&
+	test $(wc -l <t3a.steps) = $short &&
+	test_cmp t2a.steps t3a.steps &&
+	for f in t1 t3; do
+		jq -r "select(.event == \"step\") | .loss, .grad_norm" $f.json >$f.values || return 1
+	done &&
+	close_to t3.values t1.values 1e-6
+'
+
+# Evaluation and --sample read the whole model: gathered through the host
+# into a whole working copy while they run, then the units again.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 in bf16: ZeRO-1'"'"'s losses, validation losses and sample bit for bit (the gathered working copy is the one ZeRO-1 rounds)' '
+	B="$A --steps $short --device cuda --precision bf16 --val-data val.bin --eval-every 1 --sample 8" &&
+	mpi 2 $B --zero 1 >b1.json &&
+	mpi 2 $B --zero 3 >b3.json &&
+	for z in 1 3; do
+		jq -c "select(.event == \"step\" or .event == \"summary\") | [.loss, .grad_norm, .val_loss]" b$z.json >b$z.steps &&
+		jq -c "select(.event == \"sample\") | .tokens" b$z.json >b$z.sample || return 1
+	done &&
+	test $(wc -l <b3.steps) = $((short + 1)) &&
+	test $(grep -c "null\]" b3.steps) = 0 &&
+	test $(wc -l <b3.sample) = 1 &&
+	test_cmp b1.steps b3.steps &&
+	test_cmp b1.sample b3.sample
+'
+
+# Resumes: a device run from a CPU ZeRO-3 step, and the CPU from a device
+# step, each continuing as the run it resumed would (within 1e-4, the
+# two backends'"'"' fp32); a device run from its own step bit for bit.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 checkpoints: resumed on the GPU from the CPU'"'"'s shards and back, and from its own' '
+	cpu3 && dev3 &&
+	mpi 2 $A --steps $short --threads 1 --precision fp32 --zero 3 --until $half --ckpt-dir rc >/dev/null &&
+	mpi 2 $Z --zero 3 --ckpt-dir rc --resume >rcg.json &&
+	losses rcg.json >rcg.losses &&
+	test $(wc -l <rcg.losses) = $((short - half)) &&
+	tail -n $((short - half)) c3.losses >c3.tail &&
+	close_to rcg.losses c3.tail 1e-4 &&
+	mpi 2 $Z --zero 3 --until $half --ckpt-dir rg >/dev/null &&
+	test -f rg/latest/model-rank-00000-of-00002.safetensors &&
+	test -f rg/latest/model-rank-00001-of-00002.safetensors &&
+	! test -e rg/latest/model.safetensors &&
+	cp -r rg rgc &&
+	mpi 2 $A --steps $short --threads 1 --precision fp32 --zero 3 --ckpt-dir rgc --resume >rgcc.json &&
+	losses rgcc.json >rgcc.losses &&
+	close_to rgcc.losses c3.tail 1e-4 &&
+	mpi 2 $Z --zero 3 --ckpt-dir rg --resume >rgg.json &&
+	steps rgg.json >rgg.steps &&
+	tail -n $((short - half)) d3p.steps >d3p.tail &&
+	test_cmp d3p.tail rgg.steps
+'
+
+# A gather that never completes on one rank (the emulation's
+# CUEMU_NCCL_HANG): the watchdog aborts NCCL and every rank ends, naming
+# it. Rank 1's operations in a step at 2 layers: the embeddings' gather
+# (one broadcast), the final norm'"'"'s (one), block 0'"'"'s (two: both ranks own
+# a piece), block 1'"'"'s (one), block 0'"'"'s again (two), then the gradient
+# buckets'"'"' reduces. Operation 4 is block 0'"'"'s in the first step, queued
+# with nothing else in flight (the first step prefetches nothing: its
+# kernels'"'"' first launches wait for the whole device, where no watchdog
+# sees a stopped peer); 16, in the second step, block 0'"'"'s before its
+# backward, prefetched during block 1'"'"'s.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs on one rank, also a prefetched one: --timeout aborts NCCL, the job exits 1 naming it' '
+	for op in 4 16; do
+		start=$(date +%s) &&
+		(CUEMU_NCCL_HANG=1:$op && export CUEMU_NCCL_HANG &&
+		 test_expect_code 1 mpi 2 $Z --zero 3 --timeout 3 >hang$op.json 2>hang$op.err) &&
+		end=$(date +%s) &&
+		grep "^gpu-train: nccl: allgatherv of 12704 F32: not finished after 3 s (a rank may have failed or stopped); communicator aborted$" hang$op.err &&
+		test $((end - start)) -ge 3 &&
+		test $((end - start)) -lt 120 || return 1
+	done
+'
+
+# Device memory at 12 layers of width 32 (the emulation's CUEMU_MEM_LOG:
+# each rank's most device memory at once). ZeRO-2 holds the whole fp32
+# parameters (n floats; in fp32 they are the working copy too); ZeRO-3
+# its range (n / 2) and the units: the embeddings (wte'"'"'s 384 rows and
+# wpe'"'"'s 33), the final norm, and two blocks (one in use, one
+# prefetched). Counted from the shapes, not read from the run.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and the unit buffers, not the whole parameters, as accounted and as mem-estimate states' '
+	Y="$A --layers 12 --steps 1 --device cuda --precision fp32 --bucket 64K" &&
+	for z in 2 3; do
+		rm -f mem$z.* &&
+		(CUEMU_MEM_LOG=$PWD/mem$z && export CUEMU_MEM_LOG &&
+		 mpi 2 $Y --zero $z --ckpt-dir m$z >m$z.json) &&
+		mem-estimate --config m$z/latest/config.json --precision f32 -b 4 -s 16 \
+			--no-dropout --zero $z --dp 2 --bucket 64K --json >me$z.json || return 1
+	done &&
+	python3 - "$GK_CUEMU" <<-\PY
+	import glob, json, sys
+	def start(p):
+	    return next(json.loads(l) for l in open(p) if "\"start\"" in l)
+	C, L, block = 32, 12, 12 * 32 * 32 + 13 * 32
+	head = (384 + 33) * C
+	n = head + L * block + 2 * C
+	z2, z3 = start("m2.json"), start("m3.json")
+	assert z3["params_padded"] == n and n % 2 == 0, (z3, n)
+	units = 4 * (head + 2 * C + 2 * block)
+	saved = 4 * n - 4 * n // 2 - units
+	m2, m3 = z2["memory"], z3["memory"]
+	me2 = json.load(open("me2.json"))["bytes"]
+	me3 = json.load(open("me3.json"))["bytes"]
+	# lib/mem counts the parameters without the padded rows (those are
+	# padding), as ZeRO-2'"'"'s gradients in t7106
+	assert m3["parameters"] == me3["parameters"] == 4 * z3["params"] // 2, (m3, me3)
+	assert m3["comm"] - m2["comm"] == units, (m2, m3, units)
+	assert me3["zero3_units"] == units and "zero3_gather" not in me3, (me3, units)
+	assert me3["dp_buckets"] + me3["zero2_embedding_grads"] == m2["comm"], (me3, m2)
+	assert m2["total"] - m3["total"] == saved + m2["checkpoint"] - m3["checkpoint"], (m2, m3)
+	assert saved > 0, saved
+	if sys.argv[1]:
+	    peak = lambda p: sorted(int(open(f).read().split()[1]) for f in glob.glob(p + ".*"))
+	    p2, p3 = peak("mem2"), peak("mem3")
+	    assert len(p2) == len(p3) == 2, (p2, p3)
+	    assert all(a - b == saved for a, b in zip(p2, p3)), (p2, p3, saved)
+	PY
+'
+
+test_done
