@@ -100,6 +100,7 @@ struct gk_nn_cuda {
 	 * activations at abase[i], the tokens' count of its last forward */
 	char *abase[PP_SLOTS];
 	int anb[PP_SLOTS];
+	float axf[PP_SLOTS];
 	size_t abytes;
 
 	void *allocs[MAX_ALLOCS];
@@ -1173,8 +1174,10 @@ void gk_nn_cuda_use_slot(gk_nn_model *m, int from, int to)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	cu->anb[from] = cu->nb;
+	cu->axf[from] = cu->xfused; /* whether its logits are dlogits already */
 	shift_acts(cu, cu->abase[to] - cu->abase[from]);
 	cu->nb = cu->anb[to];
+	cu->xfused = cu->axf[to];
 }
 
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
