@@ -20,6 +20,9 @@
 #      against the CPU's, an exact resume, NCCL on the device in a world
 #      of one, 2 ranks through the host and (2 GPUs) over NCCL; and
 #      tests/cli/t7119 (gpu-train --zero 3 over NCCL, 2 GPUs; 3 for one case);
+#      tests/cli/t7123 (gpu-train --pp on GPUs, 2 GPUs): a pipeline's
+#      losses against one GPU's and the CPU pipeline's, its checkpoint
+#      resumed on one GPU and on the CPU, pp 2 x dp 2;
 #   3. make check, the whole suite, on this machine;
 #   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
 #      against PyTorch) and allreduce-bench against all_reduce_perf.
@@ -93,7 +96,7 @@ done
 
 # The CLI tests with device runs: only the no-GPU tests, the multi-GPU
 # ones on a one-GPU machine, and the emulation's own fault cases may skip.
-for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device; do
+for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device t7123-gpu-train-pp-device; do
 	step "cli: $t"
 	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
 		bad "see $out/$t.log"

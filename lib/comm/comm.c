@@ -207,6 +207,29 @@ int gk_comm_split(gk_comm *parent, int color, int key, gk_comm **out, gk_err *er
 	return 0;
 }
 
+int gk_comm_open_device(gk_comm *host, const gk_comm_config *cfg, gk_comm **out, gk_err *err)
+{
+	*out = NULL;
+	if (host->backend != GK_COMM_BACKEND_MPI)
+		return gk_errf(err, "comm: a device communicator over a group: the group's "
+			       "communicator must be an mpi one (this one is %s)",
+			       gk_comm_backend_name(host->backend));
+	/* the group's own copy of host's MPI communicator, for the bootstrap */
+	gk_comm *c;
+	if (gk_comm_split(host, 0, host->rank, &c, err) < 0)
+		return -1;
+	c->cfg = *cfg;
+	c->cfg.backend = GK_COMM_BACKEND_NCCL;
+	c->cfg.trace_dir = host->cfg.trace_dir;
+	if (gk_comm_nccl_open(c, err) < 0) {
+		gk_comm_close(c);
+		return -1;
+	}
+	c->backend = GK_COMM_BACKEND_NCCL;
+	*out = c;
+	return 0;
+}
+
 void gk_comm_close(gk_comm *c)
 {
 	if (!c)

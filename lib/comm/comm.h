@@ -414,6 +414,25 @@ int gk_comm_iallgatherv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
  */
 int gk_comm_isend(gk_comm *c, const void *buf, size_t count, gk_dtype dt, int peer,
 		  gk_comm_req **req, gk_err *err);
+/*
+ * A send and a receive started together (either may be left out: peer
+ * -1), each with its own request (*sreq, *rreq; NULL for the one left
+ * out). nccl: ncclSend and ncclRecv in one group (ncclGroupStart ..
+ * ncclGroupEnd) on the communicator's stream, so that two ranks each
+ * sending to the other before receiving, or a chain of them (a pipeline's
+ * stages, each sending forward while receiving backward), cannot wait for
+ * each other on the stream; mpi: as gk_comm_isend and gk_comm_irecv.
+ */
+int gk_comm_sendrecv(gk_comm *c, const void *sbuf, int speer, void *rbuf, int rpeer,
+		     size_t count, gk_dtype dt, gk_comm_req **sreq, gk_comm_req **rreq,
+		     gk_err *err);
+/*
+ * A device communicator over the ranks of host (an mpi communicator, a
+ * process grid's group from gk_comm_split): the nccl backend on cfg's
+ * device, bootstrapped over host's group, with cfg's other settings.
+ * Collective over host. A grid's dimensions each get one, split once.
+ */
+int gk_comm_open_device(gk_comm *host, const gk_comm_config *cfg, gk_comm **out, gk_err *err);
 int gk_comm_irecv(gk_comm *c, void *buf, size_t count, gk_dtype dt, int peer,
 		  gk_comm_req **req, gk_err *err);
 /* *done = 1 when complete (the request stays valid until waited on). */

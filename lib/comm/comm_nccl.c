@@ -621,6 +621,23 @@ static int pieces(gk_comm *c, nccl_state *st, const gk_comm_call *k, gk_err *err
 	return settle(st, g, st->last, err);
 }
 
+/* An event recorded on NCCL's stream after what it has, for a request. */
+static int pending(nccl_state *st, void **event, gk_err *err)
+{
+	nccl_pending *p = calloc(1, sizeof *p);
+	if (!p)
+		return gk_errf(err, "nccl: out of memory");
+	memcpy(p->what, st->last, sizeof p->what);
+	if (gk_cuda_event_new(&p->ev, 0, err) < 0 ||
+	    gk_cuda_event_record(p->ev, st->stream, err) < 0) {
+		gk_cuda_event_free(p->ev);
+		free(p);
+		return -1;
+	}
+	*event = p;
+	return 0;
+}
+
 int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		     gk_err *err)
 {
@@ -703,20 +720,41 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	    (k->coll != GK_COMM_REDUCE || c->rank == k->root) &&
 	    gk_comm_cuda_avg(k->recv, k->count, k->dt, c->world, st->stream, err) < 0)
 		return -1;
-	if (event) {
-		nccl_pending *p = calloc(1, sizeof *p);
-		if (!p)
-			return gk_errf(err, "nccl: out of memory");
-		memcpy(p->what, st->last, sizeof p->what);
-		if (gk_cuda_event_new(&p->ev, 0, err) < 0 ||
-		    gk_cuda_event_record(p->ev, st->stream, err) < 0) {
-			gk_cuda_event_free(p->ev);
-			free(p);
-			return -1;
-		}
-		*event = p;
-	}
-	return 0;
+	return event ? pending(st, event, err) : 0;
+}
+
+int gk_comm_nccl_pair(gk_comm *c, const gk_comm_call *s, const gk_comm_call *r, void **sev,
+		      void **rev, gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	if (usable(st, err) < 0)
+		return -1;
+	const gk_comm_call *k = s ? s : r;
+	if (s && r)
+		snprintf(st->last, sizeof st->last, "send of %zu %s to %d with receive from %d",
+			 k->count, gk_dtype_name(k->dt), s->root, r->root);
+	else
+		snprintf(st->last, sizeof st->last, "%s of %zu %s %s %d", s ? "send" : "receive",
+			 k->count, gk_dtype_name(k->dt), s ? "to" : "from", k->root);
+	if (gk_cuda_set_device(st->device, err) < 0 ||
+	    gk_cuda_event_record(st->ready, st->user, err) < 0 ||
+	    gk_cuda_stream_wait(st->stream, st->ready, err) < 0)
+		return -1;
+	ncclResult_t g = st->api.GroupStart(), x = ncclSuccess;
+	if (g == ncclSuccess && s)
+		x = st->api.Send(s->send, s->count, nccl_dt(s->dt), s->root, st->comm, st->stream);
+	if (g == ncclSuccess && r && (x == ncclSuccess || x == ncclInProgress))
+		x = st->api.Recv(r->recv, r->count, nccl_dt(r->dt), r->root, st->comm, st->stream);
+	/* the group ends whatever its calls said, or it stays open */
+	if (g == ncclSuccess)
+		g = st->api.GroupEnd();
+	if (x != ncclSuccess && x != ncclInProgress)
+		g = x;
+	if (settle(st, g, st->last, err) < 0)
+		return -1;
+	if (s && pending(st, sev, err) < 0)
+		return -1;
+	return r ? pending(st, rev, err) : 0;
 }
 
 int gk_comm_nccl_sync(gk_comm *c, gk_err *err)

@@ -24,6 +24,11 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 {
 	return nonccl(err);
 }
+int gk_comm_nccl_pair(gk_comm *c, const gk_comm_call *s, const gk_comm_call *r, void **sev,
+		      void **rev, gk_err *err)
+{
+	return nonccl(err);
+}
 int gk_comm_nccl_sync(gk_comm *c, gk_err *err) { return nonccl(err); }
 int gk_comm_nccl_event_query(gk_comm *c, void *event, int *done, gk_err *err)
 {

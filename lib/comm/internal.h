@@ -215,6 +215,9 @@ void gk_comm_nccl_close(gk_comm *c);
  * cudaEvent_t recorded after it. */
 int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 		     gk_err *err);
+/* p2p.c's send and receive (either NULL) in one group, an event after it for each */
+int gk_comm_nccl_pair(gk_comm *c, const gk_comm_call *s, const gk_comm_call *r, void **sev,
+		      void **rev, gk_err *err);
 int gk_comm_nccl_sync(gk_comm *c, gk_err *err);
 int gk_comm_nccl_event_query(gk_comm *c, void *event, int *done, gk_err *err);
 int gk_comm_nccl_event_wait(gk_comm *c, void *event, gk_err *err);

@@ -272,6 +272,18 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 			void *ctx, gk_err *err);
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err);
+/*
+ * A pipeline stage on the device (pp.c): its input, output and d input
+ * (device memory of gk_nn_cuda_pp_dtype); n activation slots (the one
+ * the model has and n - 1 more), and slot to made current in place of
+ * from (gpt.c keeps the host's state of each).
+ */
+void *gk_nn_cuda_pp_input(gk_nn_model *m);
+void *gk_nn_cuda_pp_output(gk_nn_model *m);
+void *gk_nn_cuda_pp_grad(gk_nn_model *m);
+gk_dtype gk_nn_cuda_pp_dtype(const gk_nn_model *m);
+int gk_nn_cuda_slots(gk_nn_model *m, int n, gk_err *err);
+void gk_nn_cuda_use_slot(gk_nn_model *m, int from, int to);
 void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out);
 
 /* ---- the backend behind nn.h (model_cuda.c; model_nocuda.c without CUDA) ---------------- */

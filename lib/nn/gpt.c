@@ -558,8 +558,6 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 				       o->pp_rank, o->pp);
 		if (gk_nn_pp_layers(cc.layers, o->pp, o->pp_rank, &l0, &l1, err) < 0)
 			return -1;
-		if (o->device != GK_NN_CPU)
-			return gk_errf(err, "model: pipeline parallelism runs on the CPU backend only");
 	}
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
@@ -773,7 +771,7 @@ void gk_nn_free(gk_nn_model *m)
 		munmap(m->grads, lazy_bytes(m));
 	else
 		free(m->grads);
-	if (m->slot_base) {
+	if (m->slot_base && m->acts) { /* (the device's went with it) */
 		gk_nn_pp_use_slot(m, 0); /* acts' own pointers back */
 		for (int i = 1; i < m->nslots; i++)
 			free(m->slot_base[i]);
@@ -787,8 +785,6 @@ void gk_nn_free(gk_nn_model *m)
 
 int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err)
 {
-	if (m->cu)
-		return gk_errf(err, "model: activation slots on the CPU backend only");
 	if (m->slot_base || n < 1)
 		return gk_errf(err, "model: %d activation slots (once, at least 1)", n);
 	m->slot_base = calloc((size_t)n, sizeof *m->slot_base);
@@ -798,6 +794,13 @@ int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err)
 	m->nslots = 1;
 	m->slot = 0;
 	m->slot_base[0] = m->acts;
+	if (m->cu) {
+		/* the device's activations (the slots' bases are the backend's) */
+		if (gk_nn_cuda_slots(m, n, err) < 0)
+			return -1;
+		m->nslots = n;
+		return 0;
+	}
 	for (int i = 1; i < n; i++) {
 		if (!(m->slot_base[i] = falloc(m->acts_n, &m->mem.activations)))
 			return gk_err_sys(err, ENOMEM, "model activations of %d micro-batches "
@@ -813,6 +816,10 @@ void gk_nn_pp_use_slot(gk_nn_model *m, int i)
 		return;
 	struct gk_nn_slot_state *was = &m->slot_state[m->slot], *now = &m->slot_state[i];
 	*was = (struct gk_nn_slot_state){m->have_fwd, m->have_targets, m->nvalid, m->loss};
+	if (m->cu) {
+		gk_nn_cuda_use_slot(m, m->slot, i);
+		goto state;
+	}
 	/* every activation pointer is acts plus an offset (alloc_acts) */
 	ptrdiff_t d = m->slot_base[i] - m->acts;
 	float **f[] = {&m->resid, &m->lnf, &m->lnfm, &m->lnfr, &m->logits, &m->lse,
@@ -823,6 +830,7 @@ void gk_nn_pp_use_slot(gk_nn_model *m, int i)
 	m->tokens = (int32_t *)((float *)m->tokens + d);
 	m->targets = (int32_t *)((float *)m->targets + d);
 	m->acts = m->slot_base[i];
+state:
 	m->slot = i;
 	m->have_fwd = now->have_fwd;
 	m->have_targets = now->have_targets;

@@ -99,6 +99,16 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	size_t L = (size_t)m->c.layers, Vp = (size_t)m->c.vocab_pad;
 	size_t N = B * T;
 	size_t es = m->o.precision == GK_NN_BF16 ? 2 : 4;
+	/* a pipeline stage: its layers only, and the head's buffers on the
+	 * last stage alone (as gpt.c's act_sizes) */
+	size_t hd = 1;
+	if (m->o.pp > 1) {
+		int l0 = 0, l1 = (int)L;
+		gk_err ignore;
+		if (gk_nn_pp_layers(m->c.layers, m->o.pp, m->o.pp_rank, &l0, &l1, &ignore) == 0)
+			L = (size_t)(l1 - l0);
+		hd = m->o.pp_rank == m->o.pp - 1;
+	}
 	size_t kl = m->o.recompute != GK_NN_RECOMPUTE_LAYER ? L : 1;
 	size_t kg = m->o.recompute == GK_NN_RECOMPUTE_NONE ? L : 1;
 	/* attention's (T,T) matrices, or the fused kernels' one float a row */
@@ -106,8 +116,8 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	size_t heads = fused ? 0 : N * C * es; /* q, k, v, y split by head */
 	size_t a[GK_NN_CU_NACT] = {
 		(L + 1) * N * C * es,         /* resid */
-		N * C * es, N * 4, N * 4,     /* lnf, mean, rstd */
-		N * Vp * es, N * 4, N * 4,    /* logits, lse, loss */
+		hd * N * C * es, hd * N * 4, hd * N * 4, /* lnf, mean, rstd */
+		hd * N * Vp * es, hd * N * 4, hd * N * 4, /* logits, lse, loss */
 		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln1 */
 		kl * N * 3 * C * es,          /* qkv */
 		kl * att,                     /* att */

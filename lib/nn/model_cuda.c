@@ -30,6 +30,7 @@
 
 #define WS_BYTES GK_NN_CU_WS_BYTES
 #define MAX_ALLOCS 64
+#define PP_SLOTS 16 /* a pipeline stage's activation slots, at most */
 
 /* A block's activations on the device (per layer or shared). */
 typedef struct dacts {
@@ -62,8 +63,11 @@ struct gk_nn_cuda {
 	 * working copy of the whole model that replaces them */
 	size_t plo, phi, uhead, utail, ulen, nuslot;
 	void *ue[2], **uslot, *whole;
-	float *mom, *vel;      /* AdamW moments, from the first update */
-	size_t mlo, mhi;       /* the parameters they cover */
+	/* AdamW moments, from the first update, of up to two ranges of the
+	 * parameters (a pipeline's last stage: its own and the tied wte) */
+	float *mom[2], *vel[2];
+	size_t mlo[2], mhi[2];
+	int nmom;
 
 	void *resid, *lnf, *logits;
 	float *lnfm, *lnfr, *lse, *loss;
@@ -91,6 +95,13 @@ struct gk_nn_cuda {
 	 * the dlogits the last forward wrote over the logits (0: none, the
 	 * logits are there) */
 	float xscale, xfused;
+
+	/* a pipeline stage's activation slots (gk_nn_pp_slots): slot i's
+	 * activations at abase[i], the tokens' count of its last forward */
+	char *abase[PP_SLOTS];
+	int anb[PP_SLOTS];
+	float axf[PP_SLOTS];
+	size_t abytes;
 
 	void *allocs[MAX_ALLOCS];
 	int nallocs;
@@ -131,6 +142,7 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	const struct gk_nn_cuda *cu = m->cu;
 	size_t N = (size_t)m->o.batch * m->o.seq, C = (size_t)m->c.hidden;
 	size_t T = (size_t)m->o.seq, es = cu->es;
+	l -= m->l0; /* a pipeline stage holds its layers l0 .. l1-1 only */
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t gl = m->fchg_per_layer ? (size_t)l : 0;
 	a->in = (char *)cu->resid + (size_t)l * N * C * es;
@@ -207,6 +219,8 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	char *cur = dalloc(cu, plan.activations, GK_CUDA_MEM_ACTS, err);
 	if (!cur)
 		return -1;
+	cu->abase[0] = cur;
+	cu->abytes = plan.activations;
 	size_t i = 0;
 	cu->resid = carve(&cur, sz[i++]);
 	cu->lnf = carve(&cur, sz[i++]);
@@ -521,17 +535,26 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	return 0;
 }
 
-/* The moments of [lo, hi), allocated (zero) on first use by either direction. */
-static int moments_alloc(gk_nn_model *m, size_t lo, size_t hi, gk_err *err)
+/*
+ * The moments of [lo, hi), allocated (zero) on first use by either
+ * direction: one range, or two (a pipeline's last stage updates its own
+ * range and the tied wte, dp.c); *k says which.
+ */
+static int moments_alloc(gk_nn_model *m, size_t lo, size_t hi, int *k, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (lo > hi || hi > m->nparams)
 		return gk_errf(err, "AdamW moments of parameters [%zu, %zu): the model has %zu",
 			       lo, hi, m->nparams);
-	if (cu->mom)
-		return cu->mlo == lo && cu->mhi == hi ? 0 :
-		       gk_errf(err, "AdamW moments of parameters [%zu, %zu): they cover [%zu, %zu)",
-			       lo, hi, cu->mlo, cu->mhi);
+	for (*k = 0; *k < cu->nmom; ++*k)
+		if (cu->mlo[*k] == lo && cu->mhi[*k] == hi)
+			return 0;
+	/* a second range beside the first, never across it */
+	for (int i = 0; i < cu->nmom; i++)
+		if (cu->nmom == 2 || (lo < cu->mhi[i] && cu->mlo[i] < hi))
+			return gk_errf(err, "AdamW moments of parameters [%zu, %zu): they cover "
+				       "[%zu, %zu)%s", lo, hi, cu->mlo[i], cu->mhi[i],
+				       cu->nmom == 2 ? " and another range" : "");
 	/* both or neither: a failure leaves no half-made moments behind
 	 * (dalloc keeps what it got, freed with the model) */
 	size_t n = (hi - lo) * 4;
@@ -540,8 +563,9 @@ static int moments_alloc(gk_nn_model *m, size_t lo, size_t hi, gk_err *err)
 	    GK_CUDA_CHECK(cudaMemsetAsync(mom, 0, n, cu->s), err) < 0 ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(vel, 0, n, cu->s), err) < 0)
 		return -1;
-	cu->mom = mom, cu->vel = vel;
-	cu->mlo = lo, cu->mhi = hi;
+	*k = cu->nmom++;
+	cu->mom[*k] = mom, cu->vel[*k] = vel;
+	cu->mlo[*k] = lo, cu->mhi[*k] = hi;
 	return 0;
 }
 
@@ -549,13 +573,14 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 		       float *vel, int upload, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
+	int j;
 	if (!cu)
 		return gk_errf(err, "AdamW moments on the GPU: the model is on "
 			       "the CPU");
-	if (moments_alloc(m, lo, hi, err) < 0)
+	if (moments_alloc(m, lo, hi, &j, err) < 0)
 		return -1;
 	size_t n = (hi - lo) * 4; /* the pinned staging holds nparams floats */
-	float *host[2] = {mom, vel}, *dev[2] = {cu->mom, cu->vel};
+	float *host[2] = {mom, vel}, *dev[2] = {cu->mom[j], cu->vel[j]};
 	for (int k = 0; k < 2; k++) {
 		if (upload) {
 			memcpy(cu->pin, host[k], n);
@@ -815,7 +840,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 {
 	struct gk_nn_cuda *cu = m->cu;
 	int B = m->o.batch, T = m->o.seq, N = B * T, C = (int)m->c.hidden;
-	int L = (int)m->c.layers, V = (int)m->c.vocab;
+	int V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
 
@@ -825,13 +850,18 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	memcpy(m->tokens, tokens, (size_t)N * 4);
 	if (gk_cuda_copy(cu->tok, tokens, (size_t)N * 4, cu->s, err) < 0)
 		return -1;
-	if (targets) {
-		memcpy(m->targets, targets, (size_t)N * 4);
+	/* the embedding's backward needs the token buckets: a training
+	 * forward's, and a pipeline's first stage's, whose targets are the
+	 * last stage's */
+	if (targets && gk_cuda_copy(cu->tgt, targets, (size_t)N * 4, cu->s, err) < 0)
+		return -1;
+	if (targets || (m->pp > 1 && m->ppr == 0)) {
+		if (targets)
+			memcpy(m->targets, targets, (size_t)N * 4);
 		cu->nb = gk_nn_token_buckets(tokens, N, V, cu->h_uniq,
 					     cu->h_start, cu->h_pos,
 					     cu->h_count);
-		if (gk_cuda_copy(cu->tgt, targets, (size_t)N * 4, cu->s, err) < 0 ||
-		    gk_cuda_copy(cu->uniq, cu->h_uniq, (size_t)cu->nb * 4, cu->s,
+		if (gk_cuda_copy(cu->uniq, cu->h_uniq, (size_t)cu->nb * 4, cu->s,
 				 err) < 0 ||
 		    gk_cuda_copy(cu->start, cu->h_start,
 				 (size_t)(cu->nb + 1) * 4, cu->s, err) < 0 ||
@@ -839,15 +869,23 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 				 err) < 0)
 			return -1;
 	}
-	if (gk_nn_cu_encoder_fwd(cu->resid, cu->tok, P(m->wte),
-				 P(m->wpe), cu->dt, B, T, C, cu->s,
-				 err) < 0)
+	/* a pipeline stage: the embedding on the first, its layers, the head
+	 * on the last (the others leave their output for the next stage in
+	 * gk_nn_pp_output; a later one's input is in gk_nn_pp_input) */
+	if (m->ppr == 0 && gk_nn_cu_encoder_fwd(cu->resid, cu->tok, P(m->wte),
+						P(m->wpe), cu->dt, B, T, C, cu->s,
+						err) < 0)
 		return -1;
-	for (int l = 0; l < L; l++)
+	for (int l = m->l0; l < m->l1; l++)
 		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
 		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
-	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
+	if (m->ppr < m->pp - 1) {
+		m->have_targets = 0;
+		m->have_fwd = 1;
+		return gk_cuda_stream_sync(cu->s, err);
+	}
+	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
 	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vp, .K = C, .A = cu->lnf,
 			   .lda = C, .B = P(m->wte), .ldb = C,
 			   .D = cu->logits, .ldd = Vp, .alpha = 1.0f,
@@ -1013,7 +1051,7 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 {
 	struct gk_nn_cuda *cu = m->cu;
 	int B = m->o.batch, T = m->o.seq, N = B * T, C = (int)m->c.hidden;
-	int L = (int)m->c.layers, V = (int)m->c.vocab;
+	int V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
 	m->have_fwd = 0; /* the logits become dlogits */
@@ -1034,7 +1072,11 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = gwte,
 			 .ldd = C, .C = gwte, .alpha = alpha, .batch = 1,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
-	const char *last = (const char *)cu->resid + (size_t)L * N * C * es;
+	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
+	/* a pipeline stage before the last: dres holds d output (the
+	 * caller's, gk_nn_pp_grad) */
+	if (m->ppr < m->pp - 1)
+		goto blocks;
 	if ((unfused && gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
 					  dloss, N, V, Vp, cu->s, err) < 0) ||
 	    gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
@@ -1048,11 +1090,15 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 				   err) < 0 ||
 	    notify(m, ready, ctx, m->lnfw, err) < 0)
 		return -1;
-	for (int l = L - 1; l >= 0; l--)
+blocks:
+	for (int l = m->l1 - 1; l >= m->l0; l--)
 		if (param_use(m, GK_NN_BWD_PRE, l, err) < 0 || block_bwd(m, l, err) < 0 ||
 		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0 ||
 		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
+	/* a later stage: dres is d input, for the previous stage */
+	if (m->ppr > 0)
+		return notify(m, ready, ctx, 0, err) < 0 ? -1 : gk_cuda_stream_sync(cu->s, err);
 	if (gk_nn_cu_encoder_bwd(gwte, gk_nn_cuda_grad_at(m, m->wpe), cu->dres, cu->dt,
 				 cu->uniq, cu->start, cu->pos, cu->nb, B, T, C,
 				 cu->s, err) < 0 ||
@@ -1069,6 +1115,69 @@ float *gk_nn_cuda_grads(gk_nn_model *m)
 void *gk_nn_cuda_stream(const gk_nn_model *m)
 {
 	return m->cu ? (void *)m->cu->s : NULL;
+}
+
+/* ---- a pipeline stage (pp.c, pp_sched.c) ---------------------------------------- */
+
+void *gk_nn_cuda_pp_input(gk_nn_model *m)
+{
+	return m->cu->resid;
+}
+
+void *gk_nn_cuda_pp_output(gk_nn_model *m)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	return (char *)cu->resid +
+	       (size_t)(m->l1 - m->l0) * (size_t)m->o.batch * m->o.seq * m->c.hidden * cu->es;
+}
+
+void *gk_nn_cuda_pp_grad(gk_nn_model *m)
+{
+	return m->cu->dres;
+}
+
+gk_dtype gk_nn_cuda_pp_dtype(const gk_nn_model *m)
+{
+	return m->cu->dt;
+}
+
+/* every activation pointer is abase[slot] plus its offset (alloc_all) */
+static void shift_acts(struct gk_nn_cuda *cu, ptrdiff_t d)
+{
+	void **v[] = {&cu->resid, &cu->lnf, &cu->logits, &cu->a_ln1, &cu->a_qkv, &cu->a_att,
+		      &cu->a_atty, &cu->a_res2, &cu->a_ln2, &cu->a_fch, &cu->a_fchg};
+	float **f[] = {&cu->lnfm, &cu->lnfr, &cu->lse, &cu->loss, &cu->a_ln1m, &cu->a_ln1r,
+		       &cu->a_ln2m, &cu->a_ln2r};
+	int32_t **i[] = {&cu->tok, &cu->tgt, &cu->uniq, &cu->start, &cu->pos};
+	for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+		*v[k] = (char *)*v[k] + d;
+	for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+		*f[k] = (float *)(void *)((char *)*f[k] + d);
+	for (size_t k = 0; k < sizeof i / sizeof i[0]; k++)
+		*i[k] = (int32_t *)(void *)((char *)*i[k] + d);
+}
+
+int gk_nn_cuda_slots(gk_nn_model *m, int n, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (n > PP_SLOTS)
+		return gk_errf(err, "model on the GPU: %d micro-batches in flight on a pipeline "
+			       "stage, at most %d (fewer stages, or --pp-schedule 1f1b)", n,
+			       PP_SLOTS);
+	for (int k = 1; k < n; k++)
+		if (!(cu->abase[k] = dalloc(cu, cu->abytes, GK_CUDA_MEM_ACTS, err)))
+			return gk_err_prefix(err, "activations of %d micro-batches", n);
+	return 0;
+}
+
+void gk_nn_cuda_use_slot(gk_nn_model *m, int from, int to)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	cu->anb[from] = cu->nb;
+	cu->axf[from] = cu->xfused; /* whether its logits are dlogits already */
+	shift_acts(cu, cu->abase[to] - cu->abase[from]);
+	cu->nb = cu->anb[to];
+	cu->xfused = cu->axf[to];
 }
 
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
@@ -1125,7 +1234,8 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 	if (!cu)
 		return gk_errf(err, "AdamW on the GPU: the model is on the CPU "
 			       "(gk_nn_adamw_step)");
-	if (moments_alloc(m, lo, hi, err) < 0)
+	int j;
+	if (moments_alloc(m, lo, hi, &j, err) < 0)
 		return -1;
 	if (lo < cu->plo || hi > cu->phi)
 		return gk_errf(err, "AdamW on the GPU of [%zu, %zu): this rank holds the "
@@ -1148,7 +1258,7 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 		/* (units: no working copy to keep, the next gather converts) */
 		void *pw = cu->dt == GK_DT_F32 || !cu->pw ? NULL : (char *)cu->pw + a * cu->es;
 		if (gk_nn_cu_adamw(cu->p + (a - cu->plo), pw, cu->dt, g + (a - lo), grad_scale,
-				   cu->mom + (a - lo), cu->vel + (a - lo), b - a, &k,
+				   cu->mom[j] + (a - lo), cu->vel[j] + (a - lo), b - a, &k,
 				   x->decay ? decay : 1.0f, cu->s, err) < 0)
 			return -1;
 	}

@@ -27,6 +27,35 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	return gk_errf(err, "backward on the GPU: gpukit was built without CUDA");
 }
 
+void *gk_nn_cuda_pp_input(gk_nn_model *m)
+{
+	return NULL;
+}
+
+void *gk_nn_cuda_pp_output(gk_nn_model *m)
+{
+	return NULL;
+}
+
+void *gk_nn_cuda_pp_grad(gk_nn_model *m)
+{
+	return NULL;
+}
+
+gk_dtype gk_nn_cuda_pp_dtype(const gk_nn_model *m)
+{
+	return GK_DT_F32;
+}
+
+int gk_nn_cuda_slots(gk_nn_model *m, int n, gk_err *err)
+{
+	return gk_errf(err, "activation slots on the GPU: gpukit was built without CUDA");
+}
+
+void gk_nn_cuda_use_slot(gk_nn_model *m, int from, int to)
+{
+}
+
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
 {
 	return gk_errf(err, "zero gradients on the GPU: gpukit was built "

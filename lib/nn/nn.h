@@ -402,13 +402,19 @@ int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err);
  * (the one it has and n - 1 more, counted in gk_nn_memory's
  * activations), gk_nn_pp_use_slot makes set i the one forward and
  * backward use, each set keeping its own forward (a backward of set i
- * differentiates set i's last forward). The CPU backend only.
+ * differentiates set i's last forward).
+ *
+ * On the CUDA backend the input, output and gradient are device memory
+ * in the activations' type (gk_nn_pp_dtype: bf16 or f32; f32 on the
+ * CPU), which the caller moves between the stages with lib/comm's
+ * device path.
  */
 int gk_nn_pp_slots(gk_nn_model *m, int n, gk_err *err);
 void gk_nn_pp_use_slot(gk_nn_model *m, int i);
-float *gk_nn_pp_input(gk_nn_model *m);
-float *gk_nn_pp_output(gk_nn_model *m);
-float *gk_nn_pp_grad(gk_nn_model *m);
+void *gk_nn_pp_input(gk_nn_model *m);
+void *gk_nn_pp_output(gk_nn_model *m);
+void *gk_nn_pp_grad(gk_nn_model *m);
+gk_dtype gk_nn_pp_dtype(const gk_nn_model *m);
 void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared);
 /* this stage's parameters: its range and the shared wte */
 size_t gk_nn_pp_floats(const gk_nn_model *m);

@@ -9,6 +9,7 @@
  * Megatron-LM", 2021, section 2.2 (1F1B); Megatron-LM's
  * megatron/core/pipeline_parallel.
  */
+#include "nn/cuda_internal.h"
 #include "nn/internal.h"
 
 int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err)
@@ -34,19 +35,24 @@ static size_t rows(const gk_nn_model *m)
 }
 
 /* a stage's residual stream holds its layers' inputs and its output */
-float *gk_nn_pp_input(gk_nn_model *m)
+void *gk_nn_pp_input(gk_nn_model *m)
 {
-	return m->resid;
+	return m->cu ? gk_nn_cuda_pp_input(m) : m->resid;
 }
 
-float *gk_nn_pp_output(gk_nn_model *m)
+void *gk_nn_pp_output(gk_nn_model *m)
 {
-	return m->resid + (size_t)(m->l1 - m->l0) * rows(m);
+	return m->cu ? gk_nn_cuda_pp_output(m) : m->resid + (size_t)(m->l1 - m->l0) * rows(m);
 }
 
-float *gk_nn_pp_grad(gk_nn_model *m)
+void *gk_nn_pp_grad(gk_nn_model *m)
 {
-	return m->dres;
+	return m->cu ? gk_nn_cuda_pp_grad(m) : m->dres;
+}
+
+gk_dtype gk_nn_pp_dtype(const gk_nn_model *m)
+{
+	return m->cu ? gk_nn_cuda_pp_dtype(m) : GK_DT_F32;
 }
 
 void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared)

@@ -30,6 +30,21 @@
  * the end of the schedule, and a receive waited for when its value is
  * needed. A stage thus blocks only on receives, and the schedules' order
  * of receives has no cycle: no deadlock whatever the message sizes.
+ *
+ * On GPUs (the CUDA backend) the messages are device memory over NCCL, on
+ * a communicator of the pipeline's own (and one of the embedding group's),
+ * each opened once over the grid's host group (gk_comm_open_device), on
+ * the model's stream. NCCL runs a communicator's calls in order on its
+ * stream, where a send waits for its receive: a send is therefore held
+ * until the stage's next receive and started with it in one group
+ * (gk_comm_sendrecv, as Megatron-LM's send_forward_recv_backward), or
+ * alone when the stage sends again first or the schedule ends. A send's
+ * buffer is a copy on the model's stream (the slot's output is
+ * overwritten by a later micro-batch), its request waited for at the end
+ * of the schedule; a receive's buffer is the slot's, which NCCL writes
+ * after the model's stream has finished with it (the stream contract of
+ * lib/comm), and the host waits for it before queueing the kernels that
+ * read it.
  */
 #include <errno.h>
 #include <math.h>
@@ -73,9 +88,15 @@ struct gk_nn_pp {
 	size_t BT, NC;
 	int32_t *in, *tg;   /* M micro-batches of B x T tokens and targets */
 	int slots;          /* the model's activation slots */
-	float *sa, *sg;     /* M activations and M gradients being sent */
+	void *sa, *sg;      /* M activations and M gradients being sent */
 	gk_comm_req **sq;   /* the sends outstanding */
 	int nsq;
+	gk_dtype dt;        /* the messages' (gk_nn_pp_dtype) */
+	size_t es;          /* ... bytes of one element */
+	gk_comm *dev, *emb; /* on GPUs: the pipeline's and the embedding
+			     * group's device communicators */
+	const void *hold;   /* on GPUs: a send held for the next receive */
+	int hold_peer;
 	double wait;        /* seconds waiting for receives this step */
 	double span;        /* ... of the schedule's seconds */
 	uint64_t bytes;     /* sent this step */
@@ -94,14 +115,23 @@ void gk_nn_tr_pp_free(gk_nn_trainer *t)
 		return;
 	free(p->in);
 	free(p->tg);
-	free(p->sa);
-	free(p->sg);
+	if (p->dev) {
+		gk_comm_free(p->dev, p->sa);
+		gk_comm_free(p->dev, p->sg);
+		gk_comm_close(p->dev);
+		gk_comm_close(p->emb);
+	} else {
+		free(p->sa);
+		free(p->sg);
+	}
 	free(p->sq);
 	free(p->ex);
 	free(p->st);
 	free(p);
 	t->pp = NULL;
 }
+
+static int open_device(gk_nn_trainer *t, gk_err *err);
 
 int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 {
@@ -115,10 +145,16 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	p->BT = (size_t)t->o.batch * (size_t)t->o.seq;
 	p->NC = p->BT * (size_t)t->cfg.hidden;
 	size_t M = (size_t)p->M;
+	p->dt = gk_nn_pp_dtype(t->m);
+	p->es = p->dt == GK_DT_BF16 ? 2 : 4;
+	if (t->cuda && open_device(t, err) < 0)
+		return -1;
 	p->in = malloc(M * p->BT * sizeof(int32_t));
 	p->tg = malloc(M * p->BT * sizeof(int32_t));
-	p->sa = p->s < p->S - 1 ? malloc(M * p->NC * sizeof(float)) : NULL;
-	p->sg = p->s > 0 ? malloc(M * p->NC * sizeof(float)) : NULL;
+	size_t bytes = M * p->NC * p->es;
+	gk_err ignore;
+	p->sa = p->s == p->S - 1 ? NULL : p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
+	p->sg = p->s == 0 ? NULL : p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
 	p->sq = calloc(2 * M, sizeof(*p->sq));
 	p->ex = calloc(4 * (size_t)p->S, sizeof(*p->ex));
 	p->st = calloc((size_t)p->S, sizeof(*p->st));
@@ -129,22 +165,79 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	return gk_nn_pp_slots(t->m, p->slots, err);
 }
 
-static int recv_wait(gk_nn_trainer *t, float *buf, int peer, gk_err *err)
+/*
+ * On GPUs: the pipeline's and the embedding group's device communicators,
+ * opened over the grid's host groups on this rank's device, on the
+ * model's stream. Every rank of the world opens them at once (the
+ * trainer's setup), so one that cannot fails every rank.
+ */
+static int open_device(gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	gk_comm_req *q;
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
+			     .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
+	int rc = gk_comm_open_device(t->grid.ppc, &cc, &p->dev, err) < 0 ||
+		 gk_comm_set_stream(p->dev, gk_nn_stream(t->m), err) < 0 ||
+		 (t->grid.embc &&
+		  (gk_comm_open_device(t->grid.embc, &cc, &p->emb, err) < 0 ||
+		   gk_comm_set_stream(p->emb, gk_nn_stream(t->m), err) < 0)) ? -1 : 0;
+	if (rc < 0)
+		gk_err_prefix(err, "pipeline stage %d: NCCL on the GPU", p->s);
+	return rc;
+}
+
+/* On GPUs: the send held, alone (the stage sends again, or its schedule ends). */
+static int flush(gk_nn_trainer *t, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	gk_comm_req *none;
+	if (!p->hold)
+		return 0;
+	const void *b = p->hold;
+	p->hold = NULL;
+	return gk_comm_sendrecv(p->dev, b, p->hold_peer, NULL, -1, p->NC, p->dt,
+				&p->sq[p->nsq++], &none, err);
+}
+
+static int recv_wait(gk_nn_trainer *t, void *buf, int peer, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	gk_comm_req *q, *sq = NULL;
 	double t0 = gk_now();
-	int rc = gk_comm_irecv(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &q, err) < 0 ? -1 :
-		 gk_comm_wait(q, err);
+	int rc;
+	if (p->dev) {
+		/* with the send held, in one group */
+		rc = gk_comm_sendrecv(p->dev, p->hold, p->hold ? p->hold_peer : -1, buf, peer,
+				      p->NC, p->dt, &sq, &q, err);
+		if (p->hold && rc == 0)
+			p->sq[p->nsq++] = sq;
+		p->hold = NULL;
+	} else {
+		rc = gk_comm_irecv(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &q, err);
+	}
+	if (rc == 0)
+		rc = gk_comm_wait(q, err);
 	p->wait += gk_now() - t0;
 	return rc;
 }
 
-static int send(gk_nn_trainer *t, const float *buf, int peer, gk_err *err)
+/* buf's copy k (of the M in mine) sent to peer */
+static int send(gk_nn_trainer *t, void *mine, int k, const void *buf, int peer, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	p->bytes += p->NC * sizeof(float);
-	return gk_comm_isend(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &p->sq[p->nsq++], err);
+	size_t n = p->NC * p->es;
+	void *a = (char *)mine + (size_t)k * n;
+	p->bytes += n;
+	if (!p->dev) {
+		memcpy(a, buf, n);
+		return gk_comm_isend(t->grid.ppc, a, p->NC, GK_DT_F32, peer, &p->sq[p->nsq++], err);
+	}
+	/* on the model's stream, after the kernels that wrote buf */
+	if (flush(t, err) < 0 || gk_comm_to_device(p->dev, a, buf, n, err) < 0)
+		return -1;
+	p->hold = a;
+	p->hold_peer = peer;
+	return 0;
 }
 
 /* Micro-batch k's forward on this stage, in its slot. */
@@ -163,9 +256,7 @@ static int forward(gk_nn_trainer *t, int k, double *lsum, gk_err *err)
 		*lsum += l;
 		return 0;
 	}
-	float *a = p->sa + (size_t)k * p->NC;
-	memcpy(a, gk_nn_pp_output(t->m), p->NC * sizeof(float));
-	return send(t, a, p->s + 1, err);
+	return send(t, p->sa, k, gk_nn_pp_output(t->m), p->s + 1, err);
 }
 
 static int backward(gk_nn_trainer *t, int k, gk_err *err)
@@ -179,9 +270,7 @@ static int backward(gk_nn_trainer *t, int k, gk_err *err)
 		return -1;
 	if (first)
 		return 0;
-	float *g = p->sg + (size_t)k * p->NC;
-	memcpy(g, gk_nn_pp_grad(t->m), p->NC * sizeof(float));
-	return send(t, g, p->s - 1, err);
+	return send(t, p->sg, k, gk_nn_pp_grad(t->m), p->s - 1, err);
 }
 
 /*
@@ -263,6 +352,8 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 		for (int i = M - warm; rc == 0 && i < M; i++)
 			rc = backward(t, i, err);
 	}
+	if (rc == 0 && p->dev)
+		rc = flush(t, err);
 	if (rc < 0)
 		return -1; /* the sends are left to MPI: the job ends */
 	double tw = gk_now();
@@ -302,8 +393,8 @@ int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double ac
 			continue;
 		}
 		gk_comm_req *q;
-		if (gk_comm_isend(t->grid.ppc, gk_nn_pp_output(t->m), p->NC, GK_DT_F32, p->s + 1,
-				  &q, err) < 0 ||
+		if (gk_comm_isend(p->dev ? p->dev : t->grid.ppc, gk_nn_pp_output(t->m), p->NC,
+				  p->dt, p->s + 1, &q, err) < 0 ||
 		    gk_comm_wait(q, err) < 0)
 			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld",
 					     p->s, (long long)k);
@@ -330,16 +421,38 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 {
 	/* Megatron's embedding group: the head's part of wte's gradient (the
 	 * last stage's) and the embedding's (the first's), summed on both */
+	/* on GPUs with the data-parallel average through host memory (dp.c's
+	 * via_host), the last stage's wte is averaged on the host after the
+	 * range went back up: up again, so that the device has it too */
+	if (t->cuda && t->dp->grads && t->dp->via_host && t->dp->head &&
+	    gk_nn_upload(t->m, GK_NN_GRADS, err) < 0)
+		return -1;
 	if (!t->grid.embc)
 		return 0;
-	float *g = gk_nn_grads(t->m) + t->m->wte;
+	/* on GPUs the device's gradients, over the group's NCCL */
+	gk_comm *c = t->pp->emb ? t->pp->emb : t->grid.embc;
+	float *g = gk_nn_work_grads(t->m) + t->m->wte;
 	size_t n = t->m->wpe - t->m->wte;
 	if (t->dp->ppshard) {
 		/* ZeRO-1: this rank's piece of it, the same on both stages */
-		g = gk_nn_grads(t->m) + t->dp->own[1][0];
+		g = gk_nn_work_grads(t->m) + t->dp->own[1][0];
 		n = t->dp->own[1][1] - t->dp->own[1][0];
 	}
-	return gk_comm_allreduce(t->grid.embc, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
+	return gk_comm_allreduce(c, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
+}
+
+int gk_nn_tr_pp_moments(gk_nn_trainer *t, int upload, gk_err *err)
+{
+	gk_nn_dp *dp = t->dp;
+	/* the host's layout: the range's pieces, then wte's (dp.c) */
+	for (int k = 0; k < 2; k++) {
+		size_t at = k ? dp->per[0] : 0;
+		if (dp->own[k][1] > dp->own[k][0] &&
+		    gk_nn_moments_sync(t->m, dp->own[k][0], dp->own[k][1], dp->mom + at,
+				       dp->vel + at, upload, err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
@@ -349,9 +462,12 @@ int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
 	 * tensor group, the replicated ones from its rank 0 alone */
 	size_t lo, hi, shared;
 	gk_nn_pp_range(t->m, t->grid.pp_rank, &lo, &hi, &shared);
-	const gk_nn_model *m = t->m;
+	gk_nn_model *m = t->m;
 	double ss = 0;
-	for (size_t i = 0; i < m->nt_tensors; i++) {
+	/* on GPUs (no tensor parallelism there): the range's on the device */
+	if (t->cuda && gk_nn_work_sumsq(m, gk_nn_work_grads(m) + lo, hi - lo, &ss, err) < 0)
+		return -1;
+	for (size_t i = 0; !t->cuda && i < m->nt_tensors; i++) {
 		const gk_nn_tensor *x = &m->t[i];
 		if (x->off >= lo && x->off < hi && (x->split != GK_NN_SPLIT_NONE || m->tpr == 0))
 			ss += gk_nn_sumsq(m->grads + x->off, x->numel);

@@ -238,6 +238,9 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 	int cut;
 	*lsum = 0;
 	*done = 0;
+	/* the scale of every backward below (and of a pipeline's): a GPU's
+	 * forward folds it in */
+	gk_nn_set_grad_scale(t->m, 1.0f / (float)o->grad_accum);
 	if (t->grid.pp > 1) {
 		/* the pipeline's schedule: its micro-batches are in flight
 		 * together, and a signal waits for the step's end */
@@ -246,8 +249,6 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		*done = o->grad_accum;
 		return 0;
 	}
-	/* the scale of every backward below: a GPU's forward folds it in */
-	gk_nn_set_grad_scale(t->m, 1.0f / (float)o->grad_accum);
 	for (int a = 0; a < o->grad_accum; a++) {
 		if (a > 0 && a == o->test_wait_micro && t->step + 1 == o->test_wait_step && o->stop)
 			test_wait_signal(o->stop);

@@ -229,6 +229,10 @@ int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err);
  * 0's pipelines, each stage's range from it; NULL elsewhere. Called by
  * every rank. */
 int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err);
+/* On a GPU: this stage's moments (its pieces of its range, and of wte)
+ * between the host's (gk_nn_dp's mom and vel) and the device's, up
+ * (upload) or down; nothing on the CPU. */
+int gk_nn_tr_pp_moments(gk_nn_trainer *t, int upload, gk_err *err);
 void gk_nn_tr_pp_free(gk_nn_trainer *t);
 
 /* ---- train_tok.c ---------------------------------------------------------------------- */

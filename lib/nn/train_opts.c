@@ -116,14 +116,19 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		/* what pipeline parallelism does not do (yet): said before any work */
 		char zero[48];
 		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0, 1 or 2)", o->zero);
-		const char *no = o->device != GK_NN_CPU ?
-				 "--device cuda or auto (the CPU only: --device cpu)" :
-				 o->zero > 2 ? zero :
+		const char *no = o->zero > 2 ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
 				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
 				 dump ? "--dump-data (run it without --pp)" : NULL;
 		if (no)
 			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
+		/* on GPUs the stages' messages are NCCL's; the data-parallel
+		 * groups' gradients go through host memory over MPI */
+		if (cuda == 1 && world > 1 && (o->zero || o->comm != GK_COMM_BACKEND_MPI))
+			return gk_errf(err, "--pp %d on GPUs with %d data-parallel groups: their "
+				       "gradients are averaged through host memory for now: --comm mpi "
+				       "and ZeRO 0%s", o->pp, world,
+				       o->zero ? " (leave --zero out, or run on the CPU)" : "");
 	}
 	return 0;
 }

@@ -382,10 +382,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	}
 	if (t->grid.pp > 1) {
 		int l0, l1;
-		int r = t->cuda ? gk_errf(err, "pipeline parallelism runs on the CPU backend only "
-					  "(this run is on %s)", t->device)
-				: gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0,
-						  &l1, err);
+		int r = gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0, &l1, err);
 		if (gk_nn_tr_agree_local(t, r, err) < 0) {
 			t->agreed = 2;
 			return -1;
@@ -549,8 +546,9 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	gk_nn_dp_params_shard(dp);
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
 	    (resume_dir && !dp->host_update &&
-	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom, dp->vel, 1,
-				err) < 0))
+	     (dp->pp_stage >= 0 ? gk_nn_tr_pp_moments(t, 1, err) :
+	      gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom, dp->vel, 1,
+				 err)) < 0))
 		return -1;
 	return 0;
 }

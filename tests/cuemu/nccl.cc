@@ -14,7 +14,11 @@
  * in rank order (so every rank gets the same bits) and marks the slot
  * consumed; a slot is reused once every rank has consumed it. Send and
  * receive go through a channel per ordered pair of ranks, the same
- * way. None of this blocks the host: the operations wait at the front
+ * way; a send completes, as NCCL's does, only once its receive has
+ * taken the data, so two ranks that each send to the other before
+ * receiving, outside a group, hang here as they would on GPUs. A
+ * group's sends and receives are one operation of its stream, done when
+ * all of them are (NCCL runs them together). None of this blocks the host: the operations wait at the front
  * of their stream (a query answers not ready, a synchronisation
  * waits), and the runtime's progress thread moves them on while the
  * host is busy elsewhere, as a GPU would. A world of one takes the
@@ -676,11 +680,16 @@ bool p2p_poll(ncclComm_t c, p2p o, uint64_t k, uint64_t opn, int f)
 		return faulted(c, f, o.send ? "ncclSend" : "ncclRecv", opn);
 	shm_chan *ch = o.send ? chan(c, c->rank, o.peer) : chan(c, o.peer, c->rank);
 	if (o.send) {
-		if (ch->acked.load(std::memory_order_acquire) + 1 < k)
+		if (ch->posted.load(std::memory_order_acquire) < k) {
+			if (ch->acked.load(std::memory_order_acquire) + 1 < k)
+				return false;
+			memcpy(chan_slot(c, c->rank, o.peer), o.sbuf, o.bytes);
+			ch->bytes = o.bytes;
+			ch->posted.store(k, std::memory_order_release);
+		}
+		/* done when the receive has it */
+		if (ch->acked.load(std::memory_order_acquire) < k)
 			return false;
-		memcpy(chan_slot(c, c->rank, o.peer), o.sbuf, o.bytes);
-		ch->bytes = o.bytes;
-		ch->posted.store(k, std::memory_order_release);
 	} else {
 		if (ch->posted.load(std::memory_order_acquire) < k)
 			return false;
@@ -694,26 +703,53 @@ bool p2p_poll(ncclComm_t c, p2p o, uint64_t k, uint64_t opn, int f)
 	return true;
 }
 
-ncclResult_t p2p_queue(const p2p &o)
+/* one send or receive of a stream operation, numbered on its channel */
+struct p2p_op {
+	p2p o;
+	uint64_t k, opn;
+	int f;
+};
+
+/* ops (one stream's): one operation of it, done when all of them are */
+ncclResult_t p2p_queue(const std::vector<p2p> &ops)
 {
 	LOCK;
-	ncclComm_t c = o.c;
-	const void *buf = o.send ? o.sbuf : o.rbuf;
-	if (o.bytes && !cuemu::device_range(buf, o.bytes))
-		return bad(o.send ? "ncclSend: the buffer is not device memory"
-				  : "ncclRecv: the buffer is not device memory");
-	if (o.bytes > c->h->slot)
-		return bad("a send of more than a slot (CUEMU_NCCL_SLOT_MIB)");
-	uint64_t k = o.send ? ++c->sent[(size_t)o.peer] : ++c->received[(size_t)o.peer];
-	int f = fault(c);
-	uint64_t opn = c->ops;
+	auto st = std::make_shared<std::vector<p2p_op>>();
+	auto fin = std::make_shared<std::vector<char>>(ops.size(), 0);
 	std::vector<cuemu::access> acc;
-	if (o.bytes)
-		acc.push_back({(uintptr_t)buf, (uintptr_t)buf + o.bytes, !o.send});
-	c->pending++;
-	if (cuemu::enqueue_poll(o.s, [=]() { return p2p_poll(c, o, k, opn, f); },
-				o.send ? "ncclSend" : "ncclRecv", acc, 1) != cudaSuccess) {
-		c->pending--;
+	for (const p2p &o : ops) {
+		ncclComm_t c = o.c;
+		const void *buf = o.send ? o.sbuf : o.rbuf;
+		if (o.bytes && !cuemu::device_range(buf, o.bytes))
+			return bad(o.send ? "ncclSend: the buffer is not device memory"
+					  : "ncclRecv: the buffer is not device memory");
+		if (o.bytes > c->h->slot)
+			return bad("a send of more than a slot (CUEMU_NCCL_SLOT_MIB)");
+	}
+	for (const p2p &o : ops) {
+		ncclComm_t c = o.c;
+		const void *buf = o.send ? o.sbuf : o.rbuf;
+		uint64_t k = o.send ? ++c->sent[(size_t)o.peer] : ++c->received[(size_t)o.peer];
+		int f = fault(c);
+		st->push_back({o, k, c->ops, f});
+		if (o.bytes)
+			acc.push_back({(uintptr_t)buf, (uintptr_t)buf + o.bytes, !o.send});
+		c->pending++;
+	}
+	const char *what = ops.size() > 1 ? "a group of ncclSend and ncclRecv" :
+			   ops[0].send ? "ncclSend" : "ncclRecv";
+	if (cuemu::enqueue_poll(ops[0].s, [=]() {
+		    bool all = true;
+		    for (size_t i = 0; i < st->size(); i++) {
+			    const p2p_op &x = (*st)[i];
+			    if (!(*fin)[i] && p2p_poll(x.o.c, x.o, x.k, x.opn, x.f))
+				    (*fin)[i] = 1;
+			    all = all && (*fin)[i];
+		    }
+		    return all;
+	    }, what, acc, 1) != cudaSuccess) {
+		for (const p2p &o : ops)
+			o.c->pending--;
 		return ncclUnhandledCudaError;
 	}
 	cuemu::progress_start();
@@ -736,7 +772,7 @@ ncclResult_t p2p_call(int send, void *buf, size_t n, ncclDataType_t t, int peer,
 				: "ncclRecv from oneself outside a group: it would never complete");
 	p2p o = {send, send ? buf : NULL, send ? NULL : buf, n * type_size(t), st, c, peer};
 	if (!group_depth)
-		return p2p_queue(o);
+		return p2p_queue({o});
 	group_ops.push_back(o);
 	return ncclSuccess;
 }
@@ -982,16 +1018,27 @@ ncclResult_t ncclGroupEnd(void)
 				    cudaMemcpyDeviceToDevice, sends[i].s) != cudaSuccess)
 			return ncclUnhandledCudaError;
 	}
-	/* more ranks: the sends first (they never wait for their receiver,
-	 * only for the channel), then the receives, so that a ring's step
-	 * cannot wait on itself whatever order the caller gave */
-	for (int pass = 1; pass >= 0; pass--)
+	/* more ranks: each stream's sends and receives one operation of it,
+	 * done when all are (a ring's step cannot wait on itself whatever
+	 * order the caller gave) */
+	std::vector<cudaStream_t> streams;
+	for (const p2p &o : ops)
+		if (o.c->h) {
+			bool seen = false;
+			for (cudaStream_t x : streams)
+				seen = seen || x == o.s;
+			if (!seen)
+				streams.push_back(o.s);
+		}
+	for (cudaStream_t x : streams) {
+		std::vector<p2p> mine;
 		for (const p2p &o : ops)
-			if (o.c->h && o.send == pass) {
-				ncclResult_t r = p2p_queue(o);
-				if (r != ncclSuccess)
-					return r;
-			}
+			if (o.c->h && o.s == x)
+				mine.push_back(o);
+		ncclResult_t r = p2p_queue(mine);
+		if (r != ncclSuccess)
+			return r;
+	}
 	return ncclSuccess;
 }
 

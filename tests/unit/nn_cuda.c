@@ -839,6 +839,22 @@ static void test_ranges(void)
 	ok(gk_nn_cuda_moments(part[1], h, n, mo, ve, 0, &err) == 0, "moments of the range");
 	free(mo);
 	free(ve);
+	/* a pipeline's last stage: a second range beside the first (the
+	 * tied wte; one across it is refused above); a third refused */
+	mo = calloc(h, 4), ve = calloc(h, 4);
+	float *one = malloc(h * 4);
+	for (size_t i = 0; i < h; i++)
+		one[i] = 1.0f;
+	gk_err e3 = {0};
+	ok(mo && ve && one && gk_nn_cuda_moments(part[1], 0, h / 2, one, one, 1, &err) == 0 &&
+	   gk_nn_cuda_moments(part[1], 0, h / 2, mo, ve, 0, &err) == 0 &&
+	   mo[0] == 1.0f && ve[h / 2 - 1] == 1.0f, "a second range's moments, up and down%s%s",
+	   err.msg[0] ? ": " : "", err.msg);
+	ok(gk_nn_cuda_moments(part[1], h / 2, h, mo, ve, 0, &e3) < 0 &&
+	   strstr(e3.msg, "they cover") != NULL, "a third range refused: %s", e3.msg);
+	free(mo);
+	free(ve);
+	free(one);
 	/*
 	 * The master of part[0]'s other half, written as an allgather
 	 * would, and the working copy rounded from it: the next forward

@@ -1,0 +1,116 @@
+#!/bin/sh
+test_description='gpu-train --pp on --device cuda
+
+A pipeline of GPUs: each stage runs its layers on its device (the
+embedding on the first, the final norm and the head on the last), the
+activations and their gradients go between the stages over NCCL (send
+and receive in groups on a communicator of the pipeline), the tied
+embedding'"'"'s two gradients are summed over NCCL. Against one GPU on the
+same global batch the losses are the same bits (the same kernels in the
+same order on each micro-batch), fp32 and bf16, 1F1B and GPipe, and so is
+the validation loss of the pipeline forward; against the
+CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). A
+stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
+checkpoint resumes on one GPU (the same bits as the run that never
+stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
+their gradients through host memory (--comm mpi, ZeRO 0), within 1e-6 of
+one GPU; other data-parallel settings are refused before any work.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+test_gpu_prereqs HAVE_CUDA
+
+# Two stages, each on its own GPU (NCCL takes one rank a device in a
+# communicator). 3 micro-batches: under 1F1B the first stage keeps 2 in
+# flight, each in its own activation slot. Under the CUDA emulation a
+# kernel runs about a thousand times slower than on a GPU: 3 steps, the
+# checkpoint at step 2.
+N=3
+A="--data train.bin $TINY --batch 4 --grad-accum 3 --steps $N --json"
+G="$A --device cuda --precision fp32"
+# evaluation at the last step: the pipeline forward only
+E="--val-data val.bin --eval-every $N --eval-batches 2"
+
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, and of the CPU pipeline within 1e-4' '
+	train_data &&
+	gpu-train $G $E >one.json &&
+	losses one.json >one &&
+	test $(wc -l <one) = $N &&
+	mpi 2 $G $E --pp 2 >pp.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | (.device | startswith(\"cuda:\")) and .pp == 2 and .dp == 1" pp.json &&
+	losses pp.json >pp &&
+	test_cmp one pp &&
+	jq -r "select(.event == \"summary\") | .val_loss" one.json >one.val &&
+	jq -r "select(.event == \"summary\") | .val_loss" pp.json >pp.val &&
+	grep "^[0-9]" one.val &&
+	test_cmp one.val pp.val &&
+	mpi 2 $G --pp 2 --pp-schedule gpipe >gp.json &&
+	losses gp.json >gp &&
+	test_cmp one gp &&
+	mpi 2 $A --device cpu --pp 2 >cpu.json &&
+	losses cpu.json >cpu &&
+	close_to pp cpu 1e-4
+'
+
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs in bf16 (bf16 activations between the stages): the losses of one GPU bit for bit' '
+	gpu-train $A --device cuda --precision bf16 >one16.json &&
+	mpi 2 $A --device cuda --precision bf16 --pp 2 >pp16.json &&
+	losses one16.json >one16 &&
+	losses pp16.json >pp16 &&
+	test $(wc -l <pp16) = $N &&
+	test_cmp one16 pp16
+'
+
+test_expect_success 'GPUS,MPI' 'stage 0 on its GPU: parameters, gradients and optimizer = mem-estimate --pp 2' '
+	python3 - pp.json cfg.json <<-\PY &&
+	import json, sys
+	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
+	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
+	           "n_head": st["heads"], "vocab_size": st["vocab"],
+	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
+	PY
+	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --grad-accum 3 \
+		--no-dropout --pp 2 --json >me.json &&
+	python3 - pp.json me.json <<-\PY
+	import json, sys
+	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
+	est = json.load(open(sys.argv[2]))
+	g, m = st["memory"], est["bytes"]
+	assert est["stage"] == 0, est["stage"]
+	for k in ("parameters", "gradients", "optimizer"):
+	    if g[k] != m[k]:
+	        sys.exit("%s: gpu-train %d, mem-estimate --pp %d" % (k, g[k], m[k]))
+	print("stage 0:", g["parameters"], g["gradients"], g["optimizer"])
+	PY
+'
+
+test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on one GPU (the same bits) and on the CPU (within 1e-4)' '
+	mpi 2 $G --pp 2 --until 2 --ckpt-dir ck >/dev/null &&
+	jq -e ".pp == 2" ck/latest/trainer.json &&
+	tail -n 1 one >one.tail &&
+	cp -R ck ckg &&
+	gpu-train $G --ckpt-dir ckg --resume >rg.json 2>err &&
+	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
+	losses rg.json >rg &&
+	test_cmp one.tail rg &&
+	cp -R ck ckc &&
+	gpu-train $A --device cpu --ckpt-dir ckc --resume >rc.json &&
+	losses rc.json >rc &&
+	test $(wc -l <rc) = 1 &&
+	close_to rc one.tail 1e-4
+'
+
+test_expect_success 'GPUS,MPI' 'pp 2 x dp 2 on GPUs: --comm mpi within 1e-6 of one GPU on the same global batch; without it, refused before any work' '
+	gpu-train $G --batch 8 >one8.json &&
+	mpi 4 $G --pp 2 --comm mpi >pd.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2" pd.json &&
+	losses one8.json >one8 &&
+	losses pd.json >pd &&
+	close_to pd one8 1e-6 &&
+	test_expect_code 2 mpi 4 $G --pp 2 2>err &&
+	grep "^gpu-train: --pp 2 on GPUs with 2 data-parallel groups: .* --comm mpi and ZeRO 0" err &&
+	test_expect_code 2 mpi 4 $G --pp 2 --comm mpi --zero 1 2>err &&
+	grep "leave --zero out" err
+'
+
+test_done
