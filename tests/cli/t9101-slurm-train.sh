@@ -269,6 +269,41 @@ test_expect_success 'sbatch-train: USR1 before the ranks start requeues the job,
 	jq -s -e "[.[] | select(.event == \"step\") | .step] == [1, 2, 3, 4]" early.jsonl
 '
 
+# A stop while srun starts (its wrapper here signals the batch shell once
+# and sleeps before it runs srun) used to kill srun, which had not set its
+# handler yet (exit 138, the job gone); one srun gets before its tasks run
+# is dropped by Slurm. srun now starts with USR1 ignored, and the stop goes
+# again once the run has logged its start: the ranks, which wait in step 1
+# for a signal (GK_TEST_WAIT_SIGNAL) and so cannot finish without it,
+# checkpoint, and the job is requeued and completes.
+test_expect_success 'sbatch-train: USR1 while srun starts reaches the ranks once they run: checkpoint, requeue' '
+	mkdir starting &&
+	cat >starting/srun <<-EOF &&
+	#!/bin/sh
+	if mkdir "$PWD/starting/signalled" 2>/dev/null; then
+		kill -USR1 \$(pgrep -o -f "/job0*\$SLURM_JOB_ID/slurm_script")
+		sleep 1
+	fi
+	exec $(command -v srun) "\$@"
+	EOF
+	chmod +x starting/srun &&
+	PATH="$PWD/starting:$PATH" GK_TEST_WAIT_SIGNAL=1:1 DATA=train.bin MODEL="$TINY" \
+		ARGS="--batch 4" STEPS=4 BIND=0 CKPT="$PWD/ck-starting" LOG=starting.jsonl \
+		sbatch --parsable -N 1 --ntasks-per-node 2 -o starting.out -e starting.err \
+		"$GK_TOP/scripts/sbatch-train" >jobid-starting &&
+	job=$(cat jobid-starting) &&
+	test_when_finished "scancel $job 2>/dev/null || :" &&
+	wait_requeued $job &&
+	cat starting.err &&
+	test -d starting/signalled &&
+	grep -Fx "sbatch-train: stopped at step 1 of 4: requeueing" starting.err &&
+	test -f ck-starting/step-00000001/COMMIT &&
+	scontrol show job $job >show-starting &&
+	grep -E "Restarts=1( |$)" show-starting &&
+	grep "JobState=COMPLETED" show-starting &&
+	jq -s -e "[.[] | select(.event == \"step\") | .step] == [1, 2, 3, 4]" starting.jsonl
+'
+
 test_expect_success 'a failing training job: its exit code and message reach the user' '
 	test_expect_code 1 timeout 120 env DATA=missing.bin MODEL="$TINY" ARGS="--batch 4" \
 		STEPS=4 BIND=0 CKPT="$PWD/ck-bad" LOG=bad.jsonl \
