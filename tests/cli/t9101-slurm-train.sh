@@ -273,9 +273,10 @@ test_expect_success 'sbatch-train: USR1 before the ranks start requeues the job,
 # and sleeps before it runs srun) used to kill srun, which had not set its
 # handler yet (exit 138, the job gone); one srun gets before its tasks run
 # is dropped by Slurm. srun now starts with USR1 ignored, and the stop goes
-# again once the run has logged its start: the ranks, which wait in step 1
-# for a signal (GK_TEST_WAIT_SIGNAL) and so cannot finish without it,
-# checkpoint, and the job is requeued and completes.
+# again once the run has logged its start: the ranks, which wait inside
+# step 2 for a signal (GK_TEST_WAIT_SIGNAL, the first run only) and so
+# cannot finish without it, stop at step 1's checkpoint, and the job is
+# requeued and completes.
 test_expect_success 'sbatch-train: USR1 while srun starts reaches the ranks once they run: checkpoint, requeue' '
 	mkdir starting &&
 	cat >starting/srun <<-EOF &&
@@ -283,12 +284,14 @@ test_expect_success 'sbatch-train: USR1 while srun starts reaches the ranks once
 	if mkdir "$PWD/starting/signalled" 2>/dev/null; then
 		kill -USR1 \$(pgrep -o -f "/job0*\$SLURM_JOB_ID/slurm_script")
 		sleep 1
+	else
+		unset GK_TEST_WAIT_SIGNAL
 	fi
 	exec $(command -v srun) "\$@"
 	EOF
 	chmod +x starting/srun &&
-	PATH="$PWD/starting:$PATH" GK_TEST_WAIT_SIGNAL=1:1 DATA=train.bin MODEL="$TINY" \
-		ARGS="--batch 4" STEPS=4 BIND=0 CKPT="$PWD/ck-starting" LOG=starting.jsonl \
+	PATH="$PWD/starting:$PATH" GK_TEST_WAIT_SIGNAL=2:1 DATA=train.bin MODEL="$TINY" \
+		ARGS="--batch 4 --grad-accum 2" STEPS=4 BIND=0 CKPT="$PWD/ck-starting" LOG=starting.jsonl \
 		sbatch --parsable -N 1 --ntasks-per-node 2 -o starting.out -e starting.err \
 		"$GK_TOP/scripts/sbatch-train" >jobid-starting &&
 	job=$(cat jobid-starting) &&
