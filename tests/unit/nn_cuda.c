@@ -9,6 +9,9 @@
  *   - the fused classifier of a training step at the model's shapes (B*T
  *     rows of its vocabulary, padded to 128) against the CPU's forward and
  *     backward, fp32 and bf16;
+ *   - the memory-bound kernels' 16-byte packed paths against their scalar
+ *     paths (bit for bit where the order of additions is the same) and
+ *     the CPU, fp32 and bf16, at C 64 and at odd shapes (test_packed);
  *   - one full training step, CPU vs GPU in fp32 (loss and every gradient)
  *     and in bf16 (loss); the same loss and gradients, bit for bit, from a
  *     backward after an evaluation forward (gk_nn_set_eval) and after a
