@@ -2,7 +2,8 @@
  * kernels.cuh - what the kernel files of lib/nn share: loads and stores
  * of the activation type (bf16 through core/half.h, so a kernel rounds
  * exactly as gk_convert and gk_cuda_convert do), warp and block sums in
- * a fixed order, and the row loop. The grid-stride loop and the launch
+ * a fixed order, 16-byte packed loads and stores (Packed128), and the
+ * row loop. The grid-stride loop and the launch
  * check are lib/cuda's (cuda/kernel.cuh), as every module's kernels use.
  */
 #ifndef GK_NN_KERNELS_CUH
@@ -10,6 +11,7 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/half.h"
 #include "cuda/kernel.cuh"
@@ -35,6 +37,89 @@ template <> __device__ __forceinline__ float stf<float>(float x)
 template <> __device__ __forceinline__ uint16_t stf<uint16_t>(float x)
 {
 	return gk_f32_to_bf16(x);
+}
+
+/*
+ * Packed128<T>: 16 bytes of T, 4 floats or 8 bf16, moved in one load or
+ * store (reference: llm.c llmc/cuda_utils.cuh, Packed128 and load128).
+ * The memory-bound kernels read and write their rows this way where the
+ * row length is a multiple of Packed128<T>::size and every pointer is
+ * 16-byte aligned (vec16, checked at launch); otherwise they run their
+ * scalar loop, the same arithmetic one element at a time. The math on
+ * each element stays math.h's, in float, so a packed kernel gives the
+ * scalar kernel's bits wherever its order of additions is the same.
+ *
+ * Every 128-bit access goes through a cache-hint intrinsic, which the
+ * CPU emulation of CUDA checks for alignment (a misaligned vector access
+ * is a fault on a GPU):
+ *   load128    __ldg   read-only for the whole kernel and read again
+ *                      (weights shared by the rows)
+ *   load128cs  __ldcs  streamed: read once (activations, gradients)
+ *   load128cg  __ldcg  through L2 only: what the kernel also writes
+ *   store128   __stcg  written for a later kernel to read
+ *   store128cs __stcs  streamed: written once, not read again soon
+ */
+template <typename T> struct alignas(16) Packed128 {
+	enum { size = 16 / sizeof(T) };
+	T v[size];
+	__device__ __forceinline__ float f(int k) const
+	{
+		return ldf(v[k]);
+	}
+	__device__ __forceinline__ void set(int k, float x)
+	{
+		v[k] = stf<T>(x);
+	}
+};
+
+template <typename T> __device__ __forceinline__ Packed128<T> pk_from(int4 q)
+{
+	Packed128<T> r;
+	memcpy(&r, &q, 16);
+	return r;
+}
+template <typename T> __device__ __forceinline__ int4 pk_bits(const Packed128<T> &p)
+{
+	int4 q;
+	memcpy(&q, &p, 16);
+	return q;
+}
+template <typename T> __device__ __forceinline__ Packed128<T> load128(const T *p)
+{
+	return pk_from<T>(__ldg((const int4 *)p));
+}
+template <typename T> __device__ __forceinline__ Packed128<T> load128cs(const T *p)
+{
+	return pk_from<T>(__ldcs((const int4 *)p));
+}
+template <typename T> __device__ __forceinline__ Packed128<T> load128cg(const T *p)
+{
+	return pk_from<T>(__ldcg((const int4 *)p));
+}
+template <typename T> __device__ __forceinline__ void store128(T *p, const Packed128<T> &v)
+{
+	__stcg((int4 *)p, pk_bits(v));
+}
+template <typename T> __device__ __forceinline__ void store128cs(T *p, const Packed128<T> &v)
+{
+	__stcs((int4 *)p, pk_bits(v));
+}
+
+/* Whether a kernel over rows of n elements of T may take the packed
+ * path: n a multiple of Packed128<T>::size and every pointer (nullptr
+ * allowed) 16-byte aligned. On the host, at launch. */
+template <typename T> static inline bool vec16_ptrs()
+{
+	return true;
+}
+template <typename T, typename P, typename... R>
+static inline bool vec16_ptrs(const P *p, const R *...r)
+{
+	return (uintptr_t)p % 16 == 0 && vec16_ptrs<T>(r...);
+}
+template <typename T, typename... P> static inline bool vec16(uint64_t n, const P *...p)
+{
+	return n % Packed128<T>::size == 0 && vec16_ptrs<T>(p...);
 }
 
 /*

@@ -16,7 +16,13 @@
  *   - nvcuda::wmma's collectives (include/mma.h) not called by the whole
  *     warp with the same arguments, or with a misaligned pointer or ldm;
  *   - the launch limits of sm_90 (threads and dimensions of a block, the
- *     grid's dimensions, dynamic shared memory).
+ *     grid's dimensions, dynamic shared memory);
+ *   - a load or store through the cache-hint intrinsics (__ldg, __ldcg,
+ *     __ldcs, __stcg, __stcs) at an address that is not a multiple of
+ *     its type's alignment: a 16-byte int4 or float4 at an address that
+ *     is no multiple of 16 is a misaligned address fault on a GPU, and
+ *     works on the CPU. lib/nn's 128-bit accesses (kernels.cuh's
+ *     Packed128) all go through these, so each one is checked here.
  * __shared__ variables live in one section that is filled with a new
  * garbage pattern before every block, so a read before a write gives a
  * different value from run to run and from block to block.
@@ -115,6 +121,13 @@ void warp_all(const char *what, void *arg, void (*op)(void *const *args));
  * x[e % 8]) holds the matrix's element at row tab[e] / 16, column
  * tab[e] % 16 (a permutation by CUEMU_SEED). */
 const uint16_t *wmma_layout(unsigned kind);
+/* Stops the kernel: what (an intrinsic) of bytes at p, not aligned to align. */
+[[noreturn]] void misaligned(const void *p, size_t bytes, size_t align, const char *what);
+template <typename V> inline void check_aligned(const V *p, const char *what)
+{
+	if ((uintptr_t)p % alignof(V))
+		misaligned((const void *)p, sizeof(V), alignof(V), what);
+}
 
 /*
  * A launch: cuemu::launch_at("k", __FILE__, __LINE__, grid, block, shmem,
@@ -251,6 +264,25 @@ inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
 		src = l;
 	return cuemu::shfl(mask, v, src, "__shfl_up_sync");
 }
+
+/* The cache hints change nothing here but the alignment check. */
+template <typename V> inline V cuemu_ld(const V *p, const char *what)
+{
+	cuemu::check_aligned(p, what);
+	V v;
+	memcpy((void *)&v, (const void *)p, sizeof v);
+	return v;
+}
+template <typename V> inline void cuemu_st(V *p, const V &v, const char *what)
+{
+	cuemu::check_aligned(p, what);
+	memcpy((void *)p, (const void *)&v, sizeof v);
+}
+template <typename V> inline V __ldg(const V *p) { return cuemu_ld(p, "__ldg"); }
+template <typename V> inline V __ldcg(const V *p) { return cuemu_ld(p, "__ldcg"); }
+template <typename V> inline V __ldcs(const V *p) { return cuemu_ld(p, "__ldcs"); }
+template <typename V> inline void __stcg(V *p, V v) { cuemu_st(p, v, "__stcg"); }
+template <typename V> inline void __stcs(V *p, V v) { cuemu_st(p, v, "__stcs"); }
 
 inline float __fadd_rn(float a, float b) { return cuemu::gpu_nan(a + b); }
 inline float __fsub_rn(float a, float b) { return cuemu::gpu_nan(a - b); }

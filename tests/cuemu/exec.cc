@@ -435,6 +435,15 @@ unsigned active_lanes()
 	return m;
 }
 
+void misaligned(const void *p, size_t bytes, size_t align, const char *what)
+{
+	if (!running)
+		fail("%s outside a kernel", what);
+	unsigned t = running->f[running->cur].linear;
+	kfail("thread %u: %s of %zu bytes at %p, which is not %zu-byte aligned (a misaligned "
+	      "address fault on a GPU)", t, what, bytes, p, align);
+}
+
 /* One warp collective: every lane of mask arrives, the last one
  * computes everyone's result (so no lane can overwrite its value before
  * the others have read it), the others wait. */

@@ -114,6 +114,14 @@ __global__ void read_before_write(unsigned *out)
 	sh[1] = 0;
 }
 
+/* 16 bytes a thread through the cache hints, at in + off floats: aligned
+ * with off 0, a misaligned vector load (a fault on a GPU) with off 1 */
+__global__ void copy128(float4 *out, const float *in, int off)
+{
+	float4 v = __ldcs((const float4 *)(in + off) + threadIdx.x);
+	__stcs(out + threadIdx.x, v);
+}
+
 __global__ void fill(float *x, float v)
 {
 	x[threadIdx.x] = v;
@@ -640,6 +648,12 @@ static void run_partial_warp(void)
 	cudaDeviceSynchronize();
 }
 
+static void run_misaligned(void)
+{
+	copy128<<<1, 4>>>((float4 *)dev_floats(16), dev_floats(20), 1);
+	cudaDeviceSynchronize();
+}
+
 static void CUDART_CB spin(void *arg)
 {
 	while (!*(volatile int *)arg)
@@ -951,6 +965,15 @@ int main(int argc, char **argv)
 	diag("%.*s", (int)strcspn(got, "\n"), got);
 	ok(dies_with(run_partial_warp, "does not have", got, sizeof got),
 	   "a full mask in a partial warp stops the kernel");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+
+	float *d4 = dev_floats(32), h4[16];
+	copy128<<<1, 4>>>((float4 *)d4, din, 0);
+	cudaMemcpy(h4, d4, sizeof h4, cudaMemcpyDeviceToHost);
+	ok(!memcmp(h4, h, sizeof h4), "16-byte __ldcs and __stcs at aligned addresses copy");
+	ok(dies_with(run_misaligned, "__ldcs of 16 bytes at", got, sizeof got) &&
+		   strstr(got, "not 16-byte aligned") && strstr(got, "copy128"),
+	   "a 16-byte load at an address that is no multiple of 16 stops the kernel, named");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
 
 	float *dm = dev_floats(64), m[64];

@@ -9,6 +9,9 @@
  *   - the fused classifier of a training step at the model's shapes (B*T
  *     rows of its vocabulary, padded to 128) against the CPU's forward and
  *     backward, fp32 and bf16;
+ *   - the memory-bound kernels' 16-byte packed paths against their scalar
+ *     paths (bit for bit where the order of additions is the same) and
+ *     the CPU, fp32 and bf16, at C 64 and at odd shapes (test_packed);
  *   - one full training step, CPU vs GPU in fp32 (loss and every gradient)
  *     and in bf16 (loss); the same loss and gradients, bit for bit, from a
  *     backward after an evaluation forward (gk_nn_set_eval) and after a
@@ -31,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/half.h"
 #include "cuda/cuda.h"
 #include "nn/cuda_internal.h"
 #include "nn/nn.h"
@@ -331,6 +335,282 @@ static void test_kernels(void)
 	ok(fabs(sq - want) <= 1e-12 * want, "sum of squares: %.17g, CPU %.17g", sq, want);
 	ok(err.msg[0] == 0, "kernels: no launch error%s%s", err.msg[0] ? ": " : "", err.msg);
 	free(p1), free(p2), free(gg), free(m1), free(v1), free(m2), free(v2);
+}
+
+/* ---- 16-byte packed paths against the scalar ones and the CPU ---------------------- */
+
+/*
+ * The memory-bound kernels move 16 bytes a load where the row length is
+ * a multiple of 8 bf16 or 4 floats and every pointer is 16-byte aligned,
+ * and one element a load otherwise (lib/nn/kernels.cuh, Packed128).
+ * Each kernel runs twice per storage type and hidden size (C 64; with
+ * GK_TEST_ODD_SHAPES C 48 and 36), B 3, T 37: on aligned buffers (the
+ * packed path where C allows: C 64 and 48 do for both types, C 36 for
+ * fp32 only) and on buffers one element past alignment (always
+ * the scalar path). Where the order of additions is the same in both
+ * (everything but the rows of LayerNorm and the norm's partial sums),
+ * the two give the same bits, and the element-wise kernels the bits of
+ * the CPU's functions; the rest is held to the CPU within bounds. Under
+ * the CUDA emulation a misaligned 16-byte access stops the kernel.
+ */
+enum { PB = 3, PT = 37, PN = PB * PT, PV = 13 };
+
+static size_t esize(gk_dtype dt)
+{
+	return dt == GK_DT_BF16 ? 2 : 4;
+}
+/* x rounded to what dt stores */
+static void as_dt(float *x, size_t n, gk_dtype dt)
+{
+	if (dt == GK_DT_BF16)
+		for (size_t i = 0; i < n; i++)
+			x[i] = gk_bf16_to_f32(gk_f32_to_bf16(x[i]));
+}
+/* n values of x in dt on the device, off elements past a 256-byte
+ * aligned allocation */
+static void *put(const float *x, size_t n, gk_dtype dt, int off)
+{
+	size_t es = esize(dt);
+	char *h = calloc(n + 8, es);
+	for (size_t i = 0; i < n; i++) {
+		if (dt == GK_DT_BF16) {
+			uint16_t b = gk_f32_to_bf16(x[i]);
+			memcpy(h + (i + off) * es, &b, 2);
+		} else {
+			memcpy(h + (i + off) * es, &x[i], 4);
+		}
+	}
+	char *d = gpu_dev(h, (n + 8) * es);
+	free(h);
+	return d + off * es;
+}
+/* n floats of device scratch, off floats past alignment */
+static float *scratch_at(size_t n, int off)
+{
+	return (float *)gpu_dev(NULL, (n + 8) * 4) + off;
+}
+static void get(float *x, const void *d, size_t n, gk_dtype dt)
+{
+	if (dt == GK_DT_BF16) {
+		uint16_t *h = malloc(n * 2);
+		gpu_back(h, d, n * 2);
+		for (size_t i = 0; i < n; i++)
+			x[i] = gk_bf16_to_f32(h[i]);
+		free(h);
+	} else {
+		gpu_back(x, d, n * 4);
+	}
+}
+static size_t differ(const float *a, const float *b, size_t n)
+{
+	size_t d = 0;
+	for (size_t i = 0; i < n; i++)
+		d += memcmp(&a[i], &b[i], 4) != 0;
+	return d;
+}
+
+static void test_packed_shape(int C, gk_dtype dt)
+{
+	const char *tn = dt == GK_DT_BF16 ? "bf16" : "fp32";
+	gk_err err = {0};
+	size_t NC = (size_t)PN * C, chunks = gk_nn_colsum_chunks(PN);
+	/* [0]: aligned, [1]: one element off */
+	float *in = malloc(NC * 4), *in2 = malloc(NC * 4), *w = malloc(2 * C * 4);
+	float *ref = malloc(NC * 4), *got[2] = {malloc(NC * 4), malloc(NC * 4)};
+	float *wte = malloc(PV * C * 4), *wpe = malloc(PT * C * 4);
+	float *g1 = malloc(PV * C * 4), *pe1 = malloc(PT * C * 4);
+	float *g2[2] = {malloc(PV * C * 4), malloc(PV * C * 4)};
+	float *pe2[2] = {malloc(PT * C * 4), malloc(PT * C * 4)};
+	float mean[PN], rstd[PN], dmean[PN], drstd[PN];
+	int32_t tok[PN], uniq[PN], start[PN + 1], pos[PN], count[PV];
+	for (int i = 0; i < PN; i++)
+		tok[i] = (i * 5) % PV;
+	int32_t *dtok = gpu_dev(tok, sizeof(tok));
+
+	/* encoder forward: one addition, the CPU's bits */
+	fill(wte, (size_t)PV * C, 1.0f);
+	fill(wpe, (size_t)PT * C, 1.0f);
+	as_dt(wte, (size_t)PV * C, dt);
+	as_dt(wpe, (size_t)PT * C, dt);
+	gk_nn_cpu_encoder_fwd(ref, tok, wte, wpe, PB, PT, C, 1);
+	as_dt(ref, NC, dt);
+	for (int o = 0; o < 2; o++) {
+		void *d = put(ref, NC, dt, o); /* overwritten */
+		gk_nn_cu_encoder_fwd(d, dtok, put(wte, (size_t)PV * C, dt, o),
+				     put(wpe, (size_t)PT * C, dt, o), dt, PB, PT, C, NULL, &err);
+		get(got[o], d, NC, dt);
+	}
+	ok(differ(got[0], ref, NC) == 0 && differ(got[1], ref, NC) == 0,
+	   "packed C %d %s: encoder forward, aligned and not, the CPU's bits", C, tn);
+
+	/* encoder backward: the same sums each way; the CPU's within 1e-6 */
+	fill(in, NC, 1.0f);
+	as_dt(in, NC, dt);
+	fill(g1, (size_t)PV * C, 1.0f);
+	fill(pe1, (size_t)PT * C, 1.0f);
+	int nb = gk_nn_token_buckets(tok, PN, PV, uniq, start, pos, count);
+	int32_t *du = gpu_dev(uniq, sizeof(uniq)), *ds = gpu_dev(start, sizeof(start));
+	int32_t *dp = gpu_dev(pos, sizeof(pos));
+	for (int o = 0; o < 2; o++) {
+		float *dw = put(g1, (size_t)PV * C, GK_DT_F32, o);
+		float *dwp = put(pe1, (size_t)PT * C, GK_DT_F32, o);
+		gk_nn_cu_encoder_bwd(dw, dwp, put(in, NC, dt, o), dt, du, ds, dp, nb, PB, PT, C,
+				     NULL, &err);
+		gpu_back(g2[o], dw, (size_t)PV * C * 4);
+		gpu_back(pe2[o], dwp, (size_t)PT * C * 4);
+	}
+	gk_nn_cpu_encoder_bwd(g1, pe1, in, tok, PB, PT, C, 1);
+	ok(differ(g2[0], g2[1], (size_t)PV * C) == 0 && differ(pe2[0], pe2[1], (size_t)PT * C) == 0,
+	   "packed C %d %s: encoder backward, packed and scalar the same bits", C, tn);
+	close_enough("packed: encoder backward wte", g2[0], g1, (size_t)PV * C, 1e-6, 1e-6);
+	close_enough("packed: encoder backward wpe", pe2[0], pe1, (size_t)PT * C, 1e-6, 1e-6);
+
+	/* LayerNorm forward: rows summed in another order, within bounds */
+	double tol = dt == GK_DT_BF16 ? 1e-2 : 1e-5, rel = dt == GK_DT_BF16 ? 8e-3 : 1e-5;
+	fill(in, NC, 3.0f);
+	for (size_t i = 0; i < NC; i++)
+		in[i] += 2.0f;
+	as_dt(in, NC, dt);
+	fill(w, 2 * C, 1.0f);
+	as_dt(w, 2 * C, dt);
+	gk_nn_cpu_layernorm_fwd(ref, mean, rstd, in, w, w + C, PN, C, 1e-5f, 1);
+	void *dx[2], *dlw[2];
+	float *dm[2], *dr[2];
+	for (int o = 0; o < 2; o++) {
+		void *d = put(ref, NC, dt, o);
+		dx[o] = put(in, NC, dt, o);
+		dlw[o] = put(w, 2 * C, dt, o);
+		dm[o] = gpu_dev(NULL, PN * 4);
+		dr[o] = gpu_dev(NULL, PN * 4);
+		gk_nn_cu_layernorm_fwd(d, dm[o], dr[o], dx[o], dlw[o],
+				       (char *)dlw[o] + C * esize(dt), dt, PN, C, 1e-5f, NULL, &err);
+		get(got[o], d, NC, dt);
+		gpu_back(dmean, dm[o], PN * 4);
+		gpu_back(drstd, dr[o], PN * 4);
+		close_enough(o ? "packed: layernorm forward, scalar" : "packed: layernorm forward",
+			     got[o], ref, NC, tol, rel);
+		close_enough("packed: layernorm forward, mean", dmean, mean, PN, 1e-6, 1e-5);
+		close_enough("packed: layernorm forward, rstd", drstd, rstd, PN, 1e-6, 1e-5);
+	}
+
+	/* LayerNorm backward on the packed forward's statistics (both
+	 * ways): dinp within bounds, dw and db the same bits */
+	float *dout = malloc(NC * 4), *gw1 = malloc(2 * C * 4);
+	float *gw2[2] = {malloc(2 * C * 4), malloc(2 * C * 4)};
+	fill(dout, NC, 1.0f);
+	as_dt(dout, NC, dt);
+	fill(in2, NC, 1.0f);
+	as_dt(in2, NC, dt);
+	fill(gw1, 2 * C, 1.0f);
+	for (int o = 0; o < 2; o++) {
+		void *ddin = put(in2, NC, dt, o);
+		float *dg = put(gw1, 2 * C, GK_DT_F32, o);
+		float *scr = scratch_at(chunks * 2 * C, o);
+		gk_nn_cu_layernorm_bwd(ddin, dg, dg + C, scr, put(dout, NC, dt, o), dx[o], dlw[o],
+				       dm[0], dr[0], dt, PN, C, NULL, &err);
+		get(got[o], ddin, NC, dt);
+		gpu_back(gw2[o], dg, 2 * C * 4);
+	}
+	memcpy(ref, in2, NC * 4);
+	gpu_back(mean, dm[0], PN * 4);
+	gpu_back(rstd, dr[0], PN * 4);
+	gk_nn_cpu_layernorm_bwd(ref, gw1, gw1 + C, dout, in, w, mean, rstd, PN, C, 1);
+	close_enough("packed: layernorm backward, dinp", got[0], ref, NC,
+		     dt == GK_DT_BF16 ? 2e-2 : 1e-5, dt == GK_DT_BF16 ? 8e-3 : 1e-4);
+	close_enough("packed: layernorm backward, dinp, scalar", got[1], ref, NC,
+		     dt == GK_DT_BF16 ? 2e-2 : 1e-5, dt == GK_DT_BF16 ? 8e-3 : 1e-4);
+	ok(differ(gw2[0], gw2[1], 2 * C) == 0,
+	   "packed C %d %s: layernorm dw and db, packed and scalar the same bits", C, tn);
+	close_enough("packed: layernorm backward, dw and db", gw2[0], gw1, 2 * C, 1e-4, 1e-4);
+
+	/* column sums (bias gradients) over 4C columns */
+	float *cs = malloc(4 * NC * 4), cb1[4 * 64], cb2[2][4 * 64];
+	fill(cs, 4 * NC, 1.0f);
+	as_dt(cs, 4 * NC, dt);
+	fill(cb1, 4 * C, 1.0f);
+	for (int o = 0; o < 2; o++) {
+		float *db = put(cb1, 4 * C, GK_DT_F32, o);
+		float *scr = scratch_at(chunks * 4 * C, o);
+		gk_nn_cu_colsum(db, scr, put(cs, 4 * NC, dt, o), dt, PN, 4 * C, NULL, &err);
+		gpu_back(cb2[o], db, 4 * C * 4);
+	}
+	for (int c = 0; c < 4 * C; c++)
+		for (int i = 0; i < PN; i++)
+			cb1[c] += cs[(size_t)i * 4 * C + c];
+	ok(differ(cb2[0], cb2[1], 4 * C) == 0,
+	   "packed C %d %s: column sums, packed and scalar the same bits", C, tn);
+	close_enough("packed: column sums", cb2[0], cb1, 4 * C, 1e-5, 1e-5);
+
+	/* AdamW over T x C values and the working copy: the CPU's bits */
+	size_t n = (size_t)PT * C;
+	float *p1 = malloc(n * 4), *gg = malloc(n * 4), *m1 = malloc(n * 4), *v1 = malloc(n * 4);
+	float *q[2][4];
+	fill(p1, n, 1.0f);
+	fill(gg, n, 0.1f);
+	fill(m1, n, 0.01f);
+	fill(v1, n, 0.0f);
+	for (size_t i = 0; i < n; i++)
+		v1[i] *= v1[i];
+	gk_nn_adamw c = {0.9f, 0.95f, 1e-8f, 0.1f};
+	gk_nn_adamw_k k;
+	float decay;
+	gk_nn_adamw_consts(&c, 1e-3f, 3, &k, &decay);
+	for (int o = 0; o < 2; o++) {
+		float *dpp = put(p1, n, GK_DT_F32, o), *dgg = put(gg, n, GK_DT_F32, o);
+		float *dmm = put(m1, n, GK_DT_F32, o), *dvv = put(v1, n, GK_DT_F32, o);
+		void *dpw = put(p1, n, dt, o);
+		gk_nn_cu_adamw(dpp, dpw, dt, dgg, 0.5f, dmm, dvv, n, &k, decay, NULL, &err);
+		for (int j = 0; j < 4; j++)
+			q[o][j] = malloc(n * 4);
+		gpu_back(q[o][0], dpp, n * 4);
+		gpu_back(q[o][1], dmm, n * 4);
+		gpu_back(q[o][2], dvv, n * 4);
+		get(q[o][3], dpw, n, dt);
+	}
+	for (size_t i = 0; i < n; i++)
+		gk_nn_adamw_elem(&p1[i], gg[i] * 0.5f, &m1[i], &v1[i], &k, decay);
+	memcpy(ref, p1, n * 4);
+	as_dt(ref, n, dt);
+	for (int o = 0; o < 2; o++)
+		ok(differ(q[o][0], p1, n) == 0 && differ(q[o][1], m1, n) == 0 &&
+			   differ(q[o][2], v1, n) == 0 && differ(q[o][3], ref, n) == 0,
+		   "packed C %d %s: AdamW %s, parameters, moments and working copy the CPU's bits",
+		   C, tn, o ? "one element off (scalar)" : "aligned");
+
+	/* sum of squares over n + 3 values (a tail after the float4s) */
+	float *sq = malloc((n + 3) * 4);
+	fill(sq, n + 3, 1.0f);
+	double want = gk_nn_sumsq(sq, n + 3);
+	for (int o = 0; o < 2; o++) {
+		double *dn = gpu_dev(NULL, (GK_NN_SUM_BLOCKS + 1) * sizeof(double)), s2;
+		gk_nn_cu_sumsq(dn + GK_NN_SUM_BLOCKS, dn, put(sq, n + 3, GK_DT_F32, o), n + 3,
+			       NULL, &err);
+		gpu_back(&s2, dn + GK_NN_SUM_BLOCKS, sizeof(s2));
+		ok(fabs(s2 - want) <= 1e-12 * want, "packed C %d: sum of squares%s %.17g, CPU %.17g",
+		   C, o ? " (one off)" : "", s2, want);
+	}
+	ok(err.msg[0] == 0, "packed C %d %s: no launch error%s%s", C, tn, err.msg[0] ? ": " : "",
+	   err.msg);
+	for (int o = 0; o < 2; o++) {
+		free(got[o]), free(g2[o]), free(pe2[o]), free(gw2[o]);
+		for (int j = 0; j < 4; j++)
+			free(q[o][j]);
+	}
+	free(in), free(in2), free(w), free(ref), free(wte), free(wpe), free(g1), free(pe1);
+	free(dout), free(gw1), free(cs), free(p1), free(gg), free(m1), free(v1), free(sq);
+}
+
+static void test_packed(void)
+{
+#ifdef GK_TEST_ODD_SHAPES
+	static const int Cs[] = {48, 36};
+#else
+	static const int Cs[] = {64};
+#endif
+	for (size_t i = 0; i < sizeof(Cs) / sizeof(Cs[0]); i++) {
+		test_packed_shape(Cs[i], GK_DT_F32);
+		test_packed_shape(Cs[i], GK_DT_BF16);
+	}
 }
 #endif
 
@@ -1055,6 +1335,7 @@ int main(void)
 #if GK_HAVE_CUDA
 	test_kernels();
 	test_classifier();
+	test_packed();
 #endif
 	test_model();
 	test_gelu_epilogue();
