@@ -466,6 +466,33 @@ __device__ static inline void tc_load(uint16_t *dst, int n, const uint16_t *src,
 	}
 }
 
+/* The warp's two score tiles against NK tiles of 16 columns: S = a1 b1^T
+ * and DP = a2 b2^T (the b's rows of LD bf16 in shared memory), each stored
+ * row-major in rows of TC_SS: the backward's S and dP (dq), or S^T and
+ * dP^T (dk, dv) */
+template <int NK, int NF>
+__device__ static inline void tc_two_products(float *S, float *DP, const tc_a *a1,
+					      const tc_a *a2, const uint16_t *b1,
+					      const uint16_t *b2, int LD)
+{
+FL_UNROLL
+	for (int n = 0; n < NK; n++) {
+		tc_acc s, dp;
+		tcw::fill_fragment(s, 0.0f);
+		tcw::fill_fragment(dp, 0.0f);
+FL_UNROLL
+		for (int kk = 0; kk < NF; kk++) {
+			tc_bcol x, y;
+			tcw::load_matrix_sync(x, tc_bf(b1 + n * 16 * LD + kk * 16), LD);
+			tcw::mma_sync(s, a1[kk], x, s);
+			tcw::load_matrix_sync(y, tc_bf(b2 + n * 16 * LD + kk * 16), LD);
+			tcw::mma_sync(dp, a2[kk], y, dp);
+		}
+		tcw::store_matrix_sync(S + n * 16, s, TC_SS, tcw::mem_row_major);
+		tcw::store_matrix_sync(DP + n * 16, dp, TC_SS, tcw::mem_row_major);
+	}
+}
+
 /* The warp's 16 rows of f[0..NF) times mul into row t's y[0..hs) (y NULL
  * past T), through S, two fragments (32 columns) at a time: lanes 2r and
  * 2r + 1 write row r, 16 columns each. */
@@ -643,22 +670,7 @@ FL_UNROLL
 		if (t0 >= T_ || k0 > t0 + 15)
 			continue;
 		/* S = Q K^T, dP = dout V^T */
-FL_UNROLL
-		for (int n = 0; n < NK; n++) {
-			tc_acc s, dp;
-			tcw::fill_fragment(s, 0.0f);
-			tcw::fill_fragment(dp, 0.0f);
-FL_UNROLL
-			for (int kk = 0; kk < NF; kk++) {
-				tc_bcol kb, vb;
-				tcw::load_matrix_sync(kb, tc_bf(sk + n * 16 * LD + kk * 16), LD);
-				tcw::mma_sync(s, qa[kk], kb, s);
-				tcw::load_matrix_sync(vb, tc_bf(sv + n * 16 * LD + kk * 16), LD);
-				tcw::mma_sync(dp, da[kk], vb, dp);
-			}
-			tcw::store_matrix_sync(S + n * 16, s, TC_SS, tcw::mem_row_major);
-			tcw::store_matrix_sync(DP + n * 16, dp, TC_SS, tcw::mem_row_major);
-		}
+		tc_two_products<NK, NF>(S, DP, qa, da, sk, sv, LD);
 		__syncwarp();
 FL_UNROLL
 		for (int e = 0; e < 16; e++) {
@@ -743,22 +755,7 @@ FL_UNROLL
 		if (j0 >= T_ || q0 + TC_BC - 1 < j0) /* no query of the tile sees them */
 			continue;
 		/* S^T = K Q^T, dP^T = V dout^T */
-FL_UNROLL
-		for (int n = 0; n < NK; n++) {
-			tc_acc s, dp;
-			tcw::fill_fragment(s, 0.0f);
-			tcw::fill_fragment(dp, 0.0f);
-FL_UNROLL
-			for (int kk = 0; kk < NF; kk++) {
-				tc_bcol qb, ob;
-				tcw::load_matrix_sync(qb, tc_bf(sq + n * 16 * LD + kk * 16), LD);
-				tcw::mma_sync(s, ka[kk], qb, s);
-				tcw::load_matrix_sync(ob, tc_bf(sdo + n * 16 * LD + kk * 16), LD);
-				tcw::mma_sync(dp, va[kk], ob, dp);
-			}
-			tcw::store_matrix_sync(S + n * 16, s, TC_SS, tcw::mem_row_major);
-			tcw::store_matrix_sync(DP + n * 16, dp, TC_SS, tcw::mem_row_major);
-		}
+		tc_two_products<NK, NF>(S, DP, ka, va, sq, sdo, LD);
 		__syncwarp();
 FL_UNROLL
 		for (int e = 0; e < 16; e++) {
