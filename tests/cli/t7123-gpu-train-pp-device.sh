@@ -15,7 +15,9 @@ checkpoint resumes on one GPU (the same bits as the run that never
 stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
 their gradients over NCCL, each data-parallel group on a communicator of
 its own (or through host memory with --comm mpi: the same bits), within
-1e-6 of one GPU; ZeRO 1 and 2 there are refused before any work.'
+1e-6 of one GPU; under ZeRO 1 (each stage cut over its
+data-parallel group) the bits of ZeRO 0, resumed exactly; ZeRO 2 there
+is refused before any work.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -106,13 +108,13 @@ test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on on
 # its two ranks (one per pipeline), on different devices
 { test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
 
-test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs: over NCCL (--comm nccl and auto) within 1e-6 of one GPU on the same global batch and the --comm mpi run'"'"'s bits; ZeRO 1 refused before any work' '
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs: over NCCL (--comm nccl and auto) within 1e-6 of one GPU on the same global batch and the --comm mpi run'"'"'s bits; ZeRO 2 refused before any work' '
 	gpu-train $G --batch 8 >one8.json &&
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
 	 mpi 4 $G --pp 2 --comm nccl >pn.json &&
 	 mpi 4 $G --pp 2 >pa.json &&
 	 mpi 4 $G --pp 2 --comm mpi >pd.json &&
-	 test_expect_code 2 mpi 4 $G --pp 2 --zero 1 2>err) &&
+	 test_expect_code 2 mpi 4 $G --pp 2 --zero 2 2>err) &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .comm == \"nccl\"" pn.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .comm == \"nccl\"" pa.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .comm == \"mpi\"" pd.json &&
@@ -124,7 +126,24 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs: over NCCL (--comm nccl and
 	done &&
 	test_cmp pd pn &&
 	test_cmp pn pa &&
-	grep "^gpu-train: --pp 2 on GPUs with 2 data-parallel groups: not with --zero 1 .*leave --zero out" err
+	grep "^gpu-train: --pp 2 on GPUs with 2 data-parallel groups: not with --zero 2 (ZeRO 0 or 1 there)" err
+'
+
+# ZeRO-1: each stage's segments cut over its data-parallel group, each
+# one reduce-scatter of unequal pieces over NCCL after the schedule (at 2
+# ranks each sum is ZeRO-0's allreduce's, a sum of two), the update of
+# this rank's pieces, an all-gather of them after it
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"'"'s losses bit for bit; its checkpoint resumes with the same bits' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --pp 2 --zero 1 >pz.json &&
+	 mpi 4 $G --pp 2 --zero 1 --until 2 --ckpt-dir zk >/dev/null &&
+	 mpi 4 $G --pp 2 --zero 1 --ckpt-dir zk --resume >pzr.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 1 and .comm == \"nccl\"" pz.json &&
+	losses pz.json >pz &&
+	test_cmp pn pz &&
+	tail -n 1 pz >pz.tail &&
+	losses pzr.json >pzr &&
+	test_cmp pz.tail pzr
 '
 
 test_done
