@@ -34,7 +34,7 @@ G="$A --device cuda --precision fp32"
 # evaluation at the last step: the pipeline forward only
 E="--val-data val.bin --eval-every $N --eval-batches 2"
 
-test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, and of the CPU pipeline within 1e-4' '
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one), and of the CPU pipeline within 1e-4' '
 	train_data &&
 	gpu-train $G $E >one.json &&
 	losses one.json >one &&
@@ -50,6 +50,10 @@ test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation los
 	mpi 2 $G --pp 2 --pp-schedule gpipe >gp.json &&
 	losses gp.json >gp &&
 	test_cmp one gp &&
+	mpi 2 $G --pp 2 --comm nccl >pn1.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" pn1.json &&
+	losses pn1.json >pn1 &&
+	test_cmp one pn1 &&
 	mpi 2 $A --device cpu --pp 2 >cpu.json &&
 	losses cpu.json >cpu &&
 	close_to pp cpu 1e-4
