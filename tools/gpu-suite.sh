@@ -22,7 +22,8 @@
 #      tests/cli/t7119 (gpu-train --zero 3 over NCCL, 2 GPUs; 3 for one case);
 #      tests/cli/t7123 (gpu-train --pp on GPUs, 2 GPUs): a pipeline's
 #      losses against one GPU's and the CPU pipeline's, its checkpoint
-#      resumed on one GPU and on the CPU, pp 2 x dp 2;
+#      resumed on one GPU and on the CPU, pp 2 x dp 2 over NCCL, ZeRO 0
+#      and 1 (4 GPUs);
 #   3. make check, the whole suite, on this machine;
 #   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
 #      against PyTorch) and allreduce-bench against all_reduce_perf.

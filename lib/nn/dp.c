@@ -203,12 +203,14 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 
 /*
  * The gradients' communicator (--comm). On the CPU, and on a GPU with
- * --comm mpi, it is the world's, over host memory. On a GPU with more
- * than one rank (or --comm nccl, in a world of one too) it is a
- * communicator of the nccl backend on this rank's device, on the model's
- * stream. When NCCL cannot start on some rank, every rank learns it here
- * (a second vote over the world's, whatever the nccl bootstrap already
- * agreed): auto falls back to the host path with a note, nccl fails.
+ * --comm mpi, it is the data-parallel group's, over host memory. On a GPU
+ * with more than one rank in the group (or --comm nccl, in a group of one
+ * too) it is a communicator of the nccl backend on this rank's device, on
+ * the model's stream: the world's without a grid, in one (--pp) the
+ * group's, opened over its host communicator. When NCCL cannot start on
+ * some rank, every rank of the world learns it here (a second vote over
+ * the world's, whatever the nccl bootstrap already agreed): auto falls
+ * back to the host path with a note, nccl fails.
  */
 static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 {
@@ -229,14 +231,17 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 			     .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
 	gk_comm *g = NULL;
 	gk_err why = {0};
-	int ok = gk_comm_open(&g, &cc, &why) == 0 &&
+	/* in a grid (--pp, --tp) over the data-parallel group's ranks only, opened
+	 * over its host communicator; without one over the world's */
+	int ok = (t->grid.dpc != t->comm ? gk_comm_open_device(t->grid.dpc, &cc, &g, &why)
+					   : gk_comm_open(&g, &cc, &why)) == 0 &&
 		 gk_comm_set_stream(g, gk_nn_stream(dp->m), &why) == 0;
 	double v = ok;
 	if (gk_nn_tr_sum(t, &v, 1, err) < 0) {
 		gk_comm_close(g);
 		return -1;
 	}
-	if (ok && v == dp->world) {
+	if (ok && v == t->world) {
 		dp->gcomm = g;
 		dp->dev_grads = 1;
 		return 0;
@@ -244,7 +249,7 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	gk_comm_close(g); /* NULL when it did not open */
 	if (ok)
 		snprintf(why.msg, sizeof(why.msg), "%d of %d ranks could not start NCCL",
-			 dp->world - (int)v, dp->world);
+			 t->world - (int)v, t->world);
 	if (want == GK_COMM_BACKEND_NCCL)
 		return gk_errf(err, "--comm nccl: %s", why.msg);
 	if (dp->zero)
@@ -564,13 +569,13 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 			if (gk_comm_grads_ready(dp->grads, 0, err) < 0)
 				return -1;
 		}
-		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
-		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
-			return -1;
 		/* a pipeline's last stage: the head's part of wte, averaged as
-		 * the buckets are */
-		if (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
-						  dp->head, GK_DT_F32, GK_COMM_AVG, NULL, err) < 0)
+		 * the buckets are (through the host, before the gradients go
+		 * back up) */
+		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
+		    (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
+						   dp->head, GK_DT_F32, GK_COMM_AVG, NULL, err) < 0) ||
+		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
 		if (dp->zero3) /* the step's last backward is done */
 			gk_nn_z3_step_done(dp);
@@ -586,9 +591,18 @@ int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
 {
 	*ss = 0;
 	if (dp->ppshard) {
-		/* the stage's pieces; wte's on the first stage only */
-		for (int k = 0; k < (dp->pp_stage == 0 ? 2 : 1); k++)
-			*ss += gk_nn_pp_sumsq(dp->m, dp->own[k][0], dp->own[k][1]);
+		/* the stage's pieces; wte's on the first stage only (on GPUs
+		 * the device's, no tensor parallelism there) */
+		for (int k = 0; k < (dp->pp_stage == 0 ? 2 : 1); k++) {
+			size_t a = dp->own[k][0], b = dp->own[k][1];
+			double s = 0;
+			if (!dp->dev_grads)
+				s = gk_nn_pp_sumsq(dp->m, a, b);
+			else if (b > a &&
+				 gk_nn_work_sumsq(dp->m, gk_nn_work_grads(dp->m) + a, b - a, &s, err) < 0)
+				return -1;
+			*ss += s;
+		}
 		return 0;
 	}
 	if (!dp->shard)

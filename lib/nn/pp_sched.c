@@ -421,12 +421,6 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 {
 	/* Megatron's embedding group: the head's part of wte's gradient (the
 	 * last stage's) and the embedding's (the first's), summed on both */
-	/* on GPUs with the data-parallel average through host memory (dp.c's
-	 * via_host), the last stage's wte is averaged on the host after the
-	 * range went back up: up again, so that the device has it too */
-	if (t->cuda && t->dp->grads && t->dp->via_host && t->dp->head &&
-	    gk_nn_upload(t->m, GK_NN_GRADS, err) < 0)
-		return -1;
 	if (!t->grid.embc)
 		return 0;
 	/* on GPUs the device's gradients, over the group's NCCL */

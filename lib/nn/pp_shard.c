@@ -17,7 +17,9 @@
  * same in buckets, each bucket's pages outside the rank's pieces given
  * back once it is reduced (pp_shard_reduce). A tensor-parallel run
  * without --pp under ZeRO-1 or 2 is a pipeline of one stage: one segment,
- * its tensor rank's slices, cut the same way.
+ * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1 only) the
+ * same collectives run over the data-parallel group's NCCL communicator
+ * (dp.c's gcomm), on the device's gradients and parameters.
  */
 #include <stdlib.h>
 
@@ -84,7 +86,9 @@ int gk_nn_pp_segments(gk_nn_dp *dp, int pp)
  */
 int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 {
-	float *g = gk_nn_grads(dp->m);
+	/* on GPUs (ZeRO-1 only) the device's gradients, over the group's NCCL */
+	float *g = dp->dev_grads ? gk_nn_work_grads(dp->m) : gk_nn_grads(dp->m);
+	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
 	int z2 = dp->zero >= 2;
 	for (int k = 0; k < 2; k++) {
 		size_t s0 = dp->seg[k][0], s1 = dp->seg[k][1], b1;
@@ -99,7 +103,7 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 				d = dp->bdispl;
 			}
 			gk_comm_req *q;
-			if (gk_comm_ireduce_scatterv(dp->comm, g + b0, d, GK_DT_F32, GK_COMM_AVG, &q,
+			if (gk_comm_ireduce_scatterv(c, g + b0, d, GK_DT_F32, GK_COMM_AVG, &q,
 						     err) < 0 ||
 			    gk_comm_wait(q, err) < 0)
 				return -1;
@@ -118,11 +122,12 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 /* ... and after the update, each owner's pieces of the parameters to all */
 int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err)
 {
-	float *p = gk_nn_params(dp->m);
+	float *p = dp->dev_grads ? gk_nn_work_params(dp->m) : gk_nn_params(dp->m);
+	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
 	for (int k = 0; k < 2; k++) {
 		gk_comm_req *q;
 		if (dp->seg[k][1] > dp->seg[k][0] &&
-		    (gk_comm_iallgatherv(dp->comm, p + dp->seg[k][0], dp->displ[k], GK_DT_F32, &q,
+		    (gk_comm_iallgatherv(c, p + dp->seg[k][0], dp->displ[k], GK_DT_F32, &q,
 					 err) < 0 ||
 		     gk_comm_wait(q, err) < 0))
 			return -1;

@@ -122,13 +122,14 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 				 dump ? "--dump-data (run it without --pp)" : NULL;
 		if (no)
 			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
-		/* on GPUs the stages' messages are NCCL's; the data-parallel
-		 * groups' gradients go through host memory over MPI */
-		if (cuda == 1 && world > 1 && (o->zero || o->comm != GK_COMM_BACKEND_MPI))
-			return gk_errf(err, "--pp %d on GPUs with %d data-parallel groups: their "
-				       "gradients are averaged through host memory for now: --comm mpi "
-				       "and ZeRO 0%s", o->pp, world,
-				       o->zero ? " (leave --zero out, or run on the CPU)" : "");
+		/* on GPUs the stages' messages are NCCL's, and the data-parallel
+		 * groups' gradients are averaged over NCCL (or through host
+		 * memory with --comm mpi), or under ZeRO-1 reduced to the owners
+		 * of a stage's pieces (pp_shard.c); not ZeRO-2's buckets there */
+		if (cuda == 1 && world > 1 && o->zero > 1)
+			return gk_errf(err, "--pp %d on GPUs with %d data-parallel groups: not with "
+				       "--zero %d (ZeRO 0 or 1 there): --zero 1, or run on the CPU",
+				       o->pp, world, o->zero);
 	}
 	return 0;
 }

@@ -13,8 +13,11 @@ CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). A
 stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
 checkpoint resumes on one GPU (the same bits as the run that never
 stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
-their gradients through host memory (--comm mpi, ZeRO 0), within 1e-6 of
-one GPU; other data-parallel settings are refused before any work.'
+their gradients over NCCL, each data-parallel group on a communicator of
+its own (or through host memory with --comm mpi: the same bits), within
+1e-6 of one GPU; under ZeRO 1 (each stage cut over its
+data-parallel group) the bits of ZeRO 0, resumed exactly; ZeRO 2 there
+is refused before any work.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -31,7 +34,7 @@ G="$A --device cuda --precision fp32"
 # evaluation at the last step: the pipeline forward only
 E="--val-data val.bin --eval-every $N --eval-batches 2"
 
-test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, and of the CPU pipeline within 1e-4' '
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one), and of the CPU pipeline within 1e-4' '
 	train_data &&
 	gpu-train $G $E >one.json &&
 	losses one.json >one &&
@@ -47,6 +50,10 @@ test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation los
 	mpi 2 $G --pp 2 --pp-schedule gpipe >gp.json &&
 	losses gp.json >gp &&
 	test_cmp one gp &&
+	mpi 2 $G --pp 2 --comm nccl >pn1.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" pn1.json &&
+	losses pn1.json >pn1 &&
+	test_cmp one pn1 &&
 	mpi 2 $A --device cpu --pp 2 >cpu.json &&
 	losses cpu.json >cpu &&
 	close_to pp cpu 1e-4
@@ -100,17 +107,47 @@ test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on on
 	close_to rc one.tail 1e-4
 '
 
-test_expect_success 'GPUS,MPI' 'pp 2 x dp 2 on GPUs: --comm mpi within 1e-6 of one GPU on the same global batch; without it, refused before any work' '
+# pp 2 x dp 2: four ranks on four GPUs (the emulation makes them:
+# CUEMU_GPUS below), each data-parallel group's NCCL communicator over
+# its two ranks (one per pipeline), on different devices
+{ test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
+
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs: over NCCL (--comm nccl and auto) within 1e-6 of one GPU on the same global batch and the --comm mpi run'"'"'s bits; ZeRO 2 refused before any work' '
 	gpu-train $G --batch 8 >one8.json &&
-	mpi 4 $G --pp 2 --comm mpi >pd.json &&
-	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2" pd.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --pp 2 --comm nccl >pn.json &&
+	 mpi 4 $G --pp 2 >pa.json &&
+	 mpi 4 $G --pp 2 --comm mpi >pd.json &&
+	 test_expect_code 2 mpi 4 $G --pp 2 --zero 2 2>err) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .comm == \"nccl\"" pn.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .comm == \"nccl\"" pa.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .comm == \"mpi\"" pd.json &&
 	losses one8.json >one8 &&
-	losses pd.json >pd &&
-	close_to pd one8 1e-6 &&
-	test_expect_code 2 mpi 4 $G --pp 2 2>err &&
-	grep "^gpu-train: --pp 2 on GPUs with 2 data-parallel groups: .* --comm mpi and ZeRO 0" err &&
-	test_expect_code 2 mpi 4 $G --pp 2 --comm mpi --zero 1 2>err &&
-	grep "leave --zero out" err
+	for f in pn pa pd; do
+		losses $f.json >$f &&
+		test $(wc -l <$f) = $N &&
+		close_to $f one8 1e-6 || return 1
+	done &&
+	test_cmp pd pn &&
+	test_cmp pn pa &&
+	grep "^gpu-train: --pp 2 on GPUs with 2 data-parallel groups: not with --zero 2 (ZeRO 0 or 1 there)" err
+'
+
+# ZeRO-1: each stage's segments cut over its data-parallel group, each
+# one reduce-scatter of unequal pieces over NCCL after the schedule (at 2
+# ranks each sum is ZeRO-0's allreduce's, a sum of two), the update of
+# this rank's pieces, an all-gather of them after it
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"'"'s losses bit for bit; its checkpoint resumes with the same bits' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --pp 2 --zero 1 >pz.json &&
+	 mpi 4 $G --pp 2 --zero 1 --until 2 --ckpt-dir zk >/dev/null &&
+	 mpi 4 $G --pp 2 --zero 1 --ckpt-dir zk --resume >pzr.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 1 and .comm == \"nccl\"" pz.json &&
+	losses pz.json >pz &&
+	test_cmp pn pz &&
+	tail -n 1 pz >pz.tail &&
+	losses pzr.json >pzr &&
+	test_cmp pz.tail pzr
 '
 
 test_done
