@@ -6,12 +6,16 @@ embedding on the first, the final norm and the head on the last), the
 activations and their gradients go between the stages over NCCL (send
 and receive in groups on a communicator of the pipeline), the tied
 embedding'"'"'s two gradients are summed over NCCL. Against one GPU on the
-same global batch the losses are the same bits (the same kernels in the
-same order on each micro-batch), fp32 and bf16, 1F1B and GPipe, and so is
-the validation loss of the pipeline forward; against the
+same global batch the first step'"'"'s loss is the same bits (the same
+kernels in the same order on each micro-batch) and the later ones within
+1e-6 in fp32: the tied embedding'"'"'s gradient is summed in another order
+(each stage'"'"'s total over the micro-batches, then the two; one GPU adds
+the head'"'"'s and the embedding'"'"'s micro-batch by micro-batch), so the
+parameters after a step differ in their last bits; so does the
+validation loss of the pipeline forward; against the
 CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). A
 stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
-checkpoint resumes on one GPU (the same bits as the run that never
+checkpoint resumes on one GPU (within 1e-6 of the run that never
 stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
 their gradients over NCCL, each data-parallel group on a communicator of
 its own (or through host memory with --comm mpi: the same bits), within
@@ -34,7 +38,13 @@ G="$A --device cuda --precision fp32"
 # evaluation at the last step: the pipeline forward only
 E="--val-data val.bin --eval-every $N --eval-batches 2"
 
-test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one), and of the CPU pipeline within 1e-4' '
+# The first step bit for bit, the rest within 1e-6 (above).
+first_then_close() {
+	head -n 1 "$1" >"$1.first" && head -n 1 "$2" >"$2.first" &&
+	test_cmp "$1.first" "$2.first" && close_to "$2" "$1" 1e-6
+}
+
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU, the first bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one), and of the CPU pipeline within 1e-4' '
 	train_data &&
 	gpu-train $G $E >one.json &&
 	losses one.json >one &&
@@ -42,18 +52,18 @@ test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation los
 	mpi 2 $G $E --pp 2 >pp.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | (.device | startswith(\"cuda:\")) and .pp == 2 and .dp == 1" pp.json &&
 	losses pp.json >pp &&
-	test_cmp one pp &&
+	first_then_close one pp &&
 	jq -r "select(.event == \"summary\") | .val_loss" one.json >one.val &&
 	jq -r "select(.event == \"summary\") | .val_loss" pp.json >pp.val &&
 	grep "^[0-9]" one.val &&
-	test_cmp one.val pp.val &&
+	close_to pp.val one.val 1e-6 &&
 	mpi 2 $G --pp 2 --pp-schedule gpipe >gp.json &&
 	losses gp.json >gp &&
-	test_cmp one gp &&
+	first_then_close one gp &&
 	mpi 2 $G --pp 2 --comm nccl >pn1.json &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" pn1.json &&
 	losses pn1.json >pn1 &&
-	test_cmp one pn1 &&
+	first_then_close one pn1 &&
 	mpi 2 $A --device cpu --pp 2 >cpu.json &&
 	losses cpu.json >cpu &&
 	close_to pp cpu 1e-4
@@ -91,7 +101,7 @@ test_expect_success 'GPUS,MPI' 'stage 0 on its GPU: parameters, gradients and op
 	PY
 '
 
-test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on one GPU (the same bits) and on the CPU (within 1e-4)' '
+test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on one GPU (within 1e-6) and on the CPU (within 1e-4)' '
 	mpi 2 $G --pp 2 --until 2 --ckpt-dir ck >/dev/null &&
 	jq -e ".pp == 2" ck/latest/trainer.json &&
 	tail -n 1 one >one.tail &&
@@ -99,7 +109,7 @@ test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on on
 	gpu-train $G --ckpt-dir ckg --resume >rg.json 2>err &&
 	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
 	losses rg.json >rg &&
-	test_cmp one.tail rg &&
+	close_to rg one.tail 1e-6 &&
 	cp -R ck ckc &&
 	gpu-train $A --device cpu --ckpt-dir ckc --resume >rc.json &&
 	losses rc.json >rc &&
