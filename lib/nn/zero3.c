@@ -254,6 +254,28 @@ static int units_settle(gk_nn_dp *dp, gk_err *err)
 	return 0;
 }
 
+/* The whole model on the host for a while (gk_nn_dp_params_full, _root):
+ * the gathers in flight waited for, the parameters down, this rank's
+ * range at p + lo, *per floats a rank; NULL on error. whole_end makes the
+ * working copy whole from them (lib/nn's gk_nn_params_whole), every unit
+ * held. */
+static float *whole_begin(gk_nn_dp *dp, size_t *per, gk_err *err)
+{
+	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
+		return NULL;
+	*per = dp->Np / (size_t)dp->world;
+	return gk_nn_params(dp->m);
+}
+
+static int whole_end(gk_nn_dp *dp, gk_err *err)
+{
+	if (gk_nn_params_whole(dp->m, 1, err) < 0)
+		return -1;
+	memset(dp->ustate, 2, (size_t)dp->nunits);
+	gk_nn_set_param_fn(dp->m, NULL, NULL);
+	return 0;
+}
+
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
@@ -261,16 +283,11 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 	/* on a GPU through the host, whose copy checkpoints read: this
 	 * rank's range down, the world's gathered, and the whole working
 	 * copy up from it (lib/nn's gk_nn_params_whole) */
-	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
+	size_t per;
+	float *p = whole_begin(dp, &per, err);
+	if (!p || gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
 		return -1;
-	size_t per = dp->Np / (size_t)dp->world;
-	float *p = gk_nn_params(dp->m);
-	if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0 ||
-	    gk_nn_params_whole(dp->m, 1, err) < 0)
-		return -1;
-	memset(dp->ustate, 2, (size_t)dp->nunits);
-	gk_nn_set_param_fn(dp->m, NULL, NULL);
-	return 0;
+	return whole_end(dp, err);
 }
 
 /*
@@ -282,10 +299,10 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
 		return 0;
-	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
+	size_t per;
+	float *p = whole_begin(dp, &per, err);
+	if (!p)
 		return -1;
-	size_t per = dp->Np / (size_t)dp->world;
-	float *p = gk_nn_params(dp->m);
 	if (dp->rank != 0) {
 		gk_comm_req *r;
 		return gk_comm_isend(dp->comm, p + dp->lo, per, GK_DT_F32, 0, &r, err) < 0 ? -1 :
@@ -297,11 +314,7 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 		rc = gk_comm_irecv(dp->comm, p + (size_t)q * per, per, GK_DT_F32, q, &r, err) < 0 ?
 			     -1 : gk_comm_wait(r, err);
 	}
-	if (rc < 0 || gk_nn_params_whole(dp->m, 1, err) < 0)
-		return -1;
-	memset(dp->ustate, 2, (size_t)dp->nunits);
-	gk_nn_set_param_fn(dp->m, NULL, NULL);
-	return 0;
+	return rc < 0 ? -1 : whole_end(dp, err);
 }
 
 void gk_nn_dp_params_shard(gk_nn_dp *dp)
