@@ -1,0 +1,90 @@
+/*
+ * model_cuda.h - the CUDA model's state, shared by model_cuda.c (the model)
+ * and model_dist_cuda.c (its buffers in data- and pipeline-parallel
+ * layouts); private to those two files.
+ */
+#ifndef GK_NN_MODEL_CUDA_H
+#define GK_NN_MODEL_CUDA_H
+
+#include "nn/cuda_internal.h"
+
+#define MAX_ALLOCS 64
+#define PP_SLOTS 16 /* a pipeline stage's activation slots, at most */
+
+struct gk_nn_cuda {
+	gk_dtype dt;
+	size_t es;             /* bytes of one dt element */
+	int fused;             /* attention: flash.cu's kernels, else the
+				  matmul path (gk_nn_attention_fused) */
+	int gelu_epi;          /* the MLP's GELU in c_fc's and c_proj's
+				  matmul epilogues, else gelu.cu's kernels
+				  (gk_nn_gelu_epilogue) */
+	gk_cuda_stream s;
+	gk_nn_blas *blas;
+	void *ws;
+
+	float *p, *g;          /* master parameters, gradients (f32) */
+	/* bucket_grads (gk_nn_cuda_grad_buckets): g holds [0, ghead) only,
+	 * and bucket b above it, [blo[b], blo[b - 1]), is in slot[b % nslot] */
+	size_t ghead, nbk, nslot, slot_len;
+	size_t *blo;
+	float *slot[GK_NN_CU_SLOTS];
+	void *pw;              /* working copy in dt (== p in f32); NULL with units */
+	/* unit_params (ZeRO-3): p holds [plo, phi) only, and the working copy
+	 * is in units: [0, uhead) in ue[0], [utail, nflat) in ue[1], block l
+	 * in uslot[l % nuslot] (each ulen elements); whole, when not NULL, a
+	 * working copy of the whole model that replaces them */
+	size_t plo, phi, uhead, utail, ulen, nuslot;
+	void *ue[2], **uslot, *whole;
+	/* AdamW moments, from the first update, of up to two ranges of the
+	 * parameters (a pipeline's last stage: its own and the tied wte) */
+	float *mom[2], *vel[2];
+	size_t mlo[2], mhi[2];
+	int nmom;
+
+	void *resid, *lnf, *logits;
+	float *lnfm, *lnfr, *lse, *loss;
+	void *a_ln1, *a_qkv, *a_att, *a_atty, *a_res2, *a_ln2, *a_fch, *a_fchg;
+	float *a_ln1m, *a_ln1r, *a_ln2m, *a_ln2r;
+	int32_t *tok, *tgt, *uniq, *start, *pos;
+	int nb;                /* distinct tokens of the last forward */
+
+	/* scratch: q, k, v, y per head (B,NH,T,hs), matmul path only;
+	 * backward gradients; datt (B,NH,T,T), or the fused backward's
+	 * row sums D (B,NH,T f32) */
+	void *q, *k, *v, *y;
+	void *dres, *dln, *datty, *dqkv, *dfc, *datt;
+	float *colsum;
+	double *norm;          /* GK_NN_SUM_BLOCKS partials, then the sum */
+
+	void *pin;             /* pinned staging */
+	size_t pin_bytes;
+	int32_t *h_uniq, *h_start, *h_pos, *h_count;
+	float *h_loss;
+	int uploaded;
+	/* the classifier (gk_nn_set_eval): the scale a training forward
+	 * folds into the dlogits it writes when gk_nn_set_grad_scale has
+	 * not said, the last backward's (1 before the first), and that of
+	 * the dlogits the last forward wrote over the logits (0: none, the
+	 * logits are there) */
+	float xscale, xfused;
+
+	/* a pipeline stage's activation slots (gk_nn_pp_slots): slot i's
+	 * activations at abase[i], the tokens' count of its last forward */
+	char *abase[PP_SLOTS];
+	int anb[PP_SLOTS];
+	float axf[PP_SLOTS];
+	size_t abytes;
+
+	void *allocs[MAX_ALLOCS];
+	int nallocs;
+	uint64_t bytes[GK_CUDA_MEM_KINDS];
+};
+
+/* a device buffer freed with the model, its bytes counted in kind */
+void *gk_nn_cuda_dalloc(struct gk_nn_cuda *cu, size_t bytes, gk_cuda_mem_kind kind,
+			gk_err *err);
+/* unit_params' buffers (gk_nn_cuda_new, when the model has units) */
+int gk_nn_cuda_units_alloc(gk_nn_model *m, gk_err *err);
+
+#endif
