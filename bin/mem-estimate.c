@@ -113,6 +113,12 @@ static int parse_attn(const char *s)
 	return !strcmp(s, "flash") ? 1 : !strcmp(s, "eager") ? 0 : -1;
 }
 
+/* --reshard-after-forward, gpu-train's: yes releases, no keeps */
+static int parse_keep(const char *s)
+{
+	return !strcmp(s, "yes") ? 0 : !strcmp(s, "no") ? 1 : -1;
+}
+
 /* any dtype with a size, for the KV cache (fp8 included) */
 static int parse_kv_dtype(const char *s)
 {
@@ -205,6 +211,9 @@ static const gk_optdef options[] = {
 	FLAG("no-overlap", r.overlap, 0,
 	     "each bucket reduced before the next fills: gpu-train --zero 2\n"
 	     "on GPUs keeps one bucket buffer, not three"),
+	ENUM("reshard-after-forward", "yes|no", r.keep_gathered, parse_keep, "not yes or no",
+	     "ZeRO-3: release a layer's gathered parameters after its forward\n"
+	     "(yes, the default) or keep them until its backward (no)"),
 	SIZE("reserve", "SIZE", r.reserve, "CUDA context and workspaces (default 1GiB)"),
 	SECTION("parallelism"),
 	INT("dp", 0, "N", r.dp, 1, 1 << 24, NULL, "data-parallel degree"),

@@ -543,20 +543,20 @@ static int gpt2_device(const gk_mem_model *m, const gk_mem_run *r)
 /*
  * gpu-train's ZeRO-3 on GPUs: its parameter units (gk_mem_zero3_device),
  * block buffers as gpu-train uses them (2 with overlap, the next
- * prefetched; 1 without; mem-estimate has no --reshard-after-forward,
- * whose "no" keeps every block): 0 when it applies
+ * prefetched; 1 without; every block when they stay gathered from
+ * forward to backward): 0 when it applies
  */
 static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *edge,
 			uint64_t *ring)
 {
 	if (r->zero != 3 || !gpt2_device(m, r))
 		return -1;
-	int nslot = r->overlap ? 2 : 1;
+	int64_t nslot = r->keep_gathered ? m->layers : r->overlap ? 2 : 1;
 	if (nslot > m->layers)
 		nslot = (int)m->layers;
 	gk_err err;
 	return gk_mem_zero3_device(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp,
-				   r->precision == GK_DT_F32 ? 4 : 2, nslot, edge, ring, &err);
+				   r->precision == GK_DT_F32 ? 4 : 2, (int)nslot, edge, ring, &err);
 }
 
 /*
@@ -634,9 +634,18 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		    "gpu-train --zero 3 on GPUs: the working copy gathered in units, the "
 		    "embeddings and final norm for the step and a ring of block buffers "
 		    "(lib/nn/zero3.c)",
+		    r->keep_gathered ? "pb*(edges + L*block) (every block kept from its "
+				       "forward to its backward)" :
 		    r->overlap ? "pb*(edges + 2*block) (one in use, one prefetched)"
 			       : "pb*(edges + block) (--no-overlap)");
 		values(c, "%llu+%llu", (unsigned long long)uedge, (unsigned long long)uring);
+	} else if (r->zero == 3 && r->dp > 1 && !r->infer && r->keep_gathered) {
+		double pb = r->precision == GK_DT_F32 ? 4 : 2;
+		add(c, "zero3_gather", pb * cdiv(psi, r->tp), 0,
+		    "every layer's parameters kept gathered from its forward to its "
+		    "backward (FSDP's reshard_after_forward=False)",
+		    "pb*Psi/t");
+		values(c, "%g*%llu/%g", pb, (unsigned long long)psi, t);
 	} else if (r->zero == 3 && r->dp > 1 && !r->infer && m->largest) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2;
 		add(c, "zero3_gather", 2 * pb * cdiv(m->largest, r->tp), 0,
