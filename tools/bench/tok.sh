@@ -13,7 +13,11 @@
 # Then data-pack --tokenize packs the same documents (-T, one .txt sample
 # a file) at --jobs 1 and 2, timed around the whole command (reading,
 # encoding, writing the shards; best of the runs), and prints its
-# 2/1-thread ratio; the shards of both must be the same bytes.
+# 2/1-thread ratio; the shards of both must be the same bytes. Beside it,
+# the machine's own two-way ceiling: two data-pack --jobs 1 processes at
+# once, each on half of the documents (halves balanced by bytes), timed
+# around both (best of the runs); --jobs 2's speed-up over --jobs 1 is
+# printed as a share of theirs.
 #
 # Vocabulary: GK_BENCH_TOK (a directory or tokenizer.json, e.g. GPT-2's
 # own files) or one trained here with tokenizers (GK_BENCH_VOCAB tokens,
@@ -163,26 +167,56 @@ echo "ratio: MB/s over gpukit's at 1 thread"
 # --jobs threads, writing .npy shards), at 1 and 2 jobs: the thread
 # scaling that gpukit-tok(5) may state only as measured. The shards of
 # both runs must be the same bytes.
-pack() {
-	best=
+packer=${GK_BINDIR:-$top/bin}/data-pack
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+now() { date +%s.%N; }
+# pack_into LIST JOBS DIR
+pack_into() {
+	"$packer" -q -c -T "$1" --ext txt --name-as-key --tokenize "$tok" \
+		--jobs "$2" --max-size 256M -o "$3/s-%06d.tar"
+}
+# best WHAT...: the best of $runs timings of WHAT
+best() {
+	b=
 	i=0
 	while [ $i -lt "$runs" ]; do
-		rm -rf "$w/pack-$1"
-		t0=$(date +%s.%N)
-		"${GK_BINDIR:-$top/bin}/data-pack" -q -c -T "$docs" --ext txt --name-as-key --tokenize "$tok" \
-			--jobs "$1" --max-size 256M -o "$w/pack-$1/s-%06d.tar"
-		t=$(echo "$(date +%s.%N) - $t0" | bc -l)
-		if [ -z "$best" ] || [ "$(echo "$t < $best" | bc -l)" = 1 ]; then best=$t; fi
+		t0=$(now)
+		"$@"
+		t=$(echo "$(now) - $t0" | bc -l)
+		if [ -z "$b" ] || [ "$(echo "$t < $b" | bc -l)" = 1 ]; then b=$t; fi
 		i=$((i + 1))
 	done
-	echo "$best"
+	echo "$b"
 }
-p1=$(pack 1)
-p2=$(pack 2)
+pack() { rm -rf "$w/pack-$1"; pack_into "$docs" "$1" "$w/pack-$1"; }
+# The two processes' halves: the documents by size, largest first, each
+# to the half that has fewer bytes so far.
+xargs -d '\n' stat -c '%s %n' <"$docs" | sort -rn |
+	awk -v h1="$w/half-1" -v h2="$w/half-2" '{
+		n = $1; sub(/^[0-9]+ /, "")
+		if (b1 <= b2) { print > h1; b1 += n } else { print > h2; b2 += n }
+	}
+	END { print b1 + 0, b2 + 0 }' >"$w/halves"
+halves() {
+	rm -rf "$w/pack-h1" "$w/pack-h2"
+	pack_into "$w/half-1" 1 "$w/pack-h1" & q1=$!
+	pack_into "$w/half-2" 1 "$w/pack-h2" & q2=$!
+	wait $q1 && wait $q2
+}
+p1=$(best pack 1)
+p2=$(best pack 2)
+ph=$(best halves)
 for f in "$w"/pack-1/*; do
 	cmp "$f" "$w/pack-2/${f##*/}" || { echo "tok.sh: data-pack --jobs 2 wrote other shards than --jobs 1" >&2; exit 1; }
 done
 r1=$(echo "$ob / $p1 / 1000000" | bc -l)
 r2=$(echo "$ob / $p2 / 1000000" | bc -l)
+rh=$(echo "$ob / $ph / 1000000" | bc -l)
 printf 'data-pack --tokenize: %.2f MB/s at --jobs 1, %.2f MB/s at --jobs 2: 2/1-thread ratio %.2f (2.00 is linear)\n' \
 	"$r1" "$r2" "$(echo "$r2 / $r1" | bc -l)"
+printf 'two data-pack --jobs 1 processes, each on half the documents (%s + %s bytes): %.2f MB/s together, %.2fx --jobs 1\n' \
+	$(cat "$w/halves") \
+	"$rh" "$(echo "$rh / $r1" | bc -l)"
+printf "speed-up over --jobs 1: %.2fx at --jobs 2, %.2fx by two processes: data-pack's 2 threads reach %.0f %% of two processes'\n" \
+	"$(echo "$r2 / $r1" | bc -l)" "$(echo "$rh / $r1" | bc -l)" "$(echo "100 * $r2 / $rh" | bc -l)"
+echo "load average: $load0 before data-pack, $(cut -d' ' -f1-3 /proc/loadavg) after"
