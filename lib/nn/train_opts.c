@@ -66,8 +66,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	 * gathers are not written for it.
 	 */
 	if (o->zero >= 3 && o->compress != GK_COMM_COMPRESS_NONE)
-		return gk_errf(err, "--zero %d does not compress its gradients: --zero 1 or 2 "
-			       "with --compress, or --zero %d without it", o->zero, o->zero);
+		return gk_errf(err, "--zero %d does not compress its gradient buckets: --zero 1 "
+			       "with --compress (or 2 on the CPU), or --zero %d without it", o->zero,
+			       o->zero);
 	if (o->zero == 2 && o->compress != GK_COMM_COMPRESS_NONE && cuda == 1)
 		return gk_errf(err, "--zero 2 --compress runs on the CPU backend: on a GPU "
 			       "--zero 1 with --compress, or --zero 2 without it");
