@@ -63,6 +63,17 @@
  * of the world's sum of the micro-steps' sums, equal within fp32
  * rounding.
  *
+ * Compressed ZeRO-2 (the CPU): each bucket's reduce-scatter is ZeRO-1's
+ * compressed ring over the bucket's pieces (lib/comm's ring_compressed
+ * with the pieces as its blocks), feeding back into ZeRO-1's residual
+ * (dp->resid, Np floats: every element but the rank's own range is one it
+ * packs), each bucket its [lo, hi) of it. An element's partial sums go
+ * round the same ring path as in ZeRO-1's one reduce-scatter, so with
+ * bf16 and f16 (packed per element) the shard and the feedback are
+ * ZeRO-1's bit for bit, and a checkpoint's feedback moves between the two
+ * stages; int8's groups follow the pieces. A GPU's buckets (NCCL's
+ * groups of reduces) do not compress: refused.
+ *
  * ZeRO-3's parameter units are zero3.c's, a sharded pipeline stage's
  * reduction and gather pp_shard.c's.
  *
