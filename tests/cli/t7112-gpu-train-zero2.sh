@@ -296,6 +296,31 @@ test_expect_success MPI '--compress resume: ZeRO-2 -> ZeRO-2 and ZeRO-1 -> ZeRO-
 	grep "^gpu-train: note: compressed communication starts from zero error feedback" tq.err
 '
 
+# A signal inside an accumulation waits for the step's end under
+# --compress (the dropped micro-steps would have moved the feedback, which
+# the previous checkpoint cannot take back): nothing dropped, and the
+# resume is bit for bit.
+test_expect_success MPI '--compress: SIGUSR1 in an accumulation stops at the step'"'"'s end, the resume is exact' '
+	G="--batch 2 --grad-accum 4 --steps 3 --zero 2 --compress bf16" &&
+	mpi 2 $C $G >hs.json &&
+	{ GK_TEST_WAIT_SIGNAL=2:2 mpirun --oversubscribe --bind-to none -np 2 \
+		gpu-train $C $G --ckpt-dir hz >h1.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	wait_step h1.json &&
+	kill -USR1 $pid &&
+	test_wait_for 300 "mpirun to end after SIGUSR1" eval "! kill -0 $pid 2>/dev/null" &&
+	{ wait $pid || { echo "mpirun exited $?"; false; }; } &&
+	{ jq -e "select(.event == \"summary\") | .step == 2 and .dropped_micro_batches == null" h1.json ||
+		{ echo "stopped as: $(jq -c "select(.event == \"summary\")" h1.json)"; false; }; } &&
+	test "$(readlink hz/latest)" = step-00000002 &&
+	mpi 2 $C $G --ckpt-dir hz --resume >h2.json 2>h2.err &&
+	! grep "error feedback" h2.err &&
+	{ losses h1.json && losses h2.json; } >h12 &&
+	losses hs.json >hs &&
+	test_cmp hs h12
+'
+
 cat >cmpc.py <<'PYEOF'
 import json, sys
 def start(f):
