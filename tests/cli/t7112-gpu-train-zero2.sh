@@ -9,7 +9,10 @@ and with accumulation the sums are taken in another order: within fp32
 rounding. Checkpoints resume across stages and world sizes, and a
 checkpoint signal in the middle of an accumulation resumes bit for bit.
 The memory it accounts is mem-estimate'"'"'s --zero 2, and its peak RSS
-stays within the accounting and below ZeRO-1'"'"'s.'
+stays within the accounting and below ZeRO-1'"'"'s. With --compress each
+bucket is reduce-scattered compressed on ZeRO-1'"'"'s error feedback:
+ZeRO-1'"'"'s bits for bf16 and f16, resumed exactly, its memory
+mem-estimate --compress'"'"'s.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
