@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "comm/comm.h"
 #include "mem/mem.h"
 
 static const char synopsis[] =
@@ -205,6 +206,8 @@ static const gk_optdef options[] = {
 	     "the loss read from 16-bit logits, no f32 copy (gpu-train's)"),
 	FLAG("ckpt-copy", r.ckpt_copy, 1,
 	     "checkpoints written from a host copy of the state (gpu-train's)"),
+	ENUM("compress", "KIND", r.compress, gk_comm_compress_parse, "not none, bf16, f16 or int8",
+	     "gpu-train --compress: its error feedback and wire buffers"),
 	SIZE("bucket", "SIZE", r.bucket, "gradient bucket size"),
 	FLAG("overlap", r.overlap, 1,
 	     "gradient buckets reduced while backward runs (default; gpu-train's)"),

@@ -205,6 +205,12 @@ typedef struct gk_mem_run {
 	int ckpt_copy;       /* checkpoints written while training goes on:
 				a host copy of the f32 parameters and this
 				rank's optimizer states ("checkpoint_copy") */
+	int compress;        /* gpu-train --compress (lib/comm's
+				gk_comm_compress; 0: none): its error feedback
+				("compress_feedback"), the compressed
+				reduce-scatter's wire buffers ("compress_wire",
+				ZeRO 1 and 2) and, with ckpt_copy, the
+				feedback's copy ("checkpoint_feedback") */
 } gk_mem_run;
 
 /*
