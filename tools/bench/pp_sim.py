@@ -1,6 +1,6 @@
 """The bubble gpu-train would measure when its pipeline's ranks share cores.
 
-    pp_sim.py STAGES MICRO_BATCHES CORES [BACKWARD_OVER_FORWARD]
+    pp_sim.py STAGES MICRO_BATCHES CORES [BACKWARD_OVER_FORWARD [CHUNKS]]
 
 Prints the bubble (the stages' idle time over their busy time, as
 gpu-train's pp_bubble defines it) of the 1F1B schedule (lib/nn/pp_sched.c:
@@ -13,33 +13,69 @@ also while it waits for its share of a core, as the trainer's clocks
 count it. With CORES >= STAGES it is (S - 1) / m; with fewer, the warm-up
 and cool-down, when fewer stages compute, run faster than the steady
 state and the bubble is smaller. For tools/bench/pp.sh.
+
+With CHUNKS V > 1 the schedule is the interleaved one (--pp-schedule
+interleaved --pp-chunks V; Narayanan et al. 2021, section 2.2.2, and
+Megatron-LM's forward_backward_pipelining_with_interleaving): stage s
+holds the model chunks s, s + S, ..., each 1/V of its layers, so a
+chunk's forward is 1/V of a stage's; a stage's k-th forward is micro-batch
+(k // (S V)) S + k % S on its chunk (k % (S V)) // S, its k-th backward
+the same micro-batch on chunk V - 1 - that; the warm-up is (S - 1 - s) 2
++ (V - 1) S forwards (all M V when M = S), at most M V; m must be a
+multiple of S. With CORES >= STAGES the bubble is (S - 1) / (V m).
+
+    pp_sim.py --check
+
+checks both against their formulas (and Megatron-LM's figure 4: S 4,
+m 8, V 2 has the bubble 3/16) and that no schedule deadlocks.
 """
 import sys
 
 
-def schedule(S, s, m):
-    warm = min(S - 1 - s, m)
-    order = [("F", k) for k in range(warm)]
-    for i in range(m - warm):
-        order += [("F", warm + i), ("B", i)]
-    return order + [("B", i) for i in range(m - warm, m)]
+def schedule(S, s, m, V=1):
+    """The stage's tasks in order: (kind, micro-batch, chunk)."""
+    if V == 1:
+        warm = min(S - 1 - s, m)
+        order = [("F", k, 0) for k in range(warm)]
+        for i in range(m - warm):
+            order += [("F", warm + i, 0), ("B", i, 0)]
+        return order + [("B", i, 0) for i in range(m - warm, m)]
+    if m % S:
+        raise SystemExit("pp_sim.py: the interleaved schedule needs m a multiple of S")
+    n = m * V
+
+    def task(kind, k):
+        c = (k % (S * V)) // S
+        return (kind, (k // (S * V)) * S + k % S, c if kind == "F" else V - 1 - c)
+
+    warm = n if m == S else min((S - 1 - s) * 2 + (V - 1) * S, n)
+    order = [task("F", k) for k in range(warm)]
+    for i in range(n - warm):
+        order += [task("F", warm + i), task("B", i)]
+    return order + [task("B", i) for i in range(n - warm, n)]
 
 
-def bubble(S, m, cores, rb=2.0):
-    todo = [schedule(S, s, m) for s in range(S)]
+def bubble(S, m, cores, rb=2.0, V=1):
+    todo = [schedule(S, s, m, V) for s in range(S)]
     at = [0] * S                      # the next task of each stage
     left = [None] * S                 # the work left of its current task
-    done = set()                      # (stage, kind, micro-batch)
+    done = set()                      # (stage, kind, micro-batch, chunk)
     busy = [0.0] * S
     t = 0.0
 
     def ready(s):
         if at[s] == len(todo[s]):
             return False
-        kind, k = todo[s][at[s]]
+        kind, k, c = todo[s][at[s]]
+        # chunk c of stage s is the model's (c S + s)-th: its input from
+        # the one before (the last stage's previous chunk for stage 0)
         if kind == "F":
-            return s == 0 or (s - 1, "F", k) in done
-        return s == S - 1 or (s + 1, "B", k) in done
+            if s > 0:
+                return (s - 1, "F", k, c) in done
+            return c == 0 or (S - 1, "F", k, c - 1) in done
+        if s < S - 1:
+            return (s + 1, "B", k, c) in done
+        return c == V - 1 or (0, "B", k, c + 1) in done
 
     while any(at[s] < len(todo[s]) for s in range(S)):
         act = [s for s in range(S) if ready(s)]
@@ -47,7 +83,7 @@ def bubble(S, m, cores, rb=2.0):
             raise SystemExit("pp_sim.py: the schedule deadlocks")
         for s in act:
             if left[s] is None:
-                left[s] = 1.0 if todo[s][at[s]][0] == "F" else rb
+                left[s] = (1.0 if todo[s][at[s]][0] == "F" else rb) / V
         rate = min(1.0, cores / len(act))
         dt = min(left[s] for s in act) / rate
         t += dt
@@ -56,14 +92,35 @@ def bubble(S, m, cores, rb=2.0):
             left[s] -= dt * rate
         for s in act:
             if left[s] <= 1e-12:
-                kind, k = todo[s][at[s]]
-                done.add((s, kind, k))
+                done.add((s,) + todo[s][at[s]])
                 at[s] += 1
                 left[s] = None
     return sum(t - b for b in busy) / sum(busy)
 
 
+def check():
+    bad = 0
+    for S in (2, 3, 4, 8):
+        for V in (1, 2, 3, 4):
+            for g in (1, 2, 3, 4):
+                m = g * S if V > 1 else g
+                got = bubble(S, m, S, 2.0, V)
+                want = (S - 1) / (V * m)
+                ok = abs(got - want) < 1e-9
+                bad += not ok
+                if not ok:
+                    print("S %d m %d V %d: %.6f, formula %.6f" % (S, m, V, got, want))
+    fig4 = bubble(4, 8, 4, 2.0, 2)
+    print("S 4, m 8, V 2 (Megatron-LM's figure 4): %.4f, 3/16 = %.4f" % (fig4, 3 / 16))
+    bad += abs(fig4 - 3 / 16) > 1e-9
+    print("pp_sim.py: %s" % ("all at their formulas" if not bad else "%d OFF" % bad))
+    return bad
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(1 if check() else 0)
     S, m, c = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     rb = float(sys.argv[4]) if len(sys.argv) > 4 else 2.0
-    print("%.4f" % bubble(S, m, c, rb))
+    V = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    print("%.4f" % bubble(S, m, c, rb, V))
