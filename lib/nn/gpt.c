@@ -386,7 +386,9 @@ static void act_sizes(const gk_nn_config *c, const gk_nn_opts *o, int nt, size_t
 	if (o->pp > 1) {
 		int l0 = 0, l1 = (int)L;
 		gk_err ignore;
-		if (gk_nn_pp_layers(c->layers, o->pp, o->pp_rank, &l0, &l1, &ignore) == 0)
+		/* under the interleaved schedule a slot holds one chunk's */
+		if (gk_nn_pp_chunk_layers(c->layers, o->pp, o->pp_chunks, o->pp_rank, 0, &l0, &l1,
+					  &ignore) == 0)
 			L = (size_t)(l1 - l0);
 		head = o->pp_rank == o->pp - 1;
 	}
@@ -556,8 +558,15 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		if (o->pp_rank < 0 || o->pp_rank >= o->pp)
 			return gk_errf(err, "model pipeline stage %d of %d: no such stage",
 				       o->pp_rank, o->pp);
-		if (gk_nn_pp_layers(cc.layers, o->pp, o->pp_rank, &l0, &l1, err) < 0)
+		if (o->pp_chunks > 1 && (o->device == GK_NN_CUDA || o->tp > 1))
+			return gk_errf(err, "model pipeline chunks: the CPU backend only, "
+				       "without tensor parallelism");
+		if (gk_nn_pp_chunk_layers(cc.layers, o->pp, o->pp_chunks, o->pp_rank, 0, &l0, &l1,
+					  err) < 0)
 			return -1;
+	} else if (o->pp_chunks > 1) {
+		return gk_errf(err, "model pipeline chunks %d: without pipeline stages",
+			       o->pp_chunks);
 	}
 	gk_nn_model *m = calloc(1, sizeof(*m));
 	if (!m)
@@ -573,7 +582,8 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->ppr = m->pp > 1 ? o->pp_rank : 0;
 	m->l0 = l0;
 	m->l1 = l1;
-	if (build_table(m, err) < 0)
+	m->ppv = m->pp > 1 && o->pp_chunks > 1 ? o->pp_chunks : 1;
+	if (build_table(m, err) < 0 || gk_nn_pp_place(m, err) < 0)
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 	m->nflat = (m->nparams + k - 1) / k * k;
@@ -763,6 +773,7 @@ void gk_nn_free(gk_nn_model *m)
 		free(m->ft);
 	free(m->t);
 	free(m->blk);
+	free(m->ppat);
 	if (m->lazy_p)
 		munmap(m->params, lazy_bytes(m));
 	else

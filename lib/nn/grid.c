@@ -102,13 +102,21 @@ void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
 	int n = tp > 1 ? snprintf(buf, len, " (dp %d x pp %d x tp %d: layers", world / pp / tp, pp,
 				  tp)
 		       : snprintf(buf, len, " (dp %d x pp %d: layers", world / pp, pp);
-	for (int s = 0; s < pp && n >= 0 && (size_t)n < len; s++) {
-		int l0 = 0, l1 = 0;
-		gk_err ignore;
-		gk_nn_pp_layers(layers, pp, s, &l0, &l1, &ignore);
-		n += snprintf(buf + n, len - (size_t)n, "%s%d-%d", s ? ", " : " ", l0, l1 - 1);
-	}
-	if (n >= 0 && (size_t)n < len)
+	/* the interleaved schedule's chunks a stage, joined by + */
+	int V = sched == GK_NN_PP_INTERLEAVED && o->pp_chunks > 1 ? o->pp_chunks : 1;
+	for (int s = 0; s < pp && n >= 0 && (size_t)n < len; s++)
+		for (int c = 0; c < V && n >= 0 && (size_t)n < len; c++) {
+			int l0 = 0, l1 = 0;
+			gk_err ignore;
+			gk_nn_pp_chunk_layers(layers, pp, V, s, c, &l0, &l1, &ignore);
+			n += snprintf(buf + n, len - (size_t)n, "%s%d-%d", c ? "+" : s ? ", " : " ",
+				      l0, l1 - 1);
+		}
+	if (n >= 0 && (size_t)n < len && V > 1)
+		snprintf(buf + n, len - (size_t)n, "; %s, %d chunks a stage, over %d micro-batches, "
+			 "bubble (%d-1)/(%d x %d) = %.3g)", gk_nn_pp_sched_name(sched), V, grad_accum,
+			 pp, V, grad_accum, (double)(pp - 1) / ((double)V * grad_accum));
+	else if (n >= 0 && (size_t)n < len)
 		snprintf(buf + n, len - (size_t)n, "; %s over %d micro-batches, bubble (%d-1)/%d = "
 			 "%.3g)", gk_nn_pp_sched_name(sched), grad_accum, pp, grad_accum,
 			 (double)(pp - 1) / grad_accum);

@@ -96,8 +96,11 @@ struct gk_nn_model {
 	/* pipeline parallelism (pp.c): pp stages (1: none), this rank's, and
 	 * its layers [l0, l1); the activations of micro-batches in flight:
 	 * nslots buffers like acts (slot_base[0] is acts' own), the one in
-	 * use, and each one's forward state */
-	int pp, ppr, l0, l1;
+	 * use, and each one's forward state; under the interleaved schedule
+	 * ppv chunks, [l0, l1) the one in use, and where block l lies in the
+	 * flat buffer (ppat[l], in blocks from the first; NULL: at l) */
+	int pp, ppr, l0, l1, ppv;
+	int *ppat;
 	int nslots, slot;
 	float **slot_base;
 	struct gk_nn_slot_state {
@@ -251,5 +254,10 @@ void gk_nn_tp_copy(const gk_nn_tensor *ft, const gk_nn_tensor *lt, size_t n, int
  * gradient buffer of m) wholly inside [lo, hi) of the flat buffer; from
  * hi = nparams on, the mapping's tail too (weights.c's stage init) */
 void gk_nn_lazy_release(const gk_nn_model *m, float *buf, size_t lo, size_t hi);
+
+/* the interleaved schedule's blocks in the flat buffer, stage-major
+ * (nn.h, gk_nn_pp_chunk_layers): m->ppat, the table's and m->blk's
+ * offsets moved; nothing when m->ppv <= 1 (pp.c) */
+int gk_nn_pp_place(gk_nn_model *m, gk_err *err);
 
 #endif

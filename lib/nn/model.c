@@ -292,14 +292,16 @@ int gk_nn_forward(gk_nn_model *m, const int32_t *tokens,
 
 	const float *p = m->params;
 	/* a pipeline stage: the embedding on the first, its layers, the head
-	 * on the last (the others leave their output for the next stage) */
-	if (m->ppr == 0 && embed_fwd(m, tokens, err) < 0)
+	 * on the last (the others leave their output for the next stage);
+	 * under the interleaved schedule the first chunk's and the last's */
+	int L = (int)m->c.layers;
+	if (m->l0 == 0 && embed_fwd(m, tokens, err) < 0)
 		return -1;
 	for (int l = m->l0; l < m->l1; l++)
 		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
 		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
-	if (m->ppr < m->pp - 1) {
+	if (m->l1 < L) {
 		m->have_targets = 0;
 		m->have_fwd = 1;
 		return 0;
@@ -470,7 +472,7 @@ static int block_bwd(gk_nn_model *m, int l, gk_nn_ready_fn ready, void *ctx,
 int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		   void *ctx, gk_err *err)
 {
-	int lastst = m->ppr == m->pp - 1;
+	int lastst = m->l1 == (int)m->c.layers;
 	if (!m->have_fwd || (lastst && !m->have_targets))
 		return gk_errf(err, "backward: no forward with targets to "
 			       "differentiate");
@@ -529,7 +531,7 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 		    block_bwd(m, l, ready, ctx, err) < 0 ||
 		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
-	if (m->ppr > 0) {
+	if (m->l0 > 0) {
 		/* dres is d input, for the previous stage */
 	} else if (m->tp == 1) {
 		gk_nn_cpu_encoder_bwd(g + m->wte, g + m->wpe, m->dres, m->tokens, B, T, C, nt);

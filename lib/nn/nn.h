@@ -230,6 +230,10 @@ typedef struct gk_nn_opts {
 				       * else this rank is stage pp_rank of pp and
 				       * forward and backward run its layers only
 				       * (gk_nn_pp_layers). The CPU backend only */
+	int pp_chunks;                /* pp > 1: the stage's model chunks (0 or 1:
+				       * one, its contiguous block of layers; V:
+				       * the interleaved schedule's chunks s, s +
+				       * pp, ..., gk_nn_pp_chunk_layers) */
 	int release_grads;            /* pp > 1 with lazy_grads: gk_nn_zero_grad
 				       * gives the stage's whole pages back
 				       * instead of zeroing them (ZeRO-2 over a
@@ -377,6 +381,31 @@ int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err);
  * the numbers in err when pp < 1 or pp > L (a stage without a layer).
  */
 int gk_nn_pp_layers(int64_t L, int pp, int s, int *l0, int *l1, gk_err *err);
+/*
+ * The interleaved schedule's placement (Narayanan et al. 2021, section
+ * 2.2.2): the L layers in pp x V chunks of L / (pp V) layers, chunk j the
+ * layers [j L/(pp V), (j+1) L/(pp V)), and stage s holding the chunks s,
+ * s + pp, ..., s + (V - 1) pp (its chunk c the model's c pp + s): the
+ * layers [*l0, *l1) of stage s's chunk c. V <= 1 is gk_nn_pp_layers (c
+ * 0). -1 with the numbers in err when L does not divide by pp x V.
+ *
+ * In the flat buffer a stage's chunks lie together (gk_nn_new): wte, wpe,
+ * stage 0's blocks (its chunk 0's, then its chunk 1's, ...), stage 1's,
+ * ..., ln_f, each block as in the Hugging Face order, so that a stage's
+ * parameters are one range (gk_nn_pp_range) as under contiguous blocks.
+ * The tensors' names, shapes and table order (gk_nn_tensors) are the
+ * model's; only their offsets differ, and gk_nn_pp_to_hf and
+ * gk_nn_pp_from_hf move a flat buffer (the optimizer's moments in a
+ * checkpoint) between this order and the Hugging Face one.
+ */
+int gk_nn_pp_chunk_layers(int64_t L, int pp, int V, int s, int c, int *l0, int *l1,
+			  gk_err *err);
+/* forward and backward run chunk c of this stage's (0 .. pp_chunks - 1) */
+void gk_nn_pp_use_chunk(gk_nn_model *m, int c);
+/* a flat buffer of nparams floats, from this model's order to the
+ * Hugging Face one (dst) and back; a copy when the orders agree */
+void gk_nn_pp_to_hf(const gk_nn_model *m, const float *src, float *dst);
+void gk_nn_pp_from_hf(const gk_nn_model *m, const float *src, float *dst);
 /*
  * A stage's model (gk_nn_opts' pp > 1) maps the whole flat buffers, but
  * forward and backward touch only its layers (with lazy_params and

@@ -55,11 +55,12 @@
 #include "nn/internal.h"
 #include "nn/train_internal.h"
 
-static const char *const sched_names[] = {"1f1b", "gpipe"};
+static const char *const sched_names[] = {"1f1b", "gpipe", "interleaved"};
+enum { NSCHED = sizeof(sched_names) / sizeof(sched_names[0]) };
 
 int gk_nn_pp_sched_parse(const char *s)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < NSCHED; i++)
 		if (!strcmp(s, sched_names[i]))
 			return i;
 	return -1;
@@ -67,7 +68,7 @@ int gk_nn_pp_sched_parse(const char *s)
 
 const char *gk_nn_pp_sched_name(int k)
 {
-	return k >= 0 && k < 2 ? sched_names[k] : "?";
+	return k >= 0 && k < NSCHED ? sched_names[k] : "?";
 }
 
 int gk_nn_pp_warning(char *buf, size_t len, const gk_nn_train_opts *o)
@@ -85,6 +86,14 @@ int gk_nn_pp_warning(char *buf, size_t len, const gk_nn_train_opts *o)
 
 struct gk_nn_pp {
 	int M, S, s;
+	int V;              /* model chunks a stage (the interleaved schedule's;
+			     * else 1) */
+	gk_comm *back;      /* interleaved: the gradients' messages, apart from
+			     * the activations' (see ilv_step) */
+	int *slot_of;       /* interleaved: micro-batch k's chunk c's slot,
+			     * at k V + c, while it is in flight */
+	int *free_slot;     /* ... the slots free, nfree of them */
+	int nfree;
 	size_t BT, NC;
 	int32_t *in, *tg;   /* M micro-batches of B x T tokens and targets */
 	int slots;          /* the model's activation slots */
@@ -127,11 +136,15 @@ void gk_nn_tr_pp_free(gk_nn_trainer *t)
 	free(p->sq);
 	free(p->ex);
 	free(p->st);
+	free(p->slot_of);
+	free(p->free_slot);
+	gk_comm_close(p->back);
 	free(p);
 	t->pp = NULL;
 }
 
 static int open_device(gk_nn_trainer *t, gk_err *err);
+static int ilv_open(gk_nn_trainer *t, gk_err *err);
 
 int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 {
@@ -142,9 +155,11 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	p->M = t->o.grad_accum;
 	p->S = t->grid.pp;
 	p->s = t->grid.pp_rank;
+	p->V = t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1;
 	p->BT = (size_t)t->o.batch * (size_t)t->o.seq;
 	p->NC = p->BT * (size_t)t->cfg.hidden;
-	size_t M = (size_t)p->M;
+	/* a send's buffer of its own for each micro-batch's chunk */
+	size_t M = (size_t)p->M * (size_t)p->V;
 	p->dt = gk_nn_pp_dtype(t->m);
 	p->es = p->dt == GK_DT_BF16 ? 2 : 4;
 	if (t->cuda && open_device(t, err) < 0)
@@ -153,14 +168,21 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	p->tg = malloc(M * p->BT * sizeof(int32_t));
 	size_t bytes = M * p->NC * p->es;
 	gk_err ignore;
-	p->sa = p->s == p->S - 1 ? NULL : p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
-	p->sg = p->s == 0 ? NULL : p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
+	/* interleaved: the last stage sends its chunks' outputs to the first
+	 * (all but the last chunk's), the first its gradients to the last */
+	int wrap = p->V > 1;
+	p->sa = p->s == p->S - 1 && !wrap ? NULL :
+		p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
+	p->sg = p->s == 0 && !wrap ? NULL :
+		p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
 	p->sq = calloc(2 * M, sizeof(*p->sq));
 	p->ex = calloc(4 * (size_t)p->S, sizeof(*p->ex));
 	p->st = calloc((size_t)p->S, sizeof(*p->st));
-	if (!p->in || !p->tg || (p->s > 0 && !p->sg) || (p->s < p->S - 1 && !p->sa) || !p->sq ||
-	    !p->ex || !p->st)
+	if (!p->in || !p->tg || ((p->s > 0 || wrap) && !p->sg) ||
+	    ((p->s < p->S - 1 || wrap) && !p->sa) || !p->sq || !p->ex || !p->st)
 		return gk_errf(err, "pipeline: out of memory for %zu micro-batches' buffers", M);
+	if (p->V > 1)
+		return ilv_open(t, err);
 	p->slots = t->o.pp_sched == GK_NN_PP_GPIPE || p->M < p->S - p->s ? p->M : p->S - p->s;
 	return gk_nn_pp_slots(t->m, p->slots, err);
 }
@@ -199,9 +221,11 @@ static int flush(gk_nn_trainer *t, gk_err *err)
 				&p->sq[p->nsq++], &none, err);
 }
 
-static int recv_wait(gk_nn_trainer *t, void *buf, int peer, gk_err *err)
+/* grad: a gradient (the interleaved schedule's own communicator) */
+static int recv_wait(gk_nn_trainer *t, void *buf, int peer, int grad, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
+	gk_comm *c = grad && p->back ? p->back : t->grid.ppc;
 	gk_comm_req *q, *sq = NULL;
 	double t0 = gk_now();
 	int rc;
@@ -213,7 +237,7 @@ static int recv_wait(gk_nn_trainer *t, void *buf, int peer, gk_err *err)
 			p->sq[p->nsq++] = sq;
 		p->hold = NULL;
 	} else {
-		rc = gk_comm_irecv(t->grid.ppc, buf, p->NC, GK_DT_F32, peer, &q, err);
+		rc = gk_comm_irecv(c, buf, p->NC, GK_DT_F32, peer, &q, err);
 	}
 	if (rc == 0)
 		rc = gk_comm_wait(q, err);
@@ -230,7 +254,8 @@ static int send(gk_nn_trainer *t, void *mine, int k, const void *buf, int peer, 
 	p->bytes += n;
 	if (!p->dev) {
 		memcpy(a, buf, n);
-		return gk_comm_isend(t->grid.ppc, a, p->NC, GK_DT_F32, peer, &p->sq[p->nsq++], err);
+		return gk_comm_isend(mine == p->sg && p->back ? p->back : t->grid.ppc, a, p->NC,
+				     GK_DT_F32, peer, &p->sq[p->nsq++], err);
 	}
 	/* on the model's stream, after the kernels that wrote buf */
 	if (flush(t, err) < 0 || gk_comm_to_device(p->dev, a, buf, n, err) < 0)
@@ -240,14 +265,22 @@ static int send(gk_nn_trainer *t, void *mine, int k, const void *buf, int peer, 
 	return 0;
 }
 
-/* Micro-batch k's forward on this stage, in its slot. */
-static int forward(gk_nn_trainer *t, int k, double *lsum, gk_err *err)
+/*
+ * Micro-batch k's forward on this stage's chunk c (the model's c S + s-th
+ * chunk of layers; c 0 but under the interleaved schedule), in activation
+ * slot i: its input from the stage before (the last stage's chunk c - 1
+ * for the first stage's chunk c > 0), its output to the next (the first
+ * stage's chunk c + 1 from the last stage's chunk c < V - 1).
+ */
+static int forward(gk_nn_trainer *t, int k, int c, int i, double *lsum, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	int first = p->s == 0, last = p->s == p->S - 1;
-	gk_nn_pp_use_slot(t->m, k % p->slots);
-	if (!first && recv_wait(t, gk_nn_pp_input(t->m), p->s - 1, err) < 0)
-		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the input", p->s, k);
+	int first = p->s == 0 && c == 0, last = p->s == p->S - 1 && c == p->V - 1;
+	gk_nn_pp_use_slot(t->m, i);
+	gk_nn_pp_use_chunk(t->m, c);
+	if (!first && recv_wait(t, gk_nn_pp_input(t->m), (p->s + p->S - 1) % p->S, 0, err) < 0)
+		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d, chunk %d: the input",
+				     p->s, k, c);
 	float l = 0;
 	if (gk_nn_forward(t->m, p->in + (size_t)k * p->BT, last ? p->tg + (size_t)k * p->BT : NULL,
 			  &l, err) < 0)
@@ -256,21 +289,122 @@ static int forward(gk_nn_trainer *t, int k, double *lsum, gk_err *err)
 		*lsum += l;
 		return 0;
 	}
-	return send(t, p->sa, k, gk_nn_pp_output(t->m), p->s + 1, err);
+	return send(t, p->sa, k * p->V + c, gk_nn_pp_output(t->m), (p->s + 1) % p->S, err);
 }
 
-static int backward(gk_nn_trainer *t, int k, gk_err *err)
+static int backward(gk_nn_trainer *t, int k, int c, int i, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	int first = p->s == 0, last = p->s == p->S - 1;
-	gk_nn_pp_use_slot(t->m, k % p->slots);
-	if (!last && recv_wait(t, gk_nn_pp_grad(t->m), p->s + 1, err) < 0)
-		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the gradient", p->s, k);
+	int first = p->s == 0 && c == 0, last = p->s == p->S - 1 && c == p->V - 1;
+	gk_nn_pp_use_slot(t->m, i);
+	gk_nn_pp_use_chunk(t->m, c);
+	if (!last && recv_wait(t, gk_nn_pp_grad(t->m), (p->s + 1) % p->S, 1, err) < 0)
+		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d, chunk %d: the gradient",
+				     p->s, k, c);
 	if (gk_nn_backward(t->m, 1.0f / (float)p->M, NULL, NULL, err) < 0)
 		return -1;
 	if (first)
 		return 0;
-	return send(t, p->sg, k, gk_nn_pp_grad(t->m), p->s - 1, err);
+	return send(t, p->sg, k * p->V + c, gk_nn_pp_grad(t->m), (p->s + p->S - 1) % p->S, err);
+}
+
+/*
+ * The interleaved schedule (Narayanan et al. 2021, section 2.2.2;
+ * Megatron-LM's forward_backward_pipelining_with_interleaving): stage s
+ * runs M V forwards and M V backwards, its i-th forward micro-batch
+ * (i / (S V)) S + i % S on its chunk (i % (S V)) / S, its i-th backward
+ * the same micro-batch on chunk V - 1 - (i % (S V)) / S: S micro-batches
+ * through a chunk, then the same S through the next, so M must be a
+ * multiple of S. The warm-up is (S - 1 - s) 2 + (V - 1) S forwards (all
+ * of them when M = S, as Megatron-LM), then one forward and one backward
+ * in turn, then the backwards left. The bubble is (S - 1) / (V M) of the
+ * busy time where 1F1B's is (S - 1) / M (tools/bench/pp_sim.py checks
+ * both). Each chunk meets its micro-batches in order 0 .. M-1 in both
+ * directions, so a layer's gradients and the last stage's losses sum in
+ * 1F1B's order: the same bits.
+ *
+ * The messages: the first and the last stages exchange activations and
+ * gradients both ways (the ring's wrap); with S = 2 a pair of stages
+ * sends each other activations and gradients, in orders that need not
+ * agree, so the gradients go over a communicator of their own (p->back):
+ * on each, a pair's messages are received in the order they were sent
+ * (the map from a chunk's i-th forward to the next chunk's, i + S, keeps
+ * the order, and likewise backwards).
+ *
+ * The activations: one slot per micro-batch's chunk in flight, taken at
+ * its forward and given back after its backward (a chunk's backwards do
+ * not come in the order of the forwards), as many as the most in flight:
+ * min(M V, warm-up + 1).
+ */
+static void ilv_task(const gk_nn_pp *p, int i, int fwd, int *k, int *c)
+{
+	int g = p->S * p->V, j = (i % g) / p->S;
+	*k = i / g * p->S + i % p->S;
+	*c = fwd ? j : p->V - 1 - j;
+}
+
+static int ilv_warm(const gk_nn_pp *p)
+{
+	int n = p->M * p->V, w = (p->S - 1 - p->s) * 2 + (p->V - 1) * p->S;
+	return p->M == p->S || w > n ? n : w;
+}
+
+static int ilv_open(gk_nn_trainer *t, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	size_t n = (size_t)p->M * (size_t)p->V;
+	p->slots = ilv_warm(p) + 1 < (int)n ? ilv_warm(p) + 1 : (int)n;
+	p->slot_of = calloc(n, sizeof(*p->slot_of));
+	p->free_slot = calloc((size_t)p->slots, sizeof(*p->free_slot));
+	if (!p->slot_of || !p->free_slot)
+		return gk_errf(err, "pipeline: out of memory for %zu micro-batches' slots", n);
+	/* every stage of the pipeline, at once (the trainer's setup) */
+	if (gk_comm_split(t->grid.ppc, 0, p->s, &p->back, err) < 0)
+		return gk_err_prefix(err, "pipeline stage %d: the gradients' communicator", p->s);
+	return gk_nn_pp_slots(t->m, p->slots, err);
+}
+
+static int ilv_forward(gk_nn_trainer *t, int i, double *lsum, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int k, c;
+	ilv_task(p, i, 1, &k, &c);
+	if (p->nfree == 0)
+		return gk_errf(err, "pipeline stage %d: no activation slot free for micro-batch "
+			       "%d, chunk %d", p->s, k, c);
+	int slot = p->slot_of[k * p->V + c] = p->free_slot[--p->nfree];
+	return forward(t, k, c, slot, lsum, err);
+}
+
+static int ilv_backward(gk_nn_trainer *t, int i, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int k, c;
+	ilv_task(p, i, 0, &k, &c);
+	int slot = p->slot_of[k * p->V + c];
+	if (backward(t, k, c, slot, err) < 0)
+		return -1;
+	p->free_slot[p->nfree++] = slot;
+	return 0;
+}
+
+static int ilv_step(gk_nn_trainer *t, double *lsum, gk_err *err)
+{
+	gk_nn_pp *p = t->pp;
+	int n = p->M * p->V, warm = ilv_warm(p), rc = 0;
+	p->nfree = p->slots;
+	for (int i = 0; i < p->slots; i++)
+		p->free_slot[i] = p->slots - 1 - i;
+	for (int i = 0; rc == 0 && i < warm; i++)
+		rc = ilv_forward(t, i, lsum, err);
+	for (int i = 0; rc == 0 && i < n - warm; i++) {
+		rc = ilv_forward(t, warm + i, lsum, err);
+		if (rc == 0)
+			rc = ilv_backward(t, i, err);
+	}
+	for (int i = n - warm; rc == 0 && i < n; i++)
+		rc = ilv_backward(t, i, err);
+	return rc;
 }
 
 /*
@@ -334,23 +468,25 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	}
 	double tb = gk_now();
 	part[GK_NN_PART_DATA] += tb - ta;
-	int rc = 0, M = p->M;
-	if (t->o.pp_sched == GK_NN_PP_GPIPE) {
+	int rc = 0, M = p->M, n = p->slots;
+	if (p->V > 1) {
+		rc = ilv_step(t, lsum, err);
+	} else if (t->o.pp_sched == GK_NN_PP_GPIPE) {
 		for (int k = 0; rc == 0 && k < M; k++)
-			rc = forward(t, k, lsum, err);
+			rc = forward(t, k, 0, k % n, lsum, err);
 		for (int k = 0; rc == 0 && k < M; k++)
-			rc = backward(t, k, err);
+			rc = backward(t, k, 0, k % n, err);
 	} else {
 		int warm = p->S - 1 - p->s < M ? p->S - 1 - p->s : M;
 		for (int k = 0; rc == 0 && k < warm; k++)
-			rc = forward(t, k, lsum, err);
+			rc = forward(t, k, 0, k % n, lsum, err);
 		for (int i = 0; rc == 0 && i < M - warm; i++) {
-			rc = forward(t, warm + i, lsum, err);
+			rc = forward(t, warm + i, 0, (warm + i) % n, lsum, err);
 			if (rc == 0)
-				rc = backward(t, i, err);
+				rc = backward(t, i, 0, i % n, err);
 		}
 		for (int i = M - warm; rc == 0 && i < M; i++)
-			rc = backward(t, i, err);
+			rc = backward(t, i, 0, i % n, err);
 	}
 	if (rc == 0 && p->dev)
 		rc = flush(t, err);
@@ -372,7 +508,6 @@ int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double ac
 		     gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	int first = p->s == 0, last = p->s == p->S - 1;
 	/* the slot of micro-batch 0, whose activations the next step makes anew */
 	gk_nn_pp_use_slot(t->m, 0);
 	for (int64_t k = 0; batches <= 0 || k < batches; k++) {
@@ -381,23 +516,29 @@ int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double ac
 		int r = gk_nn_data_next(d, t->in, t->tg, err);
 		if (r <= 0)
 			return r;
-		if (!first && recv_wait(t, gk_nn_pp_input(t->m), p->s - 1, err) < 0)
-			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld: the input",
-					     p->s, (long long)k);
-		float l = 0;
-		if (gk_nn_forward(t->m, t->in, last ? t->tg : NULL, &l, err) < 0)
-			return -1;
-		if (last) {
-			acc[0] += l;
-			acc[1] += 1;
-			continue;
+		/* through the stage's chunks in turn (one but interleaved) */
+		for (int c = 0; c < p->V; c++) {
+			int first = p->s == 0 && c == 0, last = p->s == p->S - 1 && c == p->V - 1;
+			gk_nn_pp_use_chunk(t->m, c);
+			if (!first && recv_wait(t, gk_nn_pp_input(t->m), (p->s + p->S - 1) % p->S,
+						0, err) < 0)
+				return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld: "
+						     "the input", p->s, (long long)k);
+			float l = 0;
+			if (gk_nn_forward(t->m, t->in, last ? t->tg : NULL, &l, err) < 0)
+				return -1;
+			if (last) {
+				acc[0] += l;
+				acc[1] += 1;
+				continue;
+			}
+			gk_comm_req *q;
+			if (gk_comm_isend(p->dev ? p->dev : t->grid.ppc, gk_nn_pp_output(t->m), p->NC,
+					  p->dt, (p->s + 1) % p->S, &q, err) < 0 ||
+			    gk_comm_wait(q, err) < 0)
+				return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld",
+						     p->s, (long long)k);
 		}
-		gk_comm_req *q;
-		if (gk_comm_isend(p->dev ? p->dev : t->grid.ppc, gk_nn_pp_output(t->m), p->NC,
-				  p->dt, p->s + 1, &q, err) < 0 ||
-		    gk_comm_wait(q, err) < 0)
-			return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld",
-					     p->s, (long long)k);
 	}
 	return 0;
 }
@@ -530,7 +671,7 @@ static int collect_pieces(gk_nn_trainer *t, float *out[3], gk_err *err)
  * and send nothing, but under ZeRO-1, where every rank sends its pieces of
  * the moments (collect_pieces).
  */
-int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
+static int collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 {
 	const gk_nn_dp *dp = t->dp;
 	size_t N = gk_nn_nparams(t->m), n = dp->hi - dp->lo;
@@ -574,4 +715,28 @@ int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 		}
 	}
 	return dp->ppshard ? collect_pieces(t, out, err) : 0;
+}
+
+/*
+ * The interleaved schedule's blocks lie stage-major in the flat buffer
+ * (gk_nn_pp_place): the parameters are written by their tensors' offsets,
+ * but the moments are the flat buffer's, stored in the Hugging Face order
+ * that every other layout reads (resume.c, gk_nn_pp_from_hf).
+ */
+int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
+{
+	if (collect(t, out, err) < 0)
+		return -1;
+	if (!out[1] || t->pp->V == 1)
+		return 0;
+	size_t N = gk_nn_nparams(t->m);
+	float *tmp = malloc(N * sizeof(float) + 1);
+	if (!tmp)
+		return gk_err_sys(err, ENOMEM, "checkpoint: the moments' copy");
+	for (int k = 1; k < 3; k++) {
+		memcpy(tmp, out[k], N * sizeof(float));
+		gk_nn_pp_to_hf(t->m, tmp, out[k]);
+	}
+	free(tmp);
+	return 0;
 }

@@ -240,8 +240,12 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	 * too and copied out: resuming holds one model's moments a while */
 	/* (a tensor group under ZeRO: a pipeline of one stage, dp.c) */
 	int pp = o->pp_stage >= 0;
+	/* the interleaved schedule's blocks lie stage-major in the flat
+	 * buffer, the moments' in the Hugging Face order (gk_nn_pp_from_hf) */
+	int placed = pp && t->o.pp_sched == GK_NN_PP_INTERLEAVED;
 	float *whole = NULL, *local = NULL;
-	if (pp && t->grid.tp > 1 && !(local = malloc(gk_nn_nparams(t->m) * sizeof(float)))) {
+	if ((placed || (pp && t->grid.tp > 1)) &&
+	    !(local = malloc(gk_nn_nparams(t->m) * sizeof(float)))) {
 		gk_err_sys(err, ENOMEM, "resume");
 		goto out;
 	}
@@ -293,7 +297,10 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 		} else if (pp) {
 			const float *l = whole;
 			if (local) {
-				gk_nn_tp_scatter(t->m, whole, local);
+				if (placed)
+					gk_nn_pp_from_hf(t->m, whole, local);
+				else
+					gk_nn_tp_scatter(t->m, whole, local);
 				l = local;
 			}
 			/* its pieces under ZeRO-1 (else the range and wte) */

@@ -44,7 +44,7 @@
  * written (agreed in the step's small allreduce).
  */
 /* The pipeline's schedules (pp_sched.c). */
-enum { GK_NN_PP_1F1B, GK_NN_PP_GPIPE };
+enum { GK_NN_PP_1F1B, GK_NN_PP_GPIPE, GK_NN_PP_INTERLEAVED };
 int gk_nn_pp_sched_parse(const char *s);
 const char *gk_nn_pp_sched_name(int k);
 struct gk_nn_train_opts;
@@ -144,7 +144,11 @@ typedef struct gk_nn_train_opts {
 				 * multiple of tp, no pipeline */
 	int pp;                 /* pipeline stages (0 or 1: none): the CPU
 				 * backend, ZeRO 0, no compression */
-	int pp_sched;           /* GK_NN_PP_1F1B or GK_NN_PP_GPIPE */
+	int pp_sched;           /* GK_NN_PP_1F1B, GK_NN_PP_GPIPE or
+				 * GK_NN_PP_INTERLEAVED */
+	int pp_chunks;          /* the interleaved schedule's model chunks a
+				 * stage (V >= 2; 0 or 1 otherwise): the
+				 * layers divide by pp x V, grad_accum by pp */
 	gk_comm_compress compress;   /* the buckets' allreduce, or ZeRO-1's
 				      * reduce-scatter (not its allgather) */
 	int overlap;            /* allreduce buckets during backward (1), after

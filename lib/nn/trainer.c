@@ -383,6 +383,12 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	if (t->grid.pp > 1) {
 		int l0, l1;
 		int r = gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0, &l1, err);
+		if (r == 0 && t->o.pp_sched == GK_NN_PP_INTERLEAVED &&
+		    (r = gk_nn_pp_chunk_layers(t->cfg.layers, t->grid.pp, t->o.pp_chunks,
+					       t->grid.pp_rank, 0, &l0, &l1, err)) < 0)
+			gk_err_prefix(err, "--pp %d --pp-chunks %d (give --layers or --pp-chunks "
+				      "so that the layers divide by their product)", t->grid.pp,
+				      t->o.pp_chunks);
 		if (gk_nn_tr_agree_local(t, r, err) < 0) {
 			t->agreed = 2;
 			return -1;
@@ -422,6 +428,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .shard_rank = t->grid.dp_rank,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
 			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank,
+			 .pp_chunks = t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1,
 			 /* ZeRO-2 over a pipeline: a stage's gradients taken
 			  * back between steps (dp.c) */
 			 .release_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda)};

@@ -492,9 +492,9 @@ test_expect_success MPI 'more stages than layers: refused with the numbers, once
 	! grep "\"step\"" out
 '
 
-test_expect_success '--pp-schedule takes 1f1b or gpipe' '
+test_expect_success '--pp-schedule takes 1f1b, gpipe or interleaved' '
 	test_expect_code 2 gpu-train $A --batch 4 --pp-schedule zb >out 2>err &&
-	grep "1f1b or gpipe" err
+	grep "1f1b, gpipe or interleaved" err
 '
 
 test_done
