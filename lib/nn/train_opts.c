@@ -137,7 +137,8 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		if (o->pp_chunks < 2)
 			return gk_errf(err, "--pp-schedule interleaved: give --pp-chunks V, the model "
 				       "chunks a stage (2 or more; one chunk is --pp-schedule 1f1b)");
-		if (M % S)
+		/* (evaluation runs a batch at a time through the chunks) */
+		if (M % S && !o->eval_only && o->steps > 0)
 			return gk_errf(err, "--pp-schedule interleaved with --pp %d: --grad-accum %d is "
 				       "not a multiple of %d (the schedule takes its micro-batches %d at "
 				       "a time through each chunk): --grad-accum %s%d", S, M, S, S, alt,

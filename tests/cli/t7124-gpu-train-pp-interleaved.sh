@@ -1,0 +1,147 @@
+#!/bin/sh
+test_description='gpu-train --pp-schedule interleaved: the virtual pipeline on the CPU
+
+Stage s of S runs the model'"'"'s chunks s, s + S, ... of L / (S V) layers
+(Megatron-LM'"'"'s interleaved schedule, --pp-chunks V). Each chunk meets
+the micro-batches in the order 0 .. M-1 forward and backward, as 1F1B'"'"'s
+stages do, and the tied embedding'"'"'s parts are summed on the same two
+stages: the losses of pp 2 (V 2, M 4), pp 3 (V 2, M 6) and pp 2 x dp 2
+under ZeRO 1 and 2 are 1F1B'"'"'s bit for bit, and one rank'"'"'s within
+1e-5 (1F1B'"'"'s own tolerance, t7121); the global norm, whose sum of
+squares a stage adds over other layers, within 1e-12. The checkpoints
+are 1F1B'"'"'s byte for byte (the moments in the Hugging Face order, not the
+stage-major one of the flat buffer), and --resume goes from interleaved
+to 1F1B and back, continuing the run that never stopped bit for bit.
+The step lines measure the bubble as 1F1B'"'"'s do; the start line states
+(S-1)/(V M). Layers not dividing by S x V, --grad-accum not a multiple of
+S, a missing --pp-chunks, --tp and --device cuda are refused up front.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+S="--data train.bin --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2 --clip 1 --device cpu"
+A="$S --layers 4 --steps 6 --json --grad-accum 4 --batch 4"
+I="--pp-schedule interleaved --pp-chunks 2"
+
+steps() {
+	jq -c 'select(.event == "step") | .loss' "$1"
+}
+
+norms() {
+	jq -r 'select(.event == "step") | .grad_norm' "$1"
+}
+
+# as t7121: every stage'"'"'s busy + idle is the pipeline'"'"'s time
+pp_bubble_defined() {
+	jq -s -e --argjson S "$2" "map(select(.event == \"step\")) | length > 0 and all(
+		(.pp_stages | length == \$S and all(.busy_ms > 0 and .idle_ms >= 0) and
+		 map(.busy_ms + .idle_ms) as \$p | (\$p | max) - (\$p | min) <= 1e-9 * (\$p | max) and
+		 all(((.bubble - .idle_ms / .busy_ms) | fabs) <= 1e-9 * (1 + .bubble))) and
+		(.pp_bubble - ((.pp_stages | map(.idle_ms) | add) / (.pp_stages | map(.busy_ms) | add)) | fabs)
+			<= 1e-9 * (1 + .pp_bubble))" "$1"
+}
+
+test_expect_success 'data, and one rank (4 layers x 4 micro-batches, 6 x 6)' '
+	train_data &&
+	gpu-train $A >one.json &&
+	gpu-train $S --layers 6 --steps 4 --json --grad-accum 6 --batch 4 >one6.json &&
+	steps one.json >one && steps one6.json >one6 && norms one.json >one.n &&
+	test $(wc -l <one) = 6
+'
+
+test_expect_success MPI 'pp 2, V 2, M 4: 1F1B'"'"'s losses bit for bit, one rank'"'"'s within 1e-5, the norms within 1e-12' '
+	mpi 2 $A --pp 2 >f2.json &&
+	mpi 2 $A --pp 2 $I >i2.json 2>err &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .pp_schedule == \"interleaved\" and
+		.pp_chunks == 2 and .pp_bubble == 0.125" i2.json &&
+	steps f2.json >f2 && steps i2.json >i2 && norms f2.json >f2.n && norms i2.json >i2.n &&
+	test $(wc -l <i2) = 6 &&
+	test_cmp f2 i2 &&
+	test "$(head -n 1 i2)" = "$(head -n 1 one)" &&
+	close_to i2 one 1e-5 &&
+	close_to i2.n f2.n 1e-12 &&
+	! grep warning err
+'
+
+test_expect_success MPI 'the measured bubble: the stages'"'"' idle over busy time, as 1F1B'"'"'s' '
+	pp_bubble_defined i2.json 2
+'
+
+test_expect_success MPI 'pp 3, V 2, M 6 on 6 layers: 1F1B'"'"'s bits; the start line says the chunks and (S-1)/(V M)' '
+	B="$S --layers 6 --steps 4 --json --grad-accum 6 --batch 4" &&
+	mpi 3 $B --pp 3 >f3.json &&
+	mpi 3 $B --pp 3 $I >i3.json &&
+	steps f3.json >f3 && steps i3.json >i3 &&
+	test $(wc -l <i3) = 4 &&
+	test_cmp f3 i3 &&
+	close_to i3 one6 1e-5 &&
+	mpi 3 $S --layers 6 --steps 1 --grad-accum 6 --batch 4 --pp 3 $I >out &&
+	grep "(dp 1 x pp 3: layers 0-0+3-3, 1-1+4-4, 2-2+5-5; interleaved, 2 chunks a stage, over 6 micro-batches, bubble (3-1)/(2 x 6) = 0.167)" out
+'
+
+test_expect_success MPI 'pp 2 x dp 2 under ZeRO 1 and 2: 1F1B'"'"'s losses, and under ZeRO 1 its checkpoint byte for byte' '
+	B="$S --layers 4 --steps 4 --json --grad-accum 4 --batch 2 --pp 2" &&
+	mpi 4 $B --zero 1 --ckpt-dir ckzf >zf.json &&
+	mpi 4 $B --zero 1 --ckpt-dir ckzi $I >zi.json &&
+	mpi 4 $B --zero 2 $I >z2.json &&
+	steps zf.json >zf && steps zi.json >zi && steps z2.json >z2 &&
+	test $(wc -l <zi) = 4 &&
+	test_cmp zf zi && test_cmp zf z2 &&
+	cmp ckzf/latest/model.safetensors ckzi/latest/model.safetensors &&
+	cmp ckzf/latest/optim.safetensors ckzi/latest/optim.safetensors
+'
+
+B="$S --layers 4 --steps 8 --json --grad-accum 4 --batch 4 --pp 2"
+
+test_expect_success MPI 'an interleaved checkpoint is 1F1B'"'"'s byte for byte (the moments in the Hugging Face order)' '
+	mpi 2 $B >full.json &&
+	mpi 2 $B --until 4 --ckpt-dir cf >/dev/null &&
+	mpi 2 $B $I --until 4 --ckpt-dir ci >/dev/null &&
+	cmp cf/latest/model.safetensors ci/latest/model.safetensors &&
+	cmp cf/latest/optim.safetensors ci/latest/optim.safetensors &&
+	jq -e ".settings[\"--pp-schedule\"].arg == \"interleaved\" and
+		.settings[\"--pp-chunks\"].arg == \"2\"" ci/latest/trainer.json &&
+	steps full.json >full && tail -n 4 full >full.tail
+'
+
+test_expect_success MPI '--resume: interleaved into 1F1B and 1F1B into interleaved continue the run bit for bit' '
+	cp -R ci ci_f && cp -R cf cf_i &&
+	mpi 2 $B --ckpt-dir ci_f --resume >r_if.json 2>err &&
+	grep "resumed with --pp-schedule 1f1b (the checkpoint.s run: interleaved)" err &&
+	mpi 2 $B $I --ckpt-dir cf_i --resume >r_fi.json &&
+	steps r_if.json >r_if && steps r_fi.json >r_fi &&
+	test $(wc -l <r_if) = 4 &&
+	test_cmp full.tail r_if && test_cmp full.tail r_fi
+'
+
+test_expect_success MPI '--eval-only through the chunks: one rank'"'"'s loss bit for bit' '
+	E="$S --layers 6 --json --eval-only --data val.bin --eval-batches 4 --batch 4" &&
+	gpu-train $E >e1.json &&
+	mpi 3 $E --pp 3 $I >e3.json &&
+	jq -r "select(.event == \"eval\") | .loss" e1.json >e1 &&
+	jq -r "select(.event == \"eval\") | .loss" e3.json >e3 &&
+	test $(wc -l <e3) = 1 &&
+	test_cmp e1 e3
+'
+
+test_expect_success 'what the schedule does not take is refused at the command line, with the fix' '
+	test_expect_code 2 gpu-train $A --pp 2 $I --grad-accum 3 >out 2>err &&
+	grep "interleaved with --pp 2: --grad-accum 3 is not a multiple of 2 .*: --grad-accum 2 or 4" err &&
+	test_expect_code 2 gpu-train $A --pp 2 --pp-schedule interleaved >out 2>err &&
+	grep "give --pp-chunks V" err &&
+	test_expect_code 2 gpu-train $A --pp 2 --pp-chunks 2 >out 2>err &&
+	grep "the chunks of --pp-schedule interleaved" err &&
+	test_expect_code 2 gpu-train $A $I >out 2>err &&
+	grep "interleaved: give --pp N (2 or more) too" err &&
+	test_expect_code 2 gpu-train $A --pp 2 $I --tp 2 >out 2>err &&
+	grep "interleaved: not with --tp" err &&
+	test_expect_code 2 gpu-train $A --pp 2 $I --device cuda >out 2>err &&
+	grep "interleaved: not with --device cuda (the CPU only: --device cpu)" err
+'
+
+test_expect_success MPI 'layers that do not divide by S x V: refused with the numbers, once' '
+	test_expect_code 2 mpi 2 $A --pp 2 --pp-schedule interleaved --pp-chunks 3 >out 2>err &&
+	grep -c "the model.s 4 layers do not divide into 6 chunks of equal size (6 layers would, or 12)" err >n &&
+	echo 1 >one.c && test_cmp one.c n
+'
+
+test_done
