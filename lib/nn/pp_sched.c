@@ -265,6 +265,15 @@ static int send(gk_nn_trainer *t, void *mine, int k, const void *buf, int peer, 
 	return 0;
 }
 
+/* a message's failure: where (the chunk under the interleaved schedule) */
+static int where(const gk_nn_pp *p, int k, int c, const char *what, gk_err *err)
+{
+	if (p->V > 1)
+		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d, chunk %d: the %s",
+				     p->s, k, c, what);
+	return gk_err_prefix(err, "pipeline stage %d, micro-batch %d: the %s", p->s, k, what);
+}
+
 /*
  * Micro-batch k's forward on this stage's chunk c (the model's c S + s-th
  * chunk of layers; c 0 but under the interleaved schedule), in activation
@@ -279,8 +288,7 @@ static int forward(gk_nn_trainer *t, int k, int c, int i, double *lsum, gk_err *
 	gk_nn_pp_use_slot(t->m, i);
 	gk_nn_pp_use_chunk(t->m, c);
 	if (!first && recv_wait(t, gk_nn_pp_input(t->m), (p->s + p->S - 1) % p->S, 0, err) < 0)
-		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d, chunk %d: the input",
-				     p->s, k, c);
+		return where(p, k, c, "input", err);
 	float l = 0;
 	if (gk_nn_forward(t->m, p->in + (size_t)k * p->BT, last ? p->tg + (size_t)k * p->BT : NULL,
 			  &l, err) < 0)
@@ -299,8 +307,7 @@ static int backward(gk_nn_trainer *t, int k, int c, int i, gk_err *err)
 	gk_nn_pp_use_slot(t->m, i);
 	gk_nn_pp_use_chunk(t->m, c);
 	if (!last && recv_wait(t, gk_nn_pp_grad(t->m), (p->s + 1) % p->S, 1, err) < 0)
-		return gk_err_prefix(err, "pipeline stage %d, micro-batch %d, chunk %d: the gradient",
-				     p->s, k, c);
+		return where(p, k, c, "gradient", err);
 	if (gk_nn_backward(t->m, 1.0f / (float)p->M, NULL, NULL, err) < 0)
 		return -1;
 	if (first)
@@ -727,7 +734,7 @@ int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 {
 	if (collect(t, out, err) < 0)
 		return -1;
-	if (!out[1] || t->pp->V == 1)
+	if (!out[1] || !t->pp || t->pp->V == 1)
 		return 0;
 	size_t N = gk_nn_nparams(t->m);
 	float *tmp = malloc(N * sizeof(float) + 1);

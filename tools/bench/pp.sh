@@ -1,6 +1,7 @@
 #!/bin/sh
 # pp.sh - gpu-train's model parallelism on the CPU (mpirun, one thread a
-# rank): the pipeline's measured bubble against (N-1)/m, and the tensor
+# rank): the pipeline's measured bubble against (N-1)/m (1F1B) and
+# (N-1)/(V m) (the interleaved schedule), and the tensor
 # group's bytes a step against their formula.
 #
 # Pipeline: a balanced model (LAYERS, default 8, divisible by every N of
@@ -29,6 +30,12 @@
 # the shorter the stages' compute), and preemption in the middle of a
 # stage's compute spreads its busy time from step to step; the load
 # average is printed, and the figures are comparable only at a low one.
+#
+# Interleaved: --pp-schedule interleaved --pp-chunks V (CHUNKS, default
+# 2) on the same model and micro-batch counts, where m is a multiple of N
+# and LAYERS of N x V: the measured bubble beside (N-1)/(V m), the
+# simulator's figure on this machine's cores (pp_sim.py ... V), and
+# 1F1B's, measured above, over it (about V when the ramps dominate).
 #
 # Tensor parallel: --tp 2 on LAYERS layers, 2 micro-batches, and tp 2 x
 # pp 2 per stage: the step line's tp_comm_bytes (rank 0's) and each
@@ -93,6 +100,33 @@ for n in $PPS; do
 		within=$(awk -v r="$r" 'BEGIN { if (r ~ /^[0-9.]+$/) print (r >= 0.8 && r <= 1.2) ? "within 20 %" : "OUTSIDE 20 %"; else print "n/a" }')
 		printf '  %-4s %-3s %9s %9s %9s %7s  %-9s%s  %s%s\n' "$n" "$m" "$want" "$shared" "$(num %.4f "$got")" \
 			"$r" "$(num %.0f "$ms")" "$per" "$within" "$share"
+	done
+done
+
+VS=${CHUNKS:-2}
+echo
+echo "pipeline bubble (interleaved, $VS chunks a stage), idle / busy time of the stages:"
+printf '  %-4s %-3s %11s %9s %9s %7s  %-9s %s\n' N m "(N-1)/(Vm)" shared measured ratio "step ms" "1f1b/interleaved"
+for n in $PPS; do
+	for m in $MBS; do
+		[ $((m % n)) = 0 ] && [ $((LAYERS % (n * VS))) = 0 ] || continue
+		ours "$n" --pp "$n" --grad-accum "$m" --steps "$STEPS" --pp-schedule interleaved \
+			--pp-chunks "$VS" >"$tmp/ppi.json" 2>"$tmp/ppi.err" || {
+			cat "$tmp/ppi.err" >&2
+			echo "pp.sh: --pp $n --grad-accum $m interleaved failed" >&2
+			exit 1
+		}
+		ours "$n" --pp "$n" --grad-accum "$m" --steps "$STEPS" >"$tmp/pp.json" 2>"$tmp/pp.err" || {
+			cat "$tmp/pp.err" >&2
+			exit 1
+		}
+		want=$(awk -v n="$n" -v m="$m" -v v="$VS" 'BEGIN { printf "%.4f", (n - 1) / (v * m) }')
+		got=$(steps "$tmp/ppi.json" pp_bubble | med)
+		f1=$(steps "$tmp/pp.json" pp_bubble | med)
+		ms=$(steps "$tmp/ppi.json" step_ms | med)
+		shared=$(python3 "$top/tools/bench/pp_sim.py" "$n" "$m" "$cores" 2 "$VS")
+		printf '  %-4s %-3s %11s %9s %9s %7s  %-9s %s\n' "$n" "$m" "$want" "$shared" \
+			"$(num %.4f "$got")" "$(ratio "$got" "$want")" "$(num %.0f "$ms")" "$(ratio "$f1" "$got")"
 	done
 done
 
