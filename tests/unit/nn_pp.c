@@ -10,9 +10,11 @@
  * within rounding. The layer split and the ranges are checked against
  * formulas written here. With activation slots (gk_nn_pp_slots), every
  * micro-batch's forward runs before the first backward, each backward
- * differentiating its own slot's forward.
+ * differentiating its own slot's forward. The interleaved schedule's
+ * chunks likewise (test_chunks).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -286,6 +288,164 @@ static void test_lazy_stage(int L, int S)
 	gk_nn_free(whole);
 }
 
+/*
+ * The interleaved schedule's chunks (gk_nn_pp_chunk_layers, the flat
+ * buffer's stage-major placement, gk_nn_pp_to_hf): stage s's chunk c is
+ * the layers of chunk c S + s of S V equal ones; each stage's range holds
+ * exactly its chunks' tensors (and wte, wpe on the first, ln_f on the
+ * last); the tensors keep the whole model's names, shapes and order; a
+ * buffer moved to the Hugging Face order has each tensor at the whole
+ * model's offset, and back is the identity. Then M micro-batches through
+ * the S V chunks in one process (each stage's chunk c in its slot c):
+ * the last chunk's losses are the whole model's bits, and every layer's
+ * gradients, found by name, the whole model's bits.
+ */
+static int layer_of(const char *name)
+{
+	int l;
+	return sscanf(name, "transformer.h.%d.", &l) == 1 ? l : -1;
+}
+
+static void test_chunks(int L, int S, int V, int M)
+{
+	gk_err err = {0};
+	int q = L / (S * V), cover[16] = {0}, good = 1;
+	for (int s = 0; s < S; s++)
+		for (int c = 0; c < V; c++) {
+			int l0 = -1, l1 = -1;
+			good = good && gk_nn_pp_chunk_layers(L, S, V, s, c, &l0, &l1, &err) == 0 &&
+			       l0 == (c * S + s) * q && l1 == l0 + q;
+			for (int l = l0; good && l < l1; l++)
+				cover[l]++;
+		}
+	for (int l = 0; l < L; l++)
+		good = good && cover[l] == 1;
+	ok(good, "%d layers, %d stages x %d chunks: stage s's chunk c is the (c S + s)-th of "
+	   "%d layers, each layer once", L, S, V, q);
+
+	gk_nn_config cf = {.layers = L, .hidden = 32, .heads = 2, .vocab = 257, .positions = 16,
+			   .ln_eps = 1e-5f};
+	gk_nn_config_finish(&cf, &err);
+	int B = 2, T = 8, N = B * T;
+	size_t NC = (size_t)N * 32;
+	gk_nn_opts o = {.batch = B, .seq = T, .threads = 1};
+	gk_nn_model *whole = NULL, *st[4] = {NULL};
+	int made = gk_nn_new(&whole, &cf, &o, &err) == 0;
+	for (int s = 0; made && s < S; s++) {
+		gk_nn_opts os = o;
+		os.pp = S;
+		os.pp_rank = s;
+		os.pp_chunks = V;
+		made = gk_nn_new(&st[s], &cf, &os, &err) == 0 && gk_nn_pp_slots(st[s], V, &err) == 0;
+	}
+	if (!ok(made, "%d stages of %d chunks: made%s%s", S, V, made ? "" : ": ", made ? "" : err.msg))
+		goto out;
+	gk_nn_init(whole, 7);
+	size_t n = gk_nn_nparams(whole), nt, nw;
+	const gk_nn_tensor *tw = gk_nn_tensors(whole, &nw);
+	int same = gk_nn_nparams(st[0]) == n, ranges = 1;
+	for (int s = 0; s < S; s++) {
+		const gk_nn_tensor *ts = gk_nn_tensors(st[s], &nt);
+		size_t lo, hi, shared;
+		gk_nn_pp_range(st[s], s, &lo, &hi, &shared);
+		same = same && nt == nw;
+		for (size_t i = 0; same && i < nt; i++) {
+			same = !strcmp(ts[i].name, tw[i].name) && ts[i].numel == tw[i].numel &&
+			       ts[i].off == gk_nn_tensors(st[0], &nt)[i].off;
+			int l = layer_of(ts[i].name);
+			int mine = l >= 0 ? (l / q) % S == s
+					  : strstr(ts[i].name, "ln_f") ? s == S - 1 : s == 0;
+			int in = ts[i].off >= lo && ts[i].off + ts[i].numel <= hi;
+			int out = ts[i].off + ts[i].numel <= lo || ts[i].off >= hi;
+			ranges = ranges && (mine ? in : out);
+		}
+	}
+	ok(same, "the stages' tensors: the whole model's names, sizes and order, at the same "
+	   "offsets on every stage");
+	ok(ranges, "each stage's range: its chunks' blocks (wte, wpe on the first, ln_f on the "
+	   "last), no other stage's");
+	/* the stages' own layout of the whole model's parameters, by name */
+	float *run = malloc(n * sizeof(float)), *hf = malloc(n * sizeof(float));
+	float *back = malloc(n * sizeof(float));
+	const gk_nn_tensor *ts = gk_nn_tensors(st[0], &nt);
+	for (size_t i = 0; i < nt; i++)
+		memcpy(run + ts[i].off, gk_nn_params(whole) + tw[i].off, ts[i].numel * sizeof(float));
+	gk_nn_pp_to_hf(st[0], run, hf);
+	gk_nn_pp_from_hf(st[0], hf, back);
+	ok(!memcmp(hf, gk_nn_params(whole), n * sizeof(float)) &&
+	   !memcmp(back, run, n * sizeof(float)),
+	   "to the Hugging Face order: the whole model's buffer; and back: the same bits");
+	for (int s = 0; s < S; s++) {
+		memcpy(gk_nn_params(st[s]), run, n * sizeof(float));
+		gk_nn_zero_grad(st[s]);
+	}
+	gk_nn_zero_grad(whole);
+
+	int32_t *tok = malloc((size_t)M * N * sizeof(int32_t));
+	int32_t *tg = malloc((size_t)M * N * sizeof(int32_t));
+	for (int i = 0; i < M * N; i++) {
+		tok[i] = (int32_t)((i * 37 + 11) % 257);
+		tg[i] = (int32_t)((i * 53 + 5) % 257);
+	}
+	float *x = malloc(NC * sizeof(float));
+	int rc = 0, same_loss = 1, K = S * V;
+	for (int k = 0; k < M && rc == 0; k++) {
+		float lw, ls = 0;
+		rc = gk_nn_forward(whole, tok + (size_t)k * N, tg + (size_t)k * N, &lw, &err) < 0 ||
+		     gk_nn_backward(whole, 1.0f / M, NULL, NULL, &err) < 0;
+		for (int j = 0; j < K && rc == 0; j++) {
+			gk_nn_model *m = st[j % S];
+			gk_nn_pp_use_slot(m, j / S);
+			gk_nn_pp_use_chunk(m, j / S);
+			if (j > 0)
+				memcpy(gk_nn_pp_input(m), x, NC * sizeof(float));
+			rc = gk_nn_forward(m, tok + (size_t)k * N, j == K - 1 ? tg + (size_t)k * N : NULL,
+					   &ls, &err) < 0;
+			if (j < K - 1)
+				memcpy(x, gk_nn_pp_output(m), NC * sizeof(float));
+		}
+		same_loss = same_loss && !memcmp(&ls, &lw, sizeof ls);
+		for (int j = K - 1; j >= 0 && rc == 0; j--) {
+			gk_nn_model *m = st[j % S];
+			gk_nn_pp_use_slot(m, j / S);
+			gk_nn_pp_use_chunk(m, j / S);
+			if (j < K - 1)
+				memcpy(gk_nn_pp_grad(m), x, NC * sizeof(float));
+			rc = gk_nn_backward(m, 1.0f / M, NULL, NULL, &err) < 0;
+			if (j > 0)
+				memcpy(x, gk_nn_pp_grad(m), NC * sizeof(float));
+		}
+	}
+	ok(rc == 0, "%d micro-batches through %d chunks on %d stages: %s", M, K, S,
+	   rc ? err.msg : "ran");
+	ok(same_loss, "the last chunk's losses: the whole model's, bit for bit");
+	int bits = 1;
+	for (size_t i = 0; i < nt; i++) {
+		int l = layer_of(ts[i].name);
+		if (l >= 0)
+			bits = bits && !memcmp(gk_nn_grads(st[(l / q) % S]) + ts[i].off,
+					       gk_nn_grads(whole) + tw[i].off,
+					       ts[i].numel * sizeof(float));
+	}
+	ok(bits, "every layer's gradients on its stage: the whole model's, bit for bit");
+	int l0, l1;
+	if (L == 4)
+		ok(gk_nn_pp_chunk_layers(6, 2, 2, 0, 0, &l0, &l1, &err) < 0 &&
+		   strstr(err.msg, "6 layers do not divide into 4 chunks") &&
+		   strstr(err.msg, "4 layers would, or 8"),
+		   "6 layers in 2 x 2 chunks: refused with the numbers (%s)", err.msg);
+	free(x);
+	free(tok);
+	free(tg);
+	free(run);
+	free(hf);
+	free(back);
+out:
+	gk_nn_free(whole);
+	for (int s = 0; s < S; s++)
+		gk_nn_free(st[s]);
+}
+
 int main(void)
 {
 	test_layers();
@@ -295,5 +455,8 @@ int main(void)
 	test_stages(3, 3, 3, 0);
 	test_stages(4, 3, 2, 0);
 	test_stages(3, 3, 4, 1);
+	test_chunks(4, 2, 2, 3);
+	test_chunks(12, 3, 2, 2);
+	test_chunks(8, 2, 4, 2);
 	return done_testing();
 }
