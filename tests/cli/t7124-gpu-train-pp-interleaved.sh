@@ -66,6 +66,14 @@ test_expect_success MPI 'the measured bubble: the stages'"'"' idle over busy tim
 	pp_bubble_defined i2.json 2
 '
 
+# a stage'"'"'s chunks are L/S layers in one range, as its block under 1F1B
+test_expect_success MPI 'rank 0'"'"'s parameters, gradients and optimizer: 1F1B'"'"'s stage'"'"'s (mem-estimate --pp 2'"'"'s, t7121)' '
+	mem() { jq -s -c "map(select(.event == \"start\"))[0].memory |
+		[.parameters, .gradients, .optimizer]" "$1"; } &&
+	test "$(mem i2.json)" = "$(mem f2.json)" &&
+	test "$(mem i2.json)" != "$(mem one.json)"
+'
+
 test_expect_success MPI 'pp 3, V 2, M 6 on 6 layers: 1F1B'"'"'s bits; the start line says the chunks and (S-1)/(V M)' '
 	B="$S --layers 6 --steps 4 --json --grad-accum 6 --batch 4" &&
 	mpi 3 $B --pp 3 >f3.json &&
