@@ -333,7 +333,9 @@ static int backward(gk_nn_trainer *t, int k, int c, int i, gk_err *err)
  * The messages: the first and the last stages exchange activations and
  * gradients both ways (the ring's wrap); with S = 2 a pair of stages
  * sends each other activations and gradients, in orders that need not
- * agree, so the gradients go over a communicator of their own (p->back):
+ * agree (Megatron-LM refused 2 stages under this schedule for that
+ * reason until it split the two directions' messages: its issue 750),
+ * so the gradients go over a communicator of their own (p->back):
  * on each, a pair's messages are received in the order they were sent
  * (the map from a chunk's i-th forward to the next chunk's, i + S, keeps
  * the order, and likewise backwards).
