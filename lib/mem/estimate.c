@@ -632,10 +632,10 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		/*
 		 * gpu-train --compress: each rank's error feedback, f32, kept
 		 * across steps (lib/nn/dp.c): ZeRO-0's buckets one float a
-		 * gradient; ZeRO-1's reduce-scatter and ZeRO-2's buckets
-		 * (the same feedback) one a gradient of the buffer padded to a
-		 * multiple of N, and the ring's two wire buffers of a block of
-		 * it (lib/comm's gk_comm_compress_scratch)
+		 * gradient; ZeRO-1's reduce-scatter and ZeRO-2's and 3's
+		 * buckets (the same feedback) one a gradient of the buffer
+		 * padded to a multiple of N, and the ring's two wire buffers
+		 * of a block of it (lib/comm's gk_comm_compress_scratch)
 		 */
 		uint64_t N = (uint64_t)r->dp, flat = psi;
 		/* gpu-train's flat buffer: a tied GPT-2's wte has its

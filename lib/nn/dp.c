@@ -346,12 +346,13 @@ static float *shard_grads(gk_nn_dp *dp)
 }
 
 /*
- * ZeRO-1 and 2 with --compress: the error feedback, Np floats, zero. A
+ * ZeRO-1, 2 and 3 with --compress: the error feedback, Np floats, zero. A
  * rank packs every element of the padded buffer but its own range (the
  * ring's partial sums it forwards), and keeps the error of each in the
  * element's place: ZeRO-1's one reduce-scatter and ZeRO-2's buckets (each
- * the bucket's [lo, hi) of it) keep the same values in the same layout,
- * so a resume between the two restores it. Its own range stays zero.
+ * the bucket's [lo, hi) of it; ZeRO-3's gradients are ZeRO-2's) keep the
+ * same values in the same layout, so a resume between them restores it.
+ * Its own range stays zero.
  */
 static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
 {
@@ -416,8 +417,9 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	dp->zero2 = dp->shard && dp->zero >= 2 && !dp->ppshard;
 	dp->zero3 = dp->shard && dp->zero == 3 && !dp->ppshard;
 	if (dp->zero2 && dp->compress != GK_COMM_COMPRESS_NONE && dp->dev_grads)
-		return gk_errf(err, "--zero 2 --compress runs on the CPU backend: on a GPU "
-			       "--zero 1 with --compress, or --zero 2 without it");
+		return gk_errf(err, "--zero %d --compress runs on the CPU backend: on a GPU "
+			       "--zero 1 with --compress, or --zero %d without it", dp->zero,
+			       dp->zero);
 	if (dp->ppshard) {
 		size_t pg = gk_nn_grad_page();
 		dp->ppbucket = (t->o.bucket_bytes ? t->o.bucket_bytes : (size_t)25 << 20) /
@@ -499,9 +501,9 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 	uint64_t b = 0;
 	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE && !dp->resid)
 		b += (uint64_t)dp->N * sizeof(float); /* the buckets' error feedback */
-	/* ZeRO-1's and 2's feedback, and, through the host, the ring's wire
-	 * buffers: a block of the whole buffer (ZeRO-1) or a piece of a
-	 * bucket (ZeRO-2, within one owner's range: at most as large) */
+	/* ZeRO-1's, 2's and 3's feedback, and, through the host, the ring's
+	 * wire buffers: a block of the whole buffer (ZeRO-1) or a piece of a
+	 * bucket (ZeRO-2 and 3, within one owner's range: at most as large) */
 	if (dp->resid)
 		b += (uint64_t)dp->Np * sizeof(float) +
 		     (gk_comm_on_device(dp->gcomm) ? 0

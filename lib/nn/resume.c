@@ -321,8 +321,9 @@ out:
 /*
  * This rank's error feedback (compressed communication) from the
  * checkpoint's run, when it had the same world, the same layout (ZeRO-0's
- * allreduce, or ZeRO-1's and 2's reduce-scatter: gk_nn_dp_feedback_layout;
- * a file without it, from before it was written, by its length alone)
+ * allreduce, or the reduce-scatter of ZeRO-1, 2 and 3:
+ * gk_nn_dp_feedback_layout; a file without it, from before it was
+ * written, by its length alone)
  * and the same length of feedback: then the resume continues bit for bit.
  * Otherwise, or from a checkpoint without it, compression starts from zero
  * feedback, noted.

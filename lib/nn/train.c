@@ -250,9 +250,10 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		return 0;
 	}
 	/*
-	 * Compressed ZeRO-2 packs each micro-step's buckets, moving the error
-	 * feedback, which the previous step's checkpoint cannot take back: a
-	 * signal waits for the step's end there, as a pipeline's does.
+	 * Compressed ZeRO-2 and 3 (dp->zero2 covers both) pack each
+	 * micro-step's buckets, moving the error feedback, which the previous
+	 * step's checkpoint cannot take back: a signal waits for the step's
+	 * end there, as a pipeline's does.
 	 */
 	int cuttable = o->stop && !(t->dp->zero2 && t->dp->compress != GK_COMM_COMPRESS_NONE);
 	for (int a = 0; a < o->grad_accum; a++) {

@@ -273,9 +273,92 @@ test_expect_success MPI,NOASAN 'ZeRO-3 --init-from and --resume: rank 1'"'"'s pe
 	done
 '
 
-test_expect_success 'refused: --zero 3 with --compress or with --tp (usage errors)' '
-	test_expect_code 2 gpu-train $A --zero 3 --compress bf16 2>err &&
-	grep "^gpu-train: --zero 3 does not compress its gradient buckets: --zero 1 with --compress" err &&
+# --compress: ZeRO-3's gradients are ZeRO-2's buckets, each
+# reduce-scatter compressed on ZeRO-1's error feedback (the gathers carry
+# parameters, f32), so ZeRO-3 equals ZeRO-2 --compress bit for bit,
+# feedback files included, and their checkpoints resume into each other
+# with the feedback (its layout reduce-scatter). The feedback and the
+# ring's wire buffers are what mem-estimate --zero 3 --compress prices.
+C="$A --batch 4 --steps 8"
+
+# losses, norms, model, moment and feedback files of runs $2 and $3 (their
+# --ckpt-dir and $x.json) equal, bit for bit, at world $1
+same_compressed() {
+	losses $2.json >$2.l && losses $3.json >$3.l && test_cmp $2.l $3.l &&
+	norms $2.json >$2.n && norms $3.json >$3.n && test_cmp $2.n $3.n &&
+	cmp $(model_of $2) $(model_of $3) &&
+	test $(ls $3/latest/feedback-rank-*-of-*.safetensors | wc -l) = $1 &&
+	for f in $(cd $3/latest && ls optim-rank-* feedback-rank-*); do
+		cmp $2/latest/$f $3/latest/$f || return 1
+	done
+}
+
+cat >cmpc.py <<'PYEOF'
+import json, sys
+def start(f):
+    return next(json.loads(l) for l in open(f) if '"start"' in l)["memory"]
+plain, comp = start(sys.argv[1]), start(sys.argv[2])
+est = json.load(open(sys.argv[3]))["bytes"]
+want = est["compress_feedback"] + est["compress_wire"]
+for k, v in (("comm", want), ("checkpoint", est["checkpoint_feedback"])):
+    if comp[k] - plain[k] != v:
+        sys.exit("%s: gpu-train adds %d, mem-estimate --compress %d" % (k, comp[k] - plain[k], v))
+for k in ("parameters", "gradients", "optimizer"):
+    if comp[k] != est[k]:
+        sys.exit("%s: gpu-train %d, mem-estimate --compress %d" % (k, comp[k], est[k]))
+print("ok", want)
+PYEOF
+
+test_expect_success MPI '--compress bf16 over 2 ranks: ZeRO-3 = ZeRO-2 bit for bit (feedback files too); resumed ZeRO-3 -> ZeRO-2 -> ZeRO-3 with the feedback, bit for bit; comm and checkpoint add mem-estimate --compress'"'"'s' '
+	mpi 2 $C --zero 2 --compress bf16 --ckpt-dir e2 >e2.json &&
+	mpi 2 $C --zero 3 --compress bf16 --ckpt-dir e3 >e3.json &&
+	same_compressed 2 e2 e3 &&
+	mpi 2 $C --zero 3 --compress bf16 --until 3 --ckpt-dir e323 >ep.json &&
+	mpi 2 $C --zero 2 --compress bf16 --until 6 --ckpt-dir e323 --resume >eq.json 2>eq.err &&
+	mpi 2 $C --zero 3 --compress bf16 --ckpt-dir e323 --resume >er.json 2>er.err &&
+	! grep "error feedback" eq.err er.err &&
+	{ losses ep.json && losses eq.json && losses er.json; } >e323.l &&
+	test_cmp e3.l e323.l &&
+	cmp $(model_of e3) $(model_of e323) &&
+	for f in $(cd e3/latest && ls optim-rank-* feedback-rank-*); do
+		cmp e3/latest/$f e323/latest/$f || return 1
+	done &&
+	mem-estimate --config e3/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--zero 3 --dp 2 --compress bf16 --ckpt-copy --json >mce2.json &&
+	python3 cmpc.py a3.json e3.json mce2.json
+'
+
+# A signal inside an accumulation waits for the step'"'"'s end under
+# --compress, as ZeRO-2'"'"'s does (the micro-steps move the feedback).
+test_expect_success MPI '--compress f16 over 3 ranks with --grad-accum 2: ZeRO-3 = ZeRO-2 bit for bit; SIGUSR1 in an accumulation stops at the step'"'"'s end, the resume is exact' '
+	G="$A --batch 2 --grad-accum 2 --steps 3 --compress f16" &&
+	mpi 3 $G --zero 2 --ckpt-dir h2 >h2.json &&
+	mpi 3 $G --zero 3 --ckpt-dir h3 >h3.json &&
+	same_compressed 3 h2 h3 &&
+	{ GK_TEST_WAIT_SIGNAL=2:1 mpirun --oversubscribe --bind-to none -np 3 \
+		gpu-train $G --zero 3 --ckpt-dir hz >hz1.json & } &&
+	pid=$! &&
+	test_when_finished "kill \$pid 2>/dev/null || :" &&
+	test_wait_for 300 "a step in hz1.json" grep -q "\"event\":\"step\"" hz1.json &&
+	kill -USR1 $pid &&
+	test_wait_for 300 "mpirun to end after SIGUSR1" eval "! kill -0 $pid 2>/dev/null" &&
+	{ wait $pid || { echo "mpirun exited $?"; false; }; } &&
+	{ jq -e "select(.event == \"summary\") | .step == 2 and .dropped_micro_batches == null" hz1.json ||
+		{ echo "stopped as: $(jq -c "select(.event == \"summary\")" hz1.json)"; false; }; } &&
+	test "$(readlink hz/latest)" = step-00000002 &&
+	mpi 3 $G --zero 3 --ckpt-dir hz --resume >hz2.json 2>hz2.err &&
+	! grep "error feedback" hz2.err &&
+	{ losses hz1.json && losses hz2.json; } >hz.l &&
+	test_cmp h3.l hz.l &&
+	cmp $(model_of h3) $(model_of hz) &&
+	mem-estimate --config h3/latest/config.json --precision f32 -b 2 -s 16 --no-dropout \
+		--zero 3 --dp 3 --compress f16 --ckpt-copy --json >mce3.json &&
+	python3 cmpc.py b3.json h3.json mce3.json
+'
+
+test_expect_success 'refused: --zero 3 --compress on a GPU, --zero 3 with --tp (usage errors)' '
+	test_expect_code 2 gpu-train $A --zero 3 --compress bf16 --device cuda 2>err &&
+	grep "^gpu-train: --zero 3 --compress runs on the CPU backend: on a GPU --zero 1 with --compress, or --zero 3 without it$" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --tp 2 2>err &&
 	grep "^gpu-train: --tp 2: not with --zero 3" err &&
 	test_expect_code 2 gpu-train $A --zero 3 --reshard-after-forward maybe 2>err &&
