@@ -12,7 +12,8 @@ file and every moment file) at 2 and 3 ranks, with accumulation, with
 the blocks released after forward or kept until backward; at 2 ranks
 ZeRO-1 too. Checkpoints resume across stages and worlds, a rank reading
 only its range of each tensor, its memory is mem-estimate'"'"'s --zero 3,
-and what it cannot do is refused. --sample
+and what it cannot do is refused. With --compress its buckets go as
+ZeRO-2'"'"'s compressed ones: ZeRO-2'"'"'s bits, feedback files included. --sample
 gathers the whole model to rank 0, after training or from a checkpoint,
 and samples what ZeRO-1 and one rank sample.'
 . "$(dirname "$0")/lib.sh"
