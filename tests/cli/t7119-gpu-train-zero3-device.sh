@@ -229,4 +229,20 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and t
 	PY
 '
 
+# The checkpoint's copy in host memory (the category checkpoint): each
+# rank copies its range of the parameters and its moments, which it
+# writes, as on the CPU (t7103), not rank 0 the whole model: mem-estimate
+# --ckpt-copy's checkpoint_copy, (4 + 8) / 2 bytes a parameter (a
+# vocabulary of whole tiles, so that no padded rows differ).
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the checkpoint copy in host memory is a rank'"'"'s range, as mem-estimate --ckpt-copy states' '
+	mpi 2 $A --vocab 384 --steps 1 --device cuda --precision fp32 --zero 3 --ckpt-dir cc3 >cc3.json &&
+	mem-estimate --config cc3/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--zero 3 --dp 2 --ckpt-copy --json >mc3.json &&
+	g=$(jq -s "map(select(.event == \"start\"))[0].memory.checkpoint" cc3.json) &&
+	m=$(jq ".bytes.checkpoint_copy" mc3.json) &&
+	p=$(jq ".model.params" mc3.json) &&
+	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
+	test "$g" = "$m" && test "$m" = $((6 * p))
+'
+
 test_done
