@@ -170,10 +170,14 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 checkpoints: resumed on the GPU f
 # buckets'"'"' reduces. Operation 4 is block 0'"'"'s in the first step, queued
 # with nothing else in flight (the first step prefetches nothing: its
 # kernels'"'"' first launches wait for the whole device, where no watchdog
-# sees a stopped peer); 16, in the second step, block 0'"'"'s before its
-# backward, prefetched during block 1'"'"'s.
-test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs on one rank, also a prefetched one: --timeout aborts NCCL, the job exits 1 naming it' '
-	for op in 4 16; do
+# sees a stopped peer); from the second step on the model'"'"'s stream waits
+# for a gather on the device and the host for its request once the last
+# block'"'"'s forward or block 0'"'"'s backward is queued, before it reads the
+# stream back: 15, block 1'"'"'s before its forward, prefetched during
+# block 0'"'"'s; 16, block 0'"'"'s before its backward, prefetched during
+# block 1'"'"'s.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs on one rank, also a prefetched one before a forward and a backward: --timeout aborts NCCL, the job exits 1 naming it' '
+	for op in 4 15 16; do
 		start=$(date +%s) &&
 		(CUEMU_NCCL_HANG=1:$op && export CUEMU_NCCL_HANG &&
 		 test_expect_code 1 mpi 2 $Z --zero 3 --timeout 3 >hang$op.json 2>hang$op.err) &&
