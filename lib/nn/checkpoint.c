@@ -601,7 +601,11 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 {
 	if (!t->o.ckpt_dir || t->o.eval_only)
 		return 0;
-	int z3 = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda);
+	/* ZeRO-3 on the CPU (lazy_params) or on GPUs (unit_params), as
+	 * sharded_model says once the data-parallel state exists */
+	int z3 = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
+		 (gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda, (int)t->cfg.layers) > 0 &&
+		  t->grid.tp == 1 && t->grid.pp == 1);
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
 	if (z3 && !t->o.ckpt_gather)
 		/* ZeRO-3: each rank copies its range, that of its moments */

@@ -488,6 +488,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->udispl);
 	free(dp->ureq);
 	free(dp->ustate);
+	free(dp->useq);
 	free(dp->displ[0]);
 	free(dp->displ[1]);
 	free(dp->bdispl);
