@@ -347,6 +347,14 @@ void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local);
  */
 int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err);
 /*
+ * A model on a GPU: the tensor group's collectives over NCCL, on a
+ * communicator of its device opened over the host one (gk_nn_opts'
+ * tp_comm) with cc's settings, on the model's stream. Collective over
+ * the group; nothing on the CPU or at tp 1.
+ */
+struct gk_comm_config;
+int gk_nn_tp_device(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err);
+/*
  * Bytes this rank has put into the tensor group's allreduces of
  * activations and their gradients since the model was made (0 at tp 1):
  * per micro-step, with L layers and N = B*T rows, the embedding's sum and
