@@ -399,6 +399,9 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
 int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+/* the sum of squares of the device's gradients [lo, hi), each parameter
+ * of a tensor group once (the replicated tensors on its rank 0 only) */
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err);
 /* tensor parallelism: the tensor group's NCCL communicator on this
  * device, on the model's stream, opened over the host one (m->tpc) by
  * every rank of the group at once; nothing at tp 1 */

@@ -1092,28 +1092,33 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 	double s;
 	if (m->o.bucket_grads)
 		return no_full_grads(err);
-	/* under tensor parallelism each parameter once (gk_nn_tp_grad_norm):
-	 * rank 0 of the group all of its own, the others their split
-	 * tensors' slices, summed over the group */
-	if (m->tp == 1 || m->tpr == 0) {
-		if (gk_nn_cuda_sumsq(m, m->cu->g, m->nparams, &s, err) < 0)
-			return -1;
-	} else {
-		s = 0.0;
-		for (size_t i = 0; i < m->nt_tensors; i++) {
-			const gk_nn_tensor *t = &m->t[i];
-			double x;
-			if (t->split == GK_NN_SPLIT_NONE)
-				continue;
-			if (gk_nn_cuda_sumsq(m, m->cu->g + t->off, t->numel, &x, err) < 0)
-				return -1;
-			s += x;
-		}
-	}
-	if (m->tp > 1 && gk_comm_allreduce(m->tpc, &s, &s, 1, GK_DT_F64, GK_COMM_SUM, NULL,
-					   err) < 0)
+	/* under tensor parallelism each parameter once, summed over the group */
+	if (gk_nn_cuda_sumsq_once(m, 0, m->nparams, &s, err) < 0 ||
+	    (m->tp > 1 && gk_comm_allreduce(m->tpc, &s, &s, 1, GK_DT_F64, GK_COMM_SUM, NULL,
+					     err) < 0))
 		return -1;
 	*norm = sqrt(s);
+	return 0;
+}
+
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+{
+	/* rank 0 of a tensor group all of its own, the others their split
+	 * tensors' slices (gk_nn_pp_sumsq's rule, on the device) */
+	if (m->tp == 1 || m->tpr == 0)
+		return gk_nn_cuda_sumsq(m, m->cu->g + lo, hi - lo, ss, err);
+	*ss = 0.0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *t = &m->t[i];
+		size_t a = t->off > lo ? t->off : lo, b = t->off + t->numel;
+		double x;
+		b = b < hi ? b : hi;
+		if (a >= b || t->split == GK_NN_SPLIT_NONE)
+			continue;
+		if (gk_nn_cuda_sumsq(m, m->cu->g + a, b - a, &x, err) < 0)
+			return -1;
+		*ss += x;
+	}
 	return 0;
 }
 

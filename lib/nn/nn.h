@@ -740,6 +740,10 @@ int gk_nn_params_changed(gk_nn_model *m, gk_err *err);
  */
 int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
+/* Sum of squares of the model's working gradients [lo, hi), under tensor
+ * parallelism each parameter of the group once: the replicated tensors'
+ * on its rank 0 only (gk_nn_pp_sumsq's rule; no communication) */
+int gk_nn_work_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err);
 int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err); /* tp: collective
 								 * over the group, each
 								 * parameter once */

@@ -96,8 +96,8 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		 * one tensor group alone: what it does not do there, said
 		 * before any work */
 		no = o->seq_par ? "--sequence-parallel" : o->pp > 1 ? "--pp" :
-		     o->zero ? "--zero 1 or 2" :
-		     world > 1 ? "more than one tensor group (data parallelism)" : NULL;
+		     o->zero > 1 ? "--zero 2 (ZeRO 0 or 1 there)" :
+		     NULL;
 		if (cuda == 1 && no)
 			return gk_errf(err, "--tp %d on GPUs: not with %s (the CPU backend "
 				       "runs it: --device cpu)", o->tp, no);
