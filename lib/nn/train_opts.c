@@ -96,11 +96,10 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		 * one tensor group alone: what it does not do there, said
 		 * before any work */
 		no = o->seq_par ? "--sequence-parallel" : o->pp > 1 ? "--pp" :
-		     o->zero > 1 ? "--zero 2 (ZeRO 0 or 1 there)" :
-		     NULL;
+		     o->zero > 1 ? "--zero 2 (ZeRO 0 or 1 there)" : NULL;
 		if (cuda == 1 && no)
-			return gk_errf(err, "--tp %d on GPUs: not with %s (the CPU backend "
-				       "runs it: --device cpu)", o->tp, no);
+			return gk_errf(err, "--tp %d on GPUs: not with %s; the CPU backend "
+				       "runs it (--device cpu)", o->tp, no);
 	}
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that
