@@ -134,7 +134,10 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs: over NCCL, and under ZeRO 
 		losses $f.json >$f &&
 		test $(wc -l <$f) = $N &&
 		close_to $f one8 1e-6 || return 1
-	done
+	done &&
+	jq -r "select(.event == \"step\") | .grad_norm" one8.json >one8.norm &&
+	jq -r "select(.event == \"step\") | .grad_norm" tz.json >tz.norm &&
+	close_to tz.norm one8.norm 1e-6
 '
 
 test_done
