@@ -95,7 +95,7 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		/* on GPUs the group's collectives are NCCL's (model_cuda.c), for
 		 * one tensor group alone: what it does not do there, said
 		 * before any work */
-		no = o->seq_par ? "--sequence-parallel" : o->pp > 1 ? "--pp" :
+		no = o->seq_par ? "--sequence-parallel" :
 		     o->zero > 1 ? "--zero 2 (ZeRO 0 or 1 there)" : NULL;
 		if (cuda == 1 && no)
 			return gk_errf(err, "--tp %d on GPUs: not with %s; the CPU backend "

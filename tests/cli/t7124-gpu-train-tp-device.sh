@@ -18,8 +18,9 @@ tp_comm_bytes is the CPU path'"'"'s formula, a rank'"'"'s model states
 mem-estimate --tp'"'"'s. A device checkpoint resumes on one GPU (within
 1e-6 of the run that never stopped) and on the CPU (within 1e-4). Two
 tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
-1e-6 of one GPU on the same global batch; what it does not do on GPUs
-is refused before any work.'
+1e-6 of one GPU on the same global batch, and so does a pipeline of two
+tensor groups (tp 2 x pp 2); what it does not do on GPUs is refused
+before any work.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -108,11 +109,9 @@ test_expect_success 'GPUS,MPI' 'a device tensor group'"'"'s checkpoint resumes o
 	close_to rc one.tail 1e-4
 '
 
-test_expect_success 'GPUS,MPI' 'on GPUs --tp refuses --sequence-parallel, --pp and --zero 2 before any work' '
+test_expect_success 'GPUS,MPI' 'on GPUs --tp refuses --sequence-parallel and --zero 2 before any work' '
 	test_expect_code 2 mpi 2 $G --tp 2 --sequence-parallel 2>err &&
 	grep "^gpu-train: --tp 2 on GPUs: not with --sequence-parallel; the CPU backend runs it (--device cpu)" err &&
-	test_expect_code 2 mpi 2 $G --tp 2 --pp 2 2>err &&
-	grep "^gpu-train: --tp 2 on GPUs: not with --pp; the CPU backend" err &&
 	test_expect_code 2 mpi 2 $G --tp 2 --zero 2 2>err &&
 	grep "^gpu-train: --tp 2 on GPUs: not with --zero 2 (ZeRO 0 or 1 there)" err
 '
@@ -138,6 +137,26 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs: over NCCL, and under ZeRO 
 	jq -r "select(.event == \"step\") | .grad_norm" one8.json >one8.norm &&
 	jq -r "select(.event == \"step\") | .grad_norm" tz.json >tz.norm &&
 	close_to tz.norm one8.norm 1e-6
+'
+
+# tp 2 x pp 2: each of two stages a tensor group of two GPUs (the
+# pipeline's messages and the tied embedding's sum per tensor rank, over
+# NCCL), 2 micro-batches; stage 0 (rank 0) puts the embedding'"'"'s and its
+# layer'"'"'s allreduces into its group, 5 N C floats a micro-step
+test_expect_success 'GPUS4,MPI' 'tp 2 x pp 2 on GPUs: the losses and norms of one GPU within 1e-6; stage 0'"'"'s tp_comm_bytes its share of the formula' '
+	gpu-train $G --grad-accum 2 >onea.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --grad-accum 2 --tp 2 --pp 2 >tpp.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .pp == 2 and .dp == 1" tpp.json &&
+	losses onea.json >onea &&
+	losses tpp.json >tpp &&
+	test $(wc -l <tpp) = $N &&
+	close_to tpp onea 1e-6 &&
+	jq -r "select(.event == \"step\") | .grad_norm" onea.json >onea.norm &&
+	jq -r "select(.event == \"step\") | .grad_norm" tpp.json >tpp.norm &&
+	close_to tpp.norm onea.norm 1e-6 &&
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" tpp.json | sort -u)" = \
+		"$((2 * 4 * 5 * 64 * 32))"
 '
 
 test_done

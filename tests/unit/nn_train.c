@@ -117,8 +117,7 @@ static void checks(void)
 	       "CPU backend runs it (--device cpu)", "check: --tp --zero 2 on GPUs");
 	o.zero = 0;
 	o.pp = 2;
-	is_str(check(&o, 1, -1, 0), "--tp 2 on GPUs: not with --pp; the CPU backend runs it "
-	       "(--device cpu)", "check: --tp --pp on GPUs");
+	is_str(check(&o, 1, -1, 0), "", "check: --tp --pp on GPUs");
 	o.pp = 0;
 	o.seq_par = 1;
 	is_str(check(&o, 1, -1, 0), "--tp 2 on GPUs: not with --sequence-parallel; the CPU "
