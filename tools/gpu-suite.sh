@@ -23,7 +23,10 @@
 #      tests/cli/t7123 (gpu-train --pp on GPUs, 2 GPUs): a pipeline's
 #      losses against one GPU's and the CPU pipeline's, its checkpoint
 #      resumed on one GPU and on the CPU, pp 2 x dp 2 over NCCL, ZeRO 0
-#      and 1 (4 GPUs);
+#      and 1 (4 GPUs); tests/cli/t7124 (gpu-train --tp on GPUs, 2 GPUs):
+#      a tensor group's losses against one GPU's and the CPU's --tp,
+#      its checkpoint resumed on one GPU and on the CPU, tp 2 x dp 2
+#      over NCCL, ZeRO 0 and 1 (4 GPUs);
 #   3. make check, the whole suite, on this machine;
 #   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
 #      against PyTorch) and allreduce-bench against all_reduce_perf.
@@ -97,7 +100,8 @@ done
 
 # The CLI tests with device runs: only the no-GPU tests, the multi-GPU
 # ones on a one-GPU machine, and the emulation's own fault cases may skip.
-for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device t7123-gpu-train-pp-device; do
+for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device t7123-gpu-train-pp-device \
+	t7124-gpu-train-tp-device; do
 	step "cli: $t"
 	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
 		bad "see $out/$t.log"

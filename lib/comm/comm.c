@@ -559,6 +559,26 @@ int gk_comm_wait(gk_comm_req *r, gk_err *err)
 	return st;
 }
 
+int gk_comm_stream_after(gk_comm_req *r, gk_err *err)
+{
+	gk_comm *c = r->c;
+	if (r->event) {
+		if (r->status < 0) {
+			if (err)
+				*err = r->err;
+			return -1;
+		}
+		return gk_comm_nccl_event_order(c, r->event, err);
+	}
+	if (r->p2p)
+		return gk_errf(err, "comm: a point-to-point message has no stream to order");
+	pthread_mutex_lock(&c->mu);
+	while (!r->done)
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
 /* A blocking call: queued behind outstanding ones when the thread runs. */
 static int run(gk_comm *c, gk_comm_call *k, gk_err *err)
 {

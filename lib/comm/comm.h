@@ -444,6 +444,18 @@ int gk_comm_irecv(gk_comm *c, void *buf, size_t count, gk_dtype dt, int peer,
 int gk_comm_test(gk_comm_req *r, int *done, gk_err *err);
 /* Wait for completion and free the request; returns the operation's status. */
 int gk_comm_wait(gk_comm_req *r, gk_err *err);
+/*
+ * nccl: what is enqueued on the caller's stream (gk_comm_set_stream) from
+ * now on runs after r's operation, on the device (the stream waits for the
+ * event recorded after it, cudaStreamWaitEvent); the host does not wait.
+ * r stays the caller's, to gk_comm_wait still: that wait, which watches
+ * NCCL's errors and the timeout, is where a failed or stalled operation is
+ * found, so the caller waits for r on the host before it waits for its
+ * own stream (which a stalled r holds where no watchdog looks). Other
+ * backends have no streams: the host waits for r's operation here, and r
+ * still wants gk_comm_wait for its status; not for MPI's messages.
+ */
+int gk_comm_stream_after(gk_comm_req *r, gk_err *err);
 
 /*
  * Gradient buckets for a data-parallel trainer: the flat gradient buffer

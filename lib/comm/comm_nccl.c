@@ -798,6 +798,15 @@ int gk_comm_nccl_event_wait(gk_comm *c, void *event, gk_err *err)
 	return rc;
 }
 
+int gk_comm_nccl_event_order(gk_comm *c, void *event, gk_err *err)
+{
+	nccl_state *st = c->nccl;
+	nccl_pending *p = event;
+	if (usable(st, err) < 0 || gk_cuda_set_device(st->device, err) < 0)
+		return -1;
+	return gk_cuda_stream_wait(st->user, p->ev, err);
+}
+
 /* ---- the communicator's own work on its stream (grads.c's ZeRO-2) ---- */
 
 /* Work of the caller's on NCCL's stream, after what is queued there. */

@@ -221,6 +221,8 @@ int gk_comm_nccl_pair(gk_comm *c, const gk_comm_call *s, const gk_comm_call *r, 
 int gk_comm_nccl_sync(gk_comm *c, gk_err *err);
 int gk_comm_nccl_event_query(gk_comm *c, void *event, int *done, gk_err *err);
 int gk_comm_nccl_event_wait(gk_comm *c, void *event, gk_err *err);
+/* the caller's stream waits for the event on the device (gk_comm_stream_after) */
+int gk_comm_nccl_event_order(gk_comm *c, void *event, gk_err *err);
 void *gk_comm_nccl_alloc(gk_comm *c, size_t bytes, gk_err *err);
 void gk_comm_nccl_free(gk_comm *c, void *p);
 int gk_comm_nccl_copy(gk_comm *c, void *dst, const void *src, size_t bytes,

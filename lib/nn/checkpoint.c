@@ -512,11 +512,13 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	j->n = pp ? t->N : gk_nn_dp_hi(t->dp) - j->lo;
 	j->write_moments = sharded_moments(t) || t->rank == 0;
 	/* (ZeRO-3 on a GPU: each rank its range, which it writes; a
-	 * pipeline's every stage sends its range of them, pp_sched.c) */
-	if (((t->rank == 0 || sharded_model(t) || pp) &&
+	 * pipeline's every stage sends its range of them, pp_sched.c; a
+	 * tensor group's every rank its slices, ckpt_gather) */
+	int tp = t->grid.tp > 1;
+	if (((t->rank == 0 || sharded_model(t) || pp || tp) &&
 	     gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
 	    (pp && !t->dp->host_update && gk_nn_tr_pp_moments(t, 0, err) < 0) ||
-	    (!pp && j->write_moments && !t->dp->host_update &&
+	    (!pp && (j->write_moments || tp) && !t->dp->host_update &&
 	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(t->dp), gk_nn_dp_hi(t->dp), t->dp->mom,
 				t->dp->vel, 0, err) < 0)) {
 		free(all);
@@ -601,7 +603,11 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 {
 	if (!t->o.ckpt_dir || t->o.eval_only)
 		return 0;
-	int z3 = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda);
+	/* ZeRO-3 on the CPU (lazy_params) or on GPUs (unit_params), as
+	 * sharded_model says once the data-parallel state exists */
+	int z3 = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
+		 (gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda, (int)t->cfg.layers) > 0 &&
+		  t->grid.tp == 1 && t->grid.pp == 1);
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
 	if (z3 && !t->o.ckpt_gather)
 		/* ZeRO-3: each rank copies its range, that of its moments */

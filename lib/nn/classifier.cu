@@ -112,17 +112,19 @@ __global__ static void xent_fwd(float *lse, float *loss, const T *logits,
 	}
 }
 
-/* dlogits of one value: zero on padded columns and ignored rows */
-__device__ __forceinline__ float xent_d(float x, float l, int j, int y, int V,
-					float dloss)
+/* dlogits of one value: zero on padded columns and ignored rows (ok
+ * 0); y is the target's column in the row, which under tensor
+ * parallelism may lie outside this rank's columns */
+__device__ __forceinline__ float xent_d(float x, float l, int j, int y, int ok,
+					int V, float dloss)
 {
-	return y >= 0 && j < V ? gk_nn_xent_grad(x, l, j == y, dloss) : 0.0f;
+	return ok && j < V ? gk_nn_xent_grad(x, l, j == y, dloss) : 0.0f;
 }
 
 /* Pass two over a row: its dlogits over it, in place, the block's
  * threads striding over it 16 bytes (vec) or one value at a time. */
 template <typename T>
-__device__ __forceinline__ void row_grad(T *x, float l, int y, float dloss,
+__device__ __forceinline__ void row_grad(T *x, float l, int y, int ok, float dloss,
 					 int V, int Vp, int vec)
 {
 	enum { W = 16 / sizeof(T) };
@@ -131,24 +133,25 @@ __device__ __forceinline__ void row_grad(T *x, float l, int y, float dloss,
 			float v[W];
 			ld16(v, x + (size_t)k * W);
 			for (int e = 0; e < W; e++)
-				v[e] = xent_d(v[e], l, k * W + e, y, V, dloss);
+				v[e] = xent_d(v[e], l, k * W + e, y, ok, V, dloss);
 			st16(x + (size_t)k * W, v);
 		}
 		return;
 	}
 	for (int j = threadIdx.x; j < Vp; j += blockDim.x)
-		x[j] = stf<T>(xent_d(ldf(x[j]), l, j, y, V, dloss));
+		x[j] = stf<T>(xent_d(ldf(x[j]), l, j, y, ok, V, dloss));
 }
 
-/* a backward after an evaluation forward: pass two, from its lse */
+/* a backward after an evaluation forward: pass two, from its lse (v0:
+ * the first column's vocabulary row, tensor parallelism's) */
 template <typename T>
 __global__ static void xent_bwd(T *logits, const float *lse,
-				const int32_t *targets, float dloss, int N,
-				int V, int Vp, int vec)
+				const int32_t *targets, float dloss, int64_t v0,
+				int N, int V, int Vp, int vec)
 {
 	for (int i = blockIdx.x; i < N; i += gridDim.x)
-		row_grad(logits + (size_t)i * Vp, lse[i], targets[i], dloss, V,
-			 Vp, vec);
+		row_grad(logits + (size_t)i * Vp, lse[i], (int)(targets[i] - v0),
+			 targets[i] >= 0, dloss, V, Vp, vec);
 }
 
 /*
@@ -175,7 +178,7 @@ __global__ static void xent_fused(float *lse, float *loss, T *logits,
 			lse[i] = l;
 			loss[i] = y >= 0 ? l - xy : 0.0f;
 		}
-		row_grad(x, l, y, dloss, V, Vp, vec);
+		row_grad(x, l, y, y >= 0, dloss, V, Vp, vec);
 	}
 }
 
@@ -203,7 +206,7 @@ extern "C" int gk_nn_cu_xent_bwd(void *logits, const float *lse,
 				 gk_cuda_stream s, gk_err *err)
 {
 	WITH_T(dt, xent_bwd<T><<<gk_cuda_grid((uint64_t)N, 1), GK_CUDA_BLOCK, 0,
-				 s>>>((T *)logits, lse, targets, dloss, N, V,
+				 s>>>((T *)logits, lse, targets, dloss, 0, N, V,
 				      Vp, xent_vec(logits, dt, Vp)));
 	return GK_CUDA_LAUNCHED("classifier backward", err);
 }
@@ -218,4 +221,100 @@ extern "C" int gk_nn_cu_xent_fused(float *lse, float *loss, void *logits,
 					   dloss, N, V, Vp,
 					   xent_vec(logits, dt, Vp)));
 	return GK_CUDA_LAUNCHED("classifier", err);
+}
+
+/*
+ * ---- tensor parallelism: the vocabulary-parallel cross-entropy ----
+ *
+ * A rank holds the columns [v0, v0 + ld) of every row (nv of them real,
+ * the rest padding). The fused kernel's two passes need the group's max
+ * and sum between them, so they are three kernels here with the group's
+ * allreduces (model_cuda.c) between: tp_state, pass one over this rank's
+ * columns (the same fold as row_state's); tp_rescale, this rank's sum at
+ * the group's max (gk_nn_msum_at); tp_finish, the row's lse and loss from
+ * the group's sums and, in training, pass two (row_grad) over this rank's
+ * columns. tp 1 keeps xent_fused.
+ */
+template <typename T>
+__global__ static void tp_state(float *mx, float *gmx, float *part, const T *logits,
+				const int32_t *targets, int64_t v0, int N, int nv, int ld,
+				int vec)
+{
+	__shared__ gk_nn_msum sh[XENT_THREADS];
+	for (int i = blockIdx.x; i < N; i += gridDim.x) {
+		const T *x = logits + (size_t)i * ld;
+		gk_nn_msum a = row_state(x, nv, vec, sh);
+		if (threadIdx.x == 0) {
+			int64_t y = targets[i] >= 0 ? targets[i] - v0 : -1;
+			mx[i] = gmx[i] = a.m;
+			part[2 * i] = a.s;
+			part[2 * i + 1] = y >= 0 && y < nv ? ldf(x[y]) : 0.0f;
+		}
+	}
+}
+
+__global__ static void tp_rescale(float *part, const float *mx, const float *gmx, int N)
+{
+	GK_CUDA_FOR_EACH(i, (size_t)N) {
+		gk_nn_msum a = {mx[i], part[2 * i]};
+		part[2 * i] = gk_nn_msum_at(a, gmx[i]);
+	}
+}
+
+template <typename T>
+__global__ static void tp_finish(float *lse, float *loss, T *logits, const float *gmx,
+				 const float *part, const int32_t *targets, float dloss,
+				 int grad, int64_t v0, int N, int nv, int ld, int vec)
+{
+	for (int i = blockIdx.x; i < N; i += gridDim.x) {
+		gk_nn_msum a = {gmx[i], part[2 * i]};
+		float l = gk_nn_msum_lse(a);
+		int ok = targets[i] >= 0;
+		if (threadIdx.x == 0) {
+			lse[i] = l;
+			loss[i] = ok ? l - part[2 * i + 1] : 0.0f;
+		}
+		if (grad)
+			row_grad(logits + (size_t)i * ld, l, (int)(targets[i] - v0), ok, dloss, nv,
+				 ld, vec);
+	}
+}
+
+extern "C" int gk_nn_cu_tp_xent_state(float *mx, float *gmx, float *part, const void *logits,
+				      const int32_t *targets, gk_dtype dt, int64_t v0, int N,
+				      int nv, int ld, gk_cuda_stream s, gk_err *err)
+{
+	WITH_T(dt, tp_state<T><<<gk_cuda_grid((uint64_t)N, 1), XENT_THREADS, 0, s>>>(
+			   mx, gmx, part, (const T *)logits, targets, v0, N, nv, ld,
+			   xent_vec(logits, dt, ld)));
+	return GK_CUDA_LAUNCHED("vocabulary-parallel classifier, pass one", err);
+}
+
+extern "C" int gk_nn_cu_tp_xent_rescale(float *part, const float *mx, const float *gmx, int N,
+					gk_cuda_stream s, gk_err *err)
+{
+	tp_rescale<<<gk_cuda_grid((uint64_t)N, GK_CUDA_BLOCK), GK_CUDA_BLOCK, 0, s>>>(part, mx,
+										gmx, N);
+	return GK_CUDA_LAUNCHED("vocabulary-parallel classifier, rescale", err);
+}
+
+extern "C" int gk_nn_cu_tp_xent_finish(float *lse, float *loss, void *logits, const float *gmx,
+				       const float *part, const int32_t *targets, gk_dtype dt,
+				       float dloss, int grad, int64_t v0, int N, int nv, int ld,
+				       gk_cuda_stream s, gk_err *err)
+{
+	WITH_T(dt, tp_finish<T><<<gk_cuda_grid((uint64_t)N, 1), XENT_THREADS, 0, s>>>(
+			   lse, loss, (T *)logits, gmx, part, targets, dloss, grad, v0, N, nv, ld,
+			   xent_vec(logits, dt, ld)));
+	return GK_CUDA_LAUNCHED("vocabulary-parallel classifier, pass two", err);
+}
+
+extern "C" int gk_nn_cu_tp_xent_bwd(void *logits, const float *lse, const int32_t *targets,
+				    gk_dtype dt, float dloss, int64_t v0, int N, int nv, int ld,
+				    gk_cuda_stream s, gk_err *err)
+{
+	WITH_T(dt, xent_bwd<T><<<gk_cuda_grid((uint64_t)N, 1), GK_CUDA_BLOCK, 0, s>>>(
+			   (T *)logits, lse, targets, dloss, v0, N, nv, ld,
+			   xent_vec(logits, dt, ld)));
+	return GK_CUDA_LAUNCHED("vocabulary-parallel classifier backward", err);
 }

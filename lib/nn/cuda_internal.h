@@ -236,6 +236,40 @@ int gk_nn_cu_xent_fused(float *lse, float *loss, void *logits,
 
 /* adamw.cu: p, g, m, v f32 (n each); pw, when not NULL, the working copy
  * in dt, rounded from the updated p. */
+/*
+ * Tensor parallelism (tp.c's split; model_cuda.c runs the group's fp32
+ * allreduces between these). The vocabulary-parallel cross-entropy of a
+ * rank's columns [v0, v0 + ld) of each row, nv of them real
+ * (classifier.cu): state writes this rank's row max in mx and gmx (gmx
+ * to be allreduced by MAX), its sum of exponentials and the target's
+ * logit where it holds it in part[2i], part[2i+1]; rescale puts part[2i]
+ * at the group's max (then part is allreduced by SUM); finish writes lse
+ * and loss, and with grad the dlogits over the logits (dloss as
+ * xent_fused's); tp_xent_bwd is xent_bwd over this rank's columns.
+ */
+int gk_nn_cu_tp_xent_state(float *mx, float *gmx, float *part, const void *logits,
+			   const int32_t *targets, gk_dtype dt, int64_t v0, int N, int nv,
+			   int ld, gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_tp_xent_rescale(float *part, const float *mx, const float *gmx, int N,
+			     gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_tp_xent_finish(float *lse, float *loss, void *logits, const float *gmx,
+			    const float *part, const int32_t *targets, gk_dtype dt, float dloss,
+			    int grad, int64_t v0, int N, int nv, int ld, gk_cuda_stream s,
+			    gk_err *err);
+int gk_nn_cu_tp_xent_bwd(void *logits, const float *lse, const int32_t *targets, gk_dtype dt,
+			 float dloss, int64_t v0, int N, int nv, int ld, gk_cuda_stream s,
+			 gk_err *err);
+/* tp.cu: acc (N,C) fp32 = the masked lookup of this rank's nv rows of wte
+ * from v0 (the group's sum is the embedding); out = acc + wpe[t], in dt;
+ * a row-parallel layer's end, out (N,OC) = (res + bias) + sum (res and
+ * bias may be NULL), sum the group's fp32 product */
+int gk_nn_cu_tp_embed(float *acc, const int32_t *tok, const void *wte, gk_dtype dt, int64_t v0,
+		      int nv, int N, int C, gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_tp_add_pos(void *out, const float *acc, const void *wpe, gk_dtype dt, int B,
+			int T, int C, gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_tp_row_finish(void *out, const float *sum, const void *res, const void *bias,
+			   gk_dtype dt, int N, int OC, gk_cuda_stream s, gk_err *err);
+
 int gk_nn_cu_adamw(float *p, void *pw, gk_dtype dt, const float *g,
 		   float grad_scale, float *m, float *v, size_t n,
 		   const gk_nn_adamw_k *k, float decay, gk_cuda_stream s,
@@ -258,7 +292,7 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
  * opts, nparams and nflat; fused: gk_nn_attention_fused's answer.
  */
 #define GK_NN_CU_WS_BYTES ((size_t)32 << 20)
-enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 12 };
+enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 14 };
 /* bucket_grads: at most this many bucket buffers (lib/nn's ZeRO-2 depth + 1) */
 #define GK_NN_CU_SLOTS 4
 void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
@@ -365,6 +399,14 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
 int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
+/* the sum of squares of the device's gradients [lo, hi), each parameter
+ * of a tensor group once (the replicated tensors on its rank 0 only) */
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err);
+/* tensor parallelism: the tensor group's NCCL communicator on this
+ * device, on the model's stream, opened over the host one (m->tpc) by
+ * every rank of the group at once; nothing at tp 1 */
+struct gk_comm_config;
+int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err);
 
 /*
  * AdamW on the device over the parameters [lo, hi) (0, nparams: every

@@ -490,6 +490,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->udispl);
 	free(dp->ureq);
 	free(dp->ustate);
+	free(dp->useq);
 	free(dp->displ[0]);
 	free(dp->displ[1]);
 	free(dp->bdispl);
@@ -624,14 +625,13 @@ int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
 	*ss = 0;
 	if (dp->ppshard) {
 		/* the stage's pieces; wte's on the first stage only (on GPUs
-		 * the device's, no tensor parallelism there) */
+		 * the device's); a tensor group's replicated tensors once */
 		for (int k = 0; k < (dp->pp_stage == 0 ? 2 : 1); k++) {
 			size_t a = dp->own[k][0], b = dp->own[k][1];
 			double s = 0;
 			if (!dp->dev_grads)
 				s = gk_nn_pp_sumsq(dp->m, a, b);
-			else if (b > a &&
-				 gk_nn_work_sumsq(dp->m, gk_nn_work_grads(dp->m) + a, b - a, &s, err) < 0)
+			else if (b > a && gk_nn_work_sumsq_once(dp->m, a, b, &s, err) < 0)
 				return -1;
 			*ss += s;
 		}

@@ -109,34 +109,43 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 			L = (size_t)(l1 - l0);
 		hd = m->o.pp_rank == m->o.pp - 1;
 	}
+	/* tensor parallelism (tp.c): a rank's heads (Cq of attention's C
+	 * channels), F of the MLP's 4C, Vl of the padded vocabulary; and the
+	 * group's fp32 sums, a row-parallel product or a column-parallel
+	 * input's gradient (N,C), the cross-entropy's 4 floats a row */
+	size_t tp = m->o.tp > 1 ? (size_t)m->o.tp : 1;
+	size_t Cq = C / tp, NHq = NH / tp, F = 4 * C / tp, Vl = Vp / tp;
+	size_t tps = tp > 1 ? N * C * 4 : 0, tpx = tp > 1 ? 4 * N * 4 : 0;
 	size_t kl = m->o.recompute != GK_NN_RECOMPUTE_LAYER ? L : 1;
 	size_t kg = m->o.recompute == GK_NN_RECOMPUTE_NONE ? L : 1;
 	/* attention's (T,T) matrices, or the fused kernels' one float a row */
-	size_t att = fused ? B * NH * T * 4 : B * NH * T * T * es;
-	size_t heads = fused ? 0 : N * C * es; /* q, k, v, y split by head */
+	size_t att = fused ? B * NHq * T * 4 : B * NHq * T * T * es;
+	size_t heads = fused ? 0 : N * Cq * es; /* q, k, v, y split by head */
 	size_t a[GK_NN_CU_NACT] = {
 		(L + 1) * N * C * es,         /* resid */
 		hd * N * C * es, hd * N * 4, hd * N * 4, /* lnf, mean, rstd */
-		hd * N * Vp * es, hd * N * 4, hd * N * 4, /* logits, lse, loss */
+		hd * N * Vl * es, hd * N * 4, hd * N * 4, /* logits, lse, loss */
 		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln1 */
-		kl * N * 3 * C * es,          /* qkv */
+		kl * N * 3 * Cq * es,         /* qkv */
 		kl * att,                     /* att */
-		kl * N * C * es,              /* atty */
+		kl * N * Cq * es,             /* atty */
 		kl * N * C * es,              /* res2 */
 		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln2 */
-		kl * N * 4 * C * es,          /* fch */
-		kg * N * 4 * C * es,          /* fchg */
+		kl * N * F * es,              /* fch */
+		kg * N * F * es,              /* fchg */
 		N * 4, N * 4, N * 4, (N + 1) * 4, N * 4, /* tok tgt uniq start pos */
 	};
 	/* q k v y, then the backward's gradients: dres dln datty (B,T,C),
 	 * dqkv, dfc; datt (the matmul path's d scores, the fused one's
-	 * row sums: the size of att), the column sums, the norm's partials */
+	 * row sums: the size of att), the column sums, the norm's partials,
+	 * tensor parallelism's sums */
 	size_t w[GK_NN_CU_NWS] = {
 		heads, heads, heads, heads,
-		N * C * es, N * C * es, N * C * es, N * 3 * C * es,
-		N * 4 * C * es, att,
+		N * C * es, N * C * es, N * Cq * es, N * 3 * Cq * es,
+		N * F * es, att,
 		gk_nn_colsum_floats(N, C) * 4,
 		(GK_NN_SUM_BLOCKS + 1) * sizeof(double),
+		tps, tpx,
 	};
 	memcpy(sz, a, sizeof(a));
 	memcpy(ss, w, sizeof(w));

@@ -365,6 +365,28 @@ GK_HD float gk_nn_msum_lse(gk_nn_msum a)
 }
 
 /*
+ * Tensor parallelism's vocabulary-parallel cross-entropy (tp.c): a rank's
+ * state of its columns of a row, its sum rescaled to the group's max M
+ * (the ranks' m allreduced by MAX) so that the group's sum of these is
+ * the row's sum of exp(x - M); 0 from a rank with none of the row's
+ * columns. The group's (M, that sum) is the row's state.
+ */
+GK_HD float gk_nn_msum_at(gk_nn_msum a, float M)
+{
+	return a.m == -INFINITY ? 0.0f : a.s * gk_nn_expf(a.m - M);
+}
+
+/*
+ * A row-parallel layer's end under tensor parallelism: its output from
+ * the residual, the bias (added once) and the product summed over the
+ * group, in the unsplit layer's order, (res + bias) + the product.
+ */
+GK_HD float gk_nn_tp_finish(float res, float bias, float sum)
+{
+	return (res + bias) + sum;
+}
+
+/*
  * The backward half: d loss / d logit i = (softmax_i - [i == y]) * dloss,
  * with softmax_i = exp(x_i - lse), so the probabilities are never stored.
  */

@@ -603,6 +603,11 @@ int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err)
 	return m->cu ? gk_nn_cuda_params_whole(m, on, err) : 0;
 }
 
+int gk_nn_tp_device(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_tp_open(m, cc, err) : 0;
+}
+
 void *gk_nn_stream(const gk_nn_model *m)
 {
 	return m->cu ? gk_nn_cuda_stream(m) : NULL;
@@ -635,6 +640,14 @@ int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 	if (m->cu)
 		return gk_nn_cuda_sumsq(m, g, n, sumsq, err);
 	*sumsq = gk_nn_sumsq(g, n);
+	return 0;
+}
+
+int gk_nn_work_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+{
+	if (m->cu)
+		return gk_nn_cuda_sumsq_once(m, lo, hi, ss, err);
+	*ss = gk_nn_pp_sumsq(m, lo, hi);
 	return 0;
 }
 

@@ -26,10 +26,22 @@
 
 #include <cuda_runtime_api.h>
 
+#include "comm/comm.h"
 #include "nn/cuda_internal.h"
 #include "nn/model_cuda.h"
 
 #define WS_BYTES GK_NN_CU_WS_BYTES
+
+/*
+ * A rank's widths under tensor parallelism (tp.c, as model.c's): Cq of
+ * attention's C and NHq of its heads, F of the MLP's 4C, Vl of the padded
+ * vocabulary; the whole at tp 1.
+ */
+#define TP_WIDTHS(m)                                                           \
+	int Cq = (int)(m)->c.hidden / (m)->tp, NHq = (int)(m)->c.heads / (m)->tp; \
+	int F = 4 * (int)(m)->c.hidden / (m)->tp;                              \
+	int Vl = (int)(m)->c.vocab_pad / (m)->tp;                             \
+	(void)Cq, (void)NHq, (void)F, (void)Vl
 
 /* A block's activations on the device (per layer or shared). */
 typedef struct dacts {
@@ -71,6 +83,7 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	const struct gk_nn_cuda *cu = m->cu;
 	size_t N = (size_t)m->o.batch * m->o.seq, C = (size_t)m->c.hidden;
 	size_t T = (size_t)m->o.seq, es = cu->es;
+	size_t Cq = C / (size_t)m->tp, F = 4 * C / (size_t)m->tp;
 	l -= m->l0; /* a pipeline stage holds its layers l0 .. l1-1 only */
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t gl = m->fchg_per_layer ? (size_t)l : 0;
@@ -79,18 +92,18 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	a->ln1 = (char *)cu->a_ln1 + k * N * C * es;
 	a->ln1m = cu->a_ln1m + k * N;
 	a->ln1r = cu->a_ln1r + k * N;
-	a->qkv = (char *)cu->a_qkv + k * N * 3 * C * es;
+	a->qkv = (char *)cu->a_qkv + k * N * 3 * Cq * es;
 	/* att: the (T,T) probabilities of the matmul path, or the fused
 	 * kernels' logsumexp, one float a row */
-	size_t rows = (size_t)m->o.batch * (size_t)m->c.heads * T;
+	size_t rows = (size_t)m->o.batch * (size_t)(m->c.heads / m->tp) * T;
 	a->att = (char *)cu->a_att + k * (cu->fused ? rows * 4 : rows * T * es);
-	a->atty = (char *)cu->a_atty + k * N * C * es;
+	a->atty = (char *)cu->a_atty + k * N * Cq * es;
 	a->res2 = (char *)cu->a_res2 + k * N * C * es;
 	a->ln2 = (char *)cu->a_ln2 + k * N * C * es;
 	a->ln2m = cu->a_ln2m + k * N;
 	a->ln2r = cu->a_ln2r + k * N;
-	a->fch = (char *)cu->a_fch + k * N * 4 * C * es;
-	a->fchg = (char *)cu->a_fchg + gl * N * 4 * C * es;
+	a->fch = (char *)cu->a_fch + k * N * F * es;
+	a->fchg = (char *)cu->a_fchg + gl * N * F * es;
 }
 
 static int alloc_all(gk_nn_model *m, gk_err *err)
@@ -171,6 +184,8 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->datt = carve(&cur, ss[i++]);
 	cu->colsum = carve(&cur, ss[i++]);
 	cu->norm = carve(&cur, ss[i++]);
+	cu->tpf = carve(&cur, ss[i++]);
+	cu->tpx = carve(&cur, ss[i++]);
 
 	/* host: pinned staging for the parameters, moments and gradients
 	 * (the logits pass through it in pieces); no host copy of the
@@ -270,6 +285,7 @@ void gk_nn_cuda_free(gk_nn_model *m)
 	if (cu->s)
 		gk_cuda_stream_sync(cu->s, NULL);
 	gk_nn_blas_free(cu->blas);
+	gk_comm_close(cu->tpd);
 	for (int i = 0; i < cu->nallocs; i++)
 		gk_cuda_free(cu->allocs[i]);
 	gk_cuda_host_free(cu->pin);
@@ -480,12 +496,47 @@ static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
 	return gk_nn_blas_gemm(cu->blas, &g, err);
 }
 
+/*
+ * Tensor parallelism's collectives (tp.c): the group's op over n floats
+ * of the device at x, in place, on the model's stream; the bytes sent
+ * counted as model.c counts them, so the step's tp_bytes are the CPU's.
+ */
+static int tp_reduce(gk_nn_model *m, float *x, size_t n, gk_comm_op op, gk_err *err)
+{
+	if (!m->cu->tpd)
+		return gk_errf(err, "tensor group rank %d of %d on the GPU: no NCCL communicator "
+			       "(gk_nn_cuda_tp_open)", m->tpr, m->tp);
+	m->tp_bytes += n * sizeof(float);
+	return gk_comm_allreduce(m->cu->tpd, x, x, n, GK_DT_F32, op, NULL, err);
+}
+
+/*
+ * The gradient of a column-parallel layer's input (the f operator's
+ * backward) into dinp (N,IC) from the product gi of this rank's columns:
+ * made in fp32 (dinp itself in fp32, else tpf), summed over the group,
+ * then in the activation type. At tp 1 the product alone.
+ */
+static int f_grad(gk_nn_model *m, gk_nn_gemm *gi, void *dinp, int N, int IC, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (m->tp == 1)
+		return gk_nn_blas_gemm(cu->blas, gi, err);
+	float *acc = cu->dt == GK_DT_F32 ? dinp : cu->tpf;
+	size_t n = (size_t)N * IC;
+	gi->D = acc;
+	gi->ddt = GK_DT_F32;
+	if (gk_nn_blas_gemm(cu->blas, gi, err) < 0 || tp_reduce(m, acc, n, GK_COMM_SUM, err) < 0)
+		return -1;
+	return acc == dinp ? 0 : gk_cuda_convert(dinp, cu->dt, acc, GK_DT_F32, n, cu->s, err);
+}
+
 /* dinp (N,IC) = dout @ w^T, times gelu'(pre) when pre is given (c_proj's
  * DGELU epilogue: pre the (N,IC) input of the GELU whose output was
- * inp); dw (IC,OC) += inp^T @ dout; db += column sums */
+ * inp), summed over the tensor group when f (a column-parallel layer's
+ * input, f_grad); dw (IC,OC) += inp^T @ dout; db += column sums */
 static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
 		  const void *dout, const void *inp, const void *w,
-		  const void *pre, int N, int IC, int OC, gk_err *err)
+		  const void *pre, int f, int N, int IC, int OC, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	gk_nn_gemm gi = {.tb = 1, .M = N, .N = IC, .K = OC, .A = dout,
@@ -497,10 +548,31 @@ static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
 			 .lda = IC, .B = dout, .ldb = OC, .D = dw, .ldd = OC,
 			 .C = dw, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
 			 .ddt = GK_DT_F32};
-	if (gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
+	if ((f ? f_grad(m, &gi, dinp, N, IC, err) : gk_nn_blas_gemm(cu->blas, &gi, err)) < 0 ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0)
 		return -1;
 	return gk_nn_cu_colsum(db, cu->colsum, dout, cu->dt, N, OC, cu->s, err);
+}
+
+/*
+ * A projection onto the residual stream, out = res + inp @ w + b: under
+ * tensor parallelism row-parallel (the g operator), each rank's product
+ * of its rows in fp32, summed over the group, then the residual and the
+ * bias once (gk_nn_tp_finish's order, the CPU's).
+ */
+static int proj_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
+		    const void *b, const void *res, int N, int K, int OC, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (m->tp == 1)
+		return mm_fwd(m, out, inp, w, b, res, N, K, OC, err);
+	gk_nn_gemm g = {.M = N, .N = OC, .K = K, .A = inp, .lda = K, .B = w, .ldb = OC,
+			.D = cu->tpf, .ldd = OC, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
+			.ddt = GK_DT_F32};
+	if (gk_nn_blas_gemm(cu->blas, &g, err) < 0 ||
+	    tp_reduce(m, cu->tpf, (size_t)N * OC, GK_COMM_SUM, err) < 0)
+		return -1;
+	return gk_nn_cu_tp_row_finish(out, cu->tpf, res, b, cu->dt, N, OC, cu->s, err);
 }
 
 /* One batched product over the B*NH heads: D (M,N) = alpha op(A) op(B),
@@ -514,7 +586,7 @@ static int mm_heads(gk_nn_model *m, int ta, int tb, int M, int N, int K,
 	gk_nn_gemm g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .A = A,
 			.lda = lda, .sA = sA, .B = Bm, .ldb = ldb, .sB = sB,
 			.D = D, .ldd = ldd, .sD = sD, .alpha = alpha,
-			.batch = m->o.batch * (int)m->c.heads, .dt = cu->dt,
+			.batch = m->o.batch * (int)m->c.heads / m->tp, .dt = cu->dt,
 			.ddt = cu->dt};
 	return gk_nn_blas_gemm(cu->blas, &g, err);
 }
@@ -522,8 +594,9 @@ static int mm_heads(gk_nn_model *m, int ta, int tb, int M, int N, int K,
 static int split_qkv(gk_nn_model *m, const void *qkv, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
-	int NH = (int)m->c.heads, hs = C / NH;
+	/* this rank's heads (tensor parallelism): C their channels */
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden / m->tp;
+	int NH = (int)m->c.heads / m->tp, hs = C / NH;
 	if (gk_nn_cu_heads_split(cu->q, qkv, cu->dt, B, T, NH, hs, 3 * C, 0,
 				 cu->s, err) < 0 ||
 	    gk_nn_cu_heads_split(cu->k, qkv, cu->dt, B, T, NH, hs, 3 * C, C,
@@ -537,8 +610,9 @@ static int split_qkv(gk_nn_model *m, const void *qkv, gk_err *err)
 static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
-	int NH = (int)m->c.heads, hs = C / NH;
+	/* this rank's heads (tensor parallelism): C their channels */
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden / m->tp;
+	int NH = (int)m->c.heads / m->tp, hs = C / NH;
 	long long th = (long long)T * hs, tt = (long long)T * T;
 	float scale = 1.0f / sqrtf((float)hs);
 	if (cu->fused) /* a->att holds each row's logsumexp */
@@ -564,11 +638,12 @@ static int mlp_fc_fwd(gk_nn_model *m, const dacts *a, const void *w,
 {
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	TP_WIDTHS(m);
 	if (cu->gelu_epi)
-		return mm_fwd_gelu(m, a->fchg, a->fch, a->ln2, w, b, N, C, 4 * C, err);
-	if (mm_fwd(m, a->fch, a->ln2, w, b, NULL, N, C, 4 * C, err) < 0)
+		return mm_fwd_gelu(m, a->fchg, a->fch, a->ln2, w, b, N, C, F, err);
+	if (mm_fwd(m, a->fch, a->ln2, w, b, NULL, N, C, F, err) < 0)
 		return -1;
-	return gk_nn_cu_gelu_fwd(a->fchg, a->fch, cu->dt, (size_t)N * 4 * C, cu->s, err);
+	return gk_nn_cu_gelu_fwd(a->fchg, a->fch, cu->dt, (size_t)N * F, cu->s, err);
 }
 
 static int block_fwd(gk_nn_model *m, int l, gk_err *err)
@@ -577,26 +652,106 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
 	float eps = m->c.ln_eps;
+	TP_WIDTHS(m);
 	dacts a;
 	layer_acts(m, l, &a);
+	/* under tensor parallelism (tp.c) c_attn and c_fc column-parallel
+	 * (f: the replicated LayerNorm output is every rank's input), the
+	 * projections row-parallel (g: proj_fwd) */
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 	if (gk_nn_cu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, W(o->ln1w),
 				   W(o->ln1b), cu->dt, N, C, eps, cu->s,
 				   err) < 0 ||
-	    mm_fwd(m, a.qkv, a.ln1, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * C,
+	    mm_fwd(m, a.qkv, a.ln1, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * Cq,
 		   err) < 0 ||
 	    attention_fwd(m, &a, err) < 0 ||
-	    mm_fwd(m, a.res2, a.atty, W(o->attprojw), W(o->attprojb), a.in, N,
-		   C, C, err) < 0 ||
+	    proj_fwd(m, a.res2, a.atty, W(o->attprojw), W(o->attprojb), a.in, N,
+		     Cq, C, err) < 0 ||
 	    gk_nn_cu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, W(o->ln2w),
 				   W(o->ln2b), cu->dt, N, C, eps, cu->s,
 				   err) < 0 ||
 	    mlp_fc_fwd(m, &a, W(o->fcw), W(o->fcb), err) < 0 ||
-	    mm_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
-		   4 * C, C, err) < 0)
+	    proj_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
+		     F, C, err) < 0)
 		return -1;
 #undef W
 	return 0;
+}
+
+/* This rank's vocabulary rows (tensor parallelism; model.c's
+ * vocab_slice): the first v0, the real ones nv; all of them at tp 1 */
+static void vocab_slice(const gk_nn_model *m, int64_t *v0, int *nv)
+{
+	int64_t Vl = m->c.vocab_pad / m->tp;
+	*v0 = (int64_t)m->tpr * Vl;
+	int64_t real = m->c.vocab - *v0;
+	*nv = (int)(real < 0 ? 0 : real > Vl ? Vl : real);
+}
+
+/*
+ * The token and position embeddings; under tensor parallelism
+ * vocabulary-parallel: this rank's masked lookup in fp32, summed over
+ * the group (one row's is nonzero, so the sum is that row exactly), then
+ * the positions added as encoder.cu adds them.
+ */
+static int embed_fwd(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	if (m->tp == 1)
+		return gk_nn_cu_encoder_fwd(cu->resid, cu->tok, P(m->wte), P(m->wpe), cu->dt, B,
+					    T, C, cu->s, err);
+	int64_t Vl = m->c.vocab_pad / m->tp;
+	if (gk_nn_cu_tp_embed(cu->tpf, cu->tok, P(m->wte), cu->dt, (int64_t)m->tpr * Vl, (int)Vl,
+			      B * T, C, cu->s, err) < 0 ||
+	    tp_reduce(m, cu->tpf, (size_t)B * T * C, GK_COMM_SUM, err) < 0)
+		return -1;
+	return gk_nn_cu_tp_add_pos(cu->resid, cu->tpf, P(m->wpe), cu->dt, B, T, C, cu->s, err);
+}
+
+/*
+ * The embedding backward's token buckets under tensor parallelism: those
+ * of this rank's rows only, as rows of its slice (gk_nn_token_buckets
+ * sorts them by token, so they are one run); the positions stay.
+ */
+static void tp_buckets(gk_nn_model *m)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int64_t Vl = m->c.vocab_pad / m->tp, v0 = (int64_t)m->tpr * Vl;
+	int a = 0, b;
+	while (a < cu->nb && cu->h_uniq[a] < v0)
+		a++;
+	for (b = a; b < cu->nb && cu->h_uniq[b] < v0 + Vl; b++) {
+		cu->h_uniq[b - a] = (int32_t)(cu->h_uniq[b] - v0);
+		cu->h_start[b - a] = cu->h_start[b];
+	}
+	cu->h_start[b - a] = cu->h_start[b];
+	cu->nb = b - a;
+}
+
+/*
+ * The vocabulary-parallel cross-entropy (tp.c): this rank's columns'
+ * state, the group's max (N floats), the sums at it and the target's
+ * logit (2N), then each row's lse and loss and, when grad, the dlogits
+ * over this rank's logits with dloss (xent_fused's two passes, the
+ * group's allreduces between them).
+ */
+static int tp_xent(gk_nn_model *m, float dloss, int grad, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int N = m->o.batch * m->o.seq, nv;
+	int64_t v0;
+	TP_WIDTHS(m);
+	vocab_slice(m, &v0, &nv);
+	float *mx = cu->tpx, *gmx = mx + N, *part = gmx + N;
+	if (gk_nn_cu_tp_xent_state(mx, gmx, part, cu->logits, cu->tgt, cu->dt, v0, N, nv, Vl,
+				   cu->s, err) < 0 ||
+	    tp_reduce(m, gmx, (size_t)N, GK_COMM_MAX, err) < 0 ||
+	    gk_nn_cu_tp_xent_rescale(part, mx, gmx, N, cu->s, err) < 0 ||
+	    tp_reduce(m, part, 2 * (size_t)N, GK_COMM_SUM, err) < 0)
+		return -1;
+	return gk_nn_cu_tp_xent_finish(cu->lse, cu->loss, cu->logits, gmx, part, cu->tgt, cu->dt,
+				       dloss, grad, v0, N, nv, Vl, cu->s, err);
 }
 
 int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
@@ -607,6 +762,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	int V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
+	TP_WIDTHS(m);
 
 	if (!cu->uploaded)
 		return gk_errf(err, "forward on the GPU: the parameters were "
@@ -625,6 +781,8 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 		cu->nb = gk_nn_token_buckets(tokens, N, V, cu->h_uniq,
 					     cu->h_start, cu->h_pos,
 					     cu->h_count);
+		if (m->tp > 1)
+			tp_buckets(m);
 		if (gk_cuda_copy(cu->uniq, cu->h_uniq, (size_t)cu->nb * 4, cu->s,
 				 err) < 0 ||
 		    gk_cuda_copy(cu->start, cu->h_start,
@@ -636,9 +794,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	/* a pipeline stage: the embedding on the first, its layers, the head
 	 * on the last (the others leave their output for the next stage in
 	 * gk_nn_pp_output; a later one's input is in gk_nn_pp_input) */
-	if (m->ppr == 0 && gk_nn_cu_encoder_fwd(cu->resid, cu->tok, P(m->wte),
-						P(m->wpe), cu->dt, B, T, C, cu->s,
-						err) < 0)
+	if (m->ppr == 0 && embed_fwd(m, err) < 0)
 		return -1;
 	for (int l = m->l0; l < m->l1; l++)
 		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
@@ -650,9 +806,10 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 		return gk_cuda_stream_sync(cu->s, err);
 	}
 	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
-	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vp, .K = C, .A = cu->lnf,
+	/* under tensor parallelism this rank's vocabulary columns */
+	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vl, .K = C, .A = cu->lnf,
 			   .lda = C, .B = P(m->wte), .ldb = C,
-			   .D = cu->logits, .ldd = Vp, .alpha = 1.0f,
+			   .D = cu->logits, .ldd = Vl, .alpha = 1.0f,
 			   .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	if (gk_nn_cu_layernorm_fwd(cu->lnf, cu->lnfm, cu->lnfr, last,
 				   P(m->lnfw), P(m->lnfb), cu->dt,
@@ -664,7 +821,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	if (!targets) {
 		/* inference: the caller reads the logits (gk_nn_logits),
 		 * copied through the staging buffer a piece at a time */
-		size_t n = (size_t)N * Vp, per = cu->pin_bytes / es;
+		size_t n = (size_t)N * Vl, per = cu->pin_bytes / es;
 		if (!m->logits && !(m->logits = malloc(n * sizeof(float))))
 			return gk_err_sys(err, ENOMEM, "model on the GPU: %zu "
 					  "logits on the host", n);
@@ -687,12 +844,13 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	 * else the last one's; it rescales the head's GEMMs if it is given
 	 * another) */
 	float xs = m->gscale != 0.0f ? m->gscale : cu->xscale;
+	float dl = n > 0 ? (float)(xs / n) : 0.0f;
 	cu->xfused = m->eval ? 0.0f : xs;
-	if ((m->eval ? gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits,
+	if ((m->tp > 1 ? tp_xent(m, dl, !m->eval, err) :
+	     m->eval ? gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits,
 					 cu->tgt, cu->dt, N, V, Vp, cu->s, err)
 		     : gk_nn_cu_xent_fused(cu->lse, cu->loss, cu->logits,
-					   cu->tgt, cu->dt,
-					   n > 0 ? (float)(xs / n) : 0.0f,
+					   cu->tgt, cu->dt, dl,
 					   N, V, Vp, cu->s, err)) < 0 ||
 	    gk_cuda_copy(cu->h_loss, cu->loss, (size_t)N * 4, cu->s, err) < 0)
 		return -1;
@@ -714,8 +872,9 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 static int attention_bwd(gk_nn_model *m, const dacts *a, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
-	int NH = (int)m->c.heads, hs = C / NH;
+	/* this rank's heads (tensor parallelism): C their channels */
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden / m->tp;
+	int NH = (int)m->c.heads / m->tp, hs = C / NH;
 	long long th = (long long)T * hs, tt = (long long)T * T;
 	float scale = 1.0f / sqrtf((float)hs);
 	gk_cuda_stream s = cu->s;
@@ -756,6 +915,7 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	const gk_nn_block_off *o = &m->blk[l];
+	TP_WIDTHS(m);
 	dacts a;
 	layer_acts(m, l, &a);
 
@@ -763,31 +923,34 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 		if (block_fwd(m, l, err) < 0)
 			return -1;
 	} else if (m->o.recompute == GK_NN_RECOMPUTE_GELU) {
-		if (gk_nn_cu_gelu_fwd(a.fchg, a.fch, cu->dt, (size_t)N * 4 * C,
+		if (gk_nn_cu_gelu_fwd(a.fchg, a.fch, cu->dt, (size_t)N * F,
 				      cu->s, err) < 0)
 			return -1;
 	}
+	/* under tensor parallelism dres passes through g unchanged to every
+	 * rank's rows of the projections; the column-parallel layers' input
+	 * gradients are summed over the group (f, mm_bwd's f) */
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 #define G(off) gk_nn_cuda_grad_at(m, off)
 	/* dfc: d(c_proj's input) times gelu'(fch), in the epilogue or by
 	 * gelu.cu's kernel */
 	if (mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), cu->dres,
-		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, N, 4 * C,
+		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, 0, N, F,
 		   C, err) < 0 ||
 	    (!cu->gelu_epi &&
-	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * 4 * C, cu->s,
+	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * F, cu->s,
 			       err) < 0) ||
 	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, a.ln2,
-		   W(o->fcw), NULL, N, C, 4 * C, err) < 0 ||
+		   W(o->fcw), NULL, 1, N, C, F, err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln2w), G(o->ln2b),
 				   cu->colsum, cu->dln, a.res2, W(o->ln2w),
 				   a.ln2m, a.ln2r, cu->dt, N, C, cu->s,
 				   err) < 0 ||
 	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), cu->dres,
-		   a.atty, W(o->attprojw), NULL, N, C, C, err) < 0 ||
+		   a.atty, W(o->attprojw), NULL, 0, N, Cq, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
 	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, a.ln1,
-		   W(o->qkvw), NULL, N, C, 3 * C, err) < 0 ||
+		   W(o->qkvw), NULL, 1, N, C, 3 * Cq, err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln1w), G(o->ln1b),
 				   cu->colsum, cu->dln, a.in, W(o->ln1w),
 				   a.ln1m, a.ln1r, cu->dt, N, C, cu->s,
@@ -818,6 +981,10 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	int V = (int)m->c.vocab;
 	int Vp = (int)m->c.vocab_pad;
 	size_t es = cu->es;
+	TP_WIDTHS(m);
+	int64_t v0;
+	int nv;
+	vocab_slice(m, &v0, &nv);
 	m->have_fwd = 0; /* the logits become dlogits */
 
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
@@ -828,12 +995,14 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	cu->xfused = 0.0f;
 	if (scale != 0.0f && isfinite(scale))
 		cu->xscale = scale;
-	gk_nn_gemm gi = {.M = N, .N = C, .K = Vp, .A = cu->logits, .lda = Vp,
+	/* under tensor parallelism this rank's vocabulary columns, and d lnf
+	 * summed over the group (f before the head) */
+	gk_nn_gemm gi = {.M = N, .N = C, .K = Vl, .A = cu->logits, .lda = Vl,
 			 .B = P(m->wte), .ldb = C, .D = cu->dln, .ldd = C,
 			 .alpha = alpha, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	float *gwte = gk_nn_cuda_grad_at(m, m->wte);
-	gk_nn_gemm gw = {.ta = 1, .M = Vp, .N = C, .K = N, .A = cu->logits,
-			 .lda = Vp, .B = cu->lnf, .ldb = C, .D = gwte,
+	gk_nn_gemm gw = {.ta = 1, .M = Vl, .N = C, .K = N, .A = cu->logits,
+			 .lda = Vl, .B = cu->lnf, .ldb = C, .D = gwte,
 			 .ldd = C, .C = gwte, .alpha = alpha, .batch = 1,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
 	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
@@ -841,9 +1010,11 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	 * caller's, gk_nn_pp_grad) */
 	if (m->ppr < m->pp - 1)
 		goto blocks;
-	if ((unfused && gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
-					  dloss, N, V, Vp, cu->s, err) < 0) ||
-	    gk_nn_blas_gemm(cu->blas, &gi, err) < 0 ||
+	if ((unfused && (m->tp > 1 ? gk_nn_cu_tp_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
+							  dloss, v0, N, nv, Vl, cu->s, err)
+				   : gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
+						       dloss, N, V, Vp, cu->s, err)) < 0) ||
+	    f_grad(m, &gi, cu->dln, N, C, err) < 0 ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)N * C * es,
 					  cu->s), err) < 0 ||
@@ -921,9 +1092,45 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 	double s;
 	if (m->o.bucket_grads)
 		return no_full_grads(err);
-	if (gk_nn_cuda_sumsq(m, m->cu->g, m->nparams, &s, err) < 0)
+	/* under tensor parallelism each parameter once, summed over the group */
+	if (gk_nn_cuda_sumsq_once(m, 0, m->nparams, &s, err) < 0 ||
+	    (m->tp > 1 && gk_comm_allreduce(m->tpc, &s, &s, 1, GK_DT_F64, GK_COMM_SUM, NULL,
+					     err) < 0))
 		return -1;
 	*norm = sqrt(s);
+	return 0;
+}
+
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+{
+	/* rank 0 of a tensor group all of its own, the others their split
+	 * tensors' slices (gk_nn_pp_sumsq's rule, on the device) */
+	if (m->tp == 1 || m->tpr == 0)
+		return gk_nn_cuda_sumsq(m, m->cu->g + lo, hi - lo, ss, err);
+	*ss = 0.0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *t = &m->t[i];
+		size_t a = t->off > lo ? t->off : lo, b = t->off + t->numel;
+		double x;
+		b = b < hi ? b : hi;
+		if (a >= b || t->split == GK_NN_SPLIT_NONE)
+			continue;
+		if (gk_nn_cuda_sumsq(m, m->cu->g + a, b - a, &x, err) < 0)
+			return -1;
+		*ss += x;
+	}
+	return 0;
+}
+
+int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu || m->tp == 1 || cu->tpd)
+		return 0;
+	if (gk_comm_open_device(m->tpc, cc, &cu->tpd, err) < 0 ||
+	    gk_comm_set_stream(cu->tpd, cu->s, err) < 0)
+		return gk_err_prefix(err, "tensor group rank %d of %d: NCCL on the GPU", m->tpr,
+				     m->tp);
 	return 0;
 }
 

@@ -76,6 +76,14 @@ struct gk_nn_cuda {
 	float axf[PP_SLOTS];
 	size_t abytes;
 
+	/* tensor parallelism (tp.c's split): the tensor group's device
+	 * communicator on s (gk_nn_cuda_tp_open); fp32 scratch for the
+	 * group's sums: tpf (N,C), a row-parallel product, the embedding's
+	 * lookup or a column-parallel input's gradient; tpx 4N, the
+	 * cross-entropy's mx, gmx and part (gk_nn_cu_tp_xent_state) */
+	struct gk_comm *tpd;
+	float *tpf, *tpx;
+
 	void *allocs[MAX_ALLOCS];
 	int nallocs;
 	uint64_t bytes[GK_CUDA_MEM_KINDS];

@@ -154,3 +154,14 @@ int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
 {
 	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");
 }
+
+int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err)
+{
+	return m->cu ? gk_errf(err, "tensor parallelism on the GPU: gpukit was built without CUDA")
+		     : 0;
+}
+
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+{
+	return gk_errf(err, "sum of squares on the GPU: gpukit was built without CUDA");
+}

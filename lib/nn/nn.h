@@ -351,6 +351,14 @@ void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local);
  */
 int gk_nn_tp_gather(gk_nn_model *m, const float *local, float *full, gk_err *err);
 /*
+ * A model on a GPU: the tensor group's collectives over NCCL, on a
+ * communicator of its device opened over the host one (gk_nn_opts'
+ * tp_comm) with cc's settings, on the model's stream. Collective over
+ * the group; nothing on the CPU or at tp 1.
+ */
+struct gk_comm_config;
+int gk_nn_tp_device(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err);
+/*
  * Bytes this rank has put into the tensor group's allreduces of
  * activations and their gradients since the model was made (0 at tp 1):
  * per micro-step, with L layers and N = B*T rows, the embedding's sum and
@@ -761,6 +769,10 @@ int gk_nn_params_changed(gk_nn_model *m, gk_err *err);
  */
 int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
+/* Sum of squares of the model's working gradients [lo, hi), under tensor
+ * parallelism each parameter of the group once: the replicated tensors'
+ * on its rank 0 only (gk_nn_pp_sumsq's rule; no communication) */
+int gk_nn_work_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err);
 int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err); /* tp: collective
 								 * over the group, each
 								 * parameter once */

@@ -246,7 +246,7 @@ void gk_nn_tp_row_finish(float *out, const float *res, const float *bias, int N,
 		float *o = out + (size_t)i * OC;
 		const float *r = res ? res + (size_t)i * OC : NULL;
 		for (int c = 0; c < OC; c++)
-			o[c] = ((r ? r[c] : 0.0f) + (bias ? bias[c] : 0.0f)) + o[c];
+			o[c] = gk_nn_tp_finish(r ? r[c] : 0.0f, bias ? bias[c] : 0.0f, o[c]);
 	}
 }
 

@@ -366,8 +366,12 @@ struct gk_nn_dp {
 			       * gathered over gcomm in the working copy's type */
 	int nuslot;           /* ... its buffers of a block, used in turn */
 	size_t *ulo, *uhi, *udispl;
-	gk_comm_req **ureq;
+	gk_comm_req **ureq;   /* a unit's gather, until the host has waited for it */
 	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
+	int dev_order;        /* on a GPU after the first step: present is the model's
+			       * stream ordered after the gather (a CUDA event),
+			       * its request waited for on the host later */
+	int64_t *useq, issued; /* the order the gathers were started in */
 	int64_t gathers, prefetched; /* this step's: waited for, started before */
 	double comm_start;    /* first bucket of this step started */
 	double bwd_wait;      /* ZeRO-2: seconds of this step's micro-steps spent in
@@ -426,8 +430,9 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err);
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
 void gk_nn_z3_release(gk_nn_dp *dp, int u);
-/* a step's last backward done: the edge units released, and prefetch on
- * from here where it waited for the first step (on a GPU) */
+/* a step's last backward done: the edge units released, and prefetch
+ * and the device's ordering on from here where the first step waited on
+ * the host (on a GPU) */
 void gk_nn_z3_step_done(gk_nn_dp *dp);
 /* pp_shard.c, for dp.c: a stage's segments of a pipeline of pp stages
  * (gk_nn_dp's seg, own, per, displ), its pieces averaged into their owners

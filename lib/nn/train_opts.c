@@ -94,12 +94,19 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		/* what tensor parallelism does not do (yet): said before any work */
 		char zero[48];
 		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0, 1 or 2)", o->zero);
-		const char *no = o->device != GK_NN_CPU ? "--device cuda or auto (the CPU only)" :
-				 o->zero > 2 ? zero :
+		const char *no = o->zero > 2 ? zero :
 				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
 			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
+		/* on GPUs the group's collectives are NCCL's (model_cuda.c), for
+		 * one tensor group alone: what it does not do there, said
+		 * before any work */
+		no = o->seq_par ? "--sequence-parallel" :
+		     o->zero > 1 ? "--zero 2 (ZeRO 0 or 1 there)" : NULL;
+		if (cuda == 1 && no)
+			return gk_errf(err, "--tp %d on GPUs: not with %s; the CPU backend "
+				       "runs it (--device cpu)", o->tp, no);
 	}
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that

@@ -372,9 +372,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	/* a layout the model cannot take: refused with the numbers, before
 	 * anything is allocated (a usage error, as every rank's) */
 	if (t->grid.tp > 1) {
-		int r = t->cuda ? gk_errf(err, "tensor parallelism runs on the CPU backend only "
-					  "(this run is on %s)", t->device)
-				: gk_nn_tp_check(&t->cfg, t->grid.tp, err);
+		int r = gk_nn_tp_check(&t->cfg, t->grid.tp, err);
 		if (gk_nn_tr_agree_local(t, r, err) < 0) {
 			t->agreed = 2;
 			return -1;
@@ -434,6 +432,13 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .release_grads = gk_nn_dp_lazy_grads(&t->o, t->grid.dp, t->cuda)};
 	if (gk_nn_tr_check_memory(t, err) < 0 ||
 	    gk_nn_tr_agree_local(t, gk_nn_new(&t->m, &t->cfg, &mo, err), err) < 0)
+		return -1;
+	/* tensor parallelism on GPUs: the group's collectives over NCCL,
+	 * opened by every rank of the group at once (as a pipeline's) */
+	gk_comm_config tcc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
+			      .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
+	if (t->cuda && t->grid.tp > 1 &&
+	    gk_nn_tr_agree_local(t, gk_nn_tp_device(t->m, &tcc, err), err) < 0)
 		return -1;
 	/* the start line says which attention the GPU runs (GK_CUDA_ATTENTION,
 	 * the precision and the head size) and where the MLP's GELU runs

@@ -37,11 +37,25 @@
  * from its fp32 range (gk_nn_params_own) on the model's stream, then is one
  * all-gather of unequal pieces in the working copy's type over the
  * gradients' NCCL communicator, whose stream waits for that piece and for
- * the kernels that last read the buffer (comm.h's stream contract); the
- * host waits for the gather (gk_comm_wait, under the watchdog) before the
- * unit's kernels are queued. Evaluation and --sample gather the whole
- * model through the host into a whole working copy (gk_nn_params_whole),
- * freed by gk_nn_dp_params_shard.
+ * the kernels that last read the buffer (comm.h's stream contract: the
+ * event it records on the model's stream when the gather is started,
+ * which is after the last kernel of the block that used the ring's
+ * buffer before, is the reuse's ordering). The unit's kernels are
+ * ordered after the gather on the device: the model's stream waits for
+ * the event recorded after it (gk_comm_stream_after), and the host goes
+ * on queueing kernels. The host waits for the gathers' requests
+ * (gk_comm_wait, under the watchdog, which alone sees a peer that
+ * stopped) only where it is about to wait for the model's stream anyway:
+ * after the last block's forward is queued (the loss is read back next),
+ * after block 0's backward (backward ends in a synchronization), and
+ * before the whole model is gathered. The first step waits for each
+ * gather on the host instead, before the unit's kernels are queued: a
+ * kernel's first launch loads its module, which under CUDA's lazy loading
+ * waits for the whole device, and a gather in flight then, whose peer has
+ * stopped, would hold it where no watchdog looks (prefetch waits for the
+ * second step too). Evaluation and --sample gather the whole model
+ * through the host into a whole working copy (gk_nn_params_whole), freed
+ * by gk_nn_dp_params_shard.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -111,10 +125,43 @@ static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
 	return a < b ? gk_nn_params_own(dp->m, a, b, err) : 0;
 }
 
+/* the host waits for unit u's gather, ordered on the device before */
+static int unit_done(gk_nn_dp *dp, int u, gk_err *err)
+{
+	gk_comm_req *r = dp->ureq[u];
+	dp->ureq[u] = NULL;
+	return r ? gk_comm_wait(r, err) : 0;
+}
+
+/*
+ * The host waits, in the order they were started (a gather that stalls
+ * is the one named, not one queued behind it), for the gathers that the
+ * model's stream was ordered after: before the host itself waits for
+ * that stream (see the top of the file).
+ */
+static int units_done(gk_nn_dp *dp, gk_err *err)
+{
+	for (;;) {
+		int first = -1;
+		for (int u = 0; u < dp->nunits; u++)
+			if (dp->ureq[u] && dp->ustate[u] != 1 &&
+			    (first < 0 || dp->useq[u] < dp->useq[first]))
+				first = u;
+		if (first < 0)
+			return 0;
+		if (unit_done(dp, first, err) < 0)
+			return -1;
+	}
+}
+
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err)
 {
 	if (dp->ustate[u] != 0)
 		return 0;
+	/* (its last gather not yet waited for on the host: never in the
+	 * model's schedule, which waits for them all between its passes) */
+	if (unit_done(dp, u, err) < 0)
+		return -1;
 	void *p = gk_nn_params(dp->m) + dp->ulo[u];
 	if (dp->units && unit_fill(dp, u, &p, err) < 0)
 		return -1;
@@ -123,11 +170,14 @@ int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err)
 				gk_nn_param_dtype(dp->m), &dp->ureq[u], err) < 0)
 		return -1;
 	dp->ustate[u] = 1;
+	dp->useq[u] = dp->issued++;
 	return 0;
 }
 
-/* unit u present: its gather started if it was not, and waited for (the
- * wait is exposed communication, counted with ZeRO-2's bucket waits) */
+/* unit u present: its gather started if it was not, and the model's
+ * stream ordered after it, or (the first step, a CPU's) waited for on the
+ * host (the wait is exposed communication, counted with ZeRO-2's bucket
+ * waits) */
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err)
 {
 	if (dp->ustate[u] == 2)
@@ -137,9 +187,7 @@ int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err)
 	dp->prefetched += dp->ustate[u] == 1;
 	if (gk_nn_z3_issue(dp, u, err) < 0)
 		return -1;
-	gk_comm_req *r = dp->ureq[u];
-	dp->ureq[u] = NULL;
-	int rc = gk_comm_wait(r, err);
+	int rc = dp->dev_order ? gk_comm_stream_after(dp->ureq[u], err) : unit_done(dp, u, err);
 	dp->bwd_wait += gk_now() - t0;
 	if (rc < 0)
 		return -1;
@@ -188,14 +236,16 @@ static int param_cb(int phase, int l, void *ctx, gk_err *err)
 	case GK_NN_FWD_POST:
 		if (dp->reshard && l + 1 < L)
 			gk_nn_z3_release(dp, u);
-		return 0;
+		/* the last block queued: the head's loss is read back next */
+		return l + 1 < L ? 0 : units_done(dp, err);
 	case GK_NN_BWD_PRE:
 		if (gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
 		return dp->prefetch && l > 0 ? gk_nn_z3_issue(dp, u - 1, err) : 0;
 	default:
 		gk_nn_z3_release(dp, u);
-		return 0;
+		/* the first block: backward synchronizes next */
+		return l > 0 ? 0 : units_done(dp, err);
 	}
 }
 
@@ -212,7 +262,8 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * (the model's preload says more), and a gather in flight then, whose
 	 * peer has stopped, would hold it where no watchdog looks; the first
 	 * step launches every kernel of forward and backward with no gather in
-	 * flight, and prefetch starts after it (gk_nn_z3_step_done).
+	 * flight, waiting for each on the host, and prefetch and the device's
+	 * ordering start after it (gk_nn_z3_step_done).
 	 */
 	dp->prefetch = dp->overlap && !dp->units;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
@@ -220,7 +271,8 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
 	dp->ureq = calloc((size_t)n, sizeof(*dp->ureq));
 	dp->ustate = calloc((size_t)n, 1);
-	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate)
+	dp->useq = calloc((size_t)n, sizeof(*dp->useq));
+	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate || !dp->useq)
 		return gk_err_sys(err, ENOMEM, "ZeRO-3 parameter units");
 	size_t lo, hi;
 	for (int l = 0; l < L; l++) {
@@ -243,15 +295,17 @@ void gk_nn_z3_step_done(gk_nn_dp *dp)
 	gk_nn_z3_release(dp, 0);
 	gk_nn_z3_release(dp, dp->nunits - 1);
 	dp->prefetch = dp->overlap;
+	dp->dev_order = dp->units;
 }
 
-/* the gathers in flight waited for: nothing in flight, as between steps */
+/* the gathers in flight waited for on the host: nothing in flight, as
+ * between steps */
 static int units_settle(gk_nn_dp *dp, gk_err *err)
 {
 	for (int u = 0; u < dp->nunits; u++)
 		if (dp->ustate[u] == 1 && gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
-	return 0;
+	return units_done(dp, err);
 }
 
 /* The whole model on the host for a while (gk_nn_dp_params_full, _root):

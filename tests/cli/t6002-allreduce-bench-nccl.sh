@@ -84,10 +84,10 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce-scatter and allgather of uneq
 	rm -f pieces.* &&
 	$T mpirun -np '"$GK_GPUS"' sh -c "exec \"$prog\" pieces >pieces.\$OMPI_COMM_WORLD_RANK" &&
 	for r in $(seq 0 $(($GK_GPUS - 1))); do
-		grep "^1\.\.19$" pieces.$r &&
+		grep "^1\.\.20$" pieces.$r &&
 		grep "^ok 15 - partitioned gradient buckets over nccl, world $GK_GPUS," pieces.$r &&
 		grep "^ok 18 - allreduce avg BF16 over nccl, world $GK_GPUS: within" pieces.$r &&
-		test $(grep -c "^ok" pieces.$r) = 19 || return 1
+		test $(grep -c "^ok" pieces.$r) = 20 || return 1
 	done
 '
 
@@ -105,7 +105,7 @@ test_expect_success 'CUEMU,MPIRUN,GPUS' 'avg is ncclAvg, at 2 and 3 ranks agains
 		for r in $(seq 0 $(($n - 1))); do
 			grep "^ok 17 - allreduce avg F32 over nccl, world $n: within" avg.$r &&
 			grep "^ok 18 - allreduce avg BF16 over nccl, world $n: within" avg.$r &&
-			test $(grep -c "^ok" avg.$r) = 19 &&
+			test $(grep -c "^ok" avg.$r) = 20 &&
 			# the 2 allreduces and 4 reduce-scatterv groups of AVG:
 			# ncclAvg; SUM and the rest op 0
 			test $(grep -c "^rank $r ncclAllReduce .* op 4 " nccl.log) = 2 &&

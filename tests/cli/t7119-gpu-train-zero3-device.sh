@@ -170,10 +170,14 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 checkpoints: resumed on the GPU f
 # buckets'"'"' reduces. Operation 4 is block 0'"'"'s in the first step, queued
 # with nothing else in flight (the first step prefetches nothing: its
 # kernels'"'"' first launches wait for the whole device, where no watchdog
-# sees a stopped peer); 16, in the second step, block 0'"'"'s before its
-# backward, prefetched during block 1'"'"'s.
-test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs on one rank, also a prefetched one: --timeout aborts NCCL, the job exits 1 naming it' '
-	for op in 4 16; do
+# sees a stopped peer); from the second step on the model'"'"'s stream waits
+# for a gather on the device and the host for its request once the last
+# block'"'"'s forward or block 0'"'"'s backward is queued, before it reads the
+# stream back: 15, block 1'"'"'s before its forward, prefetched during
+# block 0'"'"'s; 16, block 0'"'"'s before its backward, prefetched during
+# block 1'"'"'s.
+test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs on one rank, also a prefetched one before a forward and a backward: --timeout aborts NCCL, the job exits 1 naming it' '
+	for op in 4 15 16; do
 		start=$(date +%s) &&
 		(CUEMU_NCCL_HANG=1:$op && export CUEMU_NCCL_HANG &&
 		 test_expect_code 1 mpi 2 $Z --zero 3 --timeout 3 >hang$op.json 2>hang$op.err) &&
@@ -236,6 +240,22 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and t
 	    assert len(p2) == len(p3) == 2, (p2, p3)
 	    assert all(a - b == saved for a, b in zip(p2, p3)), (p2, p3, saved)
 	PY
+'
+
+# The checkpoint's copy in host memory (the category checkpoint): each
+# rank copies its range of the parameters and its moments, which it
+# writes, as on the CPU (t7103), not rank 0 the whole model: mem-estimate
+# --ckpt-copy's checkpoint_copy, (4 + 8) / 2 bytes a parameter (a
+# vocabulary of whole tiles, so that no padded rows differ).
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the checkpoint copy in host memory is a rank'"'"'s range, as mem-estimate --ckpt-copy states' '
+	mpi 2 $A --vocab 384 --steps 1 --device cuda --precision fp32 --zero 3 --ckpt-dir cc3 >cc3.json &&
+	mem-estimate --config cc3/latest/config.json --precision f32 -b 4 -s 16 --no-dropout \
+		--zero 3 --dp 2 --ckpt-copy --json >mc3.json &&
+	g=$(jq -s "map(select(.event == \"start\"))[0].memory.checkpoint" cc3.json) &&
+	m=$(jq ".bytes.checkpoint_copy" mc3.json) &&
+	p=$(jq ".model.params" mc3.json) &&
+	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
+	test "$g" = "$m" && test "$m" = $((6 * p))
 '
 
 test_done

@@ -125,6 +125,7 @@ CUEMU_TOOLS := $(patsubst bin/%.c,$(CUEMU_B)/bin/%,$(wildcard bin/*.c))
 CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.sh \
 	tests/cli/t7119-gpu-train-zero3-device.sh \
 	tests/cli/t7123-gpu-train-pp-device.sh \
+	tests/cli/t7124-gpu-train-tp-device.sh \
 	tests/cli/t7109-gpu-train-roofline.sh
 
 $(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)

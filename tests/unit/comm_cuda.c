@@ -338,6 +338,7 @@ static void pieces_of(int shape, int world, size_t n, size_t *displ)
 }
 
 static void test_nccl_avg(gk_comm *c);
+static void test_nccl_after(gk_comm *c);
 
 static void test_nccl_pieces(gk_comm *c)
 {
@@ -451,6 +452,52 @@ static void test_nccl_pieces(gk_comm *c)
 	gk_comm_free(c, d);
 	free(displ), free(h), free(got);
 	test_nccl_avg(c);
+	test_nccl_after(c);
+}
+
+/*
+ * gk_comm_stream_after (ZeRO-3's units on a GPU): the caller's stream
+ * ordered after an all-gather on the device, read there before the host
+ * has waited for it, which it does after. The emulation's shuffled
+ * order runs NCCL's stream and the caller's in either order and fails a
+ * read of the gather's bytes that no event orders after it.
+ */
+static void test_nccl_after(gk_comm *c)
+{
+	enum { NP = 777 };
+	int W = gk_comm_world(c), R = gk_comm_rank(c);
+	size_t *displ = calloc((size_t)W + 1, sizeof *displ);
+	float *h = malloc(NP * sizeof *h), *got = malloc(NP * sizeof *got);
+	gk_err err = {0};
+	float *d = gk_comm_alloc(c, NP * sizeof *d, &err);
+	int rc = displ && h && got && d ? 0 : -1;
+	size_t bad = 0;
+	for (int k = 0; rc == 0 && k < 3; k++) {
+		pieces_of(1, W, NP, displ);
+		for (size_t i = 0; i < NP; i++)
+			h[i] = i >= displ[R] && i < displ[R + 1] ? (float)(k * 1000 + R * 100000 + (int)i)
+								 : -1;
+		gk_comm_req *rq = NULL;
+		rc = gk_comm_to_device(c, d, h, NP * sizeof *h, &err);
+		if (rc == 0)
+			rc = gk_comm_iallgatherv(c, d, displ, GK_DT_F32, &rq, &err);
+		if (rc == 0 && (rc = gk_comm_stream_after(rq, &err)) == 0)
+			rc = gk_comm_to_host(c, got, d, NP * sizeof *got, &err);
+		if (rq) {
+			gk_err werr = {0};
+			int wrc = gk_comm_wait(rq, &werr);
+			if (rc == 0 && wrc < 0)
+				rc = wrc, err = werr;
+		}
+		for (int q = 0; rc == 0 && q < W; q++)
+			for (size_t i = displ[q]; i < displ[q + 1]; i++)
+				bad += got[i] != (float)(k * 1000 + q * 100000 + (int)i);
+	}
+	ok(rc == 0 && bad == 0, "allgatherv over nccl, world %d, read on the caller's stream "
+	   "ordered after it on the device (gk_comm_stream_after), before the host waits: every "
+	   "piece its owner's (%zu wrong)%s%s", W, bad, rc ? ": " : "", rc ? err.msg : "");
+	gk_comm_free(c, d);
+	free(displ), free(h), free(got);
 }
 
 /*

@@ -119,8 +119,22 @@ static void checks(void)
 	o.seq_par = 0;
 	o.tp = 2;
 	o.device = GK_NN_AUTO;
-	is_str(check(&o, -1, -1, 0), "--tp 2: not with --device cuda or auto (the CPU only)",
-	       "check: --tp --device auto");
+	is_str(check(&o, -1, -1, 0), "", "check: --tp --device auto (before the device is known)");
+	o.device = GK_NN_CUDA;
+	is_str(check(&o, 1, 2, 0), "", "check: --tp on GPUs, two tensor groups");
+	o.zero = 1;
+	is_str(check(&o, 1, 2, 0), "", "check: --tp --zero 1 on GPUs");
+	o.zero = 2;
+	is_str(check(&o, 1, 2, 0), "--tp 2 on GPUs: not with --zero 2 (ZeRO 0 or 1 there); the "
+	       "CPU backend runs it (--device cpu)", "check: --tp --zero 2 on GPUs");
+	o.zero = 0;
+	o.pp = 2;
+	is_str(check(&o, 1, -1, 0), "", "check: --tp --pp on GPUs");
+	o.pp = 0;
+	o.seq_par = 1;
+	is_str(check(&o, 1, -1, 0), "--tp 2 on GPUs: not with --sequence-parallel; the CPU "
+	       "backend runs it (--device cpu)", "check: --tp --sequence-parallel on GPUs");
+	o.seq_par = 0;
 	o.device = GK_NN_CPU;
 	o.zero = 1;
 	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 1 without --pp");

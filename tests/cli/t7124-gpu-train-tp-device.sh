@@ -1,0 +1,162 @@
+#!/bin/sh
+test_description='gpu-train --tp on --device cuda
+
+A tensor group of GPUs (Megatron-LM'"'"'s split, tp.c'"'"'s layout): each rank
+holds its heads'"'"' columns of c_attn, its columns of c_fc and its rows of
+both projections and of the padded vocabulary on its device; f and g
+are fp32 allreduces on the group'"'"'s NCCL communicator, the
+cross-entropy'"'"'s max, sums and target logit too. Against one GPU on
+the same batch the losses are within 1e-6 in fp32: a row-parallel
+product is two partial sums added (another order of the same fp32
+additions, about 1e-7 apart, as the CPU'"'"'s tp 2 against its one rank),
+the head'"'"'s sum of exponentials the ranks'"'"' parts added; the
+validation loss too; against the CPU backend'"'"'s --tp 2 within fp32'"'"'s
+device tolerance (t7106: 1e-4); in bf16 within 1e-4 (the sums are fp32
+as in fp32, rounded to bf16 once where one GPU rounds once, so an
+order'"'"'s last bit moves a bf16 rounding now and then). A step'"'"'s
+tp_comm_bytes is the CPU path'"'"'s formula, a rank'"'"'s model states
+mem-estimate --tp'"'"'s. A device checkpoint resumes on one GPU (within
+1e-6 of the run that never stopped) and on the CPU (within 1e-4). Two
+tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
+1e-6 of one GPU on the same global batch, and so does a pipeline of two
+tensor groups (tp 2 x pp 2); what it does not do on GPUs is refused
+before any work.'
+. "$(dirname "$0")/lib.sh"
+. "$SHARNESS_TEST_SRCDIR/lib-train.sh"
+
+test_gpu_prereqs HAVE_CUDA
+
+# Two ranks of a tensor group, each on its own GPU. Under the CUDA
+# emulation a kernel runs about a thousand times slower than on a GPU:
+# 3 steps, the checkpoint at step 2.
+N=3
+A="--data train.bin $TINY --batch 4 --steps $N --json"
+G="$A --device cuda --precision fp32"
+E="--val-data val.bin --eval-every $N --eval-batches 2"
+
+# TINY: L 2 layers, C 32, N = 4 x 16 rows: per step (one micro-step) the
+# embedding, 2 allreduces per layer forward and 2 backward, the head's d
+# lnf (N x C floats each), the cross-entropy's 3 N floats; --recompute
+# layer runs each layer's 2 forward ones again
+want=$((4 * ((4 * 2 + 2) * 64 * 32 + 3 * 64)))
+
+test_expect_success 'GPUS,MPI' 'tp 2 on GPUs: the losses and the validation loss of one GPU within 1e-6, of the CPU'"'"'s tp 2 within 1e-4; tp_comm_bytes the formula' '
+	train_data &&
+	gpu-train $G $E >one.json &&
+	losses one.json >one &&
+	test $(wc -l <one) = $N &&
+	mpi 2 $G $E --tp 2 >tp.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | (.device | startswith(\"cuda:\")) and .tp == 2 and .dp == 1" tp.json &&
+	losses tp.json >tp &&
+	close_to tp one 1e-6 &&
+	jq -r "select(.event == \"summary\") | .val_loss" one.json >one.val &&
+	jq -r "select(.event == \"summary\") | .val_loss" tp.json >tp.val &&
+	grep "^[0-9]" one.val &&
+	close_to tp.val one.val 1e-6 &&
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" tp.json | sort -u)" = "$want" &&
+	mpi 2 $A --device cpu --tp 2 >cpu.json &&
+	losses cpu.json >cpu &&
+	close_to tp cpu 1e-4
+'
+
+test_expect_success 'GPUS,MPI' 'tp 2 on GPUs in bf16, recomputing each layer: the losses of one GPU within 1e-4; tp_comm_bytes the formula with the layers'"'"' forward allreduces again' '
+	gpu-train $A --device cuda --precision bf16 >one16.json &&
+	mpi 2 $A --device cuda --precision bf16 --tp 2 --recompute layer >tp16.json &&
+	losses one16.json >one16 &&
+	losses tp16.json >tp16 &&
+	test $(wc -l <tp16) = $N &&
+	close_to tp16 one16 1e-4 &&
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" tp16.json | sort -u)" = \
+		"$((want + 4 * 2 * 2 * 64 * 32))"
+'
+
+test_expect_success 'GPUS,MPI' 'a rank of tp 2 on its GPU: parameters, gradients and optimizer = mem-estimate --tp 2' '
+	python3 - tp.json cfg.json <<-\PY &&
+	import json, sys
+	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
+	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
+	           "n_head": st["heads"], "vocab_size": st["vocab"],
+	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
+	PY
+	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 \
+		--no-dropout --tp 2 --json >me.json &&
+	python3 - tp.json me.json <<-\PY
+	import json, sys
+	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
+	est = json.load(open(sys.argv[2]))
+	g, m = st["memory"], est["bytes"]
+	for k in ("parameters", "gradients", "optimizer"):
+	    if g[k] != m[k]:
+	        sys.exit("%s: gpu-train %d, mem-estimate --tp %d" % (k, g[k], m[k]))
+	print("rank 0:", g["parameters"], g["gradients"], g["optimizer"])
+	PY
+'
+
+test_expect_success 'GPUS,MPI' 'a device tensor group'"'"'s checkpoint resumes on one GPU (within 1e-6) and on the CPU (within 1e-4)' '
+	mpi 2 $G --tp 2 --until 2 --ckpt-dir ck >/dev/null &&
+	jq -e ".tp == 2" ck/latest/trainer.json &&
+	tail -n 1 one >one.tail &&
+	cp -R ck ckg &&
+	gpu-train $G --ckpt-dir ckg --resume >rg.json 2>err &&
+	grep "resumed with --tp 1 (the checkpoint.s run: 2)" err &&
+	losses rg.json >rg &&
+	test $(wc -l <rg) = 1 &&
+	close_to rg one.tail 1e-6 &&
+	cp -R ck ckc &&
+	gpu-train $A --device cpu --ckpt-dir ckc --resume >rc.json &&
+	losses rc.json >rc &&
+	test $(wc -l <rc) = 1 &&
+	close_to rc one.tail 1e-4
+'
+
+test_expect_success 'GPUS,MPI' 'on GPUs --tp refuses --sequence-parallel and --zero 2 before any work' '
+	test_expect_code 2 mpi 2 $G --tp 2 --sequence-parallel 2>err &&
+	grep "^gpu-train: --tp 2 on GPUs: not with --sequence-parallel; the CPU backend runs it (--device cpu)" err &&
+	test_expect_code 2 mpi 2 $G --tp 2 --zero 2 2>err &&
+	grep "^gpu-train: --tp 2 on GPUs: not with --zero 2 (ZeRO 0 or 1 there)" err
+'
+
+# tp 2 x dp 2: four ranks on four GPUs (the emulation makes them:
+# CUEMU_GPUS below), two tensor groups, each data-parallel group's NCCL
+# communicator over its two ranks (one per tensor group)
+{ test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
+
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs: over NCCL, and under ZeRO 1 (its norm counting each tensor group'"'"'s replicated tensors once), within 1e-6 of one GPU on the same global batch' '
+	gpu-train $G --batch 8 >one8.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --tp 2 >tn.json &&
+	 mpi 4 $G --tp 2 --zero 1 >tz.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2 and .comm == \"nccl\"" tn.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2 and .zero == 1" tz.json &&
+	losses one8.json >one8 &&
+	for f in tn tz; do
+		losses $f.json >$f &&
+		test $(wc -l <$f) = $N &&
+		close_to $f one8 1e-6 || return 1
+	done &&
+	jq -r "select(.event == \"step\") | .grad_norm" one8.json >one8.norm &&
+	jq -r "select(.event == \"step\") | .grad_norm" tz.json >tz.norm &&
+	close_to tz.norm one8.norm 1e-6
+'
+
+# tp 2 x pp 2: each of two stages a tensor group of two GPUs (the
+# pipeline's messages and the tied embedding's sum per tensor rank, over
+# NCCL), 2 micro-batches; stage 0 (rank 0) puts the embedding'"'"'s and its
+# layer'"'"'s allreduces into its group, 5 N C floats a micro-step
+test_expect_success 'GPUS4,MPI' 'tp 2 x pp 2 on GPUs: the losses and norms of one GPU within 1e-6; stage 0'"'"'s tp_comm_bytes its share of the formula' '
+	gpu-train $G --grad-accum 2 >onea.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --grad-accum 2 --tp 2 --pp 2 >tpp.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .pp == 2 and .dp == 1" tpp.json &&
+	losses onea.json >onea &&
+	losses tpp.json >tpp &&
+	test $(wc -l <tpp) = $N &&
+	close_to tpp onea 1e-6 &&
+	jq -r "select(.event == \"step\") | .grad_norm" onea.json >onea.norm &&
+	jq -r "select(.event == \"step\") | .grad_norm" tpp.json >tpp.norm &&
+	close_to tpp.norm onea.norm 1e-6 &&
+	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" tpp.json | sort -u)" = \
+		"$((2 * 4 * 5 * 64 * 32))"
+'
+
+test_done
