@@ -388,5 +388,14 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
  */
 float *gk_nn_cuda_params(gk_nn_model *m);
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
+/*
+ * The working copy where it is not the master (bf16; *dt its type):
+ * nflat elements, the flat multiple's tail zero, of which gk_nn_cuda_adamw
+ * rounds the range it updates from the master, so a trainer can gather
+ * ZeRO-1's ranges in it instead of in the master (half the bytes), no
+ * gk_nn_cuda_params_changed after. NULL where the working copy is the
+ * master (fp32, tf32), in units (ZeRO-3), or on a CPU model.
+ */
+void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt);
 
 #endif
