@@ -386,28 +386,32 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: one reduce-scatter a bucke
 # fp32 master, which stays sharded; a checkpoint gathers the master whole
 # first (one fp32 all-gather, type 7). The losses are ZeRO-0's bit for
 # bit (2 ranks: the same sums of two, and the same rounding of the same
-# fp32 numbers as ZeRO-0's update of the whole model), and so is the
-# checkpoint's model, the fp32 master (without that gather rank 0 would
-# write its stale copy of rank 1's range). The emulation's NCCL log: one
-# bf16 all-gather a step and the checkpoint's fp32 one, nothing else
-# gathered; in fp32 the steps' all-gathers are fp32 (the case above).
+# fp32 numbers as ZeRO-0's update of the whole model), and so is each
+# step's checkpointed model, the fp32 master (without that gather rank 0
+# would write its stale copy of rank 1's range), training on after it.
+# The emulation's NCCL log: one bf16 all-gather a step and each
+# checkpoint's fp32 one, nothing else gathered; in fp32 the steps'
+# all-gathers are fp32 (the case above).
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-1 in bf16: the bf16 working copy gathered, ZeRO-0'"'"'s losses and checkpoint bit for bit' '
 	data &&
 	Z="$A --steps $short --device cuda --precision bf16 --bucket 64K" &&
 	rm -rf bz0 bz1 bz1.log &&
-	mpi 2 $Z --zero 0 --ckpt-dir bz0 >bz0.json &&
-	CUEMU_NCCL_LOG=$PWD/bz1.log mpi 2 $Z --zero 1 --ckpt-dir bz1 >bz1.json &&
+	mpi 2 $Z --zero 0 --ckpt-dir bz0 --ckpt-every 1 >bz0.json &&
+	CUEMU_NCCL_LOG=$PWD/bz1.log mpi 2 $Z --zero 1 --ckpt-dir bz1 --ckpt-every 1 >bz1.json &&
 	losses bz0.json >bz0.losses && losses bz1.json >bz1.losses &&
 	test $(wc -l <bz1.losses) = $short &&
 	test_cmp bz0.losses bz1.losses &&
-	cmp bz0/latest/model.safetensors bz1/latest/model.safetensors &&
+	for s in $(seq $short); do
+		f=$(printf "step-%08d/model.safetensors" $s) &&
+		cmp bz0/$f bz1/$f || return 1
+	done &&
 	if test_have_prereq CUEMU; then
 		n=$(jq -s "map(select(.event == \"start\"))[0].params_padded" bz1.json) &&
 		for r in 0 1; do
 			grep "^rank $r ncclAllGather " bz1.log >ag$r &&
 			test $(grep -c " count $((n / 2)) type 9 " ag$r) = $short &&
-			test $(grep -c " count $((n / 2)) type 7 " ag$r) = 1 &&
-			test $(wc -l <ag$r) = $((short + 1)) || return 1
+			test $(grep -c " count $((n / 2)) type 7 " ag$r) = $short &&
+			test $(wc -l <ag$r) = $((2 * short)) || return 1
 		done
 	fi
 '
