@@ -382,7 +382,8 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 
 /*
  * The device's fp32 master parameters (nparams floats, the flat layout),
- * for a trainer that gathers ZeRO-1 ranges into them; after writing them
+ * for a trainer that gathers ZeRO-1 ranges into them (fp32 and tf32, and
+ * a checkpoint's master in bf16: gk_nn_cuda_work_copy); after writing them
  * it calls gk_nn_cuda_params_changed, which rounds the working copy
  * (bf16) from them. NULL and 0 on a CPU model.
  */

@@ -639,7 +639,7 @@ static int shard_gather(gk_nn_dp *dp, gk_err *err)
 	char *w = gk_nn_work_copy(dp->m, &dt);
 	if (w) {
 		size_t es = gk_dtype_bits(dt) / 8;
-		dp->master_stale = 1;
+		dp->master_stale = dp->world > 1;
 		return gk_comm_allgather(dp->gcomm, w + dp->lo * es, w, per, dt, NULL, err);
 	}
 	float *p = gk_nn_work_params(dp->m);
