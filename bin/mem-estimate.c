@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "comm/comm.h"
 #include "mem/mem.h"
 
 static const char synopsis[] =
@@ -113,6 +114,12 @@ static int parse_attn(const char *s)
 	return !strcmp(s, "flash") ? 1 : !strcmp(s, "eager") ? 0 : -1;
 }
 
+/* --reshard-after-forward, gpu-train's: yes releases, no keeps */
+static int parse_keep(const char *s)
+{
+	return !strcmp(s, "yes") ? 0 : !strcmp(s, "no") ? 1 : -1;
+}
+
 /* any dtype with a size, for the KV cache (fp8 included) */
 static int parse_kv_dtype(const char *s)
 {
@@ -199,12 +206,17 @@ static const gk_optdef options[] = {
 	     "the loss read from 16-bit logits, no f32 copy (gpu-train's)"),
 	FLAG("ckpt-copy", r.ckpt_copy, 1,
 	     "checkpoints written from a host copy of the state (gpu-train's)"),
+	ENUM("compress", "KIND", r.compress, gk_comm_compress_parse, "not none, bf16, f16 or int8",
+	     "gpu-train --compress: its error feedback and wire buffers"),
 	SIZE("bucket", "SIZE", r.bucket, "gradient bucket size"),
 	FLAG("overlap", r.overlap, 1,
 	     "gradient buckets reduced while backward runs (default; gpu-train's)"),
 	FLAG("no-overlap", r.overlap, 0,
 	     "each bucket reduced before the next fills: gpu-train --zero 2\n"
 	     "on GPUs keeps one bucket buffer, not three"),
+	ENUM("reshard-after-forward", "yes|no", r.keep_gathered, parse_keep, "not yes or no",
+	     "ZeRO-3: release a layer's gathered parameters after its forward\n"
+	     "(yes, the default) or keep them until its backward (no)"),
 	SIZE("reserve", "SIZE", r.reserve, "CUDA context and workspaces (default 1GiB)"),
 	SECTION("parallelism"),
 	INT("dp", 0, "N", r.dp, 1, 1 << 24, NULL, "data-parallel degree"),

@@ -643,7 +643,8 @@ int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
 }
 
 int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
-			     gk_comm_op op, gk_comm_req **req, gk_err *err)
+			     gk_comm_op op, const gk_comm_callopts *o, gk_comm_req **req,
+			     gk_err *err)
 {
 	gk_comm_call k;
 	if (!displ)
@@ -653,9 +654,12 @@ int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtyp
 			return gk_errf(err, "reduce-scatter: piece %d ends before it starts", i);
 	size_t esz = gk_comm_dt_size(dt);
 	fill(&k, GK_COMM_REDUCE_SCATTER, buf, (char *)buf + displ[c->rank] * (esz ? esz : 1),
-	     displ[c->rank + 1] - displ[c->rank], dt, op, NULL);
+	     displ[c->rank + 1] - displ[c->rank], dt, op, o);
 	k.displ = displ;
-	if (check_call(c, &k, GK_COMM_ALGO_AUTO, err) < 0)
+	if (k.compress != GK_COMM_COMPRESS_NONE && c->backend == GK_COMM_BACKEND_NCCL)
+		return gk_errf(err, "compressed reduce-scatter of unequal pieces: the host "
+			       "backends only (nccl compresses equal blocks)");
+	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
 		return -1;
 	if (displ[c->world] > (size_t)1 << 54)
 		return gk_errf(err, "reduce-scatter of %zu elements: too large", displ[c->world]);

@@ -374,9 +374,14 @@ int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
  * send nothing); self: nothing to do; nccl: one ncclReduce rooted at
  * each owner of a non-empty piece, in place, in one group (NCCL's
  * reduce-scatter takes equal counts; comm_nccl.c says why not padding).
+ * o (may be NULL): o->compress on the host backends packs the ring's
+ * partial sums as the equal blocks' compressed reduce-scatter does, with
+ * error feedback in o->residual (displ[world] floats, indexed as buf);
+ * refused on nccl.
  */
 int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
-			     gk_comm_op op, gk_comm_req **req, gk_err *err);
+			     gk_comm_op op, const gk_comm_callopts *o, gk_comm_req **req,
+			     gk_err *err);
 /*
  * Non-blocking all-gather of unequal pieces, in place (MPI's
  * MPI_Allgatherv with the pieces where they belong): buf holds
@@ -449,7 +454,9 @@ int gk_comm_wait(gk_comm_req *r, gk_err *err);
  * allreduce (AVG) at once, overlapping the rest of backward. finish starts
  * what is left and waits for all; the object is then ready for the next
  * step. With o->compress set, each bucket keeps an error-feedback residual
- * across steps (o->residual is ignored). bucket_bytes 0: 25 MiB, as
+ * across steps: o->residual, the caller's (at least n floats, indexed as
+ * grad, zeroed, in the communicator's memory), or when NULL n floats made
+ * here. bucket_bytes 0: 25 MiB, as
  * PyTorch DDP's default. On nccl grad is device memory, and ready may be
  * called as soon as the kernels finishing the range are queued on the
  * caller's stream (gk_comm_set_stream): each bucket waits for them on the
@@ -493,8 +500,12 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
  * (their gradients in memory); a new one first retires the oldest; depth
  * 0 waits for each as soon as it starts (no overlap with backward). The
  * finish of a step's last micro-step divides the shard by the world
- * once (AVG; gk_comm_grads_micro says which micro-step runs). Not with
- * compression. On nccl, grad and shard are device memory, and the copy or
+ * once (AVG; gk_comm_grads_micro says which micro-step runs). Compressed
+ * (gk_comm_grads_new's o->compress), each bucket's reduce-scatter is the
+ * compressed ring of its pieces with the residual's [lo, hi) as its error
+ * feedback (an element is summed along the path, and packed as, the
+ * whole buffer's compressed reduce-scatter sums it: same bits for bf16
+ * and f16); the host backends only. On nccl, grad and shard are device memory, and the copy or
  * sum into the shard, AVG's division and the zeroing of each retired
  * bucket's range of grad (device memory has no pages to give back: done
  * is still told, after) run on the communicator's stream behind each

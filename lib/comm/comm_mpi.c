@@ -635,19 +635,28 @@ static void unpack_seg(void *p, size_t off, size_t len)
  * its own block for the allgather), so with error feedback its residual
  * holds exactly the error it introduced. The allgather forwards packed
  * blocks unchanged, so every rank unpacks the same bytes. Without gather
- * it stops after the reduce-scatter: block r of buf (blen, boff) is rank
- * r's sum, in f32, its own part never packed.
+ * it stops after the reduce-scatter: block r of buf (blen, boff, or the
+ * caller's pieces displ) is rank r's sum, in f32, its own part never
+ * packed. An element's sum takes the same path whatever the blocks (from
+ * the rank after its owner round to the owner, packed at each hop), so a
+ * bucket's pieces (gk_comm_ireduce_scatterv, ZeRO-2) sum each element as
+ * the whole buffer's blocks (ZeRO-1) do; only int8's groups of
+ * GK_COMM_INT8_GROUP, counted from each block's start, follow the blocks.
  */
-static int ring_compressed(gk_comm *c, float *buf, size_t count,
+static int ring_compressed(gk_comm *c, float *buf, size_t count, const size_t *displ,
 			   gk_comm_compress cz, float *residual, int gather,
 			   gk_err *err)
 {
 	mpi_state *st = c->mpi;
 	int n = c->world, r = c->rank;
-	size_t seg_e = seg_bytes(c, 4) / 4;
+#define BO(i) (displ ? displ[i] : boff(count, n, i))
+#define BL(i) (displ ? displ[(i) + 1] - displ[i] : blen(count, n, i))
+	size_t seg_e = seg_bytes(c, 4) / 4, most = 0;
 	seg_e = seg_e < GK_COMM_INT8_GROUP ? GK_COMM_INT8_GROUP : seg_e - seg_e % GK_COMM_INT8_GROUP;
 	size_t seg_w = gk_comm_wire_bytes(cz, seg_e);
-	size_t wmax = gk_comm_wire_bytes(cz, blen(count, n, 0)) + 1;
+	for (int i = 0; i < n; i++)
+		most = BL(i) > most ? BL(i) : most;
+	size_t wmax = gk_comm_wire_bytes(cz, most) + 1;
 	char *ws = grow(&st->w1, &st->w1_cap, wmax, err);
 	char *wr = ws ? grow(&st->w2, &st->w2_cap, wmax, err) : NULL;
 	if (!wr)
@@ -661,8 +670,8 @@ static int ring_compressed(gk_comm *c, float *buf, size_t count,
 	}
 	for (int s = 0; s < n - 1; s++) {
 		int sb = mod(r - s - 1, n), rb = mod(r - s - 2, n);
-		size_t so = boff(count, n, sb), sn = blen(count, n, sb);
-		size_t ro = boff(count, n, rb), rn = blen(count, n, rb);
+		size_t so = BO(sb), sn = BL(sb);
+		size_t ro = BO(rb), rn = BL(rb);
 		gk_comm_pack(ws, buf + so, sn, cz, residual ? residual + so : NULL);
 		unpack_ctx u = {buf + ro, wr, cz, seg_e, seg_w, rn};
 		if (xchg(st, ws, gk_comm_wire_bytes(cz, sn), mod(r + 1, n), wr,
@@ -670,6 +679,8 @@ static int ring_compressed(gk_comm *c, float *buf, size_t count,
 			 unpack_seg, &u, err) < 0)
 			return -1;
 	}
+#undef BO
+#undef BL
 	if (!gather)
 		return 0;
 	size_t mo = boff(count, n, r), mn = blen(count, n, r);
@@ -704,7 +715,7 @@ static int allreduce(gk_comm *c, const gk_comm_call *k, gk_err *err)
 			memcpy(k->recv, k->send, bytes);
 		int rc;
 		if (k->compress != GK_COMM_COMPRESS_NONE)
-			rc = ring_compressed(c, k->recv, k->count, k->compress,
+			rc = ring_compressed(c, k->recv, k->count, NULL, k->compress,
 					     k->residual, 1, err);
 		else if (k->algo == GK_COMM_ALGO_RING)
 			rc = ring_allreduce(c, k->send, k->recv, k->count, k->dt, k->op, err);
@@ -730,10 +741,14 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		/*
 		 * Unequal pieces, in place (gk_comm_ireduce_scatterv): the ring
 		 * with the caller's blocks, whatever the algorithm (a piece of
-		 * zero elements costs no message, both ends knowing its length).
+		 * zero elements costs no message, both ends knowing its length),
+		 * compressed as the equal blocks' reduce-scatter is.
 		 */
-		if (ring_rsv(c, k->send, (char *)(uintptr_t)k->send, k->displ[n], k->displ,
-			     k->dt, k->op, 0, err) < 0)
+		char *buf = (char *)(uintptr_t)k->send;
+		if ((k->compress != GK_COMM_COMPRESS_NONE ?
+		     ring_compressed(c, (float *)(void *)buf, k->displ[n], k->displ, k->compress,
+				     k->residual, 0, err) :
+		     ring_rsv(c, k->send, buf, k->displ[n], k->displ, k->dt, k->op, 0, err)) < 0)
 			return -1;
 		if (k->op == GK_COMM_AVG)
 			gk_comm_avg_cpu(k->recv, k->count, k->dt, n);
@@ -775,8 +790,8 @@ static int reduce_scatter(gk_comm *c, const gk_comm_call *k, gk_err *err)
 		if (!in_place)
 			memcpy(work, k->send, total);
 		int rc = k->compress != GK_COMM_COMPRESS_NONE ?
-			ring_compressed(c, (float *)(void *)work, k->count * (size_t)n, k->compress,
-					k->residual, 0, err) :
+			ring_compressed(c, (float *)(void *)work, k->count * (size_t)n, NULL,
+					k->compress, k->residual, 0, err) :
 			ring_rs(c, work, work, k->count * (size_t)n, k->dt, k->op, 0, err);
 		if (!in_place) {
 			if (rc == 0)

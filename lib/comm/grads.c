@@ -39,6 +39,7 @@ struct gk_comm_grads {
 	void *at_ctx;
 	gk_comm_callopts o;
 	float *residual;    /* n floats when compressing */
+	int own_residual;   /* made here (else the caller's o->residual) */
 };
 
 int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
@@ -57,13 +58,15 @@ int gk_comm_grads_new(gk_comm_grads **out, gk_comm *c, float *grad, size_t n,
 	g->req = calloc(g->nb + 1, sizeof *g->req);
 	if (o)
 		g->o = *o;
+	g->residual = g->o.compress != GK_COMM_COMPRESS_NONE ? g->o.residual : NULL;
 	g->o.residual = NULL;
 	if (!g->lo || !g->req) {
 		size_t nb = g->nb;
 		gk_comm_grads_free(g);
 		return gk_errf(err, "comm: out of memory for %zu gradient buckets", nb);
 	}
-	if (g->o.compress != GK_COMM_COMPRESS_NONE) {
+	if (g->o.compress != GK_COMM_COMPRESS_NONE && !g->residual) {
+		g->own_residual = 1;
 		/* The residual lives where the gradients do (device memory on nccl). */
 		float *zero = calloc(n ? n : 1, sizeof(float));
 		g->residual = gk_comm_alloc(c, n * sizeof(float), err);
@@ -197,8 +200,9 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
 			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err)
 {
 	int world = gk_comm_world(g->c);
-	if (g->residual)
-		return gk_errf(err, "comm: partitioned gradient buckets do not compress");
+	if (g->residual && gk_comm_on_device(g->c))
+		return gk_errf(err, "comm: partitioned gradient buckets compress on the host "
+			       "backends only");
 	if (!shard || per == 0 || per > SIZE_MAX / (size_t)world || per * (size_t)world < g->n)
 		return gk_errf(err, "comm: %d ranks of %zu gradients each cannot own %zu",
 			       world, per, g->n);
@@ -329,14 +333,17 @@ static int start_bucket(gk_comm_grads *g, size_t b, gk_err *err)
 			if (retire(g, err) < 0)
 				return -1;
 		size_t *d = g->displ + b * ((size_t)gk_comm_world(g->c) + 1);
+		/* compressed: the bucket's part of the error feedback */
+		gk_comm_callopts o = g->o;
+		o.residual = g->residual ? g->residual + lo : NULL;
 		return gk_comm_ireduce_scatterv(g->c, bucket_at(g, lo), d, GK_DT_F32, GK_COMM_SUM,
-						&g->req[b], err);
+						&o, &g->req[b], err);
 	}
 	if (g->dst && g->displ) {
 		size_t *d = g->displ + b * ((size_t)gk_comm_world(g->c) + 1);
 		gk_comm_trace_tag(g->c, "bucket", (int64_t)b);
 		return gk_comm_ireduce_scatterv(g->c, g->grad + lo, d, GK_DT_F32, GK_COMM_AVG,
-						&g->req[g->nreq++], err);
+						NULL, &g->req[g->nreq++], err);
 	}
 	if (g->dst) {
 		/* one reduce to each rank owning part of [lo, hi) */
@@ -431,7 +438,7 @@ void gk_comm_grads_free(gk_comm_grads *g)
 	free(g->req);
 	free(g->displ);
 	free(g->cut);
-	if (g->residual)
+	if (g->own_residual)
 		gk_comm_free(g->c, g->residual);
 	free(g);
 }

@@ -371,6 +371,10 @@ typedef struct gk_rank_info {
 	int node;                    /* node index, -1 when unknown */
 	const char *launcher;        /* "openmpi", "slurm", "torchrun", "none" */
 	int mpi;                     /* 1 when the launcher can start MPI (mpirun, srun) */
+	/* openmpi: seconds from the SIGTERM mpirun (or its orted) sends the
+	 * ranks when it ends the job to its SIGKILL, odls_base_sigkill_timeout
+	 * (OMPI_MCA_odls_base_sigkill_timeout, 1 by default); -1 otherwise */
+	int kill_after;
 } gk_rank_info;
 
 int gk_rank_discover(gk_rank_info *ri, gk_err *err);

@@ -73,6 +73,7 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 	ri->world = ri->local_world = 1;
 	ri->node = -1;
 	ri->launcher = "none";
+	ri->kill_after = -1;
 
 	/* mpirun inside a Slurm allocation sets both; mpirun is the truth. */
 	if (env_int("OMPI_COMM_WORLD_RANK", &ri->rank, &f1, err) ||
@@ -90,6 +91,13 @@ int gk_rank_discover(gk_rank_info *ri, gk_err *err)
 			ri->local_rank = ri->rank;
 		if (!f4)
 			ri->local_world = ri->world;
+		/* mpirun passes its --mca settings and OMPI_MCA_ variables on to
+		 * the ranks; it refuses a malformed one itself */
+		const char *k = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+		gk_err ignored = {0};
+		ri->kill_after = 1;
+		if (k && *k && gk_parse_int(k, 0, 1 << 24, &ri->kill_after, "", &ignored) < 0)
+			ri->kill_after = 1;
 		return check(ri, err);
 	}
 

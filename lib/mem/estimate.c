@@ -543,20 +543,20 @@ static int gpt2_device(const gk_mem_model *m, const gk_mem_run *r)
 /*
  * gpu-train's ZeRO-3 on GPUs: its parameter units (gk_mem_zero3_device),
  * block buffers as gpu-train uses them (2 with overlap, the next
- * prefetched; 1 without; mem-estimate has no --reshard-after-forward,
- * whose "no" keeps every block): 0 when it applies
+ * prefetched; 1 without; every block when they stay gathered from
+ * forward to backward): 0 when it applies
  */
 static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *edge,
 			uint64_t *ring)
 {
 	if (r->zero != 3 || !gpt2_device(m, r))
 		return -1;
-	int nslot = r->overlap ? 2 : 1;
+	int64_t nslot = r->keep_gathered ? m->layers : r->overlap ? 2 : 1;
 	if (nslot > m->layers)
 		nslot = (int)m->layers;
 	gk_err err;
 	return gk_mem_zero3_device(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp,
-				   r->precision == GK_DT_F32 ? 4 : 2, nslot, edge, ring, &err);
+				   r->precision == GK_DT_F32 ? 4 : 2, (int)nslot, edge, ring, &err);
 }
 
 /*
@@ -628,15 +628,63 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		    "pb*Psi*(N-1)/N");
 		values(c, "%g*%llu*(%g-1)/%g", pb, (unsigned long long)psi, N, N);
 	}
+	if (r->compress != GK_COMM_COMPRESS_NONE && r->dp > 1 && !r->infer) {
+		/*
+		 * gpu-train --compress: each rank's error feedback, f32, kept
+		 * across steps (lib/nn/dp.c): ZeRO-0's buckets one float a
+		 * gradient; ZeRO-1's reduce-scatter and ZeRO-2's buckets
+		 * (the same feedback) one a gradient of the buffer padded to a
+		 * multiple of N, and the ring's two wire buffers of a block of
+		 * it (lib/comm's gk_comm_compress_scratch)
+		 */
+		uint64_t N = (uint64_t)r->dp, flat = psi;
+		/* gpu-train's flat buffer: a tied GPT-2's wte has its
+		 * vocabulary's padded rows (gk_mem_zero2_device's layout) */
+		if (m->arch == GK_MEM_ARCH_GPT2 && m->tied && r->tp == 1 && r->pp == 1)
+			flat += ((uint64_t)gk_hf_vocab_padded(m->vocab) - (uint64_t)m->vocab) *
+				(uint64_t)m->hidden;
+		uint64_t np = (flat + N - 1) / N * N;
+		int z = r->zero > 0;
+		add(c, "compress_feedback", 4.0 * (double)(z ? np : flat), 0,
+		    "gpu-train --compress: the error feedback of what a rank packs",
+		    z ? "4*ceil(F/N)*N, F = Psi + the padded vocabulary's rows"
+		      : "4*F, F = Psi + the padded vocabulary's rows");
+		values(c, "4*%llu", (unsigned long long)(z ? np : flat));
+		if (z) {
+			add(c, "compress_wire",
+			    (double)gk_comm_compress_scratch((gk_comm_compress)r->compress,
+							     (size_t)(np / N)), 0,
+			    "gpu-train --compress with ZeRO: the compressed ring's two wire "
+			    "buffers of a block",
+			    "2*(wire(ceil(F/N)+1)+1)");
+			values(c, "2*(wire(%llu+1)+1), %s", (unsigned long long)(np / N),
+			       gk_comm_compress_name((gk_comm_compress)r->compress));
+		}
+		if (r->ckpt_copy) {
+			add(c, "checkpoint_feedback", 4.0 * (double)(z ? np : flat), 1,
+			    "gpu-train: a checkpoint copies each rank's error feedback",
+			    z ? "4*ceil(F/N)*N" : "4*F");
+			values(c, "4*%llu", (unsigned long long)(z ? np : flat));
+		}
+	}
 	uint64_t uedge, uring;
 	if (zero3_device(m, r, &uedge, &uring) == 0) {
 		add(c, "zero3_units", (double)(uedge + uring), 0,
 		    "gpu-train --zero 3 on GPUs: the working copy gathered in units, the "
 		    "embeddings and final norm for the step and a ring of block buffers "
 		    "(lib/nn/zero3.c)",
+		    r->keep_gathered ? "pb*(edges + L*block) (every block kept from its "
+				       "forward to its backward)" :
 		    r->overlap ? "pb*(edges + 2*block) (one in use, one prefetched)"
 			       : "pb*(edges + block) (--no-overlap)");
 		values(c, "%llu+%llu", (unsigned long long)uedge, (unsigned long long)uring);
+	} else if (r->zero == 3 && r->dp > 1 && !r->infer && r->keep_gathered) {
+		double pb = r->precision == GK_DT_F32 ? 4 : 2;
+		add(c, "zero3_gather", pb * cdiv(psi, r->tp), 0,
+		    "every layer's parameters kept gathered from its forward to its "
+		    "backward (FSDP's reshard_after_forward=False)",
+		    "pb*Psi/t");
+		values(c, "%g*%llu/%g", pb, (unsigned long long)psi, t);
 	} else if (r->zero == 3 && r->dp > 1 && !r->infer && m->largest) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2;
 		add(c, "zero3_gather", 2 * pb * cdiv(m->largest, r->tp), 0,

@@ -195,12 +195,22 @@ typedef struct gk_mem_run {
 				gpu-train's ZeRO-2 on a GPU: gk_mem_zero2_device) */
 	int overlap;         /* gradient buckets reduced while backward runs
 				(1, the default); 0: gpu-train --no-overlap */
+	int keep_gathered;   /* ZeRO-3: a layer's parameters stay gathered
+				from its forward to its backward (FSDP's
+				reshard_after_forward=False, gpu-train
+				--reshard-after-forward no) */
 	int host_backend;    /* gpu-train's CPU backend (gk_mem_train without
 				cuda): ZeRO-2's buckets are not its GPU ring */
 	uint64_t reserve;    /* CUDA context, cuBLAS/NCCL workspaces */
 	int ckpt_copy;       /* checkpoints written while training goes on:
 				a host copy of the f32 parameters and this
 				rank's optimizer states ("checkpoint_copy") */
+	int compress;        /* gpu-train --compress (lib/comm's
+				gk_comm_compress; 0: none): its error feedback
+				("compress_feedback"), the compressed
+				reduce-scatter's wire buffers ("compress_wire",
+				ZeRO 1 and 2) and, with ckpt_copy, the
+				feedback's copy ("checkpoint_feedback") */
 } gk_mem_run;
 
 /*
@@ -365,6 +375,7 @@ typedef struct gk_mem_train {
 			       GK_MEM_OFFLOAD_OPTIMIZER) */
 	uint64_t bucket;    /* gradient bucket bytes (0: gk_mem_run's default) */
 	int no_overlap;     /* gk_mem_run's overlap 0 */
+	int keep_gathered;  /* gk_mem_run's */
 	int cuda;           /* the CUDA backend (else the CPU's: gk_mem_run's
 			       host_backend) */
 } gk_mem_train;

@@ -71,6 +71,7 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	if (t->bucket)
 		r.bucket = t->bucket;
 	r.overlap = !t->no_overlap;
+	r.keep_gathered = t->keep_gathered;
 	r.host_backend = !t->cuda;
 	gk_mem_run_resolve(&r, &m);
 	if (r.pp > 1 ? gk_mem_estimate_stage(&m, &r, t->stage, 0, e, err)

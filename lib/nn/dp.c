@@ -63,6 +63,17 @@
  * of the world's sum of the micro-steps' sums, equal within fp32
  * rounding.
  *
+ * Compressed ZeRO-2 (the CPU): each bucket's reduce-scatter is ZeRO-1's
+ * compressed ring over the bucket's pieces (lib/comm's ring_compressed
+ * with the pieces as its blocks), feeding back into ZeRO-1's residual
+ * (dp->resid, Np floats: every element but the rank's own range is one it
+ * packs), each bucket its [lo, hi) of it. An element's partial sums go
+ * round the same ring path as in ZeRO-1's one reduce-scatter, so with
+ * bf16 and f16 (packed per element) the shard and the feedback are
+ * ZeRO-1's bit for bit, and a checkpoint's feedback moves between the two
+ * stages; int8's groups follow the pieces. A GPU's buckets (NCCL's
+ * groups of reduces) do not compress: refused.
+ *
  * ZeRO-3's parameter units are zero3.c's, a sharded pipeline stage's
  * reduction and gather pp_shard.c's.
  *
@@ -334,7 +345,14 @@ static float *shard_grads(gk_nn_dp *dp)
 	return dp->gshard ? dp->gshard : flat_grads(dp) + dp->lo;
 }
 
-/* ZeRO-1 with --compress: the error feedback, Np floats, zero. */
+/*
+ * ZeRO-1 and 2 with --compress: the error feedback, Np floats, zero. A
+ * rank packs every element of the padded buffer but its own range (the
+ * ring's partial sums it forwards), and keeps the error of each in the
+ * element's place: ZeRO-1's one reduce-scatter and ZeRO-2's buckets (each
+ * the bucket's [lo, hi) of it) keep the same values in the same layout,
+ * so a resume between the two restores it. Its own range stays zero.
+ */
 static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
 {
 	size_t bytes = dp->Np * sizeof(float);
@@ -388,13 +406,18 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * Gradient buckets, overlapped with backward: allreduced, or with
 	 * ZeRO-1 reduced to the ranks that own them, in place.
 	 * Compressed ZeRO-1 keeps its one reduce-scatter after backward (its
-	 * error feedback runs over the whole padded buffer).
+	 * error feedback runs over the whole padded buffer); compressed
+	 * ZeRO-2 reduces each bucket with the same ring and the same feedback,
+	 * the bucket's part of it.
 	 */
 	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
 	size_t per = dp->Np / (size_t)dp->world;
 	/* (a sharded pipeline stage's ZeRO-2 is its own: pp_shard_reduce) */
 	dp->zero2 = dp->shard && dp->zero >= 2 && !dp->ppshard;
 	dp->zero3 = dp->shard && dp->zero == 3 && !dp->ppshard;
+	if (dp->zero2 && dp->compress != GK_COMM_COMPRESS_NONE && dp->dev_grads)
+		return gk_errf(err, "--zero 2 --compress runs on the CPU backend: on a GPU "
+			       "--zero 1 with --compress, or --zero 2 without it");
 	if (dp->ppshard) {
 		size_t pg = gk_nn_grad_page();
 		dp->ppbucket = (t->o.bucket_bytes ? t->o.bucket_bytes : (size_t)25 << 20) /
@@ -408,8 +431,12 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
 		return -1;
 	/* a sharded pipeline stage reduces its segments after the schedule */
-	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded) && !dp->ppshard) {
-		gk_comm_callopts co = {.compress = dp->compress};
+	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded || dp->zero2) &&
+	    !dp->ppshard) {
+		/* ZeRO-2's buckets feed back into ZeRO-1's residual (dp->resid,
+		 * Np floats, the same layout); ZeRO-0's keep their own */
+		gk_comm_callopts co = {.compress = dp->compress,
+				       .residual = dp->zero2 ? dp->resid : NULL};
 		float *g = flat_grads(dp);
 		/* a pipeline stage's range only (the last stage's wte after) */
 		size_t g0 = dp->pp_stage >= 0 ? dp->lo : 0;
@@ -470,9 +497,12 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 {
 	uint64_t b = 0;
-	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE)
+	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE && !dp->resid)
 		b += (uint64_t)dp->N * sizeof(float); /* the buckets' error feedback */
-	if (dp->resid) /* and, through the host, the ring's wire buffers */
+	/* ZeRO-1's and 2's feedback, and, through the host, the ring's wire
+	 * buffers: a block of the whole buffer (ZeRO-1) or a piece of a
+	 * bucket (ZeRO-2, within one owner's range: at most as large) */
+	if (dp->resid)
 		b += (uint64_t)dp->Np * sizeof(float) +
 		     (gk_comm_on_device(dp->gcomm) ? 0
 		      : gk_comm_compress_scratch(dp->compress, dp->Np / (size_t)dp->world));
@@ -762,6 +792,11 @@ size_t gk_nn_dp_feedback_len(gk_nn_dp *dp)
 	size_t n;
 	feedback(dp, &n);
 	return n;
+}
+
+const char *gk_nn_dp_feedback_layout(const gk_nn_dp *dp)
+{
+	return dp->resid ? "reduce-scatter" : "allreduce";
 }
 
 int gk_nn_dp_feedback_get(gk_nn_dp *dp, float *host, gk_err *err)

@@ -800,27 +800,14 @@ static dim3 fl_grid(int B, int T_, int NH, int rw)
 	return dim3((unsigned)(B * NH), (unsigned)((T_ + br - 1) / br));
 }
 
-/* Run the statements with HSP the compiled width for hs. */
-#define WITH_HSP(hs, ...)                                                    \
+/* Run the statements with HSP the compiled width for hs: lo, 32, 64 or
+ * 128, the smallest that holds hs. The scalar kernels' smallest is 32,
+ * the tensor cores' 16 (hs a multiple of 16 up to the width, the columns
+ * past it zeros); with lo 32 the second branch is never taken. */
+#define WITH_HSP(lo, hs, ...)                                                \
 	do {                                                                 \
-		if ((hs) <= 32) {                                            \
-			enum { HSP = 32 };                                   \
-			__VA_ARGS__;                                         \
-		} else if ((hs) <= 64) {                                     \
-			enum { HSP = 64 };                                   \
-			__VA_ARGS__;                                         \
-		} else {                                                     \
-			enum { HSP = 128 };                                  \
-			__VA_ARGS__;                                         \
-		}                                                            \
-	} while (0)
-
-/* The tensor-core kernels' widths: 16, 32, 64, 128 (hs a multiple of 16
- * up to the width, the columns past it zeros). */
-#define WITH_HSP_TC(hs, ...)                                                 \
-	do {                                                                 \
-		if ((hs) <= 16) {                                            \
-			enum { HSP = 16 };                                   \
+		if ((hs) <= (lo)) {                                          \
+			enum { HSP = (lo) };                                 \
 			__VA_ARGS__;                                         \
 		} else if ((hs) <= 32) {                                     \
 			enum { HSP = 32 };                                   \
@@ -864,12 +851,12 @@ extern "C" int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv,
 		return -1;
 	float scale = 1.0f / sqrtf((float)hs);
 	if (gk_nn_flash_tc(dt, hs) && fl_aligned(qkv)) {
-		WITH_HSP_TC(hs, tc_fwd<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
+		WITH_HSP(16, hs, tc_fwd<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
 					(uint16_t *)out, lse, (const uint16_t *)qkv, T_, NH, hs,
 					scale));
 		return GK_CUDA_LAUNCHED("fused attention (tensor cores)", err);
 	}
-	WITH_T(dt, WITH_HSP(hs,
+	WITH_T(dt, WITH_HSP(32, hs,
 		flash_fwd<T, HSP><<<fl_grid(B, T_, NH, fl_shape<HSP>::RW_FWD),
 				    32 * FL_WARPS, 0, s>>>(
 			(T *)out, lse, (const T *)qkv, T_, NH, hs, scale)));
@@ -886,25 +873,25 @@ extern "C" int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 		return -1;
 	float scale = 1.0f / sqrtf((float)hs);
 	if (gk_nn_flash_tc(dt, hs) && fl_aligned(qkv) && fl_aligned(dout) && fl_aligned(out)) {
-		WITH_HSP_TC(hs, tc_bwd_dq<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
+		WITH_HSP(16, hs, tc_bwd_dq<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
 					(uint16_t *)dqkv, dsum, (const uint16_t *)dout,
 					(const uint16_t *)qkv, (const uint16_t *)out, lse, T_,
 					NH, hs, scale));
 		if (GK_CUDA_LAUNCHED("fused attention backward (dq, tensor cores)", err) < 0)
 			return -1;
-		WITH_HSP_TC(hs, tc_bwd_dkv<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
+		WITH_HSP(16, hs, tc_bwd_dkv<HSP><<<fl_grid(B, T_, NH, 16), 32 * TC_WARPS, 0, s>>>(
 					(uint16_t *)dqkv, dsum, (const uint16_t *)dout,
 					(const uint16_t *)qkv, lse, T_, NH, hs, scale));
 		return GK_CUDA_LAUNCHED("fused attention backward (dk, dv, tensor cores)", err);
 	}
-	WITH_T(dt, WITH_HSP(hs,
+	WITH_T(dt, WITH_HSP(32, hs,
 		flash_bwd_dq<T, HSP><<<fl_grid(B, T_, NH, fl_shape<HSP>::RW_BWD),
 				       32 * FL_WARPS, 0, s>>>(
 			(T *)dqkv, dsum, (const T *)dout, (const T *)qkv,
 			(const T *)out, lse, T_, NH, hs, scale)));
 	if (GK_CUDA_LAUNCHED("fused attention backward (dq)", err) < 0)
 		return -1;
-	WITH_T(dt, WITH_HSP(hs,
+	WITH_T(dt, WITH_HSP(32, hs,
 		flash_bwd_dkv<T, HSP><<<fl_grid(B, T_, NH, fl_shape<HSP>::RW_BWD),
 					32 * FL_WARPS, 0, s>>>(
 			(T *)dqkv, dsum, (const T *)dout, (const T *)qkv, lse,

@@ -103,7 +103,7 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 				d = dp->bdispl;
 			}
 			gk_comm_req *q;
-			if (gk_comm_ireduce_scatterv(c, g + b0, d, GK_DT_F32, GK_COMM_AVG, &q,
+			if (gk_comm_ireduce_scatterv(c, g + b0, d, GK_DT_F32, GK_COMM_AVG, NULL, &q,
 						     err) < 0 ||
 			    gk_comm_wait(q, err) < 0)
 				return -1;

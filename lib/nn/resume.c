@@ -313,9 +313,12 @@ out:
 
 /*
  * This rank's error feedback (compressed communication) from the
- * checkpoint's run, when it had the same world and the same length of
- * feedback: then the resume continues bit for bit. Otherwise, or from a
- * checkpoint without it, compression starts from zero feedback, noted.
+ * checkpoint's run, when it had the same world, the same layout (ZeRO-0's
+ * allreduce, or ZeRO-1's and 2's reduce-scatter: gk_nn_dp_feedback_layout;
+ * a file without it, from before it was written, by its length alone)
+ * and the same length of feedback: then the resume continues bit for bit.
+ * Otherwise, or from a checkpoint without it, compression starts from zero
+ * feedback, noted.
  */
 static int add_note(gk_nn_trainer *t, const char *line, gk_err *err);
 
@@ -339,7 +342,9 @@ static int load_feedback(gk_nn_trainer *t, const char *dir, int64_t world, gk_er
 			return -1;
 		}
 		r = gk_st_find(f, "residual");
-		if (r && (r->dtype != GK_DT_F32 || r->ndim != 1 || r->shape[0] != n))
+		const char *lay = gk_st_meta_get(f, GK_NN_FEEDBACK_META);
+		if (r && (r->dtype != GK_DT_F32 || r->ndim != 1 || r->shape[0] != n ||
+			  (lay && strcmp(lay, gk_nn_dp_feedback_layout(t->dp)))))
 			r = NULL;
 	}
 	float *buf = r ? malloc(n * sizeof(float)) : NULL;

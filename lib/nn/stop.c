@@ -4,6 +4,7 @@
  * their installation.
  */
 #include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "nn/stop.h"
@@ -29,6 +30,17 @@ static unsigned stop_grace = GK_NN_STOP_GRACE_S;
 #define SAY(s) ((void)!write(STDERR_FILENO, s, sizeof(s) - 1))
 
 /*
+ * Under Open MPI a SIGTERM from the rank's parent (mpirun, or orted on
+ * another node) is mpirun ending the job, on its own SIGTERM or after a
+ * rank died: it never forwards one. It sends SIGKILL odls_base_sigkill_timeout
+ * seconds later, so the first signal's note says that rather than a stop
+ * at the end of the step it cannot promise. Written when the handlers are
+ * installed; empty outside Open MPI.
+ */
+static char launcher_note[400];
+static size_t launcher_note_len;
+
+/*
  * SIGTERM/SIGUSR1 ask for a checkpoint at the next step boundary, SIGINT
  * for a stop without one. The handler only sets the flag the trainer
  * polls between steps, and after SIGTERM or SIGINT arms an alarm: a step
@@ -39,8 +51,9 @@ static unsigned stop_grace = GK_NN_STOP_GRACE_S;
  * Outside training (--eval-only, --sample after the run) there is
  * nothing to save, and any of them ends the process at once.
  */
-static void on_signal(int sig)
+static void on_signal(int sig, siginfo_t *si, void *uc)
 {
+	(void)uc;
 	if (failing)
 		return;
 	/* a launcher's SIGTERM, once another rank died, may be all this rank gets */
@@ -67,7 +80,11 @@ static void on_signal(int sig)
 		}
 		first_sig = sig;
 		alarm(stop_grace);
-		if (!quiet_rank)
+		int launcher = sig == SIGTERM && launcher_note_len && si &&
+			       si->si_pid == getppid();
+		if (!quiet_rank && launcher)
+			(void)!write(STDERR_FILENO, launcher_note, launcher_note_len);
+		else if (!quiet_rank)
 			SAY("gpu-train: stopping at the end of the step; a second signal, or a step "
 			    "that does not end within the grace period, ends the process without a "
 			    "checkpoint\n");
@@ -96,7 +113,18 @@ int gk_nn_stop_catch(gk_nn_train_opts *o, gk_err *err)
 	 * with "write standard output" and exit 1 instead of its checkpoint.
 	 * Waits that must see the signal poll the flags (nanosleep, pause()
 	 * return EINTR whatever the flag says). */
-	struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+	gk_rank_info ri;
+	if (gk_rank_discover(&ri, NULL) == 0 && ri.kill_after >= 0) {
+		/* (a malformed environment is the trainer's error to report) */
+		int n = snprintf(launcher_note, sizeof(launcher_note),
+				 "gpu-train: SIGTERM from mpirun, which is ending the job: it kills "
+				 "the ranks %d s after this signal (odls_base_sigkill_timeout); the "
+				 "step and its checkpoint are kept only if they end before that; "
+				 "SIGUSR1 to mpirun (which forwards it) waits for them\n",
+				 ri.kill_after);
+		launcher_note_len = n > 0 && (size_t)n < sizeof(launcher_note) ? (size_t)n : 0;
+	}
+	struct sigaction sa = {.sa_sigaction = on_signal, .sa_flags = SA_RESTART | SA_SIGINFO};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

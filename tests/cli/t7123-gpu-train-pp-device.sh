@@ -13,7 +13,9 @@ kernels in the same order on each micro-batch) and the later ones within
 the head'"'"'s and the embedding'"'"'s micro-batch by micro-batch), so the
 parameters after a step differ in their last bits; so does the
 validation loss of the pipeline forward; against the
-CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). A
+CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). In
+bf16 the first step'"'"'s loss is the same bits too and the later ones
+within 1e-5 (below). A
 stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
 checkpoint resumes on one GPU (within 1e-6 of the run that never
 stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
@@ -38,10 +40,10 @@ G="$A --device cuda --precision fp32"
 # evaluation at the last step: the pipeline forward only
 E="--val-data val.bin --eval-every $N --eval-batches 2"
 
-# The first step bit for bit, the rest within 1e-6 (above).
+# The first step bit for bit, the rest within $3 (1e-6 unless given; above).
 first_then_close() {
 	head -n 1 "$1" >"$1.first" && head -n 1 "$2" >"$2.first" &&
-	test_cmp "$1.first" "$2.first" && close_to "$2" "$1" 1e-6
+	test_cmp "$1.first" "$2.first" && close_to "$2" "$1" "${3:-1e-6}"
 }
 
 test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU, the first bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one), and of the CPU pipeline within 1e-4' '
@@ -69,13 +71,32 @@ test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation los
 	close_to pp cpu 1e-4
 '
 
-test_expect_success 'GPUS,MPI' 'pp 2 on GPUs in bf16 (bf16 activations between the stages): the losses of one GPU bit for bit' '
+# bf16: the first step is one GPU's bits, as in fp32 (the activations
+# sent between the stages are the bf16 values one GPU keeps). After it the
+# fp32 masters differ in their last bits as in fp32, and the forward reads
+# the bf16 working copy rounded from them: the differences round away,
+# except where a master lies that close to a rounding boundary and rounds
+# the other way, one bf16 ulp (2^16 fp32 ulps; about 1e-4 for these
+# weights of about 0.02). Equal bits after the first step rest on no such
+# flip, which the data decide. A flip moves the loss by about the
+# weight's gradient times that ulp: a gradient norm of about 2 over 35k
+# parameters, 0.01 a weight, so 1e-6; the next step's gradients move with
+# it and Adam's update (lr 3e-3 times their relative change) flips tens
+# of weights more: a few 1e-6 at step 3. The bound is 1e-5 relative
+# (5e-5 at these losses), and one step's progress is 0.07 to 0.15, an lr
+# 1% off moves step 2 by 1.2e-4 relative: an update that loses a part
+# still fails it. Measured on the emulation: the same bits in 3 steps (and 12);
+# one GPU's runs that differ only in the order of every gradient's sums
+# (--batch 12, 6, 4, 3, 2 at --grad-accum 1, 2, 3, 4, 6) within 6e-8
+# relative in 3 steps and 5e-6 in 8.
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs in bf16 (bf16 activations between the stages): the losses of one GPU, the first bit for bit, the rest within 1e-5' '
 	gpu-train $A --device cuda --precision bf16 >one16.json &&
 	mpi 2 $A --device cuda --precision bf16 --pp 2 >pp16.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .precision == \"bf16\" and .pp == 2" pp16.json &&
 	losses one16.json >one16 &&
 	losses pp16.json >pp16 &&
 	test $(wc -l <pp16) = $N &&
-	test_cmp one16 pp16
+	first_then_close one16 pp16 1e-5
 '
 
 test_expect_success 'GPUS,MPI' 'stage 0 on its GPU: parameters, gradients and optimizer = mem-estimate --pp 2' '

@@ -362,7 +362,7 @@ static void test_nccl_pieces(gk_comm *c)
 			int rc = gk_comm_to_device(c, d, h, NP * sizeof *h, &err);
 			if (rc == 0)
 				rc = gk_comm_ireduce_scatterv(c, d, displ, GK_DT_F32,
-							      avg ? GK_COMM_AVG : GK_COMM_SUM, &rq, &err);
+							      avg ? GK_COMM_AVG : GK_COMM_SUM, NULL, &rq, &err);
 			if (rc == 0)
 				rc = gk_comm_wait(rq, &err);
 			if (rc == 0)

@@ -407,7 +407,7 @@ static void test_scatterv(void)
 			fill(b, n, GK_DT_F32, GK_COMM_SUM);
 			reference(b, ref, n, GK_DT_F32, op);
 			gk_comm_req *rq;
-			if (gk_comm_ireduce_scatterv(C, b, displ, GK_DT_F32, op, &rq, NULL) < 0 ||
+			if (gk_comm_ireduce_scatterv(C, b, displ, GK_DT_F32, op, NULL, &rq, NULL) < 0 ||
 			    gk_comm_wait(rq, NULL) < 0)
 				good = 0;
 			for (size_t i = displ[R]; i < displ[R + 1]; i++)
@@ -420,7 +420,7 @@ static void test_scatterv(void)
 	displ[0] = 5, displ[1] = 2;
 	gk_comm_req *rq;
 	float x[8];
-	good &= N == 1 || (gk_comm_ireduce_scatterv(C, x, displ, GK_DT_F32, GK_COMM_SUM, &rq,
+	good &= N == 1 || (gk_comm_ireduce_scatterv(C, x, displ, GK_DT_F32, GK_COMM_SUM, NULL, &rq,
 						    &err) < 0 && strstr(err.msg, "ends before"));
 	free(displ);
 	ok(all(good), "reduce-scatter of unequal pieces (empty, one rank's, uneven): each rank's "
@@ -610,16 +610,11 @@ static void test_partition(void)
 	}
 	gk_err err = {0};
 	gk_comm_grads *gr;
-	gk_comm_callopts co = {.compress = GK_COMM_COMPRESS_BF16};
-	int good = gk_comm_grads_new(&gr, C, g, n, 4096, &co, NULL) == 0 &&
-		   gk_comm_grads_partition(gr, shard, per, 1, 2, NULL, NULL, &err) < 0 &&
-		   strstr(err.msg, "do not compress") != NULL;
+	int good = gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0 &&
+		   gk_comm_grads_partition(gr, shard, per / 2, 1, 2, NULL, NULL, &err) < 0 &&
+		   strstr(err.msg, "cannot own");
 	gk_comm_grads_free(gr);
-	good &= gk_comm_grads_new(&gr, C, g, n, 4096, NULL, NULL) == 0 &&
-		gk_comm_grads_partition(gr, shard, per / 2, 1, 2, NULL, NULL, &err) < 0 &&
-		strstr(err.msg, "cannot own");
-	gk_comm_grads_free(gr);
-	ok(all(good), "ZeRO-2 buckets refuse compression and ranges that miss gradients");
+	ok(all(good), "ZeRO-2 buckets refuse ranges that miss gradients");
 	free(g);
 	free(shard);
 	free(ref);
@@ -702,6 +697,60 @@ static void test_compressed_rs(void)
 		   gk_comm_compress_name(cz), N);
 	}
 	free(x), free(buf), free(y), free(ya), free(resid), free(exact), free(abs_sum);
+}
+
+/*
+ * ZeRO-2's compressed buckets (gk_comm_grads_partition with compression):
+ * over two steps, each bucket's compressed reduce-scatter of its pieces
+ * gives the shard and the error feedback of ZeRO-1's one compressed
+ * reduce-scatter of the whole padded buffer (AVG, residual of Np floats)
+ * bit for bit for bf16 and f16, whose packing is per element; int8 packs
+ * groups that follow the pieces, so its first shard is held to the bound.
+ */
+static void test_partition_compressed(void)
+{
+	size_t n = 10007, per = (n + (size_t)N - 1) / (size_t)N, np = per * (size_t)N;
+	float *x = calloc(np, 4), *g1 = malloc(np * 4), *g2 = calloc(np, 4);
+	float *shard = malloc(per * 4), *r1 = calloc(np, 4), *r2 = calloc(np, 4);
+	double *exact = calloc(np, 8), *abs_sum = calloc(np, 8);
+	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
+		gk_comm_grads *gr;
+		gk_comm_callopts co = {.compress = cz, .residual = r2};
+		memset(r1, 0, np * 4), memset(r2, 0, np * 4);
+		int good = gk_comm_grads_new(&gr, C, g2, n, 4096, &co, NULL) == 0 &&
+			   gk_comm_grads_partition(gr, shard, per, 300, 2, NULL, NULL, NULL) == 0 &&
+			   gk_comm_grads_residual(gr) == r2;
+		int same = 1, bounded = 1;
+		for (int step = 0; good && step < 2; step++) {
+			compress_input(x, exact, abs_sum, n);
+			memcpy(g1, x, np * 4);
+			memcpy(g2, x, np * 4);
+			gk_comm_callopts o1 = {GK_COMM_ALGO_AUTO, cz, r1};
+			good &= gk_comm_reduce_scatter(C, g1, g1 + (size_t)R * per, per, GK_DT_F32,
+						       GK_COMM_AVG, &o1, NULL) == 0;
+			gk_comm_grads_micro(gr, 1, 1);
+			for (size_t layer = n; layer > 0; layer = layer > 777 ? layer - 777 : 0)
+				good &= gk_comm_grads_ready(gr, layer, NULL) == 0;
+			good &= gk_comm_grads_finish(gr, NULL) == 0;
+			size_t lo = (size_t)R * per, m = lo >= n ? 0 : n - lo < per ? n - lo : per;
+			same &= memcmp(shard, g1 + lo, m * 4) == 0 && memcmp(r1, r2, np * 4) == 0;
+			for (size_t i = 0; step == 0 && i < m; i++) { /* before any feedback */
+				double a = bound_sum(abs_sum + lo, m, i, 1);
+				double bd = (2 * gk_comm_compress_bound(cz, N, a) +
+					     ldexp(fabs(exact[lo + i]), -22)) / N;
+				bounded &= fabs(shard[i] - exact[lo + i] / N) <= bd;
+			}
+		}
+		gk_comm_grads_free(gr);
+		if (cz == GK_COMM_COMPRESS_INT8)
+			ok(all(good && bounded), "ZeRO-2 int8 buckets: the shard within the "
+			   "compressed reduce-scatter's bound, world %d", N);
+		else
+			ok(all(good && same), "ZeRO-2 %s buckets: the shard and the error feedback "
+			   "are ZeRO-1's compressed reduce-scatter's, bit for bit, world %d",
+			   gk_comm_compress_name(cz), N);
+	}
+	free(x), free(g1), free(g2), free(shard), free(r1), free(r2), free(exact), free(abs_sum);
 }
 
 static void test_compressed(void)
@@ -1026,6 +1075,7 @@ int main(void)
 	test_partition();
 	test_compressed();
 	test_compressed_rs();
+	test_partition_compressed();
 	test_errors();
 	test_split();
 	test_p2p();

