@@ -455,7 +455,8 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base,
  * full recomputation, plus the attention score flops for selective) at
  * gpu->tflops * 0.5 utilisation per GPU; pipeline bubble (pp-1)/m of it;
  * communication volume per GPU (DP all-reduce 2Psi, reduce-scatter +
- * all-gather, ZeRO-3 3Psi; TP 4 all-reduces of b*s*h per layer and
+ * all-gather, ZeRO-3 3Psi, at the working copy's width e; with grad_f32
+ * the gradients' Psi at 4 bytes, the gathers' at e; TP 4 all-reduces of b*s*h per layer and
  * micro-batch; PP sends) over NVLink inside a node, inter_gbs across.
  */
 void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *r,
