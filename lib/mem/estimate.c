@@ -419,6 +419,8 @@ static double layer_bytes(const act *x, const gk_mem_run *r,
 static int64_t pp_inflight(const gk_mem_run *r, int stage)
 {
 	int64_t M = r->grad_accum, p = r->pp, n;
+	if (p < 2) /* no pipeline: one micro-batch at a time */
+		return 1;
 	if (r->pp_sched == GK_MEM_PP_GPIPE)
 		return M;
 	if (r->pp_sched == GK_MEM_PP_INTERLEAVED) {

@@ -94,6 +94,8 @@ test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the l
 	mem-estimate $M --pp-schedule 1f1b >d.json &&
 	mem-estimate $T $I --pp-stage 0 >text &&
 	mem-estimate $M $I >di.json &&
+	mem-estimate --config $data/gpt2.json -b 2 -s 512 --grad-accum 8 --pp-schedule gpipe \
+		--json >one.json &&
 	grep "pipeline stage 0 of 4 .*interleaved, 15 micro-batch chunks in flight" text &&
 	python3 - <<-\PY
 	import json
@@ -117,6 +119,9 @@ test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the l
 	most = lambda a, b: max(J(a), J(b), key=lambda x: x["total"])["bytes"]
 	assert d["run"]["pp_chunks"] == 1 and d["bytes"] == most("f0.json", "f3.json")
 	assert J("di.json")["bytes"] == most("i0.json", "i3.json")
+	# without a pipeline no schedule: one micro-batch of 12 layers at a time
+	assert J("one.json")["inflight"] == 1
+	assert J("one.json")["bytes"]["activations"] == 12 * layer
 	PY
 '
 
