@@ -323,7 +323,7 @@ static void print_text(const opts *o, const gk_mem_model *m,
 	       commas(m->params, a), o->source);
 	print_left_out(m);
 	printf("run:   %s\n", run);
-	if (r->pp > 1 && !r->infer)
+	if (r->pp > 1 && !r->infer && m->arch != GK_MEM_ARCH_PARAMS)
 		printf("per GPU, pipeline stage %d of %lld (%s parameters on this rank; %s, "
 		       "%lld %s in flight):\n", e->stage, (long long)r->pp,
 		       commas(e->stage_params, b), gk_mem_pp_sched_name(r->pp_sched),
