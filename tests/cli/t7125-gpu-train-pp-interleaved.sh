@@ -13,7 +13,9 @@ are 1F1B'"'"'s byte for byte (the moments in the Hugging Face order, not the
 stage-major one of the flat buffer), and --resume goes from interleaved
 to 1F1B and back, continuing the run that never stopped bit for bit.
 The step lines measure the bubble as 1F1B'"'"'s do; the start line states
-(S-1)/(V M). Layers not dividing by S x V, --grad-accum not a multiple of
+(S-1)/(V M). Each stage accounts the activations of min(M V, warm-up + 1)
+chunks in flight, as the shapes count them and mem-estimate --pp-chunks
+prices them. Layers not dividing by S x V, --grad-accum not a multiple of
 S, a missing --pp-chunks, --tp and --device cuda are refused up front.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
