@@ -188,6 +188,8 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *run,
 						continue;
 					gk_mem_run r = *base;
 					r.tp = tp, r.pp = pp, r.dp = dp;
+					/* 1F1B pipelines (their stages' activations) */
+					r.pp_sched = GK_MEM_PP_1F1B, r.pp_chunks = 1;
 					r.zero = zero, r.sp = sp;
 					r.recompute = rc;
 					r.micro_batch = mb;
