@@ -442,10 +442,11 @@ static void on_step(const gk_nn_train_log *l, void *ctx)
 			json_t *st = json_array();
 			for (int k = 0; k < l->pp_stages; k++) {
 				const gk_nn_pp_stage *g = &l->pp_stage[k];
-				json_t *e = json_pack("{s:i,s:f,s:f,s:o,s:I}", "stage", k, "busy_ms",
-						      g->busy_ms, "idle_ms", g->idle_ms, "bubble",
-						      jnum(g->bubble), "pp_comm_bytes",
-						      (json_int_t)g->pp_bytes);
+				json_t *e = json_pack("{s:i,s:f,s:f,s:o,s:I,s:I}", "stage", k,
+						      "busy_ms", g->busy_ms, "idle_ms", g->idle_ms,
+						      "bubble", jnum(g->bubble), "pp_comm_bytes",
+						      (json_int_t)g->pp_bytes, "activations",
+						      (json_int_t)g->activations);
 				if (l->tp_bytes)
 					json_object_set_new(e, "tp_comm_bytes",
 							    json_integer((json_int_t)g->tp_bytes));

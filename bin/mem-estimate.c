@@ -17,6 +17,8 @@ static const char synopsis[] =
 	"                    --params N | --layers L --hidden H --heads A ...]\n"
 	"                    [--precision f32|bf16|f16] [--optimizer NAME]\n"
 	"                    [--zero 0-3 | --fsdp] [--dp N] [--tp N] [--pp N] [--sp]\n"
+	"                    [--pp-schedule 1f1b|gpipe|interleaved] [--pp-chunks V]\n"
+	"                    [--pp-stage S]\n"
 	"                    [-b micro-batch] [-s seq] [--grad-accum N]\n"
 	"                    [--recompute none|selective|full|gelu]\n"
 	"                    [--offload none|optimizer|cpu]\n"
@@ -41,6 +43,7 @@ typedef struct opts {
 	int tied;           /* --tied 1, --untied 0, -1: the architecture's */
 	int zero;           /* --zero or --fsdp, -1: not given */
 	int64_t largest;    /* --largest-layer, 0: computed */
+	int64_t pp_stage;   /* --pp-stage, -1: the most loaded */
 	int allow_unknown, si, explain, list_gpus, top;
 	gk_mem_fit_req req; /* --world --global-batch --fit --gpu --inter-bw */
 } opts;
@@ -222,6 +225,15 @@ static const gk_optdef options[] = {
 	INT("dp", 0, "N", r.dp, 1, 1 << 24, NULL, "data-parallel degree"),
 	INT("tp", 0, "N", r.tp, 1, 1 << 16, NULL, "tensor-parallel degree"),
 	INT("pp", 0, "N", r.pp, 1, 1 << 16, NULL, "pipeline-parallel degree"),
+	ENUM("pp-schedule", "NAME", r.pp_sched, gk_mem_pp_sched_parse,
+	     "not 1f1b, gpipe or interleaved",
+	     "gpu-train's pipeline schedule: 1f1b (default), gpipe or\n"
+	     "interleaved, its micro-batches' activations in flight"),
+	INT("pp-chunks", 0, "V", r.pp_chunks, 1, 1 << 16, NULL,
+	    "--pp-schedule interleaved: chunks of layers a stage"),
+	INT("pp-stage", 0, "S", pp_stage, 0, 1 << 16, NULL,
+	    "the pipeline stage to report (default the more loaded of\n"
+	    "the first and the last)"),
 	FLAG("sp", r.sp, 1, "Megatron sequence parallelism"),
 	FLAG("sequence-parallel", r.sp, 1, "--sp (gpu-train's name)"),
 	INT("gpus-per-node", 0, "N", r.gpus_per_node, 1, 1 << 16, NULL,
@@ -311,8 +323,15 @@ static void print_text(const opts *o, const gk_mem_model *m,
 	       commas(m->params, a), o->source);
 	print_left_out(m);
 	printf("run:   %s\n", run);
-	printf("per GPU, pipeline stage %d of %lld (%s parameters on this rank):\n",
-	       e->stage, (long long)r->pp, commas(e->stage_params, b));
+	if (r->pp > 1 && !r->infer && m->arch != GK_MEM_ARCH_PARAMS)
+		printf("per GPU, pipeline stage %d of %lld (%s parameters on this rank; %s, "
+		       "%lld %s in flight):\n", e->stage, (long long)r->pp,
+		       commas(e->stage_params, b), gk_mem_pp_sched_name(r->pp_sched),
+		       (long long)e->inflight,
+		       r->pp_sched == GK_MEM_PP_INTERLEAVED ? "micro-batch chunks" : "micro-batches");
+	else
+		printf("per GPU, pipeline stage %d of %lld (%s parameters on this rank):\n",
+		       e->stage, (long long)r->pp, commas(e->stage_params, b));
 	for (int i = 0; i < e->nparts; i++) {
 		const gk_mem_part *p = &e->part[i];
 		if (p->host)
@@ -398,6 +417,7 @@ static json_t *est_json(const gk_mem_est *e, int explain)
 				    json_integer(e->part[i].bytes));
 	json_object_set_new(j, "stage", json_integer(e->stage));
 	json_object_set_new(j, "stage_params", json_integer(e->stage_params));
+	json_object_set_new(j, "inflight", json_integer(e->inflight));
 	json_object_set_new(j, "bytes", bytes);
 	json_object_set_new(j, "model_states", json_integer(e->model_states));
 	json_object_set_new(j, "total", json_integer(e->total));
@@ -501,6 +521,7 @@ static void parse_args(int argc, char **argv, opts *o)
 	o->m.arch = GK_MEM_ARCH_PARAMS;
 	o->source = "flags";
 	o->arch = o->tied = o->zero = -1;
+	o->pp_stage = -1;
 	optind = gk_optable_parse(&cli, options, 0, o, argc, argv, NULL);
 	if (optind < argc)
 		gk_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
@@ -520,6 +541,13 @@ static void parse_args(int argc, char **argv, opts *o)
 		gk_cli_usage_error(&cli, "--params and --from both give the parameter count");
 	if (o->req.capacity && o->req.gpu)
 		gk_cli_usage_error(&cli, "--fit and --gpu both give the capacity");
+	if ((o->req.capacity || o->req.gpu) && (o->r.pp_sched || o->pp_stage >= 0))
+		gk_cli_usage_error(&cli, "--fit ranks 1F1B pipelines' most loaded stages: "
+				   "drop --pp-schedule and --pp-stage");
+	if (o->pp_stage >= 0 && o->pp_stage >= o->r.pp)
+		gk_cli_usage_error(&cli, "--pp-stage %lld: not one of the %lld stages "
+				   "(0 to %lld)", (long long)o->pp_stage, (long long)o->r.pp,
+				   (long long)o->r.pp - 1);
 	if (o->zero >= 0 && o->r.infer)
 		gk_cli_usage_error(&cli, "--zero applies to training, not --infer");
 	if (o->zero >= 0)
@@ -591,14 +619,19 @@ static int estimate(const opts *o)
 {
 	gk_err err;
 	gk_mem_est e;
-	if (gk_mem_estimate(&o->m, &o->r, o->explain || cli.json, &e, &err))
+	if (o->pp_stage >= 0 ? gk_mem_estimate_stage(&o->m, &o->r, (int)o->pp_stage,
+						  o->explain || cli.json, &e, &err)
+			     : gk_mem_estimate(&o->m, &o->r, o->explain || cli.json, &e, &err))
 		gk_cli_usage_error(&cli, "%s", err.msg);
 	if (!cli.json) {
 		print_text(o, &o->m, &o->r, &e);
 		return 0;
 	}
+	json_t *rj = run_json(&o->r);
+	json_object_set_new(rj, "pp_schedule", json_string(gk_mem_pp_sched_name(o->r.pp_sched)));
+	json_object_set_new(rj, "pp_chunks", json_integer(o->r.pp_chunks));
 	json_t *j = json_pack("{s:o s:o s:s}", "model", model_json(&o->m, o->source), "run",
-			      run_json(&o->r), "units", "bytes");
+			      rj, "units", "bytes");
 	json_object_update_new(j, est_json(&e, o->explain));
 	int rc = gk_json_dump(stdout, j, 1, &err);
 	json_decref(j);

@@ -4,9 +4,10 @@
  *
  * Symbols in formulas: Psi parameters (of this rank's pipeline stage and
  * tensor slice), N data-parallel degree, t tensor, p pipeline; s sequence,
- * b micro-batch, h hidden, a heads, L layers of the stage, f MLP size,
- * kv key/value width (kv_heads * head_dim), V vocabulary, e bytes of an
- * activation element, m in-flight micro-batches.
+ * b micro-batch, h hidden, a heads, L layers of the stage (of a chunk
+ * under the interleaved schedule), f MLP size, kv key/value width
+ * (kv_heads * head_dim), V vocabulary, e bytes of an activation element,
+ * m in-flight micro-batches (micro-batches' chunks when interleaved).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -23,6 +24,20 @@
 
 static const char *opt_names[] = {"adamw", "sgd", "adafactor", "adam8bit"};
 static const char *rc_names[] = {"none", "selective", "full", "gelu"};
+static const char *pp_sched_names[] = {"1f1b", "gpipe", "interleaved"};
+
+const char *gk_mem_pp_sched_name(int s)
+{
+	return (unsigned)s < GK_ARRAY_SIZE(pp_sched_names) ? pp_sched_names[s] : "?";
+}
+
+int gk_mem_pp_sched_parse(const char *s)
+{
+	for (size_t i = 0; i < GK_ARRAY_SIZE(pp_sched_names); i++)
+		if (strcmp(s, pp_sched_names[i]) == 0)
+			return (int)i;
+	return -1;
+}
 
 const char *gk_mem_opt_name(gk_mem_opt o)
 {
@@ -59,7 +74,7 @@ void gk_mem_run_default(gk_mem_run *r)
 	memset(r, 0, sizeof(*r));
 	r->precision = GK_DT_BF16;
 	r->opt = GK_MEM_OPT_ADAMW;
-	r->dp = r->tp = r->pp = 1;
+	r->dp = r->tp = r->pp = r->pp_chunks = 1;
 	r->micro_batch = 1;
 	r->seq = 0;    /* from the model: gk_mem_run_resolve */
 	r->flash = -1; /* by the kind of run: gk_mem_run_resolve */
@@ -198,6 +213,27 @@ static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
 			return gk_errf(err, "%s '%lld': must be in 1..%lld",
 				       nums[i].what, (long long)nums[i].v,
 				       (long long)nums[i].max);
+	/* gpu-train's rules for the schedule (its --pp-schedule, --pp-chunks) */
+	if ((unsigned)r->pp_sched >= GK_ARRAY_SIZE(pp_sched_names))
+		return gk_errf(err, "pipeline schedule '%d': not 1f1b, gpipe or "
+			       "interleaved", r->pp_sched);
+	if (r->pp_sched == GK_MEM_PP_INTERLEAVED) {
+		if (r->pp < 2)
+			return gk_errf(err, "pipeline schedule interleaved: give "
+				       "--pp N (2 or more) too");
+		if (r->pp_chunks < 2 || r->pp_chunks > 1 << 16)
+			return gk_errf(err, "pipeline schedule interleaved: give "
+				       "--pp-chunks V (2 or more chunks a stage)");
+		if (r->grad_accum % r->pp)
+			return gk_errf(err, "pipeline schedule interleaved with --pp %lld: "
+				       "--grad-accum %lld is not a multiple of %lld",
+				       (long long)r->pp, (long long)r->grad_accum,
+				       (long long)r->pp);
+	} else if (r->pp_chunks > 1) {
+		return gk_errf(err, "pipeline chunks '%lld': the chunks of "
+			       "--pp-schedule interleaved (1 otherwise)",
+			       (long long)r->pp_chunks);
+	}
 	if (m->arch == GK_MEM_ARCH_PARAMS)
 		return 0;
 	if (m->heads % r->tp || m->kv_heads % r->tp)
@@ -209,6 +245,11 @@ static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
 		return gk_errf(err, "pipeline-parallel degree '%lld': must "
 			       "divide the %lld layers", (long long)r->pp,
 			       (long long)m->layers);
+	if (r->pp_sched == GK_MEM_PP_INTERLEAVED && m->layers % (r->pp * r->pp_chunks))
+		return gk_errf(err, "pipeline chunks '%lld': the %lld layers do not "
+			       "divide into %lld chunks of equal size (pp x chunks)",
+			       (long long)r->pp_chunks, (long long)m->layers,
+			       (long long)(r->pp * r->pp_chunks));
 	return 0;
 }
 
@@ -366,6 +407,33 @@ static double layer_bytes(const act *x, const gk_mem_run *r,
 	return 0;
 }
 
+/*
+ * The sets of activations stage keeps, as gpu-train's schedules allocate
+ * them (lib/nn/pp_sched.c; Narayanan et al. 2021, sec. 2.2): 1F1B's
+ * min(M, p - stage) micro-batches, GPipe's M, and under the interleaved
+ * schedule min(M V, w + 1) chunks with the warm-up w = 2 (p - 1 - stage)
+ * + (V - 1) p (all M V when M = p, as Megatron-LM). Stage 0 so holds
+ * p V + p - 1 chunks of L/(p V) layers, L (1 + (p - 1)/(p V)) layers'
+ * worth: Korthikanti et al. 2022 sec. 4.2.3's factor over 1F1B's L.
+ */
+static int64_t pp_inflight(const gk_mem_run *r, int stage)
+{
+	int64_t M = r->grad_accum, p = r->pp, n;
+	if (p < 2) /* no pipeline: one micro-batch at a time */
+		return 1;
+	if (r->pp_sched == GK_MEM_PP_GPIPE)
+		return M;
+	if (r->pp_sched == GK_MEM_PP_INTERLEAVED) {
+		int64_t V = r->pp_chunks, all = M * V;
+		int64_t w = 2 * (p - 1 - stage) + (V - 1) * p;
+		if (M == p || w > all)
+			w = all;
+		return w + 1 < all ? w + 1 : all;
+	}
+	n = p - stage;
+	return n < M ? n : M;
+}
+
 static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 			int stage)
 {
@@ -373,10 +441,9 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
 	double V = m->vocab, a = m->heads;
 	int64_t L = m->layers / r->pp;
-	/* 1F1B: stage k keeps min(p - k, micro-batches) in flight */
-	int64_t inflight = r->pp - stage;
-	if (inflight > r->grad_accum)
-		inflight = r->grad_accum;
+	int64_t inflight = pp_inflight(r, stage);
+	if (r->pp_sched == GK_MEM_PP_INTERLEAVED)
+		L /= r->pp_chunks; /* an in-flight set is a chunk's */
 	c->e->inflight = inflight;
 	act x = layer_act(m, r, e);
 	double sp = r->sp ? t : 1;
@@ -445,17 +512,25 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 		values(c, "%lld*%g*%g*%g/%g", (long long)inflight, s, b, h, sp);
 	}
 	if (stage == r->pp - 1) {
-		double lg = e * s * b * V / t;
+		/* the head's buffers are a set's: one a set in flight on
+		 * the last stage (1 under 1F1B), as gpu-train's slots */
+		double lg = e * s * b * V / t, hs = r->pp > 1 ? (double)inflight : 1;
 		int f32 = e != 4 && r->logits_f32; /* the copy's 4 bytes */
-		add(c, "logits", lg + (f32 ? 4 * s * b * V / t : 0), 0,
+		const char *mf = hs > 1 ? "m*" : "";
+		add(c, "logits", hs * (lg + (f32 ? 4 * s * b * V / t : 0)), 0,
 		    "Korthikanti et al. 2022 sec. 4.3 (output layer, cross "
 		    "entropy in f32)",
-		    f32 ? "e*sbV/t + 4*sbV/t (f32 copy for the loss)" : "e*sbV/t");
-		values(c, "(%g+%d)*%g*%g*%g/%g", e, f32 ? 4 : 0, s, b, V, t);
-		add(c, "final_norm", 2 * e * s * b * h / sp, 0,
-		    "Korthikanti et al. 2022 sec. 4.3",
-		    "2*e*sbh (final norm and LM-head inputs)");
-		values(c, "2*%g*%g*%g*%g/%g", e, s, b, h, sp);
+		    f32 ? (hs > 1 ? "m*(e*sbV/t + 4*sbV/t) (f32 copy for the loss)"
+				  : "e*sbV/t + 4*sbV/t (f32 copy for the loss)")
+			: (hs > 1 ? "m*e*sbV/t" : "e*sbV/t"));
+		char mv[32] = "";
+		if (hs > 1)
+			fmt(c, mv, sizeof(mv), "%lld*", (long long)inflight);
+		values(c, "%s(%g+%d)*%g*%g*%g/%g", mv, e, f32 ? 4 : 0, s, b, V, t);
+		fmt(c, f, sizeof(f), "%s2*e*sbh%s (final norm and LM-head inputs)", mf, spf);
+		add(c, "final_norm", hs * 2 * e * s * b * h / sp, 0,
+		    "Korthikanti et al. 2022 sec. 4.3", f);
+		values(c, "%s2*%g*%g*%g*%g/%g", mv, e, s, b, h, sp);
 	}
 }
 

@@ -78,8 +78,17 @@ void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *run,
 	/* DP is the outermost dimension: it crosses nodes once tp*pp*dp do */
 	double dpbw = W > gpn ? net : nvl;
 	double psi_rank = P / (r->tp * r->pp), N = r->dp;
-	double dpv = N > 1 ? (r->zero == 3 ? 3 : 2) * e * psi_rank * (N - 1) / N
-			   : 0;
+	/*
+	 * Data parallel: the gradients at their width (f32 with --grad-f32)
+	 * allreduced (ZeRO-0, twice their bytes) or reduce-scattered, and
+	 * under ZeRO the parameters all-gathered at the working copy's
+	 * width, not the f32 master's (16 bits in mixed precision, as
+	 * gpu-train, llm.c and DeepSpeed gather them), ZeRO-3 twice
+	 */
+	double gb = r->precision != GK_DT_F32 && r->grad_f32 ? 4 : e;
+	double dpv = N < 2 ? 0 :
+		     (r->zero == 0 ? 2 * gb : r->zero == 3 ? gb + 2 * e : gb + e) * psi_rank *
+			     (N - 1) / N;
 	double t = r->tp;
 	double tpv = 0, ppv = 0;
 	if (r->tp > 1) {
@@ -179,6 +188,8 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *run,
 						continue;
 					gk_mem_run r = *base;
 					r.tp = tp, r.pp = pp, r.dp = dp;
+					/* 1F1B pipelines (their stages' activations) */
+					r.pp_sched = GK_MEM_PP_1F1B, r.pp_chunks = 1;
 					r.zero = zero, r.sp = sp;
 					r.recompute = rc;
 					r.micro_batch = mb;

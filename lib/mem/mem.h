@@ -169,6 +169,15 @@ enum {
 	GK_MEM_OFFLOAD_ALL        /* and, with ZeRO-3, the parameters */
 };
 
+/* The pipeline's schedules (Narayanan et al. 2021, sec. 2.2), as gpu-train
+ * runs them: the activations a stage s of S keeps for M micro-batches are
+ * min(M, S - s) micro-batches' under 1F1B, M under GPipe and, under the
+ * interleaved schedule of V chunks, min(M V, w + 1) chunks' with the
+ * warm-up w = 2 (S - 1 - s) + (V - 1) S (M V when M = S) */
+enum { GK_MEM_PP_1F1B, GK_MEM_PP_GPIPE, GK_MEM_PP_INTERLEAVED };
+const char *gk_mem_pp_sched_name(int s);
+int gk_mem_pp_sched_parse(const char *s);
+
 typedef struct gk_mem_run {
 	int infer;           /* inference: weights + KV cache, no training state */
 	gk_dtype precision;  /* F32, BF16 or F16 (16-bit: mixed, f32 master) */
@@ -176,6 +185,10 @@ typedef struct gk_mem_run {
 	gk_mem_opt opt;
 	int zero;            /* 0..3; FSDP full sharding is 3 */
 	int64_t dp, tp, pp;  /* degrees; world = dp*tp*pp */
+	int pp_sched;        /* GK_MEM_PP_*: the schedule's micro-batches in
+				flight on a stage (gpu-train --pp-schedule) */
+	int64_t pp_chunks;   /* GK_MEM_PP_INTERLEAVED: V chunks of
+				layers/(pp V) layers a stage (--pp-chunks) */
 	int sp;              /* Megatron sequence parallelism (needs tp > 1) */
 	int64_t micro_batch, grad_accum; /* grad_accum: micro-batches/step */
 	int64_t seq;         /* 0: the model's positions, else GK_MEM_DEFAULT_SEQ */
@@ -299,7 +312,9 @@ typedef struct gk_mem_est {
 	uint64_t model_states; /* parameters + gradients + optimizer states */
 	uint64_t stage_params; /* parameters held by that rank's stage and TP slice */
 	int stage;           /* the most-loaded pipeline stage (0 or pp-1) */
-	int64_t inflight;    /* micro-batches whose activations stage 0 keeps */
+	int64_t inflight;    /* micro-batches (chunks of them under the
+				interleaved schedule) whose activations the
+				stage keeps */
 } gk_mem_est;
 
 /*
@@ -455,7 +470,8 @@ int gk_mem_fit(const gk_mem_model *m, const gk_mem_run *base,
  * full recomputation, plus the attention score flops for selective) at
  * gpu->tflops * 0.5 utilisation per GPU; pipeline bubble (pp-1)/m of it;
  * communication volume per GPU (DP all-reduce 2Psi, reduce-scatter +
- * all-gather, ZeRO-3 3Psi; TP 4 all-reduces of b*s*h per layer and
+ * all-gather, ZeRO-3 3Psi, at the working copy's width e; with grad_f32
+ * the gradients' Psi at 4 bytes, the gathers' at e; TP 4 all-reduces of b*s*h per layer and
  * micro-batch; PP sends) over NVLink inside a node, inter_gbs across.
  */
 void gk_mem_cost(const gk_mem_model *m, const gk_mem_run *r,

@@ -513,9 +513,12 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	j->write_moments = sharded_moments(t) || t->rank == 0;
 	/* (ZeRO-3 on a GPU: each rank its range, which it writes; a
 	 * pipeline's every stage sends its range of them, pp_sched.c; a
-	 * tensor group's every rank its slices, ckpt_gather) */
+	 * tensor group's every rank its slices, ckpt_gather; ZeRO-1 on
+	 * GPUs in bf16 gathers the master whole first, its steps having
+	 * gathered the working copy, dp.c) */
 	int tp = t->grid.tp > 1;
-	if (((t->rank == 0 || sharded_model(t) || pp || tp) &&
+	if (gk_nn_dp_master_full(t->dp, err) < 0 ||
+	    ((t->rank == 0 || sharded_model(t) || pp || tp) &&
 	     gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
 	    (pp && !t->dp->host_update && gk_nn_tr_pp_moments(t, 0, err) < 0) ||
 	    (!pp && (j->write_moments || tp) && !t->dp->host_update &&

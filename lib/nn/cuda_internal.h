@@ -424,11 +424,21 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 
 /*
  * The device's fp32 master parameters (nparams floats, the flat layout),
- * for a trainer that gathers ZeRO-1 ranges into them; after writing them
+ * for a trainer that gathers ZeRO-1 ranges into them (fp32 and tf32, and
+ * a checkpoint's master in bf16: gk_nn_cuda_work_copy); after writing them
  * it calls gk_nn_cuda_params_changed, which rounds the working copy
  * (bf16) from them. NULL and 0 on a CPU model.
  */
 float *gk_nn_cuda_params(gk_nn_model *m);
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
+/*
+ * The working copy where it is not the master (bf16; *dt its type):
+ * nflat elements, the flat multiple's tail zero, of which gk_nn_cuda_adamw
+ * rounds the range it updates from the master, so a trainer can gather
+ * ZeRO-1's ranges in it instead of in the master (half the bytes), no
+ * gk_nn_cuda_params_changed after. NULL where the working copy is the
+ * master (fp32, tf32), in units (ZeRO-3), or on a CPU model.
+ */
+void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt);
 
 #endif

@@ -652,15 +652,45 @@ int gk_nn_dp_norm(gk_nn_dp *dp, double ss_sum, double *norm, gk_err *err)
 	return gk_nn_grad_norm(dp->m, norm, err);
 }
 
-/* ZeRO-1: every rank's updated range into every rank's parameters, in
- * place. */
+/*
+ * ZeRO-1: every rank's updated range into every rank's parameters, in
+ * place. On a GPU in bf16 (reference: llm.c's and DeepSpeed's stage 1
+ * and 2 gather the 16-bit parameters) the working copy's, which the
+ * update rounded from the range's master (gk_nn_work_copy): 2 bytes a
+ * parameter instead of 4, and the same bits the master's gather and its
+ * rounding gave, as every rank rounds its range as the others would.
+ * The fp32 master stays sharded as ZeRO-1's moments are, current in this
+ * rank's range only, until a checkpoint gathers it whole
+ * (gk_nn_dp_master_full). fp32 and tf32 gather the master, which is the
+ * working copy there.
+ */
 static int shard_gather(gk_nn_dp *dp, gk_err *err)
 {
 	size_t per = dp->Np / (size_t)dp->world;
+	gk_dtype dt;
+	char *w = gk_nn_work_copy(dp->m, &dt);
+	if (w) {
+		size_t es = gk_dtype_bits(dt) / 8;
+		dp->master_stale = dp->world > 1;
+		return gk_comm_allgather(dp->gcomm, w + dp->lo * es, w, per, dt, NULL, err);
+	}
 	float *p = gk_nn_work_params(dp->m);
 	if (gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
 		return -1;
 	return gk_nn_params_changed(dp->m, err);
+}
+
+int gk_nn_dp_master_full(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->master_stale)
+		return 0;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *p = gk_nn_work_params(dp->m);
+	/* (the working copy is already the rounding of what arrives) */
+	if (gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+		return -1;
+	dp->master_stale = 0;
+	return 0;
 }
 
 /*

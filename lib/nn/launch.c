@@ -151,7 +151,7 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	memcpy(ss, w, sizeof(w));
 	memset(out, 0, sizeof(*out));
 	out->parameters = (uint64_t)m->nflat * 4 +
-			  (es == 2 ? (uint64_t)m->nparams * es : 0);
+			  (es == 2 ? (uint64_t)m->nflat * es : 0);
 	out->gradients = (uint64_t)m->nflat * 4;
 	for (size_t i = 0; i < GK_NN_CU_NACT; i++)
 		out->activations += r256(sz[i]);

@@ -565,6 +565,11 @@ float *gk_nn_work_params(gk_nn_model *m)
 	return m->cu ? gk_nn_cuda_params(m) : m->params;
 }
 
+void *gk_nn_work_copy(gk_nn_model *m, gk_dtype *dt)
+{
+	return m->cu ? gk_nn_cuda_work_copy(m, dt) : NULL;
+}
+
 float *gk_nn_work_grads(gk_nn_model *m)
 {
 	return m->cu ? gk_nn_cuda_grads(m) : m->grads;

@@ -130,7 +130,10 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 			return -1;
 	} else if (cu->dt == GK_DT_F32) {
 		cu->pw = cu->p;
-	} else if (!(cu->pw = gk_nn_cuda_dalloc(cu, P * cu->es, GK_CUDA_MEM_PARAMS, err))) {
+	} else if (!(cu->pw = gk_nn_cuda_dalloc(cu, m->nflat * cu->es, GK_CUDA_MEM_PARAMS,
+						err))) {
+		/* (nflat: ZeRO-1's gather of the working copy fills the flat
+		 * multiple's tail too, gk_nn_cuda_work_copy) */
 		return -1;
 	}
 
@@ -272,7 +275,10 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
 				    err) < 0) ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, (cu->phi - cu->plo) * 4, cu->s),
-			  err) < 0 || preload(m, err) < 0)
+			  err) < 0 ||
+	    (cu->pw && cu->pw != cu->p &&
+	     GK_CUDA_CHECK(cudaMemsetAsync(cu->pw, 0, m->nflat * cu->es, cu->s), err) < 0) ||
+	    preload(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
@@ -443,6 +449,15 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 float *gk_nn_cuda_params(gk_nn_model *m)
 {
 	return m->cu ? m->cu->p : NULL;
+}
+
+void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu || !cu->pw || cu->pw == cu->p)
+		return NULL;
+	*dt = cu->dt;
+	return cu->pw;
 }
 
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)

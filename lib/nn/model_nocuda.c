@@ -150,6 +150,12 @@ float *gk_nn_cuda_params(gk_nn_model *m)
 	return NULL;
 }
 
+void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt)
+{
+	(void)dt;
+	return NULL;
+}
+
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
 {
 	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");

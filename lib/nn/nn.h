@@ -720,6 +720,15 @@ int gk_nn_download(gk_nn_model *m, int what, gk_err *err);
 float *gk_nn_work_params(gk_nn_model *m);
 float *gk_nn_work_grads(gk_nn_model *m);
 /*
+ * A GPU model's working copy where it is not the fp32 master (bf16; *dt
+ * its type), nflat elements: gk_nn_update rounds the range it updates
+ * into it, so ZeRO-1 can gather the ranges there (half the bytes of the
+ * master's gather), leaving each rank's master current in its own range
+ * only. NULL on the CPU and where the working copy is the master (fp32,
+ * tf32) or in ZeRO-3's units.
+ */
+void *gk_nn_work_copy(gk_nn_model *m, gk_dtype *dt);
+/*
  * A GPU model made with bucket_grads: where backward writes the gradients.
  * [0, head) (the embeddings, which backward writes first through the tied
  * head and last in the encoder) stays in one buffer for the whole of

@@ -57,6 +57,8 @@
 
 static const char *const sched_names[] = {"1f1b", "gpipe", "interleaved"};
 enum { NSCHED = sizeof(sched_names) / sizeof(sched_names[0]) };
+/* the doubles of a stage's figures exchanged a step (stages_of) */
+enum { NX = 5 };
 
 int gk_nn_pp_sched_parse(const char *s)
 {
@@ -176,7 +178,7 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	p->sg = p->s == 0 && !wrap ? NULL :
 		p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
 	p->sq = calloc(2 * M, sizeof(*p->sq));
-	p->ex = calloc(4 * (size_t)p->S, sizeof(*p->ex));
+	p->ex = calloc(NX * (size_t)p->S, sizeof(*p->ex));
 	p->st = calloc((size_t)p->S, sizeof(*p->st));
 	if (!p->in || !p->tg || ((p->s > 0 || wrap) && !p->sg) ||
 	    ((p->s < p->S - 1 || wrap) && !p->sa) || !p->sq || !p->ex || !p->st)
@@ -418,35 +420,39 @@ static int ilv_step(gk_nn_trainer *t, double *lsum, gk_err *err)
 
 /*
  * The stages' figures of the step (gk_nn_pp_stage), every stage's own
- * clocks summed over the pipeline after its schedule (one allreduce of 4
- * doubles a stage, outside the spans it measures): each rank of the
- * pipeline learns every stage's, so rank 0's log has them all.
+ * clocks summed over the pipeline after its schedule (one allreduce of NX
+ * doubles a stage, outside the spans it measures), and its accounted
+ * activations: each rank of the pipeline learns every stage's, so rank
+ * 0's log has them all.
  */
 static int stages_of(gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
 	double *x = p->ex;
-	memset(x, 0, 4 * (size_t)p->S * sizeof(*x));
-	x[4 * p->s] = p->wait;
-	x[4 * p->s + 1] = p->span;
-	x[4 * p->s + 2] = (double)p->bytes;
-	x[4 * p->s + 3] = (double)(gk_nn_tp_bytes(t->m) - p->tp0);
+	memset(x, 0, NX * (size_t)p->S * sizeof(*x));
+	x[NX * p->s] = p->wait;
+	x[NX * p->s + 1] = p->span;
+	x[NX * p->s + 2] = (double)p->bytes;
+	x[NX * p->s + 3] = (double)(gk_nn_tp_bytes(t->m) - p->tp0);
+	/* exact: bytes below 2^53 */
+	x[NX * p->s + 4] = (double)t->mem.bytes[GK_MEM_ACTIVATIONS];
 	gk_comm_trace_tag(t->grid.ppc, "stage times", -1); /* for the flight recorder */
-	if (gk_comm_allreduce(t->grid.ppc, x, x, 4 * (size_t)p->S, GK_DT_F64, GK_COMM_SUM, NULL,
+	if (gk_comm_allreduce(t->grid.ppc, x, x, NX * (size_t)p->S, GK_DT_F64, GK_COMM_SUM, NULL,
 			      err) < 0)
 		return gk_err_prefix(err, "pipeline stage %d: the stages' times", p->s);
 	double P = 0, idle = 0, busy = 0;
 	for (int s = 0; s < p->S; s++)
-		if (x[4 * s + 1] > P)
-			P = x[4 * s + 1];
+		if (x[NX * s + 1] > P)
+			P = x[NX * s + 1];
 	for (int s = 0; s < p->S; s++) {
 		gk_nn_pp_stage *g = &p->st[s];
-		double b = x[4 * s + 1] - x[4 * s];
+		double b = x[NX * s + 1] - x[NX * s];
 		g->busy_ms = b * 1e3;
 		g->idle_ms = (P - b) * 1e3;
 		g->bubble = b > 0 ? (P - b) / b : NAN;
-		g->pp_bytes = (uint64_t)x[4 * s + 2];
-		g->tp_bytes = (uint64_t)x[4 * s + 3];
+		g->pp_bytes = (uint64_t)x[NX * s + 2];
+		g->tp_bytes = (uint64_t)x[NX * s + 3];
+		g->activations = (uint64_t)x[NX * s + 4];
 		idle += P - b;
 		busy += b;
 	}

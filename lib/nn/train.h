@@ -315,6 +315,8 @@ typedef struct gk_nn_pp_stage {
 	uint64_t pp_bytes;      /* sent to its neighbour stages */
 	uint64_t tp_bytes;      /* put into its tensor group's collectives
 				 * (gk_nn_tp_bytes; 0 without --tp) */
+	uint64_t activations;   /* its accounted activations (its rank's
+				 * gk_nn_train_mem, GK_MEM_ACTIVATIONS) */
 } gk_nn_pp_stage;
 
 typedef struct gk_nn_train_log {

@@ -341,6 +341,9 @@ struct gk_nn_dp {
 	int host_update;      /* a GPU's update on the CPU, the moments in host
 			       * memory (--offload optimizer) */
 	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
+	int master_stale;     /* a GPU's bf16 working copy was gathered, not the
+			       * master: this rank's master is current in
+			       * [lo, hi) only (gk_nn_dp_master_full) */
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
 	float *resid;         /* ZeRO-1 to 3 with --compress: its error feedback, Np floats */
@@ -421,6 +424,11 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
  * rank calls it. Nothing under other stages. */
 int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err);
 void gk_nn_dp_params_shard(gk_nn_dp *dp);
+/* ZeRO-1 and 2 on GPUs in bf16: every rank's fp32 master whole again (a
+ * checkpoint's copy), one all-gather of the master's ranges where the
+ * steps since the last gathered the working copy instead; nothing
+ * otherwise. Every rank calls it. */
+int gk_nn_dp_master_full(gk_nn_dp *dp, gk_err *err);
 /* A pipeline's stage s, data-parallel rank r: its piece [*a, *b) of
  * segment k (gk_nn_dp's seg; the whole segment without ZeRO-1) */
 void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b);

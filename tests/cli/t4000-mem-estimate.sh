@@ -55,6 +55,75 @@ usage_case 'fit a GPU of 0 bytes' "--config $data/gpt2.json --fit 0" "--fit '0'"
 usage_case 'fit a GPU of 0 GiB' "--config $data/gpt2.json --fit 0GiB" "--fit '0GiB'"
 usage_case 'config and --untied' "--config $data/gpt2.json --untied" 'both describe'
 usage_case 'unknown recomputation' '--params 7B --recompute some' "--recompute 'some'"
+usage_case 'unknown pipeline schedule' "--config $data/gpt2.json --pp 2 --pp-schedule zb" \
+	"--pp-schedule 'zb'"
+usage_case 'interleaved without chunks' \
+	"--config $data/gpt2.json --pp 2 --grad-accum 2 --pp-schedule interleaved" \
+	'give --pp-chunks V'
+usage_case 'interleaved without stages' \
+	"--config $data/gpt2.json --pp-schedule interleaved --pp-chunks 2" 'give --pp N'
+usage_case 'chunks without the interleaved schedule' "--config $data/gpt2.json --pp 2 --pp-chunks 2" \
+	'the chunks of --pp-schedule interleaved'
+usage_case 'interleaved micro-batches not a multiple of the stages' \
+	"--config $data/gpt2.json --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 3" \
+	'--grad-accum 3 is not a multiple of 2'
+usage_case 'layers not dividing into the chunks' \
+	"--config $data/gpt2.json --pp 4 --pp-schedule interleaved --pp-chunks 2 --grad-accum 4" \
+	'the 12 layers do not divide into 8 chunks'
+usage_case 'a stage past the pipeline' "--config $data/gpt2.json --pp 2 --pp-stage 2" \
+	'--pp-stage 2: not one of the 2 stages (0 to 1)'
+usage_case 'fit with a schedule' "--config $data/gpt2.json --pp 2 --pp-schedule gpipe --fit 80GiB" \
+	'drop --pp-schedule and --pp-stage'
+
+# GPT-2 small (12 layers), 4 stages, 8 micro-batches, bf16 with dropout:
+# 1F1B keeps min(p - k, m) micro-batches of 3 layers on stage k, GPipe
+# all 8, the interleaved schedule of 3 chunks min(m V, w + 1) chunks of 1
+# layer, w = 2 (p - 1 - k) + (V - 1) p: 15 on stage 0, 9 on stage 3.
+# Stage 0 so holds 15 layers' worth, 1 + (p-1)/(pV) = 5/4 of 1F1B's 12
+# (Korthikanti et al. 2022 sec. 4.2.3); the embedding's dropout mask one
+# a set in flight, the last stage's logits and final norm one a set (the
+# last stage is then the more loaded, the one reported by default)
+test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the last' '
+	T="--config $data/gpt2.json -b 2 -s 512 --pp 4 --grad-accum 8" && M="$T --json" &&
+	I="--pp-schedule interleaved --pp-chunks 3" &&
+	for k in 0 3; do
+		mem-estimate $M --pp-stage $k >f$k.json &&
+		mem-estimate $M --pp-stage $k --pp-schedule gpipe >g$k.json &&
+		mem-estimate $M --pp-stage $k $I >i$k.json || return 1
+	done &&
+	mem-estimate $M --pp-schedule 1f1b >d.json &&
+	mem-estimate $T $I --pp-stage 0 >text &&
+	mem-estimate $M $I >di.json &&
+	mem-estimate --config $data/gpt2.json -b 2 -s 512 --grad-accum 8 --pp-schedule gpipe \
+		--json >one.json &&
+	grep "pipeline stage 0 of 4 .*interleaved, 15 micro-batch chunks in flight" text &&
+	python3 - <<-\PY
+	import json
+	J = lambda p: json.load(open(p))
+	s, b, h, V, e = 512, 2, 768, 50257, 2
+	layer = s * b * h * 34 + 5 * 12 * s * s * b  # Table 2, bytes at 2-byte activations
+	want = {"f0": (4, 3), "f3": (1, 3), "g0": (8, 3), "g3": (8, 3), "i0": (15, 1), "i3": (9, 1)}
+	for n, (m, l) in want.items():
+	    x = J(n + ".json")
+	    assert x["inflight"] == m and x["stage"] == int(n[1]), (n, x["inflight"])
+	    assert x["bytes"]["activations"] == m * l * layer, (n, x["bytes"]["activations"])
+	    if n[1] == "0":
+	        assert x["bytes"]["embedding_dropout"] == m * s * b * h, n
+	    else:
+	        assert x["bytes"]["logits"] == m * (e + 4) * s * b * V, n
+	        assert x["bytes"]["final_norm"] == m * 2 * e * s * b * h, n
+	    assert x["run"]["pp_schedule"] == {"f": "1f1b", "g": "gpipe", "i": "interleaved"}[n[0]]
+	assert J("i0.json")["bytes"]["activations"] * 4 == J("f0.json")["bytes"]["activations"] * 5
+	# the default is 1F1B, and without --pp-stage the more loaded stage
+	d = J("d.json")
+	most = lambda a, b: max(J(a), J(b), key=lambda x: x["total"])["bytes"]
+	assert d["run"]["pp_chunks"] == 1 and d["bytes"] == most("f0.json", "f3.json")
+	assert J("di.json")["bytes"] == most("i0.json", "i3.json")
+	# without a pipeline no schedule: one micro-batch of 12 layers at a time
+	assert J("one.json")["inflight"] == 1
+	assert J("one.json")["bytes"]["activations"] == 12 * layer
+	PY
+'
 
 test_expect_success 'JSON: every part in bytes, parts add up to the total' '
 	mem-estimate --config "$data/gpt2.json" -b 4 --zero 1 --dp 8 --json >out.json &&

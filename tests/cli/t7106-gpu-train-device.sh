@@ -370,14 +370,50 @@ test_expect_success 'CUEMU,GPUS,MPI' '2 GPUs, ZeRO-1: one reduce-scatter a bucke
 		test $(grep -c " ncclReduce .* op 4 .* group [1-9]" r$r.64K) -ge $((2 * buckets)) &&
 		test $(grep -c " ncclReduce " r$r.64K) = $(grep -c " ncclReduce .* op 4 .* group [1-9]" r$r.64K) &&
 		test $(grep " ncclReduce " r$r.64K | sed "s/.* group //" | sort -u | wc -l) = $((2 * buckets)) &&
-		test $(grep -c " ncclAllGather " r$r.64K) = 2 &&
+		test $(grep -c " ncclAllGather count $((n / 2)) type 7 " r$r.64K) = 2 &&
 		test $(grep -c " ncclReduceScatter " r$r.64K) = 0 &&
 		# the whole model in one bucket, equal pieces: ncclReduceScatter
 		grep "^rank $r " z11M.log >r$r.1M &&
 		test $(grep -c " ncclReduceScatter count $((n / 2)) type 7 op 4 .* group 0$" r$r.1M) = 2 &&
-		test $(grep -c " ncclAllGather " r$r.1M) = 2 &&
+		test $(grep -c " ncclAllGather count $((n / 2)) type 7 " r$r.1M) = 2 &&
 		test $(wc -l <r$r.1M) = 4 || return 1
 	done
+'
+
+# ZeRO-1 on GPUs in bf16 (lib/nn/dp.c's shard_gather): the all-gather
+# after the update moves the bf16 working copy (ncclBfloat16, type 9: 2
+# bytes a parameter), each rank's range rounded by the update from its
+# fp32 master, which stays sharded; a checkpoint gathers the master whole
+# first (one fp32 all-gather, type 7). The losses are ZeRO-0's bit for
+# bit (2 ranks: the same sums of two, and the same rounding of the same
+# fp32 numbers as ZeRO-0's update of the whole model), and so is each
+# step's checkpointed model, the fp32 master (without that gather rank 0
+# would write its stale copy of rank 1's range), training on after it.
+# The emulation's NCCL log: one bf16 all-gather a step and each
+# checkpoint's fp32 one, nothing else gathered; in fp32 the steps'
+# all-gathers are fp32 (the case above).
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-1 in bf16: the bf16 working copy gathered, ZeRO-0'"'"'s losses and checkpoint bit for bit' '
+	data &&
+	Z="$A --steps $short --device cuda --precision bf16 --bucket 64K" &&
+	rm -rf bz0 bz1 bz1.log &&
+	mpi 2 $Z --zero 0 --ckpt-dir bz0 --ckpt-every 1 >bz0.json &&
+	CUEMU_NCCL_LOG=$PWD/bz1.log mpi 2 $Z --zero 1 --ckpt-dir bz1 --ckpt-every 1 >bz1.json &&
+	losses bz0.json >bz0.losses && losses bz1.json >bz1.losses &&
+	test $(wc -l <bz1.losses) = $short &&
+	test_cmp bz0.losses bz1.losses &&
+	for s in $(seq $short); do
+		f=$(printf "step-%08d/model.safetensors" $s) &&
+		cmp bz0/$f bz1/$f || return 1
+	done &&
+	if test_have_prereq CUEMU; then
+		n=$(jq -s "map(select(.event == \"start\"))[0].params_padded" bz1.json) &&
+		for r in 0 1; do
+			grep "^rank $r ncclAllGather " bz1.log >ag$r &&
+			test $(grep -c " count $((n / 2)) type 9 " ag$r) = $short &&
+			test $(grep -c " count $((n / 2)) type 7 " ag$r) = $short &&
+			test $(wc -l <ag$r) = $((2 * short)) || return 1
+		done
+	fi
 '
 
 # ZeRO-2 over NCCL (lib/comm's comm_nccl.c): each bucket one group of

@@ -13,7 +13,9 @@ are 1F1B'"'"'s byte for byte (the moments in the Hugging Face order, not the
 stage-major one of the flat buffer), and --resume goes from interleaved
 to 1F1B and back, continuing the run that never stopped bit for bit.
 The step lines measure the bubble as 1F1B'"'"'s do; the start line states
-(S-1)/(V M). Layers not dividing by S x V, --grad-accum not a multiple of
+(S-1)/(V M). Each stage accounts the activations of min(M V, warm-up + 1)
+chunks in flight, as the shapes count them and mem-estimate --pp-chunks
+prices them. Layers not dividing by S x V, --grad-accum not a multiple of
 S, a missing --pp-chunks, --tp and --device cuda are refused up front.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
@@ -84,6 +86,77 @@ test_expect_success MPI 'pp 3, V 2, M 6 on 6 layers: 1F1B'"'"'s bits; the start 
 	close_to i3 one6 1e-5 &&
 	mpi 3 $S --layers 6 --steps 1 --grad-accum 6 --batch 4 --pp 3 $I >out &&
 	grep "(dp 1 x pp 3: layers 0-0+3-3, 1-1+4-4, 2-2+5-5; interleaved, 2 chunks a stage, over 6 micro-batches, bubble (3-1)/(2 x 6) = 0.167)" out
+'
+
+# The activations a stage accounts (its step lines' pp_stages[].activations,
+# rank 0's the start line's): one set per micro-batch's chunk in flight,
+# min(M V, w + 1) of them with Megatron-LM's warm-up w = 2 (S - 1 - s) +
+# (V - 1) S (M V when M = S), each the model's buffers for a chunk of
+# L/(S V) layers (lib/nn's act_sizes, counted here from the shapes), the
+# last stage's each with the head's (logits of the real vocabulary,
+# the padded columns being padding). mem-estimate --pp-schedule
+# interleaved --pp-chunks V --pp-stage s states the same sets: its
+# activations Korthikanti's f32 layer (64 sbh + 4 a s^2 b bytes without
+# dropout) times the chunk's layers and the sets, its logits and final
+# norm one per set on the last stage. What gpu-train keeps beyond them is
+# exact: a set's LayerNorm means and 1/std (2 floats a row of each norm),
+# its tokens and targets, the cross-entropy's log-sum-exp on the last
+# stage and elsewhere the chunk's output (kept in the set until sent).
+# Stage 0 holds L (1 + (S - 1)/(S V)) layers' worth, more than 1F1B's L
+# (Korthikanti et al. 2022 sec. 4.2.3).
+cat >ilvmem.py <<\PYEOF
+import json, sys
+run = [json.loads(l) for l in open(sys.argv[1])]
+st = next(r for r in run if r["event"] == "start")
+acts = [g["activations"] for g in next(r for r in run if r["event"] == "step")["pp_stages"]]
+S, V, M = st["pp"], st["pp_chunks"], st["grad_accum"]
+L, C, H, Vo = st["layers"], st["hidden"], st["heads"], st["vocab"]
+B, T = st["batch"], st["seq"]
+Vp = Vo + (st["params_padded"] - st["params"]) // C
+N = B * T
+r16 = lambda n: (n + 15) // 16 * 16
+assert acts[0] == st["memory"]["activations"], (acts[0], st["memory"])
+for s, a in enumerate(acts):
+    w = 2 * (S - 1 - s) + (V - 1) * S
+    if M == S or w > M * V:
+        w = M * V
+    sets = min(w + 1, M * V)
+    l, head = L // (S * V), int(s == S - 1)
+    pieces = [(l + 1) * N * C, head * N * C, head * N, head * N, head * N * Vp, head * N,
+              l * N * C, l * N, l * N, l * N * 3 * C, l * B * H * T * T, l * N * C,
+              l * N * C, l * N * C, l * N, l * N, l * N * 4 * C, l * N * 4 * C]
+    per = 4 * (sum(r16(x) for x in pieces) + 2 * r16(N)) - head * 4 * (Vp - Vo) * N
+    assert a == sets * per, ("stage %d: gpu-train %d, the shapes %d sets x %d" % (s, a, sets, per))
+    est = json.load(open(sys.argv[2] % s))
+    b = est["bytes"]
+    assert est["stage"] == s and est["inflight"] == sets, (s, est["inflight"], sets)
+    assert b["activations"] == sets * l * (64 * T * B * C + 4 * H * T * T * B), (s, b)
+    assert b.get("logits", 0) == head * sets * 4 * N * Vo, (s, b)
+    assert b.get("final_norm", 0) == head * sets * 2 * 4 * N * C, (s, b)
+    m = b["activations"] + b.get("logits", 0) + b.get("final_norm", 0)
+    extra = 4 * sets * (4 * N * l + 2 * N + (3 * N if head else N * C))
+    assert a - m == extra, ("stage %d: gpu-train %d - mem-estimate %d = %d, not %d" % (s, a, m, a - m, extra))
+    print("stage %d: %d sets of %d layers, gpu-train %d, mem-estimate %d" % (s, sets, l, a, m))
+f = json.load(open(sys.argv[3]))["bytes"]["activations"]
+e = json.load(open(sys.argv[2] % 0))["bytes"]["activations"]
+assert e * S * V == f * (S * V + S - 1), ("stage 0: interleaved %d, 1F1B %d" % (e, f))
+PYEOF
+
+test_expect_success MPI 'each stage'"'"'s activations: min(M V, warm-up + 1) chunk sets as the shapes count, mem-estimate --pp-chunks'"'"'s (S 2, V 2, M 4 and S 3, V 2, M 6)' '
+	for x in "i2 2 4 4" "i3 3 6 6"; do
+		set -- $x &&
+		jq -c "select(.event == \"start\") | {model_type: \"gpt2\", n_layer: .layers,
+			n_embd: .hidden, n_head: .heads, vocab_size: .vocab, n_positions: .positions}" \
+			$1.json >$1.cfg &&
+		M="--config $1.cfg --precision f32 -b 4 -s 16 --grad-accum $4 --no-dropout --pp $2 --json" &&
+		mem-estimate $M --pp-stage 0 >$1.f.json &&
+		s=0 && while test $s -lt $2; do
+			mem-estimate $M --pp-schedule interleaved --pp-chunks 2 --pp-stage $s >$1.e$s.json ||
+				return 1
+			s=$((s + 1))
+		done &&
+		python3 ilvmem.py $1.json "$1.e%d.json" $1.f.json || return 1
+	done
 '
 
 test_expect_success MPI 'pp 2 x dp 2 under ZeRO 1 and 2: 1F1B'"'"'s losses, and under ZeRO 1 its checkpoint byte for byte' '

@@ -596,6 +596,23 @@ ncclResult_t collective(ncclComm_t c, coll_args a, cudaStream_t s)
 			 writes ? out_b : 0);
 		return bad(m);
 	}
+	/* in place (NCCL's rule): the all-gather's input is this rank's
+	 * block of its output, the reduce-scatter's output this rank's block
+	 * of its input, at rank * count * the type's size; a block elsewhere
+	 * in the buffer (an offset in another type's size) is undefined */
+	if (in_b && (a.coll == C_ALLGATHER || a.coll == C_REDUCE_SCATTER)) {
+		const char *whole = (const char *)(a.coll == C_ALLGATHER ? a.recv : a.send);
+		const char *part = (const char *)(a.coll == C_ALLGATHER ? a.send : a.recv);
+		size_t blk = a.count * es;
+		if (part + blk > whole && part < whole + blk * n &&
+		    part != whole + (size_t)c->rank * blk) {
+			char m[200];
+			snprintf(m, sizeof m, "%s in place: rank %d's block at byte %td of the "
+				 "buffer, not %zu (rank * count %zu * type size %zu)", what, c->rank,
+				 part - whole, (size_t)c->rank * blk, a.count, es);
+			return bad(m);
+		}
+	}
 	if (const char *log = getenv("CUEMU_NCCL_LOG")) {
 		char line[160];
 		int len = snprintf(line, sizeof line,

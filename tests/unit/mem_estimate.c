@@ -343,6 +343,54 @@ static void fit(void)
 	   "world dp*tp*pp = 4, global batch dp*mb*accum = 24");
 }
 
+/*
+ * The cost model's data-parallel bytes a GPU sends a step, against the
+ * ring's arithmetic counted here per collective: an all-reduce moves its
+ * buffer twice, a reduce-scatter or all-gather once, each (N-1)/N of it.
+ * ZeRO-1 and 2 gather the working copy (2 bytes a parameter in bf16,
+ * gpu-train's ZeRO-1 on GPUs), not the f32 master, also where the
+ * gradients are f32 (--grad-f32: what gpu-train reduces on GPUs).
+ */
+static void dp_comm(void)
+{
+	gk_mem_model m;
+	gk_err err;
+	gk_mem_model_from_config(&m, "tests/data/mem/gpt2.json", 0, NULL, &err);
+	const gk_mem_gpu *g = gk_mem_gpu_find("H100-80");
+	struct {
+		gk_dtype prec;
+		int grad_f32, zero;
+		double grads, params; /* bytes a parameter: reduced, gathered */
+		int allreduce, gathers;
+	} v[] = {
+		{GK_DT_BF16, 0, 0, 2, 0, 1, 0}, {GK_DT_BF16, 0, 1, 2, 2, 0, 1},
+		{GK_DT_BF16, 1, 0, 4, 0, 1, 0}, {GK_DT_BF16, 1, 1, 4, 2, 0, 1},
+		{GK_DT_BF16, 1, 2, 4, 2, 0, 1}, {GK_DT_BF16, 1, 3, 4, 2, 0, 2},
+		{GK_DT_F32, 0, 0, 4, 0, 1, 0},  {GK_DT_F32, 0, 1, 4, 4, 0, 1},
+		{GK_DT_F32, 1, 3, 4, 4, 0, 2},
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		gk_mem_run r;
+		gk_mem_run_default(&r);
+		r.seq = 1024, r.dp = 8, r.precision = v[i].prec, r.grad_f32 = v[i].grad_f32;
+		r.zero = v[i].zero;
+		gk_mem_cand c;
+		gk_mem_cost(&m, &r, g, 25, &c);
+		double share = (double)m.params * 7 / 8;
+		double want = (v[i].allreduce ? 2 : 1) * v[i].grads * share +
+			      v[i].gathers * v[i].params * share;
+		ok(fabs(c.comm_bytes - want) <= 1e-9 * want,
+		   "%s%s ZeRO-%d over 8 GPUs: %.0f bytes a step, want %.0f",
+		   gk_dtype_name(v[i].prec), v[i].grad_f32 ? " --grad-f32" : "", v[i].zero,
+		   c.comm_bytes, want);
+	}
+	gk_mem_run one;
+	gk_mem_run_default(&one);
+	gk_mem_cand c;
+	gk_mem_cost(&m, &one, g, 25, &c);
+	ok(c.comm_bytes == 0, "one GPU: no data-parallel bytes (%g)", c.comm_bytes);
+}
+
 /* GeLU recomputation and gpu-train's layout (fused attention, no dropout). */
 static void layouts(void)
 {
@@ -656,6 +704,7 @@ int main(void)
 	model_splits();
 	optimizers();
 	fit();
+	dp_comm();
 	layouts();
 	defaults();
 	trainer();
