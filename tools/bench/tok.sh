@@ -97,7 +97,7 @@ theirs() {
 	PYTHONPATH=$pypath "$py" - "$1" "$2" "$runs" "$tok" "$docs" <<-\EOF
 	import json, os, sys, time
 	which, threads, runs, tok, docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-	texts = [open(p.rstrip("\n"), encoding="utf-8").read() for p in open(docs)]
+	texts = [open(p.rstrip("\n"), encoding="utf-8", newline="").read() for p in open(docs)]
 	nbytes = sum(len(t.encode()) for t in texts)
 	if which == "tokenizers":
 	    from tokenizers import Tokenizer
