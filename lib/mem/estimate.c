@@ -224,9 +224,10 @@ static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
 		if (r->pp_chunks < 2 || r->pp_chunks > 1 << 16)
 			return gk_errf(err, "pipeline schedule interleaved: give "
 				       "--pp-chunks V (2 or more chunks a stage)");
-		if (r->grad_accum % r->pp)
+		if (r->grad_accum < r->pp)
 			return gk_errf(err, "pipeline schedule interleaved with --pp %lld: "
-				       "--grad-accum %lld is not a multiple of %lld",
+				       "--grad-accum %lld is fewer micro-batches than "
+				       "stages (--grad-accum %lld or more)",
 				       (long long)r->pp, (long long)r->grad_accum,
 				       (long long)r->pp);
 	} else if (r->pp_chunks > 1) {
@@ -412,10 +413,19 @@ static double layer_bytes(const act *x, const gk_mem_run *r,
  * them (lib/nn/pp_sched.c; Narayanan et al. 2021, sec. 2.2): 1F1B's
  * min(M, p - stage) micro-batches, GPipe's M, and under the interleaved
  * schedule min(M V, w + 1) chunks with the warm-up w = 2 (p - 1 - stage)
- * + (V - 1) p (all M V when M = p, as Megatron-LM). Stage 0 so holds
- * p V + p - 1 chunks of L/(p V) layers, L (1 + (p - 1)/(p V)) layers'
- * worth: Korthikanti et al. 2022 sec. 4.2.3's factor over 1F1B's L.
+ * + (V - 1) N, N the group (gk_mem_pp_group; all M V when M = p, as
+ * Megatron-LM). With N = p stage 0 so holds p V + p - 1 chunks of
+ * L/(p V) layers, L (1 + (p - 1)/(p V)) layers' worth: Korthikanti et al.
+ * 2022 sec. 4.2.3's factor over 1F1B's L.
  */
+int64_t gk_mem_pp_group(int64_t M, int64_t S)
+{
+	for (int64_t N = S; N <= M; N++)
+		if (M % N == 0 || M % N >= S)
+			return N;
+	return 0;
+}
+
 static int64_t pp_inflight(const gk_mem_run *r, int stage)
 {
 	int64_t M = r->grad_accum, p = r->pp, n;
@@ -425,7 +435,7 @@ static int64_t pp_inflight(const gk_mem_run *r, int stage)
 		return M;
 	if (r->pp_sched == GK_MEM_PP_INTERLEAVED) {
 		int64_t V = r->pp_chunks, all = M * V;
-		int64_t w = 2 * (p - 1 - stage) + (V - 1) * p;
+		int64_t w = 2 * (p - 1 - stage) + (V - 1) * gk_mem_pp_group(M, p);
 		if (M == p || w > all)
 			w = all;
 		return w + 1 < all ? w + 1 : all;

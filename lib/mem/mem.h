@@ -173,10 +173,25 @@ enum {
  * runs them: the activations a stage s of S keeps for M micro-batches are
  * min(M, S - s) micro-batches' under 1F1B, M under GPipe and, under the
  * interleaved schedule of V chunks, min(M V, w + 1) chunks' with the
- * warm-up w = 2 (S - 1 - s) + (V - 1) S (M V when M = S) */
+ * warm-up w = 2 (S - 1 - s) + (V - 1) N (M V when M = S), N the schedule's
+ * group (gk_mem_pp_group) */
 enum { GK_MEM_PP_1F1B, GK_MEM_PP_GPIPE, GK_MEM_PP_INTERLEAVED };
 const char *gk_mem_pp_sched_name(int s);
 int gk_mem_pp_sched_parse(const char *s);
+
+/*
+ * The interleaved schedule's group for M micro-batches over S stages:
+ * a chunk takes its micro-batches N at a time, the last group the M mod
+ * N left when there are some (Megatron-LM's
+ * microbatch_group_size_per_vp_stage and get_schedule_table). Megatron-LM
+ * takes N from the user (S by default) and refuses one outside S .. M or
+ * leaving a last group of fewer than S, which would stall the pipeline;
+ * this is the smallest N it accepts: S when S divides M, and for every
+ * M >= S one exists (M itself). The warm-up, and so a stage's memory,
+ * grows with N; the bubble is (S - 1)/(V M) for any N accepted
+ * (tools/bench/pp_sim.py). Returns 0 when M < S (no such N).
+ */
+int64_t gk_mem_pp_group(int64_t M, int64_t S);
 
 typedef struct gk_mem_run {
 	int infer;           /* inference: weights + KV cache, no training state */

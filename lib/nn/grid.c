@@ -112,10 +112,15 @@ void gk_nn_grid_describe(char *buf, size_t len, int world, int64_t layers,
 			n += snprintf(buf + n, len - (size_t)n, "%s%d-%d", c ? "+" : s ? ", " : " ",
 				      l0, l1 - 1);
 		}
+	/* ... and its group, where it is not the stages' count */
+	int N = V > 1 ? (int)gk_mem_pp_group(grad_accum, pp) : pp;
+	char group[48] = "";
+	if (N != pp && N > 0)
+		snprintf(group, sizeof(group), " in groups of %d", N);
 	if (n >= 0 && (size_t)n < len && V > 1)
-		snprintf(buf + n, len - (size_t)n, "; %s, %d chunks a stage, over %d micro-batches, "
+		snprintf(buf + n, len - (size_t)n, "; %s, %d chunks a stage, over %d micro-batches%s, "
 			 "bubble (%d-1)/(%d x %d) = %.3g)", gk_nn_pp_sched_name(sched), V, grad_accum,
-			 pp, V, grad_accum, (double)(pp - 1) / ((double)V * grad_accum));
+			 group, pp, V, grad_accum, (double)(pp - 1) / ((double)V * grad_accum));
 	else if (n >= 0 && (size_t)n < len)
 		snprintf(buf + n, len - (size_t)n, "; %s over %d micro-batches, bubble (%d-1)/%d = "
 			 "%.3g)", gk_nn_pp_sched_name(sched), grad_accum, pp, grad_accum,

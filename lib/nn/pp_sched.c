@@ -92,6 +92,7 @@ struct gk_nn_pp {
 			     * else 1) */
 	gk_comm *back;      /* interleaved: the gradients' messages, apart from
 			     * the activations' (see ilv_step) */
+	int N;              /* interleaved: the group (ilv_task) */
 	int *slot_of;       /* interleaved: micro-batch k's chunk c's slot,
 			     * at k V + c, while it is in flight */
 	int *free_slot;     /* ... the slots free, nfree of them */
@@ -319,18 +320,20 @@ static int backward(gk_nn_trainer *t, int k, int c, int i, gk_err *err)
 
 /*
  * The interleaved schedule (Narayanan et al. 2021, section 2.2.2;
- * Megatron-LM's forward_backward_pipelining_with_interleaving): stage s
- * runs M V forwards and M V backwards, its i-th forward micro-batch
- * (i / (S V)) S + i % S on its chunk (i % (S V)) / S, its i-th backward
- * the same micro-batch on chunk V - 1 - (i % (S V)) / S: S micro-batches
- * through a chunk, then the same S through the next, so M must be a
- * multiple of S. The warm-up is (S - 1 - s) 2 + (V - 1) S forwards (all
- * of them when M = S, as Megatron-LM), then one forward and one backward
- * in turn, then the backwards left. The bubble is (S - 1) / (V M) of the
- * busy time where 1F1B's is (S - 1) / M (tools/bench/pp_sim.py checks
- * both). Each chunk meets its micro-batches in order 0 .. M-1 in both
- * directions, so a layer's gradients and the last stage's losses sum in
- * 1F1B's order: the same bits.
+ * Megatron-LM's forward_backward_pipelining_with_interleaving and its
+ * get_schedule_table): stage s runs M V forwards and M V backwards in
+ * groups of N micro-batches (gk_mem_pp_group: S when S divides M): a
+ * group's micro-batches through chunk 0, then the same through chunk 1,
+ * and so on, then the next group's; the last group is the M mod N left
+ * when there are some (S or more). Its i-th backward is its i-th
+ * forward's micro-batch on chunk V - 1 - c. The warm-up is (S - 1 - s) 2
+ * + (V - 1) N forwards (all of them when M = S, as Megatron-LM), then one
+ * forward and one backward in turn, then the backwards left. The bubble
+ * is (S - 1) / (V M) of the busy time where 1F1B's is (S - 1) / M
+ * (tools/bench/pp_sim.py checks both, and every N). Each chunk meets its
+ * micro-batches in order 0 .. M-1 in both directions, so a layer's
+ * gradients and the last stage's losses sum in 1F1B's order: the same
+ * bits.
  *
  * The messages: the first and the last stages exchange activations and
  * gradients both ways (the ring's wrap); with S = 2 a pair of stages
@@ -349,14 +352,17 @@ static int backward(gk_nn_trainer *t, int k, int c, int i, gk_err *err)
  */
 static void ilv_task(const gk_nn_pp *p, int i, int fwd, int *k, int *c)
 {
-	int g = p->S * p->V, j = (i % g) / p->S;
-	*k = i / g * p->S + i % p->S;
+	/* the group's first micro-batch g0 and its size n (the last group's
+	 * the M - g0 left) */
+	int g0 = i / (p->N * p->V) * p->N, n = g0 + p->N < p->M ? p->N : p->M - g0;
+	int j = (i - g0 * p->V) / n;
+	*k = g0 + (i - g0 * p->V) % n;
 	*c = fwd ? j : p->V - 1 - j;
 }
 
 static int ilv_warm(const gk_nn_pp *p)
 {
-	int n = p->M * p->V, w = (p->S - 1 - p->s) * 2 + (p->V - 1) * p->S;
+	int n = p->M * p->V, w = (p->S - 1 - p->s) * 2 + (p->V - 1) * p->N;
 	return p->M == p->S || w > n ? n : w;
 }
 
@@ -364,6 +370,7 @@ static int ilv_open(gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
 	size_t n = (size_t)p->M * (size_t)p->V;
+	p->N = (int)gk_mem_pp_group(p->M, p->S);
 	p->slots = ilv_warm(p) + 1 < (int)n ? ilv_warm(p) + 1 : (int)n;
 	p->slot_of = calloc(n, sizeof(*p->slot_of));
 	p->free_slot = calloc((size_t)p->slots, sizeof(*p->free_slot));
@@ -736,13 +743,15 @@ static int collect(gk_nn_trainer *t, float *out[3], gk_err *err)
  * The interleaved schedule's blocks lie stage-major in the flat buffer
  * (gk_nn_pp_place): the parameters are written by their tensors' offsets,
  * but the moments are the flat buffer's, stored in the Hugging Face order
- * that every other layout reads (resume.c, gk_nn_pp_from_hf).
+ * that every other layout reads (resume.c, gk_nn_pp_from_hf). Under
+ * tensor parallelism the gather that follows (checkpoint.c) places every
+ * tensor of both by its offsets, in that order already.
  */
 int gk_nn_tr_pp_collect(gk_nn_trainer *t, float *out[3], gk_err *err)
 {
 	if (collect(t, out, err) < 0)
 		return -1;
-	if (!out[1] || !t->pp || t->pp->V == 1)
+	if (!out[1] || !t->pp || t->pp->V == 1 || t->grid.tp > 1)
 		return 0;
 	size_t N = gk_nn_nparams(t->m);
 	float *tmp = malloc(N * sizeof(float) + 1);

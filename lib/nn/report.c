@@ -118,8 +118,11 @@ json_t *gk_nn_report_start_json(gk_nn_trainer *t)
 		json_object_set_new(j, "pp_schedule",
 				    json_string(gk_nn_pp_sched_name(r->pp_sched)));
 		int V = r->pp_sched == GK_NN_PP_INTERLEAVED ? r->pp_chunks : 1;
-		if (V > 1)
+		if (V > 1) {
 			json_object_set_new(j, "pp_chunks", json_integer(V));
+			json_object_set_new(j, "pp_group",
+					    json_integer(gk_mem_pp_group(r->grad_accum, pp)));
+		}
 		json_object_set_new(j, "pp_bubble",
 				    json_real((double)(pp - 1) / ((double)V * r->grad_accum)));
 	}

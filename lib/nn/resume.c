@@ -241,8 +241,9 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	/* (a tensor group under ZeRO: a pipeline of one stage, dp.c) */
 	int pp = o->pp_stage >= 0;
 	/* the interleaved schedule's blocks lie stage-major in the flat
-	 * buffer, the moments' in the Hugging Face order (gk_nn_pp_from_hf) */
-	int placed = pp && t->o.pp_sched == GK_NN_PP_INTERLEAVED;
+	 * buffer, the moments' in the Hugging Face order (gk_nn_pp_from_hf;
+	 * under tensor parallelism the scatter places each tensor) */
+	int placed = pp && t->o.pp_sched == GK_NN_PP_INTERLEAVED && t->grid.tp == 1;
 	float *whole = NULL, *local = NULL;
 	if ((placed || (pp && t->grid.tp > 1)) &&
 	    !(local = malloc(gk_nn_nparams(t->m) * sizeof(float)))) {

@@ -132,25 +132,21 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	if (o->pp_sched == GK_NN_PP_INTERLEAVED) {
 		/* the schedule's shape, said before any work (the layers' count
 		 * is checked once the model's shape is known: gk_nn_pp_chunk_layers) */
-		int S = o->pp, M = o->grad_accum, lo = M / S * S;
-		char alt[32] = "";
-		if (lo > 0)
-			snprintf(alt, sizeof(alt), "%d or ", lo);
+		int S = o->pp, M = o->grad_accum;
 		if (S < 2)
 			return gk_errf(err, "--pp-schedule interleaved: give --pp N (2 or more) too");
 		if (o->pp_chunks < 2)
 			return gk_errf(err, "--pp-schedule interleaved: give --pp-chunks V, the model "
 				       "chunks a stage (2 or more; one chunk is --pp-schedule 1f1b)");
-		/* (evaluation runs a batch at a time through the chunks) */
-		if (M % S && !o->eval_only && o->steps > 0)
+		/* a chunk takes its micro-batches S or more at a time
+		 * (gk_mem_pp_group); evaluation, a batch at a time */
+		if (M < S && !o->eval_only && o->steps > 0)
 			return gk_errf(err, "--pp-schedule interleaved with --pp %d: --grad-accum %d is "
-				       "not a multiple of %d (the schedule takes its micro-batches %d at "
-				       "a time through each chunk): --grad-accum %s%d", S, M, S, S, alt,
-				       lo + S);
-		const char *no = cuda == 1 ? "--device cuda (the CPU only: --device cpu)" :
-				 o->tp > 1 ? "--tp (leave it out, or --pp-schedule 1f1b)" : NULL;
-		if (no)
-			return gk_errf(err, "--pp-schedule interleaved: not with %s", no);
+				       "fewer micro-batches than the %d stages (each chunk takes them %d "
+				       "or more at a time): --grad-accum %d or more", S, M, S, S, S);
+		if (cuda == 1)
+			return gk_errf(err, "--pp-schedule interleaved: not with --device cuda (the "
+				       "CPU only: --device cpu)");
 	}
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */

@@ -64,9 +64,9 @@ usage_case 'interleaved without stages' \
 	"--config $data/gpt2.json --pp-schedule interleaved --pp-chunks 2" 'give --pp N'
 usage_case 'chunks without the interleaved schedule' "--config $data/gpt2.json --pp 2 --pp-chunks 2" \
 	'the chunks of --pp-schedule interleaved'
-usage_case 'interleaved micro-batches not a multiple of the stages' \
-	"--config $data/gpt2.json --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 3" \
-	'--grad-accum 3 is not a multiple of 2'
+usage_case 'interleaved micro-batches fewer than the stages' \
+	"--config $data/gpt2.json --pp 3 --pp-schedule interleaved --pp-chunks 2 --grad-accum 2" \
+	'--grad-accum 2 is fewer micro-batches than stages (--grad-accum 3 or more)'
 usage_case 'layers not dividing into the chunks' \
 	"--config $data/gpt2.json --pp 4 --pp-schedule interleaved --pp-chunks 2 --grad-accum 4" \
 	'the 12 layers do not divide into 8 chunks'
@@ -82,14 +82,19 @@ usage_case 'fit with a schedule' "--config $data/gpt2.json --pp 2 --pp-schedule 
 # Stage 0 so holds 15 layers' worth, 1 + (p-1)/(pV) = 5/4 of 1F1B's 12
 # (Korthikanti et al. 2022 sec. 4.2.3); the embedding's dropout mask one
 # a set in flight, the last stage's logits and final norm one a set (the
-# last stage is then the more loaded, the one reported by default)
+# last stage is then the more loaded, the one reported by default).
+# With 10 micro-batches the interleaved schedule takes them in groups of
+# N = 5 (4 would leave a last group of 2, fewer than the stages:
+# Megatron-LM's rule), w = 2 (p - 1 - k) + (V - 1) N: 17 on stage 0, 11 on
+# stage 3
 test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the last' '
 	T="--config $data/gpt2.json -b 2 -s 512 --pp 4 --grad-accum 8" && M="$T --json" &&
 	I="--pp-schedule interleaved --pp-chunks 3" &&
 	for k in 0 3; do
 		mem-estimate $M --pp-stage $k >f$k.json &&
 		mem-estimate $M --pp-stage $k --pp-schedule gpipe >g$k.json &&
-		mem-estimate $M --pp-stage $k $I >i$k.json || return 1
+		mem-estimate $M --pp-stage $k $I >i$k.json &&
+		mem-estimate $M --pp-stage $k $I --grad-accum 10 >j$k.json || return 1
 	done &&
 	mem-estimate $M --pp-schedule 1f1b >d.json &&
 	mem-estimate $T $I --pp-stage 0 >text &&
@@ -102,7 +107,8 @@ test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the l
 	J = lambda p: json.load(open(p))
 	s, b, h, V, e = 512, 2, 768, 50257, 2
 	layer = s * b * h * 34 + 5 * 12 * s * s * b  # Table 2, bytes at 2-byte activations
-	want = {"f0": (4, 3), "f3": (1, 3), "g0": (8, 3), "g3": (8, 3), "i0": (15, 1), "i3": (9, 1)}
+	want = {"f0": (4, 3), "f3": (1, 3), "g0": (8, 3), "g3": (8, 3), "i0": (15, 1), "i3": (9, 1),
+	        "j0": (17, 1), "j3": (11, 1)}
 	for n, (m, l) in want.items():
 	    x = J(n + ".json")
 	    assert x["inflight"] == m and x["stage"] == int(n[1]), (n, x["inflight"])
@@ -112,7 +118,8 @@ test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the l
 	    else:
 	        assert x["bytes"]["logits"] == m * (e + 4) * s * b * V, n
 	        assert x["bytes"]["final_norm"] == m * 2 * e * s * b * h, n
-	    assert x["run"]["pp_schedule"] == {"f": "1f1b", "g": "gpipe", "i": "interleaved"}[n[0]]
+	    assert x["run"]["pp_schedule"] == {"f": "1f1b", "g": "gpipe", "i": "interleaved",
+	                                       "j": "interleaved"}[n[0]]
 	assert J("i0.json")["bytes"]["activations"] * 4 == J("f0.json")["bytes"]["activations"] * 5
 	# the default is 1F1B, and without --pp-stage the more loaded stage
 	d = J("d.json")
