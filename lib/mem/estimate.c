@@ -700,7 +700,7 @@ static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
 		"4*Fr (64-byte multiple)", "4*Fr (64-byte multiple)", "4*F", "8*(R+1)", "4*R"};
 	uint64_t h[GK_MEM_NHOST];
 	gk_err err;
-	if (r->zero > 3 || !gpt2_device(m, r) ||
+	if (!gpt2_device(m, r) ||
 	    gk_mem_gpu_host(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp, r->zero,
 			    r->offload != GK_MEM_OFFLOAD_NONE, h, &err) < 0)
 		return;

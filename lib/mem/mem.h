@@ -317,9 +317,9 @@ enum { GK_MEM_MAX_PARTS = 40 };
  * "cuda_reserve", "checkpoint_copy" (host RAM, of the rank that writes
  * the model), and gpu-train's host terms on GPUs, host RAM of each rank
  * (gk_mem_gpu_host's: "host_params", "host_grads", "host_staging",
- * "host_moments", "host_grad_shard"); inference: "parameters", "kv_cache", "activations",
- * "logits", "tp_buffers", "cuda_reserve". A part that does not apply to a
- * run is absent rather than 0.
+ * "host_moments", "host_grad_shard"); inference: "parameters",
+ * "kv_cache", "activations", "logits", "tp_buffers", "cuda_reserve". A
+ * part that does not apply to a run is absent rather than 0.
  */
 typedef struct gk_mem_part {
 	const char *key;    /* JSON name: "parameters", "gradients" ... */

@@ -276,8 +276,9 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
  * What a rank of this run would allocate with ZeRO zero, micro-batch
  * batch and recomputation rc (lib/nn's), before allocating: on the host
  * the model's buffers (gk_nn_plan), the moments, the batch, compression's
- * error feedback (host memory on the CPU) and the checkpoint's copy; on a
- * GPU lib/mem's estimate (the bytes mem-estimate states). -1 for a shape
+ * error feedback (host memory on the CPU) and the checkpoint's copy, on a
+ * GPU its host terms for the model's buffers and the moments; on the
+ * device lib/mem's estimate (the bytes mem-estimate states). -1 for a shape
  * gk_nn_new refuses (it says why).
  */
 static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t *host,
@@ -334,12 +335,13 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	if (t->cuda) {
 		/*
 		 * A GPU's host terms (host_terms, gk_nn_train_mem's host):
-		 * lib/mem's, which mem-estimate states; over a tensor group or
-		 * a pipeline, which lib/mem does not lay out, the mirrors and
-		 * moments planned above and a staging of the mirror's size
+		 * lib/mem's, which mem-estimate states for 2 ranks or more;
+		 * for one rank (whose ZeRO shards nothing), over a tensor group
+		 * or a pipeline, which lib/mem does not lay out, the mirrors
+		 * and moments planned above and a staging of the mirror's size
 		 */
 		uint64_t h[GK_MEM_NHOST];
-		if (t->grid.tp == 1 && t->grid.pp == 1 &&
+		if (t->world > 1 && t->grid.tp == 1 && t->grid.pp == 1 &&
 		    gk_mem_gpu_host(t->cfg.layers, t->cfg.hidden, t->cfg.vocab, t->cfg.positions,
 				    t->world, zero, t->o.offload_host, h, &why) == 0) {
 			model = 0;
