@@ -347,8 +347,11 @@ static void print_text(const opts *o, const gk_mem_model *m,
 		const gk_mem_part *p = &e->part[i];
 		if (!p->host)
 			continue;
-		printf("host RAM per node %15.3f %s\n", p->bytes / unit(o),
-		       uname(o));
+		if (p->host == 2)
+			printf("host RAM per rank: %-24s %12.3f %s\n", p->key, p->bytes / unit(o),
+			       uname(o));
+		else
+			printf("host RAM per node %15.3f %s\n", p->bytes / unit(o), uname(o));
 		if (o->explain)
 			printf("      = %s\n      = %s\n      [%s]\n", p->formula,
 			       p->values, p->source);
@@ -422,6 +425,8 @@ static json_t *est_json(const gk_mem_est *e, int explain)
 	json_object_set_new(j, "model_states", json_integer(e->model_states));
 	json_object_set_new(j, "total", json_integer(e->total));
 	json_object_set_new(j, "host_per_node", json_integer(e->host));
+	if (e->host_rank)
+		json_object_set_new(j, "host_per_rank", json_integer(e->host_rank));
 	if (explain) {
 		json_t *x = json_array();
 		for (int i = 0; i < e->nparts; i++)

@@ -616,6 +616,39 @@ int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 	return 0;
 }
 
+static const char *const host_names[GK_MEM_NHOST] = {
+	"host_params", "host_grads", "host_staging", "host_moments", "host_grad_shard"};
+
+const char *gk_mem_host_name(gk_mem_host_term t)
+{
+	return (unsigned)t < GK_MEM_NHOST ? host_names[t] : "?";
+}
+
+int gk_mem_gpu_host(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions, int world,
+		    int zero, int offload, uint64_t out[GK_MEM_NHOST], gk_err *err)
+{
+	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
+	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32) ||
+	    world < 1 || zero < 0 || zero > 3)
+		return gk_errf(err, "host memory on GPUs: a GPT-2 of %lld layers, width %lld, "
+			       "%lld tokens and %lld positions over %d ranks under ZeRO %d is out "
+			       "of bounds", (long long)layers, (long long)hidden, (long long)vocab,
+			       (long long)positions, world, zero);
+	/* gpu-train's flat layout (gk_mem_zero2_device's) */
+	uint64_t C = (uint64_t)hidden, L = (uint64_t)layers, W = (uint64_t)world;
+	uint64_t vp = (uint64_t)gk_hf_vocab_padded(vocab);
+	uint64_t n = (vp + (uint64_t)positions) * C + L * (12 * C * C + 13 * C) + 2 * C;
+	uint64_t nflat = zero ? (n + W - 1) / W * W : n;
+	uint64_t range = zero ? nflat / W : n;
+	uint64_t mirror = (4 * nflat + 63) / 64 * 64;
+	out[GK_MEM_HOST_PARAMS] = mirror;
+	out[GK_MEM_HOST_GRADS] = zero >= 2 ? 0 : mirror;
+	out[GK_MEM_HOST_STAGING] = 4 * n;
+	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (range + 1);
+	out[GK_MEM_HOST_GRAD_SHARD] = offload && zero >= 2 ? 4 * range : 0;
+	return 0;
+}
+
 /* gpu-train's GPT-2 shape on a GPU (tied, a 4h MLP, no grouped heads) */
 static int gpt2_device(const gk_mem_model *m, const gk_mem_run *r)
 {
@@ -659,6 +692,39 @@ static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *he
 	gk_err err;
 	return gk_mem_zero2_device(m->layers, m->hidden, m->vocab, m->positions, r->bucket,
 				   r->overlap, head, ring, nb, &err);
+}
+
+/*
+ * gpu-train's host memory on GPUs, each rank's (gk_mem_gpu_host): for the
+ * runs whose device terms are gpu-train's (gpt2_device)
+ */
+static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
+{
+	static const char *const what[GK_MEM_NHOST] = {
+		"the f32 parameters' mirror in the flat layout",
+		"the f32 gradients' mirror (ZeRO-2 and 3: mapped, never written)",
+		"the pinned staging of transfers",
+		"the AdamW moments' host copies (checkpoints; --offload optimizer's state)",
+		"--offload optimizer's copy of the gradient shard"};
+	static const char *const formula[GK_MEM_NHOST] = {
+		"4*Fr (64-byte multiple)", "4*Fr (64-byte multiple)", "4*F", "8*(R+1)", "4*R"};
+	uint64_t h[GK_MEM_NHOST];
+	gk_err err;
+	if (!gpt2_device(m, r) ||
+	    gk_mem_gpu_host(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp, r->zero,
+			    r->offload != GK_MEM_OFFLOAD_NONE, h, &err) < 0)
+		return;
+	for (int i = 0; i < GK_MEM_NHOST; i++) {
+		if (!h[i])
+			continue;
+		add(c, host_names[i], (double)h[i], 2,
+		    "gpu-train on GPUs (lib/nn): host RAM of each rank; F the flat buffer (Psi "
+		    "and the vocabulary's padded rows), Fr it rounded up to a multiple of N under "
+		    "ZeRO, R = Fr/N (F without ZeRO)", "");
+		fmt(c, c->e->part[c->e->nparts - 1].formula, sizeof(c->e->part[0].formula),
+		    "%s: %s", formula[i], what[i]);
+		values(c, "%llu", (unsigned long long)h[i]);
+	}
 }
 
 static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t psi)
@@ -846,6 +912,7 @@ static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
 		if (m->arch != GK_MEM_ARCH_PARAMS)
 			activations(&c, m, r, stage);
 		buffers(&c, m, r, psi);
+		gpu_host(&c, m, r);
 	}
 	add(&c, "cuda_reserve", r->reserve, 0,
 	    "assumption: CUDA context (~0.5 GiB), cuBLAS and NCCL workspaces",
@@ -856,7 +923,9 @@ static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
 			       "sizes (sequence %lld, micro-batch %lld)",
 			       (long long)r->seq, (long long)r->micro_batch);
 	for (int i = 0; i < e->nparts; i++) {
-		if (e->part[i].host)
+		if (e->part[i].host == 2)
+			e->host_rank += e->part[i].bytes;
+		else if (e->part[i].host)
 			e->host += e->part[i].bytes;
 		else
 			e->total += e->part[i].bytes;

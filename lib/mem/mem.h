@@ -292,10 +292,34 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
 			int world, int es, int nslot, uint64_t *edge, uint64_t *ring, gk_err *err);
 
+/*
+ * What a rank of gpu-train on GPUs holds in host memory for the model
+ * (lib/nn's CUDA backend and lib/nn/dp.c), one term each, 0 where the run
+ * has none: the f32 mirror of the parameters in the flat layout
+ * ("host_params", the flat buffer of F floats, F the parameters with the
+ * vocabulary's padded rows, rounded up to a multiple of the world under
+ * ZeRO 1 to 3, then to 64 bytes), the same of the gradients ("host_grads";
+ * under ZeRO-2 and 3 mapped and never written, 0), the pinned staging of
+ * transfers ("host_staging", 4 F bytes, F unrounded), the AdamW moments'
+ * host copies, which a checkpoint reads and --offload optimizer updates
+ * ("host_moments", 2 * 4 * (R + 1), R the rank's range: F rounded / world
+ * under ZeRO, F without), and --offload optimizer's copy of the gradient
+ * shard under ZeRO-2 and 3 ("host_grad_shard", 4 R). The ZeRO stage
+ * decides nothing else: ZeRO-3's mirror and staging are whole, as the
+ * other stages'. The keys name the estimate's parts too.
+ */
+typedef enum gk_mem_host_term {
+	GK_MEM_HOST_PARAMS, GK_MEM_HOST_GRADS, GK_MEM_HOST_STAGING, GK_MEM_HOST_MOMENTS,
+	GK_MEM_HOST_GRAD_SHARD, GK_MEM_NHOST
+} gk_mem_host_term;
+const char *gk_mem_host_name(gk_mem_host_term t);
+int gk_mem_gpu_host(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions, int world,
+		    int zero, int offload, uint64_t out[GK_MEM_NHOST], gk_err *err);
+
 /* ---- the estimate ------------------------------------------------------------ */
 
-/* more than lib/mem/estimate.c's add()s, none of which runs twice */
-enum { GK_MEM_MAX_PARTS = 32 };
+/* more than lib/mem/estimate.c's add()s run (each once; gpu_host's, GK_MEM_NHOST) */
+enum { GK_MEM_MAX_PARTS = 40 };
 
 /*
  * The keys of the parts are an interface: mem-estimate --json prints them
@@ -306,14 +330,18 @@ enum { GK_MEM_MAX_PARTS = 32 };
  * "dp_buckets", "zero2_embedding_grads" (gpu-train --zero 2 on GPUs),
  * "zero3_gather", "tp_buffers", "pp_buffers",
  * "cuda_reserve", "checkpoint_copy" (host RAM, of the rank that writes
- * the model); inference: "parameters", "kv_cache", "activations",
- * "logits", "tp_buffers", "cuda_reserve". A part that does not apply to a
- * run is absent rather than 0.
+ * the model), and gpu-train's host terms on GPUs, host RAM of each rank
+ * (gk_mem_gpu_host's: "host_params", "host_grads", "host_staging",
+ * "host_moments", "host_grad_shard"); inference: "parameters",
+ * "kv_cache", "activations", "logits", "tp_buffers", "cuda_reserve". A
+ * part that does not apply to a run is absent rather than 0.
  */
 typedef struct gk_mem_part {
 	const char *key;    /* JSON name: "parameters", "gradients" ... */
-	uint64_t bytes;     /* per GPU (host RAM parts: per node) */
-	int host;           /* 1: host RAM, not counted in the GPU total */
+	uint64_t bytes;     /* per GPU (host RAM parts: per node, or per rank) */
+	int host;           /* 1: host RAM per node (or of the rank that writes
+			       a checkpoint), 2: host RAM of each rank; not
+			       counted in the GPU total */
 	char formula[160];  /* symbolic, e.g. "2*Psi/(tp*pp)" */
 	char values[200];   /* the same with numbers substituted */
 	const char *source; /* paper and equation, or "assumption: ..." */
@@ -323,7 +351,8 @@ typedef struct gk_mem_est {
 	gk_mem_part part[GK_MEM_MAX_PARTS];
 	int nparts;
 	uint64_t total;      /* GPU bytes of the most-loaded rank */
-	uint64_t host;       /* host bytes per node */
+	uint64_t host;       /* host bytes per node (the parts of host 1) */
+	uint64_t host_rank;  /* host bytes of each rank (the parts of host 2) */
 	uint64_t model_states; /* parameters + gradients + optimizer states */
 	uint64_t stage_params; /* parameters held by that rank's stage and TP slice */
 	int stage;           /* the most-loaded pipeline stage (0 or pp-1) */

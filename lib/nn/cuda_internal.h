@@ -319,6 +319,7 @@ gk_dtype gk_nn_cuda_pp_dtype(const gk_nn_model *m);
 int gk_nn_cuda_slots(gk_nn_model *m, int n, gk_err *err);
 void gk_nn_cuda_use_slot(gk_nn_model *m, int from, int to);
 void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out);
+uint64_t gk_nn_cuda_pinned(const gk_nn_model *m); /* bytes of the pinned staging */
 
 /* ---- the backend behind nn.h (model_cuda.c; model_nocuda.c without CUDA) ---------------- */
 

@@ -906,6 +906,17 @@ void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out)
 	*out = m->mem;
 }
 
+void gk_nn_host_memory(const gk_nn_model *m, gk_nn_host_mem *out)
+{
+	*out = (gk_nn_host_mem){0};
+	if (!m->cu)
+		return;
+	/* (bucket_grads' mapping adds nothing to m->mem) */
+	out->params = m->mem.parameters;
+	out->grads = m->mem.gradients;
+	out->pinned = gk_nn_cuda_pinned(m);
+}
+
 /* ---- accounting ------------------------------------------------------------------- */
 
 double gk_nn_flops(const gk_nn_model *m)

@@ -328,6 +328,11 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
 	out->optimizer = cu->bytes[GK_CUDA_MEM_OPTIM];
 }
 
+uint64_t gk_nn_cuda_pinned(const gk_nn_model *m)
+{
+	return m->cu && m->cu->pin ? m->cu->pin_bytes : 0;
+}
+
 /* ---- forward ------------------------------------------------------------------- */
 
 /* the working copy of element off (unit_params: in its unit's buffer) */

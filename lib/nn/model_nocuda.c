@@ -67,6 +67,11 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
 	memset(out, 0, sizeof(*out));
 }
 
+uint64_t gk_nn_cuda_pinned(const gk_nn_model *m)
+{
+	return 0;
+}
+
 int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 {
 	return 0; /* only CPU models exist in this build */

@@ -620,6 +620,18 @@ typedef struct gk_nn_mem {
 
 void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
 /*
+ * What a CUDA model holds in host memory (gk_nn_memory's bytes are the
+ * device's): the f32 mirrors of the parameters and of the gradients in
+ * the flat layout, as allocated (nflat floats rounded up to 64 bytes;
+ * the gradients' 0 under bucket_grads, mapped and never written), and
+ * the pinned staging of its transfers (nparams floats). All 0 for a CPU
+ * model, whose gk_nn_memory is host memory.
+ */
+typedef struct gk_nn_host_mem {
+	uint64_t params, grads, pinned;
+} gk_nn_host_mem;
+void gk_nn_host_memory(const gk_nn_model *m, gk_nn_host_mem *out);
+/*
  * What gk_nn_new(c, o) allocates in host memory, by the same sizes,
  * without allocating: on the CPU backend all of it, on CUDA the host
  * copies of the parameters and gradients (the device's bytes are lib/mem's

@@ -31,6 +31,15 @@ void gk_nn_report_mem(FILE *out, const gk_nn_train_mem *m, json_t *into)
 			json_object_set_new(o, gk_mem_cat_name(c), json_integer((json_int_t)m->bytes[c]));
 		json_object_set_new(o, "total", json_integer((json_int_t)m->total));
 		json_object_set_new(into, "memory", o);
+		if (m->host_total) {
+			json_t *h = json_object();
+			for (int i = 0; i < GK_MEM_NHOST; i++)
+				if (m->host[i])
+					json_object_set_new(h, gk_mem_host_name(i),
+							    json_integer((json_int_t)m->host[i]));
+			json_object_set_new(h, "total", json_integer((json_int_t)m->host_total));
+			json_object_set_new(into, "host_memory", h);
+		}
 		if (m->offload_file)
 			json_object_set_new(into, "offload",
 					    json_pack("{s:s, s:s, s:I, s:I, s:I}", "where", "file",
@@ -49,6 +58,19 @@ void gk_nn_report_mem(FILE *out, const gk_nn_train_mem *m, json_t *into)
 		fprintf(out, "%s %s %s", c ? "," : "", gk_mem_cat_name(c),
 			     gk_format_size(m->bytes[c], 0, b, sizeof(b)));
 	fprintf(out, ", total %s\n", gk_format_size(m->total, 0, b, sizeof(b)));
+	if (m->host_total) {
+		const char *sep = "";
+		fprintf(out, "host memory per rank:");
+		for (int i = 0; i < GK_MEM_NHOST; i++) {
+			if (!m->host[i])
+				continue;
+			fprintf(out, "%s %s %s", sep, gk_mem_host_name(i),
+				gk_format_size(m->host[i], 0, b, sizeof(b)));
+			sep = ",";
+		}
+		fprintf(out, ", total %s\n",
+			gk_format_size(m->host_total, 0, b, sizeof(b)));
+	}
 	if (m->offload_file) {
 		char f[32];
 		fprintf(out, "optimizer state offloaded: %s in '%s', through a buffer of %s\n",

@@ -296,6 +296,17 @@ typedef struct gk_nn_train_mem {
 	 */
 	uint64_t offload_state, offload_file, offload_buffer;
 	const char *offload_path;
+	/*
+	 * On a GPU, the host memory the rank allocated for the model, by
+	 * lib/mem's host terms (gk_mem_host_term: the parameters' and
+	 * gradients' mirrors, the pinned staging, the moments' host copies,
+	 * --offload optimizer's gradient shard), which mem-estimate states
+	 * for the same run; host_total their sum. The checkpoint's copy is
+	 * host memory too, in bytes[GK_MEM_CHECKPOINT]. All 0 on the CPU,
+	 * where every category is host memory.
+	 */
+	uint64_t host[GK_MEM_NHOST];
+	uint64_t host_total;
 } gk_nn_train_mem;
 
 /*

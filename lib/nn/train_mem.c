@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda.h"
 #include "mem/mem.h"
@@ -71,6 +72,34 @@ static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
 	size_t C = (size_t)t->cfg.hidden;
 	*edge = ((size_t)t->cfg.vocab_pad + (size_t)t->cfg.positions + 2) * C;
 	*block = 12 * C * C + 13 * C;
+}
+
+/*
+ * A GPU's host memory for the model, as allocated (lib/mem's host terms,
+ * gk_mem_gpu_host's computation from the shape, which mem-estimate
+ * states): the model's mirrors and pinned staging, the moments' host
+ * copies (the update's own under --offload optimizer; the spare float
+ * each that gk_nn_dp_new allocates) and --offload optimizer's copy of
+ * the gradient shard.
+ */
+static void host_terms(gk_nn_trainer *t)
+{
+	const gk_nn_dp *dp = t->dp;
+	uint64_t *h = t->mem.host;
+	memset(h, 0, sizeof(t->mem.host));
+	t->mem.host_total = 0;
+	if (!t->cuda)
+		return;
+	gk_nn_host_mem hm;
+	gk_nn_host_memory(t->m, &hm);
+	size_t nm = dp->pp_stage >= 0 ? dp->per[0] + dp->per[1] : dp->hi - dp->lo + dp->head;
+	h[GK_MEM_HOST_PARAMS] = hm.params;
+	h[GK_MEM_HOST_GRADS] = hm.grads;
+	h[GK_MEM_HOST_STAGING] = hm.pinned;
+	h[GK_MEM_HOST_MOMENTS] = dp->mom ? (uint64_t)2 * (nm + 1) * sizeof(float) : 0;
+	h[GK_MEM_HOST_GRAD_SHARD] = dp->hshard ? (uint64_t)(dp->hi - dp->lo) * sizeof(float) : 0;
+	for (int i = 0; i < GK_MEM_NHOST; i++)
+		t->mem.host_total += h[i];
 }
 
 /*
@@ -212,6 +241,7 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	t->mem.total = 0;
 	for (int c = 0; c < GK_MEM_NCAT; c++)
 		t->mem.total += b[c];
+	host_terms(t);
 }
 
 const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
@@ -246,8 +276,9 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
  * What a rank of this run would allocate with ZeRO zero, micro-batch
  * batch and recomputation rc (lib/nn's), before allocating: on the host
  * the model's buffers (gk_nn_plan), the moments, the batch, compression's
- * error feedback (host memory on the CPU) and the checkpoint's copy; on a
- * GPU lib/mem's estimate (the bytes mem-estimate states). -1 for a shape
+ * error feedback (host memory on the CPU) and the checkpoint's copy, on a
+ * GPU its host terms for the model's buffers and the moments; on the
+ * device lib/mem's estimate (the bytes mem-estimate states). -1 for a shape
  * gk_nn_new refuses (it says why).
  */
 static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t *host,
@@ -298,10 +329,29 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		pl.gradients = shard + live;
 	}
 	size_t fb = t->world > 1 && t->o.compress != GK_COMM_COMPRESS_NONE ? nflat : 0;
-	*host = pl.parameters + pl.gradients + pl.activations + pl.workspace +
-		(t->o.offload_dir ? gk_nn_offload_buffer_bytes(t->o.offload_chunk, per)
-				  : (uint64_t)2 * (per + 1) * sizeof(float)) +
-		(uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
+	uint64_t model = pl.parameters + pl.gradients + pl.activations + pl.workspace +
+			 (t->o.offload_dir ? gk_nn_offload_buffer_bytes(t->o.offload_chunk, per)
+					   : (uint64_t)2 * (per + 1) * sizeof(float));
+	if (t->cuda) {
+		/*
+		 * A GPU's host terms (host_terms, gk_nn_train_mem's host):
+		 * lib/mem's, which mem-estimate states for 2 ranks or more;
+		 * for one rank (whose ZeRO shards nothing), over a tensor group
+		 * or a pipeline, which lib/mem does not lay out, the mirrors
+		 * and moments planned above and a staging of the mirror's size
+		 */
+		uint64_t h[GK_MEM_NHOST];
+		if (t->world > 1 && t->grid.tp == 1 && t->grid.pp == 1 &&
+		    gk_mem_gpu_host(t->cfg.layers, t->cfg.hidden, t->cfg.vocab, t->cfg.positions,
+				    t->world, zero, t->o.offload_host, h, &why) == 0) {
+			model = 0;
+			for (int i = 0; i < GK_MEM_NHOST; i++)
+				model += h[i];
+		} else {
+			model += pl.parameters;
+		}
+	}
+	*host = model + (uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
 		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +
 		/* tensor parallelism: rank 0 copies the whole model, at most tp
 		 * times its slices */
@@ -345,12 +395,13 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 /*
  * The cheapest configuration gpu-train can run here: lib/mem's search
  * (mem-estimate --fit) bounded to what the trainer has (data parallelism
- * only, ZeRO 0 to 3 on the CPU and 0 or 1 elsewhere, recomputation none
+ * only, ZeRO 0 to 3 without --tp or --pp and 0 or 1 with, recomputation none
  * or layer, the global batch kept through --batch and --grad-accum) ranks
  * the candidates that fit cap bytes a rank, and the first whose own need
- * (need_of) passes the check q failed is the advice.
+ * (need_of) passes the check q failed is the advice, with its need of the
+ * device's memory (dev) or the host's.
  */
-static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_t cap,
+static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_t cap, int dev,
 		       char *out, size_t len)
 {
 	gk_mem_train mt = mem_train(t, t->o.recompute, t->o.batch, t->o.zero);
@@ -369,8 +420,9 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 	gk_mem_fit_req req = {.world = t->world,
 			      .global_batch = (int64_t)t->world * t->o.batch * t->o.grad_accum,
 			      .capacity = cap, .tp_max = 1, .pp_max = 1,
-			      /* ZeRO-2 and 3 shard on the CPU, without --tp or --pp */
-			      .zero_max = !t->cuda && t->grid.tp == 1 && t->grid.pp == 1 ? 3 : 1,
+			      /* ZeRO-2 and 3 shard without --tp or --pp (on GPUs
+			       * over NCCL; gk_nn_train_check refuses the rest) */
+			      .zero_max = t->grid.tp == 1 && t->grid.pp == 1 ? 3 : 1,
 			      .recompute = 1u << GK_MEM_RC_NONE | 1u << GK_MEM_RC_FULL};
 	enum { NCAND = 64 };
 	gk_mem_cand *c = calloc(NCAND, sizeof(*c));
@@ -408,8 +460,7 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 		if (k < len)
 			snprintf(out + k, len - k, "(%s a rank, the same global batch; by "
 				 "mem-estimate --fit)",
-				 gk_format_size(t->cuda ? v.dev_need : v.host_need, 0, sz,
-						sizeof(sz)));
+				 gk_format_size(dev ? v.dev_need : v.host_need, 0, sz, sizeof(sz)));
 		break;
 	}
 	free(c);
@@ -451,12 +502,15 @@ int gk_nn_tr_check_memory(gk_nn_trainer *t, gk_err *err)
 	int rc = 0;
 	if (planned && !gk_mem_room_check(&q, &room) && !t->o.force) {
 		char need[32], avail[32], each[32], fix[256];
-		fit_advice(t, &q, room.avail / (uint64_t)room.ranks, fix, sizeof(fix));
 		/* --mem-limit bounds the device's bytes on a GPU */
-		uint64_t mine = room.limit == GK_MEM_LIMIT_DEVICE ||
-						(room.limit == GK_MEM_LIMIT_RANK && q.dev_need)
-					? q.dev_need
-					: q.host_need;
+		int dev = room.limit == GK_MEM_LIMIT_DEVICE ||
+			  (room.limit == GK_MEM_LIMIT_RANK && q.dev_need);
+		uint64_t mine = dev ? q.dev_need : q.host_need;
+		/* a GPU's host too small: the candidates still fit its device */
+		uint64_t cap = room.avail / (uint64_t)room.ranks;
+		if (t->cuda && !dev && q.dev_need)
+			cap = q.dev_free / (uint64_t)(q.dev_ranks > 0 ? q.dev_ranks : 1);
+		fit_advice(t, &q, cap, dev, fix, sizeof(fix));
 		gk_format_size(mine, 0, each, sizeof(each));
 		gk_format_size(room.need, 0, need, sizeof(need));
 		gk_format_size(room.avail, 0, avail, sizeof(avail));

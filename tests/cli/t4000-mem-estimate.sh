@@ -139,7 +139,10 @@ import json
 j = json.load(open(\"out.json\"))
 assert j[\"units\"] == \"bytes\" and j[\"model\"][\"params\"] == 124439808
 b = j[\"bytes\"]
-assert sum(b.values()) == j[\"total\"], (sum(b.values()), j[\"total\"])
+# the host terms of gpu-train on GPUs (host RAM of each rank): not the GPU total
+host = sum(v for k, v in b.items() if k.startswith(\"host_\"))
+assert host and host == j[\"host_per_rank\"], (host, j)
+assert sum(b.values()) - host == j[\"total\"], (sum(b.values()), j[\"total\"])
 P = 124439808
 assert b[\"parameters\"] == 2 * P and b[\"gradients\"] == 2 * P
 assert abs(b[\"optimizer\"] - 12 * P / 8) <= 1
@@ -147,6 +150,58 @@ s, bb, h, a, L, V = 1024, 4, 768, 12, 12, 50257
 assert abs(b[\"activations\"] - L * s * bb * h * (34 + 5 * a * s / h)) <= 1
 assert b[\"logits\"] == 6 * s * bb * V
 "
+'
+
+# gpu-train'"'"'s host memory on GPUs, each rank'"'"'s (the trainer'"'"'s own
+# accounting of it is t7119'"'"'s): GPT-2 small'"'"'s flat buffer F, its
+# vocabulary padded to 50304 rows, rounded up to 5 ranks under ZeRO 1 to
+# 3 (124475904 is not a multiple of 5), then to 64 bytes. Only where the
+# device terms are gpu-train'"'"'s: 2 or more ranks, no --tp, a GPT-2.
+test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shape, not in the GPU total' '
+	for z in 0 1 2 3; do
+		mem-estimate --config "$data/gpt2.json" --dp 5 --zero $z --json >h$z.json &&
+		mem-estimate --config "$data/gpt2.json" --dp 5 --zero $z --offload optimizer \
+			--json >ho$z.json || return 1
+	done &&
+	mem-estimate --config "$data/gpt2.json" --dp 5 --zero 3 >h3.txt &&
+	mem-estimate --config "$data/gpt2.json" --zero 3 --json >one.json &&
+	mem-estimate --config "$data/gpt2.json" --dp 4 --tp 2 --zero 1 --json >tp.json &&
+	mem-estimate --config "$data/llama-2-7b.json" --dp 4 --zero 3 --json >ll.json &&
+	python3 - <<-\PY
+	import json
+	C, L, V, P, N = 768, 12, 50304, 1024, 5
+	F = (V + P) * C + L * (12 * C * C + 13 * C) + 2 * C
+	assert F == 124439808 + (V - 50257) * C and F % N, F
+	def want(z, off):
+	    Fr = -(-F // N) * N if z else F
+	    R = Fr // N if z else F
+	    mirror = -(-4 * Fr // 64) * 64
+	    w = {"host_params": mirror, "host_staging": 4 * F, "host_moments": 8 * (R + 1)}
+	    if z < 2:
+	        w["host_grads"] = mirror
+	    if off and z >= 2:
+	        w["host_grad_shard"] = 4 * R
+	    return w
+	TERMS = ("host_params", "host_grads", "host_staging", "host_moments", "host_grad_shard")
+	for z in range(4):
+	    for off in (0, 1):
+	        j = json.load(open("%s%d.json" % ("ho" if off else "h", z)))
+	        b = j["bytes"]
+	        got = {k: v for k, v in b.items() if k in TERMS}
+	        assert got == want(z, off), (z, off, got, want(z, off))
+	        assert j["host_per_rank"] == sum(got.values()), j
+	        assert ("host_ram" in b) == bool(off), b
+	        gpu = sum(v for k, v in b.items() if k not in TERMS and k != "host_ram")
+	        assert gpu == j["total"], (z, off, gpu, j["total"])
+	b = json.load(open("h3.json"))["bytes"]
+	rows = [l.split() for l in open("h3.txt") if l.startswith("host RAM per rank: ")]
+	assert [r[4] for r in rows] == ["host_params", "host_staging", "host_moments"], rows
+	for r in rows:
+	    assert abs(float(r[5]) - b[r[4]] / 2**30) < 0.001 and r[6] == "GiB", (r, b)
+	for f in ("one.json", "tp.json", "ll.json"):
+	    j = json.load(open(f))
+	    assert "host_per_rank" not in j and not set(j["bytes"]) & set(TERMS), (f, j)
+	PY
 '
 
 test_expect_success 'text output states units and matches JSON (GiB and --si GB)' '

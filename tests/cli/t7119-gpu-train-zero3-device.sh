@@ -14,7 +14,11 @@ accumulation too; the CPU backend'"'"'s ZeRO-3 within 1e-4 (t7106'"'"'s fp32
 bound). The device memory falls from ZeRO-2'"'"'s by the
 whole parameters less the shard and the unit buffers, as accounted and
 as mem-estimate states. Checkpoints: each rank writes its shard, and
-device and CPU ZeRO-3 resume from each other.'
+device and CPU ZeRO-3 resume from each other. The host memory a rank
+allocates for the model (the parameters'"'"' mirror and the pinned staging,
+whole under ZeRO-3 too, the moments'"'"' host copies) is accounted by term
+as mem-estimate states it, and a run whose host memory exceeds the
+cgroup'"'"'s limit is refused before any work.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -234,6 +238,14 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and t
 	assert z3k["memory"]["comm"] - m2["comm"] == kept, (z3k["memory"], m2, kept)
 	assert m2["total"] - m3["total"] == saved + m2["checkpoint"] - m3["checkpoint"], (m2, m3)
 	assert saved > 0, saved
+	# host memory: ZeRO-3'"'"'s parameter mirror and staging are whole, as
+	# ZeRO-2'"'"'s (n floats each), the moments'"'"' copies the range (and a
+	# float), the gradients'"'"' mirror never written; mem-estimate'"'"'s terms
+	host = {"host_params": 4 * n, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
+	for z, me in ((z2, me2), (z3, me3), (z3k, me3k)):
+	    want = dict(host, total=sum(host.values()))
+	    assert z["host_memory"] == want, (z["host_memory"], want)
+	    assert {k: v for k, v in me.items() if k in host} == host, (me, host)
 	if sys.argv[1]:
 	    peak = lambda p: sorted(int(open(f).read().split()[1]) for f in glob.glob(p + ".*"))
 	    p2, p3 = peak("mem2"), peak("mem3")
@@ -256,6 +268,100 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the checkpoint copy in host memo
 	p=$(jq ".model.params" mc3.json) &&
 	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
 	test "$g" = "$m" && test "$m" = $((6 * p))
+'
+
+# host_case NAME PRECISION ZERO [OPTION...]: a step on 2 GPUs (hNAME.json)
+# and mem-estimate's figures for the same flags (hmNAME.json)
+host_case() {
+	hn=$1 p=$2 z=$3 &&
+	shift 3 &&
+	mp=$p &&
+	if test $p = fp32; then mp=f32; fi &&
+	mpi 2 $A --steps 1 --device cuda --precision $p --zero $z "$@" --ckpt-dir h$hn >h$hn.json &&
+	mem-estimate --config h$hn/latest/config.json --precision $mp -b 4 -s 16 --no-dropout \
+		--zero $z "$@" --dp 2 --json >hm$hn.json
+}
+
+# The host terms in bf16 (the mirrors are f32 whatever the working copy),
+# with the blocks kept gathered, under ZeRO-1 (the gradients' mirror
+# too) and with --offload optimizer (the moments themselves; ZeRO-3's
+# copy of its gradient shard): the start line's and the step lines'
+# host_memory, term by term, are mem-estimate's for the same flags, and
+# the shape's (TINY: 384 padded rows, 33 positions, 2 blocks of width 32:
+# an even flat buffer of n floats). fp32 without --offload: the device
+# memory case above.
+test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by term, is mem-estimate'"'"'s in bf16 and fp32, ZeRO-1 and 3, kept gathered, offloaded' '
+	host_case b3 bf16 3 &&
+	host_case b3k bf16 3 --reshard-after-forward no &&
+	host_case b1 bf16 1 &&
+	host_case o1 bf16 1 --offload optimizer &&
+	host_case o3 fp32 3 --offload optimizer &&
+	python3 - <<-\PY
+	import json
+	C, L = 32, 2
+	n = (384 + 33) * C + L * (12 * C * C + 13 * C) + 2 * C
+	assert n % 2 == 0 and (4 * n) % 64 == 0, n
+	for name, z, off in (("b3", 3, 0), ("b3k", 3, 0), ("b1", 1, 0), ("o1", 1, 1), ("o3", 3, 1)):
+	    lines = [json.loads(l) for l in open("h%s.json" % name)]
+	    start = next(l for l in lines if l["event"] == "start")
+	    step = next(l for l in lines if l["event"] == "step")
+	    me = json.load(open("hm%s.json" % name))
+	    assert start["params_padded"] == n, start
+	    want = {"host_params": 4 * n, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
+	    if z < 2:
+	        want["host_grads"] = 4 * n
+	    if off and z >= 2:
+	        want["host_grad_shard"] = 4 * (n // 2)
+	    got = start["host_memory"]
+	    assert {k: v for k, v in got.items() if k != "total"} == want, (name, got, want)
+	    assert got["total"] == sum(want.values()) == me["host_per_rank"], (name, got, me)
+	    assert {k: v for k, v in me["bytes"].items() if k.startswith("host_") and
+	            k != "host_ram"} == want, (name, me["bytes"], want)
+	    assert step["host_memory"] == got, (name, step)
+	PY
+'
+
+# gpu-train on 2 GPUs under the cgroup fixture hcg (GK_TEST_MEM_ROOT, for
+# every rank)
+mpi_cg() {
+	GK_TEST_MEM_ROOT=$PWD/hcg timeout 300 mpirun --oversubscribe --bind-to none \
+		-x GK_TEST_MEM_ROOT -np 2 gpu-train "$@"
+}
+
+# The check before allocating holds the cgroup's memory.max (shared by
+# the 2 ranks) against each rank's host terms (mem-estimate's, which the
+# case above finds the accounting's), the batch's token buffers (2 x 4 x
+# 16 int32) and the 128 MiB process margin: at the byte where the run no
+# longer fits it is refused once for the job, before any work, with the
+# figure and a fix (which trains there); a byte more and it trains.
+# ZeRO-3, and ZeRO-1, whose gradients' mirror takes more.
+test_expect_success 'GPUS,MPI' '2 GPUs: a run whose host memory exceeds the cgroup'"'"'s limit is refused up front on every rank, with the figure and a fix that trains' '
+	mkdir -p hcg/proc/self hcg/sys/fs/cgroup/job &&
+	echo "0::/job" >hcg/proc/self/cgroup &&
+	echo "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw" >hcg/proc/self/mountinfo &&
+	echo 0 >hcg/sys/fs/cgroup/job/memory.current &&
+	H="$A --steps 1 --device cuda --precision fp32" &&
+	for z in 3 1; do
+		mem-estimate --layers 2 --hidden 32 --heads 2 --vocab 257 --positions 33 -b 4 -s 16 \
+			--precision f32 --zero $z --dp 2 --json >hf$z.json &&
+		h=$(jq .host_per_rank hf$z.json) &&
+		max=$((2 * (h + 2 * 4 * 16 * 4 + 134217728))) &&
+		echo $((max - 1)) >hcg/sys/fs/cgroup/job/memory.max &&
+		test_expect_code 1 mpi_cg $H --zero $z >hr$z.json 2>hr$z.err &&
+		cat hr$z.err &&
+		test_must_be_empty hr$z.json &&
+		test $(grep -c "memory: a rank needs" hr$z.err) = 1 &&
+		grep "^gpu-train: memory: a rank needs .* and 2 ranks share the cgroup.s memory limit: .*, more than the .* it leaves; cheapest fix: .*; or --force to allocate anyway (2 of 2 ranks)$" hr$z.err &&
+		if test $z = 3; then
+			fix=$(sed -n "s/.*cheapest fix: \(--[^(]*\) (.*/\1/p" hr$z.err) &&
+			test -n "$fix" &&
+			mpi_cg $H --zero $z $fix >hx$z.json &&
+			test $(jq -s "map(select(.event == \"step\")) | length" hx$z.json) = 1
+		fi &&
+		echo $max >hcg/sys/fs/cgroup/job/memory.max &&
+		mpi_cg $H --zero $z >hm$z.json &&
+		test $(jq -s "map(select(.event == \"step\")) | length" hm$z.json) = 1 || return 1
+	done
 '
 
 test_done
