@@ -173,7 +173,7 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->t = t;
 	dp->host_update = t->cuda && t->o.offload_host;
 	dp->comm = dp->gcomm = t->grid.dpc;
-	/* a tensor-parallel run under ZeRO-1 or 2 is the one stage of a
+	/* a tensor-parallel run under ZeRO-1, 2 or 3 is the one stage of a
 	 * pipeline of one: its slices cut over its data-parallel group by the same
 	 * pieces (gk_nn_dp_pp_piece), reduced, updated, gathered, put together
 	 * for a checkpoint and read back as a pipeline stage's are */

@@ -356,9 +356,11 @@ struct gk_nn_dp {
 	/*
 	 * ZeRO-3 (zero 3, world > 1; a GPU's over NCCL): the parameters are sharded too.
 	 * Units: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the
-	 * final norm and the padding; each [ulo, uhi) of the flat buffer,
-	 * gathered over its owners (udispl: world + 1 offsets a unit) into
-	 * the lazily mapped parameters and released outside [lo, hi) after.
+	 * final norm and the padding (over a grid a stage's edges and
+	 * blocks, zero3.c); each [ulo, uhi) of the flat buffer, gathered
+	 * over its owners (udispl: world + 1 offsets a unit) into the lazily
+	 * mapped parameters and released outside [lo, hi) (a stage's piece)
+	 * after.
 	 */
 	int zero3;
 	int stage3;           /* ZeRO-3 over a grid (--tp, --pp): a sharded stage's

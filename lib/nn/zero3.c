@@ -56,6 +56,18 @@
  * second step too). Evaluation and --sample gather the whole model
  * through the host into a whole working copy (gk_nn_params_whole), freed
  * by gk_nn_dp_params_shard.
+ *
+ * Over a grid (--tp, --pp; the CPU backend) a sharded stage (pp_shard.c)
+ * keeps only its pieces of its segments, and its units are its own: its
+ * blocks, and its edges each within one segment (the first stage's wte
+ * and wpe, the last stage's final norm and the tied wte its head reads; a
+ * tensor group's slices of them). A unit's owners are the pieces of its
+ * segment, and a release keeps the rank's piece. The gradients and the
+ * update are ZeRO-2's stage path, without the gather after it; the edges
+ * are gathered before the schedule (a pipeline's micro-batches are its
+ * accumulation) and released before the reduction. No gather is
+ * prefetched there (gk_nn_z3_open says why). Evaluation and checkpoints
+ * gather each stage whole (pp_shard_gather).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -131,8 +143,8 @@ static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
 		for (int v = dp->ublk; v < dp->ublk + dp->nblk; v++)
 			if (v != u && (v - u) % dp->nuslot == 0 && dp->ustate[v] != 0)
 				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
-					       "gathered over block %d's, still in use", u - 1,
-					       v - 1);
+					       "gathered over block %d's, still in use",
+					       u - dp->ublk + dp->ul0, v - dp->ublk + dp->ul0);
 	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
 	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
 	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
