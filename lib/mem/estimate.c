@@ -768,13 +768,12 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 		    "2*bucket");
 		values(c, "2*%llu", (unsigned long long)r->bucket);
 	}
-	if (r->pp > 1 && r->zero == 2 && r->dp > 1 && !r->infer && !r->offload) {
-		/* ZeRO-2 over a pipeline: no collective while the schedule's
-		 * messages are in flight, so the stage's gradients are reduced
-		 * after its last micro-batch and live whole until then */
+	if (r->pp > 1 && r->zero >= 2 && r->dp > 1 && !r->infer && !r->offload) {
+		/* ZeRO-2 (and 3) over a pipeline: its stage's gradients are
+		 * reduced after its last micro-batch and live whole until then */
 		double pb = r->precision == GK_DT_F32 ? 4 : 2, N = r->dp;
 		add(c, "pp_zero2_grads", pb * psi * (N - 1) / N, 0,
-		    "gpu-train --pp --zero 2: the stage's gradients reduce-scattered "
+		    "gpu-train --pp --zero 2 or 3: the stage's gradients reduce-scattered "
 		    "after the schedule (DeepSpeed refuses ZeRO-2 with pipelines)",
 		    "pb*Psi*(N-1)/N");
 		values(c, "%g*%llu*(%g-1)/%g", pb, (unsigned long long)psi, N, N);

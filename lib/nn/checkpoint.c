@@ -531,6 +531,12 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (t->rank == 0)
 		j->trainer_json = trainer_json(t, all, slot);
 	free(all);
+	/* ZeRO-3 over a grid: each stage's parameters whole for the copy,
+	 * its pieces alone again after */
+	if ((pp || tp) && gk_nn_dp_params_full(t->dp, err) < 0) {
+		job_free(j);
+		return -1;
+	}
 	if (pp && gk_nn_tr_pp_collect(t, pc, err) < 0) {
 		free(pc[0]), free(pc[1]), free(pc[2]);
 		job_free(j);
@@ -539,6 +545,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (t->grid.tp > 1) {
 		float *own[3] = {gk_nn_params(t->m), t->dp->mom, t->dp->vel};
 		int r = ckpt_gather(t, j, pp ? pc : own, err);
+		gk_nn_dp_params_shard(t->dp);
 		free(pc[0]), free(pc[1]), free(pc[2]);
 		if (r < 0) {
 			job_free(j);
@@ -546,6 +553,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		}
 	} else if (pp) {
 		/* rank 0's copies are the collected ones */
+		gk_nn_dp_params_shard(t->dp);
 		j->params = pc[0], j->m = pc[1], j->v = pc[2];
 	} else if (sharded_model(t)) {
 		/* ZeRO-3: each rank writes its own range, no gather */
@@ -607,10 +615,11 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 	if (!t->o.ckpt_dir || t->o.eval_only)
 		return 0;
 	/* ZeRO-3 on the CPU (lazy_params) or on GPUs (unit_params), as
-	 * sharded_model says once the data-parallel state exists */
-	int z3 = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
-		 (gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda, (int)t->cfg.layers) > 0 &&
-		  t->grid.tp == 1 && t->grid.pp == 1);
+	 * sharded_model says once the data-parallel state exists (over a
+	 * grid a stage's checkpoint is ZeRO-2's) */
+	int z3 = (gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
+		  gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda, (int)t->cfg.layers) > 0) &&
+		 t->grid.tp == 1 && t->grid.pp == 1;
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
 	if (z3 && !t->o.ckpt_gather)
 		/* ZeRO-3: each rank copies its range, that of its moments */

@@ -173,7 +173,7 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	dp->t = t;
 	dp->host_update = t->cuda && t->o.offload_host;
 	dp->comm = dp->gcomm = t->grid.dpc;
-	/* a tensor-parallel run under ZeRO-1 or 2 is the one stage of a
+	/* a tensor-parallel run under ZeRO-1, 2 or 3 is the one stage of a
 	 * pipeline of one: its slices cut over its data-parallel group by the same
 	 * pieces (gk_nn_dp_pp_piece), reduced, updated, gathered, put together
 	 * for a checkpoint and read back as a pipeline stage's are */
@@ -416,6 +416,7 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	/* (a sharded pipeline stage's ZeRO-2 is its own: pp_shard_reduce) */
 	dp->zero2 = dp->shard && dp->zero >= 2 && !dp->ppshard;
 	dp->zero3 = dp->shard && dp->zero == 3 && !dp->ppshard;
+	dp->stage3 = dp->zero == 3 && dp->ppshard;
 	if (dp->zero2 && dp->compress != GK_COMM_COMPRESS_NONE && dp->dev_grads)
 		return gk_errf(err, "--zero %d --compress runs on the CPU backend: on a GPU "
 			       "--zero 1 with --compress, or --zero %d without it", dp->zero,
@@ -428,7 +429,7 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		if (!(dp->bdispl = calloc((size_t)dp->world + 1, sizeof(size_t))))
 			return gk_err_sys(err, ENOMEM, "ZeRO-2 gradient buckets");
 	}
-	if (dp->zero3 && gk_nn_z3_open(dp, t, err) < 0)
+	if ((dp->zero3 || dp->stage3) && gk_nn_z3_open(dp, t, err) < 0)
 		return -1;
 	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
 		return -1;
@@ -491,6 +492,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	free(dp->ureq);
 	free(dp->ustate);
 	free(dp->useq);
+	free(dp->useg);
 	free(dp->displ[0]);
 	free(dp->displ[1]);
 	free(dp->bdispl);
@@ -538,18 +540,13 @@ int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err)
 {
 	if (dp->zero2)
 		gk_comm_grads_micro(dp->grads, a == 0, a == accum - 1);
-	if (!dp->zero3)
-		return 0;
 	/*
 	 * ZeRO-3: the embeddings and the final norm with the tied head, used
 	 * first and last by every micro-step, are gathered for the whole
 	 * step (released after its last backward); the first block's gather
-	 * starts with them.
+	 * starts with them. A pipeline calls this once, before its schedule.
 	 */
-	int last = dp->nunits - 1;
-	if (gk_nn_z3_wait(dp, 0, err) < 0 || gk_nn_z3_wait(dp, last, err) < 0)
-		return -1;
-	return dp->prefetch ? gk_nn_z3_issue(dp, 1, err) : 0;
+	return dp->zero3 || dp->stage3 ? gk_nn_z3_edges(dp, err) : 0;
 }
 
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
@@ -592,6 +589,8 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 			pause();
 	if (dp->ppshard) {
 		dp->comm_start = now;
+		if (dp->stage3) /* the schedule's last backward is done */
+			gk_nn_z3_step_done(dp);
 		return gk_nn_pp_shard_reduce(dp, err);
 	}
 	if (dp->grads) {
@@ -745,7 +744,8 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 				  dp->mom + n, dp->vel + n, err) < 0))
 			return -1;
 		*exposed = 0;
-		if (dp->ppshard) {
+		/* ZeRO-3: the pieces reach the others in the next step's gathers */
+		if (dp->ppshard && !dp->stage3) {
 			double ta = gk_now();
 			if (gk_nn_pp_shard_gather(dp, err) < 0)
 				return -1;

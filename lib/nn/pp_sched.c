@@ -490,6 +490,9 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	}
 	double tb = gk_now();
 	part[GK_NN_PART_DATA] += tb - ta;
+	/* ZeRO-3: the stage's edges (embeddings, final norm) for the schedule */
+	if (gk_nn_dp_micro_begin(t->dp, 0, p->M, err) < 0)
+		return -1;
 	int rc = 0, M = p->M, n = p->slots;
 	if (p->V > 1) {
 		rc = ilv_step(t, lsum, err);

@@ -15,8 +15,10 @@
  * into their owners after the schedule, the update is of this rank's
  * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
  * same in buckets, each bucket's pages outside the rank's pieces given
- * back once it is reduced (pp_shard_reduce). A tensor-parallel run
- * without --pp under ZeRO-1 or 2 is a pipeline of one stage: one segment,
+ * back once it is reduced (pp_shard_reduce); ZeRO-3 the same, its
+ * parameters kept as the same pieces too (zero3.c gathers the stage's
+ * units from them), with no gather after the update. A tensor-parallel run
+ * without --pp under ZeRO-1, 2 or 3 is a pipeline of one stage: one segment,
  * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1 only) the
  * same collectives run over the data-parallel group's NCCL communicator
  * (dp.c's gcomm), on the device's gradients and parameters.

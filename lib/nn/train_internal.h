@@ -356,11 +356,16 @@ struct gk_nn_dp {
 	/*
 	 * ZeRO-3 (zero 3, world > 1; a GPU's over NCCL): the parameters are sharded too.
 	 * Units: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the
-	 * final norm and the padding; each [ulo, uhi) of the flat buffer,
-	 * gathered over its owners (udispl: world + 1 offsets a unit) into
-	 * the lazily mapped parameters and released outside [lo, hi) after.
+	 * final norm and the padding (over a grid a stage's edges and
+	 * blocks, zero3.c); each [ulo, uhi) of the flat buffer, gathered
+	 * over its owners (udispl: world + 1 offsets a unit) into the lazily
+	 * mapped parameters and released outside [lo, hi) (a stage's piece)
+	 * after.
 	 */
 	int zero3;
+	int stage3;           /* ZeRO-3 over a grid (--tp, --pp): a sharded stage's
+			       * parameters too, its units each within one of
+			       * its segments (useg), owned by its pieces */
 	int reshard;          /* release a block after its forward (else after
 			       * its backward) */
 	int prefetch;         /* the next block's gather during this one (overlap) */
@@ -369,6 +374,10 @@ struct gk_nn_dp {
 			       * gathered over gcomm in the working copy's type */
 	int nuslot;           /* ... its buffers of a block, used in turn */
 	size_t *ulo, *uhi, *udispl;
+	signed char *useg;    /* stage3: the segment a unit lies in (seg, own) */
+	int ublk, nblk;       /* the blocks' units: ublk .. ublk + nblk - 1, the
+			       * rest (the embeddings, the final norm) edges */
+	int ul0, ul1, nlayers; /* ... of layers ul0 .. ul1 - 1, of the model's */
 	gk_comm_req **ureq;   /* a unit's gather, until the host has waited for it */
 	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
 	int dev_order;        /* on a GPU after the first step: present is the model's
@@ -416,8 +425,9 @@ int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int lay
 void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
 			  int keep, uint64_t *shard, uint64_t *transient);
 /* ZeRO-3: every parameter present (evaluation, a checkpoint's copy; no
- * gathers around the blocks meanwhile), then this rank's range only
- * again. Nothing under other stages. */
+ * gathers around the blocks meanwhile; over a grid every parameter of
+ * the stage), then this rank's range (its pieces) only again. Nothing
+ * under other stages. */
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
 /* ZeRO-3: every parameter present on rank 0 alone (--sample), each other
  * rank's range sent to it; gk_nn_dp_params_shard after, on rank 0. Every
@@ -432,9 +442,19 @@ int gk_nn_dp_master_full(gk_nn_dp *dp, gk_err *err);
 /* A pipeline's stage s, data-parallel rank r: its piece [*a, *b) of
  * segment k (gk_nn_dp's seg; the whole segment without ZeRO-1) */
 void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b);
-/* zero3.c, for dp.c: the units made (dp->zero3), and unit u gathered
- * (issue: started; wait: present) and released outside [lo, hi) */
+/* zero3.c, for dp.c: the units made (dp->zero3, dp->stage3), and unit u
+ * gathered (issue: started; wait: present) and released outside [lo, hi)
+ * (a stage's: outside its piece of the unit's segment) */
 int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err);
+/* the edge units (embeddings, final norm) present for the step, and
+ * with prefetch the first block's gather started */
+int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err);
+/* ZeRO-3 over a grid: the bytes of the stage's parameters that its units
+ * hold gathered at most during a step besides its pieces: the edges, and
+ * every block with keep (--reshard-after-forward no), else two (the one
+ * in use and the model's last, kept from its forward into its backward),
+ * whole pages each */
+uint64_t gk_nn_dp_stage3_bytes(const gk_nn_dp *dp, int keep);
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
 void gk_nn_z3_release(gk_nn_dp *dp, int u);

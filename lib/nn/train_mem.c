@@ -136,11 +136,13 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters; ZeRO-3's
 		 * units are comm */
-		b[GK_MEM_PARAMETERS] = t->dp->zero3 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
-				     : 4 * psi + (logit_es == 2 ? 2 * psi : 0);
-		/* ZeRO-2 keeps its shard of the f32 gradients */
-		b[GK_MEM_GRADIENTS] = t->dp->zero2 ? (uint64_t)llround(4.0 * (double)psi / t->grid.dp)
-						   : 4 * psi;
+		b[GK_MEM_PARAMETERS] = t->dp->zero3 || t->dp->stage3 ?
+				       (uint64_t)llround(4.0 * (double)psi / t->grid.dp) :
+				       4 * psi + (logit_es == 2 ? 2 * psi : 0);
+		/* ZeRO-2 keeps its shard of the f32 gradients (a sharded
+		 * stage its pieces) */
+		b[GK_MEM_GRADIENTS] = t->dp->zero2 || (t->dp->ppshard && t->dp->zero >= 2) ?
+				      (uint64_t)llround(4.0 * (double)psi / t->grid.dp) : 4 * psi;
 		b[GK_MEM_OPTIMIZER] = t->dp->shard ? (uint64_t)llround(8.0 * (double)psi / t->grid.dp)
 						   : 8 * psi;
 		/* offloaded: in host memory, none on the device; ZeRO-2's
@@ -220,6 +222,13 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 		uint64_t shard = (uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float);
 		live += mm.parameters - shard;
 		mm.parameters = shard;
+	} else if (t->dp->stage3) {
+		/* over a grid: the stage's pieces, as its gradients' above
+		 * (mem-estimate's parameters), and what its units hold
+		 * gathered at most (comm) */
+		mm.parameters = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /
+				64 * 64;
+		live += gk_nn_dp_stage3_bytes(t->dp, t->o.keep_gathered);
 	} else if (t->dp->zero3) {
 		size_t edge, block;
 		uint64_t plive;
@@ -312,7 +321,9 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		pl.gradients = st.gradients;
 		per = st.parameters / sizeof(float);
 	}
-	if (gk_nn_dp_lazy_params(&o, t->grid.dp, t->cuda)) {
+	/* (ZeRO-3 over a grid: at most the stage's, or the tensor rank's,
+	 * parameters) */
+	if (gk_nn_dp_lazy_params(&o, t->grid.dp, t->cuda) && t->grid.pp == 1 && t->grid.tp == 1) {
 		size_t edge, block;
 		uint64_t shard, live;
 		zero3_units(t, &edge, &block);

@@ -92,18 +92,16 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			       "give that too");
 	if (o->tp > 1) {
 		/* what tensor parallelism does not do (yet): said before any work */
-		char zero[48];
-		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0, 1 or 2)", o->zero);
-		const char *no = o->zero > 2 ? zero :
-				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
+		const char *no = o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
 			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
 		/* on GPUs the group's collectives are NCCL's (model_cuda.c), for
 		 * one tensor group alone: what it does not do there, said
 		 * before any work */
-		no = o->seq_par ? "--sequence-parallel" :
-		     o->zero > 1 ? "--zero 2 (ZeRO 0 or 1 there)" : NULL;
+		char zero[48];
+		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0 or 1 there)", o->zero);
+		no = o->seq_par ? "--sequence-parallel" : o->zero > 1 ? zero : NULL;
 		if (cuda == 1 && no)
 			return gk_errf(err, "--tp %d on GPUs: not with %s; the CPU backend "
 				       "runs it (--device cpu)", o->tp, no);
@@ -116,6 +114,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 				       "tensor group: give --tp N (2 or more) too");
 		if (o->pp > 1)
 			return gk_errf(err, "--sequence-parallel: not with --pp %d", o->pp);
+		if (o->zero == 3)
+			return gk_errf(err, "--sequence-parallel: not with --zero 3 (--zero 2, or "
+				       "leave --sequence-parallel out)");
 		int lo = o->seq / o->tp * o->tp;
 		char alt[24] = "";
 		if (lo > 0)
@@ -144,16 +145,14 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			return gk_errf(err, "--pp-schedule interleaved with --pp %d: --grad-accum %d is "
 				       "fewer micro-batches than the %d stages (each chunk takes them %d "
 				       "or more at a time): --grad-accum %d or more", S, M, S, S, S);
-		if (cuda == 1)
-			return gk_errf(err, "--pp-schedule interleaved: not with --device cuda (the "
-				       "CPU only: --device cpu)");
+		const char *no = cuda == 1 ? "--device cuda (the CPU only: --device cpu)" :
+				 o->zero == 3 ? "--zero 3 (--zero 2, or --pp-schedule 1f1b)" : NULL;
+		if (no)
+			return gk_errf(err, "--pp-schedule interleaved: not with %s", no);
 	}
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */
-		char zero[48];
-		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0, 1 or 2)", o->zero);
-		const char *no = o->zero > 2 ? zero :
-				 o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
+		const char *no = o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
 				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
 				 dump ? "--dump-data (run it without --pp)" : NULL;
 		if (no)
@@ -162,6 +161,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		 * groups' gradients are averaged over NCCL (or through host
 		 * memory with --comm mpi), or under ZeRO-1 reduced to the owners
 		 * of a stage's pieces (pp_shard.c); not ZeRO-2's buckets there */
+		if (cuda == 1 && o->zero == 3)
+			return gk_errf(err, "--pp %d on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the "
+				       "CPU backend runs it (--device cpu)", o->pp);
 		if (cuda == 1 && world > 1 && o->zero > 1)
 			return gk_errf(err, "--pp %d on GPUs with %d data-parallel groups: not with "
 				       "--zero %d (ZeRO 0 or 1 there): --zero 1, or run on the CPU",

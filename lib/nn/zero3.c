@@ -56,6 +56,18 @@
  * second step too). Evaluation and --sample gather the whole model
  * through the host into a whole working copy (gk_nn_params_whole), freed
  * by gk_nn_dp_params_shard.
+ *
+ * Over a grid (--tp, --pp; the CPU backend) a sharded stage (pp_shard.c)
+ * keeps only its pieces of its segments, and its units are its own: its
+ * blocks, and its edges each within one segment (the first stage's wte
+ * and wpe, the last stage's final norm and the tied wte its head reads; a
+ * tensor group's slices of them). A unit's owners are the pieces of its
+ * segment, and a release keeps the rank's piece. The gradients and the
+ * update are ZeRO-2's stage path, without the gather after it; the edges
+ * are gathered before the schedule (a pipeline's micro-batches are its
+ * accumulation) and released before the reduction. No gather is
+ * prefetched there (gk_nn_z3_open says why). Evaluation and checkpoints
+ * gather each stage whole (pp_shard_gather).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -91,15 +103,30 @@ void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, in
 	*transient = (live < all ? live : all) * sizeof(float);
 }
 
+/* where owner q's part starts: of the flat buffer's equal ranges, or
+ * over a grid of the unit's segment's pieces (pp_shard.c) */
+static size_t owner_at(const gk_nn_dp *dp, int u, int q)
+{
+	int k = dp->useg[u];
+	if (k < 0)
+		return (size_t)q * (dp->Np / (size_t)dp->world);
+	return dp->seg[k][0] + dp->displ[k][q];
+}
+
 /* unit u's pieces: what each owner holds of [ulo, uhi), from ulo */
 static void unit_displ(gk_nn_dp *dp, int u)
 {
-	size_t per = dp->Np / (size_t)dp->world, a = dp->ulo[u], b = dp->uhi[u];
+	size_t a = dp->ulo[u], b = dp->uhi[u];
 	size_t *d = dp->udispl + (size_t)u * ((size_t)dp->world + 1);
 	for (int q = 0; q <= dp->world; q++) {
-		size_t x = (size_t)q * per;
+		size_t x = owner_at(dp, u, q);
 		d[q] = (x < a ? a : x > b ? b : x) - a;
 	}
+}
+
+static int is_block(const gk_nn_dp *dp, int u)
+{
+	return u >= dp->ublk && u < dp->ublk + dp->nblk;
 }
 
 /*
@@ -112,13 +139,12 @@ static void unit_displ(gk_nn_dp *dp, int u)
  */
 static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
 {
-	int L = dp->nunits - 2;
-	if (u >= 1 && u <= L)
-		for (int v = 1; v <= L; v++)
+	if (is_block(dp, u))
+		for (int v = dp->ublk; v < dp->ublk + dp->nblk; v++)
 			if (v != u && (v - u) % dp->nuslot == 0 && dp->ustate[v] != 0)
 				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
-					       "gathered over block %d's, still in use", u - 1,
-					       v - 1);
+					       "gathered over block %d's, still in use",
+					       u - dp->ublk + dp->ul0, v - dp->ublk + dp->ul0);
 	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
 	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
 	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
@@ -195,64 +221,115 @@ int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err)
 	return 0;
 }
 
-/* unit u's pages outside this rank's range go back (whole pages only:
- * one shared with a neighbouring unit or the range stays) */
+/* unit u's pages outside this rank's range (over a grid its piece of
+ * the unit's segment) go back (whole pages only: one shared with a
+ * neighbouring unit or the range stays) */
 void gk_nn_z3_release(gk_nn_dp *dp, int u)
 {
 	size_t a = dp->ulo[u], b = dp->uhi[u];
+	int k = dp->useg[u];
+	size_t lo = k < 0 ? dp->lo : dp->own[k][0], hi = k < 0 ? dp->hi : dp->own[k][1];
 	if (dp->ustate[u] != 2)
 		return;
 	if (dp->units) { /* its buffer is the next one's of the ring */
 		dp->ustate[u] = 0;
 		return;
 	}
-	size_t e = b < dp->lo ? b : dp->lo;
+	size_t e = b < lo ? b : lo;
 	if (e >= dp->N) /* the release of the buffer's end would take the range */
 		e = dp->N - 1;
 	if (a < e)
 		gk_nn_params_release(dp->m, a, e);
-	size_t s = a > dp->hi ? a : dp->hi;
+	size_t s = a > hi ? a : hi;
 	if (s < b)
 		gk_nn_params_release(dp->m, s, b);
 	dp->ustate[u] = 0;
 }
 
 /*
- * The model's calls around block l (unit l + 1): before its forward, its
- * gather waited for and the next block's started (prefetch); after, it is
- * released (reshard), but the last block, which backward needs at once;
- * before its backward, gathered again and the previous block's started;
- * after, released.
+ * The model's calls around block l (unit ublk + l - ul0): before its
+ * forward, its gather waited for and the next block's started
+ * (prefetch); after, it is released (reshard), but the model's last
+ * block, whose backward follows at once (on a pipeline's last stage
+ * under 1F1B; under GPipe at the end of the forwards); before its
+ * backward, gathered again and the previous block's started; after,
+ * released.
  */
 static int param_cb(int phase, int l, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
-	int u = l + 1, L = dp->nunits - 2;
+	int u = dp->ublk + l - dp->ul0, last = l + 1 == dp->nlayers;
 	switch (phase) {
 	case GK_NN_FWD_PRE:
 		if (gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
-		return dp->prefetch && l + 1 < L ? gk_nn_z3_issue(dp, u + 1, err) : 0;
+		return dp->prefetch && l + 1 < dp->ul1 ? gk_nn_z3_issue(dp, u + 1, err) : 0;
 	case GK_NN_FWD_POST:
-		if (dp->reshard && l + 1 < L)
+		if (dp->reshard && !last)
 			gk_nn_z3_release(dp, u);
 		/* the last block queued: the head's loss is read back next */
-		return l + 1 < L ? 0 : units_done(dp, err);
+		return last ? units_done(dp, err) : 0;
 	case GK_NN_BWD_PRE:
 		if (gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
-		return dp->prefetch && l > 0 ? gk_nn_z3_issue(dp, u - 1, err) : 0;
+		return dp->prefetch && l > dp->ul0 ? gk_nn_z3_issue(dp, u - 1, err) : 0;
 	default:
 		gk_nn_z3_release(dp, u);
 		/* the first block: backward synchronizes next */
-		return l > 0 ? 0 : units_done(dp, err);
+		return l > dp->ul0 ? 0 : units_done(dp, err);
 	}
+}
+
+/* unit [a, b) in segment k (-1: the flat buffer's equal ranges), if not empty */
+static void add_unit(gk_nn_dp *dp, size_t a, size_t b, int k)
+{
+	if (a >= b)
+		return;
+	dp->ulo[dp->nunits] = a;
+	dp->uhi[dp->nunits] = b;
+	dp->useg[dp->nunits++] = (signed char)k;
+}
+
+/*
+ * The units: the embeddings (wte, wpe), each block, the final norm with
+ * the padding. A sharded stage's (stage3) are its own layers' and its
+ * edges, each within one of its segments: on the first stage wte
+ * (segment 1) and wpe, on the last the final norm and the tied wte
+ * (segment 1, which its head reads), a tensor group's its slices of
+ * them (one stage: wte and wpe together in segment 0).
+ */
+static void make_units(gk_nn_dp *dp, gk_nn_trainer *t)
+{
+	size_t a, b, lo, hi;
+	int k = dp->stage3 ? 0 : -1;
+	if (dp->stage3) {
+		gk_err ignore; /* (the stage's layers were checked by the trainer) */
+		gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &dp->ul0, &dp->ul1,
+				&ignore);
+		add_unit(dp, dp->seg[1][0], dp->seg[1][1], 1);
+		a = dp->seg[0][0];
+		b = dp->seg[0][1];
+	} else {
+		dp->ul0 = 0;
+		dp->ul1 = dp->nlayers;
+		a = 0;
+		b = dp->Np;
+	}
+	gk_nn_block_range(dp->m, dp->ul0, &lo, &hi);
+	add_unit(dp, a, lo, k);
+	dp->ublk = dp->nunits;
+	dp->nblk = dp->ul1 - dp->ul0;
+	for (int l = dp->ul0; l < dp->ul1; l++) {
+		gk_nn_block_range(dp->m, l, &lo, &hi);
+		add_unit(dp, lo, hi, k);
+	}
+	add_unit(dp, hi, b, k);
 }
 
 int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 {
-	int L = (int)t->cfg.layers, n = L + 2;
-	dp->nunits = n;
+	int L = (int)t->cfg.layers, n = L + 3;
+	dp->nlayers = L;
 	dp->reshard = !t->o.keep_gathered;
 	dp->nuslot = gk_nn_dp_unit_params(&t->o, dp->world, t->cuda, L);
 	dp->units = dp->nuslot > 0;
@@ -263,39 +340,59 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * peer has stopped, would hold it where no watchdog looks; the first
 	 * step launches every kernel of forward and backward with no gather in
 	 * flight, waiting for each on the host, and prefetch and the device's
-	 * ordering start after it (gk_nn_z3_step_done).
+	 * ordering start after it (gk_nn_z3_step_done). Over a grid never:
+	 * a tensor group's collectives and a pipeline's messages run on the
+	 * calling thread, a gather in flight on its communicator's (MPI is
+	 * initialised for one thread at a time, comm_mpi.c).
 	 */
-	dp->prefetch = dp->overlap && !dp->units;
+	dp->prefetch = dp->overlap && !dp->units && !dp->stage3;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
 	dp->ureq = calloc((size_t)n, sizeof(*dp->ureq));
 	dp->ustate = calloc((size_t)n, 1);
 	dp->useq = calloc((size_t)n, sizeof(*dp->useq));
-	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate || !dp->useq)
+	dp->useg = calloc((size_t)n, 1);
+	if (!dp->ulo || !dp->uhi || !dp->udispl || !dp->ureq || !dp->ustate || !dp->useq ||
+	    !dp->useg)
 		return gk_err_sys(err, ENOMEM, "ZeRO-3 parameter units");
-	size_t lo, hi;
-	for (int l = 0; l < L; l++) {
-		gk_nn_block_range(dp->m, l, &lo, &hi);
-		dp->ulo[l + 1] = lo;
-		dp->uhi[l + 1] = hi;
-	}
-	dp->ulo[0] = 0;
-	dp->uhi[0] = dp->ulo[1];
-	dp->ulo[n - 1] = dp->uhi[L];
-	dp->uhi[n - 1] = dp->Np;
-	for (int u = 0; u < n; u++)
+	make_units(dp, t);
+	for (int u = 0; u < dp->nunits; u++)
 		unit_displ(dp, u);
 	gk_nn_set_param_fn(dp->m, param_cb, dp);
 	return 0;
 }
 
+int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err)
+{
+	for (int u = 0; u < dp->nunits; u++)
+		if (!is_block(dp, u) && gk_nn_z3_wait(dp, u, err) < 0)
+			return -1;
+	return dp->prefetch && dp->nblk ? gk_nn_z3_issue(dp, dp->ublk, err) : 0;
+}
+
 void gk_nn_z3_step_done(gk_nn_dp *dp)
 {
-	gk_nn_z3_release(dp, 0);
-	gk_nn_z3_release(dp, dp->nunits - 1);
-	dp->prefetch = dp->overlap;
+	for (int u = 0; u < dp->nunits; u++)
+		if (!is_block(dp, u))
+			gk_nn_z3_release(dp, u);
+	dp->prefetch = dp->overlap && !dp->stage3;
 	dp->dev_order = dp->units;
+}
+
+uint64_t gk_nn_dp_stage3_bytes(const gk_nn_dp *dp, int keep)
+{
+	size_t pg = gk_nn_grad_page();
+	uint64_t edges = 0, block = 0;
+	for (int u = 0; u < dp->nunits; u++) {
+		uint64_t n = (dp->uhi[u] - dp->ulo[u] + pg - 1) / pg * pg + pg;
+		if (!is_block(dp, u))
+			edges += n;
+		else if (n > block)
+			block = n;
+	}
+	int blocks = keep || dp->nblk < 2 ? dp->nblk : 2;
+	return (edges + (uint64_t)blocks * block) * sizeof(float);
 }
 
 /* the gathers in flight waited for on the host: nothing in flight, as
@@ -332,12 +429,15 @@ static int whole_end(gk_nn_dp *dp, gk_err *err)
 
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 {
+	size_t per;
+	if (dp->stage3) /* the stage's pieces, as ZeRO-2 gathers after its update */
+		return !whole_begin(dp, &per, err) || gk_nn_pp_shard_gather(dp, err) < 0 ? -1 :
+		       whole_end(dp, err);
 	if (!dp->zero3)
 		return 0;
 	/* on a GPU through the host, whose copy checkpoints read: this
 	 * rank's range down, the world's gathered, and the whole working
 	 * copy up from it (lib/nn's gk_nn_params_whole) */
-	size_t per;
 	float *p = whole_begin(dp, &per, err);
 	if (!p || gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
 		return -1;
@@ -373,7 +473,7 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 
 void gk_nn_dp_params_shard(gk_nn_dp *dp)
 {
-	if (!dp->zero3)
+	if (!dp->zero3 && !dp->stage3)
 		return;
 	/* a GPU's whole working copy freed; no failure to report (only the
 	 * stream's wait could fail, and the next step's first call says so) */

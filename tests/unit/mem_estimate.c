@@ -644,7 +644,7 @@ static void keys(void)
 		"parameters", "gradients", "optimizer", "grad_f32", "host_ram",
 		"activations", "recompute_working_set", "embedding_dropout",
 		"logits", "final_norm", "dp_buckets", "zero3_gather",
-		"tp_buffers", "pp_buffers", "cuda_reserve"};
+		"tp_buffers", "pp_buffers", "pp_zero2_grads", "cuda_reserve"};
 	static const char *infer[] = {"parameters", "kv_cache", "activations",
 				      "logits", "tp_buffers", "cuda_reserve"};
 	gk_mem_model m;

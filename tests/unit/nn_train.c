@@ -146,15 +146,30 @@ static void checks(void)
 	o.zero = 2;
 	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 2");
 	o.zero = 3;
-	is_str(check(&o, 0, -1, 0), "--tp 2: not with --zero 3 (ZeRO 0, 1 or 2)",
-	       "check: --tp --pp --zero 3");
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 3 on the CPU");
+	is_str(check(&o, 1, -1, 0), "--tp 2 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the "
+	       "CPU backend runs it (--device cpu)", "check: --tp --pp --zero 3 on GPUs");
+	o.pp = 0;
+	o.seq_par = 1;
+	is_str(check(&o, 0, -1, 0), "--sequence-parallel: not with --zero 3 (--zero 2, or leave "
+	       "--sequence-parallel out)", "check: --tp --sequence-parallel --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .zero = 1};
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 1");
 	o.zero = 2;
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 2");
 	o.zero = 3;
-	is_str(check(&o, 0, -1, 0), "--pp 3: not with --zero 3 (ZeRO 0, 1 or 2)",
-	       "check: --pp --zero 3");
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 3 on the CPU");
+	is_str(check(&o, 1, 1, 0), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the CPU "
+	       "backend runs it (--device cpu)", "check: --pp --zero 3 on GPUs");
+	o.compress = GK_COMM_COMPRESS_BF16;
+	is_str(check(&o, 0, -1, 0), "--pp 3: not with --compress (leave it out)",
+	       "check: --pp --zero 3 --compress");
+	o.compress = GK_COMM_COMPRESS_NONE;
+	o.pp_sched = GK_NN_PP_INTERLEAVED;
+	o.pp_chunks = 2;
+	o.grad_accum = 3;
+	is_str(check(&o, 0, -1, 0), "--pp-schedule interleaved: not with --zero 3 (--zero 2, or "
+	       "--pp-schedule 1f1b)", "check: --pp --zero 3 interleaved");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --val-data");
 	o.eval_only = 1;
