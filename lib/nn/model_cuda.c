@@ -372,17 +372,17 @@ static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
 	return gk_nn_blas_gemm(cu->blas, &g, err);
 }
 
-/*
- * Tensor parallelism's collectives (tp.c): the group's op over n floats
- * of the device at x, in place, on the model's stream; the bytes sent
- * counted as model.c counts them, so the step's tp_bytes are the CPU's.
- */
 static int no_tpd(gk_nn_model *m, gk_err *err)
 {
 	return gk_errf(err, "tensor group rank %d of %d on the GPU: no NCCL communicator "
 		       "(gk_nn_cuda_tp_open)", m->tpr, m->tp);
 }
 
+/*
+ * Tensor parallelism's collectives (tp.c): the group's op over n floats
+ * of the device at x, in place, on the model's stream; the bytes sent
+ * counted as model.c counts them, so the step's tp_bytes are the CPU's.
+ */
 static int tp_reduce(gk_nn_model *m, float *x, size_t n, gk_comm_op op, gk_err *err)
 {
 	if (!m->cu->tpd)

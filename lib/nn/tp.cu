@@ -2,9 +2,10 @@
  * tp.cu - tensor parallelism's element kernels on a GPU (tp.c has the
  * split and the CPU's): the vocabulary-parallel embedding's masked lookup
  * and its positions, a row-parallel layer's end, and sequence
- * parallelism's reordering of rows and its LayerNorms' gradients. The group's sums
- * between them are fp32 allreduces on the model's stream (model_cuda.c),
- * so these read or write fp32 partial sums beside the activation type.
+ * parallelism's order of rows and its LayerNorms' gradients. The group's
+ * sums between them are fp32 collectives on the model's stream
+ * (model_cuda.c), so these read or write fp32 partial sums beside the
+ * activation type.
  * The vocabulary-parallel cross-entropy is classifier.cu's.
  */
 #include "nn/kernels.cuh"
