@@ -99,12 +99,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
 			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
-		/* on GPUs the group's collectives are NCCL's (model_cuda.c):
-		 * what it does not do there, said before any work */
-		if (cuda == 1 && o->zero > 1)
-			return gk_errf(err, "--tp %d on GPUs: not with --zero %d (ZeRO 0 or 1 "
-				       "there); the CPU backend runs it (--device cpu)", o->tp,
-				       o->zero);
 	}
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that
