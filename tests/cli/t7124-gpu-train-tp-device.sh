@@ -21,8 +21,8 @@ tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
 1e-6 of one GPU on the same global batch, and under ZeRO 2 (its buckets
 reduce-scattered after backward, as a pipeline stage'"'"'s) ZeRO 1'"'"'s
 losses and norms bit for bit, its model states mem-estimate --zero 2'"'"'s
-and its total ZeRO 1'"'"'s; so does a pipeline of two tensor groups
-(tp 2 x pp 2).'
+and its total ZeRO 1'"'"'s. A pipeline of two tensor groups (tp 2 x pp 2)
+is within 1e-6 of one GPU too.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
