@@ -266,9 +266,17 @@ int gk_nn_cu_tp_xent_bwd(void *logits, const float *lse, const int32_t *targets,
 int gk_nn_cu_tp_embed(float *acc, const int32_t *tok, const void *wte, gk_dtype dt, int64_t v0,
 		      int nv, int N, int C, gk_cuda_stream s, gk_err *err);
 int gk_nn_cu_tp_add_pos(void *out, const float *acc, const void *wpe, gk_dtype dt, int B,
-			int T, int C, gk_cuda_stream s, gk_err *err);
+			int T, int t0, int C, gk_cuda_stream s, gk_err *err);
 int gk_nn_cu_tp_row_finish(void *out, const float *sum, const void *res, const void *bias,
 			   gk_dtype dt, int N, int OC, gk_cuda_stream s, gk_err *err);
+/* sequence parallelism (tp.c): (B,T,C) rows of dt into the group's order
+ * (tp,B,T/tp,C) when to_ranks, else back (gk_nn_sp_row); a replicated
+ * LayerNorm's gradients dw, db (C each) += sums (2C, the group's: dw's
+ * then db's) */
+int gk_nn_cu_sp_move(void *dst, const void *src, gk_dtype dt, int B, int T, int tp, int C,
+		     int to_ranks, gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_sp_ln_add(float *dw, float *db, const float *sums, int C, gk_cuda_stream s,
+		       gk_err *err);
 
 int gk_nn_cu_adamw(float *p, void *pw, gk_dtype dt, const float *g,
 		   float grad_scale, float *m, float *v, size_t n,
@@ -292,7 +300,7 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
  * opts, nparams and nflat; fused: gk_nn_attention_fused's answer.
  */
 #define GK_NN_CU_WS_BYTES ((size_t)32 << 20)
-enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 14 };
+enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 17 };
 /* bucket_grads: at most this many bucket buffers (lib/nn's ZeRO-2 depth + 1) */
 #define GK_NN_CU_SLOTS 4
 void gk_nn_cuda_layout(const gk_nn_model *m, int fused,

@@ -130,8 +130,10 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
-	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm) */
-	return o->zero >= 2 && cuda &&
+	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm);
+	 * under tensor parallelism as a pipeline stage's (pp_shard.c), from
+	 * the model's whole gradients after backward */
+	return o->zero >= 2 && cuda && o->tp <= 1 &&
 	       (world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL);
 }
 

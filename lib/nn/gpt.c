@@ -548,10 +548,6 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		if (o->tp_rank < 0 || o->tp_rank >= o->tp || !o->tp_comm)
 			return gk_errf(err, "model tensor-parallel rank %d of %d: no such rank "
 				       "or no communicator", o->tp_rank, o->tp);
-		/* on a GPU (model_cuda.c): no sequence parallelism */
-		if (o->device != GK_NN_CPU && o->seq_par)
-			return gk_errf(err, "model: tensor parallelism on a GPU: not with sequence "
-				       "parallelism (the CPU backend only)");
 	}
 	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, o->pp, err) < 0)
 		return -1;

@@ -116,21 +116,26 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	size_t tp = m->o.tp > 1 ? (size_t)m->o.tp : 1;
 	size_t Cq = C / tp, NHq = NH / tp, F = 4 * C / tp, Vl = Vp / tp;
 	size_t tps = tp > 1 ? N * C * 4 : 0, tpx = tp > 1 ? 4 * N * 4 : 0;
+	/* sequence parallelism (tp.c): R rows in the LayerNorm and residual
+	 * regions, a rank's T/tp positions of each sequence; the gathered
+	 * input of a column-parallel layer (N,C) in dt, the collectives'
+	 * rank-major order (N,C) in fp32, a LayerNorm's gradients' sums 2C */
+	size_t sp = m->o.seq_par && tp > 1, R = sp ? N / tp : N;
 	size_t kl = m->o.recompute != GK_NN_RECOMPUTE_LAYER ? L : 1;
 	size_t kg = m->o.recompute == GK_NN_RECOMPUTE_NONE ? L : 1;
 	/* attention's (T,T) matrices, or the fused kernels' one float a row */
 	size_t att = fused ? B * NHq * T * 4 : B * NHq * T * T * es;
 	size_t heads = fused ? 0 : N * Cq * es; /* q, k, v, y split by head */
 	size_t a[GK_NN_CU_NACT] = {
-		(L + 1) * N * C * es,         /* resid */
-		hd * N * C * es, hd * N * 4, hd * N * 4, /* lnf, mean, rstd */
+		(L + 1) * R * C * es,         /* resid */
+		hd * R * C * es, hd * R * 4, hd * R * 4, /* lnf, mean, rstd */
 		hd * N * Vl * es, hd * N * 4, hd * N * 4, /* logits, lse, loss */
-		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln1 */
+		kl * R * C * es, kl * R * 4, kl * R * 4, /* ln1 */
 		kl * N * 3 * Cq * es,         /* qkv */
 		kl * att,                     /* att */
 		kl * N * Cq * es,             /* atty */
-		kl * N * C * es,              /* res2 */
-		kl * N * C * es, kl * N * 4, kl * N * 4, /* ln2 */
+		kl * R * C * es,              /* res2 */
+		kl * R * C * es, kl * R * 4, kl * R * 4, /* ln2 */
 		kl * N * F * es,              /* fch */
 		kg * N * F * es,              /* fchg */
 		N * 4, N * 4, N * 4, (N + 1) * 4, N * 4, /* tok tgt uniq start pos */
@@ -138,7 +143,7 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	/* q k v y, then the backward's gradients: dres dln datty (B,T,C),
 	 * dqkv, dfc; datt (the matmul path's d scores, the fused one's
 	 * row sums: the size of att), the column sums, the norm's partials,
-	 * tensor parallelism's sums */
+	 * tensor parallelism's sums, sequence parallelism's buffers */
 	size_t w[GK_NN_CU_NWS] = {
 		heads, heads, heads, heads,
 		N * C * es, N * C * es, N * Cq * es, N * 3 * Cq * es,
@@ -146,6 +151,7 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 		gk_nn_colsum_floats(N, C) * 4,
 		(GK_NN_SUM_BLOCKS + 1) * sizeof(double),
 		tps, tpx,
+		sp * N * C * es, sp * N * C * 4, sp * 2 * C * 4,
 	};
 	memcpy(sz, a, sizeof(a));
 	memcpy(ss, w, sizeof(w));

@@ -387,6 +387,17 @@ GK_HD float gk_nn_tp_finish(float res, float bias, float sum)
 }
 
 /*
+ * Sequence parallelism's order (tp.c): row i = (b, t) of (B,T,C) is row
+ * (r, b, t - r Tl) of (tp,B,Tl,C), Tl = T/tp and r = t / Tl, the order in
+ * which the group's collectives put each rank's positions together.
+ */
+GK_HD size_t gk_nn_sp_row(size_t i, int B, int T, int tp)
+{
+	size_t Tl = (size_t)(T / tp), b = i / (size_t)T, t = i % (size_t)T, r = t / Tl;
+	return (r * (size_t)B + b) * Tl + (t - r * Tl);
+}
+
+/*
  * The backward half: d loss / d logit i = (softmax_i - [i == y]) * dloss,
  * with softmax_i = exp(x_i - lse), so the probabilities are never stored.
  */

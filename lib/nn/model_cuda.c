@@ -85,24 +85,26 @@ static void layer_acts(const gk_nn_model *m, int l, dacts *a)
 	size_t N = (size_t)m->o.batch * m->o.seq, C = (size_t)m->c.hidden;
 	size_t T = (size_t)m->o.seq, es = cu->es;
 	size_t Cq = C / (size_t)m->tp, F = 4 * C / (size_t)m->tp;
+	/* the LayerNorm and residual regions' rows (gk_nn_cuda_layout) */
+	size_t R = m->sp ? N / (size_t)m->tp : N;
 	l -= m->l0; /* a pipeline stage holds its layers l0 .. l1-1 only */
 	size_t k = m->per_layer ? (size_t)l : 0;
 	size_t gl = m->fchg_per_layer ? (size_t)l : 0;
-	a->in = (char *)cu->resid + (size_t)l * N * C * es;
-	a->out = (char *)cu->resid + (size_t)(l + 1) * N * C * es;
-	a->ln1 = (char *)cu->a_ln1 + k * N * C * es;
-	a->ln1m = cu->a_ln1m + k * N;
-	a->ln1r = cu->a_ln1r + k * N;
+	a->in = (char *)cu->resid + (size_t)l * R * C * es;
+	a->out = (char *)cu->resid + (size_t)(l + 1) * R * C * es;
+	a->ln1 = (char *)cu->a_ln1 + k * R * C * es;
+	a->ln1m = cu->a_ln1m + k * R;
+	a->ln1r = cu->a_ln1r + k * R;
 	a->qkv = (char *)cu->a_qkv + k * N * 3 * Cq * es;
 	/* att: the (T,T) probabilities of the matmul path, or the fused
 	 * kernels' logsumexp, one float a row */
 	size_t rows = (size_t)m->o.batch * (size_t)(m->c.heads / m->tp) * T;
 	a->att = (char *)cu->a_att + k * (cu->fused ? rows * 4 : rows * T * es);
 	a->atty = (char *)cu->a_atty + k * N * Cq * es;
-	a->res2 = (char *)cu->a_res2 + k * N * C * es;
-	a->ln2 = (char *)cu->a_ln2 + k * N * C * es;
-	a->ln2m = cu->a_ln2m + k * N;
-	a->ln2r = cu->a_ln2r + k * N;
+	a->res2 = (char *)cu->a_res2 + k * R * C * es;
+	a->ln2 = (char *)cu->a_ln2 + k * R * C * es;
+	a->ln2m = cu->a_ln2m + k * R;
+	a->ln2r = cu->a_ln2r + k * R;
 	a->fch = (char *)cu->a_fch + k * N * F * es;
 	a->fchg = (char *)cu->a_fchg + gl * N * F * es;
 }
@@ -190,6 +192,9 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->norm = carve(&cur, ss[i++]);
 	cu->tpf = carve(&cur, ss[i++]);
 	cu->tpx = carve(&cur, ss[i++]);
+	cu->spg = carve(&cur, ss[i++]);
+	cu->sps = carve(&cur, ss[i++]);
+	cu->spln = carve(&cur, ss[i++]);
 
 	/* host: pinned staging for the parameters, moments and gradients
 	 * (the logits pass through it in pieces); no host copy of the
@@ -372,6 +377,12 @@ static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
 	return gk_nn_blas_gemm(cu->blas, &g, err);
 }
 
+static int no_tpd(gk_nn_model *m, gk_err *err)
+{
+	return gk_errf(err, "tensor group rank %d of %d on the GPU: no NCCL communicator "
+		       "(gk_nn_cuda_tp_open)", m->tpr, m->tp);
+}
+
 /*
  * Tensor parallelism's collectives (tp.c): the group's op over n floats
  * of the device at x, in place, on the model's stream; the bytes sent
@@ -380,17 +391,68 @@ static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
 static int tp_reduce(gk_nn_model *m, float *x, size_t n, gk_comm_op op, gk_err *err)
 {
 	if (!m->cu->tpd)
-		return gk_errf(err, "tensor group rank %d of %d on the GPU: no NCCL communicator "
-			       "(gk_nn_cuda_tp_open)", m->tpr, m->tp);
+		return no_tpd(m, err);
 	m->tp_bytes += n * sizeof(float);
 	return gk_comm_allreduce(m->cu->tpd, x, x, n, GK_DT_F32, op, NULL, err);
+}
+
+/*
+ * Sequence parallelism (tp.c; model.c's sp_gather and sp_reduce): the
+ * LayerNorm and residual regions hold R = N/tp rows, this rank's T/tp
+ * positions of each sequence, in the order (B, T/tp, C). sp_gather puts
+ * the group's local (R,C) rows together into spg (B,T,C), in the
+ * activation type (f forward, g backward: an all-gather, exact in any
+ * type, its bytes a rank's part); sp_reduce sums the group's fp32
+ * partial full (B,T,C) and leaves this rank's rows in local (R,C), fp32
+ * (g forward, f backward: a reduce-scatter; local may be full itself).
+ */
+static int sp_gather(gk_nn_model *m, const void *local, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	size_t n = (size_t)B * T / (size_t)m->tp * C;
+	if (!cu->tpd)
+		return no_tpd(m, err);
+	m->tp_bytes += n * cu->es;
+	if (gk_comm_allgather(cu->tpd, local, cu->sps, n, cu->dt, NULL, err) < 0)
+		return -1;
+	return gk_nn_cu_sp_move(cu->spg, cu->sps, cu->dt, B, T, m->tp, C, 0, cu->s, err);
+}
+
+static int sp_reduce(gk_nn_model *m, const float *full, float *local, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
+	size_t n = (size_t)B * T / (size_t)m->tp * C;
+	if (!cu->tpd)
+		return no_tpd(m, err);
+	if (gk_nn_cu_sp_move(cu->sps, full, GK_DT_F32, B, T, m->tp, C, 1, cu->s, err) < 0)
+		return -1;
+	m->tp_bytes += n * (size_t)m->tp * sizeof(float);
+	return gk_comm_reduce_scatter(cu->tpd, cu->sps, local, n, GK_DT_F32, GK_COMM_SUM, NULL,
+				      err);
+}
+
+/*
+ * The input of a column-parallel layer (f's forward): x itself, or under
+ * sequence parallelism the group's rows gathered into spg; as on the
+ * CPU a LayerNorm's output is gathered again for its weight's gradient
+ * in backward rather than kept whole.
+ */
+static const void *f_input(gk_nn_model *m, const void *x, gk_err *err)
+{
+	if (!m->sp)
+		return x;
+	return sp_gather(m, x, err) < 0 ? NULL : m->cu->spg;
 }
 
 /*
  * The gradient of a column-parallel layer's input (the f operator's
  * backward) into dinp (N,IC) from the product gi of this rank's columns:
  * made in fp32 (dinp itself in fp32, else tpf), summed over the group,
- * then in the activation type. At tp 1 the product alone.
+ * then in the activation type; under sequence parallelism the product
+ * (N,IC) in tpf, reduce-scattered: this rank's rows of the sum, (R,IC)
+ * in dinp. At tp 1 the product alone.
  */
 static int f_grad(gk_nn_model *m, gk_nn_gemm *gi, void *dinp, int N, int IC, gk_err *err)
 {
@@ -399,10 +461,17 @@ static int f_grad(gk_nn_model *m, gk_nn_gemm *gi, void *dinp, int N, int IC, gk_
 		return gk_nn_blas_gemm(cu->blas, gi, err);
 	float *acc = cu->dt == GK_DT_F32 ? dinp : cu->tpf;
 	size_t n = (size_t)N * IC;
-	gi->D = acc;
+	gi->D = m->sp ? cu->tpf : acc;
 	gi->ddt = GK_DT_F32;
-	if (gk_nn_blas_gemm(cu->blas, gi, err) < 0 || tp_reduce(m, acc, n, GK_COMM_SUM, err) < 0)
+	if (gk_nn_blas_gemm(cu->blas, gi, err) < 0)
 		return -1;
+	if (m->sp) {
+		n /= (size_t)m->tp;
+		if (sp_reduce(m, cu->tpf, acc, err) < 0)
+			return -1;
+	} else if (tp_reduce(m, acc, n, GK_COMM_SUM, err) < 0) {
+		return -1;
+	}
 	return acc == dinp ? 0 : gk_cuda_convert(dinp, cu->dt, acc, GK_DT_F32, n, cu->s, err);
 }
 
@@ -434,7 +503,8 @@ static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
  * A projection onto the residual stream, out = res + inp @ w + b: under
  * tensor parallelism row-parallel (the g operator), each rank's product
  * of its rows in fp32, summed over the group, then the residual and the
- * bias once (gk_nn_tp_finish's order, the CPU's).
+ * bias once (gk_nn_tp_finish's order, the CPU's); under sequence
+ * parallelism the sum reduce-scattered, out and res this rank's rows.
  */
 static int proj_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
 		    const void *b, const void *res, int N, int K, int OC, gk_err *err)
@@ -446,8 +516,11 @@ static int proj_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
 			.D = cu->tpf, .ldd = OC, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
 			.ddt = GK_DT_F32};
 	if (gk_nn_blas_gemm(cu->blas, &g, err) < 0 ||
-	    tp_reduce(m, cu->tpf, (size_t)N * OC, GK_COMM_SUM, err) < 0)
+	    (m->sp ? sp_reduce(m, cu->tpf, cu->tpf, err) :
+		     tp_reduce(m, cu->tpf, (size_t)N * OC, GK_COMM_SUM, err)) < 0)
 		return -1;
+	if (m->sp)
+		N /= m->tp;
 	return gk_nn_cu_tp_row_finish(out, cu->tpf, res, b, cu->dt, N, OC, cu->s, err);
 }
 
@@ -507,17 +580,18 @@ static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
 				    cu->s, err);
 }
 
-/* fchg = gelu(ln2 @ c_fc + b), fch the GELU's input: in the matmul's
- * epilogue, or the plain matmul and gelu.cu's kernel */
-static int mlp_fc_fwd(gk_nn_model *m, const dacts *a, const void *w,
+/* fchg = gelu(x @ c_fc + b), x ln2 (under sequence parallelism the
+ * group's, gathered), fch the GELU's input: in the matmul's epilogue,
+ * or the plain matmul and gelu.cu's kernel */
+static int mlp_fc_fwd(gk_nn_model *m, const dacts *a, const void *x, const void *w,
 		      const void *b, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	TP_WIDTHS(m);
 	if (cu->gelu_epi)
-		return mm_fwd_gelu(m, a->fchg, a->fch, a->ln2, w, b, N, C, F, err);
-	if (mm_fwd(m, a->fch, a->ln2, w, b, NULL, N, C, F, err) < 0)
+		return mm_fwd_gelu(m, a->fchg, a->fch, x, w, b, N, C, F, err);
+	if (mm_fwd(m, a->fch, x, w, b, NULL, N, C, F, err) < 0)
 		return -1;
 	return gk_nn_cu_gelu_fwd(a->fchg, a->fch, cu->dt, (size_t)N * F, cu->s, err);
 }
@@ -526,27 +600,32 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	int R = m->sp ? N / m->tp : N;
 	const gk_nn_block_off *o = &m->blk[l];
 	float eps = m->c.ln_eps;
 	TP_WIDTHS(m);
 	dacts a;
 	layer_acts(m, l, &a);
+	const void *x;
 	/* under tensor parallelism (tp.c) c_attn and c_fc column-parallel
-	 * (f: the replicated LayerNorm output is every rank's input), the
+	 * (f: the replicated LayerNorm output is every rank's input, under
+	 * sequence parallelism the group's R rows each gathered), the
 	 * projections row-parallel (g: proj_fwd) */
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 	if (gk_nn_cu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, W(o->ln1w),
-				   W(o->ln1b), cu->dt, N, C, eps, cu->s,
+				   W(o->ln1b), cu->dt, R, C, eps, cu->s,
 				   err) < 0 ||
-	    mm_fwd(m, a.qkv, a.ln1, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * Cq,
+	    !(x = f_input(m, a.ln1, err)) ||
+	    mm_fwd(m, a.qkv, x, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * Cq,
 		   err) < 0 ||
 	    attention_fwd(m, &a, err) < 0 ||
 	    proj_fwd(m, a.res2, a.atty, W(o->attprojw), W(o->attprojb), a.in, N,
 		     Cq, C, err) < 0 ||
 	    gk_nn_cu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, W(o->ln2w),
-				   W(o->ln2b), cu->dt, N, C, eps, cu->s,
+				   W(o->ln2b), cu->dt, R, C, eps, cu->s,
 				   err) < 0 ||
-	    mlp_fc_fwd(m, &a, W(o->fcw), W(o->fcb), err) < 0 ||
+	    !(x = f_input(m, a.ln2, err)) ||
+	    mlp_fc_fwd(m, &a, x, W(o->fcw), W(o->fcb), err) < 0 ||
 	    proj_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
 		     F, C, err) < 0)
 		return -1;
@@ -579,10 +658,20 @@ static int embed_fwd(gk_nn_model *m, gk_err *err)
 					    T, C, cu->s, err);
 	int64_t Vl = m->c.vocab_pad / m->tp;
 	if (gk_nn_cu_tp_embed(cu->tpf, cu->tok, P(m->wte), cu->dt, (int64_t)m->tpr * Vl, (int)Vl,
-			      B * T, C, cu->s, err) < 0 ||
-	    tp_reduce(m, cu->tpf, (size_t)B * T * C, GK_COMM_SUM, err) < 0)
+			      B * T, C, cu->s, err) < 0)
 		return -1;
-	return gk_nn_cu_tp_add_pos(cu->resid, cu->tpf, P(m->wpe), cu->dt, B, T, C, cu->s, err);
+	if (m->sp) {
+		/* the lookups' sum scattered by positions (model.c's), then
+		 * each of this rank's rows its position */
+		int Tl = T / m->tp;
+		if (sp_reduce(m, cu->tpf, cu->tpf, err) < 0)
+			return -1;
+		return gk_nn_cu_tp_add_pos(cu->resid, cu->tpf, P(m->wpe), cu->dt, B, Tl,
+					   m->tpr * Tl, C, cu->s, err);
+	}
+	if (tp_reduce(m, cu->tpf, (size_t)B * T * C, GK_COMM_SUM, err) < 0)
+		return -1;
+	return gk_nn_cu_tp_add_pos(cu->resid, cu->tpf, P(m->wpe), cu->dt, B, T, 0, C, cu->s, err);
 }
 
 /*
@@ -681,15 +770,17 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 		m->have_fwd = 1;
 		return gk_cuda_stream_sync(cu->s, err);
 	}
-	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
-	/* under tensor parallelism this rank's vocabulary columns */
-	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vl, .K = C, .A = cu->lnf,
-			   .lda = C, .B = P(m->wte), .ldb = C,
-			   .D = cu->logits, .ldd = Vl, .alpha = 1.0f,
-			   .batch = 1, .dt = cu->dt, .ddt = cu->dt};
+	int R = m->sp ? N / m->tp : N;
+	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * R * C * es;
+	/* under tensor parallelism this rank's vocabulary columns (of every
+	 * row: under sequence parallelism the group's lnf gathered) */
+	gk_nn_gemm head = {.tb = 1, .M = N, .N = Vl, .K = C, .lda = C,
+			   .B = P(m->wte), .ldb = C, .D = cu->logits, .ldd = Vl,
+			   .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt};
 	if (gk_nn_cu_layernorm_fwd(cu->lnf, cu->lnfm, cu->lnfr, last,
 				   P(m->lnfw), P(m->lnfb), cu->dt,
-				   N, C, m->c.ln_eps, cu->s, err) < 0 ||
+				   R, C, m->c.ln_eps, cu->s, err) < 0 ||
+	    !(head.A = f_input(m, cu->lnf, err)) ||
 	    gk_nn_blas_gemm(cu->blas, &head, err) < 0)
 		return -1;
 
@@ -785,6 +876,33 @@ static int attention_bwd(gk_nn_model *m, const dacts *a, gk_err *err)
 				    3 * C, C, s, err);
 }
 
+/*
+ * A LayerNorm's backward over the rows this rank holds: dinp += d input,
+ * the gradients of its weight and bias (at w and b of the flat buffers)
+ * += theirs. Under sequence parallelism a rank's rows give part of those
+ * sums: they are made in spln, summed over the group, then added, so
+ * every rank holds the same replicated gradient (model.c's ln_bwd).
+ */
+static int ln_bwd(gk_nn_model *m, void *dinp, size_t w, size_t b, const void *dout,
+		  const void *inp, const float *mean, const float *rstd, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
+	const void *pw = gk_nn_cuda_param_at(m, w);
+	float *gw = gk_nn_cuda_grad_at(m, w), *gb = gk_nn_cuda_grad_at(m, b);
+	if (!m->sp)
+		return gk_nn_cu_layernorm_bwd(dinp, gw, gb, cu->colsum, dout, inp, pw, mean, rstd,
+					      cu->dt, N, C, cu->s, err);
+	float *sum = cu->spln;
+	if (GK_CUDA_CHECK(cudaMemsetAsync(sum, 0, 2 * (size_t)C * sizeof(float), cu->s),
+			  err) < 0 ||
+	    gk_nn_cu_layernorm_bwd(dinp, sum, sum + C, cu->colsum, dout, inp, pw, mean, rstd,
+				   cu->dt, N / m->tp, C, cu->s, err) < 0 ||
+	    tp_reduce(m, sum, 2 * (size_t)C, GK_COMM_SUM, err) < 0)
+		return -1;
+	return gk_nn_cu_sp_ln_add(gw, gb, sum, C, cu->s, err);
+}
+
 /* dres holds d/d(block output); on return d/d(block input) */
 static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 {
@@ -794,6 +912,10 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	TP_WIDTHS(m);
 	dacts a;
 	layer_acts(m, l, &a);
+	/* d of the row-parallel outputs and the column-parallel inputs: under
+	 * sequence parallelism the group's rows gathered (g's backward, and
+	 * f's input again), else dres and the LayerNorms' own */
+	const void *dy, *x;
 
 	if (m->o.recompute == GK_NN_RECOMPUTE_LAYER) {
 		if (block_fwd(m, l, err) < 0)
@@ -810,27 +932,27 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 #define G(off) gk_nn_cuda_grad_at(m, off)
 	/* dfc: d(c_proj's input) times gelu'(fch), in the epilogue or by
 	 * gelu.cu's kernel */
-	if (mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), cu->dres,
+	if (!(dy = f_input(m, cu->dres, err)) ||
+	    mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), dy,
 		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, 0, N, F,
 		   C, err) < 0 ||
 	    (!cu->gelu_epi &&
 	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * F, cu->s,
 			       err) < 0) ||
-	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, a.ln2,
+	    !(x = f_input(m, a.ln2, err)) ||
+	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, x,
 		   W(o->fcw), NULL, 1, N, C, F, err) < 0 ||
-	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln2w), G(o->ln2b),
-				   cu->colsum, cu->dln, a.res2, W(o->ln2w),
-				   a.ln2m, a.ln2r, cu->dt, N, C, cu->s,
-				   err) < 0 ||
-	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), cu->dres,
+	    ln_bwd(m, cu->dres, o->ln2w, o->ln2b, cu->dln, a.res2, a.ln2m, a.ln2r,
+		   err) < 0 ||
+	    !(dy = f_input(m, cu->dres, err)) ||
+	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), dy,
 		   a.atty, W(o->attprojw), NULL, 0, N, Cq, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
-	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, a.ln1,
+	    !(x = f_input(m, a.ln1, err)) ||
+	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, x,
 		   W(o->qkvw), NULL, 1, N, C, 3 * Cq, err) < 0 ||
-	    gk_nn_cu_layernorm_bwd(cu->dres, G(o->ln1w), G(o->ln1b),
-				   cu->colsum, cu->dln, a.in, W(o->ln1w),
-				   a.ln1m, a.ln1r, cu->dt, N, C, cu->s,
-				   err) < 0)
+	    ln_bwd(m, cu->dres, o->ln1w, o->ln1b, cu->dln, a.in, a.ln1m, a.ln1r,
+		   err) < 0)
 		return -1;
 #undef G
 #undef W
@@ -881,24 +1003,25 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 			 .lda = Vl, .B = cu->lnf, .ldb = C, .D = gwte,
 			 .ldd = C, .C = gwte, .alpha = alpha, .batch = 1,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
-	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * N * C * es;
+	int R = m->sp ? N / m->tp : N;
+	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * R * C * es;
 	/* a pipeline stage before the last: dres holds d output (the
 	 * caller's, gk_nn_pp_grad) */
 	if (m->ppr < m->pp - 1)
 		goto blocks;
+	/* (under sequence parallelism wte's gradient reads lnf gathered
+	 * again, as the blocks' column-parallel weights do) */
 	if ((unfused && (m->tp > 1 ? gk_nn_cu_tp_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
 							  dloss, v0, N, nv, Vl, cu->s, err)
 				   : gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
 						       dloss, N, V, Vp, cu->s, err)) < 0) ||
 	    f_grad(m, &gi, cu->dln, N, C, err) < 0 ||
+	    !(gw.B = f_input(m, cu->lnf, err)) ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)N * C * es,
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)R * C * es,
 					  cu->s), err) < 0 ||
-	    gk_nn_cu_layernorm_bwd(cu->dres, gk_nn_cuda_grad_at(m, m->lnfw),
-				   gk_nn_cuda_grad_at(m, m->lnfb),
-				   cu->colsum, cu->dln, last, P(m->lnfw),
-				   cu->lnfm, cu->lnfr, cu->dt, N, C, cu->s,
-				   err) < 0 ||
+	    ln_bwd(m, cu->dres, m->lnfw, m->lnfb, cu->dln, last, cu->lnfm, cu->lnfr,
+		   err) < 0 ||
 	    notify(m, ready, ctx, m->lnfw, err) < 0)
 		return -1;
 blocks:
@@ -910,7 +1033,11 @@ blocks:
 	/* a later stage: dres is d input, for the previous stage */
 	if (m->ppr > 0)
 		return notify(m, ready, ctx, 0, err) < 0 ? -1 : gk_cuda_stream_sync(cu->s, err);
-	if (gk_nn_cu_encoder_bwd(gwte, gk_nn_cuda_grad_at(m, m->wpe), cu->dres, cu->dt,
+	/* every row's d embedding (under sequence parallelism the group's
+	 * rows gathered: the reduce-scatter's backward) */
+	const void *dy = f_input(m, cu->dres, err);
+	if (!dy ||
+	    gk_nn_cu_encoder_bwd(gwte, gk_nn_cuda_grad_at(m, m->wpe), dy, cu->dt,
 				 cu->uniq, cu->start, cu->pos, cu->nb, B, T, C,
 				 cu->s, err) < 0 ||
 	    notify(m, ready, ctx, 0, err) < 0)

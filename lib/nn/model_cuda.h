@@ -83,6 +83,13 @@ struct gk_nn_cuda {
 	 * cross-entropy's mx, gmx and part (gk_nn_cu_tp_xent_state) */
 	struct gk_comm *tpd;
 	float *tpf, *tpx;
+	/* sequence parallelism (tp.c): spg (N,C) in dt, a column-parallel
+	 * layer's input or a row-parallel one's output gradient gathered
+	 * from the group; sps (N,C) fp32, the collectives' rank-major order
+	 * (tp,B,T/tp,C); spln 2C, a LayerNorm's gradients summed over the
+	 * group */
+	void *spg;
+	float *sps, *spln;
 
 	void *allocs[MAX_ALLOCS];
 	int nallocs;

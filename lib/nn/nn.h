@@ -375,7 +375,8 @@ uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
  * collective: N x C floats a reduce-scatter (the g operator forward, f
  * backward), N/tp x C an all-gather (f forward; g backward; the
  * LayerNorm outputs and lnf gathered again in backward, as Megatron-LM
- * does instead of keeping them whole), 2 C a LayerNorm's parameter
+ * does instead of keeping them whole; on a GPU elements of the
+ * activation type, 2 bytes in bf16), 2 C a LayerNorm's parameter
  * gradients (summed over the group: each rank's come from its positions).
  */
 int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err);

@@ -19,9 +19,12 @@
  * parameters kept as the same pieces too (zero3.c gathers the stage's
  * units from them), with no gather after the update. A tensor-parallel run
  * without --pp under ZeRO-1, 2 or 3 is a pipeline of one stage: one segment,
- * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1 only) the
- * same collectives run over the data-parallel group's NCCL communicator
- * (dp.c's gcomm), on the device's gradients and parameters.
+ * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1, and
+ * ZeRO-2 of a tensor group without --pp) the same collectives run over
+ * the data-parallel group's NCCL communicator (dp.c's gcomm), on the
+ * device's gradients and parameters; device memory has no pages to give
+ * back, so there ZeRO-2 keeps the whole buffer and its peak is ZeRO-1's,
+ * as on the CPU.
  */
 #include <stdlib.h>
 
@@ -88,7 +91,8 @@ int gk_nn_pp_segments(gk_nn_dp *dp, int pp)
  */
 int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 {
-	/* on GPUs (ZeRO-1 only) the device's gradients, over the group's NCCL */
+	/* on GPUs the device's gradients, over the group's NCCL (whose
+	 * gk_nn_grads_release gives nothing back) */
 	float *g = dp->dev_grads ? gk_nn_work_grads(dp->m) : gk_nn_grads(dp->m);
 	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
 	int z2 = dp->zero >= 2;

@@ -192,18 +192,13 @@ int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err)
 	return 0;
 }
 
-/*
- * Row (b, t) of (B,T,C) is row (r, b, t - r Tl) of (tp,B,Tl,C), with Tl =
- * T/tp and r = t / Tl: a copy of whole rows of C floats either way.
- */
+/* whole rows of C floats between the orders of gk_nn_sp_row */
 static void sp_move(float *dst, const float *src, int B, int T, int tp, int C, int nt,
 		    int to_ranks)
 {
-	int Tl = T / tp;
 #pragma omp parallel for num_threads(nt) schedule(static)
 	for (int i = 0; i < B * T; i++) {
-		int b = i / T, t = i % T, r = t / Tl;
-		size_t j = ((size_t)r * B + b) * Tl + (size_t)(t - r * Tl);
+		size_t j = gk_nn_sp_row((size_t)i, B, T, tp);
 		if (to_ranks)
 			memcpy(dst + j * C, src + (size_t)i * C, (size_t)C * sizeof(float));
 		else

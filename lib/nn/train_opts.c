@@ -96,15 +96,12 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 				 sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
 			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
-		/* on GPUs the group's collectives are NCCL's (model_cuda.c), for
-		 * one tensor group alone: what it does not do there, said
-		 * before any work */
-		char zero[48];
-		snprintf(zero, sizeof(zero), "--zero %d (ZeRO 0 or 1 there)", o->zero);
-		no = o->seq_par ? "--sequence-parallel" : o->zero > 1 ? zero : NULL;
-		if (cuda == 1 && no)
-			return gk_errf(err, "--tp %d on GPUs: not with %s; the CPU backend "
-				       "runs it (--device cpu)", o->tp, no);
+		/* on GPUs the group's collectives are NCCL's (model_cuda.c):
+		 * ZeRO-3's units over a tensor group are the CPU's only,
+		 * said before any work */
+		if (cuda == 1 && o->zero > 2)
+			return gk_errf(err, "--tp %d on GPUs: not with --zero %d (ZeRO 0, 1 or 2 "
+				       "there); the CPU backend runs it (--device cpu)", o->tp, o->zero);
 	}
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that

@@ -164,7 +164,7 @@ test_expect_success 'what ZeRO-3 over a grid does not do is refused before any w
 	test_expect_code 2 gpu-train $A --device cuda --pp 2 --zero 3 2>err &&
 	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the CPU backend runs it (--device cpu)$" err &&
 	test_expect_code 2 gpu-train $A --device cuda --tp 2 --zero 3 2>err &&
-	grep "^gpu-train: --tp 2 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the CPU backend runs it (--device cpu)$" err &&
+	grep "^gpu-train: --tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
 	test_expect_code 2 gpu-train $A --tp 2 --sequence-parallel --zero 3 2>err &&
 	grep "^gpu-train: --sequence-parallel: not with --zero 3 (--zero 2, or leave --sequence-parallel out)$" err &&
 	test_expect_code 2 gpu-train $A --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 2 --zero 3 2>err &&

@@ -126,6 +126,7 @@ CUEMU_CLI := $(wildcard tests/cli/t6002-*.sh) tests/cli/t7106-gpu-train-device.s
 	tests/cli/t7119-gpu-train-zero3-device.sh \
 	tests/cli/t7123-gpu-train-pp-device.sh \
 	tests/cli/t7124-gpu-train-tp-device.sh \
+	tests/cli/t7127-gpu-train-tp-sp-device.sh \
 	tests/cli/t7109-gpu-train-roofline.sh
 
 $(CUEMU_B)/bin/%: $(B)/bin/%.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
