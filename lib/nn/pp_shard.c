@@ -120,8 +120,10 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 	return 0;
 }
 
-/* each segment's pieces of buf (elements of dt, indexed as the flat
- * buffer) from their owners to every rank of the group, in place */
+/*
+ * Each segment's pieces of buf (elements of dt, indexed as the flat
+ * buffer) from their owners to every rank of the group, in place.
+ */
 static int gather_segments(gk_nn_dp *dp, char *buf, gk_dtype dt, gk_err *err)
 {
 	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
