@@ -67,3 +67,11 @@ extern "C" int gk_nn_cu_colsum(float *db, float *scratch, const void *dout,
 			0, s>>>(db, scratch, (int)chunks, OC, OC);
 	return GK_CUDA_LAUNCHED("bias gradient", err);
 }
+
+extern "C" int gk_nn_cu_colsum_add(float *db, const float *v, int OC, gk_cuda_stream s,
+				   gk_err *err)
+{
+	colsum_finish<<<(OC + GK_CUDA_BLOCK - 1) / GK_CUDA_BLOCK, GK_CUDA_BLOCK, 0, s>>>(
+		db, v, 1, OC, OC);
+	return GK_CUDA_LAUNCHED("bias gradient", err);
+}

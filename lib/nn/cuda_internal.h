@@ -91,7 +91,10 @@ void gk_nn_blas_free(gk_nn_blas *b);
  * writes the pre-activation op(A) op(B) + bias to aux (M,N), leading
  * dimension ldaux, cuBLASLt's GELU_AUX_BIAS (GELU_AUX without a bias);
  * GK_NN_GEMM_DGELU makes D = (op(A) op(B)) * gelu'(aux), aux the
- * pre-activation the forward wrote (cuBLASLt's DGELU).
+ * pre-activation the forward wrote (cuBLASLt's DGELU); with dbias also
+ * dbias (N values of D's type, 16-byte aligned) = the column sums of D,
+ * the GELU's bias gradient, written, not added (cuBLASLt's DGELU_BGRAD,
+ * whose bias gradient cublasLt.h gives D's type).
  */
 enum { GK_NN_GEMM_PLAIN, GK_NN_GEMM_GELU, GK_NN_GEMM_DGELU };
 
@@ -108,6 +111,7 @@ typedef struct gk_nn_gemm {
 	gk_dtype dt, ddt;
 	int gelu;              /* GK_NN_GEMM_*; PLAIN (0) unless set */
 	void *aux; int ldaux;  /* the GELU's pre-activation (M,N) */
+	void *dbias;           /* DGELU only: the bias gradient (N), or NULL */
 } gk_nn_gemm;
 
 int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err);
@@ -157,9 +161,12 @@ int gk_nn_cu_layernorm_bwd(void *dinp, float *dw, float *db, float *scratch,
 			   int N, int C, gk_cuda_stream s, gk_err *err);
 
 /* colsum.cu: db (OC) += column sums of dout (N,OC), two passes through
- * scratch (gk_nn_colsum_chunks(N) * OC floats); the bias gradients. */
+ * scratch (gk_nn_colsum_chunks(N) * OC floats); the bias gradients.
+ * colsum_add: db (OC) += v (OC), a bias gradient summed elsewhere (the
+ * matmul's DGELU_BGRAD epilogue), as the second pass adds one chunk. */
 int gk_nn_cu_colsum(float *db, float *scratch, const void *dout, gk_dtype dt,
 		    int N, int OC, gk_cuda_stream s, gk_err *err);
+int gk_nn_cu_colsum_add(float *db, const float *v, int OC, gk_cuda_stream s, gk_err *err);
 
 /* gelu.cu: out = gelu(inp); dinp *= gelu'(inp) in place. */
 int gk_nn_cu_gelu_fwd(void *out, const void *inp, gk_dtype dt, size_t n,

@@ -688,7 +688,8 @@ int gk_nn_dp_master_full(gk_nn_dp *dp, gk_err *err)
 	size_t per = dp->Np / (size_t)dp->world;
 	float *p = gk_nn_work_params(dp->m);
 	/* (the working copy is already the rounding of what arrives) */
-	if (gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+	if (dp->ppshard ? gk_nn_pp_master_gather(dp, err) < 0 :
+	    gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
 		return -1;
 	dp->master_stale = 0;
 	return 0;

@@ -18,11 +18,17 @@
  * The MLP's GELU runs in the epilogue where the model asks
  * (gk_nn_gelu_epilogue): c_fc's forward with GELU_AUX_BIAS (D the GELU's
  * output, the aux matrix its input, which backward needs), c_proj's
- * input gradient with DGELU (the product times gelu' of the aux). The
- * aux matrix has D's type, layout and shape (cuBLASLt's default
- * EPILOGUE_AUX_DATA_TYPE), its leading dimension a multiple of 8 no less
- * than D's rows (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), its pointer given
- * before the heuristic, which reads its alignment from it.
+ * input gradient with DGELU (the product times gelu' of the aux), or
+ * DGELU_BGRAD, which also writes the column sums of our D (the rows of
+ * cuBLASLt's, what its bias gradient sums) to the bias pointer: c_fc's
+ * bias gradient, of D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+ * "Bias gradient vector elements are the same type as the output
+ * elements"). The aux matrix has D's type, layout and shape (cuBLASLt's
+ * default EPILOGUE_AUX_DATA_TYPE), its leading dimension a multiple of 8
+ * no less than D's rows (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD). The aux
+ * and bias pointers are given before the heuristic, which reads their
+ * alignment from them (cublasLt.h, both attributes), so the alignments
+ * are part of the cached problem.
  *
  * reference: llm.c llmc/matmul.cuh (matmul_cublaslt), the cuBLASLt API
  * documentation (cublasLtMatmul, "Epilogue", "Data types").
@@ -109,7 +115,7 @@ typedef struct algo_key {
 	int64_t lda, ldb, ldd, ldaux;
 	long long sa, sb, sd;
 	uint64_t ws;
-	uint32_t align[5]; /* A B C D, and the GELU's aux */
+	uint32_t align[6]; /* A B C D, the GELU's aux, the bias (or its gradient) */
 } algo_key;
 
 #define ALGO_CACHE_MAX 256
@@ -217,10 +223,14 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 		epi = g->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
 			      : CUBLASLT_EPILOGUE_GELU_AUX;
 	else if (g->gelu == GK_NN_GEMM_DGELU)
-		epi = CUBLASLT_EPILOGUE_DGELU;
+		epi = g->dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
 
 	if (g->bias && batch > 1)
 		return gk_errf(err, "matmul: a bias with a batch of %d", batch);
+	/* (16 bytes: as a bias, below) */
+	if (g->dbias && (g->gelu != GK_NN_GEMM_DGELU || (uintptr_t)g->dbias & 15))
+		return gk_errf(err, "matmul: a bias gradient comes with the DGELU epilogue only, "
+			       "at a 16-byte boundary");
 	if (g->gelu != GK_NN_GEMM_PLAIN) {
 		size_t es = gk_dtype_bits(g->ddt) / 8;
 		if (g->gelu != GK_NN_GEMM_GELU && g->gelu != GK_NN_GEMM_DGELU)
@@ -267,7 +277,9 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	    GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
 				       sizeof(epi)), err) < 0)
 		goto out;
-	if (g->bias &&
+	if (g->dbias)
+		bias = g->dbias;
+	if (bias &&
 	    GK_CUBLAS_CHECK(lt.DescSet(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 				       &bias, sizeof(bias)), err) < 0)
 		goto out;
@@ -309,7 +321,7 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	algo_key key;
 	memset(&key, 0, sizeof key); /* the padding too: keys compare bytewise */
 	key.dt = g->dt, key.ddt = g->ddt, key.trans_a = sh.trans_a, key.trans_b = sh.trans_b;
-	key.bias = g->bias != NULL, key.batch = batch, key.epi = (int32_t)epi;
+	key.bias = bias != NULL, key.batch = batch, key.epi = (int32_t)epi;
 	key.a_rows = sh.a_rows, key.a_cols = sh.a_cols, key.b_rows = sh.b_rows;
 	key.b_cols = sh.b_cols, key.d_rows = sh.d_rows, key.d_cols = sh.d_cols;
 	key.lda = sh.lda, key.ldb = sh.ldb, key.ldd = sh.ldd;
@@ -320,6 +332,7 @@ int gk_nn_blas_gemm(gk_nn_blas *b, const gk_nn_gemm *g, gk_err *err)
 	for (int i = 0; i < 4; i++)
 		key.align[i] = align_of(ptr[i]);
 	key.align[4] = g->gelu != GK_NN_GEMM_PLAIN ? align_of((uintptr_t)g->aux) : 0;
+	key.align[5] = bias ? align_of((uintptr_t)bias) : 0;
 	const cublasLtMatmulAlgo_t *algo = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
 	for (size_t i = 0; i < b->nalgos && !algo; i++)

@@ -475,11 +475,16 @@ static int f_grad(gk_nn_model *m, gk_nn_gemm *gi, void *dinp, int N, int IC, gk_
 	return acc == dinp ? 0 : gk_cuda_convert(dinp, cu->dt, acc, GK_DT_F32, n, cu->s, err);
 }
 
-/* dinp (N,IC) = dout @ w^T, times gelu'(pre) when pre is given (c_proj's
+/*
+ * dinp (N,IC) = dout @ w^T, times gelu'(pre) when pre is given (c_proj's
  * DGELU epilogue: pre the (N,IC) input of the GELU whose output was
  * inp), summed over the tensor group when f (a column-parallel layer's
- * input, f_grad); dw (IC,OC) += inp^T @ dout; db += column sums */
-static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
+ * input, f_grad); dw (IC,OC) += inp^T @ dout; db += column sums (none
+ * when db is NULL). dpre_b (with pre): the GELU's layer's bias gradient
+ * (IC) += the column sums of dinp, summed by the epilogue (DGELU_BGRAD)
+ * into the column sums' scratch, then added.
+ */
+static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db, float *dpre_b,
 		  const void *dout, const void *inp, const void *w,
 		  const void *pre, int f, int N, int IC, int OC, gk_err *err)
 {
@@ -488,15 +493,17 @@ static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db,
 			 .lda = OC, .B = w, .ldb = OC, .D = dinp, .ldd = IC,
 			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
 			 .gelu = pre ? GK_NN_GEMM_DGELU : GK_NN_GEMM_PLAIN,
-			 .aux = (void *)pre, .ldaux = IC};
+			 .aux = (void *)pre, .ldaux = IC,
+			 .dbias = dpre_b ? cu->colsum : NULL};
 	gk_nn_gemm gw = {.ta = 1, .M = IC, .N = OC, .K = N, .A = inp,
 			 .lda = IC, .B = dout, .ldb = OC, .D = dw, .ldd = OC,
 			 .C = dw, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
 			 .ddt = GK_DT_F32};
 	if ((f ? f_grad(m, &gi, dinp, N, IC, err) : gk_nn_blas_gemm(cu->blas, &gi, err)) < 0 ||
+	    (dpre_b && gk_nn_cu_colsum_add(dpre_b, cu->colsum, IC, cu->s, err) < 0) ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0)
 		return -1;
-	return gk_nn_cu_colsum(db, cu->colsum, dout, cu->dt, N, OC, cu->s, err);
+	return db ? gk_nn_cu_colsum(db, cu->colsum, dout, cu->dt, N, OC, cu->s, err) : 0;
 }
 
 /*
@@ -930,26 +937,31 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	 * gradients are summed over the group (f, mm_bwd's f) */
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 #define G(off) gk_nn_cuda_grad_at(m, off)
-	/* dfc: d(c_proj's input) times gelu'(fch), in the epilogue or by
-	 * gelu.cu's kernel */
+	/*
+	 * dfc: d(c_proj's input) times gelu'(fch), in the epilogue or by
+	 * gelu.cu's kernel. In fp32 and TF32 the epilogue sums c_fc's bias
+	 * gradient too (DGELU_BGRAD); in bf16 that sum would be bf16 (D's
+	 * type, cublasLt.h) where colsum.cu's is fp32, so colsum.cu sums it.
+	 */
+	float *fcb = cu->gelu_epi && cu->dt == GK_DT_F32 ? G(o->fcb) : NULL;
 	if (!(dy = f_input(m, cu->dres, err)) ||
-	    mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), dy,
+	    mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), fcb, dy,
 		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, 0, N, F,
 		   C, err) < 0 ||
 	    (!cu->gelu_epi &&
 	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * F, cu->s,
 			       err) < 0) ||
 	    !(x = f_input(m, a.ln2, err)) ||
-	    mm_bwd(m, cu->dln, G(o->fcw), G(o->fcb), cu->dfc, x,
+	    mm_bwd(m, cu->dln, G(o->fcw), fcb ? NULL : G(o->fcb), NULL, cu->dfc, x,
 		   W(o->fcw), NULL, 1, N, C, F, err) < 0 ||
 	    ln_bwd(m, cu->dres, o->ln2w, o->ln2b, cu->dln, a.res2, a.ln2m, a.ln2r,
 		   err) < 0 ||
 	    !(dy = f_input(m, cu->dres, err)) ||
-	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), dy,
+	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), NULL, dy,
 		   a.atty, W(o->attprojw), NULL, 0, N, Cq, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
 	    !(x = f_input(m, a.ln1, err)) ||
-	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), cu->dqkv, x,
+	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), NULL, cu->dqkv, x,
 		   W(o->qkvw), NULL, 1, N, C, 3 * Cq, err) < 0 ||
 	    ln_bwd(m, cu->dres, o->ln1w, o->ln1b, cu->dln, a.in, a.ln1m, a.ln1r,
 		   err) < 0)

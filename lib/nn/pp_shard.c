@@ -22,9 +22,10 @@
  * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1, and
  * ZeRO-2 of a tensor group without --pp) the same collectives run over
  * the data-parallel group's NCCL communicator (dp.c's gcomm), on the
- * device's gradients and parameters; device memory has no pages to give
- * back, so there ZeRO-2 keeps the whole buffer and its peak is ZeRO-1's,
- * as on the CPU.
+ * device's gradients and parameters; in bf16 the gather moves the working
+ * copy, not the fp32 master. Device memory has no pages to give back, so
+ * there ZeRO-2 keeps the whole buffer and its peak is ZeRO-1's, as on the
+ * CPU.
  */
 #include <stdlib.h>
 
@@ -125,18 +126,47 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 	return 0;
 }
 
-/* ... and after the update, each owner's pieces of the parameters to all */
-int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err)
+/*
+ * Each segment's pieces of buf (elements of dt, indexed as the flat
+ * buffer) from their owners to every rank of the group, in place.
+ */
+static int gather_segments(gk_nn_dp *dp, char *buf, gk_dtype dt, gk_err *err)
 {
-	float *p = dp->dev_grads ? gk_nn_work_params(dp->m) : gk_nn_params(dp->m);
 	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
+	size_t es = gk_dtype_bits(dt) / 8;
 	for (int k = 0; k < 2; k++) {
 		gk_comm_req *q;
 		if (dp->seg[k][1] > dp->seg[k][0] &&
-		    (gk_comm_iallgatherv(c, p + dp->seg[k][0], dp->displ[k], GK_DT_F32, &q,
+		    (gk_comm_iallgatherv(c, buf + dp->seg[k][0] * es, dp->displ[k], dt, &q,
 					 err) < 0 ||
 		     gk_comm_wait(q, err) < 0))
 			return -1;
 	}
+	return 0;
+}
+
+/*
+ * ... and after the update, each owner's pieces of the parameters to all.
+ * On GPUs in bf16 the working copy's, which the update rounded from the
+ * pieces' master, as shard_gather in dp.c (2 bytes a parameter; the same
+ * bits as the master's gather and its rounding): the master stays current
+ * in this rank's pieces only until gk_nn_pp_master_gather.
+ */
+int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err)
+{
+	gk_dtype dt;
+	char *w = dp->dev_grads ? gk_nn_work_copy(dp->m, &dt) : NULL;
+	if (w) {
+		dp->master_stale = 1;
+		return gather_segments(dp, w, dt, err);
+	}
+	float *p = dp->dev_grads ? gk_nn_work_params(dp->m) : gk_nn_params(dp->m);
+	if (gather_segments(dp, (char *)p, GK_DT_F32, err) < 0)
+		return -1;
 	return gk_nn_params_changed(dp->m, err);
+}
+
+int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err)
+{
+	return gather_segments(dp, (char *)gk_nn_work_params(dp->m), GK_DT_F32, err);
 }

@@ -343,7 +343,8 @@ struct gk_nn_dp {
 	int shard;            /* ZeRO-1 runs: zero and (CPU) world > 1 or (GPU) NCCL */
 	int master_stale;     /* a GPU's bf16 working copy was gathered, not the
 			       * master: this rank's master is current in
-			       * [lo, hi) only (gk_nn_dp_master_full) */
+			       * [lo, hi) only, or a pipeline stage's in its
+			       * pieces own[k] (gk_nn_dp_master_full) */
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
 	float *resid;         /* ZeRO-1 to 3 with --compress: its error feedback, Np floats */
@@ -435,9 +436,10 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
 int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err);
 void gk_nn_dp_params_shard(gk_nn_dp *dp);
 /* ZeRO-1 and 2 on GPUs in bf16: every rank's fp32 master whole again (a
- * checkpoint's copy), one all-gather of the master's ranges where the
- * steps since the last gathered the working copy instead; nothing
- * otherwise. Every rank calls it. */
+ * checkpoint's copy), one all-gather of the master's ranges (a pipeline
+ * stage's or a tensor group's: of each segment's pieces) where the steps
+ * since the last gathered the working copy instead; nothing otherwise.
+ * Every rank calls it. */
 int gk_nn_dp_master_full(gk_nn_dp *dp, gk_err *err);
 /* A pipeline's stage s, data-parallel rank r: its piece [*a, *b) of
  * segment k (gk_nn_dp's seg; the whole segment without ZeRO-1) */
@@ -464,10 +466,13 @@ void gk_nn_z3_release(gk_nn_dp *dp, int u);
 void gk_nn_z3_step_done(gk_nn_dp *dp);
 /* pp_shard.c, for dp.c: a stage's segments of a pipeline of pp stages
  * (gk_nn_dp's seg, own, per, displ), its pieces averaged into their owners
- * after the schedule, and gathered to all after the update */
+ * after the schedule, and gathered to all after the update (on GPUs in
+ * bf16 the working copy's, leaving master_stale); the fp32 master's
+ * pieces gathered whole (a GPU's, for gk_nn_dp_master_full) */
 int gk_nn_pp_segments(gk_nn_dp *dp, int pp);
 int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err);
 int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err);
+int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);
 /* Once the device is chosen: the gradients' communicator (--comm),

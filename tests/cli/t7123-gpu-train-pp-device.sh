@@ -22,8 +22,9 @@ stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
 their gradients over NCCL, each data-parallel group on a communicator of
 its own (or through host memory with --comm mpi: the same bits), within
 1e-6 of one GPU; under ZeRO 1 (each stage cut over its
-data-parallel group) the bits of ZeRO 0, resumed exactly; ZeRO 2 there
-is refused before any work.'
+data-parallel group) the bits of ZeRO 0, resumed exactly, and in bf16,
+gathering the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints; ZeRO
+2 there is refused before any work.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -179,6 +180,46 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"
 	tail -n 1 pz >pz.tail &&
 	losses pzr.json >pzr &&
 	test_cmp pz.tail pzr
+'
+
+# ZeRO 1 in bf16: each stage's pieces gathered in the bf16 working copy
+# the update rounded from their master (2 bytes a parameter), the fp32
+# master staying cut until a checkpoint gathers it whole (t7106 says the
+# same of data parallelism alone). The losses and every step's checkpoint
+# are ZeRO 0's bits (2 steps: the second's forward on the gathered copy).
+# In the emulation's NCCL log a step's bf16 gathers
+# (ncclDataType_t 9; an all-gather of equal pieces, count a rank's, or a
+# group of broadcasts, count a piece) bring each rank its stage's
+# segments, its range and the tied wte: over the four ranks
+# 2 (params_padded + wte) elements a step, wte's 32 x 384 (the
+# vocabulary's 257 rows padded to 128's multiple); the checkpoint's fp32
+# gathers (7) the same.
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs in bf16, ZeRO 1: the bf16 working copy gathered; ZeRO 0'"'"'s losses and every step'"'"'s checkpoint bit for bit' '
+	B="$A --steps 2 --device cuda --precision bf16 --ckpt-every 1" &&
+	{ test -f train.bin || train_data; } &&
+	rm -rf bk0 bk1 bk1.log &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $B --pp 2 --zero 0 --ckpt-dir bk0 >bk0.json &&
+	 CUEMU_NCCL_LOG=$PWD/bk1.log mpi 4 $B --pp 2 --zero 1 --ckpt-dir bk1 >bk1.json) &&
+	losses bk0.json >bk0.losses && losses bk1.json >bk1.losses &&
+	test $(wc -l <bk1.losses) = 2 &&
+	test_cmp bk0.losses bk1.losses &&
+	for s in 1 2; do
+		f=$(printf "step-%08d/model.safetensors" $s) &&
+		cmp bk0/$f bk1/$f || return 1
+	done &&
+	if test -n "$GK_CUEMU"; then
+		n=$(jq -s "map(select(.event == \"start\"))[0].params_padded" bk1.json) &&
+		wte=$((32 * 384)) &&
+		for t in 9 7; do
+			awk -v t=$t "\$7 == t && \$3 == \"ncclAllGather\" { e += 2 * \$5 }
+				     \$7 == t && \$3 == \"ncclBroadcast\" { e += \$5 }
+				     END { print e + 0 }" bk1.log >moved$t || return 1
+		done &&
+		echo $((2 * 2 * (n + wte))) >moved.expect &&
+		test_cmp moved.expect moved9 &&
+		test_cmp moved.expect moved7
+	fi
 '
 
 test_done

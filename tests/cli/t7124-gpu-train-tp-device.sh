@@ -18,11 +18,12 @@ tp_comm_bytes is the CPU path'"'"'s formula, a rank'"'"'s model states
 mem-estimate --tp'"'"'s. A device checkpoint resumes on one GPU (within
 1e-6 of the run that never stopped) and on the CPU (within 1e-4). Two
 tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
-1e-6 of one GPU on the same global batch, and under ZeRO 2 (its buckets
-reduce-scattered after backward, as a pipeline stage'"'"'s) ZeRO 1'"'"'s
-losses and norms bit for bit, its model states mem-estimate --zero 2'"'"'s
-and its total ZeRO 1'"'"'s. A pipeline of two tensor groups (tp 2 x pp 2)
-is within 1e-6 of one GPU too.'
+1e-6 of one GPU on the same global batch (in bf16 under ZeRO 1, gathering
+the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints bit for bit),
+and under ZeRO 2 (its buckets reduce-scattered after backward, as a
+pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
+states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s. A pipeline of
+two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -155,6 +156,40 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs: ZeRO 1'"'"'s loss
 	for k in parameters gradients optimizer; do
 		test $(jq .bytes.$k mez2.json) = $(mem tz2.json $k) || return 1
 	done
+'
+
+# ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one
+# stage (pp_shard.c), so its gather after the update moves the bf16
+# working copy too, the fp32 master gathered at checkpoints only: ZeRO
+# 0's losses and every step's checkpoint (2 steps) bit for bit. In the
+# emulation's NCCL log (t7123 says how to read it) a step's bf16 gathers
+# bring each of the four ranks its tensor rank's params_padded
+# elements; the checkpoints' fp32 gathers the same.
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs in bf16, ZeRO 1: the bf16 working copy gathered; ZeRO 0'"'"'s losses and every step'"'"'s checkpoint bit for bit' '
+	B="$A --steps 2 --device cuda --precision bf16 --ckpt-every 1" &&
+	{ test -f train.bin || train_data; } &&
+	rm -rf tb0 tb1 tb1.log &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $B --tp 2 --zero 0 --ckpt-dir tb0 >tb0.json &&
+	 CUEMU_NCCL_LOG=$PWD/tb1.log mpi 4 $B --tp 2 --zero 1 --ckpt-dir tb1 >tb1.json) &&
+	losses tb0.json >tb0.losses && losses tb1.json >tb1.losses &&
+	test $(wc -l <tb1.losses) = 2 &&
+	test_cmp tb0.losses tb1.losses &&
+	for s in 1 2; do
+		f=$(printf "step-%08d/model.safetensors" $s) &&
+		cmp tb0/$f tb1/$f || return 1
+	done &&
+	if test -n "$GK_CUEMU"; then
+		n=$(jq -s "map(select(.event == \"start\"))[0].params_padded" tb1.json) &&
+		for t in 9 7; do
+			awk -v t=$t "\$7 == t && \$3 == \"ncclAllGather\" { e += 2 * \$5 }
+				     \$7 == t && \$3 == \"ncclBroadcast\" { e += \$5 }
+				     END { print e + 0 }" tb1.log >moved$t || return 1
+		done &&
+		echo $((2 * 4 * n)) >moved.expect &&
+		test_cmp moved.expect moved9 &&
+		test_cmp moved.expect moved7
+	fi
 '
 
 # tp 2 x pp 2: each of two stages a tensor group of two GPUs (the

@@ -14,9 +14,13 @@
  * dimension a multiple of 8 and no less than D's rows, the aux matrix of
  * D's type (EPILOGUE_AUX_DATA_TYPE's default; another type is for fp8
  * only), inside one device allocation and as aligned as the pointer the
- * heuristic saw; DGELU_BGRAD writes the bias gradient, of D's type, to
- * the bias pointer. The fake has no batched aux (AUX_BATCH_STRIDE) and
- * refuses a batched GELU epilogue.
+ * heuristic saw; DGELU_BGRAD writes the bias gradient, of D's type
+ * (BIAS_DATA_TYPE another: refused), to the bias pointer: D's row sums
+ * of the epilogue's fp32 values, written, not added. The bias pointer,
+ * whose alignment the heuristic too reads from the descriptor
+ * (cublasLt.h, BIAS_POINTER), must be as aligned at the matmul as it was
+ * there. The fake has no batched aux (AUX_BATCH_STRIDE) and refuses a
+ * batched GELU epilogue.
  *
  * The GELU is the tanh approximation GPT-2 uses (gelu_new). cuBLASLt
  * does not document which formula its epilogue computes (tanh form, erf
@@ -29,8 +33,8 @@
  * stderr. CUEMU_GEMM_LOG=FILE appends one line per GEMM issued (shape,
  * types, batch), the manifest of the shapes a model runs;
  * CUEMU_LT_HEURISTIC_LOG=FILE one line per heuristic query (the problem,
- * the alignments and the workspace it was told), for the tests that
- * count them.
+ * the alignments it was told and read from the aux and bias pointers,
+ * and the workspace), for the tests that count them.
  *
  * reference: cuBLAS documentation, "cublasLtMatmul", "cublasLtMatmulDescAttributes_t",
  * "cublasLtMatrixLayoutAttribute_t", "cublasLtMatmulPreferenceAttributes_t".
@@ -494,13 +498,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 		if (FILE *f = fopen(log, "a")) {
 			const layout *la = (const layout *)a, *ld = (const layout *)d;
 			fprintf(f, "m %llu n %llu k %llu transa %d transb %d batch %d A %s D %s "
-				"bias %d align %u %u %u %u workspace %llu epilogue %s\n",
+				"bias %d align %u %u %u %u aux %llu bias %llu workspace %llu "
+				"epilogue %s\n",
 				(unsigned long long)ld->rows, (unsigned long long)ld->cols,
 				(unsigned long long)(de->transa ? la->rows : la->cols), de->transa,
 				de->transb, ld->batch, type_name(la->type), type_name(ld->type),
 				de->epilogue == CUBLASLT_EPILOGUE_BIAS, p->align[0], p->align[1],
-				p->align[2], p->align[3], (unsigned long long)p->ws,
-				epilogue_name(de->epilogue));
+				p->align[2], p->align[3],
+				(unsigned long long)(de->aux ? align_of((uintptr_t)de->aux) : 0),
+				(unsigned long long)(de->bias ? align_of((uintptr_t)de->bias) : 0),
+				(unsigned long long)p->ws, epilogue_name(de->epilogue));
 			fclose(f);
 		}
 	}
@@ -512,9 +519,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 	/* some workspace when allowed, so that its pointer gets checked */
 	res->workspaceSize = p->ws < (1u << 20) ? p->ws : (1u << 20);
 	res->algo.data[6] = res->workspaceSize;
-	/* the aux pointer's alignment, as the heuristic reads it from the
-	 * descriptor (cublasLt.h, EPILOGUE_AUX_POINTER) */
-	res->algo.data[7] = de->aux ? align_of((uintptr_t)de->aux) : 1;
+	/* the aux and bias pointers' alignments, as the heuristic reads them
+	 * from the descriptor (cublasLt.h, EPILOGUE_AUX_POINTER, BIAS_POINTER) */
+	res->algo.data[7] = (de->aux ? align_of((uintptr_t)de->aux) : 1) |
+			    (uint64_t)(de->bias ? align_of((uintptr_t)de->bias) : 1) << 32;
 	res->state = CUBLAS_STATUS_SUCCESS;
 	res->wavesCount = 1.0f;
 	*found = 1;
@@ -564,12 +572,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 				      "to its %zu-byte elements", nm[i], ptr[i], es);
 	}
 	int ep = epilogue_does(de.epilogue);
+	uint64_t aux_align = algo->data[7] & 0xffffffffu, bias_align = algo->data[7] >> 32;
 	if (ep & (EP_BIAS | EP_BGRAD)) {
 		size_t es = type_size(d.type);
 		if (!cuemu::device_range(de.bias, d.rows * es) || (uintptr_t)de.bias % es)
 			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: the bias (%p, %llu values) "
 				      "is not an aligned piece of one device allocation", de.bias,
 				      (unsigned long long)d.rows);
+		if ((uintptr_t)de.bias % bias_align)
+			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: the bias at %p is not "
+				      "aligned to the %llu bytes of the pointer the heuristic saw",
+				      de.bias, (unsigned long long)bias_align);
 	}
 	layout aux = d;
 	aux.ld = de.aux_ld;
@@ -580,11 +593,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dp, const
 				      "%llux%llu, ld %lld) is not inside one device allocation",
 				      de.aux, (unsigned long long)d.rows, (unsigned long long)d.cols,
 				      (long long)de.aux_ld);
-		if ((uintptr_t)de.aux % es || (uintptr_t)de.aux % algo->data[7])
+		if ((uintptr_t)de.aux % es || (uintptr_t)de.aux % aux_align)
 			return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: the aux matrix at %p is "
 				      "not aligned to its %zu-byte elements and the %llu bytes of the "
 				      "pointer the heuristic saw", de.aux, es,
-				      (unsigned long long)algo->data[7]);
+				      (unsigned long long)aux_align);
 	}
 	if (ws_bytes < algo->data[6])
 		return reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: %zu bytes of workspace, the "

@@ -471,15 +471,15 @@ static float *dev_floats(size_t n)
 /*
  * One fp32 GEMM through the fake cuBLASLt, column-major: D (M,N) = A (M,K)
  * B (K,N) with an epilogue; aux (leading dimension auxld, type auxtype
- * unless -1) and bias set when given. aux_at_heur: the aux pointer the
- * heuristic sees, when it differs from the matmul's. Returns the first
- * status that is not success.
+ * unless -1) and bias set when given. aux_at_heur, bias_at_heur: the aux
+ * and bias pointers the heuristic sees, when they differ from the
+ * matmul's. Returns the first status that is not success.
  */
 enum { LM = 16, LN = 3, LK = 5 };
 
 static cublasStatus_t lt_gemm(uint32_t epi, float *D, const float *A, const float *Bm,
 			      void *bias, void *aux, int64_t auxld, int32_t auxtype,
-			      void *aux_at_heur)
+			      void *aux_at_heur, void *bias_at_heur = NULL)
 {
 	cublasLtHandle_t h;
 	cublasLtMatmulDesc_t d;
@@ -496,10 +496,12 @@ static cublasStatus_t lt_gemm(uint32_t epi, float *D, const float *A, const floa
 	cublasLtMatmulPreferenceCreate(&pr);
 	float alpha = 1.0f, beta = 0.0f;
 	void *heur_aux = aux_at_heur ? aux_at_heur : aux;
+	void *heur_bias = bias_at_heur ? bias_at_heur : bias;
 	if ((st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
 						 sizeof epi)) ||
-	    (bias && (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-							  &bias, sizeof bias))) ||
+	    (heur_bias && (st = cublasLtMatmulDescSetAttribute(d,
+					CUBLASLT_MATMUL_DESC_BIAS_POINTER, &heur_bias,
+					sizeof heur_bias))) ||
 	    (heur_aux && (st = cublasLtMatmulDescSetAttribute(d,
 					CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &heur_aux,
 					sizeof heur_aux))) ||
@@ -510,9 +512,12 @@ static cublasStatus_t lt_gemm(uint32_t epi, float *D, const float *A, const floa
 					sizeof auxtype))) ||
 	    (st = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, ld, ld, pr, 1, &res, &found)))
 		goto out;
-	if (aux_at_heur &&
-	    (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-						 &aux, sizeof aux)))
+	if ((aux_at_heur &&
+	     (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+						  &aux, sizeof aux))) ||
+	    (bias_at_heur &&
+	     (st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+						  sizeof bias))))
 		goto out;
 	st = cublasLtMatmul(h, d, &alpha, A, la, Bm, lb, &beta, D, ld, D, ld, &res.algo, NULL, 0,
 			    NULL);
@@ -558,7 +563,7 @@ static void test_lt_gelu(void)
 			prod[i + j * LM] = acc;
 			pre[i + j * LM] = acc + hbias[i];
 		}
-	float *A = dev_floats(LM * LK), *Bm = dev_floats(LK * LN), *bias = dev_floats(LM);
+	float *A = dev_floats(LM * LK), *Bm = dev_floats(LK * LN), *bias = dev_floats(LM + 4);
 	float *D = dev_floats(LM * LN), *aux = dev_floats(LM * LN + 64);
 	cudaMemcpy(A, ha, sizeof ha, cudaMemcpyHostToDevice);
 	cudaMemcpy(Bm, hb, sizeof hb, cudaMemcpyHostToDevice);
@@ -615,6 +620,13 @@ static void test_lt_gelu(void)
 	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU_AUX, D, A, Bm, NULL, aux + 1, LM, -1, aux) ==
 		   CUBLAS_STATUS_INVALID_VALUE,
 	   "cuBLASLt GELU_AUX: an aux pointer less aligned than the heuristic's is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_DGELU_BGRAD, D, A, Bm, bias + 1, aux, LM, -1, NULL, bias) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt DGELU_BGRAD: a bias gradient pointer less aligned than the heuristic's "
+	   "is refused");
+	ok(lt_gemm(CUBLASLT_EPILOGUE_BIAS, D, A, Bm, bias + 1, NULL, 0, -1, NULL, bias) ==
+		   CUBLAS_STATUS_INVALID_VALUE,
+	   "cuBLASLt BIAS: a bias pointer less aligned than the heuristic's is refused");
 	ok(lt_gemm(CUBLASLT_EPILOGUE_GELU, D, A, Bm, NULL, NULL, 0, -1, NULL) ==
 		   CUBLAS_STATUS_SUCCESS,
 	   "cuBLASLt GELU (no aux) needs no aux pointer");

@@ -26,7 +26,8 @@
  *     (GK_CUDA_GELU): one step in fp32, TF32 and bf16 each way against
  *     the CPU, the two ways within the same tolerances of each other,
  *     the same memory, and on the emulation the GEMMs' epilogues as its
- *     manifest (CUEMU_GEMM_LOG) lists them.
+ *     manifest (CUEMU_GEMM_LOG) lists them; c_fc's bias gradient in
+ *     c_proj's DGELU_BGRAD epilogue against DGELU and colsum.cu's sums.
  */
 #include <math.h>
 #include <stdio.h>
@@ -929,8 +930,10 @@ static int manifest_count(const char *path, const char *epilogue)
  * rounded to 10 bits), the epilogue's gradients against the kernels'
  * within the same bounds, the same device memory both ways. On the
  * emulation (GK_CUEMU) its manifest shows the epilogues: c_fc's forward
- * GELU_AUX_BIAS and c_proj's input gradient DGELU once per layer, and
- * none of either from the kernel path.
+ * GELU_AUX_BIAS and c_proj's input gradient once per layer, DGELU_BGRAD
+ * in fp32 and TF32 (c_fc's bias gradient summed there), DGELU in bf16
+ * (a bf16 sum there; colsum.cu sums it in fp32), and none of them from
+ * the kernel path.
  */
 static void test_gelu_epilogue(void)
 {
@@ -992,11 +995,15 @@ static void test_gelu_epilogue(void)
 				   "GELU %s %s: loss %.7f, CPU %.7f", P[p].name, way[w], loss[w], lc);
 			if (cuemu) {
 				int L = (int)c.layers;
+				int fused = P[p].prec != GK_NN_BF16;
 				int fwd = manifest_count(log, "GELU_AUX_BIAS");
 				int bwd = manifest_count(log, "DGELU");
-				ok(w ? fwd == L && bwd == L : fwd == 0 && bwd == 0,
-				   "GELU %s %s: the manifest has %d GELU_AUX_BIAS and %d DGELU "
-				   "GEMMs (want %d each)", P[p].name, way[w], fwd, bwd, w ? L : 0);
+				int bgr = manifest_count(log, "DGELU_BGRAD");
+				int wb = w && fused ? L : 0, wd = w && !fused ? L : 0;
+				ok(fwd == (w ? L : 0) && bwd == wd && bgr == wb,
+				   "GELU %s %s: the manifest has %d GELU_AUX_BIAS, %d DGELU and %d "
+				   "DGELU_BGRAD GEMMs (want %d, %d, %d)", P[p].name, way[w], fwd, bwd,
+				   bgr, w ? L : 0, wd, wb);
 			}
 		}
 		remove(log);
@@ -1064,6 +1071,108 @@ static void test_gelu_epilogue(void)
 	unsetenv("GK_CUDA_GELU");
 	gk_nn_free(cpu);
 }
+
+#if GK_HAVE_CUDA
+/*
+ * c_proj's input gradient with c_fc's bias gradient in its epilogue
+ * (DGELU_BGRAD) against the unfused way (DGELU, then colsum.cu's column
+ * sums), at the model's shapes (B*T rows, 4C columns, C deep), fp32 and
+ * TF32: D bit for bit (the same epilogue), the bias gradient within fp32
+ * rounding of the column sums (another order of the same fp32 sums) and
+ * of a double reference, written where the sums are added (the buffer's
+ * old values gone); colsum_add adds it to a gradient exactly (one fp32
+ * addition each). matmul refuses a bias gradient without DGELU or off a
+ * 16-byte boundary.
+ */
+static void test_dgelu_bgrad(void)
+{
+	gk_nn_config c = cfg();
+	int N = B * T, C = (int)c.hidden, F = 4 * C;
+	size_t nd = (size_t)N * F, ws_bytes = (size_t)4 << 20;
+	float *dout = malloc((size_t)N * C * 4), *w = malloc((size_t)F * C * 4);
+	float *pre = malloc(nd * 4), *d1 = malloc(nd * 4), *d2 = malloc(nd * 4);
+	float *g1 = malloc(F * 4), *g2 = malloc(F * 4), *acc = malloc(F * 4);
+	double *want = calloc(F, sizeof(double));
+	static const struct { int prec; const char *name; } P[] = {
+		{GK_NN_FP32, "fp32"}, {GK_NN_TF32, "tf32"}};
+	fill(dout, (size_t)N * C, 1.0f);
+	fill(w, (size_t)F * C, 0.5f);
+	fill(pre, nd, 3.0f);
+	fill(acc, F, 1.0f);
+	void *ddout = gpu_dev(dout, (size_t)N * C * 4), *dw = gpu_dev(w, (size_t)F * C * 4);
+	void *dpre = gpu_dev(pre, nd * 4), *dd1 = gpu_dev(NULL, nd * 4);
+	void *dd2 = gpu_dev(NULL, nd * 4), *ws = gpu_dev(NULL, ws_bytes);
+	float *scr = gpu_dev(NULL, (size_t)gk_nn_colsum_chunks(N) * F * 4);
+	float *dg = gpu_dev(NULL, (size_t)F * 4 + 16);
+	for (size_t p = 0; p < sizeof P / sizeof P[0]; p++) {
+		gk_err err = {0};
+		gk_nn_blas *bl = NULL;
+		float *zero = calloc(F, 4), *junk = malloc(F * 4);
+		fill(junk, F, 100.0f);
+		float *dcs = gpu_dev(zero, (size_t)F * 4);
+		gk_cuda_copy(dg, junk, (size_t)F * 4, NULL, &err);
+		gk_nn_gemm g = {.tb = 1, .M = N, .N = F, .K = C, .A = ddout, .lda = C, .B = dw,
+				.ldb = C, .D = dd1, .ldd = F, .alpha = 1.0f, .batch = 1,
+				.dt = GK_DT_F32, .ddt = GK_DT_F32, .gelu = GK_NN_GEMM_DGELU,
+				.aux = dpre, .ldaux = F, .dbias = dg};
+		int rc = gk_nn_blas_new(&bl, P[p].prec, ws, ws_bytes, NULL, &err) == 0 &&
+			 gk_nn_blas_gemm(bl, &g, &err) == 0;
+		g.D = dd2, g.dbias = NULL;
+		rc = rc && gk_nn_blas_gemm(bl, &g, &err) == 0 &&
+		     gk_nn_cu_colsum(dcs, scr, dd2, GK_DT_F32, N, F, NULL, &err) == 0 &&
+		     gk_cuda_stream_sync(NULL, &err) == 0;
+		if (!ok(rc, "DGELU_BGRAD %s at %d x %d x %d: both ways ran%s%s", P[p].name, N, F,
+			C, err.msg[0] ? ": " : "", err.msg)) {
+			gk_nn_blas_free(bl);
+			free(zero), free(junk);
+			continue;
+		}
+		gpu_back(d1, dd1, nd * 4);
+		gpu_back(d2, dd2, nd * 4);
+		gpu_back(g1, dg, (size_t)F * 4);
+		gpu_back(g2, dcs, (size_t)F * 4);
+		ok(memcmp(d1, d2, nd * 4) == 0, "DGELU_BGRAD %s: D is DGELU's, bit for bit",
+		   P[p].name);
+		double big = 0; /* the largest sum of magnitudes */
+		for (int j = 0; j < F; j++) {
+			double mag = 0;
+			want[j] = 0;
+			for (int i = 0; i < N; i++) {
+				want[j] += d2[(size_t)i * F + j];
+				mag += fabs(d2[(size_t)i * F + j]);
+			}
+			big = fmax(big, mag);
+			zero[j] = (float)want[j];
+		}
+		/* N - 1 fp32 additions each way, in any order: each sum within
+		 * (N - 1) 2^-24 of its magnitudes' sum of the exact one */
+		close_enough("DGELU_BGRAD: the bias gradient against colsum.cu's", g1, g2, F,
+			     N * 0x1p-23 * big, 0);
+		close_enough("DGELU_BGRAD: the bias gradient against a double sum", g1, zero, F,
+			     N * 0x1p-23 * big, 0);
+		/* db += the epilogue's sums, as colsum.cu's second pass adds */
+		float *dacc = gpu_dev(acc, (size_t)F * 4);
+		int exact = gk_nn_cu_colsum_add(dacc, dg, F, NULL, &err) == 0;
+		gpu_back(zero, dacc, (size_t)F * 4);
+		for (int j = 0; exact && j < F; j++)
+			exact = zero[j] == acc[j] + g1[j];
+		ok(exact, "colsum_add %s: each gradient plus the epilogue's sum, one fp32 addition",
+		   P[p].name);
+		/* what matmul refuses */
+		g.dbias = dg, g.gelu = GK_NN_GEMM_PLAIN, g.aux = NULL;
+		ok(gk_nn_blas_gemm(bl, &g, &err) < 0 && strstr(err.msg, "DGELU epilogue only"),
+		   "matmul: a bias gradient without DGELU is refused (%s)", err.msg);
+		memset(&err, 0, sizeof err);
+		g.gelu = GK_NN_GEMM_DGELU, g.aux = dpre, g.dbias = (char *)dg + 4;
+		ok(gk_nn_blas_gemm(bl, &g, &err) < 0 && strstr(err.msg, "16-byte boundary"),
+		   "matmul: a bias gradient off a 16-byte boundary is refused (%s)", err.msg);
+		gk_nn_blas_free(bl);
+		free(zero), free(junk);
+	}
+	free(dout), free(w), free(pre), free(d1), free(d2), free(g1), free(g2), free(acc);
+	free(want);
+}
+#endif
 
 /*
  * ZeRO-1 on the device (gpu-train --zero 1): AdamW over two ranges of the
@@ -1339,6 +1448,9 @@ int main(void)
 #endif
 	test_model();
 	test_gelu_epilogue();
+#if GK_HAVE_CUDA
+	test_dgelu_bgrad();
+#endif
 	test_ranges();
 	test_buckets();
 	return done_testing();
