@@ -466,13 +466,24 @@ static void test_nccl_pieces(gk_comm *c)
  * whole buffer's compressed reduce-scatter (ZeRO-1's, which the CPU's
  * ring checks): an element's partial sums take the same ring path in
  * both, and bf16 and f16 pack each element alone, so this rank's range
- * and the whole feedback must be its bits.
+ * and the whole feedback must be its bits. int8 scales groups counted
+ * from each piece's start: its first round against the exact sum, within
+ * gk_comm_compress_bound of the largest sum of magnitudes within a
+ * group's length of the element (each group it can be in), and not
+ * exact everywhere (it did compress).
  */
+#define PIECES_NP 1000
+
+static float piece_input(size_t i, int rank, int round)
+{
+	return i < PIECES_NP ? sinf(0.37f * (float)i + (float)(rank + round)) * (float)(1 + i % 5) : 0;
+}
+
 static void test_nccl_compressed_pieces(gk_comm *c)
 {
-	enum { NP = 1000, BUCKET = 96 };
+	enum { BUCKET = 96 };
 	int W = gk_comm_world(c), R = gk_comm_rank(c);
-	size_t per = (NP + (size_t)W - 1) / (size_t)W, n = per * (size_t)W;
+	size_t per = (PIECES_NP + (size_t)W - 1) / (size_t)W, n = per * (size_t)W;
 	size_t *displ = calloc((size_t)W + 1, sizeof *displ);
 	float *h = calloc(n, sizeof *h), *got = calloc(n, sizeof *got);
 	float *want = calloc(n, sizeof *want);
@@ -485,16 +496,16 @@ static void test_nccl_compressed_pieces(gk_comm *c)
 		diag("%s", err.msg);
 		return;
 	}
-	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_F16; cz++) {
+	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
 		gk_comm_callopts ro = {.compress = (gk_comm_compress)cz, .residual = rres};
 		int rc = gk_comm_to_device(c, res, want, n * sizeof *want, &err); /* zeros */
 		if (rc == 0)
 			rc = gk_comm_to_device(c, rres, want, n * sizeof *want, &err);
-		size_t bad = 0, badr = 0;
-		for (int round = 0; rc == 0 && round < 2; round++) {
+		int int8 = cz == GK_COMM_COMPRESS_INT8;
+		size_t bad = 0, badr = 0, exact = 0;
+		for (int round = 0; rc == 0 && round < (int8 ? 1 : 2); round++) {
 			for (size_t i = 0; i < n; i++)
-				h[i] = i < NP ? sinf(0.37f * (float)i + (float)(R + round)) *
-						(float)(1 + i % 5) : 0;
+				h[i] = piece_input(i, R, round);
 			rc = gk_comm_to_device(c, d, h, n * sizeof *h, &err);
 			if (rc == 0)
 				rc = gk_comm_to_device(c, ref, h, n * sizeof *h, &err);
@@ -519,8 +530,32 @@ static void test_nccl_compressed_pieces(gk_comm *c)
 				rc = gk_comm_to_host(c, got, d, n * sizeof *got, &err);
 			if (rc == 0)
 				rc = gk_comm_to_host(c, want, ref, n * sizeof *want, &err);
-			for (size_t i = (size_t)R * per; rc == 0 && i < (size_t)(R + 1) * per; i++)
+			for (size_t i = (size_t)R * per; rc == 0 && !int8 && i < (size_t)(R + 1) * per;
+			     i++)
 				bad += gk_f32_bits(got[i]) != gk_f32_bits(want[i]);
+			for (size_t i = (size_t)R * per; rc == 0 && int8 && i < (size_t)(R + 1) * per;
+			     i++) {
+				double sum = 0, most = 0;
+				for (int q = 0; q < W; q++)
+					sum += piece_input(i, q, 0);
+				size_t a = i >= GK_COMM_INT8_GROUP ? i - GK_COMM_INT8_GROUP + 1 : 0;
+				for (size_t j = a; j < i + GK_COMM_INT8_GROUP && j < n; j++) {
+					double s = 0;
+					for (int q = 0; q < W; q++)
+						s += fabs(piece_input(j, q, 0));
+					most = s > most ? s : most;
+				}
+				bad += !(fabs(got[i] - sum) <=
+					 gk_comm_compress_bound(GK_COMM_COMPRESS_INT8, W, most));
+				exact += got[i] == (float)sum;
+			}
+		}
+		if (int8) {
+			ok(rc == 0 && bad == 0 && exact < per, "compressed int8 reduce-scatterv over "
+			   "nccl, world %d, buckets of %d: within the bound of the exact sum, not "
+			   "exact (%zu outside, %zu of %zu exact)%s%s", W, BUCKET, bad, exact, per,
+			   rc ? ": " : "", rc ? err.msg : "");
+			break;
 		}
 		if (rc == 0)
 			rc = gk_comm_to_host(c, got, res, n * sizeof *got, &err);
