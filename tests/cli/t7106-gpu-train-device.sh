@@ -684,14 +684,14 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-1: a resume into --offload optimize
 # packs each element alone: ZeRO-1 --compress's losses, norms, model,
 # moments and feedback, bit for bit, and a resume moves between the two
 # stages with the feedback (2 -> 1 -> 2, as one run of either). At
-# --bucket 16K a bucket is a block (12704 floats) or the embeddings'
-# rows; the buckets near the middle of the buffer have pieces of both
-# ranks, the others one empty piece (no message). The CPU backend's
-# ZeRO-2 --compress within 1e-4 (the two backends' fp32 gradients,
-# rounded to bf16 alike but for a rare tie): the losses, and the model,
-# moments and feedback files (stcmp, relative to max(1, |x|)); and the
-# GPU resumes from the CPU's checkpoint with its feedback (the same
-# layout), continuing as the CPU's run within 1e-4.
+# --bucket 16K a bucket is a block (12704 floats) or some of the
+# embeddings' rows; block 0's, which holds the middle of the buffer, has
+# pieces of both ranks, the others one empty piece (no message). The CPU
+# backend's ZeRO-2 --compress within 1e-4 (the two backends' fp32
+# gradients, rounded to bf16 alike but for a rare tie): the losses, and
+# the model, moments and feedback files (stcmp, relative to max(1, |x|));
+# and the GPU resumes from the CPU's checkpoint with its feedback (the
+# same layout), continuing as the CPU's run within 1e-4.
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 --compress bf16 over NCCL: ZeRO-1 --compress'"'"'s losses, norms and checkpoint (feedback too) bit for bit, resumed 2 -> 1 -> 2 alike; the CPU'"'"'s within 1e-4, resumed from it too' '
 	data &&
 	Z="$A --device cuda --precision fp32 --bucket 16K --compress bf16" &&
