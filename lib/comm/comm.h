@@ -521,12 +521,13 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
  * compressed ring of its pieces with the residual's [lo, hi) as its error
  * feedback (an element is summed along the path, and packed as, the
  * whole buffer's compressed reduce-scatter sums it: same bits for bf16
- * and f16), on every backend. On nccl, grad and shard are device memory, and the copy or
- * sum into the shard, AVG's division and the zeroing of each retired
- * bucket's range of grad (device memory has no pages to give back: done
- * is still told, after) run on the communicator's stream behind each
- * bucket's reduction, with no wait on the host until finish, which makes
- * the caller's stream wait for them before it returns.
+ * and f16), on every backend. On nccl, grad and shard are device
+ * memory, and the copy or sum into the shard, AVG's division and the
+ * zeroing of each retired bucket's range of grad (device memory has no
+ * pages to give back: done is still told, after) run on the
+ * communicator's stream behind each bucket's reduction, with no wait on
+ * the host until finish, which makes the caller's stream wait for them
+ * before it returns.
  */
 typedef void (*gk_comm_grads_done_fn)(size_t lo, size_t hi, void *ctx);
 int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,
