@@ -466,7 +466,9 @@ static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
 	if (room(st, &st->wire, &st->wire_cap, 2 * half + (gather ? wmax * (size_t)n : 0),
 		 err) < 0)
 		return -1;
-	unsigned char *ws = st->wire, *wr = ws + half, *wall = wr + half;
+	/* the receive buffer at an even offset (bf16 and f16 are read as
+	 * uint16_t), in the spare byte of the first half if need be */
+	unsigned char *ws = st->wire, *wr = ws + (half & ~(size_t)1), *wall = ws + 2 * half;
 	if (residual && gk_comm_cuda_absorb(buf, residual, count, s, err) < 0)
 		return -1;
 	for (int k = 0; k < n - 1; k++) {
