@@ -676,9 +676,6 @@ int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtyp
 	fill(&k, GK_COMM_REDUCE_SCATTER, buf, (char *)buf + displ[c->rank] * (esz ? esz : 1),
 	     displ[c->rank + 1] - displ[c->rank], dt, op, o);
 	k.displ = displ;
-	if (k.compress != GK_COMM_COMPRESS_NONE && c->backend == GK_COMM_BACKEND_NCCL)
-		return gk_errf(err, "compressed reduce-scatter of unequal pieces: the host "
-			       "backends only (nccl compresses equal blocks)");
 	if (check_call(c, &k, o ? o->algo : GK_COMM_ALGO_AUTO, err) < 0)
 		return -1;
 	if (displ[c->world] > (size_t)1 << 54)

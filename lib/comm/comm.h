@@ -318,10 +318,12 @@ int gk_comm_allreduce(gk_comm *c, const void *send, void *recv, size_t count,
 		      gk_dtype dt, gk_comm_op op, const gk_comm_callopts *o,
 		      gk_err *err);
 /*
- * Scratch a compressed collective keeps on the host communicator (mpi)
- * once it has run: two wire buffers of a ring block, for a reduce-scatter
- * of recvcount floats per rank (allreduce: count / world). For callers
- * that account for the memory they hold.
+ * Scratch a compressed collective keeps on its communicator once it has
+ * run (host memory on mpi, device memory on nccl): two wire buffers of a
+ * ring block, for a reduce-scatter of recvcount floats per rank, or of
+ * pieces none longer than recvcount (mpi's allreduce too, recvcount =
+ * count / world; nccl's keeps world more blocks for its allgather). For
+ * callers that account for the memory they hold.
  */
 size_t gk_comm_compress_scratch(gk_comm_compress cz, size_t recvcount);
 int gk_comm_reduce_scatter(gk_comm *c, const void *send, void *recv,
@@ -374,10 +376,12 @@ int gk_comm_ireduce(gk_comm *c, const void *send, void *recv, size_t count,
  * send nothing); self: nothing to do; nccl: one ncclReduce rooted at
  * each owner of a non-empty piece, in place, in one group (NCCL's
  * reduce-scatter takes equal counts; comm_nccl.c says why not padding).
- * o (may be NULL): o->compress on the host backends packs the ring's
- * partial sums as the equal blocks' compressed reduce-scatter does, with
- * error feedback in o->residual (displ[world] floats, indexed as buf);
- * refused on nccl.
+ * o (may be NULL): o->compress packs the ring's partial sums as the
+ * equal blocks' compressed reduce-scatter does, with error feedback in
+ * o->residual (displ[world] floats, indexed as buf): on nccl that ring
+ * (ncclSend/ncclRecv in a group each step, the packing kernels between)
+ * instead of the group of reduces, an element summed along the same path
+ * and packed alike on either backend.
  */
 int gk_comm_ireduce_scatterv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
 			     gk_comm_op op, const gk_comm_callopts *o, gk_comm_req **req,
@@ -517,12 +521,13 @@ int gk_comm_grads_shard(gk_comm_grads *g, float *dst, size_t per, gk_err *err);
  * compressed ring of its pieces with the residual's [lo, hi) as its error
  * feedback (an element is summed along the path, and packed as, the
  * whole buffer's compressed reduce-scatter sums it: same bits for bf16
- * and f16); the host backends only. On nccl, grad and shard are device memory, and the copy or
- * sum into the shard, AVG's division and the zeroing of each retired
- * bucket's range of grad (device memory has no pages to give back: done
- * is still told, after) run on the communicator's stream behind each
- * bucket's reduction, with no wait on the host until finish, which makes
- * the caller's stream wait for them before it returns.
+ * and f16), on every backend. On nccl, grad and shard are device
+ * memory, and the copy or sum into the shard, AVG's division and the
+ * zeroing of each retired bucket's range of grad (device memory has no
+ * pages to give back: done is still told, after) run on the
+ * communicator's stream behind each bucket's reduction, with no wait on
+ * the host until finish, which makes the caller's stream wait for them
+ * before it returns.
  */
 typedef void (*gk_comm_grads_done_fn)(size_t lo, size_t hi, void *ctx);
 int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t align,

@@ -440,36 +440,52 @@ static int room(nccl_state *st, void **buf, size_t *cap, size_t bytes, gk_err *e
  * allgather of the packed blocks (padded to the longest) lets every rank
  * unpack the same bytes. Each rank packs each block at most once, so the
  * error feedback residual holds exactly the error it introduced. Without
- * gather it stops after the reduce-scatter: block r of buf is rank r's
- * sum, in f32, its own part never packed.
+ * gather it stops after the reduce-scatter: block r of buf (the equal
+ * blocks, or the caller's pieces displ) is rank r's sum, in f32, its own
+ * part never packed. With pieces (gk_comm_ireduce_scatterv, ZeRO-2's
+ * buckets) an element's sum takes the path it takes in the whole
+ * buffer's ring, as on the host (comm_mpi.c says why), and a piece of
+ * no elements goes on no wire, both ends knowing its length. The two
+ * wire buffers of a reduce-scatter are the host's
+ * (gk_comm_compress_scratch of the largest block), which callers account.
  */
 static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
-			   gk_comm_compress cz, float *residual, int gather,
-			   gk_err *err)
+			   const size_t *displ, gk_comm_compress cz, float *residual,
+			   int gather, gk_err *err)
 {
 	int n = c->world, r = c->rank;
 	cudaStream_t s = st->stream;
-	size_t wmax = gk_comm_wire_bytes(cz, blen(count, n, 0));
+#define BO(i) (displ ? displ[i] : boff(count, n, i))
+#define BL(i) (displ ? displ[(i) + 1] - displ[i] : blen(count, n, i))
+	size_t most = 0;
+	for (int i = 0; i < n; i++)
+		most = BL(i) > most ? BL(i) : most;
+	size_t half = gk_comm_compress_scratch(cz, most) / 2, wmax = gk_comm_wire_bytes(cz, most);
 	if (n == 1)
 		return 0;
-	if (room(st, &st->wire, &st->wire_cap, wmax * (size_t)(n + 2), err) < 0)
+	if (room(st, &st->wire, &st->wire_cap, 2 * half + (gather ? wmax * (size_t)n : 0),
+		 err) < 0)
 		return -1;
-	unsigned char *ws = st->wire, *wr = ws + wmax, *wall = wr + wmax;
+	/* the receive buffer at an even offset (bf16 and f16 are read as
+	 * uint16_t), in the spare byte of the first half if need be */
+	unsigned char *ws = st->wire, *wr = ws + (half & ~(size_t)1), *wall = ws + 2 * half;
 	if (residual && gk_comm_cuda_absorb(buf, residual, count, s, err) < 0)
 		return -1;
 	for (int k = 0; k < n - 1; k++) {
 		int sb = ((r - k - 1) % n + n) % n, rb = ((r - k - 2) % n + n) % n;
-		size_t so = boff(count, n, sb), sn = blen(count, n, sb);
-		size_t ro = boff(count, n, rb), rn = blen(count, n, rb);
+		size_t so = BO(sb), sn = BL(sb);
+		size_t ro = BO(rb), rn = BL(rb);
 		if (gk_comm_cuda_pack(ws, buf + so, sn, cz, residual ? residual + so : NULL,
 				      s, err) < 0)
 			return -1;
-		ncclResult_t g = st->api.GroupStart();
+		ncclResult_t a = ncclSuccess, b = ncclSuccess, g = st->api.GroupStart();
 		if (g == ncclSuccess) {
-			ncclResult_t a = st->api.Send(ws, gk_comm_wire_bytes(cz, sn), ncclUint8,
-						      (r + 1) % n, st->comm, s);
-			ncclResult_t b = st->api.Recv(wr, gk_comm_wire_bytes(cz, rn), ncclUint8,
-						      (r + n - 1) % n, st->comm, s);
+			if (sn)
+				a = st->api.Send(ws, gk_comm_wire_bytes(cz, sn), ncclUint8,
+						 (r + 1) % n, st->comm, s);
+			if (rn)
+				b = st->api.Recv(wr, gk_comm_wire_bytes(cz, rn), ncclUint8,
+						 (r + n - 1) % n, st->comm, s);
 			g = st->api.GroupEnd();
 			if (g == ncclSuccess || g == ncclInProgress)
 				g = a != ncclSuccess && a != ncclInProgress ? a
@@ -479,6 +495,8 @@ static int ring_compressed(gk_comm *c, nccl_state *st, float *buf, size_t count,
 		    gk_comm_cuda_unpack(buf + ro, wr, rn, cz, 1, s, err) < 0)
 			return -1;
 	}
+#undef BO
+#undef BL
 	if (!gather)
 		return 0;
 	size_t mo = boff(count, n, r), mn = blen(count, n, r);
@@ -515,7 +533,7 @@ static int compressed_rs(gk_comm *c, nccl_state *st, const gk_comm_call *k,
 			return -1;
 		buf = st->work;
 	}
-	if (ring_compressed(c, st, buf, total, k->compress, k->residual, 0, err) < 0)
+	if (ring_compressed(c, st, buf, total, NULL, k->compress, k->residual, 0, err) < 0)
 		return -1;
 	float *mine = buf + (size_t)c->rank * k->count;
 	if (mine != (float *)k->recv && bytes &&
@@ -579,6 +597,7 @@ static ncclRedOp_t nccl_op(gk_comm_op op)
  * A bucket spans one owner or two (three and more only when it is larger
  * than a range), so the group holds one or two calls; each moves its
  * piece once, as a reduce-scatter of the bucket would move it.
+ * Compressed, a reduce-scatter of pieces is ring_compressed's instead.
  */
 static int pieces(gk_comm *c, nccl_state *st, const gk_comm_call *k, gk_err *err)
 {
@@ -672,7 +691,7 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 			    GK_CUDA_CHECK(cudaMemcpyAsync(k->recv, k->send, bytes,
 							  cudaMemcpyDeviceToDevice, s), err) < 0)
 				return -1;
-			if (ring_compressed(c, st, k->recv, k->count, k->compress,
+			if (ring_compressed(c, st, k->recv, k->count, NULL, k->compress,
 					    k->residual, 1, err) < 0)
 				return -1;
 			break;
@@ -681,6 +700,12 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 				      nccl_op(k->op), st->comm, s);
 		break;
 	case GK_COMM_REDUCE_SCATTER:
+		if (k->displ && k->compress != GK_COMM_COMPRESS_NONE) {
+			if (ring_compressed(c, st, (float *)(uintptr_t)k->send, k->displ[c->world],
+					    k->displ, k->compress, k->residual, 0, err) < 0)
+				return -1;
+			break;
+		}
 		if (k->displ) {
 			if (pieces(c, st, k, err) < 0)
 				return -1;
@@ -716,7 +741,7 @@ int gk_comm_nccl_run(gk_comm *c, const gk_comm_call *k, void **event,
 	if (settle(st, r, st->last, err) < 0)
 		return -1;
 	if (k->op == GK_COMM_AVG && reduces &&
-	    (!NATIVE_AVG || (k->compress != GK_COMM_COMPRESS_NONE && !k->displ)) &&
+	    (!NATIVE_AVG || k->compress != GK_COMM_COMPRESS_NONE) &&
 	    (k->coll != GK_COMM_REDUCE || c->rank == k->root) &&
 	    gk_comm_cuda_avg(k->recv, k->count, k->dt, c->world, st->stream, err) < 0)
 		return -1;

@@ -200,9 +200,6 @@ int gk_comm_grads_partition(gk_comm_grads *g, float *shard, size_t per, size_t a
 			    size_t depth, gk_comm_grads_done_fn done, void *ctx, gk_err *err)
 {
 	int world = gk_comm_world(g->c);
-	if (g->residual && gk_comm_on_device(g->c))
-		return gk_errf(err, "comm: partitioned gradient buckets compress on the host "
-			       "backends only");
 	if (!shard || per == 0 || per > SIZE_MAX / (size_t)world || per * (size_t)world < g->n)
 		return gk_errf(err, "comm: %d ranks of %zu gradients each cannot own %zu",
 			       world, per, g->n);

@@ -63,7 +63,7 @@
  * of the world's sum of the micro-steps' sums, equal within fp32
  * rounding.
  *
- * Compressed ZeRO-2 (the CPU): each bucket's reduce-scatter is ZeRO-1's
+ * Compressed ZeRO-2: each bucket's reduce-scatter is ZeRO-1's
  * compressed ring over the bucket's pieces (lib/comm's ring_compressed
  * with the pieces as its blocks), feeding back into ZeRO-1's residual
  * (dp->resid, Np floats: every element but the rank's own range is one it
@@ -71,8 +71,11 @@
  * round the same ring path as in ZeRO-1's one reduce-scatter, so with
  * bf16 and f16 (packed per element) the shard and the feedback are
  * ZeRO-1's bit for bit, and a checkpoint's feedback moves between the two
- * stages; int8's groups follow the pieces. A GPU's buckets (NCCL's
- * groups of reduces) do not compress: refused.
+ * stages; int8's groups follow the pieces. On a GPU the same ring runs
+ * over NCCL (ncclSend/ncclRecv, the packing and the feedback kernels on
+ * the device, comm_nccl.c) instead of the bucket's group of reduces, with
+ * the residual in device memory: the CPU's values, and GPU ZeRO-1's
+ * --compress bit for bit, in the same layout.
  *
  * ZeRO-3's parameter units are zero3.c's, a sharded pipeline stage's
  * reduction and gather pp_shard.c's.
@@ -419,10 +422,6 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	dp->zero2 = dp->shard && dp->zero >= 2 && !dp->ppshard;
 	dp->zero3 = dp->shard && dp->zero == 3 && !dp->ppshard;
 	dp->stage3 = dp->zero == 3 && dp->ppshard;
-	if (dp->zero2 && dp->compress != GK_COMM_COMPRESS_NONE && dp->dev_grads)
-		return gk_errf(err, "--zero %d --compress runs on the CPU backend: on a GPU "
-			       "--zero 1 with --compress, or --zero %d without it", dp->zero,
-			       dp->zero);
 	if (dp->ppshard) {
 		size_t pg = gk_nn_grad_page();
 		dp->ppbucket = (t->o.bucket_bytes ? t->o.bucket_bytes : (size_t)25 << 20) /
@@ -506,13 +505,15 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 	uint64_t b = 0;
 	if (dp->grads && dp->compress != GK_COMM_COMPRESS_NONE && !dp->resid)
 		b += (uint64_t)dp->N * sizeof(float); /* the buckets' error feedback */
-	/* ZeRO-1's, 2's and 3's feedback, and, through the host, the ring's
-	 * wire buffers: a block of the whole buffer (ZeRO-1) or a piece of a
-	 * bucket (ZeRO-2 and 3, within one owner's range: at most as large) */
+	/* ZeRO-1's, 2's and 3's feedback, and the ring's two wire buffers
+	 * (host memory on the CPU, the communicator's device memory on a
+	 * GPU): of a block of the whole buffer (ZeRO-1) or a piece of a
+	 * bucket (ZeRO-2 and 3, within one owner's range: at most as large);
+	 * a world of one sends nothing */
 	if (dp->resid)
 		b += (uint64_t)dp->Np * sizeof(float) +
-		     (gk_comm_on_device(dp->gcomm) ? 0
-		      : gk_comm_compress_scratch(dp->compress, dp->Np / (size_t)dp->world));
+		     (dp->world > 1 ? gk_comm_compress_scratch(dp->compress,
+							       dp->Np / (size_t)dp->world) : 0);
 	return b;
 }
 

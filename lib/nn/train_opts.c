@@ -60,18 +60,10 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "--ckpt-gather: only --zero 3 shards the model in its checkpoints "
 			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
 	/*
-	 * ZeRO-2's buckets compress on the CPU (each bucket's reduce-scatter
-	 * the compressed ring over MPI, dp.c), and ZeRO-3's gradients are
-	 * ZeRO-2's (its gathers carry parameters, f32, uncompressed); a GPU's
-	 * go over NCCL, whose reduce-scatter of unequal pieces does not
-	 * compress.
-	 */
-	if (o->zero >= 2 && o->compress != GK_COMM_COMPRESS_NONE && cuda == 1)
-		return gk_errf(err, "--zero %d --compress runs on the CPU backend: on a GPU "
-			       "--zero 1 with --compress, or --zero %d without it", o->zero, o->zero);
-	/*
 	 * ZeRO-2 and 3 partition on both backends (a GPU's over NCCL: dp.c
-	 * refuses --comm mpi there, zero3.c gathers the units).
+	 * refuses --comm mpi there, zero3.c gathers the units), with
+	 * --compress too (each bucket's reduce-scatter the compressed ring,
+	 * over MPI or NCCL; ZeRO-3's gradients are ZeRO-2's).
 	 */
 	if (o->offload_host && cuda == 0)
 		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "

@@ -77,17 +77,22 @@ test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce to the last rank, every type 
 
 # lib/comm's collectives of unequal pieces over NCCL (ZeRO-2's gradient
 # buckets, ZeRO-3's units: a group of ncclReduce or ncclBroadcast, one per
-# owner) and ZeRO-2's partitioned buckets on the device: comm_cuda's own
-# checks against the host's sums, one rank per GPU, every rank passing.
+# owner; compressed, the ring of ncclSend/ncclRecv) and ZeRO-2's
+# partitioned buckets on the device: comm_cuda's own checks against the
+# host's sums and the whole buffer's compressed reduce-scatter (int8: the
+# exact sum within its bound), one rank per GPU, every rank passing.
 test_expect_success 'GPU,MPIRUN,GPUS' 'GPU: reduce-scatter and allgather of unequal pieces, ZeRO-2 buckets, one rank per GPU' '
 	prog="$GK_BUILD/tests/unit/comm_cuda" &&
 	rm -f pieces.* &&
 	$T mpirun -np '"$GK_GPUS"' sh -c "exec \"$prog\" pieces >pieces.\$OMPI_COMM_WORLD_RANK" &&
 	for r in $(seq 0 $(($GK_GPUS - 1))); do
-		grep "^1\.\.20$" pieces.$r &&
+		grep "^1\.\.24$" pieces.$r &&
 		grep "^ok 15 - partitioned gradient buckets over nccl, world $GK_GPUS," pieces.$r &&
 		grep "^ok 18 - allreduce avg BF16 over nccl, world $GK_GPUS: within" pieces.$r &&
-		test $(grep -c "^ok" pieces.$r) = 20 || return 1
+		grep "^ok 21 - compressed bf16 reduce-scatterv over nccl, world $GK_GPUS, buckets of 96: the whole buffer" pieces.$r &&
+		grep "^ok 22 - compressed f16 reduce-scatterv over nccl, world $GK_GPUS, buckets of 96: the whole buffer" pieces.$r &&
+		grep "^ok 23 - compressed int8 reduce-scatterv over nccl, world $GK_GPUS, buckets of 96: within the bound" pieces.$r &&
+		test $(grep -c "^ok" pieces.$r) = 24 || return 1
 	done
 '
 
@@ -105,7 +110,7 @@ test_expect_success 'CUEMU,MPIRUN,GPUS' 'avg is ncclAvg, at 2 and 3 ranks agains
 		for r in $(seq 0 $(($n - 1))); do
 			grep "^ok 17 - allreduce avg F32 over nccl, world $n: within" avg.$r &&
 			grep "^ok 18 - allreduce avg BF16 over nccl, world $n: within" avg.$r &&
-			test $(grep -c "^ok" avg.$r) = 20 &&
+			test $(grep -c "^ok" avg.$r) = 24 &&
 			# the 2 allreduces and 4 reduce-scatterv groups of AVG:
 			# ncclAvg; SUM and the rest op 0
 			test $(grep -c "^rank $r ncclAllReduce .* op 4 " nccl.log) = 2 &&

@@ -10,7 +10,8 @@ and near them, an exact resume from a checkpoint the GPU wrote, and such a
 checkpoint evaluated on the CPU with the GPU'"'"'s loss. --comm: the
 gradients through NCCL on the device (a world of one, and two ranks with
 two GPUs) give the losses of the path through host memory; ZeRO-1 and
-ZeRO-2 over NCCL give ZeRO-0'"'"'s and ZeRO-1'"'"'s.'
+ZeRO-2 over NCCL give ZeRO-0'"'"'s and ZeRO-1'"'"'s, and with --compress
+ZeRO-2 ZeRO-1'"'"'s compressed bits and the CPU'"'"'s results.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -673,6 +674,62 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-1: a resume into --offload optimize
 	for f in oz0/latest/*.safetensors; do
 		cmp "$f" "oz1/latest/${f##*/}" || return 1
 	done
+'
+
+# --compress with ZeRO-2 over NCCL: each bucket is reduce-scattered to its
+# owners' pieces by the compressed ring (ncclSend/ncclRecv in a group a
+# step, the packing, unpacking and error-feedback kernels on the device),
+# into ZeRO-1's error feedback. An element's partial sums take the path
+# they take in ZeRO-1's one reduce-scatter of the whole buffer, and bf16
+# packs each element alone: ZeRO-1 --compress's losses, norms, model,
+# moments and feedback, bit for bit, and a resume moves between the two
+# stages with the feedback (2 -> 1 -> 2, as one run of either). At
+# --bucket 16K a bucket is a block (12704 floats) or some of the
+# embeddings' rows; block 0's, which holds the middle of the buffer, has
+# pieces of both ranks, the others one empty piece (no message). The CPU
+# backend's ZeRO-2 --compress within 1e-4 (the two backends' fp32
+# gradients, rounded to bf16 alike but for a rare tie): the losses, and
+# the model, moments and feedback files (stcmp, relative to max(1, |x|));
+# and the GPU resumes from the CPU's checkpoint with its feedback (the
+# same layout), continuing as the CPU's run within 1e-4.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 --compress bf16 over NCCL: ZeRO-1 --compress'"'"'s losses, norms and checkpoint (feedback too) bit for bit, resumed 2 -> 1 -> 2 alike; the CPU'"'"'s within 1e-4, resumed from it too' '
+	data &&
+	Z="$A --device cuda --precision fp32 --bucket 16K --compress bf16" &&
+	mpi 2 $Z --zero 1 --ckpt-dir gc1 >gc1.json &&
+	mpi 2 $Z --zero 2 --ckpt-dir gc2 >gc2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 2 and .comm == \"nccl\"" gc2.json &&
+	for z in 1 2; do
+		jq -c "select(.event == \"step\") | [.loss, .grad_norm]" gc$z.json >gc$z.steps || return 1
+	done &&
+	test $(wc -l <gc2.steps) = $N &&
+	test_cmp gc1.steps gc2.steps &&
+	test $(ls gc2/latest/feedback-rank-*.safetensors | wc -l) = 2 &&
+	for f in gc1/latest/*.safetensors; do
+		cmp "$f" "gc2/latest/${f##*/}" || return 1
+	done &&
+	mpi 2 $Z --zero 2 --until 1 --ckpt-dir gcr >gcr1.json &&
+	mpi 2 $Z --zero 1 --until 3 --ckpt-dir gcr --resume >gcr2.json 2>gcr2.err &&
+	mpi 2 $Z --zero 2 --ckpt-dir gcr --resume >gcr3.json 2>gcr3.err &&
+	! grep "error feedback" gcr2.err gcr3.err &&
+	{ losses gcr1.json && losses gcr2.json && losses gcr3.json; } >gcr.losses &&
+	losses gc1.json >gc1.losses &&
+	test_cmp gc1.losses gcr.losses &&
+	for f in gc1/latest/*.safetensors; do
+		cmp "$f" "gcr/latest/${f##*/}" || return 1
+	done &&
+	mpi 2 $A --precision fp32 --bucket 16K --compress bf16 --zero 2 --ckpt-dir cc2 >cc2.json &&
+	losses cc2.json >cc2.losses &&
+	close_to gc1.losses cc2.losses 1e-4 &&
+	for f in gc2/latest/*.safetensors; do
+		stcmp "$f" "cc2/latest/${f##*/}" 1e-4 || return 1
+	done &&
+	mpi 2 $A --precision fp32 --bucket 16K --compress bf16 --zero 2 --until $half \
+		--ckpt-dir ccr >/dev/null &&
+	mpi 2 $Z --zero 2 --ckpt-dir ccr --resume >ccg.json 2>ccg.err &&
+	! grep "error feedback" ccg.err &&
+	losses ccg.json >ccg.losses &&
+	tail -n $((N - half)) cc2.losses >cc2.tail &&
+	close_to ccg.losses cc2.tail 1e-4
 '
 
 test_done

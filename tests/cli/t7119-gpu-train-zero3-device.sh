@@ -364,4 +364,83 @@ test_expect_success 'GPUS,MPI' '2 GPUs: a run whose host memory exceeds the cgro
 	done
 '
 
+# --compress with ZeRO-3 over NCCL: its gradients are ZeRO-2's buckets,
+# each reduce-scattered to its owners' pieces by the compressed ring on
+# ZeRO-1's error feedback (the gathers carry parameters, f32,
+# uncompressed), so ZeRO-2 --compress's losses, norms, model, moments and
+# feedback, bit for bit (t7106: ZeRO-2 = ZeRO-1 --compress), and a resume
+# 3 -> 2 -> 3 continues as one run. What compression adds to each stage's
+# accounting (comm: the feedback, Np floats, and the ring's two wire
+# buffers of a block, in device memory; checkpoint: the feedback's host
+# copy) is mem-estimate --compress'"'"'s compress_feedback, compress_wire and
+# checkpoint_feedback, at ZeRO 1, 2 and 3; under the emulation each rank'"'"'s
+# most device memory (CUEMU_MEM_LOG) grows by the feedback and the wire
+# buffers: ZeRO-1'"'"'s as accounted, ZeRO-2'"'"'s and 3'"'"'s those of their
+# largest piece, a block (less than a rank'"'"'s range, which the accounting
+# bounds them by). Counted from the shapes, not read from the run.
+cat >cmpz.py <<'PYEOF'
+import glob, json, sys
+def start(f):
+    return next(json.loads(l) for l in open(f) if '"start"' in l)["memory"]
+z, cuemu = sys.argv[1], sys.argv[2]
+plain, comp = start("zp%s.json" % z), start("zc%s.json" % z)
+est = json.load(open("zc%s.me" % z))["bytes"]
+fb, wire = est["compress_feedback"], est["compress_wire"]
+for k, v in (("comm", fb + wire), ("checkpoint", est["checkpoint_feedback"])):
+    if comp[k] - plain[k] != v:
+        sys.exit("--zero %s: %s: gpu-train adds %d, mem-estimate --compress %d" %
+                 (z, k, comp[k] - plain[k], v))
+for k in ("parameters", "gradients", "optimizer", "activations"):
+    if comp[k] != plain[k]:
+        sys.exit("--zero %s: %s changed with --compress: %d, %d" % (z, k, plain[k], comp[k]))
+# the wire buffers the ring grows to: a rank's range (ZeRO-1's blocks),
+# or the largest piece of a bucket, a block at --bucket 16K (bf16: two
+# bytes an element, each buffer of one more element and a byte)
+C = 32
+block = 12 * C * C + 13 * C
+grown = fb + (wire if z == "1" else 2 * (2 * (block + 1) + 1))
+grew = []
+if cuemu:
+    peak = lambda p: [int(open(f).read().split()[1]) for f in sorted(glob.glob(p + ".*"))]
+    pp, pc = peak("zp%s.mem" % z), peak("zc%s.mem" % z)
+    grew = [c - p for p, c in zip(pp, pc)]
+    if len(pp) != 2 or len(pc) != 2 or not all(g == grown <= fb + wire for g in grew):
+        sys.exit("--zero %s: device peaks %s, compressed %s: not the feedback %d and %d of "
+                 "wire (at most %d) more" % (z, pp, pc, fb, grown - fb, wire))
+print("--zero", z, "ok: feedback", fb, "wire", wire, "device peaks grew by", grew)
+PYEOF
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 --compress bf16: ZeRO-2 --compress'"'"'s losses, norms, model, moments and feedback bit for bit, resumed 3 -> 2 -> 3 alike; ZeRO 1, 2, 3 add mem-estimate --compress'"'"'s feedback and wire buffers' '
+	Zc="$A --steps 3 --device cuda --precision fp32 --bucket 16K" &&
+	for z in 1 2 3; do
+		rm -f zp$z.mem.* zc$z.mem.* &&
+		(CUEMU_MEM_LOG=$PWD/zp$z.mem && export CUEMU_MEM_LOG &&
+		 mpi 2 $Zc --zero $z --ckpt-dir zp$z >zp$z.json) &&
+		(CUEMU_MEM_LOG=$PWD/zc$z.mem && export CUEMU_MEM_LOG &&
+		 mpi 2 $Zc --zero $z --compress bf16 --ckpt-dir zc$z >zc$z.json) &&
+		steps zc$z.json >zc$z.steps &&
+		mem-estimate --config zc$z/latest/config.json --precision f32 -b 4 -s 16 \
+			--no-dropout --zero $z --dp 2 --bucket 16K --compress bf16 --ckpt-copy \
+			--json >zc$z.me &&
+		python3 cmpz.py $z "$GK_CUEMU" || return 1
+	done &&
+	test $(wc -l <zc3.steps) = 3 &&
+	test_cmp zc2.steps zc3.steps &&
+	test $(ls zc3/latest/feedback-rank-*.safetensors | wc -l) = 2 &&
+	ckpt-merge zc3/latest -o zc3.safetensors &&
+	cmp zc3.safetensors zc2/latest/model.safetensors &&
+	for f in $(cd zc2/latest && ls optim-rank-* feedback-rank-*); do
+		cmp zc2/latest/$f zc3/latest/$f || return 1
+	done &&
+	mpi 2 $Zc --zero 3 --compress bf16 --until 1 --ckpt-dir zcr >zcr1.json &&
+	mpi 2 $Zc --zero 2 --compress bf16 --until 2 --ckpt-dir zcr --resume \
+		>zcr2.json 2>zcr2.err &&
+	mpi 2 $Zc --zero 3 --compress bf16 --ckpt-dir zcr --resume >zcr3.json 2>zcr3.err &&
+	! grep "error feedback" zcr2.err zcr3.err &&
+	{ steps zcr1.json && steps zcr2.json && steps zcr3.json; } >zcr.steps &&
+	test_cmp zc3.steps zcr.steps &&
+	for f in $(cd zc3/latest && ls *.safetensors); do
+		cmp zc3/latest/$f zcr/latest/$f || return 1
+	done
+'
+
 test_done

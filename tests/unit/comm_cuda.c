@@ -339,6 +339,7 @@ static void pieces_of(int shape, int world, size_t n, size_t *displ)
 
 static void test_nccl_avg(gk_comm *c);
 static void test_nccl_after(gk_comm *c);
+static void test_nccl_compressed_pieces(gk_comm *c);
 
 static void test_nccl_pieces(gk_comm *c)
 {
@@ -453,6 +454,125 @@ static void test_nccl_pieces(gk_comm *c)
 	free(displ), free(h), free(got);
 	test_nccl_avg(c);
 	test_nccl_after(c);
+	test_nccl_compressed_pieces(c);
+}
+
+/*
+ * Compressed reduce-scatter of unequal pieces over NCCL (ZeRO-2's
+ * buckets with --compress): a buffer of world ranges of per floats, cut
+ * into buckets of 96 whose pieces are the owners' parts, each bucket
+ * reduce-scattered compressed with its part of the error feedback, twice
+ * (the second round adds the first's feedback). The reference is the
+ * whole buffer's compressed reduce-scatter (ZeRO-1's, which the CPU's
+ * ring checks): an element's partial sums take the same ring path in
+ * both, and bf16 and f16 pack each element alone, so this rank's range
+ * and the whole feedback must be its bits. int8 scales groups counted
+ * from each piece's start: its first round against the exact sum, within
+ * gk_comm_compress_bound of the largest sum of magnitudes within a
+ * group's length of the element (each group it can be in), and not
+ * exact everywhere (it did compress) but in a world of one.
+ */
+#define PIECES_NP 1000
+
+static float piece_input(size_t i, int rank, int round)
+{
+	return i < PIECES_NP ? sinf(0.37f * (float)i + (float)(rank + round)) * (float)(1 + i % 5) : 0;
+}
+
+static void test_nccl_compressed_pieces(gk_comm *c)
+{
+	enum { BUCKET = 96 };
+	int W = gk_comm_world(c), R = gk_comm_rank(c);
+	size_t per = (PIECES_NP + (size_t)W - 1) / (size_t)W, n = per * (size_t)W;
+	size_t *displ = calloc((size_t)W + 1, sizeof *displ);
+	float *h = calloc(n, sizeof *h), *got = calloc(n, sizeof *got);
+	float *want = calloc(n, sizeof *want);
+	gk_err err = {0};
+	float *d = gk_comm_alloc(c, n * sizeof *d, &err);
+	float *ref = d ? gk_comm_alloc(c, n * sizeof *ref, &err) : NULL;
+	float *res = ref ? gk_comm_alloc(c, n * sizeof *res, &err) : NULL;
+	float *rres = res ? gk_comm_alloc(c, n * sizeof *rres, &err) : NULL;
+	if (!ok(displ && h && got && want && rres, "compressed pieces: buffers")) {
+		diag("%s", err.msg);
+		return;
+	}
+	for (int cz = GK_COMM_COMPRESS_BF16; cz <= GK_COMM_COMPRESS_INT8; cz++) {
+		gk_comm_callopts ro = {.compress = (gk_comm_compress)cz, .residual = rres};
+		int rc = gk_comm_to_device(c, res, want, n * sizeof *want, &err); /* zeros */
+		if (rc == 0)
+			rc = gk_comm_to_device(c, rres, want, n * sizeof *want, &err);
+		int int8 = cz == GK_COMM_COMPRESS_INT8;
+		size_t bad = 0, badr = 0, exact = 0;
+		for (int round = 0; rc == 0 && round < (int8 ? 1 : 2); round++) {
+			for (size_t i = 0; i < n; i++)
+				h[i] = piece_input(i, R, round);
+			rc = gk_comm_to_device(c, d, h, n * sizeof *h, &err);
+			if (rc == 0)
+				rc = gk_comm_to_device(c, ref, h, n * sizeof *h, &err);
+			for (size_t lo = 0; rc == 0 && lo < n; lo += BUCKET) {
+				size_t hi = lo + BUCKET < n ? lo + BUCKET : n;
+				for (int q = 0; q <= W; q++) {
+					size_t at = (size_t)q * per;
+					displ[q] = (at < lo ? lo : at > hi ? hi : at) - lo;
+				}
+				gk_comm_callopts o = {.compress = (gk_comm_compress)cz,
+						      .residual = res + lo};
+				gk_comm_req *rq = NULL;
+				rc = gk_comm_ireduce_scatterv(c, d + lo, displ, GK_DT_F32, GK_COMM_SUM,
+							      &o, &rq, &err);
+				if (rc == 0)
+					rc = gk_comm_wait(rq, &err);
+			}
+			if (rc == 0)
+				rc = gk_comm_reduce_scatter(c, ref, ref + (size_t)R * per, per, GK_DT_F32,
+							    GK_COMM_SUM, &ro, &err);
+			if (rc == 0)
+				rc = gk_comm_to_host(c, got, d, n * sizeof *got, &err);
+			if (rc == 0)
+				rc = gk_comm_to_host(c, want, ref, n * sizeof *want, &err);
+			for (size_t i = (size_t)R * per; rc == 0 && !int8 && i < (size_t)(R + 1) * per;
+			     i++)
+				bad += gk_f32_bits(got[i]) != gk_f32_bits(want[i]);
+			for (size_t i = (size_t)R * per; rc == 0 && int8 && i < (size_t)(R + 1) * per;
+			     i++) {
+				double sum = 0, most = 0;
+				for (int q = 0; q < W; q++)
+					sum += piece_input(i, q, 0);
+				size_t a = i >= GK_COMM_INT8_GROUP ? i - GK_COMM_INT8_GROUP + 1 : 0;
+				for (size_t j = a; j < i + GK_COMM_INT8_GROUP && j < n; j++) {
+					double s = 0;
+					for (int q = 0; q < W; q++)
+						s += fabs(piece_input(j, q, 0));
+					most = s > most ? s : most;
+				}
+				bad += !(fabs(got[i] - sum) <=
+					 gk_comm_compress_bound(GK_COMM_COMPRESS_INT8, W, most));
+				exact += got[i] == (float)sum;
+			}
+		}
+		if (int8) {
+			/* (a world of one packs nothing: exact) */
+			ok(rc == 0 && bad == 0 && (W == 1 ? exact == per : exact < per),
+			   "compressed int8 reduce-scatterv over nccl, world %d, buckets of %d: "
+			   "within the bound of the exact sum, %s (%zu outside, %zu of %zu exact)%s%s",
+			   W, BUCKET, W == 1 ? "exact" : "not exact", bad, exact, per,
+			   rc ? ": " : "", rc ? err.msg : "");
+			break;
+		}
+		if (rc == 0)
+			rc = gk_comm_to_host(c, got, res, n * sizeof *got, &err);
+		if (rc == 0)
+			rc = gk_comm_to_host(c, want, rres, n * sizeof *want, &err);
+		for (size_t i = 0; rc == 0 && i < n; i++)
+			badr += gk_f32_bits(got[i]) != gk_f32_bits(want[i]);
+		ok(rc == 0 && bad == 0 && badr == 0, "compressed %s reduce-scatterv over nccl, world "
+		   "%d, buckets of %d: the whole buffer's reduce-scatter, bit for bit, feedback too "
+		   "(%zu, %zu wrong)%s%s", gk_comm_compress_name(cz), W, BUCKET, bad, badr,
+		   rc ? ": " : "", rc ? err.msg : "");
+		memset(want, 0, n * sizeof *want);
+	}
+	gk_comm_free(c, d), gk_comm_free(c, ref), gk_comm_free(c, res), gk_comm_free(c, rres);
+	free(displ), free(h), free(got), free(want);
 }
 
 /*
