@@ -91,11 +91,24 @@ void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 	    void (*destroy)(void *), char *shared_lo, char *shared_hi,
 	    const void *const *ptrs, const int *writes, int nptrs);
 
+/* Stops the run: argument argno (from 1) of the launch at at, p, is not
+ * aligned to its type's align bytes. */
+[[noreturn]] void misaligned_arg(const site &at, int argno, const void *p, size_t align);
+
 /* A pointer argument of a launch: where the kernel may read (pointer to
- * const) or write, for the runtime's check of races between streams. */
-template <typename T> inline void note_arg(const T &v, const void **p, int *w, int &n)
+ * const) or write, for the runtime's check of races between streams; and
+ * aligned to its type, which the kernel's accesses through it assume (a
+ * misaligned address fault on a GPU, at the first access: here at the
+ * launch, named). argno counts every argument. */
+template <typename T>
+inline void note_arg(const site &at, const T &v, const void **p, int *w, int &n, int &argno)
 {
+	argno++;
 	if constexpr (std::is_pointer<T>::value) {
+		typedef typename std::remove_cv<typename std::remove_pointer<T>::type>::type E;
+		if constexpr (!std::is_void<E>::value && !std::is_function<E>::value)
+			if ((uintptr_t)v % alignof(E))
+				misaligned_arg(at, argno, (const void *)v, alignof(E));
 		p[n] = (const void *)v;
 		w[n] = !std::is_const<typename std::remove_pointer<T>::type>::value;
 		n++;
@@ -157,8 +170,9 @@ template <typename F> struct launcher {
 		typedef closure<F, typename std::decay<A>::type...> C;
 		C *p = new C{f, std::tuple<typename std::decay<A>::type...>(std::forward<A>(a)...)};
 		const void *ptrs[sizeof...(A) + 1];
-		int wr[sizeof...(A) + 1], n = 0;
-		std::apply([&](const auto &...x) { (note_arg(x, ptrs, wr, n), ...); }, p->args);
+		int wr[sizeof...(A) + 1], n = 0, argno = 0;
+		std::apply([&](const auto &...x) { (note_arg(c.at, x, ptrs, wr, n, argno), ...); },
+			   p->args);
 		submit(c.at, c.grid, c.block, c.shmem, c.stream, &run<C>, p, &destroy<C>,
 		       __start_cuemu_shared, __stop_cuemu_shared, ptrs, wr, n);
 	}

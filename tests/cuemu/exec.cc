@@ -444,6 +444,13 @@ void misaligned(const void *p, size_t bytes, size_t align, const char *what)
 	      "address fault on a GPU)", t, what, bytes, p, align);
 }
 
+void misaligned_arg(const site &at, int argno, const void *p, size_t align)
+{
+	fail("kernel %s (%s:%d): launch argument %d, %p, is not %zu-byte aligned, as its type "
+	     "is (a misaligned address fault on a GPU at its first access)", at.kernel, at.file,
+	     at.line, argno, p, align);
+}
+
 /* One warp collective: every lane of mask arrives, the last one
  * computes everyone's result (so no lane can overwrite its value before
  * the others have read it), the others wait. */

@@ -666,6 +666,12 @@ static void run_misaligned(void)
 	cudaDeviceSynchronize();
 }
 
+static void run_misaligned_arg(void)
+{
+	fill<<<1, 4>>>((float *)((char *)dev_floats(8) + 2), 1.0f);
+	cudaDeviceSynchronize();
+}
+
 static void CUDART_CB spin(void *arg)
 {
 	while (!*(volatile int *)arg)
@@ -986,6 +992,10 @@ int main(int argc, char **argv)
 	ok(dies_with(run_misaligned, "__ldcs of 16 bytes at", got, sizeof got) &&
 		   strstr(got, "not 16-byte aligned") && strstr(got, "copy128"),
 	   "a 16-byte load at an address that is no multiple of 16 stops the kernel, named");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_misaligned_arg, "launch argument 1", got, sizeof got) &&
+		   strstr(got, "not 4-byte aligned") && strstr(got, "kernel fill"),
+	   "a float pointer argument at an address that is no multiple of 4 stops the launch, named");
 	diag("%.*s", (int)strcspn(got, "\n"), got);
 
 	float *dm = dev_floats(64), m[64];
