@@ -273,8 +273,8 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
  * GK_TEST_CKPT_CHECK_DELAY_MS, GK_TEST_BLOCK_STEP, GK_TEST_WAIT_SIGNAL,
  * GK_TEST_MEM_ROOT, GK_TEST_CKPT_COMMIT_WAIT, GK_TEST_STRAGGLER,
  * GK_TEST_GPU_BUS, GK_TEST_PIN_BYTES), and GK_TEST_STOP_GRACE_S's
- * seconds into *grace_s (unchanged when unset; stop.h's grace period). -1 with err naming the
- * variable when one is malformed.
+ * seconds into *grace_s (unchanged when unset; stop.h's grace period).
+ * -1 with err naming the variable when one is malformed.
  */
 int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err);
 

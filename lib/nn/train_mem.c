@@ -74,6 +74,9 @@ static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
 	*block = 12 * C * C + 13 * C;
 }
 
+_Static_assert(GK_NN_CUDA_STAGING == GK_MEM_GPU_STAGING,
+	       "lib/nn's pinned staging is lib/mem's host_staging");
+
 /*
  * A GPU's host memory for the model, as allocated (lib/mem's host terms,
  * gk_mem_gpu_host's computation from the shape, which mem-estimate
@@ -82,9 +85,6 @@ static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
  * each that gk_nn_dp_new allocates) and --offload optimizer's copy of
  * the gradient shard.
  */
-_Static_assert(GK_NN_CUDA_STAGING == GK_MEM_GPU_STAGING,
-	       "lib/nn's pinned staging is lib/mem's host_staging");
-
 static void host_terms(gk_nn_trainer *t)
 {
 	const gk_nn_dp *dp = t->dp;
