@@ -643,7 +643,7 @@ int gk_mem_gpu_host(int64_t layers, int64_t hidden, int64_t vocab, int64_t posit
 	uint64_t mirror = (4 * nflat + 63) / 64 * 64;
 	out[GK_MEM_HOST_PARAMS] = mirror;
 	out[GK_MEM_HOST_GRADS] = zero >= 2 ? 0 : mirror;
-	out[GK_MEM_HOST_STAGING] = 4 * n;
+	out[GK_MEM_HOST_STAGING] = 4 * n < GK_MEM_GPU_STAGING ? 4 * n : GK_MEM_GPU_STAGING;
 	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (range + 1);
 	out[GK_MEM_HOST_GRAD_SHARD] = offload && zero >= 2 ? 4 * range : 0;
 	return 0;
@@ -707,7 +707,8 @@ static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
 		"the AdamW moments' host copies (checkpoints; --offload optimizer's state)",
 		"--offload optimizer's copy of the gradient shard"};
 	static const char *const formula[GK_MEM_NHOST] = {
-		"4*Fr (64-byte multiple)", "4*Fr (64-byte multiple)", "4*F", "8*(R+1)", "4*R"};
+		"4*Fr (64-byte multiple)", "4*Fr (64-byte multiple)", "min(4*F, 64 MiB)", "8*(R+1)",
+		"4*R"};
 	uint64_t h[GK_MEM_NHOST];
 	gk_err err;
 	if (!gpt2_device(m, r) ||

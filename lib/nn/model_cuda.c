@@ -196,11 +196,16 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	cu->sps = carve(&cur, ss[i++]);
 	cu->spln = carve(&cur, ss[i++]);
 
-	/* host: pinned staging for the parameters, moments and gradients
-	 * (the logits pass through it in pieces); no host copy of the
-	 * logits until a forward without targets wants one, since a
-	 * training batch's logits run to gigabytes per rank */
-	cu->pin_bytes = P * 4;
+	/* host: pinned staging for the parameters, moments, gradients and
+	 * logits, each passing through it in pieces (GK_NN_CUDA_STAGING);
+	 * no host copy of the logits until a forward without targets wants
+	 * one, since a training batch's logits run to gigabytes per rank */
+	cu->pin_bytes = m->o.staging ? m->o.staging : GK_NN_CUDA_STAGING;
+	if (cu->pin_bytes > P * 4)
+		cu->pin_bytes = P * 4;
+	if (cu->pin_bytes < 4)
+		return gk_errf(err, "model on the GPU: a pinned staging of %zu bytes; "
+			       "4 at least", cu->pin_bytes);
 	if (!(cu->pin = gk_cuda_host_alloc(cu->pin_bytes, err)))
 		return -1;
 	cu->h_uniq = malloc(N * sizeof(int32_t));

@@ -57,7 +57,7 @@ struct gk_nn_cuda {
 	float *colsum;
 	double *norm;          /* GK_NN_SUM_BLOCKS partials, then the sum */
 
-	void *pin;             /* pinned staging */
+	void *pin;             /* pinned staging (gk_nn_cuda_put, _get) */
 	size_t pin_bytes;
 	int32_t *h_uniq, *h_start, *h_pos, *h_count;
 	float *h_loss;
@@ -99,6 +99,12 @@ struct gk_nn_cuda {
 /* a device buffer freed with the model, its bytes counted in kind */
 void *gk_nn_cuda_dalloc(struct gk_nn_cuda *cu, size_t bytes, gk_cuda_mem_kind kind,
 			gk_err *err);
+/* bytes from host to device and back through the pinned staging, a
+ * staging's worth at a time (gk_cuda_copy's: waited for) */
+int gk_nn_cuda_put(struct gk_nn_cuda *cu, void *dev, const void *host, size_t bytes,
+		   gk_err *err);
+int gk_nn_cuda_get(struct gk_nn_cuda *cu, void *host, const void *dev, size_t bytes,
+		   gk_err *err);
 /* unit_params' buffers (gk_nn_cuda_new, when the model has units) */
 int gk_nn_cuda_units_alloc(gk_nn_model *m, gk_err *err);
 

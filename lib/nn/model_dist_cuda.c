@@ -175,13 +175,11 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 	size_t n = m->nparams;
 	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
 		return -1;
-	/* from the host's fp32 copy, through the staging, a piece at a time
-	 * in dt's bytes (the staging holds nparams floats) */
+	/* from the host's fp32 copy, through the staging, then in dt */
 	float *tmp = cu->dt == GK_DT_F32 ? NULL : gk_cuda_alloc(n * 4, GK_CUDA_MEM_PARAMS, err);
 	if (cu->dt != GK_DT_F32 && !tmp)
 		return -1;
-	memcpy(cu->pin, m->params, n * 4);
-	int rc = gk_cuda_copy(tmp ? (void *)tmp : cu->whole, cu->pin, n * 4, cu->s, err);
+	int rc = gk_nn_cuda_put(cu, tmp ? (void *)tmp : cu->whole, m->params, n * 4, err);
 	if (rc == 0 && tmp)
 		rc = gk_cuda_convert(cu->whole, cu->dt, tmp, GK_DT_F32, n, cu->s, err);
 	if (rc == 0)

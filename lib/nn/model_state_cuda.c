@@ -24,6 +24,30 @@ static int no_full_grads(gk_err *err)
 
 /* ---- transfers ----------------------------------------------------------------- */
 
+int gk_nn_cuda_put(struct gk_nn_cuda *cu, void *dev, const void *host, size_t bytes,
+		   gk_err *err)
+{
+	for (size_t o = 0; o < bytes; o += cu->pin_bytes) {
+		size_t k = bytes - o < cu->pin_bytes ? bytes - o : cu->pin_bytes;
+		memcpy(cu->pin, (const char *)host + o, k);
+		if (gk_cuda_copy((char *)dev + o, cu->pin, k, cu->s, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int gk_nn_cuda_get(struct gk_nn_cuda *cu, void *host, const void *dev, size_t bytes,
+		   gk_err *err)
+{
+	for (size_t o = 0; o < bytes; o += cu->pin_bytes) {
+		size_t k = bytes - o < cu->pin_bytes ? bytes - o : cu->pin_bytes;
+		if (gk_cuda_copy(cu->pin, (const char *)dev + o, k, cu->s, err) < 0)
+			return -1;
+		memcpy((char *)host + o, cu->pin, k);
+	}
+	return 0;
+}
+
 int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
@@ -33,15 +57,13 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (what & GK_NN_GRADS) {
-		memcpy(cu->pin, m->grads, n * 4);
-		if (gk_cuda_copy(cu->g, cu->pin, n * 4, cu->s, err) < 0)
+		if (gk_nn_cuda_put(cu, cu->g, m->grads, n * 4, err) < 0)
 			return -1;
 	}
 	if (what & GK_NN_PARAMS) {
 		/* (unit_params: this rank's range, of which the padding is zero) */
 		size_t k = cu->phi < n ? cu->phi - cu->plo : cu->plo < n ? n - cu->plo : 0;
-		memcpy(cu->pin, m->params + cu->plo, k * 4);
-		if (gk_cuda_copy(cu->p, cu->pin, k * 4, cu->s, err) < 0)
+		if (gk_nn_cuda_put(cu, cu->p, m->params + cu->plo, k * 4, err) < 0)
 			return -1;
 		if (cu->pw && cu->dt != GK_DT_F32 &&
 		    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
@@ -63,14 +85,12 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	if (what & GK_NN_PARAMS) {
 		size_t k = cu->phi * 4 < n ? (cu->phi - cu->plo) * 4 :
 			   cu->plo * 4 < n ? n - cu->plo * 4 : 0;
-		if (gk_cuda_copy(cu->pin, cu->p, k, cu->s, err) < 0)
+		if (gk_nn_cuda_get(cu, m->params + cu->plo, cu->p, k, err) < 0)
 			return -1;
-		memcpy(m->params + cu->plo, cu->pin, k);
 	}
 	if (what & GK_NN_GRADS) {
-		if (gk_cuda_copy(cu->pin, cu->g, n, cu->s, err) < 0)
+		if (gk_nn_cuda_get(cu, m->grads, cu->g, n, err) < 0)
 			return -1;
-		memcpy(m->grads, cu->pin, n);
 	}
 	return 0;
 }
@@ -119,19 +139,12 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 			       "the CPU");
 	if (moments_alloc(m, lo, hi, &j, err) < 0)
 		return -1;
-	size_t n = (hi - lo) * 4; /* the pinned staging holds nparams floats */
+	size_t n = (hi - lo) * 4;
 	float *host[2] = {mom, vel}, *dev[2] = {cu->mom[j], cu->vel[j]};
-	for (int k = 0; k < 2; k++) {
-		if (upload) {
-			memcpy(cu->pin, host[k], n);
-			if (gk_cuda_copy(dev[k], cu->pin, n, cu->s, err) < 0)
-				return -1;
-		} else {
-			if (gk_cuda_copy(cu->pin, dev[k], n, cu->s, err) < 0)
-				return -1;
-			memcpy(host[k], cu->pin, n);
-		}
-	}
+	for (int k = 0; k < 2; k++)
+		if ((upload ? gk_nn_cuda_put(cu, dev[k], host[k], n, err) :
+			      gk_nn_cuda_get(cu, host[k], dev[k], n, err)) < 0)
+			return -1;
 	return 0;
 }
 

@@ -68,6 +68,17 @@ typedef struct gk_nn_config {
 #define GK_NN_MAX_VOCAB (1 << 24)
 #define GK_NN_MAX_POSITIONS (1 << 20)
 
+/*
+ * The CUDA model's pinned staging (gk_nn_opts' staging): 64 MiB, or the
+ * model's nparams floats if fewer. A piece of 64 MiB is 1.3 to 2.7 ms of
+ * DMA at 25 to 50 GB/s, against tens of microseconds to start and wait
+ * for each copy, so pieces cost under 2% over one copy of the whole; and
+ * the copies were never overlapped with the host's memcpy into the
+ * staging, so whole-buffer staging was no faster. lib/mem's
+ * GK_MEM_GPU_STAGING is the same bytes.
+ */
+#define GK_NN_CUDA_STAGING ((size_t)64 << 20)
+
 /* Check the fields (positive, heads dividing hidden, the bounds above) and
  * set vocab_pad. */
 int gk_nn_config_finish(gk_nn_config *c, gk_err *err);
@@ -220,6 +231,11 @@ typedef struct gk_nn_opts {
 				       * read it: gk_nn_set_param_fn hears of each
 				       * block's use */
 	int shard_rank;
+	size_t staging;               /* CUDA: bytes of the pinned staging every
+				       * transfer between host and device passes
+				       * through, a piece at a time (0:
+				       * GK_NN_CUDA_STAGING); at most 4 nparams
+				       * are taken, at least 4 are needed */
 	int lazy_params;              /* CPU: the parameter buffer is mapped like
 				       * lazy_grads' (ZeRO-3, whose rank keeps
 				       * only its range between a block's uses);
@@ -625,8 +641,9 @@ void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
  * device's): the f32 mirrors of the parameters and of the gradients in
  * the flat layout, as allocated (nflat floats rounded up to 64 bytes;
  * the gradients' 0 under bucket_grads, mapped and never written), and
- * the pinned staging of its transfers (nparams floats). All 0 for a CPU
- * model, whose gk_nn_memory is host memory.
+ * the pinned staging of its transfers (gk_nn_opts' staging, or
+ * GK_NN_CUDA_STAGING, at most nparams floats). All 0 for a CPU model,
+ * whose gk_nn_memory is host memory.
  */
 typedef struct gk_nn_host_mem {
 	uint64_t params, grads, pinned;

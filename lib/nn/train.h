@@ -209,6 +209,8 @@ typedef struct gk_nn_train_opts {
 	const char *test_gpu_bus; /* tests: a CPU run samples these GPUs through
 				   * NVML, one PCI bus id per rank, ','-separated
 				   * (a rank past the list: none) */
+	uint64_t test_staging;  /* tests: the CUDA model's pinned staging in
+				 * bytes (gk_nn_opts' staging; 0: its own) */
 	int ckpt_delay_ms;      /* tests: the writer sleeps before writing */
 	int ckpt_commit_delay_ms; /* tests: rank 0 sleeps before committing */
 	int ckpt_check_delay_ms; /* tests: rank 0 sleeps before checking a
@@ -270,9 +272,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
  * The tests' hooks of o from the environment (GK_TEST_CKPT_DELAY_MS,
  * GK_TEST_CKPT_CHECK_DELAY_MS, GK_TEST_BLOCK_STEP, GK_TEST_WAIT_SIGNAL,
  * GK_TEST_MEM_ROOT, GK_TEST_CKPT_COMMIT_WAIT, GK_TEST_STRAGGLER,
- * GK_TEST_GPU_BUS), and GK_TEST_STOP_GRACE_S's seconds into *grace_s
- * (unchanged when unset; stop.h's grace period). -1 with err naming the
- * variable when one is malformed.
+ * GK_TEST_GPU_BUS, GK_TEST_PIN_BYTES), and GK_TEST_STOP_GRACE_S's
+ * seconds into *grace_s (unchanged when unset; stop.h's grace period).
+ * -1 with err naming the variable when one is malformed.
  */
 int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err);
 

@@ -74,6 +74,9 @@ static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
 	*block = 12 * C * C + 13 * C;
 }
 
+_Static_assert(GK_NN_CUDA_STAGING == GK_MEM_GPU_STAGING,
+	       "lib/nn's pinned staging is lib/mem's host_staging");
+
 /*
  * A GPU's host memory for the model, as allocated (lib/mem's host terms,
  * gk_mem_gpu_host's computation from the shape, which mem-estimate
@@ -350,7 +353,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		 * lib/mem's, which mem-estimate states for 2 ranks or more;
 		 * for one rank (whose ZeRO shards nothing), over a tensor group
 		 * or a pipeline, which lib/mem does not lay out, the mirrors
-		 * and moments planned above and a staging of the mirror's size
+		 * and moments planned above and the staging, the mirror's size
+		 * up to GK_NN_CUDA_STAGING
 		 */
 		uint64_t h[GK_MEM_NHOST];
 		if (t->world > 1 && t->grid.tp == 1 && t->grid.pp == 1 &&
@@ -360,7 +364,8 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 			for (int i = 0; i < GK_MEM_NHOST; i++)
 				model += h[i];
 		} else {
-			model += pl.parameters;
+			model += pl.parameters < GK_NN_CUDA_STAGING ? pl.parameters
+								     : GK_NN_CUDA_STAGING;
 		}
 	}
 	*host = model + (uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +

@@ -188,12 +188,13 @@ int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err)
 	/* tests: a slow disk (writing, checking), a commit held until a file
 	 * exists, a step that never ends, a shorter grace, a wait for a
 	 * signal after MICRO micro-steps of step STEP, the tree the memory
-	 * check reads /proc and /sys under */
+	 * check reads /proc and /sys under, a small pinned staging */
 	const char *delay = getenv("GK_TEST_CKPT_DELAY_MS");
 	const char *check = getenv("GK_TEST_CKPT_CHECK_DELAY_MS");
 	const char *block = getenv("GK_TEST_BLOCK_STEP");
 	const char *grace = getenv("GK_TEST_STOP_GRACE_S");
 	const char *wait = getenv("GK_TEST_WAIT_SIGNAL");
+	const char *pin = getenv("GK_TEST_PIN_BYTES");
 	int g = *grace_s;
 	if (delay) {
 		/* WRITE[:COMMIT] milliseconds; COMMIT defaults to WRITE */
@@ -212,8 +213,12 @@ int gk_nn_train_test_env(gk_nn_train_opts *o, int *grace_s, gk_err *err)
 				   "GK_TEST_CKPT_CHECK_DELAY_MS", err) < 0) ||
 	    (block && gk_parse_int(block, 1, INT_MAX, &o->test_block_step,
 				   "GK_TEST_BLOCK_STEP", err) < 0) ||
-	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0))
+	    (grace && gk_parse_int(grace, 1, 3600, &g, "GK_TEST_STOP_GRACE_S", err) < 0) ||
+	    (pin && gk_parse_u64(pin, (uint64_t)1 << 40, &o->test_staging, "GK_TEST_PIN_BYTES",
+				 err) < 0))
 		return -1;
+	if (pin && o->test_staging < 4)
+		return gk_errf(err, "GK_TEST_PIN_BYTES %s: 4 bytes at least", pin);
 	int n = 0;
 	if (wait && (sscanf(wait, "%" SCNd64 ":%d%n", &o->test_wait_step, &o->test_wait_micro, &n) != 2 ||
 		     wait[n] || o->test_wait_step < 1 || o->test_wait_micro < 1))

@@ -421,7 +421,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 					t->grid.pp > 1,
 			 .unit_params = gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda,
 							     (int)t->cfg.layers),
-			 .shard_rank = t->grid.dp_rank,
+			 .shard_rank = t->grid.dp_rank, .staging = (size_t)t->o.test_staging,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
 			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank,
 			 .pp_chunks = t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1,

@@ -155,7 +155,9 @@ assert b[\"logits\"] == 6 * s * bb * V
 # gpu-train'"'"'s host memory on GPUs, each rank'"'"'s (the trainer'"'"'s own
 # accounting of it is t7119'"'"'s): GPT-2 small'"'"'s flat buffer F, its
 # vocabulary padded to 50304 rows, rounded up to 5 ranks under ZeRO 1 to
-# 3 (124475904 is not a multiple of 5), then to 64 bytes. Only where the
+# 3 (124475904 is not a multiple of 5), then to 64 bytes; the pinned
+# staging 64 MiB, or the flat buffer'"'"'s 4F bytes if fewer (width 256 and
+# 4 layers: 4F just under 64 MiB; 5 layers: just over). Only where the
 # device terms are gpu-train'"'"'s: 2 or more ranks, no --tp, a GPT-2.
 test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shape, not in the GPU total' '
 	for z in 0 1 2 3; do
@@ -167,8 +169,19 @@ test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shap
 	mem-estimate --config "$data/gpt2.json" --zero 3 --json >one.json &&
 	mem-estimate --config "$data/gpt2.json" --dp 4 --tp 2 --zero 1 --json >tp.json &&
 	mem-estimate --config "$data/llama-2-7b.json" --dp 4 --zero 3 --json >ll.json &&
+	for l in 4 5; do
+		sed -e "s/\"n_embd\": 768/\"n_embd\": 256/" -e "s/\"n_head\": 12/\"n_head\": 4/" \
+		    -e "s/\"n_layer\": 12/\"n_layer\": $l/" "$data/gpt2.json" >small$l.json &&
+		mem-estimate --config small$l.json --dp 2 --zero 3 --json >s$l.json || return 1
+	done &&
 	python3 - <<-\PY
 	import json
+	for l in (4, 5):
+	    F = (50304 + 1024) * 256 + l * (12 * 256 * 256 + 13 * 256) + 2 * 256
+	    assert (4 * F < 64 << 20) == (l == 4), (l, F)
+	    b = json.load(open("s%d.json" % l))["bytes"]
+	    assert b["host_staging"] == min(4 * F, 64 << 20), (l, F, b)
+	    assert b["host_params"] == -(-4 * (-(-F // 2) * 2) // 64) * 64, (l, F, b)
 	C, L, V, P, N = 768, 12, 50304, 1024, 5
 	F = (V + P) * C + L * (12 * C * C + 13 * C) + 2 * C
 	assert F == 124439808 + (V - 50257) * C and F % N, F
@@ -176,7 +189,7 @@ test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shap
 	    Fr = -(-F // N) * N if z else F
 	    R = Fr // N if z else F
 	    mirror = -(-4 * Fr // 64) * 64
-	    w = {"host_params": mirror, "host_staging": 4 * F, "host_moments": 8 * (R + 1)}
+	    w = {"host_params": mirror, "host_staging": 64 << 20, "host_moments": 8 * (R + 1)}
 	    if z < 2:
 	        w["host_grads"] = mirror
 	    if off and z >= 2:

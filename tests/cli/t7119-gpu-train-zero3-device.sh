@@ -15,10 +15,11 @@ bound). The device memory falls from ZeRO-2'"'"'s by the
 whole parameters less the shard and the unit buffers, as accounted and
 as mem-estimate states. Checkpoints: each rank writes its shard, and
 device and CPU ZeRO-3 resume from each other. The host memory a rank
-allocates for the model (the parameters'"'"' mirror and the pinned staging,
-whole under ZeRO-3 too, the moments'"'"' host copies) is accounted by term
+allocates for the model (the parameters'"'"' mirror, whole under ZeRO-3
+too, the pinned staging, the moments'"'"' host copies) is accounted by term
 as mem-estimate states it, and a run whose host memory exceeds the
-cgroup'"'"'s limit is refused before any work.'
+cgroup'"'"'s limit is refused before any work. A staging of a few hundred
+floats passes every transfer in pieces and changes no bit.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -238,8 +239,9 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and t
 	assert z3k["memory"]["comm"] - m2["comm"] == kept, (z3k["memory"], m2, kept)
 	assert m2["total"] - m3["total"] == saved + m2["checkpoint"] - m3["checkpoint"], (m2, m3)
 	assert saved > 0, saved
-	# host memory: ZeRO-3'"'"'s parameter mirror and staging are whole, as
-	# ZeRO-2'"'"'s (n floats each), the moments'"'"' copies the range (and a
+	# host memory: ZeRO-3'"'"'s parameter mirror is whole, as ZeRO-2'"'"'s,
+	# and so is the staging, under 64 MiB (n floats each), the
+	# moments'"'"' copies the range (and a
 	# float), the gradients'"'"' mirror never written; mem-estimate'"'"'s terms
 	host = {"host_params": 4 * n, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
 	for z, me in ((z2, me2), (z3, me3), (z3k, me3k)):
@@ -319,6 +321,54 @@ test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by ter
 	            k != "host_ram"} == want, (name, me["bytes"], want)
 	    assert step["host_memory"] == got, (name, step)
 	PY
+'
+
+# gpu-train on 2 GPUs with a pinned staging of 1030 bytes
+# (GK_TEST_PIN_BYTES, for every rank)
+mpi_pin() {
+	GK_TEST_PIN_BYTES=1030 timeout 300 mpirun --oversubscribe --bind-to none \
+		-x GK_TEST_PIN_BYTES -np 2 gpu-train "$@"
+}
+
+# A staging of 1030 bytes, where the model'"'"'s own is its n floats: every
+# transfer goes in pieces, the last one short and none of whole floats
+# (257.5), the bf16 logits of --sample in pieces of 515. The parameters
+# up, the parameters and moments down into a checkpoint and up again on
+# a resume, the whole model up for evaluation and --sample, ZeRO-1'"'"'s
+# gradients down and parameters up each step of --offload optimizer: the
+# losses, norms, validation losses, sample and checkpoints are the
+# whole-buffer staging'"'"'s bit for bit; host_staging is the 1030 bytes.
+test_expect_success 'GPUS,MPI' '2 GPUs: a pinned staging of 1030 bytes passes every transfer in pieces, bit for bit, and is accounted as such' '
+	dev3 &&
+	mpi_pin $Z --zero 3 --until $half --ckpt-dir sp >sp1.json &&
+	mpi_pin $Z --zero 3 --ckpt-dir sp --resume >sp2.json &&
+	steps sp1.json >sp.steps &&
+	steps sp2.json >>sp.steps &&
+	test_cmp d3p.steps sp.steps &&
+	ckpt-merge sp/latest -o sp.safetensors &&
+	ckpt-merge d3p/latest -o d3pm.safetensors &&
+	cmp sp.safetensors d3pm.safetensors &&
+	B="$A --steps $short --device cuda --precision bf16 --val-data val.bin --eval-every 1 --sample 8" &&
+	mpi 2 $B --zero 3 >pb.json &&
+	mpi_pin $B --zero 3 >pbp.json &&
+	mpi 2 $Z --zero 1 --offload optimizer >po.json &&
+	mpi_pin $Z --zero 1 --offload optimizer >pop.json &&
+	for f in pb po; do
+		jq -c "select(.event == \"step\" or .event == \"summary\" or .event == \"sample\") |
+			[.loss, .grad_norm, .val_loss, .tokens]" $f.json >$f.out &&
+		jq -c "select(.event == \"step\" or .event == \"summary\" or .event == \"sample\") |
+			[.loss, .grad_norm, .val_loss, .tokens]" ${f}p.json >${f}p.out &&
+		test $(grep -c . $f.out) -gt $short &&
+		test_cmp $f.out ${f}p.out || return 1
+	done &&
+	test $(grep -c "\[null,null,null,\[" pb.out) = 1 &&
+	for f in sp1 sp2 pbp pop; do
+		jq -s -e "map(select(.event == \"start\" or .event == \"step\")) | length > 1 and
+			all(.host_memory.host_staging == 1030)" $f.json || return 1
+	done &&
+	jq -s -e "map(select(.event == \"start\"))[0].host_memory.host_staging > 1030" pb.json &&
+	test_expect_code 1 env GK_TEST_PIN_BYTES=3 gpu-train $Z >bad.out 2>bad.err &&
+	grep "GK_TEST_PIN_BYTES 3: 4 bytes at least" bad.err
 '
 
 # gpu-train on 2 GPUs under the cgroup fixture hcg (GK_TEST_MEM_ROOT, for
