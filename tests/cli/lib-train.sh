@@ -8,6 +8,8 @@
 #   stcmp A B TOL [...]    two safetensors files' tensors within TOL
 #                          (tests/cli/stcmp.py: its options and metric)
 #   mpi N ARGS...          gpu-train under mpirun with N ranks
+#   start_config LOG OUT   the model of a --json log's start line as a
+#                          Hugging Face config.json (for mem-estimate)
 
 TINY="--layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2"
 
@@ -42,6 +44,16 @@ close_to() {
 	bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > tol * max(1.0, abs(y))]
 	if bad:
 	    sys.exit("outside %g: %r" % (tol, bad[:5]))
+	EOF
+}
+
+start_config() {
+	python3 - "$1" "$2" <<-'EOF'
+	import json, sys
+	st = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
+	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
+	           "n_head": st["heads"], "vocab_size": st["vocab"],
+	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
 	EOF
 }
 

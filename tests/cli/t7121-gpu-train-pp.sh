@@ -182,13 +182,6 @@ test_expect_success MPI 'fewer micro-batches than stages: warned about, and stil
 # against the flat layout: each float of the stage's range is 4 bytes of
 # parameters, 4 of gradients and 8 of moments, those of the padded
 # vocabulary rows in padding
-cat >cfg.py <<\PYEOF
-import json, sys
-st = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
-json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
-           "n_head": st["heads"], "vocab_size": st["vocab"],
-           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
-PYEOF
 cat >pcmp.py <<\PYEOF
 import json, sys
 st = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
@@ -210,7 +203,7 @@ print("stage 0:", g["parameters"], g["gradients"], g["optimizer"])
 PYEOF
 
 test_expect_success MPI 'memory of stage 0: parameters, gradients and optimizer = mem-estimate --pp 2 (and --tp 2 --pp 2)' '
-	python3 cfg.py pp2.json cfg.json &&
+	start_config pp2.json cfg.json &&
 	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --grad-accum 4 \
 		--no-dropout --pp 2 --json >me.json &&
 	python3 pcmp.py pp2.json me.json &&
@@ -238,7 +231,7 @@ test_expect_success MPI 'pp 2 x dp 2 --zero 1 = --zero 0 bit for bit (losses, pa
 	jq -e ".zero == 1 and .pp == 2 and .world == 2" z1/latest/trainer.json &&
 	opt() { jq -s "map(select(.event == \"start\"))[0].memory.optimizer" "$1"; } &&
 	test $(opt z1.json) = $(($(opt z0.json) / 2)) &&
-	python3 cfg.py z1.json cfgz.json &&
+	start_config z1.json cfgz.json &&
 	mem-estimate --config cfgz.json --precision f32 -b 2 -s 16 --grad-accum 2 \
 		--no-dropout --pp 2 --dp 2 --zero 1 --json >mez.json &&
 	test $(jq .bytes.optimizer mez.json) = $(opt z1.json)

@@ -101,13 +101,7 @@ test_expect_success 'GPUS,MPI' 'pp 2 on GPUs in bf16 (bf16 activations between t
 '
 
 test_expect_success 'GPUS,MPI' 'stage 0 on its GPU: parameters, gradients and optimizer = mem-estimate --pp 2' '
-	python3 - pp.json cfg.json <<-\PY &&
-	import json, sys
-	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
-	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
-	           "n_head": st["heads"], "vocab_size": st["vocab"],
-	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
-	PY
+	start_config pp.json cfg.json &&
 	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --grad-accum 3 \
 		--no-dropout --pp 2 --json >me.json &&
 	python3 - pp.json me.json <<-\PY

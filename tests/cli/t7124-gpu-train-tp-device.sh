@@ -74,13 +74,7 @@ test_expect_success 'GPUS,MPI' 'tp 2 on GPUs in bf16, recomputing each layer: th
 '
 
 test_expect_success 'GPUS,MPI' 'a rank of tp 2 on its GPU: parameters, gradients and optimizer = mem-estimate --tp 2' '
-	python3 - tp.json cfg.json <<-\PY &&
-	import json, sys
-	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
-	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
-	           "n_head": st["heads"], "vocab_size": st["vocab"],
-	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
-	PY
+	start_config tp.json cfg.json &&
 	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 \
 		--no-dropout --tp 2 --json >me.json &&
 	python3 - tp.json me.json <<-\PY

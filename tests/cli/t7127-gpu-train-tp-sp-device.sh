@@ -81,13 +81,7 @@ test_expect_success 'GPUS,MPI' 'in bf16: the losses and norms of one GPU within 
 # 256 bytes with and without, so no rounding). The workspace grows by
 # the gathered (N,C) input, the collectives' fp32 (N,C) and 2C floats.
 test_expect_success 'GPUS,MPI' 'the activations on GPUs: --sequence-parallel saves what mem-estimate --tp 2 --sp says' '
-	python3 - sp.json cfg.json <<-\PY &&
-	import json, sys
-	st = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
-	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
-	           "n_head": st["heads"], "vocab_size": st["vocab"],
-	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
-	PY
+	start_config sp.json cfg.json &&
 	M="--config cfg.json --precision f32 -b 4 -s 32 --no-dropout --tp 2 --json" &&
 	mpi 2 $G --seq 32 --steps 1 --tp 2 >g0.json &&
 	mpi 2 $G --seq 32 --steps 1 --tp 2 --sequence-parallel >g1.json &&
