@@ -3,7 +3,8 @@
  * the same blocks as model.c, over the kernels of the .cu files of lib/nn and
  * cuBLASLt (matmul_cuda.c), with every buffer from lib/cuda's accounted
  * allocator. The transfers and the AdamW step are model_state_cuda.c's,
- * the buffers' parallel layouts model_dist_cuda.c's.
+ * the buffers' parallel layouts model_dist_cuda.c's, a layer's products
+ * and the tensor group's collectives model_tp_cuda.c's.
  *
  * Buffers (device): the fp32 master parameters and gradients in the flat
  * layout of nn.h (same offsets as the CPU backend), the working copy of
@@ -32,17 +33,6 @@
 #include "nn/model_cuda.h"
 
 #define WS_BYTES GK_NN_CU_WS_BYTES
-
-/*
- * A rank's widths under tensor parallelism (tp.c, as model.c's): Cq of
- * attention's C and NHq of its heads, F of the MLP's 4C, Vl of the padded
- * vocabulary; the whole at tp 1.
- */
-#define TP_WIDTHS(m)                                                           \
-	int Cq = (int)(m)->c.hidden / (m)->tp, NHq = (int)(m)->c.heads / (m)->tp; \
-	int F = 4 * (int)(m)->c.hidden / (m)->tp;                              \
-	int Vl = (int)(m)->c.vocab_pad / (m)->tp;                             \
-	(void)Cq, (void)NHq, (void)F, (void)Vl
 
 /* A block's activations on the device (per layer or shared). */
 typedef struct dacts {
@@ -355,187 +345,6 @@ static int param_use(gk_nn_model *m, int phase, int l, gk_err *err)
 	return m->pfn ? m->pfn(phase, l, m->pctx, err) : 0;
 }
 
-/* out (N,OC) = inp (N,IC) @ w (IC,OC) [+ bias] [+ res] */
-static int mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
-		  const void *bias, const void *res, int N, int IC, int OC,
-		  gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	gk_nn_gemm g = {.M = N, .N = OC, .K = IC, .A = inp, .lda = IC,
-			.B = w, .ldb = OC, .D = out, .ldd = OC, .C = res,
-			.bias = bias, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
-			.ddt = cu->dt};
-	return gk_nn_blas_gemm(cu->blas, &g, err);
-}
-
-/* The MLP's c_fc with the GELU in the epilogue: out (N,OC) =
- * gelu(inp @ w + bias), pre (N,OC) = inp @ w + bias (GELU_AUX_BIAS). */
-static int mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
-		       const void *w, const void *bias, int N, int IC, int OC,
-		       gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	gk_nn_gemm g = {.M = N, .N = OC, .K = IC, .A = inp, .lda = IC,
-			.B = w, .ldb = OC, .D = out, .ldd = OC, .bias = bias,
-			.alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
-			.gelu = GK_NN_GEMM_GELU, .aux = pre, .ldaux = OC};
-	return gk_nn_blas_gemm(cu->blas, &g, err);
-}
-
-static int no_tpd(gk_nn_model *m, gk_err *err)
-{
-	return gk_errf(err, "tensor group rank %d of %d on the GPU: no NCCL communicator "
-		       "(gk_nn_cuda_tp_open)", m->tpr, m->tp);
-}
-
-/*
- * Tensor parallelism's collectives (tp.c): the group's op over n floats
- * of the device at x, in place, on the model's stream; the bytes sent
- * counted as model.c counts them, so the step's tp_bytes are the CPU's.
- */
-static int tp_reduce(gk_nn_model *m, float *x, size_t n, gk_comm_op op, gk_err *err)
-{
-	if (!m->cu->tpd)
-		return no_tpd(m, err);
-	m->tp_bytes += n * sizeof(float);
-	return gk_comm_allreduce(m->cu->tpd, x, x, n, GK_DT_F32, op, NULL, err);
-}
-
-/*
- * Sequence parallelism (tp.c; model.c's sp_gather and sp_reduce): the
- * LayerNorm and residual regions hold R = N/tp rows, this rank's T/tp
- * positions of each sequence, in the order (B, T/tp, C). sp_gather puts
- * the group's local (R,C) rows together into spg (B,T,C), in the
- * activation type (f forward, g backward: an all-gather, exact in any
- * type, its bytes a rank's part); sp_reduce sums the group's fp32
- * partial full (B,T,C) and leaves this rank's rows in local (R,C), fp32
- * (g forward, f backward: a reduce-scatter; local may be full itself).
- */
-static int sp_gather(gk_nn_model *m, const void *local, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
-	size_t n = (size_t)B * T / (size_t)m->tp * C;
-	if (!cu->tpd)
-		return no_tpd(m, err);
-	m->tp_bytes += n * cu->es;
-	if (gk_comm_allgather(cu->tpd, local, cu->sps, n, cu->dt, NULL, err) < 0)
-		return -1;
-	return gk_nn_cu_sp_move(cu->spg, cu->sps, cu->dt, B, T, m->tp, C, 0, cu->s, err);
-}
-
-static int sp_reduce(gk_nn_model *m, const float *full, float *local, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	int B = m->o.batch, T = m->o.seq, C = (int)m->c.hidden;
-	size_t n = (size_t)B * T / (size_t)m->tp * C;
-	if (!cu->tpd)
-		return no_tpd(m, err);
-	if (gk_nn_cu_sp_move(cu->sps, full, GK_DT_F32, B, T, m->tp, C, 1, cu->s, err) < 0)
-		return -1;
-	m->tp_bytes += n * (size_t)m->tp * sizeof(float);
-	return gk_comm_reduce_scatter(cu->tpd, cu->sps, local, n, GK_DT_F32, GK_COMM_SUM, NULL,
-				      err);
-}
-
-/*
- * The input of a column-parallel layer (f's forward): x itself, or under
- * sequence parallelism the group's rows gathered into spg; as on the
- * CPU a LayerNorm's output is gathered again for its weight's gradient
- * in backward rather than kept whole.
- */
-static const void *f_input(gk_nn_model *m, const void *x, gk_err *err)
-{
-	if (!m->sp)
-		return x;
-	return sp_gather(m, x, err) < 0 ? NULL : m->cu->spg;
-}
-
-/*
- * The gradient of a column-parallel layer's input (the f operator's
- * backward) into dinp (N,IC) from the product gi of this rank's columns:
- * made in fp32 (dinp itself in fp32, else tpf), summed over the group,
- * then in the activation type; under sequence parallelism the product
- * (N,IC) in tpf, reduce-scattered: this rank's rows of the sum, (R,IC)
- * in dinp. At tp 1 the product alone.
- */
-static int f_grad(gk_nn_model *m, gk_nn_gemm *gi, void *dinp, int N, int IC, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	if (m->tp == 1)
-		return gk_nn_blas_gemm(cu->blas, gi, err);
-	float *acc = cu->dt == GK_DT_F32 ? dinp : cu->tpf;
-	size_t n = (size_t)N * IC;
-	gi->D = m->sp ? cu->tpf : acc;
-	gi->ddt = GK_DT_F32;
-	if (gk_nn_blas_gemm(cu->blas, gi, err) < 0)
-		return -1;
-	if (m->sp) {
-		n /= (size_t)m->tp;
-		if (sp_reduce(m, cu->tpf, acc, err) < 0)
-			return -1;
-	} else if (tp_reduce(m, acc, n, GK_COMM_SUM, err) < 0) {
-		return -1;
-	}
-	return acc == dinp ? 0 : gk_cuda_convert(dinp, cu->dt, acc, GK_DT_F32, n, cu->s, err);
-}
-
-/*
- * dinp (N,IC) = dout @ w^T, times gelu'(pre) when pre is given (c_proj's
- * DGELU epilogue: pre the (N,IC) input of the GELU whose output was
- * inp), summed over the tensor group when f (a column-parallel layer's
- * input, f_grad); dw (IC,OC) += inp^T @ dout; db += column sums (none
- * when db is NULL). dpre_b (with pre): the GELU's layer's bias gradient
- * (IC) += the column sums of dinp, summed by the epilogue (DGELU_BGRAD)
- * into the column sums' scratch, then added.
- */
-static int mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db, float *dpre_b,
-		  const void *dout, const void *inp, const void *w,
-		  const void *pre, int f, int N, int IC, int OC, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	gk_nn_gemm gi = {.tb = 1, .M = N, .N = IC, .K = OC, .A = dout,
-			 .lda = OC, .B = w, .ldb = OC, .D = dinp, .ldd = IC,
-			 .alpha = 1.0f, .batch = 1, .dt = cu->dt, .ddt = cu->dt,
-			 .gelu = pre ? GK_NN_GEMM_DGELU : GK_NN_GEMM_PLAIN,
-			 .aux = (void *)pre, .ldaux = IC,
-			 .dbias = dpre_b ? cu->colsum : NULL};
-	gk_nn_gemm gw = {.ta = 1, .M = IC, .N = OC, .K = N, .A = inp,
-			 .lda = IC, .B = dout, .ldb = OC, .D = dw, .ldd = OC,
-			 .C = dw, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
-			 .ddt = GK_DT_F32};
-	if ((f ? f_grad(m, &gi, dinp, N, IC, err) : gk_nn_blas_gemm(cu->blas, &gi, err)) < 0 ||
-	    (dpre_b && gk_nn_cu_colsum_add(dpre_b, cu->colsum, IC, cu->s, err) < 0) ||
-	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0)
-		return -1;
-	return db ? gk_nn_cu_colsum(db, cu->colsum, dout, cu->dt, N, OC, cu->s, err) : 0;
-}
-
-/*
- * A projection onto the residual stream, out = res + inp @ w + b: under
- * tensor parallelism row-parallel (the g operator), each rank's product
- * of its rows in fp32, summed over the group, then the residual and the
- * bias once (gk_nn_tp_finish's order, the CPU's); under sequence
- * parallelism the sum reduce-scattered, out and res this rank's rows.
- */
-static int proj_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
-		    const void *b, const void *res, int N, int K, int OC, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	if (m->tp == 1)
-		return mm_fwd(m, out, inp, w, b, res, N, K, OC, err);
-	gk_nn_gemm g = {.M = N, .N = OC, .K = K, .A = inp, .lda = K, .B = w, .ldb = OC,
-			.D = cu->tpf, .ldd = OC, .alpha = 1.0f, .batch = 1, .dt = cu->dt,
-			.ddt = GK_DT_F32};
-	if (gk_nn_blas_gemm(cu->blas, &g, err) < 0 ||
-	    (m->sp ? sp_reduce(m, cu->tpf, cu->tpf, err) :
-		     tp_reduce(m, cu->tpf, (size_t)N * OC, GK_COMM_SUM, err)) < 0)
-		return -1;
-	if (m->sp)
-		N /= m->tp;
-	return gk_nn_cu_tp_row_finish(out, cu->tpf, res, b, cu->dt, N, OC, cu->s, err);
-}
-
 /* One batched product over the B*NH heads: D (M,N) = alpha op(A) op(B),
  * each operand its own (rows, ld) per head, heads contiguous. */
 static int mm_heads(gk_nn_model *m, int ta, int tb, int M, int N, int K,
@@ -602,8 +411,8 @@ static int mlp_fc_fwd(gk_nn_model *m, const dacts *a, const void *x, const void 
 	int N = m->o.batch * m->o.seq, C = (int)m->c.hidden;
 	TP_WIDTHS(m);
 	if (cu->gelu_epi)
-		return mm_fwd_gelu(m, a->fchg, a->fch, x, w, b, N, C, F, err);
-	if (mm_fwd(m, a->fch, x, w, b, NULL, N, C, F, err) < 0)
+		return gk_nn_cuda_mm_fwd_gelu(m, a->fchg, a->fch, x, w, b, N, C, F, err);
+	if (gk_nn_cuda_mm_fwd(m, a->fch, x, w, b, NULL, N, C, F, err) < 0)
 		return -1;
 	return gk_nn_cu_gelu_fwd(a->fchg, a->fch, cu->dt, (size_t)N * F, cu->s, err);
 }
@@ -622,37 +431,27 @@ static int block_fwd(gk_nn_model *m, int l, gk_err *err)
 	/* under tensor parallelism (tp.c) c_attn and c_fc column-parallel
 	 * (f: the replicated LayerNorm output is every rank's input, under
 	 * sequence parallelism the group's R rows each gathered), the
-	 * projections row-parallel (g: proj_fwd) */
+	 * projections row-parallel (g: gk_nn_cuda_proj_fwd) */
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 	if (gk_nn_cu_layernorm_fwd(a.ln1, a.ln1m, a.ln1r, a.in, W(o->ln1w),
 				   W(o->ln1b), cu->dt, R, C, eps, cu->s,
 				   err) < 0 ||
-	    !(x = f_input(m, a.ln1, err)) ||
-	    mm_fwd(m, a.qkv, x, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * Cq,
-		   err) < 0 ||
+	    !(x = gk_nn_cuda_f_input(m, a.ln1, err)) ||
+	    gk_nn_cuda_mm_fwd(m, a.qkv, x, W(o->qkvw), W(o->qkvb), NULL, N, C, 3 * Cq,
+			      err) < 0 ||
 	    attention_fwd(m, &a, err) < 0 ||
-	    proj_fwd(m, a.res2, a.atty, W(o->attprojw), W(o->attprojb), a.in, N,
-		     Cq, C, err) < 0 ||
+	    gk_nn_cuda_proj_fwd(m, a.res2, a.atty, W(o->attprojw), W(o->attprojb), a.in, N,
+				Cq, C, err) < 0 ||
 	    gk_nn_cu_layernorm_fwd(a.ln2, a.ln2m, a.ln2r, a.res2, W(o->ln2w),
 				   W(o->ln2b), cu->dt, R, C, eps, cu->s,
 				   err) < 0 ||
-	    !(x = f_input(m, a.ln2, err)) ||
+	    !(x = gk_nn_cuda_f_input(m, a.ln2, err)) ||
 	    mlp_fc_fwd(m, &a, x, W(o->fcw), W(o->fcb), err) < 0 ||
-	    proj_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
-		     F, C, err) < 0)
+	    gk_nn_cuda_proj_fwd(m, a.out, a.fchg, W(o->fcprojw), W(o->fcprojb), a.res2, N,
+				F, C, err) < 0)
 		return -1;
 #undef W
 	return 0;
-}
-
-/* This rank's vocabulary rows (tensor parallelism; model.c's
- * vocab_slice): the first v0, the real ones nv; all of them at tp 1 */
-static void vocab_slice(const gk_nn_model *m, int64_t *v0, int *nv)
-{
-	int64_t Vl = m->c.vocab_pad / m->tp;
-	*v0 = (int64_t)m->tpr * Vl;
-	int64_t real = m->c.vocab - *v0;
-	*nv = (int)(real < 0 ? 0 : real > Vl ? Vl : real);
 }
 
 /*
@@ -676,59 +475,14 @@ static int embed_fwd(gk_nn_model *m, gk_err *err)
 		/* the lookups' sum scattered by positions (model.c's), then
 		 * each of this rank's rows its position */
 		int Tl = T / m->tp;
-		if (sp_reduce(m, cu->tpf, cu->tpf, err) < 0)
+		if (gk_nn_cuda_sp_reduce(m, cu->tpf, cu->tpf, err) < 0)
 			return -1;
 		return gk_nn_cu_tp_add_pos(cu->resid, cu->tpf, P(m->wpe), cu->dt, B, Tl,
 					   m->tpr * Tl, C, cu->s, err);
 	}
-	if (tp_reduce(m, cu->tpf, (size_t)B * T * C, GK_COMM_SUM, err) < 0)
+	if (gk_nn_cuda_tp_reduce(m, cu->tpf, (size_t)B * T * C, GK_COMM_SUM, err) < 0)
 		return -1;
 	return gk_nn_cu_tp_add_pos(cu->resid, cu->tpf, P(m->wpe), cu->dt, B, T, 0, C, cu->s, err);
-}
-
-/*
- * The embedding backward's token buckets under tensor parallelism: those
- * of this rank's rows only, as rows of its slice (gk_nn_token_buckets
- * sorts them by token, so they are one run); the positions stay.
- */
-static void tp_buckets(gk_nn_model *m)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	int64_t Vl = m->c.vocab_pad / m->tp, v0 = (int64_t)m->tpr * Vl;
-	int a = 0, b;
-	while (a < cu->nb && cu->h_uniq[a] < v0)
-		a++;
-	for (b = a; b < cu->nb && cu->h_uniq[b] < v0 + Vl; b++) {
-		cu->h_uniq[b - a] = (int32_t)(cu->h_uniq[b] - v0);
-		cu->h_start[b - a] = cu->h_start[b];
-	}
-	cu->h_start[b - a] = cu->h_start[b];
-	cu->nb = b - a;
-}
-
-/*
- * The vocabulary-parallel cross-entropy (tp.c): this rank's columns'
- * state, the group's max (N floats), the sums at it and the target's
- * logit (2N), then each row's lse and loss and, when grad, the dlogits
- * over this rank's logits with dloss (xent_fused's two passes, the
- * group's allreduces between them).
- */
-static int tp_xent(gk_nn_model *m, float dloss, int grad, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	int N = m->o.batch * m->o.seq, nv;
-	int64_t v0;
-	TP_WIDTHS(m);
-	vocab_slice(m, &v0, &nv);
-	float *mx = cu->tpx, *gmx = mx + N, *part = gmx + N;
-	if (gk_nn_cu_tp_xent_state(mx, gmx, part, cu->logits, cu->tgt, cu->dt, v0, N, nv, Vl,
-				   cu->s, err) < 0 ||
-	    tp_reduce(m, gmx, (size_t)N, GK_COMM_MAX, err) < 0 ||
-	    gk_nn_cu_tp_xent_rescale(part, mx, gmx, N, cu->s, err) < 0 ||
-	    tp_reduce(m, part, 2 * (size_t)N, GK_COMM_SUM, err) < 0)
-		return -1;
-	return gk_nn_cu_tp_xent_finish(cu->lse, cu->loss, cu->logits, gmx, part, cu->tgt, cu->dt,
-				       dloss, grad, v0, N, nv, Vl, cu->s, err);
 }
 
 int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
@@ -759,7 +513,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 					     cu->h_start, cu->h_pos,
 					     cu->h_count);
 		if (m->tp > 1)
-			tp_buckets(m);
+			gk_nn_cuda_tp_buckets(m);
 		if (gk_cuda_copy(cu->uniq, cu->h_uniq, (size_t)cu->nb * 4, cu->s,
 				 err) < 0 ||
 		    gk_cuda_copy(cu->start, cu->h_start,
@@ -792,7 +546,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	if (gk_nn_cu_layernorm_fwd(cu->lnf, cu->lnfm, cu->lnfr, last,
 				   P(m->lnfw), P(m->lnfb), cu->dt,
 				   R, C, m->c.ln_eps, cu->s, err) < 0 ||
-	    !(head.A = f_input(m, cu->lnf, err)) ||
+	    !(head.A = gk_nn_cuda_f_input(m, cu->lnf, err)) ||
 	    gk_nn_blas_gemm(cu->blas, &head, err) < 0)
 		return -1;
 
@@ -825,7 +579,7 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	float xs = m->gscale != 0.0f ? m->gscale : cu->xscale;
 	float dl = n > 0 ? (float)(xs / n) : 0.0f;
 	cu->xfused = m->eval ? 0.0f : xs;
-	if ((m->tp > 1 ? tp_xent(m, dl, !m->eval, err) :
+	if ((m->tp > 1 ? gk_nn_cuda_tp_xent(m, dl, !m->eval, err) :
 	     m->eval ? gk_nn_cu_xent_fwd(cu->lse, cu->loss, cu->logits,
 					 cu->tgt, cu->dt, N, V, Vp, cu->s, err)
 		     : gk_nn_cu_xent_fused(cu->lse, cu->loss, cu->logits,
@@ -910,7 +664,7 @@ static int ln_bwd(gk_nn_model *m, void *dinp, size_t w, size_t b, const void *do
 			  err) < 0 ||
 	    gk_nn_cu_layernorm_bwd(dinp, sum, sum + C, cu->colsum, dout, inp, pw, mean, rstd,
 				   cu->dt, N / m->tp, C, cu->s, err) < 0 ||
-	    tp_reduce(m, sum, 2 * (size_t)C, GK_COMM_SUM, err) < 0)
+	    gk_nn_cuda_tp_reduce(m, sum, 2 * (size_t)C, GK_COMM_SUM, err) < 0)
 		return -1;
 	return gk_nn_cu_sp_ln_add(gw, gb, sum, C, cu->s, err);
 }
@@ -939,7 +693,7 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	}
 	/* under tensor parallelism dres passes through g unchanged to every
 	 * rank's rows of the projections; the column-parallel layers' input
-	 * gradients are summed over the group (f, mm_bwd's f) */
+	 * gradients are summed over the group (f, gk_nn_cuda_mm_bwd's f) */
 #define W(off) ((const char *)gk_nn_cuda_param_at(m, off))
 #define G(off) gk_nn_cuda_grad_at(m, off)
 	/*
@@ -949,25 +703,25 @@ static int block_bwd(gk_nn_model *m, int l, gk_err *err)
 	 * type, cublasLt.h) where colsum.cu's is fp32, so colsum.cu sums it.
 	 */
 	float *fcb = cu->gelu_epi && cu->dt == GK_DT_F32 ? G(o->fcb) : NULL;
-	if (!(dy = f_input(m, cu->dres, err)) ||
-	    mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), fcb, dy,
-		   a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, 0, N, F,
-		   C, err) < 0 ||
+	if (!(dy = gk_nn_cuda_f_input(m, cu->dres, err)) ||
+	    gk_nn_cuda_mm_bwd(m, cu->dfc, G(o->fcprojw), G(o->fcprojb), fcb, dy,
+			      a.fchg, W(o->fcprojw), cu->gelu_epi ? a.fch : NULL, 0, N, F,
+			      C, err) < 0 ||
 	    (!cu->gelu_epi &&
 	     gk_nn_cu_gelu_bwd(cu->dfc, a.fch, cu->dt, (size_t)N * F, cu->s,
 			       err) < 0) ||
-	    !(x = f_input(m, a.ln2, err)) ||
-	    mm_bwd(m, cu->dln, G(o->fcw), fcb ? NULL : G(o->fcb), NULL, cu->dfc, x,
-		   W(o->fcw), NULL, 1, N, C, F, err) < 0 ||
+	    !(x = gk_nn_cuda_f_input(m, a.ln2, err)) ||
+	    gk_nn_cuda_mm_bwd(m, cu->dln, G(o->fcw), fcb ? NULL : G(o->fcb), NULL, cu->dfc, x,
+			      W(o->fcw), NULL, 1, N, C, F, err) < 0 ||
 	    ln_bwd(m, cu->dres, o->ln2w, o->ln2b, cu->dln, a.res2, a.ln2m, a.ln2r,
 		   err) < 0 ||
-	    !(dy = f_input(m, cu->dres, err)) ||
-	    mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), NULL, dy,
-		   a.atty, W(o->attprojw), NULL, 0, N, Cq, C, err) < 0 ||
+	    !(dy = gk_nn_cuda_f_input(m, cu->dres, err)) ||
+	    gk_nn_cuda_mm_bwd(m, cu->datty, G(o->attprojw), G(o->attprojb), NULL, dy,
+			      a.atty, W(o->attprojw), NULL, 0, N, Cq, C, err) < 0 ||
 	    attention_bwd(m, &a, err) < 0 ||
-	    !(x = f_input(m, a.ln1, err)) ||
-	    mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), NULL, cu->dqkv, x,
-		   W(o->qkvw), NULL, 1, N, C, 3 * Cq, err) < 0 ||
+	    !(x = gk_nn_cuda_f_input(m, a.ln1, err)) ||
+	    gk_nn_cuda_mm_bwd(m, cu->dln, G(o->qkvw), G(o->qkvb), NULL, cu->dqkv, x,
+			      W(o->qkvw), NULL, 1, N, C, 3 * Cq, err) < 0 ||
 	    ln_bwd(m, cu->dres, o->ln1w, o->ln1b, cu->dln, a.in, a.ln1m, a.ln1r,
 		   err) < 0)
 		return -1;
@@ -999,7 +753,7 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 	TP_WIDTHS(m);
 	int64_t v0;
 	int nv;
-	vocab_slice(m, &v0, &nv);
+	gk_nn_cuda_vocab_slice(m, &v0, &nv);
 	m->have_fwd = 0; /* the logits become dlogits */
 
 	float dloss = m->nvalid > 0 ? (float)(scale / m->nvalid) : 0.0f;
@@ -1032,8 +786,8 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 							  dloss, v0, N, nv, Vl, cu->s, err)
 				   : gk_nn_cu_xent_bwd(cu->logits, cu->lse, cu->tgt, cu->dt,
 						       dloss, N, V, Vp, cu->s, err)) < 0) ||
-	    f_grad(m, &gi, cu->dln, N, C, err) < 0 ||
-	    !(gw.B = f_input(m, cu->lnf, err)) ||
+	    gk_nn_cuda_f_grad(m, &gi, cu->dln, N, C, err) < 0 ||
+	    !(gw.B = gk_nn_cuda_f_input(m, cu->lnf, err)) ||
 	    gk_nn_blas_gemm(cu->blas, &gw, err) < 0 ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->dres, 0, (size_t)R * C * es,
 					  cu->s), err) < 0 ||
@@ -1052,7 +806,7 @@ blocks:
 		return notify(m, ready, ctx, 0, err) < 0 ? -1 : gk_cuda_stream_sync(cu->s, err);
 	/* every row's d embedding (under sequence parallelism the group's
 	 * rows gathered: the reduce-scatter's backward) */
-	const void *dy = f_input(m, cu->dres, err);
+	const void *dy = gk_nn_cuda_f_input(m, cu->dres, err);
 	if (!dy ||
 	    gk_nn_cu_encoder_bwd(gwte, gk_nn_cuda_grad_at(m, m->wpe), dy, cu->dt,
 				 cu->uniq, cu->start, cu->pos, cu->nb, B, T, C,
@@ -1086,17 +840,5 @@ int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
 		if (GK_CUDA_CHECK(cudaMemsetAsync(cu->slot[k], 0, cu->slot_len * 4, cu->s),
 				  err) < 0)
 			return -1;
-	return 0;
-}
-
-int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err)
-{
-	struct gk_nn_cuda *cu = m->cu;
-	if (!cu || m->tp == 1 || cu->tpd)
-		return 0;
-	if (gk_comm_open_device(m->tpc, cc, &cu->tpd, err) < 0 ||
-	    gk_comm_set_stream(cu->tpd, cu->s, err) < 0)
-		return gk_err_prefix(err, "tensor group rank %d of %d: NCCL on the GPU", m->tpr,
-				     m->tp);
 	return 0;
 }

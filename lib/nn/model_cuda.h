@@ -1,11 +1,13 @@
 /*
- * model_cuda.h - the CUDA model's state, shared by model_cuda.c (the model)
- * and model_dist_cuda.c (its buffers in data- and pipeline-parallel
- * layouts); private to those two files.
+ * model_cuda.h - the CUDA model's state, shared by model_cuda.c (the model),
+ * model_state_cuda.c (its transfers and update), model_dist_cuda.c (its
+ * buffers in data- and pipeline-parallel layouts) and model_tp_cuda.c (its
+ * layer products and tensor group); private to those files.
  */
 #ifndef GK_NN_MODEL_CUDA_H
 #define GK_NN_MODEL_CUDA_H
 
+#include "comm/comm.h"
 #include "nn/cuda_internal.h"
 
 #define MAX_ALLOCS 64
@@ -107,5 +109,45 @@ int gk_nn_cuda_get(struct gk_nn_cuda *cu, void *host, const void *dev, size_t by
 		   gk_err *err);
 /* unit_params' buffers (gk_nn_cuda_new, when the model has units) */
 int gk_nn_cuda_units_alloc(gk_nn_model *m, gk_err *err);
+
+/*
+ * A rank's widths under tensor parallelism (tp.c, as model.c's): Cq of
+ * attention's C and NHq of its heads, F of the MLP's 4C, Vl of the padded
+ * vocabulary; the whole at tp 1.
+ */
+#define TP_WIDTHS(m)                                                           \
+	int Cq = (int)(m)->c.hidden / (m)->tp, NHq = (int)(m)->c.heads / (m)->tp; \
+	int F = 4 * (int)(m)->c.hidden / (m)->tp;                              \
+	int Vl = (int)(m)->c.vocab_pad / (m)->tp;                             \
+	(void)Cq, (void)NHq, (void)F, (void)Vl
+
+/* ---- a layer's products and the tensor group (model_tp_cuda.c) ---------------- */
+
+/* the GEMMs of a layer: out = inp @ w [+ bias] [+ res]; with the GELU
+ * epilogue; a projection onto the residual stream (g under tensor
+ * parallelism); backward, the input's gradient summed over the group
+ * when f (a column-parallel layer) */
+int gk_nn_cuda_mm_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
+		      const void *bias, const void *res, int N, int IC, int OC, gk_err *err);
+int gk_nn_cuda_mm_fwd_gelu(gk_nn_model *m, void *out, void *pre, const void *inp,
+			   const void *w, const void *bias, int N, int IC, int OC, gk_err *err);
+int gk_nn_cuda_proj_fwd(gk_nn_model *m, void *out, const void *inp, const void *w,
+			const void *b, const void *res, int N, int K, int OC, gk_err *err);
+int gk_nn_cuda_mm_bwd(gk_nn_model *m, void *dinp, float *dw, float *db, float *dpre_b,
+		      const void *dout, const void *inp, const void *w, const void *pre, int f,
+		      int N, int IC, int OC, gk_err *err);
+/* f: a column-parallel layer's input (gathered under sequence
+ * parallelism) and its gradient from the product gi */
+const void *gk_nn_cuda_f_input(gk_nn_model *m, const void *x, gk_err *err);
+int gk_nn_cuda_f_grad(gk_nn_model *m, gk_nn_gemm *gi, void *dinp, int N, int IC, gk_err *err);
+/* the group's op over n device floats in place; sequence parallelism's
+ * reduce-scatter of fp32 (B,T,C) rows into this rank's */
+int gk_nn_cuda_tp_reduce(gk_nn_model *m, float *x, size_t n, gk_comm_op op, gk_err *err);
+int gk_nn_cuda_sp_reduce(gk_nn_model *m, const float *full, float *local, gk_err *err);
+/* the vocabulary: this rank's rows, its embedding buckets, the
+ * vocabulary-parallel cross-entropy */
+void gk_nn_cuda_vocab_slice(const gk_nn_model *m, int64_t *v0, int *nv);
+void gk_nn_cuda_tp_buckets(gk_nn_model *m);
+int gk_nn_cuda_tp_xent(gk_nn_model *m, float dloss, int grad, gk_err *err);
 
 #endif
