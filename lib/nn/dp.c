@@ -791,6 +791,15 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 								  err);
 			if (gk_nn_tr_agree_local(dp->t, rc, err) < 0)
 				return -1;
+		} else if (dp->host_update) {
+			/* a GPU's, on the host: each piece's parameters and
+			 * gradients down, the pieces back up */
+			for (int k = 0; k < 2; k++)
+				if (dp->own[k][1] > dp->own[k][0] &&
+				    gk_nn_update_host(dp->m, c, lr, step, grad_scale, dp->own[k][0],
+						      dp->own[k][1], dp->mom + (k ? n : 0),
+						      dp->vel + (k ? n : 0), err) < 0)
+					return -1;
 		} else if ((dp->own[0][1] > dp->own[0][0] &&
 			    gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[0][0],
 					 dp->own[0][1], NULL, dp->mom, dp->vel, err) < 0) ||

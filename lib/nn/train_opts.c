@@ -74,13 +74,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "%s runs on the CPU backend only (on a GPU the moments stay "
 			       "in device memory)", given ? "--offload optimizer:DIR" :
 			       "optimizer offload to a directory");
-	/* over a grid each rank's pieces go to its file (dp.c); a GPU's
-	 * update on the host is data parallelism's alone */
-	if (o->offload_host && (o->tp > 1 || o->pp > 1))
-		return gk_errf(err, "--offload optimizer with --%s %d on GPUs: not yet (a stage's or "
-			       "tensor slice's moments stay in device memory): leave --offload out, "
-			       "or run on the CPU with --offload optimizer:DIR",
-			       o->tp > 1 ? "tp" : "pp", o->tp > 1 ? o->tp : o->pp);
 	if (o->offload_chunk && !o->offload_dir)
 		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 			       "give that too");

@@ -152,6 +152,26 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs: ZeRO 1'"'"'s loss
 	done
 '
 
+# --offload optimizer under ZeRO-2 over the tensor groups: each rank's
+# pieces updated on the host (their master and gradients down, the master
+# up) with the device kernel's arithmetic: ZeRO-2's losses and norms bit
+# for bit; optimizer 0 on the device and the state mem-estimate
+# --offload optimizer puts in host_ram (the 4 ranks of a node)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimizer: the device update'"'"'s losses and norms bit for bit; the state mem-estimate'"'"'s' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --steps 2 --tp 2 --zero 2 --bucket 4K --offload optimizer >tz2o.json) &&
+	losses tz2o.json >tz2o && test_cmp tz2 tz2o &&
+	jq -r "select(.event == \"step\") | .grad_norm" tz2o.json >tz2o.norm &&
+	test_cmp tz2.norm tz2o.norm &&
+	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --no-dropout \
+		--tp 2 --dp 2 --zero 2 --offload optimizer --gpus-per-node 4 --json >mez2o.json &&
+	host=$(jq .bytes.host_ram mez2o.json) &&
+	test $host -gt 0 &&
+	test $(jq .bytes.optimizer mez2o.json) = 0 &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
+		.offload == {where: \"host\", state: ($host / 4)}" tz2o.json
+'
+
 # ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one
 # stage (pp_shard.c), so its gather after the update moves the bf16
 # working copy too, the fp32 master gathered at checkpoints only: ZeRO
