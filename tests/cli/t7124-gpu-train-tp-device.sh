@@ -22,7 +22,10 @@ tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
 the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints bit for bit),
 and under ZeRO 2 (its buckets reduce-scattered after backward, as a
 pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
-states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s. A pipeline of
+states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s, and with
+--offload optimizer (each rank'"'"'s pieces updated on the host) its losses
+and norms bit for bit, optimizer 0 and the state mem-estimate
+--offload optimizer'"'"'s. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
