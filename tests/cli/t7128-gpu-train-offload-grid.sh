@@ -13,7 +13,8 @@ without offload bit for bit, leg by leg, and continues the run of one
 rank within 1e-5. Every rank'"'"'s file is mem-estimate
 --offload optimizer'"'"'s state for its stage (and the padded vocabulary
 rows mem-estimate does not count); rank 0 accounts optimizer 0 and that
-state. A missing DIR, or one a single rank cannot write, fails every
+state, and at tp 2 x dp 2 under ZeRO 1 to 3 mem-estimate'"'"'s model
+states. A missing DIR, or one a single rank cannot write, fails every
 rank with one message.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
@@ -60,11 +61,34 @@ test_expect_success 'data' '
 '
 
 # (pp 2 x dp 2 under ZeRO 1 and 2 and tp 2 x dp 2 under ZeRO-0 are legs
-# of the resume chain below, compared there)
-test_expect_success MPI 'tp 2 x dp 2, ZeRO 1, 2 and 3, accumulation: bit for bit with and without offload' '
+# of the resume chain below, compared there.) Rank 0's model states are
+# mem-estimate --tp 2 --dp 2 --offload optimizer's, its offloaded state
+# host_ram's share of one of the 4 ranks, its file that and its share of
+# the padded vocabulary rows, (Vpad - V) C / (tp dp) floats of each moment.
+test_expect_success MPI 'tp 2 x dp 2, ZeRO 1, 2 and 3, accumulation: bit for bit with and without offload; rank 0'"'"'s state mem-estimate'"'"'s' '
 	both tz1 --tp 2 --zero 1 &&
 	both tz2 --tp 2 --zero 2 &&
-	both tz3 --tp 2 --zero 3
+	both tz3 --tp 2 --zero 3 &&
+	start_config otz1.json cfgt.json &&
+	for z in 1 2 3; do
+		mem-estimate --config cfgt.json --precision f32 -b 2 -s 16 --grad-accum 2 --no-dropout \
+			--zero $z --dp 2 --tp 2 --offload optimizer --gpus-per-node 4 --json >met$z.json ||
+		return 1
+	done &&
+	python3 - <<-\PY
+	import json
+	for z in (1, 2, 3):
+	    st = next(json.loads(l) for l in open("otz%d.json" % z) if "\"start\"" in l)
+	    me = json.load(open("met%d.json" % z))["bytes"]
+	    m, o = st["memory"], st["offload"]
+	    for k in ("parameters", "gradients", "optimizer"):
+	        assert m[k] == me[k], (z, k, m, me)
+	    assert m["optimizer"] == 0 and o["state"] == me["host_ram"] // 4, (z, o, me)
+	    C, V = st["hidden"], st["vocab"]
+	    Vpad = (V + 127) // 128 * 128
+	    assert o["file_bytes"] == o["state"] + 8 * (Vpad - V) * C // 4, (z, o)
+	print("ok")
+	PY
 '
 
 # Steps 1-2 at pp 2 x dp 2 (ZeRO-1) offloaded, 3-4 on one rank without,
