@@ -520,7 +520,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (gk_nn_dp_master_full(t->dp, err) < 0 ||
 	    ((t->rank == 0 || sharded_model(t) || pp || tp) &&
 	     gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
-	    (pp && !t->dp->host_update && gk_nn_tr_pp_moments(t, 0, err) < 0) ||
+	    (pp && !t->dp->host_update && !t->dp->off && gk_nn_tr_pp_moments(t, 0, err) < 0) ||
 	    (!pp && (j->write_moments || tp) && !t->dp->host_update &&
 	     gk_nn_moments_sync(t->m, gk_nn_dp_lo(t->dp), gk_nn_dp_hi(t->dp), t->dp->mom,
 				t->dp->vel, 0, err) < 0)) {
@@ -531,13 +531,21 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (t->rank == 0)
 		j->trainer_json = trainer_json(t, all, slot);
 	free(all);
+	/* offloaded over a grid: each rank's moments from its file while they
+	 * are put together (every rank's read agreed before any message) */
+	if ((pp || tp) && gk_nn_tr_agree_local(t, gk_nn_dp_moments_load(t->dp, err), err) < 0) {
+		job_free(j);
+		return -1;
+	}
 	/* ZeRO-3 over a grid: each stage's parameters whole for the copy,
 	 * its pieces alone again after */
 	if ((pp || tp) && gk_nn_dp_params_full(t->dp, err) < 0) {
+		gk_nn_dp_moments_drop(t->dp);
 		job_free(j);
 		return -1;
 	}
 	if (pp && gk_nn_tr_pp_collect(t, pc, err) < 0) {
+		gk_nn_dp_moments_drop(t->dp);
 		free(pc[0]), free(pc[1]), free(pc[2]);
 		job_free(j);
 		return -1;
@@ -545,6 +553,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	if (t->grid.tp > 1) {
 		float *own[3] = {gk_nn_params(t->m), t->dp->mom, t->dp->vel};
 		int r = ckpt_gather(t, j, pp ? pc : own, err);
+		gk_nn_dp_moments_drop(t->dp);
 		gk_nn_dp_params_shard(t->dp);
 		free(pc[0]), free(pc[1]), free(pc[2]);
 		if (r < 0) {
@@ -553,6 +562,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		}
 	} else if (pp) {
 		/* rank 0's copies are the collected ones */
+		gk_nn_dp_moments_drop(t->dp);
 		gk_nn_dp_params_shard(t->dp);
 		j->params = pc[0], j->m = pc[1], j->v = pc[2];
 	} else if (sharded_model(t)) {

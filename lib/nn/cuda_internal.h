@@ -437,6 +437,12 @@ int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *
 int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 		     int64_t t, float grad_scale, size_t lo, size_t hi,
 		     const float *g, gk_err *err);
+/* gk_nn_update_host on a GPU model: [lo, hi) of the master and of the
+ * model's gradients down, gk_nn_adamw_step with the host moments mom and
+ * vel, the master up and the working copy of [lo, hi) rounded from it */
+int gk_nn_cuda_host_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+			  float grad_scale, size_t lo, size_t hi, float *mom, float *vel,
+			  gk_err *err);
 
 /*
  * The device's fp32 master parameters (nparams floats, the flat layout),

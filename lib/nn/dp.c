@@ -160,6 +160,45 @@ void gk_nn_dp_zero2_bytes(size_t nflat, int world, size_t head, size_t bucket_by
 	*transient = (live < all ? live : all) * sizeof(float);
 }
 
+size_t gk_nn_dp_moments_len(const gk_nn_dp *dp)
+{
+	return dp->pp_stage >= 0 ? dp->per[0] + dp->per[1] : dp->hi - dp->lo;
+}
+
+/*
+ * Offloaded, the moments a checkpoint of a grid puts together (pp_sched.c
+ * and checkpoint.c send and gather them from dp->mom and dp->vel): read
+ * back from the file for the while, as the checkpoint of plain data
+ * parallelism copies its range from it; gk_nn_dp_moments_drop gives them
+ * back. Without offload both do nothing.
+ */
+int gk_nn_dp_moments_load(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->off)
+		return 0;
+	size_t n = gk_nn_dp_moments_len(dp);
+	if (!(dp->mom = gk_alloc_big((n + 1) * sizeof(float))) ||
+	    !(dp->vel = gk_alloc_big((n + 1) * sizeof(float)))) {
+		gk_nn_dp_moments_drop(dp);
+		return gk_err_sys(err, ENOMEM, "checkpoint: the offloaded moments' copy");
+	}
+	if (gk_nn_offload_read(dp->off, 0, 0, n, dp->mom, err) < 0 ||
+	    gk_nn_offload_read(dp->off, 1, 0, n, dp->vel, err) < 0) {
+		gk_nn_dp_moments_drop(dp);
+		return -1;
+	}
+	return 0;
+}
+
+void gk_nn_dp_moments_drop(gk_nn_dp *dp)
+{
+	if (!dp->off)
+		return;
+	free(dp->mom);
+	free(dp->vel);
+	dp->mom = dp->vel = NULL;
+}
+
 size_t gk_nn_dp_lo(const gk_nn_dp *dp)
 {
 	return dp->lo < dp->N ? dp->lo : dp->N;
@@ -208,10 +247,10 @@ int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err)
 	}
 	/* --offload optimizer:DIR: the moments in a file, streamed (offload.c);
 	 * a run that trains nothing (--eval-only, --steps 0) makes none */
+	size_t nm = gk_nn_dp_moments_len(dp);
 	if (t->o.offload_dir && !t->o.eval_only && t->o.steps > 0)
-		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, dp->hi - dp->lo,
+		return gk_nn_offload_open(&dp->off, t->o.offload_dir, t->rank, nm,
 					  t->o.offload_chunk, err);
-	size_t nm = dp->pp_stage >= 0 ? dp->per[0] + dp->per[1] : dp->hi - dp->lo;
 	dp->mom = gk_alloc_big((nm + 1) * sizeof(float));
 	dp->vel = gk_alloc_big((nm + 1) * sizeof(float));
 	return dp->mom && dp->vel ? 0 : gk_err_sys(err, ENOMEM, "optimizer state");
@@ -740,13 +779,35 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		 * and moments there: the same update); under ZeRO-1 its
 		 * pieces of them, gathered after */
 		size_t n = dp->per[0];
-		if ((dp->own[0][1] > dp->own[0][0] &&
-		     gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[0][0], dp->own[0][1], NULL,
-				  dp->mom, dp->vel, err) < 0) ||
-		    (dp->own[1][1] > dp->own[1][0] &&
-		     gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[1][0], dp->own[1][1], NULL,
-				  dp->mom + n, dp->vel + n, err) < 0))
+		if (dp->off) {
+			/* offloaded: the pieces' moments at the same places
+			 * of the file, agreed as below */
+			int rc = 0;
+			for (int k = 0; k < 2 && rc == 0; k++)
+				if (dp->own[k][1] > dp->own[k][0])
+					rc = gk_nn_offload_update(dp->off, dp->m, c, lr, step,
+								  grad_scale, dp->own[k][0],
+								  dp->own[k][1], k ? n : 0, NULL,
+								  err);
+			if (gk_nn_tr_agree_local(dp->t, rc, err) < 0)
+				return -1;
+		} else if (dp->host_update) {
+			/* a GPU's, on the host: each piece's parameters and
+			 * gradients down, the pieces back up */
+			for (int k = 0; k < 2; k++)
+				if (dp->own[k][1] > dp->own[k][0] &&
+				    gk_nn_update_host(dp->m, c, lr, step, grad_scale, dp->own[k][0],
+						      dp->own[k][1], dp->mom + (k ? n : 0),
+						      dp->vel + (k ? n : 0), err) < 0)
+					return -1;
+		} else if ((dp->own[0][1] > dp->own[0][0] &&
+			    gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[0][0],
+					 dp->own[0][1], NULL, dp->mom, dp->vel, err) < 0) ||
+			   (dp->own[1][1] > dp->own[1][0] &&
+			    gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[1][0],
+					 dp->own[1][1], NULL, dp->mom + n, dp->vel + n, err) < 0)) {
 			return -1;
+		}
 		*exposed = 0;
 		/* ZeRO-3: the pieces reach the others in the next step's gathers */
 		if (dp->ppshard && !dp->stage3) {
@@ -766,7 +827,7 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		 * rank: every rank learns it before the gather, which the
 		 * others would otherwise wait in for it.
 		 */
-		int rc = gk_nn_offload_update(dp->off, dp->m, c, lr, step, grad_scale, lo, hi, g,
+		int rc = gk_nn_offload_update(dp->off, dp->m, c, lr, step, grad_scale, lo, hi, 0, g,
 					      err);
 		if (gk_nn_tr_agree_local(dp->t, rc, err) < 0)
 			return -1;

@@ -677,6 +677,15 @@ int gk_nn_update(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
 	return 0;
 }
 
+int gk_nn_update_host(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+		      float grad_scale, size_t lo, size_t hi, float *mom, float *vel,
+		      gk_err *err)
+{
+	if (m->cu)
+		return gk_nn_cuda_host_adamw(m, c, lr, t, grad_scale, lo, hi, mom, vel, err);
+	return gk_nn_update(m, c, lr, t, grad_scale, lo, hi, NULL, mom, vel, err);
+}
+
 /* ---- names of the model's options ---- */
 
 int gk_nn_recompute_parse(const char *s)

@@ -130,6 +130,13 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 		       "without CUDA");
 }
 
+int gk_nn_cuda_host_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+			  float grad_scale, size_t lo, size_t hi, float *mom, float *vel,
+			  gk_err *err)
+{
+	return gk_errf(err, "AdamW on the host of a GPU model: gpukit was built without CUDA");
+}
+
 int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err)
 {

@@ -265,3 +265,27 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 	}
 	return gk_cuda_stream_sync(cu->s, err);
 }
+
+int gk_nn_cuda_host_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+			  float grad_scale, size_t lo, size_t hi, float *mom, float *vel,
+			  gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (lo < cu->plo || hi > cu->phi)
+		return gk_errf(err, "AdamW on the host of [%zu, %zu): this rank holds the "
+			       "parameters [%zu, %zu)", lo, hi, cu->plo, cu->phi);
+	if (m->o.bucket_grads)
+		return no_full_grads(err);
+	size_t n = hi - lo;
+	float *p = cu->p + (lo - cu->plo);
+	if (gk_nn_cuda_get(cu, m->params + lo, p, n * 4, err) < 0 ||
+	    gk_nn_cuda_get(cu, m->grads + lo, cu->g + lo, n * 4, err) < 0)
+		return -1;
+	gk_nn_adamw_step(m, c, lr, t, lo, hi, m->params + lo, m->grads + lo, grad_scale, mom, vel);
+	if (gk_nn_cuda_put(cu, p, m->params + lo, n * 4, err) < 0)
+		return -1;
+	if (cu->pw && cu->dt != GK_DT_F32 &&
+	    gk_cuda_convert((char *)cu->pw + lo * cu->es, cu->dt, p, GK_DT_F32, n, cu->s, err) < 0)
+		return -1;
+	return gk_cuda_stream_sync(cu->s, err);
+}

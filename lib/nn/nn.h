@@ -830,5 +830,16 @@ int gk_nn_update(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
 		 float *vel, gk_err *err);
 int gk_nn_moments_sync(gk_nn_model *m, size_t lo, size_t hi, float *mom, float *vel,
 		       int upload, gk_err *err);
+/*
+ * ZeRO-Offload's update of [lo, hi) on the host, mom and vel its moments
+ * in host memory (hi - lo floats each): on a GPU the range's parameters
+ * and the model's gradients of it come down through the pinned staging,
+ * gk_nn_adamw_step runs on them, and the parameters go back up (with the
+ * working copy rounded from them); only the range crosses the bus. On the
+ * CPU it is gk_nn_update.
+ */
+int gk_nn_update_host(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_t t,
+		      float grad_scale, size_t lo, size_t hi, float *mom, float *vel,
+		      gk_err *err);
 
 #endif

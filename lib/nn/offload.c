@@ -2,14 +2,20 @@
  * offload.c - the optimizer state in a file (gpu-train --offload
  * optimizer:DIR): AdamW's two moments of this rank's range live in one
  * file under DIR, and the update streams them through a buffer of a
- * fixed size instead of holding them in memory.
+ * fixed size instead of holding them in memory. The range is what the
+ * rank would hold in memory without offload: under data parallelism its
+ * ZeRO range (or the whole model), in a pipeline stage or a tensor group
+ * its pieces of the stage's (or its tensor slice's) segments over its
+ * data-parallel group, in the layout of dp.c's moments (the range's
+ * pieces, then wte's).
  *
  * reference: ZeRO-Infinity (Rajbhandari et al., SC 2021), which keeps the
  * optimizer state on NVMe and swaps it in chunks during the step
  * (DeepSpeed's runtime/swap_tensor/partitioned_optimizer_swapper.py).
  *
  * Layout of the file: m (n floats) then v (n floats), n the range's
- * length; element i of the range is at byte 4 i of each. The file is the
+ * length; element i of the range is at byte 4 i of each (a stage's
+ * pieces one after the other, as in memory). The file is the
  * run's scratch, never a record: it is created under a temporary name
  * (lib/core's atomic output, ".NAME.tmp-XXXXXX"), removed by the signal
  * handlers lib/core registers and by gk_nn_offload_close, and never
@@ -171,8 +177,8 @@ int gk_nn_offload_write(gk_nn_offload *o, int k, size_t a, size_t n, const float
 }
 
 int gk_nn_offload_update(gk_nn_offload *o, gk_nn_model *m, const gk_nn_adamw *c, float lr,
-			 int64_t t, float grad_scale, size_t lo, size_t hi, const float *g,
-			 gk_err *err)
+			 int64_t t, float grad_scale, size_t lo, size_t hi, size_t at,
+			 const float *g, gk_err *err)
 {
 	float *mm = o->buf, *vv = o->buf + o->chunk;
 	for (size_t a = lo; a < hi; a += o->chunk) {
@@ -181,14 +187,15 @@ int gk_nn_offload_update(gk_nn_offload *o, gk_nn_model *m, const gk_nn_adamw *c,
 		 * nothing to check) */
 		size_t a2 = a + n, n2 = hi - a2 < o->chunk ? hi - a2 : o->chunk;
 		for (int k = 0; k < 2 && a2 < hi; k++)
-			(void)posix_fadvise(o->fd, where(o, k, a2 - lo),
+			(void)posix_fadvise(o->fd, where(o, k, at + (a2 - lo)),
 					    (off_t)(n2 * sizeof(float)), POSIX_FADV_WILLNEED);
-		if (gk_nn_offload_read(o, 0, a - lo, n, mm, err) < 0 ||
-		    gk_nn_offload_read(o, 1, a - lo, n, vv, err) < 0 ||
+		size_t f = at + (a - lo);
+		if (gk_nn_offload_read(o, 0, f, n, mm, err) < 0 ||
+		    gk_nn_offload_read(o, 1, f, n, vv, err) < 0 ||
 		    gk_nn_update(m, c, lr, t, grad_scale, a, a + n, g ? g + (a - lo) : NULL, mm, vv,
 				 err) < 0 ||
-		    gk_nn_offload_write(o, 0, a - lo, n, mm, err) < 0 ||
-		    gk_nn_offload_write(o, 1, a - lo, n, vv, err) < 0)
+		    gk_nn_offload_write(o, 0, f, n, mm, err) < 0 ||
+		    gk_nn_offload_write(o, 1, f, n, vv, err) < 0)
 			return -1;
 	}
 	return 0;

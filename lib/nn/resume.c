@@ -245,7 +245,9 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 	 * under tensor parallelism the scatter places each tensor) */
 	int placed = pp && t->o.pp_sched == GK_NN_PP_INTERLEAVED && t->grid.tp == 1;
 	float *whole = NULL, *local = NULL;
-	if ((placed || (pp && t->grid.tp > 1)) &&
+	/* offloaded, a tensor rank's slices are scattered into a copy and
+	 * written to the file from it */
+	if ((placed || (t->grid.tp > 1 && (pp || o->off))) &&
 	    !(local = malloc(gk_nn_nparams(t->m) * sizeof(float)))) {
 		gk_err_sys(err, ENOMEM, "resume");
 		goto out;
@@ -275,7 +277,7 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 			uint64_t b = pt->el0 + pt->nel < hi ? pt->el0 + pt->nel : hi;
 			if (a >= b)
 				continue;
-			if (o->off) {
+			if (o->off && !whole) {
 				/* offloaded: through the update's buffer, a chunk at a time */
 				size_t cap;
 				float *buf = gk_nn_offload_buffer(o->off, &cap);
@@ -294,7 +296,10 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 				goto out;
 		}
 		if (whole && !pp) {
-			gk_nn_tp_scatter(t->m, whole, dst[k]);
+			gk_nn_tp_scatter(t->m, whole, o->off ? local : dst[k]);
+			if (o->off && gk_nn_offload_write(o->off, k, 0, gk_nn_dp_moments_len(o), local,
+							  err) < 0)
+				goto out;
 		} else if (pp) {
 			const float *l = whole;
 			if (local) {
@@ -304,10 +309,16 @@ static int load_moments(gk_nn_trainer *t, const char *dir, gk_err *err)
 					gk_nn_tp_scatter(t->m, whole, local);
 				l = local;
 			}
-			/* its pieces under ZeRO-1 (else the range and wte) */
-			for (int g = 0; g < 2; g++)
-				memcpy(dst[k] + (g ? o->per[0] : 0), l + o->own[g][0],
-				       (o->own[g][1] - o->own[g][0]) * sizeof(float));
+			/* its pieces under ZeRO-1 (else the range and wte);
+			 * offloaded, into the file at the same places */
+			for (int g = 0; g < 2; g++) {
+				size_t at = g ? o->per[0] : 0, n = o->own[g][1] - o->own[g][0];
+				if (!o->off)
+					memcpy(dst[k] + at, l + o->own[g][0], n * sizeof(float));
+				else if (n && gk_nn_offload_write(o->off, k, at, n, l + o->own[g][0],
+								  err) < 0)
+					goto out;
+			}
 		}
 	}
 	rc = 0;

@@ -284,10 +284,11 @@ uint64_t gk_nn_offload_file_bytes(const gk_nn_offload *o);
 int gk_nn_offload_read(gk_nn_offload *o, int k, size_t a, size_t n, float *dst, gk_err *err);
 int gk_nn_offload_write(gk_nn_offload *o, int k, size_t a, size_t n, const float *src,
 			gk_err *err);
-/* gk_nn_update of [lo, hi) (the file's range), chunk by chunk. */
+/* gk_nn_update of the parameters [lo, hi), whose moments are the file's
+ * elements from at on, chunk by chunk. */
 int gk_nn_offload_update(gk_nn_offload *o, gk_nn_model *m, const gk_nn_adamw *c, float lr,
-			 int64_t t, float grad_scale, size_t lo, size_t hi, const float *g,
-			 gk_err *err);
+			 int64_t t, float grad_scale, size_t lo, size_t hi, size_t at,
+			 const float *g, gk_err *err);
 /* root's moments to every rank of comm, a chunk at a time (ZeRO-0's
  * replicated moments on resume); a failure to read or write is this
  * rank's, returned after every chunk was sent. */
@@ -482,6 +483,13 @@ void gk_nn_dp_free(gk_nn_dp *dp);
 /* This rank's optimizer range of the N parameters (not the padding). */
 size_t gk_nn_dp_lo(const gk_nn_dp *dp);
 size_t gk_nn_dp_hi(const gk_nn_dp *dp);
+/* The floats of each moment this rank keeps (a stage's per[0] + per[1]),
+ * in memory or (offloaded) in its file. */
+size_t gk_nn_dp_moments_len(const gk_nn_dp *dp);
+/* Offloaded: the moments into dp->mom and dp->vel from the file for a
+ * checkpoint of a grid, and freed again; else nothing. */
+int gk_nn_dp_moments_load(gk_nn_dp *dp, gk_err *err);
+void gk_nn_dp_moments_drop(gk_nn_dp *dp);
 /* backward's ready callback for a micro-step (the step's last or not), or NULL */
 gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last);
 /* Around micro-step a of accum: before its forward, and after its

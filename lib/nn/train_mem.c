@@ -163,7 +163,7 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	if (t->dp->off) {
 		/* the offloaded update's buffer, what it holds of the moments */
 		t->mem.offload_buffer = gk_nn_offload_buffer_bytes(t->o.offload_chunk,
-								   t->dp->hi - t->dp->lo);
+								   gk_nn_dp_moments_len(t->dp));
 		t->mem.offload_file = gk_nn_offload_file_bytes(t->dp->off);
 		t->mem.offload_path = gk_nn_offload_path(t->dp->off);
 		b[GK_MEM_WORKSPACE] += t->mem.offload_buffer;
@@ -251,6 +251,10 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 || t->grid.pp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
 			       gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
 						   gk_nn_dp_feedback_len(t->dp));
+	/* offloaded over a grid: while a checkpoint puts the moments
+	 * together, each rank holds its own, read back from its file */
+	if (t->dp->off && (t->grid.tp > 1 || t->grid.pp > 1) && b[GK_MEM_CHECKPOINT])
+		b[GK_MEM_CHECKPOINT] += (uint64_t)2 * gk_nn_dp_moments_len(t->dp) * sizeof(float);
 	t->mem.total = 0;
 	for (int c = 0; c < GK_MEM_NCAT; c++)
 		t->mem.total += b[c];

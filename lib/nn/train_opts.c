@@ -74,11 +74,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "%s runs on the CPU backend only (on a GPU the moments stay "
 			       "in device memory)", given ? "--offload optimizer:DIR" :
 			       "optimizer offload to a directory");
-	if ((o->offload_host || o->offload_dir) && o->tp > 1)
-		return gk_errf(err, "--offload: not with --tp %d", o->tp);
-	if ((o->offload_host || o->offload_dir) && o->pp > 1)
-		return gk_errf(err, "--offload: not with --pp %d (a stage's moments stay in "
-			       "memory: leave --offload out)", o->pp);
 	if (o->offload_chunk && !o->offload_dir)
 		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 			       "give that too");

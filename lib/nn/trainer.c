@@ -536,7 +536,7 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	    ((dp->head && gk_comm_broadcast(dc, p0, p0, dp->head, GK_DT_F32, 0, err) < 0) ||
 	     gk_comm_broadcast(dc, p0 + dp->lo, p0 + dp->lo, dp->hi - dp->lo, GK_DT_F32, 0,
 			       err) < 0 ||
-	     (resume_dir && !dp->ppshard &&
+	     (resume_dir && !dp->ppshard && !dp->off &&
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, dp->hi - dp->lo + dp->head, GK_DT_F32, 0,
 				 err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, dp->hi - dp->lo + dp->head, GK_DT_F32, 0,
@@ -548,14 +548,14 @@ static int start_from(gk_nn_trainer *t, const char *resume_dir, uint64_t resume_
 	      (gk_comm_broadcast(dc, dp->mom, dp->mom, t->N, GK_DT_F32, 0, err) < 0 ||
 	       gk_comm_broadcast(dc, dp->vel, dp->vel, t->N, GK_DT_F32, 0, err) < 0))))
 		return -1;
-	/* offloaded, a chunk at a time through the files */
+	/* offloaded, a chunk at a time through the files (a stage's too) */
 	if (t->grid.dp > 1 && !o->zero && resume_dir && dp->off &&
 	    gk_nn_tr_agree_local(t, gk_nn_offload_broadcast(dp->off, dc, 0, err), err) < 0)
 		return -1;
 	/* ZeRO-3: each rank's units as between steps, its own range present */
 	gk_nn_dp_params_shard(dp);
 	if (gk_nn_upload(t->m, GK_NN_PARAMS, err) < 0 ||
-	    (resume_dir && !dp->host_update &&
+	    (resume_dir && !dp->host_update && !dp->off &&
 	     (dp->pp_stage >= 0 ? gk_nn_tr_pp_moments(t, 1, err) :
 	      gk_nn_moments_sync(t->m, gk_nn_dp_lo(dp), gk_nn_dp_hi(dp), dp->mom, dp->vel, 1,
 				 err)) < 0))

@@ -467,12 +467,6 @@ test_expect_success 'what --pp does not do is refused at the command line, with 
 	done
 '
 
-test_expect_success '--offload with --pp: refused, with the alternative' '
-	test_expect_code 2 gpu-train $A --batch 4 --pp 2 --offload optimizer:off >out 2>err &&
-	grep -- "--offload: not with --pp 2 (a stage.s moments stay in memory: leave --offload out)" err &&
-	test_must_be_empty out
-'
-
 test_expect_success 'a world that is not a multiple of --pp: refused with the numbers' '
 	test_expect_code 2 gpu-train $A --batch 4 --pp 2 >out 2>err &&
 	grep "pipelines of 2 stages x 1 tensor-parallel ranks: the world.s 1 ranks do not divide" err &&

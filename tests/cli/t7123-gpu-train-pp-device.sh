@@ -24,7 +24,9 @@ its own (or through host memory with --comm mpi: the same bits), within
 1e-6 of one GPU; under ZeRO 1 (each stage cut over its
 data-parallel group) the bits of ZeRO 0, resumed exactly, and in bf16,
 gathering the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints; ZeRO
-2 there is refused before any work.'
+2 there is refused before any work. With --offload optimizer (each
+rank'"'"'s pieces updated on the host) the losses and checkpoints are the
+device update'"'"'s bits.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -214,6 +216,32 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs in bf16, ZeRO 1: the bf16 w
 		test_cmp moved.expect moved9 &&
 		test_cmp moved.expect moved7
 	fi
+'
+
+# --offload optimizer over the pipeline (ZeRO-Offload): each rank's
+# pieces' moments in host memory, the pieces' master and gradients down
+# and the master (and the bf16 working copy rounded from it) up around the
+# host's update, with the device kernel's arithmetic: the device update's
+# losses and every step's checkpoint, moments included, bit for bit; the
+# start line counts optimizer 0 and, offloaded, the state the device
+# kept above
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs in bf16, ZeRO 1, --offload optimizer: the device update'"'"'s losses and checkpoints bit for bit' '
+	B="$A --steps 2 --device cuda --precision bf16 --ckpt-every 1" &&
+	rm -rf bko &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $B --pp 2 --zero 1 --offload optimizer --ckpt-dir bko >bko.json) &&
+	losses bko.json >bko.losses &&
+	test_cmp bk1.losses bko.losses &&
+	for s in 1 2; do
+		for f in model optim; do
+			f=$(printf "step-%08d/$f.safetensors" $s) &&
+			cmp bk1/$f bko/$f || return 1
+		done
+	done &&
+	kept=$(jq -s "map(select(.event == \"start\"))[0].memory.optimizer" bk1.json) &&
+	test $kept -gt 0 &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
+		.offload == {where: \"host\", state: $kept}" bko.json
 '
 
 test_done

@@ -22,7 +22,10 @@ tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
 the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints bit for bit),
 and under ZeRO 2 (its buckets reduce-scattered after backward, as a
 pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
-states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s. A pipeline of
+states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s, and with
+--offload optimizer (each rank'"'"'s pieces updated on the host) its losses
+and norms bit for bit, optimizer 0 and the state mem-estimate
+--offload optimizer'"'"'s. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
@@ -150,6 +153,26 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs: ZeRO 1'"'"'s loss
 	for k in parameters gradients optimizer; do
 		test $(jq .bytes.$k mez2.json) = $(mem tz2.json $k) || return 1
 	done
+'
+
+# --offload optimizer under ZeRO-2 over the tensor groups: each rank's
+# pieces updated on the host (their master and gradients down, the master
+# up) with the device kernel's arithmetic: ZeRO-2's losses and norms bit
+# for bit; optimizer 0 on the device and the state mem-estimate
+# --offload optimizer puts in host_ram (the 4 ranks of a node)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimizer: the device update'"'"'s losses and norms bit for bit; the state mem-estimate'"'"'s' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --steps 2 --tp 2 --zero 2 --bucket 4K --offload optimizer >tz2o.json) &&
+	losses tz2o.json >tz2o && test_cmp tz2 tz2o &&
+	jq -r "select(.event == \"step\") | .grad_norm" tz2o.json >tz2o.norm &&
+	test_cmp tz2.norm tz2o.norm &&
+	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --no-dropout \
+		--tp 2 --dp 2 --zero 2 --offload optimizer --gpus-per-node 4 --json >mez2o.json &&
+	host=$(jq .bytes.host_ram mez2o.json) &&
+	test $host -gt 0 &&
+	test $(jq .bytes.optimizer mez2o.json) = 0 &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
+		.offload == {where: \"host\", state: ($host / 4)}" tz2o.json
 '
 
 # ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one

@@ -171,8 +171,15 @@ static void checks(void)
 	o.eval_only = 1;
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --eval-only");
 	o.offload_dir = "d";
-	is_str(check(&o, 0, -1, 0), "--offload: not with --pp 3 (a stage's moments stay in memory: "
-	       "leave --offload out)", "check: --pp --offload");
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --offload optimizer:DIR");
+	o.pp = 1;
+	o.tp = 2;
+	is_str(check(&o, 0, -1, 0), "", "check: --tp --offload optimizer:DIR");
+	o = (gk_nn_train_opts){.device = GK_NN_CUDA, .pp = 2, .offload_host = 1};
+	is_str(check(&o, 1, -1, 0), "", "check: --pp --offload optimizer on GPUs");
+	o.pp = 1;
+	o.tp = 2;
+	is_str(check(&o, 1, -1, 0), "", "check: --tp --offload optimizer on GPUs");
 }
 
 /* The start line's grid and the pipeline's warning, as gpu-train prints them. */
