@@ -59,17 +59,21 @@ test_expect_success MPI 'pp 2 x dp 2: ZeRO-2 and 3 compressed = ZeRO-1 compresse
 	losses pu.json >pu && close_to p1 pu 1e-4 && ! test_cmp p1 pu
 '
 
-test_expect_success MPI 'tp 2 x dp 2: int8 within 1e-3 of the uncompressed, resumed bit for bit; bf16 within 1e-4' '
+test_expect_success MPI 'tp 2 x dp 2: bf16 within 1e-4 of the uncompressed' '
 	mpi 4 $A --batch 4 --tp 2 >tu.json &&
+	mpi 4 $A --batch 4 --tp 2 --zero 1 --compress bf16 >tb.json &&
+	losses tu.json >tu && losses tb.json >tb &&
+	close_to tb tu 1e-4 && ! test_cmp tb tu
+'
+
+test_expect_success MPI 'tp 2 x dp 2: int8 within 1e-3 of the uncompressed, resumed bit for bit' '
 	mpi 4 $A --batch 4 --tp 2 --zero 1 --compress int8 >t8.json &&
 	mpi 4 $A --batch 4 --tp 2 --zero 1 --compress int8 --until 3 --ckpt-dir ckt8 >t8a.json &&
 	mpi 4 $A --batch 4 --tp 2 --zero 1 --compress int8 --ckpt-dir ckt8 --resume >t8b.json 2>t8b.err &&
 	! grep "error feedback" t8b.err &&
-	losses tu.json >tu && losses t8.json >t8 && { losses t8a.json && losses t8b.json; } >t8r &&
+	losses t8.json >t8 && { losses t8a.json && losses t8b.json; } >t8r &&
 	test_cmp t8 t8r &&
-	close_to t8 tu 1e-3 && ! test_cmp t8 tu &&
-	mpi 4 $A --batch 4 --tp 2 --zero 1 --compress bf16 >tb.json &&
-	losses tb.json >tb && close_to tb tu 1e-4 && ! test_cmp tb tu
+	close_to t8 tu 1e-3 && ! test_cmp t8 tu
 '
 
 test_expect_success MPI 'plain data parallelism compressed (dp 2): tp 2 x dp 2 within 1e-7 (the uncompressed is not), pp 2 x dp 2 within 1e-5' '
