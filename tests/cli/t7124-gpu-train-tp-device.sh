@@ -152,6 +152,24 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs: ZeRO 1'"'"'s loss
 	done
 '
 
+# --compress over the data-parallel groups of a tensor group's ranks
+# (pp_shard.c): each slice's reduce-scatter is the compressed ring over
+# NCCL, its packing and error feedback the device's kernels, the CPU's
+# arithmetic: the losses of the CPU's compressed run within 1e-6
+# (measured 2e-8), and each rank's checkpointed feedback the CPU's within
+# 1e-6 but for at most one element in 1000 (where fp32's last bits
+# differ a bf16 rounding flips, moving the element by a step of its
+# bf16: measured 4 of 26048)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 1 --compress bf16 on GPUs: the CPU'"'"'s compressed losses within 1e-6, its error feedback within 1e-6 but a rounding in 1000' '
+	C="$A --steps 2 --tp 2 --zero 1 --compress bf16" &&
+	mpi 4 $C --device cpu --ckpt-dir ckcc >ccc.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $C --device cuda --precision fp32 --ckpt-dir ckgc >gcc.json) &&
+	losses ccc.json >ccc && losses gcc.json >gcc &&
+	test $(wc -l <gcc) = 2 && close_to gcc ccc 1e-6 &&
+	feedback_close ckgc/latest ckcc/latest
+'
+
 # ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one
 # stage (pp_shard.c), so its gather after the update moves the bf16
 # working copy too, the fp32 master gathered at checkpoints only: ZeRO
