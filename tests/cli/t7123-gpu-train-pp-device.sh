@@ -24,7 +24,9 @@ its own (or through host memory with --comm mpi: the same bits), within
 1e-6 of one GPU; under ZeRO 1 (each stage cut over its
 data-parallel group) the bits of ZeRO 0, resumed exactly, and in bf16,
 gathering the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints; ZeRO
-2 there is refused before any work.'
+2 there is refused before any work. With --compress bf16 (ZeRO 0) two
+pipelines are the CPU'"'"'s compressed run within 1e-6, their error
+feedback too but for a flipped rounding in 1000.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 

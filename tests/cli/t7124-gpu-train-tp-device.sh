@@ -23,7 +23,9 @@ the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints bit for bit),
 and under ZeRO 2 (its buckets reduce-scattered after backward, as a
 pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
 states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s. A pipeline of
-two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too.'
+two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
+--compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
+within 1e-6, its error feedback too but for a flipped rounding in 1000.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
