@@ -348,8 +348,8 @@ struct gk_nn_dp {
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
 	float *resid;         /* ZeRO-1 to 3 with --compress: its error feedback, Np floats;
-			       * a pipeline stage's or a tensor slice's (any ZeRO) its
-			       * segments' (pp_shard.c), nresid floats */
+			       * a pipeline stage's (any ZeRO) or a tensor slice's (ZeRO
+			       * 1 to 3) its segments' (pp_shard.c); nresid floats */
 	size_t nresid;
 	float *tpbuf;         /* int8 over a tensor group: its replicated tensors'
 			       * reduced gradients, ntp floats (dp.c's tp_replicated) */
