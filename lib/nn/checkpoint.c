@@ -187,13 +187,16 @@ static int write_feedback(const ckpt_job *j, const char *path, gk_err *err)
 	uint64_t shape[1] = {j->nfb};
 	gk_st_spec spec[1] = {{"residual", GK_DT_F32, 1, shape}};
 	const void *data[1] = {j->fb};
-	char rank[16], world[16], lay[32];
+	char rank[16], world[16], lay[32], grid[64];
 	snprintf(rank, sizeof(rank), "%d", t->rank);
 	snprintf(world, sizeof(world), "%d", t->world);
 	snprintf(lay, sizeof(lay), "%s", gk_nn_dp_feedback_layout(t->dp));
-	gk_st_kv meta[4] = {{"format", "pt"}, {GK_CKPT_META_RANK, rank},
-			    {GK_CKPT_META_WORLD, world}, {GK_NN_FEEDBACK_META, lay}};
-	return gk_st_save(path, spec, data, 1, meta, 4, err);
+	/* in a grid, which one: its stage's or slice's segments */
+	gk_nn_dp_feedback_grid(t->dp, grid, sizeof(grid));
+	gk_st_kv meta[5] = {{"format", "pt"}, {GK_CKPT_META_RANK, rank},
+			    {GK_CKPT_META_WORLD, world}, {GK_NN_FEEDBACK_META, lay},
+			    {GK_NN_FEEDBACK_GRID_META, grid}};
+	return gk_st_save(path, spec, data, 1, meta, grid[0] ? 5 : 4, err);
 }
 
 static int job_write(ckpt_job *j, gk_err *err)

@@ -112,6 +112,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -396,17 +397,19 @@ static float *shard_grads(gk_nn_dp *dp)
  * element's place: ZeRO-1's one reduce-scatter and ZeRO-2's buckets (each
  * the bucket's [lo, hi) of it; ZeRO-3's gradients are ZeRO-2's) keep the
  * same values in the same layout, so a resume between them restores it.
- * Its own range stays zero.
+ * Its own range stays zero. A pipeline stage's, or a tensor slice's under
+ * ZeRO 1 to 3, is its segments' (gk_nn_pp_resid), at any ZeRO stage.
  */
-static int shard_buffers(gk_nn_dp *dp, int on_device, gk_err *err)
+static int shard_buffers(gk_nn_dp *dp, gk_err *err)
 {
-	size_t bytes = dp->Np * sizeof(float);
+	dp->nresid = dp->pp_stage >= 0 ? gk_nn_pp_resid_len(dp) : dp->Np;
+	size_t bytes = dp->nresid * sizeof(float);
 	if (dp->compress == GK_COMM_COMPRESS_NONE)
 		return 0;
-	if (!on_device)
+	if (!dp->dev_grads)
 		return (dp->resid = gk_alloc_big(bytes)) ? 0 :
 			gk_err_sys(err, ENOMEM, "ZeRO-1 error feedback");
-	float *zero = calloc(dp->Np, sizeof(float));
+	float *zero = calloc(dp->nresid, sizeof(float));
 	if (!zero)
 		return gk_err_sys(err, ENOMEM, "ZeRO-1 error feedback");
 	int rc = (dp->resid = gk_comm_alloc(dp->gcomm, bytes, err)) &&
@@ -445,7 +448,10 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	dp->via_host = t->cuda && !dp->dev_grads;
 	dp->overlap = t->o.overlap;
 	dp->shard = dp->zero && (t->cuda ? dp->dev_grads : dp->world > 1);
-	if (dp->shard && shard_buffers(dp, t->cuda, err) < 0)
+	/* (a pipeline stage's data-parallel group reduces its segments under
+	 * ZeRO-0 too) */
+	int stage = dp->pp_stage >= 0 && (dp->world > 1 || dp->dev_grads);
+	if ((dp->shard || stage) && shard_buffers(dp, err) < 0)
 		return -1;
 	/*
 	 * Gradient buckets, overlapped with backward: allreduced, or with
@@ -471,15 +477,25 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	}
 	if ((dp->zero3 || dp->stage3) && gk_nn_z3_open(dp, t, err) < 0)
 		return -1;
+	/* int8 over a tensor group: its replicas' buffer (tp_replicated) */
+	if (t->grid.tpc && dp->compress == GK_COMM_COMPRESS_INT8 && dp->world > 1 && !t->cuda) {
+		/* this rank's reduced gradients: a stage's pieces, or all */
+		size_t all[2][2] = {{0, dp->N}, {0, 0}};
+		memcpy(dp->tprange, dp->pp_stage >= 0 ? dp->own : all, sizeof(all));
+		dp->ntp = gk_nn_tp_replicas(dp->m, dp->tprange, NULL, 0);
+		if (!(dp->tpbuf = malloc((dp->ntp ? dp->ntp : 1) * sizeof(float))))
+			return gk_err_sys(err, ENOMEM, "int8 compression over a tensor group");
+	}
 	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
 		return -1;
 	/* a sharded pipeline stage reduces its segments after the schedule */
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded || dp->zero2) &&
 	    !dp->ppshard) {
 		/* ZeRO-2's buckets feed back into ZeRO-1's residual (dp->resid,
-		 * Np floats, the same layout); ZeRO-0's keep their own */
+		 * Np floats, the same layout), a pipeline stage's into its
+		 * range's (gk_nn_pp_resid); ZeRO-0's keep their own */
 		gk_comm_callopts co = {.compress = dp->compress,
-				       .residual = dp->zero2 ? dp->resid : NULL};
+				       .residual = dp->zero2 ? dp->resid : gk_nn_pp_resid(dp, 0)};
 		float *g = flat_grads(dp);
 		/* a pipeline stage's range only (the last stage's wte after) */
 		size_t g0 = dp->pp_stage >= 0 ? dp->lo : 0;
@@ -521,6 +537,7 @@ void gk_nn_dp_free(gk_nn_dp *dp)
 	else
 		free(dp->gshard);
 	free(dp->hshard);
+	free(dp->tpbuf);
 	if (dp->gcomm != dp->comm)
 		gk_comm_close(dp->gcomm); /* before the model's stream goes */
 	free(dp->mom);
@@ -549,7 +566,13 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 	 * GPU): of a block of the whole buffer (ZeRO-1) or a piece of a
 	 * bucket (ZeRO-2 and 3, within one owner's range: at most as large);
 	 * a world of one sends nothing */
-	if (dp->resid)
+	if (dp->resid && dp->pp_stage >= 0) /* a stage's: its segments' */
+		b += (uint64_t)dp->nresid * sizeof(float) +
+		     (dp->ppshard ? gk_comm_compress_scratch(dp->compress,
+							     dp->per[0] > dp->per[1] ? dp->per[0]
+										     : dp->per[1])
+				  : 0);
+	else if (dp->resid)
 		b += (uint64_t)dp->Np * sizeof(float) +
 		     (dp->world > 1 ? gk_comm_compress_scratch(dp->compress,
 							       dp->Np / (size_t)dp->world) : 0);
@@ -622,6 +645,29 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
 				      GK_DT_F32, GK_COMM_AVG, &co, err);
 }
 
+/*
+ * int8 under tensor parallelism (the CPU's): GK_COMM_INT8_GROUP elements
+ * share a scale, and a group may hold a split tensor's elements, which
+ * differ between the ranks of a tensor group, beside a replicated
+ * tensor's (LayerNorms, the row-parallel biases, wpe), whose gradients do
+ * not: their reduced gradients would differ between the group's ranks, and
+ * so would the replicas. The group's rank 0's are taken by all, one exact
+ * broadcast over the tensor group of what this rank reduced of them (the
+ * same pieces on every rank of the group). bf16 and f16 pack each element
+ * alone, and the same values on the same path round alike: nothing to do.
+ */
+static int tp_replicated(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->tpbuf)
+		return 0;
+	gk_nn_tp_replicas(dp->m, dp->tprange, dp->tpbuf, 1);
+	if (gk_comm_broadcast(dp->t->grid.tpc, dp->tpbuf, dp->tpbuf, dp->ntp, GK_DT_F32, 0,
+			      err) < 0)
+		return -1;
+	gk_nn_tp_replicas(dp->m, dp->tprange, dp->tpbuf, 0);
+	return 0;
+}
+
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 {
 	/* tests: a step that cannot finish, as one spinning in an allocator
@@ -633,7 +679,7 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		dp->comm_start = now;
 		if (dp->stage3) /* the schedule's last backward is done */
 			gk_nn_z3_step_done(dp);
-		return gk_nn_pp_shard_reduce(dp, err);
+		return gk_nn_pp_shard_reduce(dp, err) < 0 ? -1 : tp_replicated(dp, err);
 	}
 	if (dp->grads) {
 		if (dp->via_host && gk_nn_download(dp->m, GK_NN_GRADS, err) < 0)
@@ -645,14 +691,17 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		}
 		/* a pipeline's last stage: the head's part of wte, averaged as
 		 * the buckets are (through the host, before the gradients go
-		 * back up) */
+		 * back up; compressed, on its own part of the feedback) */
+		gk_comm_callopts co = {.compress = dp->compress, .residual = gk_nn_pp_resid(dp, 1)};
 		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
 		    (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
-						   dp->head, GK_DT_F32, GK_COMM_AVG, NULL, err) < 0) ||
+						   dp->head, GK_DT_F32, GK_COMM_AVG, &co, err) < 0) ||
 		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
 		if (dp->zero3) /* the step's last backward is done */
 			gk_nn_z3_step_done(dp);
+		if (tp_replicated(dp, err) < 0)
+			return -1;
 	} else if (dp->shard) {
 		dp->comm_start = now;
 		if (shard_reduce(dp, err) < 0)
@@ -850,7 +899,7 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 static float *feedback(gk_nn_dp *dp, size_t *n)
 {
 	float *r = dp->resid ? dp->resid : gk_comm_grads_residual(dp->grads);
-	*n = !r ? 0 : dp->resid ? dp->Np : dp->N;
+	*n = !r ? 0 : dp->resid ? dp->nresid : dp->N;
 	return r;
 }
 
@@ -863,7 +912,20 @@ size_t gk_nn_dp_feedback_len(gk_nn_dp *dp)
 
 const char *gk_nn_dp_feedback_layout(const gk_nn_dp *dp)
 {
-	return dp->resid ? "reduce-scatter" : "allreduce";
+	return dp->zero ? "reduce-scatter" : "allreduce";
+}
+
+void gk_nn_dp_feedback_grid(const gk_nn_dp *dp, char *buf, size_t len)
+{
+	const gk_nn_trainer *t = dp->t;
+	const gk_nn_train_opts *o = &t->o;
+	int V = o->pp_sched == GK_NN_PP_INTERLEAVED ? o->pp_chunks : 1;
+	buf[0] = '\0';
+	if (t->grid.tp == 1 && t->grid.pp == 1)
+		return;
+	int n = snprintf(buf, len, "dp %d x pp %d x tp %d", t->grid.dp, t->grid.pp, t->grid.tp);
+	if (V > 1 && n >= 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, ", %d chunks a stage", V);
 }
 
 int gk_nn_dp_feedback_get(gk_nn_dp *dp, float *host, gk_err *err)

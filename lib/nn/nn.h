@@ -385,6 +385,13 @@ int gk_nn_tp_device(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err
  */
 uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
 /*
+ * The replicated tensors' (not split: the same on every rank of the
+ * tensor group) parts of the gradients' ranges r[0] and r[1] of the flat
+ * buffer: copied into buf, one after the other (out 1), or back from it
+ * (out 0), or with buf NULL only counted. Returns their floats.
+ */
+size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int out);
+/*
  * Whether sequence parallelism (gk_nn_opts' seq_par) can run over tp ranks
  * at sequence length seq and pp pipeline stages: 0, or -1 with the numbers
  * in err. Under it, gk_nn_tp_bytes counts what this rank puts into each

@@ -79,6 +79,30 @@ int gk_nn_pp_segments(gk_nn_dp *dp, int pp)
 }
 
 /*
+ * --compress: the data-parallel reductions of a stage (or a tensor slice)
+ * pack as plain data parallelism's do, over its data-parallel group only
+ * (the tensor group's and the pipeline's messages stay f32), and feed
+ * back into nresid floats: its segments' one after the other, each
+ * indexed from its start. Under ZeRO-0 the range's buckets take seg[0]'s
+ * part and the last stage's wte allreduce seg[1]'s; under ZeRO 1 to 3
+ * each segment's reduce-scatter (or ZeRO-2's bucket of it) its own. The
+ * path an element's partial sums take round the ring is its owner's,
+ * whatever the bucket, so ZeRO-2 and 3 keep ZeRO-1's feedback element for
+ * element, as without a grid.
+ */
+size_t gk_nn_pp_resid_len(const gk_nn_dp *dp)
+{
+	return dp->seg[0][1] - dp->seg[0][0] + dp->seg[1][1] - dp->seg[1][0];
+}
+
+float *gk_nn_pp_resid(const gk_nn_dp *dp, int k)
+{
+	if (!dp->resid || dp->pp_stage < 0)
+		return NULL;
+	return dp->resid + (k ? dp->seg[0][1] - dp->seg[0][0] : 0);
+}
+
+/*
  * A sharded pipeline stage: each segment's pieces averaged into their
  * owners over the data-parallel group, in place (one reduce-scatter of
  * unequal pieces a segment; at 2 ranks each sum is ZeRO-0's allreduce's,
@@ -110,7 +134,10 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 				d = dp->bdispl;
 			}
 			gk_comm_req *q;
-			if (gk_comm_ireduce_scatterv(c, g + b0, d, GK_DT_F32, GK_COMM_AVG, NULL, &q,
+			float *r = gk_nn_pp_resid(dp, k);
+			gk_comm_callopts co = {.compress = dp->compress,
+					       .residual = r ? r + (b0 - s0) : NULL};
+			if (gk_comm_ireduce_scatterv(c, g + b0, d, GK_DT_F32, GK_COMM_AVG, &co, &q,
 						     err) < 0 ||
 			    gk_comm_wait(q, err) < 0)
 				return -1;

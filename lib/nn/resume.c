@@ -335,8 +335,11 @@ out:
  * checkpoint's run, when it had the same world, the same layout (ZeRO-0's
  * allreduce, or the reduce-scatter of ZeRO-1, 2 and 3:
  * gk_nn_dp_feedback_layout; a file without it, from before it was
- * written, by its length alone)
- * and the same length of feedback: then the resume continues bit for bit.
+ * written, by its length alone), the same grid (gk_nn_dp_feedback_grid:
+ * none, or the same data-parallel groups, stages, tensor groups and
+ * chunks, so the same segments; world is the checkpoint's data-parallel
+ * groups) and the same length of feedback: then the resume continues bit
+ * for bit.
  * Otherwise, or from a checkpoint without it, compression starts from zero
  * feedback, noted.
  */
@@ -356,15 +359,19 @@ static int load_feedback(gk_nn_trainer *t, const char *dir, int64_t world, gk_er
 	const gk_st_tensor *r = NULL;
 	struct stat st;
 	int rc = 0;
-	if (world == t->world && stat(path, &st) == 0) {
+	if (world == t->grid.dp && stat(path, &st) == 0) {
 		if (gk_st_open(&f, path, err) < 0) {
 			free(path);
 			return -1;
 		}
 		r = gk_st_find(f, "residual");
 		const char *lay = gk_st_meta_get(f, GK_NN_FEEDBACK_META);
+		const char *grid = gk_st_meta_get(f, GK_NN_FEEDBACK_GRID_META);
+		char mine[64];
+		gk_nn_dp_feedback_grid(t->dp, mine, sizeof(mine));
 		if (r && (r->dtype != GK_DT_F32 || r->ndim != 1 || r->shape[0] != n ||
-			  (lay && strcmp(lay, gk_nn_dp_feedback_layout(t->dp)))))
+			  (lay && strcmp(lay, gk_nn_dp_feedback_layout(t->dp))) ||
+			  strcmp(grid ? grid : "", mine)))
 			r = NULL;
 	}
 	float *buf = r ? malloc(n * sizeof(float)) : NULL;

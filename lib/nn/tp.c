@@ -102,6 +102,25 @@ uint64_t gk_nn_tp_bytes(const gk_nn_model *m)
 	return m->tp_bytes;
 }
 
+size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int out)
+{
+	size_t at = 0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *x = &m->t[i];
+		size_t e = x->off + x->numel;
+		for (int k = 0; x->split == GK_NN_SPLIT_NONE && k < 2; k++) {
+			size_t a = x->off > r[k][0] ? x->off : r[k][0], b = e < r[k][1] ? e : r[k][1];
+			if (a >= b)
+				continue;
+			if (buf)
+				memcpy(out ? buf + at : m->grads + a, out ? m->grads + a : buf + at,
+				       (b - a) * sizeof(float));
+			at += b - a;
+		}
+	}
+	return at;
+}
+
 void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local)
 {
 	gk_nn_tp_copy(m->ft, m->t, m->nt_tensors, m->tp, m->tpr, (float *)full, local, 1);

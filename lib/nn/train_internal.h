@@ -348,7 +348,13 @@ struct gk_nn_dp {
 			       * pieces own[k] (gk_nn_dp_master_full) */
 	gk_comm_compress compress;
 	int overlap;          /* buckets start during backward */
-	float *resid;         /* ZeRO-1 to 3 with --compress: its error feedback, Np floats */
+	float *resid;         /* ZeRO-1 to 3 with --compress: its error feedback, Np floats;
+			       * a pipeline stage's (any ZeRO) or a tensor slice's (ZeRO
+			       * 1 to 3) its segments' (pp_shard.c); nresid floats */
+	size_t nresid;
+	float *tpbuf;         /* int8 over a tensor group: its replicated tensors'
+			       * reduced gradients, ntp floats (dp.c's tp_replicated) */
+	size_t ntp, tprange[2][2]; /* ... from these ranges of the flat buffer */
 	int zero2;            /* ZeRO-2 runs: zero >= 2 and shard */
 	float *gshard;        /* ... this rank's reduced gradients, Np / world floats
 			       * (CPU: the model's buffer is lazy_grads; GPU: device
@@ -472,6 +478,10 @@ void gk_nn_z3_step_done(gk_nn_dp *dp);
  * pieces gathered whole (a GPU's, for gk_nn_dp_master_full) */
 int gk_nn_pp_segments(gk_nn_dp *dp, int pp);
 int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err);
+/* --compress: a stage's error feedback, its length (its segments') and
+ * where segment k's starts (NULL without feedback or a stage) */
+size_t gk_nn_pp_resid_len(const gk_nn_dp *dp);
+float *gk_nn_pp_resid(const gk_nn_dp *dp, int k);
 int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err);
 int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err);
 /* After the model: this rank's optimizer range and its moments (zero). */
@@ -514,15 +524,21 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp);
 /*
  * The error feedback that compressed communication keeps across steps
  * (this rank's own, n floats: N for ZeRO-0's buckets, Np for ZeRO-1's
- * reduce-scatter and ZeRO-2's and 3's buckets, which keep the same values),
+ * reduce-scatter and ZeRO-2's and 3's buckets, which keep the same values;
+ * a pipeline stage's or a tensor slice's its segments', nresid),
  * copied to or from host memory for a checkpoint; *n 0 when the run
  * keeps none. Its layout (GK_NN_FEEDBACK_META in the checkpoint's file):
  * "allreduce" (ZeRO-0's buckets) or "reduce-scatter" (ZeRO-1 to 3); a
- * resume restores only the same layout.
+ * resume restores only the same layout. In a grid (--tp, --pp) the file
+ * also names it (GK_NN_FEEDBACK_GRID_META, gk_nn_dp_feedback_grid: "dp D
+ * x pp P x tp T", and the interleaved schedule's chunks, which place the
+ * blocks), and a resume restores only the same grid; "" without one.
  */
 #define GK_NN_FEEDBACK_META "gpukit.feedback"
+#define GK_NN_FEEDBACK_GRID_META "gpukit.feedback.grid"
 size_t gk_nn_dp_feedback_len(gk_nn_dp *dp);
 const char *gk_nn_dp_feedback_layout(const gk_nn_dp *dp);
+void gk_nn_dp_feedback_grid(const gk_nn_dp *dp, char *buf, size_t len);
 int gk_nn_dp_feedback_get(gk_nn_dp *dp, float *host, gk_err *err);
 int gk_nn_dp_feedback_set(gk_nn_dp *dp, const float *host, gk_err *err);
 

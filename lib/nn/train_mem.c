@@ -248,7 +248,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	/* under tensor parallelism rank 0's copy is of the whole model */
 	size_t nf = gk_nn_full_nparams(t->m);
 	/* ... and so is a pipeline's (rank 0 puts the stages' ranges together) */
-	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 || t->grid.pp > 1 ? gk_nn_tr_ckpt_bytes(t, nf, nf, 0) :
+	b[GK_MEM_CHECKPOINT] = t->grid.tp > 1 || t->grid.pp > 1 ?
+			       gk_nn_tr_ckpt_bytes(t, nf, nf, gk_nn_dp_feedback_len(t->dp)) :
 			       gk_nn_tr_ckpt_bytes(t, t->N, gk_nn_dp_hi(t->dp) - gk_nn_dp_lo(t->dp),
 						   gk_nn_dp_feedback_len(t->dp));
 	/* offloaded over a grid: while a checkpoint puts the moments

@@ -79,10 +79,14 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			       "give that too");
 	if (o->tp > 1) {
 		/* what tensor parallelism does not do (yet): said before any work */
-		const char *no = o->compress != GK_COMM_COMPRESS_NONE ? "--compress" :
-				 sample ? "--sample" : dump ? "--dump-data" : NULL;
+		const char *no = sample ? "--sample" : dump ? "--dump-data" : NULL;
 		if (no)
 			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
+		/* int8's scales mix a group's slices and replicas: the CPU
+		 * makes the replicas' agree over the tensor group (dp.c) */
+		if (cuda == 1 && o->compress == GK_COMM_COMPRESS_INT8)
+			return gk_errf(err, "--tp %d on GPUs: not with --compress int8 (bf16 or f16 "
+				       "there); the CPU backend runs it (--device cpu)", o->tp);
 		/* on GPUs the group's collectives are NCCL's (model_cuda.c):
 		 * ZeRO-3's units over a tensor group are the CPU's only,
 		 * said before any work */
@@ -136,8 +140,7 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	}
 	if (o->pp > 1) {
 		/* what pipeline parallelism does not do (yet): said before any work */
-		const char *no = o->compress != GK_COMM_COMPRESS_NONE ? "--compress (leave it out)" :
-				 sample ? "--sample (sample from its checkpoint in a run without --pp)" :
+		const char *no = sample ? "--sample (sample from its checkpoint in a run without --pp)" :
 				 dump ? "--dump-data (run it without --pp)" : NULL;
 		if (no)
 			return gk_errf(err, "--pp %d: not with %s", o->pp, no);

@@ -287,15 +287,6 @@ static int open_world(gk_nn_trainer *t, gk_err *err)
 		t->agreed = 2;
 		return -1;
 	}
-	if (t->grid.pp > 1 && o->compress != GK_COMM_COMPRESS_NONE) {
-		t->agreed = 2;
-		return gk_errf(err, "pipeline parallelism: not with compressed gradients yet (it "
-			       "composes with data and tensor parallelism and ZeRO, uncompressed)");
-	}
-	if (t->grid.tp > 1 && o->compress != GK_COMM_COMPRESS_NONE) {
-		t->agreed = 2;
-		return gk_errf(err, "tensor parallelism: not with compressed gradients yet");
-	}
 	if (gk_nn_grid_open(&t->grid, t->comm, err) < 0)
 		return -1;
 	if (gk_nn_tr_place(t, err) < 0)

@@ -8,6 +8,11 @@
 #   stcmp A B TOL [...]    two safetensors files' tensors within TOL
 #                          (tests/cli/stcmp.py: its options and metric)
 #   mpi N ARGS...          gpu-train under mpirun with N ranks
+#   feedback_close A B     every rank's error feedback (feedback-rank-*)
+#                          in checkpoint directory A within 1e-6 of B's
+#                          but for at most 1 element in 1000 (a device's
+#                          fp32 last bits flip a bf16 rounding now and
+#                          then), and B's not all zero
 #   start_config LOG OUT   the model of a --json log's start line as a
 #                          Hugging Face config.json (for mem-estimate)
 
@@ -54,6 +59,27 @@ start_config() {
 	json.dump({"model_type": "gpt2", "n_layer": st["layers"], "n_embd": st["hidden"],
 	           "n_head": st["heads"], "vocab_size": st["vocab"],
 	           "n_positions": st["positions"]}, open(sys.argv[2], "w"))
+	EOF
+}
+
+feedback_close() {
+	python3 - "$1" "$2" <<-'EOF'
+	import array, glob, json, os, struct, sys
+	def read(p):
+	    with open(p, "rb") as f:
+	        n = struct.unpack("<Q", f.read(8))[0]
+	        json.loads(f.read(n))
+	        a = array.array("f")
+	        a.frombytes(f.read())
+	    return a
+	names = sorted(os.path.basename(p) for p in glob.glob(sys.argv[2] + "/feedback-rank-*"))
+	if not names:
+	    sys.exit("no feedback in " + sys.argv[2])
+	for name in names:
+	    a, b = read(sys.argv[1] + "/" + name), read(sys.argv[2] + "/" + name)
+	    off = sum(1 for x, y in zip(a, b) if abs(x - y) > 1e-6 * max(1.0, abs(y)))
+	    if len(a) != len(b) or off * 1000 > len(b) or not any(b):
+	        sys.exit("%s: %d and %d elements, %d apart" % (name, len(a), len(b), off))
 	EOF
 }
 

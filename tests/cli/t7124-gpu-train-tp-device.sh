@@ -26,7 +26,9 @@ states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s, and with
 --offload optimizer (each rank'"'"'s pieces updated on the host) its losses
 and norms bit for bit, optimizer 0 and the state mem-estimate
 --offload optimizer'"'"'s. A pipeline of
-two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too.'
+two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
+--compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
+within 1e-6, its error feedback too but for a flipped rounding in 1000.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -173,6 +175,24 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimiz
 	test $(jq .bytes.optimizer mez2o.json) = 0 &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
 		.offload == {where: \"host\", state: ($host / 4)}" tz2o.json
+'
+
+# --compress over the data-parallel groups of a tensor group's ranks
+# (pp_shard.c): each slice's reduce-scatter is the compressed ring over
+# NCCL, its packing and error feedback the device's kernels, the CPU's
+# arithmetic: the losses of the CPU's compressed run within 1e-6
+# (measured 2e-8), and each rank's checkpointed feedback the CPU's within
+# 1e-6 but for at most one element in 1000 (where fp32's last bits
+# differ a bf16 rounding flips, moving the element by a step of its
+# bf16: measured 4 of 26048)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 1 --compress bf16 on GPUs: the CPU'"'"'s compressed losses within 1e-6, its error feedback within 1e-6 but a rounding in 1000' '
+	C="$A --steps 2 --tp 2 --zero 1 --compress bf16" &&
+	mpi 4 $C --device cpu --ckpt-dir ckcc >ccc.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $C --device cuda --precision fp32 --ckpt-dir ckgc >gcc.json) &&
+	losses ccc.json >ccc && losses gcc.json >gcc &&
+	test $(wc -l <gcc) = 2 && close_to gcc ccc 1e-6 &&
+	feedback_close ckgc/latest ckcc/latest
 '
 
 # ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one
