@@ -3,6 +3,11 @@
 #   make                 lib/libgpukit.a and every tool in bin/
 #   make check           unit tests, CLI tests and man page lint through prove
 #   make check SAN=1     the same under AddressSanitizer + UBSan
+#   make SAN=thread O=build-tsan CUDA=0   the tools under ThreadSanitizer, to
+#                        run a test file with (GK_BINDIR=build-tsan/bin;
+#                        TSAN_OPTIONS=suppressions=tools/tsan.supp for
+#                        Open MPI's own reports, log_path=DIR to keep the
+#                        tests' stderr clean)
 #   make check-quick     unit tests, man lint, conventions, fuzz replay only
 #   make check-cuemu     the CUDA unit tests on the CPU's emulation of CUDA (in check)
 #   make bench           benchmark drivers in tools/bench/ (slow, not in check)
@@ -104,7 +109,7 @@ $(CONFIG): scripts/configure scripts/install-deps $(CONFIG_ARGS)
 ok = $(if $(filter 1,$(1)),✓,✗)
 ifdef HAVE_CUDA
 ifeq ($(MAKELEVEL),0)
-$(info gpukit $(VERSION): $(call ok,$(HAVE_CUDA)) CUDA ($(CUDA_HOME))  $(call ok,$(HAVE_NCCL)) NCCL  $(call ok,$(HAVE_MPI)) MPI  $(if $(filter 1,$(SAN)),✓,✗) sanitizers$(if $(filter-out build,$(B)),  in $(B)/))
+$(info gpukit $(VERSION): $(call ok,$(HAVE_CUDA)) CUDA ($(CUDA_HOME))  $(call ok,$(HAVE_NCCL)) NCCL  $(call ok,$(HAVE_MPI)) MPI  $(if $(filter 1 thread,$(SAN)),✓,✗) sanitizers$(if $(filter-out build,$(B)),  in $(B)/))
 endif
 endif
 
@@ -149,9 +154,11 @@ endif
 
 ifeq ($(SAN),1)
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else ifeq ($(SAN),thread)
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+endif
 GK_CFLAGS += $(SANFLAGS)
 GK_LIBS += $(SANFLAGS)
-endif
 
 ALL_CFLAGS = $(GK_CFLAGS) $(CFLAGS) $(CPPFLAGS)
 ALL_LDFLAGS = $(LDFLAGS)

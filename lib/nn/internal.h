@@ -135,8 +135,11 @@ void gk_nn_adamw_consts(const gk_nn_adamw *c, float lr, int64_t t,
  * the x86-64 levels v4 (AVX-512) and v3 (AVX2 with FMA: a level, since a
  * comma in target_clones makes one clone per feature, and an "avx2"
  * clone without FMA turns math.h's fmaf into a libm call per element).
+ * Not under ThreadSanitizer: the resolvers run while the dynamic loader
+ * relocates, before its runtime is up, and its instrumented code faults.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+	!defined(__SANITIZE_THREAD__)
 #define GK_NN_SIMD_CLONES                                                      \
 	__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",     \
 				     "default")))
