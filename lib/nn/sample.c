@@ -47,7 +47,7 @@ struct gk_nn_decoder {
 	int *at;                     /* layer l's place in the cache; -1: not
 				      * this stage's */
 	float *k, *v;                /* the stage's layers x max x Cq each */
-	float *x, *ln, *qkv, *y, *res, *fch, *fchg, *att, *part, *logits;
+	float *x, *ln, *qkv, *y, *res, *fch, *fchg, *att, *slice, *logits;
 	float mean, rstd;
 };
 
@@ -87,12 +87,12 @@ int gk_nn_decoder_new(gk_nn_decoder **out, gk_nn_model *m, gk_err *err)
 		for (int l = l0; l < l1; l++)
 			d->at[l] = (int)held++;
 	}
-	d->k = malloc((held ? held : 1) * max * Cq * sizeof(float));
-	d->v = malloc((held ? held : 1) * max * Cq * sizeof(float));
-	/* one block of scratch, carved in this order (part: a rank's
+	d->k = malloc(held * max * Cq * sizeof(float));
+	d->v = malloc(held * max * Cq * sizeof(float));
+	/* one block of scratch, carved in this order (slice: a rank's
 	 * vocabulary rows of the logits, zero in its padding) */
 	float **part[] = {&d->x, &d->ln, &d->qkv, &d->y, &d->res, &d->fch, &d->fchg,
-			  &d->att, &d->logits, &d->part};
+			  &d->att, &d->logits, &d->slice};
 	size_t len[] = {C, C, 3 * Cq, Cq, C, F, F, max, Vp, tp > 1 ? Vp / tp : 0};
 	size_t n = 0;
 	for (size_t i = 0; i < GK_ARRAY_SIZE(len); i++)
@@ -282,8 +282,8 @@ int gk_nn_decode_chunk(gk_nn_decoder *d, int chunk, int32_t tok, const float **l
 	int64_t Vl = m->c.vocab_pad / m->tp, real = m->c.vocab - (int64_t)m->tpr * Vl;
 	int nv = (int)(real < 0 ? 0 : real > Vl ? Vl : real);
 	if (nv > 0)
-		gk_nn_cpu_lmhead_fwd(d->part, d->ln, p + m->wte, 1, C, nv, (int)Vl, nt);
-	if (gather_logits(d, d->part, err) < 0)
+		gk_nn_cpu_lmhead_fwd(d->slice, d->ln, p + m->wte, 1, C, nv, (int)Vl, nt);
+	if (gather_logits(d, d->slice, err) < 0)
 		return -1;
 	*logits = d->logits;
 	return 0;

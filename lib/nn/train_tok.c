@@ -165,20 +165,21 @@ static int sample_begin(gk_nn_trainer *t, const char *prompt, int n, gk_nn_train
 
 /*
  * A model split over the grid samples in place (sample.c): rank 0 reads
- * the prompt (--prompt is each rank's own option) and sends its tokens
- * to every rank, the first data-parallel group's pipelines generate, and
- * rank 0, the first stage's tensor rank 0 of the first, prints. Under
- * ZeRO-3 each rank holds its stage's slices whole while it samples, as
- * evaluation does.
+ * the prompt and sends its tokens, its temperature and its top-k to every
+ * rank (each rank's own options, and the last stage picks), the first
+ * data-parallel group's pipelines generate, and rank 0, the first
+ * stage's tensor rank 0 of the first, prints. Under ZeRO-3 each rank
+ * holds its stage's slices whole while it samples, as evaluation does.
  */
 static int sample_grid(gk_nn_trainer *t, const char *prompt, int n, double temperature,
 		       int top_k, gk_nn_trainer_sampled *out, gk_err *err)
 {
 	const gk_nn_train_opts *r = &t->o;
 	int rc = t->rank == 0 ? sample_begin(t, prompt, n, out, err) : 0;
-	int32_t has[2] = {out->prompt != NULL, out->nprompt};
+	int32_t has[3] = {out->prompt != NULL, out->nprompt, top_k};
 	if (gk_nn_tr_agree_local(t, rc, err) < 0 ||
-	    gk_comm_broadcast(t->comm, has, has, 2, GK_DT_I32, 0, err) < 0)
+	    gk_comm_broadcast(t->comm, has, has, 3, GK_DT_I32, 0, err) < 0 ||
+	    gk_comm_broadcast(t->comm, &temperature, &temperature, 1, GK_DT_F64, 0, err) < 0)
 		return -1;
 	if (t->rank != 0) {
 		out->nprompt = has[1];
@@ -195,7 +196,7 @@ static int sample_grid(gk_nn_trainer *t, const char *prompt, int n, double tempe
 	if (t->grid.dp_rank == 0)
 		rc = gk_nn_sample_grid(t->m, t->grid.ppc, r->batch, r->seq,
 				       has[0] ? out->prompt : &r->eot, has[0] ? has[1] : 1, n,
-				       temperature, top_k, r->seed, out->ids, err);
+				       temperature, has[2], r->seed, out->ids, err);
 	gk_nn_dp_params_shard(t->dp);
 	return rc;
 }

@@ -11,17 +11,18 @@ forward), at tp 2, pp 2, tp 2 x pp 2, the interleaved schedule and tp 2
 with sequence parallelism prints the text of one rank byte for byte;
 under --tp the greedy tokens too (the tensor group'"'"'s sums add in
 another order than one rank'"'"'s: only a near tie of two logits could
-move a token). A sample after training under pp 2 x dp 2 with ZeRO-3 is
-one rank'"'"'s sample of the checkpoint the run wrote; --eval-only with
---sample under tp 2 x pp 2 from that checkpoint gives one rank'"'"'s text
-and its loss within 1e-6. --dump-data prints, per data-parallel group,
+move a token); the last stage picks with rank 0'"'"'s --prompt,
+--temperature and --top-k, whatever its own. A sample after training
+under pp 2 x dp 2 with ZeRO-3 is one rank'"'"'s sample of the checkpoint
+the run wrote; --eval-only with --sample under tp 2 x pp 2 from that
+checkpoint gives one rank'"'"'s text and its loss within 1e-6. --dump-data prints, per data-parallel group,
 what a run of that many ranks prints. On GPUs --sample with --tp or --pp
 is refused, naming the CPU backend.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
 M="--layers 4 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1"
-# 40 tokens after a prompt of 4: past the window of 16 after 12
+# 40 tokens after a prompt of 3: past the window of 16 after 13
 G="--sample 40 --prompt int --seed 3 --top-k 20 -q"
 
 sample_tokens() {
@@ -79,6 +80,14 @@ for grid in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2" \
 		esac
 	"
 done
+
+# the last stage picks, but with rank 0's --prompt, --temperature and --top-k
+test_expect_success MPI 'pp 2, the last stage given other sampling options: rank 0'"'"'s text' '
+	timeout 300 mpirun --oversubscribe --bind-to none -np 2 sh -c \
+		"if test \$OMPI_COMM_WORLD_RANK = 1; then set -- --prompt xyz --temperature 0 --top-k 1; fi &&
+		 exec gpu-train --init-from wide $M $G --pp 2 \"\$@\"" >grid.txt &&
+	test_cmp one.txt grid.txt
+'
 
 test_expect_success MPI 'sample after training, pp 2 x dp 2 under ZeRO-3: one rank'"'"'s of its checkpoint' '
 	mpi 4 --data train.bin $M --batch 2 --grad-accum 2 --steps 3 --lr 3e-3 --warmup 2 \
