@@ -19,12 +19,12 @@
  * and values; a pipeline stage runs and caches its layers, the row of
  * the residual stream (C floats) passed stage to stage as a message.
  * The head's logits, split by vocabulary rows, are gathered on the
- * group (vocab_pad floats a token, against the layers' 2 L allreduces
- * of C), as Megatron-LM's text generation gathers them
- * (parallel_output=False): the sampler then reads the whole row in the
- * vocabulary's order, as one rank's does, so that the same logits give
- * the same token; a vocabulary-parallel top-k and softmax would sum the
- * probabilities in another order. The last stage's tensor rank 0 picks,
+ * group (vocab_pad floats a token, beside the 2 L + 1 allreduces of C
+ * floats of the embedding and the layers), as Megatron-LM's text
+ * generation gathers them (parallel_output=False): the sampler then
+ * reads the whole row in the vocabulary's order, as one rank's does, so
+ * that the same logits give the same token; a vocabulary-parallel top-k
+ * and softmax would sum the probabilities in another order. The last stage's tensor rank 0 picks,
  * and the token goes to its group and then to every stage of its
  * pipeline, so that each stage keeps the history and knows, without
  * another message, whether the next token goes through the cache or a
