@@ -566,16 +566,28 @@ static void data_note(void *ctx, const char *msg)
 	}
 }
 
-/* --dump-data: what the trainer would read, per rank, without a model. */
-static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
+/*
+ * --dump-data: what the trainer would read, per data-parallel rank,
+ * without a model. The ranks of a tensor group and of a pipeline read
+ * their data-parallel group's micro-batches: its first rank prints them,
+ * as a run of that many ranks without --tp and --pp does.
+ */
+static int dump_data(const char *src, const gk_nn_data_opts *base, const gk_nn_train_opts *tr,
+		     int64_t n)
 {
 	gk_err err = {0};
 	gk_rank_info ri;
+	gk_nn_grid g;
 	if (gk_rank_discover(&ri, &err) < 0)
 		return gk_cli_fail(&cli, &err);
+	if (gk_nn_grid_layout_pp(ri.world, tr->tp > 1 ? tr->tp : 1, tr->pp > 1 ? tr->pp : 1, ri.rank,
+				 &g, &err) < 0)
+		gk_cli_usage_error(&cli, "%s", err.msg);
+	if (g.tp_rank || g.pp_rank)
+		return 0;
 	gk_nn_data_opts o = *base;
-	o.rank = ri.rank;
-	o.world = ri.world;
+	o.rank = g.dp_rank;
+	o.world = g.dp;
 	o.loop = 1;
 	gk_nn_data *d;
 	if (gk_nn_data_open(&d, src, &o, &err) < 0)
@@ -596,7 +608,8 @@ static int dump_data(const char *src, const gk_nn_data_opts *base, int64_t n)
 			json_array_append_new(r, json_integer(tg[(size_t)b * o.seq + o.seq - 1]));
 			json_array_append_new(rows, r);
 		}
-		emit(json_pack("{s:i,s:I,s:o}", "rank", ri.rank, "micro", (json_int_t)k, "rows", rows));
+		emit(json_pack("{s:i,s:I,s:o}", "rank", g.dp_rank, "micro", (json_int_t)k, "rows",
+			       rows));
 	}
 	free(in);
 	free(tg);
@@ -683,8 +696,8 @@ static void parse_args(int argc, char **argv, args *a)
 	 * checks again once --device auto has chosen) */
 	gk_err err = {0};
 	int cuda = a->o.device == GK_NN_AUTO ? -1 : a->o.device == GK_NN_CUDA;
-	if (gk_nn_train_check(&a->o, cuda, -1, (a->sample ? GK_NN_CHECK_SAMPLE : 0) |
-			      (a->dump ? GK_NN_CHECK_DUMP : 0), &err) < 0)
+	a->o.sample = a->sample != 0;
+	if (gk_nn_train_check(&a->o, cuda, -1, a->sample ? GK_NN_CHECK_SAMPLE : 0, &err) < 0)
 		gk_cli_usage_error(&cli, "%s", err.msg);
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "
@@ -941,7 +954,7 @@ int main(int argc, char **argv)
 		gk_nn_data_opts d;
 		a.o.data_note = data_note;
 		gk_nn_train_data_opts(&a.o, a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB, &d);
-		return gk_cli_finish(&cli, dump_data(a.o.data, &d, a.dump));
+		return gk_cli_finish(&cli, dump_data(a.o.data, &d, &a.o, a.dump));
 	}
 	/* the launcher's first rank says a signal's note for the job, from
 	 * the start (the trainer's setup has collectives a rank can die in) */

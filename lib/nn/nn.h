@@ -677,19 +677,35 @@ int gk_nn_plan_cuda(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, 
  * Generation with a key/value cache (CPU models): gk_nn_decode appends
  * token tok at the next position (0, 1, ... up to the model's positions)
  * and sets *logits to the vocab_pad logits that follow it, valid until
- * the next call. A CUDA model is refused.
+ * the next call. A CUDA model is refused. A model split by tensor
+ * parallelism caches its heads' keys and values, and every rank of the
+ * group calls each function together (its sums are the group's; *logits
+ * is the whole row, gathered).
+ *
+ * A pipeline stage (pp > 1) caches its layers and decodes with
+ * gk_nn_decode_chunk, chunk c of its layers (0 .. pp_chunks - 1; 0 alone
+ * but under the interleaved schedule): the first chunk of the first
+ * stage embeds tok; any other reads the C floats of
+ * gk_nn_decoder_stream, the previous chunk's output (the previous
+ * stage's, put there by the caller), and leaves its own there; the last
+ * chunk of the last stage sets *logits (else NULL). The position moves
+ * on after the stage's last chunk.
  */
 typedef struct gk_nn_decoder gk_nn_decoder;
 int gk_nn_decoder_new(gk_nn_decoder **out, gk_nn_model *m, gk_err *err);
 int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
 		 gk_err *err);
+int gk_nn_decode_chunk(gk_nn_decoder *d, int chunk, int32_t tok, const float **logits,
+		       gk_err *err);
+float *gk_nn_decoder_stream(gk_nn_decoder *d);
 int gk_nn_decoder_len(const gk_nn_decoder *d);
 void gk_nn_decoder_reset(gk_nn_decoder *d);
 void gk_nn_decoder_free(gk_nn_decoder *d);
 /*
  * The logits after a window of w <= seq tokens (CPU model): a forward of
  * that one sequence, not of the whole training batch. A backward then
- * needs a new gk_nn_forward first.
+ * needs a new gk_nn_forward first. A split model is refused (its window
+ * is gk_nn_sample_grid's).
  */
 int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
 			 const float **logits, gk_err *err);
@@ -708,11 +724,27 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 /*
  * The same after the np >= 1 tokens of prompt (each in the vocabulary):
  * the history starts with them, as transformers' generate() starts from
- * its input_ids, and out gets the n tokens that follow.
+ * its input_ids, and out gets the n tokens that follow. A model split by
+ * tensor or pipeline parallelism is refused (gk_nn_sample_grid).
  */
 int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *prompt, int np,
 			int n, double temperature, int top_k, uint64_t seed, int32_t *out,
 			gk_err *err);
+/*
+ * The same on a model split over a grid (tensor parallelism, pipeline
+ * stages; the CPU backend), decoded in place with the cache: every rank
+ * of one pipeline calls it with the same arguments, pipe the pipeline's
+ * communicator (its ranks the stages in order; ignored at pp 1). Each
+ * token passes the stages' chunks as messages (the row of the residual
+ * stream, C floats; past the window a forward of it, T x C), the tensor
+ * group gathers the logits, the last stage's tensor rank 0 picks as
+ * gk_nn_sample_prompt does and the token goes to every rank: out is the
+ * same on all, and the tokens are one rank's for the same logits. -1
+ * with err: as gk_nn_sample_prompt, a GPU model, a message that failed.
+ */
+int gk_nn_sample_grid(gk_nn_model *m, struct gk_comm *pipe, int batch, int seq,
+		      const int32_t *prompt, int np, int n, double temperature, int top_k,
+		      uint64_t seed, int32_t *out, gk_err *err);
 /*
  * The tokens of the len bytes of text, for a model of configuration c
  * and its tokenizer tok (NULL: none): the one place text becomes tokens.

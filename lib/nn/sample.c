@@ -11,6 +11,24 @@
  * logits agree with a forward over the same prefix to float rounding
  * (the attention sums in another order), which tests/unit/nn_misc.c
  * checks position by position.
+ *
+ * A model split over a grid decodes in place, never gathered: under
+ * tensor parallelism each rank of the group runs its heads (its columns
+ * of c_attn and c_fc, its rows of the projections, the sums over the
+ * group between them, as model.c's forward) and caches its heads' keys
+ * and values; a pipeline stage runs and caches its layers, the row of
+ * the residual stream (C floats) passed stage to stage as a message.
+ * The head's logits, split by vocabulary rows, are gathered on the
+ * group (vocab_pad floats a token, beside the 2 L + 1 allreduces of C
+ * floats of the embedding and the layers), as Megatron-LM's text
+ * generation gathers them (parallel_output=False): the sampler then
+ * reads the whole row in the vocabulary's order, as one rank's does, so
+ * that the same logits give the same token; a vocabulary-parallel top-k
+ * and softmax would sum the probabilities in another order. The last stage's tensor rank 0 picks,
+ * and the token goes to its group and then to every stage of its
+ * pipeline, so that each stage keeps the history and knows, without
+ * another message, whether the next token goes through the cache or a
+ * forward of the window.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,42 +37,67 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "nn/internal.h"
 #include "nn/math.h"
 
 struct gk_nn_decoder {
 	gk_nn_model *m;
 	int len, max;                /* positions cached; capacity */
-	float *k, *v;                /* layers x max x C each */
-	float *x, *ln, *qkv, *y, *res, *fch, *fchg, *att, *logits;
+	int *at;                     /* layer l's place in the cache; -1: not
+				      * this stage's */
+	float *k, *v;                /* the stage's layers x max x Cq each */
+	float *x, *ln, *qkv, *y, *res, *fch, *fchg, *att, *slice, *logits;
 	float mean, rstd;
 };
+
+/* a stage's model chunks: the interleaved schedule's, else one */
+static int chunks(const gk_nn_model *m)
+{
+	return m->ppv > 1 ? m->ppv : 1;
+}
+
+/* the layers [*l0, *l1) of this stage's chunk c (the model's at pp 1) */
+static void chunk_layers(const gk_nn_model *m, int c, int *l0, int *l1)
+{
+	gk_err ignore;
+	gk_nn_pp_chunk_layers(m->c.layers, m->pp, m->ppv, m->ppr, c, l0, l1, &ignore);
+}
 
 int gk_nn_decoder_new(gk_nn_decoder **out, gk_nn_model *m, gk_err *err)
 {
 	*out = NULL;
 	if (m->cu)
 		return gk_errf(err, "decoding with a cache: the model is on the GPU");
-	if (m->tp > 1)
-		return gk_errf(err, "decoding with a cache: the model is split by tensor "
-			       "parallelism (it decodes whole)");
-	size_t C = (size_t)m->c.hidden, L = (size_t)m->c.layers;
-	size_t max = (size_t)m->c.positions;
+	size_t C = (size_t)m->c.hidden, L = (size_t)m->c.layers, tp = (size_t)m->tp;
+	size_t Cq = C / tp, F = 4 * C / tp, Vp = (size_t)m->c.vocab_pad;
+	size_t max = (size_t)m->c.positions, held = 0;
 	gk_nn_decoder *d = calloc(1, sizeof(*d));
-	if (!d)
+	if (!d || !(d->at = malloc(L * sizeof(int)))) {
+		free(d);
 		return gk_err_sys(err, ENOMEM, "decoder");
+	}
 	d->m = m;
 	d->max = (int)max;
-	d->k = malloc(L * max * C * sizeof(float));
-	d->v = malloc(L * max * C * sizeof(float));
-	/* one block of scratch, carved in this order */
+	for (size_t l = 0; l < L; l++)
+		d->at[l] = -1;
+	for (int c = 0; c < chunks(m); c++) {
+		int l0, l1;
+		chunk_layers(m, c, &l0, &l1);
+		for (int l = l0; l < l1; l++)
+			d->at[l] = (int)held++;
+	}
+	d->k = malloc(held * max * Cq * sizeof(float));
+	d->v = malloc(held * max * Cq * sizeof(float));
+	/* one block of scratch, carved in this order (slice: a rank's
+	 * vocabulary rows of the logits, zero in its padding) */
 	float **part[] = {&d->x, &d->ln, &d->qkv, &d->y, &d->res, &d->fch, &d->fchg,
-			  &d->att, &d->logits};
-	size_t len[] = {C, C, 3 * C, C, C, 4 * C, 4 * C, max, (size_t)m->c.vocab_pad};
+			  &d->att, &d->logits, &d->slice};
+	size_t len[] = {C, C, 3 * Cq, Cq, C, F, F, max, Vp, tp > 1 ? Vp / tp : 0};
 	size_t n = 0;
 	for (size_t i = 0; i < GK_ARRAY_SIZE(len); i++)
 		n += len[i];
-	float *s = malloc(n * sizeof(float));
+	float *s = calloc(n, sizeof(float));
 	if (!d->k || !d->v || !s) {
 		free(s);
 		gk_nn_decoder_free(d);
@@ -72,6 +115,7 @@ void gk_nn_decoder_free(gk_nn_decoder *d)
 {
 	if (!d)
 		return;
+	free(d->at);
 	free(d->k);
 	free(d->v);
 	free(d->x);
@@ -88,18 +132,25 @@ int gk_nn_decoder_len(const gk_nn_decoder *d)
 	return d->len;
 }
 
-/* y (C) = causal attention of the newest row's queries over rows 0..t */
+float *gk_nn_decoder_stream(gk_nn_decoder *d)
+{
+	return d->x;
+}
+
+/* y (Cq) = causal attention of the newest row's queries over rows 0..t,
+ * for the rank's heads */
 static void attend(gk_nn_decoder *d, int l, int t)
 {
 	const gk_nn_model *m = d->m;
 	int C = (int)m->c.hidden, NH = (int)m->c.heads, hs = C / NH;
+	int Cq = C / m->tp, NHq = NH / m->tp;
 	float scale = 1.0f / sqrtf((float)hs);
-	const float *K = d->k + (size_t)l * d->max * C;
-	const float *V = d->v + (size_t)l * d->max * C;
-	for (int h = 0; h < NH; h++) {
+	const float *K = d->k + (size_t)d->at[l] * d->max * Cq;
+	const float *V = d->v + (size_t)d->at[l] * d->max * Cq;
+	for (int h = 0; h < NHq; h++) {
 		const float *q = d->qkv + h * hs;
 		for (int j = 0; j <= t; j++) {
-			const float *k = K + (size_t)j * C + h * hs;
+			const float *k = K + (size_t)j * Cq + h * hs;
 			float s = 0.0f;
 			for (int i = 0; i < hs; i++)
 				s += q[i] * k[i];
@@ -109,7 +160,7 @@ static void attend(gk_nn_decoder *d, int l, int t)
 		float *y = d->y + h * hs;
 		memset(y, 0, (size_t)hs * sizeof(float));
 		for (int j = 0; j <= t; j++) {
-			const float *v = V + (size_t)j * C + h * hs;
+			const float *v = V + (size_t)j * Cq + h * hs;
 			float a = d->att[j];
 			for (int i = 0; i < hs; i++)
 				y[i] += a * v[i];
@@ -117,63 +168,189 @@ static void attend(gk_nn_decoder *d, int l, int t)
 	}
 }
 
-int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits,
-		 gk_err *err)
+/* the tensor group's sum of n floats in place; nothing at tp 1 */
+static int group_sum(gk_nn_model *m, float *x, size_t n, gk_err *err)
+{
+	if (m->tp == 1)
+		return 0;
+	return gk_comm_allreduce(m->tpc, x, x, n, GK_DT_F32, GK_COMM_SUM, NULL, err);
+}
+
+/*
+ * out (C) = res + inp (K) @ w + b; row-parallel under tensor
+ * parallelism, as model.c's proj_fwd: the group's sum of its products,
+ * then the residual and the bias once.
+ */
+static int proj(gk_nn_model *m, float *out, const float *inp, const float *w, const float *b,
+		const float *res, int K, gk_err *err)
+{
+	int C = (int)m->c.hidden;
+	if (m->tp == 1) {
+		gk_nn_cpu_matmul_fwd(out, inp, w, b, res, NULL, 0, 1, K, C, m->nt);
+		return 0;
+	}
+	gk_nn_cpu_matmul_fwd(out, inp, w, NULL, NULL, NULL, 0, 1, K, C, m->nt);
+	if (group_sum(m, out, (size_t)C, err) < 0)
+		return -1;
+	gk_nn_tp_row_finish(out, res, b, 1, C, m->nt);
+	return 0;
+}
+
+/* x = the embedding of tok at position t: vocabulary-parallel under
+ * tensor parallelism (the group's sum of its masked lookups) */
+static int embed(gk_nn_decoder *d, int32_t tok, int t, gk_err *err)
+{
+	gk_nn_model *m = d->m;
+	int C = (int)m->c.hidden;
+	const float *p = m->params;
+	if (m->tp == 1) {
+		for (int c = 0; c < C; c++)
+			d->x[c] = p[m->wte + (size_t)tok * C + c] + p[m->wpe + (size_t)t * C + c];
+		return 0;
+	}
+	int64_t Vl = m->c.vocab_pad / m->tp;
+	gk_nn_tp_embed_fwd(d->x, &tok, p + m->wte, (int64_t)m->tpr * Vl, (int)Vl, 1, C, m->nt);
+	if (group_sum(m, d->x, (size_t)C, err) < 0)
+		return -1;
+	gk_nn_tp_add_pos(d->x, p + m->wpe, 1, 1, t, C, m->nt);
+	return 0;
+}
+
+/* The whole row of logits in d->logits from this rank's vocabulary rows
+ * (lg, vocab_pad / tp of them): gathered over the tensor group. */
+static int gather_logits(gk_nn_decoder *d, const float *lg, gk_err *err)
+{
+	gk_nn_model *m = d->m;
+	size_t Vl = (size_t)(m->c.vocab_pad / m->tp);
+	return gk_comm_allgather(m->tpc, lg, d->logits, Vl, GK_DT_F32, NULL, err);
+}
+
+int gk_nn_decode_chunk(gk_nn_decoder *d, int chunk, int32_t tok, const float **logits,
+		       gk_err *err)
 {
 	gk_nn_model *m = d->m;
 	int C = (int)m->c.hidden, L = (int)m->c.layers, nt = m->nt;
-	int V = (int)m->c.vocab, Vp = (int)m->c.vocab_pad;
+	int Cq = C / m->tp, F = 4 * C / m->tp;
 	float eps = m->c.ln_eps;
-	if (tok < 0 || tok >= V)
-		return gk_errf(err, "decode token %d: not in 0..%d", tok, V - 1);
+	int l0, l1;
+	*logits = NULL;
+	if (chunk < 0 || chunk >= chunks(m))
+		return gk_errf(err, "decode: no chunk %d of this stage's %d", chunk, chunks(m));
+	if (tok < 0 || tok >= m->c.vocab)
+		return gk_errf(err, "decode token %d: not in 0..%" PRId64, tok, m->c.vocab - 1);
 	if (d->len >= d->max)
 		return gk_errf(err, "decode: all %d positions are used", d->max);
+	chunk_layers(m, chunk, &l0, &l1);
 	int t = d->len;
 	const float *p = m->params;
 	gk_nn_cpu_threads(nt);
-	for (int c = 0; c < C; c++)
-		d->x[c] = p[m->wte + (size_t)tok * C + c] + p[m->wpe + (size_t)t * C + c];
-	for (int l = 0; l < L; l++) {
+	if (l0 == 0 && embed(d, tok, t, err) < 0)
+		return -1;
+	for (int l = l0; l < l1; l++) {
 		const gk_nn_block_off *o = &m->blk[l];
 		gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->x, p + o->ln1w,
 					p + o->ln1b, 1, C, eps, nt);
 		gk_nn_cpu_matmul_fwd(d->qkv, d->ln, p + o->qkvw, p + o->qkvb, NULL, NULL,
-				     0, 1, C, 3 * C, nt);
-		size_t at = ((size_t)l * d->max + (size_t)t) * C;
-		memcpy(d->k + at, d->qkv + C, (size_t)C * sizeof(float));
-		memcpy(d->v + at, d->qkv + 2 * C, (size_t)C * sizeof(float));
+				     0, 1, C, 3 * Cq, nt);
+		size_t at = ((size_t)d->at[l] * d->max + (size_t)t) * Cq;
+		memcpy(d->k + at, d->qkv + Cq, (size_t)Cq * sizeof(float));
+		memcpy(d->v + at, d->qkv + 2 * Cq, (size_t)Cq * sizeof(float));
 		attend(d, l, t);
-		gk_nn_cpu_matmul_fwd(d->res, d->y, p + o->attprojw, p + o->attprojb, d->x,
-				     NULL, 0, 1, C, C, nt);
+		if (proj(m, d->res, d->y, p + o->attprojw, p + o->attprojb, d->x, Cq, err) < 0)
+			return -1;
 		gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->res, p + o->ln2w,
 					p + o->ln2b, 1, C, eps, nt);
 		gk_nn_cpu_matmul_fwd(d->fch, d->ln, p + o->fcw, p + o->fcb, NULL, d->fchg,
-				     0, 1, C, 4 * C, nt);
-		gk_nn_cpu_matmul_fwd(d->x, d->fchg, p + o->fcprojw, p + o->fcprojb, d->res,
-				     NULL, 0, 1, 4 * C, C, nt);
+				     0, 1, C, F, nt);
+		if (proj(m, d->x, d->fchg, p + o->fcprojw, p + o->fcprojb, d->res, F, err) < 0)
+			return -1;
 	}
+	/* the stage's last chunk: the position is taken */
+	if (chunk == chunks(m) - 1)
+		d->len++;
+	if (l1 < L)
+		return 0;
 	gk_nn_cpu_layernorm_fwd(d->ln, &d->mean, &d->rstd, d->x, p + m->lnfw, p + m->lnfb,
 				1, C, eps, nt);
-	gk_nn_cpu_lmhead_fwd(d->logits, d->ln, p + m->wte, 1, C, V, Vp, nt);
-	d->len++;
+	if (m->tp == 1) {
+		gk_nn_cpu_lmhead_fwd(d->logits, d->ln, p + m->wte, 1, C, (int)m->c.vocab,
+				     (int)m->c.vocab_pad, nt);
+		*logits = d->logits;
+		return 0;
+	}
+	/* this rank's vocabulary rows (none real: all padding) */
+	int64_t Vl = m->c.vocab_pad / m->tp, real = m->c.vocab - (int64_t)m->tpr * Vl;
+	int nv = (int)(real < 0 ? 0 : real > Vl ? Vl : real);
+	if (nv > 0)
+		gk_nn_cpu_lmhead_fwd(d->slice, d->ln, p + m->wte, 1, C, nv, (int)Vl, nt);
+	if (gather_logits(d, d->slice, err) < 0)
+		return -1;
 	*logits = d->logits;
 	return 0;
 }
 
-/*
- * Past the window every position moves, so the cache is of no use: one
- * forward of the window as a batch of one sequence (the first row of the
- * model's activations; the batch size is put back after).
- */
-int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
-			 const float **logits, gk_err *err)
+int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits, gk_err *err)
 {
-	int T = m->o.seq, B = m->o.batch;
-	if (m->cu)
-		return gk_errf(err, "forward of one window: the model is on the GPU");
-	if (m->tp > 1)
-		return gk_errf(err, "forward of one window: the model is split by tensor "
-			       "parallelism (it samples whole)");
+	if (d->m->pp > 1)
+		return gk_errf(err, "decode: a pipeline stage decodes its chunks "
+			       "(gk_nn_decode_chunk)");
+	return gk_nn_decode_chunk(d, 0, tok, logits, err);
+}
+
+/* ---- a token's pass through the pipeline's stages ---- */
+
+/* n floats from or to stage peer of the pipeline pipe */
+static int recv_from(gk_comm *pipe, float *buf, size_t n, int peer, gk_err *err)
+{
+	gk_comm_req *r;
+	if (gk_comm_irecv(pipe, buf, n, GK_DT_F32, peer, &r, err) < 0 || gk_comm_wait(r, err) < 0)
+		return gk_err_prefix(err, "sample: pipeline stage %d's activations", peer);
+	return 0;
+}
+
+static int send_to(gk_comm *pipe, const float *buf, size_t n, int peer, gk_err *err)
+{
+	gk_comm_req *r;
+	if (gk_comm_isend(pipe, buf, n, GK_DT_F32, peer, &r, err) < 0 || gk_comm_wait(r, err) < 0)
+		return gk_err_prefix(err, "sample: to pipeline stage %d", peer);
+	return 0;
+}
+
+/*
+ * Token tok through the cache: this stage's chunks in turn, each after
+ * the previous stage's (the ring of the interleaved schedule's chunks),
+ * the row of the residual stream received before and sent after. *lg:
+ * the logits on the last stage, else NULL.
+ */
+static int decode_pass(gk_nn_decoder *d, gk_comm *pipe, int32_t tok, const float **lg,
+		       gk_err *err)
+{
+	const gk_nn_model *m = d->m;
+	int S = m->pp, s = m->ppr, V = chunks(m);
+	size_t C = (size_t)m->c.hidden;
+	for (int c = 0; c < V; c++) {
+		int first = s == 0 && c == 0, last = s == S - 1 && c == V - 1;
+		if ((!first && recv_from(pipe, d->x, C, (s + S - 1) % S, err) < 0) ||
+		    gk_nn_decode_chunk(d, c, tok, lg, err) < 0 ||
+		    (!last && send_to(pipe, d->x, C, (s + 1) % S, err) < 0))
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * The logits after a window of w tokens: one forward of that sequence
+ * (the first row of the model's activations; the batch size is put back
+ * after), through the stages' chunks as decode_pass, the T x C floats of
+ * the row passed between them. Under tensor parallelism the logits are
+ * gathered into full (vocab_pad floats). *logits: on the last stage.
+ */
+static int window_pass(gk_nn_model *m, gk_comm *pipe, const int32_t *tokens, int w, float *full,
+		       const float **logits, gk_err *err)
+{
+	int T = m->o.seq, B = m->o.batch, S = m->pp, s = m->ppr, V = chunks(m);
+	size_t n = (size_t)T * (size_t)m->c.hidden;
+	*logits = NULL;
 	if (w < 1 || w > T)
 		return gk_errf(err, "forward of one window: %d tokens, not 1..%d", w, T);
 	int32_t *row = malloc((size_t)T * sizeof(*row));
@@ -183,14 +360,45 @@ int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
 	for (int t = w; t < T; t++) /* after the last: causal, never seen */
 		row[t] = tokens[0];
 	m->o.batch = 1;
-	int rc = gk_nn_forward(m, row, NULL, NULL, err);
+	gk_nn_pp_use_slot(m, 0);
+	int rc = 0;
+	for (int c = 0; c < V && rc == 0; c++) {
+		int first = s == 0 && c == 0, last = s == S - 1 && c == V - 1;
+		gk_nn_pp_use_chunk(m, c);
+		rc = (!first && recv_from(pipe, gk_nn_pp_input(m), n, (s + S - 1) % S, err) < 0) ||
+		     gk_nn_forward(m, row, NULL, NULL, err) < 0 ||
+		     (!last && send_to(pipe, gk_nn_pp_output(m), n, (s + 1) % S, err) < 0) ? -1 : 0;
+	}
 	m->o.batch = B;
 	/* the activations hold one row, not the batch: no backward of it */
 	m->have_fwd = 0;
 	free(row);
-	if (rc == 0)
-		*logits = gk_nn_logits(m, 0, w - 1);
-	return rc;
+	if (rc < 0 || s < S - 1)
+		return rc;
+	const float *lg = gk_nn_logits(m, 0, w - 1);
+	if (m->tp > 1) {
+		size_t Vl = (size_t)(m->c.vocab_pad / m->tp);
+		if (gk_comm_allgather(m->tpc, lg, full, Vl, GK_DT_F32, NULL, err) < 0)
+			return -1;
+		lg = full;
+	}
+	*logits = lg;
+	return 0;
+}
+
+/*
+ * Past the window every position moves, so the cache is of no use: one
+ * forward of the window as a batch of one sequence.
+ */
+int gk_nn_forward_window(gk_nn_model *m, const int32_t *tokens, int w,
+			 const float **logits, gk_err *err)
+{
+	if (m->cu)
+		return gk_errf(err, "forward of one window: the model is on the GPU");
+	if (m->tp > 1 || m->pp > 1)
+		return gk_errf(err, "forward of one window: the model is split by tensor or "
+			       "pipeline parallelism (gk_nn_sample_grid samples it)");
+	return window_pass(m, NULL, tokens, w, NULL, logits, err);
 }
 
 /* ---- sampling ---- */
@@ -325,17 +533,39 @@ int gk_nn_sample(gk_nn_model *m, int batch, int seq, int32_t start, int n,
 				   err);
 }
 
-int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *prompt, int np,
-			int n, double temperature, int top_k, uint64_t seed, int32_t *out,
-			gk_err *err)
+/*
+ * The token after the logits lg, picked by the last stage's tensor rank
+ * 0 and sent to its tensor group, then from the last stage to every
+ * stage of the pipeline (nothing to send on one rank).
+ */
+static int share_token(gk_nn_model *m, gk_comm *pipe, int32_t *tok, gk_err *err)
+{
+	int S = m->pp, s = m->ppr;
+	if (m->tp > 1 && s == S - 1 &&
+	    gk_comm_broadcast(m->tpc, tok, tok, 1, GK_DT_I32, 0, err) < 0)
+		return -1;
+	if (S > 1 && gk_comm_broadcast(pipe, tok, tok, 1, GK_DT_I32, S - 1, err) < 0)
+		return gk_err_prefix(err, "sample: the token from pipeline stage %d", S - 1);
+	return 0;
+}
+
+static int generate(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int32_t *prompt,
+		    int np, int n, double temperature, int top_k, uint64_t seed, int32_t *out,
+		    gk_err *err)
 {
 	const gk_nn_config *c = gk_nn_config_of(m);
+	int grid = m->tp > 1 || m->pp > 1;
 	if (np < 1)
 		return gk_errf(err, "sample: an empty prompt");
 	for (int i = 0; i < np; i++)
 		if (prompt[i] < 0 || prompt[i] >= c->vocab)
 			return gk_errf(err, "sample: prompt token %d at %d is not in 0..%" PRId64,
 				       prompt[i], i, c->vocab - 1);
+	if (grid && m->cu)
+		return gk_errf(err, "sample: a model split by tensor or pipeline parallelism on "
+			       "GPUs (the CPU backend samples it)");
+	if (m->pp > 1 && !pipe)
+		return gk_errf(err, "sample: a pipeline stage without its pipeline's communicator");
 	int32_t *row = malloc((size_t)batch * (size_t)seq * sizeof(int32_t));
 	double *p = malloc((size_t)c->vocab * sizeof(double));
 	int32_t *hist = malloc(((size_t)n + (size_t)np) * sizeof(int32_t));
@@ -345,9 +575,17 @@ int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *promp
 		free(row), free(p), free(hist);
 		return gk_err_sys(err, ENOMEM, "sample");
 	}
-	/* no cache on a GPU model (or without the memory): full forwards */
-	if (gk_nn_decoder_new(&d, m, &why) < 0)
+	/* no cache on a GPU model (or without the memory): full forwards; a
+	 * split model has its cache, or fails */
+	if (gk_nn_decoder_new(&d, m, grid ? err : &why) < 0) {
 		d = NULL;
+		if (grid) {
+			free(row), free(p), free(hist);
+			return -1;
+		}
+	}
+	/* who picks: the last stage's tensor rank 0 (the only rank at 1) */
+	int picks = m->ppr == m->pp - 1 && m->tpr == 0;
 	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
 	memcpy(hist, prompt, (size_t)np * sizeof(int32_t));
 	int len = np, rc = 0;
@@ -357,10 +595,10 @@ int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *promp
 			/* the history is the window: positions 0..len-1; the
 			 * cache takes those it lacks (the whole prompt first) */
 			while (rc == 0 && gk_nn_decoder_len(d) < len)
-				rc = gk_nn_decode(d, hist[gk_nn_decoder_len(d)], &lg, err);
+				rc = decode_pass(d, pipe, hist[gk_nn_decoder_len(d)], &lg, err);
 		} else if (d) {
 			int first = len > seq ? len - seq : 0;
-			rc = gk_nn_forward_window(m, hist + first, len - first, &lg, err);
+			rc = window_pass(m, pipe, hist + first, len - first, d->logits, &lg, err);
 		} else {
 			/* the last seq tokens of the history in row 0 */
 			int first = len > seq ? len - seq : 0, w = len - first;
@@ -370,12 +608,35 @@ int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *promp
 			rc = gk_nn_forward(m, row, NULL, NULL, err);
 			lg = rc == 0 ? gk_nn_logits(m, 0, w - 1) : NULL;
 		}
+		int32_t tok = 0;
+		if (rc == 0 && picks)
+			tok = pick(lg, c->vocab, temperature, top_k, &s, p);
+		if (rc == 0 && grid)
+			rc = share_token(m, pipe, &tok, err);
 		if (rc == 0) {
-			out[i] = pick(lg, c->vocab, temperature, top_k, &s, p);
-			hist[len++] = out[i];
+			out[i] = tok;
+			hist[len++] = tok;
 		}
 	}
 	gk_nn_decoder_free(d);
 	free(row), free(p), free(hist);
 	return rc;
+}
+
+int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *prompt, int np,
+			int n, double temperature, int top_k, uint64_t seed, int32_t *out,
+			gk_err *err)
+{
+	if (m->tp > 1 || m->pp > 1)
+		return gk_errf(err, "sample: the model is split by tensor or pipeline "
+			       "parallelism (gk_nn_sample_grid samples it)");
+	return generate(m, NULL, batch, seq, prompt, np, n, temperature, top_k, seed, out, err);
+}
+
+int gk_nn_sample_grid(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int32_t *prompt,
+		      int np, int n, double temperature, int top_k, uint64_t seed, int32_t *out,
+		      gk_err *err)
+{
+	return generate(m, m->pp > 1 ? pipe : NULL, batch, seq, prompt, np, n, temperature,
+			top_k, seed, out, err);
 }

@@ -172,6 +172,9 @@ typedef struct gk_nn_train_opts {
 				 * rank writing its range (model-rank-*) */
 	int64_t eval_every, eval_batches; /* eval_batches <= 0: all the data */
 	int eval_only;
+	int sample;             /* gk_nn_trainer_sample follows the run: its
+				 * refusals (gk_nn_train_check) come before
+				 * any work */
 	int skip_nonfinite;     /* skip (and count) a step whose loss or norm is not
 				 * finite; GK_NN_MAX_SKIPS in a row end the run */
 	int ckpt_continue;      /* a failed checkpoint: warn (hook) and train on */
@@ -259,13 +262,14 @@ void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_
  * device, --tp and --pp, --offload-chunk. cuda: 1 on a GPU, 0 on the CPU,
  * -1 not known yet (--device auto before every rank looked: the rules of
  * a device are left to the run's check); world: the data-parallel ranks,
- * -1 not known yet. tool: what else the run does (GK_NN_CHECK_*, which
- * --tp and --pp refuse). 0, or -1 with err saying which options and what
- * to give instead (the caller's usage error). gpu-train calls it on its
- * command line (cuda from --device, or -1), the trainer once the device
- * is chosen.
+ * -1 not known yet. tool: what else the run does (GK_NN_CHECK_SAMPLE:
+ * --sample, which --tp and --pp refuse on GPUs; the trainer takes it from
+ * o's sample). 0, or -1 with err saying which options and what to give
+ * instead (the caller's usage error). gpu-train calls it on its command
+ * line (cuda from --device, or -1), the trainer once the device is
+ * chosen.
  */
-enum { GK_NN_CHECK_SAMPLE = 1, GK_NN_CHECK_DUMP = 2 };
+enum { GK_NN_CHECK_SAMPLE = 1 };
 int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err);
 
 /*
@@ -659,7 +663,11 @@ uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t);
  * calls it: rank 0 generates, the others return 0 with out empty (under
  * ZeRO-3 once they have sent rank 0 their range of the parameters, which
  * it holds whole while it samples and releases after; a prompt it cannot
- * read is then the job's failure, agreed).
+ * read is then the job's failure, agreed). Under tensor or pipeline
+ * parallelism (the CPU backend) the model is never gathered: the first
+ * data-parallel group's pipelines generate together (gk_nn_sample_grid),
+ * each rank with its slices and stage (under ZeRO-3 its stage's slices
+ * whole for the while), and rank 0 gets out.
  */
 typedef struct gk_nn_trainer_sampled {
 	int32_t *prompt;

@@ -54,8 +54,7 @@ void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_
  */
 int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err)
 {
-	int given = o->device != GK_NN_AUTO, sample = tool & GK_NN_CHECK_SAMPLE,
-	    dump = tool & GK_NN_CHECK_DUMP;
+	int given = o->device != GK_NN_AUTO, sample = tool & GK_NN_CHECK_SAMPLE;
 	if (o->ckpt_gather && o->zero != 3)
 		return gk_errf(err, "--ckpt-gather: only --zero 3 shards the model in its checkpoints "
 			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
@@ -78,10 +77,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 			       "give that too");
 	if (o->tp > 1) {
-		/* what tensor parallelism does not do (yet): said before any work */
-		const char *no = sample ? "--sample" : dump ? "--dump-data" : NULL;
-		if (no)
-			return gk_errf(err, "--tp %d: not with %s", o->tp, no);
 		/* int8's scales mix a group's slices and replicas: the CPU
 		 * makes the replicas' agree over the tensor group (dp.c) */
 		if (cuda == 1 && o->compress == GK_COMM_COMPRESS_INT8)
@@ -94,6 +89,12 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			return gk_errf(err, "--tp %d on GPUs: not with --zero %d (ZeRO 0, 1 or 2 "
 				       "there); the CPU backend runs it (--device cpu)", o->tp, o->zero);
 	}
+	/* a split model samples in place on the CPU backend (sample.c);
+	 * its checkpoints sample under any layout */
+	if (sample && cuda == 1 && (o->tp > 1 || o->pp > 1))
+		return gk_errf(err, "--%s %d on GPUs: not with --sample (the CPU backend samples "
+			       "any layout: --device cpu, or sample this run's checkpoint with "
+			       "--device cpu)", o->tp > 1 ? "tp" : "pp", o->tp > 1 ? o->tp : o->pp);
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that
 		 * divides (0: the model's positions, checked once known) */
@@ -139,11 +140,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			return gk_errf(err, "--pp-schedule interleaved: not with %s", no);
 	}
 	if (o->pp > 1) {
-		/* what pipeline parallelism does not do (yet): said before any work */
-		const char *no = sample ? "--sample (sample from its checkpoint in a run without --pp)" :
-				 dump ? "--dump-data (run it without --pp)" : NULL;
-		if (no)
-			return gk_errf(err, "--pp %d: not with %s", o->pp, no);
 		/* on GPUs the stages' messages are NCCL's, and the data-parallel
 		 * groups' gradients are averaged over NCCL (or through host
 		 * memory with --comm mpi), or under ZeRO-1 reduced to the owners

@@ -149,45 +149,101 @@ uint64_t gk_nn_trainer_tok_fingerprint(const gk_nn_trainer *t)
 	return t && t->tok ? gk_tok_fingerprint(t->tok) : 0;
 }
 
+/* out's prompt as tokens (np of them; 0 without one) and room for n ids */
+static int sample_begin(gk_nn_trainer *t, const char *prompt, int n, gk_nn_trainer_sampled *out,
+			gk_err *err)
+{
+	int np = 0;
+	if (prompt && (np = gk_nn_prompt_encode(&t->cfg, t->tok, prompt, strlen(prompt),
+						&out->prompt, err)) < 0)
+		return gk_err_prefix(err, "--prompt");
+	out->nprompt = np;
+	if (!(out->ids = malloc((size_t)n * sizeof(int32_t))))
+		return gk_err_sys(err, ENOMEM, "sample");
+	return 0;
+}
+
+/*
+ * A model split over the grid samples in place (sample.c): rank 0 reads
+ * the prompt and sends its tokens, its temperature and its top-k to every
+ * rank (each rank's own options, and the last stage picks), the first
+ * data-parallel group's pipelines generate, and rank 0, the first
+ * stage's tensor rank 0 of the first, prints. Under ZeRO-3 each rank
+ * holds its stage's slices whole while it samples, as evaluation does.
+ */
+static int sample_grid(gk_nn_trainer *t, const char *prompt, int n, double temperature,
+		       int top_k, gk_nn_trainer_sampled *out, gk_err *err)
+{
+	const gk_nn_train_opts *r = &t->o;
+	int rc = t->rank == 0 ? sample_begin(t, prompt, n, out, err) : 0;
+	int32_t has[3] = {out->prompt != NULL, out->nprompt, top_k};
+	if (gk_nn_tr_agree_local(t, rc, err) < 0 ||
+	    gk_comm_broadcast(t->comm, has, has, 3, GK_DT_I32, 0, err) < 0 ||
+	    gk_comm_broadcast(t->comm, &temperature, &temperature, 1, GK_DT_F64, 0, err) < 0)
+		return -1;
+	if (t->rank != 0) {
+		out->nprompt = has[1];
+		if (!(out->ids = malloc((size_t)n * sizeof(int32_t))) ||
+		    (has[0] && !(out->prompt = malloc(((size_t)has[1] + 1) * sizeof(int32_t)))))
+			rc = gk_err_sys(err, ENOMEM, "sample");
+	}
+	if (gk_nn_tr_agree_local(t, rc, err) < 0 ||
+	    (has[1] > 0 && gk_comm_broadcast(t->comm, out->prompt, out->prompt, (size_t)has[1],
+					     GK_DT_I32, 0, err) < 0) ||
+	    gk_nn_dp_params_full(t->dp, err) < 0)
+		return -1;
+	/* without a prompt, after an end-of-text token (gk_nn_trainer_sample) */
+	if (t->grid.dp_rank == 0)
+		rc = gk_nn_sample_grid(t->m, t->grid.ppc, r->batch, r->seq,
+				       has[0] ? out->prompt : &r->eot, has[0] ? has[1] : 1, n,
+				       temperature, has[2], r->seed, out->ids, err);
+	gk_nn_dp_params_shard(t->dp);
+	return rc;
+}
+
 int gk_nn_trainer_sample(gk_nn_trainer *t, const char *prompt, int n, double temperature,
 			 int top_k, gk_nn_trainer_sampled *out, gk_err *err)
 {
 	const gk_nn_config *cfg = &t->cfg;
 	const gk_nn_train_opts *r = &t->o;
 	memset(out, 0, sizeof(*out));
-	/* ZeRO-3: every rank sends rank 0 its range of the parameters */
-	int z3 = t->dp && t->dp->zero3;
-	if (t->rank != 0 && !z3)
-		return 0;
-	size_t plen = prompt ? strlen(prompt) : 0;
-	int np = 0, rc = 0;
-	if (t->rank == 0) {
-		if (prompt &&
-		    (np = gk_nn_prompt_encode(cfg, t->tok, prompt, plen, &out->prompt, err)) < 0)
-			rc = gk_err_prefix(err, "--prompt");
-		else if (!(out->ids = malloc((size_t)n * sizeof(int32_t))))
-			rc = gk_err_sys(err, ENOMEM, "sample");
-		out->nprompt = np > 0 ? np : 0;
+	int rc = 0;
+	if (t->grid.tp > 1 || t->grid.pp > 1) {
+		if (sample_grid(t, prompt, n, temperature, top_k, out, err) < 0)
+			goto fail;
+	} else {
+		/* ZeRO-3: every rank sends rank 0 its range of the parameters */
+		int z3 = t->dp && t->dp->zero3;
+		if (t->rank != 0 && !z3)
+			return 0;
+		if (t->rank == 0)
+			rc = sample_begin(t, prompt, n, out, err);
+		/* a prompt rank 0 cannot read fails the job before the parameters move */
+		if (z3 && (gk_nn_tr_agree_local(t, rc, err) < 0 ||
+			   gk_nn_dp_params_root(t->dp, err) < 0))
+			goto fail;
+		if (rc < 0)
+			goto fail;
+		if (t->rank != 0)
+			return 0;
+		/* without a prompt, a sample starts as a document does: after an
+		 * end-of-text token, which it does not print */
+		rc = gk_nn_sample_prompt(t->m, r->batch, r->seq, out->prompt ? out->prompt : &r->eot,
+					 out->prompt ? out->nprompt : 1, n, temperature, top_k,
+					 r->seed, out->ids, err);
+		if (z3) /* rank 0 keeps its own range again */
+			gk_nn_dp_params_shard(t->dp);
+		if (rc < 0)
+			goto fail;
 	}
-	/* a prompt rank 0 cannot read fails the job before the parameters move */
-	if (z3 && (gk_nn_tr_agree_local(t, rc, err) < 0 || gk_nn_dp_params_root(t->dp, err) < 0))
-		goto fail;
-	if (rc < 0)
-		goto fail;
-	if (t->rank != 0)
+	if (t->rank != 0) {
+		gk_nn_trainer_sample_free(out);
 		return 0;
-	/* without a prompt, a sample starts as a document does: after an
-	 * end-of-text token, which it does not print */
-	rc = gk_nn_sample_prompt(t->m, r->batch, r->seq, out->prompt ? out->prompt : &r->eot,
-				 out->prompt ? np : 1, n, temperature, top_k, r->seed, out->ids, err);
-	if (z3) /* rank 0 keeps its own range again */
-		gk_nn_dp_params_shard(t->dp);
-	if (rc < 0)
-		goto fail;
+	}
 	out->n = (size_t)n;
 	out->is_text = t->tok || cfg->vocab == GK_NN_BYTE_VOCAB;
 	/* the prompt as given, then the sample's text */
-	size_t cap = 0;
+	size_t cap = 0, plen = prompt ? strlen(prompt) : 0;
 	if (plen) {
 		if (GK_GROW(out->text, cap, plen, "sample", err) < 0)
 			goto fail;

@@ -340,15 +340,6 @@ test_expect_success MPI 'tp 2 x dp 2, a file two ranks lack: said once, naming t
 	! grep -q MPI_ABORT err
 '
 
-# refusals: a usage error (2) on every rank, before a step or a file
-test_expect_success 'what --tp does not do is refused at the command line' '
-	for o in "--sample 5" "--dump-data 1"; do
-		test_expect_code 2 gpu-train $A --batch 8 --tp 2 $o >out 2>err &&
-		grep -- "--tp 2: not with" err &&
-		test_must_be_empty out || return 1
-	done
-'
-
 test_expect_success 'a world that is not a multiple of --tp: refused with the numbers' '
 	test_expect_code 2 gpu-train $A --batch 8 --tp 2 >out 2>err &&
 	grep "groups of 2 ranks: the world.s 1 ranks do not divide" err &&

@@ -458,15 +458,6 @@ test_expect_success MPI 'tp 2 x pp 2, a file one rank lacks: said once, naming i
 	! grep -q MPI_ABORT err
 '
 
-# refusals: a usage error (2), before a step or a file
-test_expect_success 'what --pp does not do is refused at the command line, with the alternative' '
-	for o in "--sample 5" "--dump-data 1"; do
-		test_expect_code 2 gpu-train $A --batch 4 --pp 2 $o >out 2>err &&
-		grep -- "--pp 2: not with --[a-z-]*[ a-z0-9]* (.*)$" err &&
-		test_must_be_empty out || return 1
-	done
-'
-
 test_expect_success 'a world that is not a multiple of --pp: refused with the numbers' '
 	test_expect_code 2 gpu-train $A --batch 4 --pp 2 >out 2>err &&
 	grep "pipelines of 2 stages x 1 tensor-parallel ranks: the world.s 1 ranks do not divide" err &&

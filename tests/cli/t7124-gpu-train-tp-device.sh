@@ -249,4 +249,12 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x pp 2 on GPUs: the losses and norms of on
 		"$((2 * 4 * 5 * 64 * 32))"
 '
 
+# --device auto chooses the GPUs after the command line: the trainer
+# refuses, every rank together, before the model is built
+test_expect_success 'GPUS,MPI' '--sample with tp 2 where --device auto chose GPUs: a usage error naming the CPU backend, before any step' '
+	test_expect_code 2 mpi 2 $A --device auto --tp 2 --sample 5 >out 2>err &&
+	test $(grep -c -- "--tp 2 on GPUs: not with --sample (the CPU backend samples any layout" err) = 1 &&
+	! grep "\"step\"" out
+'
+
 test_done

@@ -90,9 +90,20 @@ static void checks(void)
 	       "give that too", "check: --offload-chunk alone");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .tp = 2};
 	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 on the CPU");
-	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "--tp 2: not with --sample", "check: --tp --sample");
-	is_str(check(&o, 0, -1, GK_NN_CHECK_DUMP), "--tp 2: not with --dump-data",
-	       "check: --tp --dump-data");
+	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "", "check: --tp --sample on the CPU");
+	is_str(check(&o, -1, -1, GK_NN_CHECK_SAMPLE), "",
+	       "check: --tp --sample, before the device is known");
+	is_str(check(&o, 1, -1, GK_NN_CHECK_SAMPLE), "--tp 2 on GPUs: not with --sample (the CPU "
+	       "backend samples any layout: --device cpu, or sample this run's checkpoint with "
+	       "--device cpu)", "check: --tp --sample on GPUs");
+	o.tp = 1;
+	o.pp = 2;
+	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "", "check: --pp --sample on the CPU");
+	is_str(check(&o, 1, -1, GK_NN_CHECK_SAMPLE), "--pp 2 on GPUs: not with --sample (the CPU "
+	       "backend samples any layout: --device cpu, or sample this run's checkpoint with "
+	       "--device cpu)", "check: --pp --sample on GPUs");
+	o.pp = 0;
+	o.tp = 2;
 	o.seq_par = 1;
 	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 --sequence-parallel, the length not known");
 	o.seq = 16;
@@ -158,8 +169,7 @@ static void checks(void)
 	is_str(check(&o, 1, 1, 0), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the CPU "
 	       "backend runs it (--device cpu)", "check: --pp --zero 3 on GPUs");
 	o.compress = GK_COMM_COMPRESS_BF16;
-	is_str(check(&o, 0, -1, 0), "--pp 3: not with --compress (leave it out)",
-	       "check: --pp --zero 3 --compress");
+	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 3 --compress on the CPU");
 	o.compress = GK_COMM_COMPRESS_NONE;
 	o.pp_sched = GK_NN_PP_INTERLEAVED;
 	o.pp_chunks = 2;
