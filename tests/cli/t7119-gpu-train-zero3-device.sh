@@ -61,14 +61,22 @@ dev3() {
 }
 
 # ZeRO-1 and ZeRO-3 in bf16 with evaluation and --sample (b1.json,
-# b3.json), and ZeRO-1 with --offload optimizer in fp32 (po.json), on 2
-# GPUs: made by the first case that needs them and kept only whole
+# b3.json), ZeRO-3 with --reshard-after-forward no (d3k.json, d3k/) and
+# ZeRO-1 with --offload optimizer (po.json) in fp32, on 2 GPUs: made by
+# the first case that needs them and kept only whole
 B="$A --steps $short --device cuda --precision bf16 --val-data val.bin --eval-every 1 --sample 8"
 bf16() {
 	for z in 1 3; do
 		test -f b$z.json || { mpi 2 $B --zero $z >b$z.json+ && mv b$z.json+ b$z.json; } ||
 		return 1
 	done
+}
+dev3k() {
+	test -f d3k.json || {
+		rm -rf d3k &&
+		mpi 2 $Z --zero 3 --reshard-after-forward no --ckpt-dir d3k >d3k.json+ &&
+		mv d3k.json+ d3k.json
+	}
 }
 off1() {
 	test -f po.json || { mpi 2 $Z --zero 1 --offload optimizer >po.json+ && mv po.json+ po.json; }
@@ -99,6 +107,8 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and m
 		esac &&
 		if test $o = p; then
 			rm -rf d3p d3p.steps && dev3
+		elif test $o = k; then
+			rm -f d3k.json && dev3k && steps d3k.json >d3k.steps
 		else
 			mpi 2 $Z --zero 3 $opt --ckpt-dir d3$o >d3$o.json &&
 			steps d3$o.json >d3$o.steps
@@ -309,25 +319,23 @@ host_case() {
 		--json >hm$hn.json
 }
 
-# The host terms in bf16 (the mirrors are f32 whatever the working copy),
-# with the blocks kept gathered, under ZeRO-1 (the gradients'"'"' mirror
-# too) and with --offload optimizer (the moments themselves; ZeRO-3'"'"'s
-# copy of its gradient shard): the start line'"'"'s and the step lines'"'"'
-# host_memory, term by term, are mem-estimate'"'"'s for the same flags, and
-# the shape'"'"'s (TINY: 384 padded rows, 33 positions, 2 blocks of width 32:
-# an even flat buffer of n floats; ZeRO-3'"'"'s parameters the range of n / 2,
-# a multiple of 64 bytes here). --metrics exports them, those the run has,
-# without a total. The runs of the cases above where there is one (ZeRO-1
-# and 3 in bf16 with evaluation, ZeRO-1 offloaded in fp32); fp32 without
-# --offload: the device memory case above.
+# The host terms in bf16 and fp32 (the mirrors are f32 whatever the
+# working copy), with the blocks kept gathered, under ZeRO-1 (the
+# gradients'"'"' mirror too) and with --offload optimizer (the moments
+# themselves; ZeRO-3'"'"'s copy of its gradient shard): the start line'"'"'s
+# and the step lines'"'"' host_memory, term by term, are mem-estimate'"'"'s
+# for the same flags, and the shape'"'"'s (TINY: 384 padded rows, 33
+# positions, 2 blocks of width 32: an even flat buffer of n floats;
+# ZeRO-3'"'"'s parameters the range of n / 2, a multiple of 64 bytes here).
+# --metrics exports them, those the run has, without a total. The runs
+# of the cases above where there is one (ZeRO-1 and 3 in bf16 with
+# evaluation, ZeRO-3 kept gathered and ZeRO-1 offloaded in fp32).
 test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by term, is mem-estimate'"'"'s in bf16 and fp32, ZeRO-1 and 3, kept gathered, offloaded, and --metrics'"'"'s' '
-	mpi 2 $A --steps 1 --device cuda --precision bf16 --zero 3 \
-		--reshard-after-forward no >hb3k.json &&
 	mpi 2 $A --steps 1 --device cuda --precision fp32 --zero 3 --offload optimizer \
 		--metrics ho3.prom >ho3.json &&
-	bf16 && off1 &&
+	bf16 && dev3k && off1 &&
 	host_case b3 b3.json &&
-	host_case b3k hb3k.json --reshard-after-forward no &&
+	host_case d3k d3k.json --reshard-after-forward no &&
 	host_case b1 b1.json &&
 	host_case o1 po.json --offload optimizer &&
 	host_case o3 ho3.json --offload optimizer &&
@@ -336,7 +344,7 @@ test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by ter
 	C, L = 32, 2
 	n = (384 + 33) * C + L * (12 * C * C + 13 * C) + 2 * C
 	assert n % 2 == 0 and (4 * n) % 64 == 0 and (2 * n) % 64 == 0, n
-	for name, f, z, off in (("b3", "b3", 3, 0), ("b3k", "hb3k", 3, 0), ("b1", "b1", 1, 0),
+	for name, f, z, off in (("b3", "b3", 3, 0), ("d3k", "d3k", 3, 0), ("b1", "b1", 1, 0),
 	                        ("o1", "po", 1, 1), ("o3", "ho3", 3, 1)):
 	    lines = [json.loads(l) for l in open("%s.json" % f)]
 	    start = next(l for l in lines if l["event"] == "start")
