@@ -20,8 +20,8 @@ allocates for the model (the parameters'"'"' host copy, under ZeRO-3 the
 rank'"'"'s range alone, the pinned staging, the moments'"'"' host copies) is
 accounted by term as mem-estimate states it and exported by --metrics,
 and a run whose host memory exceeds the cgroup'"'"'s limit is refused before
-any work. A staging of a few hundred
-floats passes every transfer in pieces and changes no bit.'
+any work. A staging of a few hundred floats passes every transfer in
+pieces and changes no bit.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
