@@ -641,7 +641,8 @@ int gk_mem_gpu_host(int64_t layers, int64_t hidden, int64_t vocab, int64_t posit
 	uint64_t nflat = zero ? (n + W - 1) / W * W : n;
 	uint64_t range = zero ? nflat / W : n;
 	uint64_t mirror = (4 * nflat + 63) / 64 * 64;
-	out[GK_MEM_HOST_PARAMS] = mirror;
+	/* ZeRO-3's host copy is its range: the whole model goes device to device */
+	out[GK_MEM_HOST_PARAMS] = zero == 3 ? (4 * range + 63) / 64 * 64 : mirror;
 	out[GK_MEM_HOST_GRADS] = zero >= 2 ? 0 : mirror;
 	out[GK_MEM_HOST_STAGING] = 4 * n < GK_MEM_GPU_STAGING ? 4 * n : GK_MEM_GPU_STAGING;
 	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (range + 1);
@@ -701,14 +702,14 @@ static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *he
 static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
 {
 	static const char *const what[GK_MEM_NHOST] = {
-		"the f32 parameters' mirror in the flat layout",
+		"the f32 parameters' mirror in the flat layout (ZeRO-3: the rank's range)",
 		"the f32 gradients' mirror (ZeRO-2 and 3: mapped, never written)",
 		"the pinned staging of transfers",
 		"the AdamW moments' host copies (checkpoints; --offload optimizer's state)",
 		"--offload optimizer's copy of the gradient shard"};
 	static const char *const formula[GK_MEM_NHOST] = {
-		"4*Fr (64-byte multiple)", "4*Fr (64-byte multiple)", "min(4*F, 64 MiB)", "8*(R+1)",
-		"4*R"};
+		"4*Fr, ZeRO-3 4*R (64-byte multiple)", "4*Fr (64-byte multiple)", "min(4*F, 64 MiB)",
+		"8*(R+1)", "4*R"};
 	uint64_t h[GK_MEM_NHOST];
 	gk_err err;
 	if (!gpt2_device(m, r) ||

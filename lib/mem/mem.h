@@ -298,16 +298,18 @@ int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
  * has none: the f32 mirror of the parameters in the flat layout
  * ("host_params", the flat buffer of F floats, F the parameters with the
  * vocabulary's padded rows, rounded up to a multiple of the world under
- * ZeRO 1 to 3, then to 64 bytes), the same of the gradients ("host_grads";
+ * ZeRO 1 to 3, then to 64 bytes; under ZeRO-3 the rank's range R of it,
+ * so rounded), the same of the gradients ("host_grads";
  * under ZeRO-2 and 3 mapped and never written, 0), the pinned staging of
  * transfers ("host_staging", GK_MEM_GPU_STAGING bytes, or 4 F if fewer, F
  * unrounded), the AdamW moments' host copies, which a checkpoint reads
  * and --offload optimizer updates
  * ("host_moments", 2 * 4 * (R + 1), R the rank's range: F rounded / world
  * under ZeRO, F without), and --offload optimizer's copy of the gradient
- * shard under ZeRO-2 and 3 ("host_grad_shard", 4 R). The ZeRO stage
- * decides nothing else: ZeRO-3's mirror is whole, as the other stages'.
- * The keys name the estimate's parts too.
+ * shard under ZeRO-2 and 3 ("host_grad_shard", 4 R). ZeRO-3's mirror
+ * is its range because the whole model never passes through a rank's
+ * host (evaluation and --sample gather it device to device). The keys
+ * name the estimate's parts too.
  */
 #define GK_MEM_GPU_STAGING ((uint64_t)64 << 20) /* lib/nn's GK_NN_CUDA_STAGING */
 typedef enum gk_mem_host_term {

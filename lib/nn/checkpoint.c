@@ -514,14 +514,15 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	j->lo = pp ? 0 : gk_nn_dp_lo(t->dp);
 	j->n = pp ? t->N : gk_nn_dp_hi(t->dp) - j->lo;
 	j->write_moments = sharded_moments(t) || t->rank == 0;
-	/* (ZeRO-3 on a GPU: each rank its range, which it writes; a
+	/* (ZeRO-3 on a GPU: each rank its range, which it writes or sends
+	 * to rank 0's copy (--ckpt-gather); a
 	 * pipeline's every stage sends its range of them, pp_sched.c; a
 	 * tensor group's every rank its slices, ckpt_gather; ZeRO-1 on
 	 * GPUs in bf16 gathers the master whole first, its steps having
 	 * gathered the working copy, dp.c) */
 	int tp = t->grid.tp > 1;
 	if (gk_nn_dp_master_full(t->dp, err) < 0 ||
-	    ((t->rank == 0 || sharded_model(t) || pp || tp) &&
+	    ((t->rank == 0 || t->dp->zero3 || pp || tp) &&
 	     gk_nn_download(t->m, GK_NN_PARAMS, err) < 0) ||
 	    (pp && !t->dp->host_update && !t->dp->off && gk_nn_tr_pp_moments(t, 0, err) < 0) ||
 	    (!pp && (j->write_moments || tp) && !t->dp->host_update &&
@@ -574,16 +575,20 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 		j->sn = gk_nn_dp_hi(t->dp) - j->slo;
 		if ((j->shard = malloc(j->sn * sizeof(float) + 1)))
 			memcpy(j->shard, gk_nn_params(t->m) + j->slo, j->sn * sizeof(float));
-	} else {
-		/* ZeRO-3 with --ckpt-gather: every rank's range gathered, for
-		 * rank 0's copy */
-		if (gk_nn_dp_params_full(t->dp, err) < 0) {
+	} else if (t->dp->zero3) {
+		/* ZeRO-3 with --ckpt-gather: every rank's range sent into rank
+		 * 0's copy, whose allocation is agreed first (the others would
+		 * send into nothing) */
+		int r = t->rank == 0 && !(j->params = malloc(t->N * sizeof(float))) ?
+			gk_err_sys(err, ENOMEM, "checkpoint: copy of the state") : 0;
+		if (gk_nn_tr_agree_local(t, r, err) < 0 ||
+		    gk_nn_dp_params_to_root(t->dp, j->params, err) < 0) {
 			job_free(j);
 			return -1;
 		}
-		if (t->rank == 0 && (j->params = malloc(t->N * sizeof(float))))
-			memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
-		gk_nn_dp_params_shard(t->dp);
+	} else if (t->rank == 0 && (j->params = malloc(t->N * sizeof(float)))) {
+		/* ZeRO 0 to 2: rank 0's whole copy */
+		memcpy(j->params, gk_nn_params(t->m), t->N * sizeof(float));
 	}
 	if (j->write_moments && t->grid.tp == 1 && !pp) {
 		j->m = malloc(j->n * sizeof(float) + 1);
@@ -634,13 +639,10 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 		  gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda, (int)t->cfg.layers) > 0) &&
 		 t->grid.tp == 1 && t->grid.pp == 1;
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
+	/* ZeRO-3: each rank copies its range, that of its moments (with
+	 * --ckpt-gather rank 0 the whole model, the ranges sent into it) */
 	if (z3 && !t->o.ckpt_gather)
-		/* ZeRO-3: each rank copies its range, that of its moments */
 		b = (uint64_t)moments * sizeof(float);
-	else if (z3 && nparams > moments)
-		/* --ckpt-gather: while rank 0 copies them, every rank holds
-		 * every parameter */
-		b += (uint64_t)(nparams - moments) * sizeof(float);
 	if (sharded_moments(t) || t->rank == 0)
 		b += (uint64_t)2 * moments * sizeof(float);
 	return b + (uint64_t)feedback * sizeof(float);

@@ -387,12 +387,13 @@ float *gk_nn_cuda_grads(gk_nn_model *m);
 int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
 			    size_t nslot, gk_err *err);
 float *gk_nn_cuda_grad_at(gk_nn_model *m, size_t off);
-/* gk_nn_param_at, gk_nn_param_dtype, gk_nn_params_own and
- * gk_nn_params_whole on a GPU model (nn.h) */
+/* gk_nn_param_at, gk_nn_param_dtype, gk_nn_params_own,
+ * gk_nn_params_whole and gk_nn_params_put on a GPU model (nn.h) */
 void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off);
 gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m);
 int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err);
 int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err);
+int gk_nn_cuda_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err);
 void *gk_nn_cuda_stream(const gk_nn_model *m);
 
 /*

@@ -584,7 +584,11 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		goto fail;
 	size_t k = o->flat_multiple > 1 ? (size_t)o->flat_multiple : 1;
 	m->nflat = (m->nparams + k - 1) / k * k;
-	m->params = o->lazy_params && o->device != GK_NN_CUDA ? lazy_alloc(m, &m->lazy_p) :
+	/* a GPU's unit_params: the host's copy is its range, mapped the same
+	 * way, whose pages alone are ever written (the whole model goes from
+	 * device to device) */
+	m->params = (o->device != GK_NN_CUDA ? o->lazy_params : o->unit_params) ?
+		    lazy_alloc(m, &m->lazy_p) :
 		    falloc(m->nflat, &m->mem.parameters);
 	/* a GPU's bucket_grads: the host mirror is never written either */
 	m->grads = (o->device != GK_NN_CUDA ? o->lazy_grads : o->bucket_grads) ?
@@ -595,6 +599,8 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 			   m->nparams * 4 >> 20);
 		goto fail;
 	}
+	if (o->device == GK_NN_CUDA && m->lazy_p)
+		m->mem.parameters = fbytes(m->nflat / k);
 	/* a pipeline stage's mappings take its own range's pages only */
 	if (m->pp > 1 && m->lazy_p)
 		m->mem.parameters = fbytes(gk_nn_pp_floats(m));

@@ -608,6 +608,11 @@ int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err)
 	return m->cu ? gk_nn_cuda_params_whole(m, on, err) : 0;
 }
 
+int gk_nn_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err)
+{
+	return m->cu ? gk_nn_cuda_params_put(m, off, src, n, err) : 0;
+}
+
 int gk_nn_tp_device(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err)
 {
 	return m->cu ? gk_nn_cuda_tp_open(m, cc, err) : 0;

@@ -145,20 +145,27 @@ gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m)
 	return m->cu->dt;
 }
 
+/* the working copy of [off, off + n) from n fp32 parameters in device
+ * memory, on the model's stream */
+static int to_work(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	void *dst = gk_nn_cuda_param_at(m, off);
+	if (n == 0)
+		return 0;
+	if (cu->dt == GK_DT_F32)
+		return GK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice,
+						     cu->s), err);
+	return gk_cuda_convert(dst, cu->dt, src, GK_DT_F32, n, cu->s, err);
+}
+
 int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (a < cu->plo || b > cu->phi || a > b)
 		return gk_errf(err, "parameters on the GPU: [%zu, %zu) is not in this rank's "
 			       "[%zu, %zu)", a, b, cu->plo, cu->phi);
-	void *dst = gk_nn_cuda_param_at(m, a);
-	const float *src = cu->p + (a - cu->plo);
-	if (a == b)
-		return 0;
-	if (cu->dt == GK_DT_F32)
-		return GK_CUDA_CHECK(cudaMemcpyAsync(dst, src, (b - a) * 4,
-						     cudaMemcpyDeviceToDevice, cu->s), err);
-	return gk_cuda_convert(dst, cu->dt, src, GK_DT_F32, b - a, cu->s, err);
+	return to_work(m, a, cu->p + (a - cu->plo), b - a, err);
 }
 
 int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
@@ -172,20 +179,24 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 		if (!on)
 			return 0;
 	}
-	size_t n = m->nparams;
 	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
 		return -1;
-	/* from the host's fp32 copy, through the staging, then in dt */
-	float *tmp = cu->dt == GK_DT_F32 ? NULL : gk_cuda_alloc(n * 4, GK_CUDA_MEM_PARAMS, err);
-	if (cu->dt != GK_DT_F32 && !tmp)
+	/* this rank's range from its fp32 master; the rest is the caller's */
+	if (to_work(m, cu->plo, cu->p, cu->phi - cu->plo, err) < 0)
 		return -1;
-	int rc = gk_nn_cuda_put(cu, tmp ? (void *)tmp : cu->whole, m->params, n * 4, err);
-	if (rc == 0 && tmp)
-		rc = gk_cuda_convert(cu->whole, cu->dt, tmp, GK_DT_F32, n, cu->s, err);
-	if (rc == 0)
-		rc = gk_cuda_stream_sync(cu->s, err);
-	gk_cuda_free(tmp);
-	return rc;
+	return gk_cuda_stream_sync(cu->s, err);
+}
+
+int gk_nn_cuda_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	if (!cu->whole || off > m->nflat || n > m->nflat - off)
+		return gk_errf(err, "parameters on the GPU: [%zu, %zu) put into %s of %zu",
+			       off, off + n, cu->whole ? "a working copy" : "no whole working copy",
+			       m->nflat);
+	if (to_work(m, off, src, n, err) < 0)
+		return -1;
+	return gk_cuda_stream_sync(cu->s, err);
 }
 
 /* ---- a pipeline stage (pp.c, pp_sched.c) ---------------------------------------- */

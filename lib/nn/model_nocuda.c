@@ -123,6 +123,11 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");
 }
 
+int gk_nn_cuda_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err)
+{
+	return gk_errf(err, "parameters on the GPU: gpukit was built without CUDA");
+}
+
 int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 		       float *vel, int upload, gk_err *err)
 {

@@ -229,7 +229,11 @@ typedef struct gk_nn_opts {
 				       * fills a unit (gk_nn_param_at,
 				       * gk_nn_params_own) before its kernels
 				       * read it: gk_nn_set_param_fn hears of each
-				       * block's use */
+				       * block's use. The host's parameters are
+				       * mapped as lazy_params', and only the
+				       * range's pages are ever written
+				       * (gk_nn_init_range, gk_nn_load_range,
+				       * the transfers) */
 	int shard_rank;
 	size_t staging;               /* CUDA: bytes of the pinned staging every
 				       * transfer between host and device passes
@@ -301,8 +305,9 @@ const gk_nn_config *gk_nn_config_of(const gk_nn_model *m);
  * and under tensor parallelism each rank's slices of them.
  */
 int gk_nn_init(gk_nn_model *m, uint64_t seed); /* -1: no memory (tp's whole model) */
-/* lazy_params: the same values in [lo, hi), and no memory taken for the
- * others (each tensor's pages outside it released as it is drawn) */
+/* lazy_params (and a GPU's unit_params): the same values in [lo, hi), and
+ * no memory taken for the others (each tensor's pages outside it released
+ * as it is drawn) */
 int gk_nn_init_range(gk_nn_model *m, uint64_t seed, size_t lo, size_t hi);
 /* ... a pipeline stage's: its range and, on the last stage, the wte it
  * shares with the first (gk_nn_pp_range) */
@@ -319,9 +324,9 @@ int gk_nn_init_stage(gk_nn_model *m, uint64_t seed);
 int gk_nn_load(gk_nn_model *m, const char *path, gk_err *err);
 /*
  * The same for the elements [lo, hi) of the flat buffer only (ZeRO-3's
- * range of the parameters, lazy_params): each tensor's part in the range
- * read from its safetensors slices and no more, nothing outside the
- * range written (its pages untouched); every tensor's name and shape
+ * range of the parameters, lazy_params or unit_params): each tensor's
+ * part in the range read from its safetensors slices and no more, nothing
+ * outside the range written (its pages untouched); every tensor's name and shape
  * checked, lm_head.weight against wte in the range. Not under tensor
  * parallelism.
  */
@@ -647,7 +652,9 @@ void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);
  * What a CUDA model holds in host memory (gk_nn_memory's bytes are the
  * device's): the f32 mirrors of the parameters and of the gradients in
  * the flat layout, as allocated (nflat floats rounded up to 64 bytes;
- * the gradients' 0 under bucket_grads, mapped and never written), and
+ * the parameters' under unit_params the range's, nflat / flat_multiple
+ * floats so rounded; the gradients' 0 under bucket_grads, mapped and
+ * never written), and
  * the pinned staging of its transfers (gk_nn_opts' staging, or
  * GK_NN_CUDA_STAGING, at most nparams floats). All 0 for a CPU model,
  * whose gk_nn_memory is host memory.
@@ -824,14 +831,20 @@ float *gk_nn_grad_at(gk_nn_model *m, size_t off);
  * gk_nn_params_own writes the working copy of [a, b), inside this rank's
  * range and one unit, from the fp32 parameters, on the model's stream
  * (nothing on the CPU). gk_nn_params_whole (on 1) makes a working copy of
- * the whole model from the host's parameters (every nflat of them) that
- * the kernels read instead of the units, until it is called with 0
- * (evaluation, --sample under ZeRO-3); nothing on the CPU.
+ * the whole model (nflat elements from gk_nn_param_at(m, 0)) that the
+ * kernels read instead of the units, until it is called with 0
+ * (evaluation, --sample under ZeRO-3), with this rank's range written
+ * from its fp32 parameters on the device; the caller fills the rest,
+ * gathered there over the ranks or with gk_nn_params_put, which writes
+ * [off, off + n) of it from n fp32 parameters in device memory (src), on
+ * the model's stream, returning with the stream idle. No host memory
+ * takes part. Nothing on the CPU.
  */
 void *gk_nn_param_at(gk_nn_model *m, size_t off);
 gk_dtype gk_nn_param_dtype(const gk_nn_model *m);
 int gk_nn_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err);
 int gk_nn_params_whole(gk_nn_model *m, int on, gk_err *err);
+int gk_nn_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err);
 /* The stream (a cudaStream_t) every kernel of a GPU model runs on, for a
  * communicator that orders its work after backward's (comm.h, "Streams");
  * NULL on the CPU. */

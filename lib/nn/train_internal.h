@@ -432,16 +432,24 @@ int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int lay
  */
 void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
 			  int keep, uint64_t *shard, uint64_t *transient);
-/* ZeRO-3: every parameter present (evaluation, a checkpoint's copy; no
- * gathers around the blocks meanwhile; over a grid every parameter of
- * the stage), then this rank's range (its pieces) only again. Nothing
- * under other stages. */
+/* ZeRO-3: every parameter present (evaluation, a checkpoint's copy over
+ * a grid; no gathers around the blocks meanwhile; over a grid every
+ * parameter of the stage; on GPUs in a whole working copy on the device,
+ * gathered there), then this rank's range (its pieces) only again.
+ * Nothing under other stages. */
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
 /* ZeRO-3: every parameter present on rank 0 alone (--sample), each other
- * rank's range sent to it; gk_nn_dp_params_shard after, on rank 0. Every
- * rank calls it. Nothing under other stages. */
+ * rank's range sent to it (on GPUs from device to device);
+ * gk_nn_dp_params_shard after, on rank 0. Every rank calls it. Nothing
+ * under other stages. */
 int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err);
 void gk_nn_dp_params_shard(gk_nn_dp *dp);
+/* ZeRO-3 without a grid: the fp32 parameters [0, nparams) into dst on
+ * rank 0 (NULL elsewhere), each rank's range from its host copy (on a GPU
+ * the caller's gk_nn_download first), sent over the host communicator:
+ * no whole copy on any rank but dst (--ckpt-gather's). Every rank calls
+ * it. */
+int gk_nn_dp_params_to_root(gk_nn_dp *dp, float *dst, gk_err *err);
 /* ZeRO-1 and 2 on GPUs in bf16: every rank's fp32 master whole again (a
  * checkpoint's copy), one all-gather of the master's ranges (a pipeline
  * stage's or a tensor group's: of each segment's pieces) where the steps

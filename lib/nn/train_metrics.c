@@ -108,6 +108,15 @@ int gk_nn_train_metrics(gk_metrics *m, const gk_nn_train_log *l,
 				   (double)mem->bytes[c], err) < 0)
 			return -1;
 	}
+	/* on GPUs: the host terms the start line's host_memory lists, no total */
+	for (int h = 0; h < GK_MEM_NHOST; h++) {
+		const char *lab[] = {"term", gk_mem_host_name(h), NULL};
+		if (mem->host[h] &&
+		    gk_metrics_set(m, "gpukit_train_host_memory_bytes", GK_METRIC_GAUGE,
+				   "Host memory rank 0 allocated for the model on GPUs, by term.",
+				   lab, (double)mem->host[h], err) < 0)
+			return -1;
+	}
 	return 0;
 }
 

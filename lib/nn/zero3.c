@@ -21,15 +21,19 @@
  * backward. Flat ranges rather than FSDP2's dim-0 shards of each tensor
  * keep the moments and checkpoints ZeRO-1's. Gradients go as ZeRO-2's;
  * the update is of [lo, hi) only, and no allgather follows it: the next
- * step's gathers read the owners' updated ranges. Evaluation and
- * checkpoints gather the whole model once (gk_nn_dp_params_full), and
- * --sample to rank 0 alone (gk_nn_dp_params_root), which generates with
- * it: rank 0 holds the whole model (4 bytes a parameter) while it
- * samples, the others their range.
+ * step's gathers read the owners' updated ranges. Evaluation gathers
+ * the whole model once (gk_nn_dp_params_full), --sample to rank 0 alone
+ * (gk_nn_dp_params_root), which generates with it: rank 0 holds the
+ * whole model (4 bytes a parameter) while it samples, the others their
+ * range. A checkpoint is each rank's range, or with --ckpt-gather the
+ * ranges sent into rank 0's copy (gk_nn_dp_params_to_root).
  *
  * On GPUs (over NCCL, world > 1) the units are the model's buffers of its
  * working copy (gk_nn_opts.unit_params: device memory has no pages to
- * map lazily): the model keeps only [lo, hi) of the fp32 parameters, the
+ * map lazily): the model keeps only [lo, hi) of the fp32 parameters (and
+ * the host's copy of them only that range, which the transfers, the
+ * checkpoints and --offload optimizer's update use, mapped as the CPU's
+ * is and never written outside it), the
  * embeddings and the final norm have a buffer each, and the blocks share
  * a ring of them, block l in buffer l mod its length (2 with prefetch, 1
  * without, every block kept with --reshard-after-forward no); releasing
@@ -54,8 +58,9 @@
  * waits for the whole device, and a gather in flight then, whose peer has
  * stopped, would hold it where no watchdog looks (prefetch waits for the
  * second step too). Evaluation and --sample gather the whole model
- * through the host into a whole working copy (gk_nn_params_whole), freed
- * by gk_nn_dp_params_shard.
+ * from device to device into a whole working copy (gk_nn_params_whole),
+ * freed by gk_nn_dp_params_shard: no rank's host holds more than its
+ * range of it.
  *
  * Over a grid (--tp, --pp; the CPU backend) a sharded stage (pp_shard.c)
  * keeps only its pieces of its segments, and its units are its own: its
@@ -405,43 +410,129 @@ static int units_settle(gk_nn_dp *dp, gk_err *err)
 	return units_done(dp, err);
 }
 
-/* The whole model on the host for a while (gk_nn_dp_params_full, _root):
- * the gathers in flight waited for, the parameters down, this rank's
- * range at p + lo, *per floats a rank; NULL on error. whole_end makes the
- * working copy whole from them (lib/nn's gk_nn_params_whole), every unit
- * held. */
-static float *whole_begin(gk_nn_dp *dp, size_t *per, gk_err *err)
+/* every unit held while the whole model is (gk_nn_dp_params_full, _root):
+ * the working copy made whole (on a GPU filled by the caller) is what the
+ * kernels read until gk_nn_dp_params_shard */
+static void whole_held(gk_nn_dp *dp)
 {
-	if (units_settle(dp, err) < 0 || gk_nn_download(dp->m, GK_NN_PARAMS, err) < 0)
-		return NULL;
-	*per = dp->Np / (size_t)dp->world;
-	return gk_nn_params(dp->m);
-}
-
-static int whole_end(gk_nn_dp *dp, gk_err *err)
-{
-	if (gk_nn_params_whole(dp->m, 1, err) < 0)
-		return -1;
 	memset(dp->ustate, 2, (size_t)dp->nunits);
 	gk_nn_set_param_fn(dp->m, NULL, NULL);
-	return 0;
+}
+
+/*
+ * On a GPU the whole working copy is made on the device: this rank's
+ * range from its fp32 master (gk_nn_params_whole), the others' gathered
+ * into it in the working copy's type over NCCL, in place, as the units
+ * are (a bf16 copy is the rounding of the gathered master either way,
+ * elementwise); the host's copy of the parameters stays the range.
+ * Every rank's allocation is agreed first, so that a rank without the
+ * memory fails the job rather than leaving the others in the gather.
+ */
+static int whole_device(gk_nn_dp *dp, gk_err *err)
+{
+	if (gk_nn_tr_agree_local(dp->t, gk_nn_params_whole(dp->m, 1, err), err) < 0)
+		return -1;
+	size_t per = dp->Np / (size_t)dp->world;
+	gk_dtype dt = gk_nn_param_dtype(dp->m);
+	char *w = gk_nn_param_at(dp->m, 0);
+	size_t es = gk_dtype_bits(dt) / 8;
+	return gk_comm_allgather(dp->gcomm, w + dp->lo * es, w, per, dt, NULL, err);
 }
 
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 {
-	size_t per;
-	if (dp->stage3) /* the stage's pieces, as ZeRO-2 gathers after its update */
-		return !whole_begin(dp, &per, err) || gk_nn_pp_shard_gather(dp, err) < 0 ? -1 :
-		       whole_end(dp, err);
-	if (!dp->zero3)
+	if (!dp->zero3 && !dp->stage3)
 		return 0;
-	/* on a GPU through the host, whose copy checkpoints read: this
-	 * rank's range down, the world's gathered, and the whole working
-	 * copy up from it (lib/nn's gk_nn_params_whole) */
-	float *p = whole_begin(dp, &per, err);
-	if (!p || gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+	if (units_settle(dp, err) < 0)
 		return -1;
-	return whole_end(dp, err);
+	if (dp->stage3) { /* the stage's pieces, as ZeRO-2 gathers after its update */
+		if (gk_nn_pp_shard_gather(dp, err) < 0)
+			return -1;
+	} else if (dp->units) {
+		if (whole_device(dp, err) < 0)
+			return -1;
+	} else {
+		size_t per = dp->Np / (size_t)dp->world;
+		float *p = gk_nn_params(dp->m);
+		if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
+			return -1;
+	}
+	whole_held(dp);
+	return 0;
+}
+
+/* rank q's part of [0, N) in the flat buffer's equal ranges: *a and *n */
+static void range_of(const gk_nn_dp *dp, int q, size_t *a, size_t *n)
+{
+	size_t per = dp->Np / (size_t)dp->world;
+	*a = (size_t)q * per;
+	*n = *a >= dp->N ? 0 : dp->N - *a < per ? dp->N - *a : per;
+	if (*a > dp->N)
+		*a = dp->N;
+}
+
+/* each rank's range of src (host floats, the flat layout) to rank 0's dst
+ * over comm, one message each, received in place; dst may be src */
+static int ranges_to_root(gk_nn_dp *dp, gk_comm *comm, const float *src, float *dst,
+			  gk_err *err)
+{
+	size_t a, n;
+	gk_comm_req *r;
+	if (dp->rank != 0) {
+		range_of(dp, dp->rank, &a, &n);
+		return n == 0 ? 0 :
+		       gk_comm_isend(comm, src + a, n, GK_DT_F32, 0, &r, err) < 0 ? -1 :
+		       gk_comm_wait(r, err);
+	}
+	range_of(dp, 0, &a, &n);
+	if (dst != src)
+		memcpy(dst, src, n * sizeof(float));
+	for (int q = 1; q < dp->world; q++) {
+		range_of(dp, q, &a, &n);
+		if (n && (gk_comm_irecv(comm, dst + a, n, GK_DT_F32, q, &r, err) < 0 ||
+			  gk_comm_wait(r, err) < 0))
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * --sample on GPUs: rank 0's whole working copy on its device, each
+ * other rank's fp32 range sent to it from device to device (NCCL's
+ * point-to-point), received into a buffer of one range and written into
+ * the working copy from there (straight into it in fp32). The others
+ * keep their units.
+ */
+static int root_device(gk_nn_dp *dp, gk_err *err)
+{
+	size_t a, n;
+	gk_comm_req *r;
+	if (dp->rank != 0) {
+		range_of(dp, dp->rank, &a, &n);
+		return gk_nn_tr_agree_local(dp->t, 0, err) < 0 ? -1 : n == 0 ? 0 :
+		       gk_comm_isend(dp->gcomm, gk_nn_work_params(dp->m), n, GK_DT_F32, 0, &r,
+				     err) < 0 ? -1 : gk_comm_wait(r, err);
+	}
+	int f32 = gk_nn_param_dtype(dp->m) == GK_DT_F32;
+	size_t per = dp->Np / (size_t)dp->world;
+	float *tmp = NULL;
+	int rc = gk_nn_params_whole(dp->m, 1, err);
+	if (rc == 0 && !f32 && !(tmp = gk_comm_alloc(dp->gcomm, per * sizeof(float), err)))
+		rc = -1;
+	if (gk_nn_tr_agree_local(dp->t, rc, err) < 0) {
+		gk_comm_free(dp->gcomm, tmp);
+		return -1;
+	}
+	for (int q = 1; q < dp->world && rc == 0; q++) {
+		range_of(dp, q, &a, &n);
+		float *into = f32 ? (float *)gk_nn_param_at(dp->m, a) : tmp;
+		if (n && (gk_comm_irecv(dp->gcomm, into, n, GK_DT_F32, q, &r, err) < 0 ||
+			  gk_comm_wait(r, err) < 0 ||
+			  (!f32 && gk_nn_params_put(dp->m, a, tmp, n, err) < 0)))
+			rc = -1;
+	}
+	gk_comm_free(dp->gcomm, tmp);
+	return rc;
 }
 
 /*
@@ -453,22 +544,19 @@ int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3)
 		return 0;
-	size_t per;
-	float *p = whole_begin(dp, &per, err);
-	if (!p)
+	if (units_settle(dp, err) < 0)
 		return -1;
-	if (dp->rank != 0) {
-		gk_comm_req *r;
-		return gk_comm_isend(dp->comm, p + dp->lo, per, GK_DT_F32, 0, &r, err) < 0 ? -1 :
-		       gk_comm_wait(r, err);
-	}
-	int rc = 0;
-	for (int q = 1; q < dp->world && rc == 0; q++) {
-		gk_comm_req *r;
-		rc = gk_comm_irecv(dp->comm, p + (size_t)q * per, per, GK_DT_F32, q, &r, err) < 0 ?
-			     -1 : gk_comm_wait(r, err);
-	}
-	return rc < 0 ? -1 : whole_end(dp, err);
+	float *p = gk_nn_params(dp->m);
+	if ((dp->units ? root_device(dp, err) : ranges_to_root(dp, dp->comm, p, p, err)) < 0)
+		return -1;
+	if (dp->rank == 0)
+		whole_held(dp);
+	return 0;
+}
+
+int gk_nn_dp_params_to_root(gk_nn_dp *dp, float *dst, gk_err *err)
+{
+	return ranges_to_root(dp, dp->comm, gk_nn_params(dp->m), dst, err);
 }
 
 void gk_nn_dp_params_shard(gk_nn_dp *dp)

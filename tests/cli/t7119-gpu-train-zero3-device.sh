@@ -9,17 +9,19 @@ with the tied head into buffers of their own for the step; gradients go
 as ZeRO-2'"'"'s. On 2 ranks the losses, norms and the model written are
 ZeRO-1'"'"'s bit for bit (a reduce to each owner, a sum of two), with and
 without prefetch and reshard, in fp32 and bf16, and so are evaluation
-and --sample, which gather the whole model; on 3 ranks ZeRO-2'"'"'s, with
+and --sample, which gather the whole model from device to device, and
+--ckpt-gather'"'"'s model, sent to rank 0; on 3 ranks ZeRO-2'"'"'s, with
 accumulation too; the CPU backend'"'"'s ZeRO-3 within 1e-4 (t7106'"'"'s fp32
 bound). The device memory falls from ZeRO-2'"'"'s by the
 whole parameters less the shard and the unit buffers, as accounted and
 as mem-estimate states. Checkpoints: each rank writes its shard, and
 device and CPU ZeRO-3 resume from each other. The host memory a rank
-allocates for the model (the parameters'"'"' mirror, whole under ZeRO-3
-too, the pinned staging, the moments'"'"' host copies) is accounted by term
-as mem-estimate states it, and a run whose host memory exceeds the
-cgroup'"'"'s limit is refused before any work. A staging of a few hundred
-floats passes every transfer in pieces and changes no bit.'
+allocates for the model (the parameters'"'"' host copy, under ZeRO-3 the
+rank'"'"'s range alone, the pinned staging, the moments'"'"' host copies) is
+accounted by term as mem-estimate states it and exported by --metrics,
+and a run whose host memory exceeds the cgroup'"'"'s limit is refused before
+any work. A staging of a few hundred floats passes every transfer in
+pieces and changes no bit.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -58,6 +60,28 @@ dev3() {
 	}
 }
 
+# ZeRO-1 and ZeRO-3 in bf16 with evaluation and --sample (b1.json,
+# b3.json), ZeRO-3 with --reshard-after-forward no (d3k.json, d3k/) and
+# ZeRO-1 with --offload optimizer (po.json) in fp32, on 2 GPUs: made by
+# the first case that needs them and kept only whole
+B="$A --steps $short --device cuda --precision bf16 --val-data val.bin --eval-every 1 --sample 8"
+bf16() {
+	for z in 1 3; do
+		test -f b$z.json || { mpi 2 $B --zero $z >b$z.json+ && mv b$z.json+ b$z.json; } ||
+		return 1
+	done
+}
+dev3k() {
+	test -f d3k.json || {
+		rm -rf d3k &&
+		mpi 2 $Z --zero 3 --reshard-after-forward no --ckpt-dir d3k >d3k.json+ &&
+		mv d3k.json+ d3k.json
+	}
+}
+off1() {
+	test -f po.json || { mpi 2 $Z --zero 1 --offload optimizer >po.json+ && mv po.json+ po.json; }
+}
+
 test_expect_success 'data' '
 	train_data
 '
@@ -68,19 +92,23 @@ test_expect_success 'data' '
 # prefetch 3 of them were started before they were needed (block 0 with
 # the edges, block 1 during block 0, block 0 during block 1'"'"'s backward);
 # kept (--reshard-after-forward no), 4, 2 prefetched. The first step
-# prefetches nothing (the hang case below says why).
-test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and model bit for bit, with and without prefetch and reshard; the CPU'"'"'s ZeRO-3 within 1e-4' '
+# prefetches nothing (the hang case below says why). Without overlap,
+# --ckpt-gather: the model file whole, each rank'"'"'s range sent into rank
+# 0'"'"'s copy.
+test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and model bit for bit, with and without prefetch and reshard, and --ckpt-gather'"'"'s; the CPU'"'"'s ZeRO-3 within 1e-4' '
 	mpi 2 $Z --zero 1 --ckpt-dir d1 >d1.json &&
 	steps d1.json >d1.steps &&
 	test $(wc -l <d1.steps) = $short &&
 	for o in p n k; do
 		case $o in
 		p) opt= g=5 f=3 ;;
-		n) opt=--no-overlap g=5 f=0 ;;
+		n) opt="--no-overlap --ckpt-gather" g=5 f=0 ;;
 		k) opt="--reshard-after-forward no" g=4 f=2 ;;
 		esac &&
 		if test $o = p; then
 			rm -rf d3p d3p.steps && dev3
+		elif test $o = k; then
+			rm -f d3k.json && dev3k && steps d3k.json >d3k.steps
 		else
 			mpi 2 $Z --zero 3 $opt --ckpt-dir d3$o >d3$o.json &&
 			steps d3$o.json >d3$o.steps
@@ -89,8 +117,13 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: ZeRO-1'"'"'s losses, norms and m
 		test_cmp d1.steps d3$o.steps &&
 		jq -e -s "map(select(.event == \"step\")) | all(.param_gathers == $g) and
 			.[0].param_prefetched == 0 and (.[1:] | all(.param_prefetched == $f))" d3$o.json &&
-		! test -e d3$o/latest/model.safetensors &&
-		ckpt-merge d3$o/latest -o d3$o.safetensors &&
+		if test $o = n; then
+			! test -e d3n/latest/model-rank-00000-of-00002.safetensors &&
+			cp d3n/latest/model.safetensors d3n.safetensors
+		else
+			! test -e d3$o/latest/model.safetensors &&
+			ckpt-merge d3$o/latest -o d3$o.safetensors
+		fi &&
 		cmp d3$o.safetensors d1/latest/model.safetensors || return 1
 	done &&
 	cpu3 &&
@@ -125,12 +158,11 @@ test_expect_success 'GPUS3,MPI' '3 GPUs, ZeRO-3: ZeRO-2'"'"'s losses and norms b
 	close_to t3.values t1.values 1e-6
 '
 
-# Evaluation and --sample read the whole model: gathered through the host
-# into a whole working copy while they run, then the units again.
+# Evaluation and --sample read the whole model: gathered from device to
+# device into a whole working copy while they run (--sample'"'"'s on rank 0,
+# the others sending it their ranges), then the units again.
 test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3 in bf16: ZeRO-1'"'"'s losses, validation losses and sample bit for bit (the gathered working copy is the one ZeRO-1 rounds)' '
-	B="$A --steps $short --device cuda --precision bf16 --val-data val.bin --eval-every 1 --sample 8" &&
-	mpi 2 $B --zero 1 >b1.json &&
-	mpi 2 $B --zero 3 >b3.json &&
+	bf16 &&
 	for z in 1 3; do
 		jq -c "select(.event == \"step\" or .event == \"summary\") | [.loss, .grad_norm, .val_loss]" b$z.json >b$z.steps &&
 		jq -c "select(.event == \"sample\") | .tokens" b$z.json >b$z.sample || return 1
@@ -239,12 +271,13 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the device holds the shard and t
 	assert z3k["memory"]["comm"] - m2["comm"] == kept, (z3k["memory"], m2, kept)
 	assert m2["total"] - m3["total"] == saved + m2["checkpoint"] - m3["checkpoint"], (m2, m3)
 	assert saved > 0, saved
-	# host memory: ZeRO-3'"'"'s parameter mirror is whole, as ZeRO-2'"'"'s,
-	# and so is the staging, under 64 MiB (n floats each), the
-	# moments'"'"' copies the range (and a
-	# float), the gradients'"'"' mirror never written; mem-estimate'"'"'s terms
-	host = {"host_params": 4 * n, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
+	# host memory: ZeRO-2'"'"'s parameter mirror is whole (n floats), ZeRO-3'"'"'s
+	# copy its range (n / 2, rounded up to 64 bytes); the staging whole,
+	# under 64 MiB, the moments'"'"' copies the range (and a float), the
+	# gradients'"'"' mirror never written; mem-estimate'"'"'s terms
 	for z, me in ((z2, me2), (z3, me3), (z3k, me3k)):
+	    params = 4 * n if z is z2 else (4 * (n // 2) + 63) // 64 * 64
+	    host = {"host_params": params, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
 	    want = dict(host, total=sum(host.values()))
 	    assert z["host_memory"] == want, (z["host_memory"], want)
 	    assert {k: v for k, v in me.items() if k in host} == host, (me, host)
@@ -272,44 +305,54 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-3: the checkpoint copy in host memo
 	test "$g" = "$m" && test "$m" = $((6 * p))
 '
 
-# host_case NAME PRECISION ZERO [OPTION...]: a step on 2 GPUs (hNAME.json)
-# and mem-estimate's figures for the same flags (hmNAME.json)
+# host_case NAME JSON [OPTION...]: mem-estimate'"'"'s figures (hmNAME.json)
+# for the run of JSON, a start line, and the flags of its ZeRO and
+# precision plus OPTIONs
 host_case() {
-	hn=$1 p=$2 z=$3 &&
-	shift 3 &&
-	mp=$p &&
-	if test $p = fp32; then mp=f32; fi &&
-	mpi 2 $A --steps 1 --device cuda --precision $p --zero $z "$@" --ckpt-dir h$hn >h$hn.json &&
-	mem-estimate --config h$hn/latest/config.json --precision $mp -b 4 -s 16 --no-dropout \
-		--zero $z "$@" --dp 2 --json >hm$hn.json
+	hn=$1 hj=$2 &&
+	shift 2 &&
+	start_config $hj h$hn.config &&
+	mp=$(jq -r "select(.event == \"start\") | .precision" $hj) &&
+	if test $mp = fp32; then mp=f32; fi &&
+	mem-estimate --config h$hn.config --precision $mp -b 4 -s 16 --no-dropout \
+		--zero $(jq -r "select(.event == \"start\") | .zero" $hj) "$@" --dp 2 \
+		--json >hm$hn.json
 }
 
-# The host terms in bf16 (the mirrors are f32 whatever the working copy),
-# with the blocks kept gathered, under ZeRO-1 (the gradients' mirror
-# too) and with --offload optimizer (the moments themselves; ZeRO-3's
-# copy of its gradient shard): the start line's and the step lines'
-# host_memory, term by term, are mem-estimate's for the same flags, and
-# the shape's (TINY: 384 padded rows, 33 positions, 2 blocks of width 32:
-# an even flat buffer of n floats). fp32 without --offload: the device
-# memory case above.
-test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by term, is mem-estimate'"'"'s in bf16 and fp32, ZeRO-1 and 3, kept gathered, offloaded' '
-	host_case b3 bf16 3 &&
-	host_case b3k bf16 3 --reshard-after-forward no &&
-	host_case b1 bf16 1 &&
-	host_case o1 bf16 1 --offload optimizer &&
-	host_case o3 fp32 3 --offload optimizer &&
+# The host terms in bf16 and fp32 (the mirrors are f32 whatever the
+# working copy), with the blocks kept gathered, under ZeRO-1 (the
+# gradients'"'"' mirror too) and with --offload optimizer (the moments
+# themselves; ZeRO-3'"'"'s copy of its gradient shard): the start line'"'"'s
+# and the step lines'"'"' host_memory, term by term, are mem-estimate'"'"'s
+# for the same flags, and the shape'"'"'s (TINY: 384 padded rows, 33
+# positions, 2 blocks of width 32: an even flat buffer of n floats;
+# ZeRO-3'"'"'s parameters the range of n / 2, a multiple of 64 bytes here).
+# --metrics exports them, those the run has, without a total. The runs
+# of the cases above where there is one (ZeRO-1 and 3 in bf16 with
+# evaluation, ZeRO-3 kept gathered and ZeRO-1 offloaded in fp32).
+test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by term, is mem-estimate'"'"'s in bf16 and fp32, ZeRO-1 and 3, kept gathered, offloaded, and --metrics'"'"'s' '
+	mpi 2 $A --steps 1 --device cuda --precision fp32 --zero 3 --offload optimizer \
+		--metrics ho3.prom >ho3.json &&
+	bf16 && dev3k && off1 &&
+	host_case b3 b3.json &&
+	host_case d3k d3k.json --reshard-after-forward no &&
+	host_case b1 b1.json &&
+	host_case o1 po.json --offload optimizer &&
+	host_case o3 ho3.json --offload optimizer &&
 	python3 - <<-\PY
-	import json
+	import json, re
 	C, L = 32, 2
 	n = (384 + 33) * C + L * (12 * C * C + 13 * C) + 2 * C
-	assert n % 2 == 0 and (4 * n) % 64 == 0, n
-	for name, z, off in (("b3", 3, 0), ("b3k", 3, 0), ("b1", 1, 0), ("o1", 1, 1), ("o3", 3, 1)):
-	    lines = [json.loads(l) for l in open("h%s.json" % name)]
+	assert n % 2 == 0 and (4 * n) % 64 == 0 and (2 * n) % 64 == 0, n
+	for name, f, z, off in (("b3", "b3", 3, 0), ("d3k", "d3k", 3, 0), ("b1", "b1", 1, 0),
+	                        ("o1", "po", 1, 1), ("o3", "ho3", 3, 1)):
+	    lines = [json.loads(l) for l in open("%s.json" % f)]
 	    start = next(l for l in lines if l["event"] == "start")
 	    step = next(l for l in lines if l["event"] == "step")
 	    me = json.load(open("hm%s.json" % name))
-	    assert start["params_padded"] == n, start
-	    want = {"host_params": 4 * n, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
+	    assert start["params_padded"] == n and start["zero"] == z, start
+	    params = 4 * n // 2 if z == 3 else 4 * n
+	    want = {"host_params": params, "host_staging": 4 * n, "host_moments": 8 * (n // 2 + 1)}
 	    if z < 2:
 	        want["host_grads"] = 4 * n
 	    if off and z >= 2:
@@ -320,6 +363,13 @@ test_expect_success 'GPUS,MPI' '2 GPUs: the host memory a rank allocates, by ter
 	    assert {k: v for k, v in me["bytes"].items() if k.startswith("host_") and
 	            k != "host_ram"} == want, (name, me["bytes"], want)
 	    assert step["host_memory"] == got, (name, step)
+	    if name == "o3":
+	        prom = {}
+	        for l in open("ho3.prom"):
+	            m = re.match(r"gpukit_train_host_memory_bytes\{.*term=.([a-z_]+).*\} (\S+)$", l)
+	            if m:
+	                prom[m.group(1)] = int(float(m.group(2)))
+	        assert prom == want, (prom, want)
 	PY
 '
 
@@ -334,10 +384,11 @@ mpi_pin() {
 # transfer goes in pieces, the last one short and none of whole floats
 # (257.5), the bf16 logits of --sample in pieces of 515. The parameters
 # up, the parameters and moments down into a checkpoint and up again on
-# a resume, the whole model up for evaluation and --sample, ZeRO-1'"'"'s
-# gradients down and parameters up each step of --offload optimizer: the
-# losses, norms, validation losses, sample and checkpoints are the
-# whole-buffer staging'"'"'s bit for bit; host_staging is the 1030 bytes.
+# a resume, ZeRO-1'"'"'s gradients down and parameters up each step of
+# --offload optimizer (ZeRO-3'"'"'s evaluation and --sample gather on the
+# devices, no transfer): the losses, norms, validation losses, sample and
+# checkpoints are the whole-buffer staging'"'"'s (the runs above) bit for
+# bit; host_staging is the 1030 bytes.
 test_expect_success 'GPUS,MPI' '2 GPUs: a pinned staging of 1030 bytes passes every transfer in pieces, bit for bit, and is accounted as such' '
 	dev3 &&
 	mpi_pin $Z --zero 3 --until $half --ckpt-dir sp >sp1.json &&
@@ -348,25 +399,23 @@ test_expect_success 'GPUS,MPI' '2 GPUs: a pinned staging of 1030 bytes passes ev
 	ckpt-merge sp/latest -o sp.safetensors &&
 	ckpt-merge d3p/latest -o d3pm.safetensors &&
 	cmp sp.safetensors d3pm.safetensors &&
-	B="$A --steps $short --device cuda --precision bf16 --val-data val.bin --eval-every 1 --sample 8" &&
-	mpi 2 $B --zero 3 >pb.json &&
+	bf16 && off1 &&
 	mpi_pin $B --zero 3 >pbp.json &&
-	mpi 2 $Z --zero 1 --offload optimizer >po.json &&
 	mpi_pin $Z --zero 1 --offload optimizer >pop.json &&
-	for f in pb po; do
+	for f in b3:pbp po:pop; do
 		jq -c "select(.event == \"step\" or .event == \"summary\" or .event == \"sample\") |
-			[.loss, .grad_norm, .val_loss, .tokens]" $f.json >$f.out &&
+			[.loss, .grad_norm, .val_loss, .tokens]" ${f%:*}.json >${f%:*}.out &&
 		jq -c "select(.event == \"step\" or .event == \"summary\" or .event == \"sample\") |
-			[.loss, .grad_norm, .val_loss, .tokens]" ${f}p.json >${f}p.out &&
-		test $(grep -c . $f.out) -gt $short &&
-		test_cmp $f.out ${f}p.out || return 1
+			[.loss, .grad_norm, .val_loss, .tokens]" ${f#*:}.json >${f#*:}.out &&
+		test $(grep -c . ${f%:*}.out) -gt $short &&
+		test_cmp ${f%:*}.out ${f#*:}.out || return 1
 	done &&
-	test $(grep -c "\[null,null,null,\[" pb.out) = 1 &&
+	test $(grep -c "\[null,null,null,\[" b3.out) = 1 &&
 	for f in sp1 sp2 pbp pop; do
 		jq -s -e "map(select(.event == \"start\" or .event == \"step\")) | length > 1 and
 			all(.host_memory.host_staging == 1030)" $f.json || return 1
 	done &&
-	jq -s -e "map(select(.event == \"start\"))[0].host_memory.host_staging > 1030" pb.json &&
+	jq -s -e "map(select(.event == \"start\"))[0].host_memory.host_staging > 1030" b3.json &&
 	test_expect_code 1 env GK_TEST_PIN_BYTES=3 gpu-train $Z >bad.out 2>bad.err &&
 	grep "GK_TEST_PIN_BYTES 3: 4 bytes at least" bad.err
 '
