@@ -556,8 +556,6 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 		if (o->pp_rank < 0 || o->pp_rank >= o->pp)
 			return gk_errf(err, "model pipeline stage %d of %d: no such stage",
 				       o->pp_rank, o->pp);
-		if (o->pp_chunks > 1 && o->device == GK_NN_CUDA)
-			return gk_errf(err, "model pipeline chunks: the CPU backend only");
 		if (gk_nn_pp_chunk_layers(cc.layers, o->pp, o->pp_chunks, o->pp_rank, 0, &l0, &l1,
 					  err) < 0)
 			return -1;

@@ -503,10 +503,10 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 		return -1;
 	/* the embedding's backward needs the token buckets: a training
 	 * forward's, and a pipeline's first stage's, whose targets are the
-	 * last stage's */
+	 * last stage's (its first chunk's under the interleaved schedule) */
 	if (targets && gk_cuda_copy(cu->tgt, targets, (size_t)N * 4, cu->s, err) < 0)
 		return -1;
-	if (targets || (m->pp > 1 && m->ppr == 0)) {
+	if (targets || (m->pp > 1 && m->l0 == 0)) {
 		if (targets)
 			memcpy(m->targets, targets, (size_t)N * 4);
 		cu->nb = gk_nn_token_buckets(tokens, N, V, cu->h_uniq,
@@ -524,14 +524,15 @@ int gk_nn_cuda_forward(gk_nn_model *m, const int32_t *tokens,
 	}
 	/* a pipeline stage: the embedding on the first, its layers, the head
 	 * on the last (the others leave their output for the next stage in
-	 * gk_nn_pp_output; a later one's input is in gk_nn_pp_input) */
-	if (m->ppr == 0 && embed_fwd(m, err) < 0)
+	 * gk_nn_pp_output; a later one's input is in gk_nn_pp_input); under
+	 * the interleaved schedule the first chunk's and the last's */
+	if (m->l0 == 0 && embed_fwd(m, err) < 0)
 		return -1;
 	for (int l = m->l0; l < m->l1; l++)
 		if (param_use(m, GK_NN_FWD_PRE, l, err) < 0 || block_fwd(m, l, err) < 0 ||
 		    param_use(m, GK_NN_FWD_POST, l, err) < 0)
 			return -1;
-	if (m->ppr < m->pp - 1) {
+	if (m->l1 < (int)m->c.layers) {
 		m->have_targets = 0;
 		m->have_fwd = 1;
 		return gk_cuda_stream_sync(cu->s, err);
@@ -776,9 +777,9 @@ int gk_nn_cuda_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
 			 .dt = cu->dt, .ddt = GK_DT_F32};
 	int R = m->sp ? N / m->tp : N;
 	const char *last = (const char *)cu->resid + (size_t)(m->l1 - m->l0) * R * C * es;
-	/* a pipeline stage before the last: dres holds d output (the
+	/* a pipeline stage (chunk) before the last: dres holds d output (the
 	 * caller's, gk_nn_pp_grad) */
-	if (m->ppr < m->pp - 1)
+	if (m->l1 < (int)m->c.layers)
 		goto blocks;
 	/* (under sequence parallelism wte's gradient reads lnf gathered
 	 * again, as the blocks' column-parallel weights do) */
@@ -801,8 +802,8 @@ blocks:
 		    notify(m, ready, ctx, m->blk[l].ln1w, err) < 0 ||
 		    param_use(m, GK_NN_BWD_POST, l, err) < 0)
 			return -1;
-	/* a later stage: dres is d input, for the previous stage */
-	if (m->ppr > 0)
+	/* a later stage (chunk): dres is d input, for the previous one */
+	if (m->l0 > 0)
 		return notify(m, ready, ctx, 0, err) < 0 ? -1 : gk_cuda_stream_sync(cu->s, err);
 	/* every row's d embedding (under sequence parallelism the group's
 	 * rows gathered: the reduce-scatter's backward) */

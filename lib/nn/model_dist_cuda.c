@@ -243,9 +243,9 @@ int gk_nn_cuda_slots(gk_nn_model *m, int n, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (n > PP_SLOTS)
-		return gk_errf(err, "model on the GPU: %d micro-batches in flight on a pipeline "
-			       "stage, at most %d (fewer stages, or --pp-schedule 1f1b)", n,
-			       PP_SLOTS);
+		return gk_errf(err, "model on the GPU: %d micro-batches (or their chunks) in "
+			       "flight on a pipeline stage, at most %d (fewer stages or chunks, "
+			       "or --pp-schedule 1f1b)", n, PP_SLOTS);
 	for (int k = 1; k < n; k++)
 		if (!(cu->abase[k] = gk_nn_cuda_dalloc(cu, cu->abytes, GK_CUDA_MEM_ACTS, err)))
 			return gk_err_prefix(err, "activations of %d micro-batches", n);

@@ -44,7 +44,8 @@
  * of the schedule; a receive's buffer is the slot's, which NCCL writes
  * after the model's stream has finished with it (the stream contract of
  * lib/comm), and the host waits for it before queueing the kernels that
- * read it.
+ * read it. The interleaved schedule's messages take lanes of their own
+ * instead (see ilv_step).
  */
 #include <errno.h>
 #include <math.h>
@@ -107,6 +108,8 @@ struct gk_nn_pp {
 	size_t es;          /* ... bytes of one element */
 	gk_comm *dev, *emb; /* on GPUs: the pipeline's and the embedding
 			     * group's device communicators */
+	gk_comm *lane[2][3];/* on GPUs, interleaved: the activations' and the
+			     * gradients' lanes, by colour (lane_of) */
 	const void *hold;   /* on GPUs: a send held for the next receive */
 	int hold_peer;
 	double wait;        /* seconds waiting for receives this step */
@@ -142,6 +145,9 @@ void gk_nn_tr_pp_free(gk_nn_trainer *t)
 	free(p->slot_of);
 	free(p->free_slot);
 	gk_comm_close(p->back);
+	for (int k = 0; k < 2; k++)
+		for (int c = 0; c < 3; c++)
+			gk_comm_close(p->lane[k][c]);
 	free(p);
 	t->pp = NULL;
 }
@@ -196,19 +202,47 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
  * model's stream. Every rank of the world opens them at once (the
  * trainer's setup), so one that cannot fails every rank.
  */
+static int device_comm(gk_nn_trainer *t, gk_comm *host, gk_comm **out, gk_err *err)
+{
+	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
+			     .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
+	return gk_comm_open_device(host, &cc, out, err) < 0 ||
+	       gk_comm_set_stream(*out, gk_nn_stream(t->m), err) < 0 ? -1 : 0;
+}
+
 static int open_device(gk_nn_trainer *t, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	gk_comm_config cc = {.backend = GK_COMM_BACKEND_NCCL, .device = t->dev,
-			     .timeout = t->o.timeout, .trace_dir = t->o.trace_dir};
-	int rc = gk_comm_open_device(t->grid.ppc, &cc, &p->dev, err) < 0 ||
-		 gk_comm_set_stream(p->dev, gk_nn_stream(t->m), err) < 0 ||
-		 (t->grid.embc &&
-		  (gk_comm_open_device(t->grid.embc, &cc, &p->emb, err) < 0 ||
-		   gk_comm_set_stream(p->emb, gk_nn_stream(t->m), err) < 0)) ? -1 : 0;
+	int rc = device_comm(t, t->grid.ppc, &p->dev, err) < 0 ||
+		 (t->grid.embc && device_comm(t, t->grid.embc, &p->emb, err) < 0) ? -1 : 0;
 	if (rc < 0)
 		gk_err_prefix(err, "pipeline stage %d: NCCL on the GPU", p->s);
 	return rc;
+}
+
+/*
+ * The lane of a message from stage from (grad: a gradient, to from - 1;
+ * else an activation, to from + 1), on GPUs under the interleaved
+ * schedule: the colour of the sender's parity, but the ring's wrap's
+ * (S - 1 to 0 forward, 0 to S - 1 backward) a third when S is odd. On a
+ * lane each stage only sends (to one peer) or only receives (from one),
+ * see ilv_step.
+ */
+static gk_comm *lane_of(const gk_nn_pp *p, int grad, int from)
+{
+	int wrap = grad ? 0 : p->S - 1;
+	return p->lane[grad][p->S % 2 && from == wrap ? 2 : from % 2];
+}
+
+/* the communicator of a message from stage from (grad: a gradient) */
+static gk_comm *path(gk_nn_trainer *t, int grad, int from)
+{
+	gk_nn_pp *p = t->pp;
+	if (p->lane[0][0])
+		return lane_of(p, grad, from);
+	if (p->dev)
+		return p->dev;
+	return grad && p->back ? p->back : t->grid.ppc;
 }
 
 /* On GPUs: the send held, alone (the stage sends again, or its schedule ends). */
@@ -228,11 +262,10 @@ static int flush(gk_nn_trainer *t, gk_err *err)
 static int recv_wait(gk_nn_trainer *t, void *buf, int peer, int grad, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	gk_comm *c = grad && p->back ? p->back : t->grid.ppc;
 	gk_comm_req *q, *sq = NULL;
 	double t0 = gk_now();
 	int rc;
-	if (p->dev) {
+	if (p->dev && !p->lane[0][0]) {
 		/* with the send held, in one group */
 		rc = gk_comm_sendrecv(p->dev, p->hold, p->hold ? p->hold_peer : -1, buf, peer,
 				      p->NC, p->dt, &sq, &q, err);
@@ -240,7 +273,7 @@ static int recv_wait(gk_nn_trainer *t, void *buf, int peer, int grad, gk_err *er
 			p->sq[p->nsq++] = sq;
 		p->hold = NULL;
 	} else {
-		rc = gk_comm_irecv(c, buf, p->NC, GK_DT_F32, peer, &q, err);
+		rc = gk_comm_irecv(path(t, grad, peer), buf, p->NC, p->dt, peer, &q, err);
 	}
 	if (rc == 0)
 		rc = gk_comm_wait(q, err);
@@ -254,15 +287,17 @@ static int send(gk_nn_trainer *t, void *mine, int k, const void *buf, int peer, 
 	gk_nn_pp *p = t->pp;
 	size_t n = p->NC * p->es;
 	void *a = (char *)mine + (size_t)k * n;
+	gk_comm *c = path(t, mine == p->sg, p->s);
 	p->bytes += n;
 	if (!p->dev) {
 		memcpy(a, buf, n);
-		return gk_comm_isend(mine == p->sg && p->back ? p->back : t->grid.ppc, a, p->NC,
-				     GK_DT_F32, peer, &p->sq[p->nsq++], err);
+		return gk_comm_isend(c, a, p->NC, p->dt, peer, &p->sq[p->nsq++], err);
 	}
 	/* on the model's stream, after the kernels that wrote buf */
 	if (flush(t, err) < 0 || gk_comm_to_device(p->dev, a, buf, n, err) < 0)
 		return -1;
+	if (p->lane[0][0])
+		return gk_comm_isend(c, a, p->NC, p->dt, peer, &p->sq[p->nsq++], err);
 	p->hold = a;
 	p->hold_peer = peer;
 	return 0;
@@ -345,6 +380,23 @@ static int backward(gk_nn_trainer *t, int k, int c, int i, gk_err *err)
  * (the map from a chunk's i-th forward to the next chunk's, i + S, keeps
  * the order, and likewise backwards).
  *
+ * On GPUs NCCL matches a pair's messages in the order posted on a
+ * communicator, as MPI does, but a send blocks its communicator's stream
+ * until the peer's receive runs: a stage that sends to a peer and then
+ * receives from it on one stream waits for a peer that does the same,
+ * which 1F1B's send held for the next receive (send) answers, and the
+ * interleaved schedule's orders do not (with S = 2 both directions, both
+ * kinds, a pair). So each message goes on a lane (lane_of: a device
+ * communicator of its own, each with its own stream), one a kind and
+ * colour: the sender's parity (a third colour for the wrap when S is
+ * odd), so that on a lane a stage only sends, to one peer, or only
+ * receives, from one, in the order of the kind's messages above. A send
+ * then holds up only the later sends of its lane, which its receiver
+ * takes in that order anyway: the host's progress is MPI's, whose
+ * schedule has no cycle. Megatron-LM splits its stages' messages the
+ * same way by parity (its even_send_odd_recv and even_recv_odd_send
+ * groups); a kind each keeps the order without its lockstep batches.
+ *
  * The activations: one slot per micro-batch's chunk in flight, taken at
  * its forward and given back after its backward (a chunk's backwards do
  * not come in the order of the forwards), as many as the most in flight:
@@ -377,8 +429,13 @@ static int ilv_open(gk_nn_trainer *t, gk_err *err)
 	if (!p->slot_of || !p->free_slot)
 		return gk_errf(err, "pipeline: out of memory for %zu micro-batches' slots", n);
 	/* every stage of the pipeline, at once (the trainer's setup) */
-	if (gk_comm_split(t->grid.ppc, 0, p->s, &p->back, err) < 0)
+	if (!t->cuda && gk_comm_split(t->grid.ppc, 0, p->s, &p->back, err) < 0)
 		return gk_err_prefix(err, "pipeline stage %d: the gradients' communicator", p->s);
+	for (int k = 0; t->cuda && k < 2; k++)
+		for (int c = 0; c < 2 + p->S % 2; c++)
+			if (device_comm(t, t->grid.ppc, &p->lane[k][c], err) < 0)
+				return gk_err_prefix(err, "pipeline stage %d: NCCL on the GPU, the %s' "
+						     "lane %d", p->s, k ? "gradients" : "activations", c);
 	return gk_nn_pp_slots(t->m, p->slots, err);
 }
 
@@ -558,8 +615,8 @@ int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double ac
 				continue;
 			}
 			gk_comm_req *q;
-			if (gk_comm_isend(p->dev ? p->dev : t->grid.ppc, gk_nn_pp_output(t->m), p->NC,
-					  p->dt, (p->s + 1) % p->S, &q, err) < 0 ||
+			if (gk_comm_isend(path(t, 0, p->s), gk_nn_pp_output(t->m), p->NC, p->dt,
+					  (p->s + 1) % p->S, &q, err) < 0 ||
 			    gk_comm_wait(q, err) < 0)
 				return gk_err_prefix(err, "pipeline stage %d, evaluation batch %lld",
 						     p->s, (long long)k);

@@ -28,7 +28,12 @@ gathering the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints; ZeRO
 rank'"'"'s pieces updated on the host) the losses and checkpoints are the
 device update'"'"'s bits. With --compress bf16 (ZeRO 0) two pipelines are
 the CPU'"'"'s compressed run within 1e-6, their error feedback too but for a
-flipped rounding in 1000.'
+flipped rounding in 1000. Under --pp-schedule interleaved (2
+chunks a stage, 5 micro-batches in groups of 3), its messages each on a
+lane of NCCL communicators, the losses and the validation loss are
+1F1B'"'"'s on GPUs bit for bit through a resume into 1F1B and back, the
+norms within 1e-12, the CPU'"'"'s interleaved run within 1e-4; under tp 2 x
+pp 2 too.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -137,10 +142,75 @@ test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on on
 	close_to rc one.tail 1e-4
 '
 
+# --pp-schedule interleaved on GPUs: 4 layers, stage 0 runs layers 0 and
+# 2, stage 1 layers 1 and 3 (t7125 has the schedule on the CPU); 5
+# micro-batches go through the chunks in groups of 3 (0, 1, 2 through
+# both chunks, then 3, 4). Between the two stages go activations and
+# gradients both ways; each message takes a lane (a device communicator
+# of its kind and its sender's parity) where a stage only sends or only
+# receives, so NCCL's matching in posting order, and its sends that wait
+# for their receives, meet the schedule's order (one communicator, or one
+# a kind, hangs: the emulation's NCCL matches and blocks as NCCL does).
+# Each chunk meets the micro-batches in 1F1B's order, so the losses are
+# 1F1B's bits on GPUs as on the CPU, and the norm, summed over other
+# layers, within 1e-12. A run that goes interleaved (a step), 1F1B (one),
+# interleaved again (one), resuming each time, is the 1F1B run that never
+# stopped, its validation loss (the pipeline forward through the chunks)
+# too.
+I="--pp-schedule interleaved --pp-chunks 2"
+P4="--layers 4 --batch 2 --grad-accum 5 --steps 3"
+G4="$G $P4"
+
+norms() {
+	jq -r 'select(.event == "step") | .grad_norm' "$1"
+}
+
+test_expect_success 'GPUS,MPI' 'interleaved pp 2 (V 2, groups of 3) on GPUs, resumed into 1F1B and back: the 1F1B run'"'"'s losses and validation loss bit for bit, its norms within 1e-12; the CPU'"'"'s interleaved run within 1e-4' '
+	E4="--val-data val.bin --eval-every 3 --eval-batches 2" &&
+	mpi 2 $G4 --pp 2 $E4 >f4.json &&
+	mpi 2 $G4 --pp 2 $I --until 1 --ckpt-dir ilv >i4.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .pp_schedule == \"interleaved\" and
+		.pp_chunks == 2 and .pp_group == 3 and (.device | startswith(\"cuda:\"))" i4.json &&
+	mpi 2 $G4 --pp 2 --until 2 --ckpt-dir ilv --resume >r3.json 2>err &&
+	grep "resumed with --pp-schedule 1f1b (the checkpoint.s run: interleaved)" err &&
+	mpi 2 $G4 --pp 2 $I $E4 --ckpt-dir ilv --resume >r4.json &&
+	losses f4.json >f4 &&
+	cat i4.json r3.json r4.json >chain.json &&
+	losses chain.json >chain &&
+	test $(wc -l <chain) = 3 &&
+	test_cmp f4 chain &&
+	norms f4.json >f4.n && norms chain.json >chain.n &&
+	close_to chain.n f4.n 1e-12 &&
+	jq -r "select(.event == \"summary\") | .val_loss" f4.json >f4.val &&
+	jq -r "select(.event == \"summary\") | .val_loss" r4.json >r4.val &&
+	grep "^[0-9]" f4.val &&
+	test_cmp f4.val r4.val &&
+	mpi 2 $A $P4 --device cpu --pp 2 $I >c4.json &&
+	losses c4.json >c4 &&
+	close_to chain c4 1e-4
+'
+
 # pp 2 x dp 2: four ranks on four GPUs (the emulation makes them:
 # CUEMU_GPUS below), each data-parallel group's NCCL communicator over
 # its two ranks (one per pipeline), on different devices
 { test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
+
+# tp 2 x pp 2: each stage a tensor group of two GPUs, each chunk's
+# layers split over it as a stage's are; 4 micro-batches, groups of 2. A
+# step: the loss (the forward through the chunks) and the norm (the
+# backward's gradients through them)
+test_expect_success 'GPUS4,MPI' 'interleaved tp 2 x pp 2 on GPUs: 1F1B'"'"'s loss bit for bit, its norm within 1e-12' '
+	T4="$G --layers 4 --batch 2 --grad-accum 4 --steps 1 --tp 2 --pp 2" &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $T4 >tf.json &&
+	 mpi 4 $T4 $I >ti.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .pp == 2 and .pp_chunks == 2" ti.json &&
+	losses tf.json >tf && losses ti.json >ti &&
+	test $(wc -l <ti) = 1 &&
+	test_cmp tf ti &&
+	norms tf.json >tf.n && norms ti.json >ti.n &&
+	close_to ti.n tf.n 1e-12
+'
 
 test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs: over NCCL (--comm nccl and auto) within 1e-6 of one GPU on the same global batch and the --comm mpi run'"'"'s bits; ZeRO 2 refused before any work' '
 	gpu-train $G --batch 8 >one8.json &&
