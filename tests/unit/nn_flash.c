@@ -132,8 +132,9 @@ static void round_to(float *x, gk_dtype dt, size_t n)
  * emulation meets them with at least 40 % to spare on the scalar kernels,
  * 25 % on the tensor cores' kernels, which round p and ds to bf16 too).
  */
-static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
+static void check_shape(int B, int T, int NH, int hs, int prec)
 {
+	gk_dtype dt = prec == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	int C = NH * hs, N = B * T;
 	size_t nq = (size_t)N * 3 * C, no = (size_t)N * C, rows = (size_t)B * NH * T;
 	const char *pn = dt == GK_DT_BF16 ? "bf16" : "fp32";
@@ -178,11 +179,11 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 	void *dq = dev_of(qkv, dt, nq), *ddo = dev_of(dout, dt, no);
 	void *dy = dev_new(dt, no), *dg = dev_new(dt, nq);
 	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
-	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
-		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, prec, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, prec, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
 	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s (%s)%s", B, T, NH, hs, pn,
-		 skew ? "cuda cores" : gk_nn_flash_path(dt, hs),
+		 skew ? "cuda cores" : gk_nn_flash_path(prec, hs),
 		 skew ? ", tensors 2 bytes off 16-byte alignment" : "");
 	if (!ok(rc, "%s: forward and backward ran%s%s", what, err.msg[0] ? ": " : "", err.msg))
 		goto out;
@@ -213,8 +214,8 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 
 	/* again: the same bits (one thread sums each output, in order) */
 	float *out2 = malloc(no * 4), *got2 = malloc(nq * 4);
-	rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
-	     gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
+	rc = gk_nn_cu_flash_fwd(dy, dl, dq, prec, B, T, NH, hs, NULL, &err) == 0 &&
+	     gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, prec, B, T, NH, hs, NULL, &err) == 0 &&
 	     gk_cuda_stream_sync(NULL, &err) == 0;
 	if (rc) {
 		back_f32(out2, dy, dt, no);
@@ -262,8 +263,8 @@ static void check_gradient(int B, int T, int NH, int hs)
 	void *dq = dev_of(qkv, GK_DT_BF16, nq), *ddo = dev_of(dout, GK_DT_BF16, no);
 	void *dy = gpu_dev(NULL, no * 2), *dg = gpu_dev(NULL, nq * 2);
 	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
-	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, GK_DT_BF16, B, T, NH, hs, NULL, &err) == 0 &&
-		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, GK_DT_BF16, B, T, NH, hs, NULL,
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, GK_NN_BF16, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, GK_NN_BF16, B, T, NH, hs, NULL,
 				    &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
 	if (!ok(rc, "gradient check B %d T %d NH %d hs %d: ran%s%s", B, T, NH, hs,
@@ -294,7 +295,7 @@ static void check_gradient(int B, int T, int NH, int hs)
 		ok(fabs(dot - fd) <= 0.02 * fabs(fd) + 4 * 0x1p-9 * sqrt(sq) && fabs(fd) > 1.0,
 		   "B %d T %d NH %d hs %d (%s): the backward's d%s along a direction %.5f, "
 		   "finite differences of the CPU's forward %.5f", B, T, NH, hs,
-		   gk_nn_flash_path(GK_DT_BF16, hs), part[p], dot, fd);
+		   gk_nn_flash_path(GK_NN_BF16, hs), part[p], dot, fd);
 	}
 out:
 	gk_cuda_free(dq), gk_cuda_free(ddo), gk_cuda_free(dy), gk_cuda_free(dg);
@@ -305,11 +306,11 @@ out:
 static void test_refusals(void)
 {
 	gk_err err = {0};
-	int rc = gk_nn_cu_flash_fwd(NULL, NULL, NULL, GK_DT_BF16, 1, 16, 1, 129, NULL, &err);
+	int rc = gk_nn_cu_flash_fwd(NULL, NULL, NULL, GK_NN_BF16, 1, 16, 1, 129, NULL, &err);
 	ok(rc < 0 && strstr(err.msg, "head size 129") && strstr(err.msg, "1 to 128"),
 	   "head size 129 refused: %s", err.msg);
 	memset(&err, 0, sizeof err);
-	rc = gk_nn_cu_flash_bwd(NULL, NULL, NULL, NULL, NULL, NULL, GK_DT_F32, 1, 16, 1, 0, NULL,
+	rc = gk_nn_cu_flash_bwd(NULL, NULL, NULL, NULL, NULL, NULL, GK_NN_FP32, 1, 16, 1, 0, NULL,
 				&err);
 	ok(rc < 0 && strstr(err.msg, "head size 0"), "head size 0 refused: %s", err.msg);
 }
@@ -426,15 +427,15 @@ static void test_paths(void)
  */
 static void test_choice(void)
 {
-	is_str(gk_nn_flash_path(GK_DT_BF16, 64), "tensor cores (wmma)",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 64), "tensor cores (wmma)",
 	       "bf16, head size 64: the tensor cores' kernels");
-	is_str(gk_nn_flash_path(GK_DT_BF16, 16), "tensor cores (wmma)",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 16), "tensor cores (wmma)",
 	       "bf16, head size 16: the tensor cores' kernels");
-	is_str(gk_nn_flash_path(GK_DT_BF16, 12), "cuda cores",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 12), "cuda cores",
 	       "bf16, head size 12 (no multiple of 16): the scalar kernels");
-	is_str(gk_nn_flash_path(GK_DT_BF16, 129), "cuda cores",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 129), "cuda cores",
 	       "bf16, head size 129 (past the widths): not the tensor cores'");
-	is_str(gk_nn_flash_path(GK_DT_F32, 64), "cuda cores", "fp32: the scalar kernels");
+	is_str(gk_nn_flash_path(GK_NN_FP32, 64), "cuda cores", "fp32: the scalar kernels");
 	gk_nn_config c = {.layers = 1, .hidden = 768, .heads = 12, .vocab = 100,
 			  .positions = 64, .ln_eps = 1e-5f};
 	gk_nn_config big = c;
@@ -531,22 +532,22 @@ int main(void)
 		return done_testing();
 #if GK_HAVE_CUDA
 	test_refusals();
-	check_shape(3, 37, 4, 12, GK_DT_F32);  /* no multiple of a tile */
-	check_shape(3, 37, 4, 12, GK_DT_BF16);
-	check_shape(2, 16, 4, 16, GK_DT_BF16); /* nn_cuda's default shape */
-	check_shape(1, 80, 2, 64, GK_DT_F32);  /* GPT-2's head size, 3 tiles */
-	check_shape(1, 80, 2, 64, GK_DT_BF16);
-	check_shape(1, 40, 1, 128, GK_DT_BF16); /* the largest */
+	check_shape(3, 37, 4, 12, GK_NN_FP32);  /* no multiple of a tile */
+	check_shape(3, 37, 4, 12, GK_NN_BF16);
+	check_shape(2, 16, 4, 16, GK_NN_BF16); /* nn_cuda's default shape */
+	check_shape(1, 80, 2, 64, GK_NN_FP32);  /* GPT-2's head size, 3 tiles */
+	check_shape(1, 80, 2, 64, GK_NN_BF16);
+	check_shape(1, 40, 1, 128, GK_NN_BF16); /* the largest */
 	/* the tensor cores' kernels where nothing tiles: T 37 and 70 (no
 	 * multiple of 16 or of a block's 64 rows), B 3, head size 48 (the
 	 * width 64 with 16 columns of zeros) */
-	check_shape(3, 37, 4, 16, GK_DT_BF16);
-	check_shape(3, 37, 2, 48, GK_DT_BF16);
-	check_shape(2, 70, 2, 32, GK_DT_BF16);
+	check_shape(3, 37, 4, 16, GK_NN_BF16);
+	check_shape(3, 37, 2, 48, GK_NN_BF16);
+	check_shape(2, 70, 2, 32, GK_NN_BF16);
 	/* tensors off 16-byte alignment, which the tensor cores' loads
 	 * need: the scalar kernels run them */
 	skew = 1;
-	check_shape(1, 37, 2, 16, GK_DT_BF16);
+	check_shape(1, 37, 2, 16, GK_NN_BF16);
 	skew = 0;
 	check_gradient(1, 37, 2, 16);
 	check_gradient(1, 70, 1, 64);
