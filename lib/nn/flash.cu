@@ -34,12 +34,17 @@
  * Head sizes 1 to GK_NN_FLASH_MAX_HS, in three compiled widths (32, 64,
  * 128: the head dimensions a lane owns are registers); others are refused.
  * These kernels' products are the CUDA cores' fp32 FMAs; in bf16 at head
- * sizes that are a multiple of 16 the tensor cores' kernels below (tc_*)
- * run instead (gk_nn_flash_tc).
+ * sizes that are a multiple of 16, and in tf32 at multiples of 16 up to
+ * 64, the tensor cores' kernels below (tc_*) run instead (gk_nn_flash_tc):
+ * tf32 is the precision whose matmuls are cuBLASLt's TF32, and its
+ * attention rounds its operands the same way; fp32 stays here, with no
+ * tensor core's rounding.
  *
  * references: Dao, "FlashAttention-2: Faster Attention with Better
  * Parallelism and Work Partitioning", 2023, Algorithms 1 and 2; llm.c's
- * dev/cuda/attention_forward.cu (the tiles of its simple flash kernel).
+ * dev/cuda/attention_forward.cu (the tiles of its simple flash kernel);
+ * the CUDA C++ Programming Guide, "Warp Matrix Functions" (the fragments,
+ * precision::tf32 and __float_to_tf32), and the PTX ISA's cvt.rna.tf32.f32.
  */
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -439,10 +444,10 @@ FL_UNROLL
  *
  * Shared memory: 2 TC_BC rows of HSP + 16 bytes of E, and a warp's 16
  * rows of scores (two in the backward) with bf16's p (ds) past them:
- * at HSP 128 in bf16 33 KiB (forward) to 45 KiB (dk, dv); in tf32 the
- * rows are twice as wide, 43 KiB (dk, dv) at HSP 64, and HSP 128 would
- * pass 48 KiB in the backward: tf32 runs these kernels up to head size
- * 64 (GK_NN_FLASH_TF32_MAX_HS), the scalar kernels past it.
+ * at HSP 128 in bf16 32 KiB (forward) to 45 KiB (dk, dv); in tf32 the
+ * tiles' rows are twice as wide, 35 KiB (dk, dv) at HSP 64, and at HSP
+ * 128 the backward would take 51 KiB: tf32 runs these kernels up to head
+ * size 64 (GK_NN_FLASH_TF32_MAX_HS), the scalar kernels past it.
  */
 #define TC_WARPS 4
 #define TC_BR (16 * TC_WARPS) /* rows a block: 16 a warp */
@@ -457,7 +462,7 @@ namespace tcw = nvcuda::wmma;
  * The tensor cores' types for activations of E: K the fragments' depth,
  * the fragments, LD the row stride of the tiles in shared memory (16
  * bytes past HSP: a fragment's first element, at a row that is a
- * multiple of 8 and a column that is a multiple of 8, is then 32-byte
+ * multiple of 8 and a column that is a multiple of K, is then 32-byte
  * aligned as WMMA's loads require), the warp's operand rows (p, ds) over
  * its scores S (their stride SP, PX the floats they take past S), MAXW
  * the widest compiled width.
