@@ -20,7 +20,8 @@
  *     against double on the inputs rounded to tf32 within the bound of
  *     the kernels' own roundings of p and ds (inputs rounded to bf16, or
  *     not converted, fail it); their bits the same in every order of the
- *     emulation; tf32 past head size 64 runs the scalar kernels;
+ *     emulation; tf32 past head size 64, or off 16-byte alignment, runs
+ *     the scalar kernels;
  *   - the tensor-core backward against finite differences of the CPU's
  *     forward;
  *   - two runs give the same bits; head sizes past the maximum refused;
@@ -192,9 +193,11 @@ static void check_shape(int B, int T, int NH, int hs, int prec)
 	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, prec, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, prec, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
-	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s (%s)%s", B, T, NH, hs, pn,
-		 skew ? "cuda cores" : gk_nn_flash_path(prec, hs),
-		 skew ? ", tensors 2 bytes off 16-byte alignment" : "");
+	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s (%s)", B, T, NH, hs, pn,
+		 skew ? "cuda cores" : gk_nn_flash_path(prec, hs));
+	if (skew)
+		snprintf(what + strlen(what), sizeof what - strlen(what),
+			 ", tensors %zu bytes off 16-byte alignment", skew * (dt == GK_DT_BF16 ? 2 : 4));
 	if (!ok(rc, "%s: forward and backward ran%s%s", what, err.msg[0] ? ": " : "", err.msg))
 		goto out;
 	back_f32(out, dy, dt, no);
@@ -885,6 +888,9 @@ int main(int argc, char **argv)
 	check_tf32(1, 70, 1, 64);
 	test_tf32_orders();
 	check_shape(1, 37, 1, 80, GK_NN_TF32); /* tf32 past 64: the scalar kernels */
+	skew = 1; /* and off 16-byte alignment */
+	check_shape(1, 37, 2, 16, GK_NN_TF32);
+	skew = 0;
 	rng = keep;
 	check_gradient(1, 37, 2, 16);
 	check_gradient(1, 70, 1, 64);
