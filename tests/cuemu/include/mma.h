@@ -5,8 +5,9 @@
  * where the toolkit's mma.h gives a host compiler nothing.
  *
  * What the guide guarantees, and no more:
- *   - a fragment of 16 x 16 elements, num_elements of them a thread (8,
- *     none repeated), whose mapping to threads and to x[i] is
+ *   - a fragment of its matrix's elements (16 x 16; tf32's operands 16 x
+ *     8 and 8 x 16), num_elements of them a thread (8; 4), none
+ *     repeated, whose mapping to threads and to x[i] is
  *     unspecified: here a permutation drawn per run from CUEMU_SEED, one
  *     for each kind of fragment (matrix_a or matrix_b in each layout, the
  *     accumulator), the same for every fragment of a kind. Code that
