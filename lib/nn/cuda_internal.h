@@ -204,26 +204,33 @@ static inline int gk_nn_flash_fits(int hs)
 	return hs >= 1 && hs <= GK_NN_FLASH_MAX_HS;
 }
 /*
- * Which kernels run: in bf16 at head sizes that are a multiple of 16 the
- * tensor cores' (WMMA, bf16 products with fp32 sums, the softmax in
- * fp32), elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs;
- * also those where qkv, out or dout is not 16-byte aligned (cudaMalloc's
+ * Which kernels run, by the precision (gk_nn_precision: the activations
+ * are bf16 in bf16, fp32 otherwise): in bf16 at head sizes that are a
+ * multiple of 16 the tensor cores' (WMMA, bf16 products with fp32 sums,
+ * the softmax in fp32), in tf32 at multiples of 16 up to
+ * GK_NN_FLASH_TF32_MAX_HS the tensor cores' in tf32 (each operand
+ * rounded to 10 fraction bits, as cuBLASLt's TF32 GEMMs round theirs),
+ * elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs; also
+ * those where qkv, out or dout is not 16-byte aligned (cudaMalloc's
  * pointers and the model's buffers are).
  */
-static inline int gk_nn_flash_tc(gk_dtype dt, int hs)
+#define GK_NN_FLASH_TF32_MAX_HS 64
+static inline int gk_nn_flash_tc(int prec, int hs)
 {
-	return dt == GK_DT_BF16 && hs % 16 == 0 && gk_nn_flash_fits(hs);
+	return hs % 16 == 0 && gk_nn_flash_fits(hs) &&
+	       (prec == GK_NN_BF16 || (prec == GK_NN_TF32 && hs <= GK_NN_FLASH_TF32_MAX_HS));
 }
-static inline const char *gk_nn_flash_path(gk_dtype dt, int hs)
+static inline const char *gk_nn_flash_path(int prec, int hs)
 {
-	return gk_nn_flash_tc(dt, hs) ? "tensor cores (wmma)" : "cuda cores";
+	return !gk_nn_flash_tc(prec, hs) ? "cuda cores"
+	       : prec == GK_NN_TF32 ? "tensor cores (wmma, tf32)" : "tensor cores (wmma)";
 }
-int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv, gk_dtype dt,
+int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv, int prec,
 		       int B, int T, int NH, int hs, gk_cuda_stream s,
 		       gk_err *err);
 int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 		       const void *qkv, const void *out, const float *lse,
-		       gk_dtype dt, int B, int T, int NH, int hs,
+		       int prec, int B, int T, int NH, int hs,
 		       gk_cuda_stream s, gk_err *err);
 
 /* classifier.cu: per row, lse and loss = lse - logit[target] (0 where

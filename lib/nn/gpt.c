@@ -647,9 +647,9 @@ const char *gk_nn_attention_desc(const gk_nn_config *c, const gk_nn_opts *o)
 	gk_err ignore;
 	int fused = gk_nn_attention_fused(c, o, &ignore);
 	int hs = c->heads > 0 ? (int)(c->hidden / c->heads) : 0;
-	gk_dtype dt = o->precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	return fused < 0 ? NULL : !fused ? "matmul attention" :
-	       gk_nn_flash_tc(dt, hs) ? "fused attention on tensor cores" : "fused attention";
+	       gk_nn_flash_tc(o->precision, hs) ? "fused attention on tensor cores" :
+	       "fused attention";
 }
 
 int gk_nn_gelu_epilogue(const gk_nn_config *c, const gk_nn_opts *o, gk_err *err)

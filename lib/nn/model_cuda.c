@@ -387,7 +387,7 @@ static int attention_fwd(gk_nn_model *m, const dacts *a, gk_err *err)
 	float scale = 1.0f / sqrtf((float)hs);
 	if (cu->fused) /* a->att holds each row's logsumexp */
 		return gk_nn_cu_flash_fwd(a->atty, (float *)a->att, a->qkv,
-					  cu->dt, B, T, NH, hs, cu->s, err);
+					  m->o.precision, B, T, NH, hs, cu->s, err);
 	if (split_qkv(m, a->qkv, err) < 0 ||
 	    mm_heads(m, 0, 1, T, T, hs, scale, cu->q, hs, th, cu->k, hs, th,
 		     a->att, T, tt, err) < 0 ||
@@ -615,8 +615,8 @@ static int attention_bwd(gk_nn_model *m, const dacts *a, gk_err *err)
 	if (cu->fused) /* recomputed from q, k, v, out and lse */
 		return gk_nn_cu_flash_bwd(cu->dqkv, (float *)cu->datt,
 					  cu->datty, a->qkv, a->atty,
-					  (const float *)a->att, cu->dt, B, T,
-					  NH, hs, s, err);
+					  (const float *)a->att, m->o.precision, B,
+					  T, NH, hs, s, err);
 	/* dy in y; q, k, v again (later layers overwrote them). Reuse as
 	 * each is consumed (one stream keeps the order): dv into v after
 	 * datt, dq into y after dv, dk into k after dq. */

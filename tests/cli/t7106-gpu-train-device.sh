@@ -167,10 +167,13 @@ test_expect_success GPU 'GPU, bf16: the losses fall and stay within 3% of the CP
 	awk "NR == 1 { a = \$1 } END { exit !(\$1 < a) }" g16.losses
 '
 
-test_expect_success GPU 'GPU, tf32: the losses within 1e-3 of the CPU'"'"'s' '
+test_expect_success GPU 'GPU, tf32: attention on the tensor cores, the losses within 1e-3 of the CPU'"'"'s' '
 	ref cpu gpu-train $A --device cpu &&
-	gpu-train $A --device cuda --precision tf32 >gt.json &&
-	jq -s -e "map(select(.event == \"start\"))[0] | .precision == \"tf32\"" gt.json &&
+	rm -f gt.launch &&
+	CUEMU_LAUNCH_LOG=$PWD/gt.launch gpu-train $A --device cuda --precision tf32 >gt.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .precision == \"tf32\" and
+		(.gpu | endswith(\"; fused attention on tensor cores; GELU in the matmul epilogue\"))" gt.json &&
+	{ test -z "$GK_CUEMU" || { grep "^tc_fwd" gt.launch && grep "^tc_bwd_dkv" gt.launch; }; } &&
 	losses gt.json >gt.losses &&
 	close_to gt.losses cpu.losses 1e-3
 '

@@ -94,7 +94,7 @@ CUEMU_PLANT_syncwarp := __syncwarp\(\); /\* sp holds every p
 # the tensor cores' kernels: the warp's barrier between writing a tile's
 # p and its rescaling and reading them, the block's before the tiles
 # overwrite the rows Q was staged in
-CUEMU_PLANT_tcsyncwarp := __syncwarp\(\); /\* sp and scorr hold
+CUEMU_PLANT_tcsyncwarp := __syncwarp\(\); /\* P and scorr hold
 CUEMU_PLANT_tcsyncthreads := __syncthreads\(\); /\* Q.s fragments loaded
 CUEMU_PLANT_BIN := $(addprefix $(CUEMU_B)/plant/,$(addsuffix /nn_flash,$(CUEMU_PLANTS)))
 

@@ -212,6 +212,50 @@ __global__ void wmma_bad(float *out, const uint16_t *a, int what)
 	out[threadIdx.x] = 1.0f;
 }
 
+/* c (16 x 16, row major) = a b on one warp in tf32 (m16n16k8): a 16 x 32
+ * row major, b 32 x 16 row major or given as its transpose bt (16 x 32,
+ * col_major fragments); the operands through __float_to_tf32 when cvt,
+ * else as loaded */
+__global__ void wmma_tf32(float *c, const float *a, const float *b, const float *bt, int cvt)
+{
+	wmma::fragment<wmma::accumulator, 16, 16, 8, float> f;
+	wmma::fill_fragment(f, 0.0f);
+	for (int k = 0; k < 4; k++) {
+		wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+		wmma::load_matrix_sync(fa, a + k * 8, 32);
+		for (int i = 0; cvt && i < fa.num_elements; i++)
+			fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+		if (bt) {
+			wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32,
+				       wmma::col_major> fb;
+			wmma::load_matrix_sync(fb, bt + k * 8, 32);
+			for (int i = 0; cvt && i < fb.num_elements; i++)
+				fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+			wmma::mma_sync(f, fa, fb, f);
+		} else {
+			wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32,
+				       wmma::row_major> fb;
+			wmma::load_matrix_sync(fb, b + k * 8 * 16, 16);
+			for (int i = 0; cvt && i < fb.num_elements; i++)
+				fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+			wmma::mma_sync(f, fa, fb, f);
+		}
+	}
+	wmma::store_matrix_sync(c, f, 16, wmma::mem_row_major);
+}
+
+/* planted, tf32: an ldm of 6 floats (24 bytes, what 0), a pointer 16
+ * bytes past 32-byte alignment (what 1) */
+__global__ void wmma_tf32_bad(float *out, const float *a, int what)
+{
+	wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+	if (what == 0)
+		wmma::load_matrix_sync(fa, a, 6);
+	else
+		wmma::load_matrix_sync(fa, a + 4, 8);
+	out[threadIdx.x] = 1.0f;
+}
+
 /* ---- orders (CUEMU_ORDER) ---- */
 
 /* The order blocks and the threads of each block run in: blocks run
@@ -830,6 +874,108 @@ static void run_wmma_ptrs(void)
 	cudaDeviceSynchronize();
 }
 
+static void run_wmma_tf32_ldm(void)
+{
+	wmma_tf32_bad<<<1, 32>>>(dev_floats(32), dev_floats(512), 0);
+	cudaDeviceSynchronize();
+}
+static void run_wmma_tf32_align(void)
+{
+	wmma_tf32_bad<<<1, 32>>>(dev_floats(32), dev_floats(512), 1);
+	cudaDeviceSynchronize();
+}
+
+/* x to tf32 (11 significant bits) in double: to nearest with ties away
+ * from zero (C's round) or toward zero (trunc) */
+static float tf32_of(float x, int nearest)
+{
+	if (x == 0.0f || !isfinite(x))
+		return x;
+	int e;
+	frexp(x, &e);
+	if (e < -125)
+		e = -125; /* subnormal: fp32's spacing, 2^-149, past 13 bits */
+	double q = ldexp(1.0, e - 11);
+	return (float)((nearest ? round(x / q) : trunc(x / q)) * q);
+}
+
+/* tf32: a product of small integers is exact in either matrix_b layout;
+ * a column of values near the rounding boundaries comes out as rna
+ * rounds them (the operands converted) or as the tensor core truncates
+ * them (not converted); misaligned and mis-strided loads stop the run */
+static void test_wmma_tf32(void)
+{
+	char got[2048];
+	static float a[512], b[512], bt[512], c[256];
+	float *da = dev_floats(512), *db = dev_floats(512), *dbt = dev_floats(512);
+	float *dc = dev_floats(256);
+	for (int i = 0; i < 16; i++)
+		for (int k = 0; k < 32; k++) {
+			a[i * 32 + k] = (float)((i * 7 + k * 3) % 9 - 4);
+			b[k * 16 + i] = (float)((k * 5 + i * 11) % 7 - 3);
+			bt[i * 32 + k] = b[k * 16 + i];
+		}
+	cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+	cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+	cudaMemcpy(dbt, bt, sizeof bt, cudaMemcpyHostToDevice);
+	for (int v = 0; v < 2; v++) {
+		wmma_tf32<<<1, 32>>>(dc, da, db, v ? dbt : (float *)NULL, 1);
+		cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost);
+		int wrong = 0;
+		for (int i = 0; i < 16; i++)
+			for (int j = 0; j < 16; j++) {
+				int want = 0;
+				for (int k = 0; k < 32; k++)
+					want += ((i * 7 + k * 3) % 9 - 4) * ((k * 5 + j * 11) % 7 - 3);
+				wrong += c[i * 16 + j] != (float)want;
+			}
+		ok(wrong == 0, "wmma tf32: a 16 x 16 x 32 product of small integers is exact "
+		   "(matrix_b %s major)", v ? "col" : "row");
+	}
+	/* a's column 0 the values, b's row 0 ones: c[i][j] = tf32(a[i][0]) */
+	static const float vals[16] = {
+		1.0f + 0x1p-11f,		/* a tie: away from zero */
+		-(1.0f + 0x1p-11f),		/* a tie, negative */
+		1.0f + 0x1p-12f,		/* under half: down */
+		1.0f + 0x1p-11f + 0x1p-12f,	/* over half: up */
+		1.0f + 0x1p-11f - 0x1p-23f,	/* just under the tie */
+		3.0f + 0x1p-10f,		/* a tie at exponent 1 */
+		0x1.fffffep127f,		/* up past the largest: inf */
+		0x1.234p-130f,			/* subnormal */
+		-0.1f, 0.1f, 1.0f / 3.0f, 3.14159265f, 1e30f, -7e-20f, 0.0f, 2.0f};
+	memset(a, 0, sizeof a);
+	memset(b, 0, sizeof b);
+	for (int i = 0; i < 16; i++) {
+		a[i * 32] = vals[i];
+		b[i] = 1.0f;
+	}
+	cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+	cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+	for (int cvt = 1; cvt >= 0; cvt--) {
+		wmma_tf32<<<1, 32>>>(dc, da, db, (const float *)NULL, cvt);
+		cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost);
+		int wrong = 0;
+		for (int i = 0; i < 16; i++)
+			for (int j = 0; j < 16; j++) {
+				float want = tf32_of(vals[i], cvt);
+				if (memcmp(&c[i * 16 + j], &want, 4) && !wrong++)
+					diag("%a: got %a, want %a", vals[i], c[i * 16 + j], want);
+			}
+		ok(wrong == 0, "wmma tf32: 16 values near rounding boundaries %s", cvt
+		   ? "through __float_to_tf32 come out rounded to nearest, ties away (cvt.rna)"
+		   : "not converted come out truncated, as a tensor core reads them");
+	}
+	ok(tf32_of(1.0f + 0x1p-11f, 1) == 1.0f + 0x1p-10f && tf32_of(1.0f + 0x1p-11f, 0) == 1.0f,
+	   "tf32: 1 + 2^-11 rounds to 1 + 2^-10 and truncates to 1 (the reference's own check)");
+	ok(dies_with(run_wmma_tf32_ldm, "ldm 6", got, sizeof got) &&
+		   strstr(got, "multiple of 16 bytes"),
+	   "a tf32 wmma load with ldm 6 floats (24 bytes) stops the kernel");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dies_with(run_wmma_tf32_align, "not 256-bit (32-byte) aligned", got, sizeof got),
+	   "a tf32 wmma load 16 bytes past 32-byte alignment stops the kernel");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+}
+
 /* bf16 bits of small integers (exact) */
 static uint16_t bf_int(int v)
 {
@@ -1081,5 +1227,6 @@ int main(int argc, char **argv)
 	cudaEventDestroy(e);
 	test_orders();
 	test_wmma();
+	test_wmma_tf32();
 	return done_testing();
 }

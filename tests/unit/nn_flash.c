@@ -13,6 +13,15 @@
  *     a multiple of 16 runs the tensor cores' kernels (WMMA), checked at
  *     head sizes 16, 32, 48 (padded to 64), 64 and 128 and at T 37 and
  *     70, the rest the scalar kernels;
+ *   - tf32 (check_tf32): the tensor cores' kernels in tf32 at head sizes
+ *     16, 48 (padded to 64) and 64, T 16, 37 and 70, against attention
+ *     in double within a first-order bound of tf32's roundings, stated
+ *     there, and the scalar fp32 kernels within a sixteenth of it; and
+ *     against double on the inputs rounded to tf32 within the bound of
+ *     the kernels' own roundings of p and ds (inputs rounded to bf16, or
+ *     not converted, fail it); their bits the same in every order of the
+ *     emulation; tf32 past head size 64, or off 16-byte alignment, runs
+ *     the scalar kernels;
  *   - the tensor-core backward against finite differences of the CPU's
  *     forward;
  *   - two runs give the same bits; head sizes past the maximum refused;
@@ -130,13 +139,16 @@ static void round_to(float *x, gk_dtype dt, size_t n)
  * include the forward's rounded output, where the CPU keeps fp32 (4e-3
  * max|ref| + 4e-3|ref| forward, 8e-3 max|ref| + 8e-3|ref| backward; the
  * emulation meets them with at least 40 % to spare on the scalar kernels,
- * 25 % on the tensor cores' kernels, which round p and ds to bf16 too).
+ * 25 % on the tensor cores' kernels, which round p and ds to bf16 too);
+ * tf32 here only where it runs the scalar kernels, with fp32's
+ * tolerances (check_tf32 has the tensor cores' kernels in tf32).
  */
-static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
+static void check_shape(int B, int T, int NH, int hs, int prec)
 {
+	gk_dtype dt = prec == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	int C = NH * hs, N = B * T;
 	size_t nq = (size_t)N * 3 * C, no = (size_t)N * C, rows = (size_t)B * NH * T;
-	const char *pn = dt == GK_DT_BF16 ? "bf16" : "fp32";
+	const char *pn = gk_nn_precision_name(prec);
 	char what[160];
 	float *qkv = malloc(nq * 4), *dout = malloc(no * 4);
 	float *out = malloc(no * 4), *ref = malloc(no * 4), *got = malloc(nq * 4);
@@ -178,12 +190,14 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 	void *dq = dev_of(qkv, dt, nq), *ddo = dev_of(dout, dt, no);
 	void *dy = dev_new(dt, no), *dg = dev_new(dt, nq);
 	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
-	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
-		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, prec, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, prec, B, T, NH, hs, NULL, &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
-	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s (%s)%s", B, T, NH, hs, pn,
-		 skew ? "cuda cores" : gk_nn_flash_path(dt, hs),
-		 skew ? ", tensors 2 bytes off 16-byte alignment" : "");
+	snprintf(what, sizeof what, "B %d T %d NH %d hs %d %s (%s)", B, T, NH, hs, pn,
+		 skew ? "cuda cores" : gk_nn_flash_path(prec, hs));
+	if (skew)
+		snprintf(what + strlen(what), sizeof what - strlen(what),
+			 ", tensors %zu bytes off 16-byte alignment", skew * (dt == GK_DT_BF16 ? 2 : 4));
 	if (!ok(rc, "%s: forward and backward ran%s%s", what, err.msg[0] ? ": " : "", err.msg))
 		goto out;
 	back_f32(out, dy, dt, no);
@@ -213,8 +227,8 @@ static void check_shape(int B, int T, int NH, int hs, gk_dtype dt)
 
 	/* again: the same bits (one thread sums each output, in order) */
 	float *out2 = malloc(no * 4), *got2 = malloc(nq * 4);
-	rc = gk_nn_cu_flash_fwd(dy, dl, dq, dt, B, T, NH, hs, NULL, &err) == 0 &&
-	     gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, dt, B, T, NH, hs, NULL, &err) == 0 &&
+	rc = gk_nn_cu_flash_fwd(dy, dl, dq, prec, B, T, NH, hs, NULL, &err) == 0 &&
+	     gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, prec, B, T, NH, hs, NULL, &err) == 0 &&
 	     gk_cuda_stream_sync(NULL, &err) == 0;
 	if (rc) {
 		back_f32(out2, dy, dt, no);
@@ -262,8 +276,8 @@ static void check_gradient(int B, int T, int NH, int hs)
 	void *dq = dev_of(qkv, GK_DT_BF16, nq), *ddo = dev_of(dout, GK_DT_BF16, no);
 	void *dy = gpu_dev(NULL, no * 2), *dg = gpu_dev(NULL, nq * 2);
 	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
-	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, GK_DT_BF16, B, T, NH, hs, NULL, &err) == 0 &&
-		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, GK_DT_BF16, B, T, NH, hs, NULL,
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, GK_NN_BF16, B, T, NH, hs, NULL, &err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, GK_NN_BF16, B, T, NH, hs, NULL,
 				    &err) == 0 &&
 		 gk_cuda_stream_sync(NULL, &err) == 0;
 	if (!ok(rc, "gradient check B %d T %d NH %d hs %d: ran%s%s", B, T, NH, hs,
@@ -294,7 +308,7 @@ static void check_gradient(int B, int T, int NH, int hs)
 		ok(fabs(dot - fd) <= 0.02 * fabs(fd) + 4 * 0x1p-9 * sqrt(sq) && fabs(fd) > 1.0,
 		   "B %d T %d NH %d hs %d (%s): the backward's d%s along a direction %.5f, "
 		   "finite differences of the CPU's forward %.5f", B, T, NH, hs,
-		   gk_nn_flash_path(GK_DT_BF16, hs), part[p], dot, fd);
+		   gk_nn_flash_path(GK_NN_BF16, hs), part[p], dot, fd);
 	}
 out:
 	gk_cuda_free(dq), gk_cuda_free(ddo), gk_cuda_free(dy), gk_cuda_free(dg);
@@ -302,14 +316,315 @@ out:
 	free(qkv), free(dout), free(g), free(x), free(y), free(dir), free(att), free(scr);
 }
 
+/*
+ * tf32: the tensor cores' kernels on fp32 activations, each operand of
+ * each product (q, k, v, dout, p, ds) rounded to 10 fraction bits, u =
+ * 2^-11 relative each, the sums fp32 (u32 = 2^-24 an addition), against
+ * attention in double. To first order in u, element by element (p_ij
+ * the probabilities, scale = 1/sqrt(hs), ui = u where the inputs are
+ * rounded by the kernels, 0 where the reference rounds them itself):
+ *   scores   |ds_ij| <= es_ij = scale sum_d |q_id k_jd| (2 ui + hs u32)
+ *            and E_i = max_j es_ij
+ *   p        |dp_ij| <= p_ij (es_ij + E_i): the logsumexp, or the
+ *            normalization by l, moves by at most E_i
+ *   out      sum_j p_ij |v_jd| (u + ui + 2 E_i + (T + hs) u32): p (and
+ *            v) rounded, p off by its scores' error and the normalization's
+ *   dp       sum_d |dout_id v_jd| (2 ui + hs u32)
+ *   D        sum_d |dout_id| (|out's error| + (u + hs u32) |o_id|): the
+ *            kernels' D is fp32 of dout as it is
+ *   ds       scale (|dp_ij| |dp_ij - D_i| + p_ij (dp's error + D's error))
+ *   dq, dk   sum (|ds's error| + (u + ui) |ds|) |k| (|q|) + T u32 sum |ds k|
+ *   dv       sum_i (|dp_ij| + (u + ui) p_ij) |dout_id| + T u32 sum p |dout|
+ * (8 u32 more in each for exp, the divisions and the stores). Two
+ * references: double on the fp32 inputs with ui = u (the scalar kernels'
+ * fp32 within a sixteenth of that bound: the difference between the two
+ * paths is tf32's), and double on the inputs rounded to tf32 as
+ * cvt.rna.tf32.f32 does (to nearest, ties away) with ui = 0, where only
+ * the kernels' own roundings of p and ds remain. The second is tight:
+ * inputs rounded otherwise, to bf16 or truncated as a tensor core reads
+ * an unconverted float, miss it by far (a row's first output is v_0
+ * itself, exact here to fp32's few ulps).
+ */
+struct tf32_ref {
+	double *out, *g;     /* the double reference: (B,T,C) and (B,T,3C) */
+	double *bout, *bg;   /* the bounds, element by element */
+};
+
+/* x rounded to tf32: 11 significant bits, to nearest, ties away from
+ * zero (C's round); normal values, as the tests' are */
+static float tf32_rna(float x)
+{
+	int e;
+	if (x == 0.0f)
+		return x;
+	frexp(x, &e);
+	double q = ldexp(1.0, e - 11);
+	return (float)(round(x / q) * q);
+}
+
+static void tf32_reference(struct tf32_ref *r, const float *qkv, const float *dout, int B,
+			   int T, int NH, int hs, double ui)
+{
+	const double u = 0x1p-11, u32 = 0x1p-24, scale = 1.0 / sqrt((double)hs);
+	int C = NH * hs, C3 = 3 * C;
+	double *p = malloc((size_t)T * T * sizeof *p), *es = malloc((size_t)T * T * sizeof *es);
+	double *ep = malloc((size_t)T * T * sizeof *ep), *ds = malloc((size_t)T * T * sizeof *ds);
+	double *eds = malloc((size_t)T * T * sizeof *eds), *E = malloc(T * sizeof *E);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++) {
+#define Q(t, d) ((double)qkv[((size_t)b * T + (t)) * C3 + h * hs + (d)])
+#define K(t, d) ((double)qkv[((size_t)b * T + (t)) * C3 + C + h * hs + (d)])
+#define V(t, d) ((double)qkv[((size_t)b * T + (t)) * C3 + 2 * C + h * hs + (d)])
+#define DO(t, d) ((double)dout[((size_t)b * T + (t)) * C + h * hs + (d)])
+#define AT(a, t, d) (a)[((size_t)b * T + (t)) * C + h * hs + (d)]
+#define GT(p, t, d) r->p[((size_t)b * T + (t)) * C3 + (d)]
+			for (int i = 0; i < T; i++) {
+				double mx = -INFINITY, l = 0.0;
+				E[i] = 0.0;
+				for (int j = 0; j <= i; j++) {
+					double sc = 0.0, a = 0.0;
+					for (int d = 0; d < hs; d++) {
+						sc += Q(i, d) * K(j, d);
+						a += fabs(Q(i, d) * K(j, d));
+					}
+					p[i * T + j] = sc * scale;
+					es[i * T + j] = scale * a * (2 * ui + hs * u32);
+					mx = fmax(mx, p[i * T + j]);
+					E[i] = fmax(E[i], es[i * T + j]);
+				}
+				for (int j = 0; j <= i; j++)
+					l += exp(p[i * T + j] - mx);
+				for (int j = 0; j <= i; j++) {
+					p[i * T + j] = exp(p[i * T + j] - mx) / l;
+					ep[i * T + j] = p[i * T + j] * (es[i * T + j] + E[i] + 8 * u32);
+				}
+				for (int d = 0; d < hs; d++) {
+					double o = 0.0, w = 0.0;
+					for (int j = 0; j <= i; j++) {
+						o += p[i * T + j] * V(j, d);
+						w += p[i * T + j] * fabs(V(j, d));
+					}
+					AT(r->out, i, d) = o;
+					AT(r->bout, i, d) = w * (u + ui + 2 * E[i] + (T + hs + 8) * u32);
+				}
+				double D = 0.0, eD = 0.0;
+				for (int d = 0; d < hs; d++) {
+					D += DO(i, d) * AT(r->out, i, d);
+					eD += fabs(DO(i, d)) * (AT(r->bout, i, d) +
+								(u + hs * u32) * fabs(AT(r->out, i, d)));
+				}
+				for (int j = 0; j <= i; j++) {
+					double dp = 0.0, a = 0.0;
+					for (int d = 0; d < hs; d++) {
+						dp += DO(i, d) * V(j, d);
+						a += fabs(DO(i, d) * V(j, d));
+					}
+					double pij = p[i * T + j];
+					ds[i * T + j] = pij * (dp - D) * scale;
+					eds[i * T + j] = scale * (ep[i * T + j] * fabs(dp - D) +
+								  pij * (a * (2 * ui + hs * u32) + eD)) +
+							 8 * u32 * fabs(ds[i * T + j]);
+				}
+			}
+			for (int t = 0; t < T; t++)
+				for (int d = 0; d < hs; d++) {
+					double gq = 0, bq = 0, gk = 0, bk = 0, gv = 0, bv = 0;
+					for (int j = 0; j <= t; j++) { /* dq: row t, keys j */
+						double x = ds[t * T + j];
+						gq += x * K(j, d);
+						bq += (eds[t * T + j] + (u + ui) * fabs(x)) * fabs(K(j, d)) +
+						      (T + 8) * u32 * fabs(x * K(j, d));
+					}
+					for (int i = t; i < T; i++) { /* dk, dv: key t, rows i */
+						double x = ds[i * T + t], pi = p[i * T + t];
+						gk += x * Q(i, d);
+						bk += (eds[i * T + t] + (u + ui) * fabs(x)) * fabs(Q(i, d)) +
+						      (T + 8) * u32 * fabs(x * Q(i, d));
+						gv += pi * DO(i, d);
+						bv += (ep[i * T + t] + (u + ui) * pi) * fabs(DO(i, d)) +
+						      (T + 8) * u32 * pi * fabs(DO(i, d));
+					}
+					GT(g, t, h * hs + d) = gq, GT(bg, t, h * hs + d) = bq;
+					GT(g, t, C + h * hs + d) = gk, GT(bg, t, C + h * hs + d) = bk;
+					GT(g, t, 2 * C + h * hs + d) = gv, GT(bg, t, 2 * C + h * hs + d) = bv;
+				}
+#undef Q
+#undef K
+#undef V
+#undef DO
+#undef AT
+#undef GT
+		}
+	free(p), free(es), free(ep), free(ds), free(eds), free(E);
+}
+
+/* out and dqkv of the fused kernels in precision prec (fp32 in memory) */
+static int run_f32(float *out, float *g, const float *qkv, const float *dout, int prec, int B,
+		   int T, int NH, int hs, gk_err *err)
+{
+	size_t nq = (size_t)B * T * 3 * NH * hs, no = (size_t)B * T * NH * hs;
+	size_t rows = (size_t)B * NH * T;
+	void *dq = dev_of(qkv, GK_DT_F32, nq), *ddo = dev_of(dout, GK_DT_F32, no);
+	void *dy = dev_new(GK_DT_F32, no), *dg = dev_new(GK_DT_F32, nq);
+	float *dl = gpu_dev(NULL, rows * 4), *dd = gpu_dev(NULL, rows * 4);
+	int rc = gk_nn_cu_flash_fwd(dy, dl, dq, prec, B, T, NH, hs, NULL, err) == 0 &&
+		 gk_nn_cu_flash_bwd(dg, dd, ddo, dq, dy, dl, prec, B, T, NH, hs, NULL, err) == 0 &&
+		 gk_cuda_stream_sync(NULL, err) == 0;
+	if (rc) {
+		gpu_back(out, dy, no * 4);
+		gpu_back(g, dg, nq * 4);
+	}
+	gk_cuda_free(dq), gk_cuda_free(ddo), gk_cuda_free(dy), gk_cuda_free(dg);
+	gk_cuda_free(dl), gk_cuda_free(dd);
+	return rc;
+}
+
+/* the largest |got - ref| / bound of n values (0 / 0 as 0) and where */
+static double bound_ratio(const float *got, const double *ref, const double *bound, size_t n,
+			  size_t *at)
+{
+	double w = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs(got[i] - ref[i]);
+		double x = d == 0.0 ? 0.0 : isfinite(d) && bound[i] > 0 ? d / bound[i] : INFINITY;
+		if (x > w)
+			w = x, *at = i;
+	}
+	return w;
+}
+
+static void check_tf32(int B, int T, int NH, int hs)
+{
+	int C = NH * hs, N = B * T;
+	size_t nq = (size_t)N * 3 * C, no = (size_t)N * C;
+	float *qkv = malloc(nq * 4), *dout = malloc(no * 4);
+	float *rq = malloc(nq * 4), *rd = malloc(no * 4);
+	float *out[2] = {malloc(no * 4), malloc(no * 4)}, *g[2] = {malloc(nq * 4), malloc(nq * 4)};
+	struct tf32_ref r[2];
+	for (int k = 0; k < 2; k++)
+		r[k] = (struct tf32_ref){malloc(no * 8), malloc(nq * 8), malloc(no * 8),
+					 malloc(nq * 8)};
+	float amp = 1.7f * sqrtf(sqrtf((float)hs / 4.0f));
+	for (size_t i = 0; i < nq; i++)
+		rq[i] = tf32_rna(qkv[i] = frand() * amp);
+	for (size_t i = 0; i < no; i++)
+		rd[i] = tf32_rna(dout[i] = frand());
+	char what[96];
+	snprintf(what, sizeof what, "B %d T %d NH %d hs %d tf32 (%s)", B, T, NH, hs,
+		 gk_nn_flash_path(GK_NN_TF32, hs));
+	gk_err err = {0};
+	if (!ok(run_f32(out[0], g[0], qkv, dout, GK_NN_TF32, B, T, NH, hs, &err) &&
+		run_f32(out[1], g[1], qkv, dout, GK_NN_FP32, B, T, NH, hs, &err),
+		"%s: forward and backward ran, and in fp32%s%s", what, err.msg[0] ? ": " : "",
+		err.msg))
+		goto out;
+	tf32_reference(&r[0], qkv, dout, B, T, NH, hs, 0x1p-11);
+	tf32_reference(&r[1], rq, rd, B, T, NH, hs, 0.0);
+	static const char *part[4] = {"forward output", "dq", "dk", "dv"};
+	float *x[2] = {malloc(no * 4), malloc(no * 4)};
+	double *ref[2] = {malloc(no * 8), malloc(no * 8)}, *bd[2] = {malloc(no * 8), malloc(no * 8)};
+	for (int p = 0; p < 4; p++) {
+		for (int i = 0; i < N; i++)
+			for (int c = 0; c < C; c++) {
+				size_t o = (size_t)i * C + c, q = (size_t)i * 3 * C + (p - 1) * C + c;
+				for (int k = 0; k < 2; k++) {
+					x[k][o] = p ? g[k][q] : out[k][o];
+					ref[k][o] = p ? r[k].g[q] : r[k].out[o];
+					bd[k][o] = p ? r[k].bg[q] : r[k].bout[o];
+				}
+			}
+		size_t at[3] = {0, 0, 0};
+		int differ = 0;
+		for (size_t i = 0; i < no; i++)
+			differ += x[0][i] != x[1][i];
+		double w0 = bound_ratio(x[0], ref[0], bd[0], no, &at[0]);
+		double w1 = bound_ratio(x[1], ref[0], bd[0], no, &at[1]);
+		double w2 = bound_ratio(x[0], ref[1], bd[1], no, &at[2]);
+		if (!ok(w0 <= 1.0 && w1 <= 1.0 / 16 && differ > (int)(no / 2),
+			"%s: %s within the tf32 bound of double's (at worst %.3f of it), the "
+			"scalar fp32 kernels' within a sixteenth (%.5f), %d of %zu values "
+			"differing", what, part[p], w0, w1, differ, no))
+			diag("worst at %zu: tf32 %.9g, fp32 %.9g, double %.9g, bound %.3g", at[0],
+			     x[0][at[0]], x[1][at[0]], ref[0][at[0]], bd[0][at[0]]);
+		if (!ok(w2 <= 1.0, "%s: %s within the bound of its own roundings of double's "
+			"on the inputs rounded to tf32 (at worst %.3f of it)", what, part[p], w2))
+			diag("worst at %zu: tf32 %.9g, double %.9g, bound %.3g", at[2], x[0][at[2]],
+			     ref[1][at[2]], bd[1][at[2]]);
+	}
+	for (int k = 0; k < 2; k++) {
+		free(x[k]), free(ref[k]), free(bd[k]);
+		free(r[k].out), free(r[k].g), free(r[k].bout), free(r[k].bg);
+	}
+out:
+	free(qkv), free(dout), free(rq), free(rd), free(out[0]), free(out[1]), free(g[0]);
+	free(g[1]);
+}
+
+/*
+ * tf32's bits do not depend on the order blocks and threads run in (each
+ * output summed by one thread, in a fixed order): the output and the
+ * gradients of one shape (B 2, T 37, head size 48) hashed here and by
+ * this program run again under CUEMU_ORDER forward and shuffle (on the
+ * emulation; on a GPU, two more runs).
+ */
+static uint64_t tf32_hash(gk_err *err)
+{
+	enum { B = 2, T = 37, NH = 1, HS = 48, C = NH * HS };
+	size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+	float *qkv = malloc(nq * 4), *dout = malloc(no * 4), *out = malloc(no * 4);
+	float *g = malloc(nq * 4);
+	uint64_t h = 0;
+	rng = 7;
+	for (size_t i = 0; i < nq; i++)
+		qkv[i] = frand() * 2.5f;
+	for (size_t i = 0; i < no; i++)
+		dout[i] = frand();
+	if (run_f32(out, g, qkv, dout, GK_NN_TF32, B, T, NH, HS, err)) {
+		h = 1469598103934665603ull; /* FNV-1a over the bytes */
+		for (size_t i = 0; i < no * 4 + nq * 4; i++) {
+			unsigned char c = i < no * 4 ? ((unsigned char *)out)[i]
+						     : ((unsigned char *)g)[i - no * 4];
+			h = (h ^ c) * 1099511628211ull;
+		}
+	}
+	free(qkv), free(dout), free(out), free(g);
+	return h;
+}
+
+static void test_tf32_orders(void)
+{
+	static const char *orders[2] = {"forward", "shuffle"};
+	gk_err err = {0};
+	uint64_t own = tf32_hash(&err), h[2] = {0, 0};
+	for (int k = 0; k < 2; k++) {
+		char cmd[256], line[64] = "";
+		snprintf(cmd, sizeof cmd, "CUEMU_ORDER=%s /proc/%d/exe tf32-bits", orders[k],
+			 (int)getpid());
+		fflush(stdout);
+		FILE *f = popen(cmd, "r");
+		if (f) {
+			if (!fgets(line, sizeof line, f))
+				line[0] = 0;
+			if (pclose(f) != 0)
+				line[0] = 0;
+		}
+		h[k] = strtoull(line, NULL, 16);
+	}
+	ok(own != 0 && h[0] == own && h[1] == own,
+	   "tf32 (B 2 T 37 hs 48): the output's and the gradients' bits the same in this run "
+	   "(%016llx) and in runs in forward and shuffled order (%016llx, %016llx)%s%s",
+	   (unsigned long long)own, (unsigned long long)h[0], (unsigned long long)h[1],
+	   err.msg[0] ? ": " : "", err.msg);
+}
+
 static void test_refusals(void)
 {
 	gk_err err = {0};
-	int rc = gk_nn_cu_flash_fwd(NULL, NULL, NULL, GK_DT_BF16, 1, 16, 1, 129, NULL, &err);
+	int rc = gk_nn_cu_flash_fwd(NULL, NULL, NULL, GK_NN_BF16, 1, 16, 1, 129, NULL, &err);
 	ok(rc < 0 && strstr(err.msg, "head size 129") && strstr(err.msg, "1 to 128"),
 	   "head size 129 refused: %s", err.msg);
 	memset(&err, 0, sizeof err);
-	rc = gk_nn_cu_flash_bwd(NULL, NULL, NULL, NULL, NULL, NULL, GK_DT_F32, 1, 16, 1, 0, NULL,
+	rc = gk_nn_cu_flash_bwd(NULL, NULL, NULL, NULL, NULL, NULL, GK_NN_FP32, 1, 16, 1, 0, NULL,
 				&err);
 	ok(rc < 0 && strstr(err.msg, "head size 0"), "head size 0 refused: %s", err.msg);
 }
@@ -426,15 +741,21 @@ static void test_paths(void)
  */
 static void test_choice(void)
 {
-	is_str(gk_nn_flash_path(GK_DT_BF16, 64), "tensor cores (wmma)",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 64), "tensor cores (wmma)",
 	       "bf16, head size 64: the tensor cores' kernels");
-	is_str(gk_nn_flash_path(GK_DT_BF16, 16), "tensor cores (wmma)",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 16), "tensor cores (wmma)",
 	       "bf16, head size 16: the tensor cores' kernels");
-	is_str(gk_nn_flash_path(GK_DT_BF16, 12), "cuda cores",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 12), "cuda cores",
 	       "bf16, head size 12 (no multiple of 16): the scalar kernels");
-	is_str(gk_nn_flash_path(GK_DT_BF16, 129), "cuda cores",
+	is_str(gk_nn_flash_path(GK_NN_BF16, 129), "cuda cores",
 	       "bf16, head size 129 (past the widths): not the tensor cores'");
-	is_str(gk_nn_flash_path(GK_DT_F32, 64), "cuda cores", "fp32: the scalar kernels");
+	is_str(gk_nn_flash_path(GK_NN_FP32, 64), "cuda cores", "fp32: the scalar kernels");
+	is_str(gk_nn_flash_path(GK_NN_TF32, 64), "tensor cores (wmma, tf32)",
+	       "tf32, head size 64: the tensor cores' kernels in tf32");
+	is_str(gk_nn_flash_path(GK_NN_TF32, 80), "cuda cores",
+	       "tf32, head size 80 (past the tf32 kernels' 64): the scalar kernels");
+	is_str(gk_nn_flash_path(GK_NN_TF32, 12), "cuda cores",
+	       "tf32, head size 12 (no multiple of 16): the scalar kernels");
 	gk_nn_config c = {.layers = 1, .hidden = 768, .heads = 12, .vocab = 100,
 			  .positions = 64, .ln_eps = 1e-5f};
 	gk_nn_config big = c;
@@ -517,8 +838,17 @@ static void test_figures(void)
 	     (total[1] - total[0]) / 1e9);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+#if GK_HAVE_CUDA
+	if (argc > 1 && strcmp(argv[1], "tf32-bits") == 0) { /* test_tf32_orders' child */
+		gk_err err = {0};
+		uint64_t h = gk_cuda_probe(NULL, &err) == 0 ? tf32_hash(&err) : 0;
+		printf("%016llx\n", (unsigned long long)h);
+		return h == 0;
+	}
+#endif
+	(void)argc, (void)argv;
 	test_choice();
 	test_figures();
 	gk_err err = {0};
@@ -531,23 +861,37 @@ int main(void)
 		return done_testing();
 #if GK_HAVE_CUDA
 	test_refusals();
-	check_shape(3, 37, 4, 12, GK_DT_F32);  /* no multiple of a tile */
-	check_shape(3, 37, 4, 12, GK_DT_BF16);
-	check_shape(2, 16, 4, 16, GK_DT_BF16); /* nn_cuda's default shape */
-	check_shape(1, 80, 2, 64, GK_DT_F32);  /* GPT-2's head size, 3 tiles */
-	check_shape(1, 80, 2, 64, GK_DT_BF16);
-	check_shape(1, 40, 1, 128, GK_DT_BF16); /* the largest */
+	check_shape(3, 37, 4, 12, GK_NN_FP32);  /* no multiple of a tile */
+	check_shape(3, 37, 4, 12, GK_NN_BF16);
+	check_shape(2, 16, 4, 16, GK_NN_BF16); /* nn_cuda's default shape */
+	check_shape(1, 80, 2, 64, GK_NN_FP32);  /* GPT-2's head size, 3 tiles */
+	check_shape(1, 80, 2, 64, GK_NN_BF16);
+	check_shape(1, 40, 1, 128, GK_NN_BF16); /* the largest */
 	/* the tensor cores' kernels where nothing tiles: T 37 and 70 (no
 	 * multiple of 16 or of a block's 64 rows), B 3, head size 48 (the
 	 * width 64 with 16 columns of zeros) */
-	check_shape(3, 37, 4, 16, GK_DT_BF16);
-	check_shape(3, 37, 2, 48, GK_DT_BF16);
-	check_shape(2, 70, 2, 32, GK_DT_BF16);
+	check_shape(3, 37, 4, 16, GK_NN_BF16);
+	check_shape(3, 37, 2, 48, GK_NN_BF16);
+	check_shape(2, 70, 2, 32, GK_NN_BF16);
 	/* tensors off 16-byte alignment, which the tensor cores' loads
 	 * need: the scalar kernels run them */
 	skew = 1;
-	check_shape(1, 37, 2, 16, GK_DT_BF16);
+	check_shape(1, 37, 2, 16, GK_NN_BF16);
 	skew = 0;
+	/* tf32: the tensor cores' kernels at nn_cuda's default shape, where
+	 * nothing tiles, over two blocks at the widest tf32 width; from a
+	 * stream of their own, so the cases after them draw the inputs they
+	 * always had */
+	uint64_t keep = rng;
+	check_tf32(2, 16, 4, 16);
+	check_tf32(3, 37, 2, 48);
+	check_tf32(1, 70, 1, 64);
+	test_tf32_orders();
+	check_shape(1, 37, 1, 80, GK_NN_TF32); /* tf32 past 64: the scalar kernels */
+	skew = 1; /* and off 16-byte alignment */
+	check_shape(1, 37, 2, 16, GK_NN_TF32);
+	skew = 0;
+	rng = keep;
 	check_gradient(1, 37, 2, 16);
 	check_gradient(1, 70, 1, 64);
 	test_memory();
