@@ -38,6 +38,24 @@ losses() {
 	jq -r 'select(.event == "step") | .loss' "$1"
 }
 
+# each step's loss and gradient norm of a --json log, a line each
+steps() {
+	jq -c 'select(.event == "step") | [.loss, .grad_norm]' "$1"
+}
+
+# runs $1 and $2 (logs $1.json and $2.json, checkpoints under $1/ and
+# $2/): the same losses and norms, and byte-identical safetensors files,
+# the optimizer's among them
+same_run() {
+	steps "$1.json" >"$1.steps" && steps "$2.json" >"$2.steps" &&
+	test_cmp "$1.steps" "$2.steps" &&
+	test -s "$1.steps" &&
+	for f in "$1"/latest/*.safetensors; do
+		cmp "$f" "$2/latest/${f##*/}" || return 1
+	done &&
+	ls "$1"/latest/optim*.safetensors >/dev/null
+}
+
 close_to() {
 	python3 - "$1" "$2" "$3" <<-'EOF'
 	import sys

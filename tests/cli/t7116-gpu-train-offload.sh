@@ -18,22 +18,6 @@ fail the run with the path named and nothing left in DIR.'
 A="--data train.bin $TINY --steps 4 --json --clip 1"
 OFF="--offload optimizer:off --offload-chunk 1K"
 
-# the losses and gradient norms of a --json log, as printed
-steps() {
-	jq -r 'select(.event == "step") | "\(.loss) \(.grad_norm)"' "$1"
-}
-
-# the same losses and norms, and byte-identical safetensors files
-same_run() {
-	steps "$1.json" >"$1.steps" && steps "$2.json" >"$2.steps" &&
-	test_cmp "$1.steps" "$2.steps" &&
-	test -s "$1.steps" &&
-	for f in "$1"/latest/*.safetensors; do
-		cmp "$f" "$2/latest/${f##*/}" || return 1
-	done &&
-	ls "$1"/latest/*.safetensors >/dev/null
-}
-
 # nothing left in the offload directory
 off_empty() {
 	test -z "$(ls -A off)" || { ls -A off; return 1; }

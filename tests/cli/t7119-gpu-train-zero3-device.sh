@@ -40,10 +40,6 @@ half=$((short / 2))
 A="--data train.bin $TINY --batch 4 --json"
 Z="$A --steps $short --device cuda --precision fp32"
 
-steps() {
-	jq -c 'select(.event == "step") | [.loss, .grad_norm]' "$1"
-}
-
 # the CPU backend's ZeRO-3 over 2 ranks ($short steps), and the device's
 # (its losses and norms in d3p.steps), made by the first case that needs
 # them and kept only whole

@@ -44,10 +44,6 @@ norms() {
 	jq -r 'select(.event == "step") | .grad_norm' "$1"
 }
 
-steps() {
-	jq -c 'select(.event == "step") | [.loss, .grad_norm]' "$1"
-}
-
 test_expect_success 'data, and the runs of one rank (2, 3 and 4 layers, batch 4 x 4 micro-batches)' '
 	train_data &&
 	gpu-train $A --batch 4 >one.json &&

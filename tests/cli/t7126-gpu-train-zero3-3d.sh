@@ -30,10 +30,6 @@ fi
 
 S="--data train.bin --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2 --clip 1 --json"
 
-steps() {
-	jq -c 'select(.event == "step") | [.loss, .grad_norm]' "$1"
-}
-
 # the validation losses of a log (after step 2, and the run's last)
 vals() {
 	jq -r "select(.val_loss) | .val_loss" "$1"
