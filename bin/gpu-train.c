@@ -595,7 +595,11 @@ static int dump_data(const char *src, const gk_nn_data_opts *base, const gk_nn_t
 	size_t bt = (size_t)o.batch * (size_t)o.seq;
 	int32_t *in = malloc(bt * 4), *tg = malloc(bt * 4);
 	int rc = 0;
-	for (int64_t k = 0; k < n && in && tg; k++) {
+	if (!in || !tg) {
+		gk_err_sys(&err, ENOMEM, "--dump-data: a batch of %zu tokens", bt);
+		rc = gk_cli_fail(&cli, &err);
+	}
+	for (int64_t k = 0; k < n && rc == 0; k++) {
 		if (gk_nn_data_next(d, in, tg, &err) <= 0) {
 			rc = gk_cli_fail(&cli, &err);
 			break;
