@@ -357,6 +357,12 @@ static void emit(json_t *o)
 	json_decref(o);
 }
 
+static void emit_to(json_t *o, void *ctx)
+{
+	(void)ctx;
+	emit(o);
+}
+
 /*
  * Rewrite the metrics: after a step at most once a second (each rewrite
  * is an atomic replace with fsyncs, about 0.5 ms here: a tiny model's
@@ -564,61 +570,6 @@ static void data_note(void *ctx, const char *msg)
 		fprintf(stderr, "gpu-train: note: %s\n", msg);
 		gk_status_resume();
 	}
-}
-
-/*
- * --dump-data: what the trainer would read, per data-parallel rank,
- * without a model. The ranks of a tensor group and of a pipeline read
- * their data-parallel group's micro-batches: its first rank prints them,
- * as a run of that many ranks without --tp and --pp does.
- */
-static int dump_data(const char *src, const gk_nn_data_opts *base, const gk_nn_train_opts *tr,
-		     int64_t n)
-{
-	gk_err err = {0};
-	gk_rank_info ri;
-	gk_nn_grid g;
-	if (gk_rank_discover(&ri, &err) < 0)
-		return gk_cli_fail(&cli, &err);
-	if (gk_nn_grid_layout_pp(ri.world, tr->tp > 1 ? tr->tp : 1, tr->pp > 1 ? tr->pp : 1, ri.rank,
-				 &g, &err) < 0)
-		gk_cli_usage_error(&cli, "%s", err.msg);
-	if (g.tp_rank || g.pp_rank)
-		return 0;
-	gk_nn_data_opts o = *base;
-	o.rank = g.dp_rank;
-	o.world = g.dp;
-	o.loop = 1;
-	gk_nn_data *d;
-	if (gk_nn_data_open(&d, src, &o, &err) < 0)
-		return gk_cli_fail(&cli, &err);
-	size_t bt = (size_t)o.batch * (size_t)o.seq;
-	int32_t *in = malloc(bt * 4), *tg = malloc(bt * 4);
-	int rc = 0;
-	if (!in || !tg) {
-		gk_err_sys(&err, ENOMEM, "--dump-data: a batch of %zu tokens", bt);
-		rc = gk_cli_fail(&cli, &err);
-	}
-	for (int64_t k = 0; k < n && rc == 0; k++) {
-		if (gk_nn_data_next(d, in, tg, &err) <= 0) {
-			rc = gk_cli_fail(&cli, &err);
-			break;
-		}
-		json_t *rows = json_array();
-		for (int b = 0; b < o.batch; b++) {
-			json_t *r = json_array();
-			for (int t = 0; t < o.seq; t++)
-				json_array_append_new(r, json_integer(in[(size_t)b * o.seq + t]));
-			json_array_append_new(r, json_integer(tg[(size_t)b * o.seq + o.seq - 1]));
-			json_array_append_new(rows, r);
-		}
-		emit(json_pack("{s:i,s:I,s:o}", "rank", g.dp_rank, "micro", (json_int_t)k, "rows",
-			       rows));
-	}
-	free(in);
-	free(tg);
-	gk_nn_data_close(d);
-	return rc;
 }
 
 /*
@@ -958,7 +909,10 @@ int main(int argc, char **argv)
 		gk_nn_data_opts d;
 		a.o.data_note = data_note;
 		gk_nn_train_data_opts(&a.o, a.o.have_config ? a.o.cfg.vocab : GK_NN_BYTE_VOCAB, &d);
-		return gk_cli_finish(&cli, dump_data(a.o.data, &d, &a.o, a.dump));
+		r = gk_nn_train_dump_data(&a.o, &d, a.dump, emit_to, NULL, &err);
+		if (r == -2)
+			gk_cli_usage_error(&cli, "%s", err.msg);
+		return gk_cli_finish(&cli, r < 0 ? gk_cli_fail(&cli, &err) : 0);
 	}
 	/* the launcher's first rank says a signal's note for the job, from
 	 * the start (the trainer's setup has collectives a rank can die in) */

@@ -31,6 +31,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "nn/train_internal.h"
 #include "tok/tok.h"
 
@@ -95,6 +97,59 @@ int gk_nn_tr_data_open(gk_nn_trainer *t, gk_nn_data **d, const char *src, int lo
 		return -1;
 	}
 	return 0;
+}
+
+int gk_nn_train_dump_data(const gk_nn_train_opts *o, const gk_nn_data_opts *base, int64_t n,
+			  void (*emit)(struct json_t *line, void *ctx), void *ctx, gk_err *err)
+{
+	gk_rank_info ri;
+	gk_nn_grid g;
+	if (gk_rank_discover(&ri, err) < 0)
+		return -1;
+	if (gk_nn_grid_layout_pp(ri.world, o->tp > 1 ? o->tp : 1, o->pp > 1 ? o->pp : 1, ri.rank,
+				 &g, err) < 0)
+		return -2;
+	if (g.tp_rank || g.pp_rank)
+		return 0;
+	gk_nn_data_opts dop = *base;
+	dop.rank = g.dp_rank;
+	dop.world = g.dp;
+	dop.loop = 1;
+	gk_nn_data *d;
+	if (gk_nn_data_open(&d, o->data, &dop, err) < 0)
+		return -1;
+	size_t bt = (size_t)dop.batch * (size_t)dop.seq;
+	int32_t *in = malloc(bt * 4), *tg = malloc(bt * 4);
+	int rc = 0;
+	if (!in || !tg)
+		rc = gk_err_sys(err, ENOMEM, "--dump-data: a batch of %zu tokens", bt);
+	for (int64_t k = 0; k < n && rc == 0; k++) {
+		if (gk_nn_data_next(d, in, tg, err) <= 0) {
+			rc = -1;
+			break;
+		}
+		json_t *rows = json_array(), *line = NULL;
+		for (int b = 0; rows && b < dop.batch; b++) {
+			json_t *r = json_array();
+			for (int t = 0; r && t < dop.seq; t++)
+				json_array_append_new(r, json_integer(in[(size_t)b * dop.seq + t]));
+			if (r)
+				json_array_append_new(r, json_integer(tg[(size_t)b * dop.seq +
+									 dop.seq - 1]));
+			json_array_append_new(rows, r);
+		}
+		if (rows)
+			line = json_pack("{s:i,s:I,s:o}", "rank", g.dp_rank, "micro", (json_int_t)k,
+					 "rows", rows);
+		if (!line)
+			rc = gk_err_sys(err, ENOMEM, "--dump-data: micro-batch %" PRId64, k);
+		else
+			emit(line, ctx);
+	}
+	free(in);
+	free(tg);
+	gk_nn_data_close(d);
+	return rc;
 }
 
 /*

@@ -257,6 +257,19 @@ int gk_nn_train_resolve(gk_nn_train_opts *o, const char *config_path, gk_err *er
 void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_opts *d);
 
 /*
+ * --dump-data: the first n micro-batches each data-parallel rank of a run
+ * with these options would read from o->data (d: gk_nn_train_data_opts's),
+ * without a model; each through emit, which owns it, as
+ * {"rank": R, "micro": K, "rows": [[T inputs..., the last target], ...]}.
+ * The ranks of a tensor group and of a pipeline read their data-parallel
+ * group's micro-batches: its first rank emits them, as a run of that many
+ * ranks without --tp and --pp does. Returns 0; -1 (err says why); -2 when
+ * the world does not make the grid (err: the caller's usage error).
+ */
+int gk_nn_train_dump_data(const gk_nn_train_opts *o, const gk_nn_data_opts *d, int64_t n,
+			  void (*emit)(struct json_t *line, void *ctx), void *ctx, gk_err *err);
+
+/*
  * Whether the parallelism and offload settings of o go together: ZeRO's
  * stages with --compress and the device, --offload's forms with the
  * device, --tp and --pp, --offload-chunk. cuda: 1 on a GPU, 0 on the CPU,
