@@ -224,6 +224,12 @@ int gk_comm_backend_choose(gk_comm_backend want, const gk_rank_info *ri,
  * Open the world. mpi and nccl call MPI_Init_thread (MPI_THREAD_SERIALIZED)
  * unless MPI is already initialised, in which case the caller keeps
  * ownership and gk_comm_close does not finalise. cfg NULL: all defaults.
+ * Every MPI call lib/comm makes, from any thread and on any communicator,
+ * is made under one lock of the process (comm_mpi.h), so communicators
+ * may run their calls from different threads at once (a progress
+ * thread's buckets beside a split's collectives on the calling thread);
+ * a caller that makes MPI calls of its own beside them needs
+ * MPI_THREAD_MULTIPLE, and must initialise MPI itself.
  * Fails with a clear message when the backend was not built in, when
  * libnccl.so.2 or a GPU is missing, or when MPI cannot start.
  *

@@ -72,6 +72,7 @@ static MPI_Op mpi_op(mpi_state *st, gk_dtype dt, gk_comm_op op)
 static void setup(gk_comm *c, mpi_state *st, MPI_Comm base, int dup)
 {
 	st->c = c; /* for the flight recorder */
+	gk_comm_mpi_lock();
 	/* Our own communicator: our tags never meet the caller's messages. */
 	if (dup)
 		MPI_Comm_dup(base, &st->comm);
@@ -103,6 +104,7 @@ static void setup(gk_comm *c, mpi_state *st, MPI_Comm base, int dup)
 	for (int t = 0; t < 2; t++)
 		for (int o = 0; o < 4; o++)
 			MPI_Op_create(op16_fn[t][o], 1, &st->op16[t][o]);
+	gk_comm_mpi_unlock();
 	/* Same meaning as for nccl: 0 is the default, negative turns it off. */
 	st->timeout = c->cfg.timeout > 0 ? c->cfg.timeout :
 		      c->cfg.timeout < 0 ? 0 : GK_COMM_DEFAULT_TIMEOUT;
@@ -191,7 +193,7 @@ int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *e
 	if (!st)
 		return gk_errf(err, "mpi: out of memory");
 	MPI_Comm sub;
-	int rc = MPI_Comm_split(ps->comm, color, key, &sub);
+	int rc = MPI_LOCKED(MPI_Comm_split(ps->comm, color, key, &sub));
 	if (rc != MPI_SUCCESS) {
 		free(st);
 		return mpi_fail(err, rc, "mpi: MPI_Comm_split");
@@ -204,7 +206,8 @@ int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *e
 		gk_comm_mpi_close(c);
 		return gk_errf(err, "mpi: out of memory");
 	}
-	rc = MPI_Allgather(&parent->world_rank, 1, MPI_INT, c->wranks, 1, MPI_INT, st->comm);
+	rc = MPI_LOCKED(MPI_Allgather(&parent->world_rank, 1, MPI_INT, c->wranks, 1, MPI_INT,
+				      st->comm));
 	if (rc != MPI_SUCCESS) {
 		gk_comm_mpi_close(c);
 		free(c->wranks);
@@ -212,7 +215,7 @@ int gk_comm_mpi_split(gk_comm *parent, gk_comm *c, int color, int key, gk_err *e
 		return mpi_fail(err, rc, "mpi: MPI_Allgather");
 	}
 	int all = 0;
-	MPI_Comm_size(MPI_COMM_WORLD, &all);
+	MPI_LOCKED(MPI_Comm_size(MPI_COMM_WORLD, &all));
 	if (c->world < all)
 		group_words(st, c->wranks, c->world);
 	return 0;
@@ -223,6 +226,7 @@ void gk_comm_mpi_close(gk_comm *c)
 	mpi_state *st = c->mpi;
 	if (!st)
 		return;
+	gk_comm_mpi_lock();
 	for (int t = 0; t < 2; t++)
 		for (int o = 0; o < 4; o++)
 			MPI_Op_free(&st->op16[t][o]);
@@ -230,6 +234,7 @@ void gk_comm_mpi_close(gk_comm *c)
 	MPI_Comm_free(&st->comm);
 	if (st->owned)
 		MPI_Finalize();
+	gk_comm_mpi_unlock();
 	free(st->tmp);
 	free(st->w1);
 	free(st->w2);

@@ -42,6 +42,30 @@ typedef struct mpi_state {
 
 enum { TAG_RS = 7001, TAG_AG, TAG_RD, TAG_FOLD, TAG_GATHER, TAG_ALIVE };
 
+/*
+ * One thread in MPI at a time. MPI is initialised MPI_THREAD_SERIALIZED
+ * (comm_mpi.c), which leaves that to the process, yet a communicator's
+ * progress thread (comm.c) makes its calls while the calling thread
+ * makes another communicator's: a tensor group's collectives in backward
+ * beside the data-parallel group's gradient buckets. So every MPI call of
+ * the backend is made under one lock of the process (PyTorch's
+ * ProcessGroupMPI keeps a global mutex for the same reason), held for the
+ * call alone. No call made while others may be in flight waits for a
+ * peer: each starts a request or tests one, and a wait tests and lets go
+ * between tests (gk_comm_mpi_wait), so the threads' calls interleave and
+ * each communicator progresses. The blocking collectives of open, split
+ * and close hold it too; they run when nothing else is in flight.
+ */
+void gk_comm_mpi_lock(void);
+void gk_comm_mpi_unlock(void);
+#define MPI_LOCKED(call)                      \
+	__extension__({                       \
+		gk_comm_mpi_lock();           \
+		int r_ = (call);              \
+		gk_comm_mpi_unlock();         \
+		r_;                           \
+	})
+
 /* A host name as the stall message gives it (longer ones are cut). */
 #define HOST_LEN 64
 
@@ -49,14 +73,14 @@ static inline int mpi_fail(gk_err *err, int rc, const char *what)
 {
 	char s[MPI_MAX_ERROR_STRING];
 	int len = 0;
-	if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS)
+	if (MPI_LOCKED(MPI_Error_string(rc, s, &len)) != MPI_SUCCESS)
 		snprintf(s, sizeof s, "error %d", rc);
 	return gk_errf(err, "%s: %s", what, s);
 }
 
 #define MPI_TRY(call, what)                                  \
 	do {                                                 \
-		int rc_ = (call);                            \
+		int rc_ = MPI_LOCKED(call);                  \
 		if (rc_ != MPI_SUCCESS)                      \
 			return mpi_fail(err, rc_, what);     \
 	} while (0)

@@ -9,7 +9,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 
-#include "comm/internal.h"
+#include "comm/comm_mpi.h"
 
 #define TAG_P2P 7101
 #define PIECE ((size_t)1 << 30)
@@ -34,14 +34,14 @@ int gk_comm_mpi_p2p_start(gk_comm *c, const gk_comm_call *k, void **h, gk_err *e
 	int send = k->coll == GK_COMM_CALL_SEND;
 	for (size_t i = 0; i < n; i++) {
 		size_t off = i * PIECE, len = bytes - off < PIECE ? bytes - off : PIECE;
-		int rc = send ? MPI_Isend((const char *)k->send + off, (int)len, MPI_BYTE, k->root,
-					  TAG_P2P, comm, &p->q[i]) :
-				MPI_Irecv((char *)k->recv + off, (int)len, MPI_BYTE, k->root,
-					  TAG_P2P, comm, &p->q[i]);
+		int rc = send ? MPI_LOCKED(MPI_Isend((const char *)k->send + off, (int)len,
+						     MPI_BYTE, k->root, TAG_P2P, comm, &p->q[i])) :
+				MPI_LOCKED(MPI_Irecv((char *)k->recv + off, (int)len, MPI_BYTE,
+						     k->root, TAG_P2P, comm, &p->q[i]));
 		if (rc != MPI_SUCCESS) {
 			char s[MPI_MAX_ERROR_STRING];
 			int len_s = 0;
-			if (MPI_Error_string(rc, s, &len_s) != MPI_SUCCESS)
+			if (MPI_LOCKED(MPI_Error_string(rc, s, &len_s)) != MPI_SUCCESS)
 				snprintf(s, sizeof s, "error %d", rc);
 			/* what started is left to MPI: the world is about to end */
 			free(p);
@@ -66,7 +66,7 @@ int gk_comm_mpi_p2p_test(gk_comm *c, void *h, int *done, gk_err *err)
 {
 	p2p_reqs *p = h;
 	(void)c;
-	int rc = MPI_Testall(p->n, p->q, done, MPI_STATUSES_IGNORE);
+	int rc = MPI_LOCKED(MPI_Testall(p->n, p->q, done, MPI_STATUSES_IGNORE));
 	if (rc != MPI_SUCCESS)
 		return gk_errf(err, "mpi: point-to-point message: MPI error %d", rc);
 	return 0;

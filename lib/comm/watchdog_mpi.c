@@ -8,6 +8,8 @@
  * (gk_comm_mpi_await_reporter).
  */
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,24 @@
  * and leave the job's end to its abort (gk_comm_mpi_abort).
  */
 static _Atomic int stall_reporter = -1;
+
+/* The lock of every MPI call (comm_mpi.h), and how many threads wait for it. */
+static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int mpi_waiting;
+
+void gk_comm_mpi_lock(void)
+{
+	if (pthread_mutex_trylock(&mpi_mu) == 0)
+		return;
+	atomic_fetch_add(&mpi_waiting, 1);
+	pthread_mutex_lock(&mpi_mu);
+	atomic_fetch_sub(&mpi_waiting, 1);
+}
+
+void gk_comm_mpi_unlock(void)
+{
+	pthread_mutex_unlock(&mpi_mu);
+}
 
 /* How long the survivors of a stall listen for each other. */
 #define PROBE_SECONDS 1.0
@@ -99,8 +119,10 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 	st->gone = PROBE_GONE;
 	for (int p = 0; p < n; p++)
 		if (p != me &&
-		    (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[p]) ||
-		     MPI_Isend(&st->token, 1, MPI_INT, p, TAG_ALIVE, st->probe, &rq[n + p])))
+		    (MPI_LOCKED(MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe,
+					  &rq[p])) ||
+		     MPI_LOCKED(MPI_Isend(&st->token, 1, MPI_INT, p, TAG_ALIVE, st->probe,
+					  &rq[n + p]))))
 			goto out;
 	/*
 	 * The whole window, even once every peer has answered: a stale
@@ -119,7 +141,8 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 				continue;
 			for (;;) { /* every message of p's already here, in order */
 				done = 0;
-				if (MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+				if (MPI_LOCKED(MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE)) !=
+				    MPI_SUCCESS)
 					goto out;
 				if (!done)
 					break;
@@ -129,8 +152,8 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 					   w == PROBE_DONE ? HEARD_STALE :
 					   heard[p] == HEARD_ANSWER && !first ? HEARD_ANSWER :
 					   HEARD_GONE_BEFORE;
-				if (MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE, st->probe,
-					      &rq[p]))
+				if (MPI_LOCKED(MPI_Irecv(&st->heard[p], 1, MPI_INT, p, TAG_ALIVE,
+							 st->probe, &rq[p])))
 					goto out;
 			}
 		}
@@ -143,7 +166,7 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 		 */
 		if (gone)
 			break;
-		*rc = MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE);
+		*rc = MPI_LOCKED(MPI_Testall(ncall, call, &done, MPI_STATUSES_IGNORE));
 		if (*rc != MPI_SUCCESS) {
 			ret = -1;
 			goto out;
@@ -160,9 +183,9 @@ static int silent_ranks(mpi_state *st, int ncall, MPI_Request *call, int *rc)
 	/* our probe message is stale, or we give up: say so to every rank it went to */
 	for (int p = 0; p < n; p++) {
 		MPI_Request q;
-		if (p != me && MPI_Isend(ret == 1 ? &st->done : &st->gone, 1, MPI_INT, p, TAG_ALIVE,
-					 st->probe, &q) == MPI_SUCCESS)
-			MPI_Request_free(&q);
+		if (p != me && MPI_LOCKED(MPI_Isend(ret == 1 ? &st->done : &st->gone, 1, MPI_INT, p,
+						    TAG_ALIVE, st->probe, &q)) == MPI_SUCCESS)
+			MPI_LOCKED(MPI_Request_free(&q));
 	}
 	if (ret == 1)
 		goto out;
@@ -210,8 +233,8 @@ out:
 		if (rq[p] == MPI_REQUEST_NULL)
 			continue;
 		if (p < n)
-			MPI_Cancel(&rq[p]);
-		MPI_Request_free(&rq[p]);
+			MPI_LOCKED(MPI_Cancel(&rq[p]));
+		MPI_LOCKED(MPI_Request_free(&rq[p]));
 	}
 	free(rq);
 	free(heard);
@@ -226,12 +249,15 @@ out:
  * watchdogs do. MPI_Testall drives Open MPI's progress engine like
  * MPI_Wait would. Small collectives finish in microseconds, so for the
  * first millisecond we test back to back (as MPI_Wait spins; yielding
- * there cost 5 us per small allreduce on a busy host), then sleep 100 us
- * between tests so that a stuck wait does not take a core from the ranks
- * that share the machine. A timed-out wait goes on testing its requests
- * while it probes the other ranks (silent_ranks): a rank late by less
- * than the timeout and PROBE_SECONDS together (a host that descheduled
- * it) fails nothing.
+ * there cost 5 us per small allreduce on a busy host, so we yield only
+ * to another thread waiting for MPI's lock), then sleep 100 us between
+ * tests so that a stuck wait does not take a core from the ranks that
+ * share the machine. Without a timeout (st->timeout 0) the wait tests
+ * all the same: blocking in MPI_Waitall would hold MPI's lock while
+ * another thread's call, which a peer may be waiting for, waits for it.
+ * A timed-out wait goes on testing its requests while it probes the
+ * other ranks (silent_ranks): a rank late by less than the timeout and
+ * PROBE_SECONDS together (a host that descheduled it) fails nothing.
  */
 int gk_comm_mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 		     gk_err *err)
@@ -250,20 +276,16 @@ int gk_comm_mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 		return gk_errf(err, "%s%s: not run: an earlier collective made no progress for %.0f s%s",
 			       st->op ? st->op : "mpi", st->group, st->timeout,
 			       st->why[0] ? st->why : " (a rank stopped or the network is down)");
-	if (st->timeout <= 0) {
-		int rc = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
-		return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, what);
-	}
 	double t0 = gk_now();
 	for (;;) {
 		int done = 0;
-		int rc = MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
+		int rc = MPI_LOCKED(MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE));
 		if (rc != MPI_SUCCESS)
 			return mpi_fail(err, rc, what);
 		if (done)
 			return 0;
 		double dt = gk_now() - t0;
-		if (dt > st->timeout) {
+		if (st->timeout > 0 && dt > st->timeout) {
 			/* late by less than the probe: done, nothing named */
 			int r = silent_ranks(st, n, rq, &rc);
 			if (r < 0)
@@ -278,6 +300,8 @@ int gk_comm_mpi_wait(mpi_state *st, int n, MPI_Request *rq, const char *what,
 		if (dt >= 1e-3) {
 			struct timespec ts = {0, 100000};
 			nanosleep(&ts, NULL);
+		} else if (atomic_load(&mpi_waiting)) {
+			sched_yield(); /* another thread's call first */
 		}
 	}
 }
@@ -346,7 +370,7 @@ void gk_comm_mpi_abort(gk_comm *c, int code)
 	mpi_state *st = c->mpi;
 	gk_err err;
 	await_reporter(c, 0, &err); /* gk_comm_abort has dumped */
-	MPI_Abort(st->comm, code);
+	MPI_LOCKED(MPI_Abort(st->comm, code));
 }
 
 int gk_comm_stall_reporter(void)
@@ -366,7 +390,7 @@ int gk_comm_mpi_probed(gk_comm *c, double bound)
 	double t0 = gk_now();
 	for (int p = 0; st && p < st->world;) {
 		int here = p == st->rank;
-		if (!here && MPI_Iprobe(p, TAG_ALIVE, st->probe, &here, MPI_STATUS_IGNORE))
+		if (!here && MPI_LOCKED(MPI_Iprobe(p, TAG_ALIVE, st->probe, &here, MPI_STATUS_IGNORE)))
 			return 0;
 		if (here) {
 			p++;

@@ -60,6 +60,26 @@ test_expect_success MPI 'tp 2 x dp 2 (4 ranks x batch 4) = one rank x batch 8' '
 	close_to tp2dp2.n one.n 1e-5
 '
 
+# MPI is initialised MPI_THREAD_SERIALIZED: with --overlap on, the
+# data-parallel group's buckets (its progress thread) run beside the
+# tensor group's collectives in backward (the calling thread); the shim
+# counts the calls that began while another thread was inside MPI. Its
+# library goes beside the trash directory (LD_PRELOAD splits at spaces).
+test_expect_success MPI 'tp 2 x dp 2 with the buckets overlapped: never two threads in MPI at once, the same steps' '
+	shim=$SHARNESS_TEST_DIRECTORY/t7120-mpi-serial-shim.so &&
+	eval "$(sed -n "s/^MPI_\(CFLAGS\|LIBS\) := /MPI_\1=\"/p" "$GK_BUILD/config.mk" | sed "s/\$/\"/")" &&
+	${CC:-cc} -shared -fPIC $MPI_CFLAGS -o "$shim" "$GK_TOP/tests/cli/mpi-serial-shim.c" $MPI_LIBS -ldl &&
+	mpi 4 $S --steps 4 --json --batch 4 --tp 2 --overlap off >ov0.json &&
+	MPI_SHIM_OUT=$PWD/shim timeout 300 mpirun --oversubscribe --bind-to none -np 4 \
+		-x LD_PRELOAD="$shim" -x MPI_SHIM_OUT gpu-train $S --steps 4 --json --batch 4 \
+		--tp 2 --overlap on --bucket 16K >ov1.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .overlap == true" ov1.json &&
+	steps ov0.json >ov0 && steps ov1.json >ov1 && test_cmp ov0 ov1 &&
+	test $(cat shim.* | wc -l) = 4 &&
+	awk "\$1 < 100 || \$2 != 0 { print FILENAME \": \" \$0; bad = 1 } END { exit bad }" shim.* &&
+	rm -f "$shim"
+'
+
 test_expect_success MPI 'tp 4 (a rank whose vocabulary rows are all padding) = one rank' '
 	mpi 4 $A --batch 8 --tp 4 >tp4.json &&
 	losses tp4.json >tp4 &&
