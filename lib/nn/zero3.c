@@ -70,8 +70,9 @@
  * segment, and a release keeps the rank's piece. The gradients and the
  * update are ZeRO-2's stage path, without the gather after it; the edges
  * are gathered before the schedule (a pipeline's micro-batches are its
- * accumulation) and released before the reduction. No gather is
- * prefetched there (gk_nn_z3_open says why). Evaluation and checkpoints
+ * accumulation) and released before the reduction. A tensor group's
+ * blocks are prefetched as without a grid; a pipeline's are not, as it
+ * overlaps no communication with its schedule. Evaluation and checkpoints
  * gather each stage whole (pp_shard_gather).
  */
 #include <errno.h>
@@ -345,12 +346,14 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * peer has stopped, would hold it where no watchdog looks; the first
 	 * step launches every kernel of forward and backward with no gather in
 	 * flight, waiting for each on the host, and prefetch and the device's
-	 * ordering start after it (gk_nn_z3_step_done). Over a grid never:
-	 * a tensor group's collectives and a pipeline's messages run on the
-	 * calling thread, a gather in flight on its communicator's (MPI is
-	 * initialised for one thread at a time, comm_mpi.c).
+	 * ordering start after it (gk_nn_z3_step_done). Over a tensor group
+	 * a gather in flight on the data-parallel communicator's thread runs
+	 * beside the group's collectives on the calling thread (lib/comm
+	 * makes their MPI calls one at a time, comm_mpi.h); a pipeline keeps
+	 * no communication in flight during its schedule (overlap is off
+	 * there, trainer.c).
 	 */
-	dp->prefetch = dp->overlap && !dp->units && !dp->stage3;
+	dp->prefetch = dp->overlap && !dp->units;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
@@ -381,7 +384,7 @@ void gk_nn_z3_step_done(gk_nn_dp *dp)
 	for (int u = 0; u < dp->nunits; u++)
 		if (!is_block(dp, u))
 			gk_nn_z3_release(dp, u);
-	dp->prefetch = dp->overlap && !dp->stage3;
+	dp->prefetch = dp->overlap;
 	dp->dev_order = dp->units;
 }
 
