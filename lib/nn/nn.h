@@ -397,6 +397,15 @@ uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
  */
 size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int out);
 /*
+ * The replicated tensors' parts of the gradients' ranges r[0] and r[1]
+ * made the tensor group's rank 0's on every rank of the group: on the
+ * CPU through buf (gk_nn_tp_replicas' count of floats: copied out, one
+ * broadcast over the group, copied back), on a GPU in place in the
+ * device's gradients over the group's NCCL communicator, on the model's
+ * stream (buf unused). Collective over the group; nothing at tp 1.
+ */
+int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk_err *err);
+/*
  * Whether sequence parallelism (gk_nn_opts' seq_par) can run over tp ranks
  * at sequence length seq and pp pipeline stages: 0, or -1 with the numbers
  * in err. Under it, gk_nn_tp_bytes counts what this rank puts into each

@@ -352,8 +352,9 @@ struct gk_nn_dp {
 			       * a pipeline stage's (any ZeRO) or a tensor slice's (ZeRO
 			       * 1 to 3) its segments' (pp_shard.c); nresid floats */
 	size_t nresid;
-	float *tpbuf;         /* int8 over a tensor group: its replicated tensors'
-			       * reduced gradients, ntp floats (dp.c's tp_replicated) */
+	int tpsync;           /* int8 over a tensor group: its replicated tensors'
+			       * reduced gradients agree (dp.c's tp_replicated) */
+	float *tpbuf;         /* ... on the CPU through these ntp floats */
 	size_t ntp, tprange[2][2]; /* ... from these ranges of the flat buffer */
 	int zero2;            /* ZeRO-2 runs: zero >= 2 and shard */
 	float *gshard;        /* ... this rank's reduced gradients, Np / world floats

@@ -77,11 +77,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 			       "give that too");
 	if (o->tp > 1) {
-		/* int8's scales mix a group's slices and replicas: the CPU
-		 * makes the replicas' agree over the tensor group (dp.c) */
-		if (cuda == 1 && o->compress == GK_COMM_COMPRESS_INT8)
-			return gk_errf(err, "--tp %d on GPUs: not with --compress int8 (bf16 or f16 "
-				       "there); the CPU backend runs it (--device cpu)", o->tp);
 		/* on GPUs the group's collectives are NCCL's (model_cuda.c):
 		 * ZeRO-3's units over a tensor group are the CPU's only,
 		 * said before any work */

@@ -28,7 +28,10 @@ and norms bit for bit, optimizer 0 and the state mem-estimate
 --offload optimizer'"'"'s. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
 --compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
-within 1e-6, its error feedback too but for a flipped rounding in 1000.'
+within 1e-6, its error feedback too but for a flipped rounding in 1000;
+with --compress int8 (the replicated tensors'"'"' gradients broadcast from
+the tensor group'"'"'s rank 0 over NCCL) within 1e-6 too, and stopped and
+resumed it is ZeRO 2 run through, bit for bit.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -193,6 +196,31 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 1 --compress bf16 on GPUs: t
 	losses ccc.json >ccc && losses gcc.json >gcc &&
 	test $(wc -l <gcc) = 2 && close_to gcc ccc 1e-6 &&
 	feedback_close ckgc/latest ckcc/latest
+'
+
+# --compress int8 over the same groups: a scale's 256 elements may hold
+# a split tensor's slice beside replicated tensors' elements (LayerNorms,
+# the row-parallel biases, wpe), whose reduced gradients would then differ
+# between a tensor group's ranks; they are taken from its rank 0, a
+# broadcast in place over the group's NCCL communicator (dp.c; the CPU's
+# over MPI). The losses of the CPU's compressed run within 1e-6 (measured
+# equal in the emulation); a run stopped after step 1 and resumed gives,
+# bit for bit, the losses and norms of ZeRO 2 (one bucket: ZeRO 1's
+# pieces, the same int8 groups and order) run through, which replicas
+# that drifted apart would not (the checkpoint holds rank 0's: measured
+# 4e-8 apart at step 2 without the broadcast)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --compress int8 on GPUs: the CPU'"'"'s losses within 1e-6; ZeRO 1 stopped and resumed = ZeRO 2 run through, bit for bit' '
+	C="$A --steps 2 --tp 2 --compress int8" &&
+	mpi 4 $C --zero 1 --device cpu >c8.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $C --zero 1 --device cuda --precision fp32 --until 1 --ckpt-dir ck8 >g8a.json &&
+	 mpi 4 $C --zero 1 --device cuda --precision fp32 --ckpt-dir ck8 --resume >g8b.json &&
+	 mpi 4 $C --zero 2 --device cuda --precision fp32 >g8z.json) &&
+	losses c8.json >c8 && { losses g8a.json && losses g8b.json; } >g8 && losses g8z.json >g8z &&
+	test $(wc -l <g8) = 2 && close_to g8 c8 1e-6 && test_cmp g8z g8 &&
+	norms() { jq -r "select(.event == \"step\") | .grad_norm" "$@"; } &&
+	norms g8a.json g8b.json >g8.norm && norms g8z.json >g8z.norm &&
+	test_cmp g8z.norm g8.norm
 '
 
 # ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one

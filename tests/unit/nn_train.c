@@ -142,6 +142,12 @@ static void checks(void)
 	o.seq_par = 1;
 	is_str(check(&o, 1, -1, 0), "", "check: --tp --sequence-parallel on GPUs");
 	o.seq_par = 0;
+	o.compress = GK_COMM_COMPRESS_INT8;
+	is_str(check(&o, 1, 2, 0), "", "check: --tp --compress int8 on GPUs");
+	o.zero = 1;
+	is_str(check(&o, 1, 2, 0), "", "check: --tp --zero 1 --compress int8 on GPUs");
+	o.zero = 0;
+	o.compress = GK_COMM_COMPRESS_NONE;
 	o.device = GK_NN_CPU;
 	o.zero = 1;
 	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 1 without --pp");
