@@ -213,6 +213,10 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
  */
 int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
 		     gk_err *err);
+/* The communicator of the activations between this rank's stage and its
+ * neighbours: on GPUs the pipeline's NCCL one (device memory), else the
+ * grid's host group (NULL without --pp). */
+gk_comm *gk_nn_tr_pp_messages(const gk_nn_trainer *t);
 /* The last step's pipeline figures into lg: this rank's bytes sent, its
  * pipeline's bubble and stages (gk_nn_pp_stage); NaN and none without
  * --pp or before a step. */
