@@ -30,10 +30,12 @@
 #      tests/cli/t7123 (gpu-train --pp on GPUs, 2 GPUs): a pipeline's
 #      losses against one GPU's and the CPU pipeline's, its checkpoint
 #      resumed on one GPU and on the CPU, pp 2 x dp 2 over NCCL, ZeRO 0
-#      and 1 (4 GPUs); tests/cli/t7124 (gpu-train --tp on GPUs, 2 GPUs):
+#      and 1 (4 GPUs), --sample through the stages against one GPU's and
+#      the CPU's tokens; tests/cli/t7124 (gpu-train --tp on GPUs, 2 GPUs):
 #      a tensor group's losses against one GPU's and the CPU's --tp,
 #      its checkpoint resumed on one GPU and on the CPU, tp 2 x dp 2
-#      over NCCL, ZeRO 0 and 1 (4 GPUs);
+#      over NCCL, ZeRO 0 and 1 and --compress int8 (4 GPUs), --sample
+#      through the group against one GPU's and the CPU's tokens;
 #   3. make check, the whole suite, on this machine;
 #   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
 #      against PyTorch) and allreduce-bench against all_reduce_perf.

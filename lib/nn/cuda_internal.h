@@ -431,6 +431,10 @@ int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_e
  * every rank of the group at once; nothing at tp 1 */
 struct gk_comm_config;
 int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err);
+/* n of the device's gradients from off, the tensor group's rank 0's on
+ * every rank of the group: a broadcast in place on its NCCL communicator
+ * (gk_nn_tp_agree_replicas) */
+int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, size_t off, size_t n, gk_err *err);
 
 /*
  * AdamW on the device over the parameters [lo, hi) (0, nparams: every

@@ -477,13 +477,15 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	}
 	if ((dp->zero3 || dp->stage3) && gk_nn_z3_open(dp, t, err) < 0)
 		return -1;
-	/* int8 over a tensor group: its replicas' buffer (tp_replicated) */
-	if (t->grid.tpc && dp->compress == GK_COMM_COMPRESS_INT8 && dp->world > 1 && !t->cuda) {
+	/* int8 over a tensor group: its replicas agree (tp_replicated), on
+	 * the CPU through a buffer of them, on a GPU in place */
+	if (t->grid.tpc && dp->compress == GK_COMM_COMPRESS_INT8 && dp->world > 1) {
 		/* this rank's reduced gradients: a stage's pieces, or all */
 		size_t all[2][2] = {{0, dp->N}, {0, 0}};
 		memcpy(dp->tprange, dp->pp_stage >= 0 ? dp->own : all, sizeof(all));
-		dp->ntp = gk_nn_tp_replicas(dp->m, dp->tprange, NULL, 0);
-		if (!(dp->tpbuf = malloc((dp->ntp ? dp->ntp : 1) * sizeof(float))))
+		dp->tpsync = 1;
+		dp->ntp = t->cuda ? 0 : gk_nn_tp_replicas(dp->m, dp->tprange, NULL, 0);
+		if (!t->cuda && !(dp->tpbuf = malloc((dp->ntp ? dp->ntp : 1) * sizeof(float))))
 			return gk_err_sys(err, ENOMEM, "int8 compression over a tensor group");
 	}
 	if (dp->zero2 && zero2_shard(dp, per, err) < 0)
@@ -646,26 +648,23 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
 }
 
 /*
- * int8 under tensor parallelism (the CPU's): GK_COMM_INT8_GROUP elements
- * share a scale, and a group may hold a split tensor's elements, which
- * differ between the ranks of a tensor group, beside a replicated
- * tensor's (LayerNorms, the row-parallel biases, wpe), whose gradients do
- * not: their reduced gradients would differ between the group's ranks, and
- * so would the replicas. The group's rank 0's are taken by all, one exact
+ * int8 under tensor parallelism: GK_COMM_INT8_GROUP elements share a
+ * scale, and a group may hold a split tensor's elements, which differ
+ * between the ranks of a tensor group, beside a replicated tensor's
+ * (LayerNorms, the row-parallel biases, wpe), whose gradients do not:
+ * their reduced gradients would differ between the group's ranks, and so
+ * would the replicas. The group's rank 0's are taken by all, an exact
  * broadcast over the tensor group of what this rank reduced of them (the
- * same pieces on every rank of the group). bf16 and f16 pack each element
- * alone, and the same values on the same path round alike: nothing to do.
+ * same pieces on every rank of the group): on the CPU one, through
+ * dp->tpbuf; on a GPU over the group's NCCL communicator, in place in
+ * the device's gradients, after the reduction on the same stream (and
+ * after the upload of those reduced through the host). bf16 and f16 pack
+ * each element alone, and the same values on the same path round alike:
+ * nothing to do.
  */
 static int tp_replicated(gk_nn_dp *dp, gk_err *err)
 {
-	if (!dp->tpbuf)
-		return 0;
-	gk_nn_tp_replicas(dp->m, dp->tprange, dp->tpbuf, 1);
-	if (gk_comm_broadcast(dp->t->grid.tpc, dp->tpbuf, dp->tpbuf, dp->ntp, GK_DT_F32, 0,
-			      err) < 0)
-		return -1;
-	gk_nn_tp_replicas(dp->m, dp->tprange, dp->tpbuf, 0);
-	return 0;
+	return dp->tpsync ? gk_nn_tp_agree_replicas(dp->m, dp->tprange, dp->tpbuf, err) : 0;
 }
 
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)

@@ -397,6 +397,15 @@ uint64_t gk_nn_tp_bytes(const gk_nn_model *m);
  */
 size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int out);
 /*
+ * The replicated tensors' parts of the gradients' ranges r[0] and r[1]
+ * made the tensor group's rank 0's on every rank of the group: on the
+ * CPU through buf (gk_nn_tp_replicas' count of floats: copied out, one
+ * broadcast over the group, copied back), on a GPU in place in the
+ * device's gradients over the group's NCCL communicator, on the model's
+ * stream (buf unused). Collective over the group; nothing at tp 1.
+ */
+int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk_err *err);
+/*
  * Whether sequence parallelism (gk_nn_opts' seq_par) can run over tp ranks
  * at sequence length seq and pp pipeline stages: 0, or -1 with the numbers
  * in err. Under it, gk_nn_tp_bytes counts what this rank puts into each
@@ -739,19 +748,23 @@ int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *promp
 			gk_err *err);
 /*
  * The same on a model split over a grid (tensor parallelism, pipeline
- * stages; the CPU backend), decoded in place with the cache: every rank
- * of one pipeline calls it with the same arguments, pipe the pipeline's
- * communicator (its ranks the stages in order; ignored at pp 1). Each
+ * stages), in place: every rank of one pipeline calls it with the same
+ * arguments, pipe the pipeline's host communicator (its ranks the stages
+ * in order) and act the one of the stages' activations (NULL on the CPU:
+ * pipe; on a GPU model the pipeline's on the device, its buffers device
+ * memory); both ignored at pp 1. On the CPU decoded with the cache: each
  * token passes the stages' chunks as messages (the row of the residual
- * stream, C floats; past the window a forward of it, T x C), the tensor
- * group gathers the logits, the last stage's tensor rank 0 picks as
- * gk_nn_sample_prompt does and the token goes to every rank: out is the
+ * stream, C floats; past the window a forward of it, T x C); on a GPU
+ * each token is a forward of the window at the model's batch, B x T x C
+ * elements of gk_nn_pp_dtype a message. The tensor group gathers the
+ * logits, the last stage's tensor rank 0 picks as gk_nn_sample_prompt
+ * does and the token goes to every rank over the host groups: out is the
  * same on all, and the tokens are one rank's for the same logits. -1
- * with err: as gk_nn_sample_prompt, a GPU model, a message that failed.
+ * with err: as gk_nn_sample_prompt, a message that failed.
  */
-int gk_nn_sample_grid(gk_nn_model *m, struct gk_comm *pipe, int batch, int seq,
-		      const int32_t *prompt, int np, int n, double temperature, int top_k,
-		      uint64_t seed, int32_t *out, gk_err *err);
+int gk_nn_sample_grid(gk_nn_model *m, struct gk_comm *pipe, struct gk_comm *act, int batch,
+		      int seq, const int32_t *prompt, int np, int n, double temperature,
+		      int top_k, uint64_t seed, int32_t *out, gk_err *err);
 /*
  * The tokens of the len bytes of text, for a model of configuration c
  * and its tokenizer tok (NULL: none): the one place text becomes tokens.

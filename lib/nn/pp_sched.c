@@ -625,6 +625,11 @@ int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double ac
 	return 0;
 }
 
+gk_comm *gk_nn_tr_pp_messages(const gk_nn_trainer *t)
+{
+	return t->pp && t->pp->dev ? t->pp->dev : t->grid.ppc;
+}
+
 int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t)
 {
 	return t->pp && t->grid.pp_rank == t->grid.pp - 1 ? t->pp->slots : 0;

@@ -29,6 +29,17 @@
  * pipeline, so that each stage keeps the history and knows, without
  * another message, whether the next token goes through the cache or a
  * forward of the window.
+ *
+ * On GPUs a split model samples in place too, but without the cache
+ * (one GPU has none either): each token is a forward of the window
+ * through the stages, as evaluation's batches go (pp_sched.c), at the
+ * model's batch (one GPU's shapes: its bits), the B x T x C activations
+ * sent stage to stage over the pipeline's NCCL communicator in device
+ * memory and the tensor group's sums over its own (model_tp_cuda.c); the
+ * last stage's logits come to the host, and the rest is the CPU's: the
+ * vocabulary slices gathered and the token shared over the host groups.
+ * Gathering the model instead would need the whole of it on one device,
+ * which a split model is split not to need.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -299,19 +310,19 @@ int gk_nn_decode(gk_nn_decoder *d, int32_t tok, const float **logits, gk_err *er
 
 /* ---- a token's pass through the pipeline's stages ---- */
 
-/* n floats from or to stage peer of the pipeline pipe */
-static int recv_from(gk_comm *pipe, float *buf, size_t n, int peer, gk_err *err)
+/* n elements of type dt from or to stage peer of the pipeline pipe */
+static int recv_from(gk_comm *pipe, void *buf, size_t n, gk_dtype dt, int peer, gk_err *err)
 {
 	gk_comm_req *r;
-	if (gk_comm_irecv(pipe, buf, n, GK_DT_F32, peer, &r, err) < 0 || gk_comm_wait(r, err) < 0)
+	if (gk_comm_irecv(pipe, buf, n, dt, peer, &r, err) < 0 || gk_comm_wait(r, err) < 0)
 		return gk_err_prefix(err, "sample: pipeline stage %d's activations", peer);
 	return 0;
 }
 
-static int send_to(gk_comm *pipe, const float *buf, size_t n, int peer, gk_err *err)
+static int send_to(gk_comm *pipe, const void *buf, size_t n, gk_dtype dt, int peer, gk_err *err)
 {
 	gk_comm_req *r;
-	if (gk_comm_isend(pipe, buf, n, GK_DT_F32, peer, &r, err) < 0 || gk_comm_wait(r, err) < 0)
+	if (gk_comm_isend(pipe, buf, n, dt, peer, &r, err) < 0 || gk_comm_wait(r, err) < 0)
 		return gk_err_prefix(err, "sample: to pipeline stage %d", peer);
 	return 0;
 }
@@ -330,9 +341,9 @@ static int decode_pass(gk_nn_decoder *d, gk_comm *pipe, int32_t tok, const float
 	size_t C = (size_t)m->c.hidden;
 	for (int c = 0; c < V; c++) {
 		int first = s == 0 && c == 0, last = s == S - 1 && c == V - 1;
-		if ((!first && recv_from(pipe, d->x, C, (s + S - 1) % S, err) < 0) ||
+		if ((!first && recv_from(pipe, d->x, C, GK_DT_F32, (s + S - 1) % S, err) < 0) ||
 		    gk_nn_decode_chunk(d, c, tok, lg, err) < 0 ||
-		    (!last && send_to(pipe, d->x, C, (s + 1) % S, err) < 0))
+		    (!last && send_to(pipe, d->x, C, GK_DT_F32, (s + 1) % S, err) < 0))
 			return -1;
 	}
 	return 0;
@@ -340,37 +351,42 @@ static int decode_pass(gk_nn_decoder *d, gk_comm *pipe, int32_t tok, const float
 
 /*
  * The logits after a window of w tokens: one forward of that sequence
- * (the first row of the model's activations; the batch size is put back
- * after), through the stages' chunks as decode_pass, the T x C floats of
- * the row passed between them. Under tensor parallelism the logits are
+ * in the first row of the model's activations, through the stages'
+ * chunks as decode_pass, the rows passed between them over act. On the
+ * CPU a batch of that one row (the batch size is put back after), T x C
+ * floats a message; on a GPU the model's batch, B x T x C elements of
+ * gk_nn_pp_dtype in device memory, the other rows its first token (see
+ * the top of the file). Under tensor parallelism the logits are
  * gathered into full (vocab_pad floats). *logits: on the last stage.
  */
-static int window_pass(gk_nn_model *m, gk_comm *pipe, const int32_t *tokens, int w, float *full,
+static int window_pass(gk_nn_model *m, gk_comm *act, const int32_t *tokens, int w, float *full,
 		       const float **logits, gk_err *err)
 {
 	int T = m->o.seq, B = m->o.batch, S = m->pp, s = m->ppr, V = chunks(m);
-	size_t n = (size_t)T * (size_t)m->c.hidden;
+	int nb = m->cu ? B : 1;
+	size_t BT = (size_t)nb * (size_t)T, n = BT * (size_t)m->c.hidden;
+	gk_dtype dt = gk_nn_pp_dtype(m);
 	*logits = NULL;
 	if (w < 1 || w > T)
 		return gk_errf(err, "forward of one window: %d tokens, not 1..%d", w, T);
-	int32_t *row = malloc((size_t)T * sizeof(*row));
+	int32_t *row = malloc(BT * sizeof(*row));
 	if (!row)
 		return gk_err_sys(err, ENOMEM, "forward of one window");
 	memcpy(row, tokens, (size_t)w * sizeof(*row));
-	for (int t = w; t < T; t++) /* after the last: causal, never seen */
+	for (size_t t = (size_t)w; t < BT; t++) /* after the last: causal, never seen */
 		row[t] = tokens[0];
-	m->o.batch = 1;
+	m->o.batch = nb;
 	gk_nn_pp_use_slot(m, 0);
 	int rc = 0;
 	for (int c = 0; c < V && rc == 0; c++) {
 		int first = s == 0 && c == 0, last = s == S - 1 && c == V - 1;
 		gk_nn_pp_use_chunk(m, c);
-		rc = (!first && recv_from(pipe, gk_nn_pp_input(m), n, (s + S - 1) % S, err) < 0) ||
+		rc = (!first && recv_from(act, gk_nn_pp_input(m), n, dt, (s + S - 1) % S, err) < 0) ||
 		     gk_nn_forward(m, row, NULL, NULL, err) < 0 ||
-		     (!last && send_to(pipe, gk_nn_pp_output(m), n, (s + 1) % S, err) < 0) ? -1 : 0;
+		     (!last && send_to(act, gk_nn_pp_output(m), n, dt, (s + 1) % S, err) < 0) ? -1 : 0;
 	}
 	m->o.batch = B;
-	/* the activations hold one row, not the batch: no backward of it */
+	/* the activations hold the window, not a batch of data: no backward of it */
 	m->have_fwd = 0;
 	free(row);
 	if (rc < 0 || s < S - 1)
@@ -549,9 +565,9 @@ static int share_token(gk_nn_model *m, gk_comm *pipe, int32_t *tok, gk_err *err)
 	return 0;
 }
 
-static int generate(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int32_t *prompt,
-		    int np, int n, double temperature, int top_k, uint64_t seed, int32_t *out,
-		    gk_err *err)
+static int generate(gk_nn_model *m, gk_comm *pipe, gk_comm *act, int batch, int seq,
+		    const int32_t *prompt, int np, int n, double temperature, int top_k,
+		    uint64_t seed, int32_t *out, gk_err *err)
 {
 	const gk_nn_config *c = gk_nn_config_of(m);
 	int grid = m->tp > 1 || m->pp > 1;
@@ -561,23 +577,24 @@ static int generate(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int
 		if (prompt[i] < 0 || prompt[i] >= c->vocab)
 			return gk_errf(err, "sample: prompt token %d at %d is not in 0..%" PRId64,
 				       prompt[i], i, c->vocab - 1);
-	if (grid && m->cu)
-		return gk_errf(err, "sample: a model split by tensor or pipeline parallelism on "
-			       "GPUs (the CPU backend samples it)");
-	if (m->pp > 1 && !pipe)
-		return gk_errf(err, "sample: a pipeline stage without its pipeline's communicator");
+	if (m->pp > 1 && (!pipe || !act))
+		return gk_errf(err, "sample: a pipeline stage without its pipeline's communicators");
 	int32_t *row = malloc((size_t)batch * (size_t)seq * sizeof(int32_t));
 	double *p = malloc((size_t)c->vocab * sizeof(double));
 	int32_t *hist = malloc(((size_t)n + (size_t)np) * sizeof(int32_t));
+	/* a tensor group's gathered logits on GPUs (the CPU's are the cache's) */
+	int gather = m->cu && m->tp > 1;
+	float *full = gather ? malloc((size_t)c->vocab_pad * sizeof(float)) : NULL;
 	gk_nn_decoder *d = NULL;
 	gk_err why;
-	if (!row || !p || !hist) {
-		free(row), free(p), free(hist);
+	if (!row || !p || !hist || (gather && !full)) {
+		free(row), free(p), free(hist), free(full);
 		return gk_err_sys(err, ENOMEM, "sample");
 	}
-	/* no cache on a GPU model (or without the memory): full forwards; a
-	 * split model has its cache, or fails */
-	if (gk_nn_decoder_new(&d, m, grid ? err : &why) < 0) {
+	/* no cache on a GPU model (or without the memory): full forwards,
+	 * through the grid's stages on GPUs; a split CPU model has its
+	 * cache, or fails */
+	if (!m->cu && gk_nn_decoder_new(&d, m, grid ? err : &why) < 0) {
 		d = NULL;
 		if (grid) {
 			free(row), free(p), free(hist);
@@ -596,9 +613,10 @@ static int generate(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int
 			 * cache takes those it lacks (the whole prompt first) */
 			while (rc == 0 && gk_nn_decoder_len(d) < len)
 				rc = decode_pass(d, pipe, hist[gk_nn_decoder_len(d)], &lg, err);
-		} else if (d) {
+		} else if (d || grid) {
 			int first = len > seq ? len - seq : 0;
-			rc = window_pass(m, pipe, hist + first, len - first, d->logits, &lg, err);
+			rc = window_pass(m, act, hist + first, len - first, d ? d->logits : full, &lg,
+					 err);
 		} else {
 			/* the last seq tokens of the history in row 0 */
 			int first = len > seq ? len - seq : 0, w = len - first;
@@ -619,7 +637,7 @@ static int generate(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int
 		}
 	}
 	gk_nn_decoder_free(d);
-	free(row), free(p), free(hist);
+	free(row), free(p), free(hist), free(full);
 	return rc;
 }
 
@@ -630,13 +648,18 @@ int gk_nn_sample_prompt(gk_nn_model *m, int batch, int seq, const int32_t *promp
 	if (m->tp > 1 || m->pp > 1)
 		return gk_errf(err, "sample: the model is split by tensor or pipeline "
 			       "parallelism (gk_nn_sample_grid samples it)");
-	return generate(m, NULL, batch, seq, prompt, np, n, temperature, top_k, seed, out, err);
+	return generate(m, NULL, NULL, batch, seq, prompt, np, n, temperature, top_k, seed, out,
+			err);
 }
 
-int gk_nn_sample_grid(gk_nn_model *m, gk_comm *pipe, int batch, int seq, const int32_t *prompt,
-		      int np, int n, double temperature, int top_k, uint64_t seed, int32_t *out,
-		      gk_err *err)
+int gk_nn_sample_grid(gk_nn_model *m, gk_comm *pipe, gk_comm *act, int batch, int seq,
+		      const int32_t *prompt, int np, int n, double temperature, int top_k,
+		      uint64_t seed, int32_t *out, gk_err *err)
 {
-	return generate(m, m->pp > 1 ? pipe : NULL, batch, seq, prompt, np, n, temperature,
-			top_k, seed, out, err);
+	if (m->pp == 1)
+		pipe = act = NULL;
+	else if (!act && !m->cu)
+		act = pipe;
+	return generate(m, pipe, act, batch, seq, prompt, np, n, temperature, top_k, seed, out,
+			err);
 }

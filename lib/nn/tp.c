@@ -47,7 +47,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "nn/internal.h"
+#include "nn/cuda_internal.h"
 #include "nn/math.h"
 
 int gk_nn_tp_check(const gk_nn_config *c, int tp, gk_err *err)
@@ -119,6 +119,43 @@ size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int o
 		}
 	}
 	return at;
+}
+
+/*
+ * On a GPU the replicas' gradients agree in place in the device's buffer:
+ * one broadcast over the group's NCCL communicator for each run of
+ * adjacent replicated tensors (a block's attention projection bias, its
+ * second LayerNorm; its MLP projection bias with the next block's first
+ * LayerNorm), fewer and larger than one a tensor and without a buffer.
+ */
+int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk_err *err)
+{
+	if (m->tp == 1)
+		return 0;
+	if (!m->cu) {
+		size_t n = gk_nn_tp_replicas(m, r, buf, 1);
+		if (gk_comm_broadcast(m->tpc, buf, buf, n, GK_DT_F32, 0, err) < 0)
+			return -1;
+		gk_nn_tp_replicas(m, r, buf, 0);
+		return 0;
+	}
+	size_t a0 = 0, b0 = 0;
+	for (size_t i = 0; i < m->nt_tensors; i++) {
+		const gk_nn_tensor *x = &m->t[i];
+		size_t e = x->off + x->numel;
+		for (int k = 0; x->split == GK_NN_SPLIT_NONE && k < 2; k++) {
+			size_t a = x->off > r[k][0] ? x->off : r[k][0], b = e < r[k][1] ? e : r[k][1];
+			if (a >= b)
+				continue;
+			if (a != b0) {
+				if (b0 > a0 && gk_nn_cuda_tp_grads_bcast(m, a0, b0 - a0, err) < 0)
+					return -1;
+				a0 = a;
+			}
+			b0 = b;
+		}
+	}
+	return b0 > a0 ? gk_nn_cuda_tp_grads_bcast(m, a0, b0 - a0, err) : 0;
 }
 
 void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local)

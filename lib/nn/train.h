@@ -276,8 +276,8 @@ int gk_nn_train_dump_data(const gk_nn_train_opts *o, const gk_nn_data_opts *d, i
  * -1 not known yet (--device auto before every rank looked: the rules of
  * a device are left to the run's check); world: the data-parallel ranks,
  * -1 not known yet. tool: what else the run does (GK_NN_CHECK_SAMPLE:
- * --sample, which --tp and --pp refuse on GPUs; the trainer takes it from
- * o's sample). 0, or -1 with err saying which options and what to give
+ * --sample, which no layout refuses now on either backend; the trainer
+ * takes it from o's sample). 0, or -1 with err saying which options and what to give
  * instead (the caller's usage error). gpu-train calls it on its command
  * line (cuda from --device, or -1), the trainer once the device is
  * chosen.

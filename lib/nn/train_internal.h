@@ -213,6 +213,10 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
  */
 int gk_nn_tr_pp_eval(gk_nn_trainer *t, gk_nn_data *d, int64_t batches, double acc[2],
 		     gk_err *err);
+/* The communicator of the activations between this rank's stage and its
+ * neighbours: on GPUs the pipeline's NCCL one (device memory), else the
+ * grid's host group (NULL without --pp). */
+gk_comm *gk_nn_tr_pp_messages(const gk_nn_trainer *t);
 /* The last step's pipeline figures into lg: this rank's bytes sent, its
  * pipeline's bubble and stages (gk_nn_pp_stage); NaN and none without
  * --pp or before a step. */
@@ -352,8 +356,9 @@ struct gk_nn_dp {
 			       * a pipeline stage's (any ZeRO) or a tensor slice's (ZeRO
 			       * 1 to 3) its segments' (pp_shard.c); nresid floats */
 	size_t nresid;
-	float *tpbuf;         /* int8 over a tensor group: its replicated tensors'
-			       * reduced gradients, ntp floats (dp.c's tp_replicated) */
+	int tpsync;           /* int8 over a tensor group: its replicated tensors'
+			       * reduced gradients agree (dp.c's tp_replicated) */
+	float *tpbuf;         /* ... on the CPU through these ntp floats */
 	size_t ntp, tprange[2][2]; /* ... from these ranges of the flat buffer */
 	int zero2;            /* ZeRO-2 runs: zero >= 2 and shard */
 	float *gshard;        /* ... this rank's reduced gradients, Np / world floats

@@ -54,7 +54,7 @@ void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_
  */
 int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err)
 {
-	int given = o->device != GK_NN_AUTO, sample = tool & GK_NN_CHECK_SAMPLE;
+	int given = o->device != GK_NN_AUTO;
 	if (o->ckpt_gather && o->zero != 3)
 		return gk_errf(err, "--ckpt-gather: only --zero 3 shards the model in its checkpoints "
 			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
@@ -77,11 +77,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 			       "give that too");
 	if (o->tp > 1) {
-		/* int8's scales mix a group's slices and replicas: the CPU
-		 * makes the replicas' agree over the tensor group (dp.c) */
-		if (cuda == 1 && o->compress == GK_COMM_COMPRESS_INT8)
-			return gk_errf(err, "--tp %d on GPUs: not with --compress int8 (bf16 or f16 "
-				       "there); the CPU backend runs it (--device cpu)", o->tp);
 		/* on GPUs the group's collectives are NCCL's (model_cuda.c):
 		 * ZeRO-3's units over a tensor group are the CPU's only,
 		 * said before any work */
@@ -89,12 +84,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 			return gk_errf(err, "--tp %d on GPUs: not with --zero %d (ZeRO 0, 1 or 2 "
 				       "there); the CPU backend runs it (--device cpu)", o->tp, o->zero);
 	}
-	/* a split model samples in place on the CPU backend (sample.c);
-	 * its checkpoints sample under any layout */
-	if (sample && cuda == 1 && (o->tp > 1 || o->pp > 1))
-		return gk_errf(err, "--%s %d on GPUs: not with --sample (the CPU backend samples "
-			       "any layout: --device cpu, or sample this run's checkpoint with "
-			       "--device cpu)", o->tp > 1 ? "tp" : "pp", o->tp > 1 ? o->tp : o->pp);
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that
 		 * divides (0: the model's positions, checked once known) */

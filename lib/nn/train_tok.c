@@ -167,9 +167,11 @@ static int sample_begin(gk_nn_trainer *t, const char *prompt, int n, gk_nn_train
  * A model split over the grid samples in place (sample.c): rank 0 reads
  * the prompt and sends its tokens, its temperature and its top-k to every
  * rank (each rank's own options, and the last stage picks), the first
- * data-parallel group's pipelines generate, and rank 0, the first
- * stage's tensor rank 0 of the first, prints. Under ZeRO-3 each rank
- * holds its stage's slices whole while it samples, as evaluation does.
+ * data-parallel group's pipelines generate (on GPUs the activations
+ * between stages over the pipeline's NCCL communicator, pp_sched.c's),
+ * and rank 0, the first stage's tensor rank 0 of the first, prints.
+ * Under ZeRO-3 each rank holds its stage's slices whole while it samples,
+ * as evaluation does.
  */
 static int sample_grid(gk_nn_trainer *t, const char *prompt, int n, double temperature,
 		       int top_k, gk_nn_trainer_sampled *out, gk_err *err)
@@ -194,7 +196,7 @@ static int sample_grid(gk_nn_trainer *t, const char *prompt, int n, double tempe
 		return -1;
 	/* without a prompt, after an end-of-text token (gk_nn_trainer_sample) */
 	if (t->grid.dp_rank == 0)
-		rc = gk_nn_sample_grid(t->m, t->grid.ppc, r->batch, r->seq,
+		rc = gk_nn_sample_grid(t->m, t->grid.ppc, gk_nn_tr_pp_messages(t), r->batch, r->seq,
 				       has[0] ? out->prompt : &r->eot, has[0] ? has[1] : 1, n,
 				       temperature, has[2], r->seed, out->ids, err);
 	gk_nn_dp_params_shard(t->dp);

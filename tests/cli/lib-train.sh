@@ -15,6 +15,9 @@
 #                          then), and B's not all zero
 #   start_config LOG OUT   the model of a --json log's start line as a
 #                          Hugging Face config.json (for mem-estimate)
+#   widen SRC DST          checkpoint SRC's model with its matrices times
+#                          25 as a directory DST for --init-from (see there)
+#   sample_tokens LOG      the tokens of a --json log's sample line
 
 TINY="--layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2"
 
@@ -99,6 +102,32 @@ feedback_close() {
 	    if len(a) != len(b) or off * 1000 > len(b) or not any(b):
 	        sys.exit("%s: %d and %d elements, %d apart" % (name, len(a), len(b), off))
 	EOF
+}
+
+# A random model of wide weights: the seeded initialisation's matrices
+# (std 0.02) times 25, as GPT-2 with initializer_range 0.5, so that every
+# head and every vocabulary slice moves the sampled bytes (a model trained
+# a few steps on bytes samples nearly the same text whatever its heads do).
+widen() {
+	python3 - "$1" "$2" <<-'EOF'
+	import array, json, os, shutil, struct, sys
+	src, dst = sys.argv[1], sys.argv[2]
+	b = open(os.path.join(src, "model.safetensors"), "rb").read()
+	n = struct.unpack("<Q", b[:8])[0]
+	h = json.loads(b[8:8 + n])
+	data = bytearray(b[8 + n:])
+	for name, t in h.items():
+	    if name != "__metadata__" and len(t["shape"]) == 2:
+	        lo, hi = t["data_offsets"]
+	        data[lo:hi] = array.array("f", (x * 25 for x in array.array("f", data[lo:hi]))).tobytes()
+	os.makedirs(dst)
+	shutil.copy(os.path.join(src, "config.json"), dst)
+	open(os.path.join(dst, "model.safetensors"), "wb").write(b[:8 + n] + bytes(data))
+	EOF
+}
+
+sample_tokens() {
+	jq -c 'select(.event == "sample") | .tokens' "$1"
 }
 
 mpi() {

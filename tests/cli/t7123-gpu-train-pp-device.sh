@@ -33,7 +33,9 @@ chunks a stage, 5 micro-batches in groups of 3), its messages each on a
 lane of NCCL communicators, the losses and the validation loss are
 1F1B'"'"'s on GPUs bit for bit through a resume into 1F1B and back, the
 norms within 1e-12, the CPU'"'"'s interleaved run within 1e-4; under tp 2 x
-pp 2 too.'
+pp 2 too. --sample through the stages (a forward of the window a token,
+its activations over NCCL) gives one GPU'"'"'s tokens and the CPU'"'"'s,
+interleaved and in bf16 too.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -330,6 +332,39 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs in bf16, ZeRO 1, --offload 
 	test $kept -gt 0 &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
 		.offload == {where: \"host\", state: $kept}" bko.json
+'
+
+# --sample of a pipeline on GPUs, in place: each token a forward of the
+# window (8 positions, passed after the prompt of 3) at the model's batch
+# through the stages, the activations over the pipeline's NCCL
+# communicator (of the activation type: bf16 in bf16), the last stage
+# picking. From a random model of wide weights (widen: every layer moves
+# the text), seeded top-k and greedy: one GPU's tokens (the same kernels
+# on the same rows: the same logits) and the CPU backend's; under the
+# interleaved schedule (the ring of 2 chunks a stage) too, and in bf16
+# one GPU's bf16 tokens
+S="--layers 4 --hidden 32 --heads 2 --positions 33 --seq 8 --batch 2 --threads 1"
+test_expect_success 'GPUS,MPI' '--sample under pp 2 on GPUs: the tokens of one GPU and of the CPU, seeded top-k and greedy; interleaved, and in bf16' '
+	gpu-train --data train.bin $S --steps 1 --lr 1e-9 --warmup 1 --device cpu --ckpt-dir cks -q &&
+	widen cks/latest wide &&
+	for g in "--temperature 0" "--seed 3 --top-k 20"; do
+		K="--init-from wide $S --sample 12 --prompt int --json $g" &&
+		gpu-train $K --device cpu >sc.json &&
+		gpu-train $K --device cuda --precision fp32 >s1.json &&
+		mpi 2 $K --device cuda --precision fp32 --pp 2 >s2.json &&
+		sample_tokens s1.json >s1 &&
+		test $(jq length s1) = 12 &&
+		for f in sc s2; do
+			sample_tokens $f.json >$f && test_cmp s1 $f || return 1
+		done || return 1
+	done &&
+	test $(jq "unique | length" s1) -gt 3 &&
+	mpi 2 $K --device cuda --precision fp32 --pp 2 $I >si.json &&
+	sample_tokens si.json >si && test_cmp s1 si &&
+	gpu-train $K --device cuda --precision bf16 >b1.json &&
+	mpi 2 $K --device cuda --precision bf16 --pp 2 >b2.json &&
+	sample_tokens b1.json >b1 && sample_tokens b2.json >b2 &&
+	test $(jq length b1) = 12 && test_cmp b1 b2
 '
 
 test_done
