@@ -33,9 +33,9 @@
  * probabilities are never rounded to bf16 as the matmul path's att is.
  * Head sizes 1 to GK_NN_FLASH_MAX_HS, in three compiled widths (32, 64,
  * 128: the head dimensions a lane owns are registers); others are refused.
- * These kernels' products are the CUDA cores' fp32 FMAs; in bf16 at head
- * sizes that are a multiple of 16, and in tf32 at multiples of 16 up to
- * 64, the tensor cores' kernels of flash_tc.cu run instead (gk_nn_flash_tc):
+ * These kernels' products are the CUDA cores' fp32 FMAs; in bf16 and in
+ * tf32 at head sizes that are a multiple of 16 (16 to 128), the tensor
+ * cores' kernels of flash_tc.cu run instead (gk_nn_flash_tc says which):
  * tf32 is the precision whose matmuls are cuBLASLt's TF32, and its
  * attention rounds its operands the same way; fp32 stays here, with no
  * tensor core's rounding.
@@ -412,7 +412,7 @@ extern "C" int gk_nn_cu_flash_fwd(void *out, float *lse, const void *qkv,
 	float scale = 1.0f / sqrtf((float)hs);
 	if (gk_nn_flash_tc(prec, hs) && fl_aligned(qkv))
 		return gk_nn_cu_flash_tc_fwd(out, lse, qkv, prec, B, T_, NH, hs, scale, s, err);
-	WITH_T(dt, WITH_HSP(32, 128, hs,
+	WITH_T(dt, WITH_HSP(32, hs,
 		flash_fwd<T, HSP><<<fl_grid(B, T_, NH, FL_WARPS * fl_shape<HSP>::RW_FWD),
 				    32 * FL_WARPS, 0, s>>>(
 			(T *)out, lse, (const T *)qkv, T_, NH, hs, scale)));
@@ -432,14 +432,14 @@ extern "C" int gk_nn_cu_flash_bwd(void *dqkv, float *dsum, const void *dout,
 	if (gk_nn_flash_tc(prec, hs) && fl_aligned(qkv) && fl_aligned(dout) && fl_aligned(out))
 		return gk_nn_cu_flash_tc_bwd(dqkv, dsum, dout, qkv, out, lse, prec, B, T_, NH, hs,
 					     scale, s, err);
-	WITH_T(dt, WITH_HSP(32, 128, hs,
+	WITH_T(dt, WITH_HSP(32, hs,
 		flash_bwd_dq<T, HSP><<<fl_grid(B, T_, NH, FL_WARPS * fl_shape<HSP>::RW_BWD),
 				       32 * FL_WARPS, 0, s>>>(
 			(T *)dqkv, dsum, (const T *)dout, (const T *)qkv,
 			(const T *)out, lse, T_, NH, hs, scale)));
 	if (GK_CUDA_LAUNCHED("fused attention backward (dq)", err) < 0)
 		return -1;
-	WITH_T(dt, WITH_HSP(32, 128, hs,
+	WITH_T(dt, WITH_HSP(32, hs,
 		flash_bwd_dkv<T, HSP><<<fl_grid(B, T_, NH, FL_WARPS * fl_shape<HSP>::RW_BWD),
 					32 * FL_WARPS, 0, s>>>(
 			(T *)dqkv, dsum, (const T *)dout, (const T *)qkv, lse,

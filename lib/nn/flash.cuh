@@ -36,11 +36,11 @@ static inline dim3 fl_grid(int B, int T_, int NH, int br)
 }
 
 /* Run the statements with HSP the compiled width for hs: lo, 32, 64 or
- * hi, the smallest that holds hs. The scalar kernels' widths are 32 to
- * 128, the tensor cores' 16 to tc_ty<E>::MAXW (hs a multiple of 16 up to
- * the width, the columns past it zeros); with lo 32 the second branch is
- * never taken, with hi 64 the last (gk_nn_flash_tc refuses those). */
-#define WITH_HSP(lo, hi, hs, ...)                                            \
+ * 128, the smallest that holds hs (up to 128, GK_NN_FLASH_MAX_HS). The
+ * scalar kernels' widths are 32 to 128, the tensor cores' 16 to 128 (hs
+ * a multiple of 16 up to the width, the columns past it zeros); with lo
+ * 32 the second branch is never taken. */
+#define WITH_HSP(lo, hs, ...)                                                \
 	do {                                                                 \
 		if ((hs) <= (lo)) {                                          \
 			enum { HSP = (lo) };                                 \
@@ -52,7 +52,7 @@ static inline dim3 fl_grid(int B, int T_, int NH, int br)
 			enum { HSP = 64 };                                   \
 			__VA_ARGS__;                                         \
 		} else {                                                     \
-			enum { HSP = (hi) };                                 \
+			enum { HSP = 128 };                                  \
 			__VA_ARGS__;                                         \
 		}                                                            \
 	} while (0)

@@ -16,8 +16,8 @@
  * kernels do (gk_nn_attn_*); the p (ds) they write are the next
  * product's matrix_a: in bf16 rounded to bf16 into the warp's rows past
  * its scores, in tf32 as floats over the scores themselves (each element
- * written by the lane that read its score), which keeps a block's shared
- * memory under 48 KiB. The output, dq, dk and dv stay fp32 accumulator
+ * written by the lane that read its score), which saves a block 9 KiB of
+ * shared memory at width 128 (18 KiB in dk, dv). The output, dq, dk and dv stay fp32 accumulator
  * fragments across the tiles, written once at the end through the same
  * staging rows.
  *
@@ -39,12 +39,18 @@
  * each), the products of two exact and summed in fp32. The running sums
  * l, the logsumexp and D stay fp32 in both.
  *
- * Shared memory: 2 TC_BC rows of HSP + 16 bytes of E, and a warp's 16
- * rows of scores (two in the backward) with bf16's p (ds) past them:
- * at HSP 128 in bf16 32 KiB (forward) to 45 KiB (dk, dv); in tf32 the
- * tiles' rows are twice as wide, 35 KiB (dk, dv) at HSP 64, and at HSP
- * 128 the backward would take 51 KiB: tf32 runs these kernels up to head
- * size 64 (GK_NN_FLASH_TF32_MAX_HS), the scalar kernels past it.
+ * Shared memory, all of it dynamic (tc_smem): 2 TC_BC rows of HSP + 16
+ * bytes of E, and a warp's 16 rows of scores (two in the backward) with
+ * bf16's p (ds) past them: at HSP 128 in bf16 32 KiB (forward) to 45 KiB
+ * (dk, dv); in tf32 the tiles' rows are twice as wide, 35 KiB (dk, dv) at
+ * HSP 64, and at HSP 128 43 KiB (forward) and 51 KiB (dq; dk, dv), past
+ * the 48 KiB a block gets without opting in: those launches raise their
+ * kernel's cudaFuncAttributeMaxDynamicSharedMemorySize first (tc_allow),
+ * which needs the memory to be dynamic (a static __shared__ array past
+ * 48 KiB does not compile). So both precisions take head sizes that are
+ * a multiple of 16 up to 128 here (gk_nn_flash_tc), in widths 16, 32, 64
+ * and 128 (80 to 112 padded with zero columns to 128); the others run
+ * flash.cu's scalar kernels.
  */
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -66,12 +72,11 @@ namespace tcw = nvcuda::wmma;
  * bytes past HSP: a fragment's first element, at a row that is a
  * multiple of 8 and a column that is a multiple of K, is then 32-byte
  * aligned as WMMA's loads require), the warp's operand rows (p, ds) over
- * its scores S (their stride SP, PX the floats they take past S), MAXW
- * the widest compiled width.
+ * its scores S (their stride SP, PX the floats they take past S).
  */
 template <typename E> struct tc_ty;
 template <> struct tc_ty<uint16_t> { /* bf16 */
-	enum { K = 16, PX = 16 * TC_SP / 2, SP = TC_SP, MAXW = 128 };
+	enum { K = 16, PX = 16 * TC_SP / 2, SP = TC_SP };
 	typedef __nv_bfloat16 W;
 	typedef tcw::fragment<tcw::matrix_a, 16, 16, 16, W, tcw::row_major> a;
 	typedef tcw::fragment<tcw::matrix_b, 16, 16, 16, W, tcw::row_major> brow;
@@ -88,7 +93,7 @@ template <> struct tc_ty<uint16_t> { /* bf16 */
 	}
 };
 template <> struct tc_ty<float> { /* tf32 */
-	enum { K = 8, PX = 0, SP = TC_SS, MAXW = 64 };
+	enum { K = 8, PX = 0, SP = TC_SS };
 	typedef tcw::precision::tf32 W;
 	typedef tcw::fragment<tcw::matrix_a, 16, 16, 8, W, tcw::row_major> a;
 	typedef tcw::fragment<tcw::matrix_b, 16, 16, 8, W, tcw::row_major> brow;
@@ -110,6 +115,34 @@ __device__ static inline void tc_ld(F &f, const E *p, int ldm)
 {
 	tcw::load_matrix_sync(f, tc_ty<E>::ptr(p), ldm);
 	tc_ty<E>::round(f);
+}
+
+/*
+ * A block's shared memory at width HSP, in bytes, carved in this order
+ * from the launch's dynamic region (each part a multiple of 32 bytes, so
+ * each starts 32-byte aligned as WMMA's pointers must): TILES, 2 TC_BC
+ * rows of LD elements (the block's rows of Q, dout, K or V, then a tile
+ * of K and V, or of Q and dout); SCORES, each warp's WARP floats (16 rows
+ * of scores, bf16's p or ds past them); then the forward's row numbers
+ * (256) and rescalings (16 a warp), dq's dp (16 rows a warp), or dk and
+ * dv's second SCORES (dp, and bf16's ds past it) and a tile's lse and D.
+ */
+template <typename E, int HSP> struct tc_smem {
+	static constexpr size_t LD = HSP + 16 / sizeof(E), WARP = 16 * TC_SS + tc_ty<E>::PX;
+	static constexpr size_t TILES = 2 * TC_BC * LD * sizeof(E);
+	static constexpr size_t SCORES = TC_WARPS * WARP * sizeof(float);
+	static constexpr size_t FWD = TILES + SCORES + (256 + TC_WARPS * 16) * sizeof(float);
+	static constexpr size_t DQ = TILES + SCORES + TC_WARPS * 16 * TC_SS * sizeof(float);
+	static constexpr size_t DKV = TILES + 2 * SCORES + 2 * TC_BC * sizeof(float);
+	static_assert(TILES % 32 == 0 && SCORES % 32 == 0 && (16 * TC_SS * 4) % 32 == 0,
+		      "each part 32-byte aligned");
+};
+
+/* the block's dynamic shared memory (tc_smem's layout) */
+__device__ static inline unsigned char *tc_shared()
+{
+	extern __shared__ __align__(32) unsigned char tc_dyn[];
+	return tc_dyn;
 }
 
 /* rows [r0, r0 + n) of (b, h) at column off of src (B,T,ld) into dst (n
@@ -209,11 +242,11 @@ __global__ static void tc_fwd(E *out, float *lse, const E *qkv, int T_, int NH, 
 {
 	typedef tc_ty<E> Y;
 	constexpr int NF = HSP / 16, KF = HSP / Y::K, LD = HSP + 16 / sizeof(E);
+	typedef tc_smem<E, HSP> M;
 	/* the block's rows of Q, then a tile of K (rows 0..31) and V */
-	__shared__ __align__(32) E skv[2 * TC_BC * LD];
-	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS + Y::PX];
-	__shared__ __align__(32) float srow[256];
-	__shared__ float scorr[TC_WARPS][16];
+	E *skv = reinterpret_cast<E *>(tc_shared());
+	float *ss = reinterpret_cast<float *>(tc_shared() + M::TILES);
+	float *srow = ss + TC_WARPS * M::WARP, *scorr = srow + 256;
 	int C = NH * hs, C3 = 3 * C;
 	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
 	int r0 = FL_TILE() * TC_BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -221,7 +254,7 @@ __global__ static void tc_fwd(E *out, float *lse, const E *qkv, int T_, int NH, 
 	int t0 = r0 + warp * 16; /* the warp's rows: t0 .. t0 + 15 */
 	int r = lane / 2, hf = lane % 2, t = t0 + r; /* the row of this lane's softmax */
 	const E *sk = skv, *sv = skv + TC_BC * LD;
-	float *S = ss[warp];
+	float *S = ss + warp * M::WARP;
 	auto *P = Y::ops(S);
 
 	tc_load<E, HSP>(skv, TC_BR, qkv, b, r0, T_, C3, 0, h, hs);
@@ -279,13 +312,13 @@ FL_UNROLL
 		l = l * corr + (sum + __shfl_xor_sync(0xffffffffu, sum, 1));
 		m = mx;
 		if (!hf)
-			scorr[warp][r] = corr;
+			scorr[warp * 16 + r] = corr;
 		__syncwarp(); /* P and scorr hold the tile's p and rescaling */
 FL_UNROLL
 		for (int c = 0; c < NF; c++)
 FL_UNROLL
 			for (int i = 0; i < o[c].num_elements; i++)
-				o[c].x[i] *= scorr[warp][(int)rowid.x[i]];
+				o[c].x[i] *= scorr[warp * 16 + (int)rowid.x[i]];
 		typename Y::a pa[TC_BC / Y::K];
 FL_UNROLL
 		for (int kk = 0; kk < TC_BC / Y::K; kk++)
@@ -307,9 +340,10 @@ __global__ static void tc_bwd_dq(E *dqkv, float *dsum, const E *dout, const E *q
 {
 	typedef tc_ty<E> Y;
 	constexpr int NF = HSP / 16, KF = HSP / Y::K, LD = HSP + 16 / sizeof(E);
-	__shared__ __align__(32) E skv[2 * TC_BC * LD];
-	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS + Y::PX];
-	__shared__ __align__(32) float sdp[TC_WARPS][16 * TC_SS];
+	typedef tc_smem<E, HSP> M;
+	E *skv = reinterpret_cast<E *>(tc_shared());
+	float *ss = reinterpret_cast<float *>(tc_shared() + M::TILES);
+	float *sdp = ss + TC_WARPS * M::WARP;
 	int C = NH * hs, C3 = 3 * C;
 	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
 	int r0 = FL_TILE() * TC_BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -317,7 +351,7 @@ __global__ static void tc_bwd_dq(E *dqkv, float *dsum, const E *dout, const E *q
 	int t0 = r0 + warp * 16;
 	int r = lane / 2, hf = lane % 2, t = t0 + r;
 	const E *sk = skv, *sv = skv + TC_BC * LD;
-	float *S = ss[warp], *DP = sdp[warp];
+	float *S = ss + warp * M::WARP, *DP = sdp + warp * 16 * TC_SS;
 	auto *DS = Y::ops(S);
 
 	typename Y::a qa[KF], da[KF];
@@ -390,10 +424,10 @@ __global__ static void tc_bwd_dkv(E *dqkv, const float *dsum, const E *dout, con
 	constexpr int NF = HSP / 16, KF = HSP / Y::K, LD = HSP + 16 / sizeof(E);
 	/* the block's rows of K, then of V; then a tile of Q (rows 0..31)
 	 * and of dout */
-	__shared__ __align__(32) E sqd[2 * TC_BC * LD];
-	__shared__ __align__(32) float ss[TC_WARPS][16 * TC_SS + Y::PX];
-	__shared__ __align__(32) float sdp[TC_WARPS][16 * TC_SS + Y::PX];
-	__shared__ float sl[TC_BC], sd[TC_BC];
+	typedef tc_smem<E, HSP> M;
+	E *sqd = reinterpret_cast<E *>(tc_shared());
+	float *ss = reinterpret_cast<float *>(tc_shared() + M::TILES);
+	float *sdp = ss + TC_WARPS * M::WARP, *sl = sdp + TC_WARPS * M::WARP, *sd = sl + TC_BC;
 	int C = NH * hs, C3 = 3 * C;
 	int b = (int)blockIdx.x / NH, h = (int)blockIdx.x % NH;
 	int c0 = FL_TILE() * TC_BR, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -402,7 +436,7 @@ __global__ static void tc_bwd_dkv(E *dqkv, const float *dsum, const E *dout, con
 	const float *L = lse + (size_t)blockIdx.x * T_;
 	const float *Dr = dsum + (size_t)blockIdx.x * T_;
 	const E *sq = sqd, *sdo = sqd + TC_BC * LD;
-	float *S = ss[warp], *DP = sdp[warp];
+	float *S = ss + warp * M::WARP, *DP = sdp + warp * M::WARP;
 	auto *P = Y::ops(S), *DS = Y::ops(DP);
 
 	typename Y::a ka[KF], va[KF];
@@ -474,15 +508,37 @@ FL_UNROLL
 			hs, 1.0f);
 }
 
+/*
+ * Before a launch of kernel k with bytes of dynamic shared memory: past
+ * the 48 KiB a block gets by default (tf32's backward at width 128), the
+ * kernel's maximum raised to bytes. Before every such launch: one host
+ * call beside kernels that take far longer, and the attribute is the
+ * device's (a flag kept here would have to be one per device). -1 with
+ * what failed in err.
+ */
+template <typename K>
+static int tc_allow(K *k, size_t bytes, const char *what, gk_err *err)
+{
+	if (bytes <= 48 << 10)
+		return 0;
+	return gk_cuda_check_at(GK_CUDA_API_RUNTIME,
+				(int)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+							  (int)bytes),
+				what, __FILE__, __LINE__, err);
+}
+
 /* the tensor cores' kernels for activations of E */
 template <typename E>
 static int tc_run_fwd(void *out, float *lse, const void *qkv, int B, int T_, int NH, int hs,
 		      float scale, gk_cuda_stream s, gk_err *err)
 {
-	WITH_HSP(16, tc_ty<E>::MAXW, hs,
-		 tc_fwd<E, HSP><<<fl_grid(B, T_, NH, TC_BR), 32 * TC_WARPS, 0, s>>>(
-			 (E *)out, lse, (const E *)qkv, T_, NH, hs, scale));
-	return GK_CUDA_LAUNCHED("fused attention (tensor cores)", err);
+	const char *what = "fused attention (tensor cores)";
+	WITH_HSP(16, hs,
+		 if (tc_allow(tc_fwd<E, HSP>, tc_smem<E, HSP>::FWD, what, err) < 0)
+			 return -1;
+		 tc_fwd<E, HSP><<<fl_grid(B, T_, NH, TC_BR), 32 * TC_WARPS, tc_smem<E, HSP>::FWD,
+				  s>>>((E *)out, lse, (const E *)qkv, T_, NH, hs, scale));
+	return GK_CUDA_LAUNCHED(what, err);
 }
 
 template <typename E>
@@ -490,17 +546,25 @@ static int tc_run_bwd(void *dqkv, float *dsum, const void *dout, const void *qkv
 		      const void *out, const float *lse, int B, int T_, int NH, int hs,
 		      float scale, gk_cuda_stream s, gk_err *err)
 {
-	WITH_HSP(16, tc_ty<E>::MAXW, hs,
-		 tc_bwd_dq<E, HSP><<<fl_grid(B, T_, NH, TC_BR), 32 * TC_WARPS, 0, s>>>(
+	const char *wq = "fused attention backward (dq, tensor cores)";
+	const char *wkv = "fused attention backward (dk, dv, tensor cores)";
+	WITH_HSP(16, hs,
+		 if (tc_allow(tc_bwd_dq<E, HSP>, tc_smem<E, HSP>::DQ, wq, err) < 0)
+			 return -1;
+		 tc_bwd_dq<E, HSP><<<fl_grid(B, T_, NH, TC_BR), 32 * TC_WARPS,
+				     tc_smem<E, HSP>::DQ, s>>>(
 			 (E *)dqkv, dsum, (const E *)dout, (const E *)qkv, (const E *)out, lse,
 			 T_, NH, hs, scale));
-	if (GK_CUDA_LAUNCHED("fused attention backward (dq, tensor cores)", err) < 0)
+	if (GK_CUDA_LAUNCHED(wq, err) < 0)
 		return -1;
-	WITH_HSP(16, tc_ty<E>::MAXW, hs,
-		 tc_bwd_dkv<E, HSP><<<fl_grid(B, T_, NH, TC_BR), 32 * TC_WARPS, 0, s>>>(
+	WITH_HSP(16, hs,
+		 if (tc_allow(tc_bwd_dkv<E, HSP>, tc_smem<E, HSP>::DKV, wkv, err) < 0)
+			 return -1;
+		 tc_bwd_dkv<E, HSP><<<fl_grid(B, T_, NH, TC_BR), 32 * TC_WARPS,
+				      tc_smem<E, HSP>::DKV, s>>>(
 			 (E *)dqkv, dsum, (const E *)dout, (const E *)qkv, lse, T_, NH, hs,
 			 scale));
-	return GK_CUDA_LAUNCHED("fused attention backward (dk, dv, tensor cores)", err);
+	return GK_CUDA_LAUNCHED(wkv, err);
 }
 
 int gk_nn_cu_flash_tc_fwd(void *out, float *lse, const void *qkv, int prec, int B, int T_,
