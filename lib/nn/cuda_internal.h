@@ -205,20 +205,24 @@ static inline int gk_nn_flash_fits(int hs)
 }
 /*
  * Which kernels run, by the precision (gk_nn_precision: the activations
- * are bf16 in bf16, fp32 otherwise): in bf16 at head sizes that are a
- * multiple of 16 the tensor cores' (WMMA, bf16 products with fp32 sums,
- * the softmax in fp32), in tf32 at multiples of 16 up to
- * GK_NN_FLASH_TF32_MAX_HS the tensor cores' in tf32 (each operand
- * rounded to 10 fraction bits, as cuBLASLt's TF32 GEMMs round theirs),
- * elsewhere (fp32, other head sizes) the CUDA cores' fp32 FMAs; also
- * those where qkv, out or dout is not 16-byte aligned (cudaMalloc's
- * pointers and the model's buffers are).
+ * are bf16 in bf16, fp32 otherwise) and the head size:
+ *   bf16, hs a multiple of 16 (16 to 128)   the tensor cores' (WMMA, bf16
+ *                                            products, fp32 sums, the
+ *                                            softmax in fp32; flash_tc.cu)
+ *   tf32, hs a multiple of 16 (16 to 128)   the tensor cores' in tf32 (each
+ *                                            operand rounded to 10 fraction
+ *                                            bits, as cuBLASLt's TF32 GEMMs
+ *                                            round theirs; at 80 to 128 with
+ *                                            51 KiB of dynamic shared memory
+ *                                            in the backward)
+ *   fp32; other head sizes 1 to 128         the CUDA cores' fp32 FMAs
+ *                                            (flash.cu)
+ * and the CUDA cores' also where qkv, out or dout is not 16-byte aligned
+ * (cudaMalloc's pointers and the model's buffers are).
  */
-#define GK_NN_FLASH_TF32_MAX_HS 64
 static inline int gk_nn_flash_tc(int prec, int hs)
 {
-	return hs % 16 == 0 && gk_nn_flash_fits(hs) &&
-	       (prec == GK_NN_BF16 || (prec == GK_NN_TF32 && hs <= GK_NN_FLASH_TF32_MAX_HS));
+	return hs % 16 == 0 && gk_nn_flash_fits(hs) && (prec == GK_NN_BF16 || prec == GK_NN_TF32);
 }
 static inline const char *gk_nn_flash_path(int prec, int hs)
 {

@@ -16,7 +16,12 @@
  *   - nvcuda::wmma's collectives (include/mma.h) not called by the whole
  *     warp with the same arguments, or with a misaligned pointer or ldm;
  *   - the launch limits of sm_90 (threads and dimensions of a block, the
- *     grid's dimensions, dynamic shared memory);
+ *     grid's dimensions), and its dynamic shared memory: up to 48 KiB a
+ *     launch, more only up to what cudaFuncSetAttribute's
+ *     cudaFuncAttributeMaxDynamicSharedMemorySize allowed the kernel
+ *     (runtime.cc), never past the 227 KiB a block can opt in to; a
+ *     refused launch is said on stderr with the kernel's name and is
+ *     the thread's last error, cudaErrorInvalidValue, as on the device;
  *   - a load or store through the cache-hint intrinsics (__ldg, __ldcg,
  *     __ldcs, __stcg, __stcs) at an address that is not a multiple of
  *     its type's alignment: a 16-byte int4 or float4 at an address that
@@ -25,7 +30,15 @@
  *     Packed128) all go through these, so each one is checked here.
  * __shared__ variables live in one section that is filled with a new
  * garbage pattern before every block, so a read before a write gives a
- * different value from run to run and from block to block.
+ * different value from run to run and from block to block. An extern
+ * __shared__ array (launch-rewrite makes it a pointer to
+ * cuemu::dynamic_shared()) is the launch's dynamic shared memory: as many
+ * bytes as its third argument asks, 128-byte aligned, refilled with
+ * garbage before every block too, ending at a page that faults when
+ * touched (an access up to 127 bytes past the end is not seen unless the
+ * size is a multiple of 128). A kernel's static shared memory is not
+ * added to its dynamic (the section holds every kernel's), so a launch
+ * whose sum passes 48 KiB, or the attribute's maximum, passes here.
  *
  * It cannot see races within a warp (the lanes of a warp run one after
  * the other between collectives), real timing, or the GPU's own
@@ -40,6 +53,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cstddef>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -86,10 +100,13 @@ typedef void (*body_fn)(void *closure);
  * bad configuration is the thread's last error, as for a real launch.
  * Takes the closure; destroy frees it once the kernel has run.
  */
-void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
+void submit(const site &at, const void *fn, dim3 grid, dim3 block, size_t shmem,
 	    cudaStream_t s, body_fn body, void *closure,
 	    void (*destroy)(void *), char *shared_lo, char *shared_hi,
 	    const void *const *ptrs, const int *writes, int nptrs);
+
+/* The running block's dynamic shared memory (extern __shared__). */
+void *dynamic_shared();
 
 /* Stops the run: argument argno (from 1) of the launch at at, p, is not
  * aligned to its type's align bytes. */
@@ -156,6 +173,7 @@ template <typename F, typename... A> struct closure {
 
 struct config {
 	site at;
+	const void *fn; /* the kernel, as cudaFuncSetAttribute names it */
 	dim3 grid, block;
 	size_t shmem;
 	cudaStream_t stream;
@@ -173,7 +191,7 @@ template <typename F> struct launcher {
 		int wr[sizeof...(A) + 1], n = 0, argno = 0;
 		std::apply([&](const auto &...x) { (note_arg(c.at, x, ptrs, wr, n, argno), ...); },
 			   p->args);
-		submit(c.at, c.grid, c.block, c.shmem, c.stream, &run<C>, p, &destroy<C>,
+		submit(c.at, c.fn, c.grid, c.block, c.shmem, c.stream, &run<C>, p, &destroy<C>,
 		       __start_cuemu_shared, __stop_cuemu_shared, ptrs, wr, n);
 	}
 	template <typename C> static void run(void *p)
@@ -196,12 +214,20 @@ struct pending {
 };
 
 /* k<<<grid, block, shmem, stream>>>(args) is rewritten (launch-rewrite) into
- * cuemu::launch_at("k", __FILE__, __LINE__, grid, block, shmem, stream)
+ * cuemu::launch_at("k", __FILE__, __LINE__, &k, grid, block, shmem, stream)
  *	.kernel([](auto... p) { k(p...); })(args) */
-inline pending launch_at(const char *name, const char *file, int line, dim3 grid, dim3 block,
-			 size_t shmem = 0, cudaStream_t s = 0)
+template <typename K>
+inline pending launch_at(const char *name, const char *file, int line, K *k, dim3 grid,
+			 dim3 block, size_t shmem = 0, cudaStream_t s = 0)
 {
-	return pending{{{name, file, line}, grid, block, shmem, s}};
+	return pending{{{name, file, line}, reinterpret_cast<const void *>(k), grid, block, shmem,
+			s}};
+}
+/* a kernel template launched with its arguments deduced: no attributes */
+inline pending launch_at(const char *name, const char *file, int line, std::nullptr_t, dim3 grid,
+			 dim3 block, size_t shmem = 0, cudaStream_t s = 0)
+{
+	return pending{{{name, file, line}, nullptr, grid, block, shmem, s}};
 }
 
 template <typename T> inline T shfl(unsigned mask, T v, int src, const char *what)
@@ -227,6 +253,14 @@ inline float gpu_nan(float r)
 }
 
 } /* namespace cuemu */
+
+/* The runtime's C++ API that the toolkit's cuda_runtime.h gives nvcc
+ * only: a kernel as its function. */
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T *func, enum cudaFuncAttribute attr, int value)
+{
+	return ::cudaFuncSetAttribute(reinterpret_cast<const void *>(func), attr, value);
+}
 
 inline void __syncthreads() { cuemu::syncthreads(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu)

@@ -81,38 +81,43 @@ $(CUEMU_B)/tests/cuemu/selftest: $(CUEMU_B)/tests/cuemu/selftest.cu.o $(CUEMU_SO
 	$(QUIET_LD)$(CUEMU_CXX) $(CUEMU_CXXFLAGS) -o $@ $< -L$(CUEMU_LIBDIR) -lcuemu \
 		$(CUEMU_RPATH)
 
-# nn_flash against lib/nn/flash.cu with a defect planted, a barrier taken
-# out: the block's barrier before a tile of K and V is overwritten, and
-# the warp's between writing a tile's p and reading them, in the scalar
-# and in the tensor cores' kernels. nn_flash must
-# fail on each, in each order (check-cuemu), or its comparisons could
-# not see such a defect. The line is found by its comment; exactly one
-# must go, or the rule fails.
+# nn_flash against the fused attention with a defect planted, a barrier
+# taken out: the block's barrier before a tile of K and V is
+# overwritten, and the warp's between writing a tile's p and reading
+# them, in the scalar (lib/nn/flash.cu) and in the tensor cores' kernels
+# (lib/nn/flash_tc.cu). nn_flash must fail on each, in each order
+# (check-cuemu), or its comparisons could not see such a defect. The
+# line is found by its comment; exactly one must go, or the rule fails.
 CUEMU_PLANTS := syncthreads syncwarp tcsyncwarp tcsyncthreads
 CUEMU_PLANT_syncthreads := __syncthreads\(\); /\* the last tile
 CUEMU_PLANT_syncwarp := __syncwarp\(\); /\* sp holds every p
+CUEMU_PLANT_FILE_syncthreads := lib/nn/flash.cu
+CUEMU_PLANT_FILE_syncwarp := lib/nn/flash.cu
 # the tensor cores' kernels: the warp's barrier between writing a tile's
 # p and its rescaling and reading them, the block's before the tiles
 # overwrite the rows Q was staged in
 CUEMU_PLANT_tcsyncwarp := __syncwarp\(\); /\* P and scorr hold
 CUEMU_PLANT_tcsyncthreads := __syncthreads\(\); /\* Q.s fragments loaded
+CUEMU_PLANT_FILE_tcsyncwarp := lib/nn/flash_tc.cu
+CUEMU_PLANT_FILE_tcsyncthreads := lib/nn/flash_tc.cu
 CUEMU_PLANT_BIN := $(addprefix $(CUEMU_B)/plant/,$(addsuffix /nn_flash,$(CUEMU_PLANTS)))
 
-$(CUEMU_B)/plant/%/flash.cu: lib/nn/flash.cu tests/cuemu/cuemu.mk
+$(CUEMU_B)/plant/%/planted.cu: lib/nn/flash.cu lib/nn/flash_tc.cu tests/cuemu/cuemu.mk
 	@mkdir -p $(@D)
 	$(call quiet,GEN,$@)perl -e '$$re = shift; $$n = 0; while (<>) { if (/$$re/) { $$n++; next } print } exit($$n == 1 ? 0 : 1)' \
-		'$(CUEMU_PLANT_$*)' $< > $@.tmp && mv $@.tmp $@
-$(CUEMU_B)/plant/%/flash.cu.cc: $(CUEMU_B)/plant/%/flash.cu tests/cuemu/launch-rewrite
+		'$(CUEMU_PLANT_$*)' $(CUEMU_PLANT_FILE_$*) > $@.tmp && mv $@.tmp $@
+$(CUEMU_B)/plant/%/planted.cu.cc: $(CUEMU_B)/plant/%/planted.cu tests/cuemu/launch-rewrite
 	$(call quiet,GEN,$@)tests/cuemu/launch-rewrite $< > $@.tmp && mv $@.tmp $@
-$(CUEMU_B)/plant/%/flash.cu.o: $(CUEMU_B)/plant/%/flash.cu.cc tests/cuemu/cuemu.h $(FLAGS_STAMP)
+$(CUEMU_B)/plant/%/planted.cu.o: $(CUEMU_B)/plant/%/planted.cu.cc tests/cuemu/cuemu.h lib/nn/flash.cuh $(FLAGS_STAMP)
 	$(call quiet,CXX,$@)$(CUEMU_CXX) $(CUEMU_KFLAGS) -c -o $@ $<
-# the planted object first: the archive's flash.cu.o is then never pulled in
-$(CUEMU_B)/plant/%/nn_flash: $(CUEMU_B)/plant/%/flash.cu.o $(B)/tests/unit/nn_flash.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
+# the planted object first: the archive's object of the same file is
+# then never pulled in
+$(CUEMU_B)/plant/%/nn_flash: $(CUEMU_B)/plant/%/planted.cu.o $(B)/tests/unit/nn_flash.o $(CUEMU_LIB) $(CUEMU_SO) | $(CUEMU_LINKS)
 	$(QUIET_LD)$(CC) $(ALL_LDFLAGS) -o $@ $(B)/tests/unit/nn_flash.o $< $(CUEMU_LIB) -L$(CUEMU_LIBDIR) -lcuemu \
 		$(CUEMU_RPATH) $(filter-out -lcudart_static,$(GK_LIBS))
 CUEMU_PLANT_RUN = for t in $(CUEMU_PLANT_BIN); do \
 		if PATH=$(abspath tests/cuemu/bin):$$PATH CUEMU_ORDER=$(1) $$t >$$t.$(1).out 2>&1; then \
-			echo "check-cuemu: $$t passed in $(1) order with a barrier taken out of lib/nn/flash.cu: nn_flash cannot see that defect" >&2; \
+			echo "check-cuemu: $$t passed in $(1) order with a barrier taken out of the fused attention: nn_flash cannot see that defect" >&2; \
 			exit 1; \
 		fi; \
 	done
@@ -180,12 +185,12 @@ check-cuemu: $(CUEMU_UNIT) $(CUEMU_LINKS) $(CUEMU_TOOLS) $(CUEMU_B)/config.mk $(
 	@echo "check-cuemu: CUEMU_SEED=$(CUEMU_SEED) (make check-cuemu CUEMU_SEED=$(CUEMU_SEED) replays this run's shuffled orders)"
 ifeq ($(SAN),1)
 	$(call quiet,PROVE,$(words $(CUEMU_UNIT) $(CUEMU_CLI)) emulated device tests in forward order)$(call CUEMU_RUN_UNIT,forward) && $(call CUEMU_RUN_CLI,forward)
-	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in forward order)$(call CUEMU_PLANT_RUN,forward)
+	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in the fused attention caught in forward order)$(call CUEMU_PLANT_RUN,forward)
 else
 	$(call quiet,PROVE,$(words $(filter-out $(CUEMU_MPI),$(CUEMU_UNIT))) emulated unit tests in forward order)$(call CUEMU_RUN_UNIT,forward)
-	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in forward order)$(call CUEMU_PLANT_RUN,forward)
+	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in the fused attention caught in forward order)$(call CUEMU_PLANT_RUN,forward)
 	$(call quiet,PROVE,$(words $(filter-out $(CUEMU_MPI),$(CUEMU_UNIT))) emulated unit tests in reverse order)$(call CUEMU_RUN_UNIT,reverse)
-	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in flash.cu caught in reverse order)$(call CUEMU_PLANT_RUN,reverse)
+	$(call quiet,PLANT,$(words $(CUEMU_PLANT_BIN)) defects planted in the fused attention caught in reverse order)$(call CUEMU_PLANT_RUN,reverse)
 	$(call quiet,PROVE,$(words $(CUEMU_MPI) $(CUEMU_CLI)) emulated device tests across streams and ranks in shuffled order (CUEMU_SEED=$(CUEMU_SEED)))$(call CUEMU_RUN_CLI,shuffle)
 endif
 else

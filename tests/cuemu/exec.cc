@@ -304,6 +304,7 @@ void run_block(block_run *b, const std::vector<unsigned> &ord)
 struct launch_rec {
 	cuemu::site at;
 	dim3 grid, block;
+	size_t shmem;
 	cuemu::body_fn body;
 	void *closure;
 	void (*destroy)(void *);
@@ -311,6 +312,32 @@ struct launch_rec {
 };
 
 uint64_t launches;
+
+/* The running launch's dynamic shared memory (cuemu::dynamic_shared). */
+thread_local char *dyn_shared CUEMU_TLS;
+
+/*
+ * n bytes of dynamic shared memory, 128-byte aligned, that end where a
+ * page that cannot be touched begins (n rounded up to 128), so an access
+ * past them faults; the calling thread's, kept from launch to launch.
+ */
+char *dyn_region(size_t n)
+{
+	static thread_local char *map;
+	static thread_local size_t cap;
+	size_t need = (n + 127) / 128 * 128;
+	if (need > cap || !map) {
+		if (map)
+			munmap(map, cap + 4096);
+		cap = (need + 4095) / 4096 * 4096;
+		map = (char *)mmap(NULL, cap + 4096, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (map == MAP_FAILED)
+			cuemu::fail("no memory for %zu bytes of dynamic shared memory", n);
+		mprotect(map + cap, 4096, PROT_NONE);
+	}
+	return map + cap - need;
+}
 
 void run_grid(const launch_rec &L)
 {
@@ -329,6 +356,8 @@ void run_grid(const launch_rec &L)
 	std::vector<unsigned> ord(n);
 	for (unsigned k = 0; k < n; k++)
 		ord[k] = (unsigned)cuemu::permute(k, n, salt * 2);
+	size_t dyn_bytes = (L.shmem + 127) / 128 * 128;
+	dyn_shared = dyn_region(L.shmem);
 	running = &b;
 	for (uint64_t k = 0; k < nblocks; k++) {
 		uint64_t id = cuemu::permute(k, nblocks, salt * 2 + 1);
@@ -347,42 +376,70 @@ void run_grid(const launch_rec &L)
 		memset(b.w, 0, sizeof b.w);
 		/* garbage for every read of shared memory before a write, a
 		 * different byte for each block */
+		int junk = (int)((cuemu::seed() + salt * 131 + k * 29) % 251 + 3);
 		if (L.sh_hi > L.sh_lo)
-			memset(L.sh_lo, (int)((cuemu::seed() + salt * 131 + k * 29) % 251 + 3),
-			       (size_t)(L.sh_hi - L.sh_lo));
+			memset(L.sh_lo, junk, (size_t)(L.sh_hi - L.sh_lo));
+		memset(dyn_shared, 255 - junk, dyn_bytes);
 		run_block(&b, ord);
 	}
 	running = NULL;
+	dyn_shared = NULL;
 }
 
 } /* namespace */
 
 namespace cuemu {
 
-void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
+void *dynamic_shared()
+{
+	if (!running)
+		fail("an extern __shared__ array read outside a kernel (declared at file scope?): "
+		     "declare it in the kernel or in a device function");
+	return dyn_shared;
+}
+
+void submit(const site &at, const void *fn, dim3 grid, dim3 block, size_t shmem,
 	    cudaStream_t s, body_fn body, void *closure,
 	    void (*destroy)(void *), char *shared_lo, char *shared_hi,
 	    const void *const *ptrs, const int *writes, int nptrs)
 {
 	/* sm_90: cudaDeviceProp's maxThreadsDim, maxGridSize,
-	 * maxThreadsPerBlock, sharedMemPerBlock (without opting in) */
+	 * maxThreadsPerBlock (cudaErrorInvalidConfiguration); dynamic shared
+	 * memory past the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize
+	 * (48 KiB, sharedMemPerBlock, unless raised) or past
+	 * sharedMemPerBlockOptin (227 KiB, which no attribute raises) is
+	 * cudaErrorInvalidValue, "invalid argument" */
 	uint64_t threads = (uint64_t)block.x * block.y * block.z;
+	size_t allowed = max_dynamic_shared(fn);
 	const char *bad = NULL;
+	char why[512];
+	cudaError_t e = cudaErrorInvalidConfiguration;
 	if (!block.x || !block.y || !block.z || !grid.x || !grid.y || !grid.z)
 		bad = "a zero dimension";
 	else if (block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024)
 		bad = "more than 1024 threads a block, or a block dimension past (1024, 1024, 64)";
 	else if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
 		bad = "a grid dimension past (2^31-1, 65535, 65535)";
-	else if (shmem > 48 << 10)
-		bad = "more than 48 KiB of dynamic shared memory";
+	else if (shmem > SHARED_OPTIN) {
+		snprintf(why, sizeof why, "%zu bytes of dynamic shared memory, past the %d (227 KiB) "
+			 "a block of sm_90 can have", shmem, SHARED_OPTIN);
+		bad = why;
+		e = cudaErrorInvalidValue;
+	} else if (shmem > allowed) {
+		snprintf(why, sizeof why, "%zu bytes of dynamic shared memory, past the kernel's "
+			 "%zu: above %d (48 KiB) a launch needs cudaFuncSetAttribute(kernel, "
+			 "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first%s", shmem, allowed,
+			 SHARED_DEFAULT, fn ? "" : " (a kernel template launched with its arguments "
+			 "deduced has none here: name them at the launch)");
+		bad = why;
+		e = cudaErrorInvalidValue;
+	}
 	if (bad) {
-		if (getenv("CUEMU_VERBOSE"))
-			fprintf(stderr, "cuemu: kernel %s (%s:%d): launch <<<(%u,%u,%u), (%u,%u,%u), %zu>>>: %s\n",
-				at.kernel, at.file, at.line, grid.x, grid.y, grid.z, block.x,
-				block.y, block.z, shmem, bad);
+		fprintf(stderr, "cuemu: kernel %s (%s:%d): launch <<<(%u,%u,%u), (%u,%u,%u), %zu>>> "
+			"refused: %s\n", at.kernel, at.file, at.line, grid.x, grid.y, grid.z, block.x,
+			block.y, block.z, shmem, bad);
 		destroy(closure);
-		set_error(cudaErrorInvalidConfiguration);
+		set_error(e);
 		return;
 	}
 	if (const char *log = getenv("CUEMU_LAUNCH_LOG")) {
@@ -393,7 +450,7 @@ void submit(const site &at, dim3 grid, dim3 block, size_t shmem,
 		}
 	}
 	module_load((const void *)body, at.kernel);
-	launch_rec L = {at, grid, block, body, closure, destroy, shared_lo, shared_hi};
+	launch_rec L = {at, grid, block, shmem, body, closure, destroy, shared_lo, shared_hi};
 	/* a kernel's extent is unknown: its pointers' first bytes */
 	std::vector<access> acc;
 	for (int i = 0; i < nptrs; i++)

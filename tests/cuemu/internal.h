@@ -75,6 +75,15 @@ void progress_start();
  */
 void module_load(const void *key, const char *kernel);
 
+/* sm_90's shared memory a block: without opting in (sharedMemPerBlock),
+ * and at most (sharedMemPerBlockOptin). */
+enum { SHARED_DEFAULT = 48 << 10, SHARED_OPTIN = 227 << 10 };
+
+/* The most dynamic shared memory a launch of kernel fn on the current
+ * device may ask: SHARED_DEFAULT unless cudaFuncSetAttribute's
+ * cudaFuncAttributeMaxDynamicSharedMemorySize set it (runtime.cc). */
+size_t max_dynamic_shared(const void *fn);
+
 /* 1 when [p, p+n) lies inside one live device allocation. */
 int device_range(const void *p, size_t n);
 /* 1 when p is inside a device allocation (any extent). */

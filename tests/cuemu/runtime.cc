@@ -646,6 +646,19 @@ void module_load(const void *key, const char *kernel)
 	drain_all();
 }
 
+/* cudaFuncAttributeMaxDynamicSharedMemorySize of each (device, kernel)
+ * that cudaFuncSetAttribute set: an attribute of the kernel as its
+ * device's context loaded it. */
+static std::map<std::pair<int, const void *>, int> &max_dyn =
+	*new std::map<std::pair<int, const void *>, int>;
+
+size_t max_dynamic_shared(const void *fn)
+{
+	std::lock_guard<std::recursive_mutex> g(mu);
+	auto it = max_dyn.find(std::make_pair(device, fn));
+	return it == max_dyn.end() ? (size_t)SHARED_DEFAULT : (size_t)it->second;
+}
+
 int device_range(const void *p, size_t n)
 {
 	std::lock_guard<std::recursive_mutex> g(mu);
@@ -757,8 +770,35 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 	p->totalGlobalMem = total_b;
 	p->warpSize = 32;
 	p->maxThreadsPerBlock = 1024;
-	p->sharedMemPerBlock = 48 << 10;
+	p->sharedMemPerBlock = cuemu::SHARED_DEFAULT;
+	p->sharedMemPerBlockOptin = cuemu::SHARED_OPTIN;
 	p->pciBusID = 0x18; /* as cudaDeviceGetPCIBusId says */
+	return cudaSuccess;
+}
+
+/*
+ * The one attribute the library sets: the most dynamic shared memory a
+ * launch of func may ask, up to sm_90's 227 KiB (sharedMemPerBlockOptin;
+ * on a GPU less the kernel's static shared memory, which the emulation
+ * does not know); past that, or below 0, cudaErrorInvalidValue. Any
+ * other attribute stops the run: the emulation does not model it.
+ */
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+	if (!func)
+		return set_error(cudaErrorInvalidDeviceFunction);
+	if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+		cuemu::fail("cudaFuncSetAttribute: attribute %d is not emulated (only "
+			    "cudaFuncAttributeMaxDynamicSharedMemorySize is)", (int)attr);
+	if (value < 0 || value > cuemu::SHARED_OPTIN) {
+		fprintf(stderr, "cuemu: cudaFuncSetAttribute(kernel %p, "
+			"cudaFuncAttributeMaxDynamicSharedMemorySize, %d) refused: outside 0 to the "
+			"%d bytes (227 KiB) a block of sm_90 can opt in to\n", func, value,
+			cuemu::SHARED_OPTIN);
+		return set_error(cudaErrorInvalidValue);
+	}
+	LOCK;
+	cuemu::max_dyn[std::make_pair(device, func)] = value;
 	return cudaSuccess;
 }
 

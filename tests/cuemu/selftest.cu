@@ -8,6 +8,10 @@
  * themselves run this program again as children with CUEMU_ORDER set.
  * The fake cuBLASLt's GELU epilogues: their values against a double
  * reference, and the descriptors cublasLt.h's rules forbid refused.
+ * Dynamic shared memory: a launch past 48 KiB without
+ * cudaFuncSetAttribute, or past sm_90's 227 KiB, refused as on the
+ * device and named; 227 KiB with the attribute usable to its last byte;
+ * read before a write, garbage that differs between blocks and launches.
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -125,6 +129,38 @@ __global__ void copy128(float4 *out, const float *in, int off)
 __global__ void fill(float *x, float v)
 {
 	x[threadIdx.x] = v;
+}
+
+/* n floats of dynamic shared memory: thread i writes i, i + blockDim.x,
+ * ... as floats, thread 0 sums them all (so every byte is written and
+ * read) */
+__global__ void dyn_sum(float *out, int n)
+{
+	extern __shared__ __align__(16) float dyn[];
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		dyn[i] = (float)i;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float s = 0.0f;
+		for (int i = 0; i < n; i++)
+			s += dyn[i];
+		out[blockIdx.x] = s;
+	}
+}
+
+__global__ void dyn_read_before_write(unsigned *out)
+{
+	extern __shared__ unsigned dynu[];
+	out[blockIdx.x] = dynu[1];
+	dynu[1] = 0;
+}
+
+/* one float past n of dynamic shared memory */
+__global__ void dyn_overrun(float *out, int n)
+{
+	extern __shared__ float dyn[];
+	dyn[n] = 1.0f;
+	out[0] = dyn[0];
 }
 
 
@@ -505,6 +541,32 @@ static int dies_with(void (*f)(void), const char *want, char *got, size_t n)
 	return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(got, want) != NULL;
 }
 
+/* Run f in a child; 1 when it returned 1 with `want` in its stderr. */
+static int says(int (*f)(void), const char *want, char *got, size_t n)
+{
+	int p[2];
+	got[0] = 0;
+	if (pipe(p) < 0)
+		return 0;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(p[1], 2);
+		close(p[0]);
+		_exit(f() ? 0 : 1);
+	}
+	close(p[1]);
+	size_t len = 0;
+	ssize_t r;
+	while (len + 1 < n && (r = read(p[0], got + len, n - 1 - len)) > 0)
+		len += (size_t)r;
+	got[len] = 0;
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(got, want) != NULL;
+}
+
 static float *dev_floats(size_t n)
 {
 	void *p = NULL;
@@ -714,6 +776,136 @@ static void run_misaligned_arg(void)
 {
 	fill<<<1, 4>>>((float *)((char *)dev_floats(8) + 2), 1.0f);
 	cudaDeviceSynchronize();
+}
+
+/* ---- dynamic shared memory ---- */
+
+enum { KIB = 1024, OPTIN = 227 * KIB };
+
+/* 64 KiB without the attribute: refused as on sm_90, said, nothing run */
+static int run_dyn_unset(void)
+{
+	float *d = dev_floats(1), h = -1.0f;
+	cudaMemcpy(d, &h, 4, cudaMemcpyHostToDevice);
+	dyn_sum<<<1, 256, 64 * KIB>>>(d, 16 * KIB);
+	int refused = cudaGetLastError() == cudaErrorInvalidValue;
+	cudaMemcpy(&h, d, 4, cudaMemcpyDeviceToHost);
+	return refused && h == -1.0f;
+}
+
+/* 48 KiB + 16 with the attribute set to 48 KiB: refused */
+static int run_dyn_short(void)
+{
+	float *d = dev_floats(1);
+	int set = cudaFuncSetAttribute(dyn_sum, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				       48 * KIB) == cudaSuccess;
+	dyn_sum<<<1, 256, 48 * KIB + 16>>>(d, 12 * KIB + 4);
+	return set && cudaGetLastError() == cudaErrorInvalidValue;
+}
+
+/* past sm_90's 227 KiB: the attribute refused, and the launch */
+static int run_dyn_past_optin(void)
+{
+	float *d = dev_floats(1);
+	int attr = cudaFuncSetAttribute(dyn_sum, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					OPTIN + 4);
+	cudaGetLastError();
+	dyn_sum<<<1, 256, OPTIN + 4>>>(d, OPTIN / 4 + 1);
+	return attr == cudaErrorInvalidValue && cudaGetLastError() == cudaErrorInvalidValue;
+}
+
+/* every byte of 227 KiB, with the attribute: the sum of 0 .. n - 1 */
+static int dyn_full(void)
+{
+	float *d = dev_floats(2), h[2];
+	int n = OPTIN / 4;
+	if (cudaFuncSetAttribute(dyn_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, OPTIN) !=
+	    cudaSuccess)
+		return 0;
+	dyn_sum<<<2, 1024, OPTIN>>>(d, n);
+	if (cudaGetLastError() != cudaSuccess)
+		return 0;
+	cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+	/* the float sum of 0 .. n - 1 in order, as thread 0 adds them */
+	float want = 0.0f;
+	for (int i = 0; i < n; i++)
+		want += (float)i;
+	return h[0] == want && h[1] == want;
+}
+
+static void run_dyn_overrun(void)
+{
+	dyn_overrun<<<1, 1, 4 * KIB>>>(dev_floats(1), KIB);
+	cudaDeviceSynchronize();
+}
+
+/* Run f in a child; 1 when it faulted: killed by SIGSEGV, or (under
+ * SAN=1) stopped by AddressSanitizer's report of the SEGV. */
+static int faults(void (*f)(void))
+{
+	char got[4096];
+	int p[2];
+	if (pipe(p) < 0)
+		return 0;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(p[1], 2);
+		close(p[0]);
+		f();
+		_exit(0);
+	}
+	close(p[1]);
+	size_t len = 0;
+	ssize_t r;
+	while (len + 1 < sizeof got && (r = read(p[0], got + len, sizeof got - 1 - len)) > 0)
+		len += (size_t)r;
+	got[len] = 0;
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	return (WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV) ||
+	       (WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(got, "AddressSanitizer: SEGV"));
+}
+
+static void test_dynamic_shared(void)
+{
+	char got[4096];
+	ok(says(run_dyn_unset, "kernel dyn_sum", got, sizeof got) &&
+		   strstr(got, "65536 bytes of dynamic shared memory, past the kernel's 49152") &&
+		   strstr(got, "cudaFuncAttributeMaxDynamicSharedMemorySize"),
+	   "64 KiB of dynamic shared memory without cudaFuncSetAttribute: the launch is refused "
+	   "(cudaErrorInvalidValue), named, and nothing runs");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(says(run_dyn_short, "49168 bytes of dynamic shared memory, past the kernel's 49152",
+		got, sizeof got),
+	   "48 KiB + 16 bytes with the attribute at 48 KiB: refused");
+	ok(says(run_dyn_past_optin, "232452 bytes of dynamic shared memory, past the 232448 (227 "
+		"KiB) a block of sm_90 can have", got, sizeof got) &&
+		   strstr(got, "cudaFuncSetAttribute(kernel") && strstr(got, "kernel dyn_sum"),
+	   "227 KiB + 4 bytes: the attribute and the launch refused, named");
+	diag("%.*s", (int)strcspn(got, "\n"), got);
+	ok(dyn_full(), "227 KiB with the attribute: every byte written and read back by a block "
+	   "of 1024 threads, in two blocks");
+	void *du = NULL;
+	unsigned u[2][8];
+	cudaMalloc(&du, sizeof u[0]);
+	for (int k = 0; k < 2; k++) {
+		dyn_read_before_write<<<8, 1, 64>>>((unsigned *)du);
+		cudaMemcpy(u[k], du, sizeof u[k], cudaMemcpyDeviceToHost);
+	}
+	/* each block leaves 0 where the next one reads */
+	int differ = 0, zero = 0;
+	for (int i = 0; i < 8; i++) {
+		differ += i && u[0][i] != u[0][i - 1];
+		zero += !u[0][i] + !u[1][i];
+	}
+	ok(differ == 7 && zero == 0 && memcmp(u[0], u[1], sizeof u[0]) != 0,
+	   "dynamic shared memory read before a write is garbage that differs from block to "
+	   "block and from launch to launch");
+	ok(faults(run_dyn_overrun),
+	   "a write one float past 4 KiB of dynamic shared memory faults");
+	cudaFree(du);
 }
 
 static void CUDART_CB spin(void *arg)
@@ -1171,6 +1363,8 @@ int main(int argc, char **argv)
 		differ += u[i] != u[0];
 	ok(differ > 0 && u[0] != 0, "shared memory read before a write is garbage that differs "
 	   "from block to block");
+
+	test_dynamic_shared();
 
 	(void)cudaGetLastError();
 	fill<<<1, 1025>>>(dm, 0.0f);

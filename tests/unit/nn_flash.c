@@ -1,5 +1,5 @@
 /*
- * nn_flash.c - the CUDA backend's fused attention (lib/nn/flash.cu)
+ * nn_flash.c - the CUDA backend's fused attention (lib/nn/flash.cu, flash_tc.cu)
  * against the CPU's attention (attention_cpu.c: the whole (T,T) matrix,
  * another algorithm), on a machine with a GPU or on the CUDA emulation
  * (tests/cuemu, which runs it with blocks and threads in forward and in
@@ -11,17 +11,19 @@
  *     that span several tiles (T 80), in fp32 and in bf16, within the
  *     tolerances stated at each comparison; bf16 at head sizes that are
  *     a multiple of 16 runs the tensor cores' kernels (WMMA), checked at
- *     head sizes 16, 32, 48 (padded to 64), 64 and 128 and at T 37 and
- *     70, the rest the scalar kernels;
+ *     head sizes 16, 32, 48 (padded to 64), 64, 80 and 112 (padded to
+ *     128) and 128 and at T 37, 45 and 70, the rest the scalar kernels;
  *   - tf32 (check_tf32): the tensor cores' kernels in tf32 at head sizes
- *     16, 48 (padded to 64) and 64, T 16, 37 and 70, against attention
- *     in double within a first-order bound of tf32's roundings, stated
- *     there, and the scalar fp32 kernels within a sixteenth of it; and
- *     against double on the inputs rounded to tf32 within the bound of
- *     the kernels' own roundings of p and ds (inputs rounded to bf16, or
- *     not converted, fail it); their bits the same in every order of the
- *     emulation; tf32 past head size 64, or off 16-byte alignment, runs
- *     the scalar kernels;
+ *     16, 48 (padded to 64), 64, and 80, 96, 112 (padded to 128) and 128,
+ *     whose backward takes 51 KiB of dynamic shared memory, T 16, 23, 37,
+ *     45 and 70, against attention in double within a first-order bound
+ *     of tf32's roundings, stated there, and the scalar fp32 kernels
+ *     within a sixteenth of it; and against double on the inputs rounded
+ *     to tf32 within the bound of the kernels' own roundings of p and ds
+ *     (inputs rounded to bf16, or not converted, fail it); their bits the
+ *     same in every order of the emulation (head sizes 48 and 80); tf32
+ *     at head sizes that are no multiple of 16, or off 16-byte alignment,
+ *     runs the scalar kernels;
  *   - the tensor-core backward against finite differences of the CPU's
  *     forward;
  *   - two runs give the same bits; head sizes past the maximum refused;
@@ -563,31 +565,37 @@ out:
 /*
  * tf32's bits do not depend on the order blocks and threads run in (each
  * output summed by one thread, in a fixed order): the output and the
- * gradients of one shape (B 2, T 37, head size 48) hashed here and by
+ * gradients of two shapes (B 2, T 37, head size 48; B 1, T 37, head size
+ * 80, the width 128 and its dynamic shared memory) hashed here and by
  * this program run again under CUEMU_ORDER forward and shuffle (on the
  * emulation; on a GPU, two more runs).
  */
 static uint64_t tf32_hash(gk_err *err)
 {
-	enum { B = 2, T = 37, NH = 1, HS = 48, C = NH * HS };
-	size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-	float *qkv = malloc(nq * 4), *dout = malloc(no * 4), *out = malloc(no * 4);
-	float *g = malloc(nq * 4);
-	uint64_t h = 0;
+	static const int shape[2][2] = {{2, 48}, {1, 80}}; /* B, head size */
+	enum { T = 37, NH = 1 };
+	uint64_t h = 1469598103934665603ull; /* FNV-1a over the bytes */
 	rng = 7;
-	for (size_t i = 0; i < nq; i++)
-		qkv[i] = frand() * 2.5f;
-	for (size_t i = 0; i < no; i++)
-		dout[i] = frand();
-	if (run_f32(out, g, qkv, dout, GK_NN_TF32, B, T, NH, HS, err)) {
-		h = 1469598103934665603ull; /* FNV-1a over the bytes */
-		for (size_t i = 0; i < no * 4 + nq * 4; i++) {
-			unsigned char c = i < no * 4 ? ((unsigned char *)out)[i]
-						     : ((unsigned char *)g)[i - no * 4];
-			h = (h ^ c) * 1099511628211ull;
+	for (int k = 0; k < 2 && h; k++) {
+		int B = shape[k][0], C = NH * shape[k][1];
+		size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+		float *qkv = malloc(nq * 4), *dout = malloc(no * 4), *out = malloc(no * 4);
+		float *g = malloc(nq * 4);
+		for (size_t i = 0; i < nq; i++)
+			qkv[i] = frand() * 2.5f;
+		for (size_t i = 0; i < no; i++)
+			dout[i] = frand();
+		if (run_f32(out, g, qkv, dout, GK_NN_TF32, B, T, NH, shape[k][1], err)) {
+			for (size_t i = 0; i < no * 4 + nq * 4; i++) {
+				unsigned char c = i < no * 4 ? ((unsigned char *)out)[i]
+							     : ((unsigned char *)g)[i - no * 4];
+				h = (h ^ c) * 1099511628211ull;
+			}
+		} else {
+			h = 0;
 		}
+		free(qkv), free(dout), free(out), free(g);
 	}
-	free(qkv), free(dout), free(out), free(g);
 	return h;
 }
 
@@ -611,8 +619,8 @@ static void test_tf32_orders(void)
 		h[k] = strtoull(line, NULL, 16);
 	}
 	ok(own != 0 && h[0] == own && h[1] == own,
-	   "tf32 (B 2 T 37 hs 48): the output's and the gradients' bits the same in this run "
-	   "(%016llx) and in runs in forward and shuffled order (%016llx, %016llx)%s%s",
+	   "tf32 (T 37, B 2 hs 48 and B 1 hs 80): the output's and the gradients' bits the same "
+	   "in this run (%016llx) and in runs in forward and shuffled order (%016llx, %016llx)%s%s",
 	   (unsigned long long)own, (unsigned long long)h[0], (unsigned long long)h[1],
 	   err.msg[0] ? ": " : "", err.msg);
 }
@@ -752,8 +760,14 @@ static void test_choice(void)
 	is_str(gk_nn_flash_path(GK_NN_FP32, 64), "cuda cores", "fp32: the scalar kernels");
 	is_str(gk_nn_flash_path(GK_NN_TF32, 64), "tensor cores (wmma, tf32)",
 	       "tf32, head size 64: the tensor cores' kernels in tf32");
-	is_str(gk_nn_flash_path(GK_NN_TF32, 80), "cuda cores",
-	       "tf32, head size 80 (past the tf32 kernels' 64): the scalar kernels");
+	is_str(gk_nn_flash_path(GK_NN_TF32, 80), "tensor cores (wmma, tf32)",
+	       "tf32, head size 80: the tensor cores' kernels in tf32 (width 128)");
+	is_str(gk_nn_flash_path(GK_NN_TF32, 128), "tensor cores (wmma, tf32)",
+	       "tf32, head size 128: the tensor cores' kernels in tf32");
+	is_str(gk_nn_flash_path(GK_NN_TF32, 72), "cuda cores",
+	       "tf32, head size 72 (no multiple of 16): the scalar kernels");
+	is_str(gk_nn_flash_path(GK_NN_BF16, 112), "tensor cores (wmma)",
+	       "bf16, head size 112: the tensor cores' kernels (width 128)");
 	is_str(gk_nn_flash_path(GK_NN_TF32, 12), "cuda cores",
 	       "tf32, head size 12 (no multiple of 16): the scalar kernels");
 	gk_nn_config c = {.layers = 1, .hidden = 768, .heads = 12, .vocab = 100,
@@ -873,6 +887,9 @@ int main(int argc, char **argv)
 	check_shape(3, 37, 4, 16, GK_NN_BF16);
 	check_shape(3, 37, 2, 48, GK_NN_BF16);
 	check_shape(2, 70, 2, 32, GK_NN_BF16);
+	/* and at head sizes padded to the width 128 */
+	check_shape(3, 37, 1, 80, GK_NN_BF16);
+	check_shape(1, 45, 2, 112, GK_NN_BF16);
 	/* tensors off 16-byte alignment, which the tensor cores' loads
 	 * need: the scalar kernels run them */
 	skew = 1;
@@ -886,8 +903,14 @@ int main(int argc, char **argv)
 	check_tf32(2, 16, 4, 16);
 	check_tf32(3, 37, 2, 48);
 	check_tf32(1, 70, 1, 64);
+	/* past 64, the width 128, whose backward takes 51 KiB of dynamic
+	 * shared memory: every multiple of 16, odd T, two row blocks at 128 */
+	check_tf32(2, 37, 1, 80);
+	check_tf32(1, 23, 2, 96);
+	check_tf32(1, 45, 1, 112);
+	check_tf32(1, 70, 1, 128);
 	test_tf32_orders();
-	check_shape(1, 37, 1, 80, GK_NN_TF32); /* tf32 past 64: the scalar kernels */
+	check_shape(1, 37, 1, 72, GK_NN_TF32); /* no multiple of 16: the scalar kernels */
 	skew = 1; /* and off 16-byte alignment */
 	check_shape(1, 37, 2, 16, GK_NN_TF32);
 	skew = 0;
