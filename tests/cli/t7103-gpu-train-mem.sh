@@ -6,7 +6,11 @@ For the same config.json, micro-batch and sequence, gpu-train reports
 padded vocabulary rows) and the bytes it allocated; parameters, gradients and
 optimizer states equal mem-estimate --precision f32 exactly (also with
 ZeRO-1 over 2 and 3 ranks), and the activations (mem-estimate: layer
-activations + logits + final norm) agree within 5 %.'
+activations + logits + final norm) agree within 5 %. Over a grid (tp 2,
+and tp 2 or pp 2 over 2 data-parallel groups) rank 0'"'"'s model states,
+and its comm with --compress, equal mem-estimate'"'"'s for its stage, and a
+tensor rank'"'"'s logits count the model'"'"'s share of the vocabulary, the
+rest of its padded columns padding.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 

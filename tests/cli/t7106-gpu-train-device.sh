@@ -11,7 +11,9 @@ checkpoint evaluated on the CPU with the GPU'"'"'s loss. --comm: the
 gradients through NCCL on the device (a world of one, and two ranks with
 two GPUs) give the losses of the path through host memory; ZeRO-1 and
 ZeRO-2 over NCCL give ZeRO-0'"'"'s and ZeRO-1'"'"'s, and with --compress
-ZeRO-2 ZeRO-1'"'"'s compressed bits and the CPU'"'"'s results.'
+ZeRO-2 ZeRO-1'"'"'s compressed bits and the CPU'"'"'s results. The host
+memory a rank allocates and its comm equal mem-estimate'"'"'s on one GPU,
+tp 2 and pp 2 x dp 2.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
