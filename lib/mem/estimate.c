@@ -634,20 +634,23 @@ int gk_mem_flat_layout(const gk_mem_shape *s, gk_mem_flat *out, gk_err *err)
 			       "%lld under ZeRO %d is out of bounds", (long long)s->layers,
 			       (long long)s->hidden, (long long)s->vocab, (long long)s->positions,
 			       s->stage, (long long)dp, (long long)pp, (long long)tp, s->zero);
-	if (s->hidden % tp || vp % tp || s->layers % pp)
+	if (s->hidden % tp || vp % tp || s->layers < pp)
 		return gk_errf(err, "gpu-train's layout: tp %lld must divide the width %lld and "
-			       "the padded vocabulary %lld, pp %lld the %lld layers", (long long)tp,
-			       (long long)s->hidden, (long long)vp, (long long)pp,
+			       "the padded vocabulary %lld, pp %lld be at most the %lld layers",
+			       (long long)tp, (long long)s->hidden, (long long)vp, (long long)pp,
 			       (long long)s->layers);
 	/* lib/nn's table (gpt.c): wte (its rows split), wpe, the blocks (the
 	 * norms and the row-parallel biases whole, the rest split: 12 C^2 +
 	 * 7 C over tp, + 6 C), ln_f */
 	uint64_t C = (uint64_t)s->hidden, T = (uint64_t)tp, W = (uint64_t)dp, S = (uint64_t)pp;
 	uint64_t wte = (uint64_t)vp * C / T, wpe = (uint64_t)s->positions * C;
-	uint64_t blk = (12 * C * C + 7 * C) / T + 6 * C, Ls = (uint64_t)s->layers / S;
-	uint64_t st = (uint64_t)s->stage;
+	uint64_t blk = (12 * C * C + 7 * C) / T + 6 * C, L = (uint64_t)s->layers;
+	/* the stage's layers l0 .. l1 - 1, the first L mod pp stages one more
+	 * (gk_nn_pp_layers) */
+	uint64_t st = (uint64_t)s->stage, q = L / S, rem = L % S;
+	uint64_t l0 = st * q + (st < rem ? st : rem), l1 = l0 + q + (st < rem);
 	memset(out, 0, sizeof(*out));
-	out->n = wte + wpe + (uint64_t)s->layers * blk + 2 * C;
+	out->n = wte + wpe + L * blk + 2 * C;
 	out->grid = tp > 1 || pp > 1;
 	out->shard = s->zero > 0 && dp > 1;
 	out->nflat = out->shard ? (out->n + W - 1) / W * W : out->n;
@@ -658,8 +661,8 @@ int gk_mem_flat_layout(const gk_mem_shape *s, gk_mem_flat *out, gk_err *err)
 		 * first and the final norm on the last, which also holds wte
 		 * (the tied head's) apart; a sharded first stage cuts its wte
 		 * as a segment of its own, as the last does (pp_shard.c) */
-		uint64_t lo = st == 0 ? 0 : wte + wpe + st * Ls * blk;
-		uint64_t hi = st == S - 1 ? out->n : wte + wpe + (st + 1) * Ls * blk;
+		uint64_t lo = st == 0 ? 0 : wte + wpe + l0 * blk;
+		uint64_t hi = st == S - 1 ? out->n : wte + wpe + l1 * blk;
 		int apart = S > 1 && (st == S - 1 || (st == 0 && out->shard));
 		out->seg[1] = apart ? wte : 0;
 		out->seg[0] = hi - lo - (apart && st == 0 ? wte : 0);

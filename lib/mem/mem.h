@@ -317,8 +317,10 @@ typedef struct gk_mem_shape {
  * holds apart (the last stage's copy of the tied embedding, and the
  * first stage's own when sharded); without one seg[0] is the flat buffer,
  * nflat. piece[k]: what a rank updates of seg[k], ceil(seg/dp) when ZeRO
- * shards (shard: ZeRO and dp above 1), else seg. -1 (err) for a shape
- * out of bounds or one whose degrees do not divide it.
+ * shards (shard: ZeRO and dp above 1), else seg. A stage's layers are
+ * lib/nn's: layers / pp, one more on each of the first layers mod pp
+ * stages. -1 (err) for a shape out of bounds, tp not dividing hidden and
+ * the padded vocabulary, or more stages than layers.
  */
 typedef struct gk_mem_flat {
 	uint64_t n, nflat, seg[2], piece[2];

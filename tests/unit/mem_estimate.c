@@ -757,10 +757,22 @@ static void grid_layout(void)
 	ok(gk_mem_gpu_host(&one, 0, h, &err) == 0 && h[GK_MEM_HOST_PARAMS] == 4 * n1 &&
 	   h[GK_MEM_HOST_GRADS] == 4 * n1 && h[GK_MEM_HOST_MOMENTS] == 8 * (n1 + 1),
 	   "one rank: mirrors and moments of the whole buffer");
+	/* 3 stages of 8 layers: 3, 3 and 2 (lib/nn's balance) */
+	gk_mem_shape p3 = {.layers = 8, .hidden = 768, .vocab = 50257, .positions = 1024,
+			   .pp = 3, .stage = 1};
+	uint64_t b1 = 12 * C * C + 13 * C;
+	ok(gk_mem_flat_layout(&p3, &f, &err) == 0 && f.seg[0] == 3 * b1 && f.seg[1] == 0,
+	   "pp 3 over 8 layers: the middle stage's 3 blocks");
+	p3.stage = 2;
+	ok(gk_mem_flat_layout(&p3, &f, &err) == 0 && f.seg[0] == 2 * b1 + 2 * C &&
+	   f.seg[1] == 50304 * C, "... the last stage's 2 blocks and ln_f, and wte apart");
 	gk_mem_shape bad = s;
 	bad.tp = 5;
 	ok(gk_mem_flat_layout(&bad, &f, &err) < 0 && strstr(err.msg, "tp 5 must divide"),
 	   "tp 5: %s", err.msg);
+	bad = s, bad.pp = 13;
+	ok(gk_mem_flat_layout(&bad, &f, &err) < 0 && strstr(err.msg, "pp 13 be at most the 12"),
+	   "pp 13 over 12 layers: %s", err.msg);
 	bad = s, bad.zero = 3, bad.dp = 2;
 	ok(gk_mem_gpu_host(&bad, 0, h, &err) < 0 && strstr(err.msg, "ZeRO-3 over a grid"),
 	   "ZeRO-3 over a grid on GPUs: %s", err.msg);
