@@ -524,10 +524,14 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	if (stage == r->pp - 1) {
 		/* the head's buffers are a set's: one a set in flight on
 		 * the last stage (1 under 1F1B), as gpu-train's slots */
-		double lg = e * s * b * V / t, hs = r->pp > 1 ? (double)inflight : 1;
+		double hs = r->pp > 1 ? (double)inflight : 1;
 		int f32 = e != 4 && r->logits_f32; /* the copy's 4 bytes */
 		const char *mf = hs > 1 ? "m*" : "";
-		add(c, "logits", hs * (lg + (f32 ? 4 * s * b * V / t : 0)), 0,
+		/* a tensor rank's share of the model's vocabulary (gk_mem_logits) */
+		uint64_t sb = (uint64_t)r->seq * (uint64_t)r->micro_batch, padded, lg, lg32;
+		gk_mem_logits(m->vocab, r->tp, sb, (int)e, &padded, &lg);
+		gk_mem_logits(m->vocab, r->tp, sb, 4, &padded, &lg32);
+		add(c, "logits", hs * (double)(lg + (f32 ? lg32 : 0)), 0,
 		    "Korthikanti et al. 2022 sec. 4.3 (output layer, cross "
 		    "entropy in f32)",
 		    f32 ? (hs > 1 ? "m*(e*sbV/t + 4*sbV/t) (f32 copy for the loss)"
@@ -616,6 +620,58 @@ int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 	return 0;
 }
 
+int gk_mem_flat_layout(const gk_mem_shape *s, gk_mem_flat *out, gk_err *err)
+{
+	int64_t dp = s->dp ? s->dp : 1, tp = s->tp ? s->tp : 1, pp = s->pp ? s->pp : 1;
+	int64_t vp = gk_hf_vocab_padded(s->vocab);
+	if (s->layers < 1 || s->layers > (1 << 16) || s->hidden < 1 || s->hidden > (1 << 16) ||
+	    s->vocab < 1 || s->vocab > ((int64_t)1 << 32) || s->positions < 0 ||
+	    s->positions > ((int64_t)1 << 32) || dp < 1 || dp > (1 << 24) || tp < 1 ||
+	    tp > (1 << 16) || pp < 1 || pp > (1 << 16) || s->stage < 0 || s->stage >= pp ||
+	    s->zero < 0 || s->zero > 3)
+		return gk_errf(err, "gpu-train's layout: a GPT-2 of %lld layers, width %lld, %lld "
+			       "tokens and %lld positions at stage %d of dp %lld x pp %lld x tp "
+			       "%lld under ZeRO %d is out of bounds", (long long)s->layers,
+			       (long long)s->hidden, (long long)s->vocab, (long long)s->positions,
+			       s->stage, (long long)dp, (long long)pp, (long long)tp, s->zero);
+	if (s->hidden % tp || vp % tp || s->layers < pp)
+		return gk_errf(err, "gpu-train's layout: tp %lld must divide the width %lld and "
+			       "the padded vocabulary %lld, pp %lld be at most the %lld layers",
+			       (long long)tp, (long long)s->hidden, (long long)vp, (long long)pp,
+			       (long long)s->layers);
+	/* lib/nn's table (gpt.c): wte (its rows split), wpe, the blocks (the
+	 * norms and the row-parallel biases whole, the rest split: 12 C^2 +
+	 * 7 C over tp, + 6 C), ln_f */
+	uint64_t C = (uint64_t)s->hidden, T = (uint64_t)tp, W = (uint64_t)dp, S = (uint64_t)pp;
+	uint64_t wte = (uint64_t)vp * C / T, wpe = (uint64_t)s->positions * C;
+	uint64_t blk = (12 * C * C + 7 * C) / T + 6 * C, L = (uint64_t)s->layers;
+	/* the stage's layers l0 .. l1 - 1, the first L mod pp stages one more
+	 * (gk_nn_pp_layers) */
+	uint64_t st = (uint64_t)s->stage, q = L / S, rem = L % S;
+	uint64_t l0 = st * q + (st < rem ? st : rem), l1 = l0 + q + (st < rem);
+	memset(out, 0, sizeof(*out));
+	out->n = wte + wpe + L * blk + 2 * C;
+	out->grid = tp > 1 || pp > 1;
+	out->shard = s->zero > 0 && dp > 1;
+	out->nflat = out->shard ? (out->n + W - 1) / W * W : out->n;
+	if (!out->grid) {
+		out->seg[0] = out->nflat;
+	} else {
+		/* gk_nn_pp_range: the stage's blocks, the embeddings on the
+		 * first and the final norm on the last, which also holds wte
+		 * (the tied head's) apart; a sharded first stage cuts its wte
+		 * as a segment of its own, as the last does (pp_shard.c) */
+		uint64_t lo = st == 0 ? 0 : wte + wpe + l0 * blk;
+		uint64_t hi = st == S - 1 ? out->n : wte + wpe + l1 * blk;
+		int apart = S > 1 && (st == S - 1 || (st == 0 && out->shard));
+		out->seg[1] = apart ? wte : 0;
+		out->seg[0] = hi - lo - (apart && st == 0 ? wte : 0);
+	}
+	for (int k = 0; k < 2; k++)
+		out->piece[k] = out->shard ? (out->seg[k] + W - 1) / W : out->seg[k];
+	return 0;
+}
+
 static const char *const host_names[GK_MEM_NHOST] = {
 	"host_params", "host_grads", "host_staging", "host_moments", "host_grad_shard"};
 
@@ -624,39 +680,83 @@ const char *gk_mem_host_name(gk_mem_host_term t)
 	return (unsigned)t < GK_MEM_NHOST ? host_names[t] : "?";
 }
 
-int gk_mem_gpu_host(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions, int world,
-		    int zero, int offload, uint64_t out[GK_MEM_NHOST], gk_err *err)
+static uint64_t fbytes(uint64_t floats)
 {
-	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
-	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32) ||
-	    world < 1 || zero < 0 || zero > 3)
-		return gk_errf(err, "host memory on GPUs: a GPT-2 of %lld layers, width %lld, "
-			       "%lld tokens and %lld positions over %d ranks under ZeRO %d is out "
-			       "of bounds", (long long)layers, (long long)hidden, (long long)vocab,
-			       (long long)positions, world, zero);
-	/* gpu-train's flat layout (gk_mem_zero2_device's) */
-	uint64_t C = (uint64_t)hidden, L = (uint64_t)layers, W = (uint64_t)world;
-	uint64_t vp = (uint64_t)gk_hf_vocab_padded(vocab);
-	uint64_t n = (vp + (uint64_t)positions) * C + L * (12 * C * C + 13 * C) + 2 * C;
-	uint64_t nflat = zero ? (n + W - 1) / W * W : n;
-	uint64_t range = zero ? nflat / W : n;
-	uint64_t mirror = (4 * nflat + 63) / 64 * 64;
+	return (4 * floats + 63) / 64 * 64;
+}
+
+int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOST],
+		    gk_err *err)
+{
+	gk_mem_flat f;
+	if (gk_mem_flat_layout(s, &f, err) < 0)
+		return -1;
+	if (f.grid && s->zero == 3)
+		return gk_errf(err, "host memory on GPUs: ZeRO-3 over a grid (dp x pp x tp) is the "
+			       "CPU backend's only");
 	/* ZeRO-3's host copy is its range: the whole model goes device to device */
-	out[GK_MEM_HOST_PARAMS] = zero == 3 ? (4 * range + 63) / 64 * 64 : mirror;
-	out[GK_MEM_HOST_GRADS] = zero >= 2 ? 0 : mirror;
-	out[GK_MEM_HOST_STAGING] = 4 * n < GK_MEM_GPU_STAGING ? 4 * n : GK_MEM_GPU_STAGING;
-	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (range + 1);
-	out[GK_MEM_HOST_GRAD_SHARD] = offload && zero >= 2 ? 4 * range : 0;
+	uint64_t R = f.piece[0] + f.piece[1];
+	int z3 = f.shard && s->zero == 3, z2 = f.shard && s->zero >= 2;
+	out[GK_MEM_HOST_PARAMS] = fbytes(z3 ? R : f.nflat);
+	/* ZeRO-2's gradient buckets (not a tensor group's: pp_shard.c's) */
+	out[GK_MEM_HOST_GRADS] = z2 && (s->tp ? s->tp : 1) == 1 ? 0 : fbytes(f.nflat);
+	out[GK_MEM_HOST_STAGING] = 4 * f.n < GK_MEM_GPU_STAGING ? 4 * f.n : GK_MEM_GPU_STAGING;
+	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (R + 1);
+	out[GK_MEM_HOST_GRAD_SHARD] = offload && z2 && !f.grid ? 4 * R : 0;
 	return 0;
 }
 
-/* gpu-train's GPT-2 shape on a GPU (tied, a 4h MLP, no grouped heads) */
-static int gpt2_device(const gk_mem_model *m, const gk_mem_run *r)
+int gk_mem_compress_bytes(const gk_mem_shape *s, int compress, uint64_t *feedback,
+			  uint64_t *wire, gk_err *err)
 {
-	return !(r->dp < 2 || r->infer || r->tp > 1 || r->pp > 1 || r->host_backend ||
-		 m->arch != GK_MEM_ARCH_GPT2 || !m->tied || m->layers < 1 ||
+	gk_mem_flat f;
+	if (gk_mem_flat_layout(s, &f, err) < 0)
+		return -1;
+	/* ZeRO-0's buckets: the whole buffer, unrounded; ZeRO-1's
+	 * reduce-scatter (and ZeRO-2's and 3's buckets, the same feedback):
+	 * the flat buffer; a stage's or a tensor slice's: its segments */
+	*feedback = 4 * (f.grid ? f.seg[0] + f.seg[1] : f.shard ? f.nflat : f.n);
+	uint64_t piece = f.piece[0] > f.piece[1] ? f.piece[0] : f.piece[1];
+	*wire = f.shard ? gk_comm_compress_scratch((gk_comm_compress)compress, (size_t)piece) : 0;
+	return 0;
+}
+
+uint64_t gk_mem_tp_buffers(uint64_t tokens, int64_t hidden, int cuda)
+{
+	if (cuda)
+		return (4 * tokens * (uint64_t)hidden + 255) / 256 * 256 +
+		       (16 * tokens + 255) / 256 * 256;
+	return 4 * ((3 * tokens + 15) / 16 * 16);
+}
+
+void gk_mem_logits(int64_t vocab, int64_t tp, uint64_t tokens, int es, uint64_t *alloc,
+		   uint64_t *model)
+{
+	uint64_t t = tp > 1 ? (uint64_t)tp : 1;
+	*alloc = tokens * (uint64_t)es * ((uint64_t)gk_hf_vocab_padded(vocab) / t);
+	*model = (uint64_t)llround((double)tokens * es * (double)vocab / (double)t);
+}
+
+/* gpu-train's GPT-2 shape (tied, a 4h MLP, no grouped heads), trained */
+static int gpt2_trained(const gk_mem_model *m, const gk_mem_run *r)
+{
+	return !(r->infer || m->arch != GK_MEM_ARCH_GPT2 || !m->tied || m->layers < 1 ||
 		 m->ffn != 4 * m->hidden || (m->kv_heads && m->kv_heads != m->heads) ||
 		 (m->head_dim && m->head_dim * m->heads != m->hidden));
+}
+
+/* ... on GPUs over data parallelism alone */
+static int gpt2_device(const gk_mem_model *m, const gk_mem_run *r)
+{
+	return gpt2_trained(m, r) && r->dp > 1 && r->tp == 1 && r->pp == 1 && !r->host_backend;
+}
+
+/* its layout on a rank of stage */
+static gk_mem_shape shape_of(const gk_mem_model *m, const gk_mem_run *r, int stage)
+{
+	return (gk_mem_shape){.layers = m->layers, .hidden = m->hidden, .vocab = m->vocab,
+			      .positions = m->positions, .dp = r->dp, .tp = r->tp, .pp = r->pp,
+			      .stage = stage, .zero = r->zero};
 }
 
 /*
@@ -696,10 +796,12 @@ static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *he
 }
 
 /*
- * gpu-train's host memory on GPUs, each rank's (gk_mem_gpu_host): for the
- * runs whose device terms are gpu-train's (gpt2_device)
+ * gpu-train's host memory on GPUs, each rank's (gk_mem_gpu_host): for a
+ * GPT-2 it trains there, on any grid it runs (ZeRO 0 to 3 without tensor
+ * or pipeline parallelism, 0 to 2 with --tp, 0 and 1 with --pp over
+ * data-parallel groups)
  */
-static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
+static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stage)
 {
 	static const char *const what[GK_MEM_NHOST] = {
 		"the f32 parameters' mirror in the flat layout (ZeRO-3: the rank's range)",
@@ -712,24 +814,26 @@ static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r)
 		"8*(R+1)", "4*R"};
 	uint64_t h[GK_MEM_NHOST];
 	gk_err err;
-	if (!gpt2_device(m, r) ||
-	    gk_mem_gpu_host(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp, r->zero,
-			    r->offload != GK_MEM_OFFLOAD_NONE, h, &err) < 0)
+	gk_mem_shape sh = shape_of(m, r, stage);
+	if (!gpt2_trained(m, r) || r->host_backend || (r->pp > 1 && r->dp > 1 && r->zero >= 2) ||
+	    gk_mem_gpu_host(&sh, r->offload != GK_MEM_OFFLOAD_NONE, h, &err) < 0)
 		return;
 	for (int i = 0; i < GK_MEM_NHOST; i++) {
 		if (!h[i])
 			continue;
 		add(c, host_names[i], (double)h[i], 2,
-		    "gpu-train on GPUs (lib/nn): host RAM of each rank; F the flat buffer (Psi "
-		    "and the vocabulary's padded rows), Fr it rounded up to a multiple of N under "
-		    "ZeRO, R = Fr/N (F without ZeRO)", "");
+		    "gpu-train on GPUs (lib/nn): host RAM of each rank; F a tensor rank's flat "
+		    "buffer (Psi/t of every stage's layers and the vocabulary's padded rows), Fr "
+		    "it rounded up to a multiple of N under ZeRO, R the rank's part (Fr/N; a "
+		    "stage's pieces over a grid; F without ZeRO)", "");
 		fmt(c, c->e->part[c->e->nparts - 1].formula, sizeof(c->e->part[0].formula),
 		    "%s: %s", formula[i], what[i]);
 		values(c, "%llu", (unsigned long long)h[i]);
 	}
 }
 
-static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t psi)
+static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stage,
+		    uint64_t psi)
 {
 	double e = r->precision == GK_DT_F32 ? 4 : 2;
 	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
@@ -783,40 +887,42 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 	if (r->compress != GK_COMM_COMPRESS_NONE && r->dp > 1 && !r->infer) {
 		/*
 		 * gpu-train --compress: each rank's error feedback, f32, kept
-		 * across steps (lib/nn/dp.c): ZeRO-0's buckets one float a
-		 * gradient; ZeRO-1's reduce-scatter and ZeRO-2's and 3's
-		 * buckets (the same feedback) one a gradient of the buffer
-		 * padded to a multiple of N, and the ring's two wire buffers
-		 * of a block of it (lib/comm's gk_comm_compress_scratch)
+		 * across steps (lib/nn/dp.c), one float an element it packs,
+		 * and with ZeRO the ring's two wire buffers of its largest
+		 * piece (lib/comm's gk_comm_compress_scratch): of its GPT-2's
+		 * flat buffer or, over a grid, the stage's segments
+		 * (gk_mem_compress_bytes); of another model's Psi the same
 		 */
-		uint64_t N = (uint64_t)r->dp, flat = psi;
-		/* gpu-train's flat buffer: a tied GPT-2's wte has its
-		 * vocabulary's padded rows (gk_mem_zero2_device's layout) */
-		if (m->arch == GK_MEM_ARCH_GPT2 && m->tied && r->tp == 1 && r->pp == 1)
-			flat += ((uint64_t)gk_hf_vocab_padded(m->vocab) - (uint64_t)m->vocab) *
-				(uint64_t)m->hidden;
-		uint64_t np = (flat + N - 1) / N * N;
-		int z = r->zero > 0;
-		add(c, "compress_feedback", 4.0 * (double)(z ? np : flat), 0,
-		    "gpu-train --compress: the error feedback of what a rank packs",
-		    z ? "4*ceil(F/N)*N, F = Psi + the padded vocabulary's rows"
-		      : "4*F, F = Psi + the padded vocabulary's rows");
-		values(c, "4*%llu", (unsigned long long)(z ? np : flat));
+		int z = r->zero > 0, grid = r->tp > 1 || r->pp > 1;
+		uint64_t N = (uint64_t)r->dp, fb, wire, piece = (psi + N - 1) / N;
+		gk_mem_shape sh = shape_of(m, r, stage);
+		gk_err err;
+		if (!gpt2_trained(m, r) ||
+		    gk_mem_compress_bytes(&sh, r->compress, &fb, &wire, &err) < 0) {
+			fb = 4 * (z && !grid ? piece * N : psi);
+			wire = z ? gk_comm_compress_scratch((gk_comm_compress)r->compress,
+							    (size_t)piece) : 0;
+		}
+		const char *ff = grid ? "4*F, F = the stage's segments (Psi and the padded "
+					"vocabulary's rows)" :
+				 z ? "4*ceil(F/N)*N, F = Psi + the padded vocabulary's rows"
+				   : "4*F, F = Psi + the padded vocabulary's rows";
+		add(c, "compress_feedback", (double)fb, 0,
+		    "gpu-train --compress: the error feedback of what a rank packs", ff);
+		values(c, "4*%llu", (unsigned long long)(fb / 4));
 		if (z) {
-			add(c, "compress_wire",
-			    (double)gk_comm_compress_scratch((gk_comm_compress)r->compress,
-							     (size_t)(np / N)), 0,
+			add(c, "compress_wire", (double)wire, 0,
 			    "gpu-train --compress with ZeRO: the compressed ring's two wire "
-			    "buffers of a block",
-			    "2*(wire(ceil(F/N)+1)+1)");
-			values(c, "2*(wire(%llu+1)+1), %s", (unsigned long long)(np / N),
+			    "buffers of a block (over a grid, of its largest piece)",
+			    grid ? "2*(wire(P+1)+1), P = the largest of ceil(segment/N)"
+				 : "2*(wire(ceil(F/N)+1)+1)");
+			values(c, "%llu (%s)", (unsigned long long)wire,
 			       gk_comm_compress_name((gk_comm_compress)r->compress));
 		}
 		if (r->ckpt_copy) {
-			add(c, "checkpoint_feedback", 4.0 * (double)(z ? np : flat), 1,
-			    "gpu-train: a checkpoint copies each rank's error feedback",
-			    z ? "4*ceil(F/N)*N" : "4*F");
-			values(c, "4*%llu", (unsigned long long)(z ? np : flat));
+			add(c, "checkpoint_feedback", (double)fb, 1,
+			    "gpu-train: a checkpoint copies each rank's error feedback", ff);
+			values(c, "4*%llu", (unsigned long long)(fb / 4));
 		}
 	}
 	uint64_t uedge, uring;
@@ -847,11 +953,22 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, uint64_t
 	}
 	if (m->arch == GK_MEM_ARCH_PARAMS)
 		return;
-	if (r->tp > 1) {
+	if (r->tp > 1 && r->infer) {
 		add(c, "tp_buffers", e * s * b * h, 0,
 		    "assumption: one all-reduce/all-gather output of sbh",
 		    "e*sbh");
 		values(c, "%g*%g*%g*%g", e, s, b, h);
+	} else if (r->tp > 1) {
+		/* gpu-train's (gk_mem_tp_buffers) */
+		uint64_t sb = (uint64_t)r->seq * (uint64_t)r->micro_batch;
+		add(c, "tp_buffers", (double)gk_mem_tp_buffers(sb, m->hidden, !r->host_backend), 0,
+		    r->host_backend ? "gpu-train --tp on the CPU: the vocabulary-parallel "
+				      "cross-entropy's sums (lib/nn)"
+				    : "gpu-train --tp on GPUs: the group's fp32 sums and the "
+				      "vocabulary-parallel cross-entropy's (lib/nn)",
+		    r->host_backend ? "4*r16(3*sb) (floats rounded up to 16)"
+				    : "r256(4*sbh) + r256(16*sb) (each rounded up to 256 bytes)");
+		values(c, "s=%g b=%g h=%g", s, b, h);
 	}
 	if (r->pp > 1 && !r->infer) {
 		double sp = r->sp ? t : 1;
@@ -907,13 +1024,13 @@ static int estimate_stage(const gk_mem_model *m, const gk_mem_run *r,
 	e->inflight = 1;
 	if (r->infer) {
 		inference(&c, m, r, psi);
-		buffers(&c, m, r, psi);
+		buffers(&c, m, r, stage, psi);
 	} else {
 		model_states(&c, m, r, psi);
 		if (m->arch != GK_MEM_ARCH_PARAMS)
 			activations(&c, m, r, stage);
-		buffers(&c, m, r, psi);
-		gpu_host(&c, m, r);
+		buffers(&c, m, r, stage, psi);
+		gpu_host(&c, m, r, stage);
 	}
 	add(&c, "cuda_reserve", r->reserve, 0,
 	    "assumption: CUDA context (~0.5 GiB), cuBLAS and NCCL workspaces",

@@ -293,23 +293,60 @@ int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 			int world, int es, int nslot, uint64_t *edge, uint64_t *ring, gk_err *err);
 
 /*
+ * gpu-train's flat buffer of a GPT-2 (lib/nn's parameter table, dp.c's
+ * ranges and pp_shard.c's segments) on one rank of its grid: layers
+ * blocks of width hidden, vocab tokens (wte padded to a multiple of
+ * GK_HF_VOCAB_TILE rows and split by rows over the tensor group) and
+ * positions learned positions; dp x pp x tp ranks (0: 1), the rank at
+ * pipeline stage stage, under ZeRO zero (which shards nothing over one
+ * data-parallel rank).
+ */
+typedef struct gk_mem_shape {
+	int64_t layers, hidden, vocab, positions;
+	int64_t dp, tp, pp;
+	int stage, zero;
+} gk_mem_shape;
+
+/*
+ * The layout of a shape. n: the floats of a tensor rank's table (every
+ * stage's layers: a stage's model holds the whole table), the padded
+ * rows' share (vocab padded - vocab) * hidden / tp among them; nflat: n
+ * rounded up to a multiple of dp under ZeRO (the flat buffer). Over a
+ * grid (tp or pp above 1) the stage's segments: seg[0] its range (on the
+ * first stage of a sharded pipeline, less wte) and seg[1] the wte it
+ * holds apart (the last stage's copy of the tied embedding, and the
+ * first stage's own when sharded); without one seg[0] is the flat buffer,
+ * nflat. piece[k]: what a rank updates of seg[k], ceil(seg/dp) when ZeRO
+ * shards (shard: ZeRO and dp above 1), else seg. A stage's layers are
+ * lib/nn's: layers / pp, one more on each of the first layers mod pp
+ * stages. -1 (err) for a shape out of bounds, tp not dividing hidden and
+ * the padded vocabulary, or more stages than layers.
+ */
+typedef struct gk_mem_flat {
+	uint64_t n, nflat, seg[2], piece[2];
+	int grid, shard;
+} gk_mem_flat;
+int gk_mem_flat_layout(const gk_mem_shape *s, gk_mem_flat *out, gk_err *err);
+
+/*
  * What a rank of gpu-train on GPUs holds in host memory for the model
  * (lib/nn's CUDA backend and lib/nn/dp.c), one term each, 0 where the run
- * has none: the f32 mirror of the parameters in the flat layout
- * ("host_params", the flat buffer of F floats, F the parameters with the
- * vocabulary's padded rows, rounded up to a multiple of the world under
- * ZeRO 1 to 3, then to 64 bytes; under ZeRO-3 the rank's range R of it,
- * so rounded), the same of the gradients ("host_grads";
- * under ZeRO-2 and 3 mapped and never written, 0), the pinned staging of
- * transfers ("host_staging", GK_MEM_GPU_STAGING bytes, or 4 F if fewer, F
- * unrounded), the AdamW moments' host copies, which a checkpoint reads
- * and --offload optimizer updates
- * ("host_moments", 2 * 4 * (R + 1), R the rank's range: F rounded / world
- * under ZeRO, F without), and --offload optimizer's copy of the gradient
- * shard under ZeRO-2 and 3 ("host_grad_shard", 4 R). ZeRO-3's mirror
- * is its range because the whole model never passes through a rank's
- * host (evaluation and --sample gather it device to device). The keys
- * name the estimate's parts too.
+ * has none, on s's layout (gk_mem_flat_layout): the f32 mirror of the
+ * parameters, the flat buffer of nflat floats rounded up to 64 bytes
+ * ("host_params"; under ZeRO-3 without a grid the rank's range R of it,
+ * so rounded), the same of the gradients ("host_grads"; under ZeRO-2 and
+ * 3 without tensor parallelism mapped and never written, 0), the pinned
+ * staging of transfers ("host_staging", GK_MEM_GPU_STAGING bytes, or 4 n
+ * if fewer), the AdamW moments' host copies, which a checkpoint reads and
+ * --offload optimizer updates ("host_moments", 2 * 4 * (R + 1), R the
+ * rank's pieces, piece[0] + piece[1]), and --offload optimizer's copy of
+ * the gradient shard under ZeRO-2 and 3 without a grid
+ * ("host_grad_shard", 4 R). ZeRO-3's mirror is its range because the
+ * whole model never passes through a rank's host (evaluation and
+ * --sample gather it device to device). A pipeline stage's mirrors are
+ * of the whole table, as its model holds them. The keys name the
+ * estimate's parts too. -1 (err) as gk_mem_flat_layout, or for ZeRO-3
+ * over a grid, which gpu-train does not run on GPUs.
  */
 #define GK_MEM_GPU_STAGING ((uint64_t)64 << 20) /* lib/nn's GK_NN_CUDA_STAGING */
 typedef enum gk_mem_host_term {
@@ -317,8 +354,42 @@ typedef enum gk_mem_host_term {
 	GK_MEM_HOST_GRAD_SHARD, GK_MEM_NHOST
 } gk_mem_host_term;
 const char *gk_mem_host_name(gk_mem_host_term t);
-int gk_mem_gpu_host(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions, int world,
-		    int zero, int offload, uint64_t out[GK_MEM_NHOST], gk_err *err);
+int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOST],
+		    gk_err *err);
+
+/*
+ * gpu-train --compress (lib/comm's gk_comm_compress kind compress, not
+ * none) on s's layout over dp ranks (2 or more): *feedback the bytes of
+ * a rank's error feedback, f32, one float an element it packs: without a
+ * grid the flat buffer (n floats, nflat under ZeRO 1 to 3), over one the
+ * stage's segments (seg[0] + seg[1]); *wire the compressed ring's two
+ * wire buffers (gk_comm_compress_scratch) of its largest piece when ZeRO
+ * shards (a block of the flat buffer, or of a segment), else 0. -1 (err)
+ * as gk_mem_flat_layout.
+ */
+int gk_mem_compress_bytes(const gk_mem_shape *s, int compress, uint64_t *feedback,
+			  uint64_t *wire, gk_err *err);
+
+/*
+ * gpu-train's buffers for a tensor group's collectives, bytes a rank,
+ * over tokens rows of width hidden: on GPUs (cuda) the fp32 sums of a
+ * row-parallel output or of a column-parallel input's gradient (tokens x
+ * hidden floats) and the vocabulary-parallel cross-entropy's 4 floats a
+ * row, each rounded up to 256 bytes (lib/nn's carve); on the CPU the
+ * cross-entropy's 3 floats a row (its sums are made in place), rounded
+ * up to 16 floats.
+ */
+uint64_t gk_mem_tp_buffers(uint64_t tokens, int64_t hidden, int cuda);
+
+/*
+ * The logits of a tensor rank, tokens rows of es-byte elements: *alloc
+ * its columns as gpu-train allocates them, the padded vocabulary's share
+ * (vocab padded / tp), and *model the model's vocabulary's share
+ * (vocab / tp, rounded to the byte; the estimate's "logits"): the
+ * difference is the padding's share of the rank.
+ */
+void gk_mem_logits(int64_t vocab, int64_t tp, uint64_t tokens, int es, uint64_t *alloc,
+		   uint64_t *model);
 
 /* ---- the estimate ------------------------------------------------------------ */
 

@@ -164,4 +164,5 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	out->workspace = GK_NN_CU_WS_BYTES;
 	for (size_t i = 0; i < GK_NN_CU_NWS; i++)
 		out->workspace += r256(ss[i]);
+	out->tp_buffers = r256(tps) + r256(tpx);
 }

@@ -326,6 +326,11 @@ void gk_nn_cuda_memory(const gk_nn_model *m, gk_nn_mem *out)
 	out->activations = cu->bytes[GK_CUDA_MEM_ACTS];
 	out->workspace = cu->bytes[GK_CUDA_MEM_WORKSPACE];
 	out->optimizer = cu->bytes[GK_CUDA_MEM_OPTIM];
+	/* (the workspace's carve: gk_nn_cuda_layout's sizes) */
+	size_t sz[GK_NN_CU_NACT], ss[GK_NN_CU_NWS];
+	gk_nn_mem plan;
+	gk_nn_cuda_layout(m, cu->fused, sz, ss, &plan);
+	out->tp_buffers = plan.tp_buffers;
 }
 
 uint64_t gk_nn_cuda_pinned(const gk_nn_model *m)

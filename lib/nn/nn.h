@@ -654,6 +654,8 @@ int gk_nn_sched_parse(const char *s); /* -1 when unknown */
 typedef struct gk_nn_mem {
 	uint64_t parameters, gradients, activations, workspace;
 	uint64_t optimizer;
+	uint64_t tp_buffers; /* of the workspace, a tensor group's collectives'
+				buffers on CUDA (lib/mem's gk_mem_tp_buffers) */
 } gk_nn_mem;
 
 void gk_nn_memory(const gk_nn_model *m, gk_nn_mem *out);

@@ -119,9 +119,17 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	uint64_t pad_rows = (uint64_t)(t->cfg.vocab_pad - t->cfg.vocab);
 	uint64_t psi = (uint64_t)t->N - pad_rows * (uint64_t)t->cfg.hidden;
 	uint64_t logit_es = t->cuda && t->o.precision == GK_NN_BF16 ? 2 : 4;
-	uint64_t logit_pad = logit_es * pad_rows * (uint64_t)t->o.batch * (uint64_t)t->o.seq;
-	if (t->grid.pp > 1) /* the last stage's logits, one set a micro-batch in flight */
-		logit_pad *= (uint64_t)gk_nn_tr_pp_head_sets(t);
+	/*
+	 * The logits' columns past the vocabulary: a tensor rank's share of
+	 * them (its vocab_pad / tp columns less lib/mem's vocab / tp, as the
+	 * padded rows of wte split), on a pipeline's last stage one set a
+	 * micro-batch in flight
+	 */
+	uint64_t logit_all, logit_model;
+	gk_mem_logits(t->cfg.vocab, t->grid.tp, (uint64_t)t->o.batch * (uint64_t)t->o.seq,
+		      (int)logit_es, &logit_all, &logit_model);
+	uint64_t logit_pad = (logit_all - logit_model) *
+			     (t->grid.pp > 1 ? (uint64_t)gk_nn_tr_pp_head_sets(t) : 1);
 	/* offloaded, the moments are in a file or (a GPU's) host memory:
 	 * none where the model computes */
 	uint64_t moments = t->dp->off || t->dp->host_update ? 0 :
@@ -158,7 +166,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 			b[GK_MEM_GRADIENTS] = 0;
 	}
 	b[GK_MEM_ACTIVATIONS] = mm.activations - logit_pad;
-	b[GK_MEM_WORKSPACE] = mm.workspace +
+	/* (a GPU's tensor-group buffers are comm, below) */
+	b[GK_MEM_WORKSPACE] = mm.workspace - mm.tp_buffers +
 		(uint64_t)2 * (uint64_t)t->o.batch * (uint64_t)t->o.seq * sizeof(int32_t);
 	if (t->dp->off) {
 		/* the offloaded update's buffer, what it holds of the moments */
@@ -244,7 +253,7 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
-	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live; /* error feedback */
+	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live + mm.tp_buffers;
 	/* under tensor parallelism rank 0's copy is of the whole model */
 	size_t nf = gk_nn_full_nparams(t->m);
 	/* ... and so is a pipeline's (rank 0 puts the stages' ranges together) */
@@ -355,23 +364,18 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 	if (t->cuda) {
 		/*
 		 * A GPU's host terms (host_terms, gk_nn_train_mem's host):
-		 * lib/mem's, which mem-estimate states for 2 ranks or more;
-		 * for one rank (whose ZeRO shards nothing), over a tensor group
-		 * or a pipeline, which lib/mem does not lay out, the mirrors
-		 * and moments planned above and the staging, the mirror's size
-		 * up to GK_NN_CUDA_STAGING
+		 * lib/mem's, which mem-estimate states, on this rank's layout
 		 */
 		uint64_t h[GK_MEM_NHOST];
-		if (t->world > 1 && t->grid.tp == 1 && t->grid.pp == 1 &&
-		    gk_mem_gpu_host(t->cfg.layers, t->cfg.hidden, t->cfg.vocab, t->cfg.positions,
-				    t->world, zero, t->o.offload_host, h, &why) == 0) {
-			model = 0;
-			for (int i = 0; i < GK_MEM_NHOST; i++)
-				model += h[i];
-		} else {
-			model += pl.parameters < GK_NN_CUDA_STAGING ? pl.parameters
-								     : GK_NN_CUDA_STAGING;
-		}
+		gk_mem_shape sh = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+				   .vocab = t->cfg.vocab, .positions = t->cfg.positions,
+				   .dp = t->grid.dp, .tp = t->grid.tp, .pp = t->grid.pp,
+				   .stage = t->grid.pp_rank, .zero = zero};
+		if (gk_mem_gpu_host(&sh, t->o.offload_host, h, &why) < 0)
+			return -1;
+		model = 0;
+		for (int i = 0; i < GK_MEM_NHOST; i++)
+			model += h[i];
 	}
 	*host = model + (uint64_t)2 * (uint64_t)batch * (uint64_t)t->o.seq * sizeof(int32_t) +
 		(t->cuda ? 0 : (uint64_t)fb * sizeof(float)) +

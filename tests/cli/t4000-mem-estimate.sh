@@ -160,7 +160,7 @@ assert b[\"logits\"] == 6 * s * bb * V
 # staging 64 MiB, or the flat buffer'"'"'s 4F bytes if fewer (width 256 and
 # 4 layers: 4F just under 64 MiB; 5 layers: just over). Only where the
 # device terms are gpu-train'"'"'s: 2 or more ranks, no --tp, a GPT-2.
-test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shape, not in the GPU total' '
+test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shape (1 rank, dp, tp), not in the GPU total' '
 	for z in 0 1 2 3; do
 		mem-estimate --config "$data/gpt2.json" --dp 5 --zero $z --json >h$z.json &&
 		mem-estimate --config "$data/gpt2.json" --dp 5 --zero $z --offload optimizer \
@@ -213,9 +213,23 @@ test_expect_success 'gpu-train on GPUs: each rank'"'"'s host terms from the shap
 	assert [r[4] for r in rows] == ["host_params", "host_staging", "host_moments"], rows
 	for r in rows:
 	    assert abs(float(r[5]) - b[r[4]] / 2**30) < 0.001 and r[6] == "GiB", (r, b)
-	for f in ("one.json", "tp.json", "ll.json"):
+	def terms(f):
 	    j = json.load(open(f))
-	    assert "host_per_rank" not in j and not set(j["bytes"]) & set(TERMS), (f, j)
+	    got = {k: v for k, v in j["bytes"].items() if k in TERMS}
+	    assert j["host_per_rank"] == sum(got.values()), j
+	    return got
+	# one rank: ZeRO shards nothing, the mirrors and moments are whole
+	assert terms("one.json") == want(0, 0), terms("one.json")
+	# a tensor rank of tp 2 (ZeRO-1 over dp 4): its half of wte and of
+	# the blocks'"'"' split weights, the norms and row-parallel biases whole;
+	# its moments its quarter, the segment cut in pieces of ceil(n/4)
+	n = V * C // 2 + P * C + L * ((12 * C * C + 7 * C) // 2 + 6 * C) + 2 * C
+	mirror = -(-4 * (-(-n // 4) * 4) // 64) * 64
+	assert terms("tp.json") == {"host_params": mirror, "host_grads": mirror,
+	                            "host_staging": 64 << 20,
+	                            "host_moments": 8 * (-(-n // 4) + 1)}, terms("tp.json")
+	j = json.load(open("ll.json"))
+	assert "host_per_rank" not in j and not set(j["bytes"]) & set(TERMS), j
 	PY
 '
 

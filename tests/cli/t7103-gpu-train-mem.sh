@@ -6,7 +6,11 @@ For the same config.json, micro-batch and sequence, gpu-train reports
 padded vocabulary rows) and the bytes it allocated; parameters, gradients and
 optimizer states equal mem-estimate --precision f32 exactly (also with
 ZeRO-1 over 2 and 3 ranks), and the activations (mem-estimate: layer
-activations + logits + final norm) agree within 5 %.'
+activations + logits + final norm) agree within 5 %. Over a grid (tp 2,
+and tp 2 or pp 2 over 2 data-parallel groups) rank 0'"'"'s model states,
+and its comm with --compress, equal mem-estimate'"'"'s for its stage, and a
+tensor rank'"'"'s logits count the model'"'"'s share of the vocabulary, the
+rest of its padded columns padding.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -220,6 +224,76 @@ test_expect_success MPI 'the checkpoint copy under ZeRO-3 over 2 ranks: each ran
 	p=$(jq ".model.params" mc3.json) &&
 	echo "gpu-train $g, mem-estimate $m, $p parameters" &&
 	test "$g" = "$m" && test "$m" = $((6 * p))
+'
+
+# Over a grid, rank 0's (stage 0's, tensor rank 0's) accounting against
+# mem-estimate --pp-stage 0 for the same layout: the model states, and
+# under ZeRO 0 and 1 with --compress bf16 its comm, which holds nothing
+# else there: the error feedback of the stage's segments (with the padded
+# vocabulary's rows and the last stage's wte) and under ZeRO-1 the wire
+# buffers of the largest piece, mem-estimate's compress_feedback and
+# compress_wire. A model of 300 tokens, 384 padded rows, 192 a tensor
+# rank.
+cat >grid.json <<\EOF
+{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+ "vocab_size": 300, "n_positions": 33}
+EOF
+cat >cmpg.py <<'PYEOF'
+import json, sys
+g = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)["memory"]
+est = json.load(open(sys.argv[2]))["bytes"]
+for k in ("parameters", "gradients", "optimizer"):
+    if g[k] != est[k]:
+        sys.exit("%s: gpu-train %d, mem-estimate %d" % (k, g[k], est[k]))
+want = est.get("compress_feedback", 0) + est.get("compress_wire", 0)
+if g["comm"] != want:
+    sys.exit("comm: gpu-train %d, mem-estimate %d" % (g["comm"], want))
+print("ok", want)
+PYEOF
+
+# grid_run RANKS NAME FLAGS...: a layout of RANKS / 2 data-parallel
+# groups (FLAGS give --tp 2 or --pp 2) against mem-estimate
+grid_run() {
+	np=$1 out=$2
+	shift 2
+	mpi $np --data train.bin --config grid.json --seq 16 --batch 4 --steps 1 --threads 1 \
+		--json "$@" >$out.json 2>/dev/null &&
+	mem-estimate --config grid.json --precision f32 -b 4 -s 16 --no-dropout --pp-stage 0 \
+		--dp $((np / 2)) --json "$@" >${out}e.json &&
+	python3 cmpg.py $out.json ${out}e.json
+}
+
+test_expect_success MPI 'tp 2, and tp 2 x dp 2 and pp 2 x dp 2 with --compress bf16 under ZeRO 0 and 1: model states and comm = mem-estimate'"'"'s' '
+	grid_run 2 t2 --tp 2 &&
+	for z in 0 1; do
+		grid_run 4 tz$z --tp 2 --zero $z --compress bf16 &&
+		grid_run 4 pz$z --pp 2 --zero $z --compress bf16 || return 1
+	done
+'
+
+# The logits of a tensor rank are its 192 of the 384 padded columns;
+# the accounting's activations are the model's share of them, 150 of
+# 300 (mem-estimate's logits), the rest padding: with a vocabulary of
+# 384, whose allocation is the same, the activations grow by what
+# mem-estimate's logits do, and nothing is padding.
+test_expect_success MPI 'tp 2: the logits'"'"' padding is a tensor rank'"'"'s share, as mem-estimate counts it' '
+	sed "s/\"vocab_size\": 300/\"vocab_size\": 384/" grid.json >grid384.json &&
+	mpi 2 --data train.bin --config grid384.json --seq 16 --batch 4 --steps 1 --threads 1 \
+		--json --tp 2 >t384.json &&
+	mem-estimate --config grid384.json --precision f32 -b 4 -s 16 --no-dropout --tp 2 \
+		--json >t384e.json &&
+	python3 - t2.json t384.json t2e.json t384e.json <<-\PY
+	import json, sys
+	def start(f):
+	    return next(json.loads(l) for l in open(f) if "\"start\"" in l)["memory"]
+	a, b = start(sys.argv[1]), start(sys.argv[2])
+	ea, eb = (json.load(open(f))["bytes"] for f in sys.argv[3:5])
+	assert a["total"] == b["total"], (a, b)
+	grow = eb["logits"] - ea["logits"]
+	assert grow == 4 * 4 * 16 * (384 - 300) // 2, grow
+	assert b["activations"] - a["activations"] == grow, (a, b, grow)
+	assert b["padding"] == 0, b
+	PY
 '
 
 test_done

@@ -11,7 +11,9 @@ checkpoint evaluated on the CPU with the GPU'"'"'s loss. --comm: the
 gradients through NCCL on the device (a world of one, and two ranks with
 two GPUs) give the losses of the path through host memory; ZeRO-1 and
 ZeRO-2 over NCCL give ZeRO-0'"'"'s and ZeRO-1'"'"'s, and with --compress
-ZeRO-2 ZeRO-1'"'"'s compressed bits and the CPU'"'"'s results.'
+ZeRO-2 ZeRO-1'"'"'s compressed bits and the CPU'"'"'s results. The host
+memory a rank allocates and its comm equal mem-estimate'"'"'s on one GPU,
+tp 2 and pp 2 x dp 2.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -751,6 +753,46 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 --compress bf16 over NCCL: ZeRO-1
 	losses ccg.json >ccg.losses &&
 	tail -n $((N - half)) cc2.losses >cc2.tail &&
 	close_to ccg.losses cc2.tail 1e-4
+'
+
+# The memory a rank accounts on GPUs is mem-estimate's for the same
+# config.json and layout (its --pp-stage 0, rank 0's): the host terms
+# (host_memory, term by term: the mirrors of a tensor rank's whole table
+# on every pipeline stage, the staging, the moments of the rank's pieces)
+# on one GPU, tp 2 and pp 2 x dp 2 under ZeRO-1; comm the tensor group's
+# buffers (its fp32 sums and the cross-entropy's floats, mem-estimate's
+# tp_buffers) and with --compress bf16 over the grid the stage's error
+# feedback and wire buffers on the device (its compress_feedback and
+# compress_wire).
+{ test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
+
+test_expect_success 'GPUS4,MPI' 'host memory and comm by layout on GPUs = mem-estimate: one GPU, tp 2, pp 2 x dp 2 --zero 1 --compress bf16' '
+	data &&
+	M="--data train.bin $TINY --batch 4 --steps 1 --json --device cuda --precision fp32" &&
+	gpu-train $M >hm1.json &&
+	mpi 2 $M --tp 2 >hmt.json &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $M --pp 2 --zero 1 --compress bf16 >hmp.json 2>hmp.err) &&
+	start_config hm1.json hm.json &&
+	E="--config hm.json --precision f32 -b 4 -s 16 --no-dropout --json" &&
+	mem-estimate $E >hm1e.json &&
+	mem-estimate $E --tp 2 >hmte.json &&
+	mem-estimate $E --dp 2 --pp 2 --pp-stage 0 --zero 1 --compress bf16 >hmpe.json &&
+	python3 - <<-\PY
+	import json
+	for g, want_comm in (("hm1", ()), ("hmt", ("tp_buffers",)),
+	                     ("hmp", ("compress_feedback", "compress_wire"))):
+	    start = next(json.loads(l) for l in open(g + ".json") if "\"start\"" in l)
+	    me = json.load(open(g + "e.json"))
+	    b = me["bytes"]
+	    want = {k: v for k, v in b.items() if k.startswith("host_") and k != "host_ram"}
+	    got = start["host_memory"]
+	    assert {k: v for k, v in got.items() if k != "total"} == want, (g, got, want)
+	    assert got["total"] == me["host_per_rank"], (g, got, me["host_per_rank"])
+	    comm = sum(b[k] for k in want_comm)
+	    assert all(b[k] > 0 for k in want_comm) and start["memory"]["comm"] == comm, \
+	        (g, start["memory"], comm)
+	PY
 '
 
 test_done

@@ -7,6 +7,7 @@
  */
 #include <math.h>
 
+#include "comm/comm.h"
 #include "mem/mem.h"
 #include "tap.h"
 
@@ -512,6 +513,11 @@ static void trainer(void)
 	/* config.json, --no-dropout --attn flash --no-logits-f32 -b 4 */
 	r.logits_f32 = 0;
 	gk_mem_estimate(&g, &r, 0, &c, &err);
+	/* (on GPUs, as mem-estimate's run is: the host terms too) */
+	gk_mem_train tg = t;
+	tg.cuda = 1;
+	ok(gk_mem_train_estimate(&tg, &e, NULL, NULL, &err) == 0 &&
+	   gk_mem_part_get(&e, "host_params"), "on GPUs: the host terms of one rank");
 	int same = c.nparts == e.nparts && c.total == e.total;
 	for (int i = 0; same && i < e.nparts; i++)
 		same = strcmp(c.part[i].key, e.part[i].key) == 0 &&
@@ -697,6 +703,92 @@ static void keys(void)
 	ok(gk_mem_part_get(&e, "gradients") == NULL, "no gradients when serving");
 }
 
+/*
+ * gpu-train's layout over a grid, by hand: GPT-2 small (12 x 768, 50257
+ * tokens padded to 50304, 1024 positions) at tp 2 x pp 2 x dp 2, ZeRO-1.
+ * A tensor rank's block is its half of the 12 C^2 + 7 C split weights
+ * and biases and the whole 6 C of the norms and row-parallel biases;
+ * wte is its 25152 rows.
+ */
+static void grid_layout(void)
+{
+	uint64_t C = 768, wte = 25152 * C, wpe = 1024 * C;
+	uint64_t blk = 6 * C * C + 7 * C / 2 + 6 * C;
+	uint64_t n = wte + wpe + 12 * blk + 2 * C;
+	gk_mem_shape s = {.layers = 12, .hidden = 768, .vocab = 50257, .positions = 1024,
+			  .dp = 2, .tp = 2, .pp = 2, .stage = 1, .zero = 1};
+	gk_mem_flat f;
+	gk_err err;
+	ok(gk_mem_flat_layout(&s, &f, &err) == 0, "tp 2 x pp 2 x dp 2 laid out");
+	is_u64(f.n, 62659584, "a tensor rank's table: 62659584 floats");
+	is_u64(f.n, n, "... wte's half, wpe, 12 half blocks and ln_f");
+	/* the last stage: its 6 blocks and ln_f, and the tied head's wte apart */
+	is_u64(f.seg[0], 6 * blk + 2 * C, "last stage: its range, 6 blocks and ln_f");
+	is_u64(f.seg[1], wte, "last stage: wte apart");
+	is_u64(f.piece[0], (6 * blk + 2 * C) / 2, "... each halved over dp 2");
+	is_u64(f.piece[1], wte / 2, "... wte's half");
+	uint64_t h[GK_MEM_NHOST];
+	ok(gk_mem_gpu_host(&s, 0, h, &err) == 0, "host terms on GPUs");
+	/* n is even, a multiple of 16 floats: no rounding */
+	is_u64(h[GK_MEM_HOST_PARAMS], 4 * n, "host_params: the whole table's mirror");
+	is_u64(h[GK_MEM_HOST_GRADS], 4 * n, "host_grads: the same");
+	is_u64(h[GK_MEM_HOST_STAGING], 64 << 20, "host_staging: 64 MiB");
+	is_u64(h[GK_MEM_HOST_MOMENTS], 8 * ((6 * blk + 2 * C) / 2 + wte / 2 + 1),
+	       "host_moments: the rank's pieces and a spare float, twice");
+	is_u64(h[GK_MEM_HOST_GRAD_SHARD], 0, "no gradient shard");
+	uint64_t fb, wire;
+	ok(gk_mem_compress_bytes(&s, GK_COMM_COMPRESS_BF16, &fb, &wire, &err) == 0,
+	   "compressed");
+	is_u64(fb, 4 * (6 * blk + 2 * C + wte), "feedback: the stage's segments, f32");
+	is_u64(wire, 2 * (2 * ((6 * blk + 2 * C) / 2 + 1) + 1),
+	       "wire: bf16 of the largest piece, the range's half");
+	/* the first stage, sharded: wte a segment of its own */
+	s.stage = 0;
+	ok(gk_mem_flat_layout(&s, &f, &err) == 0 && f.seg[0] == wpe + 6 * blk && f.seg[1] == wte,
+	   "first stage sharded: wpe and 6 blocks, wte apart");
+	s.zero = 0;
+	ok(gk_mem_flat_layout(&s, &f, &err) == 0 && f.seg[0] == wte + wpe + 6 * blk &&
+	   f.seg[1] == 0 && f.piece[0] == f.seg[0], "first stage under ZeRO-0: one range");
+	/* one rank: the whole flat buffer; ZeRO shards nothing, so ZeRO-2
+	 * keeps the gradients' mirror */
+	gk_mem_shape one = {.layers = 12, .hidden = 768, .vocab = 50257, .positions = 1024,
+			    .zero = 2};
+	uint64_t n1 = (50304 + 1024) * C + 12 * (12 * C * C + 13 * C) + 2 * C;
+	ok(gk_mem_gpu_host(&one, 0, h, &err) == 0 && h[GK_MEM_HOST_PARAMS] == 4 * n1 &&
+	   h[GK_MEM_HOST_GRADS] == 4 * n1 && h[GK_MEM_HOST_MOMENTS] == 8 * (n1 + 1),
+	   "one rank: mirrors and moments of the whole buffer");
+	/* 3 stages of 8 layers: 3, 3 and 2 (lib/nn's balance) */
+	gk_mem_shape p3 = {.layers = 8, .hidden = 768, .vocab = 50257, .positions = 1024,
+			   .pp = 3, .stage = 1};
+	uint64_t b1 = 12 * C * C + 13 * C;
+	ok(gk_mem_flat_layout(&p3, &f, &err) == 0 && f.seg[0] == 3 * b1 && f.seg[1] == 0,
+	   "pp 3 over 8 layers: the middle stage's 3 blocks");
+	p3.stage = 2;
+	ok(gk_mem_flat_layout(&p3, &f, &err) == 0 && f.seg[0] == 2 * b1 + 2 * C &&
+	   f.seg[1] == 50304 * C, "... the last stage's 2 blocks and ln_f, and wte apart");
+	gk_mem_shape bad = s;
+	bad.tp = 5;
+	ok(gk_mem_flat_layout(&bad, &f, &err) < 0 && strstr(err.msg, "tp 5 must divide"),
+	   "tp 5: %s", err.msg);
+	bad = s, bad.pp = 13;
+	ok(gk_mem_flat_layout(&bad, &f, &err) < 0 && strstr(err.msg, "pp 13 be at most the 12"),
+	   "pp 13 over 12 layers: %s", err.msg);
+	bad = s, bad.zero = 3, bad.dp = 2;
+	ok(gk_mem_gpu_host(&bad, 0, h, &err) < 0 && strstr(err.msg, "ZeRO-3 over a grid"),
+	   "ZeRO-3 over a grid on GPUs: %s", err.msg);
+	/* the tensor group's buffers: b 1 x s 1024 rows of 768 */
+	is_u64(gk_mem_tp_buffers(1024, 768, 1), 4 * 1024 * 768 + 16 * 1024,
+	       "tp buffers on GPUs: the fp32 sums and 4 floats a row");
+	is_u64(gk_mem_tp_buffers(1000, 768, 1), 4 * 1000 * 768 + 16128,
+	       "... 16000 bytes rounded up to 256");
+	is_u64(gk_mem_tp_buffers(1024, 768, 0), 4 * 3 * 1024, "tp buffers on the CPU: 3 floats a row");
+	/* a tensor rank's logits: 25152 columns allocated, 25128.5 the model's */
+	uint64_t alloc, model;
+	gk_mem_logits(50257, 2, 1024, 4, &alloc, &model);
+	is_u64(alloc, 1024 * 4 * 25152, "logits: the padded vocabulary's half");
+	is_u64(model, 1024 * 2 * 50257, "logits: the model's half");
+}
+
 int main(void)
 {
 	zero_figure1();
@@ -708,6 +800,7 @@ int main(void)
 	layouts();
 	defaults();
 	trainer();
+	grid_layout();
 	keys();
 	return done_testing();
 }
