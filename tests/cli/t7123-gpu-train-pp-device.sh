@@ -56,7 +56,7 @@ first_then_close() {
 	test_cmp "$1.first" "$2.first" && close_to "$2" "$1" "${3:-1e-6}"
 }
 
-test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU, the first bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one), and of the CPU pipeline within 1e-4' '
+test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation loss) of one GPU, the first bit for bit, 1F1B and GPipe, --comm nccl (each stage'"'"'s gradients over NCCL in a group of one, under ZeRO 2 too: nothing to cut, its steps ZeRO 0'"'"'s bits), and of the CPU pipeline within 1e-4' '
 	train_data &&
 	gpu-train $G $E >one.json &&
 	losses one.json >one &&
@@ -76,6 +76,9 @@ test_expect_success 'GPUS,MPI' 'pp 2 on GPUs: the losses (and the validation los
 	jq -s -e "map(select(.event == \"start\"))[0] | .comm == \"nccl\"" pn1.json &&
 	losses pn1.json >pn1 &&
 	first_then_close one pn1 &&
+	mpi 2 $G --pp 2 --comm nccl --zero 2 >pn1z.json &&
+	steps pn1.json >pn1.steps && steps pn1z.json >pn1z.steps &&
+	test_cmp pn1.steps pn1z.steps &&
 	mpi 2 $A --device cpu --pp 2 >cpu.json &&
 	losses cpu.json >cpu &&
 	close_to pp cpu 1e-4
