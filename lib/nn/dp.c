@@ -135,9 +135,9 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
 	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm);
-	 * under tensor parallelism as a pipeline stage's (pp_shard.c), from
+	 * over a grid (--tp, --pp) as a pipeline stage's (pp_shard.c), from
 	 * the model's whole gradients after backward */
-	return o->zero >= 2 && cuda && o->tp <= 1 &&
+	return o->zero >= 2 && cuda && o->tp <= 1 && o->pp <= 1 &&
 	       (world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL);
 }
 
@@ -447,7 +447,10 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		return -1;
 	dp->via_host = t->cuda && !dp->dev_grads;
 	dp->overlap = t->o.overlap;
-	dp->shard = dp->zero && (t->cuda ? dp->dev_grads : dp->world > 1);
+	/* a pipeline stage (or tensor slice) whose data-parallel group is
+	 * one rank has nothing to cut: its segments reduce as ZeRO-0's */
+	dp->shard = dp->zero && (t->cuda ? dp->dev_grads : dp->world > 1) &&
+		    (dp->pp_stage < 0 || dp->ppshard);
 	/* (a pipeline stage's data-parallel group reduces its segments under
 	 * ZeRO-0 too) */
 	int stage = dp->pp_stage >= 0 && (dp->world > 1 || dp->dev_grads);

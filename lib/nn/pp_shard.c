@@ -19,13 +19,12 @@
  * parameters kept as the same pieces too (zero3.c gathers the stage's
  * units from them), with no gather after the update. A tensor-parallel run
  * without --pp under ZeRO-1, 2 or 3 is a pipeline of one stage: one segment,
- * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1, and
- * ZeRO-2 of a tensor group without --pp) the same collectives run over
- * the data-parallel group's NCCL communicator (dp.c's gcomm), on the
- * device's gradients and parameters; in bf16 the gather moves the working
- * copy, not the fp32 master. Device memory has no pages to give back, so
- * there ZeRO-2 keeps the whole buffer and its peak is ZeRO-1's, as on the
- * CPU.
+ * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1 and 2)
+ * the same collectives run over the data-parallel group's NCCL
+ * communicator (dp.c's gcomm), on the device's gradients and parameters;
+ * in bf16 the gather moves the working copy, not the fp32 master. Device
+ * memory has no pages to give back, so there ZeRO-2 keeps the stage's
+ * whole buffer and its peak is ZeRO-1's, as on the CPU.
  */
 #include <stdlib.h>
 

@@ -130,15 +130,12 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned t
 	if (o->pp > 1) {
 		/* on GPUs the stages' messages are NCCL's, and the data-parallel
 		 * groups' gradients are averaged over NCCL (or through host
-		 * memory with --comm mpi), or under ZeRO-1 reduced to the owners
-		 * of a stage's pieces (pp_shard.c); not ZeRO-2's buckets there */
+		 * memory with --comm mpi), or under ZeRO-1 and 2 reduced to the
+		 * owners of a stage's pieces (pp_shard.c); not ZeRO-3's units
+		 * there */
 		if (cuda == 1 && o->zero == 3)
-			return gk_errf(err, "--pp %d on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the "
-				       "CPU backend runs it (--device cpu)", o->pp);
-		if (cuda == 1 && world > 1 && o->zero > 1)
-			return gk_errf(err, "--pp %d on GPUs with %d data-parallel groups: not with "
-				       "--zero %d (ZeRO 0 or 1 there): --zero 1, or run on the CPU",
-				       o->pp, world, o->zero);
+			return gk_errf(err, "--pp %d on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
+				       "the CPU backend runs it (--device cpu)", o->pp);
 	}
 	return 0;
 }

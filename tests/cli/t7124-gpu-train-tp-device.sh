@@ -52,7 +52,7 @@ E="--val-data val.bin --eval-every $N --eval-batches 2"
 # layer runs each layer's 2 forward ones again
 want=$((4 * ((4 * 2 + 2) * 64 * 32 + 3 * 64)))
 
-test_expect_success 'GPUS,MPI' 'tp 2 on GPUs: the losses and the validation loss of one GPU within 1e-6, of the CPU'"'"'s tp 2 within 1e-4; tp_comm_bytes the formula' '
+test_expect_success 'GPUS,MPI' 'tp 2 on GPUs: the losses and the validation loss of one GPU within 1e-6, of the CPU'"'"'s tp 2 within 1e-4; tp_comm_bytes the formula; under ZeRO 2 over NCCL in a data-parallel group of one (nothing to cut) the same steps bit for bit' '
 	train_data &&
 	gpu-train $G $E >one.json &&
 	losses one.json >one &&
@@ -66,6 +66,9 @@ test_expect_success 'GPUS,MPI' 'tp 2 on GPUs: the losses and the validation loss
 	grep "^[0-9]" one.val &&
 	close_to tp.val one.val 1e-6 &&
 	test "$(jq -r "select(.event == \"step\") | .tp_comm_bytes" tp.json | sort -u)" = "$want" &&
+	mpi 2 $G --tp 2 --comm nccl --zero 2 >tpz.json &&
+	steps tp.json >tp.steps && steps tpz.json >tpz.steps &&
+	test_cmp tp.steps tpz.steps &&
 	mpi 2 $A --device cpu --tp 2 >cpu.json &&
 	losses cpu.json >cpu &&
 	close_to tp cpu 1e-4

@@ -167,7 +167,7 @@ test_expect_success 'a pp 2 x dp 2 --zero 3 checkpoint resumes on one rank (ZeRO
 test_expect_success 'what ZeRO-3 over a grid does not do is refused before any work' '
 	A="$S --layers 2 --steps 1" &&
 	test_expect_code 2 gpu-train $A --device cuda --pp 2 --zero 3 2>err &&
-	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the CPU backend runs it (--device cpu)$" err &&
+	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
 	test_expect_code 2 gpu-train $A --device cuda --tp 2 --zero 3 2>err &&
 	grep "^gpu-train: --tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
 	test_expect_code 2 gpu-train $A --tp 2 --sequence-parallel --zero 3 2>err &&

@@ -166,10 +166,11 @@ static void checks(void)
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 1");
 	o.zero = 2;
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 2");
+	is_str(check(&o, 1, 2, 0), "", "check: --pp --zero 2 on GPUs, two data-parallel groups");
 	o.zero = 3;
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 3 on the CPU");
-	is_str(check(&o, 1, 1, 0), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0 or 1 there); the CPU "
-	       "backend runs it (--device cpu)", "check: --pp --zero 3 on GPUs");
+	is_str(check(&o, 1, 1, 0), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the "
+	       "CPU backend runs it (--device cpu)", "check: --pp --zero 3 on GPUs");
 	o.compress = GK_COMM_COMPRESS_BF16;
 	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 3 --compress on the CPU");
 	o.compress = GK_COMM_COMPRESS_NONE;
