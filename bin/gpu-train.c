@@ -652,7 +652,7 @@ static void parse_args(int argc, char **argv, args *a)
 	gk_err err = {0};
 	int cuda = a->o.device == GK_NN_AUTO ? -1 : a->o.device == GK_NN_CUDA;
 	a->o.sample = a->sample != 0;
-	if (gk_nn_train_check(&a->o, cuda, -1, a->sample ? GK_NN_CHECK_SAMPLE : 0, &err) < 0)
+	if (gk_nn_train_check(&a->o, cuda, &err) < 0)
 		gk_cli_usage_error(&cli, "%s", err.msg);
 	if (a->o.adamw.eps <= 0)
 		gk_cli_usage_error(&cli, "--eps must be above 0: with 0 a parameter that never had "

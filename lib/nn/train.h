@@ -274,16 +274,12 @@ int gk_nn_train_dump_data(const gk_nn_train_opts *o, const gk_nn_data_opts *d, i
  * stages with --compress and the device, --offload's forms with the
  * device, --tp and --pp, --offload-chunk. cuda: 1 on a GPU, 0 on the CPU,
  * -1 not known yet (--device auto before every rank looked: the rules of
- * a device are left to the run's check); world: the data-parallel ranks,
- * -1 not known yet. tool: what else the run does (GK_NN_CHECK_SAMPLE:
- * --sample, which no layout refuses now on either backend; the trainer
- * takes it from o's sample). 0, or -1 with err saying which options and what to give
- * instead (the caller's usage error). gpu-train calls it on its command
- * line (cuda from --device, or -1), the trainer once the device is
- * chosen.
+ * a device are left to the run's check). 0, or -1 with err saying which
+ * options and what to give instead (the caller's usage error). gpu-train
+ * calls it on its command line (cuda from --device, or -1), the trainer
+ * once the device is chosen.
  */
-enum { GK_NN_CHECK_SAMPLE = 1 };
-int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err);
+int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err);
 
 /*
  * The tests' hooks of o from the environment (GK_TEST_CKPT_DELAY_MS,

@@ -467,7 +467,7 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 		 * with --pp or --tp) is no advice */
 		gk_nn_train_opts o = t->o;
 		o.zero = c[i].run.zero;
-		if (gk_nn_train_check(&o, t->cuda, t->grid.dp, 0, &err) < 0)
+		if (gk_nn_train_check(&o, t->cuda, &err) < 0)
 			continue;
 		if (c[i].run.micro_batch > INT32_MAX ||
 		    need_of(t, c[i].run.zero, (int)c[i].run.micro_batch, rc, &v.host_need,

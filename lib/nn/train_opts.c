@@ -52,7 +52,7 @@ void gk_nn_train_data_opts(const gk_nn_train_opts *o, int64_t vocab, gk_nn_data_
  * device given on the command line is said as given; one --device auto
  * chose, as the run's.
  */
-int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool, gk_err *err)
+int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 {
 	int given = o->device != GK_NN_AUTO;
 	if (o->ckpt_gather && o->zero != 3)

@@ -354,9 +354,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 	    choose_device(t, err) < 0)
 		return -1;
 	/* --device auto found a GPU for a setting only the CPU runs: a usage error */
-	unsigned tool = t->o.sample ? GK_NN_CHECK_SAMPLE : 0;
-	if (gk_nn_tr_agree_local(t, gk_nn_train_check(&t->o, t->cuda, t->grid.dp, tool, err),
-				 err) < 0) {
+	if (gk_nn_tr_agree_local(t, gk_nn_train_check(&t->o, t->cuda, err), err) < 0) {
 		t->agreed = 2;
 		return -1;
 	}

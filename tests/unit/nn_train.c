@@ -27,11 +27,11 @@ static char bin_path[600], cfg_path[600];
 /* ---- gk_nn_train_check ---------------------------------------------------------- */
 
 /* gk_nn_train_check's message for o, "" when it accepts them */
-static const char *check(const gk_nn_train_opts *o, int cuda, int world, unsigned tool)
+static const char *check(const gk_nn_train_opts *o, int cuda)
 {
 	static gk_err err;
 	memset(&err, 0, sizeof(err));
-	int rc = gk_nn_train_check(o, cuda, world, tool, &err);
+	int rc = gk_nn_train_check(o, cuda, &err);
 	return rc < 0 ? (err.msg[0] ? err.msg : "(-1 without a message)") : rc ? "(not 0 or -1)" : "";
 }
 
@@ -44,155 +44,155 @@ static const char *check(const gk_nn_train_opts *o, int cuda, int world, unsigne
 static void checks(void)
 {
 	gk_nn_train_opts o = {.zero = 2, .device = GK_NN_CUDA};
-	is_str(check(&o, 1, -1, 0), "", "check: --zero 2 --device cuda (over NCCL)");
-	is_str(check(&o, 1, 2, 0), "", "check: --zero 2 --device cuda, 2 ranks");
+	is_str(check(&o, 1), "", "check: --zero 2 --device cuda (over NCCL)");
+	is_str(check(&o, 1), "", "check: --zero 2 --device cuda, 2 ranks");
 	o.zero = 3;
-	is_str(check(&o, 1, -1, 0), "", "check: --zero 3 --device cuda (over NCCL)");
+	is_str(check(&o, 1), "", "check: --zero 3 --device cuda (over NCCL)");
 	o.device = GK_NN_AUTO;
-	is_str(check(&o, 1, 2, 0), "", "check: --zero 3, auto chose a GPU, 2 ranks");
-	is_str(check(&o, 1, 1, 0), "", "check: --zero 3 on one GPU");
-	is_str(check(&o, -1, -1, 0), "", "check: --zero 3 --device auto, before the device is known");
-	is_str(check(&o, 0, 2, 0), "", "check: --zero 3, auto chose the CPU");
+	is_str(check(&o, 1), "", "check: --zero 3, auto chose a GPU, 2 ranks");
+	is_str(check(&o, 1), "", "check: --zero 3 on one GPU");
+	is_str(check(&o, -1), "", "check: --zero 3 --device auto, before the device is known");
+	is_str(check(&o, 0), "", "check: --zero 3, auto chose the CPU");
 	o.compress = GK_COMM_COMPRESS_F16;
 	for (int z = 2; z <= 3; z++) {
 		char what[64];
 		o.zero = z;
 		snprintf(what, sizeof(what), "check: --zero %d --compress on the CPU", z);
-		is_str(check(&o, 0, 2, 0), "", what);
+		is_str(check(&o, 0), "", what);
 		snprintf(what, sizeof(what), "check: --zero %d --compress, before the device is known",
 			 z);
-		is_str(check(&o, -1, -1, 0), "", what);
+		is_str(check(&o, -1), "", what);
 		snprintf(what, sizeof(what), "check: --zero %d --compress on a GPU (over NCCL)", z);
-		is_str(check(&o, 1, 2, 0), "", what);
+		is_str(check(&o, 1), "", what);
 	}
 	o.zero = 3;
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .zero = 3, .ckpt_gather = 1};
-	is_str(check(&o, 0, 2, 0), "", "check: --zero 3 --ckpt-gather");
+	is_str(check(&o, 0), "", "check: --zero 3 --ckpt-gather");
 	o.zero = 2;
-	is_str(check(&o, 0, 2, 0), "--ckpt-gather: only --zero 3 shards the model in its "
+	is_str(check(&o, 0), "--ckpt-gather: only --zero 3 shards the model in its "
 	       "checkpoints (--zero 2 writes model.safetensors whole): leave it out",
 	       "check: --zero 2 --ckpt-gather");
 	o = (gk_nn_train_opts){.device = GK_NN_AUTO, .offload_host = 1};
-	is_str(check(&o, 0, 1, 0), "--offload optimizer moves a GPU's optimizer state to host "
+	is_str(check(&o, 0), "--offload optimizer moves a GPU's optimizer state to host "
 	       "memory, and this run is on the CPU, which keeps it there: give optimizer:DIR for "
 	       "files under DIR", "check: --offload optimizer, auto chose the CPU");
-	is_str(check(&o, -1, -1, 0), "", "check: --offload optimizer --device auto");
+	is_str(check(&o, -1), "", "check: --offload optimizer --device auto");
 	o.device = GK_NN_CPU;
-	is_str(check(&o, 0, -1, 0), "--offload optimizer moves a GPU's optimizer state to host "
+	is_str(check(&o, 0), "--offload optimizer moves a GPU's optimizer state to host "
 	       "memory, where the CPU backend already keeps it: give optimizer:DIR for files "
 	       "under DIR", "check: --offload optimizer --device cpu");
 	o = (gk_nn_train_opts){.device = GK_NN_AUTO, .offload_dir = "d"};
-	is_str(check(&o, 1, 1, 0), "optimizer offload to a directory runs on the CPU backend only "
+	is_str(check(&o, 1), "optimizer offload to a directory runs on the CPU backend only "
 	       "(on a GPU the moments stay in device memory)", "check: optimizer:DIR, auto chose a GPU");
 	o.offload_dir = NULL;
 	o.offload_chunk = 4096;
-	is_str(check(&o, -1, -1, 0), "--offload-chunk sizes the reads of --offload optimizer:DIR: "
+	is_str(check(&o, -1), "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 	       "give that too", "check: --offload-chunk alone");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .tp = 2};
-	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 on the CPU");
-	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "", "check: --tp --sample on the CPU");
-	is_str(check(&o, -1, -1, GK_NN_CHECK_SAMPLE), "",
+	is_str(check(&o, 0), "", "check: --tp 2 on the CPU");
+	is_str(check(&o, 0), "", "check: --tp --sample on the CPU");
+	is_str(check(&o, -1), "",
 	       "check: --tp --sample, before the device is known");
-	is_str(check(&o, 1, -1, GK_NN_CHECK_SAMPLE), "", "check: --tp --sample on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --sample on GPUs");
 	o.tp = 1;
 	o.pp = 2;
-	is_str(check(&o, 0, -1, GK_NN_CHECK_SAMPLE), "", "check: --pp --sample on the CPU");
-	is_str(check(&o, 1, -1, GK_NN_CHECK_SAMPLE), "", "check: --pp --sample on GPUs");
+	is_str(check(&o, 0), "", "check: --pp --sample on the CPU");
+	is_str(check(&o, 1), "", "check: --pp --sample on GPUs");
 	o.pp = 0;
 	o.tp = 2;
 	o.seq_par = 1;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp 2 --sequence-parallel, the length not known");
+	is_str(check(&o, 0), "", "check: --tp 2 --sequence-parallel, the length not known");
 	o.seq = 16;
-	is_str(check(&o, 0, 2, 0), "", "check: --tp 2 --sequence-parallel --seq 16");
+	is_str(check(&o, 0), "", "check: --tp 2 --sequence-parallel --seq 16");
 	o.seq = 33;
-	is_str(check(&o, 0, 2, 0), "--sequence-parallel with --tp 2: the sequence length 33 does "
+	is_str(check(&o, 0), "--sequence-parallel with --tp 2: the sequence length 33 does "
 	       "not divide by 2 (each rank keeps 33/2 positions of each sequence): --seq 32 or 34",
 	       "check: --sequence-parallel, a length that does not divide");
 	o.tp = 4;
 	o.seq = 3;
-	is_str(check(&o, 0, 2, 0), "--sequence-parallel with --tp 4: the sequence length 3 does "
+	is_str(check(&o, 0), "--sequence-parallel with --tp 4: the sequence length 3 does "
 	       "not divide by 4 (each rank keeps 3/4 positions of each sequence): --seq 4",
 	       "check: --sequence-parallel, a length shorter than the group");
 	o.seq = 16;
 	o.pp = 2;
-	is_str(check(&o, 0, -1, 0), "--sequence-parallel: not with --pp 2",
+	is_str(check(&o, 0), "--sequence-parallel: not with --pp 2",
 	       "check: --sequence-parallel --pp");
 	o.pp = 0;
 	o.tp = 1;
-	is_str(check(&o, 0, -1, 0), "--sequence-parallel splits the sequence over a tensor group: "
+	is_str(check(&o, 0), "--sequence-parallel splits the sequence over a tensor group: "
 	       "give --tp N (2 or more) too", "check: --sequence-parallel without --tp");
 	o.seq_par = 0;
 	o.tp = 2;
 	o.device = GK_NN_AUTO;
-	is_str(check(&o, -1, -1, 0), "", "check: --tp --device auto (before the device is known)");
+	is_str(check(&o, -1), "", "check: --tp --device auto (before the device is known)");
 	o.device = GK_NN_CUDA;
-	is_str(check(&o, 1, 2, 0), "", "check: --tp on GPUs, two tensor groups");
+	is_str(check(&o, 1), "", "check: --tp on GPUs, two tensor groups");
 	o.zero = 1;
-	is_str(check(&o, 1, 2, 0), "", "check: --tp --zero 1 on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --zero 1 on GPUs");
 	o.zero = 2;
-	is_str(check(&o, 1, 2, 0), "", "check: --tp --zero 2 on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --zero 2 on GPUs");
 	o.zero = 0;
 	o.pp = 2;
-	is_str(check(&o, 1, -1, 0), "", "check: --tp --pp on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --pp on GPUs");
 	o.pp = 0;
 	o.seq_par = 1;
-	is_str(check(&o, 1, -1, 0), "", "check: --tp --sequence-parallel on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --sequence-parallel on GPUs");
 	o.seq_par = 0;
 	o.compress = GK_COMM_COMPRESS_INT8;
-	is_str(check(&o, 1, 2, 0), "", "check: --tp --compress int8 on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --compress int8 on GPUs");
 	o.zero = 1;
-	is_str(check(&o, 1, 2, 0), "", "check: --tp --zero 1 --compress int8 on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --zero 1 --compress int8 on GPUs");
 	o.zero = 0;
 	o.compress = GK_COMM_COMPRESS_NONE;
 	o.device = GK_NN_CPU;
 	o.zero = 1;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 1 without --pp");
+	is_str(check(&o, 0), "", "check: --tp --zero 1 without --pp");
 	o.zero = 2;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp --zero 2 without --pp");
+	is_str(check(&o, 0), "", "check: --tp --zero 2 without --pp");
 	o.pp = 2;
 	o.zero = 1;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 1");
+	is_str(check(&o, 0), "", "check: --tp --pp --zero 1");
 	o.zero = 2;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 2");
+	is_str(check(&o, 0), "", "check: --tp --pp --zero 2");
 	o.zero = 3;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp --pp --zero 3 on the CPU");
-	is_str(check(&o, 1, -1, 0), "--tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
+	is_str(check(&o, 0), "", "check: --tp --pp --zero 3 on the CPU");
+	is_str(check(&o, 1), "--tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
 	       "the CPU backend runs it (--device cpu)", "check: --tp --pp --zero 3 on GPUs");
 	o.pp = 0;
 	o.seq_par = 1;
-	is_str(check(&o, 0, -1, 0), "--sequence-parallel: not with --zero 3 (--zero 2, or leave "
+	is_str(check(&o, 0), "--sequence-parallel: not with --zero 3 (--zero 2, or leave "
 	       "--sequence-parallel out)", "check: --tp --sequence-parallel --zero 3");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .zero = 1};
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 1");
+	is_str(check(&o, 0), "", "check: --pp --zero 1");
 	o.zero = 2;
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 2");
-	is_str(check(&o, 1, 2, 0), "", "check: --pp --zero 2 on GPUs, two data-parallel groups");
+	is_str(check(&o, 0), "", "check: --pp --zero 2");
+	is_str(check(&o, 1), "", "check: --pp --zero 2 on GPUs, two data-parallel groups");
 	o.zero = 3;
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 3 on the CPU");
-	is_str(check(&o, 1, 1, 0), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the "
+	is_str(check(&o, 0), "", "check: --pp --zero 3 on the CPU");
+	is_str(check(&o, 1), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the "
 	       "CPU backend runs it (--device cpu)", "check: --pp --zero 3 on GPUs");
 	o.compress = GK_COMM_COMPRESS_BF16;
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --zero 3 --compress on the CPU");
+	is_str(check(&o, 0), "", "check: --pp --zero 3 --compress on the CPU");
 	o.compress = GK_COMM_COMPRESS_NONE;
 	o.pp_sched = GK_NN_PP_INTERLEAVED;
 	o.pp_chunks = 2;
 	o.grad_accum = 3;
-	is_str(check(&o, 0, -1, 0), "--pp-schedule interleaved: not with --zero 3 (--zero 2, or "
+	is_str(check(&o, 0), "--pp-schedule interleaved: not with --zero 3 (--zero 2, or "
 	       "--pp-schedule 1f1b)", "check: --pp --zero 3 interleaved");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --val-data");
+	is_str(check(&o, 0), "", "check: --pp --val-data");
 	o.eval_only = 1;
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --eval-only");
+	is_str(check(&o, 0), "", "check: --pp --eval-only");
 	o.offload_dir = "d";
-	is_str(check(&o, 0, -1, 0), "", "check: --pp --offload optimizer:DIR");
+	is_str(check(&o, 0), "", "check: --pp --offload optimizer:DIR");
 	o.pp = 1;
 	o.tp = 2;
-	is_str(check(&o, 0, -1, 0), "", "check: --tp --offload optimizer:DIR");
+	is_str(check(&o, 0), "", "check: --tp --offload optimizer:DIR");
 	o = (gk_nn_train_opts){.device = GK_NN_CUDA, .pp = 2, .offload_host = 1};
-	is_str(check(&o, 1, -1, 0), "", "check: --pp --offload optimizer on GPUs");
+	is_str(check(&o, 1), "", "check: --pp --offload optimizer on GPUs");
 	o.pp = 1;
 	o.tp = 2;
-	is_str(check(&o, 1, -1, 0), "", "check: --tp --offload optimizer on GPUs");
+	is_str(check(&o, 1), "", "check: --tp --offload optimizer on GPUs");
 }
 
 /* The start line's grid and the pipeline's warning, as gpu-train prints them. */
