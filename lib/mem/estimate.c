@@ -698,8 +698,9 @@ int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOS
 	uint64_t R = f.piece[0] + f.piece[1];
 	int z3 = f.shard && s->zero == 3, z2 = f.shard && s->zero >= 2;
 	out[GK_MEM_HOST_PARAMS] = fbytes(z3 ? R : f.nflat);
-	/* ZeRO-2's gradient buckets (not a tensor group's: pp_shard.c's) */
-	out[GK_MEM_HOST_GRADS] = z2 && (s->tp ? s->tp : 1) == 1 ? 0 : fbytes(f.nflat);
+	/* ZeRO-2's gradient buckets (not a grid's: a stage's or a tensor
+	 * slice's whole buffer, mirrored as ZeRO-1's, pp_shard.c) */
+	out[GK_MEM_HOST_GRADS] = z2 && !f.grid ? 0 : fbytes(f.nflat);
 	out[GK_MEM_HOST_STAGING] = 4 * f.n < GK_MEM_GPU_STAGING ? 4 * f.n : GK_MEM_GPU_STAGING;
 	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (R + 1);
 	out[GK_MEM_HOST_GRAD_SHARD] = offload && z2 && !f.grid ? 4 * R : 0;
@@ -798,8 +799,7 @@ static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *he
 /*
  * gpu-train's host memory on GPUs, each rank's (gk_mem_gpu_host): for a
  * GPT-2 it trains there, on any grid it runs (ZeRO 0 to 3 without tensor
- * or pipeline parallelism, 0 to 2 with --tp, 0 and 1 with --pp over
- * data-parallel groups)
+ * or pipeline parallelism, 0 to 2 with --tp or --pp)
  */
 static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stage)
 {
@@ -815,7 +815,7 @@ static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int sta
 	uint64_t h[GK_MEM_NHOST];
 	gk_err err;
 	gk_mem_shape sh = shape_of(m, r, stage);
-	if (!gpt2_trained(m, r) || r->host_backend || (r->pp > 1 && r->dp > 1 && r->zero >= 2) ||
+	if (!gpt2_trained(m, r) || r->host_backend ||
 	    gk_mem_gpu_host(&sh, r->offload != GK_MEM_OFFLOAD_NONE, h, &err) < 0)
 		return;
 	for (int i = 0; i < GK_MEM_NHOST; i++) {

@@ -279,9 +279,10 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"
 # counts the pieces as gradients (mem-estimate --zero 2'"'"'s) and the rest
 # of the stage'"'"'s buffer as comm (mem-estimate'"'"'s pp_zero2_grads and half
 # the padded vocabulary rows'"'"', 127 of 32, as on the CPU: t7121), its
-# total ZeRO-1'"'"'s. The checkpoint resumes on the CPU on one rank (the
-# same global batch), within the CPU'"'"'s device tolerance of the GPUs'"'"'
-# ZeRO-1 run that never stopped.
+# total ZeRO-1'"'"'s; its host memory is mem-estimate'"'"'s term by term (a
+# stage keeps ZeRO-1'"'"'s host mirror of its gradients). The checkpoint
+# resumes on the CPU on one rank (the same global batch), within the
+# CPU'"'"'s device tolerance of the GPUs'"'"' ZeRO-1 run that never stopped.
 test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in buckets: ZeRO 1'"'"'s losses, norms and checkpoint bit for bit; model states mem-estimate --zero 2'"'"'s, the total ZeRO 1'"'"'s; resumed on the CPU (1 rank) within 1e-4' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
 	 mpi 4 $G --pp 2 --zero 2 --bucket 4K --until 2 --ckpt-dir z2 >z2.json) &&
@@ -302,6 +303,11 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 	done &&
 	test $(mem z2.json gradients) -lt $(mem zk.json gradients) &&
 	test $(mem z2.json total) = $(mem zk.json total) &&
+	jq -s -c "map(select(.event == \"start\"))[0].host_memory |
+		with_entries(select(.key != \"total\"))" z2.json >host.got &&
+	jq -c ".bytes | with_entries(select(.key | startswith(\"host_\")) |
+		select(.key != \"host_ram\"))" mez2.json >host.want &&
+	test_cmp host.want host.got &&
 	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json))) = $((127 * 32 * 4 / 2)) &&
 	cp -R z2 z2c &&
 	gpu-train $A --batch 8 --device cpu --ckpt-dir z2c --resume >z2c.json 2>err &&
