@@ -141,7 +141,11 @@ for s, a in enumerate(acts):
     pieces = [(l + 1) * N * C, head * N * C, head * N, head * N, head * N * Vp // t, head * N,
               l * N * C, l * N, l * N, l * N * 3 * C // t, l * B * H // t * T * T, l * N * C // t,
               l * N * C, l * N * C, l * N, l * N, l * N * 4 * C // t, l * N * 4 * C // t]
-    per = 4 * (sum(r16(x) for x in pieces) + 2 * r16(N)) - head * 4 * (Vp - Vo) * N
+    # the logits' columns past the vocabulary, a tensor rank's share of
+    # them (gk_mem_logits: its Vp/t columns less the model's Vo/t), are
+    # padding, not activations
+    pad = 4 * N * (Vp // t) - int(4 * N * Vo / t + 0.5)
+    per = 4 * (sum(r16(x) for x in pieces) + 2 * r16(N)) - head * pad
     assert a == sets * per, ("stage %d: gpu-train %d, the shapes %d sets x %d" % (s, a, sets, per))
     est = json.load(open(sys.argv[2] % s))
     b = est["bytes"]
@@ -156,7 +160,6 @@ for s, a in enumerate(acts):
     assert b.get("final_norm", 0) == head * sets * 2 * 4 * N * C, (s, b)
     m = b["activations"] + b.get("logits", 0) + b.get("final_norm", 0)
     extra = 4 * sets * (4 * N * l + 2 * N + (3 * N if head else N * C))
-    extra += head * sets * 4 * N * ((Vp // t - (Vp - Vo)) * t - Vo) // t
     assert a - m == extra, ("stage %d: gpu-train %d - mem-estimate %d = %d, not %d" % (s, a, m, a - m, extra))
     print("stage %d: %d sets of %d layers, gpu-train %d, mem-estimate %d" % (s, sets, l, a, m))
 e = json.load(open(sys.argv[2] % 0))["bytes"]["activations"]
