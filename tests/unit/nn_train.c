@@ -37,9 +37,10 @@ static const char *check(const gk_nn_train_opts *o, int cuda)
 
 /*
  * The rules, with the texts gpu-train(1) and the CLI tests state: a device
- * given on the command line (cuda from --device, the world not known), and
- * one --device auto chose (the run's words, a world of one shards nothing,
- * and nothing of the device said before it is known).
+ * given on the command line (cuda from --device), and one --device auto
+ * chose (the run's words, and nothing of the device said before it is
+ * known). The rules no longer depend on the world's size: the cases once
+ * asked at 1 and 2 ranks ask the same now.
  */
 static void checks(void)
 {
