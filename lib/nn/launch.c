@@ -100,12 +100,15 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	size_t N = B * T;
 	size_t es = m->o.precision == GK_NN_BF16 ? 2 : 4;
 	/* a pipeline stage: its layers only, and the head's buffers on the
-	 * last stage alone (as gpt.c's act_sizes) */
+	 * last stage alone; under the interleaved schedule a slot holds one
+	 * chunk's layers (as gpt.c's act_sizes: the kernels index a layer's
+	 * buffers from the chunk's first, gk_nn_pp_use_chunk) */
 	size_t hd = 1;
 	if (m->o.pp > 1) {
 		int l0 = 0, l1 = (int)L;
 		gk_err ignore;
-		if (gk_nn_pp_layers(m->c.layers, m->o.pp, m->o.pp_rank, &l0, &l1, &ignore) == 0)
+		if (gk_nn_pp_chunk_layers(m->c.layers, m->o.pp, m->o.pp_chunks, m->o.pp_rank, 0,
+					  &l0, &l1, &ignore) == 0)
 			L = (size_t)(l1 - l0);
 		hd = m->o.pp_rank == m->o.pp - 1;
 	}

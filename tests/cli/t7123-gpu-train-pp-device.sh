@@ -163,7 +163,11 @@ test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on on
 # layers, within 1e-12. A run that goes interleaved (a step), 1F1B (one),
 # interleaved again (one), resuming each time, is the 1F1B run that never
 # stopped, its validation loss (the pipeline forward through the chunks)
-# too.
+# too. A stage's device activations are mem-estimate's sets in flight
+# (min(M V, warm-up + 1): 6 on stage 0, 4 on stage 1) of a chunk's
+# buffers, which are those of a 1F1B stage of the chunk's one layer (a
+# 2-layer pipeline's, whose stages keep mem-estimate's 2 and 1 sets), not
+# of the stage's two layers.
 I="--pp-schedule interleaved --pp-chunks 2"
 P4="--layers 4 --batch 2 --grad-accum 5 --steps 3"
 G4="$G $P4"
@@ -194,7 +198,19 @@ test_expect_success 'GPUS,MPI' 'interleaved pp 2 (V 2, groups of 3) on GPUs, res
 	test_cmp f4.val r4.val &&
 	mpi 2 $A $P4 --device cpu --pp 2 $I >c4.json &&
 	losses c4.json >c4 &&
-	close_to chain c4 1e-4
+	close_to chain c4 1e-4 &&
+	mpi 2 $G4 --pp 2 --layers 2 --steps 1 >l2.json &&
+	s=0 && while test $s -lt 2; do
+		me="mem-estimate --hidden 32 --heads 2 --vocab 257 --positions 33 --precision f32 \
+			-b 2 -s 16 --grad-accum 5 --pp 2 --pp-stage $s --json" &&
+		n=$($me --layers 4 $I | jq .inflight) &&
+		n1=$($me --layers 2 | jq .inflight) &&
+		a=$(jq "select(.event == \"step\") | .pp_stages[$s].activations" i4.json) &&
+		a1=$(jq "select(.event == \"step\") | .pp_stages[$s].activations" l2.json) &&
+		echo "stage $s: $a bytes in $n sets, a 1-layer stage $a1 in $n1" &&
+		test $((a * n1)) = $((a1 * n)) || return 1
+		s=$((s + 1))
+	done
 '
 
 # pp 2 x dp 2: four ranks on four GPUs (the emulation makes them:
