@@ -459,9 +459,9 @@ void gk_nn_pp_from_hf(const gk_nn_model *m, const float *src, float *dst);
  * lazy_grads only the stage's pages take memory):
  *   forward   the first stage embeds tokens; any other reads its input,
  *             gk_nn_pp_count elements, from gk_nn_pp_input (the previous
- *             stage's output, put there by the caller). The last stage runs the
- *             head and the loss (targets); the others leave their output
- *             in gk_nn_pp_output and take no targets (NULL).
+ *             stage's output, put there by the caller). The last stage
+ *             runs the head and the loss (targets); the others leave their
+ *             output in gk_nn_pp_output and take no targets (NULL).
  *   backward  the last stage starts from the loss; any other from d
  *             output, which the caller puts in gk_nn_pp_grad before the
  *             call. After it, a stage other than the first has d input in

@@ -357,8 +357,9 @@ static int decode_pass(gk_nn_decoder *d, gk_comm *pipe, int32_t tok, const float
  * floats a message; on a GPU the model's batch, B x T x C elements of
  * gk_nn_pp_dtype in device memory, the other rows its first token (see
  * the top of the file); under sequence parallelism a rank's T/tp
- * positions of them (gk_nn_pp_count). Under tensor parallelism the logits are
- * gathered into full (vocab_pad floats). *logits: on the last stage.
+ * positions of them (gk_nn_pp_count). Under tensor parallelism the
+ * logits are gathered into full (vocab_pad floats). *logits: on the last
+ * stage.
  */
 static int window_pass(gk_nn_model *m, gk_comm *act, const int32_t *tokens, int w, float *full,
 		       const float **logits, gk_err *err)
