@@ -549,7 +549,7 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 			return gk_errf(err, "model tensor-parallel rank %d of %d: no such rank "
 				       "or no communicator", o->tp_rank, o->tp);
 	}
-	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, o->pp, err) < 0)
+	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, err) < 0)
 		return -1;
 	int l0 = 0, l1 = (int)cc.layers;
 	if (o->pp > 1) {
@@ -719,7 +719,7 @@ int gk_nn_plan(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, gk_er
 		return -1;
 	if (o->tp > 1 && gk_nn_tp_check(&m.c, o->tp, err) < 0)
 		return -1;
-	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, o->pp, err) < 0)
+	if (o->seq_par && gk_nn_sp_check(o->tp, o->seq, err) < 0)
 		return -1;
 	m.nt = o->threads > 0 ? o->threads : omp_get_max_threads();
 	int rc = plan_table(&m, err);

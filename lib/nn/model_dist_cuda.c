@@ -209,8 +209,7 @@ void *gk_nn_cuda_pp_input(gk_nn_model *m)
 void *gk_nn_cuda_pp_output(gk_nn_model *m)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	return (char *)cu->resid +
-	       (size_t)(m->l1 - m->l0) * (size_t)m->o.batch * m->o.seq * m->c.hidden * cu->es;
+	return (char *)cu->resid + (size_t)(m->l1 - m->l0) * gk_nn_pp_count(m) * cu->es;
 }
 
 void *gk_nn_cuda_pp_grad(gk_nn_model *m)

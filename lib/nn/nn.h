@@ -214,8 +214,9 @@ typedef struct gk_nn_opts {
 				       * group (tp > 1; Korthikanti et al. 2022):
 				       * the LayerNorm and residual regions hold
 				       * rank tp_rank's seq / tp positions of each
-				       * sequence; seq must divide by tp, and no
-				       * pipeline (gk_nn_sp_check) */
+				       * sequence, and so does what a pipeline
+				       * stage passes to the next (gk_nn_pp_count);
+				       * seq must divide by tp (gk_nn_sp_check) */
 	int unit_params;              /* CUDA: ZeRO-3, with unit_params buffers
 				       * of a block (1 to layers): the device
 				       * holds this rank's range of the fp32
@@ -407,16 +408,16 @@ size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int o
 int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk_err *err);
 /*
  * Whether sequence parallelism (gk_nn_opts' seq_par) can run over tp ranks
- * at sequence length seq and pp pipeline stages: 0, or -1 with the numbers
- * in err. Under it, gk_nn_tp_bytes counts what this rank puts into each
- * collective: N x C floats a reduce-scatter (the g operator forward, f
- * backward), N/tp x C an all-gather (f forward; g backward; the
- * LayerNorm outputs and lnf gathered again in backward, as Megatron-LM
- * does instead of keeping them whole; on a GPU elements of the
- * activation type, 2 bytes in bf16), 2 C a LayerNorm's parameter
- * gradients (summed over the group: each rank's come from its positions).
+ * at sequence length seq: 0, or -1 with the numbers in err. Under it,
+ * gk_nn_tp_bytes counts what this rank puts into each collective: N x C
+ * floats a reduce-scatter (the g operator forward, f backward), N/tp x C
+ * an all-gather (f forward; g backward; the LayerNorm outputs and lnf
+ * gathered again in backward, as Megatron-LM does instead of keeping them
+ * whole; on a GPU elements of the activation type, 2 bytes in bf16), 2 C
+ * a LayerNorm's parameter gradients (summed over the group: each rank's
+ * come from its positions).
  */
-int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err);
+int gk_nn_sp_check(int tp, int seq, gk_err *err);
 
 /* ---- pipeline parallelism (pp.c) ------------------------------------------------- */
 
@@ -457,10 +458,10 @@ void gk_nn_pp_from_hf(const gk_nn_model *m, const float *src, float *dst);
  * forward and backward touch only its layers (with lazy_params and
  * lazy_grads only the stage's pages take memory):
  *   forward   the first stage embeds tokens; any other reads its input,
- *             B x T x C floats, from gk_nn_pp_input (the previous stage's
- *             output, put there by the caller). The last stage runs the
- *             head and the loss (targets); the others leave their output
- *             in gk_nn_pp_output and take no targets (NULL).
+ *             gk_nn_pp_count elements, from gk_nn_pp_input (the previous
+ *             stage's output, put there by the caller). The last stage
+ *             runs the head and the loss (targets); the others leave their
+ *             output in gk_nn_pp_output and take no targets (NULL).
  *   backward  the last stage starts from the loss; any other from d
  *             output, which the caller puts in gk_nn_pp_grad before the
  *             call. After it, a stage other than the first has d input in
@@ -489,6 +490,16 @@ void gk_nn_pp_use_slot(gk_nn_model *m, int i);
 void *gk_nn_pp_input(gk_nn_model *m);
 void *gk_nn_pp_output(gk_nn_model *m);
 void *gk_nn_pp_grad(gk_nn_model *m);
+/*
+ * The elements of each of those three: a micro-batch's activations,
+ * B x T x C, and under sequence parallelism this rank's T/tp positions of
+ * each sequence, B x T/tp x C (in gk_nn_sp_row's order), as Megatron-LM's
+ * stages pass their shard of the sequence (the tensor shape its
+ * p2p_communication sends: megatron/core/pipeline_parallel/schedules.py,
+ * get_tensor_shapes, seq_length / the tensor group's size under
+ * sequence_parallel).
+ */
+size_t gk_nn_pp_count(const gk_nn_model *m);
 gk_dtype gk_nn_pp_dtype(const gk_nn_model *m);
 void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared);
 /* this stage's parameters: its range and the shared wte */

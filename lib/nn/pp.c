@@ -126,9 +126,10 @@ void gk_nn_pp_use_chunk(gk_nn_model *m, int c)
 				      &ignore);
 }
 
-static size_t rows(const gk_nn_model *m)
+size_t gk_nn_pp_count(const gk_nn_model *m)
 {
-	return (size_t)m->o.batch * (size_t)m->o.seq * (size_t)m->c.hidden;
+	size_t n = (size_t)m->o.batch * (size_t)m->o.seq * (size_t)m->c.hidden;
+	return m->sp ? n / (size_t)m->tp : n;
 }
 
 /* a stage's residual stream holds its layers' inputs and its output */
@@ -139,7 +140,8 @@ void *gk_nn_pp_input(gk_nn_model *m)
 
 void *gk_nn_pp_output(gk_nn_model *m)
 {
-	return m->cu ? gk_nn_cuda_pp_output(m) : m->resid + (size_t)(m->l1 - m->l0) * rows(m);
+	return m->cu ? gk_nn_cuda_pp_output(m) :
+		       m->resid + (size_t)(m->l1 - m->l0) * gk_nn_pp_count(m);
 }
 
 void *gk_nn_pp_grad(gk_nn_model *m)

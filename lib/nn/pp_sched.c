@@ -166,7 +166,7 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	p->s = t->grid.pp_rank;
 	p->V = t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1;
 	p->BT = (size_t)t->o.batch * (size_t)t->o.seq;
-	p->NC = p->BT * (size_t)t->cfg.hidden;
+	p->NC = gk_nn_pp_count(t->m);
 	/* a send's buffer of its own for each micro-batch's chunk */
 	size_t M = (size_t)p->M * (size_t)p->V;
 	p->dt = gk_nn_pp_dtype(t->m);

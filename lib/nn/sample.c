@@ -356,15 +356,17 @@ static int decode_pass(gk_nn_decoder *d, gk_comm *pipe, int32_t tok, const float
  * CPU a batch of that one row (the batch size is put back after), T x C
  * floats a message; on a GPU the model's batch, B x T x C elements of
  * gk_nn_pp_dtype in device memory, the other rows its first token (see
- * the top of the file). Under tensor parallelism the logits are
- * gathered into full (vocab_pad floats). *logits: on the last stage.
+ * the top of the file); under sequence parallelism a rank's T/tp
+ * positions of them (gk_nn_pp_count). Under tensor parallelism the
+ * logits are gathered into full (vocab_pad floats). *logits: on the last
+ * stage.
  */
 static int window_pass(gk_nn_model *m, gk_comm *act, const int32_t *tokens, int w, float *full,
 		       const float **logits, gk_err *err)
 {
 	int T = m->o.seq, B = m->o.batch, S = m->pp, s = m->ppr, V = chunks(m);
 	int nb = m->cu ? B : 1;
-	size_t BT = (size_t)nb * (size_t)T, n = BT * (size_t)m->c.hidden;
+	size_t BT = (size_t)nb * (size_t)T;
 	gk_dtype dt = gk_nn_pp_dtype(m);
 	*logits = NULL;
 	if (w < 1 || w > T)
@@ -376,6 +378,7 @@ static int window_pass(gk_nn_model *m, gk_comm *act, const int32_t *tokens, int 
 	for (size_t t = (size_t)w; t < BT; t++) /* after the last: causal, never seen */
 		row[t] = tokens[0];
 	m->o.batch = nb;
+	size_t n = gk_nn_pp_count(m);
 	gk_nn_pp_use_slot(m, 0);
 	int rc = 0;
 	for (int c = 0; c < V && rc == 0; c++) {

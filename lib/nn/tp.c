@@ -30,7 +30,14 @@
  * LayerNorms, the biases' sums) each rank keeps for its T/tp positions of
  * every sequence only. g becomes a reduce-scatter (identity backward
  * becomes an all-gather), f an all-gather (allreduce backward becomes a
- * reduce-scatter), model.c around the same layers.
+ * reduce-scatter), model.c around the same layers. A pipeline stage
+ * passes what it holds between blocks: each tensor rank sends its T/tp
+ * positions to the same tensor rank of the next stage, 1/tp of a whole
+ * activation (gk_nn_pp_count), and the gradients back alike, as
+ * Megatron-LM's stages do; the first stage's embedding is scattered by
+ * positions and the last stage's head gathers lnf, as without stages.
+ * ZeRO-3 sees nothing of it: the LayerNorms' gradients are summed over
+ * the group inside backward, before the data-parallel reduction.
  *
  * The embedding and the LM head it is tied to are split by vocabulary
  * rows (vocab_pad / tp a rank): the lookup is a masked lookup summed over
@@ -233,7 +240,7 @@ void gk_nn_tp_add_pos(float *out, const float *wpe, int B, int T, int t0, int C,
 
 /* ---- sequence parallelism ------------------------------------------------------- */
 
-int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err)
+int gk_nn_sp_check(int tp, int seq, gk_err *err)
 {
 	if (tp < 2)
 		return gk_errf(err, "sequence parallelism splits the sequence over a tensor "
@@ -242,9 +249,6 @@ int gk_nn_sp_check(int tp, int seq, int pp, gk_err *err)
 		return gk_errf(err, "sequence parallelism over %d ranks: the sequence length %d "
 			       "does not divide by %d (each rank takes %d/%d positions; a "
 			       "sequence of %d does)", tp, seq, tp, seq, tp, (seq / tp + 1) * tp);
-	if (pp > 1)
-		return gk_errf(err, "sequence parallelism: not with %d pipeline stages (the "
-			       "stages pass whole sequences)", pp);
 	return 0;
 }
 

@@ -90,11 +90,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 		if (o->tp < 2)
 			return gk_errf(err, "--sequence-parallel splits the sequence over a "
 				       "tensor group: give --tp N (2 or more) too");
-		if (o->pp > 1)
-			return gk_errf(err, "--sequence-parallel: not with --pp %d", o->pp);
-		if (o->zero == 3)
-			return gk_errf(err, "--sequence-parallel: not with --zero 3 (--zero 2, or "
-				       "leave --sequence-parallel out)");
 		int lo = o->seq / o->tp * o->tp;
 		char alt[24] = "";
 		if (lo > 0)

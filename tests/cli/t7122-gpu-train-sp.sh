@@ -7,12 +7,15 @@ give the losses and gradient norms of one rank within 1e-5 (tp 2: of
 tp 2 without it within 1e-6), step by step; their checkpoints
 are the same Hugging Face layout with the values of tp 2 within 1e-6
 and of one rank within 1e-5, and one resumes on one rank as the run
-that never stopped; --eval-only gives the loss of tp 2; a step'"'"'s
+that never stopped; --eval-only gives the loss of tp 2; tp 2 x pp 2
+under it gives the losses, norms and checkpoint of tp 2 x pp 2 within
+1e-6, its stages sending half the bytes; tp 2 x dp 2 under --zero 3
+gives --zero 2'"'"'s bit for bit; a step'"'"'s
 tp_comm_bytes is the formula of its collectives; the activations it
 accounts for drop by what mem-estimate --sp says, and mem-estimate'"'"'s
 own drop is Korthikanti'"'"'s (4e + 2d) sbh (1 - 1/t) a layer; a sequence
-that does not divide by --tp, and the settings it does not take, are
-refused before any work.'
+that does not divide by --tp, and a run without --tp, are refused
+before any work.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -107,6 +110,59 @@ test_expect_success MPI 'tp 4 --sequence-parallel (4 positions a rank) and tp 2 
 	close_to spga one 1e-5 && close_to spga.n one.n 1e-5
 '
 
+# tp 2 x pp 2 (4 ranks, 2 micro-batches of N = 4 x 16 rows, C 64): each
+# stage's tensor group holds its positions between the blocks, and what a
+# stage sends the next is its rank's T/tp positions of each sequence, 4 m
+# N C / t bytes a step (pp_comm_bytes, and each stage's gradients back),
+# half of the 4 m N C without it. The forward is tp 2 x pp 2's bits (the
+# first loss the same); the LayerNorms' parameter gradients are summed
+# in another order, as at tp 2 (1e-6, above).
+test_expect_success MPI 'tp 2 x pp 2 --sequence-parallel = tp 2 x pp 2 (1e-6): losses, norms, the checkpoint; a stage sends 1/tp of the bytes' '
+	P="$A --batch 4 --grad-accum 2 --tp 2 --pp 2 --until 2" &&
+	mpi 4 $P --ckpt-dir ckp >pp.json &&
+	mpi 4 $P --sequence-parallel --ckpt-dir ckps >pps.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .sequence_parallel and .tp == 2 and .pp == 2" \
+		pps.json &&
+	losses pp.json >pp && norms pp.json >pp.n &&
+	losses pps.json >pps && norms pps.json >pps.n &&
+	test $(wc -l <pps) = 2 &&
+	test "$(head -n 1 pps)" = "$(head -n 1 pp)" &&
+	close_to pps pp 1e-6 && close_to pps.n pp.n 1e-6 &&
+	close_to pps one.2 1e-5 && close_to pps.n one.n2 1e-5 &&
+	stcmp ckps/latest/model.safetensors ckp/latest/model.safetensors 1e-6 $SPCMP &&
+	stcmp ckps/latest/model.safetensors ck1r/latest/model.safetensors 1e-5 $SPCMP &&
+	b=$((4 * 2 * 64 * 64)) &&
+	printf "%s %s %s\n" $b $b $b $b $b $b >want &&
+	jq -r "select(.event == \"step\") | [.pp_comm_bytes, .pp_stages[].pp_comm_bytes] | join(\" \")" \
+		pp.json >ppb &&
+	test_cmp want ppb &&
+	b=$((b / 2)) &&
+	printf "%s %s %s\n" $b $b $b $b $b $b >want &&
+	jq -r "select(.event == \"step\") | [.pp_comm_bytes, .pp_stages[].pp_comm_bytes] | join(\" \")" \
+		pps.json >ppsb &&
+	test_cmp want ppsb
+'
+
+# ZeRO-3 at tp 2 x dp 2: the blocks'"'"' units gathered before their use and
+# released after as without --sequence-parallel, whose LayerNorm
+# gradients are summed over the tensor group inside backward, before
+# ZeRO-2'"'"'s reduce-scatter takes them: --zero 2'"'"'s losses, norms and
+# model bit for bit, with accumulation and each layer recomputed (its
+# block gathered again for it)
+test_expect_success MPI 'tp 2 x dp 2 --zero 3 --sequence-parallel = --zero 2 --sequence-parallel, bit for bit' '
+	Z="$A --batch 2 --grad-accum 2 --tp 2 --sequence-parallel --until 2" &&
+	mpi 4 $Z --zero 2 --ckpt-dir ckz2 >z2.json &&
+	mpi 4 $Z --zero 3 --recompute layer --ckpt-dir ckz3 >z3.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .sequence_parallel and .zero == 3 and .dp == 2" \
+		z3.json &&
+	losses z2.json >z2 && norms z2.json >z2.n &&
+	losses z3.json >z3 && norms z3.json >z3.n &&
+	test $(wc -l <z3) = 2 &&
+	test_cmp z2 z3 && test_cmp z2.n z3.n &&
+	cmp ckz2/latest/model.safetensors ckz3/latest/model.safetensors &&
+	close_to z3 one.2 1e-5 && close_to z3.n one.n2 1e-5
+'
+
 # per micro-step, N = 4 x 16 rows, C 64, L 2, t 2 (lib/nn/nn.h): the
 # reduce-scatters (the embedding, 2 a layer forward, 2 backward, the
 # head's) N C floats each, the all-gathers N C / t (2 a layer forward,
@@ -196,11 +252,10 @@ test_expect_success MPI 'the model.s positions as the length (33): refused on ev
 	! grep "\"step\"" out
 '
 
-test_expect_success 'without --tp, or with --pp: refused' '
+test_expect_success 'without --tp: refused' '
 	test_expect_code 2 gpu-train $A --batch 8 --sequence-parallel >out 2>err &&
 	grep "give --tp N (2 or more) too" err &&
-	test_expect_code 2 gpu-train $A --batch 8 --tp 2 --pp 2 --sequence-parallel >out 2>err &&
-	grep -- "--sequence-parallel: not with --pp 2" err
+	test_must_be_empty out
 '
 
 test_done

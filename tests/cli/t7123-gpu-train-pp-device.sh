@@ -35,7 +35,9 @@ chunks a stage, 5 micro-batches in groups of 3), its messages each on a
 lane of NCCL communicators, the losses and the validation loss are
 1F1B'"'"'s on GPUs bit for bit through a resume into 1F1B and back, the
 norms within 1e-12, the CPU'"'"'s interleaved run within 1e-4; under tp 2 x
-pp 2 too. --sample through the stages (a forward of the window a token,
+pp 2 too, and tp 2 x pp 2 under --sequence-parallel (its stages sending
+a rank'"'"'s positions only) gives tp 2 x pp 2'"'"'s loss bit for bit, its norm
+within 1e-6. --sample through the stages (a forward of the window a token,
 its activations over NCCL) gives one GPU'"'"'s tokens and the CPU'"'"'s,
 interleaved and in bf16 too.'
 . "$(dirname "$0")/lib.sh"
@@ -233,6 +235,27 @@ test_expect_success 'GPUS4,MPI' 'interleaved tp 2 x pp 2 on GPUs: 1F1B'"'"'s los
 	test_cmp tf ti &&
 	norms tf.json >tf.n && norms ti.json >ti.n &&
 	close_to ti.n tf.n 1e-12
+'
+
+# the same tp 2 x pp 2 under --sequence-parallel: each stage's tensor
+# group keeps its positions between the blocks, and a stage sends the
+# next a rank's T/2 positions of each sequence, in the activation type
+# (pp_comm_bytes 4 m N C / 2: m 4, N 2 x 16, C 32). The forward is the
+# same bits; the LayerNorms' parameter gradients add a rank's positions
+# first (t7127's 1e-6)
+test_expect_success 'GPUS4,MPI' 'tp 2 x pp 2 --sequence-parallel on GPUs: the loss of tp 2 x pp 2 bit for bit, its norm within 1e-6, half the bytes between stages' '
+	T4="$G --layers 4 --batch 2 --grad-accum 4 --steps 1 --tp 2 --pp 2" &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $T4 --sequence-parallel >ts.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .sequence_parallel and .tp == 2 and .pp == 2" ts.json &&
+	losses ts.json >ts && test $(wc -l <ts) = 1 &&
+	test_cmp tf ts &&
+	norms ts.json >ts.n && close_to ts.n tf.n 1e-6 &&
+	b=$((4 * 4 * 2 * 16 * 32 / 2)) &&
+	echo "$b $b $b" >want &&
+	jq -r "select(.event == \"step\") | [.pp_comm_bytes, .pp_stages[].pp_comm_bytes] | join(\" \")" \
+		ts.json >got &&
+	test_cmp want got
 '
 
 test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs: over NCCL (--comm nccl and auto) within 1e-6 of one GPU on the same global batch and the --comm mpi run'"'"'s bits' '

@@ -116,8 +116,8 @@ static void checks(void)
 	       "check: --sequence-parallel, a length shorter than the group");
 	o.seq = 16;
 	o.pp = 2;
-	is_str(check(&o, 0), "--sequence-parallel: not with --pp 2",
-	       "check: --sequence-parallel --pp");
+	is_str(check(&o, 0), "", "check: --sequence-parallel --pp");
+	is_str(check(&o, 1), "", "check: --sequence-parallel --pp on GPUs");
 	o.pp = 0;
 	o.tp = 1;
 	is_str(check(&o, 0), "--sequence-parallel splits the sequence over a tensor group: "
@@ -161,8 +161,10 @@ static void checks(void)
 	       "the CPU backend runs it (--device cpu)", "check: --tp --pp --zero 3 on GPUs");
 	o.pp = 0;
 	o.seq_par = 1;
-	is_str(check(&o, 0), "--sequence-parallel: not with --zero 3 (--zero 2, or leave "
-	       "--sequence-parallel out)", "check: --tp --sequence-parallel --zero 3");
+	is_str(check(&o, 0), "", "check: --tp --sequence-parallel --zero 3 on the CPU");
+	is_str(check(&o, 1), "--tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
+	       "the CPU backend runs it (--device cpu)",
+	       "check: --tp --sequence-parallel --zero 3 on GPUs");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .zero = 1};
 	is_str(check(&o, 0), "", "check: --pp --zero 1");
 	o.zero = 2;
