@@ -382,6 +382,10 @@ struct gk_nn_dp {
 	int reshard;          /* release a block after its forward (else after
 			       * its backward) */
 	int prefetch;         /* the next block's gather during this one (overlap) */
+	int pipe;             /* stage3 in a pipeline: its schedule says the pass
+			       * after each (next_fwd: 1 a forward, 0 a
+			       * backward, -1 none), whose first block is next */
+	int next_fwd;
 	int nunits;
 	int units;            /* on a GPU: the model's unit buffers (unit_params),
 			       * gathered over gcomm in the working copy's type */
@@ -474,8 +478,8 @@ int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err);
 /* ZeRO-3 over a grid: the bytes of the stage's parameters that its units
  * hold gathered at most during a step besides its pieces: the edges, and
  * every block with keep (--reshard-after-forward no), else two (the one
- * in use and the model's last, kept from its forward into its backward),
- * whole pages each */
+ * in use and the next, prefetched; without prefetch the model's last,
+ * kept from its forward into its backward), whole pages each */
 uint64_t gk_nn_dp_stage3_bytes(const gk_nn_dp *dp, int keep);
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
@@ -521,6 +525,10 @@ gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last);
  * embeddings and the final norm before a micro-step. */
 int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err);
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err);
+/* A pipeline's schedule, before each of its passes: the pass after it is
+ * a forward (fwd 1) or a backward (0) of the stage's layers, or none
+ * (-1). ZeRO-3 prefetches that pass's first block during this one's last. */
+void gk_nn_dp_next_pass(gk_nn_dp *dp, int fwd);
 /* After backward (at time now): the gradients averaged, or this rank's
  * range of them. */
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err);

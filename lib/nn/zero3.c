@@ -71,9 +71,18 @@
  * update are ZeRO-2's stage path, without the gather after it; the edges
  * are gathered before the schedule (a pipeline's micro-batches are its
  * accumulation) and released before the reduction. A tensor group's
- * blocks are prefetched as without a grid; a pipeline's are not, as it
- * overlaps no communication with its schedule. Evaluation and checkpoints
- * gather each stage whole (pp_shard_gather).
+ * blocks are prefetched as without a grid. A pipeline's are prefetched
+ * in the order its schedule uses them (pp_sched.c tells the pass after
+ * each, gk_nn_dp_next_pass): a stage alternates forwards and backwards
+ * of different micro-batches, so after a pass's last block comes the
+ * next pass's first (a forward's lowest block, a backward's highest),
+ * the same on every rank of the stage's data-parallel group, which runs
+ * the same schedule; and the block at which it turns from a forward to a
+ * backward or back, its next use, is kept rather than released and
+ * gathered again (FSDP prefetches by the order of use it recorded in
+ * the first iteration; a pipeline's is its schedule's, known before it
+ * runs). Evaluation and checkpoints gather each stage whole
+ * (pp_shard_gather).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -253,34 +262,53 @@ void gk_nn_z3_release(gk_nn_dp *dp, int u)
 }
 
 /*
- * The model's calls around block l (unit ublk + l - ul0): before its
- * forward, its gather waited for and the next block's started
- * (prefetch); after, it is released (reshard), but the model's last
- * block, whose backward follows at once (on a pipeline's last stage
- * under 1F1B; under GPipe at the end of the forwards); before its
- * backward, gathered again and the previous block's started; after,
- * released.
+ * The unit the model uses after block l (unit ublk + l - ul0) in a
+ * forward (fwd) or a backward, or -1: within the pass the next block
+ * (forward: l + 1, backward: l - 1); after its last, on a pipeline the
+ * first of the schedule's next pass (a forward's ul0, a backward's
+ * ul1 - 1), of which nothing is known without one.
+ */
+static int next_unit(const gk_nn_dp *dp, int fwd, int l)
+{
+	if (fwd ? l + 1 < dp->ul1 : l > dp->ul0)
+		return dp->ublk + (fwd ? l + 1 : l - 1) - dp->ul0;
+	if (!dp->pipe || dp->next_fwd < 0)
+		return -1;
+	return dp->next_fwd ? dp->ublk : dp->ublk + dp->nblk - 1;
+}
+
+/*
+ * The model's calls around block l (unit u): before its forward, its
+ * gather waited for and the next unit's started (prefetch); after, it is
+ * released (reshard), but the model's last block, whose backward follows
+ * at once (on a pipeline's last stage under 1F1B; under GPipe at the end
+ * of the forwards); before its backward, gathered again and the next
+ * unit's started; after, released. A pipeline that prefetches knows the
+ * next unit across its passes, so a unit whose next use is the next one
+ * (the block at which a stage turns from a forward to a backward or back,
+ * every turn of 1F1B's steady state) is kept instead of released and
+ * gathered again, and the model's last block is not otherwise kept:
+ * the one in use and the next are all that is gathered.
  */
 static int param_cb(int phase, int l, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
-	int u = dp->ublk + l - dp->ul0, last = l + 1 == dp->nlayers;
+	int u = dp->ublk + l - dp->ul0, fwd = phase == GK_NN_FWD_PRE || phase == GK_NN_FWD_POST;
+	int next = dp->prefetch ? next_unit(dp, fwd, l) : -1, sched = dp->pipe && dp->prefetch;
 	switch (phase) {
 	case GK_NN_FWD_PRE:
-		if (gk_nn_z3_wait(dp, u, err) < 0)
-			return -1;
-		return dp->prefetch && l + 1 < dp->ul1 ? gk_nn_z3_issue(dp, u + 1, err) : 0;
-	case GK_NN_FWD_POST:
-		if (dp->reshard && !last)
-			gk_nn_z3_release(dp, u);
-		/* the last block queued: the head's loss is read back next */
-		return last ? units_done(dp, err) : 0;
 	case GK_NN_BWD_PRE:
 		if (gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
-		return dp->prefetch && l > dp->ul0 ? gk_nn_z3_issue(dp, u - 1, err) : 0;
+		return next >= 0 && next != u ? gk_nn_z3_issue(dp, next, err) : 0;
+	case GK_NN_FWD_POST:
+		if (dp->reshard && !(sched ? next == u : l + 1 == dp->nlayers))
+			gk_nn_z3_release(dp, u);
+		/* the last block queued: the head's loss is read back next */
+		return l + 1 == dp->nlayers ? units_done(dp, err) : 0;
 	default:
-		gk_nn_z3_release(dp, u);
+		if (!sched || next != u)
+			gk_nn_z3_release(dp, u);
 		/* the first block: backward synchronizes next */
 		return l > dp->ul0 ? 0 : units_done(dp, err);
 	}
@@ -349,11 +377,13 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * ordering start after it (gk_nn_z3_step_done). Over a tensor group
 	 * a gather in flight on the data-parallel communicator's thread runs
 	 * beside the group's collectives on the calling thread (lib/comm
-	 * makes their MPI calls one at a time, comm_mpi.h); a pipeline keeps
-	 * no communication in flight during its schedule (overlap is off
-	 * there, trainer.c).
+	 * makes their MPI calls one at a time, comm_mpi.h), and so does one
+	 * beside a pipeline's messages, whose schedule says which unit comes
+	 * next (gk_nn_dp_next_pass).
 	 */
 	dp->prefetch = dp->overlap && !dp->units;
+	dp->pipe = t->grid.pp > 1;
+	dp->next_fwd = -1;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
@@ -369,6 +399,11 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		unit_displ(dp, u);
 	gk_nn_set_param_fn(dp->m, param_cb, dp);
 	return 0;
+}
+
+void gk_nn_dp_next_pass(gk_nn_dp *dp, int fwd)
+{
+	dp->next_fwd = fwd;
 }
 
 int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err)
