@@ -505,10 +505,10 @@ static int schedule(gk_nn_trainer *t, double *lsum, gk_err *err)
 	for (int i = 0; p->V > 1 && i < p->slots; i++)
 		p->free_slot[i] = p->slots - 1 - i;
 	for (int j = 0; rc == 0 && j < n; j++) {
-		int fwd = -1, k, c;
+		int fwd = -1, k, c = 0;
 		if (j + 1 < n)
 			pass_at(p, j + 1, &fwd, &k, &c);
-		gk_nn_dp_next_pass(t->dp, fwd);
+		gk_nn_dp_next_pass(t->dp, fwd, c);
 		pass_at(p, j, &fwd, &k, &c);
 		if (p->V > 1)
 			rc = fwd ? ilv_forward(t, k, c, lsum, err) : ilv_backward(t, k, c, err);

@@ -145,6 +145,23 @@ static int is_block(const gk_nn_dp *dp, int u)
 }
 
 /*
+ * Block l's unit and block unit u's layer: the stage's chunks of ulen
+ * layers each (one chunk but under the interleaved schedule), chunk c's
+ * from layer ul0 + c ustride, their units in that order from ublk.
+ */
+static int unit_of(const gk_nn_dp *dp, int l)
+{
+	int c = (l - dp->ul0) / dp->ustride;
+	return dp->ublk + c * dp->ulen + (l - dp->ul0 - c * dp->ustride);
+}
+
+static int layer_of(const gk_nn_dp *dp, int u)
+{
+	int i = u - dp->ublk;
+	return dp->ul0 + i / dp->ulen * dp->ustride + i % dp->ulen;
+}
+
+/*
  * On a GPU (units): unit u's buffer, and this rank's piece of it written
  * from its fp32 range on the model's stream, which the gather waits for
  * (comm.h's stream contract), as it waits for the kernels that last read
@@ -159,7 +176,7 @@ static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
 			if (v != u && (v - u) % dp->nuslot == 0 && dp->ustate[v] != 0)
 				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
 					       "gathered over block %d's, still in use",
-					       u - dp->ublk + dp->ul0, v - dp->ublk + dp->ul0);
+					       layer_of(dp, u), layer_of(dp, v));
 	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
 	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
 	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
@@ -262,19 +279,20 @@ void gk_nn_z3_release(gk_nn_dp *dp, int u)
 }
 
 /*
- * The unit the model uses after block l (unit ublk + l - ul0) in a
- * forward (fwd) or a backward, or -1: within the pass the next block
- * (forward: l + 1, backward: l - 1); after its last, on a pipeline the
- * first of the schedule's next pass (a forward's ul0, a backward's
- * ul1 - 1), of which nothing is known without one.
+ * The unit the model uses after block l (unit u) in a forward (fwd) or a
+ * backward, or -1: within the pass the next block of its chunk (forward:
+ * l + 1, backward: l - 1); after its last, on a pipeline the first of
+ * the schedule's next pass (a forward's lowest block of its chunk, a
+ * backward's highest), of which nothing is known without one.
  */
-static int next_unit(const gk_nn_dp *dp, int fwd, int l)
+static int next_unit(const gk_nn_dp *dp, int fwd, int l, int u)
 {
-	if (fwd ? l + 1 < dp->ul1 : l > dp->ul0)
-		return dp->ublk + (fwd ? l + 1 : l - 1) - dp->ul0;
+	int a = dp->ul0 + (l - dp->ul0) / dp->ustride * dp->ustride;
+	if (fwd ? l + 1 < a + dp->ulen : l > a)
+		return fwd ? u + 1 : u - 1;
 	if (!dp->pipe || dp->next_fwd < 0)
 		return -1;
-	return dp->next_fwd ? dp->ublk : dp->ublk + dp->nblk - 1;
+	return dp->ublk + dp->next_chunk * dp->ulen + (dp->next_fwd ? 0 : dp->ulen - 1);
 }
 
 /*
@@ -293,8 +311,8 @@ static int next_unit(const gk_nn_dp *dp, int fwd, int l)
 static int param_cb(int phase, int l, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
-	int u = dp->ublk + l - dp->ul0, fwd = phase == GK_NN_FWD_PRE || phase == GK_NN_FWD_POST;
-	int next = dp->prefetch ? next_unit(dp, fwd, l) : -1, sched = dp->pipe && dp->prefetch;
+	int u = unit_of(dp, l), fwd = phase == GK_NN_FWD_PRE || phase == GK_NN_FWD_POST;
+	int next = dp->prefetch ? next_unit(dp, fwd, l, u) : -1, sched = dp->pipe && dp->prefetch;
 	switch (phase) {
 	case GK_NN_FWD_PRE:
 	case GK_NN_BWD_PRE:
@@ -330,31 +348,36 @@ static void add_unit(gk_nn_dp *dp, size_t a, size_t b, int k)
  * edges, each within one of its segments: on the first stage wte
  * (segment 1) and wpe, on the last the final norm and the tied wte
  * (segment 1, which its head reads), a tensor group's its slices of
- * them (one stage: wte and wpe together in segment 0).
+ * them (one stage: wte and wpe together in segment 0). Under the
+ * interleaved schedule a stage's layers are V chunks, c S + s of the
+ * model's S V (gk_nn_pp_chunk_layers), whose blocks lie one after the
+ * other in the flat buffer (stage-major, gk_nn_pp_place).
  */
 static void make_units(gk_nn_dp *dp, gk_nn_trainer *t)
 {
 	size_t a, b, lo, hi;
-	int k = dp->stage3 ? 0 : -1;
+	int k = dp->stage3 ? 0 : -1, V = 1, l1 = dp->nlayers;
+	dp->ul0 = 0;
 	if (dp->stage3) {
 		gk_err ignore; /* (the stage's layers were checked by the trainer) */
-		gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &dp->ul0, &dp->ul1,
-				&ignore);
+		V = t->grid.pp > 1 && t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1;
+		gk_nn_pp_chunk_layers(t->cfg.layers, t->grid.pp, V, t->grid.pp_rank, 0, &dp->ul0,
+				      &l1, &ignore);
 		add_unit(dp, dp->seg[1][0], dp->seg[1][1], 1);
 		a = dp->seg[0][0];
 		b = dp->seg[0][1];
 	} else {
-		dp->ul0 = 0;
-		dp->ul1 = dp->nlayers;
 		a = 0;
 		b = dp->Np;
 	}
+	dp->ulen = l1 - dp->ul0;
+	dp->ustride = dp->ulen * (dp->stage3 ? t->grid.pp : 1);
 	gk_nn_block_range(dp->m, dp->ul0, &lo, &hi);
 	add_unit(dp, a, lo, k);
 	dp->ublk = dp->nunits;
-	dp->nblk = dp->ul1 - dp->ul0;
-	for (int l = dp->ul0; l < dp->ul1; l++) {
-		gk_nn_block_range(dp->m, l, &lo, &hi);
+	dp->nblk = V * dp->ulen;
+	for (int u = dp->ublk; u < dp->ublk + dp->nblk; u++) {
+		gk_nn_block_range(dp->m, layer_of(dp, u), &lo, &hi);
 		add_unit(dp, lo, hi, k);
 	}
 	add_unit(dp, hi, b, k);
@@ -401,9 +424,10 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	return 0;
 }
 
-void gk_nn_dp_next_pass(gk_nn_dp *dp, int fwd)
+void gk_nn_dp_next_pass(gk_nn_dp *dp, int fwd, int chunk)
 {
 	dp->next_fwd = fwd;
+	dp->next_chunk = chunk;
 }
 
 int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err)
