@@ -10,15 +10,14 @@ The gradients and the update are ZeRO-2'"'"'s, so at the same grid and
 global batch --zero 3 gives --zero 2'"'"'s losses, norms, model and
 moments bit for bit (and ZeRO-0'"'"'s losses and model): pp 2 x dp 2, with
 4 micro-batches under 1F1B, GPipe and the interleaved schedule,
-prefetched (--overlap, the default) or not, with
---reshard-after-forward no and with an evaluation between steps, and tp
-2 x pp 2 x dp 2; at tp 2 x dp 2 with accumulation
-it gives ZeRO-0'"'"'s losses, model and moments. The number of gathers a
-step is the schedule'"'"'s (param_gathers), and so is the number started
-before their use (param_prefetched): a pipeline prefetches the block its
-schedule uses next, across its forwards and backwards, and keeps the
-block at which a stage turns from one to the other. Rank
-0'"'"'s parameters, gradients and optimizer are mem-estimate'"'"'s for the
+prefetched (--overlap, the default) or not, with --reshard-after-forward
+no and with an evaluation between steps, and tp 2 x pp 2 x dp 2; at tp 2
+x dp 2 with accumulation it gives ZeRO-0'"'"'s losses, model and moments.
+The number of gathers a step is the schedule'"'"'s (param_gathers), and so
+is the number started before their use (param_prefetched): a pipeline
+prefetches the block its schedule uses next, across its forwards and
+backwards, and keeps the block at which a stage turns from one to the
+other. Rank 0'"'"'s parameters, gradients and optimizer are mem-estimate'"'"'s for the
 same grid and --zero 3, its parameters half ZeRO-2'"'"'s (and ZeRO-0'"'"'s).
 A checkpoint holds the whole model, so a pp 2 x dp 2 run resumes on one
 rank under ZeRO-0 and at tp 2 x dp 2 and dp 4 under ZeRO-3, continuing
