@@ -422,10 +422,10 @@ int gk_comm_iallgatherv(gk_comm *c, void *buf, const size_t *displ, gk_dtype dt,
  * ncclSend and ncclRecv on the communicator's stream (device memory, the
  * stream contract above); self (a world of one): refused, there is no
  * peer. The flight recorder shows each as "send" or "recv" with its peer.
- * On mpi, while a message is outstanding no other communicator of the
- * process may have a non-blocking collective in flight (MPI is opened
- * MPI_THREAD_SERIALIZED: the progress thread and the caller must not
- * call MPI at once).
+ * On mpi another communicator's non-blocking collectives may be in
+ * flight meanwhile on its progress thread (a pipeline's messages beside
+ * ZeRO-3's gathers): every MPI call is made under the process's one lock
+ * (comm_mpi.h), and no wait holds it while it waits.
  */
 int gk_comm_isend(gk_comm *c, const void *buf, size_t count, gk_dtype dt, int peer,
 		  gk_comm_req **req, gk_err *err);

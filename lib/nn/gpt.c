@@ -345,8 +345,11 @@ void gk_nn_set_param_fn(gk_nn_model *m, gk_nn_param_fn fn, void *ctx)
 
 void gk_nn_block_range(const gk_nn_model *m, int l, size_t *lo, size_t *hi)
 {
+	/* the blocks are of one size, from block 0's start (in every
+	 * placement) to the final norm's, in the order of the layers but
+	 * stage-major under the interleaved schedule (gk_nn_pp_place) */
 	*lo = m->blk[l].ln1w;
-	*hi = l + 1 < (int)m->c.layers ? m->blk[l + 1].ln1w : m->lnfw;
+	*hi = *lo + (m->lnfw - m->blk[0].ln1w) / (size_t)m->c.layers;
 }
 
 /* Carve consecutive pieces of one buffer, each rounded to 16 floats. */

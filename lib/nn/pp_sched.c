@@ -45,7 +45,7 @@
  * after the model's stream has finished with it (the stream contract of
  * lib/comm), and the host waits for it before queueing the kernels that
  * read it. The interleaved schedule's messages take lanes of their own
- * instead (see ilv_step).
+ * instead (see ilv_task).
  */
 #include <errno.h>
 #include <math.h>
@@ -92,7 +92,8 @@ struct gk_nn_pp {
 	int V;              /* model chunks a stage (the interleaved schedule's;
 			     * else 1) */
 	gk_comm *back;      /* interleaved: the gradients' messages, apart from
-			     * the activations' (see ilv_step) */
+			     * the activations' (see ilv_task) */
+	int warm;           /* the forwards before the first backward (pass_at) */
 	int N;              /* interleaved: the group (ilv_task) */
 	int *slot_of;       /* interleaved: micro-batch k's chunk c's slot,
 			     * at k V + c, while it is in flight */
@@ -193,6 +194,8 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 	if (p->V > 1)
 		return ilv_open(t, err);
 	p->slots = t->o.pp_sched == GK_NN_PP_GPIPE || p->M < p->S - p->s ? p->M : p->S - p->s;
+	p->warm = t->o.pp_sched == GK_NN_PP_GPIPE ? p->M : p->S - 1 - p->s < p->M ? p->S - 1 - p->s
+										: p->M;
 	return gk_nn_pp_slots(t->m, p->slots, err);
 }
 
@@ -226,7 +229,7 @@ static int open_device(gk_nn_trainer *t, gk_err *err)
  * schedule: the colour of the sender's parity, but the ring's wrap's
  * (S - 1 to 0 forward, 0 to S - 1 backward) a third when S is odd. On a
  * lane each stage only sends (to one peer) or only receives (from one),
- * see ilv_step.
+ * see ilv_task.
  */
 static gk_comm *lane_of(const gk_nn_pp *p, int grad, int from)
 {
@@ -423,7 +426,8 @@ static int ilv_open(gk_nn_trainer *t, gk_err *err)
 	gk_nn_pp *p = t->pp;
 	size_t n = (size_t)p->M * (size_t)p->V;
 	p->N = (int)gk_mem_pp_group(p->M, p->S);
-	p->slots = ilv_warm(p) + 1 < (int)n ? ilv_warm(p) + 1 : (int)n;
+	p->warm = ilv_warm(p);
+	p->slots = p->warm + 1 < (int)n ? p->warm + 1 : (int)n;
 	p->slot_of = calloc(n, sizeof(*p->slot_of));
 	p->free_slot = calloc((size_t)p->slots, sizeof(*p->free_slot));
 	if (!p->slot_of || !p->free_slot)
@@ -439,11 +443,9 @@ static int ilv_open(gk_nn_trainer *t, gk_err *err)
 	return gk_nn_pp_slots(t->m, p->slots, err);
 }
 
-static int ilv_forward(gk_nn_trainer *t, int i, double *lsum, gk_err *err)
+static int ilv_forward(gk_nn_trainer *t, int k, int c, double *lsum, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	int k, c;
-	ilv_task(p, i, 1, &k, &c);
 	if (p->nfree == 0)
 		return gk_errf(err, "pipeline stage %d: no activation slot free for micro-batch "
 			       "%d, chunk %d", p->s, k, c);
@@ -451,11 +453,9 @@ static int ilv_forward(gk_nn_trainer *t, int i, double *lsum, gk_err *err)
 	return forward(t, k, c, slot, lsum, err);
 }
 
-static int ilv_backward(gk_nn_trainer *t, int i, gk_err *err)
+static int ilv_backward(gk_nn_trainer *t, int k, int c, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	int k, c;
-	ilv_task(p, i, 0, &k, &c);
 	int slot = p->slot_of[k * p->V + c];
 	if (backward(t, k, c, slot, err) < 0)
 		return -1;
@@ -463,22 +463,59 @@ static int ilv_backward(gk_nn_trainer *t, int i, gk_err *err)
 	return 0;
 }
 
-static int ilv_step(gk_nn_trainer *t, double *lsum, gk_err *err)
+/*
+ * The stage's j-th pass of its 2 M V: *fwd (a forward, else a backward),
+ * its micro-batch *k and chunk *c. The three schedules have one shape:
+ * p->warm forwards, then a forward and a backward in turn, then the
+ * backwards left (GPipe's warm-up is all M forwards; the interleaved
+ * schedule's i-th forward and backward are ilv_task's).
+ */
+static void pass_at(const gk_nn_pp *p, int j, int *fwd, int *k, int *c)
+{
+	int n = p->M * p->V, w = p->warm, i;
+	if (j < w) {
+		*fwd = 1;
+		i = j;
+	} else if (j < 2 * n - w) {
+		*fwd = (j - w) % 2 == 0;
+		i = (j - w) / 2 + (*fwd ? w : 0);
+	} else {
+		*fwd = 0;
+		i = j - n;
+	}
+	if (p->V > 1) {
+		ilv_task(p, i, *fwd, k, c);
+	} else {
+		*k = i;
+		*c = 0;
+	}
+}
+
+/*
+ * The schedule's passes in turn. Before each, ZeRO-3 hears which pass
+ * follows it (gk_nn_dp_next_pass): the data-parallel ranks of a stage
+ * run the same schedule, so the gathers it starts ahead are the same
+ * on each, in the same order.
+ */
+static int schedule(gk_nn_trainer *t, double *lsum, gk_err *err)
 {
 	gk_nn_pp *p = t->pp;
-	int n = p->M * p->V, warm = ilv_warm(p), rc = 0;
+	int n = 2 * p->M * p->V, rc = 0;
 	p->nfree = p->slots;
-	for (int i = 0; i < p->slots; i++)
+	for (int i = 0; p->V > 1 && i < p->slots; i++)
 		p->free_slot[i] = p->slots - 1 - i;
-	for (int i = 0; rc == 0 && i < warm; i++)
-		rc = ilv_forward(t, i, lsum, err);
-	for (int i = 0; rc == 0 && i < n - warm; i++) {
-		rc = ilv_forward(t, warm + i, lsum, err);
-		if (rc == 0)
-			rc = ilv_backward(t, i, err);
+	for (int j = 0; rc == 0 && j < n; j++) {
+		int fwd = -1, k, c = 0;
+		if (j + 1 < n)
+			pass_at(p, j + 1, &fwd, &k, &c);
+		gk_nn_dp_next_pass(t->dp, fwd, c);
+		pass_at(p, j, &fwd, &k, &c);
+		if (p->V > 1)
+			rc = fwd ? ilv_forward(t, k, c, lsum, err) : ilv_backward(t, k, c, err);
+		else
+			rc = fwd ? forward(t, k, 0, k % p->slots, lsum, err) :
+			     backward(t, k, 0, k % p->slots, err);
 	}
-	for (int i = n - warm; rc == 0 && i < n; i++)
-		rc = ilv_backward(t, i, err);
 	return rc;
 }
 
@@ -550,26 +587,7 @@ int gk_nn_tr_pp_accumulate(gk_nn_trainer *t, double *lsum, double *part, gk_err 
 	/* ZeRO-3: the stage's edges (embeddings, final norm) for the schedule */
 	if (gk_nn_dp_micro_begin(t->dp, 0, p->M, err) < 0)
 		return -1;
-	int rc = 0, M = p->M, n = p->slots;
-	if (p->V > 1) {
-		rc = ilv_step(t, lsum, err);
-	} else if (t->o.pp_sched == GK_NN_PP_GPIPE) {
-		for (int k = 0; rc == 0 && k < M; k++)
-			rc = forward(t, k, 0, k % n, lsum, err);
-		for (int k = 0; rc == 0 && k < M; k++)
-			rc = backward(t, k, 0, k % n, err);
-	} else {
-		int warm = p->S - 1 - p->s < M ? p->S - 1 - p->s : M;
-		for (int k = 0; rc == 0 && k < warm; k++)
-			rc = forward(t, k, 0, k % n, lsum, err);
-		for (int i = 0; rc == 0 && i < M - warm; i++) {
-			rc = forward(t, warm + i, 0, (warm + i) % n, lsum, err);
-			if (rc == 0)
-				rc = backward(t, i, 0, i % n, err);
-		}
-		for (int i = M - warm; rc == 0 && i < M; i++)
-			rc = backward(t, i, 0, i % n, err);
-	}
+	int rc = schedule(t, lsum, err);
 	if (rc == 0 && p->dev)
 		rc = flush(t, err);
 	if (rc < 0)

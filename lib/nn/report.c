@@ -186,6 +186,9 @@ void gk_nn_report_start_text(FILE *out, gk_nn_trainer *t)
 		     precision, r->threads, r->threads > 1 ? "s" : "",
 		     gk_nn_trainer_world(t) > 1 ? " each" : "",
 		     gk_nn_trainer_world(t) == 1 ? "" :
+		     /* a pipeline's reduction follows its schedule; ZeRO-3's
+		      * gathers are what overlaps there */
+		     r->pp > 1 && r->overlap ? "; gathers prefetched, reduction after the schedule" :
 		     r->overlap ? "; allreduce during backward" : "; allreduce after backward",
 		     tok ? "tokenizer " : "no tokenizer: ",
 		     tok ? tok : cfg->vocab == GK_NN_BYTE_VOCAB ? "bytes" : "token ids");

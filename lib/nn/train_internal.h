@@ -382,6 +382,11 @@ struct gk_nn_dp {
 	int reshard;          /* release a block after its forward (else after
 			       * its backward) */
 	int prefetch;         /* the next block's gather during this one (overlap) */
+	int pipe;             /* stage3 in a pipeline: its schedule says the pass
+			       * after each (next_fwd: 1 a forward, 0 a
+			       * backward, -1 none; of chunk next_chunk), whose
+			       * first block is next */
+	int next_fwd, next_chunk;
 	int nunits;
 	int units;            /* on a GPU: the model's unit buffers (unit_params),
 			       * gathered over gcomm in the working copy's type */
@@ -390,7 +395,9 @@ struct gk_nn_dp {
 	signed char *useg;    /* stage3: the segment a unit lies in (seg, own) */
 	int ublk, nblk;       /* the blocks' units: ublk .. ublk + nblk - 1, the
 			       * rest (the embeddings, the final norm) edges */
-	int ul0, ul1, nlayers; /* ... of layers ul0 .. ul1 - 1, of the model's */
+	int ul0, ulen, ustride; /* ... of layers ul0 + c ustride .. + ulen - 1, each
+				 * chunk c of the stage's (zero3.c's unit_of) */
+	int nlayers;          /* the model's */
 	gk_comm_req **ureq;   /* a unit's gather, until the host has waited for it */
 	signed char *ustate;  /* 0 released, 1 in flight, 2 present */
 	int dev_order;        /* on a GPU after the first step: present is the model's
@@ -474,8 +481,8 @@ int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err);
 /* ZeRO-3 over a grid: the bytes of the stage's parameters that its units
  * hold gathered at most during a step besides its pieces: the edges, and
  * every block with keep (--reshard-after-forward no), else two (the one
- * in use and the model's last, kept from its forward into its backward),
- * whole pages each */
+ * in use and the next, prefetched; without prefetch the model's last,
+ * kept from its forward into its backward), whole pages each */
 uint64_t gk_nn_dp_stage3_bytes(const gk_nn_dp *dp, int keep);
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);
@@ -521,6 +528,11 @@ gk_nn_ready_fn gk_nn_dp_ready_fn(const gk_nn_dp *dp, int last);
  * embeddings and the final norm before a micro-step. */
 int gk_nn_dp_micro_begin(gk_nn_dp *dp, int a, int accum, gk_err *err);
 int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err);
+/* A pipeline's schedule, before each of its passes: the pass after it is
+ * a forward (fwd 1) or a backward (0) of the stage's chunk of layers
+ * chunk (0 but under the interleaved schedule), or none (fwd -1). ZeRO-3
+ * prefetches that pass's first block during this one's last. */
+void gk_nn_dp_next_pass(gk_nn_dp *dp, int fwd, int chunk);
 /* After backward (at time now): the gradients averaged, or this rank's
  * range of them. */
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err);

@@ -118,9 +118,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 			return gk_errf(err, "--pp-schedule interleaved with --pp %d: --grad-accum %d is "
 				       "fewer micro-batches than the %d stages (each chunk takes them %d "
 				       "or more at a time): --grad-accum %d or more", S, M, S, S, S);
-		const char *no = o->zero == 3 ? "--zero 3 (--zero 2, or --pp-schedule 1f1b)" : NULL;
-		if (no)
-			return gk_errf(err, "--pp-schedule interleaved: not with %s", no);
 	}
 	if (o->pp > 1) {
 		/* on GPUs the stages' messages are NCCL's, and the data-parallel

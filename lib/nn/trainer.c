@@ -380,9 +380,16 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			t->agreed = 2;
 			return -1;
 		}
-		/* the data-parallel sync after the last micro-batch's backward,
-		 * with no bucket in flight during the schedule's messages */
-		t->o.overlap = 0;
+		/*
+		 * The data-parallel sync after the last micro-batch's backward:
+		 * no gradient bucket in flight during the schedule. Under
+		 * ZeRO-3 (a data-parallel group to shard over) overlap is the
+		 * blocks' gathers started ahead, in the order the schedule uses
+		 * them (zero3.c), beside its messages (lib/comm makes their MPI
+		 * calls one at a time, comm_mpi.h).
+		 */
+		if (t->o.zero != 3 || t->grid.dp < 2)
+			t->o.overlap = 0;
 	}
 	/*
 	 * On the CPU the allreduce is memory copies and sums by the ranks'

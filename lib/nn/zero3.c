@@ -71,9 +71,18 @@
  * update are ZeRO-2's stage path, without the gather after it; the edges
  * are gathered before the schedule (a pipeline's micro-batches are its
  * accumulation) and released before the reduction. A tensor group's
- * blocks are prefetched as without a grid; a pipeline's are not, as it
- * overlaps no communication with its schedule. Evaluation and checkpoints
- * gather each stage whole (pp_shard_gather).
+ * blocks are prefetched as without a grid. A pipeline's are prefetched
+ * in the order its schedule uses them (pp_sched.c tells the pass after
+ * each, gk_nn_dp_next_pass): a stage alternates forwards and backwards
+ * of different micro-batches, so after a pass's last block comes the
+ * next pass's first (a forward's lowest block, a backward's highest),
+ * the same on every rank of the stage's data-parallel group, which runs
+ * the same schedule; and the block at which it turns from a forward to a
+ * backward or back, its next use, is kept rather than released and
+ * gathered again (FSDP prefetches by the order of use it recorded in
+ * the first iteration; a pipeline's is its schedule's, known before it
+ * runs). Evaluation and checkpoints gather each stage whole
+ * (pp_shard_gather).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -136,6 +145,23 @@ static int is_block(const gk_nn_dp *dp, int u)
 }
 
 /*
+ * Block l's unit and block unit u's layer: the stage's chunks of ulen
+ * layers each (one chunk but under the interleaved schedule), chunk c's
+ * from layer ul0 + c ustride, their units in that order from ublk.
+ */
+static int unit_of(const gk_nn_dp *dp, int l)
+{
+	int c = (l - dp->ul0) / dp->ustride;
+	return dp->ublk + c * dp->ulen + (l - dp->ul0 - c * dp->ustride);
+}
+
+static int layer_of(const gk_nn_dp *dp, int u)
+{
+	int i = u - dp->ublk;
+	return dp->ul0 + i / dp->ulen * dp->ustride + i % dp->ulen;
+}
+
+/*
  * On a GPU (units): unit u's buffer, and this rank's piece of it written
  * from its fp32 range on the model's stream, which the gather waits for
  * (comm.h's stream contract), as it waits for the kernels that last read
@@ -150,7 +176,7 @@ static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
 			if (v != u && (v - u) % dp->nuslot == 0 && dp->ustate[v] != 0)
 				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
 					       "gathered over block %d's, still in use",
-					       u - dp->ublk + dp->ul0, v - dp->ublk + dp->ul0);
+					       layer_of(dp, u), layer_of(dp, v));
 	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
 	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
 	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
@@ -253,34 +279,54 @@ void gk_nn_z3_release(gk_nn_dp *dp, int u)
 }
 
 /*
- * The model's calls around block l (unit ublk + l - ul0): before its
- * forward, its gather waited for and the next block's started
- * (prefetch); after, it is released (reshard), but the model's last
- * block, whose backward follows at once (on a pipeline's last stage
- * under 1F1B; under GPipe at the end of the forwards); before its
- * backward, gathered again and the previous block's started; after,
- * released.
+ * The unit the model uses after block l (unit u) in a forward (fwd) or a
+ * backward, or -1: within the pass the next block of its chunk (forward:
+ * l + 1, backward: l - 1); after its last, on a pipeline the first of
+ * the schedule's next pass (a forward's lowest block of its chunk, a
+ * backward's highest), of which nothing is known without one.
+ */
+static int next_unit(const gk_nn_dp *dp, int fwd, int l, int u)
+{
+	int a = dp->ul0 + (l - dp->ul0) / dp->ustride * dp->ustride;
+	if (fwd ? l + 1 < a + dp->ulen : l > a)
+		return fwd ? u + 1 : u - 1;
+	if (!dp->pipe || dp->next_fwd < 0)
+		return -1;
+	return dp->ublk + dp->next_chunk * dp->ulen + (dp->next_fwd ? 0 : dp->ulen - 1);
+}
+
+/*
+ * The model's calls around block l (unit u): before its forward, its
+ * gather waited for and the next unit's started (prefetch); after, it is
+ * released (reshard), but the model's last block, whose backward follows
+ * at once (on a pipeline's last stage under 1F1B; under GPipe at the end
+ * of the forwards); before its backward, gathered again and the next
+ * unit's started; after, released. A pipeline that prefetches knows the
+ * next unit across its passes, so a unit whose next use is the next one
+ * (the block at which a stage turns from a forward to a backward or back,
+ * every turn of 1F1B's steady state) is kept instead of released and
+ * gathered again, and the model's last block is not otherwise kept:
+ * the one in use and the next are all that is gathered.
  */
 static int param_cb(int phase, int l, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
-	int u = dp->ublk + l - dp->ul0, last = l + 1 == dp->nlayers;
+	int u = unit_of(dp, l), fwd = phase == GK_NN_FWD_PRE || phase == GK_NN_FWD_POST;
+	int next = dp->prefetch ? next_unit(dp, fwd, l, u) : -1, sched = dp->pipe && dp->prefetch;
 	switch (phase) {
 	case GK_NN_FWD_PRE:
-		if (gk_nn_z3_wait(dp, u, err) < 0)
-			return -1;
-		return dp->prefetch && l + 1 < dp->ul1 ? gk_nn_z3_issue(dp, u + 1, err) : 0;
-	case GK_NN_FWD_POST:
-		if (dp->reshard && !last)
-			gk_nn_z3_release(dp, u);
-		/* the last block queued: the head's loss is read back next */
-		return last ? units_done(dp, err) : 0;
 	case GK_NN_BWD_PRE:
 		if (gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
-		return dp->prefetch && l > dp->ul0 ? gk_nn_z3_issue(dp, u - 1, err) : 0;
+		return next >= 0 && next != u ? gk_nn_z3_issue(dp, next, err) : 0;
+	case GK_NN_FWD_POST:
+		if (dp->reshard && !(sched ? next == u : l + 1 == dp->nlayers))
+			gk_nn_z3_release(dp, u);
+		/* the last block queued: the head's loss is read back next */
+		return l + 1 == dp->nlayers ? units_done(dp, err) : 0;
 	default:
-		gk_nn_z3_release(dp, u);
+		if (!sched || next != u)
+			gk_nn_z3_release(dp, u);
 		/* the first block: backward synchronizes next */
 		return l > dp->ul0 ? 0 : units_done(dp, err);
 	}
@@ -302,31 +348,36 @@ static void add_unit(gk_nn_dp *dp, size_t a, size_t b, int k)
  * edges, each within one of its segments: on the first stage wte
  * (segment 1) and wpe, on the last the final norm and the tied wte
  * (segment 1, which its head reads), a tensor group's its slices of
- * them (one stage: wte and wpe together in segment 0).
+ * them (one stage: wte and wpe together in segment 0). Under the
+ * interleaved schedule a stage's layers are V chunks, c S + s of the
+ * model's S V (gk_nn_pp_chunk_layers), whose blocks lie one after the
+ * other in the flat buffer (stage-major, gk_nn_pp_place).
  */
 static void make_units(gk_nn_dp *dp, gk_nn_trainer *t)
 {
 	size_t a, b, lo, hi;
-	int k = dp->stage3 ? 0 : -1;
+	int k = dp->stage3 ? 0 : -1, V = 1, l1 = dp->nlayers;
+	dp->ul0 = 0;
 	if (dp->stage3) {
 		gk_err ignore; /* (the stage's layers were checked by the trainer) */
-		gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &dp->ul0, &dp->ul1,
-				&ignore);
+		V = t->grid.pp > 1 && t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1;
+		gk_nn_pp_chunk_layers(t->cfg.layers, t->grid.pp, V, t->grid.pp_rank, 0, &dp->ul0,
+				      &l1, &ignore);
 		add_unit(dp, dp->seg[1][0], dp->seg[1][1], 1);
 		a = dp->seg[0][0];
 		b = dp->seg[0][1];
 	} else {
-		dp->ul0 = 0;
-		dp->ul1 = dp->nlayers;
 		a = 0;
 		b = dp->Np;
 	}
+	dp->ulen = l1 - dp->ul0;
+	dp->ustride = dp->ulen * (dp->stage3 ? t->grid.pp : 1);
 	gk_nn_block_range(dp->m, dp->ul0, &lo, &hi);
 	add_unit(dp, a, lo, k);
 	dp->ublk = dp->nunits;
-	dp->nblk = dp->ul1 - dp->ul0;
-	for (int l = dp->ul0; l < dp->ul1; l++) {
-		gk_nn_block_range(dp->m, l, &lo, &hi);
+	dp->nblk = V * dp->ulen;
+	for (int u = dp->ublk; u < dp->ublk + dp->nblk; u++) {
+		gk_nn_block_range(dp->m, layer_of(dp, u), &lo, &hi);
 		add_unit(dp, lo, hi, k);
 	}
 	add_unit(dp, hi, b, k);
@@ -349,11 +400,13 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * ordering start after it (gk_nn_z3_step_done). Over a tensor group
 	 * a gather in flight on the data-parallel communicator's thread runs
 	 * beside the group's collectives on the calling thread (lib/comm
-	 * makes their MPI calls one at a time, comm_mpi.h); a pipeline keeps
-	 * no communication in flight during its schedule (overlap is off
-	 * there, trainer.c).
+	 * makes their MPI calls one at a time, comm_mpi.h), and so does one
+	 * beside a pipeline's messages, whose schedule says which unit comes
+	 * next (gk_nn_dp_next_pass).
 	 */
 	dp->prefetch = dp->overlap && !dp->units;
+	dp->pipe = t->grid.pp > 1;
+	dp->next_fwd = -1;
 	dp->ulo = calloc((size_t)n, sizeof(size_t));
 	dp->uhi = calloc((size_t)n, sizeof(size_t));
 	dp->udispl = calloc((size_t)n * ((size_t)dp->world + 1), sizeof(size_t));
@@ -369,6 +422,12 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		unit_displ(dp, u);
 	gk_nn_set_param_fn(dp->m, param_cb, dp);
 	return 0;
+}
+
+void gk_nn_dp_next_pass(gk_nn_dp *dp, int fwd, int chunk)
+{
+	dp->next_fwd = fwd;
+	dp->next_chunk = chunk;
 }
 
 int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err)

@@ -180,8 +180,9 @@ static void checks(void)
 	o.pp_sched = GK_NN_PP_INTERLEAVED;
 	o.pp_chunks = 2;
 	o.grad_accum = 3;
-	is_str(check(&o, 0), "--pp-schedule interleaved: not with --zero 3 (--zero 2, or "
-	       "--pp-schedule 1f1b)", "check: --pp --zero 3 interleaved");
+	is_str(check(&o, 0), "", "check: --pp --zero 3 interleaved on the CPU");
+	is_str(check(&o, 1), "--pp 3 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the "
+	       "CPU backend runs it (--device cpu)", "check: --pp --zero 3 interleaved on GPUs");
 	o = (gk_nn_train_opts){.device = GK_NN_CPU, .pp = 3, .val_data = "v"};
 	is_str(check(&o, 0), "", "check: --pp --val-data");
 	o.eval_only = 1;
