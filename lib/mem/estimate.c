@@ -781,11 +781,26 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 		values(c, "s=%g b=%g h=%g", s, b, h);
 	}
 	if (r->pp > 1 && !r->infer) {
-		double sp = r->sp ? t : 1;
-		add(c, "pp_buffers", 2 * e * s * b * h / sp, 0,
-		    "assumption: one send and one receive buffer",
-		    r->sp ? "2*e*sbh/t" : "2*e*sbh");
-		values(c, "2*%g*%g*%g*%g/%g", e, s, b, h, sp);
+		/* gpu-train's (gk_mem_pp_buffers) */
+		int64_t V = r->pp_sched == GK_MEM_PP_INTERLEAVED ? r->pp_chunks : 1;
+		int64_t sp = r->sp ? r->tp : 1;
+		uint64_t count = (uint64_t)r->seq * (uint64_t)r->micro_batch *
+				 (uint64_t)m->hidden / (uint64_t)sp;
+		uint64_t n = gk_mem_pp_buffers(r->pp, stage, V, r->grad_accum, count, (int)e);
+		add(c, "pp_buffers", (double)n, 0,
+		    "gpu-train --pp: a send buffer for each micro-batch (each chunk of one, "
+		    "interleaved) of its activations to the next stage and of their gradients "
+		    "to the one before (lib/nn/pp_sched.c); received into the model's own",
+		    V > 1 ? "k*e*m*V*sbh/t_sp, k = 2 (the first and last stage exchange chunks "
+			    "too)"
+			  : "k*e*m*sbh/t_sp, k = 1 on the first and last stage, else 2");
+		unsigned long long k = n / ((uint64_t)e * (uint64_t)r->grad_accum * (uint64_t)V * count);
+		if (V > 1)
+			values(c, "%llu*%g*%lld*%lld*%g*%g*%g/%lld", k, e, (long long)r->grad_accum,
+			       (long long)V, s, b, h, (long long)sp);
+		else
+			values(c, "%llu*%g*%lld*%g*%g*%g/%lld", k, e, (long long)r->grad_accum, s, b,
+			       h, (long long)sp);
 	}
 }
 

@@ -196,6 +196,17 @@ uint64_t gk_mem_tp_buffers(uint64_t tokens, int64_t hidden, int cuda)
 	return 4 * ((3 * tokens + 15) / 16 * 16);
 }
 
+uint64_t gk_mem_pp_buffers(int64_t pp, int64_t stage, int64_t chunks, int64_t micro,
+			   uint64_t count, int es)
+{
+	if (pp < 2)
+		return 0;
+	int wrap = chunks > 1;
+	uint64_t sends = (uint64_t)(stage < pp - 1 || wrap) + (uint64_t)(stage > 0 || wrap);
+	return sends * (uint64_t)micro * (uint64_t)(chunks > 1 ? chunks : 1) * count *
+	       (uint64_t)es;
+}
+
 void gk_mem_logits(int64_t vocab, int64_t tp, uint64_t tokens, int es, uint64_t *alloc,
 		   uint64_t *model)
 {

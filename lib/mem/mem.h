@@ -382,6 +382,21 @@ int gk_mem_compress_bytes(const gk_mem_shape *s, int compress, uint64_t *feedbac
 uint64_t gk_mem_tp_buffers(uint64_t tokens, int64_t hidden, int cuda);
 
 /*
+ * gpu-train's send buffers on pipeline stage stage of pp, bytes a rank: a
+ * buffer of its own for each of the micro micro-batches' chunks (chunks
+ * a stage, 1 but under the interleaved schedule), so that no send waits
+ * for an earlier one to complete before it is posted, of count
+ * elements of es bytes each (a micro-batch's activations: tokens x
+ * hidden, a tensor rank's tokens / tp under sequence parallelism), for
+ * its activations to the next stage (all but the last) and their
+ * gradients to the one before (all but the first; interleaved, every
+ * stage both, the last and first exchanging chunks). What a stage
+ * receives goes straight into the model's buffers.
+ */
+uint64_t gk_mem_pp_buffers(int64_t pp, int64_t stage, int64_t chunks, int64_t micro,
+			   uint64_t count, int es);
+
+/*
  * The logits of a tensor rank, tokens rows of es-byte elements: *alloc
  * its columns as gpu-train allocates them, the padded vocabulary's share
  * (vocab padded / tp), and *model the model's vocabulary's share

@@ -94,6 +94,7 @@ struct gk_nn_pp {
 	gk_comm *back;      /* interleaved: the gradients' messages, apart from
 			     * the activations' (see ilv_task) */
 	int warm;           /* the forwards before the first backward (pass_at) */
+	uint64_t sbytes;    /* the send buffers' (sa, sg), allocated */
 	int N;              /* interleaved: the group (ilv_task) */
 	int *slot_of;       /* interleaved: micro-batch k's chunk c's slot,
 			     * at k V + c, while it is in flight */
@@ -185,6 +186,7 @@ int gk_nn_tr_pp_open(gk_nn_trainer *t, gk_err *err)
 		p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
 	p->sg = p->s == 0 && !wrap ? NULL :
 		p->dev ? gk_comm_alloc(p->dev, bytes, &ignore) : malloc(bytes);
+	p->sbytes = (uint64_t)((p->sa != NULL) + (p->sg != NULL)) * bytes;
 	p->sq = calloc(2 * M, sizeof(*p->sq));
 	p->ex = calloc(NX * (size_t)p->S, sizeof(*p->ex));
 	p->st = calloc((size_t)p->S, sizeof(*p->st));
@@ -651,6 +653,11 @@ gk_comm *gk_nn_tr_pp_messages(const gk_nn_trainer *t)
 int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t)
 {
 	return t->pp && t->grid.pp_rank == t->grid.pp - 1 ? t->pp->slots : 0;
+}
+
+uint64_t gk_nn_tr_pp_buffer_bytes(const gk_nn_trainer *t)
+{
+	return t->pp ? t->pp->sbytes : 0;
 }
 
 void gk_nn_tr_pp_log(const gk_nn_trainer *t, gk_nn_train_log *lg)

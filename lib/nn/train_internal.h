@@ -224,6 +224,11 @@ void gk_nn_tr_pp_log(const gk_nn_trainer *t, gk_nn_train_log *lg);
 /* The sets of logits this rank holds: the activation slots on the last
  * stage, none on the others. */
 int gk_nn_tr_pp_head_sets(const gk_nn_trainer *t);
+/* The bytes of the stage's send buffers, where the model computes (a
+ * GPU's device memory): one a micro-batch's chunk, of its activations to
+ * the next stage and of their gradients to the one before
+ * (gk_mem_pp_buffers, mem-estimate's pp_buffers); 0 without --pp. */
+uint64_t gk_nn_tr_pp_buffer_bytes(const gk_nn_trainer *t);
 /* The tied embedding's gradient summed over the first and last stage. */
 int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err);
 /* The global gradient norm, each parameter counted once over the stages. */

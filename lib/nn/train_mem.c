@@ -256,7 +256,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	b[GK_MEM_PADDING] = (mm.parameters - b[GK_MEM_PARAMETERS]) +
 			    (mm.gradients - b[GK_MEM_GRADIENTS]) + (moments - b[GK_MEM_OPTIMIZER]) +
 			    logit_pad;
-	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live + mm.tp_buffers;
+	b[GK_MEM_COMM] = gk_nn_dp_comm_bytes(t->dp) + live + mm.tp_buffers +
+			 gk_nn_tr_pp_buffer_bytes(t);
 	/* under tensor parallelism rank 0's copy is of the whole model */
 	size_t nf = gk_nn_full_nparams(t->m);
 	/* ... and so is a pipeline's (rank 0 puts the stages' ranges together) */

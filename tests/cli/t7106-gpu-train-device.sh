@@ -763,7 +763,7 @@ test_expect_success 'GPUS,MPI' '2 GPUs, ZeRO-2 --compress bf16 over NCCL: ZeRO-1
 # buffers (its fp32 sums and the cross-entropy's floats, mem-estimate's
 # tp_buffers) and with --compress bf16 over the grid the stage's error
 # feedback and wire buffers on the device (its compress_feedback and
-# compress_wire).
+# compress_wire) and its pipeline send buffers (pp_buffers).
 { test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
 
 test_expect_success 'GPUS4,MPI' 'host memory and comm by layout on GPUs = mem-estimate: one GPU, tp 2, pp 2 x dp 2 --zero 1 --compress bf16' '
@@ -781,7 +781,7 @@ test_expect_success 'GPUS4,MPI' 'host memory and comm by layout on GPUs = mem-es
 	python3 - <<-\PY
 	import json
 	for g, want_comm in (("hm1", ()), ("hmt", ("tp_buffers",)),
-	                     ("hmp", ("compress_feedback", "compress_wire"))):
+	                     ("hmp", ("compress_feedback", "compress_wire", "pp_buffers"))):
 	    start = next(json.loads(l) for l in open(g + ".json") if "\"start\"" in l)
 	    me = json.load(open(g + "e.json"))
 	    b = me["bytes"]

@@ -177,7 +177,10 @@ test_expect_success MPI 'fewer micro-batches than stages: warned about, and stil
 # mem-estimate --pp, which reports the most loaded stage, the first; and
 # against the flat layout: each float of the stage's range is 4 bytes of
 # parameters, 4 of gradients and 8 of moments, those of the padded
-# vocabulary rows in padding
+# vocabulary rows in padding. Its comm is its send buffers, one for each
+# of the step's micro-batches of a micro-batch's activations (stage 0
+# sends no gradients), mem-estimate's pp_buffers, counted here from the
+# shapes.
 cat >pcmp.py <<\PYEOF
 import json, sys
 st = next(json.loads(l) for l in open(sys.argv[1]) if '"start"' in l)
@@ -195,7 +198,12 @@ if st["tp"] == 1:
     got = g["parameters"] + g["gradients"] + g["optimizer"] + g["padding"]
     if got != whole:
         sys.exit("stage 0 holds %d floats: %d bytes, accounted %d" % (floats, whole, got))
-print("stage 0:", g["parameters"], g["gradients"], g["optimizer"])
+if st["tp"] == 1:
+    sends = st["grad_accum"] * st["batch"] * st["seq"] * st["hidden"] * 4
+    if not g["comm"] == m["pp_buffers"] == sends:
+        sys.exit("comm: gpu-train %d, mem-estimate's pp_buffers %d, the sends' %d" %
+                 (g["comm"], m["pp_buffers"], sends))
+print("stage 0:", g["parameters"], g["gradients"], g["optimizer"], g["comm"])
 PYEOF
 
 test_expect_success MPI 'memory of stage 0: parameters, gradients and optimizer = mem-estimate --pp 2 (and --tp 2 --pp 2)' '
@@ -260,8 +268,8 @@ test_expect_success MPI 'a pp 2 x dp 2 --zero 1 checkpoint resumes on one rank (
 # ZeRO-1's, its model states mem-estimate --zero 2's, and the rest of the
 # stage's gradients, live from its first backward to the reduction, is
 # counted as comm: the total is ZeRO-1's, and the comm is mem-estimate's
-# pp_zero2_grads and half the padded vocabulary rows' (127 rows of 32),
-# which mem-estimate leaves out
+# pp_zero2_grads and pp_buffers (the stage's sends) and half the padded
+# vocabulary rows' (127 rows of 32), which mem-estimate leaves out
 test_expect_success MPI 'pp 2 x dp 2 --zero 2 = --zero 1 bit for bit (losses, parameters, moments); gradients mem-estimate --zero 2'"'"'s, the total ZeRO-1'"'"'s' '
 	mpi 4 $Z --zero 2 --bucket 4K --ckpt-dir z2 >z2.json &&
 	losses z2.json >z2.l &&
@@ -280,7 +288,8 @@ test_expect_success MPI 'pp 2 x dp 2 --zero 2 = --zero 1 bit for bit (losses, pa
 	for k in parameters gradients optimizer; do
 		test $(jq .bytes.$k mez2.json) = $(mem z2.json $k) || return 1
 	done &&
-	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json))) = $((127 * 32 * 4 / 2))
+	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json) -
+		$(jq .bytes.pp_buffers mez2.json))) = $((127 * 32 * 4 / 2))
 '
 
 test_expect_success MPI 'a pp 2 x dp 2 --zero 2 checkpoint resumes on one rank, continuing the run within 1e-5' '

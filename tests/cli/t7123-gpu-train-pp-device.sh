@@ -316,8 +316,9 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"
 # of two): the losses, norms and checkpoints are ZeRO-1's bits. The
 # device's gradient buffer has no pages to give back: the start line
 # counts the pieces as gradients (mem-estimate --zero 2'"'"'s) and the rest
-# of the stage'"'"'s buffer as comm (mem-estimate'"'"'s pp_zero2_grads and half
-# the padded vocabulary rows'"'"', 127 of 32, as on the CPU: t7121), its
+# of the stage'"'"'s buffer as comm (mem-estimate'"'"'s pp_zero2_grads, with its
+# send buffers, pp_buffers, and half the padded vocabulary rows'"'"', 127 of
+# 32, as on the CPU: t7121), its
 # total ZeRO-1'"'"'s; its host memory is mem-estimate'"'"'s term by term (a
 # stage keeps ZeRO-1'"'"'s host mirror of its gradients). The checkpoint
 # resumes on the CPU on one rank (the same global batch), within the
@@ -347,7 +348,8 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 	jq -c ".bytes | with_entries(select(.key | startswith(\"host_\")) |
 		select(.key != \"host_ram\"))" mez2.json >host.want &&
 	test_cmp host.want host.got &&
-	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json))) = $((127 * 32 * 4 / 2)) &&
+	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json) -
+		$(jq .bytes.pp_buffers mez2.json))) = $((127 * 32 * 4 / 2)) &&
 	cp -R z2 z2c &&
 	gpu-train $A --batch 8 --device cpu --ckpt-dir z2c --resume >z2c.json 2>err &&
 	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
