@@ -18,9 +18,9 @@ same grid and --zero 3, its parameters half ZeRO-2'"'"'s (and ZeRO-0'"'"'s).
 A checkpoint holds the whole model, so a pp 2 x dp 2 run resumes on one
 rank under ZeRO-0 and at tp 2 x dp 2 and dp 4 under ZeRO-3, continuing
 the run. A tensor group'"'"'s block gathers are prefetched as without a
-grid. What ZeRO-3 over a grid does not do (GPUs,
---sequence-parallel, the interleaved schedule) is refused before any
-work.'
+grid. What ZeRO-3 over a grid does not do (--pp on GPUs, with or
+without --tp; --sequence-parallel; the interleaved schedule) is refused
+before any work (--tp on GPUs runs, t7124).'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -168,8 +168,8 @@ test_expect_success 'what ZeRO-3 over a grid does not do is refused before any w
 	A="$S --layers 2 --steps 1" &&
 	test_expect_code 2 gpu-train $A --device cuda --pp 2 --zero 3 2>err &&
 	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
-	test_expect_code 2 gpu-train $A --device cuda --tp 2 --zero 3 2>err &&
-	grep "^gpu-train: --tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
+	test_expect_code 2 gpu-train $A --device cuda --tp 2 --pp 2 --zero 3 2>err &&
+	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
 	test_expect_code 2 gpu-train $A --tp 2 --sequence-parallel --zero 3 2>err &&
 	grep "^gpu-train: --sequence-parallel: not with --zero 3 (--zero 2, or leave --sequence-parallel out)$" err &&
 	test_expect_code 2 gpu-train $A --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 2 --zero 3 2>err &&
