@@ -157,9 +157,10 @@ static void checks(void)
 	is_str(check(&o, 0), "", "check: --tp --pp --zero 2");
 	o.zero = 3;
 	is_str(check(&o, 0), "", "check: --tp --pp --zero 3 on the CPU");
-	is_str(check(&o, 1), "--tp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
+	is_str(check(&o, 1), "--pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
 	       "the CPU backend runs it (--device cpu)", "check: --tp --pp --zero 3 on GPUs");
 	o.pp = 0;
+	is_str(check(&o, 1), "", "check: --tp --zero 3 on GPUs without --pp");
 	o.seq_par = 1;
 	is_str(check(&o, 0), "--sequence-parallel: not with --zero 3 (--zero 2, or leave "
 	       "--sequence-parallel out)", "check: --tp --sequence-parallel --zero 3");
