@@ -25,7 +25,12 @@ pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
 states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s, and with
 --offload optimizer (each rank'"'"'s pieces updated on the host) its losses
 and norms bit for bit, optimizer 0 and the state mem-estimate
---offload optimizer'"'"'s. A pipeline of
+--offload optimizer'"'"'s. Under ZeRO 3 (each tensor rank'"'"'s slices
+gathered unit by unit on the device, 2 micro-batches, stopped and
+resumed) ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for
+bit, the schedule'"'"'s 8 gathers a step, none prefetched, its parameters
+mem-estimate'"'"'s and its memory above ZeRO 2'"'"'s the emulation'"'"'s measured; its
+checkpoint resumes on the CPU. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
 --compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
 within 1e-6, its error feedback too but for a flipped rounding in 1000;
