@@ -543,7 +543,7 @@ int gk_nn_tr_ckpt_start(gk_nn_trainer *t, gk_nn_train_hooks *h, gk_err *err)
 	}
 	/* ZeRO-3 over a grid: each stage's parameters whole for the copy,
 	 * its pieces alone again after */
-	if ((pp || tp) && gk_nn_dp_params_full(t->dp, err) < 0) {
+	if ((pp || tp) && gk_nn_dp_params_host(t->dp, err) < 0) {
 		gk_nn_dp_moments_drop(t->dp);
 		job_free(j);
 		return -1;

@@ -7,7 +7,11 @@
  *                 bucket-sized buffers that dp.c reduce-scatters and reuses
  *   unit_params   ZeRO-3: the working copy of the parameters in units (the
  *                 embeddings, the tail, a ring of block buffers) that
- *                 zero3.c gathers before a block's use
+ *                 zero3.c gathers before a block's use, and of the fp32
+ *                 master one range, [plo, phi): the flat multiple's equal
+ *                 range without a grid and a tensor rank's piece of its
+ *                 slice table (the same range); not a pipeline's first or
+ *                 last stage, whose pieces are two
  *   slots         a pipeline stage's activations of several micro-batches
  *                 in flight (pp_sched.c), one set a slot
  */

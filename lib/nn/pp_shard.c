@@ -152,18 +152,13 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 	return 0;
 }
 
-/*
- * Each segment's pieces of buf (elements of dt, indexed as the flat
- * buffer) from their owners to every rank of the group, in place.
- */
-static int gather_segments(gk_nn_dp *dp, char *buf, gk_dtype dt, gk_err *err)
+int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *buf, gk_dtype dt, gk_err *err)
 {
-	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
 	size_t es = gk_dtype_bits(dt) / 8;
 	for (int k = 0; k < 2; k++) {
 		gk_comm_req *q;
 		if (dp->seg[k][1] > dp->seg[k][0] &&
-		    (gk_comm_iallgatherv(c, buf + dp->seg[k][0] * es, dp->displ[k], dt, &q,
+		    (gk_comm_iallgatherv(c, (char *)buf + dp->seg[k][0] * es, dp->displ[k], dt, &q,
 					 err) < 0 ||
 		     gk_comm_wait(q, err) < 0))
 			return -1;
@@ -184,15 +179,16 @@ int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err)
 	char *w = dp->dev_grads ? gk_nn_work_copy(dp->m, &dt) : NULL;
 	if (w) {
 		dp->master_stale = 1;
-		return gather_segments(dp, w, dt, err);
+		return gk_nn_pp_gather_segments(dp, dp->gcomm, w, dt, err);
 	}
 	float *p = dp->dev_grads ? gk_nn_work_params(dp->m) : gk_nn_params(dp->m);
-	if (gather_segments(dp, (char *)p, GK_DT_F32, err) < 0)
+	if (gk_nn_pp_gather_segments(dp, dp->dev_grads ? dp->gcomm : dp->comm, p, GK_DT_F32,
+				     err) < 0)
 		return -1;
 	return gk_nn_params_changed(dp->m, err);
 }
 
 int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err)
 {
-	return gather_segments(dp, (char *)gk_nn_work_params(dp->m), GK_DT_F32, err);
+	return gk_nn_pp_gather_segments(dp, dp->gcomm, gk_nn_work_params(dp->m), GK_DT_F32, err);
 }

@@ -460,6 +460,12 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err);
  * gk_nn_dp_params_shard after, on rank 0. Every rank calls it. Nothing
  * under other stages. */
 int gk_nn_dp_params_root(gk_nn_dp *dp, gk_err *err);
+/* ZeRO-3 over a grid: every fp32 parameter of the stage in the host's
+ * copy (a checkpoint's; on GPUs the caller's gk_nn_download first, then
+ * the pieces gathered there over the host communicator, the device
+ * untouched), as gk_nn_dp_params_full leaves it on the CPU;
+ * gk_nn_dp_params_shard after. Every rank calls it. */
+int gk_nn_dp_params_host(gk_nn_dp *dp, gk_err *err);
 void gk_nn_dp_params_shard(gk_nn_dp *dp);
 /* ZeRO-3 without a grid: the fp32 parameters [0, nparams) into dst on
  * rank 0 (NULL elsewhere), each rank's range from its host copy (on a GPU
@@ -508,6 +514,10 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err);
 size_t gk_nn_pp_resid_len(const gk_nn_dp *dp);
 float *gk_nn_pp_resid(const gk_nn_dp *dp, int k);
 int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err);
+/* each segment's pieces of buf (elements of dt, indexed as the flat
+ * buffer: the device's over gcomm, the host's over comm) from their
+ * owners to every rank of the group, in place */
+int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *buf, gk_dtype dt, gk_err *err);
 int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);

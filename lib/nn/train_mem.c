@@ -232,10 +232,14 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	 * ZeRO-2's live gradients are. mem-estimate's zero3_gather prices
 	 * two of the largest tensor instead.
 	 */
-	if (t->dp->zero3 && t->dp->units) {
-		/* a GPU's: its range of the fp32 parameters, and the model's
-		 * unit buffers (gk_nn_opts' unit_params) live (comm) */
-		uint64_t shard = (uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float);
+	if (t->dp->units) {
+		/* a GPU's: its range of the fp32 parameters (over a tensor
+		 * group its pieces, the same equal range of its slices), and
+		 * the model's unit buffers (gk_nn_opts' unit_params) live
+		 * (comm) */
+		size_t n = t->dp->stage3 ? t->dp->per[0] + t->dp->per[1] :
+					   t->dp->Np / (size_t)t->grid.dp;
+		uint64_t shard = (uint64_t)n * sizeof(float);
 		live += mm.parameters - shard;
 		mm.parameters = shard;
 	} else if (t->dp->stage3) {

@@ -60,9 +60,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 			       "(--zero %d writes model.safetensors whole): leave it out", o->zero);
 	/*
 	 * ZeRO-2 and 3 partition on both backends (a GPU's over NCCL: dp.c
-	 * refuses --comm mpi there, zero3.c gathers the units), with
-	 * --compress too (each bucket's reduce-scatter the compressed ring,
-	 * over MPI or NCCL; ZeRO-3's gradients are ZeRO-2's).
+	 * refuses --comm mpi there, zero3.c gathers the units, over a tensor
+	 * group too), with --compress too (each bucket's reduce-scatter the
+	 * compressed ring, over MPI or NCCL; ZeRO-3's gradients are ZeRO-2's).
 	 */
 	if (o->offload_host && cuda == 0)
 		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
@@ -76,14 +76,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 	if (o->offload_chunk && !o->offload_dir)
 		return gk_errf(err, "--offload-chunk sizes the reads of --offload optimizer:DIR: "
 			       "give that too");
-	if (o->tp > 1) {
-		/* on GPUs the group's collectives are NCCL's (model_cuda.c):
-		 * ZeRO-3's units over a tensor group are the CPU's only,
-		 * said before any work */
-		if (cuda == 1 && o->zero > 2)
-			return gk_errf(err, "--tp %d on GPUs: not with --zero %d (ZeRO 0, 1 or 2 "
-				       "there); the CPU backend runs it (--device cpu)", o->tp, o->zero);
-	}
 	if (o->seq_par) {
 		/* the sequence splits over the tensor group: a length that
 		 * divides (0: the model's positions, checked once known) */
@@ -124,7 +116,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 		 * groups' gradients are averaged over NCCL (or through host
 		 * memory with --comm mpi), or under ZeRO-1 and 2 reduced to the
 		 * owners of a stage's pieces (pp_shard.c); not ZeRO-3's units
-		 * there */
+		 * there: a first or last stage's pieces are two ranges (its
+		 * layers' and the tied wte's), and a GPU's fp32 master under
+		 * units one (model_cuda.c), as a tensor group's one segment is */
 		if (cuda == 1 && o->zero == 3)
 			return gk_errf(err, "--pp %d on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
 				       "the CPU backend runs it (--device cpu)", o->pp);

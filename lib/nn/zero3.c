@@ -62,27 +62,41 @@
  * freed by gk_nn_dp_params_shard: no rank's host holds more than its
  * range of it.
  *
- * Over a grid (--tp, --pp; the CPU backend) a sharded stage (pp_shard.c)
- * keeps only its pieces of its segments, and its units are its own: its
- * blocks, and its edges each within one segment (the first stage's wte
- * and wpe, the last stage's final norm and the tied wte its head reads; a
- * tensor group's slices of them). A unit's owners are the pieces of its
- * segment, and a release keeps the rank's piece. The gradients and the
- * update are ZeRO-2's stage path, without the gather after it; the edges
- * are gathered before the schedule (a pipeline's micro-batches are its
- * accumulation) and released before the reduction. A tensor group's
- * blocks are prefetched as without a grid. A pipeline's are prefetched
- * in the order its schedule uses them (pp_sched.c tells the pass after
- * each, gk_nn_dp_next_pass): a stage alternates forwards and backwards
- * of different micro-batches, so after a pass's last block comes the
- * next pass's first (a forward's lowest block, a backward's highest),
- * the same on every rank of the stage's data-parallel group, which runs
- * the same schedule; and the block at which it turns from a forward to a
- * backward or back, its next use, is kept rather than released and
- * gathered again (FSDP prefetches by the order of use it recorded in
- * the first iteration; a pipeline's is its schedule's, known before it
- * runs). Evaluation and checkpoints gather each stage whole
+ * Over a grid (--tp, --pp) a sharded stage (pp_shard.c) keeps only its
+ * pieces of its segments, and its units are its own: its blocks, and its
+ * edges each within one segment (the first stage's wte and wpe, the last
+ * stage's final norm and the tied wte its head reads; a tensor group's
+ * slices of them). A unit's owners are the pieces of its segment, and a
+ * release keeps the rank's piece. The gradients and the update are
+ * ZeRO-2's stage path, without the gather after it; the edges are
+ * gathered before the schedule (a pipeline's micro-batches are its
+ * accumulation) and released before the reduction. On the CPU a tensor
+ * group's blocks are prefetched as without a grid. A pipeline's are
+ * prefetched in the order its schedule uses them (pp_sched.c tells the
+ * pass after each, gk_nn_dp_next_pass): a stage alternates forwards and
+ * backwards of different micro-batches, so after a pass's last block
+ * comes the next pass's first (a forward's lowest block, a backward's
+ * highest), the same on every rank of the stage's data-parallel group,
+ * which runs the same schedule; and the block at which it turns from a
+ * forward to a backward or back, its next use, is kept rather than
+ * released and gathered again (FSDP prefetches by the order of use it
+ * recorded in the first iteration; a pipeline's is its schedule's, known
+ * before it runs). Evaluation and checkpoints gather each stage whole
  * (pp_shard_gather).
+ *
+ * On GPUs a tensor group without a pipeline runs it too: its one segment
+ * (the tensor rank's slice table, gk_nn_pp_segments) is cut into the
+ * flat multiple's equal ranges, so a rank's piece is the one range of
+ * the fp32 master that unit_params keeps (model_cuda.c), and its units
+ * are the model's buffers as without a grid. No gather is prefetched
+ * there (may_prefetch says why), and the device keeps the stage's whole
+ * gradient buffer as ZeRO-2 over a grid does (pp_shard.c). Evaluation
+ * and --sample gather the whole working copy on the device
+ * (stage_device); a checkpoint the fp32 pieces on the host
+ * (gk_nn_dp_params_host), whose pages outside the piece go back after.
+ * A pipeline's first and last stages keep two pieces (their layers' and
+ * the tied wte's), which one master range cannot hold: --pp under --zero
+ * 3 stays the CPU's (gk_nn_train_check).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -98,10 +112,25 @@ int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
 int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers)
 {
 	/* kept from forward to backward, every block; else the one in use
-	 * and, with prefetch, the next */
+	 * and, with prefetch (never over a tensor group: may_prefetch), the
+	 * next */
 	if (o->zero != 3 || world < 2 || !cuda || o->comm == GK_COMM_BACKEND_MPI)
 		return 0;
-	return o->keep_gathered ? layers : o->overlap ? 2 : 1;
+	return o->keep_gathered ? layers : o->overlap && o->tp < 2 ? 2 : 1;
+}
+
+/*
+ * On GPUs over a tensor group a gather in flight would run beside the
+ * group's collectives, on two NCCL communicators at once, which NCCL's
+ * guide ("Using multiple NCCL communicators concurrently") leaves to
+ * luck: its kernels block waiting for their peers, and concurrent ones
+ * may deadlock. There each gather is ordered on the device after the
+ * kernels before it (the group's allreduces among them) and before the
+ * unit's: the two communicators take turns.
+ */
+static int may_prefetch(const gk_nn_dp *dp)
+{
+	return dp->overlap && !(dp->units && dp->t->grid.tp > 1);
 }
 
 void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
@@ -137,6 +166,15 @@ static void unit_displ(gk_nn_dp *dp, int u)
 		size_t x = owner_at(dp, u, q);
 		d[q] = (x < a ? a : x > b ? b : x) - a;
 	}
+}
+
+/* this rank's part of unit u's owners: its range, or over a grid its
+ * piece of the unit's segment */
+static void own_of(const gk_nn_dp *dp, int u, size_t *lo, size_t *hi)
+{
+	int k = dp->useg[u];
+	*lo = k < 0 ? dp->lo : dp->own[k][0];
+	*hi = k < 0 ? dp->hi : dp->own[k][1];
 }
 
 static int is_block(const gk_nn_dp *dp, int u)
@@ -177,8 +215,10 @@ static int unit_fill(gk_nn_dp *dp, int u, void **buf, gk_err *err)
 				return gk_errf(err, "ZeRO-3: block %d's parameters would be "
 					       "gathered over block %d's, still in use",
 					       layer_of(dp, u), layer_of(dp, v));
-	size_t a = dp->ulo[u] > dp->lo ? dp->ulo[u] : dp->lo;
-	size_t b = dp->uhi[u] < dp->hi ? dp->uhi[u] : dp->hi;
+	size_t lo, hi;
+	own_of(dp, u, &lo, &hi);
+	size_t a = dp->ulo[u] > lo ? dp->ulo[u] : lo;
+	size_t b = dp->uhi[u] < hi ? dp->uhi[u] : hi;
 	*buf = gk_nn_param_at(dp->m, dp->ulo[u]);
 	return a < b ? gk_nn_params_own(dp->m, a, b, err) : 0;
 }
@@ -253,20 +293,13 @@ int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err)
 	return 0;
 }
 
-/* unit u's pages outside this rank's range (over a grid its piece of
- * the unit's segment) go back (whole pages only: one shared with a
- * neighbouring unit or the range stays) */
-void gk_nn_z3_release(gk_nn_dp *dp, int u)
+/* unit u's pages of the host's copy outside this rank's range (over a
+ * grid its piece of the unit's segment) go back (whole pages only: one
+ * shared with a neighbouring unit or the range stays) */
+static void host_release(gk_nn_dp *dp, int u)
 {
-	size_t a = dp->ulo[u], b = dp->uhi[u];
-	int k = dp->useg[u];
-	size_t lo = k < 0 ? dp->lo : dp->own[k][0], hi = k < 0 ? dp->hi : dp->own[k][1];
-	if (dp->ustate[u] != 2)
-		return;
-	if (dp->units) { /* its buffer is the next one's of the ring */
-		dp->ustate[u] = 0;
-		return;
-	}
+	size_t a = dp->ulo[u], b = dp->uhi[u], lo, hi;
+	own_of(dp, u, &lo, &hi);
 	size_t e = b < lo ? b : lo;
 	if (e >= dp->N) /* the release of the buffer's end would take the range */
 		e = dp->N - 1;
@@ -275,6 +308,16 @@ void gk_nn_z3_release(gk_nn_dp *dp, int u)
 	size_t s = a > hi ? a : hi;
 	if (s < b)
 		gk_nn_params_release(dp->m, s, b);
+}
+
+/* unit u released: its pages (the CPU's), or on a GPU its buffer, the
+ * next one's of the ring */
+void gk_nn_z3_release(gk_nn_dp *dp, int u)
+{
+	if (dp->ustate[u] != 2)
+		return;
+	if (!dp->units)
+		host_release(dp, u);
 	dp->ustate[u] = 0;
 }
 
@@ -398,11 +441,12 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * step launches every kernel of forward and backward with no gather in
 	 * flight, waiting for each on the host, and prefetch and the device's
 	 * ordering start after it (gk_nn_z3_step_done). Over a tensor group
-	 * a gather in flight on the data-parallel communicator's thread runs
-	 * beside the group's collectives on the calling thread (lib/comm
-	 * makes their MPI calls one at a time, comm_mpi.h), and so does one
-	 * beside a pipeline's messages, whose schedule says which unit comes
-	 * next (gk_nn_dp_next_pass).
+	 * on the CPU a gather in flight on the data-parallel communicator's
+	 * thread runs beside the group's collectives on the calling thread
+	 * (lib/comm makes their MPI calls one at a time, comm_mpi.h), and so
+	 * does one beside a pipeline's messages, whose schedule says which
+	 * unit comes next (gk_nn_dp_next_pass); on GPUs none is in flight
+	 * beside a tensor group's collectives (may_prefetch).
 	 */
 	dp->prefetch = dp->overlap && !dp->units;
 	dp->pipe = t->grid.pp > 1;
@@ -443,7 +487,7 @@ void gk_nn_z3_step_done(gk_nn_dp *dp)
 	for (int u = 0; u < dp->nunits; u++)
 		if (!is_block(dp, u))
 			gk_nn_z3_release(dp, u);
-	dp->prefetch = dp->overlap;
+	dp->prefetch = may_prefetch(dp);
 	dp->dev_order = dp->units;
 }
 
@@ -501,6 +545,18 @@ static int whole_device(gk_nn_dp *dp, gk_err *err)
 	return gk_comm_allgather(dp->gcomm, w + dp->lo * es, w, per, dt, NULL, err);
 }
 
+/*
+ * A sharded stage's on a GPU: the whole working copy made as without a
+ * grid, this rank's pieces from its fp32 master and each segment's other
+ * pieces gathered into it in the working copy's type over NCCL.
+ */
+static int stage_device(gk_nn_dp *dp, gk_err *err)
+{
+	gk_dtype dt = gk_nn_param_dtype(dp->m);
+	return gk_nn_tr_agree_local(dp->t, gk_nn_params_whole(dp->m, 1, err), err) < 0 ? -1 :
+	       gk_nn_pp_gather_segments(dp, dp->gcomm, gk_nn_param_at(dp->m, 0), dt, err);
+}
+
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 {
 	if (!dp->zero3 && !dp->stage3)
@@ -508,7 +564,7 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 	if (units_settle(dp, err) < 0)
 		return -1;
 	if (dp->stage3) { /* the stage's pieces, as ZeRO-2 gathers after its update */
-		if (gk_nn_pp_shard_gather(dp, err) < 0)
+		if ((dp->units ? stage_device(dp, err) : gk_nn_pp_shard_gather(dp, err)) < 0)
 			return -1;
 	} else if (dp->units) {
 		if (whole_device(dp, err) < 0)
@@ -519,6 +575,17 @@ int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
 		if (gk_comm_allgather(dp->comm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
 			return -1;
 	}
+	whole_held(dp);
+	return 0;
+}
+
+int gk_nn_dp_params_host(gk_nn_dp *dp, gk_err *err)
+{
+	if (!dp->stage3 || !dp->units)
+		return gk_nn_dp_params_full(dp, err);
+	if (units_settle(dp, err) < 0 ||
+	    gk_nn_pp_gather_segments(dp, dp->comm, gk_nn_params(dp->m), GK_DT_F32, err) < 0)
+		return -1;
 	whole_held(dp);
 	return 0;
 }
@@ -632,6 +699,9 @@ void gk_nn_dp_params_shard(gk_nn_dp *dp)
 	for (int u = 0; u < dp->nunits; u++) {
 		dp->ustate[u] = dp->ustate[u] == 1 ? 1 : 2;
 		gk_nn_z3_release(dp, u);
+		/* a stage's host copy, whole for a checkpoint (gk_nn_dp_params_host) */
+		if (dp->units && dp->stage3)
+			host_release(dp, u);
 	}
 	gk_nn_set_param_fn(dp->m, param_cb, dp);
 }

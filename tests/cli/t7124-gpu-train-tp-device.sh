@@ -25,7 +25,12 @@ pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
 states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s, and with
 --offload optimizer (each rank'"'"'s pieces updated on the host) its losses
 and norms bit for bit, optimizer 0 and the state mem-estimate
---offload optimizer'"'"'s. A pipeline of
+--offload optimizer'"'"'s. Under ZeRO 3 (each tensor rank'"'"'s slices
+gathered unit by unit on the device, 2 micro-batches, stopped and
+resumed) ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for
+bit, the schedule'"'"'s 8 gathers a step, none prefetched, its parameters
+mem-estimate'"'"'s and its memory above ZeRO 2'"'"'s the emulation'"'"'s measured; its
+checkpoint resumes on the CPU. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
 --compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
 within 1e-6, its error feedback too but for a flipped rounding in 1000;
@@ -182,6 +187,63 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimiz
 	test $(jq .bytes.optimizer mez2o.json) = 0 &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
 		.offload == {where: \"host\", state: ($host / 4)}" tz2o.json
+'
+
+# ZeRO-3 under --tp: each data-parallel group shards its tensor rank's
+# slices by ZeRO-2's pieces (the slice table one segment, cut as the
+# fp32 master's one range) and gathers them unit by unit on the device;
+# the gradients and the update are ZeRO-2's, so its losses, norms,
+# evaluation, model and moments are ZeRO-2's bit for bit, here with 2
+# micro-batches and the run stopped after step 1 and resumed. A step
+# gathers the embeddings and the final norm once, and in each
+# micro-batch block 0 before its forward and its backward and block 1,
+# the last, kept from its forward into its backward: 2 + 2 x 3 = 8, none
+# prefetched (no gather runs beside the tensor group's collectives). The
+# device keeps its piece of the fp32 parameters (mem-estimate's, half
+# ZeRO-2's), and the unit buffers, counted as comm: the difference of
+# the two runs' accounted totals is that of the emulation's measured
+# peaks (of a run without evaluation, whose whole working copy the
+# start line does not count). The checkpoint resumes on the CPU backend (dp 2, the same
+# global batch) within fp32's device tolerance of the GPUs' next step.
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for bit; 8 gathers a step; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
+	Z="$G --steps 2 --grad-accum 2 --batch 2 --tp 2" &&
+	V="--val-data val.bin --eval-every 2 --eval-batches 1" &&
+	rm -rf zz2 zz3 zz3c zm2.* zm3.* &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 2 --ckpt-dir zz2 >zz2.json &&
+	 CUEMU_MEM_LOG=$PWD/zm3 mpi 4 $Z --zero 3 --until 1 --ckpt-dir zz3 >zz3a.json &&
+	 cp -R zz3 zz3c &&
+	 mpi 4 $Z $V --zero 3 --ckpt-dir zz3 --resume >zz3b.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2 and .zero == 3" zz3a.json &&
+	steps zz2.json >zz2.steps && { steps zz3a.json && steps zz3b.json; } >zz3.steps &&
+	test $(wc -l <zz3.steps) = 2 && test_cmp zz2.steps zz3.steps &&
+	vals() { jq -r "select(.event == \"summary\") | .val_loss" "$1"; } &&
+	vals zz2.json >zz2.val && vals zz3b.json >zz3.val &&
+	grep "^[0-9]" zz3.val && test_cmp zz2.val zz3.val &&
+	cmp zz2/latest/model.safetensors zz3/latest/model.safetensors &&
+	cmp zz2/latest/optim.safetensors zz3/latest/optim.safetensors &&
+	jq -s -e "map(select(.event == \"step\")) | length == 1 and
+		all(.param_gathers == 8 and .param_prefetched == 0)" zz3a.json &&
+	jq -s -e "map(select(.event == \"step\")) | length == 1 and
+		all(.param_gathers == 8 and .param_prefetched == 0)" zz3b.json &&
+	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
+	test $(mem zz3a.json parameters) = $(($(mem zz2.json parameters) / 2)) &&
+	mem-estimate --config zz3/latest/config.json --precision f32 -b 2 -s 16 --grad-accum 2 \
+		--no-dropout --tp 2 --dp 2 --zero 3 --json >mez3.json &&
+	test $(jq .bytes.parameters mez3.json) = $(mem zz3a.json parameters) &&
+	if test -n "$GK_CUEMU"; then
+		acc() { echo $(($(mem $1 total) - $(mem $1 checkpoint))); } &&
+		for f in zm2 zm3; do
+			test $(ls $f.* | wc -l) = 4 &&
+			cat $f.* | sort -u >$f.peak &&
+			test $(wc -l <$f.peak) = 1 || return 1
+		done &&
+		test $(($(cut -d" " -f2 zm3.peak) - $(cut -d" " -f2 zm2.peak))) = \
+			$(($(acc zz3a.json) - $(acc zz2.json)))
+	fi &&
+	mpi 2 $A --device cpu --steps 2 --grad-accum 2 --batch 2 --ckpt-dir zz3c --resume >zz3c.json &&
+	losses zz3c.json >zz3c.l && losses zz3b.json >zz3b.l &&
+	test $(wc -l <zz3c.l) = 1 && close_to zz3c.l zz3b.l 1e-4
 '
 
 # --compress over the data-parallel groups of a tensor group's ranks
