@@ -234,9 +234,9 @@ int gk_mem_tp_replicas(const gk_mem_shape *s, uint64_t *floats, gk_err *err)
 	for (uint64_t r = 0; r < (f.shard ? W : 1); r++) {
 		uint64_t n = 0;
 		for (int k = 0; k < 2; k++) {
-			uint64_t a = s0[k] + (r * f.piece[k] < f.seg[k] ? r * f.piece[k] : f.seg[k]);
-			uint64_t b = s0[k] + ((r + 1) * f.piece[k] < f.seg[k] ? (r + 1) * f.piece[k]
-									       : f.seg[k]);
+			uint64_t p = f.piece[k], len = f.seg[k];
+			uint64_t a = s0[k] + (r * p < len ? r * p : len);
+			uint64_t b = s0[k] + ((r + 1) * p < len ? (r + 1) * p : len);
 			n += replicas_below(b, C, T, wte, wpe, L) -
 			     replicas_below(a, C, T, wte, wpe, L);
 		}

@@ -155,7 +155,8 @@ int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, fl
 			if (a >= b)
 				continue;
 			if (a != b0) {
-				if (b0 > a0 && gk_nn_cuda_tp_grads_bcast(m, g + (a0 - g0), b0 - a0, err) < 0)
+				if (b0 > a0 &&
+				    gk_nn_cuda_tp_grads_bcast(m, g + (a0 - g0), b0 - a0, err) < 0)
 					return -1;
 				a0 = a;
 			}

@@ -705,12 +705,14 @@ static void replicas_of(int tp, int dp, int pp, int zero)
 		 * stage and, sharded, on the first */
 		int shard = zero && dp > 1, apart = pp > 1 && (st == pp - 1 || (st == 0 && shard));
 		uint64_t lo = st == 0 ? 0 : start[2], hi = pp == 1 || st == 1 ? n : start[2];
-		uint64_t seg[2][2] = {{lo + (apart && st == 0 ? wte : 0), hi}, {0, apart ? wte : 0}};
+		uint64_t seg[2][2] = {{lo + (apart && st == 0 ? wte : 0), hi},
+				      {0, apart ? wte : 0}};
 		uint64_t most = 0, got = 0;
 		for (uint64_t q = 0; q < (shard ? W : 1); q++) {
 			uint64_t c = 0;
 			for (int k = 0; k < 2; k++) {
-				uint64_t len = seg[k][1] - seg[k][0], per = shard ? (len + W - 1) / W : len;
+				uint64_t len = seg[k][1] - seg[k][0];
+				uint64_t per = shard ? (len + W - 1) / W : len;
 				uint64_t a = q * per < len ? q * per : len;
 				uint64_t b = (q + 1) * per < len ? (q + 1) * per : len;
 				c += rep_count(rep, seg[k][0] + a, seg[k][0] + b);
@@ -718,8 +720,8 @@ static void replicas_of(int tp, int dp, int pp, int zero)
 			most = c > most ? c : most;
 		}
 		gk_mem_shape sh = {.layers = (int64_t)L, .hidden = (int64_t)C, .vocab = 257,
-				   .positions = (int64_t)P, .dp = dp, .tp = tp, .pp = pp, .stage = st,
-				   .zero = zero};
+				   .positions = (int64_t)P, .dp = dp, .tp = tp, .pp = pp,
+				   .stage = st, .zero = zero};
 		int rc = gk_mem_tp_replicas(&sh, &got, &err);
 		ok(rc == 0 && got == most, "replicas of dp %d x pp %d x tp %d, stage %d, ZeRO %d: "
 		   "%llu, counted %llu", dp, pp, tp, st, zero, (unsigned long long)got,
@@ -731,11 +733,14 @@ static void replicas_of(int tp, int dp, int pp, int zero)
 static void tp_replicas(void)
 {
 	gk_err err;
+	/* many ranks: pieces of a few dozen elements, whose ends fall in
+	 * every tensor of a block */
+	static const int dps[] = {1, 2, 3, 97, 331};
 	for (int tp = 2; tp <= 4; tp += 2)
-		for (int dp = 1; dp <= 3; dp++)
+		for (size_t d = 0; d < sizeof(dps) / sizeof(dps[0]); d++)
 			for (int pp = 1; pp <= 2; pp++)
 				for (int zero = 0; zero <= 1; zero++)
-					replicas_of(tp, dp, pp, zero);
+					replicas_of(tp, dps[d], pp, zero);
 	/* the CPU backend under int8: its part; bf16 and GPUs need none */
 	gk_mem_train t = {.layers = 3, .hidden = 32, .heads = 2, .vocab = 257, .positions = 33,
 			  .seq = 16, .batch = 4, .precision = GK_DT_F32, .zero = 1, .dp = 2,
