@@ -253,11 +253,10 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 1 --compress bf16 on GPUs: t
 # over MPI): under ZeRO 1 in the device's gradients, under ZeRO 2 in the
 # shard. ZeRO 1: the losses of the CPU's compressed run within 1e-6
 # (measured equal in the emulation). ZeRO 2 (its buckets cut at layers,
-# so its int8 groups follow other pieces than ZeRO 1's: 1e-4 apart)
-# resumed from its checkpoint of step 1 gives, bit for bit, the loss and
-# norm of its step 2 run through, which replicas that drifted apart would
-# not (the checkpoint holds rank 0's: measured 4e-8 apart at step 2
-# without the broadcast)
+# so its int8 groups follow other pieces than ZeRO 1's: about 1e-4
+# apart at step 2) resumed from its checkpoint of step 1 gives, bit for
+# bit, the loss and norm of its step 2 run through, which replicas that
+# drifted apart would not (the checkpoint holds rank 0's)
 test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --compress int8 on GPUs: ZeRO 1 the CPU'"'"'s losses within 1e-6; ZeRO 2 resumed from step 1 = run through, bit for bit' '
 	C="$A --steps 2 --tp 2 --compress int8" &&
 	mpi 4 $C --zero 1 --device cpu >c8.json &&
