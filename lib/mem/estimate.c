@@ -592,18 +592,21 @@ static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *ed
 /*
  * gpu-train's ZeRO-2 (and ZeRO-3's gradients) on GPUs is what the
  * estimate's gradient buckets are for a GPT-2 it trains (tied, a 4h MLP,
- * no grouped heads) without tensor or pipeline parallelism, offloaded
- * or not (ZeRO-2 only): 0 when it applies
+ * no grouped heads) without a pipeline (over a tensor group ZeRO-2 only,
+ * on a tensor rank's slices), offloaded or not (ZeRO-2 only): 0 when it
+ * applies
  */
 static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *head,
 			uint64_t *ring, size_t *nb)
 {
 	/* (ZeRO-3's gradients are ZeRO-2's; offloaded, ZeRO-2's only) */
-	if (r->zero < 2 || (r->offload && r->zero > 2) || !gpt2_device(m, r))
+	int tp = r->tp > 1 && r->pp == 1 && r->zero == 2 && gpt2_trained(m, r) && r->dp > 1 &&
+		 !r->host_backend;
+	if (r->zero < 2 || (r->offload && r->zero > 2) || !(tp || gpt2_device(m, r)))
 		return -1;
 	gk_err err;
-	return gk_mem_zero2_device(m->layers, m->hidden, m->vocab, m->positions, r->bucket,
-				   r->overlap, head, ring, nb, &err);
+	return gk_mem_zero2_device(m->layers, m->hidden, m->vocab, m->positions, r->tp,
+				   r->bucket, r->overlap, head, ring, nb, &err);
 }
 
 /*
@@ -661,11 +664,11 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 		       (unsigned long long)(ns ? zring / ns : 0), znb,
 		       (unsigned long long)r->bucket);
 		add(c, "zero2_embedding_grads", (double)zhead, 0,
-		    "gpu-train --zero 2 on GPUs: wte (padded rows) and wpe, written first by "
-		    "the tied head and last by the encoder",
-		    "4*(Vpad+positions)*h");
-		values(c, "4*(%lld+%lld)*%lld",
-		       (long long)gk_hf_vocab_padded(m->vocab),
+		    "gpu-train --zero 2 on GPUs: wte (padded rows; a tensor rank's slice) and "
+		    "wpe, written first by the tied head and last by the encoder",
+		    "4*(Vpad/t+positions)*h");
+		values(c, "4*(%lld/%lld+%lld)*%lld",
+		       (long long)gk_hf_vocab_padded(m->vocab), (long long)r->tp,
 		       (long long)m->positions, (long long)m->hidden);
 		if (r->offload) {
 			/* the reduce-scatter's output stays on the device until
@@ -733,6 +736,19 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 			add(c, "checkpoint_feedback", (double)fb, 1,
 			    "gpu-train: a checkpoint copies each rank's error feedback", ff);
 			values(c, "4*%llu", (unsigned long long)(fb / 4));
+		}
+		/* int8 over a tensor group on the CPU: the replicated tensors'
+		 * reduced gradients broadcast from its rank 0 through a buffer
+		 * (on GPUs in place) */
+		uint64_t rep;
+		if (r->compress == GK_COMM_COMPRESS_INT8 && r->tp > 1 && r->host_backend &&
+		    gpt2_trained(m, r) && gk_mem_tp_replicas(&sh, &rep, &err) == 0) {
+			add(c, "compress_replicas", 4.0 * (double)rep, 0,
+			    "gpu-train --compress int8 --tp on the CPU: the replicated tensors' "
+			    "reduced gradients (wpe, LayerNorms, row-parallel biases) of a rank's "
+			    "pieces, broadcast from the tensor group's rank 0",
+			    "4*R, R = the largest rank's replicated elements");
+			values(c, "4*%llu", (unsigned long long)rep);
 		}
 	}
 	uint64_t uedge, uring;

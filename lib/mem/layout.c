@@ -3,8 +3,10 @@
  * estimate (estimate.c) and for gpu-train's check before it allocates:
  * its flat layout over the grid (a tensor rank's table, a stage's
  * segments, a rank's pieces of them), ZeRO-2's and ZeRO-3's device
- * buffers, a GPU rank's host terms, --compress's feedback and wire
- * buffers, a tensor group's buffers and the logits' padded columns.
+ * buffers (a tensor rank's too), a GPU rank's host terms, --compress's
+ * feedback and wire buffers and, under int8 over a tensor group on the
+ * CPU, the replicated tensors' buffer, a tensor group's buffers and the
+ * logits' padded columns.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,23 +17,22 @@
 #include "mem/mem.h"
 
 int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
-			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
+			int64_t tp, uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
 			size_t *nbuckets, gk_err *err)
 {
-	/* gpu-train's bounds (lib/nn's GK_NN_MAX_*) and then some */
-	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
-	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32))
-		return gk_errf(err, "ZeRO-2 gradient buffers: a GPT-2 of %lld layers, width "
-			       "%lld, %lld tokens and %lld positions is out of bounds",
-			       (long long)layers, (long long)hidden, (long long)vocab,
-			       (long long)positions);
-	/* gpu-train's flat layout: wte (padded rows), wpe, the blocks
-	 * (ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: 12 C^2 + 13 C),
-	 * ln_f; a block's edges and the final norm's start are the cuts */
-	size_t C = (size_t)hidden, L = (size_t)layers;
+	gk_mem_shape s = {.layers = layers, .hidden = hidden, .vocab = vocab,
+			  .positions = positions, .tp = tp};
+	gk_mem_flat f;
+	if (gk_mem_flat_layout(&s, &f, err) < 0)
+		return gk_err_prefix(err, "ZeRO-2 gradient buffers");
+	/* gpu-train's flat layout (a tensor rank's): wte (padded rows, its
+	 * slice), wpe, the blocks (ln_1, c_attn, attn.c_proj, ln_2, c_fc,
+	 * mlp.c_proj: 12 C^2 + 7 C over tp, + 6 C), ln_f; a block's edges and
+	 * the final norm's start are the cuts */
+	size_t C = (size_t)hidden, L = (size_t)layers, T = tp > 1 ? (size_t)tp : 1;
 	size_t vp = (size_t)gk_hf_vocab_padded(vocab);
-	size_t below = (vp + (size_t)positions) * C, block = 12 * C * C + 13 * C;
-	size_t n = below + L * block + 2 * C;
+	size_t below = vp * C / T + (size_t)positions * C, block = (12 * C * C + 7 * C) / T + 6 * C;
+	size_t n = (size_t)f.n;
 	size_t *cut = calloc(L + 2, sizeof(*cut)), *lo = NULL, nb = 0, above = 0, len = 0;
 	if (!cut)
 		return gk_errf(err, "ZeRO-2 gradient buffers: out of memory");
@@ -164,12 +165,13 @@ int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOS
 	uint64_t R = f.piece[0] + f.piece[1];
 	int z3 = f.shard && s->zero == 3, z2 = f.shard && s->zero >= 2;
 	out[GK_MEM_HOST_PARAMS] = fbytes(z3 ? R : f.nflat);
-	/* ZeRO-2's gradient buckets (not a grid's: a stage's or a tensor
-	 * slice's whole buffer, mirrored as ZeRO-1's, pp_shard.c) */
-	out[GK_MEM_HOST_GRADS] = z2 && !f.grid ? 0 : fbytes(f.nflat);
+	/* ZeRO-2's gradient buckets, a tensor slice's too (not a pipeline
+	 * stage's: its whole buffer, mirrored as ZeRO-1's, pp_shard.c) */
+	int buckets = z2 && (s->pp ? s->pp : 1) == 1;
+	out[GK_MEM_HOST_GRADS] = buckets ? 0 : fbytes(f.nflat);
 	out[GK_MEM_HOST_STAGING] = 4 * f.n < GK_MEM_GPU_STAGING ? 4 * f.n : GK_MEM_GPU_STAGING;
 	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (R + 1);
-	out[GK_MEM_HOST_GRAD_SHARD] = offload && z2 && !f.grid ? 4 * R : 0;
+	out[GK_MEM_HOST_GRAD_SHARD] = offload && buckets ? 4 * R : 0;
 	return 0;
 }
 
@@ -185,6 +187,61 @@ int gk_mem_compress_bytes(const gk_mem_shape *s, int compress, uint64_t *feedbac
 	*feedback = 4 * (f.grid ? f.seg[0] + f.seg[1] : f.shard ? f.nflat : f.n);
 	uint64_t piece = f.piece[0] > f.piece[1] ? f.piece[0] : f.piece[1];
 	*wire = f.shard ? gk_comm_compress_scratch((gk_comm_compress)compress, (size_t)piece) : 0;
+	return 0;
+}
+
+/*
+ * The replicated floats of a tensor rank's table in [0, x): wpe, and in
+ * each block ln_1, then attn.c_proj's bias with ln_2, then mlp.c_proj's
+ * bias (lib/nn's gpt.c order: ln_1, c_attn, attn.c_proj, ln_2, c_fc,
+ * mlp.c_proj, each weight before its bias), then ln_f.
+ */
+static uint64_t replicas_below(uint64_t x, uint64_t C, uint64_t T, uint64_t wte, uint64_t wpe,
+			       uint64_t L)
+{
+	uint64_t a = (4 * C * C + 3 * C) / T, f = (8 * C * C + 4 * C) / T;
+	uint64_t blk = 6 * C + a + f, base = wte + wpe;
+	if (x <= wte)
+		return 0;
+	if (x <= base)
+		return x - wte;
+	if (x >= base + L * blk)
+		return wpe + 6 * C * L + (x - base - L * blk);
+	uint64_t l = (x - base) / blk, o = (x - base) % blk;
+	uint64_t r = o < 2 * C ? o : 2 * C;
+	r += o <= 2 * C + a ? 0 : o - (2 * C + a) < 3 * C ? o - (2 * C + a) : 3 * C;
+	r += o <= 5 * C + a + f ? 0 : o - (5 * C + a + f);
+	return wpe + 6 * C * l + r;
+}
+
+int gk_mem_tp_replicas(const gk_mem_shape *s, uint64_t *floats, gk_err *err)
+{
+	gk_mem_flat f;
+	if (gk_mem_flat_layout(s, &f, err) < 0)
+		return -1;
+	uint64_t C = (uint64_t)s->hidden, T = (uint64_t)(s->tp ? s->tp : 1);
+	uint64_t W = (uint64_t)(s->dp ? s->dp : 1), L = (uint64_t)s->layers;
+	uint64_t wte = (uint64_t)gk_hf_vocab_padded(s->vocab) * C / T;
+	uint64_t wpe = (uint64_t)s->positions * C;
+	/* the stage's segments (gk_mem_flat_layout's): seg[0] ends where the
+	 * stage does, seg[1] is wte's [0, seg[1]) */
+	uint64_t S = (uint64_t)(s->pp ? s->pp : 1), st = (uint64_t)s->stage;
+	uint64_t q = L / S, rem = L % S, l1 = (st + 1) * q + (st + 1 < rem ? st + 1 : rem);
+	uint64_t hi = st == S - 1 ? f.n : wte + wpe + l1 * 6 * C +
+				  l1 * ((12 * C * C + 7 * C) / T);
+	uint64_t s0[2] = {hi - f.seg[0], 0};
+	*floats = 0;
+	for (uint64_t r = 0; r < (f.shard ? W : 1); r++) {
+		uint64_t n = 0;
+		for (int k = 0; k < 2; k++) {
+			uint64_t p = f.piece[k], len = f.seg[k];
+			uint64_t a = s0[k] + (r * p < len ? r * p : len);
+			uint64_t b = s0[k] + ((r + 1) * p < len ? (r + 1) * p : len);
+			n += replicas_below(b, C, T, wte, wpe, L) -
+			     replicas_below(a, C, T, wte, wpe, L);
+		}
+		*floats = n > *floats ? n : *floats;
+	}
 	return 0;
 }
 

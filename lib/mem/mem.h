@@ -237,8 +237,11 @@ typedef struct gk_mem_run {
 				gk_comm_compress; 0: none): its error feedback
 				("compress_feedback"), the compressed
 				reduce-scatter's wire buffers ("compress_wire",
-				ZeRO 1 and 2) and, with ckpt_copy, the
-				feedback's copy ("checkpoint_feedback") */
+				ZeRO 1 and 2), with ckpt_copy the feedback's
+				copy ("checkpoint_feedback") and, int8 over tp
+				on the host backend, the replicated tensors'
+				buffer ("compress_replicas",
+				gk_mem_tp_replicas) */
 } gk_mem_run;
 
 /*
@@ -266,7 +269,8 @@ int gk_mem_recompute_parse(const char *s);
  * gpu-train's ZeRO-2 gradient buffers on a GPU (lib/nn/dp.c), for a GPT-2
  * of layers blocks of width hidden, vocab tokens (its wte padded to a
  * multiple of GK_HF_VOCAB_TILE rows, as gpu-train holds it) and
- * positions learned positions: f32, backward writes the embeddings' into
+ * positions learned positions, on a rank of a tensor group of tp (0: 1;
+ * its slices, gk_mem_flat_layout's table): f32, backward writes the embeddings' into
  * one buffer of their own (*head bytes: the tied head writes them first
  * and the encoder last), and the rest into a ring of buffers each of the
  * largest bucket (*ring bytes: 3, two in flight and one filling; 1
@@ -277,7 +281,7 @@ int gk_mem_recompute_parse(const char *s);
  * -1 (err) for a shape out of bounds.
  */
 int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
-			uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
+			int64_t tp, uint64_t bucket, int overlap, uint64_t *head, uint64_t *ring,
 			size_t *nbuckets, gk_err *err);
 
 /*
@@ -335,12 +339,13 @@ int gk_mem_flat_layout(const gk_mem_shape *s, gk_mem_flat *out, gk_err *err);
  * parameters, the flat buffer of nflat floats rounded up to 64 bytes
  * ("host_params"; under ZeRO-3 without a grid the rank's range R of it,
  * so rounded), the same of the gradients ("host_grads"; under ZeRO-2 and
- * 3 without tensor parallelism mapped and never written, 0), the pinned
+ * 3 where the device keeps its gradients in buckets, without a pipeline,
+ * mapped and never written, 0), the pinned
  * staging of transfers ("host_staging", GK_MEM_GPU_STAGING bytes, or 4 n
  * if fewer), the AdamW moments' host copies, which a checkpoint reads and
  * --offload optimizer updates ("host_moments", 2 * 4 * (R + 1), R the
  * rank's pieces, piece[0] + piece[1]), and --offload optimizer's copy of
- * the gradient shard under ZeRO-2 and 3 without a grid
+ * the gradient shard under ZeRO-2 and 3 without a pipeline
  * ("host_grad_shard", 4 R). ZeRO-3's mirror is its range because the
  * whole model never passes through a rank's host (evaluation and
  * --sample gather it device to device). A pipeline stage's mirrors are
@@ -367,6 +372,16 @@ int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOS
  * shards (a block of the flat buffer, or of a segment), else 0. -1 (err)
  * as gk_mem_flat_layout.
  */
+/*
+ * gpu-train --compress int8 on the CPU over a tensor group (tp above 1)
+ * and dp ranks (2 or more): the floats of the buffer through which the
+ * group's rank 0 broadcasts the replicated tensors' reduced gradients
+ * (wpe, the LayerNorms, the row-parallel biases; lib/nn/dp.c): those in
+ * what a rank reduces (its pieces of the stage's segments under ZeRO,
+ * the segments without), the largest rank's, which every rank
+ * allocates. -1 (err) as gk_mem_flat_layout.
+ */
+int gk_mem_tp_replicas(const gk_mem_shape *s, uint64_t *floats, gk_err *err);
 int gk_mem_compress_bytes(const gk_mem_shape *s, int compress, uint64_t *feedback,
 			  uint64_t *wire, gk_err *err);
 

@@ -427,18 +427,20 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 int gk_nn_cuda_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
 int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err);
-/* the sum of squares of the device's gradients [lo, hi), each parameter
- * of a tensor group once (the replicated tensors on its rank 0 only) */
-int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err);
+/* the sum of squares of the device's gradients [lo, hi) (the model's, or
+ * those at g[0 .. hi - lo)), each parameter of a tensor group once (the
+ * replicated tensors on its rank 0 only) */
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, const float *g, size_t lo, size_t hi, double *ss,
+			  gk_err *err);
 /* tensor parallelism: the tensor group's NCCL communicator on this
  * device, on the model's stream, opened over the host one (m->tpc) by
  * every rank of the group at once; nothing at tp 1 */
 struct gk_comm_config;
 int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *err);
-/* n of the device's gradients from off, the tensor group's rank 0's on
+/* n gradients in device memory at g, the tensor group's rank 0's on
  * every rank of the group: a broadcast in place on its NCCL communicator
  * (gk_nn_tp_agree_replicas) */
-int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, size_t off, size_t n, gk_err *err);
+int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, float *g, size_t n, gk_err *err);
 
 /*
  * AdamW on the device over the parameters [lo, hi) (0, nparams: every

@@ -109,6 +109,19 @@
  * the sums are ZeRO-1's, a reduce to each owner and the one division:
  * bit for bit on 2 ranks, on more as NCCL orders a piece's sum (its
  * order may follow the count).
+ *
+ * A tensor slice (--tp without --pp, a data-parallel group of two or
+ * more) is a pipeline stage of one for its ownership (pp_shard.c: one
+ * segment, the pieces ZeRO-1's ranges of its flat buffer), and on a GPU
+ * its ZeRO-2 is this one: its buckets, its shard (its piece), and the
+ * update, the norm and the int8 agreement of the tensor group's replicas
+ * (tp_replicated) read the shard. The replicated tensors need nothing of
+ * their own: before a bucket is reduced their gradients are the same on
+ * every rank of the group (computed from its summed values; a
+ * sequence-parallel LayerNorm's summed over the group inside backward),
+ * and after it each rank's piece lies at the same offsets on each. A
+ * pipeline stage accumulates its gradients over its whole schedule, so
+ * under --pp they stay whole and are reduced after it (pp_shard.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -135,10 +148,15 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
 	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm);
-	 * over a grid (--tp, --pp) as a pipeline stage's (pp_shard.c), from
-	 * the model's whole gradients after backward */
-	return o->zero >= 2 && cuda && o->tp <= 1 && o->pp <= 1 &&
-	       (world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL);
+	 * a tensor slice's (--tp) too when its data-parallel group has ranks
+	 * to cut it over (one has nothing to shard: its slices reduce as
+	 * ZeRO-0's); a pipeline stage (--pp) accumulates the gradients of its
+	 * whole schedule, and reduces its pieces after it (pp_shard.c) */
+	if (o->zero < 2 || !cuda || o->pp > 1)
+		return 0;
+	if (o->tp > 1)
+		return o->zero == 2 && world > 1 && o->comm != GK_COMM_BACKEND_MPI;
+	return world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL;
 }
 
 /*
@@ -465,9 +483,13 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * the bucket's part of it.
 	 */
 	int sharded = dp->shard && dp->compress == GK_COMM_COMPRESS_NONE;
-	size_t per = dp->Np / (size_t)dp->world;
-	/* (a sharded pipeline stage's ZeRO-2 is its own: pp_shard_reduce) */
-	dp->zero2 = dp->shard && dp->zero >= 2 && !dp->ppshard;
+	/* a tensor slice's pieces are ZeRO-1's ranges of its flat buffer */
+	size_t per = dp->ppshard ? dp->per[0] : dp->Np / (size_t)dp->world;
+	/* a sharded pipeline stage's ZeRO-2 is its own (pp_shard_reduce); a
+	 * tensor slice's on a GPU is this one, into its one segment's pieces
+	 * (gk_nn_dp_bucket_grads) */
+	dp->zero2 = dp->shard && dp->zero >= 2 &&
+		    (!dp->ppshard || gk_nn_dp_bucket_grads(&t->o, dp->world, t->cuda));
 	dp->zero3 = dp->shard && dp->zero == 3 && !dp->ppshard;
 	dp->stage3 = dp->zero == 3 && dp->ppshard;
 	if (dp->ppshard) {
@@ -480,14 +502,26 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	}
 	if ((dp->zero3 || dp->stage3) && gk_nn_z3_open(dp, t, err) < 0)
 		return -1;
-	/* int8 over a tensor group: its replicas agree (tp_replicated), on
-	 * the CPU through a buffer of them, on a GPU in place */
+	/*
+	 * int8 over a tensor group: its replicas agree (tp_replicated), on
+	 * the CPU through a buffer of them, on a GPU in place. The buffer is
+	 * as large on every rank, the largest rank's (its pieces hold the
+	 * most replicated elements): lib/mem's gk_mem_tp_replicas, a figure
+	 * mem-estimate states without knowing the rank.
+	 */
 	if (t->grid.tpc && dp->compress == GK_COMM_COMPRESS_INT8 && dp->world > 1) {
 		/* this rank's reduced gradients: a stage's pieces, or all */
 		size_t all[2][2] = {{0, dp->N}, {0, 0}};
 		memcpy(dp->tprange, dp->pp_stage >= 0 ? dp->own : all, sizeof(all));
 		dp->tpsync = 1;
-		dp->ntp = t->cuda ? 0 : gk_nn_tp_replicas(dp->m, dp->tprange, NULL, 0);
+		for (int q = 0; !t->cuda && q < (dp->ppshard ? dp->world : 1); q++) {
+			size_t r[2][2], n;
+			memcpy(r, dp->tprange, sizeof(r));
+			for (int k = 0; dp->ppshard && k < 2; k++)
+				gk_nn_dp_pp_piece(dp, dp->pp_stage, q, k, &r[k][0], &r[k][1]);
+			n = gk_nn_tp_replicas(dp->m, (const size_t(*)[2])r, NULL, 0);
+			dp->ntp = n > dp->ntp ? n : dp->ntp;
+		}
 		if (!t->cuda && !(dp->tpbuf = malloc((dp->ntp ? dp->ntp : 1) * sizeof(float))))
 			return gk_err_sys(err, ENOMEM, "int8 compression over a tensor group");
 	}
@@ -495,7 +529,7 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		return -1;
 	/* a sharded pipeline stage reduces its segments after the schedule */
 	if ((dp->world > 1 || dp->dev_grads) && (!dp->shard || sharded || dp->zero2) &&
-	    !dp->ppshard) {
+	    (!dp->ppshard || dp->zero2)) {
 		/* ZeRO-2's buckets feed back into ZeRO-1's residual (dp->resid,
 		 * Np floats, the same layout), a pipeline stage's into its
 		 * range's (gk_nn_pp_resid); ZeRO-0's keep their own */
@@ -581,6 +615,9 @@ uint64_t gk_nn_dp_comm_bytes(const gk_nn_dp *dp)
 		b += (uint64_t)dp->Np * sizeof(float) +
 		     (dp->world > 1 ? gk_comm_compress_scratch(dp->compress,
 							       dp->Np / (size_t)dp->world) : 0);
+	/* int8 over a tensor group on the CPU: the replicas' buffer */
+	if (dp->tpbuf)
+		b += (uint64_t)dp->ntp * sizeof(float);
 	return b;
 }
 
@@ -663,11 +700,14 @@ static int shard_reduce(gk_nn_dp *dp, gk_err *err)
  * the device's gradients, after the reduction on the same stream (and
  * after the upload of those reduced through the host). bf16 and f16 pack
  * each element alone, and the same values on the same path round alike:
- * nothing to do.
+ * nothing to do. A tensor slice's ZeRO-2 on a GPU holds this rank's
+ * reduced gradients in its shard: the broadcasts run there, in place
+ * (the same pieces, at the same offsets, on every rank of the group).
  */
 static int tp_replicated(gk_nn_dp *dp, gk_err *err)
 {
-	return dp->tpsync ? gk_nn_tp_agree_replicas(dp->m, dp->tprange, dp->tpbuf, err) : 0;
+	float *at = dp->zero2 && dp->dev_grads ? dp->gshard : NULL;
+	return dp->tpsync ? gk_nn_tp_agree_replicas(dp->m, dp->tprange, dp->tpbuf, at, err) : 0;
 }
 
 int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
@@ -677,7 +717,7 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 	if (dp->block_at && ++dp->reduces == dp->block_at)
 		for (;;)
 			pause();
-	if (dp->ppshard) {
+	if (dp->ppshard && !dp->zero2) {
 		dp->comm_start = now;
 		if (dp->stage3) /* the schedule's last backward is done */
 			gk_nn_z3_step_done(dp);
@@ -715,6 +755,11 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
 {
 	*ss = 0;
+	if (dp->ppshard && dp->zero2) {
+		/* a tensor slice's shard: its replicated tensors once a group */
+		size_t a = dp->own[0][0], b = dp->own[0][1];
+		return b > a ? gk_nn_work_sumsq_once(dp->m, dp->gshard, a, b, ss, err) : 0;
+	}
 	if (dp->ppshard) {
 		/* the stage's pieces; wte's on the first stage only (on GPUs
 		 * the device's); a tensor group's replicated tensors once */
@@ -723,7 +768,7 @@ int gk_nn_dp_local_sumsq(gk_nn_dp *dp, double *ss, gk_err *err)
 			double s = 0;
 			if (!dp->dev_grads)
 				s = gk_nn_pp_sumsq(dp->m, a, b);
-			else if (b > a && gk_nn_work_sumsq_once(dp->m, a, b, &s, err) < 0)
+			else if (b > a && gk_nn_work_sumsq_once(dp->m, NULL, a, b, &s, err) < 0)
 				return -1;
 			*ss += s;
 		}
@@ -830,6 +875,9 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 		 * and moments there: the same update); under ZeRO-1 its
 		 * pieces of them, gathered after */
 		size_t n = dp->per[0];
+		/* a tensor slice's ZeRO-2 on a GPU: its one piece's gradients
+		 * are the shard */
+		const float *g0 = dp->zero2 ? g : NULL;
 		if (dp->off) {
 			/* offloaded: the pieces' moments at the same places
 			 * of the file, agreed as below */
@@ -838,9 +886,13 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 				if (dp->own[k][1] > dp->own[k][0])
 					rc = gk_nn_offload_update(dp->off, dp->m, c, lr, step,
 								  grad_scale, dp->own[k][0],
-								  dp->own[k][1], k ? n : 0, NULL,
-								  err);
+								  dp->own[k][1], k ? n : 0,
+								  k ? NULL : g0, err);
 			if (gk_nn_tr_agree_local(dp->t, rc, err) < 0)
+				return -1;
+		} else if (dp->host_update && dp->zero2) {
+			if (host_update(dp, c, lr, step, grad_scale, dp->own[0][0], dp->own[0][1],
+					err) < 0)
 				return -1;
 		} else if (dp->host_update) {
 			/* a GPU's, on the host: each piece's parameters and
@@ -853,7 +905,7 @@ int gk_nn_dp_update(gk_nn_dp *dp, const gk_nn_adamw *c, float lr, int64_t step,
 					return -1;
 		} else if ((dp->own[0][1] > dp->own[0][0] &&
 			    gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[0][0],
-					 dp->own[0][1], NULL, dp->mom, dp->vel, err) < 0) ||
+					 dp->own[0][1], g0, dp->mom, dp->vel, err) < 0) ||
 			   (dp->own[1][1] > dp->own[1][0] &&
 			    gk_nn_update(dp->m, c, lr, step, grad_scale, dp->own[1][0],
 					 dp->own[1][1], NULL, dp->mom + n, dp->vel + n, err) < 0)) {

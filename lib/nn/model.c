@@ -653,10 +653,14 @@ int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 	return 0;
 }
 
-int gk_nn_work_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+int gk_nn_work_sumsq_once(gk_nn_model *m, const float *g, size_t lo, size_t hi, double *ss,
+			  gk_err *err)
 {
 	if (m->cu)
-		return gk_nn_cuda_sumsq_once(m, lo, hi, ss, err);
+		return gk_nn_cuda_sumsq_once(m, g, lo, hi, ss, err);
+	if (g)
+		return gk_errf(err, "sum of squares of gradients on the host at %p: the model's "
+			       "own only (gk_nn_pp_sumsq)", (const void *)g);
 	*ss = gk_nn_pp_sumsq(m, lo, hi);
 	return 0;
 }

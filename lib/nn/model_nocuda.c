@@ -184,12 +184,13 @@ int gk_nn_cuda_tp_open(gk_nn_model *m, const struct gk_comm_config *cc, gk_err *
 		     : 0;
 }
 
-int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, size_t off, size_t n, gk_err *err)
+int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, float *g, size_t n, gk_err *err)
 {
 	return gk_errf(err, "tensor parallelism on the GPU: gpukit was built without CUDA");
 }
 
-int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, const float *g, size_t lo, size_t hi, double *ss,
+			  gk_err *err)
 {
 	return gk_errf(err, "sum of squares on the GPU: gpukit was built without CUDA");
 }

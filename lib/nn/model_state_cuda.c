@@ -198,7 +198,7 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 	if (m->o.bucket_grads)
 		return no_full_grads(err);
 	/* under tensor parallelism each parameter once, summed over the group */
-	if (gk_nn_cuda_sumsq_once(m, 0, m->nparams, &s, err) < 0 ||
+	if (gk_nn_cuda_sumsq_once(m, NULL, 0, m->nparams, &s, err) < 0 ||
 	    (m->tp > 1 && gk_comm_allreduce(m->tpc, &s, &s, 1, GK_DT_F64, GK_COMM_SUM, NULL,
 					     err) < 0))
 		return -1;
@@ -206,12 +206,16 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 	return 0;
 }
 
-int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err)
+int gk_nn_cuda_sumsq_once(gk_nn_model *m, const float *g, size_t lo, size_t hi, double *ss,
+			  gk_err *err)
 {
+	/* element x of the range at g0[x - o] */
+	const float *g0 = g ? g : m->cu->g;
+	size_t o = g ? lo : 0;
 	/* rank 0 of a tensor group all of its own, the others their split
 	 * tensors' slices (gk_nn_pp_sumsq's rule, on the device) */
 	if (m->tp == 1 || m->tpr == 0)
-		return gk_nn_cuda_sumsq(m, m->cu->g + lo, hi - lo, ss, err);
+		return gk_nn_cuda_sumsq(m, g0 + (lo - o), hi - lo, ss, err);
 	*ss = 0.0;
 	for (size_t i = 0; i < m->nt_tensors; i++) {
 		const gk_nn_tensor *t = &m->t[i];
@@ -220,7 +224,7 @@ int gk_nn_cuda_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_e
 		b = b < hi ? b : hi;
 		if (a >= b || t->split == GK_NN_SPLIT_NONE)
 			continue;
-		if (gk_nn_cuda_sumsq(m, m->cu->g + a, b - a, &x, err) < 0)
+		if (gk_nn_cuda_sumsq(m, g0 + (a - o), b - a, &x, err) < 0)
 			return -1;
 		*ss += x;
 	}

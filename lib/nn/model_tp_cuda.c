@@ -59,11 +59,10 @@ int gk_nn_cuda_tp_reduce(gk_nn_model *m, float *x, size_t n, gk_comm_op op, gk_e
 	return gk_comm_allreduce(m->cu->tpd, x, x, n, GK_DT_F32, op, NULL, err);
 }
 
-int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, size_t off, size_t n, gk_err *err)
+int gk_nn_cuda_tp_grads_bcast(gk_nn_model *m, float *g, size_t n, gk_err *err)
 {
 	if (!m->cu->tpd)
 		return no_tpd(m, err);
-	float *g = m->cu->g + off;
 	return gk_comm_broadcast(m->cu->tpd, g, g, n, GK_DT_F32, 0, err);
 }
 

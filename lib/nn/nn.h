@@ -403,9 +403,12 @@ size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int o
  * CPU through buf (gk_nn_tp_replicas' count of floats: copied out, one
  * broadcast over the group, copied back), on a GPU in place in the
  * device's gradients over the group's NCCL communicator, on the model's
- * stream (buf unused). Collective over the group; nothing at tp 1.
+ * stream (buf unused): the model's buffer, or with at (device memory,
+ * ZeRO-2's shard) there, r[0] from at[0] and r[1] empty. Collective over
+ * the group; nothing at tp 1.
  */
-int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk_err *err);
+int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, float *at,
+			    gk_err *err);
 /*
  * Whether sequence parallelism (gk_nn_opts' seq_par) can run over tp ranks
  * at sequence length seq: 0, or -1 with the numbers in err. Under it,
@@ -886,10 +889,12 @@ int gk_nn_params_changed(gk_nn_model *m, gk_err *err);
  */
 int gk_nn_work_sumsq(gk_nn_model *m, const float *g, size_t n, double *sumsq,
 		     gk_err *err);
-/* Sum of squares of the model's working gradients [lo, hi), under tensor
+/* Sum of squares of the working gradients [lo, hi), the model's or,
+ * with g (device memory on a GPU), those at g[0 .. hi - lo), under tensor
  * parallelism each parameter of the group once: the replicated tensors'
  * on its rank 0 only (gk_nn_pp_sumsq's rule; no communication) */
-int gk_nn_work_sumsq_once(gk_nn_model *m, size_t lo, size_t hi, double *ss, gk_err *err);
+int gk_nn_work_sumsq_once(gk_nn_model *m, const float *g, size_t lo, size_t hi, double *ss,
+			  gk_err *err);
 int gk_nn_grad_norm(gk_nn_model *m, double *norm, gk_err *err); /* tp: collective
 								 * over the group, each
 								 * parameter once */

@@ -712,7 +712,7 @@ int gk_nn_tr_pp_norm(gk_nn_trainer *t, double *norm, gk_err *err)
 	gk_nn_model *m = t->m;
 	double ss = 0;
 	/* on GPUs the range's on the device */
-	if (t->cuda && gk_nn_work_sumsq_once(m, lo, hi, &ss, err) < 0)
+	if (t->cuda && gk_nn_work_sumsq_once(m, NULL, lo, hi, &ss, err) < 0)
 		return -1;
 	for (size_t i = 0; !t->cuda && i < m->nt_tensors; i++) {
 		const gk_nn_tensor *x = &m->t[i];

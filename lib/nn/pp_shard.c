@@ -23,8 +23,11 @@
  * the same collectives run over the data-parallel group's NCCL
  * communicator (dp.c's gcomm), on the device's gradients and parameters;
  * in bf16 the gather moves the working copy, not the fp32 master. Device
- * memory has no pages to give back, so there ZeRO-2 keeps the stage's
- * whole buffer and its peak is ZeRO-1's, as on the CPU.
+ * memory has no pages to give back, so there a pipeline stage's ZeRO-2
+ * keeps the stage's whole buffer and its peak is ZeRO-1's, as on the CPU;
+ * a tensor slice's (no --pp) reduces its buckets during backward as
+ * without a grid instead (dp.c), and only its update, gather and
+ * checkpoints go through here.
  */
 #include <stdlib.h>
 

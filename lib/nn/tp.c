@@ -129,16 +129,20 @@ size_t gk_nn_tp_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, int o
 }
 
 /*
- * On a GPU the replicas' gradients agree in place in the device's buffer:
- * one broadcast over the group's NCCL communicator for each run of
- * adjacent replicated tensors (a block's attention projection bias, its
- * second LayerNorm; its MLP projection bias with the next block's first
- * LayerNorm), fewer and larger than one a tensor and without a buffer.
+ * On a GPU the replicas' gradients agree in place in the device's buffer
+ * (or ZeRO-2's shard, at): one broadcast over the group's NCCL
+ * communicator for each run of adjacent replicated tensors (a block's
+ * attention projection bias, its second LayerNorm; its MLP projection
+ * bias with the next block's first LayerNorm), fewer and larger than one
+ * a tensor and without a buffer.
  */
-int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk_err *err)
+int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, float *at,
+			    gk_err *err)
 {
 	if (m->tp == 1)
 		return 0;
+	if (at && (!m->cu || r[1][1] > r[1][0]))
+		return gk_errf(err, "replicated gradients in a shard: on a GPU, of one range");
 	if (!m->cu) {
 		size_t n = gk_nn_tp_replicas(m, r, buf, 1);
 		if (gk_comm_broadcast(m->tpc, buf, buf, n, GK_DT_F32, 0, err) < 0)
@@ -146,6 +150,9 @@ int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk
 		gk_nn_tp_replicas(m, r, buf, 0);
 		return 0;
 	}
+	/* element x of the gradients at g[x - g0] */
+	float *g = at ? at : gk_nn_cuda_grads(m);
+	size_t g0 = at ? r[0][0] : 0;
 	size_t a0 = 0, b0 = 0;
 	for (size_t i = 0; i < m->nt_tensors; i++) {
 		const gk_nn_tensor *x = &m->t[i];
@@ -155,14 +162,15 @@ int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, gk
 			if (a >= b)
 				continue;
 			if (a != b0) {
-				if (b0 > a0 && gk_nn_cuda_tp_grads_bcast(m, a0, b0 - a0, err) < 0)
+				if (b0 > a0 &&
+				    gk_nn_cuda_tp_grads_bcast(m, g + (a0 - g0), b0 - a0, err) < 0)
 					return -1;
 				a0 = a;
 			}
 			b0 = b;
 		}
 	}
-	return b0 > a0 ? gk_nn_cuda_tp_grads_bcast(m, a0, b0 - a0, err) : 0;
+	return b0 > a0 ? gk_nn_cuda_tp_grads_bcast(m, g + (a0 - g0), b0 - a0, err) : 0;
 }
 
 void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local)

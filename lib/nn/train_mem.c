@@ -100,7 +100,8 @@ static void host_terms(gk_nn_trainer *t)
 	h[GK_MEM_HOST_GRADS] = hm.grads;
 	h[GK_MEM_HOST_STAGING] = hm.pinned;
 	h[GK_MEM_HOST_MOMENTS] = dp->mom ? (uint64_t)2 * (nm + 1) * sizeof(float) : 0;
-	h[GK_MEM_HOST_GRAD_SHARD] = dp->hshard ? (uint64_t)(dp->hi - dp->lo) * sizeof(float) : 0;
+	h[GK_MEM_HOST_GRAD_SHARD] = dp->hshard ? (uint64_t)gk_nn_dp_moments_len(dp) * sizeof(float)
+					       : 0;
 	for (int i = 0; i < GK_MEM_NHOST; i++)
 		t->mem.host_total += h[i];
 }
@@ -186,14 +187,14 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	 * counted as comm.
 	 */
 	uint64_t live = 0;
-	if (t->dp->ppshard && t->dp->zero >= 2) {
+	if (t->dp->ppshard && t->dp->zero >= 2 && !t->dp->zero2) {
 		/*
-		 * ZeRO-2 over a pipeline (or a tensor group): the rank keeps
-		 * its pieces; the rest of the stage's gradients lives from its
-		 * first backward to the reduction after the schedule (comm;
-		 * on a GPU the whole step, pp_shard.c). A GPU stage's buffer
-		 * is the whole flat one: outside the stage it stays padding,
-		 * as under ZeRO 0 and 1
+		 * ZeRO-2 over a pipeline (or a tensor group on the CPU): the
+		 * rank keeps its pieces; the rest of the stage's gradients
+		 * lives from its first backward to the reduction after the
+		 * schedule (comm; on a GPU the whole step, pp_shard.c). A GPU
+		 * stage's buffer is the whole flat one: outside the stage it
+		 * stays padding, as under ZeRO 0 and 1
 		 */
 		uint64_t all = ((uint64_t)gk_nn_pp_floats(t->m) * sizeof(float) + 63) / 64 * 64;
 		uint64_t mine = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /
@@ -209,10 +210,11 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 		 * kept on the device), and the shard, on the device until the
 		 * update copies it down, is comm too: mem-estimate's
 		 * zero2_grad_shard, 4 Psi / N; its part of the vocabulary's
-		 * padding rows stays padding.
+		 * padding rows stays padding. A tensor slice's (--tp) the
+		 * same, of its flat buffer: its piece is the shard.
 		 */
-		uint64_t shard = ((uint64_t)(t->dp->Np / (size_t)t->grid.dp) * sizeof(float) + 63) /
-				 64 * 64;
+		uint64_t shard = ((uint64_t)gk_nn_dp_moments_len(t->dp) * sizeof(float) + 63) / 64 *
+				 64;
 		live = mm.gradients;
 		mm.gradients = shard;
 		if (t->dp->host_update) {
@@ -395,6 +397,14 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 						      per * (size_t)t->grid.tp, fb));
 	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
 		*host += gk_comm_compress_scratch(t->o.compress, per);
+	/* int8 over a tensor group: the replicas' buffer (dp.c) */
+	uint64_t rep = 0;
+	gk_mem_shape rs = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+			   .vocab = t->cfg.vocab, .positions = t->cfg.positions, .dp = t->grid.dp,
+			   .tp = t->grid.tp, .pp = t->grid.pp, .stage = t->grid.pp_rank, .zero = zero};
+	if (!t->cuda && t->o.compress == GK_COMM_COMPRESS_INT8 && t->grid.tp > 1 &&
+	    t->grid.dp > 1 && gk_mem_tp_replicas(&rs, &rep, &why) == 0)
+		*host += 4 * rep;
 	*dev = 0;
 	if (t->cuda) {
 		/*

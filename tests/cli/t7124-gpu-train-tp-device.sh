@@ -20,9 +20,11 @@ mem-estimate --tp'"'"'s. A device checkpoint resumes on one GPU (within
 tensor groups (tp 2 x dp 2) average over NCCL, and under ZeRO 1, within
 1e-6 of one GPU on the same global batch (in bf16 under ZeRO 1, gathering
 the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints bit for bit),
-and under ZeRO 2 (its buckets reduce-scattered after backward, as a
-pipeline stage'"'"'s) ZeRO 1'"'"'s losses and norms bit for bit, its model
-states mem-estimate --zero 2'"'"'s and its total ZeRO 1'"'"'s, and with
+and under ZeRO 2 (its gradients in bucket buffers reduce-scattered as
+backward completes them, into a shard) ZeRO 1'"'"'s losses, norms and
+model bit for bit, its device memory less by the buffer it no longer
+holds, its buffers mem-estimate'"'"'s, with accumulation ZeRO 1'"'"'s within
+1e-6, and with
 --offload optimizer (each rank'"'"'s pieces updated on the host) its losses
 and norms bit for bit, optimizer 0 and the state mem-estimate
 --offload optimizer'"'"'s. Under ZeRO 3 (each tensor rank'"'"'s slices
@@ -35,8 +37,8 @@ two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
 --compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
 within 1e-6, its error feedback too but for a flipped rounding in 1000;
 with --compress int8 (the replicated tensors'"'"' gradients broadcast from
-the tensor group'"'"'s rank 0 over NCCL) within 1e-6 too, and stopped and
-resumed it is ZeRO 2 run through, bit for bit. --sample through the
+the tensor group'"'"'s rank 0 over NCCL) within 1e-6 too, and under ZeRO 2
+resumed it is its run through, bit for bit. --sample through the
 tensor group (and tp 2 x pp 2) gives one GPU'"'"'s tokens and the CPU'"'"'s.'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
@@ -146,47 +148,88 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs: over NCCL, and under ZeRO 
 	close_to tz.norm one8.norm 1e-6
 '
 
-# ZeRO-2 under --tp: a pipeline stage's (pp_shard.c), each data-parallel
-# group's slices reduce-scattered in buckets of --bucket after backward
-# into their owners; at two ranks each sum is ZeRO-1's (a + b = b + a).
-# The device keeps its whole gradient buffer: the start line counts its
-# pieces as gradients and the rest as comm, its total ZeRO-1's (t7120's
-# on the CPU, whose pages outside its pieces go back between steps)
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs: ZeRO 1'"'"'s losses and norms bit for bit; parameters, gradients and optimizer mem-estimate --zero 2'"'"'s, the total ZeRO 1'"'"'s' '
+# ZeRO-2 under --tp on GPUs: as without a grid (dp.c), backward writes a
+# tensor rank's gradients above the embeddings into bucket buffers cut at
+# layers, each reduce-scattered into its owners as backward completes it
+# and summed into the rank's shard (its ZeRO-1 piece). 4 layers, --bucket
+# 4K (a block a bucket), --no-overlap (one bucket buffer): at two ranks
+# each sum is ZeRO-1's (a + b = b + a), so the norm and the model after
+# the step are ZeRO-1's bit for bit. The device holds the embeddings'
+# buffer, one bucket (a block) and the shard instead of the whole flat
+# buffer: the total falls by the difference, computed here from the
+# shape; the buffers (comm, with the tensor group's) are mem-estimate's
+# dp_buckets and zero2_embedding_grads, and the shard its gradients. With
+# accumulation (2 micro-batches of 2, 2 layers) each micro-step's buckets
+# are reduced in its backward, a sum of the ranks' sums instead of ZeRO-1's
+# sum of the micro-steps': the norm within 1e-6 of ZeRO-1's on the same
+# batch (measured 2e-8 apart)
+Z="$G --layers 4 --tp 2 --bucket 4K --no-overlap"
+norms() { jq -r "select(.event == \"step\") | .grad_norm" "$@"; }
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buckets: ZeRO 1'"'"'s norm and model bit for bit, its device memory less the figure, the buffers mem-estimate'"'"'s; with accumulation within 1e-6' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $G --steps 2 --tp 2 --zero 2 --bucket 4K >tz2.json) &&
+	 mpi 4 $Z --zero 1 --steps 1 --ckpt-dir cz1 >tz1.json &&
+	 mpi 4 $Z --zero 2 --steps 1 --ckpt-dir cz2 >tz2.json &&
+	 mpi 4 $G --steps 1 --tp 2 --bucket 4K --no-overlap --zero 2 --batch 2 \
+		--grad-accum 2 >tz2a.json) &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2 and .zero == 2" tz2.json &&
-	losses tz2.json >tz2 && head -n 2 tz >tz.2 && test_cmp tz.2 tz2 &&
-	jq -r "select(.event == \"step\") | .grad_norm" tz2.json >tz2.norm &&
-	head -n 2 tz.norm >tz.norm2 && test_cmp tz.norm2 tz2.norm &&
-	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
-	test $(mem tz2.json gradients) = $(($(mem tz.json gradients) / 2)) &&
-	test $(mem tz2.json total) = $(mem tz.json total) &&
-	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --no-dropout \
-		--tp 2 --dp 2 --zero 2 --json >mez2.json &&
-	for k in parameters gradients optimizer; do
-		test $(jq .bytes.$k mez2.json) = $(mem tz2.json $k) || return 1
-	done
+	losses tz1.json >tz1 && losses tz2.json >tz2 && test $(wc -l <tz2) = 1 &&
+	test_cmp tz1 tz2 &&
+	norms tz1.json >tz1.norm && norms tz2.json >tz2.norm && test_cmp tz1.norm tz2.norm &&
+	cmp cz1/latest/model.safetensors cz2/latest/model.safetensors &&
+	norms tz2a.json >tz2a.norm && test $(wc -l <tz2a.norm) = 1 &&
+	head -n 1 tz.norm >tz.norm1 && close_to tz2a.norm tz.norm1 1e-6 &&
+	start_config tz2.json cfg4.json &&
+	mem-estimate --config cfg4.json --precision f32 -b 4 -s 16 --no-dropout \
+		--tp 2 --dp 2 --zero 2 --bucket 4K --no-overlap --json >mez2.json &&
+	python3 - tz1.json tz2.json mez2.json <<-\PY
+	import json, sys
+	st = [next(json.loads(l) for l in open(f) if "\"start\"" in l) for f in sys.argv[1:3]]
+	est = json.load(open(sys.argv[3]))["bytes"]
+	m1, m2 = st[0]["memory"], st[1]["memory"]
+	# a tensor rank'"'"'s flat buffer (gpt.c): wte'"'"'s rows over 2, wpe, the
+	# blocks (the norms and the row-parallel biases whole), ln_f
+	C, L, P, t, W = st[1]["hidden"], st[1]["layers"], st[1]["positions"], 2, 2
+	vp = (st[1]["vocab"] + 127) // 128 * 128
+	head = vp * C // t + P * C
+	block = (12 * C * C + 7 * C) // t + 6 * C
+	n = head + L * block + 2 * C
+	assert n == st[1]["params_padded"], (n, st[1]["params_padded"])
+	nflat = (n + W - 1) // W * W
+	shard = (4 * nflat // W + 63) // 64 * 64
+	saved = 4 * nflat - (4 * head + 4 * block + shard)
+	assert saved > 0, saved
+	if m1["total"] - m2["total"] != saved:
+	    sys.exit("ZeRO 1 %d - ZeRO 2 %d bytes: not %d" % (m1["total"], m2["total"], saved))
+	for k in ("parameters", "gradients", "optimizer"):
+	    assert m2[k] == est[k], (k, m2, est)
+	assert est["zero2_embedding_grads"] == 4 * head, est
+	assert est["dp_buckets"] == 4 * block, est
+	assert m2["comm"] == est["dp_buckets"] + est["zero2_embedding_grads"] + est["tp_buffers"], (m2, est)
+	assert "host_grads" not in est and "host_grads" not in st[1]["host_memory"], est
+	print("saved", saved, "of", 4 * nflat)
+	PY
 '
 
 # --offload optimizer under ZeRO-2 over the tensor groups: each rank's
-# pieces updated on the host (their master and gradients down, the master
-# up) with the device kernel's arithmetic: ZeRO-2's losses and norms bit
-# for bit; optimizer 0 on the device and the state mem-estimate
-# --offload optimizer puts in host_ram (the 4 ranks of a node)
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimizer: the device update'"'"'s losses and norms bit for bit; the state mem-estimate'"'"'s' '
+# shard copied down and its piece updated on the host (its master and
+# gradients down, the master up) with the device kernel's arithmetic:
+# ZeRO-2's norm and model bit for bit; optimizer 0 on the device and the
+# state mem-estimate --offload optimizer puts in host_ram (the 4 ranks of
+# a node), the shard's host copy its host_grad_shard
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimizer: the device update'"'"'s norm and model bit for bit; the state mem-estimate'"'"'s' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $G --steps 2 --tp 2 --zero 2 --bucket 4K --offload optimizer >tz2o.json) &&
-	losses tz2o.json >tz2o && test_cmp tz2 tz2o &&
-	jq -r "select(.event == \"step\") | .grad_norm" tz2o.json >tz2o.norm &&
-	test_cmp tz2.norm tz2o.norm &&
-	mem-estimate --config cfg.json --precision f32 -b 4 -s 16 --no-dropout \
-		--tp 2 --dp 2 --zero 2 --offload optimizer --gpus-per-node 4 --json >mez2o.json &&
+	 mpi 4 $Z --zero 2 --steps 1 --offload optimizer --ckpt-dir cz2o >tz2o.json) &&
+	norms tz2o.json >tz2o.norm && test_cmp tz2.norm tz2o.norm &&
+	cmp cz2/latest/model.safetensors cz2o/latest/model.safetensors &&
+	mem-estimate --config cfg4.json --precision f32 -b 4 -s 16 --no-dropout --bucket 4K \
+		--no-overlap --tp 2 --dp 2 --zero 2 --offload optimizer --gpus-per-node 4 \
+		--json >mez2o.json &&
 	host=$(jq .bytes.host_ram mez2o.json) &&
 	test $host -gt 0 &&
 	test $(jq .bytes.optimizer mez2o.json) = 0 &&
-	jq -s -e "map(select(.event == \"start\"))[0] | .memory.optimizer == 0 and
-		.offload == {where: \"host\", state: ($host / 4)}" tz2o.json
+	jq -s -e --slurpfile e mez2o.json "map(select(.event == \"start\"))[0] |
+		.memory.optimizer == 0 and .offload == {where: \"host\", state: ($host / 4)} and
+		.host_memory.host_grad_shard == \$e[0].bytes.host_grad_shard" tz2o.json
 '
 
 # ZeRO-3 under --tp: each data-parallel group shards its tensor rank's
@@ -269,24 +312,28 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 1 --compress bf16 on GPUs: t
 # the row-parallel biases, wpe), whose reduced gradients would then differ
 # between a tensor group's ranks; they are taken from its rank 0, a
 # broadcast in place over the group's NCCL communicator (dp.c; the CPU's
-# over MPI). The losses of the CPU's compressed run within 1e-6 (measured
-# equal in the emulation); a run stopped after step 1 and resumed gives,
-# bit for bit, the losses and norms of ZeRO 2 (one bucket: ZeRO 1's
-# pieces, the same int8 groups and order) run through, which replicas
-# that drifted apart would not (the checkpoint holds rank 0's: measured
-# 4e-8 apart at step 2 without the broadcast)
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --compress int8 on GPUs: the CPU'"'"'s losses within 1e-6; ZeRO 1 stopped and resumed = ZeRO 2 run through, bit for bit' '
+# over MPI): under ZeRO 1 in the device's gradients, under ZeRO 2 in the
+# shard. ZeRO 1: the losses of the CPU's compressed run within 1e-6
+# (measured equal in the emulation). ZeRO 2 (its buckets cut at layers,
+# so its int8 groups follow other pieces than ZeRO 1's: about 1e-4
+# apart at step 2) resumed from its checkpoint of step 1 gives, bit for
+# bit, the loss and norm of its step 2 run through, which replicas that
+# drifted apart would not (the checkpoint holds rank 0's)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --compress int8 on GPUs: ZeRO 1 the CPU'"'"'s losses within 1e-6; ZeRO 2 resumed from step 1 = run through, bit for bit' '
 	C="$A --steps 2 --tp 2 --compress int8" &&
 	mpi 4 $C --zero 1 --device cpu >c8.json &&
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $C --zero 1 --device cuda --precision fp32 --until 1 --ckpt-dir ck8 >g8a.json &&
-	 mpi 4 $C --zero 1 --device cuda --precision fp32 --ckpt-dir ck8 --resume >g8b.json &&
-	 mpi 4 $C --zero 2 --device cuda --precision fp32 >g8z.json) &&
-	losses c8.json >c8 && { losses g8a.json && losses g8b.json; } >g8 && losses g8z.json >g8z &&
-	test $(wc -l <g8) = 2 && close_to g8 c8 1e-6 && test_cmp g8z g8 &&
-	norms() { jq -r "select(.event == \"step\") | .grad_norm" "$@"; } &&
-	norms g8a.json g8b.json >g8.norm && norms g8z.json >g8z.norm &&
-	test_cmp g8z.norm g8.norm
+	 mpi 4 $C --zero 1 --device cuda --precision fp32 >g8.json &&
+	 mpi 4 $C --zero 2 --device cuda --precision fp32 --bucket 4K --ckpt-every 1 \
+		--ckpt-dir ck8 >g8z.json &&
+	 rm -r ck8/step-00000002 && ln -sfn step-00000001 ck8/latest &&
+	 mpi 4 $C --zero 2 --device cuda --precision fp32 --bucket 4K --ckpt-dir ck8 \
+		--resume >g8r.json) &&
+	losses c8.json >c8 && losses g8.json >g8 &&
+	test $(wc -l <g8) = 2 && close_to g8 c8 1e-6 &&
+	{ losses g8z.json && norms g8z.json; } >g8z && test $(wc -l <g8z) = 4 &&
+	{ losses g8r.json && norms g8r.json; } >g8r && test $(wc -l <g8r) = 2 &&
+	sed -n "2p;4p" g8z >g8z.2 && test_cmp g8z.2 g8r
 '
 
 # ZeRO 1 in bf16: a tensor group's run under ZeRO is a pipeline of one

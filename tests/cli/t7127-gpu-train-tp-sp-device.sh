@@ -108,7 +108,7 @@ test_expect_success 'GPUS,MPI' 'the activations on GPUs: --sequence-parallel sav
 
 # tp 2 x dp 2: four ranks on four GPUs (the emulation makes them), two
 # tensor groups each splitting the sequence, ZeRO 1 over the
-# data-parallel groups
+# data-parallel groups (and ZeRO 2)
 { test -n "$GK_CUEMU" || test "$GK_GPUS" -ge 4; } && test_have_prereq GPUS && test_set_prereq GPUS4
 
 test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 1 on GPUs: the losses and norms of one GPU on the same global batch within 1e-6' '
@@ -120,6 +120,18 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 1 on GPU
 	losses spz.json >spz && norms spz.json >spz.n &&
 	test $(wc -l <spz) = 2 &&
 	close_to spz one8 1e-6 && close_to spz.n one8.n 1e-6
+'
+
+# ZeRO 2: the gradients in bucket buffers of a block each (--bucket 4K),
+# each reduce-scattered into its owners as backward completes it; a
+# LayerNorm's gradient is summed over the tensor group inside backward,
+# before its bucket is reduced, so each sum is ZeRO 1's (two ranks)
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 2 on GPUs: ZeRO 1'"'"'s losses and norms bit for bit' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --steps 2 --tp 2 --sequence-parallel --zero 2 --bucket 4K >spz2.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 2 and .sequence_parallel == true" spz2.json &&
+	losses spz2.json >spz2 && norms spz2.json >spz2.n &&
+	test_cmp spz spz2 && test_cmp spz.n spz2.n
 '
 
 test_done

@@ -14,7 +14,9 @@ tensor group takes from its rank 0: replicas that drifted apart would
 not resume so); tp_comm_bytes and pp_comm_bytes are the uncompressed
 run'"'"'s; the memory'"'"'s comm is the feedback (4 bytes an element of the
 stage'"'"'s or slice'"'"'s segments) and the ring'"'"'s two wire buffers of the
-largest piece, 2 (2 (piece + 1) + 1) bytes in bf16. Within a stated
+largest piece, 2 (2 (piece + 1) + 1) bytes in bf16, and under int8 the
+buffer through which the tensor group agrees on its replicated tensors'"'"'
+gradients. Within a stated
 tolerance (measured: bf16 moves these losses by 2e-6 relative, int8 by
 1e-4): bf16 within 1e-4 and int8 within 1e-3 of the uncompressed grid'"'"'s
 losses, and not equal; against plain data parallelism'"'"'s compressed run
@@ -115,6 +117,38 @@ test_expect_success MPI 'memory.comm is the compressed feedback and wire formula
 	n = s["params_padded"]
 	want = 4 * n + wire((n + 1) // 2)
 	assert s["memory"]["comm"] == want, (s["memory"]["comm"], want)
+	EOF
+'
+
+# int8 over a tensor group: the replicated tensors' reduced gradients go
+# from the group's rank 0 to the others through a buffer of those in a
+# rank's piece (dp.c), as large on every rank: the largest rank's count,
+# here from the tensor table (gpt.c's order; a tensor rank holds wte's
+# rows over 2, the split weights' columns or rows over 2, the rest whole)
+test_expect_success MPI 'memory.comm under int8 with --tp adds the replicated tensors'"'"' buffer' '
+	python3 - t8.json <<-\EOF
+	import json, sys
+	s = next(json.loads(l) for l in open(sys.argv[1]) if "\"start\"" in l)
+	C, L, P, t = s["hidden"], s["layers"], s["positions"], 2
+	Vp = (s["vocab"] + 127) // 128 * 128
+	table = [(Vp * C // t, 0), (P * C, 1)]
+	for l in range(L):
+	    table += [(C, 1), (C, 1), (C * 3 * C // t, 0), (3 * C // t, 0), (C // t * C, 0),
+	              (C, 1), (C, 1), (C, 1), (C * 4 * C // t, 0), (4 * C // t, 0),
+	              (4 * C // t * C, 0), (C, 1)]
+	table += [(C, 1), (C, 1)]
+	rep = []
+	for n, r in table:
+	    rep += [r] * n
+	n = len(rep)
+	assert n == s["params_padded"], (n, s["params_padded"])
+	per = (n + 1) // 2
+	most = max(sum(rep[:per]), sum(rep[per:]))
+	piece = per + 1
+	wire = 2 * ((piece + 255) // 256 * 4 + piece + 1)
+	want = 4 * n + wire + 4 * most
+	assert s["memory"]["comm"] == want, (s["memory"]["comm"], want, most)
+	print("replicas", most, "of", sum(rep))
 	EOF
 '
 

@@ -6,6 +6,8 @@
  * the fit search's invariants.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "mem/mem.h"
@@ -567,6 +569,30 @@ static void trainer(void)
 	ok(gk_mem_train_estimate(&zg, &e, NULL, NULL, &err) == 0, "64 MiB estimated");
 	is_u64(part(&e, "dp_buckets"), 3 * 4 * (2 * gblk + 2 * 768),
 	       "GPU ZeRO-2 at 64 MiB: three buffers of two blocks and the final norm");
+	/*
+	 * ... over a tensor group of 4 (no pipeline): a tensor rank's slices,
+	 * wte's rows and the split weights over 4, the norms and the
+	 * row-parallel biases whole: a block (12 C^2 + 7 C) / 4 + 6 C, the
+	 * embeddings Vpad C / 4 + positions C; at 4 MiB (1048576 floats) a
+	 * bucket a block; under a pipeline none (its stage reduces after the
+	 * schedule), nor under ZeRO-3
+	 */
+	gk_mem_train zt = zg;
+	zt.bucket = 4ULL << 20, zt.tp = 4, zt.dp = 2;
+	uint64_t tblk = (12ULL * 768 * 768 + 7 * 768) / 4 + 6 * 768;
+	ok(gk_mem_train_estimate(&zt, &e, NULL, NULL, &err) == 0, "tp 4 x dp 2 ZeRO-2 on GPUs");
+	is_u64(part(&e, "zero2_embedding_grads"), 4ULL * (50304 / 4 + 1024) * 768,
+	       "GPU ZeRO-2 over tp 4: the embeddings' buffer of a tensor rank");
+	is_u64(part(&e, "dp_buckets"), 3 * 4 * tblk,
+	       "GPU ZeRO-2 over tp 4: three buffers of a tensor rank's block");
+	ok(!gk_mem_part_get(&e, "host_grads"), "... and no host mirror of the gradients");
+	zt.pp = 2;
+	ok(gk_mem_train_estimate(&zt, &e, NULL, NULL, &err) == 0 &&
+	   !gk_mem_part_get(&e, "zero2_embedding_grads") && gk_mem_part_get(&e, "pp_zero2_grads"),
+	   "tp 4 x pp 2: a stage's gradients whole until after the schedule");
+	zt.pp = 1, zt.zero = 3;
+	ok(gk_mem_train_estimate(&zt, &e, NULL, NULL, &err) < 0 ||
+	   !gk_mem_part_get(&e, "zero2_embedding_grads"), "tp 4 under ZeRO-3: no device buckets");
 	/* and ZeRO-3 (the CPU backend): the parameters sharded too */
 	gk_mem_train z3 = t;
 	z3.zero = 3;
@@ -637,6 +663,107 @@ static void trainer(void)
 	bad = t, bad.heads = 0;
 	ok(gk_mem_train_estimate(&bad, &e, NULL, NULL, &err) < 0 &&
 	   strstr(err.msg, "train: "), "no heads: %s", err.msg);
+}
+
+/*
+ * gk_mem_tp_replicas against a count element by element of lib/nn's table
+ * (gpt.c's order): the replicated elements (wpe, the norms, the
+ * row-parallel biases) in each rank's pieces, the largest; and the CPU
+ * backend's compress_replicas part is it in bytes
+ */
+static uint64_t rep_count(const char *rep, uint64_t a, uint64_t b)
+{
+	uint64_t n = 0;
+	for (uint64_t i = a; i < b; i++)
+		n += rep[i] == 1;
+	return n;
+}
+
+static void replicas_of(int tp, int dp, int pp, int zero)
+{
+	const uint64_t L = 3, C = 32, P = 33, vp = 384, T = (uint64_t)tp, W = (uint64_t)dp;
+	const uint64_t blk[12] = {C, C, C * 3 * C / T, 3 * C / T, C / T * C, C, C, C,
+				  C * 4 * C / T, 4 * C / T, 4 * C / T * C, C};
+	const int whole[12] = {1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1};
+	uint64_t wte = vp * C / T, n = wte + P * C + L * (6 * C + (12 * C * C + 7 * C) / T) + 2 * C;
+	uint64_t at = wte, start[3] = {0};
+	char *rep = calloc(n, 1);
+	gk_err err;
+	memset(rep + at, 1, P * C);
+	at += P * C;
+	for (uint64_t l = 0; l < L; l++) {
+		start[l] = at;
+		for (int k = 0; k < 12; k++) {
+			memset(rep + at, whole[k], blk[k]);
+			at += blk[k];
+		}
+	}
+	memset(rep + at, 1, 2 * C);
+	for (int st = 0; st < pp; st++) {
+		/* the stage's segments (pp_shard.c): blocks 0 and 1 with the
+		 * embeddings, then block 2 with ln_f; wte apart on the last
+		 * stage and, sharded, on the first */
+		int shard = zero && dp > 1, apart = pp > 1 && (st == pp - 1 || (st == 0 && shard));
+		uint64_t lo = st == 0 ? 0 : start[2], hi = pp == 1 || st == 1 ? n : start[2];
+		uint64_t seg[2][2] = {{lo + (apart && st == 0 ? wte : 0), hi},
+				      {0, apart ? wte : 0}};
+		uint64_t most = 0, got = 0;
+		for (uint64_t q = 0; q < (shard ? W : 1); q++) {
+			uint64_t c = 0;
+			for (int k = 0; k < 2; k++) {
+				uint64_t len = seg[k][1] - seg[k][0];
+				uint64_t per = shard ? (len + W - 1) / W : len;
+				uint64_t a = q * per < len ? q * per : len;
+				uint64_t b = (q + 1) * per < len ? (q + 1) * per : len;
+				c += rep_count(rep, seg[k][0] + a, seg[k][0] + b);
+			}
+			most = c > most ? c : most;
+		}
+		gk_mem_shape sh = {.layers = (int64_t)L, .hidden = (int64_t)C, .vocab = 257,
+				   .positions = (int64_t)P, .dp = dp, .tp = tp, .pp = pp,
+				   .stage = st, .zero = zero};
+		int rc = gk_mem_tp_replicas(&sh, &got, &err);
+		ok(rc == 0 && got == most, "replicas of dp %d x pp %d x tp %d, stage %d, ZeRO %d: "
+		   "%llu, counted %llu", dp, pp, tp, st, zero, (unsigned long long)got,
+		   (unsigned long long)most);
+	}
+	free(rep);
+}
+
+static void tp_replicas(void)
+{
+	gk_err err;
+	/* many ranks: pieces of a few dozen elements, whose ends fall in
+	 * every tensor of a block */
+	static const int dps[] = {1, 2, 3, 97, 331};
+	for (int tp = 2; tp <= 4; tp += 2)
+		for (size_t d = 0; d < sizeof(dps) / sizeof(dps[0]); d++)
+			for (int pp = 1; pp <= 2; pp++)
+				for (int zero = 0; zero <= 1; zero++)
+					replicas_of(tp, dps[d], pp, zero);
+	/* the CPU backend under int8: its part; bf16 and GPUs need none */
+	gk_mem_train t = {.layers = 3, .hidden = 32, .heads = 2, .vocab = 257, .positions = 33,
+			  .seq = 16, .batch = 4, .precision = GK_DT_F32, .zero = 1, .dp = 2,
+			  .tp = 2, .pp = 1};
+	gk_mem_shape sh = {.layers = 3, .hidden = 32, .vocab = 257, .positions = 33, .dp = 2,
+			   .tp = 2, .pp = 1, .zero = 1};
+	gk_mem_model m;
+	gk_mem_run r;
+	gk_mem_est e;
+	uint64_t n = 0;
+	ok(gk_mem_tp_replicas(&sh, &n, &err) == 0 && n > 0, "replicas of tp 2 x dp 2");
+	ok(gk_mem_train_estimate(&t, &e, &m, &r, &err) == 0 && r.host_backend,
+	   "tp 2 x dp 2 on the CPU");
+	ok(!gk_mem_part_get(&e, "compress_replicas"), "uncompressed: no replicas' buffer");
+	r.compress = GK_COMM_COMPRESS_INT8;
+	ok(gk_mem_estimate(&m, &r, 0, &e, &err) == 0, "int8 over tp 2 on the CPU");
+	is_u64(part(&e, "compress_replicas"), 4 * n, "int8 over tp 2: the replicas' buffer");
+	r.compress = GK_COMM_COMPRESS_BF16;
+	ok(gk_mem_estimate(&m, &r, 0, &e, &err) == 0 && !gk_mem_part_get(&e, "compress_replicas"),
+	   "bf16 over tp 2: none");
+	r.compress = GK_COMM_COMPRESS_INT8, r.host_backend = 0;
+	ok(gk_mem_estimate(&m, &r, 0, &e, &err) == 0 && !gk_mem_part_get(&e, "compress_replicas"),
+	   "int8 over tp 2 on GPUs: in place, none");
 }
 
 /*
@@ -801,6 +928,7 @@ int main(void)
 	defaults();
 	trainer();
 	grid_layout();
+	tp_replicas();
 	keys();
 	return done_testing();
 }
