@@ -235,25 +235,28 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimiz
 # ZeRO-3 under --tp: each data-parallel group shards its tensor rank's
 # slices by ZeRO-2's pieces (the slice table one segment, cut as the
 # fp32 master's one range) and gathers them unit by unit on the device;
-# the gradients and the update are ZeRO-2's, so its losses, norms,
-# evaluation, model and moments are ZeRO-2's bit for bit, here with 2
+# the gradients and the update are those of ZeRO-2 over a grid (the
+# pieces reduce-scattered after backward from the whole gradient buffer),
+# whose sums are ZeRO-1's, so its losses, norms, evaluation, model and
+# moments are ZeRO-1's bit for bit (ZeRO-2's buckets, above, sum an
+# accumulated step's gradients in another order), here with 2
 # micro-batches and the run stopped after step 1 and resumed. A step
 # gathers the embeddings and the final norm once, and in each
 # micro-batch block 0 before its forward and its backward and block 1,
 # the last, kept from its forward into its backward: 2 + 2 x 3 = 8, none
 # prefetched (no gather runs beside the tensor group's collectives). The
 # device keeps its piece of the fp32 parameters (mem-estimate's, half
-# ZeRO-2's), and the unit buffers, counted as comm: the difference of
+# ZeRO-1's), and the unit buffers, counted as comm: the difference of
 # the two runs' accounted totals is that of the emulation's measured
 # peaks (of a run without evaluation, whose whole working copy the
 # start line does not count). The checkpoint resumes on the CPU backend (dp 2, the same
 # global batch) within fp32's device tolerance of the GPUs' next step.
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for bit; 8 gathers a step; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 1'"'"'s losses, norms, evaluation, model and moments bit for bit; 8 gathers a step; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
 	Z="$G --steps 2 --grad-accum 2 --batch 2 --tp 2" &&
 	V="--val-data val.bin --eval-every 2 --eval-batches 1" &&
 	rm -rf zz2 zz3 zz3c zm2.* zm3.* &&
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 2 --ckpt-dir zz2 >zz2.json &&
+	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 1 --ckpt-dir zz2 >zz2.json &&
 	 CUEMU_MEM_LOG=$PWD/zm3 mpi 4 $Z --zero 3 --until 1 --ckpt-dir zz3 >zz3a.json &&
 	 cp -R zz3 zz3c &&
 	 mpi 4 $Z $V --zero 3 --ckpt-dir zz3 --resume >zz3b.json) &&

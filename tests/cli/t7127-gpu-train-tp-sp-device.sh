@@ -11,7 +11,8 @@ and 1e-4 in bf16 (t7124'"'"'s tolerances: the forward is tp 2'"'"'s bits,
 the LayerNorms'"'"' parameter gradients add a rank'"'"'s positions first),
 against the CPU'"'"'s --tp 2 --sequence-parallel within 1e-4 (t7124'"'"'s
 device tolerance); two tensor groups under ZeRO 1 on four GPUs within
-1e-6 of one GPU on the same global batch. A step'"'"'s tp_comm_bytes is
+1e-6 of one GPU on the same global batch, and under ZeRO 2 and 3 ZeRO
+1'"'"'s bits. A step'"'"'s tp_comm_bytes is
 the formula of its collectives, the all-gathers at 2 bytes an element
 in bf16; the activations drop by what mem-estimate --tp 2 --sp says.'
 . "$(dirname "$0")/lib.sh"
@@ -125,13 +126,21 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 1 on GPU
 # ZeRO 2: the gradients in bucket buffers of a block each (--bucket 4K),
 # each reduce-scattered into its owners as backward completes it; a
 # LayerNorm's gradient is summed over the tensor group inside backward,
-# before its bucket is reduced, so each sum is ZeRO 1's (two ranks)
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 2 on GPUs: ZeRO 1'"'"'s losses and norms bit for bit' '
+# before its bucket is reduced, so each sum is ZeRO 1's (two ranks).
+# ZeRO 3: the blocks gathered on the device as without sequence
+# parallelism (t7124), the LayerNorms' gradients summed as under ZeRO 2:
+# ZeRO 1's bits too.
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 2 and 3 on GPUs: ZeRO 1'"'"'s losses and norms bit for bit' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $G --steps 2 --tp 2 --sequence-parallel --zero 2 --bucket 4K >spz2.json) &&
+	 mpi 4 $G --steps 2 --tp 2 --sequence-parallel --zero 2 --bucket 4K >spz2.json &&
+	 mpi 4 $G --steps 2 --tp 2 --sequence-parallel --zero 3 >spz3.json) &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 2 and .sequence_parallel == true" spz2.json &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .zero == 3 and .sequence_parallel == true" spz3.json &&
+	jq -s -e "map(select(.event == \"step\")) | length == 2 and all(.param_gathers > 0)" spz3.json &&
 	losses spz2.json >spz2 && norms spz2.json >spz2.n &&
-	test_cmp spz spz2 && test_cmp spz.n spz2.n
+	losses spz3.json >spz3 && norms spz3.json >spz3.n &&
+	test_cmp spz spz2 && test_cmp spz.n spz2.n &&
+	test_cmp spz spz3 && test_cmp spz.n spz3.n
 '
 
 test_done

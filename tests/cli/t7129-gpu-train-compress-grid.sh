@@ -97,8 +97,9 @@ test_expect_success MPI 'the tensor and pipeline messages stay f32: their bytes 
 # rank 0's memory.comm: the feedback of its segments and the wire buffers
 # of its largest piece (bf16: 2 bytes an element, + 1 each); a stage 0 of
 # pp 2 holds wte (the padded vocabulary's rows), wpe and block 0, its
-# segments wte and the rest; a tensor slice is one segment, its floats
-# params_padded
+# segments wte and the rest, and sends its micro-batches' activations
+# from buffers of its own (t7121); a tensor slice is one segment, its
+# floats params_padded
 test_expect_success MPI 'memory.comm is the compressed feedback and wire formula' '
 	python3 - p1.json tb.json <<-\EOF
 	import json, sys
@@ -111,7 +112,8 @@ test_expect_success MPI 'memory.comm is the compressed feedback and wire formula
 	Vp = (V + 127) // 128 * 128
 	wte, wpe, blk = Vp * C, s["positions"] * C, 12 * C * C + 13 * C
 	segs = [wpe + blk, wte]
-	want = 4 * sum(segs) + wire(max((n + 1) // 2 for n in segs))
+	sends = 4 * s["grad_accum"] * s["batch"] * s["seq"] * C
+	want = 4 * sum(segs) + wire(max((n + 1) // 2 for n in segs)) + sends
 	assert s["memory"]["comm"] == want, (s["memory"]["comm"], want)
 	s = start(sys.argv[2])
 	n = s["params_padded"]
