@@ -232,8 +232,8 @@ test_expect_success MPI 'the checkpoint copy under ZeRO-3 over 2 ranks: each ran
 # else there: the error feedback of the stage's segments (with the padded
 # vocabulary's rows and the last stage's wte) and under ZeRO-1 the wire
 # buffers of the largest piece, mem-estimate's compress_feedback and
-# compress_wire. A model of 300 tokens, 384 padded rows, 192 a tensor
-# rank.
+# compress_wire, and a pipeline stage's send buffers, its pp_buffers. A
+# model of 300 tokens, 384 padded rows, 192 a tensor rank.
 cat >grid.json <<\EOF
 {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
  "vocab_size": 300, "n_positions": 33}
@@ -245,7 +245,7 @@ est = json.load(open(sys.argv[2]))["bytes"]
 for k in ("parameters", "gradients", "optimizer"):
     if g[k] != est[k]:
         sys.exit("%s: gpu-train %d, mem-estimate %d" % (k, g[k], est[k]))
-want = est.get("compress_feedback", 0) + est.get("compress_wire", 0)
+want = est.get("compress_feedback", 0) + est.get("compress_wire", 0) + est.get("pp_buffers", 0)
 if g["comm"] != want:
     sys.exit("comm: gpu-train %d, mem-estimate %d" % (g["comm"], want))
 print("ok", want)
