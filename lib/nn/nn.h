@@ -505,6 +505,14 @@ void *gk_nn_pp_grad(gk_nn_model *m);
 size_t gk_nn_pp_count(const gk_nn_model *m);
 gk_dtype gk_nn_pp_dtype(const gk_nn_model *m);
 void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared);
+/*
+ * Stage s's segment k cut over W data-parallel ranks (ZeRO 1 to 3 over a
+ * grid, pp_shard.c): segment 0 its range (without wte on the first
+ * stage), segment 1 the tied wte (on the first and last stage; empty
+ * elsewhere and at pp 1); rank r's piece [*a, *b). Returns the floats of
+ * each piece, the last one shorter.
+ */
+size_t gk_nn_pp_piece(const gk_nn_model *m, int s, int r, int W, int k, size_t *a, size_t *b);
 /* this stage's parameters: its range and the shared wte */
 size_t gk_nn_pp_floats(const gk_nn_model *m);
 /* lazy_params: the pages outside this stage's range and wte given back
