@@ -221,9 +221,13 @@ typedef struct gk_nn_opts {
 				       * of a block (1 to layers): the device
 				       * holds this rank's range of the fp32
 				       * parameters only, [shard_rank * per,
-				       * + per) with per = nflat / flat_multiple
-				       * (updates are of it; upload and download
-				       * copy it), and the working copy in units:
+				       * + per) with per = nflat / flat_multiple,
+				       * or a pipeline stage's pieces of its
+				       * segments (gk_nn_pp_piece over
+				       * flat_multiple ranks; two on the first
+				       * and last stage) (updates are of them;
+				       * upload and download copy them), and the
+				       * working copy in units:
 				       * the embeddings [0, block 0), the final
 				       * norm [block L-1's end, nflat), and block
 				       * l in buffer l % unit_params. The caller
