@@ -91,11 +91,11 @@
  * segments, two on the first and last stage (its layers' and the tied
  * wte's), which the master keeps as two ranges (model_cuda.c, both cut
  * by gk_nn_pp_piece). The units are the model's buffers as without a
- * grid. No gather is prefetched there (may_prefetch says why); a
- * pipeline still keeps the block at which its schedule turns, as the
- * CPU's does when it prefetches, so that under GPipe the last stage's
- * last block is released between its forwards rather than kept in the
- * ring's one buffer. The device keeps the stage's whole gradient buffer
+ * grid. No gather is prefetched there (may_prefetch says why), but a
+ * pipeline's releases still follow its schedule, as the CPU's do when it
+ * prefetches: the block at which it turns is kept, and no other (the
+ * model's last block kept after its forward would hold the ring's one
+ * buffer across the last stage's forwards under GPipe). The device keeps the stage's whole gradient buffer
  * as ZeRO-2 over a grid does (pp_shard.c). Evaluation and --sample
  * gather the whole working copy on the device (stage_device); a
  * checkpoint the fp32 pieces on the host (gk_nn_dp_params_host), whose

@@ -29,8 +29,8 @@ norms and checkpoints bit for bit, its model states mem-estimate'"'"'s, its
 checkpoint resumed on the CPU by one rank; under ZeRO 3 (the same pieces
 kept as each rank'"'"'s parameters, its units gathered on the device)
 ZeRO 1'"'"'s losses, norms, evaluation and checkpoints bit for bit, its
-parameters mem-estimate'"'"'s, its checkpoint resumed on the CPU. With --offload optimizer (each
-rank'"'"'s pieces updated on the host) the losses and checkpoints are the
+parameters mem-estimate'"'"'s, its checkpoint resumed on the CPU. With
+--offload optimizer (each rank'"'"'s pieces updated on the host) the losses and checkpoints are the
 device update'"'"'s bits. With --compress bf16 (ZeRO 0) two pipelines are
 the CPU'"'"'s compressed run within 1e-6, their error feedback too but for a
 flipped rounding in 1000. Under --pp-schedule interleaved (2
@@ -372,12 +372,19 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 # micro-batches). Rank 0, stage 0, gathers wte and wpe once a step and
 # its one block once, kept from each pass into the next (1F1B's F0 F1 B0
 # F2 B1 B2 all use it): 3, none prefetched (no gather runs beside the
-# pipeline's NCCL messages). Its parameters are mem-estimate --zero 3's
-# (ZeRO-2's pieces); the checkpoint resumes on the CPU on one rank, as
-# ZeRO-2's does.
-test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losses, norms, evaluation and checkpoint bit for bit; 3 gathers a step; parameters mem-estimate --zero 3'"'"'s; resumed on the CPU (1 rank) within 1e-4' '
+# pipeline's NCCL messages). Under GPipe with 4 layers (2 blocks a
+# stage) and 2 micro-batches, F0 F1 B0 B1, the releases follow the
+# schedule: stage 0 gathers blocks 0 and 1 for F0, again for F1 (block
+# 1 then kept into B0), block 0 for B0 and both for B1, 2 + 7 = 9; the
+# last stage's last block is not kept after F0 (the ring's one buffer
+# would hold it while F1 gathers its first block: the run fails). Its
+# parameters are mem-estimate --zero 3's (ZeRO-2's pieces); the
+# checkpoint resumes on the CPU on one rank, as ZeRO-2's does.
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losses, norms, evaluation and checkpoint bit for bit; 3 gathers a step, 9 under GPipe; parameters mem-estimate --zero 3'"'"'s; resumed on the CPU (1 rank) within 1e-4' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $G --pp 2 --zero 3 --until 2 $Z3E --ckpt-dir z3 >z3.json) &&
+	 mpi 4 $G --pp 2 --zero 3 --until 2 $Z3E --ckpt-dir z3 >z3.json &&
+	 mpi 4 $G --layers 4 --pp 2 --pp-schedule gpipe --grad-accum 2 --steps 1 \
+		--zero 3 >z3g.json) &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 3 and .comm == \"nccl\"" z3.json &&
 	steps z3.json >z3.steps &&
 	test $(wc -l <z3.steps) = 2 &&
@@ -390,6 +397,8 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losse
 	done &&
 	jq -s -e "map(select(.event == \"step\")) |
 		all(.param_gathers == 3 and .param_prefetched == 0)" z3.json &&
+	jq -s -e "map(select(.event == \"step\")) | length == 1 and
+		all(.param_gathers == 9 and .param_prefetched == 0)" z3g.json &&
 	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
 	start_config z3.json cfgz3.json &&
 	mem-estimate --config cfgz3.json --precision f32 -b 4 -s 16 --grad-accum 3 \
