@@ -113,8 +113,7 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 
 	/* nflat: the flat multiple's tail, zeroed at creation; bucket_grads:
 	 * no gradients until gk_nn_cuda_grad_buckets */
-	if (!(cu->p = gk_nn_cuda_dalloc(cu, (cu->phi - cu->plo) * 4, GK_CUDA_MEM_PARAMS,
-					err)) ||
+	if (!(cu->p = gk_nn_cuda_dalloc(cu, cu->pfloats * 4, GK_CUDA_MEM_PARAMS, err)) ||
 	    (!m->o.bucket_grads &&
 	     !(cu->g = gk_nn_cuda_dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err))))
 		return -1;
@@ -255,7 +254,7 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
 	cu->xscale = 1.0f;
-	cu->phi = m->nflat;
+	cu->phi[0] = cu->pfloats = m->nflat;
 	if (m->o.unit_params) {
 		size_t k = m->o.flat_multiple > 1 ? (size_t)m->o.flat_multiple : 1;
 		if (m->o.unit_params < 1 || m->o.unit_params > (int)m->c.layers ||
@@ -263,8 +262,18 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 			return gk_errf(err, "model on the GPU: %d parameter units for %lld "
 				       "blocks, rank %d of %zu", m->o.unit_params,
 				       (long long)m->c.layers, m->o.shard_rank, k);
-		cu->plo = (size_t)m->o.shard_rank * (m->nflat / k);
-		cu->phi = cu->plo + m->nflat / k;
+		/* this rank's pieces, each held at its segment's piece length
+		 * (the last one's padding unused); without a pipeline one, the
+		 * flat multiple's equal range with its padding */
+		cu->pfloats = 0;
+		for (int j = 0; j < 2; j++) {
+			size_t per = gk_nn_pp_piece(m, m->ppr, m->o.shard_rank, (int)k, j,
+						    &cu->plo[j], &cu->phi[j]);
+			cu->pat[j] = cu->pfloats;
+			cu->pfloats += per;
+		}
+		if (m->pp == 1)
+			cu->phi[0] = cu->plo[0] + cu->pfloats;
 	}
 	if ((cu->fused = gk_nn_attention_fused(&m->c, &m->o, err)) < 0 ||
 	    (cu->gelu_epi = gk_nn_gelu_epilogue(&m->c, &m->o, err)) < 0)
@@ -275,8 +284,7 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
 	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
 				    err) < 0) ||
-	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, (cu->phi - cu->plo) * 4, cu->s),
-			  err) < 0 ||
+	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, cu->pfloats * 4, cu->s), err) < 0 ||
 	    (cu->pw && cu->pw != cu->p &&
 	     GK_CUDA_CHECK(cudaMemsetAsync(cu->pw, 0, m->nflat * cu->es, cu->s), err) < 0) ||
 	    preload(m, err) < 0)

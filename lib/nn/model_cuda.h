@@ -32,11 +32,14 @@ struct gk_nn_cuda {
 	size_t *blo;
 	float *slot[GK_NN_CU_SLOTS];
 	void *pw;              /* working copy in dt (== p in f32); NULL with units */
-	/* unit_params (ZeRO-3): p holds [plo, phi) only, and the working copy
-	 * is in units: [0, uhead) in ue[0], [utail, nflat) in ue[1], block l
-	 * in uslot[l % nuslot] (each ulen elements); whole, when not NULL, a
-	 * working copy of the whole model that replaces them */
-	size_t plo, phi, uhead, utail, ulen, nuslot;
+	/* p holds [plo[k], phi[k]) at pat[k] (k = 0, 1): the whole flat
+	 * buffer, or under unit_params (ZeRO-3) this rank's pieces
+	 * (gk_nn_pp_piece: a range of the flat multiple's equal ones, or a
+	 * pipeline stage's piece of its layers and of the tied wte), and the
+	 * working copy is in units: [0, uhead) in ue[0], [utail, nflat) in
+	 * ue[1], block l in uslot[l % nuslot] (each ulen elements); whole,
+	 * when not NULL, a working copy of the whole model that replaces them */
+	size_t plo[2], phi[2], pat[2], pfloats, uhead, utail, ulen, nuslot;
 	void *ue[2], **uslot, *whole;
 	/* AdamW moments, from the first update, of up to two ranges of the
 	 * parameters (a pipeline's last stage: its own and the tied wte) */
@@ -107,6 +110,9 @@ int gk_nn_cuda_put(struct gk_nn_cuda *cu, void *dev, const void *host, size_t by
 		   gk_err *err);
 int gk_nn_cuda_get(struct gk_nn_cuda *cu, void *host, const void *dev, size_t bytes,
 		   gk_err *err);
+/* the fp32 master of [a, b) in p, or NULL when one of its ranges does
+ * not hold it all */
+float *gk_nn_cuda_master_at(struct gk_nn_cuda *cu, size_t a, size_t b);
 /* unit_params' buffers (gk_nn_cuda_new, when the model has units) */
 int gk_nn_cuda_units_alloc(gk_nn_model *m, gk_err *err);
 

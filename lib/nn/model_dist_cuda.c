@@ -8,10 +8,11 @@
  *   unit_params   ZeRO-3: the working copy of the parameters in units (the
  *                 embeddings, the tail, a ring of block buffers) that
  *                 zero3.c gathers before a block's use, and of the fp32
- *                 master one range, [plo, phi): the flat multiple's equal
- *                 range without a grid and a tensor rank's piece of its
- *                 slice table (the same range); not a pipeline's first or
- *                 last stage, whose pieces are two
+ *                 master this rank's pieces (gk_nn_pp_piece): the flat
+ *                 multiple's equal range without a grid, a tensor rank's
+ *                 piece of its slice table (the same range), a pipeline
+ *                 stage's of its layers and, on the first and last stage,
+ *                 of the tied wte (two ranges)
  *   slots         a pipeline stage's activations of several micro-batches
  *                 in flight (pp_sched.c), one set a slot
  */
@@ -27,23 +28,32 @@
 /*
  * unit_params: the working copy's units, in dt: the embeddings (wte, wpe)
  * and the final norm with the flat buffer's tail, each of its own, and
- * unit_params buffers of a block, block l in buffer l % unit_params.
+ * unit_params buffers of a block, block l in buffer l % unit_params. A
+ * pipeline stage has the edges it uses only: the first stage the
+ * embeddings, the last the tied wte and the final norm, a middle one
+ * none.
  */
 int gk_nn_cuda_units_alloc(gk_nn_model *m, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	size_t hi, x;
+	size_t hi, x, wte;
 	int L = (int)m->c.layers;
 	gk_nn_block_range(m, 0, &cu->uhead, &hi);
 	cu->ulen = hi - cu->uhead;
 	gk_nn_block_range(m, L - 1, &x, &cu->utail);
 	cu->nuslot = (size_t)m->o.unit_params;
+	size_t head = cu->uhead, tail = m->nflat - cu->utail;
+	if (m->pp > 1) {
+		gk_nn_pp_range(m, m->pp - 1, &x, &hi, &wte);
+		head = m->ppr == 0 ? head : m->ppr == m->pp - 1 ? wte : 0;
+		tail = m->ppr == m->pp - 1 ? tail : 0;
+	}
 	if (!(cu->uslot = calloc(cu->nuslot, sizeof(*cu->uslot))))
 		return gk_err_sys(err, ENOMEM, "model on the GPU: parameter units");
-	if (!(cu->ue[0] = gk_nn_cuda_dalloc(cu, cu->uhead * cu->es, GK_CUDA_MEM_PARAMS,
-					    err)) ||
-	    !(cu->ue[1] = gk_nn_cuda_dalloc(cu, (m->nflat - cu->utail) * cu->es,
-					    GK_CUDA_MEM_PARAMS, err)))
+	if ((head && !(cu->ue[0] = gk_nn_cuda_dalloc(cu, head * cu->es, GK_CUDA_MEM_PARAMS,
+						      err))) ||
+	    (tail && !(cu->ue[1] = gk_nn_cuda_dalloc(cu, tail * cu->es, GK_CUDA_MEM_PARAMS,
+						      err))))
 		return -1;
 	for (size_t k = 0; k < cu->nuslot; k++)
 		if (!(cu->uslot[k] = gk_nn_cuda_dalloc(cu, cu->ulen * cu->es,
@@ -163,13 +173,23 @@ static int to_work(gk_nn_model *m, size_t off, const float *src, size_t n, gk_er
 	return gk_cuda_convert(dst, cu->dt, src, GK_DT_F32, n, cu->s, err);
 }
 
+float *gk_nn_cuda_master_at(struct gk_nn_cuda *cu, size_t a, size_t b)
+{
+	for (int k = 0; k < 2; k++)
+		if (a >= cu->plo[k] && b <= cu->phi[k] && a <= b)
+			return cu->p + cu->pat[k] + (a - cu->plo[k]);
+	return NULL;
+}
+
 int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	if (a < cu->plo || b > cu->phi || a > b)
+	const float *src = gk_nn_cuda_master_at(cu, a, b);
+	if (!src)
 		return gk_errf(err, "parameters on the GPU: [%zu, %zu) is not in this rank's "
-			       "[%zu, %zu)", a, b, cu->plo, cu->phi);
-	return to_work(m, a, cu->p + (a - cu->plo), b - a, err);
+			       "[%zu, %zu) or [%zu, %zu)", a, b, cu->plo[0], cu->phi[0], cu->plo[1],
+			       cu->phi[1]);
+	return to_work(m, a, src, b - a, err);
 }
 
 int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
@@ -185,9 +205,10 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 	}
 	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
 		return -1;
-	/* this rank's range from its fp32 master; the rest is the caller's */
-	if (to_work(m, cu->plo, cu->p, cu->phi - cu->plo, err) < 0)
-		return -1;
+	/* this rank's pieces from its fp32 master; the rest is the caller's */
+	for (int k = 0; k < 2; k++)
+		if (to_work(m, cu->plo[k], cu->p + cu->pat[k], cu->phi[k] - cu->plo[k], err) < 0)
+			return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
 

@@ -61,10 +61,14 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 			return -1;
 	}
 	if (what & GK_NN_PARAMS) {
-		/* (unit_params: this rank's range, of which the padding is zero) */
-		size_t k = cu->phi < n ? cu->phi - cu->plo : cu->plo < n ? n - cu->plo : 0;
-		if (gk_nn_cuda_put(cu, cu->p, m->params + cu->plo, k * 4, err) < 0)
-			return -1;
+		/* (unit_params: this rank's pieces, of which the padding is zero) */
+		for (int j = 0; j < 2; j++) {
+			size_t hi = cu->phi[j] < n ? cu->phi[j] : n;
+			if (hi > cu->plo[j] &&
+			    gk_nn_cuda_put(cu, cu->p + cu->pat[j], m->params + cu->plo[j],
+					   (hi - cu->plo[j]) * 4, err) < 0)
+				return -1;
+		}
 		if (cu->pw && cu->dt != GK_DT_F32 &&
 		    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
 		     gk_cuda_stream_sync(cu->s, err) < 0))
@@ -83,10 +87,13 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (what & GK_NN_PARAMS) {
-		size_t k = cu->phi * 4 < n ? (cu->phi - cu->plo) * 4 :
-			   cu->plo * 4 < n ? n - cu->plo * 4 : 0;
-		if (gk_nn_cuda_get(cu, m->params + cu->plo, cu->p, k, err) < 0)
-			return -1;
+		for (int j = 0; j < 2; j++) {
+			size_t hi = cu->phi[j] < m->nparams ? cu->phi[j] : m->nparams;
+			if (hi > cu->plo[j] &&
+			    gk_nn_cuda_get(cu, m->params + cu->plo[j], cu->p + cu->pat[j],
+					   (hi - cu->plo[j]) * 4, err) < 0)
+				return -1;
+		}
 	}
 	if (what & GK_NN_GRADS) {
 		if (gk_nn_cuda_get(cu, m->grads, cu->g, n, err) < 0)
@@ -242,9 +249,11 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 	int j;
 	if (moments_alloc(m, lo, hi, &j, err) < 0)
 		return -1;
-	if (lo < cu->plo || hi > cu->phi)
+	float *p = gk_nn_cuda_master_at(cu, lo, hi);
+	if (!p)
 		return gk_errf(err, "AdamW on the GPU of [%zu, %zu): this rank holds the "
-			       "parameters [%zu, %zu)", lo, hi, cu->plo, cu->phi);
+			       "parameters [%zu, %zu) and [%zu, %zu)", lo, hi, cu->plo[0],
+			       cu->phi[0], cu->plo[1], cu->phi[1]);
 	if (!g && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (!g)
@@ -262,7 +271,7 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 			continue;
 		/* (units: no working copy to keep, the next gather converts) */
 		void *pw = cu->dt == GK_DT_F32 || !cu->pw ? NULL : (char *)cu->pw + a * cu->es;
-		if (gk_nn_cu_adamw(cu->p + (a - cu->plo), pw, cu->dt, g + (a - lo), grad_scale,
+		if (gk_nn_cu_adamw(p + (a - lo), pw, cu->dt, g + (a - lo), grad_scale,
 				   cu->mom[j] + (a - lo), cu->vel[j] + (a - lo), b - a, &k,
 				   x->decay ? decay : 1.0f, cu->s, err) < 0)
 			return -1;
@@ -275,13 +284,14 @@ int gk_nn_cuda_host_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_
 			  gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	if (lo < cu->plo || hi > cu->phi)
+	float *p = gk_nn_cuda_master_at(cu, lo, hi);
+	if (!p)
 		return gk_errf(err, "AdamW on the host of [%zu, %zu): this rank holds the "
-			       "parameters [%zu, %zu)", lo, hi, cu->plo, cu->phi);
+			       "parameters [%zu, %zu) and [%zu, %zu)", lo, hi, cu->plo[0],
+			       cu->phi[0], cu->plo[1], cu->phi[1]);
 	if (m->o.bucket_grads)
 		return no_full_grads(err);
 	size_t n = hi - lo;
-	float *p = cu->p + (lo - cu->plo);
 	if (gk_nn_cuda_get(cu, m->params + lo, p, n * 4, err) < 0 ||
 	    gk_nn_cuda_get(cu, m->grads + lo, cu->g + lo, n * 4, err) < 0)
 		return -1;

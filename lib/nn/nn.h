@@ -221,9 +221,13 @@ typedef struct gk_nn_opts {
 				       * of a block (1 to layers): the device
 				       * holds this rank's range of the fp32
 				       * parameters only, [shard_rank * per,
-				       * + per) with per = nflat / flat_multiple
-				       * (updates are of it; upload and download
-				       * copy it), and the working copy in units:
+				       * + per) with per = nflat / flat_multiple,
+				       * or a pipeline stage's pieces of its
+				       * segments (gk_nn_pp_piece over
+				       * flat_multiple ranks; two on the first
+				       * and last stage) (updates are of them;
+				       * upload and download copy them), and the
+				       * working copy in units:
 				       * the embeddings [0, block 0), the final
 				       * norm [block L-1's end, nflat), and block
 				       * l in buffer l % unit_params. The caller
@@ -505,6 +509,14 @@ void *gk_nn_pp_grad(gk_nn_model *m);
 size_t gk_nn_pp_count(const gk_nn_model *m);
 gk_dtype gk_nn_pp_dtype(const gk_nn_model *m);
 void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t *shared);
+/*
+ * Stage s's segment k cut over W data-parallel ranks (ZeRO 1 to 3 over a
+ * grid, pp_shard.c): segment 0 its range (without wte on the first
+ * stage), segment 1 the tied wte (on the first and last stage; empty
+ * elsewhere and at pp 1); rank r's piece [*a, *b). Returns the floats of
+ * each piece, the last one shorter.
+ */
+size_t gk_nn_pp_piece(const gk_nn_model *m, int s, int r, int W, int k, size_t *a, size_t *b);
 /* this stage's parameters: its range and the shared wte */
 size_t gk_nn_pp_floats(const gk_nn_model *m);
 /* lazy_params: the pages outside this stage's range and wte given back

@@ -170,6 +170,19 @@ void gk_nn_pp_range(const gk_nn_model *m, int s, size_t *lo, size_t *hi, size_t 
 	*shared = s > 0 && s == m->pp - 1 ? m->wpe - m->wte : 0;
 }
 
+size_t gk_nn_pp_piece(const gk_nn_model *m, int s, int r, int W, int k, size_t *a, size_t *b)
+{
+	size_t lo, hi, head, wte, x, y;
+	gk_nn_pp_range(m, s, &lo, &hi, &head);
+	gk_nn_pp_range(m, m->pp - 1, &x, &y, &wte);
+	/* the first stage's wte is a segment of its own, as the last's */
+	size_t s0 = k == 0 ? (s == 0 ? wte : lo) : 0, s1 = k == 0 ? hi : s == 0 ? wte : head;
+	size_t len = s1 - s0, per = (len + (size_t)W - 1) / (size_t)W, q = (size_t)r;
+	*a = s0 + (q * per < len ? q * per : len);
+	*b = s0 + ((q + 1) * per < len ? (q + 1) * per : len);
+	return per;
+}
+
 size_t gk_nn_pp_floats(const gk_nn_model *m)
 {
 	size_t lo, hi, shared;

@@ -44,19 +44,14 @@
  */
 void gk_nn_dp_pp_piece(const gk_nn_dp *dp, int s, int r, int k, size_t *a, size_t *b)
 {
-	size_t lo, hi, head, W = (size_t)dp->world;
-	gk_nn_pp_range(dp->m, s, &lo, &hi, &head);
-	size_t s0 = k == 0 ? lo : 0, s1 = k == 0 ? hi : head;
-	if (dp->ppshard && s == 0) {
-		if (k == 0)
-			s0 = dp->wte;
-		else
-			s1 = dp->wte;
+	size_t lo, hi, head;
+	if (dp->ppshard) {
+		gk_nn_pp_piece(dp->m, s, r, dp->world, k, a, b);
+		return;
 	}
-	size_t len = s1 - s0, per = dp->ppshard ? (len + W - 1) / W : len;
-	size_t q = dp->ppshard ? (size_t)r : 0;
-	*a = s0 + (q * per < len ? q * per : len);
-	*b = s0 + ((q + 1) * per < len ? (q + 1) * per : len);
+	gk_nn_pp_range(dp->m, s, &lo, &hi, &head);
+	*a = k == 0 ? lo : 0;
+	*b = k == 0 ? hi : head;
 }
 
 int gk_nn_pp_segments(gk_nn_dp *dp, int pp)

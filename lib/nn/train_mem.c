@@ -236,7 +236,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	 */
 	if (t->dp->units) {
 		/* a GPU's: its range of the fp32 parameters (over a tensor
-		 * group its pieces, the same equal range of its slices), and
+		 * group its piece, the same equal range of its slices; a
+		 * pipeline stage's its pieces, as the master holds them), and
 		 * the model's unit buffers (gk_nn_opts' unit_params) live
 		 * (comm) */
 		size_t n = t->dp->stage3 ? t->dp->per[0] + t->dp->per[1] :

@@ -61,8 +61,9 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 	/*
 	 * ZeRO-2 and 3 partition on both backends (a GPU's over NCCL: dp.c
 	 * refuses --comm mpi there, zero3.c gathers the units, over a tensor
-	 * group too), with --compress too (each bucket's reduce-scatter the
-	 * compressed ring, over MPI or NCCL; ZeRO-3's gradients are ZeRO-2's).
+	 * group and a pipeline too), with --compress too (each bucket's
+	 * reduce-scatter the compressed ring, over MPI or NCCL; ZeRO-3's
+	 * gradients are ZeRO-2's).
 	 */
 	if (o->offload_host && cuda == 0)
 		return gk_errf(err, "--offload optimizer moves a GPU's optimizer state to host "
@@ -110,18 +111,6 @@ int gk_nn_train_check(const gk_nn_train_opts *o, int cuda, gk_err *err)
 			return gk_errf(err, "--pp-schedule interleaved with --pp %d: --grad-accum %d is "
 				       "fewer micro-batches than the %d stages (each chunk takes them %d "
 				       "or more at a time): --grad-accum %d or more", S, M, S, S, S);
-	}
-	if (o->pp > 1) {
-		/* on GPUs the stages' messages are NCCL's, and the data-parallel
-		 * groups' gradients are averaged over NCCL (or through host
-		 * memory with --comm mpi), or under ZeRO-1 and 2 reduced to the
-		 * owners of a stage's pieces (pp_shard.c); not ZeRO-3's units
-		 * there: a first or last stage's pieces are two ranges (its
-		 * layers' and the tied wte's), and a GPU's fp32 master under
-		 * units one (model_cuda.c), as a tensor group's one segment is */
-		if (cuda == 1 && o->zero == 3)
-			return gk_errf(err, "--pp %d on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); "
-				       "the CPU backend runs it (--device cpu)", o->pp);
 	}
 	return 0;
 }

@@ -84,19 +84,22 @@
  * before it runs). Evaluation and checkpoints gather each stage whole
  * (pp_shard_gather).
  *
- * On GPUs a tensor group without a pipeline runs it too: its one segment
- * (the tensor rank's slice table, gk_nn_pp_segments) is cut into the
- * flat multiple's equal ranges, so a rank's piece is the one range of
- * the fp32 master that unit_params keeps (model_cuda.c), and its units
- * are the model's buffers as without a grid. No gather is prefetched
- * there (may_prefetch says why), and the device keeps the stage's whole
- * gradient buffer as ZeRO-2 over a grid does (pp_shard.c). Evaluation
- * and --sample gather the whole working copy on the device
- * (stage_device); a checkpoint the fp32 pieces on the host
- * (gk_nn_dp_params_host), whose pages outside the piece go back after.
- * A pipeline's first and last stages keep two pieces (their layers' and
- * the tied wte's), which one master range cannot hold: --pp under --zero
- * 3 stays the CPU's (gk_nn_train_check).
+ * On GPUs a grid runs it too. A tensor group's one segment (the tensor
+ * rank's slice table, gk_nn_pp_segments) is cut into the flat multiple's
+ * equal ranges, so a rank's piece is the one range of the fp32 master
+ * that unit_params keeps; a pipeline stage's pieces are those of its
+ * segments, two on the first and last stage (its layers' and the tied
+ * wte's), which the master keeps as two ranges (model_cuda.c, both cut
+ * by gk_nn_pp_piece). The units are the model's buffers as without a
+ * grid. No gather is prefetched there (may_prefetch says why), but a
+ * pipeline's releases still follow its schedule, as the CPU's do when it
+ * prefetches: the block at which it turns is kept, and no other (the
+ * model's last block kept after its forward would hold the ring's one
+ * buffer across the last stage's forwards under GPipe). The device keeps the stage's whole gradient buffer
+ * as ZeRO-2 over a grid does (pp_shard.c). Evaluation and --sample
+ * gather the whole working copy on the device (stage_device); a
+ * checkpoint the fp32 pieces on the host (gk_nn_dp_params_host), whose
+ * pages outside the pieces go back after.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -112,11 +115,10 @@ int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
 int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers)
 {
 	/* kept from forward to backward, every block; else the one in use
-	 * and, with prefetch (never over a tensor group: may_prefetch), the
-	 * next */
+	 * and, with prefetch (never over a grid: may_prefetch), the next */
 	if (o->zero != 3 || world < 2 || !cuda || o->comm == GK_COMM_BACKEND_MPI)
 		return 0;
-	return o->keep_gathered ? layers : o->overlap && o->tp < 2 ? 2 : 1;
+	return o->keep_gathered ? layers : o->overlap && o->tp < 2 && o->pp < 2 ? 2 : 1;
 }
 
 /*
@@ -124,13 +126,15 @@ int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int lay
  * group's collectives, on two NCCL communicators at once, which NCCL's
  * guide ("Using multiple NCCL communicators concurrently") leaves to
  * luck: its kernels block waiting for their peers, and concurrent ones
- * may deadlock. There each gather is ordered on the device after the
- * kernels before it (the group's allreduces among them) and before the
- * unit's: the two communicators take turns.
+ * may deadlock. A pipeline's messages are NCCL's too, on communicators
+ * of their own (pp_sched.c). There each gather is ordered on the device
+ * after the kernels before it (the group's allreduces, the stage's
+ * messages on the model's stream) and before the unit's: the
+ * communicators take turns.
  */
 static int may_prefetch(const gk_nn_dp *dp)
 {
-	return dp->overlap && !(dp->units && dp->t->grid.tp > 1);
+	return dp->overlap && !(dp->units && (dp->t->grid.tp > 1 || dp->pipe));
 }
 
 void gk_nn_dp_zero3_bytes(size_t nflat, int world, size_t edge, size_t block, int layers,
@@ -355,13 +359,16 @@ static int param_cb(int phase, int l, void *ctx, gk_err *err)
 {
 	gk_nn_dp *dp = ctx;
 	int u = unit_of(dp, l), fwd = phase == GK_NN_FWD_PRE || phase == GK_NN_FWD_POST;
-	int next = dp->prefetch ? next_unit(dp, fwd, l, u) : -1, sched = dp->pipe && dp->prefetch;
+	/* a GPU's pipeline keeps its turns without prefetch too (the top of
+	 * the file) */
+	int sched = dp->pipe && (dp->prefetch || dp->units);
+	int next = dp->prefetch || sched ? next_unit(dp, fwd, l, u) : -1;
 	switch (phase) {
 	case GK_NN_FWD_PRE:
 	case GK_NN_BWD_PRE:
 		if (gk_nn_z3_wait(dp, u, err) < 0)
 			return -1;
-		return next >= 0 && next != u ? gk_nn_z3_issue(dp, next, err) : 0;
+		return dp->prefetch && next >= 0 && next != u ? gk_nn_z3_issue(dp, next, err) : 0;
 	case GK_NN_FWD_POST:
 		if (dp->reshard && !(sched ? next == u : l + 1 == dp->nlayers))
 			gk_nn_z3_release(dp, u);
@@ -446,7 +453,8 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	 * (lib/comm makes their MPI calls one at a time, comm_mpi.h), and so
 	 * does one beside a pipeline's messages, whose schedule says which
 	 * unit comes next (gk_nn_dp_next_pass); on GPUs none is in flight
-	 * beside a tensor group's collectives (may_prefetch).
+	 * beside a tensor group's collectives or a pipeline's messages
+	 * (may_prefetch).
 	 */
 	dp->prefetch = dp->overlap && !dp->units;
 	dp->pipe = t->grid.pp > 1;

@@ -26,8 +26,11 @@ data-parallel group) the bits of ZeRO 0, resumed exactly, and in bf16,
 gathering the bf16 working copy, ZeRO 0'"'"'s losses and checkpoints; under
 ZeRO 2 (the same pieces, reduce-scattered in buckets) ZeRO 1'"'"'s losses,
 norms and checkpoints bit for bit, its model states mem-estimate'"'"'s, its
-checkpoint resumed on the CPU by one rank. With --offload optimizer (each
-rank'"'"'s pieces updated on the host) the losses and checkpoints are the
+checkpoint resumed on the CPU by one rank; under ZeRO 3 (the same pieces
+kept as each rank'"'"'s parameters, its units gathered on the device)
+ZeRO 1'"'"'s losses, norms, evaluation and checkpoints bit for bit, its
+parameters mem-estimate'"'"'s, its checkpoint resumed on the CPU. With
+--offload optimizer (each rank'"'"'s pieces updated on the host) the losses and checkpoints are the
 device update'"'"'s bits. With --compress bf16 (ZeRO 0) two pipelines are
 the CPU'"'"'s compressed run within 1e-6, their error feedback too but for a
 flipped rounding in 1000. Under --pp-schedule interleaved (2
@@ -297,10 +300,12 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 --compress bf16 on GPUs: the CPU'"'
 # one reduce-scatter of unequal pieces over NCCL after the schedule (at 2
 # ranks each sum is ZeRO-0's allreduce's, a sum of two), the update of
 # this rank's pieces, an all-gather of them after it
+# (the stopped run evaluates at step 2: ZeRO 3'"'"'s evaluation below)
+Z3E="--val-data val.bin --eval-every 2 --eval-batches 2"
 test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"'"'s losses bit for bit; its checkpoint resumes with the same bits' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
 	 mpi 4 $G --pp 2 --zero 1 >pz.json &&
-	 mpi 4 $G --pp 2 --zero 1 --until 2 --ckpt-dir zk >zk.json &&
+	 mpi 4 $G --pp 2 --zero 1 --until 2 $Z3E --ckpt-dir zk >zk.json &&
 	 mpi 4 $G --pp 2 --zero 1 --ckpt-dir zk --resume >pzr.json) &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 1 and .comm == \"nccl\"" pz.json &&
 	losses pz.json >pz &&
@@ -356,6 +361,56 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 	losses z2c.json >z2c.l &&
 	test $(wc -l <z2c.l) = 1 &&
 	close_to z2c.l pz.tail 1e-4
+'
+
+# ZeRO-3: each stage's parameters cut by the same pieces, a rank's fp32
+# master its pieces (two ranges on the first and last stage: its layers'
+# and the tied wte's), each unit gathered on the device before its use.
+# The gradients and the update are ZeRO-2's over a pipeline (the pieces
+# reduce-scattered after the schedule), whose sums are ZeRO-1's: the
+# losses, norms, evaluation, model and moments are ZeRO-1's bits (3
+# micro-batches). Rank 0, stage 0, gathers wte and wpe once a step and
+# its one block once, kept from each pass into the next (1F1B's F0 F1 B0
+# F2 B1 B2 all use it): 3, none prefetched (no gather runs beside the
+# pipeline's NCCL messages). Under GPipe with 4 layers (2 blocks a
+# stage) and 2 micro-batches, F0 F1 B0 B1, the releases follow the
+# schedule: stage 0 gathers blocks 0 and 1 for F0, again for F1 (block
+# 1 then kept into B0), block 0 for B0 and both for B1, 2 + 7 = 9; the
+# last stage's last block is not kept after F0 (the ring's one buffer
+# would hold it while F1 gathers its first block: the run fails). Its
+# parameters are mem-estimate --zero 3's (ZeRO-2's pieces); the
+# checkpoint resumes on the CPU on one rank, as ZeRO-2's does.
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losses, norms, evaluation and checkpoint bit for bit; 3 gathers a step, 9 under GPipe; parameters mem-estimate --zero 3'"'"'s; resumed on the CPU (1 rank) within 1e-4' '
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $G --pp 2 --zero 3 --until 2 $Z3E --ckpt-dir z3 >z3.json &&
+	 mpi 4 $G --layers 4 --pp 2 --pp-schedule gpipe --grad-accum 2 --steps 1 \
+		--zero 3 >z3g.json) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 3 and .comm == \"nccl\"" z3.json &&
+	steps z3.json >z3.steps &&
+	test $(wc -l <z3.steps) = 2 &&
+	test_cmp zk.steps z3.steps &&
+	vals() { jq -r "select(.event == \"summary\") | .val_loss" "$1"; } &&
+	vals zk.json >zk.val && vals z3.json >z3.val &&
+	grep "^[0-9]" z3.val && test_cmp zk.val z3.val &&
+	for f in model optim; do
+		stcmp z3/step-00000002/$f.safetensors zk/step-00000002/$f.safetensors 0 || return 1
+	done &&
+	jq -s -e "map(select(.event == \"step\")) |
+		all(.param_gathers == 3 and .param_prefetched == 0)" z3.json &&
+	jq -s -e "map(select(.event == \"step\")) | length == 1 and
+		all(.param_gathers == 9 and .param_prefetched == 0)" z3g.json &&
+	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
+	start_config z3.json cfgz3.json &&
+	mem-estimate --config cfgz3.json --precision f32 -b 4 -s 16 --grad-accum 3 \
+		--no-dropout --pp 2 --dp 2 --zero 3 --json >mez3.json &&
+	test $(jq .bytes.parameters mez3.json) = $(mem z3.json parameters) &&
+	test $(mem z3.json parameters) -lt $(mem zk.json parameters) &&
+	cp -R z3 z3c &&
+	gpu-train $A --batch 8 --device cpu --ckpt-dir z3c --resume >z3c.json 2>err &&
+	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
+	losses z3c.json >z3c.l &&
+	test $(wc -l <z3c.l) = 1 &&
+	close_to z3c.l pz.tail 1e-4
 '
 
 # ZeRO 1 in bf16: each stage's pieces gathered in the bf16 working copy

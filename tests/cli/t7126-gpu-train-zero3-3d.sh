@@ -22,9 +22,8 @@ same grid and --zero 3, its parameters half ZeRO-2'"'"'s (and ZeRO-0'"'"'s).
 A checkpoint holds the whole model, so a pp 2 x dp 2 run resumes on one
 rank under ZeRO-0 and at tp 2 x dp 2 and dp 4 under ZeRO-3, continuing
 the run. A tensor group'"'"'s block gathers are prefetched as without a
-grid (t7122 has tp 2 x dp 2 under --sequence-parallel). What ZeRO-3
-over a grid does not do (--pp on GPUs, with or without --tp) is refused
-before any work (--tp on GPUs runs, t7124).'
+grid (t7122 has tp 2 x dp 2 under --sequence-parallel). On GPUs
+ZeRO-3 runs over a grid too: t7124 (--tp) and t7123 (--pp).'
 . "$(dirname "$0")/lib.sh"
 . "$SHARNESS_TEST_SRCDIR/lib-train.sh"
 
@@ -203,16 +202,6 @@ test_expect_success 'a pp 2 x dp 2 --zero 3 checkpoint resumes on one rank (ZeRO
 	losses rd.json >rd.l && close_to rd.l full.tail 1e-5 &&
 	mpi 4 $R --batch 2 --pp 2 --zero 3 --ckpt-dir rp --resume >rp.json &&
 	losses rp.json >rp.l && test_cmp rp.l full.tail
-'
-
-test_expect_success 'what ZeRO-3 over a grid does not do is refused before any work' '
-	A="$S --layers 2 --steps 1" &&
-	test_expect_code 2 gpu-train $A --device cuda --pp 2 --zero 3 2>err &&
-	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
-	test_expect_code 2 gpu-train $A --device cuda --tp 2 --pp 2 --zero 3 2>err &&
-	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err &&
-	test_expect_code 2 gpu-train $A --device cuda --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 2 --zero 3 2>err &&
-	grep "^gpu-train: --pp 2 on GPUs: not with --zero 3 (ZeRO 0, 1 or 2 there); the CPU backend runs it (--device cpu)$" err
 '
 
 test_done
