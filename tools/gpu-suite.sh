@@ -36,6 +36,9 @@
 #      its checkpoint resumed on one GPU and on the CPU, tp 2 x dp 2
 #      over NCCL, ZeRO 0 and 1 and --compress int8 (4 GPUs), --sample
 #      through the group against one GPU's and the CPU's tokens;
+#      tests/cli/t7127 (gpu-train --tp --sequence-parallel on GPUs, 2
+#      GPUs): against one GPU and the CPU, tp 2 x dp 2 under ZeRO 1, 2
+#      and 3 (4 GPUs);
 #   3. make check, the whole suite, on this machine;
 #   4. the benchmarks: tools/bench/train_gpu.sh (GPT-2 124M tok/s and MFU
 #      against PyTorch) and allreduce-bench against all_reduce_perf.
@@ -117,14 +120,15 @@ for t in cuda_core comm_cuda core_half nn_cuda nn_flash; do
 done
 
 # The CLI tests with device runs: only the no-GPU tests, the multi-GPU
-# ones on a one-GPU machine, and the emulation's own fault cases may skip.
+# ones on a machine with fewer GPUs (2, 3 or 4), and the emulation's own
+# fault cases may skip.
 for t in t6002-allreduce-bench-nccl t7106-gpu-train-device t7119-gpu-train-zero3-device t7123-gpu-train-pp-device \
-	t7124-gpu-train-tp-device; do
+	t7124-gpu-train-tp-device t7127-gpu-train-tp-sp-device; do
 	step "cli: $t"
 	if ! tests/cli/$t.sh -v >"$out/$t.log" 2>&1; then
 		bad "see $out/$t.log"
 	elif sed -n 's/.*# skip .*(missing \([^ )]*\).*/\1/p' "$out/$t.log" |
-		tr , '\n' | grep -qvx 'NOGPU\|GPUS\|GPUS3\|CUEMU'; then
+		tr , '\n' | grep -qvx 'NOGPU\|GPUS\|GPUS3\|GPUS4\|CUEMU'; then
 		bad "device tests skipped: $(grep -m1 '# skip' "$out/$t.log")"
 	else
 		pass
