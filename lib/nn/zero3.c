@@ -95,11 +95,11 @@
  * pipeline's releases still follow its schedule, as the CPU's do when it
  * prefetches: the block at which it turns is kept, and no other (the
  * model's last block kept after its forward would hold the ring's one
- * buffer across the last stage's forwards under GPipe). The device keeps the stage's whole gradient buffer
- * as ZeRO-2 over a grid does (pp_shard.c). Evaluation and --sample
- * gather the whole working copy on the device (stage_device); a
- * checkpoint the fp32 pieces on the host (gk_nn_dp_params_host), whose
- * pages outside the pieces go back after.
+ * buffer across the last stage's forwards under GPipe). The device keeps
+ * the stage's whole gradient buffer as ZeRO-2 over a grid does
+ * (pp_shard.c). Evaluation and --sample gather the whole working copy on
+ * the device (stage_device); a checkpoint the fp32 pieces on the host
+ * (gk_nn_dp_params_host), whose pages outside the pieces go back after.
  */
 #include <errno.h>
 #include <stdlib.h>
