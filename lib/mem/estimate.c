@@ -242,10 +242,13 @@ static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
 			       "the %lld attention heads and %lld key/value heads",
 			       (long long)r->tp, (long long)m->heads,
 			       (long long)m->kv_heads);
-	if (m->layers % r->pp)
+	if (r->infer && m->layers % r->pp)
 		return gk_errf(err, "pipeline-parallel degree '%lld': must "
 			       "divide the %lld layers", (long long)r->pp,
 			       (long long)m->layers);
+	if (m->layers < r->pp)
+		return gk_errf(err, "pipeline-parallel degree '%lld': more stages than "
+			       "the %lld layers", (long long)r->pp, (long long)m->layers);
 	if (r->pp_sched == GK_MEM_PP_INTERLEAVED && m->layers % (r->pp * r->pp_chunks))
 		return gk_errf(err, "pipeline chunks '%lld': the %lld layers do not "
 			       "divide into %lld chunks of equal size (pp x chunks)",
@@ -256,6 +259,16 @@ static int check_run(const gk_mem_model *m, const gk_mem_run *r, gk_err *err)
 
 /* ---- one pipeline stage --------------------------------------------------------- */
 
+/*
+ * A stage's layers: layers / pp, one more on each of the first layers mod
+ * pp stages (gpu-train's balance, lib/nn's gk_nn_pp_layers; Megatron-LM
+ * asks for layers that divide)
+ */
+static int64_t stage_layers(const gk_mem_model *m, const gk_mem_run *r, int stage)
+{
+	return m->layers / r->pp + (stage < m->layers % r->pp);
+}
+
 /* Parameters this rank holds (before ZeRO-3 partitioning). */
 static uint64_t stage_params(const gk_mem_model *m, const gk_mem_run *r,
 			     int stage)
@@ -265,7 +278,7 @@ static uint64_t stage_params(const gk_mem_model *m, const gk_mem_run *r,
 		return cdiv(m->params, t * p);
 	uint64_t V = m->vocab, h = m->hidden;
 	uint64_t layer = (m->layer_params - m->layer_repl) / t + m->layer_repl;
-	uint64_t n = (m->layers / p) * layer;
+	uint64_t n = (uint64_t)stage_layers(m, r, stage) * layer;
 	if (stage == 0)
 		n += cdiv(V * h, t) + m->embed_repl;
 	if (stage == (int)p - 1) {
@@ -450,7 +463,7 @@ static void activations(ctx *c, const gk_mem_model *m, const gk_mem_run *r,
 	double e = r->precision == GK_DT_F32 ? 4 : 2;
 	double s = r->seq, b = r->micro_batch, h = m->hidden, t = r->tp;
 	double V = m->vocab, a = m->heads;
-	int64_t L = m->layers / r->pp;
+	int64_t L = stage_layers(m, r, stage);
 	int64_t inflight = pp_inflight(r, stage);
 	if (r->pp_sched == GK_MEM_PP_INTERLEAVED)
 		L /= r->pp_chunks; /* an in-flight set is a chunk's */
@@ -571,38 +584,38 @@ static gk_mem_shape shape_of(const gk_mem_model *m, const gk_mem_run *r, int sta
 }
 
 /*
- * gpu-train's ZeRO-3 on GPUs: its parameter units (gk_mem_zero3_device),
+ * gpu-train's ZeRO-3 on GPUs: a rank's parameter units on its layout
+ * (gk_mem_zero3_device: a tensor rank's slices, a pipeline stage's units),
  * block buffers as gpu-train uses them (2 with overlap, the next
- * prefetched; 1 without; every block when they stay gathered from
- * forward to backward): 0 when it applies
+ * prefetched, which it never is over a grid; 1 without; every block when
+ * they stay gathered from forward to backward): 0 when it applies
  */
-static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *edge,
+static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, int stage, uint64_t *edge,
 			uint64_t *ring)
 {
-	if (r->zero != 3 || !gpt2_device(m, r))
+	if (r->zero != 3 || r->dp < 2 || r->host_backend || !gpt2_trained(m, r))
 		return -1;
-	int64_t nslot = r->keep_gathered ? m->layers : r->overlap ? 2 : 1;
+	int grid = r->tp > 1 || r->pp > 1;
+	int64_t nslot = r->keep_gathered ? m->layers : r->overlap && !grid ? 2 : 1;
 	if (nslot > m->layers)
 		nslot = (int)m->layers;
+	gk_mem_shape sh = shape_of(m, r, stage);
 	gk_err err;
-	return gk_mem_zero3_device(m->layers, m->hidden, m->vocab, m->positions, (int)r->dp,
-				   r->precision == GK_DT_F32 ? 4 : 2, (int)nslot, edge, ring, &err);
+	return gk_mem_zero3_device(&sh, r->precision == GK_DT_F32 ? 4 : 2, (int)nslot, edge, ring,
+				   &err);
 }
 
 /*
- * gpu-train's ZeRO-2 (and ZeRO-3's gradients) on GPUs is what the
- * estimate's gradient buckets are for a GPT-2 it trains (tied, a 4h MLP,
- * no grouped heads) without a pipeline (over a tensor group ZeRO-2 only,
- * on a tensor rank's slices), offloaded or not (ZeRO-2 only): 0 when it
- * applies
+ * gpu-train's ZeRO-2 and 3 on GPUs: what the estimate's gradient buckets
+ * are for a GPT-2 it trains (tied, a 4h MLP, no grouped heads) without a
+ * pipeline (over a tensor group on a tensor rank's slices), offloaded or
+ * not: 0 when it applies
  */
 static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *head,
 			uint64_t *ring, size_t *nb)
 {
-	/* (ZeRO-3's gradients are ZeRO-2's; offloaded, ZeRO-2's only) */
-	int tp = r->tp > 1 && r->pp == 1 && r->zero == 2 && gpt2_trained(m, r) && r->dp > 1 &&
-		 !r->host_backend;
-	if (r->zero < 2 || (r->offload && r->zero > 2) || !(tp || gpt2_device(m, r)))
+	int tp = r->tp > 1 && r->pp == 1 && gpt2_trained(m, r) && r->dp > 1 && !r->host_backend;
+	if (r->zero < 2 || !(tp || gpt2_device(m, r)))
 		return -1;
 	gk_err err;
 	return gk_mem_zero2_device(m->layers, m->hidden, m->vocab, m->positions, r->tp,
@@ -611,8 +624,8 @@ static int zero2_device(const gk_mem_model *m, const gk_mem_run *r, uint64_t *he
 
 /*
  * gpu-train's host memory on GPUs, each rank's (gk_mem_gpu_host): for a
- * GPT-2 it trains there, on any grid it runs (ZeRO 0 to 3 without tensor
- * or pipeline parallelism, 0 to 2 with --tp or --pp)
+ * GPT-2 it trains there, on any grid it runs (ZeRO 0 to 3, with or
+ * without tensor and pipeline parallelism)
  */
 static void gpu_host(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stage)
 {
@@ -654,7 +667,7 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 	size_t znb;
 	if (zero2_device(m, r, &zhead, &zring, &znb) == 0) {
 		add(c, "dp_buckets", (double)zring, 0,
-		    "gpu-train --zero 2 on GPUs: a ring of buffers of its largest bucket, "
+		    "gpu-train --zero 2 and 3 on GPUs: a ring of buffers of its largest bucket, "
 		    "cut at layers (lib/comm's gk_comm_grads_plan)",
 		    r->overlap ? "3*largest_bucket (2 in flight, 1 filling)"
 			       : "largest_bucket (--no-overlap)");
@@ -664,7 +677,7 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 		       (unsigned long long)(ns ? zring / ns : 0), znb,
 		       (unsigned long long)r->bucket);
 		add(c, "zero2_embedding_grads", (double)zhead, 0,
-		    "gpu-train --zero 2 on GPUs: wte (padded rows; a tensor rank's slice) and "
+		    "gpu-train --zero 2 and 3 on GPUs: wte (padded rows; a tensor rank's slice) and "
 		    "wpe, written first by the tied head and last by the encoder",
 		    "4*(Vpad/t+positions)*h");
 		values(c, "4*(%lld/%lld+%lld)*%lld",
@@ -674,28 +687,45 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 			/* the reduce-scatter's output stays on the device until
 			 * the host's update copies it down */
 			add(c, "zero2_grad_shard", 4.0 * (double)psi / (double)r->dp, 0,
-			    "gpu-train --zero 2 --offload on GPUs: the rank's shard of the "
+			    "gpu-train --zero 2 or 3 --offload on GPUs: the rank's shard of the "
 			    "reduced f32 gradients, on the device until the host's update "
 			    "copies it down",
 			    "4*Psi/N");
 			values(c, "4*%llu/%lld", (unsigned long long)psi, (long long)r->dp);
 		}
-	} else if (r->dp > 1 && !r->infer) {
+	} else if (r->dp > 1 && !r->infer && !(r->pp > 1 && gpt2_trained(m, r))) {
+		/* (gpu-train's pipeline stage reduces its gradients in place
+		 * after its schedule: no buffers) */
 		add(c, "dp_buckets", 2.0 * r->bucket, 0,
 		    "assumption: 2 gradient buckets in flight "
 		    "(torch DDP bucket_cap_mb, DeepSpeed reduce_bucket_size)",
 		    "2*bucket");
 		values(c, "2*%llu", (unsigned long long)r->bucket);
 	}
-	if (r->pp > 1 && r->zero >= 2 && r->dp > 1 && !r->infer && !r->offload) {
-		/* ZeRO-2 (and 3) over a pipeline: its stage's gradients are
-		 * reduced after its last micro-batch and live whole until then */
+	/* ZeRO-2 (and 3) over a pipeline (on the CPU over a tensor group
+	 * too): its stage's gradients are reduced after its last micro-batch
+	 * and live whole until then; gpu-train's GPT-2 its segments beyond
+	 * the rank's pieces (gk_mem_pp_zero2_live), f32 */
+	gk_mem_shape zs = shape_of(m, r, stage);
+	gk_mem_flat zf;
+	gk_err zerr;
+	int stage_path = r->pp > 1 || (r->tp > 1 && r->host_backend && gpt2_trained(m, r));
+	if (stage_path && r->zero >= 2 && r->dp > 1 && !r->infer && !r->offload) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2, N = r->dp;
-		add(c, "pp_zero2_grads", pb * psi * (N - 1) / N, 0,
-		    "gpu-train --pp --zero 2 or 3: the stage's gradients reduce-scattered "
-		    "after the schedule (DeepSpeed refuses ZeRO-2 with pipelines)",
-		    "pb*Psi*(N-1)/N");
-		values(c, "%g*%llu*(%g-1)/%g", pb, (unsigned long long)psi, N, N);
+		const char *what = "gpu-train --pp --zero 2 or 3 (and --tp on the CPU): the "
+				   "stage's gradients reduce-scattered after the schedule "
+				   "(DeepSpeed refuses ZeRO-2 with pipelines)";
+		if (gpt2_trained(m, r) && gk_mem_flat_layout(&zs, &zf, &zerr) == 0) {
+			add(c, "pp_zero2_grads", (double)gk_mem_pp_zero2_live(&zf), 0, what,
+			    "r64(4*(seg0+seg1)) - r64(4*(P0+P1)), P = ceil(seg/N) (64-byte "
+			    "multiples)");
+			values(c, "r64(4*(%llu+%llu)) - r64(4*(%llu+%llu))",
+			       (unsigned long long)zf.seg[0], (unsigned long long)zf.seg[1],
+			       (unsigned long long)zf.piece[0], (unsigned long long)zf.piece[1]);
+		} else {
+			add(c, "pp_zero2_grads", pb * psi * (N - 1) / N, 0, what, "pb*Psi*(N-1)/N");
+			values(c, "%g*%llu*(%g-1)/%g", pb, (unsigned long long)psi, N, N);
+		}
 	}
 	if (r->compress != GK_COMM_COMPRESS_NONE && r->dp > 1 && !r->infer) {
 		/*
@@ -752,15 +782,16 @@ static void buffers(ctx *c, const gk_mem_model *m, const gk_mem_run *r, int stag
 		}
 	}
 	uint64_t uedge, uring;
-	if (zero3_device(m, r, &uedge, &uring) == 0) {
+	if (zero3_device(m, r, stage, &uedge, &uring) == 0) {
 		add(c, "zero3_units", (double)(uedge + uring), 0,
 		    "gpu-train --zero 3 on GPUs: the working copy gathered in units, the "
 		    "embeddings and final norm for the step and a ring of block buffers "
 		    "(lib/nn/zero3.c)",
 		    r->keep_gathered ? "pb*(edges + L*block) (every block kept from its "
 				       "forward to its backward)" :
-		    r->overlap ? "pb*(edges + 2*block) (one in use, one prefetched)"
-			       : "pb*(edges + block) (--no-overlap)");
+		    r->overlap && r->tp == 1 && r->pp == 1
+			    ? "pb*(edges + 2*block) (one in use, one prefetched)"
+			    : "pb*(edges + block) (--no-overlap, or a grid: none prefetched)");
 		values(c, "%llu+%llu", (unsigned long long)uedge, (unsigned long long)uring);
 	} else if (r->zero == 3 && r->dp > 1 && !r->infer && r->keep_gathered) {
 		double pb = r->precision == GK_DT_F32 ? 4 : 2;

@@ -66,23 +66,30 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 	return 0;
 }
 
-int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
-			int world, int es, int nslot, uint64_t *edge, uint64_t *ring, gk_err *err)
+int gk_mem_zero3_device(const gk_mem_shape *s, int es, int nslot, uint64_t *edge,
+			uint64_t *ring, gk_err *err)
 {
-	if (layers < 1 || layers > (1 << 16) || hidden < 1 || hidden > (1 << 16) || vocab < 1 ||
-	    vocab > ((int64_t)1 << 32) || positions < 0 || positions > ((int64_t)1 << 32) ||
-	    world < 1 || (es != 2 && es != 4) || nslot < 1 || nslot > layers)
-		return gk_errf(err, "ZeRO-3 parameter units: a GPT-2 of %lld layers, width %lld, "
-			       "%lld tokens and %lld positions over %d ranks, %d-byte elements, "
-			       "%d block buffers is out of bounds", (long long)layers,
-			       (long long)hidden, (long long)vocab, (long long)positions, world,
-			       es, nslot);
-	/* gpu-train's flat layout (gk_mem_zero2_device's), padded to the world */
-	uint64_t C = (uint64_t)hidden, L = (uint64_t)layers, W = (uint64_t)world;
-	uint64_t vp = (uint64_t)gk_hf_vocab_padded(vocab);
-	uint64_t below = (vp + (uint64_t)positions) * C, block = 12 * C * C + 13 * C;
-	uint64_t n = below + L * block + 2 * C, nflat = (n + W - 1) / W * W;
-	*edge = (uint64_t)es * (below + nflat - (below + L * block));
+	gk_mem_flat f;
+	if (gk_mem_flat_layout(s, &f, err) < 0)
+		return gk_err_prefix(err, "ZeRO-3 parameter units");
+	if ((es != 2 && es != 4) || nslot < 1 || nslot > s->layers)
+		return gk_errf(err, "ZeRO-3 parameter units: %d-byte elements and %d block "
+			       "buffers for %lld blocks are out of bounds", es, nslot,
+			       (long long)s->layers);
+	/*
+	 * gpu-train's flat layout (a tensor rank's slices, padded to the
+	 * data-parallel group): the embeddings, the blocks, the final norm
+	 * and the padding. A pipeline's first stage holds the embeddings'
+	 * unit, its last the tied wte and the final norm's, one between them
+	 * neither (model_dist_cuda.c's units)
+	 */
+	uint64_t C = (uint64_t)s->hidden, T = (uint64_t)(s->tp > 1 ? s->tp : 1);
+	uint64_t S = (uint64_t)(s->pp > 1 ? s->pp : 1), st = (uint64_t)s->stage;
+	uint64_t wte = (uint64_t)gk_hf_vocab_padded(s->vocab) * C / T;
+	uint64_t below = wte + (uint64_t)s->positions * C, block = (12 * C * C + 7 * C) / T + 6 * C;
+	uint64_t head = st == 0 ? below : st == S - 1 ? wte : 0;
+	uint64_t tail = st == S - 1 ? f.nflat - (below + (uint64_t)s->layers * block) : 0;
+	*edge = (uint64_t)es * (head + tail);
 	*ring = (uint64_t)es * (uint64_t)nslot * block;
 	return 0;
 }
@@ -158,16 +165,15 @@ int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOS
 	gk_mem_flat f;
 	if (gk_mem_flat_layout(s, &f, err) < 0)
 		return -1;
-	if (f.grid && s->zero == 3)
-		return gk_errf(err, "host memory on GPUs: ZeRO-3 over a grid (dp x pp x tp) is the "
-			       "CPU backend's only");
-	/* ZeRO-3's host copy is its range: the whole model goes device to device */
+	/* ZeRO-3's host copy is its range (a pipeline stage's, the pages of
+	 * its segments): the whole model goes device to device */
 	uint64_t R = f.piece[0] + f.piece[1];
 	int z3 = f.shard && s->zero == 3, z2 = f.shard && s->zero >= 2;
-	out[GK_MEM_HOST_PARAMS] = fbytes(z3 ? R : f.nflat);
+	int pp = (s->pp ? s->pp : 1) > 1;
+	out[GK_MEM_HOST_PARAMS] = fbytes(!z3 ? f.nflat : pp ? f.seg[0] + f.seg[1] : R);
 	/* ZeRO-2's gradient buckets, a tensor slice's too (not a pipeline
 	 * stage's: its whole buffer, mirrored as ZeRO-1's, pp_shard.c) */
-	int buckets = z2 && (s->pp ? s->pp : 1) == 1;
+	int buckets = z2 && !pp;
 	out[GK_MEM_HOST_GRADS] = buckets ? 0 : fbytes(f.nflat);
 	out[GK_MEM_HOST_STAGING] = 4 * f.n < GK_MEM_GPU_STAGING ? 4 * f.n : GK_MEM_GPU_STAGING;
 	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (R + 1);
@@ -243,6 +249,13 @@ int gk_mem_tp_replicas(const gk_mem_shape *s, uint64_t *floats, gk_err *err)
 		*floats = n > *floats ? n : *floats;
 	}
 	return 0;
+}
+
+uint64_t gk_mem_pp_zero2_live(const gk_mem_flat *f)
+{
+	/* the stage's segments less the rank's pieces, each rounded as
+	 * lib/nn maps them (64 bytes) */
+	return fbytes(f->seg[0] + f->seg[1]) - fbytes(f->piece[0] + f->piece[1]);
 }
 
 uint64_t gk_mem_tp_buffers(uint64_t tokens, int64_t hidden, int cuda)

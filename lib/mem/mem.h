@@ -285,18 +285,6 @@ int gk_mem_zero2_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t p
 			size_t *nbuckets, gk_err *err);
 
 /*
- * gpu-train's ZeRO-3 parameter units on a GPU (lib/nn/zero3.c), for the
- * same GPT-2 over world ranks, es bytes an element of the working copy (4
- * fp32/tf32, 2 bf16): *edge the embeddings' unit (wte's padded rows and
- * wpe) with the final norm's (and the flat buffer's padding to the
- * world), held for a step; *ring nslot buffers of one block. gpu-train
- * allocates these (gk_nn_opts' unit_params) and counts them as comm.
- * -1 (err) for a shape out of bounds.
- */
-int gk_mem_zero3_device(int64_t layers, int64_t hidden, int64_t vocab, int64_t positions,
-			int world, int es, int nslot, uint64_t *edge, uint64_t *ring, gk_err *err);
-
-/*
  * gpu-train's flat buffer of a GPT-2 (lib/nn's parameter table, dp.c's
  * ranges and pp_shard.c's segments) on one rank of its grid: layers
  * blocks of width hidden, vocab tokens (wte padded to a multiple of
@@ -333,25 +321,49 @@ typedef struct gk_mem_flat {
 int gk_mem_flat_layout(const gk_mem_shape *s, gk_mem_flat *out, gk_err *err);
 
 /*
+ * gpu-train's ZeRO-2 and 3 over a pipeline (or, on the CPU, a tensor
+ * group): a stage accumulates its gradients over its whole schedule and
+ * reduces them after it, so the bytes beyond the rank's pieces live from
+ * its first backward to that reduction: the stage's segments less its
+ * pieces, each rounded up to 64 bytes as lib/nn maps them. f's layout.
+ */
+uint64_t gk_mem_pp_zero2_live(const gk_mem_flat *f);
+
+/*
+ * gpu-train's ZeRO-3 parameter units on a GPU (lib/nn/zero3.c), for a rank
+ * of s's layout (gk_mem_flat_layout: a tensor rank's slices, a pipeline
+ * stage's units), es bytes an element of the working copy (4 fp32/tf32,
+ * 2 bf16): *edge the embeddings' unit (wte's padded rows and wpe; a
+ * pipeline's first stage) with the final norm's and the flat buffer's
+ * padding to the data-parallel group (its last stage, which also holds
+ * the tied wte's unit), held for a step; *ring nslot buffers of one
+ * block. gpu-train allocates these (gk_nn_opts' unit_params) and counts
+ * them as comm. -1 (err) for a shape out of bounds.
+ */
+int gk_mem_zero3_device(const gk_mem_shape *s, int es, int nslot, uint64_t *edge,
+			uint64_t *ring, gk_err *err);
+
+
+/*
  * What a rank of gpu-train on GPUs holds in host memory for the model
  * (lib/nn's CUDA backend and lib/nn/dp.c), one term each, 0 where the run
  * has none, on s's layout (gk_mem_flat_layout): the f32 mirror of the
  * parameters, the flat buffer of nflat floats rounded up to 64 bytes
- * ("host_params"; under ZeRO-3 without a grid the rank's range R of it,
- * so rounded), the same of the gradients ("host_grads"; under ZeRO-2 and
- * 3 where the device keeps its gradients in buckets, without a pipeline,
- * mapped and never written, 0), the pinned
- * staging of transfers ("host_staging", GK_MEM_GPU_STAGING bytes, or 4 n
- * if fewer), the AdamW moments' host copies, which a checkpoint reads and
- * --offload optimizer updates ("host_moments", 2 * 4 * (R + 1), R the
- * rank's pieces, piece[0] + piece[1]), and --offload optimizer's copy of
- * the gradient shard under ZeRO-2 and 3 without a pipeline
- * ("host_grad_shard", 4 R). ZeRO-3's mirror is its range because the
- * whole model never passes through a rank's host (evaluation and
- * --sample gather it device to device). A pipeline stage's mirrors are
- * of the whole table, as its model holds them. The keys name the
- * estimate's parts too. -1 (err) as gk_mem_flat_layout, or for ZeRO-3
- * over a grid, which gpu-train does not run on GPUs.
+ * ("host_params"; under ZeRO-3 the rank's range R of it, a pipeline
+ * stage's the pages of its segments, seg[0] + seg[1], so rounded), the
+ * same of the gradients ("host_grads"; under ZeRO-2 and 3 where the
+ * device keeps its gradients in buckets, without a pipeline, mapped and
+ * never written, 0), the pinned staging of transfers ("host_staging",
+ * GK_MEM_GPU_STAGING bytes, or 4 n if fewer), the AdamW moments' host
+ * copies, which a checkpoint reads and --offload optimizer updates
+ * ("host_moments", 2 * 4 * (R + 1), R the rank's pieces, piece[0] +
+ * piece[1]), and --offload optimizer's copy of the gradient shard under
+ * ZeRO-2 and 3 without a pipeline ("host_grad_shard", 4 R). ZeRO-3's
+ * mirror is its range because the whole model never passes through a
+ * rank's host (evaluation and --sample gather it device to device). A
+ * pipeline stage's other mirrors are of the whole table, as its model
+ * holds them. The keys name the estimate's parts too. -1 (err) as
+ * gk_mem_flat_layout.
  */
 #define GK_MEM_GPU_STAGING ((uint64_t)64 << 20) /* lib/nn's GK_NN_CUDA_STAGING */
 typedef enum gk_mem_host_term {
@@ -519,6 +531,7 @@ typedef struct gk_mem_train {
 	int64_t positions;  /* learned position embeddings */
 	int64_t seq;        /* tokens per sequence; at most positions */
 	int64_t batch;      /* sequences per micro-batch on each rank */
+	int64_t grad_accum; /* micro-batches a step (0: 1): a pipeline's */
 	gk_dtype precision; /* GK_DT_F32 or GK_DT_BF16 */
 	int zero;           /* 0 to 3 */
 	int64_t dp;         /* data-parallel ranks */
@@ -529,6 +542,8 @@ typedef struct gk_mem_train {
 			       (gk_mem_estimate_stage), and the layers must
 			       divide by pp */
 	int stage;
+	int pp_sched;       /* GK_MEM_PP_* (lib/nn's GK_NN_PP_* in order) */
+	int64_t pp_chunks;  /* GK_MEM_PP_INTERLEAVED's chunks a stage */
 	gk_mem_recompute recompute; /* NONE, GELU or FULL: lib/nn's
 				       none, gelu and layer */
 	int eager, dropout;

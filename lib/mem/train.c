@@ -27,9 +27,9 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 			       "gelu or layer",
 			       gk_mem_recompute_name(t->recompute));
 	if (t->positions < 0 || t->seq < 0 || t->batch < 0 || t->dp < 0 ||
-	    t->tp < 0)
-		return gk_errf(err, "train: negative positions, sequence, batch "
-			       "or data-parallel degree");
+	    t->tp < 0 || t->grad_accum < 0 || t->pp_chunks < 0)
+		return gk_errf(err, "train: negative positions, sequence, batch, "
+			       "micro-batches, chunks or data-parallel degree");
 	if (t->seq && t->positions && t->seq > t->positions)
 		return gk_errf(err, "train: sequence '%lld': more than the %lld "
 			       "learned positions", (long long)t->seq,
@@ -61,6 +61,11 @@ int gk_mem_train_estimate(const gk_mem_train *t, gk_mem_est *e,
 	r.sp = t->sp && r.tp > 1;
 	if (t->pp)
 		r.pp = t->pp;
+	if (t->grad_accum)
+		r.grad_accum = t->grad_accum;
+	r.pp_sched = t->pp_sched;
+	if (t->pp_chunks)
+		r.pp_chunks = t->pp_chunks;
 	r.recompute = t->recompute;
 	r.flash = !t->eager;
 	r.dropout = !!t->dropout;

@@ -493,7 +493,8 @@ int gk_nn_z3_edges(gk_nn_dp *dp, gk_err *err);
  * hold gathered at most during a step besides its pieces: the edges, and
  * every block with keep (--reshard-after-forward no), else two (the one
  * in use and the next, prefetched; without prefetch the model's last,
- * kept from its forward into its backward), whole pages each */
+ * kept from its forward into its backward), whole pages each, less the
+ * whole pages of the rank's piece within them (counted as parameters) */
 uint64_t gk_nn_dp_stage3_bytes(const gk_nn_dp *dp, int keep);
 int gk_nn_z3_issue(gk_nn_dp *dp, int u, gk_err *err);
 int gk_nn_z3_wait(gk_nn_dp *dp, int u, gk_err *err);

@@ -76,6 +76,10 @@ static void zero3_units(const gk_nn_trainer *t, size_t *edge, size_t *block)
 
 _Static_assert(GK_NN_CUDA_STAGING == GK_MEM_GPU_STAGING,
 	       "lib/nn's pinned staging is lib/mem's host_staging");
+_Static_assert((int)GK_NN_PP_1F1B == (int)GK_MEM_PP_1F1B &&
+	       (int)GK_NN_PP_GPIPE == (int)GK_MEM_PP_GPIPE &&
+	       (int)GK_NN_PP_INTERLEAVED == (int)GK_MEM_PP_INTERLEAVED,
+	       "lib/nn's pipeline schedules are lib/mem's");
 
 /*
  * A GPU's host memory for the model, as allocated (lib/mem's host terms,
@@ -143,8 +147,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 		psi = gk_nn_pp_floats(t->m) -
 		      (uint64_t)ends * pad_rows * (uint64_t)t->cfg.hidden / (uint64_t)t->grid.tp;
 	}
-	/* lib/mem's figures, or where it takes no such run (bf16 on a GPU,
-	 * layers that do not divide by the stages) the model's own count */
+	/* lib/mem's figures, or where it takes no such run (bf16 on a GPU)
+	 * the model's own count */
 	if (model_states(t, b, &t->mem.offload_state) < 0) {
 		/* a GPU's working copy (bf16) counts as parameters; ZeRO-3's
 		 * units are comm */
@@ -287,7 +291,18 @@ const gk_nn_train_mem *gk_nn_trainer_mem(const gk_nn_trainer *t)
 	return &t->mem;
 }
 
-/* The run as lib/mem states it (the model states' and the fit's base). */
+/* a step's micro-batches at micro-batch batch, the global batch kept */
+static int64_t micro_batches(const gk_nn_trainer *t, int64_t batch)
+{
+	int64_t seqs = (int64_t)t->o.grad_accum * t->o.batch;
+	return batch > 0 && seqs % batch == 0 ? seqs / batch : t->o.grad_accum;
+}
+
+/*
+ * The run as lib/mem states it (the model states' and the fit's base),
+ * this rank's stage of it, with micro-batch batch and the global batch
+ * kept (the micro-batches a step a pipeline holds sends for).
+ */
 static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t batch, int zero)
 {
 	static const gk_mem_recompute rc[] = {
@@ -300,8 +315,12 @@ static gk_mem_train mem_train(const gk_nn_trainer *t, int recompute, int64_t bat
 			      .positions = t->cfg.positions, .seq = t->o.seq, .batch = batch,
 			      .precision = t->cuda && t->o.precision == GK_NN_BF16 ? GK_DT_BF16
 										 : GK_DT_F32,
+			      .grad_accum = micro_batches(t, batch),
 			      .zero = zero, .dp = t->grid.dp, .tp = t->grid.tp,
-			      .sp = t->o.seq_par, .offload = t->o.offload_host,
+			      .sp = t->o.seq_par, .pp = t->grid.pp, .stage = t->grid.pp_rank,
+			      .pp_sched = t->o.pp_sched,
+			      .pp_chunks = t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 0,
+			      .offload = t->o.offload_host,
 			      .cuda = t->cuda, .bucket = t->o.bucket_bytes,
 			      .no_overlap = !t->o.overlap, .keep_gathered = t->o.keep_gathered,
 			      .recompute = rc[recompute],
@@ -350,6 +369,17 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		pl.gradients = st.gradients;
 		per = st.parameters / sizeof(float);
 	}
+	/* over a grid a rank's moments are its pieces of the stage's
+	 * segments (lib/mem's layout, pp_shard.c's) */
+	gk_mem_shape sh = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
+			   .vocab = t->cfg.vocab, .positions = t->cfg.positions, .dp = t->grid.dp,
+			   .tp = t->grid.tp, .pp = t->grid.pp, .stage = t->grid.pp_rank, .zero = zero};
+	gk_mem_flat fl;
+	if (t->grid.tp > 1 || t->grid.pp > 1) {
+		if (gk_mem_flat_layout(&sh, &fl, &why) < 0)
+			return -1;
+		per = (size_t)(fl.piece[0] + fl.piece[1]);
+	}
 	/* (ZeRO-3 over a grid: at most the stage's, or the tensor rank's,
 	 * parameters) */
 	if (gk_nn_dp_lazy_params(&o, t->grid.dp, t->cuda) && t->grid.pp == 1 && t->grid.tp == 1) {
@@ -378,10 +408,6 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		 * lib/mem's, which mem-estimate states, on this rank's layout
 		 */
 		uint64_t h[GK_MEM_NHOST];
-		gk_mem_shape sh = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
-				   .vocab = t->cfg.vocab, .positions = t->cfg.positions,
-				   .dp = t->grid.dp, .tp = t->grid.tp, .pp = t->grid.pp,
-				   .stage = t->grid.pp_rank, .zero = zero};
 		if (gk_mem_gpu_host(&sh, t->o.offload_host, h, &why) < 0)
 			return -1;
 		model = 0;
@@ -398,13 +424,21 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 						      per * (size_t)t->grid.tp, fb));
 	if (!t->cuda && fb && zero) /* the reduce-scatter's wire buffers */
 		*host += gk_comm_compress_scratch(t->o.compress, per);
+	/* a pipeline stage's send buffers (pp_sched.c; on a GPU in lib/mem's
+	 * estimate below) */
+	if (!t->cuda && t->grid.pp > 1) {
+		int sp = t->o.seq_par && t->grid.tp > 1 ? t->grid.tp : 1;
+		*host += gk_mem_pp_buffers(t->grid.pp, t->grid.pp_rank,
+					   t->o.pp_sched == GK_NN_PP_INTERLEAVED ? t->o.pp_chunks : 1,
+					   micro_batches(t, batch),
+					   (uint64_t)batch * (uint64_t)t->o.seq *
+						   (uint64_t)t->cfg.hidden / (uint64_t)sp,
+					   sizeof(float));
+	}
 	/* int8 over a tensor group: the replicas' buffer (dp.c) */
 	uint64_t rep = 0;
-	gk_mem_shape rs = {.layers = t->cfg.layers, .hidden = t->cfg.hidden,
-			   .vocab = t->cfg.vocab, .positions = t->cfg.positions, .dp = t->grid.dp,
-			   .tp = t->grid.tp, .pp = t->grid.pp, .stage = t->grid.pp_rank, .zero = zero};
 	if (!t->cuda && t->o.compress == GK_COMM_COMPRESS_INT8 && t->grid.tp > 1 &&
-	    t->grid.dp > 1 && gk_mem_tp_replicas(&rs, &rep, &why) == 0)
+	    t->grid.dp > 1 && gk_mem_tp_replicas(&sh, &rep, &why) == 0)
 		*host += 4 * rep;
 	*dev = 0;
 	if (t->cuda) {
@@ -439,12 +473,14 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 
 /*
  * The cheapest configuration gpu-train can run here: lib/mem's search
- * (mem-estimate --fit) bounded to what the trainer has (data parallelism
- * only, ZeRO 0 to 3 without --tp or --pp and 0 or 1 with, recomputation none
- * or layer, the global batch kept through --batch and --grad-accum) ranks
- * the candidates that fit cap bytes a rank, and the first whose own need
- * (need_of) passes the check q failed is the advice, with its need of the
- * device's memory (dev) or the host's.
+ * (mem-estimate --fit) over what changes without changing the run's grid
+ * (ZeRO 0 to 3, recomputation none or layer, the global batch kept
+ * through --batch and --grad-accum) ranks the candidates, over the
+ * data-parallel group, that fit cap bytes a rank (over a tensor group or
+ * a pipeline, whose stages the search does not price, all of them), and
+ * the first whose own need on this rank's layout (need_of) passes the
+ * check q failed is the advice, with its need of the device's memory
+ * (dev) or the host's.
  */
 static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_t cap, int dev,
 		       char *out, size_t len)
@@ -462,12 +498,11 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 		r.reserve = 0; /* no CUDA context in host memory */
 	if (t->o.bucket_bytes)
 		r.bucket = t->o.bucket_bytes; /* the run's, not torch DDP's 25M */
-	gk_mem_fit_req req = {.world = t->world,
-			      .global_batch = (int64_t)t->world * t->o.batch * t->o.grad_accum,
-			      .capacity = cap, .tp_max = 1, .pp_max = 1,
-			      /* ZeRO-2 and 3 shard without --tp or --pp (on GPUs
-			       * over NCCL; gk_nn_train_check refuses the rest) */
-			      .zero_max = t->grid.tp == 1 && t->grid.pp == 1 ? 3 : 1,
+	int grid = t->grid.tp > 1 || t->grid.pp > 1;
+	gk_mem_fit_req req = {.world = t->grid.dp,
+			      .global_batch = (int64_t)t->grid.dp * t->o.batch * t->o.grad_accum,
+			      .capacity = grid ? UINT64_MAX / 4 : cap, .tp_max = 1, .pp_max = 1,
+			      .zero_max = 3,
 			      .recompute = 1u << GK_MEM_RC_NONE | 1u << GK_MEM_RC_FULL};
 	enum { NCAND = 64 };
 	gk_mem_cand *c = calloc(NCAND, sizeof(*c));

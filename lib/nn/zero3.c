@@ -502,16 +502,28 @@ void gk_nn_z3_step_done(gk_nn_dp *dp)
 uint64_t gk_nn_dp_stage3_bytes(const gk_nn_dp *dp, int keep)
 {
 	size_t pg = gk_nn_grad_page();
-	uint64_t edges = 0, block = 0;
+	uint64_t edges = 0, top[2] = {0, 0}, blocks = 0;
 	for (int u = 0; u < dp->nunits; u++) {
-		uint64_t n = (dp->uhi[u] - dp->ulo[u] + pg - 1) / pg * pg + pg;
-		if (!is_block(dp, u))
+		/* the unit's pages, less the whole pages of this rank's piece
+		 * within it (counted among the parameters) */
+		size_t lo, hi, a = dp->ulo[u], b = dp->uhi[u];
+		own_of(dp, u, &lo, &hi);
+		lo = lo > a ? lo : a;
+		hi = hi < b ? hi : b;
+		size_t mine = hi > lo + 2 * pg ? (hi - lo) / pg * pg - pg : 0;
+		uint64_t n = (b - a + pg - 1) / pg * pg + pg - mine;
+		if (!is_block(dp, u)) {
 			edges += n;
-		else if (n > block)
-			block = n;
+			continue;
+		}
+		/* every block kept, or the two that cost the most */
+		blocks += n;
+		if (n > top[0])
+			top[1] = top[0], top[0] = n;
+		else if (n > top[1])
+			top[1] = n;
 	}
-	int blocks = keep || dp->nblk < 2 ? dp->nblk : 2;
-	return (edges + (uint64_t)blocks * block) * sizeof(float);
+	return (edges + (keep || dp->nblk <= 2 ? blocks : top[0] + top[1])) * sizeof(float);
 }
 
 /* the gathers in flight waited for on the host: nothing in flight, as

@@ -40,7 +40,9 @@ usage_case() {
 usage_case 'no model' '--zero 1' 'no model'
 usage_case 'tp not dividing heads' "--config $data/llama-2-7b.json --tp 3" \
 	"tensor-parallel degree '3': must divide the 32 attention heads"
-usage_case 'pp not dividing layers' "--config $data/gpt2.json --pp 5" \
+usage_case 'more stages than layers' "--config $data/gpt2.json --pp 13" \
+	"pipeline-parallel degree '13': more stages than the 12 layers"
+usage_case 'serving: pp not dividing layers' "--config $data/gpt2.json --infer --pp 5" \
 	"pipeline-parallel degree '5': must divide the 12 layers"
 usage_case 'zero stage 4' '--params 7B --zero 4' '--zero'
 usage_case 'zero parameters' '--params 0' "--params '0'"
@@ -87,6 +89,19 @@ usage_case 'fit with a schedule' "--config $data/gpt2.json --pp 2 --pp-schedule 
 # N = 5 (4 would leave a last group of 2, fewer than the stages:
 # Megatron-LM's rule), w = 2 (p - 1 - k) + (V - 1) N: 17 on stage 0, 11 on
 # stage 3
+# 12 layers over 5 stages, as gpu-train runs them: 3, 3, 2, 2 and 2 (the
+# first 12 mod 5 stages one more); a block of GPT-2 small holds 12 h^2 +
+# 13 h parameters, and a stage's activations are its layers'
+test_expect_success 'pp 5 over 12 layers: 3 layers on stage 1, 2 on stage 2' '
+	G="--config $data/gpt2.json -b 2 -s 512 --pp 5 --json" &&
+	mem-estimate $G --pp-stage 1 >s1.json &&
+	mem-estimate $G --pp-stage 2 >s2.json &&
+	blk=$((12 * 768 * 768 + 13 * 768)) &&
+	test $(jq .stage_params s1.json) = $((3 * blk)) &&
+	test $(jq .stage_params s2.json) = $((2 * blk)) &&
+	test $(($(jq .bytes.activations s1.json) * 2)) = $(($(jq .bytes.activations s2.json) * 3))
+'
+
 test_expect_success 'the schedules'"'"' activations in flight, stage 0 and the last' '
 	T="--config $data/gpt2.json -b 2 -s 512 --pp 4 --grad-accum 8" && M="$T --json" &&
 	I="--pp-schedule interleaved --pp-chunks 3" &&

@@ -321,9 +321,9 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"
 # of two): the losses, norms and checkpoints are ZeRO-1's bits. The
 # device's gradient buffer has no pages to give back: the start line
 # counts the pieces as gradients (mem-estimate --zero 2'"'"'s) and the rest
-# of the stage'"'"'s buffer as comm (mem-estimate'"'"'s pp_zero2_grads, with its
-# send buffers, pp_buffers, and half the padded vocabulary rows'"'"', 127 of
-# 32, as on the CPU: t7121), its
+# of the stage'"'"'s buffer as comm (mem-estimate'"'"'s pp_zero2_grads, the
+# stage'"'"'s segments less the rank'"'"'s pieces, with its send buffers,
+# pp_buffers, as on the CPU: t7121), its
 # total ZeRO-1'"'"'s; its host memory is mem-estimate'"'"'s term by term (a
 # stage keeps ZeRO-1'"'"'s host mirror of its gradients). The checkpoint
 # resumes on the CPU on one rank (the same global batch), within the
@@ -353,8 +353,8 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 	jq -c ".bytes | with_entries(select(.key | startswith(\"host_\")) |
 		select(.key != \"host_ram\"))" mez2.json >host.want &&
 	test_cmp host.want host.got &&
-	test $(($(mem z2.json comm) - $(jq .bytes.pp_zero2_grads mez2.json) -
-		$(jq .bytes.pp_buffers mez2.json))) = $((127 * 32 * 4 / 2)) &&
+	test $(mem z2.json comm) = $(($(jq .bytes.pp_zero2_grads mez2.json) +
+		$(jq .bytes.pp_buffers mez2.json))) &&
 	cp -R z2 z2c &&
 	gpu-train $A --batch 8 --device cpu --ckpt-dir z2c --resume >z2c.json 2>err &&
 	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&
@@ -378,8 +378,15 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 # 1 then kept into B0), block 0 for B0 and both for B1, 2 + 7 = 9; the
 # last stage's last block is not kept after F0 (the ring's one buffer
 # would hold it while F1 gathers its first block: the run fails). Its
-# parameters are mem-estimate --zero 3's (ZeRO-2's pieces); the
-# checkpoint resumes on the CPU on one rank, as ZeRO-2's does.
+# model states are mem-estimate --zero 3's (ZeRO-2's pieces), and so is
+# the rest, term by term: comm is its units (zero3_units: wte and wpe,
+# and one block buffer), the stage's gradients beyond its pieces until
+# the reduction (pp_zero2_grads) and its sends (pp_buffers), and its host
+# memory (the parameters' copy of its segments' pages). The check before
+# allocating prices the same layout: under --mem-limit 1 byte below that
+# need (mem-estimate's total, with the GPU's fused attention) the first
+# stage is refused, naming the figure; at it the run trains. The checkpoint resumes on the CPU on one
+# rank, as ZeRO-2's does.
 test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losses, norms, evaluation and checkpoint bit for bit; 3 gathers a step, 9 under GPipe; parameters mem-estimate --zero 3'"'"'s; resumed on the CPU (1 rank) within 1e-4' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
 	 mpi 4 $G --pp 2 --zero 3 --until 2 $Z3E --ckpt-dir z3 >z3.json &&
@@ -403,8 +410,27 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losse
 	start_config z3.json cfgz3.json &&
 	mem-estimate --config cfgz3.json --precision f32 -b 4 -s 16 --grad-accum 3 \
 		--no-dropout --pp 2 --dp 2 --zero 3 --json >mez3.json &&
-	test $(jq .bytes.parameters mez3.json) = $(mem z3.json parameters) &&
+	for k in parameters gradients optimizer; do
+		test $(jq .bytes.$k mez3.json) = $(mem z3.json $k) || return 1
+	done &&
 	test $(mem z3.json parameters) -lt $(mem zk.json parameters) &&
+	test $(mem z3.json comm) = $(jq ".bytes | .zero3_units + .pp_zero2_grads + .pp_buffers" \
+		mez3.json) &&
+	jq -s -c "map(select(.event == \"start\"))[0].host_memory |
+		with_entries(select(.key != \"total\"))" z3.json >host3.got &&
+	jq -c ".bytes | with_entries(select(.key | startswith(\"host_\")) |
+		select(.key != \"host_ram\"))" mez3.json >host3.want &&
+	test_cmp host3.want host3.got &&
+	if test -n "$GK_CUEMU"; then
+		need=$(mem-estimate --config cfgz3.json --precision f32 -b 4 -s 16 --grad-accum 3 \
+			--no-dropout --attn flash --pp 2 --dp 2 --zero 3 --json | jq .total) &&
+		(CUEMU_GPUS=4 && export CUEMU_GPUS &&
+		 test_expect_code 1 mpi 4 $G --pp 2 --zero 3 --steps 1 \
+			--mem-limit $((need - 1)) 2>lim.err &&
+		 mpi 4 $G --pp 2 --zero 3 --steps 1 --mem-limit $need >lim.json) &&
+		grep "memory: a rank needs .* ($need bytes by its accounting, .* (2 of 4 ranks; the first: rank 0 (dp 0, pp 0, tp 0))" lim.err &&
+		jq -s -e "map(select(.event == \"step\")) | length == 1" lim.json
+	fi &&
 	cp -R z3 z3c &&
 	gpu-train $A --batch 8 --device cpu --ckpt-dir z3c --resume >z3c.json 2>err &&
 	grep "resumed with --pp 1 (the checkpoint.s run: 2)" err &&

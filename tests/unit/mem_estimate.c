@@ -259,10 +259,22 @@ static void model_splits(void)
 	r.tp = 3;
 	ok(gk_mem_estimate(&m, &r, 0, &e0, &err) < 0 &&
 	   strstr(err.msg, "must divide the 32 attention heads"), "%s", err.msg);
+	/* 32 layers over 5 stages: 7, 7, 6, 6, 6 (gpu-train's balance);
+	 * serving asks for stages that divide them, and no stage is empty */
 	gk_mem_run_default(&r);
 	r.pp = 5;
+	gk_mem_est e2;
+	ok(gk_mem_estimate_stage(&m, &r, 1, 0, &e1, &err) == 0 &&
+	   gk_mem_estimate_stage(&m, &r, 2, 0, &e2, &err) == 0 &&
+	   e1.stage_params - e2.stage_params == m.layer_params,
+	   "pp 5 over 32 layers: stage 1 holds a layer more than stage 2");
+	r.infer = 1;
 	ok(gk_mem_estimate(&m, &r, 0, &e0, &err) < 0 &&
-	   strstr(err.msg, "must divide the 32 layers"), "%s", err.msg);
+	   strstr(err.msg, "must divide the 32 layers"), "serving: %s", err.msg);
+	gk_mem_run_default(&r);
+	r.pp = 33;
+	ok(gk_mem_estimate(&m, &r, 0, &e0, &err) < 0 &&
+	   strstr(err.msg, "more stages than the 32 layers"), "%s", err.msg);
 	gk_mem_run_default(&r);
 	r.seq = 100000000, r.micro_batch = 1 << 24;
 	ok(gk_mem_estimate(&m, &r, 0, &e0, &err) < 0 && strstr(err.msg, "exceeds"),
@@ -590,9 +602,18 @@ static void trainer(void)
 	ok(gk_mem_train_estimate(&zt, &e, NULL, NULL, &err) == 0 &&
 	   !gk_mem_part_get(&e, "zero2_embedding_grads") && gk_mem_part_get(&e, "pp_zero2_grads"),
 	   "tp 4 x pp 2: a stage's gradients whole until after the schedule");
+	/* ZeRO-3 over tp 4: ZeRO-2's buckets of a tensor rank, and its
+	 * units: the embeddings' slice and the final norm, one block buffer
+	 * (nothing is prefetched over a grid) */
 	zt.pp = 1, zt.zero = 3;
-	ok(gk_mem_train_estimate(&zt, &e, NULL, NULL, &err) < 0 ||
-	   !gk_mem_part_get(&e, "zero2_embedding_grads"), "tp 4 under ZeRO-3: no device buckets");
+	ok(gk_mem_train_estimate(&zt, &e, NULL, NULL, &err) == 0, "tp 4 x dp 2 ZeRO-3 on GPUs");
+	is_u64(part(&e, "dp_buckets"), 3 * 4 * tblk, "GPU ZeRO-3 over tp 4: ZeRO-2's buckets");
+	is_u64(part(&e, "zero2_embedding_grads"), 4ULL * (50304 / 4 + 1024) * 768,
+	       "... and its embeddings' buffer");
+	is_u64(part(&e, "zero3_units"), 4 * ((50304 / 4 + 1024) * 768 + 2 * 768 + tblk),
+	       "... the units of a tensor rank: edges and one block buffer");
+	ok(!gk_mem_part_get(&e, "zero3_gather") && !gk_mem_part_get(&e, "pp_zero2_grads"),
+	   "... and no generic gather or whole gradients");
 	/* and ZeRO-3 (the CPU backend): the parameters sharded too */
 	gk_mem_train z3 = t;
 	z3.zero = 3;
@@ -623,11 +644,12 @@ static void trainer(void)
 	/* over 5 ranks the flat buffer is padded by one float, in the final
 	 * norm's unit; bf16 units, 2 bytes an element */
 	uint64_t edge, ring;
-	ok(gk_mem_zero3_device(12, 768, 50257, 1024, 5, 2, 2, &edge, &ring, &err) == 0,
-	   "ZeRO-3 units over 5 ranks");
+	gk_mem_shape z5 = {.layers = 12, .hidden = 768, .vocab = 50257, .positions = 1024,
+			   .dp = 5, .zero = 3};
+	ok(gk_mem_zero3_device(&z5, 2, 2, &edge, &ring, &err) == 0, "ZeRO-3 units over 5 ranks");
 	is_u64(edge, 2 * (below + 2 * 768 + 1), "... the edges and the padding, bf16");
 	is_u64(ring, 2 * 2 * gblk, "... two bf16 block buffers");
-	ok(gk_mem_zero3_device(12, 768, 50257, 1024, 5, 2, 13, &edge, &ring, &err) < 0 &&
+	ok(gk_mem_zero3_device(&z5, 2, 13, &edge, &ring, &err) < 0 &&
 	   strstr(err.msg, "out of bounds"), "13 block buffers for 12 blocks refused: %s", err.msg);
 	/* a pipeline stage's own figures (gpu-train --pp): 12 layers over 3
 	 * stages, f32, ZeRO 0; a block is 12 C^2 + 13 C, the embeddings on
@@ -900,9 +922,40 @@ static void grid_layout(void)
 	bad = s, bad.pp = 13;
 	ok(gk_mem_flat_layout(&bad, &f, &err) < 0 && strstr(err.msg, "pp 13 be at most the 12"),
 	   "pp 13 over 12 layers: %s", err.msg);
-	bad = s, bad.zero = 3, bad.dp = 2;
-	ok(gk_mem_gpu_host(&bad, 0, h, &err) < 0 && strstr(err.msg, "ZeRO-3 over a grid"),
-	   "ZeRO-3 over a grid on GPUs: %s", err.msg);
+	/*
+	 * ZeRO-3 over the grid on GPUs (tp 2 x pp 2 x dp 2): the last
+	 * stage's host copy of the parameters is its segments' pages, its
+	 * gradients' mirror the whole table's (a stage's path); its units
+	 * the tied wte's slice and the final norm (n is even: no padding),
+	 * and a block buffer; the first stage's the embeddings, a middle
+	 * stage's none
+	 */
+	uint64_t edge, ring;
+	gk_mem_shape g3 = s;
+	g3.zero = 3, g3.stage = 1;
+	ok(gk_mem_gpu_host(&g3, 0, h, &err) == 0, "ZeRO-3 over a grid: host terms");
+	is_u64(h[GK_MEM_HOST_PARAMS], 4 * (6 * blk + 2 * C + wte),
+	       "... host_params: the last stage's segments");
+	is_u64(h[GK_MEM_HOST_GRADS], 4 * n, "... host_grads: the whole table's mirror");
+	is_u64(h[GK_MEM_HOST_MOMENTS], 8 * ((6 * blk + 2 * C) / 2 + wte / 2 + 1),
+	       "... host_moments: the rank's pieces");
+	ok(gk_mem_zero3_device(&g3, 2, 1, &edge, &ring, &err) == 0 &&
+	   edge == 2 * (wte + 2 * C) && ring == 2 * blk,
+	   "... units of the last stage: wte's slice, ln_f and a block, bf16");
+	g3.stage = 0;
+	ok(gk_mem_zero3_device(&g3, 4, 1, &edge, &ring, &err) == 0 && edge == 4 * (wte + wpe) &&
+	   ring == 4 * blk, "... of the first: the embeddings' slices and a block");
+	g3.pp = 3, g3.stage = 1;
+	ok(gk_mem_zero3_device(&g3, 4, 1, &edge, &ring, &err) == 0 && edge == 0 &&
+	   ring == 4 * blk, "... of a middle stage: a block only");
+	g3.pp = 1, g3.tp = 2, g3.stage = 0;
+	ok(gk_mem_gpu_host(&g3, 0, h, &err) == 0 && h[GK_MEM_HOST_PARAMS] == 4 * (n / 2) &&
+	   h[GK_MEM_HOST_GRADS] == 0, "... tp 2 x dp 2: the rank's range, no gradients' mirror");
+	/* a stage's gradients beyond its pieces under ZeRO-2 and 3 */
+	g3.pp = 2, g3.stage = 1;
+	ok(gk_mem_flat_layout(&g3, &f, &err) == 0, "laid out");
+	is_u64(gk_mem_pp_zero2_live(&f), 4 * (6 * blk + 2 * C + wte) / 2,
+	       "the last stage's live gradients: half its segments");
 	/* the tensor group's buffers: b 1 x s 1024 rows of 768 */
 	is_u64(gk_mem_tp_buffers(1024, 768, 1), 4 * 1024 * 768 + 16 * 1024,
 	       "tp buffers on GPUs: the fp32 sums and 4 floats a row");
