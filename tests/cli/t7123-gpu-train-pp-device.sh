@@ -387,7 +387,7 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 2 over NCCL in bucket
 # need (mem-estimate's total, with the GPU's fused attention) the first
 # stage is refused, naming the figure; at it the run trains. The checkpoint resumes on the CPU on one
 # rank, as ZeRO-2's does.
-test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losses, norms, evaluation and checkpoint bit for bit; 3 gathers a step, 9 under GPipe; parameters mem-estimate --zero 3'"'"'s; resumed on the CPU (1 rank) within 1e-4' '
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losses, norms, evaluation and checkpoint bit for bit; 3 gathers a step, 9 under GPipe; model states, comm and host memory mem-estimate --zero 3'"'"'s, refused up front a byte below its need; resumed on the CPU (1 rank) within 1e-4' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
 	 mpi 4 $G --pp 2 --zero 3 --until 2 $Z3E --ckpt-dir z3 >z3.json &&
 	 mpi 4 $G --layers 4 --pp 2 --pp-schedule gpipe --grad-accum 2 --steps 1 \
