@@ -391,7 +391,10 @@ static int need_of(const gk_nn_trainer *t, int zero, int batch, int rc, uint64_t
 		pl.parameters = shard + live;
 	}
 	/* (ZeRO-2 over a pipeline or a tensor group: the stage's whole
-	 * gradients until the reduction after the schedule) */
+	 * gradients until the reduction after the schedule: a tensor
+	 * slice's, which the plan's mapping leaves out) */
+	if (mo.lazy_grads && t->grid.pp == 1 && t->grid.tp > 1)
+		pl.gradients = pl.parameters;
 	if (mo.lazy_grads && t->grid.pp == 1 && t->grid.tp == 1) {
 		uint64_t shard, live;
 		gk_nn_dp_zero2_bytes(nflat, t->world, zero2_head(t), t->o.bucket_bytes,

@@ -135,6 +135,29 @@ test_expect_success MPI '--mem-limit: ZeRO-0 over 4 ranks refused up front with 
 		.[0].optimizer == .[1].bytes.optimizer" nl.mem me0.json
 '
 
+# Over a tensor group (tp 2 x dp 2, batch 2) the check prices the rank's
+# slice: ZeRO-0 accounts 7.3 MiB, refused under 5.86 MiB (6000K) with
+# the figure of its accounting; ZeRO-2 keeps the slice's gradients whole
+# until the reduction after backward (5.66 MiB at batch 2), which the
+# check counts, so the advice is ZeRO-2 at batch 1 (5.27 MiB), which
+# trains under the limit, its accounting the figure the advice named.
+test_expect_success MPI '--mem-limit over tp 2 x dp 2: refused with the slice'"'"'s figure; the advice keeps the grid, fits and trains' '
+	T="$L --batch 2 --tp 2" &&
+	mpi 4 $T >tl.json &&
+	total=$(jq -s "map(select(.event == \"start\"))[0].memory.total" tl.json) &&
+	test_expect_code 1 mpi 4 $T --mem-limit 6000K 2>tl.err &&
+	need=$(sed -n "s/^gpu-train: memory: a rank needs .* (\([0-9]*\) bytes by its accounting, .* (4 of 4 ranks; .*$/\1/p" tl.err) &&
+	test -n "$need" && test $need -ge $total && test $need -le $((total + 16)) &&
+	fix=$(sed -n "s/.*cheapest fix: \(--[^(]*\) (.*/\1/p" tl.err) &&
+	echo "$fix" | grep "^--zero [23] " &&
+	said=$(sed -n "s/.*cheapest fix: --[^(]* (\([0-9.]* MiB\) a rank.*/\1/p" tl.err) &&
+	mpi 4 $T --mem-limit 6000K $fix >tf.json &&
+	jq -s -e "(map(select(.event == \"start\"))[0].memory.total < 6000 * 1024) and
+		(map(select(.event == \"step\")) | length == 2)" tf.json &&
+	got=$(jq -s "map(select(.event == \"start\"))[0].memory.total" tf.json) &&
+	test "$said" = "$(awk -v b=$got "BEGIN { printf \"%.2f MiB\", b / 1048576 }")"
+'
+
 test_expect_success '--mem-limit: below 1M, or not a size, is a usage error' '
 	test_expect_code 2 gpu-train $L --mem-limit 512 2>err &&
 	grep "^gpu-train: --mem-limit .512.: 512 bytes, below 1M (a size takes a suffix: 8G)$" err &&
