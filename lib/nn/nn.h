@@ -824,27 +824,32 @@ int gk_nn_sample_text(const gk_nn_config *c, const gk_tok *tok, const int32_t *i
  * it never asks where the model runs. The "working" buffers are where the
  * model computes: the host's flat buffers (gk_nn_params, gk_nn_grads) on
  * the CPU, the device's fp32 master parameters and gradients on a GPU (the
- * flat layout, nflat floats). On a GPU the host buffers stay as mirrors:
+ * flat layout, nflat floats; a pipeline stage's device holds its range
+ * and the tied wte only, two segments, gk_nn_pp_range). Each call gives
+ * where element off is, and a range from there lies in the same buffer
+ * as far as the segment holding off goes (a stage's range, its wte, a
+ * piece of either): never across the two. NULL on a GPU where no
+ * segment holds off. On a GPU the host buffers stay as mirrors:
  * gk_nn_init and gk_nn_load write the host's parameters, gk_nn_upload
  * copies them (GK_NN_PARAMS) and/or the gradients (GK_NN_GRADS) to the
- * device, gk_nn_download back, for a checkpoint or a host-side
- * allreduce. On the CPU the copies do nothing.
+ * device, gk_nn_download back (a stage's segments), for a checkpoint or
+ * a host-side allreduce. On the CPU the copies do nothing.
  */
 #define GK_NN_PARAMS 1
 #define GK_NN_GRADS 2
 int gk_nn_upload(gk_nn_model *m, int what, gk_err *err);
 int gk_nn_download(gk_nn_model *m, int what, gk_err *err);
-float *gk_nn_work_params(gk_nn_model *m);
-float *gk_nn_work_grads(gk_nn_model *m);
+float *gk_nn_work_params(gk_nn_model *m, size_t off);
+float *gk_nn_work_grads(gk_nn_model *m, size_t off);
 /*
  * A GPU model's working copy where it is not the fp32 master (bf16; *dt
- * its type), nflat elements: gk_nn_update rounds the range it updates
+ * its type), element off, as the two above: gk_nn_update rounds the range it updates
  * into it, so ZeRO-1 can gather the ranges there (half the bytes of the
  * master's gather), leaving each rank's master current in its own range
  * only. NULL on the CPU and where the working copy is the master (fp32,
  * tf32) or in ZeRO-3's units.
  */
-void *gk_nn_work_copy(gk_nn_model *m, gk_dtype *dt);
+void *gk_nn_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt);
 /*
  * A GPU model made with bucket_grads: where backward writes the gradients.
  * [0, head) (the embeddings, which backward writes first through the tied

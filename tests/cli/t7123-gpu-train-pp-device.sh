@@ -138,6 +138,65 @@ test_expect_success 'GPUS,MPI' 'stage 0 on its GPU: parameters, gradients and op
 	PY
 '
 
+# A stage's device holds its segments of the flat buffer only, its range
+# and on the last stage the tied wte: the other stage's parameters cost it
+# nothing. Each rank's most device memory at once (the emulation's
+# CUEMU_MEM_LOG, a step) is the same on stage 0 at 3 layers and at 4 (the
+# last stage's 1 and 2), in fp32 and bf16, and on the last stage at 4 and
+# 5 (the first's 2 and 3), where the whole flat buffer on every stage
+# would add the other stage's block, 12 C^2 + 13 C = 12704 parameters at C
+# 32, at 8 bytes each (fp32 master and gradients; 10 in bf16, the working
+# copy too: what the change from that buffer measured, 102144 bytes on
+# stage 0 of 2 layers); the stage that takes the layer grows by the block
+# at 16 bytes (master, gradients, two moments; 18 in bf16) and the
+# layer's activations (the step line's). Stage 0's start line counts as
+# padding only what the vocabulary's padded rows hold, 127 x 32 of them
+# at 4 + 4 + 8 bytes (2 more in bf16).
+peaks() {
+	log=$1 n=$2 &&
+	shift 2 &&
+	rm -f $log.* &&
+	timeout 300 mpirun --oversubscribe --bind-to none -np $n \
+		sh -c "CUEMU_MEM_LOG=$log.\$OMPI_COMM_WORLD_RANK exec gpu-train \"\$@\"" sh "$@"
+}
+peak() {
+	cut -d" " -f2 $1.mem.$2.*
+}
+test_expect_success 'GPUS,MPI' 'a stage'"'"'s GPU holds its range and the tied wte only: its peak the same whatever the other stage'"'"'s layers, the layer it takes the block'"'"'s 16 bytes a parameter (18 in bf16) and its activations more; padding the padded vocabulary rows'"'"' only' '
+	{ test -f train.bin || train_data; } &&
+	blk=$((12 * 32 * 32 + 13 * 32)) && rows=$((127 * 32)) &&
+	for p in fp32 bf16; do
+		e=0 && if test $p = bf16; then e=2; fi &&
+		for l in 3 4 $(test $p = bf16 || echo 5); do
+			peaks sm$p$l.mem 2 $A --device cuda --precision $p --steps 1 --grad-accum 1 \
+				--layers $l --pp 2 >sm$p$l.json || return 1
+		done &&
+		jq -s -e "map(select(.event == \"start\"))[0].memory.padding == $rows * (16 + $e)" \
+			sm${p}3.json &&
+		if test -n "$GK_CUEMU"; then
+			act() { jq "select(.event == \"step\") | .pp_stages[$2].activations" $1.json; } &&
+			# stage $1 from $2 to $3 layers: how much its peak and
+			# its activations grow, and what the peak should
+			grow() {
+				d=$(($(act sm$p$3 $1) - $(act sm$p$2 $1))) &&
+				echo $(($(peak sm$p$3 $1) - $(peak sm$p$2 $1))) $d
+			} &&
+			takes() {
+				d=$(($(act sm$p$3 $1) - $(act sm$p$2 $1))) &&
+				echo $((blk * (16 + e) + d)) $d
+			} &&
+			echo "$p, 3 to 4 layers: stage 0 $(grow 0 3 4), stage 1 $(grow 1 3 4)" &&
+			test "$(grow 0 3 4)" = "0 0" &&
+			test "$(grow 1 3 4)" = "$(takes 1 3 4)" &&
+			if test $p = fp32; then
+				echo "$p, 4 to 5 layers: stage 0 $(grow 0 4 5), stage 1 $(grow 1 4 5)" &&
+				test "$(grow 1 4 5)" = "0 0" &&
+				test "$(grow 0 4 5)" = "$(takes 0 4 5)"
+			fi
+		fi || return 1
+	done
+'
+
 test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on one GPU (within 1e-6) and on the CPU (within 1e-4)' '
 	mpi 2 $G --pp 2 --until 2 --ckpt-dir ck >/dev/null &&
 	jq -e ".pp == 2" ck/latest/trainer.json &&
