@@ -7,12 +7,15 @@
  * and the tensor group's collectives model_tp_cuda.c's.
  *
  * Buffers (device): the fp32 master parameters and gradients in the flat
- * layout of nn.h (same offsets as the CPU backend), the working copy of
- * the parameters in the activation type (bf16, or the master itself in
- * fp32/TF32), activations laid out per layer as gpt.c's alloc_acts does
- * for the recompute mode (attention's (T,T) matrix only on its matmul
- * path: the fused kernels of flash.cu keep a float a row), and one set of
- * backward scratch, sized and ordered by gk_nn_cuda_layout (launch.c).
+ * layout of nn.h (same offsets as the CPU backend; a pipeline stage's
+ * segments of it only, its range and on the last stage the tied wte,
+ * gk_nn_cuda_segments, each flat offset found through gk_nn_cuda_index),
+ * the working copy of the parameters in the activation type (bf16, or
+ * the master itself in fp32/TF32; the same segments), activations laid
+ * out per layer as gpt.c's alloc_acts does for the recompute mode
+ * (attention's (T,T) matrix only on its matmul path: the fused kernels of
+ * flash.cu keep a float a row), and one set of backward scratch, sized
+ * and ordered by gk_nn_cuda_layout (launch.c).
  * Host: pinned staging for transfers, the logits of a forward without
  * targets, the token buckets of the embedding backward.
  *
@@ -125,8 +128,8 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 		cu->pw = cu->p;
 	} else if (!(cu->pw = gk_nn_cuda_dalloc(cu, cu->sfloats * cu->es, GK_CUDA_MEM_PARAMS,
 						err))) {
-		/* (nflat: ZeRO-1's gather of the working copy fills the flat
-		 * multiple's tail too, gk_nn_cuda_work_copy) */
+		/* (with the flat multiple's tail: ZeRO-1's gather of the
+		 * working copy fills it too, gk_nn_cuda_work_copy) */
 		return -1;
 	}
 

@@ -42,7 +42,8 @@ struct gk_nn_cuda {
 	 * pipeline stage's piece of its layers and of the tied wte), and the
 	 * working copy is in units: [0, uhead) in ue[0], [utail, nflat) in
 	 * ue[1], block l in uslot[l % nuslot] (each ulen elements); whole,
-	 * when not NULL, a working copy of the whole model that replaces them */
+	 * when not NULL, a working copy of the segments (the whole model
+	 * without a pipeline) that replaces them */
 	size_t plo[2], phi[2], pat[2], pfloats, uhead, utail, ulen, nuslot;
 	void *ue[2], **uslot, *whole;
 	/* AdamW moments, from the first update, of up to two ranges of the

@@ -145,11 +145,9 @@ int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_
 void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off)
 {
 	const struct gk_nn_cuda *cu = m->cu;
-	if (cu->whole)
-		return (char *)cu->whole + off * cu->es;
-	if (!cu->uslot) {
+	if (cu->whole || !cu->uslot) {
 		size_t i = gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, off, off);
-		return i == SIZE_MAX ? NULL : (char *)cu->pw + i * cu->es;
+		return i == SIZE_MAX ? NULL : (char *)(cu->whole ? cu->whole : cu->pw) + i * cu->es;
 	}
 	if (off < cu->uhead)
 		return (char *)cu->ue[0] + off * cu->es;
@@ -215,7 +213,8 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 		if (!on)
 			return 0;
 	}
-	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
+	/* (a pipeline stage's: its segments) */
+	if (!(cu->whole = gk_cuda_alloc(cu->sfloats * cu->es, GK_CUDA_MEM_PARAMS, err)))
 		return -1;
 	/* this rank's pieces from its fp32 master; the rest is the caller's */
 	for (int k = 0; k < 2; k++)
@@ -227,10 +226,12 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 int gk_nn_cuda_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	if (!cu->whole || off > m->nflat || n > m->nflat - off)
-		return gk_errf(err, "parameters on the GPU: [%zu, %zu) put into %s of %zu",
-			       off, off + n, cu->whole ? "a working copy" : "no whole working copy",
-			       m->nflat);
+	if (!cu->whole || off > m->nflat || n > m->nflat - off ||
+	    gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, off, off + n) == SIZE_MAX)
+		return gk_errf(err, "parameters on the GPU: [%zu, %zu) put into %s of [%zu, %zu) "
+			       "and [%zu, %zu)", off, off + n,
+			       cu->whole ? "a working copy" : "no whole working copy", cu->slo[0],
+			       cu->shi[0], cu->slo[1], cu->shi[1]);
 	if (to_work(m, off, src, n, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);

@@ -9,11 +9,14 @@
  * wte's after the range's), its update is of those, and the data-parallel
  * average is of its range's buckets and of wte by one allreduce. The
  * model maps its parameters and gradients lazily, so the stage's memory
- * is its range's. Under ZeRO-1 the stage's segments (its range, and wte
- * apart on the first and last stage) are cut over its data-parallel group
- * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
- * into their owners after the schedule, the update is of this rank's
- * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
+ * is its range's; on a GPU the device holds those segments only, each
+ * reached from its start (gk_nn_work_grads and the like take the flat
+ * offset), never as one range across both. Under ZeRO-1 the stage's
+ * segments (its range, and wte apart on the first and last stage) are
+ * cut over its data-parallel group (gk_nn_dp's seg and own): each is
+ * one reduce-scatter of unequal pieces into their owners after the
+ * schedule, the update is of this rank's pieces, and each one
+ * all-gather of unequal pieces after it; ZeRO-2 the
  * same in buckets, each bucket's pages outside the rank's pieces given
  * back once it is reduced (pp_shard_reduce); ZeRO-3 the same, its
  * parameters kept as the same pieces too (zero3.c gathers the stage's
@@ -24,7 +27,7 @@
  * communicator (dp.c's gcomm), on the device's gradients and parameters;
  * in bf16 the gather moves the working copy, not the fp32 master. Device
  * memory has no pages to give back, so there a pipeline stage's ZeRO-2
- * keeps the stage's whole buffer and its peak is ZeRO-1's, as on the CPU;
+ * keeps the stage's segments whole and its peak is ZeRO-1's, as on the CPU;
  * a tensor slice's (no --pp) reduces its buckets during backward as
  * without a grid instead (dp.c), and only its update, gather and
  * checkpoints go through here.
