@@ -374,6 +374,31 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"
 	test_cmp pz.tail pzr
 '
 
+# ZeRO-1's stages hold their segments only too, each rank its pieces of
+# their moments: stage 0's ranks (world ranks 0 and 2) peak the same at 3
+# layers as at 4; the last stage's (1 and 3) grow by the block at 4 + 4
+# bytes, 4 of moments (its half of the block's 8) and the layer's
+# activations (as above)
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1: a stage'"'"'s peak the same whatever the other stage'"'"'s layers' '
+	{ test -f train.bin || train_data; } &&
+	blk=$((12 * 32 * 32 + 13 * 32)) &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 for l in 3 4; do
+		peaks zm$l.mem 4 $G --steps 1 --grad-accum 1 --layers $l --pp 2 --zero 1 \
+			>zm$l.json || return 1
+	 done) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 1" zm4.json &&
+	if test -n "$GK_CUEMU"; then
+		act() { jq "select(.event == \"step\") | .pp_stages[1].activations" $1.json; } &&
+		d=$(($(act zm4) - $(act zm3))) &&
+		for r in 0 1 2 3; do
+			g=$(($(peak zm4 $r) - $(peak zm3 $r))) &&
+			echo "rank $r, 3 to 4 layers: $g" &&
+			test $g = $((r % 2 == 0 ? 0 : blk * 12 + d)) || return 1
+		done
+	fi
+'
+
 # ZeRO-2: ZeRO-1's pieces, each segment reduce-scattered over NCCL after
 # the schedule in buckets of --bucket (4K: 1024 floats, several a stage,
 # each one group of reduces to its owners), summed as ZeRO-1's (each sum
