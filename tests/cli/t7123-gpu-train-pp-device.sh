@@ -16,7 +16,10 @@ validation loss of the pipeline forward; against the
 CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). In
 bf16 the first step'"'"'s loss is the same bits too and the later ones
 within 1e-5 (below). A
-stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
+stage'"'"'s model states are mem-estimate --pp'"'"'s; its device holds its
+range and the tied wte only, its measured peak the same whatever the
+other stage'"'"'s layers (fp32, bf16, ZeRO 1 over pp 2 x dp 2), its padding
+the padded vocabulary rows'"'"'. A device pipeline'"'"'s
 checkpoint resumes on one GPU (within 1e-6 of the run that never
 stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
 their gradients over NCCL, each data-parallel group on a communicator of
