@@ -315,9 +315,16 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
  * gives it), each in bytes, in model_cuda.c's carve order, every piece
  * rounded up to 256 bytes; out the bytes by category as lib/cuda will
  * count them (the moments come later: optimizer 0). m needs its config,
- * opts, nparams and nflat; fused: gk_nn_attention_fused's answer.
+ * opts, nparams and nflat (a pipeline stage's pp, ppr and table too:
+ * gk_nn_cuda_segments); fused: gk_nn_attention_fused's answer.
  */
 #define GK_NN_CU_WS_BYTES ((size_t)32 << 20)
+enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 17 };
+/* bucket_grads: at most this many bucket buffers (lib/nn's ZeRO-2 depth + 1) */
+#define GK_NN_CU_SLOTS 4
+void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
+		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
+		       gk_nn_mem *out);
 /*
  * The segments of the flat buffer a model holds on the device, in its
  * fp32 parameters (but under unit_params, whose master is the rank's
@@ -331,12 +338,6 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
  * of both, what each of those buffers holds.
  */
 size_t gk_nn_cuda_segments(const gk_nn_model *m, size_t lo[2], size_t hi[2], size_t at[2]);
-enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 17 };
-/* bucket_grads: at most this many bucket buffers (lib/nn's ZeRO-2 depth + 1) */
-#define GK_NN_CU_SLOTS 4
-void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
-		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
-		       gk_nn_mem *out);
 
 int gk_nn_cuda_new(gk_nn_model *m, gk_err *err);
 void gk_nn_cuda_free(gk_nn_model *m);
@@ -489,10 +490,10 @@ float *gk_nn_cuda_params(gk_nn_model *m, size_t off);
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
 /*
  * Element off of the working copy where it is not the master (bf16; *dt
- * its type): the segments, the flat multiple's tail zero, of which gk_nn_cuda_adamw
- * rounds the range it updates from the master, so a trainer can gather
- * ZeRO-1's ranges in it instead of in the master (half the bytes), no
- * gk_nn_cuda_params_changed after. NULL where the working copy is the
+ * its type): the segments, the flat multiple's tail zero, of which
+ * gk_nn_cuda_adamw rounds the range it updates from the master, so a
+ * trainer can gather ZeRO-1's ranges in it instead of in the master
+ * (half the bytes), no gk_nn_cuda_params_changed after. NULL where the working copy is the
  * master (fp32, tf32), in units (ZeRO-3), or on a CPU model.
  */
 void *gk_nn_cuda_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt);
