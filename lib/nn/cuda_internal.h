@@ -315,7 +315,8 @@ int gk_nn_cu_sumsq(double *out, double *partial, const float *g, size_t n,
  * gives it), each in bytes, in model_cuda.c's carve order, every piece
  * rounded up to 256 bytes; out the bytes by category as lib/cuda will
  * count them (the moments come later: optimizer 0). m needs its config,
- * opts, nparams and nflat; fused: gk_nn_attention_fused's answer.
+ * opts, nparams and nflat (a pipeline stage's pp, ppr and table too:
+ * gk_nn_cuda_segments); fused: gk_nn_attention_fused's answer.
  */
 #define GK_NN_CU_WS_BYTES ((size_t)32 << 20)
 enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 17 };
@@ -324,6 +325,19 @@ enum { GK_NN_CU_NACT = 24, GK_NN_CU_NWS = 17 };
 void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
 		       gk_nn_mem *out);
+/*
+ * The segments of the flat buffer a model holds on the device, in its
+ * fp32 parameters (but under unit_params, whose master is the rank's
+ * pieces), its working copy and its gradients: [lo[k], hi[k]) at element
+ * at[k] of each buffer (k = 0, 1). Without a pipeline the whole buffer,
+ * [0, nflat), and an empty second; a pipeline stage its range
+ * (gk_nn_pp_range: on the last stage to nflat, the flat multiple's tail
+ * with it) and on the last stage the tied wte, [0, shared), after it.
+ * The two are never adjacent in the flat buffer (the last stage's range
+ * starts past wpe): a range of one lies in it whole. Returns the floats
+ * of both, what each of those buffers holds.
+ */
+size_t gk_nn_cuda_segments(const gk_nn_model *m, size_t lo[2], size_t hi[2], size_t at[2]);
 
 int gk_nn_cuda_new(gk_nn_model *m, gk_err *err);
 void gk_nn_cuda_free(gk_nn_model *m);
@@ -387,13 +401,15 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err);
 int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err);
 
 /*
- * The device's fp32 gradient buffer (nparams floats, the flat layout) and
- * the stream (a cudaStream_t) every kernel of the model runs on, for a
- * trainer that reduces the gradients where they are: lib/comm's nccl
- * backend, told the stream with gk_comm_set_stream, its buckets started
- * from backward's ready callback. NULL on a CPU model.
+ * Element off of the device's fp32 gradients (the flat layout, in its
+ * segments: gk_nn_cuda_segments; the segment holding off holds the rest
+ * of it from there) and the stream (a cudaStream_t) every kernel of the
+ * model runs on, for a trainer that reduces the gradients where they
+ * are: lib/comm's nccl backend, told the stream with gk_comm_set_stream,
+ * its buckets started from backward's ready callback. NULL on a CPU
+ * model, and where no segment holds off.
  */
-float *gk_nn_cuda_grads(gk_nn_model *m);
+float *gk_nn_cuda_grads(gk_nn_model *m, size_t off);
 /* gk_nn_grad_buckets and gk_nn_grad_at on a GPU model (nn.h) */
 int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb,
 			    size_t nslot, gk_err *err);
@@ -463,22 +479,23 @@ int gk_nn_cuda_host_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_
 			  gk_err *err);
 
 /*
- * The device's fp32 master parameters (nparams floats, the flat layout),
- * for a trainer that gathers ZeRO-1 ranges into them (fp32 and tf32, and
- * a checkpoint's master in bf16: gk_nn_cuda_work_copy); after writing them
- * it calls gk_nn_cuda_params_changed, which rounds the working copy
- * (bf16) from them. NULL and 0 on a CPU model.
+ * Element off of the device's fp32 master parameters (the flat layout, in
+ * the segments, or under unit_params this rank's pieces; NULL where none
+ * holds off), for a trainer that gathers ZeRO-1 ranges into them (fp32
+ * and tf32, and a checkpoint's master in bf16: gk_nn_cuda_work_copy);
+ * after writing them it calls gk_nn_cuda_params_changed, which rounds
+ * the working copy (bf16) from them. NULL and 0 on a CPU model.
  */
-float *gk_nn_cuda_params(gk_nn_model *m);
+float *gk_nn_cuda_params(gk_nn_model *m, size_t off);
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err);
 /*
- * The working copy where it is not the master (bf16; *dt its type):
- * nflat elements, the flat multiple's tail zero, of which gk_nn_cuda_adamw
- * rounds the range it updates from the master, so a trainer can gather
- * ZeRO-1's ranges in it instead of in the master (half the bytes), no
- * gk_nn_cuda_params_changed after. NULL where the working copy is the
+ * Element off of the working copy where it is not the master (bf16; *dt
+ * its type): the segments, the flat multiple's tail zero, of which
+ * gk_nn_cuda_adamw rounds the range it updates from the master, so a
+ * trainer can gather ZeRO-1's ranges in it instead of in the master
+ * (half the bytes), no gk_nn_cuda_params_changed after. NULL where the working copy is the
  * master (fp32, tf32), in units (ZeRO-3), or on a CPU model.
  */
-void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt);
+void *gk_nn_cuda_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt);
 
 #endif

@@ -334,11 +334,12 @@ static int open_grad_comm(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	return 0;
 }
 
-/* the flat gradients the reduction and the optimizer read: where the
- * model computes when they are reduced there, else the host's */
-static float *flat_grads(gk_nn_dp *dp)
+/* element off of the flat gradients the reduction and the optimizer
+ * read: where the model computes when they are reduced there (on a
+ * pipeline stage's GPU in its segment), else the host's */
+static float *flat_grads(gk_nn_dp *dp, size_t off)
 {
-	return dp->dev_grads ? gk_nn_work_grads(dp->m) : gk_nn_grads(dp->m);
+	return dp->dev_grads ? gk_nn_work_grads(dp->m, off) : gk_nn_grads(dp->m) + off;
 }
 
 /* ZeRO-2: a bucket's gradients are reduced and summed into the shard:
@@ -405,7 +406,7 @@ static int device_buffers(gk_nn_dp *dp, gk_err *err)
  * ZeRO-1 reduces it in the flat buffer */
 static float *shard_grads(gk_nn_dp *dp)
 {
-	return dp->gshard ? dp->gshard : flat_grads(dp) + dp->lo;
+	return dp->gshard ? dp->gshard : flat_grads(dp, dp->lo);
 }
 
 /*
@@ -535,11 +536,11 @@ int gk_nn_dp_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 		 * range's (gk_nn_pp_resid); ZeRO-0's keep their own */
 		gk_comm_callopts co = {.compress = dp->compress,
 				       .residual = dp->zero2 ? dp->resid : gk_nn_pp_resid(dp, 0)};
-		float *g = flat_grads(dp);
 		/* a pipeline stage's range only (the last stage's wte after) */
 		size_t g0 = dp->pp_stage >= 0 ? dp->lo : 0;
 		size_t gn = dp->pp_stage >= 0 ? dp->hi - dp->lo : dp->N;
-		if (gk_comm_grads_new(&dp->grads, dp->gcomm, g + g0, gn, t->o.bucket_bytes, &co,
+		float *g = flat_grads(dp, g0);
+		if (gk_comm_grads_new(&dp->grads, dp->gcomm, g, gn, t->o.bucket_bytes, &co,
 				      err) < 0)
 			return -1;
 		/*
@@ -681,7 +682,7 @@ int gk_nn_dp_micro_end(gk_nn_dp *dp, int a, int accum, gk_err *err)
  */
 static int shard_reduce(gk_nn_dp *dp, gk_err *err)
 {
-	float *g = flat_grads(dp);
+	float *g = flat_grads(dp, 0);
 	gk_comm_callopts co = {.compress = dp->compress, .residual = dp->resid};
 	return gk_comm_reduce_scatter(dp->gcomm, g, g + dp->lo, dp->Np / (size_t)dp->world,
 				      GK_DT_F32, GK_COMM_AVG, &co, err);
@@ -736,7 +737,7 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 		 * back up; compressed, on its own part of the feedback) */
 		gk_comm_callopts co = {.compress = dp->compress, .residual = gk_nn_pp_resid(dp, 1)};
 		if (gk_comm_grads_finish(dp->grads, err) < 0 ||
-		    (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp), flat_grads(dp),
+		    (dp->head && gk_comm_allreduce(dp->gcomm, flat_grads(dp, 0), flat_grads(dp, 0),
 						   dp->head, GK_DT_F32, GK_COMM_AVG, &co, err) < 0) ||
 		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
@@ -805,13 +806,13 @@ static int shard_gather(gk_nn_dp *dp, gk_err *err)
 {
 	size_t per = dp->Np / (size_t)dp->world;
 	gk_dtype dt;
-	char *w = gk_nn_work_copy(dp->m, &dt);
+	char *w = gk_nn_work_copy(dp->m, 0, &dt);
 	if (w) {
 		size_t es = gk_dtype_bits(dt) / 8;
 		dp->master_stale = dp->world > 1;
 		return gk_comm_allgather(dp->gcomm, w + dp->lo * es, w, per, dt, NULL, err);
 	}
-	float *p = gk_nn_work_params(dp->m);
+	float *p = gk_nn_work_params(dp->m, 0);
 	if (gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)
 		return -1;
 	return gk_nn_params_changed(dp->m, err);
@@ -822,7 +823,7 @@ int gk_nn_dp_master_full(gk_nn_dp *dp, gk_err *err)
 	if (!dp->master_stale)
 		return 0;
 	size_t per = dp->Np / (size_t)dp->world;
-	float *p = gk_nn_work_params(dp->m);
+	float *p = gk_nn_work_params(dp->m, 0);
 	/* (the working copy is already the rounding of what arrives) */
 	if (dp->ppshard ? gk_nn_pp_master_gather(dp, err) < 0 :
 	    gk_comm_allgather(dp->gcomm, p + dp->lo, p, per, GK_DT_F32, NULL, err) < 0)

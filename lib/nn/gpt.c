@@ -760,6 +760,9 @@ int gk_nn_plan_cuda(const gk_nn_config *c, const gk_nn_opts *o, gk_nn_mem *out, 
 	if (fused < 0)
 		return -1;
 	int rc = plan_table(&m, err);
+	/* a stage's segments (gk_nn_cuda_segments) */
+	m.pp = o->pp > 1 ? o->pp : 1;
+	m.ppr = o->pp_rank;
 	if (rc == 0) {
 		size_t sz[GK_NN_CU_NACT], ss[GK_NN_CU_NWS];
 		gk_nn_cuda_layout(&m, fused, sz, ss, out);

@@ -90,6 +90,21 @@ static uint64_t r256(uint64_t bytes)
 	return (bytes + 255) / 256 * 256;
 }
 
+size_t gk_nn_cuda_segments(const gk_nn_model *m, size_t lo[2], size_t hi[2], size_t at[2])
+{
+	size_t shared;
+	lo[0] = lo[1] = hi[1] = 0;
+	hi[0] = m->nflat;
+	if (m->pp > 1) {
+		gk_nn_pp_range(m, m->ppr, &lo[0], &hi[0], &shared);
+		hi[0] = hi[0] == m->nparams ? m->nflat : hi[0];
+		hi[1] = shared;
+	}
+	at[0] = 0;
+	at[1] = hi[0] - lo[0];
+	return at[1] + hi[1] - lo[1];
+}
+
 void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 		       size_t sz[GK_NN_CU_NACT], size_t ss[GK_NN_CU_NWS],
 		       gk_nn_mem *out)
@@ -159,9 +174,10 @@ void gk_nn_cuda_layout(const gk_nn_model *m, int fused,
 	memcpy(sz, a, sizeof(a));
 	memcpy(ss, w, sizeof(w));
 	memset(out, 0, sizeof(*out));
-	out->parameters = (uint64_t)m->nflat * 4 +
-			  (es == 2 ? (uint64_t)m->nflat * es : 0);
-	out->gradients = (uint64_t)m->nflat * 4;
+	/* a pipeline stage's segments of the flat buffer only */
+	size_t lo[2], hi[2], at[2], n = gk_nn_cuda_segments(m, lo, hi, at);
+	out->parameters = (uint64_t)n * 4 + (es == 2 ? (uint64_t)n * es : 0);
+	out->gradients = (uint64_t)n * 4;
 	for (size_t i = 0; i < GK_NN_CU_NACT; i++)
 		out->activations += r256(sz[i]);
 	out->workspace = GK_NN_CU_WS_BYTES;

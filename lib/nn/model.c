@@ -560,19 +560,19 @@ int gk_nn_backward(gk_nn_model *m, float scale, gk_nn_ready_fn ready,
  * do nothing; on a GPU they are the device's (model_cuda.c).
  */
 
-float *gk_nn_work_params(gk_nn_model *m)
+float *gk_nn_work_params(gk_nn_model *m, size_t off)
 {
-	return m->cu ? gk_nn_cuda_params(m) : m->params;
+	return m->cu ? gk_nn_cuda_params(m, off) : m->params + off;
 }
 
-void *gk_nn_work_copy(gk_nn_model *m, gk_dtype *dt)
+void *gk_nn_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt)
 {
-	return m->cu ? gk_nn_cuda_work_copy(m, dt) : NULL;
+	return m->cu ? gk_nn_cuda_work_copy(m, off, dt) : NULL;
 }
 
-float *gk_nn_work_grads(gk_nn_model *m)
+float *gk_nn_work_grads(gk_nn_model *m, size_t off)
 {
-	return m->cu ? gk_nn_cuda_grads(m) : m->grads;
+	return m->cu ? gk_nn_cuda_grads(m, off) : m->grads + off;
 }
 
 int gk_nn_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_t nb, size_t nslot,

@@ -7,12 +7,15 @@
  * and the tensor group's collectives model_tp_cuda.c's.
  *
  * Buffers (device): the fp32 master parameters and gradients in the flat
- * layout of nn.h (same offsets as the CPU backend), the working copy of
- * the parameters in the activation type (bf16, or the master itself in
- * fp32/TF32), activations laid out per layer as gpt.c's alloc_acts does
- * for the recompute mode (attention's (T,T) matrix only on its matmul
- * path: the fused kernels of flash.cu keep a float a row), and one set of
- * backward scratch, sized and ordered by gk_nn_cuda_layout (launch.c).
+ * layout of nn.h (same offsets as the CPU backend; a pipeline stage's
+ * segments of it only, its range and on the last stage the tied wte,
+ * gk_nn_cuda_segments, each flat offset found through gk_nn_cuda_index),
+ * the working copy of the parameters in the activation type (bf16, or
+ * the master itself in fp32/TF32; the same segments), activations laid
+ * out per layer as gpt.c's alloc_acts does for the recompute mode
+ * (attention's (T,T) matrix only on its matmul path: the fused kernels of
+ * flash.cu keep a float a row), and one set of backward scratch, sized
+ * and ordered by gk_nn_cuda_layout (launch.c).
  * Host: pinned staging for transfers, the logits of a forward without
  * targets, the token buckets of the embedding backward.
  *
@@ -23,6 +26,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,21 +115,21 @@ static int alloc_all(gk_nn_model *m, gk_err *err)
 	m->fchg_per_layer = m->o.recompute == GK_NN_RECOMPUTE_NONE;
 	gk_nn_cuda_layout(m, cu->fused, sz, ss, &plan);
 
-	/* nflat: the flat multiple's tail, zeroed at creation; bucket_grads:
-	 * no gradients until gk_nn_cuda_grad_buckets */
+	/* the segments (the flat multiple's tail with them), zeroed at
+	 * creation; bucket_grads: no gradients until gk_nn_cuda_grad_buckets */
 	if (!(cu->p = gk_nn_cuda_dalloc(cu, cu->pfloats * 4, GK_CUDA_MEM_PARAMS, err)) ||
 	    (!m->o.bucket_grads &&
-	     !(cu->g = gk_nn_cuda_dalloc(cu, m->nflat * 4, GK_CUDA_MEM_GRADS, err))))
+	     !(cu->g = gk_nn_cuda_dalloc(cu, cu->sfloats * 4, GK_CUDA_MEM_GRADS, err))))
 		return -1;
 	if (m->o.unit_params) {
 		if (gk_nn_cuda_units_alloc(m, err) < 0)
 			return -1;
 	} else if (cu->dt == GK_DT_F32) {
 		cu->pw = cu->p;
-	} else if (!(cu->pw = gk_nn_cuda_dalloc(cu, m->nflat * cu->es, GK_CUDA_MEM_PARAMS,
+	} else if (!(cu->pw = gk_nn_cuda_dalloc(cu, cu->sfloats * cu->es, GK_CUDA_MEM_PARAMS,
 						err))) {
-		/* (nflat: ZeRO-1's gather of the working copy fills the flat
-		 * multiple's tail too, gk_nn_cuda_work_copy) */
+		/* (with the flat multiple's tail: ZeRO-1's gather of the
+		 * working copy fills it too, gk_nn_cuda_work_copy) */
 		return -1;
 	}
 
@@ -254,7 +258,12 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	cu->dt = m->o.precision == GK_NN_BF16 ? GK_DT_BF16 : GK_DT_F32;
 	cu->es = cu->dt == GK_DT_BF16 ? 2 : 4;
 	cu->xscale = 1.0f;
-	cu->phi[0] = cu->pfloats = m->nflat;
+	/* a pipeline stage holds its segments only; the master too, but
+	 * under unit_params */
+	cu->pfloats = cu->sfloats = gk_nn_cuda_segments(m, cu->slo, cu->shi, cu->sat);
+	memcpy(cu->plo, cu->slo, sizeof(cu->plo));
+	memcpy(cu->phi, cu->shi, sizeof(cu->phi));
+	memcpy(cu->pat, cu->sat, sizeof(cu->pat));
 	if (m->o.unit_params) {
 		size_t k = m->o.flat_multiple > 1 ? (size_t)m->o.flat_multiple : 1;
 		if (m->o.unit_params < 1 || m->o.unit_params > (int)m->c.layers ||
@@ -282,11 +291,11 @@ int gk_nn_cuda_new(gk_nn_model *m, gk_err *err)
 	    gk_nn_blas_new(&cu->blas, (gk_nn_precision)m->o.precision, cu->ws,
 			   WS_BYTES, cu->s, err) < 0)
 		return -1; /* gk_nn_free calls gk_nn_cuda_free */
-	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nflat * 4, cu->s),
+	if ((cu->g && GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, cu->sfloats * 4, cu->s),
 				    err) < 0) ||
 	    GK_CUDA_CHECK(cudaMemsetAsync(cu->p, 0, cu->pfloats * 4, cu->s), err) < 0 ||
 	    (cu->pw && cu->pw != cu->p &&
-	     GK_CUDA_CHECK(cudaMemsetAsync(cu->pw, 0, m->nflat * cu->es, cu->s), err) < 0) ||
+	     GK_CUDA_CHECK(cudaMemsetAsync(cu->pw, 0, cu->sfloats * cu->es, cu->s), err) < 0) ||
 	    preload(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
@@ -830,9 +839,11 @@ blocks:
 	return gk_cuda_stream_sync(cu->s, err);
 }
 
-float *gk_nn_cuda_grads(gk_nn_model *m)
+float *gk_nn_cuda_grads(gk_nn_model *m, size_t off)
 {
-	return m->cu ? m->cu->g : NULL;
+	struct gk_nn_cuda *cu = m->cu;
+	size_t i = cu && cu->g ? gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, off, off) : SIZE_MAX;
+	return i == SIZE_MAX ? NULL : cu->g + i;
 }
 
 void *gk_nn_cuda_stream(const gk_nn_model *m)
@@ -843,8 +854,17 @@ void *gk_nn_cuda_stream(const gk_nn_model *m)
 int gk_nn_cuda_zero_grad(gk_nn_model *m, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	if (!m->o.bucket_grads)
-		return GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, m->nparams * 4, cu->s), err);
+	if (!m->o.bucket_grads) {
+		/* each segment's gradients (the flat multiple's tail stays zero) */
+		for (int k = 0; k < 2; k++) {
+			size_t hi = cu->shi[k] < m->nparams ? cu->shi[k] : m->nparams;
+			if (hi > cu->slo[k] &&
+			    GK_CUDA_CHECK(cudaMemsetAsync(cu->g + cu->sat[k], 0,
+							  (hi - cu->slo[k]) * 4, cu->s), err) < 0)
+				return -1;
+		}
+		return 0;
+	}
 	if (!cu->blo) /* no buckets yet */
 		return 0;
 	if (GK_CUDA_CHECK(cudaMemsetAsync(cu->g, 0, (cu->ghead ? cu->ghead : 1) * 4, cu->s),

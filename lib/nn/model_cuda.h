@@ -26,19 +26,24 @@ struct gk_nn_cuda {
 	void *ws;
 
 	float *p, *g;          /* master parameters, gradients (f32) */
+	/* the flat buffer's segments g and pw hold, and p but under
+	 * unit_params (gk_nn_cuda_segments): [slo[k], shi[k]) at element
+	 * sat[k], sfloats in all */
+	size_t slo[2], shi[2], sat[2], sfloats;
 	/* bucket_grads (gk_nn_cuda_grad_buckets): g holds [0, ghead) only,
 	 * and bucket b above it, [blo[b], blo[b - 1]), is in slot[b % nslot] */
 	size_t ghead, nbk, nslot, slot_len;
 	size_t *blo;
 	float *slot[GK_NN_CU_SLOTS];
 	void *pw;              /* working copy in dt (== p in f32); NULL with units */
-	/* p holds [plo[k], phi[k]) at pat[k] (k = 0, 1): the whole flat
-	 * buffer, or under unit_params (ZeRO-3) this rank's pieces
+	/* p holds [plo[k], phi[k]) at pat[k] (k = 0, 1): the segments, or
+	 * under unit_params (ZeRO-3) this rank's pieces
 	 * (gk_nn_pp_piece: a range of the flat multiple's equal ones, or a
 	 * pipeline stage's piece of its layers and of the tied wte), and the
 	 * working copy is in units: [0, uhead) in ue[0], [utail, nflat) in
 	 * ue[1], block l in uslot[l % nuslot] (each ulen elements); whole,
-	 * when not NULL, a working copy of the whole model that replaces them */
+	 * when not NULL, a working copy of the segments (the whole model
+	 * without a pipeline) that replaces them */
 	size_t plo[2], phi[2], pat[2], pfloats, uhead, utail, ulen, nuslot;
 	void *ue[2], **uslot, *whole;
 	/* AdamW moments, from the first update, of up to two ranges of the
@@ -113,6 +118,12 @@ int gk_nn_cuda_get(struct gk_nn_cuda *cu, void *host, const void *dev, size_t by
 /* the fp32 master of [a, b) in p, or NULL when one of its ranges does
  * not hold it all */
 float *gk_nn_cuda_master_at(struct gk_nn_cuda *cu, size_t a, size_t b);
+/* where [a, b) of the flat buffer is in a buffer holding [lo[k], hi[k])
+ * at element at[k] (k = 0, 1), or SIZE_MAX when neither holds it all:
+ * the one lookup behind gk_nn_cuda_master_at, gk_nn_cuda_grad_at,
+ * gk_nn_cuda_grads and gk_nn_cuda_param_at */
+size_t gk_nn_cuda_index(const size_t lo[2], const size_t hi[2], const size_t at[2], size_t a,
+			size_t b);
 /* unit_params' buffers (gk_nn_cuda_new, when the model has units) */
 int gk_nn_cuda_units_alloc(gk_nn_model *m, gk_err *err);
 

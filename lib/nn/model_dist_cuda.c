@@ -17,6 +17,7 @@
  *                 in flight (pp_sched.c), one set a slot
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,7 @@ float *gk_nn_cuda_grad_at(gk_nn_model *m, size_t off)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu->blo || off < cu->ghead)
-		return cu->g + off;
+		return gk_nn_cuda_grads(m, off);
 	size_t b = 0;
 	while (b + 1 < cu->nbk && cu->blo[b] > off)
 		b++;
@@ -144,8 +145,10 @@ int gk_nn_cuda_grad_buckets(gk_nn_model *m, size_t head, const size_t *lo, size_
 void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off)
 {
 	const struct gk_nn_cuda *cu = m->cu;
-	if (cu->whole || !cu->uslot)
-		return (char *)(cu->whole ? cu->whole : cu->pw) + off * cu->es;
+	if (cu->whole || !cu->uslot) {
+		size_t i = gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, off, off);
+		return i == SIZE_MAX ? NULL : (char *)(cu->whole ? cu->whole : cu->pw) + i * cu->es;
+	}
 	if (off < cu->uhead)
 		return (char *)cu->ue[0] + off * cu->es;
 	if (off >= cu->utail)
@@ -173,12 +176,19 @@ static int to_work(gk_nn_model *m, size_t off, const float *src, size_t n, gk_er
 	return gk_cuda_convert(dst, cu->dt, src, GK_DT_F32, n, cu->s, err);
 }
 
-float *gk_nn_cuda_master_at(struct gk_nn_cuda *cu, size_t a, size_t b)
+size_t gk_nn_cuda_index(const size_t lo[2], const size_t hi[2], const size_t at[2], size_t a,
+			size_t b)
 {
 	for (int k = 0; k < 2; k++)
-		if (a >= cu->plo[k] && b <= cu->phi[k] && a <= b)
-			return cu->p + cu->pat[k] + (a - cu->plo[k]);
-	return NULL;
+		if (a >= lo[k] && b <= hi[k] && a <= b)
+			return at[k] + (a - lo[k]);
+	return SIZE_MAX;
+}
+
+float *gk_nn_cuda_master_at(struct gk_nn_cuda *cu, size_t a, size_t b)
+{
+	size_t i = gk_nn_cuda_index(cu->plo, cu->phi, cu->pat, a, b);
+	return i == SIZE_MAX ? NULL : cu->p + i;
 }
 
 int gk_nn_cuda_params_own(gk_nn_model *m, size_t a, size_t b, gk_err *err)
@@ -203,7 +213,8 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 		if (!on)
 			return 0;
 	}
-	if (!(cu->whole = gk_cuda_alloc(m->nflat * cu->es, GK_CUDA_MEM_PARAMS, err)))
+	/* (a pipeline stage's: its segments) */
+	if (!(cu->whole = gk_cuda_alloc(cu->sfloats * cu->es, GK_CUDA_MEM_PARAMS, err)))
 		return -1;
 	/* this rank's pieces from its fp32 master; the rest is the caller's */
 	for (int k = 0; k < 2; k++)
@@ -215,10 +226,12 @@ int gk_nn_cuda_params_whole(gk_nn_model *m, int on, gk_err *err)
 int gk_nn_cuda_params_put(gk_nn_model *m, size_t off, const float *src, size_t n, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
-	if (!cu->whole || off > m->nflat || n > m->nflat - off)
-		return gk_errf(err, "parameters on the GPU: [%zu, %zu) put into %s of %zu",
-			       off, off + n, cu->whole ? "a working copy" : "no whole working copy",
-			       m->nflat);
+	if (!cu->whole || off > m->nflat || n > m->nflat - off ||
+	    gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, off, off + n) == SIZE_MAX)
+		return gk_errf(err, "parameters on the GPU: [%zu, %zu) put into %s of [%zu, %zu) "
+			       "and [%zu, %zu)", off, off + n,
+			       cu->whole ? "a working copy" : "no whole working copy", cu->slo[0],
+			       cu->shi[0], cu->slo[1], cu->shi[1]);
 	if (to_work(m, off, src, n, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);

@@ -82,7 +82,7 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	return 0;
 }
 
-float *gk_nn_cuda_grads(gk_nn_model *m)
+float *gk_nn_cuda_grads(gk_nn_model *m, size_t off)
 {
 	return NULL;
 }
@@ -162,13 +162,14 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 	return gk_errf(err, "AdamW on the GPU: gpukit was built without CUDA");
 }
 
-float *gk_nn_cuda_params(gk_nn_model *m)
+float *gk_nn_cuda_params(gk_nn_model *m, size_t off)
 {
 	return NULL;
 }
 
-void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt)
+void *gk_nn_cuda_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt)
 {
+	(void)off;
 	(void)dt;
 	return NULL;
 }

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,18 +49,42 @@ int gk_nn_cuda_get(struct gk_nn_cuda *cu, void *host, const void *dev, size_t by
 	return 0;
 }
 
+/* the part of the device's segment k below nparams: n floats from
+ * element off of the flat buffer */
+static size_t seg_part(const gk_nn_model *m, int k, size_t *off)
+{
+	const struct gk_nn_cuda *cu = m->cu;
+	size_t hi = cu->shi[k] < m->nparams ? cu->shi[k] : m->nparams;
+	*off = cu->slo[k];
+	return hi > cu->slo[k] ? hi - cu->slo[k] : 0;
+}
+
+/* the working copy (bf16) of each segment rounded from its master */
+static int round_work(gk_nn_model *m, gk_err *err)
+{
+	struct gk_nn_cuda *cu = m->cu;
+	size_t off, n;
+	for (int k = 0; cu->pw && cu->dt != GK_DT_F32 && k < 2; k++)
+		if ((n = seg_part(m, k, &off)) &&
+		    gk_cuda_convert(gk_nn_cuda_param_at(m, off), cu->dt,
+				    gk_nn_cuda_master_at(cu, off, off + n), GK_DT_F32, n, cu->s,
+				    err) < 0)
+			return -1;
+	return 0;
+}
+
 int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return 0;
-	size_t n = m->nparams;
+	size_t n = m->nparams, off, k;
 	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
 		return no_full_grads(err);
-	if (what & GK_NN_GRADS) {
-		if (gk_nn_cuda_put(cu, cu->g, m->grads, n * 4, err) < 0)
+	for (int j = 0; (what & GK_NN_GRADS) && j < 2; j++)
+		if ((k = seg_part(m, j, &off)) &&
+		    gk_nn_cuda_put(cu, gk_nn_cuda_grads(m, off), m->grads + off, k * 4, err) < 0)
 			return -1;
-	}
 	if (what & GK_NN_PARAMS) {
 		/* (unit_params: this rank's pieces, of which the padding is zero) */
 		for (int j = 0; j < 2; j++) {
@@ -69,9 +94,7 @@ int gk_nn_cuda_upload(gk_nn_model *m, int what, gk_err *err)
 					   (hi - cu->plo[j]) * 4, err) < 0)
 				return -1;
 		}
-		if (cu->pw && cu->dt != GK_DT_F32 &&
-		    (gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, n, cu->s, err) < 0 ||
-		     gk_cuda_stream_sync(cu->s, err) < 0))
+		if (round_work(m, err) < 0 || gk_cuda_stream_sync(cu->s, err) < 0)
 			return -1;
 		cu->uploaded = 1;
 	}
@@ -83,7 +106,7 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu)
 		return 0;
-	size_t n = m->nparams * 4;
+	size_t off, k;
 	if ((what & GK_NN_GRADS) && m->o.bucket_grads)
 		return no_full_grads(err);
 	if (what & GK_NN_PARAMS) {
@@ -95,10 +118,10 @@ int gk_nn_cuda_download(gk_nn_model *m, int what, gk_err *err)
 				return -1;
 		}
 	}
-	if (what & GK_NN_GRADS) {
-		if (gk_nn_cuda_get(cu, m->grads, cu->g, n, err) < 0)
+	for (int j = 0; (what & GK_NN_GRADS) && j < 2; j++)
+		if ((k = seg_part(m, j, &off)) &&
+		    gk_nn_cuda_get(cu, m->grads + off, gk_nn_cuda_grads(m, off), k * 4, err) < 0)
 			return -1;
-	}
 	return 0;
 }
 
@@ -155,18 +178,18 @@ int gk_nn_cuda_moments(gk_nn_model *m, size_t lo, size_t hi, float *mom,
 	return 0;
 }
 
-float *gk_nn_cuda_params(gk_nn_model *m)
+float *gk_nn_cuda_params(gk_nn_model *m, size_t off)
 {
-	return m->cu ? m->cu->p : NULL;
+	return m->cu ? gk_nn_cuda_master_at(m->cu, off, off) : NULL;
 }
 
-void *gk_nn_cuda_work_copy(gk_nn_model *m, gk_dtype *dt)
+void *gk_nn_cuda_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt)
 {
 	struct gk_nn_cuda *cu = m->cu;
 	if (!cu || !cu->pw || cu->pw == cu->p)
 		return NULL;
 	*dt = cu->dt;
-	return cu->pw;
+	return gk_nn_cuda_param_at(m, off);
 }
 
 int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
@@ -175,8 +198,7 @@ int gk_nn_cuda_params_changed(gk_nn_model *m, gk_err *err)
 	if (!cu)
 		return gk_errf(err, "parameters on the GPU: the model is on the CPU");
 	/* (units are filled from the master at each gather) */
-	if (cu->pw && cu->dt != GK_DT_F32 &&
-	    gk_cuda_convert(cu->pw, cu->dt, cu->p, GK_DT_F32, m->nparams, cu->s, err) < 0)
+	if (round_work(m, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }
@@ -216,9 +238,25 @@ int gk_nn_cuda_grad_norm(gk_nn_model *m, double *norm, gk_err *err)
 int gk_nn_cuda_sumsq_once(gk_nn_model *m, const float *g, size_t lo, size_t hi, double *ss,
 			  gk_err *err)
 {
+	struct gk_nn_cuda *cu = m->cu;
+	if (!g) {
+		/* the model's: the part of [lo, hi) in each segment */
+		*ss = 0.0;
+		for (int k = 0; k < 2; k++) {
+			size_t a = lo > cu->slo[k] ? lo : cu->slo[k];
+			size_t b = hi < cu->shi[k] ? hi : cu->shi[k];
+			double x;
+			if (a >= b)
+				continue;
+			if (gk_nn_cuda_sumsq_once(m, gk_nn_cuda_grads(m, a), a, b, &x, err) < 0)
+				return -1;
+			*ss += x;
+		}
+		return 0;
+	}
 	/* element x of the range at g0[x - o] */
-	const float *g0 = g ? g : m->cu->g;
-	size_t o = g ? lo : 0;
+	const float *g0 = g;
+	size_t o = lo;
 	/* rank 0 of a tensor group all of its own, the others their split
 	 * tensors' slices (gk_nn_pp_sumsq's rule, on the device) */
 	if (m->tp == 1 || m->tpr == 0)
@@ -256,8 +294,12 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 			       cu->phi[0], cu->plo[1], cu->phi[1]);
 	if (!g && m->o.bucket_grads)
 		return no_full_grads(err);
+	if (!g && gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, lo, hi) == SIZE_MAX)
+		return gk_errf(err, "AdamW on the GPU of [%zu, %zu): this rank holds the "
+			       "gradients [%zu, %zu) and [%zu, %zu)", lo, hi, cu->slo[0],
+			       cu->shi[0], cu->slo[1], cu->shi[1]);
 	if (!g)
-		g = cu->g + lo;
+		g = gk_nn_cuda_grads(m, lo);
 	gk_nn_adamw_k k;
 	float decay;
 	gk_nn_adamw_consts(c, lr, t, &k, &decay);
@@ -270,7 +312,7 @@ int gk_nn_cuda_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr,
 		if (a >= b)
 			continue;
 		/* (units: no working copy to keep, the next gather converts) */
-		void *pw = cu->dt == GK_DT_F32 || !cu->pw ? NULL : (char *)cu->pw + a * cu->es;
+		void *pw = cu->dt == GK_DT_F32 || !cu->pw ? NULL : gk_nn_cuda_param_at(m, a);
 		if (gk_nn_cu_adamw(p + (a - lo), pw, cu->dt, g + (a - lo), grad_scale,
 				   cu->mom[j] + (a - lo), cu->vel[j] + (a - lo), b - a, &k,
 				   x->decay ? decay : 1.0f, cu->s, err) < 0)
@@ -292,14 +334,18 @@ int gk_nn_cuda_host_adamw(gk_nn_model *m, const gk_nn_adamw *c, float lr, int64_
 	if (m->o.bucket_grads)
 		return no_full_grads(err);
 	size_t n = hi - lo;
+	if (gk_nn_cuda_index(cu->slo, cu->shi, cu->sat, lo, hi) == SIZE_MAX)
+		return gk_errf(err, "AdamW on the host of [%zu, %zu): this rank holds the "
+			       "gradients [%zu, %zu) and [%zu, %zu)", lo, hi, cu->slo[0],
+			       cu->shi[0], cu->slo[1], cu->shi[1]);
 	if (gk_nn_cuda_get(cu, m->params + lo, p, n * 4, err) < 0 ||
-	    gk_nn_cuda_get(cu, m->grads + lo, cu->g + lo, n * 4, err) < 0)
+	    gk_nn_cuda_get(cu, m->grads + lo, gk_nn_cuda_grads(m, lo), n * 4, err) < 0)
 		return -1;
 	gk_nn_adamw_step(m, c, lr, t, lo, hi, m->params + lo, m->grads + lo, grad_scale, mom, vel);
 	if (gk_nn_cuda_put(cu, p, m->params + lo, n * 4, err) < 0)
 		return -1;
 	if (cu->pw && cu->dt != GK_DT_F32 &&
-	    gk_cuda_convert((char *)cu->pw + lo * cu->es, cu->dt, p, GK_DT_F32, n, cu->s, err) < 0)
+	    gk_cuda_convert(gk_nn_cuda_param_at(m, lo), cu->dt, p, GK_DT_F32, n, cu->s, err) < 0)
 		return -1;
 	return gk_cuda_stream_sync(cu->s, err);
 }

@@ -461,9 +461,10 @@ void gk_nn_pp_use_chunk(gk_nn_model *m, int c);
 void gk_nn_pp_to_hf(const gk_nn_model *m, const float *src, float *dst);
 void gk_nn_pp_from_hf(const gk_nn_model *m, const float *src, float *dst);
 /*
- * A stage's model (gk_nn_opts' pp > 1) maps the whole flat buffers, but
- * forward and backward touch only its layers (with lazy_params and
- * lazy_grads only the stage's pages take memory):
+ * A stage's model (gk_nn_opts' pp > 1) maps the whole flat buffers on the
+ * host, but forward and backward touch only its layers (with lazy_params
+ * and lazy_grads only the stage's pages take memory); on a GPU its device
+ * holds only its range and the shared wte (the work calls below):
  *   forward   the first stage embeds tokens; any other reads its input,
  *             gk_nn_pp_count elements, from gk_nn_pp_input (the previous
  *             stage's output, put there by the caller). The last stage
@@ -824,27 +825,33 @@ int gk_nn_sample_text(const gk_nn_config *c, const gk_tok *tok, const int32_t *i
  * it never asks where the model runs. The "working" buffers are where the
  * model computes: the host's flat buffers (gk_nn_params, gk_nn_grads) on
  * the CPU, the device's fp32 master parameters and gradients on a GPU (the
- * flat layout, nflat floats). On a GPU the host buffers stay as mirrors:
+ * flat layout, nflat floats; a pipeline stage's device holds its range
+ * and the tied wte only, two segments, gk_nn_pp_range; under ZeRO-3's
+ * unit_params the master is this rank's pieces). Each call gives
+ * where element off is, and a range from there lies in the same buffer
+ * as far as the segment holding off goes (a stage's range, its wte, a
+ * piece of either): never across the two. NULL on a GPU where no
+ * segment holds off. On a GPU the host buffers stay as mirrors:
  * gk_nn_init and gk_nn_load write the host's parameters, gk_nn_upload
  * copies them (GK_NN_PARAMS) and/or the gradients (GK_NN_GRADS) to the
- * device, gk_nn_download back, for a checkpoint or a host-side
- * allreduce. On the CPU the copies do nothing.
+ * device, gk_nn_download back (a stage's segments), for a checkpoint or
+ * a host-side allreduce. On the CPU the copies do nothing.
  */
 #define GK_NN_PARAMS 1
 #define GK_NN_GRADS 2
 int gk_nn_upload(gk_nn_model *m, int what, gk_err *err);
 int gk_nn_download(gk_nn_model *m, int what, gk_err *err);
-float *gk_nn_work_params(gk_nn_model *m);
-float *gk_nn_work_grads(gk_nn_model *m);
+float *gk_nn_work_params(gk_nn_model *m, size_t off);
+float *gk_nn_work_grads(gk_nn_model *m, size_t off);
 /*
  * A GPU model's working copy where it is not the fp32 master (bf16; *dt
- * its type), nflat elements: gk_nn_update rounds the range it updates
- * into it, so ZeRO-1 can gather the ranges there (half the bytes of the
- * master's gather), leaving each rank's master current in its own range
- * only. NULL on the CPU and where the working copy is the master (fp32,
- * tf32) or in ZeRO-3's units.
+ * its type), element off, as the two above: gk_nn_update rounds the
+ * range it updates into it, so ZeRO-1 can gather the ranges there (half
+ * the bytes of the master's gather), leaving each rank's master current
+ * in its own range only. NULL on the CPU and where the working copy is
+ * the master (fp32, tf32) or in ZeRO-3's units.
  */
-void *gk_nn_work_copy(gk_nn_model *m, gk_dtype *dt);
+void *gk_nn_work_copy(gk_nn_model *m, size_t off, gk_dtype *dt);
 /*
  * A GPU model made with bucket_grads: where backward writes the gradients.
  * [0, head) (the embeddings, which backward writes first through the tied
@@ -872,7 +879,8 @@ float *gk_nn_grad_at(gk_nn_model *m, size_t off);
  * gk_nn_params_own writes the working copy of [a, b), inside this rank's
  * range and one unit, from the fp32 parameters, on the model's stream
  * (nothing on the CPU). gk_nn_params_whole (on 1) makes a working copy of
- * the whole model (nflat elements from gk_nn_param_at(m, 0)) that the
+ * the whole model (nflat elements from gk_nn_param_at(m, 0); a pipeline
+ * stage's of its range and the shared wte, each from its start) that the
  * kernels read instead of the units, until it is called with 0
  * (evaluation, --sample under ZeRO-3), with this rank's range written
  * from its fp32 parameters on the device; the caller fills the rest,

@@ -678,11 +678,11 @@ int gk_nn_tr_pp_embed_sum(gk_nn_trainer *t, gk_err *err)
 		return 0;
 	/* on GPUs the device's gradients, over the group's NCCL */
 	gk_comm *c = t->pp->emb ? t->pp->emb : t->grid.embc;
-	float *g = gk_nn_work_grads(t->m) + t->m->wte;
+	float *g = gk_nn_work_grads(t->m, t->m->wte);
 	size_t n = t->m->wpe - t->m->wte;
 	if (t->dp->ppshard) {
 		/* ZeRO-1: this rank's piece of it, the same on both stages */
-		g = gk_nn_work_grads(t->m) + t->dp->own[1][0];
+		g = gk_nn_work_grads(t->m, t->dp->own[1][0]);
 		n = t->dp->own[1][1] - t->dp->own[1][0];
 	}
 	return gk_comm_allreduce(c, g, g, n, GK_DT_F32, GK_COMM_SUM, NULL, err);

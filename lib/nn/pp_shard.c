@@ -9,11 +9,14 @@
  * wte's after the range's), its update is of those, and the data-parallel
  * average is of its range's buckets and of wte by one allreduce. The
  * model maps its parameters and gradients lazily, so the stage's memory
- * is its range's. Under ZeRO-1 the stage's segments (its range, and wte
- * apart on the first and last stage) are cut over its data-parallel group
- * (gk_nn_dp's seg and own): each is one reduce-scatter of unequal pieces
- * into their owners after the schedule, the update is of this rank's
- * pieces, and each one all-gather of unequal pieces after it; ZeRO-2 the
+ * is its range's; on a GPU the device holds those segments only, each
+ * reached from its start (gk_nn_work_grads and the like take the flat
+ * offset), never as one range across both. Under ZeRO-1 the stage's
+ * segments (its range, and wte apart on the first and last stage) are
+ * cut over its data-parallel group (gk_nn_dp's seg and own): each is
+ * one reduce-scatter of unequal pieces into their owners after the
+ * schedule, the update is of this rank's pieces, and each one
+ * all-gather of unequal pieces after it; ZeRO-2 the
  * same in buckets, each bucket's pages outside the rank's pieces given
  * back once it is reduced (pp_shard_reduce); ZeRO-3 the same, its
  * parameters kept as the same pieces too (zero3.c gathers the stage's
@@ -24,7 +27,7 @@
  * communicator (dp.c's gcomm), on the device's gradients and parameters;
  * in bf16 the gather moves the working copy, not the fp32 master. Device
  * memory has no pages to give back, so there a pipeline stage's ZeRO-2
- * keeps the stage's whole buffer and its peak is ZeRO-1's, as on the CPU;
+ * keeps the stage's segments whole and its peak is ZeRO-1's, as on the CPU;
  * a tensor slice's (no --pp) reduces its buckets during backward as
  * without a grid instead (dp.c), and only its update, gather and
  * checkpoints go through here.
@@ -114,12 +117,14 @@ float *gk_nn_pp_resid(const gk_nn_dp *dp, int k)
 int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 {
 	/* on GPUs the device's gradients, over the group's NCCL (whose
-	 * gk_nn_grads_release gives nothing back) */
-	float *g = dp->dev_grads ? gk_nn_work_grads(dp->m) : gk_nn_grads(dp->m);
+	 * gk_nn_grads_release gives nothing back), each segment where the
+	 * stage's device holds it */
 	gk_comm *c = dp->dev_grads ? dp->gcomm : dp->comm;
 	int z2 = dp->zero >= 2;
 	for (int k = 0; k < 2; k++) {
 		size_t s0 = dp->seg[k][0], s1 = dp->seg[k][1], b1;
+		/* element x of the segment at g[x - s0] */
+		float *g = dp->dev_grads ? gk_nn_work_grads(dp->m, s0) : gk_nn_grads(dp->m) + s0;
 		for (size_t b0 = s0; b0 < s1; b0 = b1) {
 			b1 = z2 && s1 - b0 > dp->ppbucket ? b0 + dp->ppbucket : s1;
 			const size_t *d = dp->displ[k];
@@ -134,8 +139,8 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 			float *r = gk_nn_pp_resid(dp, k);
 			gk_comm_callopts co = {.compress = dp->compress,
 					       .residual = r ? r + (b0 - s0) : NULL};
-			if (gk_comm_ireduce_scatterv(c, g + b0, d, GK_DT_F32, GK_COMM_AVG, &co, &q,
-						     err) < 0 ||
+			if (gk_comm_ireduce_scatterv(c, g + (b0 - s0), d, GK_DT_F32, GK_COMM_AVG,
+						     &co, &q, err) < 0 ||
 			    gk_comm_wait(q, err) < 0)
 				return -1;
 			if (!z2)
@@ -150,18 +155,36 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err)
 	return 0;
 }
 
-int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *buf, gk_dtype dt, gk_err *err)
+int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *(*at)(gk_nn_model *, size_t),
+			      gk_dtype dt, gk_err *err)
 {
-	size_t es = gk_dtype_bits(dt) / 8;
 	for (int k = 0; k < 2; k++) {
 		gk_comm_req *q;
 		if (dp->seg[k][1] > dp->seg[k][0] &&
-		    (gk_comm_iallgatherv(c, (char *)buf + dp->seg[k][0] * es, dp->displ[k], dt, &q,
+		    (gk_comm_iallgatherv(c, at(dp->m, dp->seg[k][0]), dp->displ[k], dt, &q,
 					 err) < 0 ||
 		     gk_comm_wait(q, err) < 0))
 			return -1;
 	}
 	return 0;
+}
+
+/* element off of the places the gathers write: the working copy (bf16),
+ * the fp32 master, a GPU's or the host's */
+static void *work_copy_at(gk_nn_model *m, size_t off)
+{
+	gk_dtype dt;
+	return gk_nn_work_copy(m, off, &dt);
+}
+
+static void *work_params_at(gk_nn_model *m, size_t off)
+{
+	return gk_nn_work_params(m, off);
+}
+
+void *gk_nn_pp_host_params_at(gk_nn_model *m, size_t off)
+{
+	return gk_nn_params(m) + off;
 }
 
 /*
@@ -174,19 +197,18 @@ int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *buf, gk_dtype dt, g
 int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err)
 {
 	gk_dtype dt;
-	char *w = dp->dev_grads ? gk_nn_work_copy(dp->m, &dt) : NULL;
-	if (w) {
+	if (dp->dev_grads && gk_nn_work_copy(dp->m, 0, &dt)) {
 		dp->master_stale = 1;
-		return gk_nn_pp_gather_segments(dp, dp->gcomm, w, dt, err);
+		return gk_nn_pp_gather_segments(dp, dp->gcomm, work_copy_at, dt, err);
 	}
-	float *p = dp->dev_grads ? gk_nn_work_params(dp->m) : gk_nn_params(dp->m);
-	if (gk_nn_pp_gather_segments(dp, dp->dev_grads ? dp->gcomm : dp->comm, p, GK_DT_F32,
-				     err) < 0)
+	if (gk_nn_pp_gather_segments(dp, dp->dev_grads ? dp->gcomm : dp->comm,
+				     dp->dev_grads ? work_params_at : gk_nn_pp_host_params_at,
+				     GK_DT_F32, err) < 0)
 		return -1;
 	return gk_nn_params_changed(dp->m, err);
 }
 
 int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err)
 {
-	return gk_nn_pp_gather_segments(dp, dp->gcomm, gk_nn_work_params(dp->m), GK_DT_F32, err);
+	return gk_nn_pp_gather_segments(dp, dp->gcomm, work_params_at, GK_DT_F32, err);
 }

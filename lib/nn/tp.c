@@ -150,9 +150,10 @@ int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, fl
 		gk_nn_tp_replicas(m, r, buf, 0);
 		return 0;
 	}
-	/* element x of the gradients at g[x - g0] */
-	float *g = at ? at : gk_nn_cuda_grads(m);
-	size_t g0 = at ? r[0][0] : 0;
+	/* a run from x: in the shard at at[x - r[0][0]], or in the model's
+	 * segment holding x (the runs join flat neighbours only, and the
+	 * segments are none: gk_nn_cuda_segments) */
+#define G(x) (at ? at + ((x) - r[0][0]) : gk_nn_cuda_grads(m, (x)))
 	size_t a0 = 0, b0 = 0;
 	for (size_t i = 0; i < m->nt_tensors; i++) {
 		const gk_nn_tensor *x = &m->t[i];
@@ -163,14 +164,16 @@ int gk_nn_tp_agree_replicas(gk_nn_model *m, const size_t r[2][2], float *buf, fl
 				continue;
 			if (a != b0) {
 				if (b0 > a0 &&
-				    gk_nn_cuda_tp_grads_bcast(m, g + (a0 - g0), b0 - a0, err) < 0)
+				    gk_nn_cuda_tp_grads_bcast(m, G(a0), b0 - a0, err) < 0)
 					return -1;
 				a0 = a;
 			}
 			b0 = b;
 		}
 	}
-	return b0 > a0 ? gk_nn_cuda_tp_grads_bcast(m, g + (a0 - g0), b0 - a0, err) : 0;
+	int rc = b0 > a0 ? gk_nn_cuda_tp_grads_bcast(m, G(a0), b0 - a0, err) : 0;
+#undef G
+	return rc;
 }
 
 void gk_nn_tp_scatter(const gk_nn_model *m, const float *full, float *local)

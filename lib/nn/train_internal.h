@@ -515,10 +515,14 @@ int gk_nn_pp_shard_reduce(gk_nn_dp *dp, gk_err *err);
 size_t gk_nn_pp_resid_len(const gk_nn_dp *dp);
 float *gk_nn_pp_resid(const gk_nn_dp *dp, int k);
 int gk_nn_pp_shard_gather(gk_nn_dp *dp, gk_err *err);
-/* each segment's pieces of buf (elements of dt, indexed as the flat
- * buffer: the device's over gcomm, the host's over comm) from their
- * owners to every rank of the group, in place */
-int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *buf, gk_dtype dt, gk_err *err);
+/* each segment's pieces of a buffer of elements of dt (element x at
+ * at(m, x): the device's over gcomm, the host's over comm; a segment
+ * from its start on in one piece of memory) from their owners to every
+ * rank of the group, in place */
+int gk_nn_pp_gather_segments(gk_nn_dp *dp, gk_comm *c, void *(*at)(gk_nn_model *, size_t),
+			      gk_dtype dt, gk_err *err);
+/* at for the host's parameters (gk_nn_params) */
+void *gk_nn_pp_host_params_at(gk_nn_model *m, size_t off);
 int gk_nn_pp_master_gather(gk_nn_dp *dp, gk_err *err);
 /* After the model: this rank's optimizer range and its moments (zero). */
 int gk_nn_dp_new(gk_nn_dp **out, gk_nn_trainer *t, gk_err *err);

@@ -197,8 +197,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 		 * rank keeps its pieces; the rest of the stage's gradients
 		 * lives from its first backward to the reduction after the
 		 * schedule (comm; on a GPU the whole step, pp_shard.c). A GPU
-		 * stage's buffer is the whole flat one: outside the stage it
-		 * stays padding, as under ZeRO 0 and 1
+		 * stage's buffer holds the stage's segments only, as under
+		 * ZeRO 0 and 1 (gk_nn_cuda_segments)
 		 */
 		uint64_t all = ((uint64_t)gk_nn_pp_floats(t->m) * sizeof(float) + 63) / 64 * 64;
 		uint64_t mine = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /

@@ -574,7 +574,7 @@ static int stage_device(gk_nn_dp *dp, gk_err *err)
 {
 	gk_dtype dt = gk_nn_param_dtype(dp->m);
 	return gk_nn_tr_agree_local(dp->t, gk_nn_params_whole(dp->m, 1, err), err) < 0 ? -1 :
-	       gk_nn_pp_gather_segments(dp, dp->gcomm, gk_nn_param_at(dp->m, 0), dt, err);
+	       gk_nn_pp_gather_segments(dp, dp->gcomm, gk_nn_param_at, dt, err);
 }
 
 int gk_nn_dp_params_full(gk_nn_dp *dp, gk_err *err)
@@ -604,7 +604,7 @@ int gk_nn_dp_params_host(gk_nn_dp *dp, gk_err *err)
 	if (!dp->stage3 || !dp->units)
 		return gk_nn_dp_params_full(dp, err);
 	if (units_settle(dp, err) < 0 ||
-	    gk_nn_pp_gather_segments(dp, dp->comm, gk_nn_params(dp->m), GK_DT_F32, err) < 0)
+	    gk_nn_pp_gather_segments(dp, dp->comm, gk_nn_pp_host_params_at, GK_DT_F32, err) < 0)
 		return -1;
 	whole_held(dp);
 	return 0;
@@ -659,7 +659,7 @@ static int root_device(gk_nn_dp *dp, gk_err *err)
 	if (dp->rank != 0) {
 		range_of(dp, dp->rank, &a, &n);
 		return gk_nn_tr_agree_local(dp->t, 0, err) < 0 ? -1 : n == 0 ? 0 :
-		       gk_comm_isend(dp->gcomm, gk_nn_work_params(dp->m), n, GK_DT_F32, 0, &r,
+		       gk_comm_isend(dp->gcomm, gk_nn_work_params(dp->m, a), n, GK_DT_F32, 0, &r,
 				     err) < 0 ? -1 : gk_comm_wait(r, err);
 	}
 	int f32 = gk_nn_param_dtype(dp->m) == GK_DT_F32;

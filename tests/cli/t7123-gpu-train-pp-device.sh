@@ -16,7 +16,10 @@ validation loss of the pipeline forward; against the
 CPU backend'"'"'s --pp 2 within fp32'"'"'s device tolerance (t7106: 1e-4). In
 bf16 the first step'"'"'s loss is the same bits too and the later ones
 within 1e-5 (below). A
-stage'"'"'s model states are mem-estimate --pp'"'"'s. A device pipeline'"'"'s
+stage'"'"'s model states are mem-estimate --pp'"'"'s; its device holds its
+range and the tied wte only, its measured peak the same whatever the
+other stage'"'"'s layers (fp32, bf16, ZeRO 1 over pp 2 x dp 2), its padding
+the padded vocabulary rows'"'"'. A device pipeline'"'"'s
 checkpoint resumes on one GPU (within 1e-6 of the run that never
 stopped) and on the CPU (within 1e-4). Two pipelines (pp 2 x dp 2) average
 their gradients over NCCL, each data-parallel group on a communicator of
@@ -136,6 +139,65 @@ test_expect_success 'GPUS,MPI' 'stage 0 on its GPU: parameters, gradients and op
 	        sys.exit("%s: gpu-train %d, mem-estimate --pp %d" % (k, g[k], m[k]))
 	print("stage 0:", g["parameters"], g["gradients"], g["optimizer"])
 	PY
+'
+
+# A stage's device holds its segments of the flat buffer only, its range
+# and on the last stage the tied wte: the other stage's parameters cost it
+# nothing. Each rank's most device memory at once (the emulation's
+# CUEMU_MEM_LOG, a step) is the same on stage 0 at 3 layers and at 4 (the
+# last stage's 1 and 2), in fp32 and bf16, and on the last stage at 4 and
+# 5 (the first's 2 and 3), where the whole flat buffer on every stage
+# would add the other stage's block, 12 C^2 + 13 C = 12704 parameters at C
+# 32, at 8 bytes each (fp32 master and gradients; 10 in bf16, the working
+# copy too: what the change from that buffer measured, 102144 bytes on
+# stage 0 of 2 layers); the stage that takes the layer grows by the block
+# at 16 bytes (master, gradients, two moments; 18 in bf16) and the
+# layer's activations (the step line's). Stage 0's start line counts as
+# padding only what the vocabulary's padded rows hold, 127 x 32 of them
+# at 4 + 4 + 8 bytes (2 more in bf16).
+peaks() {
+	log=$1 n=$2 &&
+	shift 2 &&
+	rm -f $log.* &&
+	timeout 300 mpirun --oversubscribe --bind-to none -np $n \
+		sh -c "CUEMU_MEM_LOG=$log.\$OMPI_COMM_WORLD_RANK exec gpu-train \"\$@\"" sh "$@"
+}
+peak() {
+	cut -d" " -f2 $1.mem.$2.*
+}
+test_expect_success 'GPUS,MPI' 'a stage'"'"'s GPU holds its range and the tied wte only: its peak the same whatever the other stage'"'"'s layers, the layer it takes the block'"'"'s 16 bytes a parameter (18 in bf16) and its activations more; padding the padded vocabulary rows'"'"' only' '
+	{ test -f train.bin || train_data; } &&
+	blk=$((12 * 32 * 32 + 13 * 32)) && rows=$((127 * 32)) &&
+	for p in fp32 bf16; do
+		e=0 && if test $p = bf16; then e=2; fi &&
+		for l in 3 4 $(test $p = bf16 || echo 5); do
+			peaks sm$p$l.mem 2 $A --device cuda --precision $p --steps 1 --grad-accum 1 \
+				--layers $l --pp 2 >sm$p$l.json || return 1
+		done &&
+		jq -s -e "map(select(.event == \"start\"))[0].memory.padding == $rows * (16 + $e)" \
+			sm${p}3.json &&
+		if test -n "$GK_CUEMU"; then
+			act() { jq "select(.event == \"step\") | .pp_stages[$2].activations" $1.json; } &&
+			# stage $1 from $2 to $3 layers: how much its peak and
+			# its activations grow, and what the peak should
+			grow() {
+				d=$(($(act sm$p$3 $1) - $(act sm$p$2 $1))) &&
+				echo $(($(peak sm$p$3 $1) - $(peak sm$p$2 $1))) $d
+			} &&
+			takes() {
+				d=$(($(act sm$p$3 $1) - $(act sm$p$2 $1))) &&
+				echo $((blk * (16 + e) + d)) $d
+			} &&
+			echo "$p, 3 to 4 layers: stage 0 $(grow 0 3 4), stage 1 $(grow 1 3 4)" &&
+			test "$(grow 0 3 4)" = "0 0" &&
+			test "$(grow 1 3 4)" = "$(takes 1 3 4)" &&
+			if test $p = fp32; then
+				echo "$p, 4 to 5 layers: stage 0 $(grow 0 4 5), stage 1 $(grow 1 4 5)" &&
+				test "$(grow 1 4 5)" = "0 0" &&
+				test "$(grow 0 4 5)" = "$(takes 0 4 5)"
+			fi
+		fi || return 1
+	done
 '
 
 test_expect_success 'GPUS,MPI' 'a device pipeline'"'"'s checkpoint resumes on one GPU (within 1e-6) and on the CPU (within 1e-4)' '
@@ -313,6 +375,31 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1 over NCCL: ZeRO 0'"
 	tail -n 1 pz >pz.tail &&
 	losses pzr.json >pzr &&
 	test_cmp pz.tail pzr
+'
+
+# ZeRO-1's stages hold their segments only too, each rank its pieces of
+# their moments: stage 0's ranks (world ranks 0 and 2) peak the same at 3
+# layers as at 4; the last stage's (1 and 3) grow by the block at 4 + 4
+# bytes, 4 of moments (its half of the block's 8) and the layer's
+# activations (as above)
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 1: a stage'"'"'s peak the same whatever the other stage'"'"'s layers' '
+	{ test -f train.bin || train_data; } &&
+	blk=$((12 * 32 * 32 + 13 * 32)) &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 for l in 3 4; do
+		peaks zm$l.mem 4 $G --steps 1 --grad-accum 1 --layers $l --pp 2 --zero 1 \
+			>zm$l.json || return 1
+	 done) &&
+	jq -s -e "map(select(.event == \"start\"))[0] | .pp == 2 and .dp == 2 and .zero == 1" zm4.json &&
+	if test -n "$GK_CUEMU"; then
+		act() { jq "select(.event == \"step\") | .pp_stages[1].activations" $1.json; } &&
+		d=$(($(act zm4) - $(act zm3))) &&
+		for r in 0 1 2 3; do
+			g=$(($(peak zm4 $r) - $(peak zm3 $r))) &&
+			echo "rank $r, 3 to 4 layers: $g" &&
+			test $g = $((r % 2 == 0 ? 0 : blk * 12 + d)) || return 1
+		done
+	fi
 '
 
 # ZeRO-2: ZeRO-1's pieces, each segment reduce-scattered over NCCL after

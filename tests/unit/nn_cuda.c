@@ -1204,16 +1204,16 @@ static void test_ranges(void)
 		     gk_nn_backward(ms[k], 1.0f, NULL, NULL, &err) == 0;
 	}
 	double whole = 0, lo = 0, hi = 0;
-	rc = rc && gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all), n, &whole, &err) == 0 &&
-	     gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all), h, &lo, &err) == 0 &&
-	     gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all) + h, n - h, &hi, &err) == 0;
+	rc = rc && gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all, 0), n, &whole, &err) == 0 &&
+	     gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all, 0), h, &lo, &err) == 0 &&
+	     gk_nn_cuda_sumsq(all, gk_nn_cuda_grads(all, h), n - h, &hi, &err) == 0;
 	ok(rc && whole > 0 && fabs(lo + hi - whole) <= 1e-12 * whole,
 	   "sums of squares of the two ranges add up to the whole's");
 	for (int s = 1; s <= 2 && rc; s++)
 		rc = gk_nn_cuda_adamw(all, &ad, 1e-3f, s, 0.5f, 0, n, NULL, &err) == 0 &&
 		     gk_nn_cuda_adamw(part[0], &ad, 1e-3f, s, 0.5f, 0, h, NULL, &err) == 0 &&
 		     gk_nn_cuda_adamw(part[1], &ad, 1e-3f, s, 0.5f, h, n,
-				      gk_nn_cuda_grads(part[1]) + h, &err) == 0;
+				      gk_nn_cuda_grads(part[1], h), &err) == 0;
 	rc = rc && gk_nn_cuda_download(all, GK_NN_PARAMS, &err) == 0 &&
 	     gk_nn_cuda_download(part[0], GK_NN_PARAMS, &err) == 0 &&
 	     gk_nn_cuda_download(part[1], GK_NN_PARAMS, &err) == 0;
@@ -1251,7 +1251,7 @@ static void test_ranges(void)
 	 */
 	float la, lp;
 	batch(tok, tgt, 4);
-	rc = rc && gk_cuda_copy(gk_nn_cuda_params(part[0]) + h, gk_nn_cuda_params(all) + h,
+	rc = rc && gk_cuda_copy(gk_nn_cuda_params(part[0], h), gk_nn_cuda_params(all, h),
 				(n - h) * 4, gk_nn_cuda_stream(part[0]), &err) == 0 &&
 	     gk_nn_cuda_params_changed(part[0], &err) == 0 &&
 	     gk_nn_forward(all, tok, tgt, &la, &err) == 0 &&
