@@ -24,10 +24,11 @@
  * communicator (dp.c's gcomm), on the device's gradients and parameters;
  * in bf16 the gather moves the working copy, not the fp32 master. Device
  * memory has no pages to give back, so there a pipeline stage's ZeRO-2
- * keeps the stage's whole buffer and its peak is ZeRO-1's, as on the CPU;
- * a tensor slice's (no --pp) reduces its buckets during backward as
- * without a grid instead (dp.c), and only its update, gather and
- * checkpoints go through here.
+ * keeps the stage's whole buffer and its peak is ZeRO-1's, as on the CPU
+ * (and so does its ZeRO-3); a tensor slice's ZeRO-2 and 3 (no --pp)
+ * reduce its buckets during backward as without a grid instead (dp.c),
+ * and only its update, gather (ZeRO-2's) and checkpoints go through
+ * here.
  */
 #include <stdlib.h>
 

@@ -68,7 +68,8 @@
  * stage's final norm and the tied wte its head reads; a tensor group's
  * slices of them). A unit's owners are the pieces of its segment, and a
  * release keeps the rank's piece. The gradients and the update are
- * ZeRO-2's stage path, without the gather after it; the edges are
+ * ZeRO-2's (a pipeline stage's path, or on GPUs a tensor group's
+ * buckets, dp.c), without the gather after the update; the edges are
  * gathered before the schedule (a pipeline's micro-batches are its
  * accumulation) and released before the reduction. On the CPU a tensor
  * group's blocks are prefetched as without a grid. A pipeline's are
@@ -95,9 +96,11 @@
  * pipeline's releases still follow its schedule, as the CPU's do when it
  * prefetches: the block at which it turns is kept, and no other (the
  * model's last block kept after its forward would hold the ring's one
- * buffer across the last stage's forwards under GPipe). The device keeps
- * the stage's whole gradient buffer as ZeRO-2 over a grid does
- * (pp_shard.c). Evaluation and --sample gather the whole working copy on
+ * buffer across the last stage's forwards under GPipe). A pipeline stage
+ * keeps its whole gradient buffer on the device, as ZeRO-2 over a
+ * pipeline does (pp_shard.c: a stage accumulates over its whole
+ * schedule); a tensor group without one keeps ZeRO-2's buckets and shard
+ * (dp.c), its piece the shard's range. Evaluation and --sample gather the whole working copy on
  * the device (stage_device); a checkpoint the fp32 pieces on the host
  * (gk_nn_dp_params_host), whose pages outside the pieces go back after.
  */

@@ -28,11 +28,13 @@ holds, its buffers mem-estimate'"'"'s, with accumulation ZeRO 1'"'"'s within
 --offload optimizer (each rank'"'"'s pieces updated on the host) its losses
 and norms bit for bit, optimizer 0 and the state mem-estimate
 --offload optimizer'"'"'s. Under ZeRO 3 (each tensor rank'"'"'s slices
-gathered unit by unit on the device, 2 micro-batches, stopped and
-resumed) ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for
-bit, the schedule'"'"'s 8 gathers a step, none prefetched, its parameters
-mem-estimate'"'"'s and its memory above ZeRO 2'"'"'s the emulation'"'"'s measured; its
-checkpoint resumes on the CPU. A pipeline of
+gathered unit by unit on the device, its gradients ZeRO 2'"'"'s buckets and
+shard, 2 micro-batches, stopped and resumed) ZeRO 2'"'"'s losses, norms,
+evaluation, model and moments bit for bit, the schedule'"'"'s 16 gathers a
+step, none prefetched, its parameters mem-estimate'"'"'s, its device
+gradients ZeRO 2'"'"'s and its parameters'"'"' saving, measured in the
+emulation, the figures computed from the shapes; its checkpoint resumes
+on the CPU, and with --offload optimizer ZeRO 2'"'"'s too. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
 --compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
 within 1e-6, its error feedback too but for a flipped rounding in 1000;
@@ -215,12 +217,23 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buck
 # gradients down, the master up) with the device kernel's arithmetic:
 # ZeRO-2's norm and model bit for bit; optimizer 0 on the device and the
 # state mem-estimate --offload optimizer puts in host_ram (the 4 ranks of
-# a node), the shard's host copy its host_grad_shard
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimizer: the device update'"'"'s norm and model bit for bit; the state mem-estimate'"'"'s' '
+# a node), the shard's host copy its host_grad_shard. ZeRO-3 the same
+# from the same shard (its gradients are ZeRO-2's), its piece of the
+# master coming down from the device as the whole does under ZeRO-2:
+# the same norm and model, the same state and shard on the host
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 and 3 on GPUs, --offload optimizer: the device update'"'"'s norm and model bit for bit; the state mem-estimate'"'"'s' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $Z --zero 2 --steps 1 --offload optimizer --ckpt-dir cz2o >tz2o.json) &&
-	norms tz2o.json >tz2o.norm && test_cmp tz2.norm tz2o.norm &&
-	cmp cz2/latest/model.safetensors cz2o/latest/model.safetensors &&
+	 mpi 4 $Z --zero 2 --steps 1 --offload optimizer --ckpt-dir cz2o >tz2o.json &&
+	 mpi 4 $Z --zero 3 --steps 1 --offload optimizer --ckpt-dir cz3o >tz3o.json) &&
+	for z in 2 3; do
+		norms tz${z}o.json >tz${z}o.norm && test_cmp tz2.norm tz${z}o.norm &&
+		cmp cz2/latest/model.safetensors cz${z}o/latest/model.safetensors || return 1
+	done &&
+	jq -s -e --slurpfile o tz2o.json "map(select(.event == \"start\"))[0] as \$s |
+		(\$o | map(select(.event == \"start\"))[0]) as \$t |
+		\$s.zero == 3 and \$s.memory.gradients == 0 and \$s.memory.optimizer == 0 and
+		\$s.offload == \$t.offload and
+		\$s.host_memory.host_grad_shard == \$t.host_memory.host_grad_shard" tz3o.json &&
 	mem-estimate --config cfg4.json --precision f32 -b 4 -s 16 --no-dropout --bucket 4K \
 		--no-overlap --tp 2 --dp 2 --zero 2 --offload optimizer --gpus-per-node 4 \
 		--json >mez2o.json &&
@@ -235,28 +248,37 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimiz
 # ZeRO-3 under --tp: each data-parallel group shards its tensor rank's
 # slices by ZeRO-2's pieces (the slice table one segment, cut as the
 # fp32 master's one range) and gathers them unit by unit on the device;
-# the gradients and the update are those of ZeRO-2 over a grid (the
-# pieces reduce-scattered after backward from the whole gradient buffer),
-# whose sums are ZeRO-1's, so its losses, norms, evaluation, model and
-# moments are ZeRO-1's bit for bit (ZeRO-2's buckets, above, sum an
-# accumulated step's gradients in another order), here with 2
-# micro-batches and the run stopped after step 1 and resumed. A step
-# gathers the embeddings and the final norm once, and in each
-# micro-batch block 0 before its forward and its backward and block 1,
-# the last, kept from its forward into its backward: 2 + 2 x 3 = 8, none
-# prefetched (no gather runs beside the tensor group's collectives). The
-# device keeps its piece of the fp32 parameters (mem-estimate's, half
-# ZeRO-1's), and the unit buffers, counted as comm: the difference of
-# the two runs' accounted totals is that of the emulation's measured
-# peaks (of a run without evaluation, whose whole working copy the
-# start line does not count). The checkpoint resumes on the CPU backend (dp 2, the same
-# global batch) within fp32's device tolerance of the GPUs' next step.
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 1'"'"'s losses, norms, evaluation, model and moments bit for bit; 8 gathers a step; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
-	Z="$G --steps 2 --grad-accum 2 --batch 2 --tp 2" &&
+# its gradients are ZeRO-2's (above): bucket buffers cut at layers, each
+# reduce-scattered into its owners as backward completes it and summed
+# into the rank's shard, its piece, which the norm and the update read.
+# So on the same buckets (4 layers, --bucket 4K --no-overlap) with 2
+# micro-batches (each one's buckets reduced in its own backward), the run
+# stopped after step 1 and resumed, its losses, norms, evaluation, model
+# and moments are ZeRO-2's bit for bit. A step gathers the embeddings and
+# the final norm once, and in each micro-batch blocks 0 to 2 before their
+# forward and their backward and block 3, the last, kept from its
+# forward into its backward: 2 + 2 x 7 = 16, none prefetched (no gather
+# runs beside the tensor group's collectives). Memory, the emulation's
+# measured peaks (ZeRO-3's of a run without evaluation, whose whole
+# working copy the start line does not count) and the accounted totals
+# alike: ZeRO-1
+# less ZeRO-2 is the whole slice's gradient buffer less the shard, the
+# embeddings' buffer and one bucket's (a block), ZeRO-2 less ZeRO-3 the
+# parameters' alone (the whole slice less the fp32 piece and the unit
+# buffers: the embeddings, the final norm with the padding, one block),
+# each computed here from the shapes: ZeRO-3's device gradients are
+# ZeRO-2's, below ZeRO-1's whole buffer (which ZeRO-3 kept before,
+# reducing its pieces after backward) by the first figure. Its
+# parameters are mem-estimate's (half ZeRO-2's). The checkpoint resumes
+# on the CPU backend (dp 2, the same global batch) within fp32's device
+# tolerance of the GPUs' next step.
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for bit; 16 gathers a step; its device gradients ZeRO 2'"'"'s, measured; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
+	Z="$G --layers 4 --steps 2 --grad-accum 2 --batch 2 --tp 2 --bucket 4K --no-overlap" &&
 	V="--val-data val.bin --eval-every 2 --eval-batches 1" &&
-	rm -rf zz2 zz3 zz3c zm2.* zm3.* &&
+	rm -rf zz2 zz3 zz3c zm1.* zm2.* zm3.* &&
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 1 --ckpt-dir zz2 >zz2.json &&
+	 CUEMU_MEM_LOG=$PWD/zm1 mpi 4 $Z --zero 1 --steps 1 >zz1.json &&
+	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 2 --ckpt-dir zz2 >zz2.json &&
 	 CUEMU_MEM_LOG=$PWD/zm3 mpi 4 $Z --zero 3 --until 1 --ckpt-dir zz3 >zz3a.json &&
 	 cp -R zz3 zz3c &&
 	 mpi 4 $Z $V --zero 3 --ckpt-dir zz3 --resume >zz3b.json) &&
@@ -269,25 +291,52 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, 
 	cmp zz2/latest/model.safetensors zz3/latest/model.safetensors &&
 	cmp zz2/latest/optim.safetensors zz3/latest/optim.safetensors &&
 	jq -s -e "map(select(.event == \"step\")) | length == 1 and
-		all(.param_gathers == 8 and .param_prefetched == 0)" zz3a.json &&
+		all(.param_gathers == 16 and .param_prefetched == 0)" zz3a.json &&
 	jq -s -e "map(select(.event == \"step\")) | length == 1 and
-		all(.param_gathers == 8 and .param_prefetched == 0)" zz3b.json &&
+		all(.param_gathers == 16 and .param_prefetched == 0)" zz3b.json &&
 	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
 	test $(mem zz3a.json parameters) = $(($(mem zz2.json parameters) / 2)) &&
 	mem-estimate --config zz3/latest/config.json --precision f32 -b 2 -s 16 --grad-accum 2 \
 		--no-dropout --tp 2 --dp 2 --zero 3 --json >mez3.json &&
 	test $(jq .bytes.parameters mez3.json) = $(mem zz3a.json parameters) &&
 	if test -n "$GK_CUEMU"; then
-		acc() { echo $(($(mem $1 total) - $(mem $1 checkpoint))); } &&
-		for f in zm2 zm3; do
+		for f in zm1 zm2 zm3; do
 			test $(ls $f.* | wc -l) = 4 &&
 			cat $f.* | sort -u >$f.peak &&
 			test $(wc -l <$f.peak) = 1 || return 1
 		done &&
-		test $(($(cut -d" " -f2 zm3.peak) - $(cut -d" " -f2 zm2.peak))) = \
-			$(($(acc zz3a.json) - $(acc zz2.json)))
+		python3 - zz1.json zz2.json zz3a.json zm1.peak zm2.peak zm3.peak <<-\PY
+		import json, sys
+		st = [next(json.loads(l) for l in open(f) if "\"start\"" in l) for f in sys.argv[1:4]]
+		peak = [int(open(f).read().split()[1]) for f in sys.argv[4:7]]
+		m = [s["memory"] for s in st]
+		acc = [x["total"] - x["checkpoint"] for x in m]
+		# a tensor rank'"'"'s flat buffer (gpt.c), as in the ZeRO 2 case
+		C, L, P, t, W = st[2]["hidden"], st[2]["layers"], st[2]["positions"], 2, 2
+		vp = (st[2]["vocab"] + 127) // 128 * 128
+		head = vp * C // t + P * C
+		block = (12 * C * C + 7 * C) // t + 6 * C
+		n = head + L * block + 2 * C
+		assert n == st[2]["params_padded"], (n, st[2]["params_padded"])
+		nflat = (n + W - 1) // W * W
+		per = nflat // W
+		shard = (4 * per + 63) // 64 * 64
+		grads = 4 * nflat - (4 * head + 4 * block + shard)
+		units = 4 * (head + block + nflat - (head + L * block))
+		params = 4 * nflat - 4 * per - units
+		assert grads > 0 and params > 0, (grads, params)
+		for a, want, what in ((0, grads, "ZeRO 1 - ZeRO 2"), (1, params, "ZeRO 2 - ZeRO 3")):
+		    if peak[a] - peak[a + 1] != want or acc[a] - acc[a + 1] != want:
+		        sys.exit("%s: measured %d, accounted %d bytes: not %d" %
+		                 (what, peak[a] - peak[a + 1], acc[a] - acc[a + 1], want))
+		assert m[2]["gradients"] == m[1]["gradients"], (m[1], m[2])
+		assert m[2]["comm"] - m[1]["comm"] == units, (m[1], m[2], units)
+		print("ZeRO 3: gradients", shard, "and buffers", 4 * (head + block),
+		      "of", 4 * nflat, "; saved", grads)
+		PY
 	fi &&
-	mpi 2 $A --device cpu --steps 2 --grad-accum 2 --batch 2 --ckpt-dir zz3c --resume >zz3c.json &&
+	mpi 2 $A --device cpu --layers 4 --steps 2 --grad-accum 2 --batch 2 --ckpt-dir zz3c \
+		--resume >zz3c.json &&
 	losses zz3c.json >zz3c.l && losses zz3b.json >zz3b.l &&
 	test $(wc -l <zz3c.l) = 1 && close_to zz3c.l zz3b.l 1e-4
 '
