@@ -110,22 +110,22 @@
  * bit for bit on 2 ranks, on more as NCCL orders a piece's sum (its
  * order may follow the count).
  *
- * A tensor slice (--tp without --pp, a data-parallel group of two or
- * more) is a pipeline stage of one for its ownership (pp_shard.c: one
- * segment, the pieces ZeRO-1's ranges of its flat buffer), and on a GPU
- * its ZeRO-2 is this one: its buckets, its shard (its piece), and the
- * update, the norm and the int8 agreement of the tensor group's replicas
- * (tp_replicated) read the shard. So is its ZeRO-3's (dp->zero2 beside
- * dp->stage3): the piece that zero3.c gathers its parameters from, and
- * that the fp32 master keeps (gk_nn_pp_piece), is the shard's range, so
- * the update reads the shard there as ZeRO-2's does, and the device holds
- * ZeRO-2's gradients rather than the whole slice's buffer. The replicated tensors need nothing of
- * their own: before a bucket is reduced their gradients are the same on
+ * A tensor slice (--tp without --pp, a data-parallel group of two or more)
+ * is a pipeline stage of one for its ownership (pp_shard.c: one segment,
+ * the pieces ZeRO-1's ranges of its flat buffer), and on a GPU its ZeRO-2
+ * is this one: its buckets, its shard (its piece), and the update, the norm
+ * and the int8 agreement of the tensor group's replicas (tp_replicated)
+ * read the shard. So is its ZeRO-3's (dp->zero2 beside dp->stage3): the
+ * piece that zero3.c gathers its parameters from, and that the fp32 master
+ * keeps (gk_nn_pp_piece), is the shard's range, so the update reads the
+ * shard there as ZeRO-2's does, and the device holds ZeRO-2's gradients
+ * rather than the whole slice's buffer. The replicated tensors need nothing
+ * of their own: before a bucket is reduced their gradients are the same on
  * every rank of the group (computed from its summed values; a
- * sequence-parallel LayerNorm's summed over the group inside backward),
- * and after it each rank's piece lies at the same offsets on each. A
- * pipeline stage accumulates its gradients over its whole schedule, so
- * under --pp they stay whole and are reduced after it (pp_shard.c).
+ * sequence-parallel LayerNorm's summed over the group inside backward), and
+ * after it each rank's piece lies at the same offsets on each. A pipeline
+ * stage accumulates its gradients over its whole schedule, so under --pp
+ * they stay whole and are reduced after it (pp_shard.c).
  */
 #include <errno.h>
 #include <math.h>

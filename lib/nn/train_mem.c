@@ -190,11 +190,11 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	if (t->dp->ppshard && t->dp->zero >= 2 && !t->dp->zero2) {
 		/*
 		 * ZeRO-2 and 3 over a pipeline (or a tensor group on the
-		 * CPU): the rank keeps its pieces; the rest of the stage's gradients
-		 * lives from its first backward to the reduction after the
-		 * schedule (comm; on a GPU the whole step, pp_shard.c). A GPU
-		 * stage's buffer is the whole flat one: outside the stage it
-		 * stays padding, as under ZeRO 0 and 1
+		 * CPU): the rank keeps its pieces; the rest of the stage's
+		 * gradients lives from its first backward to the reduction
+		 * after the schedule (comm; on a GPU the whole step,
+		 * pp_shard.c). A GPU stage's buffer is the whole flat one:
+		 * outside the stage it stays padding, as under ZeRO 0 and 1
 		 */
 		uint64_t all = ((uint64_t)gk_nn_pp_floats(t->m) * sizeof(float) + 63) / 64 * 64;
 		uint64_t mine = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /
