@@ -110,18 +110,22 @@
  * bit for bit on 2 ranks, on more as NCCL orders a piece's sum (its
  * order may follow the count).
  *
- * A tensor slice (--tp without --pp, a data-parallel group of two or
- * more) is a pipeline stage of one for its ownership (pp_shard.c: one
- * segment, the pieces ZeRO-1's ranges of its flat buffer), and on a GPU
- * its ZeRO-2 is this one: its buckets, its shard (its piece), and the
- * update, the norm and the int8 agreement of the tensor group's replicas
- * (tp_replicated) read the shard. The replicated tensors need nothing of
- * their own: before a bucket is reduced their gradients are the same on
+ * A tensor slice (--tp without --pp, a data-parallel group of two or more)
+ * is a pipeline stage of one for its ownership (pp_shard.c: one segment,
+ * the pieces ZeRO-1's ranges of its flat buffer), and on a GPU its ZeRO-2
+ * is this one: its buckets, its shard (its piece), and the update, the norm
+ * and the int8 agreement of the tensor group's replicas (tp_replicated)
+ * read the shard. So is its ZeRO-3's (dp->zero2 beside dp->stage3): the
+ * piece that zero3.c gathers its parameters from, and that the fp32 master
+ * keeps (gk_nn_pp_piece), is the shard's range, so the update reads the
+ * shard there as ZeRO-2's does, and the device holds ZeRO-2's gradients
+ * rather than the whole slice's buffer. The replicated tensors need nothing
+ * of their own: before a bucket is reduced their gradients are the same on
  * every rank of the group (computed from its summed values; a
- * sequence-parallel LayerNorm's summed over the group inside backward),
- * and after it each rank's piece lies at the same offsets on each. A
- * pipeline stage accumulates its gradients over its whole schedule, so
- * under --pp they stay whole and are reduced after it (pp_shard.c).
+ * sequence-parallel LayerNorm's summed over the group inside backward), and
+ * after it each rank's piece lies at the same offsets on each. A pipeline
+ * stage accumulates its gradients over its whole schedule, so under --pp
+ * they stay whole and are reduced after it (pp_shard.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -147,15 +151,16 @@ int gk_nn_dp_lazy_grads(const gk_nn_train_opts *o, int world, int cuda)
 
 int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda)
 {
-	/* on a GPU ZeRO-2 shards over NCCL, or the run stops (open_grad_comm);
-	 * a tensor slice's (--tp) too when its data-parallel group has ranks
-	 * to cut it over (one has nothing to shard: its slices reduce as
-	 * ZeRO-0's); a pipeline stage (--pp) accumulates the gradients of its
-	 * whole schedule, and reduces its pieces after it (pp_shard.c) */
+	/* on a GPU ZeRO-2 and 3 shard over NCCL, or the run stops
+	 * (open_grad_comm); a tensor slice's (--tp) too when its
+	 * data-parallel group has ranks to cut it over (one has nothing to
+	 * shard: its slices reduce as ZeRO-0's); a pipeline stage (--pp)
+	 * accumulates the gradients of its whole schedule, and reduces its
+	 * pieces after it (pp_shard.c) */
 	if (o->zero < 2 || !cuda || o->pp > 1)
 		return 0;
 	if (o->tp > 1)
-		return o->zero == 2 && world > 1 && o->comm != GK_COMM_BACKEND_MPI;
+		return world > 1 && o->comm != GK_COMM_BACKEND_MPI;
 	return world > 1 ? o->comm != GK_COMM_BACKEND_MPI : o->comm == GK_COMM_BACKEND_NCCL;
 }
 
@@ -741,7 +746,7 @@ int gk_nn_dp_reduce(gk_nn_dp *dp, double now, gk_err *err)
 						   dp->head, GK_DT_F32, GK_COMM_AVG, &co, err) < 0) ||
 		    (dp->via_host && gk_nn_upload(dp->m, GK_NN_GRADS, err) < 0))
 			return -1;
-		if (dp->zero3) /* the step's last backward is done */
+		if (dp->zero3 || dp->stage3) /* the step's last backward is done */
 			gk_nn_z3_step_done(dp);
 		if (tp_replicated(dp, err) < 0)
 			return -1;

@@ -4,8 +4,8 @@
  * owners and gathered after the update (dp.c calls them).
  *
  * A pipeline stage (--pp, ZeRO 0) owns [lo, hi), its range of the flat
- * buffer (gk_nn_pp_range), and the last stage also wte, [0, head), which
- * it shares with the first: its moments are those (hi - lo + head floats,
+ * buffer (gk_nn_pp_range), and the last stage also wte, [0, head), which it
+ * shares with the first: its moments are those (hi - lo + head floats,
  * wte's after the range's), its update is of those, and the data-parallel
  * average is of its range's buckets and of wte by one allreduce. The
  * model maps its parameters and gradients lazily, so the stage's memory
@@ -16,21 +16,21 @@
  * cut over its data-parallel group (gk_nn_dp's seg and own): each is
  * one reduce-scatter of unequal pieces into their owners after the
  * schedule, the update is of this rank's pieces, and each one
- * all-gather of unequal pieces after it; ZeRO-2 the
- * same in buckets, each bucket's pages outside the rank's pieces given
- * back once it is reduced (pp_shard_reduce); ZeRO-3 the same, its
- * parameters kept as the same pieces too (zero3.c gathers the stage's
- * units from them), with no gather after the update. A tensor-parallel run
- * without --pp under ZeRO-1, 2 or 3 is a pipeline of one stage: one segment,
- * its tensor rank's slices, cut the same way. On GPUs (ZeRO-1 and 2)
- * the same collectives run over the data-parallel group's NCCL
- * communicator (dp.c's gcomm), on the device's gradients and parameters;
- * in bf16 the gather moves the working copy, not the fp32 master. Device
- * memory has no pages to give back, so there a pipeline stage's ZeRO-2
- * keeps the stage's segments whole and its peak is ZeRO-1's, as on the CPU;
- * a tensor slice's (no --pp) reduces its buckets during backward as
- * without a grid instead (dp.c), and only its update, gather and
- * checkpoints go through here.
+ * all-gather of unequal pieces after it; ZeRO-2 the same in buckets,
+ * each bucket's pages outside the rank's pieces given back once it is
+ * reduced (pp_shard_reduce); ZeRO-3 the same, its parameters kept as
+ * the same pieces too (zero3.c gathers the stage's units from them),
+ * with no gather after the update. A tensor-parallel run without --pp
+ * under ZeRO-1, 2 or 3 is a pipeline of one stage: one segment, its
+ * tensor rank's slices, cut the same way. On GPUs (ZeRO-1 and 2) the
+ * same collectives run over the data-parallel group's NCCL communicator
+ * (dp.c's gcomm), on the device's gradients and parameters; in bf16 the
+ * gather moves the working copy, not the fp32 master. Device memory has
+ * no pages to give back, so there a pipeline stage's ZeRO-2 keeps the
+ * stage's segments whole and its peak is ZeRO-1's, as on the CPU (and
+ * so does its ZeRO-3); a tensor slice's ZeRO-2 and 3 (no --pp) reduce
+ * its buckets during backward as without a grid instead (dp.c), and
+ * only its update, gather (ZeRO-2's) and checkpoints go through here.
  */
 #include <stdlib.h>
 

@@ -193,12 +193,12 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 	uint64_t live = 0;
 	if (t->dp->ppshard && t->dp->zero >= 2 && !t->dp->zero2) {
 		/*
-		 * ZeRO-2 over a pipeline (or a tensor group on the CPU): the
-		 * rank keeps its pieces; the rest of the stage's gradients
-		 * lives from its first backward to the reduction after the
-		 * schedule (comm; on a GPU the whole step, pp_shard.c). A GPU
-		 * stage's buffer holds the stage's segments only, as under
-		 * ZeRO 0 and 1 (gk_nn_cuda_segments)
+		 * ZeRO-2 and 3 over a pipeline (or a tensor group on the
+		 * CPU): the rank keeps its pieces; the rest of the stage's
+		 * gradients lives from its first backward to the reduction
+		 * after the schedule (comm; on a GPU the whole step,
+		 * pp_shard.c). A GPU stage's buffer holds the stage's
+		 * segments only, as under ZeRO 0 and 1 (gk_nn_cuda_segments)
 		 */
 		uint64_t all = ((uint64_t)gk_nn_pp_floats(t->m) * sizeof(float) + 63) / 64 * 64;
 		uint64_t mine = ((uint64_t)(t->dp->per[0] + t->dp->per[1]) * sizeof(float) + 63) /
@@ -214,8 +214,8 @@ void gk_nn_tr_account(gk_nn_trainer *t)
 		 * kept on the device), and the shard, on the device until the
 		 * update copies it down, is comm too: mem-estimate's
 		 * zero2_grad_shard, 4 Psi / N; its part of the vocabulary's
-		 * padding rows stays padding. A tensor slice's (--tp) the
-		 * same, of its flat buffer: its piece is the shard.
+		 * padding rows stays padding. A tensor slice's (--tp, ZeRO-2
+		 * and 3) the same, of its flat buffer: its piece is the shard.
 		 */
 		uint64_t shard = ((uint64_t)gk_nn_dp_moments_len(t->dp) * sizeof(float) + 63) / 64 *
 				 64;

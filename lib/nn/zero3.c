@@ -67,38 +67,40 @@
  * edges each within one segment (the first stage's wte and wpe, the last
  * stage's final norm and the tied wte its head reads; a tensor group's
  * slices of them). A unit's owners are the pieces of its segment, and a
- * release keeps the rank's piece. The gradients and the update are
- * ZeRO-2's stage path, without the gather after it; the edges are
- * gathered before the schedule (a pipeline's micro-batches are its
- * accumulation) and released before the reduction. On the CPU a tensor
- * group's blocks are prefetched as without a grid. A pipeline's are
- * prefetched in the order its schedule uses them (pp_sched.c tells the
- * pass after each, gk_nn_dp_next_pass): a stage alternates forwards and
- * backwards of different micro-batches, so after a pass's last block
- * comes the next pass's first (a forward's lowest block, a backward's
- * highest), the same on every rank of the stage's data-parallel group,
- * which runs the same schedule; and the block at which it turns from a
- * forward to a backward or back, its next use, is kept rather than
- * released and gathered again (FSDP prefetches by the order of use it
- * recorded in the first iteration; a pipeline's is its schedule's, known
- * before it runs). Evaluation and checkpoints gather each stage whole
- * (pp_shard_gather).
+ * release keeps the rank's piece. The gradients and the update are ZeRO-2's
+ * (a pipeline stage's path, or on GPUs a tensor group's buckets, dp.c),
+ * without the gather after the update; the edges are gathered before the
+ * schedule (a pipeline's micro-batches are its accumulation) and released
+ * after its last backward. On the CPU a tensor group's blocks are
+ * prefetched as without a grid. A pipeline's are prefetched in the order
+ * its schedule uses them (pp_sched.c tells the pass after each,
+ * gk_nn_dp_next_pass): a stage alternates forwards and backwards of
+ * different micro-batches, so after a pass's last block comes the next
+ * pass's first (a forward's lowest block, a backward's highest), the same
+ * on every rank of the stage's data-parallel group, which runs the same
+ * schedule; and the block at which it turns from a forward to a backward or
+ * back, its next use, is kept rather than released and gathered again (FSDP
+ * prefetches by the order of use it recorded in the first iteration; a
+ * pipeline's is its schedule's, known before it runs). Evaluation and
+ * checkpoints gather each stage whole (pp_shard_gather).
  *
  * On GPUs a grid runs it too. A tensor group's one segment (the tensor
  * rank's slice table, gk_nn_pp_segments) is cut into the flat multiple's
- * equal ranges, so a rank's piece is the one range of the fp32 master
- * that unit_params keeps; a pipeline stage's pieces are those of its
- * segments, two on the first and last stage (its layers' and the tied
- * wte's), which the master keeps as two ranges (model_cuda.c, both cut
- * by gk_nn_pp_piece). The units are the model's buffers as without a
- * grid. No gather is prefetched there (may_prefetch says why), but a
- * pipeline's releases still follow its schedule, as the CPU's do when it
- * prefetches: the block at which it turns is kept, and no other (the
- * model's last block kept after its forward would hold the ring's one
- * buffer across the last stage's forwards under GPipe). The device keeps
- * the stage's whole gradient buffer as ZeRO-2 over a grid does
- * (pp_shard.c). Evaluation and --sample gather the whole working copy on
- * the device (stage_device); a checkpoint the fp32 pieces on the host
+ * equal ranges, so a rank's piece is the one range of the fp32 master that
+ * unit_params keeps; a pipeline stage's pieces are those of its segments,
+ * two on the first and last stage (its layers' and the tied wte's), which
+ * the master keeps as two ranges (model_cuda.c, both cut by
+ * gk_nn_pp_piece). The units are the model's buffers as without a grid. No
+ * gather is prefetched there (may_prefetch says why), but a pipeline's
+ * releases still follow its schedule, as the CPU's do when it prefetches:
+ * the block at which it turns is kept, and no other (the model's last block
+ * kept after its forward would hold the ring's one buffer across the last
+ * stage's forwards under GPipe). A pipeline stage keeps its whole gradient
+ * buffer on the device, as ZeRO-2 over a pipeline does (pp_shard.c: a stage
+ * accumulates over its whole schedule); a tensor group without one keeps
+ * ZeRO-2's buckets and shard (dp.c), its piece the shard's range.
+ * Evaluation and --sample gather the whole working copy on the device
+ * (stage_device); a checkpoint the fp32 pieces on the host
  * (gk_nn_dp_params_host), whose pages outside the pieces go back after.
  */
 #include <errno.h>

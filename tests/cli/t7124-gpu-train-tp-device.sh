@@ -28,11 +28,14 @@ holds, its buffers mem-estimate'"'"'s, with accumulation ZeRO 1'"'"'s within
 --offload optimizer (each rank'"'"'s pieces updated on the host) its losses
 and norms bit for bit, optimizer 0 and the state mem-estimate
 --offload optimizer'"'"'s. Under ZeRO 3 (each tensor rank'"'"'s slices
-gathered unit by unit on the device, 2 micro-batches, stopped and
-resumed) ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for
-bit, the schedule'"'"'s 8 gathers a step, none prefetched, its parameters
-mem-estimate'"'"'s and its memory above ZeRO 2'"'"'s the emulation'"'"'s measured; its
-checkpoint resumes on the CPU. A pipeline of
+gathered unit by unit on the device, its gradients ZeRO 2'"'"'s buckets and
+shard, 2 micro-batches, stopped and resumed) ZeRO 2'"'"'s losses, norms,
+evaluation, model and moments bit for bit, the schedule'"'"'s 16 gathers a
+step, none prefetched, its parameters mem-estimate'"'"'s, its device
+memory ZeRO 2'"'"'s less the parameters'"'"' saving computed from the shapes
+(measured in the emulation, as ZeRO 2'"'"'s below ZeRO 1'"'"'s); its
+checkpoint resumes on the CPU, and with --offload optimizer ZeRO 2'"'"'s
+too. A pipeline of
 two tensor groups (tp 2 x pp 2) is within 1e-6 of one GPU too. With
 --compress bf16 under ZeRO 1, tp 2 x dp 2 is the CPU'"'"'s compressed run
 within 1e-6, its error feedback too but for a flipped rounding in 1000;
@@ -157,7 +160,7 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs: over NCCL, and under ZeRO 
 # the step are ZeRO-1's bit for bit. The device holds the embeddings'
 # buffer, one bucket (a block) and the shard instead of the whole flat
 # buffer: the total falls by the difference, computed here from the
-# shape; the buffers (comm, with the tensor group's) are mem-estimate's
+# shape, and so does the emulation's measured peak; the buffers (comm, with the tensor group's) are mem-estimate's
 # dp_buckets and zero2_embedding_grads, and the shard its gradients. With
 # accumulation (2 micro-batches of 2, 2 layers) each micro-step's buckets
 # are reduced in its backward, a sum of the ranks' sums instead of ZeRO-1's
@@ -165,10 +168,11 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 on GPUs: over NCCL, and under ZeRO 
 # batch (measured 2e-8 apart)
 Z="$G --layers 4 --tp 2 --bucket 4K --no-overlap"
 norms() { jq -r "select(.event == \"step\") | .grad_norm" "$@"; }
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buckets: ZeRO 1'"'"'s norm and model bit for bit, its device memory less the figure, the buffers mem-estimate'"'"'s; with accumulation within 1e-6' '
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buckets: ZeRO 1'"'"'s norm and model bit for bit, its device memory less the figure, measured, the buffers mem-estimate'"'"'s; with accumulation within 1e-6' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $Z --zero 1 --steps 1 --ckpt-dir cz1 >tz1.json &&
-	 mpi 4 $Z --zero 2 --steps 1 --ckpt-dir cz2 >tz2.json &&
+	 rm -f tm1.* tm2.* &&
+	 CUEMU_MEM_LOG=$PWD/tm1 mpi 4 $Z --zero 1 --steps 1 --ckpt-dir cz1 >tz1.json &&
+	 CUEMU_MEM_LOG=$PWD/tm2 mpi 4 $Z --zero 2 --steps 1 --ckpt-dir cz2 >tz2.json &&
 	 mpi 4 $G --steps 1 --tp 2 --bucket 4K --no-overlap --zero 2 --batch 2 \
 		--grad-accum 2 >tz2a.json) &&
 	jq -s -e "map(select(.event == \"start\"))[0] | .tp == 2 and .dp == 2 and .zero == 2" tz2.json &&
@@ -181,8 +185,15 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buck
 	start_config tz2.json cfg4.json &&
 	mem-estimate --config cfg4.json --precision f32 -b 4 -s 16 --no-dropout \
 		--tp 2 --dp 2 --zero 2 --bucket 4K --no-overlap --json >mez2.json &&
-	python3 - tz1.json tz2.json mez2.json <<-\PY
-	import json, sys
+	if test -n "$GK_CUEMU"; then
+		for f in tm1 tm2; do
+			test $(ls $f.* | wc -l) = 4 &&
+			cat $f.* | sort -u >$f.peak &&
+			test $(wc -l <$f.peak) = 1 || return 1
+		done
+	fi &&
+	python3 - tz1.json tz2.json mez2.json tm1.peak tm2.peak <<-\PY
+	import json, os, sys
 	st = [next(json.loads(l) for l in open(f) if "\"start\"" in l) for f in sys.argv[1:3]]
 	est = json.load(open(sys.argv[3]))["bytes"]
 	m1, m2 = st[0]["memory"], st[1]["memory"]
@@ -200,6 +211,10 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buck
 	assert saved > 0, saved
 	if m1["total"] - m2["total"] != saved:
 	    sys.exit("ZeRO 1 %d - ZeRO 2 %d bytes: not %d" % (m1["total"], m2["total"], saved))
+	if os.path.exists(sys.argv[4]): # the peaks the emulation measured
+	    peak = [int(open(f).read().split()[1]) for f in sys.argv[4:6]]
+	    if peak[0] - peak[1] != saved:
+	        sys.exit("measured: ZeRO 1 %d - ZeRO 2 %d bytes: not %d" % (peak[0], peak[1], saved))
 	for k in ("parameters", "gradients", "optimizer"):
 	    assert m2[k] == est[k], (k, m2, est)
 	assert est["zero2_embedding_grads"] == 4 * head, est
@@ -215,12 +230,23 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, gradients in buck
 # gradients down, the master up) with the device kernel's arithmetic:
 # ZeRO-2's norm and model bit for bit; optimizer 0 on the device and the
 # state mem-estimate --offload optimizer puts in host_ram (the 4 ranks of
-# a node), the shard's host copy its host_grad_shard
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimizer: the device update'"'"'s norm and model bit for bit; the state mem-estimate'"'"'s' '
+# a node), the shard's host copy its host_grad_shard. ZeRO-3 the same
+# from the same shard (its gradients are ZeRO-2's), its piece of the
+# master coming down from the device as the whole does under ZeRO-2:
+# the same norm and model, the same state and shard on the host
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 and 3 on GPUs, --offload optimizer: the device update'"'"'s norm and model bit for bit; the state mem-estimate'"'"'s' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 mpi 4 $Z --zero 2 --steps 1 --offload optimizer --ckpt-dir cz2o >tz2o.json) &&
-	norms tz2o.json >tz2o.norm && test_cmp tz2.norm tz2o.norm &&
-	cmp cz2/latest/model.safetensors cz2o/latest/model.safetensors &&
+	 mpi 4 $Z --zero 2 --steps 1 --offload optimizer --ckpt-dir cz2o >tz2o.json &&
+	 mpi 4 $Z --zero 3 --steps 1 --offload optimizer --ckpt-dir cz3o >tz3o.json) &&
+	for z in 2 3; do
+		norms tz${z}o.json >tz${z}o.norm && test_cmp tz2.norm tz${z}o.norm &&
+		cmp cz2/latest/model.safetensors cz${z}o/latest/model.safetensors || return 1
+	done &&
+	jq -s -e --slurpfile o tz2o.json "map(select(.event == \"start\"))[0] as \$s |
+		(\$o | map(select(.event == \"start\"))[0]) as \$t |
+		\$s.zero == 3 and \$s.memory.gradients == 0 and \$s.memory.optimizer == 0 and
+		\$s.offload == \$t.offload and
+		\$s.host_memory.host_grad_shard == \$t.host_memory.host_grad_shard" tz3o.json &&
 	mem-estimate --config cfg4.json --precision f32 -b 4 -s 16 --no-dropout --bucket 4K \
 		--no-overlap --tp 2 --dp 2 --zero 2 --offload optimizer --gpus-per-node 4 \
 		--json >mez2o.json &&
@@ -235,28 +261,35 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 on GPUs, --offload optimiz
 # ZeRO-3 under --tp: each data-parallel group shards its tensor rank's
 # slices by ZeRO-2's pieces (the slice table one segment, cut as the
 # fp32 master's one range) and gathers them unit by unit on the device;
-# the gradients and the update are those of ZeRO-2 over a grid (the
-# pieces reduce-scattered after backward from the whole gradient buffer),
-# whose sums are ZeRO-1's, so its losses, norms, evaluation, model and
-# moments are ZeRO-1's bit for bit (ZeRO-2's buckets, above, sum an
-# accumulated step's gradients in another order), here with 2
-# micro-batches and the run stopped after step 1 and resumed. A step
-# gathers the embeddings and the final norm once, and in each
-# micro-batch block 0 before its forward and its backward and block 1,
-# the last, kept from its forward into its backward: 2 + 2 x 3 = 8, none
-# prefetched (no gather runs beside the tensor group's collectives). The
-# device keeps its piece of the fp32 parameters (mem-estimate's, half
-# ZeRO-1's), and the unit buffers, counted as comm: the difference of
-# the two runs' accounted totals is that of the emulation's measured
-# peaks (of a run without evaluation, whose whole working copy the
-# start line does not count). The checkpoint resumes on the CPU backend (dp 2, the same
-# global batch) within fp32's device tolerance of the GPUs' next step.
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 1'"'"'s losses, norms, evaluation, model and moments bit for bit; 8 gathers a step; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
-	Z="$G --steps 2 --grad-accum 2 --batch 2 --tp 2" &&
+# its gradients are ZeRO-2's (above): bucket buffers cut at layers, each
+# reduce-scattered into its owners as backward completes it and summed
+# into the rank's shard, its piece, which the norm and the update read.
+# So on the same buckets (4 layers, --bucket 4K --no-overlap) with 2
+# micro-batches (each one's buckets reduced in its own backward), the run
+# stopped after step 1 and resumed, its losses, norms, evaluation, model
+# and moments are ZeRO-2's bit for bit. A step gathers the embeddings and
+# the final norm once, and in each micro-batch blocks 0 to 2 before their
+# forward and their backward and block 3, the last, kept from its
+# forward into its backward: 2 + 2 x 7 = 16, none prefetched (no gather
+# runs beside the tensor group's collectives). Memory: the emulation's
+# measured peak (of a run without evaluation, whose whole working copy
+# the start line does not count) and the accounted total fall from
+# ZeRO-2's by the parameters' saving alone, the whole slice less the
+# fp32 piece and the unit buffers (the embeddings, the final norm with
+# the padding, one block), computed here from the shapes, and the unit
+# buffers are all that comm adds: its device gradients are ZeRO-2's,
+# which the case above measured below ZeRO-1's (the whole buffer, which
+# ZeRO-3 kept before and reduced into its pieces after backward) by the
+# buffer less the shard, the embeddings' buffer and a bucket, on the
+# same shapes. Its parameters are mem-estimate's (half ZeRO-2's). The
+# checkpoint resumes on the CPU backend (dp 2, the same global batch)
+# within fp32's device tolerance of the GPUs' next step.
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for bit; 16 gathers a step; its device gradients ZeRO 2'"'"'s, measured; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
+	Z="$G --layers 4 --steps 2 --grad-accum 2 --batch 2 --tp 2 --bucket 4K --no-overlap" &&
 	V="--val-data val.bin --eval-every 2 --eval-batches 1" &&
 	rm -rf zz2 zz3 zz3c zm2.* zm3.* &&
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
-	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 1 --ckpt-dir zz2 >zz2.json &&
+	 CUEMU_MEM_LOG=$PWD/zm2 mpi 4 $Z $V --zero 2 --ckpt-dir zz2 >zz2.json &&
 	 CUEMU_MEM_LOG=$PWD/zm3 mpi 4 $Z --zero 3 --until 1 --ckpt-dir zz3 >zz3a.json &&
 	 cp -R zz3 zz3c &&
 	 mpi 4 $Z $V --zero 3 --ckpt-dir zz3 --resume >zz3b.json) &&
@@ -269,25 +302,48 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, 
 	cmp zz2/latest/model.safetensors zz3/latest/model.safetensors &&
 	cmp zz2/latest/optim.safetensors zz3/latest/optim.safetensors &&
 	jq -s -e "map(select(.event == \"step\")) | length == 1 and
-		all(.param_gathers == 8 and .param_prefetched == 0)" zz3a.json &&
+		all(.param_gathers == 16 and .param_prefetched == 0)" zz3a.json &&
 	jq -s -e "map(select(.event == \"step\")) | length == 1 and
-		all(.param_gathers == 8 and .param_prefetched == 0)" zz3b.json &&
+		all(.param_gathers == 16 and .param_prefetched == 0)" zz3b.json &&
 	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
 	test $(mem zz3a.json parameters) = $(($(mem zz2.json parameters) / 2)) &&
 	mem-estimate --config zz3/latest/config.json --precision f32 -b 2 -s 16 --grad-accum 2 \
 		--no-dropout --tp 2 --dp 2 --zero 3 --json >mez3.json &&
 	test $(jq .bytes.parameters mez3.json) = $(mem zz3a.json parameters) &&
 	if test -n "$GK_CUEMU"; then
-		acc() { echo $(($(mem $1 total) - $(mem $1 checkpoint))); } &&
 		for f in zm2 zm3; do
 			test $(ls $f.* | wc -l) = 4 &&
 			cat $f.* | sort -u >$f.peak &&
 			test $(wc -l <$f.peak) = 1 || return 1
 		done &&
-		test $(($(cut -d" " -f2 zm3.peak) - $(cut -d" " -f2 zm2.peak))) = \
-			$(($(acc zz3a.json) - $(acc zz2.json)))
+		python3 - zz2.json zz3a.json zm2.peak zm3.peak <<-\PY
+		import json, sys
+		st = [next(json.loads(l) for l in open(f) if "\"start\"" in l) for f in sys.argv[1:3]]
+		peak = [int(open(f).read().split()[1]) for f in sys.argv[3:5]]
+		m = [s["memory"] for s in st]
+		acc = [x["total"] - x["checkpoint"] for x in m]
+		# a tensor rank'"'"'s flat buffer (gpt.c), as in the ZeRO 2 case
+		C, L, P, t, W = st[1]["hidden"], st[1]["layers"], st[1]["positions"], 2, 2
+		vp = (st[1]["vocab"] + 127) // 128 * 128
+		head = vp * C // t + P * C
+		block = (12 * C * C + 7 * C) // t + 6 * C
+		n = head + L * block + 2 * C
+		assert n == st[1]["params_padded"], (n, st[1]["params_padded"])
+		nflat = (n + W - 1) // W * W
+		per = nflat // W
+		units = 4 * (head + block + nflat - (head + L * block))
+		params = 4 * nflat - 4 * per - units
+		assert params > 0, params
+		if peak[0] - peak[1] != params or acc[0] - acc[1] != params:
+		    sys.exit("ZeRO 2 - ZeRO 3: measured %d, accounted %d bytes: not %d" %
+		             (peak[0] - peak[1], acc[0] - acc[1], params))
+		assert m[1]["gradients"] == m[0]["gradients"], m
+		assert m[1]["comm"] - m[0]["comm"] == units, (m, units)
+		print("ZeRO 3: the parameters less", params, "bytes, the gradients ZeRO 2'"'"'s")
+		PY
 	fi &&
-	mpi 2 $A --device cpu --steps 2 --grad-accum 2 --batch 2 --ckpt-dir zz3c --resume >zz3c.json &&
+	mpi 2 $A --device cpu --layers 4 --steps 2 --grad-accum 2 --batch 2 --ckpt-dir zz3c \
+		--resume >zz3c.json &&
 	losses zz3c.json >zz3c.l && losses zz3b.json >zz3b.l &&
 	test $(wc -l <zz3c.l) = 1 && close_to zz3c.l zz3b.l 1e-4
 '

@@ -128,8 +128,8 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 1 on GPU
 # LayerNorm's gradient is summed over the tensor group inside backward,
 # before its bucket is reduced, so each sum is ZeRO 1's (two ranks).
 # ZeRO 3: the blocks gathered on the device as without sequence
-# parallelism (t7124), the LayerNorms' gradients summed as under ZeRO 2:
-# ZeRO 1's bits too.
+# parallelism (t7124), its gradients ZeRO 2's buckets, the LayerNorms'
+# summed in backward before their bucket is reduced: ZeRO 1's bits too.
 test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --sequence-parallel --zero 2 and 3 on GPUs: ZeRO 1'"'"'s losses and norms bit for bit' '
 	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
 	 mpi 4 $G --steps 2 --tp 2 --sequence-parallel --zero 2 --bucket 4K >spz2.json &&
