@@ -281,10 +281,13 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 2 and 3 on GPUs, --offload o
 # which the case above measured below ZeRO-1's (the whole buffer, which
 # ZeRO-3 kept before and reduced into its pieces after backward) by the
 # buffer less the shard, the embeddings' buffer and a bucket, on the
-# same shapes. Its parameters are mem-estimate's (half ZeRO-2's). The
+# same shapes. Its model states are mem-estimate's (the parameters half
+# ZeRO-2's), and so is the rest, term by term: comm is ZeRO-2's buckets
+# and embeddings' buffer, the units and the tensor group's buffers, and
+# the host memory has no gradients' mirror. The
 # checkpoint resumes on the CPU backend (dp 2, the same global batch)
 # within fp32's device tolerance of the GPUs' next step.
-test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for bit; 16 gathers a step; its device gradients ZeRO 2'"'"'s, measured; its parameters mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
+test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, stopped and resumed: ZeRO 2'"'"'s losses, norms, evaluation, model and moments bit for bit; 16 gathers a step; its device gradients ZeRO 2'"'"'s, measured; its model states, comm and host memory mem-estimate'"'"'s; the checkpoint resumes on the CPU' '
 	Z="$G --layers 4 --steps 2 --grad-accum 2 --batch 2 --tp 2 --bucket 4K --no-overlap" &&
 	V="--val-data val.bin --eval-every 2 --eval-batches 1" &&
 	rm -rf zz2 zz3 zz3c zm2.* zm3.* &&
@@ -308,8 +311,17 @@ test_expect_success 'GPUS4,MPI' 'tp 2 x dp 2 --zero 3 on GPUs, 2 micro-batches, 
 	mem() { jq -s "map(select(.event == \"start\"))[0].memory.$2" "$1"; } &&
 	test $(mem zz3a.json parameters) = $(($(mem zz2.json parameters) / 2)) &&
 	mem-estimate --config zz3/latest/config.json --precision f32 -b 2 -s 16 --grad-accum 2 \
-		--no-dropout --tp 2 --dp 2 --zero 3 --json >mez3.json &&
-	test $(jq .bytes.parameters mez3.json) = $(mem zz3a.json parameters) &&
+		--no-dropout --tp 2 --dp 2 --zero 3 --bucket 4K --no-overlap --json >mez3.json &&
+	for k in parameters gradients optimizer; do
+		test $(jq .bytes.$k mez3.json) = $(mem zz3a.json $k) || return 1
+	done &&
+	test $(mem zz3a.json comm) = $(jq ".bytes | .dp_buckets + .zero2_embedding_grads +
+		.zero3_units + .tp_buffers" mez3.json) &&
+	jq -s -c "map(select(.event == \"start\"))[0].host_memory |
+		with_entries(select(.key != \"total\"))" zz3a.json >hz3.got &&
+	jq -c ".bytes | with_entries(select(.key | startswith(\"host_\")) |
+		select(.key != \"host_ram\"))" mez3.json >hz3.want &&
+	test_cmp hz3.want hz3.got &&
 	if test -n "$GK_CUEMU"; then
 		for f in zm2 zm3; do
 			test $(ls $f.* | wc -l) = 4 &&
