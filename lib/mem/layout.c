@@ -165,16 +165,17 @@ int gk_mem_gpu_host(const gk_mem_shape *s, int offload, uint64_t out[GK_MEM_NHOS
 	gk_mem_flat f;
 	if (gk_mem_flat_layout(s, &f, err) < 0)
 		return -1;
-	/* ZeRO-3's host copy is its range (a pipeline stage's, the pages of
-	 * its segments): the whole model goes device to device */
-	uint64_t R = f.piece[0] + f.piece[1];
+	/* ZeRO-3's host copy is its range (the whole model goes device to
+	 * device); a pipeline stage's mirrors are the pages of its segments,
+	 * as its device holds them */
+	uint64_t R = f.piece[0] + f.piece[1], stage = f.seg[0] + f.seg[1];
 	int z3 = f.shard && s->zero == 3, z2 = f.shard && s->zero >= 2;
 	int pp = (s->pp ? s->pp : 1) > 1;
-	out[GK_MEM_HOST_PARAMS] = fbytes(!z3 ? f.nflat : pp ? f.seg[0] + f.seg[1] : R);
+	out[GK_MEM_HOST_PARAMS] = fbytes(pp ? stage : z3 ? R : f.nflat);
 	/* ZeRO-2's gradient buckets, a tensor slice's too (not a pipeline
-	 * stage's: its whole buffer, mirrored as ZeRO-1's, pp_shard.c) */
+	 * stage's: its whole segments, pp_shard.c) */
 	int buckets = z2 && !pp;
-	out[GK_MEM_HOST_GRADS] = buckets ? 0 : fbytes(f.nflat);
+	out[GK_MEM_HOST_GRADS] = buckets ? 0 : fbytes(pp ? stage : f.nflat);
 	out[GK_MEM_HOST_STAGING] = 4 * f.n < GK_MEM_GPU_STAGING ? 4 * f.n : GK_MEM_GPU_STAGING;
 	out[GK_MEM_HOST_MOMENTS] = 2 * 4 * (R + 1);
 	out[GK_MEM_HOST_GRAD_SHARD] = offload && buckets ? 4 * R : 0;

@@ -349,7 +349,7 @@ int gk_mem_zero3_device(const gk_mem_shape *s, int es, int nslot, uint64_t *edge
  * (lib/nn's CUDA backend and lib/nn/dp.c), one term each, 0 where the run
  * has none, on s's layout (gk_mem_flat_layout): the f32 mirror of the
  * parameters, the flat buffer of nflat floats rounded up to 64 bytes
- * ("host_params"; under ZeRO-3 the rank's range R of it, a pipeline
+ * ("host_params"; under ZeRO-3 the rank's range R of it; a pipeline
  * stage's the pages of its segments, seg[0] + seg[1], so rounded), the
  * same of the gradients ("host_grads"; under ZeRO-2 and 3 where the
  * device keeps its gradients in buckets, without a pipeline, mapped and
@@ -360,10 +360,8 @@ int gk_mem_zero3_device(const gk_mem_shape *s, int es, int nslot, uint64_t *edge
  * piece[1]), and --offload optimizer's copy of the gradient shard under
  * ZeRO-2 and 3 without a pipeline ("host_grad_shard", 4 R). ZeRO-3's
  * mirror is its range because the whole model never passes through a
- * rank's host (evaluation and --sample gather it device to device). A
- * pipeline stage's other mirrors are of the whole table, as its model
- * holds them. The keys name the estimate's parts too. -1 (err) as
- * gk_mem_flat_layout.
+ * rank's host (evaluation and --sample gather it device to device). The
+ * keys name the estimate's parts too. -1 (err) as gk_mem_flat_layout.
  */
 #define GK_MEM_GPU_STAGING ((uint64_t)64 << 20) /* lib/nn's GK_NN_CUDA_STAGING */
 typedef enum gk_mem_host_term {

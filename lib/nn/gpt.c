@@ -587,12 +587,16 @@ int gk_nn_new(gk_nn_model **out, const gk_nn_config *c, const gk_nn_opts *o,
 	m->nflat = (m->nparams + k - 1) / k * k;
 	/* a GPU's unit_params: the host's copy is its range, mapped the same
 	 * way, whose pages alone are ever written (the whole model goes from
-	 * device to device) */
-	m->params = (o->device != GK_NN_CUDA ? o->lazy_params : o->unit_params) ?
+	 * device to device); a GPU's pipeline stage: its segments', as the
+	 * CPU's (its device holds those alone) */
+	int pp = m->pp > 1 && o->device == GK_NN_CUDA;
+	m->params = (o->device != GK_NN_CUDA ? o->lazy_params
+					     : o->unit_params || (pp && o->lazy_params)) ?
 		    lazy_alloc(m, &m->lazy_p) :
 		    falloc(m->nflat, &m->mem.parameters);
 	/* a GPU's bucket_grads: the host mirror is never written either */
-	m->grads = (o->device != GK_NN_CUDA ? o->lazy_grads : o->bucket_grads) ?
+	m->grads = (o->device != GK_NN_CUDA ? o->lazy_grads
+					    : o->bucket_grads || (pp && o->lazy_grads)) ?
 		   lazy_alloc(m, &m->lazy) :
 		   falloc(m->nflat, &m->mem.gradients);
 	if (!m->params || !m->grads) {

@@ -879,8 +879,9 @@ static void grid_layout(void)
 	uint64_t h[GK_MEM_NHOST];
 	ok(gk_mem_gpu_host(&s, 0, h, &err) == 0, "host terms on GPUs");
 	/* n is even, a multiple of 16 floats: no rounding */
-	is_u64(h[GK_MEM_HOST_PARAMS], 4 * n, "host_params: the whole table's mirror");
-	is_u64(h[GK_MEM_HOST_GRADS], 4 * n, "host_grads: the same");
+	is_u64(h[GK_MEM_HOST_PARAMS], 4 * (6 * blk + 2 * C + wte),
+	       "host_params: the last stage's segments' pages");
+	is_u64(h[GK_MEM_HOST_GRADS], 4 * (6 * blk + 2 * C + wte), "host_grads: the same");
 	is_u64(h[GK_MEM_HOST_STAGING], 64 << 20, "host_staging: 64 MiB");
 	is_u64(h[GK_MEM_HOST_MOMENTS], 8 * ((6 * blk + 2 * C) / 2 + wte / 2 + 1),
 	       "host_moments: the rank's pieces and a spare float, twice");
@@ -924,8 +925,8 @@ static void grid_layout(void)
 	   "pp 13 over 12 layers: %s", err.msg);
 	/*
 	 * ZeRO-3 over the grid on GPUs (tp 2 x pp 2 x dp 2): the last
-	 * stage's host copy of the parameters is its segments' pages, its
-	 * gradients' mirror the whole table's (a stage's path); its units
+	 * stage's host copies of the parameters and the gradients are its
+	 * segments' pages (a stage's path); its units
 	 * the tied wte's slice and the final norm (n is even: no padding),
 	 * and a block buffer; the first stage's the embeddings, a middle
 	 * stage's none
@@ -936,7 +937,8 @@ static void grid_layout(void)
 	ok(gk_mem_gpu_host(&g3, 0, h, &err) == 0, "ZeRO-3 over a grid: host terms");
 	is_u64(h[GK_MEM_HOST_PARAMS], 4 * (6 * blk + 2 * C + wte),
 	       "... host_params: the last stage's segments");
-	is_u64(h[GK_MEM_HOST_GRADS], 4 * n, "... host_grads: the whole table's mirror");
+	is_u64(h[GK_MEM_HOST_GRADS], 4 * (6 * blk + 2 * C + wte),
+	       "... host_grads: the stage's segments' pages");
 	is_u64(h[GK_MEM_HOST_MOMENTS], 8 * ((6 * blk + 2 * C) / 2 + wte / 2 + 1),
 	       "... host_moments: the rank's pieces");
 	ok(gk_mem_zero3_device(&g3, 2, 1, &edge, &ring, &err) == 0 &&
