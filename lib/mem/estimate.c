@@ -587,8 +587,9 @@ static gk_mem_shape shape_of(const gk_mem_model *m, const gk_mem_run *r, int sta
  * gpu-train's ZeRO-3 on GPUs: a rank's parameter units on its layout
  * (gk_mem_zero3_device: a tensor rank's slices, a pipeline stage's units),
  * block buffers as gpu-train uses them (2 with overlap, the next
- * prefetched, which it never is over a grid; 1 without; every block when
- * they stay gathered from forward to backward): 0 when it applies
+ * prefetched, which it never is over a grid; 1 without; every block of
+ * the stage's when they stay gathered from forward to backward): 0 when
+ * it applies
  */
 static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, int stage, uint64_t *edge,
 			uint64_t *ring)
@@ -596,9 +597,10 @@ static int zero3_device(const gk_mem_model *m, const gk_mem_run *r, int stage, u
 	if (r->zero != 3 || r->dp < 2 || r->host_backend || !gpt2_trained(m, r))
 		return -1;
 	int grid = r->tp > 1 || r->pp > 1;
-	int64_t nslot = r->keep_gathered ? m->layers : r->overlap && !grid ? 2 : 1;
-	if (nslot > m->layers)
-		nslot = (int)m->layers;
+	int64_t L = stage_layers(m, r, stage);
+	int64_t nslot = r->keep_gathered ? L : r->overlap && !grid ? 2 : 1;
+	if (nslot > L)
+		nslot = L;
 	gk_mem_shape sh = shape_of(m, r, stage);
 	gk_err err;
 	return gk_mem_zero3_device(&sh, r->precision == GK_DT_F32 ? 4 : 2, (int)nslot, edge, ring,

@@ -636,7 +636,7 @@ uint64_t gk_nn_tr_ckpt_bytes(const gk_nn_trainer *t, size_t nparams, size_t mome
 	 * sharded_model says once the data-parallel state exists (over a
 	 * grid a stage's checkpoint is ZeRO-2's) */
 	int z3 = (gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
-		  gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda, (int)t->cfg.layers) > 0) &&
+		  gk_nn_dp_unit_params(t) > 0) &&
 		 t->grid.tp == 1 && t->grid.pp == 1;
 	uint64_t b = t->rank == 0 ? (uint64_t)nparams * sizeof(float) : 0;
 	/* ZeRO-3: each rank copies its range, that of its moments (with

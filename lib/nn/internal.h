@@ -262,5 +262,9 @@ void gk_nn_lazy_release(const gk_nn_model *m, float *buf, size_t lo, size_t hi);
  * (nn.h, gk_nn_pp_chunk_layers): m->ppat, the table's and m->blk's
  * offsets moved; nothing when m->ppv <= 1 (pp.c) */
 int gk_nn_pp_place(gk_nn_model *m, gk_err *err);
+/* the block at place p of the flat buffer (in blocks, ppat's) counted
+ * from this stage's first (chunk c's j-th: c n + j, n a chunk's layers;
+ * p itself without a pipeline) */
+int gk_nn_pp_block_index(const gk_nn_model *m, int p);
 
 #endif

@@ -153,8 +153,11 @@ void *gk_nn_cuda_param_at(const gk_nn_model *m, size_t off)
 		return (char *)cu->ue[0] + off * cu->es;
 	if (off >= cu->utail)
 		return (char *)cu->ue[1] + (off - cu->utail) * cu->es;
+	/* the block at place l's buffer by its place among the stage's
+	 * blocks, every nuslot sharing one (zero3.c's turns) */
 	size_t l = (off - cu->uhead) / cu->ulen;
-	return (char *)cu->uslot[l % cu->nuslot] + (off - cu->uhead - l * cu->ulen) * cu->es;
+	size_t k = (size_t)gk_nn_pp_block_index(m, (int)l) % cu->nuslot;
+	return (char *)cu->uslot[k] + (off - cu->uhead - l * cu->ulen) * cu->es;
 }
 
 gk_dtype gk_nn_cuda_param_dtype(const gk_nn_model *m)

@@ -126,6 +126,14 @@ void gk_nn_pp_use_chunk(gk_nn_model *m, int c)
 				      &ignore);
 }
 
+int gk_nn_pp_block_index(const gk_nn_model *m, int p)
+{
+	/* stage s's V chunks of n blocks from place s V n (place_of) */
+	if (m->pp == 1)
+		return p;
+	return p - (m->ppv > 1 ? m->ppr * m->ppv * (m->l1 - m->l0) : m->l0);
+}
+
 size_t gk_nn_pp_count(const gk_nn_model *m)
 {
 	size_t n = (size_t)m->o.batch * (size_t)m->o.seq * (size_t)m->c.hidden;

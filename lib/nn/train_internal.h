@@ -437,8 +437,9 @@ int gk_nn_dp_bucket_grads(const gk_nn_train_opts *o, int world, int cuda);
 /* Before the model: whether its parameter buffer is lazy_params (ZeRO-3) */
 int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda);
 /* Before a GPU model: its unit_params (ZeRO-3 over NCCL: a block's buffers,
- * all layers with --reshard-after-forward no, 2 with prefetch, else 1), or 0 */
-int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers);
+ * all the stage's layers with --reshard-after-forward no, 2 with prefetch,
+ * else 1), or 0 */
+int gk_nn_dp_unit_params(const gk_nn_trainer *t);
 /*
  * ZeRO-3's parameter bytes on a rank of a model of nflat floats (padded to
  * the world): the range it owns (shard), and the most the lazily mapped

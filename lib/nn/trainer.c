@@ -417,8 +417,7 @@ static int build(gk_nn_trainer *t, const char *resume_dir, gk_err *err)
 			 .bucket_grads = gk_nn_dp_bucket_grads(&t->o, t->grid.dp, t->cuda),
 			 .lazy_params = gk_nn_dp_lazy_params(&t->o, t->grid.dp, t->cuda) ||
 					t->grid.pp > 1,
-			 .unit_params = gk_nn_dp_unit_params(&t->o, t->grid.dp, t->cuda,
-							     (int)t->cfg.layers),
+			 .unit_params = gk_nn_dp_unit_params(t),
 			 .shard_rank = t->grid.dp_rank, .staging = (size_t)t->o.test_staging,
 			 .tp = t->grid.tp, .tp_rank = t->grid.tp_rank, .tp_comm = t->grid.tpc,
 			 .seq_par = t->o.seq_par, .pp = t->grid.pp, .pp_rank = t->grid.pp_rank,

@@ -114,13 +114,19 @@ int gk_nn_dp_lazy_params(const gk_nn_train_opts *o, int world, int cuda)
 	return o->zero == 3 && world > 1 && !cuda;
 }
 
-int gk_nn_dp_unit_params(const gk_nn_train_opts *o, int world, int cuda, int layers)
+int gk_nn_dp_unit_params(const gk_nn_trainer *t)
 {
-	/* kept from forward to backward, every block; else the one in use
-	 * and, with prefetch (never over a grid: may_prefetch), the next */
-	if (o->zero != 3 || world < 2 || !cuda || o->comm == GK_COMM_BACKEND_MPI)
+	/* kept from forward to backward, every block of the stage's; else the
+	 * one in use and, with prefetch (never over a grid: may_prefetch),
+	 * the next */
+	const gk_nn_train_opts *o = &t->o;
+	int l0 = 0, l1 = (int)t->cfg.layers;
+	gk_err ignore; /* (the stage's layers were checked by the trainer) */
+	if (o->zero != 3 || t->grid.dp < 2 || !t->cuda || o->comm == GK_COMM_BACKEND_MPI)
 		return 0;
-	return o->keep_gathered ? layers : o->overlap && o->tp < 2 && o->pp < 2 ? 2 : 1;
+	if (t->grid.pp > 1)
+		gk_nn_pp_layers(t->cfg.layers, t->grid.pp, t->grid.pp_rank, &l0, &l1, &ignore);
+	return o->keep_gathered ? l1 - l0 : o->overlap && o->tp < 2 && o->pp < 2 ? 2 : 1;
 }
 
 /*
@@ -440,7 +446,7 @@ int gk_nn_z3_open(gk_nn_dp *dp, gk_nn_trainer *t, gk_err *err)
 	int L = (int)t->cfg.layers, n = L + 3;
 	dp->nlayers = L;
 	dp->reshard = !t->o.keep_gathered;
-	dp->nuslot = gk_nn_dp_unit_params(&t->o, dp->world, t->cuda, L);
+	dp->nuslot = gk_nn_dp_unit_params(t);
 	dp->units = dp->nuslot > 0;
 	/*
 	 * On a GPU not in the first step: a kernel's first launch loads its

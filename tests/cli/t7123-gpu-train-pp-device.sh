@@ -526,6 +526,29 @@ test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 on GPUs, ZeRO 3: ZeRO 1'"'"'s losse
 	close_to z3c.l pz.tail 1e-4
 '
 
+# --reshard-after-forward no keeps every block of a stage gathered from
+# its forward to its backward: a buffer for each of the stage's blocks,
+# not the model's (under the interleaved schedule a stage's two chunks'
+# blocks lie together in the flat buffer, placed stage-major, and a
+# block's buffer is its place among them). 4 layers over pp 2, V 2, 4
+# micro-batches: ZeRO 1's losses and norms bit for bit, and stage 0's
+# comm mem-estimate's (its units: the embeddings and 2 block buffers,
+# the stage's gradients beyond its pieces, its sends).
+test_expect_success 'GPUS4,MPI' 'pp 2 x dp 2 interleaved on GPUs, ZeRO 3 with every block kept: ZeRO 1'"'"'s losses and norms bit for bit; a buffer for each of the stage'"'"'s blocks (comm mem-estimate'"'"'s)' '
+	K="$G --layers 4 --pp 2 --pp-schedule interleaved --pp-chunks 2 --grad-accum 4 --steps 2" &&
+	(if test -n "$GK_CUEMU"; then CUEMU_GPUS=4 && export CUEMU_GPUS; fi &&
+	 mpi 4 $K --zero 1 >kp1.json &&
+	 mpi 4 $K --zero 3 --reshard-after-forward no >kp3.json) &&
+	steps kp1.json >kp1.steps && steps kp3.json >kp3.steps &&
+	test $(wc -l <kp3.steps) = 2 && test_cmp kp1.steps kp3.steps &&
+	start_config kp3.json cfgkp.json &&
+	mem-estimate --config cfgkp.json --precision f32 -b 4 -s 16 --grad-accum 4 --no-dropout \
+		--pp 2 --pp-schedule interleaved --pp-chunks 2 --dp 2 --zero 3 \
+		--reshard-after-forward no --pp-stage 0 --json >mekp.json &&
+	test $(jq -s "map(select(.event == \"start\"))[0].memory.comm" kp3.json) = \
+		$(jq ".bytes | .zero3_units + .pp_zero2_grads + .pp_buffers" mekp.json)
+'
+
 # ZeRO 1 in bf16: each stage's pieces gathered in the bf16 working copy
 # the update rounded from their master (2 bytes a parameter), the fp32
 # master staying cut until a checkpoint gathers it whole (t7106 says the
