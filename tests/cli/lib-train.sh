@@ -18,6 +18,9 @@
 #   widen SRC DST          checkpoint SRC's model with its matrices times
 #                          25 as a directory DST for --init-from (see there)
 #   sample_tokens LOG      the tokens of a --json log's sample line
+#   host_same LOG EST      the start line's host_memory of a --json log
+#                          term by term the host terms of mem-estimate
+#                          --json's EST (host_ram, a node's, aside)
 
 TINY="--layers 2 --hidden 32 --heads 2 --positions 33 --seq 16 --threads 1 --lr 3e-3 --warmup 2"
 
@@ -128,6 +131,14 @@ widen() {
 
 sample_tokens() {
 	jq -c 'select(.event == "sample") | .tokens' "$1"
+}
+
+host_same() {
+	jq -s -c 'map(select(.event == "start"))[0].host_memory |
+		with_entries(select(.key != "total"))' "$1" >"$1.host" &&
+	jq -c '.bytes | with_entries(select(.key | startswith("host_")) |
+		select(.key != "host_ram"))' "$2" >"$2.host" &&
+	test_cmp "$2.host" "$1.host"
 }
 
 mpi() {
