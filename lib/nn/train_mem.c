@@ -517,8 +517,7 @@ static void fit_advice(const gk_nn_trainer *t, const gk_mem_room_req *q, uint64_
 							      : GK_NN_RECOMPUTE_NONE;
 		gk_mem_room_req v = *q;
 		gk_mem_room room;
-		/* a stage the run's other options refuse (on GPUs, ZeRO-2
-		 * with --pp or --tp) is no advice */
+		/* a stage the run's other options refuse is no advice */
 		gk_nn_train_opts o = t->o;
 		o.zero = c[i].run.zero;
 		if (gk_nn_train_check(&o, t->cuda, &err) < 0)
