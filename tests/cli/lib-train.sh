@@ -18,6 +18,9 @@
 #   widen SRC DST          checkpoint SRC's model with its matrices times
 #                          25 as a directory DST for --init-from (see there)
 #   sample_tokens LOG      the tokens of a --json log's sample line
+#   states_same LOG EST    the start line's parameters, gradients and
+#                          optimizer of a --json log those of mem-estimate
+#                          --json's EST
 #   host_same LOG EST      the start line's host_memory of a --json log
 #                          term by term the host terms of mem-estimate
 #                          --json's EST (host_ram, a node's, aside)
@@ -131,6 +134,16 @@ widen() {
 
 sample_tokens() {
 	jq -c 'select(.event == "sample") | .tokens' "$1"
+}
+
+states_same() {
+	for k in parameters gradients optimizer; do
+		test "$(jq -s "map(select(.event == \"start\"))[0].memory.$k" "$1")" = \
+			"$(jq ".bytes.$k" "$2")" || {
+			echo "$k: $1 says $(jq -s "map(select(.event == \"start\"))[0].memory.$k" "$1"), $2 $(jq ".bytes.$k" "$2")"
+			return 1
+		}
+	done
 }
 
 host_same() {

@@ -57,9 +57,7 @@ states_are() {
 	log=$1
 	shift
 	mem-estimate --precision f32 --no-dropout --json "$@" >me.json &&
-	for k in parameters gradients optimizer; do
-		test $(jq .bytes.$k me.json) = $(mem $log $k) || return 1
-	done
+	states_same $log me.json
 }
 
 test_expect_success 'data' '
